@@ -1,0 +1,102 @@
+/* dsv4 — a native C inference engine for the DeepSeek V4 model family.
+ *
+ * Public API. Everything the CLI does goes through these calls.
+ *
+ * Ownership: every object returned by a *_new / *_load call is owned by the caller and released by the
+ * matching *_free. Errors: every call that can fail returns a dsv4_status (0 = success) and, when `err` is
+ * non-NULL, writes a one-line human-readable message into it. Nothing in the engine aborts on user input.
+ */
+#ifndef DSV4_H
+#define DSV4_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- errors ------------------------------------------------------------------------------------------ */
+
+typedef enum {
+    DSV4_OK           = 0,
+    DSV4_E_ARG        = -1, /* bad argument from the caller (token id out of range, bad option, ...) */
+    DSV4_E_IO         = -2, /* file could not be opened / read / written */
+    DSV4_E_FORMAT     = -3, /* malformed file: JSON, safetensors header, state file, ... */
+    DSV4_E_MODEL      = -4, /* checkpoint does not match its config: missing tensor, wrong shape/dtype */
+    DSV4_E_NOMEM      = -5, /* allocation failed */
+    DSV4_E_RANGE      = -6, /* position / context overflow */
+    DSV4_E_UNSUPPORTED= -7, /* a capability this build does not have */
+    DSV4_E_STATE      = -8, /* sequence state mismatch (wrong model, corrupted, ...) */
+} dsv4_status;
+
+typedef struct {
+    int  code;          /* a dsv4_status */
+    char msg[512];      /* one line, no trailing newline */
+} dsv4_error;
+
+/* ---- numeric modes ----------------------------------------------------------------------------------- */
+
+typedef enum {
+    DSV4_MODE_EXACT    = 0, /* fp32 everywhere, no quantization simulation: the mathematical model */
+    DSV4_MODE_OFFICIAL = 1, /* the official rounding/simulation points (BF16, FP8 act quant, KV FP8, indexer FP4) */
+} dsv4_mode;
+
+/* ---- model ------------------------------------------------------------------------------------------- */
+
+typedef struct dsv4_model dsv4_model;
+
+typedef struct {
+    dsv4_mode mode;      /* numeric mode used by every forward call on this model */
+    int n_threads;       /* 0 = one per online CPU */
+    int max_spec;        /* extra window-ring slots kept for speculative rollback (0 = default 16) */
+    int quiet;           /* 1 = no progress output on stderr */
+} dsv4_load_opts;
+
+/* Load a checkpoint folder as published on Hugging Face (config.json or inference/config.json,
+ * model.safetensors.index.json + shards or a single model.safetensors). Every tensor's presence, dtype and
+ * shape is validated against the config before anything runs. */
+int  dsv4_model_load(const char *dir, const dsv4_load_opts *opts, dsv4_model **out, dsv4_error *err);
+void dsv4_model_free(dsv4_model *m);
+
+typedef struct {
+    int vocab_size, dim, n_layers, n_heads, head_dim, window;
+    int64_t max_position;
+    int bos_id, eos_id;
+} dsv4_model_info;
+void dsv4_model_get_info(const dsv4_model *m, dsv4_model_info *info);
+
+/* ---- sequences and the one forward primitive ---------------------------------------------------------- */
+
+typedef struct dsv4_seq dsv4_seq;
+
+int     dsv4_seq_new(dsv4_model *m, dsv4_seq **out, dsv4_error *err);
+void    dsv4_seq_free(dsv4_seq *s);
+int64_t dsv4_seq_position(const dsv4_seq *s);     /* number of tokens processed so far */
+
+/* Which logits a step item wants back. */
+typedef enum {
+    DSV4_LOGITS_NONE = 0,
+    DSV4_LOGITS_LAST = 1,   /* [1][vocab]: the last new token's */
+    DSV4_LOGITS_ALL  = 2,   /* [n_tokens][vocab]: every new token's */
+} dsv4_logits_want;
+
+/* One sequence's share of a step: advance `seq` by `n_tokens` tokens from its own position. */
+typedef struct {
+    dsv4_seq       *seq;
+    const int32_t  *tokens;
+    int             n_tokens;
+    dsv4_logits_want want;
+    float          *logits;  /* caller-owned, sized per `want` */
+} dsv4_step_item;
+
+/* The one forward primitive: a ragged batch of (sequence, n new tokens). Prefill, chunked prefill,
+ * single-token decode, speculative verification and multi-stream batching are all this call. The result is
+ * bit-identical (EXACT mode) to feeding every token of every sequence one at a time. On error no sequence
+ * is modified. A sequence may appear at most once per step. */
+int dsv4_step(dsv4_model *m, dsv4_step_item *items, int n_items, dsv4_error *err);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

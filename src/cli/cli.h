@@ -1,0 +1,29 @@
+/* The dsv4 command-line tool: one file per command, each exporting `int cmd_NAME(int argc, char **argv)`
+ * (argv[0] is the command name). A command prints a one-line message on stderr and returns non-zero on error. */
+#ifndef DSV4_CLI_H
+#define DSV4_CLI_H
+#include "dsv4.h"
+
+/* Print "dsv4 <cmd>: <message>" on stderr and return 1. */
+int cli_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Same, from a dsv4_error. */
+int cli_fail(const char *cmd, const dsv4_error *err);
+
+/* Parse helpers: return 0 on success, print an error and return 1 otherwise. */
+int cli_parse_int(const char *cmd, const char *opt, const char *s, long long lo, long long hi, long long *out);
+int cli_parse_float(const char *cmd, const char *opt, const char *s, double *out);
+/* Parse "1,2,3" or "@FILE" (a file holding such a list) into a heap array of int32. */
+int cli_parse_tokens(const char *cmd, const char *s, int32_t **out, int *n);
+/* argv[i+1] for option argv[i], or an error when it is missing. */
+const char *cli_value(const char *cmd, int argc, char **argv, int *i);
+
+int cmd_tiny(int argc, char **argv);
+int cmd_inspect(int argc, char **argv);
+int cmd_logits(int argc, char **argv);
+int cmd_generate(int argc, char **argv);
+int cmd_bench(int argc, char **argv);
+int cmd_tokenize(int argc, char **argv);
+int cmd_render(int argc, char **argv);
+int cmd_chat(int argc, char **argv);
+int cmd_state(int argc, char **argv);
+#endif

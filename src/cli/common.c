@@ -1,0 +1,87 @@
+#include "cli/cli.h"
+#include "util/fileio.h"
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int cli_error(const char *cmd, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "dsv4 %s: ", cmd);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    return 1;
+}
+
+int cli_fail(const char *cmd, const dsv4_error *err) { return cli_error(cmd, "%s", err->msg); }
+
+int cli_parse_int(const char *cmd, const char *opt, const char *s, long long lo, long long hi, long long *out) {
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (errno || end == s || *end || v < lo || v > hi)
+        return cli_error(cmd, "%s expects an integer in [%lld, %lld], got '%s'", opt, lo, hi, s);
+    *out = v;
+    return 0;
+}
+
+int cli_parse_float(const char *cmd, const char *opt, const char *s, double *out) {
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || *end) return cli_error(cmd, "%s expects a number, got '%s'", opt, s);
+    *out = v;
+    return 0;
+}
+
+int cli_parse_tokens(const char *cmd, const char *s, int32_t **out, int *n) {
+    char *text = NULL;
+    if (s[0] == '@') {
+        dsv4_error err;
+        if (dsv4_read_file(s + 1, &text, NULL, &err)) return cli_fail(cmd, &err);
+        s = text;
+    }
+    int cap = 64, cnt = 0;
+    int32_t *v = malloc(sizeof *v * (size_t)cap);
+    const char *p = s;
+    int rc = 0;
+    while (v) {
+        while (*p == ' ' || *p == '\n' || *p == '\r' || *p == '\t') p++;
+        if (!*p) break;
+        char *end;
+        errno = 0;
+        long long x = strtoll(p, &end, 10);
+        if (end == p || errno || x < 0 || x > 2147483647LL) {
+            rc = cli_error(cmd, "bad token list near '%.20s' (expected comma-separated non-negative integers)", p);
+            break;
+        }
+        if (cnt == cap) {
+            int32_t *nv = realloc(v, sizeof *v * (size_t)(cap *= 2));
+            if (!nv) { free(v); v = NULL; break; }
+            v = nv;
+        }
+        v[cnt++] = (int32_t)x;
+        p = end;
+        while (*p == ' ' || *p == '\n' || *p == '\r' || *p == '\t') p++;
+        if (*p == ',') p++;
+        else if (*p) { rc = cli_error(cmd, "bad token list near '%.20s'", p); break; }
+    }
+    free(text);
+    if (!v) return cli_error(cmd, "out of memory");
+    if (rc) { free(v); return rc; }
+    if (cnt == 0) { free(v); return cli_error(cmd, "empty token list"); }
+    *out = v;
+    *n = cnt;
+    return 0;
+}
+
+const char *cli_value(const char *cmd, int argc, char **argv, int *i) {
+    if (*i + 1 >= argc) {
+        cli_error(cmd, "option %s needs a value", argv[*i]);
+        return NULL;
+    }
+    return argv[++*i];
+}

@@ -1,0 +1,35 @@
+/* Number formats of the official checkpoints and of the official activation simulation.
+ * All decoders are exact in fp32 (every format here is a subset of fp32). */
+#ifndef DSV4_MODEL_FORMATS_H
+#define DSV4_MODEL_FORMATS_H
+#include <stdint.h>
+
+/* BF16: upper 16 bits of an IEEE fp32. */
+static inline float bf16_to_f32(uint16_t h) {
+    union { uint32_t u; float f; } v = { (uint32_t)h << 16 };
+    return v.f;
+}
+uint16_t f32_to_bf16(float x);          /* round to nearest even; NaN stays NaN */
+float    round_bf16(float x);           /* x rounded to the nearest bf16, as fp32 */
+
+/* FP8 E4M3 ("fn"): bias 7, no infinities, NaN = S.1111.111, max 448. */
+float    e4m3_to_f32(uint8_t b);
+uint8_t  f32_to_e4m3(float x);          /* RNE, saturating to +-448 (the official clamp), NaN -> 0x7f */
+extern const float dsv4_e4m3_table[256];
+
+/* UE8M0 scale byte: 2^(b-127); 255 is NaN. */
+float    e8m0_to_f32(uint8_t b);
+
+/* FP4 E2M1: codes 0..7 = 0,.5,1,1.5,2,3,4,6; 8..15 negatives. Element 2i in the low nibble. */
+extern const float dsv4_e2m1_table[16];
+static inline float e2m1_to_f32(uint8_t code) { return dsv4_e2m1_table[code & 15]; }
+uint8_t  f32_to_e2m1(float x);          /* nearest, ties to even mantissa, saturating to +-6 */
+
+/* Power-of-two scale 2^ceil(log2(v)) computed from the fp32 bit pattern, as the official kernels do. */
+float    pow2_ceil(float v);
+
+/* Official QAT simulations (spec §3.3, §3.4, §3.5), in place on fp32 values. */
+void act_quant_fp8_inplace(float *x, int n, int block);   /* fake-quantize: x <- q*s, q in E4M3, per block */
+void act_quant_fp4_inplace(float *x, int n, int block);   /* fake-quantize: x <- q*s, q in E2M1, per block */
+void hadamard_inplace(float *x, int n);                   /* Sylvester WHT scaled by n^-1/2; n power of 2 */
+#endif
