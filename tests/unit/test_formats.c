@@ -1,0 +1,233 @@
+/* Number formats of the official checkpoints and activation simulation, against hand-computed values
+ * (spec §2.2, §3.3-§3.5). Every expected value below was worked out by hand from the format definitions. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <math.h>
+#include <string.h>
+#include "model/formats.h"
+
+static uint32_t bits(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
+static float from_bits(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
+
+/* Exact float equality that also tells +0 from -0. */
+#define assert_float_bits(a, b) assert_int_equal(bits(a), bits(b))
+
+/* ---- E4M3 ------------------------------------------------------------------------------------------------ */
+
+static void e4m3_decode(void **st) {
+    (void)st;
+    assert_float_bits(e4m3_to_f32(0x00), 0.0f);
+    assert_float_bits(e4m3_to_f32(0x80), -0.0f);
+    assert_float_bits(e4m3_to_f32(0x01), 0.001953125f);      /* smallest subnormal: 1/8 * 2^-6 = 2^-9 */
+    assert_float_bits(e4m3_to_f32(0x07), 0.013671875f);      /* largest subnormal: 7/8 * 2^-6 */
+    assert_float_bits(e4m3_to_f32(0x08), 0.015625f);         /* smallest normal: 2^-6 */
+    assert_float_bits(e4m3_to_f32(0x38), 1.0f);              /* e = 7 (bias), m = 0 */
+    assert_float_bits(e4m3_to_f32(0x3c), 1.5f);
+    assert_float_bits(e4m3_to_f32(0x40), 2.0f);
+    assert_float_bits(e4m3_to_f32(0x77), 240.0f);            /* 2^7 * 1.875 */
+    assert_float_bits(e4m3_to_f32(0x7e), 448.0f);            /* max finite: 2^8 * 1.75 */
+    assert_float_bits(e4m3_to_f32(0xfe), -448.0f);
+    assert_float_bits(e4m3_to_f32(0xb8), -1.0f);
+    assert_true(isnan(e4m3_to_f32(0x7f)));
+    assert_true(isnan(e4m3_to_f32(0xff)));
+    /* no infinities: every byte other than the two NaNs is finite */
+    for (int b = 0; b < 256; b++)
+        if ((b & 0x7f) != 0x7f) assert_true(isfinite(e4m3_to_f32((uint8_t)b)));
+}
+
+static void e4m3_table_matches_decoder(void **st) {
+    (void)st;
+    for (int b = 0; b < 256; b++) {
+        float t = dsv4_e4m3_table[b], d = e4m3_to_f32((uint8_t)b);
+        if (isnan(d)) assert_true(isnan(t));
+        else assert_float_bits(t, d);
+    }
+}
+
+static void e4m3_encode(void **st) {
+    (void)st;
+    assert_int_equal(f32_to_e4m3(0.0f), 0x00);
+    assert_int_equal(f32_to_e4m3(-0.0f), 0x80);
+    assert_int_equal(f32_to_e4m3(1.0f), 0x38);
+    assert_int_equal(f32_to_e4m3(-2.0f), 0xc0);
+    assert_int_equal(f32_to_e4m3(0.001953125f), 0x01);       /* 2^-9 exactly */
+    assert_int_equal(f32_to_e4m3(0.0010f), 0x01);            /* just above half of 2^-9: rounds up */
+    assert_int_equal(f32_to_e4m3(0.0009765625f), 0x00);      /* 2^-10: tie between 0 and 2^-9 -> even (0) */
+    assert_int_equal(f32_to_e4m3(0.0029296875f), 0x02);      /* 3*2^-10: tie between codes 1 and 2 -> 2 */
+    assert_int_equal(f32_to_e4m3(0.0146484375f), 0x08);      /* 15/16*2^-6: tie subnormal 7 / normal 8 -> 8 */
+    assert_int_equal(f32_to_e4m3(1.0625f), 0x38);            /* tie 1.0 / 1.125 -> even mantissa (1.0) */
+    assert_int_equal(f32_to_e4m3(1.1875f), 0x3a);            /* tie 1.125 / 1.25 -> 1.25 */
+    assert_int_equal(f32_to_e4m3(1.07f), 0x39);              /* above the tie -> 1.125 */
+    assert_int_equal(f32_to_e4m3(17.0f), 0x58);              /* tie 16 / 18 -> 16 */
+    assert_int_equal(f32_to_e4m3(19.0f), 0x5a);              /* tie 18 / 20 -> 20 */
+    assert_int_equal(f32_to_e4m3(424.0f), 0x7d);             /* 416 + 8: nearer 416 */
+    assert_int_equal(f32_to_e4m3(432.0f), 0x7e);             /* tie 416 / 448 -> 448 (even) */
+    assert_int_equal(f32_to_e4m3(448.0f), 0x7e);
+    assert_int_equal(f32_to_e4m3(500.0f), 0x7e);             /* saturates, never NaN */
+    assert_int_equal(f32_to_e4m3(-1000.0f), 0xfe);
+    assert_int_equal(f32_to_e4m3(INFINITY), 0x7e);
+    assert_int_equal(f32_to_e4m3(-INFINITY), 0xfe);
+    assert_int_equal(f32_to_e4m3(NAN), 0x7f);
+    /* every finite code round-trips */
+    for (int b = 0; b < 256; b++)
+        if ((b & 0x7f) != 0x7f) assert_int_equal(f32_to_e4m3(e4m3_to_f32((uint8_t)b)), b);
+}
+
+/* ---- E8M0 ------------------------------------------------------------------------------------------------ */
+
+static void e8m0(void **st) {
+    (void)st;
+    assert_float_bits(e8m0_to_f32(127), 1.0f);
+    assert_float_bits(e8m0_to_f32(128), 2.0f);
+    assert_float_bits(e8m0_to_f32(126), 0.5f);
+    assert_float_bits(e8m0_to_f32(117), 0.0009765625f);      /* 2^-10 */
+    assert_float_bits(e8m0_to_f32(254), from_bits(0x7f000000u)); /* 2^127 */
+    assert_float_bits(e8m0_to_f32(1), from_bits(0x00800000u));   /* 2^-126, smallest normal */
+    assert_float_bits(e8m0_to_f32(0), from_bits(0x00400000u));   /* 2^-127, a subnormal: there is no zero */
+    assert_true(isnan(e8m0_to_f32(255)));
+}
+
+/* ---- E2M1 ------------------------------------------------------------------------------------------------ */
+
+static void e2m1_table(void **st) {
+    (void)st;
+    const float mag[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
+    for (int c = 0; c < 8; c++) {
+        assert_float_bits(e2m1_to_f32((uint8_t)c), mag[c]);
+        assert_float_bits(e2m1_to_f32((uint8_t)(c + 8)), -mag[c]);   /* 8 is -0 */
+    }
+    assert_float_bits(e2m1_to_f32(0x5a), e2m1_to_f32(0x0a));        /* only the low nibble counts */
+}
+
+static void e2m1_encode(void **st) {
+    (void)st;
+    assert_int_equal(f32_to_e2m1(0.0f), 0);
+    assert_int_equal(f32_to_e2m1(0.25f), 0);     /* tie 0 / 0.5 -> code 0 (even) */
+    assert_int_equal(f32_to_e2m1(0.3f), 1);
+    assert_int_equal(f32_to_e2m1(0.75f), 2);     /* tie 0.5 / 1 -> 1 */
+    assert_int_equal(f32_to_e2m1(1.25f), 2);     /* tie 1 / 1.5 -> 1 */
+    assert_int_equal(f32_to_e2m1(1.75f), 4);     /* tie 1.5 / 2 -> 2 */
+    assert_int_equal(f32_to_e2m1(2.5f), 4);      /* tie 2 / 3 -> 2 */
+    assert_int_equal(f32_to_e2m1(2.6f), 5);
+    assert_int_equal(f32_to_e2m1(3.5f), 6);      /* tie 3 / 4 -> 4 */
+    assert_int_equal(f32_to_e2m1(5.0f), 6);      /* tie 4 / 6 -> 4 */
+    assert_int_equal(f32_to_e2m1(5.1f), 7);
+    assert_int_equal(f32_to_e2m1(7.0f), 7);      /* saturates */
+    assert_int_equal(f32_to_e2m1(-0.5f), 9);
+    assert_int_equal(f32_to_e2m1(-6.0f), 15);
+    assert_int_equal(f32_to_e2m1(-100.0f), 15);
+    for (int c = 0; c < 16; c++)
+        if (c != 8) assert_int_equal(f32_to_e2m1(e2m1_to_f32((uint8_t)c)), c);
+}
+
+/* ---- BF16 ------------------------------------------------------------------------------------------------ */
+
+static void bf16(void **st) {
+    (void)st;
+    assert_int_equal(f32_to_bf16(1.0f), 0x3f80);
+    assert_int_equal(f32_to_bf16(-2.0f), 0xc000);
+    assert_float_bits(bf16_to_f32(0xc000), -2.0f);
+    assert_float_bits(bf16_to_f32(0x3f80), 1.0f);
+    assert_int_equal(f32_to_bf16(from_bits(0x3f808000u)), 0x3f80);   /* 1 + 2^-8: tie -> even (0x3f80) */
+    assert_int_equal(f32_to_bf16(from_bits(0x3f818000u)), 0x3f82);   /* 1 + 3*2^-8: tie -> even (0x3f82) */
+    assert_int_equal(f32_to_bf16(from_bits(0x3f808001u)), 0x3f81);   /* just above the tie */
+    assert_int_equal(f32_to_bf16(from_bits(0x3f807fffu)), 0x3f80);   /* just below the tie */
+    assert_int_equal(f32_to_bf16(from_bits(0xbf818000u)), 0xbf82);   /* negative tie */
+    assert_int_equal(f32_to_bf16(INFINITY), 0x7f80);
+    assert_int_equal(f32_to_bf16(-INFINITY), 0xff80);
+    assert_int_equal(f32_to_bf16(from_bits(0x7f7fffffu)), 0x7f80);   /* FLT_MAX rounds to +inf */
+    assert_int_equal(f32_to_bf16(from_bits(0x00000001u)), 0x0000);   /* tiny subnormal -> +0 */
+    /* NaN stays NaN, including a NaN whose payload lives only in the low 16 bits */
+    assert_true(isnan(bf16_to_f32(f32_to_bf16(NAN))));
+    assert_true(isnan(bf16_to_f32(f32_to_bf16(from_bits(0x7f800001u)))));
+    assert_true(isnan(bf16_to_f32(f32_to_bf16(from_bits(0xff800001u)))));
+    assert_float_bits(round_bf16(3.14159f), 3.140625f);                /* 0x40490fd0 -> 0x4049 */
+    assert_float_bits(round_bf16(1.0f / 3.0f), from_bits(0x3eab0000u)); /* 0x3eaaaaab: low half > tie -> up */
+}
+
+/* ---- pow2_ceil ------------------------------------------------------------------------------------------- */
+
+static void pow2(void **st) {
+    (void)st;
+    assert_float_bits(pow2_ceil(1.0f), 1.0f);
+    assert_float_bits(pow2_ceil(1.5f), 2.0f);
+    assert_float_bits(pow2_ceil(3.0f), 4.0f);
+    assert_float_bits(pow2_ceil(4.0f), 4.0f);
+    assert_float_bits(pow2_ceil(0.3f), 0.5f);
+    assert_float_bits(pow2_ceil(from_bits(0x3f800001u)), 2.0f);       /* one ulp above 1 */
+    assert_float_bits(pow2_ceil(3.0f / 448.0f), 0.0078125f);           /* 2^-7 */
+    assert_float_bits(pow2_ceil(from_bits(0x00000010u)), from_bits(0x00800000u)); /* subnormal -> 2^-126 */
+}
+
+/* ---- activation simulations ------------------------------------------------------------------------------- */
+
+static void act_fp8(void **st) {
+    (void)st;
+    /* block 1: amax 3 -> s = 2^ceil(log2(3/448)) = 2^-7; x/s = 384, -128, 12.8, 0 -> E4M3 384, -128, 13, 0
+     * block 2: amax clamped to 1e-4 -> s = 2^-22; 1e-6/s = 4.19 -> 4 -> 4*2^-22 = 2^-20 */
+    float x[8] = {3.0f, -1.0f, 0.1f, 0.0f, 1e-6f, 0.0f, -0.0f, 0.0f};
+    act_quant_fp8_inplace(x, 8, 4);
+    assert_float_bits(x[0], 3.0f);
+    assert_float_bits(x[1], -1.0f);
+    assert_float_bits(x[2], 0.1015625f);
+    assert_float_bits(x[3], 0.0f);
+    assert_float_bits(x[4], 0.00000095367431640625f);
+    assert_float_bits(x[6], -0.0f);
+    /* a block with a value that needs RNE at the top of the range: amax 448 -> s = 1; 433 -> 448 (tie is 432) */
+    float y[3] = {448.0f, 433.0f, 17.0f};
+    act_quant_fp8_inplace(y, 3, 128);
+    assert_float_bits(y[0], 448.0f);
+    assert_float_bits(y[1], 448.0f);
+    assert_float_bits(y[2], 16.0f);
+    /* partial last block: n = 5, block 4. Block 1 (all ones): s = 2^-8, 1 -> 256 exact. Block 2 = {0.7}:
+     * 0.7/448 = 0.0015625 -> s = 2^-9; 0.7/s = 358.4 -> E4M3 spacing 32 in [256, 512): 352 -> 352*2^-9 = 0.6875 */
+    float z[5] = {1, 1, 1, 1, 0.7f};
+    act_quant_fp8_inplace(z, 5, 4);
+    for (int i = 0; i < 4; i++) assert_float_bits(z[i], 1.0f);
+    assert_float_bits(z[4], 0.6875f);
+}
+
+static void act_fp4(void **st) {
+    (void)st;
+    /* block 1: amax 6 -> s = 1: 6, 1.25 (tie -> 1), -0.7 (-> -0.5), 2.6 (-> 3)
+     * block 2: amax 12 -> s = 2: 12/2=6, 5/2=2.5 (tie -> 2) -> 4, -1/2 = -0.5 -> -1, 0.2/2 = 0.1 -> 0
+     * block 3: amax 7 -> s = 2: 3.5 (tie -> 4) -> 8, 0.5/2 = 0.25 (tie -> 0) -> 0 */
+    float x[12] = {6.0f, 1.25f, -0.7f, 2.6f, 12.0f, 5.0f, -1.0f, 0.2f, 7.0f, 0.5f, -7.0f, 1.0f};
+    act_quant_fp4_inplace(x, 12, 4);
+    const float want[12] = {6, 1, -0.5f, 3, 12, 4, -1, 0, 8, 0, -8, 1};
+    for (int i = 0; i < 12; i++) assert_float_bits(x[i], want[i]);
+}
+
+static void hadamard(void **st) {
+    (void)st;
+    /* n = 4: H4 x / 2 for x = 1,2,3,4: rows (++++), (+-+-), (++--), (+--+) -> 10, -2, -4, 0 -> /2 */
+    float x[4] = {1, 2, 3, 4};
+    hadamard_inplace(x, 4);
+    const float w4[4] = {5, -1, -2, 0};
+    for (int i = 0; i < 4; i++) assert_float_bits(x[i], w4[i]);
+    /* n = 8, x = e0 + e7: y_r = (1 + (-1)^popcount(r)) / sqrt(8) -> 2/sqrt8 at r = 0,3,5,6, else 0 */
+    float y[8] = {1, 0, 0, 0, 0, 0, 0, 1};
+    hadamard_inplace(y, 8);
+    const float w8[8] = {0.70710678f, 0, 0, 0.70710678f, 0, 0.70710678f, 0.70710678f, 0};
+    for (int i = 0; i < 8; i++) assert_true(fabsf(y[i] - w8[i]) < 1e-6f);
+    /* e0 alone: every output 1/sqrt(8); applying the orthonormal transform twice gives x back */
+    float z[8] = {1, 0, 0, 0, 0, 0, 0, 0};
+    hadamard_inplace(z, 8);
+    for (int i = 0; i < 8; i++) assert_true(fabsf(z[i] - 0.35355339f) < 1e-6f);
+    hadamard_inplace(z, 8);
+    assert_true(fabsf(z[0] - 1.0f) < 1e-6f);
+    for (int i = 1; i < 8; i++) assert_true(fabsf(z[i]) < 1e-6f);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(e4m3_decode),  cmocka_unit_test(e4m3_table_matches_decoder), cmocka_unit_test(e4m3_encode),
+        cmocka_unit_test(e8m0),         cmocka_unit_test(e2m1_table),  cmocka_unit_test(e2m1_encode),
+        cmocka_unit_test(bf16),         cmocka_unit_test(pow2),        cmocka_unit_test(act_fp8),
+        cmocka_unit_test(act_fp4),      cmocka_unit_test(hadamard),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
