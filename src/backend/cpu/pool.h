@@ -1,0 +1,17 @@
+/* A fixed pool of worker threads for data-parallel loops. Work is split statically into contiguous ranges,
+ * one per thread, so which thread computes an element never changes a result: every element is computed by
+ * the same code with the same summation order whatever the thread count. */
+#ifndef DSV4_CPU_POOL_H
+#define DSV4_CPU_POOL_H
+
+typedef struct dsv4_pool dsv4_pool;
+
+/* fn(ctx, begin, end, thread): process items [begin, end) on worker `thread` (0..n_threads-1). */
+typedef void (*dsv4_range_fn)(void *ctx, int begin, int end, int thread);
+
+dsv4_pool *dsv4_pool_new(int n_threads);   /* n_threads <= 0: one per online CPU. NULL on failure. */
+void       dsv4_pool_free(dsv4_pool *p);
+int        dsv4_pool_threads(const dsv4_pool *p);
+/* Run fn over [0, n) split across the threads; returns when all are done. Not reentrant. */
+void       dsv4_pool_run(dsv4_pool *p, int n, dsv4_range_fn fn, void *ctx);
+#endif

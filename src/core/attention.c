@@ -1,0 +1,290 @@
+#include "core/attention.h"
+#include "backend/cpu/kernels.h"
+#include "core/compressor.h"
+#include "core/norm.h"
+#include "core/numerics.h"
+#include "core/rope.h"
+#include "state/sequence.h"
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    struct dsv4_model *m;
+    const dsv4_layer *layer;
+    int L;
+    dsv4_workspace *ws;
+} attn_ctx;
+
+/* ---- per-token preparation: norms, RoPE, ape, QAT simulations ------------------------------------------ */
+
+static void prepare_tokens(void *vctx, int begin, int end, int thread) {
+    attn_ctx *a = vctx;
+    const dsv4_config *c = &a->m->cfg;
+    const dsv4_layer *ly = a->layer;
+    dsv4_workspace *ws = a->ws;
+    const dsv4_mode mode = a->m->mode;
+    const dsv4_rope *rope = layer_rope(a->m, ly->ratio);
+    const int D = c->head_dim, R = c->rope_dim, N = D - R, H = c->n_heads;
+    for (int t = begin; t < end; t++) {
+        const int64_t p = ws->batch.pos[t];
+        float *q = ws->q + (int64_t)t * H * D;
+        for (int h = 0; h < H; h++) {
+            float *qh = q + (int64_t)h * D;
+            unit_rmsnorm(mode, qh, D, c->norm_eps);
+            rope_apply(mode, rope, R, qh + N, p, 0);
+        }
+        float *kv = ws->kv + (int64_t)t * D;
+        rmsnorm(mode, kv, ly->kv_norm, D, c->norm_eps, kv);
+        rope_apply(mode, rope, R, kv + N, p, 0);
+        if (is_official(mode)) act_quant_fp8_inplace(kv, N, 64);
+        if (ly->ratio) {
+            const int w = (ly->comp.overlap ? 2 : 1) * ly->comp.width;
+            const float *ape = ly->comp.ape + (int64_t)(p % ly->ratio) * w;
+            float *z = ws->cz + (int64_t)t * w;
+            for (int j = 0; j < w; j++) z[j] += ape[j];
+        }
+        if (ly->ratio == 4) {
+            const int nI = c->index_n_heads, cI = c->index_head_dim, w = 2 * cI;
+            const float *ape = ly->icomp.ape + (int64_t)(p % 4) * w;
+            float *z = ws->icz + (int64_t)t * w;
+            for (int j = 0; j < w; j++) z[j] += ape[j];
+            float *qi = ws->qi + (int64_t)t * nI * cI;
+            for (int h = 0; h < nI; h++) {
+                float *qh = qi + (int64_t)h * cI;
+                rope_apply(mode, rope, R, qh + cI - R, p, 0);
+                if (is_official(mode)) {
+                    hadamard_inplace(qh, cI);
+                    num_bf16(mode, qh, cI);
+                    act_quant_fp4_inplace(qh, cI, 32);
+                }
+            }
+            const float scale = 1.0f / sqrtf((float)cI) / sqrtf((float)nI);
+            float *wi = ws->wi + (int64_t)t * nI;
+            for (int h = 0; h < nI; h++) wi[h] = num_bf16_1(mode, wi[h] * scale);
+        }
+    }
+}
+
+/* ---- compressors: every token of every sequence, in position order -------------------------------------- */
+
+static void run_compressors(attn_ctx *a) {
+    const dsv4_config *c = &a->m->cfg;
+    const dsv4_layer *ly = a->layer;
+    dsv4_workspace *ws = a->ws;
+    const dsv4_rope *rope = layer_rope(a->m, ly->ratio);
+    const int D = c->head_dim, cI = c->index_head_dim;
+    for (int i = 0; i < ws->batch.n_items; i++) {
+        dsv4_layer_state *ls = &ws->batch.items[i].seq->layer[a->L];
+        for (int t = ws->batch.first[i]; t < ws->batch.first[i + 1]; t++) {
+            const int64_t p = ws->batch.pos[t];
+            const int w = (ly->comp.overlap ? 2 : 1) * D;
+            if (compressor_push(&ls->comp, ws->ck + (int64_t)t * w, ws->cz + (int64_t)t * w, p, ws->pooled)) {
+                float *row = rows_at(&ls->crows, ls->crows.n++);
+                memcpy(row, ws->pooled, sizeof(float) * (size_t)D);
+                compressor_finish_row(a->m->mode, &ly->comp, rope, c->rope_dim, c->norm_eps, 0, p + 1 - ly->ratio, row);
+            }
+            if (ly->ratio == 4 &&
+                compressor_push(&ls->icomp, ws->ick + (int64_t)t * 2 * cI, ws->icz + (int64_t)t * 2 * cI, p, ws->pooled)) {
+                float *row = rows_at(&ls->irows, ls->irows.n++);
+                memcpy(row, ws->pooled, sizeof(float) * (size_t)cI);
+                compressor_finish_row(a->m->mode, &ly->icomp, rope, c->rope_dim, c->norm_eps, 1, p - 3, row);
+            }
+        }
+    }
+}
+
+/* ---- lightning indexer: per-query top-k of the visible compressed rows (spec §9) ------------------------ */
+
+static float index_score(dsv4_mode mode, const float *qi, const float *wi, const float *row, int nI, int cI) {
+    float acc = 0.0f;
+    for (int h = 0; h < nI; h++) {
+        float s = num_bf16_1(mode, dot_f32(qi + (int64_t)h * cI, row, cI));
+        if (s > 0.0f) acc += num_bf16_1(mode, s * wi[h]);
+    }
+    return num_bf16_1(mode, acc);
+}
+
+/* "a ranks below b": lower score, or equal score and higher row index (ties go to the lower index). */
+static inline int ranks_below(float sa, int ia, float sb, int ib) { return sa < sb || (sa == sb && ia > ib); }
+
+static void heap_sift_down(float *hs, int32_t *hi, int n, int i) {
+    for (;;) {
+        int l = 2 * i + 1, r = l + 1, w = i;
+        if (l < n && ranks_below(hs[l], hi[l], hs[w], hi[w])) w = l;
+        if (r < n && ranks_below(hs[r], hi[r], hs[w], hi[w])) w = r;
+        if (w == i) return;
+        float ts = hs[i]; hs[i] = hs[w]; hs[w] = ts;
+        int32_t ti = hi[i]; hi[i] = hi[w]; hi[w] = ti;
+        i = w;
+    }
+}
+
+static int cmp_i32(const void *a, const void *b) {
+    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    return (x > y) - (x < y);
+}
+
+static void select_rows(void *vctx, int begin, int end, int thread) {
+    attn_ctx *a = vctx;
+    const dsv4_config *c = &a->m->cfg;
+    dsv4_workspace *ws = a->ws;
+    const int K = c->index_topk, nI = c->index_n_heads, cI = c->index_head_dim;
+    float *hs = ws->idxscratch + (int64_t)thread * K;
+    int32_t *hi = ws->heapscratch + (int64_t)thread * K;
+    for (int t = begin; t < end; t++) {
+        const dsv4_layer_state *ls = &ws->batch.items[ws->batch.item_of[t]].seq->layer[a->L];
+        const int64_t n = (ws->batch.pos[t] + 1) / 4;     /* rows with (k+1)*4 <= p+1 */
+        int32_t *sel = ws->sel + (int64_t)t * K;
+        if (n <= K) {
+            for (int k = 0; k < n; k++) sel[k] = k;
+            ws->n_sel[t] = (int)n;
+            continue;
+        }
+        const float *qi = ws->qi + (int64_t)t * nI * cI, *wi = ws->wi + (int64_t)t * nI;
+        int hn = 0;
+        for (int64_t k = 0; k < n; k++) {
+            const float s = index_score(a->m->mode, qi, wi, rows_at(&ls->irows, k), nI, cI);
+            if (hn < K) {
+                /* sift up */
+                int i = hn++;
+                hs[i] = s; hi[i] = (int32_t)k;
+                while (i > 0) {
+                    int p = (i - 1) / 2;
+                    if (!ranks_below(hs[i], hi[i], hs[p], hi[p])) break;
+                    float ts = hs[i]; hs[i] = hs[p]; hs[p] = ts;
+                    int32_t ti = hi[i]; hi[i] = hi[p]; hi[p] = ti;
+                    i = p;
+                }
+            } else if (ranks_below(hs[0], hi[0], s, (int32_t)k)) {
+                hs[0] = s; hi[0] = (int32_t)k;
+                heap_sift_down(hs, hi, hn, 0);
+            }
+        }
+        memcpy(sel, hi, sizeof(int32_t) * (size_t)K);
+        qsort(sel, (size_t)K, sizeof(int32_t), cmp_i32);   /* attend in row order */
+        ws->n_sel[t] = K;
+    }
+}
+
+/* ---- sink softmax attention of one (token, head) (spec §7.3–7.5) ------------------------------------------ */
+
+static void attend(void *vctx, int begin, int end, int thread) {
+    attn_ctx *a = vctx;
+    const struct dsv4_model *m = a->m;
+    const dsv4_config *c = &m->cfg;
+    const dsv4_layer *ly = a->layer;
+    dsv4_workspace *ws = a->ws;
+    const dsv4_mode mode = m->mode;
+    const int D = c->head_dim, R = c->rope_dim, N = D - R, H = c->n_heads, W = c->window;
+    const float scale = 1.0f / sqrtf((float)D);
+    float *sc = ws->keyscratch + (int64_t)thread * (W + ws->rows_cap);
+    const float **keys = (const float **)(ws->keyptrs + (int64_t)thread * (W + ws->rows_cap));
+    for (int task = begin; task < end; task++) {
+        const int t = task / H, h = task % H;
+        const int item = ws->batch.item_of[t];
+        const dsv4_seq *seq = ws->batch.items[item].seq;
+        const dsv4_layer_state *ls = &seq->layer[a->L];
+        const int f = ws->batch.first[item];
+        const int64_t p = ws->batch.pos[t], p0 = ws->batch.pos[f];
+        /* key set: window positions (chronological), then compressed rows (row order) */
+        int nk = 0;
+        for (int64_t s = p - W + 1 < 0 ? 0 : p - W + 1; s <= p; s++)
+            keys[nk++] = s >= p0 ? ws->kv + (int64_t)(f + (s - p0)) * D : ls->ring + (s % seq->ring_len) * D;
+        if (ly->ratio == 128) {
+            const int64_t n = (p + 1) / 128;
+            for (int64_t k = 0; k < n; k++) keys[nk++] = rows_at(&ls->crows, k);
+        } else if (ly->ratio == 4) {
+            const int32_t *sel = ws->sel + (int64_t)t * c->index_topk;
+            for (int k = 0; k < ws->n_sel[t]; k++) keys[nk++] = rows_at(&ls->crows, sel[k]);
+        }
+        const float *q = ws->q + ((int64_t)t * H + h) * D;
+        float mx = -INFINITY;
+        for (int i = 0; i < nk; i++) {
+            sc[i] = dot_f32(q, keys[i], D) * scale;
+            mx = fmaxf(mx, sc[i]);
+        }
+        float den = expf(ly->attn_sink[h] - mx);
+        float *o = ws->o + ((int64_t)t * H + h) * D;
+        memset(o, 0, sizeof(float) * (size_t)D);
+        for (int i = 0; i < nk; i++) {
+            const float e = expf(sc[i] - mx);
+            den += e;
+            const float pe = num_bf16_1(mode, e);   /* official: bf16 probabilities for P.V */
+            const float *v = keys[i];
+            for (int j = 0; j < D; j++) o[j] += pe * v[j];
+        }
+        const float inv = 1.0f / den;
+        for (int j = 0; j < D; j++) o[j] *= inv;
+        num_bf16(mode, o, D);
+        rope_apply(mode, layer_rope(m, ly->ratio), R, o + N, p, 1);
+    }
+}
+
+/* ---- the sub-layer ---------------------------------------------------------------------------------------- */
+
+void attention_forward(struct dsv4_model *m, int L, dsv4_workspace *ws) {
+    const dsv4_config *c = &m->cfg;
+    const dsv4_layer *ly = &m->layers[L];
+    const dsv4_mode mode = m->mode;
+    const int T = ws->batch.T, d = c->dim, D = c->head_dim, H = c->n_heads, G = c->o_groups;
+    attn_ctx a = { m, ly, L, ws };
+
+    /* FP8 linears see their input quantized per 128 columns (OFFICIAL); the compressors and the indexer's
+     * weights_proj read the unquantized x. ws->u is free here and holds the quantized copy. */
+    const float *x8 = ws->xn;
+    if (is_official(mode)) {
+        memcpy(ws->u, ws->xn, sizeof(float) * (size_t)T * d);
+        for (int t = 0; t < T; t++) act_quant_fp8_inplace(ws->u + (int64_t)t * d, d, 128);
+        x8 = ws->u;
+    }
+    cpu_linear(m->pool, &ly->wq_a, x8, T, d, ws->qr, c->q_lora);
+    num_bf16(mode, ws->qr, (long)T * c->q_lora);
+    for (int t = 0; t < T; t++) {
+        float *qr = ws->qr + (int64_t)t * c->q_lora;
+        rmsnorm(mode, qr, ly->q_norm, c->q_lora, c->norm_eps, qr);
+        if (is_official(mode)) act_quant_fp8_inplace(qr, c->q_lora, 128); /* input of wq_b and indexer.wq_b */
+    }
+    cpu_linear(m->pool, &ly->wq_b, ws->qr, T, c->q_lora, ws->q, H * D);
+    num_bf16(mode, ws->q, (long)T * H * D);
+    cpu_linear(m->pool, &ly->wkv, x8, T, d, ws->kv, D);
+    num_bf16(mode, ws->kv, (long)T * D);
+    if (ly->ratio) {
+        const int w = (ly->comp.overlap ? 2 : 1) * D;
+        cpu_linear(m->pool, &ly->comp.wkv, ws->xn, T, d, ws->ck, w);
+        cpu_linear(m->pool, &ly->comp.wgate, ws->xn, T, d, ws->cz, w);
+    }
+    if (ly->ratio == 4) {
+        const int nI = c->index_n_heads, cI = c->index_head_dim;
+        cpu_linear(m->pool, &ly->icomp.wkv, ws->xn, T, d, ws->ick, 2 * cI);
+        cpu_linear(m->pool, &ly->icomp.wgate, ws->xn, T, d, ws->icz, 2 * cI);
+        cpu_linear(m->pool, &ly->idx_wq_b, ws->qr, T, c->q_lora, ws->qi, nI * cI);
+        num_bf16(mode, ws->qi, (long)T * nI * cI);
+        cpu_linear(m->pool, &ly->idx_weights_proj, ws->xn, T, d, ws->wi, nI);
+        num_bf16(mode, ws->wi, (long)T * nI);
+    }
+    dsv4_pool_run(m->pool, T, prepare_tokens, &a);
+    if (ly->ratio) run_compressors(&a);
+    if (ly->ratio == 4) dsv4_pool_run(m->pool, T, select_rows, &a);
+    dsv4_pool_run(m->pool, T * H, attend, &a);
+
+    /* grouped low-rank output: group g's heads through wo_a rows [g*o_lora, (g+1)*o_lora) */
+    const int HD_G = H * D / G, zl = G * c->o_lora;
+    for (int g = 0; g < G; g++) {
+        dsv4_weight wg = weight_rows(&ly->wo_a, g * c->o_lora, c->o_lora);
+        cpu_linear(m->pool, &wg, ws->o + (int64_t)g * HD_G, T, H * D, ws->z + (int64_t)g * c->o_lora, zl);
+    }
+    num_bf16(mode, ws->z, (long)T * zl);
+    if (is_official(mode))
+        for (int t = 0; t < T; t++) act_quant_fp8_inplace(ws->z + (int64_t)t * zl, zl, 128);
+    cpu_linear(m->pool, &ly->wo_b, ws->z, T, zl, ws->sub, d);
+    num_bf16(mode, ws->sub, (long)T * d);
+
+    /* finally the window rings: only now, so every query above read the chunk's own keys from ws->kv */
+    for (int i = 0; i < ws->batch.n_items; i++) {
+        dsv4_seq *seq = ws->batch.items[i].seq;
+        float *ring = seq->layer[L].ring;
+        for (int t = ws->batch.first[i]; t < ws->batch.first[i + 1]; t++)
+            memcpy(ring + (ws->batch.pos[t] % seq->ring_len) * D, ws->kv + (int64_t)t * D, sizeof(float) * (size_t)D);
+    }
+}

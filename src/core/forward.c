@@ -1,0 +1,185 @@
+/* The one forward primitive (DESIGN §2): a ragged batch of (sequence, n new tokens) through every layer.
+ * Linear layers and experts run over all tokens of the step at once (weights are read once per step);
+ * attention, compressors and the indexer run per sequence against that sequence's own state. */
+#include "backend/cpu/kernels.h"
+#include "core/attention.h"
+#include "core/hc.h"
+#include "core/moe.h"
+#include "core/norm.h"
+#include "core/numerics.h"
+#include "core/workspace.h"
+#include "model/model.h"
+#include "state/sequence.h"
+#include "util/error.h"
+#include <stdlib.h>
+#include <string.h>
+
+void dsv4_workspace_free(dsv4_workspace *ws) {
+    if (!ws) return;
+    void *bufs[] = {ws->batch.first, ws->batch.item_of, ws->batch.pos, ws->batch.tok, ws->X, ws->u, ws->xn,
+                    ws->mixbuf, ws->mix, ws->sub, ws->qr, ws->q, ws->kv, ws->o, ws->z, ws->ck, ws->cz, ws->ick,
+                    ws->icz, ws->qi, ws->wi, ws->sel, ws->n_sel, ws->pooled, ws->keyscratch, ws->idxscratch,
+                    ws->heapscratch, (void *)ws->keyptrs, ws->router, ws->route_e, ws->route_w, ws->expert_tok,
+                    ws->expert_w, ws->ex, ws->eg, ws->ev, ws->ey, ws->acc, ws->hy};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
+    free(ws);
+}
+
+/* Grow one buffer; on failure the old one stays valid (and the whole ensure fails). */
+static int grow(void **p, size_t bytes) {
+    void *np = realloc(*p, bytes + 64);
+    if (!np) return -1;
+    *p = np;
+    return 0;
+}
+#define GROW(ptr, count) \
+    do { \
+        if (grow((void **)&(ptr), sizeof(*(ptr)) * (size_t)(count))) return -1; \
+    } while (0)
+
+/* Size every per-token buffer for T tokens and the key scratch for max_rows compressed rows. */
+int workspace_ensure(struct dsv4_model *m, int T, int64_t max_rows) {
+    const dsv4_config *c = &m->cfg;
+    if (!m->ws) {
+        m->ws = calloc(1, sizeof(dsv4_workspace));
+        if (!m->ws) return -1;
+        m->ws->n_threads = dsv4_pool_threads(m->pool);
+    }
+    dsv4_workspace *ws = m->ws;
+    const int nt = ws->n_threads;
+    const int64_t d = c->dim, hc = c->hc_mult, D = c->head_dim, H = c->n_heads;
+    if (T > ws->T_cap) {
+        const int64_t cw = 2 * (D > c->index_head_dim ? D : c->index_head_dim);
+        GROW(ws->batch.item_of, T); GROW(ws->batch.pos, T); GROW(ws->batch.tok, T);
+        GROW(ws->X, T * hc * d); GROW(ws->u, T * d); GROW(ws->xn, T * d);
+        GROW(ws->mixbuf, T * hc_mix_count(c->hc_mult)); GROW(ws->mix, T); GROW(ws->sub, T * d);
+        GROW(ws->qr, T * c->q_lora); GROW(ws->q, T * H * D); GROW(ws->kv, T * D); GROW(ws->o, T * H * D);
+        GROW(ws->z, T * c->o_groups * c->o_lora);
+        GROW(ws->ck, T * 2 * D); GROW(ws->cz, T * 2 * D);
+        GROW(ws->ick, T * 2 * c->index_head_dim); GROW(ws->icz, T * 2 * c->index_head_dim);
+        GROW(ws->qi, T * c->index_n_heads * c->index_head_dim); GROW(ws->wi, T * c->index_n_heads);
+        GROW(ws->sel, T * c->index_topk); GROW(ws->n_sel, T);
+        GROW(ws->pooled, cw);
+        GROW(ws->router, T * c->n_routed); GROW(ws->route_e, T * c->n_act); GROW(ws->route_w, T * c->n_act);
+        GROW(ws->expert_tok, T); GROW(ws->expert_w, T);
+        GROW(ws->ex, T * d); GROW(ws->eg, T * c->moe_inter); GROW(ws->ev, T * c->moe_inter); GROW(ws->ey, T * d);
+        GROW(ws->acc, T * d); GROW(ws->hy, d);
+        GROW(ws->idxscratch, nt * c->index_topk); GROW(ws->heapscratch, nt * c->index_topk);
+        ws->T_cap = T;
+    }
+    if (max_rows < c->index_topk) max_rows = c->index_topk;
+    if (max_rows > ws->rows_cap || !ws->keyscratch) {
+        int64_t cap = ws->rows_cap ? ws->rows_cap : 64;
+        while (cap < max_rows) cap *= 2;
+        GROW(ws->keyscratch, nt * (c->window + cap));
+        GROW(ws->keyptrs, nt * (c->window + cap));
+        ws->rows_cap = cap;
+    }
+    return 0;
+}
+
+/* Validate the whole step before touching any state, so that an error leaves every sequence as it was. */
+static int validate(struct dsv4_model *m, dsv4_step_item *items, int n_items, int *T_out, int64_t *max_rows,
+                    dsv4_error *err) {
+    const dsv4_config *c = &m->cfg;
+    int64_t T = 0, rows = 0;
+    if (n_items <= 0 || !items) return dsv4_fail(err, DSV4_E_ARG, "a step needs at least one item");
+    for (int i = 0; i < n_items; i++) {
+        const dsv4_step_item *it = &items[i];
+        if (!it->seq) return dsv4_fail(err, DSV4_E_ARG, "step item %d has no sequence", i);
+        if (it->seq->model != m) return dsv4_fail(err, DSV4_E_ARG, "step item %d: the sequence belongs to another model", i);
+        for (int j = 0; j < i; j++)
+            if (items[j].seq == it->seq) return dsv4_fail(err, DSV4_E_ARG, "a sequence appears twice in one step (items %d and %d)", j, i);
+        if (it->n_tokens <= 0 || !it->tokens) return dsv4_fail(err, DSV4_E_ARG, "step item %d has no tokens", i);
+        if (it->want != DSV4_LOGITS_NONE && !it->logits) return dsv4_fail(err, DSV4_E_ARG, "step item %d wants logits but gives no buffer", i);
+        for (int k = 0; k < it->n_tokens; k++)
+            if (it->tokens[k] < 0 || it->tokens[k] >= c->vocab_size)
+                return dsv4_fail(err, DSV4_E_ARG, "token id %d at index %d is outside the vocabulary (0..%d)",
+                                 it->tokens[k], k, c->vocab_size - 1);
+        const int64_t end = it->seq->pos + it->n_tokens;
+        if (end > c->max_position)
+            return dsv4_fail(err, DSV4_E_RANGE, "context overflow: position %lld exceeds the model's maximum of %lld tokens",
+                             (long long)end, (long long)c->max_position);
+        T += it->n_tokens;
+        if (T > (1 << 24)) return dsv4_fail(err, DSV4_E_ARG, "too many tokens in one step");
+        if (end / 4 + 1 > rows) rows = end / 4 + 1;
+    }
+    *T_out = (int)T;
+    *max_rows = rows;
+    return 0;
+}
+
+static void embed_tokens(struct dsv4_model *m, dsv4_workspace *ws) {
+    const int d = m->cfg.dim, hc = m->cfg.hc_mult;
+    for (int t = 0; t < ws->batch.T; t++) {
+        float *x = ws->X + (int64_t)t * hc * d;
+        weight_decode_row(&m->embed, ws->batch.tok[t], x);
+        for (int i = 1; i < hc; i++) memcpy(x + (int64_t)i * d, x, sizeof(float) * (size_t)d);
+    }
+}
+
+static void block_forward(struct dsv4_model *m, int L, dsv4_workspace *ws) {
+    const dsv4_config *c = &m->cfg;
+    const dsv4_layer *ly = &m->layers[L];
+    const int T = ws->batch.T, d = c->dim;
+    hc_pre(m->pool, m->mode, c, &ly->hc_attn, ws->X, T, ws->u, ws->mix, ws->mixbuf);
+    for (int t = 0; t < T; t++) rmsnorm(m->mode, ws->u + (int64_t)t * d, ly->attn_norm, d, c->norm_eps, ws->xn + (int64_t)t * d);
+    attention_forward(m, L, ws);
+    hc_post(m->mode, c, ws->sub, ws->mix, ws->X, T);
+    hc_pre(m->pool, m->mode, c, &ly->hc_ffn, ws->X, T, ws->u, ws->mix, ws->mixbuf);
+    for (int t = 0; t < T; t++) rmsnorm(m->mode, ws->u + (int64_t)t * d, ly->ffn_norm, d, c->norm_eps, ws->xn + (int64_t)t * d);
+    moe_forward(m, ly, ws);
+    hc_post(m->mode, c, ws->sub, ws->mix, ws->X, T);
+}
+
+/* logits = head . rmsnorm(hc_head(X), norm) for one token (spec §12). */
+static void head_logits(struct dsv4_model *m, dsv4_workspace *ws, int t, float *logits) {
+    const dsv4_config *c = &m->cfg;
+    hc_head_one(m->mode, c, &m->hc_head, ws->X + (int64_t)t * c->hc_mult * c->dim, ws->hy);
+    rmsnorm(m->mode, ws->hy, m->norm, c->dim, c->norm_eps, ws->hy);
+    cpu_linear(m->pool, &m->head, ws->hy, 1, c->dim, logits, c->vocab_size);
+}
+
+int dsv4_step(dsv4_model *m, dsv4_step_item *items, int n_items, dsv4_error *err) {
+    int T = 0;
+    int64_t max_rows = 0;
+    int rc = validate(m, items, n_items, &T, &max_rows, err);
+    if (rc) return rc;
+    if (workspace_ensure(m, T, max_rows)) return dsv4_fail(err, DSV4_E_NOMEM, "out of memory for a step of %d tokens", T);
+    for (int i = 0; i < n_items; i++)
+        if (seq_reserve(items[i].seq, items[i].n_tokens))
+            return dsv4_fail(err, DSV4_E_NOMEM, "out of memory growing sequence state");
+    dsv4_workspace *ws = m->ws;
+    dsv4_batch *b = &ws->batch;
+    free(b->first);
+    b->first = malloc(sizeof(int) * (size_t)(n_items + 1));
+    if (!b->first) return dsv4_fail(err, DSV4_E_NOMEM, "out of memory");
+    b->T = T;
+    b->n_items = n_items;
+    b->items = items;
+    for (int i = 0, t = 0; i < n_items; i++) {
+        b->first[i] = t;
+        for (int k = 0; k < items[i].n_tokens; k++, t++) {
+            b->item_of[t] = i;
+            b->pos[t] = items[i].seq->pos + k;
+            b->tok[t] = items[i].tokens[k];
+        }
+    }
+    b->first[n_items] = T;
+
+    /* From here on nothing can fail: every buffer is reserved. */
+    embed_tokens(m, ws);
+    for (int L = 0; L < m->cfg.n_layers; L++) block_forward(m, L, ws);
+    for (int i = 0; i < n_items; i++) {
+        dsv4_step_item *it = &items[i];
+        const int f = b->first[i];
+        if (it->want == DSV4_LOGITS_ALL)
+            for (int k = 0; k < it->n_tokens; k++) head_logits(m, ws, f + k, it->logits + (int64_t)k * m->cfg.vocab_size);
+        else if (it->want == DSV4_LOGITS_LAST)
+            head_logits(m, ws, f + it->n_tokens - 1, it->logits);
+        dsv4_seq *s = it->seq;
+        memcpy(s->tokens + s->pos, it->tokens, sizeof(int32_t) * (size_t)it->n_tokens);
+        s->pos += it->n_tokens;
+    }
+    return 0;
+}

@@ -1,0 +1,54 @@
+/* Scratch memory for one dsv4_step, owned by the model and grown on demand. Nothing in it survives a step:
+ * all state that outlives a step lives in the sequences. */
+#ifndef DSV4_CORE_WORKSPACE_H
+#define DSV4_CORE_WORKSPACE_H
+#include "core/hc.h"
+#include <stdint.h>
+
+/* The tokens of one step, flattened over its items (sequences). */
+typedef struct {
+    int T, n_items;
+    dsv4_step_item *items;
+    int *first;          /* [n_items + 1]: tokens of item i are first[i] .. first[i+1]-1 */
+    int *item_of;        /* [T] */
+    int64_t *pos;        /* [T] absolute position */
+    int32_t *tok;        /* [T] token id */
+} dsv4_batch;
+
+typedef struct dsv4_workspace {
+    int T_cap;           /* buffers below are sized for this many tokens */
+    int64_t rows_cap;    /* per-thread key scratch is sized for window + this many compressed rows */
+    int n_threads;
+    dsv4_batch batch;
+    float *X;            /* [T][hc*d] residual streams */
+    float *u, *xn;       /* [T][d] hc_pre output, normalised sub-layer input */
+    float *mixbuf;       /* [T][hc mix] */
+    dsv4_hc_mix *mix;    /* [T] */
+    float *sub;          /* [T][d] sub-layer output */
+    /* attention */
+    float *qr, *q, *kv, *o, *z;
+    float *ck, *cz, *ick, *icz;  /* compressor projections */
+    float *qi, *wi;              /* indexer queries and head weights */
+    int32_t *sel;                /* [T][index_topk] selected rows */
+    int *n_sel;                  /* [T] */
+    float *pooled;               /* [d_max] */
+    float *keyscratch;           /* [threads][window + rows_cap] scores */
+    float *idxscratch;           /* [threads][index_topk] heap of indexer scores */
+    int32_t *heapscratch;        /* [threads][index_topk] */
+    const float **keyptrs;       /* [threads][window + rows_cap] key rows of one query */
+    /* MoE */
+    float *router;               /* [T][E] */
+    int32_t *route_e;            /* [T][n_act] */
+    float *route_w;              /* [T][n_act] */
+    int32_t *expert_tok;         /* [T] tokens routed to the current expert */
+    float *expert_w;             /* [T] their routing weights */
+    float *ex, *eg, *ev, *ey;    /* gathered inputs [T][d], gate/up [T][I], outputs [T][d] */
+    float *acc;                  /* [T][d] fp32 MoE sum */
+    /* head */
+    float *hy;                   /* [d] */
+} dsv4_workspace;
+
+struct dsv4_model;
+int  workspace_ensure(struct dsv4_model *m, int T, int64_t max_rows);
+void dsv4_workspace_free(dsv4_workspace *ws);
+#endif

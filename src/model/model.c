@@ -1,0 +1,326 @@
+/* Loading a checkpoint folder into a dsv4_model: config, mmap, validation against the inventory, binding. */
+#include "model/model.h"
+#include "model/formats.h"
+#include "util/error.h"
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <xxhash.h>
+
+void dsv4_workspace_free(struct dsv4_workspace *ws); /* core/forward.c */
+
+typedef struct {
+    dsv4_model *m;
+    dsv4_error *err;
+    int rc;
+    /* every owned fp32 vector, freed with the model */
+    float **owned;
+    int n_owned, cap_owned;
+} binder;
+
+static const st_tensor *need(binder *b, const char *name) {
+    const st_tensor *t = st_find(&b->m->ckpt, name);
+    if (!t && !b->rc) b->rc = dsv4_fail(b->err, DSV4_E_MODEL, "missing tensor %s", name);
+    return t;
+}
+
+/* A matrix: FP8 (+ .scale), I8-packed FP4 (+ .scale), BF16 or F32. The inventory check already validated
+ * dtypes and shapes; here we only bind. */
+static dsv4_weight bind_weight(binder *b, const char *prefix, const char *suffix) {
+    dsv4_weight w = {0};
+    char name[192];
+    snprintf(name, sizeof name, "%s%s.weight", prefix, suffix);
+    const st_tensor *t = need(b, name);
+    if (!t) return w;
+    w.rows = (int)t->shape[0];
+    w.cols = (int)t->shape[1];
+    w.data = t->data;
+    switch (t->dtype) {
+    case ST_F32: w.fmt = WF_F32; break;
+    case ST_BF16: w.fmt = WF_BF16; break;
+    case ST_F8_E4M3: w.fmt = WF_FP8; w.scale_cols = (w.cols + 127) / 128; break;
+    case ST_I8: w.fmt = WF_FP4; w.cols *= 2; w.scale_cols = w.cols / 32; break;
+    default:
+        if (!b->rc) b->rc = dsv4_fail(b->err, DSV4_E_MODEL, "tensor %s: dtype %s cannot be a matrix", name, st_dtype_name(t->dtype));
+        return w;
+    }
+    if (w.fmt == WF_FP8 || w.fmt == WF_FP4) {
+        snprintf(name, sizeof name, "%s%s.scale", prefix, suffix);
+        const st_tensor *s = need(b, name);
+        if (s) w.scale = s->data;
+    }
+    return w;
+}
+
+/* A matrix given by its full tensor name (no .weight suffix convention, e.g. hc_attn_fn). */
+static dsv4_weight bind_f32_matrix(binder *b, const char *name) {
+    dsv4_weight w = {0};
+    const st_tensor *t = need(b, name);
+    if (!t) return w;
+    w.fmt = WF_F32;
+    w.rows = (int)t->shape[0];
+    w.cols = (int)t->shape[1];
+    w.data = t->data;
+    return w;
+}
+
+/* A vector decoded to an owned fp32 array. */
+static float *bind_vec(binder *b, const char *name) {
+    const st_tensor *t = need(b, name);
+    if (!t) return NULL;
+    int64_t n = st_numel(t);
+    float *v = malloc(sizeof(float) * (size_t)(n > 0 ? n : 1));
+    if (!v) { if (!b->rc) b->rc = dsv4_fail(b->err, DSV4_E_NOMEM, "out of memory"); return NULL; }
+    if (b->n_owned == b->cap_owned) {
+        int nc = b->cap_owned ? 2 * b->cap_owned : 256;
+        float **no = realloc(b->owned, sizeof *no * (size_t)nc);
+        if (!no) { free(v); if (!b->rc) b->rc = dsv4_fail(b->err, DSV4_E_NOMEM, "out of memory"); return NULL; }
+        b->owned = no;
+        b->cap_owned = nc;
+    }
+    b->owned[b->n_owned++] = v;
+    for (int64_t i = 0; i < n; i++) {
+        if (t->dtype == ST_F32) memcpy(&v[i], (const char *)t->data + 4 * i, 4);
+        else { uint16_t h; memcpy(&h, (const char *)t->data + 2 * i, 2); v[i] = bf16_to_f32(h); }
+    }
+    return v;
+}
+
+static void bind_hc(binder *b, dsv4_hc_weights *hc, const char *prefix, const char *site) {
+    char name[192];
+    snprintf(name, sizeof name, "%shc_%s_fn", prefix, site);
+    hc->fn = bind_f32_matrix(b, name);
+    snprintf(name, sizeof name, "%shc_%s_base", prefix, site);
+    hc->base = bind_vec(b, name);
+    snprintf(name, sizeof name, "%shc_%s_scale", prefix, site);
+    hc->scale = bind_vec(b, name);
+}
+
+static void bind_compressor(binder *b, dsv4_compressor_weights *c, const char *prefix, int ratio, int width) {
+    char name[192];
+    c->ratio = ratio;
+    c->overlap = ratio == 4;
+    c->width = width;
+    c->wkv = bind_weight(b, prefix, "wkv");
+    c->wgate = bind_weight(b, prefix, "wgate");
+    snprintf(name, sizeof name, "%sape", prefix);
+    c->ape = bind_vec(b, name);
+    snprintf(name, sizeof name, "%snorm.weight", prefix);
+    c->norm = bind_vec(b, name);
+}
+
+static int32_t *bind_tid2eid(binder *b, const char *name) {
+    const dsv4_config *c = &b->m->cfg;
+    const st_tensor *t = need(b, name);
+    if (!t) return NULL;
+    int64_t n = st_numel(t);
+    int32_t *v = malloc(sizeof(int32_t) * (size_t)n);
+    if (!v) { if (!b->rc) b->rc = dsv4_fail(b->err, DSV4_E_NOMEM, "out of memory"); return NULL; }
+    for (int64_t i = 0; i < n; i++) {
+        int64_t e;
+        if (t->dtype == ST_I64) memcpy(&e, (const char *)t->data + 8 * i, 8);
+        else { int32_t e32; memcpy(&e32, (const char *)t->data + 4 * i, 4); e = e32; }
+        if (e < 0 || e >= c->n_routed) {
+            free(v);
+            if (!b->rc) b->rc = dsv4_fail(b->err, DSV4_E_MODEL, "tensor %s: entry %lld is expert %lld, outside 0..%d",
+                                          name, (long long)i, (long long)e, c->n_routed - 1);
+            return NULL;
+        }
+        v[i] = (int32_t)e;
+    }
+    return v;
+}
+
+static void bind_block(binder *b, dsv4_layer *L, const char *p, int ratio, int hash) {
+    const dsv4_config *c = &b->m->cfg;
+    char q[192], name[192];
+    L->ratio = ratio;
+    L->hash_routed = hash;
+#define VEC(dst, fmt_suffix) do { snprintf(name, sizeof name, "%s" fmt_suffix, p); (dst) = bind_vec(b, name); } while (0)
+    VEC(L->attn_norm, "attn_norm.weight");
+    VEC(L->ffn_norm, "ffn_norm.weight");
+    bind_hc(b, &L->hc_attn, p, "attn");
+    bind_hc(b, &L->hc_ffn, p, "ffn");
+    snprintf(q, sizeof q, "%sattn.", p);
+    L->wq_a = bind_weight(b, q, "wq_a");
+    L->wq_b = bind_weight(b, q, "wq_b");
+    L->wkv = bind_weight(b, q, "wkv");
+    L->wo_a = bind_weight(b, q, "wo_a");
+    L->wo_b = bind_weight(b, q, "wo_b");
+    VEC(L->q_norm, "attn.q_norm.weight");
+    VEC(L->kv_norm, "attn.kv_norm.weight");
+    VEC(L->attn_sink, "attn.attn_sink");
+    if (ratio) {
+        snprintf(q, sizeof q, "%sattn.compressor.", p);
+        bind_compressor(b, &L->comp, q, ratio, c->head_dim);
+    }
+    if (ratio == 4) {
+        snprintf(q, sizeof q, "%sattn.indexer.compressor.", p);
+        bind_compressor(b, &L->icomp, q, ratio, c->index_head_dim);
+        snprintf(q, sizeof q, "%sattn.indexer.", p);
+        L->idx_wq_b = bind_weight(b, q, "wq_b");
+        L->idx_weights_proj = bind_weight(b, q, "weights_proj");
+    }
+    snprintf(q, sizeof q, "%sffn.", p);
+    L->gate = bind_weight(b, q, "gate");
+    if (hash) {
+        snprintf(name, sizeof name, "%sffn.gate.tid2eid", p);
+        L->tid2eid = bind_tid2eid(b, name);
+    } else {
+        VEC(L->gate_bias, "ffn.gate.bias");
+    }
+#undef VEC
+    L->w1 = calloc((size_t)c->n_routed, sizeof(dsv4_weight));
+    L->w2 = calloc((size_t)c->n_routed, sizeof(dsv4_weight));
+    L->w3 = calloc((size_t)c->n_routed, sizeof(dsv4_weight));
+    if (!L->w1 || !L->w2 || !L->w3) { if (!b->rc) b->rc = dsv4_fail(b->err, DSV4_E_NOMEM, "out of memory"); return; }
+    for (int e = 0; e < c->n_routed && !b->rc; e++) {
+        snprintf(q, sizeof q, "%sffn.experts.%d.", p, e);
+        L->w1[e] = bind_weight(b, q, "w1");
+        L->w2[e] = bind_weight(b, q, "w2");
+        L->w3[e] = bind_weight(b, q, "w3");
+    }
+    snprintf(q, sizeof q, "%sffn.shared_experts.", p);
+    L->sw1 = bind_weight(b, q, "w1");
+    L->sw2 = bind_weight(b, q, "w2");
+    L->sw3 = bind_weight(b, q, "w3");
+}
+
+int dsv4_rope_init(dsv4_rope *r, const dsv4_config *cfg, float base, int yarn, dsv4_error *err) {
+    const int R = cfg->rope_dim, half = R / 2;
+    r->freq = malloc(sizeof(float) * (size_t)half);
+    if (!r->freq) return dsv4_fail(err, DSV4_E_NOMEM, "out of memory");
+    for (int i = 0; i < half; i++) r->freq[i] = (float)(1.0 / pow((double)base, (double)(2 * i) / (double)R));
+    if (yarn) {
+        /* YaRN (spec §4.1): pairs below lo keep their frequency, pairs above hi are divided by factor,
+         * and the ones between are blended linearly. The range comes from where a pair's wavelength
+         * crosses original_seq_len / beta. */
+        const double L0 = (double)cfg->original_seq_len, lnb = log((double)base);
+        double lo = floor(R * log(L0 / (cfg->beta_fast * 2.0 * M_PI)) / (2.0 * lnb));
+        double hi = ceil(R * log(L0 / (cfg->beta_slow * 2.0 * M_PI)) / (2.0 * lnb));
+        if (lo < 0) lo = 0;
+        if (hi > R - 1) hi = R - 1;
+        if (lo == hi) hi += 0.001;
+        for (int i = 0; i < half; i++) {
+            float ramp = (float)((i - lo) / (hi - lo));
+            ramp = ramp < 0 ? 0 : ramp > 1 ? 1 : ramp;
+            float smooth = 1.0f - ramp;
+            r->freq[i] = r->freq[i] / cfg->rope_factor * (1.0f - smooth) + r->freq[i] * smooth;
+        }
+    }
+    return 0;
+}
+
+static uint64_t fingerprint(const dsv4_model *m) {
+    XXH64_state_t *st = XXH64_createState();
+    if (!st) return 0;
+    XXH64_reset(st, 0x647376345f763031ULL);
+    XXH64_update(st, &m->cfg, sizeof m->cfg);
+    for (int i = 0; i < m->ckpt.n_tensors; i++) {
+        const st_tensor *t = &m->ckpt.tensors[i];
+        XXH64_update(st, t->name, strlen(t->name) + 1);
+        XXH64_update(st, &t->dtype, sizeof t->dtype);
+        XXH64_update(st, t->shape, sizeof t->shape);
+    }
+    uint64_t h = XXH64_digest(st);
+    XXH64_freeState(st);
+    return h;
+}
+
+void dsv4_model_free(dsv4_model *m) {
+    if (!m) return;
+    if (m->layers) {
+        for (int L = 0; L < m->cfg.n_layers; L++) {
+            free(m->layers[L].w1);
+            free(m->layers[L].w2);
+            free(m->layers[L].w3);
+            free(m->layers[L].tid2eid);
+        }
+    }
+    free(m->layers);
+    free(m->rope_window.freq);
+    free(m->rope_compress.freq);
+    dsv4_workspace_free(m->ws);
+    if (m->owned) {
+        for (int i = 0; i < m->n_owned; i++) free(m->owned[i]);
+        free(m->owned);
+    }
+    if (m->pool) dsv4_pool_free(m->pool);
+    st_close(&m->ckpt);
+    free(m);
+}
+
+int dsv4_model_load(const char *dir, const dsv4_load_opts *opts, dsv4_model **out, dsv4_error *err) {
+    dsv4_load_opts def = {0};
+    if (!opts) opts = &def;
+    *out = NULL;
+    if (opts->mode != DSV4_MODE_EXACT && opts->mode != DSV4_MODE_OFFICIAL)
+        return dsv4_fail(err, DSV4_E_ARG, "unknown numeric mode %d", (int)opts->mode);
+    dsv4_model *m = calloc(1, sizeof *m);
+    if (!m) return dsv4_fail(err, DSV4_E_NOMEM, "out of memory");
+    int rc = dsv4_config_load(dir, &m->cfg, err);
+    if (rc) goto fail;
+    m->mode = opts->mode;
+    m->max_spec = opts->max_spec > 0 ? opts->max_spec : 16;
+    m->ring_len = m->cfg.window + m->max_spec;
+    if ((rc = st_open_dir(dir, &m->ckpt, err))) goto fail;
+    {
+        dsv4_inventory inv;
+        if ((rc = dsv4_inventory_build(&m->cfg, MTP_NONE, &inv, err))) goto fail;
+        rc = dsv4_inventory_check(&inv, &m->ckpt, err);
+        dsv4_inventory_free(&inv);
+        if (rc) { dsv4_wrap(err, "%s", dir); goto fail; }
+    }
+    if (m->mode == DSV4_MODE_OFFICIAL) {
+        const dsv4_config *c = &m->cfg;
+        if (cfg_nope_dim(c) % 64 || c->index_head_dim % 32 || (c->index_head_dim & (c->index_head_dim - 1))) {
+            rc = dsv4_fail(err, DSV4_E_UNSUPPORTED, "OFFICIAL mode needs head_dim - rope dims divisible by 64 and a "
+                           "power-of-two index_head_dim divisible by 32 (the official FP8/FP4 simulation blocks)");
+            goto fail;
+        }
+    }
+    {
+        binder b = { .m = m, .err = err };
+        m->embed = bind_weight(&b, "", "embed");
+        m->head = bind_weight(&b, "", "head");
+        m->norm = bind_vec(&b, "norm.weight");
+        m->hc_head.fn = bind_f32_matrix(&b, "hc_head_fn");
+        m->hc_head.base = bind_vec(&b, "hc_head_base");
+        m->hc_head.scale = bind_vec(&b, "hc_head_scale");
+        m->layers = calloc((size_t)m->cfg.n_layers, sizeof(dsv4_layer));
+        if (!m->layers && !b.rc) b.rc = dsv4_fail(err, DSV4_E_NOMEM, "out of memory");
+        for (int L = 0; L < m->cfg.n_layers && !b.rc; L++) {
+            char p[32];
+            snprintf(p, sizeof p, "layers.%d.", L);
+            bind_block(&b, &m->layers[L], p, m->cfg.compress_ratio[L], L < m->cfg.n_hash);
+        }
+        m->owned = b.owned;
+        m->n_owned = b.n_owned;
+        if ((rc = b.rc)) goto fail;
+    }
+    if ((rc = dsv4_rope_init(&m->rope_window, &m->cfg, m->cfg.rope_theta, 0, err))) goto fail;
+    if ((rc = dsv4_rope_init(&m->rope_compress, &m->cfg, m->cfg.compress_rope_theta, m->cfg.original_seq_len > 0, err)))
+        goto fail;
+    m->fingerprint = fingerprint(m);
+    m->pool = dsv4_pool_new(opts->n_threads);
+    if (!m->pool) { rc = dsv4_fail(err, DSV4_E_NOMEM, "cannot start worker threads"); goto fail; }
+    *out = m;
+    return 0;
+fail:
+    dsv4_model_free(m);
+    return rc;
+}
+
+void dsv4_model_get_info(const dsv4_model *m, dsv4_model_info *info) {
+    memset(info, 0, sizeof *info);
+    info->vocab_size = m->cfg.vocab_size;
+    info->dim = m->cfg.dim;
+    info->n_layers = m->cfg.n_layers;
+    info->n_heads = m->cfg.n_heads;
+    info->head_dim = m->cfg.head_dim;
+    info->window = m->cfg.window;
+    info->max_position = m->cfg.max_position;
+    info->bos_id = m->cfg.bos_id;
+    info->eos_id = m->cfg.eos_id;
+}

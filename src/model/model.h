@@ -1,0 +1,78 @@
+/* The loaded model: config, the memory-mapped checkpoint, and every tensor bound to its role.
+ * Large matrices stay in their stored format (dsv4_weight views into the mapping); small vectors (norm
+ * weights, biases, sinks, ape, hc parameters) are decoded once into owned fp32 arrays. */
+#ifndef DSV4_MODEL_MODEL_H
+#define DSV4_MODEL_MODEL_H
+#include "backend/cpu/pool.h"
+#include "model/config.h"
+#include "model/inventory.h"
+#include "model/safetensors.h"
+#include "model/weight.h"
+
+/* One mHC site (attention or FFN of a block, or the head collapse). */
+typedef struct {
+    dsv4_weight fn;      /* [mix][hc*d] fp32 */
+    float *base;         /* [mix] */
+    float *scale;        /* [3] (site) or [1] (head) */
+} dsv4_hc_weights;
+
+/* One compressor (main: width D; indexer: width index_head_dim). */
+typedef struct {
+    int ratio;           /* m: 4 or 128 */
+    int overlap;         /* 1 iff m == 4: chunk k also pools the A half of chunk k-1 */
+    int width;           /* c: output row width */
+    dsv4_weight wkv;     /* [coff*c][d] */
+    dsv4_weight wgate;   /* [coff*c][d] */
+    float *ape;          /* [m][coff*c] */
+    float *norm;         /* [c] */
+} dsv4_compressor_weights;
+
+typedef struct {
+    int ratio;           /* 0 (window only), 4 (CSA), 128 (HCA) */
+    int hash_routed;     /* 1: experts chosen by tid2eid */
+    float *attn_norm, *ffn_norm;
+    dsv4_hc_weights hc_attn, hc_ffn;
+    /* attention */
+    dsv4_weight wq_a, wq_b, wkv, wo_a, wo_b;
+    float *q_norm, *kv_norm, *attn_sink;
+    dsv4_compressor_weights comp;          /* ratio != 0 */
+    dsv4_compressor_weights icomp;         /* ratio == 4: the indexer's compressor */
+    dsv4_weight idx_wq_b, idx_weights_proj;/* ratio == 4 */
+    /* MoE */
+    dsv4_weight gate;                      /* [E][d] */
+    float *gate_bias;                      /* [E] (bias-routed layers) */
+    int32_t *tid2eid;                      /* [V][n_act] (hash-routed layers) */
+    dsv4_weight *w1, *w2, *w3;             /* [E] routed experts */
+    dsv4_weight sw1, sw2, sw3;             /* shared expert */
+} dsv4_layer;
+
+/* RoPE frequencies of one regime (spec §4.1): f[i] for pair i < rope_dim/2. */
+typedef struct {
+    float *freq;
+} dsv4_rope;
+
+struct dsv4_model {
+    dsv4_config cfg;
+    dsv4_mode mode;
+    int max_spec;            /* ring slack for speculative rollback */
+    int ring_len;            /* window + max_spec */
+    st_archive ckpt;
+    dsv4_pool *pool;
+    dsv4_weight embed, head;
+    float *norm;
+    dsv4_hc_weights hc_head;
+    dsv4_layer *layers;      /* [n_layers] */
+    dsv4_rope rope_window;   /* ratio 0: rope_theta, no YaRN */
+    dsv4_rope rope_compress; /* ratio != 0: compress_rope_theta + YaRN */
+    uint64_t fingerprint;    /* hash of config + tensor table, for state files */
+    float **owned;           /* every fp32 vector decoded at load, freed with the model */
+    int n_owned;
+    struct dsv4_workspace *ws; /* scratch for dsv4_step, grown on demand (one step at a time per model) */
+};
+
+/* Compute the RoPE frequencies for a regime. yarn: apply YaRN with cfg's factor/beta/original_seq_len. */
+int dsv4_rope_init(dsv4_rope *r, const dsv4_config *cfg, float base, int yarn, dsv4_error *err);
+static inline const dsv4_rope *layer_rope(const struct dsv4_model *m, int ratio) {
+    return ratio ? &m->rope_compress : &m->rope_window;
+}
+#endif

@@ -1,0 +1,29 @@
+/* A weight matrix as stored in the checkpoint (memory-mapped, never dequantized as a whole).
+ * Row-major [rows][cols]; a linear layer computes y = W x. */
+#ifndef DSV4_MODEL_WEIGHT_H
+#define DSV4_MODEL_WEIGHT_H
+#include <stdint.h>
+
+typedef enum {
+    WF_F32,   /* fp32 values */
+    WF_BF16,  /* bf16 values */
+    WF_FP8,   /* E4M3 values, UE8M0 scale per 128x128 block: scale[(row/128)*scale_cols + col/128] */
+    WF_FP4,   /* E2M1 nibbles (element 2i low), UE8M0 scale per 32 inputs: scale[row*scale_cols + col/32] */
+} dsv4_wfmt;
+
+typedef struct {
+    dsv4_wfmt      fmt;
+    int            rows, cols;
+    const void    *data;        /* row 0 of this view */
+    const uint8_t *scale;       /* the whole scale tensor (FP8/FP4) */
+    int            scale_cols;
+    int            row0;        /* global row index of this view's row 0 (for block-scale lookup) */
+} dsv4_weight;
+
+/* The rows [r0, r0+n) of w as a weight of its own (no copy). */
+dsv4_weight weight_rows(const dsv4_weight *w, int r0, int n);
+/* Bytes of stored weight data (not counting scales). */
+uint64_t weight_bytes(const dsv4_weight *w);
+/* Decode one row into fp32 (exact: every stored format is a subset of fp32). */
+void weight_decode_row(const dsv4_weight *w, int row, float *out);
+#endif

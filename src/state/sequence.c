@@ -1,0 +1,79 @@
+#include "state/sequence.h"
+#include "model/model.h"
+#include "util/error.h"
+#include <stdlib.h>
+#include <string.h>
+
+int rows_reserve(dsv4_rows *r, int64_t n_total) {
+    if (n_total <= r->cap) return 0;
+    int64_t nc = r->cap ? r->cap : 16;
+    while (nc < n_total) nc *= 2;
+    float *nd = realloc(r->data, sizeof(float) * (size_t)nc * (size_t)r->width);
+    if (!nd) return -1;
+    r->data = nd;
+    r->cap = nc;
+    return 0;
+}
+
+int seq_reserve(struct dsv4_seq *s, int64_t n_more) {
+    const int64_t end = s->pos + n_more;
+    if (end > s->tokens_cap) {
+        int64_t nc = s->tokens_cap ? s->tokens_cap : 64;
+        while (nc < end) nc *= 2;
+        int32_t *nt = realloc(s->tokens, sizeof(int32_t) * (size_t)nc);
+        if (!nt) return -1;
+        s->tokens = nt;
+        s->tokens_cap = nc;
+    }
+    for (int L = 0; L < s->n_layers; L++) {
+        dsv4_layer_state *ls = &s->layer[L];
+        if (ls->comp.kv && rows_reserve(&ls->crows, end / ls->comp.ratio)) return -1;
+        if (ls->icomp.kv && rows_reserve(&ls->irows, end / ls->icomp.ratio)) return -1;
+    }
+    return 0;
+}
+
+static void layer_state_free(dsv4_layer_state *ls) {
+    free(ls->ring);
+    compressor_state_free(&ls->comp);
+    compressor_state_free(&ls->icomp);
+    free(ls->crows.data);
+    free(ls->irows.data);
+}
+
+void dsv4_seq_free(dsv4_seq *s) {
+    if (!s) return;
+    if (s->layer)
+        for (int L = 0; L < s->n_layers; L++) layer_state_free(&s->layer[L]);
+    free(s->layer);
+    free(s->tokens);
+    free(s);
+}
+
+int dsv4_seq_new(dsv4_model *m, dsv4_seq **out, dsv4_error *err) {
+    const dsv4_config *c = &m->cfg;
+    dsv4_seq *s = calloc(1, sizeof *s);
+    if (!s) return dsv4_fail(err, DSV4_E_NOMEM, "out of memory");
+    s->model = m;
+    s->n_layers = c->n_layers;
+    s->ring_len = m->ring_len;
+    s->layer = calloc((size_t)c->n_layers, sizeof(dsv4_layer_state));
+    if (!s->layer) goto oom;
+    for (int L = 0; L < c->n_layers; L++) {
+        dsv4_layer_state *ls = &s->layer[L];
+        const int ratio = c->compress_ratio[L];
+        ls->ring = calloc((size_t)s->ring_len * (size_t)c->head_dim, sizeof(float));
+        if (!ls->ring) goto oom;
+        ls->crows.width = c->head_dim;
+        ls->irows.width = c->index_head_dim;
+        if (ratio && compressor_state_init(&ls->comp, ratio, c->head_dim)) goto oom;
+        if (ratio == 4 && compressor_state_init(&ls->icomp, 4, c->index_head_dim)) goto oom;
+    }
+    *out = s;
+    return 0;
+oom:
+    dsv4_seq_free(s);
+    return dsv4_fail(err, DSV4_E_NOMEM, "out of memory allocating sequence state");
+}
+
+int64_t dsv4_seq_position(const dsv4_seq *s) { return s->pos; }

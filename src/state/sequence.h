@@ -1,0 +1,42 @@
+/* A sequence owns all of its state as plain data (DESIGN §2, spec §15.1):
+ *   - position and token history;
+ *   - per layer: the window ring of K=V rows (slot = pos mod ring_len, ring_len = window + max_spec so a
+ *     speculative write never clobbers a row that a rollback could still need), the compressor rolling states
+ *     (main, and the indexer's on ratio-4 layers), the append-only compressed rows and indexer rows.
+ * Nothing else in the model is stateful. */
+#ifndef DSV4_STATE_SEQUENCE_H
+#define DSV4_STATE_SEQUENCE_H
+#include "core/compressor.h"
+#include "dsv4.h"
+#include <stdint.h>
+
+/* Append-only rows of fixed width. */
+typedef struct {
+    float *data;     /* [cap][width] */
+    int64_t n, cap;
+    int width;
+} dsv4_rows;
+
+int  rows_reserve(dsv4_rows *r, int64_t n_total);   /* capacity for n_total rows; 0 or -1 (no memory) */
+static inline float *rows_at(const dsv4_rows *r, int64_t k) { return r->data + k * r->width; }
+
+typedef struct {
+    float *ring;                  /* [ring_len][head_dim] */
+    dsv4_compressor_state comp;   /* ratio != 0 */
+    dsv4_compressor_state icomp;  /* ratio == 4 */
+    dsv4_rows crows;              /* compressed rows [n][head_dim] */
+    dsv4_rows irows;              /* indexer rows [n][index_head_dim] */
+} dsv4_layer_state;
+
+struct dsv4_seq {
+    const struct dsv4_model *model;
+    int64_t pos;                  /* tokens processed */
+    int32_t *tokens;              /* history [pos] */
+    int64_t tokens_cap;
+    int n_layers, ring_len;
+    dsv4_layer_state *layer;
+};
+
+/* Reserve room for n more tokens (history and every layer's rows) so that a step cannot fail half-way. */
+int seq_reserve(struct dsv4_seq *s, int64_t n_more);
+#endif
