@@ -201,6 +201,9 @@ static int inspect(const char *dir) {
 
     dsv4_inventory inv;
     int rc = dsv4_inventory_build(&cfg, kind, &inv, &err);
+    if (rc && kind != MTP_NONE)
+        dsv4_wrap(&err, "the shards hold %s tensors (%s) but the config does not describe them",
+                  kind == MTP_V4 ? "V4 MTP" : "DSpark", kind == MTP_V4 ? "mtp.0.e_proj.weight" : "mtp.0.main_proj.weight");
     if (!rc) {
         printf("inventory: %d tensors expected for this config\n", inv.n);
         rc = dsv4_inventory_check(&inv, &a, &err);

@@ -49,7 +49,7 @@ int cmd_tiny(int argc, char **argv) {
             if (!(rc = cli_parse_int("tiny", "--shards", v, 1, 99999, &n))) o.n_shards = (int)n;
         }
     }
-    if (!rc && !dir) { usage(); rc = cli_error("tiny", "missing -o DIR"); }
+    if (!rc && !dir) rc = cli_error("tiny", "missing -o DIR (try dsv4 tiny --help)");
     if (!rc) {
         o.sets = sets;
         dsv4_error err = {0};
