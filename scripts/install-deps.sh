@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Install what dsv4 needs to build and test, from Debian packages (and npm for the tokenizer tests).
+# Safe to run again: apt and npm skip what is already there.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+SUDO=""
+[ "$(id -u)" = 0 ] || SUDO="sudo"
+export DEBIAN_FRONTEND=noninteractive
+pkgs="build-essential libjansson-dev libpcre2-dev libcmocka-dev libxxhash-dev nodejs npm"
+missing=""
+for p in $pkgs; do dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"; done
+# node/npm may come from elsewhere on this machine; only ask apt for them when absent
+command -v node >/dev/null && missing=$(echo "$missing" | sed 's/ nodejs//')
+command -v npm >/dev/null && missing=$(echo "$missing" | sed 's/ npm//')
+if [ -n "$missing" ]; then
+    $SUDO apt-get update -qq
+    $SUDO apt-get install -y -qq $missing >/dev/null
+fi
+if [ -f tests/node/package.json ] && [ ! -d tests/node/node_modules/@huggingface/tokenizers ]; then
+    (cd tests/node && { npm ci --no-audit --no-fund --loglevel=error || npm install --no-audit --no-fund --loglevel=error; })
+fi
