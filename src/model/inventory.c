@@ -122,7 +122,10 @@ int dsv4_inventory_build(const dsv4_config *c, dsv4_mtp_kind mtp, dsv4_inventory
         if (block(inv, c, p, c->compress_ratio[L], L < c->n_hash)) goto oom;
     }
     if (mtp == MTP_V4) {
-        if (c->n_mtp < 1) return dsv4_fail(err, DSV4_E_MODEL, "config has no MTP layer (num_nextn_predict_layers = 0)");
+        if (c->n_mtp < 1) {
+            dsv4_inventory_free(inv);
+            return dsv4_fail(err, DSV4_E_MODEL, "config has no MTP layer (num_nextn_predict_layers = 0)");
+        }
         if (block(inv, c, "mtp.0", c->compress_ratio[c->n_layers], 0)) goto oom;
         if (fp8_linear(inv, "mtp.0.e_proj", d, d) || fp8_linear(inv, "mtp.0.h_proj", d, d)) goto oom;
         VEC(ST_BF16, ST_F32, d, "mtp.0.enorm.weight");
@@ -131,8 +134,10 @@ int dsv4_inventory_build(const dsv4_config *c, dsv4_mtp_kind mtp, dsv4_inventory
         if (hc_head(inv, c, "mtp.0.")) goto oom;
     } else if (mtp == MTP_DSPARK) {
         const int S = c->n_mtp, r = c->dspark_markov_rank;
-        if (S < 1 || c->n_dspark_targets < 1 || r < 1)
+        if (S < 1 || c->n_dspark_targets < 1 || r < 1) {
+            dsv4_inventory_free(inv);
             return dsv4_fail(err, DSV4_E_MODEL, "config has no DSpark drafter (dspark_* fields missing)");
+        }
         for (int s = 0; s < S; s++) {
             snprintf(p, sizeof p, "mtp.%d", s);
             if (block(inv, c, p, c->compress_ratio[c->n_layers + s], 0)) goto oom;

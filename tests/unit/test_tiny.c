@@ -341,7 +341,10 @@ static void tid2eid_rows_distinct(void **st) {
         const st_tensor *t = st_find(&c->a, name);
         assert_non_null(t);
         assert_int_equal(t->dtype, ST_I32);
-        const int32_t *e = t->data;
+        /* safetensors data is packed, as in the official files: read through memcpy, not an int32 pointer */
+        const int64_t n = st_numel(t);
+        int32_t *e = malloc(sizeof *e * (size_t)n);
+        memcpy(e, t->data, t->nbytes);
         int used[8] = {0};
         for (int64_t v = 0; v < t->shape[0]; v++) {
             for (int j = 0; j < t->shape[1]; j++) {
@@ -351,6 +354,7 @@ static void tid2eid_rows_distinct(void **st) {
                 for (int jj = 0; jj < j; jj++) assert_int_not_equal(x, e[v * t->shape[1] + jj]);
             }
         }
+        free(e);
         for (int x = 0; x < 8; x++) assert_true(used[x] > 0);
     }
     assert_null(st_find(&c->a, "layers.2.ffn.gate.tid2eid"));
@@ -363,7 +367,10 @@ static void f32_stats(const st_tensor *t, double *mean, double *std, float *mn, 
     *mn = INFINITY;
     *mx = -INFINITY;
     for (int64_t i = 0; i < n; i++) {
-        float v = t->dtype == ST_F32 ? ((const float *)t->data)[i] : bf16_to_f32(((const uint16_t *)t->data)[i]);
+        float v;
+        uint16_t h;
+        if (t->dtype == ST_F32) memcpy(&v, (const char *)t->data + 4 * i, 4);
+        else { memcpy(&h, (const char *)t->data + 2 * i, 2); v = bf16_to_f32(h); }
         s += v;
         s2 += (double)v * v;
         *mn = fminf(*mn, v);
