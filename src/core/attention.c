@@ -169,6 +169,28 @@ static void select_rows(void *vctx, int begin, int end, int thread) {
 
 /* ---- sink softmax attention of one (token, head) (spec §7.3–7.5) ------------------------------------------ */
 
+void sink_attention(dsv4_mode mode, const float *q, const float *const *keys, int nk, int D, float scale, float sink,
+                    float *scores, float *out) {
+    float mx = -INFINITY;
+    for (int i = 0; i < nk; i++) {
+        scores[i] = dot_f32(q, keys[i], D) * scale;
+        mx = fmaxf(mx, scores[i]);
+    }
+    /* the sink joins the denominator only (a logit whose value vector is zero); it is not in the max */
+    float den = expf(sink - mx);
+    memset(out, 0, sizeof(float) * (size_t)D);
+    for (int i = 0; i < nk; i++) {
+        const float e = expf(scores[i] - mx);
+        den += e;
+        const float pe = num_bf16_1(mode, e);   /* official: bf16 probabilities for P.V, fp32 denominator */
+        const float *v = keys[i];
+        for (int j = 0; j < D; j++) out[j] += pe * v[j];
+    }
+    const float inv = 1.0f / den;
+    for (int j = 0; j < D; j++) out[j] *= inv;
+    num_bf16(mode, out, D);
+}
+
 static void attend(void *vctx, int begin, int end, int thread) {
     attn_ctx *a = vctx;
     const struct dsv4_model *m = a->m;
@@ -199,23 +221,8 @@ static void attend(void *vctx, int begin, int end, int thread) {
             for (int k = 0; k < ws->n_sel[t]; k++) keys[nk++] = rows_at(&ls->crows, sel[k]);
         }
         const float *q = ws->q + ((int64_t)t * H + h) * D;
-        float mx = -INFINITY;
-        for (int i = 0; i < nk; i++) {
-            sc[i] = dot_f32(q, keys[i], D) * scale;
-            mx = fmaxf(mx, sc[i]);
-        }
-        float den = expf(ly->attn_sink[h] - mx);
         float *o = ws->o + ((int64_t)t * H + h) * D;
-        memset(o, 0, sizeof(float) * (size_t)D);
-        for (int i = 0; i < nk; i++) {
-            const float e = expf(sc[i] - mx);
-            den += e;
-            const float pe = num_bf16_1(mode, e);   /* official: bf16 probabilities for P.V */
-            const float *v = keys[i];
-            for (int j = 0; j < D; j++) o[j] += pe * v[j];
-        }
-        const float inv = 1.0f / den;
-        for (int j = 0; j < D; j++) o[j] *= inv;
+        sink_attention(mode, q, keys, nk, D, scale, ly->attn_sink[h], sc, o);
         num_bf16(mode, o, D);
         rope_apply(mode, layer_rope(m, ly->ratio), R, o + N, p, 1);
     }

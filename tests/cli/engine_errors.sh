@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# Bad input to the engine commands gives a one-line error and a non-zero exit, never a crash: token ids out of
+# range, context overflow, bad options, a missing or damaged model folder. Prints "N passed, N failed".
+set -u
+BIN=${DSV4_BIN:-build/dsv4}
+T=$(mktemp -d /tmp/dsv4_engine_errors.XXXXXX)
+trap 'rm -rf "$T"' EXIT
+pass=0; fail=0
+
+expect_err() {   # NAME NEEDLE CMD...
+    local name=$1 needle=$2; shift 2
+    "$@" >"$T/out" 2>"$T/err"
+    local rc=$? lines
+    lines=$(wc -l <"$T/err")
+    if [ $rc -eq 0 ]; then echo "FAIL $name: exit 0"; fail=$((fail + 1))
+    elif [ $rc -ge 128 ]; then echo "FAIL $name: signal (rc $rc)"; fail=$((fail + 1))
+    elif [ "$lines" -ne 1 ]; then echo "FAIL $name: $lines stderr lines: $(cat "$T/err")"; fail=$((fail + 1))
+    elif ! grep -qF -- "$needle" "$T/err"; then echo "FAIL $name: '$needle' not in: $(cat "$T/err")"; fail=$((fail + 1))
+    else pass=$((pass + 1)); fi
+}
+expect_ok() {    # NAME CMD...
+    local name=$1; shift
+    if "$@" >"$T/out" 2>"$T/err"; then pass=$((pass + 1)); else echo "FAIL $name: $(head -2 "$T/err")"; fail=$((fail + 1)); fi
+}
+
+M=$T/model
+"$BIN" tiny -o "$M" --preset flash-tiny --seed 5 --set max_position_embeddings=40 >/dev/null 2>&1 || { echo "cannot write model"; echo "0 passed, 1 failed"; exit 1; }
+
+expect_ok    "valid logits"            "$BIN" logits -m "$M" --tokens 1,2,3 --out "$T/a.npy"
+expect_ok    "valid generate"          "$BIN" generate -m "$M" --tokens 1,2,3 -n 4 --ids
+expect_err   "token id too large"      "outside the vocabulary" "$BIN" logits -m "$M" --tokens 1,2,512
+expect_err   "negative token id"       "bad token list" "$BIN" logits -m "$M" --tokens 1,-2,3
+expect_err   "garbage token list"      "bad token list" "$BIN" logits -m "$M" --tokens 1,x,3
+expect_err   "empty token list"        "empty token list" "$BIN" logits -m "$M" --tokens ""
+toks=$(seq -s, 1 41)
+expect_err   "context overflow"        "context overflow" "$BIN" logits -m "$M" --tokens "$toks"
+expect_err   "overflow while generating" "context overflow" "$BIN" generate -m "$M" --tokens "$(seq -s, 1 38)" -n 10 --ids
+expect_err   "chunks exceed tokens"    "--chunks add up" "$BIN" logits -m "$M" --tokens 1,2,3 --chunks 2,2
+expect_err   "bad mode"                "--mode must be" "$BIN" logits -m "$M" --tokens 1 --mode fast
+expect_err   "unknown option"          "unknown option" "$BIN" logits -m "$M" --tokens 1 --frobnicate
+expect_err   "missing model dir"       "no config.json" "$BIN" logits -m "$T/nowhere" --tokens 1
+expect_err   "top-p zero"              "top-p" "$BIN" generate -m "$M" --tokens 1 -n 2 --temp 1 --top-p 0
+expect_err   "unbuilt kv format"       "--kv" "$BIN" logits -m "$M" --tokens 1 --kv q4
+expect_err   "unknown command"         "unknown command" "$BIN" frobnicate
+
+# damaged checkpoints reach the engine commands with the same precise messages as inspect
+cp -r "$M" "$T/trunc"
+shard=$(ls "$T/trunc"/model-0000*-of-*.safetensors | head -1)
+truncate -s -1000 "$shard"
+expect_err   "truncated shard"         "truncated" "$BIN" logits -m "$T/trunc" --tokens 1
+cp -r "$M" "$T/badjson"
+printf '{"vocab_size": 512, ' >"$T/badjson/config.json"
+expect_err   "malformed config"        "malformed JSON" "$BIN" generate -m "$T/badjson" --tokens 1 --ids
+
+echo "$pass passed, $fail failed"
+[ $fail -eq 0 ]
