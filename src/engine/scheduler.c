@@ -1,0 +1,404 @@
+/* Continuous-batching scheduler: see scheduler.h for the contract. */
+#include "engine/scheduler.h"
+#include "util/error.h"
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    int32_t *prompt;
+    int n_prompt;
+    dsv4_sampling sampling;
+    int max_new, stop_on_eos;
+    int32_t *stop_tok;            /* all stop sequences, concatenated */
+    int *stop_len;                /* [n_stop] */
+    int n_stop;
+    dsv4_req_state state;
+    dsv4_finish finish;
+    int32_t *out;                 /* generated tokens [n_out], capacity out_cap */
+    int n_out, out_cap;
+    int64_t n_prompt_done;        /* kept after the slot is freed, for results */
+    int slot;                     /* -1 unless running */
+    int released;
+} request;
+
+typedef struct {
+    int64_t req;                  /* -1: free */
+    dsv4_seq *seq;
+    dsv4_sampler smp;
+    int32_t pending;              /* the last sampled token, fed by the next step */
+    float *logits;                /* [vocab]: the row this slot samples from */
+} slot;
+
+struct dsv4_sched {
+    dsv4_model *m;
+    dsv4_sched_opts o;
+    int vocab, eos;
+    int64_t max_pos;
+    request *req;
+    int64_t n_req, cap_req;
+    int64_t wait_head;            /* requests before it are not waiting: admission is FIFO by id */
+    slot *slots;
+    dsv4_step_item *items;        /* [max_streams] scratch for one step */
+    int *item_slot;               /* [max_streams] slot of each item */
+    int *prefill_order;           /* [max_streams] scratch */
+    int rr;                       /* first slot the decode pass looks at (rotates for fairness) */
+    int n_running, last_T;
+    int64_t n_pending;
+    dsv4_sched_token_fn on_token;
+    void *on_token_ctx;
+};
+
+const char *dsv4_finish_name(dsv4_finish f) {
+    switch (f) {
+    case DSV4_FINISH_NONE: return "none";
+    case DSV4_FINISH_EOS: return "eos";
+    case DSV4_FINISH_LENGTH: return "length";
+    case DSV4_FINISH_STOP: return "stop";
+    case DSV4_FINISH_CANCELLED: return "cancelled";
+    case DSV4_FINISH_CONTEXT: return "context";
+    case DSV4_FINISH_ERROR: return "error";
+    }
+    return "?";
+}
+
+/* ---- lifetime ------------------------------------------------------------------------------------------ */
+
+int dsv4_sched_new(dsv4_model *m, const dsv4_sched_opts *o, dsv4_sched **out, dsv4_error *err) {
+    *out = NULL;
+    if (!m || !o) return dsv4_fail(err, DSV4_E_ARG, "scheduler: no model or options");
+    if (o->max_streams < 1 || o->max_streams > (1 << 20))
+        return dsv4_fail(err, DSV4_E_ARG, "scheduler: max_streams must be 1..%d, got %d", 1 << 20, o->max_streams);
+    if (o->step_tokens < 0) return dsv4_fail(err, DSV4_E_ARG, "scheduler: step_tokens must be >= 0 (0 = unlimited)");
+    dsv4_sched *s = calloc(1, sizeof *s);
+    if (!s) return dsv4_fail(err, DSV4_E_NOMEM, "out of memory");
+    dsv4_model_info info;
+    dsv4_model_get_info(m, &info);
+    s->m = m;
+    s->o = *o;
+    s->vocab = info.vocab_size;
+    s->eos = info.eos_id;
+    s->max_pos = info.max_position;
+    const size_t n = (size_t)o->max_streams;
+    s->slots = calloc(n, sizeof *s->slots);
+    s->items = calloc(n, sizeof *s->items);
+    s->item_slot = calloc(n, sizeof *s->item_slot);
+    s->prefill_order = calloc(n, sizeof *s->prefill_order);
+    if (!s->slots || !s->items || !s->item_slot || !s->prefill_order) goto nomem;
+    for (size_t i = 0; i < n; i++) {
+        s->slots[i].req = -1;
+        s->slots[i].logits = malloc(sizeof(float) * (size_t)s->vocab);
+        if (!s->slots[i].logits) goto nomem;
+    }
+    *out = s;
+    return 0;
+nomem:
+    dsv4_sched_free(s);
+    return dsv4_fail(err, DSV4_E_NOMEM, "out of memory");
+}
+
+static void request_free_memory(request *r) {
+    free(r->prompt);
+    free(r->stop_tok);
+    free(r->stop_len);
+    free(r->out);
+    r->prompt = r->stop_tok = r->out = NULL;
+    r->stop_len = NULL;
+}
+
+/* Free a slot's sequence state and sampler at once; the request keeps its result. */
+static void slot_release(dsv4_sched *s, int i) {
+    slot *sl = &s->slots[i];
+    if (sl->req < 0) return;
+    dsv4_seq_free(sl->seq);
+    dsv4_sampler_free(&sl->smp);
+    sl->seq = NULL;
+    sl->req = -1;
+    s->n_running--;
+}
+
+void dsv4_sched_free(dsv4_sched *s) {
+    if (!s) return;
+    if (s->slots)
+        for (int i = 0; i < s->o.max_streams; i++) {
+            slot_release(s, i);
+            free(s->slots[i].logits);
+        }
+    for (int64_t i = 0; i < s->n_req; i++) request_free_memory(&s->req[i]);
+    free(s->req);
+    free(s->slots);
+    free(s->items);
+    free(s->item_slot);
+    free(s->prefill_order);
+    free(s);
+}
+
+void dsv4_sched_set_observer(dsv4_sched *s, dsv4_sched_token_fn fn, void *ctx) {
+    s->on_token = fn;
+    s->on_token_ctx = ctx;
+}
+
+/* ---- requests ------------------------------------------------------------------------------------------ */
+
+static int validate_request(const dsv4_sched *s, const dsv4_request *r, dsv4_error *err) {
+    if (!r || !r->prompt || r->n_prompt < 1) return dsv4_fail(err, DSV4_E_ARG, "a request needs at least one prompt token");
+    if (r->n_prompt > s->max_pos)
+        return dsv4_fail(err, DSV4_E_RANGE, "prompt of %d tokens exceeds the model's maximum of %lld positions",
+                         r->n_prompt, (long long)s->max_pos);
+    for (int k = 0; k < r->n_prompt; k++)
+        if (r->prompt[k] < 0 || r->prompt[k] >= s->vocab)
+            return dsv4_fail(err, DSV4_E_ARG, "prompt token %d at index %d is outside the vocabulary (0..%d)",
+                             r->prompt[k], k, s->vocab - 1);
+    if (r->max_new_tokens < 0) return dsv4_fail(err, DSV4_E_ARG, "max_new_tokens must be >= 0");
+    if (r->n_stop < 0 || (r->n_stop > 0 && !r->stop)) return dsv4_fail(err, DSV4_E_ARG, "bad stop sequence list");
+    for (int i = 0; i < r->n_stop; i++)
+        if (r->stop[i].n < 1 || !r->stop[i].tokens) return dsv4_fail(err, DSV4_E_ARG, "stop sequence %d is empty", i);
+    /* the sampler checks its own parameters; try them now so that admission cannot fail on them later */
+    dsv4_sampler probe;
+    int rc = dsv4_sampler_init(&probe, &r->sampling, s->vocab, err);
+    dsv4_sampler_free(&probe);
+    return rc;
+}
+
+/* Deep-copy the caller's request into a record. */
+static int request_copy(request *dst, const dsv4_request *r) {
+    memset(dst, 0, sizeof *dst);
+    dst->slot = -1;
+    dst->n_prompt = r->n_prompt;
+    dst->sampling = r->sampling;
+    dst->max_new = r->max_new_tokens;
+    dst->stop_on_eos = r->stop_on_eos;
+    dst->prompt = malloc(sizeof(int32_t) * (size_t)r->n_prompt);
+    if (!dst->prompt) return -1;
+    memcpy(dst->prompt, r->prompt, sizeof(int32_t) * (size_t)r->n_prompt);
+    if (r->n_stop > 0) {
+        size_t total = 0;
+        for (int i = 0; i < r->n_stop; i++) total += (size_t)r->stop[i].n;
+        dst->stop_tok = malloc(sizeof(int32_t) * total);
+        dst->stop_len = malloc(sizeof(int) * (size_t)r->n_stop);
+        if (!dst->stop_tok || !dst->stop_len) { request_free_memory(dst); return -1; }
+        size_t at = 0;
+        for (int i = 0; i < r->n_stop; i++) {
+            memcpy(dst->stop_tok + at, r->stop[i].tokens, sizeof(int32_t) * (size_t)r->stop[i].n);
+            dst->stop_len[i] = r->stop[i].n;
+            at += (size_t)r->stop[i].n;
+        }
+        dst->n_stop = r->n_stop;
+    }
+    return 0;
+}
+
+int dsv4_sched_add(dsv4_sched *s, const dsv4_request *r, int64_t *id, dsv4_error *err) {
+    int rc = validate_request(s, r, err);
+    if (rc) return rc;
+    if (s->n_req == s->cap_req) {
+        const int64_t cap = s->cap_req ? 2 * s->cap_req : 16;
+        request *nr = realloc(s->req, sizeof *nr * (size_t)cap);
+        if (!nr) return dsv4_fail(err, DSV4_E_NOMEM, "out of memory");
+        s->req = nr;
+        s->cap_req = cap;
+    }
+    request *q = &s->req[s->n_req];
+    if (request_copy(q, r)) return dsv4_fail(err, DSV4_E_NOMEM, "out of memory");
+    if (q->max_new == 0) {
+        q->state = DSV4_REQ_DONE;
+        q->finish = DSV4_FINISH_LENGTH;
+    } else {
+        q->state = DSV4_REQ_WAITING;
+        s->n_pending++;
+    }
+    if (id) *id = s->n_req;
+    s->n_req++;
+    return 0;
+}
+
+static request *find(const dsv4_sched *s, int64_t id, dsv4_error *err) {
+    if (id < 0 || id >= s->n_req || s->req[id].released) {
+        dsv4_fail(err, DSV4_E_ARG, "unknown request id %lld", (long long)id);
+        return NULL;
+    }
+    return &s->req[id];
+}
+
+static void finish(dsv4_sched *s, int64_t id, dsv4_finish why) {
+    request *q = &s->req[id];
+    if (q->state == DSV4_REQ_DONE) return;
+    if (q->slot >= 0) slot_release(s, q->slot);
+    q->slot = -1;
+    q->state = DSV4_REQ_DONE;
+    q->finish = why;
+    s->n_pending--;
+}
+
+int dsv4_sched_cancel(dsv4_sched *s, int64_t id, dsv4_error *err) {
+    if (!find(s, id, err)) return err ? err->code : DSV4_E_ARG;
+    finish(s, id, DSV4_FINISH_CANCELLED);
+    return 0;
+}
+
+int dsv4_sched_result(const dsv4_sched *s, int64_t id, dsv4_req_result *out, dsv4_error *err) {
+    const request *q = find(s, id, err);
+    if (!q) return err ? err->code : DSV4_E_ARG;
+    out->state = q->state;
+    out->finish = q->finish;
+    out->tokens = q->out;
+    out->n_tokens = q->n_out;
+    out->n_prompt_done = q->n_prompt_done;
+    return 0;
+}
+
+int dsv4_sched_release(dsv4_sched *s, int64_t id, dsv4_error *err) {
+    request *q = find(s, id, err);
+    if (!q) return err ? err->code : DSV4_E_ARG;
+    if (q->state != DSV4_REQ_DONE) return dsv4_fail(err, DSV4_E_ARG, "request %lld is not finished", (long long)id);
+    request_free_memory(q);
+    q->released = 1;
+    return 0;
+}
+
+int dsv4_sched_pending(const dsv4_sched *s) { return (int)s->n_pending; }
+int dsv4_sched_running(const dsv4_sched *s) { return s->n_running; }
+int dsv4_sched_last_step_tokens(const dsv4_sched *s) { return s->last_T; }
+
+/* ---- one step ------------------------------------------------------------------------------------------ */
+
+/* Give free slots to waiting requests, oldest first. A request whose state cannot be allocated finishes as
+ * ERROR rather than blocking the queue. */
+static void admit(dsv4_sched *s) {
+    for (int i = 0; i < s->o.max_streams && s->wait_head < s->n_req; i++) {
+        slot *sl = &s->slots[i];
+        if (sl->req >= 0) continue;
+        while (s->wait_head < s->n_req && s->req[s->wait_head].state != DSV4_REQ_WAITING) s->wait_head++;
+        if (s->wait_head == s->n_req) break;
+        const int64_t id = s->wait_head++;
+        request *q = &s->req[id];
+        if (dsv4_seq_new(s->m, &sl->seq, NULL)) { sl->seq = NULL; finish(s, id, DSV4_FINISH_ERROR); continue; }
+        if (dsv4_sampler_init(&sl->smp, &q->sampling, s->vocab, NULL)) {
+            dsv4_seq_free(sl->seq);
+            sl->seq = NULL;
+            finish(s, id, DSV4_FINISH_ERROR);
+            continue;
+        }
+        sl->req = id;
+        q->slot = i;
+        q->state = DSV4_REQ_RUNNING;
+        s->n_running++;
+    }
+}
+
+static int is_decoding(const dsv4_sched *s, const slot *sl) {
+    return sl->req >= 0 && s->req[sl->req].n_prompt_done == s->req[sl->req].n_prompt;
+}
+
+/* A decoding stream at the model's last position cannot take another token: it finishes as CONTEXT. */
+static void retire_at_context_limit(dsv4_sched *s) {
+    for (int i = 0; i < s->o.max_streams; i++) {
+        slot *sl = &s->slots[i];
+        if (is_decoding(s, sl) && dsv4_seq_position(sl->seq) + 1 > s->max_pos) finish(s, sl->req, DSV4_FINISH_CONTEXT);
+    }
+}
+
+static void add_item(dsv4_sched *s, int *n_items, int slot_i, const int32_t *tokens, int n, dsv4_logits_want want) {
+    slot *sl = &s->slots[slot_i];
+    s->items[*n_items] = (dsv4_step_item){ sl->seq, tokens, n, want, want == DSV4_LOGITS_NONE ? NULL : sl->logits };
+    s->item_slot[*n_items] = slot_i;
+    (*n_items)++;
+}
+
+/* Decode tokens first (one per decoding stream, starting at a rotating slot so that a budget smaller than
+ * the number of streams is shared fairly), then prompt chunks, oldest request first. Returns the items. */
+static int build_step(dsv4_sched *s, int *T_out) {
+    int n_items = 0;
+    long long budget = s->o.step_tokens > 0 ? s->o.step_tokens : LLONG_MAX;
+    const int S = s->o.max_streams;
+    for (int k = 0; k < S && budget > 0; k++) {
+        const int i = (s->rr + k) % S;
+        if (!is_decoding(s, &s->slots[i])) continue;
+        add_item(s, &n_items, i, &s->slots[i].pending, 1, DSV4_LOGITS_LAST);
+        budget--;
+    }
+    s->rr = (s->rr + 1) % S;
+    int n_pre = 0;
+    for (int i = 0; i < S; i++) {
+        if (s->slots[i].req < 0 || is_decoding(s, &s->slots[i])) continue;
+        int j = n_pre++;
+        while (j > 0 && s->slots[s->prefill_order[j - 1]].req > s->slots[i].req) {
+            s->prefill_order[j] = s->prefill_order[j - 1];
+            j--;
+        }
+        s->prefill_order[j] = i;
+    }
+    for (int k = 0; k < n_pre && budget > 0; k++) {
+        const int i = s->prefill_order[k];
+        const request *q = &s->req[s->slots[i].req];
+        const int64_t left = q->n_prompt - q->n_prompt_done;
+        const int n = (int)(left < budget ? left : budget);
+        const int completes = q->n_prompt_done + n == q->n_prompt;
+        add_item(s, &n_items, i, q->prompt + q->n_prompt_done, n, completes ? DSV4_LOGITS_LAST : DSV4_LOGITS_NONE);
+        budget -= n;
+    }
+    long long T = 0;
+    for (int k = 0; k < n_items; k++) T += s->items[k].n_tokens;
+    *T_out = (int)T;
+    return n_items;
+}
+
+/* Room for one more output token for every item that samples, before the step, so that nothing after the
+ * step can fail. */
+static int reserve_outputs(dsv4_sched *s, int n_items) {
+    for (int k = 0; k < n_items; k++) {
+        if (s->items[k].want == DSV4_LOGITS_NONE) continue;
+        request *q = &s->req[s->slots[s->item_slot[k]].req];
+        if (q->n_out < q->out_cap) continue;
+        const int cap = q->out_cap ? 2 * q->out_cap : 16;
+        int32_t *no = realloc(q->out, sizeof(int32_t) * (size_t)cap);
+        if (!no) return -1;
+        q->out = no;
+        q->out_cap = cap;
+    }
+    return 0;
+}
+
+static int ends_with_stop(const request *q) {
+    const int32_t *st = q->stop_tok;
+    for (int i = 0; i < q->n_stop; st += q->stop_len[i], i++) {
+        const int n = q->stop_len[i];
+        if (q->n_out >= n && !memcmp(q->out + q->n_out - n, st, sizeof(int32_t) * (size_t)n)) return 1;
+    }
+    return 0;
+}
+
+/* Sample one token for a stream whose logits came back, record it, and retire the stream if it stops. */
+static void take_token(dsv4_sched *s, int slot_i) {
+    slot *sl = &s->slots[slot_i];
+    const int64_t id = sl->req;
+    request *q = &s->req[id];
+    const int32_t tok = dsv4_sample(&sl->smp, sl->logits);
+    q->out[q->n_out++] = tok;
+    sl->pending = tok;
+    if (s->on_token) s->on_token(s->on_token_ctx, id, q->n_out - 1, tok, sl->logits);
+    if (q->stop_on_eos && tok == s->eos) finish(s, id, DSV4_FINISH_EOS);
+    else if (ends_with_stop(q)) finish(s, id, DSV4_FINISH_STOP);
+    else if (q->n_out >= q->max_new) finish(s, id, DSV4_FINISH_LENGTH);
+}
+
+int dsv4_sched_step(dsv4_sched *s, dsv4_error *err) {
+    s->last_T = 0;
+    retire_at_context_limit(s);
+    admit(s);
+    int T = 0;
+    const int n_items = build_step(s, &T);
+    if (n_items == 0) return 0;
+    if (reserve_outputs(s, n_items)) return dsv4_fail(err, DSV4_E_NOMEM, "out of memory for generated tokens");
+    int rc = dsv4_step(s->m, s->items, n_items, err);
+    if (rc) return rc;
+    s->last_T = T;
+    for (int k = 0; k < n_items; k++) {
+        const int i = s->item_slot[k];
+        request *q = &s->req[s->slots[i].req];
+        if (q->n_prompt_done < q->n_prompt) q->n_prompt_done += s->items[k].n_tokens;
+        if (s->items[k].want != DSV4_LOGITS_NONE) take_token(s, i);
+    }
+    admit(s);
+    return 0;
+}

@@ -1,0 +1,99 @@
+/* Continuous batching over the one forward primitive (DESIGN §2).
+ *
+ * A scheduler holds requests (a prompt, sampling parameters with their own seed, stop conditions) and runs
+ * up to max_streams of them at once. Each dsv4_sched_step() builds ONE ragged dsv4_step call from the active
+ * streams under a per-step token budget:
+ *   1. every decoding stream contributes its one pending token (decode first: it keeps latency flat);
+ *   2. what is left of the budget goes to prompt chunks, oldest request first, so a long prompt is split
+ *      into chunks that interleave with the other streams' decoding.
+ * Each stream whose prompt is complete gets one token sampled from its own sampler. Finished or cancelled
+ * streams free their sequence state at once, and waiting requests take the free slots before the next step
+ * (continuous insertion). Because dsv4_step is exact per sequence, a stream's tokens and logits do not depend
+ * on which other streams share its steps, nor on how its prompt was chunked.
+ *
+ * Ownership: the scheduler owns its sequences, samplers and per-request results; it borrows the model, which
+ * must outlive it. Requests are copied on add. No global state: several schedulers may share a model only if
+ * they never step concurrently (dsv4_step uses the model's workspace). */
+#ifndef DSV4_ENGINE_SCHEDULER_H
+#define DSV4_ENGINE_SCHEDULER_H
+#include "dsv4.h"
+#include "engine/sampler.h"
+#include <stdint.h>
+
+typedef struct dsv4_sched dsv4_sched;
+
+typedef struct {
+    int max_streams;   /* concurrent streams (slots); >= 1 */
+    int step_tokens;   /* token budget of one step; 0 = unlimited. Decode tokens beyond it wait a step. */
+} dsv4_sched_opts;
+
+/* One stop token sequence: generation stops once the generated tokens end with it (the sequence stays in the
+ * output, as EOS does; callers trim it if they want). */
+typedef struct {
+    const int32_t *tokens;
+    int n;
+} dsv4_stop_seq;
+
+typedef struct {
+    const int32_t *prompt;      /* >= 1 token, ids inside the vocabulary */
+    int n_prompt;
+    dsv4_sampling sampling;     /* includes the stream's own seed */
+    int max_new_tokens;         /* >= 0; 0 finishes at once with DSV4_FINISH_LENGTH */
+    int stop_on_eos;            /* 1: stop after the model's EOS token is generated */
+    const dsv4_stop_seq *stop;  /* n_stop stop sequences (copied) */
+    int n_stop;
+} dsv4_request;
+
+typedef enum {
+    DSV4_REQ_WAITING = 0,       /* queued, no state yet */
+    DSV4_REQ_RUNNING = 1,       /* holds a slot: prefilling or decoding */
+    DSV4_REQ_DONE    = 2,       /* finished; state freed, result kept until released */
+} dsv4_req_state;
+
+typedef enum {
+    DSV4_FINISH_NONE      = 0,  /* not finished */
+    DSV4_FINISH_EOS       = 1,  /* generated the EOS token (it is the last output token) */
+    DSV4_FINISH_LENGTH    = 2,  /* max_new_tokens reached */
+    DSV4_FINISH_STOP      = 3,  /* the output ends with a stop sequence */
+    DSV4_FINISH_CANCELLED = 4,  /* dsv4_sched_cancel */
+    DSV4_FINISH_CONTEXT   = 5,  /* the model's maximum position was reached */
+    DSV4_FINISH_ERROR     = 6,  /* its state could not be allocated */
+} dsv4_finish;
+
+typedef struct {
+    dsv4_req_state state;
+    dsv4_finish finish;
+    const int32_t *tokens;      /* generated tokens; valid until the next add/step/cancel/release call */
+    int n_tokens;
+    int64_t n_prompt_done;      /* prompt tokens processed so far */
+} dsv4_req_result;
+
+/* Called once per sampled token, right after sampling, with the logits row it was drawn from (valid only
+ * during the call). Lets a server stream tokens and tests compare logits. */
+typedef void (*dsv4_sched_token_fn)(void *ctx, int64_t id, int index, int32_t token, const float *logits);
+
+int  dsv4_sched_new(dsv4_model *m, const dsv4_sched_opts *o, dsv4_sched **out, dsv4_error *err);
+void dsv4_sched_free(dsv4_sched *s);
+void dsv4_sched_set_observer(dsv4_sched *s, dsv4_sched_token_fn fn, void *ctx);
+
+/* Queue a request; its id (>= 0, increasing in add order) goes to *id. Invalid requests are refused. */
+int dsv4_sched_add(dsv4_sched *s, const dsv4_request *r, int64_t *id, dsv4_error *err);
+/* Cancel a waiting or running request: its state is freed at once and it finishes as CANCELLED with the
+ * tokens generated so far. Cancelling a finished request does nothing. */
+int dsv4_sched_cancel(dsv4_sched *s, int64_t id, dsv4_error *err);
+/* Run one step (admit, one dsv4_step, sample, retire, admit). With nothing to do it returns 0 at once.
+ * On error no stream advances and the scheduler is unchanged. */
+int dsv4_sched_step(dsv4_sched *s, dsv4_error *err);
+/* Requests not yet done (waiting + running). */
+int dsv4_sched_pending(const dsv4_sched *s);
+/* Requests holding a slot right now. */
+int dsv4_sched_running(const dsv4_sched *s);
+/* Tokens the last step fed to dsv4_step (0 when it did nothing). */
+int dsv4_sched_last_step_tokens(const dsv4_sched *s);
+
+int dsv4_sched_result(const dsv4_sched *s, int64_t id, dsv4_req_result *out, dsv4_error *err);
+/* Forget a finished request's result (its memory is freed; the id becomes unknown). */
+int dsv4_sched_release(dsv4_sched *s, int64_t id, dsv4_error *err);
+
+const char *dsv4_finish_name(dsv4_finish f);
+#endif
