@@ -122,7 +122,7 @@ static int split_level(run_ctx *c, int level, const char *s, size_t n) {
     if (level == c->p->n) return c->fn(c->ud, s, n);
     size_t pos = 0, from = 0;
     while (from <= n) {
-        size_t ms, me;
+        size_t ms = 0, me = 0;
         int f = find_match(c, level, s, n, from, &ms, &me);
         if (f < 0) return f;
         if (f == 0) break;

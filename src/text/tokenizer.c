@@ -192,10 +192,11 @@ static int load_tables(dsv4_tokenizer *t, json_t *root, dsv4_error *err) {
         pool += strlen(content) + 1;
     }
     if (max_id < 0) return dsv4_fail(err, DSV4_E_FORMAT, "empty vocabulary");
-    t->n_vocab = (int32_t)max_id + 1;
-    t->tok_str = calloc((size_t)t->n_vocab, sizeof *t->tok_str);
-    t->tok_len = calloc((size_t)t->n_vocab, sizeof *t->tok_len);
-    t->is_added = calloc((size_t)t->n_vocab, 1);
+    t->n_vocab = (int32_t)max_id + 1;   /* ids were checked to be <= 0x7FFFFFF above */
+    size_t nv = (size_t)t->n_vocab;
+    t->tok_str = calloc(nv, sizeof *t->tok_str);
+    t->tok_len = calloc(nv, sizeof *t->tok_len);
+    t->is_added = calloc(nv, 1);
     t->str_pool = malloc(pool + 1);
     if (!t->tok_str || !t->tok_len || !t->is_added || !t->str_pool || dsv4_strmap_init(&t->vocab, n_entries) ||
         dsv4_strmap_init(&t->added, json_array_size(added) + 1))
@@ -287,10 +288,10 @@ static int build_byte_ids(dsv4_tokenizer *t, dsv4_error *err) {
 
 /* Precompute every id's decoded bytes once, so decoding is a table lookup. */
 static int build_decode_table(dsv4_tokenizer *t, dsv4_error *err) {
-    size_t total = 0;
-    for (int32_t id = 0; id < t->n_vocab; id++) total += t->tok_len[id];
-    t->dec = calloc((size_t)t->n_vocab, sizeof *t->dec);
-    t->dec_len = calloc((size_t)t->n_vocab, sizeof *t->dec_len);
+    size_t total = 0, nv = t->n_vocab > 0 ? (size_t)t->n_vocab : 0;
+    for (size_t id = 0; id < nv; id++) total += t->tok_len[id];
+    t->dec = calloc(nv, sizeof *t->dec);
+    t->dec_len = calloc(nv, sizeof *t->dec_len);
     t->dec_pool = malloc(total + 1);
     if (!t->dec || !t->dec_len || !t->dec_pool) return dsv4_fail(err, DSV4_E_NOMEM, "out of memory");
     char *p = t->dec_pool;
