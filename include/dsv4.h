@@ -96,6 +96,44 @@ typedef struct {
  * is modified. A sequence may appear at most once per step. */
 int dsv4_step(dsv4_model *m, dsv4_step_item *items, int n_items, dsv4_error *err);
 
+
+/* ---- sequence state you can keep: save/restore, fork, snapshot/rollback ------------------------------ */
+
+/* Save a sequence's whole state (spec §15.1) in the versioned binary format of src/state/persist.h:
+ * header (magic, version, model fingerprint, numeric mode, KV storage format, shapes, position, token
+ * history), every layer's live window rows, compressor states, compressed and indexer rows, then an XXH64
+ * checksum over everything. *buf is malloc'd and owned by the caller (free()). Files are written atomically
+ * (temporary file + rename). */
+int dsv4_seq_save_mem(const dsv4_seq *s, void **buf, size_t *len, dsv4_error *err);
+int dsv4_seq_save(const dsv4_seq *s, const char *path, dsv4_error *err);
+
+/* Load a saved state into a new sequence of model m. Everything is validated first (magic, version,
+ * length, checksum, fingerprint, mode, shapes, token ids, row counts); on any error nothing is allocated
+ * and *out is untouched. Errors: DSV4_E_FORMAT (not a state file, truncated, corrupted, unknown version),
+ * DSV4_E_STATE (another model, another numeric mode or shape), DSV4_E_IO, DSV4_E_NOMEM. */
+int dsv4_seq_load_mem(dsv4_model *m, const void *buf, size_t len, dsv4_seq **out, dsv4_error *err);
+int dsv4_seq_load(dsv4_model *m, const char *path, dsv4_seq **out, dsv4_error *err);
+
+/* Replace the state of an existing sequence with a saved one; on error `s` is unchanged. */
+int dsv4_seq_restore_mem(dsv4_seq *s, const void *buf, size_t len, dsv4_error *err);
+int dsv4_seq_restore(dsv4_seq *s, const char *path, dsv4_error *err);
+
+/* Size in bytes of the state dsv4_seq_save_mem would write now. */
+size_t dsv4_seq_state_bytes(const dsv4_seq *s);
+
+/* An independent copy of a sequence (same model); both continue on their own. */
+int dsv4_seq_fork(const dsv4_seq *s, dsv4_seq **out, dsv4_error *err);
+
+/* Atomic speculative rollback (spec §15.4). Take a snapshot before a step of k speculative tokens, then
+ * commit the first `keep` of them (0 <= keep <= k) with dsv4_seq_rollback: the sequence becomes exactly
+ * (bit for bit, serialised state included) what processing only those `keep` tokens would have made it.
+ * k may not exceed the model's max_spec (the ring slack) unless every token is kept. A snapshot stays
+ * valid for further rollbacks of the same sequence while its position is >= the snapshot's. */
+typedef struct dsv4_seq_snapshot dsv4_seq_snapshot;
+int  dsv4_seq_snapshot_new(const dsv4_seq *s, dsv4_seq_snapshot **out, dsv4_error *err);
+void dsv4_seq_snapshot_free(dsv4_seq_snapshot *snap);
+int  dsv4_seq_rollback(dsv4_seq *s, const dsv4_seq_snapshot *snap, int keep, dsv4_error *err);
+
 #ifdef __cplusplus
 }
 #endif

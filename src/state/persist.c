@@ -1,0 +1,391 @@
+/* Save / load / restore / fork of a sequence's state. See persist.h for the format. */
+#include "state/persist.h"
+#include "model/model.h"
+#include "state/sequence.h"
+#include "util/error.h"
+#include "util/fileio.h"
+#include <stdlib.h>
+#include <string.h>
+#include <xxhash.h>
+
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "the state format is little-endian; this build writes host order"
+#endif
+
+/* Caps that keep every size computation far from 64-bit overflow. */
+#define CAP_LAYERS 128u
+#define CAP_WIDTH (1u << 16)
+#define CAP_WINDOW (1u << 24)
+#define CAP_POS ((int64_t)1 << 36)
+
+/* ---- shapes ------------------------------------------------------------------------------------------ */
+
+/* Compressor state shape for ratio m and width c (mirrors compressor_state_init). */
+static uint64_t comp_floats(uint32_t ratio, uint32_t width) {
+    const uint64_t coff = ratio == 4 ? 2 : 1;
+    return 2 * (coff * ratio) * (coff * width);   /* kv + score */
+}
+
+static uint64_t live_window(const persist_header *h) {
+    return (uint64_t)h->pos < h->window ? (uint64_t)h->pos : h->window;
+}
+
+int persist_sizes_of(const persist_header *h, persist_sizes *sz) {
+    if (h->n_layers == 0 || h->n_layers > CAP_LAYERS || h->head_dim == 0 || h->head_dim > CAP_WIDTH ||
+        h->index_head_dim > CAP_WIDTH || h->window == 0 || h->window > CAP_WINDOW || h->pos < 0 || h->pos > CAP_POS)
+        return -1;
+    memset(sz, 0, sizeof *sz);
+    const uint64_t D = h->head_dim, I = h->index_head_dim, pos = (uint64_t)h->pos;
+    sz->header = PERSIST_FIXED_BYTES + h->n_layers;
+    sz->tokens = 4 * pos;
+    sz->total = sz->header + sz->tokens + 8;
+    sz->fixed = sz->header + 8;
+    sz->per_token = 4;
+    for (uint32_t L = 0; L < h->n_layers; L++) {
+        const uint32_t r = h->ratio[L];
+        if (r != 0 && r != 4 && r != 128) return -1;
+        if (r == 4 && I == 0) return -1;
+        uint64_t b = 4 * live_window(h) * D;
+        sz->fixed += 4 * (uint64_t)h->window * D;
+        if (r) {
+            const uint64_t fixed = 4 * comp_floats(r, (uint32_t)D) + 8;
+            b += fixed + 4 * (pos / r) * D;
+            sz->fixed += fixed;
+            sz->per_token += 4.0 * (double)D / r;
+        }
+        if (r == 4) {
+            const uint64_t fixed = 4 * comp_floats(4, (uint32_t)I) + 8;
+            b += fixed + 4 * (pos / 4) * I;
+            sz->fixed += fixed;
+            sz->per_token += 4.0 * (double)I / 4;
+        }
+        sz->layer[L] = b;
+        sz->total += b;
+    }
+    return 0;
+}
+
+/* ---- byte cursor --------------------------------------------------------------------------------------- */
+
+typedef struct {
+    uint8_t *p;         /* write target (NULL while reading) */
+    const uint8_t *q;   /* read source */
+    size_t off, len;
+} cursor;
+
+static void put(cursor *c, const void *v, size_t n) {
+    memcpy(c->p + c->off, v, n);
+    c->off += n;
+}
+static void put_u32(cursor *c, uint32_t v) { put(c, &v, 4); }
+static void put_u64(cursor *c, uint64_t v) { put(c, &v, 8); }
+static void put_i64(cursor *c, int64_t v) { put(c, &v, 8); }
+
+/* Reads are bounds-checked even though the length was validated first: a bug here must not read past. */
+static int get(cursor *c, void *v, size_t n) {
+    if (n > c->len - c->off) return -1;
+    if (v) memcpy(v, c->q + c->off, n);
+    c->off += n;
+    return 0;
+}
+static uint32_t get_u32(cursor *c) { uint32_t v = 0; get(c, &v, 4); return v; }
+static uint64_t get_u64(cursor *c) { uint64_t v = 0; get(c, &v, 8); return v; }
+
+/* ---- save ------------------------------------------------------------------------------------------------ */
+
+static void header_of(const dsv4_seq *s, persist_header *h) {
+    const dsv4_model *m = s->model;
+    memset(h, 0, sizeof *h);
+    h->version = PERSIST_VERSION;
+    h->mode = (uint32_t)m->mode;
+    h->kv_format = PERSIST_KV_F32;
+    h->fingerprint = m->fingerprint;
+    h->n_layers = (uint32_t)s->n_layers;
+    h->head_dim = (uint32_t)m->cfg.head_dim;
+    h->index_head_dim = (uint32_t)m->cfg.index_head_dim;
+    h->window = (uint32_t)m->cfg.window;
+    h->ring_len = (uint32_t)s->ring_len;
+    h->pos = s->pos;
+    for (int L = 0; L < s->n_layers; L++) h->ratio[L] = (uint8_t)m->cfg.compress_ratio[L];
+}
+
+size_t dsv4_seq_state_bytes(const dsv4_seq *s) {
+    persist_header h;
+    persist_sizes sz;
+    header_of(s, &h);
+    return persist_sizes_of(&h, &sz) ? 0 : (size_t)sz.total;
+}
+
+static void put_comp(cursor *c, const dsv4_compressor_state *cs) {
+    const size_t n = (size_t)cs->rows * (size_t)cs->cols * sizeof(float);
+    put(c, cs->kv, n);
+    put(c, cs->score, n);
+}
+
+static void put_rows(cursor *c, const dsv4_rows *r) {
+    put_i64(c, r->n);
+    put(c, r->data, sizeof(float) * (size_t)r->n * (size_t)r->width);
+}
+
+static void put_layer(cursor *c, const dsv4_seq *s, const dsv4_layer_state *ls, const persist_header *h) {
+    const int64_t nwin = (int64_t)live_window(h), D = h->head_dim;
+    for (int64_t t = s->pos - nwin; t < s->pos; t++) put(c, ls->ring + (t % s->ring_len) * D, sizeof(float) * (size_t)D);
+    if (ls->comp.kv) {
+        put_comp(c, &ls->comp);
+        put_rows(c, &ls->crows);
+    }
+    if (ls->icomp.kv) {
+        put_comp(c, &ls->icomp);
+        put_rows(c, &ls->irows);
+    }
+}
+
+int dsv4_seq_save_mem(const dsv4_seq *s, void **buf, size_t *len, dsv4_error *err) {
+    if (!s || !buf || !len) return dsv4_fail(err, DSV4_E_ARG, "save: missing sequence or output");
+    persist_header h;
+    persist_sizes sz;
+    header_of(s, &h);
+    if (persist_sizes_of(&h, &sz)) return dsv4_fail(err, DSV4_E_STATE, "save: the model's shapes exceed what the state format holds");
+    if (sz.total > SIZE_MAX) return dsv4_fail(err, DSV4_E_NOMEM, "save: state too large for this machine");
+    cursor c = { malloc((size_t)sz.total), NULL, 0, (size_t)sz.total };
+    if (!c.p) return dsv4_fail(err, DSV4_E_NOMEM, "save: out of memory for %llu bytes of state", (unsigned long long)sz.total);
+    put(&c, PERSIST_MAGIC, 8);
+    put_u32(&c, h.version);
+    put_u32(&c, h.mode);
+    put_u64(&c, h.fingerprint);
+    put_u32(&c, h.kv_format);
+    put_u32(&c, h.n_layers);
+    put_u32(&c, h.head_dim);
+    put_u32(&c, h.index_head_dim);
+    put_u32(&c, h.window);
+    put_u32(&c, h.ring_len);
+    put_i64(&c, h.pos);
+    put(&c, h.ratio, h.n_layers);
+    put(&c, s->tokens, sizeof(int32_t) * (size_t)s->pos);
+    for (int L = 0; L < s->n_layers; L++) put_layer(&c, s, &s->layer[L], &h);
+    put_u64(&c, XXH64(c.p, c.off, 0));
+    if (c.off != c.len) {   /* the size formula and the writer disagree: a bug, never user input */
+        free(c.p);
+        return dsv4_fail(err, DSV4_E_STATE, "save: internal size mismatch (%zu vs %zu bytes)", c.off, c.len);
+    }
+    *buf = c.p;
+    *len = c.len;
+    return 0;
+}
+
+int dsv4_seq_save(const dsv4_seq *s, const char *path, dsv4_error *err) {
+    void *buf;
+    size_t len;
+    int rc = dsv4_seq_save_mem(s, &buf, &len, err);
+    if (rc) return rc;
+    rc = dsv4_write_file_atomic(path, buf, len, err);
+    free(buf);
+    return rc;
+}
+
+/* ---- read and validate ------------------------------------------------------------------------------------ */
+
+int persist_read_header(const void *buf, size_t len, persist_header *h, dsv4_error *err) {
+    cursor c = { NULL, buf, 0, len };
+    memset(h, 0, sizeof *h);
+    if (!buf || len < 12) return dsv4_fail(err, DSV4_E_FORMAT, "state is truncated: %zu bytes, not even a header", len);
+    if (memcmp(buf, PERSIST_MAGIC, 8)) return dsv4_fail(err, DSV4_E_FORMAT, "not a dsv4 sequence state (bad magic)");
+    c.off = 8;
+    h->version = get_u32(&c);
+    if (h->version != PERSIST_VERSION)
+        return dsv4_fail(err, DSV4_E_FORMAT, "state format version %u is not supported (this build reads version %u)",
+                         h->version, PERSIST_VERSION);
+    if (len < PERSIST_FIXED_BYTES)
+        return dsv4_fail(err, DSV4_E_FORMAT, "state is truncated: %zu bytes, the header alone needs %d", len, PERSIST_FIXED_BYTES);
+    h->mode = get_u32(&c);
+    h->fingerprint = get_u64(&c);
+    h->kv_format = get_u32(&c);
+    h->n_layers = get_u32(&c);
+    h->head_dim = get_u32(&c);
+    h->index_head_dim = get_u32(&c);
+    h->window = get_u32(&c);
+    h->ring_len = get_u32(&c);
+    h->pos = (int64_t)get_u64(&c);
+    if (h->n_layers == 0 || h->n_layers > CAP_LAYERS)
+        return dsv4_fail(err, DSV4_E_FORMAT, "state header: %u layers is out of range (corrupted?)", h->n_layers);
+    if (get(&c, h->ratio, h->n_layers))
+        return dsv4_fail(err, DSV4_E_FORMAT, "state is truncated inside its header (%zu bytes)", len);
+    persist_sizes sz;
+    if (persist_sizes_of(h, &sz))
+        return dsv4_fail(err, DSV4_E_FORMAT, "state header has out-of-range shapes or position (corrupted?)");
+    if (len < sz.total)
+        return dsv4_fail(err, DSV4_E_FORMAT, "state is truncated: %zu bytes, its header implies %llu", len, (unsigned long long)sz.total);
+    if (len > sz.total)
+        return dsv4_fail(err, DSV4_E_FORMAT, "state has %llu bytes of trailing garbage after its checksum",
+                         (unsigned long long)(len - sz.total));
+    uint64_t stored;
+    memcpy(&stored, (const uint8_t *)buf + len - 8, 8);
+    if (XXH64(buf, len - 8, 0) != stored) return dsv4_fail(err, DSV4_E_FORMAT, "state checksum mismatch: the data is corrupted");
+    if (h->kv_format != PERSIST_KV_F32)
+        return dsv4_fail(err, DSV4_E_FORMAT, "state KV storage format %u is unknown (this build has 0 = f32)", h->kv_format);
+    return 0;
+}
+
+/* The header must describe this model exactly. */
+static int check_against_model(const persist_header *h, const dsv4_model *m, dsv4_error *err) {
+    const dsv4_config *c = &m->cfg;
+    if (h->fingerprint != m->fingerprint)
+        return dsv4_fail(err, DSV4_E_STATE, "state belongs to another model (fingerprint %016llx, this model %016llx)",
+                         (unsigned long long)h->fingerprint, (unsigned long long)m->fingerprint);
+    if (h->mode != (uint32_t)m->mode)
+        return dsv4_fail(err, DSV4_E_STATE, "state was computed in numeric mode %s, the model runs in %s",
+                         h->mode == DSV4_MODE_EXACT ? "exact" : h->mode == DSV4_MODE_OFFICIAL ? "official" : "unknown",
+                         m->mode == DSV4_MODE_EXACT ? "exact" : "official");
+    if (h->n_layers != (uint32_t)c->n_layers || h->head_dim != (uint32_t)c->head_dim ||
+        h->index_head_dim != (uint32_t)c->index_head_dim || h->window != (uint32_t)c->window)
+        return dsv4_fail(err, DSV4_E_STATE, "state shapes (%u layers, head_dim %u, index_head_dim %u, window %u) do not match the model's",
+                         h->n_layers, h->head_dim, h->index_head_dim, h->window);
+    for (uint32_t L = 0; L < h->n_layers; L++)
+        if (h->ratio[L] != c->compress_ratio[L])
+            return dsv4_fail(err, DSV4_E_STATE, "state layer %u has compress ratio %u, the model's is %d", L, h->ratio[L],
+                             c->compress_ratio[L]);
+    if (h->pos > c->max_position)
+        return dsv4_fail(err, DSV4_E_STATE, "state position %lld exceeds the model's maximum of %lld",
+                         (long long)h->pos, (long long)c->max_position);
+    return 0;
+}
+
+/* Walk the body after the header. With s == NULL only check what the checksum cannot: token ids and the
+ * stored row counts (a file written by a buggy or foreign writer with a valid checksum); with s, copy every
+ * field into s (already shaped and reserved for h->pos tokens). */
+static int walk_body(cursor *c, const persist_header *h, const dsv4_model *m, dsv4_seq *s, dsv4_error *err) {
+    const int64_t pos = h->pos, nwin = (int64_t)live_window(h);
+    const size_t D = h->head_dim, I = h->index_head_dim;
+    for (int64_t t = 0; t < pos; t++) {
+        int32_t tok;
+        get(c, &tok, 4);
+        if (!s && (tok < 0 || tok >= m->cfg.vocab_size))
+            return dsv4_fail(err, DSV4_E_STATE, "state token %lld is %d, outside the vocabulary (0..%d)", (long long)t, tok,
+                             m->cfg.vocab_size - 1);
+        if (s) s->tokens[t] = tok;
+    }
+    for (uint32_t L = 0; L < h->n_layers; L++) {
+        const int r = h->ratio[L];
+        dsv4_layer_state *ls = s ? &s->layer[L] : NULL;
+        for (int64_t t = pos - nwin; t < pos; t++)
+            get(c, ls ? ls->ring + (t % s->ring_len) * (int64_t)D : NULL, sizeof(float) * D);
+        for (int which = 0; which < 2; which++) {
+            if (which == 0 ? !r : r != 4) continue;
+            const size_t width = which ? I : D;
+            const uint32_t ratio = which ? 4 : (uint32_t)r;
+            dsv4_compressor_state *cs = ls ? (which ? &ls->icomp : &ls->comp) : NULL;
+            dsv4_rows *rows = ls ? (which ? &ls->irows : &ls->crows) : NULL;
+            const size_t half = (size_t)comp_floats(ratio, (uint32_t)width) / 2 * sizeof(float);
+            get(c, cs ? cs->kv : NULL, half);
+            get(c, cs ? cs->score : NULL, half);
+            const int64_t n = (int64_t)get_u64(c);
+            if (n != pos / ratio)
+                return dsv4_fail(err, DSV4_E_STATE, "state layer %u stores %lld %s rows, position %lld implies %lld", L,
+                                 (long long)n, which ? "indexer" : "compressed", (long long)pos, (long long)(pos / ratio));
+            get(c, rows ? rows->data : NULL, sizeof(float) * (size_t)n * width);
+            if (rows) rows->n = n;
+        }
+    }
+    return 0;
+}
+
+/* Load into a new sequence; validation completes before anything is allocated. */
+static int load_mem(const dsv4_model *m, const void *buf, size_t len, dsv4_seq **out, dsv4_error *err) {
+    persist_header h;
+    int rc = persist_read_header(buf, len, &h, err);
+    if (rc) return rc;
+    if ((rc = check_against_model(&h, m, err))) return rc;
+    persist_sizes sz;
+    persist_sizes_of(&h, &sz);
+    cursor c = { NULL, buf, (size_t)sz.header, len - 8 };
+    if ((rc = walk_body(&c, &h, m, NULL, err))) return rc;
+    dsv4_seq *s;
+    /* dsv4_seq_new takes a mutable model only because sequences hand it to dsv4_step later */
+    if ((rc = dsv4_seq_new((dsv4_model *)m, &s, err))) return rc;
+    if (seq_reserve(s, h.pos)) {
+        dsv4_seq_free(s);
+        return dsv4_fail(err, DSV4_E_NOMEM, "out of memory for a state of %lld tokens", (long long)h.pos);
+    }
+    c.off = (size_t)sz.header;
+    walk_body(&c, &h, m, s, err);
+    s->pos = h.pos;
+    *out = s;
+    return 0;
+}
+
+int dsv4_seq_load_mem(dsv4_model *m, const void *buf, size_t len, dsv4_seq **out, dsv4_error *err) {
+    if (!m || !out) return dsv4_fail(err, DSV4_E_ARG, "load: missing model or output");
+    return load_mem(m, buf, len, out, err);
+}
+
+int dsv4_seq_load(dsv4_model *m, const char *path, dsv4_seq **out, dsv4_error *err) {
+    char *buf;
+    size_t len;
+    int rc = dsv4_read_file(path, &buf, &len, err);
+    if (rc) return rc;
+    rc = dsv4_seq_load_mem(m, buf, len, out, err);
+    free(buf);
+    if (rc) dsv4_wrap(err, "%s", path);
+    return rc;
+}
+
+/* Exchange the contents of two sequences of the same model (the handles stay where the caller has them). */
+static void seq_swap(dsv4_seq *a, dsv4_seq *b) {
+    dsv4_seq t = *a;
+    *a = *b;
+    *b = t;
+}
+
+int dsv4_seq_restore_mem(dsv4_seq *s, const void *buf, size_t len, dsv4_error *err) {
+    if (!s) return dsv4_fail(err, DSV4_E_ARG, "restore: missing sequence");
+    dsv4_seq *n;
+    int rc = load_mem(s->model, buf, len, &n, err);
+    if (rc) return rc;
+    seq_swap(s, n);
+    dsv4_seq_free(n);
+    return 0;
+}
+
+int dsv4_seq_restore(dsv4_seq *s, const char *path, dsv4_error *err) {
+    char *buf;
+    size_t len;
+    int rc = dsv4_read_file(path, &buf, &len, err);
+    if (rc) return rc;
+    rc = dsv4_seq_restore_mem(s, buf, len, err);
+    free(buf);
+    if (rc) dsv4_wrap(err, "%s", path);
+    return rc;
+}
+
+/* ---- fork ------------------------------------------------------------------------------------------------ */
+
+static void rows_copy(dsv4_rows *dst, const dsv4_rows *src) {
+    memcpy(dst->data, src->data, sizeof(float) * (size_t)src->n * (size_t)src->width);
+    dst->n = src->n;
+}
+
+/* A full copy. The fixed states (ring, compressor states) must be copied anyway; the append-only rows are
+ * copied too for now — sharing them copy-on-write (pages + reference counts) is a later optimisation that
+ * only changes memory use, not results. */
+int dsv4_seq_fork(const dsv4_seq *s, dsv4_seq **out, dsv4_error *err) {
+    if (!s || !out) return dsv4_fail(err, DSV4_E_ARG, "fork: missing sequence or output");
+    dsv4_seq *f;
+    int rc = dsv4_seq_new((dsv4_model *)s->model, &f, err);
+    if (rc) return rc;
+    if (seq_reserve(f, s->pos)) {
+        dsv4_seq_free(f);
+        return dsv4_fail(err, DSV4_E_NOMEM, "fork: out of memory for %lld tokens of state", (long long)s->pos);
+    }
+    const size_t D = (size_t)s->model->cfg.head_dim;
+    memcpy(f->tokens, s->tokens, sizeof(int32_t) * (size_t)s->pos);
+    for (int L = 0; L < s->n_layers; L++) {
+        const dsv4_layer_state *a = &s->layer[L];
+        dsv4_layer_state *b = &f->layer[L];
+        memcpy(b->ring, a->ring, sizeof(float) * (size_t)s->ring_len * D);
+        if (a->comp.kv) { compressor_state_copy(&b->comp, &a->comp); rows_copy(&b->crows, &a->crows); }
+        if (a->icomp.kv) { compressor_state_copy(&b->icomp, &a->icomp); rows_copy(&b->irows, &a->irows); }
+    }
+    f->pos = s->pos;
+    *out = f;
+    return 0;
+}

@@ -1,0 +1,54 @@
+/* Sequence state files (DESIGN §2: state is plain data, so save/restore = write/read the fields).
+ *
+ * Format version 1, little-endian, no padding between fields:
+ *
+ *   header   magic "DSV4SEQ\x1a" (8) | u32 version | u32 numeric mode | u64 model fingerprint
+ *            | u32 kv storage format (0 = f32; the only one built) | u32 n_layers | u32 head_dim
+ *            | u32 index_head_dim | u32 window | u32 ring_len (of the saving model; informational)
+ *            | i64 position | u8 ratio[n_layers] (0, 4 or 128)
+ *   tokens   i32[position]                         token history
+ *   layer L  (in order)
+ *            f32[min(pos, window)][head_dim]       the live window rows, oldest first (positions
+ *                                                  pos-nwin .. pos-1); the ring's dead slots are not saved,
+ *                                                  so the file does not depend on the ring layout (max_spec)
+ *            ratio != 0: f32 kv[rows][cols], f32 score[rows][cols]   main compressor state (compressor.h)
+ *                        i64 n_rows (= pos / ratio), f32[n_rows][head_dim]  compressed rows
+ *            ratio == 4: f32 kv[8][2*index_head_dim], f32 score[8][2*index_head_dim]  indexer compressor
+ *                        i64 n_rows (= pos / 4), f32[n_rows][index_head_dim]  indexer rows
+ *   trailer  u64 XXH64 (seed 0) of every byte before it
+ *
+ * The header alone determines the exact file length, so truncation and trailing bytes are caught before the
+ * checksum is even computed. */
+#ifndef DSV4_STATE_PERSIST_H
+#define DSV4_STATE_PERSIST_H
+#include "dsv4.h"
+#include <stddef.h>
+#include <stdint.h>
+
+#define PERSIST_MAGIC "DSV4SEQ\x1a"
+#define PERSIST_VERSION 1u
+#define PERSIST_KV_F32 0u
+#define PERSIST_FIXED_BYTES 56   /* header bytes before the ratio table */
+
+typedef struct {
+    uint32_t version, mode, kv_format;
+    uint64_t fingerprint;
+    uint32_t n_layers, head_dim, index_head_dim, window, ring_len;
+    int64_t pos;
+    uint8_t ratio[256];
+} persist_header;
+
+/* Byte sizes implied by a header (no model needed). */
+typedef struct {
+    uint64_t header, tokens, total;        /* total includes the 8-byte checksum */
+    uint64_t layer[256];                   /* bytes of each layer's section */
+    uint64_t fixed;                        /* bytes that do not grow with position once pos >= window */
+    double   per_token;                    /* bytes added per context token in the long run */
+} persist_sizes;
+
+/* Fill *sz for header h. Returns 0, or -1 when a field is out of the ranges this format accepts. */
+int persist_sizes_of(const persist_header *h, persist_sizes *sz);
+
+/* Parse and check a state buffer without a model: magic, version, ranges, exact length, checksum. */
+int persist_read_header(const void *buf, size_t len, persist_header *h, dsv4_error *err);
+#endif
