@@ -143,5 +143,5 @@ expect_err "expert id out of range" "layers.0.ffn.gate.tid2eid" "$BIN" inspect -
 rm -rf "$T/bad"; cp -r "$T/v4" "$T/bad"; cp "$T/flash/config.json" "$T/bad/config.json"
 expect_err "mtp tensors without mtp config" "MTP" "$BIN" inspect -m "$T/bad"
 
-echo "tiny_inspect: $pass passed, $fail failed"
+echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]
