@@ -1,6 +1,10 @@
-/* dsv4 generate: prefill a prompt in one step, then decode token by token with a sampler. */
+/* dsv4 generate: prefill a prompt in one step, then decode token by token with a sampler.
+ * --batch FILE: every non-empty line is one request, all run through the continuous-batching scheduler. */
 #include "cli/cli.h"
 #include "engine/sampler.h"
+#include "engine/scheduler.h"
+#include "util/error.h"
+#include "util/fileio.h"
 #include "text/strbuf.h"
 #include "text/tokenizer.h"
 #include <stdio.h>
@@ -11,8 +15,8 @@
 static const char *CMD = "generate";
 
 typedef struct {
-    const char *model_dir, *prompt, *tokens, *spec;
-    long long n, threads, draft;
+    const char *model_dir, *prompt, *tokens, *spec, *batch;
+    long long n, threads, draft, max_streams, step_tokens;
     int ids, stats;
     dsv4_mode mode;
     dsv4_sampling sp;
@@ -22,6 +26,8 @@ static int parse(int argc, char **argv, gen_opts *o) {
     memset(o, 0, sizeof *o);
     o->n = 64;
     o->sp.top_p = 1.0f;
+    o->max_streams = 16;
+    o->step_tokens = 256;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = NULL;
         double x;
@@ -30,6 +36,9 @@ static int parse(int argc, char **argv, gen_opts *o) {
         if (!strcmp(a, "-m") || !strcmp(a, "--model")) { VAL(); o->model_dir = v; }
         else if (!strcmp(a, "-p") || !strcmp(a, "--prompt")) { VAL(); o->prompt = v; }
         else if (!strcmp(a, "--tokens")) { VAL(); o->tokens = v; }
+        else if (!strcmp(a, "--batch")) { VAL(); o->batch = v; }
+        else if (!strcmp(a, "--max-streams")) { VAL(); if (cli_parse_int(CMD, a, v, 1, 1 << 16, &o->max_streams)) return 1; }
+        else if (!strcmp(a, "--step-tokens")) { VAL(); if (cli_parse_int(CMD, a, v, 0, 1 << 24, &o->step_tokens)) return 1; }
         else if (!strcmp(a, "-n")) { VAL(); if (cli_parse_int(CMD, a, v, 0, 1LL << 30, &o->n)) return 1; }
         else if (!strcmp(a, "--temp")) { VAL(); if (cli_parse_float(CMD, a, v, &x)) return 1; o->sp.temperature = (float)x; }
         else if (!strcmp(a, "--top-p")) { VAL(); if (cli_parse_float(CMD, a, v, &x)) return 1; o->sp.top_p = (float)x; }
@@ -50,7 +59,7 @@ static int parse(int argc, char **argv, gen_opts *o) {
 #undef VAL
     }
     if (!o->model_dir) return cli_error(CMD, "missing -m DIR");
-    if (!o->prompt == !o->tokens) return cli_error(CMD, "give exactly one of -p TEXT and --tokens");
+    if (!!o->prompt + !!o->tokens + !!o->batch != 1) return cli_error(CMD, "give exactly one of -p TEXT, --tokens and --batch");
     if (o->spec && strcmp(o->spec, "none"))
         return cli_error(CMD, "--spec %s: speculative decoding is not built yet (only --spec none)", o->spec);
     return 0;
@@ -62,9 +71,126 @@ static double now_s(void) {
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
+/* ---- --batch: many prompts through the continuous-batching scheduler ---------------------------------- */
+
+/* A line of only digits, commas and blanks is a token list; anything else is text for the tokenizer. */
+static int is_token_line(const char *line) {
+    for (const char *p = line; *p; p++)
+        if (!((*p >= '0' && *p <= '9') || *p == ',' || *p == ' ' || *p == '\t' || *p == '\r')) return 0;
+    return 1;
+}
+
+typedef struct {
+    int32_t **tok;
+    int *len;
+    int n, cap;
+} prompt_list;
+
+static void prompts_free(prompt_list *pl) {
+    for (int i = 0; i < pl->n; i++) free(pl->tok[i]);
+    free(pl->tok);
+    free(pl->len);
+}
+
+/* Read FILE: one prompt per non-empty line (numbered from 0 in file order, as `dsv4 logits --batch`). Text
+ * lines need the checkpoint's tokenizer (loaded on first use into *tok). */
+static int read_prompts(const gen_opts *o, dsv4_tokenizer **tok, prompt_list *pl) {
+    dsv4_error err;
+    char *text = NULL;
+    if (dsv4_read_file(o->batch, &text, NULL, &err)) return cli_fail(CMD, &err);
+    int rc = 0;
+    char *save = NULL;
+    for (char *line = strtok_r(text, "\n", &save); line && !rc; line = strtok_r(NULL, "\n", &save)) {
+        size_t n = strlen(line);
+        if (n && line[n - 1] == '\r') line[--n] = 0;
+        if (!n) continue;
+        if (pl->n == pl->cap) {
+            pl->cap = pl->cap ? 2 * pl->cap : 16;
+            int32_t **nt = realloc(pl->tok, sizeof *nt * (size_t)pl->cap);
+            if (nt) pl->tok = nt;
+            int *nl = realloc(pl->len, sizeof *nl * (size_t)pl->cap);
+            if (nl) pl->len = nl;
+            if (!nt || !nl) { rc = cli_error(CMD, "out of memory"); break; }
+        }
+        int32_t *ids = NULL;
+        int len = 0;
+        if (is_token_line(line)) {
+            if (cli_parse_tokens(CMD, line, &ids, &len)) { rc = 1; break; }
+        } else {
+            if (!*tok && dsv4_tokenizer_load_dir(o->model_dir, tok, &err)) {
+                *tok = NULL;
+                rc = cli_error(CMD, "%s line %d is text, which needs a tokenizer: %s", o->batch, pl->n, err.msg);
+                break;
+            }
+            size_t nn = 0;
+            if (dsv4_tokenizer_encode(*tok, line, n, 0, &ids, &nn, &err)) { rc = cli_fail(CMD, &err); break; }
+            len = (int)nn;
+        }
+        if (len == 0) { free(ids); rc = cli_error(CMD, "%s: prompt %d has no tokens", o->batch, pl->n); break; }
+        pl->tok[pl->n] = ids;
+        pl->len[pl->n++] = len;
+    }
+    if (!rc && pl->n == 0) rc = cli_error(CMD, "%s: no prompts", o->batch);
+    free(text);
+    return rc;
+}
+
+/* Every prompt is a request with the command's sampling options; prompt i gets seed --seed + i, so its output
+ * equals `dsv4 generate --tokens <line i> --seed <S+i>`. Prints "<i>: id,id,..." in prompt order. */
+static int run_batch(const gen_opts *o) {
+    dsv4_error err;
+    dsv4_load_opts lo = { .mode = o->mode, .n_threads = (int)o->threads, .quiet = 1 };
+    dsv4_model *m = NULL;
+    dsv4_tokenizer *tok = NULL;
+    dsv4_sched *s = NULL;
+    prompt_list pl = {0};
+    int64_t *ids = NULL;
+    int rc = 1;
+    if (dsv4_model_load(o->model_dir, &lo, &m, &err)) { rc = cli_fail(CMD, &err); goto out; }
+    if (read_prompts(o, &tok, &pl)) goto out;
+    dsv4_sched_opts so = { (int)o->max_streams, (int)o->step_tokens };
+    if (dsv4_sched_new(m, &so, &s, &err)) { rc = cli_fail(CMD, &err); goto out; }
+    ids = calloc((size_t)pl.n, sizeof *ids);
+    if (!ids) { rc = cli_error(CMD, "out of memory"); goto out; }
+    for (int i = 0; i < pl.n; i++) {
+        dsv4_request r = { pl.tok[i], pl.len[i], o->sp, (int)o->n, 1, NULL, 0 };
+        r.sampling.seed = o->sp.seed + (uint64_t)i;
+        if (dsv4_sched_add(s, &r, &ids[i], &err)) { dsv4_wrap(&err, "prompt %d", i); rc = cli_fail(CMD, &err); goto out; }
+    }
+    const double t0 = now_s();
+    long long steps = 0, fed = 0;
+    while (dsv4_sched_pending(s) > 0) {
+        if (dsv4_sched_step(s, &err)) { rc = cli_fail(CMD, &err); goto out; }
+        steps++;
+        fed += dsv4_sched_last_step_tokens(s);
+    }
+    const double t1 = now_s();
+    long long generated = 0;
+    for (int i = 0; i < pl.n; i++) {
+        dsv4_req_result r;
+        if (dsv4_sched_result(s, ids[i], &r, &err)) { rc = cli_fail(CMD, &err); goto out; }
+        printf("%d: ", i);
+        for (int k = 0; k < r.n_tokens; k++) printf(k ? ",%d" : "%d", r.tokens[k]);
+        printf("\n");
+        generated += r.n_tokens;
+    }
+    if (o->stats)
+        fprintf(stderr, "batch: %d prompts, %lld steps, %lld tokens fed, %lld generated in %.3f s (%.1f generated tok/s)\n",
+                pl.n, steps, fed, generated, t1 - t0, generated / (t1 - t0 > 0 ? t1 - t0 : 1e-9));
+    rc = 0;
+out:
+    free(ids);
+    dsv4_sched_free(s);
+    prompts_free(&pl);
+    if (tok) dsv4_tokenizer_free(tok);
+    dsv4_model_free(m);
+    return rc;
+}
+
 int cmd_generate(int argc, char **argv) {
     gen_opts o;
     if (parse(argc, argv, &o)) return 1;
+    if (o.batch) return run_batch(&o);
     dsv4_error err;
     dsv4_load_opts lo = { .mode = o.mode, .n_threads = (int)o.threads, .quiet = 1 };
     dsv4_model *m = NULL;
