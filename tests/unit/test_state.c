@@ -1,0 +1,387 @@
+/* Sequence state you can keep (issue 4, spec §15): save/restore, fork and atomic rollback are bit-exact in
+ * EXACT mode (memcmp of logits and of serialised states), and every damaged or foreign state file is refused
+ * with a clear error, leaving the target sequence unchanged. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include "helpers/testmodel.h"
+#include "state/persist.h"
+
+#define N 300   /* past two HCA rows (256) and far past the window (8) */
+
+static const char *const FLASH_SETS[] = {"compress_ratios=[0,0,4,128,4,128]", "sliding_window=8", "index_topk=3"};
+
+typedef struct {
+    dsv4_model *m;
+    char dir[256];
+    int vocab;
+    int32_t tok[N];
+    float *ref;          /* one-shot logits of the whole sequence */
+} fixture;
+
+static int setup(void **state) {
+    fixture *f = calloc(1, sizeof *f);
+    f->m = tm_make("flash-tiny", FLASH_SETS, 3, 1234, DSV4_MODE_EXACT, f->dir);
+    if (!f->m) return -1;
+    dsv4_model_info info;
+    dsv4_model_get_info(f->m, &info);
+    f->vocab = info.vocab_size;
+    tm_tokens(f->tok, N, f->vocab, 99);
+    f->ref = tm_logits(f->m, f->tok, N, NULL, 0);
+    if (!f->ref) return -1;
+    *state = f;
+    return 0;
+}
+
+static int teardown(void **state) {
+    fixture *f = *state;
+    if (!f) return 0;
+    free(f->ref);
+    dsv4_model_free(f->m);
+    tm_rmdir(f->dir);
+    free(f);
+    return 0;
+}
+
+/* ---- helpers --------------------------------------------------------------------------------------------- */
+
+static void step_or_fail(fixture *f, dsv4_seq *s, const int32_t *tok, int n, float *logits) {
+    if (n <= 0) return;
+    dsv4_error err;
+    dsv4_step_item it = { s, tok, n, logits ? DSV4_LOGITS_ALL : DSV4_LOGITS_NONE, logits };
+    if (dsv4_step(f->m, &it, 1, &err)) fail_msg("step: %s", err.msg);
+}
+
+/* A sequence that has processed tok[0..s) in one call. */
+static dsv4_seq *prefix_seq(fixture *f, int s) {
+    dsv4_seq *q;
+    dsv4_error err;
+    if (dsv4_seq_new(f->m, &q, &err)) fail_msg("seq_new: %s", err.msg);
+    step_or_fail(f, q, f->tok, s, NULL);
+    return q;
+}
+
+static void *save_or_fail(const dsv4_seq *s, size_t *len) {
+    void *buf;
+    dsv4_error err;
+    if (dsv4_seq_save_mem(s, &buf, len, &err)) fail_msg("save: %s", err.msg);
+    assert_int_equal(*len, dsv4_seq_state_bytes(s));
+    return buf;
+}
+
+/* Continue s from its position to N and compare every new position's logits with the one-shot reference. */
+static void check_continuation(fixture *f, dsv4_seq *s, const char *what, int at) {
+    const int64_t p = dsv4_seq_position(s);
+    float *l = malloc(sizeof(float) * (size_t)(N - p) * (size_t)f->vocab + 1);
+    step_or_fail(f, s, f->tok + p, (int)(N - p), l);
+    for (int64_t t = p; t < N; t++)
+        if (memcmp(l + (t - p) * f->vocab, f->ref + t * f->vocab, sizeof(float) * (size_t)f->vocab))
+            fail_msg("%s at %d: position %lld differs from never having stopped", what, at, (long long)t);
+    free(l);
+}
+
+/* Serialised state of s equals that of a sequence that processed tok[0..pos) in one call. */
+static void check_state_equals_sequential(fixture *f, const dsv4_seq *s, const char *what) {
+    const int p = (int)dsv4_seq_position(s);
+    dsv4_seq *q = prefix_seq(f, p);
+    size_t la, lb;
+    void *a = save_or_fail(s, &la), *b = save_or_fail(q, &lb);
+    if (la != lb || memcmp(a, b, la)) fail_msg("%s: serialised state at %d differs from the sequential one", what, p);
+    free(a);
+    free(b);
+    dsv4_seq_free(q);
+}
+
+/* Every class of position: s < 4, each s mod 4, 127/128/129 on the ratio-128 layers, past the window. */
+static const int SAVE_AT[] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 17, 126, 127, 128, 129, 130, 131, 255, 256, 257, 299};
+#define N_SAVE_AT ((int)(sizeof SAVE_AT / sizeof SAVE_AT[0]))
+
+/* ---- save / restore -------------------------------------------------------------------------------------- */
+
+static void save_restore_continue(void **state) {
+    fixture *f = *state;
+    dsv4_error err;
+    for (int i = 0; i < N_SAVE_AT; i++) {
+        const int s = SAVE_AT[i];
+        dsv4_seq *q = prefix_seq(f, s);
+        size_t len;
+        void *buf = save_or_fail(q, &len);
+        dsv4_seq_free(q);
+        dsv4_seq *r;
+        if (dsv4_seq_load_mem(f->m, buf, len, &r, &err)) fail_msg("load at %d: %s", s, err.msg);
+        assert_int_equal(dsv4_seq_position(r), s);
+        /* save(load(x)) == x */
+        size_t len2;
+        void *buf2 = save_or_fail(r, &len2);
+        if (len2 != len || memcmp(buf, buf2, len)) fail_msg("save(load(state at %d)) is not the same bytes", s);
+        free(buf2);
+        check_continuation(f, r, "load_mem", s);
+        dsv4_seq_free(r);
+        free(buf);
+    }
+}
+
+/* Through a file, and into an existing sequence that already holds other state. */
+static void save_file_restore_existing(void **state) {
+    fixture *f = *state;
+    dsv4_error err;
+    char path[300];
+    snprintf(path, sizeof path, "%s/state.bin", f->dir);
+    for (int i = 0; i < N_SAVE_AT; i += 3) {
+        const int s = SAVE_AT[i];
+        dsv4_seq *q = prefix_seq(f, s);
+        if (dsv4_seq_save(q, path, &err)) fail_msg("save file: %s", err.msg);
+        dsv4_seq_free(q);
+        dsv4_seq *r;
+        if (dsv4_seq_load(f->m, path, &r, &err)) fail_msg("load file at %d: %s", s, err.msg);
+        check_continuation(f, r, "file load", s);
+        dsv4_seq_free(r);
+        dsv4_seq *other = prefix_seq(f, 37);
+        if (dsv4_seq_restore(other, path, &err)) fail_msg("restore at %d: %s", s, err.msg);
+        assert_int_equal(dsv4_seq_position(other), s);
+        check_continuation(f, other, "restore into existing", s);
+        dsv4_seq_free(other);
+    }
+    /* no temporary file is left next to it */
+    char tmp[400];
+    snprintf(tmp, sizeof tmp, "%s/state.bin.tmp.%ld", f->dir, (long)getpid());
+    assert_int_not_equal(access(tmp, F_OK), 0);
+}
+
+/* ---- fork -------------------------------------------------------------------------------------------------- */
+
+static void fork_continue(void **state) {
+    fixture *f = *state;
+    dsv4_error err;
+    for (int i = 0; i < N_SAVE_AT; i++) {
+        const int s = SAVE_AT[i];
+        dsv4_seq *q = prefix_seq(f, s), *c;
+        if (dsv4_seq_fork(q, &c, &err)) fail_msg("fork: %s", err.msg);
+        check_state_equals_sequential(f, c, "fork");
+        check_continuation(f, c, "fork", s);          /* the fork continues ... */
+        check_continuation(f, q, "fork origin", s);   /* ... and so does the original, independently */
+        dsv4_seq_free(c);
+        dsv4_seq_free(q);
+    }
+}
+
+/* ---- rollback ---------------------------------------------------------------------------------------------- */
+
+/* From p0, speculate k tokens of which the first `good` are the true ones, roll back to keep, continue. */
+static void rollback_case(fixture *f, int p0, int k, int keep, int good) {
+    dsv4_error err;
+    dsv4_seq *q = prefix_seq(f, p0);
+    dsv4_seq_snapshot *snap;
+    if (dsv4_seq_snapshot_new(q, &snap, &err)) fail_msg("snapshot: %s", err.msg);
+    int32_t spec[64];
+    for (int j = 0; j < k; j++) spec[j] = j < good ? f->tok[p0 + j] : (f->tok[p0 + j] + 1 + j) % f->vocab;
+    step_or_fail(f, q, spec, k, NULL);
+    if (dsv4_seq_rollback(q, snap, keep, &err)) fail_msg("rollback p0 %d k %d keep %d: %s", p0, k, keep, err.msg);
+    assert_int_equal(dsv4_seq_position(q), p0 + keep);
+    char what[96];
+    snprintf(what, sizeof what, "rollback p0 %d k %d keep %d", p0, k, keep);
+    check_state_equals_sequential(f, q, what);
+    check_continuation(f, q, what, p0 + keep);
+    dsv4_seq_snapshot_free(snap);
+    dsv4_seq_free(q);
+}
+
+static void rollback_every_a(void **state) {
+    fixture *f = *state;
+    static const int P0[] = {0, 3, 126, 127, 254};
+    static const int K[] = {5, 16};   /* 16 = the default max_spec: the whole ring slack */
+    for (size_t i = 0; i < sizeof P0 / sizeof P0[0]; i++)
+        for (size_t j = 0; j < sizeof K / sizeof K[0]; j++)
+            for (int a = 0; a <= K[j]; a++) {
+                if (P0[i] + K[j] > N) continue;
+                rollback_case(f, P0[i], K[j], a, a);
+            }
+}
+
+static void rollback_refusals(void **state) {
+    fixture *f = *state;
+    dsv4_error err;
+    dsv4_seq *q = prefix_seq(f, 20), *other = prefix_seq(f, 20);
+    dsv4_seq_snapshot *snap;
+    if (dsv4_seq_snapshot_new(q, &snap, &err)) fail_msg("snapshot: %s", err.msg);
+    /* keep > k */
+    assert_int_equal(dsv4_seq_rollback(q, snap, 1, &err), DSV4_E_ARG);
+    assert_int_equal(dsv4_seq_rollback(q, snap, -1, &err), DSV4_E_ARG);
+    /* another sequence */
+    assert_int_equal(dsv4_seq_rollback(other, snap, 0, &err), DSV4_E_ARG);
+    /* k > max_spec (16): refused, sequence unchanged; committing all of them is still fine */
+    step_or_fail(f, q, f->tok + 20, 17, NULL);
+    size_t la, lb;
+    void *before = save_or_fail(q, &la);
+    assert_int_equal(dsv4_seq_rollback(q, snap, 3, &err), DSV4_E_STATE);
+    assert_non_null(strstr(err.msg, "max_spec"));
+    assert_null(strchr(err.msg, '\n'));
+    void *after = save_or_fail(q, &lb);
+    assert_true(la == lb && !memcmp(before, after, la));
+    assert_int_equal(dsv4_seq_rollback(q, snap, 17, &err), 0);
+    check_continuation(f, q, "commit all 17", 37);
+    free(before);
+    free(after);
+    dsv4_seq_snapshot_free(snap);
+    dsv4_seq_free(q);
+    dsv4_seq_free(other);
+}
+
+/* ---- corruption ------------------------------------------------------------------------------------------ */
+
+/* Loading `buf` must fail with a one-line message, and restoring into `target` must leave it unchanged. */
+static void expect_refused(fixture *f, const void *buf, size_t len, dsv4_seq *target, const void *target_state,
+                           size_t target_len, const char *what) {
+    dsv4_error err;
+    dsv4_seq *r = NULL;
+    int rc = dsv4_seq_load_mem(f->m, buf, len, &r, &err);
+    if (rc == 0) fail_msg("%s: load accepted a damaged state", what);
+    if (rc != DSV4_E_FORMAT && rc != DSV4_E_STATE) fail_msg("%s: unexpected error code %d (%s)", what, rc, err.msg);
+    if (!err.msg[0] || strchr(err.msg, '\n')) fail_msg("%s: message is not one line: '%s'", what, err.msg);
+    assert_null(r);
+    if (dsv4_seq_restore_mem(target, buf, len, &err) == 0) fail_msg("%s: restore accepted a damaged state", what);
+    size_t l2;
+    void *now = save_or_fail(target, &l2);
+    if (l2 != target_len || memcmp(now, target_state, l2)) fail_msg("%s: the target sequence changed", what);
+    free(now);
+}
+
+static void corruption(void **state) {
+    fixture *f = *state;
+    dsv4_seq *q = prefix_seq(f, 131), *target = prefix_seq(f, 50);
+    size_t len, tlen;
+    uint8_t *good = save_or_fail(q, &len), *tstate = save_or_fail(target, &tlen);
+    uint8_t *bad = malloc(len + 16);
+    char what[80];
+    /* one flipped byte: every header byte, then a stride through tokens and every layer, then the checksum */
+    int tried = 0;
+    for (size_t off = 0; off < len; off += off < 128 ? 1 : off + 8 >= len ? 1 : 211) {
+        memcpy(bad, good, len);
+        bad[off] ^= (uint8_t)(1u << (off % 8));
+        snprintf(what, sizeof what, "byte %zu flipped", off);
+        expect_refused(f, bad, len, target, tstate, tlen, what);
+        tried++;
+    }
+    assert_true(tried > 128);
+    /* truncation at every interesting length, and trailing garbage */
+    const size_t cuts[] = {0, 1, 8, 11, 12, 40, 55, 56, 57, 61, 62, 300, len / 2, len - 9, len - 8, len - 1};
+    for (size_t i = 0; i < sizeof cuts / sizeof cuts[0]; i++) {
+        snprintf(what, sizeof what, "truncated to %zu bytes", cuts[i]);
+        expect_refused(f, good, cuts[i], target, tstate, tlen, what);
+    }
+    memcpy(bad, good, len);
+    bad[len] = 0;
+    expect_refused(f, bad, len + 1, target, tstate, tlen, "one trailing byte");
+    /* another format version: refused by name, even with a valid checksum */
+    dsv4_error err;
+    dsv4_seq *r;
+    memcpy(bad, good, len);
+    bad[8] = 2;
+    assert_int_equal(dsv4_seq_load_mem(f->m, bad, len, &r, &err), DSV4_E_FORMAT);
+    assert_non_null(strstr(err.msg, "version 2"));
+    /* not a state at all */
+    assert_int_equal(dsv4_seq_load_mem(f->m, "hello world, not a state file at all........................", 60, &r, &err),
+                     DSV4_E_FORMAT);
+    assert_non_null(strstr(err.msg, "magic"));
+    /* a missing file */
+    assert_int_equal(dsv4_seq_load(f->m, "/nonexistent/dir/state.bin", &r, &err), DSV4_E_IO);
+    free(bad);
+    free(good);
+    free(tstate);
+    dsv4_seq_free(q);
+    dsv4_seq_free(target);
+}
+
+/* Another config (window 16), another mode: clear DSV4_E_STATE errors. */
+static void foreign_model(void **state) {
+    fixture *f = *state;
+    dsv4_seq *q = prefix_seq(f, 40);
+    size_t len;
+    void *buf = save_or_fail(q, &len);
+    dsv4_error err;
+    dsv4_seq *r = NULL;
+    char dir[256];
+    static const char *const SETS16[] = {"compress_ratios=[0,0,4,128,4,128]", "sliding_window=16", "index_topk=3"};
+    dsv4_model *m2 = tm_make("flash-tiny", SETS16, 3, 1234, DSV4_MODE_EXACT, dir);
+    assert_non_null(m2);
+    assert_int_equal(dsv4_seq_load_mem(m2, buf, len, &r, &err), DSV4_E_STATE);
+    assert_non_null(strstr(err.msg, "another model"));
+    assert_null(r);
+    dsv4_model_free(m2);
+    tm_rmdir(dir);
+    dsv4_model *m3 = tm_make("flash-tiny", FLASH_SETS, 3, 1234, DSV4_MODE_OFFICIAL, dir);
+    assert_non_null(m3);
+    assert_int_equal(dsv4_seq_load_mem(m3, buf, len, &r, &err), DSV4_E_STATE);
+    assert_non_null(strstr(err.msg, "mode"));
+    dsv4_model_free(m3);
+    tm_rmdir(dir);
+    free(buf);
+    dsv4_seq_free(q);
+}
+
+/* ---- sizes and speed (printed for the report) ------------------------------------------------------------- */
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void sizes_and_speed(void **state) {
+    fixture *f = *state;
+    /* V4-Flash: 43 layers, 0/1 window-only, then CSA (4) on even and HCA (128) on odd; D 512, indexer 128. */
+    persist_header h = { .version = 1, .n_layers = 43, .head_dim = 512, .index_head_dim = 128, .window = 128,
+                         .ring_len = 144 };
+    for (int L = 0; L < 43; L++) h.ratio[L] = L < 2 ? 0 : L % 2 == 0 ? 4 : 128;
+    persist_sizes sz;
+    const int64_t ctx[] = {0, 4096, 65536, 1048576};
+    for (size_t i = 0; i < 4; i++) {
+        h.pos = ctx[i];
+        assert_int_equal(persist_sizes_of(&h, &sz), 0);
+        printf("flash-shaped state at %7lld tokens: %10.2f MiB\n", (long long)ctx[i], (double)sz.total / 1048576.0);
+    }
+    printf("flash-shaped: fixed %.2f MiB, %.1f bytes per context token (fp32 rows + token id)\n",
+           (double)sz.fixed / 1048576.0, sz.per_token);
+    /* speed on the test model's state, repeated */
+    dsv4_seq *q = prefix_seq(f, N);
+    size_t len;
+    void *buf = save_or_fail(q, &len);
+    free(buf);
+    const int reps = 200;
+    double t0 = now_s();
+    for (int i = 0; i < reps; i++) { buf = save_or_fail(q, &len); free(buf); }
+    double t_save = now_s() - t0;
+    buf = save_or_fail(q, &len);
+    dsv4_error err;
+    t0 = now_s();
+    for (int i = 0; i < reps; i++) {
+        dsv4_seq *r;
+        if (dsv4_seq_load_mem(f->m, buf, len, &r, &err)) fail_msg("load: %s", err.msg);
+        dsv4_seq_free(r);
+    }
+    double t_load = now_s() - t0;
+    printf("tiny state %zu bytes: save_mem %.0f MB/s, load_mem (validate + fill) %.0f MB/s\n", len,
+           (double)len * reps / t_save / 1e6, (double)len * reps / t_load / 1e6);
+    free(buf);
+    dsv4_seq_free(q);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(save_restore_continue),
+        cmocka_unit_test(save_file_restore_existing),
+        cmocka_unit_test(fork_continue),
+        cmocka_unit_test(rollback_every_a),
+        cmocka_unit_test(rollback_refusals),
+        cmocka_unit_test(corruption),
+        cmocka_unit_test(foreign_model),
+        cmocka_unit_test(sizes_and_speed),
+    };
+    return cmocka_run_group_tests_name("sequence state (EXACT, memcmp)", tests, setup, teardown);
+}
