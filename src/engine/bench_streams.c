@@ -1,0 +1,124 @@
+/* Multi-stream decode benchmark: see bench_streams.h. */
+#include "engine/bench_streams.h"
+#include "util/error.h"
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static int32_t argmax(const float *x, int n) {
+    int32_t b = 0;
+    for (int i = 1; i < n; i++) if (x[i] > x[b]) b = i;
+    return b;
+}
+
+typedef struct {
+    int n, vocab;
+    dsv4_seq **seq;
+    int32_t *prompts;        /* [n][prompt_len] */
+    int32_t *next;           /* [n]: the token each stream feeds next */
+    float *logits;           /* [n][vocab] */
+    dsv4_step_item *items;   /* [n] */
+} bench_state;
+
+static void bench_free(bench_state *b) {
+    if (b->seq) for (int i = 0; i < b->n; i++) dsv4_seq_free(b->seq[i]);
+    free(b->seq);
+    free(b->prompts);
+    free(b->next);
+    free(b->logits);
+    free(b->items);
+}
+
+static int bench_alloc(dsv4_model *m, bench_state *b, int n, int prompt_len, dsv4_error *err) {
+    dsv4_model_info info;
+    dsv4_model_get_info(m, &info);
+    memset(b, 0, sizeof *b);
+    b->n = n;
+    b->vocab = info.vocab_size;
+    b->seq = calloc((size_t)n, sizeof *b->seq);
+    b->prompts = malloc(sizeof(int32_t) * (size_t)n * (size_t)prompt_len);
+    b->next = malloc(sizeof(int32_t) * (size_t)n);
+    b->logits = malloc(sizeof(float) * (size_t)n * (size_t)b->vocab);
+    b->items = calloc((size_t)n, sizeof *b->items);
+    if (!b->seq || !b->prompts || !b->next || !b->logits || !b->items) return dsv4_fail(err, DSV4_E_NOMEM, "out of memory");
+    for (int i = 0; i < n; i++) {
+        int rc = dsv4_seq_new(m, &b->seq[i], err);
+        if (rc) return rc;
+        for (int k = 0; k < prompt_len; k++)
+            b->prompts[(int64_t)i * prompt_len + k] = (int32_t)(((int64_t)k * 7919 + (int64_t)i * 104729 + 13) % b->vocab);
+    }
+    return 0;
+}
+
+/* One step in which every stream decodes its next token; the greedy pick becomes the next input. */
+static int decode_all(dsv4_model *m, bench_state *b, dsv4_error *err) {
+    for (int i = 0; i < b->n; i++)
+        b->items[i] = (dsv4_step_item){ b->seq[i], &b->next[i], 1, DSV4_LOGITS_LAST, b->logits + (int64_t)i * b->vocab };
+    int rc = dsv4_step(m, b->items, b->n, err);
+    if (rc) return rc;
+    for (int i = 0; i < b->n; i++) b->next[i] = argmax(b->logits + (int64_t)i * b->vocab, b->vocab);
+    return 0;
+}
+
+int dsv4_bench_streams(dsv4_model *m, int n_streams, int prompt_len, int decode_steps,
+                       dsv4_bench_streams_result *out, dsv4_error *err) {
+    memset(out, 0, sizeof *out);
+    if (n_streams < 1 || prompt_len < 1 || decode_steps < 1)
+        return dsv4_fail(err, DSV4_E_ARG, "bench: streams, prompt length and decode steps must be >= 1");
+    bench_state b;
+    int rc = bench_alloc(m, &b, n_streams, prompt_len, err);
+    if (rc) { bench_free(&b); return rc; }
+    for (int i = 0; i < n_streams; i++)
+        b.items[i] = (dsv4_step_item){ b.seq[i], b.prompts + (int64_t)i * prompt_len, prompt_len, DSV4_LOGITS_LAST,
+                                       b.logits + (int64_t)i * b.vocab };
+    const double t0 = now_s();
+    rc = dsv4_step(m, b.items, n_streams, err);
+    out->prefill_s = now_s() - t0;
+    for (int i = 0; !rc && i < n_streams; i++) b.next[i] = argmax(b.logits + (int64_t)i * b.vocab, b.vocab);
+    if (!rc) rc = decode_all(m, &b, err);   /* warm-up: sizes the workspace for N decode tokens */
+    double total = 0, worst = 0;
+    for (int s = 0; !rc && s < decode_steps; s++) {
+        const double ts = now_s();
+        rc = decode_all(m, &b, err);
+        const double dt = now_s() - ts;
+        total += dt;
+        if (dt > worst) worst = dt;
+    }
+    bench_free(&b);
+    if (rc) return rc;
+    out->n_streams = n_streams;
+    out->prompt_len = prompt_len;
+    out->decode_steps = decode_steps;
+    out->decode_s = total;
+    out->decode_tok_s = (double)n_streams * decode_steps / (total > 0 ? total : 1e-12);
+    out->step_ms_mean = 1e3 * total / decode_steps;
+    out->step_ms_max = 1e3 * worst;
+    return 0;
+}
+
+int dsv4_bench_streams_table(dsv4_model *m, const int *counts, int n_counts, int prompt_len, int decode_steps,
+                             FILE *f, dsv4_bench_streams_result *rows, dsv4_error *err) {
+    double base = 0;
+    if (f)
+        fprintf(f, "%8s %14s %9s %16s %15s %12s\n", "streams", "decode tok/s", "speed-up", "ms/token/stream",
+                "max step ms", "prefill s");
+    for (int c = 0; c < n_counts; c++) {
+        dsv4_bench_streams_result r;
+        int rc = dsv4_bench_streams(m, counts[c], prompt_len, decode_steps, &r, err);
+        if (rc) return rc;
+        if (c == 0) base = r.decode_tok_s;
+        if (rows) rows[c] = r;
+        if (f) {
+            fprintf(f, "%8d %14.1f %8.2fx %16.2f %15.2f %12.3f\n", r.n_streams, r.decode_tok_s,
+                    base > 0 ? r.decode_tok_s / base : 0.0, r.step_ms_mean, r.step_ms_max, r.prefill_s);
+            fflush(f);
+        }
+    }
+    return 0;
+}

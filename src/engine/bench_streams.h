@@ -1,0 +1,30 @@
+/* Multi-stream decode benchmark (issue 3, for `dsv4 bench --streams 1,2,4,...`).
+ *
+ * Workload per stream count N: N fresh sequences, each with its own short prompt (different tokens, so MoE
+ * routing differs between streams), prefilled together in one ragged step; then one untimed warm-up decode
+ * step and `decode_steps` timed steps in which every stream decodes one token (its own greedy next token) in
+ * the same dsv4_step call. Decode on the CPU is bound by reading weights, which a step reads once for all of
+ * its tokens, so aggregate tokens/s should grow with N until compute dominates. */
+#ifndef DSV4_ENGINE_BENCH_STREAMS_H
+#define DSV4_ENGINE_BENCH_STREAMS_H
+#include "dsv4.h"
+#include <stdio.h>
+
+typedef struct {
+    int n_streams, prompt_len, decode_steps;
+    double prefill_s;        /* the one ragged prefill step of all N prompts (time to first token) */
+    double decode_s;         /* the timed decode steps */
+    double decode_tok_s;     /* aggregate: N * decode_steps / decode_s */
+    double step_ms_mean;     /* per-stream latency: every stream gets one token per step */
+    double step_ms_max;
+} dsv4_bench_streams_result;
+
+/* Run the workload for one stream count. */
+int dsv4_bench_streams(dsv4_model *m, int n_streams, int prompt_len, int decode_steps,
+                       dsv4_bench_streams_result *out, dsv4_error *err);
+
+/* Run it for every count in turn and print one table row per count to `f` (NULL: no output), with the
+ * speed-up of aggregate decode tokens/s over the first count. rows (may be NULL) receives n_counts results. */
+int dsv4_bench_streams_table(dsv4_model *m, const int *counts, int n_counts, int prompt_len, int decode_steps,
+                             FILE *f, dsv4_bench_streams_result *rows, dsv4_error *err);
+#endif
