@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <jansson.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -87,6 +88,41 @@ static uint8_t ue8m0_for(float amax, float qmax, float *s_out) {
     return (uint8_t)(127 + e);
 }
 
+/* E4M3 round-to-nearest-even with saturation to +-448: the same byte as f32_to_e4m3 for every input, computed
+ * from the fp32 bit pattern instead of a table search (the writer quantizes billions of values for benchmark
+ * models; the test checks the two agree). */
+static inline uint8_t e4m3_rne(float x) {
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    const uint8_t sign = (uint8_t)((u >> 24) & 0x80);
+    u &= 0x7fffffffu;
+    if (u > 0x7f800000u) return 0x7f;                       /* NaN */
+    float a;
+    memcpy(&a, &u, 4);
+    uint32_t code;
+    if (a < 0.015625f) {
+        code = (uint32_t)nearbyintf(a * 512.0f);             /* subnormals: multiples of 2^-9; 8 = 2^-6 */
+    } else if (a >= 448.0f) {
+        code = 0x7e;
+    } else {
+        /* keep 3 mantissa bits, RNE; a carry moves into the exponent; rebias 127 -> 7 */
+        uint32_t r = u + 0x7ffffu + ((u >> 20) & 1u);
+        code = (r >> 20) - (120u << 3);
+        if (code > 0x7e) code = 0x7e;
+    }
+    return (uint8_t)(sign | code);
+}
+
+/* E2M1 nearest with ties to the even code, saturating at 6: the same code as f32_to_e2m1. The thresholds are the
+ * midpoints 0.25 .. 5; at a midpoint the step is taken (>=) only when the upper code is even. */
+static inline uint8_t e2m1_rne(float x) {
+    const float a = fabsf(x);
+    if (a != a) return 7;
+    const uint8_t code = (uint8_t)((a > 0.25f) + (a >= 0.75f) + (a > 1.25f) + (a >= 1.75f) + (a > 2.5f) +
+                                   (a >= 3.5f) + (a > 5.0f));
+    return (uint8_t)((signbit(x) ? 8 : 0) | code);
+}
+
 void dsv4_quant_fp8_blocks(const float *w, int64_t O, int64_t I, uint8_t *q, uint8_t *scale) {
     const int64_t nbi = fp8_scale_dim(I);
     for (int64_t bo = 0; bo < O; bo += 128)
@@ -96,8 +132,9 @@ void dsv4_quant_fp8_blocks(const float *w, int64_t O, int64_t I, uint8_t *q, uin
             for (int64_t o = bo; o < eo; o++)
                 for (int64_t i = bi; i < ei; i++) amax = fmaxf(amax, fabsf(w[o * I + i]));
             scale[(bo / 128) * nbi + bi / 128] = ue8m0_for(amax, 448.0f, &s);
+            const float inv = 1.0f / s;                      /* exact: s is a power of two */
             for (int64_t o = bo; o < eo; o++)
-                for (int64_t i = bi; i < ei; i++) q[o * I + i] = f32_to_e4m3(w[o * I + i] / s);
+                for (int64_t i = bi; i < ei; i++) q[o * I + i] = e4m3_rne(w[o * I + i] * inv);
         }
 }
 
@@ -108,9 +145,10 @@ void dsv4_quant_fp4_groups(const float *w, int64_t O, int64_t I, uint8_t *q, uin
             float amax = 0.0f, s;
             for (int i = 0; i < 32; i++) amax = fmaxf(amax, fabsf(x[i]));
             scale[o * (I / 32) + g] = ue8m0_for(amax, 6.0f, &s);
+            const float inv = 1.0f / s;
             uint8_t *dst = q + o * (I / 2) + g * 16;
             for (int i = 0; i < 16; i++)
-                dst[i] = (uint8_t)(f32_to_e2m1(x[2 * i] / s) | (f32_to_e2m1(x[2 * i + 1] / s) << 4));
+                dst[i] = (uint8_t)(e2m1_rne(x[2 * i] * inv) | (e2m1_rne(x[2 * i + 1] * inv) << 4));
         }
 }
 
@@ -315,14 +353,19 @@ int dsv4_tiny_config(const dsv4_tiny_opts *o, char **json_text, dsv4_config *cfg
     return 0;
 }
 
-/* ==== tensor values ======================================================================================== */
+/* ==== tensor values ========================================================================================
+ *
+ * Tensors are generated in chunks of 128 rows. Chunk c of a tensor draws from its own stream, seeded by
+ * (seed, tensor name, c): the bytes do not depend on sharding, write order or the number of threads, and a
+ * 128-row chunk is exactly one row of FP8 scale blocks, so chunks quantize independently and run in parallel. */
+
+#define CHUNK_ROWS 128
 
 typedef struct {
     const dsv4_config    *cfg;
     const dsv4_inventory *inv;
     uint64_t              seed;
-    float                *work;        /* fp32 staging for one quantized weight */
-    size_t                work_cap;
+    int                   n_threads;
     uint8_t              *scratch;     /* quantized values when only a scale is wanted */
     size_t                scratch_cap;
     /* A quantized weight's scale tensor follows the weight in the inventory: keep it until asked for. */
@@ -351,26 +394,122 @@ static const dsv4_tensor_spec *find_spec(const dsv4_inventory *inv, const char *
     return NULL;
 }
 
-/* Fill n fp32 values N(0, std^2). */
 static void normals(dsv4_rng *r, float *x, size_t n, double mean, double std) {
     for (size_t i = 0; i < n; i++) x[i] = (float)(mean + std * dsv4_rng_normal(r));
 }
 
-/* Quantize the weight `w` (FP8 block or FP4 group layout, by its stored dtype) into q, and its scales into the
- * generator's scale cache. Values ~ N(0, 1/fan_in) so every linear keeps activations O(1). */
+/* The distribution of a tensor, chosen by its role (spec §18: every parameter non-trivial). Linears, quantized
+ * or not, are N(0, 1/fan_in) so activations stay O(1) through every layer and the logits are not flat. */
+static void tensor_values(const dsv4_tensor_spec *t, int64_t cols, dsv4_rng *r, float *x, size_t n) {
+    const char *nm = t->name;
+    if (t->dtype == ST_F8_E4M3 || t->dtype == ST_I8) normals(r, x, n, 0.0, 1.0 / sqrt((double)cols));
+    else if (ends_with(nm, "norm.weight")) normals(r, x, n, 1.0, 0.1);            /* RMSNorm gains around 1 */
+    else if (!strcmp(nm, "embed.weight") || ends_with(nm, "markov_w1.weight")) normals(r, x, n, 0.0, 1.0);
+    else if (strstr(nm, "hc_") && ends_with(nm, "_fn")) normals(r, x, n, 0.0, 1.0 / sqrt((double)cols));
+    else if (strstr(nm, "hc_") && ends_with(nm, "_base")) normals(r, x, n, 0.0, 0.5);
+    else if (strstr(nm, "hc_") && ends_with(nm, "_scale"))
+        for (size_t i = 0; i < n; i++) x[i] = (float)(0.5 + dsv4_rng_uniform(r));
+    else if (ends_with(nm, "attn_sink")) normals(r, x, n, 0.0, 1.0);
+    else if (ends_with(nm, ".ape")) normals(r, x, n, 0.0, 0.5);
+    else if (ends_with(nm, "gate.bias")) normals(r, x, n, 0.0, 0.1);
+    else if (t->ndim == 2) normals(r, x, n, 0.0, 1.0 / sqrt((double)cols));
+    else normals(r, x, n, 0.0, 0.1);
+}
+
+/* One tensor being generated: its logical [rows, cols] fp32 matrix and where each chunk's bytes go. */
+typedef struct {
+    const dsv4_tensor_spec *t;
+    uint64_t  seed;
+    int64_t   rows, cols;        /* logical values (FP4: cols = 2 x stored bytes per row) */
+    int64_t   n_chunks;
+    void     *out;               /* stored values */
+    uint8_t  *scale;             /* FP8/FP4 scales, NULL otherwise */
+    int       n_threads;
+    int       failed;            /* a worker could not allocate its staging buffer */
+} gen_job;
+
+static void gen_chunk(gen_job *j, int64_t c, float *x) {
+    const int64_t r0 = c * CHUNK_ROWS, r1 = r0 + CHUNK_ROWS < j->rows ? r0 + CHUNK_ROWS : j->rows;
+    const size_t n = (size_t)((r1 - r0) * j->cols);
+    dsv4_rng r;
+    uint64_t mix = j->seed ^ name_hash(j->t->name);
+    uint64_t cs = (uint64_t)c;
+    dsv4_rng_seed(&r, splitmix64(&mix) ^ splitmix64(&cs));
+    tensor_values(j->t, j->cols, &r, x, n);
+    switch (j->t->dtype) {
+    case ST_F8_E4M3:
+        dsv4_quant_fp8_blocks(x, r1 - r0, j->cols, (uint8_t *)j->out + r0 * j->cols,
+                              j->scale + (r0 / 128) * fp8_scale_dim(j->cols));
+        break;
+    case ST_I8:
+        dsv4_quant_fp4_groups(x, r1 - r0, j->cols, (uint8_t *)j->out + r0 * (j->cols / 2),
+                              j->scale + r0 * (j->cols / 32));
+        break;
+    case ST_F32:
+        memcpy((float *)j->out + r0 * j->cols, x, n * sizeof(float));
+        break;
+    default: { /* BF16 */
+        uint16_t *h = (uint16_t *)j->out + r0 * j->cols;
+        for (size_t i = 0; i < n; i++) h[i] = f32_to_bf16(x[i]);
+    }
+    }
+}
+
+typedef struct { gen_job *job; int tid; } gen_worker;
+
+static void *gen_worker_main(void *arg) {
+    gen_worker *w = arg;
+    gen_job *j = w->job;
+    float *x = malloc(sizeof *x * (size_t)(CHUNK_ROWS * j->cols));
+    if (!x) { __atomic_store_n(&j->failed, 1, __ATOMIC_RELAXED); return NULL; }
+    for (int64_t c = w->tid; c < j->n_chunks; c += j->n_threads) gen_chunk(j, c, x);
+    free(x);
+    return NULL;
+}
+
+/* Generate every chunk of a tensor, on up to n_threads threads (only when there is enough work to share). */
+static int gen_tensor(tiny_gen *g, const dsv4_tensor_spec *t, void *out, uint8_t *scale, dsv4_error *err) {
+    gen_job j = {.t = t, .seed = g->seed, .out = out, .scale = scale};
+    j.rows = t->ndim == 2 ? t->shape[0] : 1;
+    j.cols = t->ndim == 2 ? t->shape[1] : t->shape[0];
+    if (t->dtype == ST_I8) j.cols *= 2;
+    j.n_chunks = (j.rows + CHUNK_ROWS - 1) / CHUNK_ROWS;
+    const int64_t per_thread = 1 << 20;   /* values; below this a thread costs more than it saves */
+    int64_t want = j.rows * j.cols / per_thread;
+    j.n_threads = (int)(want < 1 ? 1 : want < g->n_threads ? want : g->n_threads);
+    if (j.n_threads > j.n_chunks) j.n_threads = (int)j.n_chunks;
+    pthread_t th[64];
+    gen_worker w[64];
+    int started = 0;
+    for (int i = 1; i < j.n_threads; i++) {
+        w[i] = (gen_worker){&j, i};
+        if (pthread_create(&th[i], NULL, gen_worker_main, &w[i]) != 0) break;
+        started = i;
+    }
+    /* Threads that could not start leave their chunks to this thread: the result is the same either way. */
+    w[0] = (gen_worker){&j, 0};
+    if (started + 1 < j.n_threads) {
+        for (int i = 1; i <= started; i++) pthread_join(th[i], NULL);
+        j.n_threads = 1;
+        gen_worker_main(&w[0]);
+    } else {
+        gen_worker_main(&w[0]);
+        for (int i = 1; i <= started; i++) pthread_join(th[i], NULL);
+    }
+    if (j.failed) return dsv4_fail(err, DSV4_E_NOMEM, "%s: out of memory", t->name);
+    return 0;
+}
+
+/* A quantized weight (FP8 blocks or FP4 groups, by its stored dtype) into q; its scales go to the cache for
+ * the .scale tensor that follows. */
 static int quantized_weight(tiny_gen *g, const dsv4_tensor_spec *w, uint8_t *q, dsv4_error *err) {
     const int fp4 = w->dtype == ST_I8;
     const int64_t O = w->shape[0], I = fp4 ? 2 * w->shape[1] : w->shape[1];
-    const size_t n = (size_t)(O * I);
     const size_t ns = fp4 ? (size_t)(O * (I / 32)) : (size_t)(fp8_scale_dim(O) * fp8_scale_dim(I));
-    if (grow((void **)&g->work, &g->work_cap, n * sizeof(float), err) ||
-        grow((void **)&g->scale, &g->scale_cap, ns, err))
-        return err ? err->code : DSV4_E_NOMEM;
-    dsv4_rng r;
-    rng_for_tensor(&r, g->seed, w->name);
-    normals(&r, g->work, n, 0.0, 1.0 / sqrt((double)I));
-    if (fp4) dsv4_quant_fp4_groups(g->work, O, I, q, g->scale);
-    else dsv4_quant_fp8_blocks(g->work, O, I, q, g->scale);
+    g->scale_of[0] = 0;
+    int rc = grow((void **)&g->scale, &g->scale_cap, ns, err);
+    if (!rc) rc = gen_tensor(g, w, q, g->scale, err);
+    if (rc) return rc;
     snprintf(g->scale_of, sizeof g->scale_of, "%s", w->name);
     g->scale_len = ns;
     return 0;
@@ -413,38 +552,6 @@ static int tid2eid(tiny_gen *g, const dsv4_tensor_spec *t, int32_t *out, dsv4_er
     return 0;
 }
 
-/* The distribution of a BF16/F32 tensor, chosen by its role (spec §18: every parameter non-trivial). */
-static void float_values(const dsv4_tensor_spec *t, dsv4_rng *r, float *x, size_t n) {
-    const char *nm = t->name;
-    const double cols = t->ndim == 2 ? (double)t->shape[1] : (double)t->shape[0];
-    if (ends_with(nm, "norm.weight")) normals(r, x, n, 1.0, 0.1);                 /* RMSNorm gains around 1 */
-    else if (!strcmp(nm, "embed.weight") || ends_with(nm, "markov_w1.weight")) normals(r, x, n, 0.0, 1.0);
-    else if (strstr(nm, "hc_") && ends_with(nm, "_fn")) normals(r, x, n, 0.0, 1.0 / sqrt(cols));
-    else if (strstr(nm, "hc_") && ends_with(nm, "_base")) normals(r, x, n, 0.0, 0.5);
-    else if (strstr(nm, "hc_") && ends_with(nm, "_scale"))
-        for (size_t i = 0; i < n; i++) x[i] = (float)(0.5 + dsv4_rng_uniform(r));
-    else if (ends_with(nm, "attn_sink")) normals(r, x, n, 0.0, 1.0);
-    else if (ends_with(nm, ".ape")) normals(r, x, n, 0.0, 0.5);
-    else if (ends_with(nm, "gate.bias")) normals(r, x, n, 0.0, 0.1);
-    else if (t->ndim == 2) normals(r, x, n, 0.0, 1.0 / sqrt(cols));               /* a linear: N(0, 1/fan_in) */
-    else normals(r, x, n, 0.0, 0.1);
-}
-
-static int float_tensor(tiny_gen *g, const dsv4_tensor_spec *t, void *out, size_t nbytes, dsv4_error *err) {
-    const size_t n = nbytes / (size_t)st_dtype_size(t->dtype);
-    if (grow((void **)&g->work, &g->work_cap, n * sizeof(float), err)) return err ? err->code : DSV4_E_NOMEM;
-    dsv4_rng r;
-    rng_for_tensor(&r, g->seed, t->name);
-    float_values(t, &r, g->work, n);
-    if (t->dtype == ST_F32) {
-        memcpy(out, g->work, n * sizeof(float));
-    } else {
-        uint16_t *h = out;
-        for (size_t i = 0; i < n; i++) h[i] = f32_to_bf16(g->work[i]);
-    }
-    return 0;
-}
-
 static int fill_tensor(void *user, int index, void *buf, size_t nbytes, dsv4_error *err) {
     tiny_gen *g = user;
     const dsv4_tensor_spec *t = &g->inv->v[index];
@@ -454,9 +561,14 @@ static int fill_tensor(void *user, int index, void *buf, size_t nbytes, dsv4_err
     case ST_F8_E8M0: return scale_tensor(g, t, buf, nbytes, err);
     case ST_I32: return tid2eid(g, t, buf, err);
     case ST_BF16:
-    case ST_F32: return float_tensor(g, t, buf, nbytes, err);
+    case ST_F32: return gen_tensor(g, t, buf, NULL, err);
     default: return dsv4_fail(err, DSV4_E_UNSUPPORTED, "%s: no generator for dtype %s", t->name, st_dtype_name(t->dtype));
     }
+}
+
+static int online_cpus(void) {
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n < 1 ? 1 : n > 64 ? 64 : (int)n;
 }
 
 int dsv4_tiny_write_weights(const char *dir, const dsv4_config *cfg, dsv4_mtp_kind mtp, uint64_t seed,
@@ -472,9 +584,8 @@ int dsv4_tiny_write_weights(const char *dir, const dsv4_config *cfg, dsv4_mtp_ki
         list[i].ndim = inv.v[i].ndim;
         for (int d = 0; d < inv.v[i].ndim; d++) list[i].shape[d] = inv.v[i].shape[d];
     }
-    tiny_gen g = {.cfg = cfg, .inv = &inv, .seed = seed};
+    tiny_gen g = {.cfg = cfg, .inv = &inv, .seed = seed, .n_threads = online_cpus()};
     rc = st_write_sharded(dir, list, inv.n, n_shards ? n_shards : 2, fill_tensor, &g, err);
-    free(g.work);
     free(g.scratch);
     free(g.scale);
     free(list);

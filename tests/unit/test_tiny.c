@@ -457,6 +457,44 @@ static void quantizers_by_hand(void **st) {
     assert_int_equal(p[15], 0x70);
 }
 
+/* The quantizers encode with their own bit-level RNE; it must give exactly the bytes of formats.c's reference
+ * encoders. With the block's amax pinned to 448 (FP8) or 6 (FP4) the scale is 1 and values are encoded as is. */
+static void quantizers_match_reference_encoders(void **st) {
+    (void)st;
+    enum { N = 128 * 128 };
+    static float w[N];
+    static uint8_t q[N];
+    uint8_t sc[32];
+    dsv4_rng r;
+    dsv4_rng_seed(&r, 99);
+    const float special[] = {0.0f, -0.0f, 0.0009765625f, 0.0029296875f, 0.0146484375f, 0.015625f, 1.0625f,
+                             1.1875f, 17.0f, 19.0f, 424.0f, 432.0f, 440.0f, 447.9f, 0.001953125f, 1e-30f,
+                             -0.0146484375f, -432.0f, 240.0f, 248.0f, 0.013671875f, 0.0136f};
+    for (int rep = 0; rep < 20; rep++) {
+        for (int i = 0; i < N; i++) {
+            double mag = exp2(-14.0 + 23.0 * dsv4_rng_uniform(&r));   /* 2^-14 .. 2^9, clipped below */
+            w[i] = (float)((dsv4_rng_uniform(&r) < 0.5 ? -1 : 1) * (mag > 447.0 ? 447.0 : mag));
+        }
+        for (size_t k = 0; k < sizeof special / sizeof special[0]; k++) w[1 + k] = special[k];
+        w[0] = 448.0f;
+        dsv4_quant_fp8_blocks(w, 128, 128, q, sc);
+        assert_int_equal(sc[0], 127);
+        for (int i = 0; i < N; i++)
+            if (q[i] != f32_to_e4m3(w[i])) fail_msg("fp8 of %a: 0x%02x, reference 0x%02x", w[i], q[i], f32_to_e4m3(w[i]));
+    }
+    const float ties[] = {0.25f, 0.75f, 1.25f, 1.75f, 2.5f, 3.5f, 5.0f, -0.25f, -0.75f, -5.0f, -0.0f, 6.0f, 0.1f};
+    for (int rep = 0; rep < 20; rep++) {
+        for (int i = 0; i < N; i++) w[i] = (float)(12.0 * dsv4_rng_uniform(&r) - 6.0);
+        for (int row = 0; row < N / 32; row++) w[row * 32] = 6.0f;
+        for (size_t k = 0; k < sizeof ties / sizeof ties[0]; k++) w[1 + k] = ties[k];
+        dsv4_quant_fp4_groups(w, N / 32, 32, q, q + N / 2);
+        for (int i = 0; i < N; i++) {
+            uint8_t code = (q[i / 2] >> (4 * (i & 1))) & 15, want = f32_to_e2m1(w[i]);
+            if (code != want) fail_msg("fp4 of %a: %d, reference %d", w[i], code, want);
+        }
+    }
+}
+
 static void rng_is_deterministic(void **st) {
     (void)st;
     dsv4_rng a, b;
@@ -560,6 +598,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(tid2eid_rows_distinct, setup_ckpt, teardown_ckpt),
         cmocka_unit_test_setup_teardown(values_non_degenerate, setup_ckpt, teardown_ckpt),
         cmocka_unit_test(quantizers_by_hand),
+        cmocka_unit_test(quantizers_match_reference_encoders),
         cmocka_unit_test(rng_is_deterministic),
         cmocka_unit_test_setup_teardown(overrides_applied, setup_tmp, teardown_tmp),
         cmocka_unit_test_setup_teardown(overrides_rejected, setup_tmp, teardown_tmp),
