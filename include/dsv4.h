@@ -118,6 +118,9 @@ int dsv4_seq_load(dsv4_model *m, const char *path, dsv4_seq **out, dsv4_error *e
 int dsv4_seq_restore_mem(dsv4_seq *s, const void *buf, size_t len, dsv4_error *err);
 int dsv4_seq_restore(dsv4_seq *s, const char *path, dsv4_error *err);
 
+/* The token history: dsv4_seq_position(s) ids, owned by s, valid until its next step / restore / free. */
+const int32_t *dsv4_seq_tokens(const dsv4_seq *s);
+
 /* Size in bytes of the state dsv4_seq_save_mem would write now. */
 size_t dsv4_seq_state_bytes(const dsv4_seq *s);
 

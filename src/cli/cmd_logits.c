@@ -42,8 +42,10 @@ static int parse_args(int argc, char **argv, logits_opts *o) {
     if (!o->tokens == !o->batch) return cli_error(CMD, "give exactly one of --tokens and --batch");
     if (o->kv && strcmp(o->kv, "f32"))
         return cli_error(CMD, "--kv %s: only f32 KV storage is built so far", o->kv);
-    if (o->save_at >= 0 || o->state || o->resume)
-        return cli_error(CMD, "--save-at/--state/--resume: sequence state files are not built yet");
+    if ((o->save_at >= 0) != (o->state != NULL))
+        return cli_error(CMD, "--save-at K and --state FILE go together (process K tokens, save the state to FILE, stop)");
+    if (o->batch && (o->state || o->resume))
+        return cli_error(CMD, "--save-at/--state/--resume work with --tokens, not --batch");
     return 0;
 }
 
@@ -63,6 +65,23 @@ static int run_chunked(dsv4_model *m, dsv4_seq *seq, const int32_t *tok, int n, 
     return 0;
 }
 
+/* The sequence to start from: fresh, or restored from --resume (whose tokens must be a prefix of ours). */
+static int start_seq(dsv4_model *m, const logits_opts *o, const int32_t *tok, int n, dsv4_seq **seq) {
+    dsv4_error err;
+    if (!o->resume) return dsv4_seq_new(m, seq, &err) ? cli_fail(CMD, &err) : 0;
+    if (dsv4_seq_load(m, o->resume, seq, &err)) return cli_fail(CMD, &err);
+    const int64_t p = dsv4_seq_position(*seq);
+    const int32_t *saved = dsv4_seq_tokens(*seq);
+    if (p > n) return cli_error(CMD, "--resume %s holds %lld tokens, more than the %d of --tokens", o->resume, (long long)p, n);
+    for (int64_t i = 0; i < p; i++)
+        if (saved[i] != tok[i])
+            return cli_error(CMD, "--resume %s: its token %lld is %d but --tokens has %d there (not a prefix)", o->resume,
+                             (long long)i, saved[i], tok[i]);
+    return 0;
+}
+
+/* Tokens [start, end) are processed: start = the resumed position (or 0), end = --save-at (or all). Logits
+ * are written for those positions only. */
 static int run_single(dsv4_model *m, const logits_opts *o) {
     int32_t *tok = NULL, *chunks = NULL;
     int n = 0, n_chunks = 0, rc = 1;
@@ -72,6 +91,10 @@ static int run_single(dsv4_model *m, const logits_opts *o) {
     dsv4_model_info info;
     dsv4_model_get_info(m, &info);
     if (cli_parse_tokens(CMD, o->tokens, &tok, &n)) goto out;
+    if (o->save_at > n) { cli_error(CMD, "--save-at %lld is beyond the %d tokens given", o->save_at, n); goto out; }
+    if (start_seq(m, o, tok, n, &seq)) goto out;
+    const int start = (int)dsv4_seq_position(seq), end = o->save_at >= 0 ? (int)o->save_at : n;
+    if (end < start) { cli_error(CMD, "--save-at %d is before the resumed position %d", end, start); goto out; }
     if (o->chunks) {
         if (cli_parse_tokens(CMD, o->chunks, &chunks, &n_chunks)) goto out;
         int64_t sum = 0;
@@ -79,13 +102,16 @@ static int run_single(dsv4_model *m, const logits_opts *o) {
             if (chunks[i] <= 0) { cli_error(CMD, "--chunks sizes must be positive"); goto out; }
             sum += chunks[i];
         }
-        if (sum > n) { cli_error(CMD, "--chunks add up to %lld but there are only %d tokens", (long long)sum, n); goto out; }
+        if (sum > end - start) {
+            cli_error(CMD, "--chunks add up to %lld but only %d tokens are processed", (long long)sum, end - start);
+            goto out;
+        }
     }
-    logits = malloc(sizeof(float) * (size_t)n * (size_t)info.vocab_size);
-    if (!logits) { cli_error(CMD, "out of memory for %d x %d logits", n, info.vocab_size); goto out; }
-    if (dsv4_seq_new(m, &seq, &err)) { cli_fail(CMD, &err); goto out; }
-    if (run_chunked(m, seq, tok, n, o->chunks ? chunks : NULL, n_chunks, logits, info.vocab_size)) goto out;
-    if (o->out && npy_write_f32(o->out, logits, n, info.vocab_size, &err)) { cli_fail(CMD, &err); goto out; }
+    logits = malloc(sizeof(float) * ((size_t)(end - start) * (size_t)info.vocab_size + 1));
+    if (!logits) { cli_error(CMD, "out of memory for %d x %d logits", end - start, info.vocab_size); goto out; }
+    if (run_chunked(m, seq, tok + start, end - start, o->chunks ? chunks : NULL, n_chunks, logits, info.vocab_size)) goto out;
+    if (o->out && npy_write_f32(o->out, logits, end - start, info.vocab_size, &err)) { cli_fail(CMD, &err); goto out; }
+    if (o->state && dsv4_seq_save(seq, o->state, &err)) { cli_fail(CMD, &err); goto out; }
     rc = 0;
 out:
     dsv4_seq_free(seq);

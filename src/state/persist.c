@@ -109,6 +109,8 @@ static void header_of(const dsv4_seq *s, persist_header *h) {
     for (int L = 0; L < s->n_layers; L++) h->ratio[L] = (uint8_t)m->cfg.compress_ratio[L];
 }
 
+const int32_t *dsv4_seq_tokens(const dsv4_seq *s) { return s->tokens; }
+
 size_t dsv4_seq_state_bytes(const dsv4_seq *s) {
     persist_header h;
     persist_sizes sz;
@@ -257,7 +259,7 @@ static int walk_body(cursor *c, const persist_header *h, const dsv4_model *m, ds
     const int64_t pos = h->pos, nwin = (int64_t)live_window(h);
     const size_t D = h->head_dim, I = h->index_head_dim;
     for (int64_t t = 0; t < pos; t++) {
-        int32_t tok;
+        int32_t tok = 0;
         get(c, &tok, 4);
         if (!s && (tok < 0 || tok >= m->cfg.vocab_size))
             return dsv4_fail(err, DSV4_E_STATE, "state token %lld is %d, outside the vocabulary (0..%d)", (long long)t, tok,
