@@ -24,6 +24,5 @@ typedef struct {
 dsv4_weight weight_rows(const dsv4_weight *w, int r0, int n);
 /* Bytes of stored weight data (not counting scales). */
 uint64_t weight_bytes(const dsv4_weight *w);
-/* Decode one row into fp32 (exact: every stored format is a subset of fp32). */
-void weight_decode_row(const dsv4_weight *w, int row, float *out);
+/* Decoding rows (exact) and dot products against them: see backend/cpu/kernels.h. */
 #endif

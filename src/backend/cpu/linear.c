@@ -8,7 +8,8 @@ typedef struct {
     int T, ldx, ldy;
 } linear_job;
 
-/* Rows per thread are contiguous; each row is decoded once into a small buffer and dotted with all tokens. */
+/* Rows per thread are contiguous. With one token each row is dotted as it is decoded; with more, each row is
+ * decoded once into a small buffer and dotted with every token. Both give the same bits (kernels.h). */
 static void linear_rows(void *ctx, int begin, int end, int thread) {
     linear_job *j = ctx;
     const int cols = j->w->cols;
@@ -16,7 +17,11 @@ static void linear_rows(void *ctx, int begin, int end, int thread) {
     float *row = cols <= 32768 ? stackbuf : malloc(sizeof(float) * (size_t)cols);
     if (!row) return; /* cannot happen for real configs; leaves y untouched rather than crash */
     for (int o = begin; o < end; o++) {
-        const float *wr;
+        if (j->T == 1) {   /* decode: fused, each weight read once straight into the FMAs */
+            j->y[o] = weight_dot_row(j->w, o, j->x, row);
+            continue;
+        }
+        const float *wr;   /* prefill/batches: decode the row once, reuse it for every token */
         if (j->w->fmt == WF_F32) wr = (const float *)j->w->data + (int64_t)o * cols;
         else { weight_decode_row(j->w, o, row); wr = row; }
         for (int t = 0; t < j->T; t++) j->y[(int64_t)t * j->ldy + o] = dot_f32(wr, j->x + (int64_t)t * j->ldx, cols);

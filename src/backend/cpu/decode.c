@@ -1,0 +1,109 @@
+/* Weight rows: decode into fp32, or dot against a vector without storing the decoded row. Both paths see
+ * identical floats in identical lanes (see vec.h), so they agree bit for bit. */
+#include "backend/cpu/kernels.h"
+#include "model/formats.h"
+#include <string.h>
+
+static const uint8_t *fp8_scale_row(const dsv4_weight *w, int row) {
+    return w->scale + (int64_t)((w->row0 + row) / 128) * w->scale_cols;
+}
+static const uint8_t *fp4_scale_row(const dsv4_weight *w, int row) {
+    return w->scale + (int64_t)(w->row0 + row) * w->scale_cols;
+}
+
+void weight_decode_row(const dsv4_weight *w, int row, float *out) {
+    const int n = w->cols;
+    int i = 0;
+    switch (w->fmt) {
+    case WF_F32:
+        memcpy(out, (const float *)w->data + (int64_t)row * n, sizeof(float) * (size_t)n);
+        return;
+    case WF_BF16: {
+        const uint16_t *src = (const uint16_t *)w->data + (int64_t)row * n;
+#ifdef DSV4_AVX2
+        for (; i + 8 <= n; i += 8) _mm256_storeu_ps(out + i, vec_bf16x8(src + i));
+#endif
+        for (; i < n; i++) out[i] = bf16_to_f32(src[i]);
+        return;
+    }
+    case WF_FP8: {
+        const uint8_t *src = (const uint8_t *)w->data + (int64_t)row * n, *srow = fp8_scale_row(w, row);
+#ifdef DSV4_AVX2
+        for (; i + 128 <= n; i += 128) {
+            const __m256 s = _mm256_set1_ps(e8m0_to_f32(srow[i / 128]));
+            for (int k = i; k < i + 128; k += 8) _mm256_storeu_ps(out + k, _mm256_mul_ps(vec_e4m3x8(src + k), s));
+        }
+#endif
+        for (; i < n; i++) out[i] = dsv4_e4m3_table[src[i]] * e8m0_to_f32(srow[i / 128]);
+        return;
+    }
+    case WF_FP4: {   /* cols is a multiple of 32 (checked against the config at load) */
+        const uint8_t *src = (const uint8_t *)w->data + (int64_t)row * (n / 2), *srow = fp4_scale_row(w, row);
+        for (; i < n; i += 32) {
+#ifdef DSV4_AVX2
+            __m256 v[4];
+            vec_e2m1x32(src + i / 2, _mm256_set1_ps(0.5f * e8m0_to_f32(srow[i / 32])), v);
+            for (int k = 0; k < 4; k++) _mm256_storeu_ps(out + i + 8 * k, v[k]);
+#else
+            const float s = e8m0_to_f32(srow[i / 32]);
+            for (int k = i; k < i + 32; k += 2) {
+                out[k] = dsv4_e2m1_table[src[k / 2] & 15] * s;
+                out[k + 1] = dsv4_e2m1_table[src[k / 2] >> 4] * s;
+            }
+#endif
+        }
+        return;
+    }
+    }
+}
+
+float weight_dot_row(const dsv4_weight *w, int row, const float *x, float *scratch) {
+#ifdef DSV4_AVX2
+    const int n = w->cols;
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    int i = 0;
+    switch (w->fmt) {
+    case WF_F32:
+        return dot_f32((const float *)w->data + (int64_t)row * n, x, n);
+    case WF_BF16: {
+        const uint16_t *src = (const uint16_t *)w->data + (int64_t)row * n;
+        for (; i + 32 <= n; i += 32) {
+            a0 = _mm256_fmadd_ps(vec_bf16x8(src + i), _mm256_loadu_ps(x + i), a0);
+            a1 = _mm256_fmadd_ps(vec_bf16x8(src + i + 8), _mm256_loadu_ps(x + i + 8), a1);
+            a2 = _mm256_fmadd_ps(vec_bf16x8(src + i + 16), _mm256_loadu_ps(x + i + 16), a2);
+            a3 = _mm256_fmadd_ps(vec_bf16x8(src + i + 24), _mm256_loadu_ps(x + i + 24), a3);
+        }
+        if (i < n) break;   /* a tail: take the decode path for the whole row, whose tail order is dot_f32's */
+        return vec_reduce32(a0, a1, a2, a3);
+    }
+    case WF_FP8: {
+        if (n % 128) break;
+        const uint8_t *src = (const uint8_t *)w->data + (int64_t)row * n, *srow = fp8_scale_row(w, row);
+        for (; i < n; i += 128) {
+            const __m256 s = _mm256_set1_ps(e8m0_to_f32(srow[i / 128]));
+            for (int k = i; k < i + 128; k += 32) {
+                a0 = _mm256_fmadd_ps(_mm256_mul_ps(vec_e4m3x8(src + k), s), _mm256_loadu_ps(x + k), a0);
+                a1 = _mm256_fmadd_ps(_mm256_mul_ps(vec_e4m3x8(src + k + 8), s), _mm256_loadu_ps(x + k + 8), a1);
+                a2 = _mm256_fmadd_ps(_mm256_mul_ps(vec_e4m3x8(src + k + 16), s), _mm256_loadu_ps(x + k + 16), a2);
+                a3 = _mm256_fmadd_ps(_mm256_mul_ps(vec_e4m3x8(src + k + 24), s), _mm256_loadu_ps(x + k + 24), a3);
+            }
+        }
+        return vec_reduce32(a0, a1, a2, a3);
+    }
+    case WF_FP4: {
+        const uint8_t *src = (const uint8_t *)w->data + (int64_t)row * (n / 2), *srow = fp4_scale_row(w, row);
+        for (; i < n; i += 32) {
+            __m256 v[4];
+            vec_e2m1x32(src + i / 2, _mm256_set1_ps(0.5f * e8m0_to_f32(srow[i / 32])), v);
+            a0 = _mm256_fmadd_ps(v[0], _mm256_loadu_ps(x + i), a0);
+            a1 = _mm256_fmadd_ps(v[1], _mm256_loadu_ps(x + i + 8), a1);
+            a2 = _mm256_fmadd_ps(v[2], _mm256_loadu_ps(x + i + 16), a2);
+            a3 = _mm256_fmadd_ps(v[3], _mm256_loadu_ps(x + i + 24), a3);
+        }
+        return vec_reduce32(a0, a1, a2, a3);
+    }
+    }
+#endif
+    weight_decode_row(w, row, scratch);
+    return dot_f32(scratch, x, w->cols);
+}

@@ -1,0 +1,52 @@
+/* AVX2/F16C/FMA building blocks shared by the weight decoders and the dot products. Every fused
+ * "decode and multiply" kernel feeds the FMAs with exactly the floats the row decoder would have stored, in the
+ * same lanes and the same order, so a fused dot and decode-then-dot give the same bits. */
+#ifndef DSV4_CPU_VEC_H
+#define DSV4_CPU_VEC_H
+#include <stdint.h>
+#if defined(__AVX2__) && defined(__F16C__) && defined(__FMA__)
+#include <immintrin.h>
+#define DSV4_AVX2 1
+
+/* 8 E4M3 bytes -> 8 floats. The 7 magnitude bits shifted into an fp16's exponent/mantissa fields give the value
+ * divided by 2^8 (exponent bias 15 instead of 7) for normals and subnormals alike; F16C widens it exactly.
+ * (The NaN codes 0x7f/0xff, invalid in weights, come out as +-480.) */
+static inline __m256 vec_e4m3x8(const uint8_t *src) {
+    const __m128i w = _mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)src));
+    const __m128i sign = _mm_slli_epi16(_mm_and_si128(w, _mm_set1_epi16(0x80)), 8);
+    const __m128i mag = _mm_slli_epi16(_mm_and_si128(w, _mm_set1_epi16(0x7f)), 7);
+    return _mm256_mul_ps(_mm256_cvtph_ps(_mm_or_si128(sign, mag)), _mm256_set1_ps(256.0f));
+}
+
+/* 16 bytes = 32 E2M1 codes (element 2i in the low nibble) -> 4 x 8 floats, times `half_scale` = 0.5 * scale
+ * (the table holds 2 * value as int8 so that 1.5 is representable). (-0, invalid here, comes out as +0.) */
+static inline void vec_e2m1x32(const uint8_t *src, __m256 half_scale, __m256 out[4]) {
+    const __m128i table = _mm_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12);
+    const __m128i low4 = _mm_set1_epi8(0x0f);
+    const __m128i bytes = _mm_loadu_si128((const __m128i *)src);
+    const __m128i lo = _mm_and_si128(bytes, low4), hi = _mm_and_si128(_mm_srli_epi16(bytes, 4), low4);
+    const __m128i v0 = _mm_shuffle_epi8(table, _mm_unpacklo_epi8(lo, hi));
+    const __m128i v1 = _mm_shuffle_epi8(table, _mm_unpackhi_epi8(lo, hi));
+    out[0] = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v0)), half_scale);
+    out[1] = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(v0, 8))), half_scale);
+    out[2] = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v1)), half_scale);
+    out[3] = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(v1, 8))), half_scale);
+}
+
+/* 8 BF16 -> 8 floats. */
+static inline __m256 vec_bf16x8(const uint16_t *src) {
+    const __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)src));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
+}
+
+/* The fixed reduction of the 32 lanes: (0-7 + 16-23) and (8-15 + 24-31), then those two, then a tree
+ * within 8 lanes. */
+static inline float vec_reduce32(__m256 a0, __m256 a1, __m256 a2, __m256 a3) {
+    __m256 s = _mm256_add_ps(_mm256_add_ps(a0, a2), _mm256_add_ps(a1, a3));
+    __m128 h = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
+    h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+    h = _mm_add_ss(h, _mm_movehdup_ps(h));
+    return _mm_cvtss_f32(h);
+}
+#endif
+#endif

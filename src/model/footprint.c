@@ -1,0 +1,38 @@
+#include "model/footprint.h"
+
+static uint64_t wbytes(const dsv4_weight *w) {
+    if (!w->data) return 0;
+    uint64_t b = weight_bytes(w);
+    if (w->fmt == WF_FP8) b += (uint64_t)((w->rows + 127) / 128) * (uint64_t)w->scale_cols;
+    if (w->fmt == WF_FP4) b += (uint64_t)w->rows * (uint64_t)w->scale_cols;
+    return b;
+}
+
+static uint64_t layer_fixed_bytes(const dsv4_layer *L) {
+    const dsv4_weight *ws[] = {&L->hc_attn.fn, &L->hc_ffn.fn, &L->wq_a, &L->wq_b, &L->wkv, &L->wo_a, &L->wo_b,
+                               &L->comp.wkv, &L->comp.wgate, &L->icomp.wkv, &L->icomp.wgate, &L->idx_wq_b,
+                               &L->idx_weights_proj, &L->gate, &L->sw1, &L->sw2, &L->sw3};
+    uint64_t b = 0;
+    for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++) b += wbytes(ws[i]);
+    return b;
+}
+
+static uint64_t expert_bytes(const dsv4_layer *L, int e) {
+    return wbytes(&L->w1[e]) + wbytes(&L->w2[e]) + wbytes(&L->w3[e]);
+}
+
+uint64_t dsv4_decode_weight_bytes(const struct dsv4_model *m) {
+    uint64_t b = wbytes(&m->head) + wbytes(&m->hc_head.fn) + weight_bytes(&m->embed) / (uint64_t)m->cfg.vocab_size;
+    for (int l = 0; l < m->cfg.n_layers; l++)
+        b += layer_fixed_bytes(&m->layers[l]) + (uint64_t)m->cfg.n_act * expert_bytes(&m->layers[l], 0);
+    return b;
+}
+
+uint64_t dsv4_total_weight_bytes(const struct dsv4_model *m) {
+    uint64_t b = wbytes(&m->head) + wbytes(&m->hc_head.fn) + weight_bytes(&m->embed);
+    for (int l = 0; l < m->cfg.n_layers; l++) {
+        b += layer_fixed_bytes(&m->layers[l]);
+        for (int e = 0; e < m->cfg.n_routed; e++) b += expert_bytes(&m->layers[l], e);
+    }
+    return b;
+}
