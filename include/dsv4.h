@@ -137,6 +137,26 @@ int  dsv4_seq_snapshot_new(const dsv4_seq *s, dsv4_seq_snapshot **out, dsv4_erro
 void dsv4_seq_snapshot_free(dsv4_seq_snapshot *snap);
 int  dsv4_seq_rollback(dsv4_seq *s, const dsv4_seq_snapshot *snap, int keep, dsv4_error *err);
 
+
+/* Prefix cache (in memory, LRU, byte budget): keeps forks of sequences keyed by their token history; a lookup
+ * forks the longest stored state whose tokens are a prefix of the request, so only the rest is processed.
+ * Prefixes may end anywhere (mid compressor chunk, mid window wrap): a state is exact at every position. */
+typedef struct dsv4_prefix_cache dsv4_prefix_cache;
+typedef struct {
+    int64_t hits, misses, entries, evictions;
+    size_t bytes, budget;
+} dsv4_prefix_cache_stats;
+int  dsv4_prefix_cache_new(size_t budget_bytes, dsv4_prefix_cache **out, dsv4_error *err);
+void dsv4_prefix_cache_free(dsv4_prefix_cache *c);
+/* Store a copy of s's state (no-op when the same history of the same model is stored already, or when
+ * the state alone exceeds the budget); least recently used entries are evicted to stay within budget. */
+int  dsv4_prefix_cache_put(dsv4_prefix_cache *c, const dsv4_seq *s, dsv4_error *err);
+/* A new sequence for tokens[0..n): a fork of the longest stored prefix (*matched = its length, a hit) or a
+ * fresh sequence (*matched = 0, a miss). The caller processes tokens[*matched..n). */
+int  dsv4_prefix_cache_lookup(dsv4_prefix_cache *c, dsv4_model *m, const int32_t *tokens, int64_t n, dsv4_seq **out,
+                              int64_t *matched, dsv4_error *err);
+void dsv4_prefix_cache_get_stats(const dsv4_prefix_cache *c, dsv4_prefix_cache_stats *st);
+
 #ifdef __cplusplus
 }
 #endif

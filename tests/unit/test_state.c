@@ -325,6 +325,73 @@ static void foreign_model(void **state) {
     dsv4_seq_free(q);
 }
 
+
+/* ---- prefix cache ------------------------------------------------------------------------------------------ */
+
+static void prefix_cache(void **state) {
+    fixture *f = *state;
+    dsv4_error err;
+    dsv4_prefix_cache *c;
+    dsv4_prefix_cache_stats st;
+    /* budget for two states of ~200 tokens: the third put evicts the least recently used */
+    dsv4_seq *a = prefix_seq(f, 5), *b = prefix_seq(f, 130), *d = prefix_seq(f, 201);
+    const size_t budget = dsv4_seq_state_bytes(b) + dsv4_seq_state_bytes(d) + 16;
+    assert_int_equal(dsv4_prefix_cache_new(budget, &c, &err), 0);
+    assert_int_equal(dsv4_prefix_cache_put(c, a, &err), 0);
+    assert_int_equal(dsv4_prefix_cache_put(c, b, &err), 0);
+    assert_int_equal(dsv4_prefix_cache_put(c, b, &err), 0);   /* same history: stored once */
+    dsv4_prefix_cache_get_stats(c, &st);
+    assert_int_equal(st.entries, 2);
+    /* longest prefix wins; processing the rest equals a cold run (mid compressor chunk: 130 mod 4 = 2) */
+    dsv4_seq *q;
+    int64_t got;
+    assert_int_equal(dsv4_prefix_cache_lookup(c, f->m, f->tok, N, &q, &got, &err), 0);
+    assert_int_equal(got, 130);
+    check_continuation(f, q, "prefix cache hit", 130);
+    dsv4_seq_free(q);
+    /* a request shorter than the longest entry gets the shorter one */
+    assert_int_equal(dsv4_prefix_cache_lookup(c, f->m, f->tok, 100, &q, &got, &err), 0);
+    assert_int_equal(got, 5);
+    dsv4_seq_free(q);
+    /* a request with another first token misses and gets a fresh sequence */
+    int32_t other[N];
+    memcpy(other, f->tok, sizeof other);
+    other[0] = (other[0] + 1) % f->vocab;
+    assert_int_equal(dsv4_prefix_cache_lookup(c, f->m, other, N, &q, &got, &err), 0);
+    assert_int_equal(got, 0);
+    assert_int_equal(dsv4_seq_position(q), 0);
+    dsv4_seq_free(q);
+    /* the lookup of 100 tokens touched a (5) after b (130): b is now the least recently used, so putting
+     * d (201) evicts b and keeps a */
+    assert_int_equal(dsv4_prefix_cache_put(c, d, &err), 0);
+    dsv4_prefix_cache_get_stats(c, &st);
+    assert_true(st.bytes <= st.budget);
+    assert_int_equal(st.evictions, 1);
+    assert_int_equal(st.entries, 2);
+    assert_int_equal(dsv4_prefix_cache_lookup(c, f->m, f->tok, N, &q, &got, &err), 0);
+    assert_int_equal(got, 201);
+    check_continuation(f, q, "prefix cache hit after eviction", 201);
+    dsv4_seq_free(q);
+    assert_int_equal(dsv4_prefix_cache_lookup(c, f->m, f->tok, 150, &q, &got, &err), 0);
+    assert_int_equal(got, 5);   /* b (130) is gone */
+    check_state_equals_sequential(f, q, "prefix cache fork");
+    dsv4_seq_free(q);
+    dsv4_prefix_cache_get_stats(c, &st);
+    assert_int_equal(st.hits, 4);
+    assert_int_equal(st.misses, 1);
+    /* a state bigger than the whole budget is simply not cached */
+    dsv4_prefix_cache *tiny;
+    assert_int_equal(dsv4_prefix_cache_new(100, &tiny, &err), 0);
+    assert_int_equal(dsv4_prefix_cache_put(tiny, b, &err), 0);
+    dsv4_prefix_cache_get_stats(tiny, &st);
+    assert_int_equal(st.entries, 0);
+    dsv4_prefix_cache_free(tiny);
+    dsv4_prefix_cache_free(c);
+    dsv4_seq_free(a);
+    dsv4_seq_free(b);
+    dsv4_seq_free(d);
+}
+
 /* ---- sizes and speed (printed for the report) ------------------------------------------------------------- */
 
 static double now_s(void) {
@@ -381,6 +448,7 @@ int main(void) {
         cmocka_unit_test(rollback_refusals),
         cmocka_unit_test(corruption),
         cmocka_unit_test(foreign_model),
+        cmocka_unit_test(prefix_cache),
         cmocka_unit_test(sizes_and_speed),
     };
     return cmocka_run_group_tests_name("sequence state (EXACT, memcmp)", tests, setup, teardown);

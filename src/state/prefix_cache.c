@@ -1,0 +1,117 @@
+/* In-memory prefix cache: a list of stored sequence states in least-recently-used order, with a byte budget.
+ *
+ * An entry is a fork of a sequence; its key is the sequence's own token history and its model. Lookup scans
+ * every entry for the longest one whose history is a prefix of the request (entries are few and the compare
+ * is a memcmp; a token trie is a later optimisation). Each entry is charged its serialised size
+ * (dsv4_seq_state_bytes), which tracks the state's real memory (the ring's dead slots and row slack aside).
+ * Not thread-safe: one cache per scheduler thread. */
+#include "model/model.h"
+#include "state/sequence.h"
+#include "util/error.h"
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct entry {
+    dsv4_seq *seq;
+    size_t bytes;
+    struct entry *prev, *next;   /* prev = more recently used */
+} entry;
+
+struct dsv4_prefix_cache {
+    entry *head, *tail;          /* head = most recently used */
+    dsv4_prefix_cache_stats st;
+};
+
+int dsv4_prefix_cache_new(size_t budget_bytes, dsv4_prefix_cache **out, dsv4_error *err) {
+    if (!out) return dsv4_fail(err, DSV4_E_ARG, "prefix cache: missing output");
+    dsv4_prefix_cache *c = calloc(1, sizeof *c);
+    if (!c) return dsv4_fail(err, DSV4_E_NOMEM, "prefix cache: out of memory");
+    c->st.budget = budget_bytes;
+    *out = c;
+    return 0;
+}
+
+static void unlink_entry(dsv4_prefix_cache *c, entry *e) {
+    if (e->prev) e->prev->next = e->next; else c->head = e->next;
+    if (e->next) e->next->prev = e->prev; else c->tail = e->prev;
+    e->prev = e->next = NULL;
+}
+
+static void push_front(dsv4_prefix_cache *c, entry *e) {
+    e->prev = NULL;
+    e->next = c->head;
+    if (c->head) c->head->prev = e; else c->tail = e;
+    c->head = e;
+}
+
+static void drop(dsv4_prefix_cache *c, entry *e) {
+    unlink_entry(c, e);
+    c->st.bytes -= e->bytes;
+    c->st.entries--;
+    dsv4_seq_free(e->seq);
+    free(e);
+}
+
+void dsv4_prefix_cache_free(dsv4_prefix_cache *c) {
+    if (!c) return;
+    while (c->head) drop(c, c->head);
+    free(c);
+}
+
+static int same_history(const dsv4_seq *a, const dsv4_seq *b) {
+    return a->model == b->model && a->pos == b->pos && !memcmp(a->tokens, b->tokens, sizeof(int32_t) * (size_t)a->pos);
+}
+
+int dsv4_prefix_cache_put(dsv4_prefix_cache *c, const dsv4_seq *s, dsv4_error *err) {
+    if (!c || !s) return dsv4_fail(err, DSV4_E_ARG, "prefix cache: missing cache or sequence");
+    for (entry *e = c->head; e; e = e->next)
+        if (same_history(e->seq, s)) {
+            unlink_entry(c, e);
+            push_front(c, e);
+            return 0;
+        }
+    const size_t bytes = dsv4_seq_state_bytes(s);
+    if (bytes > c->st.budget) return 0;   /* could never fit: not an error, just not cached */
+    entry *e = calloc(1, sizeof *e);
+    if (!e) return dsv4_fail(err, DSV4_E_NOMEM, "prefix cache: out of memory");
+    int rc = dsv4_seq_fork(s, &e->seq, err);
+    if (rc) { free(e); return rc; }
+    e->bytes = bytes;
+    while (c->tail && c->st.bytes + bytes > c->st.budget) {
+        drop(c, c->tail);
+        c->st.evictions++;
+    }
+    push_front(c, e);
+    c->st.bytes += bytes;
+    c->st.entries++;
+    return 0;
+}
+
+int dsv4_prefix_cache_lookup(dsv4_prefix_cache *c, dsv4_model *m, const int32_t *tokens, int64_t n, dsv4_seq **out,
+                             int64_t *matched, dsv4_error *err) {
+    if (!c || !m || !out || !matched || (n > 0 && !tokens))
+        return dsv4_fail(err, DSV4_E_ARG, "prefix cache: missing argument");
+    entry *best = NULL;
+    for (entry *e = c->head; e; e = e->next) {
+        const dsv4_seq *s = e->seq;
+        if (s->model != m || s->pos > n || (best && s->pos <= best->seq->pos)) continue;
+        if (!memcmp(s->tokens, tokens, sizeof(int32_t) * (size_t)s->pos)) best = e;
+    }
+    int rc;
+    if (best && best->seq->pos > 0) {
+        if ((rc = dsv4_seq_fork(best->seq, out, err))) return rc;
+        unlink_entry(c, best);
+        push_front(c, best);
+        *matched = best->seq->pos;
+        c->st.hits++;
+        return 0;
+    }
+    if ((rc = dsv4_seq_new(m, out, err))) return rc;
+    *matched = 0;
+    c->st.misses++;
+    return 0;
+}
+
+void dsv4_prefix_cache_get_stats(const dsv4_prefix_cache *c, dsv4_prefix_cache_stats *st) {
+    *st = c->st;
+}
