@@ -19,6 +19,9 @@ typedef struct {
     int n_owned, cap_owned;
 } binder;
 
+static float *own_floats(binder *b, size_t n);
+static void align_f32(binder *b, dsv4_weight *w);
+
 static const st_tensor *need(binder *b, const char *name) {
     const st_tensor *t = st_find(&b->m->ckpt, name);
     if (!t && !b->rc) b->rc = dsv4_fail(b->err, DSV4_E_MODEL, "missing tensor %s", name);
@@ -45,6 +48,7 @@ static dsv4_weight bind_weight(binder *b, const char *prefix, const char *suffix
         if (!b->rc) b->rc = dsv4_fail(b->err, DSV4_E_MODEL, "tensor %s: dtype %s cannot be a matrix", name, st_dtype_name(t->dtype));
         return w;
     }
+    align_f32(b, &w);
     if (w.fmt == WF_FP8 || w.fmt == WF_FP4) {
         snprintf(name, sizeof name, "%s%s.scale", prefix, suffix);
         const st_tensor *s = need(b, name);
@@ -62,15 +66,13 @@ static dsv4_weight bind_f32_matrix(binder *b, const char *name) {
     w.rows = (int)t->shape[0];
     w.cols = (int)t->shape[1];
     w.data = t->data;
+    align_f32(b, &w);
     return w;
 }
 
-/* A vector decoded to an owned fp32 array. */
-static float *bind_vec(binder *b, const char *name) {
-    const st_tensor *t = need(b, name);
-    if (!t) return NULL;
-    int64_t n = st_numel(t);
-    float *v = malloc(sizeof(float) * (size_t)(n > 0 ? n : 1));
+/* n floats owned by the model (freed with it). */
+static float *own_floats(binder *b, size_t n) {
+    float *v = malloc(sizeof(float) * (n > 0 ? n : 1));
     if (!v) { if (!b->rc) b->rc = dsv4_fail(b->err, DSV4_E_NOMEM, "out of memory"); return NULL; }
     if (b->n_owned == b->cap_owned) {
         int nc = b->cap_owned ? 2 * b->cap_owned : 256;
@@ -80,11 +82,32 @@ static float *bind_vec(binder *b, const char *name) {
         b->cap_owned = nc;
     }
     b->owned[b->n_owned++] = v;
+    return v;
+}
+
+/* A vector decoded to an owned fp32 array. */
+static float *bind_vec(binder *b, const char *name) {
+    const st_tensor *t = need(b, name);
+    if (!t) return NULL;
+    int64_t n = st_numel(t);
+    float *v = own_floats(b, (size_t)n);
+    if (!v) return NULL;
     for (int64_t i = 0; i < n; i++) {
         if (t->dtype == ST_F32) memcpy(&v[i], (const char *)t->data + 4 * i, 4);
         else { uint16_t h; memcpy(&h, (const char *)t->data + 2 * i, 2); v[i] = bf16_to_f32(h); }
     }
     return v;
+}
+
+/* Safetensors packs tensors without alignment; an F32 matrix at an address that is not a multiple of 4 is
+ * copied once into owned, aligned memory so every kernel can read it as floats. */
+static void align_f32(binder *b, dsv4_weight *w) {
+    if (w->fmt != WF_F32 || !w->data || ((uintptr_t)w->data & 3) == 0) return;
+    const size_t n = (size_t)w->rows * (size_t)w->cols;
+    float *copy = own_floats(b, n);
+    if (!copy) return;
+    memcpy(copy, w->data, n * sizeof(float));
+    w->data = copy;
 }
 
 static void bind_hc(binder *b, dsv4_hc_weights *hc, const char *prefix, const char *site) {
