@@ -74,7 +74,7 @@ typedef struct {
 } cursor;
 
 static void put(cursor *c, const void *v, size_t n) {
-    memcpy(c->p + c->off, v, n);
+    if (n) memcpy(c->p + c->off, v, n);   /* v may be NULL when n == 0 (empty history or rows) */
     c->off += n;
 }
 static void put_u32(cursor *c, uint32_t v) { put(c, &v, 4); }
@@ -84,7 +84,7 @@ static void put_i64(cursor *c, int64_t v) { put(c, &v, 8); }
 /* Reads are bounds-checked even though the length was validated first: a bug here must not read past. */
 static int get(cursor *c, void *v, size_t n) {
     if (n > c->len - c->off) return -1;
-    if (v) memcpy(v, c->q + c->off, n);
+    if (v && n) memcpy(v, c->q + c->off, n);
     c->off += n;
     return 0;
 }
@@ -362,7 +362,7 @@ int dsv4_seq_restore(dsv4_seq *s, const char *path, dsv4_error *err) {
 /* ---- fork ------------------------------------------------------------------------------------------------ */
 
 static void rows_copy(dsv4_rows *dst, const dsv4_rows *src) {
-    memcpy(dst->data, src->data, sizeof(float) * (size_t)src->n * (size_t)src->width);
+    if (src->n) memcpy(dst->data, src->data, sizeof(float) * (size_t)src->n * (size_t)src->width);
     dst->n = src->n;
 }
 
@@ -379,7 +379,7 @@ int dsv4_seq_fork(const dsv4_seq *s, dsv4_seq **out, dsv4_error *err) {
         return dsv4_fail(err, DSV4_E_NOMEM, "fork: out of memory for %lld tokens of state", (long long)s->pos);
     }
     const size_t D = (size_t)s->model->cfg.head_dim;
-    memcpy(f->tokens, s->tokens, sizeof(int32_t) * (size_t)s->pos);
+    if (s->pos) memcpy(f->tokens, s->tokens, sizeof(int32_t) * (size_t)s->pos);
     for (int L = 0; L < s->n_layers; L++) {
         const dsv4_layer_state *a = &s->layer[L];
         dsv4_layer_state *b = &f->layer[L];

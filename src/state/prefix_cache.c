@@ -59,7 +59,8 @@ void dsv4_prefix_cache_free(dsv4_prefix_cache *c) {
 }
 
 static int same_history(const dsv4_seq *a, const dsv4_seq *b) {
-    return a->model == b->model && a->pos == b->pos && !memcmp(a->tokens, b->tokens, sizeof(int32_t) * (size_t)a->pos);
+    return a->model == b->model && a->pos == b->pos &&
+           (a->pos == 0 || !memcmp(a->tokens, b->tokens, sizeof(int32_t) * (size_t)a->pos));
 }
 
 int dsv4_prefix_cache_put(dsv4_prefix_cache *c, const dsv4_seq *s, dsv4_error *err) {
@@ -95,7 +96,7 @@ int dsv4_prefix_cache_lookup(dsv4_prefix_cache *c, dsv4_model *m, const int32_t 
     for (entry *e = c->head; e; e = e->next) {
         const dsv4_seq *s = e->seq;
         if (s->model != m || s->pos > n || (best && s->pos <= best->seq->pos)) continue;
-        if (!memcmp(s->tokens, tokens, sizeof(int32_t) * (size_t)s->pos)) best = e;
+        if (s->pos > 0 && !memcmp(s->tokens, tokens, sizeof(int32_t) * (size_t)s->pos)) best = e;
     }
     int rc;
     if (best && best->seq->pos > 0) {
