@@ -1,9 +1,9 @@
 /* dsv4 chat -m DIR [--system TEXT] [--think] [-n MAX_TOKENS_PER_TURN] [--temp T] [--top-p P] [--top-k K]
- *           [--min-p P] [--seed S] [--mode exact|official] [--threads N]
+ *           [--min-p P] [--seed S] [--mode exact|official] [--threads N] [--stats]
  * Interactive multi-turn chat on one sequence (engine/chat_session.h has the multi-turn rules). Reads user lines
  * from stdin (terminal or pipe), streams each reply to stdout. Commands: /think, /nothink, /reset, /quit; EOF ends.
  * Ctrl-C during a reply stops it (the turn is closed and kept, see dsv4_chat_session_close); Ctrl-C at the prompt
- * arms exit, a second one exits. */
+ * arms exit, a second one exits. --stats: after each reply, one stderr line "[turn K: N tokens, position P]". */
 #include "cli/cli.h"
 #include "engine/chat_session.h"
 #include "text/tokenizer.h"
@@ -18,7 +18,7 @@ static const char *CMD = "chat";
 
 typedef struct {
     const char *model_dir, *system;
-    int think;
+    int think, stats;
     long long n, threads;
     dsv4_mode mode;
     dsv4_sampling sp;
@@ -36,6 +36,7 @@ static int parse(int argc, char **argv, chat_opts *o) {
         if (!strcmp(a, "-m") || !strcmp(a, "--model")) { VAL(); o->model_dir = v; }
         else if (!strcmp(a, "--system")) { VAL(); o->system = v; }
         else if (!strcmp(a, "--think")) o->think = 1;
+        else if (!strcmp(a, "--stats")) o->stats = 1;
         else if (!strcmp(a, "-n")) { VAL(); if (cli_parse_int(CMD, a, v, 1, 1LL << 30, &o->n)) return 1; }
         else if (!strcmp(a, "--temp")) { VAL(); if (cli_parse_float(CMD, a, v, &x)) return 1; o->sp.temperature = (float)x; }
         else if (!strcmp(a, "--top-p")) { VAL(); if (cli_parse_float(CMD, a, v, &x)) return 1; o->sp.top_p = (float)x; }
@@ -121,25 +122,30 @@ typedef struct {
     dsv4_chat_session *s;
     display disp;
     long long max_tokens;
-    int tty_in;
+    int tty_in, stats, turn;
 } repl;
 
 /* Generate one reply. The loop polls g_interrupts between tokens, so an interrupt never lands inside a step:
  * every token shown was fed, then close() completes the turn (see dsv4_chat_session_close). */
 static int reply(repl *r, dsv4_error *err) {
     r->disp.in_reasoning = r->disp.saw_reasoning = 0;
-    int done = 0, stopped = 0;
+    int done = 0, stopped = 0, n_reply = 0;
     for (long long i = 0; i < r->max_tokens && !done; i++) {
         if (g_interrupts) { stopped = 1; break; }
         int32_t tok;
         if (dsv4_chat_session_next(r->s, &tok, &done, err)) return err->code;
     }
     if (g_interrupts) stopped = 1;
+    n_reply = dsv4_chat_session_reply_len(r->s);
     int rc = dsv4_chat_session_close(r->s, err);
     end_reasoning(&r->disp);
     put("\n", 1);
     if (stopped) fprintf(stderr, "[reply interrupted]\n");
     else if (!done) fprintf(stderr, "[reply cut at %lld tokens]\n", r->max_tokens);
+    r->turn++;
+    if (!rc && r->stats)
+        fprintf(stderr, "[turn %d: %d tokens, position %lld]\n", r->turn, n_reply,
+                (long long)dsv4_chat_session_position(r->s));
     return rc;
 }
 
@@ -207,7 +213,7 @@ int cmd_chat(int argc, char **argv) {
     dsv4_load_opts lo = { .mode = o.mode, .n_threads = (int)o.threads, .quiet = 1 };
     dsv4_model *m = NULL;
     dsv4_tokenizer *tok = NULL;
-    repl r = { .max_tokens = o.n, .tty_in = isatty(STDIN_FILENO) };
+    repl r = { .max_tokens = o.n, .tty_in = isatty(STDIN_FILENO), .stats = o.stats };
     r.disp.tty = isatty(STDOUT_FILENO);
     int rc = 1;
     if (dsv4_model_load(o.model_dir, &lo, &m, &err)) { rc = cli_fail(CMD, &err); goto out; }
