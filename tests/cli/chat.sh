@@ -84,7 +84,7 @@ cat "$T/long.txt" >&3
 sleep 0.3
 kill -INT "$CHAT_PID"
 printf 'next\n' >&3
-for _ in $(seq 100); do grep -q '^\[turn 2: ' "$T/e5" && break; sleep 0.1; done
+for _ in $(seq 900); do grep -q '^\[turn 2: ' "$T/e5" && break; sleep 0.1; done
 # at the prompt: the first Ctrl-C only warns, the second exits with status 0
 kill -INT "$CHAT_PID"; sleep 0.3
 alive=0; kill -0 "$CHAT_PID" 2>/dev/null && alive=1
