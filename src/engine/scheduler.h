@@ -24,7 +24,9 @@ typedef struct dsv4_sched dsv4_sched;
 
 typedef struct {
     int max_streams;   /* concurrent streams (slots); >= 1 */
-    int step_tokens;   /* token budget of one step; 0 = unlimited. Decode tokens beyond it wait a step. */
+    int step_tokens;   /* token budget of one step; 0 = unlimited. Decode tokens beyond it wait a step (the
+                        * start rotates so they share it); prompts advance only with what decode leaves, so a
+                        * budget <= the number of decoding streams holds prompts back until a stream ends. */
 } dsv4_sched_opts;
 
 /* One stop token sequence: generation stops once the generated tokens end with it (the sequence stays in the
@@ -82,7 +84,8 @@ int dsv4_sched_add(dsv4_sched *s, const dsv4_request *r, int64_t *id, dsv4_error
  * tokens generated so far. Cancelling a finished request does nothing. */
 int dsv4_sched_cancel(dsv4_sched *s, int64_t id, dsv4_error *err);
 /* Run one step (admit, one dsv4_step, sample, retire, admit). With nothing to do it returns 0 at once.
- * On error no stream advances and the scheduler is unchanged. */
+ * On error (the step's dsv4_step failed, or no memory) no stream advances and no token is sampled; the call
+ * may be retried. Admissions and context-limit retirements made before the failure stand. */
 int dsv4_sched_step(dsv4_sched *s, dsv4_error *err);
 /* Requests not yet done (waiting + running). */
 int dsv4_sched_pending(const dsv4_sched *s);
