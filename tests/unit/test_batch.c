@@ -30,6 +30,9 @@ static const topology TOPOS[] = {
 };
 #define N_TOPOS 2
 
+/* DSV4_QUICK (the sanitizer run): the first topology only. */
+static int n_topos(void) { return getenv("DSV4_QUICK") ? 1 : N_TOPOS; }
+
 typedef struct {
     dsv4_model *m[N_TOPOS];
     char dir[N_TOPOS][256];
@@ -263,7 +266,7 @@ static run_stats check_plan(fixture *f, int t, const char *what, int max_streams
  * step as a sixth stream prefills 150 tokens; every row equals the stream fed alone in one call. */
 static void test_ragged_step(void **state) {
     fixture *f = *state;
-    for (int t = 0; t < N_TOPOS; t++) {
+    for (int t = 0; t < n_topos(); t++) {
         dsv4_model *m = f->m[t];
         const int V = f->vocab[t];
         static const int pre[5] = {5, 9, 130, 200, 1};
@@ -307,7 +310,7 @@ static void test_staggered_mixed(void **state) {
     static const int lens[] = {1, 3, 8, 9, 17, 130, 200, 7, 120, 4};
     static const int news[] = {12, 6, 10, 3, 5, 8, 4, 20, 16, 1};
     enum { N = 10 };
-    for (int t = 0; t < N_TOPOS; t++) {
+    for (int t = 0; t < n_topos(); t++) {
         stream_spec sp[N];
         plan_item plan[N];
         for (int i = 0; i < N; i++) {
@@ -326,7 +329,7 @@ static void test_staggered_mixed(void **state) {
 static void test_chunk_offsets(void **state) {
     fixture *f = *state;
     static const int budgets[] = {2, 3, 4, 6, 8, 128, 129, 130};  /* chunks of 1,2,3,5,7,127,128,129 with the neighbour */
-    for (int t = 0; t < N_TOPOS; t++) {
+    for (int t = 0; t < n_topos(); t++) {
         stream_spec sp[2];
         make_spec(&sp[0], 3, 200, f->vocab[t], 11, 1);   /* the decoding neighbour */
         sp[0].stop_on_eos = 0;
@@ -348,7 +351,7 @@ static void test_chunk_offsets(void **state) {
  * logits (each compared with the alone run, hence with each other). */
 static void test_neighbour_independence(void **state) {
     fixture *f = *state;
-    for (int t = 0; t < N_TOPOS; t++) {
+    for (int t = 0; t < n_topos(); t++) {
         stream_spec sp[8];
         plan_item plan[8];
         make_spec(&sp[0], 20, 14, f->vocab[t], 77, 1);
@@ -372,7 +375,7 @@ static void test_neighbour_independence(void **state) {
 static void test_cancel(void **state) {
     fixture *f = *state;
     enum { N = 6 };
-    for (int t = 0; t < N_TOPOS; t++) {
+    for (int t = 0; t < n_topos(); t++) {
         stream_spec sp[N];
         plan_item plan[N];
         make_spec(&sp[0], 10, 12, f->vocab[t], 40, 1);
@@ -397,7 +400,7 @@ static void test_many_streams(void **state) {
     enum { NMAX = 64 };
     stream_spec *sp = calloc(NMAX, sizeof *sp);
     plan_item plan[NMAX];
-    for (int t = 0; t < N_TOPOS; t++) {
+    for (int t = 0; t < n_topos(); t++) {
         for (int i = 0; i < NMAX; i++) {
             make_spec(&sp[i], 1 + i % 12, 4 + i % 3, f->vocab[t], 1000 + i, i);
             plan[i] = (plan_item){ 0, 0, 0 };
