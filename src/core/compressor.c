@@ -6,25 +6,17 @@
 #include <stdlib.h>
 #include <string.h>
 
-int compressor_state_init(dsv4_compressor_state *s, int ratio, int width) {
-    const int coff = ratio == 4 ? 2 : 1;
+int compressor_state_init(dsv4_compressor_state *s, int ratio, int width, int slack) {
     s->ratio = ratio;
     s->overlap = ratio == 4;
     s->width = width;
-    s->rows = coff * ratio;
-    s->cols = coff * width;
-    const size_t n = (size_t)s->rows * (size_t)s->cols;
-    s->kv = malloc(n * sizeof(float));
-    s->score = malloc(n * sizeof(float));
+    s->cols = (s->overlap ? 2 : 1) * width;
+    s->hist_len = (s->overlap ? 2 : 1) * ratio + (slack > 0 ? slack : 0);
+    const size_t n = (size_t)s->hist_len * (size_t)s->cols;
+    s->kv = calloc(n, sizeof(float));
+    s->score = calloc(n, sizeof(float));
     if (!s->kv || !s->score) { compressor_state_free(s); return -1; }
-    compressor_state_reset(s);
     return 0;
-}
-
-void compressor_state_reset(dsv4_compressor_state *s) {
-    const size_t n = (size_t)s->rows * (size_t)s->cols;
-    memset(s->kv, 0, n * sizeof(float));
-    for (size_t i = 0; i < n; i++) s->score[i] = -INFINITY;
 }
 
 void compressor_state_free(dsv4_compressor_state *s) {
@@ -33,52 +25,46 @@ void compressor_state_free(dsv4_compressor_state *s) {
     s->kv = s->score = NULL;
 }
 
-size_t compressor_state_bytes(const dsv4_compressor_state *s) {
-    return 2 * (size_t)s->rows * (size_t)s->cols * sizeof(float);
-}
-
 void compressor_state_copy(dsv4_compressor_state *dst, const dsv4_compressor_state *src) {
-    const size_t n = (size_t)src->rows * (size_t)src->cols * sizeof(float);
+    const size_t n = (size_t)src->hist_len * (size_t)src->cols * sizeof(float);
     memcpy(dst->kv, src->kv, n);
     memcpy(dst->score, src->score, n);
 }
 
-/* Softmax-weighted sum over the slots of one output column j. Slots are visited in a fixed order: the A
- * half of the previous chunk (rows 0..m-1, column j), then the current chunk (rows, column off+j). */
-static float pool_column(const dsv4_compressor_state *s, int j) {
-    const int m = s->ratio, c = s->width, cols = s->cols;
+int64_t compressor_live_first(const dsv4_compressor_state *s, int64_t pos) {
+    int64_t first = pos - pos % s->ratio - (s->overlap ? s->ratio : 0);
+    return first < 0 ? 0 : first;
+}
+
+/* Softmax-weighted sum over the slots of output column j of the chunk [c0, c0+m). Slots in a fixed order:
+ * the A half of the previous chunk's positions (when overlapping and the chunk exists), then the chunk's own
+ * positions (their B half when overlapping). */
+static float pool_column(const dsv4_compressor_state *s, int64_t c0, int j) {
+    const int m = s->ratio, off = s->overlap ? s->width : 0;
+    const int64_t a0 = s->overlap && c0 >= m ? c0 - m : c0;   /* first position with an A slot */
     float mx = -INFINITY;
-    if (s->overlap)
-        for (int r = 0; r < m; r++) mx = fmaxf(mx, s->score[r * cols + j]);
-    const int cur0 = s->overlap ? m : 0, off = s->overlap ? c : 0;
-    for (int r = cur0; r < cur0 + m; r++) mx = fmaxf(mx, s->score[r * cols + off + j]);
+    for (int64_t t = a0; t < c0; t++) mx = fmaxf(mx, compressor_score_at(s, t)[j]);
+    for (int64_t t = c0; t < c0 + m; t++) mx = fmaxf(mx, compressor_score_at(s, t)[off + j]);
     float den = 0.0f, num = 0.0f;
-    if (s->overlap)
-        for (int r = 0; r < m; r++) {
-            const float e = expf(s->score[r * cols + j] - mx);   /* -inf (fresh state) -> weight 0 */
-            den += e;
-            num += e * s->kv[r * cols + j];
-        }
-    for (int r = cur0; r < cur0 + m; r++) {
-        const float e = expf(s->score[r * cols + off + j] - mx);
+    for (int64_t t = a0; t < c0; t++) {
+        const float e = expf(compressor_score_at(s, t)[j] - mx);
         den += e;
-        num += e * s->kv[r * cols + off + j];
+        num += e * compressor_kv_at(s, t)[j];
+    }
+    for (int64_t t = c0; t < c0 + m; t++) {
+        const float e = expf(compressor_score_at(s, t)[off + j] - mx);
+        den += e;
+        num += e * compressor_kv_at(s, t)[off + j];
     }
     return num / den;
 }
 
 int compressor_push(dsv4_compressor_state *s, const float *K, const float *Z, int64_t pos, float *pooled) {
-    const int m = s->ratio, cols = s->cols;
-    const int slot = (s->overlap ? m : 0) + (int)(pos % m);
-    memcpy(s->kv + (size_t)slot * cols, K, sizeof(float) * (size_t)cols);
-    memcpy(s->score + (size_t)slot * cols, Z, sizeof(float) * (size_t)cols);
-    if ((pos + 1) % m != 0) return 0;
-    for (int j = 0; j < s->width; j++) pooled[j] = pool_column(s, j);
-    if (s->overlap) {
-        /* the chunk just completed becomes the "previous chunk" of the next one */
-        memcpy(s->kv, s->kv + (size_t)m * cols, sizeof(float) * (size_t)m * cols);
-        memcpy(s->score, s->score + (size_t)m * cols, sizeof(float) * (size_t)m * cols);
-    }
+    memcpy(compressor_kv_at(s, pos), K, sizeof(float) * (size_t)s->cols);
+    memcpy(compressor_score_at(s, pos), Z, sizeof(float) * (size_t)s->cols);
+    if ((pos + 1) % s->ratio != 0) return 0;
+    const int64_t c0 = pos + 1 - s->ratio;
+    for (int j = 0; j < s->width; j++) pooled[j] = pool_column(s, c0, j);
     return 1;
 }
 

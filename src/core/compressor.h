@@ -1,13 +1,17 @@
 /* The compressor state machine (spec §8): turns every aligned chunk of m positions into one row.
  *
- * State per compressor (fp32): kv[rows][cols] and score[rows][cols], rows = coff*m, cols = coff*c, where
- * coff = 2 when the compressor overlaps (m = 4) and 1 otherwise (m = 128).
- *   m = 4:   rows 0..3 hold the previous complete chunk, rows 4..7 the chunk being filled. Chunk k pools 8
- *            slots: the A half (first c columns) of chunk k-1 and the B half (last c columns) of chunk k.
- *   m = 128: rows 0..127 hold the chunk being filled.
- * score rows hold Wgate x + ape[pos mod m] (ape by ABSOLUTE position). A fresh state has kv = 0 and
- * score = -inf, so chunk 0's missing A slots weigh nothing.
+ * State: the raw per-position projections K_t = Wkv x_t and Z_t = Wgate x_t + ape[t mod m] (fp32, coff*c wide,
+ * coff = 2 when the compressor overlaps, i.e. m = 4), kept in a ring indexed by ABSOLUTE position
+ * (slot = t mod hist_len). When position t completes chunk k = t / m, the row is pooled straight from the ring:
+ *   m = 4:   8 slots per output column j: the A half (columns 0..c-1) of the positions of chunk k-1 and the B
+ *            half (columns c..2c-1) of the positions of chunk k; chunk 0 has no A slots (weight 0).
+ *   m = 128: the 128 positions of chunk k, one half.
+ * This is the official rolling state (spec §8.4) written as "what each slot held", so nothing is copied at an
+ * emission and nothing is ever stale: the state at position p is exactly the projections of positions
+ * [live_first(p), p), where live_first(p) is the start of the current chunk, minus m when overlapping.
  *
+ * hist_len = (overlap ? 2m : m) + slack. The slack (the model's max_spec) keeps every position that a
+ * rollback of up to `slack` speculative tokens could still need: rolling back is only a matter of position.
  * Every token goes through compressor_push in position order — prefill, chunked prefill and decode alike —
  * so a row never depends on how the tokens were split into calls. */
 #ifndef DSV4_CORE_COMPRESSOR_H
@@ -17,19 +21,28 @@
 
 typedef struct {
     int ratio, overlap, width;  /* m, (m == 4), c */
-    int rows, cols;             /* coff*m, coff*c */
-    float *kv, *score;          /* [rows][cols] each, owned */
+    int cols;                   /* coff*c: floats per position in kv and score */
+    int hist_len;               /* positions held by the ring */
+    float *kv, *score;          /* [hist_len][cols] each, owned; slot = pos mod hist_len */
 } dsv4_compressor_state;
 
-int  compressor_state_init(dsv4_compressor_state *s, int ratio, int width);  /* allocates and resets */
-void compressor_state_reset(dsv4_compressor_state *s);
+int  compressor_state_init(dsv4_compressor_state *s, int ratio, int width, int slack);  /* 0, or -1: no memory */
 void compressor_state_free(dsv4_compressor_state *s);
 void compressor_state_copy(dsv4_compressor_state *dst, const dsv4_compressor_state *src); /* same shape */
-size_t compressor_state_bytes(const dsv4_compressor_state *s);
 
-/* Feed the projections of the token at position pos: K = Wkv x, Z = Wgate x + ape[pos mod m] (both
- * coff*c long). Returns 1 when this token completes chunk k = pos / m and writes the pooled row P_k (c floats,
- * before its norm/rope, spec §8.2) to `pooled`; 0 otherwise. */
+/* The first position whose projections a state at position pos still needs (see above). */
+int64_t compressor_live_first(const dsv4_compressor_state *s, int64_t pos);
+/* The kv / score floats (cols each) of an absolute position held by the ring. */
+static inline float *compressor_kv_at(const dsv4_compressor_state *s, int64_t pos) {
+    return s->kv + (pos % s->hist_len) * s->cols;
+}
+static inline float *compressor_score_at(const dsv4_compressor_state *s, int64_t pos) {
+    return s->score + (pos % s->hist_len) * s->cols;
+}
+
+/* Feed the projections of the token at position pos: K = Wkv x, Z = Wgate x + ape[pos mod m] (both cols long).
+ * Returns 1 when this token completes chunk k = pos / m and writes the pooled row P_k (c floats, before its
+ * norm/rope, spec §8.2) to `pooled`; 0 otherwise. */
 int compressor_push(dsv4_compressor_state *s, const float *K, const float *Z, int64_t pos, float *pooled);
 
 /* Post-process a pooled row into the stored row (spec §8.3): bf16 (OFFICIAL), RMSNorm, RoPE at the chunk

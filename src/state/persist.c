@@ -20,10 +20,18 @@
 
 /* ---- shapes ------------------------------------------------------------------------------------------ */
 
-/* Compressor state shape for ratio m and width c (mirrors compressor_state_init). */
-static uint64_t comp_floats(uint32_t ratio, uint32_t width) {
-    const uint64_t coff = ratio == 4 ? 2 : 1;
-    return 2 * (coff * ratio) * (coff * width);   /* kv + score */
+/* A compressor at position pos needs the projections of positions [live_first, pos) (compressor.h): the
+ * current chunk, plus the previous one when overlapping (m = 4). Only those are saved: everything else in the
+ * ring is dead, so two states that agree on what the model reads serialise to the same bytes. */
+static uint64_t comp_live_positions(uint32_t ratio, int64_t pos) {
+    int64_t first = pos - pos % ratio - (ratio == 4 ? 4 : 0);
+    return (uint64_t)(pos - (first < 0 ? 0 : first));
+}
+
+/* Floats of a compressor state at position pos: kv + score for each live position. */
+static uint64_t comp_floats(uint32_t ratio, uint32_t width, int64_t pos) {
+    const uint64_t cols = (ratio == 4 ? 2 : 1) * (uint64_t)width;
+    return 2 * comp_live_positions(ratio, pos) * cols;
 }
 
 static uint64_t live_window(const persist_header *h) {
@@ -48,13 +56,13 @@ int persist_sizes_of(const persist_header *h, persist_sizes *sz) {
         uint64_t b = 4 * live_window(h) * D;
         sz->fixed += 4 * (uint64_t)h->window * D;
         if (r) {
-            const uint64_t fixed = 4 * comp_floats(r, (uint32_t)D) + 8;
+            const uint64_t fixed = 4 * comp_floats(r, (uint32_t)D, h->pos) + 8;
             b += fixed + 4 * (pos / r) * D;
             sz->fixed += fixed;
             sz->per_token += 4.0 * (double)D / r;
         }
         if (r == 4) {
-            const uint64_t fixed = 4 * comp_floats(4, (uint32_t)I) + 8;
+            const uint64_t fixed = 4 * comp_floats(4, (uint32_t)I, h->pos) + 8;
             b += fixed + 4 * (pos / 4) * I;
             sz->fixed += fixed;
             sz->per_token += 4.0 * (double)I / 4;
@@ -118,10 +126,10 @@ size_t dsv4_seq_state_bytes(const dsv4_seq *s) {
     return persist_sizes_of(&h, &sz) ? 0 : (size_t)sz.total;
 }
 
-static void put_comp(cursor *c, const dsv4_compressor_state *cs) {
-    const size_t n = (size_t)cs->rows * (size_t)cs->cols * sizeof(float);
-    put(c, cs->kv, n);
-    put(c, cs->score, n);
+static void put_comp(cursor *c, const dsv4_compressor_state *cs, int64_t pos) {
+    const size_t n = (size_t)cs->cols * sizeof(float);
+    for (int64_t t = compressor_live_first(cs, pos); t < pos; t++) put(c, compressor_kv_at(cs, t), n);
+    for (int64_t t = compressor_live_first(cs, pos); t < pos; t++) put(c, compressor_score_at(cs, t), n);
 }
 
 static void put_rows(cursor *c, const dsv4_rows *r) {
@@ -133,11 +141,11 @@ static void put_layer(cursor *c, const dsv4_seq *s, const dsv4_layer_state *ls, 
     const int64_t nwin = (int64_t)live_window(h), D = h->head_dim;
     for (int64_t t = s->pos - nwin; t < s->pos; t++) put(c, ls->ring + (t % s->ring_len) * D, sizeof(float) * (size_t)D);
     if (ls->comp.kv) {
-        put_comp(c, &ls->comp);
+        put_comp(c, &ls->comp, s->pos);
         put_rows(c, &ls->crows);
     }
     if (ls->icomp.kv) {
-        put_comp(c, &ls->icomp);
+        put_comp(c, &ls->icomp, s->pos);
         put_rows(c, &ls->irows);
     }
 }
@@ -277,9 +285,10 @@ static int walk_body(cursor *c, const persist_header *h, const dsv4_model *m, ds
             const uint32_t ratio = which ? 4 : (uint32_t)r;
             dsv4_compressor_state *cs = ls ? (which ? &ls->icomp : &ls->comp) : NULL;
             dsv4_rows *rows = ls ? (which ? &ls->irows : &ls->crows) : NULL;
-            const size_t half = (size_t)comp_floats(ratio, (uint32_t)width) / 2 * sizeof(float);
-            get(c, cs ? cs->kv : NULL, half);
-            get(c, cs ? cs->score : NULL, half);
+            const int64_t first = pos - (int64_t)comp_live_positions(ratio, pos);
+            const size_t row = (ratio == 4 ? 2 : 1) * width * sizeof(float);
+            for (int64_t t = first; t < pos; t++) get(c, cs ? compressor_kv_at(cs, t) : NULL, row);
+            for (int64_t t = first; t < pos; t++) get(c, cs ? compressor_score_at(cs, t) : NULL, row);
             const int64_t n = (int64_t)get_u64(c);
             if (n != pos / ratio)
                 return dsv4_fail(err, DSV4_E_STATE, "state layer %u stores %lld %s rows, position %lld implies %lld", L,

@@ -11,9 +11,10 @@
  *            f32[min(pos, window)][head_dim]       the live window rows, oldest first (positions
  *                                                  pos-nwin .. pos-1); the ring's dead slots are not saved,
  *                                                  so the file does not depend on the ring layout (max_spec)
- *            ratio != 0: f32 kv[rows][cols], f32 score[rows][cols]   main compressor state (compressor.h)
+ *            ratio != 0: f32 kv[n][cols], f32 score[n][cols]   main compressor: the projections of its live
+ *                        positions live_first(pos) .. pos-1 (compressor.h; n < 2m, cols = coff*head_dim)
  *                        i64 n_rows (= pos / ratio), f32[n_rows][head_dim]  compressed rows
- *            ratio == 4: f32 kv[8][2*index_head_dim], f32 score[8][2*index_head_dim]  indexer compressor
+ *            ratio == 4: the same for the indexer's compressor (cols = 2*index_head_dim)
  *                        i64 n_rows (= pos / 4), f32[n_rows][index_head_dim]  indexer rows
  *   trailer  u64 XXH64 (seed 0) of every byte before it
  *

@@ -8,7 +8,7 @@ int rows_reserve(dsv4_rows *r, int64_t n_total) {
     if (n_total <= r->cap) return 0;
     int64_t nc = r->cap ? r->cap : 16;
     while (nc < n_total) nc *= 2;
-    float *nd = realloc(r->data, sizeof(float) * (size_t)nc * (size_t)r->width);
+    uint8_t *nd = realloc(r->data, (size_t)nc * r->lay.bytes);
     if (!nd) return -1;
     r->data = nd;
     r->cap = nc;
@@ -57,17 +57,19 @@ int dsv4_seq_new(dsv4_model *m, dsv4_seq **out, dsv4_error *err) {
     s->model = m;
     s->n_layers = c->n_layers;
     s->ring_len = m->ring_len;
+    kv_layout_init(&s->kv_main, m->kv_format, KV_ROW_MAIN, c->head_dim, c->rope_dim);
+    kv_layout_init(&s->kv_index, m->kv_format, KV_ROW_INDEX, c->index_head_dim, 0);
     s->layer = calloc((size_t)c->n_layers, sizeof(dsv4_layer_state));
     if (!s->layer) goto oom;
     for (int L = 0; L < c->n_layers; L++) {
         dsv4_layer_state *ls = &s->layer[L];
         const int ratio = c->compress_ratio[L];
-        ls->ring = calloc((size_t)s->ring_len * (size_t)c->head_dim, sizeof(float));
+        ls->ring = calloc((size_t)s->ring_len, s->kv_main.bytes);
         if (!ls->ring) goto oom;
-        ls->crows.width = c->head_dim;
-        ls->irows.width = c->index_head_dim;
-        if (ratio && compressor_state_init(&ls->comp, ratio, c->head_dim)) goto oom;
-        if (ratio == 4 && compressor_state_init(&ls->icomp, 4, c->index_head_dim)) goto oom;
+        ls->crows.lay = s->kv_main;
+        ls->irows.lay = s->kv_index;
+        if (ratio && compressor_state_init(&ls->comp, ratio, c->head_dim, m->max_spec)) goto oom;
+        if (ratio == 4 && compressor_state_init(&ls->icomp, 4, c->index_head_dim, m->max_spec)) goto oom;
     }
     *out = s;
     return 0;
