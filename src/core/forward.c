@@ -11,6 +11,7 @@
 #include "model/model.h"
 #include "state/sequence.h"
 #include "util/error.h"
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -169,7 +170,12 @@ int dsv4_step(dsv4_model *m, dsv4_step_item *items, int n_items, dsv4_error *err
 
     /* From here on nothing can fail: every buffer is reserved. */
     embed_tokens(m, ws);
-    for (int L = 0; L < m->cfg.n_layers; L++) block_forward(m, L, ws);
+    const int show = m->progress && T >= 256;   /* long prefills report their progress per layer */
+    for (int L = 0; L < m->cfg.n_layers; L++) {
+        if (show) fprintf(stderr, "\rdsv4: %d tokens: layer %d/%d", T, L + 1, m->cfg.n_layers);
+        block_forward(m, L, ws);
+    }
+    if (show) fprintf(stderr, "\r\033[K");
     for (int i = 0; i < n_items; i++) {
         dsv4_step_item *it = &items[i];
         const int f = b->first[i];

@@ -1,11 +1,13 @@
 /* Loading a checkpoint folder into a dsv4_model: config, mmap, validation against the inventory, binding. */
 #include "model/model.h"
+#include "state/kvrows.h"
 #include "model/formats.h"
 #include "util/error.h"
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <xxhash.h>
 
 void dsv4_workspace_free(struct dsv4_workspace *ws); /* core/forward.c */
@@ -287,6 +289,8 @@ int dsv4_model_load(const char *dir, const dsv4_load_opts *opts, dsv4_model **ou
     m->mode = opts->mode;
     m->max_spec = opts->max_spec > 0 ? opts->max_spec : 16;
     m->ring_len = m->cfg.window + m->max_spec;
+    m->kv_format = opts->kv_format;
+    if ((rc = kv_format_check(m->kv_format, m->cfg.head_dim, m->cfg.rope_dim, m->cfg.index_head_dim, err))) goto fail;
     if ((rc = st_open_dir(dir, &m->ckpt, err))) goto fail;
     {
         dsv4_inventory inv;
@@ -328,6 +332,14 @@ int dsv4_model_load(const char *dir, const dsv4_load_opts *opts, dsv4_model **ou
     m->fingerprint = fingerprint(m);
     m->pool = dsv4_pool_new(opts->n_threads);
     if (!m->pool) { rc = dsv4_fail(err, DSV4_E_NOMEM, "cannot start worker threads"); goto fail; }
+    /* Progress goes to a terminal only: scripts reading stderr get nothing but errors. */
+    m->progress = !opts->quiet && isatty(2);
+    if (m->progress) {
+        uint64_t bytes = 0;
+        for (int i = 0; i < m->ckpt.n_shards; i++) bytes += m->ckpt.shards[i].len;
+        fprintf(stderr, "dsv4: %s: %d tensors, %.2f GB in %d shard(s) mapped, %d threads\n", dir, m->ckpt.n_tensors,
+                bytes / 1e9, m->ckpt.n_shards, dsv4_pool_threads(m->pool));
+    }
     *out = m;
     return 0;
 fail:

@@ -56,6 +56,7 @@ struct dsv4_model {
     dsv4_mode mode;
     int max_spec;            /* ring slack for speculative rollback */
     int ring_len;            /* window + max_spec */
+    int kv_format;           /* dsv4_kv_format of every sequence's KV rows (state/kvrows.h) */
     st_archive ckpt;
     dsv4_pool *pool;
     dsv4_weight embed, head;
@@ -65,6 +66,7 @@ struct dsv4_model {
     dsv4_rope rope_window;   /* ratio 0: rope_theta, no YaRN */
     dsv4_rope rope_compress; /* ratio != 0: compress_rope_theta + YaRN */
     uint64_t fingerprint;    /* hash of config + tensor table, for state files */
+    int progress;            /* print loading / long-prefill progress on stderr (a terminal, not quiet) */
     float **owned;           /* every fp32 vector decoded at load, freed with the model */
     int n_owned;
     struct dsv4_workspace *ws; /* scratch for dsv4_step, grown on demand (one step at a time per model) */
