@@ -46,11 +46,20 @@ typedef enum {
 
 typedef struct dsv4_model dsv4_model;
 
+/* How the KV cache stores its rows (issue 5; src/state/kvrows.h has the layouts). Lossless in OFFICIAL mode
+ * (the rows are already BF16/FP8/FP4-simulated there); an approximation in EXACT mode. */
+typedef enum {
+    DSV4_KV_F32  = 0,   /* fp32 rows */
+    DSV4_KV_BF16 = 1,   /* bf16 rows */
+    DSV4_KV_FP8  = 2,   /* E4M3 + UE8M0 scale per 64 non-rope dims, rope dims BF16; indexer rows FP4 per 32 */
+} dsv4_kv_format;
+
 typedef struct {
     dsv4_mode mode;      /* numeric mode used by every forward call on this model */
     int n_threads;       /* 0 = one per online CPU */
     int max_spec;        /* extra window-ring slots kept for speculative rollback (0 = default 16) */
     int quiet;           /* 1 = no progress output on stderr */
+    int kv_format;       /* a dsv4_kv_format for every sequence of this model (0 = f32) */
 } dsv4_load_opts;
 
 /* Load a checkpoint folder as published on Hugging Face (config.json or inference/config.json,

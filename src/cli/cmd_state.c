@@ -1,6 +1,7 @@
 /* dsv4 state inspect FILE: print a saved sequence state's header, per-layer sizes and bytes per context
  * token. Needs no model: the header alone determines every size, and the checksum is verified. */
 #include "cli/cli.h"
+#include "state/kvrows.h"
 #include "state/persist.h"
 #include "util/error.h"
 #include "util/fileio.h"
@@ -17,7 +18,8 @@ static void print_state(const char *path, const persist_header *h, const persist
     printf("format: dsv4 sequence state v%u, checksum ok (xxh64)\n", h->version);
     printf("model fingerprint: %016llx\n", (unsigned long long)h->fingerprint);
     printf("numeric mode: %s\n", h->mode == DSV4_MODE_EXACT ? "exact" : h->mode == DSV4_MODE_OFFICIAL ? "official" : "unknown");
-    printf("kv storage: %s\n", h->kv_format == PERSIST_KV_F32 ? "f32" : "unknown");
+    int kv_fmt, kv_rope;
+    printf("kv storage: %s\n", persist_kv_unpack(h->kv_format, &kv_fmt, &kv_rope) ? "unknown" : kv_format_name(kv_fmt));
     printf("position: %lld tokens\n", (long long)h->pos);
     printf("shapes: %u layers, head_dim %u, index_head_dim %u, window %u (saved from a ring of %u)\n", h->n_layers,
            h->head_dim, h->index_head_dim, h->window, h->ring_len);

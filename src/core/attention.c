@@ -4,6 +4,7 @@
 #include "core/norm.h"
 #include "core/numerics.h"
 #include "core/rope.h"
+#include "state/kvrows.h"
 #include "state/sequence.h"
 #include <math.h>
 #include <stdlib.h>
@@ -14,6 +15,7 @@ typedef struct {
     const dsv4_layer *layer;
     int L;
     dsv4_workspace *ws;
+    kv_layout kv;            /* the stored form of window and compressed rows (state/kvrows.h) */
 } attn_ctx;
 
 /* ---- per-token preparation: norms, RoPE, ape, QAT simulations ------------------------------------------ */
@@ -80,15 +82,13 @@ static void run_compressors(attn_ctx *a) {
             const int64_t p = ws->batch.pos[t];
             const int w = (ly->comp.overlap ? 2 : 1) * D;
             if (compressor_push(&ls->comp, ws->ck + (int64_t)t * w, ws->cz + (int64_t)t * w, p, ws->pooled)) {
-                float *row = rows_at(&ls->crows, ls->crows.n++);
-                memcpy(row, ws->pooled, sizeof(float) * (size_t)D);
-                compressor_finish_row(a->m->mode, &ly->comp, rope, c->rope_dim, c->norm_eps, 0, p + 1 - ly->ratio, row);
+                compressor_finish_row(a->m->mode, &ly->comp, rope, c->rope_dim, c->norm_eps, 0, p + 1 - ly->ratio, ws->pooled);
+                kv_encode(&ls->crows.lay, ws->pooled, rows_at(&ls->crows, ls->crows.n++));
             }
             if (ly->ratio == 4 &&
                 compressor_push(&ls->icomp, ws->ick + (int64_t)t * 2 * cI, ws->icz + (int64_t)t * 2 * cI, p, ws->pooled)) {
-                float *row = rows_at(&ls->irows, ls->irows.n++);
-                memcpy(row, ws->pooled, sizeof(float) * (size_t)cI);
-                compressor_finish_row(a->m->mode, &ly->icomp, rope, c->rope_dim, c->norm_eps, 1, p - 3, row);
+                compressor_finish_row(a->m->mode, &ly->icomp, rope, c->rope_dim, c->norm_eps, 1, p - 3, ws->pooled);
+                kv_encode(&ls->irows.lay, ws->pooled, rows_at(&ls->irows, ls->irows.n++));
             }
         }
     }
@@ -144,7 +144,14 @@ static void select_rows(void *vctx, int begin, int end, int thread) {
         const float *qi = ws->qi + (int64_t)t * nI * cI, *wi = ws->wi + (int64_t)t * nI;
         int hn = 0;
         for (int64_t k = 0; k < n; k++) {
-            const float s = index_score(a->m->mode, qi, wi, rows_at(&ls->irows, k), nI, cI);
+            /* a stored row is decoded once for all nI heads (exact: the same bits as an fp32 row) */
+            float dec[KV_MAX_WIDTH];
+            const float *row = (const float *)(const void *)rows_at(&ls->irows, k);
+            if (ls->irows.lay.fmt != DSV4_KV_F32) {
+                kv_decode(&ls->irows.lay, rows_at(&ls->irows, k), dec);
+                row = dec;
+            }
+            const float s = index_score(a->m->mode, qi, wi, row, nI, cI);
             if (hn < K) {
                 /* sift up */
                 int i = hn++;
@@ -169,11 +176,14 @@ static void select_rows(void *vctx, int begin, int end, int thread) {
 
 /* ---- sink softmax attention of one (token, head) (spec §7.3–7.5) ------------------------------------------ */
 
-void sink_attention(dsv4_mode mode, const float *q, const float *const *keys, int nk, int D, float scale, float sink,
-                    float *scores, float *out) {
+/* sink_attention over keys in a stored KV format: kv_dot / kv_axpy give the bits of dot_f32 and the fp32 P.V over
+ * the decoded rows, so a lossless format changes nothing. */
+static void sink_attention_kv(dsv4_mode mode, const kv_layout *kv, const float *q, const uint8_t *const *keys, int nk,
+                              float scale, float sink, float *scores, float *out) {
+    const int D = kv->width;
     float mx = -INFINITY;
     for (int i = 0; i < nk; i++) {
-        scores[i] = dot_f32(q, keys[i], D) * scale;
+        scores[i] = kv_dot(kv, q, keys[i]) * scale;
         mx = fmaxf(mx, scores[i]);
     }
     /* the sink joins the denominator only (a logit whose value vector is zero); it is not in the max */
@@ -183,12 +193,18 @@ void sink_attention(dsv4_mode mode, const float *q, const float *const *keys, in
         const float e = expf(scores[i] - mx);
         den += e;
         const float pe = num_bf16_1(mode, e);   /* official: bf16 probabilities for P.V, fp32 denominator */
-        const float *v = keys[i];
-        for (int j = 0; j < D; j++) out[j] += pe * v[j];
+        kv_axpy(kv, pe, keys[i], out);
     }
     const float inv = 1.0f / den;
     for (int j = 0; j < D; j++) out[j] *= inv;
     num_bf16(mode, out, D);
+}
+
+void sink_attention(dsv4_mode mode, const float *q, const float *const *keys, int nk, int D, float scale, float sink,
+                    float *scores, float *out) {
+    kv_layout f32;
+    kv_layout_init(&f32, DSV4_KV_F32, KV_ROW_MAIN, D, 0);
+    sink_attention_kv(mode, &f32, q, (const uint8_t *const *)keys, nk, scale, sink, scores, out);
 }
 
 static void attend(void *vctx, int begin, int end, int thread) {
@@ -201,7 +217,7 @@ static void attend(void *vctx, int begin, int end, int thread) {
     const int D = c->head_dim, R = c->rope_dim, N = D - R, H = c->n_heads, W = c->window;
     const float scale = 1.0f / sqrtf((float)D);
     float *sc = ws->keyscratch + (int64_t)thread * (W + ws->rows_cap);
-    const float **keys = (const float **)(ws->keyptrs + (int64_t)thread * (W + ws->rows_cap));
+    const uint8_t **keys = (const uint8_t **)(void *)(ws->keyptrs + (int64_t)thread * (W + ws->rows_cap));
     for (int task = begin; task < end; task++) {
         const int t = task / H, h = task % H;
         const int item = ws->batch.item_of[t];
@@ -209,10 +225,11 @@ static void attend(void *vctx, int begin, int end, int thread) {
         const dsv4_layer_state *ls = &seq->layer[a->L];
         const int f = ws->batch.first[item];
         const int64_t p = ws->batch.pos[t], p0 = ws->batch.pos[f];
-        /* key set: window positions (chronological), then compressed rows (row order) */
+        /* key set: window positions (chronological), then compressed rows (row order). The chunk's own keys
+         * are read from ws->kv, which holds them in the stored format too (see attention_forward). */
         int nk = 0;
         for (int64_t s = p - W + 1 < 0 ? 0 : p - W + 1; s <= p; s++)
-            keys[nk++] = s >= p0 ? ws->kv + (int64_t)(f + (s - p0)) * D : ls->ring + (s % seq->ring_len) * D;
+            keys[nk++] = s >= p0 ? (const uint8_t *)(ws->kv + (int64_t)(f + (s - p0)) * D) : seq_ring_at(seq, ls, s);
         if (ly->ratio == 128) {
             const int64_t n = (p + 1) / 128;
             for (int64_t k = 0; k < n; k++) keys[nk++] = rows_at(&ls->crows, k);
@@ -222,7 +239,7 @@ static void attend(void *vctx, int begin, int end, int thread) {
         }
         const float *q = ws->q + ((int64_t)t * H + h) * D;
         float *o = ws->o + ((int64_t)t * H + h) * D;
-        sink_attention(mode, q, keys, nk, D, scale, ly->attn_sink[h], sc, o);
+        sink_attention_kv(mode, &a->kv, q, keys, nk, scale, ly->attn_sink[h], sc, o);
         num_bf16(mode, o, D);
         rope_apply(mode, layer_rope(m, ly->ratio), R, o + N, p, 1);
     }
@@ -230,12 +247,24 @@ static void attend(void *vctx, int begin, int end, int thread) {
 
 /* ---- the sub-layer ---------------------------------------------------------------------------------------- */
 
-void attention_forward(struct dsv4_model *m, int L, dsv4_workspace *ws) {
+/* Re-write each token's K=V row of ws->kv ([T][D] floats) in the stored KV format, in place (a stored row is
+ * never larger than its fp32 form). Every query then reads the chunk's own keys exactly as it would read them
+ * from the ring on a later call, which keeps one-shot, chunked and decode bit-identical in every format. */
+static void store_chunk_keys(const kv_layout *kv, float *rows, int T) {
+    float tmp[KV_MAX_WIDTH];
+    for (int t = 0; t < T; t++) {
+        float *row = rows + (int64_t)t * kv->width;
+        memcpy(tmp, row, sizeof(float) * (size_t)kv->width);
+        kv_encode(kv, tmp, (uint8_t *)row);
+    }
+}
+
+void attention_forward(struct dsv4_model *m, const dsv4_layer *ly, int L, dsv4_workspace *ws) {
     const dsv4_config *c = &m->cfg;
-    const dsv4_layer *ly = &m->layers[L];
     const dsv4_mode mode = m->mode;
     const int T = ws->batch.T, d = c->dim, D = c->head_dim, H = c->n_heads, G = c->o_groups;
-    attn_ctx a = { m, ly, L, ws };
+    attn_ctx a = { m, ly, L, ws, { 0 } };
+    kv_layout_init(&a.kv, m->kv_format, KV_ROW_MAIN, D, c->rope_dim);
 
     /* FP8 linears see their input quantized per 128 columns (OFFICIAL); the compressors and the indexer's
      * weights_proj read the unquantized x. ws->u is free here and holds the quantized copy. */
@@ -271,6 +300,7 @@ void attention_forward(struct dsv4_model *m, int L, dsv4_workspace *ws) {
         num_bf16(mode, ws->wi, (long)T * nI);
     }
     dsv4_pool_run(m->pool, T, prepare_tokens, &a);
+    if (a.kv.fmt != DSV4_KV_F32) store_chunk_keys(&a.kv, ws->kv, T);
     if (ly->ratio) run_compressors(&a);
     if (ly->ratio == 4) dsv4_pool_run(m->pool, T, select_rows, &a);
     dsv4_pool_run(m->pool, T * H, attend, &a);
@@ -290,8 +320,8 @@ void attention_forward(struct dsv4_model *m, int L, dsv4_workspace *ws) {
     /* finally the window rings: only now, so every query above read the chunk's own keys from ws->kv */
     for (int i = 0; i < ws->batch.n_items; i++) {
         dsv4_seq *seq = ws->batch.items[i].seq;
-        float *ring = seq->layer[L].ring;
+        const dsv4_layer_state *ls = &seq->layer[L];
         for (int t = ws->batch.first[i]; t < ws->batch.first[i + 1]; t++)
-            memcpy(ring + (ws->batch.pos[t] % seq->ring_len) * D, ws->kv + (int64_t)t * D, sizeof(float) * (size_t)D);
+            memcpy(seq_ring_at(seq, ls, ws->batch.pos[t]), ws->kv + (int64_t)t * D, a.kv.bytes);
     }
 }

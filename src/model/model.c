@@ -212,6 +212,53 @@ static void bind_block(binder *b, dsv4_layer *L, const char *p, int ratio, int h
     L->sw3 = bind_weight(b, q, "w3");
 }
 
+static void free_block_tables(dsv4_layer *L) {
+    free(L->w1);
+    free(L->w2);
+    free(L->w3);
+    free(L->tid2eid);
+}
+
+/* Which speculative head the checkpoint carries, told by its tensors (spec §2.4): V4 MTP has e_proj, the
+ * 0731 DSpark drafter main_proj. A head the config does not describe (num_nextn_predict_layers = 0, or no
+ * dspark_* fields) cannot be run and is ignored. */
+static dsv4_mtp_kind detect_spec_heads(const dsv4_model *m) {
+    if (st_find(&m->ckpt, "mtp.0.e_proj.weight")) return m->cfg.n_mtp >= 1 ? MTP_V4 : MTP_NONE;
+    if (st_find(&m->ckpt, "mtp.0.main_proj.weight"))
+        return m->cfg.n_mtp >= 1 && m->cfg.n_dspark_targets >= 1 && m->cfg.dspark_markov_rank >= 1 ? MTP_DSPARK : MTP_NONE;
+    return MTP_NONE;
+}
+
+static int check_spec_heads(dsv4_model *m, dsv4_error *err) {
+    m->spec_heads = detect_spec_heads(m);
+    if (m->spec_heads == MTP_NONE) return 0;
+    dsv4_inventory inv;
+    const char *what = m->spec_heads == MTP_V4 ? "V4 MTP" : "DSpark";
+    int rc = dsv4_inventory_build(&m->cfg, m->spec_heads, &inv, err);
+    if (rc) return dsv4_wrap(err, "speculative head (%s)", what);
+    rc = dsv4_inventory_check(&inv, &m->ckpt, err);
+    dsv4_inventory_free(&inv);
+    if (rc) return dsv4_wrap(err, "speculative head (%s)", what);
+    if (m->spec_heads == MTP_V4 && m->cfg.compress_ratio[m->cfg.n_layers] != 0)
+        return dsv4_fail(err, DSV4_E_UNSUPPORTED, "the MTP block has compress ratio %d; only window-only MTP blocks "
+                         "(ratio 0, as released) are supported", m->cfg.compress_ratio[m->cfg.n_layers]);
+    return 0;
+}
+
+static void bind_mtp(binder *b, dsv4_model *m) {
+    dsv4_mtp_head *h = m->mtp = calloc(1, sizeof *h);
+    if (!h) { if (!b->rc) b->rc = dsv4_fail(b->err, DSV4_E_NOMEM, "out of memory"); return; }
+    bind_block(b, &h->block, "mtp.0.", 0, 0);
+    h->e_proj = bind_weight(b, "mtp.0.", "e_proj");
+    h->h_proj = bind_weight(b, "mtp.0.", "h_proj");
+    h->enorm = bind_vec(b, "mtp.0.enorm.weight");
+    h->hnorm = bind_vec(b, "mtp.0.hnorm.weight");
+    h->norm = bind_vec(b, "mtp.0.norm.weight");
+    h->hc_head.fn = bind_f32_matrix(b, "mtp.0.hc_head_fn");
+    h->hc_head.base = bind_vec(b, "mtp.0.hc_head_base");
+    h->hc_head.scale = bind_vec(b, "mtp.0.hc_head_scale");
+}
+
 int dsv4_rope_init(dsv4_rope *r, const dsv4_config *cfg, float base, int yarn, dsv4_error *err) {
     const int R = cfg->rope_dim, half = R / 2;
     r->freq = malloc(sizeof(float) * (size_t)half);
@@ -255,15 +302,11 @@ static uint64_t fingerprint(const dsv4_model *m) {
 
 void dsv4_model_free(dsv4_model *m) {
     if (!m) return;
-    if (m->layers) {
-        for (int L = 0; L < m->cfg.n_layers; L++) {
-            free(m->layers[L].w1);
-            free(m->layers[L].w2);
-            free(m->layers[L].w3);
-            free(m->layers[L].tid2eid);
-        }
-    }
+    if (m->layers)
+        for (int L = 0; L < m->cfg.n_layers; L++) free_block_tables(&m->layers[L]);
     free(m->layers);
+    if (m->mtp) free_block_tables(&m->mtp->block);
+    free(m->mtp);
     free(m->rope_window.freq);
     free(m->rope_compress.freq);
     dsv4_workspace_free(m->ws);
@@ -299,6 +342,7 @@ int dsv4_model_load(const char *dir, const dsv4_load_opts *opts, dsv4_model **ou
         dsv4_inventory_free(&inv);
         if (rc) { dsv4_wrap(err, "%s", dir); goto fail; }
     }
+    if ((rc = check_spec_heads(m, err))) { dsv4_wrap(err, "%s", dir); goto fail; }
     if (m->mode == DSV4_MODE_OFFICIAL) {
         const dsv4_config *c = &m->cfg;
         if (cfg_nope_dim(c) % 64 || c->index_head_dim % 32 || (c->index_head_dim & (c->index_head_dim - 1))) {
@@ -322,6 +366,7 @@ int dsv4_model_load(const char *dir, const dsv4_load_opts *opts, dsv4_model **ou
             snprintf(p, sizeof p, "layers.%d.", L);
             bind_block(&b, &m->layers[L], p, m->cfg.compress_ratio[L], L < m->cfg.n_hash);
         }
+        if (m->spec_heads == MTP_V4 && !b.rc) bind_mtp(&b, m);
         m->owned = b.owned;
         m->n_owned = b.n_owned;
         if ((rc = b.rc)) goto fail;

@@ -46,6 +46,16 @@ typedef struct {
     dsv4_weight sw1, sw2, sw3;             /* shared expert */
 } dsv4_layer;
 
+/* The V4 MTP head (spec §13): one window-only block with its own MoE and mHC, the projections that mix the
+ * next token's embedding into the target's final HC state, and its own head collapse. Embedding and LM head are
+ * the backbone's. */
+typedef struct {
+    dsv4_layer block;
+    dsv4_weight e_proj, h_proj;   /* [d][d] FP8 */
+    float *enorm, *hnorm, *norm;  /* [d] */
+    dsv4_hc_weights hc_head;
+} dsv4_mtp_head;
+
 /* RoPE frequencies of one regime (spec §4.1): f[i] for pair i < rope_dim/2. */
 typedef struct {
     float *freq;
@@ -63,6 +73,8 @@ struct dsv4_model {
     float *norm;
     dsv4_hc_weights hc_head;
     dsv4_layer *layers;      /* [n_layers] */
+    dsv4_mtp_kind spec_heads;/* the speculative head the checkpoint carries (and the config describes) */
+    dsv4_mtp_head *mtp;      /* V4 MTP head, when spec_heads == MTP_V4 */
     dsv4_rope rope_window;   /* ratio 0: rope_theta, no YaRN */
     dsv4_rope rope_compress; /* ratio != 0: compress_rope_theta + YaRN */
     uint64_t fingerprint;    /* hash of config + tensor table, for state files */

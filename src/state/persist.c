@@ -1,6 +1,7 @@
 /* Save / load / restore / fork of a sequence's state. See persist.h for the format. */
 #include "state/persist.h"
 #include "model/model.h"
+#include "state/kvrows.h"
 #include "state/sequence.h"
 #include "util/error.h"
 #include "util/fileio.h"
@@ -38,12 +39,26 @@ static uint64_t live_window(const persist_header *h) {
     return (uint64_t)h->pos < h->window ? (uint64_t)h->pos : h->window;
 }
 
+int persist_kv_unpack(uint32_t word, int *fmt, int *rope) {
+    *fmt = (int)(word & 0xff);
+    *rope = (int)(word >> 8);
+    if (!kv_format_name(*fmt)) return -1;
+    if (*fmt != DSV4_KV_FP8 && *rope != 0) return -1;   /* only fp8 splits its rows */
+    return 0;
+}
+
+uint32_t persist_kv_pack(int fmt, int rope) { return (uint32_t)fmt | (fmt == DSV4_KV_FP8 ? (uint32_t)rope << 8 : 0); }
+
 int persist_sizes_of(const persist_header *h, persist_sizes *sz) {
+    int fmt, rope;
+    if (persist_kv_unpack(h->kv_format, &fmt, &rope) || (uint32_t)rope > h->head_dim) return -1;
     if (h->n_layers == 0 || h->n_layers > CAP_LAYERS || h->head_dim == 0 || h->head_dim > CAP_WIDTH ||
         h->index_head_dim > CAP_WIDTH || h->window == 0 || h->window > CAP_WINDOW || h->pos < 0 || h->pos > CAP_POS)
         return -1;
     memset(sz, 0, sizeof *sz);
     const uint64_t D = h->head_dim, I = h->index_head_dim, pos = (uint64_t)h->pos;
+    /* stored bytes of one main (window / compressed) row and one indexer row in the file's KV format */
+    const uint64_t MB = kv_row_bytes(fmt, KV_ROW_MAIN, (int)D, rope), IB = kv_row_bytes(fmt, KV_ROW_INDEX, (int)I, 0);
     sz->header = PERSIST_FIXED_BYTES + h->n_layers;
     sz->tokens = 4 * pos;
     sz->total = sz->header + sz->tokens + 8;
@@ -53,19 +68,19 @@ int persist_sizes_of(const persist_header *h, persist_sizes *sz) {
         const uint32_t r = h->ratio[L];
         if (r != 0 && r != 4 && r != 128) return -1;
         if (r == 4 && I == 0) return -1;
-        uint64_t b = 4 * live_window(h) * D;
-        sz->fixed += 4 * (uint64_t)h->window * D;
+        uint64_t b = live_window(h) * MB;
+        sz->fixed += (uint64_t)h->window * MB;
         if (r) {
             const uint64_t fixed = 4 * comp_floats(r, (uint32_t)D, h->pos) + 8;
-            b += fixed + 4 * (pos / r) * D;
+            b += fixed + (pos / r) * MB;
             sz->fixed += fixed;
-            sz->per_token += 4.0 * (double)D / r;
+            sz->per_token += (double)MB / r;
         }
         if (r == 4) {
             const uint64_t fixed = 4 * comp_floats(4, (uint32_t)I, h->pos) + 8;
-            b += fixed + 4 * (pos / 4) * I;
+            b += fixed + (pos / 4) * IB;
             sz->fixed += fixed;
-            sz->per_token += 4.0 * (double)I / 4;
+            sz->per_token += (double)IB / 4;
         }
         sz->layer[L] = b;
         sz->total += b;
@@ -106,7 +121,7 @@ static void header_of(const dsv4_seq *s, persist_header *h) {
     memset(h, 0, sizeof *h);
     h->version = PERSIST_VERSION;
     h->mode = (uint32_t)m->mode;
-    h->kv_format = PERSIST_KV_F32;
+    h->kv_format = persist_kv_pack(s->kv_main.fmt, s->kv_main.rope);
     h->fingerprint = m->fingerprint;
     h->n_layers = (uint32_t)s->n_layers;
     h->head_dim = (uint32_t)m->cfg.head_dim;
@@ -134,12 +149,12 @@ static void put_comp(cursor *c, const dsv4_compressor_state *cs, int64_t pos) {
 
 static void put_rows(cursor *c, const dsv4_rows *r) {
     put_i64(c, r->n);
-    put(c, r->data, sizeof(float) * (size_t)r->n * (size_t)r->width);
+    put(c, r->data, (size_t)r->n * r->lay.bytes);
 }
 
 static void put_layer(cursor *c, const dsv4_seq *s, const dsv4_layer_state *ls, const persist_header *h) {
-    const int64_t nwin = (int64_t)live_window(h), D = h->head_dim;
-    for (int64_t t = s->pos - nwin; t < s->pos; t++) put(c, ls->ring + (t % s->ring_len) * D, sizeof(float) * (size_t)D);
+    const int64_t nwin = (int64_t)live_window(h);
+    for (int64_t t = s->pos - nwin; t < s->pos; t++) put(c, seq_ring_at(s, ls, t), s->kv_main.bytes);
     if (ls->comp.kv) {
         put_comp(c, &ls->comp, s->pos);
         put_rows(c, &ls->crows);
@@ -220,6 +235,10 @@ int persist_read_header(const void *buf, size_t len, persist_header *h, dsv4_err
         return dsv4_fail(err, DSV4_E_FORMAT, "state header: %u layers is out of range (corrupted?)", h->n_layers);
     if (get(&c, h->ratio, h->n_layers))
         return dsv4_fail(err, DSV4_E_FORMAT, "state is truncated inside its header (%zu bytes)", len);
+    int kv_fmt, kv_rope;
+    if (persist_kv_unpack(h->kv_format, &kv_fmt, &kv_rope))
+        return dsv4_fail(err, DSV4_E_FORMAT, "state KV storage word 0x%x is unknown (this build has f32 = 0, bf16 = 1, "
+                         "fp8 = 2 | rope dims << 8)", h->kv_format);
     persist_sizes sz;
     if (persist_sizes_of(h, &sz))
         return dsv4_fail(err, DSV4_E_FORMAT, "state header has out-of-range shapes or position (corrupted?)");
@@ -231,14 +250,19 @@ int persist_read_header(const void *buf, size_t len, persist_header *h, dsv4_err
     uint64_t stored;
     memcpy(&stored, (const uint8_t *)buf + len - 8, 8);
     if (XXH64(buf, len - 8, 0) != stored) return dsv4_fail(err, DSV4_E_FORMAT, "state checksum mismatch: the data is corrupted");
-    if (h->kv_format != PERSIST_KV_F32)
-        return dsv4_fail(err, DSV4_E_FORMAT, "state KV storage format %u is unknown (this build has 0 = f32)", h->kv_format);
     return 0;
 }
 
 /* The header must describe this model exactly. */
 static int check_against_model(const persist_header *h, const dsv4_model *m, dsv4_error *err) {
     const dsv4_config *c = &m->cfg;
+    if (h->kv_format != persist_kv_pack(m->kv_format, c->rope_dim)) {
+        int fmt, rope;
+        persist_kv_unpack(h->kv_format, &fmt, &rope);
+        return dsv4_fail(err, DSV4_E_STATE, "state stores its KV cache as %s, the model was loaded with --kv %s "
+                         "(load it with the same KV format to restore this state)", kv_format_name(fmt),
+                         kv_format_name(m->kv_format));
+    }
     if (h->fingerprint != m->fingerprint)
         return dsv4_fail(err, DSV4_E_STATE, "state belongs to another model (fingerprint %016llx, this model %016llx)",
                          (unsigned long long)h->fingerprint, (unsigned long long)m->fingerprint);
@@ -266,6 +290,8 @@ static int check_against_model(const persist_header *h, const dsv4_model *m, dsv
 static int walk_body(cursor *c, const persist_header *h, const dsv4_model *m, dsv4_seq *s, dsv4_error *err) {
     const int64_t pos = h->pos, nwin = (int64_t)live_window(h);
     const size_t D = h->head_dim, I = h->index_head_dim;
+    int fmt, rope;
+    persist_kv_unpack(h->kv_format, &fmt, &rope);   /* validated by persist_read_header */
     for (int64_t t = 0; t < pos; t++) {
         int32_t tok = 0;
         get(c, &tok, 4);
@@ -278,7 +304,7 @@ static int walk_body(cursor *c, const persist_header *h, const dsv4_model *m, ds
         const int r = h->ratio[L];
         dsv4_layer_state *ls = s ? &s->layer[L] : NULL;
         for (int64_t t = pos - nwin; t < pos; t++)
-            get(c, ls ? ls->ring + (t % s->ring_len) * (int64_t)D : NULL, sizeof(float) * D);
+            get(c, ls ? seq_ring_at(s, ls, t) : NULL, kv_row_bytes(fmt, KV_ROW_MAIN, (int)D, rope));
         for (int which = 0; which < 2; which++) {
             if (which == 0 ? !r : r != 4) continue;
             const size_t width = which ? I : D;
@@ -293,7 +319,7 @@ static int walk_body(cursor *c, const persist_header *h, const dsv4_model *m, ds
             if (n != pos / ratio)
                 return dsv4_fail(err, DSV4_E_STATE, "state layer %u stores %lld %s rows, position %lld implies %lld", L,
                                  (long long)n, which ? "indexer" : "compressed", (long long)pos, (long long)(pos / ratio));
-            get(c, rows ? rows->data : NULL, sizeof(float) * (size_t)n * width);
+            get(c, rows ? rows->data : NULL, (size_t)n * kv_row_bytes(fmt, which ? KV_ROW_INDEX : KV_ROW_MAIN, (int)width, rope));
             if (rows) rows->n = n;
         }
     }
@@ -371,7 +397,7 @@ int dsv4_seq_restore(dsv4_seq *s, const char *path, dsv4_error *err) {
 /* ---- fork ------------------------------------------------------------------------------------------------ */
 
 static void rows_copy(dsv4_rows *dst, const dsv4_rows *src) {
-    if (src->n) memcpy(dst->data, src->data, sizeof(float) * (size_t)src->n * (size_t)src->width);
+    if (src->n) memcpy(dst->data, src->data, (size_t)src->n * src->lay.bytes);
     dst->n = src->n;
 }
 
@@ -387,12 +413,11 @@ int dsv4_seq_fork(const dsv4_seq *s, dsv4_seq **out, dsv4_error *err) {
         dsv4_seq_free(f);
         return dsv4_fail(err, DSV4_E_NOMEM, "fork: out of memory for %lld tokens of state", (long long)s->pos);
     }
-    const size_t D = (size_t)s->model->cfg.head_dim;
     if (s->pos) memcpy(f->tokens, s->tokens, sizeof(int32_t) * (size_t)s->pos);
     for (int L = 0; L < s->n_layers; L++) {
         const dsv4_layer_state *a = &s->layer[L];
         dsv4_layer_state *b = &f->layer[L];
-        memcpy(b->ring, a->ring, sizeof(float) * (size_t)s->ring_len * D);
+        memcpy(b->ring, a->ring, (size_t)s->ring_len * s->kv_main.bytes);
         if (a->comp.kv) { compressor_state_copy(&b->comp, &a->comp); rows_copy(&b->crows, &a->crows); }
         if (a->icomp.kv) { compressor_state_copy(&b->icomp, &a->icomp); rows_copy(&b->irows, &a->irows); }
     }

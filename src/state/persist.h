@@ -3,19 +3,22 @@
  * Format version 1, little-endian, no padding between fields:
  *
  *   header   magic "DSV4SEQ\x1a" (8) | u32 version | u32 numeric mode | u64 model fingerprint
- *            | u32 kv storage format (0 = f32; the only one built) | u32 n_layers | u32 head_dim
+ *            | u32 kv storage word | u32 n_layers | u32 head_dim
  *            | u32 index_head_dim | u32 window | u32 ring_len (of the saving model; informational)
  *            | i64 position | u8 ratio[n_layers] (0, 4 or 128)
+ *            kv storage word: bits 0-7 the format (0 f32, 1 bf16, 2 fp8 = dsv4_kv_format), bits 8-31 the
+ *            rope dims that fp8 keeps in BF16 (0 for f32 and bf16): together they fix the byte size of a row
+ *            (state/kvrows.h), so the header still determines the file length without the model
  *   tokens   i32[position]                         token history
  *   layer L  (in order)
- *            f32[min(pos, window)][head_dim]       the live window rows, oldest first (positions
+ *            row[min(pos, window)]                 the live window rows (kv format, head_dim), oldest first (positions
  *                                                  pos-nwin .. pos-1); the ring's dead slots are not saved,
  *                                                  so the file does not depend on the ring layout (max_spec)
  *            ratio != 0: f32 kv[n][cols], f32 score[n][cols]   main compressor: the projections of its live
  *                        positions live_first(pos) .. pos-1 (compressor.h; n < 2m, cols = coff*head_dim)
- *                        i64 n_rows (= pos / ratio), f32[n_rows][head_dim]  compressed rows
+ *                        i64 n_rows (= pos / ratio), row[n_rows]  compressed rows (kv format, head_dim)
  *            ratio == 4: the same for the indexer's compressor (cols = 2*index_head_dim)
- *                        i64 n_rows (= pos / 4), f32[n_rows][index_head_dim]  indexer rows
+ *                        i64 n_rows (= pos / 4), irow[n_rows]  indexer rows (kv format, index_head_dim)
  *   trailer  u64 XXH64 (seed 0) of every byte before it
  *
  * The header alone determines the exact file length, so truncation and trailing bytes are caught before the
@@ -28,7 +31,6 @@
 
 #define PERSIST_MAGIC "DSV4SEQ\x1a"
 #define PERSIST_VERSION 1u
-#define PERSIST_KV_F32 0u
 #define PERSIST_FIXED_BYTES 56   /* header bytes before the ratio table */
 
 typedef struct {
@@ -38,6 +40,10 @@ typedef struct {
     int64_t pos;
     uint8_t ratio[256];
 } persist_header;
+
+/* The header's kv storage word <-> (dsv4_kv_format, rope dims). unpack: 0, or -1 when the word is unknown. */
+uint32_t persist_kv_pack(int fmt, int rope);
+int persist_kv_unpack(uint32_t word, int *fmt, int *rope);
 
 /* Byte sizes implied by a header (no model needed). */
 typedef struct {

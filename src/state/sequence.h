@@ -8,20 +8,21 @@
 #define DSV4_STATE_SEQUENCE_H
 #include "core/compressor.h"
 #include "dsv4.h"
+#include "state/kvrows.h"
 #include <stdint.h>
 
-/* Append-only rows of fixed width. */
+/* Append-only rows of fixed width, stored in the model's KV format (state/kvrows.h). */
 typedef struct {
-    float *data;     /* [cap][width] */
+    uint8_t *data;   /* [cap][lay.bytes] */
     int64_t n, cap;
-    int width;
+    kv_layout lay;
 } dsv4_rows;
 
 int  rows_reserve(dsv4_rows *r, int64_t n_total);   /* capacity for n_total rows; 0 or -1 (no memory) */
-static inline float *rows_at(const dsv4_rows *r, int64_t k) { return r->data + k * r->width; }
+static inline uint8_t *rows_at(const dsv4_rows *r, int64_t k) { return r->data + (size_t)k * r->lay.bytes; }
 
 typedef struct {
-    float *ring;                  /* [ring_len][head_dim] */
+    uint8_t *ring;                /* [ring_len][kv_main.bytes]: window rows in the KV format */
     dsv4_compressor_state comp;   /* ratio != 0 */
     dsv4_compressor_state icomp;  /* ratio == 4 */
     dsv4_rows crows;              /* compressed rows [n][head_dim] */
@@ -34,8 +35,15 @@ struct dsv4_seq {
     int32_t *tokens;              /* history [pos] */
     int64_t tokens_cap;
     int n_layers, ring_len;
+    kv_layout kv_main;            /* window and compressed rows (head_dim, rope tail) */
+    kv_layout kv_index;           /* indexer rows (index_head_dim) */
     dsv4_layer_state *layer;
 };
+
+/* The ring slot of position pos. */
+static inline uint8_t *seq_ring_at(const struct dsv4_seq *s, const dsv4_layer_state *ls, int64_t pos) {
+    return ls->ring + (size_t)(pos % s->ring_len) * s->kv_main.bytes;
+}
 
 /* Reserve room for n more tokens (history and every layer's rows) so that a step cannot fail half-way. */
 int seq_reserve(struct dsv4_seq *s, int64_t n_more);
