@@ -6,7 +6,7 @@ CC      ?= cc
 BUILD   ?= build
 OPT     ?= -O3 -march=native
 SAN     ?=
-CFLAGS  += -std=gnu11 $(OPT) -g -Wall -Wextra -Wno-unused-parameter -Wshadow -Wstrict-prototypes -Wno-format-truncation \
+CFLAGS  += -std=gnu11 $(OPT) -g -Wall -Wextra -Wno-unused-parameter -Wshadow -Wstrict-prototypes -Wno-format-truncation -Wno-missing-field-initializers \
            -pthread -Iinclude -Isrc $(SAN)
 LDLIBS  += -ljansson -lpcre2-8 -lxxhash -lm -pthread
 TESTLIBS = -lcmocka

@@ -97,6 +97,8 @@ typedef struct {
     int             n_tokens;
     dsv4_logits_want want;
     float          *logits;  /* caller-owned, sized per `want` */
+    float          *hidden;  /* NULL, or caller-owned [n_tokens][hc_mult * dim]: each new token's final HC state
+                                (before hc_head) — what the V4 MTP head drafts from */
 } dsv4_step_item;
 
 /* The one forward primitive: a ragged batch of (sequence, n new tokens). Prefill, chunked prefill,

@@ -5,9 +5,10 @@
 #include "core/workspace.h"
 #include "model/model.h"
 
-/* ws->xn [T][d] -> ws->sub [T][d]. Advances every sequence's layer-L state (ring, compressors, rows) by its
- * tokens of the step. */
-void attention_forward(struct dsv4_model *m, int L, dsv4_workspace *ws);
+/* ws->xn [T][d] -> ws->sub [T][d] with the weights of `ly`. Advances every sequence's layer-L state (ring,
+ * compressors, rows) by its tokens of the step. (ly is &m->layers[L] for the backbone; speculative heads pass
+ * their own block and the index of their state.) */
+void attention_forward(struct dsv4_model *m, const dsv4_layer *ly, int L, dsv4_workspace *ws);
 /* Sink softmax of one query over nk keys that are also the values (K = V): softmax over the scores
  * (q.k * scale) and one extra logit `sink` whose value is zero. `scores` is scratch of nk floats. */
 void sink_attention(dsv4_mode mode, const float *q, const float *const *keys, int nk, int D, float scale, float sink,

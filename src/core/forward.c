@@ -8,6 +8,7 @@
 #include "core/norm.h"
 #include "core/numerics.h"
 #include "core/workspace.h"
+#include "core/forward.h"
 #include "model/model.h"
 #include "state/sequence.h"
 #include "util/error.h"
@@ -119,13 +120,12 @@ static void embed_tokens(struct dsv4_model *m, dsv4_workspace *ws) {
     }
 }
 
-static void block_forward(struct dsv4_model *m, int L, dsv4_workspace *ws) {
+void block_forward(struct dsv4_model *m, const dsv4_layer *ly, int L, dsv4_workspace *ws) {
     const dsv4_config *c = &m->cfg;
-    const dsv4_layer *ly = &m->layers[L];
     const int T = ws->batch.T, d = c->dim;
     hc_pre(m->pool, m->mode, c, &ly->hc_attn, ws->X, T, ws->u, ws->mix, ws->mixbuf);
     for (int t = 0; t < T; t++) rmsnorm(m->mode, ws->u + (int64_t)t * d, ly->attn_norm, d, c->norm_eps, ws->xn + (int64_t)t * d);
-    attention_forward(m, L, ws);
+    attention_forward(m, ly, L, ws);
     hc_post(m->mode, c, ws->sub, ws->mix, ws->X, T);
     hc_pre(m->pool, m->mode, c, &ly->hc_ffn, ws->X, T, ws->u, ws->mix, ws->mixbuf);
     for (int t = 0; t < T; t++) rmsnorm(m->mode, ws->u + (int64_t)t * d, ly->ffn_norm, d, c->norm_eps, ws->xn + (int64_t)t * d);
@@ -133,28 +133,30 @@ static void block_forward(struct dsv4_model *m, int L, dsv4_workspace *ws) {
     hc_post(m->mode, c, ws->sub, ws->mix, ws->X, T);
 }
 
-/* logits = head . rmsnorm(hc_head(X), norm) for one token (spec §12). */
-static void head_logits(struct dsv4_model *m, dsv4_workspace *ws, int t, float *logits) {
+void head_logits(struct dsv4_model *m, const dsv4_hc_weights *hc_head, const float *norm, const float *X,
+                 float *scratch, float *logits) {
     const dsv4_config *c = &m->cfg;
-    hc_head_one(m->mode, c, &m->hc_head, ws->X + (int64_t)t * c->hc_mult * c->dim, ws->hy);
-    rmsnorm(m->mode, ws->hy, m->norm, c->dim, c->norm_eps, ws->hy);
-    cpu_linear(m->pool, &m->head, ws->hy, 1, c->dim, logits, c->vocab_size);
+    hc_head_one(m->mode, c, hc_head, X, scratch);
+    rmsnorm(m->mode, scratch, norm, c->dim, c->norm_eps, scratch);
+    cpu_linear(m->pool, &m->head, scratch, 1, c->dim, logits, c->vocab_size);
 }
 
-int dsv4_step(dsv4_model *m, dsv4_step_item *items, int n_items, dsv4_error *err) {
+int forward_begin(struct dsv4_model *m, dsv4_step_item *items, int n_items, int scratch_rows, dsv4_error *err) {
     int T = 0;
     int64_t max_rows = 0;
     int rc = validate(m, items, n_items, &T, &max_rows, err);
     if (rc) return rc;
-    if (workspace_ensure(m, T, max_rows)) return dsv4_fail(err, DSV4_E_NOMEM, "out of memory for a step of %d tokens", T);
+    if (workspace_ensure(m, T * (scratch_rows > 1 ? scratch_rows : 1), max_rows))
+        return dsv4_fail(err, DSV4_E_NOMEM, "out of memory for a step of %d tokens", T);
     for (int i = 0; i < n_items; i++)
         if (seq_reserve(items[i].seq, items[i].n_tokens))
             return dsv4_fail(err, DSV4_E_NOMEM, "out of memory growing sequence state");
     dsv4_workspace *ws = m->ws;
     dsv4_batch *b = &ws->batch;
+    int *first = malloc(sizeof(int) * (size_t)(n_items + 1));
+    if (!first) return dsv4_fail(err, DSV4_E_NOMEM, "out of memory");
     free(b->first);
-    b->first = malloc(sizeof(int) * (size_t)(n_items + 1));
-    if (!b->first) return dsv4_fail(err, DSV4_E_NOMEM, "out of memory");
+    b->first = first;
     b->T = T;
     b->n_items = n_items;
     b->items = items;
@@ -167,25 +169,41 @@ int dsv4_step(dsv4_model *m, dsv4_step_item *items, int n_items, dsv4_error *err
         }
     }
     b->first[n_items] = T;
+    return 0;
+}
 
-    /* From here on nothing can fail: every buffer is reserved. */
-    embed_tokens(m, ws);
-    const int show = m->progress && T >= 256;   /* long prefills report their progress per layer */
-    for (int L = 0; L < m->cfg.n_layers; L++) {
-        if (show) fprintf(stderr, "\rdsv4: %d tokens: layer %d/%d", T, L + 1, m->cfg.n_layers);
-        block_forward(m, L, ws);
-    }
-    if (show) fprintf(stderr, "\r\033[K");
-    for (int i = 0; i < n_items; i++) {
-        dsv4_step_item *it = &items[i];
+void forward_finish(struct dsv4_model *m, const dsv4_hc_weights *hc_head, const float *norm) {
+    dsv4_workspace *ws = m->ws;
+    const dsv4_batch *b = &ws->batch;
+    const int hcd = m->cfg.hc_mult * m->cfg.dim, V = m->cfg.vocab_size;
+    for (int i = 0; i < b->n_items; i++) {
+        dsv4_step_item *it = &b->items[i];
         const int f = b->first[i];
         if (it->want == DSV4_LOGITS_ALL)
-            for (int k = 0; k < it->n_tokens; k++) head_logits(m, ws, f + k, it->logits + (int64_t)k * m->cfg.vocab_size);
+            for (int k = 0; k < it->n_tokens; k++)
+                head_logits(m, hc_head, norm, ws->X + (int64_t)(f + k) * hcd, ws->hy, it->logits + (int64_t)k * V);
         else if (it->want == DSV4_LOGITS_LAST)
-            head_logits(m, ws, f + it->n_tokens - 1, it->logits);
+            head_logits(m, hc_head, norm, ws->X + (int64_t)(f + it->n_tokens - 1) * hcd, ws->hy, it->logits);
+        if (it->hidden) memcpy(it->hidden, ws->X + (int64_t)f * hcd, sizeof(float) * (size_t)it->n_tokens * hcd);
         dsv4_seq *s = it->seq;
         memcpy(s->tokens + s->pos, it->tokens, sizeof(int32_t) * (size_t)it->n_tokens);
         s->pos += it->n_tokens;
     }
+}
+
+int dsv4_step(dsv4_model *m, dsv4_step_item *items, int n_items, dsv4_error *err) {
+    int rc = forward_begin(m, items, n_items, 1, err);
+    if (rc) return rc;
+    /* From here on nothing can fail: every buffer is reserved. */
+    dsv4_workspace *ws = m->ws;
+    const int T = ws->batch.T;
+    embed_tokens(m, ws);
+    const int show = m->progress && T >= 256;   /* long prefills report their progress per layer */
+    for (int L = 0; L < m->cfg.n_layers; L++) {
+        if (show) fprintf(stderr, "\rdsv4: %d tokens: layer %d/%d", T, L + 1, m->cfg.n_layers);
+        block_forward(m, &m->layers[L], L, ws);
+    }
+    if (show) fprintf(stderr, "\r\033[K");
+    forward_finish(m, &m->hc_head, m->norm);
     return 0;
 }
