@@ -1,6 +1,7 @@
 /* dsv4 bench: fixed workloads, tokens/s and GB/s against the machine's measured memory bandwidth. */
 #include "backend/cpu/membw.h"
 #include "cli/cli.h"
+#include "engine/bench_streams.h"
 #include "model/footprint.h"
 #include "model/model.h"
 #include "model/tiny.h"
@@ -85,6 +86,25 @@ static int bench_single_stream(dsv4_model *m, int prompt, int decode, double bw)
     return 0;
 }
 
+/* --streams 1,2,4,...: aggregate decode tokens/s with N streams decoding together (weights read once a step). */
+static int bench_streams(dsv4_model *m, const char *list, int decode) {
+    int32_t *counts;
+    int n;
+    if (cli_parse_tokens(CMD, list, &counts, &n)) return 1;
+    int *c = malloc(sizeof(int) * (size_t)n);
+    if (!c) { free(counts); return cli_error(CMD, "out of memory"); }
+    for (int i = 0; i < n; i++) {
+        if (counts[i] < 1 || counts[i] > 4096) { free(counts); free(c); return cli_error(CMD, "--streams counts must be in 1..4096"); }
+        c[i] = counts[i];
+    }
+    free(counts);
+    dsv4_error err;
+    printf("\n");
+    int rc = dsv4_bench_streams_table(m, c, n, 16, decode, stdout, NULL, &err);
+    free(c);
+    return rc ? cli_fail(CMD, &err) : 0;
+}
+
 static int bench_tokenizer(const char *dir) {
     dsv4_tokenizer *t;
     dsv4_error err;
@@ -100,7 +120,7 @@ static int bench_tokenizer(const char *dir) {
 }
 
 int cmd_bench(int argc, char **argv) {
-    const char *model_dir = NULL, *synth = NULL;
+    const char *model_dir = NULL, *synth = NULL, *streams = NULL;
     long long threads = 0, prompt = 128, decode = 32;
     int tokenizer = 0, no_bw = 0;
     for (int i = 1; i < argc; i++) {
@@ -112,8 +132,9 @@ int cmd_bench(int argc, char **argv) {
         else if (!strcmp(a, "--decode")) { if (!(v = cli_value(CMD, argc, argv, &i)) || cli_parse_int(CMD, a, v, 1, 1 << 20, &decode)) return 1; }
         else if (!strcmp(a, "--tokenizer")) tokenizer = 1;
         else if (!strcmp(a, "--no-bandwidth")) no_bw = 1;
-        else if (!strcmp(a, "--streams") || !strcmp(a, "--spec"))
-            return cli_error(CMD, "%s: this benchmark is not built yet", a);
+        else if (!strcmp(a, "--streams")) { if (!(v = cli_value(CMD, argc, argv, &i))) return 1; streams = v; }
+        else if (!strcmp(a, "--spec"))
+            return cli_error(CMD, "%s: this benchmark is not built yet (use dsv4 generate --spec ... --stats)", a);
         else return cli_error(CMD, "unknown option '%s'", a);
     }
     if (!model_dir == !synth) return cli_error(CMD, "give exactly one of -m DIR and --synthetic NAME");
@@ -136,6 +157,7 @@ int cmd_bench(int argc, char **argv) {
         printf("%-26s %10.1f GB/s    (2 GiB read, best of 3)\n", "memory read bandwidth", bw);
     }
     int rc = bench_single_stream(m, (int)prompt, (int)decode, bw);
+    if (!rc && streams) rc = bench_streams(m, streams, (int)decode);
     dsv4_model_free(m);
     return rc;
 }
