@@ -54,6 +54,18 @@ for cfg in "1 0" "2 5" "3 64" "16 256" "5 1"; do
     else bad "--max-streams $1 --step-tokens $2: $(cat "$T/err")"; fi
 done
 
+# text lines use the checkpoint's tokenizer; each equals `generate -p TEXT` alone
+if [ -f tests/data/text/tiny_tokenizer.json ] && "$BIN" tiny -o "$T/mt" --tokenizer tests/data/text/tiny_tokenizer.json >/dev/null 2>&1; then
+    printf 'Hello world\n5,6,7\nthe quick brown fox\n' >"$T/mixed"
+    {
+        echo "0: $("$BIN" generate -m "$T/mt" -p "Hello world" -n 6 --temp 0.7 --seed 3 --ids)"
+        echo "1: $("$BIN" generate -m "$T/mt" --tokens 5,6,7 -n 6 --temp 0.7 --seed 4 --ids)"
+        echo "2: $("$BIN" generate -m "$T/mt" -p "the quick brown fox" -n 6 --temp 0.7 --seed 5 --ids)"
+    } >"$T/mixed_expect"
+    if "$BIN" generate -m "$T/mt" --batch "$T/mixed" -n 6 --temp 0.7 --seed 3 --max-streams 2 --step-tokens 3 >"$T/got" 2>"$T/err" \
+        && cmp -s "$T/got" "$T/mixed_expect"; then ok; else bad "text prompts: $(cat "$T/err")"; diff "$T/mixed_expect" "$T/got" | head; fi
+else bad "tiny --tokenizer failed"; fi
+
 printf '1,2\nhello world\n' >"$T/text"
 expect_err "text without tokenizer" "needs a tokenizer" "$BIN" generate -m "$T/m" --batch "$T/text"
 printf '1,2\n3,99999\n' >"$T/badid"
