@@ -1,5 +1,6 @@
 /* dsv4 logits: per-position logits as float32 .npy (DESIGN §7). */
 #include "cli/cli.h"
+#include "state/kvrows.h"
 #include "util/fileio.h"
 #include "util/npy.h"
 #include <stdio.h>
@@ -11,6 +12,7 @@ static const char *CMD = "logits";
 typedef struct {
     const char *model_dir, *tokens, *batch, *chunks, *out, *state, *resume, *kv;
     dsv4_mode mode;
+    int kv_format;       /* dsv4_kv_format, from --kv */
     long long save_at, threads;
 } logits_opts;
 
@@ -40,8 +42,8 @@ static int parse_args(int argc, char **argv, logits_opts *o) {
     }
     if (!o->model_dir) return cli_error(CMD, "missing -m DIR");
     if (!o->tokens == !o->batch) return cli_error(CMD, "give exactly one of --tokens and --batch");
-    if (o->kv && strcmp(o->kv, "f32"))
-        return cli_error(CMD, "--kv %s: only f32 KV storage is built so far", o->kv);
+    if (o->kv && (o->kv_format = kv_format_parse(o->kv)) < 0)
+        return cli_error(CMD, "--kv must be f32, bf16 or fp8, got '%s'", o->kv);
     if ((o->save_at >= 0) != (o->state != NULL))
         return cli_error(CMD, "--save-at K and --state FILE go together (process K tokens, save the state to FILE, stop)");
     if (o->batch && (o->state || o->resume))
@@ -177,7 +179,7 @@ out:
 int cmd_logits(int argc, char **argv) {
     logits_opts o;
     if (parse_args(argc, argv, &o)) return 1;
-    dsv4_load_opts lo = { .mode = o.mode, .n_threads = (int)o.threads, .quiet = 1 };
+    dsv4_load_opts lo = { .mode = o.mode, .kv_format = o.kv_format, .n_threads = (int)o.threads, .quiet = 1 };
     dsv4_model *m;
     dsv4_error err;
     if (dsv4_model_load(o.model_dir, &lo, &m, &err)) return cli_fail(CMD, &err);
