@@ -5,6 +5,7 @@
 #include "model/footprint.h"
 #include "model/model.h"
 #include "model/tiny.h"
+#include "state/kvrows.h"
 #include "text/tokenizer.h"
 #include <stdio.h>
 #include <stdlib.h>
@@ -122,7 +123,7 @@ static int bench_tokenizer(const char *dir) {
 int cmd_bench(int argc, char **argv) {
     const char *model_dir = NULL, *synth = NULL, *streams = NULL;
     long long threads = 0, prompt = 128, decode = 32;
-    int tokenizer = 0, no_bw = 0;
+    int tokenizer = 0, no_bw = 0, kv = DSV4_KV_F32;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
         if (!strcmp(a, "-m") || !strcmp(a, "--model")) { if (!(v = cli_value(CMD, argc, argv, &i))) return 1; model_dir = v; }
@@ -130,6 +131,10 @@ int cmd_bench(int argc, char **argv) {
         else if (!strcmp(a, "--threads")) { if (!(v = cli_value(CMD, argc, argv, &i)) || cli_parse_int(CMD, a, v, 0, 1024, &threads)) return 1; }
         else if (!strcmp(a, "--prompt")) { if (!(v = cli_value(CMD, argc, argv, &i)) || cli_parse_int(CMD, a, v, 1, 1 << 20, &prompt)) return 1; }
         else if (!strcmp(a, "--decode")) { if (!(v = cli_value(CMD, argc, argv, &i)) || cli_parse_int(CMD, a, v, 1, 1 << 20, &decode)) return 1; }
+        else if (!strcmp(a, "--kv")) {
+            if (!(v = cli_value(CMD, argc, argv, &i))) return 1;
+            if ((kv = kv_format_parse(v)) < 0) return cli_error(CMD, "--kv must be f32, bf16 or fp8, got '%s'", v);
+        }
         else if (!strcmp(a, "--tokenizer")) tokenizer = 1;
         else if (!strcmp(a, "--no-bandwidth")) no_bw = 1;
         else if (!strcmp(a, "--streams")) { if (!(v = cli_value(CMD, argc, argv, &i))) return 1; streams = v; }
@@ -144,13 +149,15 @@ int cmd_bench(int argc, char **argv) {
         model_dir = dir;
     }
     if (tokenizer) return bench_tokenizer(model_dir);
-    dsv4_load_opts lo = { .mode = DSV4_MODE_EXACT, .n_threads = (int)threads, .quiet = 1 };
+    dsv4_load_opts lo = { .mode = DSV4_MODE_EXACT, .n_threads = (int)threads, .quiet = 1, .kv_format = kv };
     dsv4_model *m;
     dsv4_error err;
     if (dsv4_model_load(model_dir, &lo, &m, &err)) return cli_fail(CMD, &err);
     printf("model %s: %d layers, hidden %d, %.2f GB weights, %.3f GB read per decoded token, %d threads\n",
            model_dir, m->cfg.n_layers, m->cfg.dim, dsv4_total_weight_bytes(m) / 1e9, dsv4_decode_weight_bytes(m) / 1e9,
            dsv4_pool_threads(m->pool));
+    kv_cost_report(stdout, "", kv, m->cfg.n_layers, m->cfg.compress_ratio, m->cfg.head_dim, m->cfg.rope_dim,
+                   m->cfg.index_head_dim, m->cfg.window);
     double bw = -1;
     if (!no_bw) {
         bw = cpu_read_bandwidth_gbs(m->pool, (size_t)1 << 31, 3);

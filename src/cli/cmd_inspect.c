@@ -4,6 +4,7 @@
  * shape (dsv4_inventory_check), the index covering every stored tensor, scale bytes and tid2eid tables.
  * Exit 0 when the checkpoint is usable, 1 with a one-line message on stderr otherwise. */
 #include "cli/cli.h"
+#include "state/kvrows.h"
 #include "model/config.h"
 #include "model/inventory.h"
 #include "model/safetensors.h"
@@ -116,6 +117,9 @@ static void print_kv(const dsv4_config *c, dsv4_mtp_kind k) {
         human_bytes(b, sizeof b, ctx[i] * per_token * 2);
         printf("  compressed rows at %.0f tokens: f32 %s / bf16 %s\n", ctx[i], a, b);
     }
+    printf("  stored KV per --kv format (dsv4 logits --kv f32|bf16|fp8):\n");
+    kv_cost_report(stdout, "    ", -1, c->n_layers, c->compress_ratio, c->head_dim, c->rope_dim, c->index_head_dim,
+                   c->window);
 }
 
 /* With an index file, every tensor stored in a shard must be listed there (the reader only checks the

@@ -4,6 +4,7 @@
 #include "model/formats.h"
 #include "util/error.h"
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 #define FP8_BLOCK 64    /* spec §7.2 / §8.3: one scale per 64 non-rope dims */
@@ -73,6 +74,17 @@ void kv_cost_of(int fmt, int n_layers, const int *ratio, int head_dim, int rope_
         else if (ratio[L] == 128) out->per_token += out->per_token_hca;
     }
     out->ring_bytes = (double)n_layers * window * (double)out->main_row;
+}
+
+void kv_cost_report(void *f, const char *indent, int loaded, int n_layers, const int *ratio, int head_dim, int rope_dim,
+                    int index_head_dim, int window) {
+    for (int fmt = DSV4_KV_F32; fmt <= DSV4_KV_FP8; fmt++) {
+        kv_cost k;
+        kv_cost_of(fmt, n_layers, ratio, head_dim, rope_dim, index_head_dim, window, &k);
+        fprintf((FILE *)f, "%skv %-4s %9.1f bytes per context token (CSA layer %.2f, HCA layer %.3f; rows %zu + %zu "
+                "bytes), window rings %.2f MiB%s\n", indent, kv_format_name(fmt), k.per_token, k.per_token_csa,
+                k.per_token_hca, k.main_row, k.index_row, k.ring_bytes / 1048576.0, fmt == loaded ? "  <- loaded" : "");
+    }
 }
 
 /* ---- encode --------------------------------------------------------------------------------------------- */

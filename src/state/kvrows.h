@@ -76,4 +76,8 @@ typedef struct {
 } kv_cost;
 void kv_cost_of(int fmt, int n_layers, const int *ratio, int head_dim, int rope_dim, int index_head_dim, int window,
                 kv_cost *out);
+/* Print "KV bytes per context token" lines for every format to f (inspect, bench); `loaded` (a format, or
+ * -1) is marked. Each line is prefixed with `indent`. */
+void kv_cost_report(void *f, const char *indent, int loaded, int n_layers, const int *ratio, int head_dim, int rope_dim,
+                    int index_head_dim, int window);
 #endif
