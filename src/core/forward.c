@@ -22,7 +22,7 @@ void dsv4_workspace_free(dsv4_workspace *ws) {
                     ws->mixbuf, ws->mix, ws->sub, ws->qr, ws->q, ws->kv, ws->o, ws->z, ws->ck, ws->cz, ws->ick,
                     ws->icz, ws->qi, ws->wi, ws->sel, ws->n_sel, ws->pooled, ws->keyscratch, ws->idxscratch,
                     ws->heapscratch, (void *)ws->keyptrs, ws->router, ws->route_e, ws->route_w, ws->expert_tok,
-                    ws->expert_w, ws->ex, ws->eg, ws->ev, ws->ey, ws->acc, ws->hy};
+                    ws->expert_w, ws->ex, ws->eg, ws->ev, ws->ey, ws->acc, ws->hy, (void *)ws->head_out};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
     free(ws);
 }
@@ -65,7 +65,7 @@ int workspace_ensure(struct dsv4_model *m, int T, int64_t max_rows) {
         GROW(ws->router, T * c->n_routed); GROW(ws->route_e, T * c->n_act); GROW(ws->route_w, T * c->n_act);
         GROW(ws->expert_tok, T); GROW(ws->expert_w, T);
         GROW(ws->ex, T * d); GROW(ws->eg, T * c->moe_inter); GROW(ws->ev, T * c->moe_inter); GROW(ws->ey, T * d);
-        GROW(ws->acc, T * d); GROW(ws->hy, d);
+        GROW(ws->acc, T * d); GROW(ws->hy, d); GROW(ws->head_out, T);
         GROW(ws->idxscratch, nt * c->index_topk); GROW(ws->heapscratch, nt * c->index_topk);
         ws->T_cap = T;
     }
@@ -133,14 +133,6 @@ void block_forward(struct dsv4_model *m, const dsv4_layer *ly, int L, dsv4_works
     hc_post(m->mode, c, ws->sub, ws->mix, ws->X, T);
 }
 
-void head_logits(struct dsv4_model *m, const dsv4_hc_weights *hc_head, const float *norm, const float *X,
-                 float *scratch, float *logits) {
-    const dsv4_config *c = &m->cfg;
-    hc_head_one(m->mode, c, hc_head, X, scratch);
-    rmsnorm(m->mode, scratch, norm, c->dim, c->norm_eps, scratch);
-    cpu_linear(m->pool, &m->head, scratch, 1, c->dim, logits, c->vocab_size);
-}
-
 int forward_begin(struct dsv4_model *m, dsv4_step_item *items, int n_items, int scratch_rows, dsv4_error *err) {
     int T = 0;
     int64_t max_rows = 0;
@@ -175,16 +167,26 @@ int forward_begin(struct dsv4_model *m, dsv4_step_item *items, int n_items, int 
 void forward_finish(struct dsv4_model *m, const dsv4_hc_weights *hc_head, const float *norm) {
     dsv4_workspace *ws = m->ws;
     const dsv4_batch *b = &ws->batch;
-    const int hcd = m->cfg.hc_mult * m->cfg.dim, V = m->cfg.vocab_size;
+    const dsv4_config *c = &m->cfg;
+    const int hcd = c->hc_mult * c->dim, V = c->vocab_size;
+    /* Every row that wants logits, from every item: collapse and normalise each (into ws->u, free now), then
+     * one pass of the LM head over all of them, so the head is read once per step however many streams. */
+    int R = 0;
     for (int i = 0; i < b->n_items; i++) {
         dsv4_step_item *it = &b->items[i];
         const int f = b->first[i];
-        if (it->want == DSV4_LOGITS_ALL)
-            for (int k = 0; k < it->n_tokens; k++)
-                head_logits(m, hc_head, norm, ws->X + (int64_t)(f + k) * hcd, ws->hy, it->logits + (int64_t)k * V);
-        else if (it->want == DSV4_LOGITS_LAST)
-            head_logits(m, hc_head, norm, ws->X + (int64_t)(f + it->n_tokens - 1) * hcd, ws->hy, it->logits);
-        if (it->hidden) memcpy(it->hidden, ws->X + (int64_t)f * hcd, sizeof(float) * (size_t)it->n_tokens * hcd);
+        const int k0 = it->want == DSV4_LOGITS_ALL ? 0 : it->want == DSV4_LOGITS_LAST ? it->n_tokens - 1 : it->n_tokens;
+        for (int k = k0; k < it->n_tokens; k++, R++) {
+            float *h = ws->u + (int64_t)R * c->dim;
+            hc_head_one(m->mode, c, hc_head, ws->X + (int64_t)(f + k) * hcd, h);
+            rmsnorm(m->mode, h, norm, c->dim, c->norm_eps, h);
+            ws->head_out[R] = it->logits + (int64_t)(it->want == DSV4_LOGITS_ALL ? k : 0) * V;
+        }
+    }
+    cpu_linear_scatter(m->pool, &m->head, ws->u, R, c->dim, ws->head_out);
+    for (int i = 0; i < b->n_items; i++) {
+        dsv4_step_item *it = &b->items[i];
+        if (it->hidden) memcpy(it->hidden, ws->X + (int64_t)b->first[i] * hcd, sizeof(float) * (size_t)it->n_tokens * hcd);
         dsv4_seq *s = it->seq;
         memcpy(s->tokens + s->pos, it->tokens, sizeof(int32_t) * (size_t)it->n_tokens);
         s->pos += it->n_tokens;

@@ -9,9 +9,7 @@
 int  forward_begin(struct dsv4_model *m, dsv4_step_item *items, int n_items, int scratch_rows, dsv4_error *err);
 /* One block (mHC + attention + mHC + MoE) on ws->X, with the weights of `ly` and the state of layer L. */
 void block_forward(struct dsv4_model *m, const dsv4_layer *ly, int L, dsv4_workspace *ws);
-/* logits = head . rmsnorm(hc_head(X), norm) for one token's HC state X (spec §12). scratch: [dim]. */
-void head_logits(struct dsv4_model *m, const dsv4_hc_weights *hc_head, const float *norm, const float *X,
-                 float *scratch, float *logits);
-/* Hand each item its logits and hidden rows, append its tokens and advance its position. */
+/* Hand each item its logits (head . rmsnorm(hc_head(X), norm), spec §12, one head pass for all the step's rows)
+ * and hidden rows, append its tokens and advance its position. */
 void forward_finish(struct dsv4_model *m, const dsv4_hc_weights *hc_head, const float *norm);
 #endif

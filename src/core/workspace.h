@@ -46,6 +46,7 @@ typedef struct dsv4_workspace {
     float *acc;                  /* [T][d] fp32 MoE sum */
     /* head */
     float *hy;                   /* [d] */
+    float **head_out;            /* [T] where each logits row of the step goes */
 } dsv4_workspace;
 
 struct dsv4_model;

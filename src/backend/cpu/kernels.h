@@ -43,4 +43,7 @@ float weight_dot_row(const dsv4_weight *w, int row, const float *x, float *scrat
 /* y[t*ldy + o] = sum_i W[o][i] * x[t*ldx + i] for t < T, o < w->rows. Weights are decoded row by row inside
  * the loop (read once for all T tokens). */
 void cpu_linear(dsv4_pool *pool, const dsv4_weight *w, const float *x, int T, int ldx, float *y, int ldy);
+/* The same with one output row per token: y_rows[t][o]. (The LM head of a step whose logits go to several
+ * callers' buffers: the head is read once for all of them.) */
+void cpu_linear_scatter(dsv4_pool *pool, const dsv4_weight *w, const float *x, int T, int ldx, float *const *y_rows);
 #endif

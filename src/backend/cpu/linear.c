@@ -4,9 +4,14 @@
 typedef struct {
     const dsv4_weight *w;
     const float *x;
-    float *y;
+    float *y;               /* y[t*ldy + o], or, when y_rows is set, y_rows[t][o] */
+    float *const *y_rows;
     int T, ldx, ldy;
 } linear_job;
+
+static inline float *out_at(const linear_job *j, int t, int o) {
+    return j->y_rows ? j->y_rows[t] + o : j->y + (int64_t)t * j->ldy + o;
+}
 
 /* Rows per thread are contiguous. With one token each row is dotted as it is decoded; with more, each row is
  * decoded once into a small buffer and dotted with every token. Both give the same bits (kernels.h). */
@@ -18,19 +23,25 @@ static void linear_rows(void *ctx, int begin, int end, int thread) {
     if (!row) return; /* cannot happen for real configs; leaves y untouched rather than crash */
     for (int o = begin; o < end; o++) {
         if (j->T == 1) {   /* decode: fused, each weight read once straight into the FMAs */
-            j->y[o] = weight_dot_row(j->w, o, j->x, row);
+            *out_at(j, 0, o) = weight_dot_row(j->w, o, j->x, row);
             continue;
         }
         const float *wr;   /* prefill/batches: decode the row once, reuse it for every token */
         if (j->w->fmt == WF_F32) wr = (const float *)j->w->data + (int64_t)o * cols;
         else { weight_decode_row(j->w, o, row); wr = row; }
-        for (int t = 0; t < j->T; t++) j->y[(int64_t)t * j->ldy + o] = dot_f32(wr, j->x + (int64_t)t * j->ldx, cols);
+        for (int t = 0; t < j->T; t++) *out_at(j, t, o) = dot_f32(wr, j->x + (int64_t)t * j->ldx, cols);
     }
     if (row != stackbuf) free(row);
 }
 
 void cpu_linear(dsv4_pool *pool, const dsv4_weight *w, const float *x, int T, int ldx, float *y, int ldy) {
-    linear_job j = { w, x, y, T, ldx, ldy };
+    linear_job j = { w, x, y, NULL, T, ldx, ldy };
+    if (T <= 0) return;
+    dsv4_pool_run(pool, w->rows, linear_rows, &j);
+}
+
+void cpu_linear_scatter(dsv4_pool *pool, const dsv4_weight *w, const float *x, int T, int ldx, float *const *y_rows) {
+    linear_job j = { w, x, NULL, y_rows, T, ldx, 0 };
     if (T <= 0) return;
     dsv4_pool_run(pool, w->rows, linear_rows, &j);
 }
