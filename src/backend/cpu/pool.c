@@ -1,20 +1,34 @@
 #include "backend/cpu/pool.h"
 #include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <unistd.h>
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+static inline void cpu_relax(void) { _mm_pause(); }
+#else
+static inline void cpu_relax(void) {}
+#endif
+
+/* Decode issues dozens of small parallel loops per layer, tens of microseconds apart: waking sleeping
+ * threads through a condition variable for each would cost more than the loops. Workers therefore spin for a
+ * short while on the job counter and only then sleep; the caller wakes sleepers only when there are any. */
+#define SPIN_ROUNDS 512   /* a pause is 10..140 cycles: tens of microseconds of spinning at most */
 
 struct dsv4_pool {
     int n_threads;
     pthread_t *threads;
     pthread_mutex_t mu;
-    pthread_cond_t work_cv, done_cv;
-    /* the current job */
+    pthread_cond_t work_cv;
+    /* the current job: written by the caller before `generation` is bumped, read by workers after */
     dsv4_range_fn fn;
     void *ctx;
     int n;
-    unsigned long generation; /* bumped per job; workers run each generation once */
-    int pending;              /* workers still running the current job */
-    int stop;
+    atomic_ulong generation;  /* bumped per job; a worker runs each generation once */
+    atomic_int pending;       /* workers still running the current job */
+    atomic_int sleepers;      /* workers blocked on work_cv */
+    atomic_int stop;
 };
 
 typedef struct { dsv4_pool *p; int id; } worker_arg;
@@ -26,23 +40,36 @@ static void run_share(dsv4_pool *p, int id) {
     if (begin < end) p->fn(p->ctx, begin, end, id);
 }
 
+/* Wait for a generation other than `seen` (or stop); returns it. */
+static unsigned long wait_for_job(dsv4_pool *p, unsigned long seen) {
+    for (int spin = 0; spin < SPIN_ROUNDS; spin++) {
+        unsigned long g = atomic_load(&p->generation);
+        if (g != seen || atomic_load(&p->stop)) return g;
+        cpu_relax();
+    }
+    pthread_mutex_lock(&p->mu);
+    /* sleepers is raised before the re-check: the caller bumps generation before reading sleepers, so one
+     * of the two always sees the other (both sequentially consistent) and no wake-up is lost */
+    atomic_fetch_add(&p->sleepers, 1);
+    unsigned long g;
+    while ((g = atomic_load(&p->generation)) == seen && !atomic_load(&p->stop)) pthread_cond_wait(&p->work_cv, &p->mu);
+    atomic_fetch_sub(&p->sleepers, 1);
+    pthread_mutex_unlock(&p->mu);
+    return g;
+}
+
 static void *worker(void *arg) {
     worker_arg *wa = arg;
     dsv4_pool *p = wa->p;
     int id = wa->id;
     free(wa);
     unsigned long seen = 0;
-    pthread_mutex_lock(&p->mu);
     for (;;) {
-        while (!p->stop && p->generation == seen) pthread_cond_wait(&p->work_cv, &p->mu);
-        if (p->stop) break;
-        seen = p->generation;
-        pthread_mutex_unlock(&p->mu);
+        seen = wait_for_job(p, seen);
+        if (atomic_load(&p->stop)) break;
         run_share(p, id);
-        pthread_mutex_lock(&p->mu);
-        if (--p->pending == 0) pthread_cond_signal(&p->done_cv);
+        atomic_fetch_sub(&p->pending, 1);
     }
-    pthread_mutex_unlock(&p->mu);
     return NULL;
 }
 
@@ -57,7 +84,10 @@ dsv4_pool *dsv4_pool_new(int n_threads) {
     p->n_threads = n_threads;
     pthread_mutex_init(&p->mu, NULL);
     pthread_cond_init(&p->work_cv, NULL);
-    pthread_cond_init(&p->done_cv, NULL);
+    atomic_init(&p->generation, 0);
+    atomic_init(&p->pending, 0);
+    atomic_init(&p->sleepers, 0);
+    atomic_init(&p->stop, 0);
     /* thread 0 is the caller; workers are 1..n-1 */
     p->threads = calloc((size_t)n_threads, sizeof(pthread_t));
     if (!p->threads) { free(p); return NULL; }
@@ -74,13 +104,12 @@ dsv4_pool *dsv4_pool_new(int n_threads) {
 void dsv4_pool_free(dsv4_pool *p) {
     if (!p) return;
     pthread_mutex_lock(&p->mu);
-    p->stop = 1;
+    atomic_store(&p->stop, 1);
     pthread_cond_broadcast(&p->work_cv);
     pthread_mutex_unlock(&p->mu);
     for (int i = 1; i < p->n_threads; i++) pthread_join(p->threads[i], NULL);
     pthread_mutex_destroy(&p->mu);
     pthread_cond_destroy(&p->work_cv);
-    pthread_cond_destroy(&p->done_cv);
     free(p->threads);
     free(p);
 }
@@ -90,16 +119,20 @@ int dsv4_pool_threads(const dsv4_pool *p) { return p->n_threads; }
 void dsv4_pool_run(dsv4_pool *p, int n, dsv4_range_fn fn, void *ctx) {
     if (n <= 0) return;
     if (p->n_threads == 1 || n == 1) { fn(ctx, 0, n, 0); return; }
-    pthread_mutex_lock(&p->mu);
     p->fn = fn;
     p->ctx = ctx;
     p->n = n;
-    p->pending = p->n_threads - 1;
-    p->generation++;
-    pthread_cond_broadcast(&p->work_cv);
-    pthread_mutex_unlock(&p->mu);
+    atomic_store(&p->pending, p->n_threads - 1);
+    atomic_fetch_add(&p->generation, 1);
+    if (atomic_load(&p->sleepers) > 0) {
+        pthread_mutex_lock(&p->mu);
+        pthread_cond_broadcast(&p->work_cv);
+        pthread_mutex_unlock(&p->mu);
+    }
     run_share(p, 0);
-    pthread_mutex_lock(&p->mu);
-    while (p->pending > 0) pthread_cond_wait(&p->done_cv, &p->mu);
-    pthread_mutex_unlock(&p->mu);
+    /* the others are working (or about to): spin briefly, then yield the core to them */
+    for (int spin = 0; atomic_load(&p->pending) > 0; spin++) {
+        if (spin < SPIN_ROUNDS) cpu_relax();
+        else sched_yield();
+    }
 }
