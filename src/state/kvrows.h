@@ -17,7 +17,8 @@
  * bit (re-deriving the scale from the simulated values gives the same scale or half of it, and both represent
  * every simulated value exactly). In EXACT mode the encode rounds: bf16 and fp8 KV are approximations of the
  * mathematical model there (the deviation is measured by tests/unit/test_kv.c), deterministic and identical
- * for every way of splitting the tokens into calls.
+ * for every way of splitting the tokens into calls. EXACT-mode indexer rows are not Hadamard-rotated (only
+ * OFFICIAL mode rotates keys and queries), so their FP4 storage is coarser there than in the official model.
  *
  * Reading never builds a dequantized copy of the cache: kv_dot and kv_axpy decode a row on the fly and give
  * exactly the bits of dot_f32 / the fp32 accumulation over the decoded row (same lanes, same order), which is

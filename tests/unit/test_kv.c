@@ -4,7 +4,12 @@
  *   - OFFICIAL mode: fp8 and bf16 KV give logits bit-identical (memcmp) to f32 KV across the parity matrix
  *     (one-shot, token by token, chunks) for flash-like, pro-like and compressed-only topologies;
  *   - EXACT mode: one-shot == decode == chunks within bf16 and within fp8; the deviation from f32 KV is
- *     printed (max relative logit error, argmax agreement);
+ *     printed (max relative logit error, argmax agreement). Measured on these random tiny models (900
+ *     positions): bf16 98.6 % argmax agreement (99.2 % where f32's top-1 margin >= 2 %), max relative logit
+ *     error 0.52; fp8 84.0 % (89.7 %), max relative error 1.02. The 99 % goal is not met by fp8 in EXACT mode:
+ *     random tiny weights are chaotic (bf16 alone flips 1.4 % of argmaxes; discrete top-k and MoE routing
+ *     flips amplify small changes) and, in EXACT mode, the indexer rows are FP4-stored without the Hadamard
+ *     rotation that OFFICIAL mode applies (storing them in bf16 instead lifts fp8 to 91.4 %);
  *   - memory accounting: stored row bytes per layer type equal the formula; Flash-shaped bytes per token;
  *   - save/restore (byte-identical re-save, identical logits after resume, wrong format refused), fork,
  *     batching and rollback in each format. */
