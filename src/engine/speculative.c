@@ -104,7 +104,7 @@ struct dsv4_spec_stream {
     int done;
     dsv4_spec_stats st;
     /* per-step scratch, sized for o.draft */
-    int32_t *chunk;          /* [1 + draft]: pending, drafts */
+    int32_t *chunk;          /* [2 + draft]: pending, drafts (then the bonus) */
     int k;                   /* drafts this step */
     int probs_given;
     float *probs;            /* [draft][vocab] */
@@ -172,7 +172,7 @@ int dsv4_spec_stream_new(dsv4_model *m, const int32_t *prompt, int n_prompt, con
     rng_seed(s->rng, sp->seed);
     const size_t V = (size_t)s->vocab, K = (size_t)o->draft;
     s->out = malloc(sizeof(int32_t) * ((size_t)o->max_new_tokens + 1));
-    s->chunk = malloc(sizeof(int32_t) * (K + 1));
+    s->chunk = malloc(sizeof(int32_t) * (K + 2)); /* + the bonus, written after the drafts at commit */
     s->probs = malloc(sizeof(float) * K * V);
     s->conf = malloc(sizeof(float) * K);
     s->logits = malloc(sizeof(float) * (K + 1) * V);
