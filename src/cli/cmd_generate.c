@@ -1,8 +1,12 @@
 /* dsv4 generate: prefill a prompt in one step, then decode token by token with a sampler.
- * --batch FILE: every non-empty line is one request, all run through the continuous-batching scheduler. */
+ * --batch FILE: every non-empty line is one request, all run through the continuous-batching scheduler.
+ * --spec ngram|self [--draft N]: speculative decoding (src/engine/speculative.h): every prompt is a stream,
+ * all streams are verified together in one step; greedy output equals --spec none, sampled output has the
+ * same distribution (not the same draws for a seed). --stats adds acceptance statistics. */
 #include "cli/cli.h"
 #include "engine/sampler.h"
 #include "engine/scheduler.h"
+#include "engine/speculative.h"
 #include "util/error.h"
 #include "util/fileio.h"
 #include "text/strbuf.h"
@@ -60,8 +64,12 @@ static int parse(int argc, char **argv, gen_opts *o) {
     }
     if (!o->model_dir) return cli_error(CMD, "missing -m DIR");
     if (!!o->prompt + !!o->tokens + !!o->batch != 1) return cli_error(CMD, "give exactly one of -p TEXT, --tokens and --batch");
-    if (o->spec && strcmp(o->spec, "none"))
-        return cli_error(CMD, "--spec %s: speculative decoding is not built yet (only --spec none)", o->spec);
+    if (o->spec && (!strcmp(o->spec, "mtp") || !strcmp(o->spec, "dspark")))
+        return cli_error(CMD, "--spec %s: the %s drafting heads are not built yet (use --spec none, ngram or self)", o->spec,
+                         !strcmp(o->spec, "mtp") ? "V4 MTP" : "DSpark");
+    if (o->spec && strcmp(o->spec, "none") && strcmp(o->spec, "ngram") && strcmp(o->spec, "self"))
+        return cli_error(CMD, "--spec must be none, ngram, self, mtp or dspark, got '%s'", o->spec);
+    if (!o->draft) o->draft = 4;
     return 0;
 }
 
@@ -187,9 +195,134 @@ out:
     return rc;
 }
 
+/* ---- --spec: speculative decoding, one stream per prompt ------------------------------------------------ */
+
+static int make_drafter(const gen_opts *o, dsv4_model *m, const dsv4_sampling *sp, dsv4_drafter *d, dsv4_error *err) {
+    if (!strcmp(o->spec, "ngram")) return dsv4_drafter_ngram(1, 4, d, err);
+    return dsv4_drafter_self(m, sp, d, err);
+}
+
+/* The prompt of -p / --tokens as the only entry of pl. */
+static int single_prompt(const gen_opts *o, dsv4_tokenizer **tok, prompt_list *pl) {
+    dsv4_error err;
+    int32_t *ids = NULL;
+    int n = 0;
+    if (o->prompt) {
+        if (dsv4_tokenizer_load_dir(o->model_dir, tok, &err)) { *tok = NULL; return cli_error(CMD, "-p needs a tokenizer: %s", err.msg); }
+        size_t nn = 0;
+        if (dsv4_tokenizer_encode(*tok, o->prompt, strlen(o->prompt), 0, &ids, &nn, &err)) return cli_fail(CMD, &err);
+        n = (int)nn;
+    } else if (cli_parse_tokens(CMD, o->tokens, &ids, &n)) return 1;
+    if (n == 0) { free(ids); return cli_error(CMD, "the prompt encodes to no tokens"); }
+    pl->tok = malloc(sizeof *pl->tok);
+    pl->len = malloc(sizeof *pl->len);
+    if (!pl->tok || !pl->len) { free(ids); return cli_error(CMD, "out of memory"); }
+    pl->tok[0] = ids;
+    pl->len[0] = n;
+    pl->n = pl->cap = 1;
+    return 0;
+}
+
+static void print_spec_stats(const gen_opts *o, dsv4_spec_stream **ss, int n, double prefill_s, double decode_s, long long steps) {
+    dsv4_spec_stats t = {0};
+    for (int i = 0; i < n; i++) {
+        dsv4_spec_stats st;
+        dsv4_spec_stream_stats(ss[i], &st);
+        t.proposed += st.proposed;
+        t.accepted += st.accepted;
+        t.emitted += st.emitted;
+        t.steps += st.steps;
+    }
+    fprintf(stderr, "spec %s: draft %lld, %lld target steps, %lld drafts proposed, %lld accepted (%.1f %%), "
+                    "%.2f tokens per target step and stream\n",
+            o->spec, o->draft, steps, (long long)t.proposed, (long long)t.accepted,
+            t.proposed ? 100.0 * (double)t.accepted / (double)t.proposed : 0.0,
+            t.steps ? (double)t.emitted / (double)t.steps : 0.0);
+    fprintf(stderr, "prefill: %.3f s; decode: %lld tokens in %.3f s (%.2f tok/s)\n", prefill_s, (long long)t.emitted,
+            decode_s, decode_s > 0 ? (double)t.emitted / decode_s : 0.0);
+}
+
+static int run_spec(const gen_opts *o) {
+    dsv4_error err;
+    /* each step may roll back the anchor and every draft: the ring needs draft + 1 slots of slack */
+    dsv4_load_opts lo = { .mode = o->mode, .n_threads = (int)o->threads, .quiet = 1,
+                          .max_spec = o->draft + 1 > 16 ? (int)o->draft + 1 : 16 };
+    dsv4_model *m = NULL;
+    dsv4_tokenizer *tok = NULL;
+    prompt_list pl = {0};
+    dsv4_spec_stream **ss = NULL;
+    dsv4_strbuf text;
+    dsv4_sb_init(&text);
+    dsv4_detokenizer detok;
+    int rc = 1, n_ss = 0;
+    if (dsv4_model_load(o->model_dir, &lo, &m, &err)) { rc = cli_fail(CMD, &err); goto out; }
+    if (o->batch ? read_prompts(o, &tok, &pl) : single_prompt(o, &tok, &pl)) goto out;
+    if (!o->batch && !o->ids && !tok && dsv4_tokenizer_load_dir(o->model_dir, &tok, &err)) tok = NULL;
+    const int stream_text = !o->batch && !o->ids && tok;
+    if (stream_text) dsv4_detokenizer_init(&detok, tok);
+    ss = calloc((size_t)pl.n, sizeof *ss);
+    if (!ss) { rc = cli_error(CMD, "out of memory"); goto out; }
+    const double t0 = now_s();
+    for (; n_ss < pl.n; n_ss++) {
+        dsv4_sampling sp = o->sp;
+        sp.seed = o->sp.seed + (uint64_t)n_ss;
+        dsv4_spec_opts so = { .draft = (int)o->draft, .max_new_tokens = (int)o->n, .stop_on_eos = 1 };
+        dsv4_drafter d;
+        if (make_drafter(o, m, &sp, &d, &err) ||
+            dsv4_spec_stream_new(m, pl.tok[n_ss], pl.len[n_ss], &sp, &so, &d, &ss[n_ss], &err)) {
+            if (o->batch) dsv4_wrap(&err, "prompt %d", n_ss);
+            rc = cli_fail(CMD, &err);
+            goto out;
+        }
+    }
+    const double t1 = now_s();
+    long long steps = 0;
+    for (;;) {
+        int live = 0;
+        for (int i = 0; i < n_ss; i++) live += !dsv4_spec_stream_done(ss[i]);
+        if (!live) break;
+        if (dsv4_spec_step(m, ss, n_ss, &err)) { rc = cli_fail(CMD, &err); goto out; }
+        steps++;
+        if (stream_text) {
+            int n;
+            const int32_t *outp = dsv4_spec_stream_output(ss[0], &n);
+            for (int j = n - dsv4_spec_stream_last_emitted(ss[0]); j < n; j++)
+                if (dsv4_detokenizer_push(&detok, outp[j], &text, &err)) { rc = cli_fail(CMD, &err); goto out; }
+            fwrite(text.data, 1, text.len, stdout);
+            fflush(stdout);
+            dsv4_sb_clear(&text);
+        }
+    }
+    const double t2 = now_s();
+    for (int i = 0; i < n_ss; i++) {
+        int n;
+        const int32_t *outp = dsv4_spec_stream_output(ss[i], &n);
+        if (stream_text) {
+            dsv4_detokenizer_finish(&detok, &text);
+            fwrite(text.data, 1, text.len, stdout);
+            printf("\n");
+            continue;
+        }
+        if (o->batch) printf("%d: ", i);
+        for (int k = 0; k < n; k++) printf(k ? ",%d" : "%d", outp[k]);
+        printf("\n");
+    }
+    if (o->stats) print_spec_stats(o, ss, n_ss, t1 - t0, t2 - t1, steps);
+    rc = 0;
+out:
+    for (int i = 0; i < n_ss; i++) dsv4_spec_stream_free(ss[i]);
+    free(ss);
+    dsv4_sb_free(&text);
+    prompts_free(&pl);
+    if (tok) dsv4_tokenizer_free(tok);
+    dsv4_model_free(m);
+    return rc;
+}
+
 int cmd_generate(int argc, char **argv) {
     gen_opts o;
     if (parse(argc, argv, &o)) return 1;
+    if (o.spec && strcmp(o.spec, "none")) return run_spec(&o);
     if (o.batch) return run_batch(&o);
     dsv4_error err;
     dsv4_load_opts lo = { .mode = o.mode, .n_threads = (int)o.threads, .quiet = 1 };
