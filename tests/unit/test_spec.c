@@ -4,7 +4,7 @@
  *     window of 8 (compressor emissions of ratio 4 and 128, many window wraps, drafts longer than the window);
  *   - after every verification step the serialised state (dsv4_seq_save_mem) is byte-identical to that of plain
  *     one-token-at-a-time decoding of the same committed tokens;
- *   - self-draft reaches 100 % acceptance; caller-supplied drafts with a planted error are accepted exactly up
+ *   - self-draft reaches 100 % acceptance (greedy and sampling); caller-supplied drafts with a planted error are accepted exactly up
  *     to the error;
  *   - sampling: on an 8-token vocabulary the joint distribution of the next two tokens and the marginal of the
  *     third, drawn with speculation from drafters whose distribution differs from the target's (a fixed
@@ -276,7 +276,7 @@ static void refusals(void **state) {
 /* ---- sampling is lossless: chi-square against the exact distribution -------------------------------------- */
 
 #define SV 8            /* vocabulary of the sampling model */
-#define N_SAMPLES 6000
+#define N_SAMPLES 4000
 
 /* A drafter that draws i.i.d. from a fixed distribution q (unlike the target's), and says so. */
 typedef struct {
@@ -412,6 +412,32 @@ static void sample_and_test(small_model *sm, const dsv4_sampling *sp0, int deter
     chi_square(name, c3, sm->p3, SV, N_SAMPLES);
 }
 
+/* Self-draft under sampling: p_d is the target's own distribution (bit-identical logits in EXACT mode), so
+ * min(1, p_t/p_d) = 1 and every draft is accepted. */
+static void self_draft_sampling(small_model *sm, const dsv4_sampling *sp0) {
+    dsv4_error err;
+    long proposed = 0, accepted = 0;
+    for (int i = 0; i < 20; i++) {
+        dsv4_sampling sp = *sp0;
+        sp.seed = 77 + (uint64_t)i;
+        dsv4_drafter d;
+        if (dsv4_drafter_self(sm->m, &sp, &d, &err)) fail_msg("%s", err.msg);
+        dsv4_spec_opts o = { .draft = 4, .max_new_tokens = 40 };
+        dsv4_spec_stream *s;
+        if (dsv4_spec_stream_new(sm->m, sm->prompt, 6, &sp, &o, &d, &s, &err)) fail_msg("%s", err.msg);
+        while (!dsv4_spec_stream_done(s))
+            if (dsv4_spec_step(sm->m, &s, 1, &err)) fail_msg("%s", err.msg);
+        dsv4_spec_stats st;
+        dsv4_spec_stream_stats(s, &st);
+        proposed += st.proposed;
+        accepted += st.accepted;
+        dsv4_spec_stream_free(s);
+    }
+    print_message("  self drafter, sampling: %ld drafts, %ld accepted\n", proposed, accepted);
+    assert_true(proposed > 0);
+    assert_int_equal(accepted, proposed);
+}
+
 static void sampling_lossless(void **state) {
     small_model sm = {0};
     static const char *const sets[] = {"vocab_size=8", "compress_ratios=[0,4]", "sliding_window=8"};
@@ -431,8 +457,55 @@ static void sampling_lossless(void **state) {
     sp.top_k = 5;
     exact_distribution(&sm, &sp);
     sample_and_test(&sm, &sp, 0, "q drafter top-k");
+    self_draft_sampling(&sm, &sp);
     dsv4_model_free(sm.m);
     tm_rmdir(sm.dir);
+}
+
+/* ---- the confidence hook: only drafts whose survival product stays >= the threshold are verified -------- */
+
+typedef struct {
+    const reference *r;
+    int n_done;
+} conf_ctx;
+
+static int conf_propose(void *ctx, const int32_t *history, int64_t n_hist, int32_t last, int max_k, int32_t *draft,
+                        float *draft_probs, int *probs_given, float *confidence, int *conf_given, dsv4_error *err) {
+    conf_ctx *c = ctx;
+    const int g = (int)(n_hist + 1 - N_PROMPT); /* tokens generated so far */
+    static const float conf[6] = {0.9f, 0.9f, 0.5f, 0.9f, 0.9f, 0.9f}; /* survival 0.9, 0.81, 0.405: two pass 0.5 */
+    for (int j = 0; j < max_k; j++) {
+        draft[j] = c->r->out[g + j];
+        confidence[j] = conf[j % 6];
+    }
+    *probs_given = 0;
+    *conf_given = 1;
+    return max_k;
+}
+
+static void confidence_cut(void **state) {
+    fixture *f = *state;
+    dsv4_error err;
+    dsv4_sampling sp = {0};
+    sp.top_p = 1.0f;
+    conf_ctx *cc = calloc(1, sizeof *cc);
+    cc->r = &f->ref[0];
+    dsv4_drafter d = { "conf", cc, conf_propose, NULL, free };
+    dsv4_spec_opts o = { .draft = 6, .conf_threshold = 0.5f, .max_new_tokens = 30 };
+    dsv4_spec_stream *s;
+    if (dsv4_spec_stream_new(f->m, f->ref[0].prompt, N_PROMPT, &sp, &o, &d, &s, &err)) fail_msg("%s", err.msg);
+    while (!dsv4_spec_stream_done(s))
+        if (dsv4_spec_step(f->m, &s, 1, &err)) fail_msg("%s", err.msg);
+    dsv4_spec_stats st;
+    dsv4_spec_stream_stats(s, &st);
+    assert_int_equal(st.steps, 10);           /* 3 tokens per step: two drafts (all right) and the bonus */
+    assert_int_equal(st.proposed, 20);
+    assert_int_equal(st.accepted, 20);
+    int n;
+    const int32_t *out = dsv4_spec_stream_output(s, &n);
+    assert_int_equal(n, 30);
+    assert_memory_equal(out, f->ref[0].out, sizeof(int32_t) * 30);
+    dsv4_spec_stream_free(s);
 }
 
 int main(void) {
@@ -441,6 +514,7 @@ int main(void) {
         cmocka_unit_test(greedy_self),
         cmocka_unit_test(greedy_external_long_drafts),
         cmocka_unit_test(greedy_batched),
+        cmocka_unit_test(confidence_cut),
         cmocka_unit_test(refusals),
         cmocka_unit_test(sampling_lossless),
     };
