@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# dsv4 generate --spec ngram|self [--draft N] (issue 6): greedy ids equal --spec none for one prompt and for
+# --batch (all streams verified in one step), past the window and the ratio-128 emission; self-draft reports
+# 100 % acceptance; --stats prints the acceptance line; --spec mtp|dspark and bad values end with one clean
+# error line. Run from the repository root with DSV4_BIN set; prints "N passed, N failed".
+set -u
+BIN=${DSV4_BIN:-build/dsv4}
+T=$(mktemp -d /tmp/dsv4_spec.XXXXXX)
+trap 'rm -rf "$T"' EXIT
+pass=0; fail=0
+ok()  { pass=$((pass + 1)); }
+bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
+
+expect_err() {
+    local name=$1 needle=$2; shift 2
+    "$@" >"$T/out" 2>"$T/err"
+    local rc=$?
+    if [ $rc -eq 0 ]; then bad "$name: exit 0, expected an error"
+    elif [ $rc -ge 128 ]; then bad "$name: killed by a signal (rc $rc)"
+    elif [ "$(wc -l <"$T/err")" -ne 1 ]; then bad "$name: not one stderr line: $(cat "$T/err")"
+    elif ! grep -qF -- "$needle" "$T/err"; then bad "$name: message lacks '$needle': $(cat "$T/err")"
+    else ok; fi
+}
+
+"$BIN" tiny -o "$T/m" --preset flash-tiny --set 'compress_ratios=[0,0,4,128,4,128]' --set sliding_window=8 \
+    --set index_topk=3 >/dev/null 2>&1 || { echo "tiny failed"; echo "0 passed, 1 failed"; exit 1; }
+
+P=5,9,100,7,5,9,100,7,5,9
+"$BIN" generate -m "$T/m" --tokens $P --ids -n 150 >"$T/ref" 2>/dev/null || bad "plain generate failed"
+for s in ngram self; do
+    for d in 1 4 15; do
+        if "$BIN" generate -m "$T/m" --tokens $P --ids -n 150 --spec $s --draft $d --stats >"$T/out" 2>"$T/err"; then
+            cmp -s "$T/ref" "$T/out" && ok || bad "--spec $s --draft $d: ids differ from --spec none"
+            grep -q "^spec $s: draft $d, .* accepted" "$T/err" && ok || bad "--spec $s --stats: no acceptance line: $(cat "$T/err")"
+            if [ $s = self ]; then grep -q "(100.0 %)" "$T/err" && ok || bad "self-draft below 100 %: $(cat "$T/err")"; fi
+        else bad "--spec $s --draft $d failed: $(cat "$T/err")"; fi
+    done
+done
+# drafts longer than the default ring slack (16): the model is loaded with more
+"$BIN" generate -m "$T/m" --tokens $P --ids -n 150 --spec self --draft 40 >"$T/out" 2>"$T/err" &&
+    cmp -s "$T/ref" "$T/out" && ok || bad "--spec self --draft 40: $(cat "$T/err")"
+
+# several streams in one step
+{ echo "7"; echo "1,2,3,4,5,6,7,8,9,10,11,12"; seq -s, 10 150; echo "3,3,3,3,3,3"; } >"$T/prompts"
+"$BIN" generate -m "$T/m" --batch "$T/prompts" -n 60 >"$T/bref" 2>/dev/null || bad "plain --batch failed"
+for s in ngram self; do
+    "$BIN" generate -m "$T/m" --batch "$T/prompts" -n 60 --spec $s --draft 5 >"$T/out" 2>"$T/err" &&
+        cmp -s "$T/bref" "$T/out" && ok || bad "--batch --spec $s: differs from --spec none: $(cat "$T/err")"
+done
+
+expect_err "spec mtp" "not built yet" "$BIN" generate -m "$T/m" --tokens 1 --spec mtp
+expect_err "spec dspark" "not built yet" "$BIN" generate -m "$T/m" --tokens 1 --spec dspark
+expect_err "spec bad" "--spec must be" "$BIN" generate -m "$T/m" --tokens 1 --spec bogus
+expect_err "draft 0" "--draft" "$BIN" generate -m "$T/m" --tokens 1 --spec ngram --draft 0
+expect_err "bad token" "outside the vocabulary" "$BIN" generate -m "$T/m" --tokens 1,99999 --spec ngram
+
+echo "$pass passed, $fail failed"
+[ $fail -eq 0 ]
