@@ -111,6 +111,7 @@ struct dsv4_spec_stream {
     float *conf;             /* [draft] */
     float *logits;           /* [1 + draft][vocab] */
     float *scratch;          /* [2][vocab] */
+    float *hidden;           /* [1 + draft][dr.hidden_dim] when the drafter wants target features, else NULL */
     dsv4_seq_snapshot *snap;
 };
 
@@ -132,6 +133,7 @@ void dsv4_spec_stream_free(dsv4_spec_stream *s) {
     free(s->conf);
     free(s->logits);
     free(s->scratch);
+    free(s->hidden);
     free(s);
 }
 
@@ -142,6 +144,24 @@ static int check_opts(const dsv4_model *m, const dsv4_spec_opts *o, dsv4_error *
     if (o->max_new_tokens < 0) return dsv4_fail(err, DSV4_E_ARG, "speculative: max_new_tokens must be >= 0");
     if (!(o->conf_threshold >= 0.0f && o->conf_threshold <= 1.0f))
         return dsv4_fail(err, DSV4_E_ARG, "speculative: confidence threshold must be in [0, 1]");
+    return 0;
+}
+
+/* Process prompt[0..n-1) (the last prompt token stays pending) and report it to the drafter like a commit:
+ * rows prompt[0..n-1), committed tokens prompt[1..n). One step when the drafter wants no target features,
+ * otherwise chunks that fit the hidden buffer. */
+static int prefill(dsv4_spec_stream *s, const int32_t *prompt, int n_prompt, dsv4_error *err) {
+    const int n = n_prompt - 1, chunk = s->hidden ? DSV4_SPEC_PREFILL_CHUNK : n;
+    for (int p0 = 0; p0 < n; p0 += chunk) {
+        const int len = n - p0 < chunk ? n - p0 : chunk;
+        dsv4_step_item it = { s->seq, prompt + p0, len, DSV4_LOGITS_NONE, NULL, s->hidden };
+        int rc = dsv4_step(s->m, &it, 1, err);
+        if (rc) return dsv4_wrap(err, "speculative: prefill");
+        if (!s->dr.on_commit) continue;
+        const dsv4_spec_verify_info vi = { p0, len, len, s->vocab, NULL, s->hidden, s->hidden ? s->dr.hidden_dim : 0 };
+        if ((rc = s->dr.on_commit(s->dr.ctx, prompt + p0 + 1, len, &vi, err)))
+            return dsv4_wrap(err, "drafter %s: prompt", s->dr.name ? s->dr.name : "?");
+    }
     return 0;
 }
 
@@ -177,18 +197,25 @@ int dsv4_spec_stream_new(dsv4_model *m, const int32_t *prompt, int n_prompt, con
     s->conf = malloc(sizeof(float) * K);
     s->logits = malloc(sizeof(float) * (K + 1) * V);
     s->scratch = malloc(sizeof(float) * 2 * V);
+    if (dr.hidden_dim > 0) {
+        if (dr.hidden_dim != m->cfg.hc_mult * m->cfg.dim) {
+            dsv4_spec_stream_free(s);
+            return dsv4_fail(err, DSV4_E_ARG, "speculative: drafter %s wants %d floats of target features per position; "
+                             "the step exports hc_mult * dim = %d", dr.name ? dr.name : "?", dr.hidden_dim,
+                             m->cfg.hc_mult * m->cfg.dim);
+        }
+        const size_t rows = (K + 1) > DSV4_SPEC_PREFILL_CHUNK ? (K + 1) : DSV4_SPEC_PREFILL_CHUNK;
+        s->hidden = malloc(sizeof(float) * rows * (size_t)dr.hidden_dim);
+        if (!s->hidden) { dsv4_spec_stream_free(s); return dsv4_fail(err, DSV4_E_NOMEM, "speculative: out of memory"); }
+    }
     if (!s->out || !s->chunk || !s->probs || !s->conf || !s->logits || !s->scratch) {
         dsv4_spec_stream_free(s);
         return dsv4_fail(err, DSV4_E_NOMEM, "speculative: out of memory");
     }
     if ((rc = dsv4_seq_new(m, &s->seq, err))) { dsv4_spec_stream_free(s); return rc; }
-    if (n_prompt > 1) {
-        dsv4_step_item it = { s->seq, prompt, n_prompt - 1, DSV4_LOGITS_NONE, NULL };
-        if ((rc = dsv4_step(m, &it, 1, err))) {
-            dsv4_wrap(err, "speculative: prefill");
-            dsv4_spec_stream_free(s);
-            return rc;
-        }
+    if (n_prompt > 1 && (rc = prefill(s, prompt, n_prompt, err))) {
+        dsv4_spec_stream_free(s);
+        return rc;
     }
     s->pending = prompt[n_prompt - 1];
     s->done = o->max_new_tokens == 0;
@@ -258,7 +285,8 @@ static int commit_stream(dsv4_spec_stream *s, dsv4_error *err) {
     s->st.emitted += t;
     if (stop || s->n_out >= s->o.max_new_tokens) s->done = 1;
     if (s->dr.on_commit) {
-        const dsv4_spec_verify_info vi = { dsv4_seq_position(s->seq) - t, s->k + 1, t, s->vocab, s->logits, NULL, 0 };
+        const dsv4_spec_verify_info vi = { dsv4_seq_position(s->seq) - t, s->k + 1, t, s->vocab, s->logits, s->hidden,
+                                           s->hidden ? s->dr.hidden_dim : 0 };
         if ((rc = s->dr.on_commit(s->dr.ctx, c, t, &vi, err)))
             return dsv4_wrap(err, "drafter %s: commit", s->dr.name ? s->dr.name : "?");
     }
@@ -281,7 +309,7 @@ int dsv4_spec_step(dsv4_model *m, dsv4_spec_stream **streams, int n_streams, dsv
         dsv4_seq_snapshot_free(s->snap);
         s->snap = NULL;
         if ((rc = dsv4_seq_snapshot_new(s->seq, &s->snap, err))) goto out;
-        items[n] = (dsv4_step_item){ s->seq, s->chunk, 1 + s->k, DSV4_LOGITS_ALL, s->logits };
+        items[n] = (dsv4_step_item){ s->seq, s->chunk, 1 + s->k, DSV4_LOGITS_ALL, s->logits, s->hidden };
         act[n++] = s;
     }
     if (n == 0) goto out;

@@ -24,18 +24,22 @@
 #include <stdint.h>
 
 /* What the verification step tells a drafter after committing (extension point for MTP / DSpark).
- * Row r of `logits` is the target's output for position pos0 + r (row 0 = the anchor). Drafters that
- * draft from the target's hidden state (V4 MTP: the final HC state X_i before hc_head; DSpark: the means of
- * the captured layers' outputs, §14.3) need the same per-row data for the committed rows 0..n_processed-1;
- * dsv4_step does not export hidden states yet, so `hidden` is NULL and hidden_dim 0 until it does. Only the
- * committed rows may enter a drafter's own rings (DSpark context keys, §15.4). */
+ * Row r is the target's output for position pos0 + r (row 0 = the anchor); committed[r] (on_commit) is the
+ * token that follows row r's token, so rows 0..n_processed-1 pair with committed[0..n_processed-1].
+ * `hidden` holds per-row target features when the drafter asked for them (dsv4_drafter.hidden_dim > 0):
+ * today the final HC state before hc_head that dsv4_step exports (dsv4_step_item.hidden, what V4 MTP drafts
+ * from); DSpark's captured layer means (§14.3) would come the same way once dsv4_step exports them. Only the
+ * committed rows may enter a drafter's own rings (DSpark context keys, §15.4).
+ * The prompt is reported the same way, once, when the stream is created (logits NULL, all rows committed,
+ * in chunks of at most DSV4_SPEC_PREFILL_CHUNK rows when hidden rows are wanted). */
+#define DSV4_SPEC_PREFILL_CHUNK 256
 typedef struct {
     int64_t pos0;            /* position of row 0 (the anchor) */
     int n_rows;              /* 1 + k: rows the target computed */
     int n_processed;         /* rows committed and kept in the target's state (1 + n_acc, or fewer at a stop) */
     int vocab;
-    const float *logits;     /* [n_rows][vocab], valid during the call */
-    const float *hidden;     /* [n_rows][hidden_dim] per-position target features: NULL (not exported yet) */
+    const float *logits;     /* [n_rows][vocab], valid during the call; NULL for the prompt */
+    const float *hidden;     /* [n_rows][hidden_dim] per-position target features, or NULL (none asked) */
     int hidden_dim;
 } dsv4_spec_verify_info;
 
@@ -59,6 +63,9 @@ typedef struct dsv4_drafter {
     int (*on_commit)(void *ctx, const int32_t *committed, int n_committed, const dsv4_spec_verify_info *vi,
                      dsv4_error *err);
     void (*free)(void *ctx);
+    /* Floats per position of target features the drafter needs in on_commit (0 = none). The only value
+     * dsv4_step can give today is hc_mult * dim (the final HC state, dsv4_step_item.hidden). */
+    int hidden_dim;
 } dsv4_drafter;
 
 /* ---- built-in drafters (no extra weights) ------------------------------------------------------------- */

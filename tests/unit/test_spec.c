@@ -21,6 +21,7 @@
 #include "helpers/testmodel.h"
 #include "engine/sampler.h"
 #include "engine/speculative.h"
+#include "model/model.h" /* hc_mult: the width of the exported hidden rows */
 
 #define N_PROMPT 24
 #define N_GEN 150     /* positions 23 .. 173: past the first ratio-128 emission, ~20 window wraps of 8 */
@@ -242,6 +243,90 @@ static void greedy_batched(void **state) {
     dsv4_spec_stats st[3];
     const drafter_kind k[3] = {D_NGRAM, D_SELF, D_EXTERNAL};
     run_greedy(*state, k, 3, 6, st);
+}
+
+/* ---- the extension point for MTP / DSpark: committed rows' target features reach on_commit ---------------- */
+
+typedef struct {
+    int dim;
+    float *rows;         /* [N_PROMPT + N_GEN][dim]: recorded hidden row per position */
+    int32_t *next;       /* [N_PROMPT + N_GEN]: the committed token after each position */
+    char *seen;
+    dsv4_drafter inner;  /* drafts come from a self drafter, so steps commit several rows */
+} rec_ctx;
+
+static int rec_propose(void *ctx, const int32_t *history, int64_t n_hist, int32_t last, int max_k, int32_t *draft,
+                       float *draft_probs, int *probs_given, float *confidence, int *conf_given, dsv4_error *err) {
+    rec_ctx *c = ctx;
+    return c->inner.propose(c->inner.ctx, history, n_hist, last, max_k, draft, draft_probs, probs_given, confidence,
+                            conf_given, err);
+}
+
+static int rec_commit(void *ctx, const int32_t *committed, int n_committed, const dsv4_spec_verify_info *vi,
+                      dsv4_error *err) {
+    rec_ctx *c = ctx;
+    assert_non_null(vi->hidden);
+    assert_int_equal(vi->hidden_dim, c->dim);
+    assert_int_equal(vi->n_processed, n_committed);
+    for (int r = 0; r < vi->n_processed; r++) {
+        const int64_t p = vi->pos0 + r;
+        assert_true(p >= 0 && p < N_PROMPT + N_GEN);
+        assert_false(c->seen[p]);  /* each committed position exactly once, rejected ones never */
+        c->seen[p] = 1;
+        memcpy(c->rows + p * c->dim, vi->hidden + (size_t)r * c->dim, sizeof(float) * (size_t)c->dim);
+        c->next[p] = committed[r];
+    }
+    return c->inner.on_commit ? c->inner.on_commit(c->inner.ctx, committed, n_committed, vi, err) : 0;
+}
+
+static void rec_free(void *ctx) {
+    rec_ctx *c = ctx;
+    dsv4_drafter_free(&c->inner);
+    free(c->rows);
+    free(c->next);
+    free(c->seen);
+    free(c);
+}
+
+static void hidden_rows_reach_drafter(void **state) {
+    fixture *f = *state;
+    dsv4_error err;
+    const reference *r = &f->ref[1];
+    const int dim = f->m->cfg.hc_mult * f->m->cfg.dim, T = N_PROMPT + N_GEN;
+    dsv4_sampling sp = {0};
+    sp.top_p = 1.0f;
+    rec_ctx *c = calloc(1, sizeof *c);
+    c->dim = dim;
+    c->rows = malloc(sizeof(float) * (size_t)T * (size_t)dim);
+    c->next = malloc(sizeof(int32_t) * (size_t)T);
+    c->seen = calloc((size_t)T, 1);
+    if (dsv4_drafter_self(f->m, &sp, &c->inner, &err)) fail_msg("%s", err.msg);
+    dsv4_drafter d = { "recorder", c, rec_propose, rec_commit, rec_free, dim };
+    dsv4_spec_opts o = { .draft = 7, .max_new_tokens = N_GEN };
+    dsv4_spec_stream *s;
+    if (dsv4_spec_stream_new(f->m, r->prompt, N_PROMPT, &sp, &o, &d, &s, &err)) fail_msg("%s", err.msg);
+    while (!dsv4_spec_stream_done(s))
+        if (dsv4_spec_step(f->m, &s, 1, &err)) fail_msg("%s", err.msg);
+    /* the reference: one step over prompt + output (but the last token, still pending), hidden rows of all */
+    int32_t all[N_PROMPT + N_GEN];
+    memcpy(all, r->prompt, sizeof r->prompt);
+    memcpy(all + N_PROMPT, r->out, sizeof r->out);
+    const int n = T - 1;
+    float *ref = malloc(sizeof(float) * (size_t)n * (size_t)dim);
+    dsv4_seq *q;
+    if (dsv4_seq_new(f->m, &q, &err)) fail_msg("%s", err.msg);
+    dsv4_step_item it = { q, all, n, DSV4_LOGITS_NONE, NULL, ref };
+    if (dsv4_step(f->m, &it, 1, &err)) fail_msg("%s", err.msg);
+    for (int p = 0; p < n; p++) {
+        if (!c->seen[p]) fail_msg("position %d never reached the drafter", p);
+        assert_int_equal(c->next[p], all[p + 1]);
+        if (memcmp(c->rows + (size_t)p * dim, ref + (size_t)p * dim, sizeof(float) * (size_t)dim))
+            fail_msg("hidden row of position %d differs from a one-shot forward", p);
+    }
+    assert_false(c->seen[n]); /* the pending token was never processed */
+    dsv4_seq_free(q);
+    free(ref);
+    dsv4_spec_stream_free(s);
 }
 
 /* ---- errors ------------------------------------------------------------------------------------------------ */
@@ -518,6 +603,7 @@ int main(void) {
         cmocka_unit_test(greedy_external_long_drafts),
         cmocka_unit_test(greedy_batched),
         cmocka_unit_test(confidence_cut),
+        cmocka_unit_test(hidden_rows_reach_drafter),
         cmocka_unit_test(refusals),
         cmocka_unit_test(sampling_lossless),
     };
