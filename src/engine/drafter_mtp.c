@@ -1,0 +1,89 @@
+/* The V4 MTP drafter ("MTP-1", spec §13): the MTP head turns the target's final HC state of position i and the
+ * token at i+1 into a prediction of the token at i+2. One draft per step, as deployed before DSpark.
+ *
+ * Its own state is the MTP head's window ring of MTP rows (core/mtp.h). Only committed rows enter it: row i is
+ * run once the target has committed position i and the token after it is known (on_commit gives both: the
+ * verification step's hidden rows and the committed tokens). The last row run predicts the token after the
+ * pending one — the next draft. Nothing speculative is ever written, so nothing needs rolling back. */
+#include "core/mtp.h"
+#include "engine/speculative.h"
+#include "engine/drafter_mtp.h"
+#include "model/model.h"
+#include "util/error.h"
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    dsv4_model *m;
+    dsv4_seq *state;      /* MTP rows; its position is the next target position to pair */
+    dsv4_sampler smp;     /* the stream's sampling parameters: the draft distribution is the sampler's over the
+                             MTP logits, so the rejection test compares like with like */
+    float *logits;        /* [vocab]: MTP logits of the last row run */
+    int have_draft;
+    int vocab;
+} mtp_ctx;
+
+static void mtp_free(void *ctx) {
+    mtp_ctx *c = ctx;
+    if (!c) return;
+    dsv4_seq_free(c->state);
+    dsv4_sampler_free(&c->smp);
+    free(c->logits);
+    free(c);
+}
+
+static int mtp_propose(void *ctx, const int32_t *history, int64_t n_hist, int32_t last, int max_k, int32_t *draft,
+                       float *draft_probs, int *probs_given, float *confidence, int *conf_given, dsv4_error *err) {
+    mtp_ctx *c = ctx;
+    *probs_given = 0;
+    if (!c->have_draft || max_k < 1) return 0;
+    c->have_draft = 0;
+    if (draft_probs && c->smp.params.temperature > 0.0f) {
+        /* sampled drafting: d ~ p_d, and p_d goes to the verifier */
+        dsv4_sampler_distribution(&c->smp, c->logits, draft_probs);
+        draft[0] = dsv4_sample(&c->smp, c->logits);
+        *probs_given = 1;
+    } else {
+        draft[0] = dsv4_sample(&c->smp, c->logits);   /* greedy: argmax */
+    }
+    return 1;
+}
+
+/* Rows pos0 .. pos0+n-1 of the target committed; committed[r] is the token after row r. */
+static int mtp_on_commit(void *ctx, const int32_t *committed, int n_committed, const dsv4_spec_verify_info *vi,
+                         dsv4_error *err) {
+    mtp_ctx *c = ctx;
+    c->have_draft = 0;
+    const int n = vi->n_processed < n_committed ? vi->n_processed : n_committed;
+    if (n <= 0) return 0;
+    if (!vi->hidden) return dsv4_fail(err, DSV4_E_STATE, "MTP drafter: the verification step gave no hidden states");
+    if (dsv4_seq_position(c->state) != vi->pos0)
+        return dsv4_fail(err, DSV4_E_STATE, "MTP drafter: rows are not consecutive (MTP at %lld, target rows from %lld)",
+                         (long long)dsv4_seq_position(c->state), (long long)vi->pos0);
+    int rc = dsv4_mtp_forward(c->m, c->state, vi->hidden, committed, n, DSV4_LOGITS_LAST, c->logits, err);
+    if (rc) return rc;
+    c->have_draft = 1;
+    return 0;
+}
+
+int dsv4_drafter_mtp(dsv4_model *m, const dsv4_sampling *sp, dsv4_drafter *out, dsv4_error *err) {
+    if (!m || !sp || !out) return dsv4_fail(err, DSV4_E_ARG, "MTP drafter: missing argument");
+    if (!dsv4_model_has_mtp(m))
+        return dsv4_fail(err, DSV4_E_UNSUPPORTED, "this checkpoint has no V4 MTP head (mtp.0.e_proj); --spec mtp needs one");
+    dsv4_model_info info;
+    dsv4_model_get_info(m, &info);
+    mtp_ctx *c = calloc(1, sizeof *c);
+    if (!c) return dsv4_fail(err, DSV4_E_NOMEM, "MTP drafter: out of memory");
+    c->m = m;
+    c->vocab = info.vocab_size;
+    dsv4_sampling dsp = *sp;
+    dsp.seed = sp->seed ^ 0x6d74703a64726166ULL;   /* its own random stream, not the verifier's */
+    int rc = dsv4_sampler_init(&c->smp, &dsp, info.vocab_size, err);
+    if (!rc) rc = dsv4_seq_new(m, &c->state, err);
+    if (!rc && !(c->logits = malloc(sizeof(float) * (size_t)info.vocab_size)))
+        rc = dsv4_fail(err, DSV4_E_NOMEM, "MTP drafter: out of memory");
+    if (rc) { mtp_free(c); return rc; }
+    *out = (dsv4_drafter){ .name = "mtp", .ctx = c, .propose = mtp_propose, .on_commit = mtp_on_commit, .free = mtp_free,
+                           .hidden_dim = m->cfg.hc_mult * m->cfg.dim };
+    return 0;
+}
