@@ -183,7 +183,7 @@ static int external_propose(void *ctx, const int32_t *history, int64_t n_hist, i
                             float *draft_probs, int *probs_given, float *confidence, int *conf_given, dsv4_error *err) {
     external_ctx *c = ctx;
     const int n = c->n < max_k ? c->n : max_k;
-    memcpy(draft, c->tok, sizeof(int32_t) * (size_t)n);
+    if (n > 0) memcpy(draft, c->tok, sizeof(int32_t) * (size_t)n); /* tok is NULL before the first set */
     *probs_given = 0;
     if (draft_probs && c->has_probs && n > 0) {
         memcpy(draft_probs, c->probs, sizeof(float) * (size_t)n * (size_t)c->vocab);

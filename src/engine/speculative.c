@@ -184,9 +184,10 @@ int dsv4_spec_stream_new(dsv4_model *m, const int32_t *prompt, int n_prompt, con
     s->vocab = m->cfg.vocab_size;
     for (int i = 0; i < n_prompt; i++)
         if (prompt[i] < 0 || prompt[i] >= s->vocab) {
+            dsv4_fail(err, DSV4_E_ARG, "speculative: prompt token %d (id %d) is outside the vocabulary (%d)", i,
+                      prompt[i], s->vocab);
             dsv4_spec_stream_free(s);
-            return dsv4_fail(err, DSV4_E_ARG, "speculative: prompt token %d (id %d) is outside the vocabulary (%d)", i,
-                             prompt[i], s->vocab);
+            return DSV4_E_ARG;
         }
     if ((rc = dsv4_sampler_init(&s->smp, sp, s->vocab, err))) { dsv4_spec_stream_free(s); return rc; }
     rng_seed(s->rng, sp->seed);
@@ -199,10 +200,11 @@ int dsv4_spec_stream_new(dsv4_model *m, const int32_t *prompt, int n_prompt, con
     s->scratch = malloc(sizeof(float) * 2 * V);
     if (dr.hidden_dim > 0) {
         if (dr.hidden_dim != m->cfg.hc_mult * m->cfg.dim) {
-            dsv4_spec_stream_free(s);
-            return dsv4_fail(err, DSV4_E_ARG, "speculative: drafter %s wants %d floats of target features per position; "
-                             "the step exports hc_mult * dim = %d", dr.name ? dr.name : "?", dr.hidden_dim,
-                             m->cfg.hc_mult * m->cfg.dim);
+            dsv4_fail(err, DSV4_E_ARG, "speculative: drafter %s wants %d floats of target features per position; "
+                      "the step exports hc_mult * dim = %d", dr.name ? dr.name : "?", dr.hidden_dim,
+                      m->cfg.hc_mult * m->cfg.dim);
+            dsv4_spec_stream_free(s); /* frees the drafter: its name is used above, before */
+            return DSV4_E_ARG;
         }
         const size_t rows = (K + 1) > DSV4_SPEC_PREFILL_CHUNK ? (K + 1) : DSV4_SPEC_PREFILL_CHUNK;
         s->hidden = malloc(sizeof(float) * rows * (size_t)dr.hidden_dim);
