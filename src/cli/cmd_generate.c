@@ -4,6 +4,7 @@
  * all streams are verified together in one step; greedy output equals --spec none, sampled output has the
  * same distribution (not the same draws for a seed). --stats adds acceptance statistics. */
 #include "cli/cli.h"
+#include "engine/drafter_mtp.h"
 #include "engine/sampler.h"
 #include "engine/scheduler.h"
 #include "engine/speculative.h"
@@ -64,10 +65,9 @@ static int parse(int argc, char **argv, gen_opts *o) {
     }
     if (!o->model_dir) return cli_error(CMD, "missing -m DIR");
     if (!!o->prompt + !!o->tokens + !!o->batch != 1) return cli_error(CMD, "give exactly one of -p TEXT, --tokens and --batch");
-    if (o->spec && (!strcmp(o->spec, "mtp") || !strcmp(o->spec, "dspark")))
-        return cli_error(CMD, "--spec %s: the %s drafting heads are not built yet (use --spec none, ngram or self)", o->spec,
-                         !strcmp(o->spec, "mtp") ? "V4 MTP" : "DSpark");
-    if (o->spec && strcmp(o->spec, "none") && strcmp(o->spec, "ngram") && strcmp(o->spec, "self"))
+    if (o->spec && !strcmp(o->spec, "dspark"))
+        return cli_error(CMD, "--spec dspark: the DSpark drafter is not built yet (use --spec none, mtp, ngram or self)");
+    if (o->spec && strcmp(o->spec, "none") && strcmp(o->spec, "ngram") && strcmp(o->spec, "self") && strcmp(o->spec, "mtp"))
         return cli_error(CMD, "--spec must be none, ngram, self, mtp or dspark, got '%s'", o->spec);
     if (!o->draft) o->draft = 4;
     return 0;
@@ -147,7 +147,7 @@ static int read_prompts(const gen_opts *o, dsv4_tokenizer **tok, prompt_list *pl
  * equals `dsv4 generate --tokens <line i> --seed <S+i>`. Prints "<i>: id,id,..." in prompt order. */
 static int run_batch(const gen_opts *o) {
     dsv4_error err;
-    dsv4_load_opts lo = { .mode = o->mode, .n_threads = (int)o->threads, .quiet = 1 };
+    dsv4_load_opts lo = { .mode = o->mode, .n_threads = (int)o->threads, .quiet = 0 };
     dsv4_model *m = NULL;
     dsv4_tokenizer *tok = NULL;
     dsv4_sched *s = NULL;
@@ -199,6 +199,7 @@ out:
 
 static int make_drafter(const gen_opts *o, dsv4_model *m, const dsv4_sampling *sp, dsv4_drafter *d, dsv4_error *err) {
     if (!strcmp(o->spec, "ngram")) return dsv4_drafter_ngram(1, 4, d, err);
+    if (!strcmp(o->spec, "mtp")) return dsv4_drafter_mtp(m, sp, d, err);
     return dsv4_drafter_self(m, sp, d, err);
 }
 
@@ -325,7 +326,7 @@ int cmd_generate(int argc, char **argv) {
     if (o.spec && strcmp(o.spec, "none")) return run_spec(&o);
     if (o.batch) return run_batch(&o);
     dsv4_error err;
-    dsv4_load_opts lo = { .mode = o.mode, .n_threads = (int)o.threads, .quiet = 1 };
+    dsv4_load_opts lo = { .mode = o.mode, .n_threads = (int)o.threads, .quiet = 0 };
     dsv4_model *m = NULL;
     dsv4_tokenizer *tok = NULL;
     dsv4_seq *seq = NULL;

@@ -48,7 +48,11 @@ for s in ngram self; do
         cmp -s "$T/bref" "$T/out" && ok || bad "--batch --spec $s: differs from --spec none: $(cat "$T/err")"
 done
 
-expect_err "spec mtp" "not built yet" "$BIN" generate -m "$T/m" --tokens 1 --spec mtp
+expect_err "spec mtp without a head" "no V4 MTP head" "$BIN" generate -m "$T/m" --tokens 1 --spec mtp
+"$BIN" tiny -o "$T/mtp" --mtp v4 --seed 4 --set compress_ratios=[0,0,4,128,4,128] --set sliding_window=8 >/dev/null 2>&1
+plain=$("$BIN" generate -m "$T/mtp" --tokens 5,6,7,8 -n 150 --ids 2>/dev/null)
+mtp=$("$BIN" generate -m "$T/mtp" --tokens 5,6,7,8 -n 150 --ids --spec mtp --draft 1 2>/dev/null)
+if [ -n "$plain" ] && [ "$plain" = "$mtp" ]; then pass=$((pass + 1)); else echo "FAIL spec mtp: ids differ from --spec none"; fail=$((fail + 1)); fi
 expect_err "spec dspark" "not built yet" "$BIN" generate -m "$T/m" --tokens 1 --spec dspark
 expect_err "spec bad" "--spec must be" "$BIN" generate -m "$T/m" --tokens 1 --spec bogus
 expect_err "draft 0" "--draft" "$BIN" generate -m "$T/m" --tokens 1 --spec ngram --draft 0
