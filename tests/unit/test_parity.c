@@ -1,4 +1,4 @@
-/* The parity matrix (spec §15.3, DESIGN §6.2): in EXACT mode the logits at every position are bit-identical
+/* The parity matrix (spec §15.3, DESIGN §6.2): in EXACT mode (and in OFFICIAL mode too) the logits at every position are bit-identical
  * (memcmp) whether the tokens go in one call, one at a time after a prefill of any length, or in random
  * chunks — for every layer topology, across compressor chunk boundaries (s mod 4, s = 127/128/129), window
  * wrap, and index_topk both below and above the number of ratio-4 rows. */
@@ -19,6 +19,7 @@ typedef struct {
     const char *preset;
     const char *sets[6];
     int n_sets;
+    dsv4_mode mode;
 } topology;
 
 static const topology topologies[] = {
@@ -28,6 +29,12 @@ static const topology topologies[] = {
     {"compressed-only", "flash-tiny", {"compress_ratios=[4,128,4,128]", "num_hidden_layers=4", "sliding_window=16", "index_topk=2"}, 4},
     /* index_topk above every row count: the indexer selects everything, scoring is irrelevant */
     {"flash-topk-large", "flash-tiny", {"compress_ratios=[0,0,4,128,4,128]", "sliding_window=8", "index_topk=128"}, 3},
+    /* OFFICIAL mode rounds at the official points, per token, with the same kernels on every path: it is as
+     * exact across paths as EXACT mode, so it gets the same memcmp matrix (a stronger claim than a tolerance) */
+    {"official flash-like", "flash-tiny", {"compress_ratios=[0,0,4,128,4,128]", "sliding_window=8", "index_topk=3"}, 3,
+     DSV4_MODE_OFFICIAL},
+    {"official pro-like", "pro-tiny", {"compress_ratios=[128,128,4,128]", "sliding_window=8", "index_topk=5"}, 3,
+     DSV4_MODE_OFFICIAL},
 };
 
 typedef struct {
@@ -40,7 +47,7 @@ typedef struct {
 
 static int setup(void **state, const topology *tp) {
     fixture *f = calloc(1, sizeof *f);
-    f->m = tm_make(tp->preset, tp->sets, tp->n_sets, 1234, DSV4_MODE_EXACT, f->dir);
+    f->m = tm_make(tp->preset, tp->sets, tp->n_sets, 1234, tp->mode, f->dir);
     if (!f->m) return -1;
     dsv4_model_info info;
     dsv4_model_get_info(f->m, &info);
@@ -150,6 +157,8 @@ TOPO_TEST(1)
 TOPO_TEST(2)
 TOPO_TEST(3)
 TOPO_TEST(4)
+TOPO_TEST(5)
+TOPO_TEST(6)
 
 int main(void) {
     const struct CMUnitTest tests[] = {
@@ -158,6 +167,8 @@ int main(void) {
         {"all-window [0,0,0,0]", parity, setup_2, teardown, NULL},
         {"compressed-only [4,128,4,128] topk 2", parity, setup_3, teardown, NULL},
         {"flash-like, index_topk above row count", parity, setup_4, teardown, NULL},
+        {"OFFICIAL mode, flash-like", parity, setup_5, teardown, NULL},
+        {"OFFICIAL mode, pro-like", parity, setup_6, teardown, NULL},
     };
     /* DSV4_QUICK (the sanitizer run): the Flash-like and Pro-like layouts only; the normal run does all. */
     if (getenv("DSV4_QUICK")) return _cmocka_run_group_tests("parity (EXACT, memcmp), quick", tests, 2, NULL, NULL);
