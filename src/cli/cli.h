@@ -14,6 +14,11 @@ int cli_parse_int(const char *cmd, const char *opt, const char *s, long long lo,
 int cli_parse_float(const char *cmd, const char *opt, const char *s, double *out);
 /* Parse "1,2,3" or "@FILE" (a file holding such a list) into a heap array of int32. */
 int cli_parse_tokens(const char *cmd, const char *s, int32_t **out, int *n);
+/* --mode exact|official into *mode. */
+int cli_parse_mode(const char *cmd, const char *s, dsv4_mode *mode);
+/* The sampling options (--temp --top-p --min-p --top-k --seed), shared by generate and chat: when argv[*i] is
+ * one, consume it (and its value) into sp and return 1; 0 when it is not one; -1 after printing an error. */
+int cli_sampling_option(const char *cmd, int argc, char **argv, int *i, void *sampling /* dsv4_sampling * */);
 /* argv[i+1] for option argv[i], or an error when it is missing. */
 const char *cli_value(const char *cmd, int argc, char **argv, int *i);
 

@@ -30,26 +30,17 @@ static int parse(int argc, char **argv, chat_opts *o) {
     o->sp.top_p = 1.0f;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = NULL;
-        double x;
-        long long k;
+        int r;
 #define VAL() do { if (!(v = cli_value(CMD, argc, argv, &i))) return 1; } while (0)
         if (!strcmp(a, "-m") || !strcmp(a, "--model")) { VAL(); o->model_dir = v; }
         else if (!strcmp(a, "--system")) { VAL(); o->system = v; }
         else if (!strcmp(a, "--think")) o->think = 1;
         else if (!strcmp(a, "--stats")) o->stats = 1;
         else if (!strcmp(a, "-n")) { VAL(); if (cli_parse_int(CMD, a, v, 1, 1LL << 30, &o->n)) return 1; }
-        else if (!strcmp(a, "--temp")) { VAL(); if (cli_parse_float(CMD, a, v, &x)) return 1; o->sp.temperature = (float)x; }
-        else if (!strcmp(a, "--top-p")) { VAL(); if (cli_parse_float(CMD, a, v, &x)) return 1; o->sp.top_p = (float)x; }
-        else if (!strcmp(a, "--min-p")) { VAL(); if (cli_parse_float(CMD, a, v, &x)) return 1; o->sp.min_p = (float)x; }
-        else if (!strcmp(a, "--top-k")) { VAL(); if (cli_parse_int(CMD, a, v, 0, 1 << 30, &k)) return 1; o->sp.top_k = (int)k; }
-        else if (!strcmp(a, "--seed")) { VAL(); if (cli_parse_int(CMD, a, v, 0, (long long)(~0ULL >> 1), &k)) return 1; o->sp.seed = (uint64_t)k; }
+        else if ((r = cli_sampling_option(CMD, argc, argv, &i, &o->sp))) { if (r < 0) return 1; }
         else if (!strcmp(a, "--threads")) { VAL(); if (cli_parse_int(CMD, a, v, 0, 1024, &o->threads)) return 1; }
-        else if (!strcmp(a, "--mode")) {
-            VAL();
-            if (!strcmp(v, "exact")) o->mode = DSV4_MODE_EXACT;
-            else if (!strcmp(v, "official")) o->mode = DSV4_MODE_OFFICIAL;
-            else return cli_error(CMD, "--mode must be exact or official, got '%s'", v);
-        } else return cli_error(CMD, "unknown option '%s'", a);
+        else if (!strcmp(a, "--mode")) { VAL(); if (cli_parse_mode(CMD, v, &o->mode)) return 1; }
+        else return cli_error(CMD, "unknown option '%s'", a);
 #undef VAL
     }
     if (!o->model_dir) return cli_error(CMD, "missing -m DIR");

@@ -32,12 +32,8 @@ static int parse_args(int argc, char **argv, logits_opts *o) {
         else if (!strcmp(a, "--kv")) { VAL(); o->kv = v; }
         else if (!strcmp(a, "--save-at")) { VAL(); if (cli_parse_int(CMD, a, v, 0, 1LL << 40, &o->save_at)) return 1; }
         else if (!strcmp(a, "--threads")) { VAL(); if (cli_parse_int(CMD, a, v, 0, 1024, &o->threads)) return 1; }
-        else if (!strcmp(a, "--mode")) {
-            VAL();
-            if (!strcmp(v, "exact")) o->mode = DSV4_MODE_EXACT;
-            else if (!strcmp(v, "official")) o->mode = DSV4_MODE_OFFICIAL;
-            else return cli_error(CMD, "--mode must be exact or official, got '%s'", v);
-        } else return cli_error(CMD, "unknown option '%s'", a);
+        else if (!strcmp(a, "--mode")) { VAL(); if (cli_parse_mode(CMD, v, &o->mode)) return 1; }
+        else return cli_error(CMD, "unknown option '%s'", a);
 #undef VAL
     }
     if (!o->model_dir) return cli_error(CMD, "missing -m DIR");

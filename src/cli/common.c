@@ -1,4 +1,5 @@
 #include "cli/cli.h"
+#include "engine/sampler.h"
 #include "util/fileio.h"
 #include <errno.h>
 #include <stdarg.h>
@@ -84,4 +85,34 @@ const char *cli_value(const char *cmd, int argc, char **argv, int *i) {
         return NULL;
     }
     return argv[++*i];
+}
+
+int cli_parse_mode(const char *cmd, const char *s, dsv4_mode *mode) {
+    if (!strcmp(s, "exact")) *mode = DSV4_MODE_EXACT;
+    else if (!strcmp(s, "official")) *mode = DSV4_MODE_OFFICIAL;
+    else return cli_error(cmd, "--mode must be exact or official, got '%s'", s);
+    return 0;
+}
+
+int cli_sampling_option(const char *cmd, int argc, char **argv, int *i, void *sampling) {
+    dsv4_sampling *sp = sampling;
+    const char *a = argv[*i], *v;
+    double x = 0;
+    long long k = 0;
+    const int is_float = !strcmp(a, "--temp") || !strcmp(a, "--top-p") || !strcmp(a, "--min-p");
+    const int is_int = !strcmp(a, "--top-k") || !strcmp(a, "--seed");
+    if (!is_float && !is_int) return 0;
+    if (!(v = cli_value(cmd, argc, argv, i))) return -1;
+    if (is_float && cli_parse_float(cmd, a, v, &x)) return -1;
+    if (!strcmp(a, "--temp")) sp->temperature = (float)x;
+    else if (!strcmp(a, "--top-p")) sp->top_p = (float)x;
+    else if (!strcmp(a, "--min-p")) sp->min_p = (float)x;
+    else if (!strcmp(a, "--top-k")) {
+        if (cli_parse_int(cmd, a, v, 0, 1 << 30, &k)) return -1;
+        sp->top_k = (int)k;
+    } else {
+        if (cli_parse_int(cmd, a, v, 0, (long long)(~0ULL >> 1), &k)) return -1;
+        sp->seed = (uint64_t)k;
+    }
+    return 1;
 }
