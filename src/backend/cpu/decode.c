@@ -4,6 +4,13 @@
 #include "model/formats.h"
 #include <string.h>
 
+/* Safetensors packs tensors without alignment: a BF16 element may sit at an odd address. */
+static inline uint16_t load_u16(const uint16_t *p) {
+    uint16_t v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
 static const uint8_t *fp8_scale_row(const dsv4_weight *w, int row) {
     return w->scale + (int64_t)((w->row0 + row) / 128) * w->scale_cols;
 }
@@ -23,7 +30,7 @@ void weight_decode_row(const dsv4_weight *w, int row, float *out) {
 #ifdef DSV4_AVX2
         for (; i + 8 <= n; i += 8) _mm256_storeu_ps(out + i, vec_bf16x8(src + i));
 #endif
-        for (; i < n; i++) out[i] = bf16_to_f32(src[i]);
+        for (; i < n; i++) out[i] = bf16_to_f32(load_u16(src + i));
         return;
     }
     case WF_FP8: {
