@@ -20,7 +20,8 @@ typedef struct {
 
 /* ---- per-token preparation: norms, RoPE, ape, QAT simulations ------------------------------------------ */
 
-static void prepare_tokens(void *vctx, int begin, int end, int thread) {
+/* q: per-head unit norm, RoPE; kv: norm, RoPE, (OFFICIAL) FP8 simulation of the non-rope dims (spec §7.1–7.2). */
+static void prepare_qkv(void *vctx, int begin, int end, int thread) {
     attn_ctx *a = vctx;
     const dsv4_config *c = &a->m->cfg;
     const dsv4_layer *ly = a->layer;
@@ -40,6 +41,20 @@ static void prepare_tokens(void *vctx, int begin, int end, int thread) {
         rmsnorm(mode, kv, ly->kv_norm, D, c->norm_eps, kv);
         rope_apply(mode, rope, R, kv + N, p, 0);
         if (is_official(mode)) act_quant_fp8_inplace(kv, N, 64);
+    }
+}
+
+/* The compressors' ape and the indexer's queries and head weights (ratio-4 and ratio-128 layers). */
+static void prepare_tokens(void *vctx, int begin, int end, int thread) {
+    attn_ctx *a = vctx;
+    const dsv4_config *c = &a->m->cfg;
+    const dsv4_layer *ly = a->layer;
+    dsv4_workspace *ws = a->ws;
+    const dsv4_mode mode = a->m->mode;
+    const dsv4_rope *rope = layer_rope(a->m, ly->ratio);
+    const int R = c->rope_dim;
+    for (int t = begin; t < end; t++) {
+        const int64_t p = ws->batch.pos[t];
         if (ly->ratio) {
             const int w = (ly->comp.overlap ? 2 : 1) * ly->comp.width;
             const float *ape = ly->comp.ape + (int64_t)(p % ly->ratio) * w;
@@ -259,13 +274,11 @@ static void store_chunk_keys(const kv_layout *kv, float *rows, int T) {
     }
 }
 
-void attention_forward(struct dsv4_model *m, const dsv4_layer *ly, int L, dsv4_workspace *ws) {
+void attention_qkv(struct dsv4_model *m, const dsv4_layer *ly, dsv4_workspace *ws) {
     const dsv4_config *c = &m->cfg;
     const dsv4_mode mode = m->mode;
-    const int T = ws->batch.T, d = c->dim, D = c->head_dim, H = c->n_heads, G = c->o_groups;
-    attn_ctx a = { m, ly, L, ws, { 0 } };
-    kv_layout_init(&a.kv, m->kv_format, KV_ROW_MAIN, D, c->rope_dim);
-
+    const int T = ws->batch.T, d = c->dim, D = c->head_dim, H = c->n_heads;
+    attn_ctx a = { m, ly, 0, ws, { 0 } };
     /* FP8 linears see their input quantized per 128 columns (OFFICIAL); the compressors and the indexer's
      * weights_proj read the unquantized x. ws->u is free here and holds the quantized copy. */
     const float *x8 = ws->xn;
@@ -285,6 +298,33 @@ void attention_forward(struct dsv4_model *m, const dsv4_layer *ly, int L, dsv4_w
     num_bf16(mode, ws->q, (long)T * H * D);
     cpu_linear(m->pool, &ly->wkv, x8, T, d, ws->kv, D);
     num_bf16(mode, ws->kv, (long)T * D);
+    dsv4_pool_run(m->pool, T, prepare_qkv, &a);
+}
+
+void attention_output(struct dsv4_model *m, const dsv4_layer *ly, dsv4_workspace *ws) {
+    const dsv4_config *c = &m->cfg;
+    const dsv4_mode mode = m->mode;
+    const int T = ws->batch.T, d = c->dim, D = c->head_dim, H = c->n_heads, G = c->o_groups;
+    /* grouped low-rank output: group g's heads through wo_a rows [g*o_lora, (g+1)*o_lora) */
+    const int HD_G = H * D / G, zl = G * c->o_lora;
+    for (int g = 0; g < G; g++) {
+        dsv4_weight wg = weight_rows(&ly->wo_a, g * c->o_lora, c->o_lora);
+        cpu_linear(m->pool, &wg, ws->o + (int64_t)g * HD_G, T, H * D, ws->z + (int64_t)g * c->o_lora, zl);
+    }
+    num_bf16(mode, ws->z, (long)T * zl);
+    if (is_official(mode))
+        for (int t = 0; t < T; t++) act_quant_fp8_inplace(ws->z + (int64_t)t * zl, zl, 128);
+    cpu_linear(m->pool, &ly->wo_b, ws->z, T, zl, ws->sub, d);
+    num_bf16(mode, ws->sub, (long)T * d);
+}
+
+void attention_forward(struct dsv4_model *m, const dsv4_layer *ly, int L, dsv4_workspace *ws) {
+    const dsv4_config *c = &m->cfg;
+    const dsv4_mode mode = m->mode;
+    const int T = ws->batch.T, d = c->dim, D = c->head_dim, H = c->n_heads;
+    attn_ctx a = { m, ly, L, ws, { 0 } };
+    kv_layout_init(&a.kv, m->kv_format, KV_ROW_MAIN, D, c->rope_dim);
+    attention_qkv(m, ly, ws);
     if (ly->ratio) {
         const int w = (ly->comp.overlap ? 2 : 1) * D;
         cpu_linear(m->pool, &ly->comp.wkv, ws->xn, T, d, ws->ck, w);
@@ -299,23 +339,12 @@ void attention_forward(struct dsv4_model *m, const dsv4_layer *ly, int L, dsv4_w
         cpu_linear(m->pool, &ly->idx_weights_proj, ws->xn, T, d, ws->wi, nI);
         num_bf16(mode, ws->wi, (long)T * nI);
     }
-    dsv4_pool_run(m->pool, T, prepare_tokens, &a);
+    if (ly->ratio) dsv4_pool_run(m->pool, T, prepare_tokens, &a);
     if (a.kv.fmt != DSV4_KV_F32) store_chunk_keys(&a.kv, ws->kv, T);
     if (ly->ratio) run_compressors(&a);
     if (ly->ratio == 4) dsv4_pool_run(m->pool, T, select_rows, &a);
     dsv4_pool_run(m->pool, T * H, attend, &a);
-
-    /* grouped low-rank output: group g's heads through wo_a rows [g*o_lora, (g+1)*o_lora) */
-    const int HD_G = H * D / G, zl = G * c->o_lora;
-    for (int g = 0; g < G; g++) {
-        dsv4_weight wg = weight_rows(&ly->wo_a, g * c->o_lora, c->o_lora);
-        cpu_linear(m->pool, &wg, ws->o + (int64_t)g * HD_G, T, H * D, ws->z + (int64_t)g * c->o_lora, zl);
-    }
-    num_bf16(mode, ws->z, (long)T * zl);
-    if (is_official(mode))
-        for (int t = 0; t < T; t++) act_quant_fp8_inplace(ws->z + (int64_t)t * zl, zl, 128);
-    cpu_linear(m->pool, &ly->wo_b, ws->z, T, zl, ws->sub, d);
-    num_bf16(mode, ws->sub, (long)T * d);
+    attention_output(m, ly, ws);
 
     /* finally the window rings: only now, so every query above read the chunk's own keys from ws->kv */
     for (int i = 0; i < ws->batch.n_items; i++) {

@@ -9,6 +9,11 @@
  * compressors, rows) by its tokens of the step. (ly is &m->layers[L] for the backbone; speculative heads pass
  * their own block and the index of their state.) */
 void attention_forward(struct dsv4_model *m, const dsv4_layer *ly, int L, dsv4_workspace *ws);
+/* The query and key path for every token of ws->batch (at ws->batch.pos): ws->q [T][H][D] (unit-normalised,
+ * rotated), ws->kv [T][D] (normalised, rotated, OFFICIAL FP8-simulated), ws->qr (the indexer's input). */
+void attention_qkv(struct dsv4_model *m, const dsv4_layer *ly, dsv4_workspace *ws);
+/* ws->o [T][H][D] (de-rotated head outputs) -> ws->sub [T][d] through the grouped wo_a and wo_b (spec §7.5). */
+void attention_output(struct dsv4_model *m, const dsv4_layer *ly, dsv4_workspace *ws);
 /* Sink softmax of one query over nk keys that are also the values (K = V): softmax over the scores
  * (q.k * scale) and one extra logit `sink` whose value is zero. `scores` is scratch of nk floats. */
 void sink_attention(dsv4_mode mode, const float *q, const float *const *keys, int nk, int D, float scale, float sink,
