@@ -99,6 +99,9 @@ typedef struct {
     float          *logits;  /* caller-owned, sized per `want` */
     float          *hidden;  /* NULL, or caller-owned [n_tokens][hc_mult * dim]: each new token's final HC state
                                 (before hc_head) — what the V4 MTP head drafts from */
+    float          *features;/* NULL, or caller-owned [n_tokens][n_targets * dim]: the mean over the HC streams of
+                                the output of each DSpark target layer (dspark_target_layer_ids) — what the DSpark
+                                drafter's context keys are made from */
 } dsv4_step_item;
 
 /* The one forward primitive: a ragged batch of (sequence, n new tokens). Prefill, chunked prefill,

@@ -4,6 +4,7 @@
  * all streams are verified together in one step; greedy output equals --spec none, sampled output has the
  * same distribution (not the same draws for a seed). --stats adds acceptance statistics. */
 #include "cli/cli.h"
+#include "engine/drafter_dspark.h"
 #include "engine/drafter_mtp.h"
 #include "engine/sampler.h"
 #include "engine/scheduler.h"
@@ -56,9 +57,8 @@ static int parse(int argc, char **argv, gen_opts *o) {
     }
     if (!o->model_dir) return cli_error(CMD, "missing -m DIR");
     if (!!o->prompt + !!o->tokens + !!o->batch != 1) return cli_error(CMD, "give exactly one of -p TEXT, --tokens and --batch");
-    if (o->spec && !strcmp(o->spec, "dspark"))
-        return cli_error(CMD, "--spec dspark: the DSpark drafter is not built yet (use --spec none, mtp, ngram or self)");
-    if (o->spec && strcmp(o->spec, "none") && strcmp(o->spec, "ngram") && strcmp(o->spec, "self") && strcmp(o->spec, "mtp"))
+    if (o->spec && strcmp(o->spec, "none") && strcmp(o->spec, "ngram") && strcmp(o->spec, "self") && strcmp(o->spec, "mtp") &&
+        strcmp(o->spec, "dspark"))
         return cli_error(CMD, "--spec must be none, ngram, self, mtp or dspark, got '%s'", o->spec);
     if (!o->draft) o->draft = 4;
     return 0;
@@ -191,6 +191,7 @@ out:
 static int make_drafter(const gen_opts *o, dsv4_model *m, const dsv4_sampling *sp, dsv4_drafter *d, dsv4_error *err) {
     if (!strcmp(o->spec, "ngram")) return dsv4_drafter_ngram(1, 4, d, err);
     if (!strcmp(o->spec, "mtp")) return dsv4_drafter_mtp(m, sp, d, err);
+    if (!strcmp(o->spec, "dspark")) return dsv4_drafter_dspark(m, sp, d, err);
     return dsv4_drafter_self(m, sp, d, err);
 }
 

@@ -193,6 +193,31 @@ void forward_finish(struct dsv4_model *m, const dsv4_hc_weights *hc_head, const 
     }
 }
 
+/* DSpark context features (spec §14.3): after target layer L, the mean of its output's HC streams, for the
+ * items that asked for them. */
+static void capture_features(struct dsv4_model *m, dsv4_workspace *ws, int L) {
+    const dsv4_config *c = &m->cfg;
+    int k = -1;
+    for (int j = 0; j < c->n_dspark_targets; j++)
+        if (c->dspark_target_layers[j] == L) k = j;
+    if (k < 0) return;
+    const int d = c->dim, hc = c->hc_mult, nt = c->n_dspark_targets;
+    const dsv4_batch *b = &ws->batch;
+    for (int i = 0; i < b->n_items; i++) {
+        float *feat = b->items[i].features;
+        if (!feat) continue;
+        for (int t = b->first[i]; t < b->first[i + 1]; t++) {
+            const float *x = ws->X + (int64_t)t * hc * d;
+            float *out = feat + ((int64_t)(t - b->first[i]) * nt + k) * d;
+            for (int e = 0; e < d; e++) {
+                float s = 0.0f;
+                for (int j = 0; j < hc; j++) s += x[j * d + e];
+                out[e] = num_bf16_1(m->mode, s / (float)hc);
+            }
+        }
+    }
+}
+
 int dsv4_step(dsv4_model *m, dsv4_step_item *items, int n_items, dsv4_error *err) {
     int rc = forward_begin(m, items, n_items, 1, err);
     if (rc) return rc;
@@ -204,6 +229,7 @@ int dsv4_step(dsv4_model *m, dsv4_step_item *items, int n_items, dsv4_error *err
     for (int L = 0; L < m->cfg.n_layers; L++) {
         if (show) fprintf(stderr, "\rdsv4: %d tokens: layer %d/%d", T, L + 1, m->cfg.n_layers);
         block_forward(m, &m->layers[L], L, ws);
+        capture_features(m, ws, L);
     }
     if (show) fprintf(stderr, "\r\033[K");
     forward_finish(m, &m->hc_head, m->norm);

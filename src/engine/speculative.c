@@ -147,6 +147,14 @@ static int check_opts(const dsv4_model *m, const dsv4_spec_opts *o, dsv4_error *
     return 0;
 }
 
+/* Point a step item's feature output at the stream's buffer: the final HC states (V4 MTP) or the DSpark
+ * context features, whichever the drafter asked for. */
+static void feature_outputs(dsv4_spec_stream *s, dsv4_step_item *it) {
+    if (!s->hidden) return;
+    if (s->dr.dspark_features) it->features = s->hidden;
+    else it->hidden = s->hidden;
+}
+
 /* Process prompt[0..n-1) (the last prompt token stays pending) and report it to the drafter like a commit:
  * rows prompt[0..n-1), committed tokens prompt[1..n). One step when the drafter wants no target features,
  * otherwise chunks that fit the hidden buffer. */
@@ -154,7 +162,8 @@ static int prefill(dsv4_spec_stream *s, const int32_t *prompt, int n_prompt, dsv
     const int n = n_prompt - 1, chunk = s->hidden ? DSV4_SPEC_PREFILL_CHUNK : n;
     for (int p0 = 0; p0 < n; p0 += chunk) {
         const int len = n - p0 < chunk ? n - p0 : chunk;
-        dsv4_step_item it = { s->seq, prompt + p0, len, DSV4_LOGITS_NONE, NULL, s->hidden };
+        dsv4_step_item it = { s->seq, prompt + p0, len, DSV4_LOGITS_NONE, NULL, NULL };
+        feature_outputs(s, &it);
         int rc = dsv4_step(s->m, &it, 1, err);
         if (rc) return dsv4_wrap(err, "speculative: prefill");
         if (!s->dr.on_commit) continue;
@@ -199,10 +208,10 @@ int dsv4_spec_stream_new(dsv4_model *m, const int32_t *prompt, int n_prompt, con
     s->logits = malloc(sizeof(float) * (K + 1) * V);
     s->scratch = malloc(sizeof(float) * 2 * V);
     if (dr.hidden_dim > 0) {
-        if (dr.hidden_dim != m->cfg.hc_mult * m->cfg.dim) {
+        const int exported = dr.dspark_features ? m->cfg.n_dspark_targets * m->cfg.dim : m->cfg.hc_mult * m->cfg.dim;
+        if (dr.hidden_dim != exported) {
             dsv4_fail(err, DSV4_E_ARG, "speculative: drafter %s wants %d floats of target features per position; "
-                      "the step exports hc_mult * dim = %d", dr.name ? dr.name : "?", dr.hidden_dim,
-                      m->cfg.hc_mult * m->cfg.dim);
+                      "the step exports %d", dr.name ? dr.name : "?", dr.hidden_dim, exported);
             dsv4_spec_stream_free(s); /* frees the drafter: its name is used above, before */
             return DSV4_E_ARG;
         }
@@ -311,7 +320,8 @@ int dsv4_spec_step(dsv4_model *m, dsv4_spec_stream **streams, int n_streams, dsv
         dsv4_seq_snapshot_free(s->snap);
         s->snap = NULL;
         if ((rc = dsv4_seq_snapshot_new(s->seq, &s->snap, err))) goto out;
-        items[n] = (dsv4_step_item){ s->seq, s->chunk, 1 + s->k, DSV4_LOGITS_ALL, s->logits, s->hidden };
+        items[n] = (dsv4_step_item){ s->seq, s->chunk, 1 + s->k, DSV4_LOGITS_ALL, s->logits, NULL };
+        feature_outputs(s, &items[n]);
         act[n++] = s;
     }
     if (n == 0) goto out;

@@ -63,9 +63,11 @@ typedef struct dsv4_drafter {
     int (*on_commit)(void *ctx, const int32_t *committed, int n_committed, const dsv4_spec_verify_info *vi,
                      dsv4_error *err);
     void (*free)(void *ctx);
-    /* Floats per position of target features the drafter needs in on_commit (0 = none). The only value
-     * dsv4_step can give today is hc_mult * dim (the final HC state, dsv4_step_item.hidden). */
+    /* Floats per position of target features the drafter needs in on_commit (0 = none): hc_mult * dim for the
+     * final HC state (dsv4_step_item.hidden, V4 MTP), or n_targets * dim with dspark_features set for the DSpark
+     * context features (dsv4_step_item.features). */
     int hidden_dim;
+    int dspark_features;
 } dsv4_drafter;
 
 /* ---- built-in drafters (no extra weights) ------------------------------------------------------------- */

@@ -239,6 +239,18 @@ static int check_spec_heads(dsv4_model *m, dsv4_error *err) {
     rc = dsv4_inventory_check(&inv, &m->ckpt, err);
     dsv4_inventory_free(&inv);
     if (rc) return dsv4_wrap(err, "speculative head (%s)", what);
+    for (int st = 0; m->spec_heads == MTP_DSPARK && st < m->cfg.n_mtp; st++)
+        if (m->cfg.compress_ratio[m->cfg.n_layers + st] != 0)
+            return dsv4_fail(err, DSV4_E_UNSUPPORTED, "DSpark stage %d has compress ratio %d; only window-only stages "
+                             "(ratio 0, as released) are supported", st, m->cfg.compress_ratio[m->cfg.n_layers + st]);
+    for (int k = 0; m->spec_heads == MTP_DSPARK && k < m->cfg.n_dspark_targets; k++)
+        if (m->cfg.dspark_target_layers[k] < 0 || m->cfg.dspark_target_layers[k] >= m->cfg.n_layers)
+            return dsv4_fail(err, DSV4_E_MODEL, "dspark_target_layer_ids[%d] = %d is not a backbone layer", k,
+                             m->cfg.dspark_target_layers[k]);
+    if (m->spec_heads == MTP_DSPARK && (m->cfg.dspark_block_size < 1 || m->cfg.dspark_block_size > 64 ||
+                                        m->cfg.dspark_noise_token < 0 || m->cfg.dspark_noise_token >= m->cfg.vocab_size))
+        return dsv4_fail(err, DSV4_E_MODEL, "DSpark: dspark_block_size must be in 1..64 and dspark_noise_token_id a "
+                         "vocabulary id");
     if (m->spec_heads == MTP_V4 && m->cfg.compress_ratio[m->cfg.n_layers] != 0)
         return dsv4_fail(err, DSV4_E_UNSUPPORTED, "the MTP block has compress ratio %d; only window-only MTP blocks "
                          "(ratio 0, as released) are supported", m->cfg.compress_ratio[m->cfg.n_layers]);
@@ -257,6 +269,35 @@ static void bind_mtp(binder *b, dsv4_model *m) {
     h->hc_head.fn = bind_f32_matrix(b, "mtp.0.hc_head_fn");
     h->hc_head.base = bind_vec(b, "mtp.0.hc_head_base");
     h->hc_head.scale = bind_vec(b, "mtp.0.hc_head_scale");
+}
+
+static void bind_dspark(binder *b, dsv4_model *m) {
+    const dsv4_config *c = &m->cfg;
+    dsv4_dspark_head *h = m->dspark = calloc(1, sizeof *h);
+    if (h) h->stage = calloc((size_t)c->n_mtp, sizeof(dsv4_layer));
+    if (!h || !h->stage) { if (!b->rc) b->rc = dsv4_fail(b->err, DSV4_E_NOMEM, "out of memory"); return; }
+    h->n_stages = c->n_mtp;
+    char p[32], name[96];
+    for (int s = 0; s < c->n_mtp && !b->rc; s++) {
+        snprintf(p, sizeof p, "mtp.%d.", s);
+        bind_block(b, &h->stage[s], p, 0, 0);
+    }
+    h->main_proj = bind_weight(b, "mtp.0.", "main_proj");
+    h->main_norm = bind_vec(b, "mtp.0.main_norm.weight");
+    snprintf(p, sizeof p, "mtp.%d.", c->n_mtp - 1);
+    snprintf(name, sizeof name, "%snorm.weight", p);
+    h->norm = bind_vec(b, name);
+    snprintf(name, sizeof name, "%shc_head_fn", p);
+    h->hc_head.fn = bind_f32_matrix(b, name);
+    snprintf(name, sizeof name, "%shc_head_base", p);
+    h->hc_head.base = bind_vec(b, name);
+    snprintf(name, sizeof name, "%shc_head_scale", p);
+    h->hc_head.scale = bind_vec(b, name);
+    snprintf(name, sizeof name, "%smarkov_head.", p);
+    h->markov_w1 = bind_weight(b, name, "markov_w1");
+    h->markov_w2 = bind_weight(b, name, "markov_w2");
+    snprintf(name, sizeof name, "%sconfidence_head.", p);
+    h->confidence = bind_weight(b, name, "proj");
 }
 
 int dsv4_rope_init(dsv4_rope *r, const dsv4_config *cfg, float base, int yarn, dsv4_error *err) {
@@ -307,6 +348,11 @@ void dsv4_model_free(dsv4_model *m) {
     free(m->layers);
     if (m->mtp) free_block_tables(&m->mtp->block);
     free(m->mtp);
+    if (m->dspark) {
+        for (int s = 0; s < m->dspark->n_stages && m->dspark->stage; s++) free_block_tables(&m->dspark->stage[s]);
+        free(m->dspark->stage);
+    }
+    free(m->dspark);
     free(m->rope_window.freq);
     free(m->rope_compress.freq);
     dsv4_workspace_free(m->ws);
@@ -367,6 +413,7 @@ int dsv4_model_load(const char *dir, const dsv4_load_opts *opts, dsv4_model **ou
             bind_block(&b, &m->layers[L], p, m->cfg.compress_ratio[L], L < m->cfg.n_hash);
         }
         if (m->spec_heads == MTP_V4 && !b.rc) bind_mtp(&b, m);
+        if (m->spec_heads == MTP_DSPARK && !b.rc) bind_dspark(&b, m);
         m->owned = b.owned;
         m->n_owned = b.n_owned;
         if ((rc = b.rc)) goto fail;

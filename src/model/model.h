@@ -56,6 +56,21 @@ typedef struct {
     dsv4_hc_weights hc_head;
 } dsv4_mtp_head;
 
+/* The V4-Flash-0731 DSpark drafter (spec §14): window-only stages whose attention reads keys projected from
+ * the target's captured layer features (context) plus the draft block's own keys, a Markov head correcting
+ * each draft logit row by the previous draft token, and a confidence head. */
+typedef struct {
+    int n_stages;
+    dsv4_layer *stage;            /* [n_stages] blocks (mtp.s.) */
+    dsv4_weight main_proj;        /* [d][n_targets*d] FP8 */
+    float *main_norm;             /* [d] */
+    float *norm;                  /* last stage's final norm [d] */
+    dsv4_hc_weights hc_head;      /* last stage's */
+    dsv4_weight markov_w1;        /* [V][rank] embedding of the previous token */
+    dsv4_weight markov_w2;        /* [V][rank] logit projection */
+    dsv4_weight confidence;       /* [1][d + rank] */
+} dsv4_dspark_head;
+
 /* RoPE frequencies of one regime (spec §4.1): f[i] for pair i < rope_dim/2. */
 typedef struct {
     float *freq;
@@ -75,6 +90,7 @@ struct dsv4_model {
     dsv4_layer *layers;      /* [n_layers] */
     dsv4_mtp_kind spec_heads;/* the speculative head the checkpoint carries (and the config describes) */
     dsv4_mtp_head *mtp;      /* V4 MTP head, when spec_heads == MTP_V4 */
+    dsv4_dspark_head *dspark;/* DSpark drafter, when spec_heads == MTP_DSPARK */
     dsv4_rope rope_window;   /* ratio 0: rope_theta, no YaRN */
     dsv4_rope rope_compress; /* ratio != 0: compress_rope_theta + YaRN */
     uint64_t fingerprint;    /* hash of config + tensor table, for state files */

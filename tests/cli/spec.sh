@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # dsv4 generate --spec ngram|self [--draft N] (issue 6): greedy ids equal --spec none for one prompt and for
 # --batch (all streams verified in one step), past the window and the ratio-128 emission; self-draft reports
-# 100 % acceptance; --stats prints the acceptance line; --spec mtp|dspark and bad values end with one clean
+# 100 % acceptance; --stats prints the acceptance line; --spec mtp|dspark give plain decoding's ids; bad values end with one clean
 # error line. Run from the repository root with DSV4_BIN set; prints "N passed, N failed".
 set -u
 BIN=${DSV4_BIN:-build/dsv4}
@@ -53,7 +53,11 @@ expect_err "spec mtp without a head" "no V4 MTP head" "$BIN" generate -m "$T/m" 
 plain=$("$BIN" generate -m "$T/mtp" --tokens 5,6,7,8 -n 150 --ids 2>/dev/null)
 mtp=$("$BIN" generate -m "$T/mtp" --tokens 5,6,7,8 -n 150 --ids --spec mtp --draft 1 2>/dev/null)
 if [ -n "$plain" ] && [ "$plain" = "$mtp" ]; then pass=$((pass + 1)); else echo "FAIL spec mtp: ids differ from --spec none"; fail=$((fail + 1)); fi
-expect_err "spec dspark" "not built yet" "$BIN" generate -m "$T/m" --tokens 1 --spec dspark
+expect_err "spec dspark without a head" "no DSpark drafter" "$BIN" generate -m "$T/m" --tokens 1 --spec dspark
+"$BIN" tiny -o "$T/dspark" --mtp dspark --seed 4 --set compress_ratios=[0,0,4,128,4,128] --set sliding_window=8 >/dev/null 2>&1
+plain=$("$BIN" generate -m "$T/dspark" --tokens 5,6,7,8 -n 150 --ids 2>/dev/null)
+ds=$("$BIN" generate -m "$T/dspark" --tokens 5,6,7,8 -n 150 --ids --spec dspark --draft 5 2>/dev/null)
+if [ -n "$plain" ] && [ "$plain" = "$ds" ]; then pass=$((pass + 1)); else echo "FAIL spec dspark: ids differ from --spec none"; fail=$((fail + 1)); fi
 expect_err "spec bad" "--spec must be" "$BIN" generate -m "$T/m" --tokens 1 --spec bogus
 expect_err "draft 0" "--draft" "$BIN" generate -m "$T/m" --tokens 1 --spec ngram --draft 0
 expect_err "bad token" "outside the vocabulary" "$BIN" generate -m "$T/m" --tokens 1,99999 --spec ngram
