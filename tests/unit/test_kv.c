@@ -42,7 +42,8 @@ static const topology topologies[] = {
     {"pro-like", "pro-tiny", {"compress_ratios=[128,128,4,128]", "sliding_window=8", "index_topk=5"}, 3},
     {"compressed-only", "flash-tiny", {"compress_ratios=[4,128,4,128]", "num_hidden_layers=4", "sliding_window=16", "index_topk=2"}, 4},
 };
-#define N_TOPOS (int)(sizeof topologies / sizeof topologies[0])
+/* DSV4_QUICK (the sanitizer run): the first topology only. */
+#define N_TOPOS (getenv("DSV4_QUICK") ? 1 : (int)(sizeof topologies / sizeof topologies[0]))
 
 static const int CHUNKS[] = {5, 1, 17, 3, 64, 2, 128, 9, 4};
 #define N_CHUNKS (int)(sizeof CHUNKS / sizeof CHUNKS[0])
