@@ -13,7 +13,16 @@
 static inline float dot_f32(const float *a, const float *b, int n) {
     int i = 0;
     float tail = 0.0f;
-#ifdef DSV4_AVX2
+#if defined(DSV4_AVX512)
+    /* the same 32 lanes as the AVX2 form: zmm0 = lanes 0-15, zmm1 = lanes 16-31 */
+    __m512 z0 = _mm512_setzero_ps(), z1 = z0;
+    for (; i + 32 <= n; i += 32) {
+        z0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i), z0);
+        z1 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i + 16), _mm512_loadu_ps(b + i + 16), z1);
+    }
+    for (; i < n; i++) tail = fmaf(a[i], b[i], tail);
+    return vec_reduce32_zmm(z0, z1) + tail;
+#elif defined(DSV4_AVX2)
     __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
     for (; i + 32 <= n; i += 32) {
         a0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), a0);
@@ -31,6 +40,32 @@ static inline float dot_f32(const float *a, const float *b, int n) {
     for (int s = 16; s > 0; s >>= 1)
         for (int j = 0; j < s; j++) acc[j] += acc[j + s];
     return acc[0] + tail;
+#endif
+}
+
+/* Two dots against one row at once (the row is loaded once): r0 = dot_f32(a, b0, n), r1 = dot_f32(a, b1, n),
+ * bit for bit. */
+static inline void dot2_f32(const float *a, const float *b0, const float *b1, int n, float *r0, float *r1) {
+#if defined(DSV4_AVX512)
+    __m512 p0 = _mm512_setzero_ps(), p1 = p0, q0 = p0, q1 = p0;
+    int i = 0;
+    for (; i + 32 <= n; i += 32) {
+        const __m512 w0 = _mm512_loadu_ps(a + i), w1 = _mm512_loadu_ps(a + i + 16);
+        p0 = _mm512_fmadd_ps(w0, _mm512_loadu_ps(b0 + i), p0);
+        p1 = _mm512_fmadd_ps(w1, _mm512_loadu_ps(b0 + i + 16), p1);
+        q0 = _mm512_fmadd_ps(w0, _mm512_loadu_ps(b1 + i), q0);
+        q1 = _mm512_fmadd_ps(w1, _mm512_loadu_ps(b1 + i + 16), q1);
+    }
+    float t0 = 0.0f, t1 = 0.0f;
+    for (; i < n; i++) {
+        t0 = fmaf(a[i], b0[i], t0);
+        t1 = fmaf(a[i], b1[i], t1);
+    }
+    *r0 = vec_reduce32_zmm(p0, p1) + t0;
+    *r1 = vec_reduce32_zmm(q0, q1) + t1;
+#else
+    *r0 = dot_f32(a, b0, n);
+    *r1 = dot_f32(a, b1, n);
 #endif
 }
 

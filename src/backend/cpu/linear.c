@@ -29,7 +29,10 @@ static void linear_rows(void *ctx, int begin, int end, int thread) {
         const float *wr;   /* prefill/batches: decode the row once, reuse it for every token */
         if (j->w->fmt == WF_F32) wr = (const float *)j->w->data + (int64_t)o * cols;
         else { weight_decode_row(j->w, o, row); wr = row; }
-        for (int t = 0; t < j->T; t++) *out_at(j, t, o) = dot_f32(wr, j->x + (int64_t)t * j->ldx, cols);
+        int t = 0;
+        for (; t + 2 <= j->T; t += 2)
+            dot2_f32(wr, j->x + (int64_t)t * j->ldx, j->x + (int64_t)(t + 1) * j->ldx, cols, out_at(j, t, o), out_at(j, t + 1, o));
+        for (; t < j->T; t++) *out_at(j, t, o) = dot_f32(wr, j->x + (int64_t)t * j->ldx, cols);
     }
     if (row != stackbuf) free(row);
 }
