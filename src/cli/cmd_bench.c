@@ -2,6 +2,9 @@
 #include "backend/cpu/membw.h"
 #include "cli/cli.h"
 #include "engine/bench_streams.h"
+#include "engine/drafter_dspark.h"
+#include "engine/drafter_mtp.h"
+#include "engine/speculative.h"
 #include "model/footprint.h"
 #include "model/model.h"
 #include "model/tiny.h"
@@ -106,6 +109,51 @@ static int bench_streams(dsv4_model *m, const char *list, int decode) {
     return rc ? cli_fail(CMD, &err) : 0;
 }
 
+/* --spec ngram,mtp,...: greedy generation of n tokens from a fixed prompt with each drafter, against plain
+ * decoding of the same tokens: acceptance, tokens per target step, tokens/s. */
+static int bench_spec(dsv4_model *m, const char *list, int n) {
+    if (n < 8) n = 64;
+    int32_t prompt[16];
+    for (int i = 0; i < 16; i++) prompt[i] = (int32_t)((i * 7919 + 13) % m->cfg.vocab_size);
+    const dsv4_sampling sp = { .temperature = 0.0f, .top_p = 1.0f };
+    printf("\n %-8s %6s %10s %10s %12s %10s\n", "drafter", "draft", "accepted", "tok/step", "decode tok/s", "vs none");
+    double base = 0;
+    char *names = strdup(list), *save = NULL;
+    if (!names) return cli_error(CMD, "out of memory");
+    int rc = 0;
+    for (char *name = strtok_r(names, ",", &save); name && !rc; name = strtok_r(NULL, ",", &save)) {
+        const int none = !strcmp(name, "none");
+        dsv4_drafter dr = {0};
+        dsv4_error err;
+        if (none) rc = dsv4_drafter_external(m->cfg.vocab_size, &dr, &err);   /* proposes nothing: plain decoding */
+        else if (!strcmp(name, "ngram")) rc = dsv4_drafter_ngram(1, 4, &dr, &err);
+        else if (!strcmp(name, "self")) rc = dsv4_drafter_self(m, &sp, &dr, &err);
+        else if (!strcmp(name, "mtp")) rc = dsv4_drafter_mtp(m, &sp, &dr, &err);
+        else if (!strcmp(name, "dspark")) rc = dsv4_drafter_dspark(m, &sp, &dr, &err);
+        else { rc = cli_error(CMD, "--spec: unknown drafter '%s' (none, ngram, self, mtp, dspark)", name); break; }
+        if (rc) { rc = cli_fail(CMD, &err); break; }
+        const int draft = !strcmp(name, "mtp") ? 1 : !strcmp(name, "dspark") ? m->cfg.dspark_block_size : 4;
+        dsv4_spec_opts o = { .draft = draft, .max_new_tokens = n };
+        dsv4_spec_stream *st;
+        if ((rc = dsv4_spec_stream_new(m, prompt, 16, &sp, &o, &dr, &st, &err))) { rc = cli_fail(CMD, &err); break; }
+        const double t0 = now_s();
+        while (!rc && !dsv4_spec_stream_done(st)) rc = dsv4_spec_step(m, &st, 1, &err);
+        const double dt = now_s() - t0;
+        if (rc) { dsv4_spec_stream_free(st); rc = cli_fail(CMD, &err); break; }
+        dsv4_spec_stats ss;
+        dsv4_spec_stream_stats(st, &ss);
+        dsv4_spec_stream_free(st);
+        const double tps = ss.emitted / dt;
+        if (none) base = tps;
+        char rel[32] = "-";
+        if (base > 0 && !none) snprintf(rel, sizeof rel, "%.2fx", tps / base);
+        printf(" %-8s %6d %9.1f%% %10.2f %12.2f %10s\n", name, none ? 0 : draft,
+               ss.proposed ? 100.0 * ss.accepted / ss.proposed : 0.0, (double)ss.emitted / ss.steps, tps, rel);
+    }
+    free(names);
+    return rc;
+}
+
 static int bench_tokenizer(const char *dir) {
     dsv4_tokenizer *t;
     dsv4_error err;
@@ -121,7 +169,7 @@ static int bench_tokenizer(const char *dir) {
 }
 
 int cmd_bench(int argc, char **argv) {
-    const char *model_dir = NULL, *synth = NULL, *streams = NULL;
+    const char *model_dir = NULL, *synth = NULL, *streams = NULL, *spec = NULL;
     long long threads = 0, prompt = 128, decode = 32;
     int tokenizer = 0, no_bw = 0, kv = DSV4_KV_F32;
     for (int i = 1; i < argc; i++) {
@@ -138,8 +186,7 @@ int cmd_bench(int argc, char **argv) {
         else if (!strcmp(a, "--tokenizer")) tokenizer = 1;
         else if (!strcmp(a, "--no-bandwidth")) no_bw = 1;
         else if (!strcmp(a, "--streams")) { if (!(v = cli_value(CMD, argc, argv, &i))) return 1; streams = v; }
-        else if (!strcmp(a, "--spec"))
-            return cli_error(CMD, "%s: this benchmark is not built yet (use dsv4 generate --spec ... --stats)", a);
+        else if (!strcmp(a, "--spec")) { if (!(v = cli_value(CMD, argc, argv, &i))) return 1; spec = v; }
         else return cli_error(CMD, "unknown option '%s'", a);
     }
     if (!model_dir == !synth) return cli_error(CMD, "give exactly one of -m DIR and --synthetic NAME");
@@ -165,6 +212,7 @@ int cmd_bench(int argc, char **argv) {
     }
     int rc = bench_single_stream(m, (int)prompt, (int)decode, bw);
     if (!rc && streams) rc = bench_streams(m, streams, (int)decode);
+    if (!rc && spec) rc = bench_spec(m, spec, (int)decode);
     dsv4_model_free(m);
     return rc;
 }
