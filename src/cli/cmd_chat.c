@@ -5,6 +5,7 @@
  * Ctrl-C during a reply stops it (the turn is closed and kept, see dsv4_chat_session_close); Ctrl-C at the prompt
  * arms exit, a second one exits. --stats: after each reply, one stderr line "[turn K: N tokens, position P]". */
 #include "cli/cli.h"
+#include "state/kvrows.h"
 #include "engine/chat_session.h"
 #include "text/tokenizer.h"
 #include <errno.h>
@@ -21,6 +22,7 @@ typedef struct {
     int think, stats;
     long long n, threads;
     dsv4_mode mode;
+    int kv_format;       /* --kv f32|bf16|fp8 */
     dsv4_sampling sp;
 } chat_opts;
 
@@ -39,6 +41,10 @@ static int parse(int argc, char **argv, chat_opts *o) {
         else if (!strcmp(a, "-n")) { VAL(); if (cli_parse_int(CMD, a, v, 1, 1LL << 30, &o->n)) return 1; }
         else if ((r = cli_sampling_option(CMD, argc, argv, &i, &o->sp))) { if (r < 0) return 1; }
         else if (!strcmp(a, "--threads")) { VAL(); if (cli_parse_int(CMD, a, v, 0, 1024, &o->threads)) return 1; }
+        else if (!strcmp(a, "--kv")) {
+            VAL();
+            if ((o->kv_format = kv_format_parse(v)) < 0) return cli_error(CMD, "--kv must be f32, bf16 or fp8, got '%s'", v);
+        }
         else if (!strcmp(a, "--mode")) { VAL(); if (cli_parse_mode(CMD, v, &o->mode)) return 1; }
         else return cli_error(CMD, "unknown option '%s'", a);
 #undef VAL
@@ -201,7 +207,7 @@ int cmd_chat(int argc, char **argv) {
     chat_opts o;
     if (parse(argc, argv, &o)) return 1;
     dsv4_error err = {0};
-    dsv4_load_opts lo = { .mode = o.mode, .n_threads = (int)o.threads, .quiet = 1 };
+    dsv4_load_opts lo = { .mode = o.mode, .kv_format = o.kv_format, .n_threads = (int)o.threads, .quiet = 1 };
     dsv4_model *m = NULL;
     dsv4_tokenizer *tok = NULL;
     repl r = { .max_tokens = o.n, .tty_in = isatty(STDIN_FILENO), .stats = o.stats };

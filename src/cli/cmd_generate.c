@@ -4,6 +4,7 @@
  * all streams are verified together in one step; greedy output equals --spec none, sampled output has the
  * same distribution (not the same draws for a seed). --stats adds acceptance statistics. */
 #include "cli/cli.h"
+#include "state/kvrows.h"
 #include "engine/drafter_dspark.h"
 #include "engine/drafter_mtp.h"
 #include "engine/sampler.h"
@@ -25,6 +26,7 @@ typedef struct {
     long long n, threads, draft, max_streams, step_tokens;
     int ids, stats;
     dsv4_mode mode;
+    int kv_format;       /* --kv f32|bf16|fp8 */
     dsv4_sampling sp;
 } gen_opts;
 
@@ -47,6 +49,10 @@ static int parse(int argc, char **argv, gen_opts *o) {
         else if (!strcmp(a, "-n")) { VAL(); if (cli_parse_int(CMD, a, v, 0, 1LL << 30, &o->n)) return 1; }
         else if ((r = cli_sampling_option(CMD, argc, argv, &i, &o->sp))) { if (r < 0) return 1; }
         else if (!strcmp(a, "--threads")) { VAL(); if (cli_parse_int(CMD, a, v, 0, 1024, &o->threads)) return 1; }
+        else if (!strcmp(a, "--kv")) {
+            VAL();
+            if ((o->kv_format = kv_format_parse(v)) < 0) return cli_error(CMD, "--kv must be f32, bf16 or fp8, got '%s'", v);
+        }
         else if (!strcmp(a, "--spec")) { VAL(); o->spec = v; }
         else if (!strcmp(a, "--draft")) { VAL(); if (cli_parse_int(CMD, a, v, 1, 64, &o->draft)) return 1; }
         else if (!strcmp(a, "--ids")) o->ids = 1;
@@ -138,7 +144,7 @@ static int read_prompts(const gen_opts *o, dsv4_tokenizer **tok, prompt_list *pl
  * equals `dsv4 generate --tokens <line i> --seed <S+i>`. Prints "<i>: id,id,..." in prompt order. */
 static int run_batch(const gen_opts *o) {
     dsv4_error err;
-    dsv4_load_opts lo = { .mode = o->mode, .n_threads = (int)o->threads, .quiet = 0 };
+    dsv4_load_opts lo = { .mode = o->mode, .kv_format = o->kv_format, .n_threads = (int)o->threads, .quiet = 0 };
     dsv4_model *m = NULL;
     dsv4_tokenizer *tok = NULL;
     dsv4_sched *s = NULL;
@@ -238,7 +244,7 @@ static void print_spec_stats(const gen_opts *o, dsv4_spec_stream **ss, int n, do
 static int run_spec(const gen_opts *o) {
     dsv4_error err;
     /* each step may roll back the anchor and every draft: the ring needs draft + 1 slots of slack */
-    dsv4_load_opts lo = { .mode = o->mode, .n_threads = (int)o->threads, .quiet = 1,
+    dsv4_load_opts lo = { .mode = o->mode, .kv_format = o->kv_format, .n_threads = (int)o->threads, .quiet = 1,
                           .max_spec = o->draft + 1 > 16 ? (int)o->draft + 1 : 16 };
     dsv4_model *m = NULL;
     dsv4_tokenizer *tok = NULL;
@@ -318,7 +324,7 @@ int cmd_generate(int argc, char **argv) {
     if (o.spec && strcmp(o.spec, "none")) return run_spec(&o);
     if (o.batch) return run_batch(&o);
     dsv4_error err;
-    dsv4_load_opts lo = { .mode = o.mode, .n_threads = (int)o.threads, .quiet = 0 };
+    dsv4_load_opts lo = { .mode = o.mode, .kv_format = o.kv_format, .n_threads = (int)o.threads, .quiet = 0 };
     dsv4_model *m = NULL;
     dsv4_tokenizer *tok = NULL;
     dsv4_seq *seq = NULL;
