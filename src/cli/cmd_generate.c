@@ -24,6 +24,7 @@ static const char *CMD = "generate";
 typedef struct {
     const char *model_dir, *prompt, *tokens, *spec, *batch;
     long long n, threads, draft, max_streams, step_tokens;
+    double spec_threshold;   /* --spec-threshold: DSpark survival-product cut (0 = off) */
     int ids, stats;
     dsv4_mode mode;
     int kv_format;       /* --kv f32|bf16|fp8 */
@@ -55,6 +56,11 @@ static int parse(int argc, char **argv, gen_opts *o) {
         }
         else if (!strcmp(a, "--spec")) { VAL(); o->spec = v; }
         else if (!strcmp(a, "--draft")) { VAL(); if (cli_parse_int(CMD, a, v, 1, 64, &o->draft)) return 1; }
+        else if (!strcmp(a, "--spec-threshold")) {
+            VAL();
+            if (cli_parse_float(CMD, a, v, &o->spec_threshold)) return 1;
+            if (!(o->spec_threshold >= 0 && o->spec_threshold <= 1)) return cli_error(CMD, "--spec-threshold must be in [0, 1]");
+        }
         else if (!strcmp(a, "--ids")) o->ids = 1;
         else if (!strcmp(a, "--stats")) o->stats = 1;
         else if (!strcmp(a, "--mode")) { VAL(); if (cli_parse_mode(CMD, v, &o->mode)) return 1; }
@@ -265,7 +271,8 @@ static int run_spec(const gen_opts *o) {
     for (; n_ss < pl.n; n_ss++) {
         dsv4_sampling sp = o->sp;
         sp.seed = o->sp.seed + (uint64_t)n_ss;
-        dsv4_spec_opts so = { .draft = (int)o->draft, .max_new_tokens = (int)o->n, .stop_on_eos = 1 };
+        dsv4_spec_opts so = { .draft = (int)o->draft, .max_new_tokens = (int)o->n, .stop_on_eos = 1,
+                              .conf_threshold = (float)o->spec_threshold };
         dsv4_drafter d;
         if (make_drafter(o, m, &sp, &d, &err) ||
             dsv4_spec_stream_new(m, pl.tok[n_ss], pl.len[n_ss], &sp, &so, &d, &ss[n_ss], &err)) {
