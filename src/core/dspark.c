@@ -1,8 +1,8 @@
 #include "core/dspark.h"
 #include "backend/cpu/kernels.h"
 #include "core/attention.h"
+#include "core/forward.h"
 #include "core/hc.h"
-#include "core/moe.h"
 #include "core/norm.h"
 #include "core/numerics.h"
 #include "core/rope.h"
@@ -101,9 +101,10 @@ int dsv4_dspark_commit(dsv4_model *m, dsv4_dspark_ctx *c, const float *features,
 }
 
 /* Attention of the block at one stage: every element sees the context window and the whole block. */
-static void block_attention(dsv4_model *m, const dsv4_dspark_ctx *c, const dsv4_layer *st, int gamma) {
+static void block_attention(dsv4_model *m, const dsv4_layer *st, void *vctx, dsv4_workspace *ws) {
+    const dsv4_dspark_ctx *c = vctx;
     const dsv4_config *cfg = &m->cfg;
-    dsv4_workspace *ws = m->ws;
+    const int gamma = ws->batch.T;
     const int D = cfg->head_dim, R = cfg->rope_dim, H = cfg->n_heads, W = cfg->window;
     attention_qkv(m, st, ws);   /* ws->q [gamma][H][D], ws->kv [gamma][D]: the block's own queries and keys */
     const int64_t P = c->pos - 1;   /* the last committed position */
@@ -140,17 +141,7 @@ int dsv4_dspark_block(dsv4_model *m, dsv4_dspark_ctx *c, int32_t anchor, float *
         weight_decode_row(&m->embed, ids[j], x);
         for (int s = 1; s < hc; s++) memcpy(x + (int64_t)s * d, x, sizeof(float) * (size_t)d);
     }
-    for (int s = 0; s < h->n_stages; s++) {
-        const dsv4_layer *st = &h->stage[s];
-        hc_pre(m->pool, m->mode, cfg, &st->hc_attn, ws->X, gamma, ws->u, ws->mix, ws->mixbuf);
-        for (int j = 0; j < gamma; j++) rmsnorm(m->mode, ws->u + (int64_t)j * d, st->attn_norm, d, cfg->norm_eps, ws->xn + (int64_t)j * d);
-        block_attention(m, c, st, gamma);
-        hc_post(m->mode, cfg, ws->sub, ws->mix, ws->X, gamma);
-        hc_pre(m->pool, m->mode, cfg, &st->hc_ffn, ws->X, gamma, ws->u, ws->mix, ws->mixbuf);
-        for (int j = 0; j < gamma; j++) rmsnorm(m->mode, ws->u + (int64_t)j * d, st->ffn_norm, d, cfg->norm_eps, ws->xn + (int64_t)j * d);
-        moe_forward(m, st, ws);
-        hc_post(m->mode, cfg, ws->sub, ws->mix, ws->X, gamma);
-    }
+    for (int s = 0; s < h->n_stages; s++) block_forward_with(m, &h->stage[s], block_attention, c, ws);
     for (int j = 0; j < gamma; j++) {
         float *yj = y + (int64_t)j * d, *nj = ws->u + (int64_t)j * d;
         hc_head_one(m->mode, cfg, &h->hc_head, ws->X + (int64_t)j * hc * d, yj);

@@ -120,17 +120,26 @@ static void embed_tokens(struct dsv4_model *m, dsv4_workspace *ws) {
     }
 }
 
-void block_forward(struct dsv4_model *m, const dsv4_layer *ly, int L, dsv4_workspace *ws) {
+void block_forward_with(struct dsv4_model *m, const dsv4_layer *ly, block_attention_fn attend, void *ctx,
+                        dsv4_workspace *ws) {
     const dsv4_config *c = &m->cfg;
     const int T = ws->batch.T, d = c->dim;
     hc_pre(m->pool, m->mode, c, &ly->hc_attn, ws->X, T, ws->u, ws->mix, ws->mixbuf);
     for (int t = 0; t < T; t++) rmsnorm(m->mode, ws->u + (int64_t)t * d, ly->attn_norm, d, c->norm_eps, ws->xn + (int64_t)t * d);
-    attention_forward(m, ly, L, ws);
+    attend(m, ly, ctx, ws);
     hc_post(m->mode, c, ws->sub, ws->mix, ws->X, T);
     hc_pre(m->pool, m->mode, c, &ly->hc_ffn, ws->X, T, ws->u, ws->mix, ws->mixbuf);
     for (int t = 0; t < T; t++) rmsnorm(m->mode, ws->u + (int64_t)t * d, ly->ffn_norm, d, c->norm_eps, ws->xn + (int64_t)t * d);
     moe_forward(m, ly, ws);
     hc_post(m->mode, c, ws->sub, ws->mix, ws->X, T);
+}
+
+static void sequence_attention(struct dsv4_model *m, const dsv4_layer *ly, void *ctx, dsv4_workspace *ws) {
+    attention_forward(m, ly, *(const int *)ctx, ws);
+}
+
+void block_forward(struct dsv4_model *m, const dsv4_layer *ly, int L, dsv4_workspace *ws) {
+    block_forward_with(m, ly, sequence_attention, &L, ws);
 }
 
 int forward_begin(struct dsv4_model *m, dsv4_step_item *items, int n_items, int scratch_rows, dsv4_error *err) {

@@ -49,24 +49,6 @@ static int teardown(void **state) {
     return 0;
 }
 
-static void greedy_plain(fixture *f, const int32_t *prompt, int n_prompt, int n_new, int32_t *out) {
-    dsv4_seq *s;
-    dsv4_error err;
-    assert_int_equal(dsv4_seq_new(f->m, &s, &err), 0);
-    float *l = malloc(sizeof(float) * (size_t)f->vocab);
-    dsv4_step_item it = { s, prompt, n_prompt, DSV4_LOGITS_LAST, l };
-    assert_int_equal(dsv4_step(f->m, &it, 1, &err), 0);
-    for (int i = 0; i < n_new; i++) {
-        int best = 0;
-        for (int v = 1; v < f->vocab; v++) if (l[v] > l[best]) best = v;
-        out[i] = best;
-        dsv4_step_item d = { s, &out[i], 1, DSV4_LOGITS_LAST, l };
-        if (i + 1 < n_new) assert_int_equal(dsv4_step(f->m, &d, 1, &err), 0);
-    }
-    free(l);
-    dsv4_seq_free(s);
-}
-
 static dsv4_spec_stream *stream(fixture *f, const int32_t *prompt, int n, const dsv4_sampling *sp, int new_tokens,
                                 float threshold) {
     dsv4_drafter dr;
@@ -85,8 +67,8 @@ static void greedy_is_lossless(void **state) {
     int32_t p1[12], p2[3], plain1[NEW], plain2[NEW];
     tm_tokens(p1, 12, f->vocab, 21);
     tm_tokens(p2, 3, f->vocab, 22);
-    greedy_plain(f, p1, 12, NEW, plain1);
-    greedy_plain(f, p2, 3, NEW, plain2);
+    assert_int_equal(tm_greedy(f->m, p1, 12, NEW, plain1), 0);
+    assert_int_equal(tm_greedy(f->m, p2, 3, NEW, plain2), 0);
     dsv4_sampling sp = { .temperature = 0.0f, .top_p = 1.0f };
     dsv4_spec_stream *ss[2] = { stream(f, p1, 12, &sp, NEW, 0.0f), stream(f, p2, 3, &sp, NEW, 0.0f) };
     dsv4_error err;
@@ -121,7 +103,7 @@ static void confidence_cut(void **state) {
     enum { NEW = 40 };
     int32_t p[6], plain[NEW];
     tm_tokens(p, 6, f->vocab, 23);
-    greedy_plain(f, p, 6, NEW, plain);
+    assert_int_equal(tm_greedy(f->m, p, 6, NEW, plain), 0);
     dsv4_sampling sp = { .temperature = 0.0f, .top_p = 1.0f };
     dsv4_spec_stream *all = stream(f, p, 6, &sp, NEW, 0.0f), *cut = stream(f, p, 6, &sp, NEW, 0.999f);
     dsv4_error err;

@@ -134,32 +134,13 @@ static void mtp_errors(void **state) {
     dsv4_seq_free(st);
 }
 
-/* Plain greedy decoding, one token per step. */
-static void greedy_plain(fixture *f, const int32_t *prompt, int n_prompt, int n_new, int32_t *out) {
-    dsv4_seq *s;
-    dsv4_error err;
-    assert_int_equal(dsv4_seq_new(f->m, &s, &err), 0);
-    float *l = malloc(sizeof(float) * (size_t)f->vocab);
-    dsv4_step_item it = { s, prompt, n_prompt, DSV4_LOGITS_LAST, l, NULL };
-    assert_int_equal(dsv4_step(f->m, &it, 1, &err), 0);
-    for (int i = 0; i < n_new; i++) {
-        int best = 0;
-        for (int v = 1; v < f->vocab; v++) if (l[v] > l[best]) best = v;
-        out[i] = best;
-        dsv4_step_item d = { s, &out[i], 1, DSV4_LOGITS_LAST, l, NULL };
-        if (i + 1 < n_new) assert_int_equal(dsv4_step(f->m, &d, 1, &err), 0);
-    }
-    free(l);
-    dsv4_seq_free(s);
-}
-
 /* Greedy speculative decoding with the MTP drafter emits exactly the plain greedy tokens, across compressor
  * emissions and window wraps; the drafter is exercised (it proposes every step once it has seen the prompt). */
 static void mtp_speculation_is_lossless(void **state) {
     fixture *f = *state;
     enum { PROMPT = 20, NEW = 160 };
     int32_t plain[NEW], *prompt = f->tok;
-    greedy_plain(f, prompt, PROMPT, NEW, plain);
+    assert_int_equal(tm_greedy(f->m, prompt, PROMPT, NEW, plain), 0);
     dsv4_sampling sp = { .temperature = 0.0f, .top_p = 1.0f };
     dsv4_drafter dr;
     dsv4_error err;

@@ -67,3 +67,25 @@ char *tm_read(const char *path) {
     fclose(f);
     return b;
 }
+
+int tm_greedy(dsv4_model *m, const int32_t *prompt, int n_prompt, int n_new, int32_t *out) {
+    dsv4_model_info info;
+    dsv4_model_get_info(m, &info);
+    dsv4_seq *s;
+    dsv4_error err;
+    if (dsv4_seq_new(m, &s, &err)) return -1;
+    float *l = malloc(sizeof(float) * (size_t)info.vocab_size);
+    dsv4_step_item it = { s, prompt, n_prompt, DSV4_LOGITS_LAST, l };
+    int rc = l ? dsv4_step(m, &it, 1, &err) : -1;
+    for (int i = 0; !rc && i < n_new; i++) {
+        int best = 0;
+        for (int v = 1; v < info.vocab_size; v++) if (l[v] > l[best]) best = v;
+        out[i] = best;
+        dsv4_step_item d = { s, &out[i], 1, DSV4_LOGITS_LAST, l };
+        if (i + 1 < n_new) rc = dsv4_step(m, &d, 1, &err);
+    }
+    if (rc) fprintf(stderr, "greedy: %s\n", err.msg);
+    free(l);
+    dsv4_seq_free(s);
+    return rc;
+}

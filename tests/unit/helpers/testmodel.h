@@ -15,6 +15,9 @@ void tm_rmdir(const char *dir);
  * are used in turn and the rest goes one token per call). Returns a malloc'd [n][vocab] logits array. */
 float *tm_logits(dsv4_model *m, const int32_t *tokens, int n, const int *chunks, int n_chunks);
 
+/* Plain greedy decoding, one token per step after a one-call prefill: n_new ids into out. 0 on success. */
+int tm_greedy(dsv4_model *m, const int32_t *prompt, int n_prompt, int n_new, int32_t *out);
+
 /* Deterministic token sequence in [0, vocab). */
 void tm_tokens(int32_t *out, int n, int vocab, uint64_t seed);
 /* Read a whole file (NUL-terminated); NULL on failure. */
