@@ -3,24 +3,7 @@
 # ids of `dsv4 generate --tokens <line> --seed <S+i> --ids` run alone, whatever --max-streams and
 # --step-tokens; bad input ends with one clean error line, never a signal.
 # Run from the repository root with DSV4_BIN set; prints "N passed, N failed".
-set -u
-BIN=${DSV4_BIN:-build/dsv4}
-T=$(mktemp -d /tmp/dsv4_batch_generate.XXXXXX)
-trap 'rm -rf "$T"' EXIT
-pass=0; fail=0
-ok()  { pass=$((pass + 1)); }
-bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
-
-expect_err() {
-    local name=$1 needle=$2; shift 2
-    "$@" >"$T/out" 2>"$T/err"
-    local rc=$?
-    if [ $rc -eq 0 ]; then bad "$name: exit 0, expected an error"
-    elif [ $rc -ge 128 ]; then bad "$name: killed by a signal (rc $rc)"
-    elif [ "$(wc -l <"$T/err")" -ne 1 ]; then bad "$name: not one stderr line: $(cat "$T/err")"
-    elif ! grep -qF -- "$needle" "$T/err"; then bad "$name: message lacks '$needle': $(cat "$T/err")"
-    else ok; fi
-}
+. "$(dirname "$0")/lib.sh"
 
 "$BIN" tiny -o "$T/m" --preset flash-tiny --set 'compress_ratios=[0,0,4,128,4,128]' --set sliding_window=8 \
     --set index_topk=3 >/dev/null 2>&1 || { echo "tiny failed"; echo "0 passed, 1 failed"; exit 1; }
@@ -76,5 +59,4 @@ expect_err "missing file" "$T/nope" "$BIN" generate -m "$T/m" --batch "$T/nope"
 expect_err "batch and tokens" "exactly one" "$BIN" generate -m "$T/m" --batch "$T/lines" --tokens 1,2
 expect_err "zero streams" "--max-streams" "$BIN" generate -m "$T/m" --batch "$T/lines" --max-streams 0
 
-echo "$pass passed, $fail failed"
-[ "$fail" = 0 ]
+finish

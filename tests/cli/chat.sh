@@ -5,27 +5,9 @@
 # The tokenizer is tests/data/text/tiny_tokenizer.json plus the V4 chat markers as added tokens (ids 264..270),
 # so a 512-row tiny model can represent every token of the chat format.
 # Run from the repository root with DSV4_BIN set; prints "N passed, N failed".
-set -u
-BIN=${DSV4_BIN:-build/dsv4}
-T=$(mktemp -d /tmp/dsv4_chat.XXXXXX)
+. "$(dirname "$0")/lib.sh"
 CHAT_PID=
 trap '[ -n "$CHAT_PID" ] && kill "$CHAT_PID" 2>/dev/null; rm -rf "$T"' EXIT
-pass=0; fail=0
-ok()  { pass=$((pass + 1)); }
-bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
-
-# expect_err NAME NEEDLE CMD...: non-zero exit below 128, exactly one stderr line, containing NEEDLE
-expect_err() {
-    local name=$1 needle=$2; shift 2
-    "$@" >"$T/out" 2>"$T/err" </dev/null
-    local rc=$? lines
-    lines=$(wc -l <"$T/err")
-    if [ $rc -eq 0 ]; then bad "$name: exit 0, expected an error"
-    elif [ $rc -ge 128 ]; then bad "$name: killed by a signal (rc $rc)"
-    elif [ "$lines" -ne 1 ]; then bad "$name: $lines stderr lines: $(cat "$T/err")"
-    elif ! grep -qF -- "$needle" "$T/err"; then bad "$name: message lacks '$needle': $(cat "$T/err")"
-    else ok; fi
-}
 
 node -e '
 const fs = require("fs");
@@ -107,5 +89,4 @@ expect_err "bad mode" "--mode" "$BIN" chat -m "$T/m" --mode fast
 cp -r "$T/notok" "$T/plaintok" && cp tests/data/text/tiny_tokenizer.json "$T/plaintok/tokenizer.json"
 expect_err "tokenizer without chat markers" "cannot encode V4 chats" "$BIN" chat -m "$T/plaintok"
 
-echo "$pass passed, $fail failed"
-[ "$fail" = 0 ]
+finish

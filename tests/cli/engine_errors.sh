@@ -1,27 +1,7 @@
 #!/usr/bin/env bash
 # Bad input to the engine commands gives a one-line error and a non-zero exit, never a crash: token ids out of
 # range, context overflow, bad options, a missing or damaged model folder. Prints "N passed, N failed".
-set -u
-BIN=${DSV4_BIN:-build/dsv4}
-T=$(mktemp -d /tmp/dsv4_engine_errors.XXXXXX)
-trap 'rm -rf "$T"' EXIT
-pass=0; fail=0
-
-expect_err() {   # NAME NEEDLE CMD...
-    local name=$1 needle=$2; shift 2
-    "$@" >"$T/out" 2>"$T/err"
-    local rc=$? lines
-    lines=$(wc -l <"$T/err")
-    if [ $rc -eq 0 ]; then echo "FAIL $name: exit 0"; fail=$((fail + 1))
-    elif [ $rc -ge 128 ]; then echo "FAIL $name: signal (rc $rc)"; fail=$((fail + 1))
-    elif [ "$lines" -ne 1 ]; then echo "FAIL $name: $lines stderr lines: $(cat "$T/err")"; fail=$((fail + 1))
-    elif ! grep -qF -- "$needle" "$T/err"; then echo "FAIL $name: '$needle' not in: $(cat "$T/err")"; fail=$((fail + 1))
-    else pass=$((pass + 1)); fi
-}
-expect_ok() {    # NAME CMD...
-    local name=$1; shift
-    if "$@" >"$T/out" 2>"$T/err"; then pass=$((pass + 1)); else echo "FAIL $name: $(head -2 "$T/err")"; fail=$((fail + 1)); fi
-}
+. "$(dirname "$0")/lib.sh"
 
 M=$T/model
 "$BIN" tiny -o "$M" --preset flash-tiny --seed 5 --set max_position_embeddings=40 >/dev/null 2>&1 || { echo "cannot write model"; echo "0 passed, 1 failed"; exit 1; }
@@ -52,5 +32,4 @@ cp -r "$M" "$T/badjson"
 printf '{"vocab_size": 512, ' >"$T/badjson/config.json"
 expect_err   "malformed config"        "malformed JSON" "$BIN" generate -m "$T/badjson" --tokens 1 --ids
 
-echo "$pass passed, $fail failed"
-[ $fail -eq 0 ]
+finish

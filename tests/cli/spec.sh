@@ -3,24 +3,7 @@
 # --batch (all streams verified in one step), past the window and the ratio-128 emission; self-draft reports
 # 100 % acceptance; --stats prints the acceptance line; --spec mtp|dspark give plain decoding's ids; bad values end with one clean
 # error line. Run from the repository root with DSV4_BIN set; prints "N passed, N failed".
-set -u
-BIN=${DSV4_BIN:-build/dsv4}
-T=$(mktemp -d /tmp/dsv4_spec.XXXXXX)
-trap 'rm -rf "$T"' EXIT
-pass=0; fail=0
-ok()  { pass=$((pass + 1)); }
-bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
-
-expect_err() {
-    local name=$1 needle=$2; shift 2
-    "$@" >"$T/out" 2>"$T/err"
-    local rc=$?
-    if [ $rc -eq 0 ]; then bad "$name: exit 0, expected an error"
-    elif [ $rc -ge 128 ]; then bad "$name: killed by a signal (rc $rc)"
-    elif [ "$(wc -l <"$T/err")" -ne 1 ]; then bad "$name: not one stderr line: $(cat "$T/err")"
-    elif ! grep -qF -- "$needle" "$T/err"; then bad "$name: message lacks '$needle': $(cat "$T/err")"
-    else ok; fi
-}
+. "$(dirname "$0")/lib.sh"
 
 "$BIN" tiny -o "$T/m" --preset flash-tiny --set 'compress_ratios=[0,0,4,128,4,128]' --set sliding_window=8 \
     --set index_topk=3 >/dev/null 2>&1 || { echo "tiny failed"; echo "0 passed, 1 failed"; exit 1; }
@@ -62,5 +45,4 @@ expect_err "spec bad" "--spec must be" "$BIN" generate -m "$T/m" --tokens 1 --sp
 expect_err "draft 0" "--draft" "$BIN" generate -m "$T/m" --tokens 1 --spec ngram --draft 0
 expect_err "bad token" "outside the vocabulary" "$BIN" generate -m "$T/m" --tokens 1,99999 --spec ngram
 
-echo "$pass passed, $fail failed"
-[ $fail -eq 0 ]
+finish

@@ -4,32 +4,7 @@
 # data parts), at every class of K (s < 4, each s mod 4, 127/128/129 on the ratio-128 layers, past the
 # window). Then `dsv4 state inspect`, and damaged / foreign / mismatched states: one-line errors, no signal.
 # Run from the repository root with DSV4_BIN set; prints "N passed, N failed".
-set -u
-BIN=${DSV4_BIN:-build/dsv4}
-T=$(mktemp -d /tmp/dsv4_state.XXXXXX)
-trap 'rm -rf "$T"' EXIT
-pass=0; fail=0
-ok()  { pass=$((pass + 1)); }
-bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
-
-expect_ok() {
-    local name=$1; shift
-    if "$@" >"$T/out" 2>"$T/err"; then ok; else bad "$name (rc $?): $(head -3 "$T/err")"; fi
-}
-# expect_err NAME NEEDLE CMD...: non-zero exit below 128, exactly one stderr line, containing NEEDLE
-expect_err() {
-    local name=$1 needle=$2; shift 2
-    "$@" >"$T/out" 2>"$T/err"
-    local rc=$? lines
-    lines=$(wc -l <"$T/err")
-    if [ $rc -eq 0 ]; then bad "$name: exit 0, expected an error"
-    elif [ $rc -ge 128 ]; then bad "$name: killed by a signal (rc $rc)"
-    elif [ "$lines" -ne 1 ]; then bad "$name: $lines stderr lines: $(cat "$T/err")"
-    elif ! grep -qF -- "$needle" "$T/err"; then bad "$name: message lacks '$needle': $(cat "$T/err")"
-    else ok; fi
-    [ -n "${VERBOSE:-}" ] && echo "  $name: $(cat "$T/err")"
-    return 0
-}
+. "$(dirname "$0")/lib.sh"
 
 # The data part of a .npy file (v1 header: 10 bytes + little-endian u16 header length).
 npy_data() {

@@ -4,34 +4,7 @@
 # dtype, wrong shape, missing tensor, NaN scale, duplicate hash experts, ...) must each make `dsv4 inspect`
 # exit non-zero (never by a signal) with a one-line message naming the tensor or file.
 # Run from the repository root with DSV4_BIN set; prints "N passed, N failed".
-set -u
-BIN=${DSV4_BIN:-build/dsv4}
-T=$(mktemp -d /tmp/dsv4_tiny_inspect.XXXXXX)
-trap 'rm -rf "$T"' EXIT
-pass=0; fail=0
-ok()  { pass=$((pass + 1)); }
-bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
-
-# expect_ok NAME CMD...: exit 0
-expect_ok() {
-    local name=$1; shift
-    if "$@" >"$T/out" 2>"$T/err"; then ok; else bad "$name (rc $?): $(head -3 "$T/err")"; fi
-}
-
-# expect_err NAME NEEDLE CMD...: non-zero exit below 128, exactly one stderr line, containing NEEDLE
-expect_err() {
-    local name=$1 needle=$2; shift 2
-    "$@" >"$T/out" 2>"$T/err"
-    local rc=$? lines
-    lines=$(wc -l <"$T/err")
-    if [ $rc -eq 0 ]; then bad "$name: exit 0, expected an error"
-    elif [ $rc -ge 128 ]; then bad "$name: killed by a signal (rc $rc)"
-    elif [ "$lines" -ne 1 ]; then bad "$name: $lines stderr lines: $(cat "$T/err")"
-    elif ! grep -qF -- "$needle" "$T/err"; then bad "$name: message lacks '$needle': $(cat "$T/err")"
-    else ok; fi
-    [ -n "${VERBOSE:-}" ] && echo "  $name: $(cat "$T/err")"
-    return 0
-}
+. "$(dirname "$0")/lib.sh"
 
 # A fresh copy of the good flash checkpoint to damage.
 fresh() { rm -rf "$T/bad"; cp -r "$T/flash" "$T/bad"; }
@@ -143,5 +116,4 @@ expect_err "expert id out of range" "layers.0.ffn.gate.tid2eid" "$BIN" inspect -
 rm -rf "$T/bad"; cp -r "$T/v4" "$T/bad"; cp "$T/flash/config.json" "$T/bad/config.json"
 expect_err "mtp tensors without mtp config" "MTP" "$BIN" inspect -m "$T/bad"
 
-echo "$pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+finish
