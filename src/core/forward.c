@@ -22,7 +22,7 @@ void dsv4_workspace_free(dsv4_workspace *ws) {
                     ws->mixbuf, ws->mix, ws->sub, ws->qr, ws->q, ws->kv, ws->o, ws->z, ws->ck, ws->cz, ws->ick,
                     ws->icz, ws->qi, ws->wi, ws->sel, ws->n_sel, ws->pooled, ws->keyscratch, ws->idxscratch,
                     ws->heapscratch, (void *)ws->keyptrs, ws->router, ws->route_e, ws->route_w, ws->expert_tok,
-                    ws->expert_w, ws->ex, ws->eg, ws->ev, ws->ey, ws->acc, ws->hy, (void *)ws->head_out};
+                    ws->expert_w, ws->ex, ws->eg, ws->ev, ws->ey, ws->acc, (void *)ws->head_out};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
     free(ws);
 }
@@ -65,7 +65,7 @@ int workspace_ensure(struct dsv4_model *m, int T, int64_t max_rows) {
         GROW(ws->router, T * c->n_routed); GROW(ws->route_e, T * c->n_act); GROW(ws->route_w, T * c->n_act);
         GROW(ws->expert_tok, T); GROW(ws->expert_w, T);
         GROW(ws->ex, T * d); GROW(ws->eg, T * c->moe_inter); GROW(ws->ev, T * c->moe_inter); GROW(ws->ey, T * d);
-        GROW(ws->acc, T * d); GROW(ws->hy, d); GROW(ws->head_out, T);
+        GROW(ws->acc, T * d); GROW(ws->head_out, T);
         GROW(ws->idxscratch, nt * c->index_topk); GROW(ws->heapscratch, nt * c->index_topk);
         ws->T_cap = T;
     }

@@ -45,7 +45,6 @@ typedef struct dsv4_workspace {
     float *ex, *eg, *ev, *ey;    /* gathered inputs [T][d], gate/up [T][I], outputs [T][d] */
     float *acc;                  /* [T][d] fp32 MoE sum */
     /* head */
-    float *hy;                   /* [d] */
     float **head_out;            /* [T] where each logits row of the step goes */
 } dsv4_workspace;
 
