@@ -88,7 +88,8 @@ static void print_tensors(const st_archive *a) {
 /* KV cache of one sequence (spec §15.1). Window rings are a fixed number of rows per layer (and per speculative
  * stage); what grows with the context are the compressed rows: a CSA layer adds one head_dim row and one
  * index_head_dim indexer row per 4 tokens, an HCA layer one head_dim row per 128 tokens. The compressors'
- * rolling states are fixed fp32 arrays. */
+ * rolling states are fixed fp32 rings of per-position projections: the live span (8 positions at ratio 4,
+ * 128 at ratio 128) plus the default 16 speculative slots (core/compressor.h). */
 static void print_kv(const dsv4_config *c, dsv4_mtp_kind k) {
     const double D = c->head_dim, cI = c->index_head_dim;
     const int stages = spec_stages(c, k);
@@ -96,10 +97,10 @@ static void print_kv(const dsv4_config *c, dsv4_mtp_kind k) {
     for (int L = 0; L < c->n_layers; L++) {
         if (c->compress_ratio[L] == 4) {
             per_token += (D + cI) / 4.0;
-            state_bytes += 2.0 * 8 * 2 * D * 4 + 2.0 * 8 * 2 * cI * 4;
+            state_bytes += 2.0 * (8 + 16) * 2 * D * 4 + 2.0 * (8 + 16) * 2 * cI * 4;
         } else if (c->compress_ratio[L] == 128) {
             per_token += D / 128.0;
-            state_bytes += 2.0 * 128 * D * 4;
+            state_bytes += 2.0 * (128 + 16) * D * 4;
         }
     }
     char a[32], b[32], s[32];
