@@ -396,14 +396,9 @@ int dsv4_seq_restore(dsv4_seq *s, const char *path, dsv4_error *err) {
 
 /* ---- fork ------------------------------------------------------------------------------------------------ */
 
-static void rows_copy(dsv4_rows *dst, const dsv4_rows *src) {
-    if (src->n) memcpy(dst->data, src->data, (size_t)src->n * src->lay.bytes);
-    dst->n = src->n;
-}
-
-/* A full copy. The fixed states (ring, compressor states) must be copied anyway; the append-only rows are
- * copied too for now — sharing them copy-on-write (pages + reference counts) is a later optimisation that
- * only changes memory use, not results. */
+/* The fixed states (ring, compressor states) are copied; the append-only rows are shared copy-on-write
+ * (sequence.h): a fork costs the fixed state, whatever the context length. Sharing updates the parent's
+ * reference bookkeeping only, never a row it reads, hence the cast of its const. */
 int dsv4_seq_fork(const dsv4_seq *s, dsv4_seq **out, dsv4_error *err) {
     if (!s || !out) return dsv4_fail(err, DSV4_E_ARG, "fork: missing sequence or output");
     dsv4_seq *f;
@@ -418,8 +413,19 @@ int dsv4_seq_fork(const dsv4_seq *s, dsv4_seq **out, dsv4_error *err) {
         const dsv4_layer_state *a = &s->layer[L];
         dsv4_layer_state *b = &f->layer[L];
         memcpy(b->ring, a->ring, (size_t)s->ring_len * s->kv_main.bytes);
-        if (a->comp.kv) { compressor_state_copy(&b->comp, &a->comp); rows_copy(&b->crows, &a->crows); }
-        if (a->icomp.kv) { compressor_state_copy(&b->icomp, &a->icomp); rows_copy(&b->irows, &a->irows); }
+        int shared = 0;
+        if (a->comp.kv) {
+            compressor_state_copy(&b->comp, &a->comp);
+            shared |= rows_share(&b->crows, (dsv4_rows *)&a->crows);
+        }
+        if (a->icomp.kv) {
+            compressor_state_copy(&b->icomp, &a->icomp);
+            shared |= rows_share(&b->irows, (dsv4_rows *)&a->irows);
+        }
+        if (shared) {
+            dsv4_seq_free(f);
+            return dsv4_fail(err, DSV4_E_NOMEM, "fork: out of memory");
+        }
     }
     f->pos = s->pos;
     *out = f;

@@ -4,7 +4,49 @@
 #include <stdlib.h>
 #include <string.h>
 
+void rows_release(dsv4_rows *r) {
+    if (r->refs && --*r->refs > 0) {
+        r->data = NULL;          /* another sequence still uses the buffer */
+    } else {
+        free(r->data);
+        free(r->refs);
+    }
+    r->data = NULL;
+    r->refs = NULL;
+    r->cap = r->n = 0;
+}
+
+int rows_share(dsv4_rows *dst, dsv4_rows *src) {
+    if (!src->refs) {
+        if (!(src->refs = malloc(sizeof *src->refs))) return -1;
+        *src->refs = 1;
+    }
+    rows_release(dst);
+    *dst = *src;
+    ++*src->refs;
+    return 0;
+}
+
+/* Take a private copy of shared rows (capacity at least n_total). */
+static int rows_unshare(dsv4_rows *r, int64_t n_total) {
+    if (*r->refs == 1) {         /* the others are gone: the buffer is ours */
+        free(r->refs);
+        r->refs = NULL;
+        return 0;
+    }
+    int64_t cap = r->cap > n_total ? r->cap : n_total;
+    uint8_t *copy = malloc((size_t)(cap ? cap : 1) * r->lay.bytes);
+    if (!copy) return -1;
+    if (r->n) memcpy(copy, r->data, (size_t)r->n * r->lay.bytes);
+    --*r->refs;
+    r->refs = NULL;
+    r->data = copy;
+    r->cap = cap;
+    return 0;
+}
+
 int rows_reserve(dsv4_rows *r, int64_t n_total) {
+    if (r->refs && n_total > r->n && rows_unshare(r, n_total)) return -1;
     if (n_total <= r->cap) return 0;
     int64_t nc = r->cap ? r->cap : 16;
     while (nc < n_total) nc *= 2;
@@ -37,8 +79,8 @@ static void layer_state_free(dsv4_layer_state *ls) {
     free(ls->ring);
     compressor_state_free(&ls->comp);
     compressor_state_free(&ls->icomp);
-    free(ls->crows.data);
-    free(ls->irows.data);
+    rows_release(&ls->crows);
+    rows_release(&ls->irows);
 }
 
 void dsv4_seq_free(dsv4_seq *s) {

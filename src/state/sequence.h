@@ -12,13 +12,21 @@
 #include <stdint.h>
 
 /* Append-only rows of fixed width, stored in the model's KV format (state/kvrows.h). */
+/* Append-only rows. A fork shares its parent's rows (copy-on-write): `refs` points to the count of sequences
+ * sharing `data` (NULL when this one owns it alone). Rows below n never change, so sharing is safe until
+ * someone appends: rows_reserve, which every writer calls first, gives the writer its own copy. */
 typedef struct {
     uint8_t *data;   /* [cap][lay.bytes] */
     int64_t n, cap;
     kv_layout lay;
+    int *refs;
 } dsv4_rows;
 
-int  rows_reserve(dsv4_rows *r, int64_t n_total);   /* capacity for n_total rows; 0 or -1 (no memory) */
+/* Capacity for n_total rows, owned alone when any row at or above n will be written; 0 or -1 (no memory). */
+int  rows_reserve(dsv4_rows *r, int64_t n_total);
+/* Share src's rows with dst (whose own rows are released): a fork without copying. */
+int  rows_share(dsv4_rows *dst, dsv4_rows *src);
+void rows_release(dsv4_rows *r);
 static inline uint8_t *rows_at(const dsv4_rows *r, int64_t k) { return r->data + (size_t)k * r->lay.bytes; }
 
 typedef struct {

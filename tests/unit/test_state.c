@@ -173,6 +173,32 @@ static void fork_continue(void **state) {
     }
 }
 
+/* Forks share their parent's append-only rows copy-on-write. The hazard: a sharer that rolls back below the
+ * fork point and then appends rewrites rows the others still read. Here the parent snapshots 9 tokens before
+ * the fork point, forks, rolls back past it and takes another path (rewriting ratio-4 rows that the children
+ * hold); a grandchild appends too; the children must continue exactly as never forked, in any freeing order. */
+static void fork_copy_on_write(void **state) {
+    fixture *f = *state;
+    dsv4_error err;
+    const int at = 130, back = 9;
+    dsv4_seq *q = prefix_seq(f, at - back), *c, *g;
+    dsv4_seq_snapshot *snap;
+    if (dsv4_seq_snapshot_new(q, &snap, &err)) fail_msg("snapshot: %s", err.msg);
+    step_or_fail(f, q, f->tok + at - back, back, NULL);
+    if (dsv4_seq_fork(q, &c, &err) || dsv4_seq_fork(c, &g, &err)) fail_msg("fork: %s", err.msg);
+    if (dsv4_seq_rollback(q, snap, 0, &err)) fail_msg("rollback: %s", err.msg);
+    dsv4_seq_snapshot_free(snap);
+    int32_t other[60];
+    for (int j = 0; j < 60; j++) other[j] = (f->tok[at - back + j] + 7 + j) % f->vocab;
+    step_or_fail(f, q, other, 60, NULL);              /* rows from (at-back)/4 on, rewritten */
+    step_or_fail(f, g, other, 5, NULL);               /* the grandchild appends its own */
+    dsv4_seq_free(q);                                 /* the parent goes first */
+    check_state_equals_sequential(f, c, "cow child");
+    check_continuation(f, c, "cow child", at);
+    dsv4_seq_free(c);
+    dsv4_seq_free(g);
+}
+
 /* ---- rollback ---------------------------------------------------------------------------------------------- */
 
 /* From p0, speculate k tokens of which the first `good` are the true ones, roll back to keep, continue. */
@@ -447,6 +473,7 @@ int main(void) {
         cmocka_unit_test(save_restore_continue),
         cmocka_unit_test(save_file_restore_existing),
         cmocka_unit_test(fork_continue),
+        cmocka_unit_test(fork_copy_on_write),
         cmocka_unit_test(rollback_every_a),
         cmocka_unit_test(rollback_refusals),
         cmocka_unit_test(corruption),
