@@ -159,6 +159,9 @@ typedef struct dsv4_prefix_cache dsv4_prefix_cache;
 typedef struct {
     int64_t hits, misses, entries, evictions;
     size_t bytes, budget;
+    /* the optional on-disk tier */
+    int64_t disk_hits, disk_writes, disk_rejected, disk_evictions;
+    size_t disk_bytes, disk_budget;
 } dsv4_prefix_cache_stats;
 int  dsv4_prefix_cache_new(size_t budget_bytes, dsv4_prefix_cache **out, dsv4_error *err);
 void dsv4_prefix_cache_free(dsv4_prefix_cache *c);
@@ -170,6 +173,12 @@ int  dsv4_prefix_cache_put(dsv4_prefix_cache *c, const dsv4_seq *s, dsv4_error *
 int  dsv4_prefix_cache_lookup(dsv4_prefix_cache *c, dsv4_model *m, const int32_t *tokens, int64_t n, dsv4_seq **out,
                               int64_t *matched, dsv4_error *err);
 void dsv4_prefix_cache_get_stats(const dsv4_prefix_cache *c, dsv4_prefix_cache_stats *st);
+/* Add an on-disk tier in folder `dir` (created if missing) with its own byte budget: every put also writes the
+ * state there (atomically: temp file + rename) and evicts the least recently used files beyond the budget; a
+ * lookup that memory cannot serve as well tries the files of the same model, longest prefix first. A file
+ * that fails to load (corrupted, truncated, another model) is removed and counted as rejected, and the
+ * lookup goes on: the caller recomputes. Several processes may share one folder. */
+int  dsv4_prefix_cache_set_dir(dsv4_prefix_cache *c, const char *dir, size_t budget_bytes, dsv4_error *err);
 
 #ifdef __cplusplus
 }

@@ -25,6 +25,8 @@ typedef struct {
     const char *model_dir, *prompt, *tokens, *spec, *batch;
     long long n, threads, draft, max_streams, step_tokens;
     double spec_threshold;   /* --spec-threshold: DSpark survival-product cut (0 = off) */
+    const char *pcache_dir;  /* --prefix-cache-dir */
+    long long pcache_mb;     /* --prefix-cache-mb */
     int ids, stats;
     dsv4_mode mode;
     int kv_format;       /* --kv f32|bf16|fp8 */
@@ -56,6 +58,8 @@ static int parse(int argc, char **argv, gen_opts *o) {
         }
         else if (!strcmp(a, "--spec")) { VAL(); o->spec = v; }
         else if (!strcmp(a, "--draft")) { VAL(); if (cli_parse_int(CMD, a, v, 1, 64, &o->draft)) return 1; }
+        else if (!strcmp(a, "--prefix-cache-dir")) { VAL(); o->pcache_dir = v; }
+        else if (!strcmp(a, "--prefix-cache-mb")) { VAL(); if (cli_parse_int(CMD, a, v, 1, 1LL << 30, &o->pcache_mb)) return 1; }
         else if (!strcmp(a, "--spec-threshold")) {
             VAL();
             if (cli_parse_float(CMD, a, v, &o->spec_threshold)) return 1;
@@ -339,6 +343,8 @@ int cmd_generate(int argc, char **argv) {
     int32_t *prompt = NULL, *out_ids = NULL;
     size_t n_prompt = 0;
     float *logits = NULL;
+    dsv4_prefix_cache *pcache = NULL;
+    int64_t matched = 0, reused = 0;
     int rc = 1;
     dsv4_strbuf text;
     dsv4_sb_init(&text);
@@ -363,14 +369,28 @@ int cmd_generate(int argc, char **argv) {
         n_prompt = (size_t)n;
     }
     if (dsv4_sampler_init(&smp, &o.sp, info.vocab_size, &err)) { rc = cli_fail(CMD, &err); goto out; }
-    if (dsv4_seq_new(m, &seq, &err)) { rc = cli_fail(CMD, &err); goto out; }
+    if (o.pcache_dir) {
+        /* the longest stored prefix of prompt[0..n-1) is forked; the rest is processed and stored in turn */
+        const size_t budget = (size_t)(o.pcache_mb ? o.pcache_mb : 1024) << 20;
+        if (dsv4_prefix_cache_new(budget, &pcache, &err) || dsv4_prefix_cache_set_dir(pcache, o.pcache_dir, budget, &err) ||
+            dsv4_prefix_cache_lookup(pcache, m, prompt, (int64_t)n_prompt - 1, &seq, &matched, &err)) {
+            rc = cli_fail(CMD, &err);
+            goto out;
+        }
+        reused = matched;
+    } else if (dsv4_seq_new(m, &seq, &err)) { rc = cli_fail(CMD, &err); goto out; }
     logits = malloc(sizeof(float) * (size_t)info.vocab_size);
     out_ids = malloc(sizeof(int32_t) * (size_t)(o.n + 1));
     if (!logits || !out_ids) { rc = cli_error(CMD, "out of memory"); goto out; }
     if (tok) dsv4_detokenizer_init(&detok, tok);
 
     double t0 = now_s();
-    dsv4_step_item it = { seq, prompt, (int)n_prompt, DSV4_LOGITS_LAST, logits };
+    if (pcache && (int64_t)n_prompt - 1 > matched) {
+        dsv4_step_item pre = { seq, prompt + matched, (int)((int64_t)n_prompt - 1 - matched), DSV4_LOGITS_NONE, NULL };
+        if (dsv4_step(m, &pre, 1, &err) || dsv4_prefix_cache_put(pcache, seq, &err)) { rc = cli_fail(CMD, &err); goto out; }
+        matched = (int64_t)n_prompt - 1;
+    }
+    dsv4_step_item it = { seq, prompt + matched, (int)((int64_t)n_prompt - matched), DSV4_LOGITS_LAST, logits };
     if (dsv4_step(m, &it, 1, &err)) { rc = cli_fail(CMD, &err); goto out; }
     double t1 = now_s();
     long long n_out = 0;
@@ -396,6 +416,13 @@ int cmd_generate(int argc, char **argv) {
         fwrite(text.data, 1, text.len, stdout);
         printf("\n");
     }
+    if (o.stats && pcache) {
+        dsv4_prefix_cache_stats ps;
+        dsv4_prefix_cache_get_stats(pcache, &ps);
+        fprintf(stderr, "prefix cache: %lld hit(s), %lld miss(es), %lld disk hit(s), %lld disk write(s), %lld rejected; "
+                "reused %lld prompt tokens\n", (long long)ps.hits, (long long)ps.misses, (long long)ps.disk_hits,
+                (long long)ps.disk_writes, (long long)ps.disk_rejected, (long long)reused);
+    }
     if (o.stats)
         fprintf(stderr, "prefill: %zu tokens in %.3f s (%.1f tok/s); decode: %lld tokens in %.3f s (%.2f tok/s)\n",
                 n_prompt, t1 - t0, n_prompt / (t1 - t0), n_out, t2 - t1, n_out > 1 ? (n_out - 1) / (t2 - t1) : 0.0);
@@ -406,6 +433,7 @@ out:
     free(out_ids);
     free(prompt);
     dsv4_sampler_free(&smp);
+    dsv4_prefix_cache_free(pcache);
     dsv4_seq_free(seq);
     if (tok) dsv4_tokenizer_free(tok);
     dsv4_model_free(m);

@@ -6,6 +6,7 @@
  * (dsv4_seq_state_bytes), which tracks the state's real memory (the ring's dead slots and row slack aside).
  * Not thread-safe: one cache per scheduler thread. */
 #include "model/model.h"
+#include "state/prefix_disk.h"
 #include "state/sequence.h"
 #include "util/error.h"
 #include <stdlib.h>
@@ -20,6 +21,7 @@ typedef struct entry {
 struct dsv4_prefix_cache {
     entry *head, *tail;          /* head = most recently used */
     dsv4_prefix_cache_stats st;
+    prefix_disk disk;            /* optional on-disk tier (prefix_disk.c) */
 };
 
 int dsv4_prefix_cache_new(size_t budget_bytes, dsv4_prefix_cache **out, dsv4_error *err) {
@@ -55,6 +57,7 @@ static void drop(dsv4_prefix_cache *c, entry *e) {
 void dsv4_prefix_cache_free(dsv4_prefix_cache *c) {
     if (!c) return;
     while (c->head) drop(c, c->head);
+    prefix_disk_free(&c->disk);
     free(c);
 }
 
@@ -63,8 +66,16 @@ static int same_history(const dsv4_seq *a, const dsv4_seq *b) {
            (a->pos == 0 || !memcmp(a->tokens, b->tokens, sizeof(int32_t) * (size_t)a->pos));
 }
 
+static int memory_put(dsv4_prefix_cache *c, const dsv4_seq *s, dsv4_error *err);
+
 int dsv4_prefix_cache_put(dsv4_prefix_cache *c, const dsv4_seq *s, dsv4_error *err) {
     if (!c || !s) return dsv4_fail(err, DSV4_E_ARG, "prefix cache: missing cache or sequence");
+    int rc = memory_put(c, s, err);
+    if (!rc) rc = prefix_disk_put(&c->disk, s, err);
+    return rc;
+}
+
+static int memory_put(dsv4_prefix_cache *c, const dsv4_seq *s, dsv4_error *err) {
     for (entry *e = c->head; e; e = e->next)
         if (same_history(e->seq, s)) {
             unlink_entry(c, e);
@@ -99,6 +110,15 @@ int dsv4_prefix_cache_lookup(dsv4_prefix_cache *c, dsv4_model *m, const int32_t 
         if (s->pos > 0 && !memcmp(s->tokens, tokens, sizeof(int32_t) * (size_t)s->pos)) best = e;
     }
     int rc;
+    /* the disk tier serves when it holds a longer prefix than memory (another process may have stored it) */
+    dsv4_seq *from_disk = NULL;
+    if ((rc = prefix_disk_lookup(&c->disk, m, tokens, n, best ? best->seq->pos : 0, &from_disk, err))) return rc;
+    if (from_disk) {
+        *out = from_disk;
+        *matched = dsv4_seq_position(from_disk);
+        c->st.hits++;
+        return memory_put(c, from_disk, err);   /* keep it close for the next request */
+    }
     if (best && best->seq->pos > 0) {
         if ((rc = dsv4_seq_fork(best->seq, out, err))) return rc;
         unlink_entry(c, best);
@@ -115,4 +135,16 @@ int dsv4_prefix_cache_lookup(dsv4_prefix_cache *c, dsv4_model *m, const int32_t 
 
 void dsv4_prefix_cache_get_stats(const dsv4_prefix_cache *c, dsv4_prefix_cache_stats *st) {
     *st = c->st;
+    st->disk_hits = c->disk.hits;
+    st->disk_writes = c->disk.writes;
+    st->disk_rejected = c->disk.rejected;
+    st->disk_evictions = c->disk.evictions;
+    st->disk_bytes = c->disk.bytes;
+    st->disk_budget = c->disk.budget;
+}
+
+int dsv4_prefix_cache_set_dir(dsv4_prefix_cache *c, const char *dir, size_t budget_bytes, dsv4_error *err) {
+    if (!c) return dsv4_fail(err, DSV4_E_ARG, "prefix cache: missing cache");
+    prefix_disk_free(&c->disk);
+    return prefix_disk_init(&c->disk, dir, budget_bytes, err);
 }

@@ -429,6 +429,116 @@ static double now_s(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+/* Number of cache files in a folder. */
+static int count_files(const char *dir) {
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "ls %s/*.dsv4seq 2>/dev/null | wc -l", dir);
+    FILE *p = popen(cmd, "r");
+    int n = 0;
+    if (p) { if (fscanf(p, "%d", &n) != 1) n = -1; pclose(p); }
+    return n;
+}
+
+/* The on-disk tier, as two processes would use it: cache A stores, a fresh cache B (empty memory) finds the
+ * prefix on disk and continues exactly as a cold run; a damaged file is rejected, removed and recomputed; a
+ * file of another model is never picked (its name carries the fingerprint), nor one misnamed for this model
+ * (the state's own fingerprint check); the folder stays within its byte budget. */
+static void prefix_cache_disk(void **state) {
+    fixture *f = *state;
+    dsv4_error err;
+    char dir[] = "/tmp/dsv4-test-pcache-XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    dsv4_seq *a = prefix_seq(f, 130), *b = prefix_seq(f, 201);
+    const size_t budget = dsv4_seq_state_bytes(a) + dsv4_seq_state_bytes(b) + 64;
+    dsv4_prefix_cache *ca, *cb;
+    assert_int_equal(dsv4_prefix_cache_new(budget, &ca, &err), 0);
+    assert_int_equal(dsv4_prefix_cache_set_dir(ca, dir, budget, &err), 0);
+    assert_int_equal(dsv4_prefix_cache_put(ca, a, &err), 0);
+    assert_int_equal(count_files(dir), 1);
+    /* "another process": a new cache on the same folder */
+    assert_int_equal(dsv4_prefix_cache_new(budget, &cb, &err), 0);
+    assert_int_equal(dsv4_prefix_cache_set_dir(cb, dir, budget, &err), 0);
+    dsv4_seq *q;
+    int64_t got;
+    assert_int_equal(dsv4_prefix_cache_lookup(cb, f->m, f->tok, N, &q, &got, &err), 0);
+    assert_int_equal(got, 130);
+    check_continuation(f, q, "disk prefix hit", 130);
+    dsv4_seq_free(q);
+    dsv4_prefix_cache_stats st;
+    dsv4_prefix_cache_get_stats(cb, &st);
+    assert_int_equal(st.disk_hits, 1);
+    /* damage the file: flip one byte in the middle; a third cache (memory empty) rejects it and recomputes */
+    char cmd[700];
+    snprintf(cmd, sizeof cmd, "f=$(ls %s/*.dsv4seq); printf '\\x55' | dd of=$f bs=1 seek=$(( $(stat -c %%s $f) / 2 )) "
+             "conv=notrunc 2>/dev/null", dir);
+    assert_int_equal(system(cmd), 0);
+    dsv4_prefix_cache *cc;
+    assert_int_equal(dsv4_prefix_cache_new(budget, &cc, &err), 0);
+    assert_int_equal(dsv4_prefix_cache_set_dir(cc, dir, budget, &err), 0);
+    assert_int_equal(dsv4_prefix_cache_lookup(cc, f->m, f->tok, N, &q, &got, &err), 0);
+    assert_int_equal(got, 0);
+    assert_int_equal(dsv4_seq_position(q), 0);
+    dsv4_seq_free(q);
+    dsv4_prefix_cache_get_stats(cc, &st);
+    assert_int_equal(st.disk_rejected, 1);
+    assert_int_equal(count_files(dir), 0);
+    dsv4_prefix_cache_free(cc);
+    /* putting the same state again stores the removed file again (memory already had it) */
+    assert_int_equal(dsv4_prefix_cache_put(ca, a, &err), 0);
+    assert_int_equal(count_files(dir), 1);
+    /* a file of another model under this model's name: refused on load (fingerprint inside), removed */
+    snprintf(cmd, sizeof cmd, "%s tiny -o %s/other --seed 9 --set sliding_window=16 >/dev/null",
+             getenv("DSV4_BIN") ? getenv("DSV4_BIN") : "build/dsv4", dir);
+    assert_int_equal(system(cmd), 0);
+    dsv4_model *other;
+    dsv4_load_opts lo = { .mode = DSV4_MODE_EXACT, .quiet = 1 };
+    char odir[600];
+    snprintf(odir, sizeof odir, "%s/other", dir);
+    assert_int_equal(dsv4_model_load(odir, &lo, &other, &err), 0);
+    dsv4_seq *os;
+    assert_int_equal(dsv4_seq_new(other, &os, &err), 0);
+    dsv4_step_item it = { os, f->tok, 130, DSV4_LOGITS_NONE, NULL };
+    assert_int_equal(dsv4_step(other, &it, 1, &err), 0);
+    snprintf(cmd, sizeof cmd, "%s/foreign.bin", dir);
+    assert_int_equal(dsv4_seq_save(os, cmd, &err), 0);
+    snprintf(cmd, sizeof cmd, "f=$(ls %s/*.dsv4seq); mv %s/foreign.bin $f", dir, dir);
+    assert_int_equal(system(cmd), 0);
+    dsv4_seq_free(os);
+    dsv4_model_free(other);
+    dsv4_prefix_cache_free(cb);   /* a fresh process again: nothing in memory */
+    assert_int_equal(dsv4_prefix_cache_new(budget, &cb, &err), 0);
+    assert_int_equal(dsv4_prefix_cache_set_dir(cb, dir, budget, &err), 0);
+    assert_int_equal(dsv4_prefix_cache_lookup(cb, f->m, f->tok, N, &q, &got, &err), 0);
+    assert_int_equal(got, 0);
+    dsv4_seq_free(q);
+    dsv4_prefix_cache_get_stats(cb, &st);
+    assert_int_equal(st.disk_rejected, 1);
+    /* the budget: three states where two fit; the least recently used file goes */
+    dsv4_seq *d = prefix_seq(f, 260);
+    const size_t small = dsv4_seq_state_bytes(b) + dsv4_seq_state_bytes(d) + 64;
+    assert_int_equal(dsv4_prefix_cache_set_dir(ca, dir, small, &err), 0);
+    dsv4_prefix_cache *cm;   /* a cache with no memory budget: every put reaches the disk */
+    assert_int_equal(dsv4_prefix_cache_new(0, &cm, &err), 0);
+    assert_int_equal(dsv4_prefix_cache_set_dir(cm, dir, small, &err), 0);
+    assert_int_equal(dsv4_prefix_cache_put(cm, a, &err), 0);
+    sleep(1);
+    assert_int_equal(dsv4_prefix_cache_put(cm, b, &err), 0);
+    sleep(1);
+    assert_int_equal(dsv4_prefix_cache_put(cm, d, &err), 0);
+    dsv4_prefix_cache_get_stats(cm, &st);
+    assert_true(st.disk_bytes <= small);
+    assert_true(st.disk_evictions >= 1);
+    assert_int_equal(count_files(dir), 2);
+    dsv4_prefix_cache_free(cm);
+    dsv4_prefix_cache_free(ca);
+    dsv4_prefix_cache_free(cb);
+    dsv4_seq_free(a);
+    dsv4_seq_free(b);
+    dsv4_seq_free(d);
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    assert_int_equal(system(cmd), 0);
+}
+
 static void sizes_and_speed(void **state) {
     fixture *f = *state;
     /* V4-Flash: 43 layers, 0/1 window-only, then CSA (4) on even and HCA (128) on odd; D 512, indexer 128. */
@@ -479,6 +589,7 @@ int main(void) {
         cmocka_unit_test(corruption),
         cmocka_unit_test(foreign_model),
         cmocka_unit_test(prefix_cache),
+        cmocka_unit_test(prefix_cache_disk),
         cmocka_unit_test(sizes_and_speed),
     };
     return cmocka_run_group_tests_name("sequence state (EXACT, memcmp)", tests, setup, teardown);
