@@ -23,6 +23,8 @@ typedef struct {
     long long n, threads;
     dsv4_mode mode;
     int kv_format;       /* --kv f32|bf16|fp8 */
+    const char *pcache_dir;  /* --prefix-cache-dir */
+    long long pcache_mb;     /* --prefix-cache-mb */
     dsv4_sampling sp;
 } chat_opts;
 
@@ -38,6 +40,8 @@ static int parse(int argc, char **argv, chat_opts *o) {
         else if (!strcmp(a, "--system")) { VAL(); o->system = v; }
         else if (!strcmp(a, "--think")) o->think = 1;
         else if (!strcmp(a, "--stats")) o->stats = 1;
+        else if (!strcmp(a, "--prefix-cache-dir")) { VAL(); o->pcache_dir = v; }
+        else if (!strcmp(a, "--prefix-cache-mb")) { VAL(); if (cli_parse_int(CMD, a, v, 1, 1LL << 30, &o->pcache_mb)) return 1; }
         else if (!strcmp(a, "-n")) { VAL(); if (cli_parse_int(CMD, a, v, 1, 1LL << 30, &o->n)) return 1; }
         else if ((r = cli_sampling_option(CMD, argc, argv, &i, &o->sp))) { if (r < 0) return 1; }
         else if (!strcmp(a, "--threads")) { VAL(); if (cli_parse_int(CMD, a, v, 0, 1024, &o->threads)) return 1; }
@@ -210,6 +214,7 @@ int cmd_chat(int argc, char **argv) {
     dsv4_load_opts lo = { .mode = o.mode, .kv_format = o.kv_format, .n_threads = (int)o.threads, .quiet = 1 };
     dsv4_model *m = NULL;
     dsv4_tokenizer *tok = NULL;
+    dsv4_prefix_cache *pcache = NULL;
     repl r = { .max_tokens = o.n, .tty_in = isatty(STDIN_FILENO), .stats = o.stats };
     r.disp.tty = isatty(STDOUT_FILENO);
     int rc = 1;
@@ -218,12 +223,27 @@ int cmd_chat(int argc, char **argv) {
     dsv4_chat_session_opts so = { .system = o.system, .thinking = o.think, .sampling = o.sp,
                                   .show = { show_reasoning, show_content, show_call, &r.disp }, .on_raw = show_raw };
     if (dsv4_chat_session_new(m, tok, &so, &r.s, &err)) { rc = cli_fail(CMD, &err); goto out; }
+    if (o.pcache_dir) {
+        const size_t budget = (size_t)(o.pcache_mb ? o.pcache_mb : 1024) << 20;
+        if (dsv4_prefix_cache_new(budget, &pcache, &err) || dsv4_prefix_cache_set_dir(pcache, o.pcache_dir, budget, &err)) {
+            rc = cli_fail(CMD, &err);
+            goto out;
+        }
+        dsv4_chat_session_set_prefix_cache(r.s, pcache);
+    }
     struct sigaction old;
     install_sigint(&old);
     rc = run(&r, &err) ? cli_fail(CMD, &err) : 0;
     sigaction(SIGINT, &old, NULL);
 out:
+    if (pcache && o.stats) {
+        dsv4_prefix_cache_stats ps;
+        dsv4_prefix_cache_get_stats(pcache, &ps);
+        fprintf(stderr, "[prefix cache: %lld hit(s), %lld disk hit(s), %lld disk write(s)]\n", (long long)ps.hits,
+                (long long)ps.disk_hits, (long long)ps.disk_writes);
+    }
     dsv4_chat_session_free(r.s);
+    dsv4_prefix_cache_free(pcache);
     if (tok) dsv4_tokenizer_free(tok);
     dsv4_model_free(m);
     return rc;

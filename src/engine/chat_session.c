@@ -11,6 +11,7 @@ struct dsv4_chat_session {
     dsv4_model *model;                 /* borrowed */
     const dsv4_tokenizer *tok;         /* borrowed */
     dsv4_seq *seq;                     /* owned */
+    dsv4_prefix_cache *pcache;         /* borrowed, optional: states reused across sessions and processes */
     dsv4_sampler sampler;              /* owned */
     float *logits;                     /* [vocab]: the next-token logits while a turn is open */
     int vocab, tok_vocab;
@@ -82,11 +83,56 @@ static void mask_undecodable(dsv4_chat_session *s) {
     for (int i = s->tok_vocab; i < s->vocab; i++) s->logits[i] = -INFINITY;
 }
 
+/* With a prefix cache, the longest stored state of (history + ids) replaces the sequence first, so only the
+ * rest is processed (at least one token when logits are wanted), and the state after a multi-token feed (a
+ * user turn, a closing) is stored; single generated tokens go straight through. A state is exact at any
+ * position, so the conversation is the same with or without the cache. */
+static int reuse_cached(dsv4_chat_session *s, const int32_t *ids, int n, dsv4_logits_want want, int *skip,
+                        dsv4_error *err) {
+    *skip = 0;
+    const int64_t pos = dsv4_seq_position(s->seq), total = pos + n;
+    int32_t *all = malloc(sizeof(int32_t) * (size_t)total);
+    if (!all) return dsv4_fail(err, DSV4_E_NOMEM, "out of memory");
+    if (pos) memcpy(all, dsv4_seq_tokens(s->seq), sizeof(int32_t) * (size_t)pos);
+    memcpy(all + pos, ids, sizeof(int32_t) * (size_t)n);
+    dsv4_seq *cand = NULL;
+    int64_t matched = 0;
+    int rc = dsv4_prefix_cache_lookup(s->pcache, s->model, all, want == DSV4_LOGITS_NONE ? total : total - 1, &cand,
+                                      &matched, err);
+    free(all);
+    if (rc) return rc;
+    if (matched > pos) {
+        dsv4_seq_free(s->seq);
+        s->seq = cand;
+        *skip = (int)(matched - pos);
+    } else {
+        dsv4_seq_free(cand);
+    }
+    return 0;
+}
+
 static int feed(dsv4_chat_session *s, const int32_t *ids, int n, dsv4_logits_want want, dsv4_error *err) {
     if (n == 0) return 0;
-    dsv4_step_item it = { s->seq, ids, n, want, want == DSV4_LOGITS_NONE ? NULL : s->logits };
-    return dsv4_step(s->model, &it, 1, err);
+    int skip = 0, rc;
+    const int cached = s->pcache && n > 1;
+    if (cached && (rc = reuse_cached(s, ids, n, want, &skip, err))) return rc;
+    /* with logits wanted the state is stored one token short — the longest a later lookup for the same feed
+     * may use — and the last token then goes on its own (chunking never changes a result) */
+    const int last = cached && want != DSV4_LOGITS_NONE ? 1 : 0;
+    if (skip < n - last) {
+        dsv4_step_item it = { s->seq, ids + skip, n - last - skip, last ? DSV4_LOGITS_NONE : want,
+                              last || want == DSV4_LOGITS_NONE ? NULL : s->logits };
+        if ((rc = dsv4_step(s->model, &it, 1, err))) return rc;
+    }
+    if (cached && (rc = dsv4_prefix_cache_put(s->pcache, s->seq, err))) return rc;
+    if (last) {
+        dsv4_step_item it = { s->seq, ids + n - 1, 1, want, s->logits };
+        if ((rc = dsv4_step(s->model, &it, 1, err))) return rc;
+    }
+    return 0;
 }
+
+void dsv4_chat_session_set_prefix_cache(dsv4_chat_session *s, dsv4_prefix_cache *c) { s->pcache = c; }
 
 static int encode(const dsv4_chat_session *s, const char *text, size_t n, int32_t **ids, size_t *n_ids,
                   dsv4_error *err) {

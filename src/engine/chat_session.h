@@ -55,6 +55,8 @@ typedef struct {
 int  dsv4_chat_session_new(dsv4_model *m, const dsv4_tokenizer *t, const dsv4_chat_session_opts *o,
                            dsv4_chat_session **out, dsv4_error *err);
 void dsv4_chat_session_free(dsv4_chat_session *s);
+/* Reuse and store sequence states through a prefix cache (borrowed; NULL = none). */
+void dsv4_chat_session_set_prefix_cache(dsv4_chat_session *s, dsv4_prefix_cache *c);
 
 /* Mode for the following turns (not the open one). */
 void dsv4_chat_session_set_thinking(dsv4_chat_session *s, int thinking);

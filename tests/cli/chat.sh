@@ -89,4 +89,11 @@ expect_err "bad mode" "--mode" "$BIN" chat -m "$T/m" --mode fast
 cp -r "$T/notok" "$T/plaintok" && cp tests/data/text/tiny_tokenizer.json "$T/plaintok/tokenizer.json"
 expect_err "tokenizer without chat markers" "cannot encode V4 chats" "$BIN" chat -m "$T/plaintok"
 
+# ---- prefix cache: a second process with the same conversation reuses the stored states (same transcript) ----
+conv=$'hello there\nhow are you\n/quit'
+a=$(printf '%s\n' "$conv" | "$BIN" chat -m "$T/m" -n 6 --seed 3 --prefix-cache-dir "$T/pc" --stats 2>"$T/pc1")
+b=$(printf '%s\n' "$conv" | "$BIN" chat -m "$T/m" -n 6 --seed 3 --prefix-cache-dir "$T/pc" --stats 2>"$T/pc2")
+c=$(printf '%s\n' "$conv" | "$BIN" chat -m "$T/m" -n 6 --seed 3 2>/dev/null)
+if [ "$a" = "$c" ] && [ "$b" = "$c" ]; then ok; else bad "chat with a prefix cache changed the transcript"; fi
+if grep -q "disk write" "$T/pc1" && grep -Eq "[1-9][0-9]* disk hit" "$T/pc2"; then ok; else bad "no disk reuse: $(cat "$T/pc2")"; fi
 finish
