@@ -34,7 +34,7 @@ static int32_t failf(sc *c, int code, const char *fmt, const char *a, const char
     if (!c->failed) {
         char what[400];
         snprintf(what, sizeof what, fmt, a ? a : "", b2 ? b2 : "");
-        dsv4_fail(c->err, code, "json schema at %s: %s", c->path[0] ? c->path : "#", what);
+        dsv4_fail(c->err, code, "json schema at %s: %s", c->path, what);
     }
     c->failed = 1;
     return -1;
@@ -135,7 +135,7 @@ static int32_t char_rule(sc *c) {
     gb_seq_clear(&u); gb_seq_ref(&u, nz); gb_seq_ref(&u, hex); gb_seq_ref(&u, hex); gb_add_alt(b, z3, &u);
     gb_seq_clear(&u); gb_seq_byte(&u, b, '0'); gb_seq_ref(&u, z2); gb_add_alt(b, z3, &u);
     gb_seq_clear(&u); gb_seq_ref(&u, nz); gb_seq_ref(&u, hex); gb_add_alt(b, z2, &u);
-    gb_seq_clear(&u); gb_seq_byte(&u, b, '0'); gb_seq_byte(&u, b, '0'); gb_seq_ref(&u, nz); gb_add_alt(b, z2, &u);
+    gb_seq_clear(&u); gb_seq_byte(&u, b, '0'); gb_seq_ref(&u, nz); gb_add_alt(b, z2, &u);
     gb_seq_clear(&u); gb_seq_byte(&u, b, '0'); gb_seq_ref(&u, z3); gb_add_alt(b, u4, &u);
     const int32_t r = gb_rule(b, NULL);
     gb_seq_ref(&q, plain);
@@ -418,7 +418,7 @@ static int32_t string_schema(sc *c, const json_t *s) {
         if (!json_is_string(pat)) return failf(c, DSV4_E_ARG, "\"pattern\" must be a string%s%s", NULL, NULL);
         if (has_min || has_max) return failf(c, DSV4_E_UNSUPPORTED, "\"pattern\" together with minLength/maxLength is not supported%s%s", NULL, NULL);
         const int32_t body = dsv4_pattern_rule(c->b, json_string_value(pat), char_rule(c), c->err);
-        if (body < 0) { if (!c->failed) dsv4_wrap(c->err, "json schema at %s", c->path[0] ? c->path : "#"); c->failed = 1; return -1; }
+        if (body < 0) { if (!c->failed) dsv4_wrap(c->err, "json schema at %s", c->path); c->failed = 1; return -1; }
         gb_seq q;
         gb_seq_init(&q);
         gb_seq_byte(&q, c->b, '"');
@@ -939,7 +939,7 @@ static int32_t compile(sc *c, const json_t *s) {
     if (!json_is_object(s)) return failf(c, DSV4_E_ARG, "a schema must be an object or a boolean%s%s", NULL, NULL);
     const int32_t m = memo_find(c, s);
     if (m >= 0) return m;
-    const int32_t r = gb_rule(c->b, c->path[0] ? c->path : "#");
+    const int32_t r = gb_rule(c->b, c->path);
     if (r < 0 || memo_add(c, s, r)) return failf(c, DSV4_E_NOMEM, "out of memory%s%s", NULL, NULL);
     compile_body(c, s, r);
     return c->failed ? -1 : r;
@@ -947,6 +947,7 @@ static int32_t compile(sc *c, const json_t *s) {
 
 static void sc_init(sc *c, const dsv4_schema_opts *o, dsv4_error *err) {
     memset(c, 0, sizeof *c);
+    c->path[0] = '#'; /* error locations are JSON pointers into the schema */
     c->max_ws = o ? o->max_ws : DSV4_SCHEMA_DEFAULT_WS;
     c->err = err;
     c->r_ws = c->r_sep = c->r_colon = c->r_char = c->r_string = c->r_number = c->r_integer = c->r_value = c->r_keychar = -1;
