@@ -1,6 +1,7 @@
 /* dsv4 bench: fixed workloads, tokens/s and GB/s against the machine's measured memory bandwidth. */
 #include "backend/cpu/membw.h"
 #include "cli/cli.h"
+#include "engine/constraint_bench.h"
 #include "engine/bench_streams.h"
 #include "engine/drafter_dspark.h"
 #include "engine/drafter_mtp.h"
@@ -168,10 +169,20 @@ static int bench_tokenizer(const char *dir) {
     return 0;
 }
 
+/* Constrained decoding on the folder's tokenizer: compile times and per-token mask times (constraint_bench.h). */
+static int bench_grammar(const char *dir) {
+    dsv4_tokenizer *t;
+    dsv4_error err;
+    if (dsv4_tokenizer_load_dir(dir, &t, &err)) return cli_fail(CMD, &err);
+    const int rc = dsv4_constraint_bench(t, stdout, &err);
+    dsv4_tokenizer_free(t);
+    return rc ? cli_fail(CMD, &err) : 0;
+}
+
 int cmd_bench(int argc, char **argv) {
     const char *model_dir = NULL, *synth = NULL, *streams = NULL, *spec = NULL;
     long long threads = 0, prompt = 128, decode = 32;
-    int tokenizer = 0, no_bw = 0, kv = DSV4_KV_F32;
+    int tokenizer = 0, grammar = 0, no_bw = 0, kv = DSV4_KV_F32;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
         if (!strcmp(a, "-m") || !strcmp(a, "--model")) { if (!(v = cli_value(CMD, argc, argv, &i))) return 1; model_dir = v; }
@@ -184,6 +195,7 @@ int cmd_bench(int argc, char **argv) {
             if ((kv = kv_format_parse(v)) < 0) return cli_error(CMD, "--kv must be f32, bf16 or fp8, got '%s'", v);
         }
         else if (!strcmp(a, "--tokenizer")) tokenizer = 1;
+        else if (!strcmp(a, "--grammar")) grammar = 1;
         else if (!strcmp(a, "--no-bandwidth")) no_bw = 1;
         else if (!strcmp(a, "--streams")) { if (!(v = cli_value(CMD, argc, argv, &i))) return 1; streams = v; }
         else if (!strcmp(a, "--spec")) { if (!(v = cli_value(CMD, argc, argv, &i))) return 1; spec = v; }
@@ -196,6 +208,7 @@ int cmd_bench(int argc, char **argv) {
         model_dir = dir;
     }
     if (tokenizer) return bench_tokenizer(model_dir);
+    if (grammar) return bench_grammar(model_dir);
     dsv4_load_opts lo = { .mode = DSV4_MODE_EXACT, .n_threads = (int)threads, .quiet = 1, .kv_format = kv };
     dsv4_model *m;
     dsv4_error err;

@@ -257,6 +257,7 @@ static int32_t step_byte(dsv4_cstate *s, int32_t c, unsigned b) {
         s->cfg_trans[c] = tr;
     }
     if (tr[b] != T_UNKNOWN) return tr[b];
+    s->st.transitions++;
     const dsv4_grammar *g = s->g;
     s->stamp++;
     s->work.n = s->acc.n = 0;
@@ -344,6 +345,7 @@ static int64_t walk(dsv4_cstate *s, int32_t c0, int64_t left, uint64_t *bits, in
         if (nd > left) { *pruned = 1; i = v->end[i]; continue; }
         if (nd > *need) *need = nd;
         dfs[d] = c;
+        s->st.trie_nodes_visited++;
         for (int32_t k = v->tok_first[i]; k < v->tok_first[i + 1]; k++) {
             const int32_t id = v->toks[k];
             bits[id >> 6] |= 1ULL << (id & 63);

@@ -87,6 +87,6 @@ void dsv4_cstate_set(dsv4_cstate *s, dsv4_cpos p);
 
 /* Statistics for benchmarks: configurations interned, masks computed by a walk of the vocabulary trie, masks
  * served from the cache. */
-typedef struct { int64_t configs, stack_nodes, mask_walks, mask_hits; } dsv4_cstate_stats;
+typedef struct { int64_t configs, stack_nodes, mask_walks, mask_hits, transitions, trie_nodes_visited; } dsv4_cstate_stats;
 void dsv4_cstate_get_stats(const dsv4_cstate *s, dsv4_cstate_stats *st);
 #endif
