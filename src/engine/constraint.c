@@ -15,6 +15,15 @@
  * cached transitions from the current configuration and skipping the subtree of every dead prefix. Masks are
  * cached per configuration (the common case: inside a string the configuration repeats token after token).
  *
+ * Context-independent masks. Caching by configuration alone would walk the whole trie again for every string
+ * property (its stack below the string differs). So a cache miss first cuts off the part of the
+ * stacks that all of them share (the context, below the innermost frame common to all; it becomes a wildcard)
+ * and walks the trie on that: a token some truncated stack consumes without leaving its frames is allowed whatever the context; a
+ * token every truncated stack refuses without leaving them is refused; a token on whose path some stack leaves
+ * the frames is "uncertain" and is checked alone against the real configuration. The truncated walk is cached
+ * and shared by every configuration with the same tops (all strings, say), so a new context costs only the
+ * uncertain tokens (those with a closing quote, for a string). The exact answer is the same as a full walk.
+ *
  * Length bound. Every configuration knows the fewest bytes that complete it (the sum of the shortest rests of
  * its frames, minimised over its stacks). A token is allowed only if used + its length + that minimum after it
  * stays within max_bytes; along a path the quantity depth + minimum never decreases (a byte shortens a
@@ -29,6 +38,9 @@
 #define MAX_CONFIGS (1 << 22)    /* beyond this the state reports out of memory rather than growing on */
 #define T_UNKNOWN (-2)
 #define T_FAIL (-3)
+#define T_BUDGET (-4)            /* the token fits the grammar but not the length bound */
+#define WILD (-2)                /* parent of a truncated stack's last kept frame: "some context" */
+#define CI_SLOTS 64
 
 typedef struct { int32_t pos, parent; } cnode;
 
@@ -63,6 +75,8 @@ struct dsv4_cstate {
     int64_t *cfg_off;
     int32_t *cfg_len;
     uint8_t *cfg_accept;
+    uint8_t *cfg_escape;         /* a stack left its truncated frames here (truncated configurations only) */
+    int32_t *cfg_ci;             /* truncated configurations: context-independent walk slot, or -1 */
     int64_t *cfg_min;
     int32_t **cfg_trans;         /* [256] per configuration, allocated on first use */
     int32_t *cfg_slot;           /* mask cache slot or -1 */
@@ -76,6 +90,14 @@ struct dsv4_cstate {
     int64_t slot_need[MASK_SLOTS];
     int next_slot;
     uint64_t *bits;              /* [words] scratch */
+    /* context-independent walks of truncated configurations */
+    uint64_t *ci_bits;           /* [CI_SLOTS][words]: allowed whatever the context */
+    int32_t *ci_ranges[CI_SLOTS];/* uncertain tokens: pairs [a, b) of indexes into the vocabulary's toks */
+    int ci_n_ranges[CI_SLOTS], ci_cap_ranges[CI_SLOTS];
+    int64_t ci_uncertain[CI_SLOTS], ci_need[CI_SLOTS];
+    int32_t ci_cfg[CI_SLOTS];
+    int next_ci;
+    uint8_t *esc;                /* [max_depth + 1] walk scratch */
     /* scratch */
     ivec work, acc;
     uint32_t stamp;
@@ -150,7 +172,7 @@ static int visit(dsv4_cstate *s, int32_t id) {
  * alternatives (with the return frame below, unless the reference is in tail position); the end of an
  * alternative returns to its frame; the end of the bottom frame means the whole grammar may end here. The stamp
  * makes each (position, parent) visited once per closure, which also ends loops through empty alternatives. */
-static int closure(dsv4_cstate *s, int *accept) {
+static int closure(dsv4_cstate *s, int *accept, int *escape) {
     const dsv4_grammar *g = s->g;
     while (s->work.n > 0) {
         const int32_t id = s->work.v[--s->work.n];
@@ -159,7 +181,8 @@ static int closure(dsv4_cstate *s, int *accept) {
         if (e.kind == GE_BYTES) {
             if (ivec_push(&s->acc, id)) return -1;
         } else if (e.kind == GE_END) {
-            if (n.parent < 0) *accept = 1;
+            if (n.parent == WILD) *escape = 1;
+            else if (n.parent < 0) *accept = 1;
             else if (visit(s, n.parent)) return -1;
         } else {
             int32_t ret = n.parent;
@@ -176,8 +199,8 @@ static int cmp_i32(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-static uint32_t cfg_hash(const int32_t *v, int64_t n, int accept) {
-    uint64_t h = 0x9e3779b97f4a7c15ULL ^ (uint64_t)accept;
+static uint32_t cfg_hash(const int32_t *v, int64_t n, int flags) {
+    uint64_t h = 0x9e3779b97f4a7c15ULL ^ (uint64_t)flags;
     for (int64_t i = 0; i < n; i++) h = (h ^ (uint32_t)v[i]) * 0x100000001b3ULL;
     return mix(h);
 }
@@ -188,7 +211,7 @@ static int cfg_rehash(dsv4_cstate *s) {
     if (!t) return -1;
     memset(t, 0xff, sizeof *t * cap);
     for (int32_t c = 0; c < s->n_cfg; c++) {
-        uint32_t h = cfg_hash(s->items.v + s->cfg_off[c], s->cfg_len[c], s->cfg_accept[c]) & (cap - 1);
+        uint32_t h = cfg_hash(s->items.v + s->cfg_off[c], s->cfg_len[c], s->cfg_accept[c] | s->cfg_escape[c] << 1) & (cap - 1);
         while (t[h] >= 0) h = (h + 1) & (cap - 1);
         t[h] = c;
     }
@@ -207,26 +230,36 @@ static int cfg_grow(dsv4_cstate *s) {
     if (len) s->cfg_len = len;
     uint8_t *acc = realloc(s->cfg_accept, (size_t)c);
     if (acc) s->cfg_accept = acc;
+    uint8_t *esc = realloc(s->cfg_escape, (size_t)c);
+    if (esc) s->cfg_escape = esc;
+    int32_t *ci = realloc(s->cfg_ci, sizeof *ci * (size_t)c);
+    if (ci) s->cfg_ci = ci;
     int64_t *mn = realloc(s->cfg_min, sizeof *mn * (size_t)c);
     if (mn) s->cfg_min = mn;
     int32_t **tr = realloc(s->cfg_trans, sizeof *tr * (size_t)c);
     if (tr) s->cfg_trans = tr;
     int32_t *sl = realloc(s->cfg_slot, sizeof *sl * (size_t)c);
     if (sl) s->cfg_slot = sl;
-    if (!off || !len || !acc || !mn || !tr || !sl) return -1;
+    if (!off || !len || !acc || !esc || !ci || !mn || !tr || !sl) return -1;
     s->cap_cfg = c;
     return 0;
 }
 
-/* Intern the configuration (s->acc, accept); returns its id or T_FAIL. */
-static int32_t cfg_get(dsv4_cstate *s, int accept) {
+/* Intern the configuration (s->acc, accept, escape); returns its id or T_FAIL. */
+static int32_t cfg_get(dsv4_cstate *s, int accept, int escape) {
     int32_t *v = s->acc.v;
-    const int64_t n = s->acc.n;
+    int64_t n = s->acc.n;
     qsort(v, (size_t)n, sizeof *v, cmp_i32);
+    int64_t u = 0;
+    for (int64_t i = 0; i < n; i++)
+        if (!u || v[i] != v[u - 1]) v[u++] = v[i];
+    s->acc.n = n = u;
     if ((uint32_t)(s->n_cfg + 1) * 2 > s->ch_cap && cfg_rehash(s)) return T_FAIL;
-    uint32_t h = cfg_hash(v, n, accept) & (s->ch_cap - 1);
+    const int flags = accept | escape << 1;
+    uint32_t h = cfg_hash(v, n, flags) & (s->ch_cap - 1);
     for (int32_t c; (c = s->ch[h]) >= 0; h = (h + 1) & (s->ch_cap - 1))
-        if (s->cfg_len[c] == n && s->cfg_accept[c] == accept && !memcmp(s->items.v + s->cfg_off[c], v, sizeof *v * (size_t)n))
+        if (s->cfg_len[c] == n && s->cfg_accept[c] == accept && s->cfg_escape[c] == escape &&
+            !memcmp(s->items.v + s->cfg_off[c], v, sizeof *v * (size_t)n))
             return c;
     if (s->n_cfg == s->cap_cfg && cfg_grow(s)) return T_FAIL;
     const int32_t c = s->n_cfg;
@@ -239,6 +272,8 @@ static int32_t cfg_get(dsv4_cstate *s, int accept) {
     s->cfg_off[c] = off;
     s->cfg_len[c] = (int32_t)n;
     s->cfg_accept[c] = (uint8_t)accept;
+    s->cfg_escape[c] = (uint8_t)escape;
+    s->cfg_ci[c] = -1;
     s->cfg_min[c] = mn;
     s->cfg_trans[c] = NULL;
     s->cfg_slot[c] = -1;
@@ -261,15 +296,15 @@ static int32_t step_byte(dsv4_cstate *s, int32_t c, unsigned b) {
     const dsv4_grammar *g = s->g;
     s->stamp++;
     s->work.n = s->acc.n = 0;
-    int accept = 0;
+    int accept = 0, escape = 0;
     const int64_t off = s->cfg_off[c];
     const int32_t len = s->cfg_len[c];
     for (int32_t i = 0; i < len; i++) {
         const cnode n = s->node[s->items.v[off + i]];
         if (gb_set_has(&g->sets[g->el[n.pos].arg], b) && visit(s, node_get(s, n.pos + 1, n.parent))) return T_FAIL;
     }
-    if (closure(s, &accept)) return T_FAIL;
-    const int32_t next = s->acc.n == 0 && !accept ? -1 : cfg_get(s, accept);
+    if (closure(s, &accept, &escape)) return T_FAIL;
+    const int32_t next = s->acc.n == 0 && !accept && !escape ? -1 : cfg_get(s, accept, escape);
     if (next == T_FAIL) return T_FAIL;
     s->cfg_trans[c][b] = next; /* cfg_trans may have moved; the table itself did not */
     return next;
@@ -283,6 +318,8 @@ void dsv4_cstate_free(dsv4_cstate *s) {
     free(s->node); free(s->node_min); free(s->node_seen); free(s->nh);
     free(s->items.v); free(s->cfg_off); free(s->cfg_len); free(s->cfg_accept); free(s->cfg_min);
     free(s->cfg_trans); free(s->cfg_slot); free(s->ch);
+    for (int i = 0; i < CI_SLOTS; i++) free(s->ci_ranges[i]);
+    free(s->ci_bits); free(s->esc); free(s->cfg_escape); free(s->cfg_ci);
     free(s->pool); free(s->bits); free(s->work.v); free(s->acc.v); free(s->dfs);
     free(s);
 }
@@ -299,15 +336,18 @@ int dsv4_cstate_new(const dsv4_grammar *g, const dsv4_cvocab *v, int64_t max_byt
     s->pool = malloc(sizeof *s->pool * (size_t)s->words * MASK_SLOTS);
     s->bits = malloc(sizeof *s->bits * (size_t)s->words);
     s->dfs = malloc(sizeof *s->dfs * (size_t)(v->max_depth + 1));
+    s->esc = malloc((size_t)(v->max_depth + 1));
+    s->ci_bits = malloc(sizeof *s->ci_bits * (size_t)s->words * CI_SLOTS);
     for (int i = 0; i < MASK_SLOTS; i++) s->slot_cfg[i] = -1;
-    if (!s->pool || !s->bits || !s->dfs) goto nomem;
+    for (int i = 0; i < CI_SLOTS; i++) s->ci_cfg[i] = -1;
+    if (!s->pool || !s->bits || !s->dfs || !s->esc || !s->ci_bits) goto nomem;
     /* the start: every alternative of the root rule, bottom of the stack */
     s->stamp = 1;
-    int accept = 0;
+    int accept = 0, escape = 0;
     for (int32_t a = g->alt_first[g->root]; a < g->alt_first[g->root + 1]; a++)
         if (visit(s, node_get(s, g->alt_pos[a], -1))) goto nomem;
-    if (closure(s, &accept)) goto nomem;
-    const int32_t c0 = cfg_get(s, accept);
+    if (closure(s, &accept, &escape)) goto nomem;
+    const int32_t c0 = cfg_get(s, accept, 0);
     if (c0 < 0) goto nomem;
     s->at = (dsv4_cpos){ c0, 0 };
     *out = s;
@@ -316,6 +356,23 @@ nomem:
     dsv4_cstate_free(s);
     return dsv4_fail(err, DSV4_E_NOMEM, "constraint: out of memory");
 }
+
+/* ---- single tokens --------------------------------------------------------------------------------------- */
+
+/* The configuration after token id's bytes from configuration c with `left` bytes of budget: -1 dead, T_BUDGET
+ * when it fits the grammar but not the bound, T_FAIL out of memory. */
+static int32_t token_from(dsv4_cstate *s, int32_t c, int32_t id, int64_t left) {
+    size_t len;
+    const char *b = dsv4_cvocab_bytes(s->v, id, &len);
+    if (!b || c < 0) return -1;
+    for (size_t i = 0; i < len && c >= 0; i++) c = step_byte(s, c, (unsigned char)b[i]);
+    if (c < 0) return c;
+    if ((int64_t)len + s->cfg_min[c] > left) return T_BUDGET;
+    return c;
+}
+
+static int64_t remaining(const dsv4_cstate *s);
+static int32_t after_token(dsv4_cstate *s, int32_t id) { return token_from(s, s->at.cfg, id, remaining(s)); }
 
 /* ---- masks ------------------------------------------------------------------------------------------------ */
 
@@ -356,6 +413,152 @@ static int64_t walk(dsv4_cstate *s, int32_t c0, int64_t left, uint64_t *bits, in
     return count;
 }
 
+/* ---- context-independent walks ---------------------------------------------------------------------------- */
+
+/* c with its shared context cut off: the deepest stack node every stack of c passes through (the frame all
+ * alternatives return to, such as the continuation after a string) keeps its position but gets the parent
+ * WILD. Configurations that differ only below that node (a string in one property or another) truncate to the
+ * same configuration. *ccut = the completion of the cut-off context, so that a completion on the truncated
+ * stacks plus *ccut is the real one. Returns the truncated configuration (c itself when its stacks share no
+ * node) or T_FAIL. */
+static int32_t truncate_cfg(dsv4_cstate *s, int32_t c, int64_t *ccut) {
+    *ccut = 0;
+    const int64_t off = s->cfg_off[c];
+    const int32_t len = s->cfg_len[c];
+    if (len == 0) return c;
+    /* the first stack's chain; `best` indexes the deepest-so-far common node in it */
+    s->work.n = 0;
+    for (int32_t y = s->items.v[off]; y >= 0; y = s->node[y].parent)
+        if (ivec_push(&s->work, y)) return T_FAIL;
+    int64_t best = 0;
+    for (int32_t i = 1; i < len && best < s->work.n; i++) {
+        int64_t hit = s->work.n;
+        for (int32_t y = s->items.v[off + i]; y >= 0 && hit == s->work.n; y = s->node[y].parent)
+            for (int64_t j = best; j < s->work.n; j++)
+                if (s->work.v[j] == y) { hit = j; break; }
+        best = hit;
+    }
+    if (best >= s->work.n) return c;
+    const int32_t common = s->work.v[best], below = s->node[common].parent;
+    if (below < 0) return c; /* nothing to cut */
+    *ccut = s->node_min[below];
+    const int32_t base = node_get(s, s->node[common].pos, WILD);
+    if (base < 0) return T_FAIL;
+    s->acc.n = 0;
+    int32_t chain[256];
+    for (int32_t i = 0; i < len; i++) {
+        int k = 0;
+        int32_t y = s->items.v[off + i];
+        for (; y != common && k < 256; y = s->node[y].parent) chain[k++] = y;
+        if (y != common) return c; /* deeper than the scratch: use the configuration as it is */
+        int32_t nid = base;
+        for (int j = k - 1; j >= 0; j--)
+            if ((nid = node_get(s, s->node[chain[j]].pos, nid)) < 0) return T_FAIL;
+        if (ivec_push(&s->acc, nid)) return T_FAIL;
+    }
+    return cfg_get(s, 0, 0); /* a stack through `common` cannot end the whole output: not accepting */
+}
+
+static int add_range(dsv4_cstate *s, int slot, int32_t a, int32_t b) {
+    if (a >= b) return 0;
+    s->ci_uncertain[slot] += b - a;
+    int n = s->ci_n_ranges[slot];
+    if (n > 0 && s->ci_ranges[slot][2 * n - 1] == a) { s->ci_ranges[slot][2 * n - 1] = b; return 0; }
+    if (n == s->ci_cap_ranges[slot]) {
+        const int cap = n ? 2 * n : 64;
+        int32_t *r = realloc(s->ci_ranges[slot], sizeof *r * 2 * (size_t)cap);
+        if (!r) return -1;
+        s->ci_ranges[slot] = r;
+        s->ci_cap_ranges[slot] = cap;
+    }
+    s->ci_ranges[slot][2 * n] = a;
+    s->ci_ranges[slot][2 * n + 1] = b;
+    s->ci_n_ranges[slot] = n + 1;
+    return 0;
+}
+
+/* The trie walk of truncated configuration tc into a slot: tokens allowed in any context (bits), tokens whose
+ * path leaves the frames (ranges), and the largest depth + truncated completion of an allowed token (need). */
+static int ci_walk(dsv4_cstate *s, int32_t tc, int slot) {
+    const dsv4_cvocab *v = s->v;
+    uint64_t *bits = s->ci_bits + (size_t)slot * s->words;
+    memset(bits, 0, sizeof *bits * (size_t)s->words);
+    s->ci_n_ranges[slot] = 0;
+    s->ci_uncertain[slot] = 0;
+    int64_t need = 0;
+    int32_t *dfs = s->dfs;
+    uint8_t *esc = s->esc;
+    dfs[0] = tc;
+    esc[0] = s->cfg_escape[tc];
+    s->st.mask_walks++;
+    for (int32_t i = 1; i < v->n_node;) {
+        const int d = v->depth[i];
+        const int32_t pc = dfs[d - 1];
+        const int32_t *tr = s->cfg_trans[pc];
+        int32_t c = tr ? tr[v->byte[i]] : T_UNKNOWN;
+        if (c == T_UNKNOWN) c = step_byte(s, pc, v->byte[i]);
+        if (c == T_FAIL) return -1;
+        const int e = esc[d - 1] || (c >= 0 && s->cfg_escape[c]);
+        if (c < 0 || (s->cfg_len[c] == 0 && !s->cfg_accept[c])) {
+            /* dead inside the frames: the subtree is refused, or uncertain if a stack left them on the way */
+            if (e && add_range(s, slot, v->tok_first[i], v->tok_first[v->end[i]])) return -1;
+            i = v->end[i];
+            continue;
+        }
+        const int64_t nd = d + s->cfg_min[c];
+        if (nd > need) need = nd;
+        dfs[d] = c;
+        esc[d] = (uint8_t)e;
+        s->st.trie_nodes_visited++;
+        for (int32_t k = v->tok_first[i]; k < v->tok_first[i + 1]; k++) {
+            const int32_t id = v->toks[k];
+            bits[id >> 6] |= 1ULL << (id & 63);
+        }
+        i++;
+    }
+    s->ci_need[slot] = need;
+    return 0;
+}
+
+/* The mask of real configuration c from the context-independent walk of its truncation: into s->bits, with
+ * *count tokens, *need (the budget it holds for) and *cut (the budget refused an uncertain token). Returns 1
+ * when done, 0 when the full walk is the better way (too many uncertain tokens, or a budget too tight for the
+ * bound), -1 when out of memory. */
+static int ci_mask(dsv4_cstate *s, int32_t c, int64_t left, int64_t *count, int64_t *need, int *cut) {
+    int64_t ccut;
+    const int32_t tc = truncate_cfg(s, c, &ccut);
+    if (tc < 0) return -1;
+    int slot = s->cfg_ci[tc];
+    if (slot < 0) {
+        slot = s->next_ci;
+        s->next_ci = (s->next_ci + 1) % CI_SLOTS;
+        if (s->ci_cfg[slot] >= 0) s->cfg_ci[s->ci_cfg[slot]] = -1;
+        s->ci_cfg[slot] = tc;
+        s->cfg_ci[tc] = slot;
+        if (ci_walk(s, tc, slot)) { s->cfg_ci[tc] = -1; s->ci_cfg[slot] = -1; return -1; }
+    }
+    if (s->ci_uncertain[slot] > s->v->n_vocab / 8 || left - ccut < s->ci_need[slot]) return 0;
+    memcpy(s->bits, s->ci_bits + (size_t)slot * s->words, sizeof *s->bits * (size_t)s->words);
+    *need = s->ci_need[slot] + ccut;
+    *cut = 0;
+    const int32_t *toks = s->v->toks;
+    for (int r = 0; r < s->ci_n_ranges[slot]; r++)
+        for (int32_t k = s->ci_ranges[slot][2 * r]; k < s->ci_ranges[slot][2 * r + 1]; k++) {
+            const int32_t id = toks[k];
+            const int32_t after = token_from(s, c, id, left);
+            if (after == T_FAIL) return -1;
+            if (after == T_BUDGET) *cut = 1;
+            if (after < 0) continue;
+            s->bits[id >> 6] |= 1ULL << (id & 63);
+            const int64_t nd = (int64_t)s->v->len[id] + s->cfg_min[after];
+            if (nd > *need) *need = nd;
+        }
+    int64_t n = 0;
+    for (int w = 0; w < s->words; w++) n += __builtin_popcountll(s->bits[w]);
+    *count = n;
+    return 1;
+}
+
 /* The current mask (EOS included): cached, or walked (and cached when the budget cut nothing). NULL when out
  * of memory. */
 static const uint64_t *current_mask(dsv4_cstate *s) {
@@ -365,10 +568,13 @@ static const uint64_t *current_mask(dsv4_cstate *s) {
     const int32_t slot = s->cfg_slot[c];
     if (slot >= 0 && left >= s->slot_need[slot]) { s->st.mask_hits++; return s->pool + (size_t)slot * s->words; }
     int pruned;
-    int64_t need;
-    const int64_t count = walk(s, c, left, s->bits, &pruned, &need);
-    if (count < 0) return NULL;
-    s->st.mask_walks++;
+    int64_t need, count;
+    const int ci = ci_mask(s, c, left, &count, &need, &pruned);
+    if (ci < 0) return NULL;
+    if (!ci) {
+        if ((count = walk(s, c, left, s->bits, &pruned, &need)) < 0) return NULL;
+        s->st.mask_walks++;
+    }
     const int32_t eos = s->v->eos;
     /* EOS when the value is complete; and when nothing else fits (a budget below the shortest value), so that
      * the stream can always end */
@@ -406,20 +612,6 @@ int dsv4_cstate_mask(dsv4_cstate *s, float *logits, dsv4_error *err) {
             if (!((b >> (i - base)) & 1)) logits[i] = -INFINITY;
     }
     return 0;
-}
-
-/* ---- single tokens --------------------------------------------------------------------------------------- */
-
-/* The configuration after token id's bytes from the current one (-1 dead or over budget, T_FAIL no memory). */
-static int32_t after_token(dsv4_cstate *s, int32_t id) {
-    size_t len;
-    const char *b = dsv4_cvocab_bytes(s->v, id, &len);
-    if (!b || s->at.cfg < 0) return -1;
-    int32_t c = s->at.cfg;
-    for (size_t i = 0; i < len && c >= 0; i++) c = step_byte(s, c, (unsigned char)b[i]);
-    if (c < 0) return c;
-    if ((int64_t)len + s->cfg_min[c] > remaining(s)) return -1;
-    return c;
 }
 
 int dsv4_cstate_allows(dsv4_cstate *s, int32_t id) {
