@@ -115,14 +115,6 @@ int dsv4_constraint_bench(const dsv4_tokenizer *tok, FILE *out, dsv4_error *err)
             const double a = cpu_s();
             if ((rc = dsv4_cstate_mask(s, logits, err))) break;
             times[n++] = cpu_s() - a;
-            if (getenv("DSV4_BENCH_TRACE")) {
-                dsv4_cstate_stats st;
-                dsv4_cstate_get_stats(s, &st);
-                size_t L = 0;
-                const char *tb = i < n_ids ? dsv4_tokenizer_token_bytes(tok, ids[i], &L) : "";
-                fprintf(out, "      %4zu %9.1f us walks %lld nodes %lld  next '%.*s'\n", i, times[n - 1] * 1e6, (long long)st.mask_walks,
-                        (long long)st.trie_nodes_visited, (int)L, tb);
-            }
             const int32_t next = i < n_ids ? ids[i] : eos;
             if (logits[next] != 0.0f) { rc = dsv4_fail(err, DSV4_E_STATE, "bench: %s: token %zu of the document is masked", bc->name, i); break; }
             if ((rc = dsv4_cstate_advance(s, next, err))) break;
