@@ -72,6 +72,7 @@ $(BUILD)/tests/%: $(BUILD)/tests/unit/%.o $(HELP_OBJ) $(BUILD)/libdsv4.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -o $@ $^ $(TESTLIBS) $(LDLIBS)
 
+$(BUILD)/tests/gpu/%.o: CFLAGS += -Itests/unit
 $(BUILD)/gputests/%: $(BUILD)/tests/gpu/%.o $(HELP_OBJ) $(BUILD)/libdsv4.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -o $@ $^ $(TESTLIBS) $(LDLIBS)

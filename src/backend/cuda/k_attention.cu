@@ -290,7 +290,7 @@ __global__ void k_attention(int official, cu_kvlay lay, const float *q, const ui
                             const int32_t *item_of, const cu_item *items, const cu_seq_layer *sl, int ring_len, int W,
                             int ratio, const int32_t *sel, const int32_t *n_sel, int topk, const float *sink,
                             const float *freq, int H, int D, int R, int max_keys, float *o) {
-    extern __shared__ unsigned char att_smem[];
+    extern __shared__ __align__(16) unsigned char att_smem[];
     const uint8_t **keys = (const uint8_t **)att_smem;          /* [max_keys] */
     float *sc = (float *)(att_smem + sizeof(void *) * max_keys); /* [max_keys] */
     __shared__ float red[32];
