@@ -396,11 +396,15 @@ static void take_token(dsv4_sched *s, int slot_i) {
     /* constrained: disallowed tokens get -inf before temperature and filters; the state follows the token */
     if (sl->cs && dsv4_cstate_mask(sl->cs, sl->logits, NULL)) { finish(s, id, DSV4_FINISH_ERROR); return; }
     const int32_t tok = dsv4_sample(&sl->smp, sl->logits);
+    /* EOS before the value is complete happens only when max_new_tokens is below the shortest value: the
+     * budget ran out, which is what LENGTH says */
+    const int cut_short = sl->cs && tok == s->eos && !dsv4_cstate_complete(sl->cs);
     if (sl->cs && dsv4_cstate_advance(sl->cs, tok, NULL)) { finish(s, id, DSV4_FINISH_ERROR); return; }
     q->out[q->n_out++] = tok;
     sl->pending = tok;
     if (s->on_token) s->on_token(s->on_token_ctx, id, q->n_out - 1, tok, sl->logits);
-    if ((q->stop_on_eos || sl->cs) && tok == s->eos) finish(s, id, DSV4_FINISH_EOS);
+    if (cut_short) finish(s, id, DSV4_FINISH_LENGTH);
+    else if ((q->stop_on_eos || sl->cs) && tok == s->eos) finish(s, id, DSV4_FINISH_EOS);
     else if (ends_with_stop(q)) finish(s, id, DSV4_FINISH_STOP);
     else if (q->n_out >= q->max_new) finish(s, id, DSV4_FINISH_LENGTH);
 }

@@ -48,7 +48,9 @@ typedef struct {
     /* Constrained output (constraint.h): NULL = none. Both borrowed; they must outlive the request. The stream
      * gets its own dsv4_cstate with a length bound of max_new_tokens - 1 bytes, so a constrained stream ends
      * with a complete value and EOS within its budget (see constraint.h); EOS ends it even without
-     * stop_on_eos. The logits the observer sees are the masked ones. */
+     * stop_on_eos. The logits the observer sees are the masked ones. Finish reasons: EOS once the value is
+     * complete; LENGTH only when max_new_tokens is below the shortest value (the stream then ends at once with
+     * EOS as its last token and an incomplete value). */
     const dsv4_grammar *grammar;
     const dsv4_cvocab *cvocab;
 } dsv4_request;

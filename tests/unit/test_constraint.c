@@ -403,6 +403,60 @@ static void test_random_walks(void **state) {
     dsv4_cvocab_free(v);
 }
 
+/* A larger vocabulary of random multi-byte tokens over JSON's alphabet (quotes, escapes, brackets, digits,
+ * UTF-8 pieces): many tokens cross the end of a string or a number, so the context-independent walks leave many
+ * "uncertain" tokens to the exact check. The mask must still equal every token's own answer at every step, in
+ * strings of several properties (the shared walk) and near the end of the budget. */
+static void test_mask_large_vocab(void **state) {
+    (void)state;
+    static const char alpha[] = "ab \"\\{}[]:,0123456789.-eE\ntrufalsn\xc3\xa9\xe6\x97\xa5";
+    enum { V = 4000 };
+    static char pool[V * 8];
+    const char *bytes[V];
+    size_t lens[V];
+    uint64_t rng = 12345;
+    size_t at = 0;
+    for (int i = 0; i < V; i++) {
+        if (i < 256) { pool[at] = (char)i; bytes[i] = pool + at; lens[i] = 1; at++; continue; }
+        const size_t n = 2 + rng_next(&rng) % 6;
+        bytes[i] = pool + at;
+        for (size_t k = 0; k < n; k++) pool[at++] = alpha[rng_next(&rng) % (sizeof alpha - 1)];
+        lens[i] = n;
+    }
+    bytes[300] = NULL; /* a special token */
+    lens[300] = 0;
+    dsv4_cvocab *v;
+    dsv4_error err;
+    assert_int_equal(dsv4_cvocab_new(bytes, lens, V, 299, &v, &err), 0);
+    static const char *const schemas[] = {
+        "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"string\"},\"b\":{\"type\":\"array\",\"items\":{\"type\":\"string\"}},"
+        "\"c\":{\"type\":\"number\"},\"d\":{\"type\":\"string\",\"maxLength\":5}},\"required\":[\"a\",\"b\",\"c\"]}",
+        "true", NULL };
+    uint64_t bits[(V + 63) / 64];
+    int32_t allowed[V];
+    for (int si = 0; schemas[si]; si++) {
+        dsv4_grammar *g = schema_grammar(schemas[si], 1);
+        for (int seed = 0; seed < 6; seed++) {
+            dsv4_cstate *s;
+            assert_int_equal(dsv4_cstate_new(g, v, 120, &s, &err), 0);
+            uint64_t r2 = (uint64_t)seed * 31 + 7;
+            for (int step = 0; step < 130 && !dsv4_cstate_finished(s); step++) {
+                check_mask(s, v, bits);
+                int na = 0;
+                for (int32_t id = 0; id < V; id++)
+                    if ((bits[id >> 6] >> (id & 63)) & 1) allowed[na++] = id;
+                assert_true(na > 0);
+                assert_false((bits[300 >> 6] >> (300 & 63)) & 1);
+                assert_int_equal(dsv4_cstate_advance(s, allowed[rng_next(&r2) % (uint64_t)na], &err), 0);
+            }
+            assert_true(dsv4_cstate_finished(s));
+            dsv4_cstate_free(s);
+        }
+        dsv4_grammar_free(g);
+    }
+    dsv4_cvocab_free(v);
+}
+
 /* A budget below the shortest value: only EOS (the output ends incomplete rather than never). */
 static void test_budget_too_small(void **state) {
     (void)state;
@@ -438,6 +492,7 @@ int main(void) {
         cmocka_unit_test(test_errors),
         cmocka_unit_test(test_random_walks),
         cmocka_unit_test(test_budget_too_small),
+        cmocka_unit_test(test_mask_large_vocab),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -265,10 +265,28 @@ static void test_request_errors(void **state) {
     const dsv4_sched_opts so = { 1, 0 };
     assert_int_equal(dsv4_sched_new(f->m, &so, &s, &err), 0);
     int32_t p[1] = { 5 };
-    dsv4_request r = { p, 1, { 0 }, 10, 1, NULL, 0, f->g[0], NULL };
+    dsv4_request r = { p, 1, { 0.0f, 0, 1.0f, 0.0f, 1 }, 10, 1, NULL, 0, f->g[0], NULL };
     int64_t id;
     assert_int_equal(dsv4_sched_add(s, &r, &id, &err), DSV4_E_ARG);
     assert_non_null(strstr(err.msg, "grammar and a vocabulary"));
+    /* a budget below the shortest value of schema 0 ({"name":"","age":0} needs 19 bytes): EOS at once, and the
+     * finish reason says the budget ran out */
+    r.cvocab = f->v;
+    r.max_new_tokens = 5;
+    assert_int_equal(dsv4_sched_add(s, &r, &id, &err), 0);
+    while (dsv4_sched_pending(s) > 0) assert_int_equal(dsv4_sched_step(s, &err), 0);
+    dsv4_req_result res;
+    assert_int_equal(dsv4_sched_result(s, id, &res, &err), 0);
+    assert_int_equal(res.finish, DSV4_FINISH_LENGTH);
+    assert_int_equal(res.n_tokens, 1);
+    assert_int_equal(res.tokens[0], f->eos);
+    /* 19 tokens of budget hold the value and EOS: byte tokens of the shortest value, then EOS */
+    r.max_new_tokens = 20;
+    assert_int_equal(dsv4_sched_add(s, &r, &id, &err), 0);
+    while (dsv4_sched_pending(s) > 0) assert_int_equal(dsv4_sched_step(s, &err), 0);
+    assert_int_equal(dsv4_sched_result(s, id, &res, &err), 0);
+    assert_int_equal(res.finish, DSV4_FINISH_EOS);
+    check_output(f, 0, res.tokens, res.n_tokens, "tight budget");
     dsv4_sched_free(s);
 }
 
