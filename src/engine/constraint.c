@@ -259,7 +259,7 @@ static int32_t cfg_get(dsv4_cstate *s, int accept, int escape) {
     uint32_t h = cfg_hash(v, n, flags) & (s->ch_cap - 1);
     for (int32_t c; (c = s->ch[h]) >= 0; h = (h + 1) & (s->ch_cap - 1))
         if (s->cfg_len[c] == n && s->cfg_accept[c] == accept && s->cfg_escape[c] == escape &&
-            !memcmp(s->items.v + s->cfg_off[c], v, sizeof *v * (size_t)n))
+            (n == 0 || !memcmp(s->items.v + s->cfg_off[c], v, sizeof *v * (size_t)n)))
             return c;
     if (s->n_cfg == s->cap_cfg && cfg_grow(s)) return T_FAIL;
     const int32_t c = s->n_cfg;
@@ -385,31 +385,42 @@ static int64_t remaining(const dsv4_cstate *s) { return s->max_bytes < 0 ? INT64
 static int64_t walk(dsv4_cstate *s, int32_t c0, int64_t left, uint64_t *bits, int *pruned, int64_t *need) {
     const dsv4_cvocab *v = s->v;
     memset(bits, 0, sizeof *bits * (size_t)s->words);
-    int64_t count = 0;
-    *pruned = 0;
-    *need = 0;
+    /* the vocabulary's arrays in locals: the bit stores below must not make the compiler reload them */
+    const uint16_t *depth = v->depth;
+    const uint8_t *byte = v->byte;
+    const int32_t *end = v->end, *tok_first = v->tok_first, *toks = v->toks;
+    const int32_t n_node = v->n_node;
+    int64_t count = 0, visited = 0, nd_max = 0;
+    int cut = 0;
     int32_t *dfs = s->dfs;
     dfs[0] = c0;
-    for (int32_t i = 1; i < v->n_node;) {
-        const int d = v->depth[i];
+    const int64_t *cmin = s->cfg_min; /* reloaded after step_byte, which may grow the tables */
+    for (int32_t i = 1; i < n_node;) {
+        const int d = depth[i];
         const int32_t pc = dfs[d - 1];
         const int32_t *tr = s->cfg_trans[pc];
-        int32_t c = tr ? tr[v->byte[i]] : T_UNKNOWN;
-        if (c == T_UNKNOWN) c = step_byte(s, pc, v->byte[i]);
+        int32_t c = tr ? tr[byte[i]] : T_UNKNOWN;
+        if (c == T_UNKNOWN) {
+            c = step_byte(s, pc, byte[i]);
+            cmin = s->cfg_min;
+        }
         if (c == T_FAIL) return -1;
-        if (c < 0) { i = v->end[i]; continue; }
-        const int64_t nd = d + s->cfg_min[c];
-        if (nd > left) { *pruned = 1; i = v->end[i]; continue; }
-        if (nd > *need) *need = nd;
+        if (c < 0) { i = end[i]; continue; }
+        const int64_t nd = d + cmin[c];
+        if (nd > left) { cut = 1; i = end[i]; continue; }
+        if (nd > nd_max) nd_max = nd;
         dfs[d] = c;
-        s->st.trie_nodes_visited++;
-        for (int32_t k = v->tok_first[i]; k < v->tok_first[i + 1]; k++) {
-            const int32_t id = v->toks[k];
+        visited++;
+        for (int32_t k = tok_first[i]; k < tok_first[i + 1]; k++) {
+            const int32_t id = toks[k];
             bits[id >> 6] |= 1ULL << (id & 63);
             count++;
         }
         i++;
     }
+    s->st.trie_nodes_visited += visited;
+    *pruned = cut;
+    *need = nd_max;
     return count;
 }
 
@@ -485,37 +496,52 @@ static int ci_walk(dsv4_cstate *s, int32_t tc, int slot) {
     memset(bits, 0, sizeof *bits * (size_t)s->words);
     s->ci_n_ranges[slot] = 0;
     s->ci_uncertain[slot] = 0;
-    int64_t need = 0;
+    const uint16_t *depth = v->depth;
+    const uint8_t *byte = v->byte;
+    const int32_t *end = v->end, *tok_first = v->tok_first, *toks = v->toks;
+    const int32_t n_node = v->n_node;
+    int64_t need = 0, visited = 0;
     int32_t *dfs = s->dfs;
     uint8_t *esc = s->esc;
     dfs[0] = tc;
     esc[0] = s->cfg_escape[tc];
     s->st.mask_walks++;
-    for (int32_t i = 1; i < v->n_node;) {
-        const int d = v->depth[i];
+    /* reloaded after step_byte, which may grow the tables */
+    const int64_t *cmin = s->cfg_min;
+    const int32_t *clen = s->cfg_len;
+    const uint8_t *cacc = s->cfg_accept, *cesc = s->cfg_escape;
+    for (int32_t i = 1; i < n_node;) {
+        const int d = depth[i];
         const int32_t pc = dfs[d - 1];
         const int32_t *tr = s->cfg_trans[pc];
-        int32_t c = tr ? tr[v->byte[i]] : T_UNKNOWN;
-        if (c == T_UNKNOWN) c = step_byte(s, pc, v->byte[i]);
+        int32_t c = tr ? tr[byte[i]] : T_UNKNOWN;
+        if (c == T_UNKNOWN) {
+            c = step_byte(s, pc, byte[i]);
+            cmin = s->cfg_min;
+            clen = s->cfg_len;
+            cacc = s->cfg_accept;
+            cesc = s->cfg_escape;
+        }
         if (c == T_FAIL) return -1;
-        const int e = esc[d - 1] || (c >= 0 && s->cfg_escape[c]);
-        if (c < 0 || (s->cfg_len[c] == 0 && !s->cfg_accept[c])) {
+        const int e = esc[d - 1] || (c >= 0 && cesc[c]);
+        if (c < 0 || (clen[c] == 0 && !cacc[c])) {
             /* dead inside the frames: the subtree is refused, or uncertain if a stack left them on the way */
-            if (e && add_range(s, slot, v->tok_first[i], v->tok_first[v->end[i]])) return -1;
-            i = v->end[i];
+            if (e && add_range(s, slot, tok_first[i], tok_first[end[i]])) return -1;
+            i = end[i];
             continue;
         }
-        const int64_t nd = d + s->cfg_min[c];
+        const int64_t nd = d + cmin[c];
         if (nd > need) need = nd;
         dfs[d] = c;
         esc[d] = (uint8_t)e;
-        s->st.trie_nodes_visited++;
-        for (int32_t k = v->tok_first[i]; k < v->tok_first[i + 1]; k++) {
-            const int32_t id = v->toks[k];
+        visited++;
+        for (int32_t k = tok_first[i]; k < tok_first[i + 1]; k++) {
+            const int32_t id = toks[k];
             bits[id >> 6] |= 1ULL << (id & 63);
         }
         i++;
     }
+    s->st.trie_nodes_visited += visited;
     s->ci_need[slot] = need;
     return 0;
 }

@@ -286,6 +286,16 @@ static void test_errors(void **state) {
     expect_schema_error("{\"$defs\":{\"a\":{\"type\":\"array\",\"items\":{\"$ref\":\"#/$defs/a\"},\"minItems\":1}},\"$ref\":\"#/$defs/a\"}", DSV4_E_ARG,
                         "never finish");
     expect_schema_error("{\"type\":\"string\",\"maxLength\":1000000}", DSV4_E_UNSUPPORTED, "maxLength");
+    {
+        /* a 5000-byte property name beside additionalProperties: refused, not a deep recursion */
+        char big[6000];
+        int n = snprintf(big, sizeof big, "{\"properties\":{\"");
+        memset(big + n, 'k', 5000);
+        n += 5000;
+        snprintf(big + n, sizeof big - (size_t)n, "\":{}},\"additionalProperties\":true}");
+        expect_schema_error(big, DSV4_E_UNSUPPORTED, "longer than 1024");
+        expect_schema_error("{\"$ref\":\"#\"}", DSV4_E_ARG, "left-recursive");
+    }
     expect_grammar_error("root ::= root \"a\" | \"b\"", "left-recursive");
     expect_grammar_error("root ::= foo", "'foo' is used but never defined");
     expect_grammar_error("start ::= \"a\"", "no rule named 'root'");
