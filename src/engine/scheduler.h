@@ -53,6 +53,9 @@ typedef struct {
      * EOS as its last token and an incomplete value). */
     const dsv4_grammar *grammar;
     const dsv4_cvocab *cvocab;
+    /* Or a shared matcher (borrowed, outlives the request; grammar and cvocab may then be NULL): requests with
+     * the same schema share its transitions and mask caches. The scheduler uses it from its own thread only. */
+    dsv4_cmatcher *matcher;
 } dsv4_request;
 
 typedef enum {

@@ -190,6 +190,41 @@ static void test_batched_streams(void **state) {
     }
 }
 
+/* Requests sharing one matcher per grammar (what a server does for a repeated schema) give the same tokens as
+ * requests with private matchers. */
+static void test_shared_matchers(void **state) {
+    fixture *f = *state;
+    enum { N = 12 };
+    int which[N];
+    uint64_t seeds[N];
+    for (int i = 0; i < N; i++) { which[i] = i % (N_SCHEMAS + 1); seeds[i] = 300 + (uint64_t)i; }
+    static int32_t priv[N][256];
+    int n_priv[N];
+    run_sched(f, which, seeds, 1.0f, 100, N, N, priv, n_priv);
+    dsv4_cmatcher *mt[N_SCHEMAS + 1];
+    dsv4_error err;
+    for (int g = 0; g <= N_SCHEMAS; g++) assert_int_equal(dsv4_cmatcher_new(f->g[g], f->v, &mt[g], &err), 0);
+    dsv4_sched *s;
+    const dsv4_sched_opts so = { N, 0 };
+    assert_int_equal(dsv4_sched_new(f->m, &so, &s, &err), 0);
+    int64_t id[N];
+    int32_t prompt[N][6];
+    for (int i = 0; i < N; i++) {
+        prompt_of(prompt[i], i);
+        dsv4_request r = { prompt[i], 6, { 1.0f, 0, 1.0f, 0.0f, seeds[i] }, 100, 1, NULL, 0, NULL, NULL, mt[which[i]] };
+        assert_int_equal(dsv4_sched_add(s, &r, &id[i], &err), 0);
+    }
+    while (dsv4_sched_pending(s) > 0) assert_int_equal(dsv4_sched_step(s, &err), 0);
+    for (int i = 0; i < N; i++) {
+        dsv4_req_result r;
+        assert_int_equal(dsv4_sched_result(s, id[i], &r, &err), 0);
+        assert_int_equal(r.n_tokens, n_priv[i]);
+        assert_memory_equal(r.tokens, priv[i], sizeof(int32_t) * (size_t)n_priv[i]);
+    }
+    dsv4_sched_free(s);
+    for (int g = 0; g <= N_SCHEMAS; g++) dsv4_cmatcher_free(mt[g]);
+}
+
 /* Small budgets: a random model must still close its value with EOS (the length bound at work). */
 static void test_termination(void **state) {
     fixture *f = *state;
@@ -294,6 +329,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_batched_streams),
         cmocka_unit_test(test_termination),
+        cmocka_unit_test(test_shared_matchers),
         cmocka_unit_test(test_speculative),
         cmocka_unit_test(test_request_errors),
     };
