@@ -104,6 +104,7 @@ struct dsv4_cmatcher {
     uint32_t stamp;
     int32_t *dfs;                /* [max_depth + 1] */
     dsv4_cstate_stats st;
+    int64_t n_trans_tables;      /* transition tables allocated (1 KB each) */
 };
 
 /* One stream: where its output is, and its length bound. */
@@ -299,6 +300,7 @@ static int32_t step_byte(dsv4_cmatcher *s, int32_t c, unsigned b) {
         if (!(tr = malloc(sizeof *tr * 256))) return T_FAIL;
         for (int i = 0; i < 256; i++) tr[i] = T_UNKNOWN;
         s->cfg_trans[c] = tr;
+        s->n_trans_tables++;
     }
     if (tr[b] != T_UNKNOWN) return tr[b];
     s->st.transitions++;
@@ -708,3 +710,13 @@ void dsv4_cstate_set(dsv4_cstate *st, dsv4_cpos p) { st->at = p; }
 void dsv4_cstate_get_stats(const dsv4_cstate *st, dsv4_cstate_stats *out) { *out = st->m->st; }
 dsv4_cmatcher *dsv4_cstate_matcher(dsv4_cstate *st) { return st->m; }
 const dsv4_cvocab *dsv4_cmatcher_vocab(const dsv4_cmatcher *m) { return m->v; }
+
+size_t dsv4_cmatcher_bytes(const dsv4_cmatcher *m) {
+    size_t b = sizeof *m;
+    b += (size_t)m->cap_node * (sizeof(cnode) + sizeof(int64_t) + sizeof(uint32_t)) + (size_t)m->nh_cap * sizeof(int32_t);
+    b += (size_t)m->cap_cfg * (sizeof(int64_t) * 2 + sizeof(int32_t) * 3 + 2 + sizeof(int32_t *)) + (size_t)m->ch_cap * sizeof(int32_t);
+    b += (size_t)m->items.cap * sizeof(int32_t) + (size_t)m->n_trans_tables * 256 * sizeof(int32_t);
+    b += sizeof(uint64_t) * (size_t)m->words * (MASK_SLOTS + CI_SLOTS + 1);
+    for (int i = 0; i < CI_SLOTS; i++) b += (size_t)m->ci_cap_ranges[i] * 2 * sizeof(int32_t);
+    return b;
+}

@@ -1,6 +1,6 @@
 /* Constrained decoding: the API a caller (dsv4 generate, the scheduler, speculative streams, the server) uses.
  *
- * Three objects:
+ * Four objects:
  *   dsv4_grammar  what the output must match: compiled from a JSON Schema (json_schema.h), JSON mode (any JSON
  *                 value) or a GBNF-like grammar (grammar.h). Immutable once built; share it freely (any number
  *                 of streams and threads may read it).
@@ -27,7 +27,7 @@
  *
  * Rollback (speculative decoding): a state's position is a small value (dsv4_cpos). Save it with
  * dsv4_cstate_get before trying tokens and put it back with dsv4_cstate_set: O(1), nothing to free. A saved
- * position stays valid for the life of the state (the interned tables only grow).
+ * position stays valid for the life of the matcher (its interned tables only grow), also across states on it.
  *
  * Length bound: with max_bytes >= 0 the output (without EOS) never exceeds max_bytes bytes. A token is allowed
  * only if, after it, the shortest completion still fits: so the mask always leaves a path to a complete value,
@@ -69,6 +69,10 @@ typedef struct dsv4_cmatcher dsv4_cmatcher;
 int  dsv4_cmatcher_new(const dsv4_grammar *g, const dsv4_cvocab *v, dsv4_cmatcher **out, dsv4_error *err);
 void dsv4_cmatcher_free(dsv4_cmatcher *m);
 const dsv4_cvocab *dsv4_cmatcher_vocab(const dsv4_cmatcher *m);
+/* Memory the matcher holds now. Its tables only grow (that is what keeps saved positions valid): a long-running
+ * server replaces a matcher past its budget once no state uses it. Growth is bounded (about 4M configurations,
+ * then mask/advance report DSV4_E_NOMEM). */
+size_t dsv4_cmatcher_bytes(const dsv4_cmatcher *m);
 
 typedef struct {
     int32_t cfg;        /* interned configuration (set of parse stacks); -1 after EOS */

@@ -127,6 +127,7 @@ int dsv4_constraint_bench(const dsv4_tokenizer *tok, FILE *out, dsv4_error *err)
             dsv4_cstate_free(s);
             s = NULL;
         }
+        if (!rc) fprintf(out, "    matcher after both: %.1f MB\n", dsv4_cmatcher_bytes(mt) / 1e6);
         dsv4_cmatcher_free(mt);
         free(ids);
         /* uniform random among the allowed tokens, bounded to 1500 bytes */
