@@ -52,7 +52,7 @@ done
 
 expect_err "bad token on cuda" "outside the vocabulary" "$BIN" logits -m "$T/m" --device cuda --tokens 1,99999
 expect_err "bad device" "--device must be cpu or cuda" "$BIN" logits -m "$T/m" --device tpu --tokens 1
-printf 'garbage' >"$T/bad.state"
+printf 'garbage that is not a state file at all' >"$T/bad.state"
 expect_err "damaged state on cuda" "not a dsv4 sequence state" "$BIN" logits -m "$T/m" --device cuda --tokens 1,2 --resume "$T/bad.state"
 expect_ok "bench on cuda" "$BIN" bench -m "$T/m" --device cuda --prompt 64 --decode 16
 finish

@@ -111,7 +111,9 @@ void cu_comp_ring_write(cu_stream st, int is_indexer, int cols, const float *K, 
                         const int32_t *item_of, const cu_item *items, const cu_seq_layer *sl, int T);
 /* The lightning indexer (select_rows): per query, the top-K visible indexer rows by score (ties to the lower
  * row), in row order. Score of a row: heads h = 0..nI-1 in order, each dot a warp_sum. Selection: an exact
- * radix select on (score, -row) keys. scratch: [T][max_rows] floats. */
+ * radix select on (score, -row) keys. scratch: [CU_INDEX_CHUNK][max_rows] floats (queries go in launches of
+ * CU_INDEX_CHUNK). */
+#define CU_INDEX_CHUNK 512
 void cu_index_select(cu_stream st, int official, cu_kvlay ilay, const float *qi, const float *wi, const int64_t *pos,
                      const int32_t *item_of, const cu_seq_layer *sl, int T, int nI, int cI, int K, int64_t max_rows,
                      float *scratch, int32_t *sel, int32_t *n_sel);

@@ -71,7 +71,7 @@ static void lay_out(ws_alloc *a, const dsv4_config *c, int T, int items, int64_t
     TAKE(eg, P * I); TAKE(ev, P * I); TAKE(ey, P * d); TAKE(seg, T * I); TAKE(sev, T * I); TAKE(ys, T * d);
     TAKE(feat, T * (c->n_dspark_targets > 0 ? c->n_dspark_targets : 1) * d);
     TAKE(head_x, CU_HEAD_ROWS * d); TAKE(logits, (int64_t)CU_HEAD_ROWS * c->vocab_size); TAKE(head_rows, T);
-    TAKE(idx_scores, T * (idx_rows > 0 ? idx_rows : 1));
+    TAKE(idx_scores, (int64_t)(T < CU_INDEX_CHUNK ? T : CU_INDEX_CHUNK) * (idx_rows > 0 ? idx_rows : 1));
     TAKE(tok, T); TAKE(item_of, T); TAKE(pos, T); TAKE(items, items); TAKE(sl, (int64_t)c->n_layers * items);
 }
 

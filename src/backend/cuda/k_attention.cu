@@ -186,12 +186,12 @@ __device__ __forceinline__ unsigned long long rank_key(float s, int64_t k) {
 }
 
 __global__ void k_index_select(int official, cu_kvlay il, const float *qi, const float *wi, const int64_t *pos,
-                               const int32_t *item_of, const cu_seq_layer *sl, int nI, int cI, int K, int64_t max_rows,
+                               const int32_t *item_of, const cu_seq_layer *sl, int t0, int nI, int cI, int K, int64_t max_rows,
                                float *scratch, int32_t *sel, int32_t *n_sel) {
     __shared__ unsigned int hist[256];
     __shared__ unsigned long long prefix_s;
     __shared__ unsigned int remaining_s, warp_off[IDX_THREADS / 32 + 1];
-    const int t = blockIdx.x, lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    const int t = t0 + blockIdx.x, lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
     const int64_t n = (pos[t] + 1) / 4;
     int32_t *out = sel + (int64_t)t * K;
     if (n <= K) {
@@ -200,7 +200,7 @@ __global__ void k_index_select(int official, cu_kvlay il, const float *qi, const
         return;
     }
     const uint8_t *rows = sl[item_of[t]].irows;
-    float *sc = scratch + (int64_t)t * max_rows;
+    float *sc = scratch + (int64_t)blockIdx.x * max_rows;
     const float *qt = qi + (int64_t)t * nI * cI, *wt = wi + (int64_t)t * nI;
     for (int64_t k = warp; k < n; k += nw) {
         const uint8_t *row = rows + k * il.bytes;
@@ -277,9 +277,12 @@ __global__ void k_index_select(int official, cu_kvlay il, const float *qi, const
 extern "C" void cu_index_select(cu_stream st, int official, cu_kvlay ilay, const float *qi, const float *wi, const int64_t *pos,
                                 const int32_t *item_of, const cu_seq_layer *sl, int T, int nI, int cI, int K, int64_t max_rows,
                                 float *scratch, int32_t *sel, int32_t *n_sel) {
-    if (T > 0)
-        k_index_select<<<T, IDX_THREADS, 0, (cudaStream_t)st>>>(official, ilay, qi, wi, pos, item_of, sl, nI, cI, K, max_rows,
+    /* CU_INDEX_CHUNK queries per launch share the score scratch: its size does not grow with the prompt */
+    for (int t0 = 0; t0 < T; t0 += CU_INDEX_CHUNK) {
+        const int n = T - t0 < CU_INDEX_CHUNK ? T - t0 : CU_INDEX_CHUNK;
+        k_index_select<<<n, IDX_THREADS, 0, (cudaStream_t)st>>>(official, ilay, qi, wi, pos, item_of, sl, t0, nI, cI, K, max_rows,
                                                                  scratch, sel, n_sel);
+    }
 }
 
 /* ---- sink attention ------------------------------------------------------------------------------------------------------ */
