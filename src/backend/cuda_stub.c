@@ -21,6 +21,8 @@ int cuda_step(struct dsv4_model *m, dsv4_step_item *items, int n_items, dsv4_err
     (void)m; (void)items; (void)n_items;
     return no_cuda(err);
 }
+void cuda_profile(struct dsv4_model *m, int on) { (void)m; (void)on; }
+void cuda_profile_report(const struct dsv4_model *m, void *file) { (void)m; (void)file; }
 #else
 typedef int dsv4_cuda_stub_unused; /* ISO C wants a translation unit to declare something */
 #endif

@@ -29,6 +29,7 @@ G=/tmp/dsv4-synthetic-flash-2g
 for mode in exact official; do
   .gpu/dsv4 bench --synthetic flash-2g --device cuda --mode $mode --prompt 512 --decode 64 >>"$OUT/bench2g.log" 2>&1
 done
+.gpu/dsv4 bench --synthetic flash-2g --device cuda --mode official --prompt 512 --decode 32 --profile >"$OUT/profile.log" 2>&1
 TOK=$(seq -s, 7 13 2600)
 .gpu/dsv4 logits -m $G --device cpu --tokens "$TOK" --out /tmp/c.npy 2>>"$OUT/bench2g.log"
 .gpu/dsv4 logits -m $G --device cuda --tokens "$TOK" --out /tmp/g.npy 2>>"$OUT/bench2g.log"
@@ -41,4 +42,5 @@ echo "== suite ($((t1 - t0)) s):"; grep -E "^(ok|FAIL)|passed, .* failed|skipped
 grep -E "relative|mean .dlogit|worst" "$OUT/suite.log" | head -30
 echo "== sanitizer ($((t2 - t1)) s):"; grep -E "==|ERROR SUMMARY|error" "$OUT/sanitizer.log" | head -30
 echo "== bench:"; tail -4 "$OUT/bench.log"
+echo "== profile:"; grep -E "ms/step|prefill of|decode," "$OUT/profile.log"
 echo "== flash-2g:"; grep -E "prefill|decode|fraction|GPU vs CPU|error" "$OUT/bench2g.log"

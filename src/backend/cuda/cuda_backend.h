@@ -22,6 +22,12 @@ void cuda_model_free(struct dsv4_model *m);
 /* dsv4_step on the GPU: the same validation and errors as the CPU step, then the whole forward on the device. */
 int  cuda_step(struct dsv4_model *m, dsv4_step_item *items, int n_items, dsv4_error *err);
 
+/* Per-stage timing of the CUDA step (dsv4 bench --profile): with it on, every stage boundary waits for the GPU
+ * and adds the host time since the last boundary to its stage; off costs nothing. Print the totals with
+ * cuda_profile_report. Both are no-ops without the backend. */
+void cuda_profile(struct dsv4_model *m, int on);
+void cuda_profile_report(const struct dsv4_model *m, void *file /* FILE * */);
+
 #ifdef __cplusplus
 }
 #endif

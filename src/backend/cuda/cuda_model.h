@@ -58,6 +58,17 @@ typedef struct {
 
 #define CU_HEAD_ROWS 64
 
+/* Stages of the step for cuda_profile. */
+enum { ST_EMBED, ST_MHC, ST_QKV, ST_COMPRESS, ST_INDEX, ST_ATTEND, ST_OUTPUT, ST_ROUTE, ST_EXPERTS, ST_SHARED, ST_HEAD, ST_HOST,
+       ST_COUNT };
+
+typedef struct {
+    int on;
+    double t_last;             /* host clock at the last boundary */
+    double ms[ST_COUNT];
+    long steps;
+} cu_profile;
+
 struct cuda_model {
     int gpu;
     cu_stream st;
@@ -71,6 +82,7 @@ struct cuda_model {
     uint64_t weight_bytes;
     int key_limit;             /* cu_attention_key_limit() */
     cu_workspace ws;
+    cu_profile prof;
 };
 
 /* cuda_step.c */

@@ -14,8 +14,10 @@
 #include "model/inventory.h"
 #include "state/sequence.h"
 #include "util/error.h"
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 /* ---- scratch ----------------------------------------------------------------------------------------------------- */
 
@@ -105,6 +107,33 @@ static int ws_ensure(struct dsv4_model *m, int T, int items, int64_t idx_rows, d
     return 0;
 }
 
+/* ---- profile --------------------------------------------------------------------------------------------------- */
+
+static double host_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+void cuda_profile(struct dsv4_model *m, int on) {
+    if (!m->cuda) return;
+    memset(&m->cuda->prof, 0, sizeof m->cuda->prof);
+    m->cuda->prof.on = on;
+}
+
+void cuda_profile_report(const struct dsv4_model *m, void *file) {
+    static const char *names[ST_COUNT] = { "embed", "mHC + norms", "q/kv projections", "compressors", "indexer", "attention",
+                                           "output projection", "router + plan", "routed experts", "shared expert", "head",
+                                           "host (validate, upload, copy back)" };
+    if (!m->cuda || !m->cuda->prof.steps) return;
+    const cu_profile *p = &m->cuda->prof;
+    double total = 0;
+    for (int i = 0; i < ST_COUNT; i++) total += p->ms[i];
+    fprintf((FILE *)file, "per-stage time over %ld steps (each boundary waits for the GPU):\n", p->steps);
+    for (int i = 0; i < ST_COUNT; i++)
+        fprintf((FILE *)file, "  %-36s %9.3f ms/step %5.1f %%\n", names[i], p->ms[i] / p->steps, total ? 100 * p->ms[i] / total : 0);
+}
+
 /* ---- one step -------------------------------------------------------------------------------------------------- */
 
 typedef struct {
@@ -117,6 +146,16 @@ typedef struct {
     int64_t idx_rows;          /* most indexer rows a query of the step sees */
     int64_t hca_rows;          /* most ratio-128 rows a query sees */
 } step_ctx;
+
+/* End of a stage: with profiling on, wait for the GPU and charge the time since the last mark to `stage`. */
+static void mark(step_ctx *s, int stage) {
+    cu_profile *p = &s->cm->prof;
+    if (!p->on) return;
+    cu_finish(s->st, "profile", NULL);
+    const double t = host_ms();
+    p->ms[stage] += t - p->t_last;
+    p->t_last = t;
+}
 
 static cu_kvlay lay_of(const kv_layout *l) {
     cu_kvlay k = { l->fmt, l->kind, l->width, l->rope, l->nope, (int)l->bytes };
@@ -163,6 +202,7 @@ static void step_attention(step_ctx *s, const cu_layer *ly, int L) {
     cu_linear(s->st, &ly->wkv, x8, T, d, ws->kv, D);
     round_if(s, ws->kv, (int64_t)T * D);
     cu_qkv_prepare(s->st, s->official, ws->q, ws->kv, ly->kv_norm, ws->pos, freq, T, H, D, R, c->norm_eps);
+    mark(s, ST_QKV);
     const int cw = (ly->ratio == 4 ? 2 : 1) * D;
     if (ly->ratio) {
         cu_linear(s->st, &ly->comp.wkv, ws->xn, T, d, ws->ck, cw);
@@ -180,6 +220,7 @@ static void step_attention(step_ctx *s, const cu_layer *ly, int L) {
         cu_prepare_tokens(s->st, s->official, ly->ratio, ws->cz, ly->comp.ape, cw, ws->icz, ly->icomp.ape, ws->qi, ws->wi, ws->pos,
                           freq, T, nI, cI, R);
     cu_kv_encode(s->st, s->main, ws->kv, D, ws->kvs, T);
+    mark(s, ST_QKV);
     if (ly->ratio) {
         cu_compress(s->st, s->official, s->main, 0, ly->ratio, ws->ck, ws->cz, ws->pos, ws->item_of, ws->items, sl, ly->comp.norm,
                     freq, R, c->norm_eps, T);
@@ -189,12 +230,16 @@ static void step_attention(step_ctx *s, const cu_layer *ly, int L) {
         cu_compress(s->st, s->official, s->index, 1, 4, ws->ick, ws->icz, ws->pos, ws->item_of, ws->items, sl, ly->icomp.norm,
                     freq, R, c->norm_eps, T);
         cu_comp_ring_write(s->st, 1, 2 * cI, ws->ick, ws->icz, ws->pos, ws->item_of, ws->items, sl, T);
+        mark(s, ST_COMPRESS);
         cu_index_select(s->st, s->official, s->index, ws->qi, ws->wi, ws->pos, ws->item_of, sl, T, nI, cI, c->index_topk,
                         ws->idx_rows_cap, ws->idx_scores, ws->sel, ws->n_sel);
+        mark(s, ST_INDEX);
     }
+    mark(s, ST_COMPRESS);
     const int max_keys = c->window + (ly->ratio == 128 ? (int)s->hca_rows : ly->ratio == 4 ? c->index_topk : 0);
     cu_attention(s->st, s->official, s->main, ws->q, ws->kvs, ws->pos, ws->item_of, ws->items, sl, s->m->ring_len, c->window,
                  ly->ratio, ws->sel, ws->n_sel, c->index_topk, ly->attn_sink, freq, T, H, D, R, max_keys, ws->o);
+    mark(s, ST_ATTEND);
     /* grouped low-rank output: group g's heads through wo_a rows [g*o_lora, (g+1)*o_lora) */
     const int G = c->o_groups, HD_G = H * D / G, zl = G * c->o_lora;
     for (int g = 0; g < G; g++) {
@@ -207,6 +252,7 @@ static void step_attention(step_ctx *s, const cu_layer *ly, int L) {
     round_if(s, ws->sub, (int64_t)T * d);
     /* finally the window rings: every query above read the step's own keys from kvs */
     cu_ring_write(s->st, s->main, ws->kvs, ws->pos, ws->item_of, ws->items, sl, s->m->ring_len, T);
+    mark(s, ST_OUTPUT);
 }
 
 /* One SwiGLU expert over `rows` rows (moe.c expert): g/v [rows][I] already projected. */
@@ -224,6 +270,7 @@ static void step_moe(step_ctx *s, const cu_layer *ly) {
     cu_route(s->st, ws->router, ly->gate_bias, ly->hash_routed ? ly->tid2eid : NULL, ws->tok, T, E, K, c->route_scale, ws->route_e,
              ws->route_w);
     cu_moe_plan_build(s->st, ws->route_e, ws->route_w, T, K, E, &ws->plan);
+    mark(s, ST_ROUTE);
     /* FP8/FP4 experts see their input rows quantized per 128 columns (OFFICIAL) */
     const float *xe = ws->xn;
     if (s->official) {
@@ -235,23 +282,28 @@ static void step_moe(step_ctx *s, const cu_layer *ly) {
     swiglu_down_prep(s, ws->eg, ws->ev, ws->plan.pair_weight, P);
     cu_expert_linear(s->st, ly->w2, d, I, ly->efmt, &ws->plan, ws->max_tiles, ws->eg, I, 1, ws->ey, d);
     round_if(s, ws->ey, (int64_t)P * d);
+    mark(s, ST_EXPERTS);
     cu_linear(s->st, &ly->sw1, xe, T, d, ws->seg, I);
     cu_linear(s->st, &ly->sw3, xe, T, d, ws->sev, I);
     swiglu_down_prep(s, ws->seg, ws->sev, NULL, T);
     cu_linear(s->st, &ly->sw2, ws->seg, T, I, ws->ys, d);
     round_if(s, ws->ys, (int64_t)T * d);
     cu_moe_combine(s->st, s->official, ws->ey, ws->ys, ws->plan.token_pairs, T, K, d, ws->sub);
+    mark(s, ST_SHARED);
 }
 
 static void step_block(step_ctx *s, const cu_layer *ly, int L) {
     const dsv4_config *c = &s->m->cfg;
     cu_workspace *ws = s->ws;
     step_hc_pre(s, &ly->hc_attn, ly->attn_norm);
+    mark(s, ST_MHC);
     step_attention(s, ly, L);
     cu_hc_post(s->st, s->official, ws->sub, ws->mix, ws->X, s->T, c->hc_mult, c->dim);
     step_hc_pre(s, &ly->hc_ffn, ly->ffn_norm);
+    mark(s, ST_MHC);
     step_moe(s, ly);
     cu_hc_post(s->st, s->official, ws->sub, ws->mix, ws->X, s->T, c->hc_mult, c->dim);
+    mark(s, ST_MHC);
 }
 
 /* ---- host side ------------------------------------------------------------------------------------------------ */
@@ -371,6 +423,10 @@ int cuda_step(struct dsv4_model *m, dsv4_step_item *items, int n_items, dsv4_err
     const dsv4_config *c = &m->cfg;
     int T = 0;
     int64_t max_rows = 0;
+    if (cm->prof.on) {
+        cu_finish(cm->st, "profile", NULL);
+        cm->prof.t_last = host_ms();
+    }
     int rc = step_validate(m, m->state_mem, items, n_items, &T, &max_rows, err);
     if (rc) return rc;
     step_ctx s = { m, cm, &cm->ws, cm->st, T, n_items, m->mode == DSV4_MODE_OFFICIAL, { 0 }, { 0 }, 0, 0 };
@@ -401,13 +457,17 @@ int cuda_step(struct dsv4_model *m, dsv4_step_item *items, int n_items, dsv4_err
     s.index = lay_of(&li);
     if ((rc = upload_meta(&s, items, err))) return rc;
     /* From here on the sequences change. */
+    mark(&s, ST_HOST);
     cu_embed(s.st, &cm->embed, s.ws->tok, T, c->hc_mult, c->dim, s.ws->X);
+    mark(&s, ST_EMBED);
     for (int L = 0; L < c->n_layers; L++) {
         step_block(&s, &cm->layers[L], L);
         capture_features(&s, items, L);
     }
     if ((rc = cu_finish(s.st, "the step", err))) return rc;
-    if ((rc = head(&s, items, err)) || (rc = copy_back_rows(&s, items, err))) return rc;
+    if ((rc = head(&s, items, err))) return rc;
+    mark(&s, ST_HEAD);
+    if ((rc = copy_back_rows(&s, items, err))) return rc;
     for (int i = 0; i < n_items; i++) {
         dsv4_seq *q = items[i].seq;
         memcpy(q->tokens + q->pos, items[i].tokens, sizeof(int32_t) * (size_t)items[i].n_tokens);
@@ -418,6 +478,8 @@ int cuda_step(struct dsv4_model *m, dsv4_step_item *items, int n_items, dsv4_err
             if (ls->icomp.kv) ls->irows.n = q->pos / ls->icomp.ratio;
         }
     }
+    mark(&s, ST_HOST);
+    cm->prof.steps += cm->prof.on;
     return 0;
 }
 #else
