@@ -54,7 +54,9 @@ typedef struct {
 
 /* ---- linear layers (backend/cpu/linear.c cpu_linear) ------------------------------------------------------
  * y[t*ldy + o] = sum_i W[o][i] x[t*ldx + i]. One warp per output row: lane l accumulates, with fmaf, the
- * products of columns 4l + 128j + {0,1,2,3} for j = 0, 1, ... in that order; then warp_sum. */
+ * products of columns 4l + 128j + {0,1,2,3} for j = 0, 1, ... in that order; then warp_sum. Weights of fewer
+ * than 128 rows of at least 2048 columns split each row into 8 fixed column segments (one warp each) whose
+ * partials are added in segment order: the split depends on the weight's shape, never on T. */
 int  cu_linear(cu_stream st, const dsv4_weight *w, const float *x, int T, int ldx, float *y, int ldy);
 /* The same product for the MoE: tile k multiplies expert tile_expert[k]'s matrix (experts: a device array of
  * E weights of one shape rows x cols) with the rows of its pairs: x row = pair_token[p] (x_by_pair 0) or p
@@ -119,7 +121,8 @@ void cu_index_select(cu_stream st, int official, cu_kvlay ilay, const float *qi,
                      float *scratch, int32_t *sel, int32_t *n_sel);
 /* Sink attention of every (token, head) over its window keys (chronological) then its compressed rows (row
  * order); keys of the step come from kvs, older ones from the ring. Scores: one warp per key; the softmax
- * denominator and every output column are summed over the keys in key order. Writes o [T][H][D] de-rotated. */
+ * denominator is summed over the keys in key order; each output column in four interleaved partial sums (key i
+ * into i mod 4) added as (0 + 1) + (2 + 3) — an order fixed by the number of keys. Writes o [T][H][D] de-rotated. */
 int  cu_attention(cu_stream st, int official, cu_kvlay lay, const float *q, const uint8_t *kvs, const int64_t *pos,
                   const int32_t *item_of, const cu_item *items, const cu_seq_layer *sl, int ring_len, int W, int ratio,
                   const int32_t *sel, const int32_t *n_sel, int topk, const float *sink, const float *freq, int T, int H,

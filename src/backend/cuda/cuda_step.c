@@ -49,6 +49,14 @@ static void *take(ws_alloc *a, size_t n) {
 }
 #define TAKE(field, count) (ws->field = take(a, sizeof(*ws->field) * (size_t)(count)))
 
+/* Tiles a step of T tokens can need: sum over experts of ceil(n_e / TILE) <= T*K / TILE + (experts in use). The
+ * expert kernels launch this many (the plan is on the device); sized by the step's T, not the scratch's
+ * capacity, or a decode step would launch the tiles of the longest prefill and retire them empty. */
+static int moe_max_tiles(const dsv4_config *c, int T) {
+    const int64_t P = (int64_t)T * c->n_act;
+    return (int)(P / CU_MOE_TILE + (c->n_routed < P ? c->n_routed : P) + 1);
+}
+
 static void lay_out(ws_alloc *a, const dsv4_config *c, int T, int items, int64_t idx_rows, size_t kv_row_bytes) {
     cu_workspace *ws = a->ws;
     const int64_t d = c->dim, hc = c->hc_mult, D = c->head_dim, H = c->n_heads, K = c->n_act, I = c->moe_inter;
@@ -62,7 +70,7 @@ static void lay_out(ws_alloc *a, const dsv4_config *c, int T, int items, int64_t
     TAKE(ick, T * 2 * cI); TAKE(icz, T * 2 * cI); TAKE(qi, T * nI * cI); TAKE(wi, T * nI);
     TAKE(sel, T * (c->index_topk > 0 ? c->index_topk : 1)); TAKE(n_sel, T);
     TAKE(router, T * c->n_routed); TAKE(route_w, P); TAKE(route_e, P);
-    ws->max_tiles = (int)(P + P / CU_MOE_TILE + (c->n_routed < P ? c->n_routed : P) + 1);
+    ws->max_tiles = moe_max_tiles(c, T);
     ws->plan.pair_token = take(a, sizeof(int32_t) * (size_t)P);
     ws->plan.pair_weight = take(a, sizeof(float) * (size_t)P);
     ws->plan.tile_expert = take(a, sizeof(int32_t) * (size_t)ws->max_tiles);
@@ -265,7 +273,7 @@ static void swiglu_down_prep(step_ctx *s, float *g, const float *v, const float 
 static void step_moe(step_ctx *s, const cu_layer *ly) {
     const dsv4_config *c = &s->m->cfg;
     cu_workspace *ws = s->ws;
-    const int T = s->T, d = c->dim, E = c->n_routed, K = c->n_act, I = c->moe_inter, P = T * K;
+    const int T = s->T, d = c->dim, E = c->n_routed, K = c->n_act, I = c->moe_inter, P = T * K, tiles = moe_max_tiles(c, T);
     cu_linear(s->st, &ly->gate, ws->xn, T, d, ws->router, E);
     cu_route(s->st, ws->router, ly->gate_bias, ly->hash_routed ? ly->tid2eid : NULL, ws->tok, T, E, K, c->route_scale, ws->route_e,
              ws->route_w);
@@ -277,10 +285,10 @@ static void step_moe(step_ctx *s, const cu_layer *ly) {
         cu_act_quant(s->st, ws->xn, d, ws->x8, d, T, d, 128, 0);
         xe = ws->x8;
     }
-    cu_expert_linear(s->st, ly->w1, I, d, ly->efmt, &ws->plan, ws->max_tiles, xe, d, 0, ws->eg, I);
-    cu_expert_linear(s->st, ly->w3, I, d, ly->efmt, &ws->plan, ws->max_tiles, xe, d, 0, ws->ev, I);
+    cu_expert_linear(s->st, ly->w1, I, d, ly->efmt, &ws->plan, tiles, xe, d, 0, ws->eg, I);
+    cu_expert_linear(s->st, ly->w3, I, d, ly->efmt, &ws->plan, tiles, xe, d, 0, ws->ev, I);
     swiglu_down_prep(s, ws->eg, ws->ev, ws->plan.pair_weight, P);
-    cu_expert_linear(s->st, ly->w2, d, I, ly->efmt, &ws->plan, ws->max_tiles, ws->eg, I, 1, ws->ey, d);
+    cu_expert_linear(s->st, ly->w2, d, I, ly->efmt, &ws->plan, tiles, ws->eg, I, 1, ws->ey, d);
     round_if(s, ws->ey, (int64_t)P * d);
     mark(s, ST_EXPERTS);
     cu_linear(s->st, &ly->sw1, xe, T, d, ws->seg, I);

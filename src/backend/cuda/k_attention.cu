@@ -343,10 +343,18 @@ __global__ void k_attention(int official, cu_kvlay lay, const float *q, const ui
     __syncthreads();
     const float inv = 1.0f / den_s;
     float *out = o + ((int64_t)t * H + h) * D;
+    /* P.V: column j sums over the keys in four interleaved accumulators (key i into i mod 4, each in key order),
+     * combined as (a0 + a1) + (a2 + a3): independent loads in flight, an order fixed by the key count alone */
     for (int j = threadIdx.x; j < D; j += blockDim.x) {
-        float acc = 0.0f;
-        for (int i = 0; i < nk; i++) acc = fmaf(dev_bf16_if(official, sc[i]), kv_elem(lay, keys[i], j), acc);
-        out[j] = dev_bf16_if(official, acc * inv);
+        float a[4] = { 0.0f, 0.0f, 0.0f, 0.0f };
+        int i = 0;
+        for (; i + 4 <= nk; i += 4)
+#pragma unroll
+            for (int u = 0; u < 4; u++) a[u] = fmaf(dev_bf16_if(official, sc[i + u]), kv_elem(lay, keys[i + u], j), a[u]);
+#pragma unroll
+        for (int u = 0; u < 3; u++)
+            if (i + u < nk) a[u] = fmaf(dev_bf16_if(official, sc[i + u]), kv_elem(lay, keys[i + u], j), a[u]);
+        out[j] = dev_bf16_if(official, ((a[0] + a[1]) + (a[2] + a[3])) * inv);
     }
     __syncthreads();
     block_rope(official, freq, R, out + D - R, p, 1);
