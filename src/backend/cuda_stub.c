@@ -22,6 +22,7 @@ int cuda_step(struct dsv4_model *m, dsv4_step_item *items, int n_items, dsv4_err
     return no_cuda(err);
 }
 void cuda_profile(struct dsv4_model *m, int on) { (void)m; (void)on; }
+double cuda_copy_bandwidth_gbs(const struct dsv4_model *m) { (void)m; return -1; }
 void cuda_profile_report(const struct dsv4_model *m, void *file) { (void)m; (void)file; }
 #else
 typedef int dsv4_cuda_stub_unused; /* ISO C wants a translation unit to declare something */

@@ -222,7 +222,10 @@ int cmd_bench(int argc, char **argv) {
     kv_cost_report(stdout, "", kv, m->cfg.n_layers, m->cfg.compress_ratio, m->cfg.head_dim, m->cfg.rope_dim,
                    m->cfg.index_head_dim, m->cfg.window);
     double bw = -1;
-    if (!no_bw) {
+    if (!no_bw && m->cuda) {
+        bw = cuda_copy_bandwidth_gbs(m);
+        printf("%-26s %10.1f GB/s    (GPU copy of 2 GiB, read + write, best of 5)\n", "device memory bandwidth", bw);
+    } else if (!no_bw) {
         bw = cpu_read_bandwidth_gbs(m->pool, (size_t)1 << 31, 3);
         printf("%-26s %10.1f GB/s    (2 GiB read, best of 3)\n", "memory read bandwidth", bw);
     }

@@ -26,6 +26,8 @@ int  cuda_step(struct dsv4_model *m, dsv4_step_item *items, int n_items, dsv4_er
  * and adds the host time since the last boundary to its stage; off costs nothing. Print the totals with
  * cuda_profile_report. Both are no-ops without the backend. */
 void cuda_profile(struct dsv4_model *m, int on);
+/* The GPU's measured device-to-device copy bandwidth in GB/s (read + write), or -1 (no backend / failure). */
+double cuda_copy_bandwidth_gbs(const struct dsv4_model *m);
 void cuda_profile_report(const struct dsv4_model *m, void *file /* FILE * */);
 
 #ifdef __cplusplus

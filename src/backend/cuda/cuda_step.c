@@ -129,6 +129,10 @@ void cuda_profile(struct dsv4_model *m, int on) {
     m->cuda->prof.on = on;
 }
 
+double cuda_copy_bandwidth_gbs(const struct dsv4_model *m) {
+    return m->cuda ? cu_copy_bandwidth_gbs((size_t)1 << 31, 5) : -1;
+}
+
 void cuda_profile_report(const struct dsv4_model *m, void *file) {
     static const char *names[ST_COUNT] = { "embed", "mHC + norms", "q/kv projections", "compressors", "indexer", "attention",
                                            "output projection", "router + plan", "routed experts", "shared expert", "head",
