@@ -21,6 +21,8 @@
 #include "helpers/testmodel.h"
 #include "model/tiny.h"
 #include "util/npy.h"
+#include "core/mtp.h"
+#include <unistd.h>
 
 #define GPU_CPU_REL 1e-5
 #define GOLDEN_REL 1e-4
@@ -319,6 +321,60 @@ static void cross_device_state(void **state) {
     }
 }
 
+/* ---- the V4 MTP head ------------------------------------------------------------------------------------------------ */
+
+/* MTP logits of rows 0..n-1 (the target's hidden rows of `tok`, each paired with the next token), fed in chunks. */
+static float *mtp_logits(dsv4_model *m, const int32_t *tok, int n, int chunk, int hcd, int V) {
+    dsv4_error err;
+    dsv4_seq *t, *st;
+    float *hidden = malloc(sizeof(float) * (size_t)(n + 1) * hcd), *out = malloc(sizeof(float) * (size_t)n * V);
+    if (dsv4_seq_new(m, &t, &err) || dsv4_seq_new(m, &st, &err)) fail_msg("%s", err.msg);
+    dsv4_step_item it = { t, tok, n + 1, DSV4_LOGITS_NONE, NULL, hidden };
+    if (dsv4_step(m, &it, 1, &err)) fail_msg("%s", err.msg);
+    for (int done = 0; done < n;) {
+        const int len = n - done < chunk ? n - done : chunk;
+        if (dsv4_mtp_forward(m, st, hidden + (int64_t)done * hcd, tok + done + 1, len, DSV4_LOGITS_ALL, out + (int64_t)done * V, &err))
+            fail_msg("mtp: %s", err.msg);
+        done += len;
+    }
+    dsv4_seq_free(t);
+    dsv4_seq_free(st);
+    free(hidden);
+    return out;
+}
+
+static void mtp_head(void **state) {
+    (void)state;
+    for (int official = 0; official < 2; official++) {
+        const dsv4_mode mode = official ? DSV4_MODE_OFFICIAL : DSV4_MODE_EXACT;
+        char tmpl[] = "/tmp/dsv4-test-XXXXXX";
+        assert_non_null(mkdtemp(tmpl));
+        const char *sets[] = {"compress_ratios=[0,0,4,128,4,128]", "sliding_window=8", "index_topk=3"};
+        dsv4_tiny_opts o = { .preset = "flash-tiny", .seed = 4, .sets = sets, .n_sets = 3, .mtp = MTP_V4 };
+        dsv4_error err;
+        if (dsv4_tiny_write(tmpl, &o, &err)) fail_msg("%s", err.msg);
+        dsv4_model *cpu = tm_load(tmpl, mode, DSV4_DEVICE_CPU, DSV4_KV_F32), *gpu = tm_load(tmpl, mode, DSV4_DEVICE_CUDA, DSV4_KV_F32);
+        assert_non_null(cpu);
+        assert_non_null(gpu);
+        const int V = vocab_of(cpu), n = 150, hcd = 4 * 256;
+        int32_t tok[151];
+        tm_tokens(tok, n + 1, V, 21);
+        float *a = mtp_logits(gpu, tok, n, n, hcd, V), *b = mtp_logits(gpu, tok, n, 1, hcd, V), *c = mtp_logits(gpu, tok, n, 7, hcd, V);
+        /* on the GPU: rows in one call = one by one = in chunks, bit for bit */
+        if (memcmp(a, b, sizeof(float) * (size_t)n * V) || memcmp(a, c, sizeof(float) * (size_t)n * V))
+            fail_msg("%s MTP on the GPU: chunked rows differ", official ? "OFFICIAL" : "EXACT");
+        float *r = mtp_logits(cpu, tok, n, n, hcd, V);
+        const double e = worst_rel(a, r, n, V, 0);
+        printf("  MTP head %-8s GPU vs CPU worst relative %.3g over %d rows; one call = one by one = chunks of 7 (memcmp)\n",
+               official ? "OFFICIAL" : "EXACT", e, n);
+        if (!official && !(e <= GPU_CPU_REL)) fail_msg("MTP EXACT GPU vs CPU relative %.3g", e);
+        free(a); free(b); free(c); free(r);
+        dsv4_model_free(gpu);
+        dsv4_model_free(cpu);
+        tm_rmdir(tmpl);
+    }
+}
+
 int main(void) {
     dsv4_error why;
     if (!dsv4_cuda_available(&why)) {
@@ -331,6 +387,7 @@ int main(void) {
         cmocka_unit_test(conformance_official),
         cmocka_unit_test(official_calm),
         cmocka_unit_test(cross_device_state),
+        cmocka_unit_test(mtp_head),
     };
     return cmocka_run_group_tests_name("gpu vs cpu", tests, NULL, NULL);
 }

@@ -87,6 +87,8 @@ void cu_hc_post(cu_stream st, int official, const float *f, const float *mix, fl
 /* The head collapse of the rows[R] tokens (core/hc.c hc_head_one): y[r] [d]. */
 void cu_hc_head(cu_stream st, int official, const float *X, const int32_t *rows, int R, const float *fn,
                 const float *base, const float *scale, int hc, int d, float hc_eps, float norm_eps, float *y);
+/* The MTP head's input (core/mtp.c mtp_input): X[t][s] = round(ep[t] + hp[t][s]) for every stream s. */
+void cu_mtp_mix(cu_stream st, int official, const float *ep, const float *hp, float *X, int T, int hc, int d);
 /* DSpark features (core/forward.c capture_features): feat[t][k][e] = mean over the streams of X (in order). */
 void cu_features(cu_stream st, int official, const float *X, int T, int hc, int d, int nt, int k, float *feat);
 

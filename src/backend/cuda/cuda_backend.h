@@ -22,6 +22,11 @@ void cuda_model_free(struct dsv4_model *m);
 /* dsv4_step on the GPU: the same validation and errors as the CPU step, then the whole forward on the device. */
 int  cuda_step(struct dsv4_model *m, dsv4_step_item *items, int n_items, dsv4_error *err);
 
+/* The V4 MTP head on the GPU (core/mtp.h dsv4_mtp_forward, which calls this for a cuda model): X is on the
+ * host, [n][hc*dim]; the MTP state is a sequence of the model (its state on the GPU). */
+int  cuda_mtp_forward(struct dsv4_model *m, dsv4_seq *state, const float *X, const int32_t *next_tokens, int n,
+                      dsv4_logits_want want, float *logits, dsv4_error *err);
+
 /* Per-stage timing of the CUDA step (dsv4 bench --profile): with it on, every stage boundary waits for the GPU
  * and adds the host time since the last boundary to its stage; off costs nothing. Print the totals with
  * cuda_profile_report. Both are no-ops without the backend. */

@@ -44,6 +44,7 @@ typedef struct {
     cu_moe_plan plan;
     int max_tiles;
     float *eg, *ev, *ey, *seg, *sev, *ys, *feat;
+    float *mtp_h, *mtp_out;    /* [T_cap][hc][dim]: the MTP head's stream inputs and h_proj outputs */
     float *head_x, *logits;    /* [CU_HEAD_ROWS][dim], [CU_HEAD_ROWS][vocab] */
     int32_t *head_rows;        /* [T_cap] */
     float *idx_scores;
@@ -69,6 +70,14 @@ typedef struct {
     long steps;
 } cu_profile;
 
+/* The V4 MTP head's weights (block NULL when the checkpoint has none). */
+typedef struct {
+    cu_layer *block;
+    dsv4_weight e_proj, h_proj;
+    float *enorm, *hnorm, *norm;
+    cu_hc hc_head;
+} cu_mtp;
+
 struct cuda_model {
     int gpu;
     cu_stream st;
@@ -76,6 +85,7 @@ struct cuda_model {
     float *norm;
     cu_hc hc_head;
     cu_layer *layers;
+    cu_mtp mtp;
     float *rope_window, *rope_compress;
     void **allocs;             /* every weight allocation, released together */
     int n_allocs, cap_allocs;

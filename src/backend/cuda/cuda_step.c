@@ -80,6 +80,7 @@ static void lay_out(ws_alloc *a, const dsv4_config *c, int T, int items, int64_t
     ws->plan.token_pairs = take(a, sizeof(int32_t) * (size_t)P);
     TAKE(eg, P * I); TAKE(ev, P * I); TAKE(ey, P * d); TAKE(seg, T * I); TAKE(sev, T * I); TAKE(ys, T * d);
     TAKE(feat, T * (c->n_dspark_targets > 0 ? c->n_dspark_targets : 1) * d);
+    TAKE(mtp_h, T * hc * d); TAKE(mtp_out, T * hc * d);
     TAKE(head_x, CU_HEAD_ROWS * d); TAKE(logits, (int64_t)CU_HEAD_ROWS * c->vocab_size); TAKE(head_rows, T);
     TAKE(idx_scores, (int64_t)(T < CU_INDEX_CHUNK ? T : CU_INDEX_CHUNK) * (idx_rows > 0 ? idx_rows : 1));
     TAKE(tok, T); TAKE(item_of, T); TAKE(pos, T); TAKE(items, items); TAKE(sl, (int64_t)c->n_layers * items);
@@ -366,7 +367,7 @@ done:
 }
 
 /* Logits for every row that wants them, CU_HEAD_ROWS rows per pass of the head (spec §12). */
-static int head(step_ctx *s, dsv4_step_item *items, dsv4_error *err) {
+static int head(step_ctx *s, dsv4_step_item *items, const cu_hc *hc_head, const float *norm, dsv4_error *err) {
     struct dsv4_model *m = s->m;
     const dsv4_config *c = &m->cfg;
     cu_workspace *ws = s->ws;
@@ -390,9 +391,9 @@ static int head(step_ctx *s, dsv4_step_item *items, dsv4_error *err) {
     if (cu_upload(ws->head_rows, rows, sizeof(int32_t) * (size_t)R)) { rc = dsv4_fail(err, DSV4_E_STATE, "cuda: upload failed"); goto done; }
     for (int r0 = 0; r0 < R && !rc; r0 += CU_HEAD_ROWS) {
         const int n = R - r0 < CU_HEAD_ROWS ? R - r0 : CU_HEAD_ROWS;
-        cu_hc_head(s->st, s->official, ws->X, ws->head_rows + r0, n, s->cm->hc_head.fn.data, s->cm->hc_head.base,
-                   s->cm->hc_head.scale, c->hc_mult, c->dim, c->hc_eps, c->norm_eps, ws->head_x);
-        cu_rmsnorm(s->st, s->official, ws->head_x, c->dim, s->cm->norm, c->dim, c->norm_eps, ws->head_x, c->dim, n);
+        cu_hc_head(s->st, s->official, ws->X, ws->head_rows + r0, n, hc_head->fn.data, hc_head->base, hc_head->scale, c->hc_mult,
+                   c->dim, c->hc_eps, c->norm_eps, ws->head_x);
+        cu_rmsnorm(s->st, s->official, ws->head_x, c->dim, norm, c->dim, c->norm_eps, ws->head_x, c->dim, n);
         cu_linear(s->st, &s->cm->head, ws->head_x, n, c->dim, ws->logits, V);
         if ((rc = cu_finish(s->st, "the LM head", err))) break;
         for (int k = 0; k < n; k++)
@@ -430,7 +431,9 @@ static int copy_back_rows(step_ctx *s, dsv4_step_item *items, dsv4_error *err) {
     return 0;
 }
 
-int cuda_step(struct dsv4_model *m, dsv4_step_item *items, int n_items, dsv4_error *err) {
+/* Everything before the first launch: validation, the kernels' limits, scratch, the sequences' reservations,
+ * the metadata upload. Nothing changes on error. */
+static int step_begin(struct dsv4_model *m, dsv4_step_item *items, int n_items, step_ctx *s, dsv4_error *err) {
     struct cuda_model *cm = m->cuda;
     const dsv4_config *c = &m->cfg;
     int T = 0;
@@ -441,20 +444,19 @@ int cuda_step(struct dsv4_model *m, dsv4_step_item *items, int n_items, dsv4_err
     }
     int rc = step_validate(m, m->state_mem, items, n_items, &T, &max_rows, err);
     if (rc) return rc;
-    step_ctx s = { m, cm, &cm->ws, cm->st, T, n_items, m->mode == DSV4_MODE_OFFICIAL, { 0 }, { 0 }, 0, 0 };
+    *s = (step_ctx){ m, cm, &cm->ws, cm->st, T, n_items, m->mode == DSV4_MODE_OFFICIAL, { 0 }, { 0 }, 0, 0 };
     for (int i = 0; i < n_items; i++) {
         const int64_t end = items[i].seq->pos + items[i].n_tokens;
-        if (end / 4 > s.idx_rows) s.idx_rows = end / 4;
-        if (end / 128 > s.hca_rows) s.hca_rows = end / 128;
+        if (end / 4 > s->idx_rows) s->idx_rows = end / 4;
+        if (end / 128 > s->hca_rows) s->hca_rows = end / 128;
     }
-    /* what the kernels cannot take is refused before anything changes */
     int has128 = 0;
     for (int L = 0; L < c->n_layers; L++) has128 |= c->compress_ratio[L] == 128;
-    const int64_t keys = c->window + (has128 && s.hca_rows > c->index_topk ? s.hca_rows : c->index_topk);
+    const int64_t keys = c->window + (has128 && s->hca_rows > c->index_topk ? s->hca_rows : c->index_topk);
     if (keys > cm->key_limit)
         return dsv4_fail(err, DSV4_E_RANGE, "cuda: a query would attend to %lld keys, this GPU's attention kernel takes at most %d "
                          "(context too long for the CUDA backend)", (long long)keys, cm->key_limit);
-    if ((rc = ws_ensure(m, T, n_items, s.idx_rows, err))) return rc;
+    if ((rc = ws_ensure(m, T, n_items, s->idx_rows, err))) return rc;
     for (int i = 0; i < n_items; i++)
         if (seq_reserve(items[i].seq, items[i].n_tokens)) {
             size_t fb = 0, tb = 0;
@@ -465,34 +467,81 @@ int cuda_step(struct dsv4_model *m, dsv4_step_item *items, int n_items, dsv4_err
     kv_layout lm, li;
     kv_layout_init(&lm, m->kv_format, KV_ROW_MAIN, c->head_dim, c->rope_dim);
     kv_layout_init(&li, m->kv_format, KV_ROW_INDEX, c->index_head_dim, 0);
-    s.main = lay_of(&lm);
-    s.index = lay_of(&li);
-    if ((rc = upload_meta(&s, items, err))) return rc;
-    /* From here on the sequences change. */
-    mark(&s, ST_HOST);
-    cu_embed(s.st, &cm->embed, s.ws->tok, T, c->hc_mult, c->dim, s.ws->X);
-    mark(&s, ST_EMBED);
-    for (int L = 0; L < c->n_layers; L++) {
-        step_block(&s, &cm->layers[L], L);
-        capture_features(&s, items, L);
-    }
-    if ((rc = cu_finish(s.st, "the step", err))) return rc;
-    if ((rc = head(&s, items, err))) return rc;
-    mark(&s, ST_HEAD);
-    if ((rc = copy_back_rows(&s, items, err))) return rc;
-    for (int i = 0; i < n_items; i++) {
+    s->main = lay_of(&lm);
+    s->index = lay_of(&li);
+    if ((rc = upload_meta(s, items, err))) return rc;
+    mark(s, ST_HOST);
+    return 0;
+}
+
+/* After the layers: the logits through (hc_head, norm) and the head, hidden rows and features back, then the
+ * host's bookkeeping (history, position and, for the backbone, the row counts). */
+static int step_end(step_ctx *s, dsv4_step_item *items, const cu_hc *hc_head, const float *norm, int backbone, dsv4_error *err) {
+    int rc;
+    if ((rc = cu_finish(s->st, "the step", err))) return rc;
+    if ((rc = head(s, items, hc_head, norm, err))) return rc;
+    mark(s, ST_HEAD);
+    if ((rc = copy_back_rows(s, items, err))) return rc;
+    for (int i = 0; i < s->n_items; i++) {
         dsv4_seq *q = items[i].seq;
         memcpy(q->tokens + q->pos, items[i].tokens, sizeof(int32_t) * (size_t)items[i].n_tokens);
         q->pos += items[i].n_tokens;
-        for (int L = 0; L < q->n_layers; L++) {
+        for (int L = 0; backbone && L < q->n_layers; L++) {
             dsv4_layer_state *ls = &q->layer[L];
             if (ls->comp.kv) ls->crows.n = q->pos / ls->comp.ratio;
             if (ls->icomp.kv) ls->irows.n = q->pos / ls->icomp.ratio;
         }
     }
-    mark(&s, ST_HOST);
-    cm->prof.steps += cm->prof.on;
+    mark(s, ST_HOST);
+    s->cm->prof.steps += s->cm->prof.on;
     return 0;
+}
+
+int cuda_step(struct dsv4_model *m, dsv4_step_item *items, int n_items, dsv4_error *err) {
+    struct cuda_model *cm = m->cuda;
+    const dsv4_config *c = &m->cfg;
+    step_ctx s;
+    int rc = step_begin(m, items, n_items, &s, err);
+    if (rc) return rc;
+    /* From here on the sequences change. */
+    cu_embed(s.st, &cm->embed, s.ws->tok, s.T, c->hc_mult, c->dim, s.ws->X);
+    mark(&s, ST_EMBED);
+    for (int L = 0; L < c->n_layers; L++) {
+        step_block(&s, &cm->layers[L], L);
+        capture_features(&s, items, L);
+    }
+    return step_end(&s, items, &cm->hc_head, cm->norm, 1, err);
+}
+
+/* The V4 MTP head on the GPU (core/mtp.c, the same order of operations): X' = bf16(e_proj(rmsnorm(embed[next],
+ * enorm)) + h_proj(rmsnorm(X_s, hnorm))) on every stream s, the MTP block on layer 0 of the MTP state, the MTP's
+ * own head collapse and norm before the shared LM head. */
+int cuda_mtp_forward(struct dsv4_model *m, dsv4_seq *state, const float *X, const int32_t *next_tokens, int n,
+                     dsv4_logits_want want, float *logits, dsv4_error *err) {
+    struct cuda_model *cm = m->cuda;
+    const dsv4_config *c = &m->cfg;
+    if (!cm->mtp.block) return dsv4_fail(err, DSV4_E_UNSUPPORTED, "this checkpoint has no V4 MTP head (mtp.0.e_proj)");
+    if (!X) return dsv4_fail(err, DSV4_E_ARG, "MTP: missing target hidden states");
+    dsv4_step_item it = { state, next_tokens, n, want, logits, NULL };
+    step_ctx s;
+    int rc = step_begin(m, &it, 1, &s, err);
+    if (rc) return dsv4_wrap(err, "MTP");
+    cu_workspace *ws = s.ws;
+    const int d = c->dim, hc = c->hc_mult, T = s.T;
+    if (cu_upload(ws->mtp_h, X, sizeof(float) * (size_t)T * hc * d)) return dsv4_fail(err, DSV4_E_STATE, "MTP: upload failed");
+    cu_embed(s.st, &cm->embed, ws->tok, T, 1, d, ws->u);
+    cu_rmsnorm(s.st, s.official, ws->u, d, cm->mtp.enorm, d, c->norm_eps, ws->u, d, T);
+    cu_rmsnorm(s.st, s.official, ws->mtp_h, d, cm->mtp.hnorm, d, c->norm_eps, ws->mtp_h, d, T * hc);
+    quant_rows_if(&s, ws->u, T, d);
+    quant_rows_if(&s, ws->mtp_h, T * hc, d);
+    cu_linear(s.st, &cm->mtp.e_proj, ws->u, T, d, ws->xn, d);
+    cu_linear(s.st, &cm->mtp.h_proj, ws->mtp_h, T * hc, d, ws->mtp_out, d);
+    round_if(&s, ws->xn, (int64_t)T * d);
+    round_if(&s, ws->mtp_out, (int64_t)T * hc * d);
+    cu_mtp_mix(s.st, s.official, ws->xn, ws->mtp_out, ws->X, T, hc, d);
+    mark(&s, ST_EMBED);
+    step_block(&s, cm->mtp.block, 0);
+    return step_end(&s, &it, &cm->mtp.hc_head, cm->mtp.norm, 0, err);
 }
 #else
 typedef int dsv4_cuda_step_unused; /* built only with CUDA=1 */
