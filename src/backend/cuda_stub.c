@@ -26,6 +26,15 @@ int cuda_mtp_forward(struct dsv4_model *m, dsv4_seq *state, const float *X, cons
     (void)m; (void)state; (void)X; (void)next_tokens; (void)n; (void)want; (void)logits;
     return no_cuda(err);
 }
+int cuda_dspark_commit(struct dsv4_model *m, float *ring, int64_t pos, const float *features, int n, dsv4_error *err) {
+    (void)m; (void)ring; (void)pos; (void)features; (void)n;
+    return no_cuda(err);
+}
+int cuda_dspark_block(struct dsv4_model *m, const float *ring, int64_t pos, const int32_t *ids, int gamma, float *y, float *U,
+                      dsv4_error *err) {
+    (void)m; (void)ring; (void)pos; (void)ids; (void)gamma; (void)y; (void)U;
+    return no_cuda(err);
+}
 void cuda_profile(struct dsv4_model *m, int on) { (void)m; (void)on; }
 double cuda_copy_bandwidth_gbs(const struct dsv4_model *m) { (void)m; return -1; }
 void cuda_profile_report(const struct dsv4_model *m, void *file) { (void)m; (void)file; }

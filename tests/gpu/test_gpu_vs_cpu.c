@@ -22,6 +22,7 @@
 #include "model/tiny.h"
 #include "util/npy.h"
 #include "core/mtp.h"
+#include "core/dspark.h"
 #include <unistd.h>
 
 #define GPU_CPU_REL 1e-5
@@ -375,6 +376,65 @@ static void mtp_head(void **state) {
     }
 }
 
+/* ---- the DSpark drafter ------------------------------------------------------------------------------------------------ */
+
+/* Commit the target features of tok[0..n) in chunks of `chunk`, then draft a block: y [gamma][d] and U [gamma][V]. */
+static void dspark_block(dsv4_model *m, const int32_t *tok, int n, int chunk, float *y, float *U) {
+    dsv4_model_info info;
+    dsv4_model_get_info(m, &info);
+    dsv4_error err;
+    dsv4_seq *t;
+    dsv4_dspark_ctx *c;
+    const int nt = 3, fd = nt * info.dim;   /* the tiny DSpark preset's three target layers */
+    float *feat = malloc(sizeof(float) * (size_t)n * fd);
+    if (dsv4_seq_new(m, &t, &err) || dsv4_dspark_ctx_new(m, &c, &err)) fail_msg("%s", err.msg);
+    dsv4_step_item it = { t, tok, n, DSV4_LOGITS_NONE, NULL, NULL, feat };
+    if (dsv4_step(m, &it, 1, &err)) fail_msg("%s", err.msg);
+    for (int done = 0; done < n; done += chunk)
+        if (dsv4_dspark_commit(m, c, feat + (int64_t)done * fd, n - done < chunk ? n - done : chunk, &err)) fail_msg("commit: %s", err.msg);
+    if (dsv4_dspark_block(m, c, tok[n - 1], y, U, &err)) fail_msg("block: %s", err.msg);
+    dsv4_dspark_ctx_free(c);
+    dsv4_seq_free(t);
+    free(feat);
+}
+
+static void dspark_head(void **state) {
+    (void)state;
+    char tmpl[] = "/tmp/dsv4-test-XXXXXX";
+    assert_non_null(mkdtemp(tmpl));
+    const char *sets[] = {"compress_ratios=[0,0,4,128,4,128]", "sliding_window=8", "index_topk=3"};
+    dsv4_tiny_opts o = { .preset = "flash-tiny", .seed = 6, .sets = sets, .n_sets = 3, .mtp = MTP_DSPARK };
+    dsv4_error err;
+    if (dsv4_tiny_write(tmpl, &o, &err)) fail_msg("%s", err.msg);
+    for (int official = 0; official < 2; official++) {
+        const dsv4_mode mode = official ? DSV4_MODE_OFFICIAL : DSV4_MODE_EXACT;
+        dsv4_model *cpu = tm_load(tmpl, mode, DSV4_DEVICE_CPU, DSV4_KV_F32), *gpu = tm_load(tmpl, mode, DSV4_DEVICE_CUDA, DSV4_KV_F32);
+        assert_non_null(cpu);
+        assert_non_null(gpu);
+        dsv4_model_info info;
+        dsv4_model_get_info(cpu, &info);
+        const int V = info.vocab_size, d = info.dim, g = dsv4_dspark_block_size(cpu), n = 60;
+        if (dsv4_dspark_rank(cpu) <= 0 || g <= 0) fail_msg("not a DSpark checkpoint");
+        int32_t tok[60];
+        tm_tokens(tok, n, V, 23);
+        float *y1 = malloc(sizeof(float) * (size_t)g * d), *y2 = malloc(sizeof(float) * (size_t)g * d), *yc = malloc(sizeof(float) * (size_t)g * d);
+        float *u1 = malloc(sizeof(float) * (size_t)g * V), *u2 = malloc(sizeof(float) * (size_t)g * V), *uc = malloc(sizeof(float) * (size_t)g * V);
+        dspark_block(gpu, tok, n, n, y1, u1);
+        dspark_block(gpu, tok, n, 7, y2, u2);
+        if (memcmp(y1, y2, sizeof(float) * (size_t)g * d) || memcmp(u1, u2, sizeof(float) * (size_t)g * V))
+            fail_msg("%s DSpark on the GPU: context committed in chunks gives other drafts", official ? "OFFICIAL" : "EXACT");
+        dspark_block(cpu, tok, n, n, yc, uc);
+        const double ey = worst_rel(y1, yc, g, d, 0), eu = worst_rel(u1, uc, g, V, 0);
+        printf("  DSpark %-8s GPU vs CPU worst relative: y %.3g, draft logits %.3g (block of %d); chunked context = one call (memcmp)\n",
+               official ? "OFFICIAL" : "EXACT", ey, eu, g);
+        if (!official && !(ey <= GPU_CPU_REL && eu <= GPU_CPU_REL)) fail_msg("DSpark EXACT GPU vs CPU: y %.3g, U %.3g", ey, eu);
+        free(y1); free(y2); free(yc); free(u1); free(u2); free(uc);
+        dsv4_model_free(gpu);
+        dsv4_model_free(cpu);
+    }
+    tm_rmdir(tmpl);
+}
+
 int main(void) {
     dsv4_error why;
     if (!dsv4_cuda_available(&why)) {
@@ -388,6 +448,7 @@ int main(void) {
         cmocka_unit_test(official_calm),
         cmocka_unit_test(cross_device_state),
         cmocka_unit_test(mtp_head),
+        cmocka_unit_test(dspark_head),
     };
     return cmocka_run_group_tests_name("gpu vs cpu", tests, NULL, NULL);
 }

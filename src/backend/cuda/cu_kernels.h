@@ -129,6 +129,13 @@ int  cu_attention(cu_stream st, int official, cu_kvlay lay, const float *q, cons
                   const int32_t *item_of, const cu_item *items, const cu_seq_layer *sl, int ring_len, int W, int ratio,
                   const int32_t *sel, const int32_t *n_sel, int topk, const float *sink, const float *freq, int T, int H,
                   int D, int R, int max_keys, float *o);
+/* DSpark's block attention (core/dspark.c): block element j (position p0 + j) over the context keys of positions
+ * max(0, p0-W) .. p0-1 (ring: [W][D] fp32, slot = position mod W) then all gamma block keys (kv [gamma][D] fp32);
+ * the same per-(token, head) reductions as cu_attention. */
+void cu_dspark_attention(cu_stream st, int official, const float *q, const float *kv, const float *ring, int64_t p0, int gamma,
+                         int W, const float *sink, const float *freq, int H, int D, int R, float *o);
+/* Rows [n][D] into a DSpark context ring at positions p0 .. p0+n-1. */
+void cu_dspark_ring_write(cu_stream st, const float *kv, int n, int D, float *ring, int64_t p0, int W);
 /* The most keys (window + compressed rows) one query of cu_attention can take on this GPU (its scores and key
  * addresses live in shared memory). */
 int  cu_attention_key_limit(void);

@@ -136,6 +136,15 @@ static void up_model(uploader *u, const struct dsv4_model *m) {
         cm->mtp.norm = up_vec(u, h->norm, c->dim);
         cm->mtp.hc_head = up_hc(u, &h->hc_head, c->hc_mult, 1);
     }
+    if (m->dspark) {
+        const dsv4_dspark_head *h = m->dspark;
+        for (int st = 0; st < h->n_stages; st++) up_layer(u, m, &h->stage[st], &cm->dspark.stages[st]);
+        cm->dspark.n_stages = h->n_stages;
+        cm->dspark.main_proj = up_weight(u, &h->main_proj);
+        cm->dspark.main_norm = up_vec(u, h->main_norm, c->dim);
+        cm->dspark.norm = up_vec(u, h->norm, c->dim);
+        cm->dspark.hc_head = up_hc(u, &h->hc_head, c->hc_mult, 1);
+    }
 }
 
 static void release(struct cuda_model *cm) {
@@ -145,6 +154,7 @@ static void release(struct cuda_model *cm) {
     free(cm->allocs);
     free(cm->layers);
     free(cm->mtp.block);
+    free(cm->dspark.stages);
     cu_stream_free(cm->st);
     free(cm);
 }
@@ -166,8 +176,9 @@ int cuda_model_init(struct dsv4_model *m, int gpu, dsv4_error *err) {
     if ((rc = check_shapes(&m->cfg, err))) return rc;
     struct cuda_model *cm = calloc(1, sizeof *cm);
     if (!cm || !(cm->layers = calloc((size_t)m->cfg.n_layers, sizeof(cu_layer))) ||
-        (m->mtp && !(cm->mtp.block = calloc(1, sizeof(cu_layer))))) {
-        if (cm) free(cm->layers);
+        (m->mtp && !(cm->mtp.block = calloc(1, sizeof(cu_layer)))) ||
+        (m->dspark && !(cm->dspark.stages = calloc((size_t)m->dspark->n_stages, sizeof(cu_layer))))) {
+        if (cm) { free(cm->layers); free(cm->mtp.block); }
         free(cm);
         return dsv4_fail(err, DSV4_E_NOMEM, "out of memory");
     }

@@ -78,6 +78,16 @@ typedef struct {
     cu_hc hc_head;
 } cu_mtp;
 
+/* The DSpark drafter's weights (stages NULL when the checkpoint has none); the Markov and confidence heads stay
+ * with the CPU (a few rows per draft). */
+typedef struct {
+    int n_stages;
+    cu_layer *stages;
+    dsv4_weight main_proj;
+    float *main_norm, *norm;
+    cu_hc hc_head;
+} cu_dspark;
+
 struct cuda_model {
     int gpu;
     cu_stream st;
@@ -86,6 +96,7 @@ struct cuda_model {
     cu_hc hc_head;
     cu_layer *layers;
     cu_mtp mtp;
+    cu_dspark dspark;
     float *rope_window, *rope_compress;
     void **allocs;             /* every weight allocation, released together */
     int n_allocs, cap_allocs;

@@ -193,13 +193,13 @@ static void step_hc_pre(step_ctx *s, const cu_hc *h, const float *norm) {
     cu_rmsnorm(s->st, s->official, ws->u, c->dim, norm, c->dim, c->norm_eps, ws->xn, c->dim, s->T);
 }
 
-static void step_attention(step_ctx *s, const cu_layer *ly, int L) {
+/* The query and key path (core/attention.c attention_qkv): ws->q [T][H][D] and ws->kv [T][D], normalised and
+ * rotated; ws->qr (the indexer's input); ws->x8 the OFFICIAL FP8 copy of ws->xn. */
+static void attn_project(step_ctx *s, const cu_layer *ly) {
     const dsv4_config *c = &s->m->cfg;
     cu_workspace *ws = s->ws;
     const int T = s->T, d = c->dim, D = c->head_dim, H = c->n_heads, R = c->rope_dim;
-    const int nI = c->index_n_heads, cI = c->index_head_dim;
     const float *freq = ly->ratio ? s->cm->rope_compress : s->cm->rope_window;
-    const cu_seq_layer *sl = ws->sl + (int64_t)L * s->n_items;
     /* FP8 linears see their input quantized per 128 columns (OFFICIAL); compressors and weights_proj read xn */
     const float *x8 = ws->xn;
     if (s->official) {
@@ -215,6 +215,33 @@ static void step_attention(step_ctx *s, const cu_layer *ly, int L) {
     cu_linear(s->st, &ly->wkv, x8, T, d, ws->kv, D);
     round_if(s, ws->kv, (int64_t)T * D);
     cu_qkv_prepare(s->st, s->official, ws->q, ws->kv, ly->kv_norm, ws->pos, freq, T, H, D, R, c->norm_eps);
+}
+
+/* ws->o [T][H][D] -> ws->sub [T][d] through the grouped wo_a (group g's heads through rows [g*o_lora,
+ * (g+1)*o_lora)) and wo_b (core/attention.c attention_output). */
+static void attn_output(step_ctx *s, const cu_layer *ly) {
+    const dsv4_config *c = &s->m->cfg;
+    cu_workspace *ws = s->ws;
+    const int T = s->T, d = c->dim, H = c->n_heads, D = c->head_dim;
+    const int G = c->o_groups, HD_G = H * D / G, zl = G * c->o_lora;
+    for (int g = 0; g < G; g++) {
+        dsv4_weight wg = weight_rows(&ly->wo_a, g * c->o_lora, c->o_lora);
+        cu_linear(s->st, &wg, ws->o + (int64_t)g * HD_G, T, H * D, ws->z + (int64_t)g * c->o_lora, zl);
+    }
+    round_if(s, ws->z, (int64_t)T * zl);
+    quant_rows_if(s, ws->z, T, zl);
+    cu_linear(s->st, &ly->wo_b, ws->z, T, zl, ws->sub, d);
+    round_if(s, ws->sub, (int64_t)T * d);
+}
+
+static void step_attention(step_ctx *s, const cu_layer *ly, int L) {
+    const dsv4_config *c = &s->m->cfg;
+    cu_workspace *ws = s->ws;
+    const int T = s->T, d = c->dim, D = c->head_dim, H = c->n_heads, R = c->rope_dim;
+    const int nI = c->index_n_heads, cI = c->index_head_dim;
+    const float *freq = ly->ratio ? s->cm->rope_compress : s->cm->rope_window;
+    const cu_seq_layer *sl = ws->sl + (int64_t)L * s->n_items;
+    attn_project(s, ly);
     mark(s, ST_QKV);
     const int cw = (ly->ratio == 4 ? 2 : 1) * D;
     if (ly->ratio) {
@@ -253,16 +280,7 @@ static void step_attention(step_ctx *s, const cu_layer *ly, int L) {
     cu_attention(s->st, s->official, s->main, ws->q, ws->kvs, ws->pos, ws->item_of, ws->items, sl, s->m->ring_len, c->window,
                  ly->ratio, ws->sel, ws->n_sel, c->index_topk, ly->attn_sink, freq, T, H, D, R, max_keys, ws->o);
     mark(s, ST_ATTEND);
-    /* grouped low-rank output: group g's heads through wo_a rows [g*o_lora, (g+1)*o_lora) */
-    const int G = c->o_groups, HD_G = H * D / G, zl = G * c->o_lora;
-    for (int g = 0; g < G; g++) {
-        dsv4_weight wg = weight_rows(&ly->wo_a, g * c->o_lora, c->o_lora);
-        cu_linear(s->st, &wg, ws->o + (int64_t)g * HD_G, T, H * D, ws->z + (int64_t)g * c->o_lora, zl);
-    }
-    round_if(s, ws->z, (int64_t)T * zl);
-    quant_rows_if(s, ws->z, T, zl);
-    cu_linear(s->st, &ly->wo_b, ws->z, T, zl, ws->sub, d);
-    round_if(s, ws->sub, (int64_t)T * d);
+    attn_output(s, ly);
     /* finally the window rings: every query above read the step's own keys from kvs */
     cu_ring_write(s->st, s->main, ws->kvs, ws->pos, ws->item_of, ws->items, sl, s->m->ring_len, T);
     mark(s, ST_OUTPUT);
@@ -542,6 +560,99 @@ int cuda_mtp_forward(struct dsv4_model *m, dsv4_seq *state, const float *X, cons
     mark(&s, ST_EMBED);
     step_block(&s, cm->mtp.block, 0);
     return step_end(&s, &it, &cm->mtp.hc_head, cm->mtp.norm, 0, err);
+}
+/* ---- DSpark (core/dspark.c, the same order of operations) ------------------------------------------------------- */
+
+/* A step of T positions p0.. that belongs to no sequence (the DSpark block and context): scratch and metadata. */
+static int positions_begin(struct dsv4_model *m, const int32_t *tok, int T, int64_t p0, step_ctx *s, dsv4_error *err) {
+    struct cuda_model *cm = m->cuda;
+    *s = (step_ctx){ m, cm, &cm->ws, cm->st, T, 1, m->mode == DSV4_MODE_OFFICIAL, { 0 }, { 0 }, 0, 0 };
+    int rc = ws_ensure(m, T, 1, 0, err);
+    if (rc) return rc;
+    int32_t *t = malloc(sizeof(int32_t) * (size_t)T), *item = calloc((size_t)T, sizeof(int32_t));
+    int64_t *pos = malloc(sizeof(int64_t) * (size_t)T);
+    const cu_item it = { 0, T, p0 };
+    if (t && item && pos) {
+        for (int i = 0; i < T; i++) {
+            t[i] = tok ? tok[i] : 0;
+            pos[i] = p0 + i;
+        }
+        if (cu_upload(s->ws->tok, t, sizeof(int32_t) * (size_t)T) || cu_upload(s->ws->pos, pos, sizeof(int64_t) * (size_t)T) ||
+            cu_upload(s->ws->item_of, item, sizeof(int32_t) * (size_t)T) || cu_upload(s->ws->items, &it, sizeof it))
+            rc = dsv4_fail(err, DSV4_E_STATE, "cuda: uploading positions failed");
+    } else {
+        rc = dsv4_fail(err, DSV4_E_NOMEM, "out of memory");
+    }
+    free(t); free(item); free(pos);
+    return rc;
+}
+
+int cuda_dspark_commit(struct dsv4_model *m, float *ring, int64_t pos, const float *features, int n, dsv4_error *err) {
+    struct cuda_model *cm = m->cuda;
+    const dsv4_config *c = &m->cfg;
+    const int d = c->dim, nt = c->n_dspark_targets, D = c->head_dim, W = c->window;
+    step_ctx s;
+    int rc = positions_begin(m, NULL, n, pos, &s, err);
+    if (rc) return rc;
+    cu_workspace *ws = s.ws;
+    /* main_x = rmsnorm(main_proj(features), main_norm) */
+    if (cu_upload(ws->feat, features, sizeof(float) * (size_t)n * nt * d)) return dsv4_fail(err, DSV4_E_STATE, "DSpark: upload failed");
+    quant_rows_if(&s, ws->feat, n, nt * d);
+    cu_linear(s.st, &cm->dspark.main_proj, ws->feat, n, nt * d, ws->xn, d);
+    round_if(&s, ws->xn, (int64_t)n * d);
+    cu_rmsnorm(s.st, s.official, ws->xn, d, cm->dspark.main_norm, d, c->norm_eps, ws->xn, d, n);
+    /* each stage's context keys: its own wkv and kv_norm, RoPE at the committed position, into its ring */
+    for (int st = 0; st < cm->dspark.n_stages; st++) {
+        const cu_layer *ly = &cm->dspark.stages[st];
+        const float *x = ws->xn;
+        if (s.official) {
+            cu_act_quant(s.st, ws->xn, d, ws->u, d, n, d, 128, 0);
+            x = ws->u;
+        }
+        cu_linear(s.st, &ly->wkv, x, n, d, ws->kv, D);
+        round_if(&s, ws->kv, (int64_t)n * D);
+        cu_qkv_prepare(s.st, s.official, NULL, ws->kv, ly->kv_norm, ws->pos, cm->rope_window, n, 0, D, c->rope_dim, c->norm_eps);
+        cu_dspark_ring_write(s.st, ws->kv, n, D, ring + (int64_t)st * W * D, pos, W);
+    }
+    return cu_finish(s.st, "the DSpark context", err);
+}
+
+int cuda_dspark_block(struct dsv4_model *m, const float *ring, int64_t pos, const int32_t *ids, int gamma, float *y, float *U,
+                      dsv4_error *err) {
+    struct cuda_model *cm = m->cuda;
+    const dsv4_config *c = &m->cfg;
+    const int d = c->dim, D = c->head_dim, W = c->window, V = c->vocab_size;
+    if (gamma > CU_HEAD_ROWS) return dsv4_fail(err, DSV4_E_UNSUPPORTED, "cuda: DSpark blocks of more than %d drafts", CU_HEAD_ROWS);
+    step_ctx s;
+    int rc = positions_begin(m, ids, gamma, pos, &s, err);
+    if (rc) return rc;
+    cu_workspace *ws = s.ws;
+    cu_embed(s.st, &cm->embed, ws->tok, gamma, c->hc_mult, d, ws->X);
+    for (int st = 0; st < cm->dspark.n_stages; st++) {
+        const cu_layer *ly = &cm->dspark.stages[st];
+        step_hc_pre(&s, &ly->hc_attn, ly->attn_norm);
+        attn_project(&s, ly);
+        cu_dspark_attention(s.st, s.official, ws->q, ws->kv, ring + (int64_t)st * W * D, pos, gamma, W, ly->attn_sink, cm->rope_window,
+                            c->n_heads, D, c->rope_dim, ws->o);
+        attn_output(&s, ly);
+        cu_hc_post(s.st, s.official, ws->sub, ws->mix, ws->X, gamma, c->hc_mult, d);
+        step_hc_pre(&s, &ly->hc_ffn, ly->ffn_norm);
+        step_moe(&s, ly);
+        cu_hc_post(s.st, s.official, ws->sub, ws->mix, ws->X, gamma, c->hc_mult, d);
+    }
+    /* y = the last stage's hc_head (before the norm); U = head . rmsnorm(y, norm) */
+    int32_t rows[CU_HEAD_ROWS];
+    for (int j = 0; j < gamma; j++) rows[j] = j;
+    if (cu_upload(ws->head_rows, rows, sizeof(int32_t) * (size_t)gamma)) return dsv4_fail(err, DSV4_E_STATE, "DSpark: upload failed");
+    cu_hc_head(s.st, s.official, ws->X, ws->head_rows, gamma, cm->dspark.hc_head.fn.data, cm->dspark.hc_head.base,
+               cm->dspark.hc_head.scale, c->hc_mult, d, c->hc_eps, c->norm_eps, ws->head_x);
+    if ((rc = cu_finish(s.st, "the DSpark block", err))) return rc;
+    if (cu_download(y, ws->head_x, sizeof(float) * (size_t)gamma * d)) return dsv4_fail(err, DSV4_E_STATE, "DSpark: download failed");
+    cu_rmsnorm(s.st, s.official, ws->head_x, d, cm->dspark.norm, d, c->norm_eps, ws->head_x, d, gamma);
+    cu_linear(s.st, &cm->head, ws->head_x, gamma, d, ws->logits, V);
+    if ((rc = cu_finish(s.st, "the DSpark head", err))) return rc;
+    if (cu_download(U, ws->logits, sizeof(float) * (size_t)gamma * V)) return dsv4_fail(err, DSV4_E_STATE, "DSpark: download failed");
+    return 0;
 }
 #else
 typedef int dsv4_cuda_step_unused; /* built only with CUDA=1 */
