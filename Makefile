@@ -28,16 +28,16 @@ $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -MMD -MP -c $< -o $@
 
-$(BUILD)/libdsv4.a: $(LIB_OBJ)
+$(BUILD)/libdsv4.a: $(LIB_OBJ) $(CUDA_OBJ)
 	@rm -f $@
 	ar rcs $@ $^
 
 $(BUILD)/dsv4: $(CLI_OBJ) $(BUILD)/libdsv4.a
-	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
+	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS) $(CUDA_LIBS)
 
 $(BUILD)/tests/%: $(BUILD)/tests/unit/%.o $(HELP_OBJ) $(BUILD)/libdsv4.a
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -o $@ $^ $(TESTLIBS) $(LDLIBS)
+	$(CC) $(CFLAGS) -o $@ $^ $(TESTLIBS) $(LDLIBS) $(CUDA_LIBS)
 
 # The README's test command. DSV4_BIN / DSV4_TESTS tell the runner where the programs are.
 test: all
@@ -50,5 +50,7 @@ test-asan:
 
 clean:
 	rm -rf build build-asan
+
+include mk/install.mk
 
 -include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(HELP_OBJ:.o=.d) $(TEST_BIN:$(BUILD)/tests/%=$(BUILD)/tests/unit/%.d)
