@@ -2,6 +2,7 @@
 # main build rules stay as they are:
 #
 #   make lib        build/libdsv4.so.X.Y.Z (soname libdsv4.so.X) from position-independent objects in build/pic/
+#                   (part of `make` too, except in sanitizer builds)
 #   make install    PREFIX (default /usr/local) and DESTDIR honoured; see INSTALLED for the list
 #   make uninstall  removes exactly INSTALLED (and, in a DESTDIR staging tree, the folders left empty)
 #   make examples   build/examples/*: the programs in examples/, compiled against include/ only
@@ -61,6 +62,11 @@ $(BUILD)/$(SO_REAL): $(PIC_OBJ) $(CUDA_PIC_OBJ)
 
 .PHONY: lib install uninstall examples FORCE
 lib: $(BUILD)/libdsv4.a $(BUILD)/$(SO_REAL)
+# A plain `make` builds the shared library too, so that `make && sudo make install` compiles nothing as root.
+# Sanitizer builds (make test-asan) only run the tests and skip it.
+ifeq ($(strip $(SAN)),)
+all: $(BUILD)/$(SO_REAL)
+endif
 
 # ---- install / uninstall -----------------------------------------------------------------------------------------
 PREFIX       ?= /usr/local

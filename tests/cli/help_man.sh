@@ -39,7 +39,7 @@ man_pairs() {
 man_sections() { awk '/^\.SH/ { sect = $2 } /^\.SS/ && sect == "COMMANDS" { s = $0; gsub(/"/, "", s); split(s, w, " "); print w[3] }' "$1" | sort; }
 
 # What the code parses: every strcmp(..., "-x") literal of src/cli/cmd_NAME.c (the sampling options of common.c
-# where the command calls cli_sampling_option), and main.c's global ones. -h/--help of a command is answered by
+# where the command calls cli_sampling_option) and every getopt_long table entry, and main.c's global ones. -h/--help of a command is answered by
 # main.c for every command, so it is not listed per command.
 source_pairs() {
     local f name
@@ -47,6 +47,8 @@ source_pairs() {
         name=$(basename "$f" .c); name=${name#cmd_}
         { grep -oE 'strcmp\([^,()]*, *"-[^"]*"\)' "$f"
           grep -q cli_sampling_option "$f" && grep -oE 'strcmp\([^,()]*, *"-[^"]*"\)' "$SRC/common.c"
+          # getopt_long tables: {"port", required_argument, ...} is --port
+          grep -oE '\{ *"[a-z][a-z0-9-]*", *(no|required|optional)_argument' "$f" | sed -E 's/^\{ *"([^"]*)".*/"--\1"/'
         } | grep -oE '"-[^"]*"' | tr -d '"' | grep -vxE -- '-h|--help' | sed "s/^/$name /"
     done
     grep -oE 'strcmp\([^,()]*, *"-[^"]*"\)' "$SRC/main.c" | grep -oE '"-[^"]*"' | tr -d '"' | sed 's/^/dsv4 /'

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # dsv4 --version (issue 19): the header's version, the git commit the binary was built from ("unknown" outside a
-# checkout), the build options; and the same version and commit recorded as the writer of a saved state.
+# checkout), the build options; and the same version and commit recorded as the writer of a saved state and of a
+# prefix-cache file.
 # Run from the repository root with DSV4_BIN set; prints "N passed, N failed".
 . "$(dirname "$0")/lib.sh"
 ROOT=${DSV4_ROOT:-.}
@@ -26,4 +27,10 @@ expect_ok "save" "$BIN" logits -m "$T/m" --tokens 1,2,3,4,5 --save-at 5 --state 
 expect_ok "state inspect" "$BIN" state inspect "$T/s.bin"
 grep -qxF "written by: dsv4 $want (commit $commit)" "$T/out" && ok || bad "inspect: $(grep 'written by' "$T/out")"
 grep -qx "format: dsv4 sequence state v2, checksum ok (xxh64)" "$T/out" && ok || bad "inspect: $(grep 'format' "$T/out")"
+# so does a prefix-cache file (the same state format)
+expect_ok "generate with a prefix cache" "$BIN" generate -m "$T/m" --tokens 1,2,3,4,5,6 -n 2 --ids --prefix-cache-dir "$T/pc"
+f=$(ls "$T"/pc/p-*.dsv4seq 2>/dev/null | head -1)
+[ -n "$f" ] && ok || bad "no prefix-cache file written"
+expect_ok "inspect a prefix-cache file" "$BIN" state inspect "$f"
+grep -qxF "written by: dsv4 $want (commit $commit)" "$T/out" && ok || bad "prefix-cache file: $(grep 'written by' "$T/out")"
 finish
