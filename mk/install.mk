@@ -7,12 +7,10 @@
 #   make uninstall  removes exactly INSTALLED (and, in a DESTDIR staging tree, the folders left empty)
 #   make examples   build/examples/*: the programs in examples/, compiled against include/ only
 #
-# Optional backends plug in through three variables, set before the libdsv4.a rule in the Makefile:
-#   CUDA_OBJ      objects linked into libdsv4.a (and so into the dsv4 binary and the tests)
-#   CUDA_PIC_OBJ  objects linked into libdsv4.so (default: CUDA_OBJ, which must then be compiled with
-#                 -Xcompiler -fPIC,-fvisibility=hidden)
-#   CUDA_LIBS     libraries they need (-lcudart -lcublas ...): linked into the binary and libdsv4.so, and listed in
-#                 dsv4.pc's Libs.private
+# The CUDA build (make CUDA=1, BUILD=build-cuda) installs the same way: its nvcc objects (CU_OBJ) go into libdsv4.a
+# through the Makefile's rule, and PIC copies of them (CU_PIC_OBJ, built here with -Xcompiler -fPIC) into
+# libdsv4.so; its libraries come in LDLIBS, which links both the binary and libdsv4.so and, minus the ones with a
+# .pc of their own, becomes dsv4.pc's Libs.private.
 
 # ---- version: include/dsv4.h is the one place it is written ------------------------------------------------------
 version_part = $(shell sed -n 's/^\#define DSV4_VERSION_$(1) \([0-9][0-9]*\)$$/\1/p' include/dsv4.h)
@@ -25,14 +23,14 @@ SO_REAL       := libdsv4.so.$(VERSION)
 
 # The commit baked into `dsv4 --version` and into saved state files: 12 hex digits, "-dirty" with uncommitted
 # changes, "unknown" outside a git checkout (a release tarball). Packagers may pass GIT_COMMIT=... themselves.
+# (Whether CUDA is built in, and the CPU features, version.c reads from the compiler's own macros.)
 GIT_COMMIT ?= $(shell [ -e .git ] && c=$$(git rev-parse --short=12 HEAD 2>/dev/null) && \
                 { git diff --quiet HEAD -- 2>/dev/null || c=$$c-dirty; } && echo $$c || echo unknown)
-BUILD_CUDA := $(if $(filter 1 yes,$(CUDA)),1,0)
 
 # build_info.h is rewritten only when its content changes, so a new commit recompiles one file and relinks.
 $(BUILD)/gen/build_info.h: FORCE
 	@mkdir -p $(dir $@)
-	@printf '#define DSV4_BUILD_COMMIT "%s"\n#define DSV4_BUILD_CUDA %s\n' '$(GIT_COMMIT)' '$(BUILD_CUDA)' >$@.tmp
+	@printf '#define DSV4_BUILD_COMMIT "%s"\n' '$(GIT_COMMIT)' >$@.tmp
 	@if cmp -s $@.tmp $@; then rm -f $@.tmp; else mv -f $@.tmp $@; fi
 FORCE:
 
@@ -45,18 +43,21 @@ $(VERSION_OBJ): CFLAGS += -I$(BUILD)/gen
 # linking (the tests use internal functions through libdsv4.a), but it keeps libdsv4.a's internals private when
 # someone links it into a shared object of their own.
 PIC_OBJ := $(LIB_SRC:%.c=$(BUILD)/pic/%.o)
-CUDA_PIC_OBJ ?= $(CUDA_OBJ)
+CU_PIC_OBJ := $(CU_OBJ:$(BUILD)/%=$(BUILD)/pic/%)
 $(LIB_OBJ): CFLAGS += -fvisibility=hidden
 
 $(BUILD)/pic/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -fPIC -fvisibility=hidden -MMD -MP -c $< -o $@
 
+$(BUILD)/pic/%.o: %.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVFLAGS) -Xcompiler -fPIC,-fvisibility=hidden -Iinclude -Isrc -MMD -MP -c $< -o $@
+
 # --no-undefined: every symbol must come from the objects or the listed libraries (a missing -l fails here, not
 # in a user's program); --exclude-libs: static archives pulled in (cudart_static) are not re-exported.
-$(BUILD)/$(SO_REAL): $(PIC_OBJ) $(CUDA_PIC_OBJ)
-	$(CC) $(CFLAGS) -shared -Wl,-soname,$(SO_NAME) -Wl,--no-undefined -Wl,--exclude-libs,ALL -o $@ $^ \
-	    $(LDLIBS) $(CUDA_LIBS)
+$(BUILD)/$(SO_REAL): $(PIC_OBJ) $(CU_PIC_OBJ)
+	$(CC) $(CFLAGS) -shared -Wl,-soname,$(SO_NAME) -Wl,--no-undefined -Wl,--exclude-libs,ALL -o $@ $^ $(LDLIBS)
 	ln -sf $(SO_REAL) $(BUILD)/$(SO_NAME)
 	ln -sf $(SO_NAME) $(BUILD)/libdsv4.so
 
@@ -84,9 +85,10 @@ INSTALLED := $(BINDIR)/dsv4 $(LIBDIR)/libdsv4.a $(LIBDIR)/$(SO_REAL) $(LIBDIR)/$
 INSTALL_DIRS := $(MANDIR)/man1 $(MANDIR) $(PKGCONFIGDIR) $(LIBDIR) $(INCLUDEDIR) $(BINDIR) $(PREFIX)/share $(PREFIX)
 
 # The private link line of the static library, for dsv4.pc: the libraries with a .pc file of their own go to
-# Requires.private, the rest (and a backend's) to Libs.private.
+# Requires.private, the rest of LDLIBS (-lm -pthread, and the CUDA runtime in a CUDA build) to Libs.private.
+comma := ,
 PC_REQUIRES_PRIVATE := jansson libpcre2-8 libxxhash
-PC_LIBS_PRIVATE     := -lm -pthread $(CUDA_LIBS)
+PC_LIBS_PRIVATE     := $(filter-out -ljansson -lpcre2-8 -lxxhash -Wl$(comma)-Bstatic -Wl$(comma)-Bdynamic,$(LDLIBS))
 
 install: $(BUILD)/dsv4 $(BUILD)/libdsv4.a $(BUILD)/$(SO_REAL)
 	$(INSTALL) -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBDIR) $(DESTDIR)$(INCLUDEDIR) $(DESTDIR)$(PKGCONFIGDIR) \
@@ -118,6 +120,6 @@ EXAMPLE_CFLAGS := -std=c11 -pedantic $(OPT) -g -Wall -Wextra -Wshadow -Wstrict-p
 examples: $(EXAMPLE_BIN)
 $(BUILD)/examples/%: examples/%.c include/dsv4.h $(BUILD)/libdsv4.a
 	@mkdir -p $(dir $@)
-	$(CC) $(EXAMPLE_CFLAGS) -o $@ $< $(BUILD)/libdsv4.a $(LDLIBS) $(CUDA_LIBS)
+	$(CC) $(EXAMPLE_CFLAGS) -o $@ $< $(BUILD)/libdsv4.a $(LDLIBS)
 
--include $(PIC_OBJ:.o=.d)
+-include $(PIC_OBJ:.o=.d) $(CU_PIC_OBJ:.o=.d)

@@ -21,13 +21,15 @@ typedef struct {
 #define O_MODE      {"--mode exact|official", "numeric mode: exact (fp32, default) or the official rounding points"}
 #define O_KV        {"--kv f32|bf16|fp8", "KV cache storage (default f32; fp8 = E4M3 per 64 dims, indexer rows FP4)"}
 #define O_THREADS   {"--threads N", "worker threads (default 0 = one per online CPU)"}
+#define O_DEVICE    {"--device cpu|cuda", "where weights, state and steps live (default cpu; cuda needs make CUDA=1 " \
+                                          "and a GPU)"}
 #define O_SAMPLING  {"--temp T", "sampling temperature (default 0 = greedy, lowest id wins ties)"}, \
                     {"--top-p P", "nucleus sampling: keep the smallest set of tokens with probability >= P (default 1)"}, \
                     {"--top-k K", "keep only the K most likely tokens (default 0 = all)"}, \
                     {"--min-p P", "drop tokens less likely than P times the most likely one (default 0)"}, \
                     {"--seed S", "sampler seed (default 0)"}
-#define O_PCACHE    {"--prefix-cache-dir DIR", "keep sequence states in DIR and reuse the longest stored prefix " \
-                                               "(across processes; damaged files are recomputed)"}, \
+#define O_PCACHE    {"--prefix-cache-dir DIR", "reuse stored states of prompt prefixes, kept in DIR (shared by " \
+                                               "processes)"}, \
                     {"--prefix-cache-mb N", "byte budget of the prefix cache folder, in MiB (least recently used " \
                                             "files are evicted)"}
 
@@ -37,8 +39,8 @@ static const cmd_help HELP[] = {
      {{"-o, --out DIR", "folder to write (config.json, index, safetensors shards)"},
       {"--preset flash-tiny|pro-tiny", "the model's shape (default flash-tiny)"},
       {"--seed N", "seed of the random weights (default 0)"},
-      {"--set KEY=VALUE", "override a config.json field (Hugging Face name, dotted for nested ones; VALUE is JSON), "
-                          "repeatable: --set compress_ratios=[0,4,128]"},
+      {"--set KEY=VALUE", "override a config.json field, repeatable (Hugging Face name, dotted for nested "
+                          "ones; VALUE is JSON)"},
       {"--mtp none|v4|dspark", "speculative head to include (default none)"},
       {"--shards N", "number of safetensors shards (default 2)"},
       {"--tokenizer FILE_OR_DIR", "ship this tokenizer.json (and the tokenizer_config.json next to it)"},
@@ -56,14 +58,13 @@ static const cmd_help HELP[] = {
       {"--save-at K", "process the first K tokens, save the state to --state FILE, stop"},
       {"--state FILE", "where --save-at writes the sequence state"},
       {"--resume FILE", "restore a saved state (its tokens must be a prefix of --tokens) and process the rest"},
-      O_MODE, O_KV, O_THREADS, {NULL, NULL}}},
+      O_MODE, O_KV, O_DEVICE, O_THREADS, {NULL, NULL}}},
     {"generate", "generate tokens",
      "dsv4 generate -m DIR (-p TEXT | --tokens LIST | --batch FILE) [options]",
      {O_MODEL,
       {"-p, --prompt TEXT", "prompt text (needs the checkpoint's tokenizer.json)"},
       {"--tokens LIST", "prompt as comma-separated token ids, or @FILE"},
-      {"--batch FILE", "one prompt per non-empty line (text or ids), all run through the continuous-batching "
-                       "scheduler"},
+      {"--batch FILE", "one prompt per non-empty line (text or ids), run by the continuous-batching scheduler"},
       {"-n N", "tokens to generate per prompt (default 64)"},
       O_SAMPLING,
       {"--spec none|ngram|self|mtp|dspark", "speculative decoding drafter (default none; output is lossless)"},
@@ -74,7 +75,7 @@ static const cmd_help HELP[] = {
       O_PCACHE,
       {"--ids", "print the generated token ids, comma-separated, on one line"},
       {"--stats", "timing, acceptance and cache statistics on stderr"},
-      O_MODE, O_KV, O_THREADS, {NULL, NULL}}},
+      O_MODE, O_KV, O_DEVICE, O_THREADS, {NULL, NULL}}},
     {"chat", "interactive chat",
      "dsv4 chat -m DIR [options]   (then /think /nothink /reset /quit)",
      {O_MODEL,
@@ -83,7 +84,7 @@ static const cmd_help HELP[] = {
       {"-n N", "maximum tokens per reply (default 512)"},
       O_SAMPLING, O_PCACHE,
       {"--stats", "after each reply, one stderr line: turn, tokens, position"},
-      O_MODE, O_KV, O_THREADS, {NULL, NULL}}},
+      O_MODE, O_KV, O_DEVICE, O_THREADS, {NULL, NULL}}},
     {"tokenize", "text <-> token ids",
      "dsv4 tokenize (-m DIR | --tokenizer FILE) (--text T | --file F) [options]",
      {{"-m DIR", "use the checkpoint folder's tokenizer.json"},
@@ -115,7 +116,7 @@ static const cmd_help HELP[] = {
       {"--spec LIST", "also compare drafters: none,ngram,self,mtp,dspark"},
       {"--tokenizer", "benchmark the tokenizer instead (-m DIR holds tokenizer.json)"},
       {"--no-bandwidth", "skip the memory bandwidth measurement"},
-      O_KV, O_THREADS, {NULL, NULL}}},
+      O_MODE, O_KV, O_DEVICE, O_THREADS, {NULL, NULL}}},
 };
 
 static const cmd_help *find(const char *name) {

@@ -1,14 +1,11 @@
-/* Version and build identification (util/version.h). The commit and the CUDA switch come from the generated
- * build_info.h so that only this file is recompiled when they change. */
+/* Version and build identification (util/version.h). The commit comes from the generated build_info.h, so that
+ * only this file is recompiled when it changes; the rest from the compiler's macros. */
 #include "dsv4.h"
 #include "util/version.h"
 #include "build_info.h"
 
 #ifndef DSV4_BUILD_COMMIT
 #define DSV4_BUILD_COMMIT "unknown"
-#endif
-#ifndef DSV4_BUILD_CUDA
-#define DSV4_BUILD_CUDA 0
 #endif
 
 /* The instruction-set extensions the kernels may use (src/backend/cpu/vec.h picks its paths from the same
@@ -50,7 +47,7 @@ const char *dsv4_version(void) { return DSV4_VERSION; }
 
 const char *dsv4_build_commit(void) { return DSV4_BUILD_COMMIT; }
 
-#if DSV4_BUILD_CUDA
+#ifdef DSV4_CUDA   /* set by make CUDA=1 for every C file */
 #define CUDA_OPT "cuda yes"
 #else
 #define CUDA_OPT "cuda no"
