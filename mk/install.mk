@@ -2,7 +2,7 @@
 # main build rules stay as they are:
 #
 #   make lib        build/libdsv4.so.X.Y.Z (soname libdsv4.so.X) from position-independent objects in build/pic/
-#                   (part of `make` too, except in sanitizer builds)
+#                   (part of a plain `make` too)
 #   make install    PREFIX (default /usr/local) and DESTDIR honoured; see INSTALLED for the list
 #   make uninstall  removes exactly INSTALLED (and, in a DESTDIR staging tree, the folders left empty)
 #   make examples   build/examples/*: the programs in examples/, compiled against include/ only
@@ -55,17 +55,21 @@ $(BUILD)/pic/%.o: %.cu
 	$(NVCC) $(NVFLAGS) -Xcompiler -fPIC,-fvisibility=hidden -Iinclude -Isrc -MMD -MP -c $< -o $@
 
 # --no-undefined: every symbol must come from the objects or the listed libraries (a missing -l fails here, not
-# in a user's program); --exclude-libs: static archives pulled in (cudart_static) are not re-exported.
+# in a user's program); --exclude-libs: static archives pulled in (cudart_static) are not re-exported. A shared
+# library links its dependencies as shared libraries, also under STATIC_DEPS=1 (whose -Wl,-Bstatic is for the
+# binary: Debian's libjansson.a is not position-independent).
+comma := ,
+SO_LDLIBS := $(filter-out -Wl$(comma)-Bstatic -Wl$(comma)-Bdynamic,$(LDLIBS))
 $(BUILD)/$(SO_REAL): $(PIC_OBJ) $(CU_PIC_OBJ)
-	$(CC) $(CFLAGS) -shared -Wl,-soname,$(SO_NAME) -Wl,--no-undefined -Wl,--exclude-libs,ALL -o $@ $^ $(LDLIBS)
+	$(CC) $(CFLAGS) -shared -Wl,-soname,$(SO_NAME) -Wl,--no-undefined -Wl,--exclude-libs,ALL -o $@ $^ $(SO_LDLIBS)
 	ln -sf $(SO_REAL) $(BUILD)/$(SO_NAME)
 	ln -sf $(SO_NAME) $(BUILD)/libdsv4.so
 
 .PHONY: lib install uninstall examples FORCE
 lib: $(BUILD)/libdsv4.a $(BUILD)/$(SO_REAL)
 # A plain `make` builds the shared library too, so that `make && sudo make install` compiles nothing as root.
-# Sanitizer builds (make test-asan) only run the tests and skip it.
-ifeq ($(strip $(SAN)),)
+# Sanitizer, CUDA (nvcc twice would double the GPU loop) and STATIC_DEPS builds leave it to `make lib` / `install`.
+ifeq ($(strip $(SAN))$(filter 1,$(CUDA) $(STATIC_DEPS)),)
 all: $(BUILD)/$(SO_REAL)
 endif
 
@@ -86,7 +90,6 @@ INSTALL_DIRS := $(MANDIR)/man1 $(MANDIR) $(PKGCONFIGDIR) $(LIBDIR) $(INCLUDEDIR)
 
 # The private link line of the static library, for dsv4.pc: the libraries with a .pc file of their own go to
 # Requires.private, the rest of LDLIBS (-lm -pthread, and the CUDA runtime in a CUDA build) to Libs.private.
-comma := ,
 PC_REQUIRES_PRIVATE := jansson libpcre2-8 libxxhash
 PC_LIBS_PRIVATE     := $(filter-out -ljansson -lpcre2-8 -lxxhash -Wl$(comma)-Bstatic -Wl$(comma)-Bdynamic,$(LDLIBS))
 
