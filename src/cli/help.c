@@ -116,6 +116,7 @@ static const cmd_help HELP[] = {
       {"--spec LIST", "also compare drafters: none,ngram,self,mtp,dspark"},
       {"--tokenizer", "benchmark the tokenizer instead (-m DIR holds tokenizer.json)"},
       {"--no-bandwidth", "skip the memory bandwidth measurement"},
+      {"--profile", "with --device cuda: time of each stage of the step, prefill and decode separately"},
       O_MODE, O_KV, O_DEVICE, O_THREADS, {NULL, NULL}}},
 };
 
