@@ -94,4 +94,6 @@ test-gpu:
 clean:
 	rm -rf build build-asan build-cuda
 
+include mk/install.mk
+
 -include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(HELP_OBJ:.o=.d) $(CU_OBJ:.o=.d) $(TEST_BIN:$(BUILD)/tests/%=$(BUILD)/tests/unit/%.d)

@@ -6,7 +6,7 @@ cd "$(dirname "$0")/.."
 SUDO=""
 [ "$(id -u)" = 0 ] || SUDO="sudo"
 export DEBIAN_FRONTEND=noninteractive
-pkgs="build-essential libjansson-dev libpcre2-dev libcmocka-dev libxxhash-dev nodejs npm"
+pkgs="build-essential pkg-config libjansson-dev libpcre2-dev libcmocka-dev libxxhash-dev nodejs npm"
 missing=""
 for p in $pkgs; do dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"; done
 # node/npm may come from elsewhere on this machine; only ask apt for them when absent
