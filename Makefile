@@ -2,15 +2,44 @@
 # every tests/unit/test_*.c is its own test program linked against the library; every tests/fuzz/fuzz_*.c is a
 # fuzz target, built as a replay program in every build and as a libFuzzer program by `make fuzz`.
 # Adding a file needs no edit here.
+#
+# `make CUDA=1` adds the CUDA backend (src/backend/cuda/*.cu, nvcc for sm_90a, the CUDA runtime linked
+# statically) in its own folder, build-cuda/, with the GPU test programs (tests/gpu/test_*.c). `make test-gpu`
+# builds it and runs the GPU suite on a machine with a GPU. STATIC_DEPS=1 links jansson, PCRE2 and xxhash
+# statically (binaries for a machine without those libraries).
 
 CC      ?= cc
+CUDA    ?= 0
+ifeq ($(CUDA),1)
+BUILD   ?= build-cuda
+else
 BUILD   ?= build
+endif
 OPT     ?= -O3 -march=native
 SAN     ?=
 CFLAGS  += -std=gnu11 $(OPT) -g -Wall -Wextra -Wno-unused-parameter -Wshadow -Wstrict-prototypes -Wno-format-truncation -Wno-missing-field-initializers \
            -pthread -Iinclude -Isrc $(SAN)
+ifeq ($(STATIC_DEPS),1)
+LDLIBS  += -Wl,-Bstatic -ljansson -lpcre2-8 -lxxhash -Wl,-Bdynamic -lm -pthread
+else
 LDLIBS  += -ljansson -lpcre2-8 -lxxhash -lm -pthread
+endif
 TESTLIBS = -lcmocka
+
+CUDA_HOME ?= /usr/local/cuda
+NVCC      ?= $(CUDA_HOME)/bin/nvcc
+NVFLAGS   ?= -gencode=arch=compute_90a,code=sm_90a -O3 -std=c++17 -lineinfo
+CU_SRC    := $(sort $(wildcard src/backend/cuda/*.cu))
+ifeq ($(CUDA),1)
+CFLAGS  += -DDSV4_CUDA -I$(CUDA_HOME)/include
+CU_OBJ  := $(CU_SRC:%.cu=$(BUILD)/%.o)
+LDLIBS  += -L$(CUDA_HOME)/lib64 -lcudart_static -ldl -lrt -lstdc++
+GPU_TEST_SRC := $(sort $(wildcard tests/gpu/test_*.c))
+GPU_TEST_BIN := $(GPU_TEST_SRC:tests/gpu/%.c=$(BUILD)/gputests/%)
+else
+CU_OBJ  :=
+GPU_TEST_BIN :=
+endif
 
 LIB_SRC  := $(shell find src -name '*.c' -not -path 'src/cli/*' | sort)
 CLI_SRC  := $(sort $(wildcard src/cli/*.c))
@@ -32,14 +61,18 @@ FUZZER_BIN := $(FUZZ_SRC:tests/fuzz/%.c=$(BUILD)/fuzzers/%)
 FUZZ_SECONDS ?= 60
 .SECONDARY: $(FUZZ_SRC:%.c=$(BUILD)/%.o) $(BUILD)/tests/fuzz/replay/main.o $(BUILD)/tests/fuzz/tools/make_corpus.o
 
-.PHONY: all test test-asan clean fuzz fuzzers fuzz-replay fuzz-corpus
-all: $(BUILD)/dsv4 $(TEST_BIN) $(REPLAY_BIN)
+.PHONY: all test test-asan test-gpu clean fuzz fuzzers fuzz-replay fuzz-corpus
+all: $(BUILD)/dsv4 $(TEST_BIN) $(GPU_TEST_BIN) $(REPLAY_BIN)
 
 $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -MMD -MP -c $< -o $@
 
-$(BUILD)/libdsv4.a: $(LIB_OBJ)
+$(BUILD)/%.o: %.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVFLAGS) -Iinclude -Isrc -MMD -MP -c $< -o $@
+
+$(BUILD)/libdsv4.a: $(LIB_OBJ) $(CU_OBJ)
 	@rm -f $@
 	ar rcs $@ $^
 
@@ -47,6 +80,11 @@ $(BUILD)/dsv4: $(CLI_OBJ) $(BUILD)/libdsv4.a
 	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
 
 $(BUILD)/tests/%: $(BUILD)/tests/unit/%.o $(HELP_OBJ) $(BUILD)/libdsv4.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -o $@ $^ $(TESTLIBS) $(LDLIBS)
+
+$(BUILD)/tests/gpu/%.o: CFLAGS += -Itests/unit
+$(BUILD)/gputests/%: $(BUILD)/tests/gpu/%.o $(HELP_OBJ) $(BUILD)/libdsv4.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -o $@ $^ $(TESTLIBS) $(LDLIBS)
 
@@ -58,7 +96,7 @@ $(BUILD)/fuzzers/%: $(BUILD)/tests/fuzz/%.o $(FUZZ_LIB_OBJ) $(BUILD)/libdsv4.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -fsanitize=fuzzer -o $@ $^ $(LDLIBS)
 
-# The seed-corpus generator (tests/fuzz/make_corpus.c): states and checkpoint files of the fuzz fixture.
+# The seed-corpus generator (tests/fuzz/tools/make_corpus.c): states and checkpoint files of the fuzz fixture.
 $(BUILD)/fuzz-tools/make_corpus: $(BUILD)/tests/fuzz/tools/make_corpus.o $(FUZZ_LIB_OBJ) $(BUILD)/libdsv4.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
@@ -72,13 +110,18 @@ test-asan:
 	$(MAKE) BUILD=build-asan OPT="-O1" SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" all
 	BUILD=build-asan DSV4_QUICK=1 tests/run_all.sh
 
+# The GPU suite (needs a GPU): the CUDA build, then every GPU test program and tests/gpu/*.sh.
+test-gpu:
+	$(MAKE) CUDA=1 all
+	BUILD=build-cuda tests/run_gpu.sh
+
 # Fuzzing with libFuzzer (clang): every target for FUZZ_SECONDS seconds, one after another; fails on any crash,
 # leak, sanitizer report or broken invariant (tests/fuzz/run.sh). FUZZ_TARGETS=name,... picks some.
 FUZZ_SAN = -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer \
            -Wno-unknown-warning-option
 fuzzers: $(FUZZER_BIN)
 fuzz:
-	$(MAKE) CC=clang BUILD=build-fuzz OPT="-O1 -march=native" SAN="$(FUZZ_SAN)" fuzzers
+	$(MAKE) CC=clang CUDA=0 BUILD=build-fuzz OPT="-O1 -march=native" SAN="$(FUZZ_SAN)" fuzzers
 	tests/fuzz/run.sh build-fuzz $(FUZZ_SECONDS) $(FUZZ_TARGETS)
 
 # Replay every corpus and regression input through every target (also part of `make test`).
@@ -90,6 +133,6 @@ fuzz-corpus: $(BUILD)/fuzz-tools/make_corpus
 	$(BUILD)/fuzz-tools/make_corpus tests/fuzz/corpus
 
 clean:
-	rm -rf build build-asan build-fuzz
+	rm -rf build build-asan build-cuda build-fuzz
 
--include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(HELP_OBJ:.o=.d) $(FUZZ_LIB_OBJ:.o=.d) $(FUZZ_SRC:%.c=$(BUILD)/%.d) $(TEST_BIN:$(BUILD)/tests/%=$(BUILD)/tests/unit/%.d)
+-include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(HELP_OBJ:.o=.d) $(CU_OBJ:.o=.d) $(FUZZ_LIB_OBJ:.o=.d) $(FUZZ_SRC:%.c=$(BUILD)/%.d) $(TEST_BIN:$(BUILD)/tests/%=$(BUILD)/tests/unit/%.d)
