@@ -25,7 +25,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
     dsv4_error err;
     snprintf(dir, sizeof dir, "%s/ck", fuzz_tmpdir());
     if (fuzz_tiny_write(dir, 1, &err)) { fprintf(stderr, "fuzz: %s\n", err.msg); abort(); }
-    model = fuzz_tiny_model(dir);
+    model = fuzz_tiny_model(dir, DSV4_KV_F32);
     snprintf(cache_dir, sizeof cache_dir, "%s/prefix", fuzz_tmpdir());
     /* the naming rule of prefix_disk.c: p-<fingerprint>-<tokens>-<XXH64 of the tokens>.dsv4seq */
     snprintf(file_path, sizeof file_path, "%s/p-%016" PRIx64 "-%d-%016" PRIx64 ".dsv4seq", cache_dir,

@@ -1,5 +1,6 @@
 /* Sequence-state loading (state/persist.c: dsv4_seq_load_mem, dsv4_seq_restore_mem) on the tiny model.
- * Fixture (built once): the tiny model, and a reference state of 6 tokens to restore over.
+ * Fixture (built once): the tiny model in each KV storage format, each with a reference state of 6 tokens to
+ * restore over.
  * What must hold for any input:
  *   - load either fails with a one-line error or gives a sequence that re-saves to the same bytes (the format
  *     is canonical; only ring_len, which the header calls informational, and so the checksum, may differ) and
@@ -14,13 +15,19 @@
 
 #define RING_LEN_AT 44   /* byte offset of the header's u32 ring_len (persist.h) */
 
-static dsv4_model *model;
-static void *ref;        /* the reference state */
-static size_t ref_len;
+#define KV_WORD_AT 24     /* byte offset of the header's u32 KV storage word; its low byte is the format */
+
+/* One model per KV storage format (f32, bf16, fp8: state/kvrows.h), each with its reference state: an input is
+ * loaded into the model whose format its header names, so the row layouts of all three are fuzzed. */
+static dsv4_model *models[3];
+static void *refs[3];
+static size_t ref_lens[3];
 
 static void free_fixture(void) {
-    free(ref);
-    dsv4_model_free(model);
+    for (int f = 0; f < 3; f++) {
+        free(refs[f]);
+        dsv4_model_free(models[f]);
+    }
 }
 
 void fuzz_state_init(void) {
@@ -28,8 +35,10 @@ void fuzz_state_init(void) {
     dsv4_error err;
     snprintf(dir, sizeof dir, "%s/ck", fuzz_tmpdir());
     if (fuzz_tiny_write(dir, 1, &err)) { fprintf(stderr, "fuzz: %s\n", err.msg); abort(); }
-    model = fuzz_tiny_model(dir);
-    fuzz_tiny_state(model, 6, &ref, &ref_len);
+    for (int f = 0; f < 3; f++) {
+        models[f] = fuzz_tiny_model(dir, f);
+        fuzz_tiny_state(models[f], 6, &refs[f], &ref_lens[f]);
+    }
     atexit(free_fixture);
 }
 
@@ -49,7 +58,7 @@ static void check_saves_as(const dsv4_seq *s, const void *buf, size_t len) {
     free(again);
 }
 
-static void check_steps(dsv4_seq *s) {
+static void check_steps(dsv4_model *model, dsv4_seq *s) {
     const int32_t tok = (int32_t)((dsv4_seq_position(s) * 7 + 3) % 64);
     dsv4_step_item it = { .seq = s, .tokens = &tok, .n_tokens = 1, .want = DSV4_LOGITS_NONE };
     dsv4_error err;
@@ -65,22 +74,24 @@ void fuzz_state_one(const uint8_t *data, size_t size, int fix_checksum) {
         uint64_t h = XXH64(buf, size - 8, 0);
         memcpy(buf + size - 8, &h, 8);
     }
+    const int f = size > KV_WORD_AT ? buf[KV_WORD_AT] % 3 : 0;
+    dsv4_model *model = models[f];
     dsv4_seq *s;
     dsv4_error err = {0};
     int rc = dsv4_seq_load_mem(model, buf, size, &s, &err);
     if (rc) fuzz_check_error(rc, &err);
     else {
         check_saves_as(s, buf, size);
-        check_steps(s);
+        check_steps(model, s);
         dsv4_seq_free(s);
     }
 
     dsv4_seq *live;
-    FUZZ_CHECK(dsv4_seq_load_mem(model, ref, ref_len, &live, &err) == 0, "reference state: %s", err.msg);
+    FUZZ_CHECK(dsv4_seq_load_mem(model, refs[f], ref_lens[f], &live, &err) == 0, "reference state: %s", err.msg);
     rc = dsv4_seq_restore_mem(live, buf, size, &err);
     if (rc) {
         fuzz_check_error(rc, &err);
-        check_saves_as(live, ref, ref_len);   /* a failed restore changes nothing */
+        check_saves_as(live, refs[f], ref_lens[f]);   /* a failed restore changes nothing */
     } else {
         check_saves_as(live, buf, size);
     }

@@ -21,8 +21,8 @@ int fuzz_tiny_write(const char *dir, int n_shards, dsv4_error *err) {
     return dsv4_tiny_write(dir, &o, err);
 }
 
-dsv4_model *fuzz_tiny_model(const char *dir) {
-    dsv4_load_opts o = { .mode = DSV4_MODE_EXACT, .n_threads = 1, .quiet = 1 };
+dsv4_model *fuzz_tiny_model(const char *dir, int kv_format) {
+    dsv4_load_opts o = { .mode = DSV4_MODE_EXACT, .n_threads = 1, .quiet = 1, .kv_format = kv_format };
     dsv4_model *m;
     dsv4_error err;
     if (dsv4_model_load(dir, &o, &m, &err)) {

@@ -81,6 +81,20 @@ static void safetensors_files(void) {
 }
 
 /* The official inference/config.json spelling of the fixture's config (model/config.c's second names). */
+/* The configs of the transformers-conformance checkpoints (tests/data/hf): real HF files. */
+static void hf_configs(const char *root) {
+    static const char *const names[] = {"flash5", "pro4"};
+    for (int i = 0; i < 2; i++) {
+        char dir[4300], name[64];
+        size_t n;
+        snprintf(dir, sizeof dir, "%s/tests/data/hf/%s/checkpoint", root, names[i]);
+        char *cfg = read_in(dir, "config.json", &n);
+        snprintf(name, sizeof name, "hf-%s.json", names[i]);
+        seed("config", name, NULL, 0, cfg, n);
+        free(cfg);
+    }
+}
+
 static void official_config(void) {
     seed_str("config", "official-fixture.json",
              "{\"vocab_size\": 64, \"dim\": 32, \"n_layers\": 3, \"n_mtp_layers\": 0, \"n_heads\": 2, \"head_dim\": 32,"
@@ -100,24 +114,27 @@ static void official_config(void) {
              " \"rope_scaling\": {\"factor\": 4, \"original_max_position_embeddings\": 1024}}");
 }
 
-static void states(dsv4_model *m) {
+static void states(dsv4_model *const m[3]) {
     static const int lens[] = {0, 1, 3, 5, 6, 9, 13};
-    for (size_t i = 0; i < sizeof lens / sizeof *lens; i++) {
-        void *buf;
-        size_t n;
-        fuzz_tiny_state(m, lens[i], &buf, &n);
-        char name[32];
-        snprintf(name, sizeof name, "pos-%d.dsv4seq", lens[i]);
-        seed("state", name, NULL, 0, buf, n);
-        seed("state_sum", name, NULL, 0, buf, n);
-        if (lens[i] == 5 || lens[i] == 6) {
-            snprintf(name, sizeof name, "pos-%d-raw", lens[i]);
-            seed_sel("prefix_disk", name, 0, buf, n);
-            snprintf(name, sizeof name, "pos-%d-fixsum", lens[i]);
-            seed_sel("prefix_disk", name, 1, buf, n);
+    static const char *const fmt[3] = {"f32", "bf16", "fp8"};
+    for (int f = 0; f < 3; f++)
+        for (size_t i = 0; i < sizeof lens / sizeof *lens; i++) {
+            if (f && lens[i] != 1 && lens[i] != 9) continue;   /* other formats: two lengths suffice */
+            void *buf;
+            size_t n;
+            fuzz_tiny_state(m[f], lens[i], &buf, &n);
+            char name[48];
+            snprintf(name, sizeof name, "%s-pos-%d.dsv4seq", fmt[f], lens[i]);
+            seed("state", name, NULL, 0, buf, n);
+            seed("state_sum", name, NULL, 0, buf, n);
+            if (f == 0 && (lens[i] == 5 || lens[i] == 6)) {
+                snprintf(name, sizeof name, "pos-%d-raw", lens[i]);
+                seed_sel("prefix_disk", name, 0, buf, n);
+                snprintf(name, sizeof name, "pos-%d-fixsum", lens[i]);
+                seed_sel("prefix_disk", name, 1, buf, n);
+            }
+            free(buf);
         }
-        free(buf);
-    }
 }
 
 /* The prefix_disk target stores the first 6 tokens of {3, 10, 17, ...}: the fixture's state of 6 tokens
@@ -212,9 +229,11 @@ int main(int argc, char **argv) {
     model_files(ck1, ck2);
     safetensors_files();
     official_config();
-    dsv4_model *m = fuzz_tiny_model(ck1);
+    hf_configs(root && *root ? root : ".");
+    dsv4_model *m[3];
+    for (int f = 0; f < 3; f++) m[f] = fuzz_tiny_model(ck1, f);
     states(m);
-    dsv4_model_free(m);
+    for (int f = 0; f < 3; f++) dsv4_model_free(m[f]);
     text_files(data_dir);
     dsml_files();
     printf("seeds written under %s\n", out_root);
