@@ -48,6 +48,8 @@ uint64_t fuzz_rng_next(fuzz_rng *r);
 /* The shared tiny checkpoint (lib/tiny_fixture.c): all three layer kinds (window, ratio 4, ratio 128),
  * a hash-routed layer, FP4 experts, window 4 so short sequences already wrap the ring. */
 int         fuzz_tiny_write(const char *dir, int n_shards, dsv4_error *err);
+/* The same with a speculative head: mtp is a dsv4_mtp_kind (0 none, 1 V4 MTP, 2 DSpark). */
+int         fuzz_tiny_write_mtp(const char *dir, int n_shards, int mtp, dsv4_error *err);
 /* Load quietly, one thread, EXACT mode, KV rows stored as kv_format (a dsv4_kv_format); aborts on failure. */
 dsv4_model *fuzz_tiny_model(const char *dir, int kv_format);
 /* A state of the fixture model after tokens 0..n-1 of a fixed sequence (saved with dsv4_seq_save_mem). */

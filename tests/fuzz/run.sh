@@ -11,6 +11,8 @@ set -u
 cd "$(dirname "$0")/../.."
 B=${1:?build dir}; SECS=${2:?seconds}; ONLY=${3:-}
 JOBS=${FUZZ_JOBS:-1}
+# Targets write their inputs to files (checkpoints, cache files): keep that in memory when /dev/shm is there.
+if [ -z "${TMPDIR:-}" ] && [ -d /dev/shm ] && [ -w /dev/shm ]; then export TMPDIR=/dev/shm; fi
 failed=(); summary=()
 for bin in "$B"/fuzzers/fuzz_*; do
     [ -x "$bin" ] || continue

@@ -15,11 +15,13 @@ static const char *const SETS[] = {
     "moe_intermediate_size=32", "n_routed_experts=2", "num_experts_per_tok=1", "num_hash_layers=1", "hc_mult=2",
 };
 
-int fuzz_tiny_write(const char *dir, int n_shards, dsv4_error *err) {
+int fuzz_tiny_write_mtp(const char *dir, int n_shards, int mtp, dsv4_error *err) {
     dsv4_tiny_opts o = { .preset = "flash-tiny", .seed = 7, .sets = SETS, .n_sets = (int)(sizeof SETS / sizeof *SETS),
-                         .mtp = MTP_NONE, .n_shards = n_shards };
+                         .mtp = (dsv4_mtp_kind)mtp, .n_shards = n_shards };
     return dsv4_tiny_write(dir, &o, err);
 }
+
+int fuzz_tiny_write(const char *dir, int n_shards, dsv4_error *err) { return fuzz_tiny_write_mtp(dir, n_shards, MTP_NONE, err); }
 
 dsv4_model *fuzz_tiny_model(const char *dir, int kv_format) {
     dsv4_load_opts o = { .mode = DSV4_MODE_EXACT, .n_threads = 1, .quiet = 1, .kv_format = kv_format };

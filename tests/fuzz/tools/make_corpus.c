@@ -40,13 +40,26 @@ static void model_files(const char *ck1, const char *ck2) {
     size_t n, m;
     char *cfg = read_in(ck1, "config.json", &n);
     seed("config", "hf-fixture.json", NULL, 0, cfg, n);
-    seed_sel("checkpoint", "config-fixture", 1, cfg, n);
     free(cfg);
-    char *shard = read_in(ck1, "model-00001-of-00001.safetensors", &n);
-    uint64_t hlen;
-    memcpy(&hlen, shard, 8);
-    seed_sel("checkpoint", "header-fixture", 0, shard + 8, (size_t)hlen);
-    free(shard);
+    /* checkpoint seeds: the config and the header of each fixture (selector: bit 0 config, bits 1-2 fixture) */
+    static const char *const kinds[3] = {"plain", "mtp", "dspark"};
+    for (int k = 0; k < 3; k++) {
+        char dir[4400], name[64];
+        dsv4_error err;
+        snprintf(dir, sizeof dir, "%s/ck-%s", fuzz_tmpdir(), kinds[k]);
+        if (fuzz_tiny_write_mtp(dir, 1, k, &err)) { fprintf(stderr, "%s\n", err.msg); exit(1); }
+        cfg = read_in(dir, "config.json", &n);
+        snprintf(name, sizeof name, "config-%s", kinds[k]);
+        seed_sel("checkpoint", name, (uint8_t)(1 | k << 1), cfg, n);
+        if (k == 2) seed("config", "hf-fixture-dspark.json", NULL, 0, cfg, n);
+        free(cfg);
+        char *shard = read_in(dir, "model-00001-of-00001.safetensors", &n);
+        uint64_t hlen;
+        memcpy(&hlen, shard, 8);
+        snprintf(name, sizeof name, "header-%s", kinds[k]);
+        seed_sel("checkpoint", name, (uint8_t)(k << 1), shard + 8, (size_t)hlen);
+        free(shard);
+    }
     char *idx = read_in(ck2, "model.safetensors.index.json", &m);
     seed("st_index", "index-fixture.json", NULL, 0, idx, m);
     free(idx);
