@@ -6,7 +6,8 @@ cd "$(dirname "$0")/.."
 SUDO=""
 [ "$(id -u)" = 0 ] || SUDO="sudo"
 export DEBIAN_FRONTEND=noninteractive
-pkgs="build-essential pkg-config libjansson-dev libpcre2-dev libcmocka-dev libxxhash-dev nodejs npm"
+# clang + libclang-rt-dev (clang-14 and its runtimes on bookworm): libFuzzer and the sanitizers for make fuzz
+pkgs="build-essential pkg-config libjansson-dev libpcre2-dev libcmocka-dev libxxhash-dev clang libclang-rt-dev nodejs npm"
 missing=""
 for p in $pkgs; do dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"; done
 # node/npm may come from elsewhere on this machine; only ask apt for them when absent
