@@ -17,6 +17,6 @@ if [ -n "$missing" ]; then
     $SUDO apt-get update -qq
     $SUDO apt-get install -y -qq $missing >/dev/null
 fi
-if [ -f tests/node/package.json ] && [ ! -d tests/node/node_modules/@huggingface/tokenizers ]; then
+if [ -f tests/node/package.json ] && { [ ! -d tests/node/node_modules/@huggingface/tokenizers ] || [ ! -d tests/node/node_modules/ajv ]; }; then
     (cd tests/node && { npm ci --no-audit --no-fund --loglevel=error || npm install --no-audit --no-fund --loglevel=error; })
 fi
