@@ -18,6 +18,8 @@ typedef struct {
     int32_t *out;                 /* generated tokens [n_out], capacity out_cap */
     int n_out, out_cap;
     int64_t n_prompt_done;        /* kept after the slot is freed, for results */
+    int64_t n_cached;             /* prompt tokens reused from the prefix cache */
+    dsv4_logits_hook hook;
     int slot;                     /* -1 unless running */
     int released;
 } request;
@@ -47,6 +49,7 @@ struct dsv4_sched {
     int64_t n_pending;
     dsv4_sched_token_fn on_token;
     void *on_token_ctx;
+    dsv4_prefix_cache *pcache;    /* borrowed, optional */
 };
 
 const char *dsv4_finish_name(dsv4_finish f) {
@@ -168,6 +171,7 @@ static int request_copy(request *dst, const dsv4_request *r) {
     dst->sampling = r->sampling;
     dst->max_new = r->max_new_tokens;
     dst->stop_on_eos = r->stop_on_eos;
+    dst->hook = r->hook;
     dst->prompt = malloc(sizeof(int32_t) * (size_t)r->n_prompt);
     if (!dst->prompt) return -1;
     memcpy(dst->prompt, r->prompt, sizeof(int32_t) * (size_t)r->n_prompt);
@@ -223,6 +227,10 @@ static request *find(const dsv4_sched *s, int64_t id, dsv4_error *err) {
 static void finish(dsv4_sched *s, int64_t id, dsv4_finish why) {
     request *q = &s->req[id];
     if (q->state == DSV4_REQ_DONE) return;
+    /* a stream that ended normally leaves its state for the conversation's next turn (a failed put only
+     * loses reuse, never correctness) */
+    if (q->slot >= 0 && s->pcache && (why == DSV4_FINISH_EOS || why == DSV4_FINISH_STOP || why == DSV4_FINISH_LENGTH))
+        dsv4_prefix_cache_put(s->pcache, s->slots[q->slot].seq, NULL);
     if (q->slot >= 0) slot_release(s, q->slot);
     q->slot = -1;
     q->state = DSV4_REQ_DONE;
@@ -244,6 +252,7 @@ int dsv4_sched_result(const dsv4_sched *s, int64_t id, dsv4_req_result *out, dsv
     out->tokens = q->out;
     out->n_tokens = q->n_out;
     out->n_prompt_done = q->n_prompt_done;
+    out->n_cached = q->n_cached;
     return 0;
 }
 
@@ -254,6 +263,15 @@ int dsv4_sched_release(dsv4_sched *s, int64_t id, dsv4_error *err) {
     request_free_memory(q);
     q->released = 1;
     return 0;
+}
+
+void dsv4_sched_set_prefix_cache(dsv4_sched *s, dsv4_prefix_cache *c) { s->pcache = c; }
+
+size_t dsv4_sched_state_bytes(const dsv4_sched *s) {
+    size_t total = 0;
+    for (int i = 0; i < s->o.max_streams; i++)
+        if (s->slots[i].req >= 0 && s->slots[i].seq) total += dsv4_seq_state_bytes(s->slots[i].seq);
+    return total;
 }
 
 int dsv4_sched_pending(const dsv4_sched *s) { return (int)s->n_pending; }
@@ -272,7 +290,12 @@ static void admit(dsv4_sched *s) {
         if (s->wait_head == s->n_req) break;
         const int64_t id = s->wait_head++;
         request *q = &s->req[id];
-        if (dsv4_seq_new(s->m, &sl->seq, NULL)) { sl->seq = NULL; finish(s, id, DSV4_FINISH_ERROR); continue; }
+        int64_t matched = 0;
+        const int fail = s->pcache ? dsv4_prefix_cache_lookup(s->pcache, s->m, q->prompt, q->n_prompt - 1, &sl->seq,
+                                                              &matched, NULL)
+                                   : dsv4_seq_new(s->m, &sl->seq, NULL);
+        if (fail) { sl->seq = NULL; finish(s, id, DSV4_FINISH_ERROR); continue; }
+        q->n_prompt_done = q->n_cached = matched;
         if (dsv4_sampler_init(&sl->smp, &q->sampling, s->vocab, NULL)) {
             dsv4_seq_free(sl->seq);
             sl->seq = NULL;
@@ -331,7 +354,9 @@ static int build_step(dsv4_sched *s, int *T_out) {
     for (int k = 0; k < n_pre && budget > 0; k++) {
         const int i = s->prefill_order[k];
         const request *q = &s->req[s->slots[i].req];
-        const int64_t left = q->n_prompt - q->n_prompt_done;
+        int64_t left = q->n_prompt - q->n_prompt_done;
+        /* with a prefix cache the prompt stops one token short once, so that state can be stored */
+        if (s->pcache && q->n_prompt_done < q->n_prompt - 1) left--;
         const int n = (int)(left < budget ? left : budget);
         const int completes = q->n_prompt_done + n == q->n_prompt;
         add_item(s, &n_items, i, q->prompt + q->n_prompt_done, n, completes ? DSV4_LOGITS_LAST : DSV4_LOGITS_NONE);
@@ -373,6 +398,10 @@ static void take_token(dsv4_sched *s, int slot_i) {
     slot *sl = &s->slots[slot_i];
     const int64_t id = sl->req;
     request *q = &s->req[id];
+    if (q->hook.fn && q->hook.fn(q->hook.ctx, q->out, q->n_out, sl->logits, s->vocab)) {
+        finish(s, id, DSV4_FINISH_ERROR);
+        return;
+    }
     const int32_t tok = dsv4_sample(&sl->smp, sl->logits);
     q->out[q->n_out++] = tok;
     sl->pending = tok;
@@ -396,7 +425,10 @@ int dsv4_sched_step(dsv4_sched *s, dsv4_error *err) {
     for (int k = 0; k < n_items; k++) {
         const int i = s->item_slot[k];
         request *q = &s->req[s->slots[i].req];
-        if (q->n_prompt_done < q->n_prompt) q->n_prompt_done += s->items[k].n_tokens;
+        if (q->n_prompt_done < q->n_prompt) {
+            q->n_prompt_done += s->items[k].n_tokens;
+            if (s->pcache && q->n_prompt_done == q->n_prompt - 1) dsv4_prefix_cache_put(s->pcache, s->slots[i].seq, NULL);
+        }
         if (s->items[k].want != DSV4_LOGITS_NONE) take_token(s, i);
     }
     admit(s);
