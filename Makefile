@@ -8,7 +8,7 @@ OPT     ?= -O3 -march=native
 SAN     ?=
 CFLAGS  += -std=gnu11 $(OPT) -g -Wall -Wextra -Wno-unused-parameter -Wshadow -Wstrict-prototypes -Wno-format-truncation -Wno-missing-field-initializers \
            -pthread -Iinclude -Isrc $(SAN)
-LDLIBS  += -ljansson -lpcre2-8 -lxxhash -lm -pthread
+LDLIBS  += -lmicrohttpd -ljansson -lpcre2-8 -lxxhash -lm -pthread
 TESTLIBS = -lcmocka
 
 LIB_SRC  := $(shell find src -name '*.c' -not -path 'src/cli/*' | sort)
@@ -27,6 +27,9 @@ all: $(BUILD)/dsv4 $(TEST_BIN)
 $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -MMD -MP -c $< -o $@
+
+# the chat page is embedded with .incbin (src/server/chat_page.c): rebuild it when the HTML changes
+$(BUILD)/src/server/chat_page.o: src/server/chat_page.html
 
 $(BUILD)/libdsv4.a: $(LIB_OBJ)
 	@rm -f $@

@@ -13,6 +13,7 @@
 #pragma weak cmd_render
 #pragma weak cmd_chat
 #pragma weak cmd_state
+#pragma weak cmd_serve
 
 static const struct {
     const char *name;
@@ -28,6 +29,7 @@ static const struct {
     {"render", cmd_render, "print the V4 prompt for a conversation"},
     {"state", cmd_state, "inspect saved sequence state"},
     {"bench", cmd_bench, "benchmarks"},
+    {"serve", cmd_serve, "OpenAI- and Anthropic-compatible HTTP server"},
 };
 
 static void usage(FILE *f) {
