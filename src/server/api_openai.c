@@ -94,6 +94,27 @@ static json_t *completion_logprobs(const server_session *s, const server_choice 
     return json_pack("{s:o, s:o, s:o, s:o}", "tokens", tokens, "token_logprobs", lps, "top_logprobs", tops, "text_offset", offs);
 }
 
+/* vLLM's return_token_ids: the ids of log[from, to) */
+static json_t *ids_json(const server_choice *c, int from, int to) {
+    json_t *a = json_array();
+    for (int i = from; i < to; i++) json_array_append_new(a, json_integer(c->log[i].id));
+    return a;
+}
+
+static void add_prompt_ids(const server_session *s, json_t *body) {
+    if (!s->req.return_token_ids) return;
+    json_t *a = json_array();
+    for (int i = 0; i < s->n_prompt; i++) json_array_append_new(a, json_integer(s->prompt[i]));
+    json_object_set_new(body, "prompt_token_ids", a);
+}
+
+/* A stream chunk's choice gets the ids of the tokens read since the last chunk. */
+static void add_new_ids(const server_session *s, server_choice *c, json_t *ch) {
+    if (!s->req.return_token_ids) return;
+    json_object_set_new(ch, "token_ids", ids_json(c, c->ids_taken, c->n_log));
+    c->ids_taken = c->n_log;
+}
+
 /* ---- chat completions -------------------------------------------------------------------------------------- */
 
 static json_t *tool_calls_json(const server_session *s, const server_choice *c, int from, int with_index) {
@@ -124,10 +145,13 @@ json_t *openai_chat_body(server_session *s) {
         if (c->out.n_calls) json_object_set_new(msg, "tool_calls", tool_calls_json(s, c, 0, 0));
         json_t *ch = json_pack("{s:i, s:o, s:s?}", "index", i, "message", msg, "finish_reason", finish_reason(c));
         json_object_set_new(ch, "logprobs", s->req.logprobs ? chat_logprobs(s, c, 0, c->n_log) : json_null());
+        if (s->req.return_token_ids) json_object_set_new(ch, "token_ids", ids_json(c, 0, c->n_log));
         json_array_append_new(choices, ch);
     }
-    return json_pack("{s:s, s:s, s:i, s:s, s:o, s:o}", "id", s->id, "object", "chat.completion", "created", (int)s->created,
-                     "model", s->srv->model_name, "choices", choices, "usage", usage(s));
+    json_t *body = json_pack("{s:s, s:s, s:i, s:s, s:o, s:o}", "id", s->id, "object", "chat.completion", "created",
+                             (int)s->created, "model", s->srv->model_name, "choices", choices, "usage", usage(s));
+    add_prompt_ids(s, body);
+    return body;
 }
 
 static json_t *chunk(const server_session *s, json_t *choices) {
@@ -145,6 +169,7 @@ void openai_chat_stream(server_session *s, dsv4_strbuf *out) {
         const char *t = server_output_new_content(&c->out, &nc);
         const int new_calls = c->out.n_calls > c->calls_sent;
         const int new_logs = s->req.logprobs && c->n_log > c->log_taken;
+        const int new_ids = s->req.return_token_ids && c->n_log > c->ids_taken;
         json_t *delta = json_object();
         if (!c->role_sent) {
             json_object_set_new(delta, "role", json_string("assistant"));
@@ -158,8 +183,9 @@ void openai_chat_stream(server_session *s, dsv4_strbuf *out) {
             c->calls_sent = c->out.n_calls;
         }
         const int ending = c->end != SERVER_END_NONE;
-        if (json_object_size(delta) == 0 && !new_logs && !ending) { json_decref(delta); continue; }
+        if (json_object_size(delta) == 0 && !new_logs && !new_ids && !ending) { json_decref(delta); continue; }
         json_t *ch = json_pack("{s:i, s:o}", "index", i, "delta", delta);
+        add_new_ids(s, c, ch);
         if (new_logs) {
             json_object_set_new(ch, "logprobs", chat_logprobs(s, c, c->log_taken, c->n_log));
             c->log_taken = c->n_log;
@@ -196,11 +222,14 @@ json_t *openai_completion_body(server_session *s) {
         json_t *ch = json_pack("{s:i, s:o, s:s?}", "index", i, "text", server_json_text(text.data ? text.data : "", text.len),
                                "finish_reason", finish_reason(c));
         json_object_set_new(ch, "logprobs", s->req.logprobs ? completion_logprobs(s, c, 0, c->n_log, off0) : json_null());
+        if (s->req.return_token_ids) json_object_set_new(ch, "token_ids", ids_json(c, 0, c->n_log));
         dsv4_sb_free(&text);
         json_array_append_new(choices, ch);
     }
-    return json_pack("{s:s, s:s, s:i, s:s, s:o, s:o}", "id", s->id, "object", "text_completion", "created", (int)s->created,
-                     "model", s->srv->model_name, "choices", choices, "usage", usage(s));
+    json_t *body = json_pack("{s:s, s:s, s:i, s:s, s:o, s:o}", "id", s->id, "object", "text_completion", "created",
+                             (int)s->created, "model", s->srv->model_name, "choices", choices, "usage", usage(s));
+    add_prompt_ids(s, body);
+    return body;
 }
 
 static json_t *text_chunk(const server_session *s, int i, json_t *text, json_t *logprobs, const char *finish) {
@@ -222,14 +251,17 @@ void openai_completion_stream(server_session *s, dsv4_strbuf *out) {
         size_t nc;
         const char *t = server_output_new_content(&c->out, &nc);
         const int new_logs = s->req.logprobs && c->n_log > c->log_taken;
+        const int new_ids = s->req.return_token_ids && c->n_log > c->ids_taken;
         const int ending = c->end != SERVER_END_NONE;
-        if (!nc && !new_logs && !ending) continue;
+        if (!nc && !new_logs && !new_ids && !ending) continue;
         json_t *lp = NULL;
         if (new_logs) {
             lp = completion_logprobs(s, c, c->log_taken, c->n_log, c->out.taken_content - nc);
             c->log_taken = c->n_log;
         }
-        sse_event(out, NULL, text_chunk(s, i, server_json_text(t, nc), lp, ending ? finish_reason(c) : NULL));
+        json_t *ev = text_chunk(s, i, server_json_text(t, nc), lp, ending ? finish_reason(c) : NULL);
+        add_new_ids(s, c, json_array_get(json_object_get(ev, "choices"), 0));
+        sse_event(out, NULL, ev);
         if (ending) c->end_sent = 1;
     }
     int all = 1;

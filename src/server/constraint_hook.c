@@ -7,5 +7,5 @@ int server_constraint_check(server_constraint_kind kind, const json_t *spec, con
                      : kind == SERVER_CONSTRAINT_TOOL_NAMED    ? "a named tool choice"
                                                                 : "a response_format other than text";
     return server_fail(e, 400, "invalid_request_error", param,
-                       "%s needs constrained decoding, which is not supported yet by this server", what);
+                       "%s: %s needs constrained decoding, which is not supported yet by this server", param, what);
 }

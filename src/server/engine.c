@@ -11,7 +11,7 @@ struct server_job {
     int32_t *prompt;
     int n_prompt;
     dsv4_sampling sampling;
-    int max_new;
+    int max_new, stop_on_eos;
     int32_t stop_ids[4];
     int n_stop_ids;
     server_logits_proc proc;      /* the scheduler hook's context: lives as long as the job */
@@ -85,6 +85,7 @@ int server_job_new(const server_job_spec *spec, server_job **out) {
     j->n_prompt = spec->n_prompt;
     j->sampling = spec->sampling;
     j->max_new = spec->max_new;
+    j->stop_on_eos = spec->stop_on_eos;
     memcpy(j->stop_ids, spec->stop_ids, sizeof(int32_t) * (size_t)spec->n_stop_ids);
     j->n_stop_ids = spec->n_stop_ids;
     j->proc = spec->proc;
@@ -202,7 +203,7 @@ static void admit_incoming(server_engine *e) {
         if (j->cancel) { job_finish_locked(e, j, DSV4_FINISH_CANCELLED); continue; }
         dsv4_stop_seq stops[4];
         for (int k = 0; k < j->n_stop_ids; k++) stops[k] = (dsv4_stop_seq){&j->stop_ids[k], 1};
-        dsv4_request r = {j->prompt, j->n_prompt, j->sampling, j->max_new, 1, stops, j->n_stop_ids,
+        dsv4_request r = {j->prompt, j->n_prompt, j->sampling, j->max_new, j->stop_on_eos, stops, j->n_stop_ids,
                           {server_logits_apply, &j->proc}};
         dsv4_error err;
         if (push(&e->active, &e->n_act, &e->cap_act, j) || dsv4_sched_add(e->sched, &r, &j->sched_id, &err)) {
@@ -265,6 +266,9 @@ static void *engine_main(void *arg) {
         admit_incoming(e);
         apply_cancels(e);
         publish(e, server_now_s());
+        /* cancellations free state without a step: keep the gauges true while idle */
+        e->running = dsv4_sched_running(e->sched);
+        e->state_bytes = dsv4_sched_state_bytes(e->sched);
         if (e->stopping && e->n_act == 0) break;
         if (dsv4_sched_pending(e->sched) == 0) {
             pthread_cond_wait(&e->wake, &e->mu);

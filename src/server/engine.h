@@ -42,6 +42,7 @@ typedef struct {
     int n_prompt;
     dsv4_sampling sampling;
     int max_new;
+    int stop_on_eos;             /* the checkpoint's EOS ends the job */
     const int32_t *stop_ids;     /* single-token stops (the chat format's end-of-turn markers) */
     int n_stop_ids;
     server_logits_proc proc;     /* penalties and mask (its counts scratch must be NULL) */

@@ -304,9 +304,10 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
                 cr->method_ok = !strcmp(method, ROUTES[i].method);
             }
         *con_cls = cr;
-        /* a declared length over the limit is refused before any of the body is read */
+        /* A body over the limit is read and dropped, then answered 413, so that the client (which is still
+         * sending) reads the answer instead of a broken pipe. An absurd declared length is refused at once. */
         const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
-        if (cl && strtoull(cl, NULL, 10) > srv->max_body) {
+        if (cl && strtoull(cl, NULL, 10) / 64 > srv->max_body) {
             cr->too_big = 1;
             server_error e;
             server_fail(&e, 413, "invalid_request_error", "", "the request body exceeds %zu bytes", srv->max_body);

@@ -417,6 +417,8 @@ static int parse_chat(const json_t *root, const server_parse_limits *lim, server
     r->n = (int)n;
     r->max_tokens = given_mct ? mct : given_mt ? mt : -1;
     if (get_bool(root, "logprobs", &r->logprobs, e)) return e->status;
+    if (get_bool(root, "return_token_ids", &r->return_token_ids, e)) return e->status;
+    if (get_bool(root, "ignore_eos", &r->ignore_eos, e)) return e->status;
     if (get_int(root, "top_logprobs", 0, lim->max_top_logprobs, &tl, &given_tl, e)) return e->status;
     if (given_tl && !r->logprobs) return bad(e, "top_logprobs", "needs logprobs: true");
     r->top_logprobs = (int)tl;
@@ -625,6 +627,8 @@ static int parse_completions(const json_t *root, const server_parse_limits *lim,
     if (get_int(root, "max_tokens", 0, 1LL << 40, &mt, NULL, e)) return e->status;
     if (get_int(root, "logprobs", 0, lim->max_top_logprobs, &lp, &given_lp, e)) return e->status;
     if (get_bool(root, "echo", &r->echo, e)) return e->status;
+    if (get_bool(root, "return_token_ids", &r->return_token_ids, e)) return e->status;
+    if (get_bool(root, "ignore_eos", &r->ignore_eos, e)) return e->status;
     json_t *bo = json_object_get(root, "best_of");
     if (bo && !json_is_null(bo) && !(json_is_integer(bo) && json_integer_value(bo) == n))
         return bad(e, "best_of", "is not supported (only best_of == n)");
@@ -652,8 +656,8 @@ static int parse_completions(const json_t *root, const server_parse_limits *lim,
         json_t *t = json_array_get(p, i);
         char pp[64];
         snprintf(pp, sizeof pp, "prompt[%zu]", i);
-        if (!json_is_integer(t)) return bad(e, pp, json_is_string(t) ? "batches of several prompts are not supported"
-                                                                      : "must be a token id (an integer)");
+        if (json_is_string(t)) return bad(e, "prompt", "batches of several prompts are not supported (send one per request)");
+        if (!json_is_integer(t)) return bad(e, pp, "must be a token id (an integer)");
         const long long id = json_integer_value(t);
         if (id < 0 || id > INT32_MAX) return bad(e, pp, "token id %lld is out of range", id);
         r->prompt_ids[i] = (int32_t)id;

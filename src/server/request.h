@@ -62,6 +62,8 @@ typedef struct {
     int logprobs;                /* report the sampled tokens' log-probabilities */
     int top_logprobs;            /* alternatives per token (0..max) */
     int echo;                    /* /v1/completions: the prompt is part of the returned text */
+    int return_token_ids;        /* vLLM's extension: prompt_token_ids and each choice's token_ids */
+    int ignore_eos;              /* vLLM's extension: generate max_tokens, end-of-turn tokens do not stop */
     char **stop;                 /* n_stop non-empty strings, owned */
     int n_stop;
     char *model;                 /* the name the client asked for (owned; NULL when absent) */

@@ -81,8 +81,9 @@ static int make_jobs(server_session *s, server_error *e) {
         spec.sampling = r->sampling;
         spec.sampling.seed = base_seed + (uint64_t)i;
         spec.max_new = s->max_new;
+        spec.stop_on_eos = !r->ignore_eos;
         spec.stop_ids = stops;
-        spec.n_stop_ids = n_stops;
+        spec.n_stop_ids = r->ignore_eos ? 0 : n_stops;
         spec.proc.mask_from = dsv4_tokenizer_vocab_size(srv->tok);
         spec.proc.presence = r->presence_penalty;
         spec.proc.frequency = r->frequency_penalty;
@@ -179,7 +180,7 @@ int server_session_poll(server_session *s, int timeout_ms) {
             server_engine_unlock(eng);
             for (int k = 0; k < got && c->end == SERVER_END_NONE; k++) {
                 if (s->t_first == 0) s->t_first = server_now_s();
-                if (s->req.logprobs) log_token(c, &buf[k]);
+                if (s->req.logprobs || s->req.return_token_ids) log_token(c, &buf[k]);
                 if (server_output_push(&c->out, buf[k].id)) c->end = SERVER_END_STOP_STRING;
             }
             server_engine_lock(eng);

@@ -26,9 +26,10 @@ typedef struct {
     server_output out;
     int have;                  /* tokens read from the job */
     server_end end;            /* SERVER_END_NONE while running */
-    server_token *log;         /* every token read, kept when logprobs are wanted */
+    server_token *log;         /* every token read, kept when logprobs or token ids are wanted */
     int n_log, cap_log;
     int log_taken;             /* tokens whose logprobs a stream has already sent */
+    int ids_taken;             /* tokens whose ids a stream has already sent */
     /* streaming bookkeeping of the API layers */
     int role_sent, end_sent, calls_sent;
 } server_choice;
