@@ -48,7 +48,7 @@ start() {
 }
 
 # ---- the main server: clients, exactness, bad inputs, metrics, soak ----
-if start "$T/err1" --max-streams 16 --max-queue 512 --prefix-cache-mb 64 --threads 2; then
+if start "$T/err1" --max-streams 16 --max-queue 512 --prefix-cache-mb 16 --threads 2; then
     ok
     [ "$(head -1 "$T/err1")" = "dsv4: listening on http://127.0.0.1:$PORT" ] && ok || bad "listening line: $(head -1 "$T/err1")"
     node serve_test.mjs "http://127.0.0.1:$PORT" "$BIN" "$M" "$T" "$PID" >"$T/node.out" 2>&1

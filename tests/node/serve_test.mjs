@@ -418,7 +418,7 @@ let helloText = null;
 // ---- 12. soak: a few hundred requests, 64 concurrent, zero errors; resident memory reported ---------------------------------
 {
     const rss = () => { try { return Number(fs.readFileSync(`/proc/${PID}/status`, 'utf8').match(/VmRSS:\s+(\d+)/)[1]); } catch { return NaN; } };
-    const total = Number(process.env.SOAK_REQUESTS || 384), conc = 64;
+    const total = Number(process.env.SOAK_REQUESTS || 512), conc = 64;
     let next = 0, errors = 0, done = 0;
     const marks = [];
     const worker = async () => {
