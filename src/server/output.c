@@ -33,7 +33,14 @@ static void add_content(server_output *o, const char *s, size_t n) {
         o->stopped = 1;
         return;
     }
-    if (o->held.len >= o->max_stop) release_held(o, o->held.len - (o->max_stop - 1));
+    /* hold back only the longest tail that is still the start of some stop string */
+    size_t keep = 0;
+    for (int i = 0; i < o->n_stop; i++) {
+        const size_t ls = strlen(o->stop[i]);
+        for (size_t k = ls - 1 < o->held.len ? ls - 1 : o->held.len; k > keep; k--)
+            if (!memcmp(o->held.data + o->held.len - k, o->stop[i], k)) { keep = k; break; }
+    }
+    release_held(o, o->held.len - keep);
 }
 
 /* ---- DSML callbacks ---------------------------------------------------------------------------------------- */
