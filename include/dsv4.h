@@ -54,13 +54,28 @@ typedef enum {
     DSV4_KV_FP8  = 2,   /* E4M3 + UE8M0 scale per 64 non-rope dims, rope dims BF16; indexer rows FP4 per 32 */
 } dsv4_kv_format;
 
+/* Where the model's weights live and its steps run (DESIGN §8: one model, two backends). */
+typedef enum {
+    DSV4_DEVICE_CPU  = 0, /* host memory, the CPU kernels */
+    DSV4_DEVICE_CUDA = 1, /* one NVIDIA GPU (sm_90a): weights, sequence state and every step on the device */
+} dsv4_device;
+
 typedef struct {
     dsv4_mode mode;      /* numeric mode used by every forward call on this model */
     int n_threads;       /* 0 = one per online CPU */
     int max_spec;        /* extra window-ring slots kept for speculative rollback (0 = default 16) */
     int quiet;           /* 1 = no progress output on stderr */
     int kv_format;       /* a dsv4_kv_format for every sequence of this model (0 = f32) */
+    int device;          /* a dsv4_device (0 = cpu). cuda: the build must have the CUDA backend (make CUDA=1) and
+                            the machine a GPU; otherwise loading fails with DSV4_E_UNSUPPORTED and one line why */
+    int gpu;             /* CUDA device ordinal (0 = the first GPU) */
 } dsv4_load_opts;
+
+/* "cpu" / "cuda" -> a dsv4_device, or -1. */
+int dsv4_device_parse(const char *name);
+/* 1 when this build has the CUDA backend and a usable GPU; otherwise 0 and, when why is non-NULL, the reason
+ * in why (one line). */
+int dsv4_cuda_available(dsv4_error *why);
 
 /* Load a checkpoint folder as published on Hugging Face (config.json or inference/config.json,
  * model.safetensors.index.json + shards or a single model.safetensors). Every tensor's presence, dtype and
@@ -79,6 +94,9 @@ void dsv4_model_get_info(const dsv4_model *m, dsv4_model_info *info);
 
 typedef struct dsv4_seq dsv4_seq;
 
+/* A new empty sequence. Its state lives on the model's device (GPU memory for a cuda model): save/restore,
+ * fork, rollback and the prefix cache work the same on both, and the state format does not depend on the
+ * device (a state saved from a cuda model restores on a cpu model of the same checkpoint and the other way). */
 int     dsv4_seq_new(dsv4_model *m, dsv4_seq **out, dsv4_error *err);
 void    dsv4_seq_free(dsv4_seq *s);
 int64_t dsv4_seq_position(const dsv4_seq *s);     /* number of tokens processed so far */

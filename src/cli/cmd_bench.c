@@ -171,7 +171,8 @@ static int bench_tokenizer(const char *dir) {
 int cmd_bench(int argc, char **argv) {
     const char *model_dir = NULL, *synth = NULL, *streams = NULL, *spec = NULL;
     long long threads = 0, prompt = 128, decode = 32;
-    int tokenizer = 0, no_bw = 0, kv = DSV4_KV_F32;
+    int tokenizer = 0, no_bw = 0, kv = DSV4_KV_F32, device = DSV4_DEVICE_CPU;
+    dsv4_mode mode = DSV4_MODE_EXACT;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
         if (!strcmp(a, "-m") || !strcmp(a, "--model")) { if (!(v = cli_value(CMD, argc, argv, &i))) return 1; model_dir = v; }
@@ -184,6 +185,8 @@ int cmd_bench(int argc, char **argv) {
             if ((kv = kv_format_parse(v)) < 0) return cli_error(CMD, "--kv must be f32, bf16 or fp8, got '%s'", v);
         }
         else if (!strcmp(a, "--tokenizer")) tokenizer = 1;
+        else if (!strcmp(a, "--device")) { if (!(v = cli_value(CMD, argc, argv, &i)) || cli_parse_device(CMD, v, &device)) return 1; }
+        else if (!strcmp(a, "--mode")) { if (!(v = cli_value(CMD, argc, argv, &i)) || cli_parse_mode(CMD, v, &mode)) return 1; }
         else if (!strcmp(a, "--no-bandwidth")) no_bw = 1;
         else if (!strcmp(a, "--streams")) { if (!(v = cli_value(CMD, argc, argv, &i))) return 1; streams = v; }
         else if (!strcmp(a, "--spec")) { if (!(v = cli_value(CMD, argc, argv, &i))) return 1; spec = v; }
@@ -196,7 +199,7 @@ int cmd_bench(int argc, char **argv) {
         model_dir = dir;
     }
     if (tokenizer) return bench_tokenizer(model_dir);
-    dsv4_load_opts lo = { .mode = DSV4_MODE_EXACT, .n_threads = (int)threads, .quiet = 1, .kv_format = kv };
+    dsv4_load_opts lo = { .mode = mode, .n_threads = (int)threads, .quiet = 1, .kv_format = kv, .device = device };
     dsv4_model *m;
     dsv4_error err;
     if (dsv4_model_load(model_dir, &lo, &m, &err)) return cli_fail(CMD, &err);

@@ -23,6 +23,7 @@ typedef struct {
     long long n, threads;
     dsv4_mode mode;
     int kv_format;       /* --kv f32|bf16|fp8 */
+    int device;          /* --device cpu|cuda */
     const char *pcache_dir;  /* --prefix-cache-dir */
     long long pcache_mb;     /* --prefix-cache-mb */
     dsv4_sampling sp;
@@ -50,6 +51,7 @@ static int parse(int argc, char **argv, chat_opts *o) {
             if ((o->kv_format = kv_format_parse(v)) < 0) return cli_error(CMD, "--kv must be f32, bf16 or fp8, got '%s'", v);
         }
         else if (!strcmp(a, "--mode")) { VAL(); if (cli_parse_mode(CMD, v, &o->mode)) return 1; }
+        else if (!strcmp(a, "--device")) { VAL(); if (cli_parse_device(CMD, v, &o->device)) return 1; }
         else return cli_error(CMD, "unknown option '%s'", a);
 #undef VAL
     }
@@ -211,7 +213,8 @@ int cmd_chat(int argc, char **argv) {
     chat_opts o;
     if (parse(argc, argv, &o)) return 1;
     dsv4_error err = {0};
-    dsv4_load_opts lo = { .mode = o.mode, .kv_format = o.kv_format, .n_threads = (int)o.threads, .quiet = 1 };
+    dsv4_load_opts lo = { .mode = o.mode, .kv_format = o.kv_format, .n_threads = (int)o.threads, .quiet = 1,
+                          .device = o.device };
     dsv4_model *m = NULL;
     dsv4_tokenizer *tok = NULL;
     dsv4_prefix_cache *pcache = NULL;

@@ -29,6 +29,7 @@ typedef struct {
     long long pcache_mb;     /* --prefix-cache-mb */
     int ids, stats;
     dsv4_mode mode;
+    int device;                 /* --device cpu|cuda */
     int kv_format;       /* --kv f32|bf16|fp8 */
     dsv4_sampling sp;
 } gen_opts;
@@ -68,6 +69,7 @@ static int parse(int argc, char **argv, gen_opts *o) {
         else if (!strcmp(a, "--ids")) o->ids = 1;
         else if (!strcmp(a, "--stats")) o->stats = 1;
         else if (!strcmp(a, "--mode")) { VAL(); if (cli_parse_mode(CMD, v, &o->mode)) return 1; }
+        else if (!strcmp(a, "--device")) { VAL(); if (cli_parse_device(CMD, v, &o->device)) return 1; }
         else return cli_error(CMD, "unknown option '%s'", a);
 #undef VAL
     }
@@ -154,7 +156,8 @@ static int read_prompts(const gen_opts *o, dsv4_tokenizer **tok, prompt_list *pl
  * equals `dsv4 generate --tokens <line i> --seed <S+i>`. Prints "<i>: id,id,..." in prompt order. */
 static int run_batch(const gen_opts *o) {
     dsv4_error err;
-    dsv4_load_opts lo = { .mode = o->mode, .kv_format = o->kv_format, .n_threads = (int)o->threads, .quiet = 0 };
+    dsv4_load_opts lo = { .mode = o->mode, .kv_format = o->kv_format, .n_threads = (int)o->threads, .quiet = 0,
+                          .device = o->device };
     dsv4_model *m = NULL;
     dsv4_tokenizer *tok = NULL;
     dsv4_sched *s = NULL;
@@ -254,7 +257,7 @@ static void print_spec_stats(const gen_opts *o, dsv4_spec_stream **ss, int n, do
 static int run_spec(const gen_opts *o) {
     dsv4_error err;
     /* each step may roll back the anchor and every draft: the ring needs draft + 1 slots of slack */
-    dsv4_load_opts lo = { .mode = o->mode, .kv_format = o->kv_format, .n_threads = (int)o->threads, .quiet = 1,
+    dsv4_load_opts lo = { .mode = o->mode, .kv_format = o->kv_format, .n_threads = (int)o->threads, .quiet = 1, .device = o->device,
                           .max_spec = o->draft + 1 > 16 ? (int)o->draft + 1 : 16 };
     dsv4_model *m = NULL;
     dsv4_tokenizer *tok = NULL;
@@ -335,7 +338,8 @@ int cmd_generate(int argc, char **argv) {
     if (o.spec && strcmp(o.spec, "none")) return run_spec(&o);
     if (o.batch) return run_batch(&o);
     dsv4_error err;
-    dsv4_load_opts lo = { .mode = o.mode, .kv_format = o.kv_format, .n_threads = (int)o.threads, .quiet = 0 };
+    dsv4_load_opts lo = { .mode = o.mode, .kv_format = o.kv_format, .n_threads = (int)o.threads, .quiet = 0,
+                          .device = o.device };
     dsv4_model *m = NULL;
     dsv4_tokenizer *tok = NULL;
     dsv4_seq *seq = NULL;

@@ -22,9 +22,10 @@
 static const char *CMD = "serve";
 
 typedef struct {
-    const char *model_dir, *host, *device, *api_key, *spec, *pcache_dir, *served_name, *encoder;
+    const char *model_dir, *host, *api_key, *spec, *pcache_dir, *served_name, *encoder;
     long long port, max_streams, ctx, pcache_mb, pcache_disk_mb, threads, step_tokens, max_queue, max_conn, max_body_mb;
     int kv_format;
+    int device;          /* a dsv4_device */
     dsv4_mode mode;
 } serve_opts;
 
@@ -32,7 +33,6 @@ static int parse(int argc, char **argv, serve_opts *o) {
     memset(o, 0, sizeof *o);
     o->host = "127.0.0.1";
     o->port = 8000;
-    o->device = "cpu";
     o->spec = "none";
     o->encoder = "v4";
     o->max_streams = 16;
@@ -49,7 +49,7 @@ static int parse(int argc, char **argv, serve_opts *o) {
         if (!strcmp(a, "-m") || !strcmp(a, "--model")) { VAL(); o->model_dir = v; }
         else if (!strcmp(a, "--host")) { VAL(); o->host = v; }
         else if (!strcmp(a, "--port")) INT(0, 65535, &o->port);
-        else if (!strcmp(a, "--device")) { VAL(); o->device = v; }
+        else if (!strcmp(a, "--device")) { VAL(); if (cli_parse_device(CMD, v, &o->device)) return 1; }
         else if (!strcmp(a, "--api-key")) { VAL(); o->api_key = v; }
         else if (!strcmp(a, "--max-streams")) INT(1, 4096, &o->max_streams);
         else if (!strcmp(a, "--ctx")) INT(2, 1LL << 31, &o->ctx);
@@ -74,10 +74,6 @@ static int parse(int argc, char **argv, serve_opts *o) {
 #undef VAL
     }
     if (!o->model_dir) return cli_error(CMD, "missing -m DIR");
-    if (strcmp(o->device, "cpu") && strcmp(o->device, "cuda"))
-        return cli_error(CMD, "--device must be cpu or cuda, got '%s'", o->device);
-    /* dsv4_load_opts has no device field in this build: the CUDA backend is not part of it */
-    if (!strcmp(o->device, "cuda")) return cli_error(CMD, "--device cuda: this build has no CUDA backend");
     if (strcmp(o->spec, "none"))
         return cli_error(CMD, "--spec %s: speculative decoding inside the server's scheduler is not supported yet (use none)", o->spec);
     if (strcmp(o->encoder, "v4") && strcmp(o->encoder, "v4-0731"))
@@ -111,7 +107,9 @@ int cmd_serve(int argc, char **argv) {
     signal(SIGPIPE, SIG_IGN);   /* a client that went away must not kill the server */
 
     dsv4_error err;
-    dsv4_load_opts lo = {.mode = o.mode, .kv_format = o.kv_format, .n_threads = (int)o.threads, .quiet = 1};
+    /* the same load path for both devices: the scheduler and the server do not care where steps run */
+    dsv4_load_opts lo = {.mode = o.mode, .kv_format = o.kv_format, .n_threads = (int)o.threads, .quiet = 1,
+                         .device = o.device};
     dsv4_model *m = NULL;
     dsv4_tokenizer *tok = NULL;
     dsv4_prefix_cache *pc = NULL;

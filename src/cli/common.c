@@ -94,6 +94,13 @@ int cli_parse_mode(const char *cmd, const char *s, dsv4_mode *mode) {
     return 0;
 }
 
+int cli_parse_device(const char *cmd, const char *s, int *device) {
+    const int d = dsv4_device_parse(s);
+    if (d < 0) return cli_error(cmd, "--device must be cpu or cuda, got '%s'", s);
+    *device = d;
+    return 0;
+}
+
 int cli_sampling_option(const char *cmd, int argc, char **argv, int *i, void *sampling) {
     dsv4_sampling *sp = sampling;
     const char *a = argv[*i], *v;

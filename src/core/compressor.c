@@ -6,29 +6,31 @@
 #include <stdlib.h>
 #include <string.h>
 
-int compressor_state_init(dsv4_compressor_state *s, int ratio, int width, int slack) {
+int compressor_state_init(dsv4_compressor_state *s, const seq_mem *mem, int ratio, int width, int slack) {
+    s->mem = mem;
     s->ratio = ratio;
     s->overlap = ratio == 4;
     s->width = width;
     s->cols = (s->overlap ? 2 : 1) * width;
     s->hist_len = (s->overlap ? 2 : 1) * ratio + (slack > 0 ? slack : 0);
     const size_t n = (size_t)s->hist_len * (size_t)s->cols;
-    s->kv = calloc(n, sizeof(float));
-    s->score = calloc(n, sizeof(float));
+    s->kv = mem->alloc(n * sizeof(float));
+    s->score = mem->alloc(n * sizeof(float));
     if (!s->kv || !s->score) { compressor_state_free(s); return -1; }
     return 0;
 }
 
 void compressor_state_free(dsv4_compressor_state *s) {
-    free(s->kv);
-    free(s->score);
+    if (!s->mem) return;   /* never initialised */
+    s->mem->release(s->kv);
+    s->mem->release(s->score);
     s->kv = s->score = NULL;
 }
 
 void compressor_state_copy(dsv4_compressor_state *dst, const dsv4_compressor_state *src) {
     const size_t n = (size_t)src->hist_len * (size_t)src->cols * sizeof(float);
-    memcpy(dst->kv, src->kv, n);
-    memcpy(dst->score, src->score, n);
+    dst->mem->copy(dst->kv, src->kv, n);
+    dst->mem->copy(dst->score, src->score, n);
 }
 
 int64_t compressor_live_first(const dsv4_compressor_state *s, int64_t pos) {

@@ -17,22 +17,25 @@
 #ifndef DSV4_CORE_COMPRESSOR_H
 #define DSV4_CORE_COMPRESSOR_H
 #include "model/model.h"
+#include "state/statemem.h"
 #include <stdint.h>
 
 typedef struct {
     int ratio, overlap, width;  /* m, (m == 4), c */
     int cols;                   /* coff*c: floats per position in kv and score */
     int hist_len;               /* positions held by the ring */
-    float *kv, *score;          /* [hist_len][cols] each, owned; slot = pos mod hist_len */
+    float *kv, *score;          /* [hist_len][cols] each, owned, in `mem`; slot = pos mod hist_len */
+    const seq_mem *mem;
 } dsv4_compressor_state;
 
-int  compressor_state_init(dsv4_compressor_state *s, int ratio, int width, int slack);  /* 0, or -1: no memory */
+/* 0, or -1: no memory. The rings are allocated in mem (zero-filled). */
+int  compressor_state_init(dsv4_compressor_state *s, const seq_mem *mem, int ratio, int width, int slack);
 void compressor_state_free(dsv4_compressor_state *s);
 void compressor_state_copy(dsv4_compressor_state *dst, const dsv4_compressor_state *src); /* same shape */
 
 /* The first position whose projections a state at position pos still needs (see above). */
 int64_t compressor_live_first(const dsv4_compressor_state *s, int64_t pos);
-/* The kv / score floats (cols each) of an absolute position held by the ring. */
+/* The kv / score floats (cols each) of an absolute position held by the ring (addresses in s->mem). */
 static inline float *compressor_kv_at(const dsv4_compressor_state *s, int64_t pos) {
     return s->kv + (pos % s->hist_len) * s->cols;
 }

@@ -2,6 +2,7 @@
  * Linear layers and experts run over all tokens of the step at once (weights are read once per step);
  * attention, compressors and the indexer run per sequence against that sequence's own state. */
 #include "backend/cpu/kernels.h"
+#include "backend/cuda/cuda_backend.h"
 #include "core/attention.h"
 #include "core/hc.h"
 #include "core/moe.h"
@@ -80,9 +81,10 @@ int workspace_ensure(struct dsv4_model *m, int T, int64_t max_rows) {
     return 0;
 }
 
-/* Validate the whole step before touching any state, so that an error leaves every sequence as it was. */
-static int validate(struct dsv4_model *m, dsv4_step_item *items, int n_items, int *T_out, int64_t *max_rows,
-                    dsv4_error *err) {
+/* Validate the whole step before touching any state, so that an error leaves every sequence as it was. Both
+ * backends run this: the same inputs give the same errors on every device. */
+int step_validate(struct dsv4_model *m, const seq_mem *mem, dsv4_step_item *items, int n_items, int *T_out,
+                  int64_t *max_rows, dsv4_error *err) {
     const dsv4_config *c = &m->cfg;
     int64_t T = 0, rows = 0;
     if (n_items <= 0 || !items) return dsv4_fail(err, DSV4_E_ARG, "a step needs at least one item");
@@ -90,6 +92,9 @@ static int validate(struct dsv4_model *m, dsv4_step_item *items, int n_items, in
         const dsv4_step_item *it = &items[i];
         if (!it->seq) return dsv4_fail(err, DSV4_E_ARG, "step item %d has no sequence", i);
         if (it->seq->model != m) return dsv4_fail(err, DSV4_E_ARG, "step item %d: the sequence belongs to another model", i);
+        if (it->seq->mem != mem)
+            return dsv4_fail(err, DSV4_E_ARG, "step item %d: the sequence keeps its state in %s memory, this step runs on %s",
+                             i, it->seq->mem->name, mem->name);
         for (int j = 0; j < i; j++)
             if (items[j].seq == it->seq) return dsv4_fail(err, DSV4_E_ARG, "a sequence appears twice in one step (items %d and %d)", j, i);
         if (it->n_tokens <= 0 || !it->tokens) return dsv4_fail(err, DSV4_E_ARG, "step item %d has no tokens", i);
@@ -145,7 +150,7 @@ void block_forward(struct dsv4_model *m, const dsv4_layer *ly, int L, dsv4_works
 int forward_begin(struct dsv4_model *m, dsv4_step_item *items, int n_items, int scratch_rows, dsv4_error *err) {
     int T = 0;
     int64_t max_rows = 0;
-    int rc = validate(m, items, n_items, &T, &max_rows, err);
+    int rc = step_validate(m, &seq_mem_host, items, n_items, &T, &max_rows, err);
     if (rc) return rc;
     if (workspace_ensure(m, T * (scratch_rows > 1 ? scratch_rows : 1), max_rows))
         return dsv4_fail(err, DSV4_E_NOMEM, "out of memory for a step of %d tokens", T);
@@ -228,6 +233,7 @@ static void capture_features(struct dsv4_model *m, dsv4_workspace *ws, int L) {
 }
 
 int dsv4_step(dsv4_model *m, dsv4_step_item *items, int n_items, dsv4_error *err) {
+    if (m->cuda) return cuda_step(m, items, n_items, err);
     int rc = forward_begin(m, items, n_items, 1, err);
     if (rc) return rc;
     /* From here on nothing can fail: every buffer is reserved. */

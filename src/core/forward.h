@@ -4,6 +4,11 @@
 #include "core/workspace.h"
 #include "model/model.h"
 
+/* Check every item of a step (sequence of this model whose state lives in mem, no sequence twice, tokens in the
+ * vocabulary, no context overflow) before anything changes: T = the step's tokens, max_rows = the most
+ * compressed rows any of them can see. */
+int  step_validate(struct dsv4_model *m, const struct seq_mem *mem, dsv4_step_item *items, int n_items, int *T,
+                   int64_t *max_rows, dsv4_error *err);
 /* Validate the items, reserve every buffer (per-token scratch for scratch_rows x the step's tokens) and lay
  * out ws->batch. Nothing is modified on error; after success nothing can fail. */
 int  forward_begin(struct dsv4_model *m, dsv4_step_item *items, int n_items, int scratch_rows, dsv4_error *err);

@@ -1,6 +1,8 @@
 /* Loading a checkpoint folder into a dsv4_model: config, mmap, validation against the inventory, binding. */
 #include "model/model.h"
 #include "state/kvrows.h"
+#include "state/statemem.h"
+#include "backend/cuda/cuda_backend.h"
 #include "model/formats.h"
 #include "util/error.h"
 #include <math.h>
@@ -343,6 +345,7 @@ static uint64_t fingerprint(const dsv4_model *m) {
 
 void dsv4_model_free(dsv4_model *m) {
     if (!m) return;
+    cuda_model_free(m);
     if (m->layers)
         for (int L = 0; L < m->cfg.n_layers; L++) free_block_tables(&m->layers[L]);
     free(m->layers);
@@ -376,6 +379,12 @@ int dsv4_model_load(const char *dir, const dsv4_load_opts *opts, dsv4_model **ou
     int rc = dsv4_config_load(dir, &m->cfg, err);
     if (rc) goto fail;
     m->mode = opts->mode;
+    m->state_mem = &seq_mem_host;
+    if (opts->device != DSV4_DEVICE_CPU && opts->device != DSV4_DEVICE_CUDA) {
+        rc = dsv4_fail(err, DSV4_E_ARG, "unknown device %d (cpu = 0, cuda = 1)", opts->device);
+        goto fail;
+    }
+    if (opts->device == DSV4_DEVICE_CUDA && !cuda_available(opts->gpu, err)) { rc = err ? err->code : DSV4_E_UNSUPPORTED; goto fail; }
     m->max_spec = opts->max_spec > 0 ? opts->max_spec : 16;
     m->ring_len = m->cfg.window + m->max_spec;
     m->kv_format = opts->kv_format;
@@ -426,6 +435,10 @@ int dsv4_model_load(const char *dir, const dsv4_load_opts *opts, dsv4_model **ou
     if (!m->pool) { rc = dsv4_fail(err, DSV4_E_NOMEM, "cannot start worker threads"); goto fail; }
     /* Progress goes to a terminal only: scripts reading stderr get nothing but errors. */
     m->progress = !opts->quiet && isatty(2);
+    if (opts->device == DSV4_DEVICE_CUDA) {
+        if ((rc = cuda_model_init(m, opts->gpu, err))) goto fail;
+        m->device = DSV4_DEVICE_CUDA;
+    }
     if (m->progress) {
         uint64_t bytes = 0;
         for (int i = 0; i < m->ckpt.n_shards; i++) bytes += m->ckpt.shards[i].len;
@@ -451,3 +464,12 @@ void dsv4_model_get_info(const dsv4_model *m, dsv4_model_info *info) {
     info->bos_id = m->cfg.bos_id;
     info->eos_id = m->cfg.eos_id;
 }
+
+int dsv4_device_parse(const char *name) {
+    if (!name) return -1;
+    if (!strcmp(name, "cpu")) return DSV4_DEVICE_CPU;
+    if (!strcmp(name, "cuda")) return DSV4_DEVICE_CUDA;
+    return -1;
+}
+
+int dsv4_cuda_available(dsv4_error *why) { return cuda_available(0, why); }

@@ -98,7 +98,13 @@ struct dsv4_model {
     float **owned;           /* every fp32 vector decoded at load, freed with the model */
     int n_owned;
     struct dsv4_workspace *ws; /* scratch for dsv4_step, grown on demand (one step at a time per model) */
+    int device;              /* a dsv4_device: where dsv4_step runs and where new sequences keep their state */
+    const struct seq_mem *state_mem; /* the memory of that device (state/statemem.h) */
+    struct cuda_model *cuda; /* the CUDA backend's copy of the weights and its step scratch (device cuda) */
 };
+
+/* Where new sequences of m keep their state. */
+static inline const struct seq_mem *model_state_mem(const struct dsv4_model *m) { return m->state_mem; }
 
 /* Compute the RoPE frequencies for a regime. yarn: apply YaRN with cfg's factor/beta/original_seq_len. */
 int dsv4_rope_init(dsv4_rope *r, const dsv4_config *cfg, float base, int yarn, dsv4_error *err);

@@ -112,6 +112,18 @@ static int get(cursor *c, void *v, size_t n) {
     return 0;
 }
 static uint32_t get_u32(cursor *c) { uint32_t v = 0; get(c, &v, 4); return v; }
+
+/* The same for bytes of a sequence's state, which may live in device memory (statemem.h). */
+static void put_state(cursor *c, const seq_mem *mem, const void *v, size_t n) {
+    if (n) mem->to_host(c->p + c->off, v, n);
+    c->off += n;
+}
+static int get_state(cursor *c, const seq_mem *mem, void *v, size_t n) {
+    if (n > c->len - c->off) return -1;
+    if (v && n) mem->from_host(v, c->q + c->off, n);
+    c->off += n;
+    return 0;
+}
 static uint64_t get_u64(cursor *c) { uint64_t v = 0; get(c, &v, 8); return v; }
 
 /* ---- save ------------------------------------------------------------------------------------------------ */
@@ -143,18 +155,18 @@ size_t dsv4_seq_state_bytes(const dsv4_seq *s) {
 
 static void put_comp(cursor *c, const dsv4_compressor_state *cs, int64_t pos) {
     const size_t n = (size_t)cs->cols * sizeof(float);
-    for (int64_t t = compressor_live_first(cs, pos); t < pos; t++) put(c, compressor_kv_at(cs, t), n);
-    for (int64_t t = compressor_live_first(cs, pos); t < pos; t++) put(c, compressor_score_at(cs, t), n);
+    for (int64_t t = compressor_live_first(cs, pos); t < pos; t++) put_state(c, cs->mem, compressor_kv_at(cs, t), n);
+    for (int64_t t = compressor_live_first(cs, pos); t < pos; t++) put_state(c, cs->mem, compressor_score_at(cs, t), n);
 }
 
 static void put_rows(cursor *c, const dsv4_rows *r) {
     put_i64(c, r->n);
-    put(c, r->data, (size_t)r->n * r->lay.bytes);
+    put_state(c, r->mem, r->data, (size_t)r->n * r->lay.bytes);
 }
 
 static void put_layer(cursor *c, const dsv4_seq *s, const dsv4_layer_state *ls, const persist_header *h) {
     const int64_t nwin = (int64_t)live_window(h);
-    for (int64_t t = s->pos - nwin; t < s->pos; t++) put(c, seq_ring_at(s, ls, t), s->kv_main.bytes);
+    for (int64_t t = s->pos - nwin; t < s->pos; t++) put_state(c, s->mem, seq_ring_at(s, ls, t), s->kv_main.bytes);
     if (ls->comp.kv) {
         put_comp(c, &ls->comp, s->pos);
         put_rows(c, &ls->crows);
@@ -304,7 +316,7 @@ static int walk_body(cursor *c, const persist_header *h, const dsv4_model *m, ds
         const int r = h->ratio[L];
         dsv4_layer_state *ls = s ? &s->layer[L] : NULL;
         for (int64_t t = pos - nwin; t < pos; t++)
-            get(c, ls ? seq_ring_at(s, ls, t) : NULL, kv_row_bytes(fmt, KV_ROW_MAIN, (int)D, rope));
+            get_state(c, s ? s->mem : NULL, ls ? seq_ring_at(s, ls, t) : NULL, kv_row_bytes(fmt, KV_ROW_MAIN, (int)D, rope));
         for (int which = 0; which < 2; which++) {
             if (which == 0 ? !r : r != 4) continue;
             const size_t width = which ? I : D;
@@ -313,13 +325,13 @@ static int walk_body(cursor *c, const persist_header *h, const dsv4_model *m, ds
             dsv4_rows *rows = ls ? (which ? &ls->irows : &ls->crows) : NULL;
             const int64_t first = pos - (int64_t)comp_live_positions(ratio, pos);
             const size_t row = (ratio == 4 ? 2 : 1) * width * sizeof(float);
-            for (int64_t t = first; t < pos; t++) get(c, cs ? compressor_kv_at(cs, t) : NULL, row);
-            for (int64_t t = first; t < pos; t++) get(c, cs ? compressor_score_at(cs, t) : NULL, row);
+            for (int64_t t = first; t < pos; t++) get_state(c, cs ? cs->mem : NULL, cs ? compressor_kv_at(cs, t) : NULL, row);
+            for (int64_t t = first; t < pos; t++) get_state(c, cs ? cs->mem : NULL, cs ? compressor_score_at(cs, t) : NULL, row);
             const int64_t n = (int64_t)get_u64(c);
             if (n != pos / ratio)
                 return dsv4_fail(err, DSV4_E_STATE, "state layer %u stores %lld %s rows, position %lld implies %lld", L,
                                  (long long)n, which ? "indexer" : "compressed", (long long)pos, (long long)(pos / ratio));
-            get(c, rows ? rows->data : NULL, (size_t)n * kv_row_bytes(fmt, which ? KV_ROW_INDEX : KV_ROW_MAIN, (int)width, rope));
+            get_state(c, rows ? rows->mem : NULL, rows ? rows->data : NULL, (size_t)n * kv_row_bytes(fmt, which ? KV_ROW_INDEX : KV_ROW_MAIN, (int)width, rope));
             if (rows) rows->n = n;
         }
     }
@@ -327,7 +339,7 @@ static int walk_body(cursor *c, const persist_header *h, const dsv4_model *m, ds
 }
 
 /* Load into a new sequence; validation completes before anything is allocated. */
-static int load_mem(const dsv4_model *m, const void *buf, size_t len, dsv4_seq **out, dsv4_error *err) {
+static int load_mem(const dsv4_model *m, const seq_mem *mem, const void *buf, size_t len, dsv4_seq **out, dsv4_error *err) {
     persist_header h;
     int rc = persist_read_header(buf, len, &h, err);
     if (rc) return rc;
@@ -337,8 +349,8 @@ static int load_mem(const dsv4_model *m, const void *buf, size_t len, dsv4_seq *
     cursor c = { NULL, buf, (size_t)sz.header, len - 8 };
     if ((rc = walk_body(&c, &h, m, NULL, err))) return rc;
     dsv4_seq *s;
-    /* dsv4_seq_new takes a mutable model only because sequences hand it to dsv4_step later */
-    if ((rc = dsv4_seq_new((dsv4_model *)m, &s, err))) return rc;
+    /* seq_new_in takes a mutable model only because sequences hand it to dsv4_step later */
+    if ((rc = seq_new_in((dsv4_model *)m, mem, &s, err))) return rc;
     if (seq_reserve(s, h.pos)) {
         dsv4_seq_free(s);
         return dsv4_fail(err, DSV4_E_NOMEM, "out of memory for a state of %lld tokens", (long long)h.pos);
@@ -352,7 +364,7 @@ static int load_mem(const dsv4_model *m, const void *buf, size_t len, dsv4_seq *
 
 int dsv4_seq_load_mem(dsv4_model *m, const void *buf, size_t len, dsv4_seq **out, dsv4_error *err) {
     if (!m || !out) return dsv4_fail(err, DSV4_E_ARG, "load: missing model or output");
-    return load_mem(m, buf, len, out, err);
+    return load_mem(m, model_state_mem(m), buf, len, out, err);
 }
 
 int dsv4_seq_load(dsv4_model *m, const char *path, dsv4_seq **out, dsv4_error *err) {
@@ -376,7 +388,7 @@ static void seq_swap(dsv4_seq *a, dsv4_seq *b) {
 int dsv4_seq_restore_mem(dsv4_seq *s, const void *buf, size_t len, dsv4_error *err) {
     if (!s) return dsv4_fail(err, DSV4_E_ARG, "restore: missing sequence");
     dsv4_seq *n;
-    int rc = load_mem(s->model, buf, len, &n, err);
+    int rc = load_mem(s->model, s->mem, buf, len, &n, err);
     if (rc) return rc;
     seq_swap(s, n);
     dsv4_seq_free(n);
@@ -402,7 +414,7 @@ int dsv4_seq_restore(dsv4_seq *s, const char *path, dsv4_error *err) {
 int dsv4_seq_fork(const dsv4_seq *s, dsv4_seq **out, dsv4_error *err) {
     if (!s || !out) return dsv4_fail(err, DSV4_E_ARG, "fork: missing sequence or output");
     dsv4_seq *f;
-    int rc = dsv4_seq_new((dsv4_model *)s->model, &f, err);
+    int rc = seq_new_in((dsv4_model *)s->model, s->mem, &f, err);
     if (rc) return rc;
     if (seq_reserve(f, s->pos)) {
         dsv4_seq_free(f);
@@ -412,7 +424,7 @@ int dsv4_seq_fork(const dsv4_seq *s, dsv4_seq **out, dsv4_error *err) {
     for (int L = 0; L < s->n_layers; L++) {
         const dsv4_layer_state *a = &s->layer[L];
         dsv4_layer_state *b = &f->layer[L];
-        memcpy(b->ring, a->ring, (size_t)s->ring_len * s->kv_main.bytes);
+        s->mem->copy(b->ring, a->ring, (size_t)s->ring_len * s->kv_main.bytes);
         int shared = 0;
         if (a->comp.kv) {
             compressor_state_copy(&b->comp, &a->comp);

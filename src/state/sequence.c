@@ -8,7 +8,7 @@ void rows_release(dsv4_rows *r) {
     if (r->refs && --*r->refs > 0) {
         r->data = NULL;          /* another sequence still uses the buffer */
     } else {
-        free(r->data);
+        if (r->mem) r->mem->release(r->data);
         free(r->refs);
     }
     r->data = NULL;
@@ -35,9 +35,9 @@ static int rows_unshare(dsv4_rows *r, int64_t n_total) {
         return 0;
     }
     int64_t cap = r->cap > n_total ? r->cap : n_total;
-    uint8_t *copy = malloc((size_t)(cap ? cap : 1) * r->lay.bytes);
+    uint8_t *copy = r->mem->alloc((size_t)(cap ? cap : 1) * r->lay.bytes);
     if (!copy) return -1;
-    if (r->n) memcpy(copy, r->data, (size_t)r->n * r->lay.bytes);
+    if (r->n) r->mem->copy(copy, r->data, (size_t)r->n * r->lay.bytes);
     --*r->refs;
     r->refs = NULL;
     r->data = copy;
@@ -50,7 +50,7 @@ int rows_reserve(dsv4_rows *r, int64_t n_total) {
     if (n_total <= r->cap) return 0;
     int64_t nc = r->cap ? r->cap : 16;
     while (nc < n_total) nc *= 2;
-    uint8_t *nd = realloc(r->data, (size_t)nc * r->lay.bytes);
+    uint8_t *nd = seq_mem_grow(r->mem, r->data, (size_t)r->n * r->lay.bytes, (size_t)nc * r->lay.bytes);
     if (!nd) return -1;
     r->data = nd;
     r->cap = nc;
@@ -75,8 +75,8 @@ int seq_reserve(struct dsv4_seq *s, int64_t n_more) {
     return 0;
 }
 
-static void layer_state_free(dsv4_layer_state *ls) {
-    free(ls->ring);
+static void layer_state_free(const seq_mem *mem, dsv4_layer_state *ls) {
+    mem->release(ls->ring);
     compressor_state_free(&ls->comp);
     compressor_state_free(&ls->icomp);
     rows_release(&ls->crows);
@@ -86,17 +86,22 @@ static void layer_state_free(dsv4_layer_state *ls) {
 void dsv4_seq_free(dsv4_seq *s) {
     if (!s) return;
     if (s->layer)
-        for (int L = 0; L < s->n_layers; L++) layer_state_free(&s->layer[L]);
+        for (int L = 0; L < s->n_layers; L++) layer_state_free(s->mem, &s->layer[L]);
     free(s->layer);
     free(s->tokens);
     free(s);
 }
 
 int dsv4_seq_new(dsv4_model *m, dsv4_seq **out, dsv4_error *err) {
+    return seq_new_in(m, model_state_mem(m), out, err);
+}
+
+int seq_new_in(dsv4_model *m, const seq_mem *mem, dsv4_seq **out, dsv4_error *err) {
     const dsv4_config *c = &m->cfg;
     dsv4_seq *s = calloc(1, sizeof *s);
     if (!s) return dsv4_fail(err, DSV4_E_NOMEM, "out of memory");
     s->model = m;
+    s->mem = mem;
     s->n_layers = c->n_layers;
     s->ring_len = m->ring_len;
     kv_layout_init(&s->kv_main, m->kv_format, KV_ROW_MAIN, c->head_dim, c->rope_dim);
@@ -106,18 +111,19 @@ int dsv4_seq_new(dsv4_model *m, dsv4_seq **out, dsv4_error *err) {
     for (int L = 0; L < c->n_layers; L++) {
         dsv4_layer_state *ls = &s->layer[L];
         const int ratio = c->compress_ratio[L];
-        ls->ring = calloc((size_t)s->ring_len, s->kv_main.bytes);
+        ls->ring = mem->alloc((size_t)s->ring_len * s->kv_main.bytes);
         if (!ls->ring) goto oom;
         ls->crows.lay = s->kv_main;
         ls->irows.lay = s->kv_index;
-        if (ratio && compressor_state_init(&ls->comp, ratio, c->head_dim, m->max_spec)) goto oom;
-        if (ratio == 4 && compressor_state_init(&ls->icomp, 4, c->index_head_dim, m->max_spec)) goto oom;
+        ls->crows.mem = ls->irows.mem = mem;
+        if (ratio && compressor_state_init(&ls->comp, mem, ratio, c->head_dim, m->max_spec)) goto oom;
+        if (ratio == 4 && compressor_state_init(&ls->icomp, mem, 4, c->index_head_dim, m->max_spec)) goto oom;
     }
     *out = s;
     return 0;
 oom:
     dsv4_seq_free(s);
-    return dsv4_fail(err, DSV4_E_NOMEM, "out of memory allocating sequence state");
+    return dsv4_fail(err, DSV4_E_NOMEM, "out of %s memory allocating sequence state", mem->name);
 }
 
 int64_t dsv4_seq_position(const dsv4_seq *s) { return s->pos; }

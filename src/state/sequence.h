@@ -9,6 +9,7 @@
 #include "core/compressor.h"
 #include "dsv4.h"
 #include "state/kvrows.h"
+#include "state/statemem.h"
 #include <stdint.h>
 
 /* Append-only rows of fixed width, stored in the model's KV format (state/kvrows.h). */
@@ -16,10 +17,11 @@
  * sharing `data` (NULL when this one owns it alone). Rows below n never change, so sharing is safe until
  * someone appends: rows_reserve, which every writer calls first, gives the writer its own copy. */
 typedef struct {
-    uint8_t *data;   /* [cap][lay.bytes] */
+    uint8_t *data;   /* [cap][lay.bytes], in `mem` */
     int64_t n, cap;
     kv_layout lay;
-    int *refs;
+    int *refs;       /* host memory */
+    const seq_mem *mem;
 } dsv4_rows;
 
 /* Capacity for n_total rows, owned alone when any row at or above n will be written; 0 or -1 (no memory). */
@@ -27,10 +29,11 @@ int  rows_reserve(dsv4_rows *r, int64_t n_total);
 /* Share src's rows with dst (whose own rows are released): a fork without copying. */
 int  rows_share(dsv4_rows *dst, dsv4_rows *src);
 void rows_release(dsv4_rows *r);
+/* Row k (an address in r->mem: dereference only for host rows). */
 static inline uint8_t *rows_at(const dsv4_rows *r, int64_t k) { return r->data + (size_t)k * r->lay.bytes; }
 
 typedef struct {
-    uint8_t *ring;                /* [ring_len][kv_main.bytes]: window rows in the KV format */
+    uint8_t *ring;                /* [ring_len][kv_main.bytes]: window rows in the KV format, in the seq's mem */
     dsv4_compressor_state comp;   /* ratio != 0 */
     dsv4_compressor_state icomp;  /* ratio == 4 */
     dsv4_rows crows;              /* compressed rows [n][head_dim] */
@@ -45,10 +48,15 @@ struct dsv4_seq {
     int n_layers, ring_len;
     kv_layout kv_main;            /* window and compressed rows (head_dim, rope tail) */
     kv_layout kv_index;           /* indexer rows (index_head_dim) */
+    const seq_mem *mem;           /* where rings and rows live (host, or the model's device) */
     dsv4_layer_state *layer;
 };
 
-/* The ring slot of position pos. */
+/* A new empty sequence whose state lives in `mem` (dsv4_seq_new picks the model's device; the speculative
+ * heads keep their own small states in host memory whatever the device). */
+int seq_new_in(struct dsv4_model *m, const seq_mem *mem, struct dsv4_seq **out, dsv4_error *err);
+
+/* The ring slot of position pos (an address in s->mem). */
 static inline uint8_t *seq_ring_at(const struct dsv4_seq *s, const dsv4_layer_state *ls, int64_t pos) {
     return ls->ring + (size_t)(pos % s->ring_len) * s->kv_main.bytes;
 }

@@ -96,7 +96,7 @@ static void sink_softmax_by_hand(void **st) {
  * chunk 1 pools the A half of chunk 0 and the B half of chunk 1. Hand formula: softmax over slot scores. */
 static void compressor_overlap_by_hand(void **st) {
     dsv4_compressor_state s;
-    assert_int_equal(compressor_state_init(&s, 4, 1, 0), 0);
+    assert_int_equal(compressor_state_init(&s, &seq_mem_host, 4, 1, 0), 0);
     float K[8][2], Z[8][2], pooled[1];
     for (int t = 0; t < 8; t++) {
         K[t][0] = 10.0f + t;  K[t][1] = 100.0f + t;   /* A value, B value */
@@ -120,7 +120,7 @@ static void compressor_overlap_by_hand(void **st) {
 /* Ratio-128: no overlap, one row per 128 positions, pooled over exactly that chunk. */
 static void compressor_ratio128_by_hand(void **st) {
     dsv4_compressor_state s;
-    assert_int_equal(compressor_state_init(&s, 128, 1, 0), 0);
+    assert_int_equal(compressor_state_init(&s, &seq_mem_host, 128, 1, 0), 0);
     float pooled[1];
     double num = 0, den = 0;
     for (int t = 128; t < 256; t++) {   /* start mid-stream: slots are pos mod 128 */

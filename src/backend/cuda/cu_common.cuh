@@ -1,0 +1,196 @@
+/* Device-side helpers shared by the CUDA kernels: the number formats (the same rules, bit for bit, as
+ * src/model/formats.c and src/state/kvrows.c), weight-row decoding, and the fixed-order reductions.
+ *
+ * Reduction orders (the GPU form of the engine's exactness, DESIGN §8):
+ *   warp_sum   lane l holds a partial; partials are combined by xor-butterfly 16, 8, 4, 2, 1. Every lane ends
+ *              with the same value, which depends only on the 32 partials, never on who else is in the step.
+ *   block_sum  each warp's warp_sum, then warp 0 sums the per-warp results in warp order with the same
+ *              butterfly (absent warps count 0). Fixed by blockDim, which every launcher fixes at compile time.
+ * No reduction here uses atomics, and no launcher picks its block or split from the batch size. */
+#ifndef DSV4_CU_COMMON_CUH
+#define DSV4_CU_COMMON_CUH
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdint.h>
+#include "model/weight.h"
+
+/* ---- number formats ----------------------------------------------------------------------------------- */
+
+/* Round to the nearest bf16 (ties to even), NaN stays NaN: formats.c f32_to_bf16. */
+__device__ __forceinline__ float dev_round_bf16(float x) {
+    uint32_t u = __float_as_uint(x);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return __uint_as_float(((u >> 16) | 0x40u) << 16);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return __uint_as_float(u & 0xffff0000u);
+}
+__device__ __forceinline__ float dev_bf16_if(int official, float x) { return official ? dev_round_bf16(x) : x; }
+__device__ __forceinline__ uint16_t dev_f32_to_bf16(float x) { return (uint16_t)(__float_as_uint(dev_round_bf16(x)) >> 16); }
+__device__ __forceinline__ float dev_bf16_to_f32(uint16_t h) { return __uint_as_float((uint32_t)h << 16); }
+
+/* E4M3 ("fn"): exact decode by construction: subnormal m * 2^-9, normal (8 + m) * 2^(e - 10). */
+__device__ __forceinline__ float dev_e4m3(uint8_t b) {
+    const int e = (b >> 3) & 15, m = b & 7;
+    float v;
+    if (e == 15 && m == 7) return __uint_as_float(0x7fc00000u);
+    if (e == 0) v = (float)m * 0.001953125f;                                /* 2^-9 */
+    else v = (float)(8 + m) * __uint_as_float((uint32_t)(e - 10 + 127) << 23);
+    return (b & 0x80) ? -v : v;
+}
+
+/* UE8M0: 2^(b-127); 0 is the denormal 2^-127, 255 NaN. */
+__device__ __forceinline__ float dev_e8m0(uint8_t b) {
+    if (b == 255) return __uint_as_float(0x7fc00000u);
+    if (b == 0) return __uint_as_float(0x00400000u);
+    return __uint_as_float((uint32_t)b << 23);
+}
+
+__device__ __forceinline__ float dev_e2m1(uint8_t code) {
+    const float mag[8] = { 0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f };
+    const float v = mag[code & 7];
+    return (code & 8) ? -v : v;
+}
+
+/* The same search as formats.c f32_to_e4m3: nearest magnitude code, ties to the even code, saturating. */
+__device__ __forceinline__ uint8_t dev_f32_to_e4m3(float x) {
+    if (isnan(x)) return 0x7f;
+    const uint8_t sign = signbit(x) ? 0x80 : 0;
+    const float a = fabsf(x);
+    if (a >= 448.0f) return sign | 0x7e;
+    int lo = 0, hi = 126;
+    while (hi - lo > 1) {
+        const int mid = (lo + hi) / 2;
+        if (dev_e4m3((uint8_t)mid) <= a) lo = mid; else hi = mid;
+    }
+    const float vl = dev_e4m3((uint8_t)lo), vh = dev_e4m3((uint8_t)hi);
+    int code;
+    if (a - vl < vh - a) code = lo;
+    else if (a - vl > vh - a) code = hi;
+    else code = (lo & 1) ? hi : lo;
+    return sign | (uint8_t)code;
+}
+
+/* formats.c f32_to_e2m1. */
+__device__ __forceinline__ uint8_t dev_f32_to_e2m1(float x) {
+    const uint8_t sign = signbit(x) ? 8 : 0;
+    const float a = fabsf(x);
+    if (isnan(x)) return 7;
+    if (a >= 6.0f) return sign | 7;
+    int lo = 0;
+    while (lo < 7 && dev_e2m1((uint8_t)(lo + 1)) <= a) lo++;
+    if (lo == 7) return sign | 7;
+    const float vl = dev_e2m1((uint8_t)lo), vh = dev_e2m1((uint8_t)(lo + 1));
+    int code;
+    if (a - vl < vh - a) code = lo;
+    else if (a - vl > vh - a) code = lo + 1;
+    else code = (lo & 1) ? lo + 1 : lo;
+    return sign | (uint8_t)code;
+}
+
+/* 2^ceil(log2(v)) from the bit pattern (formats.c pow2_ceil). */
+__device__ __forceinline__ float dev_pow2_ceil(float v) {
+    const uint32_t u = __float_as_uint(v);
+    int e = (int)((u >> 23) & 0xff) - 127;
+    if (u & 0x7fffffu) e += 1;
+    return ldexpf(1.0f, e);
+}
+
+/* The UE8M0 byte of a power-of-two scale, kept finite (kvrows.c e8m0_of). */
+__device__ __forceinline__ uint8_t dev_e8m0_of(float s) {
+    const uint32_t e = (__float_as_uint(s) >> 23) & 0xff;
+    return (uint8_t)(e == 0 ? 1 : e == 255 ? 254 : e);
+}
+
+/* One value of the official FP8 simulation given the block scale s (formats.c act_quant_fp8_inplace). */
+__device__ __forceinline__ float dev_fp8_sim(float x, float s) {
+    const float q = fminf(fmaxf(x / s, -448.0f), 448.0f);
+    return dev_round_bf16(dev_e4m3(dev_f32_to_e4m3(q)) * s);
+}
+__device__ __forceinline__ float dev_fp4_sim(float x, float s) {
+    const float q = fminf(fmaxf(x / s, -6.0f), 6.0f);
+    return dev_round_bf16(dev_e2m1(dev_f32_to_e2m1(q)) * s);
+}
+
+/* ---- reductions ----------------------------------------------------------------------------------------- */
+
+__device__ __forceinline__ float warp_sum(float v) {
+    for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
+    return v;
+}
+__device__ __forceinline__ float warp_max(float v) {
+    for (int off = 16; off > 0; off >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, off));
+    return v;
+}
+
+/* Sum of one float per thread over the block (see the header comment); every thread gets the result.
+ * `red` is shared scratch of 32 floats. Must be reached by every thread of the block. */
+__device__ __forceinline__ float block_sum(float v, float *red) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
+    v = warp_sum(v);
+    __syncthreads();
+    if (lane == 0) red[warp] = v;
+    __syncthreads();
+    float s = lane < nw ? red[lane] : 0.0f;
+    s = warp_sum(s);
+    return s;
+}
+__device__ __forceinline__ float block_max(float v, float *red) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
+    v = warp_max(v);
+    __syncthreads();
+    if (lane == 0) red[warp] = v;
+    __syncthreads();
+    float s = lane < nw ? red[lane] : -INFINITY;
+    return warp_max(s);
+}
+
+/* ---- weights --------------------------------------------------------------------------------------------- */
+
+/* Element (row, i) of a weight (device pointers), exact in fp32. */
+__device__ __forceinline__ float dev_weight_at(const dsv4_weight &w, int row, int i) {
+    switch (w.fmt) {
+    case WF_F32: return ((const float *)w.data)[(int64_t)row * w.cols + i];
+    case WF_BF16: return dev_bf16_to_f32(((const uint16_t *)w.data)[(int64_t)row * w.cols + i]);
+    case WF_FP8: {
+        const uint8_t b = ((const uint8_t *)w.data)[(int64_t)row * w.cols + i];
+        return dev_e4m3(b) * dev_e8m0(w.scale[(int64_t)((w.row0 + row) / 128) * w.scale_cols + i / 128]);
+    }
+    default: {
+        const uint8_t b = ((const uint8_t *)w.data)[(int64_t)row * (w.cols / 2) + i / 2];
+        return dev_e2m1((uint8_t)((i & 1) ? b >> 4 : b & 15)) * dev_e8m0(w.scale[(int64_t)(w.row0 + row) * w.scale_cols + i / 32]);
+    }
+    }
+}
+
+/* Elements i .. i+3 of a row (i a multiple of 4, i + 4 <= cols, cols a multiple of 4 — the launcher checks),
+ * with one aligned load per format. The values are the exact ones dev_weight_at gives. */
+__device__ __forceinline__ void dev_weight4(const dsv4_weight &w, int row, int i, float out[4]) {
+    switch (w.fmt) {
+    case WF_F32: {
+        const float4 v = *(const float4 *)((const float *)w.data + (int64_t)row * w.cols + i);
+        out[0] = v.x; out[1] = v.y; out[2] = v.z; out[3] = v.w;
+        return;
+    }
+    case WF_BF16: {
+        const uint2 v = *(const uint2 *)((const uint16_t *)w.data + (int64_t)row * w.cols + i);
+        out[0] = __uint_as_float(v.x << 16); out[1] = __uint_as_float(v.x & 0xffff0000u);
+        out[2] = __uint_as_float(v.y << 16); out[3] = __uint_as_float(v.y & 0xffff0000u);
+        return;
+    }
+    case WF_FP8: {
+        const uint32_t v = *(const uint32_t *)((const uint8_t *)w.data + (int64_t)row * w.cols + i);
+        const float s = dev_e8m0(w.scale[(int64_t)((w.row0 + row) / 128) * w.scale_cols + i / 128]);
+        for (int k = 0; k < 4; k++) out[k] = dev_e4m3((uint8_t)(v >> (8 * k))) * s;
+        return;
+    }
+    default: {
+        const uint16_t v = *(const uint16_t *)((const uint8_t *)w.data + (int64_t)row * (w.cols / 2) + i / 2);
+        const float s = dev_e8m0(w.scale[(int64_t)(w.row0 + row) * w.scale_cols + i / 32]);
+        for (int k = 0; k < 4; k++) out[k] = dev_e2m1((uint8_t)((v >> (4 * k)) & 15)) * s;
+        return;
+    }
+    }
+}
+
+/* Launch geometry helpers. */
+static inline int cu_blocks(int64_t n, int per) { return (int)((n + per - 1) / per); }
+#endif

@@ -1,0 +1,150 @@
+/* The CUDA backend's operations, as C calls (launchers). Each launcher enqueues its kernel(s) on `st` and
+ * returns at once; cu_check (cu_runtime.cu) reports a launch or execution error afterwards.
+ *
+ * Every launcher computes one operation of the model (src/core/ has the same operation on the CPU, named in
+ * each comment) and states its reduction order. Two rules hold for all of them:
+ *   - each output element is reduced in an order fixed by the model's shapes (and, for attention and the
+ *     indexer, by the context length): never by the number of tokens in the step or by who the neighbours are;
+ *   - no floating-point atomics. (The MoE planner and the indexer's radix select count with integer atomics in
+ *     shared memory, which are exact in any order.)
+ * So every kernel here is batch-invariant and deterministic: one-shot, chunked, decode and batched steps give
+ * the same bits, run after run. Pointers are device pointers unless a comment says otherwise. */
+#ifndef DSV4_CU_KERNELS_H
+#define DSV4_CU_KERNELS_H
+#include "model/weight.h"
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef void *cu_stream;
+
+/* One step item as the kernels see it: its tokens are first .. first+n-1 of the step, at positions p0 .. */
+typedef struct {
+    int first, n;
+    int64_t p0;
+} cu_item;
+
+/* One sequence's state for one layer (device pointers into the sequence, state/sequence.h). */
+typedef struct {
+    uint8_t *ring;             /* window ring [ring_len][main row bytes] */
+    float *ckv, *cscore;       /* main compressor ring [chist][cols] (ratio != 0) */
+    float *ikv, *iscore;       /* indexer compressor ring [ihist][2*index_head_dim] (ratio 4) */
+    uint8_t *crows, *irows;    /* compressed / indexer rows (capacity reserved for the step) */
+    int chist, ihist;
+} cu_seq_layer;
+
+/* A KV row layout (state/kvrows.h kv_layout). */
+typedef struct {
+    int fmt, kind, width, rope, nope, bytes;
+} cu_kvlay;
+
+/* The MoE plan of one step: (token, expert) pairs sorted by expert then token, cut into tiles of up to
+ * CU_MOE_TILE pairs of one expert. */
+#define CU_MOE_TILE 8
+typedef struct {
+    int32_t *pair_token;   /* [T*K] */
+    float   *pair_weight;  /* [T*K] routing weight of the pair */
+    int32_t *tile_expert, *tile_first, *tile_count;   /* [max_tiles] */
+    int32_t *n_tiles;      /* [1] */
+    int32_t *token_pairs;  /* [T][K]: the token's pairs in increasing expert id, then -1 */
+} cu_moe_plan;
+
+/* ---- linear layers (backend/cpu/linear.c cpu_linear) ------------------------------------------------------
+ * y[t*ldy + o] = sum_i W[o][i] x[t*ldx + i]. One warp per output row: lane l accumulates, with fmaf, the
+ * products of columns 4l + 128j + {0,1,2,3} for j = 0, 1, ... in that order; then warp_sum. */
+int  cu_linear(cu_stream st, const dsv4_weight *w, const float *x, int T, int ldx, float *y, int ldy);
+/* The same product for the MoE: tile k multiplies expert tile_expert[k]'s matrix (experts: a device array of
+ * E weights of one shape rows x cols) with the rows of its pairs: x row = pair_token[p] (x_by_pair 0) or p
+ * (x_by_pair 1); y row = p. Same per-element order as cu_linear. */
+int  cu_expert_linear(cu_stream st, const dsv4_weight *experts, int rows, int cols, int fmt, const cu_moe_plan *plan,
+                      int max_tiles, const float *x, int ldx, int x_by_pair, float *y, int ldy);
+
+/* ---- per-token operations ----------------------------------------------------------------------------------- */
+
+/* X[t][i*d + e] = embed[tok[t]][e] for every stream i (core/forward.c embed_tokens). */
+void cu_embed(cu_stream st, const dsv4_weight *embed, const int32_t *tok, int T, int hc, int d, float *X);
+/* y = w * (x / sqrt(mean(x^2) + eps)) per row (core/norm.c rmsnorm); the sum of squares is a block_sum over
+ * 256 threads, thread k taking elements k, k+256, ... in order. x and y may alias. */
+void cu_rmsnorm(cu_stream st, int official, const float *x, int ldx, const float *w, int n, float eps, float *y, int ldy,
+                int rows);
+void cu_round_bf16(cu_stream st, float *x, int64_t n);
+/* y = the official FP8 (fp4 = 0, E4M3) or FP4 (fp4 = 1, E2M1) fake quantization of x per `block` columns
+ * (model/formats.c act_quant_*_inplace); x and y may alias. amax is a max: exact in any order. */
+void cu_act_quant(cu_stream st, const float *x, int ldx, float *y, int ldy, int rows, int n, int block, int fp4);
+/* mHC before a sub-layer (core/hc.c hc_pre), after cu_linear gave mixraw = fn X: scale by 1/rms(X), pre / post
+ * / Sinkhorn-normalised comb per token, u = sum_i pre[i] X_i (streams summed in order i = 0..hc-1). mix is
+ * [T][CU_MIX] floats: post[8] then comb[64]. */
+#define CU_MIX 72
+void cu_hc_pre_finish(cu_stream st, int official, const float *mixraw, const float *X, int T, int hc, int d,
+                      const float *base, const float *scale, float hc_eps, float norm_eps, int iters, float *u, float *mix);
+/* X_k <- post[k] f + sum_j comb[j][k] X_j (core/hc.c hc_post), j in order. */
+void cu_hc_post(cu_stream st, int official, const float *f, const float *mix, float *X, int T, int hc, int d);
+/* The head collapse of the rows[R] tokens (core/hc.c hc_head_one): y[r] [d]. */
+void cu_hc_head(cu_stream st, int official, const float *X, const int32_t *rows, int R, const float *fn,
+                const float *base, const float *scale, int hc, int d, float hc_eps, float norm_eps, float *y);
+/* DSpark features (core/forward.c capture_features): feat[t][k][e] = mean over the streams of X (in order). */
+void cu_features(cu_stream st, int official, const float *X, int T, int hc, int d, int nt, int k, float *feat);
+
+/* ---- attention (core/attention.c) ------------------------------------------------------------------------------ */
+
+/* prepare_qkv: per head unit RMSNorm + RoPE of q [T][H][D]; RMSNorm(kv_norm) + RoPE (+ OFFICIAL FP8 of the
+ * non-rope dims per 64) of kv [T][D]. */
+void cu_qkv_prepare(cu_stream st, int official, float *q, float *kv, const float *kv_norm, const int64_t *pos,
+                    const float *freq, int T, int H, int D, int R, float eps);
+/* prepare_tokens: the compressors' ape, the indexer's queries (RoPE, OFFICIAL Hadamard + FP4) and head weights. */
+void cu_prepare_tokens(cu_stream st, int official, int ratio, float *cz, const float *ape, int cw, float *icz,
+                       const float *iape, float *qi, float *wi, const int64_t *pos, const float *freq, int T, int nI,
+                       int cI, int R);
+/* Rows [rows][width] fp32 -> the stored format (state/kvrows.c kv_encode). */
+void cu_kv_encode(cu_stream st, cu_kvlay lay, const float *x, int ldx, uint8_t *dst, int rows);
+/* The compressor state machine's emissions (core/compressor.c): every token that completes a chunk pools it
+ * from the step's projections (positions >= the item's p0) and the sequence's ring (earlier ones), in the
+ * slot order of pool_column, finishes the row and appends it at row index pos / ratio. */
+void cu_compress(cu_stream st, int official, cu_kvlay lay, int is_indexer, int ratio, const float *K, const float *Z,
+                 const int64_t *pos, const int32_t *item_of, const cu_item *items, const cu_seq_layer *sl,
+                 const float *norm, const float *freq, int R, float eps, int T);
+/* Then the compressor rings: the projections of the step's last hist_len positions of each item. */
+void cu_comp_ring_write(cu_stream st, int is_indexer, int cols, const float *K, const float *Z, const int64_t *pos,
+                        const int32_t *item_of, const cu_item *items, const cu_seq_layer *sl, int T);
+/* The lightning indexer (select_rows): per query, the top-K visible indexer rows by score (ties to the lower
+ * row), in row order. Score of a row: heads h = 0..nI-1 in order, each dot a warp_sum. Selection: an exact
+ * radix select on (score, -row) keys. scratch: [T][max_rows] floats. */
+void cu_index_select(cu_stream st, int official, cu_kvlay ilay, const float *qi, const float *wi, const int64_t *pos,
+                     const int32_t *item_of, const cu_seq_layer *sl, int T, int nI, int cI, int K, int64_t max_rows,
+                     float *scratch, int32_t *sel, int32_t *n_sel);
+/* Sink attention of every (token, head) over its window keys (chronological) then its compressed rows (row
+ * order); keys of the step come from kvs, older ones from the ring. Scores: one warp per key; the softmax
+ * denominator and every output column are summed over the keys in key order. Writes o [T][H][D] de-rotated. */
+int  cu_attention(cu_stream st, int official, cu_kvlay lay, const float *q, const uint8_t *kvs, const int64_t *pos,
+                  const int32_t *item_of, const cu_item *items, const cu_seq_layer *sl, int ring_len, int W, int ratio,
+                  const int32_t *sel, const int32_t *n_sel, int topk, const float *sink, const float *freq, int T, int H,
+                  int D, int R, int max_keys, float *o);
+/* The most keys (window + compressed rows) one query of cu_attention can take on this GPU (its scores and key
+ * addresses live in shared memory). */
+int  cu_attention_key_limit(void);
+/* The window rings: the step's stored rows of each item's last ring_len positions. */
+void cu_ring_write(cu_stream st, cu_kvlay lay, const uint8_t *kvs, const int64_t *pos, const int32_t *item_of,
+                   const cu_item *items, const cu_seq_layer *sl, int ring_len, int T);
+
+/* ---- MoE (core/moe.c) --------------------------------------------------------------------------------------------- */
+
+/* Router: sqrt(softplus) scores, top-K by biased score (ties to the lower id) or the token's hash row, weights
+ * normalised over the K picks in order and scaled. */
+void cu_route(cu_stream st, float *logits, const float *bias, const int32_t *tid2eid, const int32_t *tok, int T, int E,
+              int K, float route_scale, int32_t *route_e, float *route_w);
+/* Pairs by expert then token (a token naming an expert twice counts once), tiles, and each token's pairs in
+ * increasing expert id. One block; counts and positions are integers. */
+void cu_moe_plan_build(cu_stream st, const int32_t *route_e, const float *route_w, int T, int K, int E, cu_moe_plan *p);
+/* Clamped SwiGLU in place on g [rows][I] (v the up projection), times w[row] when w is not NULL. */
+void cu_swiglu(cu_stream st, int official, float *g, const float *v, const float *w, int rows, int I, float limit);
+/* out[t] = round(sum of the token's expert outputs in increasing expert id (from 0.0f) + shared[t]). */
+void cu_moe_combine(cu_stream st, int official, const float *ey, const float *shared, const int32_t *token_pairs, int T,
+                    int K, int d, float *out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

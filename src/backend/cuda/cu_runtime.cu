@@ -1,0 +1,102 @@
+/* Device memory, streams and errors. Every allocation is a plain cudaMalloc (no managed memory); running out
+ * is reported to the caller, who turns it into a one-line error before any state changes. */
+#include "backend/cuda/cu_runtime.h"
+extern "C" {
+#include "util/error.h"
+}
+#include <cuda_runtime.h>
+#include <stdio.h>
+
+extern "C" int cu_select(int gpu, dsv4_error *err) {
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        return dsv4_fail(err, DSV4_E_UNSUPPORTED, "no usable CUDA GPU: %s", cudaGetErrorString(e));
+    }
+    if (gpu < 0 || gpu >= n) return dsv4_fail(err, DSV4_E_UNSUPPORTED, "no CUDA GPU %d (this machine has %d)", gpu, n);
+    cudaDeviceProp prop;
+    if ((e = cudaGetDeviceProperties(&prop, gpu)) != cudaSuccess || (e = cudaSetDevice(gpu)) != cudaSuccess) {
+        cudaGetLastError();
+        return dsv4_fail(err, DSV4_E_UNSUPPORTED, "CUDA GPU %d is not usable: %s", gpu, cudaGetErrorString(e));
+    }
+    if (prop.major != 9)
+        return dsv4_fail(err, DSV4_E_UNSUPPORTED, "CUDA GPU %d (%s) has compute capability %d.%d; this build runs on Hopper (9.0)",
+                         gpu, prop.name, prop.major, prop.minor);
+    return 0;
+}
+
+extern "C" void cu_device_name(char *out, size_t n) {
+    cudaDeviceProp prop;
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || cudaGetDeviceProperties(&prop, dev) != cudaSuccess) snprintf(out, n, "unknown GPU");
+    else snprintf(out, n, "%s", prop.name);
+}
+
+extern "C" void cu_mem_info(size_t *free_bytes, size_t *total_bytes) {
+    if (cudaMemGetInfo(free_bytes, total_bytes) != cudaSuccess) {
+        cudaGetLastError();
+        *free_bytes = *total_bytes = 0;
+    }
+}
+
+extern "C" void *cu_malloc(size_t bytes) {
+    void *p = NULL;
+    if (cudaMalloc(&p, bytes ? bytes : 1) != cudaSuccess) {
+        cudaGetLastError();   /* out of memory is not sticky: clear it so the next call works */
+        return NULL;
+    }
+    return p;
+}
+
+extern "C" void cu_free(void *p) {
+    if (p) cudaFree(p);
+}
+
+extern "C" int cu_upload(void *dst, const void *src, size_t n) {
+    return n && cudaMemcpy(dst, src, n, cudaMemcpyHostToDevice) != cudaSuccess ? -1 : 0;
+}
+extern "C" int cu_download(void *dst, const void *src, size_t n) {
+    return n && cudaMemcpy(dst, src, n, cudaMemcpyDeviceToHost) != cudaSuccess ? -1 : 0;
+}
+extern "C" int cu_zero(void *dst, size_t n) { return n && cudaMemset(dst, 0, n) != cudaSuccess ? -1 : 0; }
+
+extern "C" cu_stream cu_stream_new(void) {
+    cudaStream_t s = NULL;
+    /* a blocking stream: ordered with the legacy default stream that state copies use */
+    if (cudaStreamCreate(&s) != cudaSuccess) return NULL;
+    return (cu_stream)s;
+}
+extern "C" void cu_stream_free(cu_stream st) {
+    if (st) cudaStreamDestroy((cudaStream_t)st);
+}
+
+extern "C" int cu_finish(cu_stream st, const char *what, dsv4_error *err) {
+    cudaError_t e = cudaGetLastError();
+    if (e == cudaSuccess) e = cudaStreamSynchronize((cudaStream_t)st);
+    if (e == cudaSuccess) e = cudaGetLastError();
+    if (e != cudaSuccess) return dsv4_fail(err, DSV4_E_STATE, "CUDA error in %s: %s", what, cudaGetErrorString(e));
+    return 0;
+}
+
+/* ---- sequence state memory ------------------------------------------------------------------------------------ */
+
+static void *state_alloc(size_t bytes) {
+    void *p = cu_malloc(bytes);
+    if (p && cudaMemset(p, 0, bytes ? bytes : 1) != cudaSuccess) {
+        cudaFree(p);
+        return NULL;
+    }
+    return p;
+}
+static void state_copy(void *dst, const void *src, size_t n) {
+    if (n) cudaMemcpy(dst, src, n, cudaMemcpyDeviceToDevice);
+}
+static void state_to_host(void *host, const void *src, size_t n) {
+    if (n) cudaMemcpy(host, src, n, cudaMemcpyDeviceToHost);
+}
+static void state_from_host(void *dst, const void *host, size_t n) {
+    if (n) cudaMemcpy(dst, host, n, cudaMemcpyHostToDevice);
+}
+
+extern "C" const seq_mem seq_mem_cuda = { "cuda", state_alloc, cu_free, state_copy, state_to_host, state_from_host };

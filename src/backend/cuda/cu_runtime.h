@@ -1,0 +1,35 @@
+/* Device memory, streams and errors for the CUDA backend (cu_runtime.cu), as C calls. */
+#ifndef DSV4_CU_RUNTIME_H
+#define DSV4_CU_RUNTIME_H
+#include "backend/cuda/cu_kernels.h"
+#include "dsv4.h"
+#include "state/statemem.h"
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Select GPU `gpu` for this thread; 0, or a DSV4_E_UNSUPPORTED failure saying why (no driver, no device,
+ * not Hopper). */
+int  cu_select(int gpu, dsv4_error *err);
+/* Bytes free and in total on the current GPU. */
+void cu_mem_info(size_t *free_bytes, size_t *total_bytes);
+void *cu_malloc(size_t bytes);                      /* NULL when out of memory (the error is cleared) */
+void cu_free(void *p);
+int  cu_upload(void *dst, const void *src, size_t n);   /* synchronous copies: 0 or -1 */
+int  cu_download(void *dst, const void *src, size_t n);
+int  cu_zero(void *dst, size_t n);
+cu_stream cu_stream_new(void);
+void cu_stream_free(cu_stream st);
+/* Wait for st and report any launch or execution error as one line (what: the failing stage). */
+int  cu_finish(cu_stream st, const char *what, dsv4_error *err);
+void cu_device_name(char *out, size_t n);
+
+/* Sequence state in GPU memory (statemem.h); copies are synchronous with respect to every step. */
+extern const seq_mem seq_mem_cuda;
+
+#ifdef __cplusplus
+}
+#endif
+#endif

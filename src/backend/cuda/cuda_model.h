@@ -1,0 +1,78 @@
+/* The CUDA backend's copy of a model: every weight in its checkpoint format in GPU memory (dsv4_weight views
+ * whose pointers are device addresses), the small fp32 vectors, and the step's scratch. Private to
+ * src/backend/cuda/. */
+#ifndef DSV4_CUDA_MODEL_H
+#define DSV4_CUDA_MODEL_H
+#include "backend/cuda/cu_kernels.h"
+#include "model/model.h"
+
+typedef struct {
+    dsv4_weight fn;
+    float *base, *scale;
+} cu_hc;
+
+typedef struct {
+    dsv4_weight wkv, wgate;
+    float *ape, *norm;
+} cu_comp;
+
+typedef struct {
+    int ratio, hash_routed;
+    float *attn_norm, *ffn_norm;
+    cu_hc hc_attn, hc_ffn;
+    dsv4_weight wq_a, wq_b, wkv, wo_a, wo_b;
+    float *q_norm, *kv_norm, *attn_sink;
+    cu_comp comp, icomp;
+    dsv4_weight idx_wq_b, idx_weights_proj;
+    dsv4_weight gate;
+    float *gate_bias;          /* NULL on hash-routed layers */
+    int32_t *tid2eid;          /* NULL on bias-routed layers */
+    dsv4_weight *w1, *w2, *w3; /* device arrays [E] of the routed experts (for cu_expert_linear) */
+    int efmt;                  /* the routed experts' format */
+    dsv4_weight sw1, sw2, sw3;
+} cu_layer;
+
+/* Step scratch, sized for T_cap tokens (grown on demand, never shrunk). */
+typedef struct {
+    int T_cap, items_cap;
+    int64_t idx_rows_cap;      /* indexer score scratch: T_cap x idx_rows_cap floats */
+    float *X, *u, *xn, *x8, *sub, *mixraw, *mix, *qr, *q, *kv, *o, *z, *ck, *cz, *ick, *icz, *qi, *wi;
+    uint8_t *kvs;
+    int32_t *sel, *n_sel;
+    float *router, *route_w;
+    int32_t *route_e;
+    cu_moe_plan plan;
+    int max_tiles;
+    float *eg, *ev, *ey, *seg, *sev, *ys, *feat;
+    float *head_x, *logits;    /* [CU_HEAD_ROWS][dim], [CU_HEAD_ROWS][vocab] */
+    int32_t *head_rows;        /* [T_cap] */
+    float *idx_scores;
+    /* per-step metadata */
+    int32_t *tok, *item_of;
+    int64_t *pos;
+    cu_item *items;
+    cu_seq_layer *sl;          /* [n_layers][items_cap] */
+    void **bufs;               /* every allocation above, for release */
+    int n_bufs;
+} cu_workspace;
+
+#define CU_HEAD_ROWS 64
+
+struct cuda_model {
+    int gpu;
+    cu_stream st;
+    dsv4_weight embed, head;
+    float *norm;
+    cu_hc hc_head;
+    cu_layer *layers;
+    float *rope_window, *rope_compress;
+    void **allocs;             /* every weight allocation, released together */
+    int n_allocs, cap_allocs;
+    uint64_t weight_bytes;
+    int key_limit;             /* cu_attention_key_limit() */
+    cu_workspace ws;
+};
+
+/* cuda_step.c */
+void cuda_workspace_free(cu_workspace *ws);
+#endif

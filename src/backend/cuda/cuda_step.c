@@ -1,0 +1,425 @@
+/* dsv4_step on the GPU: the CPU step's order of operations (core/forward.c, attention.c, moe.c, hc.c), as one
+ * fixed sequence of kernel launches over the whole ragged batch on the model's stream. The host only validates,
+ * reserves, uploads the step's metadata (tokens, positions, items, the sequences' state addresses) once, and
+ * at the end copies back the logits (and hidden rows / features) that were asked for. Nothing in between
+ * depends on a value computed on the device, so the same launch sequence can later be captured as a graph.
+ *
+ * Every kernel is batch-invariant (cu_kernels.h), so a sequence's bits do not depend on how its tokens were
+ * split into steps or on the other sequences of a step. */
+#ifdef DSV4_CUDA
+#include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cu_runtime.h"
+#include "backend/cuda/cuda_model.h"
+#include "core/forward.h"
+#include "model/inventory.h"
+#include "state/sequence.h"
+#include "util/error.h"
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- scratch ----------------------------------------------------------------------------------------------------- */
+
+void cuda_workspace_free(cu_workspace *ws) {
+    for (int i = 0; i < ws->n_bufs; i++) cu_free(ws->bufs[i]);
+    free(ws->bufs);
+    memset(ws, 0, sizeof *ws);
+}
+
+typedef struct {
+    cu_workspace *ws;
+    size_t bytes;
+    int counting, failed, cap;
+} ws_alloc;
+
+static void *take(ws_alloc *a, size_t n) {
+    a->bytes += (n + 255) & ~(size_t)255;
+    if (a->counting || a->failed) return NULL;
+    void *p = cu_malloc(n);
+    if (!p) { a->failed = 1; return NULL; }
+    if (a->ws->n_bufs == a->cap) {
+        a->cap = a->cap ? 2 * a->cap : 64;
+        void **nb = realloc(a->ws->bufs, sizeof(void *) * (size_t)a->cap);
+        if (!nb) { cu_free(p); a->failed = 1; return NULL; }
+        a->ws->bufs = nb;
+    }
+    a->ws->bufs[a->ws->n_bufs++] = p;
+    return p;
+}
+#define TAKE(field, count) (ws->field = take(a, sizeof(*ws->field) * (size_t)(count)))
+
+static void lay_out(ws_alloc *a, const dsv4_config *c, int T, int items, int64_t idx_rows, size_t kv_row_bytes) {
+    cu_workspace *ws = a->ws;
+    const int64_t d = c->dim, hc = c->hc_mult, D = c->head_dim, H = c->n_heads, K = c->n_act, I = c->moe_inter;
+    const int64_t P = (int64_t)T * K;
+    TAKE(X, T * hc * d); TAKE(u, T * d); TAKE(xn, T * d); TAKE(x8, T * d); TAKE(sub, T * d);
+    TAKE(mixraw, T * hc_mix_count(c->hc_mult)); TAKE(mix, T * CU_MIX);
+    TAKE(qr, T * c->q_lora); TAKE(q, T * H * D); TAKE(kv, T * D); TAKE(o, T * H * D); TAKE(z, T * c->o_groups * c->o_lora);
+    TAKE(kvs, T * kv_row_bytes);
+    TAKE(ck, T * 2 * D); TAKE(cz, T * 2 * D);
+    const int64_t cI = c->index_head_dim > 0 ? c->index_head_dim : 1, nI = c->index_n_heads > 0 ? c->index_n_heads : 1;
+    TAKE(ick, T * 2 * cI); TAKE(icz, T * 2 * cI); TAKE(qi, T * nI * cI); TAKE(wi, T * nI);
+    TAKE(sel, T * (c->index_topk > 0 ? c->index_topk : 1)); TAKE(n_sel, T);
+    TAKE(router, T * c->n_routed); TAKE(route_w, P); TAKE(route_e, P);
+    ws->max_tiles = (int)(P + P / CU_MOE_TILE + (c->n_routed < P ? c->n_routed : P) + 1);
+    ws->plan.pair_token = take(a, sizeof(int32_t) * (size_t)P);
+    ws->plan.pair_weight = take(a, sizeof(float) * (size_t)P);
+    ws->plan.tile_expert = take(a, sizeof(int32_t) * (size_t)ws->max_tiles);
+    ws->plan.tile_first = take(a, sizeof(int32_t) * (size_t)ws->max_tiles);
+    ws->plan.tile_count = take(a, sizeof(int32_t) * (size_t)ws->max_tiles);
+    ws->plan.n_tiles = take(a, sizeof(int32_t));
+    ws->plan.token_pairs = take(a, sizeof(int32_t) * (size_t)P);
+    TAKE(eg, P * I); TAKE(ev, P * I); TAKE(ey, P * d); TAKE(seg, T * I); TAKE(sev, T * I); TAKE(ys, T * d);
+    TAKE(feat, T * (c->n_dspark_targets > 0 ? c->n_dspark_targets : 1) * d);
+    TAKE(head_x, CU_HEAD_ROWS * d); TAKE(logits, (int64_t)CU_HEAD_ROWS * c->vocab_size); TAKE(head_rows, T);
+    TAKE(idx_scores, T * (idx_rows > 0 ? idx_rows : 1));
+    TAKE(tok, T); TAKE(item_of, T); TAKE(pos, T); TAKE(items, items); TAKE(sl, (int64_t)c->n_layers * items);
+}
+
+/* Scratch for a step of T tokens in `items` items whose queries see at most idx_rows indexer rows. On failure
+ * the old scratch is gone too (nothing in it outlives a step) and the error gives the numbers. */
+static int ws_ensure(struct dsv4_model *m, int T, int items, int64_t idx_rows, dsv4_error *err) {
+    struct cuda_model *cm = m->cuda;
+    cu_workspace *ws = &cm->ws;
+    if (T <= ws->T_cap && items <= ws->items_cap && idx_rows <= ws->idx_rows_cap) return 0;
+    int nT = T > ws->T_cap ? T : ws->T_cap, nI = items > ws->items_cap ? items : ws->items_cap;
+    int64_t nR = idx_rows > ws->idx_rows_cap ? idx_rows : ws->idx_rows_cap;
+    if (nT < 16) nT = 16;
+    if (nI < 4) nI = 4;
+    const size_t rowb = kv_row_bytes(m->kv_format, KV_ROW_MAIN, m->cfg.head_dim, m->cfg.rope_dim);
+    cuda_workspace_free(ws);
+    ws_alloc a = { ws, 0, 0, 0, 0 };
+    lay_out(&a, &m->cfg, nT, nI, nR, rowb);
+    if (a.failed) {
+        cuda_workspace_free(ws);
+        size_t fb = 0, tb = 0;
+        cu_mem_info(&fb, &tb);
+        ws_alloc cnt = { ws, 0, 1, 0, 0 };
+        lay_out(&cnt, &m->cfg, nT, nI, nR, rowb);
+        memset(ws, 0, sizeof *ws);
+        return dsv4_fail(err, DSV4_E_NOMEM, "out of GPU memory: a step of %d tokens needs %.2f GiB of scratch, %.2f GiB are free",
+                         T, cnt.bytes / 1073741824.0, fb / 1073741824.0);
+    }
+    ws->T_cap = nT;
+    ws->items_cap = nI;
+    ws->idx_rows_cap = nR;
+    return 0;
+}
+
+/* ---- one step -------------------------------------------------------------------------------------------------- */
+
+typedef struct {
+    struct dsv4_model *m;
+    struct cuda_model *cm;
+    cu_workspace *ws;
+    cu_stream st;
+    int T, n_items, official;
+    cu_kvlay main, index;
+    int64_t idx_rows;          /* most indexer rows a query of the step sees */
+    int64_t hca_rows;          /* most ratio-128 rows a query sees */
+} step_ctx;
+
+static cu_kvlay lay_of(const kv_layout *l) {
+    cu_kvlay k = { l->fmt, l->kind, l->width, l->rope, l->nope, (int)l->bytes };
+    return k;
+}
+
+static void round_if(step_ctx *s, float *x, int64_t n) {
+    if (s->official) cu_round_bf16(s->st, x, n);
+}
+static void quant_rows_if(step_ctx *s, float *x, int rows, int n) {
+    if (s->official) cu_act_quant(s->st, x, n, x, n, rows, n, 128, 0);
+}
+
+/* hc_pre + the sub-layer's RMSNorm: ws->X -> ws->xn (and ws->mix for hc_post). */
+static void step_hc_pre(step_ctx *s, const cu_hc *h, const float *norm) {
+    const dsv4_config *c = &s->m->cfg;
+    cu_workspace *ws = s->ws;
+    const int nmix = hc_mix_count(c->hc_mult);
+    cu_linear(s->st, &h->fn, ws->X, s->T, c->hc_mult * c->dim, ws->mixraw, nmix);
+    cu_hc_pre_finish(s->st, s->official, ws->mixraw, ws->X, s->T, c->hc_mult, c->dim, h->base, h->scale, c->hc_eps, c->norm_eps,
+                     c->hc_iters, ws->u, ws->mix);
+    cu_rmsnorm(s->st, s->official, ws->u, c->dim, norm, c->dim, c->norm_eps, ws->xn, c->dim, s->T);
+}
+
+static void step_attention(step_ctx *s, const cu_layer *ly, int L) {
+    const dsv4_config *c = &s->m->cfg;
+    cu_workspace *ws = s->ws;
+    const int T = s->T, d = c->dim, D = c->head_dim, H = c->n_heads, R = c->rope_dim;
+    const int nI = c->index_n_heads, cI = c->index_head_dim;
+    const float *freq = ly->ratio ? s->cm->rope_compress : s->cm->rope_window;
+    const cu_seq_layer *sl = ws->sl + (int64_t)L * s->n_items;
+    /* FP8 linears see their input quantized per 128 columns (OFFICIAL); compressors and weights_proj read xn */
+    const float *x8 = ws->xn;
+    if (s->official) {
+        cu_act_quant(s->st, ws->xn, d, ws->x8, d, T, d, 128, 0);
+        x8 = ws->x8;
+    }
+    cu_linear(s->st, &ly->wq_a, x8, T, d, ws->qr, c->q_lora);
+    round_if(s, ws->qr, (int64_t)T * c->q_lora);
+    cu_rmsnorm(s->st, s->official, ws->qr, c->q_lora, ly->q_norm, c->q_lora, c->norm_eps, ws->qr, c->q_lora, T);
+    quant_rows_if(s, ws->qr, T, c->q_lora);
+    cu_linear(s->st, &ly->wq_b, ws->qr, T, c->q_lora, ws->q, H * D);
+    round_if(s, ws->q, (int64_t)T * H * D);
+    cu_linear(s->st, &ly->wkv, x8, T, d, ws->kv, D);
+    round_if(s, ws->kv, (int64_t)T * D);
+    cu_qkv_prepare(s->st, s->official, ws->q, ws->kv, ly->kv_norm, ws->pos, freq, T, H, D, R, c->norm_eps);
+    const int cw = (ly->ratio == 4 ? 2 : 1) * D;
+    if (ly->ratio) {
+        cu_linear(s->st, &ly->comp.wkv, ws->xn, T, d, ws->ck, cw);
+        cu_linear(s->st, &ly->comp.wgate, ws->xn, T, d, ws->cz, cw);
+    }
+    if (ly->ratio == 4) {
+        cu_linear(s->st, &ly->icomp.wkv, ws->xn, T, d, ws->ick, 2 * cI);
+        cu_linear(s->st, &ly->icomp.wgate, ws->xn, T, d, ws->icz, 2 * cI);
+        cu_linear(s->st, &ly->idx_wq_b, ws->qr, T, c->q_lora, ws->qi, nI * cI);
+        round_if(s, ws->qi, (int64_t)T * nI * cI);
+        cu_linear(s->st, &ly->idx_weights_proj, ws->xn, T, d, ws->wi, nI);
+        round_if(s, ws->wi, (int64_t)T * nI);
+    }
+    if (ly->ratio)
+        cu_prepare_tokens(s->st, s->official, ly->ratio, ws->cz, ly->comp.ape, cw, ws->icz, ly->icomp.ape, ws->qi, ws->wi, ws->pos,
+                          freq, T, nI, cI, R);
+    cu_kv_encode(s->st, s->main, ws->kv, D, ws->kvs, T);
+    if (ly->ratio) {
+        cu_compress(s->st, s->official, s->main, 0, ly->ratio, ws->ck, ws->cz, ws->pos, ws->item_of, ws->items, sl, ly->comp.norm,
+                    freq, R, c->norm_eps, T);
+        cu_comp_ring_write(s->st, 0, cw, ws->ck, ws->cz, ws->pos, ws->item_of, ws->items, sl, T);
+    }
+    if (ly->ratio == 4) {
+        cu_compress(s->st, s->official, s->index, 1, 4, ws->ick, ws->icz, ws->pos, ws->item_of, ws->items, sl, ly->icomp.norm,
+                    freq, R, c->norm_eps, T);
+        cu_comp_ring_write(s->st, 1, 2 * cI, ws->ick, ws->icz, ws->pos, ws->item_of, ws->items, sl, T);
+        cu_index_select(s->st, s->official, s->index, ws->qi, ws->wi, ws->pos, ws->item_of, sl, T, nI, cI, c->index_topk,
+                        ws->idx_rows_cap, ws->idx_scores, ws->sel, ws->n_sel);
+    }
+    const int max_keys = c->window + (ly->ratio == 128 ? (int)s->hca_rows : ly->ratio == 4 ? c->index_topk : 0);
+    cu_attention(s->st, s->official, s->main, ws->q, ws->kvs, ws->pos, ws->item_of, ws->items, sl, s->m->ring_len, c->window,
+                 ly->ratio, ws->sel, ws->n_sel, c->index_topk, ly->attn_sink, freq, T, H, D, R, max_keys, ws->o);
+    /* grouped low-rank output: group g's heads through wo_a rows [g*o_lora, (g+1)*o_lora) */
+    const int G = c->o_groups, HD_G = H * D / G, zl = G * c->o_lora;
+    for (int g = 0; g < G; g++) {
+        dsv4_weight wg = weight_rows(&ly->wo_a, g * c->o_lora, c->o_lora);
+        cu_linear(s->st, &wg, ws->o + (int64_t)g * HD_G, T, H * D, ws->z + (int64_t)g * c->o_lora, zl);
+    }
+    round_if(s, ws->z, (int64_t)T * zl);
+    quant_rows_if(s, ws->z, T, zl);
+    cu_linear(s->st, &ly->wo_b, ws->z, T, zl, ws->sub, d);
+    round_if(s, ws->sub, (int64_t)T * d);
+    /* finally the window rings: every query above read the step's own keys from kvs */
+    cu_ring_write(s->st, s->main, ws->kvs, ws->pos, ws->item_of, ws->items, sl, s->m->ring_len, T);
+}
+
+/* One SwiGLU expert over `rows` rows (moe.c expert): g/v [rows][I] already projected. */
+static void swiglu_down_prep(step_ctx *s, float *g, const float *v, const float *w, int rows) {
+    const dsv4_config *c = &s->m->cfg;
+    cu_swiglu(s->st, s->official, g, v, w, rows, c->moe_inter, c->swiglu_limit);
+    quant_rows_if(s, g, rows, c->moe_inter);
+}
+
+static void step_moe(step_ctx *s, const cu_layer *ly) {
+    const dsv4_config *c = &s->m->cfg;
+    cu_workspace *ws = s->ws;
+    const int T = s->T, d = c->dim, E = c->n_routed, K = c->n_act, I = c->moe_inter, P = T * K;
+    cu_linear(s->st, &ly->gate, ws->xn, T, d, ws->router, E);
+    cu_route(s->st, ws->router, ly->gate_bias, ly->hash_routed ? ly->tid2eid : NULL, ws->tok, T, E, K, c->route_scale, ws->route_e,
+             ws->route_w);
+    cu_moe_plan_build(s->st, ws->route_e, ws->route_w, T, K, E, &ws->plan);
+    /* FP8/FP4 experts see their input rows quantized per 128 columns (OFFICIAL) */
+    const float *xe = ws->xn;
+    if (s->official) {
+        cu_act_quant(s->st, ws->xn, d, ws->x8, d, T, d, 128, 0);
+        xe = ws->x8;
+    }
+    cu_expert_linear(s->st, ly->w1, I, d, ly->efmt, &ws->plan, ws->max_tiles, xe, d, 0, ws->eg, I);
+    cu_expert_linear(s->st, ly->w3, I, d, ly->efmt, &ws->plan, ws->max_tiles, xe, d, 0, ws->ev, I);
+    swiglu_down_prep(s, ws->eg, ws->ev, ws->plan.pair_weight, P);
+    cu_expert_linear(s->st, ly->w2, d, I, ly->efmt, &ws->plan, ws->max_tiles, ws->eg, I, 1, ws->ey, d);
+    round_if(s, ws->ey, (int64_t)P * d);
+    cu_linear(s->st, &ly->sw1, xe, T, d, ws->seg, I);
+    cu_linear(s->st, &ly->sw3, xe, T, d, ws->sev, I);
+    swiglu_down_prep(s, ws->seg, ws->sev, NULL, T);
+    cu_linear(s->st, &ly->sw2, ws->seg, T, I, ws->ys, d);
+    round_if(s, ws->ys, (int64_t)T * d);
+    cu_moe_combine(s->st, s->official, ws->ey, ws->ys, ws->plan.token_pairs, T, K, d, ws->sub);
+}
+
+static void step_block(step_ctx *s, const cu_layer *ly, int L) {
+    const dsv4_config *c = &s->m->cfg;
+    cu_workspace *ws = s->ws;
+    step_hc_pre(s, &ly->hc_attn, ly->attn_norm);
+    step_attention(s, ly, L);
+    cu_hc_post(s->st, s->official, ws->sub, ws->mix, ws->X, s->T, c->hc_mult, c->dim);
+    step_hc_pre(s, &ly->hc_ffn, ly->ffn_norm);
+    step_moe(s, ly);
+    cu_hc_post(s->st, s->official, ws->sub, ws->mix, ws->X, s->T, c->hc_mult, c->dim);
+}
+
+/* ---- host side ------------------------------------------------------------------------------------------------ */
+
+/* The step's metadata, laid out on the host and uploaded in one go per array. */
+static int upload_meta(step_ctx *s, dsv4_step_item *items, dsv4_error *err) {
+    struct dsv4_model *m = s->m;
+    cu_workspace *ws = s->ws;
+    const int T = s->T, n = s->n_items, NL = m->cfg.n_layers;
+    int32_t *tok = malloc(sizeof(int32_t) * (size_t)T), *item_of = malloc(sizeof(int32_t) * (size_t)T);
+    int64_t *pos = malloc(sizeof(int64_t) * (size_t)T);
+    cu_item *it = malloc(sizeof(cu_item) * (size_t)n);
+    cu_seq_layer *sl = calloc((size_t)NL * (size_t)n, sizeof(cu_seq_layer));
+    int rc = 0;
+    if (!tok || !item_of || !pos || !it || !sl) {
+        rc = dsv4_fail(err, DSV4_E_NOMEM, "out of memory");
+        goto done;
+    }
+    for (int i = 0, t = 0; i < n; i++) {
+        const dsv4_seq *q = items[i].seq;
+        it[i] = (cu_item){ t, items[i].n_tokens, q->pos };
+        for (int k = 0; k < items[i].n_tokens; k++, t++) {
+            tok[t] = items[i].tokens[k];
+            pos[t] = q->pos + k;
+            item_of[t] = i;
+        }
+        for (int L = 0; L < NL; L++) {
+            const dsv4_layer_state *ls = &q->layer[L];
+            cu_seq_layer *d = &sl[(int64_t)L * n + i];
+            d->ring = ls->ring;
+            d->ckv = ls->comp.kv;
+            d->cscore = ls->comp.score;
+            d->chist = ls->comp.hist_len;
+            d->ikv = ls->icomp.kv;
+            d->iscore = ls->icomp.score;
+            d->ihist = ls->icomp.hist_len;
+            d->crows = ls->crows.data;
+            d->irows = ls->irows.data;
+        }
+    }
+    if (cu_upload(ws->tok, tok, sizeof(int32_t) * (size_t)T) || cu_upload(ws->item_of, item_of, sizeof(int32_t) * (size_t)T) ||
+        cu_upload(ws->pos, pos, sizeof(int64_t) * (size_t)T) || cu_upload(ws->items, it, sizeof(cu_item) * (size_t)n) ||
+        cu_upload(ws->sl, sl, sizeof(cu_seq_layer) * (size_t)NL * (size_t)n))
+        rc = dsv4_fail(err, DSV4_E_STATE, "cuda: uploading the step's metadata failed");
+done:
+    free(tok); free(item_of); free(pos); free(it); free(sl);
+    return rc;
+}
+
+/* Logits for every row that wants them, CU_HEAD_ROWS rows per pass of the head (spec §12). */
+static int head(step_ctx *s, dsv4_step_item *items, dsv4_error *err) {
+    struct dsv4_model *m = s->m;
+    const dsv4_config *c = &m->cfg;
+    cu_workspace *ws = s->ws;
+    const int V = c->vocab_size;
+    int R = 0;
+    for (int i = 0; i < s->n_items; i++)
+        R += items[i].want == DSV4_LOGITS_ALL ? items[i].n_tokens : items[i].want == DSV4_LOGITS_LAST ? 1 : 0;
+    if (!R) return 0;
+    int32_t *rows = malloc(sizeof(int32_t) * (size_t)R);
+    float **dst = malloc(sizeof(float *) * (size_t)R);
+    int rc = 0;
+    if (!rows || !dst) { rc = dsv4_fail(err, DSV4_E_NOMEM, "out of memory"); goto done; }
+    for (int i = 0, r = 0, f = 0; i < s->n_items; f += items[i].n_tokens, i++) {
+        const dsv4_step_item *it = &items[i];
+        const int k0 = it->want == DSV4_LOGITS_ALL ? 0 : it->want == DSV4_LOGITS_LAST ? it->n_tokens - 1 : it->n_tokens;
+        for (int k = k0; k < it->n_tokens; k++, r++) {
+            rows[r] = f + k;
+            dst[r] = it->logits + (int64_t)(it->want == DSV4_LOGITS_ALL ? k : 0) * V;
+        }
+    }
+    if (cu_upload(ws->head_rows, rows, sizeof(int32_t) * (size_t)R)) { rc = dsv4_fail(err, DSV4_E_STATE, "cuda: upload failed"); goto done; }
+    for (int r0 = 0; r0 < R && !rc; r0 += CU_HEAD_ROWS) {
+        const int n = R - r0 < CU_HEAD_ROWS ? R - r0 : CU_HEAD_ROWS;
+        cu_hc_head(s->st, s->official, ws->X, ws->head_rows + r0, n, s->cm->hc_head.fn.data, s->cm->hc_head.base,
+                   s->cm->hc_head.scale, c->hc_mult, c->dim, c->hc_eps, c->norm_eps, ws->head_x);
+        cu_rmsnorm(s->st, s->official, ws->head_x, c->dim, s->cm->norm, c->dim, c->norm_eps, ws->head_x, c->dim, n);
+        cu_linear(s->st, &s->cm->head, ws->head_x, n, c->dim, ws->logits, V);
+        if ((rc = cu_finish(s->st, "the LM head", err))) break;
+        for (int k = 0; k < n; k++)
+            if (cu_download(dst[r0 + k], ws->logits + (int64_t)k * V, sizeof(float) * (size_t)V)) {
+                rc = dsv4_fail(err, DSV4_E_STATE, "cuda: copying logits back failed");
+                break;
+            }
+    }
+done:
+    free(rows);
+    free(dst);
+    return rc;
+}
+
+/* DSpark features after target layer L, for the items that asked (into ws->feat, copied back at the end). */
+static void capture_features(step_ctx *s, dsv4_step_item *items, int L) {
+    const dsv4_config *c = &s->m->cfg;
+    int k = -1, want = 0;
+    for (int j = 0; j < c->n_dspark_targets; j++)
+        if (c->dspark_target_layers[j] == L) k = j;
+    for (int i = 0; i < s->n_items; i++) want |= items[i].features != NULL;
+    if (k >= 0 && want) cu_features(s->st, s->official, s->ws->X, s->T, c->hc_mult, c->dim, c->n_dspark_targets, k, s->ws->feat);
+}
+
+static int copy_back_rows(step_ctx *s, dsv4_step_item *items, dsv4_error *err) {
+    const dsv4_config *c = &s->m->cfg;
+    const int64_t hcd = (int64_t)c->hc_mult * c->dim, fd = (int64_t)c->n_dspark_targets * c->dim;
+    for (int i = 0, f = 0; i < s->n_items; f += items[i].n_tokens, i++) {
+        const dsv4_step_item *it = &items[i];
+        if (it->hidden && cu_download(it->hidden, s->ws->X + f * hcd, sizeof(float) * (size_t)(it->n_tokens * hcd)))
+            return dsv4_fail(err, DSV4_E_STATE, "cuda: copying hidden rows back failed");
+        if (it->features && cu_download(it->features, s->ws->feat + f * fd, sizeof(float) * (size_t)(it->n_tokens * fd)))
+            return dsv4_fail(err, DSV4_E_STATE, "cuda: copying features back failed");
+    }
+    return 0;
+}
+
+int cuda_step(struct dsv4_model *m, dsv4_step_item *items, int n_items, dsv4_error *err) {
+    struct cuda_model *cm = m->cuda;
+    const dsv4_config *c = &m->cfg;
+    int T = 0;
+    int64_t max_rows = 0;
+    int rc = step_validate(m, m->state_mem, items, n_items, &T, &max_rows, err);
+    if (rc) return rc;
+    step_ctx s = { m, cm, &cm->ws, cm->st, T, n_items, m->mode == DSV4_MODE_OFFICIAL, { 0 }, { 0 }, 0, 0 };
+    for (int i = 0; i < n_items; i++) {
+        const int64_t end = items[i].seq->pos + items[i].n_tokens;
+        if (end / 4 > s.idx_rows) s.idx_rows = end / 4;
+        if (end / 128 > s.hca_rows) s.hca_rows = end / 128;
+    }
+    /* what the kernels cannot take is refused before anything changes */
+    int has128 = 0;
+    for (int L = 0; L < c->n_layers; L++) has128 |= c->compress_ratio[L] == 128;
+    const int64_t keys = c->window + (has128 && s.hca_rows > c->index_topk ? s.hca_rows : c->index_topk);
+    if (keys > cm->key_limit)
+        return dsv4_fail(err, DSV4_E_RANGE, "cuda: a query would attend to %lld keys, this GPU's attention kernel takes at most %d "
+                         "(context too long for the CUDA backend)", (long long)keys, cm->key_limit);
+    if ((rc = ws_ensure(m, T, n_items, s.idx_rows, err))) return rc;
+    for (int i = 0; i < n_items; i++)
+        if (seq_reserve(items[i].seq, items[i].n_tokens)) {
+            size_t fb = 0, tb = 0;
+            cu_mem_info(&fb, &tb);
+            return dsv4_fail(err, DSV4_E_NOMEM, "out of GPU memory growing the state of step item %d (%.2f GiB free)", i,
+                             fb / 1073741824.0);
+        }
+    kv_layout lm, li;
+    kv_layout_init(&lm, m->kv_format, KV_ROW_MAIN, c->head_dim, c->rope_dim);
+    kv_layout_init(&li, m->kv_format, KV_ROW_INDEX, c->index_head_dim, 0);
+    s.main = lay_of(&lm);
+    s.index = lay_of(&li);
+    if ((rc = upload_meta(&s, items, err))) return rc;
+    /* From here on the sequences change. */
+    cu_embed(s.st, &cm->embed, s.ws->tok, T, c->hc_mult, c->dim, s.ws->X);
+    for (int L = 0; L < c->n_layers; L++) {
+        step_block(&s, &cm->layers[L], L);
+        capture_features(&s, items, L);
+    }
+    if ((rc = cu_finish(s.st, "the step", err))) return rc;
+    if ((rc = head(&s, items, err)) || (rc = copy_back_rows(&s, items, err))) return rc;
+    for (int i = 0; i < n_items; i++) {
+        dsv4_seq *q = items[i].seq;
+        memcpy(q->tokens + q->pos, items[i].tokens, sizeof(int32_t) * (size_t)items[i].n_tokens);
+        q->pos += items[i].n_tokens;
+        for (int L = 0; L < q->n_layers; L++) {
+            dsv4_layer_state *ls = &q->layer[L];
+            if (ls->comp.kv) ls->crows.n = q->pos / ls->comp.ratio;
+            if (ls->icomp.kv) ls->irows.n = q->pos / ls->icomp.ratio;
+        }
+    }
+    return 0;
+}
+#else
+typedef int dsv4_cuda_step_unused; /* built only with CUDA=1 */
+#endif

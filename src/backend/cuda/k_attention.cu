@@ -1,0 +1,388 @@
+/* Attention on the device (core/attention.c, core/compressor.c): KV row formats, the compressor state
+ * machine's emissions, the lightning indexer's top-k, sink attention, and the ring writes that end a layer.
+ *
+ * State access mirrors the CPU step exactly: a key or a compressor slot at position s of item i comes from the
+ * step's own buffers when s >= p0(i) (the item's first position in this step), else from the sequence's ring;
+ * rings are written only after every reader of the layer ran. So a query sees the same rows whether its
+ * sequence was fed one token per step or all at once. */
+#include "backend/cuda/cu_common.cuh"
+#include "backend/cuda/cu_kernels.h"
+#include "backend/cuda/cu_quant.cuh"
+#include "backend/cuda/cu_rope.cuh"
+#include "dsv4.h"
+
+#define KV_F32 DSV4_KV_F32
+#define KV_BF16 DSV4_KV_BF16
+#define ROW_INDEX 1   /* kv_row_kind KV_ROW_INDEX */
+
+/* ---- stored rows (state/kvrows.c) ------------------------------------------------------------------------------ */
+
+__device__ __forceinline__ float kv_elem(const cu_kvlay &l, const uint8_t *row, int i) {
+    if (l.fmt == KV_F32) return ((const float *)row)[i];
+    if (l.fmt == KV_BF16) return dev_bf16_to_f32(((const uint16_t *)row)[i]);
+    if (l.kind == ROW_INDEX) {
+        const uint8_t b = row[i / 2];
+        return dev_e2m1((uint8_t)(i & 1 ? b >> 4 : b & 15)) * dev_e8m0(row[(l.width + 1) / 2 + i / 32]);
+    }
+    const int N = l.nope;
+    if (i >= N) {
+        const uint8_t *b = row + N + (N + 63) / 64 + 2 * (i - N);   /* may sit at an odd address */
+        return dev_bf16_to_f32((uint16_t)(b[0] | b[1] << 8));
+    }
+    return dev_e4m3(row[i]) * dev_e8m0(row[N + i / 64]);
+}
+
+__device__ __forceinline__ void put_bf16_bytes(uint8_t *dst, float x) {
+    const uint16_t h = dev_f32_to_bf16(x);
+    dst[0] = (uint8_t)h;
+    dst[1] = (uint8_t)(h >> 8);
+}
+
+/* kv_encode by a block: one thread per scale block, sequentially inside it as kvrows.c does. */
+__device__ void block_kv_encode(const cu_kvlay &l, const float *x, uint8_t *dst) {
+    const int n = l.width;
+    if (l.fmt == KV_F32) {
+        for (int i = threadIdx.x; i < n; i += blockDim.x) ((float *)dst)[i] = x[i];
+    } else if (l.fmt == KV_BF16) {
+        for (int i = threadIdx.x; i < n; i += blockDim.x) ((uint16_t *)dst)[i] = dev_f32_to_bf16(x[i]);
+    } else if (l.kind == ROW_INDEX) {
+        uint8_t *scales = dst + (n + 1) / 2;
+        for (int b = threadIdx.x; b * 32 < n; b += blockDim.x) {
+            const int b0 = b * 32, len = n - b0 < 32 ? n - b0 : 32;
+            float amax = 6.0f * ldexpf(1.0f, -126);
+            for (int i = 0; i < len; i++) amax = fmaxf(amax, fabsf(x[b0 + i]));
+            const uint8_t sb = dev_e8m0_of(dev_pow2_ceil(amax / 6.0f));
+            const float s = dev_e8m0(sb);
+            for (int i = 0; i < len; i++) {
+                const uint8_t code = dev_f32_to_e2m1(fminf(fmaxf(x[b0 + i] / s, -6.0f), 6.0f));
+                const int k = b0 + i;
+                if (k & 1) dst[k / 2] = (uint8_t)(dst[k / 2] | code << 4);
+                else dst[k / 2] = code;
+            }
+            scales[b] = sb;
+        }
+    } else {
+        const int N = l.nope;
+        uint8_t *scales = dst + N, *rope = scales + (N + 63) / 64;
+        for (int b = threadIdx.x; b * 64 < N; b += blockDim.x) {
+            const int b0 = b * 64, len = N - b0 < 64 ? N - b0 : 64;
+            float amax = 1e-4f;
+            for (int i = 0; i < len; i++) amax = fmaxf(amax, fabsf(x[b0 + i]));
+            const uint8_t sb = dev_e8m0_of(dev_pow2_ceil(amax * (1.0f / 448.0f)));
+            const float s = dev_e8m0(sb);
+            for (int i = 0; i < len; i++) dst[b0 + i] = dev_f32_to_e4m3(fminf(fmaxf(x[b0 + i] / s, -448.0f), 448.0f));
+            scales[b] = sb;
+        }
+        for (int i = threadIdx.x; i < l.rope; i++) put_bf16_bytes(rope + 2 * i, x[N + i]);
+    }
+}
+
+__global__ void k_kv_encode(cu_kvlay lay, const float *x, int ldx, uint8_t *dst) {
+    block_kv_encode(lay, x + (int64_t)blockIdx.x * ldx, dst + (int64_t)blockIdx.x * lay.bytes);
+}
+
+extern "C" void cu_kv_encode(cu_stream st, cu_kvlay lay, const float *x, int ldx, uint8_t *dst, int rows) {
+    if (rows > 0) k_kv_encode<<<rows, 64, 0, (cudaStream_t)st>>>(lay, x, ldx, dst);
+}
+
+/* ---- the compressor state machine ------------------------------------------------------------------------------- */
+
+__global__ void k_compress(int official, cu_kvlay lay, int is_indexer, int ratio, const float *K, const float *Z,
+                           const int64_t *pos, const int32_t *item_of, const cu_item *items, const cu_seq_layer *sl,
+                           const float *norm, const float *freq, int R, float eps) {
+    extern __shared__ float row[];
+    __shared__ float red[32];
+    const int t = blockIdx.x;
+    const int64_t p = pos[t];
+    if ((p + 1) % ratio) return;
+    const cu_item it = items[item_of[t]];
+    const cu_seq_layer L = sl[item_of[t]];
+    const int width = lay.width, overlap = ratio == 4, cols = (overlap ? 2 : 1) * width, off = overlap ? width : 0;
+    const float *rkv = is_indexer ? L.ikv : L.ckv, *rsc = is_indexer ? L.iscore : L.cscore;
+    const int hist = is_indexer ? L.ihist : L.chist;
+    const int64_t c0 = p + 1 - ratio, a0 = overlap && c0 >= ratio ? c0 - ratio : c0;
+#define SLOT_KV(s) ((s) >= it.p0 ? K + (int64_t)(it.first + ((s) - it.p0)) * cols : rkv + ((s) % hist) * cols)
+#define SLOT_SC(s) ((s) >= it.p0 ? Z + (int64_t)(it.first + ((s) - it.p0)) * cols : rsc + ((s) % hist) * cols)
+    /* compressor.c pool_column: slots in order (A half of the previous chunk, then the chunk's own) */
+    for (int j = threadIdx.x; j < width; j += blockDim.x) {
+        float mx = -INFINITY;
+        for (int64_t s = a0; s < c0; s++) mx = fmaxf(mx, SLOT_SC(s)[j]);
+        for (int64_t s = c0; s < c0 + ratio; s++) mx = fmaxf(mx, SLOT_SC(s)[off + j]);
+        float den = 0.0f, num = 0.0f;
+        for (int64_t s = a0; s < c0; s++) {
+            const float e = expf(SLOT_SC(s)[j] - mx);
+            den += e;
+            num += e * SLOT_KV(s)[j];
+        }
+        for (int64_t s = c0; s < c0 + ratio; s++) {
+            const float e = expf(SLOT_SC(s)[off + j] - mx);
+            den += e;
+            num += e * SLOT_KV(s)[off + j];
+        }
+        row[j] = dev_bf16_if(official, num / den);
+    }
+#undef SLOT_KV
+#undef SLOT_SC
+    __syncthreads();
+    /* compressor_finish_row: RMSNorm, RoPE at the chunk start, the QAT simulation */
+    float ss = 0.0f;
+    for (int i = threadIdx.x; i < width; i += blockDim.x) ss = fmaf(row[i], row[i], ss);
+    const float r = 1.0f / sqrtf(block_sum(ss, red) / (float)width + eps);
+    for (int i = threadIdx.x; i < width; i += blockDim.x) row[i] = dev_bf16_if(official, norm[i] * (row[i] * r));
+    __syncthreads();
+    block_rope(official, freq, R, row + width - R, c0, 0);
+    if (official) {
+        if (is_indexer) {
+            block_hadamard(row, width);
+            for (int i = threadIdx.x; i < width; i += blockDim.x) row[i] = dev_round_bf16(row[i]);
+            __syncthreads();
+            block_quant_row(row, width, 32, 1);
+        } else {
+            block_quant_row(row, width - R, 64, 0);
+        }
+    }
+    uint8_t *rows = is_indexer ? L.irows : L.crows;
+    block_kv_encode(lay, row, rows + (p / ratio) * (int64_t)lay.bytes);
+}
+
+extern "C" void cu_compress(cu_stream st, int official, cu_kvlay lay, int is_indexer, int ratio, const float *K,
+                            const float *Z, const int64_t *pos, const int32_t *item_of, const cu_item *items,
+                            const cu_seq_layer *sl, const float *norm, const float *freq, int R, float eps, int T) {
+    if (T > 0)
+        k_compress<<<T, 128, sizeof(float) * lay.width, (cudaStream_t)st>>>(official, lay, is_indexer, ratio, K, Z, pos,
+                                                                              item_of, items, sl, norm, freq, R, eps);
+}
+
+__global__ void k_comp_ring_write(int is_indexer, int cols, const float *K, const float *Z, const int64_t *pos,
+                                  const int32_t *item_of, const cu_item *items, const cu_seq_layer *sl) {
+    const int t = blockIdx.x;
+    const cu_item it = items[item_of[t]];
+    const cu_seq_layer L = sl[item_of[t]];
+    const int hist = is_indexer ? L.ihist : L.chist;
+    const int64_t p = pos[t];
+    if (p < it.p0 + it.n - hist) return;   /* a later position of the step owns this slot */
+    float *kv = (is_indexer ? L.ikv : L.ckv) + (p % hist) * cols, *sc = (is_indexer ? L.iscore : L.cscore) + (p % hist) * cols;
+    for (int j = threadIdx.x; j < cols; j += blockDim.x) {
+        kv[j] = K[(int64_t)t * cols + j];
+        sc[j] = Z[(int64_t)t * cols + j];
+    }
+}
+
+extern "C" void cu_comp_ring_write(cu_stream st, int is_indexer, int cols, const float *K, const float *Z, const int64_t *pos,
+                                   const int32_t *item_of, const cu_item *items, const cu_seq_layer *sl, int T) {
+    if (T > 0) k_comp_ring_write<<<T, 128, 0, (cudaStream_t)st>>>(is_indexer, cols, K, Z, pos, item_of, items, sl);
+}
+
+/* ---- the lightning indexer -------------------------------------------------------------------------------------------- */
+
+#define IDX_THREADS 256
+#define IDX_MAX_CHUNKS 2   /* index_head_dim <= 256 (the launcher checks) */
+
+/* A total order on (score, row): higher score first, then lower row; as an unsigned key, larger is better. */
+__device__ __forceinline__ unsigned long long rank_key(float s, int64_t k) {
+    uint32_t u = __float_as_uint(s == 0.0f ? 0.0f : s);
+    u = (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+    return ((unsigned long long)u << 32) | (uint32_t)(0xffffffffu - (uint32_t)k);
+}
+
+__global__ void k_index_select(int official, cu_kvlay il, const float *qi, const float *wi, const int64_t *pos,
+                               const int32_t *item_of, const cu_seq_layer *sl, int nI, int cI, int K, int64_t max_rows,
+                               float *scratch, int32_t *sel, int32_t *n_sel) {
+    __shared__ unsigned int hist[256];
+    __shared__ unsigned long long prefix_s;
+    __shared__ unsigned int remaining_s, warp_off[IDX_THREADS / 32 + 1];
+    const int t = blockIdx.x, lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    const int64_t n = (pos[t] + 1) / 4;
+    int32_t *out = sel + (int64_t)t * K;
+    if (n <= K) {
+        for (int64_t k = threadIdx.x; k < n; k += blockDim.x) out[k] = (int32_t)k;
+        if (threadIdx.x == 0) n_sel[t] = (int32_t)n;
+        return;
+    }
+    const uint8_t *rows = sl[item_of[t]].irows;
+    float *sc = scratch + (int64_t)t * max_rows;
+    const float *qt = qi + (int64_t)t * nI * cI, *wt = wi + (int64_t)t * nI;
+    for (int64_t k = warp; k < n; k += nw) {
+        const uint8_t *row = rows + k * il.bytes;
+        float r[IDX_MAX_CHUNKS * 4];
+#pragma unroll
+        for (int c = 0; c < IDX_MAX_CHUNKS; c++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int j = lane * 4 + 128 * c + e;
+                r[c * 4 + e] = j < cI ? kv_elem(il, row, j) : 0.0f;
+            }
+        float acc = 0.0f;
+        for (int h = 0; h < nI; h++) {
+            const float *qh = qt + (int64_t)h * cI;
+            float part = 0.0f;
+#pragma unroll
+            for (int c = 0; c < IDX_MAX_CHUNKS; c++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const int j = lane * 4 + 128 * c + e;
+                    if (j < cI) part = fmaf(qh[j], r[c * 4 + e], part);
+                }
+            const float s = dev_bf16_if(official, warp_sum(part));
+            if (s > 0.0f) acc += dev_bf16_if(official, s * wt[h]);
+        }
+        if (lane == 0) sc[k] = dev_bf16_if(official, acc);
+    }
+    __syncthreads();
+    /* exact radix select of the K-th largest key, a byte at a time from the top */
+    if (threadIdx.x == 0) { prefix_s = 0; remaining_s = (unsigned)K; }
+    unsigned long long mask = 0;
+    for (int b = 7; b >= 0; b--) {
+        for (int i = threadIdx.x; i < 256; i += blockDim.x) hist[i] = 0;
+        __syncthreads();
+        const unsigned long long prefix = prefix_s;
+        for (int64_t k = threadIdx.x; k < n; k += blockDim.x) {
+            const unsigned long long key = rank_key(sc[k], k);
+            if (((key ^ prefix) & mask) == 0) atomicAdd(&hist[(key >> (8 * b)) & 255], 1u);
+        }
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            unsigned rem = remaining_s;
+            for (int bk = 255; bk >= 0; bk--) {
+                if (hist[bk] >= rem) { prefix_s = prefix | ((unsigned long long)bk << (8 * b)); break; }
+                rem -= hist[bk];
+            }
+            remaining_s = rem;
+        }
+        mask |= 255ull << (8 * b);
+        __syncthreads();
+    }
+    const unsigned long long thr = prefix_s;   /* keys are distinct: exactly K keys are >= thr */
+    /* compaction in row order: per chunk of blockDim rows, a ballot per warp and the warps in order */
+    int base_out = 0;
+    for (int64_t base = 0; base < n; base += blockDim.x) {
+        const int64_t k = base + threadIdx.x;
+        const bool f = k < n && rank_key(sc[k], k) >= thr;
+        const unsigned m = __ballot_sync(0xffffffffu, f);
+        if (lane == 0) warp_off[warp] = __popc(m);
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            unsigned s = 0;
+            for (int w = 0; w < nw; w++) { const unsigned c = warp_off[w]; warp_off[w] = s; s += c; }
+            warp_off[nw] = s;
+        }
+        __syncthreads();
+        if (f) out[base_out + warp_off[warp] + __popc(m & ((1u << lane) - 1u))] = (int32_t)k;
+        base_out += (int)warp_off[nw];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) n_sel[t] = K;
+}
+
+extern "C" void cu_index_select(cu_stream st, int official, cu_kvlay ilay, const float *qi, const float *wi, const int64_t *pos,
+                                const int32_t *item_of, const cu_seq_layer *sl, int T, int nI, int cI, int K, int64_t max_rows,
+                                float *scratch, int32_t *sel, int32_t *n_sel) {
+    if (T > 0)
+        k_index_select<<<T, IDX_THREADS, 0, (cudaStream_t)st>>>(official, ilay, qi, wi, pos, item_of, sl, nI, cI, K, max_rows,
+                                                                 scratch, sel, n_sel);
+}
+
+/* ---- sink attention ------------------------------------------------------------------------------------------------------ */
+
+#define ATT_THREADS 128
+
+__global__ void k_attention(int official, cu_kvlay lay, const float *q, const uint8_t *kvs, const int64_t *pos,
+                            const int32_t *item_of, const cu_item *items, const cu_seq_layer *sl, int ring_len, int W,
+                            int ratio, const int32_t *sel, const int32_t *n_sel, int topk, const float *sink,
+                            const float *freq, int H, int D, int R, int max_keys, float *o) {
+    extern __shared__ unsigned char att_smem[];
+    const uint8_t **keys = (const uint8_t **)att_smem;          /* [max_keys] */
+    float *sc = (float *)(att_smem + sizeof(void *) * max_keys); /* [max_keys] */
+    __shared__ float red[32];
+    __shared__ float den_s;
+    const int t = blockIdx.x, h = blockIdx.y, lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    const int64_t p = pos[t];
+    const cu_item it = items[item_of[t]];
+    const cu_seq_layer L = sl[item_of[t]];
+    const int64_t w0 = p - W + 1 < 0 ? 0 : p - W + 1;
+    const int nwin = (int)(p - w0 + 1);
+    const int nc = ratio == 128 ? (int)((p + 1) / 128) : ratio == 4 ? n_sel[t] : 0;
+    const int nk = nwin + nc;
+    /* the key set: window positions (chronological), then compressed rows (row order) */
+    for (int i = threadIdx.x; i < nk; i += blockDim.x) {
+        if (i < nwin) {
+            const int64_t s = w0 + i;
+            keys[i] = s >= it.p0 ? kvs + (int64_t)(it.first + (s - it.p0)) * lay.bytes : L.ring + (s % ring_len) * lay.bytes;
+        } else {
+            const int k = i - nwin;
+            const int64_t row = ratio == 128 ? k : sel[(int64_t)t * topk + k];
+            keys[i] = L.crows + row * lay.bytes;
+        }
+    }
+    __syncthreads();
+    const float *qh = q + ((int64_t)t * H + h) * D;
+    const float scale = 1.0f / sqrtf((float)D);
+    for (int i = warp; i < nk; i += nw) {
+        const uint8_t *kp = keys[i];
+        float acc = 0.0f;
+        for (int j = lane * 4; j < D; j += 128)
+            for (int e = 0; e < 4 && j + e < D; e++) acc = fmaf(qh[j + e], kv_elem(lay, kp, j + e), acc);
+        acc = warp_sum(acc);
+        if (lane == 0) sc[i] = acc * scale;
+    }
+    __syncthreads();
+    float mx = -INFINITY;
+    for (int i = threadIdx.x; i < nk; i += blockDim.x) mx = fmaxf(mx, sc[i]);
+    mx = block_max(mx, red);
+    for (int i = threadIdx.x; i < nk; i += blockDim.x) sc[i] = expf(sc[i] - mx);
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        /* the sink joins the denominator only; the keys in key order */
+        float den = expf(sink[h] - mx);
+        for (int i = 0; i < nk; i++) den += sc[i];
+        den_s = den;
+    }
+    __syncthreads();
+    const float inv = 1.0f / den_s;
+    float *out = o + ((int64_t)t * H + h) * D;
+    for (int j = threadIdx.x; j < D; j += blockDim.x) {
+        float acc = 0.0f;
+        for (int i = 0; i < nk; i++) acc = fmaf(dev_bf16_if(official, sc[i]), kv_elem(lay, keys[i], j), acc);
+        out[j] = dev_bf16_if(official, acc * inv);
+    }
+    __syncthreads();
+    block_rope(official, freq, R, out + D - R, p, 1);
+}
+
+extern "C" int cu_attention_key_limit(void) {
+    int dev = 0, limit = 0;
+    cudaGetDevice(&dev);
+    cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
+    return (limit - 1024) / (int)(sizeof(void *) + sizeof(float));
+}
+
+extern "C" int cu_attention(cu_stream st, int official, cu_kvlay lay, const float *q, const uint8_t *kvs, const int64_t *pos,
+                            const int32_t *item_of, const cu_item *items, const cu_seq_layer *sl, int ring_len, int W, int ratio,
+                            const int32_t *sel, const int32_t *n_sel, int topk, const float *sink, const float *freq, int T,
+                            int H, int D, int R, int max_keys, float *o) {
+    if (T <= 0) return 0;
+    const size_t smem = (sizeof(void *) + sizeof(float)) * (size_t)max_keys;
+    if (smem > 48 * 1024) {
+        if (max_keys > cu_attention_key_limit()) return -1;
+        cudaFuncSetAttribute(k_attention, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    }
+    k_attention<<<dim3(T, H), ATT_THREADS, smem, (cudaStream_t)st>>>(official, lay, q, kvs, pos, item_of, items, sl, ring_len, W,
+                                                                    ratio, sel, n_sel, topk, sink, freq, H, D, R, max_keys, o);
+    return 0;
+}
+
+__global__ void k_ring_write(cu_kvlay lay, const uint8_t *kvs, const int64_t *pos, const int32_t *item_of, const cu_item *items,
+                             const cu_seq_layer *sl, int ring_len) {
+    const int t = blockIdx.x;
+    const cu_item it = items[item_of[t]];
+    const int64_t p = pos[t];
+    if (p < it.p0 + it.n - ring_len) return;   /* a later position of the step owns this slot */
+    uint8_t *dst = sl[item_of[t]].ring + (p % ring_len) * lay.bytes;
+    const uint8_t *src = kvs + (int64_t)t * lay.bytes;
+    for (int i = threadIdx.x; i < lay.bytes; i += blockDim.x) dst[i] = src[i];
+}
+
+extern "C" void cu_ring_write(cu_stream st, cu_kvlay lay, const uint8_t *kvs, const int64_t *pos, const int32_t *item_of,
+                              const cu_item *items, const cu_seq_layer *sl, int ring_len, int T) {
+    if (T > 0) k_ring_write<<<T, 128, 0, (cudaStream_t)st>>>(lay, kvs, pos, item_of, items, sl, ring_len);
+}

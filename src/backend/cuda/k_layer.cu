@@ -1,0 +1,278 @@
+/* Per-token operations of a block: embedding, RMSNorm, rounding and fake quantization, mHC (pre, post, head),
+ * RoPE and the attention's per-token preparation. Reduction orders are stated at each kernel; sums that the
+ * CPU computes sequentially are computed sequentially here too wherever they are short (the mHC stream sums,
+ * Sinkhorn), and as a fixed block_sum where they are long (norms). */
+#include "backend/cuda/cu_common.cuh"
+#include "backend/cuda/cu_kernels.h"
+#include "backend/cuda/cu_quant.cuh"
+#include "backend/cuda/cu_rope.cuh"
+
+#define ROW_THREADS 256
+
+/* ---- embedding ------------------------------------------------------------------------------------------------ */
+
+__global__ void k_embed(dsv4_weight w, const int32_t *tok, int T, int hc, int d, float *X) {
+    const int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= (int64_t)T * d) return;
+    const int t = (int)(idx / d), e = (int)(idx % d);
+    const float v = dev_weight_at(w, tok[t], e);
+    for (int i = 0; i < hc; i++) X[((int64_t)t * hc + i) * d + e] = v;
+}
+
+extern "C" void cu_embed(cu_stream st, const dsv4_weight *embed, const int32_t *tok, int T, int hc, int d, float *X) {
+    k_embed<<<cu_blocks((int64_t)T * d, 256), 256, 0, (cudaStream_t)st>>>(*embed, tok, T, hc, d, X);
+}
+
+/* ---- norms ---------------------------------------------------------------------------------------------------- */
+
+/* Sum of squares of x[0..n): thread k takes k, k+blockDim, ... in order, then block_sum. */
+__device__ __forceinline__ float sum_squares(const float *x, int n, float *red) {
+    float s = 0.0f;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) s = fmaf(x[i], x[i], s);
+    return block_sum(s, red);
+}
+
+__global__ void k_rmsnorm(int official, const float *x, int ldx, const float *w, int n, float eps, float *y, int ldy) {
+    __shared__ float red[32];
+    const float *xr = x + (int64_t)blockIdx.x * ldx;
+    float *yr = y + (int64_t)blockIdx.x * ldy;
+    const float r = 1.0f / sqrtf(sum_squares(xr, n, red) / (float)n + eps);
+    for (int i = threadIdx.x; i < n; i += blockDim.x) yr[i] = dev_bf16_if(official, w[i] * (xr[i] * r));
+}
+
+extern "C" void cu_rmsnorm(cu_stream st, int official, const float *x, int ldx, const float *w, int n, float eps, float *y,
+                           int ldy, int rows) {
+    if (rows > 0) k_rmsnorm<<<rows, ROW_THREADS, 0, (cudaStream_t)st>>>(official, x, ldx, w, n, eps, y, ldy);
+}
+
+__global__ void k_round_bf16(float *x, int64_t n) {
+    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) x[i] = dev_round_bf16(x[i]);
+}
+
+extern "C" void cu_round_bf16(cu_stream st, float *x, int64_t n) {
+    if (n > 0) k_round_bf16<<<cu_blocks(n, 256), 256, 0, (cudaStream_t)st>>>(x, n);
+}
+
+/* ---- fake quantization (one warp per block of columns) ------------------------------------------------------------ */
+
+__global__ void k_act_quant(const float *x, int ldx, float *y, int ldy, int rows, int n, int block, int fp4) {
+    const int warps = blockDim.x >> 5;
+    const int nb = (n + block - 1) / block;
+    const int64_t job = (int64_t)blockIdx.x * warps + (threadIdx.x >> 5);
+    if (job >= (int64_t)rows * nb) return;
+    const int r = (int)(job / nb), b = (int)(job % nb);
+    const int len = n - b * block < block ? n - b * block : block;
+    warp_quant_block(x + (int64_t)r * ldx + b * block, y + (int64_t)r * ldy + b * block, len, fp4);
+}
+
+extern "C" void cu_act_quant(cu_stream st, const float *x, int ldx, float *y, int ldy, int rows, int n, int block, int fp4) {
+    const int64_t jobs = (int64_t)rows * ((n + block - 1) / block);
+    if (jobs > 0) k_act_quant<<<cu_blocks(jobs, 8), 256, 0, (cudaStream_t)st>>>(x, ldx, y, ldy, rows, n, block, fp4);
+}
+
+/* ---- mHC ------------------------------------------------------------------------------------------------------------- */
+
+__device__ __forceinline__ float dev_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+
+/* hc.c hc_sinkhorn, sequentially, on n x n in place. */
+__device__ void dev_sinkhorn(float *C, int n, int iters, float eps) {
+    for (int j = 0; j < n; j++) {
+        float mx = C[j * n];
+        for (int k = 1; k < n; k++) mx = fmaxf(mx, C[j * n + k]);
+        float s = 0.0f;
+        for (int k = 0; k < n; k++) { C[j * n + k] = expf(C[j * n + k] - mx); s += C[j * n + k]; }
+        for (int k = 0; k < n; k++) C[j * n + k] = C[j * n + k] / s + eps;
+    }
+    for (int it = 0; it < iters; it++) {
+        if (it > 0)
+            for (int j = 0; j < n; j++) {
+                float s = 0.0f;
+                for (int k = 0; k < n; k++) s += C[j * n + k];
+                for (int k = 0; k < n; k++) C[j * n + k] /= s + eps;
+            }
+        for (int k = 0; k < n; k++) {
+            float s = 0.0f;
+            for (int j = 0; j < n; j++) s += C[j * n + k];
+            for (int j = 0; j < n; j++) C[j * n + k] /= s + eps;
+        }
+    }
+}
+
+__global__ void k_hc_pre_finish(int official, const float *mixraw, const float *X, int hc, int d, const float *base,
+                                const float *scale, float hc_eps, float norm_eps, int iters, float *u, float *mix) {
+    __shared__ float red[32];
+    __shared__ float pre[8], C[64];
+    const int t = blockIdx.x, n = hc * d, nmix = (2 + hc) * hc;
+    const float *x = X + (int64_t)t * n;
+    const float r = 1.0f / sqrtf(sum_squares(x, n, red) / (float)n + norm_eps);
+    float *mx = mix + (int64_t)t * CU_MIX;
+    if (threadIdx.x == 0) {
+        const float *m = mixraw + (int64_t)t * nmix;
+        for (int i = 0; i < hc; i++) pre[i] = dev_sigmoid(m[i] * r * scale[0] + base[i]) + hc_eps;
+        for (int i = 0; i < hc; i++) mx[i] = 2.0f * dev_sigmoid(m[hc + i] * r * scale[1] + base[hc + i]);
+        for (int j = 0; j < hc * hc; j++) C[j] = m[2 * hc + j] * r * scale[2] + base[2 * hc + j];
+        dev_sinkhorn(C, hc, iters, hc_eps);
+        for (int j = 0; j < hc * hc; j++) mx[8 + j] = C[j];
+    }
+    __syncthreads();
+    float *ut = u + (int64_t)t * d;
+    for (int e = threadIdx.x; e < d; e += blockDim.x) {
+        float s = 0.0f;
+        for (int i = 0; i < hc; i++) s += pre[i] * x[(int64_t)i * d + e];
+        ut[e] = dev_bf16_if(official, s);
+    }
+}
+
+extern "C" void cu_hc_pre_finish(cu_stream st, int official, const float *mixraw, const float *X, int T, int hc, int d,
+                                 const float *base, const float *scale, float hc_eps, float norm_eps, int iters, float *u,
+                                 float *mix) {
+    if (T > 0)
+        k_hc_pre_finish<<<T, ROW_THREADS, 0, (cudaStream_t)st>>>(official, mixraw, X, hc, d, base, scale, hc_eps, norm_eps,
+                                                                 iters, u, mix);
+}
+
+__global__ void k_hc_post(int official, const float *f, const float *mix, float *X, int T, int hc, int d) {
+    const int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= (int64_t)T * d) return;
+    const int t = (int)(idx / d), e = (int)(idx % d);
+    float *x = X + (int64_t)t * hc * d;
+    const float *mx = mix + (int64_t)t * CU_MIX;
+    float old[8];
+    for (int j = 0; j < hc; j++) old[j] = x[(int64_t)j * d + e];
+    const float fe = f[(int64_t)t * d + e];
+    for (int k = 0; k < hc; k++) {
+        float s = mx[k] * fe;
+        for (int j = 0; j < hc; j++) s += mx[8 + j * hc + k] * old[j];
+        x[(int64_t)k * d + e] = dev_bf16_if(official, s);
+    }
+}
+
+extern "C" void cu_hc_post(cu_stream st, int official, const float *f, const float *mix, float *X, int T, int hc, int d) {
+    if (T > 0) k_hc_post<<<cu_blocks((int64_t)T * d, 256), 256, 0, (cudaStream_t)st>>>(official, f, mix, X, T, hc, d);
+}
+
+/* hc_head_one: 1/rms and the hc mix dots (each a block_sum of thread-strided fmaf partials), then the weighted
+ * stream sum in stream order. */
+__global__ void k_hc_head(int official, const float *X, const int32_t *rows, const float *fn, const float *base,
+                          const float *scale, int hc, int d, float hc_eps, float norm_eps, float *y) {
+    __shared__ float red[32];
+    __shared__ float wt[8];
+    const int n = hc * d;
+    const float *x = X + (int64_t)rows[blockIdx.x] * n;
+    const float r = 1.0f / sqrtf(sum_squares(x, n, red) / (float)n + norm_eps);
+    for (int i = 0; i < hc; i++) {
+        const float *f = fn + (int64_t)i * n;
+        float s = 0.0f;
+        for (int k = threadIdx.x; k < n; k += blockDim.x) s = fmaf(f[k], x[k], s);
+        s = block_sum(s, red);
+        if (threadIdx.x == 0) wt[i] = dev_sigmoid(s * r * scale[0] + base[i]) + hc_eps;
+    }
+    __syncthreads();
+    float *yr = y + (int64_t)blockIdx.x * d;
+    for (int e = threadIdx.x; e < d; e += blockDim.x) {
+        float s = 0.0f;
+        for (int i = 0; i < hc; i++) s += wt[i] * x[(int64_t)i * d + e];
+        yr[e] = dev_bf16_if(official, s);
+    }
+}
+
+extern "C" void cu_hc_head(cu_stream st, int official, const float *X, const int32_t *rows, int R, const float *fn,
+                           const float *base, const float *scale, int hc, int d, float hc_eps, float norm_eps, float *y) {
+    if (R > 0) k_hc_head<<<R, ROW_THREADS, 0, (cudaStream_t)st>>>(official, X, rows, fn, base, scale, hc, d, hc_eps, norm_eps, y);
+}
+
+__global__ void k_features(int official, const float *X, int T, int hc, int d, int nt, int k, float *feat) {
+    const int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= (int64_t)T * d) return;
+    const int t = (int)(idx / d), e = (int)(idx % d);
+    const float *x = X + (int64_t)t * hc * d;
+    float s = 0.0f;
+    for (int j = 0; j < hc; j++) s += x[(int64_t)j * d + e];
+    feat[((int64_t)t * nt + k) * d + e] = dev_bf16_if(official, s / (float)hc);
+}
+
+extern "C" void cu_features(cu_stream st, int official, const float *X, int T, int hc, int d, int nt, int k, float *feat) {
+    if (T > 0) k_features<<<cu_blocks((int64_t)T * d, 256), 256, 0, (cudaStream_t)st>>>(official, X, T, hc, d, nt, k, feat);
+}
+
+/* ---- attention preparation ---------------------------------------------------------------------------------------------- */
+
+/* norm.c unit_rmsnorm on x[0..n) (global memory, this block only). */
+__device__ void block_unit_rmsnorm(int official, float *x, int n, float eps, float *red) {
+    float s = 0.0f;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) s += official ? dev_round_bf16(x[i] * x[i]) : x[i] * x[i];
+    s = block_sum(s, red);
+    if (!official) {
+        const float r = 1.0f / sqrtf(s / (float)n + eps);
+        for (int i = threadIdx.x; i < n; i += blockDim.x) x[i] *= r;
+    } else {
+        const float ms = dev_round_bf16(s / (float)n);
+        const float r = dev_round_bf16(1.0f / sqrtf(dev_round_bf16(ms + eps)));
+        for (int i = threadIdx.x; i < n; i += blockDim.x) x[i] = dev_round_bf16(x[i] * r);
+    }
+    __syncthreads();
+}
+
+/* Blocks (t, h < H): head h of q; blocks (t, H): the kv row. */
+__global__ void k_qkv_prepare(int official, float *q, float *kv, const float *kv_norm, const int64_t *pos, const float *freq,
+                              int H, int D, int R, float eps) {
+    __shared__ float red[32];
+    const int t = blockIdx.x, h = blockIdx.y;
+    const int64_t p = pos[t];
+    if (h < H) {
+        float *qh = q + ((int64_t)t * H + h) * D;
+        block_unit_rmsnorm(official, qh, D, eps, red);
+        block_rope(official, freq, R, qh + D - R, p, 0);
+        return;
+    }
+    float *x = kv + (int64_t)t * D;
+    const float r = 1.0f / sqrtf(sum_squares(x, D, red) / (float)D + eps);
+    for (int i = threadIdx.x; i < D; i += blockDim.x) x[i] = dev_bf16_if(official, kv_norm[i] * (x[i] * r));
+    __syncthreads();
+    block_rope(official, freq, R, x + D - R, p, 0);
+    __syncthreads();
+    if (official) block_quant_row(x, D - R, 64, 0);
+}
+
+extern "C" void cu_qkv_prepare(cu_stream st, int official, float *q, float *kv, const float *kv_norm, const int64_t *pos,
+                               const float *freq, int T, int H, int D, int R, float eps) {
+    if (T > 0) k_qkv_prepare<<<dim3(T, H + 1), 128, 0, (cudaStream_t)st>>>(official, q, kv, kv_norm, pos, freq, H, D, R, eps);
+}
+
+/* Blocks (t, 0): the ape of both compressors and the indexer head weights; blocks (t, 1 + h): indexer query h. */
+__global__ void k_prepare_tokens(int official, int ratio, float *cz, const float *ape, int cw, float *icz, const float *iape,
+                                 float *qi, float *wi, const int64_t *pos, const float *freq, int nI, int cI, int R) {
+    const int t = blockIdx.x, h = (int)blockIdx.y - 1;
+    const int64_t p = pos[t];
+    if (h < 0) {
+        const float *a = ape + (p % ratio) * cw;
+        float *z = cz + (int64_t)t * cw;
+        for (int j = threadIdx.x; j < cw; j += blockDim.x) z[j] += a[j];
+        if (ratio != 4) return;
+        const int iw = 2 * cI;
+        const float *ia = iape + (p % 4) * iw;
+        float *iz = icz + (int64_t)t * iw;
+        for (int j = threadIdx.x; j < iw; j += blockDim.x) iz[j] += ia[j];
+        const float scale = 1.0f / sqrtf((float)cI) / sqrtf((float)nI);
+        for (int k = threadIdx.x; k < nI; k += blockDim.x) wi[(int64_t)t * nI + k] = dev_bf16_if(official, wi[(int64_t)t * nI + k] * scale);
+        return;
+    }
+    float *qh = qi + ((int64_t)t * nI + h) * cI;
+    block_rope(official, freq, R, qh + cI - R, p, 0);
+    __syncthreads();
+    if (!official) return;
+    block_hadamard(qh, cI);
+    for (int i = threadIdx.x; i < cI; i += blockDim.x) qh[i] = dev_round_bf16(qh[i]);
+    __syncthreads();
+    block_quant_row(qh, cI, 32, 1);
+}
+
+extern "C" void cu_prepare_tokens(cu_stream st, int official, int ratio, float *cz, const float *ape, int cw, float *icz,
+                                  const float *iape, float *qi, float *wi, const int64_t *pos, const float *freq, int T,
+                                  int nI, int cI, int R) {
+    if (T <= 0) return;
+    const int hy = ratio == 4 ? 1 + nI : 1;
+    k_prepare_tokens<<<dim3(T, hy), 128, 0, (cudaStream_t)st>>>(official, ratio, cz, ape, cw, icz, iape, qi, wi, pos, freq, nI,
+                                                                 cI, R);
+}

@@ -1,0 +1,108 @@
+/* Linear layers on weights in their checkpoint formats (F32, BF16, FP8 + 128x128 UE8M0 scales, FP4 + per-32
+ * scales), decoded in the main loop; no dequantized copy exists.
+ *
+ * Reduction order of y[t][o] (the same for every t, every T, every tile): lane l of the warp that owns row o
+ * accumulates, with fmaf starting from 0.0f, columns 4l+128j, 4l+128j+1, 4l+128j+2, 4l+128j+3 for j = 0, 1, ...;
+ * the 32 partials are then combined by warp_sum. A warp computes its row for up to TILE tokens at once so the
+ * weight row is read once per tile; the tile only decides which warp does the work, never the order.
+ * (CUDA cores in fp32 for both numeric modes for now: issue 18 moves OFFICIAL mode to FP8 tensor cores.) */
+#include "backend/cuda/cu_common.cuh"
+#include "backend/cuda/cu_kernels.h"
+
+#define LIN_WARPS 4   /* output rows per block */
+#define LIN_TILE 8    /* tokens per warp */
+
+/* One row o of w against up to LIN_TILE input rows xr[0..n): res[k] (valid in every lane). */
+template <bool VEC>
+__device__ __forceinline__ void dot_tile(const dsv4_weight &w, int o, const float *const *xr, int n, float *res) {
+    const int lane = threadIdx.x & 31, K = w.cols;
+    float acc[LIN_TILE];
+#pragma unroll
+    for (int k = 0; k < LIN_TILE; k++) acc[k] = 0.0f;
+    for (int i = lane * 4; i < K; i += 128) {
+        float wv[4];
+        if (VEC) {
+            dev_weight4(w, o, i, wv);
+        } else {
+#pragma unroll
+            for (int e = 0; e < 4; e++) wv[e] = i + e < K ? dev_weight_at(w, o, i + e) : 0.0f;
+        }
+#pragma unroll
+        for (int k = 0; k < LIN_TILE; k++) {
+            if (k >= n) break;
+            if (VEC) {
+                const float4 xv = *(const float4 *)(xr[k] + i);
+                acc[k] = fmaf(wv[0], xv.x, acc[k]);
+                acc[k] = fmaf(wv[1], xv.y, acc[k]);
+                acc[k] = fmaf(wv[2], xv.z, acc[k]);
+                acc[k] = fmaf(wv[3], xv.w, acc[k]);
+            } else {
+                for (int e = 0; e < 4 && i + e < K; e++) acc[k] = fmaf(wv[e], xr[k][i + e], acc[k]);
+            }
+        }
+    }
+#pragma unroll
+    for (int k = 0; k < LIN_TILE; k++) res[k] = warp_sum(acc[k]);
+}
+
+template <bool VEC>
+__global__ void k_linear(dsv4_weight w, const float *__restrict__ x, int T, int ldx, float *__restrict__ y, int ldy) {
+    const int o = blockIdx.x * LIN_WARPS + (threadIdx.x >> 5), t0 = blockIdx.y * LIN_TILE;
+    if (o >= w.rows) return;
+    const int n = T - t0 < LIN_TILE ? T - t0 : LIN_TILE;
+    const float *xr[LIN_TILE];
+#pragma unroll
+    for (int k = 0; k < LIN_TILE; k++) xr[k] = x + (int64_t)(t0 + (k < n ? k : 0)) * ldx;
+    float res[LIN_TILE];
+    dot_tile<VEC>(w, o, xr, n, res);
+    if ((threadIdx.x & 31) == 0)
+        for (int k = 0; k < n; k++) y[(int64_t)(t0 + k) * ldy + o] = res[k];
+}
+
+template <bool VEC>
+__global__ void k_expert_linear(const dsv4_weight *__restrict__ experts, int rows, cu_moe_plan plan, const float *__restrict__ x,
+                                int ldx, int x_by_pair, float *__restrict__ y, int ldy) {
+    const int tile = blockIdx.y;
+    if (tile >= *plan.n_tiles) return;
+    const int o = blockIdx.x * LIN_WARPS + (threadIdx.x >> 5);
+    if (o >= rows) return;
+    const dsv4_weight w = experts[plan.tile_expert[tile]];
+    const int p0 = plan.tile_first[tile], n = plan.tile_count[tile];
+    const float *xr[LIN_TILE];
+#pragma unroll
+    for (int k = 0; k < LIN_TILE; k++) {
+        const int p = p0 + (k < n ? k : 0);
+        xr[k] = x + (int64_t)(x_by_pair ? p : plan.pair_token[p]) * ldx;
+    }
+    float res[LIN_TILE];
+    dot_tile<VEC>(w, o, xr, n, res);
+    if ((threadIdx.x & 31) == 0)
+        for (int k = 0; k < n; k++) y[(int64_t)(p0 + k) * ldy + o] = res[k];
+}
+
+/* The vector path needs 16-byte x rows and 4-aligned weight rows; it computes the same sums as the scalar one. */
+static bool vec_ok(int fmt, int cols, const float *x, int ldx) {
+    (void)fmt;
+    return cols % 4 == 0 && ldx % 4 == 0 && ((uintptr_t)x % 16) == 0;
+}
+
+extern "C" int cu_linear(cu_stream st, const dsv4_weight *w, const float *x, int T, int ldx, float *y, int ldy) {
+    if (T <= 0 || w->rows <= 0) return 0;
+    dim3 grid(cu_blocks(w->rows, LIN_WARPS), cu_blocks(T, LIN_TILE));
+    const bool vec = vec_ok(w->fmt, w->cols, x, ldx) && ((uintptr_t)w->data % 16) == 0;
+    if (vec) k_linear<true><<<grid, 32 * LIN_WARPS, 0, (cudaStream_t)st>>>(*w, x, T, ldx, y, ldy);
+    else k_linear<false><<<grid, 32 * LIN_WARPS, 0, (cudaStream_t)st>>>(*w, x, T, ldx, y, ldy);
+    return 0;
+}
+
+extern "C" int cu_expert_linear(cu_stream st, const dsv4_weight *experts, int rows, int cols, int fmt, const cu_moe_plan *plan,
+                                int max_tiles, const float *x, int ldx, int x_by_pair, float *y, int ldy) {
+    if (max_tiles <= 0) return 0;
+    dim3 grid(cu_blocks(rows, LIN_WARPS), max_tiles);
+    /* expert matrices are separate allocations (256-byte aligned) */
+    if (vec_ok(fmt, cols, x, ldx))
+        k_expert_linear<true><<<grid, 32 * LIN_WARPS, 0, (cudaStream_t)st>>>(experts, rows, *plan, x, ldx, x_by_pair, y, ldy);
+    else
+        k_expert_linear<false><<<grid, 32 * LIN_WARPS, 0, (cudaStream_t)st>>>(experts, rows, *plan, x, ldx, x_by_pair, y, ldy);
+    return 0;
+}

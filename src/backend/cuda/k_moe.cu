@@ -1,0 +1,148 @@
+/* Mixture of experts on the device (core/moe.c): routing, the step's (token, expert) plan built on the GPU (no
+ * host round trip), clamped SwiGLU, and the combination of each token's experts in increasing expert id. The
+ * expert products themselves are cu_expert_linear (k_linear.cu). */
+#include "backend/cuda/cu_common.cuh"
+#include "backend/cuda/cu_kernels.h"
+
+__device__ __forceinline__ float dev_softplus(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
+
+/* One thread per token: the same loops as moe.c route / top_k_experts. */
+__global__ void k_route(float *logits, const float *bias, const int32_t *tid2eid, const int32_t *tok, int T, int E, int K,
+                        float route_scale, int32_t *route_e, float *route_w) {
+    const int t = blockIdx.x * blockDim.x + threadIdx.x;
+    if (t >= T) return;
+    float *s = logits + (int64_t)t * E;
+    for (int e = 0; e < E; e++) s[e] = sqrtf(dev_softplus(s[e]));
+    int32_t *sel = route_e + (int64_t)t * K;
+    if (tid2eid) {
+        for (int j = 0; j < K; j++) sel[j] = tid2eid[(int64_t)tok[t] * K + j];
+    } else {
+        for (int j = 0; j < K; j++) {
+            int best = -1;
+            float bv = 0.0f;
+            for (int e = 0; e < E; e++) {
+                bool taken = false;
+                for (int q = 0; q < j; q++) taken |= sel[q] == e;
+                if (taken) continue;
+                const float v = s[e] + (bias ? bias[e] : 0.0f);
+                if (best < 0 || v > bv) { best = e; bv = v; }
+            }
+            sel[j] = best;
+        }
+    }
+    float *w = route_w + (int64_t)t * K, sum = 0.0f;
+    for (int j = 0; j < K; j++) sum += s[sel[j]];
+    for (int j = 0; j < K; j++) w[j] = s[sel[j]] / sum * route_scale;
+}
+
+extern "C" void cu_route(cu_stream st, float *logits, const float *bias, const int32_t *tid2eid, const int32_t *tok, int T,
+                         int E, int K, float route_scale, int32_t *route_e, float *route_w) {
+    if (T > 0) k_route<<<cu_blocks(T, 64), 64, 0, (cudaStream_t)st>>>(logits, bias, tid2eid, tok, T, E, K, route_scale,
+                                                                     route_e, route_w);
+}
+
+/* Is j the first slot of token t's row naming its expert? (a row naming an expert twice counts it once) */
+__device__ __forceinline__ bool first_slot(const int32_t *re, int j) {
+    for (int q = 0; q < j; q++)
+        if (re[q] == re[j]) return false;
+    return true;
+}
+
+#define PLAN_THREADS 256
+
+/* One block. Thread e (strided over experts) walks the tokens in order, so pair positions, tiles and each
+ * token's pair list depend only on the routing, never on scheduling. */
+__global__ void k_moe_plan(const int32_t *route_e, const float *route_w, int T, int K, int E, cu_moe_plan p) {
+    extern __shared__ int plan_smem[];
+    int *cnt = plan_smem, *off = plan_smem + E, *toff = plan_smem + 2 * E;
+    for (int i = threadIdx.x; i < T * K; i += blockDim.x) p.token_pairs[i] = -1;
+    for (int e = threadIdx.x; e < E; e += blockDim.x) {
+        int c = 0;
+        for (int t = 0; t < T; t++) {
+            const int32_t *re = route_e + (int64_t)t * K;
+            for (int j = 0; j < K; j++)
+                if (re[j] == e && first_slot(re, j)) c++;
+        }
+        cnt[e] = c;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        int s = 0, ts = 0;
+        for (int e = 0; e < E; e++) {
+            off[e] = s;
+            toff[e] = ts;
+            s += cnt[e];
+            ts += (cnt[e] + CU_MOE_TILE - 1) / CU_MOE_TILE;
+        }
+        *p.n_tiles = ts;
+    }
+    __syncthreads();
+    for (int e = threadIdx.x; e < E; e += blockDim.x) {
+        int r = 0;
+        for (int t = 0; t < T; t++) {
+            const int32_t *re = route_e + (int64_t)t * K;
+            for (int j = 0; j < K; j++) {
+                if (re[j] != e || !first_slot(re, j)) continue;
+                const int pi = off[e] + r++;
+                p.pair_token[pi] = t;
+                p.pair_weight[pi] = route_w[(int64_t)t * K + j];
+                /* the token's slot for e: how many of its distinct experts are smaller */
+                int slot = 0;
+                for (int q = 0; q < K; q++)
+                    if (re[q] < e && first_slot(re, q)) slot++;
+                p.token_pairs[(int64_t)t * K + slot] = pi;
+            }
+        }
+        for (int q = 0; q * CU_MOE_TILE < cnt[e]; q++) {
+            const int ti = toff[e] + q;
+            p.tile_expert[ti] = e;
+            p.tile_first[ti] = off[e] + q * CU_MOE_TILE;
+            p.tile_count[ti] = min(CU_MOE_TILE, cnt[e] - q * CU_MOE_TILE);
+        }
+    }
+}
+
+extern "C" void cu_moe_plan_build(cu_stream st, const int32_t *route_e, const float *route_w, int T, int K, int E, cu_moe_plan *p) {
+    if (T > 0) k_moe_plan<<<1, PLAN_THREADS, sizeof(int) * 3 * (size_t)E, (cudaStream_t)st>>>(route_e, route_w, T, K, E, *p);
+}
+
+__device__ __forceinline__ float dev_silu(float x) { return x / (1.0f + expf(-x)); }
+
+/* moe.c expert(): bf16 of both projections (OFFICIAL), clamp, silu(g) v, times the routing weight, bf16. */
+__global__ void k_swiglu(int official, float *g, const float *v, const float *w, int rows, int I, float limit) {
+    const int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= (int64_t)rows * I) return;
+    float gi = dev_bf16_if(official, g[idx]), vi = dev_bf16_if(official, v[idx]);
+    if (limit > 0.0f) {
+        gi = fminf(gi, limit);
+        vi = fminf(fmaxf(vi, -limit), limit);
+    }
+    float h = dev_silu(gi) * vi;
+    if (w) h *= w[idx / I];
+    g[idx] = dev_bf16_if(official, h);
+}
+
+extern "C" void cu_swiglu(cu_stream st, int official, float *g, const float *v, const float *w, int rows, int I, float limit) {
+    const int64_t n = (int64_t)rows * I;
+    if (n > 0) k_swiglu<<<cu_blocks(n, 256), 256, 0, (cudaStream_t)st>>>(official, g, v, w, rows, I, limit);
+}
+
+__global__ void k_moe_combine(int official, const float *ey, const float *shared, const int32_t *token_pairs, int T, int K,
+                              int d, float *out) {
+    const int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= (int64_t)T * d) return;
+    const int t = (int)(idx / d), e = (int)(idx % d);
+    float acc = 0.0f;
+    for (int k = 0; k < K; k++) {
+        const int pi = token_pairs[(int64_t)t * K + k];
+        if (pi < 0) break;
+        acc += ey[(int64_t)pi * d + e];
+    }
+    out[idx] = dev_bf16_if(official, acc + shared[idx]);
+}
+
+extern "C" void cu_moe_combine(cu_stream st, int official, const float *ey, const float *shared, const int32_t *token_pairs, int T,
+                               int K, int d, float *out) {
+    if (T > 0) k_moe_combine<<<cu_blocks((int64_t)T * d, 256), 256, 0, (cudaStream_t)st>>>(official, ey, shared, token_pairs, T, K,
+                                                                                          d, out);
+}
