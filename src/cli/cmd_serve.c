@@ -83,14 +83,13 @@ static int parse(int argc, char **argv, serve_opts *o) {
     return 0;
 }
 
-/* The served name: --served-model-name, else the folder's last component. */
-static const char *default_name(const char *dir) {
+/* The served name when --served-model-name is absent: the folder's last component, into buf. */
+static const char *default_name(const char *dir, char *buf, size_t cap) {
     size_t n = strlen(dir);
     while (n > 1 && dir[n - 1] == '/') n--;
-    static char buf[256];   /* only the main thread calls this, once, before any other thread exists */
     size_t start = n;
     while (start > 0 && dir[start - 1] != '/') start--;
-    snprintf(buf, sizeof buf, "%.*s", (int)(n - start), dir + start);
+    snprintf(buf, cap, "%.*s", (int)(n - start), dir + start);
     return buf;
 }
 
@@ -138,7 +137,8 @@ int cmd_serve(int argc, char **argv) {
     srv.tok = tok;
     srv.engine = eng;
     srv.metrics = &metrics;
-    srv.model_name = o.served_name ? o.served_name : default_name(o.model_dir);
+    char name_buf[256];
+    srv.model_name = o.served_name ? o.served_name : default_name(o.model_dir, name_buf, sizeof name_buf);
     srv.limits = (server_parse_limits){.max_n = 16, .max_stop = 16, .max_top_logprobs = SERVER_MAX_TOP_LOGPROBS,
                                        .served_model = srv.model_name, .encoder_0731 = !strcmp(o.encoder, "v4-0731")};
     srv.api_key = o.api_key;

@@ -107,8 +107,6 @@ int server_output_init(server_output *o, const dsv4_tokenizer *t, int chat, int 
     o->stop = stop;
     o->n_stop = n_stop;
     o->stop_index = -1;
-    for (int i = 0; i < n_stop; i++)
-        if (strlen(stop[i]) > o->max_stop) o->max_stop = strlen(stop[i]);
     o->n_skip = n_skip > 4 ? 4 : n_skip;
     memcpy(o->skip, skip_ids, sizeof(int32_t) * (size_t)o->n_skip);
     if (chat) {

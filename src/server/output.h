@@ -31,7 +31,6 @@ typedef struct {
     int thinking;
     char *const *stop;           /* borrowed */
     int n_stop;
-    size_t max_stop;
     dsv4_strbuf held;            /* content not yet released (could start a stop string) */
     int stopped;                 /* a stop string matched */
     int stop_index;              /* which one (-1: none) */

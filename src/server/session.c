@@ -70,6 +70,7 @@ static int make_jobs(server_session *s, server_error *e) {
     skip[n_skip++] = srv->model_eos;
     const uint64_t base_seed = r->seed_given ? r->sampling.seed
                                               : (uint64_t)time(NULL) * 0x9E3779B97F4A7C15ULL + atomic_fetch_add(&srv->next_id, 1);
+    if (r->n < 1 || r->n > SERVER_MAX_CHOICES) return server_fail(e, 400, "invalid_request_error", "n", "n: at most %d", SERVER_MAX_CHOICES);
     s->ch = calloc((size_t)r->n, sizeof *s->ch);
     if (!s->ch) return nomem(e);
     const int chat = r->api != SERVER_API_COMPLETIONS;
@@ -121,7 +122,7 @@ int server_session_start(server_ctx *srv, server_api api, const char *body, size
         const unsigned long long id = atomic_fetch_add(&srv->next_id, 1);
         snprintf(s->id, sizeof s->id, "%s%llx%06llx", api == SERVER_API_MESSAGES ? "msg_" : api == SERVER_API_CHAT ? "chatcmpl-" : "cmpl-",
                  (unsigned long long)s->created, id);
-        server_job *jobs[64];
+        server_job *jobs[SERVER_MAX_CHOICES];
         for (int i = 0; i < s->req.n; i++) jobs[i] = s->ch[i].job;
         const int sub = server_engine_submit(srv->engine, jobs, s->req.n);
         if (sub == 429) rc = server_fail(e, 429, "rate_limit_error", "", "the server's queue is full; retry shortly");

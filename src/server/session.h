@@ -12,6 +12,8 @@
 #include "server/request.h"
 #include "server/server.h"
 
+#define SERVER_MAX_CHOICES 64   /* n per request; the parser's limit is lower (server_parse_limits.max_n) */
+
 typedef enum {
     SERVER_END_NONE = 0,
     SERVER_END_EOS,            /* the model ended its turn */

@@ -134,6 +134,24 @@ let helloText = null;
           show(again.usage));
 }
 
+// ---- 2b. a multi-turn agent transcript: each turn resends the whole conversation and reuses the last one ----
+{
+    const conv = [{ role: 'system', content: 'You are an agent.' }];
+    let prompt = 0, cached = 0, exact = true;
+    for (let turn = 0; turn < 5; turn++) {
+        conv.push({ role: 'user', content: `step ${turn}: list the files in dir${turn}` });
+        const r = await openai.chat.completions.create({ model: MODEL_NAME, messages: conv, max_tokens: 8, temperature: 0,
+                                                         return_token_ids: true });
+        const want = renderIds(conv);
+        if (!same(r.prompt_token_ids, want) || !same(r.choices[0].token_ids, generateIds(want, 8))) exact = false;
+        if (turn > 0) { prompt += r.usage.prompt_tokens; cached += r.usage.prompt_tokens_details.cached_tokens; }
+        conv.push({ role: 'assistant', content: r.choices[0].message.content ?? '' });
+    }
+    console.log(`multi-turn transcript: turns 2-5 reused ${cached} of ${prompt} prompt tokens (${(100 * cached / prompt).toFixed(0)} %)`);
+    check('multi-turn: every turn exact', exact);
+    check('multi-turn: later turns reuse earlier state', cached > prompt / 2, `${cached}/${prompt}`);
+}
+
 // ---- 3. logprobs --------------------------------------------------------------------------------------------------
 {
     const r = await openai.chat.completions.create({ model: MODEL_NAME, messages: hello, max_tokens: 6, temperature: 0,

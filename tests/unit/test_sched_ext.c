@@ -196,12 +196,47 @@ static void state_bytes_follow_running_streams(void **state) {
     dsv4_sched_free(s);
 }
 
+/* A long-running server releases every result: the scheduler drops released records and ids stay valid. */
+static void released_records_are_dropped(void **state) {
+    fixture *f = *state;
+    int32_t p[6], ref[2];
+    tm_tokens(p, 6, f->vocab, 41);
+    assert_int_equal(tm_greedy(f->m, p, 6, 2, ref), 0);
+    dsv4_sched *s = NULL;
+    dsv4_sched_opts o = {4, 0};
+    assert_int_equal(dsv4_sched_new(f->m, &o, &s, NULL), 0);
+    int64_t ids[8], first = -1;
+    for (int round = 0; round < 60; round++) {
+        /* a waiting request stays across rounds, so released records sit behind and ahead of live ones */
+        for (int i = 0; i < 8; i++) {
+            dsv4_request r = {p, 6, {0, 0, 1.0f, 0, 1}, 2, 0, NULL, 0, {0}};
+            assert_int_equal(dsv4_sched_add(s, &r, &ids[i], NULL), 0);
+            if (first < 0) first = ids[i];
+        }
+        while (dsv4_sched_pending(s)) assert_int_equal(dsv4_sched_step(s, NULL), 0);
+        for (int i = 0; i < 8; i++) {
+            dsv4_req_result res;
+            assert_int_equal(dsv4_sched_result(s, ids[i], &res, NULL), 0);
+            assert_int_equal(res.n_tokens, 2);
+            assert_memory_equal(res.tokens, ref, sizeof ref);
+            assert_int_equal(dsv4_sched_release(s, ids[i], NULL), 0);
+        }
+    }
+    assert_int_equal(ids[7], 479);
+    dsv4_req_result res;
+    dsv4_error err;
+    assert_int_not_equal(dsv4_sched_result(s, first, &res, &err), 0);   /* released long ago: unknown */
+    assert_int_not_equal(dsv4_sched_result(s, 480, &res, &err), 0);     /* never issued */
+    dsv4_sched_free(s);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(hook_changes_what_it_should),
         cmocka_unit_test(failing_hook_ends_only_its_request),
         cmocka_unit_test(prefix_cache_reuse_is_exact),
         cmocka_unit_test(state_bytes_follow_running_streams),
+        cmocka_unit_test(released_records_are_dropped),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
