@@ -20,9 +20,9 @@ SAN     ?=
 CFLAGS  += -std=gnu11 $(OPT) -g -Wall -Wextra -Wno-unused-parameter -Wshadow -Wstrict-prototypes -Wno-format-truncation -Wno-missing-field-initializers \
            -pthread -Iinclude -Isrc $(SAN)
 ifeq ($(STATIC_DEPS),1)
-LDLIBS  += -Wl,-Bstatic -ljansson -lpcre2-8 -lxxhash -Wl,-Bdynamic -lm -pthread
+LDLIBS  += -Wl,-Bstatic -lmicrohttpd -ljansson -lpcre2-8 -lxxhash -Wl,-Bdynamic -lm -pthread
 else
-LDLIBS  += -ljansson -lpcre2-8 -lxxhash -lm -pthread
+LDLIBS  += -lmicrohttpd -ljansson -lpcre2-8 -lxxhash -lm -pthread
 endif
 TESTLIBS = -lcmocka
 
@@ -71,6 +71,9 @@ $(BUILD)/%.o: %.c
 $(BUILD)/%.o: %.cu
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVFLAGS) -Iinclude -Isrc -MMD -MP -c $< -o $@
+
+# the chat page is embedded with .incbin (src/server/chat_page.c): rebuild it when the HTML changes
+$(BUILD)/src/server/chat_page.o: src/server/chat_page.html
 
 $(BUILD)/libdsv4.a: $(LIB_OBJ) $(CU_OBJ)
 	@rm -f $@
