@@ -204,7 +204,7 @@ static void admit_incoming(server_engine *e) {
         dsv4_stop_seq stops[4];
         for (int k = 0; k < j->n_stop_ids; k++) stops[k] = (dsv4_stop_seq){&j->stop_ids[k], 1};
         dsv4_request r = {j->prompt, j->n_prompt, j->sampling, j->max_new, j->stop_on_eos, stops, j->n_stop_ids,
-                          {server_logits_apply, &j->proc}};
+                          .hook = {server_logits_apply, &j->proc}};
         dsv4_error err;
         if (push(&e->active, &e->n_act, &e->cap_act, j) || dsv4_sched_add(e->sched, &r, &j->sched_id, &err)) {
             if (e->n_act && e->active[e->n_act - 1] == j) e->n_act--;
