@@ -20,7 +20,8 @@ SAN     ?=
 CFLAGS  += -std=gnu11 $(OPT) -g -Wall -Wextra -Wno-unused-parameter -Wshadow -Wstrict-prototypes -Wno-format-truncation -Wno-missing-field-initializers \
            -pthread -Iinclude -Isrc $(SAN)
 ifeq ($(STATIC_DEPS),1)
-LDLIBS  += -Wl,-Bstatic -lmicrohttpd -ljansson -lpcre2-8 -lxxhash -Wl,-Bdynamic -lm -pthread
+# libmicrohttpd's TLS side (gnutls) stays dynamic: gnutls is on every common distribution, its own deps are many
+LDLIBS  += -Wl,-Bstatic -lmicrohttpd -ljansson -lpcre2-8 -lxxhash -Wl,-Bdynamic -lgnutls -lm -pthread
 else
 LDLIBS  += -lmicrohttpd -ljansson -lpcre2-8 -lxxhash -lm -pthread
 endif
