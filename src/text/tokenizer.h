@@ -22,6 +22,10 @@ typedef struct dsv4_tokenizer dsv4_tokenizer;
 
 /* Load tokenizer.json; config_path (tokenizer_config.json) may be NULL. */
 int  dsv4_tokenizer_load(const char *json_path, const char *config_path, dsv4_tokenizer **out, dsv4_error *err);
+/* The same from memory: the text of tokenizer.json and, when config_json is not NULL, of tokenizer_config.json
+ * (neither needs a terminating NUL). Messages name them "tokenizer.json" / "tokenizer_config.json". */
+int  dsv4_tokenizer_load_mem(const char *json, size_t len, const char *config_json, size_t config_len,
+                             dsv4_tokenizer **out, dsv4_error *err);
 /* Load DIR/tokenizer.json and, when present, DIR/tokenizer_config.json (a checkpoint folder). */
 int  dsv4_tokenizer_load_dir(const char *dir, dsv4_tokenizer **out, dsv4_error *err);
 /* Same as dsv4_tokenizer_load, plus the config next to json_path when one exists. */
