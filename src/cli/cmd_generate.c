@@ -58,7 +58,10 @@ static int parse(int argc, char **argv, gen_opts *o) {
         else if (!strcmp(a, "--step-tokens")) { VAL(); if (cli_parse_int(CMD, a, v, 0, 1 << 24, &o->step_tokens)) return 1; }
         else if (!strcmp(a, "-n")) { VAL(); if (cli_parse_int(CMD, a, v, 0, 1LL << 30, &o->n)) return 1; }
         else if ((r = cli_sampling_option(CMD, argc, argv, &i, &o->sp))) { if (r < 0) return 1; }
-        else if ((r = cli_constraint_option(CMD, argc, argv, &i, &o->con))) { if (r < 0) return 1; }
+        else if (!strcmp(a, "--json")) o->con.json = 1;
+        else if (!strcmp(a, "--json-schema")) { VAL(); o->con.schema_file = v; }
+        else if (!strcmp(a, "--grammar")) { VAL(); o->con.grammar_file = v; }
+        else if (!strcmp(a, "--json-ws")) { VAL(); if (cli_parse_int(CMD, a, v, 0, 64, &o->con.ws)) return 1; }
         else if (!strcmp(a, "--threads")) { VAL(); if (cli_parse_int(CMD, a, v, 0, 1024, &o->threads)) return 1; }
         else if (!strcmp(a, "--kv")) {
             VAL();

@@ -9,18 +9,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-int cli_constraint_option(const char *cmd, int argc, char **argv, int *i, cli_constraint_opts *o) {
-    const char *a = argv[*i], *v;
-    if (!strcmp(a, "--json")) { o->json = 1; return 1; }
-    if (!strcmp(a, "--json-schema")) { if (!(v = cli_value(cmd, argc, argv, i))) return -1; o->schema_file = v; return 1; }
-    if (!strcmp(a, "--grammar")) { if (!(v = cli_value(cmd, argc, argv, i))) return -1; o->grammar_file = v; return 1; }
-    if (!strcmp(a, "--json-ws")) {
-        if (!(v = cli_value(cmd, argc, argv, i)) || cli_parse_int(cmd, a, v, 0, 64, &o->ws)) return -1;
-        return 1;
-    }
-    return 0;
-}
-
 int cli_constraint_wanted(const char *cmd, const cli_constraint_opts *o) {
     const int n = !!o->json + !!o->schema_file + !!o->grammar_file;
     if (n > 1) { cli_error(cmd, "give at most one of --json-schema, --json and --grammar"); return -1; }
