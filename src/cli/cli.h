@@ -39,4 +39,5 @@ int cmd_tokenize(int argc, char **argv);
 int cmd_render(int argc, char **argv);
 int cmd_chat(int argc, char **argv);
 int cmd_state(int argc, char **argv);
+int cmd_serve(int argc, char **argv);
 #endif

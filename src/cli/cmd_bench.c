@@ -2,6 +2,7 @@
 #include "backend/cpu/membw.h"
 #include "backend/cuda/cuda_backend.h"
 #include "cli/cli.h"
+#include "engine/constraint_bench.h"
 #include "engine/bench_streams.h"
 #include "engine/drafter_dspark.h"
 #include "engine/drafter_mtp.h"
@@ -180,10 +181,20 @@ static int bench_tokenizer(const char *dir) {
     return 0;
 }
 
+/* Constrained decoding on the folder's tokenizer: compile times and per-token mask times (constraint_bench.h). */
+static int bench_grammar(const char *dir) {
+    dsv4_tokenizer *t;
+    dsv4_error err;
+    if (dsv4_tokenizer_load_dir(dir, &t, &err)) return cli_fail(CMD, &err);
+    const int rc = dsv4_constraint_bench(t, stdout, &err);
+    dsv4_tokenizer_free(t);
+    return rc ? cli_fail(CMD, &err) : 0;
+}
+
 int cmd_bench(int argc, char **argv) {
     const char *model_dir = NULL, *synth = NULL, *streams = NULL, *spec = NULL;
     long long threads = 0, prompt = 128, decode = 32;
-    int tokenizer = 0, no_bw = 0, profile = 0, kv = DSV4_KV_F32, device = DSV4_DEVICE_CPU;
+    int tokenizer = 0, grammar = 0, no_bw = 0, profile = 0, kv = DSV4_KV_F32, device = DSV4_DEVICE_CPU;
     dsv4_mode mode = DSV4_MODE_EXACT;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
@@ -198,6 +209,7 @@ int cmd_bench(int argc, char **argv) {
         }
         else if (!strcmp(a, "--tokenizer")) tokenizer = 1;
         else if (!strcmp(a, "--profile")) profile = 1;
+        else if (!strcmp(a, "--grammar")) grammar = 1;
         else if (!strcmp(a, "--device")) { if (!(v = cli_value(CMD, argc, argv, &i)) || cli_parse_device(CMD, v, &device)) return 1; }
         else if (!strcmp(a, "--mode")) { if (!(v = cli_value(CMD, argc, argv, &i)) || cli_parse_mode(CMD, v, &mode)) return 1; }
         else if (!strcmp(a, "--no-bandwidth")) no_bw = 1;
@@ -212,6 +224,7 @@ int cmd_bench(int argc, char **argv) {
         model_dir = dir;
     }
     if (tokenizer) return bench_tokenizer(model_dir);
+    if (grammar) return bench_grammar(model_dir);
     dsv4_load_opts lo = { .mode = mode, .n_threads = (int)threads, .quiet = 1, .kv_format = kv, .device = device };
     dsv4_model *m;
     dsv4_error err;

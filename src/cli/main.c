@@ -15,6 +15,7 @@
 #pragma weak cmd_render
 #pragma weak cmd_chat
 #pragma weak cmd_state
+#pragma weak cmd_serve
 
 static const struct {
     const char *name;
@@ -29,6 +30,7 @@ static const struct {
     {"render", cmd_render},
     {"state", cmd_state},
     {"bench", cmd_bench},
+    {"serve", cmd_serve},
 };
 
 static int is_help(const char *a) { return !strcmp(a, "-h") || !strcmp(a, "--help") || !strcmp(a, "help"); }
