@@ -5,6 +5,7 @@
 
 __asm__(".section .rodata\n"
         ".global server_chat_page\n"
+        ".hidden server_chat_page\n"   /* assembler symbols ignore -fvisibility: keep it out of libdsv4.so's API */
         ".type server_chat_page, @object\n"
         ".balign 16\n"
         "server_chat_page:\n"
@@ -12,6 +13,7 @@ __asm__(".section .rodata\n"
         "server_chat_page_end:\n"
         ".byte 0\n"
         ".global server_chat_page_len\n"
+        ".hidden server_chat_page_len\n"
         ".type server_chat_page_len, @object\n"
         ".balign 4\n"
         "server_chat_page_len:\n"
