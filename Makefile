@@ -20,9 +20,10 @@ SAN     ?=
 CFLAGS  += -std=gnu11 $(OPT) -g -Wall -Wextra -Wno-unused-parameter -Wshadow -Wstrict-prototypes -Wno-format-truncation -Wno-missing-field-initializers \
            -pthread -Iinclude -Isrc $(SAN)
 ifeq ($(STATIC_DEPS),1)
-LDLIBS  += -Wl,-Bstatic -ljansson -lpcre2-8 -lxxhash -Wl,-Bdynamic -lm -pthread
+# libmicrohttpd's TLS side (gnutls) stays dynamic: gnutls is on every common distribution, its own deps are many
+LDLIBS  += -Wl,-Bstatic -lmicrohttpd -ljansson -lpcre2-8 -lxxhash -Wl,-Bdynamic -lgnutls -lm -pthread
 else
-LDLIBS  += -ljansson -lpcre2-8 -lxxhash -lm -pthread
+LDLIBS  += -lmicrohttpd -ljansson -lpcre2-8 -lxxhash -lm -pthread
 endif
 TESTLIBS = -lcmocka
 
@@ -71,6 +72,9 @@ $(BUILD)/%.o: %.c
 $(BUILD)/%.o: %.cu
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVFLAGS) -Iinclude -Isrc -MMD -MP -c $< -o $@
+
+# the chat page is embedded with .incbin (src/server/chat_page.c): rebuild it when the HTML changes
+$(BUILD)/src/server/chat_page.o: src/server/chat_page.html
 
 $(BUILD)/libdsv4.a: $(LIB_OBJ) $(CU_OBJ)
 	@rm -f $@
@@ -134,5 +138,7 @@ fuzz-corpus: $(BUILD)/fuzz-tools/make_corpus
 
 clean:
 	rm -rf build build-asan build-cuda build-fuzz
+
+include mk/install.mk
 
 -include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(HELP_OBJ:.o=.d) $(CU_OBJ:.o=.d) $(FUZZ_LIB_OBJ:.o=.d) $(FUZZ_SRC:%.c=$(BUILD)/%.d) $(TEST_BIN:$(BUILD)/tests/%=$(BUILD)/tests/unit/%.d)

@@ -34,6 +34,7 @@ run_one() {
         echo "FAIL $name (${dt}s)"; sed 's/^/    /' "$log" | tail -60
     else
         echo "ok   $name: $p passed (${dt}s)"
+        [ -n "${VERBOSE:-}" ] && grep -av '^\[' "$log" | sed 's/^/    /'
     fi
 }
 # TEST_DIR / SCRIPTS: which programs and scripts (tests/run_gpu.sh points them at the GPU suite)

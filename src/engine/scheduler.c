@@ -18,14 +18,19 @@ typedef struct {
     int32_t *out;                 /* generated tokens [n_out], capacity out_cap */
     int n_out, out_cap;
     int64_t n_prompt_done;        /* kept after the slot is freed, for results */
+    int64_t n_cached;             /* prompt tokens reused from the prefix cache */
+    dsv4_logits_hook hook;
     int slot;                     /* -1 unless running */
     int released;
+    const dsv4_grammar *grammar;  /* borrowed; NULL = unconstrained */
+    const dsv4_cvocab *cvocab;
 } request;
 
 typedef struct {
     int64_t req;                  /* -1: free */
     dsv4_seq *seq;
     dsv4_sampler smp;
+    dsv4_cstate *cs;              /* the stream's constraint state, NULL = unconstrained */
     int32_t pending;              /* the last sampled token, fed by the next step */
     float *logits;                /* [vocab]: the row this slot samples from */
 } slot;
@@ -37,6 +42,8 @@ struct dsv4_sched {
     int64_t max_pos;
     request *req;
     int64_t n_req, cap_req;
+    int64_t base;                 /* id of req[0]: released records at the front are dropped (a long-running
+                                   * server must not keep one record per request it ever served) */
     int64_t wait_head;            /* requests before it are not waiting: admission is FIFO by id */
     slot *slots;
     dsv4_step_item *items;        /* [max_streams] scratch for one step */
@@ -47,6 +54,7 @@ struct dsv4_sched {
     int64_t n_pending;
     dsv4_sched_token_fn on_token;
     void *on_token_ctx;
+    dsv4_prefix_cache *pcache;    /* borrowed, optional */
 };
 
 const char *dsv4_finish_name(dsv4_finish f) {
@@ -112,7 +120,9 @@ static void slot_release(dsv4_sched *s, int i) {
     if (sl->req < 0) return;
     dsv4_seq_free(sl->seq);
     dsv4_sampler_free(&sl->smp);
+    dsv4_cstate_free(sl->cs);
     sl->seq = NULL;
+    sl->cs = NULL;
     sl->req = -1;
     s->n_running--;
 }
@@ -124,7 +134,7 @@ void dsv4_sched_free(dsv4_sched *s) {
             slot_release(s, i);
             free(s->slots[i].logits);
         }
-    for (int64_t i = 0; i < s->n_req; i++) request_free_memory(&s->req[i]);
+    for (int64_t i = 0; i < s->n_req - s->base; i++) request_free_memory(&s->req[i]);
     free(s->req);
     free(s->slots);
     free(s->items);
@@ -153,6 +163,11 @@ static int validate_request(const dsv4_sched *s, const dsv4_request *r, dsv4_err
     if (r->n_stop < 0 || (r->n_stop > 0 && !r->stop)) return dsv4_fail(err, DSV4_E_ARG, "bad stop sequence list");
     for (int i = 0; i < r->n_stop; i++)
         if (r->stop[i].n < 1 || !r->stop[i].tokens) return dsv4_fail(err, DSV4_E_ARG, "stop sequence %d is empty", i);
+    if (!r->grammar != !r->cvocab) return dsv4_fail(err, DSV4_E_ARG, "a constrained request needs both a grammar and a vocabulary");
+    if (r->cvocab && dsv4_cvocab_size(r->cvocab) != s->vocab)
+        return dsv4_fail(err, DSV4_E_ARG, "the constraint's vocabulary has %d tokens, the model %d", dsv4_cvocab_size(r->cvocab), s->vocab);
+    if (r->cvocab && dsv4_cvocab_eos(r->cvocab) != s->eos)
+        return dsv4_fail(err, DSV4_E_ARG, "the constraint's end-of-sequence token %d is not the model's (%d)", dsv4_cvocab_eos(r->cvocab), s->eos);
     /* the sampler checks its own parameters; try them now so that admission cannot fail on them later */
     dsv4_sampler probe;
     int rc = dsv4_sampler_init(&probe, &r->sampling, s->vocab, err);
@@ -168,6 +183,9 @@ static int request_copy(request *dst, const dsv4_request *r) {
     dst->sampling = r->sampling;
     dst->max_new = r->max_new_tokens;
     dst->stop_on_eos = r->stop_on_eos;
+    dst->grammar = r->grammar;
+    dst->cvocab = r->cvocab;
+    dst->hook = r->hook;
     dst->prompt = malloc(sizeof(int32_t) * (size_t)r->n_prompt);
     if (!dst->prompt) return -1;
     memcpy(dst->prompt, r->prompt, sizeof(int32_t) * (size_t)r->n_prompt);
@@ -191,14 +209,14 @@ static int request_copy(request *dst, const dsv4_request *r) {
 int dsv4_sched_add(dsv4_sched *s, const dsv4_request *r, int64_t *id, dsv4_error *err) {
     int rc = validate_request(s, r, err);
     if (rc) return rc;
-    if (s->n_req == s->cap_req) {
+    if (s->n_req - s->base == s->cap_req) {
         const int64_t cap = s->cap_req ? 2 * s->cap_req : 16;
         request *nr = realloc(s->req, sizeof *nr * (size_t)cap);
         if (!nr) return dsv4_fail(err, DSV4_E_NOMEM, "out of memory");
         s->req = nr;
         s->cap_req = cap;
     }
-    request *q = &s->req[s->n_req];
+    request *q = &s->req[s->n_req - s->base];
     if (request_copy(q, r)) return dsv4_fail(err, DSV4_E_NOMEM, "out of memory");
     if (q->max_new == 0) {
         q->state = DSV4_REQ_DONE;
@@ -213,16 +231,20 @@ int dsv4_sched_add(dsv4_sched *s, const dsv4_request *r, int64_t *id, dsv4_error
 }
 
 static request *find(const dsv4_sched *s, int64_t id, dsv4_error *err) {
-    if (id < 0 || id >= s->n_req || s->req[id].released) {
+    if (id < s->base || id >= s->n_req || s->req[id - s->base].released) {
         dsv4_fail(err, DSV4_E_ARG, "unknown request id %lld", (long long)id);
         return NULL;
     }
-    return &s->req[id];
+    return &s->req[id - s->base];
 }
 
 static void finish(dsv4_sched *s, int64_t id, dsv4_finish why) {
-    request *q = &s->req[id];
+    request *q = &s->req[id - s->base];
     if (q->state == DSV4_REQ_DONE) return;
+    /* a stream that ended normally leaves its state for the conversation's next turn (a failed put only
+     * loses reuse, never correctness) */
+    if (q->slot >= 0 && s->pcache && (why == DSV4_FINISH_EOS || why == DSV4_FINISH_STOP || why == DSV4_FINISH_LENGTH))
+        dsv4_prefix_cache_put(s->pcache, s->slots[q->slot].seq, NULL);
     if (q->slot >= 0) slot_release(s, q->slot);
     q->slot = -1;
     q->state = DSV4_REQ_DONE;
@@ -244,6 +266,7 @@ int dsv4_sched_result(const dsv4_sched *s, int64_t id, dsv4_req_result *out, dsv
     out->tokens = q->out;
     out->n_tokens = q->n_out;
     out->n_prompt_done = q->n_prompt_done;
+    out->n_cached = q->n_cached;
     return 0;
 }
 
@@ -253,7 +276,24 @@ int dsv4_sched_release(dsv4_sched *s, int64_t id, dsv4_error *err) {
     if (q->state != DSV4_REQ_DONE) return dsv4_fail(err, DSV4_E_ARG, "request %lld is not finished", (long long)id);
     request_free_memory(q);
     q->released = 1;
+    /* drop the released records at the front (only those admission has passed) once they are half the array */
+    int64_t k = 0;
+    const int64_t live = s->n_req - s->base;
+    while (k < live && s->base + k < s->wait_head && s->req[k].released) k++;
+    if (k >= 64 && 2 * k >= live) {
+        memmove(s->req, s->req + k, sizeof *s->req * (size_t)(live - k));
+        s->base += k;
+    }
     return 0;
+}
+
+void dsv4_sched_set_prefix_cache(dsv4_sched *s, dsv4_prefix_cache *c) { s->pcache = c; }
+
+size_t dsv4_sched_state_bytes(const dsv4_sched *s) {
+    size_t total = 0;
+    for (int i = 0; i < s->o.max_streams; i++)
+        if (s->slots[i].req >= 0 && s->slots[i].seq) total += dsv4_seq_state_bytes(s->slots[i].seq);
+    return total;
 }
 
 int dsv4_sched_pending(const dsv4_sched *s) { return (int)s->n_pending; }
@@ -268,13 +308,26 @@ static void admit(dsv4_sched *s) {
     for (int i = 0; i < s->o.max_streams && s->wait_head < s->n_req; i++) {
         slot *sl = &s->slots[i];
         if (sl->req >= 0) continue;
-        while (s->wait_head < s->n_req && s->req[s->wait_head].state != DSV4_REQ_WAITING) s->wait_head++;
+        while (s->wait_head < s->n_req && s->req[s->wait_head - s->base].state != DSV4_REQ_WAITING) s->wait_head++;
         if (s->wait_head == s->n_req) break;
         const int64_t id = s->wait_head++;
-        request *q = &s->req[id];
-        if (dsv4_seq_new(s->m, &sl->seq, NULL)) { sl->seq = NULL; finish(s, id, DSV4_FINISH_ERROR); continue; }
+        request *q = &s->req[id - s->base];
+        int64_t matched = 0;
+        const int fail = s->pcache ? dsv4_prefix_cache_lookup(s->pcache, s->m, q->prompt, q->n_prompt - 1, &sl->seq,
+                                                              &matched, NULL)
+                                   : dsv4_seq_new(s->m, &sl->seq, NULL);
+        if (fail) { sl->seq = NULL; finish(s, id, DSV4_FINISH_ERROR); continue; }
+        q->n_prompt_done = q->n_cached = matched;
         if (dsv4_sampler_init(&sl->smp, &q->sampling, s->vocab, NULL)) {
             dsv4_seq_free(sl->seq);
+            sl->seq = NULL;
+            finish(s, id, DSV4_FINISH_ERROR);
+            continue;
+        }
+        if (q->grammar && dsv4_cstate_new(q->grammar, q->cvocab, (int64_t)q->max_new - 1, &sl->cs, NULL)) {
+            sl->cs = NULL;
+            dsv4_seq_free(sl->seq);
+            dsv4_sampler_free(&sl->smp);
             sl->seq = NULL;
             finish(s, id, DSV4_FINISH_ERROR);
             continue;
@@ -287,7 +340,7 @@ static void admit(dsv4_sched *s) {
 }
 
 static int is_decoding(const dsv4_sched *s, const slot *sl) {
-    return sl->req >= 0 && s->req[sl->req].n_prompt_done == s->req[sl->req].n_prompt;
+    return sl->req >= 0 && s->req[sl->req - s->base].n_prompt_done == s->req[sl->req - s->base].n_prompt;
 }
 
 /* A decoding stream at the model's last position cannot take another token: it finishes as CONTEXT. */
@@ -330,8 +383,10 @@ static int build_step(dsv4_sched *s, int *T_out) {
     }
     for (int k = 0; k < n_pre && budget > 0; k++) {
         const int i = s->prefill_order[k];
-        const request *q = &s->req[s->slots[i].req];
-        const int64_t left = q->n_prompt - q->n_prompt_done;
+        const request *q = &s->req[s->slots[i].req - s->base];
+        int64_t left = q->n_prompt - q->n_prompt_done;
+        /* with a prefix cache the prompt stops one token short once, so that state can be stored */
+        if (s->pcache && q->n_prompt_done < q->n_prompt - 1) left--;
         const int n = (int)(left < budget ? left : budget);
         const int completes = q->n_prompt_done + n == q->n_prompt;
         add_item(s, &n_items, i, q->prompt + q->n_prompt_done, n, completes ? DSV4_LOGITS_LAST : DSV4_LOGITS_NONE);
@@ -348,7 +403,7 @@ static int build_step(dsv4_sched *s, int *T_out) {
 static int reserve_outputs(dsv4_sched *s, int n_items) {
     for (int k = 0; k < n_items; k++) {
         if (s->items[k].want == DSV4_LOGITS_NONE) continue;
-        request *q = &s->req[s->slots[s->item_slot[k]].req];
+        request *q = &s->req[s->slots[s->item_slot[k]].req - s->base];
         if (q->n_out < q->out_cap) continue;
         const int cap = q->out_cap ? 2 * q->out_cap : 16;
         int32_t *no = realloc(q->out, sizeof(int32_t) * (size_t)cap);
@@ -372,12 +427,24 @@ static int ends_with_stop(const request *q) {
 static void take_token(dsv4_sched *s, int slot_i) {
     slot *sl = &s->slots[slot_i];
     const int64_t id = sl->req;
-    request *q = &s->req[id];
+    request *q = &s->req[id - s->base];
+    if (q->hook.fn && q->hook.fn(q->hook.ctx, q->out, q->n_out, sl->logits, s->vocab)) {
+        finish(s, id, DSV4_FINISH_ERROR);
+        return;
+    }
+    /* constrained: disallowed tokens get -inf before temperature and filters (after the hook, so that nothing
+     * re-allows them); the state follows the token */
+    if (sl->cs && dsv4_cstate_mask(sl->cs, sl->logits, NULL)) { finish(s, id, DSV4_FINISH_ERROR); return; }
     const int32_t tok = dsv4_sample(&sl->smp, sl->logits);
+    /* EOS before the value is complete happens only when max_new_tokens is below the shortest value: the
+     * budget ran out, which is what LENGTH says */
+    const int cut_short = sl->cs && tok == s->eos && !dsv4_cstate_complete(sl->cs);
+    if (sl->cs && dsv4_cstate_advance(sl->cs, tok, NULL)) { finish(s, id, DSV4_FINISH_ERROR); return; }
     q->out[q->n_out++] = tok;
     sl->pending = tok;
     if (s->on_token) s->on_token(s->on_token_ctx, id, q->n_out - 1, tok, sl->logits);
-    if (q->stop_on_eos && tok == s->eos) finish(s, id, DSV4_FINISH_EOS);
+    if (cut_short) finish(s, id, DSV4_FINISH_LENGTH);
+    else if ((q->stop_on_eos || sl->cs) && tok == s->eos) finish(s, id, DSV4_FINISH_EOS);
     else if (ends_with_stop(q)) finish(s, id, DSV4_FINISH_STOP);
     else if (q->n_out >= q->max_new) finish(s, id, DSV4_FINISH_LENGTH);
 }
@@ -395,8 +462,11 @@ int dsv4_sched_step(dsv4_sched *s, dsv4_error *err) {
     s->last_T = T;
     for (int k = 0; k < n_items; k++) {
         const int i = s->item_slot[k];
-        request *q = &s->req[s->slots[i].req];
-        if (q->n_prompt_done < q->n_prompt) q->n_prompt_done += s->items[k].n_tokens;
+        request *q = &s->req[s->slots[i].req - s->base];
+        if (q->n_prompt_done < q->n_prompt) {
+            q->n_prompt_done += s->items[k].n_tokens;
+            if (s->pcache && q->n_prompt_done == q->n_prompt - 1) dsv4_prefix_cache_put(s->pcache, s->slots[i].seq, NULL);
+        }
         if (s->items[k].want != DSV4_LOGITS_NONE) take_token(s, i);
     }
     admit(s);

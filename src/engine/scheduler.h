@@ -17,6 +17,7 @@
 #ifndef DSV4_ENGINE_SCHEDULER_H
 #define DSV4_ENGINE_SCHEDULER_H
 #include "dsv4.h"
+#include "engine/constraint.h"
 #include "engine/sampler.h"
 #include <stdint.h>
 
@@ -36,6 +37,16 @@ typedef struct {
     int n;
 } dsv4_stop_seq;
 
+/* A per-request logits hook, called on the engine thread right before each sampling with the tokens generated
+ * so far and the row the sampler is about to draw from (modifiable in place: penalties, masks, and the hook of
+ * constrained decoding). The logits observer and the sampler see the row after it. A non-zero return finishes
+ * the request as DSV4_FINISH_ERROR (the token is not sampled). fn NULL = no hook. ctx is borrowed: it must
+ * outlive the request (until its result is released or the scheduler freed). */
+typedef struct {
+    int (*fn)(void *ctx, const int32_t *generated, int n_generated, float *logits, int vocab);
+    void *ctx;
+} dsv4_logits_hook;
+
 typedef struct {
     const int32_t *prompt;      /* >= 1 token, ids inside the vocabulary */
     int n_prompt;
@@ -44,6 +55,15 @@ typedef struct {
     int stop_on_eos;            /* 1: stop after the model's EOS token is generated */
     const dsv4_stop_seq *stop;  /* n_stop stop sequences (copied) */
     int n_stop;
+    /* Constrained output (constraint.h): NULL = none. Both borrowed; they must outlive the request. The stream
+     * gets its own dsv4_cstate with a length bound of max_new_tokens - 1 bytes, so a constrained stream ends
+     * with a complete value and EOS within its budget (see constraint.h); EOS ends it even without
+     * stop_on_eos. The logits the observer sees are the masked ones. Finish reasons: EOS once the value is
+     * complete; LENGTH only when max_new_tokens is below the shortest value (the stream then ends at once with
+     * EOS as its last token and an incomplete value). */
+    const dsv4_grammar *grammar;
+    const dsv4_cvocab *cvocab;
+    dsv4_logits_hook hook;      /* optional (zero = none); runs before the constraint's mask */
 } dsv4_request;
 
 typedef enum {
@@ -67,7 +87,8 @@ typedef struct {
     dsv4_finish finish;
     const int32_t *tokens;      /* generated tokens; valid until the next add/step/cancel/release call */
     int n_tokens;
-    int64_t n_prompt_done;      /* prompt tokens processed so far */
+    int64_t n_prompt_done;      /* prompt tokens processed so far (cached ones included) */
+    int64_t n_cached;           /* prompt tokens taken from the prefix cache at admission */
 } dsv4_req_result;
 
 /* Called once per sampled token, right after sampling, with the logits row it was drawn from (valid only
@@ -87,6 +108,15 @@ int dsv4_sched_cancel(dsv4_sched *s, int64_t id, dsv4_error *err);
  * On error (the step's dsv4_step failed, or no memory) no stream advances and no token is sampled; the call
  * may be retried. Admissions and context-limit retirements made before the failure stand. */
 int dsv4_sched_step(dsv4_sched *s, dsv4_error *err);
+/* Reuse states through a prefix cache (borrowed, must outlive the scheduler; NULL = none). At admission a
+ * request forks the longest stored state of its prompt minus the last token (dsv4_req_result.n_cached); the
+ * state one token short of the prompt end is stored (the last prompt chunk is cut there, and the last prompt
+ * token goes in the next step), and so is a finished stream's final state (prompt + output but the last
+ * token), which is the stable prefix of the conversation's next turn. A state is exact at every position, so
+ * outputs are the same with or without the cache. */
+void dsv4_sched_set_prefix_cache(dsv4_sched *s, dsv4_prefix_cache *c);
+/* Bytes of sequence state the running streams hold now (dsv4_seq_state_bytes summed). */
+size_t dsv4_sched_state_bytes(const dsv4_sched *s);
 /* Requests not yet done (waiting + running). */
 int dsv4_sched_pending(const dsv4_sched *s);
 /* Requests holding a slot right now. */

@@ -567,3 +567,7 @@ int     dsv4_tokenizer_n_added(const dsv4_tokenizer *t) { return t->n_added; }
 int     dsv4_tokenizer_add_bos(const dsv4_tokenizer *t) { return t->add_bos; }
 int32_t dsv4_tokenizer_bos_id(const dsv4_tokenizer *t) { return t->bos_id; }
 int32_t dsv4_tokenizer_eos_id(const dsv4_tokenizer *t) { return t->eos_id; }
+
+int dsv4_tokenizer_is_added(const dsv4_tokenizer *t, int32_t id) {
+    return id >= 0 && id < t->n_vocab && t->is_added[id];
+}

@@ -65,6 +65,8 @@ int32_t dsv4_tokenizer_token_id(const dsv4_tokenizer *t, const char *s);
 /* Raw bytes id decodes to (not NUL-terminated), or NULL for an unknown id. */
 const char *dsv4_tokenizer_token_bytes(const dsv4_tokenizer *t, int32_t id, size_t *len);
 int32_t dsv4_tokenizer_vocab_size(const dsv4_tokenizer *t);   /* highest id + 1 */
+/* 1 when id is an added token (special tokens, <think>, DSML markers): never plain text to a constraint. */
+int     dsv4_tokenizer_is_added(const dsv4_tokenizer *t, int32_t id);
 int     dsv4_tokenizer_n_merges(const dsv4_tokenizer *t);
 int     dsv4_tokenizer_n_added(const dsv4_tokenizer *t);
 int     dsv4_tokenizer_add_bos(const dsv4_tokenizer *t);      /* tokenizer_config add_bos_token */

@@ -50,9 +50,18 @@ for head in mtp dspark; do
     if [ -n "$plain" ] && [ "$plain" = "$spec" ]; then ok; else bad "cuda --spec $head: ids differ from --spec none: $(cat "$T/err")"; fi
 done
 
+# the prefix cache on GPU sequences: a second process reuses the state from disk; a state stored by a CPU run is
+# reused by a GPU run (the format does not depend on the device)
+PP=$(seq -s, 5 3 480)
+pc() { "$BIN" generate -m "$T/m" --device "$1" --tokens "$PP" -n 12 --ids --prefix-cache-dir "$T/pc$2" --prefix-cache-mb 64 --stats 2>"$T/stats"; }
+cold=$(pc cuda 1); grep -q "1 disk write" "$T/stats" && ok || bad "cuda run did not store its prompt: $(cat "$T/stats")"
+warm=$(pc cuda 1); [ -n "$cold" ] && [ "$warm" = "$cold" ] && ok || bad "cuda disk hit: ids differ from the cold run"
+grep -q "1 disk hit" "$T/stats" && ok || bad "cuda: no disk hit: $(cat "$T/stats")"
+pc cpu 2 >/dev/null; x=$(pc cuda 2); grep -q "1 disk hit" "$T/stats" && ok || bad "cuda run did not reuse the cpu-stored state: $(cat "$T/stats")"
+
 expect_err "bad token on cuda" "outside the vocabulary" "$BIN" logits -m "$T/m" --device cuda --tokens 1,99999
 expect_err "bad device" "--device must be cpu or cuda" "$BIN" logits -m "$T/m" --device tpu --tokens 1
-printf 'garbage' >"$T/bad.state"
+printf 'garbage that is not a state file at all' >"$T/bad.state"
 expect_err "damaged state on cuda" "not a dsv4 sequence state" "$BIN" logits -m "$T/m" --device cuda --tokens 1,2 --resume "$T/bad.state"
 expect_ok "bench on cuda" "$BIN" bench -m "$T/m" --device cuda --prompt 64 --decode 16
 finish

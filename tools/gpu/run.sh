@@ -8,7 +8,7 @@ export LD_LIBRARY_PATH="$PWD/.gpu/lib:${LD_LIBRARY_PATH:-}"
 export DSV4_TESTDATA="$PWD/.gpu/testdata" DSV4_ROOT="$PWD"
 nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm --format=csv,noheader >"$OUT/gpu.txt" 2>&1
 t0=$(date +%s)
-BUILD=.gpu tests/run_gpu.sh >"$OUT/suite.log" 2>&1
+BUILD=.gpu VERBOSE=1 tests/run_gpu.sh >"$OUT/suite.log" 2>&1
 t1=$(date +%s)
 # compute-sanitizer: memcheck over the kernel tests and a CLI run in both modes; racecheck on the shared-memory kernels
 CS=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
@@ -23,8 +23,26 @@ CS=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
   echo "== synccheck logits"; "$CS" --tool synccheck --error-exitcode 9 .gpu/dsv4 logits -m /tmp/san --device cuda --tokens "$(seq -s, 3 2 200)" --out /tmp/x.npy 2>&1 | tail -3
 } >"$OUT/sanitizer.log" 2>&1
 t2=$(date +%s)
+python3 tools/gpu/serve_check.py .gpu/dsv4 .gpu/serve-model >"$OUT/serve.log" 2>&1
 .gpu/dsv4 bench -m /tmp/san --device cuda --prompt 256 --decode 64 >"$OUT/bench.log" 2>&1
+# a model of real attention shapes (head_dim 512, 16 heads, 64 experts, 2.3 GB): GPU against CPU, then speed
+G=/tmp/dsv4-synthetic-flash-2g
+for mode in exact official; do
+  .gpu/dsv4 bench --synthetic flash-2g --device cuda --mode $mode --prompt 512 --decode 64 >>"$OUT/bench2g.log" 2>&1
+done
+.gpu/dsv4 bench --synthetic flash-2g --device cuda --mode official --prompt 512 --decode 32 --profile >"$OUT/profile.log" 2>&1
+TOK=$(seq -s, 7 13 2600)
+.gpu/dsv4 logits -m $G --device cpu --tokens "$TOK" --out /tmp/c.npy 2>>"$OUT/bench2g.log"
+.gpu/dsv4 logits -m $G --device cuda --tokens "$TOK" --out /tmp/g.npy 2>>"$OUT/bench2g.log"
+python3 -c "
+import numpy as np; c=np.load('/tmp/c.npy'); g=np.load('/tmp/g.npy')
+r=np.abs(c-g).max(1)/np.abs(c).max(1); print('flash-2g EXACT, %d positions: GPU vs CPU worst relative %.3g, argmax agree %.1f%%'%(len(c), r.max(), 100*(c.argmax(1)==g.argmax(1)).mean()))
+" >>"$OUT/bench2g.log" 2>&1
 echo "== gpu: $(cat "$OUT/gpu.txt")"
 echo "== suite ($((t1 - t0)) s):"; grep -E "^(ok|FAIL)|passed, .* failed|skipped" "$OUT/suite.log" | tail -20
+grep -E "relative|mean .dlogit|worst" "$OUT/suite.log" | head -30
 echo "== sanitizer ($((t2 - t1)) s):"; grep -E "==|ERROR SUMMARY|error" "$OUT/sanitizer.log" | head -30
-echo "== bench:"; tail -8 "$OUT/bench.log"
+echo "== serve:"; tail -3 "$OUT/serve.log"
+echo "== bench:"; tail -4 "$OUT/bench.log"
+echo "== profile:"; grep -E "ms/step|prefill of|decode," "$OUT/profile.log"
+echo "== flash-2g:"; grep -E "prefill|decode|fraction|GPU vs CPU|error" "$OUT/bench2g.log"

@@ -1,0 +1,127 @@
+#!/usr/bin/env bash
+# `dsv4 serve` (issue 12) on a tiny checkpoint that carries a tokenizer with the V4 chat markers: the official
+# npm clients and raw requests (serve_test.mjs), then with curl: the listening line, --api-key (Bearer and
+# x-api-key, /health exempt), 429 with Retry-After when the queue is full, 413 before the body is read, option
+# errors, SIGTERM during a stream -> exit 0. Prints "N passed, N failed".
+set -u
+cd "$(dirname "$0")"
+BIN=${DSV4_BIN:-../../build/dsv4}
+pass=0; fail=0
+ok() { pass=$((pass + 1)); }
+bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
+if [ ! -d node_modules/openai ] || [ ! -d node_modules/@anthropic-ai/sdk ]; then
+    echo "tests/node: npm dependencies missing (run 'npm ci' in tests/node)"; echo "0 passed, 1 failed"; exit 1
+fi
+T=$(mktemp -d /tmp/dsv4_serve.XXXXXX)
+PIDS=()
+cleanup() { for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null; done; rm -rf "$T"; }
+trap cleanup EXIT
+
+# the tiny tokenizer + the V4 chat markers as ids 264..270; vocab_size 271 so every id decodes, and the
+# checkpoint's BOS / EOS are the tokenizer's (so `dsv4 generate` stops where the server does)
+node -e '
+const fs = require("fs");
+const t = JSON.parse(fs.readFileSync("../data/text/tiny_tokenizer.json", "utf8"));
+const marks = ["<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>", "<｜User｜>", "<｜Assistant｜>", "<think>", "</think>", "｜DSML｜"];
+marks.forEach((c, i) => t.added_tokens.push({id: 264 + i, content: c, single_word: false, lstrip: false,
+                                             rstrip: false, normalized: false, special: true}));
+fs.writeFileSync(process.argv[1], JSON.stringify(t));' "$T/tokenizer.json" || { echo "node failed"; echo "0 passed, 1 failed"; exit 1; }
+M="$T/m"
+"$BIN" tiny -o "$M" --seed 3 --tokenizer "$T/tokenizer.json" --set vocab_size=271 --set bos_token_id=264 \
+    --set eos_token_id=265 >/dev/null 2>&1 || { echo "tiny failed"; echo "0 passed, 1 failed"; exit 1; }
+
+# start SERVER_ARGS...: sets PID and PORT once the listening line is there (or fails)
+start() {
+    local err=$1; shift
+    "$BIN" serve -m "$M" --port 0 "$@" 2>"$err" &
+    PID=$!
+    PIDS+=("$PID")
+    PORT=
+    for _ in $(seq 300); do
+        PORT=$(sed -n 's|^dsv4: listening on http://127\.0\.0\.1:\([0-9][0-9]*\)$|\1|p' "$err" | head -1)
+        [ -n "$PORT" ] && return 0
+        kill -0 "$PID" 2>/dev/null || break
+        sleep 0.1
+    done
+    echo "server did not start: $(cat "$err")"
+    return 1
+}
+
+# ---- the main server: clients, exactness, bad inputs, metrics, soak ----
+if start "$T/err1" --max-streams 16 --max-queue 512 --prefix-cache-mb 16 --threads 2; then
+    ok
+    [ "$(head -1 "$T/err1")" = "dsv4: listening on http://127.0.0.1:$PORT" ] && ok || bad "listening line: $(head -1 "$T/err1")"
+    node serve_test.mjs "http://127.0.0.1:$PORT" "$BIN" "$M" "$T" "$PID" >"$T/node.out" 2>&1
+    rc=$?
+    cat "$T/node.out" | grep -v '^[0-9]* passed, [0-9]* failed$'
+    line=$(grep -E '^[0-9]+ passed, [0-9]+ failed$' "$T/node.out" | tail -1)
+    if [ -n "$line" ]; then
+        pass=$((pass + ${line%% passed*})); f=${line##*, }; fail=$((fail + ${f%% failed}))
+        [ $rc -ne 0 ] && [ "${f%% failed}" = 0 ] && bad "serve_test.mjs exit $rc"
+    else
+        bad "serve_test.mjs crashed (exit $rc)"
+    fi
+    # SIGTERM while a stream runs: the stream ends, the server exits 0
+    curl -sN "http://127.0.0.1:$PORT/v1/completions" -d '{"prompt": [1,2,3], "max_tokens": 50000, "stream": true, "ignore_eos": true}' >"$T/long" 2>/dev/null &
+    CURL=$!
+    sleep 0.5
+    kill -TERM "$PID"
+    wait "$PID"; src=$?
+    wait "$CURL" 2>/dev/null
+    [ $src = 0 ] && ok || bad "SIGTERM: exit $src ($(tail -2 "$T/err1"))"
+    grep -q '^data: ' "$T/long" && ok || bad "the stream cut by SIGTERM got nothing"
+    [ "$(wc -l <"$T/err1")" = 1 ] && ok || bad "stderr has more than the listening line: $(cat "$T/err1")"
+else
+    bad "main server"
+fi
+
+# ---- --api-key, queue full (429), body limit (413) ----
+if start "$T/err2" --api-key s3cret --max-streams 1 --max-queue 0 --max-body-mb 1 --threads 1; then
+    U="http://127.0.0.1:$PORT"
+    code() { curl -s -o "$T/body" -w '%{http_code}' "$@"; }
+    [ "$(code "$U/health")" = 200 ] && ok || bad "health needs no key"
+    [ "$(code "$U/v1/models")" = 401 ] && grep -q '"error"' "$T/body" && ok || bad "no key: $(cat "$T/body")"
+    [ "$(code -H 'Authorization: Bearer wrong' "$U/v1/models")" = 401 ] && ok || bad "wrong key accepted"
+    [ "$(code -H 'Authorization: Bearer s3cre' "$U/v1/models")" = 401 ] && ok || bad "key prefix accepted"
+    [ "$(code -H 'Authorization: Bearer s3cret' "$U/v1/models")" = 200 ] && ok || bad "Bearer key refused"
+    [ "$(code -H 'x-api-key: s3cret' "$U/v1/models")" = 200 ] && ok || bad "x-api-key refused"
+    [ "$(code -H 'x-api-key: nope' "$U/metrics")" = 401 ] && ok || bad "metrics without key"
+    [ "$(code -H 'x-api-key: nope' -d '{"max_tokens":1,"messages":[{"role":"user","content":"x"}]}' "$U/v1/messages")" = 401 ] \
+        && grep -q '"authentication_error"' "$T/body" && ok || bad "anthropic 401 shape: $(cat "$T/body")"
+    # one slot, no queue: a second request while the first streams gets 429 + Retry-After
+    curl -sN -H 'x-api-key: s3cret' "$U/v1/completions" -d '{"prompt": [1,2,3], "max_tokens": 50000, "stream": true, "ignore_eos": true}' >/dev/null 2>&1 &
+    LONG=$!
+    sleep 0.5
+    c=$(curl -s -D "$T/hdr" -o "$T/body" -w '%{http_code}' -H 'x-api-key: s3cret' "$U/v1/completions" -d '{"prompt": [1,2], "max_tokens": 2}')
+    [ "$c" = 429 ] && grep -qi '^retry-after: ' "$T/hdr" && grep -q '"error"' "$T/body" && ok || bad "queue full: $c $(cat "$T/body")"
+    kill "$LONG" 2>/dev/null; wait "$LONG" 2>/dev/null
+    # the slot is free again once the aborted stream is cancelled
+    c=0
+    for _ in $(seq 50); do
+        c=$(curl -s -o "$T/body" -w '%{http_code}' -H 'x-api-key: s3cret' "$U/v1/completions" -d '{"prompt": [1,2], "max_tokens": 2}')
+        [ "$c" = 200 ] && break; sleep 0.1
+    done
+    [ "$c" = 200 ] && ok || bad "after the abort the slot stayed busy ($c)"
+    head -c 2000000 /dev/zero | tr '\0' 'a' >"$T/big"
+    [ "$(code -H 'x-api-key: s3cret' --data-binary @"$T/big" "$U/v1/chat/completions")" = 413 ] && ok || bad "413: $(head -c 200 "$T/body")"
+    kill -INT "$PID"; wait "$PID"; src=$?
+    [ $src = 0 ] && ok || bad "SIGINT: exit $src"
+else
+    bad "api-key server"
+fi
+
+# ---- option errors: one stderr line, non-zero exit ----
+experr() {
+    local needle=$1; shift
+    "$BIN" serve "$@" >/dev/null 2>"$T/e"; local rc=$?
+    if [ $rc -ne 0 ] && [ $rc -lt 128 ] && [ "$(wc -l <"$T/e")" = 1 ] && grep -qF -- "$needle" "$T/e"; then ok
+    else bad "serve $*: rc $rc: $(cat "$T/e")"; fi
+}
+experr "no CUDA backend" -m "$M" --device cuda
+experr "--device" -m "$M" --device tpu
+experr "not supported yet" -m "$M" --spec mtp
+experr "missing -m"
+experr "--port" -m "$M" --port 70000
+experr "config.json" -m "$T/nope"
+echo "$pass passed, $fail failed"
+[ "$fail" -eq 0 ]
