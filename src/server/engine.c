@@ -86,7 +86,7 @@ int server_job_new(const server_job_spec *spec, server_job **out) {
     j->sampling = spec->sampling;
     j->max_new = spec->max_new;
     j->stop_on_eos = spec->stop_on_eos;
-    memcpy(j->stop_ids, spec->stop_ids, sizeof(int32_t) * (size_t)spec->n_stop_ids);
+    if (spec->n_stop_ids) memcpy(j->stop_ids, spec->stop_ids, sizeof(int32_t) * (size_t)spec->n_stop_ids);
     j->n_stop_ids = spec->n_stop_ids;
     j->proc = spec->proc;
     j->proc.counts = NULL;
