@@ -1,5 +1,6 @@
 # dsv4 build. Every .c under src/ (except src/cli) goes into libdsv4.a; src/cli/*.c is the dsv4 binary;
-# every tests/unit/test_*.c is its own test program linked against the library.
+# every tests/unit/test_*.c is its own test program linked against the library; every tests/fuzz/fuzz_*.c is a
+# fuzz target, built as a replay program in every build and as a libFuzzer program by `make fuzz`.
 # Adding a file needs no edit here.
 #
 # `make CUDA=1` adds the CUDA backend (src/backend/cuda/*.cu, nvcc for sm_90a, the CUDA runtime linked
@@ -19,7 +20,8 @@ SAN     ?=
 CFLAGS  += -std=gnu11 $(OPT) -g -Wall -Wextra -Wno-unused-parameter -Wshadow -Wstrict-prototypes -Wno-format-truncation -Wno-missing-field-initializers \
            -pthread -Iinclude -Isrc $(SAN)
 ifeq ($(STATIC_DEPS),1)
-LDLIBS  += -Wl,-Bstatic -lmicrohttpd -ljansson -lpcre2-8 -lxxhash -Wl,-Bdynamic -lm -pthread
+# libmicrohttpd.a needs GnuTLS, which stays shared (every Debian/Ubuntu system has libgnutls30: apt uses it)
+LDLIBS  += -Wl,-Bstatic -lmicrohttpd -ljansson -lpcre2-8 -lxxhash -Wl,-Bdynamic -lgnutls -lm -pthread
 else
 LDLIBS  += -lmicrohttpd -ljansson -lpcre2-8 -lxxhash -lm -pthread
 endif
@@ -50,8 +52,18 @@ CLI_OBJ  := $(CLI_SRC:%.c=$(BUILD)/%.o)
 HELP_OBJ := $(TEST_HELP:%.c=$(BUILD)/%.o)
 TEST_BIN := $(TEST_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 
-.PHONY: all test test-asan test-gpu clean
-all: $(BUILD)/dsv4 $(TEST_BIN) $(GPU_TEST_BIN)
+# Fuzz targets (tests/fuzz/README.md). Replay programs ($(BUILD)/fuzz/) feed files to a target and run in
+# `make test`; libFuzzer programs ($(BUILD)/fuzzers/) are built in build-fuzz by `make fuzz`.
+FUZZ_SRC := $(sort $(wildcard tests/fuzz/fuzz_*.c))
+FUZZ_LIB := $(sort $(wildcard tests/fuzz/lib/*.c))
+FUZZ_LIB_OBJ := $(FUZZ_LIB:%.c=$(BUILD)/%.o)
+REPLAY_BIN := $(FUZZ_SRC:tests/fuzz/%.c=$(BUILD)/fuzz/%)
+FUZZER_BIN := $(FUZZ_SRC:tests/fuzz/%.c=$(BUILD)/fuzzers/%)
+FUZZ_SECONDS ?= 60
+.SECONDARY: $(FUZZ_SRC:%.c=$(BUILD)/%.o) $(BUILD)/tests/fuzz/replay/main.o $(BUILD)/tests/fuzz/tools/make_corpus.o
+
+.PHONY: all test test-asan test-gpu clean fuzz fuzzers fuzz-replay fuzz-corpus
+all: $(BUILD)/dsv4 $(TEST_BIN) $(GPU_TEST_BIN) $(REPLAY_BIN)
 
 $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
@@ -75,9 +87,23 @@ $(BUILD)/tests/%: $(BUILD)/tests/unit/%.o $(HELP_OBJ) $(BUILD)/libdsv4.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -o $@ $^ $(TESTLIBS) $(LDLIBS)
 
+$(BUILD)/tests/gpu/%.o: CFLAGS += -Itests/unit
 $(BUILD)/gputests/%: $(BUILD)/tests/gpu/%.o $(HELP_OBJ) $(BUILD)/libdsv4.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -o $@ $^ $(TESTLIBS) $(LDLIBS)
+
+$(BUILD)/fuzz/%: $(BUILD)/tests/fuzz/%.o $(FUZZ_LIB_OBJ) $(BUILD)/tests/fuzz/replay/main.o $(BUILD)/libdsv4.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
+
+$(BUILD)/fuzzers/%: $(BUILD)/tests/fuzz/%.o $(FUZZ_LIB_OBJ) $(BUILD)/libdsv4.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -fsanitize=fuzzer -o $@ $^ $(LDLIBS)
+
+# The seed-corpus generator (tests/fuzz/tools/make_corpus.c): states and checkpoint files of the fuzz fixture.
+$(BUILD)/fuzz-tools/make_corpus: $(BUILD)/tests/fuzz/tools/make_corpus.o $(FUZZ_LIB_OBJ) $(BUILD)/libdsv4.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
 
 # The README's test command. DSV4_BIN / DSV4_TESTS tell the runner where the programs are.
 test: all
@@ -93,7 +119,26 @@ test-gpu:
 	$(MAKE) CUDA=1 all
 	BUILD=build-cuda tests/run_gpu.sh
 
-clean:
-	rm -rf build build-asan build-cuda
+# Fuzzing with libFuzzer (clang): every target for FUZZ_SECONDS seconds, one after another; fails on any crash,
+# leak, sanitizer report or broken invariant (tests/fuzz/run.sh). FUZZ_TARGETS=name,... picks some.
+FUZZ_SAN = -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer \
+           -Wno-unknown-warning-option
+fuzzers: $(FUZZER_BIN)
+fuzz:
+	$(MAKE) CC=clang CUDA=0 BUILD=build-fuzz OPT="-O1 -march=native" SAN="$(FUZZ_SAN)" fuzzers
+	tests/fuzz/run.sh build-fuzz $(FUZZ_SECONDS) $(FUZZ_TARGETS)
 
--include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(HELP_OBJ:.o=.d) $(CU_OBJ:.o=.d) $(TEST_BIN:$(BUILD)/tests/%=$(BUILD)/tests/unit/%.d)
+# Replay every corpus and regression input through every target (also part of `make test`).
+fuzz-replay: all
+	BUILD=$(BUILD) bash tests/cli/fuzz_replay.sh
+
+# Regenerate the fixture-made seeds under tests/fuzz/corpus/ (after changing lib/tiny_fixture.c).
+fuzz-corpus: $(BUILD)/fuzz-tools/make_corpus
+	$(BUILD)/fuzz-tools/make_corpus tests/fuzz/corpus
+
+clean:
+	rm -rf build build-asan build-cuda build-fuzz
+
+include mk/install.mk
+
+-include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(HELP_OBJ:.o=.d) $(CU_OBJ:.o=.d) $(FUZZ_LIB_OBJ:.o=.d) $(FUZZ_SRC:%.c=$(BUILD)/%.d) $(TEST_BIN:$(BUILD)/tests/%=$(BUILD)/tests/unit/%.d)

@@ -16,6 +16,26 @@
 extern "C" {
 #endif
 
+/* ---- version and symbol export ------------------------------------------------------------------------ */
+
+/* The library's version (semantic versioning: MAJOR changes break the API or ABI, the shared library's soname is
+ * libdsv4.so.MAJOR). The Makefile reads these three lines; keep them in this form. */
+#define DSV4_VERSION_MAJOR 0
+#define DSV4_VERSION_MINOR 1
+#define DSV4_VERSION_PATCH 0
+#define DSV4_VERSION "0.1.0"
+
+/* Every public function carries DSV4_API. The library is built with -fvisibility=hidden, so this is what exports
+ * a symbol from libdsv4.so; everything else in the library stays private (checked by tests/cli/install.sh). */
+#if defined(__GNUC__) || defined(__clang__)
+#define DSV4_API __attribute__((visibility("default")))
+#else
+#define DSV4_API
+#endif
+
+/* The version of the library actually linked, e.g. "0.1.0" (compare with DSV4_VERSION, the header's). */
+DSV4_API const char *dsv4_version(void);
+
 /* ---- errors ------------------------------------------------------------------------------------------ */
 
 typedef enum {
@@ -72,23 +92,23 @@ typedef struct {
 } dsv4_load_opts;
 
 /* "cpu" / "cuda" -> a dsv4_device, or -1. */
-int dsv4_device_parse(const char *name);
+DSV4_API int dsv4_device_parse(const char *name);
 /* 1 when this build has the CUDA backend and a usable GPU; otherwise 0 and, when why is non-NULL, the reason
  * in why (one line). */
-int dsv4_cuda_available(dsv4_error *why);
+DSV4_API int dsv4_cuda_available(dsv4_error *why);
 
 /* Load a checkpoint folder as published on Hugging Face (config.json or inference/config.json,
  * model.safetensors.index.json + shards or a single model.safetensors). Every tensor's presence, dtype and
  * shape is validated against the config before anything runs. */
-int  dsv4_model_load(const char *dir, const dsv4_load_opts *opts, dsv4_model **out, dsv4_error *err);
-void dsv4_model_free(dsv4_model *m);
+DSV4_API int  dsv4_model_load(const char *dir, const dsv4_load_opts *opts, dsv4_model **out, dsv4_error *err);
+DSV4_API void dsv4_model_free(dsv4_model *m);
 
 typedef struct {
     int vocab_size, dim, n_layers, n_heads, head_dim, window;
     int64_t max_position;
     int bos_id, eos_id;
 } dsv4_model_info;
-void dsv4_model_get_info(const dsv4_model *m, dsv4_model_info *info);
+DSV4_API void dsv4_model_get_info(const dsv4_model *m, dsv4_model_info *info);
 
 /* ---- sequences and the one forward primitive ---------------------------------------------------------- */
 
@@ -97,9 +117,9 @@ typedef struct dsv4_seq dsv4_seq;
 /* A new empty sequence. Its state lives on the model's device (GPU memory for a cuda model): save/restore,
  * fork, rollback and the prefix cache work the same on both, and the state format does not depend on the
  * device (a state saved from a cuda model restores on a cpu model of the same checkpoint and the other way). */
-int     dsv4_seq_new(dsv4_model *m, dsv4_seq **out, dsv4_error *err);
-void    dsv4_seq_free(dsv4_seq *s);
-int64_t dsv4_seq_position(const dsv4_seq *s);     /* number of tokens processed so far */
+DSV4_API int     dsv4_seq_new(dsv4_model *m, dsv4_seq **out, dsv4_error *err);
+DSV4_API void    dsv4_seq_free(dsv4_seq *s);
+DSV4_API int64_t dsv4_seq_position(const dsv4_seq *s);     /* number of tokens processed so far */
 
 /* Which logits a step item wants back. */
 typedef enum {
@@ -126,7 +146,7 @@ typedef struct {
  * single-token decode, speculative verification and multi-stream batching are all this call. The result is
  * bit-identical (EXACT mode) to feeding every token of every sequence one at a time. On error no sequence
  * is modified. A sequence may appear at most once per step. */
-int dsv4_step(dsv4_model *m, dsv4_step_item *items, int n_items, dsv4_error *err);
+DSV4_API int dsv4_step(dsv4_model *m, dsv4_step_item *items, int n_items, dsv4_error *err);
 
 
 /* ---- sequence state you can keep: save/restore, fork, snapshot/rollback ------------------------------ */
@@ -136,28 +156,28 @@ int dsv4_step(dsv4_model *m, dsv4_step_item *items, int n_items, dsv4_error *err
  * history), every layer's live window rows, compressor states, compressed and indexer rows, then an XXH64
  * checksum over everything. *buf is malloc'd and owned by the caller (free()). Files are written atomically
  * (temporary file + rename). */
-int dsv4_seq_save_mem(const dsv4_seq *s, void **buf, size_t *len, dsv4_error *err);
-int dsv4_seq_save(const dsv4_seq *s, const char *path, dsv4_error *err);
+DSV4_API int dsv4_seq_save_mem(const dsv4_seq *s, void **buf, size_t *len, dsv4_error *err);
+DSV4_API int dsv4_seq_save(const dsv4_seq *s, const char *path, dsv4_error *err);
 
 /* Load a saved state into a new sequence of model m. Everything is validated first (magic, version,
  * length, checksum, fingerprint, mode, shapes, token ids, row counts); on any error nothing is allocated
  * and *out is untouched. Errors: DSV4_E_FORMAT (not a state file, truncated, corrupted, unknown version),
  * DSV4_E_STATE (another model, another numeric mode or shape), DSV4_E_IO, DSV4_E_NOMEM. */
-int dsv4_seq_load_mem(dsv4_model *m, const void *buf, size_t len, dsv4_seq **out, dsv4_error *err);
-int dsv4_seq_load(dsv4_model *m, const char *path, dsv4_seq **out, dsv4_error *err);
+DSV4_API int dsv4_seq_load_mem(dsv4_model *m, const void *buf, size_t len, dsv4_seq **out, dsv4_error *err);
+DSV4_API int dsv4_seq_load(dsv4_model *m, const char *path, dsv4_seq **out, dsv4_error *err);
 
 /* Replace the state of an existing sequence with a saved one; on error `s` is unchanged. */
-int dsv4_seq_restore_mem(dsv4_seq *s, const void *buf, size_t len, dsv4_error *err);
-int dsv4_seq_restore(dsv4_seq *s, const char *path, dsv4_error *err);
+DSV4_API int dsv4_seq_restore_mem(dsv4_seq *s, const void *buf, size_t len, dsv4_error *err);
+DSV4_API int dsv4_seq_restore(dsv4_seq *s, const char *path, dsv4_error *err);
 
 /* The token history: dsv4_seq_position(s) ids, owned by s, valid until its next step / restore / free. */
-const int32_t *dsv4_seq_tokens(const dsv4_seq *s);
+DSV4_API const int32_t *dsv4_seq_tokens(const dsv4_seq *s);
 
 /* Size in bytes of the state dsv4_seq_save_mem would write now. */
-size_t dsv4_seq_state_bytes(const dsv4_seq *s);
+DSV4_API size_t dsv4_seq_state_bytes(const dsv4_seq *s);
 
 /* An independent copy of a sequence (same model); both continue on their own. */
-int dsv4_seq_fork(const dsv4_seq *s, dsv4_seq **out, dsv4_error *err);
+DSV4_API int dsv4_seq_fork(const dsv4_seq *s, dsv4_seq **out, dsv4_error *err);
 
 /* Atomic speculative rollback (spec §15.4). Take a snapshot before a step of k speculative tokens, then
  * commit the first `keep` of them (0 <= keep <= k) with dsv4_seq_rollback: the sequence becomes exactly
@@ -165,9 +185,9 @@ int dsv4_seq_fork(const dsv4_seq *s, dsv4_seq **out, dsv4_error *err);
  * k may not exceed the model's max_spec (the ring slack) unless every token is kept. A snapshot stays
  * valid for further rollbacks of the same sequence while its position is >= the snapshot's. */
 typedef struct dsv4_seq_snapshot dsv4_seq_snapshot;
-int  dsv4_seq_snapshot_new(const dsv4_seq *s, dsv4_seq_snapshot **out, dsv4_error *err);
-void dsv4_seq_snapshot_free(dsv4_seq_snapshot *snap);
-int  dsv4_seq_rollback(dsv4_seq *s, const dsv4_seq_snapshot *snap, int keep, dsv4_error *err);
+DSV4_API int  dsv4_seq_snapshot_new(const dsv4_seq *s, dsv4_seq_snapshot **out, dsv4_error *err);
+DSV4_API void dsv4_seq_snapshot_free(dsv4_seq_snapshot *snap);
+DSV4_API int  dsv4_seq_rollback(dsv4_seq *s, const dsv4_seq_snapshot *snap, int keep, dsv4_error *err);
 
 
 /* Prefix cache (in memory, LRU, byte budget): keeps forks of sequences keyed by their token history; a lookup
@@ -181,22 +201,22 @@ typedef struct {
     int64_t disk_hits, disk_writes, disk_rejected, disk_evictions;
     size_t disk_bytes, disk_budget;
 } dsv4_prefix_cache_stats;
-int  dsv4_prefix_cache_new(size_t budget_bytes, dsv4_prefix_cache **out, dsv4_error *err);
-void dsv4_prefix_cache_free(dsv4_prefix_cache *c);
+DSV4_API int  dsv4_prefix_cache_new(size_t budget_bytes, dsv4_prefix_cache **out, dsv4_error *err);
+DSV4_API void dsv4_prefix_cache_free(dsv4_prefix_cache *c);
 /* Store a copy of s's state (no-op when the same history of the same model is stored already, or when
  * the state alone exceeds the budget); least recently used entries are evicted to stay within budget. */
-int  dsv4_prefix_cache_put(dsv4_prefix_cache *c, const dsv4_seq *s, dsv4_error *err);
+DSV4_API int  dsv4_prefix_cache_put(dsv4_prefix_cache *c, const dsv4_seq *s, dsv4_error *err);
 /* A new sequence for tokens[0..n): a fork of the longest stored prefix (*matched = its length, a hit) or a
  * fresh sequence (*matched = 0, a miss). The caller processes tokens[*matched..n). */
-int  dsv4_prefix_cache_lookup(dsv4_prefix_cache *c, dsv4_model *m, const int32_t *tokens, int64_t n, dsv4_seq **out,
+DSV4_API int  dsv4_prefix_cache_lookup(dsv4_prefix_cache *c, dsv4_model *m, const int32_t *tokens, int64_t n, dsv4_seq **out,
                               int64_t *matched, dsv4_error *err);
-void dsv4_prefix_cache_get_stats(const dsv4_prefix_cache *c, dsv4_prefix_cache_stats *st);
+DSV4_API void dsv4_prefix_cache_get_stats(const dsv4_prefix_cache *c, dsv4_prefix_cache_stats *st);
 /* Add an on-disk tier in folder `dir` (created if missing) with its own byte budget: every put also writes the
  * state there (atomically: temp file + rename) and evicts the least recently used files beyond the budget; a
  * lookup that memory cannot serve as well tries the files of the same model, longest prefix first. A file
  * that fails to load (corrupted, truncated, another model) is removed and counted as rejected, and the
  * lookup goes on: the caller recomputes. Several processes may share one folder. */
-int  dsv4_prefix_cache_set_dir(dsv4_prefix_cache *c, const char *dir, size_t budget_bytes, dsv4_error *err);
+DSV4_API int  dsv4_prefix_cache_set_dir(dsv4_prefix_cache *c, const char *dir, size_t budget_bytes, dsv4_error *err);
 
 #ifdef __cplusplus
 }

@@ -34,13 +34,17 @@ run_one() {
         echo "FAIL $name (${dt}s)"; sed 's/^/    /' "$log" | tail -60
     else
         echo "ok   $name: $p passed (${dt}s)"
+        [ -n "${VERBOSE:-}" ] && grep -av '^\[' "$log" | sed 's/^/    /'
     fi
 }
-for t in "$BUILD"/tests/test_*; do
+# TEST_DIR / SCRIPTS: which programs and scripts (tests/run_gpu.sh points them at the GPU suite)
+TEST_DIR=${TEST_DIR:-$BUILD/tests}
+SCRIPTS=${SCRIPTS:-"tests/cli/*.sh tests/node/*.sh"}
+for t in "$TEST_DIR"/test_*; do
     [ -x "$t" ] || continue
     run_one "$(basename "$t")" "$t"
 done
-for t in tests/cli/*.sh tests/node/*.sh; do
+for t in $SCRIPTS; do
     [ -f "$t" ] || continue
     [ "$(basename "$t")" = lib.sh ] && continue   # sourced by the others
     run_one "$t" bash "$t"

@@ -21,6 +21,23 @@ int cuda_step(struct dsv4_model *m, dsv4_step_item *items, int n_items, dsv4_err
     (void)m; (void)items; (void)n_items;
     return no_cuda(err);
 }
+int cuda_mtp_forward(struct dsv4_model *m, dsv4_seq *state, const float *X, const int32_t *next_tokens, int n,
+                     dsv4_logits_want want, float *logits, dsv4_error *err) {
+    (void)m; (void)state; (void)X; (void)next_tokens; (void)n; (void)want; (void)logits;
+    return no_cuda(err);
+}
+int cuda_dspark_commit(struct dsv4_model *m, float *ring, int64_t pos, const float *features, int n, dsv4_error *err) {
+    (void)m; (void)ring; (void)pos; (void)features; (void)n;
+    return no_cuda(err);
+}
+int cuda_dspark_block(struct dsv4_model *m, const float *ring, int64_t pos, const int32_t *ids, int gamma, float *y, float *U,
+                      dsv4_error *err) {
+    (void)m; (void)ring; (void)pos; (void)ids; (void)gamma; (void)y; (void)U;
+    return no_cuda(err);
+}
+void cuda_profile(struct dsv4_model *m, int on) { (void)m; (void)on; }
+double cuda_copy_bandwidth_gbs(const struct dsv4_model *m) { (void)m; return -1; }
+void cuda_profile_report(const struct dsv4_model *m, void *file) { (void)m; (void)file; }
 #else
 typedef int dsv4_cuda_stub_unused; /* ISO C wants a translation unit to declare something */
 #endif

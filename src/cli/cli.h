@@ -24,6 +24,12 @@ int cli_sampling_option(const char *cmd, int argc, char **argv, int *i, void *sa
 /* argv[i+1] for option argv[i], or an error when it is missing. */
 const char *cli_value(const char *cmd, int argc, char **argv, int *i);
 
+/* help.c: the one table of commands and options behind --help (and checked against docs/dsv4.1). */
+#include <stdio.h>
+const char *cli_help_summary(const char *name);
+int  cli_help_command(FILE *f, const char *name);   /* -1: no such command */
+void cli_help_options(FILE *f);
+
 int cmd_tiny(int argc, char **argv);
 int cmd_inspect(int argc, char **argv);
 int cmd_logits(int argc, char **argv);

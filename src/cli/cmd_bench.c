@@ -1,6 +1,8 @@
 /* dsv4 bench: fixed workloads, tokens/s and GB/s against the machine's measured memory bandwidth. */
 #include "backend/cpu/membw.h"
+#include "backend/cuda/cuda_backend.h"
 #include "cli/cli.h"
+#include "engine/constraint_bench.h"
 #include "engine/bench_streams.h"
 #include "engine/drafter_dspark.h"
 #include "engine/drafter_mtp.h"
@@ -61,7 +63,7 @@ static int synthetic_dir(const char *name, char *dir, size_t n) {
 }
 
 /* Prefill `prompt` tokens in one step, then `decode` single-token steps; report both rates. */
-static int bench_single_stream(dsv4_model *m, int prompt, int decode, double bw) {
+static int bench_single_stream(dsv4_model *m, int prompt, int decode, double bw, int profile) {
     dsv4_error err;
     dsv4_seq *s;
     if (dsv4_seq_new(m, &s, &err)) return cli_fail(CMD, &err);
@@ -69,9 +71,15 @@ static int bench_single_stream(dsv4_model *m, int prompt, int decode, double bw)
     float *logits = malloc(sizeof(float) * (size_t)m->cfg.vocab_size);
     if (!tok || !logits) { free(tok); free(logits); dsv4_seq_free(s); return cli_error(CMD, "out of memory"); }
     for (int i = 0; i < prompt + decode; i++) tok[i] = (int32_t)((i * 7919 + 13) % m->cfg.vocab_size);
+    if (profile) cuda_profile(m, 1);
     double t0 = now_s();
     dsv4_step_item it = { s, tok, prompt, DSV4_LOGITS_LAST, logits };
     int rc = dsv4_step(m, &it, 1, &err);
+    if (profile) {
+        printf("prefill of %d tokens, ", prompt);
+        cuda_profile_report(m, stdout);
+        cuda_profile(m, 1);   /* then the decode steps */
+    }
     double t1 = now_s();
     for (int i = 0; !rc && i < decode; i++) {
         dsv4_step_item d = { s, tok + prompt + i, 1, DSV4_LOGITS_LAST, logits };
@@ -87,6 +95,11 @@ static int bench_single_stream(dsv4_model *m, int prompt, int decode, double bw)
     printf("%-26s %10.2f tok/s   %.1f ms/token\n", "decode, 1 stream", tps, 1e3 / tps);
     printf("%-26s %10.2f GB/s    %.3f GB weights read per token\n", "decode weight traffic", bytes * tps / 1e9, bytes / 1e9);
     if (bw > 0) printf("%-26s %10.1f %%      of measured read bandwidth\n", "bandwidth fraction", 100.0 * bytes * tps / 1e9 / bw);
+    if (profile) {
+        printf("decode, ");
+        cuda_profile_report(m, stdout);
+        cuda_profile(m, 0);
+    }
     return 0;
 }
 
@@ -168,10 +181,20 @@ static int bench_tokenizer(const char *dir) {
     return 0;
 }
 
+/* Constrained decoding on the folder's tokenizer: compile times and per-token mask times (constraint_bench.h). */
+static int bench_grammar(const char *dir) {
+    dsv4_tokenizer *t;
+    dsv4_error err;
+    if (dsv4_tokenizer_load_dir(dir, &t, &err)) return cli_fail(CMD, &err);
+    const int rc = dsv4_constraint_bench(t, stdout, &err);
+    dsv4_tokenizer_free(t);
+    return rc ? cli_fail(CMD, &err) : 0;
+}
+
 int cmd_bench(int argc, char **argv) {
     const char *model_dir = NULL, *synth = NULL, *streams = NULL, *spec = NULL;
     long long threads = 0, prompt = 128, decode = 32;
-    int tokenizer = 0, no_bw = 0, kv = DSV4_KV_F32, device = DSV4_DEVICE_CPU;
+    int tokenizer = 0, grammar = 0, no_bw = 0, profile = 0, kv = DSV4_KV_F32, device = DSV4_DEVICE_CPU;
     dsv4_mode mode = DSV4_MODE_EXACT;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
@@ -185,6 +208,8 @@ int cmd_bench(int argc, char **argv) {
             if ((kv = kv_format_parse(v)) < 0) return cli_error(CMD, "--kv must be f32, bf16 or fp8, got '%s'", v);
         }
         else if (!strcmp(a, "--tokenizer")) tokenizer = 1;
+        else if (!strcmp(a, "--profile")) profile = 1;
+        else if (!strcmp(a, "--grammar")) grammar = 1;
         else if (!strcmp(a, "--device")) { if (!(v = cli_value(CMD, argc, argv, &i)) || cli_parse_device(CMD, v, &device)) return 1; }
         else if (!strcmp(a, "--mode")) { if (!(v = cli_value(CMD, argc, argv, &i)) || cli_parse_mode(CMD, v, &mode)) return 1; }
         else if (!strcmp(a, "--no-bandwidth")) no_bw = 1;
@@ -199,6 +224,7 @@ int cmd_bench(int argc, char **argv) {
         model_dir = dir;
     }
     if (tokenizer) return bench_tokenizer(model_dir);
+    if (grammar) return bench_grammar(model_dir);
     dsv4_load_opts lo = { .mode = mode, .n_threads = (int)threads, .quiet = 1, .kv_format = kv, .device = device };
     dsv4_model *m;
     dsv4_error err;
@@ -209,11 +235,14 @@ int cmd_bench(int argc, char **argv) {
     kv_cost_report(stdout, "", kv, m->cfg.n_layers, m->cfg.compress_ratio, m->cfg.head_dim, m->cfg.rope_dim,
                    m->cfg.index_head_dim, m->cfg.window);
     double bw = -1;
-    if (!no_bw) {
+    if (!no_bw && m->cuda) {
+        bw = cuda_copy_bandwidth_gbs(m);
+        printf("%-26s %10.1f GB/s    (GPU copy of 2 GiB, read + write, best of 5)\n", "device memory bandwidth", bw);
+    } else if (!no_bw) {
         bw = cpu_read_bandwidth_gbs(m->pool, (size_t)1 << 31, 3);
         printf("%-26s %10.1f GB/s    (2 GiB read, best of 3)\n", "memory read bandwidth", bw);
     }
-    int rc = bench_single_stream(m, (int)prompt, (int)decode, bw);
+    int rc = bench_single_stream(m, (int)prompt, (int)decode, bw, profile && m->cuda);
     if (!rc && streams) rc = bench_streams(m, streams, (int)decode);
     if (!rc && spec) rc = bench_spec(m, spec, (int)decode);
     dsv4_model_free(m);

@@ -2,8 +2,11 @@
  * --batch FILE: every non-empty line is one request, all run through the continuous-batching scheduler.
  * --spec ngram|self [--draft N]: speculative decoding (src/engine/speculative.h): every prompt is a stream,
  * all streams are verified together in one step; greedy output equals --spec none, sampled output has the
- * same distribution (not the same draws for a seed). --stats adds acceptance statistics. */
+ * same distribution (not the same draws for a seed). --stats adds acceptance statistics.
+ * --json-schema FILE | --json | --grammar FILE: constrained output (src/engine/constraint.h) in every mode; the
+ * output is bounded to -n - 1 bytes so that it completes with EOS within -n tokens. */
 #include "cli/cli.h"
+#include "cli/gen_constraint.h"
 #include "state/kvrows.h"
 #include "engine/drafter_dspark.h"
 #include "engine/drafter_mtp.h"
@@ -32,6 +35,8 @@ typedef struct {
     int device;                 /* --device cpu|cuda */
     int kv_format;       /* --kv f32|bf16|fp8 */
     dsv4_sampling sp;
+    cli_constraint_opts con;
+    int constrained;
 } gen_opts;
 
 static int parse(int argc, char **argv, gen_opts *o) {
@@ -40,6 +45,7 @@ static int parse(int argc, char **argv, gen_opts *o) {
     o->sp.top_p = 1.0f;
     o->max_streams = 16;
     o->step_tokens = 256;
+    o->con.ws = -1;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = NULL;
         int r;
@@ -52,6 +58,7 @@ static int parse(int argc, char **argv, gen_opts *o) {
         else if (!strcmp(a, "--step-tokens")) { VAL(); if (cli_parse_int(CMD, a, v, 0, 1 << 24, &o->step_tokens)) return 1; }
         else if (!strcmp(a, "-n")) { VAL(); if (cli_parse_int(CMD, a, v, 0, 1LL << 30, &o->n)) return 1; }
         else if ((r = cli_sampling_option(CMD, argc, argv, &i, &o->sp))) { if (r < 0) return 1; }
+        else if ((r = cli_constraint_option(CMD, argc, argv, &i, &o->con))) { if (r < 0) return 1; }
         else if (!strcmp(a, "--threads")) { VAL(); if (cli_parse_int(CMD, a, v, 0, 1024, &o->threads)) return 1; }
         else if (!strcmp(a, "--kv")) {
             VAL();
@@ -79,6 +86,7 @@ static int parse(int argc, char **argv, gen_opts *o) {
         strcmp(o->spec, "dspark"))
         return cli_error(CMD, "--spec must be none, ngram, self, mtp or dspark, got '%s'", o->spec);
     if (!o->draft) o->draft = 4;
+    if ((o->constrained = cli_constraint_wanted(CMD, &o->con)) < 0) return 1;
     return 0;
 }
 
@@ -163,15 +171,22 @@ static int run_batch(const gen_opts *o) {
     dsv4_sched *s = NULL;
     prompt_list pl = {0};
     int64_t *ids = NULL;
+    dsv4_grammar *gram = NULL;
+    dsv4_cvocab *cv = NULL;
     int rc = 1;
     if (dsv4_model_load(o->model_dir, &lo, &m, &err)) { rc = cli_fail(CMD, &err); goto out; }
+    if (o->constrained) {
+        dsv4_model_info info;
+        dsv4_model_get_info(m, &info);
+        if (cli_constraint_build(CMD, &o->con, o->model_dir, info.vocab_size, info.eos_id, &gram, &cv)) goto out;
+    }
     if (read_prompts(o, &tok, &pl)) goto out;
     dsv4_sched_opts so = { (int)o->max_streams, (int)o->step_tokens };
     if (dsv4_sched_new(m, &so, &s, &err)) { rc = cli_fail(CMD, &err); goto out; }
     ids = calloc((size_t)pl.n, sizeof *ids);
     if (!ids) { rc = cli_error(CMD, "out of memory"); goto out; }
     for (int i = 0; i < pl.n; i++) {
-        dsv4_request r = { pl.tok[i], pl.len[i], o->sp, (int)o->n, 1, NULL, 0 };
+        dsv4_request r = { pl.tok[i], pl.len[i], o->sp, (int)o->n, 1, NULL, 0, gram, cv };
         r.sampling.seed = o->sp.seed + (uint64_t)i;
         if (dsv4_sched_add(s, &r, &ids[i], &err)) { dsv4_wrap(&err, "prompt %d", i); rc = cli_fail(CMD, &err); goto out; }
     }
@@ -199,6 +214,8 @@ static int run_batch(const gen_opts *o) {
 out:
     free(ids);
     dsv4_sched_free(s);
+    dsv4_grammar_free(gram);
+    dsv4_cvocab_free(cv);
     prompts_free(&pl);
     if (tok) dsv4_tokenizer_free(tok);
     dsv4_model_free(m);
@@ -266,8 +283,14 @@ static int run_spec(const gen_opts *o) {
     dsv4_strbuf text;
     dsv4_sb_init(&text);
     dsv4_detokenizer detok;
+    dsv4_grammar *gram = NULL;
+    dsv4_cvocab *cv = NULL;
     int rc = 1, n_ss = 0;
     if (dsv4_model_load(o->model_dir, &lo, &m, &err)) { rc = cli_fail(CMD, &err); goto out; }
+    dsv4_model_info info;
+    dsv4_model_get_info(m, &info);
+    const int32_t eos_id = info.eos_id;
+    if (o->constrained && cli_constraint_build(CMD, &o->con, o->model_dir, info.vocab_size, info.eos_id, &gram, &cv)) goto out;
     if (o->batch ? read_prompts(o, &tok, &pl) : single_prompt(o, &tok, &pl)) goto out;
     if (!o->batch && !o->ids && !tok && dsv4_tokenizer_load_dir(o->model_dir, &tok, &err)) tok = NULL;
     const int stream_text = !o->batch && !o->ids && tok;
@@ -279,7 +302,7 @@ static int run_spec(const gen_opts *o) {
         dsv4_sampling sp = o->sp;
         sp.seed = o->sp.seed + (uint64_t)n_ss;
         dsv4_spec_opts so = { .draft = (int)o->draft, .max_new_tokens = (int)o->n, .stop_on_eos = 1,
-                              .conf_threshold = (float)o->spec_threshold };
+                              .conf_threshold = (float)o->spec_threshold, .grammar = gram, .cvocab = cv };
         dsv4_drafter d;
         if (make_drafter(o, m, &sp, &d, &err) ||
             dsv4_spec_stream_new(m, pl.tok[n_ss], pl.len[n_ss], &sp, &so, &d, &ss[n_ss], &err)) {
@@ -300,7 +323,8 @@ static int run_spec(const gen_opts *o) {
             int n;
             const int32_t *outp = dsv4_spec_stream_output(ss[0], &n);
             for (int j = n - dsv4_spec_stream_last_emitted(ss[0]); j < n; j++)
-                if (dsv4_detokenizer_push(&detok, outp[j], &text, &err)) { rc = cli_fail(CMD, &err); goto out; }
+                if (!(gram && outp[j] == eos_id) && /* constrained text ends with the value, not EOS */
+                    dsv4_detokenizer_push(&detok, outp[j], &text, &err)) { rc = cli_fail(CMD, &err); goto out; }
             fwrite(text.data, 1, text.len, stdout);
             fflush(stdout);
             dsv4_sb_clear(&text);
@@ -325,6 +349,8 @@ static int run_spec(const gen_opts *o) {
 out:
     for (int i = 0; i < n_ss; i++) dsv4_spec_stream_free(ss[i]);
     free(ss);
+    dsv4_grammar_free(gram);
+    dsv4_cvocab_free(cv);
     dsv4_sb_free(&text);
     prompts_free(&pl);
     if (tok) dsv4_tokenizer_free(tok);
@@ -348,6 +374,9 @@ int cmd_generate(int argc, char **argv) {
     size_t n_prompt = 0;
     float *logits = NULL;
     dsv4_prefix_cache *pcache = NULL;
+    dsv4_grammar *gram = NULL;
+    dsv4_cvocab *cv = NULL;
+    dsv4_cstate *cs = NULL;
     int64_t matched = 0, reused = 0;
     int rc = 1;
     dsv4_strbuf text;
@@ -373,6 +402,10 @@ int cmd_generate(int argc, char **argv) {
         n_prompt = (size_t)n;
     }
     if (dsv4_sampler_init(&smp, &o.sp, info.vocab_size, &err)) { rc = cli_fail(CMD, &err); goto out; }
+    if (o.constrained) {
+        if (cli_constraint_build(CMD, &o.con, o.model_dir, info.vocab_size, info.eos_id, &gram, &cv)) goto out;
+        if (dsv4_cstate_new(gram, cv, o.n - 1, &cs, &err)) { rc = cli_fail(CMD, &err); goto out; }
+    }
     if (o.pcache_dir) {
         /* the longest stored prefix of prompt[0..n-1) is forked; the rest is processed and stored in turn */
         const size_t budget = (size_t)(o.pcache_mb ? o.pcache_mb : 1024) << 20;
@@ -399,9 +432,12 @@ int cmd_generate(int argc, char **argv) {
     double t1 = now_s();
     long long n_out = 0;
     while (n_out < o.n) {
+        /* constrained: disallowed tokens get -inf before temperature and filters */
+        if (cs && dsv4_cstate_mask(cs, logits, &err)) { rc = cli_fail(CMD, &err); goto out; }
         int32_t next = dsv4_sample(&smp, logits);
+        if (cs && dsv4_cstate_advance(cs, next, &err)) { rc = cli_fail(CMD, &err); goto out; }
         out_ids[n_out++] = next;
-        if (!o.ids && tok) {
+        if (!o.ids && tok && !(cs && next == info.eos_id)) { /* constrained text ends with the value, not EOS */
             if (dsv4_detokenizer_push(&detok, next, &text, &err)) { rc = cli_fail(CMD, &err); goto out; }
             fwrite(text.data, 1, text.len, stdout);
             fflush(stdout);
@@ -437,6 +473,9 @@ out:
     free(out_ids);
     free(prompt);
     dsv4_sampler_free(&smp);
+    dsv4_cstate_free(cs);
+    dsv4_grammar_free(gram);
+    dsv4_cvocab_free(cv);
     dsv4_prefix_cache_free(pcache);
     dsv4_seq_free(seq);
     if (tok) dsv4_tokenizer_free(tok);

@@ -16,6 +16,7 @@ static const char *layer_kind(int ratio) { return ratio == 4 ? "CSA" : ratio == 
 static void print_state(const char *path, const persist_header *h, const persist_sizes *sz) {
     printf("file: %s\n", path);
     printf("format: dsv4 sequence state v%u, checksum ok (xxh64)\n", h->version);
+    printf("written by: %s\n", h->writer[0] ? h->writer : "unknown (format v1 does not record it)");
     printf("model fingerprint: %016llx\n", (unsigned long long)h->fingerprint);
     printf("numeric mode: %s\n", h->mode == DSV4_MODE_EXACT ? "exact" : h->mode == DSV4_MODE_OFFICIAL ? "official" : "unknown");
     int kv_fmt, kv_rope;

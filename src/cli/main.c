@@ -1,5 +1,7 @@
-/* dsv4 entry point: dispatch to one command. Commands not linked into this build are reported as such. */
+/* dsv4 entry point: dispatch to one command. Commands not linked into this build are reported as such.
+ * The help texts live in help.c; --version here. */
 #include "cli/cli.h"
+#include "util/version.h"
 #include <stdio.h>
 #include <string.h>
 
@@ -18,35 +20,59 @@
 static const struct {
     const char *name;
     int (*fn)(int, char **);
-    const char *help;
 } commands[] = {
-    {"tiny", cmd_tiny, "write a synthetic checkpoint in the official format"},
-    {"inspect", cmd_inspect, "show a checkpoint's config, tensors, memory and problems"},
-    {"logits", cmd_logits, "per-position logits as .npy"},
-    {"generate", cmd_generate, "generate tokens"},
-    {"chat", cmd_chat, "interactive chat"},
-    {"tokenize", cmd_tokenize, "text <-> token ids"},
-    {"render", cmd_render, "print the V4 prompt for a conversation"},
-    {"state", cmd_state, "inspect saved sequence state"},
-    {"bench", cmd_bench, "benchmarks"},
-    {"serve", cmd_serve, "OpenAI- and Anthropic-compatible HTTP server"},
+    {"tiny", cmd_tiny},
+    {"inspect", cmd_inspect},
+    {"logits", cmd_logits},
+    {"generate", cmd_generate},
+    {"chat", cmd_chat},
+    {"tokenize", cmd_tokenize},
+    {"render", cmd_render},
+    {"state", cmd_state},
+    {"bench", cmd_bench},
+    {"serve", cmd_serve},
 };
 
-static void usage(FILE *f) {
-    fprintf(f, "usage: dsv4 <command> [options]\n\ncommands:\n");
+static int is_help(const char *a) { return !strcmp(a, "-h") || !strcmp(a, "--help") || !strcmp(a, "help"); }
+
+/* The command list, then (full) every command's synopsis and options. */
+static void usage(FILE *f, int full) {
+    fprintf(f, "usage: dsv4 <command> [options]\n       dsv4 --version | --help | help [COMMAND]\n\ncommands:\n");
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
-        if (commands[i].fn) fprintf(f, "  %-10s %s\n", commands[i].name, commands[i].help);
+        if (commands[i].fn) fprintf(f, "  %-10s %s\n", commands[i].name, cli_help_summary(commands[i].name));
+    if (full) cli_help_options(f);
+    else fprintf(f, "\ndsv4 --help lists every option.\n");
+}
+
+static void version(void) {
+    printf("dsv4 %s\n", dsv4_version());
+    printf("commit: %s\n", dsv4_build_commit());
+    printf("build: %s\n", dsv4_build_options());
 }
 
 int main(int argc, char **argv) {
-    if (argc < 2) { usage(stderr); return 2; }
-    if (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help") || !strcmp(argv[1], "help")) { usage(stdout); return 0; }
+    if (argc < 2) { usage(stderr, 0); return 2; }
+    if (!strcmp(argv[1], "--version")) { version(); return 0; }
+    if (is_help(argv[1])) {
+        if (argc > 2) {
+            if (cli_help_command(stdout, argv[2])) {
+                fprintf(stderr, "dsv4: no command '%s' (try dsv4 --help)\n", argv[2]);
+                return 2;
+            }
+            return 0;
+        }
+        usage(stdout, 1);
+        return 0;
+    }
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++) {
         if (strcmp(argv[1], commands[i].name)) continue;
         if (!commands[i].fn) {
             fprintf(stderr, "dsv4 %s: this command is not built yet\n", argv[1]);
             return 2;
         }
+        /* dsv4 COMMAND --help: the same text as dsv4 help COMMAND, for every command */
+        if (argc == 3 && (!strcmp(argv[2], "-h") || !strcmp(argv[2], "--help")) && !cli_help_command(stdout, argv[1]))
+            return 0;
         return commands[i].fn(argc - 1, argv + 1);
     }
     fprintf(stderr, "dsv4: unknown command '%s' (try dsv4 --help)\n", argv[1]);

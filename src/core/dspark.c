@@ -1,5 +1,7 @@
 #include "core/dspark.h"
 #include "backend/cpu/kernels.h"
+#include "backend/cuda/cuda_backend.h"
+#include "state/statemem.h"
 #include "core/attention.h"
 #include "core/forward.h"
 #include "core/hc.h"
@@ -16,7 +18,8 @@
 struct dsv4_dspark_ctx {
     int n_stages, window, D;
     int64_t pos;        /* committed positions */
-    float *ring;        /* [n_stages][window][D]: context keys, slot = t mod window */
+    float *ring;        /* [n_stages][window][D]: context keys, slot = t mod window, in `mem` */
+    const seq_mem *mem; /* the model's state memory: the ring is on the GPU for a cuda model */
 };
 
 static float *ring_at(const dsv4_dspark_ctx *c, int stage, int64_t t) {
@@ -33,15 +36,20 @@ int dsv4_dspark_ctx_new(dsv4_model *m, dsv4_dspark_ctx **out, dsv4_error *err) {
     c->n_stages = m->dspark->n_stages;
     c->window = m->cfg.window;
     c->D = m->cfg.head_dim;
-    c->ring = calloc((size_t)c->n_stages * c->window * c->D, sizeof(float));
-    if (!c->ring) { free(c); return dsv4_fail(err, DSV4_E_NOMEM, "out of memory"); }
+    c->mem = model_state_mem(m);
+    c->ring = c->mem->alloc(sizeof(float) * (size_t)c->n_stages * c->window * c->D);
+    if (!c->ring) {
+        const char *where = c->mem->name;
+        free(c);
+        return dsv4_fail(err, DSV4_E_NOMEM, "out of %s memory for the DSpark context", where);
+    }
     *out = c;
     return 0;
 }
 
 void dsv4_dspark_ctx_free(dsv4_dspark_ctx *c) {
     if (!c) return;
-    free(c->ring);
+    c->mem->release(c->ring);
     free(c);
 }
 
@@ -75,6 +83,11 @@ int dsv4_dspark_commit(dsv4_model *m, dsv4_dspark_ctx *c, const float *features,
     if (!h) return dsv4_fail(err, DSV4_E_UNSUPPORTED, "no DSpark drafter");
     if (n <= 0) return 0;
     if (!features) return dsv4_fail(err, DSV4_E_ARG, "DSpark: missing target features");
+    if (m->cuda) {
+        const int rc = cuda_dspark_commit(m, c->ring, c->pos, features, n, err);
+        if (!rc) c->pos += n;
+        return rc;
+    }
     const int d = cfg->dim, nt = cfg->n_dspark_targets, D = cfg->head_dim, R = cfg->rope_dim;
     int rc = setup_batch(m, n * nt > n ? n * nt : n, c->pos, NULL, err);   /* ex holds [n][nt*d] */
     if (rc) return rc;
@@ -132,6 +145,7 @@ int dsv4_dspark_block(dsv4_model *m, dsv4_dspark_ctx *c, int32_t anchor, float *
     int32_t ids[64];
     ids[0] = anchor;
     for (int j = 1; j < gamma; j++) ids[j] = cfg->dspark_noise_token;
+    if (m->cuda) return cuda_dspark_block(m, c->ring, c->pos, ids, gamma, y, U, err);
     int rc = setup_batch(m, gamma, c->pos, ids, err);
     if (rc) return rc;
     dsv4_workspace *ws = m->ws;

@@ -61,13 +61,13 @@ int workspace_ensure(struct dsv4_model *m, int T, int64_t max_rows) {
         GROW(ws->ck, T * 2 * D); GROW(ws->cz, T * 2 * D);
         GROW(ws->ick, T * 2 * c->index_head_dim); GROW(ws->icz, T * 2 * c->index_head_dim);
         GROW(ws->qi, T * c->index_n_heads * c->index_head_dim); GROW(ws->wi, T * c->index_n_heads);
-        GROW(ws->sel, T * c->index_topk); GROW(ws->n_sel, T);
+        GROW(ws->sel, (int64_t)T * c->index_topk); GROW(ws->n_sel, T);
         GROW(ws->pooled, cw);
         GROW(ws->router, T * c->n_routed); GROW(ws->route_e, T * c->n_act); GROW(ws->route_w, T * c->n_act);
         GROW(ws->expert_tok, T); GROW(ws->expert_w, T);
         GROW(ws->ex, T * d); GROW(ws->eg, T * c->moe_inter); GROW(ws->ev, T * c->moe_inter); GROW(ws->ey, T * d);
         GROW(ws->acc, T * d); GROW(ws->head_out, T);
-        GROW(ws->idxscratch, nt * c->index_topk); GROW(ws->heapscratch, nt * c->index_topk);
+        GROW(ws->idxscratch, (int64_t)nt * c->index_topk); GROW(ws->heapscratch, (int64_t)nt * c->index_topk);
         ws->T_cap = T;
     }
     if (max_rows < c->index_topk) max_rows = c->index_topk;

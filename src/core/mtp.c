@@ -1,5 +1,6 @@
 #include "core/mtp.h"
 #include "backend/cpu/kernels.h"
+#include "backend/cuda/cuda_backend.h"
 #include "core/forward.h"
 #include "core/norm.h"
 #include "core/numerics.h"
@@ -46,6 +47,7 @@ static void mtp_input(dsv4_model *m, const dsv4_mtp_head *h, const float *X, con
 int dsv4_mtp_forward(dsv4_model *m, dsv4_seq *state, const float *X, const int32_t *next_tokens, int n,
                      dsv4_logits_want want, float *logits, dsv4_error *err) {
     if (!m->mtp) return dsv4_fail(err, DSV4_E_UNSUPPORTED, "this checkpoint has no V4 MTP head (mtp.0.e_proj)");
+    if (m->cuda) return cuda_mtp_forward(m, state, X, next_tokens, n, want, logits, err);
     if (!X) return dsv4_fail(err, DSV4_E_ARG, "MTP: missing target hidden states");
     dsv4_step_item it = { state, next_tokens, n, want, logits, NULL };
     /* the per-token scratch must hold hc rows per token for the stream projections */

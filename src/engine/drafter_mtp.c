@@ -5,7 +5,6 @@
  * run once the target has committed position i and the token after it is known (on_commit gives both: the
  * verification step's hidden rows and the committed tokens). The last row run predicts the token after the
  * pending one — the next draft. Nothing speculative is ever written, so nothing needs rolling back. */
-#include "state/sequence.h"
 #include "core/mtp.h"
 #include "engine/speculative.h"
 #include "engine/drafter_mtp.h"
@@ -80,9 +79,8 @@ int dsv4_drafter_mtp(dsv4_model *m, const dsv4_sampling *sp, dsv4_drafter *out, 
     dsv4_sampling dsp = *sp;
     dsp.seed = sp->seed ^ 0x6d74703a64726166ULL;   /* its own random stream, not the verifier's */
     int rc = dsv4_sampler_init(&c->smp, &dsp, info.vocab_size, err);
-    /* the head's own small state stays in host memory and the head runs on the CPU, whatever the target's
-     * device: it drafts from the hidden rows the target's step hands back */
-    if (!rc) rc = seq_new_in(m, &seq_mem_host, &c->state, err);
+    /* the head's state lives where the model runs (dsv4_mtp_forward runs on the model's device) */
+    if (!rc) rc = dsv4_seq_new(m, &c->state, err);
     if (!rc && !(c->logits = malloc(sizeof(float) * (size_t)info.vocab_size)))
         rc = dsv4_fail(err, DSV4_E_NOMEM, "MTP drafter: out of memory");
     if (rc) { mtp_free(c); return rc; }

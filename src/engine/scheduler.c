@@ -22,12 +22,15 @@ typedef struct {
     dsv4_logits_hook hook;
     int slot;                     /* -1 unless running */
     int released;
+    const dsv4_grammar *grammar;  /* borrowed; NULL = unconstrained */
+    const dsv4_cvocab *cvocab;
 } request;
 
 typedef struct {
     int64_t req;                  /* -1: free */
     dsv4_seq *seq;
     dsv4_sampler smp;
+    dsv4_cstate *cs;              /* the stream's constraint state, NULL = unconstrained */
     int32_t pending;              /* the last sampled token, fed by the next step */
     float *logits;                /* [vocab]: the row this slot samples from */
 } slot;
@@ -117,7 +120,9 @@ static void slot_release(dsv4_sched *s, int i) {
     if (sl->req < 0) return;
     dsv4_seq_free(sl->seq);
     dsv4_sampler_free(&sl->smp);
+    dsv4_cstate_free(sl->cs);
     sl->seq = NULL;
+    sl->cs = NULL;
     sl->req = -1;
     s->n_running--;
 }
@@ -158,6 +163,11 @@ static int validate_request(const dsv4_sched *s, const dsv4_request *r, dsv4_err
     if (r->n_stop < 0 || (r->n_stop > 0 && !r->stop)) return dsv4_fail(err, DSV4_E_ARG, "bad stop sequence list");
     for (int i = 0; i < r->n_stop; i++)
         if (r->stop[i].n < 1 || !r->stop[i].tokens) return dsv4_fail(err, DSV4_E_ARG, "stop sequence %d is empty", i);
+    if (!r->grammar != !r->cvocab) return dsv4_fail(err, DSV4_E_ARG, "a constrained request needs both a grammar and a vocabulary");
+    if (r->cvocab && dsv4_cvocab_size(r->cvocab) != s->vocab)
+        return dsv4_fail(err, DSV4_E_ARG, "the constraint's vocabulary has %d tokens, the model %d", dsv4_cvocab_size(r->cvocab), s->vocab);
+    if (r->cvocab && dsv4_cvocab_eos(r->cvocab) != s->eos)
+        return dsv4_fail(err, DSV4_E_ARG, "the constraint's end-of-sequence token %d is not the model's (%d)", dsv4_cvocab_eos(r->cvocab), s->eos);
     /* the sampler checks its own parameters; try them now so that admission cannot fail on them later */
     dsv4_sampler probe;
     int rc = dsv4_sampler_init(&probe, &r->sampling, s->vocab, err);
@@ -174,6 +184,8 @@ static int request_copy(request *dst, const dsv4_request *r) {
     dst->max_new = r->max_new_tokens;
     dst->stop_on_eos = r->stop_on_eos;
     dst->hook = r->hook;
+    dst->grammar = r->grammar;
+    dst->cvocab = r->cvocab;
     dst->prompt = malloc(sizeof(int32_t) * (size_t)r->n_prompt);
     if (!dst->prompt) return -1;
     memcpy(dst->prompt, r->prompt, sizeof(int32_t) * (size_t)r->n_prompt);
@@ -312,6 +324,14 @@ static void admit(dsv4_sched *s) {
             finish(s, id, DSV4_FINISH_ERROR);
             continue;
         }
+        if (q->grammar && dsv4_cstate_new(q->grammar, q->cvocab, (int64_t)q->max_new - 1, &sl->cs, NULL)) {
+            sl->cs = NULL;
+            dsv4_seq_free(sl->seq);
+            dsv4_sampler_free(&sl->smp);
+            sl->seq = NULL;
+            finish(s, id, DSV4_FINISH_ERROR);
+            continue;
+        }
         sl->req = id;
         q->slot = i;
         q->state = DSV4_REQ_RUNNING;
@@ -412,11 +432,18 @@ static void take_token(dsv4_sched *s, int slot_i) {
         finish(s, id, DSV4_FINISH_ERROR);
         return;
     }
+    /* constrained: disallowed tokens get -inf before temperature and filters; the state follows the token */
+    if (sl->cs && dsv4_cstate_mask(sl->cs, sl->logits, NULL)) { finish(s, id, DSV4_FINISH_ERROR); return; }
     const int32_t tok = dsv4_sample(&sl->smp, sl->logits);
+    /* EOS before the value is complete happens only when max_new_tokens is below the shortest value: the
+     * budget ran out, which is what LENGTH says */
+    const int cut_short = sl->cs && tok == s->eos && !dsv4_cstate_complete(sl->cs);
+    if (sl->cs && dsv4_cstate_advance(sl->cs, tok, NULL)) { finish(s, id, DSV4_FINISH_ERROR); return; }
     q->out[q->n_out++] = tok;
     sl->pending = tok;
     if (s->on_token) s->on_token(s->on_token_ctx, id, q->n_out - 1, tok, sl->logits);
-    if (q->stop_on_eos && tok == s->eos) finish(s, id, DSV4_FINISH_EOS);
+    if (cut_short) finish(s, id, DSV4_FINISH_LENGTH);
+    else if ((q->stop_on_eos || sl->cs) && tok == s->eos) finish(s, id, DSV4_FINISH_EOS);
     else if (ends_with_stop(q)) finish(s, id, DSV4_FINISH_STOP);
     else if (q->n_out >= q->max_new) finish(s, id, DSV4_FINISH_LENGTH);
 }

@@ -17,6 +17,7 @@
 #ifndef DSV4_ENGINE_SCHEDULER_H
 #define DSV4_ENGINE_SCHEDULER_H
 #include "dsv4.h"
+#include "engine/constraint.h"
 #include "engine/sampler.h"
 #include <stdint.h>
 
@@ -54,7 +55,15 @@ typedef struct {
     int stop_on_eos;            /* 1: stop after the model's EOS token is generated */
     const dsv4_stop_seq *stop;  /* n_stop stop sequences (copied) */
     int n_stop;
-    dsv4_logits_hook hook;      /* optional (zero = none) */
+    /* Constrained output (constraint.h): NULL = none. Both borrowed; they must outlive the request. The stream
+     * gets its own dsv4_cstate with a length bound of max_new_tokens - 1 bytes, so a constrained stream ends
+     * with a complete value and EOS within its budget (see constraint.h); EOS ends it even without
+     * stop_on_eos. The logits the observer sees are the masked ones. Finish reasons: EOS once the value is
+     * complete; LENGTH only when max_new_tokens is below the shortest value (the stream then ends at once with
+     * EOS as its last token and an incomplete value). */
+    const dsv4_grammar *grammar;
+    const dsv4_cvocab *cvocab;
+    dsv4_logits_hook hook;      /* optional (zero = none); runs before the constraint's mask */
 } dsv4_request;
 
 typedef enum {

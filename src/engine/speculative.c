@@ -113,6 +113,9 @@ struct dsv4_spec_stream {
     float *scratch;          /* [2][vocab] */
     float *hidden;           /* [1 + draft][dr.hidden_dim] when the drafter wants target features, else NULL */
     dsv4_seq_snapshot *snap;
+    dsv4_cstate *cs;         /* constraint state (NULL = unconstrained): holds the committed output */
+    dsv4_cpos *cpos;         /* [1 + draft]: the constraint position before row j's token, j = 0..n_valid */
+    int n_valid;             /* drafts the constraint allows (rows 0..n_valid get masks) */
 };
 
 void dsv4_drafter_free(dsv4_drafter *d) {
@@ -134,6 +137,8 @@ void dsv4_spec_stream_free(dsv4_spec_stream *s) {
     free(s->logits);
     free(s->scratch);
     free(s->hidden);
+    free(s->cpos);
+    dsv4_cstate_free(s->cs);
     free(s);
 }
 
@@ -223,6 +228,15 @@ int dsv4_spec_stream_new(dsv4_model *m, const int32_t *prompt, int n_prompt, con
         dsv4_spec_stream_free(s);
         return dsv4_fail(err, DSV4_E_NOMEM, "speculative: out of memory");
     }
+    if (o->grammar || o->cvocab) {
+        if (!o->grammar || !o->cvocab) { dsv4_spec_stream_free(s); return dsv4_fail(err, DSV4_E_ARG, "speculative: a constraint needs a grammar and a vocabulary"); }
+        if (dsv4_cvocab_size(o->cvocab) != s->vocab || dsv4_cvocab_eos(o->cvocab) != m->cfg.eos_id) {
+            dsv4_spec_stream_free(s);
+            return dsv4_fail(err, DSV4_E_ARG, "speculative: the constraint's vocabulary does not match the model");
+        }
+        if ((rc = dsv4_cstate_new(o->grammar, o->cvocab, (int64_t)o->max_new_tokens - 1, &s->cs, err))) { dsv4_spec_stream_free(s); return rc; }
+        if (!(s->cpos = malloc(sizeof *s->cpos * (K + 1)))) { dsv4_spec_stream_free(s); return dsv4_fail(err, DSV4_E_NOMEM, "speculative: out of memory"); }
+    }
     if ((rc = dsv4_seq_new(m, &s->seq, err))) { dsv4_spec_stream_free(s); return rc; }
     if (n_prompt > 1 && (rc = prefill(s, prompt, n_prompt, err))) {
         dsv4_spec_stream_free(s);
@@ -251,6 +265,8 @@ static int gather_drafts(dsv4_spec_stream *s, dsv4_error *err) {
     s->k = 0;
     s->probs_given = 0;
     s->chunk[0] = s->pending;
+    s->n_valid = 0;
+    if (s->cs) s->cpos[0] = dsv4_cstate_get(s->cs); /* row 0 is masked at the committed position */
     if (max_k < 1) return 0;
     const int greedy = s->smp.params.temperature <= 0.0f;
     int conf_given = 0;
@@ -265,12 +281,37 @@ static int gather_drafts(dsv4_spec_stream *s, dsv4_error *err) {
                              s->dr.name ? s->dr.name : "?", j, s->chunk[1 + j], s->vocab);
     s->k = conf_given && s->o.conf_threshold > 0.0f ? cut_by_confidence(s->conf, n, s->o.conf_threshold) : n;
     if (greedy) s->probs_given = 0;
+    if (s->cs) {
+        /* walk the constraint along the drafts: cpos[j] is the position row j is masked with */
+        const dsv4_cpos p0 = dsv4_cstate_get(s->cs);
+        s->cpos[0] = p0;
+        int j = 0;
+        while (j < s->k && dsv4_cstate_allows(s->cs, s->chunk[1 + j])) {
+            if (dsv4_cstate_advance(s->cs, s->chunk[1 + j], err)) { dsv4_cstate_set(s->cs, p0); return dsv4_wrap(err, "speculative"); }
+            s->cpos[++j] = dsv4_cstate_get(s->cs);
+        }
+        dsv4_cstate_set(s->cs, p0);
+        s->n_valid = j;
+        if (!s->probs_given) s->k = j; /* deterministic drafts: a refused draft would be rejected for sure */
+    }
     return 0;
 }
 
 /* Verify, roll back the rejected positions, emit, tell the drafter. */
 static int commit_stream(dsv4_spec_stream *s, dsv4_error *err) {
     int32_t bonus;
+    int rc;
+    if (s->cs) {
+        /* row j predicts the token after d_j: mask it with the constraint at that position. Rows after the
+         * first refused draft are never read (verification rejects that draft: its probability is 0). */
+        for (int j = 0; j <= s->n_valid && j <= s->k; j++) {
+            dsv4_cstate_set(s->cs, s->cpos[j]);
+            if ((rc = dsv4_cstate_mask(s->cs, s->logits + (size_t)j * s->vocab, err))) {
+                s->done = 1;
+                return dsv4_wrap(err, "speculative");
+            }
+        }
+    }
     const int n_acc = dsv4_spec_verify_rows(&s->smp, s->logits, s->chunk + 1, s->k,
                                             s->probs_given ? s->probs : NULL, s->rng, s->scratch, &bonus);
     /* committed tokens d_1..d_{n_acc}, bonus: written over chunk[1..] (chunk[0] is the old anchor) */
@@ -278,13 +319,19 @@ static int commit_stream(dsv4_spec_stream *s, dsv4_error *err) {
     c[n_acc] = bonus;
     int t = n_acc + 1;
     int stop = 0;
-    if (s->o.stop_on_eos) {
+    if (s->o.stop_on_eos || s->cs) {
         const int eos = s->m->cfg.eos_id;
         for (int i = 0; i < t; i++)
             if (c[i] == eos) { t = i + 1; stop = 1; break; }
     }
+    if (s->cs) {
+        /* the committed output is d_1..d_{t-1} then c_{t-1}: the drafts' positions are known, the last token
+         * (the bonus, or an accepted EOS) advances from there */
+        dsv4_cstate_set(s->cs, s->cpos[t - 1]);
+        if ((rc = dsv4_cstate_advance(s->cs, c[t - 1], err))) { s->done = 1; return dsv4_wrap(err, "speculative"); }
+    }
     /* keep the anchor and c_0..c_{t-2}; c_{t-1} is the new pending token */
-    int rc = dsv4_seq_rollback(s->seq, s->snap, t, err);
+    rc = dsv4_seq_rollback(s->seq, s->snap, t, err);
     if (rc) { s->done = 1; return dsv4_wrap(err, "speculative: rollback"); }
     memcpy(s->out + s->n_out, c, sizeof(int32_t) * (size_t)t);
     s->n_out += t;

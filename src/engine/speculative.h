@@ -20,6 +20,7 @@
 #ifndef DSV4_ENGINE_SPECULATIVE_H
 #define DSV4_ENGINE_SPECULATIVE_H
 #include "dsv4.h"
+#include "engine/constraint.h"
 #include "engine/sampler.h"
 #include <stdint.h>
 
@@ -98,6 +99,15 @@ typedef struct {
     float conf_threshold;    /* survival-product threshold for drafters that give confidences; 0 = off */
     int max_new_tokens;      /* >= 0 */
     int stop_on_eos;
+    /* Constrained output (constraint.h), NULL = none; borrowed, must outlive the stream. The stream keeps its
+     * own state (length bound max_new_tokens - 1 bytes). Verification samples from the masked rows: the state
+     * is walked along the drafts before the target step and each row gets the mask of the position it
+     * predicts; a draft the constraint refuses is rejected. Greedy drafts (and deterministic drafts) are cut
+     * at the first refused one before the target step, which changes nothing in the result (a one-hot p_d
+     * rejected with p_t(d) = 0 leaves the residual p_t); sampled drafts with a distribution are left for the
+     * acceptance test to reject, which keeps the output distribution exact. EOS ends a constrained stream. */
+    const dsv4_grammar *grammar;
+    const dsv4_cvocab *cvocab;
 } dsv4_spec_opts;
 
 typedef struct {

@@ -23,8 +23,11 @@ static int get_int(json_t *root, const char *hf, const char *off, int64_t def, i
         return 0;
     }
     if (json_is_integer(v)) { *out = json_integer_value(v); return 0; }
-    if (json_is_real(v) && json_real_value(v) == (double)(int64_t)json_real_value(v)) {
-        *out = (int64_t)json_real_value(v);
+    /* A whole-valued real (4.0) counts as an integer. The range check comes first: converting a double outside
+     * int64_t's range is undefined behaviour (UBSan, tests/fuzz/fuzz_config.c: "num_experts_per_tok": 1e301). */
+    const double d = json_is_real(v) ? json_real_value(v) : 0.5;
+    if (d >= -9.0e18 && d <= 9.0e18 && d == (double)(int64_t)d) {
+        *out = (int64_t)d;
         return 0;
     }
     return dsv4_fail(err, DSV4_E_FORMAT, "%s: field \"%s\" must be an integer", what, hf ? hf : off);
@@ -63,7 +66,11 @@ static int get_num(json_t *root, const char *hf, const char *off, double def, in
 
 int dsv4_config_parse(const char *text, const char *what, dsv4_config *cfg, dsv4_error *err) {
     json_error_t jerr;
-    json_t *root = json_loads(text, 0, &jerr);
+    /* `root` is where the field macros look, and the rope_scaling block points it at a sub-object for a while;
+     * `doc` is what gets freed. (Freeing `root` leaked the document and freed the borrowed sub-object when a
+     * rope_scaling field had the wrong type: found by tests/fuzz/fuzz_config.c.) */
+    json_t *const doc = json_loads(text, 0, &jerr);
+    json_t *root = doc;
     if (!root)
         return dsv4_fail(err, DSV4_E_FORMAT, "%s: malformed JSON at line %d: %s", what, jerr.line, jerr.text);
     int rc = 0;
@@ -141,12 +148,16 @@ int dsv4_config_parse(const char *text, const char *what, dsv4_config *cfg, dsv4
     /* compress_ratios: one per backbone layer, then one per speculative stage (missing stages -> 0). */
     {
         json_t *cr = field(root, "compress_ratios", NULL);
-        int total = cfg->n_layers + cfg->n_mtp;
-        if (cfg->n_layers <= 0 || total > DSV4_MAX_LAYERS) {
-            rc = dsv4_fail(err, DSV4_E_FORMAT, "%s: num_hidden_layers %d out of range (1..%d with MTP)", what,
-                           cfg->n_layers, DSV4_MAX_LAYERS);
+        /* Each count on its own first: a negative stage count used to let num_hidden_layers exceed the
+         * compress_ratio[] table (the sum fitted), and the sum of two large counts overflowed an int.
+         * (The invariant is checked by tests/fuzz/fuzz_config.c; regressions/config/negative-mtp-*.json.) */
+        if (cfg->n_layers <= 0 || cfg->n_layers > DSV4_MAX_LAYERS || cfg->n_mtp < 0 ||
+            cfg->n_mtp > DSV4_MAX_LAYERS - cfg->n_layers) {
+            rc = dsv4_fail(err, DSV4_E_FORMAT, "%s: num_hidden_layers %d with %d MTP layers out of range (1..%d in all)",
+                           what, cfg->n_layers, cfg->n_mtp, DSV4_MAX_LAYERS);
             goto done;
         }
+        int total = cfg->n_layers + cfg->n_mtp;
         if (!cr) {
             rc = dsv4_fail(err, DSV4_E_FORMAT, "%s: missing field \"compress_ratios\" (the layer layout must be explicit)", what);
             goto done;
@@ -182,7 +193,7 @@ int dsv4_config_parse(const char *text, const char *what, dsv4_config *cfg, dsv4
     rc = dsv4_config_validate(cfg, err);
     if (rc) dsv4_wrap(err, "%s", what);
 done:
-    json_decref(root);
+    json_decref(doc);
     return rc;
 }
 
@@ -195,17 +206,21 @@ int dsv4_config_validate(const dsv4_config *c, dsv4_error *err) {
         "qk_rope_head_dim must be even and at most head_dim");
     REQ(c->q_lora > 0 && c->o_lora > 0, "q_lora_rank and o_lora_rank must be positive");
     REQ(c->o_groups > 0 && c->n_heads % c->o_groups == 0, "num_attention_heads must be a multiple of o_groups");
-    REQ(c->window > 0, "sliding_window must be positive");
+    /* Upper bounds on the sizes no tensor shape pins down. Each sizes memory or time per sequence or per token,
+     * and without a bound a config could overflow int arithmetic (ring_len = window + max_spec), ask for
+     * terabytes, or spin for hours (tests/fuzz/fuzz_checkpoint.c, regressions/checkpoint/). The bounds are far
+     * above the released models (window 128, index_topk 512/1024, 20 Sinkhorn iterations). */
+    REQ(c->window > 0 && c->window <= (1 << 20), "sliding_window must be in 1..1048576");
     REQ(c->n_routed > 0 && c->n_act > 0 && c->n_act <= c->n_routed,
         "num_experts_per_tok must be in 1..n_routed_experts");
     REQ(c->n_shared == 1, "n_shared_experts must be 1 (the official model asserts it)");
     REQ(c->moe_inter > 0, "moe_intermediate_size must be positive");
     REQ(c->n_hash >= 0 && c->n_hash <= c->n_layers, "num_hash_layers out of range");
     REQ(c->hc_mult >= 1 && c->hc_mult <= 8, "hc_mult must be in 1..8");
-    REQ(c->hc_iters >= 1, "hc_sinkhorn_iters must be positive");
+    REQ(c->hc_iters >= 1 && c->hc_iters <= 1000, "hc_sinkhorn_iters must be in 1..1000");
     REQ(c->index_head_dim > 0 && c->index_head_dim >= c->rope_dim && c->index_n_heads > 0,
         "index_head_dim must be at least qk_rope_head_dim");
-    REQ(c->index_topk > 0, "index_topk must be positive");
+    REQ(c->index_topk > 0 && c->index_topk <= (1 << 20), "index_topk must be in 1..1048576");
     REQ(c->max_position > 0, "max_position_embeddings must be positive");
     REQ(c->bos_id >= 0 && c->bos_id < c->vocab_size && c->eos_id >= 0 && c->eos_id < c->vocab_size,
         "bos/eos token ids must be inside the vocabulary");

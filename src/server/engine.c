@@ -203,8 +203,9 @@ static void admit_incoming(server_engine *e) {
         if (j->cancel) { job_finish_locked(e, j, DSV4_FINISH_CANCELLED); continue; }
         dsv4_stop_seq stops[4];
         for (int k = 0; k < j->n_stop_ids; k++) stops[k] = (dsv4_stop_seq){&j->stop_ids[k], 1};
-        dsv4_request r = {j->prompt, j->n_prompt, j->sampling, j->max_new, j->stop_on_eos, stops, j->n_stop_ids,
-                          {server_logits_apply, &j->proc}};
+        dsv4_request r = {.prompt = j->prompt, .n_prompt = j->n_prompt, .sampling = j->sampling, .max_new_tokens = j->max_new,
+                          .stop_on_eos = j->stop_on_eos, .stop = stops, .n_stop = j->n_stop_ids,
+                          .hook = {server_logits_apply, &j->proc}};
         dsv4_error err;
         if (push(&e->active, &e->n_act, &e->cap_act, j) || dsv4_sched_add(e->sched, &r, &j->sched_id, &err)) {
             if (e->n_act && e->active[e->n_act - 1] == j) e->n_act--;

@@ -5,6 +5,8 @@
 #include "state/sequence.h"
 #include "util/error.h"
 #include "util/fileio.h"
+#include "util/version.h"
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <xxhash.h>
@@ -59,7 +61,8 @@ int persist_sizes_of(const persist_header *h, persist_sizes *sz) {
     const uint64_t D = h->head_dim, I = h->index_head_dim, pos = (uint64_t)h->pos;
     /* stored bytes of one main (window / compressed) row and one indexer row in the file's KV format */
     const uint64_t MB = kv_row_bytes(fmt, KV_ROW_MAIN, (int)D, rope), IB = kv_row_bytes(fmt, KV_ROW_INDEX, (int)I, 0);
-    sz->header = PERSIST_FIXED_BYTES + h->n_layers;
+    if (h->version < PERSIST_MIN_VERSION || h->version > PERSIST_VERSION) return -1;
+    sz->header = PERSIST_FIXED_BYTES + h->n_layers + (h->version >= 2 ? PERSIST_WRITER_BYTES : 0);
     sz->tokens = 4 * pos;
     sz->total = sz->header + sz->tokens + 8;
     sz->fixed = sz->header + 8;
@@ -142,6 +145,7 @@ static void header_of(const dsv4_seq *s, persist_header *h) {
     h->ring_len = (uint32_t)s->ring_len;
     h->pos = s->pos;
     for (int L = 0; L < s->n_layers; L++) h->ratio[L] = (uint8_t)m->cfg.compress_ratio[L];
+    snprintf(h->writer, sizeof h->writer, "%s", dsv4_build_writer());
 }
 
 const int32_t *dsv4_seq_tokens(const dsv4_seq *s) { return s->tokens; }
@@ -198,6 +202,9 @@ int dsv4_seq_save_mem(const dsv4_seq *s, void **buf, size_t *len, dsv4_error *er
     put_u32(&c, h.ring_len);
     put_i64(&c, h.pos);
     put(&c, h.ratio, h.n_layers);
+    char writer[PERSIST_WRITER_BYTES] = {0};   /* NUL-padded: the file's bytes do not depend on stack contents */
+    memcpy(writer, h.writer, strnlen(h.writer, PERSIST_WRITER_BYTES));
+    put(&c, writer, PERSIST_WRITER_BYTES);
     put(&c, s->tokens, sizeof(int32_t) * (size_t)s->pos);
     for (int L = 0; L < s->n_layers; L++) put_layer(&c, s, &s->layer[L], &h);
     put_u64(&c, XXH64(c.p, c.off, 0));
@@ -222,6 +229,18 @@ int dsv4_seq_save(const dsv4_seq *s, const char *path, dsv4_error *err) {
 
 /* ---- read and validate ------------------------------------------------------------------------------------ */
 
+/* The writer field: printable ASCII, then NUL padding only. */
+static int read_writer(cursor *c, persist_header *h) {
+    char w[PERSIST_WRITER_BYTES];
+    if (get(c, w, sizeof w)) return -1;
+    size_t n = strnlen(w, sizeof w);
+    for (size_t i = 0; i < sizeof w; i++)
+        if (i < n ? (w[i] < 0x20 || w[i] > 0x7e) : w[i] != 0) return -1;
+    memcpy(h->writer, w, n);
+    h->writer[n] = 0;
+    return 0;
+}
+
 int persist_read_header(const void *buf, size_t len, persist_header *h, dsv4_error *err) {
     cursor c = { NULL, buf, 0, len };
     memset(h, 0, sizeof *h);
@@ -229,9 +248,9 @@ int persist_read_header(const void *buf, size_t len, persist_header *h, dsv4_err
     if (memcmp(buf, PERSIST_MAGIC, 8)) return dsv4_fail(err, DSV4_E_FORMAT, "not a dsv4 sequence state (bad magic)");
     c.off = 8;
     h->version = get_u32(&c);
-    if (h->version != PERSIST_VERSION)
-        return dsv4_fail(err, DSV4_E_FORMAT, "state format version %u is not supported (this build reads version %u)",
-                         h->version, PERSIST_VERSION);
+    if (h->version < PERSIST_MIN_VERSION || h->version > PERSIST_VERSION)
+        return dsv4_fail(err, DSV4_E_FORMAT, "state format version %u is not supported (this build reads versions %u to %u)",
+                         h->version, PERSIST_MIN_VERSION, PERSIST_VERSION);
     if (len < PERSIST_FIXED_BYTES)
         return dsv4_fail(err, DSV4_E_FORMAT, "state is truncated: %zu bytes, the header alone needs %d", len, PERSIST_FIXED_BYTES);
     h->mode = get_u32(&c);
@@ -247,6 +266,8 @@ int persist_read_header(const void *buf, size_t len, persist_header *h, dsv4_err
         return dsv4_fail(err, DSV4_E_FORMAT, "state header: %u layers is out of range (corrupted?)", h->n_layers);
     if (get(&c, h->ratio, h->n_layers))
         return dsv4_fail(err, DSV4_E_FORMAT, "state is truncated inside its header (%zu bytes)", len);
+    if (h->version >= 2 && read_writer(&c, h))
+        return dsv4_fail(err, DSV4_E_FORMAT, "state header: the writer field is truncated or not printable text (corrupted?)");
     int kv_fmt, kv_rope;
     if (persist_kv_unpack(h->kv_format, &kv_fmt, &kv_rope))
         return dsv4_fail(err, DSV4_E_FORMAT, "state KV storage word 0x%x is unknown (this build has f32 = 0, bf16 = 1, "

@@ -1,11 +1,15 @@
 /* Sequence state files (DESIGN §2: state is plain data, so save/restore = write/read the fields).
  *
- * Format version 1, little-endian, no padding between fields:
+ * Format version 2, little-endian, no padding between fields:
  *
  *   header   magic "DSV4SEQ\x1a" (8) | u32 version | u32 numeric mode | u64 model fingerprint
  *            | u32 kv storage word | u32 n_layers | u32 head_dim
  *            | u32 index_head_dim | u32 window | u32 ring_len (of the saving model; informational)
  *            | i64 position | u8 ratio[n_layers] (0, 4 or 128)
+ *            | char writer[48]   (version 2) the build that wrote the file, "dsv4 0.1.0 (commit 0123456789ab)":
+ *                                printable ASCII, NUL-padded; informational (dsv4 state inspect shows it), never
+ *                                a reason to refuse a file: compatibility is decided by the format version and
+ *                                the model fingerprint
  *            kv storage word: bits 0-7 the format (0 f32, 1 bf16, 2 fp8 = dsv4_kv_format), bits 8-31 the
  *            rope dims that fp8 keeps in BF16 (0 for f32 and bf16): together they fix the byte size of a row
  *            (state/kvrows.h), so the header still determines the file length without the model
@@ -21,6 +25,8 @@
  *                        i64 n_rows (= pos / 4), irow[n_rows]  indexer rows (kv format, index_head_dim)
  *   trailer  u64 XXH64 (seed 0) of every byte before it
  *
+ * Version 1 is version 2 without the writer field; it is still read (and reported as "unknown, format v1").
+ *
  * The header alone determines the exact file length, so truncation and trailing bytes are caught before the
  * checksum is even computed. */
 #ifndef DSV4_STATE_PERSIST_H
@@ -30,8 +36,10 @@
 #include <stdint.h>
 
 #define PERSIST_MAGIC "DSV4SEQ\x1a"
-#define PERSIST_VERSION 1u
-#define PERSIST_FIXED_BYTES 56   /* header bytes before the ratio table */
+#define PERSIST_VERSION 2u        /* what this build writes */
+#define PERSIST_MIN_VERSION 1u    /* the oldest it reads */
+#define PERSIST_FIXED_BYTES 56    /* header bytes before the ratio table */
+#define PERSIST_WRITER_BYTES 48   /* version >= 2: the writer field after the ratio table */
 
 typedef struct {
     uint32_t version, mode, kv_format;
@@ -39,6 +47,7 @@ typedef struct {
     uint32_t n_layers, head_dim, index_head_dim, window, ring_len;
     int64_t pos;
     uint8_t ratio[256];
+    char writer[PERSIST_WRITER_BYTES + 1];   /* NUL-terminated; "" in a version 1 file */
 } persist_header;
 
 /* The header's kv storage word <-> (dsv4_kv_format, rope dims). unpack: 0, or -1 when the word is unknown. */

@@ -3,6 +3,7 @@
 #include "text/chat.h"
 #include "text/pyjson.h"
 #include "text/strbuf.h"
+#include "text/utf8.h"
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -169,7 +170,19 @@ static int parse_param(const char *s, size_t n, param *out) {
     return -1;
 }
 
+static int valid_utf8(const char *s) {
+    size_t n = strlen(s);
+    return dsv4_utf8_valid_prefix(s, n) == n;
+}
+
 static dsv4_dsml_status finish_invoke(dsv4_dsml_parser *p) {
+    /* The arguments must be JSON, and JSON text is UTF-8: a name, key or string value with ill-formed UTF-8
+     * (decoded model output never has any, but the parser takes any bytes) would make them invalid.
+     * (Found by tests/fuzz/fuzz_dsml.c.) */
+    if (!valid_utf8(p->name)) return fail(p, DSV4_DSML_MALFORMED, "tool call name is not valid UTF-8%s", NULL);
+    for (int i = 0; i < p->n_params; i++)
+        if (!valid_utf8(p->params[i].key) || (p->params[i].is_str && !valid_utf8(p->params[i].value)))
+            return fail(p, DSV4_DSML_MALFORMED, "a parameter of tool call '%s' is not valid UTF-8", p->name);
     dsv4_strbuf args;
     dsv4_sb_init(&args);
     dsv4_sb_putc(&args, '{');
@@ -335,13 +348,15 @@ dsv4_dsml_status dsv4_dsml_feed(dsv4_dsml_parser *p, const char *text, size_t n)
 dsv4_dsml_status dsv4_dsml_finish(dsv4_dsml_parser *p) {
     if (p->st == S_ERROR) return p->status;
     advance(p);
+    /* raw.data is NULL when nothing was fed: no pointer arithmetic on it (UBSan, tests/fuzz/fuzz_dsml.c) */
+    const char *rest = p->raw.data ? p->raw.data + p->pos : "";
     switch (p->st) {
     case S_REASONING:
-        emit(p, 1, p->raw.data + p->pos, p->raw.len - p->pos);
+        emit(p, 1, rest, p->raw.len - p->pos);
         consume(p, p->raw.len);
         return fail(p, DSV4_DSML_TRUNCATED, "output ended inside the reasoning (no </think>)%s", NULL);
     case S_CONTENT:
-        emit(p, 0, p->raw.data + p->pos, p->raw.len - p->pos);
+        emit(p, 0, rest, p->raw.len - p->pos);
         consume(p, p->raw.len);
         p->st = S_DONE;
         break;
@@ -358,9 +373,11 @@ dsv4_dsml_status dsv4_dsml_finish(dsv4_dsml_parser *p) {
     }
     /* The official safety check: no control markers inside reasoning or content. */
     const char *const forbidden[5] = {DSV4_BOS_TEXT, DSV4_EOS_TEXT, DSV4_THINK_TEXT, DSV4_THINK_END_TEXT, DSML};
+    /* memmem, not strstr: a NUL byte in the output must not hide a marker after it */
     for (int i = 0; i < 5; i++) {
-        if ((p->content.data && strstr(p->content.data, forbidden[i])) ||
-            (p->reasoning.data && strstr(p->reasoning.data, forbidden[i])))
+        const size_t fl = strlen(forbidden[i]);
+        if ((p->content.data && memmem(p->content.data, p->content.len, forbidden[i], fl)) ||
+            (p->reasoning.data && memmem(p->reasoning.data, p->reasoning.len, forbidden[i], fl)))
             return fail(p, DSV4_DSML_MALFORMED, "special token %s inside the reasoning or content", forbidden[i]);
     }
     return p->status;

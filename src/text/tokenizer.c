@@ -164,6 +164,11 @@ static int check_model_and_normalizer(json_t *root, dsv4_error *err) {
     return 0;
 }
 
+/* Largest token id accepted. Every per-id table has max id + 1 slots, so one token with a huge id made a 4 KB
+ * file cost gigabytes and seconds to load (tests/fuzz/fuzz_tokenizer_load.c, regressions/tokenizer_load/);
+ * 2^22 - 1 is 16 times the largest released vocabulary (~262k). */
+#define MAX_TOKEN_ID ((1 << 22) - 1)
+
 /* Fill tok_str / vocab / added tables. Every string is copied into one pool so the JSON can be freed. */
 static int load_tables(dsv4_tokenizer *t, json_t *root, dsv4_error *err) {
     json_t *vocab = json_object_get(json_object_get(root, "model"), "vocab");
@@ -175,7 +180,7 @@ static int load_tables(dsv4_tokenizer *t, json_t *root, dsv4_error *err) {
     const char *key;
     json_t *val;
     json_object_foreach(vocab, key, val) {
-        if (!json_is_integer(val) || json_integer_value(val) < 0 || json_integer_value(val) > 0x7FFFFFF)
+        if (!json_is_integer(val) || json_integer_value(val) < 0 || json_integer_value(val) > MAX_TOKEN_ID)
             return dsv4_fail(err, DSV4_E_FORMAT, "vocab entry '%.40s' has an invalid id", key);
         if (json_integer_value(val) > max_id) max_id = json_integer_value(val);
         pool += strlen(key) + 1;
@@ -185,14 +190,14 @@ static int load_tables(dsv4_tokenizer *t, json_t *root, dsv4_error *err) {
     json_array_foreach(added, i, val) {
         json_t *id = json_object_get(val, "id");
         const char *content = json_str_field(val, "content");
-        if (!json_is_integer(id) || json_integer_value(id) < 0 || json_integer_value(id) > 0x7FFFFFF || !content ||
+        if (!json_is_integer(id) || json_integer_value(id) < 0 || json_integer_value(id) > MAX_TOKEN_ID || !content ||
             !*content)
             return dsv4_fail(err, DSV4_E_FORMAT, "added_tokens[%zu] needs an id and a non-empty content", i);
         if (json_integer_value(id) > max_id) max_id = json_integer_value(id);
         pool += strlen(content) + 1;
     }
     if (max_id < 0) return dsv4_fail(err, DSV4_E_FORMAT, "empty vocabulary");
-    t->n_vocab = (int32_t)max_id + 1;   /* ids were checked to be <= 0x7FFFFFF above */
+    t->n_vocab = (int32_t)max_id + 1;   /* ids were checked to be <= MAX_TOKEN_ID above */
     size_t nv = (size_t)t->n_vocab;
     t->tok_str = calloc(nv, sizeof *t->tok_str);
     t->tok_len = calloc(nv, sizeof *t->tok_len);
@@ -327,52 +332,79 @@ static int32_t config_token_id(const dsv4_tokenizer *t, json_t *cfg, const char 
     return s ? dsv4_tokenizer_token_id(t, s) : -1;
 }
 
-static int load_config(dsv4_tokenizer *t, const char *path, dsv4_error *err) {
-    json_error_t je;
-    json_t *cfg = json_load_file(path, 0, &je);
-    if (!cfg) return dsv4_fail(err, DSV4_E_FORMAT, "%s: line %d: %s", path, je.line, je.text);
+/* tokenizer_config.json, already parsed: add_bos_token and the BOS / EOS names. `what` names it in messages. */
+static int apply_config(dsv4_tokenizer *t, json_t *cfg, const char *what, dsv4_error *err) {
     t->add_bos = json_is_true(json_object_get(cfg, "add_bos_token"));
     int32_t bos = config_token_id(t, cfg, "bos_token"), eos = config_token_id(t, cfg, "eos_token");
     if (bos >= 0) t->bos_id = bos;
     if (eos >= 0) t->eos_id = eos;
-    json_decref(cfg);
     if (t->add_bos && t->bos_id < 0)
-        return dsv4_fail(err, DSV4_E_FORMAT, "%s: add_bos_token is set but the BOS token is unknown", path);
+        return dsv4_fail(err, DSV4_E_FORMAT, "%s: add_bos_token is set but the BOS token is unknown", what);
+    return 0;
+}
+
+/* Build a tokenizer from a parsed tokenizer.json (root, owned by the caller); `what` names it in messages.
+ * The BOS / EOS ids default to the DeepSeek names; apply_config may override them afterwards. */
+static int load_parsed(json_t *root, const char *what, dsv4_tokenizer **out, dsv4_error *err) {
+    *out = NULL;
+    dsv4_tokenizer *t = calloc(1, sizeof *t);
+    if (!t) return dsv4_fail(err, DSV4_E_NOMEM, "out of memory");
+    int rc;
+    t->bos_id = t->eos_id = -1;
+    if ((rc = check_model_and_normalizer(root, err)) || (rc = load_tables(t, root, err)) ||
+        (rc = load_merges(t, root, err)) || (rc = build_byte_ids(t, err)) || (rc = dsv4_pretok_new(&t->pretok, err)) ||
+        (rc = add_pretokenizer(t, json_object_get(root, "pre_tokenizer"), err)) || (rc = build_decode_table(t, err))) {
+        dsv4_tokenizer_free(t);
+        return dsv4_wrap(err, "loading %s", what);
+    }
+    /* Defaults for DeepSeek-style tables when no config names them. */
+    if (t->bos_id < 0) t->bos_id = dsv4_tokenizer_token_id(t, "<\xef\xbd\x9c" "begin\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>");
+    if (t->eos_id < 0) t->eos_id = dsv4_tokenizer_token_id(t, "<\xef\xbd\x9c" "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>");
+    *out = t;
     return 0;
 }
 
 int dsv4_tokenizer_load(const char *json_path, const char *config_path, dsv4_tokenizer **out, dsv4_error *err) {
     *out = NULL;
-    dsv4_tokenizer *t = calloc(1, sizeof *t);
-    if (!t) return dsv4_fail(err, DSV4_E_NOMEM, "out of memory");
     json_error_t je;
     json_t *root = json_load_file(json_path, 0, &je);
-    int rc;
     if (!root) {
         FILE *f = fopen(json_path, "rb");
-        if (!f) rc = dsv4_fail(err, DSV4_E_IO, "cannot open tokenizer file %s", json_path);
-        else {
-            fclose(f);
-            rc = dsv4_fail(err, DSV4_E_FORMAT, "%s: line %d: %s", json_path, je.line, je.text);
-        }
-        dsv4_tokenizer_free(t);
-        return rc;
+        if (!f) return dsv4_fail(err, DSV4_E_IO, "cannot open tokenizer file %s", json_path);
+        fclose(f);
+        return dsv4_fail(err, DSV4_E_FORMAT, "%s: line %d: %s", json_path, je.line, je.text);
     }
-    t->bos_id = t->eos_id = -1;
-    if ((rc = check_model_and_normalizer(root, err)) || (rc = load_tables(t, root, err)) ||
-        (rc = load_merges(t, root, err)) || (rc = build_byte_ids(t, err)) || (rc = dsv4_pretok_new(&t->pretok, err)) ||
-        (rc = add_pretokenizer(t, json_object_get(root, "pre_tokenizer"), err)) || (rc = build_decode_table(t, err))) {
-        json_decref(root);
-        dsv4_tokenizer_free(t);
-        return dsv4_wrap(err, "loading %s", json_path);
-    }
+    dsv4_tokenizer *t;
+    int rc = load_parsed(root, json_path, &t, err);
     json_decref(root);
-    /* Defaults for DeepSeek-style tables when no config names them. */
-    if (t->bos_id < 0) t->bos_id = dsv4_tokenizer_token_id(t, "<\xef\xbd\x9c" "begin\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>");
-    if (t->eos_id < 0) t->eos_id = dsv4_tokenizer_token_id(t, "<\xef\xbd\x9c" "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>");
-    if (config_path && (rc = load_config(t, config_path, err))) {
-        dsv4_tokenizer_free(t);
-        return rc;
+    if (rc) return rc;
+    if (config_path) {
+        json_t *cfg = json_load_file(config_path, 0, &je);
+        rc = cfg ? apply_config(t, cfg, config_path, err)
+                 : dsv4_fail(err, DSV4_E_FORMAT, "%s: line %d: %s", config_path, je.line, je.text);
+        json_decref(cfg);
+        if (rc) { dsv4_tokenizer_free(t); return rc; }
+    }
+    *out = t;
+    return 0;
+}
+
+int dsv4_tokenizer_load_mem(const char *json, size_t len, const char *config_json, size_t config_len,
+                            dsv4_tokenizer **out, dsv4_error *err) {
+    *out = NULL;
+    json_error_t je;
+    json_t *root = json_loadb(json, len, 0, &je);
+    if (!root) return dsv4_fail(err, DSV4_E_FORMAT, "tokenizer.json: line %d: %s", je.line, je.text);
+    dsv4_tokenizer *t;
+    int rc = load_parsed(root, "tokenizer.json", &t, err);
+    json_decref(root);
+    if (rc) return rc;
+    if (config_json) {
+        json_t *cfg = json_loadb(config_json, config_len, 0, &je);
+        rc = cfg ? apply_config(t, cfg, "tokenizer_config.json", err)
+                 : dsv4_fail(err, DSV4_E_FORMAT, "tokenizer_config.json: line %d: %s", je.line, je.text);
+        json_decref(cfg);
+        if (rc) { dsv4_tokenizer_free(t); return rc; }
     }
     *out = t;
     return 0;
@@ -535,3 +567,7 @@ int     dsv4_tokenizer_n_added(const dsv4_tokenizer *t) { return t->n_added; }
 int     dsv4_tokenizer_add_bos(const dsv4_tokenizer *t) { return t->add_bos; }
 int32_t dsv4_tokenizer_bos_id(const dsv4_tokenizer *t) { return t->bos_id; }
 int32_t dsv4_tokenizer_eos_id(const dsv4_tokenizer *t) { return t->eos_id; }
+
+int dsv4_tokenizer_is_added(const dsv4_tokenizer *t, int32_t id) {
+    return id >= 0 && id < t->n_vocab && t->is_added[id];
+}

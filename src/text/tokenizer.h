@@ -22,6 +22,10 @@ typedef struct dsv4_tokenizer dsv4_tokenizer;
 
 /* Load tokenizer.json; config_path (tokenizer_config.json) may be NULL. */
 int  dsv4_tokenizer_load(const char *json_path, const char *config_path, dsv4_tokenizer **out, dsv4_error *err);
+/* The same from memory: the text of tokenizer.json and, when config_json is not NULL, of tokenizer_config.json
+ * (neither needs a terminating NUL). Messages name them "tokenizer.json" / "tokenizer_config.json". */
+int  dsv4_tokenizer_load_mem(const char *json, size_t len, const char *config_json, size_t config_len,
+                             dsv4_tokenizer **out, dsv4_error *err);
 /* Load DIR/tokenizer.json and, when present, DIR/tokenizer_config.json (a checkpoint folder). */
 int  dsv4_tokenizer_load_dir(const char *dir, dsv4_tokenizer **out, dsv4_error *err);
 /* Same as dsv4_tokenizer_load, plus the config next to json_path when one exists. */
@@ -61,6 +65,8 @@ int32_t dsv4_tokenizer_token_id(const dsv4_tokenizer *t, const char *s);
 /* Raw bytes id decodes to (not NUL-terminated), or NULL for an unknown id. */
 const char *dsv4_tokenizer_token_bytes(const dsv4_tokenizer *t, int32_t id, size_t *len);
 int32_t dsv4_tokenizer_vocab_size(const dsv4_tokenizer *t);   /* highest id + 1 */
+/* 1 when id is an added token (special tokens, <think>, DSML markers): never plain text to a constraint. */
+int     dsv4_tokenizer_is_added(const dsv4_tokenizer *t, int32_t id);
 int     dsv4_tokenizer_n_merges(const dsv4_tokenizer *t);
 int     dsv4_tokenizer_n_added(const dsv4_tokenizer *t);
 int     dsv4_tokenizer_add_bos(const dsv4_tokenizer *t);      /* tokenizer_config add_bos_token */

@@ -3,12 +3,21 @@
 #include <stdio.h>
 #include <string.h>
 
+/* Messages quote what they complain about (a field value, a regex, a tensor name), and that text may contain
+ * line breaks; a message is one line (DESIGN §7), so every control character but tab becomes a space.
+ * (Found by tests/fuzz/fuzz_tokenizer_load.c: a pre-tokenizer regex with a newline in it.) */
+static void one_line(char *s) {
+    for (; *s; s++)
+        if ((unsigned char)*s < 0x20 && *s != '\t') *s = ' ';
+}
+
 int dsv4_fail(dsv4_error *err, int code, const char *fmt, ...) {
     if (err) {
         va_list ap;
         va_start(ap, fmt);
         vsnprintf(err->msg, sizeof err->msg, fmt, ap);
         va_end(ap);
+        one_line(err->msg);
         err->code = code;
     }
     return code;
@@ -23,6 +32,7 @@ int dsv4_wrap(dsv4_error *err, const char *fmt, ...) {
     va_end(ap);
     memcpy(old, err->msg, sizeof old);
     snprintf(err->msg, sizeof err->msg, "%s: %s", prefix, old);
+    one_line(err->msg);
     return err->code;
 }
 

@@ -27,14 +27,13 @@ __device__ __forceinline__ float dev_bf16_if(int official, float x) { return off
 __device__ __forceinline__ uint16_t dev_f32_to_bf16(float x) { return (uint16_t)(__float_as_uint(dev_round_bf16(x)) >> 16); }
 __device__ __forceinline__ float dev_bf16_to_f32(uint16_t h) { return __uint_as_float((uint32_t)h << 16); }
 
-/* E4M3 ("fn"): exact decode by construction: subnormal m * 2^-9, normal (8 + m) * 2^(e - 10). */
+/* E4M3 ("fn"), exact, by building the fp32 bits (no tables: a table in local memory costs a store per entry
+ * per call): normal e in 1..15 -> exponent e - 7 + 127, mantissa m in the top 3 bits; subnormal m * 2^-9. */
 __device__ __forceinline__ float dev_e4m3(uint8_t b) {
-    const int e = (b >> 3) & 15, m = b & 7;
-    float v;
+    const uint32_t e = (b >> 3) & 15, m = b & 7, sign = (uint32_t)(b & 0x80) << 24;
     if (e == 15 && m == 7) return __uint_as_float(0x7fc00000u);
-    if (e == 0) v = (float)m * 0.001953125f;                                /* 2^-9 */
-    else v = (float)(8 + m) * __uint_as_float((uint32_t)(e - 10 + 127) << 23);
-    return (b & 0x80) ? -v : v;
+    if (e == 0) return __uint_as_float(sign | __float_as_uint((float)m * 0.001953125f));
+    return __uint_as_float(sign | (e + 120) << 23 | m << 20);
 }
 
 /* UE8M0: 2^(b-127); 0 is the denormal 2^-127, 255 NaN. */
@@ -44,10 +43,12 @@ __device__ __forceinline__ float dev_e8m0(uint8_t b) {
     return __uint_as_float((uint32_t)b << 23);
 }
 
+/* E2M1 codes 0..7 = 0, .5, 1, 1.5, 2, 3, 4, 6 (8..15 negative), from the bits: exponent field e = 1..3 ->
+ * 2^(e-1) x (1 + m/2); e = 0 -> m/2. */
 __device__ __forceinline__ float dev_e2m1(uint8_t code) {
-    const float mag[8] = { 0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f };
-    const float v = mag[code & 7];
-    return (code & 8) ? -v : v;
+    const uint32_t e = (code >> 1) & 3, m = code & 1;
+    const uint32_t mag = e ? (e + 126) << 23 | m << 22 : (m ? 0x3f000000u : 0u);
+    return __uint_as_float(mag | (uint32_t)(code & 8) << 28);
 }
 
 /* The same search as formats.c f32_to_e4m3: nearest magnitude code, ties to the even code, saturating. */

@@ -54,7 +54,9 @@ typedef struct {
 
 /* ---- linear layers (backend/cpu/linear.c cpu_linear) ------------------------------------------------------
  * y[t*ldy + o] = sum_i W[o][i] x[t*ldx + i]. One warp per output row: lane l accumulates, with fmaf, the
- * products of columns 4l + 128j + {0,1,2,3} for j = 0, 1, ... in that order; then warp_sum. */
+ * products of columns 4l + 128j + {0,1,2,3} for j = 0, 1, ... in that order; then warp_sum. Weights of fewer
+ * than 128 rows of at least 2048 columns split each row into 8 fixed column segments (one warp each) whose
+ * partials are added in segment order: the split depends on the weight's shape, never on T. */
 int  cu_linear(cu_stream st, const dsv4_weight *w, const float *x, int T, int ldx, float *y, int ldy);
 /* The same product for the MoE: tile k multiplies expert tile_expert[k]'s matrix (experts: a device array of
  * E weights of one shape rows x cols) with the rows of its pairs: x row = pair_token[p] (x_by_pair 0) or p
@@ -85,6 +87,8 @@ void cu_hc_post(cu_stream st, int official, const float *f, const float *mix, fl
 /* The head collapse of the rows[R] tokens (core/hc.c hc_head_one): y[r] [d]. */
 void cu_hc_head(cu_stream st, int official, const float *X, const int32_t *rows, int R, const float *fn,
                 const float *base, const float *scale, int hc, int d, float hc_eps, float norm_eps, float *y);
+/* The MTP head's input (core/mtp.c mtp_input): X[t][s] = round(ep[t] + hp[t][s]) for every stream s. */
+void cu_mtp_mix(cu_stream st, int official, const float *ep, const float *hp, float *X, int T, int hc, int d);
 /* DSpark features (core/forward.c capture_features): feat[t][k][e] = mean over the streams of X (in order). */
 void cu_features(cu_stream st, int official, const float *X, int T, int hc, int d, int nt, int k, float *feat);
 
@@ -111,17 +115,27 @@ void cu_comp_ring_write(cu_stream st, int is_indexer, int cols, const float *K, 
                         const int32_t *item_of, const cu_item *items, const cu_seq_layer *sl, int T);
 /* The lightning indexer (select_rows): per query, the top-K visible indexer rows by score (ties to the lower
  * row), in row order. Score of a row: heads h = 0..nI-1 in order, each dot a warp_sum. Selection: an exact
- * radix select on (score, -row) keys. scratch: [T][max_rows] floats. */
+ * radix select on (score, -row) keys. scratch: [CU_INDEX_CHUNK][max_rows] floats (queries go in launches of
+ * CU_INDEX_CHUNK). */
+#define CU_INDEX_CHUNK 512
 void cu_index_select(cu_stream st, int official, cu_kvlay ilay, const float *qi, const float *wi, const int64_t *pos,
                      const int32_t *item_of, const cu_seq_layer *sl, int T, int nI, int cI, int K, int64_t max_rows,
                      float *scratch, int32_t *sel, int32_t *n_sel);
 /* Sink attention of every (token, head) over its window keys (chronological) then its compressed rows (row
  * order); keys of the step come from kvs, older ones from the ring. Scores: one warp per key; the softmax
- * denominator and every output column are summed over the keys in key order. Writes o [T][H][D] de-rotated. */
+ * denominator is summed over the keys in key order; each output column in four interleaved partial sums (key i
+ * into i mod 4) added as (0 + 1) + (2 + 3) — an order fixed by the number of keys. Writes o [T][H][D] de-rotated. */
 int  cu_attention(cu_stream st, int official, cu_kvlay lay, const float *q, const uint8_t *kvs, const int64_t *pos,
                   const int32_t *item_of, const cu_item *items, const cu_seq_layer *sl, int ring_len, int W, int ratio,
                   const int32_t *sel, const int32_t *n_sel, int topk, const float *sink, const float *freq, int T, int H,
                   int D, int R, int max_keys, float *o);
+/* DSpark's block attention (core/dspark.c): block element j (position p0 + j) over the context keys of positions
+ * max(0, p0-W) .. p0-1 (ring: [W][D] fp32, slot = position mod W) then all gamma block keys (kv [gamma][D] fp32);
+ * the same per-(token, head) reductions as cu_attention. */
+void cu_dspark_attention(cu_stream st, int official, const float *q, const float *kv, const float *ring, int64_t p0, int gamma,
+                         int W, const float *sink, const float *freq, int H, int D, int R, float *o);
+/* Rows [n][D] into a DSpark context ring at positions p0 .. p0+n-1. */
+void cu_dspark_ring_write(cu_stream st, const float *kv, int n, int D, float *ring, int64_t p0, int W);
 /* The most keys (window + compressed rows) one query of cu_attention can take on this GPU (its scores and key
  * addresses live in shared memory). */
 int  cu_attention_key_limit(void);

@@ -79,6 +79,32 @@ extern "C" int cu_finish(cu_stream st, const char *what, dsv4_error *err) {
     return 0;
 }
 
+extern "C" double cu_copy_bandwidth_gbs(size_t bytes, int reps) {
+    void *a = cu_malloc(bytes), *b = cu_malloc(bytes);
+    double best = -1;
+    cudaEvent_t e0, e1;
+    if (a && b && cudaEventCreate(&e0) == cudaSuccess && cudaEventCreate(&e1) == cudaSuccess) {
+        cudaMemset(a, 1, bytes);
+        cudaMemcpy(b, a, bytes, cudaMemcpyDeviceToDevice);   /* warm-up */
+        for (int r = 0; r < reps; r++) {
+            cudaEventRecord(e0);
+            cudaMemcpy(b, a, bytes, cudaMemcpyDeviceToDevice);
+            cudaEventRecord(e1);
+            cudaEventSynchronize(e1);
+            float ms = 0;
+            cudaEventElapsedTime(&ms, e0, e1);
+            const double gbs = 2.0 * (double)bytes / (ms * 1e-3) / 1e9;   /* bytes read + bytes written */
+            if (gbs > best) best = gbs;
+        }
+        cudaEventDestroy(e0);
+        cudaEventDestroy(e1);
+    }
+    cudaGetLastError();
+    cu_free(a);
+    cu_free(b);
+    return best;
+}
+
 /* ---- sequence state memory ------------------------------------------------------------------------------------ */
 
 static void *state_alloc(size_t bytes) {

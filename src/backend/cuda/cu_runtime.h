@@ -26,6 +26,9 @@ void cu_stream_free(cu_stream st);
 int  cu_finish(cu_stream st, const char *what, dsv4_error *err);
 void cu_device_name(char *out, size_t n);
 
+/* Device-to-device copy bandwidth (bytes read + written per second, best of reps), GB/s; -1 on failure. */
+double cu_copy_bandwidth_gbs(size_t bytes, int reps);
+
 /* Sequence state in GPU memory (statemem.h); copies are synchronous with respect to every step. */
 extern const seq_mem seq_mem_cuda;
 

@@ -22,6 +22,27 @@ void cuda_model_free(struct dsv4_model *m);
 /* dsv4_step on the GPU: the same validation and errors as the CPU step, then the whole forward on the device. */
 int  cuda_step(struct dsv4_model *m, dsv4_step_item *items, int n_items, dsv4_error *err);
 
+/* The V4 MTP head on the GPU (core/mtp.h dsv4_mtp_forward, which calls this for a cuda model): X is on the
+ * host, [n][hc*dim]; the MTP state is a sequence of the model (its state on the GPU). */
+int  cuda_mtp_forward(struct dsv4_model *m, dsv4_seq *state, const float *X, const int32_t *next_tokens, int n,
+                      dsv4_logits_want want, float *logits, dsv4_error *err);
+
+/* The DSpark drafter on the GPU (core/dspark.c calls these for a cuda model): its context ring ([n_stages]
+ * [window][head_dim] fp32) lives in GPU memory (the model's state memory); commit adds positions pos.. from host features [n][n_targets*dim];
+ * block runs the drafting block for ids [gamma] at pos and returns y [gamma][dim] and U [gamma][vocab] on the
+ * host. */
+int  cuda_dspark_commit(struct dsv4_model *m, float *ring, int64_t pos, const float *features, int n, dsv4_error *err);
+int  cuda_dspark_block(struct dsv4_model *m, const float *ring, int64_t pos, const int32_t *ids, int gamma, float *y, float *U,
+                       dsv4_error *err);
+
+/* Per-stage timing of the CUDA step (dsv4 bench --profile): with it on, every stage boundary waits for the GPU
+ * and adds the host time since the last boundary to its stage; off costs nothing. Print the totals with
+ * cuda_profile_report. Both are no-ops without the backend. */
+void cuda_profile(struct dsv4_model *m, int on);
+/* The GPU's measured device-to-device copy bandwidth in GB/s (read + write), or -1 (no backend / failure). */
+double cuda_copy_bandwidth_gbs(const struct dsv4_model *m);
+void cuda_profile_report(const struct dsv4_model *m, void *file /* FILE * */);
+
 #ifdef __cplusplus
 }
 #endif

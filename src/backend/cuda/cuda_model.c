@@ -126,6 +126,25 @@ static void up_model(uploader *u, const struct dsv4_model *m) {
     cm->rope_window = up_vec(u, m->rope_window.freq, c->rope_dim / 2);
     cm->rope_compress = up_vec(u, m->rope_compress.freq, c->rope_dim / 2);
     for (int L = 0; L < c->n_layers; L++) up_layer(u, m, &m->layers[L], &cm->layers[L]);
+    if (m->mtp) {
+        const dsv4_mtp_head *h = m->mtp;
+        up_layer(u, m, &h->block, cm->mtp.block);
+        cm->mtp.e_proj = up_weight(u, &h->e_proj);
+        cm->mtp.h_proj = up_weight(u, &h->h_proj);
+        cm->mtp.enorm = up_vec(u, h->enorm, c->dim);
+        cm->mtp.hnorm = up_vec(u, h->hnorm, c->dim);
+        cm->mtp.norm = up_vec(u, h->norm, c->dim);
+        cm->mtp.hc_head = up_hc(u, &h->hc_head, c->hc_mult, 1);
+    }
+    if (m->dspark) {
+        const dsv4_dspark_head *h = m->dspark;
+        for (int st = 0; st < h->n_stages; st++) up_layer(u, m, &h->stage[st], &cm->dspark.stages[st]);
+        cm->dspark.n_stages = h->n_stages;
+        cm->dspark.main_proj = up_weight(u, &h->main_proj);
+        cm->dspark.main_norm = up_vec(u, h->main_norm, c->dim);
+        cm->dspark.norm = up_vec(u, h->norm, c->dim);
+        cm->dspark.hc_head = up_hc(u, &h->hc_head, c->hc_mult, 1);
+    }
 }
 
 static void release(struct cuda_model *cm) {
@@ -134,6 +153,8 @@ static void release(struct cuda_model *cm) {
     for (int i = 0; i < cm->n_allocs; i++) cu_free(cm->allocs[i]);
     free(cm->allocs);
     free(cm->layers);
+    free(cm->mtp.block);
+    free(cm->dspark.stages);
     cu_stream_free(cm->st);
     free(cm);
 }
@@ -154,7 +175,10 @@ int cuda_model_init(struct dsv4_model *m, int gpu, dsv4_error *err) {
     if (rc) return rc;
     if ((rc = check_shapes(&m->cfg, err))) return rc;
     struct cuda_model *cm = calloc(1, sizeof *cm);
-    if (!cm || !(cm->layers = calloc((size_t)m->cfg.n_layers, sizeof(cu_layer)))) {
+    if (!cm || !(cm->layers = calloc((size_t)m->cfg.n_layers, sizeof(cu_layer))) ||
+        (m->mtp && !(cm->mtp.block = calloc(1, sizeof(cu_layer)))) ||
+        (m->dspark && !(cm->dspark.stages = calloc((size_t)m->dspark->n_stages, sizeof(cu_layer))))) {
+        if (cm) { free(cm->layers); free(cm->mtp.block); }
         free(cm);
         return dsv4_fail(err, DSV4_E_NOMEM, "out of memory");
     }

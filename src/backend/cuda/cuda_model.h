@@ -44,6 +44,7 @@ typedef struct {
     cu_moe_plan plan;
     int max_tiles;
     float *eg, *ev, *ey, *seg, *sev, *ys, *feat;
+    float *mtp_h, *mtp_out;    /* [T_cap][hc][dim]: the MTP head's stream inputs and h_proj outputs */
     float *head_x, *logits;    /* [CU_HEAD_ROWS][dim], [CU_HEAD_ROWS][vocab] */
     int32_t *head_rows;        /* [T_cap] */
     float *idx_scores;
@@ -58,6 +59,35 @@ typedef struct {
 
 #define CU_HEAD_ROWS 64
 
+/* Stages of the step for cuda_profile. */
+enum { ST_EMBED, ST_MHC, ST_QKV, ST_COMPRESS, ST_INDEX, ST_ATTEND, ST_OUTPUT, ST_ROUTE, ST_EXPERTS, ST_SHARED, ST_HEAD, ST_HOST,
+       ST_COUNT };
+
+typedef struct {
+    int on;
+    double t_last;             /* host clock at the last boundary */
+    double ms[ST_COUNT];
+    long steps;
+} cu_profile;
+
+/* The V4 MTP head's weights (block NULL when the checkpoint has none). */
+typedef struct {
+    cu_layer *block;
+    dsv4_weight e_proj, h_proj;
+    float *enorm, *hnorm, *norm;
+    cu_hc hc_head;
+} cu_mtp;
+
+/* The DSpark drafter's weights (stages NULL when the checkpoint has none); the Markov and confidence heads stay
+ * with the CPU (a few rows per draft). */
+typedef struct {
+    int n_stages;
+    cu_layer *stages;
+    dsv4_weight main_proj;
+    float *main_norm, *norm;
+    cu_hc hc_head;
+} cu_dspark;
+
 struct cuda_model {
     int gpu;
     cu_stream st;
@@ -65,12 +95,15 @@ struct cuda_model {
     float *norm;
     cu_hc hc_head;
     cu_layer *layers;
+    cu_mtp mtp;
+    cu_dspark dspark;
     float *rope_window, *rope_compress;
     void **allocs;             /* every weight allocation, released together */
     int n_allocs, cap_allocs;
     uint64_t weight_bytes;
     int key_limit;             /* cu_attention_key_limit() */
     cu_workspace ws;
+    cu_profile prof;
 };
 
 /* cuda_step.c */

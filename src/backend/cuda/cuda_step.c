@@ -14,8 +14,10 @@
 #include "model/inventory.h"
 #include "state/sequence.h"
 #include "util/error.h"
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 /* ---- scratch ----------------------------------------------------------------------------------------------------- */
 
@@ -47,6 +49,14 @@ static void *take(ws_alloc *a, size_t n) {
 }
 #define TAKE(field, count) (ws->field = take(a, sizeof(*ws->field) * (size_t)(count)))
 
+/* Tiles a step of T tokens can need: sum over experts of ceil(n_e / TILE) <= T*K / TILE + (experts in use). The
+ * expert kernels launch this many (the plan is on the device); sized by the step's T, not the scratch's
+ * capacity, or a decode step would launch the tiles of the longest prefill and retire them empty. */
+static int moe_max_tiles(const dsv4_config *c, int T) {
+    const int64_t P = (int64_t)T * c->n_act;
+    return (int)(P / CU_MOE_TILE + (c->n_routed < P ? c->n_routed : P) + 1);
+}
+
 static void lay_out(ws_alloc *a, const dsv4_config *c, int T, int items, int64_t idx_rows, size_t kv_row_bytes) {
     cu_workspace *ws = a->ws;
     const int64_t d = c->dim, hc = c->hc_mult, D = c->head_dim, H = c->n_heads, K = c->n_act, I = c->moe_inter;
@@ -60,7 +70,7 @@ static void lay_out(ws_alloc *a, const dsv4_config *c, int T, int items, int64_t
     TAKE(ick, T * 2 * cI); TAKE(icz, T * 2 * cI); TAKE(qi, T * nI * cI); TAKE(wi, T * nI);
     TAKE(sel, T * (c->index_topk > 0 ? c->index_topk : 1)); TAKE(n_sel, T);
     TAKE(router, T * c->n_routed); TAKE(route_w, P); TAKE(route_e, P);
-    ws->max_tiles = (int)(P + P / CU_MOE_TILE + (c->n_routed < P ? c->n_routed : P) + 1);
+    ws->max_tiles = moe_max_tiles(c, T);
     ws->plan.pair_token = take(a, sizeof(int32_t) * (size_t)P);
     ws->plan.pair_weight = take(a, sizeof(float) * (size_t)P);
     ws->plan.tile_expert = take(a, sizeof(int32_t) * (size_t)ws->max_tiles);
@@ -70,8 +80,9 @@ static void lay_out(ws_alloc *a, const dsv4_config *c, int T, int items, int64_t
     ws->plan.token_pairs = take(a, sizeof(int32_t) * (size_t)P);
     TAKE(eg, P * I); TAKE(ev, P * I); TAKE(ey, P * d); TAKE(seg, T * I); TAKE(sev, T * I); TAKE(ys, T * d);
     TAKE(feat, T * (c->n_dspark_targets > 0 ? c->n_dspark_targets : 1) * d);
+    TAKE(mtp_h, T * hc * d); TAKE(mtp_out, T * hc * d);
     TAKE(head_x, CU_HEAD_ROWS * d); TAKE(logits, (int64_t)CU_HEAD_ROWS * c->vocab_size); TAKE(head_rows, T);
-    TAKE(idx_scores, T * (idx_rows > 0 ? idx_rows : 1));
+    TAKE(idx_scores, (int64_t)(T < CU_INDEX_CHUNK ? T : CU_INDEX_CHUNK) * (idx_rows > 0 ? idx_rows : 1));
     TAKE(tok, T); TAKE(item_of, T); TAKE(pos, T); TAKE(items, items); TAKE(sl, (int64_t)c->n_layers * items);
 }
 
@@ -105,6 +116,37 @@ static int ws_ensure(struct dsv4_model *m, int T, int items, int64_t idx_rows, d
     return 0;
 }
 
+/* ---- profile --------------------------------------------------------------------------------------------------- */
+
+static double host_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+void cuda_profile(struct dsv4_model *m, int on) {
+    if (!m->cuda) return;
+    memset(&m->cuda->prof, 0, sizeof m->cuda->prof);
+    m->cuda->prof.on = on;
+}
+
+double cuda_copy_bandwidth_gbs(const struct dsv4_model *m) {
+    return m->cuda ? cu_copy_bandwidth_gbs((size_t)1 << 31, 5) : -1;
+}
+
+void cuda_profile_report(const struct dsv4_model *m, void *file) {
+    static const char *names[ST_COUNT] = { "embed", "mHC + norms", "q/kv projections", "compressors", "indexer", "attention",
+                                           "output projection", "router + plan", "routed experts", "shared expert", "head",
+                                           "host (validate, upload, copy back)" };
+    if (!m->cuda || !m->cuda->prof.steps) return;
+    const cu_profile *p = &m->cuda->prof;
+    double total = 0;
+    for (int i = 0; i < ST_COUNT; i++) total += p->ms[i];
+    fprintf((FILE *)file, "per-stage time over %ld steps (each boundary waits for the GPU):\n", p->steps);
+    for (int i = 0; i < ST_COUNT; i++)
+        fprintf((FILE *)file, "  %-36s %9.3f ms/step %5.1f %%\n", names[i], p->ms[i] / p->steps, total ? 100 * p->ms[i] / total : 0);
+}
+
 /* ---- one step -------------------------------------------------------------------------------------------------- */
 
 typedef struct {
@@ -117,6 +159,16 @@ typedef struct {
     int64_t idx_rows;          /* most indexer rows a query of the step sees */
     int64_t hca_rows;          /* most ratio-128 rows a query sees */
 } step_ctx;
+
+/* End of a stage: with profiling on, wait for the GPU and charge the time since the last mark to `stage`. */
+static void mark(step_ctx *s, int stage) {
+    cu_profile *p = &s->cm->prof;
+    if (!p->on) return;
+    cu_finish(s->st, "profile", NULL);
+    const double t = host_ms();
+    p->ms[stage] += t - p->t_last;
+    p->t_last = t;
+}
 
 static cu_kvlay lay_of(const kv_layout *l) {
     cu_kvlay k = { l->fmt, l->kind, l->width, l->rope, l->nope, (int)l->bytes };
@@ -141,13 +193,13 @@ static void step_hc_pre(step_ctx *s, const cu_hc *h, const float *norm) {
     cu_rmsnorm(s->st, s->official, ws->u, c->dim, norm, c->dim, c->norm_eps, ws->xn, c->dim, s->T);
 }
 
-static void step_attention(step_ctx *s, const cu_layer *ly, int L) {
+/* The query and key path (core/attention.c attention_qkv): ws->q [T][H][D] and ws->kv [T][D], normalised and
+ * rotated; ws->qr (the indexer's input); ws->x8 the OFFICIAL FP8 copy of ws->xn. */
+static void attn_project(step_ctx *s, const cu_layer *ly) {
     const dsv4_config *c = &s->m->cfg;
     cu_workspace *ws = s->ws;
     const int T = s->T, d = c->dim, D = c->head_dim, H = c->n_heads, R = c->rope_dim;
-    const int nI = c->index_n_heads, cI = c->index_head_dim;
     const float *freq = ly->ratio ? s->cm->rope_compress : s->cm->rope_window;
-    const cu_seq_layer *sl = ws->sl + (int64_t)L * s->n_items;
     /* FP8 linears see their input quantized per 128 columns (OFFICIAL); compressors and weights_proj read xn */
     const float *x8 = ws->xn;
     if (s->official) {
@@ -163,6 +215,34 @@ static void step_attention(step_ctx *s, const cu_layer *ly, int L) {
     cu_linear(s->st, &ly->wkv, x8, T, d, ws->kv, D);
     round_if(s, ws->kv, (int64_t)T * D);
     cu_qkv_prepare(s->st, s->official, ws->q, ws->kv, ly->kv_norm, ws->pos, freq, T, H, D, R, c->norm_eps);
+}
+
+/* ws->o [T][H][D] -> ws->sub [T][d] through the grouped wo_a (group g's heads through rows [g*o_lora,
+ * (g+1)*o_lora)) and wo_b (core/attention.c attention_output). */
+static void attn_output(step_ctx *s, const cu_layer *ly) {
+    const dsv4_config *c = &s->m->cfg;
+    cu_workspace *ws = s->ws;
+    const int T = s->T, d = c->dim, H = c->n_heads, D = c->head_dim;
+    const int G = c->o_groups, HD_G = H * D / G, zl = G * c->o_lora;
+    for (int g = 0; g < G; g++) {
+        dsv4_weight wg = weight_rows(&ly->wo_a, g * c->o_lora, c->o_lora);
+        cu_linear(s->st, &wg, ws->o + (int64_t)g * HD_G, T, H * D, ws->z + (int64_t)g * c->o_lora, zl);
+    }
+    round_if(s, ws->z, (int64_t)T * zl);
+    quant_rows_if(s, ws->z, T, zl);
+    cu_linear(s->st, &ly->wo_b, ws->z, T, zl, ws->sub, d);
+    round_if(s, ws->sub, (int64_t)T * d);
+}
+
+static void step_attention(step_ctx *s, const cu_layer *ly, int L) {
+    const dsv4_config *c = &s->m->cfg;
+    cu_workspace *ws = s->ws;
+    const int T = s->T, d = c->dim, D = c->head_dim, H = c->n_heads, R = c->rope_dim;
+    const int nI = c->index_n_heads, cI = c->index_head_dim;
+    const float *freq = ly->ratio ? s->cm->rope_compress : s->cm->rope_window;
+    const cu_seq_layer *sl = ws->sl + (int64_t)L * s->n_items;
+    attn_project(s, ly);
+    mark(s, ST_QKV);
     const int cw = (ly->ratio == 4 ? 2 : 1) * D;
     if (ly->ratio) {
         cu_linear(s->st, &ly->comp.wkv, ws->xn, T, d, ws->ck, cw);
@@ -180,6 +260,7 @@ static void step_attention(step_ctx *s, const cu_layer *ly, int L) {
         cu_prepare_tokens(s->st, s->official, ly->ratio, ws->cz, ly->comp.ape, cw, ws->icz, ly->icomp.ape, ws->qi, ws->wi, ws->pos,
                           freq, T, nI, cI, R);
     cu_kv_encode(s->st, s->main, ws->kv, D, ws->kvs, T);
+    mark(s, ST_QKV);
     if (ly->ratio) {
         cu_compress(s->st, s->official, s->main, 0, ly->ratio, ws->ck, ws->cz, ws->pos, ws->item_of, ws->items, sl, ly->comp.norm,
                     freq, R, c->norm_eps, T);
@@ -189,24 +270,20 @@ static void step_attention(step_ctx *s, const cu_layer *ly, int L) {
         cu_compress(s->st, s->official, s->index, 1, 4, ws->ick, ws->icz, ws->pos, ws->item_of, ws->items, sl, ly->icomp.norm,
                     freq, R, c->norm_eps, T);
         cu_comp_ring_write(s->st, 1, 2 * cI, ws->ick, ws->icz, ws->pos, ws->item_of, ws->items, sl, T);
+        mark(s, ST_COMPRESS);
         cu_index_select(s->st, s->official, s->index, ws->qi, ws->wi, ws->pos, ws->item_of, sl, T, nI, cI, c->index_topk,
                         ws->idx_rows_cap, ws->idx_scores, ws->sel, ws->n_sel);
+        mark(s, ST_INDEX);
     }
+    mark(s, ST_COMPRESS);
     const int max_keys = c->window + (ly->ratio == 128 ? (int)s->hca_rows : ly->ratio == 4 ? c->index_topk : 0);
     cu_attention(s->st, s->official, s->main, ws->q, ws->kvs, ws->pos, ws->item_of, ws->items, sl, s->m->ring_len, c->window,
                  ly->ratio, ws->sel, ws->n_sel, c->index_topk, ly->attn_sink, freq, T, H, D, R, max_keys, ws->o);
-    /* grouped low-rank output: group g's heads through wo_a rows [g*o_lora, (g+1)*o_lora) */
-    const int G = c->o_groups, HD_G = H * D / G, zl = G * c->o_lora;
-    for (int g = 0; g < G; g++) {
-        dsv4_weight wg = weight_rows(&ly->wo_a, g * c->o_lora, c->o_lora);
-        cu_linear(s->st, &wg, ws->o + (int64_t)g * HD_G, T, H * D, ws->z + (int64_t)g * c->o_lora, zl);
-    }
-    round_if(s, ws->z, (int64_t)T * zl);
-    quant_rows_if(s, ws->z, T, zl);
-    cu_linear(s->st, &ly->wo_b, ws->z, T, zl, ws->sub, d);
-    round_if(s, ws->sub, (int64_t)T * d);
+    mark(s, ST_ATTEND);
+    attn_output(s, ly);
     /* finally the window rings: every query above read the step's own keys from kvs */
     cu_ring_write(s->st, s->main, ws->kvs, ws->pos, ws->item_of, ws->items, sl, s->m->ring_len, T);
+    mark(s, ST_OUTPUT);
 }
 
 /* One SwiGLU expert over `rows` rows (moe.c expert): g/v [rows][I] already projected. */
@@ -219,39 +296,45 @@ static void swiglu_down_prep(step_ctx *s, float *g, const float *v, const float 
 static void step_moe(step_ctx *s, const cu_layer *ly) {
     const dsv4_config *c = &s->m->cfg;
     cu_workspace *ws = s->ws;
-    const int T = s->T, d = c->dim, E = c->n_routed, K = c->n_act, I = c->moe_inter, P = T * K;
+    const int T = s->T, d = c->dim, E = c->n_routed, K = c->n_act, I = c->moe_inter, P = T * K, tiles = moe_max_tiles(c, T);
     cu_linear(s->st, &ly->gate, ws->xn, T, d, ws->router, E);
     cu_route(s->st, ws->router, ly->gate_bias, ly->hash_routed ? ly->tid2eid : NULL, ws->tok, T, E, K, c->route_scale, ws->route_e,
              ws->route_w);
     cu_moe_plan_build(s->st, ws->route_e, ws->route_w, T, K, E, &ws->plan);
+    mark(s, ST_ROUTE);
     /* FP8/FP4 experts see their input rows quantized per 128 columns (OFFICIAL) */
     const float *xe = ws->xn;
     if (s->official) {
         cu_act_quant(s->st, ws->xn, d, ws->x8, d, T, d, 128, 0);
         xe = ws->x8;
     }
-    cu_expert_linear(s->st, ly->w1, I, d, ly->efmt, &ws->plan, ws->max_tiles, xe, d, 0, ws->eg, I);
-    cu_expert_linear(s->st, ly->w3, I, d, ly->efmt, &ws->plan, ws->max_tiles, xe, d, 0, ws->ev, I);
+    cu_expert_linear(s->st, ly->w1, I, d, ly->efmt, &ws->plan, tiles, xe, d, 0, ws->eg, I);
+    cu_expert_linear(s->st, ly->w3, I, d, ly->efmt, &ws->plan, tiles, xe, d, 0, ws->ev, I);
     swiglu_down_prep(s, ws->eg, ws->ev, ws->plan.pair_weight, P);
-    cu_expert_linear(s->st, ly->w2, d, I, ly->efmt, &ws->plan, ws->max_tiles, ws->eg, I, 1, ws->ey, d);
+    cu_expert_linear(s->st, ly->w2, d, I, ly->efmt, &ws->plan, tiles, ws->eg, I, 1, ws->ey, d);
     round_if(s, ws->ey, (int64_t)P * d);
+    mark(s, ST_EXPERTS);
     cu_linear(s->st, &ly->sw1, xe, T, d, ws->seg, I);
     cu_linear(s->st, &ly->sw3, xe, T, d, ws->sev, I);
     swiglu_down_prep(s, ws->seg, ws->sev, NULL, T);
     cu_linear(s->st, &ly->sw2, ws->seg, T, I, ws->ys, d);
     round_if(s, ws->ys, (int64_t)T * d);
     cu_moe_combine(s->st, s->official, ws->ey, ws->ys, ws->plan.token_pairs, T, K, d, ws->sub);
+    mark(s, ST_SHARED);
 }
 
 static void step_block(step_ctx *s, const cu_layer *ly, int L) {
     const dsv4_config *c = &s->m->cfg;
     cu_workspace *ws = s->ws;
     step_hc_pre(s, &ly->hc_attn, ly->attn_norm);
+    mark(s, ST_MHC);
     step_attention(s, ly, L);
     cu_hc_post(s->st, s->official, ws->sub, ws->mix, ws->X, s->T, c->hc_mult, c->dim);
     step_hc_pre(s, &ly->hc_ffn, ly->ffn_norm);
+    mark(s, ST_MHC);
     step_moe(s, ly);
     cu_hc_post(s->st, s->official, ws->sub, ws->mix, ws->X, s->T, c->hc_mult, c->dim);
+    mark(s, ST_MHC);
 }
 
 /* ---- host side ------------------------------------------------------------------------------------------------ */
@@ -302,7 +385,7 @@ done:
 }
 
 /* Logits for every row that wants them, CU_HEAD_ROWS rows per pass of the head (spec §12). */
-static int head(step_ctx *s, dsv4_step_item *items, dsv4_error *err) {
+static int head(step_ctx *s, dsv4_step_item *items, const cu_hc *hc_head, const float *norm, dsv4_error *err) {
     struct dsv4_model *m = s->m;
     const dsv4_config *c = &m->cfg;
     cu_workspace *ws = s->ws;
@@ -326,9 +409,9 @@ static int head(step_ctx *s, dsv4_step_item *items, dsv4_error *err) {
     if (cu_upload(ws->head_rows, rows, sizeof(int32_t) * (size_t)R)) { rc = dsv4_fail(err, DSV4_E_STATE, "cuda: upload failed"); goto done; }
     for (int r0 = 0; r0 < R && !rc; r0 += CU_HEAD_ROWS) {
         const int n = R - r0 < CU_HEAD_ROWS ? R - r0 : CU_HEAD_ROWS;
-        cu_hc_head(s->st, s->official, ws->X, ws->head_rows + r0, n, s->cm->hc_head.fn.data, s->cm->hc_head.base,
-                   s->cm->hc_head.scale, c->hc_mult, c->dim, c->hc_eps, c->norm_eps, ws->head_x);
-        cu_rmsnorm(s->st, s->official, ws->head_x, c->dim, s->cm->norm, c->dim, c->norm_eps, ws->head_x, c->dim, n);
+        cu_hc_head(s->st, s->official, ws->X, ws->head_rows + r0, n, hc_head->fn.data, hc_head->base, hc_head->scale, c->hc_mult,
+                   c->dim, c->hc_eps, c->norm_eps, ws->head_x);
+        cu_rmsnorm(s->st, s->official, ws->head_x, c->dim, norm, c->dim, c->norm_eps, ws->head_x, c->dim, n);
         cu_linear(s->st, &s->cm->head, ws->head_x, n, c->dim, ws->logits, V);
         if ((rc = cu_finish(s->st, "the LM head", err))) break;
         for (int k = 0; k < n; k++)
@@ -366,27 +449,32 @@ static int copy_back_rows(step_ctx *s, dsv4_step_item *items, dsv4_error *err) {
     return 0;
 }
 
-int cuda_step(struct dsv4_model *m, dsv4_step_item *items, int n_items, dsv4_error *err) {
+/* Everything before the first launch: validation, the kernels' limits, scratch, the sequences' reservations,
+ * the metadata upload. Nothing changes on error. */
+static int step_begin(struct dsv4_model *m, dsv4_step_item *items, int n_items, step_ctx *s, dsv4_error *err) {
     struct cuda_model *cm = m->cuda;
     const dsv4_config *c = &m->cfg;
     int T = 0;
     int64_t max_rows = 0;
+    if (cm->prof.on) {
+        cu_finish(cm->st, "profile", NULL);
+        cm->prof.t_last = host_ms();
+    }
     int rc = step_validate(m, m->state_mem, items, n_items, &T, &max_rows, err);
     if (rc) return rc;
-    step_ctx s = { m, cm, &cm->ws, cm->st, T, n_items, m->mode == DSV4_MODE_OFFICIAL, { 0 }, { 0 }, 0, 0 };
+    *s = (step_ctx){ m, cm, &cm->ws, cm->st, T, n_items, m->mode == DSV4_MODE_OFFICIAL, { 0 }, { 0 }, 0, 0 };
     for (int i = 0; i < n_items; i++) {
         const int64_t end = items[i].seq->pos + items[i].n_tokens;
-        if (end / 4 > s.idx_rows) s.idx_rows = end / 4;
-        if (end / 128 > s.hca_rows) s.hca_rows = end / 128;
+        if (end / 4 > s->idx_rows) s->idx_rows = end / 4;
+        if (end / 128 > s->hca_rows) s->hca_rows = end / 128;
     }
-    /* what the kernels cannot take is refused before anything changes */
     int has128 = 0;
     for (int L = 0; L < c->n_layers; L++) has128 |= c->compress_ratio[L] == 128;
-    const int64_t keys = c->window + (has128 && s.hca_rows > c->index_topk ? s.hca_rows : c->index_topk);
+    const int64_t keys = c->window + (has128 && s->hca_rows > c->index_topk ? s->hca_rows : c->index_topk);
     if (keys > cm->key_limit)
         return dsv4_fail(err, DSV4_E_RANGE, "cuda: a query would attend to %lld keys, this GPU's attention kernel takes at most %d "
                          "(context too long for the CUDA backend)", (long long)keys, cm->key_limit);
-    if ((rc = ws_ensure(m, T, n_items, s.idx_rows, err))) return rc;
+    if ((rc = ws_ensure(m, T, n_items, s->idx_rows, err))) return rc;
     for (int i = 0; i < n_items; i++)
         if (seq_reserve(items[i].seq, items[i].n_tokens)) {
             size_t fb = 0, tb = 0;
@@ -397,27 +485,173 @@ int cuda_step(struct dsv4_model *m, dsv4_step_item *items, int n_items, dsv4_err
     kv_layout lm, li;
     kv_layout_init(&lm, m->kv_format, KV_ROW_MAIN, c->head_dim, c->rope_dim);
     kv_layout_init(&li, m->kv_format, KV_ROW_INDEX, c->index_head_dim, 0);
-    s.main = lay_of(&lm);
-    s.index = lay_of(&li);
-    if ((rc = upload_meta(&s, items, err))) return rc;
-    /* From here on the sequences change. */
-    cu_embed(s.st, &cm->embed, s.ws->tok, T, c->hc_mult, c->dim, s.ws->X);
-    for (int L = 0; L < c->n_layers; L++) {
-        step_block(&s, &cm->layers[L], L);
-        capture_features(&s, items, L);
-    }
-    if ((rc = cu_finish(s.st, "the step", err))) return rc;
-    if ((rc = head(&s, items, err)) || (rc = copy_back_rows(&s, items, err))) return rc;
-    for (int i = 0; i < n_items; i++) {
+    s->main = lay_of(&lm);
+    s->index = lay_of(&li);
+    if ((rc = upload_meta(s, items, err))) return rc;
+    mark(s, ST_HOST);
+    return 0;
+}
+
+/* After the layers: the logits through (hc_head, norm) and the head, hidden rows and features back, then the
+ * host's bookkeeping (history, position and, for the backbone, the row counts). */
+static int step_end(step_ctx *s, dsv4_step_item *items, const cu_hc *hc_head, const float *norm, int backbone, dsv4_error *err) {
+    int rc;
+    if ((rc = cu_finish(s->st, "the step", err))) return rc;
+    if ((rc = head(s, items, hc_head, norm, err))) return rc;
+    mark(s, ST_HEAD);
+    if ((rc = copy_back_rows(s, items, err))) return rc;
+    for (int i = 0; i < s->n_items; i++) {
         dsv4_seq *q = items[i].seq;
         memcpy(q->tokens + q->pos, items[i].tokens, sizeof(int32_t) * (size_t)items[i].n_tokens);
         q->pos += items[i].n_tokens;
-        for (int L = 0; L < q->n_layers; L++) {
+        for (int L = 0; backbone && L < q->n_layers; L++) {
             dsv4_layer_state *ls = &q->layer[L];
             if (ls->comp.kv) ls->crows.n = q->pos / ls->comp.ratio;
             if (ls->icomp.kv) ls->irows.n = q->pos / ls->icomp.ratio;
         }
     }
+    mark(s, ST_HOST);
+    s->cm->prof.steps += s->cm->prof.on;
+    return 0;
+}
+
+int cuda_step(struct dsv4_model *m, dsv4_step_item *items, int n_items, dsv4_error *err) {
+    struct cuda_model *cm = m->cuda;
+    const dsv4_config *c = &m->cfg;
+    step_ctx s;
+    int rc = step_begin(m, items, n_items, &s, err);
+    if (rc) return rc;
+    /* From here on the sequences change. */
+    cu_embed(s.st, &cm->embed, s.ws->tok, s.T, c->hc_mult, c->dim, s.ws->X);
+    mark(&s, ST_EMBED);
+    for (int L = 0; L < c->n_layers; L++) {
+        step_block(&s, &cm->layers[L], L);
+        capture_features(&s, items, L);
+    }
+    return step_end(&s, items, &cm->hc_head, cm->norm, 1, err);
+}
+
+/* The V4 MTP head on the GPU (core/mtp.c, the same order of operations): X' = bf16(e_proj(rmsnorm(embed[next],
+ * enorm)) + h_proj(rmsnorm(X_s, hnorm))) on every stream s, the MTP block on layer 0 of the MTP state, the MTP's
+ * own head collapse and norm before the shared LM head. */
+int cuda_mtp_forward(struct dsv4_model *m, dsv4_seq *state, const float *X, const int32_t *next_tokens, int n,
+                     dsv4_logits_want want, float *logits, dsv4_error *err) {
+    struct cuda_model *cm = m->cuda;
+    const dsv4_config *c = &m->cfg;
+    if (!cm->mtp.block) return dsv4_fail(err, DSV4_E_UNSUPPORTED, "this checkpoint has no V4 MTP head (mtp.0.e_proj)");
+    if (!X) return dsv4_fail(err, DSV4_E_ARG, "MTP: missing target hidden states");
+    dsv4_step_item it = { state, next_tokens, n, want, logits, NULL };
+    step_ctx s;
+    int rc = step_begin(m, &it, 1, &s, err);
+    if (rc) return dsv4_wrap(err, "MTP");
+    cu_workspace *ws = s.ws;
+    const int d = c->dim, hc = c->hc_mult, T = s.T;
+    if (cu_upload(ws->mtp_h, X, sizeof(float) * (size_t)T * hc * d)) return dsv4_fail(err, DSV4_E_STATE, "MTP: upload failed");
+    cu_embed(s.st, &cm->embed, ws->tok, T, 1, d, ws->u);
+    cu_rmsnorm(s.st, s.official, ws->u, d, cm->mtp.enorm, d, c->norm_eps, ws->u, d, T);
+    cu_rmsnorm(s.st, s.official, ws->mtp_h, d, cm->mtp.hnorm, d, c->norm_eps, ws->mtp_h, d, T * hc);
+    quant_rows_if(&s, ws->u, T, d);
+    quant_rows_if(&s, ws->mtp_h, T * hc, d);
+    cu_linear(s.st, &cm->mtp.e_proj, ws->u, T, d, ws->xn, d);
+    cu_linear(s.st, &cm->mtp.h_proj, ws->mtp_h, T * hc, d, ws->mtp_out, d);
+    round_if(&s, ws->xn, (int64_t)T * d);
+    round_if(&s, ws->mtp_out, (int64_t)T * hc * d);
+    cu_mtp_mix(s.st, s.official, ws->xn, ws->mtp_out, ws->X, T, hc, d);
+    mark(&s, ST_EMBED);
+    step_block(&s, cm->mtp.block, 0);
+    return step_end(&s, &it, &cm->mtp.hc_head, cm->mtp.norm, 0, err);
+}
+/* ---- DSpark (core/dspark.c, the same order of operations) ------------------------------------------------------- */
+
+/* A step of T positions p0.. that belongs to no sequence (the DSpark block and context): scratch and metadata. */
+static int positions_begin(struct dsv4_model *m, const int32_t *tok, int T, int64_t p0, step_ctx *s, dsv4_error *err) {
+    struct cuda_model *cm = m->cuda;
+    *s = (step_ctx){ m, cm, &cm->ws, cm->st, T, 1, m->mode == DSV4_MODE_OFFICIAL, { 0 }, { 0 }, 0, 0 };
+    int rc = ws_ensure(m, T, 1, 0, err);
+    if (rc) return rc;
+    int32_t *t = malloc(sizeof(int32_t) * (size_t)T), *item = calloc((size_t)T, sizeof(int32_t));
+    int64_t *pos = malloc(sizeof(int64_t) * (size_t)T);
+    const cu_item it = { 0, T, p0 };
+    if (t && item && pos) {
+        for (int i = 0; i < T; i++) {
+            t[i] = tok ? tok[i] : 0;
+            pos[i] = p0 + i;
+        }
+        if (cu_upload(s->ws->tok, t, sizeof(int32_t) * (size_t)T) || cu_upload(s->ws->pos, pos, sizeof(int64_t) * (size_t)T) ||
+            cu_upload(s->ws->item_of, item, sizeof(int32_t) * (size_t)T) || cu_upload(s->ws->items, &it, sizeof it))
+            rc = dsv4_fail(err, DSV4_E_STATE, "cuda: uploading positions failed");
+    } else {
+        rc = dsv4_fail(err, DSV4_E_NOMEM, "out of memory");
+    }
+    free(t); free(item); free(pos);
+    return rc;
+}
+
+int cuda_dspark_commit(struct dsv4_model *m, float *ring, int64_t pos, const float *features, int n, dsv4_error *err) {
+    struct cuda_model *cm = m->cuda;
+    const dsv4_config *c = &m->cfg;
+    const int d = c->dim, nt = c->n_dspark_targets, D = c->head_dim, W = c->window;
+    step_ctx s;
+    int rc = positions_begin(m, NULL, n, pos, &s, err);
+    if (rc) return rc;
+    cu_workspace *ws = s.ws;
+    /* main_x = rmsnorm(main_proj(features), main_norm) */
+    if (cu_upload(ws->feat, features, sizeof(float) * (size_t)n * nt * d)) return dsv4_fail(err, DSV4_E_STATE, "DSpark: upload failed");
+    quant_rows_if(&s, ws->feat, n, nt * d);
+    cu_linear(s.st, &cm->dspark.main_proj, ws->feat, n, nt * d, ws->xn, d);
+    round_if(&s, ws->xn, (int64_t)n * d);
+    cu_rmsnorm(s.st, s.official, ws->xn, d, cm->dspark.main_norm, d, c->norm_eps, ws->xn, d, n);
+    /* each stage's context keys: its own wkv and kv_norm, RoPE at the committed position, into its ring */
+    for (int st = 0; st < cm->dspark.n_stages; st++) {
+        const cu_layer *ly = &cm->dspark.stages[st];
+        const float *x = ws->xn;
+        if (s.official) {
+            cu_act_quant(s.st, ws->xn, d, ws->u, d, n, d, 128, 0);
+            x = ws->u;
+        }
+        cu_linear(s.st, &ly->wkv, x, n, d, ws->kv, D);
+        round_if(&s, ws->kv, (int64_t)n * D);
+        cu_qkv_prepare(s.st, s.official, NULL, ws->kv, ly->kv_norm, ws->pos, cm->rope_window, n, 0, D, c->rope_dim, c->norm_eps);
+        cu_dspark_ring_write(s.st, ws->kv, n, D, ring + (int64_t)st * W * D, pos, W);
+    }
+    return cu_finish(s.st, "the DSpark context", err);
+}
+
+int cuda_dspark_block(struct dsv4_model *m, const float *ring, int64_t pos, const int32_t *ids, int gamma, float *y, float *U,
+                      dsv4_error *err) {
+    struct cuda_model *cm = m->cuda;
+    const dsv4_config *c = &m->cfg;
+    const int d = c->dim, D = c->head_dim, W = c->window, V = c->vocab_size;
+    if (gamma > CU_HEAD_ROWS) return dsv4_fail(err, DSV4_E_UNSUPPORTED, "cuda: DSpark blocks of more than %d drafts", CU_HEAD_ROWS);
+    step_ctx s;
+    int rc = positions_begin(m, ids, gamma, pos, &s, err);
+    if (rc) return rc;
+    cu_workspace *ws = s.ws;
+    cu_embed(s.st, &cm->embed, ws->tok, gamma, c->hc_mult, d, ws->X);
+    for (int st = 0; st < cm->dspark.n_stages; st++) {
+        const cu_layer *ly = &cm->dspark.stages[st];
+        step_hc_pre(&s, &ly->hc_attn, ly->attn_norm);
+        attn_project(&s, ly);
+        cu_dspark_attention(s.st, s.official, ws->q, ws->kv, ring + (int64_t)st * W * D, pos, gamma, W, ly->attn_sink, cm->rope_window,
+                            c->n_heads, D, c->rope_dim, ws->o);
+        attn_output(&s, ly);
+        cu_hc_post(s.st, s.official, ws->sub, ws->mix, ws->X, gamma, c->hc_mult, d);
+        step_hc_pre(&s, &ly->hc_ffn, ly->ffn_norm);
+        step_moe(&s, ly);
+        cu_hc_post(s.st, s.official, ws->sub, ws->mix, ws->X, gamma, c->hc_mult, d);
+    }
+    /* y = the last stage's hc_head (before the norm); U = head . rmsnorm(y, norm) */
+    int32_t rows[CU_HEAD_ROWS];
+    for (int j = 0; j < gamma; j++) rows[j] = j;
+    if (cu_upload(ws->head_rows, rows, sizeof(int32_t) * (size_t)gamma)) return dsv4_fail(err, DSV4_E_STATE, "DSpark: upload failed");
+    cu_hc_head(s.st, s.official, ws->X, ws->head_rows, gamma, cm->dspark.hc_head.fn.data, cm->dspark.hc_head.base,
+               cm->dspark.hc_head.scale, c->hc_mult, d, c->hc_eps, c->norm_eps, ws->head_x);
+    if ((rc = cu_finish(s.st, "the DSpark block", err))) return rc;
+    if (cu_download(y, ws->head_x, sizeof(float) * (size_t)gamma * d)) return dsv4_fail(err, DSV4_E_STATE, "DSpark: download failed");
+    cu_rmsnorm(s.st, s.official, ws->head_x, d, cm->dspark.norm, d, c->norm_eps, ws->head_x, d, gamma);
+    cu_linear(s.st, &cm->head, ws->head_x, gamma, d, ws->logits, V);
+    if ((rc = cu_finish(s.st, "the DSpark head", err))) return rc;
+    if (cu_download(U, ws->logits, sizeof(float) * (size_t)gamma * V)) return dsv4_fail(err, DSV4_E_STATE, "DSpark: download failed");
     return 0;
 }
 #else

@@ -186,12 +186,12 @@ __device__ __forceinline__ unsigned long long rank_key(float s, int64_t k) {
 }
 
 __global__ void k_index_select(int official, cu_kvlay il, const float *qi, const float *wi, const int64_t *pos,
-                               const int32_t *item_of, const cu_seq_layer *sl, int nI, int cI, int K, int64_t max_rows,
+                               const int32_t *item_of, const cu_seq_layer *sl, int t0, int nI, int cI, int K, int64_t max_rows,
                                float *scratch, int32_t *sel, int32_t *n_sel) {
     __shared__ unsigned int hist[256];
     __shared__ unsigned long long prefix_s;
     __shared__ unsigned int remaining_s, warp_off[IDX_THREADS / 32 + 1];
-    const int t = blockIdx.x, lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    const int t = t0 + blockIdx.x, lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
     const int64_t n = (pos[t] + 1) / 4;
     int32_t *out = sel + (int64_t)t * K;
     if (n <= K) {
@@ -200,7 +200,7 @@ __global__ void k_index_select(int official, cu_kvlay il, const float *qi, const
         return;
     }
     const uint8_t *rows = sl[item_of[t]].irows;
-    float *sc = scratch + (int64_t)t * max_rows;
+    float *sc = scratch + (int64_t)blockIdx.x * max_rows;
     const float *qt = qi + (int64_t)t * nI * cI, *wt = wi + (int64_t)t * nI;
     for (int64_t k = warp; k < n; k += nw) {
         const uint8_t *row = rows + k * il.bytes;
@@ -277,25 +277,74 @@ __global__ void k_index_select(int official, cu_kvlay il, const float *qi, const
 extern "C" void cu_index_select(cu_stream st, int official, cu_kvlay ilay, const float *qi, const float *wi, const int64_t *pos,
                                 const int32_t *item_of, const cu_seq_layer *sl, int T, int nI, int cI, int K, int64_t max_rows,
                                 float *scratch, int32_t *sel, int32_t *n_sel) {
-    if (T > 0)
-        k_index_select<<<T, IDX_THREADS, 0, (cudaStream_t)st>>>(official, ilay, qi, wi, pos, item_of, sl, nI, cI, K, max_rows,
+    /* CU_INDEX_CHUNK queries per launch share the score scratch: its size does not grow with the prompt */
+    for (int t0 = 0; t0 < T; t0 += CU_INDEX_CHUNK) {
+        const int n = T - t0 < CU_INDEX_CHUNK ? T - t0 : CU_INDEX_CHUNK;
+        k_index_select<<<n, IDX_THREADS, 0, (cudaStream_t)st>>>(official, ilay, qi, wi, pos, item_of, sl, t0, nI, cI, K, max_rows,
                                                                  scratch, sel, n_sel);
+    }
 }
 
 /* ---- sink attention ------------------------------------------------------------------------------------------------------ */
 
 #define ATT_THREADS 128
 
+/* The sink attention of query q (head h, position p) over nk keys whose addresses are keys[0..nk) (shared
+ * memory, filled by the caller, followed by a barrier); sc: shared scratch of nk floats. Writes out [D],
+ * de-rotated at p. Called by a whole block. */
+__device__ void attend_keys(int official, const cu_kvlay &lay, const float *qh, const uint8_t *const *keys, int nk, float *sc,
+                            float sink, const float *freq, int D, int R, int64_t p, float *out) {
+    __shared__ float red[32];
+    __shared__ float den_s;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    const float scale = 1.0f / sqrtf((float)D);
+    for (int i = warp; i < nk; i += nw) {
+        const uint8_t *kp = keys[i];
+        float acc = 0.0f;
+        for (int j = lane * 4; j < D; j += 128)
+            for (int e = 0; e < 4 && j + e < D; e++) acc = fmaf(qh[j + e], kv_elem(lay, kp, j + e), acc);
+        acc = warp_sum(acc);
+        if (lane == 0) sc[i] = acc * scale;
+    }
+    __syncthreads();
+    float mx = -INFINITY;
+    for (int i = threadIdx.x; i < nk; i += blockDim.x) mx = fmaxf(mx, sc[i]);
+    mx = block_max(mx, red);
+    for (int i = threadIdx.x; i < nk; i += blockDim.x) sc[i] = expf(sc[i] - mx);
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        /* the sink joins the denominator only; the keys in key order */
+        float den = expf(sink - mx);
+        for (int i = 0; i < nk; i++) den += sc[i];
+        den_s = den;
+    }
+    __syncthreads();
+    const float inv = 1.0f / den_s;
+    /* P.V: column j sums over the keys in four interleaved accumulators (key i into i mod 4, each in key order),
+     * combined as (a0 + a1) + (a2 + a3): independent loads in flight, an order fixed by the key count alone */
+    for (int j = threadIdx.x; j < D; j += blockDim.x) {
+        float a[4] = { 0.0f, 0.0f, 0.0f, 0.0f };
+        int i = 0;
+        for (; i + 4 <= nk; i += 4)
+#pragma unroll
+            for (int u = 0; u < 4; u++) a[u] = fmaf(dev_bf16_if(official, sc[i + u]), kv_elem(lay, keys[i + u], j), a[u]);
+#pragma unroll
+        for (int u = 0; u < 3; u++)
+            if (i + u < nk) a[u] = fmaf(dev_bf16_if(official, sc[i + u]), kv_elem(lay, keys[i + u], j), a[u]);
+        out[j] = dev_bf16_if(official, ((a[0] + a[1]) + (a[2] + a[3])) * inv);
+    }
+    __syncthreads();
+    block_rope(official, freq, R, out + D - R, p, 1);
+}
+
 __global__ void k_attention(int official, cu_kvlay lay, const float *q, const uint8_t *kvs, const int64_t *pos,
                             const int32_t *item_of, const cu_item *items, const cu_seq_layer *sl, int ring_len, int W,
                             int ratio, const int32_t *sel, const int32_t *n_sel, int topk, const float *sink,
                             const float *freq, int H, int D, int R, int max_keys, float *o) {
-    extern __shared__ unsigned char att_smem[];
+    extern __shared__ __align__(16) unsigned char att_smem[];
     const uint8_t **keys = (const uint8_t **)att_smem;          /* [max_keys] */
     float *sc = (float *)(att_smem + sizeof(void *) * max_keys); /* [max_keys] */
-    __shared__ float red[32];
-    __shared__ float den_s;
-    const int t = blockIdx.x, h = blockIdx.y, lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    const int t = blockIdx.x, h = blockIdx.y;
     const int64_t p = pos[t];
     const cu_item it = items[item_of[t]];
     const cu_seq_layer L = sl[item_of[t]];
@@ -315,38 +364,47 @@ __global__ void k_attention(int official, cu_kvlay lay, const float *q, const ui
         }
     }
     __syncthreads();
-    const float *qh = q + ((int64_t)t * H + h) * D;
-    const float scale = 1.0f / sqrtf((float)D);
-    for (int i = warp; i < nk; i += nw) {
-        const uint8_t *kp = keys[i];
-        float acc = 0.0f;
-        for (int j = lane * 4; j < D; j += 128)
-            for (int e = 0; e < 4 && j + e < D; e++) acc = fmaf(qh[j + e], kv_elem(lay, kp, j + e), acc);
-        acc = warp_sum(acc);
-        if (lane == 0) sc[i] = acc * scale;
-    }
+    attend_keys(official, lay, q + ((int64_t)t * H + h) * D, keys, nk, sc, sink[h], freq, D, R, p,
+                o + ((int64_t)t * H + h) * D);
+}
+
+/* DSpark's block attention (core/dspark.c block_attention): element j of the block (position p0 + j) sees the
+ * context keys of positions max(0, p0-W) .. p0-1 from the stage's ring (fp32 rows, slot = position mod W), then
+ * all gamma keys of the block (fp32 rows of kv), whatever its own position. */
+__global__ void k_dspark_attention(int official, const float *q, const float *kv, const float *ring, int64_t p0, int gamma,
+                                   int W, const float *sink, const float *freq, int H, int D, int R, float *o) {
+    extern __shared__ __align__(16) unsigned char att_smem[];
+    const int max_keys = W + gamma;
+    const uint8_t **keys = (const uint8_t **)att_smem;
+    float *sc = (float *)(att_smem + sizeof(void *) * max_keys);
+    const int j = blockIdx.x, h = blockIdx.y;
+    const int64_t P = p0 - 1, w0 = P - W + 1 < 0 ? 0 : P - W + 1;
+    const int nwin = (int)(P - w0 + 1), nk = nwin + gamma;
+    for (int i = threadIdx.x; i < nk; i += blockDim.x)
+        keys[i] = i < nwin ? (const uint8_t *)(ring + ((w0 + i) % W) * D) : (const uint8_t *)(kv + (int64_t)(i - nwin) * D);
     __syncthreads();
-    float mx = -INFINITY;
-    for (int i = threadIdx.x; i < nk; i += blockDim.x) mx = fmaxf(mx, sc[i]);
-    mx = block_max(mx, red);
-    for (int i = threadIdx.x; i < nk; i += blockDim.x) sc[i] = expf(sc[i] - mx);
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        /* the sink joins the denominator only; the keys in key order */
-        float den = expf(sink[h] - mx);
-        for (int i = 0; i < nk; i++) den += sc[i];
-        den_s = den;
-    }
-    __syncthreads();
-    const float inv = 1.0f / den_s;
-    float *out = o + ((int64_t)t * H + h) * D;
-    for (int j = threadIdx.x; j < D; j += blockDim.x) {
-        float acc = 0.0f;
-        for (int i = 0; i < nk; i++) acc = fmaf(dev_bf16_if(official, sc[i]), kv_elem(lay, keys[i], j), acc);
-        out[j] = dev_bf16_if(official, acc * inv);
-    }
-    __syncthreads();
-    block_rope(official, freq, R, out + D - R, p, 1);
+    const cu_kvlay f32 = { DSV4_KV_F32, 0, D, 0, D, 4 * D };
+    attend_keys(official, f32, q + ((int64_t)j * H + h) * D, keys, nk, sc, sink[h], freq, D, R, p0 + j, o + ((int64_t)j * H + h) * D);
+}
+
+extern "C" void cu_dspark_attention(cu_stream st, int official, const float *q, const float *kv, const float *ring, int64_t p0,
+                                    int gamma, int W, const float *sink, const float *freq, int H, int D, int R, float *o) {
+    const size_t smem = (sizeof(void *) + sizeof(float)) * (size_t)(W + gamma);
+    if (smem > 48 * 1024) cudaFuncSetAttribute(k_dspark_attention, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    k_dspark_attention<<<dim3(gamma, H), ATT_THREADS, smem, (cudaStream_t)st>>>(official, q, kv, ring, p0, gamma, W, sink, freq, H,
+                                                                               D, R, o);
+}
+
+/* Rows [n][D] of kv into ring slots (p0 + t) mod W (the last W of them: later positions own their slots). */
+__global__ void k_dspark_ring_write(const float *kv, int n, int D, float *ring, int64_t p0, int W) {
+    const int t = blockIdx.x;
+    if (t < n - W) return;
+    float *dst = ring + ((p0 + t) % W) * D;
+    for (int i = threadIdx.x; i < D; i += blockDim.x) dst[i] = kv[(int64_t)t * D + i];
+}
+
+extern "C" void cu_dspark_ring_write(cu_stream st, const float *kv, int n, int D, float *ring, int64_t p0, int W) {
+    if (n > 0) k_dspark_ring_write<<<n, 128, 0, (cudaStream_t)st>>>(kv, n, D, ring, p0, W);
 }
 
 extern "C" int cu_attention_key_limit(void) {

@@ -182,6 +182,19 @@ extern "C" void cu_hc_head(cu_stream st, int official, const float *X, const int
     if (R > 0) k_hc_head<<<R, ROW_THREADS, 0, (cudaStream_t)st>>>(official, X, rows, fn, base, scale, hc, d, hc_eps, norm_eps, y);
 }
 
+__global__ void k_mtp_mix(int official, const float *ep, const float *hp, float *X, int T, int hc, int d) {
+    const int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= (int64_t)T * hc * d) return;
+    const int64_t t = idx / ((int64_t)hc * d);
+    const int k = (int)(idx % d);
+    X[idx] = dev_bf16_if(official, ep[t * d + k] + hp[idx]);
+}
+
+extern "C" void cu_mtp_mix(cu_stream st, int official, const float *ep, const float *hp, float *X, int T, int hc, int d) {
+    const int64_t n = (int64_t)T * hc * d;
+    if (n > 0) k_mtp_mix<<<cu_blocks(n, 256), 256, 0, (cudaStream_t)st>>>(official, ep, hp, X, T, hc, d);
+}
+
 __global__ void k_features(int official, const float *X, int T, int hc, int d, int nt, int k, float *feat) {
     const int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (idx >= (int64_t)T * d) return;

@@ -3,7 +3,7 @@
  *
  * Reduction order of y[t][o] (the same for every t, every T, every tile): lane l of the warp that owns row o
  * accumulates, with fmaf starting from 0.0f, columns 4l+128j, 4l+128j+1, 4l+128j+2, 4l+128j+3 for j = 0, 1, ...;
- * the 32 partials are then combined by warp_sum. A warp computes its row for up to TILE tokens at once so the
+ * the 32 partials are then combined by warp_sum (rows of split_rows shapes: see k_linear_split). A warp computes its row for up to TILE tokens at once so the
  * weight row is read once per tile; the tile only decides which warp does the work, never the order.
  * (CUDA cores in fp32 for both numeric modes for now: issue 18 moves OFFICIAL mode to FP8 tensor cores.) */
 #include "backend/cuda/cu_common.cuh"
@@ -12,14 +12,15 @@
 #define LIN_WARPS 4   /* output rows per block */
 #define LIN_TILE 8    /* tokens per warp */
 
-/* One row o of w against up to LIN_TILE input rows xr[0..n): res[k] (valid in every lane). */
+/* Columns [c0, K) of row o of w against up to LIN_TILE input rows xr[0..n): res[k] (valid in every lane). c0 is
+ * a multiple of 128; K is the column count or, for a split row, the end of the warp's segment. */
 template <bool VEC>
-__device__ __forceinline__ void dot_tile(const dsv4_weight &w, int o, const float *const *xr, int n, float *res) {
-    const int lane = threadIdx.x & 31, K = w.cols;
+__device__ __forceinline__ void dot_tile(const dsv4_weight &w, int o, const float *const *xr, int n, float *res, int c0, int K) {
+    const int lane = threadIdx.x & 31;
     float acc[LIN_TILE];
 #pragma unroll
     for (int k = 0; k < LIN_TILE; k++) acc[k] = 0.0f;
-    for (int i = lane * 4; i < K; i += 128) {
+    for (int i = c0 + lane * 4; i < K; i += 128) {
         float wv[4];
         if (VEC) {
             dev_weight4(w, o, i, wv);
@@ -54,9 +55,41 @@ __global__ void k_linear(dsv4_weight w, const float *__restrict__ x, int T, int 
 #pragma unroll
     for (int k = 0; k < LIN_TILE; k++) xr[k] = x + (int64_t)(t0 + (k < n ? k : 0)) * ldx;
     float res[LIN_TILE];
-    dot_tile<VEC>(w, o, xr, n, res);
+    dot_tile<VEC>(w, o, xr, n, res, 0, w.cols);
     if ((threadIdx.x & 31) == 0)
-        for (int k = 0; k < n; k++) y[(int64_t)(t0 + k) * ldy + o] = res[k];
+#pragma unroll
+        for (int k = 0; k < LIN_TILE; k++)
+            if (k < n) y[(int64_t)(t0 + k) * ldy + o] = res[k];
+}
+
+/* Few and long rows (the mHC mixes: 24 rows of hc * dim columns; the indexer's head weights): one block of
+ * LIN_SPLIT warps per row, warp s taking the columns [s*seg, (s+1)*seg) (seg = cols / LIN_SPLIT rounded up to 128)
+ * with the lane pattern above, then the LIN_SPLIT partials added in order s = 0, 1, ... The split is chosen by the
+ * weight's shape alone (split_rows), so every token still gets the same order whatever T. */
+#define LIN_SPLIT 8
+static bool split_rows(int rows, int cols) { return rows < 128 && cols >= 2048; }
+
+template <bool VEC>
+__global__ void k_linear_split(dsv4_weight w, const float *__restrict__ x, int T, int ldx, float *__restrict__ y, int ldy) {
+    __shared__ float part[LIN_SPLIT][LIN_TILE];
+    const int o = blockIdx.x, s = threadIdx.x >> 5, t0 = blockIdx.y * LIN_TILE;
+    const int n = T - t0 < LIN_TILE ? T - t0 : LIN_TILE;
+    const int seg = ((w.cols + LIN_SPLIT - 1) / LIN_SPLIT + 127) / 128 * 128;
+    const int c0 = s * seg < w.cols ? s * seg : w.cols, c1 = c0 + seg < w.cols ? c0 + seg : w.cols;
+    const float *xr[LIN_TILE];
+#pragma unroll
+    for (int k = 0; k < LIN_TILE; k++) xr[k] = x + (int64_t)(t0 + (k < n ? k : 0)) * ldx;
+    float res[LIN_TILE];
+    dot_tile<VEC>(w, o, xr, n, res, c0, c1);
+    if ((threadIdx.x & 31) == 0)
+#pragma unroll
+        for (int k = 0; k < LIN_TILE; k++) part[s][k] = res[k];
+    __syncthreads();
+    if (threadIdx.x < n) {
+        float sum = 0.0f;
+        for (int q = 0; q < LIN_SPLIT; q++) sum += part[q][threadIdx.x];
+        y[(int64_t)(t0 + threadIdx.x) * ldy + o] = sum;
+    }
 }
 
 template <bool VEC>
@@ -75,9 +108,11 @@ __global__ void k_expert_linear(const dsv4_weight *__restrict__ experts, int row
         xr[k] = x + (int64_t)(x_by_pair ? p : plan.pair_token[p]) * ldx;
     }
     float res[LIN_TILE];
-    dot_tile<VEC>(w, o, xr, n, res);
+    dot_tile<VEC>(w, o, xr, n, res, 0, w.cols);
     if ((threadIdx.x & 31) == 0)
-        for (int k = 0; k < n; k++) y[(int64_t)(p0 + k) * ldy + o] = res[k];
+#pragma unroll
+        for (int k = 0; k < LIN_TILE; k++)
+            if (k < n) y[(int64_t)(p0 + k) * ldy + o] = res[k];
 }
 
 /* The vector path needs 16-byte x rows and 4-aligned weight rows; it computes the same sums as the scalar one. */
@@ -88,8 +123,14 @@ static bool vec_ok(int fmt, int cols, const float *x, int ldx) {
 
 extern "C" int cu_linear(cu_stream st, const dsv4_weight *w, const float *x, int T, int ldx, float *y, int ldy) {
     if (T <= 0 || w->rows <= 0) return 0;
-    dim3 grid(cu_blocks(w->rows, LIN_WARPS), cu_blocks(T, LIN_TILE));
     const bool vec = vec_ok(w->fmt, w->cols, x, ldx) && ((uintptr_t)w->data % 16) == 0;
+    if (split_rows(w->rows, w->cols)) {
+        dim3 g(w->rows, cu_blocks(T, LIN_TILE));
+        if (vec) k_linear_split<true><<<g, 32 * LIN_SPLIT, 0, (cudaStream_t)st>>>(*w, x, T, ldx, y, ldy);
+        else k_linear_split<false><<<g, 32 * LIN_SPLIT, 0, (cudaStream_t)st>>>(*w, x, T, ldx, y, ldy);
+        return 0;
+    }
+    dim3 grid(cu_blocks(w->rows, LIN_WARPS), cu_blocks(T, LIN_TILE));
     if (vec) k_linear<true><<<grid, 32 * LIN_WARPS, 0, (cudaStream_t)st>>>(*w, x, T, ldx, y, ldy);
     else k_linear<false><<<grid, 32 * LIN_WARPS, 0, (cudaStream_t)st>>>(*w, x, T, ldx, y, ldy);
     return 0;

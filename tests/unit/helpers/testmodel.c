@@ -6,16 +6,26 @@
 
 dsv4_model *tm_make(const char *preset, const char *const *sets, int n_sets, uint64_t seed, dsv4_mode mode,
                     char *dir_out) {
+    return tm_make_on(preset, sets, n_sets, seed, mode, DSV4_DEVICE_CPU, DSV4_KV_F32, dir_out);
+}
+
+dsv4_model *tm_load(const char *dir, dsv4_mode mode, int device, int kv) {
+    dsv4_load_opts lo = { .mode = mode, .quiet = 1, .device = device, .kv_format = kv };
+    dsv4_model *m;
+    dsv4_error err;
+    if (dsv4_model_load(dir, &lo, &m, &err)) { fprintf(stderr, "load %s: %s\n", dir, err.msg); return NULL; }
+    return m;
+}
+
+dsv4_model *tm_make_on(const char *preset, const char *const *sets, int n_sets, uint64_t seed, dsv4_mode mode, int device,
+                       int kv, char *dir_out) {
     char tmpl[] = "/tmp/dsv4-test-XXXXXX";
     if (!mkdtemp(tmpl)) { perror("mkdtemp"); return NULL; }
     strcpy(dir_out, tmpl);
     dsv4_tiny_opts o = { .preset = preset, .seed = seed, .sets = sets, .n_sets = n_sets };
     dsv4_error err;
     if (dsv4_tiny_write(tmpl, &o, &err)) { fprintf(stderr, "tiny: %s\n", err.msg); return NULL; }
-    dsv4_load_opts lo = { .mode = mode, .quiet = 1 };
-    dsv4_model *m;
-    if (dsv4_model_load(tmpl, &lo, &m, &err)) { fprintf(stderr, "load: %s\n", err.msg); return NULL; }
-    return m;
+    return tm_load(tmpl, mode, device, kv);
 }
 
 void tm_rmdir(const char *dir) {

@@ -8,6 +8,11 @@
  * Returns NULL (after printing why) on failure. The folder name is written to dir_out (>= 256 bytes). */
 dsv4_model *tm_make(const char *preset, const char *const *sets, int n_sets, uint64_t seed, dsv4_mode mode,
                     char *dir_out);
+/* The same on a device (a dsv4_device) with a KV storage format (a dsv4_kv_format). */
+dsv4_model *tm_make_on(const char *preset, const char *const *sets, int n_sets, uint64_t seed, dsv4_mode mode, int device,
+                       int kv, char *dir_out);
+/* Load a checkpoint folder; NULL (after printing why) on failure. */
+dsv4_model *tm_load(const char *dir, dsv4_mode mode, int device, int kv);
 /* Remove a folder made by tm_make. */
 void tm_rmdir(const char *dir);
 

@@ -1,0 +1,92 @@
+/* Constrained decoding: the API a caller (dsv4 generate, the scheduler, speculative streams, the server) uses.
+ *
+ * Three objects:
+ *   dsv4_grammar  what the output must match: compiled from a JSON Schema (json_schema.h), JSON mode (any JSON
+ *                 value) or a GBNF-like grammar (grammar.h). Immutable once built; share it freely (any number
+ *                 of streams and threads may read it).
+ *   dsv4_cvocab   the model's vocabulary as byte strings, in a trie, plus the end-of-sequence id. Build once per
+ *                 tokenizer/model; immutable; shared like the grammar.
+ *   dsv4_cstate   one stream's progress: the set of grammar positions the output so far can be in (a set of
+ *                 parse stacks, interned so that it is one integer), the bytes used, and caches (transitions,
+ *                 token masks) that belong to this stream only. Not thread-safe; one per stream.
+ *
+ * Ownership: dsv4_cstate_new borrows the grammar and the vocabulary; both must outlive the state. Everything
+ * returned by *_new is owned by the caller and released with the matching *_free. The mask functions write
+ * into caller-owned memory.
+ *
+ * Per step:   dsv4_cstate_mask(st, logits)       disallowed tokens' logits become -INFINITY (do this before
+ *                                               temperature / top-k / top-p, and before a greedy argmax)
+ *             tok = sample(logits)
+ *             dsv4_cstate_advance(st, tok)       the output now includes tok
+ * The EOS token is allowed exactly when the output so far is a complete value (dsv4_cstate_complete); added
+ * and special tokens are never allowed. After EOS the state is finished and allows nothing.
+ *
+ * Rollback (speculative decoding): a state's position is a small value (dsv4_cpos). Save it with
+ * dsv4_cstate_get before trying tokens and put it back with dsv4_cstate_set: O(1), nothing to free. A saved
+ * position stays valid for the life of the state (the interned tables only grow).
+ *
+ * Length bound: with max_bytes >= 0 the output (without EOS) never exceeds max_bytes bytes. A token is allowed
+ * only if, after it, the shortest completion still fits: so the mask always leaves a path to a complete value,
+ * and since every token is at least one byte, a stream whose token budget is max_new_tokens completes its value
+ * and emits EOS within the budget when max_bytes = max_new_tokens - 1 (vocabularies with all 256 single-byte
+ * tokens, as byte-level BPE has). This is also what makes a random model terminate. If even the shortest value
+ * does not fit, only EOS is allowed (the output ends incomplete). max_bytes < 0: no bound. */
+#ifndef DSV4_ENGINE_CONSTRAINT_H
+#define DSV4_ENGINE_CONSTRAINT_H
+#include "dsv4.h"
+#include "engine/grammar_ir.h"
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct dsv4_tokenizer dsv4_tokenizer;
+
+/* ---- vocabulary ------------------------------------------------------------------------------------------ */
+
+typedef struct dsv4_cvocab dsv4_cvocab;
+
+/* n_vocab: the model's vocabulary size (the logits row length; may exceed the tokenizer's: the extra ids are
+ * never allowed). eos_id: the model's end-of-sequence token. Added tokens are excluded. */
+int  dsv4_cvocab_from_tokenizer(const dsv4_tokenizer *t, int32_t n_vocab, int32_t eos_id, dsv4_cvocab **out,
+                                dsv4_error *err);
+/* From raw byte strings: bytes[i] / lens[i] for id i (NULL or length 0 = never allowed). */
+int  dsv4_cvocab_new(const char *const *bytes, const size_t *lens, int32_t n_vocab, int32_t eos_id, dsv4_cvocab **out,
+                     dsv4_error *err);
+void dsv4_cvocab_free(dsv4_cvocab *v);
+int32_t dsv4_cvocab_size(const dsv4_cvocab *v);
+int32_t dsv4_cvocab_eos(const dsv4_cvocab *v);
+/* The bytes of token id (NULL when it can never be allowed). */
+const char *dsv4_cvocab_bytes(const dsv4_cvocab *v, int32_t id, size_t *len);
+
+/* ---- per-stream state ------------------------------------------------------------------------------------ */
+
+typedef struct dsv4_cstate dsv4_cstate;
+
+typedef struct {
+    int32_t cfg;        /* interned configuration (set of parse stacks); -1 after EOS */
+    int64_t used;       /* output bytes so far */
+} dsv4_cpos;
+
+int  dsv4_cstate_new(const dsv4_grammar *g, const dsv4_cvocab *v, int64_t max_bytes, dsv4_cstate **out, dsv4_error *err);
+void dsv4_cstate_free(dsv4_cstate *s);
+
+/* The allowed-token set as a bitset of ceil(n_vocab / 64) words (bit i of word i/64 = token i allowed), into
+ * caller-owned bits. Returns 0, or DSV4_E_NOMEM when the state's tables cannot grow (err set). */
+int  dsv4_cstate_allowed(dsv4_cstate *s, uint64_t *bits, dsv4_error *err);
+/* Set logits[i] = -INFINITY for every token not allowed now (logits has n_vocab entries). */
+int  dsv4_cstate_mask(dsv4_cstate *s, float *logits, dsv4_error *err);
+/* 1 when token id is allowed now (the same answer as the mask, without computing all of it). */
+int  dsv4_cstate_allows(dsv4_cstate *s, int32_t id);
+/* Consume token id. A token the constraint does not allow is refused (DSV4_E_ARG, the state is unchanged). */
+int  dsv4_cstate_advance(dsv4_cstate *s, int32_t id, dsv4_error *err);
+/* 1 when the output so far is a complete value (EOS is allowed). */
+int  dsv4_cstate_complete(const dsv4_cstate *s);
+/* 1 after EOS was consumed. */
+int  dsv4_cstate_finished(const dsv4_cstate *s);
+dsv4_cpos dsv4_cstate_get(const dsv4_cstate *s);
+void dsv4_cstate_set(dsv4_cstate *s, dsv4_cpos p);
+
+/* Statistics for benchmarks: configurations interned, masks computed by a walk of the vocabulary trie, masks
+ * served from the cache. */
+typedef struct { int64_t configs, stack_nodes, mask_walks, mask_hits, transitions, trie_nodes_visited; } dsv4_cstate_stats;
+void dsv4_cstate_get_stats(const dsv4_cstate *s, dsv4_cstate_stats *st);
+#endif

@@ -1,0 +1,17 @@
+/* Benchmark of constrained decoding (dsv4 bench --grammar): vocabulary trie build, schema compile time, and the
+ * time to mask one logits row (dsv4_cstate_mask) per generated token, median and p99, for a set of schemas on
+ * the given tokenizer's vocabulary (the real DeepSeek one: 129,280 tokens). Two token sources per schema:
+ *   replay  a valid document, encoded with the tokenizer, fed token by token (what a model that writes good
+ *           JSON does: the mask cache works as in real use);
+ *   random  a uniform draw among the allowed tokens at every step (a worst case: long, odd strings, many fresh
+ *           configurations), ended by the length bound.
+ * Speed is measured, never asserted. */
+#ifndef DSV4_ENGINE_CONSTRAINT_BENCH_H
+#define DSV4_ENGINE_CONSTRAINT_BENCH_H
+#include "dsv4.h"
+#include <stdio.h>
+
+typedef struct dsv4_tokenizer dsv4_tokenizer;
+
+int dsv4_constraint_bench(const dsv4_tokenizer *t, FILE *out, dsv4_error *err);
+#endif

@@ -1,0 +1,142 @@
+/* Vocabulary trie for constrained decoding: see constraint_vocab.h. */
+#define _GNU_SOURCE /* qsort_r */
+#include "engine/constraint_vocab.h"
+#include "text/tokenizer.h"
+#include "util/error.h"
+#include <stdlib.h>
+#include <string.h>
+
+/* Tokens longer than this are never allowed inside constrained output (no real BPE token comes close). */
+#define MAX_TOKEN_BYTES 1024
+
+void dsv4_cvocab_free(dsv4_cvocab *v) {
+    if (!v) return;
+    free(v->bytes);
+    free(v->len);
+    free(v->pool);
+    free(v->byte);
+    free(v->depth);
+    free(v->end);
+    free(v->tok_first);
+    free(v->toks);
+    free(v);
+}
+
+int32_t dsv4_cvocab_size(const dsv4_cvocab *v) { return v->n_vocab; }
+int32_t dsv4_cvocab_eos(const dsv4_cvocab *v) { return v->eos; }
+const char *dsv4_cvocab_bytes(const dsv4_cvocab *v, int32_t id, size_t *len) {
+    if (id < 0 || id >= v->n_vocab || !v->bytes[id]) return NULL;
+    if (len) *len = v->len[id];
+    return v->bytes[id];
+}
+
+static int by_bytes(const void *a, const void *b, void *ctx) {
+    const dsv4_cvocab *v = ctx;
+    const int32_t i = *(const int32_t *)a, j = *(const int32_t *)b;
+    const uint32_t n = v->len[i] < v->len[j] ? v->len[i] : v->len[j];
+    const int c = memcmp(v->bytes[i], v->bytes[j], n);
+    if (c) return c;
+    if (v->len[i] != v->len[j]) return v->len[i] < v->len[j] ? -1 : 1;
+    return (i > j) - (i < j);
+}
+
+/* Build the preorder trie from the tokens sorted by their bytes: each token shares its longest common prefix
+ * with the one before it, so nodes are created (and subtrees closed) in one pass. */
+static int build_trie(dsv4_cvocab *v) {
+    int32_t n_tok = 0;
+    size_t total = 1;
+    for (int32_t i = 0; i < v->n_vocab; i++)
+        if (v->bytes[i]) { n_tok++; total += v->len[i]; }
+    int32_t *ids = malloc(sizeof *ids * (size_t)(n_tok + 1));
+    v->toks = malloc(sizeof *v->toks * (size_t)(n_tok + 1));
+    v->byte = malloc(total);
+    v->depth = malloc(sizeof *v->depth * total);
+    v->end = malloc(sizeof *v->end * total);
+    v->tok_first = malloc(sizeof *v->tok_first * (total + 1));
+    if (!ids || !v->toks || !v->byte || !v->depth || !v->end || !v->tok_first) { free(ids); return -1; }
+    n_tok = 0;
+    for (int32_t i = 0; i < v->n_vocab; i++)
+        if (v->bytes[i]) ids[n_tok++] = i;
+    qsort_r(ids, (size_t)n_tok, sizeof *ids, by_bytes, v);
+    int32_t path[MAX_TOKEN_BYTES + 1];
+    int cur = 0;               /* depth of the path */
+    int32_t n = 1, nt = 0;
+    v->byte[0] = 0;
+    v->depth[0] = 0;
+    v->tok_first[0] = 0;
+    path[0] = 0;
+    const char *prev = NULL;
+    uint32_t prev_len = 0;
+    for (int32_t k = 0; k < n_tok; k++) {
+        const int32_t id = ids[k];
+        const char *s = v->bytes[id];
+        const uint32_t L = v->len[id];
+        uint32_t lcp = 0;
+        while (prev && lcp < L && lcp < prev_len && s[lcp] == prev[lcp]) lcp++;
+        for (int d = cur; d > (int)lcp; d--) v->end[path[d]] = n;
+        for (uint32_t d = lcp + 1; d <= L; d++) {
+            v->byte[n] = (uint8_t)s[d - 1];
+            v->depth[n] = (uint16_t)d;
+            v->tok_first[n] = nt;
+            path[d] = n++;
+        }
+        cur = (int)L;
+        v->toks[nt++] = id;  /* ends at path[L], the node created last (sorted order) */
+        if ((int)L > v->max_depth) v->max_depth = (int)L;
+        prev = s;
+        prev_len = L;
+    }
+    for (int d = cur; d >= 0; d--) v->end[path[d]] = n;
+    v->tok_first[n] = nt;
+    v->n_node = n;
+    free(ids);
+    return 0;
+}
+
+int dsv4_cvocab_new(const char *const *bytes, const size_t *lens, int32_t n_vocab, int32_t eos_id, dsv4_cvocab **out,
+                    dsv4_error *err) {
+    *out = NULL;
+    if (n_vocab <= 0) return dsv4_fail(err, DSV4_E_ARG, "constraint: empty vocabulary");
+    if (eos_id < 0 || eos_id >= n_vocab)
+        return dsv4_fail(err, DSV4_E_ARG, "constraint: end-of-sequence id %d is outside the vocabulary (%d)", eos_id, n_vocab);
+    dsv4_cvocab *v = calloc(1, sizeof *v);
+    if (!v) return dsv4_fail(err, DSV4_E_NOMEM, "constraint: out of memory");
+    v->n_vocab = n_vocab;
+    v->eos = eos_id;
+    size_t total = 0;
+    for (int32_t i = 0; i < n_vocab; i++)
+        if (bytes[i] && lens[i] > 0 && lens[i] <= MAX_TOKEN_BYTES && i != eos_id) total += lens[i];
+    v->bytes = calloc((size_t)n_vocab, sizeof *v->bytes);
+    v->len = calloc((size_t)n_vocab, sizeof *v->len);
+    v->pool = malloc(total + 1);
+    if (!v->bytes || !v->len || !v->pool) { dsv4_cvocab_free(v); return dsv4_fail(err, DSV4_E_NOMEM, "constraint: out of memory"); }
+    size_t at = 0;
+    for (int32_t i = 0; i < n_vocab; i++) {
+        if (!bytes[i] || lens[i] == 0 || lens[i] > MAX_TOKEN_BYTES || i == eos_id) continue;
+        memcpy(v->pool + at, bytes[i], lens[i]);
+        v->bytes[i] = v->pool + at;
+        v->len[i] = (uint32_t)lens[i];
+        at += lens[i];
+    }
+    if (build_trie(v)) { dsv4_cvocab_free(v); return dsv4_fail(err, DSV4_E_NOMEM, "constraint: out of memory"); }
+    *out = v;
+    return 0;
+}
+
+int dsv4_cvocab_from_tokenizer(const dsv4_tokenizer *t, int32_t n_vocab, int32_t eos_id, dsv4_cvocab **out,
+                               dsv4_error *err) {
+    *out = NULL;
+    if (n_vocab <= 0) return dsv4_fail(err, DSV4_E_ARG, "constraint: empty vocabulary");
+    const char **b = calloc((size_t)n_vocab, sizeof *b);
+    size_t *l = calloc((size_t)n_vocab, sizeof *l);
+    if (!b || !l) { free(b); free(l); return dsv4_fail(err, DSV4_E_NOMEM, "constraint: out of memory"); }
+    const int32_t tv = dsv4_tokenizer_vocab_size(t);
+    for (int32_t i = 0; i < n_vocab && i < tv; i++) {
+        if (dsv4_tokenizer_is_added(t, i)) continue; /* special tokens never appear inside constrained output */
+        b[i] = dsv4_tokenizer_token_bytes(t, i, &l[i]);
+    }
+    int rc = dsv4_cvocab_new(b, l, n_vocab, eos_id, out, err);
+    free(b);
+    free(l);
+    return rc;
+}

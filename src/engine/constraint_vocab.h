@@ -1,0 +1,22 @@
+/* The vocabulary side of constrained decoding (internal to constraint*.c): every token that may appear in
+ * constrained output as its byte string, in a trie laid out in preorder so that a mask is one forward pass over
+ * arrays (node i's subtree is i .. end[i]-1; a dead prefix skips its subtree in one jump). */
+#ifndef DSV4_ENGINE_CONSTRAINT_VOCAB_H
+#define DSV4_ENGINE_CONSTRAINT_VOCAB_H
+#include "engine/constraint.h"
+
+struct dsv4_cvocab {
+    int32_t n_vocab, eos;
+    const char **bytes;      /* [n_vocab]: token bytes (into pool), NULL = never allowed */
+    uint32_t *len;           /* [n_vocab] */
+    char *pool;
+    /* trie, node 0 = the empty prefix */
+    int32_t n_node;
+    uint8_t *byte;           /* [n_node]: the byte on the edge into the node */
+    uint16_t *depth;         /* [n_node] */
+    int32_t *end;            /* [n_node]: first node after the subtree */
+    int32_t *tok_first;      /* [n_node + 1]: tokens ending at node i are toks[tok_first[i] .. tok_first[i+1]) */
+    int32_t *toks;
+    int max_depth;
+};
+#endif

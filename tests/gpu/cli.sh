@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# The command line on the GPU (--device cuda): logits are bit-identical across --chunks and --batch on the GPU;
+# a state saved by a GPU run resumes on the CPU and the other way round; greedy generate gives the same ids with
+# --spec none / ngram / self / mtp / dspark and in --batch (the engine above dsv4_step does not care which device
+# holds a sequence); bad input gives one clean line; bench runs. Without a GPU: one line, and passes.
+. "$(dirname "$0")/../cli/lib.sh"
+
+"$BIN" tiny -o "$T/probe" >/dev/null 2>&1
+if ! "$BIN" logits -m "$T/probe" --tokens 1 --device cuda >/dev/null 2>"$T/err"; then
+    echo "gpu cli: skipped, needs a GPU: $(cat "$T/err")"; echo "0 passed, 0 failed"; exit 0
+fi
+
+"$BIN" tiny -o "$T/m" --preset flash-tiny --set 'compress_ratios=[0,0,4,128,4,128]' --set sliding_window=8 \
+    --set index_topk=3 >/dev/null 2>&1 || { echo "tiny failed"; echo "0 passed, 1 failed"; exit 1; }
+TOK=$(seq -s, 3 2 400)
+for mode in exact official; do
+    for kv in f32 fp8; do
+        expect_ok "logits $mode $kv" "$BIN" logits -m "$T/m" --device cuda --mode $mode --kv $kv --tokens "$TOK" --out "$T/a.npy"
+        expect_ok "logits chunks" "$BIN" logits -m "$T/m" --device cuda --mode $mode --kv $kv --tokens "$TOK" --chunks 3,50,1,7,64 --out "$T/b.npy"
+        cmp -s "$T/a.npy" "$T/b.npy" && ok || bad "$mode $kv: --chunks logits differ from one call on the GPU"
+        # save on the GPU at 130, resume on the CPU; save on the CPU, resume on the GPU
+        expect_ok "save on gpu" "$BIN" logits -m "$T/m" --device cuda --mode $mode --kv $kv --tokens "$TOK" --save-at 130 --state "$T/s1"
+        expect_ok "resume on cpu" "$BIN" logits -m "$T/m" --device cpu --mode $mode --kv $kv --tokens "$TOK" --resume "$T/s1" --out "$T/c.npy"
+        expect_ok "save on cpu" "$BIN" logits -m "$T/m" --device cpu --mode $mode --kv $kv --tokens "$TOK" --save-at 130 --state "$T/s2"
+        expect_ok "resume on gpu" "$BIN" logits -m "$T/m" --device cuda --mode $mode --kv $kv --tokens "$TOK" --resume "$T/s2" --out "$T/d.npy"
+        expect_ok "state inspect" "$BIN" state inspect "$T/s1"
+    done
+done
+{ echo "7"; echo "1,2,3,4,5,6,7,8,9,10,11,12"; seq -s, 10 150; echo "3,3,3,3,3,3"; } >"$T/prompts"
+expect_ok "logits batch" "$BIN" logits -m "$T/m" --device cuda --batch "$T/prompts" --out "$T/batch"
+for i in 0 1 2 3; do
+    "$BIN" logits -m "$T/m" --device cuda --tokens "$(sed -n "$((i + 1))p" "$T/prompts")" --out "$T/alone.npy" 2>/dev/null
+    cmp -s "$T/batch.$i.npy" "$T/alone.npy" && ok || bad "--batch line $i differs from the stream alone on the GPU"
+done
+
+P=5,9,100,7,5,9,100,7,5,9
+"$BIN" generate -m "$T/m" --device cuda --tokens $P --ids -n 150 >"$T/ref" 2>/dev/null || bad "plain generate on cuda failed"
+for s in ngram self; do
+    "$BIN" generate -m "$T/m" --device cuda --tokens $P --ids -n 150 --spec $s --draft 5 >"$T/out" 2>"$T/err" &&
+        cmp -s "$T/ref" "$T/out" && ok || bad "cuda --spec $s: ids differ from --spec none: $(cat "$T/err")"
+done
+"$BIN" generate -m "$T/m" --device cuda --batch "$T/prompts" -n 60 >"$T/bref" 2>/dev/null || bad "cuda --batch failed"
+"$BIN" generate -m "$T/m" --device cuda --batch "$T/prompts" -n 60 --spec ngram --draft 5 >"$T/out" 2>"$T/err" &&
+    cmp -s "$T/bref" "$T/out" && ok || bad "cuda --batch --spec ngram differs: $(cat "$T/err")"
+for head in mtp dspark; do
+    "$BIN" tiny -o "$T/$head" --mtp $( [ $head = mtp ] && echo v4 || echo dspark ) --seed 4 --set 'compress_ratios=[0,0,4,128,4,128]' \
+        --set sliding_window=8 >/dev/null 2>&1
+    plain=$("$BIN" generate -m "$T/$head" --device cuda --tokens 5,6,7,8 -n 80 --ids 2>/dev/null)
+    spec=$("$BIN" generate -m "$T/$head" --device cuda --tokens 5,6,7,8 -n 80 --ids --spec $head 2>"$T/err")
+    if [ -n "$plain" ] && [ "$plain" = "$spec" ]; then ok; else bad "cuda --spec $head: ids differ from --spec none: $(cat "$T/err")"; fi
+done
+
+# the prefix cache on GPU sequences: a second process reuses the state from disk; a state stored by a CPU run is
+# reused by a GPU run (the format does not depend on the device)
+PP=$(seq -s, 5 3 480)
+pc() { "$BIN" generate -m "$T/m" --device "$1" --tokens "$PP" -n 12 --ids --prefix-cache-dir "$T/pc$2" --prefix-cache-mb 64 --stats 2>"$T/stats"; }
+cold=$(pc cuda 1); grep -q "1 disk write" "$T/stats" && ok || bad "cuda run did not store its prompt: $(cat "$T/stats")"
+warm=$(pc cuda 1); [ -n "$cold" ] && [ "$warm" = "$cold" ] && ok || bad "cuda disk hit: ids differ from the cold run"
+grep -q "1 disk hit" "$T/stats" && ok || bad "cuda: no disk hit: $(cat "$T/stats")"
+pc cpu 2 >/dev/null; x=$(pc cuda 2); grep -q "1 disk hit" "$T/stats" && ok || bad "cuda run did not reuse the cpu-stored state: $(cat "$T/stats")"
+
+expect_err "bad token on cuda" "outside the vocabulary" "$BIN" logits -m "$T/m" --device cuda --tokens 1,99999
+expect_err "bad device" "--device must be cpu or cuda" "$BIN" logits -m "$T/m" --device tpu --tokens 1
+printf 'garbage that is not a state file at all' >"$T/bad.state"
+expect_err "damaged state on cuda" "not a dsv4 sequence state" "$BIN" logits -m "$T/m" --device cuda --tokens 1,2 --resume "$T/bad.state"
+expect_ok "bench on cuda" "$BIN" bench -m "$T/m" --device cuda --prompt 64 --decode 16
+finish

@@ -1,0 +1,224 @@
+/* Per-kernel checks of the CUDA backend against the CPU kernels on the same inputs (issue 11, "what must hold" 2):
+ * the rounding and quantization kernels and the KV row encoder must give the CPU's bits exactly (they are
+ * elementwise rules); the reductions (RMSNorm, the linear layers in every weight format) must agree to float
+ * rounding, and the linear kernel must be batch-invariant: a row's result never depends on how many rows were
+ * computed with it. Relative errors are printed per kernel. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "backend/cpu/kernels.h"
+#include "backend/cuda/cu_kernels.h"
+#include "backend/cuda/cu_runtime.h"
+#include "core/norm.h"
+#include "model/formats.h"
+#include "model/tiny.h"
+#include "state/kvrows.h"
+
+static dsv4_rng rng;
+
+static float frand(float scale) { return ((float)dsv4_rng_below(&rng, 1u << 24) / (float)(1u << 23) - 1.0f) * scale; }
+
+/* Values spanning many binades, with exact zeros, ties and the odd huge one. */
+static void fill(float *x, int n) {
+    for (int i = 0; i < n; i++) {
+        const int k = (int)dsv4_rng_below(&rng, 16);
+        x[i] = k == 0 ? 0.0f : k == 1 ? 448.0f * (float)(1 + (int)dsv4_rng_below(&rng, 3)) : frand(ldexpf(1.0f, (int)dsv4_rng_below(&rng, 20) - 10));
+    }
+}
+
+static void *dev_copy(const void *h, size_t n) {
+    void *d = cu_malloc(n);
+    assert_non_null(d);
+    assert_int_equal(cu_upload(d, h, n), 0);
+    return d;
+}
+
+static void sync_ok(void) {
+    dsv4_error err;
+    if (cu_finish(NULL, "kernel", &err)) fail_msg("%s", err.msg);
+}
+
+static double rel(const float *a, const float *b, size_t n) {
+    double dm = 0, bm = 0;
+    for (size_t i = 0; i < n; i++) {
+        const double d = fabs((double)a[i] - b[i]);
+        if (!(d <= dm)) dm = isnan(d) ? INFINITY : d;
+        if (fabs(b[i]) > bm) bm = fabs(b[i]);
+    }
+    return bm ? dm / bm : dm;
+}
+
+static void quantization_is_bit_exact(void **state) {
+    (void)state;
+    enum { ROWS = 37, N = 1000 };
+    float *x = malloc(sizeof(float) * ROWS * N), *cpu = malloc(sizeof(float) * ROWS * N), *gpu = malloc(sizeof(float) * ROWS * N);
+    for (int fp4 = 0; fp4 < 2; fp4++) {
+        const int block = fp4 ? 32 : 128;
+        fill(x, ROWS * N);
+        memcpy(cpu, x, sizeof(float) * ROWS * N);
+        for (int r = 0; r < ROWS; r++)
+            (fp4 ? act_quant_fp4_inplace : act_quant_fp8_inplace)(cpu + (int64_t)r * N, N, block);
+        float *d = dev_copy(x, sizeof(float) * ROWS * N);
+        cu_act_quant(NULL, d, N, d, N, ROWS, N, block, fp4);
+        sync_ok();
+        cu_download(gpu, d, sizeof(float) * ROWS * N);
+        cu_free(d);
+        if (memcmp(cpu, gpu, sizeof(float) * ROWS * N)) fail_msg("act_quant %s differs from the CPU", fp4 ? "fp4" : "fp8");
+        printf("  act_quant %s per %d: bit-identical to the CPU (%d values)\n", fp4 ? "fp4" : "fp8", block, ROWS * N);
+    }
+    /* bf16 rounding, with ties and specials */
+    const int n = 4096;
+    for (int i = 0; i < n; i++) {
+        uint32_t u = (uint32_t)dsv4_rng_below(&rng, 0xffffffffu);
+        if (i % 7 == 0) u = (u & 0xffff0000u) | 0x8000u;   /* an exact tie */
+        memcpy(&x[i], &u, 4);
+    }
+    x[0] = INFINITY; x[1] = -INFINITY; x[2] = NAN; x[3] = -0.0f;
+    for (int i = 0; i < n; i++) cpu[i] = round_bf16(x[i]);
+    float *d = dev_copy(x, sizeof(float) * n);
+    cu_round_bf16(NULL, d, n);
+    sync_ok();
+    cu_download(gpu, d, sizeof(float) * n);
+    cu_free(d);
+    if (memcmp(cpu, gpu, sizeof(float) * n)) fail_msg("bf16 rounding differs from the CPU");
+    printf("  round_bf16: bit-identical (%d patterns incl. ties, inf, NaN)\n", n);
+    free(x); free(cpu); free(gpu);
+}
+
+static void kv_encode_is_bit_exact(void **state) {
+    (void)state;
+    enum { ROWS = 19 };
+    const struct { int fmt, kind, width, rope; } cases[] = {
+        {DSV4_KV_F32, KV_ROW_MAIN, 512, 64}, {DSV4_KV_BF16, KV_ROW_MAIN, 512, 64}, {DSV4_KV_FP8, KV_ROW_MAIN, 512, 64},
+        {DSV4_KV_FP8, KV_ROW_MAIN, 96, 32},  {DSV4_KV_FP8, KV_ROW_INDEX, 128, 0},  {DSV4_KV_FP8, KV_ROW_INDEX, 64, 0},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        kv_layout l;
+        kv_layout_init(&l, cases[c].fmt, cases[c].kind, cases[c].width, cases[c].rope);
+        float *x = malloc(sizeof(float) * ROWS * l.width);
+        uint8_t *cpu = calloc(ROWS, l.bytes), *gpu = calloc(ROWS, l.bytes);
+        fill(x, ROWS * l.width);
+        for (int r = 0; r < ROWS; r++) kv_encode(&l, x + (int64_t)r * l.width, cpu + r * l.bytes);
+        float *dx = dev_copy(x, sizeof(float) * ROWS * l.width);
+        uint8_t *dd = cu_malloc(ROWS * l.bytes);
+        cu_kvlay k = { l.fmt, l.kind, l.width, l.rope, l.nope, (int)l.bytes };
+        cu_kv_encode(NULL, k, dx, l.width, dd, ROWS);
+        sync_ok();
+        cu_download(gpu, dd, ROWS * l.bytes);
+        if (memcmp(cpu, gpu, ROWS * l.bytes))
+            fail_msg("kv_encode %s %s width %d differs from the CPU", kv_format_name(l.fmt), l.kind ? "index" : "main", l.width);
+        printf("  kv_encode %-4s %-5s width %3d: bit-identical\n", kv_format_name(l.fmt), l.kind ? "index" : "main", l.width);
+        cu_free(dx); cu_free(dd); free(x); free(cpu); free(gpu);
+    }
+}
+
+static void rmsnorm_close(void **state) {
+    (void)state;
+    enum { ROWS = 9, N = 4096 };
+    float *x = malloc(sizeof(float) * ROWS * N), *w = malloc(sizeof(float) * N), *cpu = malloc(sizeof(float) * ROWS * N),
+          *gpu = malloc(sizeof(float) * ROWS * N);
+    for (int i = 0; i < ROWS * N; i++) x[i] = frand(3.0f);
+    for (int i = 0; i < N; i++) w[i] = 1.0f + frand(0.5f);
+    for (int official = 0; official < 2; official++) {
+        for (int r = 0; r < ROWS; r++) rmsnorm(official ? DSV4_MODE_OFFICIAL : DSV4_MODE_EXACT, x + (int64_t)r * N, w, N, 1e-6f, cpu + (int64_t)r * N);
+        float *dx = dev_copy(x, sizeof(float) * ROWS * N), *dw = dev_copy(w, sizeof(float) * N);
+        cu_rmsnorm(NULL, official, dx, N, dw, N, 1e-6f, dx, N, ROWS);
+        sync_ok();
+        cu_download(gpu, dx, sizeof(float) * ROWS * N);
+        const double e = rel(gpu, cpu, (size_t)ROWS * N);
+        printf("  rmsnorm %-8s: relative error %.3g\n", official ? "OFFICIAL" : "EXACT", e);
+        /* OFFICIAL rounds to bf16 after: one bf16 ulp at most where the fp32 sums straddle a rounding boundary */
+        if (!(e <= (official ? 8e-3 : 1e-6))) fail_msg("rmsnorm relative error %.3g", e);
+        cu_free(dx); cu_free(dw);
+    }
+    free(x); free(w); free(cpu); free(gpu);
+}
+
+/* A random weight of format fmt, rows x cols, on the host (owned arrays returned for freeing). */
+static dsv4_weight make_weight(int fmt, int rows, int cols, void **data, uint8_t **scale) {
+    dsv4_weight w = { .fmt = fmt, .rows = rows, .cols = cols };
+    size_t n = (size_t)rows * cols;
+    switch (fmt) {
+    case WF_F32: { float *d = malloc(n * 4); for (size_t i = 0; i < n; i++) d[i] = frand(0.1f); *data = d; break; }
+    case WF_BF16: { uint16_t *d = malloc(n * 2); for (size_t i = 0; i < n; i++) d[i] = f32_to_bf16(frand(0.1f)); *data = d; break; }
+    case WF_FP8: {
+        uint8_t *d = malloc(n);
+        for (size_t i = 0; i < n; i++) { d[i] = (uint8_t)dsv4_rng_below(&rng, 256); if ((d[i] & 0x7f) == 0x7f) d[i] = 0; }
+        w.scale_cols = (cols + 127) / 128;
+        *scale = malloc((size_t)((rows + 127) / 128) * w.scale_cols);
+        for (int i = 0; i < (rows + 127) / 128 * w.scale_cols; i++) (*scale)[i] = (uint8_t)(120 + dsv4_rng_below(&rng, 8));
+        *data = d;
+        break;
+    }
+    default: {
+        uint8_t *d = malloc(n / 2);
+        for (size_t i = 0; i < n / 2; i++) d[i] = (uint8_t)dsv4_rng_below(&rng, 256);
+        w.scale_cols = cols / 32;
+        *scale = malloc((size_t)rows * w.scale_cols);
+        for (int i = 0; i < rows * w.scale_cols; i++) (*scale)[i] = (uint8_t)(120 + dsv4_rng_below(&rng, 8));
+        *data = d;
+    }
+    }
+    w.data = *data;
+    w.scale = fmt == WF_FP8 || fmt == WF_FP4 ? *scale : NULL;
+    return w;
+}
+
+static void linear_close_and_batch_invariant(void **state) {
+    (void)state;
+    enum { ROWS = 300, COLS = 1024, T = 37 };
+    dsv4_pool *pool = dsv4_pool_new(2);
+    static const char *names[] = {"f32", "bf16", "fp8", "fp4"};
+    float *x = malloc(sizeof(float) * T * COLS), *cpu = malloc(sizeof(float) * T * ROWS), *gpu = malloc(sizeof(float) * T * ROWS),
+          *one = malloc(sizeof(float) * ROWS);
+    for (int i = 0; i < T * COLS; i++) x[i] = frand(2.0f);
+    for (int fmt = WF_F32; fmt <= WF_FP4; fmt++) {
+        void *data = NULL;
+        uint8_t *scale = NULL;
+        dsv4_weight w = make_weight(fmt, ROWS, COLS, &data, &scale);
+        cpu_linear(pool, &w, x, T, COLS, cpu, ROWS);
+        dsv4_weight dw = w;
+        dw.data = dev_copy(w.data, weight_bytes(&w));
+        dw.scale = scale ? dev_copy(scale, fmt == WF_FP8 ? (size_t)((ROWS + 127) / 128) * w.scale_cols : (size_t)ROWS * w.scale_cols) : NULL;
+        float *dx = dev_copy(x, sizeof(float) * T * COLS), *dy = cu_malloc(sizeof(float) * T * ROWS);
+        cu_linear(NULL, &dw, dx, T, COLS, dy, ROWS);
+        sync_ok();
+        cu_download(gpu, dy, sizeof(float) * T * ROWS);
+        const double e = rel(gpu, cpu, (size_t)T * ROWS);
+        /* each token alone: the same bits as inside the batch of 37 */
+        for (int t = 0; t < T; t++) {
+            cu_linear(NULL, &dw, dx + (int64_t)t * COLS, 1, COLS, dy, ROWS);
+            sync_ok();
+            cu_download(one, dy, sizeof(float) * ROWS);
+            if (memcmp(one, gpu + (int64_t)t * ROWS, sizeof(float) * ROWS)) fail_msg("linear %s: token %d alone differs from the batch", names[fmt], t);
+        }
+        printf("  linear %-4s %dx%d, %d tokens: relative error vs CPU %.3g; each token alone = in the batch (memcmp)\n", names[fmt],
+               ROWS, COLS, T, e);
+        if (!(e <= 1e-5)) fail_msg("linear %s relative error %.3g", names[fmt], e);
+        cu_free((void *)dw.data); cu_free((void *)dw.scale); cu_free(dx); cu_free(dy);
+        free(data); free(scale);
+    }
+    free(x); free(cpu); free(gpu); free(one);
+    dsv4_pool_free(pool);
+}
+
+int main(void) {
+    dsv4_error why;
+    if (!dsv4_cuda_available(&why)) {
+        printf("gpu kernels: skipped, needs a GPU: %s\n", why.msg);
+        return 0;
+    }
+    dsv4_rng_seed(&rng, 2026);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(quantization_is_bit_exact),
+        cmocka_unit_test(kv_encode_is_bit_exact),
+        cmocka_unit_test(rmsnorm_close),
+        cmocka_unit_test(linear_close_and_batch_invariant),
+    };
+    return cmocka_run_group_tests_name("gpu kernels vs cpu kernels", tests, NULL, NULL);
+}

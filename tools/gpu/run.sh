@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# On the lent GPU machine (from the repository root, .gpu/ carried): the GPU suite, the sanitizers, a short
+# benchmark; logs under $OUT; a short table last.
+set -u
+OUT=${OUT:-/tmp/gpu-out}
+mkdir -p "$OUT"
+export LD_LIBRARY_PATH="$PWD/.gpu/lib:${LD_LIBRARY_PATH:-}"
+export DSV4_TESTDATA="$PWD/.gpu/testdata" DSV4_ROOT="$PWD"
+nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm --format=csv,noheader >"$OUT/gpu.txt" 2>&1
+t0=$(date +%s)
+BUILD=.gpu VERBOSE=1 tests/run_gpu.sh >"$OUT/suite.log" 2>&1
+t1=$(date +%s)
+# compute-sanitizer: memcheck over the kernel tests and a CLI run in both modes; racecheck on the shared-memory kernels
+CS=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+.gpu/dsv4 tiny -o /tmp/san --set 'compress_ratios=[0,0,4,128,4,128]' --set sliding_window=8 --set index_topk=3 >/dev/null 2>&1
+{
+  echo "== memcheck kernels"; "$CS" --tool memcheck --error-exitcode 9 .gpu/gputests/test_gpu_kernels 2>&1 | tail -5
+  for mode in exact official; do for kv in f32 fp8; do
+    echo "== memcheck logits $mode $kv"
+    "$CS" --tool memcheck --error-exitcode 9 .gpu/dsv4 logits -m /tmp/san --device cuda --mode $mode --kv $kv --tokens "$(seq -s, 3 2 300)" --chunks 7,1,64 --out /tmp/x.npy 2>&1 | tail -3
+  done; done
+  echo "== racecheck logits"; "$CS" --tool racecheck --error-exitcode 9 .gpu/dsv4 logits -m /tmp/san --device cuda --mode official --kv fp8 --tokens "$(seq -s, 3 2 200)" --out /tmp/x.npy 2>&1 | tail -3
+  echo "== synccheck logits"; "$CS" --tool synccheck --error-exitcode 9 .gpu/dsv4 logits -m /tmp/san --device cuda --tokens "$(seq -s, 3 2 200)" --out /tmp/x.npy 2>&1 | tail -3
+} >"$OUT/sanitizer.log" 2>&1
+t2=$(date +%s)
+.gpu/dsv4 bench -m /tmp/san --device cuda --prompt 256 --decode 64 >"$OUT/bench.log" 2>&1
+# a model of real attention shapes (head_dim 512, 16 heads, 64 experts, 2.3 GB): GPU against CPU, then speed
+G=/tmp/dsv4-synthetic-flash-2g
+for mode in exact official; do
+  .gpu/dsv4 bench --synthetic flash-2g --device cuda --mode $mode --prompt 512 --decode 64 >>"$OUT/bench2g.log" 2>&1
+done
+.gpu/dsv4 bench --synthetic flash-2g --device cuda --mode official --prompt 512 --decode 32 --profile >"$OUT/profile.log" 2>&1
+TOK=$(seq -s, 7 13 2600)
+.gpu/dsv4 logits -m $G --device cpu --tokens "$TOK" --out /tmp/c.npy 2>>"$OUT/bench2g.log"
+.gpu/dsv4 logits -m $G --device cuda --tokens "$TOK" --out /tmp/g.npy 2>>"$OUT/bench2g.log"
+python3 -c "
+import numpy as np; c=np.load('/tmp/c.npy'); g=np.load('/tmp/g.npy')
+r=np.abs(c-g).max(1)/np.abs(c).max(1); print('flash-2g EXACT, %d positions: GPU vs CPU worst relative %.3g, argmax agree %.1f%%'%(len(c), r.max(), 100*(c.argmax(1)==g.argmax(1)).mean()))
+" >>"$OUT/bench2g.log" 2>&1
+echo "== gpu: $(cat "$OUT/gpu.txt")"
+echo "== suite ($((t1 - t0)) s):"; grep -E "^(ok|FAIL)|passed, .* failed|skipped" "$OUT/suite.log" | tail -20
+grep -E "relative|mean .dlogit|worst" "$OUT/suite.log" | head -30
+echo "== sanitizer ($((t2 - t1)) s):"; grep -E "==|ERROR SUMMARY|error" "$OUT/sanitizer.log" | head -30
+echo "== bench:"; tail -4 "$OUT/bench.log"
+echo "== profile:"; grep -E "ms/step|prefill of|decode," "$OUT/profile.log"
+echo "== flash-2g:"; grep -E "prefill|decode|fraction|GPU vs CPU|error" "$OUT/bench2g.log"
