@@ -277,6 +277,43 @@ else {
     check('anthropic event types match', ev.events.every((e) => e.data.type === e.event), order);
 }
 
+// ---- 7b. response_format: the content is JSON that matches the schema (checked by ajv), and greedy output equals
+//          `dsv4 generate --json-schema` (its own constrained loop, no scheduler) -----------------------------------------
+{
+    const { default: Ajv } = await import('ajv');
+    const schema = { type: 'object', properties: { name: { type: 'string', maxLength: 12 }, age: { type: 'integer', minimum: 0, maximum: 150 },
+                                                   tags: { type: 'array', items: { enum: ['a', 'b', 'c'] }, maxItems: 3 } },
+                     required: ['name', 'age', 'tags'], additionalProperties: false };
+    const validate = new Ajv().compile(schema);
+    const q = [{ role: 'user', content: 'describe a person as JSON' }];
+    const rf = { type: 'json_schema', json_schema: { name: 'person', schema } };
+    const r = await openai.chat.completions.create({ model: MODEL_NAME, messages: q, response_format: rf, max_tokens: 96, n: 4,
+                                                     temperature: 1.0, seed: 11, return_token_ids: true });
+    const want = renderIds(q, 'chat', { response_format: rf });
+    check('response_format prompt = render', same(r.prompt_token_ids, want), () => show([r.prompt_token_ids.length, want.length]));
+    let valid = 0;
+    for (const c of r.choices) {
+        let v = null;
+        try { v = JSON.parse(c.message.content); } catch { /* counted as invalid */ }
+        if (v !== null && validate(v) && c.finish_reason === 'stop') valid++;
+        else console.log('  invalid', show([c.message.content, c.finish_reason, validate.errors]));
+    }
+    check('response_format json_schema: every choice valid', valid === 4, `${valid}/4`);
+    const sf = path.join(TMP, 'schema.json');
+    fs.writeFileSync(sf, JSON.stringify(schema));
+    const g = await openai.chat.completions.create({ model: MODEL_NAME, messages: q, response_format: rf, max_tokens: 96,
+                                                     temperature: 0, return_token_ids: true });
+    const gen = cli(['generate', '-m', MODEL, '--tokens', want.join(','), '-n', '96', '--ids', '--json-schema', sf]).trim().split(',').map(Number);
+    check('response_format greedy = dsv4 generate --json-schema', same(g.choices[0].token_ids, gen), () => show([g.choices[0].token_ids, gen]));
+    const jo = await openai.chat.completions.create({ model: MODEL_NAME, messages: q, response_format: { type: 'json_object' },
+                                                      max_tokens: 64, temperature: 1.0, seed: 3, stream: true });
+    let text = '';
+    for await (const ch of jo) text += ch.choices[0]?.delta?.content ?? '';
+    let parsed = true;
+    try { JSON.parse(text); } catch { parsed = false; }
+    check('response_format json_object (streamed) parses', parsed, show(text));
+}
+
 // ---- 8. abort mid-stream, then the next request is fine -------------------------------------------------------------------
 {
     const ac = new AbortController();
@@ -361,7 +398,8 @@ else {
         ['tool schema not an object', '/v1/chat/completions', chat({ tools: [{ type: 'function', function: { name: 'f', parameters: 'x' } }] }), 400, 'tools[0].function.parameters'],
         ['tool_choice required', '/v1/chat/completions', chat({ tools: [{ type: 'function', function: { name: 'f' } }], tool_choice: 'required' }), 400, 'tool_choice'],
         ['tool_choice named', '/v1/chat/completions', chat({ tools: [{ type: 'function', function: { name: 'f' } }], tool_choice: { type: 'function', function: { name: 'f' } } }), 400, 'tool_choice'],
-        ['response_format json', '/v1/chat/completions', chat({ response_format: { type: 'json_object' } }), 400, 'response_format'],
+        ['response_format schema keyword unsupported', '/v1/chat/completions', chat({ response_format: { type: 'json_schema', json_schema: { name: 'x', schema: { type: 'string', format: 'email' } } } }), 400, 'response_format.json_schema.schema'],
+        ['response_format with thinking', '/v1/chat/completions', chat({ thinking: true, response_format: { type: 'json_object' } }), 400, 'response_format'],
         ['logit_bias', '/v1/chat/completions', chat({ logit_bias: { 5: 10 } }), 400, 'logit_bias'],
         ['stream_options without stream', '/v1/chat/completions', chat({ stream_options: { include_usage: true } }), 400, 'stream_options'],
         ['reasoning_effort unknown', '/v1/chat/completions', chat({ reasoning_effort: 'extreme' }), 400, 'reasoning_effort'],
@@ -441,7 +479,7 @@ else {
 // ---- 12. soak: a few hundred requests, 64 concurrent, zero errors; resident memory reported ---------------------------------
 {
     const rss = () => { try { return Number(fs.readFileSync(`/proc/${PID}/status`, 'utf8').match(/VmRSS:\s+(\d+)/)[1]); } catch { return NaN; } };
-    const total = Number(process.env.SOAK_REQUESTS || (QUICK ? 64 : 512)), conc = QUICK ? 16 : 64;
+    const total = Number(process.env.SOAK_REQUESTS || (QUICK ? 32 : 512)), conc = QUICK ? 8 : 64;
     let next = 0, errors = 0, done = 0;
     const marks = [];
     const worker = async () => {
