@@ -73,6 +73,10 @@ static const cmd_help HELP[] = {
       {"--max-streams N", "--batch: streams decoding at once (default 16)"},
       {"--step-tokens N", "--batch: token budget of one step (default 256)"},
       O_PCACHE,
+      {"--json-schema FILE", "constrain the output to JSON valid for this schema (a JSON Schema subset)"},
+      {"--json", "constrain the output to one JSON value"},
+      {"--grammar FILE", "constrain the output to this grammar (GBNF-like: name ::= alternatives)"},
+      {"--json-ws N", "with --json-schema / --json: at most N whitespace bytes in each gap JSON allows (default 4)"},
       {"--ids", "print the generated token ids, comma-separated, on one line"},
       {"--stats", "timing, acceptance and cache statistics on stderr"},
       O_MODE, O_KV, O_DEVICE, O_THREADS, {NULL, NULL}}},
@@ -115,10 +119,10 @@ static const cmd_help HELP[] = {
       {"--streams LIST", "also decode with 1,2,4,... streams together"},
       {"--spec LIST", "also compare drafters: none,ngram,self,mtp,dspark"},
       {"--tokenizer", "benchmark the tokenizer instead (-m DIR holds tokenizer.json)"},
-      {"--grammar", "benchmark constrained decoding instead: compile and per-token mask times (-m DIR holds "
-                    "tokenizer.json)"},
       {"--no-bandwidth", "skip the memory bandwidth measurement"},
       {"--profile", "with --device cuda: time of each stage of the step, prefill and decode separately"},
+      {"--grammar", "constrained-decoding masks instead: trie build, schema compile, per-token mask time "
+                    "(-m DIR holds tokenizer.json)"},
       O_MODE, O_KV, O_DEVICE, O_THREADS, {NULL, NULL}}},
     {"serve", "OpenAI- and Anthropic-compatible HTTP server",
      "dsv4 serve -m DIR [options]   (prints `dsv4: listening on http://HOST:PORT` on stderr when ready)",

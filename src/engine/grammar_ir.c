@@ -141,7 +141,7 @@ void gb_add_alt(gb_builder *b, int32_t rule, const gb_seq *s) {
     if (rule < 0 || s->oom) { b->oom = 1; return; }
     if (grow((void **)&b->el, &b->cap_el, b->n_el + s->n, sizeof *b->el) ||
         grow((void **)&b->alt, &b->cap_alt, b->n_alt + 1, sizeof *b->alt)) { b->oom = 1; return; }
-    if (s->n) memcpy(b->el + b->n_el, s->v, sizeof *s->v * (size_t)s->n);   /* an empty alternative has no v */
+    if (s->n) memcpy(b->el + b->n_el, s->v, sizeof *s->v * (size_t)s->n);
     b->alt[b->n_alt++] = (galt){ rule, (int32_t)b->n_el, s->n };
     b->n_el += s->n;
     b->defined[rule] = 1;

@@ -23,6 +23,7 @@ CS=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
   echo "== synccheck logits"; "$CS" --tool synccheck --error-exitcode 9 .gpu/dsv4 logits -m /tmp/san --device cuda --tokens "$(seq -s, 3 2 200)" --out /tmp/x.npy 2>&1 | tail -3
 } >"$OUT/sanitizer.log" 2>&1
 t2=$(date +%s)
+python3 tools/gpu/serve_check.py .gpu/dsv4 .gpu/serve-model >"$OUT/serve.log" 2>&1
 .gpu/dsv4 bench -m /tmp/san --device cuda --prompt 256 --decode 64 >"$OUT/bench.log" 2>&1
 # a model of real attention shapes (head_dim 512, 16 heads, 64 experts, 2.3 GB): GPU against CPU, then speed
 G=/tmp/dsv4-synthetic-flash-2g
@@ -41,6 +42,7 @@ echo "== gpu: $(cat "$OUT/gpu.txt")"
 echo "== suite ($((t1 - t0)) s):"; grep -E "^(ok|FAIL)|passed, .* failed|skipped" "$OUT/suite.log" | tail -20
 grep -E "relative|mean .dlogit|worst" "$OUT/suite.log" | head -30
 echo "== sanitizer ($((t2 - t1)) s):"; grep -E "==|ERROR SUMMARY|error" "$OUT/sanitizer.log" | head -30
+echo "== serve:"; tail -3 "$OUT/serve.log"
 echo "== bench:"; tail -4 "$OUT/bench.log"
 echo "== profile:"; grep -E "ms/step|prefill of|decode," "$OUT/profile.log"
 echo "== flash-2g:"; grep -E "prefill|decode|fraction|GPU vs CPU|error" "$OUT/bench2g.log"
