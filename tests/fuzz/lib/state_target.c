@@ -3,19 +3,21 @@
  * restore over.
  * What must hold for any input:
  *   - load either fails with a one-line error or gives a sequence that re-saves to the same bytes (the format
- *     is canonical; only ring_len, which the header calls informational, and so the checksum, may differ) and
- *     that can take one more step;
+ *     is canonical; only the version, ring_len and the writer, which the header calls informational, and so
+ *     the checksum, may differ) and that can take one more step;
  *   - restore over a live sequence either succeeds the same way or leaves it bit-for-bit unchanged. */
 #include "state_target.h"
 #include "../fuzz.h"
+#include "state/persist.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <xxhash.h>
 
-#define RING_LEN_AT 44   /* byte offset of the header's u32 ring_len (persist.h) */
+#define N_LAYERS_AT 28   /* byte offsets in the header (state/persist.h): u32 n_layers, */
+#define RING_LEN_AT 44   /* u32 ring_len */
 
-#define KV_WORD_AT 24     /* byte offset of the header's u32 KV storage word; its low byte is the format */
+#define KV_WORD_AT 24    /* and the u32 KV storage word, whose low byte is the format */
 
 /* One model per KV storage format (f32, bf16, fp8: state/kvrows.h), each with its reference state: an input is
  * loaded into the model whose format its header names, so the row layouts of all three are fuzzed. */
@@ -42,11 +44,21 @@ void fuzz_state_init(void) {
     atexit(free_fixture);
 }
 
-/* Equal as state files, ignoring ring_len and the checksum. */
-static int same_state(const void *a, size_t na, const void *b, size_t nb) {
-    const uint8_t *x = a, *y = b;
-    if (na != nb || na < RING_LEN_AT + 4 + 8) return 0;
-    return !memcmp(x, y, RING_LEN_AT) && !memcmp(x + RING_LEN_AT + 4, y + RING_LEN_AT + 4, na - RING_LEN_AT - 4 - 8);
+/* Equal as state files: `saved` was just written (the current format version), `in` is a file that loaded
+ * (version 1 or 2). Compared: every header field but the version, ring_len (informational) and the writer
+ * (version 2, names the build), then the whole body; not the checksum, which covers the ignored fields. */
+static int same_state(const void *saved, size_t ns, const void *in, size_t ni) {
+    const uint8_t *x = saved, *y = in;
+    if (ns < PERSIST_FIXED_BYTES || ni < PERSIST_FIXED_BYTES) return 0;
+    uint32_t version, n_layers;
+    memcpy(&version, y + 8, 4);
+    memcpy(&n_layers, y + N_LAYERS_AT, 4);
+    const size_t hx = PERSIST_FIXED_BYTES + n_layers + PERSIST_WRITER_BYTES,
+                 hy = PERSIST_FIXED_BYTES + n_layers + (version >= 2 ? PERSIST_WRITER_BYTES : 0);
+    if (n_layers > 256 || ns < hx + 8 || ni < hy + 8 || ns - hx != ni - hy) return 0;
+    return !memcmp(x + 12, y + 12, RING_LEN_AT - 12) &&
+           !memcmp(x + RING_LEN_AT + 4, y + RING_LEN_AT + 4, PERSIST_FIXED_BYTES - RING_LEN_AT - 4 + n_layers) &&
+           !memcmp(x + hx, y + hy, ni - hy - 8);
 }
 
 static void check_saves_as(const dsv4_seq *s, const void *buf, size_t len) {
