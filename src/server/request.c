@@ -11,6 +11,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Messages and field names quote the request (a role, a key), which may hold line breaks; an error is one
+ * line, so control characters but tab become spaces (tests/fuzz/fuzz_server_request.c found a role with a
+ * newline; util/error.c does the same for the engine's messages). */
+static void one_line(char *s) {
+    for (; *s; s++)
+        if ((unsigned char)*s < 0x20 && *s != '\t') *s = ' ';
+}
+
 int server_fail(server_error *e, int status, const char *type, const char *param, const char *fmt, ...) {
     e->status = status;
     snprintf(e->type, sizeof e->type, "%s", type);
@@ -19,6 +27,8 @@ int server_fail(server_error *e, int status, const char *type, const char *param
     va_start(ap, fmt);
     vsnprintf(e->message, sizeof e->message, fmt, ap);
     va_end(ap);
+    one_line(e->param);
+    one_line(e->message);
     return status;
 }
 
@@ -335,7 +345,11 @@ static int render(json_t *messages, json_t *tools, json_t *response_format, cons
     int rc = dsv4_chat_render_request(req, &r->prompt_text, &len, &err);
     json_decref(req);
     if (rc) return server_fail(e, 400, INVALID, "messages", "the conversation cannot be encoded: %s", err.msg);
-    r->thinking = tc->thinking;
+    /* The output starts with reasoning only when the prompt ends with the opening <think>; a conversation that
+     * ends with an assistant message (continued, not answered) does not, even in thinking mode.
+     * (tests/fuzz/fuzz_server_request.c, regressions/server_request/thinking-after-assistant-message.) */
+    const size_t k = strlen(DSV4_THINK_TEXT);
+    r->thinking = tc->thinking && len >= k && !memcmp(r->prompt_text + len - k, DSV4_THINK_TEXT, k);
     return 0;
 }
 

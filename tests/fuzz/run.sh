@@ -4,7 +4,8 @@
 # Each target fuzzes for SECONDS from a working corpus in BUILD_DIR/corpus/<name> (seeded from the committed
 # tests/fuzz/corpus/<name> and tests/fuzz/regressions/<name>, which are read, never written), with the
 # dictionary tests/fuzz/dict/<name>.dict and the options in tests/fuzz/options/<name> when they exist.
-# A finding (crash, leak, sanitizer report, FUZZ_CHECK, timeout, out-of-memory) leaves its input in
+# A finding (crash, leak, sanitizer report, FUZZ_CHECK, a unit running past 30 s, out-of-memory: -timeout is
+# generous because the 2-core machines are shared and a stalled process once tripped 10 s) leaves its input in
 # BUILD_DIR/artifacts/<name>/ and makes the script exit 1 after the remaining targets ran.
 # FUZZ_JOBS=N runs N workers per target (libFuzzer -fork), for a machine with cores to spare.
 set -u
@@ -20,7 +21,7 @@ for bin in "$B"/fuzzers/fuzz_*; do
     if [ -n "$ONLY" ] && [[ ",$ONLY," != *",$name,"* ]]; then continue; fi
     work="$B/corpus/$name"; art="$B/artifacts/$name"
     mkdir -p "$work" "$art"
-    args=(-max_total_time="$SECS" -timeout=10 -rss_limit_mb=2048 -malloc_limit_mb=2048 -print_final_stats=1
+    args=(-max_total_time="$SECS" -timeout=30 -rss_limit_mb=2048 -malloc_limit_mb=2048 -print_final_stats=1
           -artifact_prefix="$art/")
     [ -f "tests/fuzz/dict/$name.dict" ] && args+=(-dict="tests/fuzz/dict/$name.dict")
     [ -f "tests/fuzz/options/$name" ] && read -r -a extra <"tests/fuzz/options/$name" && args+=("${extra[@]}")
