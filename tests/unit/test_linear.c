@@ -27,7 +27,8 @@ typedef struct {
     uint8_t *scale;
 } test_weight;
 
-static test_weight make_weight(dsv4_wfmt fmt, int rows, int cols) {
+/* big_scale: FP8 scales of 2^120 (beyond the folded-multiplier fast path, vec.h) with values below 2. */
+static test_weight make_weight_opt(dsv4_wfmt fmt, int rows, int cols, int big_scale) {
     test_weight t = {0};
     t.w.fmt = fmt;
     t.w.rows = rows;
@@ -46,28 +47,30 @@ static test_weight make_weight(dsv4_wfmt fmt, int rows, int cols) {
     else for (size_t i = 0; i < nbytes; i++) {
         uint8_t b = (uint8_t)rnd();
         if (fmt == WF_FP8 && (b & 0x7f) == 0x7f) b ^= 1;   /* no NaN codes in weights */
+        if (big_scale) b &= 0xbf;
         ((uint8_t *)t.data)[i] = b;
     }
     if (fmt == WF_FP8 || fmt == WF_FP4) {
         const int srows = fmt == WF_FP8 ? (rows + 127) / 128 : rows;
         t.scale = malloc((size_t)srows * t.w.scale_cols);
         assert_non_null(t.scale);
-        for (int i = 0; i < srows * t.w.scale_cols; i++) t.scale[i] = (uint8_t)(120 + rnd() % 12);
+        for (int i = 0; i < srows * t.w.scale_cols; i++) t.scale[i] = (uint8_t)(big_scale && i % 2 ? 247 : 120 + rnd() % 12);
     }
     t.w.data = t.data;
     t.w.scale = t.scale;
     return t;
 }
+static test_weight make_weight(dsv4_wfmt fmt, int rows, int cols) { return make_weight_opt(fmt, rows, cols, 0); }
 
-static void check_shape(dsv4_pool *pool, dsv4_wfmt fmt, int rows, int cols, int T) {
-    test_weight tw = make_weight(fmt, rows, cols);
+static void check_shape_opt(dsv4_pool *pool, dsv4_wfmt fmt, int rows, int cols, int T, int big_scale) {
+    test_weight tw = make_weight_opt(fmt, rows, cols, big_scale);
     const dsv4_weight *w = &tw.w;
     const int ldx = cols + 3, ldy = rows + 1;   /* strides other than the widths */
     float *x = malloc(sizeof(float) * (size_t)T * ldx), *y = malloc(sizeof(float) * (size_t)T * ldy);
     float *row = malloc(sizeof(float) * (size_t)cols), *scratch = malloc(sizeof(float) * (size_t)cols);
     float **rows_out = malloc(sizeof(float *) * (size_t)T), *ys = malloc(sizeof(float) * (size_t)T * rows);
     assert_true(x && y && row && scratch && rows_out && ys);
-    for (int i = 0; i < T * ldx; i++) x[i] = rndf();
+    for (int i = 0; i < T * ldx; i++) x[i] = big_scale ? ldexpf(rndf(), -110) : rndf();
     memset(y, 0, sizeof(float) * (size_t)T * ldy);
     cpu_linear(pool, w, x, T, ldx, y, ldy);
     for (int t = 0; t < T; t++) rows_out[t] = ys + (size_t)t * rows;
@@ -92,6 +95,10 @@ static void check_shape(dsv4_pool *pool, dsv4_wfmt fmt, int rows, int cols, int 
     free(tw.data); free(tw.scale);
 }
 
+static void check_shape(dsv4_pool *pool, dsv4_wfmt fmt, int rows, int cols, int T) {
+    check_shape_opt(pool, fmt, rows, cols, T, 0);
+}
+
 static void linear_matches_dot_f32(void **st) {
     (void)st;
     static const struct { dsv4_wfmt fmt; int cols[4]; } shapes[] = {
@@ -107,6 +114,7 @@ static void linear_matches_dot_f32(void **st) {
                 for (size_t r = 0; r < sizeof rows / sizeof rows[0]; r++)
                     for (size_t t = 0; t < sizeof Ts / sizeof Ts[0]; t++)
                         check_shape(pool, shapes[s].fmt, rows[r], shapes[s].cols[c], Ts[t]);
+        for (int T = 1; T <= 7; T += 3) check_shape_opt(pool, WF_FP8, 5, 384, T, 1);
         dsv4_pool_free(pool);
     }
 }
