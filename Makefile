@@ -20,7 +20,7 @@ SAN     ?=
 CFLAGS  += -std=gnu11 $(OPT) -g -Wall -Wextra -Wno-unused-parameter -Wshadow -Wstrict-prototypes -Wno-format-truncation -Wno-missing-field-initializers \
            -pthread -Iinclude -Isrc $(SAN)
 ifeq ($(STATIC_DEPS),1)
-# libmicrohttpd's TLS side (gnutls) stays dynamic: gnutls is on every common distribution, its own deps are many
+# libmicrohttpd.a needs GnuTLS, which stays shared (every Debian/Ubuntu system has libgnutls30: apt uses it)
 LDLIBS  += -Wl,-Bstatic -lmicrohttpd -ljansson -lpcre2-8 -lxxhash -Wl,-Bdynamic -lgnutls -lm -pthread
 else
 LDLIBS  += -lmicrohttpd -ljansson -lpcre2-8 -lxxhash -lm -pthread

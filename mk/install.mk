@@ -90,8 +90,10 @@ INSTALL_DIRS := $(MANDIR)/man1 $(MANDIR) $(PKGCONFIGDIR) $(LIBDIR) $(INCLUDEDIR)
 
 # The private link line of the static library, for dsv4.pc: the libraries with a .pc file of their own go to
 # Requires.private, the rest of LDLIBS (-lm -pthread, and the CUDA runtime in a CUDA build) to Libs.private.
+# libmicrohttpd stays a plain -l in Libs.private: its own .pc would pull GnuTLS's static closure (libunistring)
+# into `pkg-config --static`, and only the server objects, which programs using dsv4.h never link, need it
 PC_REQUIRES_PRIVATE := jansson libpcre2-8 libxxhash
-PC_LIBS_PRIVATE     := $(filter-out -ljansson -lpcre2-8 -lxxhash -Wl$(comma)-Bstatic -Wl$(comma)-Bdynamic,$(LDLIBS))
+PC_LIBS_PRIVATE     := $(filter-out -lgnutls -ljansson -lpcre2-8 -lxxhash -Wl$(comma)-Bstatic -Wl$(comma)-Bdynamic,$(LDLIBS))
 
 install: $(BUILD)/dsv4 $(BUILD)/libdsv4.a $(BUILD)/$(SO_REAL)
 	$(INSTALL) -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBDIR) $(DESTDIR)$(INCLUDEDIR) $(DESTDIR)$(PKGCONFIGDIR) \

@@ -173,12 +173,15 @@ static int run_batch(const gen_opts *o) {
     int64_t *ids = NULL;
     dsv4_grammar *gram = NULL;
     dsv4_cvocab *cv = NULL;
+    dsv4_cmatcher *matcher = NULL;
     int rc = 1;
     if (dsv4_model_load(o->model_dir, &lo, &m, &err)) { rc = cli_fail(CMD, &err); goto out; }
     if (o->constrained) {
         dsv4_model_info info;
         dsv4_model_get_info(m, &info);
         if (cli_constraint_build(CMD, &o->con, o->model_dir, info.vocab_size, info.eos_id, &gram, &cv)) goto out;
+        /* every prompt has the same constraint: one matcher, so its masks are computed once for all */
+        if (dsv4_cmatcher_new(gram, cv, &matcher, &err)) { rc = cli_fail(CMD, &err); goto out; }
     }
     if (read_prompts(o, &tok, &pl)) goto out;
     dsv4_sched_opts so = { (int)o->max_streams, (int)o->step_tokens };
@@ -186,7 +189,7 @@ static int run_batch(const gen_opts *o) {
     ids = calloc((size_t)pl.n, sizeof *ids);
     if (!ids) { rc = cli_error(CMD, "out of memory"); goto out; }
     for (int i = 0; i < pl.n; i++) {
-        dsv4_request r = { pl.tok[i], pl.len[i], o->sp, (int)o->n, 1, NULL, 0, gram, cv };
+        dsv4_request r = { pl.tok[i], pl.len[i], o->sp, (int)o->n, 1, NULL, 0, gram, cv, matcher };
         r.sampling.seed = o->sp.seed + (uint64_t)i;
         if (dsv4_sched_add(s, &r, &ids[i], &err)) { dsv4_wrap(&err, "prompt %d", i); rc = cli_fail(CMD, &err); goto out; }
     }
@@ -214,6 +217,7 @@ static int run_batch(const gen_opts *o) {
 out:
     free(ids);
     dsv4_sched_free(s);
+    dsv4_cmatcher_free(matcher);
     dsv4_grammar_free(gram);
     dsv4_cvocab_free(cv);
     prompts_free(&pl);
@@ -285,12 +289,14 @@ static int run_spec(const gen_opts *o) {
     dsv4_detokenizer detok;
     dsv4_grammar *gram = NULL;
     dsv4_cvocab *cv = NULL;
+    dsv4_cmatcher *matcher = NULL;
     int rc = 1, n_ss = 0;
     if (dsv4_model_load(o->model_dir, &lo, &m, &err)) { rc = cli_fail(CMD, &err); goto out; }
     dsv4_model_info info;
     dsv4_model_get_info(m, &info);
     const int32_t eos_id = info.eos_id;
     if (o->constrained && cli_constraint_build(CMD, &o->con, o->model_dir, info.vocab_size, info.eos_id, &gram, &cv)) goto out;
+    if (gram && dsv4_cmatcher_new(gram, cv, &matcher, &err)) { rc = cli_fail(CMD, &err); goto out; } /* shared by all streams */
     if (o->batch ? read_prompts(o, &tok, &pl) : single_prompt(o, &tok, &pl)) goto out;
     if (!o->batch && !o->ids && !tok && dsv4_tokenizer_load_dir(o->model_dir, &tok, &err)) tok = NULL;
     const int stream_text = !o->batch && !o->ids && tok;
@@ -302,7 +308,7 @@ static int run_spec(const gen_opts *o) {
         dsv4_sampling sp = o->sp;
         sp.seed = o->sp.seed + (uint64_t)n_ss;
         dsv4_spec_opts so = { .draft = (int)o->draft, .max_new_tokens = (int)o->n, .stop_on_eos = 1,
-                              .conf_threshold = (float)o->spec_threshold, .grammar = gram, .cvocab = cv };
+                              .conf_threshold = (float)o->spec_threshold, .matcher = matcher };
         dsv4_drafter d;
         if (make_drafter(o, m, &sp, &d, &err) ||
             dsv4_spec_stream_new(m, pl.tok[n_ss], pl.len[n_ss], &sp, &so, &d, &ss[n_ss], &err)) {
@@ -349,6 +355,7 @@ static int run_spec(const gen_opts *o) {
 out:
     for (int i = 0; i < n_ss; i++) dsv4_spec_stream_free(ss[i]);
     free(ss);
+    dsv4_cmatcher_free(matcher);
     dsv4_grammar_free(gram);
     dsv4_cvocab_free(cv);
     dsv4_sb_free(&text);

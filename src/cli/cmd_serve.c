@@ -112,6 +112,7 @@ int cmd_serve(int argc, char **argv) {
     dsv4_model *m = NULL;
     dsv4_tokenizer *tok = NULL;
     dsv4_prefix_cache *pc = NULL;
+    dsv4_cvocab *cvocab = NULL;
     server_engine *eng = NULL;
     server_http *http = NULL;
     server_metrics metrics;
@@ -123,6 +124,8 @@ int cmd_serve(int argc, char **argv) {
     dsv4_model_get_info(m, &info);
     if (dsv4_tokenizer_vocab_size(tok) > info.vocab_size)
         { rc = cli_error(CMD, "the tokenizer has %d ids but the model only %d", dsv4_tokenizer_vocab_size(tok), info.vocab_size); goto out; }
+    /* the vocabulary trie for response_format, built once (tens of ms on the real vocabulary) */
+    if (dsv4_cvocab_from_tokenizer(tok, info.vocab_size, info.eos_id, &cvocab, &err)) { rc = cli_fail(CMD, &err); goto out; }
     if (o.pcache_mb > 0) {
         if (dsv4_prefix_cache_new((size_t)o.pcache_mb << 20, &pc, &err)) { rc = cli_fail(CMD, &err); goto out; }
         if (o.pcache_dir && dsv4_prefix_cache_set_dir(pc, o.pcache_dir, (size_t)o.pcache_disk_mb << 20, &err)) { rc = cli_fail(CMD, &err); goto out; }
@@ -135,6 +138,7 @@ int cmd_serve(int argc, char **argv) {
     server_ctx srv;
     memset(&srv, 0, sizeof srv);
     srv.tok = tok;
+    srv.cvocab = cvocab;
     srv.engine = eng;
     srv.metrics = &metrics;
     char name_buf[256];
@@ -172,6 +176,7 @@ out:
     server_http_stop(http);
     server_engine_free(eng);
     dsv4_prefix_cache_free(pc);
+    dsv4_cvocab_free(cvocab);
     if (tok) dsv4_tokenizer_free(tok);
     dsv4_model_free(m);
     server_metrics_destroy(&metrics);

@@ -58,11 +58,12 @@ static int ivec_push(ivec *a, int32_t x) {
     return 0;
 }
 
-struct dsv4_cstate {
+/* Everything derived from (grammar, vocabulary) alone: interned stacks and configurations, transitions, mask
+ * caches, scratch. Shared by any number of stream states (one thread at a time). */
+struct dsv4_cmatcher {
     const dsv4_grammar *g;
     const dsv4_cvocab *v;
-    int64_t max_bytes;           /* < 0: no bound */
-    dsv4_cpos at;
+    int32_t start;               /* the configuration before any output */
     /* interned stack nodes */
     cnode *node;
     int64_t *node_min;           /* fewest bytes that complete the whole stack */
@@ -103,6 +104,15 @@ struct dsv4_cstate {
     uint32_t stamp;
     int32_t *dfs;                /* [max_depth + 1] */
     dsv4_cstate_stats st;
+    int64_t n_trans_tables;      /* transition tables allocated (1 KB each) */
+};
+
+/* One stream: where its output is, and its length bound. */
+struct dsv4_cstate {
+    dsv4_cmatcher *m;
+    int owns_matcher;
+    int64_t max_bytes;           /* < 0: no bound */
+    dsv4_cpos at;
 };
 
 static uint32_t mix(uint64_t x) {
@@ -116,7 +126,7 @@ static uint32_t mix(uint64_t x) {
 
 /* ---- stack nodes ------------------------------------------------------------------------------------------ */
 
-static int node_rehash(dsv4_cstate *s) {
+static int node_rehash(dsv4_cmatcher *s) {
     const uint32_t cap = s->nh_cap ? 2 * s->nh_cap : 1024;
     int32_t *t = malloc(sizeof *t * cap);
     if (!t) return -1;
@@ -133,7 +143,7 @@ static int node_rehash(dsv4_cstate *s) {
 }
 
 /* The node for (pos, parent), created when new; -1 when out of memory. */
-static int32_t node_get(dsv4_cstate *s, int32_t pos, int32_t parent) {
+static int32_t node_get(dsv4_cmatcher *s, int32_t pos, int32_t parent) {
     if ((uint32_t)(s->n_node + 1) * 2 > s->nh_cap && node_rehash(s)) return -1;
     uint32_t h = mix(((uint64_t)(uint32_t)pos << 32) | (uint32_t)parent) & (s->nh_cap - 1);
     for (int32_t id; (id = s->nh[h]) >= 0; h = (h + 1) & (s->nh_cap - 1))
@@ -161,7 +171,7 @@ static int32_t node_get(dsv4_cstate *s, int32_t pos, int32_t parent) {
 
 /* ---- closure: from raw stacks to ready stacks ------------------------------------------------------------- */
 
-static int visit(dsv4_cstate *s, int32_t id) {
+static int visit(dsv4_cmatcher *s, int32_t id) {
     if (id < 0) return -1;
     if (s->node_seen[id] == s->stamp) return 0;
     s->node_seen[id] = s->stamp;
@@ -172,7 +182,7 @@ static int visit(dsv4_cstate *s, int32_t id) {
  * alternatives (with the return frame below, unless the reference is in tail position); the end of an
  * alternative returns to its frame; the end of the bottom frame means the whole grammar may end here. The stamp
  * makes each (position, parent) visited once per closure, which also ends loops through empty alternatives. */
-static int closure(dsv4_cstate *s, int *accept, int *escape) {
+static int closure(dsv4_cmatcher *s, int *accept, int *escape) {
     const dsv4_grammar *g = s->g;
     while (s->work.n > 0) {
         const int32_t id = s->work.v[--s->work.n];
@@ -205,7 +215,7 @@ static uint32_t cfg_hash(const int32_t *v, int64_t n, int flags) {
     return mix(h);
 }
 
-static int cfg_rehash(dsv4_cstate *s) {
+static int cfg_rehash(dsv4_cmatcher *s) {
     const uint32_t cap = s->ch_cap ? 2 * s->ch_cap : 1024;
     int32_t *t = malloc(sizeof *t * cap);
     if (!t) return -1;
@@ -221,7 +231,7 @@ static int cfg_rehash(dsv4_cstate *s) {
     return 0;
 }
 
-static int cfg_grow(dsv4_cstate *s) {
+static int cfg_grow(dsv4_cmatcher *s) {
     if (s->cap_cfg >= MAX_CONFIGS) return -1;
     const int32_t c = s->cap_cfg ? 2 * s->cap_cfg : 256;
     int64_t *off = realloc(s->cfg_off, sizeof *off * (size_t)c);
@@ -246,7 +256,7 @@ static int cfg_grow(dsv4_cstate *s) {
 }
 
 /* Intern the configuration (s->acc, accept, escape); returns its id or T_FAIL. */
-static int32_t cfg_get(dsv4_cstate *s, int accept, int escape) {
+static int32_t cfg_get(dsv4_cmatcher *s, int accept, int escape) {
     int32_t *v = s->acc.v;
     int64_t n = s->acc.n;
     qsort(v, (size_t)n, sizeof *v, cmp_i32);
@@ -259,7 +269,7 @@ static int32_t cfg_get(dsv4_cstate *s, int accept, int escape) {
     uint32_t h = cfg_hash(v, n, flags) & (s->ch_cap - 1);
     for (int32_t c; (c = s->ch[h]) >= 0; h = (h + 1) & (s->ch_cap - 1))
         if (s->cfg_len[c] == n && s->cfg_accept[c] == accept && s->cfg_escape[c] == escape &&
-            !memcmp(s->items.v + s->cfg_off[c], v, sizeof *v * (size_t)n))
+            (n == 0 || !memcmp(s->items.v + s->cfg_off[c], v, sizeof *v * (size_t)n)))
             return c;
     if (s->n_cfg == s->cap_cfg && cfg_grow(s)) return T_FAIL;
     const int32_t c = s->n_cfg;
@@ -284,12 +294,13 @@ static int32_t cfg_get(dsv4_cstate *s, int accept, int escape) {
 }
 
 /* The configuration after reading byte b in configuration c: -1 dead, T_FAIL out of memory. */
-static int32_t step_byte(dsv4_cstate *s, int32_t c, unsigned b) {
+static int32_t step_byte(dsv4_cmatcher *s, int32_t c, unsigned b) {
     int32_t *tr = s->cfg_trans[c];
     if (!tr) {
         if (!(tr = malloc(sizeof *tr * 256))) return T_FAIL;
         for (int i = 0; i < 256; i++) tr[i] = T_UNKNOWN;
         s->cfg_trans[c] = tr;
+        s->n_trans_tables++;
     }
     if (tr[b] != T_UNKNOWN) return tr[b];
     s->st.transitions++;
@@ -312,7 +323,7 @@ static int32_t step_byte(dsv4_cstate *s, int32_t c, unsigned b) {
 
 /* ---- lifetime -------------------------------------------------------------------------------------------- */
 
-void dsv4_cstate_free(dsv4_cstate *s) {
+void dsv4_cmatcher_free(dsv4_cmatcher *s) {
     if (!s) return;
     for (int32_t c = 0; c < s->n_cfg; c++) free(s->cfg_trans[c]);
     free(s->node); free(s->node_min); free(s->node_seen); free(s->nh);
@@ -324,14 +335,13 @@ void dsv4_cstate_free(dsv4_cstate *s) {
     free(s);
 }
 
-int dsv4_cstate_new(const dsv4_grammar *g, const dsv4_cvocab *v, int64_t max_bytes, dsv4_cstate **out, dsv4_error *err) {
+int dsv4_cmatcher_new(const dsv4_grammar *g, const dsv4_cvocab *v, dsv4_cmatcher **out, dsv4_error *err) {
     *out = NULL;
     if (!g || !v) return dsv4_fail(err, DSV4_E_ARG, "constraint: no grammar or vocabulary");
-    dsv4_cstate *s = calloc(1, sizeof *s);
+    dsv4_cmatcher *s = calloc(1, sizeof *s);
     if (!s) return dsv4_fail(err, DSV4_E_NOMEM, "constraint: out of memory");
     s->g = g;
     s->v = v;
-    s->max_bytes = max_bytes;
     s->words = (v->n_vocab + 63) / 64;
     s->pool = malloc(sizeof *s->pool * (size_t)s->words * MASK_SLOTS);
     s->bits = malloc(sizeof *s->bits * (size_t)s->words);
@@ -347,21 +357,44 @@ int dsv4_cstate_new(const dsv4_grammar *g, const dsv4_cvocab *v, int64_t max_byt
     for (int32_t a = g->alt_first[g->root]; a < g->alt_first[g->root + 1]; a++)
         if (visit(s, node_get(s, g->alt_pos[a], -1))) goto nomem;
     if (closure(s, &accept, &escape)) goto nomem;
-    const int32_t c0 = cfg_get(s, accept, 0);
-    if (c0 < 0) goto nomem;
-    s->at = (dsv4_cpos){ c0, 0 };
+    if ((s->start = cfg_get(s, accept, 0)) < 0) goto nomem;
     *out = s;
     return 0;
 nomem:
-    dsv4_cstate_free(s);
+    dsv4_cmatcher_free(s);
     return dsv4_fail(err, DSV4_E_NOMEM, "constraint: out of memory");
+}
+
+int dsv4_cstate_new_shared(dsv4_cmatcher *m, int64_t max_bytes, dsv4_cstate **out, dsv4_error *err) {
+    *out = NULL;
+    if (!m) return dsv4_fail(err, DSV4_E_ARG, "constraint: no matcher");
+    dsv4_cstate *st = calloc(1, sizeof *st);
+    if (!st) return dsv4_fail(err, DSV4_E_NOMEM, "constraint: out of memory");
+    *st = (dsv4_cstate){ m, 0, max_bytes, { m->start, 0 } };
+    *out = st;
+    return 0;
+}
+
+int dsv4_cstate_new(const dsv4_grammar *g, const dsv4_cvocab *v, int64_t max_bytes, dsv4_cstate **out, dsv4_error *err) {
+    dsv4_cmatcher *m;
+    int rc = dsv4_cmatcher_new(g, v, &m, err);
+    if (rc) { *out = NULL; return rc; }
+    if ((rc = dsv4_cstate_new_shared(m, max_bytes, out, err))) { dsv4_cmatcher_free(m); return rc; }
+    (*out)->owns_matcher = 1;
+    return 0;
+}
+
+void dsv4_cstate_free(dsv4_cstate *st) {
+    if (!st) return;
+    if (st->owns_matcher) dsv4_cmatcher_free(st->m);
+    free(st);
 }
 
 /* ---- single tokens --------------------------------------------------------------------------------------- */
 
 /* The configuration after token id's bytes from configuration c with `left` bytes of budget: -1 dead, T_BUDGET
  * when it fits the grammar but not the bound, T_FAIL out of memory. */
-static int32_t token_from(dsv4_cstate *s, int32_t c, int32_t id, int64_t left) {
+static int32_t token_from(dsv4_cmatcher *s, int32_t c, int32_t id, int64_t left) {
     size_t len;
     const char *b = dsv4_cvocab_bytes(s->v, id, &len);
     if (!b || c < 0) return -1;
@@ -371,45 +404,55 @@ static int32_t token_from(dsv4_cstate *s, int32_t c, int32_t id, int64_t left) {
     return c;
 }
 
-static int64_t remaining(const dsv4_cstate *s);
-static int32_t after_token(dsv4_cstate *s, int32_t id) { return token_from(s, s->at.cfg, id, remaining(s)); }
+static int64_t remaining(const dsv4_cstate *st) { return st->max_bytes < 0 ? INT64_MAX : st->max_bytes - st->at.used; }
+static int32_t after_token(dsv4_cstate *st, int32_t id) { return token_from(st->m, st->at.cfg, id, remaining(st)); }
 
 /* ---- masks ------------------------------------------------------------------------------------------------ */
 
-static int64_t remaining(const dsv4_cstate *s) { return s->max_bytes < 0 ? INT64_MAX : s->max_bytes - s->at.used; }
 
 /* One pass over the vocabulary trie from configuration c0 with `left` bytes of budget: the allowed tokens into
  * bits (EOS excluded). *pruned = the budget cut something; *need = the largest depth + completion seen, so the
  * same mask holds for any budget >= *need when nothing was cut. Returns the number of tokens allowed, or -1 when
  * out of memory. */
-static int64_t walk(dsv4_cstate *s, int32_t c0, int64_t left, uint64_t *bits, int *pruned, int64_t *need) {
+static int64_t walk(dsv4_cmatcher *s, int32_t c0, int64_t left, uint64_t *bits, int *pruned, int64_t *need) {
     const dsv4_cvocab *v = s->v;
     memset(bits, 0, sizeof *bits * (size_t)s->words);
-    int64_t count = 0;
-    *pruned = 0;
-    *need = 0;
+    /* the vocabulary's arrays in locals: the bit stores below must not make the compiler reload them */
+    const uint16_t *depth = v->depth;
+    const uint8_t *byte = v->byte;
+    const int32_t *end = v->end, *tok_first = v->tok_first, *toks = v->toks;
+    const int32_t n_node = v->n_node;
+    int64_t count = 0, visited = 0, nd_max = 0;
+    int cut = 0;
     int32_t *dfs = s->dfs;
     dfs[0] = c0;
-    for (int32_t i = 1; i < v->n_node;) {
-        const int d = v->depth[i];
+    const int64_t *cmin = s->cfg_min; /* reloaded after step_byte, which may grow the tables */
+    for (int32_t i = 1; i < n_node;) {
+        const int d = depth[i];
         const int32_t pc = dfs[d - 1];
         const int32_t *tr = s->cfg_trans[pc];
-        int32_t c = tr ? tr[v->byte[i]] : T_UNKNOWN;
-        if (c == T_UNKNOWN) c = step_byte(s, pc, v->byte[i]);
+        int32_t c = tr ? tr[byte[i]] : T_UNKNOWN;
+        if (c == T_UNKNOWN) {
+            c = step_byte(s, pc, byte[i]);
+            cmin = s->cfg_min;
+        }
         if (c == T_FAIL) return -1;
-        if (c < 0) { i = v->end[i]; continue; }
-        const int64_t nd = d + s->cfg_min[c];
-        if (nd > left) { *pruned = 1; i = v->end[i]; continue; }
-        if (nd > *need) *need = nd;
+        if (c < 0) { i = end[i]; continue; }
+        const int64_t nd = d + cmin[c];
+        if (nd > left) { cut = 1; i = end[i]; continue; }
+        if (nd > nd_max) nd_max = nd;
         dfs[d] = c;
-        s->st.trie_nodes_visited++;
-        for (int32_t k = v->tok_first[i]; k < v->tok_first[i + 1]; k++) {
-            const int32_t id = v->toks[k];
+        visited++;
+        for (int32_t k = tok_first[i]; k < tok_first[i + 1]; k++) {
+            const int32_t id = toks[k];
             bits[id >> 6] |= 1ULL << (id & 63);
             count++;
         }
         i++;
     }
+    s->st.trie_nodes_visited += visited;
+    *pruned = cut;
+    *need = nd_max;
     return count;
 }
 
@@ -421,7 +464,7 @@ static int64_t walk(dsv4_cstate *s, int32_t c0, int64_t left, uint64_t *bits, in
  * same configuration. *ccut = the completion of the cut-off context, so that a completion on the truncated
  * stacks plus *ccut is the real one. Returns the truncated configuration (c itself when its stacks share no
  * node) or T_FAIL. */
-static int32_t truncate_cfg(dsv4_cstate *s, int32_t c, int64_t *ccut) {
+static int32_t truncate_cfg(dsv4_cmatcher *s, int32_t c, int64_t *ccut) {
     *ccut = 0;
     const int64_t off = s->cfg_off[c];
     const int32_t len = s->cfg_len[c];
@@ -459,7 +502,7 @@ static int32_t truncate_cfg(dsv4_cstate *s, int32_t c, int64_t *ccut) {
     return cfg_get(s, 0, 0); /* a stack through `common` cannot end the whole output: not accepting */
 }
 
-static int add_range(dsv4_cstate *s, int slot, int32_t a, int32_t b) {
+static int add_range(dsv4_cmatcher *s, int slot, int32_t a, int32_t b) {
     if (a >= b) return 0;
     s->ci_uncertain[slot] += b - a;
     int n = s->ci_n_ranges[slot];
@@ -479,43 +522,58 @@ static int add_range(dsv4_cstate *s, int slot, int32_t a, int32_t b) {
 
 /* The trie walk of truncated configuration tc into a slot: tokens allowed in any context (bits), tokens whose
  * path leaves the frames (ranges), and the largest depth + truncated completion of an allowed token (need). */
-static int ci_walk(dsv4_cstate *s, int32_t tc, int slot) {
+static int ci_walk(dsv4_cmatcher *s, int32_t tc, int slot) {
     const dsv4_cvocab *v = s->v;
     uint64_t *bits = s->ci_bits + (size_t)slot * s->words;
     memset(bits, 0, sizeof *bits * (size_t)s->words);
     s->ci_n_ranges[slot] = 0;
     s->ci_uncertain[slot] = 0;
-    int64_t need = 0;
+    const uint16_t *depth = v->depth;
+    const uint8_t *byte = v->byte;
+    const int32_t *end = v->end, *tok_first = v->tok_first, *toks = v->toks;
+    const int32_t n_node = v->n_node;
+    int64_t need = 0, visited = 0;
     int32_t *dfs = s->dfs;
     uint8_t *esc = s->esc;
     dfs[0] = tc;
     esc[0] = s->cfg_escape[tc];
     s->st.mask_walks++;
-    for (int32_t i = 1; i < v->n_node;) {
-        const int d = v->depth[i];
+    /* reloaded after step_byte, which may grow the tables */
+    const int64_t *cmin = s->cfg_min;
+    const int32_t *clen = s->cfg_len;
+    const uint8_t *cacc = s->cfg_accept, *cesc = s->cfg_escape;
+    for (int32_t i = 1; i < n_node;) {
+        const int d = depth[i];
         const int32_t pc = dfs[d - 1];
         const int32_t *tr = s->cfg_trans[pc];
-        int32_t c = tr ? tr[v->byte[i]] : T_UNKNOWN;
-        if (c == T_UNKNOWN) c = step_byte(s, pc, v->byte[i]);
+        int32_t c = tr ? tr[byte[i]] : T_UNKNOWN;
+        if (c == T_UNKNOWN) {
+            c = step_byte(s, pc, byte[i]);
+            cmin = s->cfg_min;
+            clen = s->cfg_len;
+            cacc = s->cfg_accept;
+            cesc = s->cfg_escape;
+        }
         if (c == T_FAIL) return -1;
-        const int e = esc[d - 1] || (c >= 0 && s->cfg_escape[c]);
-        if (c < 0 || (s->cfg_len[c] == 0 && !s->cfg_accept[c])) {
+        const int e = esc[d - 1] || (c >= 0 && cesc[c]);
+        if (c < 0 || (clen[c] == 0 && !cacc[c])) {
             /* dead inside the frames: the subtree is refused, or uncertain if a stack left them on the way */
-            if (e && add_range(s, slot, v->tok_first[i], v->tok_first[v->end[i]])) return -1;
-            i = v->end[i];
+            if (e && add_range(s, slot, tok_first[i], tok_first[end[i]])) return -1;
+            i = end[i];
             continue;
         }
-        const int64_t nd = d + s->cfg_min[c];
+        const int64_t nd = d + cmin[c];
         if (nd > need) need = nd;
         dfs[d] = c;
         esc[d] = (uint8_t)e;
-        s->st.trie_nodes_visited++;
-        for (int32_t k = v->tok_first[i]; k < v->tok_first[i + 1]; k++) {
-            const int32_t id = v->toks[k];
+        visited++;
+        for (int32_t k = tok_first[i]; k < tok_first[i + 1]; k++) {
+            const int32_t id = toks[k];
             bits[id >> 6] |= 1ULL << (id & 63);
         }
         i++;
     }
+    s->st.trie_nodes_visited += visited;
     s->ci_need[slot] = need;
     return 0;
 }
@@ -524,7 +582,7 @@ static int ci_walk(dsv4_cstate *s, int32_t tc, int slot) {
  * *count tokens, *need (the budget it holds for) and *cut (the budget refused an uncertain token). Returns 1
  * when done, 0 when the full walk is the better way (too many uncertain tokens, or a budget too tight for the
  * bound), -1 when out of memory. */
-static int ci_mask(dsv4_cstate *s, int32_t c, int64_t left, int64_t *count, int64_t *need, int *cut) {
+static int ci_mask(dsv4_cmatcher *s, int32_t c, int64_t left, int64_t *count, int64_t *need, int *cut) {
     int64_t ccut;
     const int32_t tc = truncate_cfg(s, c, &ccut);
     if (tc < 0) return -1;
@@ -561,10 +619,11 @@ static int ci_mask(dsv4_cstate *s, int32_t c, int64_t left, int64_t *count, int6
 
 /* The current mask (EOS included): cached, or walked (and cached when the budget cut nothing). NULL when out
  * of memory. */
-static const uint64_t *current_mask(dsv4_cstate *s) {
-    if (s->at.cfg < 0) { memset(s->bits, 0, sizeof *s->bits * (size_t)s->words); return s->bits; }
-    const int32_t c = s->at.cfg;
-    const int64_t left = remaining(s);
+static const uint64_t *current_mask(dsv4_cstate *st) {
+    dsv4_cmatcher *s = st->m;
+    if (st->at.cfg < 0) { memset(s->bits, 0, sizeof *s->bits * (size_t)s->words); return s->bits; }
+    const int32_t c = st->at.cfg;
+    const int64_t left = remaining(st);
     const int32_t slot = s->cfg_slot[c];
     if (slot >= 0 && left >= s->slot_need[slot]) { s->st.mask_hits++; return s->pool + (size_t)slot * s->words; }
     int pruned;
@@ -593,18 +652,18 @@ static const uint64_t *current_mask(dsv4_cstate *s) {
     return dst;
 }
 
-int dsv4_cstate_allowed(dsv4_cstate *s, uint64_t *bits, dsv4_error *err) {
-    const uint64_t *m = current_mask(s);
+int dsv4_cstate_allowed(dsv4_cstate *st, uint64_t *bits, dsv4_error *err) {
+    const uint64_t *m = current_mask(st);
     if (!m) return dsv4_fail(err, DSV4_E_NOMEM, "constraint: out of memory (automaton too large)");
-    memcpy(bits, m, sizeof *bits * (size_t)s->words);
+    memcpy(bits, m, sizeof *bits * (size_t)st->m->words);
     return 0;
 }
 
-int dsv4_cstate_mask(dsv4_cstate *s, float *logits, dsv4_error *err) {
-    const uint64_t *m = current_mask(s);
+int dsv4_cstate_mask(dsv4_cstate *st, float *logits, dsv4_error *err) {
+    const uint64_t *m = current_mask(st);
     if (!m) return dsv4_fail(err, DSV4_E_NOMEM, "constraint: out of memory (automaton too large)");
-    const int32_t V = s->v->n_vocab;
-    for (int w = 0; w < s->words; w++) {
+    const int32_t V = st->m->v->n_vocab;
+    for (int w = 0; w < st->m->words; w++) {
         const uint64_t b = m[w];
         if (b == ~0ULL) continue;
         const int32_t base = w * 64, top = base + 64 < V ? base + 64 : V;
@@ -614,37 +673,50 @@ int dsv4_cstate_mask(dsv4_cstate *s, float *logits, dsv4_error *err) {
     return 0;
 }
 
-int dsv4_cstate_allows(dsv4_cstate *s, int32_t id) {
-    if (s->at.cfg < 0 || id < 0 || id >= s->v->n_vocab) return 0;
-    if (id == s->v->eos) {
-        if (s->cfg_accept[s->at.cfg]) return 1;
-        const uint64_t *m = current_mask(s); /* EOS is also the way out when nothing else fits */
+int dsv4_cstate_allows(dsv4_cstate *st, int32_t id) {
+    const dsv4_cvocab *v = st->m->v;
+    if (st->at.cfg < 0 || id < 0 || id >= v->n_vocab) return 0;
+    if (id == v->eos) {
+        if (st->m->cfg_accept[st->at.cfg]) return 1;
+        const uint64_t *m = current_mask(st); /* EOS is also the way out when nothing else fits */
         return m && ((m[id >> 6] >> (id & 63)) & 1);
     }
-    return after_token(s, id) >= 0;
+    return after_token(st, id) >= 0;
 }
 
-int dsv4_cstate_advance(dsv4_cstate *s, int32_t id, dsv4_error *err) {
-    if (s->at.cfg < 0) return dsv4_fail(err, DSV4_E_ARG, "constraint: token %d after the end of the output", id);
-    if (id < 0 || id >= s->v->n_vocab) return dsv4_fail(err, DSV4_E_ARG, "constraint: token %d is outside the vocabulary", id);
-    if (id == s->v->eos) {
-        if (!dsv4_cstate_allows(s, id))
+int dsv4_cstate_advance(dsv4_cstate *st, int32_t id, dsv4_error *err) {
+    if (st->at.cfg < 0) return dsv4_fail(err, DSV4_E_ARG, "constraint: token %d after the end of the output", id);
+    const dsv4_cvocab *v = st->m->v;
+    if (id < 0 || id >= v->n_vocab) return dsv4_fail(err, DSV4_E_ARG, "constraint: token %d is outside the vocabulary", id);
+    if (id == v->eos) {
+        if (!dsv4_cstate_allows(st, id))
             return dsv4_fail(err, DSV4_E_ARG, "constraint: end of sequence before the output is complete");
-        s->at.cfg = -1;
+        st->at.cfg = -1;
         return 0;
     }
-    const int32_t c = after_token(s, id);
+    const int32_t c = after_token(st, id);
     if (c == T_FAIL) return dsv4_fail(err, DSV4_E_NOMEM, "constraint: out of memory (automaton too large)");
+    if (c == T_BUDGET) return dsv4_fail(err, DSV4_E_ARG, "constraint: token %d does not fit the length bound here", id);
     if (c < 0) return dsv4_fail(err, DSV4_E_ARG, "constraint: token %d does not fit the grammar here", id);
-    size_t len;
-    dsv4_cvocab_bytes(s->v, id, &len);
-    s->at.cfg = c;
-    s->at.used += (int64_t)len;
+    st->at.cfg = c;
+    st->at.used += (int64_t)v->len[id];
     return 0;
 }
 
-int dsv4_cstate_complete(const dsv4_cstate *s) { return s->at.cfg >= 0 && s->cfg_accept[s->at.cfg]; }
-int dsv4_cstate_finished(const dsv4_cstate *s) { return s->at.cfg < 0; }
-dsv4_cpos dsv4_cstate_get(const dsv4_cstate *s) { return s->at; }
-void dsv4_cstate_set(dsv4_cstate *s, dsv4_cpos p) { s->at = p; }
-void dsv4_cstate_get_stats(const dsv4_cstate *s, dsv4_cstate_stats *st) { *st = s->st; }
+int dsv4_cstate_complete(const dsv4_cstate *st) { return st->at.cfg >= 0 && st->m->cfg_accept[st->at.cfg]; }
+int dsv4_cstate_finished(const dsv4_cstate *st) { return st->at.cfg < 0; }
+dsv4_cpos dsv4_cstate_get(const dsv4_cstate *st) { return st->at; }
+void dsv4_cstate_set(dsv4_cstate *st, dsv4_cpos p) { st->at = p; }
+void dsv4_cstate_get_stats(const dsv4_cstate *st, dsv4_cstate_stats *out) { *out = st->m->st; }
+dsv4_cmatcher *dsv4_cstate_matcher(dsv4_cstate *st) { return st->m; }
+const dsv4_cvocab *dsv4_cmatcher_vocab(const dsv4_cmatcher *m) { return m->v; }
+
+size_t dsv4_cmatcher_bytes(const dsv4_cmatcher *m) {
+    size_t b = sizeof *m;
+    b += (size_t)m->cap_node * (sizeof(cnode) + sizeof(int64_t) + sizeof(uint32_t)) + (size_t)m->nh_cap * sizeof(int32_t);
+    b += (size_t)m->cap_cfg * (sizeof(int64_t) * 2 + sizeof(int32_t) * 3 + 2 + sizeof(int32_t *)) + (size_t)m->ch_cap * sizeof(int32_t);
+    b += (size_t)m->items.cap * sizeof(int32_t) + (size_t)m->n_trans_tables * 256 * sizeof(int32_t);
+    b += sizeof(uint64_t) * (size_t)m->words * (MASK_SLOTS + CI_SLOTS + 1);
+    for (int i = 0; i < CI_SLOTS; i++) b += (size_t)m->ci_cap_ranges[i] * 2 * sizeof(int32_t);
+    return b;
+}

@@ -1,18 +1,22 @@
 /* Constrained decoding: the API a caller (dsv4 generate, the scheduler, speculative streams, the server) uses.
  *
- * Three objects:
+ * Four objects:
  *   dsv4_grammar  what the output must match: compiled from a JSON Schema (json_schema.h), JSON mode (any JSON
  *                 value) or a GBNF-like grammar (grammar.h). Immutable once built; share it freely (any number
  *                 of streams and threads may read it).
  *   dsv4_cvocab   the model's vocabulary as byte strings, in a trie, plus the end-of-sequence id. Build once per
  *                 tokenizer/model; immutable; shared like the grammar.
- *   dsv4_cstate   one stream's progress: the set of grammar positions the output so far can be in (a set of
- *                 parse stacks, interned so that it is one integer), the bytes used, and caches (transitions,
- *                 token masks) that belong to this stream only. Not thread-safe; one per stream.
+ *   dsv4_cmatcher the automaton for one (grammar, vocabulary) pair: interned parse stacks and configurations,
+ *                 transitions, token-mask caches. Its caches grow as streams use it; streams that share a matcher
+ *                 share all that work (the second request with a schema finds its masks cached). Mutable: use it
+ *                 from one thread at a time (all states built on it included).
+ *   dsv4_cstate   one stream's progress: its position (a configuration id and the bytes used) and its length
+ *                 bound, on a matcher of its own (dsv4_cstate_new) or a shared one (dsv4_cstate_new_shared).
  *
- * Ownership: dsv4_cstate_new borrows the grammar and the vocabulary; both must outlive the state. Everything
- * returned by *_new is owned by the caller and released with the matching *_free. The mask functions write
- * into caller-owned memory.
+ * Ownership: dsv4_cmatcher_new and dsv4_cstate_new borrow the grammar and the vocabulary, which must outlive
+ * them; dsv4_cstate_new_shared borrows the matcher, which must outlive the state; dsv4_cstate_new's private
+ * matcher is freed with the state. Everything returned by *_new is owned by the caller and released with the
+ * matching *_free. The mask functions write into caller-owned memory.
  *
  * Per step:   dsv4_cstate_mask(st, logits)       disallowed tokens' logits become -INFINITY (do this before
  *                                               temperature / top-k / top-p, and before a greedy argmax)
@@ -23,7 +27,7 @@
  *
  * Rollback (speculative decoding): a state's position is a small value (dsv4_cpos). Save it with
  * dsv4_cstate_get before trying tokens and put it back with dsv4_cstate_set: O(1), nothing to free. A saved
- * position stays valid for the life of the state (the interned tables only grow).
+ * position stays valid for the life of the matcher (its interned tables only grow), also across states on it.
  *
  * Length bound: with max_bytes >= 0 the output (without EOS) never exceeds max_bytes bytes. A token is allowed
  * only if, after it, the shortest completion still fits: so the mask always leaves a path to a complete value,
@@ -60,14 +64,27 @@ const char *dsv4_cvocab_bytes(const dsv4_cvocab *v, int32_t id, size_t *len);
 /* ---- per-stream state ------------------------------------------------------------------------------------ */
 
 typedef struct dsv4_cstate dsv4_cstate;
+typedef struct dsv4_cmatcher dsv4_cmatcher;
+
+int  dsv4_cmatcher_new(const dsv4_grammar *g, const dsv4_cvocab *v, dsv4_cmatcher **out, dsv4_error *err);
+void dsv4_cmatcher_free(dsv4_cmatcher *m);
+const dsv4_cvocab *dsv4_cmatcher_vocab(const dsv4_cmatcher *m);
+/* Memory the matcher holds now. Its tables only grow (that is what keeps saved positions valid): a long-running
+ * server replaces a matcher past its budget once no state uses it. Growth is bounded (about 4M configurations,
+ * then mask/advance report DSV4_E_NOMEM). */
+size_t dsv4_cmatcher_bytes(const dsv4_cmatcher *m);
 
 typedef struct {
     int32_t cfg;        /* interned configuration (set of parse stacks); -1 after EOS */
     int64_t used;       /* output bytes so far */
 } dsv4_cpos;
 
+/* A state on a private matcher (freed with it). */
 int  dsv4_cstate_new(const dsv4_grammar *g, const dsv4_cvocab *v, int64_t max_bytes, dsv4_cstate **out, dsv4_error *err);
+/* A state on a shared matcher (borrowed). */
+int  dsv4_cstate_new_shared(dsv4_cmatcher *m, int64_t max_bytes, dsv4_cstate **out, dsv4_error *err);
 void dsv4_cstate_free(dsv4_cstate *s);
+dsv4_cmatcher *dsv4_cstate_matcher(dsv4_cstate *s);
 
 /* The allowed-token set as a bitset of ceil(n_vocab / 64) words (bit i of word i/64 = token i allowed), into
  * caller-owned bits. Returns 0, or DSV4_E_NOMEM when the state's tables cannot grow (err set). */
@@ -85,8 +102,8 @@ int  dsv4_cstate_finished(const dsv4_cstate *s);
 dsv4_cpos dsv4_cstate_get(const dsv4_cstate *s);
 void dsv4_cstate_set(dsv4_cstate *s, dsv4_cpos p);
 
-/* Statistics for benchmarks: configurations interned, masks computed by a walk of the vocabulary trie, masks
- * served from the cache. */
+/* Statistics of the state's matcher (shared by every state on it), for benchmarks: configurations and stack
+ * nodes interned, trie walks, masks served from the cache, transitions computed, trie nodes visited. */
 typedef struct { int64_t configs, stack_nodes, mask_walks, mask_hits, transitions, trie_nodes_visited; } dsv4_cstate_stats;
 void dsv4_cstate_get_stats(const dsv4_cstate *s, dsv4_cstate_stats *st);
 #endif

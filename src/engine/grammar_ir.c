@@ -141,7 +141,7 @@ void gb_add_alt(gb_builder *b, int32_t rule, const gb_seq *s) {
     if (rule < 0 || s->oom) { b->oom = 1; return; }
     if (grow((void **)&b->el, &b->cap_el, b->n_el + s->n, sizeof *b->el) ||
         grow((void **)&b->alt, &b->cap_alt, b->n_alt + 1, sizeof *b->alt)) { b->oom = 1; return; }
-    memcpy(b->el + b->n_el, s->v, sizeof *s->v * (size_t)s->n);
+    if (s->n) memcpy(b->el + b->n_el, s->v, sizeof *s->v * (size_t)s->n);
     b->alt[b->n_alt++] = (galt){ rule, (int32_t)b->n_el, s->n };
     b->n_el += s->n;
     b->defined[rule] = 1;
@@ -408,7 +408,7 @@ int gb_finish(gb_builder *b, int32_t root, dsv4_grammar **out, dsv4_error *err) 
         rc = dsv4_fail(err, DSV4_E_NOMEM, "grammar: out of memory");
         goto done;
     }
-    memcpy(g->sets, b->sets, sizeof *g->sets * (size_t)b->n_sets);
+    if (b->n_sets) memcpy(g->sets, b->sets, sizeof *g->sets * (size_t)b->n_sets);
     g->n_sets = b->n_sets;
     for (int32_t r = 0; r < R; r++) { g->rule_name[r] = b->name[r]; b->name[r] = NULL; }
     /* flatten: rules in id order, each rule's alternatives in the order they were added */
@@ -423,7 +423,7 @@ int gb_finish(gb_builder *b, int32_t root, dsv4_grammar **out, dsv4_error *err) 
     for (int64_t k = 0; k < b->n_alt; k++) {
         const galt *al = &b->alt[order[k]];
         g->alt_pos[k] = pos;
-        memcpy(g->el + pos, b->el + al->start, sizeof *g->el * (size_t)al->len);
+        if (al->len) memcpy(g->el + pos, b->el + al->start, sizeof *g->el * (size_t)al->len);
         pos += al->len;
         g->el[pos++] = (gelem){ GE_END, 0 };
     }

@@ -687,7 +687,20 @@ static int32_t object_schema(sc *c, const json_t *s) {
         /* F_n / A_n: the additional members (first without a comma / after something, with one) */
         int32_t F = gb_rule_of(b, &eps), A = F;
         if (extra >= 0) {
-            for (size_t j = 0; j < n; j++) names[j] = (name){ key[j], strlen(key[j]) };
+            for (size_t j = 0; j < n; j++) {
+                names[j] = (name){ key[j], strlen(key[j]) };
+                /* the exclusion trie recurses once per byte of a name */
+                if (names[j].n > 1024) {
+                    failf(c, DSV4_E_UNSUPPORTED, "a property name longer than 1024 bytes beside additional properties%s%s", NULL, NULL);
+                    break;
+                }
+            }
+            if (c->failed) {
+                gb_seq_free(&q);
+                gb_seq_free(&eps);
+                free(key); free(mem); free(must); free(names);
+                return -1;
+            }
             gb_seq_byte(&q, b, '"');
             gb_seq_ref(&q, other_key_node(c, names, (int)n, 0));
             gb_seq_ref(&q, colon_rule(c));

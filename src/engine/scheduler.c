@@ -24,6 +24,7 @@ typedef struct {
     int released;
     const dsv4_grammar *grammar;  /* borrowed; NULL = unconstrained */
     const dsv4_cvocab *cvocab;
+    dsv4_cmatcher *matcher;       /* borrowed; NULL = a private one per stream */
 } request;
 
 typedef struct {
@@ -163,11 +164,13 @@ static int validate_request(const dsv4_sched *s, const dsv4_request *r, dsv4_err
     if (r->n_stop < 0 || (r->n_stop > 0 && !r->stop)) return dsv4_fail(err, DSV4_E_ARG, "bad stop sequence list");
     for (int i = 0; i < r->n_stop; i++)
         if (r->stop[i].n < 1 || !r->stop[i].tokens) return dsv4_fail(err, DSV4_E_ARG, "stop sequence %d is empty", i);
-    if (!r->grammar != !r->cvocab) return dsv4_fail(err, DSV4_E_ARG, "a constrained request needs both a grammar and a vocabulary");
-    if (r->cvocab && dsv4_cvocab_size(r->cvocab) != s->vocab)
-        return dsv4_fail(err, DSV4_E_ARG, "the constraint's vocabulary has %d tokens, the model %d", dsv4_cvocab_size(r->cvocab), s->vocab);
-    if (r->cvocab && dsv4_cvocab_eos(r->cvocab) != s->eos)
-        return dsv4_fail(err, DSV4_E_ARG, "the constraint's end-of-sequence token %d is not the model's (%d)", dsv4_cvocab_eos(r->cvocab), s->eos);
+    if (!r->matcher && !r->grammar != !r->cvocab)
+        return dsv4_fail(err, DSV4_E_ARG, "a constrained request needs both a grammar and a vocabulary (or a matcher)");
+    const dsv4_cvocab *cv = r->matcher ? dsv4_cmatcher_vocab(r->matcher) : r->cvocab;
+    if (cv && dsv4_cvocab_size(cv) != s->vocab)
+        return dsv4_fail(err, DSV4_E_ARG, "the constraint's vocabulary has %d tokens, the model %d", dsv4_cvocab_size(cv), s->vocab);
+    if (cv && dsv4_cvocab_eos(cv) != s->eos)
+        return dsv4_fail(err, DSV4_E_ARG, "the constraint's end-of-sequence token %d is not the model's (%d)", dsv4_cvocab_eos(cv), s->eos);
     /* the sampler checks its own parameters; try them now so that admission cannot fail on them later */
     dsv4_sampler probe;
     int rc = dsv4_sampler_init(&probe, &r->sampling, s->vocab, err);
@@ -185,6 +188,7 @@ static int request_copy(request *dst, const dsv4_request *r) {
     dst->stop_on_eos = r->stop_on_eos;
     dst->grammar = r->grammar;
     dst->cvocab = r->cvocab;
+    dst->matcher = r->matcher;
     dst->hook = r->hook;
     dst->prompt = malloc(sizeof(int32_t) * (size_t)r->n_prompt);
     if (!dst->prompt) return -1;
@@ -324,7 +328,9 @@ static void admit(dsv4_sched *s) {
             finish(s, id, DSV4_FINISH_ERROR);
             continue;
         }
-        if (q->grammar && dsv4_cstate_new(q->grammar, q->cvocab, (int64_t)q->max_new - 1, &sl->cs, NULL)) {
+        const int64_t bound = (int64_t)q->max_new - 1;
+        if ((q->matcher || q->grammar) &&
+            (q->matcher ? dsv4_cstate_new_shared(q->matcher, bound, &sl->cs, NULL) : dsv4_cstate_new(q->grammar, q->cvocab, bound, &sl->cs, NULL))) {
             sl->cs = NULL;
             dsv4_seq_free(sl->seq);
             dsv4_sampler_free(&sl->smp);

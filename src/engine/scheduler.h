@@ -63,6 +63,9 @@ typedef struct {
      * EOS as its last token and an incomplete value). */
     const dsv4_grammar *grammar;
     const dsv4_cvocab *cvocab;
+    /* Or a shared matcher (borrowed, outlives the request; grammar and cvocab may then be NULL): requests with
+     * the same schema share its transitions and mask caches. The scheduler uses it from its own thread only. */
+    dsv4_cmatcher *matcher;
     dsv4_logits_hook hook;      /* optional (zero = none); runs before the constraint's mask */
 } dsv4_request;
 

@@ -228,13 +228,21 @@ int dsv4_spec_stream_new(dsv4_model *m, const int32_t *prompt, int n_prompt, con
         dsv4_spec_stream_free(s);
         return dsv4_fail(err, DSV4_E_NOMEM, "speculative: out of memory");
     }
-    if (o->grammar || o->cvocab) {
-        if (!o->grammar || !o->cvocab) { dsv4_spec_stream_free(s); return dsv4_fail(err, DSV4_E_ARG, "speculative: a constraint needs a grammar and a vocabulary"); }
-        if (dsv4_cvocab_size(o->cvocab) != s->vocab || dsv4_cvocab_eos(o->cvocab) != m->cfg.eos_id) {
+    if (o->grammar || o->cvocab || o->matcher) {
+        if (!o->matcher && (!o->grammar || !o->cvocab)) {
+            dsv4_spec_stream_free(s);
+            return dsv4_fail(err, DSV4_E_ARG, "speculative: a constraint needs a grammar and a vocabulary (or a matcher)");
+        }
+        const dsv4_cvocab *cv = o->matcher ? dsv4_cmatcher_vocab(o->matcher) : o->cvocab;
+        if (dsv4_cvocab_size(cv) != s->vocab || dsv4_cvocab_eos(cv) != m->cfg.eos_id) {
             dsv4_spec_stream_free(s);
             return dsv4_fail(err, DSV4_E_ARG, "speculative: the constraint's vocabulary does not match the model");
         }
-        if ((rc = dsv4_cstate_new(o->grammar, o->cvocab, (int64_t)o->max_new_tokens - 1, &s->cs, err))) { dsv4_spec_stream_free(s); return rc; }
+        const int64_t bound = (int64_t)o->max_new_tokens - 1;
+        if ((rc = o->matcher ? dsv4_cstate_new_shared(o->matcher, bound, &s->cs, err) : dsv4_cstate_new(o->grammar, o->cvocab, bound, &s->cs, err))) {
+            dsv4_spec_stream_free(s);
+            return rc;
+        }
         if (!(s->cpos = malloc(sizeof *s->cpos * (K + 1)))) { dsv4_spec_stream_free(s); return dsv4_fail(err, DSV4_E_NOMEM, "speculative: out of memory"); }
     }
     if ((rc = dsv4_seq_new(m, &s->seq, err))) { dsv4_spec_stream_free(s); return rc; }

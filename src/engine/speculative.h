@@ -108,6 +108,7 @@ typedef struct {
      * acceptance test to reject, which keeps the output distribution exact. EOS ends a constrained stream. */
     const dsv4_grammar *grammar;
     const dsv4_cvocab *cvocab;
+    dsv4_cmatcher *matcher;  /* or a shared matcher (borrowed; grammar and cvocab may then be NULL) */
 } dsv4_spec_opts;
 
 typedef struct {

@@ -1,11 +1,39 @@
-/* See constraint_hook.h: no constrained decoding in this build yet, so every constraint is refused. */
+/* See constraint_hook.h. */
 #include "server/constraint_hook.h"
+#include "engine/json_schema.h"
+#include <string.h>
+
+int server_constraint_compile(server_constraint_kind kind, const json_t *spec, const char *param, dsv4_grammar **out,
+                              server_error *e) {
+    *out = NULL;
+    if (kind != SERVER_CONSTRAINT_RESPONSE_FORMAT) {
+        const char *what = kind == SERVER_CONSTRAINT_TOOL_REQUIRED ? "a required tool call" : "a named tool choice";
+        return server_fail(e, 400, "invalid_request_error", param,
+                           "%s: %s needs a DSML tool-call grammar, which is not supported yet by this server", param, what);
+    }
+    const char *type = json_string_value(json_object_get(spec, "type"));
+    dsv4_error err = {0};
+    /* the default whitespace bound, as `dsv4 generate --json-schema` uses it */
+    if (type && !strcmp(type, "json_object")) {
+        if (dsv4_grammar_json_any(NULL, out, &err))
+            return server_fail(e, 500, "server_error", param, "JSON mode could not be built: %s", err.msg);
+        return 0;
+    }
+    const json_t *js = json_object_get(spec, "json_schema");
+    const json_t *schema = json_object_get(js, "schema");
+    if (!json_is_object(js)) return server_fail(e, 400, "invalid_request_error", "response_format.json_schema",
+                                                "response_format.json_schema: must be an object");
+    if (!json_is_object(schema)) return server_fail(e, 400, "invalid_request_error", "response_format.json_schema.schema",
+                                                    "response_format.json_schema.schema: must be a JSON Schema object");
+    if (dsv4_grammar_from_schema(schema, NULL, out, &err))
+        return server_fail(e, 400, "invalid_request_error", "response_format.json_schema.schema",
+                           "response_format.json_schema.schema: %s", err.msg);
+    return 0;
+}
 
 int server_constraint_check(server_constraint_kind kind, const json_t *spec, const char *param, server_error *e) {
-    (void)spec;
-    const char *what = kind == SERVER_CONSTRAINT_TOOL_REQUIRED ? "a required tool call"
-                     : kind == SERVER_CONSTRAINT_TOOL_NAMED    ? "a named tool choice"
-                                                                : "a response_format other than text";
-    return server_fail(e, 400, "invalid_request_error", param,
-                       "%s: %s needs constrained decoding, which is not supported yet by this server", param, what);
+    dsv4_grammar *g = NULL;
+    const int rc = server_constraint_compile(kind, spec, param, &g, e);
+    dsv4_grammar_free(g);
+    return rc;
 }

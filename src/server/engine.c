@@ -17,6 +17,8 @@ struct server_job {
     server_logits_proc proc;      /* the scheduler hook's context: lives as long as the job */
     int want_logprobs, top_logprobs;
     server_waiter *waiter;
+    dsv4_grammar *grammar;        /* owned: the scheduler borrows it while the job runs */
+    const dsv4_cvocab *cvocab;
     /* engine thread only */
     int64_t sched_id;
     server_token *stage;          /* tokens of the current step, published after it */
@@ -76,17 +78,19 @@ void server_waiter_destroy(server_waiter *w) { pthread_cond_destroy(&w->cond); }
 
 int server_job_new(const server_job_spec *spec, server_job **out) {
     *out = NULL;
-    if (spec->n_stop_ids > 4 || spec->n_prompt < 1) return DSV4_E_ARG;
+    if (spec->n_stop_ids > 4 || spec->n_prompt < 1) { dsv4_grammar_free(spec->grammar); return DSV4_E_ARG; }
     server_job *j = calloc(1, sizeof *j);
-    if (!j) return DSV4_E_NOMEM;
+    if (!j) { dsv4_grammar_free(spec->grammar); return DSV4_E_NOMEM; }
+    j->grammar = spec->grammar;
+    j->cvocab = spec->cvocab;
     j->prompt = malloc(sizeof(int32_t) * (size_t)spec->n_prompt);
-    if (!j->prompt) { free(j); return DSV4_E_NOMEM; }
+    if (!j->prompt) { dsv4_grammar_free(j->grammar); free(j); return DSV4_E_NOMEM; }
     memcpy(j->prompt, spec->prompt, sizeof(int32_t) * (size_t)spec->n_prompt);
     j->n_prompt = spec->n_prompt;
     j->sampling = spec->sampling;
     j->max_new = spec->max_new;
     j->stop_on_eos = spec->stop_on_eos;
-    memcpy(j->stop_ids, spec->stop_ids, sizeof(int32_t) * (size_t)spec->n_stop_ids);
+    if (spec->n_stop_ids) memcpy(j->stop_ids, spec->stop_ids, sizeof(int32_t) * (size_t)spec->n_stop_ids);
     j->n_stop_ids = spec->n_stop_ids;
     j->proc = spec->proc;
     j->proc.counts = NULL;
@@ -100,6 +104,7 @@ int server_job_new(const server_job_spec *spec, server_job **out) {
 }
 
 static void job_free(server_job *j) {
+    dsv4_grammar_free(j->grammar);
     free(j->prompt);
     free(j->stage);
     free(j->toks);
@@ -203,8 +208,9 @@ static void admit_incoming(server_engine *e) {
         if (j->cancel) { job_finish_locked(e, j, DSV4_FINISH_CANCELLED); continue; }
         dsv4_stop_seq stops[4];
         for (int k = 0; k < j->n_stop_ids; k++) stops[k] = (dsv4_stop_seq){&j->stop_ids[k], 1};
-        dsv4_request r = {j->prompt, j->n_prompt, j->sampling, j->max_new, j->stop_on_eos, stops, j->n_stop_ids,
-                          .hook = {server_logits_apply, &j->proc}};
+        dsv4_request r = {.prompt = j->prompt, .n_prompt = j->n_prompt, .sampling = j->sampling, .max_new_tokens = j->max_new,
+                          .stop_on_eos = j->stop_on_eos, .stop = stops, .n_stop = j->n_stop_ids,
+                          .hook = {server_logits_apply, &j->proc}, .grammar = j->grammar, .cvocab = j->cvocab};
         dsv4_error err;
         if (push(&e->active, &e->n_act, &e->cap_act, j) || dsv4_sched_add(e->sched, &r, &j->sched_id, &err)) {
             if (e->n_act && e->active[e->n_act - 1] == j) e->n_act--;

@@ -13,6 +13,7 @@
 #ifndef DSV4_SERVER_ENGINE_H
 #define DSV4_SERVER_ENGINE_H
 #include "dsv4.h"
+#include "engine/constraint.h"
 #include "engine/scheduler.h"
 #include "server/logits.h"
 #include <pthread.h>
@@ -48,6 +49,8 @@ typedef struct {
     server_logits_proc proc;     /* penalties and mask (its counts scratch must be NULL) */
     int want_logprobs, top_logprobs;
     server_waiter *waiter;       /* borrowed: must outlive the job's last engine_read */
+    dsv4_grammar *grammar;       /* NULL, or a constraint the job takes over (freed with it, also on failure) */
+    const dsv4_cvocab *cvocab;   /* with a grammar: the vocabulary trie (borrowed; outlives the engine) */
 } server_job_spec;
 
 int  server_job_new(const server_job_spec *spec, server_job **out);

@@ -108,7 +108,7 @@ int server_output_init(server_output *o, const dsv4_tokenizer *t, int chat, int 
     o->n_stop = n_stop;
     o->stop_index = -1;
     o->n_skip = n_skip > 4 ? 4 : n_skip;
-    memcpy(o->skip, skip_ids, sizeof(int32_t) * (size_t)o->n_skip);
+    if (o->n_skip) memcpy(o->skip, skip_ids, sizeof(int32_t) * (size_t)o->n_skip);
     if (chat) {
         dsv4_dsml_callbacks cb = {on_reasoning, on_content, on_call, o};
         o->dsml = dsv4_dsml_new(thinking, &cb);

@@ -321,13 +321,15 @@ static int parse_thinking_switch(const json_t *root, think_choice *tc, int *give
 
 /* ---- rendering ----------------------------------------------------------------------------------------- */
 
-static int render(json_t *messages, json_t *tools, const think_choice *tc, const server_parse_limits *lim,
-                  server_request *r, server_error *e) {
+static int render(json_t *messages, json_t *tools, json_t *response_format, const think_choice *tc,
+                  const server_parse_limits *lim, server_request *r, server_error *e) {
     json_t *req = json_pack("{s:O, s:s, s:s}", "messages", messages, "mode", tc->thinking ? "thinking" : "chat",
                             "encoder", lim->encoder_0731 ? "v4-0731" : "v4");
     if (!req) return server_fail(e, 500, "server_error", "", "out of memory");
     if (tc->thinking && tc->effort) json_object_set_new(req, "effort", json_string(tc->effort));
     if (tools) json_object_set(req, "tools", tools);
+    /* the official encoding states the format in the system prompt; the mask enforces it */
+    if (response_format) json_object_set(req, "response_format", response_format);
     dsv4_error err = {0};
     size_t len = 0;
     int rc = dsv4_chat_render_request(req, &r->prompt_text, &len, &err);
@@ -360,16 +362,19 @@ static int parse_tool_choice_openai(const json_t *root, int have_tools, int *use
     return server_constraint_check(SERVER_CONSTRAINT_TOOL_NAMED, tc, "tool_choice", e);
 }
 
-static int parse_response_format(const json_t *root, server_error *e) {
+/* response_format json_object / json_schema: compiled once here to validate it, kept for the jobs. */
+static int parse_response_format(const json_t *root, server_request *r, server_error *e) {
     json_t *rf = json_object_get(root, "response_format");
     if (!rf || json_is_null(rf)) return 0;
     if (!json_is_object(rf)) return bad(e, "response_format", "must be an object");
     const char *type = json_string_value(json_object_get(rf, "type"));
     if (!type) return bad(e, "response_format.type", "must be a string");
     if (!strcmp(type, "text")) return 0;
-    if (!strcmp(type, "json_object") || !strcmp(type, "json_schema"))
-        return server_constraint_check(SERVER_CONSTRAINT_RESPONSE_FORMAT, rf, "response_format", e);
-    return bad(e, "response_format.type", "must be text, json_object or json_schema, got '%.40s'", type);
+    if (strcmp(type, "json_object") && strcmp(type, "json_schema"))
+        return bad(e, "response_format.type", "must be text, json_object or json_schema, got '%.40s'", type);
+    if (server_constraint_check(SERVER_CONSTRAINT_RESPONSE_FORMAT, rf, "response_format", e)) return e->status;
+    r->response_format = json_incref(rf);
+    return 0;
 }
 
 /* Fields a client may send that this server would otherwise silently ignore although they change the output. */
@@ -422,7 +427,7 @@ static int parse_chat(const json_t *root, const server_parse_limits *lim, server
     if (get_int(root, "top_logprobs", 0, lim->max_top_logprobs, &tl, &given_tl, e)) return e->status;
     if (given_tl && !r->logprobs) return bad(e, "top_logprobs", "needs logprobs: true");
     r->top_logprobs = (int)tl;
-    if (parse_response_format(root, e)) return e->status;
+    if (parse_response_format(root, r, e)) return e->status;
 
     think_choice tc = {0, NULL};
     const char *effort;
@@ -439,10 +444,12 @@ static int parse_chat(const json_t *root, const server_parse_limits *lim, server
     int use_tools = 0;
     if (parse_tool_choice_openai(root, tools && json_array_size(tools) > 0, &use_tools, e)) return e->status;
     r->parse_tools = use_tools;
+    if (r->response_format && tc.thinking)
+        return bad(e, "response_format", "is not supported in thinking mode yet (the constraint would start after the reasoning)");
 
     json_t *msgs = json_array();
     int rc = normalize_openai_messages(json_object_get(root, "messages"), msgs, e);
-    if (!rc) rc = render(msgs, use_tools ? tools : NULL, &tc, lim, r, e);
+    if (!rc) rc = render(msgs, use_tools ? tools : NULL, r->response_format, &tc, lim, r, e);
     json_decref(msgs);
     return rc;
 }
@@ -609,7 +616,7 @@ static int parse_messages_api(const json_t *root, const server_parse_limits *lim
     if (!rc && !json_is_array(in)) rc = bad(e, "messages", in ? "must be an array" : "is required");
     if (!rc && json_array_size(in) == 0) rc = bad(e, "messages", "must contain at least one message");
     for (size_t i = 0; !rc && i < json_array_size(in); i++) rc = anthropic_message(json_array_get(in, i), (int)i, msgs, e);
-    if (!rc) rc = render(msgs, use_tools ? tools : NULL, &tc, lim, r, e);
+    if (!rc) rc = render(msgs, use_tools ? tools : NULL, NULL, &tc, lim, r, e);
     json_decref(msgs);
     json_decref(tools);
     return rc;
@@ -675,6 +682,7 @@ void server_request_free(server_request *r) {
     for (int i = 0; i < r->n_stop; i++) free(r->stop[i]);
     free(r->stop);
     free(r->model);
+    json_decref(r->response_format);
     memset(r, 0, sizeof *r);
 }
 

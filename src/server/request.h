@@ -12,7 +12,7 @@
  *   /v1/messages (Anthropic): system, content blocks (text, tool_use, tool_result, thinking), tools,
  *     tool_choice (auto, none), thinking, max_tokens (required), stop_sequences, stream.
  * tool_choice required / named and response_format need constrained decoding: they go through
- * server_constraint_check (constraint_hook.h), which refuses them until that exists. */
+ * constraint_hook.h, which compiles response_format (chat mode) and refuses forced tool calls for now. */
 #ifndef DSV4_SERVER_REQUEST_H
 #define DSV4_SERVER_REQUEST_H
 #include "engine/sampler.h"
@@ -67,6 +67,7 @@ typedef struct {
     char **stop;                 /* n_stop non-empty strings, owned */
     int n_stop;
     char *model;                 /* the name the client asked for (owned; NULL when absent) */
+    struct json_t *response_format; /* json_object / json_schema to enforce (owned reference; NULL: none) */
 } server_request;
 
 /* Parse and validate body[0..len) for `api`. On success *out owns everything (server_request_free); on

@@ -13,6 +13,7 @@
 
 typedef struct {
     const dsv4_tokenizer *tok;   /* borrowed */
+    const dsv4_cvocab *cvocab;   /* borrowed: the vocabulary trie of constrained decoding */
     server_engine *engine;       /* borrowed */
     server_metrics *metrics;     /* borrowed */
     server_parse_limits limits;

@@ -1,5 +1,6 @@
 /* One generation request: see session.h. */
 #include "server/session.h"
+#include "server/constraint_hook.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -91,6 +92,13 @@ static int make_jobs(server_session *s, server_error *e) {
         spec.want_logprobs = r->logprobs;
         spec.top_logprobs = r->top_logprobs;
         spec.waiter = &s->waiter;
+        if (r->response_format) {
+            /* each job owns its grammar: a job may outlive this session (until the engine retires it) */
+            if (server_constraint_compile(SERVER_CONSTRAINT_RESPONSE_FORMAT, r->response_format, "response_format",
+                                          &spec.grammar, e))
+                return e->status;
+            spec.cvocab = srv->cvocab;
+        }
         if (server_job_new(&spec, &c->job)) return nomem(e);
         if (server_output_init(&c->out, srv->tok, chat, r->thinking, r->stop, r->n_stop, skip, n_skip)) return nomem(e);
     }

@@ -38,18 +38,37 @@ man_pairs() {
 }
 man_sections() { awk '/^\.SH/ { sect = $2 } /^\.SS/ && sect == "COMMANDS" { s = $0; gsub(/"/, "", s); split(s, w, " "); print w[3] }' "$1" | sort; }
 
-# What the code parses: every strcmp(..., "-x") literal of src/cli/cmd_NAME.c (the sampling options of common.c
-# where the command calls cli_sampling_option) and every getopt_long table entry, and main.c's global ones. -h/--help of a command is answered by
-# main.c for every command, so it is not listed per command.
+# What the code parses: every strcmp(..., "-x") literal of src/cli/cmd_NAME.c and every getopt_long table entry
+# there; the options of the shared helpers in the other src/cli files (cli_sampling_option in common.c,
+# cli_constraint_option in gen_constraint.c, ...), function by function, for the commands that call them; main.c's
+# global ones. -h/--help of a command is answered by main.c for every command, so it is not listed per command.
+opt_literals() {   # stdin: C source -> option spellings
+    { tee "$T/src.tmp" | grep -oE 'strcmp\([^,()]*, *"-[^"]*"\)'
+      grep -oE '\{ *"[a-z][a-z0-9-]*", *(no|required|optional)_argument' "$T/src.tmp" | sed -E 's/^\{ *"([^"]*)".*/"--\1"/'
+    } | grep -oE '"-[^"]*"' | tr -d '"' | grep -vxE -- '-h|--help'
+}
+helper_options() {   # "function option" for every non-static function of the helper files
+    local f
+    for f in "$SRC"/*.c; do
+        case $(basename "$f") in cmd_*|main.c|help.c) continue ;; esac
+        awk '/^[a-z][^;]*\(/ && !/^static/ { fn = $0; sub(/\(.*/, "", fn); sub(/.*[ *]/, "", fn) }
+             /^}/ { print "@@end"; fn = "" }
+             fn != "" { print fn "\t" $0 }' "$f"
+    done | awk -F'\t' 'NF > 1 { print $1 "\t" $2 }' >"$T/helpers.src"
+    cut -f1 "$T/helpers.src" | sort -u | while read -r fn; do
+        awk -F'\t' -v fn="$fn" '$1 == fn { print $2 }' "$T/helpers.src" | opt_literals | sed "s/^/$fn /"
+    done
+}
 source_pairs() {
     local f name
+    helper_options >"$T/helper.pairs"
     for f in "$SRC"/cmd_*.c; do
         name=$(basename "$f" .c); name=${name#cmd_}
-        { grep -oE 'strcmp\([^,()]*, *"-[^"]*"\)' "$f"
-          grep -q cli_sampling_option "$f" && grep -oE 'strcmp\([^,()]*, *"-[^"]*"\)' "$SRC/common.c"
-          # getopt_long tables: {"port", required_argument, ...} is --port
-          grep -oE '\{ *"[a-z][a-z0-9-]*", *(no|required|optional)_argument' "$f" | sed -E 's/^\{ *"([^"]*)".*/"--\1"/'
-        } | grep -oE '"-[^"]*"' | tr -d '"' | grep -vxE -- '-h|--help' | sed "s/^/$name /"
+        { opt_literals <"$f"
+          cut -d' ' -f1 "$T/helper.pairs" | sort -u | while read -r fn; do
+              grep -qE "\b$fn\(" "$f" && awk -v fn="$fn" '$1 == fn { print $2 }' "$T/helper.pairs"
+          done
+        } | sed "s/^/$name /"
     done
     grep -oE 'strcmp\([^,()]*, *"-[^"]*"\)' "$SRC/main.c" | grep -oE '"-[^"]*"' | tr -d '"' | sed 's/^/dsv4 /'
 }

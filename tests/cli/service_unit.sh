@@ -25,6 +25,6 @@ fi
 opts=$(sed -n '/^ExecStart=/,/[^\\]$/p' "$UNIT" | grep -oE -- ' --?[a-z][a-z-]*' | sort -u)
 [ -n "$opts" ] && ok || bad "no serve options found in ExecStart"
 if "$BIN" help serve >"$T/serve.help" 2>/dev/null; then
-    for o in $opts; do grep -qE -- "^  (-[a-z], )?$o( |$)" "$T/serve.help" && ok || bad "serve has no option $o"; done
+    for o in $opts; do grep -qE -- "^  (-[a-z], )?$o(,| |$)" "$T/serve.help" && ok || bad "serve has no option $o"; done
 fi
 finish

@@ -59,7 +59,7 @@ if start "$T/err1" --max-streams 16 --max-queue 512 --prefix-cache-mb 16 --threa
         pass=$((pass + ${line%% passed*})); f=${line##*, }; fail=$((fail + ${f%% failed}))
         [ $rc -ne 0 ] && [ "${f%% failed}" = 0 ] && bad "serve_test.mjs exit $rc"
     else
-        bad "serve_test.mjs crashed (exit $rc)"
+        bad "serve_test.mjs crashed (exit $rc); server stderr: $(tail -20 "$T/err1")"
     fi
     # SIGTERM while a stream runs: the stream ends, the server exits 0
     curl -sN "http://127.0.0.1:$PORT/v1/completions" -d '{"prompt": [1,2,3], "max_tokens": 50000, "stream": true, "ignore_eos": true}' >"$T/long" 2>/dev/null &

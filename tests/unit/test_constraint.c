@@ -286,6 +286,16 @@ static void test_errors(void **state) {
     expect_schema_error("{\"$defs\":{\"a\":{\"type\":\"array\",\"items\":{\"$ref\":\"#/$defs/a\"},\"minItems\":1}},\"$ref\":\"#/$defs/a\"}", DSV4_E_ARG,
                         "never finish");
     expect_schema_error("{\"type\":\"string\",\"maxLength\":1000000}", DSV4_E_UNSUPPORTED, "maxLength");
+    {
+        /* a 5000-byte property name beside additionalProperties: refused, not a deep recursion */
+        char big[6000];
+        int n = snprintf(big, sizeof big, "{\"properties\":{\"");
+        memset(big + n, 'k', 5000);
+        n += 5000;
+        snprintf(big + n, sizeof big - (size_t)n, "\":{}},\"additionalProperties\":true}");
+        expect_schema_error(big, DSV4_E_UNSUPPORTED, "longer than 1024");
+        expect_schema_error("{\"$ref\":\"#\"}", DSV4_E_ARG, "left-recursive");
+    }
     expect_grammar_error("root ::= root \"a\" | \"b\"", "left-recursive");
     expect_grammar_error("root ::= foo", "'foo' is used but never defined");
     expect_grammar_error("start ::= \"a\"", "no rule named 'root'");
@@ -403,6 +413,55 @@ static void test_random_walks(void **state) {
     dsv4_cvocab_free(v);
 }
 
+/* A shared matcher gives every state the same answers as a private one, while other states on it walk
+ * elsewhere and fill its caches (budget bounds differ per state too). */
+static void test_shared_matcher(void **state) {
+    (void)state;
+    dsv4_cvocab *v = make_vocab();
+    const int V = dsv4_cvocab_size(v), W = (V + 63) / 64;
+    uint64_t *a = malloc(sizeof *a * (size_t)W), *b = malloc(sizeof *b * (size_t)W), *o = malloc(sizeof *o * (size_t)W);
+    int32_t *allowed = malloc(sizeof *allowed * (size_t)V);
+    dsv4_error err;
+    for (int si = 0; WALK_SCHEMAS[si]; si++) {
+        dsv4_grammar *g = schema_grammar(WALK_SCHEMAS[si], 2);
+        dsv4_cmatcher *m;
+        assert_int_equal(dsv4_cmatcher_new(g, v, &m, &err), 0);
+        for (int seed = 0; seed < 6; seed++) {
+            dsv4_cstate *sa, *sb, *other;
+            assert_int_equal(dsv4_cstate_new_shared(m, 150, &sa, &err), 0);
+            assert_int_equal(dsv4_cstate_new(g, v, 150, &sb, &err), 0);
+            assert_int_equal(dsv4_cstate_new_shared(m, 60 + seed, &other, &err), 0);
+            assert_ptr_equal(dsv4_cstate_matcher(sa), m);
+            uint64_t rng = (uint64_t)seed * 101 + (uint64_t)si, rng2 = rng ^ 0xabcdef;
+            while (!dsv4_cstate_finished(sa)) {
+                assert_int_equal(dsv4_cstate_allowed(sa, a, &err), 0);
+                assert_int_equal(dsv4_cstate_allowed(sb, b, &err), 0);
+                assert_memory_equal(a, b, sizeof *a * (size_t)W);
+                int na = 0;
+                for (int32_t id = 0; id < V; id++)
+                    if ((a[id >> 6] >> (id & 63)) & 1) allowed[na++] = id;
+                const int32_t tok = allowed[rng_next(&rng) % (uint64_t)na];
+                assert_int_equal(dsv4_cstate_advance(sa, tok, &err), 0);
+                assert_int_equal(dsv4_cstate_advance(sb, tok, &err), 0);
+                if (!dsv4_cstate_finished(other)) {
+                    assert_int_equal(dsv4_cstate_allowed(other, o, &err), 0);
+                    int no = 0;
+                    for (int32_t id = 0; id < V; id++)
+                        if ((o[id >> 6] >> (id & 63)) & 1) allowed[no++] = id;
+                    assert_int_equal(dsv4_cstate_advance(other, allowed[rng_next(&rng2) % (uint64_t)no], &err), 0);
+                }
+            }
+            dsv4_cstate_free(sa);
+            dsv4_cstate_free(sb);
+            dsv4_cstate_free(other);
+        }
+        dsv4_cmatcher_free(m);
+        dsv4_grammar_free(g);
+    }
+    free(a); free(b); free(o); free(allowed);
+    dsv4_cvocab_free(v);
+}
+
 /* A larger vocabulary of random multi-byte tokens over JSON's alphabet (quotes, escapes, brackets, digits,
  * UTF-8 pieces): many tokens cross the end of a string or a number, so the context-independent walks leave many
  * "uncertain" tokens to the exact check. The mask must still equal every token's own answer at every step, in
@@ -493,6 +552,7 @@ int main(void) {
         cmocka_unit_test(test_random_walks),
         cmocka_unit_test(test_budget_too_small),
         cmocka_unit_test(test_mask_large_vocab),
+        cmocka_unit_test(test_shared_matcher),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -190,6 +190,41 @@ static void test_batched_streams(void **state) {
     }
 }
 
+/* Requests sharing one matcher per grammar (what a server does for a repeated schema) give the same tokens as
+ * requests with private matchers. */
+static void test_shared_matchers(void **state) {
+    fixture *f = *state;
+    enum { N = 12 };
+    int which[N];
+    uint64_t seeds[N];
+    for (int i = 0; i < N; i++) { which[i] = i % (N_SCHEMAS + 1); seeds[i] = 300 + (uint64_t)i; }
+    static int32_t priv[N][256];
+    int n_priv[N];
+    run_sched(f, which, seeds, 1.0f, 100, N, N, priv, n_priv);
+    dsv4_cmatcher *mt[N_SCHEMAS + 1];
+    dsv4_error err;
+    for (int g = 0; g <= N_SCHEMAS; g++) assert_int_equal(dsv4_cmatcher_new(f->g[g], f->v, &mt[g], &err), 0);
+    dsv4_sched *s;
+    const dsv4_sched_opts so = { N, 0 };
+    assert_int_equal(dsv4_sched_new(f->m, &so, &s, &err), 0);
+    int64_t id[N];
+    int32_t prompt[N][6];
+    for (int i = 0; i < N; i++) {
+        prompt_of(prompt[i], i);
+        dsv4_request r = { prompt[i], 6, { 1.0f, 0, 1.0f, 0.0f, seeds[i] }, 100, 1, NULL, 0, NULL, NULL, mt[which[i]] };
+        assert_int_equal(dsv4_sched_add(s, &r, &id[i], &err), 0);
+    }
+    while (dsv4_sched_pending(s) > 0) assert_int_equal(dsv4_sched_step(s, &err), 0);
+    for (int i = 0; i < N; i++) {
+        dsv4_req_result r;
+        assert_int_equal(dsv4_sched_result(s, id[i], &r, &err), 0);
+        assert_int_equal(r.n_tokens, n_priv[i]);
+        assert_memory_equal(r.tokens, priv[i], sizeof(int32_t) * (size_t)n_priv[i]);
+    }
+    dsv4_sched_free(s);
+    for (int g = 0; g <= N_SCHEMAS; g++) dsv4_cmatcher_free(mt[g]);
+}
+
 /* Small budgets: a random model must still close its value with EOS (the length bound at work). */
 static void test_termination(void **state) {
     fixture *f = *state;
@@ -207,9 +242,12 @@ static void test_termination(void **state) {
 
 /* Speculative streams (one step for all) against plain constrained decoding of the same requests. */
 static void spec_run(const fixture *f, const char *drafter, float temp, const int *which, int n, int max_new, int32_t (*out)[256],
-                     int *n_out) {
+                     int *n_out, int shared) {
     dsv4_spec_stream *ss[8];
     dsv4_error err;
+    dsv4_cmatcher *mt[N_SCHEMAS + 1] = {0};
+    if (shared)
+        for (int g = 0; g <= N_SCHEMAS; g++) assert_int_equal(dsv4_cmatcher_new(f->g[g], f->v, &mt[g], &err), 0);
     for (int i = 0; i < n; i++) {
         int32_t prompt[6];
         prompt_of(prompt, i);
@@ -217,7 +255,8 @@ static void spec_run(const fixture *f, const char *drafter, float temp, const in
         dsv4_drafter d;
         if (!strcmp(drafter, "ngram")) assert_int_equal(dsv4_drafter_ngram(1, 4, &d, &err), 0);
         else assert_int_equal(dsv4_drafter_self(f->m, &sp, &d, &err), 0);
-        const dsv4_spec_opts o = { .draft = 5, .max_new_tokens = max_new, .stop_on_eos = 1, .grammar = f->g[which[i]], .cvocab = f->v };
+        dsv4_spec_opts o = { .draft = 5, .max_new_tokens = max_new, .stop_on_eos = 1, .grammar = f->g[which[i]], .cvocab = f->v };
+        if (shared) o = (dsv4_spec_opts){ .draft = 5, .max_new_tokens = max_new, .stop_on_eos = 1, .matcher = mt[which[i]] };
         if (dsv4_spec_stream_new(f->m, prompt, 6, &sp, &o, &d, &ss[i], &err)) fail_msg("spec stream: %s", err.msg);
     }
     for (;;) {
@@ -231,6 +270,7 @@ static void spec_run(const fixture *f, const char *drafter, float temp, const in
         memcpy(out[i], o, sizeof(int32_t) * (size_t)n_out[i]);
         dsv4_spec_stream_free(ss[i]);
     }
+    for (int g = 0; g <= N_SCHEMAS; g++) dsv4_cmatcher_free(mt[g]);
 }
 
 static void test_speculative(void **state) {
@@ -242,9 +282,9 @@ static void test_speculative(void **state) {
     static int32_t plain[N][256], spec[N][256];
     int n_plain[N], n_spec[N];
     run_sched(f, which, seeds, 0.0f, 150, N, N, plain, n_plain);
-    const char *const drafters[] = { "ngram", "self" };
-    for (int d = 0; d < 2; d++) {
-        spec_run(f, drafters[d], 0.0f, which, N, 150, spec, n_spec);
+    const char *const drafters[] = { "ngram", "self", "ngram" };
+    for (int d = 0; d < 3; d++) {
+        spec_run(f, drafters[d], 0.0f, which, N, 150, spec, n_spec, d == 2 /* shared matchers */);
         for (int i = 0; i < N; i++) {
             if (n_spec[i] != n_plain[i] || memcmp(spec[i], plain[i], sizeof(int32_t) * (size_t)n_plain[i]))
                 fail_msg("%s drafter, grammar %d: speculative greedy differs from plain (%d vs %d tokens)", drafters[d], i, n_spec[i], n_plain[i]);
@@ -252,9 +292,9 @@ static void test_speculative(void **state) {
         }
     }
     /* sampled speculation: a different draw than plain sampling, but the output is still valid */
-    spec_run(f, "ngram", 1.0f, which, N, 100, spec, n_spec);
+    spec_run(f, "ngram", 1.0f, which, N, 100, spec, n_spec, 0);
     for (int i = 0; i < N; i++) check_output(f, which[i], spec[i], n_spec[i], "speculative sampled");
-    spec_run(f, "self", 1.0f, which, N, 100, spec, n_spec);
+    spec_run(f, "self", 1.0f, which, N, 100, spec, n_spec, 1);
     for (int i = 0; i < N; i++) check_output(f, which[i], spec[i], n_spec[i], "speculative sampled (self)");
 }
 
@@ -294,6 +334,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_batched_streams),
         cmocka_unit_test(test_termination),
+        cmocka_unit_test(test_shared_matchers),
         cmocka_unit_test(test_speculative),
         cmocka_unit_test(test_request_errors),
     };

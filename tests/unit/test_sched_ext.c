@@ -51,7 +51,7 @@ static int run_one(dsv4_model *m, dsv4_prefix_cache *pc, const int32_t *prompt, 
     dsv4_sched_opts o = {4, 7};
     assert_int_equal(dsv4_sched_new(m, &o, &s, NULL), 0);
     if (pc) dsv4_sched_set_prefix_cache(s, pc);
-    dsv4_request r = {prompt, n, {0, 0, 1.0f, 0, 1}, max_new, 0, NULL, 0, .hook = hook};
+    dsv4_request r = {.prompt = prompt, .n_prompt = n, .sampling = {0, 0, 1.0f, 0, 1}, .max_new_tokens = max_new, .hook = hook};
     int64_t id;
     assert_int_equal(dsv4_sched_add(s, &r, &id, NULL), 0);
     while (dsv4_sched_pending(s)) assert_int_equal(dsv4_sched_step(s, NULL), 0);
@@ -133,8 +133,8 @@ static void failing_hook_ends_only_its_request(void **state) {
     dsv4_sched_opts o = {4, 0};
     assert_int_equal(dsv4_sched_new(f->m, &o, &s, NULL), 0);
     hook_state h = {0, -1, 3};
-    dsv4_request ra = {a, 30, {0, 0, 1.0f, 0, 1}, 8, 0, NULL, 0, .hook = {test_hook, &h}};
-    dsv4_request rb = {b, 30, {0, 0, 1.0f, 0, 1}, 8, 0, NULL, 0, .hook = {0}};
+    dsv4_request ra = {.prompt = a, .n_prompt = 30, .sampling = {0, 0, 1.0f, 0, 1}, .max_new_tokens = 8, .hook = {test_hook, &h}};
+    dsv4_request rb = {.prompt = b, .n_prompt = 30, .sampling = {0, 0, 1.0f, 0, 1}, .max_new_tokens = 8, .hook = {0}};
     int64_t ia, ib;
     assert_int_equal(dsv4_sched_add(s, &ra, &ia, NULL), 0);
     assert_int_equal(dsv4_sched_add(s, &rb, &ib, NULL), 0);
@@ -187,7 +187,7 @@ static void state_bytes_follow_running_streams(void **state) {
     dsv4_sched_opts o = {2, 0};
     assert_int_equal(dsv4_sched_new(f->m, &o, &s, NULL), 0);
     assert_int_equal(dsv4_sched_state_bytes(s), 0);
-    dsv4_request r = {p, 20, {0, 0, 1.0f, 0, 1}, 3, 0, NULL, 0, .hook = {0}};
+    dsv4_request r = {.prompt = p, .n_prompt = 20, .sampling = {0, 0, 1.0f, 0, 1}, .max_new_tokens = 3, .hook = {0}};
     assert_int_equal(dsv4_sched_add(s, &r, NULL, NULL), 0);
     assert_int_equal(dsv4_sched_step(s, NULL), 0);
     assert_true(dsv4_sched_state_bytes(s) > 0);
@@ -209,7 +209,7 @@ static void released_records_are_dropped(void **state) {
     for (int round = 0; round < 60; round++) {
         /* a waiting request stays across rounds, so released records sit behind and ahead of live ones */
         for (int i = 0; i < 8; i++) {
-            dsv4_request r = {p, 6, {0, 0, 1.0f, 0, 1}, 2, 0, NULL, 0, .hook = {0}};
+            dsv4_request r = {.prompt = p, .n_prompt = 6, .sampling = {0, 0, 1.0f, 0, 1}, .max_new_tokens = 2, .hook = {0}};
             assert_int_equal(dsv4_sched_add(s, &r, &ids[i], NULL), 0);
             if (first < 0) first = ids[i];
         }

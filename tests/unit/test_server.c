@@ -112,6 +112,23 @@ static void anthropic_blocks_become_openai_messages(void **state) {
     server_request_free(&r);
 }
 
+static void response_format_is_kept_and_rendered(void **state) {
+    (void)state;
+    server_request r;
+    parse_ok(SERVER_API_CHAT,
+             "{\"messages\": [{\"role\": \"user\", \"content\": \"q\"}], \"response_format\": {\"type\": \"json_schema\","
+             " \"json_schema\": {\"name\": \"p\", \"schema\": {\"type\": \"object\", \"properties\": {\"a\": {\"type\": \"integer\"}}}}}}", &r);
+    assert_non_null(r.response_format);
+    char *want = render_ref("{\"messages\": [{\"role\": \"user\", \"content\": \"q\"}], \"response_format\": {\"type\": \"json_schema\","
+                            " \"json_schema\": {\"name\": \"p\", \"schema\": {\"type\": \"object\", \"properties\": {\"a\": {\"type\": \"integer\"}}}}}}");
+    assert_string_equal(r.prompt_text, want);
+    free(want);
+    server_request_free(&r);
+    parse_ok(SERVER_API_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"q\"}], \"response_format\": {\"type\": \"text\"}}", &r);
+    assert_null(r.response_format);
+    server_request_free(&r);
+}
+
 static void completions_ids_and_text(void **state) {
     (void)state;
     server_request r;
@@ -152,7 +169,10 @@ static const bad_case BAD[] = {
     {SERVER_API_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"thinking\": {\"type\": \"maybe\"}}", 400, "thinking.type"},
     {SERVER_API_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"tools\": [{\"type\": \"function\", \"function\": {}}]}", 400, "tools[0].function.name"},
     {SERVER_API_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"tool_choice\": \"required\"}", 400, "tool_choice"},
-    {SERVER_API_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"response_format\": {\"type\": \"json_schema\"}}", 400, "response_format"},
+    {SERVER_API_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"response_format\": {\"type\": \"json_schema\"}}", 400, "response_format.json_schema"},
+    {SERVER_API_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"response_format\": {\"type\": \"json_schema\", \"json_schema\": {\"name\": \"a\", \"schema\": {\"type\": \"string\", \"format\": \"email\"}}}}", 400, "response_format.json_schema.schema"},
+    {SERVER_API_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"thinking\": true, \"response_format\": {\"type\": \"json_object\"}}", 400, "response_format"},
+    {SERVER_API_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"response_format\": {\"type\": \"yaml\"}}", 400, "response_format.type"},
     {SERVER_API_CHAT, "{\"model\": \"other\", \"messages\": [{\"role\": \"user\", \"content\": \"x\"}]}", 404, "model"},
     {SERVER_API_COMPLETIONS, "{\"prompt\": 5}", 400, "prompt"},
     {SERVER_API_COMPLETIONS, "{\"prompt\": [1, 2.5]}", 400, "prompt[1]"},
@@ -400,6 +420,7 @@ int main(void) {
     const struct CMUnitTest pure[] = {
         cmocka_unit_test(chat_prompt_is_the_chat_encoding),
         cmocka_unit_test(anthropic_blocks_become_openai_messages),
+        cmocka_unit_test(response_format_is_kept_and_rendered),
         cmocka_unit_test(completions_ids_and_text),
         cmocka_unit_test(bad_requests_name_the_field),
         cmocka_unit_test(arbitrary_bytes_never_crash),
