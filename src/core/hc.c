@@ -1,6 +1,7 @@
 #include "core/hc.h"
 #include "backend/cpu/kernels.h"
 #include "core/numerics.h"
+#include "core/sinkhorn.h"
 #include <math.h>
 #include <string.h>
 
@@ -12,30 +13,7 @@ static float inv_rms(const float *x, int n, float eps) {
     return 1.0f / sqrtf(s / (float)n + eps);
 }
 
-void hc_sinkhorn(float *C, int n, int iters, float eps) {
-    /* row softmax, + eps */
-    for (int j = 0; j < n; j++) {
-        float mx = C[j * n];
-        for (int k = 1; k < n; k++) mx = fmaxf(mx, C[j * n + k]);
-        float s = 0.0f;
-        for (int k = 0; k < n; k++) { C[j * n + k] = expf(C[j * n + k] - mx); s += C[j * n + k]; }
-        for (int k = 0; k < n; k++) C[j * n + k] = C[j * n + k] / s + eps;
-    }
-    /* column normalisation, then (iters-1) x (rows, columns); eps inside every denominator */
-    for (int it = 0; it < iters; it++) {
-        if (it > 0)
-            for (int j = 0; j < n; j++) {
-                float s = 0.0f;
-                for (int k = 0; k < n; k++) s += C[j * n + k];
-                for (int k = 0; k < n; k++) C[j * n + k] /= s + eps;
-            }
-        for (int k = 0; k < n; k++) {
-            float s = 0.0f;
-            for (int j = 0; j < n; j++) s += C[j * n + k];
-            for (int j = 0; j < n; j++) C[j * n + k] /= s + eps;
-        }
-    }
-}
+void hc_sinkhorn(float *C, int n, int iters, float eps) { sinkhorn_inplace(C, n, iters, eps); }
 
 void hc_pre(dsv4_pool *pool, dsv4_mode mode, const dsv4_config *c, const dsv4_hc_weights *w, const float *X, int T,
             float *u, dsv4_hc_mix *mix, float *scratch) {

@@ -6,6 +6,7 @@
 #include "backend/cuda/cu_kernels.h"
 #include "backend/cuda/cu_quant.cuh"
 #include "backend/cuda/cu_rope.cuh"
+#include "core/sinkhorn.h"
 
 #define ROW_THREADS 256
 
@@ -75,30 +76,6 @@ extern "C" void cu_act_quant(cu_stream st, const float *x, int ldx, float *y, in
 
 __device__ __forceinline__ float dev_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
 
-/* hc.c hc_sinkhorn, sequentially, on n x n in place. */
-__device__ void dev_sinkhorn(float *C, int n, int iters, float eps) {
-    for (int j = 0; j < n; j++) {
-        float mx = C[j * n];
-        for (int k = 1; k < n; k++) mx = fmaxf(mx, C[j * n + k]);
-        float s = 0.0f;
-        for (int k = 0; k < n; k++) { C[j * n + k] = expf(C[j * n + k] - mx); s += C[j * n + k]; }
-        for (int k = 0; k < n; k++) C[j * n + k] = C[j * n + k] / s + eps;
-    }
-    for (int it = 0; it < iters; it++) {
-        if (it > 0)
-            for (int j = 0; j < n; j++) {
-                float s = 0.0f;
-                for (int k = 0; k < n; k++) s += C[j * n + k];
-                for (int k = 0; k < n; k++) C[j * n + k] /= s + eps;
-            }
-        for (int k = 0; k < n; k++) {
-            float s = 0.0f;
-            for (int j = 0; j < n; j++) s += C[j * n + k];
-            for (int j = 0; j < n; j++) C[j * n + k] /= s + eps;
-        }
-    }
-}
-
 __global__ void k_hc_pre_finish(int official, const float *mixraw, const float *X, int hc, int d, const float *base,
                                 const float *scale, float hc_eps, float norm_eps, int iters, float *u, float *mix) {
     __shared__ float red[32];
@@ -112,7 +89,7 @@ __global__ void k_hc_pre_finish(int official, const float *mixraw, const float *
         for (int i = 0; i < hc; i++) pre[i] = dev_sigmoid(m[i] * r * scale[0] + base[i]) + hc_eps;
         for (int i = 0; i < hc; i++) mx[i] = 2.0f * dev_sigmoid(m[hc + i] * r * scale[1] + base[hc + i]);
         for (int j = 0; j < hc * hc; j++) C[j] = m[2 * hc + j] * r * scale[2] + base[2 * hc + j];
-        dev_sinkhorn(C, hc, iters, hc_eps);
+        sinkhorn_inplace(C, hc, iters, hc_eps);   /* the CPU's code (core/sinkhorn.h) */
         for (int j = 0; j < hc * hc; j++) mx[8 + j] = C[j];
     }
     __syncthreads();

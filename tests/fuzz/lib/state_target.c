@@ -3,11 +3,13 @@
  * restore over.
  * What must hold for any input:
  *   - load either fails with a one-line error or gives a sequence that re-saves to the same bytes (the format
- *     is canonical; only ring_len, which the header calls informational, and so the checksum, may differ) and
+ *     is canonical; only ring_len, which the header calls informational, the format version and writer field
+ *     (a version 1 file re-saves as the current version) and so the checksum may differ) and
  *     that can take one more step;
  *   - restore over a live sequence either succeeds the same way or leaves it bit-for-bit unchanged. */
 #include "state_target.h"
 #include "../fuzz.h"
+#include "state/persist.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,11 +44,37 @@ void fuzz_state_init(void) {
     atexit(free_fixture);
 }
 
-/* Equal as state files, ignoring ring_len and the checksum. */
+/* A state file without what may legitimately differ after load + save: the format version word (a version 1
+ * file re-saves as the current version), ring_len, the writer field of version >= 2 (which build wrote it) and
+ * the checksum. Only called on buffers that loaded, so the header's n_layers is sane. Malloc'd; NULL: too short. */
+#define VERSION_AT 8
+#define N_LAYERS_AT 28
+#define RATIOS_AT 56      /* the ratio table, then (version >= 2) the writer field */
+static uint8_t *canonical(const uint8_t *p, size_t n, size_t *out) {
+    if (n < RATIOS_AT + 8) return NULL;
+    uint32_t version, n_layers;
+    memcpy(&version, p + VERSION_AT, 4);
+    memcpy(&n_layers, p + N_LAYERS_AT, 4);
+    const size_t wr = RATIOS_AT + n_layers, wlen = version >= 2 ? PERSIST_WRITER_BYTES : 0;
+    if (n < wr + wlen + 8) return NULL;
+    uint8_t *c = malloc(n);
+    if (!c) return NULL;
+    memcpy(c, p, wr);
+    memset(c + VERSION_AT, 0, 4);
+    memset(c + RING_LEN_AT, 0, 4);
+    memcpy(c + wr, p + wr + wlen, n - 8 - wr - wlen);
+    *out = n - 8 - wlen;
+    return c;
+}
+
+/* Equal as state files, ignoring what canonical() drops. */
 static int same_state(const void *a, size_t na, const void *b, size_t nb) {
-    const uint8_t *x = a, *y = b;
-    if (na != nb || na < RING_LEN_AT + 4 + 8) return 0;
-    return !memcmp(x, y, RING_LEN_AT) && !memcmp(x + RING_LEN_AT + 4, y + RING_LEN_AT + 4, na - RING_LEN_AT - 4 - 8);
+    size_t ca_n = 0, cb_n = 0;
+    uint8_t *ca = canonical(a, na, &ca_n), *cb = canonical(b, nb, &cb_n);
+    const int same = ca && cb && ca_n == cb_n && !memcmp(ca, cb, ca_n);
+    free(ca);
+    free(cb);
+    return same;
 }
 
 static void check_saves_as(const dsv4_seq *s, const void *buf, size_t len) {
