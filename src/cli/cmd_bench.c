@@ -229,9 +229,9 @@ int cmd_bench(int argc, char **argv) {
     dsv4_model *m;
     dsv4_error err;
     if (dsv4_model_load(model_dir, &lo, &m, &err)) return cli_fail(CMD, &err);
-    printf("model %s: %d layers, hidden %d, %.2f GB weights, %.3f GB read per decoded token, %d threads\n",
+    printf("model %s: %d layers, hidden %d, %.2f GB weights, %.3f GB read per decoded token, %d threads, %s mode\n",
            model_dir, m->cfg.n_layers, m->cfg.dim, dsv4_total_weight_bytes(m) / 1e9, dsv4_decode_weight_bytes(m) / 1e9,
-           dsv4_pool_threads(m->pool));
+           dsv4_pool_threads(m->pool), mode == DSV4_MODE_OFFICIAL ? "official" : "exact");
     kv_cost_report(stdout, "", kv, m->cfg.n_layers, m->cfg.compress_ratio, m->cfg.head_dim, m->cfg.rope_dim,
                    m->cfg.index_head_dim, m->cfg.window);
     double bw = -1;

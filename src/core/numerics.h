@@ -11,7 +11,7 @@ static inline int is_official(dsv4_mode m) { return m == DSV4_MODE_OFFICIAL; }
 /* Round n values to bf16 in OFFICIAL mode (no-op in EXACT). */
 static inline void num_bf16(dsv4_mode m, float *x, long n) {
     if (!is_official(m)) return;
-    for (long i = 0; i < n; i++) x[i] = round_bf16(x[i]);
+    round_bf16_array(x, n);
 }
 static inline float num_bf16_1(dsv4_mode m, float x) { return is_official(m) ? round_bf16(x) : x; }
 #endif

@@ -113,7 +113,8 @@ float pow2_ceil(float v) {
     return ldexpf(1.0f, e);
 }
 
-void act_quant_fp8_inplace(float *x, int n, int block) {
+/* The definition, one element at a time; act_quant.c has the fast form (and falls back to this one). */
+void act_quant_fp8_ref(float *x, int n, int block) {
     for (int b0 = 0; b0 < n; b0 += block) {
         int len = n - b0 < block ? n - b0 : block;
         float amax = 1e-4f;
@@ -124,6 +125,10 @@ void act_quant_fp8_inplace(float *x, int n, int block) {
             x[b0 + i] = round_bf16(e4m3_to_f32(f32_to_e4m3(q)) * s);
         }
     }
+}
+
+void round_bf16_ref(float *x, long n) {
+    for (long i = 0; i < n; i++) x[i] = round_bf16(x[i]);
 }
 
 void act_quant_fp4_inplace(float *x, int n, int block) {

@@ -30,6 +30,9 @@ float    pow2_ceil(float v);
 
 /* Official QAT simulations (spec §3.3, §3.4, §3.5), in place on fp32 values. */
 void act_quant_fp8_inplace(float *x, int n, int block);   /* fake-quantize: x <- q*s, q in E4M3, per block */
+void act_quant_fp8_ref(float *x, int n, int block);       /* the same, element by element (the definition) */
+void round_bf16_array(float *x, long n);                  /* x[i] <- round_bf16(x[i]), vectorised */
+void round_bf16_ref(float *x, long n);                    /* the same, element by element */
 void act_quant_fp4_inplace(float *x, int n, int block);   /* fake-quantize: x <- q*s, q in E2M1, per block */
 void hadamard_inplace(float *x, int n);                   /* Sylvester WHT scaled by n^-1/2; n power of 2 */
 #endif

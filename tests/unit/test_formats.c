@@ -190,6 +190,57 @@ static void act_fp8(void **st) {
     assert_float_bits(z[4], 0.6875f);
 }
 
+static uint32_t lcg = 777u;
+static uint32_t next_u32(void) { lcg = lcg * 1664525u + 1013904223u; return lcg ^ (lcg >> 15); }
+
+/* The vectorised forms (model/act_quant.c) against the element-by-element definitions, bit for bit: random
+ * magnitudes over many binades, values on E4M3 ties and on the subnormal/normal boundary, zeros of both signs,
+ * tiny values, and blocks holding NaN, infinities or huge values (which must take the definition's path). */
+static void act_fp8_fast_matches_definition(void **st) {
+    (void)st;
+    enum { N = 128 * 40 };
+    static float a[N], b[N];
+    for (int i = 0; i < N; i++) {
+        const int blk = i / 128, kind = next_u32() % 8;
+        const float mag = ldexpf(1.0f, (int)(next_u32() % 40) - 30 + blk % 5);
+        const float sign = next_u32() & 1 ? -1.0f : 1.0f;
+        float v = sign * mag * ((float)(next_u32() % 100000) / 100000.0f);
+        if (kind == 0) v = sign * ldexpf((float)(next_u32() % 64) + 0.5f, (int)(next_u32() % 20) - 25);   /* ties */
+        if (kind == 1) v = sign * ldexpf(7.5f + (float)(next_u32() % 3) * 0.25f, -9 - (int)(next_u32() % 20));
+        if (kind == 2) v = next_u32() & 1 ? -0.0f : 0.0f;
+        a[i] = v;
+    }
+    a[128 * 3 + 5] = NAN;
+    a[128 * 4 + 9] = INFINITY;
+    a[128 * 5 + 1] = -INFINITY;
+    a[128 * 6 + 2] = 3e38f;
+    for (int i = 128 * 7; i < 128 * 8; i++) a[i] = 1e-9f * (float)(i % 7) - 3e-9f;   /* amax floored at 1e-4 */
+    static const int blocks[] = {128, 64, 16, 48, 4};
+    for (size_t k = 0; k < sizeof blocks / sizeof blocks[0]; k++) {
+        memcpy(b, a, sizeof a);
+        act_quant_fp8_inplace(a, N - 17, blocks[k]);   /* a partial last block too */
+        act_quant_fp8_ref(b, N - 17, blocks[k]);
+        assert_memory_equal(a, b, sizeof a);
+        memcpy(a, b, sizeof a);   /* the next round quantizes quantized values (already on the grid) */
+    }
+}
+
+static void bf16_array_matches_definition(void **st) {
+    (void)st;
+    enum { N = 100003 };
+    static float a[N], b[N];
+    for (int i = 0; i < N; i++) {
+        uint32_t u = next_u32();
+        if (i % 5 == 0) u = (u & 0xffff0000u) | 0x8000u;   /* exact ties */
+        if (i % 7 == 0) u |= 0x7f800000u;                  /* infinities and NaNs */
+        memcpy(&a[i], &u, 4);
+    }
+    memcpy(b, a, sizeof a);
+    round_bf16_array(a, N);
+    round_bf16_ref(b, N);
+    assert_memory_equal(a, b, sizeof a);
+}
+
 static void act_fp4(void **st) {
     (void)st;
     /* block 1: amax 6 -> s = 1: 6, 1.25 (tie -> 1), -0.7 (-> -0.5), 2.6 (-> 3)
@@ -228,6 +279,7 @@ int main(void) {
         cmocka_unit_test(e8m0),         cmocka_unit_test(e2m1_table),  cmocka_unit_test(e2m1_encode),
         cmocka_unit_test(bf16),         cmocka_unit_test(pow2),        cmocka_unit_test(act_fp8),
         cmocka_unit_test(act_fp4),      cmocka_unit_test(hadamard),
+        cmocka_unit_test(act_fp8_fast_matches_definition), cmocka_unit_test(bf16_array_matches_definition),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,4 +1,5 @@
 #include "backend/cpu/kernels.h"
+#include "backend/cpu/tile.h"
 #include <stdlib.h>
 
 typedef struct {
@@ -13,28 +14,40 @@ static inline float *out_at(const linear_job *j, int t, int o) {
     return j->y_rows ? j->y_rows[t] + o : j->y + (int64_t)t * j->ldy + o;
 }
 
-/* Rows per thread are contiguous. With one token each row is dotted as it is decoded; with more, each row is
- * decoded once into a small buffer and dotted with every token. Both give the same bits (kernels.h). */
+/* Rows per thread are contiguous. With one token each row is dotted as it is decoded (weight_dot_row); with
+ * more, TILE_R rows are decoded once into a small buffer and multiplied with the tokens TILE_T at a time by
+ * the tile kernel (tile.h). Every output element gets dot_f32's reduction order on either path, so the bits
+ * do not depend on T, on the chunking or on the thread count. */
 static void linear_rows(void *ctx, int begin, int end, int thread) {
     linear_job *j = ctx;
     const int cols = j->w->cols;
-    float stackbuf[32768]; /* 128 KiB: every row of the released models fits */
-    float *row = cols <= 32768 ? stackbuf : malloc(sizeof(float) * (size_t)cols);
-    if (!row) return; /* cannot happen for real configs; leaves y untouched rather than crash */
-    for (int o = begin; o < end; o++) {
-        if (j->T == 1) {   /* decode: fused, each weight read once straight into the FMAs */
-            *out_at(j, 0, o) = weight_dot_row(j->w, o, j->x, row);
-            continue;
-        }
-        const float *wr;   /* prefill/batches: decode the row once, reuse it for every token */
-        if (j->w->fmt == WF_F32) wr = (const float *)j->w->data + (int64_t)o * cols;
-        else { weight_decode_row(j->w, o, row); wr = row; }
-        int t = 0;
-        for (; t + 2 <= j->T; t += 2)
-            dot2_f32(wr, j->x + (int64_t)t * j->ldx, j->x + (int64_t)(t + 1) * j->ldx, cols, out_at(j, t, o), out_at(j, t + 1, o));
-        for (; t < j->T; t++) *out_at(j, t, o) = dot_f32(wr, j->x + (int64_t)t * j->ldx, cols);
+    float stackbuf[32768]; /* 128 KiB: TILE_R rows of up to 8192 columns */
+    float *scratch = (size_t)cols * TILE_R <= 32768 ? stackbuf : malloc(sizeof(float) * (size_t)cols * TILE_R);
+    if (!scratch) return; /* cannot happen for real configs; leaves y untouched rather than crash */
+    if (j->T == 1) {   /* decode: fused, each weight read once straight into the FMAs */
+        for (int o = begin; o < end; o++) *out_at(j, 0, o) = weight_dot_row(j->w, o, j->x, scratch);
+        if (scratch != stackbuf) free(scratch);
+        return;
     }
-    if (row != stackbuf) free(row);
+    for (int o0 = begin; o0 < end; o0 += TILE_R) {
+        const int nr = end - o0 < TILE_R ? end - o0 : TILE_R;
+        const float *wr[TILE_R];
+        for (int r = 0; r < TILE_R; r++) {
+            if (r >= nr) { wr[r] = wr[nr - 1]; continue; }   /* a partial tile repeats its last row */
+            if (j->w->fmt == WF_F32) wr[r] = (const float *)j->w->data + (int64_t)(o0 + r) * cols;
+            else { weight_decode_row(j->w, o0 + r, scratch + (size_t)r * cols); wr[r] = scratch + (size_t)r * cols; }
+        }
+        for (int t0 = 0; t0 < j->T; t0 += TILE_T) {
+            const int nt = j->T - t0 < TILE_T ? j->T - t0 : TILE_T;
+            const float *xs[TILE_T];
+            for (int t = 0; t < TILE_T; t++) xs[t] = j->x + (int64_t)(t0 + (t < nt ? t : nt - 1)) * j->ldx;
+            float out[TILE_R * TILE_T];
+            tile_dot_f32(wr, xs, cols, out);
+            for (int r = 0; r < nr; r++)
+                for (int t = 0; t < nt; t++) *out_at(j, t0 + t, o0 + r) = out[r * TILE_T + t];
+        }
+    }
+    if (scratch != stackbuf) free(scratch);
 }
 
 void cpu_linear(dsv4_pool *pool, const dsv4_weight *w, const float *x, int T, int ldx, float *y, int ldy) {

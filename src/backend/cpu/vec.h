@@ -54,23 +54,44 @@ static inline float vec_reduce32(__m256 a0, __m256 a1, __m256 a2, __m256 a3) {
 /* AVX-512 forms of the same decoders, 16 lanes at a time. Two zmm accumulators hold exactly the 32 lanes of the
  * AVX2 code (zmm0 = lanes 0-15, zmm1 = lanes 16-31), each lane running the same FMA sequence, and
  * vec_reduce32_zmm adds them in vec_reduce32's order: the bits are the same, only fewer instructions decode. */
-static inline __m512 vec_e4m3x16(const uint8_t *src) {
+static inline __m512 vec_e4m3x16_raw(const uint8_t *src);
+static inline __m512 vec_e4m3x16(const uint8_t *src) { return _mm512_mul_ps(vec_e4m3x16_raw(src), _mm512_set1_ps(256.0f)); }
+
+/* The same fp16 bits as vec_e4m3x8 in three integer operations: the byte moved to the top of its 16-bit word
+ * puts the sign at bit 15 and the magnitude at bits 8-14; an arithmetic shift right by one moves the
+ * magnitude to bits 7-13 and copies the sign into bit 14, which the mask clears. Returns the value / 256. */
+static inline __m512 vec_e4m3x16_raw(const uint8_t *src) {
     const __m256i w = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)src));
-    const __m256i sign = _mm256_slli_epi16(_mm256_and_si256(w, _mm256_set1_epi16(0x80)), 8);
-    const __m256i mag = _mm256_slli_epi16(_mm256_and_si256(w, _mm256_set1_epi16(0x7f)), 7);
-    return _mm512_mul_ps(_mm512_cvtph_ps(_mm256_or_si256(sign, mag)), _mm512_set1_ps(256.0f));
+    const __m256i h = _mm256_and_si256(_mm256_srai_epi16(_mm256_slli_epi16(w, 8), 1), _mm256_set1_epi16((short)0xbfff));
+    return _mm512_cvtph_ps(h);
 }
 
-/* 16 bytes = 32 E2M1 codes -> 2 x 16 floats times scale; the table holds the values themselves (-0 as +0, as
- * the AVX2 path produces). */
+/* The FP8 scale as one multiplier: (v/256 * 256) * s == v/256 * (256 s) bit for bit, because v/256 * 256 and
+ * 256 s are both exact, so each side is the single rounding of the same real product. 256 s must be finite:
+ * the UE8M0 byte at most 246 (2^119); the caller keeps the two multiplications otherwise (never seen in real
+ * checkpoints, whose scales are far below 1). */
+static inline int e8m0_fold256_ok(uint8_t b) { return b <= 246; }
+
+/* The E2M1 values; code 8 (-0, invalid in weights) as +0, as the AVX2 path produces. */
+static inline __m512 vec_e2m1_table_zmm(void) {
+    return _mm512_setr_ps(0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f,
+                          0.0f, -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f);
+}
+
+/* 16 bytes = 32 E2M1 codes -> 2 x 16 floats looked up in `table` (the E2M1 values already multiplied by the
+ * block scale: permuting then scaling and scaling the table then permuting give the same floats). The index of
+ * element 2i is byte i, of element 2i+1 byte i >> 4: the 16-bit word b | b << 4 holds both nibbles in its low
+ * bits of each byte, and vpermps reads only the low 4 bits of an index. */
+static inline void vec_e2m1x32_lut(const uint8_t *src, __m512 table, __m512 out[2]) {
+    const __m256i w = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)src));
+    const __m256i b = _mm256_or_si256(w, _mm256_slli_epi16(w, 4));
+    out[0] = _mm512_permutexvar_ps(_mm512_cvtepu8_epi32(_mm256_castsi256_si128(b)), table);
+    out[1] = _mm512_permutexvar_ps(_mm512_cvtepu8_epi32(_mm256_extracti128_si256(b, 1)), table);
+}
+
+/* 16 bytes = 32 E2M1 codes -> 2 x 16 floats times scale. */
 static inline void vec_e2m1x32_zmm(const uint8_t *src, __m512 scale, __m512 out[2]) {
-    const __m512 table = _mm512_setr_ps(0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f,
-                                        0.0f, -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f);
-    const __m128i low4 = _mm_set1_epi8(0x0f);
-    const __m128i bytes = _mm_loadu_si128((const __m128i *)src);
-    const __m128i lo = _mm_and_si128(bytes, low4), hi = _mm_and_si128(_mm_srli_epi16(bytes, 4), low4);
-    out[0] = _mm512_mul_ps(_mm512_permutexvar_ps(_mm512_cvtepu8_epi32(_mm_unpacklo_epi8(lo, hi)), table), scale);
-    out[1] = _mm512_mul_ps(_mm512_permutexvar_ps(_mm512_cvtepu8_epi32(_mm_unpackhi_epi8(lo, hi)), table), scale);
+    vec_e2m1x32_lut(src, _mm512_mul_ps(vec_e2m1_table_zmm(), scale), out);
 }
 
 static inline __m512 vec_bf16x16(const uint16_t *src) {
