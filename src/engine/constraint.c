@@ -259,7 +259,7 @@ static int cfg_grow(dsv4_cmatcher *s) {
 static int32_t cfg_get(dsv4_cmatcher *s, int accept, int escape) {
     int32_t *v = s->acc.v;
     int64_t n = s->acc.n;
-    qsort(v, (size_t)n, sizeof *v, cmp_i32);
+    if (n > 1) qsort(v, (size_t)n, sizeof *v, cmp_i32);   /* v is NULL while nothing was ever collected */
     int64_t u = 0;
     for (int64_t i = 0; i < n; i++)
         if (!u || v[i] != v[u - 1]) v[u++] = v[i];
