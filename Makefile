@@ -130,7 +130,7 @@ FUZZ_SAN = -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=und
 fuzzers: $(FUZZER_BIN)
 fuzz:
 	$(MAKE) CC=clang CUDA=0 BUILD=build-fuzz OPT="-O1 -march=native" SAN="$(FUZZ_SAN)" fuzzers
-	tests/fuzz/run.sh build-fuzz $(FUZZ_SECONDS) $(FUZZ_TARGETS)
+	FUZZ_SKIP=$(FUZZ_SKIP) tests/fuzz/run.sh build-fuzz $(FUZZ_SECONDS) $(FUZZ_TARGETS)
 
 # Replay every corpus and regression input through every target (also part of `make test`).
 fuzz-replay: all

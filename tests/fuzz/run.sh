@@ -8,6 +8,7 @@
 # generous because the 2-core machines are shared and a stalled process once tripped 10 s) leaves its input in
 # BUILD_DIR/artifacts/<name>/ and makes the script exit 1 after the remaining targets ran.
 # FUZZ_JOBS=N runs N workers per target (libFuzzer -fork), for a machine with cores to spare.
+# FUZZ_SKIP=name,... leaves targets out (CI: see .ci/run).
 set -u
 cd "$(dirname "$0")/../.."
 B=${1:?build dir}; SECS=${2:?seconds}; ONLY=${3:-}
@@ -19,6 +20,7 @@ for bin in "$B"/fuzzers/fuzz_*; do
     [ -x "$bin" ] || continue
     name=$(basename "$bin"); name=${name#fuzz_}
     if [ -n "$ONLY" ] && [[ ",$ONLY," != *",$name,"* ]]; then continue; fi
+    if [[ ",${FUZZ_SKIP:-}," == *",$name,"* ]]; then summary+=("$name: skipped (FUZZ_SKIP)"); continue; fi
     work="$B/corpus/$name"; art="$B/artifacts/$name"
     mkdir -p "$work" "$art"
     args=(-max_total_time="$SECS" -timeout=30 -rss_limit_mb=2048 -malloc_limit_mb=2048 -print_final_stats=1
