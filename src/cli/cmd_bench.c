@@ -8,6 +8,7 @@
 #include "engine/drafter_mtp.h"
 #include "engine/speculative.h"
 #include "model/footprint.h"
+#include "model/expert_place.h"
 #include "model/model.h"
 #include "model/tiny.h"
 #include "state/kvrows.h"
@@ -62,6 +63,23 @@ static int synthetic_dir(const char *name, char *dir, size_t n) {
     return 0;
 }
 
+/* Expert parallelism: what each GPU holds and reads per decoded token. GPU 0 reads everything that is not a routed
+ * expert; the routed reads are split by the experts each GPU holds (expert_place.h), as expected under uniform
+ * routing (the tokens' real routing decides; this is the share, not a count). */
+static void per_gpu_traffic(const dsv4_model *m, double tps, double bw) {
+    const int n = cuda_gpus(m), E = m->cfg.n_routed;
+    const double routed = (double)dsv4_decode_routed_bytes(m), dense = (double)dsv4_decode_weight_bytes(m) - routed;
+    printf("per GPU (routed-expert reads as expected under uniform routing):\n");
+    for (int r = 0; r < n; r++) {
+        const double share = (double)(expert_first(E, n, r + 1) - expert_first(E, n, r)) / E;
+        const double b = (r ? 0 : dense) + routed * share;
+        printf("  GPU %d: %7.2f GB held, %.3f GB read per token, %8.1f GB/s", r, cuda_gpu_weight_bytes(m, r) / 1e9, b / 1e9,
+               b * tps / 1e9);
+        if (bw > 0) printf(" = %5.1f %% of its measured bandwidth", 100.0 * b * tps / 1e9 / bw);
+        printf("\n");
+    }
+}
+
 /* Prefill `prompt` tokens in one step, then `decode` single-token steps; report both rates. */
 static int bench_single_stream(dsv4_model *m, int prompt, int decode, double bw, int profile) {
     dsv4_error err;
@@ -95,6 +113,7 @@ static int bench_single_stream(dsv4_model *m, int prompt, int decode, double bw,
     printf("%-26s %10.2f tok/s   %.1f ms/token\n", "decode, 1 stream", tps, 1e3 / tps);
     printf("%-26s %10.2f GB/s    %.3f GB weights read per token\n", "decode weight traffic", bytes * tps / 1e9, bytes / 1e9);
     if (bw > 0) printf("%-26s %10.1f %%      of measured read bandwidth\n", "bandwidth fraction", 100.0 * bytes * tps / 1e9 / bw);
+    if (cuda_gpus(m) > 1) per_gpu_traffic(m, tps, bw);
     if (profile) {
         printf("decode, ");
         cuda_profile_report(m, stdout);
@@ -194,7 +213,7 @@ static int bench_grammar(const char *dir) {
 int cmd_bench(int argc, char **argv) {
     const char *model_dir = NULL, *synth = NULL, *streams = NULL, *spec = NULL;
     long long threads = 0, prompt = 128, decode = 32;
-    int tokenizer = 0, grammar = 0, no_bw = 0, profile = 0, kv = DSV4_KV_F32, device = DSV4_DEVICE_CPU;
+    int tokenizer = 0, grammar = 0, no_bw = 0, profile = 0, kv = DSV4_KV_F32, device = DSV4_DEVICE_CPU, gpus = 1;
     dsv4_mode mode = DSV4_MODE_EXACT;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
@@ -211,6 +230,7 @@ int cmd_bench(int argc, char **argv) {
         else if (!strcmp(a, "--profile")) profile = 1;
         else if (!strcmp(a, "--grammar")) grammar = 1;
         else if (!strcmp(a, "--device")) { if (!(v = cli_value(CMD, argc, argv, &i)) || cli_parse_device(CMD, v, &device)) return 1; }
+        else if (!strcmp(a, "--gpus")) { if (!(v = cli_value(CMD, argc, argv, &i)) || cli_parse_gpus(CMD, v, &gpus)) return 1; }
         else if (!strcmp(a, "--mode")) { if (!(v = cli_value(CMD, argc, argv, &i)) || cli_parse_mode(CMD, v, &mode)) return 1; }
         else if (!strcmp(a, "--no-bandwidth")) no_bw = 1;
         else if (!strcmp(a, "--streams")) { if (!(v = cli_value(CMD, argc, argv, &i))) return 1; streams = v; }
@@ -225,7 +245,7 @@ int cmd_bench(int argc, char **argv) {
     }
     if (tokenizer) return bench_tokenizer(model_dir);
     if (grammar) return bench_grammar(model_dir);
-    dsv4_load_opts lo = { .mode = mode, .n_threads = (int)threads, .quiet = 1, .kv_format = kv, .device = device };
+    dsv4_load_opts lo = { .mode = mode, .n_threads = (int)threads, .quiet = 1, .kv_format = kv, .device = device, .n_gpus = gpus };
     dsv4_model *m;
     dsv4_error err;
     if (dsv4_model_load(model_dir, &lo, &m, &err)) return cli_fail(CMD, &err);

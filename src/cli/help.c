@@ -22,7 +22,9 @@ typedef struct {
 #define O_KV        {"--kv f32|bf16|fp8", "KV cache storage (default f32; fp8 = E4M3 per 64 dims, indexer rows FP4)"}
 #define O_THREADS   {"--threads N", "worker threads (default 0 = one per online CPU)"}
 #define O_DEVICE    {"--device cpu|cuda", "where weights, state and steps live (default cpu; cuda needs make CUDA=1 " \
-                                          "and a GPU)"}
+                                          "and a GPU)"}, \
+                    {"--gpus N", "with --device cuda: spread the routed experts over GPUs 0..N-1 (expert parallelism over " \
+                                 "NCCL, the same bits as one GPU; default 1)"}
 #define O_SAMPLING  {"--temp T", "sampling temperature (default 0 = greedy, lowest id wins ties)"}, \
                     {"--top-p P", "nucleus sampling: keep the smallest set of tokens with probability >= P (default 1)"}, \
                     {"--top-k K", "keep only the K most likely tokens (default 0 = all)"}, \

@@ -60,7 +60,8 @@ typedef struct {
 int  cu_linear(cu_stream st, const dsv4_weight *w, const float *x, int T, int ldx, float *y, int ldy);
 /* The same product for the MoE: tile k multiplies expert tile_expert[k]'s matrix (experts: a device array of
  * E weights of one shape rows x cols) with the rows of its pairs: x row = pair_token[p] (x_by_pair 0) or p
- * (x_by_pair 1); y row = p. Same per-element order as cu_linear. */
+ * (x_by_pair 1); y row = p. Same per-element order as cu_linear. An expert whose weight has data NULL (held by
+ * another GPU, cuda_ep.h) writes its rows as -0.0f. */
 int  cu_expert_linear(cu_stream st, const dsv4_weight *experts, int rows, int cols, int fmt, const cu_moe_plan *plan,
                       int max_tiles, const float *x, int ldx, int x_by_pair, float *y, int ldy);
 

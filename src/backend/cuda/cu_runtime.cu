@@ -26,6 +26,11 @@ extern "C" int cu_select(int gpu, dsv4_error *err) {
     return 0;
 }
 
+extern "C" void cu_use(int gpu) {
+    int cur = -1;
+    if (cudaGetDevice(&cur) != cudaSuccess || cur != gpu) cudaSetDevice(gpu);
+}
+
 extern "C" void cu_device_name(char *out, size_t n) {
     cudaDeviceProp prop;
     int dev = 0;
