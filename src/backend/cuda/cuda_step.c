@@ -477,7 +477,11 @@ static int step_begin(struct dsv4_model *m, dsv4_step_item *items, int n_items, 
         return dsv4_fail(err, DSV4_E_RANGE, "cuda: a query would attend to %lld keys, this GPU's attention kernel takes at most %d "
                          "(context too long for the CUDA backend)", (long long)keys, cm->key_limit);
     if ((rc = ws_ensure(m, T, n_items, s->idx_rows, err))) return rc;
-    if (cm->ep && (rc = cuda_ep_reserve(cm->ep, c, T, err))) return rc;
+    if (cm->ep) {
+        rc = cuda_ep_reserve(cm->ep, c, T, err);
+        cu_use(cm->gpu);
+        if (rc) return rc;
+    }
     for (int i = 0; i < n_items; i++)
         if (seq_reserve(items[i].seq, items[i].n_tokens)) {
             size_t fb = 0, tb = 0;
