@@ -39,6 +39,7 @@ void cuda_profile(struct dsv4_model *m, int on) { (void)m; (void)on; }
 double cuda_copy_bandwidth_gbs(const struct dsv4_model *m) { (void)m; return -1; }
 void cuda_profile_report(const struct dsv4_model *m, void *file) { (void)m; (void)file; }
 int cuda_gpus(const struct dsv4_model *m) { (void)m; return 0; }
+int cuda_distinct_layers(const struct dsv4_model *m) { (void)m; return 0; }
 uint64_t cuda_gpu_weight_bytes(const struct dsv4_model *m, int r) { (void)m; (void)r; return 0; }
 #else
 typedef int dsv4_cuda_stub_unused; /* ISO C wants a translation unit to declare something */

@@ -39,6 +39,17 @@ static const synthetic synthetics[] = {
                   "num_attention_heads=16", "head_dim=512", "q_lora_rank=1024", "o_lora_rank=1024", "o_groups=4",
                   "n_routed_experts=64", "num_experts_per_tok=6", "moe_intermediate_size=1024", "vocab_size=32768",
                   "index_n_heads=16", "index_topk=64", "sliding_window=128", "num_hash_layers=2", NULL}},
+    /* the real shapes (spec §1.1), big matrices as holes filled in GPU memory (model/synthetic.h): --device cuda */
+    {"flash", {"hidden_size=4096", "num_hidden_layers=43", "compress_ratios=[0,0,4,128,4,128,4,128,4,128,4,128,4,128,4,128,4,128,4,128,4,128,4,128,4,128,4,128,4,128,4,128,4,128,4,128,4,128,4,128,4,128,4]",
+               "num_attention_heads=64", "head_dim=512", "q_lora_rank=1024", "o_lora_rank=1024", "o_groups=8",
+               "n_routed_experts=256", "num_experts_per_tok=6", "moe_intermediate_size=2048", "vocab_size=129280",
+               "index_n_heads=64", "index_head_dim=128", "index_topk=512", "sliding_window=128", "num_hash_layers=3",
+               "routed_scaling_factor=1.5", "dsv4_synthetic=holes", NULL}},
+    {"pro", {"hidden_size=7168", "num_hidden_layers=61", "compress_ratios=[128,128,4,128,4,128,4,128,4,128,4,128,4,128,4,128,4,128,4,128,4,128,4,128,4,128,4,128,4,128,4,128,4,128,4,128,4,128,4,128,4,128,4,128,4,128,4,128,4,128,4,128,4,128,4,128,4,128,4,128,4]",
+             "num_attention_heads=128", "head_dim=512", "q_lora_rank=1536", "o_lora_rank=1024", "o_groups=16",
+             "n_routed_experts=384", "num_experts_per_tok=6", "moe_intermediate_size=3072", "vocab_size=129280",
+             "index_n_heads=64", "index_head_dim=128", "index_topk=1024", "sliding_window=128", "num_hash_layers=3",
+             "routed_scaling_factor=2.5", "dsv4_synthetic=holes", NULL}},
     {"small", {"hidden_size=512", "num_hidden_layers=4", "compress_ratios=[0,4,128,4]", "num_attention_heads=8",
                "head_dim=256", "n_routed_experts=16", "num_experts_per_tok=4", "moe_intermediate_size=256",
                "vocab_size=4096", NULL}},
@@ -48,7 +59,7 @@ static int synthetic_dir(const char *name, char *dir, size_t n) {
     const synthetic *s = NULL;
     for (size_t i = 0; i < sizeof synthetics / sizeof synthetics[0]; i++)
         if (!strcmp(synthetics[i].name, name)) s = &synthetics[i];
-    if (!s) return cli_error(CMD, "unknown synthetic model '%s' (flash-2g, small)", name);
+    if (!s) return cli_error(CMD, "unknown synthetic model '%s' (flash-2g, small; flash, pro with --device cuda)", name);
     snprintf(dir, n, "/tmp/dsv4-synthetic-%s", name);
     char cfg[600];
     snprintf(cfg, sizeof cfg, "%s/model.safetensors.index.json", dir);
@@ -252,6 +263,10 @@ int cmd_bench(int argc, char **argv) {
     printf("model %s: %d layers, hidden %d, %.2f GB weights, %.3f GB read per decoded token, %d threads, %s mode\n",
            model_dir, m->cfg.n_layers, m->cfg.dim, dsv4_total_weight_bytes(m) / 1e9, dsv4_decode_weight_bytes(m) / 1e9,
            dsv4_pool_threads(m->pool), mode == DSV4_MODE_OFFICIAL ? "official" : "exact");
+    if (m->cfg.synthetic_holes)
+        printf("synthetic weights generated in GPU memory: %d distinct layer weight sets for %d layers%s\n",
+               cuda_distinct_layers(m), m->cfg.n_layers,
+               cuda_distinct_layers(m) < m->cfg.n_layers ? " (the later layers reuse an earlier layer's weights of their kind)" : "");
     kv_cost_report(stdout, "", kv, m->cfg.n_layers, m->cfg.compress_ratio, m->cfg.head_dim, m->cfg.rope_dim,
                    m->cfg.index_head_dim, m->cfg.window);
     double bw = -1;

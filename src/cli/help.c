@@ -113,9 +113,10 @@ static const cmd_help HELP[] = {
      "dsv4 state inspect FILE   (header, writer version, per-layer sizes, bytes per token; checksum verified)",
      {{NULL, NULL}}},
     {"bench", "benchmarks",
-     "dsv4 bench (-m DIR | --synthetic flash-2g|small) [options]",
+     "dsv4 bench (-m DIR | --synthetic flash-2g|small|flash|pro) [options]",
      {O_MODEL,
-      {"--synthetic flash-2g|small", "write (once, to /tmp) and load a synthetic model of this size"},
+      {"--synthetic flash-2g|small|flash|pro", "write (once, to /tmp) and load a synthetic model of this size; flash and pro "
+                                              "are the real V4 shapes, generated in GPU memory (--device cuda)"},
       {"--prompt N", "prompt tokens of the single-stream run (default 128)"},
       {"--decode N", "decoded tokens per run (default 32)"},
       {"--streams LIST", "also decode with 1,2,4,... streams together"},

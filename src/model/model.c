@@ -390,6 +390,11 @@ int dsv4_model_load(const char *dir, const dsv4_load_opts *opts, dsv4_model **ou
         goto fail;
     }
     if (opts->device == DSV4_DEVICE_CUDA && !cuda_available(opts->gpu, err)) { rc = err ? err->code : DSV4_E_UNSUPPORTED; goto fail; }
+    if (m->cfg.synthetic_holes && opts->device != DSV4_DEVICE_CUDA) {
+        rc = dsv4_fail(err, DSV4_E_UNSUPPORTED, "%s is a synthetic benchmark checkpoint whose big matrices are holes "
+                       "(\"dsv4_synthetic\": \"holes\"): it runs only on the GPU (--device cuda), which fills them", dir);
+        goto fail;
+    }
     m->max_spec = opts->max_spec > 0 ? opts->max_spec : 16;
     m->ring_len = m->cfg.window + m->max_spec;
     m->kv_format = opts->kv_format;

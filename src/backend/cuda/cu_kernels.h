@@ -52,6 +52,11 @@ typedef struct {
     int32_t *token_pairs;  /* [T][K]: the token's pairs in increasing expert id, then -1 */
 } cu_moe_plan;
 
+/* ---- synthetic weights (k_synth.cu, model/synthetic.h) ------------------------------------------------------- */
+enum { CU_SYNTH_FP8 = 1, CU_SYNTH_FP4 = 2, CU_SYNTH_BF16 = 3 };
+/* n bytes of random values of the kind at p (default stream; the loader waits with cu_sync). */
+void cu_fill_synth(void *p, size_t n, int kind, uint64_t seed);
+
 /* ---- linear layers (backend/cpu/linear.c cpu_linear) ------------------------------------------------------
  * y[t*ldy + o] = sum_i W[o][i] x[t*ldx + i]. One warp per output row: lane l accumulates, with fmaf, the
  * products of columns 4l + 128j + {0,1,2,3} for j = 0, 1, ... in that order; then warp_sum. Weights of fewer

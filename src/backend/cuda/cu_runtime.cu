@@ -65,6 +65,8 @@ extern "C" int cu_download(void *dst, const void *src, size_t n) {
     return n && cudaMemcpy(dst, src, n, cudaMemcpyDeviceToHost) != cudaSuccess ? -1 : 0;
 }
 extern "C" int cu_zero(void *dst, size_t n) { return n && cudaMemset(dst, 0, n) != cudaSuccess ? -1 : 0; }
+extern "C" int cu_fill_bytes(void *dst, int byte, size_t n) { return n && cudaMemset(dst, byte, n) != cudaSuccess ? -1 : 0; }
+extern "C" int cu_sync(void) { return cudaDeviceSynchronize() != cudaSuccess ? -1 : 0; }
 
 extern "C" cu_stream cu_stream_new(void) {
     cudaStream_t s = NULL;

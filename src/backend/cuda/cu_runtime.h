@@ -23,6 +23,8 @@ void cu_free(void *p);
 int  cu_upload(void *dst, const void *src, size_t n);   /* synchronous copies: 0 or -1 */
 int  cu_download(void *dst, const void *src, size_t n);
 int  cu_zero(void *dst, size_t n);
+int  cu_fill_bytes(void *dst, int byte, size_t n);   /* every byte = byte */
+int  cu_sync(void);                                    /* wait for the current GPU: 0 or -1 */
 cu_stream cu_stream_new(void);
 void cu_stream_free(cu_stream st);
 /* Wait for st and report any launch or execution error as one line (what: the failing stage). */

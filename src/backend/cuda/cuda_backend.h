@@ -45,6 +45,8 @@ double cuda_copy_bandwidth_gbs(const struct dsv4_model *m);
 void cuda_profile_report(const struct dsv4_model *m, void *file /* FILE * */);
 /* GPUs the model is spread over (0 without the backend) and the weight bytes GPU rank r holds. */
 int      cuda_gpus(const struct dsv4_model *m);
+/* Main layers with weights of their own (fewer than n_layers only for a synthetic model bigger than the GPUs). */
+int      cuda_distinct_layers(const struct dsv4_model *m);
 uint64_t cuda_gpu_weight_bytes(const struct dsv4_model *m, int r);
 
 #ifdef __cplusplus

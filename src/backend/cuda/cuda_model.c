@@ -8,6 +8,7 @@
 #include "backend/cuda/cuda_model.h"
 #include "backend/cuda/cuda_ep.h"
 #include "model/expert_place.h"
+#include "model/synthetic.h"
 #include "model/inventory.h"
 #include "util/error.h"
 #include <stdlib.h>
@@ -17,6 +18,8 @@
 typedef struct {
     struct cuda_model *cm;
     int rank, n_ranks;     /* which routed experts of the main layers to upload (expert_place.h) */
+    int synthetic;         /* the checkpoint's big matrices are holes: fill them on the GPU (model/synthetic.h) */
+    int distinct;          /* main layers with weights of their own; later ones share an earlier layer's (synthetic) */
     int counting;          /* 1: only add up bytes */
     uint64_t bytes;
     int failed;            /* an allocation or copy failed */
@@ -53,8 +56,31 @@ static size_t scale_bytes(const dsv4_weight *w) {
     return 0;
 }
 
+/* n bytes of random values of a kind (synthetic checkpoints), or of one byte value (kind 0). */
+static void *synth(uploader *u, size_t n, int kind, int byte) {
+    if (!n) return NULL;
+    u->bytes += (n + 255) & ~(size_t)255;
+    if (u->counting || u->failed) return NULL;
+    void *d = cu_malloc(n);
+    if (!d || track(u->cm, d)) {
+        cu_free(d);
+        u->failed = 1;
+        return NULL;
+    }
+    if (kind) cu_fill_synth(d, n, kind, 0x5eed0000ULL + (uint64_t)u->cm->n_allocs);
+    else if (cu_fill_bytes(d, byte, n)) u->failed = 1;
+    return d;
+}
+
 static dsv4_weight up_weight(uploader *u, const dsv4_weight *w) {
     dsv4_weight d = *w;
+    if (u->synthetic && synthetic_hole_weight(w->fmt, (size_t)weight_bytes(w))) {
+        /* scales 2^-6 (UE8M0 byte 121): values of size ~1/64, as a fan-in of a few thousand wants */
+        const int kind = w->fmt == WF_FP8 ? CU_SYNTH_FP8 : w->fmt == WF_FP4 ? CU_SYNTH_FP4 : CU_SYNTH_BF16;
+        d.data = synth(u, (size_t)weight_bytes(w), kind, 0);
+        d.scale = synth(u, scale_bytes(w), 0, 121);
+        return d;
+    }
     d.data = up(u, w->data, (size_t)weight_bytes(w));
     d.scale = up(u, w->scale, scale_bytes(w));
     return d;
@@ -131,6 +157,14 @@ static void up_layer(uploader *u, const struct dsv4_model *m, const dsv4_layer *
     d->sw3 = up_weight(u, &ly->sw3);
 }
 
+/* A synthetic model bigger than the GPU: main layer L >= distinct runs on the weights of the last earlier layer of
+ * its kind (same compression ratio, same routing), so every layer still reads gigabytes that are not in the L2. */
+static int shared_source(const struct dsv4_model *m, int distinct, int L) {
+    for (int l = distinct - 1; l >= 0; l--)
+        if (m->layers[l].ratio == m->layers[L].ratio && m->layers[l].hash_routed == m->layers[L].hash_routed) return l;
+    return -1;
+}
+
 static void up_model(uploader *u, const struct dsv4_model *m) {
     struct cuda_model *cm = u->cm;
     const dsv4_config *c = &m->cfg;
@@ -140,7 +174,10 @@ static void up_model(uploader *u, const struct dsv4_model *m) {
     cm->hc_head = up_hc(u, &m->hc_head, c->hc_mult, 1);
     cm->rope_window = up_vec(u, m->rope_window.freq, c->rope_dim / 2);
     cm->rope_compress = up_vec(u, m->rope_compress.freq, c->rope_dim / 2);
-    for (int L = 0; L < c->n_layers; L++) up_layer(u, m, &m->layers[L], &cm->layers[L], u->n_ranks > 1);
+    for (int L = 0; L < c->n_layers; L++) {
+        if (L >= u->distinct) cm->layers[L] = cm->layers[shared_source(m, u->distinct, L)];
+        else up_layer(u, m, &m->layers[L], &cm->layers[L], u->n_ranks > 1);
+    }
     if (m->mtp) {
         const dsv4_mtp_head *h = m->mtp;
         up_layer(u, m, &h->block, cm->mtp.block, 0);
@@ -164,7 +201,9 @@ static void up_model(uploader *u, const struct dsv4_model *m) {
 
 /* Rank r >= 1 of a model spread over several GPUs: the routed experts of the main layers it holds. */
 static void up_rank(uploader *u, const struct dsv4_model *m) {
-    for (int L = 0; L < m->cfg.n_layers; L++) u->cm->layers[L].ex = up_layer_experts(u, m, &m->layers[L], 1);
+    for (int L = 0; L < m->cfg.n_layers; L++)
+        u->cm->layers[L].ex = L >= u->distinct ? u->cm->layers[shared_source(m, u->distinct, L)].ex
+                                               : up_layer_experts(u, m, &m->layers[L], 1);
 }
 
 static void release(struct cuda_model *cm) {
@@ -205,6 +244,7 @@ static struct cuda_model *new_cuda_model(const struct dsv4_model *m, int gpu, in
     struct cuda_model *cm = calloc(1, sizeof *cm);
     if (!cm) return NULL;
     cm->gpu = gpu;
+    cm->distinct = m->cfg.n_layers;
     if (!(cm->layers = calloc((size_t)m->cfg.n_layers, sizeof(cu_layer))) ||
         (with_heads && m->mtp && !(cm->mtp.block = calloc(1, sizeof(cu_layer)))) ||
         (with_heads && m->dspark && !(cm->dspark.stages = calloc((size_t)m->dspark->n_stages, sizeof(cu_layer))))) {
@@ -220,7 +260,7 @@ static struct cuda_model *new_cuda_model(const struct dsv4_model *m, int gpu, in
  * not fit on its GPU (current device). */
 static int check_fit(struct cuda_model *cm, const struct dsv4_model *m, int rank, int n_ranks, void (*walk)(uploader *, const struct dsv4_model *),
                      uint64_t *need, dsv4_error *err) {
-    uploader count = { cm, rank, n_ranks, 1, 0, 0 };
+    uploader count = { cm, rank, n_ranks, m->cfg.synthetic_holes, cm->distinct, 1, 0, 0 };
     walk(&count, m);
     size_t free_b = 0, total_b = 0;
     cu_mem_info(&free_b, &total_b);
@@ -235,8 +275,9 @@ static int check_fit(struct cuda_model *cm, const struct dsv4_model *m, int rank
 static int upload(struct cuda_model *cm, const struct dsv4_model *m, int rank, int n_ranks, void (*walk)(uploader *, const struct dsv4_model *),
                   uint64_t need, dsv4_error *err) {
     if (!(cm->st = cu_stream_new())) return dsv4_fail(err, DSV4_E_UNSUPPORTED, "cuda: cannot create a stream on GPU %d", cm->gpu);
-    uploader u = { cm, rank, n_ranks, 0, 0, 0 };
+    uploader u = { cm, rank, n_ranks, m->cfg.synthetic_holes, cm->distinct, 0, 0, 0 };
     walk(&u, m);
+    if (!u.failed && u.synthetic && cu_sync()) u.failed = 1;
     if (u.failed) {
         size_t f = 0, t = 0;
         cu_mem_info(&f, &t);
@@ -248,6 +289,55 @@ static int upload(struct cuda_model *cm, const struct dsv4_model *m, int rank, i
 }
 
 #define CU_MAX_GPUS 16
+
+/* A synthetic checkpoint (model/synthetic.h) may be bigger than its GPUs: keep the first `distinct` main layers'
+ * weights and let the later ones share (shared_source), as many distinct layers as fit next to a working margin
+ * for the step's scratch and the KV of long contexts. A real checkpoint never shares: it fits or is refused. */
+static int choose_distinct(struct cuda_model *cm, const struct dsv4_model *m, int n, dsv4_error *err) {
+    const int NL = m->cfg.n_layers;
+    cm->distinct = NL;
+    if (!m->cfg.synthetic_holes) return 0;
+    const uint64_t margin0 = (uint64_t)16 << 30, margin_r = (uint64_t)4 << 30;
+    uint64_t *lb = calloc((size_t)NL * (size_t)n, sizeof *lb), fixed0 = 0, avail[CU_MAX_GPUS];
+    if (!lb) return dsv4_fail(err, DSV4_E_NOMEM, "out of memory");
+    for (int r = 0; r < n; r++) {
+        cu_use(cm->gpu + r);
+        size_t fb = 0, tb = 0;
+        cu_mem_info(&fb, &tb);
+        avail[r] = fb;
+        for (int L = 0; L < NL; L++) {
+            uploader c = { cm, r, n, 1, NL, 1, 0, 0 };
+            cu_layer tmp;
+            memset(&tmp, 0, sizeof tmp);
+            if (r == 0) up_layer(&c, m, &m->layers[L], &tmp, n > 1);
+            else up_layer_experts(&c, m, &m->layers[L], 1);
+            lb[(size_t)r * NL + L] = c.bytes;
+        }
+    }
+    cu_use(cm->gpu);
+    uploader all = { cm, 0, n, 1, NL, 1, 0, 0 };
+    up_model(&all, m);
+    fixed0 = all.bytes;
+    for (int L = 0; L < NL; L++) fixed0 -= lb[L];
+    int D = NL;
+    for (; D > 0; D--) {
+        int fits = 1;
+        for (int r = 0; r < n && fits; r++) {
+            uint64_t need = (r ? margin_r : fixed0 + margin0);
+            for (int L = 0; L < D; L++) need += lb[(size_t)r * NL + L];
+            fits = need <= avail[r];
+        }
+        if (fits) break;
+    }
+    free(lb);
+    int ok = D > 0;
+    for (int L = D; L < NL && ok; L++) ok = shared_source(m, D, L) >= 0;
+    if (!ok)
+        return dsv4_fail(err, DSV4_E_NOMEM, "out of GPU memory: this synthetic model does not fit on %d GPU(s) even with layers "
+                         "sharing weights (%d distinct layers fit)", n, D);
+    cm->distinct = D;
+    return 0;
+}
 
 /* Ranks 1 .. n-1 (GPUs gpu+1 ..): counted first on every GPU, then uploaded, then the communicators. */
 static int init_ranks(struct cuda_model *cm, const struct dsv4_model *m, int n, dsv4_error *err) {
@@ -264,7 +354,10 @@ static int init_ranks(struct cuda_model *cm, const struct dsv4_model *m, int n, 
     for (int r = 1; r < n && !rc; r++) {
         cu_use(cm->gpu + r);
         if (!(ep->rank[r].cm = new_cuda_model(m, cm->gpu + r, 0))) rc = dsv4_fail(err, DSV4_E_NOMEM, "out of memory");
-        else rc = check_fit(ep->rank[r].cm, m, r, n, up_rank, &need[r], err);
+        else {
+            ep->rank[r].cm->distinct = cm->distinct;
+            rc = check_fit(ep->rank[r].cm, m, r, n, up_rank, &need[r], err);
+        }
     }
     for (int r = 1; r < n && !rc; r++) {
         cu_use(cm->gpu + r);
@@ -296,7 +389,8 @@ int cuda_model_init(struct dsv4_model *m, int gpu, int n_gpus, dsv4_error *err) 
     struct cuda_model *cm = new_cuda_model(m, gpu, 1);
     if (!cm) return dsv4_fail(err, DSV4_E_NOMEM, "out of memory");
     uint64_t need = 0;
-    rc = check_fit(cm, m, 0, n_gpus, up_model, &need, err);
+    rc = choose_distinct(cm, m, n_gpus, err);
+    if (!rc) rc = check_fit(cm, m, 0, n_gpus, up_model, &need, err);
     if (!rc) rc = upload(cm, m, 0, n_gpus, up_model, need, err);
     if (!rc && n_gpus > 1) rc = init_ranks(cm, m, n_gpus, err);
     if (rc) {
@@ -317,6 +411,8 @@ int cuda_model_init(struct dsv4_model *m, int gpu, int n_gpus, dsv4_error *err) 
     }
     return 0;
 }
+
+int cuda_distinct_layers(const struct dsv4_model *m) { return m->cuda ? m->cuda->distinct : 0; }
 
 int cuda_gpus(const struct dsv4_model *m) { return !m->cuda ? 0 : m->cuda->ep ? m->cuda->ep->n : 1; }
 

@@ -100,6 +100,8 @@ struct cu_ep;
 struct cuda_model {
     int gpu;
     struct cu_ep *ep;          /* NULL on one GPU; else the other GPUs holding routed experts (cuda_ep.h) */
+    int distinct;              /* main layers with weights of their own (all, except synthetic models bigger than
+                                  the GPUs: cuda_model.c shared_source) */
     cu_stream st;
     dsv4_weight embed, head;
     float *norm;
