@@ -59,7 +59,7 @@ void cu_fill_synth(void *p, size_t n, int kind, uint64_t seed);
 
 /* ---- linear layers (backend/cpu/linear.c cpu_linear) ------------------------------------------------------
  * y[t*ldy + o] = sum_i W[o][i] x[t*ldx + i]. One warp per output row: lane l accumulates, with fmaf, the
- * products of columns 4l + 128j + {0,1,2,3} for j = 0, 1, ... in that order; then warp_sum. Weights of fewer
+ * products of columns 16l + 512j + {0..15} for j = 0, 1, ... in that order; then warp_sum. Weights of fewer
  * than 128 rows of at least 2048 columns split each row into 8 fixed column segments (one warp each) whose
  * partials are added in segment order: the split depends on the weight's shape, never on T. */
 int  cu_linear(cu_stream st, const dsv4_weight *w, const float *x, int T, int ldx, float *y, int ldy);

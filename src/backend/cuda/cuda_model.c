@@ -234,6 +234,7 @@ int cuda_available(int gpu, dsv4_error *why) { return cu_select(gpu, why) == 0; 
 /* Shapes the kernels take (the CPU takes more): say so at load rather than fail in a step. */
 static int check_shapes(const dsv4_config *c, dsv4_error *err) {
     if (c->hc_mult > 8) return dsv4_fail(err, DSV4_E_UNSUPPORTED, "cuda: hc_mult %d > 8 is not supported", c->hc_mult);
+    if (c->n_act > 16) return dsv4_fail(err, DSV4_E_UNSUPPORTED, "cuda: %d experts per token > 16 is not supported", c->n_act);
     if (c->index_n_heads && (c->index_head_dim > 256 || c->index_head_dim % 4))
         return dsv4_fail(err, DSV4_E_UNSUPPORTED, "cuda: index_head_dim %d is not supported (a multiple of 4, at most 256)",
                          c->index_head_dim);

@@ -2,44 +2,54 @@
  * scales), decoded in the main loop; no dequantized copy exists.
  *
  * Reduction order of y[t][o] (the same for every t, every T, every tile): lane l of the warp that owns row o
- * accumulates, with fmaf starting from 0.0f, columns 4l+128j, 4l+128j+1, 4l+128j+2, 4l+128j+3 for j = 0, 1, ...;
- * the 32 partials are then combined by warp_sum (rows of split_rows shapes: see k_linear_split). A warp computes its row for up to TILE tokens at once so the
- * weight row is read once per tile; the tile only decides which warp does the work, never the order.
+ * accumulates, with fmaf starting from 0.0f, columns 16l + 512j + e for j = 0, 1, ... and e = 0..15 in that
+ * order; the 32 partials are then combined by warp_sum (rows of split_rows shapes: see k_linear_split). Sixteen
+ * consecutive columns per lane make one 16-byte load of FP8 weight (FP4: 8 bytes, BF16: 32) per lane and step,
+ * so a warp keeps 512 bytes of a row in flight (run 13: at 4 columns per lane the projections ran at ~200 GB/s).
+ * A warp computes its row for up to TILE tokens at once so the weight row is read once per tile; the tile only
+ * decides which warp does the work, never the order.
  * (CUDA cores in fp32 for both numeric modes for now: issue 18 moves OFFICIAL mode to FP8 tensor cores.) */
 #include "backend/cuda/cu_common.cuh"
 #include "backend/cuda/cu_kernels.h"
 #include "model/expert_place.h"
 
-#define LIN_WARPS 4   /* output rows per block */
-#define LIN_TILE 8    /* tokens per warp */
+#define LIN_WARPS 4    /* output rows per block */
+#define LIN_TILE 8     /* tokens per warp */
+#define LIN_LANE 16    /* consecutive columns per lane and step */
+#define LIN_STEP 512   /* columns per warp and step: 32 lanes x LIN_LANE */
 
 /* Columns [c0, K) of row o of w against up to LIN_TILE input rows xr[0..n): res[k] (valid in every lane). c0 is
- * a multiple of 128; K is the column count or, for a split row, the end of the warp's segment. */
+ * a multiple of 16; K is the column count or, for a split row, the end of the warp's segment. The scalar path
+ * (VEC false: unaligned rows, a column count not a multiple of 16) visits the same columns in the same order. */
 template <bool VEC>
 __device__ __forceinline__ void dot_tile(const dsv4_weight &w, int o, const float *const *xr, int n, float *res, int c0, int K) {
     const int lane = threadIdx.x & 31;
     float acc[LIN_TILE];
 #pragma unroll
     for (int k = 0; k < LIN_TILE; k++) acc[k] = 0.0f;
-    for (int i = c0 + lane * 4; i < K; i += 128) {
-        float wv[4];
+    for (int i = c0 + lane * LIN_LANE; i < K; i += LIN_STEP) {
+        float wv[LIN_LANE];
         if (VEC) {
-            dev_weight4(w, o, i, wv);
+            dev_weight16(w, o, i, wv);
         } else {
 #pragma unroll
-            for (int e = 0; e < 4; e++) wv[e] = i + e < K ? dev_weight_at(w, o, i + e) : 0.0f;
+            for (int e = 0; e < LIN_LANE; e++) wv[e] = i + e < K ? dev_weight_at(w, o, i + e) : 0.0f;
         }
 #pragma unroll
         for (int k = 0; k < LIN_TILE; k++) {
             if (k >= n) break;
             if (VEC) {
-                const float4 xv = *(const float4 *)(xr[k] + i);
-                acc[k] = fmaf(wv[0], xv.x, acc[k]);
-                acc[k] = fmaf(wv[1], xv.y, acc[k]);
-                acc[k] = fmaf(wv[2], xv.z, acc[k]);
-                acc[k] = fmaf(wv[3], xv.w, acc[k]);
+                const float4 *xp = (const float4 *)(xr[k] + i);
+#pragma unroll
+                for (int q = 0; q < LIN_LANE / 4; q++) {
+                    const float4 xv = xp[q];
+                    acc[k] = fmaf(wv[4 * q], xv.x, acc[k]);
+                    acc[k] = fmaf(wv[4 * q + 1], xv.y, acc[k]);
+                    acc[k] = fmaf(wv[4 * q + 2], xv.z, acc[k]);
+                    acc[k] = fmaf(wv[4 * q + 3], xv.w, acc[k]);
+                }
             } else {
-                for (int e = 0; e < 4 && i + e < K; e++) acc[k] = fmaf(wv[e], xr[k][i + e], acc[k]);
+                for (int e = 0; e < LIN_LANE && i + e < K; e++) acc[k] = fmaf(wv[e], xr[k][i + e], acc[k]);
             }
         }
     }
@@ -122,10 +132,12 @@ __global__ void k_expert_linear(const dsv4_weight *__restrict__ experts, int row
             if (k < n) y[(int64_t)(p0 + k) * ldy + o] = res[k];
 }
 
-/* The vector path needs 16-byte x rows and 4-aligned weight rows; it computes the same sums as the scalar one. */
+/* The vector path needs 16-byte aligned x rows and weight rows of a multiple of 16 columns (weights are whole
+ * cudaMalloc allocations or row slices of them, so their rows are then 16-byte aligned); it computes the same sums
+ * as the scalar one. */
 static bool vec_ok(int fmt, int cols, const float *x, int ldx) {
     (void)fmt;
-    return cols % 4 == 0 && ldx % 4 == 0 && ((uintptr_t)x % 16) == 0;
+    return cols % LIN_LANE == 0 && ldx % 4 == 0 && ((uintptr_t)x % 16) == 0;
 }
 
 extern "C" int cu_linear(cu_stream st, const dsv4_weight *w, const float *x, int T, int ldx, float *y, int ldy) {
