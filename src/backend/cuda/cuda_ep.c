@@ -19,11 +19,11 @@ void cu_moe_routed(cu_stream st, const dsv4_config *c, int official, const cu_la
         cu_act_quant(st, b->xn, d, b->x8, d, T, d, 128, 0);
         xe = b->x8;
     }
-    cu_expert_linear(st, ex->w1, I, d, ex->fmt, &b->plan, max_tiles, xe, d, 0, b->eg, I);
-    cu_expert_linear(st, ex->w3, I, d, ex->fmt, &b->plan, max_tiles, xe, d, 0, b->ev, I);
+    cu_expert_linear(st, ex->w1, I, d, ex->fmt, &b->plan, max_tiles, xe, d, 0, b->eg, I, T == 1);
+    cu_expert_linear(st, ex->w3, I, d, ex->fmt, &b->plan, max_tiles, xe, d, 0, b->ev, I, T == 1);
     cu_swiglu(st, official, b->eg, b->ev, b->plan.pair_weight, P, I, c->swiglu_limit);
     if (official) cu_act_quant(st, b->eg, I, b->eg, I, P, I, 128, 0);
-    cu_expert_linear(st, ex->w2, d, I, ex->fmt, &b->plan, max_tiles, b->eg, I, 1, b->ey, d);
+    cu_expert_linear(st, ex->w2, d, I, ex->fmt, &b->plan, max_tiles, b->eg, I, 1, b->ey, d, T == 1);
     if (official) cu_round_bf16(st, b->ey, (int64_t)P * d);
 }
 
