@@ -54,8 +54,9 @@ static int32_t greedy(const float *logits, int V, int32_t limit, float *best) {
     return bi;
 }
 
-/* (bits of w, id) at or above the cut (cb, cj): bits > cb, or bits == cb and id <= cj. */
-static int in_cut(uint32_t b, int32_t id, uint32_t cb, int32_t cj) { return b > cb || (b == cb && id <= cj); }
+/* A kept token (bits of w not 0) at or above the cut (cb, cj): bits > cb, or bits == cb and id <= cj. The list
+ * holds only kept tokens; the kernel's row also has the dropped ones, as 0. */
+static int in_cut(uint32_t b, int32_t id, uint32_t cb, int32_t cj) { return b != 0 && (b > cb || (b == cb && id <= cj)); }
 
 /* The measure of the first n kept tokens that are in the cut: their count, or their treesum (sample.h). */
 static double measure(const sample_scratch *sc, int n, uint32_t cb, int32_t cj, int sum) {

@@ -158,6 +158,21 @@ void cu_swiglu(cu_stream st, int official, float *g, const float *v, const float
 void cu_moe_combine(cu_stream st, int official, const float *ey, const float *shared, const int32_t *token_pairs, int T,
                     int K, int d, float *out);
 
+/* ---- sampling (core/sample.h) ---------------------------------------------------------------------------------- */
+
+/* One row to draw a token from, with its parameters (dsv4_sampling) and draw number. */
+typedef struct {
+    int32_t row;               /* the row of `logits` */
+    int32_t top_k, n_allowed;
+    float temperature, top_p, min_p;
+    uint64_t seed, draw;
+} cu_sample_req;
+/* tok[q] = the token core/sample.h draws from logits row req[q].row (req, tok: device arrays of n). One block of
+ * SM_LANES threads per request; w: scratch [n][V]. Reductions (k_sample.cu): argmaxes over the total order
+ * (value desc, id asc), integer counts, and the definition's lane tree sum (thread t = lane t, ids in increasing
+ * order, then a fixed shared-memory tree): the CPU's sums, bit for bit. A row never depends on the others. */
+void cu_sample(cu_stream st, const float *logits, int V, const cu_sample_req *req, int n, float *w, int32_t *tok);
+
 #ifdef __cplusplus
 }
 #endif

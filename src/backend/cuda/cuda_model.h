@@ -47,6 +47,9 @@ typedef struct {
     float *mtp_h, *mtp_out;    /* [T_cap][hc][dim]: the MTP head's stream inputs and h_proj outputs */
     float *head_x, *logits;    /* [CU_HEAD_ROWS][dim], [CU_HEAD_ROWS][vocab] */
     int32_t *head_rows;        /* [T_cap] */
+    float *sample_w;           /* [CU_HEAD_ROWS][vocab]: cu_sample's scratch */
+    cu_sample_req *sample_req; /* [items_cap] */
+    int32_t *sample_tok;       /* [items_cap] */
     float *idx_scores;
     /* per-step metadata */
     int32_t *tok, *item_of;

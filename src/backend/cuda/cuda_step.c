@@ -82,6 +82,7 @@ static void lay_out(ws_alloc *a, const dsv4_config *c, int T, int items, int64_t
     TAKE(feat, T * (c->n_dspark_targets > 0 ? c->n_dspark_targets : 1) * d);
     TAKE(mtp_h, T * hc * d); TAKE(mtp_out, T * hc * d);
     TAKE(head_x, CU_HEAD_ROWS * d); TAKE(logits, (int64_t)CU_HEAD_ROWS * c->vocab_size); TAKE(head_rows, T);
+    TAKE(sample_w, (int64_t)CU_HEAD_ROWS * c->vocab_size); TAKE(sample_req, items); TAKE(sample_tok, items);
     TAKE(idx_scores, (int64_t)(T < CU_INDEX_CHUNK ? T : CU_INDEX_CHUNK) * (idx_rows > 0 ? idx_rows : 1));
     TAKE(tok, T); TAKE(item_of, T); TAKE(pos, T); TAKE(items, items); TAKE(sl, (int64_t)c->n_layers * items);
 }
@@ -384,45 +385,79 @@ done:
     return rc;
 }
 
-/* Logits for every row that wants them, CU_HEAD_ROWS rows per pass of the head (spec §12). */
+/* Logits for every row that wants them, CU_HEAD_ROWS rows per pass of the head (spec §12), and the tokens of the
+ * items that sample (their last row, drawn by cu_sample: only the ids come back, and the rows that were asked
+ * for). */
 static int head(step_ctx *s, dsv4_step_item *items, const cu_hc *hc_head, const float *norm, dsv4_error *err) {
     struct dsv4_model *m = s->m;
     const dsv4_config *c = &m->cfg;
     cu_workspace *ws = s->ws;
     const int V = c->vocab_size;
-    int R = 0;
-    for (int i = 0; i < s->n_items; i++)
-        R += items[i].want == DSV4_LOGITS_ALL ? items[i].n_tokens : items[i].want == DSV4_LOGITS_LAST ? 1 : 0;
-    if (!R) return 0;
-    int32_t *rows = malloc(sizeof(int32_t) * (size_t)R);
-    float **dst = malloc(sizeof(float *) * (size_t)R);
-    int rc = 0;
-    if (!rows || !dst) { rc = dsv4_fail(err, DSV4_E_NOMEM, "out of memory"); goto done; }
-    for (int i = 0, r = 0, f = 0; i < s->n_items; f += items[i].n_tokens, i++) {
+    int R = 0, Q = 0;
+    for (int i = 0; i < s->n_items; i++) {
         const dsv4_step_item *it = &items[i];
-        const int k0 = it->want == DSV4_LOGITS_ALL ? 0 : it->want == DSV4_LOGITS_LAST ? it->n_tokens - 1 : it->n_tokens;
+        R += it->want == DSV4_LOGITS_ALL ? it->n_tokens : it->want == DSV4_LOGITS_LAST || it->sample ? 1 : 0;
+        Q += it->sample != NULL;
+    }
+    if (!R) return 0;
+    int32_t *rows = malloc(sizeof(int32_t) * (size_t)R), *tok = malloc(sizeof(int32_t) * (size_t)(Q ? Q : 1));
+    float **dst = malloc(sizeof(float *) * (size_t)R);
+    int *req_of = malloc(sizeof(int) * (size_t)R);           /* the request drawn from row r, or -1 */
+    int *item_of_req = malloc(sizeof(int) * (size_t)(Q ? Q : 1));
+    cu_sample_req *req = malloc(sizeof(cu_sample_req) * (size_t)(Q ? Q : 1));
+    int rc = 0;
+    if (!rows || !tok || !dst || !req_of || !item_of_req || !req) { rc = dsv4_fail(err, DSV4_E_NOMEM, "out of memory"); goto done; }
+    for (int i = 0, r = 0, f = 0, q = 0; i < s->n_items; f += items[i].n_tokens, i++) {
+        const dsv4_step_item *it = &items[i];
+        const int k0 = it->want == DSV4_LOGITS_ALL ? 0 : it->want == DSV4_LOGITS_LAST || it->sample ? it->n_tokens - 1 : it->n_tokens;
         for (int k = k0; k < it->n_tokens; k++, r++) {
             rows[r] = f + k;
-            dst[r] = it->logits + (int64_t)(it->want == DSV4_LOGITS_ALL ? k : 0) * V;
+            dst[r] = it->want == DSV4_LOGITS_NONE ? NULL : it->logits + (int64_t)(it->want == DSV4_LOGITS_ALL ? k : 0) * V;
+            req_of[r] = -1;
+            if (it->sample && k == it->n_tokens - 1) {
+                const dsv4_sampling *p = it->sample;
+                req[q] = (cu_sample_req){ r % CU_HEAD_ROWS, p->top_k, p->n_allowed, p->temperature, p->top_p, p->min_p, p->seed, it->draw };
+                item_of_req[q] = i;
+                req_of[r] = q++;
+            }
         }
     }
-    if (cu_upload(ws->head_rows, rows, sizeof(int32_t) * (size_t)R)) { rc = dsv4_fail(err, DSV4_E_STATE, "cuda: upload failed"); goto done; }
+    if (cu_upload(ws->head_rows, rows, sizeof(int32_t) * (size_t)R) || cu_upload(ws->sample_req, req, sizeof(cu_sample_req) * (size_t)Q)) {
+        rc = dsv4_fail(err, DSV4_E_STATE, "cuda: upload failed");
+        goto done;
+    }
     for (int r0 = 0; r0 < R && !rc; r0 += CU_HEAD_ROWS) {
         const int n = R - r0 < CU_HEAD_ROWS ? R - r0 : CU_HEAD_ROWS;
         cu_hc_head(s->st, s->official, ws->X, ws->head_rows + r0, n, hc_head->fn.data, hc_head->base, hc_head->scale, c->hc_mult,
                    c->dim, c->hc_eps, c->norm_eps, ws->head_x);
         cu_rmsnorm(s->st, s->official, ws->head_x, c->dim, norm, c->dim, c->norm_eps, ws->head_x, c->dim, n);
         cu_linear(s->st, &s->cm->head, ws->head_x, n, c->dim, ws->logits, V);
+        /* the pass's requests are consecutive (rows and requests go in item order) */
+        int q0 = -1, q1 = -1;
+        for (int k = 0; k < n; k++)
+            if (req_of[r0 + k] >= 0) {
+                if (q0 < 0) q0 = req_of[r0 + k];
+                q1 = req_of[r0 + k] + 1;
+            }
+        if (q0 >= 0) cu_sample(s->st, ws->logits, V, ws->sample_req + q0, q1 - q0, ws->sample_w, ws->sample_tok + q0);
         if ((rc = cu_finish(s->st, "the LM head", err))) break;
         for (int k = 0; k < n; k++)
-            if (cu_download(dst[r0 + k], ws->logits + (int64_t)k * V, sizeof(float) * (size_t)V)) {
+            if (dst[r0 + k] && cu_download(dst[r0 + k], ws->logits + (int64_t)k * V, sizeof(float) * (size_t)V)) {
                 rc = dsv4_fail(err, DSV4_E_STATE, "cuda: copying logits back failed");
                 break;
             }
     }
+    if (!rc && Q) {
+        if (cu_download(tok, ws->sample_tok, sizeof(int32_t) * (size_t)Q)) rc = dsv4_fail(err, DSV4_E_STATE, "cuda: copying sampled tokens back failed");
+        for (int q = 0; !rc && q < Q; q++) *items[item_of_req[q]].token = tok[q];
+    }
 done:
     free(rows);
+    free(tok);
     free(dst);
+    free(req_of);
+    free(item_of_req);
+    free(req);
     return rc;
 }
 
