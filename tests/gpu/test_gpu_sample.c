@@ -95,19 +95,26 @@ static void sync_ok(void) {
     if (cu_finish(NULL, "cu_sample", &err)) fail_msg("%s", err.msg);
 }
 
-/* Draw every request on the GPU in one launch; tok[n] on the host. */
-static void gpu_draw(const float *d_logits, int V, const cu_sample_req *req, int n, int32_t *tok) {
+/* Draw every request on the GPU in one launch; tok[n] on the host, and the distributions when probs != NULL. */
+static void gpu_draw_probs(const float *d_logits, int V, const cu_sample_req *req, int n, int32_t *tok, float *probs) {
     cu_sample_req *d_req = dev_copy(req, sizeof *req * (size_t)n);
     float *d_w = cu_malloc(sizeof(float) * (size_t)n * (size_t)V);
     int32_t *d_tok = cu_malloc(sizeof(int32_t) * (size_t)n);
+    float *d_p = probs ? cu_malloc(sizeof(float) * (size_t)n * (size_t)V) : NULL;
     assert_non_null(d_w);
     assert_non_null(d_tok);
-    cu_sample(NULL, d_logits, V, d_req, n, d_w, d_tok);
+    if (probs) assert_non_null(d_p);
+    cu_sample(NULL, d_logits, V, d_req, n, d_w, d_tok, d_p);
     sync_ok();
     assert_int_equal(cu_download(tok, d_tok, sizeof(int32_t) * (size_t)n), 0);
+    if (probs) assert_int_equal(cu_download(probs, d_p, sizeof(float) * (size_t)n * (size_t)V), 0);
     cu_free(d_req);
     cu_free(d_w);
     cu_free(d_tok);
+    cu_free(d_p);
+}
+static void gpu_draw(const float *d_logits, int V, const cu_sample_req *req, int n, int32_t *tok) {
+    gpu_draw_probs(d_logits, V, req, n, tok, NULL);
 }
 
 static cu_sample_req req_of(const dsv4_sampling *p, int row, uint64_t seed, uint64_t draw) {
@@ -115,8 +122,9 @@ static cu_sample_req req_of(const dsv4_sampling *p, int row, uint64_t seed, uint
     return r;
 }
 
-/* rows x param sets x draws requests on V tokens: GPU token == CPU token, request by request. */
-static void kernel_vs_cpu(int V, int rows, int draws) {
+/* rows x param sets x draws requests on V tokens: GPU token == CPU token, request by request (and, with_probs,
+ * the GPU's distribution == sample_distribution, bit for bit). */
+static void kernel_vs_cpu(int V, int rows, int draws, int with_probs) {
     float *l = malloc(sizeof(float) * (size_t)rows * V);
     for (int r = 0; r < rows; r++) make_row(l + (int64_t)r * V, V, r % N_KINDS);
     int np;
@@ -128,10 +136,11 @@ static void kernel_vs_cpu(int V, int rows, int draws) {
         for (int k = 0; k < np; k++)
             for (int d = 0; d < draws; d++, q++) req[q] = req_of(&ps[k], r, 1000 + (uint64_t)k, (uint64_t)d * 7919 + (uint64_t)r);
     float *d_l = dev_copy(l, sizeof(float) * (size_t)rows * V);
-    gpu_draw(d_l, V, req, n, tok);
+    float *probs = with_probs ? malloc(sizeof(float) * (size_t)n * V) : NULL, *want_p = malloc(sizeof(float) * (size_t)V);
+    gpu_draw_probs(d_l, V, req, n, tok, probs);
     sample_scratch sc;
     assert_int_equal(sample_scratch_init(&sc, V), 0);
-    int mismatches = 0;
+    int mismatches = 0, prob_mismatches = 0;
     for (int q = 0; q < n; q++) {
         const cu_sample_req *r = &req[q];
         dsv4_sampling p = sp(r->temperature, r->top_k, r->top_p, r->min_p, r->n_allowed);
@@ -141,9 +150,19 @@ static void kernel_vs_cpu(int V, int rows, int draws) {
             printf("  V %d row %d (kind %d) T %g top-k %d top-p %g min-p %g allowed %d draw %llu: GPU %d, CPU %d\n", V, r->row,
                    r->row % N_KINDS, (double)p.temperature, p.top_k, (double)p.top_p, (double)p.min_p, p.n_allowed,
                    (unsigned long long)r->draw, tok[q], want);
+        if (probs && q % draws == 0) {   /* once per (row, parameters) */
+            sample_distribution(&p, l + (int64_t)r->row * V, &sc, want_p);
+            if (memcmp(want_p, probs + (int64_t)q * V, sizeof(float) * (size_t)V) && prob_mismatches++ < 5)
+                printf("  V %d row %d T %g top-k %d top-p %g min-p %g: the GPU's distribution differs from the CPU's\n", V, r->row,
+                       (double)p.temperature, p.top_k, (double)p.top_p, (double)p.min_p);
+        }
     }
-    printf("  V %d: %d requests (%d rows x %d parameter sets x %d draws), %d mismatches\n", V, n, rows, np, draws, mismatches);
+    printf("  V %d: %d requests (%d rows x %d parameter sets x %d draws), %d token mismatches%s\n", V, n, rows, np, draws, mismatches,
+           probs ? (prob_mismatches ? ", DISTRIBUTIONS DIFFER" : ", distributions bit-identical") : "");
     if (mismatches) fail_msg("V %d: %d of %d GPU draws differ from the CPU's", V, mismatches, n);
+    if (prob_mismatches) fail_msg("V %d: %d GPU distributions differ from the CPU's", V, prob_mismatches);
+    free(probs);
+    free(want_p);
     sample_scratch_free(&sc);
     cu_free(d_l);
     free(l);
@@ -153,15 +172,15 @@ static void kernel_vs_cpu(int V, int rows, int draws) {
 
 static void kernel_matches_cpu_small_vocab(void **state) {
     (void)state;
-    kernel_vs_cpu(7, 12, 40);
-    kernel_vs_cpu(1000, 12, 20);
-    kernel_vs_cpu(1025, 6, 10);
-    kernel_vs_cpu(5003, 6, 6);
+    kernel_vs_cpu(7, 12, 40, 1);
+    kernel_vs_cpu(1000, 12, 20, 1);
+    kernel_vs_cpu(1025, 6, 10, 1);
+    kernel_vs_cpu(5003, 6, 6, 1);
 }
 
 static void kernel_matches_cpu_full_vocab(void **state) {
     (void)state;
-    kernel_vs_cpu(129280, 6, 2);
+    kernel_vs_cpu(129280, 6, 2, 0);
 }
 
 /* A request gives the same token alone, at any place among many others, and run after run. */

@@ -105,7 +105,8 @@ __device__ void keep_prefix(float *w, int V, double goal, int sum, double *shd, 
         if (!in_cut(sm_f2u(w[i]), i, cb, jlo)) w[i] = 0.0f;
 }
 
-__global__ void __launch_bounds__(SM_LANES) k_sample(const float *logits, int V, const cu_sample_req *req, float *wbuf, int32_t *tok) {
+__global__ void __launch_bounds__(SM_LANES) k_sample(const float *logits, int V, const cu_sample_req *req, float *wbuf, int32_t *tok,
+                                                     float *probs) {
     __shared__ double shd[SM_LANES];
     __shared__ double shv[WARPS];
     __shared__ int32_t shid[WARPS];
@@ -113,6 +114,7 @@ __global__ void __launch_bounds__(SM_LANES) k_sample(const float *logits, int V,
     const cu_sample_req r = req[blockIdx.x];
     const float *l = logits + (int64_t)r.row * V;
     float *w = wbuf + (int64_t)blockIdx.x * V;
+    float *pr = probs ? probs + (int64_t)blockIdx.x * V : NULL;
     /* 1-2: the greedy token and the max */
     double bv = -INFINITY;
     int32_t bi = INT32_MAX;
@@ -127,6 +129,8 @@ __global__ void __launch_bounds__(SM_LANES) k_sample(const float *logits, int V,
     const float m = (float)bv;
     if (!(r.temperature > 0.0f) || !isfinite(m)) {
         if (threadIdx.x == 0) tok[blockIdx.x] = bi;
+        if (pr)
+            for (int32_t i = threadIdx.x; i < V; i += SM_LANES) pr[i] = i == bi ? 1.0f : 0.0f;
         return;
     }
     /* 3-4: w and min-p */
@@ -142,6 +146,14 @@ __global__ void __launch_bounds__(SM_LANES) k_sample(const float *logits, int V,
     /* 5-6: top-k, top-p */
     if (r.top_k > 0 && r.top_k < n) keep_prefix(w, V, (double)r.top_k, 0, shd, shi);
     if (r.top_p < 1.0f) keep_prefix(w, V, __dmul_rn((double)r.top_p, measure(w, V, 0, INT32_MAX, 1, shd, shi)), 1, shd, shi);
+    /* the distribution (sample.c sample_distribution): w / treesum(kept) */
+    if (pr) {
+        const double S = measure(w, V, 0, INT32_MAX, 1, shd, shi);
+        for (int32_t i = threadIdx.x; i < V; i += SM_LANES) {
+            const float wi = w[i];
+            pr[i] = wi > 0.0f ? (float)__ddiv_rn((double)wi, S) : 0.0f;
+        }
+    }
     /* 7: the race */
     const uint64_t key = sm_draw_key(r.seed, r.draw);
     bv = -1.0;
@@ -160,6 +172,7 @@ __global__ void __launch_bounds__(SM_LANES) k_sample(const float *logits, int V,
     if (threadIdx.x == 0) tok[blockIdx.x] = bi;
 }
 
-extern "C" void cu_sample(cu_stream st, const float *logits, int V, const cu_sample_req *req, int n, float *w, int32_t *tok) {
-    if (n > 0) k_sample<<<n, SM_LANES, 0, (cudaStream_t)st>>>(logits, V, req, w, tok);
+extern "C" void cu_sample(cu_stream st, const float *logits, int V, const cu_sample_req *req, int n, float *w, int32_t *tok,
+                          float *probs) {
+    if (n > 0) k_sample<<<n, SM_LANES, 0, (cudaStream_t)st>>>(logits, V, req, w, tok, probs);
 }
