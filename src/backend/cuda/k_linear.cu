@@ -8,6 +8,7 @@
  * (CUDA cores in fp32 for both numeric modes for now: issue 18 moves OFFICIAL mode to FP8 tensor cores.) */
 #include "backend/cuda/cu_common.cuh"
 #include "backend/cuda/cu_kernels.h"
+#include "model/expert_place.h"
 
 #define LIN_WARPS 4   /* output rows per block */
 #define LIN_TILE 8    /* tokens per warp */
@@ -101,6 +102,12 @@ __global__ void k_expert_linear(const dsv4_weight *__restrict__ experts, int row
     if (o >= rows) return;
     const dsv4_weight w = experts[plan.tile_expert[tile]];
     const int p0 = plan.tile_first[tile], n = plan.tile_count[tile];
+    if (!w.data) {
+        /* an expert another GPU holds (cuda_ep.h): its rows are the identity of the exact gather */
+        if ((threadIdx.x & 31) == 0)
+            for (int k = 0; k < n; k++) y[(int64_t)(p0 + k) * ldy + o] = EP_ABSENT_ROW;
+        return;
+    }
     const float *xr[LIN_TILE];
 #pragma unroll
     for (int k = 0; k < LIN_TILE; k++) {
