@@ -35,6 +35,12 @@ int cuda_dspark_block(struct dsv4_model *m, const float *ring, int64_t pos, cons
     (void)m; (void)ring; (void)pos; (void)ids; (void)gamma; (void)y; (void)U;
     return no_cuda(err);
 }
+int cuda_dspark_draft(struct dsv4_model *m, const float *ring, int64_t pos, const int32_t *ids, int gamma, int k,
+                      const dsv4_sampling *sp, uint64_t draw0, int32_t *draft, float *conf, float *probs, float *U, dsv4_error *err) {
+    (void)m; (void)ring; (void)pos; (void)ids; (void)gamma; (void)k; (void)sp; (void)draw0; (void)draft; (void)conf; (void)probs;
+    (void)U;
+    return no_cuda(err);
+}
 void cuda_profile(struct dsv4_model *m, int on) { (void)m; (void)on; }
 double cuda_copy_bandwidth_gbs(const struct dsv4_model *m) { (void)m; return -1; }
 void cuda_profile_report(const struct dsv4_model *m, void *file) { (void)m; (void)file; }

@@ -166,6 +166,32 @@ void cu_swiglu(cu_stream st, int official, float *g, const float *v, const float
 void cu_moe_combine(cu_stream st, int official, const float *ey, const float *shared, const int32_t *token_pairs, int T,
                     int K, int d, float *out);
 
+/* ---- sampling (core/sample.h) ---------------------------------------------------------------------------------- */
+
+/* One row to draw a token from, with its parameters (dsv4_sampling) and draw number. */
+typedef struct {
+    int32_t row;               /* the row of `logits` */
+    int32_t top_k, n_allowed;
+    float temperature, top_p, min_p;
+    uint64_t seed, draw;
+} cu_sample_req;
+/* tok[q] = the token core/sample.h draws from logits row req[q].row (req, tok: device arrays of n), and, when probs
+ * is not NULL, probs[q][V] = the distribution it draws from (sample.c sample_distribution, bit for bit). One block
+ * of SM_LANES threads per request; w: scratch [n][V]. Reductions (k_sample.cu): argmaxes over the total order
+ * (value desc, id asc), integer counts, and the definition's lane tree sum (thread t = lane t, ids in increasing
+ * order, then a fixed shared-memory tree): the CPU's sums, bit for bit. A row never depends on the others. */
+void cu_sample(cu_stream st, const float *logits, int V, const cu_sample_req *req, int n, float *w, int32_t *tok, float *probs);
+
+/* ---- the DSpark drafter's heads (core/dspark.c dsv4_dspark_markov, dsv4_dspark_confidence) ------------------------ */
+
+/* Draft row j: cat[0..d) = y (the row's hc_head output), cat[d..d+rank) = e = bf16_if(markov_w1[ids[j]]) (the
+ * previous draft token's Markov embedding; ids lives on the device, so the previous draw needs no host trip).
+ * Elementwise: exact. */
+void cu_dspark_markov_in(cu_stream st, int official, const dsv4_weight *w1, const int32_t *ids, int j, const float *y, int d,
+                         int rank, float *cat);
+/* row[v] += add[v] for v < n (one rounding each: the CPU's U_row[v] += scratch[v]). */
+void cu_add_row(cu_stream st, float *row, const float *add, int n);
+
 #ifdef __cplusplus
 }
 #endif

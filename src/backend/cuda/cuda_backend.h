@@ -35,6 +35,11 @@ int  cuda_mtp_forward(struct dsv4_model *m, dsv4_seq *state, const float *X, con
 int  cuda_dspark_commit(struct dsv4_model *m, float *ring, int64_t pos, const float *features, int n, dsv4_error *err);
 int  cuda_dspark_block(struct dsv4_model *m, const float *ring, int64_t pos, const int32_t *ids, int gamma, float *y, float *U,
                        dsv4_error *err);
+/* A whole draft on the GPU (core/dspark.h dsv4_dspark_draft): the block for ids, then the Markov correction, the
+ * draw (draw numbers draw0 ..) and the confidence logit of rows 0 .. k-1 in turn; draft [k] and conf [k] come back,
+ * and probs [k][vocab] (the drafting distributions) and U [k][vocab] (the corrected rows) when not NULL. */
+int  cuda_dspark_draft(struct dsv4_model *m, const float *ring, int64_t pos, const int32_t *ids, int gamma, int k,
+                       const dsv4_sampling *sp, uint64_t draw0, int32_t *draft, float *conf, float *probs, float *U, dsv4_error *err);
 
 /* Per-stage timing of the CUDA step (dsv4 bench --profile): with it on, every stage boundary waits for the GPU
  * and adds the host time since the last boundary to its stage; off costs nothing. Print the totals with

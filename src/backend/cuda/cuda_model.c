@@ -196,6 +196,9 @@ static void up_model(uploader *u, const struct dsv4_model *m) {
         cm->dspark.main_norm = up_vec(u, h->main_norm, c->dim);
         cm->dspark.norm = up_vec(u, h->norm, c->dim);
         cm->dspark.hc_head = up_hc(u, &h->hc_head, c->hc_mult, 1);
+        cm->dspark.markov_w1 = up_weight(u, &h->markov_w1);
+        cm->dspark.markov_w2 = up_weight(u, &h->markov_w2);
+        cm->dspark.confidence = up_weight(u, &h->confidence);
     }
 }
 

@@ -54,6 +54,13 @@ typedef struct {
     float *mtp_h, *mtp_out;    /* [T_cap][hc][dim]: the MTP head's stream inputs and h_proj outputs */
     float *head_x, *logits;    /* [CU_HEAD_ROWS][dim], [CU_HEAD_ROWS][vocab] */
     int32_t *head_rows;        /* [T_cap] */
+    float *sample_w;           /* [CU_HEAD_ROWS][vocab]: cu_sample's scratch */
+    cu_sample_req *sample_req; /* [items_cap] */
+    int32_t *sample_tok;       /* [items_cap] */
+    int32_t *dsp_ids;          /* DSpark draft: [CU_HEAD_ROWS + 1] anchor then the drafts */
+    cu_sample_req *dsp_req;    /* [CU_HEAD_ROWS] */
+    float *dsp_cat, *dsp_z;    /* [CU_HEAD_ROWS][dim + rank] = [y ; e], [CU_HEAD_ROWS] confidence logits */
+    float *dsp_probs;          /* [CU_HEAD_ROWS][vocab] drafting distributions */
     float *idx_scores;
     /* per-step metadata */
     int32_t *tok, *item_of;
@@ -85,11 +92,11 @@ typedef struct {
     cu_hc hc_head;
 } cu_mtp;
 
-/* The DSpark drafter's weights (stages NULL when the checkpoint has none); the Markov and confidence heads stay
- * with the CPU (a few rows per draft). */
+/* The DSpark drafter's weights (stages NULL when the checkpoint has none), its Markov and confidence heads included. */
 typedef struct {
     int n_stages;
     cu_layer *stages;
+    dsv4_weight markov_w1, markov_w2, confidence;
     dsv4_weight main_proj;
     float *main_norm, *norm;
     cu_hc hc_head;

@@ -83,6 +83,11 @@ static void lay_out(ws_alloc *a, const dsv4_config *c, int T, int items, int64_t
     TAKE(feat, T * (c->n_dspark_targets > 0 ? c->n_dspark_targets : 1) * d);
     TAKE(mtp_h, T * hc * d); TAKE(mtp_out, T * hc * d);
     TAKE(head_x, CU_HEAD_ROWS * d); TAKE(logits, (int64_t)CU_HEAD_ROWS * c->vocab_size); TAKE(head_rows, T);
+    TAKE(sample_w, (int64_t)CU_HEAD_ROWS * c->vocab_size); TAKE(sample_req, items); TAKE(sample_tok, items);
+    const int dsp = c->n_dspark_targets > 0 && c->dspark_markov_rank > 0;   /* the DSpark drafter's heads */
+    TAKE(dsp_ids, CU_HEAD_ROWS + 1); TAKE(dsp_req, CU_HEAD_ROWS); TAKE(dsp_z, CU_HEAD_ROWS);
+    TAKE(dsp_cat, dsp ? (int64_t)CU_HEAD_ROWS * (d + c->dspark_markov_rank) : 1);
+    TAKE(dsp_probs, dsp ? (int64_t)CU_HEAD_ROWS * c->vocab_size : 1);
     TAKE(idx_scores, (int64_t)(T < CU_INDEX_CHUNK ? T : CU_INDEX_CHUNK) * (idx_rows > 0 ? idx_rows : 1));
     TAKE(tok, T); TAKE(item_of, T); TAKE(pos, T); TAKE(items, items); TAKE(sl, (int64_t)c->n_layers * items);
 }
@@ -385,45 +390,79 @@ done:
     return rc;
 }
 
-/* Logits for every row that wants them, CU_HEAD_ROWS rows per pass of the head (spec §12). */
+/* Logits for every row that wants them, CU_HEAD_ROWS rows per pass of the head (spec §12), and the tokens of the
+ * items that sample (their last row, drawn by cu_sample: only the ids come back, and the rows that were asked
+ * for). */
 static int head(step_ctx *s, dsv4_step_item *items, const cu_hc *hc_head, const float *norm, dsv4_error *err) {
     struct dsv4_model *m = s->m;
     const dsv4_config *c = &m->cfg;
     cu_workspace *ws = s->ws;
     const int V = c->vocab_size;
-    int R = 0;
-    for (int i = 0; i < s->n_items; i++)
-        R += items[i].want == DSV4_LOGITS_ALL ? items[i].n_tokens : items[i].want == DSV4_LOGITS_LAST ? 1 : 0;
-    if (!R) return 0;
-    int32_t *rows = malloc(sizeof(int32_t) * (size_t)R);
-    float **dst = malloc(sizeof(float *) * (size_t)R);
-    int rc = 0;
-    if (!rows || !dst) { rc = dsv4_fail(err, DSV4_E_NOMEM, "out of memory"); goto done; }
-    for (int i = 0, r = 0, f = 0; i < s->n_items; f += items[i].n_tokens, i++) {
+    int R = 0, Q = 0;
+    for (int i = 0; i < s->n_items; i++) {
         const dsv4_step_item *it = &items[i];
-        const int k0 = it->want == DSV4_LOGITS_ALL ? 0 : it->want == DSV4_LOGITS_LAST ? it->n_tokens - 1 : it->n_tokens;
+        R += it->want == DSV4_LOGITS_ALL ? it->n_tokens : it->want == DSV4_LOGITS_LAST || it->sample ? 1 : 0;
+        Q += it->sample != NULL;
+    }
+    if (!R) return 0;
+    int32_t *rows = malloc(sizeof(int32_t) * (size_t)R), *tok = malloc(sizeof(int32_t) * (size_t)(Q ? Q : 1));
+    float **dst = malloc(sizeof(float *) * (size_t)R);
+    int *req_of = malloc(sizeof(int) * (size_t)R);           /* the request drawn from row r, or -1 */
+    int *item_of_req = malloc(sizeof(int) * (size_t)(Q ? Q : 1));
+    cu_sample_req *req = malloc(sizeof(cu_sample_req) * (size_t)(Q ? Q : 1));
+    int rc = 0;
+    if (!rows || !tok || !dst || !req_of || !item_of_req || !req) { rc = dsv4_fail(err, DSV4_E_NOMEM, "out of memory"); goto done; }
+    for (int i = 0, r = 0, f = 0, q = 0; i < s->n_items; f += items[i].n_tokens, i++) {
+        const dsv4_step_item *it = &items[i];
+        const int k0 = it->want == DSV4_LOGITS_ALL ? 0 : it->want == DSV4_LOGITS_LAST || it->sample ? it->n_tokens - 1 : it->n_tokens;
         for (int k = k0; k < it->n_tokens; k++, r++) {
             rows[r] = f + k;
-            dst[r] = it->logits + (int64_t)(it->want == DSV4_LOGITS_ALL ? k : 0) * V;
+            dst[r] = it->want == DSV4_LOGITS_NONE ? NULL : it->logits + (int64_t)(it->want == DSV4_LOGITS_ALL ? k : 0) * V;
+            req_of[r] = -1;
+            if (it->sample && k == it->n_tokens - 1) {
+                const dsv4_sampling *p = it->sample;
+                req[q] = (cu_sample_req){ r % CU_HEAD_ROWS, p->top_k, p->n_allowed, p->temperature, p->top_p, p->min_p, p->seed, it->draw };
+                item_of_req[q] = i;
+                req_of[r] = q++;
+            }
         }
     }
-    if (cu_upload(ws->head_rows, rows, sizeof(int32_t) * (size_t)R)) { rc = dsv4_fail(err, DSV4_E_STATE, "cuda: upload failed"); goto done; }
+    if (cu_upload(ws->head_rows, rows, sizeof(int32_t) * (size_t)R) || cu_upload(ws->sample_req, req, sizeof(cu_sample_req) * (size_t)Q)) {
+        rc = dsv4_fail(err, DSV4_E_STATE, "cuda: upload failed");
+        goto done;
+    }
     for (int r0 = 0; r0 < R && !rc; r0 += CU_HEAD_ROWS) {
         const int n = R - r0 < CU_HEAD_ROWS ? R - r0 : CU_HEAD_ROWS;
         cu_hc_head(s->st, s->official, ws->X, ws->head_rows + r0, n, hc_head->fn.data, hc_head->base, hc_head->scale, c->hc_mult,
                    c->dim, c->hc_eps, c->norm_eps, ws->head_x);
         cu_rmsnorm(s->st, s->official, ws->head_x, c->dim, norm, c->dim, c->norm_eps, ws->head_x, c->dim, n);
         cu_linear(s->st, &s->cm->head, ws->head_x, n, c->dim, ws->logits, V);
+        /* the pass's requests are consecutive (rows and requests go in item order) */
+        int q0 = -1, q1 = -1;
+        for (int k = 0; k < n; k++)
+            if (req_of[r0 + k] >= 0) {
+                if (q0 < 0) q0 = req_of[r0 + k];
+                q1 = req_of[r0 + k] + 1;
+            }
+        if (q0 >= 0) cu_sample(s->st, ws->logits, V, ws->sample_req + q0, q1 - q0, ws->sample_w, ws->sample_tok + q0, NULL);
         if ((rc = cu_finish(s->st, "the LM head", err))) break;
         for (int k = 0; k < n; k++)
-            if (cu_download(dst[r0 + k], ws->logits + (int64_t)k * V, sizeof(float) * (size_t)V)) {
+            if (dst[r0 + k] && cu_download(dst[r0 + k], ws->logits + (int64_t)k * V, sizeof(float) * (size_t)V)) {
                 rc = dsv4_fail(err, DSV4_E_STATE, "cuda: copying logits back failed");
                 break;
             }
     }
+    if (!rc && Q) {
+        if (cu_download(tok, ws->sample_tok, sizeof(int32_t) * (size_t)Q)) rc = dsv4_fail(err, DSV4_E_STATE, "cuda: copying sampled tokens back failed");
+        for (int q = 0; !rc && q < Q; q++) *items[item_of_req[q]].token = tok[q];
+    }
 done:
     free(rows);
+    free(tok);
     free(dst);
+    free(req_of);
+    free(item_of_req);
+    free(req);
     return rc;
 }
 
@@ -626,41 +665,91 @@ int cuda_dspark_commit(struct dsv4_model *m, float *ring, int64_t pos, const flo
     return cu_finish(s.st, "the DSpark context", err);
 }
 
+/* The drafting block for ids [gamma] at pos: every stage, then the last stage's hc_head into ws->head_x (= y). */
+static int dspark_stages(struct dsv4_model *m, const float *ring, int64_t pos, const int32_t *ids, int gamma, step_ctx *s,
+                         dsv4_error *err) {
+    struct cuda_model *cm = m->cuda;
+    const dsv4_config *c = &m->cfg;
+    const int d = c->dim, D = c->head_dim, W = c->window;
+    if (gamma > CU_HEAD_ROWS) return dsv4_fail(err, DSV4_E_UNSUPPORTED, "cuda: DSpark blocks of more than %d drafts", CU_HEAD_ROWS);
+    int rc = positions_begin(m, ids, gamma, pos, s, err);
+    if (rc) return rc;
+    cu_workspace *ws = s->ws;
+    cu_embed(s->st, &cm->embed, ws->tok, gamma, c->hc_mult, d, ws->X);
+    for (int st = 0; st < cm->dspark.n_stages; st++) {
+        const cu_layer *ly = &cm->dspark.stages[st];
+        step_hc_pre(s, &ly->hc_attn, ly->attn_norm);
+        attn_project(s, ly);
+        cu_dspark_attention(s->st, s->official, ws->q, ws->kv, ring + (int64_t)st * W * D, pos, gamma, W, ly->attn_sink, cm->rope_window,
+                            c->n_heads, D, c->rope_dim, ws->o);
+        attn_output(s, ly);
+        cu_hc_post(s->st, s->official, ws->sub, ws->mix, ws->X, gamma, c->hc_mult, d);
+        step_hc_pre(s, &ly->hc_ffn, ly->ffn_norm);
+        step_moe(s, ly, -1);   /* DSpark stages keep all their experts on rank 0 */
+        cu_hc_post(s->st, s->official, ws->sub, ws->mix, ws->X, gamma, c->hc_mult, d);
+    }
+    int32_t rows[CU_HEAD_ROWS];
+    for (int j = 0; j < gamma; j++) rows[j] = j;
+    if (cu_upload(ws->head_rows, rows, sizeof(int32_t) * (size_t)gamma)) return dsv4_fail(err, DSV4_E_STATE, "DSpark: upload failed");
+    cu_hc_head(s->st, s->official, ws->X, ws->head_rows, gamma, cm->dspark.hc_head.fn.data, cm->dspark.hc_head.base,
+               cm->dspark.hc_head.scale, c->hc_mult, d, c->hc_eps, c->norm_eps, ws->head_x);
+    return 0;
+}
+
 int cuda_dspark_block(struct dsv4_model *m, const float *ring, int64_t pos, const int32_t *ids, int gamma, float *y, float *U,
                       dsv4_error *err) {
     struct cuda_model *cm = m->cuda;
     const dsv4_config *c = &m->cfg;
-    const int d = c->dim, D = c->head_dim, W = c->window, V = c->vocab_size;
-    if (gamma > CU_HEAD_ROWS) return dsv4_fail(err, DSV4_E_UNSUPPORTED, "cuda: DSpark blocks of more than %d drafts", CU_HEAD_ROWS);
+    const int d = c->dim, V = c->vocab_size;
     step_ctx s;
-    int rc = positions_begin(m, ids, gamma, pos, &s, err);
+    int rc = dspark_stages(m, ring, pos, ids, gamma, &s, err);
     if (rc) return rc;
     cu_workspace *ws = s.ws;
-    cu_embed(s.st, &cm->embed, ws->tok, gamma, c->hc_mult, d, ws->X);
-    for (int st = 0; st < cm->dspark.n_stages; st++) {
-        const cu_layer *ly = &cm->dspark.stages[st];
-        step_hc_pre(&s, &ly->hc_attn, ly->attn_norm);
-        attn_project(&s, ly);
-        cu_dspark_attention(s.st, s.official, ws->q, ws->kv, ring + (int64_t)st * W * D, pos, gamma, W, ly->attn_sink, cm->rope_window,
-                            c->n_heads, D, c->rope_dim, ws->o);
-        attn_output(&s, ly);
-        cu_hc_post(s.st, s.official, ws->sub, ws->mix, ws->X, gamma, c->hc_mult, d);
-        step_hc_pre(&s, &ly->hc_ffn, ly->ffn_norm);
-        step_moe(&s, ly, -1);   /* DSpark stages keep all their experts on rank 0 */
-        cu_hc_post(s.st, s.official, ws->sub, ws->mix, ws->X, gamma, c->hc_mult, d);
-    }
     /* y = the last stage's hc_head (before the norm); U = head . rmsnorm(y, norm) */
-    int32_t rows[CU_HEAD_ROWS];
-    for (int j = 0; j < gamma; j++) rows[j] = j;
-    if (cu_upload(ws->head_rows, rows, sizeof(int32_t) * (size_t)gamma)) return dsv4_fail(err, DSV4_E_STATE, "DSpark: upload failed");
-    cu_hc_head(s.st, s.official, ws->X, ws->head_rows, gamma, cm->dspark.hc_head.fn.data, cm->dspark.hc_head.base,
-               cm->dspark.hc_head.scale, c->hc_mult, d, c->hc_eps, c->norm_eps, ws->head_x);
     if ((rc = cu_finish(s.st, "the DSpark block", err))) return rc;
     if (cu_download(y, ws->head_x, sizeof(float) * (size_t)gamma * d)) return dsv4_fail(err, DSV4_E_STATE, "DSpark: download failed");
     cu_rmsnorm(s.st, s.official, ws->head_x, d, cm->dspark.norm, d, c->norm_eps, ws->head_x, d, gamma);
     cu_linear(s.st, &cm->head, ws->head_x, gamma, d, ws->logits, V);
     if ((rc = cu_finish(s.st, "the DSpark head", err))) return rc;
     if (cu_download(U, ws->logits, sizeof(float) * (size_t)gamma * V)) return dsv4_fail(err, DSV4_E_STATE, "DSpark: download failed");
+    return 0;
+}
+
+/* A whole draft on the GPU (core/dspark.c dsv4_dspark_draft, the same order of operations): the block, U = head .
+ * rmsnorm(y), then for j = 0 .. k-1 in turn: e = bf16(markov_w1[previous token]) (the previous draw read on the
+ * device), U_j += markov_w2 . e, draft j = cu_sample(U_j) with draw number draw0 + j (and its distribution when
+ * probs), z_j = confidence . [y_j ; e]. Only the ids, the confidence logits and what was asked for come back. */
+int cuda_dspark_draft(struct dsv4_model *m, const float *ring, int64_t pos, const int32_t *ids, int gamma, int k,
+                      const dsv4_sampling *sp, uint64_t draw0, int32_t *draft, float *conf, float *probs, float *U, dsv4_error *err) {
+    struct cuda_model *cm = m->cuda;
+    const dsv4_config *c = &m->cfg;
+    const int d = c->dim, V = c->vocab_size, rank = c->dspark_markov_rank, dr = d + rank;
+    if (k < 1 || k > gamma) return dsv4_fail(err, DSV4_E_ARG, "DSpark: %d drafts from a block of %d", k, gamma);
+    step_ctx s;
+    int rc = dspark_stages(m, ring, pos, ids, gamma, &s, err);
+    if (rc) return rc;
+    cu_workspace *ws = s.ws;
+    cu_rmsnorm(s.st, s.official, ws->head_x, d, cm->dspark.norm, d, c->norm_eps, ws->xn, d, gamma);   /* y stays in head_x */
+    cu_linear(s.st, &cm->head, ws->xn, gamma, d, ws->logits, V);
+    cu_sample_req req[CU_HEAD_ROWS];
+    for (int j = 0; j < k; j++)
+        req[j] = (cu_sample_req){ 0, sp->top_k, sp->n_allowed, sp->temperature, sp->top_p, sp->min_p, sp->seed, draw0 + (uint64_t)j };
+    if (cu_upload(ws->dsp_req, req, sizeof(cu_sample_req) * (size_t)k) || cu_upload(ws->dsp_ids, ids, sizeof(int32_t)))
+        return dsv4_fail(err, DSV4_E_STATE, "DSpark: upload failed");
+    float *markov = ws->sample_w + V;   /* row 1 of the sampler's scratch: each draw below uses row 0 */
+    for (int j = 0; j < k; j++) {
+        float *Uj = ws->logits + (int64_t)j * V;
+        cu_dspark_markov_in(s.st, s.official, &cm->dspark.markov_w1, ws->dsp_ids, j, ws->head_x, d, rank, ws->dsp_cat);
+        cu_linear(s.st, &cm->dspark.markov_w2, ws->dsp_cat + (int64_t)j * dr + d, 1, rank, markov, V);
+        cu_add_row(s.st, Uj, markov, V);
+        cu_sample(s.st, Uj, V, ws->dsp_req + j, 1, ws->sample_w, ws->dsp_ids + j + 1, probs ? ws->dsp_probs + (int64_t)j * V : NULL);
+        cu_linear(s.st, &cm->dspark.confidence, ws->dsp_cat + (int64_t)j * dr, 1, dr, ws->dsp_z + j, 1);
+    }
+    if ((rc = cu_finish(s.st, "the DSpark heads", err))) return rc;
+    if (cu_download(draft, ws->dsp_ids + 1, sizeof(int32_t) * (size_t)k) || (conf && cu_download(conf, ws->dsp_z, sizeof(float) * (size_t)k)) ||
+        (probs && cu_download(probs, ws->dsp_probs, sizeof(float) * (size_t)k * V)) ||
+        (U && cu_download(U, ws->logits, sizeof(float) * (size_t)k * V)))
+        return dsv4_fail(err, DSV4_E_STATE, "DSpark: download failed");
     return 0;
 }
 #else
