@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Stage the fuzz targets for the lent GPU machine in .fuzz/ (ignored; sent with the device tool's `carry`, next to
+# .gpu/). tools/gpu/fuzz_bg.sh runs them there in the background of a GPU job (tests/fuzz/README.md, "Long runs").
+#
+# One program holds every target (`make fuzz-all`: tests/fuzz/multi/main.c picks one by DSV4_FUZZ_TARGET), a
+# baseline x86-64-v3 clang build with libFuzzer, ASan and UBSan (their runtimes are linked statically by clang),
+# jansson / PCRE2 / xxhash statically (the GPU machine has none of them); it needs only libc, libm, libstdc++
+# and libgcc_s, which every machine there has. Kept with its debug information (stack traces with lines where
+# that machine has addr2line) and gzip-compressed: about 2 MB. The corpora, dictionaries and options travel with
+# the checkout (tests/fuzz/), so a run starts from whatever tests/fuzz/corpus holds then, merged runs included.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+make -j"${JOBS:-2}" fuzz-all >/dev/null
+bin=build-fuzz-all/fuzzers/fuzz_all
+extra=$(ldd "$bin" | awk '/=>/ {print $1}' | grep -v -E '^(libc|libm|libstdc\+\+|libgcc_s)\.so' || true)
+if [ -n "$extra" ]; then echo "fuzz_stage: $bin needs libraries the GPU machine may lack: $extra" >&2; exit 1; fi
+rm -rf .fuzz && mkdir -p .fuzz
+gzip -9 -c "$bin" >.fuzz/fuzz_all.gz
+# what the results are measured against: tools/fuzz_merge.sh warns when it merges a run of another revision
+{
+    echo "revision $(git rev-parse HEAD)$([ -z "$(git status --porcelain -- src include tests/fuzz Makefile)" ] || echo " (with uncommitted changes)")"
+    echo "staged $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+    echo "sha256 $(sha256sum "$bin" | cut -d' ' -f1)"
+} >.fuzz/STAGED
+# the device tool carries at most 64 MiB: the checkout, .gpu/ and .fuzz/ together
+tree_kb=$(git ls-files -z --cached --others --exclude-standard | du -ck --files0-from=- 2>/dev/null | tail -1 | cut -f1)
+fuzz_kb=$(du -sk .fuzz | cut -f1)
+gpu_kb=$( [ -d .gpu ] && du -sk .gpu | cut -f1 || echo 0)
+total_kb=$((tree_kb + fuzz_kb + gpu_kb))
+echo "fuzz_stage: .fuzz ${fuzz_kb} KB; with the checkout (${tree_kb} KB) and .gpu (${gpu_kb} KB): $((total_kb / 1024)) MiB of 64"
+if [ "$total_kb" -gt $((62 * 1024)) ]; then echo "fuzz_stage: too close to the 64 MiB carry limit" >&2; exit 1; fi
