@@ -107,7 +107,8 @@ for tgz in "$@"; do
     done <"$R/stats.tsv"
     # HOURS.md: the run's rows at the end, then the totals again
     if [ ! -f "$HOURS" ]; then echo "fuzz_merge: $HOURS is missing" >&2; exit 1; fi
-    printf '%s\n' "${rows[@]}" >>"$HOURS"
+    if grep -qF "| $run_at | $host" "$HOURS"; then echo "   (this run is already in $HOURS: rows not added again)"
+    else printf '%s\n' "${rows[@]}" >>"$HOURS"; fi
 done
 
 # Totals from every run row: per target the CPU hours, execs, the most edges, the findings, and the CPU hours
