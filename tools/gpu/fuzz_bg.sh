@@ -105,7 +105,7 @@ minimise() {
     local work="$W/corpus/$name" min="$W/min/$name" dst="$W/pack/fuzz/corpus/$name"
     [ -n "$(ls -A "$work" 2>/dev/null)" ] || return 0
     mkdir -p "$min" "$dst"
-    for d in "tests/fuzz/corpus/$name" "tests/fuzz/regressions/$name"; do [ -d "$d" ] && cp "$d"/* "$min"/ 2>/dev/null; done
+    for d in "tests/fuzz/corpus/$name" "tests/fuzz/regressions/$name"; do [ -d "$d" ] && find "$d" -type f -exec cp {} "$min"/ \;; done
     ls "$min" >"$W/min/$name.seeds"
     if timeout "$secs" env DSV4_FUZZ_TARGET="$name" "$BIN" -merge=1 -timeout=30 -rss_limit_mb=2048 \
             -malloc_limit_mb=2048 "$min" "$work" >"$W/logs/merge-$name.log" 2>&1; then
@@ -145,7 +145,9 @@ supervise() {
     else echo "taskset unavailable: processes not pinned (nice ${FUZZ_NICE:-19} only)" >>"$W/notes"; cpus="any"; fi
     local procs=$((cores / ${#TARGETS[@]})); [ $procs -lt 1 ] && procs=1
     # targets write their inputs to files: in memory where /dev/shm is writable
-    if [ -d /dev/shm ] && [ -w /dev/shm ]; then export TMPDIR=/dev/shm; else mkdir -p "$W/tmp"; export TMPDIR="$W/tmp"; fi
+    if [ -d /dev/shm ] && [ -w /dev/shm ] && [ "$(df -Pk /dev/shm | awk 'NR == 2 {print $4}')" -gt 262144 ]; then
+        export TMPDIR=/dev/shm
+    else mkdir -p "$W/tmp"; export TMPDIR="$W/tmp"; fi
     # preflight: one target over its seeds; a sandbox that stops LeakSanitizer (it needs ptrace) gets leaks off
     DSV4_FUZZ_TARGET=config "$BIN" -runs=0 tests/fuzz/corpus/config >"$W/logs/preflight.log" 2>&1
     local rc=$?
@@ -189,7 +191,7 @@ finish() {
     local t_start=$1 reason=$2 P="$W/pack/fuzz"
     mkdir -p "$P/logs" "$P/artifacts" "$OUT"
     {
-        echo "fuzz run $(date -u -d "@$t_start" +%Y-%m-%dT%H:%M:%SZ) on $(hostname), $(nproc) cpus: $reason after $(( $(now) - t_start )) s"
+        echo "fuzz run $(date -u -d "@$t_start" +%Y-%m-%dT%H:%M:%SZ) on $(uname -n), $(nproc) cpus: $reason after $(( $(now) - t_start )) s"
         [ -f "$P/STAGED" ] && sed 's/^/  /' "$P/STAGED"
         sed 's/^/  /' "$W/notes"
         if [ -f "$P/stats.tsv" ]; then
@@ -230,7 +232,7 @@ start|run)
     rm -rf "$W"; mkdir -p "$W"
     supervise "$secs" "$cores" >"$W/supervisor.log" 2>&1 &
     echo $! >"$W/supervisor.pid"
-    say "started: $(ls tests/fuzz/fuzz_*.c | wc -l) targets known, $cores cores, $secs s, results in $OUT/fuzz.tgz"
+    say "started (supervisor $(cat "$W/supervisor.pid")): $secs s on $cores cores; \`$0 stop\` ends it and prints the table; results in $OUT/fuzz.tgz"
     [ "$cmd" = start ] && exit 0
     wait
     cat "$W/pack/fuzz/summary.txt"
