@@ -31,8 +31,8 @@ select_inputs() {
     local name=$1 cand=$2 dst=$3 bin=$4
     local times="$tmp/$name.times"
     if ! (cd "$cand" && ls -A | xargs -r "$OLDPWD/$bin" -timeout=30 -rss_limit_mb=2048 -malloc_limit_mb=2048) >"$times.log" 2>&1; then
-        echo "  $name: a returned input FAILS here (a finding): see $times.log" >&2
-        cp "$times.log" "$B/findings/$run_id/$name.replay.log" 2>/dev/null || true
+        mkdir -p "$B/findings/$run_id"; cp "$times.log" "$B/findings/$run_id/$name.replay.log"
+        echo "  $name: a returned input FAILS here (a finding): see $B/findings/$run_id/$name.replay.log" >&2
         return 1
     fi
     grep -aoE '^Executed [^ ]+ in [0-9]+ ms' "$times.log" | awk '{print $2, $4}' >"$times"
@@ -76,15 +76,15 @@ for tgz in "$@"; do
         findings=${findings% }; [ -n "$findings" ] || findings=none
         if [ "$findings" != none ]; then
             mkdir -p "$B/findings/$run_id/$name"
-            cp "$R/artifacts/$name"/* "$B/findings/$run_id/$name/" 2>/dev/null || true
-            echo "   FINDING $name ($findings): inputs in $B/findings/$run_id/$name/, logs in the run's logs/$name.*.log;"
+            cp "$R/artifacts/$name"/* "$R/logs/$name".*.log "$B/findings/$run_id/$name/" 2>/dev/null || true
+            echo "   FINDING $name ($findings): inputs and logs in $B/findings/$run_id/$name/;"
             echo "     reproduce: $bin $B/findings/$run_id/$name/<file>"
         fi
         # corpus
         dir="tests/fuzz/corpus/$name"; msg="no new inputs"
         if [ -n "$(ls -A "$R/corpus/$name" 2>/dev/null)" ]; then
             m="$tmp/m/$name"; cand="$tmp/cand/$name"; keep="$tmp/keep/$name"
-            rm -rf "$m" "$cand" "$keep"; mkdir -p "$m" "$cand" "$keep" "$B/findings/$run_id"
+            rm -rf "$m" "$cand" "$keep"; mkdir -p "$m" "$cand" "$keep"
             find "$dir" -maxdepth 1 -type f -exec cp {} "$m"/ \;
             [ -d "tests/fuzz/regressions/$name" ] && cp "tests/fuzz/regressions/$name"/* "$m"/
             ls -A "$m" >"$tmp/seeds"

@@ -3,6 +3,7 @@
 #
 #   tools/gpu/fuzz_bg.sh start SECONDS [CORES]   start, return at once; fuzzing ends by itself after SECONDS
 #   tools/gpu/fuzz_bg.sh stop                    end it now if still running, wait for the results, print the table
+#   tools/gpu/fuzz_bg.sh wait                    let it run its SECONDS, then print the table
 #   tools/gpu/fuzz_bg.sh run SECONDS [CORES]     start and wait (in the foreground: locally, or a fuzz-only call)
 #
 # From the repository root, .fuzz/ carried (tools/gpu/fuzz_stage.sh). Every target runs at once, so each gets
@@ -22,13 +23,13 @@
 #
 # Environment: OUT (/tmp/gpu-out), FUZZ_TARGETS=a,b (only these), FUZZ_SKIP=a,b, FUZZ_WORK (/tmp/dsv4-fuzz),
 # FUZZ_BIN (a fuzz_all to use instead of .fuzz/fuzz_all.gz), FUZZ_RESTARTS (3), FUZZ_MERGE_SECONDS (40),
-# FUZZ_NICE (19).
+# FUZZ_NICE (19), FUZZ_TIMEOUT (30: seconds a unit may take before it is a finding).
 set -u
 cd "$(dirname "$0")/../.."
 ROOT=$PWD
 W=${FUZZ_WORK:-/tmp/dsv4-fuzz}
 OUT=${OUT:-/tmp/gpu-out}
-GRACE=35          # a unit may run up to -timeout (30 s) past the deadline before libFuzzer looks at the clock
+GRACE=$(( ${FUZZ_TIMEOUT:-30} + 5 ))   # a unit may run up to -timeout past the deadline before libFuzzer looks at the clock
 
 now() { date +%s; }
 say() { echo "fuzz_bg: $*"; }
@@ -39,7 +40,7 @@ say() { echo "fuzz_bg: $*"; }
 run_process() {
     local name=$1 p=$2 end=$3
     local log="$W/logs/$name.$p.log" attempt=0 t0 rc left
-    local args=(-timeout=30 -rss_limit_mb=2048 -malloc_limit_mb=2048 -print_final_stats=1 -reload=1
+    local args=(-timeout="${FUZZ_TIMEOUT:-30}" -rss_limit_mb=2048 -malloc_limit_mb=2048 -print_final_stats=1 -reload=1
                 -artifact_prefix="$W/artifacts/$name/")
     [ -f "tests/fuzz/dict/$name.dict" ] && args+=(-dict="$ROOT/tests/fuzz/dict/$name.dict")
     if [ -f "tests/fuzz/options/$name" ]; then local extra; read -r -a extra <"tests/fuzz/options/$name"; args+=("${extra[@]}"); fi
@@ -120,6 +121,7 @@ supervise() {
     local secs=$1 cores=$2
     local t_start; t_start=$(now)
     local end=$((t_start + secs))
+    echo "$end" >"$W/end"
     mkdir -p "$W/logs" "$W/artifacts" "$W/corpus" "$W/pids" "$W/cpu" "$W/min" "$W/pack/fuzz"
     : >"$W/notes"
     # the program: carried compressed, or given (a local build)
@@ -197,10 +199,10 @@ finish() {
         if [ -f "$P/stats.tsv" ]; then
             awk -F'\t' 'NR == 1 { printf "%-15s %5s %6s %6s %11s %7s %6s %6s %5s %5s  %s\n", "target", "procs", "wall_s", "cpu_s", "execs", "exec/s", "edges", "ft", "new", "kept", "findings"; next }
                  { f = ""; if ($11) f = f $11 " crash "; if ($12) f = f $12 " leak "; if ($13) f = f $13 " timeout "; if ($14) f = f $14 " oom ";
-                   if (f == "") f = "none"; if ($15) f = f " (" $15 " slow units)"
+                   sub(/ $/, "", f); if (f == "") f = "none"; if ($15) f = f " (" $15 " slow units)"
                    printf "%-15s %5d %6d %6d %11d %7d %6d %6d %5d %5d  %s\n", $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, f
                    tc += $4; te += $5; if ($11 + $12 + $13 + $14) bad = bad " " $1 }
-                 END { printf "total: %d cpu-seconds, %d execs; findings: %s\n", tc, te, bad == "" ? "none" : bad }' "$P/stats.tsv"
+                 END { printf "total: %d cpu-seconds, %d execs; findings in:%s\n", tc, te, bad == "" ? " none" : bad }' "$P/stats.tsv"
         fi
     } >"$P/summary.txt"
     # logs: whole when small; else the start and the end (a finding's report is at the end of its attempt)
@@ -237,10 +239,11 @@ start|run)
     wait
     cat "$W/pack/fuzz/summary.txt"
     ;;
-stop)
+stop|wait)
     [ -d "$W" ] || { say "no run under $W"; exit 1; }
-    touch "$W/stop"
     limit=$(( $(now) + GRACE + 15 + ${FUZZ_MERGE_SECONDS:-40} + 30 ))
+    if [ "$cmd" = stop ]; then touch "$W/stop"
+    else limit=$(( limit + $(cat "$W/end" 2>/dev/null || now) - $(now) )); fi
     while [ ! -e "$W/done" ] && [ "$(now)" -lt $limit ]; do sleep 1; done
     if [ -e "$W/done" ]; then cat "$W/pack/fuzz/summary.txt"
     else say "the run did not finish packing in time; supervisor log:"; tail -20 "$W/supervisor.log"; exit 1; fi
