@@ -22,7 +22,7 @@
 # target's processes), the measure that tests/fuzz/HOURS.md adds up.
 #
 # Environment: OUT (/tmp/gpu-out), FUZZ_TARGETS=a,b (only these), FUZZ_SKIP=a,b, FUZZ_WORK (/tmp/dsv4-fuzz),
-# FUZZ_BIN (a fuzz_all to use instead of .fuzz/fuzz_all.gz), FUZZ_RESTARTS (3), FUZZ_MERGE_SECONDS (40),
+# FUZZ_BIN (a fuzz_all to use instead of .fuzz/fuzz_all.xz), FUZZ_RESTARTS (3), FUZZ_MERGE_SECONDS (40),
 # FUZZ_NICE (19), FUZZ_TIMEOUT (30: seconds a unit may take before it is a finding).
 set -u
 cd "$(dirname "$0")/../.."
@@ -49,7 +49,7 @@ run_process() {
     t0=$(now)
     while :; do
         left=$((end - $(now)))
-        [ $left -ge 10 ] && [ ! -e "$W/stop" ] || break
+        [ $left -ge 5 ] && [ ! -e "$W/stop" ] || break
         attempt=$((attempt + 1))
         echo "=== fuzz_bg attempt $attempt: ${left}s" >>"$log"
         "${PREFIX[@]}" env DSV4_FUZZ_TARGET="$name" "$BIN" "${args[@]}" -max_total_time="$left" "${dirs[@]}" >>"$log" 2>&1 &
@@ -126,7 +126,12 @@ supervise() {
     : >"$W/notes"
     # the program: carried compressed, or given (a local build)
     if [ -n "${FUZZ_BIN:-}" ]; then BIN=$FUZZ_BIN
-    else BIN="$W/fuzz_all"; gzip -dc .fuzz/fuzz_all.gz >"$BIN" && chmod +x "$BIN" || { echo "no .fuzz/fuzz_all.gz" >>"$W/notes"; finish "$t_start" setup-failed; return; }
+    else
+        # xz where it is installed, else Python's lzma (python3 is on every GPU machine)
+        BIN="$W/fuzz_all"
+        { xz -dc .fuzz/fuzz_all.xz 2>/dev/null ||
+          python3 -c 'import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]), sys.stdout.buffer)' .fuzz/fuzz_all.xz; } >"$BIN" &&
+            chmod +x "$BIN" || { echo "cannot unpack .fuzz/fuzz_all.xz (tools/gpu/fuzz_stage.sh)" >>"$W/notes"; finish "$t_start" setup-failed; return; }
     fi
     [ -f .fuzz/STAGED ] && cp .fuzz/STAGED "$W/pack/fuzz/STAGED"
     # targets: every tests/fuzz/fuzz_<name>.c, less FUZZ_SKIP, or FUZZ_TARGETS
