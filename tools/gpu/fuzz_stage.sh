@@ -26,10 +26,11 @@ xz -9 -T1 .fuzz/fuzz_all
     echo "staged $(date -u +%Y-%m-%dT%H:%M:%SZ)"
     echo "sha256 $(sha256sum "$bin" | cut -d' ' -f1)"
 } >.fuzz/STAGED
-# the device tool carries at most 64 MiB: the checkout, .gpu/ and .fuzz/ together
-tree_kb=$(git ls-files -z --cached --others --exclude-standard | du -ck --files0-from=- 2>/dev/null | tail -1 | cut -f1)
-fuzz_kb=$(du -sk .fuzz | cut -f1)
-gpu_kb=$( [ -d .gpu ] && du -sk .gpu | cut -f1 || echo 0)
-total_kb=$((tree_kb + fuzz_kb + gpu_kb))
-echo "fuzz_stage: .fuzz ${fuzz_kb} KB; with the checkout (${tree_kb} KB) and .gpu (${gpu_kb} KB): $((total_kb / 1024)) MiB of 64"
-if [ "$total_kb" -gt $((62 * 1024)) ]; then echo "fuzz_stage: too close to the 64 MiB carry limit" >&2; exit 1; fi
+# the device tool carries at most 64 MiB: the checkout (tracked and untracked files), .gpu/ and .fuzz/ together
+mib() { echo "$(( ($1 + 1048575) / 1048576 ))"; }
+tree_b=$(git ls-files -z --cached --others --exclude-standard | du -cb --files0-from=- 2>/dev/null | tail -1 | cut -f1)
+fuzz_b=$(du -sb .fuzz | cut -f1)
+gpu_b=$( [ -d .gpu ] && du -sb .gpu | cut -f1 || echo 0)
+total_b=$((tree_b + fuzz_b + gpu_b))
+echo "fuzz_stage: .fuzz $(( fuzz_b / 1024 )) KiB; with the checkout ($(mib "$tree_b") MiB) and .gpu ($(mib "$gpu_b") MiB): $(( total_b / 1024 )) KiB of 65536"
+if [ "$total_b" -gt $((63 * 1048576)) ]; then echo "fuzz_stage: within 1 MiB of the 64 MiB carry limit: carry less" >&2; exit 1; fi
