@@ -17,9 +17,9 @@
 # After SECONDS (or `stop`), the new inputs of each target are minimised against the committed corpus
 # (libFuzzer -merge=1, at most FUZZ_MERGE_SECONDS, default 40 s) and everything is packed into ONE file,
 # $OUT/fuzz.tgz (the device tool brings back at most 8 files): summary.txt (the table), stats.tsv (one row a
-# target, read by tools/fuzz_merge.sh), logs/, artifacts/<name>/, corpus/<name>/ (new inputs), STAGED. Plan for
-# SECONDS + 110 s inside the device call's limit (a slow unit, the merge, the packing). Fuzzing counts CPU seconds (user + system time of the
-# target's processes), the measure that tests/fuzz/HOURS.md adds up.
+# target, read by tools/fuzz_merge.sh), logs/, artifacts/<name>/, corpus/<name>/ (new inputs), STAGED. Leave
+# SECONDS + 110 s inside the device call's limit (a slow unit, the merge, the packing). Fuzzing counts CPU
+# seconds (user + system time of the target's processes), the measure that tests/fuzz/HOURS.md adds up.
 #
 # Environment: OUT (/tmp/gpu-out), FUZZ_TARGETS=a,b (only these), FUZZ_SKIP=a,b, FUZZ_WORK (/tmp/dsv4-fuzz),
 # FUZZ_BIN (a fuzz_all to use instead of .fuzz/fuzz_all.xz), FUZZ_RESTARTS (3), FUZZ_MERGE_SECONDS (40),
