@@ -229,32 +229,37 @@ finish() {
 }
 
 # ---- the commands ----------------------------------------------------------------------------------------------
-cmd=${1:-}
-case "$cmd" in
-start|run)
-    secs=${2:?"usage: $0 start|run SECONDS [CORES]"}
-    cores=${3:-$(( $(nproc) > 5 ? $(nproc) - 4 : 1 ))}
-    if [ -f "$W/supervisor.pid" ] && kill -0 "$(cat "$W/supervisor.pid")" 2>/dev/null; then
-        say "a run is already going (supervisor $(cat "$W/supervisor.pid"))"; exit 1
-    fi
-    rm -rf "$W"; mkdir -p "$W"
-    supervise "$secs" "$cores" >"$W/supervisor.log" 2>&1 &
-    echo $! >"$W/supervisor.pid"
-    say "started (supervisor $(cat "$W/supervisor.pid")): $secs s on $cores cores; \`$0 stop\` ends it and prints the table; results in $OUT/fuzz.tgz"
-    [ "$cmd" = start ] && exit 0
-    wait
-    cat "$W/pack/fuzz/summary.txt"
-    ;;
-stop|wait)
-    [ -d "$W" ] || { say "no run under $W"; exit 1; }
-    limit=$(( $(now) + GRACE + 15 + ${FUZZ_MERGE_SECONDS:-40} + 30 ))
-    if [ "$cmd" = stop ]; then touch "$W/stop"
-    else limit=$(( limit + $(cat "$W/end" 2>/dev/null || now) - $(now) )); fi
-    while [ ! -e "$W/done" ] && [ "$(now)" -lt $limit ]; do sleep 1; done
-    if [ -e "$W/done" ]; then cat "$W/pack/fuzz/summary.txt"
-    else say "the run did not finish packing in time; supervisor log:"; tail -20 "$W/supervisor.log"; exit 1; fi
-    ;;
-*)
-    sed -n '2,24p' "$0"; exit 2
-    ;;
-esac
+# (inside a function, so that bash has read the whole file before it runs: editing this file while a run is
+# going does not break that run)
+main() {
+    local cmd=${1:-} secs cores limit
+    case "$cmd" in
+    start|run)
+        secs=${2:?"usage: $0 start|run SECONDS [CORES]"}
+        cores=${3:-$(( $(nproc) > 5 ? $(nproc) - 4 : 1 ))}
+        if [ -f "$W/supervisor.pid" ] && kill -0 "$(cat "$W/supervisor.pid")" 2>/dev/null; then
+            say "a run is already going (supervisor $(cat "$W/supervisor.pid"))"; exit 1
+        fi
+        rm -rf "$W"; mkdir -p "$W"
+        supervise "$secs" "$cores" >"$W/supervisor.log" 2>&1 &
+        echo $! >"$W/supervisor.pid"
+        say "started (supervisor $(cat "$W/supervisor.pid")): $secs s on $cores cores; \`$0 stop\` ends it and prints the table; results in $OUT/fuzz.tgz"
+        [ "$cmd" = start ] && exit 0
+        wait
+        cat "$W/pack/fuzz/summary.txt"
+        ;;
+    stop|wait)
+        [ -d "$W" ] || { say "no run under $W"; exit 1; }
+        limit=$(( $(now) + GRACE + 15 + ${FUZZ_MERGE_SECONDS:-40} + 30 ))
+        if [ "$cmd" = stop ]; then touch "$W/stop"
+        else limit=$(( limit + $(cat "$W/end" 2>/dev/null || now) - $(now) )); fi
+        while [ ! -e "$W/done" ] && [ "$(now)" -lt $limit ]; do sleep 1; done
+        if [ -e "$W/done" ]; then cat "$W/pack/fuzz/summary.txt"
+        else say "the run did not finish packing in time; supervisor log:"; tail -20 "$W/supervisor.log"; exit 1; fi
+        ;;
+    *)
+        sed -n '2,24p' "$0"; exit 2
+        ;;
+    esac
+}
+main "$@"; exit $?
