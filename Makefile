@@ -59,10 +59,11 @@ FUZZ_LIB := $(sort $(wildcard tests/fuzz/lib/*.c))
 FUZZ_LIB_OBJ := $(FUZZ_LIB:%.c=$(BUILD)/%.o)
 REPLAY_BIN := $(FUZZ_SRC:tests/fuzz/%.c=$(BUILD)/fuzz/%)
 FUZZER_BIN := $(FUZZ_SRC:tests/fuzz/%.c=$(BUILD)/fuzzers/%)
+FUZZ_NAMES := $(FUZZ_SRC:tests/fuzz/fuzz_%.c=%)
 FUZZ_SECONDS ?= 60
 .SECONDARY: $(FUZZ_SRC:%.c=$(BUILD)/%.o) $(BUILD)/tests/fuzz/replay/main.o $(BUILD)/tests/fuzz/tools/make_corpus.o
 
-.PHONY: all test test-asan test-gpu clean fuzz fuzzers fuzz-replay fuzz-corpus
+.PHONY: all test test-asan test-gpu clean fuzz fuzzers fuzz-replay fuzz-corpus fuzz-all fuzz-merge FORCE
 all: $(BUILD)/dsv4 $(TEST_BIN) $(GPU_TEST_BIN) $(REPLAY_BIN)
 
 $(BUILD)/%.o: %.c
@@ -103,6 +104,26 @@ $(BUILD)/fuzzers/%: $(BUILD)/tests/fuzz/%.o $(FUZZ_LIB_OBJ) $(BUILD)/libdsv4.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -fsanitize=fuzzer -o $@ $^ $(LDLIBS)
 
+# Every target in one libFuzzer program (tests/fuzz/multi/main.c picks one by DSV4_FUZZ_TARGET or its name), for
+# carrying to another machine (tools/gpu/fuzz_stage.sh): each target compiled again with its entry points renamed,
+# and targets.h listing them, rewritten only when the list changes.
+$(BUILD)/fuzz-multi/targets.h: FORCE
+	@mkdir -p $(dir $@)
+	@printf 'FUZZ_TARGET(%s)\n' $(FUZZ_NAMES) >$@.tmp
+	@cmp -s $@.tmp $@ && rm -f $@.tmp || mv $@.tmp $@
+
+$(BUILD)/fuzz-multi/main.o: tests/fuzz/multi/main.c $(BUILD)/fuzz-multi/targets.h
+	$(CC) $(CFLAGS) -I$(BUILD)/fuzz-multi -MMD -MP -c $< -o $@
+
+$(BUILD)/fuzz-multi/fuzz_%.o: tests/fuzz/fuzz_%.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -DLLVMFuzzerTestOneInput=fuzz_target_$*_run -DLLVMFuzzerInitialize=fuzz_target_$*_init -MMD -MP -c $< -o $@
+
+# --as-needed: the targets do not reach libmicrohttpd, so its TLS library (GnuTLS) need not travel.
+$(BUILD)/fuzzers/fuzz_all: $(BUILD)/fuzz-multi/main.o $(FUZZ_NAMES:%=$(BUILD)/fuzz-multi/fuzz_%.o) $(FUZZ_LIB_OBJ) $(BUILD)/libdsv4.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -fsanitize=fuzzer -Wl,--as-needed -o $@ $^ $(LDLIBS)
+
 # The seed-corpus generator (tests/fuzz/tools/make_corpus.c): states and checkpoint files of the fuzz fixture.
 $(BUILD)/fuzz-tools/make_corpus: $(BUILD)/tests/fuzz/tools/make_corpus.o $(FUZZ_LIB_OBJ) $(BUILD)/libdsv4.a
 	@mkdir -p $(dir $@)
@@ -137,6 +158,17 @@ fuzz:
 	$(MAKE) CC=clang CUDA=0 BUILD=build-fuzz OPT="-O1 -march=native" SAN="$(FUZZ_SAN)" fuzzers
 	FUZZ_SKIP=$(FUZZ_SKIP) tests/fuzz/run.sh build-fuzz $(FUZZ_SECONDS) $(FUZZ_TARGETS)
 
+# fuzz_all for the lent GPU machine: a baseline x86-64-v3 build, jansson / PCRE2 / xxhash linked statically.
+fuzz-all:
+	$(MAKE) CC=clang CUDA=0 BUILD=build-fuzz-all OPT="-O1 -march=x86-64-v3" SAN="$(FUZZ_SAN)" STATIC_DEPS=1 \
+	    build-fuzz-all/fuzzers/fuzz_all
+
+# Merge what a run of tools/gpu/fuzz_bg.sh brought back (FUZZ_RESULTS=fuzz.tgz) into tests/fuzz/corpus/, keeping only
+# inputs that add coverage and staying under the size limits (tools/fuzz_merge.sh); appends the run to HOURS.md.
+fuzz-merge:
+	$(MAKE) CC=clang CUDA=0 BUILD=build-fuzz OPT="-O1 -march=native" SAN="$(FUZZ_SAN)" fuzzers
+	tools/fuzz_merge.sh build-fuzz $(FUZZ_RESULTS)
+
 # Replay every corpus and regression input through every target (also part of `make test`).
 fuzz-replay: all
 	BUILD=$(BUILD) bash tests/cli/fuzz_replay.sh
@@ -146,8 +178,8 @@ fuzz-corpus: $(BUILD)/fuzz-tools/make_corpus
 	$(BUILD)/fuzz-tools/make_corpus tests/fuzz/corpus
 
 clean:
-	rm -rf build build-asan build-cuda build-fuzz
+	rm -rf build build-asan build-cuda build-fuzz build-fuzz-all
 
 include mk/install.mk
 
--include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(HELP_OBJ:.o=.d) $(CU_OBJ:.o=.d) $(FUZZ_LIB_OBJ:.o=.d) $(FUZZ_SRC:%.c=$(BUILD)/%.d) $(TEST_BIN:$(BUILD)/tests/%=$(BUILD)/tests/unit/%.d)
+-include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(HELP_OBJ:.o=.d) $(CU_OBJ:.o=.d) $(FUZZ_LIB_OBJ:.o=.d) $(FUZZ_SRC:%.c=$(BUILD)/%.d) $(FUZZ_NAMES:%=$(BUILD)/fuzz-multi/fuzz_%.d) $(BUILD)/fuzz-multi/main.d $(TEST_BIN:$(BUILD)/tests/%=$(BUILD)/tests/unit/%.d)

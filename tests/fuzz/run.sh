@@ -19,6 +19,7 @@ failed=(); summary=()
 for bin in "$B"/fuzzers/fuzz_*; do
     [ -x "$bin" ] || continue
     name=$(basename "$bin"); name=${name#fuzz_}
+    [ "$name" = all ] && continue   # fuzz_all (make fuzz-all) holds every target: not one of its own
     if [ -n "$ONLY" ] && [[ ",$ONLY," != *",$name,"* ]]; then continue; fi
     if [[ ",${FUZZ_SKIP:-}," == *",$name,"* ]]; then summary+=("$name: skipped (FUZZ_SKIP)"); continue; fi
     work="$B/corpus/$name"; art="$B/artifacts/$name"

@@ -6,6 +6,10 @@ OUT=${OUT:-/tmp/gpu-out}
 mkdir -p "$OUT"
 export LD_LIBRARY_PATH="$PWD/.gpu/lib:${LD_LIBRARY_PATH:-}"
 export DSV4_TESTDATA="$PWD/.gpu/testdata" DSV4_ROOT="$PWD"
+# FUZZ_SECONDS=N (with .fuzz/ carried, tools/gpu/fuzz_stage.sh): every fuzz target in the background on
+# FUZZ_CORES (12) of the 16 cores for at most N seconds, stopped when this job ends; its one result file is
+# $OUT/fuzz.tgz (the 8th file here: the device tool brings back at most 8). Leave N + 110 s inside the call.
+if [ -n "${FUZZ_SECONDS:-}" ]; then OUT="$OUT" tools/gpu/fuzz_bg.sh start "$FUZZ_SECONDS" "${FUZZ_CORES:-12}"; fi
 nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm --format=csv,noheader >"$OUT/gpu.txt" 2>&1
 t0=$(date +%s)
 BUILD=.gpu VERBOSE=1 tests/run_gpu.sh >"$OUT/suite.log" 2>&1
@@ -46,3 +50,4 @@ echo "== serve:"; tail -3 "$OUT/serve.log"
 echo "== bench:"; tail -4 "$OUT/bench.log"
 echo "== profile:"; grep -E "ms/step|prefill of|decode," "$OUT/profile.log"
 echo "== flash-2g:"; grep -E "prefill|decode|fraction|GPU vs CPU|error" "$OUT/bench2g.log"
+if [ -n "${FUZZ_SECONDS:-}" ]; then echo "== fuzz:"; OUT="$OUT" tools/gpu/fuzz_bg.sh stop; fi
