@@ -4,6 +4,7 @@
 set -u
 OUT=${OUT:-/tmp/gpu-out}
 mkdir -p "$OUT"
+tools/gpu/unpack.sh
 export LD_LIBRARY_PATH="$PWD/.gpu/lib:${LD_LIBRARY_PATH:-}"
 export DSV4_TESTDATA="$PWD/.gpu/testdata" DSV4_ROOT="$PWD"
 # FUZZ_SECONDS=N (with .fuzz/ carried, tools/gpu/fuzz_stage.sh): every fuzz target in the background on

@@ -5,6 +5,7 @@
 set -u
 OUT=${OUT:-/tmp/gpu-out}
 mkdir -p "$OUT"
+tools/gpu/unpack.sh
 export LD_LIBRARY_PATH="$PWD/.gpu/lib:${LD_LIBRARY_PATH:-}"
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 if [ -z "${DSV4_NCCL:-}" ] && ! ls /usr/local/cuda/lib64/libnccl.so.2 >/dev/null 2>&1; then
