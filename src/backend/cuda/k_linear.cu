@@ -62,6 +62,13 @@ __device__ __forceinline__ void dot_tile(const dsv4_weight &w, int o, const floa
  * LIN_ROWS x 512 bytes of FP8 in flight. Decode steps of one token take this path (run 14's ncu: a warp per row of
  * 1024 columns lives for two loads, and the GEMVs ran at a few hundred GB/s). Vector path only. */
 #define LIN_ROWS 4
+/* Off until measured: run 16 (with it) decoded the Flash shape at 17.1 tok/s against run 14's 21.1 (without it), but
+ * with a shorter prompt and right after a fuzzing load, and the A/B run that was to settle it ran out of device time
+ * (docs/GPU_RUNS.md runs 16-17). Both paths give the same bits (test_gpu_kernels: alone = in a batch, memcmp), so
+ * this switch changes speed only. */
+#ifndef LIN_ONE_TOKEN_ROWS
+#define LIN_ONE_TOKEN_ROWS 0
+#endif
 __device__ __forceinline__ void dot_rows1(const dsv4_weight &w, int o0, int nr, const float *x, float *res, int K) {
     const int lane = threadIdx.x & 31;
     float acc[LIN_ROWS];
@@ -211,7 +218,7 @@ extern "C" int cu_linear(cu_stream st, const dsv4_weight *w, const float *x, int
         else k_linear_split<false><<<g, 32 * LIN_SPLIT, 0, (cudaStream_t)st>>>(*w, x, T, ldx, y, ldy);
         return 0;
     }
-    if (T == 1 && vec) {
+    if (T == 1 && vec && LIN_ONE_TOKEN_ROWS) {
         k_linear_1tok<<<cu_blocks(w->rows, LIN_WARPS * LIN_ROWS), 32 * LIN_WARPS, 0, (cudaStream_t)st>>>(*w, x, y);
         return 0;
     }
@@ -224,7 +231,7 @@ extern "C" int cu_linear(cu_stream st, const dsv4_weight *w, const float *x, int
 extern "C" int cu_expert_linear(cu_stream st, const dsv4_weight *experts, int rows, int cols, int fmt, const cu_moe_plan *plan,
                                 int max_tiles, const float *x, int ldx, int x_by_pair, float *y, int ldy, int one_token) {
     if (max_tiles <= 0) return 0;
-    if (one_token && vec_ok(fmt, cols, x, ldx)) {
+    if (one_token && LIN_ONE_TOKEN_ROWS && vec_ok(fmt, cols, x, ldx)) {
         dim3 g1(cu_blocks(rows, LIN_WARPS * LIN_ROWS), max_tiles);
         k_expert_linear_1tok<<<g1, 32 * LIN_WARPS, 0, (cudaStream_t)st>>>(experts, rows, *plan, x, ldx, x_by_pair, y, ldy);
         return 0;
