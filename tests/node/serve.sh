@@ -75,6 +75,35 @@ else
     bad "main server"
 fi
 
+# ---- --spec: speculation inside the scheduler (ngram on this model, V4 MTP on one with the head) ----
+run_spec() {   # METHOD MODEL SERVER_ARGS...
+    local method=$1 model=$2; shift 2
+    if start "$T/err_$method" "$@"; then
+        node serve_spec.mjs "http://127.0.0.1:$PORT" "$BIN" "$model" "$method" >"$T/spec_$method.out" 2>&1
+        rc=$?
+        grep -v '^[0-9]* passed, [0-9]* failed$' "$T/spec_$method.out"
+        line=$(grep -E '^[0-9]+ passed, [0-9]+ failed$' "$T/spec_$method.out" | tail -1)
+        if [ -n "$line" ]; then
+            pass=$((pass + ${line%% passed*})); f=${line##*, }; fail=$((fail + ${f%% failed}))
+            [ $rc -ne 0 ] && [ "${f%% failed}" = 0 ] && bad "serve_spec.mjs $method exit $rc"
+        else
+            bad "serve_spec.mjs $method crashed (exit $rc); server stderr: $(tail -20 "$T/err_$method")"
+        fi
+        kill -TERM "$PID"; wait "$PID"; src=$?
+        [ $src = 0 ] && ok || bad "--spec $method: exit $src"
+    else
+        bad "--spec $method server"
+    fi
+}
+run_spec ngram "$M" -m "$M" --spec ngram --draft 3 --max-streams 8 --threads 2
+M2="$T/m_mtp"
+if "$BIN" tiny -o "$M2" --seed 5 --mtp v4 --tokenizer "$T/tokenizer.json" --set vocab_size=271 --set bos_token_id=264 \
+    --set eos_token_id=265 >/dev/null 2>&1; then
+    run_spec mtp "$M2" -m "$M2" --spec mtp --max-streams 8 --threads 2
+else
+    bad "tiny with an MTP head"
+fi
+
 # ---- --api-key, queue full (429), body limit (413) ----
 if start "$T/err2" --api-key s3cret --max-streams 1 --max-queue 0 --max-body-mb 1 --threads 1; then
     U="http://127.0.0.1:$PORT"
@@ -119,7 +148,8 @@ experr() {
 }
 experr "no CUDA backend" -m "$M" --device cuda
 experr "--device" -m "$M" --device tpu
-experr "not supported yet" -m "$M" --spec mtp
+experr "no V4 MTP head" -m "$M" --spec mtp
+experr "--spec must be" -m "$M" --spec magic
 experr "missing -m"
 experr "--port" -m "$M" --port 70000
 experr "config.json" -m "$T/nope"
