@@ -47,6 +47,7 @@ struct dsv4_dsml_parser {
     int    stream_ok;     /* the name was announced and every piece so far is part of the final arguments */
     int    n_streamed;    /* parameters whose key went out (the first one after "{") */
     int    pmode;         /* the current parameter: 0 nothing out yet, 1 a string value going out, 2 a value held */
+    int    val_nul;       /* the string value has a NUL byte: it ends there (values are C strings) */
     char  *pkey;          /* the key that went out for it */
     size_t val_start, val_from;   /* raw offsets: the string value's start, and its next byte to go out */
     dsv4_strbuf frag;     /* scratch for one piece */
@@ -65,7 +66,7 @@ static void clear_invoke(dsv4_dsml_parser *p) {
     p->name = NULL;
     free(p->pkey);
     p->pkey = NULL;
-    p->stream_ok = p->n_streamed = p->pmode = 0;
+    p->stream_ok = p->n_streamed = p->pmode = p->val_nul = 0;
     for (int i = 0; i < p->n_params; i++) { free(p->params[i].key); free(p->params[i].value); }
     p->n_params = 0;
 }
@@ -209,9 +210,14 @@ static void frag_key(dsv4_dsml_parser *p, const char *key, size_t n) {
 
 /* The string value's bytes raw[val_from .. limit) that are whole UTF-8 characters go out. */
 static void stream_value_upto(dsv4_dsml_parser *p, size_t limit) {
-    if (limit <= p->val_from) return;
+    if (limit <= p->val_from || p->val_nul) return;
     const char *s = p->raw.data + p->val_from;
-    const size_t n = limit - p->val_from, ok = dsv4_utf8_valid_prefix(s, n);
+    size_t n = limit - p->val_from;
+    /* the parsed value is a C string: it stops at a NUL byte, and so does what goes out */
+    const char *nul = memchr(s, 0, n);
+    if (nul) { n = (size_t)(nul - s); p->val_nul = 1; }
+    const size_t ok = dsv4_utf8_valid_prefix(s, n);
+    if (nul && ok < n) { p->stream_ok = 0; return; }
     if (n - ok >= 4) { p->stream_ok = 0; return; }   /* not a character cut short: ill-formed */
     dsv4_pyjson_escape(&p->frag, s, ok);
     p->val_from += ok;
@@ -233,9 +239,11 @@ static void stream_param_partial(dsv4_dsml_parser *p) {
             if (hit && (size_t)(hit - s) < k) { k = (size_t)(hit - s); which = a; }
         }
         if (which < 0) return;
-        if (dsv4_utf8_valid_prefix(s + 7, k - 7) != k - 7) { p->stream_ok = 0; return; }
+        /* the key is a C string too (dup_n, then strlen) */
         if (!(p->pkey = dup_n(s + 7, k - 7))) { p->stream_ok = 0; return; }
-        frag_key(p, s + 7, k - 7);
+        const size_t kl = strlen(p->pkey);
+        if (dsv4_utf8_valid_prefix(p->pkey, kl) != kl) { p->stream_ok = 0; return; }
+        frag_key(p, p->pkey, kl);
         if (which == 0) {
             dsv4_sb_putc(&p->frag, '"');
             p->pmode = 1;
