@@ -117,7 +117,7 @@ static const cmd_help HELP[] = {
       {"--prompt N", "prompt tokens of the single-stream run (default 128)"},
       {"--decode N", "decoded tokens per run (default 32)"},
       {"--streams LIST", "also decode with 1,2,4,... streams together"},
-      {"--spec LIST", "also compare drafters: none,ngram,self,mtp,dspark"},
+      {"--spec LIST", "also compare drafters: none,ngram,self,mtp,dspark (with --streams: also inside the scheduler)"},
       {"--tokenizer", "benchmark the tokenizer instead (-m DIR holds tokenizer.json)"},
       {"--no-bandwidth", "skip the memory bandwidth measurement"},
       {"--profile", "with --device cuda: time of each stage of the step, prefill and decode separately"},
