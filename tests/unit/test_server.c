@@ -438,6 +438,23 @@ static void tool_calls_stream_as_deltas(void **state) {
         const char *needle = api ? "\"index\":2,\"delta\":{\"type\":\"input_json_delta\"" : "\"index\":1,\"function\":{\"arguments\"";
         for (const char *q = early; (q = strstr(q, needle)); q++) early_pieces++;
         assert_true(early_pieces >= 5);
+        /* DSV4_SSE_DIR: leave the stream and the calls for tests/node/tool_stream_sdk.sh, which reads them back
+         * with the official SDKs */
+        const char *dir = getenv("DSV4_SSE_DIR");
+        if (dir) {
+            char path[512];
+            snprintf(path, sizeof path, "%s/%s.sse", dir, api ? "anthropic" : "openai");
+            FILE *fp = fopen(path, "wb");
+            assert_non_null(fp);
+            fwrite(sse.data, 1, sse.len, fp);
+            fclose(fp);
+            snprintf(path, sizeof path, "%s/calls.json", dir);
+            json_t *calls = json_array();
+            for (int k = 0; k < ch.out.n_calls; k++)
+                json_array_append_new(calls, json_pack("{s:s, s:s}", "name", ch.out.calls[k].name, "arguments", ch.out.calls[k].arguments));
+            assert_int_equal(json_dump_file(calls, path, 0), 0);
+            json_decref(calls);
+        }
         if (api == 1) assert_int_equal(stops, 3);   /* text, two tool_use blocks */
         free(early);
         json_decref(ev);
