@@ -89,6 +89,8 @@ typedef struct {
     int device;          /* a dsv4_device (0 = cpu). cuda: the build must have the CUDA backend (make CUDA=1) and
                             the machine a GPU; otherwise loading fails with DSV4_E_UNSUPPORTED and one line why */
     int gpu;             /* CUDA device ordinal (0 = the first GPU) */
+    int n_gpus;          /* cuda: 0 or 1 = one GPU; N > 1 = GPUs gpu .. gpu+N-1 with the routed experts spread over
+                            them (expert parallelism over NCCL: the same bits as on one GPU) */
 } dsv4_load_opts;
 
 /* "cpu" / "cuda" -> a dsv4_device, or -1. */

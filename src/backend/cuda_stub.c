@@ -12,8 +12,8 @@ int cuda_available(int gpu, dsv4_error *why) {
     no_cuda(why);
     return 0;
 }
-int cuda_model_init(struct dsv4_model *m, int gpu, dsv4_error *err) {
-    (void)m; (void)gpu;
+int cuda_model_init(struct dsv4_model *m, int gpu, int n_gpus, dsv4_error *err) {
+    (void)m; (void)gpu; (void)n_gpus;
     return no_cuda(err);
 }
 void cuda_model_free(struct dsv4_model *m) { (void)m; }
@@ -38,6 +38,9 @@ int cuda_dspark_block(struct dsv4_model *m, const float *ring, int64_t pos, cons
 void cuda_profile(struct dsv4_model *m, int on) { (void)m; (void)on; }
 double cuda_copy_bandwidth_gbs(const struct dsv4_model *m) { (void)m; return -1; }
 void cuda_profile_report(const struct dsv4_model *m, void *file) { (void)m; (void)file; }
+int cuda_gpus(const struct dsv4_model *m) { (void)m; return 0; }
+int cuda_distinct_layers(const struct dsv4_model *m) { (void)m; return 0; }
+uint64_t cuda_gpu_weight_bytes(const struct dsv4_model *m, int r) { (void)m; (void)r; return 0; }
 #else
 typedef int dsv4_cuda_stub_unused; /* ISO C wants a translation unit to declare something */
 #endif

@@ -33,6 +33,7 @@ typedef struct {
     int ids, stats;
     dsv4_mode mode;
     int device;                 /* --device cpu|cuda */
+    int gpus;                    /* --gpus N (0 = 1) */
     int kv_format;       /* --kv f32|bf16|fp8 */
     dsv4_sampling sp;
     cli_constraint_opts con;
@@ -80,6 +81,7 @@ static int parse(int argc, char **argv, gen_opts *o) {
         else if (!strcmp(a, "--stats")) o->stats = 1;
         else if (!strcmp(a, "--mode")) { VAL(); if (cli_parse_mode(CMD, v, &o->mode)) return 1; }
         else if (!strcmp(a, "--device")) { VAL(); if (cli_parse_device(CMD, v, &o->device)) return 1; }
+        else if (!strcmp(a, "--gpus")) { VAL(); if (cli_parse_gpus(CMD, v, &o->gpus)) return 1; }
         else return cli_error(CMD, "unknown option '%s'", a);
 #undef VAL
     }
@@ -168,7 +170,7 @@ static int read_prompts(const gen_opts *o, dsv4_tokenizer **tok, prompt_list *pl
 static int run_batch(const gen_opts *o) {
     dsv4_error err;
     dsv4_load_opts lo = { .mode = o->mode, .kv_format = o->kv_format, .n_threads = (int)o->threads, .quiet = 0,
-                          .device = o->device };
+                          .device = o->device, .n_gpus = o->gpus };
     dsv4_model *m = NULL;
     dsv4_tokenizer *tok = NULL;
     dsv4_sched *s = NULL;
@@ -281,7 +283,7 @@ static void print_spec_stats(const gen_opts *o, dsv4_spec_stream **ss, int n, do
 static int run_spec(const gen_opts *o) {
     dsv4_error err;
     /* each step may roll back the anchor and every draft: the ring needs draft + 1 slots of slack */
-    dsv4_load_opts lo = { .mode = o->mode, .kv_format = o->kv_format, .n_threads = (int)o->threads, .quiet = 1, .device = o->device,
+    dsv4_load_opts lo = { .mode = o->mode, .kv_format = o->kv_format, .n_threads = (int)o->threads, .quiet = 1, .device = o->device, .n_gpus = o->gpus,
                           .max_spec = o->draft + 1 > 16 ? (int)o->draft + 1 : 16 };
     dsv4_model *m = NULL;
     dsv4_tokenizer *tok = NULL;
@@ -375,7 +377,7 @@ int cmd_generate(int argc, char **argv) {
     if (o.batch) return run_batch(&o);
     dsv4_error err;
     dsv4_load_opts lo = { .mode = o.mode, .kv_format = o.kv_format, .n_threads = (int)o.threads, .quiet = 0,
-                          .device = o.device };
+                          .device = o.device, .n_gpus = o.gpus };
     dsv4_model *m = NULL;
     dsv4_tokenizer *tok = NULL;
     dsv4_seq *seq = NULL;

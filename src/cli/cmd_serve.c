@@ -29,6 +29,7 @@ typedef struct {
     double spec_threshold;
     int kv_format;
     int device;          /* a dsv4_device */
+    int gpus;             /* --gpus N (0 = 1) */
     dsv4_mode mode;
 } serve_opts;
 
@@ -53,6 +54,7 @@ static int parse(int argc, char **argv, serve_opts *o) {
         else if (!strcmp(a, "--host")) { VAL(); o->host = v; }
         else if (!strcmp(a, "--port")) INT(0, 65535, &o->port);
         else if (!strcmp(a, "--device")) { VAL(); if (cli_parse_device(CMD, v, &o->device)) return 1; }
+        else if (!strcmp(a, "--gpus")) { VAL(); if (cli_parse_gpus(CMD, v, &o->gpus)) return 1; }
         else if (!strcmp(a, "--api-key")) { VAL(); o->api_key = v; }
         else if (!strcmp(a, "--max-streams")) INT(1, 4096, &o->max_streams);
         else if (!strcmp(a, "--ctx")) INT(2, 1LL << 31, &o->ctx);
@@ -118,7 +120,7 @@ int cmd_serve(int argc, char **argv) {
     /* the same load path for both devices: the scheduler and the server do not care where steps run */
     /* a speculative step rolls back at most its drafts: the rings keep max_spec > draft slots of slack */
     dsv4_load_opts lo = {.mode = o.mode, .kv_format = o.kv_format, .n_threads = (int)o.threads, .quiet = 1,
-                         .device = o.device, .max_spec = o.draft + 1 > 16 ? (int)o.draft + 1 : 16};
+                         .device = o.device, .n_gpus = o.gpus, .max_spec = o.draft + 1 > 16 ? (int)o.draft + 1 : 16};
     dsv4_model *m = NULL;
     dsv4_tokenizer *tok = NULL;
     dsv4_prefix_cache *pc = NULL;

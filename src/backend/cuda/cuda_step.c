@@ -10,6 +10,7 @@
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cu_runtime.h"
 #include "backend/cuda/cuda_model.h"
+#include "backend/cuda/cuda_ep.h"
 #include "core/forward.h"
 #include "model/inventory.h"
 #include "state/sequence.h"
@@ -158,6 +159,8 @@ typedef struct {
     cu_kvlay main, index;
     int64_t idx_rows;          /* most indexer rows a query of the step sees */
     int64_t hca_rows;          /* most ratio-128 rows a query sees */
+    int rc;                    /* a failure inside the launch sequence (the multi-GPU transport), reported at the end */
+    dsv4_error *err;
 } step_ctx;
 
 /* End of a stage: with profiling on, wait for the GPU and charge the time since the last mark to `stage`. */
@@ -286,39 +289,37 @@ static void step_attention(step_ctx *s, const cu_layer *ly, int L) {
     mark(s, ST_OUTPUT);
 }
 
-/* One SwiGLU expert over `rows` rows (moe.c expert): g/v [rows][I] already projected. */
-static void swiglu_down_prep(step_ctx *s, float *g, const float *v, const float *w, int rows) {
-    const dsv4_config *c = &s->m->cfg;
-    cu_swiglu(s->st, s->official, g, v, w, rows, c->moe_inter, c->swiglu_limit);
-    quant_rows_if(s, g, rows, c->moe_inter);
-}
-
-static void step_moe(step_ctx *s, const cu_layer *ly) {
+/* The shared expert over the step's rows (moe.c expert): g/v [T][I] projected here. */
+static void shared_expert(step_ctx *s, const cu_layer *ly, const float *xe) {
     const dsv4_config *c = &s->m->cfg;
     cu_workspace *ws = s->ws;
-    const int T = s->T, d = c->dim, E = c->n_routed, K = c->n_act, I = c->moe_inter, P = T * K, tiles = moe_max_tiles(c, T);
+    const int T = s->T, d = c->dim, I = c->moe_inter;
+    cu_linear(s->st, &ly->sw1, xe, T, d, ws->seg, I);
+    cu_linear(s->st, &ly->sw3, xe, T, d, ws->sev, I);
+    cu_swiglu(s->st, s->official, ws->seg, ws->sev, NULL, T, I, c->swiglu_limit);
+    quant_rows_if(s, ws->seg, T, I);
+    cu_linear(s->st, &ly->sw2, ws->seg, T, I, ws->ys, d);
+    round_if(s, ws->ys, (int64_t)T * d);
+}
+
+static void step_moe(step_ctx *s, const cu_layer *ly, int L) {
+    const dsv4_config *c = &s->m->cfg;
+    cu_workspace *ws = s->ws;
+    const int T = s->T, d = c->dim, E = c->n_routed, K = c->n_act, tiles = moe_max_tiles(c, T);
     cu_linear(s->st, &ly->gate, ws->xn, T, d, ws->router, E);
     cu_route(s->st, ws->router, ly->gate_bias, ly->hash_routed ? ly->tid2eid : NULL, ws->tok, T, E, K, c->route_scale, ws->route_e,
              ws->route_w);
-    cu_moe_plan_build(s->st, ws->route_e, ws->route_w, T, K, E, &ws->plan);
     mark(s, ST_ROUTE);
-    /* FP8/FP4 experts see their input rows quantized per 128 columns (OFFICIAL) */
-    const float *xe = ws->xn;
-    if (s->official) {
-        cu_act_quant(s->st, ws->xn, d, ws->x8, d, T, d, 128, 0);
-        xe = ws->x8;
+    const cu_moe_bufs b = { ws->xn, ws->x8, ws->route_e, ws->route_w, ws->plan, ws->eg, ws->ev, ws->ey };
+    if (ly->ep && s->cm->ep) {
+        /* the routed experts over every GPU (cuda_ep.h); a failure of the transport ends the step */
+        if (!s->rc) s->rc = cuda_ep_routed(s->cm->ep, s->cm, c, s->official, L, T, tiles, &b, s->err);
+    } else {
+        cu_moe_routed(s->st, c, s->official, &ly->ex, T, tiles, &b);
     }
-    cu_expert_linear(s->st, ly->w1, I, d, ly->efmt, &ws->plan, tiles, xe, d, 0, ws->eg, I);
-    cu_expert_linear(s->st, ly->w3, I, d, ly->efmt, &ws->plan, tiles, xe, d, 0, ws->ev, I);
-    swiglu_down_prep(s, ws->eg, ws->ev, ws->plan.pair_weight, P);
-    cu_expert_linear(s->st, ly->w2, d, I, ly->efmt, &ws->plan, tiles, ws->eg, I, 1, ws->ey, d);
-    round_if(s, ws->ey, (int64_t)P * d);
     mark(s, ST_EXPERTS);
-    cu_linear(s->st, &ly->sw1, xe, T, d, ws->seg, I);
-    cu_linear(s->st, &ly->sw3, xe, T, d, ws->sev, I);
-    swiglu_down_prep(s, ws->seg, ws->sev, NULL, T);
-    cu_linear(s->st, &ly->sw2, ws->seg, T, I, ws->ys, d);
-    round_if(s, ws->ys, (int64_t)T * d);
+    /* the shared expert sees the same (OFFICIAL: quantized) rows as the routed ones; cu_moe_routed left them in x8 */
+    shared_expert(s, ly, s->official ? ws->x8 : ws->xn);
     cu_moe_combine(s->st, s->official, ws->ey, ws->ys, ws->plan.token_pairs, T, K, d, ws->sub);
     mark(s, ST_SHARED);
 }
@@ -332,7 +333,7 @@ static void step_block(step_ctx *s, const cu_layer *ly, int L) {
     cu_hc_post(s->st, s->official, ws->sub, ws->mix, ws->X, s->T, c->hc_mult, c->dim);
     step_hc_pre(s, &ly->hc_ffn, ly->ffn_norm);
     mark(s, ST_MHC);
-    step_moe(s, ly);
+    step_moe(s, ly, L);
     cu_hc_post(s->st, s->official, ws->sub, ws->mix, ws->X, s->T, c->hc_mult, c->dim);
     mark(s, ST_MHC);
 }
@@ -460,9 +461,10 @@ static int step_begin(struct dsv4_model *m, dsv4_step_item *items, int n_items, 
         cu_finish(cm->st, "profile", NULL);
         cm->prof.t_last = host_ms();
     }
+    cu_use(cm->gpu);   /* steps may come from any thread */
     int rc = step_validate(m, m->state_mem, items, n_items, &T, &max_rows, err);
     if (rc) return rc;
-    *s = (step_ctx){ m, cm, &cm->ws, cm->st, T, n_items, m->mode == DSV4_MODE_OFFICIAL, { 0 }, { 0 }, 0, 0 };
+    *s = (step_ctx){ m, cm, &cm->ws, cm->st, T, n_items, m->mode == DSV4_MODE_OFFICIAL, { 0 }, { 0 }, 0, 0, 0, err };
     for (int i = 0; i < n_items; i++) {
         const int64_t end = items[i].seq->pos + items[i].n_tokens;
         if (end / 4 > s->idx_rows) s->idx_rows = end / 4;
@@ -475,6 +477,11 @@ static int step_begin(struct dsv4_model *m, dsv4_step_item *items, int n_items, 
         return dsv4_fail(err, DSV4_E_RANGE, "cuda: a query would attend to %lld keys, this GPU's attention kernel takes at most %d "
                          "(context too long for the CUDA backend)", (long long)keys, cm->key_limit);
     if ((rc = ws_ensure(m, T, n_items, s->idx_rows, err))) return rc;
+    if (cm->ep) {
+        rc = cuda_ep_reserve(cm->ep, c, T, err);
+        cu_use(cm->gpu);
+        if (rc) return rc;
+    }
     for (int i = 0; i < n_items; i++)
         if (seq_reserve(items[i].seq, items[i].n_tokens)) {
             size_t fb = 0, tb = 0;
@@ -496,6 +503,7 @@ static int step_begin(struct dsv4_model *m, dsv4_step_item *items, int n_items, 
  * host's bookkeeping (history, position and, for the backbone, the row counts). */
 static int step_end(step_ctx *s, dsv4_step_item *items, const cu_hc *hc_head, const float *norm, int backbone, dsv4_error *err) {
     int rc;
+    if (s->rc) return s->rc;
     if ((rc = cu_finish(s->st, "the step", err))) return rc;
     if ((rc = head(s, items, hc_head, norm, err))) return rc;
     mark(s, ST_HEAD);
@@ -566,7 +574,8 @@ int cuda_mtp_forward(struct dsv4_model *m, dsv4_seq *state, const float *X, cons
 /* A step of T positions p0.. that belongs to no sequence (the DSpark block and context): scratch and metadata. */
 static int positions_begin(struct dsv4_model *m, const int32_t *tok, int T, int64_t p0, step_ctx *s, dsv4_error *err) {
     struct cuda_model *cm = m->cuda;
-    *s = (step_ctx){ m, cm, &cm->ws, cm->st, T, 1, m->mode == DSV4_MODE_OFFICIAL, { 0 }, { 0 }, 0, 0 };
+    cu_use(cm->gpu);
+    *s = (step_ctx){ m, cm, &cm->ws, cm->st, T, 1, m->mode == DSV4_MODE_OFFICIAL, { 0 }, { 0 }, 0, 0, 0, err };
     int rc = ws_ensure(m, T, 1, 0, err);
     if (rc) return rc;
     int32_t *t = malloc(sizeof(int32_t) * (size_t)T), *item = calloc((size_t)T, sizeof(int32_t));
@@ -637,7 +646,7 @@ int cuda_dspark_block(struct dsv4_model *m, const float *ring, int64_t pos, cons
         attn_output(&s, ly);
         cu_hc_post(s.st, s.official, ws->sub, ws->mix, ws->X, gamma, c->hc_mult, d);
         step_hc_pre(&s, &ly->hc_ffn, ly->ffn_norm);
-        step_moe(&s, ly);
+        step_moe(&s, ly, -1);   /* DSpark stages keep all their experts on rank 0 */
         cu_hc_post(s.st, s.official, ws->sub, ws->mix, ws->X, gamma, c->hc_mult, d);
     }
     /* y = the last stage's hc_head (before the norm); U = head . rmsnorm(y, norm) */
