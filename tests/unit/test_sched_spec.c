@@ -8,7 +8,7 @@
  *     and DSpark (with its confidence cut), the last two fed target features through chunked prompts;
  *   - stop sequences, a hook that depends on the generated tokens, and max_new_tokens below the draft length
  *     give the same tokens and finish reasons as the scheduler without speculation;
- *   - bad speculation options are refused at add; a drafter that cannot be made (a failing factory, MTP on a
+ *   - bad speculation options are refused at add (DSV4_QUICK: 16 tokens per stream and half the requests); a drafter that cannot be made (a failing factory, MTP on a
  *     checkpoint without the head) finishes only its own request as ERROR. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -24,8 +24,11 @@
 #include "helpers/testmodel.h"
 #include "util/error.h"
 
-#define MAX_NEW 40
+#define MAX_NEW 40   /* buffer sizes; gen_len tokens are generated */
 #define N_REQ 12
+
+/* DSV4_QUICK (the sanitizer run): shorter outputs, half the requests */
+static int gen_len = MAX_NEW, n_req = N_REQ;
 
 typedef struct {
     dsv4_model *m, *mtp, *dspark;
@@ -173,26 +176,26 @@ static void greedy_mixed_streams(void **state) {
         dsv4_prefix_cache *pc = NULL;
         if (pass == 1) assert_int_equal(dsv4_prefix_cache_new(64 << 20, &pc, NULL), 0);
         memset(jobs, 0, sizeof jobs);
-        for (int i = 0; i < N_REQ; i++) {
-            /* pass 1 repeats prompts (i and i + 6 share one) so the cache has something to give */
-            jobs[i].n_prompt = make_prompt(jobs[i].prompt, f->vocab, pass ? i % 6 : i);
+        for (int i = 0; i < n_req; i++) {
+            /* pass 1 repeats prompts (i and i + n_req / 2 share one) so the cache has something to give */
+            jobs[i].n_prompt = make_prompt(jobs[i].prompt, f->vocab, pass ? i % (n_req / 2) : i);
             jobs[i].r.sampling = greedy();
-            jobs[i].r.max_new_tokens = MAX_NEW;
+            jobs[i].r.max_new_tokens = gen_len;
             const char *k = kinds[i % 6];
             if (k) jobs[i].r.spec = (dsv4_sched_spec){ make_drafter, (void *)k, 1 + i % 5, 0.0f };
         }
-        run_jobs(f->m, jobs, N_REQ, 5, 16, pc);
+        run_jobs(f->m, jobs, n_req, 5, 16, pc);
         int64_t drafted = 0, accepted = 0, cached = 0;
-        for (int i = 0; i < N_REQ; i++) {
+        for (int i = 0; i < n_req; i++) {
             int32_t want[MAX_NEW];
-            assert_int_equal(tm_greedy(f->m, jobs[i].prompt, jobs[i].n_prompt, MAX_NEW, want), 0);
-            if (jobs[i].n_out != MAX_NEW || memcmp(jobs[i].out, want, sizeof want))
+            assert_int_equal(tm_greedy(f->m, jobs[i].prompt, jobs[i].n_prompt, gen_len, want), 0);
+            if (jobs[i].n_out != gen_len || memcmp(jobs[i].out, want, sizeof(int32_t) * (size_t)gen_len))
                 fail_msg("pass %d, request %d (%s, draft %d): %d tokens, differs from plain greedy", pass, i,
                          kinds[i % 6] ? kinds[i % 6] : "plain", jobs[i].r.spec.draft, jobs[i].n_out);
             assert_int_equal(jobs[i].res.finish, DSV4_FINISH_LENGTH);
             assert_int_equal(jobs[i].res.n_prompt_done, jobs[i].n_prompt);
             if (!kinds[i % 6]) assert_int_equal(jobs[i].res.spec_drafted, 0);
-            else assert_true(jobs[i].res.spec_steps > 0 && jobs[i].res.spec_steps <= MAX_NEW);
+            else assert_true(jobs[i].res.spec_steps > 0 && jobs[i].res.spec_steps <= gen_len);
             drafted += jobs[i].res.spec_drafted;
             accepted += jobs[i].res.spec_accepted;
             if (kinds[i % 6] && !strcmp(kinds[i % 6], "ngram")) cached += jobs[i].res.n_cached;
@@ -217,7 +220,7 @@ static void equals_spec_stream(dsv4_model *m, const char *kind, float thr, int d
     for (int i = 0; i < N; i++) {
         jobs[i].n_prompt = make_prompt(jobs[i].prompt, info.vocab_size, 3 * i + 1);
         jobs[i].r.sampling = i % 3 == 0 ? greedy() : sampled(50 + (uint64_t)i);
-        jobs[i].r.max_new_tokens = MAX_NEW - i;
+        jobs[i].r.max_new_tokens = gen_len - i;
         if (i != 4) jobs[i].r.spec = (dsv4_sched_spec){ make_drafter, (void *)kind, draft, thr }; /* 4: a plain neighbour */
     }
     run_jobs(m, jobs, N, 4, step_tokens, pc);
@@ -225,14 +228,14 @@ static void equals_spec_stream(dsv4_model *m, const char *kind, float thr, int d
     for (int i = 0; i < N; i++) {
         if (i == 4) continue;
         int32_t want[MAX_NEW];
-        const int nw = spec_alone(m, kind, jobs[i].prompt, jobs[i].n_prompt, jobs[i].r.sampling, draft, thr, MAX_NEW - i, want);
+        const int nw = spec_alone(m, kind, jobs[i].prompt, jobs[i].n_prompt, jobs[i].r.sampling, draft, thr, gen_len - i, want);
         if (jobs[i].n_out != nw || memcmp(jobs[i].out, want, sizeof(int32_t) * (size_t)nw))
             fail_msg("%s, request %d (%s): the scheduler's stream differs from dsv4_spec_stream (%d vs %d tokens)", kind, i,
                      i % 3 == 0 ? "greedy" : "sampled", jobs[i].n_out, nw);
         drafted += jobs[i].res.spec_drafted;
         if (i % 3 == 0) {
-            assert_int_equal(tm_greedy(m, jobs[i].prompt, jobs[i].n_prompt, MAX_NEW - i, want), 0);
-            assert_memory_equal(jobs[i].out, want, sizeof(int32_t) * (size_t)(MAX_NEW - i));
+            assert_int_equal(tm_greedy(m, jobs[i].prompt, jobs[i].n_prompt, gen_len - i, want), 0);
+            assert_memory_equal(jobs[i].out, want, sizeof(int32_t) * (size_t)(gen_len - i));
         }
     }
     assert_true(drafted > 0);
@@ -242,7 +245,7 @@ static void equals_spec_stream(dsv4_model *m, const char *kind, float thr, int d
 static void ngram_and_self_equal_spec_stream(void **state) {
     fixture *f = *state;
     equals_spec_stream(f->m, "ngram", 0.0f, 4, 0, 0);
-    equals_spec_stream(f->m, "ngram", 0.0f, 3, 9, 1);
+    if (n_req == N_REQ) equals_spec_stream(f->m, "ngram", 0.0f, 3, 9, 1);   /* not in the quick run */
     equals_spec_stream(f->m, "self", 0.0f, 2, 12, 0);
 }
 
@@ -252,7 +255,7 @@ static void mtp_and_dspark_equal_spec_stream(void **state) {
      * cache they must not fork from it (they need every row) */
     equals_spec_stream(f->mtp, "mtp", 0.0f, 1, 10, 1);
     equals_spec_stream(f->dspark, "dspark", 0.0f, 4, 10, 1);
-    equals_spec_stream(f->dspark, "dspark", 0.5f, 4, 0, 0);
+    if (n_req == N_REQ) equals_spec_stream(f->dspark, "dspark", 0.5f, 4, 0, 0);
 }
 
 /* A hook that forbids repeating the previous generated token: it depends on the generated tokens, so a
@@ -277,7 +280,7 @@ static void stops_hooks_and_short_budgets(void **state) {
     int32_t ref[MAX_NEW];
     int32_t p0[64];
     const int n0 = make_prompt(p0, f->vocab, 5);
-    assert_int_equal(tm_greedy(f->m, p0, n0, MAX_NEW, ref), 0);
+    assert_int_equal(tm_greedy(f->m, p0, n0, gen_len, ref), 0);
     /* stop sequences taken from the plain output: one token, two tokens, one that never occurs */
     static int32_t stop1[1], stop2[2], never[3];
     stop1[0] = ref[9];
@@ -290,7 +293,7 @@ static void stops_hooks_and_short_budgets(void **state) {
         for (int i = 0; i < N; i++) {
             jobs[i].n_prompt = make_prompt(jobs[i].prompt, f->vocab, i < 3 ? 5 : i);
             jobs[i].r.sampling = greedy();
-            jobs[i].r.max_new_tokens = MAX_NEW;
+            jobs[i].r.max_new_tokens = gen_len;
             if (i < 3) { jobs[i].r.stop = &stops[i]; jobs[i].r.n_stop = 1; }
             if (i == 3) jobs[i].r.hook = (dsv4_logits_hook){ no_repeat, NULL };
             if (i == 4) jobs[i].r.hook = (dsv4_logits_hook){ force_next, NULL };
@@ -313,8 +316,8 @@ static void stops_hooks_and_short_budgets(void **state) {
     assert_int_equal(plain[2].res.finish, DSV4_FINISH_LENGTH);
     for (int k = 1; k < plain[3].n_out; k++) assert_int_not_equal(plain[3].out[k], plain[3].out[k - 1]);
     for (int k = 1; k < plain[4].n_out; k++) assert_int_equal(plain[4].out[k], (plain[4].out[k - 1] + 1) % f->vocab);
-    /* the count drafter is right from the first token on: (MAX_NEW - 1) / 5 steps of 4 accepted drafts + a bonus */
-    assert_true(spec[4].res.spec_accepted >= MAX_NEW - 10);
+    /* the count drafter is right from the first token on: (gen_len - 1) / 5 steps of 4 accepted drafts + a bonus */
+    assert_true(spec[4].res.spec_accepted >= gen_len - 10);
     assert_int_equal(spec[5].n_out, 1);
     assert_int_equal(spec[7].n_out, 3);
     assert_true(spec[8].res.finish == DSV4_FINISH_LENGTH || spec[8].res.finish == DSV4_FINISH_EOS);
@@ -364,6 +367,7 @@ static void refusals(void **state) {
 }
 
 int main(void) {
+    if (getenv("DSV4_QUICK")) { gen_len = 16; n_req = 6; }
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(greedy_mixed_streams),
         cmocka_unit_test(ngram_and_self_equal_spec_stream),
