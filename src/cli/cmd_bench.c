@@ -6,6 +6,8 @@
 #include "engine/bench_streams.h"
 #include "engine/drafter_dspark.h"
 #include "engine/drafter_mtp.h"
+#include "engine/drafter_named.h"
+#include "engine/scheduler.h"
 #include "engine/speculative.h"
 #include "model/footprint.h"
 #include "model/expert_place.h"
@@ -197,6 +199,76 @@ static int bench_spec(dsv4_model *m, const char *list, int n) {
     return rc;
 }
 
+/* --spec with --streams: the continuous-batching scheduler (what `dsv4 serve --spec` runs) with N greedy
+ * streams of n tokens each, every one speculating with the drafter (none: plain decoding): acceptance, target
+ * tokens per step and stream, aggregate tokens/s against the same streams without speculation. Each stream
+ * has its own 16-token prompt; the time covers prompts and decoding (prompts are a small share at n >= 64). */
+static int bench_spec_streams(dsv4_model *m, const char *list, const char *counts_list, int n) {
+    if (n < 8) n = 64;
+    int32_t *counts;
+    int n_counts;
+    if (cli_parse_tokens(CMD, counts_list, &counts, &n_counts)) return 1;
+    for (int i = 0; i < n_counts; i++)
+        if (counts[i] < 1 || counts[i] > 4096) { free(counts); return cli_error(CMD, "--streams counts must be in 1..4096"); }
+    printf("\n %-8s %7s %6s %10s %10s %12s %10s   (scheduler, greedy, %d tokens per stream)\n", "drafter", "streams",
+           "draft", "accepted", "tok/step", "tok/s", "vs none", n);
+    int rc = 0;
+    for (int ci = 0; ci < n_counts && !rc; ci++) {
+        const int N = counts[ci];
+        double base = 0;
+        char *names = strdup(list), *save = NULL;
+        if (!names) { rc = cli_error(CMD, "out of memory"); break; }
+        for (char *name = strtok_r(names, ",", &save); name && !rc; name = strtok_r(NULL, ",", &save)) {
+            const int none = !strcmp(name, "none");
+            if (!none && !dsv4_drafter_name_known(name)) { rc = cli_error(CMD, "--spec: unknown drafter '%s' (none, ngram, self, mtp, dspark)", name); break; }
+            dsv4_error err;
+            dsv4_sched *s;
+            const dsv4_sched_opts so = { N, 0 };
+            if (dsv4_sched_new(m, &so, &s, &err)) { rc = cli_fail(CMD, &err); break; }
+            int32_t *prompts = malloc(sizeof(int32_t) * 16 * (size_t)N);
+            int64_t *ids = malloc(sizeof(int64_t) * (size_t)N);
+            if (!prompts || !ids) { free(prompts); free(ids); dsv4_sched_free(s); rc = cli_error(CMD, "out of memory"); break; }
+            for (int k = 0; k < N; k++) {
+                for (int i = 0; i < 16; i++) prompts[16 * k + i] = (int32_t)(((i + 31 * k) * 7919 + 13) % m->cfg.vocab_size);
+                dsv4_request r = { .prompt = prompts + 16 * k, .n_prompt = 16, .sampling = { 0.0f, 0, 1.0f, 0.0f, (uint64_t)k },
+                                   .max_new_tokens = n };
+                if (!none) r.spec = (dsv4_sched_spec){ dsv4_drafter_named_make, name, dsv4_drafter_default_draft(name, m), 0.0f };
+                if ((rc = dsv4_sched_add(s, &r, &ids[k], &err))) break;
+            }
+            const double t0 = now_s();
+            long long steps = 0;
+            while (!rc && dsv4_sched_pending(s)) { rc = dsv4_sched_step(s, &err); steps++; }
+            const double dt = now_s() - t0;
+            int64_t drafted = 0, accepted = 0, spec_steps = 0, emitted = 0, errors = 0;
+            for (int k = 0; k < N && !rc; k++) {
+                dsv4_req_result res;
+                if ((rc = dsv4_sched_result(s, ids[k], &res, &err))) break;
+                drafted += res.spec_drafted;
+                accepted += res.spec_accepted;
+                spec_steps += res.spec_steps;
+                emitted += res.n_tokens;
+                errors += res.finish == DSV4_FINISH_ERROR;
+            }
+            free(prompts);
+            free(ids);
+            dsv4_sched_free(s);
+            if (rc) { rc = cli_fail(CMD, &err); break; }
+            /* a drafter that cannot be made (no head in this checkpoint) fails every request */
+            if (errors) { rc = cli_error(CMD, "--spec %s: the scheduler could not speculate with it (does the checkpoint have its head?)", name); break; }
+            const double tps = emitted / dt;
+            if (none) base = tps;
+            char rel[32] = "-";
+            if (base > 0 && !none) snprintf(rel, sizeof rel, "%.2fx", tps / base);
+            printf(" %-8s %7d %6d %9.1f%% %10.2f %12.2f %10s\n", name, N, none ? 0 : dsv4_drafter_default_draft(name, m),
+                   drafted ? 100.0 * (double)accepted / (double)drafted : 0.0,
+                   spec_steps ? (double)emitted / (double)spec_steps : (double)emitted / (double)(N ? steps : 1) / N, tps, rel);
+        }
+        free(names);
+    }
+    free(counts);
+    return rc;
+}
+
 static int bench_tokenizer(const char *dir) {
     dsv4_tokenizer *t;
     dsv4_error err;
@@ -280,6 +352,7 @@ int cmd_bench(int argc, char **argv) {
     int rc = bench_single_stream(m, (int)prompt, (int)decode, bw, profile && m->cuda);
     if (!rc && streams) rc = bench_streams(m, streams, (int)decode);
     if (!rc && spec) rc = bench_spec(m, spec, (int)decode);
+    if (!rc && spec && streams) rc = bench_spec_streams(m, spec, streams, (int)decode);
     dsv4_model_free(m);
     return rc;
 }

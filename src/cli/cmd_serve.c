@@ -1,11 +1,13 @@
 /* dsv4 serve -m DIR [--host 127.0.0.1] [--port 8000] [--device cpu|cuda] [--api-key KEY] [--max-streams N]
- *            [--ctx N] [--kv f32|bf16|fp8] [--mode exact|official] [--spec none] [--prefix-cache-mb N]
+ *            [--ctx N] [--kv f32|bf16|fp8] [--mode exact|official] [--spec none|ngram|mtp|dspark|self]
+ *            [--draft N] [--spec-threshold X] [--prefix-cache-mb N]
  *            [--prefix-cache-dir DIR [--prefix-cache-disk-mb N]] [--served-model-name NAME] [--encoder v4|v4-0731]
  *            [--threads N] [--step-tokens N] [--max-queue N] [--max-connections N] [--max-body-mb N]
  * An OpenAI- and Anthropic-compatible HTTP server over the continuous-batching engine (src/server/). Prints
  * exactly `dsv4: listening on http://HOST:PORT` on stderr once it accepts requests; SIGINT / SIGTERM stop it:
  * no new connections, every running stream is cancelled (its client sees it end), exit 0. */
 #include "cli/cli.h"
+#include "engine/drafter_named.h"
 #include "server/engine.h"
 #include "server/http.h"
 #include "server/metrics.h"
@@ -23,7 +25,8 @@ static const char *CMD = "serve";
 
 typedef struct {
     const char *model_dir, *host, *api_key, *spec, *pcache_dir, *served_name, *encoder;
-    long long port, max_streams, ctx, pcache_mb, pcache_disk_mb, threads, step_tokens, max_queue, max_conn, max_body_mb;
+    long long port, max_streams, ctx, pcache_mb, pcache_disk_mb, threads, step_tokens, max_queue, max_conn, max_body_mb, draft;
+    double spec_threshold;
     int kv_format;
     int device;          /* a dsv4_device */
     int gpus;             /* --gpus N (0 = 1) */
@@ -61,6 +64,12 @@ static int parse(int argc, char **argv, serve_opts *o) {
         }
         else if (!strcmp(a, "--mode")) { VAL(); if (cli_parse_mode(CMD, v, &o->mode)) return 1; }
         else if (!strcmp(a, "--spec")) { VAL(); o->spec = v; }
+        else if (!strcmp(a, "--draft")) INT(1, 64, &o->draft);
+        else if (!strcmp(a, "--spec-threshold")) {
+            VAL();
+            if (cli_parse_float(CMD, a, v, &o->spec_threshold)) return 1;
+            if (!(o->spec_threshold >= 0 && o->spec_threshold <= 1)) return cli_error(CMD, "--spec-threshold must be in [0, 1]");
+        }
         else if (!strcmp(a, "--prefix-cache-mb")) INT(0, 1LL << 30, &o->pcache_mb);
         else if (!strcmp(a, "--prefix-cache-dir")) { VAL(); o->pcache_dir = v; }
         else if (!strcmp(a, "--prefix-cache-disk-mb")) INT(1, 1LL << 30, &o->pcache_disk_mb);
@@ -76,8 +85,8 @@ static int parse(int argc, char **argv, serve_opts *o) {
 #undef VAL
     }
     if (!o->model_dir) return cli_error(CMD, "missing -m DIR");
-    if (strcmp(o->spec, "none"))
-        return cli_error(CMD, "--spec %s: speculative decoding inside the server's scheduler is not supported yet (use none)", o->spec);
+    if (strcmp(o->spec, "none") && !dsv4_drafter_name_known(o->spec))
+        return cli_error(CMD, "--spec must be none, ngram, mtp, dspark or self, got '%s'", o->spec);
     if (strcmp(o->encoder, "v4") && strcmp(o->encoder, "v4-0731"))
         return cli_error(CMD, "--encoder must be v4 or v4-0731, got '%s'", o->encoder);
     if (o->pcache_dir && o->pcache_mb == 0) return cli_error(CMD, "--prefix-cache-dir needs --prefix-cache-mb > 0");
@@ -109,8 +118,9 @@ int cmd_serve(int argc, char **argv) {
 
     dsv4_error err;
     /* the same load path for both devices: the scheduler and the server do not care where steps run */
+    /* a speculative step rolls back at most its drafts: the rings keep max_spec > draft slots of slack */
     dsv4_load_opts lo = {.mode = o.mode, .kv_format = o.kv_format, .n_threads = (int)o.threads, .quiet = 1,
-                         .device = o.device, .n_gpus = o.gpus};
+                         .device = o.device, .n_gpus = o.gpus, .max_spec = o.draft + 1 > 16 ? (int)o.draft + 1 : 16};
     dsv4_model *m = NULL;
     dsv4_tokenizer *tok = NULL;
     dsv4_prefix_cache *pc = NULL;
@@ -134,7 +144,9 @@ int cmd_serve(int argc, char **argv) {
     }
     const int64_t ctx = o.ctx ? o.ctx : (info.max_position < 65536 ? info.max_position : 65536);
     if (ctx > info.max_position) { rc = cli_error(CMD, "--ctx %lld exceeds the model's %lld positions", (long long)ctx, (long long)info.max_position); goto out; }
-    server_engine_opts eo = {(int)o.max_streams, (int)o.step_tokens, (int)o.max_queue, pc};
+    server_engine_opts eo = {(int)o.max_streams, (int)o.step_tokens, (int)o.max_queue, pc, o.spec, (int)o.draft,
+                             (float)o.spec_threshold};
+    if (!eo.draft) eo.draft = dsv4_drafter_default_draft(o.spec, m);
     if (server_engine_start(m, &eo, &eng, &err)) { rc = cli_fail(CMD, &err); goto out; }
 
     server_ctx srv;

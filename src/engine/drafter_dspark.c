@@ -42,7 +42,10 @@ static int dspark_propose(void *p, const int32_t *history, int64_t n_hist, int32
     int rc = dsv4_dspark_draft(c->m, c->ctx, last, k, &c->smp.params, c->smp.counter, draft, c->z,
                                sampled ? draft_probs : NULL, NULL, err);
     if (rc) return rc;
-    c->smp.counter += (uint64_t)k;   /* draws counter .. counter+k-1, as k dsv4_sample calls */
+    /* every block owns the draws counter .. counter+gamma-1 whatever k is: a caller that asks for fewer drafts
+     * (a scheduler step short of budget) gets a prefix of the drafts an unconstrained caller gets, and the draws
+     * after it do not shift (tests/unit/test_sched_spec.c: scheduler streams = dsv4_spec_stream alone) */
+    c->smp.counter += (uint64_t)c->gamma;
     if (confidence)
         for (int j = 0; j < k; j++) confidence[j] = 1.0f / (1.0f + expf(-c->z[j]));
     *probs_given = sampled;

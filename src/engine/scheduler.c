@@ -1,65 +1,10 @@
 /* Continuous-batching scheduler: see scheduler.h for the contract. */
-#include "engine/scheduler.h"
+#include "engine/sched_internal.h"
+#include "model/model.h" /* max_spec: the most drafts a step may roll back */
 #include "util/error.h"
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
-
-typedef struct {
-    int32_t *prompt;
-    int n_prompt;
-    dsv4_sampling sampling;
-    int max_new, stop_on_eos;
-    int32_t *stop_tok;            /* all stop sequences, concatenated */
-    int *stop_len;                /* [n_stop] */
-    int n_stop;
-    dsv4_req_state state;
-    dsv4_finish finish;
-    int32_t *out;                 /* generated tokens [n_out], capacity out_cap */
-    int n_out, out_cap;
-    int64_t n_prompt_done;        /* kept after the slot is freed, for results */
-    int64_t n_cached;             /* prompt tokens reused from the prefix cache */
-    dsv4_logits_hook hook;
-    int slot;                     /* -1 unless running */
-    int released;
-    const dsv4_grammar *grammar;  /* borrowed; NULL = unconstrained */
-    const dsv4_cvocab *cvocab;
-    dsv4_cmatcher *matcher;       /* borrowed; NULL = a private one per stream */
-} request;
-
-typedef struct {
-    int64_t req;                  /* -1: free */
-    dsv4_seq *seq;
-    dsv4_sampler smp;
-    dsv4_cstate *cs;              /* the stream's constraint state, NULL = unconstrained */
-    int32_t pending;              /* the last sampled token, fed by the next step */
-    float *logits;                /* [vocab]: the row this slot samples from */
-    int in_step;                  /* this step draws the slot's token (dsv4_step_item.sample) */
-    int32_t drawn;                /* ... into here */
-} slot;
-
-struct dsv4_sched {
-    dsv4_model *m;
-    dsv4_sched_opts o;
-    int vocab, eos;
-    int64_t max_pos;
-    request *req;
-    int64_t n_req, cap_req;
-    int64_t base;                 /* id of req[0]: released records at the front are dropped (a long-running
-                                   * server must not keep one record per request it ever served) */
-    int64_t wait_head;            /* requests before it are not waiting: admission is FIFO by id */
-    slot *slots;
-    dsv4_step_item *items;        /* [max_streams] scratch for one step */
-    int *item_slot;               /* [max_streams] slot of each item */
-    int *prefill_order;           /* [max_streams] scratch */
-    int rr;                       /* first slot the decode pass looks at (rotates for fairness) */
-    int n_running, last_T;
-    int64_t n_pending;
-    dsv4_sched_token_fn on_token;
-    void *on_token_ctx;
-    int observer_logits;          /* the observer reads its logits argument (default) */
-    dsv4_prefix_cache *pcache;    /* borrowed, optional */
-};
 
 const char *dsv4_finish_name(dsv4_finish f) {
     switch (f) {
@@ -102,6 +47,7 @@ int dsv4_sched_new(dsv4_model *m, const dsv4_sched_opts *o, dsv4_sched **out, ds
         s->slots[i].req = -1;
         s->slots[i].logits = malloc(sizeof(float) * (size_t)s->vocab);
         if (!s->slots[i].logits) goto nomem;
+        s->slots[i].logits_rows = 1;
     }
     *out = s;
     return 0;
@@ -126,6 +72,7 @@ static void slot_release(dsv4_sched *s, int i) {
     dsv4_seq_free(sl->seq);
     dsv4_sampler_free(&sl->smp);
     dsv4_cstate_free(sl->cs);
+    sched_spec_release(&sl->sp);
     sl->seq = NULL;
     sl->cs = NULL;
     sl->req = -1;
@@ -145,6 +92,7 @@ void dsv4_sched_free(dsv4_sched *s) {
     free(s->items);
     free(s->item_slot);
     free(s->prefill_order);
+    free(s->spec_scratch);
     free(s);
 }
 
@@ -170,6 +118,14 @@ static int validate_request(const dsv4_sched *s, const dsv4_request *r, dsv4_err
     if (r->n_stop < 0 || (r->n_stop > 0 && !r->stop)) return dsv4_fail(err, DSV4_E_ARG, "bad stop sequence list");
     for (int i = 0; i < r->n_stop; i++)
         if (r->stop[i].n < 1 || !r->stop[i].tokens) return dsv4_fail(err, DSV4_E_ARG, "stop sequence %d is empty", i);
+    if (r->spec.make) {
+        const int max_draft = s->m->max_spec - 1;
+        if (r->spec.draft < 1 || r->spec.draft > max_draft)
+            return dsv4_fail(err, DSV4_E_ARG, "speculation: %d drafts per step is outside 1..%d (the model was loaded with "
+                             "max_spec = %d ring slots; the anchor takes one)", r->spec.draft, max_draft, s->m->max_spec);
+        if (!(r->spec.conf_threshold >= 0.0f && r->spec.conf_threshold <= 1.0f))
+            return dsv4_fail(err, DSV4_E_ARG, "speculation: the confidence threshold must be in [0, 1]");
+    }
     if (!r->matcher && !r->grammar != !r->cvocab)
         return dsv4_fail(err, DSV4_E_ARG, "a constrained request needs both a grammar and a vocabulary (or a matcher)");
     const dsv4_cvocab *cv = r->matcher ? dsv4_cmatcher_vocab(r->matcher) : r->cvocab;
@@ -196,6 +152,7 @@ static int request_copy(request *dst, const dsv4_request *r) {
     dst->cvocab = r->cvocab;
     dst->matcher = r->matcher;
     dst->hook = r->hook;
+    dst->spec = r->spec;
     dst->prompt = malloc(sizeof(int32_t) * (size_t)r->n_prompt);
     if (!dst->prompt) return -1;
     memcpy(dst->prompt, r->prompt, sizeof(int32_t) * (size_t)r->n_prompt);
@@ -248,7 +205,7 @@ static request *find(const dsv4_sched *s, int64_t id, dsv4_error *err) {
     return &s->req[id - s->base];
 }
 
-static void finish(dsv4_sched *s, int64_t id, dsv4_finish why) {
+void sched_finish(dsv4_sched *s, int64_t id, dsv4_finish why) {
     request *q = &s->req[id - s->base];
     if (q->state == DSV4_REQ_DONE) return;
     /* a stream that ended normally leaves its state for the conversation's next turn (a failed put only
@@ -264,7 +221,7 @@ static void finish(dsv4_sched *s, int64_t id, dsv4_finish why) {
 
 int dsv4_sched_cancel(dsv4_sched *s, int64_t id, dsv4_error *err) {
     if (!find(s, id, err)) return err ? err->code : DSV4_E_ARG;
-    finish(s, id, DSV4_FINISH_CANCELLED);
+    sched_finish(s, id, DSV4_FINISH_CANCELLED);
     return 0;
 }
 
@@ -277,6 +234,9 @@ int dsv4_sched_result(const dsv4_sched *s, int64_t id, dsv4_req_result *out, dsv
     out->n_tokens = q->n_out;
     out->n_prompt_done = q->n_prompt_done;
     out->n_cached = q->n_cached;
+    out->spec_steps = q->spec_steps;
+    out->spec_drafted = q->spec_drafted;
+    out->spec_accepted = q->spec_accepted;
     return 0;
 }
 
@@ -321,45 +281,51 @@ static void admit(dsv4_sched *s) {
         while (s->wait_head < s->n_req && s->req[s->wait_head - s->base].state != DSV4_REQ_WAITING) s->wait_head++;
         if (s->wait_head == s->n_req) break;
         const int64_t id = s->wait_head++;
-        request *q = &s->req[id - s->base];
-        int64_t matched = 0;
-        const int fail = s->pcache ? dsv4_prefix_cache_lookup(s->pcache, s->m, q->prompt, q->n_prompt - 1, &sl->seq,
-                                                              &matched, NULL)
-                                   : dsv4_seq_new(s->m, &sl->seq, NULL);
-        if (fail) { sl->seq = NULL; finish(s, id, DSV4_FINISH_ERROR); continue; }
-        q->n_prompt_done = q->n_cached = matched;
-        if (dsv4_sampler_init(&sl->smp, &q->sampling, s->vocab, NULL)) {
-            dsv4_seq_free(sl->seq);
-            sl->seq = NULL;
-            finish(s, id, DSV4_FINISH_ERROR);
-            continue;
-        }
-        const int64_t bound = (int64_t)q->max_new - 1;
-        if ((q->matcher || q->grammar) &&
-            (q->matcher ? dsv4_cstate_new_shared(q->matcher, bound, &sl->cs, NULL) : dsv4_cstate_new(q->grammar, q->cvocab, bound, &sl->cs, NULL))) {
-            sl->cs = NULL;
-            dsv4_seq_free(sl->seq);
-            dsv4_sampler_free(&sl->smp);
-            sl->seq = NULL;
-            finish(s, id, DSV4_FINISH_ERROR);
-            continue;
-        }
+        request *q = sched_req(s, id);
+        /* the slot holds the request from here on: a failure below finishes it as ERROR, which frees whatever
+         * was made (slot_release) */
+        sl->seq = NULL;
+        sl->cs = NULL;
+        memset(&sl->smp, 0, sizeof sl->smp);
+        memset(&sl->sp, 0, sizeof sl->sp);
         sl->req = id;
         q->slot = i;
         q->state = DSV4_REQ_RUNNING;
         s->n_running++;
+        if (q->spec.make && sched_spec_make(s, q, &sl->sp)) { sched_finish(s, id, DSV4_FINISH_ERROR); continue; }
+        /* a drafter fed from target features needs every prompt row: no fork from the cache for it */
+        const int use_cache = s->pcache && !(sched_speculates(sl) && sl->sp.dr.hidden_dim > 0);
+        int64_t matched = 0;
+        const int fail = use_cache ? dsv4_prefix_cache_lookup(s->pcache, s->m, q->prompt, q->n_prompt - 1, &sl->seq, &matched, NULL)
+                                   : dsv4_seq_new(s->m, &sl->seq, NULL);
+        if (fail) { sl->seq = NULL; sched_finish(s, id, DSV4_FINISH_ERROR); continue; }
+        q->n_prompt_done = q->n_cached = matched;
+        if (dsv4_sampler_init(&sl->smp, &q->sampling, s->vocab, NULL)) { sched_finish(s, id, DSV4_FINISH_ERROR); continue; }
+        const int64_t bound = (int64_t)q->max_new - 1;
+        if ((q->matcher || q->grammar) &&
+            (q->matcher ? dsv4_cstate_new_shared(q->matcher, bound, &sl->cs, NULL) : dsv4_cstate_new(q->grammar, q->cvocab, bound, &sl->cs, NULL))) {
+            sl->cs = NULL;
+            sched_finish(s, id, DSV4_FINISH_ERROR);
+            continue;
+        }
+        if (sched_speculates(sl) && sched_spec_alloc(s, sl, q)) { sched_finish(s, id, DSV4_FINISH_ERROR); continue; }
+        sl->pending = q->prompt[q->n_prompt - 1]; /* a speculating stream's first anchor: its last prompt token */
     }
 }
 
+/* Prompt tokens a stream processes before it decodes: all of them, or all but the last for a speculating
+ * stream (the last one is the anchor of its first speculative step). */
+static int64_t prefill_end(const slot *sl, const request *q) { return q->n_prompt - (sched_speculates(sl) ? 1 : 0); }
+
 static int is_decoding(const dsv4_sched *s, const slot *sl) {
-    return sl->req >= 0 && s->req[sl->req - s->base].n_prompt_done == s->req[sl->req - s->base].n_prompt;
+    return sl->req >= 0 && sched_req(s, sl->req)->n_prompt_done >= prefill_end(sl, sched_req(s, sl->req));
 }
 
 /* A decoding stream at the model's last position cannot take another token: it finishes as CONTEXT. */
 static void retire_at_context_limit(dsv4_sched *s) {
     for (int i = 0; i < s->o.max_streams; i++) {
         slot *sl = &s->slots[i];
-        if (is_decoding(s, sl) && dsv4_seq_position(sl->seq) + 1 > s->max_pos) finish(s, sl->req, DSV4_FINISH_CONTEXT);
+        if (is_decoding(s, sl) && dsv4_seq_position(sl->seq) + 1 > s->max_pos) sched_finish(s, sl->req, DSV4_FINISH_CONTEXT);
     }
 }
 
@@ -368,8 +334,9 @@ static void retire_at_context_limit(dsv4_sched *s) {
  * dsv4_sample on that row), and its row comes back only for an observer that reads it. */
 static void add_item(dsv4_sched *s, int *n_items, int slot_i, const int32_t *tokens, int n, int samples) {
     slot *sl = &s->slots[slot_i];
-    const request *q = &s->req[sl->req - s->base];
-    sl->in_step = samples && !q->hook.fn && !sl->cs;
+    const request *q = sched_req(s, sl->req);
+    /* a speculating stream keeps its rows on the host: its drafter and its verification read them */
+    sl->in_step = samples && !q->hook.fn && !sl->cs && !sched_speculates(sl);
     const int rows = samples && (!sl->in_step || (s->on_token && s->observer_logits));
     dsv4_step_item *it = &s->items[*n_items];
     *it = (dsv4_step_item){ sl->seq, tokens, n, rows ? DSV4_LOGITS_LAST : DSV4_LOGITS_NONE, rows ? sl->logits : NULL };
@@ -393,6 +360,11 @@ static int build_step(dsv4_sched *s, int *T_out) {
     for (int k = 0; k < S && budget > 0; k++) {
         const int i = (s->rr + k) % S;
         if (!is_decoding(s, &s->slots[i])) continue;
+        if (sched_speculates(&s->slots[i])) {
+            const int used = sched_spec_add_item(s, &n_items, i, budget);
+            if (used > 0) budget -= used;
+            continue;
+        }
         add_item(s, &n_items, i, &s->slots[i].pending, 1, 1);
         budget--;
     }
@@ -409,13 +381,21 @@ static int build_step(dsv4_sched *s, int *T_out) {
     }
     for (int k = 0; k < n_pre && budget > 0; k++) {
         const int i = s->prefill_order[k];
-        const request *q = &s->req[s->slots[i].req - s->base];
-        int64_t left = q->n_prompt - q->n_prompt_done;
-        /* with a prefix cache the prompt stops one token short once, so that state can be stored */
-        if (s->pcache && q->n_prompt_done < q->n_prompt - 1) left--;
+        slot *sl = &s->slots[i];
+        const request *q = sched_req(s, sl->req);
+        int64_t left = prefill_end(sl, q) - q->n_prompt_done;
+        /* with a prefix cache the prompt stops one token short once, so that state can be stored (a
+         * speculating stream's prompt stops there anyway) */
+        if (s->pcache && !sched_speculates(sl) && q->n_prompt_done < q->n_prompt - 1) left--;
+        /* the drafter's target features of the chunk's rows go through a buffer of hidden_rows rows */
+        if (sl->sp.hidden && left > sl->sp.hidden_rows) left = sl->sp.hidden_rows;
         const int n = (int)(left < budget ? left : budget);
         const int completes = q->n_prompt_done + n == q->n_prompt;
         add_item(s, &n_items, i, q->prompt + q->n_prompt_done, n, completes);
+        if (sl->sp.hidden) {
+            if (sl->sp.dr.dspark_features) s->items[n_items - 1].features = sl->sp.hidden;
+            else s->items[n_items - 1].hidden = sl->sp.hidden;
+        }
         budget -= n;
     }
     long long T = 0;
@@ -429,9 +409,12 @@ static int build_step(dsv4_sched *s, int *T_out) {
 static int reserve_outputs(dsv4_sched *s, int n_items) {
     for (int k = 0; k < n_items; k++) {
         if (!item_samples(&s->items[k])) continue;
-        request *q = &s->req[s->slots[s->item_slot[k]].req - s->base];
-        if (q->n_out < q->out_cap) continue;
-        const int cap = q->out_cap ? 2 * q->out_cap : 16;
+        request *q = sched_req(s, s->slots[s->item_slot[k]].req);
+        /* a speculative item may emit every one of its tokens (accepted drafts and the bonus) */
+        const int need = s->items[k].want == DSV4_LOGITS_ALL ? s->items[k].n_tokens : 1;
+        if (q->n_out + need <= q->out_cap) continue;
+        int cap = q->out_cap ? 2 * q->out_cap : 16;
+        while (cap < q->n_out + need) cap *= 2;
         int32_t *no = realloc(q->out, sizeof(int32_t) * (size_t)cap);
         if (!no) return -1;
         q->out = no;
@@ -440,7 +423,7 @@ static int reserve_outputs(dsv4_sched *s, int n_items) {
     return 0;
 }
 
-static int ends_with_stop(const request *q) {
+int sched_ends_with_stop(const request *q) {
     const int32_t *st = q->stop_tok;
     for (int i = 0; i < q->n_stop; st += q->stop_len[i], i++) {
         const int n = q->stop_len[i];
@@ -463,25 +446,25 @@ static void take_token(dsv4_sched *s, int slot_i) {
         if (!(s->on_token && s->observer_logits)) row = NULL;
     } else {
         if (q->hook.fn && q->hook.fn(q->hook.ctx, q->out, q->n_out, sl->logits, s->vocab)) {
-            finish(s, id, DSV4_FINISH_ERROR);
+            sched_finish(s, id, DSV4_FINISH_ERROR);
             return;
         }
         /* constrained: disallowed tokens get -inf before temperature and filters (after the hook, so that
          * nothing re-allows them); the state follows the token */
-        if (sl->cs && dsv4_cstate_mask(sl->cs, sl->logits, NULL)) { finish(s, id, DSV4_FINISH_ERROR); return; }
+        if (sl->cs && dsv4_cstate_mask(sl->cs, sl->logits, NULL)) { sched_finish(s, id, DSV4_FINISH_ERROR); return; }
         tok = dsv4_sample(&sl->smp, sl->logits);
     }
     /* EOS before the value is complete happens only when max_new_tokens is below the shortest value: the
      * budget ran out, which is what LENGTH says */
     const int cut_short = sl->cs && tok == s->eos && !dsv4_cstate_complete(sl->cs);
-    if (sl->cs && dsv4_cstate_advance(sl->cs, tok, NULL)) { finish(s, id, DSV4_FINISH_ERROR); return; }
+    if (sl->cs && dsv4_cstate_advance(sl->cs, tok, NULL)) { sched_finish(s, id, DSV4_FINISH_ERROR); return; }
     q->out[q->n_out++] = tok;
     sl->pending = tok;
     if (s->on_token) s->on_token(s->on_token_ctx, id, q->n_out - 1, tok, row);
-    if (cut_short) finish(s, id, DSV4_FINISH_LENGTH);
-    else if ((q->stop_on_eos || sl->cs) && tok == s->eos) finish(s, id, DSV4_FINISH_EOS);
-    else if (ends_with_stop(q)) finish(s, id, DSV4_FINISH_STOP);
-    else if (q->n_out >= q->max_new) finish(s, id, DSV4_FINISH_LENGTH);
+    if (cut_short) sched_finish(s, id, DSV4_FINISH_LENGTH);
+    else if ((q->stop_on_eos || sl->cs) && tok == s->eos) sched_finish(s, id, DSV4_FINISH_EOS);
+    else if (sched_ends_with_stop(q)) sched_finish(s, id, DSV4_FINISH_STOP);
+    else if (q->n_out >= q->max_new) sched_finish(s, id, DSV4_FINISH_LENGTH);
 }
 
 int dsv4_sched_step(dsv4_sched *s, dsv4_error *err) {
@@ -497,10 +480,15 @@ int dsv4_sched_step(dsv4_sched *s, dsv4_error *err) {
     s->last_T = T;
     for (int k = 0; k < n_items; k++) {
         const int i = s->item_slot[k];
-        request *q = &s->req[s->slots[i].req - s->base];
+        if (s->slots[i].req < 0) continue;
+        request *q = sched_req(s, s->slots[i].req);
+        /* a speculating stream's decode item: verification, rollback, 1..k+1 tokens */
+        if (s->items[k].want == DSV4_LOGITS_ALL) { sched_spec_commit(s, i); continue; }
         if (q->n_prompt_done < q->n_prompt) {
+            const int64_t p0 = q->n_prompt_done;
             q->n_prompt_done += s->items[k].n_tokens;
             if (s->pcache && q->n_prompt_done == q->n_prompt - 1) dsv4_prefix_cache_put(s->pcache, s->slots[i].seq, NULL);
+            if (sched_speculates(&s->slots[i])) sched_spec_prompt_rows(s, i, p0, s->items[k].n_tokens);
         }
         if (item_samples(&s->items[k])) take_token(s, i);
     }

@@ -20,6 +20,7 @@
 #include "dsv4.h"
 #include "engine/constraint.h"
 #include "engine/sampler.h"
+#include "engine/speculative.h"
 #include <stdint.h>
 
 typedef struct dsv4_sched dsv4_sched;
@@ -48,6 +49,26 @@ typedef struct {
     void *ctx;
 } dsv4_logits_hook;
 
+/* Speculative decoding of one request inside the scheduler (speculative.h has the protocol). A speculating
+ * stream processes its prompt but the last token, which becomes the anchor of its first step; every step
+ * then feeds [anchor, d_1..d_k] (k drafts from the stream's own drafter) as that stream's share of the ONE
+ * dsv4_step of all streams, verifies them with dsv4_spec_verify_rows (greedy: the argmax, so the tokens equal
+ * a non-speculative run; sampled: the lossless acceptance test with the stream's own random stream, seeded
+ * from its seed), rolls the sequence back to the committed tokens (O(1), dsv4_seq_rollback) and emits 1..k+1
+ * tokens. The hook, the constraint, stop sequences, EOS, max_new_tokens and the observer apply to every
+ * emitted token as without speculation (the hook sees each row with the drafts before it as generated).
+ * Drafts per step are also bounded by the step's token budget, max_new_tokens and the model's positions.
+ * A drafter that needs target features (MTP, DSpark: hidden_dim > 0) sees every prompt row, so such a
+ * stream does not fork from the prefix cache (it still stores its states there). */
+typedef struct {
+    /* Makes the stream's drafter (called at admission with the request's sampling parameters); NULL = no
+     * speculation. A failure finishes the request as ERROR. */
+    int (*make)(void *ctx, dsv4_model *m, const dsv4_sampling *sp, dsv4_drafter *out, dsv4_error *err);
+    void *ctx;                  /* borrowed: must outlive the request */
+    int draft;                  /* drafts per step, 1 .. the model's max_spec - 1 */
+    float conf_threshold;       /* survival-product cut for drafters that give confidences (DSpark); 0 = off */
+} dsv4_sched_spec;
+
 typedef struct {
     const int32_t *prompt;      /* >= 1 token, ids inside the vocabulary */
     int n_prompt;
@@ -68,6 +89,7 @@ typedef struct {
      * the same schema share its transitions and mask caches. The scheduler uses it from its own thread only. */
     dsv4_cmatcher *matcher;
     dsv4_logits_hook hook;      /* optional (zero = none); runs before the constraint's mask */
+    dsv4_sched_spec spec;       /* optional (zero = no speculation) */
 } dsv4_request;
 
 typedef enum {
@@ -93,6 +115,9 @@ typedef struct {
     int n_tokens;
     int64_t n_prompt_done;      /* prompt tokens processed so far (cached ones included) */
     int64_t n_cached;           /* prompt tokens taken from the prefix cache at admission */
+    int64_t spec_steps;         /* speculative steps the request took part in (0 without speculation) */
+    int64_t spec_drafted;       /* drafts verified */
+    int64_t spec_accepted;      /* drafts accepted */
 } dsv4_req_result;
 
 /* Called once per sampled token, right after sampling, with the logits row it was drawn from (valid only

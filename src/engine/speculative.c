@@ -104,18 +104,12 @@ struct dsv4_spec_stream {
     int done;
     dsv4_spec_stats st;
     /* per-step scratch, sized for o.draft */
-    int32_t *chunk;          /* [2 + draft]: pending, drafts (then the bonus) */
-    int k;                   /* drafts this step */
-    int probs_given;
-    float *probs;            /* [draft][vocab] */
-    float *conf;             /* [draft] */
+    dsv4_spec_drafts d;      /* this step's anchor and drafts */
     float *logits;           /* [1 + draft][vocab] */
     float *scratch;          /* [2][vocab] */
     float *hidden;           /* [1 + draft][dr.hidden_dim] when the drafter wants target features, else NULL */
     dsv4_seq_snapshot *snap;
     dsv4_cstate *cs;         /* constraint state (NULL = unconstrained): holds the committed output */
-    dsv4_cpos *cpos;         /* [1 + draft]: the constraint position before row j's token, j = 0..n_valid */
-    int n_valid;             /* drafts the constraint allows (rows 0..n_valid get masks) */
 };
 
 void dsv4_drafter_free(dsv4_drafter *d) {
@@ -131,13 +125,13 @@ void dsv4_spec_stream_free(dsv4_spec_stream *s) {
     dsv4_seq_free(s->seq);
     dsv4_sampler_free(&s->smp);
     free(s->out);
-    free(s->chunk);
-    free(s->probs);
-    free(s->conf);
+    free(s->d.chunk);
+    free(s->d.probs);
+    free(s->d.conf);
     free(s->logits);
     free(s->scratch);
     free(s->hidden);
-    free(s->cpos);
+    free(s->d.cpos);
     dsv4_cstate_free(s->cs);
     free(s);
 }
@@ -207,9 +201,9 @@ int dsv4_spec_stream_new(dsv4_model *m, const int32_t *prompt, int n_prompt, con
     rng_seed(s->rng, sp->seed);
     const size_t V = (size_t)s->vocab, K = (size_t)o->draft;
     s->out = malloc(sizeof(int32_t) * ((size_t)o->max_new_tokens + 1));
-    s->chunk = malloc(sizeof(int32_t) * (K + 2)); /* + the bonus, written after the drafts at commit */
-    s->probs = malloc(sizeof(float) * K * V);
-    s->conf = malloc(sizeof(float) * K);
+    s->d.chunk = malloc(sizeof(int32_t) * (K + 2)); /* + the bonus, written after the drafts at commit */
+    s->d.probs = malloc(sizeof(float) * K * V);
+    s->d.conf = malloc(sizeof(float) * K);
     s->logits = malloc(sizeof(float) * (K + 1) * V);
     s->scratch = malloc(sizeof(float) * 2 * V);
     if (dr.hidden_dim > 0) {
@@ -224,7 +218,7 @@ int dsv4_spec_stream_new(dsv4_model *m, const int32_t *prompt, int n_prompt, con
         s->hidden = malloc(sizeof(float) * rows * (size_t)dr.hidden_dim);
         if (!s->hidden) { dsv4_spec_stream_free(s); return dsv4_fail(err, DSV4_E_NOMEM, "speculative: out of memory"); }
     }
-    if (!s->out || !s->chunk || !s->probs || !s->conf || !s->logits || !s->scratch) {
+    if (!s->out || !s->d.chunk || !s->d.probs || !s->d.conf || !s->logits || !s->scratch) {
         dsv4_spec_stream_free(s);
         return dsv4_fail(err, DSV4_E_NOMEM, "speculative: out of memory");
     }
@@ -243,7 +237,7 @@ int dsv4_spec_stream_new(dsv4_model *m, const int32_t *prompt, int n_prompt, con
             dsv4_spec_stream_free(s);
             return rc;
         }
-        if (!(s->cpos = malloc(sizeof *s->cpos * (K + 1)))) { dsv4_spec_stream_free(s); return dsv4_fail(err, DSV4_E_NOMEM, "speculative: out of memory"); }
+        if (!(s->d.cpos = malloc(sizeof *s->d.cpos * (K + 1)))) { dsv4_spec_stream_free(s); return dsv4_fail(err, DSV4_E_NOMEM, "speculative: out of memory"); }
     }
     if ((rc = dsv4_seq_new(m, &s->seq, err))) { dsv4_spec_stream_free(s); return rc; }
     if (n_prompt > 1 && (rc = prefill(s, prompt, n_prompt, err))) {
@@ -266,64 +260,75 @@ static int cut_by_confidence(const float *conf, int k, float threshold) {
     return k;
 }
 
-/* Ask the stream's drafter for this step's drafts (s->k, s->chunk[1..], s->probs). */
-static int gather_drafts(dsv4_spec_stream *s, dsv4_error *err) {
-    const int remaining = s->o.max_new_tokens - s->n_out;
-    int max_k = s->o.draft < remaining - 1 ? s->o.draft : remaining - 1; /* the bonus is one more token */
-    s->k = 0;
-    s->probs_given = 0;
-    s->chunk[0] = s->pending;
-    s->n_valid = 0;
-    if (s->cs) s->cpos[0] = dsv4_cstate_get(s->cs); /* row 0 is masked at the committed position */
+void dsv4_spec_rng_seed(uint64_t rng[4], uint64_t seed) { rng_seed(rng, seed); }
+
+int dsv4_spec_draft(dsv4_drafter *dr, const dsv4_sampler *smp, dsv4_cstate *cs, const dsv4_seq *seq, int32_t pending,
+                    int max_k, float conf_threshold, int vocab, dsv4_spec_drafts *d, dsv4_error *err) {
+    const char *name = dr->name ? dr->name : "?";
+    d->k = 0;
+    d->probs_given = 0;
+    d->chunk[0] = pending;
+    d->n_valid = 0;
+    if (cs) d->cpos[0] = dsv4_cstate_get(cs); /* row 0 is masked at the committed position */
     if (max_k < 1) return 0;
-    const int greedy = s->smp.params.temperature <= 0.0f;
+    const int greedy = smp->params.temperature <= 0.0f;
     int conf_given = 0;
-    const int n = s->dr.propose(s->dr.ctx, dsv4_seq_tokens(s->seq), dsv4_seq_position(s->seq), s->pending, max_k,
-                                s->chunk + 1, greedy ? NULL : s->probs, &s->probs_given, s->conf, &conf_given, err);
-    if (n < 0) return dsv4_wrap(err, "drafter %s", s->dr.name ? s->dr.name : "?");
-    if (n > max_k) return dsv4_fail(err, DSV4_E_STATE, "drafter %s proposed %d tokens, more than the %d asked",
-                                    s->dr.name ? s->dr.name : "?", n, max_k);
+    const int n = dr->propose(dr->ctx, dsv4_seq_tokens(seq), dsv4_seq_position(seq), pending, max_k, d->chunk + 1,
+                              greedy ? NULL : d->probs, &d->probs_given, d->conf, &conf_given, err);
+    if (n < 0) return dsv4_wrap(err, "drafter %s", name);
+    if (n > max_k) return dsv4_fail(err, DSV4_E_STATE, "drafter %s proposed %d tokens, more than the %d asked", name, n, max_k);
     for (int j = 0; j < n; j++)
-        if (s->chunk[1 + j] < 0 || s->chunk[1 + j] >= s->vocab)
-            return dsv4_fail(err, DSV4_E_ARG, "drafter %s: draft %d (id %d) is outside the vocabulary (%d)",
-                             s->dr.name ? s->dr.name : "?", j, s->chunk[1 + j], s->vocab);
-    s->k = conf_given && s->o.conf_threshold > 0.0f ? cut_by_confidence(s->conf, n, s->o.conf_threshold) : n;
-    if (greedy) s->probs_given = 0;
-    if (s->cs) {
+        if (d->chunk[1 + j] < 0 || d->chunk[1 + j] >= vocab)
+            return dsv4_fail(err, DSV4_E_ARG, "drafter %s: draft %d (id %d) is outside the vocabulary (%d)", name, j,
+                             d->chunk[1 + j], vocab);
+    d->k = conf_given && conf_threshold > 0.0f ? cut_by_confidence(d->conf, n, conf_threshold) : n;
+    if (greedy) d->probs_given = 0;
+    if (cs) {
         /* walk the constraint along the drafts: cpos[j] is the position row j is masked with */
-        const dsv4_cpos p0 = dsv4_cstate_get(s->cs);
-        s->cpos[0] = p0;
+        const dsv4_cpos p0 = dsv4_cstate_get(cs);
         int j = 0;
-        while (j < s->k && dsv4_cstate_allows(s->cs, s->chunk[1 + j])) {
-            if (dsv4_cstate_advance(s->cs, s->chunk[1 + j], err)) { dsv4_cstate_set(s->cs, p0); return dsv4_wrap(err, "speculative"); }
-            s->cpos[++j] = dsv4_cstate_get(s->cs);
+        while (j < d->k && dsv4_cstate_allows(cs, d->chunk[1 + j])) {
+            if (dsv4_cstate_advance(cs, d->chunk[1 + j], err)) { dsv4_cstate_set(cs, p0); return dsv4_wrap(err, "speculative"); }
+            d->cpos[++j] = dsv4_cstate_get(cs);
         }
-        dsv4_cstate_set(s->cs, p0);
-        s->n_valid = j;
-        if (!s->probs_given) s->k = j; /* deterministic drafts: a refused draft would be rejected for sure */
+        dsv4_cstate_set(cs, p0);
+        d->n_valid = j;
+        if (!d->probs_given) d->k = j; /* deterministic drafts: a refused draft would be rejected for sure */
     }
     return 0;
+}
+
+int dsv4_spec_mask_rows(dsv4_cstate *cs, const dsv4_spec_drafts *d, float *rows, int vocab, dsv4_error *err) {
+    if (!cs) return 0;
+    /* row j predicts the token after d_j: mask it with the constraint at that position. Rows after the first
+     * refused draft are never read (verification rejects that draft: its probability is 0). */
+    for (int j = 0; j <= d->n_valid && j <= d->k; j++) {
+        dsv4_cstate_set(cs, d->cpos[j]);
+        int rc = dsv4_cstate_mask(cs, rows + (size_t)j * (size_t)vocab, err);
+        if (rc) return rc;
+    }
+    return 0;
+}
+
+/* Ask the stream's drafter for this step's drafts (s->d). */
+static int gather_drafts(dsv4_spec_stream *s, dsv4_error *err) {
+    const int remaining = s->o.max_new_tokens - s->n_out;
+    const int max_k = s->o.draft < remaining - 1 ? s->o.draft : remaining - 1; /* the bonus is one more token */
+    return dsv4_spec_draft(&s->dr, &s->smp, s->cs, s->seq, s->pending, max_k, s->o.conf_threshold, s->vocab, &s->d, err);
 }
 
 /* Verify, roll back the rejected positions, emit, tell the drafter. */
 static int commit_stream(dsv4_spec_stream *s, dsv4_error *err) {
     int32_t bonus;
     int rc;
-    if (s->cs) {
-        /* row j predicts the token after d_j: mask it with the constraint at that position. Rows after the
-         * first refused draft are never read (verification rejects that draft: its probability is 0). */
-        for (int j = 0; j <= s->n_valid && j <= s->k; j++) {
-            dsv4_cstate_set(s->cs, s->cpos[j]);
-            if ((rc = dsv4_cstate_mask(s->cs, s->logits + (size_t)j * s->vocab, err))) {
-                s->done = 1;
-                return dsv4_wrap(err, "speculative");
-            }
-        }
+    if ((rc = dsv4_spec_mask_rows(s->cs, &s->d, s->logits, s->vocab, err))) {
+        s->done = 1;
+        return dsv4_wrap(err, "speculative");
     }
-    const int n_acc = dsv4_spec_verify_rows(&s->smp, s->logits, s->chunk + 1, s->k,
-                                            s->probs_given ? s->probs : NULL, s->rng, s->scratch, &bonus);
+    const int n_acc = dsv4_spec_verify_rows(&s->smp, s->logits, s->d.chunk + 1, s->d.k,
+                                            s->d.probs_given ? s->d.probs : NULL, s->rng, s->scratch, &bonus);
     /* committed tokens d_1..d_{n_acc}, bonus: written over chunk[1..] (chunk[0] is the old anchor) */
-    int32_t *c = s->chunk + 1;
+    int32_t *c = s->d.chunk + 1;
     c[n_acc] = bonus;
     int t = n_acc + 1;
     int stop = 0;
@@ -335,7 +340,7 @@ static int commit_stream(dsv4_spec_stream *s, dsv4_error *err) {
     if (s->cs) {
         /* the committed output is d_1..d_{t-1} then c_{t-1}: the drafts' positions are known, the last token
          * (the bonus, or an accepted EOS) advances from there */
-        dsv4_cstate_set(s->cs, s->cpos[t - 1]);
+        dsv4_cstate_set(s->cs, s->d.cpos[t - 1]);
         if ((rc = dsv4_cstate_advance(s->cs, c[t - 1], err))) { s->done = 1; return dsv4_wrap(err, "speculative"); }
     }
     /* keep the anchor and c_0..c_{t-2}; c_{t-1} is the new pending token */
@@ -346,12 +351,12 @@ static int commit_stream(dsv4_spec_stream *s, dsv4_error *err) {
     s->last_emitted = t;
     s->pending = c[t - 1];
     s->st.steps++;
-    s->st.proposed += s->k;
+    s->st.proposed += s->d.k;
     s->st.accepted += n_acc < t ? n_acc : t; /* an EOS among the drafts ends the output early */
     s->st.emitted += t;
     if (stop || s->n_out >= s->o.max_new_tokens) s->done = 1;
     if (s->dr.on_commit) {
-        const dsv4_spec_verify_info vi = { dsv4_seq_position(s->seq) - t, s->k + 1, t, s->vocab, s->logits, s->hidden,
+        const dsv4_spec_verify_info vi = { dsv4_seq_position(s->seq) - t, s->d.k + 1, t, s->vocab, s->logits, s->hidden,
                                            s->hidden ? s->dr.hidden_dim : 0 };
         if ((rc = s->dr.on_commit(s->dr.ctx, c, t, &vi, err)))
             return dsv4_wrap(err, "drafter %s: commit", s->dr.name ? s->dr.name : "?");
@@ -375,7 +380,7 @@ int dsv4_spec_step(dsv4_model *m, dsv4_spec_stream **streams, int n_streams, dsv
         dsv4_seq_snapshot_free(s->snap);
         s->snap = NULL;
         if ((rc = dsv4_seq_snapshot_new(s->seq, &s->snap, err))) goto out;
-        items[n] = (dsv4_step_item){ s->seq, s->chunk, 1 + s->k, DSV4_LOGITS_ALL, s->logits, NULL };
+        items[n] = (dsv4_step_item){ s->seq, s->d.chunk, 1 + s->d.k, DSV4_LOGITS_ALL, s->logits, NULL };
         feature_outputs(s, &items[n]);
         act[n++] = s;
     }

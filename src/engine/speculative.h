@@ -142,6 +142,30 @@ int32_t dsv4_spec_stream_pending(const dsv4_spec_stream *s);
 /* The stream's drafter (e.g. for dsv4_drafter_external_set). */
 dsv4_drafter *dsv4_spec_stream_drafter(dsv4_spec_stream *s);
 
+/* ---- the pieces of one stream's step, shared with the scheduler's speculation (scheduler.h) ------------ */
+
+/* One step's anchor and drafts. The buffers are the caller's, sized for `draft` drafts per step. */
+typedef struct {
+    int32_t *chunk;          /* [2 + draft]: the anchor (pending token), the drafts (then room for the bonus) */
+    float *probs;            /* [draft][vocab]: the drafts' distributions when probs_given */
+    float *conf;             /* [draft] */
+    dsv4_cpos *cpos;         /* [1 + draft] with a constraint (else unused): its position before row j's token */
+    int k;                   /* drafts this step */
+    int probs_given;         /* 0: deterministic drafts */
+    int n_valid;             /* drafts the constraint allows (rows 0..n_valid get masks) */
+} dsv4_spec_drafts;
+
+/* Ask dr for up to max_k drafts continuing (the tokens seq has processed, pending), cut them by the confidence
+ * threshold, and walk the constraint cs (NULL = none; its position is restored) along them. greedy sampling
+ * (smp) asks for no distributions. 0, or an error (a failing drafter, drafts outside the vocabulary). */
+int  dsv4_spec_draft(dsv4_drafter *dr, const dsv4_sampler *smp, dsv4_cstate *cs, const dsv4_seq *seq, int32_t pending,
+                     int max_k, float conf_threshold, int vocab, dsv4_spec_drafts *d, dsv4_error *err);
+/* Mask the target's rows [1 + k][vocab] with the constraint at each row's position (nothing when cs is NULL);
+ * leaves cs at an arbitrary drafted position: the caller sets it to the committed one. */
+int  dsv4_spec_mask_rows(dsv4_cstate *cs, const dsv4_spec_drafts *d, float *rows, int vocab, dsv4_error *err);
+/* The acceptance test's random stream for a stream of this seed (independent of the sampler's own). */
+void dsv4_spec_rng_seed(uint64_t rng[4], uint64_t seed);
+
 /* ---- the verification rule alone (spec §14.7), for callers with their own loop ------------------------- */
 
 /* Given the target's rows [k+1][vocab] for [a, d_1..d_k], decide: returns the number of accepted drafts

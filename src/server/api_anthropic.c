@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { BLOCK_NONE = 0, BLOCK_THINKING = 1, BLOCK_TEXT = 2 };
+enum { BLOCK_NONE = 0, BLOCK_THINKING = 1, BLOCK_TEXT = 2, BLOCK_TOOL = 3 };
 
 json_t *anthropic_error_body(const server_error *e) {
     /* Anthropic's error types: invalid_request_error, authentication_error, not_found_error,
@@ -117,23 +117,30 @@ void anthropic_message_stream(server_session *s, dsv4_strbuf *out) {
                                                         s->block_index, "delta", "type", "text_delta", "text",
                                                         server_json_text(t, nc)));
     }
-    for (; c->calls_sent < c->out.n_calls; c->calls_sent++) {
-        close_block(s, out);
-        const server_call *call = &c->out.calls[c->calls_sent];
-        char id[96];
-        tool_id(s, c->calls_sent, id, sizeof id);
-        sse_event(out, "content_block_start",
-                  json_pack("{s:s, s:i, s:{s:s, s:s, s:s, s:{}}}", "type", "content_block_start", "index", s->block_index,
-                            "content_block", "type", "tool_use", "id", id, "name", call->name, "input"));
-        json_t *input = tool_input(call->arguments);
-        char *args = json_dumps(input, JSON_COMPACT);
-        json_decref(input);
-        sse_event(out, "content_block_delta", json_pack("{s:s, s:i, s:{s:s, s:s}}", "type", "content_block_delta", "index",
-                                                        s->block_index, "delta", "type", "input_json_delta", "partial_json",
-                                                        args ? args : "{}"));
-        free(args);
-        sse_event(out, "content_block_stop", json_pack("{s:s, s:i}", "type", "content_block_stop", "index", s->block_index));
-        s->block_index++;
+    /* tool_use blocks: opened when the call's name is read, its input streamed as input_json_delta pieces (they
+     * concatenate to the arguments' JSON text), closed when the call is complete */
+    for (int k = c->calls_sent ? c->calls_sent - 1 : 0; k < c->out.n_begun; k++) {
+        const char *name, *args;
+        size_t n_args;
+        const int complete = server_output_call(&c->out, k, &name, &args, &n_args);
+        if (k >= c->calls_sent) {
+            close_block(s, out);
+            char id[96];
+            tool_id(s, k, id, sizeof id);
+            sse_event(out, "content_block_start",
+                      json_pack("{s:s, s:i, s:{s:s, s:s, s:s, s:{}}}", "type", "content_block_start", "index", s->block_index,
+                                "content_block", "type", "tool_use", "id", id, "name", name, "input"));
+            s->block_kind = BLOCK_TOOL;
+            c->calls_sent = k + 1;
+            c->args_sent = 0;
+        }
+        if (n_args > c->args_sent && s->block_kind == BLOCK_TOOL) {
+            sse_event(out, "content_block_delta", json_pack("{s:s, s:i, s:{s:s, s:o}}", "type", "content_block_delta", "index",
+                                                            s->block_index, "delta", "type", "input_json_delta", "partial_json",
+                                                            server_json_text(args + c->args_sent, n_args - c->args_sent)));
+            c->args_sent = n_args;
+        }
+        if (complete && s->block_kind == BLOCK_TOOL) close_block(s, out);
     }
     if (c->end == SERVER_END_NONE) return;
     close_block(s, out);

@@ -117,16 +117,45 @@ static void add_new_ids(const server_session *s, server_choice *c, json_t *ch) {
 
 /* ---- chat completions -------------------------------------------------------------------------------------- */
 
-static json_t *tool_calls_json(const server_session *s, const server_choice *c, int from, int with_index) {
+static json_t *tool_calls_json(const server_session *s, const server_choice *c) {
     json_t *a = json_array();
     const int ci = (int)(c - s->ch);
-    for (int k = from; k < c->out.n_calls; k++) {
+    for (int k = 0; k < c->out.n_calls; k++) {
         char id[96];
         snprintf(id, sizeof id, "call_%s_%d_%d", s->id, ci, k);
         json_t *call = json_pack("{s:s, s:s, s:{s:s, s:s}}", "id", id, "type", "function", "function", "name",
                                  c->out.calls[k].name, "arguments", c->out.calls[k].arguments);
-        if (with_index) json_object_set_new(call, "index", json_integer(k));
         json_array_append_new(a, call);
+    }
+    return a;
+}
+
+/* The stream's tool-call deltas: a call's first entry carries its index, id, type, name and the arguments so
+ * far; later entries carry the index and the arguments' next piece (OpenAI's tool_calls[].function.arguments
+ * fragments, which clients concatenate). NULL when nothing is new. */
+static json_t *tool_call_deltas(const server_session *s, server_choice *c) {
+    json_t *a = NULL;
+    const int ci = (int)(c - s->ch);
+    for (int k = c->calls_sent ? c->calls_sent - 1 : 0; k < c->out.n_begun; k++) {
+        const char *name, *args;
+        size_t n_args;
+        server_output_call(&c->out, k, &name, &args, &n_args);
+        json_t *entry;
+        if (k >= c->calls_sent) {
+            char id[96];
+            snprintf(id, sizeof id, "call_%s_%d_%d", s->id, ci, k);
+            entry = json_pack("{s:i, s:s, s:s, s:{s:s, s:o}}", "index", k, "id", id, "type", "function", "function", "name",
+                              name, "arguments", server_json_text(args, n_args));
+            c->calls_sent = k + 1;
+        } else if (n_args > c->args_sent) {
+            entry = json_pack("{s:i, s:{s:o}}", "index", k, "function", "arguments",
+                              server_json_text(args + c->args_sent, n_args - c->args_sent));
+        } else {
+            continue;
+        }
+        c->args_sent = n_args;
+        if (!a) a = json_array();
+        json_array_append_new(a, entry);
     }
     return a;
 }
@@ -142,7 +171,7 @@ json_t *openai_chat_body(server_session *s) {
         if (s->req.thinking)
             json_object_set_new(msg, "reasoning_content",
                                 server_json_text(c->out.reasoning.data ? c->out.reasoning.data : "", c->out.reasoning.len));
-        if (c->out.n_calls) json_object_set_new(msg, "tool_calls", tool_calls_json(s, c, 0, 0));
+        if (c->out.n_calls) json_object_set_new(msg, "tool_calls", tool_calls_json(s, c));
         json_t *ch = json_pack("{s:i, s:o, s:s?}", "index", i, "message", msg, "finish_reason", finish_reason(c));
         json_object_set_new(ch, "logprobs", s->req.logprobs ? chat_logprobs(s, c, 0, c->n_log) : json_null());
         if (s->req.return_token_ids) json_object_set_new(ch, "token_ids", ids_json(c, 0, c->n_log));
@@ -167,7 +196,6 @@ void openai_chat_stream(server_session *s, dsv4_strbuf *out) {
         size_t nr, nc;
         const char *r = server_output_new_reasoning(&c->out, &nr);
         const char *t = server_output_new_content(&c->out, &nc);
-        const int new_calls = c->out.n_calls > c->calls_sent;
         const int new_logs = s->req.logprobs && c->n_log > c->log_taken;
         const int new_ids = s->req.return_token_ids && c->n_log > c->ids_taken;
         json_t *delta = json_object();
@@ -178,10 +206,8 @@ void openai_chat_stream(server_session *s, dsv4_strbuf *out) {
         }
         if (nr) json_object_set_new(delta, "reasoning_content", server_json_text(r, nr));
         if (nc) json_object_set_new(delta, "content", server_json_text(t, nc));
-        if (new_calls) {
-            json_object_set_new(delta, "tool_calls", tool_calls_json(s, c, c->calls_sent, 1));
-            c->calls_sent = c->out.n_calls;
-        }
+        json_t *calls = tool_call_deltas(s, c);
+        if (calls) json_object_set_new(delta, "tool_calls", calls);
         const int ending = c->end != SERVER_END_NONE;
         if (json_object_size(delta) == 0 && !new_logs && !new_ids && !ending) { json_decref(delta); continue; }
         json_t *ch = json_pack("{s:i, s:o}", "index", i, "delta", delta);

@@ -1,5 +1,6 @@
 /* The engine thread: see engine.h. */
 #include "server/engine.h"
+#include "engine/drafter_named.h"
 #include "util/error.h"
 #include <stdio.h>
 #include <stdlib.h>
@@ -52,8 +53,10 @@ struct server_engine {
     int stopping;
     /* counters (under the lock) */
     int64_t steps, step_tokens, prompt_tokens, generated_tokens, cached_tokens;
+    int64_t spec_steps, spec_drafted, spec_accepted;
     size_t state_bytes;
     int running;
+    dsv4_sched_spec spec;         /* what every request gets (make NULL: no speculation) */
     dsv4_prefix_cache_stats pcache_stats;   /* copied by the engine thread after each step */
 };
 
@@ -210,7 +213,7 @@ static void admit_incoming(server_engine *e) {
         for (int k = 0; k < j->n_stop_ids; k++) stops[k] = (dsv4_stop_seq){&j->stop_ids[k], 1};
         dsv4_request r = {.prompt = j->prompt, .n_prompt = j->n_prompt, .sampling = j->sampling, .max_new_tokens = j->max_new,
                           .stop_on_eos = j->stop_on_eos, .stop = stops, .n_stop = j->n_stop_ids,
-                          .grammar = j->grammar, .cvocab = j->cvocab};
+                          .grammar = j->grammar, .cvocab = j->cvocab, .spec = e->spec};
         /* undecodable ids are kept out by the draw itself (n_allowed), so a request without penalties or logprobs
          * needs no hook and draws inside the step (on the GPU for a cuda model: only ids come back); logprobs
          * keep the hook, so that they are computed from the masked row as before */
@@ -262,6 +265,9 @@ static void publish(server_engine *e, double now) {
         if (dsv4_sched_result(e->sched, j->sched_id, &r, NULL) == 0 && r.state == DSV4_REQ_DONE) {
             j->cached = r.n_cached;
             e->cached_tokens += r.n_cached;
+            e->spec_steps += r.spec_steps;
+            e->spec_drafted += r.spec_drafted;
+            e->spec_accepted += r.spec_accepted;
             dsv4_sched_release(e->sched, j->sched_id, NULL);
             job_finish_locked(e, j, r.finish);
             continue;
@@ -322,6 +328,15 @@ int server_engine_start(dsv4_model *m, const server_engine_opts *o, server_engin
     dsv4_model_info info;
     dsv4_model_get_info(m, &info);
     e->vocab = info.vocab_size;
+    if (o->spec && strcmp(o->spec, "none")) {
+        /* make one drafter now, so that a checkpoint without the head is an error at start, not per request */
+        dsv4_sampling probe_sp = {0.0f, 0, 1.0f, 0.0f, 0};
+        dsv4_drafter probe;
+        int rc = dsv4_drafter_named(o->spec, m, &probe_sp, &probe, err);
+        if (rc) { free(e); return dsv4_wrap(err, "--spec %s", o->spec); }
+        dsv4_drafter_free(&probe);
+        e->spec = (dsv4_sched_spec){dsv4_drafter_named_make, (void *)o->spec, o->draft, o->spec_threshold};
+    }
     dsv4_sched_opts so = {o->max_streams, o->step_tokens};
     int rc = dsv4_sched_new(m, &so, &e->sched, err);
     if (rc) { free(e); return rc; }
@@ -415,5 +430,9 @@ void server_engine_get_stats(server_engine *e, server_engine_stats *st) {
     st->state_bytes = e->state_bytes;
     st->pcache = e->pcache_stats;
     st->have_pcache = e->o.pcache != NULL;
+    st->spec = e->spec.make ? e->o.spec : NULL;
+    st->spec_steps = e->spec_steps;
+    st->spec_drafted = e->spec_drafted;
+    st->spec_accepted = e->spec_accepted;
     pthread_mutex_unlock(&e->mu);
 }

@@ -61,6 +61,11 @@ typedef struct {
     int step_tokens;             /* scheduler token budget per step */
     int max_queue;               /* jobs waiting beyond the running ones before submissions get 429 */
     dsv4_prefix_cache *pcache;   /* borrowed, optional */
+    /* speculative decoding of every stream inside the scheduler (dsv4_sched_spec): a drafter name of
+     * engine/drafter_named.h (borrowed string), NULL or "none" = off */
+    const char *spec;
+    int draft;                   /* drafts per step */
+    float spec_threshold;        /* DSpark survival-product cut, 0 = off */
 } server_engine_opts;
 
 /* Counters for /metrics (a consistent copy). */
@@ -70,6 +75,8 @@ typedef struct {
     size_t state_bytes;
     dsv4_prefix_cache_stats pcache;
     int have_pcache;
+    const char *spec;            /* the drafter's name, NULL without speculation */
+    int64_t spec_steps, spec_drafted, spec_accepted;   /* summed over finished requests */
 } server_engine_stats;
 
 int  server_engine_start(dsv4_model *m, const server_engine_opts *o, server_engine **out, dsv4_error *err);

@@ -92,5 +92,18 @@ char *server_metrics_render(server_metrics *m, const server_engine_stats *st) {
     scalar(&b, "dsv4_prefix_cache_misses_total", "counter", "Prefix-cache lookups that found nothing.", (double)st->pcache.misses);
     scalar(&b, "dsv4_prefix_cache_bytes", "gauge", "Bytes held by the in-memory prefix cache.", (double)st->pcache.bytes);
     scalar(&b, "dsv4_prefix_cache_disk_hits_total", "counter", "Prefix-cache hits served from disk.", (double)st->pcache.disk_hits);
+    /* speculative decoding, by drafter (one series: the server runs one method); counted when requests end */
+    const char *method = st->spec ? st->spec : "none";
+    dsv4_sb_printf(&b, "# HELP dsv4_spec_draft_tokens_total Draft tokens verified by the target (speculative decoding).\n"
+                       "# TYPE dsv4_spec_draft_tokens_total counter\ndsv4_spec_draft_tokens_total{method=\"%s\"} %lld\n"
+                       "# HELP dsv4_spec_accepted_tokens_total Draft tokens accepted by verification.\n"
+                       "# TYPE dsv4_spec_accepted_tokens_total counter\ndsv4_spec_accepted_tokens_total{method=\"%s\"} %lld\n"
+                       "# HELP dsv4_spec_steps_total Speculative steps (one per stream and engine step).\n"
+                       "# TYPE dsv4_spec_steps_total counter\ndsv4_spec_steps_total{method=\"%s\"} %lld\n"
+                       "# HELP dsv4_spec_acceptance_ratio Accepted / drafted tokens so far (0 before any draft).\n"
+                       "# TYPE dsv4_spec_acceptance_ratio gauge\ndsv4_spec_acceptance_ratio{method=\"%s\"} %.6g\n",
+                   method, (long long)st->spec_drafted, method, (long long)st->spec_accepted, method,
+                   (long long)st->spec_steps, method,
+                   st->spec_drafted ? (double)st->spec_accepted / (double)st->spec_drafted : 0.0);
     return dsv4_sb_take(&b, NULL);
 }

@@ -74,6 +74,33 @@ static void on_call(void *ud, const dsv4_tool_call *c) {
     o->n_calls++;
 }
 
+static void on_call_begin(void *ud, const char *name) {
+    server_output *o = ud;
+    if (o->stopped) return;
+    free(o->cur_name);
+    o->cur_name = strdup(name);
+    dsv4_sb_clear(&o->cur_args);
+    o->n_begun++;
+}
+
+static void on_arguments(void *ud, const char *s, size_t n) {
+    server_output *o = ud;
+    if (!o->stopped) dsv4_sb_append(&o->cur_args, s, n);
+}
+
+int server_output_call(const server_output *o, int k, const char **name, const char **args, size_t *n_args) {
+    if (k < o->n_calls) {
+        *name = o->calls[k].name;
+        *args = o->calls[k].arguments;
+        *n_args = strlen(*args);
+        return 1;
+    }
+    *name = o->cur_name ? o->cur_name : "";
+    *args = o->cur_args.data ? o->cur_args.data : "";
+    *n_args = o->cur_args.len;
+    return 0;
+}
+
 /* The parser stopped on malformed DSML: what it had not released, and all later text, is content. */
 static void switch_to_raw(server_output *o) {
     size_t n_raw;
@@ -103,6 +130,7 @@ int server_output_init(server_output *o, const dsv4_tokenizer *t, int chat, int 
     dsv4_sb_init(&o->held);
     dsv4_sb_init(&o->reasoning);
     dsv4_sb_init(&o->content);
+    dsv4_sb_init(&o->cur_args);
     o->thinking = thinking;
     o->stop = stop;
     o->n_stop = n_stop;
@@ -110,7 +138,7 @@ int server_output_init(server_output *o, const dsv4_tokenizer *t, int chat, int 
     o->n_skip = n_skip > 4 ? 4 : n_skip;
     if (o->n_skip) memcpy(o->skip, skip_ids, sizeof(int32_t) * (size_t)o->n_skip);
     if (chat) {
-        dsv4_dsml_callbacks cb = {on_reasoning, on_content, on_call, o};
+        dsv4_dsml_callbacks cb = {on_reasoning, on_content, on_call, o, on_call_begin, on_arguments};
         o->dsml = dsv4_dsml_new(thinking, &cb);
         if (!o->dsml) return -1;
     }
@@ -122,6 +150,8 @@ void server_output_free(server_output *o) {
     dsv4_sb_free(&o->held);
     dsv4_sb_free(&o->reasoning);
     dsv4_sb_free(&o->content);
+    dsv4_sb_free(&o->cur_args);
+    free(o->cur_name);
     if (o->dsml) dsv4_dsml_free(o->dsml);
     for (int i = 0; i < o->n_calls; i++) {
         free(o->calls[i].name);

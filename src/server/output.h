@@ -8,6 +8,9 @@
  * Malformed DSML (the model broke the tool-call format): the text the parser had not released and everything
  * after it becomes content, so nothing generated is hidden.
  * End-of-turn tokens (EOS, <｜User｜>) are not text: they are skipped.
+ * Tool calls stream: a call is announced (n_begun) as soon as the parser reads its name, and its arguments grow
+ * piece by piece (whole UTF-8 characters); calls[] holds the finished ones. Malformed DSML after a call was
+ * announced leaves it unfinished (never in calls[]).
  *
  * Ownership: borrows the tokenizer and the stop strings (they must outlive it); owns its buffers. */
 #ifndef DSV4_SERVER_OUTPUT_H
@@ -39,8 +42,11 @@ typedef struct {
     /* totals and the cursors of what the API layer has taken */
     dsv4_strbuf reasoning, content;
     size_t taken_reasoning, taken_content;
-    server_call *calls;
+    server_call *calls;          /* finished calls */
     int n_calls, cap_calls, taken_calls;
+    int n_begun;                 /* calls announced (finished, plus one in progress when n_begun > n_calls) */
+    char *cur_name;              /* the call in progress: its name and its arguments so far */
+    dsv4_strbuf cur_args;
     int n_tokens;                /* ids pushed */
 } server_output;
 
@@ -55,6 +61,8 @@ void server_output_finish(server_output *o);
 /* New text since the last call (pointers into the totals; n may be 0). */
 const char *server_output_new_reasoning(server_output *o, size_t *n);
 const char *server_output_new_content(server_output *o, size_t *n);
+/* Call k < n_begun: its name and its arguments so far (all of them once finished, which it returns 1 for). */
+int server_output_call(const server_output *o, int k, const char **name, const char **args, size_t *n_args);
 
 /* Valid UTF-8 copy of bytes (ill-formed sequences become U+FFFD) as a JSON string; never NULL unless oom. */
 struct json_t;

@@ -34,6 +34,7 @@ typedef struct {
     int ids_taken;             /* tokens whose ids a stream has already sent */
     /* streaming bookkeeping of the API layers */
     int role_sent, end_sent, calls_sent;
+    size_t args_sent;          /* bytes of the arguments of call calls_sent - 1 already sent */
 } server_choice;
 
 typedef struct {
@@ -52,7 +53,7 @@ typedef struct {
     int64_t cached;
     /* streaming state of the API layer */
     int started, finished;
-    int block_index, block_kind; /* Anthropic: the open content block (kind 0 none, 1 thinking, 2 text) */
+    int block_index, block_kind; /* Anthropic: the open content block (kind 0 none, 1 thinking, 2 text, 3 tool_use) */
     char *echo_text;           /* /v1/completions echo: the prompt as text (owned) */
 } server_session;
 

@@ -43,6 +43,14 @@ struct dsv4_dsml_parser {
     int    n_params, cap_params;
     dsv4_tool_call *calls;
     int    n_calls, cap_calls;
+    /* streaming of the invoke being parsed (on_call_begin, on_arguments) */
+    int    stream_ok;     /* the name was announced and every piece so far is part of the final arguments */
+    int    n_streamed;    /* parameters whose key went out (the first one after "{") */
+    int    pmode;         /* the current parameter: 0 nothing out yet, 1 a string value going out, 2 a value held */
+    int    val_nul;       /* the string value has a NUL byte: it ends there (values are C strings) */
+    char  *pkey;          /* the key that went out for it */
+    size_t val_start, val_from;   /* raw offsets: the string value's start, and its next byte to go out */
+    dsv4_strbuf frag;     /* scratch for one piece */
 };
 
 dsv4_dsml_parser *dsv4_dsml_new(int thinking, const dsv4_dsml_callbacks *cb) {
@@ -56,6 +64,9 @@ dsv4_dsml_parser *dsv4_dsml_new(int thinking, const dsv4_dsml_callbacks *cb) {
 static void clear_invoke(dsv4_dsml_parser *p) {
     free(p->name);
     p->name = NULL;
+    free(p->pkey);
+    p->pkey = NULL;
+    p->stream_ok = p->n_streamed = p->pmode = p->val_nul = 0;
     for (int i = 0; i < p->n_params; i++) { free(p->params[i].key); free(p->params[i].value); }
     p->n_params = 0;
 }
@@ -67,6 +78,7 @@ void dsv4_dsml_free(dsv4_dsml_parser *p) {
     for (int i = 0; i < p->n_calls; i++) { free(p->calls[i].name); free(p->calls[i].arguments); }
     free(p->calls);
     dsv4_sb_free(&p->raw); dsv4_sb_free(&p->reasoning); dsv4_sb_free(&p->content); dsv4_sb_free(&p->error);
+    dsv4_sb_free(&p->frag);
     free(p);
 }
 
@@ -175,6 +187,110 @@ static int valid_utf8(const char *s) {
     return dsv4_utf8_valid_prefix(s, n) == n;
 }
 
+/* ---- streaming the arguments (on_call_begin, on_arguments) --------------------------------------------------
+ * The pieces are the arguments finish_invoke builds, cut earlier: "{" (or ", ") + key + ": " once a parameter's
+ * attribute is read, a string value's escaped bytes as they arrive, its closing quote or a non-string value when
+ * the parameter closes, "}" when the invoke closes. Anything that would make finish_invoke fail (ill-formed
+ * UTF-8, a non-JSON value) only stops the pieces here: finish_invoke reports it, in its own order. */
+
+static const char *const ATTRS[2] = {"\" string=\"true\">", "\" string=\"false\">"};
+
+static void send_frag(dsv4_dsml_parser *p) {
+    if (p->frag.len && p->cb.on_arguments && !p->frag.oom) p->cb.on_arguments(p->cb.ud, p->frag.data, p->frag.len);
+    dsv4_sb_clear(&p->frag);
+}
+
+/* "{" or ", ", the key, ": " (and the opening quote of a string value) into frag. */
+static void frag_key(dsv4_dsml_parser *p, const char *key, size_t n) {
+    dsv4_sb_puts(&p->frag, p->n_streamed ? ", " : "{");
+    dsv4_pyjson_string(&p->frag, key, n);
+    dsv4_sb_puts(&p->frag, ": ");
+    p->n_streamed++;
+}
+
+/* The string value's bytes raw[val_from .. limit) that are whole UTF-8 characters go out. */
+static void stream_value_upto(dsv4_dsml_parser *p, size_t limit) {
+    if (limit <= p->val_from || p->val_nul) return;
+    const char *s = p->raw.data + p->val_from;
+    size_t n = limit - p->val_from;
+    /* the parsed value is a C string: it stops at a NUL byte, and so does what goes out */
+    const char *nul = memchr(s, 0, n);
+    if (nul) { n = (size_t)(nul - s); p->val_nul = 1; }
+    const size_t ok = dsv4_utf8_valid_prefix(s, n);
+    if (nul && ok < n) { p->stream_ok = 0; return; }
+    if (n - ok >= 4) { p->stream_ok = 0; return; }   /* not a character cut short: ill-formed */
+    dsv4_pyjson_escape(&p->frag, s, ok);
+    p->val_from += ok;
+    send_frag(p);
+}
+
+/* S_PARAM before its end tag: the attribute once it is there, then the value so far. */
+static void stream_param_partial(dsv4_dsml_parser *p) {
+    if (!p->stream_ok) return;
+    const char *s = p->raw.data + p->pos;
+    const size_t n = p->raw.len - p->pos;
+    if (p->pmode == 0) {
+        if (n < 7 || memcmp(s, " name=\"", 7)) return;
+        /* the key is the shortest prefix followed by an attribute (parse_param): the first attribute seen */
+        size_t k = n;
+        int which = -1;
+        for (int a = 0; a < 2; a++) {
+            const char *hit = memmem(s + 7, n - 7, ATTRS[a], strlen(ATTRS[a]));
+            if (hit && (size_t)(hit - s) < k) { k = (size_t)(hit - s); which = a; }
+        }
+        if (which < 0) return;
+        /* the key is a C string too (dup_n, then strlen) */
+        if (!(p->pkey = dup_n(s + 7, k - 7))) { p->stream_ok = 0; return; }
+        const size_t kl = strlen(p->pkey);
+        if (dsv4_utf8_valid_prefix(p->pkey, kl) != kl) { p->stream_ok = 0; return; }
+        frag_key(p, p->pkey, kl);
+        if (which == 0) {
+            dsv4_sb_putc(&p->frag, '"');
+            p->pmode = 1;
+            p->val_start = p->val_from = p->pos + k + strlen(ATTRS[0]);
+        } else {
+            p->pmode = 2;   /* a non-string value goes out whole, once it is known to be JSON */
+        }
+        send_frag(p);
+    }
+    if (p->pmode == 1) {
+        /* hold back what could still become "<" ["\n"] "/｜DSML｜parameter": the value ends before the "<" */
+        const char *stops[1] = {PARAM_CLOSE};
+        const size_t hold = partial_tail(p, stops, 1) + 2;
+        if (p->raw.len >= p->val_from + hold) stream_value_upto(p, p->raw.len - hold);
+    }
+}
+
+/* S_PARAM at its end tag, with the parsed parameter: the rest of it goes out. */
+static void stream_param_done(dsv4_dsml_parser *p, const param *q) {
+    if (!p->stream_ok) return;
+    const size_t kl = strlen(q->key), vl = strlen(q->value);
+    if (p->pmode == 0) {
+        if (dsv4_utf8_valid_prefix(q->key, kl) != kl) { p->stream_ok = 0; return; }
+        frag_key(p, q->key, kl);
+    } else if (strcmp(p->pkey, q->key) || (p->pmode == 1) != q->is_str) {
+        p->stream_ok = 0;   /* cannot happen (the first attribute is the one parse_param takes); finish_invoke says so */
+        return;
+    }
+    if (q->is_str) {
+        const size_t done = p->pmode == 1 ? p->val_from - p->val_start : 0;
+        if (done > vl || dsv4_utf8_valid_prefix(q->value + done, vl - done) != vl - done) { p->stream_ok = 0; return; }
+        if (p->pmode == 0) dsv4_sb_putc(&p->frag, '"');
+        dsv4_pyjson_escape(&p->frag, q->value + done, vl - done);
+        dsv4_sb_putc(&p->frag, '"');
+    } else {
+        json_error_t je;
+        json_t *v = json_loads(q->value, JSON_DECODE_ANY, &je);
+        if (!v) { p->stream_ok = 0; dsv4_sb_clear(&p->frag); return; }
+        json_decref(v);
+        dsv4_sb_append(&p->frag, q->value, vl);
+    }
+    send_frag(p);
+    free(p->pkey);
+    p->pkey = NULL;
+    p->pmode = 0;
+}
+
 static dsv4_dsml_status finish_invoke(dsv4_dsml_parser *p) {
     /* The arguments must be JSON, and JSON text is UTF-8: a name, key or string value with ill-formed UTF-8
      * (decoded model output never has any, but the parser takes any bytes) would make them invalid.
@@ -213,6 +329,10 @@ static dsv4_dsml_status finish_invoke(dsv4_dsml_parser *p) {
         p->calls = c;
         p->cap_calls = cap;
     }
+    /* every check above passed, so every piece went out: close the object */
+    if (!p->stream_ok) { dsv4_sb_free(&args); return fail(p, DSV4_DSML_MALFORMED, "tool call '%s': streamed arguments lost", p->name); }
+    dsv4_sb_puts(&p->frag, p->n_streamed ? "}" : "{}");
+    send_frag(p);
     char *a = dsv4_sb_take(&args, NULL);
     if (!a) return fail(p, DSV4_DSML_MALFORMED, "out of memory%s", NULL);
     dsv4_tool_call *call = &p->calls[p->n_calls++];
@@ -282,6 +402,10 @@ static dsv4_dsml_status advance(dsv4_dsml_parser *p) {
             clear_invoke(p);
             p->name = parse_header(p->raw.data + p->pos, (size_t)at - p->pos);
             if (!p->name) return fail(p, DSV4_DSML_MALFORMED, "tool call format: bad invoke tag (want name=\"...\">\\n)%s", NULL);
+            if (valid_utf8(p->name)) {
+                p->stream_ok = 1;
+                if (p->cb.on_call_begin) p->cb.on_call_begin(p->cb.ud, p->name);
+            }
             consume(p, (size_t)at + strlen(stops[which]));
             if (which == 0) p->st = S_PARAM;
             else {
@@ -294,7 +418,7 @@ static dsv4_dsml_status advance(dsv4_dsml_parser *p) {
         case S_PARAM: {
             const char *stops[1] = {PARAM_CLOSE};
             at = find_marker(p, stops, 1, &which);
-            if (at < 0) return p->status;
+            if (at < 0) { stream_param_partial(p); return p->status; }
             param q;
             if (parse_param(p->raw.data + p->pos, (size_t)at - p->pos, &q))
                 return fail(p, DSV4_DSML_MALFORMED, "tool call format: bad parameter tag in invoke '%s'", p->name);
@@ -312,6 +436,7 @@ static dsv4_dsml_status advance(dsv4_dsml_parser *p) {
                 p->cap_params = cap;
             }
             p->params[p->n_params++] = q;
+            stream_param_done(p, &p->params[p->n_params - 1]);
             consume(p, (size_t)at + strlen(stops[0]));
             p->st = S_AFTER_PARAM;
             continue;

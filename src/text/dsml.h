@@ -10,6 +10,11 @@
  *
  * Feed decoded text in pieces of any size (a token, a chunk, everything); reasoning and content are released
  * as soon as they cannot be the start of a marker, and each tool call is reported as soon as its invoke closes.
+ * Tool calls also stream: on_call_begin gives the name as soon as the invoke tag is read, then on_arguments
+ * gives the arguments' JSON text in pieces as the parameters arrive (a string value byte by byte, escaped, as
+ * soon as it cannot be the end tag; other values whole), always cut between UTF-8 characters; their
+ * concatenation is exactly the call's arguments when on_tool_call reports it. A call whose text turns out
+ * malformed stops its pieces (the parse then fails: a begun call may be left unfinished).
  * Malformed input stops parsing with DSV4_DSML_MALFORMED and a message; ending inside the reasoning or a tool
  * block gives DSV4_DSML_TRUNCATED. The raw text is always kept. The EOS marker may be fed as text or left out
  * (end of generation = dsv4_dsml_finish). */
@@ -33,6 +38,8 @@ typedef struct {
     void (*on_content)(void *ud, const char *s, size_t n);
     void (*on_tool_call)(void *ud, const dsv4_tool_call *call);
     void *ud;
+    void (*on_call_begin)(void *ud, const char *name);
+    void (*on_arguments)(void *ud, const char *s, size_t n);
 } dsv4_dsml_callbacks;
 
 typedef struct dsv4_dsml_parser dsv4_dsml_parser;

@@ -6,6 +6,11 @@
 
 void dsv4_pyjson_string(dsv4_strbuf *out, const char *s, size_t n) {
     dsv4_sb_putc(out, '"');
+    dsv4_pyjson_escape(out, s, n);
+    dsv4_sb_putc(out, '"');
+}
+
+void dsv4_pyjson_escape(dsv4_strbuf *out, const char *s, size_t n) {
     size_t run = 0;   /* start of the pending run of bytes that need no escaping */
     for (size_t i = 0; i < n; i++) {
         unsigned char c = (unsigned char)s[i];
@@ -28,7 +33,6 @@ void dsv4_pyjson_string(dsv4_strbuf *out, const char *s, size_t n) {
         run = i + 1;
     }
     dsv4_sb_append(out, s + run, n - run);
-    dsv4_sb_putc(out, '"');
 }
 
 void dsv4_pyjson_float(dsv4_strbuf *out, double d) {

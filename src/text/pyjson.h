@@ -14,6 +14,9 @@
 void dsv4_pyjson_dump(dsv4_strbuf *out, const json_t *v);
 /* Append a quoted, escaped JSON string for s[0..n). */
 void dsv4_pyjson_string(dsv4_strbuf *out, const char *s, size_t n);
+/* The same without the quotes. The escaping is byte by byte, so escaping the pieces of a string one after the
+ * other gives the escaping of the whole. */
+void dsv4_pyjson_escape(dsv4_strbuf *out, const char *s, size_t n);
 /* Append Python's repr of a float. */
 void dsv4_pyjson_float(dsv4_strbuf *out, double d);
 #endif

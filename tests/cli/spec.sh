@@ -2,7 +2,7 @@
 # dsv4 generate --spec ngram|self [--draft N] (issue 6): greedy ids equal --spec none for one prompt and for
 # --batch (all streams verified in one step), past the window and the ratio-128 emission; self-draft reports
 # 100 % acceptance; --stats prints the acceptance line; --spec mtp|dspark give plain decoding's ids; bad values end with one clean
-# error line. Run from the repository root with DSV4_BIN set; prints "N passed, N failed".
+# error line; dsv4 bench --spec --streams prints the scheduler's acceptance. Run from the repository root with DSV4_BIN set; prints "N passed, N failed".
 . "$(dirname "$0")/lib.sh"
 
 "$BIN" tiny -o "$T/m" --preset flash-tiny --set 'compress_ratios=[0,0,4,128,4,128]' --set sliding_window=8 \
@@ -41,6 +41,17 @@ expect_err "spec dspark without a head" "no DSpark drafter" "$BIN" generate -m "
 plain=$("$BIN" generate -m "$T/dspark" --tokens 5,6,7,8 -n 150 --ids 2>/dev/null)
 ds=$("$BIN" generate -m "$T/dspark" --tokens 5,6,7,8 -n 150 --ids --spec dspark --draft 5 2>/dev/null)
 if [ -n "$plain" ] && [ "$plain" = "$ds" ]; then pass=$((pass + 1)); else echo "FAIL spec dspark: ids differ from --spec none"; fail=$((fail + 1)); fi
+# dsv4 bench --spec with --streams: the scheduler's speculation table (every drafter a row per stream count,
+# self-draft at 100 %), and a drafter the checkpoint cannot make is one error line
+"$BIN" bench -m "$T/mtp" --no-bandwidth --prompt 8 --decode 16 --streams 1,3 --spec none,ngram,self,mtp >"$T/out" 2>"$T/err" \
+    && ok || bad "bench --spec --streams: $(cat "$T/err")"
+for d in none ngram self mtp; do
+    for n in 1 3; do
+        grep -qE "^ $d +$n +[0-9]+ +[0-9.]+% +[0-9.]+ +[0-9.]+ " "$T/out" && ok || bad "bench: no scheduler row for $d with $n streams: $(cat "$T/out")"
+    done
+done
+grep -qE "^ self +3 +4 +100.0% " "$T/out" && ok || bad "bench: self-draft in the scheduler below 100 %: $(grep '^ self' "$T/out")"
+expect_err "bench spec dspark without a head" "DSpark" "$BIN" bench -m "$T/m" --no-bandwidth --prompt 8 --decode 8 --streams 2 --spec dspark
 expect_err "spec bad" "--spec must be" "$BIN" generate -m "$T/m" --tokens 1 --spec bogus
 expect_err "draft 0" "--draft" "$BIN" generate -m "$T/m" --tokens 1 --spec ngram --draft 0
 expect_err "bad token" "outside the vocabulary" "$BIN" generate -m "$T/m" --tokens 1,99999 --spec ngram

@@ -2,7 +2,7 @@
  * mode), then the output text. The text is parsed twice: in one piece, and in pieces of random sizes (1..64
  * bytes, drawn from a generator seeded by the input, so a run is reproducible). The piece boundaries must not
  * matter: same status, error, reasoning, content, calls and EOS flag; what the callbacks stream equals what the
- * accessors hold; every call's arguments are a JSON object; a well-formed result has no control marker in its
+ * accessors hold (each call's streamed argument pieces are its arguments, cut between UTF-8 characters); every call's arguments are a JSON object; a well-formed result has no control marker in its
  * reasoning or content (the official parser's safety check). */
 #define _GNU_SOURCE /* memmem */
 #include "fuzz.h"
@@ -12,11 +12,35 @@
 #include <jansson.h>
 #include <string.h>
 
-typedef struct { dsv4_strbuf reasoning, content; int calls; } sink;
+typedef struct {
+    dsv4_strbuf reasoning, content, args;   /* args: the pieces of the call being streamed */
+    char *name;                             /* its announced name */
+    int calls, begun, bad;
+} sink;
 
 static void on_reasoning(void *ud, const char *s, size_t n) { dsv4_sb_append(&((sink *)ud)->reasoning, s, n); }
 static void on_content(void *ud, const char *s, size_t n) { dsv4_sb_append(&((sink *)ud)->content, s, n); }
-static void on_call(void *ud, const dsv4_tool_call *c) { (void)c; ((sink *)ud)->calls++; }
+/* A reported call is the one announced last, and its streamed pieces are its arguments. */
+static void on_call(void *ud, const dsv4_tool_call *c) {
+    sink *k = ud;
+    if (k->begun != k->calls + 1 || !k->name || strcmp(k->name, c->name) || k->args.len != strlen(c->arguments) ||
+        (k->args.len && memcmp(k->args.data, c->arguments, k->args.len)))
+        k->bad++;
+    k->calls++;
+}
+static void on_begin(void *ud, const char *name) {
+    sink *k = ud;
+    free(k->name);
+    k->name = strdup(name);
+    dsv4_sb_clear(&k->args);
+    k->begun++;
+}
+/* Pieces are whole UTF-8 characters: none starts with a continuation byte. */
+static void on_args(void *ud, const char *s, size_t n) {
+    sink *k = ud;
+    if (n && ((unsigned char)s[0] & 0xC0) == 0x80) k->bad++;
+    dsv4_sb_append(&k->args, s, n);
+}
 
 /* Any control marker in s[0..n) (the list the parser's finish() checks). */
 static int has_marker(const char *s, size_t n) {
@@ -37,7 +61,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     sink sk = {0};
     dsv4_sb_init(&sk.reasoning);
     dsv4_sb_init(&sk.content);
-    dsv4_dsml_callbacks cb = { on_reasoning, on_content, on_call, &sk };
+    dsv4_sb_init(&sk.args);
+    dsv4_dsml_callbacks cb = { on_reasoning, on_content, on_call, &sk, on_begin, on_args };
     dsv4_dsml_parser *whole = dsv4_dsml_new(thinking, NULL), *pieces = dsv4_dsml_new(thinking, &cb);
     FUZZ_CHECK(whole && pieces, "out of memory");
     dsv4_dsml_feed(whole, text, n);
@@ -73,6 +98,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     const int nc = dsv4_dsml_n_calls(whole);
     FUZZ_CHECK(nc == dsv4_dsml_n_calls(pieces) && nc == sk.calls, "calls: %d vs %d (%d streamed)", nc,
                dsv4_dsml_n_calls(pieces), sk.calls);
+    FUZZ_CHECK(!sk.bad, "streamed tool calls differ from the reported ones (%d)", sk.bad);
+    FUZZ_CHECK(sk.begun >= nc && sk.begun <= nc + 1, "%d calls announced, %d reported", sk.begun, nc);
     for (int i = 0; i < nc; i++) {
         const dsv4_tool_call *c1 = dsv4_dsml_call(whole, i), *c2 = dsv4_dsml_call(pieces, i);
         FUZZ_CHECK(!strcmp(c1->name, c2->name) && !strcmp(c1->arguments, c2->arguments), "call %d differs", i);
@@ -84,5 +111,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     dsv4_dsml_free(pieces);
     dsv4_sb_free(&sk.reasoning);
     dsv4_sb_free(&sk.content);
+    dsv4_sb_free(&sk.args);
+    free(sk.name);
     return 0;
 }

@@ -17,35 +17,9 @@ PIDS=()
 cleanup() { for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null; done; rm -rf "$T"; }
 trap cleanup EXIT
 
-# the tiny tokenizer + the V4 chat markers as ids 264..270; vocab_size 271 so every id decodes, and the
-# checkpoint's BOS / EOS are the tokenizer's (so `dsv4 generate` stops where the server does)
-node -e '
-const fs = require("fs");
-const t = JSON.parse(fs.readFileSync("../data/text/tiny_tokenizer.json", "utf8"));
-const marks = ["<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>", "<｜User｜>", "<｜Assistant｜>", "<think>", "</think>", "｜DSML｜"];
-marks.forEach((c, i) => t.added_tokens.push({id: 264 + i, content: c, single_word: false, lstrip: false,
-                                             rstrip: false, normalized: false, special: true}));
-fs.writeFileSync(process.argv[1], JSON.stringify(t));' "$T/tokenizer.json" || { echo "node failed"; echo "0 passed, 1 failed"; exit 1; }
-M="$T/m"
-"$BIN" tiny -o "$M" --seed 3 --tokenizer "$T/tokenizer.json" --set vocab_size=271 --set bos_token_id=264 \
-    --set eos_token_id=265 >/dev/null 2>&1 || { echo "tiny failed"; echo "0 passed, 1 failed"; exit 1; }
-
-# start SERVER_ARGS...: sets PID and PORT once the listening line is there (or fails)
-start() {
-    local err=$1; shift
-    "$BIN" serve -m "$M" --port 0 "$@" 2>"$err" &
-    PID=$!
-    PIDS+=("$PID")
-    PORT=
-    for _ in $(seq 300); do
-        PORT=$(sed -n 's|^dsv4: listening on http://127\.0\.0\.1:\([0-9][0-9]*\)$|\1|p' "$err" | head -1)
-        [ -n "$PORT" ] && return 0
-        kill -0 "$PID" 2>/dev/null || break
-        sleep 0.1
-    done
-    echo "server did not start: $(cat "$err")"
-    return 1
-}
+# shellcheck source=lib.sh
+. ./lib.sh
+make_model || { echo "tiny model failed"; echo "0 passed, 1 failed"; exit 1; }
 
 # ---- the main server: clients, exactness, bad inputs, metrics, soak ----
 if start "$T/err1" --max-streams 16 --max-queue 512 --prefix-cache-mb 16 --threads 2; then
@@ -73,6 +47,35 @@ if start "$T/err1" --max-streams 16 --max-queue 512 --prefix-cache-mb 16 --threa
     [ "$(wc -l <"$T/err1")" = 1 ] && ok || bad "stderr has more than the listening line: $(cat "$T/err1")"
 else
     bad "main server"
+fi
+
+# ---- --spec: speculation inside the scheduler (ngram on this model, V4 MTP on one with the head) ----
+run_spec() {   # METHOD MODEL SERVER_ARGS...
+    local method=$1 model=$2; shift 2
+    if start "$T/err_$method" "$@"; then
+        node serve_spec.mjs "http://127.0.0.1:$PORT" "$BIN" "$model" "$method" >"$T/spec_$method.out" 2>&1
+        rc=$?
+        grep -v '^[0-9]* passed, [0-9]* failed$' "$T/spec_$method.out"
+        line=$(grep -E '^[0-9]+ passed, [0-9]+ failed$' "$T/spec_$method.out" | tail -1)
+        if [ -n "$line" ]; then
+            pass=$((pass + ${line%% passed*})); f=${line##*, }; fail=$((fail + ${f%% failed}))
+            [ $rc -ne 0 ] && [ "${f%% failed}" = 0 ] && bad "serve_spec.mjs $method exit $rc"
+        else
+            bad "serve_spec.mjs $method crashed (exit $rc); server stderr: $(tail -20 "$T/err_$method")"
+        fi
+        kill -TERM "$PID"; wait "$PID"; src=$?
+        [ $src = 0 ] && ok || bad "--spec $method: exit $src"
+    else
+        bad "--spec $method server"
+    fi
+}
+run_spec ngram "$M" -m "$M" --spec ngram --draft 3 --max-streams 8 --threads 2
+M2="$T/m_mtp"
+if "$BIN" tiny -o "$M2" --seed 5 --mtp v4 --tokenizer "$T/tokenizer.json" --set vocab_size=271 --set bos_token_id=264 \
+    --set eos_token_id=265 >/dev/null 2>&1; then
+    run_spec mtp "$M2" -m "$M2" --spec mtp --max-streams 8 --threads 2
+else
+    bad "tiny with an MTP head"
 fi
 
 # ---- --api-key, queue full (429), body limit (413) ----
@@ -119,7 +122,8 @@ experr() {
 }
 experr "no CUDA backend" -m "$M" --device cuda
 experr "--device" -m "$M" --device tpu
-experr "not supported yet" -m "$M" --spec mtp
+experr "no V4 MTP head" -m "$M" --spec mtp
+experr "--spec must be" -m "$M" --spec magic
 experr "missing -m"
 experr "--port" -m "$M" --port 70000
 experr "config.json" -m "$T/nope"

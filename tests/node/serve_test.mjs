@@ -12,7 +12,7 @@ import OpenAI from 'openai';
 import Anthropic from '@anthropic-ai/sdk';
 
 const [BASE, BIN, MODEL, TMP, PID] = process.argv.slice(2);
-// DSV4_QUICK (the sanitizer run, 10-100x slower): fewer clients, a shorter soak, no RSS check, and no tool
+// DSV4_QUICK (the sanitizer run, 10-100x slower): fewer clients, a shorter soak (SOAK_REQUESTS=N sets its length), no RSS check, and no tool
 // round trip (the DSML tool preamble makes 1000-token prompts); the full run covers those.
 const QUICK = !!process.env.DSV4_QUICK;
 const MODEL_NAME = path.basename(MODEL);
@@ -480,40 +480,60 @@ if (!QUICK) {
           metric(r.text, 'dsv4_prefix_cache_hits_total') > 0, 'counters');
 }
 
-// ---- 12. soak: a few hundred requests, 64 concurrent, zero errors; resident memory reported ---------------------------------
+// ---- 12. soak: a few thousand requests, 64 concurrent; every response checked, zero errors; resident memory flat ------
+//      Greedy requests (OpenAI non-streamed, Anthropic) must give `dsv4 generate`'s tokens / text for their prompt;
+//      sampled streamed ones must end properly within their budget. RSS is sampled at every tenth of the run.
 {
     const rss = () => { try { return Number(fs.readFileSync(`/proc/${PID}/status`, 'utf8').match(/VmRSS:\s+(\d+)/)[1]); } catch { return NaN; } };
-    const total = Number(process.env.SOAK_REQUESTS || (QUICK ? 32 : 512)), conc = QUICK ? 8 : 64;
-    let next = 0, errors = 0, done = 0;
+    const total = Number(process.env.SOAK_REQUESTS || (QUICK ? 32 : 3000)), conc = QUICK ? 8 : 64, P = QUICK ? 8 : 40;
+    const msgsOf = (k) => [{ role: 'user', content: `soak ${k}` }];
+    // expectations from the CLI, one per distinct prompt
+    const wantIds = [], wantText = [];
+    for (let k = 0; k < P; k++) {
+        wantIds.push(generateIds(renderIds(msgsOf(k)), 6));
+        wantText.push(decode(wantIds[k]));
+    }
+    let next = 0, errors = 0, wrong = 0, done = 0;
     const marks = [];
+    const bad1 = (what) => { if (++wrong <= 3) console.log('  soak: wrong response:', what); };
     const worker = async () => {
         while (next < total) {
-            const i = next++;
+            const i = next++, k = i % P;
             try {
-                const msgs = [{ role: 'user', content: `soak ${i % 40}` }];
                 if (i % 3 === 0) {
-                    let got = 0;
-                    for await (const ch of await openai.chat.completions.create({ model: MODEL_NAME, messages: msgs, max_tokens: 6, temperature: 0.7, seed: i, stream: true })) got += ch.choices.length;
-                    if (!got) errors++;
+                    let ids = [], finish = null, text = '';
+                    for await (const ch of await openai.chat.completions.create({ model: MODEL_NAME, messages: msgsOf(k), max_tokens: 6,
+                                                                                  temperature: 0.7, seed: i, stream: true, return_token_ids: true })) {
+                        const c = ch.choices[0];
+                        if (!c) continue;
+                        if (c.token_ids) ids.push(...c.token_ids);
+                        if (c.delta?.content) text += c.delta.content;
+                        if (c.finish_reason) finish = c.finish_reason;
+                    }
+                    if (!(ids.length >= 1 && ids.length <= 6 && (finish === 'stop' || finish === 'length') &&
+                          (finish === 'stop' || ids.length === 6))) bad1(show({ i, ids, finish }));
                 } else if (i % 3 === 1) {
-                    const r = await openai.chat.completions.create({ model: MODEL_NAME, messages: msgs, max_tokens: 6, temperature: 0 });
-                    if (!r.choices.length) errors++;
+                    const r = await openai.chat.completions.create({ model: MODEL_NAME, messages: msgsOf(k), max_tokens: 6, temperature: 0,
+                                                                     return_token_ids: true });
+                    if (!same(r.choices[0].token_ids, wantIds[k]) || r.usage.completion_tokens !== wantIds[k].length) bad1(show({ i, got: r.choices[0].token_ids, want: wantIds[k] }));
                 } else {
-                    const r = await anthropic.messages.create({ model: MODEL_NAME, max_tokens: 6, messages: msgs });
-                    if (r.type !== 'message') errors++;
+                    const r = await anthropic.messages.create({ model: MODEL_NAME, max_tokens: 6, temperature: 0, messages: msgsOf(k) });
+                    const text = r.content.filter((b) => b.type === 'text').map((b) => b.text).join('');
+                    if (r.type !== 'message' || text !== wantText[k] || r.usage.output_tokens !== wantIds[k].length) bad1(show({ i, text, want: wantText[k] }));
                 }
             } catch (e) { errors++; if (errors < 3) console.log('  soak error', String(e).slice(0, 200)); }
-            if (++done % (total / 4) === 0) marks.push(rss());
+            if (++done % Math.ceil(total / 10) === 0) marks.push(rss());
         }
     };
     const t0 = Date.now();
     await Promise.all(Array.from({ length: conc }, worker));
     const secs = (Date.now() - t0) / 1000;
     console.log(`soak: ${total} requests, ${conc} concurrent, ${secs.toFixed(1)} s (${(total / secs).toFixed(1)} req/s), ` +
-                `RSS kB at each quarter: ${marks.join(' ')}`);
+                `RSS kB at each tenth: ${marks.join(' ')}`);
     check('soak: zero errors', errors === 0, errors);
-    // flat after warm-up: the last quarter holds no more than 64 MB over the second (prefix cache full, streams recycled)
-    if (!QUICK) check('soak: resident memory flat after warm-up', marks.length === 4 && marks[3] - marks[1] < 65536, marks.join(' '));
+    check('soak: every response right', wrong === 0, `${wrong} wrong of ${total}`);
+    // flat after warm-up: from the third tenth on (prefix cache full, every slot used), at most 16 MB more
+    if (!QUICK) check('soak: resident memory flat after warm-up', marks.length >= 10 && Math.max(...marks.slice(2)) - marks[2] < 16384, marks.join(' '));
 }
 
 console.log(`${pass} passed, ${fail} failed`);

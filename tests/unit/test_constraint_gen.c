@@ -128,8 +128,13 @@ static void prompt_of(int32_t *p, int i) {
 }
 
 /* Run requests [0, n) through one scheduler; tokens copied into out[i] (n_out[i] of them). */
-static void run_sched(const fixture *f, const int *which, const uint64_t *seeds, float temp, int max_new, int n, int max_streams,
-                      int32_t (*out)[256], int *n_out) {
+static int make_ngram(void *ctx, dsv4_model *m, const dsv4_sampling *sp, dsv4_drafter *out, dsv4_error *err) {
+    return dsv4_drafter_ngram(1, 4, out, err);
+}
+
+/* spec: NULL, or the speculation every request gets (the scheduler's own, scheduler.h) */
+static void run_sched_spec(const fixture *f, const int *which, const uint64_t *seeds, float temp, int max_new, int n,
+                           int max_streams, int32_t (*out)[256], int *n_out, const dsv4_sched_spec *spec) {
     dsv4_sched *s;
     dsv4_error err;
     const dsv4_sched_opts so = { max_streams, 0 };
@@ -139,6 +144,7 @@ static void run_sched(const fixture *f, const int *which, const uint64_t *seeds,
     for (int i = 0; i < n; i++) {
         prompt_of(prompt[i], i);
         dsv4_request r = { prompt[i], 6, { temp, 0, 1.0f, 0.0f, seeds[i] }, max_new, 1, NULL, 0, f->g[which[i]], f->v };
+        if (spec) r.spec = *spec;
         if (dsv4_sched_add(s, &r, &id[i], &err)) fail_msg("add: %s", err.msg);
     }
     while (dsv4_sched_pending(s) > 0)
@@ -152,6 +158,11 @@ static void run_sched(const fixture *f, const int *which, const uint64_t *seeds,
         n_out[i] = r.n_tokens;
     }
     dsv4_sched_free(s);
+}
+
+static void run_sched(const fixture *f, const int *which, const uint64_t *seeds, float temp, int max_new, int n, int max_streams,
+                      int32_t (*out)[256], int *n_out) {
+    run_sched_spec(f, which, seeds, temp, max_new, n, max_streams, out, n_out, NULL);
 }
 
 static void test_batched_streams(void **state) {
@@ -298,6 +309,32 @@ static void test_speculative(void **state) {
     for (int i = 0; i < N; i++) check_output(f, which[i], spec[i], n_spec[i], "speculative sampled (self)");
 }
 
+/* Speculation inside the scheduler (every stream constrained): greedy = plain constrained greedy, sampled =
+ * dsv4_spec_stream's constrained speculation (same drafter, seeds, prompts), memcmp. */
+static void test_sched_speculative(void **state) {
+    fixture *f = *state;
+    enum { N = N_SCHEMAS + 1 };
+    int which[N];
+    uint64_t seeds[N];
+    for (int i = 0; i < N; i++) { which[i] = i; seeds[i] = 100 + (uint64_t)i; }
+    static int32_t plain[N][256], spec[N][256];
+    int n_plain[N], n_spec[N];
+    const dsv4_sched_spec ngram = { make_ngram, NULL, 5, 0.0f };
+    run_sched(f, which, seeds, 0.0f, 150, N, 3, plain, n_plain);
+    run_sched_spec(f, which, seeds, 0.0f, 150, N, 3, spec, n_spec, &ngram);
+    for (int i = 0; i < N; i++)
+        if (n_spec[i] != n_plain[i] || memcmp(spec[i], plain[i], sizeof(int32_t) * (size_t)n_plain[i]))
+            fail_msg("grammar %d: the scheduler's speculative greedy differs from plain (%d vs %d tokens)", i, n_spec[i], n_plain[i]);
+    run_sched_spec(f, which, seeds, 1.0f, 100, N, 4, spec, n_spec, &ngram);
+    spec_run(f, "ngram", 1.0f, which, N, 100, plain, n_plain, 0);
+    for (int i = 0; i < N; i++) {
+        if (n_spec[i] != n_plain[i] || memcmp(spec[i], plain[i], sizeof(int32_t) * (size_t)n_plain[i]))
+            fail_msg("grammar %d: the scheduler's sampled speculation differs from dsv4_spec_stream (%d vs %d tokens)", i,
+                     n_spec[i], n_plain[i]);
+        check_output(f, which[i], spec[i], n_spec[i], "scheduler speculation, sampled");
+    }
+}
+
 static void test_request_errors(void **state) {
     fixture *f = *state;
     dsv4_sched *s;
@@ -336,6 +373,7 @@ int main(void) {
         cmocka_unit_test(test_termination),
         cmocka_unit_test(test_shared_matchers),
         cmocka_unit_test(test_speculative),
+        cmocka_unit_test(test_sched_speculative),
         cmocka_unit_test(test_request_errors),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

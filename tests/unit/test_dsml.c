@@ -68,6 +68,77 @@ static void test_streamed(void **st) {
     }
 }
 
+/* Streamed tool calls: the name first, then argument pieces whose concatenation is each call's arguments, cut
+ * between UTF-8 characters, for every piece size; a long string value goes out before its parameter closes. */
+typedef struct {
+    char names[4][32];
+    char args[4][512];
+    int n_begin, n_pieces, n_done, mismatch, bad_utf8;
+    size_t args_at_last_feed;   /* bytes of arguments out for the current call */
+} calls_seen;
+static void on_begin(void *ud, const char *name) {
+    calls_seen *c = ud;
+    if (c->n_begin < 4) strcpy(c->names[c->n_begin], name);
+    c->n_begin++;
+}
+static void on_args(void *ud, const char *s, size_t n) {
+    calls_seen *c = ud;
+    c->n_pieces++;
+    /* whole characters only: no piece starts with a continuation byte or ends inside a character */
+    if (n && (((unsigned char)s[0] & 0xC0) == 0x80)) c->bad_utf8++;
+    if (c->n_begin >= 1 && c->n_begin <= 4) strncat(c->args[c->n_begin - 1], s, n);
+}
+static void on_done(void *ud, const dsv4_tool_call *call) {
+    calls_seen *c = ud;
+    if (c->n_done != c->n_begin - 1 || strcmp(c->names[c->n_done], call->name) || strcmp(c->args[c->n_done], call->arguments))
+        c->mismatch++;
+    c->n_done++;
+}
+
+static void test_streamed_arguments(void **st) {
+    (void)st;
+    /* a long string value with quotes, a newline, a "<" that is not the end tag and a 3-byte character */
+    static const char LONG_CALL[] =
+        "</think>\n\n<" D "tool_calls>\n<" D "invoke name=\"write_file\">\n"
+        "<" D "parameter name=\"path\" string=\"true\">a.txt</" D "parameter>\n"
+        "<" D "parameter name=\"text\" string=\"true\">line \"one\" <b>\nline two \xe2\x82\xac and more text here</" D "parameter>\n"
+        "<" D "parameter name=\"n\" string=\"false\">[1, 2]</" D "parameter>\n"
+        "</" D "invoke>\n</" D "tool_calls>";
+    const char *const texts[2] = {TWO_CALLS, LONG_CALL};
+    for (int t = 0; t < 2; t++) {
+        const size_t n = strlen(texts[t]);
+        for (size_t piece = 1; piece <= 64; piece++) {
+            calls_seen c;
+            memset(&c, 0, sizeof c);
+            dsv4_dsml_callbacks cb = {NULL, NULL, on_done, &c, on_begin, on_args};
+            dsv4_dsml_parser *p = dsv4_dsml_new(1, &cb);
+            int value_before_close = 0;
+            for (size_t i = 0; i < n; i += piece) {
+                size_t k = n - i < piece ? n - i : piece;
+                assert_int_equal(dsv4_dsml_feed(p, texts[t] + i, k), DSV4_DSML_OK);
+                /* before the text parameter's end tag arrives, part of its value is out already */
+                if (t == 1 && i + k < (size_t)(strstr(texts[t], "here</") - texts[t]) && strstr(c.args[0], "line two"))
+                    value_before_close = 1;
+            }
+            assert_int_equal(dsv4_dsml_finish(p), DSV4_DSML_OK);
+            const int nc = dsv4_dsml_n_calls(p);
+            assert_int_equal(c.n_begin, nc);
+            assert_int_equal(c.n_done, nc);
+            assert_int_equal(c.mismatch, 0);
+            assert_int_equal(c.bad_utf8, 0);
+            for (int k = 0; k < nc; k++) assert_string_equal(c.args[k], dsv4_dsml_call(p, k)->arguments);
+            if (t == 1) {
+                assert_string_equal(c.args[0], "{\"path\": \"a.txt\", \"text\": \"line \\\"one\\\" <b>\\nline two \xe2\x82\xac and more text here\", \"n\": [1, 2]}");
+                if (piece <= 8) {
+                    assert_true(value_before_close);
+                    assert_true(c.n_pieces > 6);   /* the value went out in several pieces */
+                }
+            }
+            dsv4_dsml_free(p);
+        }
+    }
+}
+
 /* Reasoning is released before the end: a held tail is only what could start "</think>". */
 static void test_incremental_release(void **st) {
     (void)st;
@@ -161,7 +232,7 @@ static void test_truncated(void **st) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_whole),       cmocka_unit_test(test_streamed), cmocka_unit_test(test_incremental_release),
+        cmocka_unit_test(test_whole),       cmocka_unit_test(test_streamed),    cmocka_unit_test(test_streamed_arguments), cmocka_unit_test(test_incremental_release),
         cmocka_unit_test(test_chat_mode_plain), cmocka_unit_test(test_malformed), cmocka_unit_test(test_truncated),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -6,6 +6,9 @@
  *   - server_output: a DSML tool-call reply, fed token by token, gives the call (name, JSON arguments) and the
  *     content before it; reasoning and content are split in thinking mode; stop strings cut the content before
  *     the match, also across token boundaries; multi-byte characters are never split in a delta;
+ *   - tool calls stream (a scripted DSML reply fed token by token through the real stream builders): OpenAI
+ *     chunks announce the call (id, name) before its invoke closes and then send arguments fragments; Anthropic
+ *     opens a tool_use block and sends input_json_delta pieces; both concatenate to the call's arguments;
  *   - server_logits_apply: presence / frequency penalties by hand-computed numbers; the mask; log-probabilities
  *     sum to 1 and the top list is sorted;
  *   - server_key_equal. */
@@ -19,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include "server/api.h"
 #include "server/http.h"
 #include "server/logits.h"
 #include "server/output.h"
@@ -311,6 +315,156 @@ static void tool_call_from_tokens(void **state) {
     server_output_free(&o);
 }
 
+/* SSE text -> its events' data objects (skipping [DONE]); *names gets the event names when not NULL. */
+static json_t *sse_objects(const char *text, json_t *names) {
+    json_t *a = json_array();
+    const char *p = text;
+    while ((p = strstr(p, "data: "))) {
+        p += 6;
+        const char *e = strstr(p, "\n\n");
+        assert_non_null(e);
+        if (strncmp(p, "[DONE]", 6)) {
+            json_error_t je;
+            json_t *v = json_loadb(p, (size_t)(e - p), 0, &je);
+            assert_non_null(v);
+            json_array_append_new(a, v);
+        }
+        p = e;
+    }
+    if (names)
+        for (p = text; (p = strstr(p, "event: ")); p += 7) {
+            const char *e = strchr(p + 7, '\n');
+            json_array_append_new(names, json_stringn(p + 7, (size_t)(e - p - 7)));
+        }
+    return a;
+}
+
+static void tool_calls_stream_as_deltas(void **state) {
+    tok_fixture *f = *state;
+    /* a reply whose second call has a long string value: it must go out in pieces, before the call closes */
+    const char *reply = "Sure.\n\n<" D "tool_calls>\n<" D "invoke name=\"get_weather\">\n<" D
+                        "parameter name=\"city\" string=\"true\">Paris</" D "parameter>\n</" D "invoke>\n<" D
+                        "invoke name=\"write_file\">\n<" D "parameter name=\"text\" string=\"true\">abc abc \"abc\" abc\nabc abc "
+                        "abc abc abc abc abc abc</" D "parameter>\n<" D "parameter name=\"n\" string=\"false\">[1, 2]</" D
+                        "parameter>\n</" D "invoke>\n</" D "tool_calls>" EOS;
+    int32_t *ids = NULL;
+    size_t n = 0;
+    dsv4_error err;
+    assert_int_equal(dsv4_tokenizer_encode(f->tok, reply, strlen(reply), 0, &ids, &n, &err), 0);
+    const size_t close2 = strstr(reply, "</" D "invoke>\n</") - reply;   /* where the second invoke closes */
+    for (int api = 0; api < 2; api++) {
+        server_ctx srv;
+        memset(&srv, 0, sizeof srv);
+        srv.model_name = "m";
+        server_session s;
+        memset(&s, 0, sizeof s);
+        s.srv = &srv;
+        s.req.n = 1;
+        strcpy(s.id, "x");
+        server_choice ch;
+        memset(&ch, 0, sizeof ch);
+        s.ch = &ch;
+        const int32_t skip[] = {265, 266};
+        assert_int_equal(server_output_init(&ch.out, f->tok, 1, 0, NULL, 0, skip, 2), 0);
+        dsv4_strbuf sse;
+        dsv4_sb_init(&sse);
+        size_t sse_at_close = 0, text_len = 0;
+        for (size_t i = 0; i < n; i++) {
+            server_output_push(&ch.out, ids[i]);
+            if (api == 0) openai_chat_stream(&s, &sse);
+            else anthropic_message_stream(&s, &sse);
+            /* the stream so far, up to the token before the one that closes the second invoke */
+            char *piece = NULL;
+            size_t pl = 0;
+            if (dsv4_tokenizer_decode(f->tok, &ids[i], 1, &piece, &pl, &err) == 0) text_len += pl;
+            free(piece);
+            if (text_len <= close2) sse_at_close = sse.len;
+        }
+        server_output_finish(&ch.out);
+        ch.end = SERVER_END_EOS;
+        if (api == 0) openai_chat_stream(&s, &sse);
+        else anthropic_message_stream(&s, &sse);
+        assert_int_equal(ch.out.n_calls, 2);
+        json_t *names = api ? json_array() : NULL;
+        json_t *ev = sse_objects(sse.data, names);
+        char *early = strndup(sse.data, sse_at_close);
+        /* per call: the announced name and the concatenated argument pieces */
+        char args[2][512] = {"", ""}, name[2][32] = {"", ""};
+        int pieces[2] = {0, 0}, early_pieces = 0, stops = 0;
+        for (size_t k = 0; k < json_array_size(ev); k++) {
+            json_t *e = json_array_get(ev, k);
+            if (api == 0) {
+                json_t *tc = json_object_get(json_object_get(json_array_get(json_object_get(e, "choices"), 0), "delta"), "tool_calls");
+                for (size_t j = 0; j < json_array_size(tc); j++) {
+                    json_t *c = json_array_get(tc, j);
+                    const int idx = (int)json_integer_value(json_object_get(c, "index"));
+                    assert_true(idx == 0 || idx == 1);
+                    json_t *fn = json_object_get(c, "function");
+                    if (json_object_get(fn, "name")) {
+                        assert_string_equal(json_string_value(json_object_get(c, "type")), "function");
+                        assert_non_null(json_string_value(json_object_get(c, "id")));
+                        strcpy(name[idx], json_string_value(json_object_get(fn, "name")));
+                    }
+                    strcat(args[idx], json_string_value(json_object_get(fn, "arguments")));
+                    pieces[idx]++;
+                }
+            } else {
+                const char *type = json_string_value(json_object_get(e, "type"));
+                assert_string_equal(type, json_string_value(json_array_get(names, k)));
+                const int idx = (int)json_integer_value(json_object_get(e, "index")) - 1;   /* block 0 is the text */
+                if (!strcmp(type, "content_block_start") && idx >= 0) {
+                    json_t *b = json_object_get(e, "content_block");
+                    assert_string_equal(json_string_value(json_object_get(b, "type")), "tool_use");
+                    strcpy(name[idx], json_string_value(json_object_get(b, "name")));
+                }
+                json_t *d = json_object_get(e, "delta");
+                if (!strcmp(type, "content_block_delta") && !strcmp(json_string_value(json_object_get(d, "type")), "input_json_delta")) {
+                    assert_true(idx == 0 || idx == 1);
+                    strcat(args[idx], json_string_value(json_object_get(d, "partial_json")));
+                    pieces[idx]++;
+                }
+                if (!strcmp(type, "content_block_stop")) stops++;
+            }
+        }
+        for (int c = 0; c < 2; c++) {
+            assert_string_equal(name[c], ch.out.calls[c].name);
+            assert_string_equal(args[c], ch.out.calls[c].arguments);
+        }
+        assert_true(pieces[1] >= 3);   /* the long value came in several pieces */
+        /* before the second invoke closed, the stream had announced it and sent part of its arguments */
+        assert_non_null(strstr(early, "write_file"));
+        /* before the second invoke closed, the stream had announced it and sent pieces of its long value */
+        assert_non_null(strstr(early, "write_file"));
+        const char *needle = api ? "\"index\":2,\"delta\":{\"type\":\"input_json_delta\"" : "\"index\":1,\"function\":{\"arguments\"";
+        for (const char *q = early; (q = strstr(q, needle)); q++) early_pieces++;
+        assert_true(early_pieces >= 5);
+        /* DSV4_SSE_DIR: leave the stream and the calls for tests/node/tool_stream_sdk.sh, which reads them back
+         * with the official SDKs */
+        const char *dir = getenv("DSV4_SSE_DIR");
+        if (dir) {
+            char path[512];
+            snprintf(path, sizeof path, "%s/%s.sse", dir, api ? "anthropic" : "openai");
+            FILE *fp = fopen(path, "wb");
+            assert_non_null(fp);
+            fwrite(sse.data, 1, sse.len, fp);
+            fclose(fp);
+            snprintf(path, sizeof path, "%s/calls.json", dir);
+            json_t *calls = json_array();
+            for (int k = 0; k < ch.out.n_calls; k++)
+                json_array_append_new(calls, json_pack("{s:s, s:s}", "name", ch.out.calls[k].name, "arguments", ch.out.calls[k].arguments));
+            assert_int_equal(json_dump_file(calls, path, 0), 0);
+            json_decref(calls);
+        }
+        if (api == 1) assert_int_equal(stops, 3);   /* text, two tool_use blocks */
+        free(early);
+        json_decref(ev);
+        json_decref(names);
+        dsv4_sb_free(&sse);
+        server_output_free(&ch.out);
+    }
+    free(ids);
+}
+
 static void malformed_dsml_is_shown_as_content(void **state) {
     tok_fixture *f = *state;
     server_output o;
@@ -431,6 +585,7 @@ int main(void) {
     };
     const struct CMUnitTest with_tokenizer[] = {
         cmocka_unit_test(tool_call_from_tokens),
+        cmocka_unit_test(tool_calls_stream_as_deltas),
         cmocka_unit_test(malformed_dsml_is_shown_as_content),
         cmocka_unit_test(stop_strings_cut_before_the_match),
     };

@@ -2,12 +2,15 @@
 """dsv4 serve --device cuda on the lent GPU machine (standard library only; node is not there): 32 concurrent
 greedy /v1/completions requests with token-id prompts must each return the ids `dsv4 generate --device cuda`
 gives for that prompt alone (the batching guarantee through the server, on GPU sequences), then one streamed
-chat request, /health and /metrics. Prints one summary line; exit 0 when everything held."""
+chat request, /health and /metrics. Further arguments go to `dsv4 serve` (e.g. `--spec mtp`: speculation inside
+the scheduler; the ids must still equal generate's without speculation, and the line reports the acceptance).
+Prints one summary line; exit 0 when everything held."""
 import json, os, re, subprocess, sys, threading, time, urllib.request
 
 BIN, MODEL = sys.argv[1], sys.argv[2]
 DEV = sys.argv[3] if len(sys.argv) > 3 else "cuda"
-srv = subprocess.Popen([BIN, "serve", "-m", MODEL, "--port", "0", "--device", DEV, "--max-streams", "64"],
+EXTRA = sys.argv[4:]
+srv = subprocess.Popen([BIN, "serve", "-m", MODEL, "--port", "0", "--device", DEV, "--max-streams", "64", *EXTRA],
                        stderr=subprocess.PIPE, text=True)
 port = None
 t0 = time.time()
@@ -58,4 +61,7 @@ ok = same == len(prompts) and not errors and "data: [DONE]" in chat and health =
 print(f"serve on {DEV}: {same}/{len(prompts)} concurrent greedy completions = dsv4 generate alone; {len(prompts)} requests in "
       f"{dt:.2f} s; streamed chat {'ok' if '[DONE]' in chat else 'FAILED'}; /health {health}; exit {rc}; "
       f"{'errors: ' + '; '.join(errors[:3]) if errors else 'no errors'}")
+spec = re.findall(r'^dsv4_spec_(draft|accepted)_tokens_total\{method="([^"]+)"\} (\S+)$', metrics, re.M)
+if EXTRA and spec:
+    print("  " + ", ".join(f"{kind} {val} ({method})" for kind, method, val in spec))
 sys.exit(0 if ok else 1)

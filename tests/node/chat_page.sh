@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# The chat page of `dsv4 serve` (GET /) in a real headless browser: Debian's chromium driven by playwright-core
+# from npm (chat_page.mjs): it loads, sends a message, renders the streamed reply, stops a stream, shows the
+# reasoning folded. CHROMIUM=PATH picks the browser (default: chromium-headless-shell, else chromium).
+# Prints "N passed, N failed".
+set -u
+cd "$(dirname "$0")"
+BIN=${DSV4_BIN:-../../build/dsv4}
+pass=0; fail=0
+ok() { pass=$((pass + 1)); }
+bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
+CHROMIUM=${CHROMIUM:-$(command -v chromium-headless-shell || command -v chromium || true)}
+if [ -z "$CHROMIUM" ] || [ ! -d node_modules/playwright-core ]; then
+    echo "tests/node/chat_page.sh: needs Debian's chromium-headless-shell (or chromium) and npm playwright-core" \
+         "(scripts/install-deps.sh installs both)"
+    echo "0 passed, 1 failed"; exit 1
+fi
+T=$(mktemp -d /tmp/dsv4_page.XXXXXX)
+PIDS=()
+cleanup() { for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null; done; rm -rf "$T"; }
+trap cleanup EXIT
+# shellcheck source=lib.sh
+. ./lib.sh
+make_model || { echo "tiny model failed"; echo "0 passed, 1 failed"; exit 1; }
+if start "$T/err" --max-streams 4 --threads 2; then
+    node chat_page.mjs "http://127.0.0.1:$PORT" "$CHROMIUM" "$(basename "$M")" >"$T/out" 2>&1
+    rc=$?
+    grep -v '^[0-9]* passed, [0-9]* failed$' "$T/out"
+    line=$(grep -E '^[0-9]+ passed, [0-9]+ failed$' "$T/out" | tail -1)
+    if [ -n "$line" ]; then
+        pass=$((pass + ${line%% passed*})); f=${line##*, }; fail=$((fail + ${f%% failed}))
+        [ $rc -ne 0 ] && [ "${f%% failed}" = 0 ] && bad "chat_page.mjs exit $rc"
+    else
+        bad "chat_page.mjs crashed (exit $rc); server stderr: $(tail -5 "$T/err")"
+    fi
+    kill -TERM "$PID"; wait "$PID"; src=$?
+    [ $src = 0 ] && ok || bad "server exit $src"
+else
+    bad "server did not start"
+fi
+echo "$pass passed, $fail failed"
+[ "$fail" -eq 0 ]

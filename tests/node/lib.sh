@@ -1,0 +1,35 @@
+# Shared by the `dsv4 serve` scripts (serve.sh, chat_page.sh): a tiny checkpoint with the V4 chat markers, and
+# start() for a server on a free port. Sourced, not run (tests/run_all.sh skips lib.sh). Expects T (a temporary
+# folder), BIN, PIDS (an array) and the functions ok / bad; sets M (the model folder).
+
+# the tiny tokenizer + the V4 chat markers as ids 264..270; vocab_size 271 so every id decodes, and the
+# checkpoint's BOS / EOS are the tokenizer's (so `dsv4 generate` stops where the server does)
+make_model() {
+    node -e '
+const fs = require("fs");
+const t = JSON.parse(fs.readFileSync("../data/text/tiny_tokenizer.json", "utf8"));
+const marks = ["<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>", "<｜User｜>", "<｜Assistant｜>", "<think>", "</think>", "｜DSML｜"];
+marks.forEach((c, i) => t.added_tokens.push({id: 264 + i, content: c, single_word: false, lstrip: false,
+                                             rstrip: false, normalized: false, special: true}));
+fs.writeFileSync(process.argv[1], JSON.stringify(t));' "$T/tokenizer.json" || return 1
+    M="$T/m"
+    "$BIN" tiny -o "$M" --seed 3 --tokenizer "$T/tokenizer.json" --set vocab_size=271 --set bos_token_id=264 \
+        --set eos_token_id=265 >/dev/null 2>&1
+}
+
+# start ERR_FILE SERVER_ARGS...: sets PID and PORT once the listening line is there (or fails)
+start() {
+    local err=$1; shift
+    "$BIN" serve -m "$M" --port 0 "$@" 2>"$err" &
+    PID=$!
+    PIDS+=("$PID")
+    PORT=
+    for _ in $(seq 300); do
+        PORT=$(sed -n 's|^dsv4: listening on http://127\.0\.0\.1:\([0-9][0-9]*\)$|\1|p' "$err" | head -1)
+        [ -n "$PORT" ] && return 0
+        kill -0 "$PID" 2>/dev/null || break
+        sleep 0.1
+    done
+    echo "server did not start: $(cat "$err")"
+    return 1
+}
