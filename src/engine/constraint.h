@@ -103,7 +103,8 @@ dsv4_cpos dsv4_cstate_get(const dsv4_cstate *s);
 void dsv4_cstate_set(dsv4_cstate *s, dsv4_cpos p);
 
 /* Statistics of the state's matcher (shared by every state on it), for benchmarks: configurations and stack
- * nodes interned, trie walks, masks served from the cache, transitions computed, trie nodes visited. */
-typedef struct { int64_t configs, stack_nodes, mask_walks, mask_hits, transitions, trie_nodes_visited; } dsv4_cstate_stats;
+ * nodes interned, trie walks, masks served from the cache, transitions computed, trie nodes visited, stack references
+ * handled by closures (the work of computing transitions). */
+typedef struct { int64_t configs, stack_nodes, mask_walks, mask_hits, transitions, trie_nodes_visited, closure_refs; } dsv4_cstate_stats;
 void dsv4_cstate_get_stats(const dsv4_cstate *s, dsv4_cstate_stats *st);
 #endif
