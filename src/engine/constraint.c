@@ -57,7 +57,15 @@ int dsv4_cmatcher_new(const dsv4_grammar *g, const dsv4_cvocab *v, dsv4_cmatcher
     s->ci_bits = malloc(sizeof *s->ci_bits * (size_t)s->words * CI_SLOTS);
     for (int i = 0; i < MASK_SLOTS; i++) s->slot_cfg[i] = -1;
     for (int i = 0; i < CI_SLOTS; i++) s->ci_cfg[i] = -1;
-    if (!s->pool || !s->bits || !s->dfs || !s->esc || !s->ci_bits || pda_init(s)) {
+    s->special_id = malloc(sizeof *s->special_id * (size_t)(g->n_special + 1));
+    if (s->special_id)
+        for (int32_t k = 0; k < g->n_special; k++)
+            if ((s->special_id[k] = dsv4_cvocab_special_id(v, g->special[k])) < 0) {
+                dsv4_cmatcher_free(s);
+                return dsv4_fail(err, DSV4_E_ARG, "constraint: the grammar names the special token '%s', which the vocabulary does not have",
+                                 g->special[k]);
+            }
+    if (!s->pool || !s->bits || !s->dfs || !s->esc || !s->ci_bits || !s->special_id || pda_init(s)) {
         dsv4_cmatcher_free(s);
         return dsv4_fail(err, DSV4_E_NOMEM, "constraint: out of memory");
     }
@@ -94,10 +102,26 @@ void dsv4_cstate_free(dsv4_cstate *st) {
 
 /* The configuration after token id's bytes from configuration c with `left` bytes of budget: -1 dead, T_BUDGET
  * when it fits the grammar but not the bound, T_FAIL out of memory. */
+/* The index of special token id among the grammar's, or -1. */
+static int32_t special_of(const dsv4_cmatcher *s, int32_t id) {
+    for (int32_t k = 0; k < s->g->n_special; k++)
+        if (s->special_id[k] == id) return k;
+    return -1;
+}
+
+/* Bytes of the length bound token id takes: its length, or 1 for a special token. */
+static int64_t units(const dsv4_cmatcher *s, int32_t id) { return s->v->bytes[id] ? (int64_t)s->v->len[id] : 1; }
+
 static int32_t token_from(dsv4_cmatcher *s, int32_t c, int32_t id, int64_t left) {
     size_t len;
     const char *b = dsv4_cvocab_bytes(s->v, id, &len);
-    if (!b || c < 0) return -1;
+    if (c < 0) return -1;
+    if (!b) {
+        const int32_t k = special_of(s, id);
+        if (k < 0) return -1;
+        if ((c = pda_step_special(s, c, k)) < 0) return c;
+        return 1 + s->cfg_min[c] > left ? T_BUDGET : c;
+    }
     for (size_t i = 0; i < len && c >= 0; i++) c = pda_step_byte(s, c, (unsigned char)b[i]);
     if (c < 0) return c;
     if ((int64_t)len + s->cfg_min[c] > left) return T_BUDGET;
@@ -291,6 +315,17 @@ static const uint64_t *current_mask(dsv4_cstate *st) {
         s->st.mask_walks++;
     }
     const int32_t eos = s->v->eos;
+    /* the special tokens the grammar names: a handful, checked one by one against the real configuration */
+    for (int32_t k = 0; k < s->g->n_special; k++) {
+        const int32_t after = pda_step_special(s, c, k);
+        if (after == T_FAIL) return NULL;
+        if (after < 0) continue;
+        if (1 + s->cfg_min[after] > left) { pruned = 1; continue; }
+        const int32_t id = s->special_id[k];
+        s->bits[id >> 6] |= 1ULL << (id & 63);
+        count++;
+        if (1 + s->cfg_min[after] > need) need = 1 + s->cfg_min[after];
+    }
     /* EOS when the value is complete; and when nothing else fits (a budget below the shortest value), so that
      * the stream can always end */
     if (s->cfg_accept[c] || count == 0) s->bits[eos >> 6] |= 1ULL << (eos & 63);
@@ -355,7 +390,7 @@ int dsv4_cstate_advance(dsv4_cstate *st, int32_t id, dsv4_error *err) {
     if (c == T_BUDGET) return dsv4_fail(err, DSV4_E_ARG, "constraint: token %d does not fit the length bound here", id);
     if (c < 0) return dsv4_fail(err, DSV4_E_ARG, "constraint: token %d does not fit the grammar here", id);
     st->at.cfg = c;
-    st->at.used += (int64_t)v->len[id];
+    st->at.used += units(st->m, id);
     return 0;
 }
 

@@ -233,9 +233,11 @@ static int32_t cfg_get(dsv4_cmatcher *m, int accept, int escape) {
         if (mn) m->cfg_min = mn;
         int32_t **tr = realloc(m->cfg_trans, sizeof *tr * c);
         if (tr) m->cfg_trans = tr;
+        int32_t **str = realloc(m->cfg_strans, sizeof *str * c);
+        if (str) m->cfg_strans = str;
         int32_t *sl = realloc(m->cfg_slot, sizeof *sl * c);
         if (sl) m->cfg_slot = sl;
-        if (!acc || !esc || !ci || !mn || !tr || !sl) return T_FAIL;
+        if (!acc || !esc || !ci || !mn || !tr || !str || !sl) return T_FAIL;
     }
     const int32_t c = lists_add(&m->cf, m->acc.v, m->acc.n, tag, slot);
     if (c < 0) return T_FAIL;
@@ -247,6 +249,7 @@ static int32_t cfg_get(dsv4_cmatcher *m, int accept, int escape) {
     m->cfg_ci[c] = -1;
     m->cfg_min[c] = mn;
     m->cfg_trans[c] = NULL;
+    m->cfg_strans[c] = NULL;
     m->cfg_slot[c] = -1;
     m->st.configs = m->cf.n;
     return c;
@@ -368,7 +371,7 @@ static int closure(dsv4_cmatcher *m, int *accept, int *escape) {
         const int32_t pos = m->work.v[--m->work.n];
         m->it_flag[pos] &= (uint8_t)~F_WORK;
         const gelem e = g->el[pos];
-        if (e.kind == GE_BYTES) {
+        if (e.kind == GE_BYTES || e.kind == GE_TOKEN) {
             if (!(m->it_flag[pos] & F_READY)) {
                 m->it_flag[pos] |= F_READY;
                 if (ivec_push(&m->ready, pos)) return -1;
@@ -473,11 +476,35 @@ int32_t pda_step_byte(dsv4_cmatcher *m, int32_t c, unsigned b) {
     const int32_t len = cfg_len(m, c);
     for (int32_t i = 0; i < len; i++) {
         const cnode n = m->node[cfg_items(m, c)[i]];
-        if (gb_set_has(&g->sets[g->el[n.pos].arg], b) && add_parent(m, n.pos + 1, n.parent)) return T_FAIL;
+        const gelem e = g->el[n.pos];
+        if (e.kind == GE_BYTES && gb_set_has(&g->sets[e.arg], b) && add_parent(m, n.pos + 1, n.parent)) return T_FAIL;
     }
     const int32_t next = close_step(m, 1);
     if (next == T_FAIL) return T_FAIL;
     m->cfg_trans[c][b] = next; /* cfg_trans may have moved; the table itself did not */
+    return next;
+}
+
+int32_t pda_step_special(dsv4_cmatcher *m, int32_t c, int32_t k) {
+    const dsv4_grammar *g = m->g;
+    int32_t *tr = m->cfg_strans[c];
+    if (!tr) {
+        if (!(tr = malloc(sizeof *tr * (size_t)g->n_special))) return T_FAIL;
+        for (int32_t i = 0; i < g->n_special; i++) tr[i] = T_UNKNOWN;
+        m->cfg_strans[c] = tr;
+    }
+    if (tr[k] != T_UNKNOWN) return tr[k];
+    m->st.transitions++;
+    gen_next(m);
+    const int32_t len = cfg_len(m, c);
+    for (int32_t i = 0; i < len; i++) {
+        const cnode n = m->node[cfg_items(m, c)[i]];
+        const gelem e = g->el[n.pos];
+        if (e.kind == GE_TOKEN && e.arg == k && add_parent(m, n.pos + 1, n.parent)) return T_FAIL;
+    }
+    const int32_t next = close_step(m, 1);
+    if (next == T_FAIL) return T_FAIL;
+    m->cfg_strans[c][k] = next;
     return next;
 }
 
@@ -610,7 +637,8 @@ int pda_init(dsv4_cmatcher *m) {
 }
 
 void pda_free(dsv4_cmatcher *m) {
-    for (int32_t c = 0; c < m->cf.n; c++) free(m->cfg_trans[c]);
+    for (int32_t c = 0; c < m->cf.n; c++) { free(m->cfg_trans[c]); free(m->cfg_strans[c]); }
+    free(m->cfg_strans); free(m->special_id);
     free(m->node); free(m->node_min); free(m->node_seen); free(m->node_map); free(m->nh);
     lists_free(&m->ps); free(m->ps_min);
     lists_free(&m->cf);

@@ -18,7 +18,8 @@
  * expanded on its own (seconds per 64-byte walk). The closure below merges every stack with the same top
  * position into one node per step, so a step costs time polynomial in the grammar and the output so far.
  *
- * Configurations. After some output the automaton is in a set of "ready" nodes (top = a byte set) plus two
+ * Configurations. After some output the automaton is in a set of "ready" nodes (top = a byte set or a special
+ * token) plus two
  * flags: accept (the whole output may end here) and escape (a stack left its truncated frames). Interned too,
  * so a stream's position is (configuration id, bytes used) and rollback is an assignment; transitions
  * (configuration, byte) -> configuration are cached in the matcher. */
@@ -75,6 +76,8 @@ struct dsv4_cmatcher {
     int32_t *cfg_ci;             /* truncated configurations: context-independent walk slot, or -1 */
     int64_t *cfg_min;
     int32_t **cfg_trans;         /* [256] per configuration, allocated on first use */
+    int32_t **cfg_strans;        /* [n_special] per configuration: transitions on the grammar's special tokens */
+    int32_t *special_id;         /* [g->n_special]: the vocabulary id of each special token the grammar names */
     int32_t *cfg_slot;           /* mask cache slot or -1 */
     int64_t n_trans_tables;      /* transition tables allocated (1 KB each) */
     /* closure scratch, per grammar position (constraint_pda.c) */
@@ -107,13 +110,16 @@ struct dsv4_cmatcher {
     dsv4_cstate_stats st;
 };
 
-/* Set up / release the automaton part of m (m->g and m->v set, the rest zero). pda_init builds m->start. */
+/* Set up / release the automaton part of m (m->g and m->v set, m->special_id resolved, the rest zero).
+ * pda_init builds m->start. */
 int  pda_init(dsv4_cmatcher *m);
 void pda_free(dsv4_cmatcher *m);
 size_t pda_bytes(const dsv4_cmatcher *m);
 
 /* The configuration after reading byte b in configuration c: -1 dead, T_FAIL out of memory. */
 int32_t pda_step_byte(dsv4_cmatcher *m, int32_t c, unsigned b);
+/* The same for the grammar's special token k (an index into g->special). */
+int32_t pda_step_special(dsv4_cmatcher *m, int32_t c, int32_t k);
 
 /* c with its shared context cut off (constraint.c explains the use): the innermost node that every stack of c
  * passes through gets the parent PA_WILD, and the nodes above it are rebuilt on it, so configurations that
