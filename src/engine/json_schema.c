@@ -1007,3 +1007,19 @@ int dsv4_grammar_json_any(const dsv4_schema_opts *o, dsv4_grammar **out, dsv4_er
     const int32_t root = c.b ? value_rule(&c) : -1;
     return sc_finish(&c, root, out);
 }
+
+int32_t dsv4_schema_rule(gb_builder *b, const json_t *root, const json_t *schema, const dsv4_schema_opts *o,
+                         const char *where, dsv4_error *err) {
+    if (o && (o->max_ws < 0 || o->max_ws > 64)) { dsv4_fail(err, DSV4_E_ARG, "json schema: whitespace limit must be 0..64"); return -1; }
+    sc c;
+    sc_init(&c, o, err);
+    if (where) snprintf(c.path, sizeof c.path, "%s", where);
+    c.root = root;
+    c.b = b;
+    const int32_t r = schema ? compile(&c, schema) : value_rule(&c);
+    free(c.memo_key);
+    free(c.memo_rule);
+    if (c.failed) return -1;
+    if (r < 0 || gb_oom(b)) { dsv4_fail(err, DSV4_E_NOMEM, "json schema: out of memory"); return -1; }
+    return r;
+}
