@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <sys/stat.h>
 #include <time.h>
 
@@ -186,7 +187,18 @@ static int bench_grammar(const char *dir) {
     dsv4_tokenizer *t;
     dsv4_error err;
     if (dsv4_tokenizer_load_dir(dir, &t, &err)) return cli_fail(CMD, &err);
-    const int rc = dsv4_constraint_bench(t, stdout, &err);
+    int rc = dsv4_constraint_bench(t, stdout, &err);
+    /* a folder that is also a checkpoint: the overhead on its batched decode step */
+    char cfg[1024];
+    snprintf(cfg, sizeof cfg, "%s/config.json", dir);
+    if (!rc && access(cfg, R_OK) == 0) {
+        dsv4_load_opts lo = { .mode = DSV4_MODE_EXACT, .quiet = 1, .kv_format = DSV4_KV_F32, .device = DSV4_DEVICE_CPU };
+        dsv4_model *m;
+        if (!(rc = dsv4_model_load(dir, &lo, &m, &err))) {
+            rc = dsv4_constraint_bench_overhead(m, t, stdout, &err);
+            dsv4_model_free(m);
+        }
+    }
     dsv4_tokenizer_free(t);
     return rc ? cli_fail(CMD, &err) : 0;
 }
