@@ -32,6 +32,7 @@
 
 typedef struct {
     int max_ws;      /* whitespace bytes per gap; 0 = compact output only */
+    int lt_escaped;  /* '<' inside strings only as \u003c (values embedded in DSML, where '<' could start a tag) */
 } dsv4_schema_opts;
 
 #define DSV4_SCHEMA_DEFAULT_WS 4

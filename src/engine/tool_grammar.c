@@ -66,8 +66,10 @@ static int plain_string(const json_t *s) {
 
 /* One parameter of a constrained tool: both forms when the schema allows raw text. */
 static int32_t param_rule(tg *t, const json_t *root, const char *key, const json_t *schema, const char *where) {
-    /* the whitespace bound of `dsv4 generate --json-schema`; a random model cannot loop in whitespace */
-    const int32_t value = dsv4_schema_rule(t->b, root, schema, NULL, where, t->err);
+    /* the whitespace bound of `dsv4 generate --json-schema` (a random model cannot loop in whitespace); '<' in
+     * strings only as \u003c, so the text of a closing tag can never appear inside a value */
+    const dsv4_schema_opts o = { DSV4_SCHEMA_DEFAULT_WS, 1 };
+    const int32_t value = dsv4_schema_rule(t->b, root, schema, &o, where, t->err);
     if (value < 0) return -1;
     const int32_t r = gb_rule(t->b, NULL);
     gb_seq q;
@@ -92,7 +94,8 @@ static int32_t free_params(tg *t) {
     gb_builder *b = t->b;
     const gb_range bad[] = { { '"', '"' }, { '<', '<' }, { '\n', '\n' } };
     const int32_t key = gb_repeat(b, gb_class(b, bad, 3, 1), 1, -1);
-    if (t->any_json < 0 && (t->any_json = dsv4_schema_rule(b, NULL, NULL, NULL, NULL, t->err)) < 0) return -1;
+    const dsv4_schema_opts o = { DSV4_SCHEMA_DEFAULT_WS, 1 };
+    if (t->any_json < 0 && (t->any_json = dsv4_schema_rule(b, NULL, NULL, &o, NULL, t->err)) < 0) return -1;
     const int32_t one = gb_rule(b, NULL);
     gb_seq q;
     gb_seq_init(&q);

@@ -9,7 +9,8 @@
  *   params   ::= the tool's properties in schema order (required ones always, optional ones may be left out),
  *                joined by "\n", each
  *                "<" @"｜DSML｜" "parameter name=\"" KEY "\" string=\"false\">" JSON "</" @"｜DSML｜" "parameter>"
- *                with JSON a value of the property's schema (json_schema.h), or, for a property whose schema is
+ *                with JSON a value of the property's schema (json_schema.h; '<' inside strings written as \u003c,
+ *                so no value can contain the text of a closing tag), or, for a property whose schema is
  *                just {"type": "string"}, also string="true" with the raw text (no '<': the closing tag cannot
  *                appear inside it).
  *

@@ -413,6 +413,35 @@ static void test_random_walks(void **state) {
     dsv4_cvocab_free(v);
 }
 
+/* lt_escaped (JSON values inside DSML): '<' only as \u003c in every kind of string (plain, enum/const, pattern,
+ * declared and extra keys), so the text of a DSML closing tag can never appear; every value stays writable. */
+static void test_lt_escaped(void **state) {
+    (void)state;
+    dsv4_cvocab *v = make_vocab();
+    struct { const char *schema; tcase t[6]; } S[] = {
+        {"{\"type\":\"string\"}", {{"\"a\\u003cb\"", 1}, {"\"a<b\"", 0}, {"\"a>b\"", 1}, {NULL, 0}}},
+        {"{\"enum\":[\"<x>\"]}", {{"\"\\u003cx>\"", 1}, {"\"<x>\"", 0}, {NULL, 0}}},
+        {"{\"type\":\"string\",\"pattern\":\"^<[a-z<]$\"}", {{"\"\\u003ca\"", 1}, {"\"\\u003c\\u003c\"", 1}, {"\"<a\"", 0}, {"\"\\u003c<\"", 0}, {NULL, 0}}},
+        {"{\"type\":\"string\",\"pattern\":\"^[^a]$\"}", {{"\"\\u003c\"", 1}, {"\"<\"", 0}, {"\"b\"", 1}, {NULL, 0}}},
+        {"{\"type\":\"object\",\"properties\":{\"<k\":{\"const\":1}},\"required\":[\"<k\"]}", {{"{\"\\u003ck\":1}", 1}, {"{\"<k\":1}", 0}, {NULL, 0}}},
+        {"{\"type\":\"object\",\"properties\":{\"a<\":{\"const\":1}},\"additionalProperties\":{\"type\":\"integer\"}}", {{"{\"b\":2}", 1}, {"{\"<\":1}", 0}, {"{\"a\":1}", 1}, {NULL, 0}}},
+    };
+    for (size_t i = 0; i < sizeof S / sizeof S[0]; i++) {
+        dsv4_grammar *g;
+        dsv4_error err;
+        const dsv4_schema_opts o = { 0, 1 };
+        if (dsv4_grammar_from_schema_text(S[i].schema, strlen(S[i].schema), &o, &g, &err)) fail_msg("%s: %s", S[i].schema, err.msg);
+        for (const tcase *c = S[i].t; c->text; c++)
+            if (accepts(g, v, c->text) != c->ok) fail_msg("schema %s: '%s' expected %d", S[i].schema, c->text, c->ok);
+        dsv4_grammar_free(g);
+    }
+    /* without the option a raw '<' is fine */
+    dsv4_grammar *g = schema_grammar("{\"type\":\"string\"}", 0);
+    assert_true(accepts(g, v, "\"a<b\""));
+    dsv4_grammar_free(g);
+    dsv4_cvocab_free(v);
+}
+
 /* Special tokens named by the grammar (@"text"): allowed exactly there, as one token, never as text; counted as
  * one byte of the bound; a grammar naming a token the vocabulary lacks is an error at matcher creation. */
 static void test_special_tokens(void **state) {
@@ -646,6 +675,7 @@ int main(void) {
         cmocka_unit_test(test_shared_matcher),
         cmocka_unit_test(test_ambiguous_recursion),
         cmocka_unit_test(test_special_tokens),
+        cmocka_unit_test(test_lt_escaped),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
