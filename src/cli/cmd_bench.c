@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <sys/stat.h>
 #include <time.h>
 
@@ -284,11 +285,22 @@ static int bench_tokenizer(const char *dir) {
 }
 
 /* Constrained decoding on the folder's tokenizer: compile times and per-token mask times (constraint_bench.h). */
-static int bench_grammar(const char *dir) {
+static int bench_grammar(const char *dir, int device) {
     dsv4_tokenizer *t;
     dsv4_error err;
     if (dsv4_tokenizer_load_dir(dir, &t, &err)) return cli_fail(CMD, &err);
-    const int rc = dsv4_constraint_bench(t, stdout, &err);
+    int rc = dsv4_constraint_bench(t, stdout, &err);
+    /* a folder that is also a checkpoint: the overhead on its batched decode step */
+    char cfg[1024];
+    snprintf(cfg, sizeof cfg, "%s/config.json", dir);
+    if (!rc && access(cfg, R_OK) == 0) {
+        dsv4_load_opts lo = { .mode = DSV4_MODE_EXACT, .quiet = 1, .kv_format = DSV4_KV_F32, .device = device };
+        dsv4_model *m;
+        if (!(rc = dsv4_model_load(dir, &lo, &m, &err))) {
+            rc = dsv4_constraint_bench_overhead(m, t, stdout, &err);
+            dsv4_model_free(m);
+        }
+    }
     dsv4_tokenizer_free(t);
     return rc ? cli_fail(CMD, &err) : 0;
 }
@@ -327,7 +339,7 @@ int cmd_bench(int argc, char **argv) {
         model_dir = dir;
     }
     if (tokenizer) return bench_tokenizer(model_dir);
-    if (grammar) return bench_grammar(model_dir);
+    if (grammar) return bench_grammar(model_dir, device);
     dsv4_load_opts lo = { .mode = mode, .n_threads = (int)threads, .quiet = 1, .kv_format = kv, .device = device, .n_gpus = gpus };
     dsv4_model *m;
     dsv4_error err;

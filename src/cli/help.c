@@ -125,7 +125,8 @@ static const cmd_help HELP[] = {
       {"--no-bandwidth", "skip the memory bandwidth measurement"},
       {"--profile", "with --device cuda: time of each stage of the step, prefill and decode separately"},
       {"--grammar", "constrained-decoding masks instead: trie build, schema compile, per-token mask time "
-                    "(-m DIR holds tokenizer.json)"},
+                    "(-m DIR holds tokenizer.json; when DIR is also a checkpoint, the masks' share of a batched "
+                    "decode step)"},
       O_MODE, O_KV, O_DEVICE, O_THREADS, {NULL, NULL}}},
     {"serve", "OpenAI- and Anthropic-compatible HTTP server",
      "dsv4 serve -m DIR [options]   (prints `dsv4: listening on http://HOST:PORT` on stderr when ready)",

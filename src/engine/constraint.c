@@ -1,15 +1,4 @@
-/* The constraint matcher: a pushdown automaton over bytes run on a grammar (grammar_ir.h), and the token mask.
- *
- * Parse stacks. A stack is a list of grammar positions: the top is the next element to match, each frame
- * below is where to continue in the calling rule. Stacks are interned as nodes (position, parent node), so a
- * stack is one integer and equal stacks are the same integer. A reference in tail position pushes no frame
- * (it returns straight to the caller's continuation), so right-recursive loops such as the characters of a
- * string run in constant depth and come back to the very same node.
- *
- * Configurations. After some output the automaton can be in several stacks at once (alternatives not yet told
- * apart): the sorted set of "ready" stacks (top = a byte set) plus a flag "the whole grammar may end here".
- * Configurations are interned too, so a stream's position is (configuration id, bytes used) and rollback is an
- * assignment. Transitions (configuration, byte) -> configuration are computed once and cached per state.
+/* The token mask on top of the matcher's automaton (constraint_pda.h: stacks, configurations, transitions).
  *
  * Masks. The vocabulary is a trie in preorder (constraint_vocab.h); a mask is one pass over it, following the
  * cached transitions from the current configuration and skipping the subtree of every dead prefix. Masks are
@@ -28,84 +17,11 @@
  * its frames, minimised over its stacks). A token is allowed only if used + its length + that minimum after it
  * stays within max_bytes; along a path the quantity depth + minimum never decreases (a byte shortens a
  * completion by at most one), so the trie walk may cut a subtree as soon as it exceeds the budget. */
-#include "engine/constraint_vocab.h"
+#include "engine/constraint_pda.h"
 #include "util/error.h"
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-
-#define MASK_SLOTS 256           /* cached masks per state (16 KB each on a 129k vocabulary) */
-#define MAX_CONFIGS (1 << 22)    /* beyond this the state reports out of memory rather than growing on */
-#define T_UNKNOWN (-2)
-#define T_FAIL (-3)
-#define T_BUDGET (-4)            /* the token fits the grammar but not the length bound */
-#define WILD (-2)                /* parent of a truncated stack's last kept frame: "some context" */
-#define CI_SLOTS 64
-
-typedef struct { int32_t pos, parent; } cnode;
-
-typedef struct { int32_t *v; int64_t n, cap; } ivec;
-
-static int ivec_push(ivec *a, int32_t x) {
-    if (a->n == a->cap) {
-        const int64_t c = a->cap ? 2 * a->cap : 64;
-        int32_t *p = realloc(a->v, sizeof *p * (size_t)c);
-        if (!p) return -1;
-        a->v = p;
-        a->cap = c;
-    }
-    a->v[a->n++] = x;
-    return 0;
-}
-
-/* Everything derived from (grammar, vocabulary) alone: interned stacks and configurations, transitions, mask
- * caches, scratch. Shared by any number of stream states (one thread at a time). */
-struct dsv4_cmatcher {
-    const dsv4_grammar *g;
-    const dsv4_cvocab *v;
-    int32_t start;               /* the configuration before any output */
-    /* interned stack nodes */
-    cnode *node;
-    int64_t *node_min;           /* fewest bytes that complete the whole stack */
-    uint32_t *node_seen;         /* closure stamp */
-    int32_t n_node, cap_node;
-    int32_t *nh;                 /* open addressing: node ids, -1 = empty */
-    uint32_t nh_cap;
-    /* interned configurations: items[off[c] .. off[c] + len[c]) are the ready stack nodes, sorted */
-    ivec items;
-    int64_t *cfg_off;
-    int32_t *cfg_len;
-    uint8_t *cfg_accept;
-    uint8_t *cfg_escape;         /* a stack left its truncated frames here (truncated configurations only) */
-    int32_t *cfg_ci;             /* truncated configurations: context-independent walk slot, or -1 */
-    int64_t *cfg_min;
-    int32_t **cfg_trans;         /* [256] per configuration, allocated on first use */
-    int32_t *cfg_slot;           /* mask cache slot or -1 */
-    int32_t n_cfg, cap_cfg;
-    int32_t *ch;
-    uint32_t ch_cap;
-    /* mask cache */
-    int words;
-    uint64_t *pool;              /* [MASK_SLOTS][words] */
-    int32_t slot_cfg[MASK_SLOTS];
-    int64_t slot_need[MASK_SLOTS];
-    int next_slot;
-    uint64_t *bits;              /* [words] scratch */
-    /* context-independent walks of truncated configurations */
-    uint64_t *ci_bits;           /* [CI_SLOTS][words]: allowed whatever the context */
-    int32_t *ci_ranges[CI_SLOTS];/* uncertain tokens: pairs [a, b) of indexes into the vocabulary's toks */
-    int ci_n_ranges[CI_SLOTS], ci_cap_ranges[CI_SLOTS];
-    int64_t ci_uncertain[CI_SLOTS], ci_need[CI_SLOTS];
-    int32_t ci_cfg[CI_SLOTS];
-    int next_ci;
-    uint8_t *esc;                /* [max_depth + 1] walk scratch */
-    /* scratch */
-    ivec work, acc;
-    uint32_t stamp;
-    int32_t *dfs;                /* [max_depth + 1] */
-    dsv4_cstate_stats st;
-    int64_t n_trans_tables;      /* transition tables allocated (1 KB each) */
-};
 
 /* One stream: where its output is, and its length bound. */
 struct dsv4_cstate {
@@ -115,223 +31,14 @@ struct dsv4_cstate {
     dsv4_cpos at;
 };
 
-static uint32_t mix(uint64_t x) {
-    x ^= x >> 33;
-    x *= 0xff51afd7ed558ccdULL;
-    x ^= x >> 33;
-    x *= 0xc4ceb9fe1a85ec53ULL;
-    x ^= x >> 33;
-    return (uint32_t)x;
-}
-
-/* ---- stack nodes ------------------------------------------------------------------------------------------ */
-
-static int node_rehash(dsv4_cmatcher *s) {
-    const uint32_t cap = s->nh_cap ? 2 * s->nh_cap : 1024;
-    int32_t *t = malloc(sizeof *t * cap);
-    if (!t) return -1;
-    memset(t, 0xff, sizeof *t * cap);
-    for (int32_t i = 0; i < s->n_node; i++) {
-        uint32_t h = mix(((uint64_t)(uint32_t)s->node[i].pos << 32) | (uint32_t)s->node[i].parent) & (cap - 1);
-        while (t[h] >= 0) h = (h + 1) & (cap - 1);
-        t[h] = i;
-    }
-    free(s->nh);
-    s->nh = t;
-    s->nh_cap = cap;
-    return 0;
-}
-
-/* The node for (pos, parent), created when new; -1 when out of memory. */
-static int32_t node_get(dsv4_cmatcher *s, int32_t pos, int32_t parent) {
-    if ((uint32_t)(s->n_node + 1) * 2 > s->nh_cap && node_rehash(s)) return -1;
-    uint32_t h = mix(((uint64_t)(uint32_t)pos << 32) | (uint32_t)parent) & (s->nh_cap - 1);
-    for (int32_t id; (id = s->nh[h]) >= 0; h = (h + 1) & (s->nh_cap - 1))
-        if (s->node[id].pos == pos && s->node[id].parent == parent) return id;
-    if (s->n_node == s->cap_node) {
-        if (s->cap_node >= MAX_CONFIGS * 4) return -1;
-        const int32_t c = s->cap_node ? 2 * s->cap_node : 1024;
-        cnode *a = realloc(s->node, sizeof *a * (size_t)c);
-        if (a) s->node = a;
-        int64_t *b = realloc(s->node_min, sizeof *b * (size_t)c);
-        if (b) s->node_min = b;
-        uint32_t *d = realloc(s->node_seen, sizeof *d * (size_t)c);
-        if (d) s->node_seen = d;
-        if (!a || !b || !d) return -1;
-        s->cap_node = c;
-    }
-    const int32_t id = s->n_node++;
-    s->node[id] = (cnode){ pos, parent };
-    s->node_min[id] = s->g->minrest[pos] + (parent >= 0 ? s->node_min[parent] : 0);
-    s->node_seen[id] = 0;
-    s->nh[h] = id;
-    s->st.stack_nodes = s->n_node;
-    return id;
-}
-
-/* ---- closure: from raw stacks to ready stacks ------------------------------------------------------------- */
-
-static int visit(dsv4_cmatcher *s, int32_t id) {
-    if (id < 0) return -1;
-    if (s->node_seen[id] == s->stamp) return 0;
-    s->node_seen[id] = s->stamp;
-    return ivec_push(&s->work, id);
-}
-
-/* Expand every node on the work list until only byte sets are on top: a rule reference becomes each of its
- * alternatives (with the return frame below, unless the reference is in tail position); the end of an
- * alternative returns to its frame; the end of the bottom frame means the whole grammar may end here. The stamp
- * makes each (position, parent) visited once per closure, which also ends loops through empty alternatives. */
-static int closure(dsv4_cmatcher *s, int *accept, int *escape) {
-    const dsv4_grammar *g = s->g;
-    while (s->work.n > 0) {
-        const int32_t id = s->work.v[--s->work.n];
-        const cnode n = s->node[id];
-        const gelem e = g->el[n.pos];
-        if (e.kind == GE_BYTES) {
-            if (ivec_push(&s->acc, id)) return -1;
-        } else if (e.kind == GE_END) {
-            if (n.parent == WILD) *escape = 1;
-            else if (n.parent < 0) *accept = 1;
-            else if (visit(s, n.parent)) return -1;
-        } else {
-            int32_t ret = n.parent;
-            if (g->el[n.pos + 1].kind != GE_END && (ret = node_get(s, n.pos + 1, n.parent)) < 0) return -1;
-            for (int32_t a = g->alt_first[e.arg]; a < g->alt_first[e.arg + 1]; a++)
-                if (visit(s, node_get(s, g->alt_pos[a], ret))) return -1;
-        }
-    }
-    return 0;
-}
-
-static int cmp_i32(const void *a, const void *b) {
-    const int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
-    return (x > y) - (x < y);
-}
-
-static uint32_t cfg_hash(const int32_t *v, int64_t n, int flags) {
-    uint64_t h = 0x9e3779b97f4a7c15ULL ^ (uint64_t)flags;
-    for (int64_t i = 0; i < n; i++) h = (h ^ (uint32_t)v[i]) * 0x100000001b3ULL;
-    return mix(h);
-}
-
-static int cfg_rehash(dsv4_cmatcher *s) {
-    const uint32_t cap = s->ch_cap ? 2 * s->ch_cap : 1024;
-    int32_t *t = malloc(sizeof *t * cap);
-    if (!t) return -1;
-    memset(t, 0xff, sizeof *t * cap);
-    for (int32_t c = 0; c < s->n_cfg; c++) {
-        uint32_t h = cfg_hash(s->items.v + s->cfg_off[c], s->cfg_len[c], s->cfg_accept[c] | s->cfg_escape[c] << 1) & (cap - 1);
-        while (t[h] >= 0) h = (h + 1) & (cap - 1);
-        t[h] = c;
-    }
-    free(s->ch);
-    s->ch = t;
-    s->ch_cap = cap;
-    return 0;
-}
-
-static int cfg_grow(dsv4_cmatcher *s) {
-    if (s->cap_cfg >= MAX_CONFIGS) return -1;
-    const int32_t c = s->cap_cfg ? 2 * s->cap_cfg : 256;
-    int64_t *off = realloc(s->cfg_off, sizeof *off * (size_t)c);
-    if (off) s->cfg_off = off;
-    int32_t *len = realloc(s->cfg_len, sizeof *len * (size_t)c);
-    if (len) s->cfg_len = len;
-    uint8_t *acc = realloc(s->cfg_accept, (size_t)c);
-    if (acc) s->cfg_accept = acc;
-    uint8_t *esc = realloc(s->cfg_escape, (size_t)c);
-    if (esc) s->cfg_escape = esc;
-    int32_t *ci = realloc(s->cfg_ci, sizeof *ci * (size_t)c);
-    if (ci) s->cfg_ci = ci;
-    int64_t *mn = realloc(s->cfg_min, sizeof *mn * (size_t)c);
-    if (mn) s->cfg_min = mn;
-    int32_t **tr = realloc(s->cfg_trans, sizeof *tr * (size_t)c);
-    if (tr) s->cfg_trans = tr;
-    int32_t *sl = realloc(s->cfg_slot, sizeof *sl * (size_t)c);
-    if (sl) s->cfg_slot = sl;
-    if (!off || !len || !acc || !esc || !ci || !mn || !tr || !sl) return -1;
-    s->cap_cfg = c;
-    return 0;
-}
-
-/* Intern the configuration (s->acc, accept, escape); returns its id or T_FAIL. */
-static int32_t cfg_get(dsv4_cmatcher *s, int accept, int escape) {
-    int32_t *v = s->acc.v;
-    int64_t n = s->acc.n;
-    if (n > 1) qsort(v, (size_t)n, sizeof *v, cmp_i32);   /* v is NULL while nothing was ever collected */
-    int64_t u = 0;
-    for (int64_t i = 0; i < n; i++)
-        if (!u || v[i] != v[u - 1]) v[u++] = v[i];
-    s->acc.n = n = u;
-    if ((uint32_t)(s->n_cfg + 1) * 2 > s->ch_cap && cfg_rehash(s)) return T_FAIL;
-    const int flags = accept | escape << 1;
-    uint32_t h = cfg_hash(v, n, flags) & (s->ch_cap - 1);
-    for (int32_t c; (c = s->ch[h]) >= 0; h = (h + 1) & (s->ch_cap - 1))
-        if (s->cfg_len[c] == n && s->cfg_accept[c] == accept && s->cfg_escape[c] == escape &&
-            (n == 0 || !memcmp(s->items.v + s->cfg_off[c], v, sizeof *v * (size_t)n)))
-            return c;
-    if (s->n_cfg == s->cap_cfg && cfg_grow(s)) return T_FAIL;
-    const int32_t c = s->n_cfg;
-    const int64_t off = s->items.n;
-    for (int64_t i = 0; i < n; i++)
-        if (ivec_push(&s->items, s->acc.v[i])) return T_FAIL;
-    int64_t mn = accept ? 0 : INT64_MAX;
-    for (int64_t i = 0; i < n; i++)
-        if (s->node_min[s->acc.v[i]] < mn) mn = s->node_min[s->acc.v[i]];
-    s->cfg_off[c] = off;
-    s->cfg_len[c] = (int32_t)n;
-    s->cfg_accept[c] = (uint8_t)accept;
-    s->cfg_escape[c] = (uint8_t)escape;
-    s->cfg_ci[c] = -1;
-    s->cfg_min[c] = mn;
-    s->cfg_trans[c] = NULL;
-    s->cfg_slot[c] = -1;
-    s->ch[h] = c;
-    s->n_cfg++;
-    s->st.configs = s->n_cfg;
-    return c;
-}
-
-/* The configuration after reading byte b in configuration c: -1 dead, T_FAIL out of memory. */
-static int32_t step_byte(dsv4_cmatcher *s, int32_t c, unsigned b) {
-    int32_t *tr = s->cfg_trans[c];
-    if (!tr) {
-        if (!(tr = malloc(sizeof *tr * 256))) return T_FAIL;
-        for (int i = 0; i < 256; i++) tr[i] = T_UNKNOWN;
-        s->cfg_trans[c] = tr;
-        s->n_trans_tables++;
-    }
-    if (tr[b] != T_UNKNOWN) return tr[b];
-    s->st.transitions++;
-    const dsv4_grammar *g = s->g;
-    s->stamp++;
-    s->work.n = s->acc.n = 0;
-    int accept = 0, escape = 0;
-    const int64_t off = s->cfg_off[c];
-    const int32_t len = s->cfg_len[c];
-    for (int32_t i = 0; i < len; i++) {
-        const cnode n = s->node[s->items.v[off + i]];
-        if (gb_set_has(&g->sets[g->el[n.pos].arg], b) && visit(s, node_get(s, n.pos + 1, n.parent))) return T_FAIL;
-    }
-    if (closure(s, &accept, &escape)) return T_FAIL;
-    const int32_t next = s->acc.n == 0 && !accept && !escape ? -1 : cfg_get(s, accept, escape);
-    if (next == T_FAIL) return T_FAIL;
-    s->cfg_trans[c][b] = next; /* cfg_trans may have moved; the table itself did not */
-    return next;
-}
-
 /* ---- lifetime -------------------------------------------------------------------------------------------- */
 
 void dsv4_cmatcher_free(dsv4_cmatcher *s) {
     if (!s) return;
-    for (int32_t c = 0; c < s->n_cfg; c++) free(s->cfg_trans[c]);
-    free(s->node); free(s->node_min); free(s->node_seen); free(s->nh);
-    free(s->items.v); free(s->cfg_off); free(s->cfg_len); free(s->cfg_accept); free(s->cfg_min);
-    free(s->cfg_trans); free(s->cfg_slot); free(s->ch);
+    pda_free(s);
     for (int i = 0; i < CI_SLOTS; i++) free(s->ci_ranges[i]);
-    free(s->ci_bits); free(s->esc); free(s->cfg_escape); free(s->cfg_ci);
-    free(s->pool); free(s->bits); free(s->work.v); free(s->acc.v); free(s->dfs);
+    free(s->ci_bits); free(s->esc);
+    free(s->pool); free(s->bits); free(s->dfs);
     free(s);
 }
 
@@ -350,19 +57,20 @@ int dsv4_cmatcher_new(const dsv4_grammar *g, const dsv4_cvocab *v, dsv4_cmatcher
     s->ci_bits = malloc(sizeof *s->ci_bits * (size_t)s->words * CI_SLOTS);
     for (int i = 0; i < MASK_SLOTS; i++) s->slot_cfg[i] = -1;
     for (int i = 0; i < CI_SLOTS; i++) s->ci_cfg[i] = -1;
-    if (!s->pool || !s->bits || !s->dfs || !s->esc || !s->ci_bits) goto nomem;
-    /* the start: every alternative of the root rule, bottom of the stack */
-    s->stamp = 1;
-    int accept = 0, escape = 0;
-    for (int32_t a = g->alt_first[g->root]; a < g->alt_first[g->root + 1]; a++)
-        if (visit(s, node_get(s, g->alt_pos[a], -1))) goto nomem;
-    if (closure(s, &accept, &escape)) goto nomem;
-    if ((s->start = cfg_get(s, accept, 0)) < 0) goto nomem;
+    s->special_id = malloc(sizeof *s->special_id * (size_t)(g->n_special + 1));
+    if (s->special_id)
+        for (int32_t k = 0; k < g->n_special; k++)
+            if ((s->special_id[k] = dsv4_cvocab_special_id(v, g->special[k])) < 0) {
+                dsv4_cmatcher_free(s);
+                return dsv4_fail(err, DSV4_E_ARG, "constraint: the grammar names the special token '%s', which the vocabulary does not have",
+                                 g->special[k]);
+            }
+    if (!s->pool || !s->bits || !s->dfs || !s->esc || !s->ci_bits || !s->special_id || pda_init(s)) {
+        dsv4_cmatcher_free(s);
+        return dsv4_fail(err, DSV4_E_NOMEM, "constraint: out of memory");
+    }
     *out = s;
     return 0;
-nomem:
-    dsv4_cmatcher_free(s);
-    return dsv4_fail(err, DSV4_E_NOMEM, "constraint: out of memory");
 }
 
 int dsv4_cstate_new_shared(dsv4_cmatcher *m, int64_t max_bytes, dsv4_cstate **out, dsv4_error *err) {
@@ -394,11 +102,27 @@ void dsv4_cstate_free(dsv4_cstate *st) {
 
 /* The configuration after token id's bytes from configuration c with `left` bytes of budget: -1 dead, T_BUDGET
  * when it fits the grammar but not the bound, T_FAIL out of memory. */
+/* The index of special token id among the grammar's, or -1. */
+static int32_t special_of(const dsv4_cmatcher *s, int32_t id) {
+    for (int32_t k = 0; k < s->g->n_special; k++)
+        if (s->special_id[k] == id) return k;
+    return -1;
+}
+
+/* Bytes of the length bound token id takes: its length, or 1 for a special token. */
+static int64_t units(const dsv4_cmatcher *s, int32_t id) { return s->v->bytes[id] ? (int64_t)s->v->len[id] : 1; }
+
 static int32_t token_from(dsv4_cmatcher *s, int32_t c, int32_t id, int64_t left) {
     size_t len;
     const char *b = dsv4_cvocab_bytes(s->v, id, &len);
-    if (!b || c < 0) return -1;
-    for (size_t i = 0; i < len && c >= 0; i++) c = step_byte(s, c, (unsigned char)b[i]);
+    if (c < 0) return -1;
+    if (!b) {
+        const int32_t k = special_of(s, id);
+        if (k < 0) return -1;
+        if ((c = pda_step_special(s, c, k)) < 0) return c;
+        return 1 + s->cfg_min[c] > left ? T_BUDGET : c;
+    }
+    for (size_t i = 0; i < len && c >= 0; i++) c = pda_step_byte(s, c, (unsigned char)b[i]);
     if (c < 0) return c;
     if ((int64_t)len + s->cfg_min[c] > left) return T_BUDGET;
     return c;
@@ -433,7 +157,7 @@ static int64_t walk(dsv4_cmatcher *s, int32_t c0, int64_t left, uint64_t *bits, 
         const int32_t *tr = s->cfg_trans[pc];
         int32_t c = tr ? tr[byte[i]] : T_UNKNOWN;
         if (c == T_UNKNOWN) {
-            c = step_byte(s, pc, byte[i]);
+            c = pda_step_byte(s, pc, byte[i]);
             cmin = s->cfg_min;
         }
         if (c == T_FAIL) return -1;
@@ -457,50 +181,6 @@ static int64_t walk(dsv4_cmatcher *s, int32_t c0, int64_t left, uint64_t *bits, 
 }
 
 /* ---- context-independent walks ---------------------------------------------------------------------------- */
-
-/* c with its shared context cut off: the deepest stack node every stack of c passes through (the frame all
- * alternatives return to, such as the continuation after a string) keeps its position but gets the parent
- * WILD. Configurations that differ only below that node (a string in one property or another) truncate to the
- * same configuration. *ccut = the completion of the cut-off context, so that a completion on the truncated
- * stacks plus *ccut is the real one. Returns the truncated configuration (c itself when its stacks share no
- * node) or T_FAIL. */
-static int32_t truncate_cfg(dsv4_cmatcher *s, int32_t c, int64_t *ccut) {
-    *ccut = 0;
-    const int64_t off = s->cfg_off[c];
-    const int32_t len = s->cfg_len[c];
-    if (len == 0) return c;
-    /* the first stack's chain; `best` indexes the deepest-so-far common node in it */
-    s->work.n = 0;
-    for (int32_t y = s->items.v[off]; y >= 0; y = s->node[y].parent)
-        if (ivec_push(&s->work, y)) return T_FAIL;
-    int64_t best = 0;
-    for (int32_t i = 1; i < len && best < s->work.n; i++) {
-        int64_t hit = s->work.n;
-        for (int32_t y = s->items.v[off + i]; y >= 0 && hit == s->work.n; y = s->node[y].parent)
-            for (int64_t j = best; j < s->work.n; j++)
-                if (s->work.v[j] == y) { hit = j; break; }
-        best = hit;
-    }
-    if (best >= s->work.n) return c;
-    const int32_t common = s->work.v[best], below = s->node[common].parent;
-    if (below < 0) return c; /* nothing to cut */
-    *ccut = s->node_min[below];
-    const int32_t base = node_get(s, s->node[common].pos, WILD);
-    if (base < 0) return T_FAIL;
-    s->acc.n = 0;
-    int32_t chain[256];
-    for (int32_t i = 0; i < len; i++) {
-        int k = 0;
-        int32_t y = s->items.v[off + i];
-        for (; y != common && k < 256; y = s->node[y].parent) chain[k++] = y;
-        if (y != common) return c; /* deeper than the scratch: use the configuration as it is */
-        int32_t nid = base;
-        for (int j = k - 1; j >= 0; j--)
-            if ((nid = node_get(s, s->node[chain[j]].pos, nid)) < 0) return T_FAIL;
-        if (ivec_push(&s->acc, nid)) return T_FAIL;
-    }
-    return cfg_get(s, 0, 0); /* a stack through `common` cannot end the whole output: not accepting */
-}
 
 static int add_range(dsv4_cmatcher *s, int slot, int32_t a, int32_t b) {
     if (a >= b) return 0;
@@ -540,7 +220,7 @@ static int ci_walk(dsv4_cmatcher *s, int32_t tc, int slot) {
     s->st.mask_walks++;
     /* reloaded after step_byte, which may grow the tables */
     const int64_t *cmin = s->cfg_min;
-    const int32_t *clen = s->cfg_len;
+    const int32_t *clen = s->cf.len;
     const uint8_t *cacc = s->cfg_accept, *cesc = s->cfg_escape;
     for (int32_t i = 1; i < n_node;) {
         const int d = depth[i];
@@ -548,9 +228,9 @@ static int ci_walk(dsv4_cmatcher *s, int32_t tc, int slot) {
         const int32_t *tr = s->cfg_trans[pc];
         int32_t c = tr ? tr[byte[i]] : T_UNKNOWN;
         if (c == T_UNKNOWN) {
-            c = step_byte(s, pc, byte[i]);
+            c = pda_step_byte(s, pc, byte[i]);
             cmin = s->cfg_min;
-            clen = s->cfg_len;
+            clen = s->cf.len;
             cacc = s->cfg_accept;
             cesc = s->cfg_escape;
         }
@@ -584,7 +264,7 @@ static int ci_walk(dsv4_cmatcher *s, int32_t tc, int slot) {
  * bound), -1 when out of memory. */
 static int ci_mask(dsv4_cmatcher *s, int32_t c, int64_t left, int64_t *count, int64_t *need, int *cut) {
     int64_t ccut;
-    const int32_t tc = truncate_cfg(s, c, &ccut);
+    const int32_t tc = pda_truncate(s, c, &ccut);
     if (tc < 0) return -1;
     int slot = s->cfg_ci[tc];
     if (slot < 0) {
@@ -635,6 +315,17 @@ static const uint64_t *current_mask(dsv4_cstate *st) {
         s->st.mask_walks++;
     }
     const int32_t eos = s->v->eos;
+    /* the special tokens the grammar names: a handful, checked one by one against the real configuration */
+    for (int32_t k = 0; k < s->g->n_special; k++) {
+        const int32_t after = pda_step_special(s, c, k);
+        if (after == T_FAIL) return NULL;
+        if (after < 0) continue;
+        if (1 + s->cfg_min[after] > left) { pruned = 1; continue; }
+        const int32_t id = s->special_id[k];
+        s->bits[id >> 6] |= 1ULL << (id & 63);
+        count++;
+        if (1 + s->cfg_min[after] > need) need = 1 + s->cfg_min[after];
+    }
     /* EOS when the value is complete; and when nothing else fits (a budget below the shortest value), so that
      * the stream can always end */
     if (s->cfg_accept[c] || count == 0) s->bits[eos >> 6] |= 1ULL << (eos & 63);
@@ -699,7 +390,7 @@ int dsv4_cstate_advance(dsv4_cstate *st, int32_t id, dsv4_error *err) {
     if (c == T_BUDGET) return dsv4_fail(err, DSV4_E_ARG, "constraint: token %d does not fit the length bound here", id);
     if (c < 0) return dsv4_fail(err, DSV4_E_ARG, "constraint: token %d does not fit the grammar here", id);
     st->at.cfg = c;
-    st->at.used += (int64_t)v->len[id];
+    st->at.used += units(st->m, id);
     return 0;
 }
 
@@ -713,9 +404,7 @@ const dsv4_cvocab *dsv4_cmatcher_vocab(const dsv4_cmatcher *m) { return m->v; }
 
 size_t dsv4_cmatcher_bytes(const dsv4_cmatcher *m) {
     size_t b = sizeof *m;
-    b += (size_t)m->cap_node * (sizeof(cnode) + sizeof(int64_t) + sizeof(uint32_t)) + (size_t)m->nh_cap * sizeof(int32_t);
-    b += (size_t)m->cap_cfg * (sizeof(int64_t) * 2 + sizeof(int32_t) * 3 + 2 + sizeof(int32_t *)) + (size_t)m->ch_cap * sizeof(int32_t);
-    b += (size_t)m->items.cap * sizeof(int32_t) + (size_t)m->n_trans_tables * 256 * sizeof(int32_t);
+    b += pda_bytes(m);
     b += sizeof(uint64_t) * (size_t)m->words * (MASK_SLOTS + CI_SLOTS + 1);
     for (int i = 0; i < CI_SLOTS; i++) b += (size_t)m->ci_cap_ranges[i] * 2 * sizeof(int32_t);
     return b;

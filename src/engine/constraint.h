@@ -23,7 +23,8 @@
  *             tok = sample(logits)
  *             dsv4_cstate_advance(st, tok)       the output now includes tok
  * The EOS token is allowed exactly when the output so far is a complete value (dsv4_cstate_complete); added
- * and special tokens are never allowed. After EOS the state is finished and allows nothing.
+ * and special tokens are allowed only where the grammar names them (GE_TOKEN), and count as one byte of the
+ * length bound (and of dsv4_cpos.used). After EOS the state is finished and allows nothing.
  *
  * Rollback (speculative decoding): a state's position is a small value (dsv4_cpos). Save it with
  * dsv4_cstate_get before trying tokens and put it back with dsv4_cstate_set: O(1), nothing to free. A saved
@@ -58,8 +59,12 @@ int  dsv4_cvocab_new(const char *const *bytes, const size_t *lens, int32_t n_voc
 void dsv4_cvocab_free(dsv4_cvocab *v);
 int32_t dsv4_cvocab_size(const dsv4_cvocab *v);
 int32_t dsv4_cvocab_eos(const dsv4_cvocab *v);
-/* The bytes of token id (NULL when it can never be allowed). */
+/* The bytes of token id (NULL for EOS, special tokens and ids without bytes: never allowed as text). */
 const char *dsv4_cvocab_bytes(const dsv4_cvocab *v, int32_t id, size_t *len);
+/* Special (added) tokens, by text: a grammar may name them (grammar_ir.h GE_TOKEN, GBNF @"text"); they are
+ * allowed only there. dsv4_cvocab_from_tokenizer adds every added token but EOS; id must have no bytes. */
+int  dsv4_cvocab_add_special(dsv4_cvocab *v, const char *text, size_t n, int32_t id, dsv4_error *err);
+int32_t dsv4_cvocab_special_id(const dsv4_cvocab *v, const char *text);   /* -1 when unknown */
 
 /* ---- per-stream state ------------------------------------------------------------------------------------ */
 
@@ -103,7 +108,8 @@ dsv4_cpos dsv4_cstate_get(const dsv4_cstate *s);
 void dsv4_cstate_set(dsv4_cstate *s, dsv4_cpos p);
 
 /* Statistics of the state's matcher (shared by every state on it), for benchmarks: configurations and stack
- * nodes interned, trie walks, masks served from the cache, transitions computed, trie nodes visited. */
-typedef struct { int64_t configs, stack_nodes, mask_walks, mask_hits, transitions, trie_nodes_visited; } dsv4_cstate_stats;
+ * nodes interned, trie walks, masks served from the cache, transitions computed, trie nodes visited, stack references
+ * handled by closures (the work of computing transitions). */
+typedef struct { int64_t configs, stack_nodes, mask_walks, mask_hits, transitions, trie_nodes_visited, closure_refs; } dsv4_cstate_stats;
 void dsv4_cstate_get_stats(const dsv4_cstate *s, dsv4_cstate_stats *st);
 #endif

@@ -1,5 +1,6 @@
 /* dsv4 bench --grammar: see constraint_bench.h. */
 #include "engine/constraint_bench.h"
+#include "engine/bench_streams.h"
 #include "engine/constraint.h"
 #include "engine/grammar.h"
 #include "engine/json_schema.h"
@@ -155,6 +156,79 @@ out:
     free(bits);
     free(allowed);
     free(times);
+    dsv4_cvocab_free(v);
+    return rc;
+}
+
+/* CPU time of the masks of `steps` decode steps of B streams on one matcher (each stream replays the document,
+ * offset by its index so that the streams sit at different positions): seconds per step. */
+static int masks_per_step(dsv4_cmatcher *mt, const int32_t *ids, int n_ids, int32_t eos, int B, int steps, float *logits,
+                          int32_t V, double *per_step, dsv4_error *err) {
+    dsv4_cstate **st = calloc((size_t)B, sizeof *st);
+    int *at = calloc((size_t)B, sizeof *at);
+    int rc = st && at ? 0 : dsv4_fail(err, DSV4_E_NOMEM, "out of memory");
+    for (int b = 0; b < B && !rc; b++) {
+        rc = dsv4_cstate_new_shared(mt, 100000, &st[b], err);
+        for (int k = 0; !rc && k < b % (n_ids / 2 + 1); k++) rc = dsv4_cstate_advance(st[b], ids[at[b]++], err);
+    }
+    double t = 0;
+    for (int step = 0; step < steps && !rc; step++)
+        for (int b = 0; b < B && !rc; b++) {
+            if (at[b] >= n_ids) { /* the document is done: start it again */
+                dsv4_cstate_free(st[b]);
+                at[b] = 0;
+                if ((rc = dsv4_cstate_new_shared(mt, 100000, &st[b], err))) break;
+            }
+            const double a = cpu_s();
+            rc = dsv4_cstate_mask(st[b], logits, err);
+            t += cpu_s() - a;
+            if (!rc) rc = dsv4_cstate_advance(st[b], ids[at[b]++], err);
+        }
+    for (int b = 0; b < B && st; b++) dsv4_cstate_free(st[b]);
+    free(st);
+    free(at);
+    (void)eos; (void)V;
+    *per_step = t / steps;
+    return rc;
+}
+
+int dsv4_constraint_bench_overhead(dsv4_model *m, const dsv4_tokenizer *tok, FILE *out, dsv4_error *err) {
+    dsv4_model_info info;
+    dsv4_model_get_info(m, &info);
+    const int32_t V = info.vocab_size, eos = info.eos_id >= 0 ? info.eos_id : dsv4_tokenizer_eos_id(tok);
+    dsv4_cvocab *v = NULL;
+    int rc = dsv4_cvocab_from_tokenizer(tok, V, eos, &v, err);
+    if (rc) return rc;
+    dsv4_grammar *g = NULL;
+    const dsv4_schema_opts so = { 2 };
+    const char *doc = CASES[0].document;
+    int32_t *ids = NULL;
+    size_t n_ids = 0;
+    float *logits = malloc(sizeof *logits * (size_t)V);
+    if (!logits) rc = dsv4_fail(err, DSV4_E_NOMEM, "out of memory");
+    if (!rc) rc = dsv4_grammar_from_schema_text(CASES[0].schema, strlen(CASES[0].schema), &so, &g, err);
+    if (!rc) rc = dsv4_tokenizer_encode(tok, doc, strlen(doc), DSV4_ENCODE_PLAIN, &ids, &n_ids, err);
+    fprintf(out, "overhead on a batched decode step (model vocabulary %d, schema \"%s\", masks in CPU time of one core, "
+                 "steps in wall time):\n", V, CASES[0].name);
+    static const int BS[] = { 1, 8, 32 };
+    for (size_t k = 0; k < sizeof BS / sizeof *BS && !rc; k++) {
+        const int B = BS[k], steps = 8;
+        dsv4_bench_streams_result r;
+        if ((rc = dsv4_bench_streams(m, B, 16, steps, &r, err))) break;
+        dsv4_cmatcher *mt = NULL;
+        double cold = 0, warm = 0;
+        if ((rc = dsv4_cmatcher_new(g, v, &mt, err))) break;
+        rc = masks_per_step(mt, ids, (int)n_ids, eos, B, steps, logits, V, &cold, err);
+        if (!rc) rc = masks_per_step(mt, ids, (int)n_ids, eos, B, steps, logits, V, &warm, err);
+        dsv4_cmatcher_free(mt);
+        if (rc) break;
+        const double step_s = r.decode_s / steps;
+        fprintf(out, "    B=%-3d decode step %9.3f ms; masks per step: first request %8.3f ms (%5.1f %%), warm %8.3f ms (%5.2f %%)\n",
+                B, step_s * 1e3, cold * 1e3, 100 * cold / step_s, warm * 1e3, 100 * warm / step_s);
+    }
+    free(ids);
+    free(logits);
+    dsv4_grammar_free(g);
     dsv4_cvocab_free(v);
     return rc;
 }

@@ -14,4 +14,10 @@
 typedef struct dsv4_tokenizer dsv4_tokenizer;
 
 int dsv4_constraint_bench(const dsv4_tokenizer *t, FILE *out, dsv4_error *err);
+
+/* Overhead on a batched decode step (when the folder is also a model, on the model's device: --device): for
+ * B = 1, 8, 32 streams, the time of one decode step of B streams (dsv4_bench_streams, wall clock) against the CPU time of the B masks such a step
+ * needs (B JSON-mode streams on one shared matcher replaying a document, as a server's requests with one
+ * schema), first request (cold matcher) and later ones (warm), and their ratio. */
+int dsv4_constraint_bench_overhead(dsv4_model *m, const dsv4_tokenizer *t, FILE *out, dsv4_error *err);
 #endif

@@ -19,6 +19,9 @@ void dsv4_cvocab_free(dsv4_cvocab *v) {
     free(v->end);
     free(v->tok_first);
     free(v->toks);
+    for (int32_t i = 0; i < v->n_special; i++) free(v->special_text[i]);
+    free(v->special_text);
+    free(v->special_id);
     free(v);
 }
 
@@ -132,11 +135,47 @@ int dsv4_cvocab_from_tokenizer(const dsv4_tokenizer *t, int32_t n_vocab, int32_t
     if (!b || !l) { free(b); free(l); return dsv4_fail(err, DSV4_E_NOMEM, "constraint: out of memory"); }
     const int32_t tv = dsv4_tokenizer_vocab_size(t);
     for (int32_t i = 0; i < n_vocab && i < tv; i++) {
-        if (dsv4_tokenizer_is_added(t, i)) continue; /* special tokens never appear inside constrained output */
+        if (dsv4_tokenizer_is_added(t, i)) continue; /* special tokens appear only where a grammar names them */
         b[i] = dsv4_tokenizer_token_bytes(t, i, &l[i]);
     }
     int rc = dsv4_cvocab_new(b, l, n_vocab, eos_id, out, err);
+    for (int32_t i = 0; !rc && i < n_vocab && i < tv; i++) {
+        if (!dsv4_tokenizer_is_added(t, i) || i == eos_id) continue;
+        size_t n;
+        const char *text = dsv4_tokenizer_token_bytes(t, i, &n);
+        if (text && n > 0 && (rc = dsv4_cvocab_add_special(*out, text, n, i, err))) {
+            dsv4_cvocab_free(*out);
+            *out = NULL;
+        }
+    }
     free(b);
     free(l);
     return rc;
+}
+
+int dsv4_cvocab_add_special(dsv4_cvocab *v, const char *text, size_t n, int32_t id, dsv4_error *err) {
+    if (id < 0 || id >= v->n_vocab || id == v->eos || v->bytes[id])
+        return dsv4_fail(err, DSV4_E_ARG, "constraint: special token id %d is not a free id of the vocabulary", id);
+    if (v->n_special == v->cap_special) {
+        const int32_t c = v->cap_special ? 2 * v->cap_special : 16;
+        char **t = realloc(v->special_text, sizeof *t * (size_t)c);
+        if (t) v->special_text = t;
+        int32_t *d = realloc(v->special_id, sizeof *d * (size_t)c);
+        if (d) v->special_id = d;
+        if (!t || !d) return dsv4_fail(err, DSV4_E_NOMEM, "constraint: out of memory");
+        v->cap_special = c;
+    }
+    char *s = malloc(n + 1);
+    if (!s) return dsv4_fail(err, DSV4_E_NOMEM, "constraint: out of memory");
+    memcpy(s, text, n);
+    s[n] = 0;
+    v->special_text[v->n_special] = s;
+    v->special_id[v->n_special++] = id;
+    return 0;
+}
+
+int32_t dsv4_cvocab_special_id(const dsv4_cvocab *v, const char *text) {
+    for (int32_t i = 0; i < v->n_special; i++)
+        if (!strcmp(v->special_text[i], text)) return v->special_id[i];
+    return -1;
 }

@@ -18,5 +18,9 @@ struct dsv4_cvocab {
     int32_t *tok_first;      /* [n_node + 1]: tokens ending at node i are toks[tok_first[i] .. tok_first[i+1]) */
     int32_t *toks;
     int max_depth;
+    /* special (added) tokens by text, for grammars that name them (GE_TOKEN); never in the trie */
+    char **special_text;
+    int32_t *special_id;
+    int32_t n_special, cap_special;
 };
 #endif

@@ -174,6 +174,27 @@ static int32_t parse_primary(gparse *g) {
         gb_seq_free(&q);
         return r;
     }
+    if (c == '@') {
+        /* @"text": the special token whose text this is (its bytes are never matched as text) */
+        g->i++;
+        if (g->i >= g->n || g->s[g->i] != '"') return fail(g, "'@' must be followed by a quoted special-token text");
+        g->i++;
+        size_t start = g->i;
+        while (g->i < g->n && g->s[g->i] != '"' && g->s[g->i] != '\\' && g->s[g->i] != '\n') g->i++;
+        if (g->i >= g->n || g->s[g->i] != '"') return fail(g, "a special-token text is one line without escapes, closed by '\"'");
+        if (g->i == start) return fail(g, "empty special-token text");
+        char text[256];
+        if (g->i - start >= sizeof text) return fail(g, "special-token text too long");
+        memcpy(text, g->s + start, g->i - start);
+        text[g->i - start] = 0;
+        g->i++;
+        gb_seq q;
+        gb_seq_init(&q);
+        gb_seq_special(&q, g->b, text);
+        const int32_t r = gb_rule_of(g->b, &q);
+        gb_seq_free(&q);
+        return r;
+    }
     if (c == '[') return parse_class(g);
     if (c == '.') {
         g->i++;

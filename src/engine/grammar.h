@@ -12,12 +12,15 @@
  *   "text"        a literal (UTF-8), escapes \n \t \r \\ \" \xHH \uHHHH \UHHHHHHHH
  *   [a-z0-9_]     one character from a class; [^...] negates; ranges and the escapes above (plus \] \[ \- \^)
  *   .             any one character
+ *   @"text"       the special (added) token with this text, as one token: e.g. @"｜DSML｜" or @"</think>"
+ *                 (one line, no escapes). The vocabulary must have it (an error at matcher creation
+ *                 otherwise); it counts as one byte of the length bound
  *   name          a rule
  *   ( ... )       a group of alternatives
  *   x* x+ x?      zero or more, one or more, optional
  *   x{n} x{n,} x{n,m}   counted (n, m <= 100000)
- * Characters are Unicode scalar values; the output is always well-formed UTF-8. Special tokens cannot be named:
- * constrained output is text only. Errors give the line: left recursion (a rule that can start with itself), a
+ * Characters are Unicode scalar values; the output is always well-formed UTF-8. Special tokens appear only where
+ * the grammar names them with @"...": text is never matched by a special token, nor a special token by text. Errors give the line: left recursion (a rule that can start with itself), a
  * rule used but never defined, a rule that can never finish, a missing root. */
 #ifndef DSV4_ENGINE_GRAMMAR_H
 #define DSV4_ENGINE_GRAMMAR_H

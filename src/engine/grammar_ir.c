@@ -26,6 +26,9 @@ struct gb_builder {
     int32_t n_sets, cap_sets;
     class_entry *cls;
     int n_cls, cap_cls;
+    char **special;
+    int32_t n_special;
+    int64_t cap_special;
     int oom;
 };
 
@@ -95,6 +98,22 @@ void gb_seq_append(gb_seq *s, const gb_seq *t) {
     for (int i = 0; i < t->n; i++) seq_push(s, t->v[i].kind, t->v[i].arg);
 }
 
+void gb_seq_special(gb_seq *s, gb_builder *b, const char *text) {
+    int32_t k = 0;
+    while (k < b->n_special && strcmp(b->special[k], text)) k++;
+    if (k == b->n_special) {
+        char *t = strdup(text);
+        if (!t || grow((void **)&b->special, &b->cap_special, b->n_special + 1, sizeof *b->special)) {
+            free(t);
+            b->oom = 1;
+            s->oom = 1;
+            return;
+        }
+        b->special[b->n_special++] = t;
+    }
+    seq_push(s, GE_TOKEN, k);
+}
+
 /* ---- rules ----------------------------------------------------------------------------------------------- */
 
 gb_builder *gb_new(void) { return calloc(1, sizeof(gb_builder)); }
@@ -103,6 +122,8 @@ void gb_free(gb_builder *b) {
     if (!b) return;
     for (int32_t i = 0; i < b->n_rule; i++) free(b->name[i]);
     for (int i = 0; i < b->n_cls; i++) free(b->cls[i].r);
+    for (int32_t i = 0; i < b->n_special; i++) free(b->special[i]);
+    free(b->special);
     free(b->cls);
     free(b->name);
     free(b->defined);
@@ -320,6 +341,8 @@ void dsv4_grammar_free(dsv4_grammar *g) {
     if (!g) return;
     for (int32_t i = 0; i < g->n_rule; i++) free(g->rule_name[i]);
     free(g->rule_name);
+    for (int32_t i = 0; i < g->n_special; i++) free(g->special[i]);
+    free(g->special);
     free(g->el);
     free(g->alt_first);
     free(g->alt_pos);
@@ -330,7 +353,7 @@ void dsv4_grammar_free(dsv4_grammar *g) {
 }
 
 static int64_t elem_min(const dsv4_grammar *g, gelem e) {
-    return e.kind == GE_BYTES ? 1 : e.kind == GE_RULE ? g->rule_min[e.arg] : 0;
+    return e.kind == GE_BYTES || e.kind == GE_TOKEN ? 1 : e.kind == GE_RULE ? g->rule_min[e.arg] : 0;
 }
 
 /* Left recursion would make the matcher expand a rule into itself forever without reading a byte: find a cycle
@@ -411,6 +434,10 @@ int gb_finish(gb_builder *b, int32_t root, dsv4_grammar **out, dsv4_error *err) 
     if (b->n_sets) memcpy(g->sets, b->sets, sizeof *g->sets * (size_t)b->n_sets);
     g->n_sets = b->n_sets;
     for (int32_t r = 0; r < R; r++) { g->rule_name[r] = b->name[r]; b->name[r] = NULL; }
+    g->special = b->special;
+    g->n_special = b->n_special;
+    b->special = NULL;
+    b->n_special = 0;
     /* flatten: rules in id order, each rule's alternatives in the order they were added */
     for (int64_t a = 0; a < b->n_alt; a++) g->alt_first[b->alt[a].rule + 1]++;
     for (int32_t r = 0; r < R; r++) g->alt_first[r + 1] += g->alt_first[r];

@@ -21,10 +21,13 @@
 #include <stddef.h>
 #include <stdint.h>
 
-enum { GE_END = 0, GE_BYTES = 1, GE_RULE = 2 };
+/* GE_TOKEN: one whole special (added) token, named by its text (g->special[arg]); the matcher finds its id in
+ * the vocabulary. Special tokens are never allowed anywhere else, and never spelled out in bytes. For the length
+ * bound a special token counts as one byte (it is one token of the budget). */
+enum { GE_END = 0, GE_BYTES = 1, GE_RULE = 2, GE_TOKEN = 3 };
 typedef struct {
     int32_t kind;   /* GE_* */
-    int32_t arg;    /* GE_BYTES: byte-set index; GE_RULE: rule id */
+    int32_t arg;    /* GE_BYTES: byte-set index; GE_RULE: rule id; GE_TOKEN: special-token index */
 } gelem;
 
 typedef struct { uint64_t w[4]; } gb_set;  /* 256-bit byte set */
@@ -45,6 +48,8 @@ typedef struct dsv4_grammar {
     int64_t *rule_min;       /* [n_rule]: fewest bytes any expansion of the rule has */
     char **rule_name;        /* [n_rule] */
     int32_t root;
+    char **special;          /* [n_special]: the texts of the special tokens the grammar names (GE_TOKEN) */
+    int32_t n_special;
 } dsv4_grammar;
 
 void dsv4_grammar_free(dsv4_grammar *g);
@@ -67,6 +72,8 @@ void gb_seq_set(gb_seq *s, gb_builder *b, const gb_set *set);
 void gb_seq_byte(gb_seq *s, gb_builder *b, unsigned char c);
 void gb_seq_lit(gb_seq *s, gb_builder *b, const char *bytes, size_t n);
 void gb_seq_append(gb_seq *s, const gb_seq *t);
+/* One special (added) token, by its text (for example the DSML marker "｜DSML｜"). */
+void gb_seq_special(gb_seq *s, gb_builder *b, const char *text);
 
 gb_builder *gb_new(void);
 void gb_free(gb_builder *b);

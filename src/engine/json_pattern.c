@@ -16,6 +16,7 @@ typedef struct {
     dsv4_error *err;
     int failed;
     int depth;
+    int lt;          /* '<' as \u003c */
 } pparse;
 
 static int32_t fail(pparse *q, const char *what) {
@@ -121,8 +122,9 @@ static int32_t char_escape(pparse *q) {
 }
 
 /* The JSON text of one character as it appears inside a string: escapes for '"', '\\' and controls. */
-static void json_char(gb_seq *s, gb_builder *b, uint32_t c) {
+static void json_char(gb_seq *s, gb_builder *b, uint32_t c, int lt) {
     char buf[8];
+    if (lt && c == '<') { gb_seq_lit(s, b, "\\u003c", 6); return; }
     if (c == '"' || c == '\\') { buf[0] = '\\'; buf[1] = (char)c; gb_seq_lit(s, b, buf, 2); return; }
     if (c < 0x20) {
         const char *e = c == '\n' ? "\\n" : c == '\t' ? "\\t" : c == '\r' ? "\\r" : c == '\b' ? "\\b" : c == '\f' ? "\\f" : NULL;
@@ -144,7 +146,8 @@ static void json_char(gb_seq *s, gb_builder *b, uint32_t c) {
  * set (other control characters are left out: a subset, so every generated string still matches). */
 static int32_t set_rule(pparse *q, rlist *l, int negate) {
     gb_builder *b = q->b;
-    static const uint32_t esc[] = { '"', '\\', '\n', '\t', '\r' };
+    static const uint32_t esc[] = { '"', '\\', '\n', '\t', '\r', '<' };
+    const int n_esc = q->lt ? 6 : 5;
     int32_t plain;
     if (negate) {
         /* safe and not in l = complement(l + unsafe) */
@@ -152,6 +155,7 @@ static int32_t set_rule(pparse *q, rlist *l, int negate) {
         radd(q, l, 0, 0x1F);
         radd(q, l, '"', '"');
         radd(q, l, '\\', '\\');
+        if (q->lt) radd(q, l, '<', '<');
         plain = gb_class(b, l->r, l->n, 1);
         l->n = n0;
     } else {
@@ -159,9 +163,9 @@ static int32_t set_rule(pparse *q, rlist *l, int negate) {
         for (int i = 0; i < l->n; i++) {
             uint32_t lo = l->r[i].lo < 0x20 ? 0x20 : l->r[i].lo;
             const uint32_t hi = l->r[i].hi;
-            const uint32_t cut[2] = { '"', '\\' };
-            for (int k = 0; k < 2 && lo <= hi; k++)
-                if (lo <= cut[k] && cut[k] <= hi) {
+            const uint32_t cut[3] = { '"', '<', '\\' }; /* ascending; '<' only with lt */
+            for (int k = 0; k < 3 && lo <= hi; k++)
+                if ((k != 1 || q->lt) && lo <= cut[k] && cut[k] <= hi) {
                     if (lo < cut[k]) radd(q, &safe, lo, cut[k] - 1);
                     lo = cut[k] + 1;
                 }
@@ -175,10 +179,10 @@ static int32_t set_rule(pparse *q, rlist *l, int negate) {
     gb_seq_init(&s);
     int any = 0;
     if (plain >= 0) { gb_seq_ref(&s, plain); gb_add_alt(b, r, &s); any = 1; }
-    for (int k = 0; k < 5; k++)
+    for (int k = 0; k < n_esc; k++)
         if (rhas(l, esc[k]) != negate) {
             gb_seq_clear(&s);
-            json_char(&s, b, esc[k]);
+            json_char(&s, b, esc[k], q->lt);
             gb_add_alt(b, r, &s);
             any = 1;
         }
@@ -226,7 +230,7 @@ static int32_t parse_alt(pparse *q);
 static int32_t literal_rule(pparse *q, uint32_t c) {
     gb_seq s;
     gb_seq_init(&s);
-    json_char(&s, q->b, c);
+    json_char(&s, q->b, c, q->lt);
     const int32_t r = gb_rule_of(q->b, &s);
     gb_seq_free(&s);
     return r;
@@ -342,8 +346,8 @@ static int32_t parse_alt(pparse *q) {
     return q->failed ? -1 : r;
 }
 
-int32_t dsv4_pattern_rule(gb_builder *b, const char *pattern, int32_t any_char, dsv4_error *err) {
-    pparse q = { b, pattern, 0, strlen(pattern), err, 0, 0 };
+int32_t dsv4_pattern_rule(gb_builder *b, const char *pattern, int32_t any_char, int lt_escaped, dsv4_error *err) {
+    pparse q = { b, pattern, 0, strlen(pattern), err, 0, 0, lt_escaped };
     int start = 0, end = 0;
     if (q.n && pattern[0] == '^') { start = 1; q.i = 1; }
     const int32_t core = parse_alt(&q);

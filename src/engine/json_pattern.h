@@ -11,13 +11,13 @@
  * Not supported (an error naming it): lookaround, backreferences, \b \B, \p{...}, lazy quantifiers, flags,
  * anchors elsewhere.
  * Generated strings write pattern characters without escapes except '"', '\\' and \n \t \r, which appear as
- * JSON escapes; other control characters are never generated. */
+ * JSON escapes (and '<' as \u003c when asked); other control characters are never generated. */
 #ifndef DSV4_ENGINE_JSON_PATTERN_H
 #define DSV4_ENGINE_JSON_PATTERN_H
 #include "dsv4.h"
 #include "engine/grammar_ir.h"
 
 /* any_char: a rule for one JSON string character in any form (used for the free prefix / suffix).
- * Returns the rule id, or -1 with err set. */
-int32_t dsv4_pattern_rule(gb_builder *b, const char *pattern, int32_t any_char, dsv4_error *err);
+ * lt_escaped: '<' is written as \u003c (json_schema.h). Returns the rule id, or -1 with err set. */
+int32_t dsv4_pattern_rule(gb_builder *b, const char *pattern, int32_t any_char, int lt_escaped, dsv4_error *err);
 #endif

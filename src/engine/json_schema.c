@@ -19,6 +19,7 @@ typedef struct {
     gb_builder *b;
     const json_t *root;
     int max_ws;
+    int lt;                                 /* dsv4_schema_opts.lt_escaped */
     dsv4_error *err;
     int failed;
     const json_t **memo_key;
@@ -57,6 +58,14 @@ static int32_t lit_rule(sc *c, const char *s) {
     const int32_t r = gb_rule_of(c->b, &q);
     gb_seq_free(&q);
     return r;
+}
+
+/* JSON text as a literal; with lt, every '<' (in JSON text only ever inside a string) written as \u003c. */
+static void json_lit(sc *c, gb_seq *q, const char *txt) {
+    for (const char *p = txt; *p; p++) {
+        if (c->lt && *p == '<') gb_seq_lit(q, c->b, "\\u003c", 6);
+        else gb_seq_byte(q, c->b, (unsigned char)*p);
+    }
 }
 
 static int32_t set_rule(sc *c, const char *chars) {
@@ -107,8 +116,8 @@ static int32_t colon_rule(sc *c) {
 static int32_t char_rule(sc *c) {
     if (c->r_char >= 0) return c->r_char;
     gb_builder *b = c->b;
-    const gb_range unsafe[] = { {0, 0x1F}, {'"', '"'}, {'\\', '\\'} };
-    const int32_t plain = gb_class(b, unsafe, 3, 1);
+    const gb_range unsafe[] = { {0, 0x1F}, {'"', '"'}, {'\\', '\\'}, {'<', '<'} };
+    const int32_t plain = gb_class(b, unsafe, c->lt ? 4 : 3, 1);
     const int32_t hex = set_rule(c, "0123456789abcdefABCDEF");
     const int32_t nz = set_rule(c, "123456789abcdefABCDEF");
     gb_seq q, u;
@@ -417,7 +426,7 @@ static int32_t string_schema(sc *c, const json_t *s) {
     if (pat) {
         if (!json_is_string(pat)) return failf(c, DSV4_E_ARG, "\"pattern\" must be a string%s%s", NULL, NULL);
         if (has_min || has_max) return failf(c, DSV4_E_UNSUPPORTED, "\"pattern\" together with minLength/maxLength is not supported%s%s", NULL, NULL);
-        const int32_t body = dsv4_pattern_rule(c->b, json_string_value(pat), char_rule(c), c->err);
+        const int32_t body = dsv4_pattern_rule(c->b, json_string_value(pat), char_rule(c), c->lt, c->err);
         if (body < 0) { if (!c->failed) dsv4_wrap(c->err, "json schema at %s", c->path); c->failed = 1; return -1; }
         gb_seq q;
         gb_seq_init(&q);
@@ -556,8 +565,8 @@ static int32_t other_key_node(sc *c, const name *names, int n_names, size_t dept
     gb_builder *b = c->b;
     /* names here share their first `depth` bytes */
     if (c->r_keychar < 0) {
-        const gb_range unsafe[] = { {0, 0x1F}, {'"', '"'}, {'\\', '\\'} };
-        c->r_keychar = gb_class(b, unsafe, 3, 1);
+        const gb_range unsafe[] = { {0, 0x1F}, {'"', '"'}, {'\\', '\\'}, {'<', '<'} };
+        c->r_keychar = gb_class(b, unsafe, c->lt ? 4 : 3, 1);
     }
     const int32_t r = gb_rule(b, NULL);
     gb_seq q;
@@ -572,8 +581,10 @@ static int32_t other_key_node(sc *c, const name *names, int n_names, size_t dept
     excl[n_excl++] = (gb_range){ 0, 0x1F };
     excl[n_excl++] = (gb_range){ '"', '"' };
     excl[n_excl++] = (gb_range){ '\\', '\\' };
+    if (c->lt) excl[n_excl++] = (gb_range){ '<', '<' };
     for (int i = 0; i < n_names; i++) {
         if (names[i].n == depth) continue;
+        if (c->lt && names[i].s[depth] == '<') continue; /* no key with a raw '<' is written: nothing to avoid */
         const unsigned char *p = (const unsigned char *)names[i].s + depth;
         const int len = p[0] < 0x80 ? 1 : (p[0] >> 5) == 6 ? 2 : (p[0] >> 4) == 14 ? 3 : 4;
         uint32_t cp = len == 1 ? p[0] : len == 2 ? (p[0] & 31u) : len == 3 ? (p[0] & 15u) : (p[0] & 7u);
@@ -619,7 +630,7 @@ static int32_t member_rule(sc *c, const char *key, int32_t value) {
     if (!enc) return failf(c, DSV4_E_ARG, "property name \"%s\" is not valid UTF-8%s", key, NULL);
     gb_seq q;
     gb_seq_init(&q);
-    gb_seq_lit(&q, c->b, enc, strlen(enc));
+    json_lit(c, &q, enc);
     free(enc);
     gb_seq_ref(&q, colon_rule(c));
     gb_seq_ref(&q, value);
@@ -783,7 +794,7 @@ static int32_t enum_schema(sc *c, const json_t *s, int32_t r) {
         char *txt = json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT | JSON_PRESERVE_ORDER);
         if (!txt) { gb_seq_free(&q); return failf(c, DSV4_E_NOMEM, "out of memory%s%s", NULL, NULL); }
         gb_seq_clear(&q);
-        gb_seq_lit(&q, c->b, txt, strlen(txt));
+        json_lit(c, &q, txt);
         free(txt);
         gb_add_alt(c->b, r, &q);
         any = 1;
@@ -962,6 +973,7 @@ static void sc_init(sc *c, const dsv4_schema_opts *o, dsv4_error *err) {
     memset(c, 0, sizeof *c);
     c->path[0] = '#'; /* error locations are JSON pointers into the schema */
     c->max_ws = o ? o->max_ws : DSV4_SCHEMA_DEFAULT_WS;
+    c->lt = o ? o->lt_escaped : 0;
     c->err = err;
     c->r_ws = c->r_sep = c->r_colon = c->r_char = c->r_string = c->r_number = c->r_integer = c->r_value = c->r_keychar = -1;
 }
@@ -1006,4 +1018,20 @@ int dsv4_grammar_json_any(const dsv4_schema_opts *o, dsv4_grammar **out, dsv4_er
     c.b = gb_new();
     const int32_t root = c.b ? value_rule(&c) : -1;
     return sc_finish(&c, root, out);
+}
+
+int32_t dsv4_schema_rule(gb_builder *b, const json_t *root, const json_t *schema, const dsv4_schema_opts *o,
+                         const char *where, dsv4_error *err) {
+    if (o && (o->max_ws < 0 || o->max_ws > 64)) { dsv4_fail(err, DSV4_E_ARG, "json schema: whitespace limit must be 0..64"); return -1; }
+    sc c;
+    sc_init(&c, o, err);
+    if (where) snprintf(c.path, sizeof c.path, "%s", where);
+    c.root = root;
+    c.b = b;
+    const int32_t r = schema ? compile(&c, schema) : value_rule(&c);
+    free(c.memo_key);
+    free(c.memo_rule);
+    if (c.failed) return -1;
+    if (r < 0 || gb_oom(b)) { dsv4_fail(err, DSV4_E_NOMEM, "json schema: out of memory"); return -1; }
+    return r;
 }

@@ -32,6 +32,7 @@
 
 typedef struct {
     int max_ws;      /* whitespace bytes per gap; 0 = compact output only */
+    int lt_escaped;  /* '<' inside strings only as \u003c (values embedded in DSML, where '<' could start a tag) */
 } dsv4_schema_opts;
 
 #define DSV4_SCHEMA_DEFAULT_WS 4
@@ -41,6 +42,11 @@ int dsv4_grammar_from_schema(const json_t *schema, const dsv4_schema_opts *o, ds
 /* The schema as JSON text (n bytes). A text that is not JSON is a DSV4_E_FORMAT error with jansson's position. */
 int dsv4_grammar_from_schema_text(const char *text, size_t n, const dsv4_schema_opts *o, dsv4_grammar **out,
                                   dsv4_error *err);
+/* The rule of sub-schema `schema` of document `root` (where its $refs point; NULL schema: any JSON value) in an
+ * existing builder, for grammars that embed JSON values (the DSML tool-call grammar). where: the JSON pointer
+ * that error messages start from (NULL: "#"). Returns the rule id, or -1 with err set. */
+int32_t dsv4_schema_rule(gb_builder *b, const json_t *root, const json_t *schema, const dsv4_schema_opts *o,
+                         const char *where, dsv4_error *err);
 /* JSON mode: any JSON value. */
 int dsv4_grammar_json_any(const dsv4_schema_opts *o, dsv4_grammar **out, dsv4_error *err);
 #endif

@@ -1,16 +1,13 @@
 /* See constraint_hook.h. */
 #include "server/constraint_hook.h"
 #include "engine/json_schema.h"
+#include "engine/tool_grammar.h"
 #include <string.h>
 
 int server_constraint_compile(server_constraint_kind kind, const json_t *spec, const char *param, dsv4_grammar **out,
                               server_error *e) {
     *out = NULL;
-    if (kind != SERVER_CONSTRAINT_RESPONSE_FORMAT) {
-        const char *what = kind == SERVER_CONSTRAINT_TOOL_REQUIRED ? "a required tool call" : "a named tool choice";
-        return server_fail(e, 400, "invalid_request_error", param,
-                           "%s: %s needs a DSML tool-call grammar, which is not supported yet by this server", param, what);
-    }
+    (void)kind;
     const char *type = json_string_value(json_object_get(spec, "type"));
     dsv4_error err = {0};
     /* the default whitespace bound, as `dsv4 generate --json-schema` uses it */
@@ -36,4 +33,16 @@ int server_constraint_check(server_constraint_kind kind, const json_t *spec, con
     const int rc = server_constraint_compile(kind, spec, param, &g, e);
     dsv4_grammar_free(g);
     return rc;
+}
+
+int server_constraint_tools(const server_request *r, dsv4_grammar **out, server_error *e) {
+    dsv4_grammar *g = NULL;
+    dsv4_error err = {0};
+    if (out) *out = NULL;
+    if (dsv4_grammar_tool_calls(r->tools, (dsv4_tools_mode)r->tool_mode, r->tool_name, r->thinking, &g, &err))
+        return server_fail(e, 400, "invalid_request_error", r->tool_mode == DSV4_TOOLS_AUTO ? "tools" : "tool_choice",
+                           "%s: %s", r->tool_mode == DSV4_TOOLS_AUTO ? "tools" : "tool_choice", err.msg);
+    if (out) *out = g;
+    else dsv4_grammar_free(g);
+    return 0;
 }

@@ -8,17 +8,18 @@
  *     compiles its own copy (server_constraint_compile) and hands it to the scheduler with the server's
  *     vocabulary trie, so the content is a complete value that matches the schema. With thinking mode it is
  *     refused: the constraint would have to start after the reasoning.
- *   - tool_choice required / named: the output must be a DSML tool-call block whose arguments match the tool's
- *     schema. That needs a DSML grammar built from the tool schemas, which does not exist yet: refused with a
- *     clear 400 instead of pretending. */
+ *   - tool_choice required / named (Anthropic any / tool), and auto when some OpenAI tool says "strict": true:
+ *     the DSML tool-call grammar of src/engine/tool_grammar.h over the request's tools (the block with one or
+ *     more calls / exactly one call to the named tool / free text or a block), each call's arguments
+ *     following its tool's JSON Schema. The markers are the special token ｜DSML｜, which the grammar names
+ *     (the vocabulary trie keeps added tokens by text). In thinking mode the grammar starts with the reasoning
+ *     and its </think> token. An unsupported keyword in a tool's schema is a 400 naming the tool. */
 #ifndef DSV4_SERVER_CONSTRAINT_HOOK_H
 #define DSV4_SERVER_CONSTRAINT_HOOK_H
 #include "server/request.h"
 #include <jansson.h>
 
 typedef enum {
-    SERVER_CONSTRAINT_TOOL_REQUIRED = 0,   /* tool_choice "required" (Anthropic: {"type": "any"}) */
-    SERVER_CONSTRAINT_TOOL_NAMED = 1,      /* tool_choice naming one function (Anthropic: {"type": "tool"}) */
     SERVER_CONSTRAINT_RESPONSE_FORMAT = 2, /* response_format json_object / json_schema */
 } server_constraint_kind;
 
@@ -29,4 +30,8 @@ typedef struct dsv4_grammar dsv4_grammar;
 /* Compile the grammar of an accepted constraint (*out owned by the caller, dsv4_grammar_free). */
 int server_constraint_compile(server_constraint_kind kind, const json_t *spec, const char *param, dsv4_grammar **out,
                               server_error *e);
+
+/* The grammar of the request's tool constraint (r->tool_mode >= 0): *out owned by the caller, or a 400 naming
+ * tool_choice / tools. out may be NULL (only check). */
+int server_constraint_tools(const server_request *r, dsv4_grammar **out, server_error *e);
 #endif

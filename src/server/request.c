@@ -2,6 +2,7 @@
  * path the client sent (messages[2].content[0].text), so an error points at the byte the client must fix. */
 #include "server/request.h"
 #include "server/constraint_hook.h"
+#include "engine/tool_grammar.h"
 #include "text/chat.h"
 #include "text/strbuf.h"
 #include <jansson.h>
@@ -354,26 +355,52 @@ static int render(json_t *messages, json_t *tools, json_t *response_format, cons
 }
 
 /* tool_choice (OpenAI): "auto" | "none" | "required" | {"type": "function", "function": {"name"}}.
- * Returns through *use_tools whether the tools go into the prompt. */
-static int parse_tool_choice_openai(const json_t *root, int have_tools, int *use_tools, server_error *e) {
+ * Returns through *use_tools whether the tools go into the prompt, and sets the request's tool constraint:
+ * required / named always, auto when some tool says "strict": true (constraint_hook.h). */
+static int parse_tool_choice_openai(const json_t *root, json_t *tools, int *use_tools, server_request *r,
+                                    server_error *e) {
+    const int have_tools = tools && json_array_size(tools) > 0;
     json_t *tc = json_object_get(root, "tool_choice");
     *use_tools = have_tools;
-    if (!tc || json_is_null(tc)) return 0;
-    if (json_is_string(tc)) {
-        const char *s = json_string_value(tc);
-        if (!strcmp(s, "auto")) return 0;
-        if (!strcmp(s, "none")) { *use_tools = 0; return 0; }
-        if (!strcmp(s, "required")) {
-            if (!have_tools) return bad(e, "tool_choice", "\"required\" needs tools");
-            return server_constraint_check(SERVER_CONSTRAINT_TOOL_REQUIRED, tc, "tool_choice", e);
+    int mode = DSV4_TOOLS_AUTO;
+    const char *name = NULL;
+    if (tc && !json_is_null(tc)) {
+        if (json_is_string(tc)) {
+            const char *s = json_string_value(tc);
+            if (!strcmp(s, "none")) { *use_tools = 0; return 0; }
+            if (!strcmp(s, "required")) {
+                if (!have_tools) return bad(e, "tool_choice", "\"required\" needs tools");
+                mode = DSV4_TOOLS_REQUIRED;
+            } else if (strcmp(s, "auto")) {
+                return bad(e, "tool_choice", "must be auto, none, required or a function, got '%.40s'", s);
+            }
+        } else {
+            if (!json_is_object(tc)) return bad(e, "tool_choice", "must be a string or an object");
+            name = json_string_value(json_object_get(json_object_get(tc, "function"), "name"));
+            if (!name) return bad(e, "tool_choice", "a named tool choice needs function.name");
+            if (!have_tools) return bad(e, "tool_choice", "names a function but no tools were given");
+            mode = DSV4_TOOLS_NAMED;
         }
-        return bad(e, "tool_choice", "must be auto, none, required or a function, got '%.40s'", s);
     }
-    if (!json_is_object(tc)) return bad(e, "tool_choice", "must be a string or an object");
-    const char *name = json_string_value(json_object_get(json_object_get(tc, "function"), "name"));
-    if (!name) return bad(e, "tool_choice", "a named tool choice needs function.name");
-    if (!have_tools) return bad(e, "tool_choice", "names a function but no tools were given");
-    return server_constraint_check(SERVER_CONSTRAINT_TOOL_NAMED, tc, "tool_choice", e);
+    if (!have_tools) return 0;
+    if (mode == DSV4_TOOLS_AUTO) {
+        int strict = 0;
+        for (size_t i = 0; i < json_array_size(tools); i++)
+            strict |= json_is_true(json_object_get(json_object_get(json_array_get(tools, i), "function"), "strict"));
+        if (!strict) return 0;
+    }
+    r->tool_mode = mode;
+    r->tools = json_incref(tools);
+    if (name && !(r->tool_name = strdup(name))) return server_fail(e, 500, "server_error", "", "out of memory");
+    return 0;
+}
+
+/* After rendering (thinking mode is known): the tool constraint compiles, and is the only constraint. */
+static int check_tool_constraint(server_request *r, server_error *e) {
+    if (r->tool_mode < 0) return 0;
+    if (r->response_format)
+        return bad(e, "response_format", "cannot be enforced together with a forced or strict tool call");
+    return server_constraint_tools(r, NULL, e);
 }
 
 /* response_format json_object / json_schema: compiled once here to validate it, kept for the jobs. */
@@ -456,7 +483,7 @@ static int parse_chat(const json_t *root, const server_parse_limits *lim, server
     if (tools && json_is_null(tools)) tools = NULL;
     if (tools && check_tools(tools, e)) return e->status;
     int use_tools = 0;
-    if (parse_tool_choice_openai(root, tools && json_array_size(tools) > 0, &use_tools, e)) return e->status;
+    if (parse_tool_choice_openai(root, tools, &use_tools, r, e)) return e->status;
     r->parse_tools = use_tools;
     if (r->response_format && tc.thinking)
         return bad(e, "response_format", "is not supported in thinking mode yet (the constraint would start after the reasoning)");
@@ -464,6 +491,7 @@ static int parse_chat(const json_t *root, const server_parse_limits *lim, server
     json_t *msgs = json_array();
     int rc = normalize_openai_messages(json_object_get(root, "messages"), msgs, e);
     if (!rc) rc = render(msgs, use_tools ? tools : NULL, r->response_format, &tc, lim, r, e);
+    if (!rc) rc = check_tool_constraint(r, e);
     json_decref(msgs);
     return rc;
 }
@@ -609,8 +637,17 @@ static int parse_messages_api(const json_t *root, const server_parse_limits *lim
         int rc = 0;
         if (!type) rc = bad(e, "tool_choice", "must be an object with a string \"type\"");
         else if (!strcmp(type, "none")) use_tools = 0;
-        else if (!strcmp(type, "any")) rc = server_constraint_check(SERVER_CONSTRAINT_TOOL_REQUIRED, tch, "tool_choice", e);
-        else if (!strcmp(type, "tool")) rc = server_constraint_check(SERVER_CONSTRAINT_TOOL_NAMED, tch, "tool_choice", e);
+        else if (!strcmp(type, "any") || !strcmp(type, "tool")) {
+            const char *name = json_string_value(json_object_get(tch, "name"));
+            if (!use_tools) rc = bad(e, "tool_choice", "\"%s\" needs tools", type);
+            else if (!strcmp(type, "tool") && !name) rc = bad(e, "tool_choice.name", "must be a string");
+            else {
+                r->tool_mode = !strcmp(type, "any") ? DSV4_TOOLS_REQUIRED : DSV4_TOOLS_NAMED;
+                r->tools = json_incref(tools);
+                if (name && !strcmp(type, "tool") && !(r->tool_name = strdup(name)))
+                    rc = server_fail(e, 500, "server_error", "", "out of memory");
+            }
+        }
         else if (strcmp(type, "auto")) rc = bad(e, "tool_choice.type", "must be auto, any, tool or none, got '%.40s'", type);
         if (rc) { json_decref(tools); return rc; }
     }
@@ -631,6 +668,7 @@ static int parse_messages_api(const json_t *root, const server_parse_limits *lim
     if (!rc && json_array_size(in) == 0) rc = bad(e, "messages", "must contain at least one message");
     for (size_t i = 0; !rc && i < json_array_size(in); i++) rc = anthropic_message(json_array_get(in, i), (int)i, msgs, e);
     if (!rc) rc = render(msgs, use_tools ? tools : NULL, NULL, &tc, lim, r, e);
+    if (!rc) rc = check_tool_constraint(r, e);
     json_decref(msgs);
     json_decref(tools);
     return rc;
@@ -697,6 +735,8 @@ void server_request_free(server_request *r) {
     free(r->stop);
     free(r->model);
     json_decref(r->response_format);
+    free(r->tool_name);
+    json_decref(r->tools);
     memset(r, 0, sizeof *r);
 }
 
@@ -706,6 +746,7 @@ int server_parse_request(server_api api, const char *body, size_t len, const ser
     memset(e, 0, sizeof *e);
     out->api = api;
     out->n = 1;
+    out->tool_mode = -1;
     out->max_tokens = -1;
     out->sampling.top_p = 1.0f;
     out->sampling.temperature = 1.0f;

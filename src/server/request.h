@@ -11,8 +11,8 @@
  *   /v1/completions (OpenAI legacy): prompt text or token ids, echo, logprobs (an integer), the same sampling;
  *   /v1/messages (Anthropic): system, content blocks (text, tool_use, tool_result, thinking), tools,
  *     tool_choice (auto, none), thinking, max_tokens (required), stop_sequences, stream.
- * tool_choice required / named and response_format need constrained decoding: they go through
- * constraint_hook.h, which compiles response_format (chat mode) and refuses forced tool calls for now. */
+ * tool_choice required / named (and auto with strict tools) and response_format need constrained decoding: they go
+ * through constraint_hook.h (the JSON Schema grammar, the DSML tool-call grammar). */
 #ifndef DSV4_SERVER_REQUEST_H
 #define DSV4_SERVER_REQUEST_H
 #include "engine/sampler.h"
@@ -68,6 +68,9 @@ typedef struct {
     int n_stop;
     char *model;                 /* the name the client asked for (owned; NULL when absent) */
     struct json_t *response_format; /* json_object / json_schema to enforce (owned reference; NULL: none) */
+    int tool_mode;               /* -1: no tool constraint; else dsv4_tools_mode (engine/tool_grammar.h) */
+    char *tool_name;             /* DSV4_TOOLS_NAMED: the function (owned) */
+    struct json_t *tools;        /* with a tool constraint: the tools in OpenAI form (owned reference) */
 } server_request;
 
 /* Parse and validate body[0..len) for `api`. On success *out owns everything (server_request_free); on

@@ -99,6 +99,10 @@ static int make_jobs(server_session *s, server_error *e) {
                 return e->status;
             spec.cvocab = srv->cvocab;
         }
+        if (r->tool_mode >= 0) {
+            if (server_constraint_tools(r, &spec.grammar, e)) return e->status;
+            spec.cvocab = srv->cvocab;
+        }
         if (server_job_new(&spec, &c->job)) return nomem(e);
         if (server_output_init(&c->out, srv->tok, chat, r->thinking, r->stop, r->n_stop, skip, n_skip)) return nomem(e);
     }

@@ -413,6 +413,126 @@ static void test_random_walks(void **state) {
     dsv4_cvocab_free(v);
 }
 
+/* lt_escaped (JSON values inside DSML): '<' only as \u003c in every kind of string (plain, enum/const, pattern,
+ * declared and extra keys), so the text of a DSML closing tag can never appear; every value stays writable. */
+static void test_lt_escaped(void **state) {
+    (void)state;
+    dsv4_cvocab *v = make_vocab();
+    struct { const char *schema; tcase t[6]; } S[] = {
+        {"{\"type\":\"string\"}", {{"\"a\\u003cb\"", 1}, {"\"a<b\"", 0}, {"\"a>b\"", 1}, {NULL, 0}}},
+        {"{\"enum\":[\"<x>\"]}", {{"\"\\u003cx>\"", 1}, {"\"<x>\"", 0}, {NULL, 0}}},
+        {"{\"type\":\"string\",\"pattern\":\"^<[a-z<]$\"}", {{"\"\\u003ca\"", 1}, {"\"\\u003c\\u003c\"", 1}, {"\"<a\"", 0}, {"\"\\u003c<\"", 0}, {NULL, 0}}},
+        {"{\"type\":\"string\",\"pattern\":\"^[^a]$\"}", {{"\"\\u003c\"", 1}, {"\"<\"", 0}, {"\"b\"", 1}, {NULL, 0}}},
+        {"{\"type\":\"object\",\"properties\":{\"<k\":{\"const\":1}},\"required\":[\"<k\"]}", {{"{\"\\u003ck\":1}", 1}, {"{\"<k\":1}", 0}, {NULL, 0}}},
+        {"{\"type\":\"object\",\"properties\":{\"a<\":{\"const\":1}},\"additionalProperties\":{\"type\":\"integer\"}}", {{"{\"b\":2}", 1}, {"{\"<\":1}", 0}, {"{\"a\":1}", 1}, {NULL, 0}}},
+    };
+    for (size_t i = 0; i < sizeof S / sizeof S[0]; i++) {
+        dsv4_grammar *g;
+        dsv4_error err;
+        const dsv4_schema_opts o = { 0, 1 };
+        if (dsv4_grammar_from_schema_text(S[i].schema, strlen(S[i].schema), &o, &g, &err)) fail_msg("%s: %s", S[i].schema, err.msg);
+        for (const tcase *c = S[i].t; c->text; c++)
+            if (accepts(g, v, c->text) != c->ok) fail_msg("schema %s: '%s' expected %d", S[i].schema, c->text, c->ok);
+        dsv4_grammar_free(g);
+    }
+    /* without the option a raw '<' is fine */
+    dsv4_grammar *g = schema_grammar("{\"type\":\"string\"}", 0);
+    assert_true(accepts(g, v, "\"a<b\""));
+    dsv4_grammar_free(g);
+    dsv4_cvocab_free(v);
+}
+
+/* Special tokens named by the grammar (@"text"): allowed exactly there, as one token, never as text; counted as
+ * one byte of the bound; a grammar naming a token the vocabulary lacks is an error at matcher creation. */
+static void test_special_tokens(void **state) {
+    (void)state;
+    dsv4_cvocab *v = make_vocab();
+    dsv4_error err;
+    assert_int_equal(dsv4_cvocab_add_special(v, "<S>", 3, SPECIAL, &err), 0);
+    assert_int_not_equal(dsv4_cvocab_add_special(v, "<T>", 3, 'a', &err), 0); /* 'a' has bytes */
+    dsv4_grammar *g = gbnf("root ::= \"a\" (@\"<S>\" \"b\")+ | \"c\"\n");
+    dsv4_cstate *s;
+    assert_int_equal(dsv4_cstate_new(g, v, 4, &s, &err), 0);
+    assert_false(dsv4_cstate_allows(s, SPECIAL));             /* not before "a" */
+    assert_int_equal(dsv4_cstate_advance(s, 'a', &err), 0);
+    assert_true(dsv4_cstate_allows(s, SPECIAL));
+    assert_false(dsv4_cstate_allows(s, '<'));                 /* the text of the token is not the token */
+    const int V = dsv4_cvocab_size(v);
+    uint64_t *bits = malloc(sizeof *bits * (size_t)((V + 63) / 64));
+    check_mask(s, v, bits);
+    int n = 0;
+    for (int32_t id = 0; id < V; id++) n += (int)((bits[id >> 6] >> (id & 63)) & 1);
+    assert_int_equal(n, 1);
+    assert_int_equal(dsv4_cstate_advance(s, SPECIAL, &err), 0);
+    assert_int_equal(dsv4_cstate_get(s).used, 2);              /* "a" + one for the special token */
+    assert_false(dsv4_cstate_allows(s, SPECIAL));
+    assert_int_equal(dsv4_cstate_advance(s, 'b', &err), 0);
+    assert_true(dsv4_cstate_complete(s));
+    check_mask(s, v, bits);
+    /* used 3 of 4: another special + "b" would need 5 */
+    assert_false(dsv4_cstate_allows(s, SPECIAL));
+    assert_true(dsv4_cstate_allows(s, EOS));
+    dsv4_cstate_free(s);
+    free(bits);
+    dsv4_grammar_free(g);
+    /* a grammar naming a token the vocabulary lacks */
+    g = gbnf("root ::= @\"<none>\"\n");
+    assert_int_not_equal(dsv4_cstate_new(g, v, -1, &s, &err), 0);
+    assert_non_null(strstr(err.msg, "<none>"));
+    dsv4_grammar_free(g);
+    expect_grammar_error("root ::= @x\n", "special-token text");
+    dsv4_cvocab_free(v);
+}
+
+/* Ambiguous recursion (the fuzzer's slow grammars): a run of letters can be split into nested words anywhere,
+ * so the number of distinct parse stacks grows exponentially with the output. The matcher merges stacks with the
+ * same top (constraint_pda.h): the answers are those reasoned by hand below, masks equal the brute force, and the
+ * work stays polynomial: a bound on interned stack nodes (a matcher with one parent per node interned up to
+ * 189,091 nodes on 64-byte walks of the first grammar and ran for seconds; this one stays near 1,000). */
+static void test_ambiguous_recursion(void **state) {
+    (void)state;
+    dsv4_cvocab *v = make_vocab();
+    const int V = dsv4_cvocab_size(v);
+    const char *nested = "root ::= word (root \" \" word){0,3} \".\"\nword ::= [a-z]+\n";
+    dsv4_grammar *g = gbnf(nested);
+    /* "ab. c." = word "a", then (root "b." " " word "c"), then "."; "abc. d. e." nests once more */
+    const tcase t[] = { {"a.", 1}, {"ab. c.", 1}, {"abc. d. e.", 1}, {"a b.", 0}, {"a. b.", 0}, {"ab c.", 0},
+                        {"abcdefghij.", 1}, {NULL, 0} };
+    for (const tcase *c = t; c->text; c++)
+        if (accepts(g, v, c->text) != c->ok) fail_msg("'%s' expected %d", c->text, c->ok);
+    const char *wide = "root ::= . root{0,4} r0?\nr0 ::= [a-z] .* | r1 | [ab ]\nr1 ::= \"ab\" | \" \\\"\" | \"x\" \"xb\"\n";
+    dsv4_grammar *g2 = gbnf(wide);
+    uint64_t *bits = malloc(sizeof *bits * (size_t)((V + 63) / 64));
+    int32_t *allowed = malloc(sizeof *allowed * (size_t)V);
+    const dsv4_grammar *gs[2] = { g, g2 };
+    for (int k = 0; k < 2; k++)
+        for (int seed = 0; seed < 4; seed++) {
+            uint64_t rng = (uint64_t)seed * 104729 + 17;
+            dsv4_cstate *s;
+            dsv4_error err;
+            assert_int_equal(dsv4_cstate_new(gs[k], v, k ? 40 : 64, &s, &err), 0);
+            while (!dsv4_cstate_finished(s)) {
+                /* the brute force on one walk per grammar (it costs a walk per token) */
+                if (seed == 0) check_mask(s, v, bits);
+                else assert_int_equal(dsv4_cstate_allowed(s, bits, &err), 0);
+                int n = 0;
+                for (int32_t id = 0; id < V; id++)
+                    if ((bits[id >> 6] >> (id & 63)) & 1) allowed[n++] = id;
+                assert_true(n > 0);
+                assert_int_equal(dsv4_cstate_advance(s, allowed[rng_next(&rng) % (uint64_t)n], &err), 0);
+            }
+            dsv4_cstate_stats st;
+            dsv4_cstate_get_stats(s, &st);
+            if (st.stack_nodes > 20000) fail_msg("grammar %d seed %d: %lld stack nodes", k, seed, (long long)st.stack_nodes);
+            dsv4_cstate_free(s);
+        }
+    free(allowed);
+    free(bits);
+    dsv4_grammar_free(g2);
+    dsv4_grammar_free(g);
+    dsv4_cvocab_free(v);
+}
+
 /* A shared matcher gives every state the same answers as a private one, while other states on it walk
  * elsewhere and fill its caches (budget bounds differ per state too). */
 static void test_shared_matcher(void **state) {
@@ -553,6 +673,9 @@ int main(void) {
         cmocka_unit_test(test_budget_too_small),
         cmocka_unit_test(test_mask_large_vocab),
         cmocka_unit_test(test_shared_matcher),
+        cmocka_unit_test(test_ambiguous_recursion),
+        cmocka_unit_test(test_special_tokens),
+        cmocka_unit_test(test_lt_escaped),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

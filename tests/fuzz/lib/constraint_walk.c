@@ -12,7 +12,10 @@ static const char *const k_multi[] = {
 static const size_t k_multi_len[N_MULTI] = {
     1, 2, 2, 3, 2, 2, 2, 4, 5, 4, 3, 2, 3, 4, 2, 2, 2, 3, 3, 2, 2, 2, 3, 4, 3,
 };
-#define N_VOCAB (256 + (int32_t)N_MULTI + 2)   /* + the never-allowed id + EOS */
+#define N_SPECIAL 2
+static const char *const k_special[N_SPECIAL] = { "<S>", "\xef\xbd\x9c" "DSML" "\xef\xbd\x9c" };
+#define SPECIAL0 (256 + (int32_t)N_MULTI)          /* special tokens a grammar may name with @"..." */
+#define N_VOCAB (SPECIAL0 + N_SPECIAL + 2)          /* + the never-allowed id + EOS */
 #define N_WORDS ((N_VOCAB + 63) / 64)
 
 static dsv4_cvocab *g_vocab;   /* the fixture */
@@ -26,11 +29,15 @@ const dsv4_cvocab *fuzz_cvocab(void) {
     size_t lens[N_VOCAB];
     for (int i = 0; i < 256; i++) { single[i] = (char)i; bytes[i] = &single[i]; lens[i] = 1; }
     for (size_t i = 0; i < N_MULTI; i++) { bytes[256 + i] = k_multi[i]; lens[256 + i] = k_multi_len[i]; }
+    for (int i = 0; i < N_SPECIAL; i++) { bytes[SPECIAL0 + i] = NULL; lens[SPECIAL0 + i] = 0; }
     bytes[N_VOCAB - 2] = NULL; lens[N_VOCAB - 2] = 0;
     bytes[N_VOCAB - 1] = NULL; lens[N_VOCAB - 1] = 0;
     dsv4_error err = {0};
     if (dsv4_cvocab_new(bytes, lens, N_VOCAB, N_VOCAB - 1, &g_vocab, &err))
         fuzz_die(__FILE__, __LINE__, "vocab", "%s", err.msg);
+    for (int i = 0; i < N_SPECIAL; i++)
+        if (dsv4_cvocab_add_special(g_vocab, k_special[i], strlen(k_special[i]), SPECIAL0 + i, &err))
+            fuzz_die(__FILE__, __LINE__, "vocab", "%s", err.msg);
     atexit(free_vocab);
     return g_vocab;
 }
@@ -63,8 +70,9 @@ void fuzz_constraint_walk(const dsv4_grammar *g, const uint8_t *data, size_t siz
             if (!bit(bits, i)) continue;
             allowed[n++] = i;
             if (i == eos) continue;
-            size_t len;
-            FUZZ_CHECK(dsv4_cvocab_bytes(v, i, &len), "token %d has no bytes but is allowed", i);
+            size_t len = 1; /* a special token: one byte of the bound */
+            FUZZ_CHECK(dsv4_cvocab_bytes(v, i, &len) || (i >= SPECIAL0 && i < SPECIAL0 + N_SPECIAL),
+                       "token %d has no bytes but is allowed", i);
             FUZZ_CHECK(used + len <= FUZZ_WALK_MAX_BYTES, "token %d (%zu bytes) allowed at %zu bytes", i, len, used);
         }
         FUZZ_CHECK(n > 0, "nothing allowed after %zu bytes", used);
@@ -110,9 +118,9 @@ void fuzz_constraint_walk(const dsv4_grammar *g, const uint8_t *data, size_t siz
             *complete = was_complete;
             break;
         }
-        size_t len;
+        size_t len = 1;
         const char *b = dsv4_cvocab_bytes(v, tok, &len);
-        memcpy(buf + used, b, len);
+        memcpy(buf + used, b ? b : "S", len); /* a special token stands as one ASCII byte in the output */
         used += len;
     }
     if (ok) {

@@ -8,7 +8,8 @@
 
 /* The fixture vocabulary (built on first use, read-only after, freed at exit): ids 0..255 the single bytes,
  * then a few multi-byte tokens (JSON punctuation and keywords, UTF-8 sequences whole and cut, a token with a
- * NUL byte), one id that is never allowed (no bytes), EOS last. */
+ * NUL byte), two special tokens a grammar may name ("<S>" and the DSML marker; each stands as "S" in the output),
+ * one id that is never allowed (no bytes), EOS last. */
 const dsv4_cvocab *fuzz_cvocab(void);
 
 /* Walk g for up to FUZZ_WALK_MAX_BYTES + 1 steps with max_bytes FUZZ_WALK_MAX_BYTES, choosing allowed tokens
