@@ -89,6 +89,10 @@ typedef struct {
     int device;          /* a dsv4_device (0 = cpu). cuda: the build must have the CUDA backend (make CUDA=1) and
                             the machine a GPU; otherwise loading fails with DSV4_E_UNSUPPORTED and one line why */
     int gpu;             /* CUDA device ordinal (0 = the first GPU) */
+    int cpu_amx;         /* 1 = OFFICIAL mode's FP8-quantized-input linears on Intel AMX tiles (src/backend/cpu/
+                            amx.h: its own accumulation order, the same for every batch): 2x faster prefill, slower
+                            decode on the machines measured. Loading fails with DSV4_E_UNSUPPORTED when the CPU or
+                            kernel has no AMX-BF16; ignored in EXACT mode and on cuda */
 } dsv4_load_opts;
 
 /* "cpu" / "cuda" -> a dsv4_device, or -1. */

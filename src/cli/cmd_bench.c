@@ -194,7 +194,7 @@ static int bench_grammar(const char *dir) {
 int cmd_bench(int argc, char **argv) {
     const char *model_dir = NULL, *synth = NULL, *streams = NULL, *spec = NULL;
     long long threads = 0, prompt = 128, decode = 32;
-    int tokenizer = 0, grammar = 0, no_bw = 0, profile = 0, kv = DSV4_KV_F32, device = DSV4_DEVICE_CPU;
+    int tokenizer = 0, grammar = 0, no_bw = 0, profile = 0, amx = 0, kv = DSV4_KV_F32, device = DSV4_DEVICE_CPU;
     dsv4_mode mode = DSV4_MODE_EXACT;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
@@ -209,6 +209,7 @@ int cmd_bench(int argc, char **argv) {
         }
         else if (!strcmp(a, "--tokenizer")) tokenizer = 1;
         else if (!strcmp(a, "--profile")) profile = 1;
+        else if (!strcmp(a, "--amx")) amx = 1;
         else if (!strcmp(a, "--grammar")) grammar = 1;
         else if (!strcmp(a, "--device")) { if (!(v = cli_value(CMD, argc, argv, &i)) || cli_parse_device(CMD, v, &device)) return 1; }
         else if (!strcmp(a, "--mode")) { if (!(v = cli_value(CMD, argc, argv, &i)) || cli_parse_mode(CMD, v, &mode)) return 1; }
@@ -225,13 +226,13 @@ int cmd_bench(int argc, char **argv) {
     }
     if (tokenizer) return bench_tokenizer(model_dir);
     if (grammar) return bench_grammar(model_dir);
-    dsv4_load_opts lo = { .mode = mode, .n_threads = (int)threads, .quiet = 1, .kv_format = kv, .device = device };
+    dsv4_load_opts lo = { .mode = mode, .n_threads = (int)threads, .quiet = 1, .kv_format = kv, .device = device, .cpu_amx = amx };
     dsv4_model *m;
     dsv4_error err;
     if (dsv4_model_load(model_dir, &lo, &m, &err)) return cli_fail(CMD, &err);
-    printf("model %s: %d layers, hidden %d, %.2f GB weights, %.3f GB read per decoded token, %d threads, %s mode\n",
+    printf("model %s: %d layers, hidden %d, %.2f GB weights, %.3f GB read per decoded token, %d threads, %s mode%s\n",
            model_dir, m->cfg.n_layers, m->cfg.dim, dsv4_total_weight_bytes(m) / 1e9, dsv4_decode_weight_bytes(m) / 1e9,
-           dsv4_pool_threads(m->pool), mode == DSV4_MODE_OFFICIAL ? "official" : "exact");
+           dsv4_pool_threads(m->pool), mode == DSV4_MODE_OFFICIAL ? "official" : "exact", m->amx ? " (AMX linears)" : "");
     kv_cost_report(stdout, "", kv, m->cfg.n_layers, m->cfg.compress_ratio, m->cfg.head_dim, m->cfg.rope_dim,
                    m->cfg.index_head_dim, m->cfg.window);
     double bw = -1;

@@ -121,6 +121,7 @@ static const cmd_help HELP[] = {
       {"--tokenizer", "benchmark the tokenizer instead (-m DIR holds tokenizer.json)"},
       {"--no-bandwidth", "skip the memory bandwidth measurement"},
       {"--profile", "with --device cuda: time of each stage of the step, prefill and decode separately"},
+      {"--amx", "official mode on CPU: FP8-input linears on AMX tiles (faster prefill, slower decode)"},
       {"--grammar", "constrained-decoding masks instead: trie build, schema compile, per-token mask time "
                     "(-m DIR holds tokenizer.json)"},
       O_MODE, O_KV, O_DEVICE, O_THREADS, {NULL, NULL}}},

@@ -55,8 +55,8 @@ static void expert(struct dsv4_model *m, const dsv4_weight *w1, const dsv4_weigh
          * value equals what the FP8 GEMM multiplies */
         for (int t = 0; t < n; t++) act_quant_fp8_inplace(x + (int64_t)t * d, d, 128);
     }
-    linear_quantized_in(mode, m->pool, w1, x, n, d, ws->eg, I);
-    linear_quantized_in(mode, m->pool, w3, x, n, d, ws->ev, I);
+    linear_quantized_in(m->amx, m->pool, w1, x, n, d, ws->eg, I);
+    linear_quantized_in(m->amx, m->pool, w3, x, n, d, ws->ev, I);
     num_bf16(mode, ws->eg, (long)n * I);
     num_bf16(mode, ws->ev, (long)n * I);
     for (int t = 0; t < n; t++) {
@@ -75,7 +75,7 @@ static void expert(struct dsv4_model *m, const dsv4_weight *w1, const dsv4_weigh
     num_bf16(mode, ws->eg, (long)n * I);
     if (is_official(mode))
         for (int t = 0; t < n; t++) act_quant_fp8_inplace(ws->eg + (int64_t)t * I, I, 128);
-    linear_quantized_in(mode, m->pool, w2, ws->eg, n, I, ws->ey, d);
+    linear_quantized_in(m->amx, m->pool, w2, ws->eg, n, I, ws->ey, d);
     num_bf16(mode, ws->ey, (long)n * d);
 }
 

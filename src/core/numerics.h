@@ -17,11 +17,11 @@ static inline void num_bf16(dsv4_mode m, float *x, long n) {
 static inline float num_bf16_1(dsv4_mode m, float x) { return is_official(m) ? round_bf16(x) : x; }
 
 /* y = W x for an input that OFFICIAL mode has FP8-quantized (act_quant_fp8_inplace): its values are exact
- * bf16s, so OFFICIAL takes cpu_linear_bf16in (AMX where the CPU has it, with the accumulation order of
- * backend/cpu/amx.h for every T); EXACT keeps cpu_linear. */
-static inline void linear_quantized_in(dsv4_mode m, dsv4_pool *pool, const dsv4_weight *w, const float *x, int T,
+ * bf16s, so a model loaded with cpu_amx (OFFICIAL only: `amx` is the model's flag) takes the AMX path with
+ * the accumulation order of backend/cpu/amx.h, for every T; otherwise cpu_linear. */
+static inline void linear_quantized_in(int amx, dsv4_pool *pool, const dsv4_weight *w, const float *x, int T,
                                        int ldx, float *y, int ldy) {
-    if (is_official(m)) cpu_linear_bf16in(pool, w, x, T, ldx, y, ldy);
+    if (amx) cpu_linear_bf16in(pool, w, x, T, ldx, y, ldy);
     else cpu_linear(pool, w, x, T, ldx, y, ldy);
 }
 #endif

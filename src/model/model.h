@@ -79,6 +79,7 @@ typedef struct {
 struct dsv4_model {
     dsv4_config cfg;
     dsv4_mode mode;
+    int amx;                 /* OFFICIAL FP8-input linears on AMX (dsv4_load_opts.cpu_amx, CPU device) */
     int max_spec;            /* ring slack for speculative rollback */
     int ring_len;            /* window + max_spec */
     int kv_format;           /* dsv4_kv_format of every sequence's KV rows (state/kvrows.h) */

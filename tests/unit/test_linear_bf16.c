@@ -1,9 +1,10 @@
-/* cpu_linear_bf16in, the OFFICIAL linear for bf16-exact inputs (backend/cpu/amx.h): on a CPU with AMX-BF16
- * every output is the same bits whatever the number of tokens in the call, the chunking, the thread count and
- * the row view (memcmp against one token at a time), and each is the dot product within the rounding of an
- * fp32 accumulation (against a double-precision sum of the exactly decoded weights times the inputs: a wrong
- * decoded weight, a lost tile or a swapped pair exceeds it). Without AMX the function is cpu_linear, which
- * test_linear checks; the AMX tests then report themselves skipped. */
+/* cpu_linear_bf16in, the OFFICIAL linear for bf16-exact inputs on AMX (backend/cpu/amx.h): on a CPU with
+ * AMX-BF16 every output is the same bits whatever the number of tokens in the call, the chunking, the thread
+ * count and the row view (memcmp against one token at a time), and each is the dot product within the rounding
+ * of an fp32 accumulation (against a double-precision sum of the exactly decoded weights times the inputs: a
+ * wrong decoded weight, a lost tile or a swapped pair exceeds it); a model loaded with cpu_amx keeps the parity
+ * matrix's memcmp across one-shot, token-by-token and chunked calls. Without AMX the tests report themselves
+ * skipped (the kernels cannot run there; cpu_linear is test_linear's). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -17,6 +18,7 @@
 #include "backend/cpu/cpufeat.h"
 #include "backend/cpu/kernels.h"
 #include "model/formats.h"
+#include "helpers/testmodel.h"
 
 static uint32_t rng_state = 777u;
 static uint32_t rnd(void) {
@@ -120,7 +122,7 @@ static void check_shape(dsv4_pool *pool1, dsv4_pool *pool3, dsv4_wfmt fmt, int r
 
 static int have_amx(void) {
     if (cpu_features() & CPU_AMX_BF16) return 1;
-    fprintf(stderr, "no AMX-BF16 on this CPU: cpu_linear_bf16in is cpu_linear here (test_linear)\n");
+    fprintf(stderr, "no AMX-BF16 on this CPU: the AMX kernels cannot run here (cpu_linear is test_linear's)\n");
     return 0;
 }
 
@@ -129,16 +131,17 @@ static void amx_same_bits_any_batch(void **st) {
     if (!have_amx()) skip();
     dsv4_pool *p1 = dsv4_pool_new(1), *p3 = dsv4_pool_new(3);
     assert_true(p1 && p3);
-    static const struct { dsv4_wfmt fmt; int cols[3]; } shapes[] = {
-        {WF_BF16, {64, 77, 512}}, {WF_FP8, {128, 200, 384}}, {WF_FP4, {32, 96, 288}},
+    /* columns past 512 take the chunked decode when T <= 16 and the whole-row decode above */
+    static const struct { dsv4_wfmt fmt; int cols[4]; } shapes[] = {
+        {WF_BF16, {64, 77, 512, 1100}}, {WF_FP8, {128, 200, 384, 1000}}, {WF_FP4, {32, 96, 288, 1056}},
     };
     static const int rows[] = {1, 16, 37}, Ts[] = {1, 2, 16, 17, 48, 49, 100};
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
-        for (int c = 0; c < 3; c++)
+        for (int c = 0; c < 4; c++)
             for (size_t r = 0; r < sizeof rows / sizeof rows[0]; r++)
                 for (size_t t = 0; t < sizeof Ts / sizeof Ts[0]; t++)
                     check_shape(p1, p3, shapes[s].fmt, rows[r], shapes[s].cols[c], Ts[t], 0);
-    for (int T = 1; T <= 20; T += 19) check_shape(p1, p3, WF_FP8, 21, 384, T, 1);   /* the fp32-decoded rows */
+    for (int T = 1; T <= 20; T += 19) check_shape(p1, p3, WF_FP8, 21, 1152, T, 1);   /* the fp32-decoded rows */
     dsv4_pool_free(p1);
     dsv4_pool_free(p3);
 }
@@ -161,10 +164,44 @@ static void amx_row_view(void **st) {
     dsv4_pool_free(pool);
 }
 
+/* A model loaded with cpu_amx (OFFICIAL): the logits of every position are the same bits in one call, token
+ * by token and in random chunks (the parity matrix's claim, for the AMX linears). */
+static void amx_model_parity(void **st) {
+    (void)st;
+    if (!have_amx()) skip();
+    enum { N = 150 };
+    char dir[256];
+    const char *sets[] = { "compress_ratios=[0,0,4,128,4,128]", "sliding_window=8", "index_topk=3" };
+    dsv4_model *plain = tm_make("flash-tiny", sets, 3, 1234, DSV4_MODE_OFFICIAL, dir);
+    assert_non_null(plain);
+    dsv4_load_opts lo = { .mode = DSV4_MODE_OFFICIAL, .quiet = 1, .cpu_amx = 1 };
+    dsv4_model *m;
+    dsv4_error err;
+    if (dsv4_model_load(dir, &lo, &m, &err)) fail_msg("%s", err.msg);
+    dsv4_model_info info;
+    dsv4_model_get_info(m, &info);
+    int32_t tok[N];
+    tm_tokens(tok, N, info.vocab_size, 99);
+    const size_t bytes = sizeof(float) * N * (size_t)info.vocab_size;
+    static const int chunks[] = { 7, 1, 33, 2, 17, 50 }, one[] = { 1 };
+    float *ref = tm_logits(m, tok, N, NULL, 0), *by_token = tm_logits(m, tok, N, one, 1);
+    float *chunked = tm_logits(m, tok, N, chunks, 6), *fp32 = tm_logits(plain, tok, N, NULL, 0);
+    assert_true(ref && by_token && chunked && fp32);
+    assert_memory_equal(ref, by_token, bytes);
+    assert_memory_equal(ref, chunked, bytes);
+    /* the AMX linears are really in use: their accumulation order moves some logits off the fp32 kernels' */
+    assert_true(memcmp(ref, fp32, bytes) != 0);
+    free(ref); free(by_token); free(chunked); free(fp32);
+    dsv4_model_free(m);
+    dsv4_model_free(plain);
+    tm_rmdir(dir);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(amx_same_bits_any_batch),
         cmocka_unit_test(amx_row_view),
+        cmocka_unit_test(amx_model_parity),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -151,59 +151,106 @@ static void configure(int widths[GROUPS], int ng) {
         cfg.rows[TILE_B0 + g] = KTILE / 2;
         cfg.colsb[TILE_B0 + g] = (uint16_t)(widths[g] * 4);
     }
+    /* GCC's _tile_loadconfig reads the config through another struct type, so type-based alias analysis may
+     * drop the field stores above when this is inlined (ldtilecfg then faults): a barrier keeps them */
+    __asm__ __volatile__("" : : "r"(&cfg) : "memory");
     _tile_loadconfig(&cfg);
 }
 
-/* One row block of 16 (A in abuf, row stride n32) times the tokens [t0, t0 + 48). */
-static void block_times_tokens(const amx_job *j, const uint16_t *abuf, int r0, int nr, int t0, int *cfg_key) {
-    int widths[GROUPS] = { 0 }, ng = 0;
-    for (int t = t0; t < j->T && ng < GROUPS; t += GROUP) widths[ng++] = j->T - t < GROUP ? j->T - t : GROUP;
-    const int key = ng | widths[0] << 2 | (ng > 1 ? widths[1] : 0) << 8 | (ng > 2 ? widths[2] : 0) << 14;
-    if (key != *cfg_key) { configure(widths, ng); *cfg_key = key; }
-    const size_t bstride = (size_t)j->tpad * 4, astride = (size_t)j->n32 * 2;
+/* A pass: one row block of 16 (A in abuf, row stride n32) times the tokens [t0, t0 + 48), in up to three
+ * groups of 16 with a C tile each. */
+typedef struct { int r0, nr, t0, ng, widths[GROUPS]; const uint16_t *abuf; } pass;
+
+static pass pass_begin(const amx_job *j, const uint16_t *abuf, int r0, int t0, int *cfg_key) {
+    pass p = { r0, j->w->rows - r0 < ROWS ? j->w->rows - r0 : ROWS, t0, 0, { 0 }, abuf };
+    for (int t = t0; t < j->T && p.ng < GROUPS; t += GROUP) p.widths[p.ng++] = j->T - t < GROUP ? j->T - t : GROUP;
+    const int key = p.ng | p.widths[0] << 2 | p.widths[1] << 8 | p.widths[2] << 14;
+    if (key != *cfg_key) { configure(p.widths, p.ng); *cfg_key = key; }
     _tile_zero(0);
-    if (ng > 1) _tile_zero(1);
-    if (ng > 2) _tile_zero(2);
-    for (int kt = 0; kt < j->n32 / KTILE; kt++) {
-        const uint32_t *b = j->xv + (size_t)kt * (KTILE / 2) * j->tpad + t0;
-        _tile_loadd(3, abuf + (size_t)kt * KTILE, astride);
+    if (p.ng > 1) _tile_zero(1);
+    if (p.ng > 2) _tile_zero(2);
+    return p;
+}
+
+/* C_g += A(k-tiles [k0, k1)) . B_g */
+static void pass_steps(const amx_job *j, const pass *p, int k0, int k1) {
+    const size_t bstride = (size_t)j->tpad * 4, astride = (size_t)j->n32 * 2;
+    for (int kt = k0; kt < k1; kt++) {
+        const uint32_t *b = j->xv + (size_t)kt * (KTILE / 2) * j->tpad + p->t0;
+        _tile_loadd(3, p->abuf + (size_t)kt * KTILE, astride);
         _tile_loadd(4, b, bstride);
         _tile_dpbf16ps(0, 3, 4);
-        if (ng > 1) {
+        if (p->ng > 1) {
             _tile_loadd(5, b + GROUP, bstride);
             _tile_dpbf16ps(1, 3, 5);
         }
-        if (ng > 2) {
+        if (p->ng > 2) {
             _tile_loadd(6, b + 2 * GROUP, bstride);
             _tile_dpbf16ps(2, 3, 6);
         }
     }
+}
+
+static void pass_end(const amx_job *j, const pass *p) {
     float c[GROUPS][ROWS][GROUP];
     _tile_stored(0, c[0], GROUP * 4);
-    if (ng > 1) _tile_stored(1, c[1], GROUP * 4);
-    if (ng > 2) _tile_stored(2, c[2], GROUP * 4);
-    for (int g = 0; g < ng; g++)
-        for (int t = 0; t < widths[g]; t++) {
-            const int tok = t0 + g * GROUP + t;
+    if (p->ng > 1) _tile_stored(1, c[1], GROUP * 4);
+    if (p->ng > 2) _tile_stored(2, c[2], GROUP * 4);
+    for (int g = 0; g < p->ng; g++)
+        for (int t = 0; t < p->widths[g]; t++) {
+            const int tok = p->t0 + g * GROUP + t;
             float *yt = j->y_rows ? j->y_rows[tok] : j->y + (int64_t)tok * j->ldy;
-            for (int r = 0; r < nr; r++) yt[r0 + r] = c[g][r][t];
+            for (int r = 0; r < p->nr; r++) yt[p->r0 + r] = c[g][r][t];
         }
 }
 
+/* Row r of block rb into its place in abuf (zeros past the weight's rows). */
+static void decode_row(const amx_job *j, int rb, int r, uint16_t *abuf, float *ftmp) {
+    uint16_t *out = abuf + (size_t)r * j->n32;
+    if (rb * ROWS + r < j->w->rows) row_bf16(j->w, rb * ROWS + r, out, j->n32, ftmp);
+    else memset(out, 0, sizeof(uint16_t) * (size_t)j->n32);
+}
+
+/* Up to 48 tokens (decode, most expert calls): two block buffers in turn, and the tile steps of block rb
+ * spread between the row decodes of block rb + 1, a few k-tiles after each row. The AMX unit then works
+ * while the cores decode (a block's steps issued back to back stalled the decoding behind them: they took a
+ * quarter of OFFICIAL decode time), and a tile load never reads data stored just before it (it would wait
+ * for those stores to reach the cache). More tokens: each block decoded, then a pass per 48 tokens. The same
+ * tile steps in the same order for every output either way. */
 static void amx_rows(void *ctx, int b0, int b1, int thread) {
     const amx_job *j = ctx;
-    const int rows = j->w->rows, n32 = j->n32;
-    uint16_t *abuf = thread_scratch(sizeof(uint16_t) * ROWS * (size_t)n32 + sizeof(float) * (size_t)n32);
+    const int n32 = j->n32, kts = n32 / KTILE;
+    const size_t block = ROWS * (size_t)n32;
+    uint16_t *abuf = thread_scratch(sizeof(uint16_t) * 2 * block + sizeof(float) * (size_t)n32);
     if (!abuf) return;   /* out of memory for a few hundred KiB: y stays untouched rather than crash */
-    float *ftmp = (float *)(abuf + ROWS * (size_t)n32);
+    float *ftmp = (float *)(abuf + 2 * block);
     int cfg_key = -1;
-    for (int rb = b0; rb < b1; rb++) {
-        const int r0 = rb * ROWS, nr = rows - r0 < ROWS ? rows - r0 : ROWS;
-        for (int r = 0; r < ROWS; r++) {
-            if (r < nr) row_bf16(j->w, r0 + r, abuf + (size_t)r * n32, n32, ftmp);
-            else memset(abuf + (size_t)r * n32, 0, sizeof(uint16_t) * (size_t)n32);
+    if (j->T > GROUPS * GROUP) {
+        for (int rb = b0; rb < b1; rb++) {
+            for (int r = 0; r < ROWS; r++) decode_row(j, rb, r, abuf, ftmp);
+            for (int t0 = 0; t0 < j->T; t0 += GROUPS * GROUP) {
+                const pass p = pass_begin(j, abuf, rb * ROWS, t0, &cfg_key);
+                pass_steps(j, &p, 0, kts);
+                pass_end(j, &p);
+            }
         }
-        for (int t0 = 0; t0 < j->T; t0 += GROUPS * GROUP) block_times_tokens(j, abuf, r0, nr, t0, &cfg_key);
+    } else {
+        const int per_row = (kts + ROWS - 1) / ROWS;
+        for (int r = 0; r < ROWS; r++) decode_row(j, b0, r, abuf, ftmp);
+        for (int rb = b0; rb < b1; rb++) {
+            uint16_t *cur = abuf + ((rb - b0) & 1) * block, *next = abuf + ((rb + 1 - b0) & 1) * block;
+            const pass p = pass_begin(j, cur, rb * ROWS, 0, &cfg_key);
+            int k = 0;
+            if (rb + 1 < b1)
+                for (int r = 0; r < ROWS; r++) {
+                    decode_row(j, rb + 1, r, next, ftmp);
+                    const int k1 = k + per_row < kts ? k + per_row : kts;
+                    pass_steps(j, &p, k, k1);
+                    k = k1;
+                }
+            pass_steps(j, &p, k, kts);
+            pass_end(j, &p);
+        }
     }
     _tile_release();
 }

@@ -13,8 +13,11 @@
  * result for one (row, token) does not depend on the other rows or tokens in the tile (checked by
  * tests/unit/test_linear.c), which is what makes one token at a time and 128 at once give the same bits.
  *
- * So OFFICIAL results on a machine with AMX differ (within the accumulation's rounding) from those on a
- * machine without it, which keeps the fp32 order of kernels.h; each machine is bit-identical with itself. */
+ * Opt-in (dsv4_load_opts.cpu_amx, `dsv4 bench --amx`): on the 2-core Sapphire Rapids box it makes OFFICIAL
+ * prefill ~2x faster but decode ~1.3x slower in CPU time than the fused fp32 dots (one token per tile step
+ * leaves the unit 1/16 busy, and the decoded tiles go through memory), and a model's kernel cannot depend on
+ * the batch. Results differ from the fp32 order within the accumulation's rounding; each is bit-identical with
+ * itself across batches, chunkings and threads. */
 #ifndef DSV4_CPU_AMX_H
 #define DSV4_CPU_AMX_H
 #include "backend/cpu/pool.h"
