@@ -104,7 +104,7 @@ static int bench_single_stream(dsv4_model *m, int prompt, int decode, double bw,
 }
 
 /* --streams 1,2,4,...: aggregate decode tokens/s with N streams decoding together (weights read once a step). */
-static int bench_streams(dsv4_model *m, const char *list, int decode) {
+static int bench_streams(dsv4_model *m, const char *list, int decode, double bw) {
     int32_t *counts;
     int n;
     if (cli_parse_tokens(CMD, list, &counts, &n)) return 1;
@@ -117,7 +117,7 @@ static int bench_streams(dsv4_model *m, const char *list, int decode) {
     free(counts);
     dsv4_error err;
     printf("\n");
-    int rc = dsv4_bench_streams_table(m, c, n, 16, decode, stdout, NULL, &err);
+    int rc = dsv4_bench_streams_table(m, c, n, 16, decode, bw, stdout, NULL, &err);
     free(c);
     return rc ? cli_fail(CMD, &err) : 0;
 }
@@ -244,7 +244,7 @@ int cmd_bench(int argc, char **argv) {
         printf("%-26s %10.1f GB/s    (2 GiB read, best of 3)\n", "memory read bandwidth", bw);
     }
     int rc = bench_single_stream(m, (int)prompt, (int)decode, bw, profile && m->cuda);
-    if (!rc && streams) rc = bench_streams(m, streams, (int)decode);
+    if (!rc && streams) rc = bench_streams(m, streams, (int)decode, bw);
     if (!rc && spec) rc = bench_spec(m, spec, (int)decode);
     dsv4_model_free(m);
     return rc;

@@ -1,6 +1,7 @@
 #include "core/moe.h"
 #include "backend/cpu/kernels.h"
 #include "core/numerics.h"
+#include "model/footprint.h"
 #include <math.h>
 #include <string.h>
 
@@ -98,6 +99,7 @@ void moe_forward(struct dsv4_model *m, const dsv4_layer *layer, dsv4_workspace *
                     break;
                 }
         if (!n) continue;
+        m->routed_bytes += dsv4_expert_weight_bytes(layer, e);
         expert(m, &layer->w1[e], &layer->w2[e], &layer->w3[e], n, ws->expert_w, ws);
         for (int i = 0; i < n; i++) {
             float *a = ws->acc + (int64_t)ws->expert_tok[i] * d;
