@@ -66,6 +66,10 @@ FUZZ_SECONDS ?= 60
 .PHONY: all test test-asan test-gpu clean fuzz fuzzers fuzz-replay fuzz-corpus fuzz-all fuzz-merge FORCE
 all: $(BUILD)/dsv4 $(TEST_BIN) $(GPU_TEST_BIN) $(REPLAY_BIN)
 
+# the AMX kernels are compiled for AVX-512/AMX whatever -march says: they run only where the CPU has them
+# (chosen at run time by src/backend/cpu/cpufeat.c)
+%/src/backend/cpu/amx.o: CFLAGS += -mavx512f -mavx512bw -mavx512dq -mavx512vl -mavx512bf16 -mamx-tile -mamx-bf16
+
 $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -MMD -MP -c $< -o $@

@@ -82,7 +82,7 @@ static int synthetic_dir(const char *name, char *dir, size_t n) {
  * routing (the tokens' real routing decides; this is the share, not a count). */
 static void per_gpu_traffic(const dsv4_model *m, double tps, double bw) {
     const int n = cuda_gpus(m), E = m->cfg.n_routed;
-    const double routed = (double)dsv4_decode_routed_bytes(m), dense = (double)dsv4_decode_weight_bytes(m) - routed;
+    const double dense = (double)dsv4_fixed_weight_bytes(m), routed = (double)dsv4_decode_weight_bytes(m) - dense;
     printf("per GPU (routed-expert reads as expected under uniform routing):\n");
     for (int r = 0; r < n; r++) {
         const double share = (double)(expert_first(E, n, r + 1) - expert_first(E, n, r)) / E;
@@ -137,7 +137,7 @@ static int bench_single_stream(dsv4_model *m, int prompt, int decode, double bw,
 }
 
 /* --streams 1,2,4,...: aggregate decode tokens/s with N streams decoding together (weights read once a step). */
-static int bench_streams(dsv4_model *m, const char *list, int decode) {
+static int bench_streams(dsv4_model *m, const char *list, int decode, double bw) {
     int32_t *counts;
     int n;
     if (cli_parse_tokens(CMD, list, &counts, &n)) return 1;
@@ -150,7 +150,7 @@ static int bench_streams(dsv4_model *m, const char *list, int decode) {
     free(counts);
     dsv4_error err;
     printf("\n");
-    int rc = dsv4_bench_streams_table(m, c, n, 16, decode, stdout, NULL, &err);
+    int rc = dsv4_bench_streams_table(m, c, n, 16, decode, bw, stdout, NULL, &err);
     free(c);
     return rc ? cli_fail(CMD, &err) : 0;
 }
@@ -308,7 +308,7 @@ static int bench_grammar(const char *dir, int device) {
 int cmd_bench(int argc, char **argv) {
     const char *model_dir = NULL, *synth = NULL, *streams = NULL, *spec = NULL;
     long long threads = 0, prompt = 128, decode = 32;
-    int tokenizer = 0, grammar = 0, no_bw = 0, profile = 0, kv = DSV4_KV_F32, device = DSV4_DEVICE_CPU, gpus = 1;
+    int tokenizer = 0, grammar = 0, no_bw = 0, profile = 0, amx = 0, kv = DSV4_KV_F32, device = DSV4_DEVICE_CPU, gpus = 1;
     dsv4_mode mode = DSV4_MODE_EXACT;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
@@ -323,6 +323,7 @@ int cmd_bench(int argc, char **argv) {
         }
         else if (!strcmp(a, "--tokenizer")) tokenizer = 1;
         else if (!strcmp(a, "--profile")) profile = 1;
+        else if (!strcmp(a, "--amx")) amx = 1;
         else if (!strcmp(a, "--grammar")) grammar = 1;
         else if (!strcmp(a, "--device")) { if (!(v = cli_value(CMD, argc, argv, &i)) || cli_parse_device(CMD, v, &device)) return 1; }
         else if (!strcmp(a, "--gpus")) { if (!(v = cli_value(CMD, argc, argv, &i)) || cli_parse_gpus(CMD, v, &gpus)) return 1; }
@@ -340,13 +341,14 @@ int cmd_bench(int argc, char **argv) {
     }
     if (tokenizer) return bench_tokenizer(model_dir);
     if (grammar) return bench_grammar(model_dir, device);
-    dsv4_load_opts lo = { .mode = mode, .n_threads = (int)threads, .quiet = 1, .kv_format = kv, .device = device, .n_gpus = gpus };
+    dsv4_load_opts lo = { .mode = mode, .n_threads = (int)threads, .quiet = 1, .kv_format = kv, .device = device, .n_gpus = gpus,
+                          .cpu_amx = amx };
     dsv4_model *m;
     dsv4_error err;
     if (dsv4_model_load(model_dir, &lo, &m, &err)) return cli_fail(CMD, &err);
-    printf("model %s: %d layers, hidden %d, %.2f GB weights, %.3f GB read per decoded token, %d threads, %s mode\n",
+    printf("model %s: %d layers, hidden %d, %.2f GB weights, %.3f GB read per decoded token, %d threads, %s mode%s\n",
            model_dir, m->cfg.n_layers, m->cfg.dim, dsv4_total_weight_bytes(m) / 1e9, dsv4_decode_weight_bytes(m) / 1e9,
-           dsv4_pool_threads(m->pool), mode == DSV4_MODE_OFFICIAL ? "official" : "exact");
+           dsv4_pool_threads(m->pool), mode == DSV4_MODE_OFFICIAL ? "official" : "exact", m->amx ? " (AMX linears)" : "");
     if (m->cfg.synthetic_holes)
         printf("synthetic weights generated in GPU memory: %d distinct layer weight sets for %d layers%s\n",
                cuda_distinct_layers(m), m->cfg.n_layers,
@@ -362,7 +364,7 @@ int cmd_bench(int argc, char **argv) {
         printf("%-26s %10.1f GB/s    (2 GiB read, best of 3)\n", "memory read bandwidth", bw);
     }
     int rc = bench_single_stream(m, (int)prompt, (int)decode, bw, profile && m->cuda);
-    if (!rc && streams) rc = bench_streams(m, streams, (int)decode);
+    if (!rc && streams) rc = bench_streams(m, streams, (int)decode, bw);
     if (!rc && spec) rc = bench_spec(m, spec, (int)decode);
     if (!rc && spec && streams) rc = bench_spec_streams(m, spec, streams, (int)decode);
     dsv4_model_free(m);

@@ -124,6 +124,7 @@ static const cmd_help HELP[] = {
       {"--tokenizer", "benchmark the tokenizer instead (-m DIR holds tokenizer.json)"},
       {"--no-bandwidth", "skip the memory bandwidth measurement"},
       {"--profile", "with --device cuda: time of each stage of the step, prefill and decode separately"},
+      {"--amx", "official mode on CPU: FP8-input linears on AMX tiles (faster prefill, slower decode)"},
       {"--grammar", "constrained-decoding masks instead: trie build, schema compile, per-token mask time "
                     "(-m DIR holds tokenizer.json; when DIR is also a checkpoint, the masks' share of a batched "
                     "decode step)"},

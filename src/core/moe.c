@@ -1,6 +1,7 @@
 #include "core/moe.h"
 #include "backend/cpu/kernels.h"
 #include "core/numerics.h"
+#include "model/footprint.h"
 #include <math.h>
 #include <string.h>
 
@@ -55,8 +56,8 @@ static void expert(struct dsv4_model *m, const dsv4_weight *w1, const dsv4_weigh
          * value equals what the FP8 GEMM multiplies */
         for (int t = 0; t < n; t++) act_quant_fp8_inplace(x + (int64_t)t * d, d, 128);
     }
-    cpu_linear(m->pool, w1, x, n, d, ws->eg, I);
-    cpu_linear(m->pool, w3, x, n, d, ws->ev, I);
+    linear_quantized_in(m->amx, m->pool, w1, x, n, d, ws->eg, I);
+    linear_quantized_in(m->amx, m->pool, w3, x, n, d, ws->ev, I);
     num_bf16(mode, ws->eg, (long)n * I);
     num_bf16(mode, ws->ev, (long)n * I);
     for (int t = 0; t < n; t++) {
@@ -75,7 +76,7 @@ static void expert(struct dsv4_model *m, const dsv4_weight *w1, const dsv4_weigh
     num_bf16(mode, ws->eg, (long)n * I);
     if (is_official(mode))
         for (int t = 0; t < n; t++) act_quant_fp8_inplace(ws->eg + (int64_t)t * I, I, 128);
-    cpu_linear(m->pool, w2, ws->eg, n, I, ws->ey, d);
+    linear_quantized_in(m->amx, m->pool, w2, ws->eg, n, I, ws->ey, d);
     num_bf16(mode, ws->ey, (long)n * d);
 }
 
@@ -98,6 +99,7 @@ void moe_forward(struct dsv4_model *m, const dsv4_layer *layer, dsv4_workspace *
                     break;
                 }
         if (!n) continue;
+        m->routed_bytes += dsv4_expert_weight_bytes(layer, e);
         expert(m, &layer->w1[e], &layer->w2[e], &layer->w3[e], n, ws->expert_w, ws);
         for (int i = 0; i < n; i++) {
             float *a = ws->acc + (int64_t)ws->expert_tok[i] * d;

@@ -5,6 +5,7 @@
 #define DSV4_CORE_NUMERICS_H
 #include "dsv4.h"
 #include "model/formats.h"
+#include "backend/cpu/kernels.h"
 
 static inline int is_official(dsv4_mode m) { return m == DSV4_MODE_OFFICIAL; }
 
@@ -14,4 +15,13 @@ static inline void num_bf16(dsv4_mode m, float *x, long n) {
     round_bf16_array(x, n);
 }
 static inline float num_bf16_1(dsv4_mode m, float x) { return is_official(m) ? round_bf16(x) : x; }
+
+/* y = W x for an input that OFFICIAL mode has FP8-quantized (act_quant_fp8_inplace): its values are exact
+ * bf16s, so a model loaded with cpu_amx (OFFICIAL only: `amx` is the model's flag) takes the AMX path with
+ * the accumulation order of backend/cpu/amx.h, for every T; otherwise cpu_linear. */
+static inline void linear_quantized_in(int amx, dsv4_pool *pool, const dsv4_weight *w, const float *x, int T,
+                                       int ldx, float *y, int ldy) {
+    if (amx) cpu_linear_bf16in(pool, w, x, T, ldx, y, ldy);
+    else cpu_linear(pool, w, x, T, ldx, y, ldy);
+}
 #endif

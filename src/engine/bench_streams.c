@@ -1,5 +1,6 @@
 /* Multi-stream decode benchmark: see bench_streams.h. */
 #include "engine/bench_streams.h"
+#include "model/footprint.h"
 #include "util/error.h"
 #include <stdlib.h>
 #include <string.h>
@@ -83,6 +84,7 @@ int dsv4_bench_streams(dsv4_model *m, int n_streams, int prompt_len, int decode_
     for (int i = 0; !rc && i < n_streams; i++) b.next[i] = argmax(b.logits + (int64_t)i * b.vocab, b.vocab);
     if (!rc) rc = decode_all(m, &b, err);   /* warm-up: sizes the workspace for N decode tokens */
     double total = 0, worst = 0;
+    const uint64_t routed0 = m->routed_bytes;
     for (int s = 0; !rc && s < decode_steps; s++) {
         const double ts = now_s();
         rc = decode_all(m, &b, err);
@@ -99,15 +101,17 @@ int dsv4_bench_streams(dsv4_model *m, int n_streams, int prompt_len, int decode_
     out->decode_tok_s = (double)n_streams * decode_steps / (total > 0 ? total : 1e-12);
     out->step_ms_mean = 1e3 * total / decode_steps;
     out->step_ms_max = 1e3 * worst;
+    if (m->routed_bytes != routed0)
+        out->step_bytes = (double)dsv4_fixed_weight_bytes(m) + (double)(m->routed_bytes - routed0) / decode_steps;
     return 0;
 }
 
 int dsv4_bench_streams_table(dsv4_model *m, const int *counts, int n_counts, int prompt_len, int decode_steps,
-                             FILE *f, dsv4_bench_streams_result *rows, dsv4_error *err) {
+                             double bw_gbs, FILE *f, dsv4_bench_streams_result *rows, dsv4_error *err) {
     double base = 0;
     if (f)
-        fprintf(f, "%8s %14s %9s %16s %15s %12s\n", "streams", "decode tok/s", "speed-up", "ms/token/stream",
-                "max step ms", "prefill s");
+        fprintf(f, "%8s %14s %9s %16s %15s %12s %11s %10s\n", "streams", "decode tok/s", "speed-up", "ms/token/stream",
+                "max step ms", "prefill s", "GB/step", "roofline");
     for (int c = 0; c < n_counts; c++) {
         dsv4_bench_streams_result r;
         int rc = dsv4_bench_streams(m, counts[c], prompt_len, decode_steps, &r, err);
@@ -115,8 +119,13 @@ int dsv4_bench_streams_table(dsv4_model *m, const int *counts, int n_counts, int
         if (c == 0) base = r.decode_tok_s;
         if (rows) rows[c] = r;
         if (f) {
-            fprintf(f, "%8d %14.1f %8.2fx %16.2f %15.2f %12.3f\n", r.n_streams, r.decode_tok_s,
+            fprintf(f, "%8d %14.1f %8.2fx %16.2f %15.2f %12.3f", r.n_streams, r.decode_tok_s,
                     base > 0 ? r.decode_tok_s / base : 0.0, r.step_ms_mean, r.step_ms_max, r.prefill_s);
+            if (r.step_bytes > 0) fprintf(f, " %11.3f", r.step_bytes / 1e9);
+            else fprintf(f, " %11s", "-");
+            if (r.step_bytes > 0 && bw_gbs > 0 && r.step_ms_mean > 0)
+                fprintf(f, " %9.1f%%\n", 100.0 * r.step_bytes / (r.step_ms_mean * 1e-3) / 1e9 / bw_gbs);
+            else fprintf(f, " %10s\n", "-");
             fflush(f);
         }
     }

@@ -17,6 +17,8 @@ typedef struct {
     double decode_tok_s;     /* aggregate: N * decode_steps / decode_s */
     double step_ms_mean;     /* per-stream latency: every stream gets one token per step */
     double step_ms_max;
+    double step_bytes;       /* weight bytes a timed step reads: every fixed weight and the distinct routed experts
+                                its tokens use (CPU steps; 0 on cuda, whose MoE does not count them) */
 } dsv4_bench_streams_result;
 
 /* Run the workload for one stream count. */
@@ -24,7 +26,9 @@ int dsv4_bench_streams(dsv4_model *m, int n_streams, int prompt_len, int decode_
                        dsv4_bench_streams_result *out, dsv4_error *err);
 
 /* Run it for every count in turn and print one table row per count to `f` (NULL: no output), with the
- * speed-up of aggregate decode tokens/s over the first count. rows (may be NULL) receives n_counts results. */
+ * speed-up of aggregate decode tokens/s over the first count, the weight bytes per step and, when bw_gbs > 0,
+ * the roofline fraction: (step bytes / step time) / bw_gbs, i.e. aggregate tokens/s against what reading the
+ * step's distinct weights at the measured bandwidth allows. rows (may be NULL) receives n_counts results. */
 int dsv4_bench_streams_table(dsv4_model *m, const int *counts, int n_counts, int prompt_len, int decode_steps,
-                             FILE *f, dsv4_bench_streams_result *rows, dsv4_error *err);
+                             double bw_gbs, FILE *f, dsv4_bench_streams_result *rows, dsv4_error *err);
 #endif

@@ -21,15 +21,16 @@ static uint64_t expert_bytes(const dsv4_layer *L, int e) {
     return wbytes(&L->w1[e]) + wbytes(&L->w2[e]) + wbytes(&L->w3[e]);
 }
 
-uint64_t dsv4_decode_weight_bytes(const struct dsv4_model *m) {
+uint64_t dsv4_fixed_weight_bytes(const struct dsv4_model *m) {
     uint64_t b = wbytes(&m->head) + wbytes(&m->hc_head.fn) + weight_bytes(&m->embed) / (uint64_t)m->cfg.vocab_size;
-    for (int l = 0; l < m->cfg.n_layers; l++)
-        b += layer_fixed_bytes(&m->layers[l]) + (uint64_t)m->cfg.n_act * expert_bytes(&m->layers[l], 0);
+    for (int l = 0; l < m->cfg.n_layers; l++) b += layer_fixed_bytes(&m->layers[l]);
     return b;
 }
 
-uint64_t dsv4_decode_routed_bytes(const struct dsv4_model *m) {
-    uint64_t b = 0;
+uint64_t dsv4_expert_weight_bytes(const dsv4_layer *L, int e) { return expert_bytes(L, e); }
+
+uint64_t dsv4_decode_weight_bytes(const struct dsv4_model *m) {
+    uint64_t b = dsv4_fixed_weight_bytes(m);
     for (int l = 0; l < m->cfg.n_layers; l++) b += (uint64_t)m->cfg.n_act * expert_bytes(&m->layers[l], 0);
     return b;
 }

@@ -3,6 +3,7 @@
 #include "state/kvrows.h"
 #include "state/statemem.h"
 #include "backend/cuda/cuda_backend.h"
+#include "backend/cpu/cpufeat.h"
 #include "model/formats.h"
 #include "util/error.h"
 #include <math.h>
@@ -380,6 +381,13 @@ int dsv4_model_load(const char *dir, const dsv4_load_opts *opts, dsv4_model **ou
     if (rc) goto fail;
     m->mode = opts->mode;
     m->state_mem = &seq_mem_host;
+    if (opts->cpu_amx && opts->mode == DSV4_MODE_OFFICIAL && opts->device == DSV4_DEVICE_CPU) {
+        if (!(cpu_features() & CPU_AMX_BF16)) {
+            rc = dsv4_fail(err, DSV4_E_UNSUPPORTED, "cpu_amx: this CPU or kernel has no AMX-BF16 (needs AMX-TILE, AMX-BF16 and Linux 5.16+)");
+            goto fail;
+        }
+        m->amx = 1;
+    }
     if (opts->device != DSV4_DEVICE_CPU && opts->device != DSV4_DEVICE_CUDA) {
         rc = dsv4_fail(err, DSV4_E_ARG, "unknown device %d (cpu = 0, cuda = 1)", opts->device);
         goto fail;

@@ -79,6 +79,9 @@ typedef struct {
 struct dsv4_model {
     dsv4_config cfg;
     dsv4_mode mode;
+    int amx;                 /* OFFICIAL FP8-input linears on AMX (dsv4_load_opts.cpu_amx, CPU device) */
+    uint64_t routed_bytes;   /* weight bytes of the routed experts CPU steps have run, each once a step
+                              * (benchmarks read the difference: the distinct experts a step touches) */
     int max_spec;            /* ring slack for speculative rollback */
     int ring_len;            /* window + max_spec */
     int kv_format;           /* dsv4_kv_format of every sequence's KV rows (state/kvrows.h) */

@@ -81,4 +81,8 @@ void cpu_linear(dsv4_pool *pool, const dsv4_weight *w, const float *x, int T, in
 /* The same with one output row per token: y_rows[t][o]. (The LM head of a step whose logits go to several
  * callers' buffers: the head is read once for all of them.) */
 void cpu_linear_scatter(dsv4_pool *pool, const dsv4_weight *w, const float *x, int T, int ldx, float *const *y_rows);
+/* cpu_linear for inputs whose every value is exactly a bf16 (OFFICIAL linear inputs after FP8 quantization):
+ * on a CPU with AMX-BF16 and a BF16/FP8/FP4 weight, the tile BF16 path of amx.h (its own accumulation order,
+ * the same for every T); elsewhere cpu_linear. */
+void cpu_linear_bf16in(dsv4_pool *pool, const dsv4_weight *w, const float *x, int T, int ldx, float *y, int ldy);
 #endif

@@ -1,4 +1,5 @@
 #include "backend/cpu/kernels.h"
+#include "backend/cpu/amx.h"
 #include "backend/cpu/tile.h"
 #include <stdlib.h>
 
@@ -60,4 +61,10 @@ void cpu_linear_scatter(dsv4_pool *pool, const dsv4_weight *w, const float *x, i
     linear_job j = { w, x, NULL, y_rows, T, ldx, 0 };
     if (T <= 0) return;
     dsv4_pool_run(pool, w->rows, linear_rows, &j);
+}
+
+void cpu_linear_bf16in(dsv4_pool *pool, const dsv4_weight *w, const float *x, int T, int ldx, float *y, int ldy) {
+    if (T <= 0) return;
+    if (cpu_amx_usable(w)) cpu_linear_amx(pool, w, x, T, ldx, y, ldy, NULL);
+    else cpu_linear(pool, w, x, T, ldx, y, ldy);
 }

@@ -9,59 +9,50 @@ static inline float tail_dot(const float *w, const float *x, int n32, int n) {
     return tail;
 }
 
+/* One lane group of dot_f32's 32 lanes per vector: AVX-512 runs lanes 0-15 (its z0) then 16-31 (z1), AVX2
+ * lanes 8g..8g+7 (its a0..a3) for g = 0..3. The loop below is written once for both. */
+#if defined(DSV4_AVX512)
+typedef __m512 lane_vec;
+enum { GROUP_LANES = 16 };
+#define lane_zero _mm512_setzero_ps
+#define lane_load _mm512_loadu_ps
+#define lane_fma _mm512_fmadd_ps
+static inline float reduce_groups(const lane_vec p[2]) { return vec_reduce32_zmm(p[0], p[1]); }
+#elif defined(DSV4_AVX2)
+typedef __m256 lane_vec;
+enum { GROUP_LANES = 8 };
+#define lane_zero _mm256_setzero_ps
+#define lane_load _mm256_loadu_ps
+#define lane_fma _mm256_fmadd_ps
+static inline float reduce_groups(const lane_vec p[4]) { return vec_reduce32(p[0], p[1], p[2], p[3]); }
+#endif
+
 void tile_dot_f32(const float *const w[TILE_R], const float *const x[TILE_T], int n, float out[TILE_R * TILE_T]) {
     const int n32 = n & ~31;
-#if defined(DSV4_AVX512)
-    /* lane group g = 0 holds lanes 0-15 (dot_f32's z0), g = 1 lanes 16-31 (its z1) */
-    __m512 part[2][TILE_R][TILE_T];
-    for (int g = 0; g < 2; g++) {
-        __m512 acc[TILE_R][TILE_T];
+#if defined(DSV4_AVX512) || defined(DSV4_AVX2)
+    enum { GROUPS = 32 / GROUP_LANES };
+    lane_vec part[TILE_R][TILE_T][GROUPS];
+    for (int g = 0; g < GROUPS; g++) {
+        lane_vec acc[TILE_R][TILE_T];
 #pragma GCC unroll 8
         for (int r = 0; r < TILE_R; r++)
 #pragma GCC unroll 8
-            for (int t = 0; t < TILE_T; t++) acc[r][t] = _mm512_setzero_ps();
-        for (int k = 16 * g; k < n32; k += 32) {
+            for (int t = 0; t < TILE_T; t++) acc[r][t] = lane_zero();
+        for (int k = GROUP_LANES * g; k < n32; k += 32) {
 #pragma GCC unroll 8
             for (int r = 0; r < TILE_R; r++) {
-                const __m512 wv = _mm512_loadu_ps(w[r] + k);
+                const lane_vec wv = lane_load(w[r] + k);
 #pragma GCC unroll 8
-                for (int t = 0; t < TILE_T; t++) acc[r][t] = _mm512_fmadd_ps(wv, _mm512_loadu_ps(x[t] + k), acc[r][t]);
+                for (int t = 0; t < TILE_T; t++) acc[r][t] = lane_fma(wv, lane_load(x[t] + k), acc[r][t]);
             }
         }
 #pragma GCC unroll 8
         for (int r = 0; r < TILE_R; r++)
 #pragma GCC unroll 8
-            for (int t = 0; t < TILE_T; t++) part[g][r][t] = acc[r][t];
+            for (int t = 0; t < TILE_T; t++) part[r][t][g] = acc[r][t];
     }
     for (int r = 0; r < TILE_R; r++)
-        for (int t = 0; t < TILE_T; t++)
-            out[r * TILE_T + t] = vec_reduce32_zmm(part[0][r][t], part[1][r][t]) + tail_dot(w[r], x[t], n32, n);
-#elif defined(DSV4_AVX2)
-    /* lane group g holds lanes 8g..8g+7 (dot_f32's a0..a3) */
-    __m256 part[4][TILE_R][TILE_T];
-    for (int g = 0; g < 4; g++) {
-        __m256 acc[TILE_R][TILE_T];
-#pragma GCC unroll 8
-        for (int r = 0; r < TILE_R; r++)
-#pragma GCC unroll 8
-            for (int t = 0; t < TILE_T; t++) acc[r][t] = _mm256_setzero_ps();
-        for (int k = 8 * g; k < n32; k += 32) {
-#pragma GCC unroll 8
-            for (int r = 0; r < TILE_R; r++) {
-                const __m256 wv = _mm256_loadu_ps(w[r] + k);
-#pragma GCC unroll 8
-                for (int t = 0; t < TILE_T; t++) acc[r][t] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x[t] + k), acc[r][t]);
-            }
-        }
-#pragma GCC unroll 8
-        for (int r = 0; r < TILE_R; r++)
-#pragma GCC unroll 8
-            for (int t = 0; t < TILE_T; t++) part[g][r][t] = acc[r][t];
-    }
-    for (int r = 0; r < TILE_R; r++)
-        for (int t = 0; t < TILE_T; t++)
-            out[r * TILE_T + t] = vec_reduce32(part[0][r][t], part[1][r][t], part[2][r][t], part[3][r][t]) +
-                                  tail_dot(w[r], x[t], n32, n);
+        for (int t = 0; t < TILE_T; t++) out[r * TILE_T + t] = reduce_groups(part[r][t]) + tail_dot(w[r], x[t], n32, n);
 #else
     (void)n32;
     for (int r = 0; r < TILE_R; r++)

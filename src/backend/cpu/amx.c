@@ -1,0 +1,279 @@
+/* cpu_linear_amx (amx.h states the accumulation order). Built with AVX-512/AMX code generation whatever the
+ * build's -march (Makefile): nothing in this file runs unless cpu_features() found AMX-BF16.
+ *
+ * Operands: AMX computes C[m][n] += sum_k A[m][k] * B[k][n] over one 32-column tile. A is 16 weight rows
+ * decoded to bf16 (row-major, as the checkpoint stores them); B is the tokens in the "VNNI" layout, B row p
+ * holding for each token the pair (x[2p], x[2p+1]); C is 16 rows x up to 16 tokens of fp32. Three token
+ * groups (48 tokens) run per pass over a row block, each with its C tile. */
+#include "backend/cpu/amx.h"
+#include "backend/cpu/cpufeat.h"
+#include "backend/cpu/kernels.h"
+#include "model/formats.h"
+#include <immintrin.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { ROWS = 16, KTILE = 32, GROUP = 16, GROUPS = 3 };
+enum { TILE_C0 = 0, TILE_A = 3, TILE_B0 = 4 };   /* C: tiles 0-2, A: 3, B: 4-6 */
+
+typedef struct {
+    uint8_t palette, start_row, reserved[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+} tile_config;
+
+int cpu_amx_usable(const dsv4_weight *w) {
+    return (cpu_features() & CPU_AMX_BF16) && (w->fmt == WF_BF16 || w->fmt == WF_FP8 || w->fmt == WF_FP4);
+}
+
+/* ---- weight rows -> bf16 (exact) ---- */
+
+static inline uint16_t f32_bits_hi(float f) {   /* the bf16 of an f32 that is one (truncation = the value) */
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return (uint16_t)(u >> 16);
+}
+
+/* The bf16 bits of an E4M3 value times 2^(S-127): the byte's 7 magnitude bits shifted left by 4 are its
+ * exponent and mantissa in bf16 position, with the exponent biased by 7 instead of 127, so adding
+ * (S - 7) << 7 rebiases and scales at once. Subnormal codes (exponent 0) come from a table of their 8 values,
+ * scaled by the same exponent addition. Exact while every result is a normal bf16: 10 <= S <= 246. */
+static int fp8_row_bf16(const uint8_t *src, const uint8_t *srow, int n, uint16_t *out) {
+    for (int b = 0; b < (n + 127) / 128; b++)
+        if (srow[b] < 10 || srow[b] > 246) return 0;
+    static const uint16_t sub_values[32] = { 0, 0x3b00, 0x3b80, 0x3bc0, 0x3c00, 0x3c20, 0x3c40, 0x3c60 };
+    const __m512i sub_table = _mm512_loadu_si512((const void *)sub_values);
+    int i = 0;
+    for (; i + 128 <= n; i += 128) {
+        const int S = srow[i / 128];
+        const __m512i bias = _mm512_set1_epi16((short)((S - 7) << 7));
+        const __m512i sub = _mm512_mask_add_epi16(sub_table, 0xfe, sub_table, _mm512_set1_epi16((short)((S - 127) << 7)));
+        for (int k = i; k < i + 128; k += 32) {
+            const __m512i w = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)(src + k)));
+            const __m512i mag = _mm512_and_si512(w, _mm512_set1_epi16(0x7f));
+            const __m512i normal = _mm512_add_epi16(_mm512_slli_epi16(mag, 4), bias);
+            const __mmask32 is_sub = _mm512_testn_epi16_mask(mag, _mm512_set1_epi16(0x78));
+            const __m512i v = _mm512_mask_permutexvar_epi16(normal, is_sub, mag, sub);
+            const __m512i sign = _mm512_slli_epi16(_mm512_and_si512(w, _mm512_set1_epi16(0x80)), 8);
+            _mm512_storeu_si512((void *)(out + k), _mm512_or_si512(v, sign));
+        }
+    }
+    for (; i < n; i++) out[i] = f32_bits_hi(dsv4_e4m3_table[src[i]] * e8m0_to_f32(srow[i / 128]));
+    return 1;
+}
+
+/* E2M1 codes through a 16-entry bf16 table whose nonzero entries get (S - 127) << 7 added per 32 weights.
+ * The 16 bytes widened to 16 dwords give, with the high nibble moved to bits 16-19, the 32 word indices in
+ * element order (element 2i = low nibble of byte i); vpermw reads the low 5 bits of each word. Exact for
+ * 2 <= S <= 252. */
+static int fp4_row_bf16(const uint8_t *src, const uint8_t *srow, int n, uint16_t *out) {
+    for (int b = 0; b < n / 32; b++)
+        if (srow[b] < 2 || srow[b] > 252) return 0;
+    static const uint16_t values[32] = { 0, 0x3f00, 0x3f80, 0x3fc0, 0x4000, 0x4040, 0x4080, 0x40c0,
+                                         0, 0xbf00, 0xbf80, 0xbfc0, 0xc000, 0xc040, 0xc080, 0xc0c0 };
+    const __m512i table = _mm512_loadu_si512((const void *)values);
+    for (int i = 0; i < n; i += 32) {
+        const __m512i scaled = _mm512_mask_add_epi16(table, 0xfefe, table,
+                                                     _mm512_set1_epi16((short)((srow[i / 32] - 127) << 7)));
+        const __m512i d = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(src + i / 2)));
+        /* C ? A : B with C = 0xf: low word = low nibble, high word bits 0-3 = high nibble (bits 12-15 of the
+         * low word hold a copy of the low nibble, which vpermw ignores) */
+        const __m512i idx = _mm512_ternarylogic_epi32(d, _mm512_slli_epi32(d, 12), _mm512_set1_epi32(0xf), 0xe4);
+        _mm512_storeu_si512((void *)(out + i), _mm512_permutexvar_epi16(idx, scaled));
+    }
+    return 1;
+}
+
+/* Row `row` of w as bf16 into out[0..n32), zero beyond cols. Rows whose scales fall outside the exact ranges
+ * above (never in real checkpoints) are decoded in fp32 and truncated: still one fixed path per row. */
+static void row_bf16(const dsv4_weight *w, int row, uint16_t *out, int n32, float *ftmp) {
+    const int n = w->cols;
+    int ok = 0;
+    switch (w->fmt) {
+    case WF_BF16:
+        memcpy(out, (const uint16_t *)w->data + (int64_t)row * n, sizeof(uint16_t) * (size_t)n);
+        ok = 1;
+        break;
+    case WF_FP8:
+        ok = fp8_row_bf16((const uint8_t *)w->data + (int64_t)row * n,
+                          w->scale + (int64_t)((w->row0 + row) / 128) * w->scale_cols, n, out);
+        break;
+    case WF_FP4:
+        ok = fp4_row_bf16((const uint8_t *)w->data + (int64_t)row * (n / 2),
+                          w->scale + (int64_t)(w->row0 + row) * w->scale_cols, n, out);
+        break;
+    default:
+        break;
+    }
+    if (!ok) {
+        weight_decode_row(w, row, ftmp);
+        for (int i = 0; i < n; i++) out[i] = f32_bits_hi(ftmp[i]);
+    }
+    memset(out + n, 0, sizeof(uint16_t) * (size_t)(n32 - n));
+}
+
+/* ---- the tiles ---- */
+
+typedef struct {
+    const dsv4_weight *w;
+    const uint32_t *xv;   /* [n32/2][tpad]: token t's bf16 pair (x[2p], x[2p+1]) at xv[p*tpad + t] */
+    int T, tpad, n32;
+    float *y, *const *y_rows;
+    int ldy;
+} amx_job;
+
+/* A per-thread scratch that grows (pool threads live as long as their pool; the key frees it at exit). */
+static pthread_key_t scratch_key;
+static pthread_once_t scratch_once = PTHREAD_ONCE_INIT;
+static void scratch_key_make(void) { (void)pthread_key_create(&scratch_key, free); }
+typedef struct { size_t cap; _Alignas(64) unsigned char data[]; } scratch_block;
+static void *thread_scratch(size_t bytes) {
+    pthread_once(&scratch_once, scratch_key_make);
+    scratch_block *s = pthread_getspecific(scratch_key);
+    if (s && s->cap >= bytes) return s->data;
+    free(s);
+    s = aligned_alloc(64, (sizeof *s + bytes + 63) / 64 * 64);
+    if (s) s->cap = bytes;
+    (void)pthread_setspecific(scratch_key, s);
+    return s ? s->data : NULL;
+}
+
+static void configure(int widths[GROUPS], int ng) {
+    tile_config cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.palette = 1;
+    cfg.rows[TILE_A] = ROWS;
+    cfg.colsb[TILE_A] = KTILE * 2;
+    for (int g = 0; g < ng; g++) {
+        cfg.rows[TILE_C0 + g] = ROWS;
+        cfg.colsb[TILE_C0 + g] = (uint16_t)(widths[g] * 4);
+        cfg.rows[TILE_B0 + g] = KTILE / 2;
+        cfg.colsb[TILE_B0 + g] = (uint16_t)(widths[g] * 4);
+    }
+    /* GCC's _tile_loadconfig reads the config through another struct type, so type-based alias analysis may
+     * drop the field stores above when this is inlined (ldtilecfg then faults): a barrier keeps them */
+    __asm__ __volatile__("" : : "r"(&cfg) : "memory");
+    _tile_loadconfig(&cfg);
+}
+
+/* A pass: one row block of 16 (A in abuf, row stride n32) times the tokens [t0, t0 + 48), in up to three
+ * groups of 16 with a C tile each. */
+typedef struct { int r0, nr, t0, ng, widths[GROUPS]; const uint16_t *abuf; } pass;
+
+static pass pass_begin(const amx_job *j, const uint16_t *abuf, int r0, int t0, int *cfg_key) {
+    pass p = { r0, j->w->rows - r0 < ROWS ? j->w->rows - r0 : ROWS, t0, 0, { 0 }, abuf };
+    for (int t = t0; t < j->T && p.ng < GROUPS; t += GROUP) p.widths[p.ng++] = j->T - t < GROUP ? j->T - t : GROUP;
+    const int key = p.ng | p.widths[0] << 2 | p.widths[1] << 8 | p.widths[2] << 14;
+    if (key != *cfg_key) { configure(p.widths, p.ng); *cfg_key = key; }
+    _tile_zero(0);
+    if (p.ng > 1) _tile_zero(1);
+    if (p.ng > 2) _tile_zero(2);
+    return p;
+}
+
+/* C_g += A(k-tiles [k0, k1)) . B_g */
+static void pass_steps(const amx_job *j, const pass *p, int k0, int k1) {
+    const size_t bstride = (size_t)j->tpad * 4, astride = (size_t)j->n32 * 2;
+    for (int kt = k0; kt < k1; kt++) {
+        const uint32_t *b = j->xv + (size_t)kt * (KTILE / 2) * j->tpad + p->t0;
+        _tile_loadd(3, p->abuf + (size_t)kt * KTILE, astride);
+        _tile_loadd(4, b, bstride);
+        _tile_dpbf16ps(0, 3, 4);
+        if (p->ng > 1) {
+            _tile_loadd(5, b + GROUP, bstride);
+            _tile_dpbf16ps(1, 3, 5);
+        }
+        if (p->ng > 2) {
+            _tile_loadd(6, b + 2 * GROUP, bstride);
+            _tile_dpbf16ps(2, 3, 6);
+        }
+    }
+}
+
+static void pass_end(const amx_job *j, const pass *p) {
+    float c[GROUPS][ROWS][GROUP];
+    _tile_stored(0, c[0], GROUP * 4);
+    if (p->ng > 1) _tile_stored(1, c[1], GROUP * 4);
+    if (p->ng > 2) _tile_stored(2, c[2], GROUP * 4);
+    for (int g = 0; g < p->ng; g++)
+        for (int t = 0; t < p->widths[g]; t++) {
+            const int tok = p->t0 + g * GROUP + t;
+            float *yt = j->y_rows ? j->y_rows[tok] : j->y + (int64_t)tok * j->ldy;
+            for (int r = 0; r < p->nr; r++) yt[p->r0 + r] = c[g][r][t];
+        }
+}
+
+/* Row r of block rb into its place in abuf (zeros past the weight's rows). */
+static void decode_row(const amx_job *j, int rb, int r, uint16_t *abuf, float *ftmp) {
+    uint16_t *out = abuf + (size_t)r * j->n32;
+    if (rb * ROWS + r < j->w->rows) row_bf16(j->w, rb * ROWS + r, out, j->n32, ftmp);
+    else memset(out, 0, sizeof(uint16_t) * (size_t)j->n32);
+}
+
+/* Up to 48 tokens (decode, most expert calls): two block buffers in turn, and the tile steps of block rb
+ * spread between the row decodes of block rb + 1, a few k-tiles after each row. The AMX unit then works
+ * while the cores decode (a block's steps issued back to back stalled the decoding behind them: they took a
+ * quarter of OFFICIAL decode time), and a tile load never reads data stored just before it (it would wait
+ * for those stores to reach the cache). More tokens: each block decoded, then a pass per 48 tokens. The same
+ * tile steps in the same order for every output either way. */
+static void amx_rows(void *ctx, int b0, int b1, int thread) {
+    const amx_job *j = ctx;
+    const int n32 = j->n32, kts = n32 / KTILE;
+    const size_t block = ROWS * (size_t)n32;
+    uint16_t *abuf = thread_scratch(sizeof(uint16_t) * 2 * block + sizeof(float) * (size_t)n32);
+    if (!abuf) return;   /* out of memory for a few hundred KiB: y stays untouched rather than crash */
+    float *ftmp = (float *)(abuf + 2 * block);
+    int cfg_key = -1;
+    if (j->T > GROUPS * GROUP) {
+        for (int rb = b0; rb < b1; rb++) {
+            for (int r = 0; r < ROWS; r++) decode_row(j, rb, r, abuf, ftmp);
+            for (int t0 = 0; t0 < j->T; t0 += GROUPS * GROUP) {
+                const pass p = pass_begin(j, abuf, rb * ROWS, t0, &cfg_key);
+                pass_steps(j, &p, 0, kts);
+                pass_end(j, &p);
+            }
+        }
+    } else {
+        const int per_row = (kts + ROWS - 1) / ROWS;
+        for (int r = 0; r < ROWS; r++) decode_row(j, b0, r, abuf, ftmp);
+        for (int rb = b0; rb < b1; rb++) {
+            uint16_t *cur = abuf + ((rb - b0) & 1) * block, *next = abuf + ((rb + 1 - b0) & 1) * block;
+            const pass p = pass_begin(j, cur, rb * ROWS, 0, &cfg_key);
+            int k = 0;
+            if (rb + 1 < b1)
+                for (int r = 0; r < ROWS; r++) {
+                    decode_row(j, rb + 1, r, next, ftmp);
+                    const int k1 = k + per_row < kts ? k + per_row : kts;
+                    pass_steps(j, &p, k, k1);
+                    k = k1;
+                }
+            pass_steps(j, &p, k, kts);
+            pass_end(j, &p);
+        }
+    }
+    _tile_release();
+}
+
+void cpu_linear_amx(dsv4_pool *pool, const dsv4_weight *w, const float *x, int T, int ldx,
+                    float *y, int ldy, float *const *y_rows) {
+    if (T <= 0) return;
+    const int n = w->cols, n32 = (n + KTILE - 1) / KTILE * KTILE, tpad = (T + GROUP - 1) / GROUP * GROUP;
+    uint32_t *xv = aligned_alloc(64, sizeof(uint32_t) * (size_t)(n32 / 2) * tpad);
+    if (!xv) {   /* cannot happen for real configs; the fp32 path still gives an answer */
+        if (y_rows) cpu_linear_scatter(pool, w, x, T, ldx, y_rows);
+        else cpu_linear(pool, w, x, T, ldx, y, ldy);
+        return;
+    }
+    /* the tokens in B's layout; the caller promised bf16 values, so dropping the low half is exact */
+    memset(xv, 0, sizeof(uint32_t) * (size_t)(n32 / 2) * tpad);
+    for (int t = 0; t < T; t++) {
+        const float *xt = x + (int64_t)t * ldx;
+        for (int p = 0; p < n / 2; p++)
+            xv[(size_t)p * tpad + t] = f32_bits_hi(xt[2 * p]) | (uint32_t)f32_bits_hi(xt[2 * p + 1]) << 16;
+        if (n % 2) xv[(size_t)(n / 2) * tpad + t] = f32_bits_hi(xt[n - 1]);
+    }
+    amx_job j = { w, xv, T, tpad, n32, y, y_rows, ldy };
+    dsv4_pool_run(pool, (w->rows + ROWS - 1) / ROWS, amx_rows, &j);
+    free(xv);
+}
