@@ -21,6 +21,7 @@ B=${1:?"usage: $0 BUILD_DIR fuzz.tgz..."}; shift
 MAX_MS=${FUZZ_MAX_MS:-100}; MAX_FILES=${FUZZ_FOUND_FILES:-300}; MAX_KB=${FUZZ_FOUND_KB:-128}
 MAX_TOTAL_MS=${FUZZ_FOUND_TOTAL_MS:-2000}
 HOURS=tests/fuzz/HOURS.md
+export DSV4_ROOT="$PWD"   # the targets find their fixtures (tests/data) from it; select_inputs runs elsewhere
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 
 count_files() { if [ -d "$1" ]; then find "$1" -maxdepth 1 -type f | wc -l; else echo 0; fi; }

@@ -27,6 +27,7 @@
 set -u
 cd "$(dirname "$0")/../.."
 ROOT=$PWD
+export DSV4_ROOT="$ROOT"   # the targets find their fixtures (tests/data) from it
 W=${FUZZ_WORK:-/tmp/dsv4-fuzz}
 OUT=${OUT:-/tmp/gpu-out}
 GRACE=$(( ${FUZZ_TIMEOUT:-30} + 5 ))   # a unit may run up to -timeout past the deadline before libFuzzer looks at the clock
