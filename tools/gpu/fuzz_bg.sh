@@ -101,7 +101,8 @@ target_stats() {
 }
 
 # The new inputs worth keeping: those that add coverage to the committed corpus (merge into a copy of it), or
-# all of them when the merge does not finish in time. Names stay libFuzzer's (the input's SHA-1).
+# all of them when the merge does not finish in time. Names stay libFuzzer's (the input's SHA-1). On the same
+# CPUs and niceness as the fuzzing: the GPU job may still be running.
 minimise() {
     local name=$1 secs=$2
     local work="$W/corpus/$name" min="$W/min/$name" dst="$W/pack/fuzz/corpus/$name"
@@ -109,7 +110,7 @@ minimise() {
     mkdir -p "$min" "$dst"
     for d in "tests/fuzz/corpus/$name" "tests/fuzz/regressions/$name"; do [ -d "$d" ] && find "$d" -type f -exec cp {} "$min"/ \;; done
     ls "$min" >"$W/min/$name.seeds"
-    if timeout "$secs" env DSV4_FUZZ_TARGET="$name" "$BIN" -merge=1 -timeout=30 -rss_limit_mb=2048 \
+    if timeout "$secs" "${PREFIX[@]}" env DSV4_FUZZ_TARGET="$name" "$BIN" -merge=1 -timeout=30 -rss_limit_mb=2048 \
             -malloc_limit_mb=2048 "$min" "$work" >"$W/logs/merge-$name.log" 2>&1; then
         for f in "$min"/*; do grep -qxF "$(basename "$f")" "$W/min/$name.seeds" || cp "$f" "$dst"/; done
     else
