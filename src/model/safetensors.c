@@ -143,7 +143,8 @@ out:
 }
 
 static int finish(st_archive *a, dsv4_error *err) {
-    qsort(a->tensors, (size_t)a->n_tensors, sizeof(st_tensor), cmp_tensor);
+    /* an index with an empty weight_map opens no shard: no tensor array to sort (qsort's base must not be NULL) */
+    if (a->n_tensors > 1) qsort(a->tensors, (size_t)a->n_tensors, sizeof(st_tensor), cmp_tensor);
     for (int i = 1; i < a->n_tensors; i++)
         if (!strcmp(a->tensors[i].name, a->tensors[i - 1].name))
             return dsv4_fail(err, DSV4_E_FORMAT, "tensor %s appears twice (in %s and %s)", a->tensors[i].name,
