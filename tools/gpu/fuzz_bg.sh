@@ -153,10 +153,12 @@ supervise() {
     if command -v taskset >/dev/null && taskset -c "$cpus" true 2>/dev/null; then PREFIX+=(taskset -c "$cpus")
     else echo "taskset unavailable: processes not pinned (nice ${FUZZ_NICE:-19} only)" >>"$W/notes"; cpus="any"; fi
     local procs=$((cores / ${#TARGETS[@]})); [ $procs -lt 1 ] && procs=1
-    # targets write their inputs to files: in memory where /dev/shm is writable
+    # targets write their inputs to files: in memory where /dev/shm is writable; in a folder of this run, since a
+    # process that stops on a finding or an interrupt leaves its fixture folder behind (no atexit)
     if [ -d /dev/shm ] && [ -w /dev/shm ] && [ "$(df -Pk /dev/shm | awk 'NR == 2 {print $4}')" -gt 262144 ]; then
-        export TMPDIR=/dev/shm
-    else mkdir -p "$W/tmp"; export TMPDIR="$W/tmp"; fi
+        TMPDIR=/dev/shm/dsv4-fuzz-bg
+    else TMPDIR="$W/tmp"; fi
+    rm -rf "$TMPDIR"; mkdir -p "$TMPDIR"; export TMPDIR
     # preflight: one target over its seeds; a sandbox that stops LeakSanitizer (it needs ptrace) gets leaks off
     DSV4_FUZZ_TARGET=config "$BIN" -runs=0 tests/fuzz/corpus/config >"$W/logs/preflight.log" 2>&1
     local rc=$?
@@ -227,6 +229,7 @@ finish() {
         rm -rf "$P/corpus"; tar -czf "$OUT/fuzz.tgz.tmp" -C "$W/pack" fuzz
     fi
     mv "$OUT/fuzz.tgz.tmp" "$OUT/fuzz.tgz"
+    [ -n "${TMPDIR:-}" ] && [[ "$TMPDIR" == */dsv4-fuzz-bg || "$TMPDIR" == "$W/tmp" ]] && rm -rf "$TMPDIR"
     touch "$W/done"
 }
 
