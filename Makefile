@@ -74,6 +74,9 @@ $(BUILD)/%.o: %.cu
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVFLAGS) -Iinclude -Isrc -MMD -MP -c $< -o $@
 
+# the sampler's arithmetic must round exactly like the CUDA kernel's (core/sample_math.h): no FMA contraction
+$(BUILD)/src/core/sample.o $(BUILD)/pic/src/core/sample.o: CFLAGS += -ffp-contract=off
+
 # the chat page is embedded with .incbin (src/server/chat_page.c): rebuild it when the HTML changes
 $(BUILD)/src/server/chat_page.o: src/server/chat_page.html
 

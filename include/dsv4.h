@@ -89,6 +89,8 @@ typedef struct {
     int device;          /* a dsv4_device (0 = cpu). cuda: the build must have the CUDA backend (make CUDA=1) and
                             the machine a GPU; otherwise loading fails with DSV4_E_UNSUPPORTED and one line why */
     int gpu;             /* CUDA device ordinal (0 = the first GPU) */
+    int n_gpus;          /* cuda: 0 or 1 = one GPU; N > 1 = GPUs gpu .. gpu+N-1 with the routed experts spread over
+                            them (expert parallelism over NCCL: the same bits as on one GPU) */
 } dsv4_load_opts;
 
 /* "cpu" / "cuda" -> a dsv4_device, or -1. */
@@ -128,6 +130,22 @@ typedef enum {
     DSV4_LOGITS_ALL  = 2,   /* [n_tokens][vocab]: every new token's */
 } dsv4_logits_want;
 
+/* How a token is drawn from a row of logits (src/core/sample.h defines every step, bit for bit). Greedy
+ * (temperature <= 0) takes the largest logit, the lowest id on ties. Otherwise w_i = exp((l_i - max l) / T),
+ * the filters keep a set of tokens (min-p: w_i >= min_p; top-k: the k first in the order (w desc, id asc);
+ * top-p: the shortest prefix of that order holding top_p of what is left), and the token drawn is
+ * argmax w_i / E_i over the kept ones, with E_i ~ Exp(1) a hash of (seed, draw number, i): the exponential race
+ * of the official generate.py. The same logits, parameters and draw number give the same token on every
+ * device. */
+typedef struct {
+    float temperature;   /* <= 0: greedy */
+    int   top_k;         /* 0: off */
+    float top_p;         /* >= 1: off */
+    float min_p;         /* <= 0: off; keep tokens with p >= min_p * p_max */
+    uint64_t seed;       /* the stream of draws */
+    int32_t n_allowed;   /* > 0: only ids 0 .. n_allowed-1 can be drawn (the others count as -inf logits) */
+} dsv4_sampling;
+
 /* One sequence's share of a step: advance `seq` by `n_tokens` tokens from its own position. */
 typedef struct {
     dsv4_seq       *seq;
@@ -140,6 +158,11 @@ typedef struct {
     float          *features;/* NULL, or caller-owned [n_tokens][n_targets * dim]: the mean over the HC streams of
                                 the output of each DSpark target layer (dspark_target_layer_ids) — what the DSpark
                                 drafter's context keys are made from */
+    const dsv4_sampling *sample; /* NULL, or draw a token from the last new token's logits, on the model's device
+                                (only the id comes back: no logits row needs to reach the host). Independent of
+                                `want` (both may be asked for). The parameters are checked like the sampler's. */
+    uint64_t        draw;    /* with sample: the draw number in sample->seed's stream (a sampler's counter) */
+    int32_t        *token;   /* with sample: where the drawn id goes */
 } dsv4_step_item;
 
 /* The one forward primitive: a ragged batch of (sequence, n new tokens). Prefill, chunked prefill,

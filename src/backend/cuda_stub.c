@@ -12,8 +12,8 @@ int cuda_available(int gpu, dsv4_error *why) {
     no_cuda(why);
     return 0;
 }
-int cuda_model_init(struct dsv4_model *m, int gpu, dsv4_error *err) {
-    (void)m; (void)gpu;
+int cuda_model_init(struct dsv4_model *m, int gpu, int n_gpus, dsv4_error *err) {
+    (void)m; (void)gpu; (void)n_gpus;
     return no_cuda(err);
 }
 void cuda_model_free(struct dsv4_model *m) { (void)m; }
@@ -35,9 +35,18 @@ int cuda_dspark_block(struct dsv4_model *m, const float *ring, int64_t pos, cons
     (void)m; (void)ring; (void)pos; (void)ids; (void)gamma; (void)y; (void)U;
     return no_cuda(err);
 }
+int cuda_dspark_draft(struct dsv4_model *m, const float *ring, int64_t pos, const int32_t *ids, int gamma, int k,
+                      const dsv4_sampling *sp, uint64_t draw0, int32_t *draft, float *conf, float *probs, float *U, dsv4_error *err) {
+    (void)m; (void)ring; (void)pos; (void)ids; (void)gamma; (void)k; (void)sp; (void)draw0; (void)draft; (void)conf; (void)probs;
+    (void)U;
+    return no_cuda(err);
+}
 void cuda_profile(struct dsv4_model *m, int on) { (void)m; (void)on; }
 double cuda_copy_bandwidth_gbs(const struct dsv4_model *m) { (void)m; return -1; }
 void cuda_profile_report(const struct dsv4_model *m, void *file) { (void)m; (void)file; }
+int cuda_gpus(const struct dsv4_model *m) { (void)m; return 0; }
+int cuda_distinct_layers(const struct dsv4_model *m) { (void)m; return 0; }
+uint64_t cuda_gpu_weight_bytes(const struct dsv4_model *m, int r) { (void)m; (void)r; return 0; }
 #else
 typedef int dsv4_cuda_stub_unused; /* ISO C wants a translation unit to declare something */
 #endif

@@ -18,6 +18,8 @@ int cli_parse_tokens(const char *cmd, const char *s, int32_t **out, int *n);
 int cli_parse_mode(const char *cmd, const char *s, dsv4_mode *mode);
 /* --device cpu|cuda into *device (a dsv4_device). */
 int cli_parse_device(const char *cmd, const char *s, int *device);
+/* --gpus N: 1..16 */
+int cli_parse_gpus(const char *cmd, const char *s, int *gpus);
 /* The sampling options (--temp --top-p --min-p --top-k --seed), shared by generate and chat: when argv[*i] is
  * one, consume it (and its value) into sp and return 1; 0 when it is not one; -1 after printing an error. */
 int cli_sampling_option(const char *cmd, int argc, char **argv, int *i, void *sampling /* dsv4_sampling * */);

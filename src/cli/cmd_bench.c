@@ -8,6 +8,7 @@
 #include "engine/drafter_mtp.h"
 #include "engine/speculative.h"
 #include "model/footprint.h"
+#include "model/expert_place.h"
 #include "model/model.h"
 #include "model/tiny.h"
 #include "state/kvrows.h"
@@ -38,6 +39,17 @@ static const synthetic synthetics[] = {
                   "num_attention_heads=16", "head_dim=512", "q_lora_rank=1024", "o_lora_rank=1024", "o_groups=4",
                   "n_routed_experts=64", "num_experts_per_tok=6", "moe_intermediate_size=1024", "vocab_size=32768",
                   "index_n_heads=16", "index_topk=64", "sliding_window=128", "num_hash_layers=2", NULL}},
+    /* the real shapes (spec §1.1), big matrices as holes filled in GPU memory (model/synthetic.h): --device cuda */
+    {"flash", {"hidden_size=4096", "num_hidden_layers=43", "compress_ratios=[0,0,4,128,4,128,4,128,4,128,4,128,4,128,4,128,4,128,4,128,4,128,4,128,4,128,4,128,4,128,4,128,4,128,4,128,4,128,4,128,4,128,4]",
+               "num_attention_heads=64", "head_dim=512", "q_lora_rank=1024", "o_lora_rank=1024", "o_groups=8",
+               "n_routed_experts=256", "num_experts_per_tok=6", "moe_intermediate_size=2048", "vocab_size=129280",
+               "index_n_heads=64", "index_head_dim=128", "index_topk=512", "sliding_window=128", "num_hash_layers=3",
+               "routed_scaling_factor=1.5", "dsv4_synthetic=holes", NULL}},
+    {"pro", {"hidden_size=7168", "num_hidden_layers=61", "compress_ratios=[128,128,4,128,4,128,4,128,4,128,4,128,4,128,4,128,4,128,4,128,4,128,4,128,4,128,4,128,4,128,4,128,4,128,4,128,4,128,4,128,4,128,4,128,4,128,4,128,4,128,4,128,4,128,4,128,4,128,4,128,4]",
+             "num_attention_heads=128", "head_dim=512", "q_lora_rank=1536", "o_lora_rank=1024", "o_groups=16",
+             "n_routed_experts=384", "num_experts_per_tok=6", "moe_intermediate_size=3072", "vocab_size=129280",
+             "index_n_heads=64", "index_head_dim=128", "index_topk=1024", "sliding_window=128", "num_hash_layers=3",
+             "routed_scaling_factor=2.5", "dsv4_synthetic=holes", NULL}},
     {"small", {"hidden_size=512", "num_hidden_layers=4", "compress_ratios=[0,4,128,4]", "num_attention_heads=8",
                "head_dim=256", "n_routed_experts=16", "num_experts_per_tok=4", "moe_intermediate_size=256",
                "vocab_size=4096", NULL}},
@@ -47,7 +59,7 @@ static int synthetic_dir(const char *name, char *dir, size_t n) {
     const synthetic *s = NULL;
     for (size_t i = 0; i < sizeof synthetics / sizeof synthetics[0]; i++)
         if (!strcmp(synthetics[i].name, name)) s = &synthetics[i];
-    if (!s) return cli_error(CMD, "unknown synthetic model '%s' (flash-2g, small)", name);
+    if (!s) return cli_error(CMD, "unknown synthetic model '%s' (flash-2g, small; flash, pro with --device cuda)", name);
     snprintf(dir, n, "/tmp/dsv4-synthetic-%s", name);
     char cfg[600];
     snprintf(cfg, sizeof cfg, "%s/model.safetensors.index.json", dir);
@@ -60,6 +72,23 @@ static int synthetic_dir(const char *name, char *dir, size_t n) {
     dsv4_error err;
     if (dsv4_tiny_write(dir, &o, &err)) return cli_fail(CMD, &err);
     return 0;
+}
+
+/* Expert parallelism: what each GPU holds and reads per decoded token. GPU 0 reads everything that is not a routed
+ * expert; the routed reads are split by the experts each GPU holds (expert_place.h), as expected under uniform
+ * routing (the tokens' real routing decides; this is the share, not a count). */
+static void per_gpu_traffic(const dsv4_model *m, double tps, double bw) {
+    const int n = cuda_gpus(m), E = m->cfg.n_routed;
+    const double routed = (double)dsv4_decode_routed_bytes(m), dense = (double)dsv4_decode_weight_bytes(m) - routed;
+    printf("per GPU (routed-expert reads as expected under uniform routing):\n");
+    for (int r = 0; r < n; r++) {
+        const double share = (double)(expert_first(E, n, r + 1) - expert_first(E, n, r)) / E;
+        const double b = (r ? 0 : dense) + routed * share;
+        printf("  GPU %d: %7.2f GB held, %.3f GB read per token, %8.1f GB/s", r, cuda_gpu_weight_bytes(m, r) / 1e9, b / 1e9,
+               b * tps / 1e9);
+        if (bw > 0) printf(" = %5.1f %% of its measured bandwidth", 100.0 * b * tps / 1e9 / bw);
+        printf("\n");
+    }
 }
 
 /* Prefill `prompt` tokens in one step, then `decode` single-token steps; report both rates. */
@@ -95,6 +124,7 @@ static int bench_single_stream(dsv4_model *m, int prompt, int decode, double bw,
     printf("%-26s %10.2f tok/s   %.1f ms/token\n", "decode, 1 stream", tps, 1e3 / tps);
     printf("%-26s %10.2f GB/s    %.3f GB weights read per token\n", "decode weight traffic", bytes * tps / 1e9, bytes / 1e9);
     if (bw > 0) printf("%-26s %10.1f %%      of measured read bandwidth\n", "bandwidth fraction", 100.0 * bytes * tps / 1e9 / bw);
+    if (cuda_gpus(m) > 1) per_gpu_traffic(m, tps, bw);
     if (profile) {
         printf("decode, ");
         cuda_profile_report(m, stdout);
@@ -194,7 +224,7 @@ static int bench_grammar(const char *dir) {
 int cmd_bench(int argc, char **argv) {
     const char *model_dir = NULL, *synth = NULL, *streams = NULL, *spec = NULL;
     long long threads = 0, prompt = 128, decode = 32;
-    int tokenizer = 0, grammar = 0, no_bw = 0, profile = 0, kv = DSV4_KV_F32, device = DSV4_DEVICE_CPU;
+    int tokenizer = 0, grammar = 0, no_bw = 0, profile = 0, kv = DSV4_KV_F32, device = DSV4_DEVICE_CPU, gpus = 1;
     dsv4_mode mode = DSV4_MODE_EXACT;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
@@ -211,6 +241,7 @@ int cmd_bench(int argc, char **argv) {
         else if (!strcmp(a, "--profile")) profile = 1;
         else if (!strcmp(a, "--grammar")) grammar = 1;
         else if (!strcmp(a, "--device")) { if (!(v = cli_value(CMD, argc, argv, &i)) || cli_parse_device(CMD, v, &device)) return 1; }
+        else if (!strcmp(a, "--gpus")) { if (!(v = cli_value(CMD, argc, argv, &i)) || cli_parse_gpus(CMD, v, &gpus)) return 1; }
         else if (!strcmp(a, "--mode")) { if (!(v = cli_value(CMD, argc, argv, &i)) || cli_parse_mode(CMD, v, &mode)) return 1; }
         else if (!strcmp(a, "--no-bandwidth")) no_bw = 1;
         else if (!strcmp(a, "--streams")) { if (!(v = cli_value(CMD, argc, argv, &i))) return 1; streams = v; }
@@ -225,13 +256,17 @@ int cmd_bench(int argc, char **argv) {
     }
     if (tokenizer) return bench_tokenizer(model_dir);
     if (grammar) return bench_grammar(model_dir);
-    dsv4_load_opts lo = { .mode = mode, .n_threads = (int)threads, .quiet = 1, .kv_format = kv, .device = device };
+    dsv4_load_opts lo = { .mode = mode, .n_threads = (int)threads, .quiet = 1, .kv_format = kv, .device = device, .n_gpus = gpus };
     dsv4_model *m;
     dsv4_error err;
     if (dsv4_model_load(model_dir, &lo, &m, &err)) return cli_fail(CMD, &err);
     printf("model %s: %d layers, hidden %d, %.2f GB weights, %.3f GB read per decoded token, %d threads, %s mode\n",
            model_dir, m->cfg.n_layers, m->cfg.dim, dsv4_total_weight_bytes(m) / 1e9, dsv4_decode_weight_bytes(m) / 1e9,
            dsv4_pool_threads(m->pool), mode == DSV4_MODE_OFFICIAL ? "official" : "exact");
+    if (m->cfg.synthetic_holes)
+        printf("synthetic weights generated in GPU memory: %d distinct layer weight sets for %d layers%s\n",
+               cuda_distinct_layers(m), m->cfg.n_layers,
+               cuda_distinct_layers(m) < m->cfg.n_layers ? " (the later layers reuse an earlier layer's weights of their kind)" : "");
     kv_cost_report(stdout, "", kv, m->cfg.n_layers, m->cfg.compress_ratio, m->cfg.head_dim, m->cfg.rope_dim,
                    m->cfg.index_head_dim, m->cfg.window);
     double bw = -1;

@@ -33,6 +33,7 @@ typedef struct {
     int ids, stats;
     dsv4_mode mode;
     int device;                 /* --device cpu|cuda */
+    int gpus;                    /* --gpus N (0 = 1) */
     int kv_format;       /* --kv f32|bf16|fp8 */
     dsv4_sampling sp;
     cli_constraint_opts con;
@@ -80,6 +81,7 @@ static int parse(int argc, char **argv, gen_opts *o) {
         else if (!strcmp(a, "--stats")) o->stats = 1;
         else if (!strcmp(a, "--mode")) { VAL(); if (cli_parse_mode(CMD, v, &o->mode)) return 1; }
         else if (!strcmp(a, "--device")) { VAL(); if (cli_parse_device(CMD, v, &o->device)) return 1; }
+        else if (!strcmp(a, "--gpus")) { VAL(); if (cli_parse_gpus(CMD, v, &o->gpus)) return 1; }
         else return cli_error(CMD, "unknown option '%s'", a);
 #undef VAL
     }
@@ -168,7 +170,7 @@ static int read_prompts(const gen_opts *o, dsv4_tokenizer **tok, prompt_list *pl
 static int run_batch(const gen_opts *o) {
     dsv4_error err;
     dsv4_load_opts lo = { .mode = o->mode, .kv_format = o->kv_format, .n_threads = (int)o->threads, .quiet = 0,
-                          .device = o->device };
+                          .device = o->device, .n_gpus = o->gpus };
     dsv4_model *m = NULL;
     dsv4_tokenizer *tok = NULL;
     dsv4_sched *s = NULL;
@@ -281,7 +283,7 @@ static void print_spec_stats(const gen_opts *o, dsv4_spec_stream **ss, int n, do
 static int run_spec(const gen_opts *o) {
     dsv4_error err;
     /* each step may roll back the anchor and every draft: the ring needs draft + 1 slots of slack */
-    dsv4_load_opts lo = { .mode = o->mode, .kv_format = o->kv_format, .n_threads = (int)o->threads, .quiet = 1, .device = o->device,
+    dsv4_load_opts lo = { .mode = o->mode, .kv_format = o->kv_format, .n_threads = (int)o->threads, .quiet = 1, .device = o->device, .n_gpus = o->gpus,
                           .max_spec = o->draft + 1 > 16 ? (int)o->draft + 1 : 16 };
     dsv4_model *m = NULL;
     dsv4_tokenizer *tok = NULL;
@@ -368,6 +370,30 @@ out:
     return rc;
 }
 
+/* Feed tokens and (next != NULL) draw the next one. Unconstrained, the step draws it on the model's device and only
+ * the id comes back; constrained, the row comes back to be masked first (both: draw number smp->counter, which
+ * then advances). */
+static int step_and_draw(dsv4_model *m, dsv4_seq *seq, const int32_t *tokens, int n, dsv4_sampler *smp, dsv4_cstate *cs,
+                         float *logits, int32_t *next, dsv4_error *err) {
+    dsv4_step_item it = { seq, tokens, n, cs && next ? DSV4_LOGITS_LAST : DSV4_LOGITS_NONE, cs && next ? logits : NULL };
+    if (!next) return dsv4_step(m, &it, 1, err);
+    if (!cs) {
+        it.sample = &smp->params;
+        it.draw = smp->counter;
+        it.token = next;
+    }
+    int rc = dsv4_step(m, &it, 1, err);
+    if (rc) return rc;
+    if (!cs) {
+        smp->counter++;
+        return 0;
+    }
+    /* constrained: disallowed tokens get -inf before temperature and filters */
+    if ((rc = dsv4_cstate_mask(cs, logits, err))) return rc;
+    *next = dsv4_sample(smp, logits);
+    return 0;
+}
+
 int cmd_generate(int argc, char **argv) {
     gen_opts o;
     if (parse(argc, argv, &o)) return 1;
@@ -375,7 +401,7 @@ int cmd_generate(int argc, char **argv) {
     if (o.batch) return run_batch(&o);
     dsv4_error err;
     dsv4_load_opts lo = { .mode = o.mode, .kv_format = o.kv_format, .n_threads = (int)o.threads, .quiet = 0,
-                          .device = o.device };
+                          .device = o.device, .n_gpus = o.gpus };
     dsv4_model *m = NULL;
     dsv4_tokenizer *tok = NULL;
     dsv4_seq *seq = NULL;
@@ -437,14 +463,14 @@ int cmd_generate(int argc, char **argv) {
         if (dsv4_step(m, &pre, 1, &err) || dsv4_prefix_cache_put(pcache, seq, &err)) { rc = cli_fail(CMD, &err); goto out; }
         matched = (int64_t)n_prompt - 1;
     }
-    dsv4_step_item it = { seq, prompt + matched, (int)((int64_t)n_prompt - matched), DSV4_LOGITS_LAST, logits };
-    if (dsv4_step(m, &it, 1, &err)) { rc = cli_fail(CMD, &err); goto out; }
+    int32_t next = 0;
+    if (step_and_draw(m, seq, prompt + matched, (int)((int64_t)n_prompt - matched), &smp, cs, logits, o.n > 0 ? &next : NULL, &err)) {
+        rc = cli_fail(CMD, &err);
+        goto out;
+    }
     double t1 = now_s();
     long long n_out = 0;
     while (n_out < o.n) {
-        /* constrained: disallowed tokens get -inf before temperature and filters */
-        if (cs && dsv4_cstate_mask(cs, logits, &err)) { rc = cli_fail(CMD, &err); goto out; }
-        int32_t next = dsv4_sample(&smp, logits);
         if (cs && dsv4_cstate_advance(cs, next, &err)) { rc = cli_fail(CMD, &err); goto out; }
         out_ids[n_out++] = next;
         if (!o.ids && tok && !(cs && next == info.eos_id)) { /* constrained text ends with the value, not EOS */
@@ -454,8 +480,8 @@ int cmd_generate(int argc, char **argv) {
             dsv4_sb_clear(&text);
         }
         if (next == info.eos_id || n_out == o.n) break;
-        dsv4_step_item d = { seq, &next, 1, DSV4_LOGITS_LAST, logits };
-        if (dsv4_step(m, &d, 1, &err)) { rc = cli_fail(CMD, &err); goto out; }
+        const int32_t fed = next;
+        if (step_and_draw(m, seq, &fed, 1, &smp, cs, logits, &next, &err)) { rc = cli_fail(CMD, &err); goto out; }
     }
     double t2 = now_s();
     if (o.ids || !tok) {

@@ -13,6 +13,7 @@ typedef struct {
     const char *model_dir, *tokens, *batch, *chunks, *out, *state, *resume, *kv;
     dsv4_mode mode;
     int device;                 /* --device cpu|cuda */
+    int gpus;                    /* --gpus N (0 = 1) */
     int kv_format;       /* dsv4_kv_format, from --kv */
     long long save_at, threads;
 } logits_opts;
@@ -35,6 +36,7 @@ static int parse_args(int argc, char **argv, logits_opts *o) {
         else if (!strcmp(a, "--threads")) { VAL(); if (cli_parse_int(CMD, a, v, 0, 1024, &o->threads)) return 1; }
         else if (!strcmp(a, "--mode")) { VAL(); if (cli_parse_mode(CMD, v, &o->mode)) return 1; }
         else if (!strcmp(a, "--device")) { VAL(); if (cli_parse_device(CMD, v, &o->device)) return 1; }
+        else if (!strcmp(a, "--gpus")) { VAL(); if (cli_parse_gpus(CMD, v, &o->gpus)) return 1; }
         else return cli_error(CMD, "unknown option '%s'", a);
 #undef VAL
     }
@@ -178,7 +180,7 @@ int cmd_logits(int argc, char **argv) {
     logits_opts o;
     if (parse_args(argc, argv, &o)) return 1;
     dsv4_load_opts lo = { .mode = o.mode, .kv_format = o.kv_format, .n_threads = (int)o.threads, .quiet = 0,
-                          .device = o.device };
+                          .device = o.device, .n_gpus = o.gpus };
     dsv4_model *m;
     dsv4_error err;
     if (dsv4_model_load(o.model_dir, &lo, &m, &err)) return cli_fail(CMD, &err);

@@ -26,6 +26,7 @@ typedef struct {
     long long port, max_streams, ctx, pcache_mb, pcache_disk_mb, threads, step_tokens, max_queue, max_conn, max_body_mb;
     int kv_format;
     int device;          /* a dsv4_device */
+    int gpus;             /* --gpus N (0 = 1) */
     dsv4_mode mode;
 } serve_opts;
 
@@ -50,6 +51,7 @@ static int parse(int argc, char **argv, serve_opts *o) {
         else if (!strcmp(a, "--host")) { VAL(); o->host = v; }
         else if (!strcmp(a, "--port")) INT(0, 65535, &o->port);
         else if (!strcmp(a, "--device")) { VAL(); if (cli_parse_device(CMD, v, &o->device)) return 1; }
+        else if (!strcmp(a, "--gpus")) { VAL(); if (cli_parse_gpus(CMD, v, &o->gpus)) return 1; }
         else if (!strcmp(a, "--api-key")) { VAL(); o->api_key = v; }
         else if (!strcmp(a, "--max-streams")) INT(1, 4096, &o->max_streams);
         else if (!strcmp(a, "--ctx")) INT(2, 1LL << 31, &o->ctx);
@@ -108,7 +110,7 @@ int cmd_serve(int argc, char **argv) {
     dsv4_error err;
     /* the same load path for both devices: the scheduler and the server do not care where steps run */
     dsv4_load_opts lo = {.mode = o.mode, .kv_format = o.kv_format, .n_threads = (int)o.threads, .quiet = 1,
-                         .device = o.device};
+                         .device = o.device, .n_gpus = o.gpus};
     dsv4_model *m = NULL;
     dsv4_tokenizer *tok = NULL;
     dsv4_prefix_cache *pc = NULL;

@@ -101,6 +101,14 @@ int cli_parse_device(const char *cmd, const char *s, int *device) {
     return 0;
 }
 
+int cli_parse_gpus(const char *cmd, const char *s, int *gpus) {
+    char *end = NULL;
+    const long n = strtol(s, &end, 10);
+    if (!*s || *end || n < 1 || n > 16) return cli_error(cmd, "--gpus must be a number of GPUs from 1 to 16, got '%s'", s);
+    *gpus = (int)n;
+    return 0;
+}
+
 int cli_sampling_option(const char *cmd, int argc, char **argv, int *i, void *sampling) {
     dsv4_sampling *sp = sampling;
     const char *a = argv[*i], *v;

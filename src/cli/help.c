@@ -22,7 +22,9 @@ typedef struct {
 #define O_KV        {"--kv f32|bf16|fp8", "KV cache storage (default f32; fp8 = E4M3 per 64 dims, indexer rows FP4)"}
 #define O_THREADS   {"--threads N", "worker threads (default 0 = one per online CPU)"}
 #define O_DEVICE    {"--device cpu|cuda", "where weights, state and steps live (default cpu; cuda needs make CUDA=1 " \
-                                          "and a GPU)"}
+                                          "and a GPU)"}, \
+                    {"--gpus N", "with --device cuda: spread the routed experts over GPUs 0..N-1 (expert parallelism over " \
+                                 "NCCL, the same bits as one GPU; default 1)"}
 #define O_SAMPLING  {"--temp T", "sampling temperature (default 0 = greedy, lowest id wins ties)"}, \
                     {"--top-p P", "nucleus sampling: keep the smallest set of tokens with probability >= P (default 1)"}, \
                     {"--top-k K", "keep only the K most likely tokens (default 0 = all)"}, \
@@ -111,9 +113,10 @@ static const cmd_help HELP[] = {
      "dsv4 state inspect FILE   (header, writer version, per-layer sizes, bytes per token; checksum verified)",
      {{NULL, NULL}}},
     {"bench", "benchmarks",
-     "dsv4 bench (-m DIR | --synthetic flash-2g|small) [options]",
+     "dsv4 bench (-m DIR | --synthetic flash-2g|small|flash|pro) [options]",
      {O_MODEL,
-      {"--synthetic flash-2g|small", "write (once, to /tmp) and load a synthetic model of this size"},
+      {"--synthetic flash-2g|small|flash|pro", "write (once, to /tmp) and load a synthetic model of this size; flash and pro "
+                                              "are the real V4 shapes, generated in GPU memory (--device cuda)"},
       {"--prompt N", "prompt tokens of the single-stream run (default 128)"},
       {"--decode N", "decoded tokens per run (default 32)"},
       {"--streams LIST", "also decode with 1,2,4,... streams together"},

@@ -8,6 +8,7 @@
 #include "core/norm.h"
 #include "core/numerics.h"
 #include "core/rope.h"
+#include "core/sample.h"
 #include "core/workspace.h"
 #include "model/model.h"
 #include "util/error.h"
@@ -20,6 +21,9 @@ struct dsv4_dspark_ctx {
     int64_t pos;        /* committed positions */
     float *ring;        /* [n_stages][window][D]: context keys, slot = t mod window, in `mem` */
     const seq_mem *mem; /* the model's state memory: the ring is on the GPU for a cuda model */
+    /* host scratch of dsv4_dspark_draft on the CPU (allocated on first use) */
+    float *U, *y, *e, *scratch;   /* [gamma][V], [gamma][d], [rank], [V + 2(d + rank)] */
+    sample_scratch sc;
 };
 
 static float *ring_at(const dsv4_dspark_ctx *c, int stage, int64_t t) {
@@ -50,6 +54,11 @@ int dsv4_dspark_ctx_new(dsv4_model *m, dsv4_dspark_ctx **out, dsv4_error *err) {
 void dsv4_dspark_ctx_free(dsv4_dspark_ctx *c) {
     if (!c) return;
     c->mem->release(c->ring);
+    free(c->U);
+    free(c->y);
+    free(c->e);
+    free(c->scratch);
+    sample_scratch_free(&c->sc);
     free(c);
 }
 
@@ -162,6 +171,47 @@ int dsv4_dspark_block(dsv4_model *m, dsv4_dspark_ctx *c, int32_t anchor, float *
         rmsnorm(m->mode, yj, h->norm, d, cfg->norm_eps, nj);
     }
     cpu_linear(m->pool, &m->head, ws->u, gamma, d, U, cfg->vocab_size);
+    return 0;
+}
+
+int dsv4_dspark_draft(dsv4_model *m, dsv4_dspark_ctx *c, int32_t anchor, int k, const dsv4_sampling *sp, uint64_t draw0,
+                      int32_t *draft, float *conf, float *probs, float *U, dsv4_error *err) {
+    const dsv4_config *cfg = &m->cfg;
+    const int gamma = cfg->dspark_block_size, V = cfg->vocab_size, d = cfg->dim, r = cfg->dspark_markov_rank;
+    if (!m->dspark) return dsv4_fail(err, DSV4_E_UNSUPPORTED, "no DSpark drafter");
+    if (k < 1 || k > gamma) return dsv4_fail(err, DSV4_E_ARG, "DSpark: %d drafts from a block of %d", k, gamma);
+    int rc = sample_check(sp, err);
+    if (rc) return rc;
+    if (anchor < 0 || anchor >= V) return dsv4_fail(err, DSV4_E_ARG, "DSpark: anchor %d outside the vocabulary", anchor);
+    if (c->pos + gamma > cfg->max_position) return dsv4_fail(err, DSV4_E_RANGE, "DSpark: the block runs past the context");
+    if (m->cuda) {
+        int32_t ids[64];
+        ids[0] = anchor;
+        for (int j = 1; j < gamma; j++) ids[j] = cfg->dspark_noise_token;
+        return cuda_dspark_draft(m, c->ring, c->pos, ids, gamma, k, sp, draw0, draft, conf, probs, U, err);
+    }
+    if (!c->U) {
+        c->U = malloc(sizeof(float) * (size_t)gamma * V);
+        c->y = malloc(sizeof(float) * (size_t)gamma * d);
+        c->e = malloc(sizeof(float) * (size_t)r);
+        c->scratch = malloc(sizeof(float) * ((size_t)V + 2 * ((size_t)d + r)));
+        if (!c->U || !c->y || !c->e || !c->scratch || sample_scratch_init(&c->sc, V)) {
+            free(c->U); free(c->y); free(c->e); free(c->scratch);
+            c->U = c->y = c->e = c->scratch = NULL;
+            return dsv4_fail(err, DSV4_E_NOMEM, "DSpark: out of memory");
+        }
+    }
+    if ((rc = dsv4_dspark_block(m, c, anchor, c->y, c->U, err))) return rc;
+    int32_t prev = anchor;
+    for (int j = 0; j < k; j++) {
+        float *row = c->U + (int64_t)j * V;
+        dsv4_dspark_markov(m, prev, row, c->e, c->scratch);
+        if (probs) sample_distribution(sp, row, &c->sc, probs + (int64_t)j * V);
+        draft[j] = sample_row(sp, draw0 + (uint64_t)j, row, &c->sc);
+        if (conf) conf[j] = dsv4_dspark_confidence(m, c->y + (int64_t)j * d, c->e, c->scratch + V);
+        if (U) memcpy(U + (int64_t)j * V, row, sizeof(float) * (size_t)V);
+        prev = draft[j];
+    }
     return 0;
 }
 

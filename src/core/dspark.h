@@ -31,6 +31,13 @@ int  dsv4_dspark_rank(const dsv4_model *m);
 /* Run the block for `anchor` at the context's position: y [gamma][dim] (the last stage's hc_head outputs,
  * before the final norm) and U [gamma][vocab] (LM head logits before the Markov correction). */
 int  dsv4_dspark_block(dsv4_model *m, dsv4_dspark_ctx *c, int32_t anchor, float *y, float *U, dsv4_error *err);
+/* A whole draft for `anchor` at the context's position (what the drafter proposes): the block, then for rows
+ * j = 0 .. k-1 in turn (k <= block size) the Markov correction by the previous token (the anchor for row 0), the
+ * draft draft[j] = draw number draw0 + j of the sampling sp from the corrected row (core/sample.h), and the
+ * confidence logit conf[j] (apply a sigmoid). When not NULL: probs [k][vocab] the distributions the drafts were
+ * drawn from, U [k][vocab] the corrected rows. On a cuda model all of it runs on the GPU and only these come back. */
+int  dsv4_dspark_draft(dsv4_model *m, dsv4_dspark_ctx *c, int32_t anchor, int k, const dsv4_sampling *sp, uint64_t draw0,
+                       int32_t *draft, float *conf, float *probs, float *U, dsv4_error *err);
 /* Markov correction of one row: e = markov_w1[prev] ([rank]); U_row += markov_w2 . e. scratch: [vocab]. */
 void dsv4_dspark_markov(dsv4_model *m, int32_t prev, float *U_row, float *e, float *scratch);
 /* Confidence logit of a draft: proj . [y_j ; e_j] (apply a sigmoid for c_j). scratch: [dim + rank]. */

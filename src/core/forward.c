@@ -8,6 +8,7 @@
 #include "core/moe.h"
 #include "core/norm.h"
 #include "core/numerics.h"
+#include "core/sample.h"
 #include "core/workspace.h"
 #include "core/forward.h"
 #include "model/model.h"
@@ -23,8 +24,9 @@ void dsv4_workspace_free(dsv4_workspace *ws) {
                     ws->mixbuf, ws->mix, ws->sub, ws->qr, ws->q, ws->kv, ws->o, ws->z, ws->ck, ws->cz, ws->ick,
                     ws->icz, ws->qi, ws->wi, ws->sel, ws->n_sel, ws->pooled, ws->keyscratch, ws->idxscratch,
                     ws->heapscratch, (void *)ws->keyptrs, ws->router, ws->route_e, ws->route_w, ws->expert_tok,
-                    ws->expert_w, ws->ex, ws->eg, ws->ev, ws->ey, ws->acc, (void *)ws->head_out};
+                    ws->expert_w, ws->ex, ws->eg, ws->ev, ws->ey, ws->acc, (void *)ws->head_out, ws->sample_rows};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
+    sample_scratch_free(&ws->sample);
     free(ws);
 }
 
@@ -99,6 +101,9 @@ int step_validate(struct dsv4_model *m, const seq_mem *mem, dsv4_step_item *item
             if (items[j].seq == it->seq) return dsv4_fail(err, DSV4_E_ARG, "a sequence appears twice in one step (items %d and %d)", j, i);
         if (it->n_tokens <= 0 || !it->tokens) return dsv4_fail(err, DSV4_E_ARG, "step item %d has no tokens", i);
         if (it->want != DSV4_LOGITS_NONE && !it->logits) return dsv4_fail(err, DSV4_E_ARG, "step item %d wants logits but gives no buffer", i);
+        if (it->sample && !it->token)
+            return dsv4_fail(err, DSV4_E_ARG, "step item %d asks for a sampled token but gives no place for it", i);
+        if (it->sample && sample_check(it->sample, err)) return dsv4_wrap(err, "step item %d", i);
         for (int k = 0; k < it->n_tokens; k++)
             if (it->tokens[k] < 0 || it->tokens[k] >= c->vocab_size)
                 return dsv4_fail(err, DSV4_E_ARG, "token id %d at index %d is outside the vocabulary (0..%d)",
@@ -147,6 +152,24 @@ void block_forward(struct dsv4_model *m, const dsv4_layer *ly, int L, dsv4_works
     block_forward_with(m, ly, sequence_attention, &L, ws);
 }
 
+/* Items that sample without wanting logits still need their last row: a host row each, and the sampler's
+ * scratch. */
+static int sample_rows_ensure(struct dsv4_model *m, const dsv4_step_item *items, int n_items) {
+    dsv4_workspace *ws = m->ws;
+    const int V = m->cfg.vocab_size;
+    int n = 0, any = 0;
+    for (int i = 0; i < n_items; i++) {
+        any |= items[i].sample != NULL;
+        n += items[i].sample && items[i].want == DSV4_LOGITS_NONE;
+    }
+    if (any && !ws->sample.vocab && sample_scratch_init(&ws->sample, V)) return -1;
+    if (n > ws->sample_rows_cap) {
+        GROW(ws->sample_rows, (int64_t)n * V);
+        ws->sample_rows_cap = n;
+    }
+    return 0;
+}
+
 int forward_begin(struct dsv4_model *m, dsv4_step_item *items, int n_items, int scratch_rows, dsv4_error *err) {
     int T = 0;
     int64_t max_rows = 0;
@@ -154,6 +177,7 @@ int forward_begin(struct dsv4_model *m, dsv4_step_item *items, int n_items, int 
     if (rc) return rc;
     if (workspace_ensure(m, T * (scratch_rows > 1 ? scratch_rows : 1), max_rows))
         return dsv4_fail(err, DSV4_E_NOMEM, "out of memory for a step of %d tokens", T);
+    if (sample_rows_ensure(m, items, n_items)) return dsv4_fail(err, DSV4_E_NOMEM, "out of memory for sampling");
     for (int i = 0; i < n_items; i++)
         if (seq_reserve(items[i].seq, items[i].n_tokens))
             return dsv4_fail(err, DSV4_E_NOMEM, "out of memory growing sequence state");
@@ -185,19 +209,29 @@ void forward_finish(struct dsv4_model *m, const dsv4_hc_weights *hc_head, const 
     const int hcd = c->hc_mult * c->dim, V = c->vocab_size;
     /* Every row that wants logits, from every item: collapse and normalise each (into ws->u, free now), then
      * one pass of the LM head over all of them, so the head is read once per step however many streams. */
-    int R = 0;
+    int R = 0, n_sample_rows = 0;
     for (int i = 0; i < b->n_items; i++) {
         dsv4_step_item *it = &b->items[i];
         const int f = b->first[i];
-        const int k0 = it->want == DSV4_LOGITS_ALL ? 0 : it->want == DSV4_LOGITS_LAST ? it->n_tokens - 1 : it->n_tokens;
+        int k0 = it->want == DSV4_LOGITS_ALL ? 0 : it->want == DSV4_LOGITS_LAST ? it->n_tokens - 1 : it->n_tokens;
+        if (it->sample && it->want == DSV4_LOGITS_NONE) k0 = it->n_tokens - 1;   /* into a scratch row */
         for (int k = k0; k < it->n_tokens; k++, R++) {
             float *h = ws->u + (int64_t)R * c->dim;
             hc_head_one(m->mode, c, hc_head, ws->X + (int64_t)(f + k) * hcd, h);
             rmsnorm(m->mode, h, norm, c->dim, c->norm_eps, h);
-            ws->head_out[R] = it->logits + (int64_t)(it->want == DSV4_LOGITS_ALL ? k : 0) * V;
+            ws->head_out[R] = it->want == DSV4_LOGITS_NONE ? ws->sample_rows + (int64_t)n_sample_rows++ * V
+                                                           : it->logits + (int64_t)(it->want == DSV4_LOGITS_ALL ? k : 0) * V;
         }
     }
     cpu_linear_scatter(m->pool, &m->head, ws->u, R, c->dim, ws->head_out);
+    /* the sampled tokens, from each item's last row (core/sample.h: the CUDA kernel draws the same) */
+    for (int i = 0, r = 0; i < b->n_items; i++) {
+        dsv4_step_item *it = &b->items[i];
+        if (!it->sample) continue;
+        const float *row = it->want == DSV4_LOGITS_NONE ? ws->sample_rows + (int64_t)r++ * V
+                                                        : it->logits + (int64_t)(it->want == DSV4_LOGITS_ALL ? it->n_tokens - 1 : 0) * V;
+        *it->token = sample_row(it->sample, it->draw, row, &ws->sample);
+    }
     for (int i = 0; i < b->n_items; i++) {
         dsv4_step_item *it = &b->items[i];
         if (it->hidden) memcpy(it->hidden, ws->X + (int64_t)b->first[i] * hcd, sizeof(float) * (size_t)it->n_tokens * hcd);

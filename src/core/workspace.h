@@ -3,6 +3,7 @@
 #ifndef DSV4_CORE_WORKSPACE_H
 #define DSV4_CORE_WORKSPACE_H
 #include "core/hc.h"
+#include "core/sample.h"
 #include <stdint.h>
 
 /* The tokens of one step, flattened over its items (sequences). */
@@ -46,6 +47,10 @@ typedef struct dsv4_workspace {
     float *acc;                  /* [T][d] fp32 MoE sum */
     /* head */
     float **head_out;            /* [T] where each logits row of the step goes */
+    /* sampling in the step (dsv4_step_item.sample) */
+    float *sample_rows;          /* [sample_rows_cap][vocab]: last rows of items that sample but want no logits */
+    int sample_rows_cap;
+    sample_scratch sample;
 } dsv4_workspace;
 
 struct dsv4_model;

@@ -3,7 +3,6 @@
 #include "text/chat.h"
 #include "text/strbuf.h"
 #include "util/error.h"
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -12,8 +11,8 @@ struct dsv4_chat_session {
     const dsv4_tokenizer *tok;         /* borrowed */
     dsv4_seq *seq;                     /* owned */
     dsv4_prefix_cache *pcache;         /* borrowed, optional: states reused across sessions and processes */
-    dsv4_sampler sampler;              /* owned */
-    float *logits;                     /* [vocab]: the next-token logits while a turn is open */
+    dsv4_sampler sampler;              /* owned; its n_allowed keeps ids the tokenizer cannot decode out */
+    int32_t drawn;                     /* the next reply token while a turn is open (drawn by the last feed) */
     int vocab, tok_vocab;
     int32_t eos_id, user_id;
     char *system;                      /* owned copy, NULL when none */
@@ -78,17 +77,11 @@ static void show_text(dsv4_chat_session *s, const char *p, size_t n) {
 
 /* ---- sequence feeding -------------------------------------------------------------------------------- */
 
-/* Ids the tokenizer cannot decode (model vocab rows past the tokenizer's last id) are never sampled. */
-static void mask_undecodable(dsv4_chat_session *s) {
-    for (int i = s->tok_vocab; i < s->vocab; i++) s->logits[i] = -INFINITY;
-}
-
 /* With a prefix cache, the longest stored state of (history + ids) replaces the sequence first, so only the
- * rest is processed (at least one token when logits are wanted), and the state after a multi-token feed (a
+ * rest is processed (at least one token when the next token is drawn), and the state after a multi-token feed (a
  * user turn, a closing) is stored; single generated tokens go straight through. A state is exact at any
  * position, so the conversation is the same with or without the cache. */
-static int reuse_cached(dsv4_chat_session *s, const int32_t *ids, int n, dsv4_logits_want want, int *skip,
-                        dsv4_error *err) {
+static int reuse_cached(dsv4_chat_session *s, const int32_t *ids, int n, int draw, int *skip, dsv4_error *err) {
     *skip = 0;
     const int64_t pos = dsv4_seq_position(s->seq), total = pos + n;
     int32_t *all = malloc(sizeof(int32_t) * (size_t)total);
@@ -97,8 +90,7 @@ static int reuse_cached(dsv4_chat_session *s, const int32_t *ids, int n, dsv4_lo
     memcpy(all + pos, ids, sizeof(int32_t) * (size_t)n);
     dsv4_seq *cand = NULL;
     int64_t matched = 0;
-    int rc = dsv4_prefix_cache_lookup(s->pcache, s->model, all, want == DSV4_LOGITS_NONE ? total : total - 1, &cand,
-                                      &matched, err);
+    int rc = dsv4_prefix_cache_lookup(s->pcache, s->model, all, draw ? total - 1 : total, &cand, &matched, err);
     free(all);
     if (rc) return rc;
     if (matched > pos) {
@@ -111,22 +103,32 @@ static int reuse_cached(dsv4_chat_session *s, const int32_t *ids, int n, dsv4_lo
     return 0;
 }
 
-static int feed(dsv4_chat_session *s, const int32_t *ids, int n, dsv4_logits_want want, dsv4_error *err) {
+/* The step item that takes the last fed token draws the next reply token: draw number sampler.counter (which
+ * dsv4_chat_session_next advances when it takes the token), on the model's device; only the id comes back. */
+static void draw_next(dsv4_chat_session *s, dsv4_step_item *it) {
+    it->sample = &s->sampler.params;
+    it->draw = s->sampler.counter;
+    it->token = &s->drawn;
+}
+
+/* Feed ids; with draw, the step also draws the next reply token into s->drawn. */
+static int feed(dsv4_chat_session *s, const int32_t *ids, int n, int draw, dsv4_error *err) {
     if (n == 0) return 0;
     int skip = 0, rc;
     const int cached = s->pcache && n > 1;
-    if (cached && (rc = reuse_cached(s, ids, n, want, &skip, err))) return rc;
-    /* with logits wanted the state is stored one token short — the longest a later lookup for the same feed
-     * may use — and the last token then goes on its own (chunking never changes a result) */
-    const int last = cached && want != DSV4_LOGITS_NONE ? 1 : 0;
+    if (cached && (rc = reuse_cached(s, ids, n, draw, &skip, err))) return rc;
+    /* with a draw the state is stored one token short — the longest a later lookup for the same feed may use —
+     * and the last token then goes on its own (chunking never changes a result) */
+    const int last = cached && draw ? 1 : 0;
     if (skip < n - last) {
-        dsv4_step_item it = { s->seq, ids + skip, n - last - skip, last ? DSV4_LOGITS_NONE : want,
-                              last || want == DSV4_LOGITS_NONE ? NULL : s->logits };
+        dsv4_step_item it = { s->seq, ids + skip, n - last - skip, DSV4_LOGITS_NONE, NULL };
+        if (draw && !last) draw_next(s, &it);
         if ((rc = dsv4_step(s->model, &it, 1, err))) return rc;
     }
     if (cached && (rc = dsv4_prefix_cache_put(s->pcache, s->seq, err))) return rc;
     if (last) {
-        dsv4_step_item it = { s->seq, ids + n - 1, 1, want, s->logits };
+        dsv4_step_item it = { s->seq, ids + n - 1, 1, DSV4_LOGITS_NONE, NULL };
+        draw_next(s, &it);
         if ((rc = dsv4_step(s->model, &it, 1, err))) return rc;
     }
     return 0;
@@ -223,8 +225,10 @@ int dsv4_chat_session_new(dsv4_model *m, const dsv4_tokenizer *t, const dsv4_cha
     dsv4_sb_init(&s->piece);
     int rc = 0;
     if (o->system && !(s->system = strdup(o->system))) rc = dsv4_fail(err, DSV4_E_NOMEM, "out of memory");
-    if (!rc && !(s->logits = malloc(sizeof(float) * (size_t)s->vocab))) rc = dsv4_fail(err, DSV4_E_NOMEM, "out of memory");
-    if (!rc) rc = dsv4_sampler_init(&s->sampler, &o->sampling, s->vocab, err);
+    dsv4_sampling sp = o->sampling;
+    /* ids the tokenizer cannot decode (model vocab rows past the tokenizer's last id) are never drawn */
+    if (sp.n_allowed <= 0 || sp.n_allowed > s->tok_vocab) sp.n_allowed = s->tok_vocab;
+    if (!rc) rc = dsv4_sampler_init(&s->sampler, &sp, s->vocab, err);
     if (!rc) rc = dsv4_seq_new(m, &s->seq, err);
     if (!rc) rc = conversation_start(s, err);
     if (rc) { dsv4_chat_session_free(s); return rc; }
@@ -248,7 +252,6 @@ void dsv4_chat_session_free(dsv4_chat_session *s) {
     json_decref(s->messages);
     dsv4_seq_free(s->seq);
     dsv4_sampler_free(&s->sampler);
-    free(s->logits);
     free(s->system);
     free(s);
 }
@@ -291,12 +294,11 @@ int dsv4_chat_session_user(dsv4_chat_session *s, const char *text, dsv4_error *e
     int rc = user_turn_text(s, with, &add, &n_add, err);
     if (!rc) rc = encode(s, add, n_add, &ids, &n_ids, err);
     if (!rc) rc = turn_begin(s, err);
-    if (!rc && (rc = feed(s, ids, (int)n_ids, DSV4_LOGITS_LAST, err))) turn_free(s);   /* step: no change on error */
+    if (!rc && (rc = feed(s, ids, (int)n_ids, 1, err))) turn_free(s);   /* step: no change on error */
     if (!rc) {
         json_decref(s->messages);
         s->messages = with;
         with = NULL;
-        mask_undecodable(s);
     }
     json_decref(with);
     free(add);
@@ -316,11 +318,10 @@ static int reply_push(dsv4_chat_session *s, int32_t id, dsv4_error *err) {
     return 0;
 }
 
-/* Feed one reply token (with the logits for the next), record it and show its text. */
+/* Feed one reply token (drawing the next one), record it and show its text. */
 static int commit_reply_token(dsv4_chat_session *s, int32_t id, dsv4_error *err) {
     if (reply_push(s, id, err)) return err->code;
-    if (feed(s, &id, 1, DSV4_LOGITS_LAST, err)) { s->reply_len--; return err->code; }
-    mask_undecodable(s);
+    if (feed(s, &id, 1, 1, err)) { s->reply_len--; return err->code; }
     dsv4_sb_clear(&s->piece);
     if (dsv4_detokenizer_push(&s->detok, id, &s->piece, err)) return err->code;
     show_text(s, s->piece.data, s->piece.len);
@@ -330,7 +331,8 @@ static int commit_reply_token(dsv4_chat_session *s, int32_t id, dsv4_error *err)
 int dsv4_chat_session_next(dsv4_chat_session *s, int32_t *tok, int *done, dsv4_error *err) {
     *done = 0;
     if (!s->turn_open) return dsv4_fail(err, DSV4_E_STATE, "chat: no reply is open");
-    int32_t id = dsv4_sample(&s->sampler, s->logits);
+    const int32_t id = s->drawn;
+    s->sampler.counter++;
     *tok = id;
     if (id == s->eos_id || id == s->user_id) { *done = 1; return 0; }
     return commit_reply_token(s, id, err);
@@ -380,7 +382,7 @@ int dsv4_chat_session_close(dsv4_chat_session *s, dsv4_error *err) {
     dsv4_sb_puts(&closing, DSV4_EOS_TEXT);
     if (!rc && closing.oom) rc = dsv4_fail(err, DSV4_E_NOMEM, "out of memory");
     if (!rc) rc = encode(s, closing.data, closing.len, &tail, &n_tail, err);
-    if (!rc) rc = feed(s, tail, (int)n_tail, DSV4_LOGITS_NONE, err);
+    if (!rc) rc = feed(s, tail, (int)n_tail, 0, err);
     if (!rc && json_array_append(s->messages, msg)) rc = dsv4_fail(err, DSV4_E_NOMEM, "out of memory");
     if (!rc) {
         /* flush the display: a held partial character, then text the parser was holding back */

@@ -1,9 +1,11 @@
 /* The DSpark drafter (spec §14.5): run the drafting block for the pending token, then walk its rows in order:
  * each row's logits are corrected by the Markov head with the PREVIOUS draft token (the anchor for the first),
- * the draft is drawn from the corrected row (argmax under greedy), and the confidence head scores it. The
- * drafting distribution of row j is therefore the sampler's over the corrected logits given d_1..d_{j-1}, which
- * is exactly what lossless verification needs (p_d). The context ring only ever receives committed positions
- * (on_commit, from the verification step's target features), so rejected drafts leave no trace. */
+ * the draft is drawn from the corrected row (argmax under greedy), and the confidence head scores it
+ * (core/dspark.h dsv4_dspark_draft: on a cuda model all on the GPU, only the drafts, their confidences and, when
+ * sampling, their distributions come back). The drafting distribution of row j is therefore the sampler's over
+ * the corrected logits given d_1..d_{j-1}, which is exactly what lossless verification needs (p_d). The context
+ * ring only ever receives committed positions (on_commit, from the verification step's target features), so
+ * rejected drafts leave no trace. */
 #include "core/dspark.h"
 #include "engine/drafter_dspark.h"
 #include "model/model.h"
@@ -15,9 +17,9 @@
 typedef struct {
     dsv4_model *m;
     dsv4_dspark_ctx *ctx;
-    dsv4_sampler smp;     /* the stream's parameters, its own random stream */
-    int gamma, vocab, dim, rank;
-    float *U, *y, *e, *scratch;   /* [gamma][V], [gamma][d], [rank], [V + 2(d + rank)] */
+    dsv4_sampler smp;     /* the stream's parameters, its own random stream (draw counter) */
+    int gamma;
+    float *z;             /* [gamma] confidence logits */
 } dspark_ctx;
 
 static void dspark_free(void *p) {
@@ -25,10 +27,7 @@ static void dspark_free(void *p) {
     if (!c) return;
     dsv4_dspark_ctx_free(c->ctx);
     dsv4_sampler_free(&c->smp);
-    free(c->U);
-    free(c->y);
-    free(c->e);
-    free(c->scratch);
+    free(c->z);
     free(c);
 }
 
@@ -38,22 +37,14 @@ static int dspark_propose(void *p, const int32_t *history, int64_t n_hist, int32
     *probs_given = 0;
     /* the context must hold every committed position before the pending one (the anchor) */
     if (dsv4_dspark_ctx_position(c->ctx) != n_hist || max_k < 1) return 0;
-    int rc = dsv4_dspark_block(c->m, c->ctx, last, c->y, c->U, err);
-    if (rc) return rc;
     const int k = max_k < c->gamma ? max_k : c->gamma;
     const int sampled = draft_probs && c->smp.params.temperature > 0.0f;
-    int32_t prev = last;
-    for (int j = 0; j < k; j++) {
-        float *row = c->U + (int64_t)j * c->vocab;
-        dsv4_dspark_markov(c->m, prev, row, c->e, c->scratch);
-        if (sampled) dsv4_sampler_distribution(&c->smp, row, draft_probs + (int64_t)j * c->vocab);
-        draft[j] = dsv4_sample(&c->smp, row);
-        if (confidence) {
-            const float z = dsv4_dspark_confidence(c->m, c->y + (int64_t)j * c->dim, c->e, c->scratch + c->vocab);
-            confidence[j] = 1.0f / (1.0f + expf(-z));
-        }
-        prev = draft[j];
-    }
+    int rc = dsv4_dspark_draft(c->m, c->ctx, last, k, &c->smp.params, c->smp.counter, draft, c->z,
+                               sampled ? draft_probs : NULL, NULL, err);
+    if (rc) return rc;
+    c->smp.counter += (uint64_t)k;   /* draws counter .. counter+k-1, as k dsv4_sample calls */
+    if (confidence)
+        for (int j = 0; j < k; j++) confidence[j] = 1.0f / (1.0f + expf(-c->z[j]));
     *probs_given = sampled;
     if (confidence) *conf_given = 1;
     return k;
@@ -80,18 +71,12 @@ int dsv4_drafter_dspark(dsv4_model *m, const dsv4_sampling *sp, dsv4_drafter *ou
     if (!c) return dsv4_fail(err, DSV4_E_NOMEM, "DSpark drafter: out of memory");
     c->m = m;
     c->gamma = m->cfg.dspark_block_size;
-    c->vocab = m->cfg.vocab_size;
-    c->dim = m->cfg.dim;
-    c->rank = m->cfg.dspark_markov_rank;
     dsv4_sampling dsp = *sp;
     dsp.seed = sp->seed ^ 0x64737061726b2121ULL;   /* its own random stream, not the verifier's */
-    int rc = dsv4_sampler_init(&c->smp, &dsp, c->vocab, err);
+    int rc = dsv4_sampler_init(&c->smp, &dsp, m->cfg.vocab_size, err);
     if (!rc) rc = dsv4_dspark_ctx_new(m, &c->ctx, err);
-    c->U = malloc(sizeof(float) * (size_t)c->gamma * c->vocab);
-    c->y = malloc(sizeof(float) * (size_t)c->gamma * c->dim);
-    c->e = malloc(sizeof(float) * (size_t)c->rank);
-    c->scratch = malloc(sizeof(float) * ((size_t)c->vocab + 2 * ((size_t)c->dim + c->rank)));
-    if (!rc && (!c->U || !c->y || !c->e || !c->scratch)) rc = dsv4_fail(err, DSV4_E_NOMEM, "DSpark drafter: out of memory");
+    c->z = malloc(sizeof(float) * (size_t)(c->gamma > 0 ? c->gamma : 1));
+    if (!rc && !c->z) rc = dsv4_fail(err, DSV4_E_NOMEM, "DSpark drafter: out of memory");
     if (rc) { dspark_free(c); return rc; }
     *out = (dsv4_drafter){ .name = "dspark", .ctx = c, .propose = dspark_propose, .on_commit = dspark_on_commit,
                            .free = dspark_free, .hidden_dim = m->cfg.n_dspark_targets * m->cfg.dim,

@@ -34,6 +34,8 @@ typedef struct {
     dsv4_cstate *cs;              /* the stream's constraint state, NULL = unconstrained */
     int32_t pending;              /* the last sampled token, fed by the next step */
     float *logits;                /* [vocab]: the row this slot samples from */
+    int in_step;                  /* this step draws the slot's token (dsv4_step_item.sample) */
+    int32_t drawn;                /* ... into here */
 } slot;
 
 struct dsv4_sched {
@@ -55,6 +57,7 @@ struct dsv4_sched {
     int64_t n_pending;
     dsv4_sched_token_fn on_token;
     void *on_token_ctx;
+    int observer_logits;          /* the observer reads its logits argument (default) */
     dsv4_prefix_cache *pcache;    /* borrowed, optional */
 };
 
@@ -85,6 +88,7 @@ int dsv4_sched_new(dsv4_model *m, const dsv4_sched_opts *o, dsv4_sched **out, ds
     dsv4_model_get_info(m, &info);
     s->m = m;
     s->o = *o;
+    s->observer_logits = 1;
     s->vocab = info.vocab_size;
     s->eos = info.eos_id;
     s->max_pos = info.max_position;
@@ -148,6 +152,8 @@ void dsv4_sched_set_observer(dsv4_sched *s, dsv4_sched_token_fn fn, void *ctx) {
     s->on_token = fn;
     s->on_token_ctx = ctx;
 }
+
+void dsv4_sched_observer_needs_logits(dsv4_sched *s, int needed) { s->observer_logits = !!needed; }
 
 /* ---- requests ------------------------------------------------------------------------------------------ */
 
@@ -357,12 +363,26 @@ static void retire_at_context_limit(dsv4_sched *s) {
     }
 }
 
-static void add_item(dsv4_sched *s, int *n_items, int slot_i, const int32_t *tokens, int n, dsv4_logits_want want) {
+/* An item of the step; `samples`: the stream draws a token from its last row. A stream with no logits hook and no
+ * constraint draws it inside the step (on the model's device: dsv4_step_item.sample, the same token as
+ * dsv4_sample on that row), and its row comes back only for an observer that reads it. */
+static void add_item(dsv4_sched *s, int *n_items, int slot_i, const int32_t *tokens, int n, int samples) {
     slot *sl = &s->slots[slot_i];
-    s->items[*n_items] = (dsv4_step_item){ sl->seq, tokens, n, want, want == DSV4_LOGITS_NONE ? NULL : sl->logits };
+    const request *q = &s->req[sl->req - s->base];
+    sl->in_step = samples && !q->hook.fn && !sl->cs;
+    const int rows = samples && (!sl->in_step || (s->on_token && s->observer_logits));
+    dsv4_step_item *it = &s->items[*n_items];
+    *it = (dsv4_step_item){ sl->seq, tokens, n, rows ? DSV4_LOGITS_LAST : DSV4_LOGITS_NONE, rows ? sl->logits : NULL };
+    if (sl->in_step) {
+        it->sample = &sl->smp.params;
+        it->draw = sl->smp.counter;
+        it->token = &sl->drawn;
+    }
     s->item_slot[*n_items] = slot_i;
     (*n_items)++;
 }
+
+static int item_samples(const dsv4_step_item *it) { return it->want != DSV4_LOGITS_NONE || it->sample; }
 
 /* Decode tokens first (one per decoding stream, starting at a rotating slot so that a budget smaller than
  * the number of streams is shared fairly), then prompt chunks, oldest request first. Returns the items. */
@@ -373,7 +393,7 @@ static int build_step(dsv4_sched *s, int *T_out) {
     for (int k = 0; k < S && budget > 0; k++) {
         const int i = (s->rr + k) % S;
         if (!is_decoding(s, &s->slots[i])) continue;
-        add_item(s, &n_items, i, &s->slots[i].pending, 1, DSV4_LOGITS_LAST);
+        add_item(s, &n_items, i, &s->slots[i].pending, 1, 1);
         budget--;
     }
     s->rr = (s->rr + 1) % S;
@@ -395,7 +415,7 @@ static int build_step(dsv4_sched *s, int *T_out) {
         if (s->pcache && q->n_prompt_done < q->n_prompt - 1) left--;
         const int n = (int)(left < budget ? left : budget);
         const int completes = q->n_prompt_done + n == q->n_prompt;
-        add_item(s, &n_items, i, q->prompt + q->n_prompt_done, n, completes ? DSV4_LOGITS_LAST : DSV4_LOGITS_NONE);
+        add_item(s, &n_items, i, q->prompt + q->n_prompt_done, n, completes);
         budget -= n;
     }
     long long T = 0;
@@ -408,7 +428,7 @@ static int build_step(dsv4_sched *s, int *T_out) {
  * step can fail. */
 static int reserve_outputs(dsv4_sched *s, int n_items) {
     for (int k = 0; k < n_items; k++) {
-        if (s->items[k].want == DSV4_LOGITS_NONE) continue;
+        if (!item_samples(&s->items[k])) continue;
         request *q = &s->req[s->slots[s->item_slot[k]].req - s->base];
         if (q->n_out < q->out_cap) continue;
         const int cap = q->out_cap ? 2 * q->out_cap : 16;
@@ -434,21 +454,30 @@ static void take_token(dsv4_sched *s, int slot_i) {
     slot *sl = &s->slots[slot_i];
     const int64_t id = sl->req;
     request *q = &s->req[id - s->base];
-    if (q->hook.fn && q->hook.fn(q->hook.ctx, q->out, q->n_out, sl->logits, s->vocab)) {
-        finish(s, id, DSV4_FINISH_ERROR);
-        return;
+    const float *row = sl->logits;
+    int32_t tok;
+    if (sl->in_step) {
+        /* drawn by the step (draw number smp.counter, as dsv4_sample would have) */
+        tok = sl->drawn;
+        sl->smp.counter++;
+        if (!(s->on_token && s->observer_logits)) row = NULL;
+    } else {
+        if (q->hook.fn && q->hook.fn(q->hook.ctx, q->out, q->n_out, sl->logits, s->vocab)) {
+            finish(s, id, DSV4_FINISH_ERROR);
+            return;
+        }
+        /* constrained: disallowed tokens get -inf before temperature and filters (after the hook, so that
+         * nothing re-allows them); the state follows the token */
+        if (sl->cs && dsv4_cstate_mask(sl->cs, sl->logits, NULL)) { finish(s, id, DSV4_FINISH_ERROR); return; }
+        tok = dsv4_sample(&sl->smp, sl->logits);
     }
-    /* constrained: disallowed tokens get -inf before temperature and filters (after the hook, so that nothing
-     * re-allows them); the state follows the token */
-    if (sl->cs && dsv4_cstate_mask(sl->cs, sl->logits, NULL)) { finish(s, id, DSV4_FINISH_ERROR); return; }
-    const int32_t tok = dsv4_sample(&sl->smp, sl->logits);
     /* EOS before the value is complete happens only when max_new_tokens is below the shortest value: the
      * budget ran out, which is what LENGTH says */
     const int cut_short = sl->cs && tok == s->eos && !dsv4_cstate_complete(sl->cs);
     if (sl->cs && dsv4_cstate_advance(sl->cs, tok, NULL)) { finish(s, id, DSV4_FINISH_ERROR); return; }
     q->out[q->n_out++] = tok;
     sl->pending = tok;
-    if (s->on_token) s->on_token(s->on_token_ctx, id, q->n_out - 1, tok, sl->logits);
+    if (s->on_token) s->on_token(s->on_token_ctx, id, q->n_out - 1, tok, row);
     if (cut_short) finish(s, id, DSV4_FINISH_LENGTH);
     else if ((q->stop_on_eos || sl->cs) && tok == s->eos) finish(s, id, DSV4_FINISH_EOS);
     else if (ends_with_stop(q)) finish(s, id, DSV4_FINISH_STOP);
@@ -473,7 +502,7 @@ int dsv4_sched_step(dsv4_sched *s, dsv4_error *err) {
             q->n_prompt_done += s->items[k].n_tokens;
             if (s->pcache && q->n_prompt_done == q->n_prompt - 1) dsv4_prefix_cache_put(s->pcache, s->slots[i].seq, NULL);
         }
-        if (s->items[k].want != DSV4_LOGITS_NONE) take_token(s, i);
+        if (item_samples(&s->items[k])) take_token(s, i);
     }
     admit(s);
     return 0;

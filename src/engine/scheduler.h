@@ -6,7 +6,8 @@
  *   1. every decoding stream contributes its one pending token (decode first: it keeps latency flat);
  *   2. what is left of the budget goes to prompt chunks, oldest request first, so a long prompt is split
  *      into chunks that interleave with the other streams' decoding.
- * Each stream whose prompt is complete gets one token sampled from its own sampler. Finished or cancelled
+ * Each stream whose prompt is complete gets one token sampled from its own sampler (inside the step when
+ * nothing needs its logits on the host: dsv4_sched_observer_needs_logits). Finished or cancelled
  * streams free their sequence state at once, and waiting requests take the free slots before the next step
  * (continuous insertion). Because dsv4_step is exact per sequence, a stream's tokens and logits do not depend
  * on which other streams share its steps, nor on how its prompt was chunked.
@@ -95,12 +96,18 @@ typedef struct {
 } dsv4_req_result;
 
 /* Called once per sampled token, right after sampling, with the logits row it was drawn from (valid only
- * during the call). Lets a server stream tokens and tests compare logits. */
+ * during the call; NULL when the observer said it does not read it, below). Lets a server stream tokens and
+ * tests compare logits. */
 typedef void (*dsv4_sched_token_fn)(void *ctx, int64_t id, int index, int32_t token, const float *logits);
 
 int  dsv4_sched_new(dsv4_model *m, const dsv4_sched_opts *o, dsv4_sched **out, dsv4_error *err);
 void dsv4_sched_free(dsv4_sched *s);
 void dsv4_sched_set_observer(dsv4_sched *s, dsv4_sched_token_fn fn, void *ctx);
+/* Streams without a logits hook or a constraint draw their tokens inside dsv4_step (on a cuda model: on the GPU,
+ * and only the ids come back), the same tokens as sampling the returned rows on the host. An observer that reads
+ * the rows (the default: needed = 1) makes every step bring them back too; with needed = 0 it gets NULL for
+ * those streams' tokens. Hooked and constrained streams always bring their row back and sample on the host. */
+void dsv4_sched_observer_needs_logits(dsv4_sched *s, int needed);
 
 /* Queue a request; its id (>= 0, increasing in add order) goes to *id. Invalid requests are refused. */
 int dsv4_sched_add(dsv4_sched *s, const dsv4_request *r, int64_t *id, dsv4_error *err);

@@ -109,6 +109,14 @@ int dsv4_config_parse(const char *text, const char *what, dsv4_config *cfg, dsv4
         if ((rc = get_int(root, "max_position_embeddings", "max_seq_len", 1048576, 0, &v, what, err))) goto done;
         cfg->max_position = v;
     }
+    {
+        json_t *syn = json_object_get(root, "dsv4_synthetic");
+        if (syn && !(json_is_string(syn) && !strcmp(json_string_value(syn), "holes"))) {
+            rc = dsv4_fail(err, DSV4_E_FORMAT, "%s: dsv4_synthetic must be \"holes\"", what);
+            goto done;
+        }
+        cfg->synthetic_holes = syn != NULL;
+    }
     INT_FIELD(cfg->bos_id, "bos_token_id", NULL, 0, 0);
     INT_FIELD(cfg->eos_id, "eos_token_id", NULL, 1, 0);
     INT_FIELD(cfg->dspark_block_size, "dspark_block_size", NULL, 0, 0);

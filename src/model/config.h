@@ -36,6 +36,8 @@ typedef struct dsv4_config {
     /* DSpark (0731) */
     int dspark_block_size, dspark_noise_token, dspark_markov_rank;
     int dspark_target_layers[8], n_dspark_targets;
+    int synthetic_holes;      /* "dsv4_synthetic": "holes" — a benchmark checkpoint whose big matrices are holes in
+                                 sparse files (src/model/synthetic.h): the GPU fills them with random values */
 } dsv4_config;
 
 /* Parse a config.json text (HF or official field names). `what` names the source for messages. */

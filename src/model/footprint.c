@@ -28,6 +28,12 @@ uint64_t dsv4_decode_weight_bytes(const struct dsv4_model *m) {
     return b;
 }
 
+uint64_t dsv4_decode_routed_bytes(const struct dsv4_model *m) {
+    uint64_t b = 0;
+    for (int l = 0; l < m->cfg.n_layers; l++) b += (uint64_t)m->cfg.n_act * expert_bytes(&m->layers[l], 0);
+    return b;
+}
+
 uint64_t dsv4_total_weight_bytes(const struct dsv4_model *m) {
     uint64_t b = wbytes(&m->head) + wbytes(&m->hc_head.fn) + weight_bytes(&m->embed);
     for (int l = 0; l < m->cfg.n_layers; l++) {

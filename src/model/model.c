@@ -384,7 +384,17 @@ int dsv4_model_load(const char *dir, const dsv4_load_opts *opts, dsv4_model **ou
         rc = dsv4_fail(err, DSV4_E_ARG, "unknown device %d (cpu = 0, cuda = 1)", opts->device);
         goto fail;
     }
+    if (opts->n_gpus < 0 || (opts->n_gpus > 1 && opts->device != DSV4_DEVICE_CUDA)) {
+        rc = dsv4_fail(err, DSV4_E_ARG, opts->n_gpus < 0 ? "the number of GPUs must be >= 0, got %d"
+                                                         : "%d GPUs: more than one GPU needs the cuda device", opts->n_gpus);
+        goto fail;
+    }
     if (opts->device == DSV4_DEVICE_CUDA && !cuda_available(opts->gpu, err)) { rc = err ? err->code : DSV4_E_UNSUPPORTED; goto fail; }
+    if (m->cfg.synthetic_holes && opts->device != DSV4_DEVICE_CUDA) {
+        rc = dsv4_fail(err, DSV4_E_UNSUPPORTED, "%s is a synthetic benchmark checkpoint whose big matrices are holes "
+                       "(\"dsv4_synthetic\": \"holes\"): it runs only on the GPU (--device cuda), which fills them", dir);
+        goto fail;
+    }
     m->max_spec = opts->max_spec > 0 ? opts->max_spec : 16;
     m->ring_len = m->cfg.window + m->max_spec;
     m->kv_format = opts->kv_format;
@@ -436,7 +446,7 @@ int dsv4_model_load(const char *dir, const dsv4_load_opts *opts, dsv4_model **ou
     /* Progress goes to a terminal only: scripts reading stderr get nothing but errors. */
     m->progress = !opts->quiet && isatty(2);
     if (opts->device == DSV4_DEVICE_CUDA) {
-        if ((rc = cuda_model_init(m, opts->gpu, err))) goto fail;
+        if ((rc = cuda_model_init(m, opts->gpu, opts->n_gpus, err))) goto fail;
         m->device = DSV4_DEVICE_CUDA;
     }
     if (m->progress) {

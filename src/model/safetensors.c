@@ -143,7 +143,8 @@ out:
 }
 
 static int finish(st_archive *a, dsv4_error *err) {
-    /* an index with an empty weight_map opens no shard: no tensor array to sort (qsort's base must not be NULL) */
+    /* an index naming no tensor leaves tensors NULL, and qsort's pointer must not be NULL even for 0 elements
+     * (found by fuzz_st_index, tests/fuzz/regressions/st_index/) */
     if (a->n_tensors > 1) qsort(a->tensors, (size_t)a->n_tensors, sizeof(st_tensor), cmp_tensor);
     for (int i = 1; i < a->n_tensors; i++)
         if (!strcmp(a->tensors[i].name, a->tensors[i - 1].name))

@@ -16,6 +16,7 @@ typedef struct {
     st_dtype    dtype;
     int         ndim;
     int64_t     shape[ST_MAX_DIMS];
+    int         hole;     /* 1: not filled; left as a hole of the sparse file (zeros), see model/synthetic.h */
 } st_write_tensor;
 
 /* Write the bytes of tensors[index] into buf: exactly nbytes (= numel x dtype size) bytes, little-endian. */

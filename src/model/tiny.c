@@ -1,4 +1,5 @@
 #include "model/tiny.h"
+#include "model/synthetic.h"
 #include "model/formats.h"
 #include "model/safetensors_write.h"
 #include "util/error.h"
@@ -583,6 +584,7 @@ int dsv4_tiny_write_weights(const char *dir, const dsv4_config *cfg, dsv4_mtp_ki
         list[i].dtype = inv.v[i].dtype;
         list[i].ndim = inv.v[i].ndim;
         for (int d = 0; d < inv.v[i].ndim; d++) list[i].shape[d] = inv.v[i].shape[d];
+        list[i].hole = cfg->synthetic_holes && synthetic_hole_tensor(list[i].dtype, st_write_nbytes(&list[i]));
     }
     tiny_gen g = {.cfg = cfg, .inv = &inv, .seed = seed, .n_threads = online_cpus()};
     rc = st_write_sharded(dir, list, inv.n, n_shards ? n_shards : 2, fill_tensor, &g, err);

@@ -210,7 +210,14 @@ static void admit_incoming(server_engine *e) {
         for (int k = 0; k < j->n_stop_ids; k++) stops[k] = (dsv4_stop_seq){&j->stop_ids[k], 1};
         dsv4_request r = {.prompt = j->prompt, .n_prompt = j->n_prompt, .sampling = j->sampling, .max_new_tokens = j->max_new,
                           .stop_on_eos = j->stop_on_eos, .stop = stops, .n_stop = j->n_stop_ids,
-                          .hook = {server_logits_apply, &j->proc}, .grammar = j->grammar, .cvocab = j->cvocab};
+                          .grammar = j->grammar, .cvocab = j->cvocab};
+        /* undecodable ids are kept out by the draw itself (n_allowed), so a request without penalties or logprobs
+         * needs no hook and draws inside the step (on the GPU for a cuda model: only ids come back); logprobs
+         * keep the hook, so that they are computed from the masked row as before */
+        if (j->proc.mask_from > 0 && (r.sampling.n_allowed <= 0 || r.sampling.n_allowed > j->proc.mask_from))
+            r.sampling.n_allowed = j->proc.mask_from;
+        if (j->proc.presence != 0.0f || j->proc.frequency != 0.0f || j->want_logprobs)
+            r.hook = (dsv4_logits_hook){server_logits_apply, &j->proc};
         dsv4_error err;
         if (push(&e->active, &e->n_act, &e->cap_act, j) || dsv4_sched_add(e->sched, &r, &j->sched_id, &err)) {
             if (e->n_act && e->active[e->n_act - 1] == j) e->n_act--;
@@ -319,6 +326,7 @@ int server_engine_start(dsv4_model *m, const server_engine_opts *o, server_engin
     int rc = dsv4_sched_new(m, &so, &e->sched, err);
     if (rc) { free(e); return rc; }
     dsv4_sched_set_observer(e->sched, on_token, e);
+    dsv4_sched_observer_needs_logits(e->sched, 0);   /* on_token reads rows only for logprobs, which keep their hook */
     if (o->pcache) dsv4_sched_set_prefix_cache(e->sched, o->pcache);
     pthread_mutex_init(&e->mu, NULL);
     pthread_cond_init(&e->wake, NULL);

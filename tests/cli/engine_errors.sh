@@ -22,6 +22,15 @@ expect_err   "missing model dir"       "no config.json" "$BIN" logits -m "$T/now
 expect_err   "top-p zero"              "top-p" "$BIN" generate -m "$M" --tokens 1 -n 2 --temp 1 --top-p 0
 expect_err   "unbuilt kv format"       "--kv" "$BIN" logits -m "$M" --tokens 1 --kv q4
 expect_err   "unknown command"         "unknown command" "$BIN" frobnicate
+expect_err   "--gpus on the cpu"       "more than one GPU needs the cuda device" "$BIN" logits -m "$M" --tokens 1 --gpus 2
+expect_err   "--gpus 0"                "--gpus must be" "$BIN" logits -m "$M" --tokens 1 --gpus 0
+
+# a synthetic benchmark checkpoint with holes for its big matrices (dsv4 bench --synthetic flash) is the GPU's only:
+# written sparse (its apparent size far beyond the blocks it uses), refused on the CPU with one line
+"$BIN" tiny -o "$T/holes" --preset flash-tiny --seed 5 --set dsv4_synthetic=holes >/dev/null 2>&1
+apparent=$(du -s --apparent-size -B1 "$T/holes" | cut -f1); used=$(du -s -B1 "$T/holes" | cut -f1)
+expect_ok    "holes leave the matrices unwritten" test "$used" -lt "$((apparent / 2))"
+expect_err   "holes checkpoint on the cpu" "runs only on the GPU" "$BIN" logits -m "$T/holes" --tokens 1
 
 # damaged checkpoints reach the engine commands with the same precise messages as inspect
 cp -r "$M" "$T/trunc"

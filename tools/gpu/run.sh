@@ -4,6 +4,7 @@
 set -u
 OUT=${OUT:-/tmp/gpu-out}
 mkdir -p "$OUT"
+tools/gpu/unpack.sh
 export LD_LIBRARY_PATH="$PWD/.gpu/lib:${LD_LIBRARY_PATH:-}"
 export DSV4_TESTDATA="$PWD/.gpu/testdata" DSV4_ROOT="$PWD"
 # FUZZ_SECONDS=N (with .fuzz/ carried, tools/gpu/fuzz_stage.sh): every fuzz target in the background on
@@ -23,6 +24,11 @@ CS=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
     echo "== memcheck logits $mode $kv"
     "$CS" --tool memcheck --error-exitcode 9 .gpu/dsv4 logits -m /tmp/san --device cuda --mode $mode --kv $kv --tokens "$(seq -s, 3 2 300)" --chunks 7,1,64 --out /tmp/x.npy 2>&1 | tail -3
   done; done
+  # the sampler and DSpark kernels (shared-memory reductions, one block per row)
+  for t in test_gpu_sample test_gpu_dspark; do
+    echo "== memcheck $t"; timeout 80 "$CS" --tool memcheck --error-exitcode 9 .gpu/gputests/$t 2>&1 | tail -3
+  done
+  echo "== racecheck test_gpu_sample"; timeout 80 "$CS" --tool racecheck --error-exitcode 9 .gpu/gputests/test_gpu_sample 2>&1 | tail -3
   echo "== racecheck logits"; "$CS" --tool racecheck --error-exitcode 9 .gpu/dsv4 logits -m /tmp/san --device cuda --mode official --kv fp8 --tokens "$(seq -s, 3 2 200)" --out /tmp/x.npy 2>&1 | tail -3
   echo "== synccheck logits"; "$CS" --tool synccheck --error-exitcode 9 .gpu/dsv4 logits -m /tmp/san --device cuda --tokens "$(seq -s, 3 2 200)" --out /tmp/x.npy 2>&1 | tail -3
 } >"$OUT/sanitizer.log" 2>&1

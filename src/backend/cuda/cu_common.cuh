@@ -192,6 +192,54 @@ __device__ __forceinline__ void dev_weight4(const dsv4_weight &w, int row, int i
     }
 }
 
+/* Elements i .. i+15 of a row (i a multiple of 16, i + 16 <= cols, cols a multiple of 16 and the row 16-byte
+ * aligned — the launcher checks), with one 16-byte load per 16 bytes of weight: FP8 one, FP4 half of one, BF16
+ * two, F32 four. The values are the exact ones dev_weight_at gives (a 16-column run never crosses a scale block:
+ * 128 columns for FP8, 32 for FP4). */
+__device__ __forceinline__ void dev_weight16(const dsv4_weight &w, int row, int i, float out[16]) {
+    switch (w.fmt) {
+    case WF_F32: {
+        const float4 *p = (const float4 *)((const float *)w.data + (int64_t)row * w.cols + i);
+#pragma unroll
+        for (int q = 0; q < 4; q++) {
+            const float4 v = p[q];
+            out[4 * q] = v.x; out[4 * q + 1] = v.y; out[4 * q + 2] = v.z; out[4 * q + 3] = v.w;
+        }
+        return;
+    }
+    case WF_BF16: {
+        const uint4 *p = (const uint4 *)((const uint16_t *)w.data + (int64_t)row * w.cols + i);
+#pragma unroll
+        for (int q = 0; q < 2; q++) {
+            const uint4 v = p[q];
+            const uint32_t u[4] = { v.x, v.y, v.z, v.w };
+#pragma unroll
+            for (int k = 0; k < 4; k++) {
+                out[8 * q + 2 * k] = __uint_as_float(u[k] << 16);
+                out[8 * q + 2 * k + 1] = __uint_as_float(u[k] & 0xffff0000u);
+            }
+        }
+        return;
+    }
+    case WF_FP8: {
+        const uint4 v = *(const uint4 *)((const uint8_t *)w.data + (int64_t)row * w.cols + i);
+        const float s = dev_e8m0(w.scale[(int64_t)((w.row0 + row) / 128) * w.scale_cols + i / 128]);
+        const uint32_t u[4] = { v.x, v.y, v.z, v.w };
+#pragma unroll
+        for (int k = 0; k < 16; k++) out[k] = dev_e4m3((uint8_t)(u[k / 4] >> (8 * (k % 4)))) * s;
+        return;
+    }
+    default: {
+        const uint2 v = *(const uint2 *)((const uint8_t *)w.data + (int64_t)row * (w.cols / 2) + i / 2);
+        const float s = dev_e8m0(w.scale[(int64_t)(w.row0 + row) * w.scale_cols + i / 32]);
+        const uint32_t u[2] = { v.x, v.y };
+#pragma unroll
+        for (int k = 0; k < 16; k++) out[k] = dev_e2m1((uint8_t)((u[k / 8] >> (4 * (k % 8))) & 15)) * s;
+        return;
+    }
+    }
+}
+
 /* Launch geometry helpers. */
 static inline int cu_blocks(int64_t n, int per) { return (int)((n + per - 1) / per); }
 #endif

@@ -52,17 +52,25 @@ typedef struct {
     int32_t *token_pairs;  /* [T][K]: the token's pairs in increasing expert id, then -1 */
 } cu_moe_plan;
 
+/* ---- synthetic weights (k_synth.cu, model/synthetic.h) ------------------------------------------------------- */
+enum { CU_SYNTH_FP8 = 1, CU_SYNTH_FP4 = 2, CU_SYNTH_BF16 = 3 };
+/* n bytes of random values of the kind at p (default stream; the loader waits with cu_sync). */
+void cu_fill_synth(void *p, size_t n, int kind, uint64_t seed);
+
 /* ---- linear layers (backend/cpu/linear.c cpu_linear) ------------------------------------------------------
  * y[t*ldy + o] = sum_i W[o][i] x[t*ldx + i]. One warp per output row: lane l accumulates, with fmaf, the
- * products of columns 4l + 128j + {0,1,2,3} for j = 0, 1, ... in that order; then warp_sum. Weights of fewer
+ * products of columns 16l + 512j + {0..15} for j = 0, 1, ... in that order; then warp_sum. Weights of fewer
  * than 128 rows of at least 2048 columns split each row into 8 fixed column segments (one warp each) whose
- * partials are added in segment order: the split depends on the weight's shape, never on T. */
+ * partials are added in segment order: the split depends on the weight's shape, never on T. How many rows and
+ * tokens one warp takes (several rows at once for a step of one token) changes who computes an element, never its
+ * order. */
 int  cu_linear(cu_stream st, const dsv4_weight *w, const float *x, int T, int ldx, float *y, int ldy);
 /* The same product for the MoE: tile k multiplies expert tile_expert[k]'s matrix (experts: a device array of
  * E weights of one shape rows x cols) with the rows of its pairs: x row = pair_token[p] (x_by_pair 0) or p
- * (x_by_pair 1); y row = p. Same per-element order as cu_linear. */
+ * (x_by_pair 1); y row = p. Same per-element order as cu_linear. An expert whose weight has data NULL (held by
+ * another GPU, cuda_ep.h) writes its rows as -0.0f. */
 int  cu_expert_linear(cu_stream st, const dsv4_weight *experts, int rows, int cols, int fmt, const cu_moe_plan *plan,
-                      int max_tiles, const float *x, int ldx, int x_by_pair, float *y, int ldy);
+                      int max_tiles, const float *x, int ldx, int x_by_pair, float *y, int ldy, int one_token);
 
 /* ---- per-token operations ----------------------------------------------------------------------------------- */
 
@@ -157,6 +165,32 @@ void cu_swiglu(cu_stream st, int official, float *g, const float *v, const float
 /* out[t] = round(sum of the token's expert outputs in increasing expert id (from 0.0f) + shared[t]). */
 void cu_moe_combine(cu_stream st, int official, const float *ey, const float *shared, const int32_t *token_pairs, int T,
                     int K, int d, float *out);
+
+/* ---- sampling (core/sample.h) ---------------------------------------------------------------------------------- */
+
+/* One row to draw a token from, with its parameters (dsv4_sampling) and draw number. */
+typedef struct {
+    int32_t row;               /* the row of `logits` */
+    int32_t top_k, n_allowed;
+    float temperature, top_p, min_p;
+    uint64_t seed, draw;
+} cu_sample_req;
+/* tok[q] = the token core/sample.h draws from logits row req[q].row (req, tok: device arrays of n), and, when probs
+ * is not NULL, probs[q][V] = the distribution it draws from (sample.c sample_distribution, bit for bit). One block
+ * of SM_LANES threads per request; w: scratch [n][V]. Reductions (k_sample.cu): argmaxes over the total order
+ * (value desc, id asc), integer counts, and the definition's lane tree sum (thread t = lane t, ids in increasing
+ * order, then a fixed shared-memory tree): the CPU's sums, bit for bit. A row never depends on the others. */
+void cu_sample(cu_stream st, const float *logits, int V, const cu_sample_req *req, int n, float *w, int32_t *tok, float *probs);
+
+/* ---- the DSpark drafter's heads (core/dspark.c dsv4_dspark_markov, dsv4_dspark_confidence) ------------------------ */
+
+/* Draft row j: cat[0..d) = y (the row's hc_head output), cat[d..d+rank) = e = bf16_if(markov_w1[ids[j]]) (the
+ * previous draft token's Markov embedding; ids lives on the device, so the previous draw needs no host trip).
+ * Elementwise: exact. */
+void cu_dspark_markov_in(cu_stream st, int official, const dsv4_weight *w1, const int32_t *ids, int j, const float *y, int d,
+                         int rank, float *cat);
+/* row[v] += add[v] for v < n (one rounding each: the CPU's U_row[v] += scratch[v]). */
+void cu_add_row(cu_stream st, float *row, const float *add, int n);
 
 #ifdef __cplusplus
 }

@@ -26,6 +26,11 @@ extern "C" int cu_select(int gpu, dsv4_error *err) {
     return 0;
 }
 
+extern "C" void cu_use(int gpu) {
+    int cur = -1;
+    if (cudaGetDevice(&cur) != cudaSuccess || cur != gpu) cudaSetDevice(gpu);
+}
+
 extern "C" void cu_device_name(char *out, size_t n) {
     cudaDeviceProp prop;
     int dev = 0;
@@ -60,6 +65,8 @@ extern "C" int cu_download(void *dst, const void *src, size_t n) {
     return n && cudaMemcpy(dst, src, n, cudaMemcpyDeviceToHost) != cudaSuccess ? -1 : 0;
 }
 extern "C" int cu_zero(void *dst, size_t n) { return n && cudaMemset(dst, 0, n) != cudaSuccess ? -1 : 0; }
+extern "C" int cu_fill_bytes(void *dst, int byte, size_t n) { return n && cudaMemset(dst, byte, n) != cudaSuccess ? -1 : 0; }
+extern "C" int cu_sync(void) { return cudaDeviceSynchronize() != cudaSuccess ? -1 : 0; }
 
 extern "C" cu_stream cu_stream_new(void) {
     cudaStream_t s = NULL;

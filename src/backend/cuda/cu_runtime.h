@@ -13,6 +13,9 @@ extern "C" {
 /* Select GPU `gpu` for this thread; 0, or a DSV4_E_UNSUPPORTED failure saying why (no driver, no device,
  * not Hopper). */
 int  cu_select(int gpu, dsv4_error *err);
+/* Make GPU `gpu` (already checked by cu_select) this thread's current device: every launch and allocation goes
+ * to the current device, and a model's step may run on any thread. */
+void cu_use(int gpu);
 /* Bytes free and in total on the current GPU. */
 void cu_mem_info(size_t *free_bytes, size_t *total_bytes);
 void *cu_malloc(size_t bytes);                      /* NULL when out of memory (the error is cleared) */
@@ -20,6 +23,8 @@ void cu_free(void *p);
 int  cu_upload(void *dst, const void *src, size_t n);   /* synchronous copies: 0 or -1 */
 int  cu_download(void *dst, const void *src, size_t n);
 int  cu_zero(void *dst, size_t n);
+int  cu_fill_bytes(void *dst, int byte, size_t n);   /* every byte = byte */
+int  cu_sync(void);                                    /* wait for the current GPU: 0 or -1 */
 cu_stream cu_stream_new(void);
 void cu_stream_free(cu_stream st);
 /* Wait for st and report any launch or execution error as one line (what: the failing stage). */

@@ -15,9 +15,10 @@ struct dsv4_model;
 /* 1 when this build has the backend and device `gpu` is usable; else 0 and the reason in why. */
 int  cuda_available(int gpu, dsv4_error *why);
 /* Upload every weight of m (in its checkpoint format) to GPU `gpu` and make new sequences of m keep their state
- * there (m->cuda, m->state_mem). Says how many bytes it needs before allocating; on any error nothing stays
- * allocated and m is unchanged. */
-int  cuda_model_init(struct dsv4_model *m, int gpu, dsv4_error *err);
+ * there (m->cuda, m->state_mem). n_gpus > 1 spreads the routed experts of the main layers over GPUs gpu ..
+ * gpu + n_gpus - 1 (expert parallelism, cuda_ep.h; NCCL loaded at run time). Says how many bytes each GPU needs
+ * before allocating; on any error nothing stays allocated and m is unchanged. */
+int  cuda_model_init(struct dsv4_model *m, int gpu, int n_gpus, dsv4_error *err);
 void cuda_model_free(struct dsv4_model *m);
 /* dsv4_step on the GPU: the same validation and errors as the CPU step, then the whole forward on the device. */
 int  cuda_step(struct dsv4_model *m, dsv4_step_item *items, int n_items, dsv4_error *err);
@@ -34,6 +35,11 @@ int  cuda_mtp_forward(struct dsv4_model *m, dsv4_seq *state, const float *X, con
 int  cuda_dspark_commit(struct dsv4_model *m, float *ring, int64_t pos, const float *features, int n, dsv4_error *err);
 int  cuda_dspark_block(struct dsv4_model *m, const float *ring, int64_t pos, const int32_t *ids, int gamma, float *y, float *U,
                        dsv4_error *err);
+/* A whole draft on the GPU (core/dspark.h dsv4_dspark_draft): the block for ids, then the Markov correction, the
+ * draw (draw numbers draw0 ..) and the confidence logit of rows 0 .. k-1 in turn; draft [k] and conf [k] come back,
+ * and probs [k][vocab] (the drafting distributions) and U [k][vocab] (the corrected rows) when not NULL. */
+int  cuda_dspark_draft(struct dsv4_model *m, const float *ring, int64_t pos, const int32_t *ids, int gamma, int k,
+                       const dsv4_sampling *sp, uint64_t draw0, int32_t *draft, float *conf, float *probs, float *U, dsv4_error *err);
 
 /* Per-stage timing of the CUDA step (dsv4 bench --profile): with it on, every stage boundary waits for the GPU
  * and adds the host time since the last boundary to its stage; off costs nothing. Print the totals with
@@ -42,6 +48,11 @@ void cuda_profile(struct dsv4_model *m, int on);
 /* The GPU's measured device-to-device copy bandwidth in GB/s (read + write), or -1 (no backend / failure). */
 double cuda_copy_bandwidth_gbs(const struct dsv4_model *m);
 void cuda_profile_report(const struct dsv4_model *m, void *file /* FILE * */);
+/* GPUs the model is spread over (0 without the backend) and the weight bytes GPU rank r holds. */
+int      cuda_gpus(const struct dsv4_model *m);
+/* Main layers with weights of their own (fewer than n_layers only for a synthetic model bigger than the GPUs). */
+int      cuda_distinct_layers(const struct dsv4_model *m);
+uint64_t cuda_gpu_weight_bytes(const struct dsv4_model *m, int r);
 
 #ifdef __cplusplus
 }

@@ -6,6 +6,9 @@
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cu_runtime.h"
 #include "backend/cuda/cuda_model.h"
+#include "backend/cuda/cuda_ep.h"
+#include "model/expert_place.h"
+#include "model/synthetic.h"
 #include "model/inventory.h"
 #include "util/error.h"
 #include <stdlib.h>
@@ -14,6 +17,9 @@
 
 typedef struct {
     struct cuda_model *cm;
+    int rank, n_ranks;     /* which routed experts of the main layers to upload (expert_place.h) */
+    int synthetic;         /* the checkpoint's big matrices are holes: fill them on the GPU (model/synthetic.h) */
+    int distinct;          /* main layers with weights of their own; later ones share an earlier layer's (synthetic) */
     int counting;          /* 1: only add up bytes */
     uint64_t bytes;
     int failed;            /* an allocation or copy failed */
@@ -50,8 +56,31 @@ static size_t scale_bytes(const dsv4_weight *w) {
     return 0;
 }
 
+/* n bytes of random values of a kind (synthetic checkpoints), or of one byte value (kind 0). */
+static void *synth(uploader *u, size_t n, int kind, int byte) {
+    if (!n) return NULL;
+    u->bytes += (n + 255) & ~(size_t)255;
+    if (u->counting || u->failed) return NULL;
+    void *d = cu_malloc(n);
+    if (!d || track(u->cm, d)) {
+        cu_free(d);
+        u->failed = 1;
+        return NULL;
+    }
+    if (kind) cu_fill_synth(d, n, kind, 0x5eed0000ULL + (uint64_t)u->cm->n_allocs);
+    else if (cu_fill_bytes(d, byte, n)) u->failed = 1;
+    return d;
+}
+
 static dsv4_weight up_weight(uploader *u, const dsv4_weight *w) {
     dsv4_weight d = *w;
+    if (u->synthetic && synthetic_hole_weight(w->fmt, (size_t)weight_bytes(w))) {
+        /* scales 2^-6 (UE8M0 byte 121): values of size ~1/64, as a fan-in of a few thousand wants */
+        const int kind = w->fmt == WF_FP8 ? CU_SYNTH_FP8 : w->fmt == WF_FP4 ? CU_SYNTH_FP4 : CU_SYNTH_BF16;
+        d.data = synth(u, (size_t)weight_bytes(w), kind, 0);
+        d.scale = synth(u, scale_bytes(w), 0, 121);
+        return d;
+    }
     d.data = up(u, w->data, (size_t)weight_bytes(w));
     d.scale = up(u, w->scale, scale_bytes(w));
     return d;
@@ -71,17 +100,31 @@ static cu_comp up_comp(uploader *u, const dsv4_compressor_weights *c) {
     return d;
 }
 
-/* The routed experts of one projection as a device array of E weights (each pointing to its own upload). */
-static dsv4_weight *up_experts(uploader *u, const dsv4_weight *w, int E) {
+/* The routed experts of one projection as a device array of E weights (each pointing to its own upload). With
+ * `partitioned`, only the experts of the uploader's rank; the others keep data NULL. */
+static dsv4_weight *up_experts(uploader *u, const dsv4_weight *w, int E, int partitioned) {
     dsv4_weight *host = calloc((size_t)E, sizeof *host);
     if (!host) { u->failed = 1; return NULL; }
-    for (int e = 0; e < E; e++) host[e] = up_weight(u, &w[e]);
+    for (int e = 0; e < E; e++) {
+        host[e] = w[e];
+        host[e].data = NULL;
+        host[e].scale = NULL;
+        if (!partitioned || expert_owner(E, u->n_ranks, e) == u->rank) host[e] = up_weight(u, &w[e]);
+    }
     dsv4_weight *d = up(u, host, sizeof *host * (size_t)E);
     free(host);
     return d;
 }
 
-static void up_layer(uploader *u, const struct dsv4_model *m, const dsv4_layer *ly, cu_layer *d) {
+static cu_layer_experts up_layer_experts(uploader *u, const struct dsv4_model *m, const dsv4_layer *ly, int partitioned) {
+    const int E = m->cfg.n_routed;
+    cu_layer_experts x = { up_experts(u, ly->w1, E, partitioned), up_experts(u, ly->w2, E, partitioned),
+                           up_experts(u, ly->w3, E, partitioned), ly->w1[0].fmt };
+    return x;
+}
+
+/* partitioned: a main layer of a model spread over several GPUs (its routed experts by expert_place.h) */
+static void up_layer(uploader *u, const struct dsv4_model *m, const dsv4_layer *ly, cu_layer *d, int partitioned) {
     const dsv4_config *c = &m->cfg;
     const int nmix = hc_mix_count(c->hc_mult);
     d->ratio = ly->ratio;
@@ -107,13 +150,19 @@ static void up_layer(uploader *u, const struct dsv4_model *m, const dsv4_layer *
     d->gate = up_weight(u, &ly->gate);
     d->gate_bias = ly->hash_routed ? NULL : up_vec(u, ly->gate_bias, c->n_routed);
     d->tid2eid = ly->hash_routed ? up(u, ly->tid2eid, sizeof(int32_t) * (size_t)c->vocab_size * (size_t)c->n_act) : NULL;
-    d->w1 = up_experts(u, ly->w1, c->n_routed);
-    d->w2 = up_experts(u, ly->w2, c->n_routed);
-    d->w3 = up_experts(u, ly->w3, c->n_routed);
-    d->efmt = ly->w1[0].fmt;
+    d->ep = partitioned;
+    d->ex = up_layer_experts(u, m, ly, partitioned);
     d->sw1 = up_weight(u, &ly->sw1);
     d->sw2 = up_weight(u, &ly->sw2);
     d->sw3 = up_weight(u, &ly->sw3);
+}
+
+/* A synthetic model bigger than the GPU: main layer L >= distinct runs on the weights of the last earlier layer of
+ * its kind (same compression ratio, same routing), so every layer still reads gigabytes that are not in the L2. */
+static int shared_source(const struct dsv4_model *m, int distinct, int L) {
+    for (int l = distinct - 1; l >= 0; l--)
+        if (m->layers[l].ratio == m->layers[L].ratio && m->layers[l].hash_routed == m->layers[L].hash_routed) return l;
+    return -1;
 }
 
 static void up_model(uploader *u, const struct dsv4_model *m) {
@@ -125,10 +174,13 @@ static void up_model(uploader *u, const struct dsv4_model *m) {
     cm->hc_head = up_hc(u, &m->hc_head, c->hc_mult, 1);
     cm->rope_window = up_vec(u, m->rope_window.freq, c->rope_dim / 2);
     cm->rope_compress = up_vec(u, m->rope_compress.freq, c->rope_dim / 2);
-    for (int L = 0; L < c->n_layers; L++) up_layer(u, m, &m->layers[L], &cm->layers[L]);
+    for (int L = 0; L < c->n_layers; L++) {
+        if (L >= u->distinct) cm->layers[L] = cm->layers[shared_source(m, u->distinct, L)];
+        else up_layer(u, m, &m->layers[L], &cm->layers[L], u->n_ranks > 1);
+    }
     if (m->mtp) {
         const dsv4_mtp_head *h = m->mtp;
-        up_layer(u, m, &h->block, cm->mtp.block);
+        up_layer(u, m, &h->block, cm->mtp.block, 0);
         cm->mtp.e_proj = up_weight(u, &h->e_proj);
         cm->mtp.h_proj = up_weight(u, &h->h_proj);
         cm->mtp.enorm = up_vec(u, h->enorm, c->dim);
@@ -138,17 +190,38 @@ static void up_model(uploader *u, const struct dsv4_model *m) {
     }
     if (m->dspark) {
         const dsv4_dspark_head *h = m->dspark;
-        for (int st = 0; st < h->n_stages; st++) up_layer(u, m, &h->stage[st], &cm->dspark.stages[st]);
+        for (int st = 0; st < h->n_stages; st++) up_layer(u, m, &h->stage[st], &cm->dspark.stages[st], 0);
         cm->dspark.n_stages = h->n_stages;
         cm->dspark.main_proj = up_weight(u, &h->main_proj);
         cm->dspark.main_norm = up_vec(u, h->main_norm, c->dim);
         cm->dspark.norm = up_vec(u, h->norm, c->dim);
         cm->dspark.hc_head = up_hc(u, &h->hc_head, c->hc_mult, 1);
+        cm->dspark.markov_w1 = up_weight(u, &h->markov_w1);
+        cm->dspark.markov_w2 = up_weight(u, &h->markov_w2);
+        cm->dspark.confidence = up_weight(u, &h->confidence);
     }
+}
+
+/* Rank r >= 1 of a model spread over several GPUs: the routed experts of the main layers it holds. */
+static void up_rank(uploader *u, const struct dsv4_model *m) {
+    for (int L = 0; L < m->cfg.n_layers; L++)
+        u->cm->layers[L].ex = L >= u->distinct ? u->cm->layers[shared_source(m, u->distinct, L)].ex
+                                               : up_layer_experts(u, m, &m->layers[L], 1);
 }
 
 static void release(struct cuda_model *cm) {
     if (!cm) return;
+    cu_use(cm->gpu);
+    if (cm->ep) {
+        cu_ep *ep = cm->ep;
+        cuda_ep_free_scratch(ep);
+        cu_comm_close(ep->comm);
+        for (int r = 1; r < ep->n; r++) release(ep->rank[r].cm);
+        cu_use(cm->gpu);
+        free(ep->rank);
+        free(ep->weight_bytes);
+        free(ep);
+    }
     cuda_workspace_free(&cm->ws);
     for (int i = 0; i < cm->n_allocs; i++) cu_free(cm->allocs[i]);
     free(cm->allocs);
@@ -164,59 +237,192 @@ int cuda_available(int gpu, dsv4_error *why) { return cu_select(gpu, why) == 0; 
 /* Shapes the kernels take (the CPU takes more): say so at load rather than fail in a step. */
 static int check_shapes(const dsv4_config *c, dsv4_error *err) {
     if (c->hc_mult > 8) return dsv4_fail(err, DSV4_E_UNSUPPORTED, "cuda: hc_mult %d > 8 is not supported", c->hc_mult);
+    if (c->n_act > 16) return dsv4_fail(err, DSV4_E_UNSUPPORTED, "cuda: %d experts per token > 16 is not supported", c->n_act);
     if (c->index_n_heads && (c->index_head_dim > 256 || c->index_head_dim % 4))
         return dsv4_fail(err, DSV4_E_UNSUPPORTED, "cuda: index_head_dim %d is not supported (a multiple of 4, at most 256)",
                          c->index_head_dim);
     return 0;
 }
 
-int cuda_model_init(struct dsv4_model *m, int gpu, dsv4_error *err) {
-    int rc = cu_select(gpu, err);
-    if (rc) return rc;
-    if ((rc = check_shapes(&m->cfg, err))) return rc;
+static struct cuda_model *new_cuda_model(const struct dsv4_model *m, int gpu, int with_heads) {
     struct cuda_model *cm = calloc(1, sizeof *cm);
-    if (!cm || !(cm->layers = calloc((size_t)m->cfg.n_layers, sizeof(cu_layer))) ||
-        (m->mtp && !(cm->mtp.block = calloc(1, sizeof(cu_layer)))) ||
-        (m->dspark && !(cm->dspark.stages = calloc((size_t)m->dspark->n_stages, sizeof(cu_layer))))) {
-        if (cm) { free(cm->layers); free(cm->mtp.block); }
-        free(cm);
-        return dsv4_fail(err, DSV4_E_NOMEM, "out of memory");
-    }
+    if (!cm) return NULL;
     cm->gpu = gpu;
-    uploader count = { cm, 1, 0, 0 };
-    up_model(&count, m);
+    cm->distinct = m->cfg.n_layers;
+    if (!(cm->layers = calloc((size_t)m->cfg.n_layers, sizeof(cu_layer))) ||
+        (with_heads && m->mtp && !(cm->mtp.block = calloc(1, sizeof(cu_layer)))) ||
+        (with_heads && m->dspark && !(cm->dspark.stages = calloc((size_t)m->dspark->n_stages, sizeof(cu_layer))))) {
+        free(cm->layers);
+        free(cm->mtp.block);
+        free(cm);
+        return NULL;
+    }
+    return cm;
+}
+
+/* Count what rank `rank` of n_ranks needs (walk(u, m) with counting on) and refuse, with the numbers, what does
+ * not fit on its GPU (current device). */
+static int check_fit(struct cuda_model *cm, const struct dsv4_model *m, int rank, int n_ranks, void (*walk)(uploader *, const struct dsv4_model *),
+                     uint64_t *need, dsv4_error *err) {
+    uploader count = { cm, rank, n_ranks, m->cfg.synthetic_holes, cm->distinct, 1, 0, 0 };
+    walk(&count, m);
     size_t free_b = 0, total_b = 0;
     cu_mem_info(&free_b, &total_b);
     const uint64_t margin = (uint64_t)256 << 20;   /* the step's scratch and the first sequences */
-    if (count.bytes + margin > free_b) {
-        release(cm);
-        return dsv4_fail(err, DSV4_E_NOMEM, "out of GPU memory: the weights need %.2f GiB (+%.2f GiB working margin), the GPU has "
-                         "%.2f GiB free of %.2f GiB", count.bytes / 1073741824.0, margin / 1073741824.0, free_b / 1073741824.0,
-                         total_b / 1073741824.0);
-    }
-    if (!(cm->st = cu_stream_new())) {
-        release(cm);
-        return dsv4_fail(err, DSV4_E_UNSUPPORTED, "cuda: cannot create a stream");
-    }
-    uploader u = { cm, 0, 0, 0 };
-    up_model(&u, m);
+    *need = count.bytes;
+    if (count.bytes + margin <= free_b) return 0;
+    return dsv4_fail(err, DSV4_E_NOMEM, "out of GPU memory on GPU %d%s: the weights need %.2f GiB (+%.2f GiB working margin), the GPU "
+                     "has %.2f GiB free of %.2f GiB", cm->gpu, n_ranks > 1 ? (rank ? " (an expert rank)" : " (rank 0)") : "",
+                     count.bytes / 1073741824.0, margin / 1073741824.0, free_b / 1073741824.0, total_b / 1073741824.0);
+}
+
+static int upload(struct cuda_model *cm, const struct dsv4_model *m, int rank, int n_ranks, void (*walk)(uploader *, const struct dsv4_model *),
+                  uint64_t need, dsv4_error *err) {
+    if (!(cm->st = cu_stream_new())) return dsv4_fail(err, DSV4_E_UNSUPPORTED, "cuda: cannot create a stream on GPU %d", cm->gpu);
+    uploader u = { cm, rank, n_ranks, m->cfg.synthetic_holes, cm->distinct, 0, 0, 0 };
+    walk(&u, m);
+    if (!u.failed && u.synthetic && cu_sync()) u.failed = 1;
     if (u.failed) {
-        size_t f2 = 0, t2 = 0;
-        cu_mem_info(&f2, &t2);
-        release(cm);
-        return dsv4_fail(err, DSV4_E_NOMEM, "out of GPU memory uploading the weights (%.2f GiB needed, %.2f GiB were free)",
-                         count.bytes / 1073741824.0, free_b / 1073741824.0);
+        size_t f = 0, t = 0;
+        cu_mem_info(&f, &t);
+        return dsv4_fail(err, DSV4_E_NOMEM, "out of GPU memory on GPU %d uploading the weights (%.2f GiB needed, %.2f GiB free now)",
+                         cm->gpu, need / 1073741824.0, f / 1073741824.0);
     }
     cm->weight_bytes = u.bytes;
+    return 0;
+}
+
+#define CU_MAX_GPUS 16
+
+/* A synthetic checkpoint (model/synthetic.h) may be bigger than its GPUs: keep the first `distinct` main layers'
+ * weights and let the later ones share (shared_source), as many distinct layers as fit next to a working margin
+ * for the step's scratch and the KV of long contexts. A real checkpoint never shares: it fits or is refused. */
+static int choose_distinct(struct cuda_model *cm, const struct dsv4_model *m, int n, dsv4_error *err) {
+    const int NL = m->cfg.n_layers;
+    cm->distinct = NL;
+    if (!m->cfg.synthetic_holes) return 0;
+    const uint64_t margin0 = (uint64_t)16 << 30, margin_r = (uint64_t)4 << 30;
+    uint64_t *lb = calloc((size_t)NL * (size_t)n, sizeof *lb), fixed0 = 0, avail[CU_MAX_GPUS];
+    if (!lb) return dsv4_fail(err, DSV4_E_NOMEM, "out of memory");
+    for (int r = 0; r < n; r++) {
+        cu_use(cm->gpu + r);
+        size_t fb = 0, tb = 0;
+        cu_mem_info(&fb, &tb);
+        avail[r] = fb;
+        for (int L = 0; L < NL; L++) {
+            uploader c = { cm, r, n, 1, NL, 1, 0, 0 };
+            cu_layer tmp;
+            memset(&tmp, 0, sizeof tmp);
+            if (r == 0) up_layer(&c, m, &m->layers[L], &tmp, n > 1);
+            else up_layer_experts(&c, m, &m->layers[L], 1);
+            lb[(size_t)r * NL + L] = c.bytes;
+        }
+    }
+    cu_use(cm->gpu);
+    uploader all = { cm, 0, n, 1, NL, 1, 0, 0 };
+    up_model(&all, m);
+    fixed0 = all.bytes;
+    for (int L = 0; L < NL; L++) fixed0 -= lb[L];
+    int D = NL;
+    for (; D > 0; D--) {
+        int fits = 1;
+        for (int r = 0; r < n && fits; r++) {
+            uint64_t need = (r ? margin_r : fixed0 + margin0);
+            for (int L = 0; L < D; L++) need += lb[(size_t)r * NL + L];
+            fits = need <= avail[r];
+        }
+        if (fits) break;
+    }
+    free(lb);
+    int ok = D > 0;
+    for (int L = D; L < NL && ok; L++) ok = shared_source(m, D, L) >= 0;
+    if (!ok)
+        return dsv4_fail(err, DSV4_E_NOMEM, "out of GPU memory: this synthetic model does not fit on %d GPU(s) even with layers "
+                         "sharing weights (%d distinct layers fit)", n, D);
+    cm->distinct = D;
+    return 0;
+}
+
+/* Ranks 1 .. n-1 (GPUs gpu+1 ..): counted first on every GPU, then uploaded, then the communicators. */
+static int init_ranks(struct cuda_model *cm, const struct dsv4_model *m, int n, dsv4_error *err) {
+    cu_ep *ep = calloc(1, sizeof *ep);
+    if (!ep || !(ep->rank = calloc((size_t)n, sizeof *ep->rank)) || !(ep->weight_bytes = calloc((size_t)n, sizeof(uint64_t)))) {
+        if (ep) free(ep->rank);
+        free(ep);
+        return dsv4_fail(err, DSV4_E_NOMEM, "out of memory");
+    }
+    ep->n = n;
+    cm->ep = ep;   /* from here on release(cm) frees whatever exists */
+    uint64_t need[CU_MAX_GPUS];
+    int rc = 0;
+    for (int r = 1; r < n && !rc; r++) {
+        cu_use(cm->gpu + r);
+        if (!(ep->rank[r].cm = new_cuda_model(m, cm->gpu + r, 0))) rc = dsv4_fail(err, DSV4_E_NOMEM, "out of memory");
+        else {
+            ep->rank[r].cm->distinct = cm->distinct;
+            rc = check_fit(ep->rank[r].cm, m, r, n, up_rank, &need[r], err);
+        }
+    }
+    for (int r = 1; r < n && !rc; r++) {
+        cu_use(cm->gpu + r);
+        rc = upload(ep->rank[r].cm, m, r, n, up_rank, need[r], err);
+        ep->weight_bytes[r] = ep->rank[r].cm->weight_bytes;
+    }
+    ep->weight_bytes[0] = cm->weight_bytes;
+    if (!rc) {
+        int gpus[CU_MAX_GPUS];
+        for (int r = 0; r < n; r++) gpus[r] = cm->gpu + r;
+        rc = cu_comm_open(n, gpus, &ep->comm, err);
+    }
+    cu_use(cm->gpu);
+    return rc;
+}
+
+int cuda_model_init(struct dsv4_model *m, int gpu, int n_gpus, dsv4_error *err) {
+    if (n_gpus < 1) n_gpus = 1;
+    if (n_gpus > CU_MAX_GPUS) return dsv4_fail(err, DSV4_E_ARG, "at most %d GPUs (asked for %d)", CU_MAX_GPUS, n_gpus);
+    if (n_gpus > m->cfg.n_routed)
+        return dsv4_fail(err, DSV4_E_ARG, "%d GPUs but only %d routed experts per layer to spread over them", n_gpus, m->cfg.n_routed);
+    int rc = 0;
+    for (int r = n_gpus - 1; r >= 0 && !rc; r--) rc = cu_select(gpu + r, err);   /* ends on rank 0's GPU */
+    if (rc) {
+        if (n_gpus > 1) dsv4_wrap(err, "--gpus %d uses GPUs %d..%d", n_gpus, gpu, gpu + n_gpus - 1);
+        return rc;
+    }
+    if ((rc = check_shapes(&m->cfg, err))) return rc;
+    struct cuda_model *cm = new_cuda_model(m, gpu, 1);
+    if (!cm) return dsv4_fail(err, DSV4_E_NOMEM, "out of memory");
+    uint64_t need = 0;
+    rc = choose_distinct(cm, m, n_gpus, err);
+    if (!rc) rc = check_fit(cm, m, 0, n_gpus, up_model, &need, err);
+    if (!rc) rc = upload(cm, m, 0, n_gpus, up_model, need, err);
+    if (!rc && n_gpus > 1) rc = init_ranks(cm, m, n_gpus, err);
+    if (rc) {
+        release(cm);
+        return rc;
+    }
     cm->key_limit = cu_attention_key_limit();
     m->cuda = cm;
     m->state_mem = &seq_mem_cuda;
     if (m->progress) {
         char name[128];
         cu_device_name(name, sizeof name);
-        fprintf(stderr, "dsv4: %.2f GiB of weights on GPU %d (%s)\n", u.bytes / 1073741824.0, gpu, name);
+        fprintf(stderr, "dsv4: %.2f GiB of weights on GPU %d (%s)\n", cm->weight_bytes / 1073741824.0, gpu, name);
+        for (int r = 1; r < n_gpus; r++)
+            fprintf(stderr, "dsv4: %.2f GiB of routed experts on GPU %d (experts %d..%d of every layer)\n",
+                    cm->ep->weight_bytes[r] / 1073741824.0, gpu + r, expert_first(m->cfg.n_routed, n_gpus, r),
+                    expert_first(m->cfg.n_routed, n_gpus, r + 1) - 1);
     }
     return 0;
+}
+
+int cuda_distinct_layers(const struct dsv4_model *m) { return m->cuda ? m->cuda->distinct : 0; }
+
+int cuda_gpus(const struct dsv4_model *m) { return !m->cuda ? 0 : m->cuda->ep ? m->cuda->ep->n : 1; }
+
+uint64_t cuda_gpu_weight_bytes(const struct dsv4_model *m, int r) {
+    if (!m->cuda || r < 0 || r >= cuda_gpus(m)) return 0;
+    return m->cuda->ep ? m->cuda->ep->weight_bytes[r] : m->cuda->weight_bytes;
 }
 
 void cuda_model_free(struct dsv4_model *m) {

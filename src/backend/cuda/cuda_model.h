@@ -16,8 +16,16 @@ typedef struct {
     float *ape, *norm;
 } cu_comp;
 
+/* A layer's routed experts: device arrays [E] of the three projections (for cu_expert_linear). Under expert
+ * parallelism an entry whose expert another GPU holds has data NULL (its tiles write -0.0f rows). */
+typedef struct {
+    dsv4_weight *w1, *w2, *w3;
+    int fmt;                   /* the routed experts' format */
+} cu_layer_experts;
+
 typedef struct {
     int ratio, hash_routed;
+    int ep;                    /* 1: the routed experts are spread over the GPUs (cuda_ep.h) */
     float *attn_norm, *ffn_norm;
     cu_hc hc_attn, hc_ffn;
     dsv4_weight wq_a, wq_b, wkv, wo_a, wo_b;
@@ -27,8 +35,7 @@ typedef struct {
     dsv4_weight gate;
     float *gate_bias;          /* NULL on hash-routed layers */
     int32_t *tid2eid;          /* NULL on bias-routed layers */
-    dsv4_weight *w1, *w2, *w3; /* device arrays [E] of the routed experts (for cu_expert_linear) */
-    int efmt;                  /* the routed experts' format */
+    cu_layer_experts ex;
     dsv4_weight sw1, sw2, sw3;
 } cu_layer;
 
@@ -47,6 +54,13 @@ typedef struct {
     float *mtp_h, *mtp_out;    /* [T_cap][hc][dim]: the MTP head's stream inputs and h_proj outputs */
     float *head_x, *logits;    /* [CU_HEAD_ROWS][dim], [CU_HEAD_ROWS][vocab] */
     int32_t *head_rows;        /* [T_cap] */
+    float *sample_w;           /* [CU_HEAD_ROWS][vocab]: cu_sample's scratch */
+    cu_sample_req *sample_req; /* [items_cap] */
+    int32_t *sample_tok;       /* [items_cap] */
+    int32_t *dsp_ids;          /* DSpark draft: [CU_HEAD_ROWS + 1] anchor then the drafts */
+    cu_sample_req *dsp_req;    /* [CU_HEAD_ROWS] */
+    float *dsp_cat, *dsp_z;    /* [CU_HEAD_ROWS][dim + rank] = [y ; e], [CU_HEAD_ROWS] confidence logits */
+    float *dsp_probs;          /* [CU_HEAD_ROWS][vocab] drafting distributions */
     float *idx_scores;
     /* per-step metadata */
     int32_t *tok, *item_of;
@@ -78,18 +92,23 @@ typedef struct {
     cu_hc hc_head;
 } cu_mtp;
 
-/* The DSpark drafter's weights (stages NULL when the checkpoint has none); the Markov and confidence heads stay
- * with the CPU (a few rows per draft). */
+/* The DSpark drafter's weights (stages NULL when the checkpoint has none), its Markov and confidence heads included. */
 typedef struct {
     int n_stages;
     cu_layer *stages;
+    dsv4_weight markov_w1, markov_w2, confidence;
     dsv4_weight main_proj;
     float *main_norm, *norm;
     cu_hc hc_head;
 } cu_dspark;
 
+struct cu_ep;
+
 struct cuda_model {
     int gpu;
+    struct cu_ep *ep;          /* NULL on one GPU; else the other GPUs holding routed experts (cuda_ep.h) */
+    int distinct;              /* main layers with weights of their own (all, except synthetic models bigger than
+                                  the GPUs: cuda_model.c shared_source) */
     cu_stream st;
     dsv4_weight embed, head;
     float *norm;

@@ -10,6 +10,7 @@
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cu_runtime.h"
 #include "backend/cuda/cuda_model.h"
+#include "backend/cuda/cuda_ep.h"
 #include "core/forward.h"
 #include "model/inventory.h"
 #include "state/sequence.h"
@@ -82,6 +83,11 @@ static void lay_out(ws_alloc *a, const dsv4_config *c, int T, int items, int64_t
     TAKE(feat, T * (c->n_dspark_targets > 0 ? c->n_dspark_targets : 1) * d);
     TAKE(mtp_h, T * hc * d); TAKE(mtp_out, T * hc * d);
     TAKE(head_x, CU_HEAD_ROWS * d); TAKE(logits, (int64_t)CU_HEAD_ROWS * c->vocab_size); TAKE(head_rows, T);
+    TAKE(sample_w, (int64_t)CU_HEAD_ROWS * c->vocab_size); TAKE(sample_req, items); TAKE(sample_tok, items);
+    const int dsp = c->n_dspark_targets > 0 && c->dspark_markov_rank > 0;   /* the DSpark drafter's heads */
+    TAKE(dsp_ids, CU_HEAD_ROWS + 1); TAKE(dsp_req, CU_HEAD_ROWS); TAKE(dsp_z, CU_HEAD_ROWS);
+    TAKE(dsp_cat, dsp ? (int64_t)CU_HEAD_ROWS * (d + c->dspark_markov_rank) : 1);
+    TAKE(dsp_probs, dsp ? (int64_t)CU_HEAD_ROWS * c->vocab_size : 1);
     TAKE(idx_scores, (int64_t)(T < CU_INDEX_CHUNK ? T : CU_INDEX_CHUNK) * (idx_rows > 0 ? idx_rows : 1));
     TAKE(tok, T); TAKE(item_of, T); TAKE(pos, T); TAKE(items, items); TAKE(sl, (int64_t)c->n_layers * items);
 }
@@ -158,6 +164,8 @@ typedef struct {
     cu_kvlay main, index;
     int64_t idx_rows;          /* most indexer rows a query of the step sees */
     int64_t hca_rows;          /* most ratio-128 rows a query sees */
+    int rc;                    /* a failure inside the launch sequence (the multi-GPU transport), reported at the end */
+    dsv4_error *err;
 } step_ctx;
 
 /* End of a stage: with profiling on, wait for the GPU and charge the time since the last mark to `stage`. */
@@ -286,39 +294,37 @@ static void step_attention(step_ctx *s, const cu_layer *ly, int L) {
     mark(s, ST_OUTPUT);
 }
 
-/* One SwiGLU expert over `rows` rows (moe.c expert): g/v [rows][I] already projected. */
-static void swiglu_down_prep(step_ctx *s, float *g, const float *v, const float *w, int rows) {
-    const dsv4_config *c = &s->m->cfg;
-    cu_swiglu(s->st, s->official, g, v, w, rows, c->moe_inter, c->swiglu_limit);
-    quant_rows_if(s, g, rows, c->moe_inter);
-}
-
-static void step_moe(step_ctx *s, const cu_layer *ly) {
+/* The shared expert over the step's rows (moe.c expert): g/v [T][I] projected here. */
+static void shared_expert(step_ctx *s, const cu_layer *ly, const float *xe) {
     const dsv4_config *c = &s->m->cfg;
     cu_workspace *ws = s->ws;
-    const int T = s->T, d = c->dim, E = c->n_routed, K = c->n_act, I = c->moe_inter, P = T * K, tiles = moe_max_tiles(c, T);
+    const int T = s->T, d = c->dim, I = c->moe_inter;
+    cu_linear(s->st, &ly->sw1, xe, T, d, ws->seg, I);
+    cu_linear(s->st, &ly->sw3, xe, T, d, ws->sev, I);
+    cu_swiglu(s->st, s->official, ws->seg, ws->sev, NULL, T, I, c->swiglu_limit);
+    quant_rows_if(s, ws->seg, T, I);
+    cu_linear(s->st, &ly->sw2, ws->seg, T, I, ws->ys, d);
+    round_if(s, ws->ys, (int64_t)T * d);
+}
+
+static void step_moe(step_ctx *s, const cu_layer *ly, int L) {
+    const dsv4_config *c = &s->m->cfg;
+    cu_workspace *ws = s->ws;
+    const int T = s->T, d = c->dim, E = c->n_routed, K = c->n_act, tiles = moe_max_tiles(c, T);
     cu_linear(s->st, &ly->gate, ws->xn, T, d, ws->router, E);
     cu_route(s->st, ws->router, ly->gate_bias, ly->hash_routed ? ly->tid2eid : NULL, ws->tok, T, E, K, c->route_scale, ws->route_e,
              ws->route_w);
-    cu_moe_plan_build(s->st, ws->route_e, ws->route_w, T, K, E, &ws->plan);
     mark(s, ST_ROUTE);
-    /* FP8/FP4 experts see their input rows quantized per 128 columns (OFFICIAL) */
-    const float *xe = ws->xn;
-    if (s->official) {
-        cu_act_quant(s->st, ws->xn, d, ws->x8, d, T, d, 128, 0);
-        xe = ws->x8;
+    const cu_moe_bufs b = { ws->xn, ws->x8, ws->route_e, ws->route_w, ws->plan, ws->eg, ws->ev, ws->ey };
+    if (ly->ep && s->cm->ep) {
+        /* the routed experts over every GPU (cuda_ep.h); a failure of the transport ends the step */
+        if (!s->rc) s->rc = cuda_ep_routed(s->cm->ep, s->cm, c, s->official, L, T, tiles, &b, s->err);
+    } else {
+        cu_moe_routed(s->st, c, s->official, &ly->ex, T, tiles, &b);
     }
-    cu_expert_linear(s->st, ly->w1, I, d, ly->efmt, &ws->plan, tiles, xe, d, 0, ws->eg, I);
-    cu_expert_linear(s->st, ly->w3, I, d, ly->efmt, &ws->plan, tiles, xe, d, 0, ws->ev, I);
-    swiglu_down_prep(s, ws->eg, ws->ev, ws->plan.pair_weight, P);
-    cu_expert_linear(s->st, ly->w2, d, I, ly->efmt, &ws->plan, tiles, ws->eg, I, 1, ws->ey, d);
-    round_if(s, ws->ey, (int64_t)P * d);
     mark(s, ST_EXPERTS);
-    cu_linear(s->st, &ly->sw1, xe, T, d, ws->seg, I);
-    cu_linear(s->st, &ly->sw3, xe, T, d, ws->sev, I);
-    swiglu_down_prep(s, ws->seg, ws->sev, NULL, T);
-    cu_linear(s->st, &ly->sw2, ws->seg, T, I, ws->ys, d);
-    round_if(s, ws->ys, (int64_t)T * d);
+    /* the shared expert sees the same (OFFICIAL: quantized) rows as the routed ones; cu_moe_routed left them in x8 */
+    shared_expert(s, ly, s->official ? ws->x8 : ws->xn);
     cu_moe_combine(s->st, s->official, ws->ey, ws->ys, ws->plan.token_pairs, T, K, d, ws->sub);
     mark(s, ST_SHARED);
 }
@@ -332,7 +338,7 @@ static void step_block(step_ctx *s, const cu_layer *ly, int L) {
     cu_hc_post(s->st, s->official, ws->sub, ws->mix, ws->X, s->T, c->hc_mult, c->dim);
     step_hc_pre(s, &ly->hc_ffn, ly->ffn_norm);
     mark(s, ST_MHC);
-    step_moe(s, ly);
+    step_moe(s, ly, L);
     cu_hc_post(s->st, s->official, ws->sub, ws->mix, ws->X, s->T, c->hc_mult, c->dim);
     mark(s, ST_MHC);
 }
@@ -384,45 +390,79 @@ done:
     return rc;
 }
 
-/* Logits for every row that wants them, CU_HEAD_ROWS rows per pass of the head (spec §12). */
+/* Logits for every row that wants them, CU_HEAD_ROWS rows per pass of the head (spec §12), and the tokens of the
+ * items that sample (their last row, drawn by cu_sample: only the ids come back, and the rows that were asked
+ * for). */
 static int head(step_ctx *s, dsv4_step_item *items, const cu_hc *hc_head, const float *norm, dsv4_error *err) {
     struct dsv4_model *m = s->m;
     const dsv4_config *c = &m->cfg;
     cu_workspace *ws = s->ws;
     const int V = c->vocab_size;
-    int R = 0;
-    for (int i = 0; i < s->n_items; i++)
-        R += items[i].want == DSV4_LOGITS_ALL ? items[i].n_tokens : items[i].want == DSV4_LOGITS_LAST ? 1 : 0;
-    if (!R) return 0;
-    int32_t *rows = malloc(sizeof(int32_t) * (size_t)R);
-    float **dst = malloc(sizeof(float *) * (size_t)R);
-    int rc = 0;
-    if (!rows || !dst) { rc = dsv4_fail(err, DSV4_E_NOMEM, "out of memory"); goto done; }
-    for (int i = 0, r = 0, f = 0; i < s->n_items; f += items[i].n_tokens, i++) {
+    int R = 0, Q = 0;
+    for (int i = 0; i < s->n_items; i++) {
         const dsv4_step_item *it = &items[i];
-        const int k0 = it->want == DSV4_LOGITS_ALL ? 0 : it->want == DSV4_LOGITS_LAST ? it->n_tokens - 1 : it->n_tokens;
+        R += it->want == DSV4_LOGITS_ALL ? it->n_tokens : it->want == DSV4_LOGITS_LAST || it->sample ? 1 : 0;
+        Q += it->sample != NULL;
+    }
+    if (!R) return 0;
+    int32_t *rows = malloc(sizeof(int32_t) * (size_t)R), *tok = malloc(sizeof(int32_t) * (size_t)(Q ? Q : 1));
+    float **dst = malloc(sizeof(float *) * (size_t)R);
+    int *req_of = malloc(sizeof(int) * (size_t)R);           /* the request drawn from row r, or -1 */
+    int *item_of_req = malloc(sizeof(int) * (size_t)(Q ? Q : 1));
+    cu_sample_req *req = malloc(sizeof(cu_sample_req) * (size_t)(Q ? Q : 1));
+    int rc = 0;
+    if (!rows || !tok || !dst || !req_of || !item_of_req || !req) { rc = dsv4_fail(err, DSV4_E_NOMEM, "out of memory"); goto done; }
+    for (int i = 0, r = 0, f = 0, q = 0; i < s->n_items; f += items[i].n_tokens, i++) {
+        const dsv4_step_item *it = &items[i];
+        const int k0 = it->want == DSV4_LOGITS_ALL ? 0 : it->want == DSV4_LOGITS_LAST || it->sample ? it->n_tokens - 1 : it->n_tokens;
         for (int k = k0; k < it->n_tokens; k++, r++) {
             rows[r] = f + k;
-            dst[r] = it->logits + (int64_t)(it->want == DSV4_LOGITS_ALL ? k : 0) * V;
+            dst[r] = it->want == DSV4_LOGITS_NONE ? NULL : it->logits + (int64_t)(it->want == DSV4_LOGITS_ALL ? k : 0) * V;
+            req_of[r] = -1;
+            if (it->sample && k == it->n_tokens - 1) {
+                const dsv4_sampling *p = it->sample;
+                req[q] = (cu_sample_req){ r % CU_HEAD_ROWS, p->top_k, p->n_allowed, p->temperature, p->top_p, p->min_p, p->seed, it->draw };
+                item_of_req[q] = i;
+                req_of[r] = q++;
+            }
         }
     }
-    if (cu_upload(ws->head_rows, rows, sizeof(int32_t) * (size_t)R)) { rc = dsv4_fail(err, DSV4_E_STATE, "cuda: upload failed"); goto done; }
+    if (cu_upload(ws->head_rows, rows, sizeof(int32_t) * (size_t)R) || cu_upload(ws->sample_req, req, sizeof(cu_sample_req) * (size_t)Q)) {
+        rc = dsv4_fail(err, DSV4_E_STATE, "cuda: upload failed");
+        goto done;
+    }
     for (int r0 = 0; r0 < R && !rc; r0 += CU_HEAD_ROWS) {
         const int n = R - r0 < CU_HEAD_ROWS ? R - r0 : CU_HEAD_ROWS;
         cu_hc_head(s->st, s->official, ws->X, ws->head_rows + r0, n, hc_head->fn.data, hc_head->base, hc_head->scale, c->hc_mult,
                    c->dim, c->hc_eps, c->norm_eps, ws->head_x);
         cu_rmsnorm(s->st, s->official, ws->head_x, c->dim, norm, c->dim, c->norm_eps, ws->head_x, c->dim, n);
         cu_linear(s->st, &s->cm->head, ws->head_x, n, c->dim, ws->logits, V);
+        /* the pass's requests are consecutive (rows and requests go in item order) */
+        int q0 = -1, q1 = -1;
+        for (int k = 0; k < n; k++)
+            if (req_of[r0 + k] >= 0) {
+                if (q0 < 0) q0 = req_of[r0 + k];
+                q1 = req_of[r0 + k] + 1;
+            }
+        if (q0 >= 0) cu_sample(s->st, ws->logits, V, ws->sample_req + q0, q1 - q0, ws->sample_w, ws->sample_tok + q0, NULL);
         if ((rc = cu_finish(s->st, "the LM head", err))) break;
         for (int k = 0; k < n; k++)
-            if (cu_download(dst[r0 + k], ws->logits + (int64_t)k * V, sizeof(float) * (size_t)V)) {
+            if (dst[r0 + k] && cu_download(dst[r0 + k], ws->logits + (int64_t)k * V, sizeof(float) * (size_t)V)) {
                 rc = dsv4_fail(err, DSV4_E_STATE, "cuda: copying logits back failed");
                 break;
             }
     }
+    if (!rc && Q) {
+        if (cu_download(tok, ws->sample_tok, sizeof(int32_t) * (size_t)Q)) rc = dsv4_fail(err, DSV4_E_STATE, "cuda: copying sampled tokens back failed");
+        for (int q = 0; !rc && q < Q; q++) *items[item_of_req[q]].token = tok[q];
+    }
 done:
     free(rows);
+    free(tok);
     free(dst);
+    free(req_of);
+    free(item_of_req);
+    free(req);
     return rc;
 }
 
@@ -460,9 +500,10 @@ static int step_begin(struct dsv4_model *m, dsv4_step_item *items, int n_items, 
         cu_finish(cm->st, "profile", NULL);
         cm->prof.t_last = host_ms();
     }
+    cu_use(cm->gpu);   /* steps may come from any thread */
     int rc = step_validate(m, m->state_mem, items, n_items, &T, &max_rows, err);
     if (rc) return rc;
-    *s = (step_ctx){ m, cm, &cm->ws, cm->st, T, n_items, m->mode == DSV4_MODE_OFFICIAL, { 0 }, { 0 }, 0, 0 };
+    *s = (step_ctx){ m, cm, &cm->ws, cm->st, T, n_items, m->mode == DSV4_MODE_OFFICIAL, { 0 }, { 0 }, 0, 0, 0, err };
     for (int i = 0; i < n_items; i++) {
         const int64_t end = items[i].seq->pos + items[i].n_tokens;
         if (end / 4 > s->idx_rows) s->idx_rows = end / 4;
@@ -475,6 +516,11 @@ static int step_begin(struct dsv4_model *m, dsv4_step_item *items, int n_items, 
         return dsv4_fail(err, DSV4_E_RANGE, "cuda: a query would attend to %lld keys, this GPU's attention kernel takes at most %d "
                          "(context too long for the CUDA backend)", (long long)keys, cm->key_limit);
     if ((rc = ws_ensure(m, T, n_items, s->idx_rows, err))) return rc;
+    if (cm->ep) {
+        rc = cuda_ep_reserve(cm->ep, c, T, err);
+        cu_use(cm->gpu);
+        if (rc) return rc;
+    }
     for (int i = 0; i < n_items; i++)
         if (seq_reserve(items[i].seq, items[i].n_tokens)) {
             size_t fb = 0, tb = 0;
@@ -496,6 +542,7 @@ static int step_begin(struct dsv4_model *m, dsv4_step_item *items, int n_items, 
  * host's bookkeeping (history, position and, for the backbone, the row counts). */
 static int step_end(step_ctx *s, dsv4_step_item *items, const cu_hc *hc_head, const float *norm, int backbone, dsv4_error *err) {
     int rc;
+    if (s->rc) return s->rc;
     if ((rc = cu_finish(s->st, "the step", err))) return rc;
     if ((rc = head(s, items, hc_head, norm, err))) return rc;
     mark(s, ST_HEAD);
@@ -566,7 +613,8 @@ int cuda_mtp_forward(struct dsv4_model *m, dsv4_seq *state, const float *X, cons
 /* A step of T positions p0.. that belongs to no sequence (the DSpark block and context): scratch and metadata. */
 static int positions_begin(struct dsv4_model *m, const int32_t *tok, int T, int64_t p0, step_ctx *s, dsv4_error *err) {
     struct cuda_model *cm = m->cuda;
-    *s = (step_ctx){ m, cm, &cm->ws, cm->st, T, 1, m->mode == DSV4_MODE_OFFICIAL, { 0 }, { 0 }, 0, 0 };
+    cu_use(cm->gpu);
+    *s = (step_ctx){ m, cm, &cm->ws, cm->st, T, 1, m->mode == DSV4_MODE_OFFICIAL, { 0 }, { 0 }, 0, 0, 0, err };
     int rc = ws_ensure(m, T, 1, 0, err);
     if (rc) return rc;
     int32_t *t = malloc(sizeof(int32_t) * (size_t)T), *item = calloc((size_t)T, sizeof(int32_t));
@@ -617,41 +665,91 @@ int cuda_dspark_commit(struct dsv4_model *m, float *ring, int64_t pos, const flo
     return cu_finish(s.st, "the DSpark context", err);
 }
 
+/* The drafting block for ids [gamma] at pos: every stage, then the last stage's hc_head into ws->head_x (= y). */
+static int dspark_stages(struct dsv4_model *m, const float *ring, int64_t pos, const int32_t *ids, int gamma, step_ctx *s,
+                         dsv4_error *err) {
+    struct cuda_model *cm = m->cuda;
+    const dsv4_config *c = &m->cfg;
+    const int d = c->dim, D = c->head_dim, W = c->window;
+    if (gamma > CU_HEAD_ROWS) return dsv4_fail(err, DSV4_E_UNSUPPORTED, "cuda: DSpark blocks of more than %d drafts", CU_HEAD_ROWS);
+    int rc = positions_begin(m, ids, gamma, pos, s, err);
+    if (rc) return rc;
+    cu_workspace *ws = s->ws;
+    cu_embed(s->st, &cm->embed, ws->tok, gamma, c->hc_mult, d, ws->X);
+    for (int st = 0; st < cm->dspark.n_stages; st++) {
+        const cu_layer *ly = &cm->dspark.stages[st];
+        step_hc_pre(s, &ly->hc_attn, ly->attn_norm);
+        attn_project(s, ly);
+        cu_dspark_attention(s->st, s->official, ws->q, ws->kv, ring + (int64_t)st * W * D, pos, gamma, W, ly->attn_sink, cm->rope_window,
+                            c->n_heads, D, c->rope_dim, ws->o);
+        attn_output(s, ly);
+        cu_hc_post(s->st, s->official, ws->sub, ws->mix, ws->X, gamma, c->hc_mult, d);
+        step_hc_pre(s, &ly->hc_ffn, ly->ffn_norm);
+        step_moe(s, ly, -1);   /* DSpark stages keep all their experts on rank 0 */
+        cu_hc_post(s->st, s->official, ws->sub, ws->mix, ws->X, gamma, c->hc_mult, d);
+    }
+    int32_t rows[CU_HEAD_ROWS];
+    for (int j = 0; j < gamma; j++) rows[j] = j;
+    if (cu_upload(ws->head_rows, rows, sizeof(int32_t) * (size_t)gamma)) return dsv4_fail(err, DSV4_E_STATE, "DSpark: upload failed");
+    cu_hc_head(s->st, s->official, ws->X, ws->head_rows, gamma, cm->dspark.hc_head.fn.data, cm->dspark.hc_head.base,
+               cm->dspark.hc_head.scale, c->hc_mult, d, c->hc_eps, c->norm_eps, ws->head_x);
+    return 0;
+}
+
 int cuda_dspark_block(struct dsv4_model *m, const float *ring, int64_t pos, const int32_t *ids, int gamma, float *y, float *U,
                       dsv4_error *err) {
     struct cuda_model *cm = m->cuda;
     const dsv4_config *c = &m->cfg;
-    const int d = c->dim, D = c->head_dim, W = c->window, V = c->vocab_size;
-    if (gamma > CU_HEAD_ROWS) return dsv4_fail(err, DSV4_E_UNSUPPORTED, "cuda: DSpark blocks of more than %d drafts", CU_HEAD_ROWS);
+    const int d = c->dim, V = c->vocab_size;
     step_ctx s;
-    int rc = positions_begin(m, ids, gamma, pos, &s, err);
+    int rc = dspark_stages(m, ring, pos, ids, gamma, &s, err);
     if (rc) return rc;
     cu_workspace *ws = s.ws;
-    cu_embed(s.st, &cm->embed, ws->tok, gamma, c->hc_mult, d, ws->X);
-    for (int st = 0; st < cm->dspark.n_stages; st++) {
-        const cu_layer *ly = &cm->dspark.stages[st];
-        step_hc_pre(&s, &ly->hc_attn, ly->attn_norm);
-        attn_project(&s, ly);
-        cu_dspark_attention(s.st, s.official, ws->q, ws->kv, ring + (int64_t)st * W * D, pos, gamma, W, ly->attn_sink, cm->rope_window,
-                            c->n_heads, D, c->rope_dim, ws->o);
-        attn_output(&s, ly);
-        cu_hc_post(s.st, s.official, ws->sub, ws->mix, ws->X, gamma, c->hc_mult, d);
-        step_hc_pre(&s, &ly->hc_ffn, ly->ffn_norm);
-        step_moe(&s, ly);
-        cu_hc_post(s.st, s.official, ws->sub, ws->mix, ws->X, gamma, c->hc_mult, d);
-    }
     /* y = the last stage's hc_head (before the norm); U = head . rmsnorm(y, norm) */
-    int32_t rows[CU_HEAD_ROWS];
-    for (int j = 0; j < gamma; j++) rows[j] = j;
-    if (cu_upload(ws->head_rows, rows, sizeof(int32_t) * (size_t)gamma)) return dsv4_fail(err, DSV4_E_STATE, "DSpark: upload failed");
-    cu_hc_head(s.st, s.official, ws->X, ws->head_rows, gamma, cm->dspark.hc_head.fn.data, cm->dspark.hc_head.base,
-               cm->dspark.hc_head.scale, c->hc_mult, d, c->hc_eps, c->norm_eps, ws->head_x);
     if ((rc = cu_finish(s.st, "the DSpark block", err))) return rc;
     if (cu_download(y, ws->head_x, sizeof(float) * (size_t)gamma * d)) return dsv4_fail(err, DSV4_E_STATE, "DSpark: download failed");
     cu_rmsnorm(s.st, s.official, ws->head_x, d, cm->dspark.norm, d, c->norm_eps, ws->head_x, d, gamma);
     cu_linear(s.st, &cm->head, ws->head_x, gamma, d, ws->logits, V);
     if ((rc = cu_finish(s.st, "the DSpark head", err))) return rc;
     if (cu_download(U, ws->logits, sizeof(float) * (size_t)gamma * V)) return dsv4_fail(err, DSV4_E_STATE, "DSpark: download failed");
+    return 0;
+}
+
+/* A whole draft on the GPU (core/dspark.c dsv4_dspark_draft, the same order of operations): the block, U = head .
+ * rmsnorm(y), then for j = 0 .. k-1 in turn: e = bf16(markov_w1[previous token]) (the previous draw read on the
+ * device), U_j += markov_w2 . e, draft j = cu_sample(U_j) with draw number draw0 + j (and its distribution when
+ * probs), z_j = confidence . [y_j ; e]. Only the ids, the confidence logits and what was asked for come back. */
+int cuda_dspark_draft(struct dsv4_model *m, const float *ring, int64_t pos, const int32_t *ids, int gamma, int k,
+                      const dsv4_sampling *sp, uint64_t draw0, int32_t *draft, float *conf, float *probs, float *U, dsv4_error *err) {
+    struct cuda_model *cm = m->cuda;
+    const dsv4_config *c = &m->cfg;
+    const int d = c->dim, V = c->vocab_size, rank = c->dspark_markov_rank, dr = d + rank;
+    if (k < 1 || k > gamma) return dsv4_fail(err, DSV4_E_ARG, "DSpark: %d drafts from a block of %d", k, gamma);
+    step_ctx s;
+    int rc = dspark_stages(m, ring, pos, ids, gamma, &s, err);
+    if (rc) return rc;
+    cu_workspace *ws = s.ws;
+    cu_rmsnorm(s.st, s.official, ws->head_x, d, cm->dspark.norm, d, c->norm_eps, ws->xn, d, gamma);   /* y stays in head_x */
+    cu_linear(s.st, &cm->head, ws->xn, gamma, d, ws->logits, V);
+    cu_sample_req req[CU_HEAD_ROWS];
+    for (int j = 0; j < k; j++)
+        req[j] = (cu_sample_req){ 0, sp->top_k, sp->n_allowed, sp->temperature, sp->top_p, sp->min_p, sp->seed, draw0 + (uint64_t)j };
+    if (cu_upload(ws->dsp_req, req, sizeof(cu_sample_req) * (size_t)k) || cu_upload(ws->dsp_ids, ids, sizeof(int32_t)))
+        return dsv4_fail(err, DSV4_E_STATE, "DSpark: upload failed");
+    float *markov = ws->sample_w + V;   /* row 1 of the sampler's scratch: each draw below uses row 0 */
+    for (int j = 0; j < k; j++) {
+        float *Uj = ws->logits + (int64_t)j * V;
+        cu_dspark_markov_in(s.st, s.official, &cm->dspark.markov_w1, ws->dsp_ids, j, ws->head_x, d, rank, ws->dsp_cat);
+        cu_linear(s.st, &cm->dspark.markov_w2, ws->dsp_cat + (int64_t)j * dr + d, 1, rank, markov, V);
+        cu_add_row(s.st, Uj, markov, V);
+        cu_sample(s.st, Uj, V, ws->dsp_req + j, 1, ws->sample_w, ws->dsp_ids + j + 1, probs ? ws->dsp_probs + (int64_t)j * V : NULL);
+        cu_linear(s.st, &cm->dspark.confidence, ws->dsp_cat + (int64_t)j * dr, 1, dr, ws->dsp_z + j, 1);
+    }
+    if ((rc = cu_finish(s.st, "the DSpark heads", err))) return rc;
+    if (cu_download(draft, ws->dsp_ids + 1, sizeof(int32_t) * (size_t)k) || (conf && cu_download(conf, ws->dsp_z, sizeof(float) * (size_t)k)) ||
+        (probs && cu_download(probs, ws->dsp_probs, sizeof(float) * (size_t)k * V)) ||
+        (U && cu_download(U, ws->logits, sizeof(float) * (size_t)k * V)))
+        return dsv4_fail(err, DSV4_E_STATE, "DSpark: download failed");
     return 0;
 }
 #else

@@ -2,48 +2,108 @@
  * scales), decoded in the main loop; no dequantized copy exists.
  *
  * Reduction order of y[t][o] (the same for every t, every T, every tile): lane l of the warp that owns row o
- * accumulates, with fmaf starting from 0.0f, columns 4l+128j, 4l+128j+1, 4l+128j+2, 4l+128j+3 for j = 0, 1, ...;
- * the 32 partials are then combined by warp_sum (rows of split_rows shapes: see k_linear_split). A warp computes its row for up to TILE tokens at once so the
- * weight row is read once per tile; the tile only decides which warp does the work, never the order.
+ * accumulates, with fmaf starting from 0.0f, columns 16l + 512j + e for j = 0, 1, ... and e = 0..15 in that
+ * order; the 32 partials are then combined by warp_sum (rows of split_rows shapes: see k_linear_split). Sixteen
+ * consecutive columns per lane make one 16-byte load of FP8 weight (FP4: 8 bytes, BF16: 32) per lane and step,
+ * so a warp keeps 512 bytes of a row in flight (run 13: at 4 columns per lane the projections ran at ~200 GB/s).
+ * A warp computes its row for up to TILE tokens at once so the weight row is read once per tile; the tile only
+ * decides which warp does the work, never the order.
  * (CUDA cores in fp32 for both numeric modes for now: issue 18 moves OFFICIAL mode to FP8 tensor cores.) */
 #include "backend/cuda/cu_common.cuh"
 #include "backend/cuda/cu_kernels.h"
+#include "model/expert_place.h"
 
-#define LIN_WARPS 4   /* output rows per block */
-#define LIN_TILE 8    /* tokens per warp */
+#define LIN_WARPS 4    /* output rows per block */
+#define LIN_TILE 8     /* tokens per warp */
+#define LIN_LANE 16    /* consecutive columns per lane and step */
+#define LIN_STEP 512   /* columns per warp and step: 32 lanes x LIN_LANE */
 
 /* Columns [c0, K) of row o of w against up to LIN_TILE input rows xr[0..n): res[k] (valid in every lane). c0 is
- * a multiple of 128; K is the column count or, for a split row, the end of the warp's segment. */
+ * a multiple of 16; K is the column count or, for a split row, the end of the warp's segment. The scalar path
+ * (VEC false: unaligned rows, a column count not a multiple of 16) visits the same columns in the same order. */
 template <bool VEC>
 __device__ __forceinline__ void dot_tile(const dsv4_weight &w, int o, const float *const *xr, int n, float *res, int c0, int K) {
     const int lane = threadIdx.x & 31;
     float acc[LIN_TILE];
 #pragma unroll
     for (int k = 0; k < LIN_TILE; k++) acc[k] = 0.0f;
-    for (int i = c0 + lane * 4; i < K; i += 128) {
-        float wv[4];
+    for (int i = c0 + lane * LIN_LANE; i < K; i += LIN_STEP) {
+        float wv[LIN_LANE];
         if (VEC) {
-            dev_weight4(w, o, i, wv);
+            dev_weight16(w, o, i, wv);
         } else {
 #pragma unroll
-            for (int e = 0; e < 4; e++) wv[e] = i + e < K ? dev_weight_at(w, o, i + e) : 0.0f;
+            for (int e = 0; e < LIN_LANE; e++) wv[e] = i + e < K ? dev_weight_at(w, o, i + e) : 0.0f;
         }
 #pragma unroll
         for (int k = 0; k < LIN_TILE; k++) {
             if (k >= n) break;
             if (VEC) {
-                const float4 xv = *(const float4 *)(xr[k] + i);
-                acc[k] = fmaf(wv[0], xv.x, acc[k]);
-                acc[k] = fmaf(wv[1], xv.y, acc[k]);
-                acc[k] = fmaf(wv[2], xv.z, acc[k]);
-                acc[k] = fmaf(wv[3], xv.w, acc[k]);
+                const float4 *xp = (const float4 *)(xr[k] + i);
+#pragma unroll
+                for (int q = 0; q < LIN_LANE / 4; q++) {
+                    const float4 xv = xp[q];
+                    acc[k] = fmaf(wv[4 * q], xv.x, acc[k]);
+                    acc[k] = fmaf(wv[4 * q + 1], xv.y, acc[k]);
+                    acc[k] = fmaf(wv[4 * q + 2], xv.z, acc[k]);
+                    acc[k] = fmaf(wv[4 * q + 3], xv.w, acc[k]);
+                }
             } else {
-                for (int e = 0; e < 4 && i + e < K; e++) acc[k] = fmaf(wv[e], xr[k][i + e], acc[k]);
+                for (int e = 0; e < LIN_LANE && i + e < K; e++) acc[k] = fmaf(wv[e], xr[k][i + e], acc[k]);
             }
         }
     }
 #pragma unroll
     for (int k = 0; k < LIN_TILE; k++) res[k] = warp_sum(acc[k]);
+}
+
+/* One token against LIN_ROWS consecutive rows o0 .. o0+nr-1: per row exactly dot_tile's order (lane l: columns
+ * 16l + 512j + e, fmaf from 0.0f, then warp_sum), with the rows' loads issued together so that a warp keeps
+ * LIN_ROWS x 512 bytes of FP8 in flight. Decode steps of one token take this path (run 14's ncu: a warp per row of
+ * 1024 columns lives for two loads, and the GEMVs ran at a few hundred GB/s). Vector path only. */
+#define LIN_ROWS 4
+/* Off until measured: run 16 (with it) decoded the Flash shape at 17.1 tok/s against run 14's 21.1 (without it), but
+ * with a shorter prompt and right after a fuzzing load, and the A/B run that was to settle it ran out of device time
+ * (docs/GPU_RUNS.md runs 16-17). Both paths give the same bits (test_gpu_kernels: alone = in a batch, memcmp), so
+ * this switch changes speed only. */
+#ifndef LIN_ONE_TOKEN_ROWS
+#define LIN_ONE_TOKEN_ROWS 0
+#endif
+__device__ __forceinline__ void dot_rows1(const dsv4_weight &w, int o0, int nr, const float *x, float *res, int K) {
+    const int lane = threadIdx.x & 31;
+    float acc[LIN_ROWS];
+#pragma unroll
+    for (int r = 0; r < LIN_ROWS; r++) acc[r] = 0.0f;
+    for (int i = lane * LIN_LANE; i < K; i += LIN_STEP) {
+        float wv[LIN_ROWS][LIN_LANE];
+#pragma unroll
+        for (int r = 0; r < LIN_ROWS; r++)
+            if (r < nr) dev_weight16(w, o0 + r, i, wv[r]);
+        float xv[LIN_LANE];
+        const float4 *xp = (const float4 *)(x + i);
+#pragma unroll
+        for (int q = 0; q < LIN_LANE / 4; q++) {
+            const float4 v = xp[q];
+            xv[4 * q] = v.x; xv[4 * q + 1] = v.y; xv[4 * q + 2] = v.z; xv[4 * q + 3] = v.w;
+        }
+#pragma unroll
+        for (int r = 0; r < LIN_ROWS; r++)
+            if (r < nr)
+#pragma unroll
+                for (int e = 0; e < LIN_LANE; e++) acc[r] = fmaf(wv[r][e], xv[e], acc[r]);
+    }
+#pragma unroll
+    for (int r = 0; r < LIN_ROWS; r++) res[r] = warp_sum(acc[r]);
+}
+
+__global__ void k_linear_1tok(dsv4_weight w, const float *__restrict__ x, float *__restrict__ y) {
+    const int o0 = (blockIdx.x * LIN_WARPS + (threadIdx.x >> 5)) * LIN_ROWS;
+    if (o0 >= w.rows) return;
+    const int nr = w.rows - o0 < LIN_ROWS ? w.rows - o0 : LIN_ROWS;
+    float res[LIN_ROWS];
+    dot_rows1(w, o0, nr, x, res, w.cols);
+    if ((threadIdx.x & 31) == 0)
+        for (int r = 0; r < nr; r++) y[o0 + r] = res[r];
 }
 
 template <bool VEC>
@@ -101,6 +161,12 @@ __global__ void k_expert_linear(const dsv4_weight *__restrict__ experts, int row
     if (o >= rows) return;
     const dsv4_weight w = experts[plan.tile_expert[tile]];
     const int p0 = plan.tile_first[tile], n = plan.tile_count[tile];
+    if (!w.data) {
+        /* an expert another GPU holds (cuda_ep.h): its rows are the identity of the exact gather */
+        if ((threadIdx.x & 31) == 0)
+            for (int k = 0; k < n; k++) y[(int64_t)(p0 + k) * ldy + o] = EP_ABSENT_ROW;
+        return;
+    }
     const float *xr[LIN_TILE];
 #pragma unroll
     for (int k = 0; k < LIN_TILE; k++) {
@@ -115,10 +181,32 @@ __global__ void k_expert_linear(const dsv4_weight *__restrict__ experts, int row
             if (k < n) y[(int64_t)(p0 + k) * ldy + o] = res[k];
 }
 
-/* The vector path needs 16-byte x rows and 4-aligned weight rows; it computes the same sums as the scalar one. */
+/* Steps of one token (then every tile holds one pair): LIN_ROWS rows per warp, as k_linear_1tok. */
+__global__ void k_expert_linear_1tok(const dsv4_weight *__restrict__ experts, int rows, cu_moe_plan plan, const float *__restrict__ x,
+                                     int ldx, int x_by_pair, float *__restrict__ y, int ldy) {
+    const int tile = blockIdx.y;
+    if (tile >= *plan.n_tiles) return;
+    const int o0 = (blockIdx.x * LIN_WARPS + (threadIdx.x >> 5)) * LIN_ROWS;
+    if (o0 >= rows) return;
+    const int nr = rows - o0 < LIN_ROWS ? rows - o0 : LIN_ROWS;
+    const dsv4_weight w = experts[plan.tile_expert[tile]];
+    const int p = plan.tile_first[tile];
+    float res[LIN_ROWS];
+    if (!w.data) {
+        for (int r = 0; r < LIN_ROWS; r++) res[r] = EP_ABSENT_ROW;   /* held by another GPU (cuda_ep.h) */
+    } else {
+        dot_rows1(w, o0, nr, x + (int64_t)(x_by_pair ? p : plan.pair_token[p]) * ldx, res, w.cols);
+    }
+    if ((threadIdx.x & 31) == 0)
+        for (int r = 0; r < nr; r++) y[(int64_t)p * ldy + o0 + r] = res[r];
+}
+
+/* The vector path needs 16-byte aligned x rows and weight rows of a multiple of 16 columns (weights are whole
+ * cudaMalloc allocations or row slices of them, so their rows are then 16-byte aligned); it computes the same sums
+ * as the scalar one. */
 static bool vec_ok(int fmt, int cols, const float *x, int ldx) {
     (void)fmt;
-    return cols % 4 == 0 && ldx % 4 == 0 && ((uintptr_t)x % 16) == 0;
+    return cols % LIN_LANE == 0 && ldx % 4 == 0 && ((uintptr_t)x % 16) == 0;
 }
 
 extern "C" int cu_linear(cu_stream st, const dsv4_weight *w, const float *x, int T, int ldx, float *y, int ldy) {
@@ -130,6 +218,10 @@ extern "C" int cu_linear(cu_stream st, const dsv4_weight *w, const float *x, int
         else k_linear_split<false><<<g, 32 * LIN_SPLIT, 0, (cudaStream_t)st>>>(*w, x, T, ldx, y, ldy);
         return 0;
     }
+    if (T == 1 && vec && LIN_ONE_TOKEN_ROWS) {
+        k_linear_1tok<<<cu_blocks(w->rows, LIN_WARPS * LIN_ROWS), 32 * LIN_WARPS, 0, (cudaStream_t)st>>>(*w, x, y);
+        return 0;
+    }
     dim3 grid(cu_blocks(w->rows, LIN_WARPS), cu_blocks(T, LIN_TILE));
     if (vec) k_linear<true><<<grid, 32 * LIN_WARPS, 0, (cudaStream_t)st>>>(*w, x, T, ldx, y, ldy);
     else k_linear<false><<<grid, 32 * LIN_WARPS, 0, (cudaStream_t)st>>>(*w, x, T, ldx, y, ldy);
@@ -137,8 +229,13 @@ extern "C" int cu_linear(cu_stream st, const dsv4_weight *w, const float *x, int
 }
 
 extern "C" int cu_expert_linear(cu_stream st, const dsv4_weight *experts, int rows, int cols, int fmt, const cu_moe_plan *plan,
-                                int max_tiles, const float *x, int ldx, int x_by_pair, float *y, int ldy) {
+                                int max_tiles, const float *x, int ldx, int x_by_pair, float *y, int ldy, int one_token) {
     if (max_tiles <= 0) return 0;
+    if (one_token && LIN_ONE_TOKEN_ROWS && vec_ok(fmt, cols, x, ldx)) {
+        dim3 g1(cu_blocks(rows, LIN_WARPS * LIN_ROWS), max_tiles);
+        k_expert_linear_1tok<<<g1, 32 * LIN_WARPS, 0, (cudaStream_t)st>>>(experts, rows, *plan, x, ldx, x_by_pair, y, ldy);
+        return 0;
+    }
     dim3 grid(cu_blocks(rows, LIN_WARPS), max_tiles);
     /* expert matrices are separate allocations (256-byte aligned) */
     if (vec_ok(fmt, cols, x, ldx))

@@ -6,39 +6,53 @@
 
 __device__ __forceinline__ float dev_softplus(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
 
-/* One thread per token: the same loops as moe.c route / top_k_experts. */
+/* One warp per token; the same selections as moe.c route / top_k_experts. Scores sqrt(softplus(logit)) element by
+ * element; then K rounds of "the largest score + bias among experts not yet taken, the lowest id on ties": lane l
+ * finds its own best among experts l, l+32, ... (increasing, strict >), and the warp keeps the largest value,
+ * the lower id on ties — the same expert the sequential scan picks. The weights are normalised by the sum of the
+ * selected scores added in selection order (one lane), as on the CPU. */
+#define ROUTE_MAX_K 16
 __global__ void k_route(float *logits, const float *bias, const int32_t *tid2eid, const int32_t *tok, int T, int E, int K,
                         float route_scale, int32_t *route_e, float *route_w) {
-    const int t = blockIdx.x * blockDim.x + threadIdx.x;
+    const int t = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5), lane = threadIdx.x & 31;
     if (t >= T) return;
     float *s = logits + (int64_t)t * E;
-    for (int e = 0; e < E; e++) s[e] = sqrtf(dev_softplus(s[e]));
-    int32_t *sel = route_e + (int64_t)t * K;
-    if (tid2eid) {
-        for (int j = 0; j < K; j++) sel[j] = tid2eid[(int64_t)tok[t] * K + j];
-    } else {
-        for (int j = 0; j < K; j++) {
-            int best = -1;
-            float bv = 0.0f;
-            for (int e = 0; e < E; e++) {
-                bool taken = false;
-                for (int q = 0; q < j; q++) taken |= sel[q] == e;
-                if (taken) continue;
-                const float v = s[e] + (bias ? bias[e] : 0.0f);
-                if (best < 0 || v > bv) { best = e; bv = v; }
-            }
-            sel[j] = best;
+    for (int e = lane; e < E; e += 32) s[e] = sqrtf(dev_softplus(s[e]));
+    __syncwarp();
+    int32_t chosen[ROUTE_MAX_K];
+    for (int j = 0; j < K; j++) {
+        if (tid2eid) {
+            chosen[j] = tid2eid[(int64_t)tok[t] * K + j];
+            continue;
         }
+        int best = -1;
+        float bv = 0.0f;
+        for (int e = lane; e < E; e += 32) {
+            bool taken = false;
+            for (int q = 0; q < j; q++) taken |= chosen[q] == e;
+            if (taken) continue;
+            const float v = s[e] + (bias ? bias[e] : 0.0f);
+            if (best < 0 || v > bv) { best = e; bv = v; }
+        }
+        for (int off = 16; off > 0; off >>= 1) {
+            const int ob = __shfl_down_sync(0xffffffffu, best, off);
+            const float ov = __shfl_down_sync(0xffffffffu, bv, off);
+            if (ob >= 0 && (best < 0 || ov > bv || (ov == bv && ob < best))) { best = ob; bv = ov; }
+        }
+        chosen[j] = __shfl_sync(0xffffffffu, best, 0);
     }
+    if (lane) return;
+    int32_t *sel = route_e + (int64_t)t * K;
     float *w = route_w + (int64_t)t * K, sum = 0.0f;
+    for (int j = 0; j < K; j++) sel[j] = chosen[j];
     for (int j = 0; j < K; j++) sum += s[sel[j]];
     for (int j = 0; j < K; j++) w[j] = s[sel[j]] / sum * route_scale;
 }
 
 extern "C" void cu_route(cu_stream st, float *logits, const float *bias, const int32_t *tid2eid, const int32_t *tok, int T,
                          int E, int K, float route_scale, int32_t *route_e, float *route_w) {
-    if (T > 0) k_route<<<cu_blocks(T, 64), 64, 0, (cudaStream_t)st>>>(logits, bias, tid2eid, tok, T, E, K, route_scale,
-                                                                     route_e, route_w);
+    if (T > 0) k_route<<<cu_blocks(T, 4), 128, 0, (cudaStream_t)st>>>(logits, bias, tid2eid, tok, T, E, K, route_scale, route_e,
+                                                                     route_w);
 }
 
 /* Is j the first slot of token t's row naming its expert? (a row naming an expert twice counts it once) */
