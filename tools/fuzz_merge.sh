@@ -2,6 +2,7 @@
 # Merge what tools/gpu/fuzz_bg.sh brought back into the repository (`make fuzz-merge FUZZ_RESULTS=fuzz.tgz`):
 #
 #   tools/fuzz_merge.sh BUILD_DIR fuzz.tgz...      BUILD_DIR/fuzzers/fuzz_<name>: this machine's libFuzzer programs
+#   tools/fuzz_merge.sh BUILD_DIR                  only recompute HOURS.md's totals (and its rows' order)
 #
 # For every target in the run's stats.tsv:
 #   - corpus: the hand-made and generated seeds at the top of tests/fuzz/corpus/<name>/ stay as they are; the
@@ -17,10 +18,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 B=${1:?"usage: $0 BUILD_DIR fuzz.tgz..."}; shift
-[ $# -gt 0 ] || { echo "fuzz_merge: no results given (FUZZ_RESULTS=path/to/fuzz.tgz)" >&2; exit 2; }
+[ $# -gt 0 ] || echo "fuzz_merge: no results given (FUZZ_RESULTS=path/to/fuzz.tgz): only the totals are recomputed" >&2
 MAX_MS=${FUZZ_MAX_MS:-100}; MAX_FILES=${FUZZ_FOUND_FILES:-300}; MAX_KB=${FUZZ_FOUND_KB:-128}
 MAX_TOTAL_MS=${FUZZ_FOUND_TOTAL_MS:-2000}
 HOURS=tests/fuzz/HOURS.md
+export DSV4_ROOT="$PWD"   # the targets find their fixtures (tests/data) from it; select_inputs runs elsewhere
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 
 count_files() { if [ -d "$1" ]; then find "$1" -maxdepth 1 -type f | wc -l; else echo 0; fi; }
@@ -112,27 +114,29 @@ for tgz in "$@"; do
 done
 
 # Totals from every run row: per target the CPU hours, execs, the most edges, the findings, and the CPU hours
-# since its last run with a finding (what "an hour without a finding after the fixes" asks for).
+# since its last run with a finding (what "an hour without a finding after the fixes" asks for). The rows are
+# kept in the order of their runs' start times (runs can be merged in any order), and counted in that order.
+grep '^| 20[0-9][0-9]-' "$HOURS" | sort -s -t'|' -k2,2 >"$tmp/rows" || true
+grep -v '^| 20[0-9][0-9]-' "$HOURS" >"$tmp/rest"
 awk -F'|' '
-    /^<!-- totals -->/ { lines[++nl] = $0; skip = 1; next }
-    /^<!-- \/totals -->/ { skip = 0 }
-    skip { next }
-    { lines[++nl] = $0 }
-    /^\| 20[0-9][0-9]-/ {
+    NR == FNR {
         t = $5; gsub(/ /, "", t); cpu = $7 + 0; ex = $8 + 0; ed = $9 + 0; fi_ = $11; gsub(/^ +| +$/, "", fi_)
         if (!(t in runs)) order[++nt] = t
         runs[t]++; c[t] += cpu; e[t] += ex; if (ed > m[t]) m[t] = ed
         if (fi_ != "none") { nf[t]++; clean[t] = 0 } else clean[t] += cpu
+        next
     }
-    END {
-        for (i = 1; i <= nl; i++) {
-            print lines[i]
-            if (lines[i] ~ /^<!-- totals -->/) {
-                print "| target | runs | CPU hours | execs | edges (most) | runs with findings | CPU hours since the last finding |"
-                print "|---|---|---|---|---|---|---|"
-                for (j = 1; j <= nt; j++) { t = order[j]
-                    printf "| %s | %d | %.2f | %d | %d | %d | %.2f%s |\n", t, runs[t], c[t] / 3600, e[t], m[t], nf[t], clean[t] / 3600, (clean[t] >= 3600 ? " (done)" : "") }
-            }
-        }
-    }' "$HOURS" >"$tmp/hours" && cp "$tmp/hours" "$HOURS"
+    /^<!-- totals -->/ {
+        print
+        print "| target | runs | CPU hours | execs | edges (most) | runs with findings | CPU hours since the last finding |"
+        print "|---|---|---|---|---|---|---|"
+        for (j = 1; j <= nt; j++) { t = order[j]
+            printf "| %s | %d | %.2f | %d | %d | %d | %.2f%s |\n", t, runs[t], c[t] / 3600, e[t], m[t], nf[t], clean[t] / 3600, (clean[t] >= 3600 ? " (done)" : "") }
+        skip = 1; next
+    }
+    /^<!-- \/totals -->/ { skip = 0 }
+    skip { next }
+    { print }' "$tmp/rows" "$tmp/rest" >"$tmp/hours"
+cat "$tmp/rows" >>"$tmp/hours"
+cp "$tmp/hours" "$HOURS"
 echo "tests/fuzz/HOURS.md updated; review and commit tests/fuzz/corpus/*/found and tests/fuzz/HOURS.md"

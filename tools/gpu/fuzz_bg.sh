@@ -27,6 +27,7 @@
 set -u
 cd "$(dirname "$0")/../.."
 ROOT=$PWD
+export DSV4_ROOT="$ROOT"   # the targets find their fixtures (tests/data) from it
 W=${FUZZ_WORK:-/tmp/dsv4-fuzz}
 OUT=${OUT:-/tmp/gpu-out}
 GRACE=$(( ${FUZZ_TIMEOUT:-30} + 5 ))   # a unit may run up to -timeout past the deadline before libFuzzer looks at the clock
@@ -100,7 +101,8 @@ target_stats() {
 }
 
 # The new inputs worth keeping: those that add coverage to the committed corpus (merge into a copy of it), or
-# all of them when the merge does not finish in time. Names stay libFuzzer's (the input's SHA-1).
+# all of them when the merge does not finish in time. Names stay libFuzzer's (the input's SHA-1). On the same
+# CPUs and niceness as the fuzzing: the GPU job may still be running.
 minimise() {
     local name=$1 secs=$2
     local work="$W/corpus/$name" min="$W/min/$name" dst="$W/pack/fuzz/corpus/$name"
@@ -108,7 +110,7 @@ minimise() {
     mkdir -p "$min" "$dst"
     for d in "tests/fuzz/corpus/$name" "tests/fuzz/regressions/$name"; do [ -d "$d" ] && find "$d" -type f -exec cp {} "$min"/ \;; done
     ls "$min" >"$W/min/$name.seeds"
-    if timeout "$secs" env DSV4_FUZZ_TARGET="$name" "$BIN" -merge=1 -timeout=30 -rss_limit_mb=2048 \
+    if timeout "$secs" "${PREFIX[@]}" env DSV4_FUZZ_TARGET="$name" "$BIN" -merge=1 -timeout=30 -rss_limit_mb=2048 \
             -malloc_limit_mb=2048 "$min" "$work" >"$W/logs/merge-$name.log" 2>&1; then
         for f in "$min"/*; do grep -qxF "$(basename "$f")" "$W/min/$name.seeds" || cp "$f" "$dst"/; done
     else
@@ -151,10 +153,12 @@ supervise() {
     if command -v taskset >/dev/null && taskset -c "$cpus" true 2>/dev/null; then PREFIX+=(taskset -c "$cpus")
     else echo "taskset unavailable: processes not pinned (nice ${FUZZ_NICE:-19} only)" >>"$W/notes"; cpus="any"; fi
     local procs=$((cores / ${#TARGETS[@]})); [ $procs -lt 1 ] && procs=1
-    # targets write their inputs to files: in memory where /dev/shm is writable
+    # targets write their inputs to files: in memory where /dev/shm is writable; in a folder of this run, since a
+    # process that stops on a finding or an interrupt leaves its fixture folder behind (no atexit)
     if [ -d /dev/shm ] && [ -w /dev/shm ] && [ "$(df -Pk /dev/shm | awk 'NR == 2 {print $4}')" -gt 262144 ]; then
-        export TMPDIR=/dev/shm
-    else mkdir -p "$W/tmp"; export TMPDIR="$W/tmp"; fi
+        TMPDIR=/dev/shm/dsv4-fuzz-bg
+    else TMPDIR="$W/tmp"; fi
+    rm -rf "$TMPDIR"; mkdir -p "$TMPDIR"; export TMPDIR
     # preflight: one target over its seeds; a sandbox that stops LeakSanitizer (it needs ptrace) gets leaks off
     DSV4_FUZZ_TARGET=config "$BIN" -runs=0 tests/fuzz/corpus/config >"$W/logs/preflight.log" 2>&1
     local rc=$?
@@ -225,6 +229,7 @@ finish() {
         rm -rf "$P/corpus"; tar -czf "$OUT/fuzz.tgz.tmp" -C "$W/pack" fuzz
     fi
     mv "$OUT/fuzz.tgz.tmp" "$OUT/fuzz.tgz"
+    [ -n "${TMPDIR:-}" ] && [[ "$TMPDIR" == */dsv4-fuzz-bg || "$TMPDIR" == "$W/tmp" ]] && rm -rf "$TMPDIR"
     touch "$W/done"
 }
 
