@@ -47,8 +47,8 @@ static int fp8_row_bf16(const uint8_t *src, const uint8_t *srow, int n, uint16_t
     int i = 0;
     for (; i + 128 <= n; i += 128) {
         const int S = srow[i / 128];
-        const __m512i bias = _mm512_set1_epi16((short)((S - 7) << 7));
-        const __m512i sub = _mm512_mask_add_epi16(sub_table, 0xfe, sub_table, _mm512_set1_epi16((short)((S - 127) << 7)));
+        const __m512i bias = _mm512_set1_epi16((short)((S - 7) * 128));
+        const __m512i sub = _mm512_mask_add_epi16(sub_table, 0xfe, sub_table, _mm512_set1_epi16((short)((S - 127) * 128)));
         for (int k = i; k < i + 128; k += 32) {
             const __m512i w = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)(src + k)));
             const __m512i mag = _mm512_and_si512(w, _mm512_set1_epi16(0x7f));
@@ -75,7 +75,7 @@ static int fp4_row_bf16(const uint8_t *src, const uint8_t *srow, int n, uint16_t
     const __m512i table = _mm512_loadu_si512((const void *)values);
     for (int i = 0; i < n; i += 32) {
         const __m512i scaled = _mm512_mask_add_epi16(table, 0xfefe, table,
-                                                     _mm512_set1_epi16((short)((srow[i / 32] - 127) << 7)));
+                                                     _mm512_set1_epi16((short)((srow[i / 32] - 127) * 128)));
         const __m512i d = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(src + i / 2)));
         /* C ? A : B with C = 0xf: low word = low nibble, high word bits 0-3 = high nibble (bits 12-15 of the
          * low word hold a copy of the low nibble, which vpermw ignores) */
