@@ -64,6 +64,23 @@ void dsv4_dspark_ctx_free(dsv4_dspark_ctx *c) {
 
 int64_t dsv4_dspark_ctx_position(const dsv4_dspark_ctx *c) { return c->pos; }
 
+size_t dsv4_dspark_ctx_bytes(const dsv4_dspark_ctx *c) { return sizeof(float) * (size_t)c->n_stages * c->window * c->D; }
+
+int dsv4_dspark_ctx_clone(dsv4_model *m, const dsv4_dspark_ctx *src, dsv4_dspark_ctx **out, dsv4_error *err) {
+    dsv4_dspark_ctx *c;
+    int rc = dsv4_dspark_ctx_new(m, &c, err);
+    if (rc) return rc;
+    if (c->n_stages != src->n_stages || c->window != src->window || c->D != src->D || c->mem != src->mem) {
+        dsv4_dspark_ctx_free(c);
+        return dsv4_fail(err, DSV4_E_STATE, "DSpark: the context to copy belongs to another model");
+    }
+    /* the whole ring: slots not written yet are zero in both, as in a context fed the same positions */
+    c->mem->copy(c->ring, src->ring, dsv4_dspark_ctx_bytes(src));
+    c->pos = src->pos;
+    *out = c;
+    return 0;
+}
+
 /* Size the workspace for T tokens and lay out a batch of T positions from pos0 with the given token ids. */
 static int setup_batch(dsv4_model *m, int T, int64_t pos0, const int32_t *tok, dsv4_error *err) {
     if (workspace_ensure(m, T, T)) return dsv4_fail(err, DSV4_E_NOMEM, "out of memory");

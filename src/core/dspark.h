@@ -13,6 +13,7 @@
 #ifndef DSV4_CORE_DSPARK_H
 #define DSV4_CORE_DSPARK_H
 #include "dsv4.h"
+#include <stddef.h>
 #include <stdint.h>
 
 typedef struct dsv4_dspark_ctx dsv4_dspark_ctx;
@@ -21,6 +22,10 @@ int  dsv4_dspark_ctx_new(dsv4_model *m, dsv4_dspark_ctx **out, dsv4_error *err);
 void dsv4_dspark_ctx_free(dsv4_dspark_ctx *c);
 /* Committed positions so far: the next one to commit, and the anchor position of the next block. */
 int64_t dsv4_dspark_ctx_position(const dsv4_dspark_ctx *c);
+/* Bytes of its context ring, and an exact copy of a context of the same model (prefix reuse: the drafter's state
+ * stored beside a prefix-cache entry). */
+size_t dsv4_dspark_ctx_bytes(const dsv4_dspark_ctx *c);
+int  dsv4_dspark_ctx_clone(dsv4_model *m, const dsv4_dspark_ctx *src, dsv4_dspark_ctx **out, dsv4_error *err);
 /* Commit positions pos .. pos+n-1 given their target features [n][n_targets*dim]. */
 int  dsv4_dspark_commit(dsv4_model *m, dsv4_dspark_ctx *c, const float *features, int n, dsv4_error *err);
 

@@ -9,6 +9,7 @@
 #include "core/dspark.h"
 #include "engine/drafter_dspark.h"
 #include "model/model.h"
+#include "state/prefix_companion.h"
 #include "util/error.h"
 #include <math.h>
 #include <stdlib.h>
@@ -65,6 +66,42 @@ static int dspark_on_commit(void *p, const int32_t *committed, int n_committed, 
     return dsv4_dspark_commit(c->m, c->ctx, vi->hidden, vi->n_processed, err);
 }
 
+/* Prefix reuse. The context ring of position P holds keys of positions P-W..P-1 made from the target's features
+ * there; a cached target state does not keep those features, and recomputing them would mean running the target
+ * over the last W positions again. The ring itself is small (n_stages x W x head_dim floats) and depends on the
+ * tokens 0..P-1 only (the cache's key), so it is stored beside the entry and copied back: exact and cheap. */
+typedef struct {
+    prefix_companion base;
+    dsv4_dspark_ctx *ctx;
+} dspark_prefix;
+
+static void dspark_prefix_free(prefix_companion *p) {
+    dsv4_dspark_ctx_free(((dspark_prefix *)p)->ctx);
+    free(p);
+}
+
+static int dspark_prefix_save(void *p, prefix_companion **out, dsv4_error *err) {
+    dspark_ctx *c = p;
+    dspark_prefix *st = calloc(1, sizeof *st);
+    if (!st) return dsv4_fail(err, DSV4_E_NOMEM, "DSpark drafter: out of memory");
+    int rc = dsv4_dspark_ctx_clone(c->m, c->ctx, &st->ctx, err);
+    if (rc) { free(st); return rc; }
+    st->base = (prefix_companion){ "dspark", sizeof *st + dsv4_dspark_ctx_bytes(st->ctx), dspark_prefix_free, NULL };
+    *out = &st->base;
+    return 0;
+}
+
+static int dspark_prefix_load(void *p, const prefix_companion *st, int32_t next, dsv4_error *err) {
+    (void)next;   /* the context of P does not depend on the token at P */
+    dspark_ctx *c = p;
+    dsv4_dspark_ctx *copy;
+    int rc = dsv4_dspark_ctx_clone(c->m, ((const dspark_prefix *)st)->ctx, &copy, err);
+    if (rc) return rc;
+    dsv4_dspark_ctx_free(c->ctx);
+    c->ctx = copy;
+    return 0;
+}
+
 int dsv4_drafter_dspark(dsv4_model *m, const dsv4_sampling *sp, dsv4_drafter *out, dsv4_error *err) {
     if (!m || !sp || !out) return dsv4_fail(err, DSV4_E_ARG, "DSpark drafter: missing argument");
     if (!m->dspark)
@@ -82,7 +119,8 @@ int dsv4_drafter_dspark(dsv4_model *m, const dsv4_sampling *sp, dsv4_drafter *ou
     if (!rc && !c->z) rc = dsv4_fail(err, DSV4_E_NOMEM, "DSpark drafter: out of memory");
     if (rc) { dspark_free(c); return rc; }
     *out = (dsv4_drafter){ .name = "dspark", .ctx = c, .propose = dspark_propose, .on_commit = dspark_on_commit,
-                           .free = dspark_free, .hidden_dim = m->cfg.n_dspark_targets * m->cfg.dim,
+                           .free = dspark_free, .prefix_save = dspark_prefix_save, .prefix_load = dspark_prefix_load,
+                           .hidden_dim = m->cfg.n_dspark_targets * m->cfg.dim,
                            .dspark_features = 1 };
     return 0;
 }

@@ -9,6 +9,8 @@
 #include "engine/speculative.h"
 #include "engine/drafter_mtp.h"
 #include "model/model.h"
+#include "state/prefix_companion.h"
+#include "state/sequence.h"
 #include "util/error.h"
 #include <stdlib.h>
 #include <string.h>
@@ -19,8 +21,9 @@ typedef struct {
     dsv4_sampler smp;     /* the stream's sampling parameters: the draft distribution is the sampler's over the
                              MTP logits, so the rejection test compares like with like */
     float *logits;        /* [vocab]: MTP logits of the last row run */
-    int have_draft;
-    int vocab;
+    float *x_last;        /* [hidden_dim]: the target's final HC state of the last committed row (prefix_save) */
+    int have_draft, have_x;
+    int vocab, hidden_dim;
 } mtp_ctx;
 
 static void mtp_free(void *ctx) {
@@ -29,6 +32,7 @@ static void mtp_free(void *ctx) {
     dsv4_seq_free(c->state);
     dsv4_sampler_free(&c->smp);
     free(c->logits);
+    free(c->x_last);
     free(c);
 }
 
@@ -62,7 +66,65 @@ static int mtp_on_commit(void *ctx, const int32_t *committed, int n_committed, c
                          (long long)dsv4_seq_position(c->state), (long long)vi->pos0);
     int rc = dsv4_mtp_forward(c->m, c->state, vi->hidden, committed, n, DSV4_LOGITS_LAST, c->logits, err);
     if (rc) return rc;
-    c->have_draft = 1;
+    memcpy(c->x_last, vi->hidden + (size_t)(n - 1) * (size_t)c->hidden_dim, sizeof(float) * (size_t)c->hidden_dim);
+    c->have_draft = c->have_x = 1;
+    return 0;
+}
+
+/* Prefix reuse. MTP row i pairs the target's final HC state X_i with the token at i+1, and the head's window
+ * attention reads the rows of the last W positions. A cached target state keeps no X_i, and recomputing them
+ * would mean running the target over the last W positions again; the head's own state is small (one layer's
+ * window ring), so it is stored beside the entry. Stored one row short: rows 0..P-2 and X_{P-1}, because row
+ * P-1 also depends on the token at P, which the entry's key (tokens 0..P-1) does not fix (a later request may
+ * continue the prefix with another token). Loading forks those rows and runs row P-1 with the request's own
+ * token: one MTP row, and the state and the next draft's logits are exactly a full prefill's. */
+typedef struct {
+    prefix_companion base;
+    dsv4_seq *rows;       /* MTP rows 0..P-2 */
+    float *x;             /* [hidden_dim] X_{P-1} */
+    int hidden_dim;
+} mtp_prefix;
+
+static void mtp_prefix_free(prefix_companion *p) {
+    mtp_prefix *st = (mtp_prefix *)p;
+    dsv4_seq_free(st->rows);
+    free(st->x);
+    free(st);
+}
+
+static int mtp_prefix_save(void *ctx, prefix_companion **out, dsv4_error *err) {
+    mtp_ctx *c = ctx;
+    const int64_t P = dsv4_seq_position(c->state);
+    if (!c->have_x || P < 1) return dsv4_fail(err, DSV4_E_STATE, "MTP drafter: no committed row to store");
+    mtp_prefix *st = calloc(1, sizeof *st);
+    if (!st) return dsv4_fail(err, DSV4_E_NOMEM, "MTP drafter: out of memory");
+    st->hidden_dim = c->hidden_dim;
+    int rc = dsv4_seq_fork(c->state, &st->rows, err);
+    if (!rc) rc = seq_rewind(st->rows, P - 1, err);
+    if (!rc && !(st->x = malloc(sizeof(float) * (size_t)c->hidden_dim))) rc = dsv4_fail(err, DSV4_E_NOMEM, "MTP drafter: out of memory");
+    if (rc) { mtp_prefix_free(&st->base); return rc; }
+    memcpy(st->x, c->x_last, sizeof(float) * (size_t)c->hidden_dim);
+    st->base = (prefix_companion){ "mtp", sizeof *st + dsv4_seq_state_bytes(st->rows) + sizeof(float) * (size_t)c->hidden_dim,
+                                   mtp_prefix_free, NULL };
+    *out = &st->base;
+    return 0;
+}
+
+static int mtp_prefix_load(void *ctx, const prefix_companion *p, int32_t next, dsv4_error *err) {
+    mtp_ctx *c = ctx;
+    const mtp_prefix *st = (const mtp_prefix *)p;
+    if (st->hidden_dim != c->hidden_dim) return dsv4_fail(err, DSV4_E_STATE, "MTP drafter: the stored state belongs to another model");
+    dsv4_seq *rows;
+    int rc = dsv4_seq_fork(st->rows, &rows, err);
+    if (rc) return rc;
+    if ((rc = dsv4_mtp_forward(c->m, rows, st->x, &next, 1, DSV4_LOGITS_LAST, c->logits, err))) {
+        dsv4_seq_free(rows);
+        return rc;
+    }
+    dsv4_seq_free(c->state);
+    c->state = rows;
+    memcpy(c->x_last, st->x, sizeof(float) * (size_t)c->hidden_dim);
+    c->have_draft = c->have_x = 1;
     return 0;
 }
 
@@ -76,15 +138,17 @@ int dsv4_drafter_mtp(dsv4_model *m, const dsv4_sampling *sp, dsv4_drafter *out, 
     if (!c) return dsv4_fail(err, DSV4_E_NOMEM, "MTP drafter: out of memory");
     c->m = m;
     c->vocab = info.vocab_size;
+    c->hidden_dim = m->cfg.hc_mult * m->cfg.dim;
     dsv4_sampling dsp = *sp;
     dsp.seed = sp->seed ^ 0x6d74703a64726166ULL;   /* its own random stream, not the verifier's */
     int rc = dsv4_sampler_init(&c->smp, &dsp, info.vocab_size, err);
     /* the head's state lives where the model runs (dsv4_mtp_forward runs on the model's device) */
     if (!rc) rc = dsv4_seq_new(m, &c->state, err);
-    if (!rc && !(c->logits = malloc(sizeof(float) * (size_t)info.vocab_size)))
+    if (!rc && (!(c->logits = malloc(sizeof(float) * (size_t)info.vocab_size)) ||
+                !(c->x_last = malloc(sizeof(float) * (size_t)c->hidden_dim))))
         rc = dsv4_fail(err, DSV4_E_NOMEM, "MTP drafter: out of memory");
     if (rc) { mtp_free(c); return rc; }
     *out = (dsv4_drafter){ .name = "mtp", .ctx = c, .propose = mtp_propose, .on_commit = mtp_on_commit, .free = mtp_free,
-                           .hidden_dim = m->cfg.hc_mult * m->cfg.dim };
+                           .prefix_save = mtp_prefix_save, .prefix_load = mtp_prefix_load, .hidden_dim = c->hidden_dim };
     return 0;
 }

@@ -36,6 +36,7 @@ typedef struct {
     float *hidden;                /* [hidden_rows][dr.hidden_dim] target features for the drafter, or NULL */
     int hidden_rows;
     dsv4_seq_snapshot *snap;      /* the sequence before this step's item */
+    int synced;                   /* the drafter has taken every row the sequence holds (prefix_save may store it) */
 } slot_spec;
 
 typedef struct {
@@ -83,6 +84,8 @@ static inline int sched_speculates(const slot *sl) { return sl->sp.dr.propose !=
 /* scheduler.c */
 void sched_finish(dsv4_sched *s, int64_t id, dsv4_finish why);
 int  sched_ends_with_stop(const request *q);
+/* Store the slot's state in the prefix cache, with its drafter's state when it keeps one (prefix_companion.h). */
+void sched_cache_put(dsv4_sched *s, int slot_i);
 
 /* sched_spec.c: a speculating stream's share of the step (see scheduler.h, dsv4_sched_spec) */
 int  sched_spec_make(dsv4_sched *s, const request *q, slot_spec *sp);      /* the drafter, at admission */

@@ -21,6 +21,7 @@ int sched_spec_make(dsv4_sched *s, const request *q, slot_spec *sp) {
         return -1;
     }
     if (!sp->dr.propose) { dsv4_drafter_free(&sp->dr); return -1; }
+    sp->synced = 1;   /* fresh, or loaded at the forked position (admit) */
     return 0;
 }
 
@@ -161,9 +162,17 @@ void sched_spec_commit(dsv4_sched *s, int slot_i) {
     q->spec_accepted += n_acc < t ? n_acc : t; /* a stop among the accepted drafts ends the output early */
     if (s->on_token)
         for (int i = 0; i < t; i++) s->on_token(s->on_token_ctx, id, n_out0 + i, c[i], sl->logits + (size_t)i * V);
-    if (why != DSV4_FINISH_NONE) { sched_finish(s, id, why); return; }
-    if (sp->dr.on_commit) {
+    /* the drafter takes the committed rows; a stream that ends does so only when its final state goes to the
+     * prefix cache with the drafter's (the next turn of the conversation resumes from both) */
+    const int ends = why != DSV4_FINISH_NONE;
+    if (sp->dr.on_commit && (!ends || (s->pcache && sp->dr.prefix_save))) {
         const dsv4_spec_verify_info vi = { pos0, k + 1, t, V, sl->logits, sp->hidden, sp->hidden ? sp->dr.hidden_dim : 0 };
-        if (sp->dr.on_commit(sp->dr.ctx, c, t, &vi, NULL)) sched_finish(s, id, DSV4_FINISH_ERROR);
+        if (sp->dr.on_commit(sp->dr.ctx, c, t, &vi, NULL)) {
+            if (!ends) { sched_finish(s, id, DSV4_FINISH_ERROR); return; }
+            sp->synced = 0;   /* the output stands; only the drafter's state is not stored */
+        }
+    } else if (ends) {
+        sp->synced = 0;
     }
+    if (ends) sched_finish(s, id, why);
 }

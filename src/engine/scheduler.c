@@ -1,6 +1,7 @@
 /* Continuous-batching scheduler: see scheduler.h for the contract. */
 #include "engine/sched_internal.h"
 #include "model/model.h" /* max_spec: the most drafts a step may roll back */
+#include "state/prefix_companion.h"
 #include "util/error.h"
 #include <limits.h>
 #include <stdlib.h>
@@ -211,7 +212,7 @@ void sched_finish(dsv4_sched *s, int64_t id, dsv4_finish why) {
     /* a stream that ended normally leaves its state for the conversation's next turn (a failed put only
      * loses reuse, never correctness) */
     if (q->slot >= 0 && s->pcache && (why == DSV4_FINISH_EOS || why == DSV4_FINISH_STOP || why == DSV4_FINISH_LENGTH))
-        dsv4_prefix_cache_put(s->pcache, s->slots[q->slot].seq, NULL);
+        sched_cache_put(s, q->slot);
     if (q->slot >= 0) slot_release(s, q->slot);
     q->slot = -1;
     q->state = DSV4_REQ_DONE;
@@ -259,6 +260,16 @@ int dsv4_sched_release(dsv4_sched *s, int64_t id, dsv4_error *err) {
 
 void dsv4_sched_set_prefix_cache(dsv4_sched *s, dsv4_prefix_cache *c) { s->pcache = c; }
 
+void sched_cache_put(dsv4_sched *s, int slot_i) {
+    slot *sl = &s->slots[slot_i];
+    prefix_companion *comp = NULL;
+    /* a drafter that has taken every committed row stores its state with the entry; when it cannot, the entry is
+     * still good for streams that need no drafter state (a failed put only loses reuse, never correctness) */
+    if (sched_speculates(sl) && sl->sp.dr.prefix_save && sl->sp.synced && sl->sp.dr.prefix_save(sl->sp.dr.ctx, &comp, NULL))
+        comp = NULL;
+    (void)prefix_cache_put_with(s->pcache, sl->seq, comp, NULL);
+}
+
 size_t dsv4_sched_state_bytes(const dsv4_sched *s) {
     size_t total = 0;
     for (int i = 0; i < s->o.max_streams; i++)
@@ -293,12 +304,20 @@ static void admit(dsv4_sched *s) {
         q->state = DSV4_REQ_RUNNING;
         s->n_running++;
         if (q->spec.make && sched_spec_make(s, q, &sl->sp)) { sched_finish(s, id, DSV4_FINISH_ERROR); continue; }
-        /* a drafter fed from target features needs every prompt row: no fork from the cache for it */
-        const int use_cache = s->pcache && !(sched_speculates(sl) && sl->sp.dr.hidden_dim > 0);
+        /* a drafter fed from target features needs every prompt row: it forks only from entries that carry its
+         * state (sched_cache_put), and without prefix_save/load not at all */
+        const dsv4_drafter *dr = &sl->sp.dr;
+        const int needs_rows = sched_speculates(sl) && dr->hidden_dim > 0;
+        const int use_cache = s->pcache && (!needs_rows || (dr->prefix_save && dr->prefix_load));
         int64_t matched = 0;
-        const int fail = use_cache ? dsv4_prefix_cache_lookup(s->pcache, s->m, q->prompt, q->n_prompt - 1, &sl->seq, &matched, NULL)
+        const prefix_companion *comp = NULL;
+        const int fail = use_cache ? prefix_cache_lookup_with(s->pcache, s->m, q->prompt, q->n_prompt - 1, needs_rows ? dr->name : NULL,
+                                                              &sl->seq, &matched, &comp, NULL)
                                    : dsv4_seq_new(s->m, &sl->seq, NULL);
         if (fail) { sl->seq = NULL; sched_finish(s, id, DSV4_FINISH_ERROR); continue; }
+        /* the drafter resumes at the forked position, with the prompt's token there (the anchor when matched is
+         * the whole prompt but the last token) */
+        if (comp && dr->prefix_load(dr->ctx, comp, q->prompt[matched], NULL)) { sched_finish(s, id, DSV4_FINISH_ERROR); continue; }
         q->n_prompt_done = q->n_cached = matched;
         if (dsv4_sampler_init(&sl->smp, &q->sampling, s->vocab, NULL)) { sched_finish(s, id, DSV4_FINISH_ERROR); continue; }
         const int64_t bound = (int64_t)q->max_new - 1;
@@ -487,8 +506,10 @@ int dsv4_sched_step(dsv4_sched *s, dsv4_error *err) {
         if (q->n_prompt_done < q->n_prompt) {
             const int64_t p0 = q->n_prompt_done;
             q->n_prompt_done += s->items[k].n_tokens;
-            if (s->pcache && q->n_prompt_done == q->n_prompt - 1) dsv4_prefix_cache_put(s->pcache, s->slots[i].seq, NULL);
+            /* the drafter takes the chunk's rows first: the stored state carries the drafter's (sched_cache_put) */
             if (sched_speculates(&s->slots[i])) sched_spec_prompt_rows(s, i, p0, s->items[k].n_tokens);
+            if (s->slots[i].req < 0) continue;   /* the drafter failed: finished as ERROR */
+            if (s->pcache && q->n_prompt_done == q->n_prompt - 1) sched_cache_put(s, i);
         }
         if (item_samples(&s->items[k])) take_token(s, i);
     }

@@ -58,8 +58,11 @@ typedef struct {
  * tokens. The hook, the constraint, stop sequences, EOS, max_new_tokens and the observer apply to every
  * emitted token as without speculation (the hook sees each row with the drafts before it as generated).
  * Drafts per step are also bounded by the step's token budget, max_new_tokens and the model's positions.
- * A drafter that needs target features (MTP, DSpark: hidden_dim > 0) sees every prompt row, so such a
- * stream does not fork from the prefix cache (it still stores its states there). */
+ * A drafter that needs target features (MTP, DSpark: hidden_dim > 0) must see every prompt row, which a cached
+ * target state does not keep: such a stream stores its drafter's state beside every state it puts in the prefix
+ * cache (dsv4_drafter.prefix_save; for the final state the drafter first takes the last step's rows) and forks
+ * only from entries that carry one of its kind, which it loads (prefix_load) — so its drafts, acceptance and
+ * tokens are those of a stream that prefilled the whole prompt. Drafters without those hooks never fork. */
 typedef struct {
     /* Makes the stream's drafter (called at admission with the request's sampling parameters); NULL = no
      * speculation. A failure finishes the request as ERROR. */

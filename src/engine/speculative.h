@@ -24,6 +24,8 @@
 #include "engine/sampler.h"
 #include <stdint.h>
 
+struct prefix_companion;
+
 /* What the verification step tells a drafter after committing (extension point for MTP / DSpark).
  * Row r is the target's output for position pos0 + r (row 0 = the anchor); committed[r] (on_commit) is the
  * token that follows row r's token, so rows 0..n_processed-1 pair with committed[0..n_processed-1].
@@ -69,6 +71,15 @@ typedef struct dsv4_drafter {
      * context features (dsv4_step_item.features). */
     int hidden_dim;
     int dspark_features;
+    /* Prefix reuse (optional, both or neither; scheduler.h, state/prefix_companion.h). A drafter whose state is
+     * built from the target's rows of every committed position cannot be rebuilt from a cached target state
+     * alone, so its state is stored beside the cache's entry. prefix_save: a new companion holding the drafter's
+     * state as far as it depends on positions 0..P-1 only (P: the target's position, which every row up to P - 1
+     * has reached through on_commit). prefix_load: into a fresh drafter of a stream forked at P, with `next` the
+     * token at P (the next prompt token or the anchor); afterwards the drafter must be bit for bit what feeding it
+     * rows 0..P-1 with the tokens 1..P would have made it. The companion's kind is the drafter's name. */
+    int (*prefix_save)(void *ctx, struct prefix_companion **out, dsv4_error *err);
+    int (*prefix_load)(void *ctx, const struct prefix_companion *st, int32_t next, dsv4_error *err);
 } dsv4_drafter;
 
 /* ---- built-in drafters (no extra weights) ------------------------------------------------------------- */

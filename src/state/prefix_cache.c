@@ -4,8 +4,11 @@
  * every entry for the longest one whose history is a prefix of the request (entries are few and the compare
  * is a memcmp; a token trie is a later optimisation). Each entry is charged its serialised size
  * (dsv4_seq_state_bytes), which tracks the state's real memory (the ring's dead slots and row slack aside).
+ * An entry may carry companions (prefix_companion.h: a speculative drafter's state at the same position), charged
+ * with it and dropped with it.
  * Not thread-safe: one cache per scheduler thread. */
 #include "model/model.h"
+#include "state/prefix_companion.h"
 #include "state/prefix_disk.h"
 #include "state/sequence.h"
 #include "util/error.h"
@@ -14,7 +17,8 @@
 
 typedef struct entry {
     dsv4_seq *seq;
-    size_t bytes;
+    prefix_companion *comp;      /* owned list, at most one per kind */
+    size_t bytes;                /* the state's and its companions' */
     struct entry *prev, *next;   /* prev = more recently used */
 } entry;
 
@@ -51,7 +55,18 @@ static void drop(dsv4_prefix_cache *c, entry *e) {
     c->st.bytes -= e->bytes;
     c->st.entries--;
     dsv4_seq_free(e->seq);
+    while (e->comp) {
+        prefix_companion *next = e->comp->next;
+        e->comp->free(e->comp);
+        e->comp = next;
+    }
     free(e);
+}
+
+static prefix_companion *companion_of(const entry *e, const char *kind) {
+    for (prefix_companion *p = e->comp; p; p = p->next)
+        if (!strcmp(p->kind, kind)) return p;
+    return NULL;
 }
 
 void dsv4_prefix_cache_free(dsv4_prefix_cache *c) {
@@ -66,20 +81,46 @@ static int same_history(const dsv4_seq *a, const dsv4_seq *b) {
            (a->pos == 0 || !memcmp(a->tokens, b->tokens, sizeof(int32_t) * (size_t)a->pos));
 }
 
-static int memory_put(dsv4_prefix_cache *c, const dsv4_seq *s, dsv4_error *err);
+/* *stored: the entry that holds s's history now (NULL when it could not fit) */
+static int memory_put(dsv4_prefix_cache *c, const dsv4_seq *s, entry **stored, dsv4_error *err);
 
 int dsv4_prefix_cache_put(dsv4_prefix_cache *c, const dsv4_seq *s, dsv4_error *err) {
-    if (!c || !s) return dsv4_fail(err, DSV4_E_ARG, "prefix cache: missing cache or sequence");
-    int rc = memory_put(c, s, err);
-    if (!rc) rc = prefix_disk_put(&c->disk, s, err);
-    return rc;
+    return prefix_cache_put_with(c, s, NULL, err);
 }
 
-static int memory_put(dsv4_prefix_cache *c, const dsv4_seq *s, dsv4_error *err) {
+int prefix_cache_put_with(dsv4_prefix_cache *c, const dsv4_seq *s, prefix_companion *comp, dsv4_error *err) {
+    if (!c || !s) {
+        if (comp) comp->free(comp);
+        return dsv4_fail(err, DSV4_E_ARG, "prefix cache: missing cache or sequence");
+    }
+    entry *e = NULL;
+    int rc = memory_put(c, s, &e, err);
+    if (!rc) rc = prefix_disk_put(&c->disk, s, err);
+    if (!comp) return rc;
+    /* keep the companion when its entry is there, has none of its kind (an equal history gives an equal
+     * companion: the first one stays) and both fit; the entry is the most recent, so eviction takes others */
+    if (rc || !e || companion_of(e, comp->kind) || e->bytes + comp->bytes > c->st.budget) {
+        comp->free(comp);
+        return rc;
+    }
+    while (c->tail != e && c->st.bytes + comp->bytes > c->st.budget) {
+        drop(c, c->tail);
+        c->st.evictions++;
+    }
+    comp->next = e->comp;
+    e->comp = comp;
+    e->bytes += comp->bytes;
+    c->st.bytes += comp->bytes;
+    return 0;
+}
+
+static int memory_put(dsv4_prefix_cache *c, const dsv4_seq *s, entry **stored, dsv4_error *err) {
+    *stored = NULL;
     for (entry *e = c->head; e; e = e->next)
         if (same_history(e->seq, s)) {
             unlink_entry(c, e);
             push_front(c, e);
+            *stored = e;
             return 0;
         }
     const size_t bytes = dsv4_seq_state_bytes(s);
@@ -96,34 +137,44 @@ static int memory_put(dsv4_prefix_cache *c, const dsv4_seq *s, dsv4_error *err) 
     push_front(c, e);
     c->st.bytes += bytes;
     c->st.entries++;
+    *stored = e;
     return 0;
 }
 
 int dsv4_prefix_cache_lookup(dsv4_prefix_cache *c, dsv4_model *m, const int32_t *tokens, int64_t n, dsv4_seq **out,
                              int64_t *matched, dsv4_error *err) {
-    if (!c || !m || !out || !matched || (n > 0 && !tokens))
+    return prefix_cache_lookup_with(c, m, tokens, n, NULL, out, matched, NULL, err);
+}
+
+int prefix_cache_lookup_with(dsv4_prefix_cache *c, dsv4_model *m, const int32_t *tokens, int64_t n, const char *kind,
+                             dsv4_seq **out, int64_t *matched, const prefix_companion **comp, dsv4_error *err) {
+    if (comp) *comp = NULL;
+    if (!c || !m || !out || !matched || (n > 0 && !tokens) || (kind && !comp))
         return dsv4_fail(err, DSV4_E_ARG, "prefix cache: missing argument");
     entry *best = NULL;
     for (entry *e = c->head; e; e = e->next) {
         const dsv4_seq *s = e->seq;
-        if (s->model != m || s->pos > n || (best && s->pos <= best->seq->pos)) continue;
+        if (s->model != m || s->pos > n || (best && s->pos <= best->seq->pos) || (kind && !companion_of(e, kind))) continue;
         if (s->pos > 0 && !memcmp(s->tokens, tokens, sizeof(int32_t) * (size_t)s->pos)) best = e;
     }
     int rc;
-    /* the disk tier serves when it holds a longer prefix than memory (another process may have stored it) */
+    /* the disk tier serves when it holds a longer prefix than memory (another process may have stored it); its
+     * files have no companions */
     dsv4_seq *from_disk = NULL;
-    if ((rc = prefix_disk_lookup(&c->disk, m, tokens, n, best ? best->seq->pos : 0, &from_disk, err))) return rc;
+    if (!kind && (rc = prefix_disk_lookup(&c->disk, m, tokens, n, best ? best->seq->pos : 0, &from_disk, err))) return rc;
     if (from_disk) {
         *out = from_disk;
         *matched = dsv4_seq_position(from_disk);
         c->st.hits++;
-        return memory_put(c, from_disk, err);   /* keep it close for the next request */
+        entry *kept;
+        return memory_put(c, from_disk, &kept, err);   /* keep it close for the next request */
     }
     if (best && best->seq->pos > 0) {
         if ((rc = dsv4_seq_fork(best->seq, out, err))) return rc;
         unlink_entry(c, best);
         push_front(c, best);
         *matched = best->seq->pos;
+        if (kind) *comp = companion_of(best, kind);
         c->st.hits++;
         return 0;
     }

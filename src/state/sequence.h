@@ -61,6 +61,10 @@ static inline uint8_t *seq_ring_at(const struct dsv4_seq *s, const dsv4_layer_st
     return ls->ring + (size_t)(pos % s->ring_len) * s->kv_main.bytes;
 }
 
+/* Set the position back to a (pos - max_spec <= a <= pos): what dsv4_seq_rollback does, without a snapshot. The
+ * state is then exactly what processing only the first a tokens made it (the rings' slack keeps what a needs). */
+int seq_rewind(struct dsv4_seq *s, int64_t a, dsv4_error *err);
+
 /* Reserve room for n more tokens (history and every layer's rows) so that a step cannot fail half-way. */
 int seq_reserve(struct dsv4_seq *s, int64_t n_more);
 #endif

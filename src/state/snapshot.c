@@ -47,7 +47,13 @@ int dsv4_seq_rollback(dsv4_seq *s, const dsv4_seq_snapshot *snap, int keep, dsv4
     if (k > snap->max_spec)
         return dsv4_fail(err, DSV4_E_STATE, "rollback: %lld tokens since the snapshot exceed max_spec = %d (the ring slack); "
                          "raise max_spec at load to speculate further", (long long)k, snap->max_spec);
-    const int64_t a = snap->pos + keep;
+    return seq_rewind(s, snap->pos + keep, err);
+}
+
+int seq_rewind(dsv4_seq *s, int64_t a, dsv4_error *err) {
+    if (a < 0 || a > s->pos || s->pos - a > s->model->max_spec)
+        return dsv4_fail(err, DSV4_E_STATE, "rewind: position %lld is not within max_spec = %d of %lld", (long long)a,
+                         s->model->max_spec, (long long)s->pos);
     for (int L = 0; L < s->n_layers; L++) {
         dsv4_layer_state *ls = &s->layer[L];
         if (ls->comp.kv) ls->crows.n = a / ls->comp.ratio;

@@ -131,7 +131,7 @@ static int spec_alone(dsv4_model *m, const char *kind, const int32_t *prompt, in
 }
 
 typedef struct {
-    int32_t prompt[64];
+    int32_t prompt[128];
     int n_prompt;
     dsv4_request r;
     int64_t id;
@@ -258,6 +258,99 @@ static void mtp_and_dspark_equal_spec_stream(void **state) {
     if (n_req == N_REQ) equals_spec_stream(f->dspark, "dspark", 0.5f, 4, 0, 0);
 }
 
+/* Prefix reuse by drafters fed from target features (MTP, DSpark): a speculating stream that forks a cached state
+ * gets the drafter's state stored beside it, and emits exactly what the same stream emits after prefilling its
+ * whole prompt without a cache — tokens, finish, drafts verified and accepted (memcmp), greedy and sampled. The
+ * second round's prompts hit the cache three ways: the same prompt (the drafter resumes at the anchor), the next
+ * turn of a conversation (prompt + output + more: the final state of the first round), and the prompt with another
+ * token at the stored position (MTP's row there depends on that token). */
+/* The drafts of a step are capped by the step's budget, which the neighbours' prompt chunks share (fewer with a
+ * cache): a round either has no budget or one stream at a time, so that the drafts compare too. */
+static void reuse_round(dsv4_model *m, const char *kind, int draft, job *jobs, int n, int streams, int step_tokens,
+                        dsv4_prefix_cache *pc) {
+    static job ref[3 * N_REQ];
+    memcpy(ref, jobs, sizeof(job) * (size_t)n);
+    run_jobs(m, ref, n, streams, step_tokens, NULL);
+    run_jobs(m, jobs, n, streams, step_tokens, pc);
+    for (int i = 0; i < n; i++) {
+        if (jobs[i].n_out != ref[i].n_out || memcmp(jobs[i].out, ref[i].out, sizeof(int32_t) * (size_t)ref[i].n_out))
+            fail_msg("%s draft %d, request %d (%s, %lld cached): tokens differ from a full prefill (%d vs %d)", kind, draft, i,
+                     jobs[i].r.sampling.temperature > 0 ? "sampled" : "greedy", (long long)jobs[i].res.n_cached, jobs[i].n_out, ref[i].n_out);
+        assert_int_equal(jobs[i].res.finish, ref[i].res.finish);
+        if (jobs[i].res.spec_drafted != ref[i].res.spec_drafted || jobs[i].res.spec_accepted != ref[i].res.spec_accepted ||
+            jobs[i].res.spec_steps != ref[i].res.spec_steps)
+            fail_msg("%s draft %d, request %d: %lld/%lld drafts accepted in %lld steps, a full prefill %lld/%lld in %lld", kind,
+                     draft, i, (long long)jobs[i].res.spec_accepted, (long long)jobs[i].res.spec_drafted, (long long)jobs[i].res.spec_steps,
+                     (long long)ref[i].res.spec_accepted, (long long)ref[i].res.spec_drafted, (long long)ref[i].res.spec_steps);
+        assert_int_equal(ref[i].res.n_cached, 0);
+    }
+}
+
+static void prefix_reuse(dsv4_model *m, const char *kind, int draft) {
+    enum { N = 4 };
+    static job first[N], second[3 * N];
+    memset(first, 0, sizeof first);
+    memset(second, 0, sizeof second);
+    dsv4_model_info info;
+    dsv4_model_get_info(m, &info);
+    dsv4_prefix_cache *pc;
+    assert_int_equal(dsv4_prefix_cache_new(64 << 20, &pc, NULL), 0);
+    const dsv4_sched_spec spec = { make_drafter, (void *)kind, draft, 0.0f };
+    for (int i = 0; i < N; i++) {
+        /* prompts of 11 .. 32 tokens: beyond the window of 8, so the drafter's rings have wrapped */
+        first[i].n_prompt = 11 + 7 * i;
+        tm_tokens(first[i].prompt, first[i].n_prompt, info.vocab_size, 500 + (uint64_t)i);
+        first[i].r.sampling = i % 2 ? sampled(90 + (uint64_t)i) : greedy();
+        first[i].r.max_new_tokens = gen_len / 2;
+        first[i].r.spec = spec;
+    }
+    /* fills the cache (and matches a full prefill with a cache present): three streams at once */
+    reuse_round(m, kind, draft, first, N, 3, 0, pc);
+    for (int i = 0; i < N; i++) {
+        const job *a = &first[i];
+        job *same = &second[3 * i], *next = &second[3 * i + 1], *other = &second[3 * i + 2];
+        *same = *a;
+        /* the next turn: prompt, output, three more tokens */
+        *next = *a;
+        memcpy(next->prompt + a->n_prompt, a->out, sizeof(int32_t) * (size_t)a->n_out);
+        next->n_prompt = a->n_prompt + a->n_out + 3;
+        tm_tokens(next->prompt + a->n_prompt + a->n_out, 3, info.vocab_size, 700 + (uint64_t)i);
+        /* another token where the first round's anchor was, then five more */
+        *other = *a;
+        other->prompt[a->n_prompt - 1] = (a->prompt[a->n_prompt - 1] + 1) % info.vocab_size;
+        tm_tokens(other->prompt + a->n_prompt, 5, info.vocab_size, 800 + (uint64_t)i);
+        other->n_prompt = a->n_prompt + 5;
+        for (int k = 0; k < 3; k++) {
+            job *j = &second[3 * i + k];
+            j->r.sampling = (i + k) % 2 ? sampled(30 + (uint64_t)(3 * i + k)) : greedy();
+            j->r.max_new_tokens = gen_len / 2;
+            j->n_out = 0;
+            memset(&j->res, 0, sizeof j->res);
+        }
+    }
+    /* one stream at a time, prompts (what is left after the fork) in chunks of 10 tokens */
+    reuse_round(m, kind, draft, second, 3 * N, 1, 10, pc);
+    int64_t drafted = 0;
+    for (int i = 0; i < N; i++) {
+        const int n_a = first[i].n_prompt;
+        /* every request forked where the first round stored a state with the drafter's */
+        if (second[3 * i].res.n_cached != n_a - 1 || second[3 * i + 1].res.n_cached != n_a + first[i].n_out - 1 ||
+            second[3 * i + 2].res.n_cached != n_a - 1)
+            fail_msg("%s, request %d: cached %lld / %lld / %lld tokens, expected %d / %d / %d", kind, i,
+                     (long long)second[3 * i].res.n_cached, (long long)second[3 * i + 1].res.n_cached,
+                     (long long)second[3 * i + 2].res.n_cached, n_a - 1, n_a + first[i].n_out - 1, n_a - 1);
+        for (int k = 0; k < 3; k++) drafted += second[3 * i + k].res.spec_drafted;
+    }
+    assert_true(drafted > 0);
+    dsv4_prefix_cache_free(pc);
+}
+
+static void mtp_and_dspark_reuse_prefixes(void **state) {
+    fixture *f = *state;
+    prefix_reuse(f->mtp, "mtp", 1);
+    prefix_reuse(f->dspark, "dspark", 4);
+}
+
 /* A hook that forbids repeating the previous generated token: it depends on the generated tokens, so a
  * speculating stream must give it each row with the drafts before it. */
 static int no_repeat(void *ctx, const int32_t *gen, int n_gen, float *logits, int vocab) {
@@ -372,6 +465,7 @@ int main(void) {
         cmocka_unit_test(greedy_mixed_streams),
         cmocka_unit_test(ngram_and_self_equal_spec_stream),
         cmocka_unit_test(mtp_and_dspark_equal_spec_stream),
+        cmocka_unit_test(mtp_and_dspark_reuse_prefixes),
         cmocka_unit_test(stops_hooks_and_short_budgets),
         cmocka_unit_test(refusals),
     };
