@@ -1,7 +1,8 @@
 // `dsv4 serve --spec METHOD`: speculation inside the server's scheduler. Concurrent greedy requests (completions
 // and chat, streamed and not) must give exactly `dsv4 generate`'s tokens (generate runs without speculation, one
 // sequence, no server); sampled neighbours run alongside and finish; /metrics counts drafted and accepted tokens
-// for the method, with some drafts accepted.
+// for the method, with some drafts accepted. Cached prefixes are reused while speculating (cached_tokens > 0) with
+// the same tokens.
 //
 // usage: node serve_spec.mjs BASE_URL DSV4_BIN MODEL_DIR METHOD
 // prints "N passed, N failed" and exits non-zero on any failure.
@@ -68,6 +69,32 @@ check('sampled stream reproducible by seed', same(again, sampled[1]), show([agai
     const k = want.indexOf(USER);
     if (k >= 0) want = want.slice(0, k + 1);
     check('chat greedy = dsv4 generate', same(r.choices[0].token_ids, want), show([r.choices[0].token_ids, want]));
+}
+
+// prefix reuse while speculating (MTP's drafter state is stored beside the cached states): the same prompt again
+// and the conversation's next turn fork from the cache (cached_tokens > 0) and still give generate's tokens; a
+// seeded sampled request gives the same tokens from the cache as it did without
+{
+    const chat = (messages, extra = {}) => openai.chat.completions.create({ model: MODEL_NAME, messages, max_tokens: 12,
+                                                                          temperature: 0, return_token_ids: true, ...extra });
+    const cut = (ids) => { const k = ids.indexOf(USER); return k >= 0 ? ids.slice(0, k + 1) : ids; };
+    const msgs = [{ role: 'user', content: 'spec cache one two three one two three' }];
+    const r1 = await chat(msgs);
+    const r1b = await chat(msgs);
+    check('same prompt again: cached_tokens > 0', r1b.usage.prompt_tokens_details?.cached_tokens > 0, show(r1b.usage));
+    check('same prompt again: same tokens', same(r1b.choices[0].token_ids, r1.choices[0].token_ids), show([r1b.choices[0].token_ids, r1.choices[0].token_ids]));
+    const msgs2 = [...msgs, { role: 'assistant', content: r1.choices[0].message.content }, { role: 'user', content: 'four five four five' }];
+    const r2 = await chat(msgs2);
+    check('next turn: cached_tokens > 0', r2.usage.prompt_tokens_details?.cached_tokens > 0, show(r2.usage));
+    const want2 = cut(generateIds(r2.prompt_token_ids, 12));
+    check('next turn from the cache = dsv4 generate', same(r2.choices[0].token_ids, want2), show([r2.choices[0].token_ids, want2]));
+    const sampledChat = () => chat([{ role: 'user', content: 'spec cache sampled seven eight seven eight' }],
+                                   { temperature: 0.9, seed: 7, max_tokens: 16 });
+    const s1 = await sampledChat(), s2 = await sampledChat();
+    check('sampled, seeded: the second forks from the cache', s1.usage.prompt_tokens_details?.cached_tokens === 0 &&
+          s2.usage.prompt_tokens_details?.cached_tokens > 0, show([s1.usage, s2.usage]));
+    check('sampled, seeded: same tokens with and without the cache', same(s1.choices[0].token_ids, s2.choices[0].token_ids),
+          show([s1.choices[0].token_ids, s2.choices[0].token_ids]));
 }
 
 const m = await metrics();
