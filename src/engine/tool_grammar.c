@@ -1,6 +1,7 @@
 /* See tool_grammar.h. */
 #include "engine/tool_grammar.h"
 #include "engine/json_schema.h"
+#include "engine/reply_grammar.h"
 #include "text/chat.h"
 #include "util/error.h"
 #include <stdio.h>
@@ -254,7 +255,8 @@ int dsv4_grammar_tool_calls(const json_t *tools, dsv4_tools_mode mode, const cha
     gb_seq_clear(&q);
     const int32_t root = gb_rule(b, "reply");
     if (thinking) {
-        gb_seq_ref(&q, any_text(&t));
+        /* reasoning that never spells "</think>" (reply_grammar.h): the server splits the reply at that text */
+        gb_seq_ref(&q, dsv4_reasoning_rule(b));
         gb_seq_special(&q, b, DSV4_THINK_END_TEXT);
     }
     if (mode == DSV4_TOOLS_AUTO) gb_seq_ref(&q, any_text(&t));

@@ -14,6 +14,7 @@
  *                just {"type": "string"}, also string="true" with the raw text (no '<': the closing tag cannot
  *                appear inside it).
  *
+ * reasoning: any text without the text "</think>" (engine/reply_grammar.h).
  * The markers are the special token ｜DSML｜ between BPE text, as the chat template writes them, and the block
  * is what src/text/dsml.c parses back into tool calls with arguments {"KEY": value, ...}. Modes:
  *   DSV4_TOOLS_REQUIRED  one or more calls, to any of the tools (OpenAI "required", Anthropic "any");
