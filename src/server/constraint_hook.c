@@ -1,36 +1,51 @@
 /* See constraint_hook.h. */
 #include "server/constraint_hook.h"
-#include "engine/json_schema.h"
+#include "engine/reply_grammar.h"
 #include "engine/tool_grammar.h"
+#include <stdio.h>
 #include <string.h>
 
-int server_constraint_compile(server_constraint_kind kind, const json_t *spec, const char *param, dsv4_grammar **out,
-                              server_error *e) {
+int server_constraint_compile(server_constraint_kind kind, const json_t *spec, const char *param, int thinking,
+                              dsv4_grammar **out, server_error *e) {
     *out = NULL;
-    (void)kind;
     const char *type = json_string_value(json_object_get(spec, "type"));
     dsv4_error err = {0};
-    /* the default whitespace bound, as `dsv4 generate --json-schema` uses it */
-    if (type && !strcmp(type, "json_object")) {
-        if (dsv4_grammar_json_any(NULL, out, &err))
+    /* the default whitespace bound, as `dsv4 generate --json-schema` uses it; in thinking mode the reasoning
+     * comes first, free, and the value follows the end-of-thinking token (engine/reply_grammar.h) */
+    if (kind == SERVER_CONSTRAINT_RESPONSE_FORMAT && type && !strcmp(type, "json_object")) {
+        if (dsv4_grammar_json_reply(NULL, NULL, thinking, out, &err))
             return server_fail(e, 500, "server_error", param, "JSON mode could not be built: %s", err.msg);
         return 0;
     }
-    const json_t *js = json_object_get(spec, "json_schema");
-    const json_t *schema = json_object_get(js, "schema");
-    if (!json_is_object(js)) return server_fail(e, 400, "invalid_request_error", "response_format.json_schema",
-                                                "response_format.json_schema: must be an object");
-    if (!json_is_object(schema)) return server_fail(e, 400, "invalid_request_error", "response_format.json_schema.schema",
-                                                    "response_format.json_schema.schema: must be a JSON Schema object");
-    if (dsv4_grammar_from_schema(schema, NULL, out, &err))
-        return server_fail(e, 400, "invalid_request_error", "response_format.json_schema.schema",
-                           "response_format.json_schema.schema: %s", err.msg);
+    /* the schema: response_format.json_schema.schema (OpenAI), or {"type": "json_schema", "schema"} (Anthropic's
+     * output_config.format) */
+    const json_t *schema;
+    char where[96];
+    if (kind == SERVER_CONSTRAINT_OUTPUT_FORMAT) {
+        if (!type || strcmp(type, "json_schema")) {
+            snprintf(where, sizeof where, "%s.type", param);
+            return server_fail(e, 400, "invalid_request_error", where, "%s: must be \"json_schema\"", where);
+        }
+        schema = json_object_get(spec, "schema");
+        snprintf(where, sizeof where, "%s.schema", param);
+    } else {
+        const json_t *js = json_object_get(spec, "json_schema");
+        if (!json_is_object(js)) {
+            snprintf(where, sizeof where, "%s.json_schema", param);
+            return server_fail(e, 400, "invalid_request_error", where, "%s: must be an object", where);
+        }
+        schema = json_object_get(js, "schema");
+        snprintf(where, sizeof where, "%s.json_schema.schema", param);
+    }
+    if (!json_is_object(schema)) return server_fail(e, 400, "invalid_request_error", where, "%s: must be a JSON Schema object", where);
+    if (dsv4_grammar_json_reply(schema, NULL, thinking, out, &err))
+        return server_fail(e, 400, "invalid_request_error", where, "%s: %s", where, err.msg);
     return 0;
 }
 
 int server_constraint_check(server_constraint_kind kind, const json_t *spec, const char *param, server_error *e) {
     dsv4_grammar *g = NULL;
-    const int rc = server_constraint_compile(kind, spec, param, &g, e);
+    const int rc = server_constraint_compile(kind, spec, param, 0, &g, e);
     dsv4_grammar_free(g);
     return rc;
 }

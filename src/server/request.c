@@ -399,7 +399,7 @@ static int parse_tool_choice_openai(const json_t *root, json_t *tools, int *use_
 static int check_tool_constraint(server_request *r, server_error *e) {
     if (r->tool_mode < 0) return 0;
     if (r->response_format)
-        return bad(e, "response_format", "cannot be enforced together with a forced or strict tool call");
+        return bad(e, r->rf_param, "cannot be enforced together with a forced or strict tool call");
     return server_constraint_tools(r, NULL, e);
 }
 
@@ -415,6 +415,33 @@ static int parse_response_format(const json_t *root, server_request *r, server_e
         return bad(e, "response_format.type", "must be text, json_object or json_schema, got '%.40s'", type);
     if (server_constraint_check(SERVER_CONSTRAINT_RESPONSE_FORMAT, rf, "response_format", e)) return e->status;
     r->response_format = json_incref(rf);
+    r->rf_kind = SERVER_CONSTRAINT_RESPONSE_FORMAT;
+    r->rf_param = "response_format";
+    return 0;
+}
+
+/* Anthropic structured outputs: output_config.format = {"type": "json_schema", "schema": {...}} (the beta's
+ * top-level output_format, the same object, too). The same constraint as response_format; output_config's
+ * other member, effort, is a hint this server leaves aside (thinking is chosen by `thinking`). */
+static int parse_output_format(const json_t *root, server_request *r, server_error *e) {
+    json_t *oc = json_object_get(root, "output_config"), *f = NULL, *beta = json_object_get(root, "output_format");
+    const char *param = "output_config.format";
+    if (oc && !json_is_null(oc)) {
+        if (!json_is_object(oc)) return bad(e, "output_config", "must be an object");
+        f = json_object_get(oc, "format");
+        if (f && json_is_null(f)) f = NULL;
+    }
+    if (beta && !json_is_null(beta)) {
+        if (f) return bad(e, "output_format", "cannot be given together with output_config.format");
+        f = beta;
+        param = "output_format";
+    }
+    if (!f) return 0;
+    if (!json_is_object(f)) return bad(e, param, "must be an object");
+    if (server_constraint_check(SERVER_CONSTRAINT_OUTPUT_FORMAT, f, param, e)) return e->status;
+    r->response_format = json_incref(f);
+    r->rf_kind = SERVER_CONSTRAINT_OUTPUT_FORMAT;
+    r->rf_param = param;
     return 0;
 }
 
@@ -485,8 +512,6 @@ static int parse_chat(const json_t *root, const server_parse_limits *lim, server
     int use_tools = 0;
     if (parse_tool_choice_openai(root, tools, &use_tools, r, e)) return e->status;
     r->parse_tools = use_tools;
-    if (r->response_format && tc.thinking)
-        return bad(e, "response_format", "is not supported in thinking mode yet (the constraint would start after the reasoning)");
 
     json_t *msgs = json_array();
     int rc = normalize_openai_messages(json_object_get(root, "messages"), msgs, e);
@@ -627,6 +652,7 @@ static int parse_messages_api(const json_t *root, const server_parse_limits *lim
     think_choice tc = {0, NULL};
     int given;
     if (parse_thinking_switch(root, &tc, &given, e)) return e->status;
+    if (parse_output_format(root, r, e)) return e->status;
 
     json_t *tools = NULL;
     if (anthropic_tools(json_object_get(root, "tools"), &tools, e)) return e->status;
@@ -667,7 +693,7 @@ static int parse_messages_api(const json_t *root, const server_parse_limits *lim
     if (!rc && !json_is_array(in)) rc = bad(e, "messages", in ? "must be an array" : "is required");
     if (!rc && json_array_size(in) == 0) rc = bad(e, "messages", "must contain at least one message");
     for (size_t i = 0; !rc && i < json_array_size(in); i++) rc = anthropic_message(json_array_get(in, i), (int)i, msgs, e);
-    if (!rc) rc = render(msgs, use_tools ? tools : NULL, NULL, &tc, lim, r, e);
+    if (!rc) rc = render(msgs, use_tools ? tools : NULL, r->response_format, &tc, lim, r, e);
     if (!rc) rc = check_tool_constraint(r, e);
     json_decref(msgs);
     json_decref(tools);

@@ -10,7 +10,8 @@
  *     penalties, logprobs + top_logprobs, stream + stream_options.include_usage;
  *   /v1/completions (OpenAI legacy): prompt text or token ids, echo, logprobs (an integer), the same sampling;
  *   /v1/messages (Anthropic): system, content blocks (text, tool_use, tool_result, thinking), tools,
- *     tool_choice (auto, none), thinking, max_tokens (required), stop_sequences, stream.
+ *     tool_choice (auto, none), thinking, max_tokens (required), stop_sequences, stream, output_config.format
+ *     (structured outputs; the beta's output_format too).
  * tool_choice required / named (and auto with strict tools) and response_format need constrained decoding: they go
  * through constraint_hook.h (the JSON Schema grammar, the DSML tool-call grammar). */
 #ifndef DSV4_SERVER_REQUEST_H
@@ -67,7 +68,10 @@ typedef struct {
     char **stop;                 /* n_stop non-empty strings, owned */
     int n_stop;
     char *model;                 /* the name the client asked for (owned; NULL when absent) */
-    struct json_t *response_format; /* json_object / json_schema to enforce (owned reference; NULL: none) */
+    struct json_t *response_format; /* json_object / json_schema to enforce (owned reference; NULL: none), in the
+                                     * client's shape: rf_kind says which (constraint_hook.h) */
+    int rf_kind;                 /* server_constraint_kind */
+    const char *rf_param;        /* static: the field it came in ("response_format", "output_config.format") */
     int tool_mode;               /* -1: no tool constraint; else dsv4_tools_mode (engine/tool_grammar.h) */
     char *tool_name;             /* DSV4_TOOLS_NAMED: the function (owned) */
     struct json_t *tools;        /* with a tool constraint: the tools in OpenAI form (owned reference) */

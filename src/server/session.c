@@ -94,7 +94,7 @@ static int make_jobs(server_session *s, server_error *e) {
         spec.waiter = &s->waiter;
         if (r->response_format) {
             /* each job owns its grammar: a job may outlive this session (until the engine retires it) */
-            if (server_constraint_compile(SERVER_CONSTRAINT_RESPONSE_FORMAT, r->response_format, "response_format",
+            if (server_constraint_compile((server_constraint_kind)r->rf_kind, r->response_format, r->rf_param, r->thinking,
                                           &spec.grammar, e))
                 return e->status;
             spec.cvocab = srv->cvocab;

@@ -405,7 +405,6 @@ if (!QUICK) {
         ['tool_choice required, schema keyword unsupported', '/v1/chat/completions', chat({ tools: [{ type: 'function', function: { name: 'f', parameters: { type: 'object', properties: { x: { type: 'string', format: 'email' } } } } }], tool_choice: 'required' }), 400, 'tool_choice'],
         ['tool_choice required with response_format', '/v1/chat/completions', chat({ tools: [{ type: 'function', function: { name: 'f' } }], tool_choice: 'required', response_format: { type: 'json_object' } }), 400, 'response_format'],
         ['response_format schema keyword unsupported', '/v1/chat/completions', chat({ response_format: { type: 'json_schema', json_schema: { name: 'x', schema: { type: 'string', format: 'email' } } } }), 400, 'response_format.json_schema.schema'],
-        ['response_format with thinking', '/v1/chat/completions', chat({ thinking: true, response_format: { type: 'json_object' } }), 400, 'response_format'],
         ['logit_bias', '/v1/chat/completions', chat({ logit_bias: { 5: 10 } }), 400, 'logit_bias'],
         ['stream_options without stream', '/v1/chat/completions', chat({ stream_options: { include_usage: true } }), 400, 'stream_options'],
         ['reasoning_effort unknown', '/v1/chat/completions', chat({ reasoning_effort: 'extreme' }), 400, 'reasoning_effort'],

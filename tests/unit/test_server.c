@@ -131,6 +131,33 @@ static void response_format_is_kept_and_rendered(void **state) {
     parse_ok(SERVER_API_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"q\"}], \"response_format\": {\"type\": \"text\"}}", &r);
     assert_null(r.response_format);
     server_request_free(&r);
+    /* thinking mode: kept too (the grammar leaves the reasoning free, constraint_hook.h) */
+    parse_ok(SERVER_API_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"q\"}], \"thinking\": true,"
+             " \"response_format\": {\"type\": \"json_object\"}}", &r);
+    assert_non_null(r.response_format);
+    assert_int_equal(r.thinking, 1);
+    want = render_ref("{\"messages\": [{\"role\": \"user\", \"content\": \"q\"}], \"mode\": \"thinking\","
+                      " \"response_format\": {\"type\": \"json_object\"}}");
+    assert_string_equal(r.prompt_text, want);
+    free(want);
+    server_request_free(&r);
+    /* Anthropic: output_config.format (and the beta's output_format), rendered as the client gave it */
+    const char *fmt = "{\"type\": \"json_schema\", \"schema\": {\"type\": \"object\", \"properties\": {\"a\": {\"type\": \"integer\"}}}}";
+    for (int beta = 0; beta < 2; beta++) {
+        char body[512], ref[512];
+        snprintf(body, sizeof body, "{\"max_tokens\": 9, \"messages\": [{\"role\": \"user\", \"content\": \"q\"}],"
+                 " \"thinking\": {\"type\": \"enabled\"}, %s%s%s}", beta ? "\"output_format\": " : "\"output_config\": {\"format\": ",
+                 fmt, beta ? "" : "}");
+        parse_ok(SERVER_API_MESSAGES, body, &r);
+        assert_non_null(r.response_format);
+        assert_int_equal(r.thinking, 1);
+        assert_string_equal(r.rf_param, beta ? "output_format" : "output_config.format");
+        snprintf(ref, sizeof ref, "{\"messages\": [{\"role\": \"user\", \"content\": \"q\"}], \"mode\": \"thinking\", \"response_format\": %s}", fmt);
+        want = render_ref(ref);
+        assert_string_equal(r.prompt_text, want);
+        free(want);
+        server_request_free(&r);
+    }
 }
 
 static void completions_ids_and_text(void **state) {
@@ -175,7 +202,11 @@ static const bad_case BAD[] = {
     {SERVER_API_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"tool_choice\": \"required\"}", 400, "tool_choice"},
     {SERVER_API_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"response_format\": {\"type\": \"json_schema\"}}", 400, "response_format.json_schema"},
     {SERVER_API_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"response_format\": {\"type\": \"json_schema\", \"json_schema\": {\"name\": \"a\", \"schema\": {\"type\": \"string\", \"format\": \"email\"}}}}", 400, "response_format.json_schema.schema"},
-    {SERVER_API_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"thinking\": true, \"response_format\": {\"type\": \"json_object\"}}", 400, "response_format"},
+    {SERVER_API_MESSAGES, "{\"max_tokens\": 1, \"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"output_config\": 5}", 400, "output_config"},
+    {SERVER_API_MESSAGES, "{\"max_tokens\": 1, \"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"output_config\": {\"format\": {\"type\": \"json_object\"}}}", 400, "output_config.format.type"},
+    {SERVER_API_MESSAGES, "{\"max_tokens\": 1, \"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"output_config\": {\"format\": {\"type\": \"json_schema\"}}}", 400, "output_config.format.schema"},
+    {SERVER_API_MESSAGES, "{\"max_tokens\": 1, \"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"output_format\": {\"type\": \"json_schema\", \"schema\": {\"type\": \"string\", \"format\": \"email\"}}}", 400, "output_format.schema"},
+    {SERVER_API_MESSAGES, "{\"max_tokens\": 1, \"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"output_format\": {\"type\": \"json_schema\", \"schema\": {}}, \"output_config\": {\"format\": {\"type\": \"json_schema\", \"schema\": {}}}}", 400, "output_format"},
     {SERVER_API_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"response_format\": {\"type\": \"yaml\"}}", 400, "response_format.type"},
     {SERVER_API_CHAT, "{\"model\": \"other\", \"messages\": [{\"role\": \"user\", \"content\": \"x\"}]}", 404, "model"},
     {SERVER_API_COMPLETIONS, "{\"prompt\": 5}", 400, "prompt"},
