@@ -143,11 +143,12 @@ test: all
 # encode / decode / tokenizer_load fuzz targets check, under ASan, in `make fuzz`) and the ajv validation of
 # constrained output and of forced tool calls (the constraint engine runs under ASan in test_constraint,
 # test_constraint_gen, test_tool_grammar, constrained.sh and the json_schema / grammar / server_request fuzz
-# targets; tool_choice.sh's 1000-token tool prompts would take minutes under ASan), and the chat page in chromium
+# targets; tool_choice.sh's 1000-token tool prompts would take minutes under ASan; response_format_thinking.sh's
+# reasoning grammar runs under ASan in test_reply_grammar and test_tool_grammar), and the chat page in chromium
 # (the server's memory is serve.sh's under ASan; the page's JavaScript is the browser's). test_sched_spec (the
 # scheduler's speculation: dozens of speculative streams of four drafters, minutes under ASan on 2 cores) keeps
 # CI inside its time budget; its code runs under ASan in test_spec, test_batch and serve.sh's --spec servers.
-ASAN_SKIP = test_sched_spec tests/node/test_tokenizer.sh tests/node/test_constraint.sh tests/node/tool_choice.sh tests/node/chat_page.sh tests/cli/install.sh tests/cli/help_man.sh tests/cli/version.sh tests/cli/service_unit.sh
+ASAN_SKIP = test_sched_spec tests/node/test_tokenizer.sh tests/node/test_constraint.sh tests/node/tool_choice.sh tests/node/response_format_thinking.sh tests/node/chat_page.sh tests/cli/install.sh tests/cli/help_man.sh tests/cli/version.sh tests/cli/service_unit.sh
 test-asan:
 	$(MAKE) BUILD=build-asan OPT="-O1" SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" all
 	BUILD=build-asan DSV4_QUICK=1 SKIP="$(ASAN_SKIP)" tests/run_all.sh
