@@ -12,6 +12,7 @@
 #include <unistd.h>
 #include "helpers/testmodel.h"
 #include "state/persist.h"
+#include "state/prefix_companion.h"
 
 #define N 300   /* past two HCA rows (256) and far past the window (8) */
 
@@ -422,6 +423,86 @@ static void prefix_cache(void **state) {
     dsv4_seq_free(d);
 }
 
+/* Companions (a speculative drafter's state stored with an entry, prefix_companion.h): charged to the budget with
+ * their entry, one per kind, found only by lookups of their kind, never served from disk, freed exactly once
+ * (when refused, evicted, or with the cache). */
+typedef struct {
+    prefix_companion base;
+    int *frees;
+} test_comp;
+
+static void test_comp_free(prefix_companion *p) {
+    (*((test_comp *)p)->frees)++;
+    free(p);
+}
+
+static prefix_companion *comp_new(const char *kind, size_t bytes, int *frees) {
+    test_comp *c = calloc(1, sizeof *c);
+    assert_non_null(c);
+    c->base = (prefix_companion){ kind, bytes, test_comp_free, NULL };
+    c->frees = frees;
+    return &c->base;
+}
+
+static void prefix_cache_companions(void **state) {
+    fixture *f = *state;
+    dsv4_error err;
+    dsv4_prefix_cache *c;
+    dsv4_prefix_cache_stats st;
+    dsv4_seq *a = prefix_seq(f, 5), *b = prefix_seq(f, 130), *d = prefix_seq(f, 201);
+    const size_t sa = dsv4_seq_state_bytes(a), sb = dsv4_seq_state_bytes(b), sd = dsv4_seq_state_bytes(d);
+    int frees = 0;
+    /* room for a and b with their companions, or for b and d, not for all three */
+    const size_t budget = sb + 50 + sd + 16;
+    assert_true(sa + 300 + sb + 50 <= budget);
+    assert_int_equal(dsv4_prefix_cache_new(budget, &c, &err), 0);
+    assert_int_equal(prefix_cache_put_with(c, a, comp_new("mtp", 100, &frees), &err), 0);
+    assert_int_equal(dsv4_prefix_cache_put(c, b, &err), 0);                               /* no companion */
+    assert_int_equal(prefix_cache_put_with(c, a, comp_new("mtp", 100, &frees), &err), 0); /* has one: refused */
+    assert_int_equal(frees, 1);
+    assert_int_equal(prefix_cache_put_with(c, a, comp_new("dspark", 200, &frees), &err), 0); /* another kind */
+    dsv4_prefix_cache_get_stats(c, &st);
+    assert_int_equal(st.entries, 2);
+    assert_int_equal(st.bytes, sa + sb + 300);
+    /* the longest entry is b, but only a carries an "mtp" companion; a plain lookup takes b */
+    dsv4_seq *q;
+    int64_t got;
+    const prefix_companion *pc;
+    assert_int_equal(prefix_cache_lookup_with(c, f->m, f->tok, N, "mtp", &q, &got, &pc, &err), 0);
+    assert_int_equal(got, 5);
+    assert_non_null(pc);
+    assert_string_equal(pc->kind, "mtp");
+    assert_int_equal(pc->bytes, 100);
+    dsv4_seq_free(q);
+    assert_int_equal(prefix_cache_lookup_with(c, f->m, f->tok, N, "dspark", &q, &got, &pc, &err), 0);
+    assert_true(got == 5 && pc && pc->bytes == 200);
+    dsv4_seq_free(q);
+    assert_int_equal(prefix_cache_lookup_with(c, f->m, f->tok, N, "self", &q, &got, &pc, &err), 0);
+    assert_true(got == 0 && !pc);
+    dsv4_seq_free(q);
+    assert_int_equal(prefix_cache_lookup_with(c, f->m, f->tok, N, NULL, &q, &got, &pc, &err), 0);
+    assert_true(got == 130 && !pc);
+    dsv4_seq_free(q);
+    /* b gets one later (an equal history put by a speculating stream) */
+    assert_int_equal(prefix_cache_put_with(c, b, comp_new("mtp", 50, &frees), &err), 0);
+    assert_int_equal(prefix_cache_lookup_with(c, f->m, f->tok, N, "mtp", &q, &got, &pc, &err), 0);
+    assert_true(got == 130 && pc && pc->bytes == 50);
+    dsv4_seq_free(q);
+    /* a companion that cannot fit beside its entry is refused; putting d evicts the least recently used (a) with
+     * both its companions */
+    assert_int_equal(prefix_cache_put_with(c, d, comp_new("mtp", budget, &frees), &err), 0);
+    dsv4_prefix_cache_get_stats(c, &st);
+    assert_int_equal(st.evictions, 1);
+    assert_int_equal(frees, 1 + 2 + 1);
+    assert_int_equal(st.bytes, sb + 50 + sd);
+    assert_true(st.bytes <= st.budget);
+    dsv4_prefix_cache_free(c);
+    assert_int_equal(frees, 5);
+    dsv4_seq_free(a);
+    dsv4_seq_free(b);
+    dsv4_seq_free(d);
+}
+
 /* ---- sizes and speed (printed for the report) ------------------------------------------------------------- */
 
 static double now_s(void) {
@@ -590,6 +671,7 @@ int main(void) {
         cmocka_unit_test(corruption),
         cmocka_unit_test(foreign_model),
         cmocka_unit_test(prefix_cache),
+        cmocka_unit_test(prefix_cache_companions),
         cmocka_unit_test(prefix_cache_disk),
         cmocka_unit_test(sizes_and_speed),
     };
