@@ -287,7 +287,7 @@ static void reuse_round(dsv4_model *m, const char *kind, int draft, job *jobs, i
 }
 
 static void prefix_reuse(dsv4_model *m, const char *kind, int draft) {
-    enum { N = 4 };
+    enum { N = 3 };
     static job first[N], second[3 * N];
     memset(first, 0, sizeof first);
     memset(second, 0, sizeof second);
@@ -297,11 +297,11 @@ static void prefix_reuse(dsv4_model *m, const char *kind, int draft) {
     assert_int_equal(dsv4_prefix_cache_new(64 << 20, &pc, NULL), 0);
     const dsv4_sched_spec spec = { make_drafter, (void *)kind, draft, 0.0f };
     for (int i = 0; i < N; i++) {
-        /* prompts of 11 .. 32 tokens: beyond the window of 8, so the drafter's rings have wrapped */
-        first[i].n_prompt = 11 + 7 * i;
+        /* prompts of 11 .. 31 tokens: beyond the window of 8, so the drafter's rings have wrapped */
+        first[i].n_prompt = 11 + 10 * i;
         tm_tokens(first[i].prompt, first[i].n_prompt, info.vocab_size, 500 + (uint64_t)i);
         first[i].r.sampling = i % 2 ? sampled(90 + (uint64_t)i) : greedy();
-        first[i].r.max_new_tokens = gen_len / 2;
+        first[i].r.max_new_tokens = gen_len / 3 + 2;
         first[i].r.spec = spec;
     }
     /* fills the cache (and matches a full prefill with a cache present): three streams at once */
@@ -323,7 +323,7 @@ static void prefix_reuse(dsv4_model *m, const char *kind, int draft) {
         for (int k = 0; k < 3; k++) {
             job *j = &second[3 * i + k];
             j->r.sampling = (i + k) % 2 ? sampled(30 + (uint64_t)(3 * i + k)) : greedy();
-            j->r.max_new_tokens = gen_len / 2;
+            j->r.max_new_tokens = gen_len / 3 + 2;
             j->n_out = 0;
             memset(&j->res, 0, sizeof j->res);
         }
