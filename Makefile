@@ -147,7 +147,8 @@ test: all
 # reasoning grammar runs under ASan in test_reply_grammar and test_tool_grammar), and the chat page in chromium
 # (the server's memory is serve.sh's under ASan; the page's JavaScript is the browser's). test_sched_spec (the
 # scheduler's speculation: dozens of speculative streams of four drafters, minutes under ASan on 2 cores) keeps
-# CI inside its time budget; its code runs under ASan in test_spec, test_batch and serve.sh's --spec servers.
+# CI inside its time budget; its code runs under ASan in test_spec, test_batch and serve.sh's --spec servers (prefix
+# reuse while speculating: test_state's companions and serve_spec.mjs's cached requests on the MTP server).
 ASAN_SKIP = test_sched_spec tests/node/test_tokenizer.sh tests/node/test_constraint.sh tests/node/tool_choice.sh tests/node/response_format_thinking.sh tests/node/chat_page.sh tests/cli/install.sh tests/cli/help_man.sh tests/cli/version.sh tests/cli/service_unit.sh
 test-asan:
 	$(MAKE) BUILD=build-asan OPT="-O1" SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" all
