@@ -1,4 +1,6 @@
 #include "model/expert_place.h"
+#include <stdlib.h>
+#include <string.h>
 
 int expert_first(int E, int n_ranks, int r) {
     const int base = E / n_ranks, extra = E % n_ranks;
@@ -9,4 +11,57 @@ int expert_owner(int E, int n_ranks, int e) {
     int r = 0;
     while (r + 1 < n_ranks && expert_first(E, n_ranks, r + 1) <= e) r++;
     return r;
+}
+
+void expert_map_free(expert_map *map) {
+    free(map->owner);
+    memset(map, 0, sizeof *map);
+}
+
+int expert_map_gpu_count(const expert_map *map, int layer) {
+    int n = 0;
+    for (int e = 0; e < map->n_routed; e++) n += !expert_on_host(map, layer, e);
+    return n;
+}
+
+/* One (layer, expert) with its count; sorted by decreasing count, then increasing index: a total order, so the
+ * placement never depends on the sort's stability. */
+typedef struct {
+    uint64_t count;
+    int64_t index;   /* layer * E + expert */
+} ranked_expert;
+
+static int by_count(const void *a, const void *b) {
+    const ranked_expert *x = a, *y = b;
+    if (x->count != y->count) return x->count > y->count ? -1 : 1;
+    return (x->index > y->index) - (x->index < y->index);
+}
+
+int expert_map_plan(expert_map *map, int L, int E, int64_t n_gpu, const uint64_t *counts) {
+    memset(map, 0, sizeof *map);
+    map->n_layers = L;
+    map->n_routed = E;
+    const int64_t total = (int64_t)L * E;
+    if (n_gpu >= total) return 0;
+    if (n_gpu < 0) n_gpu = 0;
+    if (!(map->owner = malloc((size_t)total))) return -1;
+    memset(map->owner, EXPERT_ON_HOST, (size_t)total);
+    map->n_host = total - n_gpu;
+    if (counts) {
+        ranked_expert *order = malloc(sizeof *order * (size_t)total);
+        if (!order) {
+            expert_map_free(map);
+            return -1;
+        }
+        for (int64_t i = 0; i < total; i++) order[i] = (ranked_expert){ counts[i], i };
+        qsort(order, (size_t)total, sizeof *order, by_count);
+        for (int64_t i = 0; i < n_gpu; i++) map->owner[order[i].index] = EXPERT_ON_GPU;
+        free(order);
+    } else {
+        for (int l = 0; l < L; l++) {
+            const int64_t keep = n_gpu / L + (l < n_gpu % L);
+            memset(map->owner + (int64_t)l * E, EXPERT_ON_GPU, (size_t)keep);
+        }
+    }
+    return 0;
 }
