@@ -1,4 +1,7 @@
 #include "model/expert_place.h"
+#include "model/footprint.h"
+#include "model/model.h"
+#include "util/error.h"
 #include <stdlib.h>
 #include <string.h>
 
@@ -64,4 +67,22 @@ int expert_map_plan(expert_map *map, int L, int E, int64_t n_gpu, const uint64_t
         }
     }
     return 0;
+}
+
+int expert_map_for_budget(const struct dsv4_model *m, uint64_t gpu_bytes, const uint64_t *counts, expert_map *map,
+                          uint64_t *fixed_bytes, uint64_t *expert_bytes, dsv4_error *err) {
+    const int L = m->cfg.n_layers, E = m->cfg.n_routed;
+    uint64_t routed = 0;
+    for (int l = 0; l < L; l++)
+        for (int e = 0; e < E; e++) routed += dsv4_expert_weight_bytes(&m->layers[l], e);
+    const uint64_t one = dsv4_expert_weight_bytes(&m->layers[0], 0);   /* every routed expert has one format */
+    *fixed_bytes = dsv4_total_weight_bytes(m) - routed;
+    *expert_bytes = one;
+    memset(map, 0, sizeof *map);
+    if (gpu_bytes < *fixed_bytes)
+        return dsv4_fail(err, DSV4_E_NOMEM, "out of GPU memory: the weights other than the routed experts need %.2f GiB, "
+                         "the budget is %.2f GiB", *fixed_bytes / 1073741824.0, gpu_bytes / 1073741824.0);
+    const int64_t n_gpu = one ? (int64_t)((gpu_bytes - *fixed_bytes) / one) : (int64_t)L * E;
+    if (expert_map_plan(map, L, E, n_gpu, counts)) return dsv4_fail(err, DSV4_E_NOMEM, "out of memory");
+    return DSV4_OK;
 }

@@ -32,6 +32,7 @@
  * per-kernel difference between the CPU's and the GPU's expert kernels: each (token, expert) row is computed
  * from the same inputs and combined in the same order (increasing expert id), DESIGN §8.5. */
 
+#include "dsv4.h"
 #include <stdint.h>
 
 /* owner value of an expert computed by the host */
@@ -53,6 +54,13 @@ static inline int expert_on_host(const expert_map *map, int layer, int e) {
 }
 /* Experts of layer l on the GPU. */
 int  expert_map_gpu_count(const expert_map *map, int layer);
+
+struct dsv4_model;
+/* The placement for a GPU budget of gpu_bytes for the weights: every weight but the main layers' routed experts
+ * (fixed_bytes, returned), then as many routed experts as fit (each expert_bytes, returned). counts: a profile's
+ * [L][E] counts or NULL. DSV4_E_NOMEM with the numbers when not even the other weights fit. */
+int  expert_map_for_budget(const struct dsv4_model *m, uint64_t gpu_bytes, const uint64_t *counts, expert_map *map,
+                           uint64_t *fixed_bytes, uint64_t *expert_bytes, dsv4_error *err);
 
 /* The first expert of rank r (r = n_ranks gives E). */
 int expert_first(int E, int n_ranks, int r);
