@@ -100,7 +100,7 @@ typedef struct {
                             host's cores compute them (the KV cache and the step's scratch come on top) */
     const char *expert_profile; /* cuda: a routing profile (`dsv4 profile`) choosing which experts stay on the GPU
                             when not all fit: the most used. NULL = DIR/expert_profile.json when it exists, else
-                            an even spread over the layers */
+                            an even spread over the layers; "" = an even spread whatever exists */
 } dsv4_load_opts;
 
 /* "cpu" / "cuda" -> a dsv4_device, or -1. */

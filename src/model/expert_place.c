@@ -2,6 +2,7 @@
 #include "model/footprint.h"
 #include "model/model.h"
 #include "util/error.h"
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -69,6 +70,13 @@ int expert_map_plan(expert_map *map, int L, int E, int64_t n_gpu, const uint64_t
     return 0;
 }
 
+/* "12.34 GiB" or, below 1 GiB, "12.34 MiB": tiny test models and real ones both read well. */
+static const char *size_text(char *buf, size_t n, uint64_t b) {
+    if (b >= ((uint64_t)1 << 30)) snprintf(buf, n, "%.2f GiB", b / 1073741824.0);
+    else snprintf(buf, n, "%.2f MiB", b / 1048576.0);
+    return buf;
+}
+
 int expert_map_for_budget(const struct dsv4_model *m, uint64_t gpu_bytes, const uint64_t *counts, expert_map *map,
                           uint64_t *fixed_bytes, uint64_t *expert_bytes, dsv4_error *err) {
     const int L = m->cfg.n_layers, E = m->cfg.n_routed;
@@ -79,9 +87,10 @@ int expert_map_for_budget(const struct dsv4_model *m, uint64_t gpu_bytes, const 
     *fixed_bytes = dsv4_total_weight_bytes(m) - routed;
     *expert_bytes = one;
     memset(map, 0, sizeof *map);
+    char need[32], have[32];
     if (gpu_bytes < *fixed_bytes)
-        return dsv4_fail(err, DSV4_E_NOMEM, "out of GPU memory: the weights other than the routed experts need %.2f GiB, "
-                         "the budget is %.2f GiB", *fixed_bytes / 1073741824.0, gpu_bytes / 1073741824.0);
+        return dsv4_fail(err, DSV4_E_NOMEM, "out of GPU memory: the weights other than the routed experts need %s, the "
+                         "budget is %s", size_text(need, sizeof need, *fixed_bytes), size_text(have, sizeof have, gpu_bytes));
     const int64_t n_gpu = one ? (int64_t)((gpu_bytes - *fixed_bytes) / one) : (int64_t)L * E;
     if (expert_map_plan(map, L, E, n_gpu, counts)) return dsv4_fail(err, DSV4_E_NOMEM, "out of memory");
     return DSV4_OK;

@@ -2,7 +2,9 @@
 #include "util/error.h"
 #include "util/fileio.h"
 #include <jansson.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <unistd.h>
 #include <string.h>
 
 int expert_profile_init(expert_profile *p, int n_layers, int n_routed, dsv4_error *err) {
@@ -115,4 +117,17 @@ int expert_profile_load(const char *path, int n_layers, int n_routed, int top_k,
     rc = expert_profile_parse(text, len, path, n_layers, n_routed, top_k, p, err);
     free(text);
     return rc;
+}
+
+int expert_profile_find(const char *dir, const char *path, int n_layers, int n_routed, int top_k, expert_profile *p,
+                        dsv4_error *err) {
+    memset(p, 0, sizeof *p);
+    if (path && !*path) return DSV4_OK;
+    char auto_path[4096];
+    if (!path) {
+        snprintf(auto_path, sizeof auto_path, "%s/%s", dir, EXPERT_PROFILE_FILE);
+        if (access(auto_path, F_OK)) return DSV4_OK;
+        path = auto_path;
+    }
+    return expert_profile_load(path, n_layers, n_routed, top_k, p, err);
 }

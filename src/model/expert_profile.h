@@ -33,4 +33,8 @@ int  expert_profile_load(const char *path, int n_layers, int n_routed, int top_k
 /* The same from bytes in memory (what load reads; the fuzz and unit tests call it directly). */
 int  expert_profile_parse(const char *text, size_t len, const char *name, int n_layers, int n_routed, int top_k,
                           expert_profile *p, dsv4_error *err);
+/* The profile a load uses: path, else DIR/expert_profile.json when it exists (damage is an error either way: a
+ * profile is never silently ignored), else none; path "" = none. None leaves *p zeroed (counts NULL). */
+int  expert_profile_find(const char *dir, const char *path, int n_layers, int n_routed, int top_k, expert_profile *p,
+                         dsv4_error *err);
 #endif

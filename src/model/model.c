@@ -371,25 +371,11 @@ void dsv4_model_free(dsv4_model *m) {
     free(m);
 }
 
-/* The routing profile a load uses: opts->expert_profile, else DIR/expert_profile.json when it exists (a damaged
- * one is an error either way: a profile is not silently ignored), else none (p->counts NULL). */
-static int load_profile(const dsv4_model *m, const char *dir, const dsv4_load_opts *opts, expert_profile *p, dsv4_error *err) {
-    memset(p, 0, sizeof *p);
-    char auto_path[4096];
-    const char *path = opts->expert_profile;
-    if (!path) {
-        snprintf(auto_path, sizeof auto_path, "%s/%s", dir, EXPERT_PROFILE_FILE);
-        if (access(auto_path, F_OK)) return 0;
-        path = auto_path;
-    }
-    return expert_profile_load(path, m->cfg.n_layers, m->cfg.n_routed, m->cfg.n_act, p, err);
-}
-
 static int model_cuda_init(dsv4_model *m, const char *dir, const dsv4_load_opts *opts, dsv4_error *err) {
     if (opts->gpu_mem_gb < 0 || opts->gpu_mem_gb > 1e6)
         return dsv4_fail(err, DSV4_E_ARG, "GPU memory budget %g GiB is out of range", opts->gpu_mem_gb);
     expert_profile prof;
-    int rc = load_profile(m, dir, opts, &prof, err);
+    int rc = expert_profile_find(dir, opts->expert_profile, m->cfg.n_layers, m->cfg.n_routed, m->cfg.n_act, &prof, err);
     if (rc) return rc;
     const cuda_placement p = { opts->gpu, opts->n_gpus, (uint64_t)(opts->gpu_mem_gb * 1073741824.0), prof.counts };
     rc = cuda_model_init(m, &p, err);
