@@ -147,6 +147,11 @@ static int bench_single_stream(dsv4_model *m, int prompt, int decode, double bw,
     printf("%-26s %10.2f GB/s    %.3f GB weights read per token\n", "decode weight traffic", bytes * tps / 1e9, bytes / 1e9);
     if (bw > 0) printf("%-26s %10.1f %%      of measured read bandwidth\n", "bandwidth fraction", 100.0 * bytes * tps / 1e9 / bw);
     if (cuda_gpus(m) > 1) per_gpu_traffic(m, tps, bw);
+    double host_ms = 0, wait_ms = 0;
+    const int64_t n_host = cuda_host_experts(m, &host_ms, &wait_ms);
+    if (n_host > 0)   /* the whole run's host time (prefill, decode, verify steps), per step it ran */
+        printf("%-26s %10lld of %d   host computing %.1f ms, waiting for routing %.1f ms over the run (issue 15)\n",
+               "experts in host memory", (long long)n_host, m->cfg.n_layers * m->cfg.n_routed, host_ms, wait_ms);
     if (reps > 0)
         printf("%-26s %10.2f ms/step  %.2fx a 1-token step (1 + 5 tokens, every row's logits, rolled back)\n",
                "speculative verify step", 1e3 * tv / reps, tv / reps * tps);
