@@ -30,7 +30,7 @@
  * The choice is a function of the budget, the shape and the profile alone, so `dsv4 inspect --gpu-mem` shows
  * what a GPU load with the same budget will do. Where an expert lives never changes the output beyond the
  * per-kernel difference between the CPU's and the GPU's expert kernels: each (token, expert) row is computed
- * from the same inputs and combined in the same order (increasing expert id), DESIGN §8.5. */
+ * from the same inputs and combined in the same order (increasing expert id), docs/HOST_EXPERTS.md. */
 
 #include "dsv4.h"
 #include <stdint.h>

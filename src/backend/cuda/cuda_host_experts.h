@@ -1,4 +1,4 @@
-/* Routed experts in host memory (issue 15, DESIGN §8.5). Private to src/backend/cuda/.
+/* Routed experts in host memory (issue 15, docs/HOST_EXPERTS.md). Private to src/backend/cuda/.
  *
  * When the weights do not all fit in the GPU budget, model/expert_place.h chooses which routed experts of the main
  * layers stay in host memory; their device entries keep data NULL, so the GPU's expert tiles write their pair rows
