@@ -41,10 +41,68 @@ static void free_buffers(cu_host_experts *hx) {
 
 void cuda_hx_free(cu_host_experts *hx) {
     free_buffers(hx);
+    for (int i = 0; i < hx->n_synth; i++) free(hx->synth[i]);
+    free(hx->synth);
     cu_event_free(hx->fetched);
     free(hx->n_host);
     expert_map_free(&hx->map);
     memset(hx, 0, sizeof *hx);
+}
+
+/* splitmix64: the fill is a pure function of (seed, position), as on the GPU */
+static uint64_t mix64(uint64_t z) {
+    z += 0x9e3779b97f4a7c15ULL;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+
+/* n bytes of random weights of format fmt (scale: every byte 121, 2^-6) in a new buffer kept by hx. */
+static void *synth_bytes(cu_host_experts *hx, size_t n, int fmt, int scale, uint64_t seed) {
+    void **grown = realloc(hx->synth, sizeof *grown * (size_t)(hx->n_synth + 1));
+    if (!grown) return NULL;
+    hx->synth = grown;
+    uint8_t *p = malloc(n ? n : 1);
+    if (!p) return NULL;
+    hx->synth[hx->n_synth++] = p;
+    if (scale) {
+        memset(p, 121, n);
+        return p;
+    }
+    for (size_t w = 0; w * 8 < n; w++) {
+        const uint64_t h = mix64(seed ^ mix64(w));
+        for (int k = 0; k < 8 && w * 8 + (size_t)k < n; k++) {
+            const uint32_t r = (uint32_t)(h >> (8 * k));
+            p[w * 8 + (size_t)k] = fmt == WF_FP8 ? (uint8_t)((r & 0x80) | ((5 + ((r >> 3) & 3)) << 3) | (r & 7)) : (uint8_t)r;
+        }
+    }
+    return p;
+}
+
+static size_t scale_len(const dsv4_weight *w) {
+    if (w->fmt == WF_FP8) return (size_t)((w->rows + 127) / 128) * (size_t)w->scale_cols;
+    if (w->fmt == WF_FP4) return (size_t)w->rows * (size_t)w->scale_cols;
+    return 0;
+}
+
+int cuda_hx_fill_synthetic(cu_host_experts *hx, struct dsv4_model *m, dsv4_error *err) {
+    uint64_t seed = 0x405700000ULL;
+    for (int l = 0; l < hx->map.n_layers; l++)
+        for (int e = 0; e < hx->map.n_routed; e++) {
+            if (!expert_on_host(&hx->map, l, e)) continue;
+            dsv4_weight *ws[3] = { &m->layers[l].w1[e], &m->layers[l].w2[e], &m->layers[l].w3[e] };
+            for (int k = 0; k < 3; k++) {
+                dsv4_weight *w = ws[k];
+                void *data = synth_bytes(hx, (size_t)weight_bytes(w), w->fmt, 0, seed++);
+                void *scale = data && scale_len(w) ? synth_bytes(hx, scale_len(w), w->fmt, 1, 0) : NULL;
+                if (!data || (scale_len(w) && !scale))
+                    return dsv4_fail(err, DSV4_E_NOMEM, "out of host memory for the synthetic host experts (%d of them)",
+                                     (int)hx->map.n_host);
+                w->data = data;
+                w->scale = scale;
+            }
+        }
+    return DSV4_OK;
 }
 
 int cuda_hx_reserve(cu_host_experts *hx, const dsv4_config *c, int T, dsv4_error *err) {

@@ -315,7 +315,7 @@ static int upload(struct cuda_model *cm, const struct dsv4_model *m, int rank, i
 
 /* When the weights need more than the budget (p->gpu_mem, or what is free less the working margin), keep in host
  * memory the routed experts model/expert_place.h chooses (issue 15). */
-static int place_experts(struct cuda_model *cm, const struct dsv4_model *m, const cuda_placement *p, dsv4_error *err) {
+static int place_experts(struct cuda_model *cm, struct dsv4_model *m, const cuda_placement *p, dsv4_error *err) {
     if (m->cfg.synthetic_holes && !p->gpu_mem) return 0;   /* a synthetic model shares layers instead (choose_distinct) */
     size_t fb = 0, tb = 0;
     cu_mem_info(&fb, &tb);
@@ -326,17 +326,19 @@ static int place_experts(struct cuda_model *cm, const struct dsv4_model *m, cons
     if (rc) return dsv4_wrap(err, "GPU %d (%.2f GiB free of %.2f GiB%s)", cm->gpu, fb / 1073741824.0, tb / 1073741824.0,
                              p->gpu_mem ? ", --gpu-mem" : "");
     if (!map.owner) return 0;
-    if (p->n_gpus > 1 || m->cfg.synthetic_holes) {
+    if (p->n_gpus > 1) {
         expert_map_free(&map);
-        return dsv4_fail(err, DSV4_E_UNSUPPORTED, "routed experts in host memory%s are not supported yet (%lld of %lld would "
-                         "stay on the host)", p->n_gpus > 1 ? " together with --gpus" : " for a synthetic checkpoint (its host copies are holes)",
-                         (long long)map.n_host, (long long)m->cfg.n_layers * m->cfg.n_routed);
+        return dsv4_fail(err, DSV4_E_UNSUPPORTED, "routed experts in host memory together with --gpus are not supported yet "
+                         "(%lld of %lld would stay on the host)", (long long)map.n_host, (long long)m->cfg.n_layers * m->cfg.n_routed);
     }
     if (!(cm->hx = calloc(1, sizeof *cm->hx))) {
         expert_map_free(&map);
         return dsv4_fail(err, DSV4_E_NOMEM, "out of memory");
     }
-    return cuda_hx_init(cm->hx, &map, err);
+    rc = cuda_hx_init(cm->hx, &map, err);
+    /* a synthetic checkpoint: its host experts get real bytes in host memory (their bindings are holes) */
+    if (!rc && m->cfg.synthetic_holes) rc = cuda_hx_fill_synthetic(cm->hx, m, err);
+    return rc;
 }
 
 /* A synthetic checkpoint (model/synthetic.h) may be bigger than its GPUs: keep the first `distinct` main layers'
@@ -440,7 +442,8 @@ int cuda_model_init(struct dsv4_model *m, const cuda_placement *p, dsv4_error *e
     struct cuda_model *cm = new_cuda_model(m, gpu, 1);
     if (!cm) return dsv4_fail(err, DSV4_E_NOMEM, "out of memory");
     uint64_t need = 0;
-    rc = choose_distinct(cm, m, n_gpus, err);
+    /* a synthetic model given a budget keeps every layer distinct and puts what does not fit on the host */
+    rc = m->cfg.synthetic_holes && p->gpu_mem ? 0 : choose_distinct(cm, m, n_gpus, err);
     if (!rc) rc = place_experts(cm, m, p, err);
     if (!rc) rc = check_fit(cm, m, 0, n_gpus, up_model, &need, err);
     if (!rc) rc = upload(cm, m, 0, n_gpus, up_model, need, err);
