@@ -8,7 +8,11 @@
  * every token's bit in the mask must equal its own answer (dsv4_cstate_allows, which walks the token's bytes
  * and never uses a stored walk), for two streams on one matcher with different length bounds, interleaved
  * with a stream of another grammar on another matcher (so a stored walk serving the wrong configuration or a
- * stale slot would show). The stored walks must have served some masks, whole and partly. */
+ * stale slot would show). The stored walks must have served some masks, whole and partly.
+ *
+ * The matcher cache (constraint_cache.c, used by the scheduler): the same schema compiled twice gets the same
+ * matcher, schemas that differ in one number get different ones, and masks from cached matchers, used
+ * alternately for two schemas and after the caller's grammars are freed, equal those of private matchers. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -16,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "engine/constraint_cache.h"
 #include "engine/constraint_pda.h"
 #include "engine/grammar.h"
 #include "engine/json_schema.h"
@@ -101,7 +106,7 @@ static int step(stream *st, const dsv4_cvocab *v, uint64_t *bits, int32_t *allow
 static void test_shared_walks_exact(void **state) {
     (void)state;
     dsv4_cvocab *v = make_vocab();
-    uint64_t *bits = malloc(sizeof *bits * (V + 63) / 64);
+    uint64_t *bits = malloc(sizeof *bits * ((V + 63) / 64));
     int32_t *allowed = malloc(sizeof *allowed * V);
     dsv4_error err;
     int64_t shared = 0, partial = 0;
@@ -149,9 +154,91 @@ static void test_shared_walks_exact(void **state) {
     dsv4_cvocab_free(v);
 }
 
+/* Steps of a stream on a cached matcher and one on a private matcher of the same grammar: equal masks. */
+static void same_masks(dsv4_cmatcher *cached, const dsv4_grammar *g, const dsv4_cvocab *v, uint64_t seed, uint64_t *a, uint64_t *b,
+                       int32_t *allowed) {
+    dsv4_error err;
+    dsv4_cstate *sc, *sp;
+    assert_int_equal(dsv4_cstate_new_shared(cached, 90, &sc, &err), 0);
+    assert_int_equal(dsv4_cstate_new(g, v, 90, &sp, &err), 0);
+    while (!dsv4_cstate_finished(sc)) {
+        assert_int_equal(dsv4_cstate_allowed(sc, a, &err), 0);
+        assert_int_equal(dsv4_cstate_allowed(sp, b, &err), 0);
+        assert_memory_equal(a, b, sizeof *a * ((V + 63) / 64));
+        int n = 0;
+        for (int32_t id = 0; id < V; id++)
+            if ((a[id >> 6] >> (id & 63)) & 1) allowed[n++] = id;
+        const int32_t tok = allowed[rng_next(&seed) % (uint64_t)n];
+        assert_int_equal(dsv4_cstate_advance(sc, tok, &err), 0);
+        assert_int_equal(dsv4_cstate_advance(sp, tok, &err), 0);
+    }
+    dsv4_cstate_free(sc);
+    dsv4_cstate_free(sp);
+}
+
+static void test_matcher_cache(void **state) {
+    (void)state;
+    dsv4_cvocab *v = make_vocab();
+    uint64_t *a = malloc(sizeof *a * ((V + 63) / 64)), *b = malloc(sizeof *b * ((V + 63) / 64));
+    int32_t *allowed = malloc(sizeof *allowed * V);
+    dsv4_error err;
+    static const char five[] = "{\"type\":\"object\",\"properties\":{\"s\":{\"type\":\"string\",\"maxLength\":5}},\"required\":[\"s\"]}";
+    static const char six[] = "{\"type\":\"object\",\"properties\":{\"s\":{\"type\":\"string\",\"maxLength\":6}},\"required\":[\"s\"]}";
+    dsv4_grammar *g5 = compile(five, 0), *g5b = compile(five, 0), *g6 = compile(six, 0), *gj = compile("true", 0);
+    dsv4_grammar *copy = dsv4_grammar_copy(g6);
+    assert_non_null(copy);
+    assert_true(dsv4_grammar_same(copy, g6));
+    assert_true(dsv4_grammar_hash(copy) == dsv4_grammar_hash(g6));
+    assert_true(dsv4_grammar_same(g5, g5b));
+    assert_false(dsv4_grammar_same(g5, g6));
+    dsv4_grammar_free(copy);
+    dsv4_cmcache *c;
+    assert_int_equal(dsv4_cmcache_new((size_t)1 << 30, 2, &c, &err), 0);
+    dsv4_cmatcher *m5, *m5b, *m6, *mj;
+    assert_int_equal(dsv4_cmcache_get(c, g5, v, &m5, &err), 0);
+    assert_int_equal(dsv4_cmcache_get(c, g5b, v, &m5b, &err), 0);
+    assert_ptr_equal(m5, m5b);                       /* the same schema: the same matcher */
+    assert_int_equal(dsv4_cmcache_hits(c), 1);
+    assert_int_equal(dsv4_cmcache_get(c, g6, v, &m6, &err), 0);
+    assert_ptr_not_equal(m5, m6);                    /* maxLength 5 and 6 differ */
+    /* alternating the two schemas (and two streams on the first) against private matchers */
+    for (int seed = 0; seed < 6; seed++) {
+        same_masks(m5, g5, v, 10 + (uint64_t)seed, a, b, allowed);
+        same_masks(m6, g6, v, 20 + (uint64_t)seed, a, b, allowed);
+        same_masks(m5b, g5b, v, 30 + (uint64_t)seed, a, b, allowed);
+    }
+    /* all pinned: a third grammar goes past max_entries, and comes back down once released */
+    assert_int_equal(dsv4_cmcache_get(c, gj, v, &mj, &err), 0);
+    assert_int_equal(dsv4_cmcache_entries(c), 3);
+    same_masks(mj, gj, v, 5, a, b, allowed);
+    dsv4_cmcache_release(c, mj);
+    assert_int_equal(dsv4_cmcache_entries(c), 2);    /* the unpinned one goes */
+    dsv4_cmcache_release(c, m5);
+    dsv4_cmcache_release(c, m5b);
+    dsv4_cmcache_release(c, m6);
+    /* the cache owns copies: the callers' grammars may go */
+    dsv4_grammar_free(g5b);
+    dsv4_grammar_free(g6);
+    g6 = compile(six, 0);
+    dsv4_cmatcher *again;
+    assert_int_equal(dsv4_cmcache_get(c, g6, v, &again, &err), 0);
+    assert_ptr_equal(again, m6);
+    same_masks(again, g6, v, 40, a, b, allowed);
+    dsv4_cmcache_release(c, again);
+    dsv4_cmcache_free(c);
+    dsv4_grammar_free(g5);
+    dsv4_grammar_free(g6);
+    dsv4_grammar_free(gj);
+    free(a);
+    free(b);
+    free(allowed);
+    dsv4_cvocab_free(v);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_shared_walks_exact),
+        cmocka_unit_test(test_matcher_cache),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
