@@ -51,7 +51,7 @@
 #define SIG_SLOTS 8              /* stored walks per matcher (each ~0.6 MB on a 129k vocabulary) */
 #define SIG_MAX_STATES 2048      /* configurations one stored walk may number */
 #define PAIR_CAP 16384           /* pairs one check may visit */
-#define PARTIAL_LIMIT 40000      /* continuation nodes before a partial reuse gives up for a walk of its own */
+#define PARTIAL_LIMIT 10000      /* continuation nodes before a partial reuse gives up for a walk of its own */
 #define PROBE_LIMIT 4000         /* nodes of the plain walk tried first (narrow configurations end within it) */
 #define NS_NONE 0xFFFFu          /* node_state: no alive configuration at this node */
 #define UNSET INT16_MIN          /* dense row: byte not read yet */
@@ -350,9 +350,11 @@ static int entry_build(dsv4_cmatcher *m, sig_entry *e, int32_t tc) {
             }
             stk[d] = t;
             esc[d] = (uint8_t)x;
+            /* stores only when something changes: the same configuration comes back node after node (a string's
+             * characters), and a store on every node would chain them through memory */
             if (d > dmax[t]) dmax[t] = d;
             if (d <= CV_SIG_DEPTH) {
-                dmask[t] |= 1u << d;
+                if (!(dmask[t] >> d & 1)) dmask[t] |= 1u << d;
                 ns[i] = (uint16_t)(t | x << 15);
             }
             for (int32_t k = tok_first[i]; k < tok_first[i + 1]; k++) {
@@ -548,6 +550,10 @@ int ci_fill(dsv4_cmatcher *m, int32_t tc, int slot) {
         rc = entry_apply(m, &S->e[best], best_r, n_pairs, slot, PARTIAL_LIMIT);
         if (rc < 0) return -1;
         if (rc == 0) { S->e[best].last = ++S->clock; m->st.shared_walks++; m->st.shared_partial++; return 0; }
+        /* a stored walk agrees with tc for short tokens but tc is alive deep below where they part (a string a
+         * few UTF-8 characters before its maxLength): its own walk would serve nothing else, so it is not
+         * stored (storing costs ~20 % more than the plain walk) */
+        return plain_fill(m, tc, slot, INT64_MAX) ? -1 : 0;
     }
     /* a walk of its own, stored in the least recently used slot */
     int k = 0;
