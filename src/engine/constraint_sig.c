@@ -516,33 +516,27 @@ static int entry_apply(dsv4_cmatcher *m, const sig_entry *e, int r, int32_t n_pa
 int ci_fill(dsv4_cmatcher *m, int32_t tc, int slot) {
     sig_store *S = m->sig;
     m->st.mask_walks++;
-    /* narrow configurations (few tokens alive: after '{', in a number) walk a few nodes: nothing to share */
-    int rc = plain_fill(m, tc, slot, m->sig_probe);
-    if (rc <= 0) return rc;
-    /* the stored walk that serves tc for the longest tokens */
-    int best = -1, best_r = 0;
+    /* the stored walk that serves tc for the longest tokens (a check that fails does so within the first bytes) */
+    int best = -1, best_r = 0, rc;
     for (int i = 0; i < SIG_SLOTS; i++) {
         if (!S->e[i].last) continue;
         int func;
         int32_t n_pairs;
         int r = check(m, &S->e[i], tc, &func, &n_pairs);
         if (r < 0) return -1;
-        if (r != INT_MAX) {
-            /* a partial answer needs tc's configuration at the depth-r nodes: one partner per number */
-            if (func < r) r = func;
-            if (r > CV_SIG_DEPTH) r = CV_SIG_DEPTH;
-        }
-        if (r <= best_r) continue;
-        best = i;
-        best_r = r;
         if (r == INT_MAX) {
-            rc = entry_apply(m, &S->e[i], r, n_pairs, slot, INT64_MAX);
-            if (rc < 0) return -1;
+            if (entry_apply(m, &S->e[i], r, n_pairs, slot, INT64_MAX)) return -1;
             S->e[i].last = ++S->clock;
             m->st.shared_walks++;
             return 0;
         }
+        /* a partial answer needs tc's configuration at the depth-r nodes: one partner per number */
+        if (func < r) r = func;
+        if (r > CV_SIG_DEPTH) r = CV_SIG_DEPTH;
+        if (r > best_r) { best = i; best_r = r; }
     }
+    /* narrow configurations (few tokens alive: after '{', in a number) walk a few nodes: nothing to share */
+    if ((rc = plain_fill(m, tc, slot, m->sig_probe)) <= 0) return rc;
     if (best >= 0) {
         int func;
         int32_t n_pairs;
