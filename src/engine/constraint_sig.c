@@ -44,6 +44,8 @@
  * Exactness: tests/unit/test_constraint.c compares every mask with the brute force, with the probe off so that
  * every path here runs on a small vocabulary. */
 #include "engine/constraint_pda.h"
+#include "engine/json_schema.h"
+#include "util/error.h"
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
@@ -75,6 +77,13 @@ typedef struct {
     int n_rng, cap_rng;
     uint16_t *node_state;        /* [n_node]: number | escaped << 15 at alive nodes of depth <= CV_SIG_DEPTH */
 } sig_entry;
+
+/* Stored walks made once per vocabulary (dsv4_cvocab_prepare_json) and only read afterwards, by every matcher. */
+#define SHELF_MAX 4
+struct sig_shelf {
+    sig_entry e[SHELF_MAX];
+    int n;
+};
 
 struct sig_store {
     sig_entry e[SIG_SLOTS];
@@ -516,34 +525,44 @@ static int entry_apply(dsv4_cmatcher *m, const sig_entry *e, int r, int32_t n_pa
 int ci_fill(dsv4_cmatcher *m, int32_t tc, int slot) {
     sig_store *S = m->sig;
     m->st.mask_walks++;
-    /* the stored walk that serves tc for the longest tokens (a check that fails does so within the first bytes) */
-    int best = -1, best_r = 0, rc;
-    for (int i = 0; i < SIG_SLOTS; i++) {
-        if (!S->e[i].last) continue;
+    /* the stored walk that serves tc for the longest tokens (a check that fails does so within the first bytes):
+     * the vocabulary's (read-only), then the matcher's own */
+    const struct sig_shelf *shelf = m->v->shelf;
+    const int n_shelf = shelf ? shelf->n : 0;
+    sig_entry *best = NULL;
+    int best_r = 0, rc;
+    for (int i = 0; i < n_shelf + SIG_SLOTS; i++) {
+        sig_entry *e = i < n_shelf ? (sig_entry *)&shelf->e[i] : &S->e[i - n_shelf];
+        if (!e->last) continue;
         int func;
         int32_t n_pairs;
-        int r = check(m, &S->e[i], tc, &func, &n_pairs);
+        int r = check(m, e, tc, &func, &n_pairs);
         if (r < 0) return -1;
         if (r == INT_MAX) {
-            if (entry_apply(m, &S->e[i], r, n_pairs, slot, INT64_MAX)) return -1;
-            S->e[i].last = ++S->clock;
+            if (entry_apply(m, e, r, n_pairs, slot, INT64_MAX)) return -1;
+            if (i >= n_shelf) e->last = ++S->clock;
             m->st.shared_walks++;
             return 0;
         }
         /* a partial answer needs tc's configuration at the depth-r nodes: one partner per number */
         if (func < r) r = func;
         if (r > CV_SIG_DEPTH) r = CV_SIG_DEPTH;
-        if (r > best_r) { best = i; best_r = r; }
+        if (r > best_r) { best = e; best_r = r; }
     }
     /* narrow configurations (few tokens alive: after '{', in a number) walk a few nodes: nothing to share */
     if ((rc = plain_fill(m, tc, slot, m->sig_probe)) <= 0) return rc;
-    if (best >= 0) {
+    if (best) {
         int func;
         int32_t n_pairs;
-        if (check(m, &S->e[best], tc, &func, &n_pairs) < 0) return -1;   /* its pairs again, into S */
-        rc = entry_apply(m, &S->e[best], best_r, n_pairs, slot, PARTIAL_LIMIT);
+        if (check(m, best, tc, &func, &n_pairs) < 0) return -1;   /* its pairs again, into S */
+        rc = entry_apply(m, best, best_r, n_pairs, slot, PARTIAL_LIMIT);
         if (rc < 0) return -1;
-        if (rc == 0) { S->e[best].last = ++S->clock; m->st.shared_walks++; m->st.shared_partial++; return 0; }
+        if (rc == 0) {
+            if (best >= S->e && best < S->e + SIG_SLOTS) best->last = ++S->clock;
+            m->st.shared_walks++;
+            m->st.shared_partial++;
+            return 0;
+        }
         /* a stored walk agrees with tc for short tokens but tc is alive deep below where they part (a string a
          * few UTF-8 characters before its maxLength): its own walk would serve nothing else, so it is not
          * stored (storing costs ~20 % more than the plain walk) */
@@ -559,4 +578,49 @@ int ci_fill(dsv4_cmatcher *m, int32_t tc, int slot) {
     /* tc against its own walk: each number pairs with the configuration it numbers */
     for (int32_t q = 0; q < S->n_state; q++) { S->qk[q] = q; S->qc[q] = S->cfg_of[q]; }
     return entry_apply(m, &S->e[k], INT_MAX, S->n_state, slot, INT64_MAX) ? -1 : 0;
+}
+
+/* ---- walks made once per vocabulary ------------------------------------------------------------------------ */
+
+void sig_shelf_free(struct sig_shelf *sh) {
+    if (!sh) return;
+    for (int i = 0; i < sh->n; i++) entry_clear(&sh->e[i]);
+    free(sh);
+}
+
+/* The walk of a JSON string's characters, as a schema's string value truncates to it: the item of an array of
+ * strings (its closing quote leaves the truncated frames, as a property's value does). */
+static int shelve_string(dsv4_cvocab *v, int lt_escaped, dsv4_error *err) {
+    static const char schema[] = "{\"type\":\"array\",\"items\":{\"type\":\"string\"}}";
+    const dsv4_schema_opts o = { 0, lt_escaped };
+    dsv4_grammar *g = NULL;
+    dsv4_cmatcher *m = NULL;
+    int rc = dsv4_grammar_from_schema_text(schema, sizeof schema - 1, &o, &g, err);
+    if (!rc) rc = dsv4_cmatcher_new(g, v, &m, err);
+    if (!rc) {
+        int32_t c = pda_step_byte(m, m->start, '[');
+        if (c >= 0) c = pda_step_byte(m, c, '"');
+        int64_t ccut;
+        const int32_t tc = c >= 0 ? pda_truncate(m, c, &ccut) : c;
+        sig_entry *e = &v->shelf->e[v->shelf->n];
+        const int built = tc >= 0 ? entry_build(m, e, tc) : -1;
+        if (built == 0) v->shelf->n++;
+        else {
+            entry_clear(e);
+            rc = dsv4_fail(err, DSV4_E_NOMEM, "constraint: out of memory (the vocabulary's string walks)");
+        }
+    }
+    dsv4_cmatcher_free(m);
+    dsv4_grammar_free(g);
+    return rc;
+}
+
+int dsv4_cvocab_prepare_json(dsv4_cvocab *v, dsv4_error *err) {
+    if (v->shelf) return 0;
+    if (!(v->shelf = calloc(1, sizeof *v->shelf))) return dsv4_fail(err, DSV4_E_NOMEM, "constraint: out of memory");
+    for (int lt = 0; lt < 2; lt++) {
+        const int rc = shelve_string(v, lt, err);
+        if (rc) return rc;
+    }
+    return 0;
 }

@@ -21,6 +21,7 @@ void dsv4_cvocab_free(dsv4_cvocab *v) {
     free(v->toks);
     free(v->depth_nodes);
     free(v->len_le);
+    sig_shelf_free(v->shelf);
     for (int32_t i = 0; i < v->n_special; i++) free(v->special_text[i]);
     free(v->special_text);
     free(v->special_id);
@@ -162,6 +163,7 @@ int dsv4_cvocab_from_tokenizer(const dsv4_tokenizer *t, int32_t n_vocab, int32_t
         b[i] = dsv4_tokenizer_token_bytes(t, i, &l[i]);
     }
     int rc = dsv4_cvocab_new(b, l, n_vocab, eos_id, out, err);
+    if (!rc && (rc = dsv4_cvocab_prepare_json(*out, err))) { dsv4_cvocab_free(*out); *out = NULL; }
     for (int32_t i = 0; !rc && i < n_vocab && i < tv; i++) {
         if (!dsv4_tokenizer_is_added(t, i) || i == eos_id) continue;
         size_t n;

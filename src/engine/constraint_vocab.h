@@ -26,9 +26,11 @@ struct dsv4_cvocab {
     int32_t depth_first[CV_SIG_DEPTH + 2]; /* nodes of depth d: depth_nodes[depth_first[d] .. depth_first[d + 1]) */
     int32_t *depth_nodes;
     uint64_t *len_le;        /* [(CV_SIG_DEPTH + 1) * words]: bit id of row d = token id has 1 .. d bytes */
+    struct sig_shelf *shelf; /* stored walks made once for every matcher (dsv4_cvocab_prepare_json); read-only */
     /* special (added) tokens by text, for grammars that name them (GE_TOKEN); never in the trie */
     char **special_text;
     int32_t *special_id;
     int32_t n_special, cap_special;
 };
+void sig_shelf_free(struct sig_shelf *sh);   /* constraint_sig.c */
 #endif

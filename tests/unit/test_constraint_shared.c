@@ -8,7 +8,8 @@
  * every token's bit in the mask must equal its own answer (dsv4_cstate_allows, which walks the token's bytes
  * and never uses a stored walk), for two streams on one matcher with different length bounds, interleaved
  * with a stream of another grammar on another matcher (so a stored walk serving the wrong configuration or a
- * stale slot would show). The stored walks must have served some masks, whole and partly.
+ * stale slot would show). The stored walks must have served some masks, whole and partly; the same with the
+ * vocabulary's own string walks (dsv4_cvocab_prepare_json), which serve a fresh matcher's first string.
  *
  * The matcher cache (constraint_cache.c, used by the scheduler): the same schema compiled twice gets the same
  * matcher, schemas that differ in one number get different ones, and masks from cached matchers, used
@@ -103,13 +104,12 @@ static int step(stream *st, const dsv4_cvocab *v, uint64_t *bits, int32_t *allow
     return 0;
 }
 
-static void test_shared_walks_exact(void **state) {
-    (void)state;
-    dsv4_cvocab *v = make_vocab();
+/* Every grammar, two interleaved seeds' worth of streams, masks against each token's own answer; the matchers'
+ * shared-walk counts are added to *shared / *partial. */
+static void run_exact(const dsv4_cvocab *v, int64_t *shared, int64_t *partial) {
     uint64_t *bits = malloc(sizeof *bits * ((V + 63) / 64));
     int32_t *allowed = malloc(sizeof *allowed * V);
     dsv4_error err;
-    int64_t shared = 0, partial = 0;
     for (int gi = 0; GRAMMARS[gi].text; gi++) {
         const int gj = GRAMMARS[gi + 1].text ? gi + 1 : 0;   /* the other grammar, interleaved */
         dsv4_grammar *g = compile(GRAMMARS[gi].text, GRAMMARS[gi].gbnf), *h = compile(GRAMMARS[gj].text, GRAMMARS[gj].gbnf);
@@ -138,19 +138,60 @@ static void test_shared_walks_exact(void **state) {
         assert_int_equal(dsv4_cstate_new_shared(m, -1, &probe, &err), 0);
         dsv4_cstate_stats st;
         dsv4_cstate_get_stats(probe, &st);
-        shared += st.shared_walks;
-        partial += st.shared_partial;
+        *shared += st.shared_walks;
+        *partial += st.shared_partial;
         dsv4_cstate_free(probe);
         dsv4_cmatcher_free(m);
         dsv4_cmatcher_free(mh);
         dsv4_grammar_free(g);
         dsv4_grammar_free(h);
     }
+    free(bits);
+    free(allowed);
+}
+
+static void test_shared_walks_exact(void **state) {
+    (void)state;
+    dsv4_cvocab *v = make_vocab();
+    int64_t shared = 0, partial = 0;
+    run_exact(v, &shared, &partial);
     /* the paths under test ran */
     assert_true(shared > 0);
     assert_true(partial > 0);
+    dsv4_cvocab_free(v);
+}
+
+/* With the vocabulary's own string walks (dsv4_cvocab_prepare_json): the first string of a fresh JSON-mode
+ * matcher is served by them (no walk of its own), and every mask still equals the tokens' own answers. */
+static void test_vocab_walks(void **state) {
+    (void)state;
+    dsv4_cvocab *v = make_vocab();
+    dsv4_error err;
+    assert_int_equal(dsv4_cvocab_prepare_json(v, &err), 0);
+    dsv4_grammar *g = compile("true", 0);
+    dsv4_cmatcher *m;
+    assert_int_equal(dsv4_cmatcher_new(g, v, &m, &err), 0);
+    m->sig_probe = 0;
+    dsv4_cstate *s;
+    assert_int_equal(dsv4_cstate_new_shared(m, -1, &s, &err), 0);
+    assert_int_equal(dsv4_cstate_advance(s, '[', &err), 0);
+    assert_int_equal(dsv4_cstate_advance(s, '"', &err), 0);
+    uint64_t *bits = malloc(sizeof *bits * ((V + 63) / 64));
+    int32_t *allowed = malloc(sizeof *allowed * V);
+    stream st = { s, 1, 0 };
+    step(&st, v, bits, allowed);
+    dsv4_cstate_stats stats;
+    dsv4_cstate_get_stats(s, &stats);
+    assert_int_equal(stats.mask_walks, 1);
+    assert_int_equal(stats.shared_walks, 1);
+    dsv4_cstate_free(s);
+    dsv4_cmatcher_free(m);
+    dsv4_grammar_free(g);
     free(bits);
     free(allowed);
+    int64_t shared = 0, partial = 0;
+    run_exact(v, &shared, &partial);
+    assert_true(shared > 0);
     dsv4_cvocab_free(v);
 }
 
@@ -238,6 +279,7 @@ static void test_matcher_cache(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_shared_walks_exact),
+        cmocka_unit_test(test_vocab_walks),
         cmocka_unit_test(test_matcher_cache),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
