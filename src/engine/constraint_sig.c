@@ -89,7 +89,7 @@ struct sig_store {
     sig_entry e[SIG_SLOTS];
     uint64_t clock;
     /* building: configuration -> number, dense rows, per-number scratch */
-    int16_t *row;                /* [SIG_MAX_STATES * 256] */
+    int16_t *row;                /* [SIG_MAX_STATES * 256], allocated with the first stored walk */
     uint16_t *rowd;              /* [SIG_MAX_STATES * 256]: the deepest parent depth each byte was read at */
     int32_t *cfg_of;             /* [SIG_MAX_STATES] */
     uint8_t *flag;
@@ -120,8 +120,6 @@ int sig_init(dsv4_cmatcher *m) {
     if (!S) return -1;
     m->sig = S;
     m->sig_probe = PROBE_LIMIT;
-    S->row = malloc(sizeof *S->row * (size_t)SIG_MAX_STATES * 256);
-    S->rowd = malloc(sizeof *S->rowd * (size_t)SIG_MAX_STATES * 256);
     S->cfg_of = malloc(sizeof *S->cfg_of * SIG_MAX_STATES);
     S->flag = malloc(SIG_MAX_STATES);
     S->dmax = malloc(sizeof *S->dmax * SIG_MAX_STATES);
@@ -136,7 +134,7 @@ int sig_init(dsv4_cmatcher *m) {
     S->ps = calloc(P_CAP, sizeof *S->ps);
     S->fc = malloc(sizeof *S->fc * SIG_MAX_STATES);
     S->fs = calloc(SIG_MAX_STATES, sizeof *S->fs);
-    return S->row && S->rowd && S->cfg_of && S->flag && S->dmax && S->dmask && S->hk && S->hs && S->hv && S->qk && S->qc &&
+    return S->cfg_of && S->flag && S->dmax && S->dmask && S->hk && S->hs && S->hv && S->qk && S->qc &&
            S->qd && S->pk && S->ps && S->fc && S->fs ? 0 : -1;
 }
 
@@ -160,7 +158,7 @@ void sig_free(dsv4_cmatcher *m) {
 size_t sig_bytes(const dsv4_cmatcher *m) {
     const sig_store *S = m->sig;
     if (!S) return 0;
-    size_t b = sizeof *S + (size_t)SIG_MAX_STATES * (256 * sizeof(int16_t) + 4 * 4 + 1 + 8) + H_CAP * 12 +
+    size_t b = sizeof *S + (S->row ? (size_t)SIG_MAX_STATES * 256 * 4 : 0) + (size_t)SIG_MAX_STATES * (4 * 4 + 1 + 8) + H_CAP * 12 +
                PAIR_CAP * 12 + P_CAP * 12;
     for (int i = 0; i < SIG_SLOTS; i++) {
         const sig_entry *e = &S->e[i];
@@ -311,6 +309,8 @@ static int entry_build(dsv4_cmatcher *m, sig_entry *e, int32_t tc) {
     sig_store *S = m->sig;
     const dsv4_cvocab *v = m->v;
     const size_t words = (size_t)m->words;
+    if (!S->row && !(S->row = malloc(sizeof *S->row * (size_t)SIG_MAX_STATES * 256))) return -1;
+    if (!S->rowd && !(S->rowd = malloc(sizeof *S->rowd * (size_t)SIG_MAX_STATES * 256))) return -1;
     if (!e->bits && !(e->bits = malloc(sizeof *e->bits * words))) return -1;
     if (!e->node_state && !(e->node_state = malloc(sizeof *e->node_state * (size_t)v->n_node))) return -1;
     e->n_rng = 0;
