@@ -22,27 +22,32 @@
  * the longest token: the whole walk is B's). The search may relate pairs that never meet at a node; that only
  * makes r smaller (never wrong). It reads only transitions the walk of B would read anyway.
  *
- * Using it:
+ * Using it (ci_fill), in this order:
  *   whole (no failure): copy the result. E.g. a string at 40 characters before its maxLength behaves like
- *     a plain string for every token (none is 40 bytes long), and count k + 1 of x{1,300} like count k.
+ *     a plain string for every token (none is 40 bytes long), and count k + 1 of x{1,300} like count k. The
+ *     vocabulary's stored walks (plain JSON strings, made once by dsv4_cvocab_prepare_json, read-only) are
+ *     tried before the matcher's own.
+ *   narrow configurations (few alive tokens: after '{', in a number) are then walked plainly (a probe that
+ *     ends within PROBE_LIMIT nodes): nothing to share, and storing them would push the wide walks out.
  *   partial (failure at r): tokens of at most r bytes from the stored result (bits & len_le[r], uncertain
  *     subtrees rooted at depth <= r), and the walk continues from B's configurations at the depth-r nodes into
  *     the deeper ones. B's configuration at a node is known when each stored configuration met within depth r
- *     pairs with one configuration of B only (count k + 1 of a maxLength string against count k: yes; against
- *     an unbounded string, whose one loop configuration pairs with every count: no). A string 5 characters
- *     before its maxLength continues into the children of the depth-5 nodes, which die at once.
- *   otherwise, or when a partial continuation grows past a limit: B's own walk, stored. It runs on a dense
- *     table of numbered configurations filled as it goes (one lookup per node).
- * Configurations with few alive tokens are walked plainly first (a probe that ends within PROBE_LIMIT nodes):
- * nothing to share there, and storing them would push the wide walks out.
+ *     pairs with one configuration of B only (count k + 1 of x{1,300} against count k: yes; a string against an
+ *     unbounded string, whose one loop configuration pairs with every count: no). A continuation that grows
+ *     past PARTIAL_LIMIT nodes gives up for a plain walk (a string a few UTF-8 characters before its maxLength
+ *     is alive deep below the depth where it parts), and a later partial no deeper is not tried.
+ *   otherwise B's own walk, stored (least recently used slot), on a dense table of numbered configurations
+ *     filled as it goes; unless B parts from a stored walk only a few bytes down (2 <= r < CV_SIG_DEPTH: a
+ *     string near its bound, whose walk would serve nothing else): then a plain walk (~15 % cheaper).
  *
  * The completion minimum (the `need` of a walk) differs between configurations that behave alike (a string in
  * one property or another), so it is not part of the check: B's need is bounded by the largest depth of an
  * alive node with stored configuration k plus the minimum of the configuration of B it pairs with, over the
  * pairs found. An upper bound only makes the budget check more careful.
  *
- * Exactness: tests/unit/test_constraint.c compares every mask with the brute force, with the probe off so that
- * every path here runs on a small vocabulary. */
+ * Exactness: tests/unit/test_constraint_shared.c compares every mask with the brute force (each token's own
+ * answer), with the probe off so that every path here runs on a small vocabulary; the grammar and json_schema
+ * fuzz targets run a shadow stream through these paths and compare every mask (tests/fuzz/lib/constraint_walk.c). */
 #include "engine/constraint_pda.h"
 #include "engine/json_schema.h"
 #include "util/error.h"
