@@ -626,8 +626,8 @@ static int shelve_string(dsv4_cvocab *v, int lt_escaped, dsv4_error *err) {
         const int built = tc >= 0 ? entry_build(m, e, tc) : -1;
         if (built == 0) v->shelf->n++;
         else {
-            entry_clear(e);
-            rc = dsv4_fail(err, DSV4_E_NOMEM, "constraint: out of memory (the vocabulary's string walks)");
+            entry_clear(e);   /* too many configurations (1): no stored walk, masks are walked as before */
+            if (built < 0) rc = dsv4_fail(err, DSV4_E_NOMEM, "constraint: out of memory (the vocabulary's string walks)");
         }
     }
     dsv4_cmatcher_free(m);
