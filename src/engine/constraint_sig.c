@@ -58,7 +58,7 @@
 #define SIG_SLOTS 8              /* stored walks per matcher (each ~0.6 MB on a 129k vocabulary) */
 #define SIG_MAX_STATES 2048      /* configurations one stored walk may number */
 #define PAIR_CAP 16384           /* pairs one check may visit */
-#define PARTIAL_LIMIT 10000      /* continuation nodes before a partial reuse gives up for a walk of its own */
+#define PARTIAL_LIMIT 10000      /* continuation nodes before a partial reuse gives up (for a plain walk) */
 #define PROBE_LIMIT 4000         /* nodes of the plain walk tried first (narrow configurations end within it) */
 #define NS_NONE 0xFFFFu          /* node_state: no alive configuration at this node */
 #define UNSET INT16_MIN          /* dense row: byte not read yet */
