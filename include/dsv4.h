@@ -95,6 +95,12 @@ typedef struct {
                             amx.h: its own accumulation order, the same for every batch): 2x faster prefill, slower
                             decode on the machines measured. Loading fails with DSV4_E_UNSUPPORTED when the CPU or
                             kernel has no AMX-BF16; ignored in EXACT mode and on cuda */
+    double gpu_mem_gb;   /* cuda: GiB of GPU memory for the weights (0 = what is free less a working margin). When
+                            the weights need more, routed experts of the main layers stay in host memory and the
+                            host's cores compute them (the KV cache and the step's scratch come on top) */
+    const char *expert_profile; /* cuda: a routing profile (`dsv4 profile`) choosing which experts stay on the GPU
+                            when not all fit: the most used. NULL = DIR/expert_profile.json when it exists, else
+                            an even spread over the layers; "" = an even spread whatever exists */
 } dsv4_load_opts;
 
 /* "cpu" / "cuda" -> a dsv4_device, or -1. */

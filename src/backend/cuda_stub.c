@@ -12,8 +12,25 @@ int cuda_available(int gpu, dsv4_error *why) {
     no_cuda(why);
     return 0;
 }
-int cuda_model_init(struct dsv4_model *m, int gpu, int n_gpus, dsv4_error *err) {
-    (void)m; (void)gpu; (void)n_gpus;
+int cuda_model_init(struct dsv4_model *m, const cuda_placement *p, dsv4_error *err) {
+    (void)m;
+    (void)p;
+    return no_cuda(err);
+}
+int64_t cuda_host_experts(const struct dsv4_model *m, double *host_ms, double *wait_ms) {
+    (void)m;
+    if (host_ms) *host_ms = 0;
+    if (wait_ms) *wait_ms = 0;
+    return 0;
+}
+int cuda_count_routes(struct dsv4_model *m, int on, dsv4_error *err) {
+    (void)m;
+    (void)on;
+    return no_cuda(err);
+}
+int cuda_route_counts(const struct dsv4_model *m, uint64_t *counts, dsv4_error *err) {
+    (void)m;
+    (void)counts;
     return no_cuda(err);
 }
 void cuda_model_free(struct dsv4_model *m) { (void)m; }

@@ -147,6 +147,11 @@ static int bench_single_stream(dsv4_model *m, int prompt, int decode, double bw,
     printf("%-26s %10.2f GB/s    %.3f GB weights read per token\n", "decode weight traffic", bytes * tps / 1e9, bytes / 1e9);
     if (bw > 0) printf("%-26s %10.1f %%      of measured read bandwidth\n", "bandwidth fraction", 100.0 * bytes * tps / 1e9 / bw);
     if (cuda_gpus(m) > 1) per_gpu_traffic(m, tps, bw);
+    double host_ms = 0, wait_ms = 0;
+    const int64_t n_host = cuda_host_experts(m, &host_ms, &wait_ms);
+    if (n_host > 0)   /* the whole run's host time (prefill, decode, verify steps), per step it ran */
+        printf("%-26s %10lld of %d   host computing %.1f ms, waiting for routing %.1f ms over the run (issue 15)\n",
+               "experts in host memory", (long long)n_host, m->cfg.n_layers * m->cfg.n_routed, host_ms, wait_ms);
     if (reps > 0)
         printf("%-26s %10.2f ms/step  %.2fx a 1-token step (1 + 5 tokens, every row's logits, rolled back)\n",
                "speculative verify step", 1e3 * tv / reps, tv / reps * tps);
@@ -332,8 +337,10 @@ int cmd_bench(int argc, char **argv) {
     long long threads = 0, prompt = 128, decode = 32;
     int tokenizer = 0, grammar = 0, no_bw = 0, profile = 0, amx = 0, kv = DSV4_KV_F32, device = DSV4_DEVICE_CPU, gpus = 1;
     dsv4_mode mode = DSV4_MODE_EXACT;
+    cli_placement place = { 0 };
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
+        int r;
         if (!strcmp(a, "-m") || !strcmp(a, "--model")) { if (!(v = cli_value(CMD, argc, argv, &i))) return 1; model_dir = v; }
         else if (!strcmp(a, "--synthetic")) { if (!(v = cli_value(CMD, argc, argv, &i))) return 1; synth = v; }
         else if (!strcmp(a, "--threads")) { if (!(v = cli_value(CMD, argc, argv, &i)) || cli_parse_int(CMD, a, v, 0, 1024, &threads)) return 1; }
@@ -349,6 +356,7 @@ int cmd_bench(int argc, char **argv) {
         else if (!strcmp(a, "--grammar")) grammar = 1;
         else if (!strcmp(a, "--device")) { if (!(v = cli_value(CMD, argc, argv, &i)) || cli_parse_device(CMD, v, &device)) return 1; }
         else if (!strcmp(a, "--gpus")) { if (!(v = cli_value(CMD, argc, argv, &i)) || cli_parse_gpus(CMD, v, &gpus)) return 1; }
+        else if ((r = cli_placement_option(CMD, argc, argv, &i, &place)) != 0) { if (r < 0) return 1; }
         else if (!strcmp(a, "--mode")) { if (!(v = cli_value(CMD, argc, argv, &i)) || cli_parse_mode(CMD, v, &mode)) return 1; }
         else if (!strcmp(a, "--no-bandwidth")) no_bw = 1;
         else if (!strcmp(a, "--streams")) { if (!(v = cli_value(CMD, argc, argv, &i))) return 1; streams = v; }
@@ -365,6 +373,7 @@ int cmd_bench(int argc, char **argv) {
     if (grammar) return bench_grammar(model_dir, device);
     dsv4_load_opts lo = { .mode = mode, .n_threads = (int)threads, .quiet = 1, .kv_format = kv, .device = device, .n_gpus = gpus,
                           .cpu_amx = amx };
+    cli_placement_apply(&place, &lo);
     dsv4_model *m;
     dsv4_error err;
     if (dsv4_model_load(model_dir, &lo, &m, &err)) return cli_fail(CMD, &err);

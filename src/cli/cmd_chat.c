@@ -25,6 +25,7 @@ typedef struct {
     int kv_format;       /* --kv f32|bf16|fp8 */
     int device;          /* --device cpu|cuda */
     int gpus;             /* --gpus N (0 = 1) */
+    cli_placement place;   /* --gpu-mem, --expert-profile */
     const char *pcache_dir;  /* --prefix-cache-dir */
     long long pcache_mb;     /* --prefix-cache-mb */
     dsv4_sampling sp;
@@ -54,6 +55,7 @@ static int parse(int argc, char **argv, chat_opts *o) {
         else if (!strcmp(a, "--mode")) { VAL(); if (cli_parse_mode(CMD, v, &o->mode)) return 1; }
         else if (!strcmp(a, "--device")) { VAL(); if (cli_parse_device(CMD, v, &o->device)) return 1; }
         else if (!strcmp(a, "--gpus")) { VAL(); if (cli_parse_gpus(CMD, v, &o->gpus)) return 1; }
+        else if ((r = cli_placement_option(CMD, argc, argv, &i, &o->place)) != 0) { if (r < 0) return 1; }
         else return cli_error(CMD, "unknown option '%s'", a);
 #undef VAL
     }
@@ -216,7 +218,8 @@ int cmd_chat(int argc, char **argv) {
     if (parse(argc, argv, &o)) return 1;
     dsv4_error err = {0};
     dsv4_load_opts lo = { .mode = o.mode, .kv_format = o.kv_format, .n_threads = (int)o.threads, .quiet = 1,
-                          .device = o.device, .n_gpus = o.gpus };
+                          .device = o.device, .n_gpus = o.gpus, .gpu_mem_gb = o.place.gpu_mem_gb,
+                          .expert_profile = o.place.expert_profile };
     dsv4_model *m = NULL;
     dsv4_tokenizer *tok = NULL;
     dsv4_prefix_cache *pcache = NULL;

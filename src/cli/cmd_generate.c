@@ -17,6 +17,7 @@
 #include "util/fileio.h"
 #include "text/strbuf.h"
 #include "text/tokenizer.h"
+#include "cli/prompts.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,6 +35,7 @@ typedef struct {
     dsv4_mode mode;
     int device;                 /* --device cpu|cuda */
     int gpus;                    /* --gpus N (0 = 1) */
+    cli_placement place;   /* --gpu-mem, --expert-profile */
     int kv_format;       /* --kv f32|bf16|fp8 */
     dsv4_sampling sp;
     cli_constraint_opts con;
@@ -82,6 +84,7 @@ static int parse(int argc, char **argv, gen_opts *o) {
         else if (!strcmp(a, "--mode")) { VAL(); if (cli_parse_mode(CMD, v, &o->mode)) return 1; }
         else if (!strcmp(a, "--device")) { VAL(); if (cli_parse_device(CMD, v, &o->device)) return 1; }
         else if (!strcmp(a, "--gpus")) { VAL(); if (cli_parse_gpus(CMD, v, &o->gpus)) return 1; }
+        else if ((r = cli_placement_option(CMD, argc, argv, &i, &o->place)) != 0) { if (r < 0) return 1; }
         else return cli_error(CMD, "unknown option '%s'", a);
 #undef VAL
     }
@@ -103,78 +106,17 @@ static double now_s(void) {
 
 /* ---- --batch: many prompts through the continuous-batching scheduler ---------------------------------- */
 
-/* A line of only digits, commas and blanks is a token list; anything else is text for the tokenizer. */
-static int is_token_line(const char *line) {
-    for (const char *p = line; *p; p++)
-        if (!((*p >= '0' && *p <= '9') || *p == ',' || *p == ' ' || *p == '\t' || *p == '\r')) return 0;
-    return 1;
-}
-
-typedef struct {
-    int32_t **tok;
-    int *len;
-    int n, cap;
-} prompt_list;
-
-static void prompts_free(prompt_list *pl) {
-    for (int i = 0; i < pl->n; i++) free(pl->tok[i]);
-    free(pl->tok);
-    free(pl->len);
-}
-
-/* Read FILE: one prompt per non-empty line (numbered from 0 in file order, as `dsv4 logits --batch`). Text
- * lines need the checkpoint's tokenizer (loaded on first use into *tok). */
-static int read_prompts(const gen_opts *o, dsv4_tokenizer **tok, prompt_list *pl) {
-    dsv4_error err;
-    char *text = NULL;
-    if (dsv4_read_file(o->batch, &text, NULL, &err)) return cli_fail(CMD, &err);
-    int rc = 0;
-    char *save = NULL;
-    for (char *line = strtok_r(text, "\n", &save); line && !rc; line = strtok_r(NULL, "\n", &save)) {
-        size_t n = strlen(line);
-        if (n && line[n - 1] == '\r') line[--n] = 0;
-        if (!n) continue;
-        if (pl->n == pl->cap) {
-            pl->cap = pl->cap ? 2 * pl->cap : 16;
-            int32_t **nt = realloc(pl->tok, sizeof *nt * (size_t)pl->cap);
-            if (nt) pl->tok = nt;
-            int *nl = realloc(pl->len, sizeof *nl * (size_t)pl->cap);
-            if (nl) pl->len = nl;
-            if (!nt || !nl) { rc = cli_error(CMD, "out of memory"); break; }
-        }
-        int32_t *ids = NULL;
-        int len = 0;
-        if (is_token_line(line)) {
-            if (cli_parse_tokens(CMD, line, &ids, &len)) { rc = 1; break; }
-        } else {
-            if (!*tok && dsv4_tokenizer_load_dir(o->model_dir, tok, &err)) {
-                *tok = NULL;
-                rc = cli_error(CMD, "%s line %d is text, which needs a tokenizer: %s", o->batch, pl->n, err.msg);
-                break;
-            }
-            size_t nn = 0;
-            if (dsv4_tokenizer_encode(*tok, line, n, 0, &ids, &nn, &err)) { rc = cli_fail(CMD, &err); break; }
-            len = (int)nn;
-        }
-        if (len == 0) { free(ids); rc = cli_error(CMD, "%s: prompt %d has no tokens", o->batch, pl->n); break; }
-        pl->tok[pl->n] = ids;
-        pl->len[pl->n++] = len;
-    }
-    if (!rc && pl->n == 0) rc = cli_error(CMD, "%s: no prompts", o->batch);
-    free(text);
-    return rc;
-}
-
 /* Every prompt is a request with the command's sampling options; prompt i gets seed --seed + i, so its output
  * equals `dsv4 generate --tokens <line i> --seed <S+i>`. Prints "<i>: id,id,..." in prompt order. */
 static int run_batch(const gen_opts *o) {
     dsv4_error err;
     dsv4_load_opts lo = { .mode = o->mode, .kv_format = o->kv_format, .n_threads = (int)o->threads, .quiet = 0,
-                          .device = o->device, .n_gpus = o->gpus };
+                          .device = o->device, .n_gpus = o->gpus, .gpu_mem_gb = o->place.gpu_mem_gb,
+                          .expert_profile = o->place.expert_profile };
     dsv4_model *m = NULL;
     dsv4_tokenizer *tok = NULL;
     dsv4_sched *s = NULL;
-    prompt_list pl = {0};
+    cli_prompts pl = {0};
     int64_t *ids = NULL;
     dsv4_grammar *gram = NULL;
     dsv4_cvocab *cv = NULL;
@@ -188,7 +130,7 @@ static int run_batch(const gen_opts *o) {
         /* every prompt has the same constraint: one matcher, so its masks are computed once for all */
         if (dsv4_cmatcher_new(gram, cv, &matcher, &err)) { rc = cli_fail(CMD, &err); goto out; }
     }
-    if (read_prompts(o, &tok, &pl)) goto out;
+    if (cli_read_prompts(CMD, o->batch, o->model_dir, &tok, &pl)) goto out;
     dsv4_sched_opts so = { (int)o->max_streams, (int)o->step_tokens };
     if (dsv4_sched_new(m, &so, &s, &err)) { rc = cli_fail(CMD, &err); goto out; }
     ids = calloc((size_t)pl.n, sizeof *ids);
@@ -225,7 +167,7 @@ out:
     dsv4_cmatcher_free(matcher);
     dsv4_grammar_free(gram);
     dsv4_cvocab_free(cv);
-    prompts_free(&pl);
+    cli_prompts_free(&pl);
     if (tok) dsv4_tokenizer_free(tok);
     dsv4_model_free(m);
     return rc;
@@ -241,7 +183,7 @@ static int make_drafter(const gen_opts *o, dsv4_model *m, const dsv4_sampling *s
 }
 
 /* The prompt of -p / --tokens as the only entry of pl. */
-static int single_prompt(const gen_opts *o, dsv4_tokenizer **tok, prompt_list *pl) {
+static int single_prompt(const gen_opts *o, dsv4_tokenizer **tok, cli_prompts *pl) {
     dsv4_error err;
     int32_t *ids = NULL;
     int n = 0;
@@ -285,9 +227,10 @@ static int run_spec(const gen_opts *o) {
     /* each step may roll back the anchor and every draft: the ring needs draft + 1 slots of slack */
     dsv4_load_opts lo = { .mode = o->mode, .kv_format = o->kv_format, .n_threads = (int)o->threads, .quiet = 1, .device = o->device, .n_gpus = o->gpus,
                           .max_spec = o->draft + 1 > 16 ? (int)o->draft + 1 : 16 };
+    cli_placement_apply(&o->place, &lo);
     dsv4_model *m = NULL;
     dsv4_tokenizer *tok = NULL;
-    prompt_list pl = {0};
+    cli_prompts pl = {0};
     dsv4_spec_stream **ss = NULL;
     dsv4_strbuf text;
     dsv4_sb_init(&text);
@@ -302,7 +245,7 @@ static int run_spec(const gen_opts *o) {
     const int32_t eos_id = info.eos_id;
     if (o->constrained && cli_constraint_build(CMD, &o->con, o->model_dir, info.vocab_size, info.eos_id, &gram, &cv)) goto out;
     if (gram && dsv4_cmatcher_new(gram, cv, &matcher, &err)) { rc = cli_fail(CMD, &err); goto out; } /* shared by all streams */
-    if (o->batch ? read_prompts(o, &tok, &pl) : single_prompt(o, &tok, &pl)) goto out;
+    if (o->batch ? cli_read_prompts(CMD, o->batch, o->model_dir, &tok, &pl) : single_prompt(o, &tok, &pl)) goto out;
     if (!o->batch && !o->ids && !tok && dsv4_tokenizer_load_dir(o->model_dir, &tok, &err)) tok = NULL;
     const int stream_text = !o->batch && !o->ids && tok;
     if (stream_text) dsv4_detokenizer_init(&detok, tok);
@@ -364,7 +307,7 @@ out:
     dsv4_grammar_free(gram);
     dsv4_cvocab_free(cv);
     dsv4_sb_free(&text);
-    prompts_free(&pl);
+    cli_prompts_free(&pl);
     if (tok) dsv4_tokenizer_free(tok);
     dsv4_model_free(m);
     return rc;
@@ -401,7 +344,8 @@ int cmd_generate(int argc, char **argv) {
     if (o.batch) return run_batch(&o);
     dsv4_error err;
     dsv4_load_opts lo = { .mode = o.mode, .kv_format = o.kv_format, .n_threads = (int)o.threads, .quiet = 0,
-                          .device = o.device, .n_gpus = o.gpus };
+                          .device = o.device, .n_gpus = o.gpus, .gpu_mem_gb = o.place.gpu_mem_gb,
+                          .expert_profile = o.place.expert_profile };
     dsv4_model *m = NULL;
     dsv4_tokenizer *tok = NULL;
     dsv4_seq *seq = NULL;

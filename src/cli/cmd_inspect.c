@@ -6,6 +6,9 @@
 #include "cli/cli.h"
 #include "state/kvrows.h"
 #include "model/config.h"
+#include "model/expert_place.h"
+#include "model/expert_profile.h"
+#include "model/model.h"
 #include "model/inventory.h"
 #include "model/safetensors.h"
 #include "util/error.h"
@@ -226,19 +229,61 @@ static int inspect(const char *dir) {
     return 0;
 }
 
+/* Where a GPU load with this budget would put the routed experts (model/expert_place.h): the same function the
+ * CUDA loader calls, on the CPU, so it needs no GPU. */
+static int print_placement(const char *dir, const cli_placement *pl) {
+    dsv4_error err;
+    dsv4_model *m;
+    const dsv4_load_opts lo = { .quiet = 1, .n_threads = 1 };
+    if (dsv4_model_load(dir, &lo, &m, &err)) return cli_fail("inspect", &err);
+    expert_profile prof;
+    expert_map map;
+    uint64_t fixed = 0, one = 0;
+    int rc = expert_profile_find(dir, pl->expert_profile, m->cfg.n_layers, m->cfg.n_routed, m->cfg.n_act, &prof, &err);
+    if (!rc) rc = expert_map_for_budget(m, (uint64_t)(pl->gpu_mem_gb * 1073741824.0), prof.counts, &map, &fixed, &one, &err);
+    if (rc) {
+        expert_profile_free(&prof);
+        dsv4_model_free(m);
+        return cli_fail("inspect", &err);
+    }
+    const int L = m->cfg.n_layers, E = m->cfg.n_routed;
+    const int64_t total = (int64_t)L * E, on_gpu = total - map.n_host;
+    char fb[32], gb[32], hb[32];
+    human_bytes(fb, sizeof fb, (double)fixed);
+    human_bytes(gb, sizeof gb, on_gpu * (double)one);
+    human_bytes(hb, sizeof hb, map.n_host * (double)one);
+    printf("placement for --gpu-mem %g GiB: %s of other weights and %lld of %lld routed experts (%s) on the GPU, %lld "
+           "experts (%s) in host memory; %s\n", pl->gpu_mem_gb, fb, (long long)on_gpu, (long long)total, gb,
+           (long long)map.n_host, hb,
+           !map.n_host ? "everything fits" : prof.counts ? "the most used by the routing profile stay on the GPU" : "spread evenly");
+    printf("  routed experts on the GPU per layer:");
+    for (int l = 0; l < L; l++) printf(" %d:%d", l, expert_map_gpu_count(&map, l));
+    printf("\n");
+    expert_map_free(&map);
+    expert_profile_free(&prof);
+    dsv4_model_free(m);
+    return 0;
+}
+
 int cmd_inspect(int argc, char **argv) {
     const char *dir = NULL;
+    cli_placement pl = { 0 };
     for (int i = 1; i < argc; i++) {
+        int r;
         if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
-            printf("usage: dsv4 inspect -m DIR\n");
+            printf("usage: dsv4 inspect -m DIR [--gpu-mem GB [--expert-profile FILE]]\n");
             return 0;
         }
         if (!strcmp(argv[i], "-m") || !strcmp(argv[i], "--model")) {
             if (!(dir = cli_value("inspect", argc, argv, &i))) return 1;
+        } else if ((r = cli_placement_option("inspect", argc, argv, &i, &pl)) != 0) {
+            if (r < 0) return 1;
         } else {
-            return cli_error("inspect", "unknown option '%s' (usage: dsv4 inspect -m DIR)", argv[i]);
+            return cli_error("inspect", "unknown option '%s' (usage: dsv4 inspect -m DIR [--gpu-mem GB [--expert-profile FILE]])", argv[i]);
         }
     }
     if (!dir) return cli_error("inspect", "missing -m DIR");
-    return inspect(dir);
+    if (pl.expert_profile && !pl.gpu_mem_gb) return cli_error("inspect", "--expert-profile needs --gpu-mem GB (the placement it chooses)");
+    const int rc = inspect(dir);
+    return rc || !pl.gpu_mem_gb ? rc : print_placement(dir, &pl);
 }

@@ -14,6 +14,7 @@ typedef struct {
     dsv4_mode mode;
     int device;                 /* --device cpu|cuda */
     int gpus;                    /* --gpus N (0 = 1) */
+    cli_placement place;   /* --gpu-mem, --expert-profile */
     int kv_format;       /* dsv4_kv_format, from --kv */
     long long save_at, threads;
 } logits_opts;
@@ -23,6 +24,7 @@ static int parse_args(int argc, char **argv, logits_opts *o) {
     o->save_at = -1;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = NULL;
+        int r;
 #define VAL() do { if (!(v = cli_value(CMD, argc, argv, &i))) return 1; } while (0)
         if (!strcmp(a, "-m") || !strcmp(a, "--model")) { VAL(); o->model_dir = v; }
         else if (!strcmp(a, "--tokens")) { VAL(); o->tokens = v; }
@@ -37,6 +39,7 @@ static int parse_args(int argc, char **argv, logits_opts *o) {
         else if (!strcmp(a, "--mode")) { VAL(); if (cli_parse_mode(CMD, v, &o->mode)) return 1; }
         else if (!strcmp(a, "--device")) { VAL(); if (cli_parse_device(CMD, v, &o->device)) return 1; }
         else if (!strcmp(a, "--gpus")) { VAL(); if (cli_parse_gpus(CMD, v, &o->gpus)) return 1; }
+        else if ((r = cli_placement_option(CMD, argc, argv, &i, &o->place)) != 0) { if (r < 0) return 1; }
         else return cli_error(CMD, "unknown option '%s'", a);
 #undef VAL
     }
@@ -180,7 +183,8 @@ int cmd_logits(int argc, char **argv) {
     logits_opts o;
     if (parse_args(argc, argv, &o)) return 1;
     dsv4_load_opts lo = { .mode = o.mode, .kv_format = o.kv_format, .n_threads = (int)o.threads, .quiet = 0,
-                          .device = o.device, .n_gpus = o.gpus };
+                          .device = o.device, .n_gpus = o.gpus, .gpu_mem_gb = o.place.gpu_mem_gb,
+                          .expert_profile = o.place.expert_profile };
     dsv4_model *m;
     dsv4_error err;
     if (dsv4_model_load(o.model_dir, &lo, &m, &err)) return cli_fail(CMD, &err);

@@ -30,6 +30,7 @@ typedef struct {
     int kv_format;
     int device;          /* a dsv4_device */
     int gpus;             /* --gpus N (0 = 1) */
+    cli_placement place;   /* --gpu-mem, --expert-profile */
     dsv4_mode mode;
 } serve_opts;
 
@@ -48,6 +49,7 @@ static int parse(int argc, char **argv, serve_opts *o) {
     o->max_body_mb = 8;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = NULL;
+        int r;
 #define VAL() do { if (!(v = cli_value(CMD, argc, argv, &i))) return 1; } while (0)
 #define INT(lo, hi, dst) do { VAL(); if (cli_parse_int(CMD, a, v, lo, hi, dst)) return 1; } while (0)
         if (!strcmp(a, "-m") || !strcmp(a, "--model")) { VAL(); o->model_dir = v; }
@@ -55,6 +57,7 @@ static int parse(int argc, char **argv, serve_opts *o) {
         else if (!strcmp(a, "--port")) INT(0, 65535, &o->port);
         else if (!strcmp(a, "--device")) { VAL(); if (cli_parse_device(CMD, v, &o->device)) return 1; }
         else if (!strcmp(a, "--gpus")) { VAL(); if (cli_parse_gpus(CMD, v, &o->gpus)) return 1; }
+        else if ((r = cli_placement_option(CMD, argc, argv, &i, &o->place)) != 0) { if (r < 0) return 1; }
         else if (!strcmp(a, "--api-key")) { VAL(); o->api_key = v; }
         else if (!strcmp(a, "--max-streams")) INT(1, 4096, &o->max_streams);
         else if (!strcmp(a, "--ctx")) INT(2, 1LL << 31, &o->ctx);
@@ -120,7 +123,7 @@ int cmd_serve(int argc, char **argv) {
     /* the same load path for both devices: the scheduler and the server do not care where steps run */
     /* a speculative step rolls back at most its drafts: the rings keep max_spec > draft slots of slack */
     dsv4_load_opts lo = {.mode = o.mode, .kv_format = o.kv_format, .n_threads = (int)o.threads, .quiet = 1,
-                         .device = o.device, .n_gpus = o.gpus, .max_spec = o.draft + 1 > 16 ? (int)o.draft + 1 : 16};
+                         .device = o.device, .n_gpus = o.gpus, .gpu_mem_gb = o.place.gpu_mem_gb, .expert_profile = o.place.expert_profile, .max_spec = o.draft + 1 > 16 ? (int)o.draft + 1 : 16};
     dsv4_model *m = NULL;
     dsv4_tokenizer *tok = NULL;
     dsv4_prefix_cache *pc = NULL;

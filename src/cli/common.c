@@ -109,6 +109,27 @@ int cli_parse_gpus(const char *cmd, const char *s, int *gpus) {
     return 0;
 }
 
+int cli_placement_option(const char *cmd, int argc, char **argv, int *i, cli_placement *pl) {
+    const char *a = argv[*i], *v;
+    if (strcmp(a, "--gpu-mem") && strcmp(a, "--expert-profile")) return 0;
+    if (!(v = cli_value(cmd, argc, argv, i))) return -1;
+    if (!strcmp(a, "--expert-profile")) {
+        pl->expert_profile = v;
+        return 1;
+    }
+    char *end = NULL;
+    const double gb = strtod(v, &end);
+    if (end == v || *end || !(gb > 0) || gb > 1e6)
+        return cli_error(cmd, "--gpu-mem must be a positive number of GiB (for example 80 or 0.5), got '%s'", v), -1;
+    pl->gpu_mem_gb = gb;
+    return 1;
+}
+
+void cli_placement_apply(const cli_placement *pl, dsv4_load_opts *lo) {
+    lo->gpu_mem_gb = pl->gpu_mem_gb;
+    lo->expert_profile = pl->expert_profile;
+}
+
 int cli_sampling_option(const char *cmd, int argc, char **argv, int *i, void *sampling) {
     dsv4_sampling *sp = sampling;
     const char *a = argv[*i], *v;

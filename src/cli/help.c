@@ -24,7 +24,11 @@ typedef struct {
 #define O_DEVICE    {"--device cpu|cuda", "where weights, state and steps live (default cpu; cuda needs make CUDA=1 " \
                                           "and a GPU)"}, \
                     {"--gpus N", "with --device cuda: spread the routed experts over GPUs 0..N-1 (expert parallelism over " \
-                                 "NCCL, the same bits as one GPU; default 1)"}
+                                 "NCCL, the same bits as one GPU; default 1)"}, \
+                    {"--gpu-mem GB", "with --device cuda: GiB of GPU memory for the weights (default: what is free); " \
+                                     "routed experts beyond it stay in host memory, computed by the CPU"}, \
+                    {"--expert-profile FILE", "which experts stay on the GPU then: the most used by this routing " \
+                                              "profile (default DIR/expert_profile.json if present, else even)"}
 #define O_SAMPLING  {"--temp T", "sampling temperature (default 0 = greedy, lowest id wins ties)"}, \
                     {"--top-p P", "nucleus sampling: keep the smallest set of tokens with probability >= P (default 1)"}, \
                     {"--top-k K", "keep only the K most likely tokens (default 0 = all)"}, \
@@ -48,8 +52,11 @@ static const cmd_help HELP[] = {
       {"--tokenizer FILE_OR_DIR", "ship this tokenizer.json (and the tokenizer_config.json next to it)"},
       {NULL, NULL}}},
     {"inspect", "show a checkpoint's config, tensors, memory and problems",
-     "dsv4 inspect -m DIR",
-     {O_MODEL, {NULL, NULL}}},
+     "dsv4 inspect -m DIR [--gpu-mem GB [--expert-profile FILE]]",
+     {O_MODEL,
+      {"--gpu-mem GB", "also show where a GPU load with this budget puts the routed experts (GPU or host memory)"},
+      {"--expert-profile FILE", "with --gpu-mem: the routing profile that placement uses (default DIR/expert_profile.json)"},
+      {NULL, NULL}}},
     {"logits", "per-position logits as .npy",
      "dsv4 logits -m DIR (--tokens LIST | --batch FILE) [options]",
      {O_MODEL,
@@ -129,6 +136,14 @@ static const cmd_help HELP[] = {
                     "(-m DIR holds tokenizer.json; when DIR is also a checkpoint, the masks' share of a batched "
                     "decode step)"},
       O_MODE, O_KV, O_DEVICE, O_THREADS, {NULL, NULL}}},
+    {"profile", "record how often each layer routes to each expert (the placement profile for --gpu-mem)",
+     "dsv4 profile -m DIR --file PROMPTS [options]",
+     {O_MODEL,
+      {"--file PROMPTS", "one prompt per line: text (needs the tokenizer) or token ids 1,2,3"},
+      {"--out FILE", "where to write the profile (default DIR/expert_profile.json, where loads find it)"},
+      {"--generate N", "also decode N greedy tokens after each prompt (default 0)"},
+      {"--chunk N", "prefill chunk in tokens (default 512; the counts do not depend on it)"},
+      O_MODE, O_DEVICE, O_THREADS, {NULL, NULL}}},
     {"serve", "OpenAI- and Anthropic-compatible HTTP server",
      "dsv4 serve -m DIR [options]   (prints `dsv4: listening on http://HOST:PORT` on stderr when ready)",
      {O_MODEL,

@@ -16,6 +16,7 @@
 #pragma weak cmd_chat
 #pragma weak cmd_state
 #pragma weak cmd_serve
+#pragma weak cmd_profile
 
 static const struct {
     const char *name;
@@ -31,6 +32,7 @@ static const struct {
     {"state", cmd_state},
     {"bench", cmd_bench},
     {"serve", cmd_serve},
+    {"profile", cmd_profile},
 };
 
 static int is_help(const char *a) { return !strcmp(a, "-h") || !strcmp(a, "--help") || !strcmp(a, "help"); }

@@ -273,6 +273,7 @@ int dsv4_step(dsv4_model *m, dsv4_step_item *items, int n_items, dsv4_error *err
     /* From here on nothing can fail: every buffer is reserved. */
     dsv4_workspace *ws = m->ws;
     const int T = ws->batch.T;
+    if (m->route_counts) m->counted_tokens += (uint64_t)T;
     embed_tokens(m, ws);
     const int show = m->progress && T >= 256;   /* long prefills report their progress per layer */
     for (int L = 0; L < m->cfg.n_layers; L++) {

@@ -8,4 +8,35 @@
 /* ws->xn [T][d] -> ws->sub [T][d] for layer L. Tokens are grouped by expert so each expert's weights are read
  * once per step; each token still sums its experts in increasing expert id, whatever the grouping. */
 void moe_forward(struct dsv4_model *m, const dsv4_layer *layer, dsv4_workspace *ws);
+
+/* Slot j of a routing row names its expert for the first time (a row naming an expert twice computes it once,
+ * as the official indexed update keeps one write). */
+static inline int moe_first_slot(const int32_t *row, int j) {
+    for (int q = 0; q < j; q++)
+        if (row[q] == row[j]) return 0;
+    return 1;
+}
+
+/* ---- the host's share of a GPU step (issue 15: experts in host memory) --------------------------------------
+ * A step's (token, expert) pairs are numbered by expert, then token: expert e's pairs are first[e] ..
+ * first[e+1]-1 in increasing token order, first[E] pairs in all — the numbering of the GPU's plan (cuda
+ * k_moe_plan), so rows the host computes land where the GPU's combine reads them. */
+
+/* first[0..E] from the routing [T][K]; returns the number of pairs. */
+int moe_pair_offsets(const int32_t *route_e, int T, int K, int E, int32_t *first);
+
+typedef struct {
+    int T_cap;
+    float *x, *g, *v, *w;   /* gathered rows [T][d], gate / up [T][I], routing weights [T] */
+    int32_t *first;         /* [E + 1] */
+} moe_host_scratch;
+int  moe_host_scratch_init(moe_host_scratch *scr, const dsv4_config *c, int T);
+void moe_host_scratch_free(moe_host_scratch *scr);
+
+/* The rows of the experts with on_host[e] set, computed by the CPU kernels (the CPU step's expert, in its
+ * numeric mode): experts in increasing id, each one's pairs in increasing token, packed into rows [n][d] with
+ * pair[i] the pair index of rows[i]. xn [T][d] are the layer's normalised inputs (unquantized: OFFICIAL mode
+ * quantizes them here as the GPU does), route_e / route_w [T][K] the routing. Returns n. */
+int moe_host_rows(struct dsv4_model *m, const dsv4_layer *layer, const uint8_t *on_host, const float *xn,
+                  const int32_t *route_e, const float *route_w, int T, moe_host_scratch *scr, float *rows, int32_t *pair);
 #endif

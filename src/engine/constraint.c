@@ -36,6 +36,7 @@ struct dsv4_cstate {
 void dsv4_cmatcher_free(dsv4_cmatcher *s) {
     if (!s) return;
     pda_free(s);
+    sig_free(s);
     for (int i = 0; i < CI_SLOTS; i++) free(s->ci_ranges[i]);
     free(s->ci_bits); free(s->esc);
     free(s->pool); free(s->bits); free(s->dfs);
@@ -65,7 +66,7 @@ int dsv4_cmatcher_new(const dsv4_grammar *g, const dsv4_cvocab *v, dsv4_cmatcher
                 return dsv4_fail(err, DSV4_E_ARG, "constraint: the grammar names the special token '%s', which the vocabulary does not have",
                                  g->special[k]);
             }
-    if (!s->pool || !s->bits || !s->dfs || !s->esc || !s->ci_bits || !s->special_id || pda_init(s)) {
+    if (!s->pool || !s->bits || !s->dfs || !s->esc || !s->ci_bits || !s->special_id || sig_init(s) || pda_init(s)) {
         dsv4_cmatcher_free(s);
         return dsv4_fail(err, DSV4_E_NOMEM, "constraint: out of memory");
     }
@@ -180,83 +181,7 @@ static int64_t walk(dsv4_cmatcher *s, int32_t c0, int64_t left, uint64_t *bits, 
     return count;
 }
 
-/* ---- context-independent walks ---------------------------------------------------------------------------- */
-
-static int add_range(dsv4_cmatcher *s, int slot, int32_t a, int32_t b) {
-    if (a >= b) return 0;
-    s->ci_uncertain[slot] += b - a;
-    int n = s->ci_n_ranges[slot];
-    if (n > 0 && s->ci_ranges[slot][2 * n - 1] == a) { s->ci_ranges[slot][2 * n - 1] = b; return 0; }
-    if (n == s->ci_cap_ranges[slot]) {
-        const int cap = n ? 2 * n : 64;
-        int32_t *r = realloc(s->ci_ranges[slot], sizeof *r * 2 * (size_t)cap);
-        if (!r) return -1;
-        s->ci_ranges[slot] = r;
-        s->ci_cap_ranges[slot] = cap;
-    }
-    s->ci_ranges[slot][2 * n] = a;
-    s->ci_ranges[slot][2 * n + 1] = b;
-    s->ci_n_ranges[slot] = n + 1;
-    return 0;
-}
-
-/* The trie walk of truncated configuration tc into a slot: tokens allowed in any context (bits), tokens whose
- * path leaves the frames (ranges), and the largest depth + truncated completion of an allowed token (need). */
-static int ci_walk(dsv4_cmatcher *s, int32_t tc, int slot) {
-    const dsv4_cvocab *v = s->v;
-    uint64_t *bits = s->ci_bits + (size_t)slot * s->words;
-    memset(bits, 0, sizeof *bits * (size_t)s->words);
-    s->ci_n_ranges[slot] = 0;
-    s->ci_uncertain[slot] = 0;
-    const uint16_t *depth = v->depth;
-    const uint8_t *byte = v->byte;
-    const int32_t *end = v->end, *tok_first = v->tok_first, *toks = v->toks;
-    const int32_t n_node = v->n_node;
-    int64_t need = 0, visited = 0;
-    int32_t *dfs = s->dfs;
-    uint8_t *esc = s->esc;
-    dfs[0] = tc;
-    esc[0] = s->cfg_escape[tc];
-    s->st.mask_walks++;
-    /* reloaded after step_byte, which may grow the tables */
-    const int64_t *cmin = s->cfg_min;
-    const int32_t *clen = s->cf.len;
-    const uint8_t *cacc = s->cfg_accept, *cesc = s->cfg_escape;
-    for (int32_t i = 1; i < n_node;) {
-        const int d = depth[i];
-        const int32_t pc = dfs[d - 1];
-        const int32_t *tr = s->cfg_trans[pc];
-        int32_t c = tr ? tr[byte[i]] : T_UNKNOWN;
-        if (c == T_UNKNOWN) {
-            c = pda_step_byte(s, pc, byte[i]);
-            cmin = s->cfg_min;
-            clen = s->cf.len;
-            cacc = s->cfg_accept;
-            cesc = s->cfg_escape;
-        }
-        if (c == T_FAIL) return -1;
-        const int e = esc[d - 1] || (c >= 0 && cesc[c]);
-        if (c < 0 || (clen[c] == 0 && !cacc[c])) {
-            /* dead inside the frames: the subtree is refused, or uncertain if a stack left them on the way */
-            if (e && add_range(s, slot, tok_first[i], tok_first[end[i]])) return -1;
-            i = end[i];
-            continue;
-        }
-        const int64_t nd = d + cmin[c];
-        if (nd > need) need = nd;
-        dfs[d] = c;
-        esc[d] = (uint8_t)e;
-        visited++;
-        for (int32_t k = tok_first[i]; k < tok_first[i + 1]; k++) {
-            const int32_t id = toks[k];
-            bits[id >> 6] |= 1ULL << (id & 63);
-        }
-        i++;
-    }
-    s->st.trie_nodes_visited += visited;
-    s->ci_need[slot] = need;
-    return 0;
-}
+/* ---- context-independent walks (constraint_sig.c) ---------------------------------------------------------- */
 
 /* The mask of real configuration c from the context-independent walk of its truncation: into s->bits, with
  * *count tokens, *need (the budget it holds for) and *cut (the budget refused an uncertain token). Returns 1
@@ -273,7 +198,7 @@ static int ci_mask(dsv4_cmatcher *s, int32_t c, int64_t left, int64_t *count, in
         if (s->ci_cfg[slot] >= 0) s->cfg_ci[s->ci_cfg[slot]] = -1;
         s->ci_cfg[slot] = tc;
         s->cfg_ci[tc] = slot;
-        if (ci_walk(s, tc, slot)) { s->cfg_ci[tc] = -1; s->ci_cfg[slot] = -1; return -1; }
+        if (ci_fill(s, tc, slot)) { s->cfg_ci[tc] = -1; s->ci_cfg[slot] = -1; return -1; }
     }
     if (s->ci_uncertain[slot] > s->v->n_vocab / 8 || left - ccut < s->ci_need[slot]) return 0;
     memcpy(s->bits, s->ci_bits + (size_t)slot * s->words, sizeof *s->bits * (size_t)s->words);
@@ -404,7 +329,7 @@ const dsv4_cvocab *dsv4_cmatcher_vocab(const dsv4_cmatcher *m) { return m->v; }
 
 size_t dsv4_cmatcher_bytes(const dsv4_cmatcher *m) {
     size_t b = sizeof *m;
-    b += pda_bytes(m);
+    b += pda_bytes(m) + sig_bytes(m);
     b += sizeof(uint64_t) * (size_t)m->words * (MASK_SLOTS + CI_SLOTS + 1);
     for (int i = 0; i < CI_SLOTS; i++) b += (size_t)m->ci_cap_ranges[i] * 2 * sizeof(int32_t);
     return b;

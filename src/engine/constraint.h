@@ -9,7 +9,10 @@
  *   dsv4_cmatcher the automaton for one (grammar, vocabulary) pair: interned parse stacks and configurations,
  *                 transitions, token-mask caches. Its caches grow as streams use it; streams that share a matcher
  *                 share all that work (the second request with a schema finds its masks cached). Mutable: use it
- *                 from one thread at a time (all states built on it included).
+ *                 from one thread at a time (all states built on it included). Within a matcher, configurations
+ *                 that behave alike share their vocabulary walks (constraint_sig.c: the counts of a maxLength
+ *                 string or of x{1,300}, strings in different properties). The scheduler keeps its matchers in a
+ *                 cache keyed by grammar (constraint_cache.h), so requests that give it the same grammar share one.
  *   dsv4_cstate   one stream's progress: its position (a configuration id and the bytes used) and its length
  *                 bound, on a matcher of its own (dsv4_cstate_new) or a shared one (dsv4_cstate_new_shared).
  *
@@ -57,6 +60,11 @@ int  dsv4_cvocab_from_tokenizer(const dsv4_tokenizer *t, int32_t n_vocab, int32_
 int  dsv4_cvocab_new(const char *const *bytes, const size_t *lens, int32_t n_vocab, int32_t eos_id, dsv4_cvocab **out,
                      dsv4_error *err);
 void dsv4_cvocab_free(dsv4_cvocab *v);
+/* Walk the vocabulary once for the string forms of JSON values (plain, and '<'-escaped as tool calls use), so
+ * that every matcher on this vocabulary starts with those walks stored (constraint_sig.c): the first string of
+ * the first request with a schema is no longer a walk of the whole trie. ~10 ms on a 129k vocabulary;
+ * dsv4_cvocab_from_tokenizer does it. Call before the vocabulary is shared (it is read-only afterwards). */
+int  dsv4_cvocab_prepare_json(dsv4_cvocab *v, dsv4_error *err);
 int32_t dsv4_cvocab_size(const dsv4_cvocab *v);
 int32_t dsv4_cvocab_eos(const dsv4_cvocab *v);
 /* The bytes of token id (NULL for EOS, special tokens and ids without bytes: never allowed as text). */
@@ -109,7 +117,8 @@ void dsv4_cstate_set(dsv4_cstate *s, dsv4_cpos p);
 
 /* Statistics of the state's matcher (shared by every state on it), for benchmarks: configurations and stack
  * nodes interned, trie walks, masks served from the cache, transitions computed, trie nodes visited, stack references
- * handled by closures (the work of computing transitions). */
-typedef struct { int64_t configs, stack_nodes, mask_walks, mask_hits, transitions, trie_nodes_visited, closure_refs; } dsv4_cstate_stats;
+ * handled by closures (the work of computing transitions), context-independent walks served (wholly or up to some
+ * depth: shared_partial) by the stored walk of a configuration that behaves alike (constraint_sig.c). */
+typedef struct { int64_t configs, stack_nodes, mask_walks, mask_hits, transitions, trie_nodes_visited, closure_refs, shared_walks, shared_partial; } dsv4_cstate_stats;
 void dsv4_cstate_get_stats(const dsv4_cstate *s, dsv4_cstate_stats *st);
 #endif

@@ -38,6 +38,7 @@
 #define CI_SLOTS 64
 
 typedef struct { int32_t pos, parent; } cnode;
+typedef struct sig_store sig_store;      /* behaviour signatures and their shared walks (constraint_sig.c) */
 typedef struct { int32_t *v; int64_t n, cap; } ivec;
 
 int ivec_push(ivec *a, int32_t x);
@@ -107,6 +108,8 @@ struct dsv4_cmatcher {
     int next_ci;
     uint8_t *esc;                /* [max_depth + 1] walk scratch */
     int32_t *dfs;                /* [max_depth + 1] */
+    sig_store *sig;              /* walks shared by configurations that behave alike (constraint_sig.c) */
+    int64_t sig_probe;           /* trie nodes a plain walk may visit before a stored walk is tried (tests: 0) */
     dsv4_cstate_stats st;
 };
 
@@ -127,6 +130,13 @@ int32_t pda_step_special(dsv4_cmatcher *m, int32_t c, int32_t k);
  * *ccut = the fewest bytes that complete the cut-off context. Returns the truncated configuration (c itself
  * when its stacks share no node), or T_FAIL. */
 int32_t pda_truncate(dsv4_cmatcher *m, int32_t c, int64_t *ccut);
+
+/* Context-independent walks (constraint_sig.c): the walk of truncated configuration tc into CI slot `slot`
+ * (ci_bits, ci_ranges, ci_uncertain, ci_need). 0, or -1 when out of memory. */
+int  sig_init(dsv4_cmatcher *m);
+void sig_free(dsv4_cmatcher *m);
+size_t sig_bytes(const dsv4_cmatcher *m);
+int  ci_fill(dsv4_cmatcher *m, int32_t tc, int slot);
 
 static inline int32_t cfg_len(const dsv4_cmatcher *m, int32_t c) { return m->cf.len[c]; }
 static inline const int32_t *cfg_items(const dsv4_cmatcher *m, int32_t c) { return m->cf.v.v + m->cf.off[c]; }

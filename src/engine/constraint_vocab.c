@@ -19,6 +19,9 @@ void dsv4_cvocab_free(dsv4_cvocab *v) {
     free(v->end);
     free(v->tok_first);
     free(v->toks);
+    free(v->depth_nodes);
+    free(v->len_le);
+    sig_shelf_free(v->shelf);
     for (int32_t i = 0; i < v->n_special; i++) free(v->special_text[i]);
     free(v->special_text);
     free(v->special_id);
@@ -96,6 +99,27 @@ static int build_trie(dsv4_cvocab *v) {
     return 0;
 }
 
+/* The layers of the trie (depth 1 .. CV_SIG_DEPTH) and the token-length sets: what a walk that reuses another
+ * walk's first d layers needs (constraint_sig.c). */
+static int build_layers(dsv4_cvocab *v) {
+    const size_t words = (size_t)(v->n_vocab + 63) / 64;
+    memset(v->depth_first, 0, sizeof v->depth_first);
+    for (int32_t i = 1; i < v->n_node; i++)
+        if (v->depth[i] <= CV_SIG_DEPTH) v->depth_first[v->depth[i] + 1]++;
+    for (int d = 1; d <= CV_SIG_DEPTH + 1; d++) v->depth_first[d] += v->depth_first[d - 1];
+    v->depth_nodes = malloc(sizeof *v->depth_nodes * (size_t)(v->depth_first[CV_SIG_DEPTH + 1] + 1));
+    v->len_le = calloc((CV_SIG_DEPTH + 1) * words, sizeof *v->len_le);
+    if (!v->depth_nodes || !v->len_le) return -1;
+    int32_t at[CV_SIG_DEPTH + 2];
+    memcpy(at, v->depth_first, sizeof at);
+    for (int32_t i = 1; i < v->n_node; i++)
+        if (v->depth[i] <= CV_SIG_DEPTH) v->depth_nodes[at[v->depth[i]]++] = i;
+    for (int32_t id = 0; id < v->n_vocab; id++)
+        if (v->bytes[id])
+            for (uint32_t d = v->len[id]; d <= CV_SIG_DEPTH; d++) v->len_le[d * words + (size_t)(id >> 6)] |= 1ULL << (id & 63);
+    return 0;
+}
+
 int dsv4_cvocab_new(const char *const *bytes, const size_t *lens, int32_t n_vocab, int32_t eos_id, dsv4_cvocab **out,
                     dsv4_error *err) {
     *out = NULL;
@@ -121,7 +145,7 @@ int dsv4_cvocab_new(const char *const *bytes, const size_t *lens, int32_t n_voca
         v->len[i] = (uint32_t)lens[i];
         at += lens[i];
     }
-    if (build_trie(v)) { dsv4_cvocab_free(v); return dsv4_fail(err, DSV4_E_NOMEM, "constraint: out of memory"); }
+    if (build_trie(v) || build_layers(v)) { dsv4_cvocab_free(v); return dsv4_fail(err, DSV4_E_NOMEM, "constraint: out of memory"); }
     *out = v;
     return 0;
 }
@@ -139,6 +163,7 @@ int dsv4_cvocab_from_tokenizer(const dsv4_tokenizer *t, int32_t n_vocab, int32_t
         b[i] = dsv4_tokenizer_token_bytes(t, i, &l[i]);
     }
     int rc = dsv4_cvocab_new(b, l, n_vocab, eos_id, out, err);
+    if (!rc && (rc = dsv4_cvocab_prepare_json(*out, err))) { dsv4_cvocab_free(*out); *out = NULL; }
     for (int32_t i = 0; !rc && i < n_vocab && i < tv; i++) {
         if (!dsv4_tokenizer_is_added(t, i) || i == eos_id) continue;
         size_t n;

@@ -1,9 +1,14 @@
 /* The vocabulary side of constrained decoding (internal to constraint*.c): every token that may appear in
  * constrained output as its byte string, in a trie laid out in preorder so that a mask is one forward pass over
- * arrays (node i's subtree is i .. end[i]-1; a dead prefix skips its subtree in one jump). */
+ * arrays (node i's subtree is i .. end[i]-1; a dead prefix skips its subtree in one jump).
+ *
+ * For the shared walks of constraint_sig.c, the nodes of depth 1 .. CV_SIG_DEPTH are also listed by depth (in
+ * preorder within a depth), and len_le[d] is the set of tokens of at most d bytes. */
 #ifndef DSV4_ENGINE_CONSTRAINT_VOCAB_H
 #define DSV4_ENGINE_CONSTRAINT_VOCAB_H
 #include "engine/constraint.h"
+
+#define CV_SIG_DEPTH 16          /* the deepest layer listed by depth (the depth of a behaviour signature) */
 
 struct dsv4_cvocab {
     int32_t n_vocab, eos;
@@ -18,9 +23,14 @@ struct dsv4_cvocab {
     int32_t *tok_first;      /* [n_node + 1]: tokens ending at node i are toks[tok_first[i] .. tok_first[i+1]) */
     int32_t *toks;
     int max_depth;
+    int32_t depth_first[CV_SIG_DEPTH + 2]; /* nodes of depth d: depth_nodes[depth_first[d] .. depth_first[d + 1]) */
+    int32_t *depth_nodes;
+    uint64_t *len_le;        /* [(CV_SIG_DEPTH + 1) * words]: bit id of row d = token id has 1 .. d bytes */
+    struct sig_shelf *shelf; /* stored walks made once for every matcher (dsv4_cvocab_prepare_json); read-only */
     /* special (added) tokens by text, for grammars that name them (GE_TOKEN); never in the trie */
     char **special_text;
     int32_t *special_id;
     int32_t n_special, cap_special;
 };
+void sig_shelf_free(struct sig_shelf *sh);   /* constraint_sig.c */
 #endif

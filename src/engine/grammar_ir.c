@@ -337,6 +337,70 @@ int32_t gb_class(gb_builder *b, const gb_range *r, int n, int negate) {
 
 /* ---- finishing --------------------------------------------------------------------------------------------- */
 
+static void *dup_mem(const void *p, size_t n) {
+    void *q = malloc(n ? n : 1);
+    if (q && n) memcpy(q, p, n);
+    return q;
+}
+
+static char *dup_str(const char *s) { return s ? dup_mem(s, strlen(s) + 1) : NULL; }
+
+dsv4_grammar *dsv4_grammar_copy(const dsv4_grammar *g) {
+    dsv4_grammar *c = calloc(1, sizeof *c);
+    if (!c) return NULL;
+    *c = *g;
+    c->el = dup_mem(g->el, sizeof *g->el * (size_t)g->n_el);
+    c->alt_first = dup_mem(g->alt_first, sizeof *g->alt_first * (size_t)(g->n_rule + 1));
+    c->alt_pos = dup_mem(g->alt_pos, sizeof *g->alt_pos * (size_t)g->alt_first[g->n_rule]);
+    c->sets = dup_mem(g->sets, sizeof *g->sets * (size_t)g->n_sets);
+    c->minrest = dup_mem(g->minrest, sizeof *g->minrest * (size_t)g->n_el);
+    c->rule_min = dup_mem(g->rule_min, sizeof *g->rule_min * (size_t)g->n_rule);
+    c->rule_name = calloc((size_t)g->n_rule + 1, sizeof *c->rule_name);
+    c->special = calloc((size_t)g->n_special + 1, sizeof *c->special);
+    int ok = c->el && c->alt_first && c->alt_pos && c->sets && c->minrest && c->rule_min && c->rule_name && c->special;
+    for (int32_t i = 0; ok && i < g->n_rule; i++)
+        if (g->rule_name[i] && !(c->rule_name[i] = dup_str(g->rule_name[i]))) ok = 0;
+    for (int32_t i = 0; ok && i < g->n_special; i++)
+        if (!(c->special[i] = dup_str(g->special[i]))) ok = 0;
+    if (!ok) {
+        /* free what was copied: the counts say how far the name lists go, NULL entries are fine */
+        if (!c->rule_name) c->n_rule = 0;
+        if (!c->special) c->n_special = 0;
+        dsv4_grammar_free(c);
+        return NULL;
+    }
+    return c;
+}
+
+int dsv4_grammar_same(const dsv4_grammar *a, const dsv4_grammar *b) {
+    if (a->n_el != b->n_el || a->n_rule != b->n_rule || a->n_sets != b->n_sets || a->root != b->root ||
+        a->n_special != b->n_special || a->alt_first[a->n_rule] != b->alt_first[b->n_rule])
+        return 0;
+    if (memcmp(a->el, b->el, sizeof *a->el * (size_t)a->n_el) ||
+        memcmp(a->alt_first, b->alt_first, sizeof *a->alt_first * (size_t)(a->n_rule + 1)) ||
+        memcmp(a->alt_pos, b->alt_pos, sizeof *a->alt_pos * (size_t)a->alt_first[a->n_rule]) ||
+        memcmp(a->sets, b->sets, sizeof *a->sets * (size_t)a->n_sets))
+        return 0;
+    for (int32_t i = 0; i < a->n_special; i++)
+        if (strcmp(a->special[i], b->special[i])) return 0;
+    return 1;
+}
+
+static uint64_t fnv_bytes(uint64_t h, const void *p, size_t n) {
+    const unsigned char *c = p;
+    for (size_t i = 0; i < n; i++) h = (h ^ c[i]) * 0x100000001b3ULL;
+    return h;
+}
+
+uint64_t dsv4_grammar_hash(const dsv4_grammar *g) {
+    uint64_t h = 0xcbf29ce484222325ULL;
+    h = fnv_bytes(h, g->el, sizeof *g->el * (size_t)g->n_el);
+    h = fnv_bytes(h, g->alt_pos, sizeof *g->alt_pos * (size_t)g->alt_first[g->n_rule]);
+    h = fnv_bytes(h, g->sets, sizeof *g->sets * (size_t)g->n_sets);
+    for (int32_t i = 0; i < g->n_special; i++) h = fnv_bytes(h, g->special[i], strlen(g->special[i]));
+    return h ^ (uint64_t)(uint32_t)g->root << 32 ^ (uint64_t)(uint32_t)g->n_rule;
+}
+
 void dsv4_grammar_free(dsv4_grammar *g) {
     if (!g) return;
     for (int32_t i = 0; i < g->n_rule; i++) free(g->rule_name[i]);

@@ -53,6 +53,12 @@ typedef struct dsv4_grammar {
 } dsv4_grammar;
 
 void dsv4_grammar_free(dsv4_grammar *g);
+/* A deep copy (NULL when out of memory). */
+dsv4_grammar *dsv4_grammar_copy(const dsv4_grammar *g);
+/* 1 when a and b are the same grammar element for element (rule names aside): the same schema compiles to the
+ * same grammar, so this is what a cache of matchers is keyed by. dsv4_grammar_hash agrees with it. */
+int dsv4_grammar_same(const dsv4_grammar *a, const dsv4_grammar *b);
+uint64_t dsv4_grammar_hash(const dsv4_grammar *g);
 
 /* ---- building ------------------------------------------------------------------------------------------ */
 

@@ -2,6 +2,7 @@
  * streams). Internal to src/engine: nothing outside those two files looks inside. */
 #ifndef DSV4_ENGINE_SCHED_INTERNAL_H
 #define DSV4_ENGINE_SCHED_INTERNAL_H
+#include "engine/constraint_cache.h"
 #include "engine/scheduler.h"
 
 typedef struct {
@@ -44,6 +45,7 @@ typedef struct {
     dsv4_seq *seq;
     dsv4_sampler smp;
     dsv4_cstate *cs;              /* the stream's constraint state, NULL = unconstrained */
+    dsv4_cmatcher *cm;            /* its matcher when pinned in the scheduler's cache (released with cs) */
     int32_t pending;              /* the last sampled token, fed by the next step (a speculating stream's
                                    * anchor: its last prompt token at first) */
     float *logits;                /* [logits_rows][vocab]: the row(s) this slot samples from */
@@ -75,6 +77,7 @@ struct dsv4_sched {
     int observer_logits;          /* the observer reads its logits argument (default) */
     dsv4_prefix_cache *pcache;    /* borrowed, optional */
     float *spec_scratch;          /* [2][vocab] for verification, allocated with the first speculating stream */
+    dsv4_cmcache *mcache;         /* matchers of requests that give a grammar, shared by grammar (warm masks) */
 };
 
 

@@ -7,6 +7,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Matchers kept for requests that give a grammar: unpinned ones are dropped past these (constraint_cache.h). */
+#define MCACHE_ENTRIES 32
+#define MCACHE_BYTES ((size_t)512 << 20)
+
 const char *dsv4_finish_name(dsv4_finish f) {
     switch (f) {
     case DSV4_FINISH_NONE: return "none";
@@ -44,6 +48,7 @@ int dsv4_sched_new(dsv4_model *m, const dsv4_sched_opts *o, dsv4_sched **out, ds
     s->item_slot = calloc(n, sizeof *s->item_slot);
     s->prefill_order = calloc(n, sizeof *s->prefill_order);
     if (!s->slots || !s->items || !s->item_slot || !s->prefill_order) goto nomem;
+    if (dsv4_cmcache_new(MCACHE_BYTES, MCACHE_ENTRIES, &s->mcache, NULL)) goto nomem;
     for (size_t i = 0; i < n; i++) {
         s->slots[i].req = -1;
         s->slots[i].logits = malloc(sizeof(float) * (size_t)s->vocab);
@@ -73,9 +78,11 @@ static void slot_release(dsv4_sched *s, int i) {
     dsv4_seq_free(sl->seq);
     dsv4_sampler_free(&sl->smp);
     dsv4_cstate_free(sl->cs);
+    dsv4_cmcache_release(s->mcache, sl->cm);
     sched_spec_release(&sl->sp);
     sl->seq = NULL;
     sl->cs = NULL;
+    sl->cm = NULL;
     sl->req = -1;
     s->n_running--;
 }
@@ -94,6 +101,7 @@ void dsv4_sched_free(dsv4_sched *s) {
     free(s->item_slot);
     free(s->prefill_order);
     free(s->spec_scratch);
+    dsv4_cmcache_free(s->mcache);
     free(s);
 }
 
@@ -297,6 +305,7 @@ static void admit(dsv4_sched *s) {
          * was made (slot_release) */
         sl->seq = NULL;
         sl->cs = NULL;
+        sl->cm = NULL;
         memset(&sl->smp, 0, sizeof sl->smp);
         memset(&sl->sp, 0, sizeof sl->sp);
         sl->req = id;
@@ -321,8 +330,13 @@ static void admit(dsv4_sched *s) {
         q->n_prompt_done = q->n_cached = matched;
         if (dsv4_sampler_init(&sl->smp, &q->sampling, s->vocab, NULL)) { sched_finish(s, id, DSV4_FINISH_ERROR); continue; }
         const int64_t bound = (int64_t)q->max_new - 1;
-        if ((q->matcher || q->grammar) &&
-            (q->matcher ? dsv4_cstate_new_shared(q->matcher, bound, &sl->cs, NULL) : dsv4_cstate_new(q->grammar, q->cvocab, bound, &sl->cs, NULL))) {
+        /* a grammar's matcher comes from the cache: the second request with a schema finds its masks warm */
+        if (!q->matcher && q->grammar && dsv4_cmcache_get(s->mcache, q->grammar, q->cvocab, &sl->cm, NULL)) {
+            sl->cm = NULL;
+            sched_finish(s, id, DSV4_FINISH_ERROR);
+            continue;
+        }
+        if ((q->matcher || sl->cm) && dsv4_cstate_new_shared(q->matcher ? q->matcher : sl->cm, bound, &sl->cs, NULL)) {
             sl->cs = NULL;
             sched_finish(s, id, DSV4_FINISH_ERROR);
             continue;

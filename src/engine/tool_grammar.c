@@ -134,6 +134,11 @@ static int32_t schema_params(tg *t, const json_t *params, const char *tool) {
     int32_t f = gb_rule_of(b, &q), s = gb_rule_of(b, &q); /* F_n = S_n = "" */
     /* jansson keeps insertion order; walk it backwards through an index */
     const char **keys = n ? malloc(sizeof *keys * n) : NULL;
+    if (n && !keys) {
+        gb_seq_free(&q);
+        dsv4_fail(t->err, DSV4_E_NOMEM, "out of memory");
+        return -1;
+    }
     size_t k = 0;
     const char *key;
     json_t *v;
@@ -143,10 +148,11 @@ static int32_t schema_params(tg *t, const json_t *params, const char *tool) {
         for (size_t j = 0; j < json_array_size(req); j++)
             required |= json_is_string(json_array_get(req, j)) && !strcmp(json_string_value(json_array_get(req, j)), keys[i]);
         if (strpbrk(keys[i], "\"<\n")) {
+            dsv4_fail(t->err, DSV4_E_ARG, "tool '%s': parameter name '%.60s' cannot be written in DSML (quote, '<' or newline)",
+                      tool, keys[i]);   /* before keys is freed: the message reads keys[i] */
             free(keys);
             gb_seq_free(&q);
-            return dsv4_fail(t->err, DSV4_E_ARG, "tool '%s': parameter name '%.60s' cannot be written in DSML (quote, '<' or newline)",
-                             tool, keys[i]), -1;
+            return -1;
         }
         char where[300];
         snprintf(where, sizeof where, "tool '%.80s' #/properties/%.120s", tool, keys[i]);

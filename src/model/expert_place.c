@@ -1,4 +1,10 @@
 #include "model/expert_place.h"
+#include "model/footprint.h"
+#include "model/model.h"
+#include "util/error.h"
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 int expert_first(int E, int n_ranks, int r) {
     const int base = E / n_ranks, extra = E % n_ranks;
@@ -9,4 +15,83 @@ int expert_owner(int E, int n_ranks, int e) {
     int r = 0;
     while (r + 1 < n_ranks && expert_first(E, n_ranks, r + 1) <= e) r++;
     return r;
+}
+
+void expert_map_free(expert_map *map) {
+    free(map->owner);
+    memset(map, 0, sizeof *map);
+}
+
+int expert_map_gpu_count(const expert_map *map, int layer) {
+    int n = 0;
+    for (int e = 0; e < map->n_routed; e++) n += !expert_on_host(map, layer, e);
+    return n;
+}
+
+/* One (layer, expert) with its count; sorted by decreasing count, then increasing index: a total order, so the
+ * placement never depends on the sort's stability. */
+typedef struct {
+    uint64_t count;
+    int64_t index;   /* layer * E + expert */
+} ranked_expert;
+
+static int by_count(const void *a, const void *b) {
+    const ranked_expert *x = a, *y = b;
+    if (x->count != y->count) return x->count > y->count ? -1 : 1;
+    return (x->index > y->index) - (x->index < y->index);
+}
+
+int expert_map_plan(expert_map *map, int L, int E, int64_t n_gpu, const uint64_t *counts) {
+    memset(map, 0, sizeof *map);
+    map->n_layers = L;
+    map->n_routed = E;
+    const int64_t total = (int64_t)L * E;
+    if (n_gpu >= total) return 0;
+    if (n_gpu < 0) n_gpu = 0;
+    if (!(map->owner = malloc((size_t)total))) return -1;
+    memset(map->owner, EXPERT_ON_HOST, (size_t)total);
+    map->n_host = total - n_gpu;
+    if (counts) {
+        ranked_expert *order = malloc(sizeof *order * (size_t)total);
+        if (!order) {
+            expert_map_free(map);
+            return -1;
+        }
+        for (int64_t i = 0; i < total; i++) order[i] = (ranked_expert){ counts[i], i };
+        qsort(order, (size_t)total, sizeof *order, by_count);
+        for (int64_t i = 0; i < n_gpu; i++) map->owner[order[i].index] = EXPERT_ON_GPU;
+        free(order);
+    } else {
+        for (int l = 0; l < L; l++) {
+            const int64_t keep = n_gpu / L + (l < n_gpu % L);
+            memset(map->owner + (int64_t)l * E, EXPERT_ON_GPU, (size_t)keep);
+        }
+    }
+    return 0;
+}
+
+/* "12.34 GiB" or, below 1 GiB, "12.34 MiB": tiny test models and real ones both read well. */
+static const char *size_text(char *buf, size_t n, uint64_t b) {
+    if (b >= ((uint64_t)1 << 30)) snprintf(buf, n, "%.2f GiB", b / 1073741824.0);
+    else snprintf(buf, n, "%.2f MiB", b / 1048576.0);
+    return buf;
+}
+
+int expert_map_for_budget(const struct dsv4_model *m, uint64_t gpu_bytes, const uint64_t *counts, expert_map *map,
+                          uint64_t *fixed_bytes, uint64_t *expert_bytes, dsv4_error *err) {
+    const int L = m->cfg.n_layers, E = m->cfg.n_routed;
+    uint64_t routed = 0;
+    for (int l = 0; l < L; l++)
+        for (int e = 0; e < E; e++) routed += dsv4_expert_weight_bytes(&m->layers[l], e);
+    const uint64_t one = dsv4_expert_weight_bytes(&m->layers[0], 0);   /* every routed expert has one format */
+    *fixed_bytes = dsv4_total_weight_bytes(m) - routed;
+    *expert_bytes = one;
+    memset(map, 0, sizeof *map);
+    char need[32], have[32];
+    if (gpu_bytes < *fixed_bytes)
+        return dsv4_fail(err, DSV4_E_NOMEM, "out of GPU memory: the weights other than the routed experts need %s, the "
+                         "budget is %s", size_text(need, sizeof need, *fixed_bytes), size_text(have, sizeof have, gpu_bytes));
+    const int64_t n_gpu = one ? (int64_t)((gpu_bytes - *fixed_bytes) / one) : (int64_t)L * E;
+    if (expert_map_plan(map, L, E, n_gpu, counts)) return dsv4_fail(err, DSV4_E_NOMEM, "out of memory");
+    return DSV4_OK;
 }

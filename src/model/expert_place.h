@@ -18,6 +18,50 @@
  * added in (tests/unit/test_expert_place.c). */
 #define EP_ABSENT_ROW (-0.0f)
 
+/* ---- experts that stay in host memory (issue 15) ----------------------------------------------------------
+ *
+ * When the routed experts do not all fit in the GPU memory budget, the loader keeps every other weight on the
+ * GPU and as many routed experts of the main layers as the budget holds; the rest stay in host memory (the
+ * mmap'd checkpoint) and the host's cores compute them. Which ones stay on the GPU:
+ *   - with a routing profile (model/expert_profile.h): the most used, over all layers: (layer, expert) pairs in
+ *     decreasing count, ties to the lower layer, then the lower expert;
+ *   - without one: spread evenly, every layer keeps n_gpu / L experts and the first n_gpu % L layers one more;
+ *     within a layer the lowest expert ids.
+ * The choice is a function of the budget, the shape and the profile alone, so `dsv4 inspect --gpu-mem` shows
+ * what a GPU load with the same budget will do. Where an expert lives never changes the output beyond the
+ * per-kernel difference between the CPU's and the GPU's expert kernels: each (token, expert) row is computed
+ * from the same inputs and combined in the same order (increasing expert id), docs/HOST_EXPERTS.md. */
+
+#include "dsv4.h"
+#include <stdint.h>
+
+/* owner value of an expert computed by the host */
+#define EXPERT_ON_HOST 1
+#define EXPERT_ON_GPU  0
+
+typedef struct {
+    int n_layers, n_routed;
+    uint8_t *owner;      /* [n_layers][n_routed]: EXPERT_ON_GPU or EXPERT_ON_HOST; NULL = every expert on the GPU */
+    int64_t n_host;      /* experts on the host */
+} expert_map;
+
+/* Place n_gpu of the L x E routed experts on the GPU (n_gpu >= L*E: all of them, owner stays NULL). counts:
+ * a profile's [L][E] counts, or NULL. Returns 0, or -1 when out of memory. */
+int  expert_map_plan(expert_map *map, int L, int E, int64_t n_gpu, const uint64_t *counts);
+void expert_map_free(expert_map *map);
+static inline int expert_on_host(const expert_map *map, int layer, int e) {
+    return map->owner && map->owner[(int64_t)layer * map->n_routed + e] == EXPERT_ON_HOST;
+}
+/* Experts of layer l on the GPU. */
+int  expert_map_gpu_count(const expert_map *map, int layer);
+
+struct dsv4_model;
+/* The placement for a GPU budget of gpu_bytes for the weights: every weight but the main layers' routed experts
+ * (fixed_bytes, returned), then as many routed experts as fit (each expert_bytes, returned). counts: a profile's
+ * [L][E] counts or NULL. DSV4_E_NOMEM with the numbers when not even the other weights fit. */
+int  expert_map_for_budget(const struct dsv4_model *m, uint64_t gpu_bytes, const uint64_t *counts, expert_map *map,
+                           uint64_t *fixed_bytes, uint64_t *expert_bytes, dsv4_error *err);
+
 /* The first expert of rank r (r = n_ranks gives E). */
 int expert_first(int E, int n_ranks, int r);
 /* The rank that owns expert e (0 <= e < E). */

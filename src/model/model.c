@@ -1,5 +1,6 @@
 /* Loading a checkpoint folder into a dsv4_model: config, mmap, validation against the inventory, binding. */
 #include "model/model.h"
+#include "model/expert_profile.h"
 #include "state/kvrows.h"
 #include "state/statemem.h"
 #include "backend/cuda/cuda_backend.h"
@@ -350,6 +351,7 @@ void dsv4_model_free(dsv4_model *m) {
     if (m->layers)
         for (int L = 0; L < m->cfg.n_layers; L++) free_block_tables(&m->layers[L]);
     free(m->layers);
+    free(m->route_counts);
     if (m->mtp) free_block_tables(&m->mtp->block);
     free(m->mtp);
     if (m->dspark) {
@@ -367,6 +369,18 @@ void dsv4_model_free(dsv4_model *m) {
     if (m->pool) dsv4_pool_free(m->pool);
     st_close(&m->ckpt);
     free(m);
+}
+
+static int model_cuda_init(dsv4_model *m, const char *dir, const dsv4_load_opts *opts, dsv4_error *err) {
+    if (opts->gpu_mem_gb < 0 || opts->gpu_mem_gb > 1e6)
+        return dsv4_fail(err, DSV4_E_ARG, "GPU memory budget %g GiB is out of range", opts->gpu_mem_gb);
+    expert_profile prof;
+    int rc = expert_profile_find(dir, opts->expert_profile, m->cfg.n_layers, m->cfg.n_routed, m->cfg.n_act, &prof, err);
+    if (rc) return rc;
+    const cuda_placement p = { opts->gpu, opts->n_gpus, (uint64_t)(opts->gpu_mem_gb * 1073741824.0), prof.counts };
+    rc = cuda_model_init(m, &p, err);
+    expert_profile_free(&prof);
+    return rc;
 }
 
 int dsv4_model_load(const char *dir, const dsv4_load_opts *opts, dsv4_model **out, dsv4_error *err) {
@@ -454,7 +468,7 @@ int dsv4_model_load(const char *dir, const dsv4_load_opts *opts, dsv4_model **ou
     /* Progress goes to a terminal only: scripts reading stderr get nothing but errors. */
     m->progress = !opts->quiet && isatty(2);
     if (opts->device == DSV4_DEVICE_CUDA) {
-        if ((rc = cuda_model_init(m, opts->gpu, opts->n_gpus, err))) goto fail;
+        if ((rc = model_cuda_init(m, dir, opts, err))) goto fail;
         m->device = DSV4_DEVICE_CUDA;
     }
     if (m->progress) {

@@ -44,6 +44,8 @@ typedef struct {
     int32_t *tid2eid;                      /* [V][n_act] (hash-routed layers) */
     dsv4_weight *w1, *w2, *w3;             /* [E] routed experts */
     dsv4_weight sw1, sw2, sw3;             /* shared expert */
+    uint64_t *route_counts;                /* [E] main layers while routes are counted (dsv4 profile), else NULL:
+                                            * each step adds 1 per token for each distinct expert it routes to */
 } dsv4_layer;
 
 /* The V4 MTP head (spec §13): one window-only block with its own MoE and mHC, the projections that mix the
@@ -104,6 +106,8 @@ struct dsv4_model {
     int device;              /* a dsv4_device: where dsv4_step runs and where new sequences keep their state */
     const struct seq_mem *state_mem; /* the memory of that device (state/statemem.h) */
     struct cuda_model *cuda; /* the CUDA backend's copy of the weights and its step scratch (device cuda) */
+    uint64_t *route_counts;  /* [n_layers][n_routed] while routes are counted (model_count_routes), else NULL */
+    uint64_t counted_tokens; /* tokens the counted steps ran */
 };
 
 /* Where new sequences of m keep their state. */

@@ -10,6 +10,10 @@
 #include <math.h>
 #include <string.h>
 #include "model/expert_place.h"
+#include "model/expert_profile.h"
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
 
 static uint32_t bits(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
 static float from_bits(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
@@ -94,11 +98,112 @@ static void plus_zero_would_not_do(void **st) {
     assert_int_equal(bits(minus_zero + plus_zero), 0x00000000u);
 }
 
+/* ---- host-resident experts (issue 15): which experts stay on the GPU, hand-worked -------------------------- */
+
+static void host_map_even(void **st) {
+    (void)st;
+    expert_map m;
+    /* 3 layers x 4 experts, 5 on the GPU: 5 / 3 = 1 each, the first 5 % 3 = 2 layers one more */
+    assert_int_equal(expert_map_plan(&m, 3, 4, 5, NULL), 0);
+    static const uint8_t want[3][4] = { {0, 0, 1, 1}, {0, 0, 1, 1}, {0, 1, 1, 1} };
+    for (int l = 0; l < 3; l++) {
+        for (int e = 0; e < 4; e++) assert_int_equal(expert_on_host(&m, l, e), want[l][e]);
+        assert_int_equal(expert_map_gpu_count(&m, l), l < 2 ? 2 : 1);
+    }
+    assert_int_equal(m.n_host, 7);
+    expert_map_free(&m);
+    /* everything fits: no map at all; nothing fits: every expert on the host */
+    assert_int_equal(expert_map_plan(&m, 3, 4, 12, NULL), 0);
+    assert_null(m.owner);
+    assert_int_equal(m.n_host, 0);
+    assert_false(expert_on_host(&m, 2, 3));
+    assert_int_equal(expert_map_plan(&m, 3, 4, 0, NULL), 0);
+    for (int l = 0; l < 3; l++) assert_int_equal(expert_map_gpu_count(&m, l), 0);
+    assert_int_equal(m.n_host, 12);
+    expert_map_free(&m);
+}
+
+static void host_map_by_profile(void **st) {
+    (void)st;
+    /* counts: layer 0 = 5 0 2, layer 1 = 5 9 1. Three GPU places: (1,1)=9, then the two 5s, the lower layer first */
+    const uint64_t counts[6] = { 5, 0, 2, 5, 9, 1 };
+    expert_map m;
+    assert_int_equal(expert_map_plan(&m, 2, 3, 3, counts), 0);
+    static const uint8_t want[2][3] = { {0, 1, 1}, {0, 0, 1} };
+    for (int l = 0; l < 2; l++)
+        for (int e = 0; e < 3; e++) assert_int_equal(expert_on_host(&m, l, e), want[l][e]);
+    expert_map_free(&m);
+    /* equal counts: the lower (layer, expert) first */
+    const uint64_t flat[6] = { 1, 1, 1, 1, 1, 1 };
+    assert_int_equal(expert_map_plan(&m, 2, 3, 4, flat), 0);
+    assert_false(expert_on_host(&m, 0, 2));
+    assert_false(expert_on_host(&m, 1, 0));
+    assert_true(expert_on_host(&m, 1, 1));
+    assert_true(expert_on_host(&m, 1, 2));
+    expert_map_free(&m);
+}
+
+static int parse(const char *text, expert_profile *p, dsv4_error *err) {
+    return expert_profile_parse(text, strlen(text), "p.json", 2, 3, 2, p, err);
+}
+
+static void profile_file(void **st) {
+    (void)st;
+    dsv4_error err;
+    expert_profile p;
+    /* a valid profile, read field by field */
+    assert_int_equal(parse("{\"dsv4_expert_profile\":1,\"n_layers\":2,\"n_routed\":3,\"tokens\":4,"
+                           "\"counts\":[[4,3,1],[0,2,2]]}", &p, &err), 0);
+    assert_int_equal(p.tokens, 4);
+    const uint64_t want[6] = { 4, 3, 1, 0, 2, 2 };
+    for (int i = 0; i < 6; i++) assert_int_equal(p.counts[i], want[i]);
+    /* save and load again: the same counts */
+    char path[] = "/tmp/dsv4_profile_XXXXXX";
+    const int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    close(fd);
+    assert_int_equal(expert_profile_save(&p, path, &err), 0);
+    expert_profile q;
+    assert_int_equal(expert_profile_load(path, 2, 3, 2, &q, &err), 0);
+    assert_int_equal(q.tokens, 4);
+    assert_memory_equal(q.counts, p.counts, sizeof want);
+    expert_profile_free(&q);
+    expert_profile_free(&p);
+    /* a model of another shape refuses it, naming the file */
+    assert_int_equal(expert_profile_load(path, 3, 3, 2, &q, &err), DSV4_E_FORMAT);
+    assert_non_null(strstr(err.msg, path));
+    assert_non_null(strstr(err.msg, "the model has 3 x 3"));
+    unlink(path);
+    assert_int_equal(expert_profile_load(path, 2, 3, 2, &q, &err), DSV4_E_IO);
+    /* damaged files: each a clear error, and *p untouched */
+    static const char *const bad[][2] = {
+        { "{\"dsv4_expert_profile\":1,", "not JSON" },
+        { "[1,2]", "not an expert profile" },
+        { "{\"dsv4_expert_profile\":2,\"n_layers\":2,\"n_routed\":3,\"tokens\":4,\"counts\":[]}", "version 2" },
+        { "{\"dsv4_expert_profile\":1,\"n_layers\":2,\"n_routed\":3,\"tokens\":-4,\"counts\":[]}", "non-negative" },
+        { "{\"dsv4_expert_profile\":1,\"n_layers\":2,\"n_routed\":3,\"tokens\":4,\"counts\":[[1,1,1]]}", "array of 2 layers" },
+        { "{\"dsv4_expert_profile\":1,\"n_layers\":2,\"n_routed\":3,\"tokens\":4,\"counts\":[[1,1,1],[1,1]]}", "counts[1]" },
+        { "{\"dsv4_expert_profile\":1,\"n_layers\":2,\"n_routed\":3,\"tokens\":4,\"counts\":[[1,1,1],[1,\"1\",1]]}", "counts[1][1]" },
+        { "{\"dsv4_expert_profile\":1,\"n_layers\":2,\"n_routed\":3,\"tokens\":4,\"counts\":[[1,5,1],[1,1,1]]}", "counts[0][1]" },
+        { "{\"dsv4_expert_profile\":1,\"n_layers\":2,\"n_routed\":3,\"tokens\":4,\"counts\":[[4,4,1],[1,1,1]]}", "more than 4 tokens x top-2" },
+        { "{\"dsv4_expert_profile\":1,\"dsv4_expert_profile\":1}", "not JSON" },
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        memset(&p, 0x5a, sizeof p);
+        assert_int_equal(parse(bad[i][0], &p, &err), DSV4_E_FORMAT);
+        if (!strstr(err.msg, bad[i][1])) fail_msg("case %zu: '%s' does not say '%s'", i, err.msg, bad[i][1]);
+        assert_int_equal(p.n_layers, 0x5a5a5a5a);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(placement_partitions_evenly),
         cmocka_unit_test(absent_rows_gather_exactly),
         cmocka_unit_test(plus_zero_would_not_do),
+        cmocka_unit_test(host_map_even),
+        cmocka_unit_test(host_map_by_profile),
+        cmocka_unit_test(profile_file),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

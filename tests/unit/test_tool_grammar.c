@@ -199,6 +199,13 @@ static void test_template_reply(void **state) {
     assert_non_null(strstr(err.msg, "format"));
     assert_non_null(strstr(err.msg, "'f'"));
     json_decref(bad);
+    /* a parameter name DSML cannot carry: the message names it (it is formatted before the name list is freed,
+     * which ASan checks here) */
+    bad = json_loads("[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":{\"type\":\"object\","
+                     "\"properties\":{\"ok\":{\"type\":\"string\"},\"a<b\":{\"type\":\"string\"}}}}}]", 0, &je);
+    assert_int_not_equal(dsv4_grammar_tool_calls(bad, DSV4_TOOLS_REQUIRED, NULL, 0, &g, &err), 0);
+    assert_non_null(strstr(err.msg, "parameter name 'a<b' cannot be written in DSML"));
+    json_decref(bad);
     json_decref(tools);
     dsv4_cvocab_free(v);
 }

@@ -34,7 +34,7 @@ static void linear_rows(void *ctx, int begin, int end, int thread) {
         const int nr = end - o0 < TILE_R ? end - o0 : TILE_R;
         const float *wr[TILE_R];
         for (int r = 0; r < TILE_R; r++) {
-            if (r >= nr) { wr[r] = wr[nr - 1]; continue; }   /* a partial tile repeats its last row */
+            if (r >= nr && r > 0) { wr[r] = wr[r - 1]; continue; }   /* a partial tile repeats its last row */
             if (j->w->fmt == WF_F32) wr[r] = (const float *)j->w->data + (int64_t)(o0 + r) * cols;
             else { weight_decode_row(j->w, o0 + r, scratch + (size_t)r * cols); wr[r] = scratch + (size_t)r * cols; }
         }

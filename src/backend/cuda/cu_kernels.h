@@ -160,6 +160,11 @@ void cu_route(cu_stream st, float *logits, const float *bias, const int32_t *tid
 /* Pairs by expert then token (a token naming an expert twice counts once), tiles, and each token's pairs in
  * increasing expert id. One block; counts and positions are integers. */
 void cu_moe_plan_build(cu_stream st, const int32_t *route_e, const float *route_w, int T, int K, int E, cu_moe_plan *p);
+/* counts[e] += 1 for each token's distinct experts in route_e [T][K] (dsv4 profile; integer atomics: the sum does
+ * not depend on their order). */
+void cu_count_routes(cu_stream st, const int32_t *route_e, int T, int K, unsigned long long *counts);
+/* ey[pair[q]][.] = rows[q][.] for q < n: the host-computed pair rows into the step's pair rows (cuda_host_experts.h). */
+void cu_scatter_pair_rows(cu_stream st, const float *rows, const int32_t *pair, int n, int d, float *ey);
 /* Clamped SwiGLU in place on g [rows][I] (v the up projection), times w[row] when w is not NULL. */
 void cu_swiglu(cu_stream st, int official, float *g, const float *v, const float *w, int rows, int I, float limit);
 /* out[t] = round(sum of the token's expert outputs in increasing expert id (from 0.0f) + shared[t]). */

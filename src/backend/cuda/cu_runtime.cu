@@ -68,6 +68,36 @@ extern "C" int cu_zero(void *dst, size_t n) { return n && cudaMemset(dst, 0, n) 
 extern "C" int cu_fill_bytes(void *dst, int byte, size_t n) { return n && cudaMemset(dst, byte, n) != cudaSuccess ? -1 : 0; }
 extern "C" int cu_sync(void) { return cudaDeviceSynchronize() != cudaSuccess ? -1 : 0; }
 
+extern "C" void *cu_malloc_host(size_t bytes) {
+    void *p = NULL;
+    if (cudaMallocHost(&p, bytes ? bytes : 1) != cudaSuccess) {
+        cudaGetLastError();
+        return NULL;
+    }
+    return p;
+}
+extern "C" void cu_free_host(void *p) {
+    if (p) cudaFreeHost(p);
+}
+extern "C" int cu_upload_async(cu_stream st, void *dst, const void *src, size_t n) {
+    return n && cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, (cudaStream_t)st) != cudaSuccess ? -1 : 0;
+}
+extern "C" int cu_download_async(cu_stream st, void *dst, const void *src, size_t n) {
+    return n && cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToHost, (cudaStream_t)st) != cudaSuccess ? -1 : 0;
+}
+extern "C" cu_event cu_event_new(void) {
+    cudaEvent_t e = NULL;
+    if (cudaEventCreateWithFlags(&e, cudaEventDisableTiming) != cudaSuccess) return NULL;
+    return (cu_event)e;
+}
+extern "C" void cu_event_free(cu_event ev) {
+    if (ev) cudaEventDestroy((cudaEvent_t)ev);
+}
+extern "C" int cu_event_record(cu_event ev, cu_stream st) {
+    return cudaEventRecord((cudaEvent_t)ev, (cudaStream_t)st) != cudaSuccess ? -1 : 0;
+}
+extern "C" int cu_event_wait_host(cu_event ev) { return cudaEventSynchronize((cudaEvent_t)ev) != cudaSuccess ? -1 : 0; }
+
 extern "C" cu_stream cu_stream_new(void) {
     cudaStream_t s = NULL;
     /* a blocking stream: ordered with the legacy default stream that state copies use */

@@ -25,6 +25,18 @@ int  cu_download(void *dst, const void *src, size_t n);
 int  cu_zero(void *dst, size_t n);
 int  cu_fill_bytes(void *dst, int byte, size_t n);   /* every byte = byte */
 int  cu_sync(void);                                    /* wait for the current GPU: 0 or -1 */
+/* Page-locked host memory (copies to and from it run asynchronously on a stream); NULL when it cannot be had. */
+void *cu_malloc_host(size_t bytes);
+void cu_free_host(void *p);
+/* Copies enqueued on st (host side page-locked): 0 or -1. */
+int  cu_upload_async(cu_stream st, void *dst, const void *src, size_t n);
+int  cu_download_async(cu_stream st, void *dst, const void *src, size_t n);
+/* Events: a point in a stream the host can wait for. */
+typedef void *cu_event;
+cu_event cu_event_new(void);
+void cu_event_free(cu_event ev);
+int  cu_event_record(cu_event ev, cu_stream st);
+int  cu_event_wait_host(cu_event ev);      /* the host waits until the stream has passed the event: 0 or -1 */
 cu_stream cu_stream_new(void);
 void cu_stream_free(cu_stream st);
 /* Wait for st and report any launch or execution error as one line (what: the failing stage). */

@@ -5,6 +5,7 @@
 #ifndef DSV4_BACKEND_CUDA_H
 #define DSV4_BACKEND_CUDA_H
 #include "dsv4.h"
+#include <stdint.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -14,11 +15,26 @@ struct dsv4_model;
 
 /* 1 when this build has the backend and device `gpu` is usable; else 0 and the reason in why. */
 int  cuda_available(int gpu, dsv4_error *why);
-/* Upload every weight of m (in its checkpoint format) to GPU `gpu` and make new sequences of m keep their state
+/* Where a model's weights go. */
+typedef struct {
+    int gpu, n_gpus;
+    uint64_t gpu_mem;           /* bytes of GPU memory for the weights; 0 = what is free less a working margin */
+    const uint64_t *profile;    /* [n_layers][n_routed] routing counts (model/expert_profile.h), or NULL */
+} cuda_placement;
+
+/* Upload every weight of m (in its checkpoint format) to GPU p->gpu and make new sequences of m keep their state
  * there (m->cuda, m->state_mem). n_gpus > 1 spreads the routed experts of the main layers over GPUs gpu ..
- * gpu + n_gpus - 1 (expert parallelism, cuda_ep.h; NCCL loaded at run time). Says how many bytes each GPU needs
- * before allocating; on any error nothing stays allocated and m is unchanged. */
-int  cuda_model_init(struct dsv4_model *m, int gpu, int n_gpus, dsv4_error *err);
+ * gpu + n_gpus - 1 (expert parallelism, cuda_ep.h; NCCL loaded at run time). When the weights need more than
+ * the budget, routed experts of the main layers stay in host memory and the host computes them
+ * (cuda_host_experts.h; which ones: model/expert_place.h). Says how many bytes each GPU needs before allocating;
+ * on any error nothing stays allocated and m is unchanged. */
+int  cuda_model_init(struct dsv4_model *m, const cuda_placement *p, dsv4_error *err);
+/* Routed experts of the main layers computed by the host (0: all on the GPUs), and the host's time so far:
+ * computing them, and waiting for the GPU's routing (ms). */
+int64_t cuda_host_experts(const struct dsv4_model *m, double *host_ms, double *wait_ms);
+/* Count routes on the GPU (model/route_count.h): start from zero (on) or stop; read the counts [L][E]. */
+int  cuda_count_routes(struct dsv4_model *m, int on, dsv4_error *err);
+int  cuda_route_counts(const struct dsv4_model *m, uint64_t *counts, dsv4_error *err);
 void cuda_model_free(struct dsv4_model *m);
 /* dsv4_step on the GPU: the same validation and errors as the CPU step, then the whole forward on the device. */
 int  cuda_step(struct dsv4_model *m, dsv4_step_item *items, int n_items, dsv4_error *err);

@@ -7,7 +7,10 @@
 #include "backend/cuda/cu_runtime.h"
 #include "backend/cuda/cuda_model.h"
 #include "backend/cuda/cuda_ep.h"
+#include "backend/cuda/cuda_host_experts.h"
+#include "backend/cpu/pool.h"
 #include "model/expert_place.h"
+#include "model/footprint.h"
 #include "model/synthetic.h"
 #include "model/inventory.h"
 #include "util/error.h"
@@ -21,6 +24,7 @@ typedef struct {
     int synthetic;         /* the checkpoint's big matrices are holes: fill them on the GPU (model/synthetic.h) */
     int distinct;          /* main layers with weights of their own; later ones share an earlier layer's (synthetic) */
     int counting;          /* 1: only add up bytes */
+    const expert_map *host;/* routed experts of the main layers that stay in host memory (owner NULL: none) */
     uint64_t bytes;
     int failed;            /* an allocation or copy failed */
 } uploader;
@@ -101,14 +105,16 @@ static cu_comp up_comp(uploader *u, const dsv4_compressor_weights *c) {
 }
 
 /* The routed experts of one projection as a device array of E weights (each pointing to its own upload). With
- * `partitioned`, only the experts of the uploader's rank; the others keep data NULL. */
-static dsv4_weight *up_experts(uploader *u, const dsv4_weight *w, int E, int partitioned) {
+ * `partitioned`, only the experts of the uploader's rank; experts with on_host[e] set stay in host memory
+ * (cuda_host_experts.h). Those not uploaded keep data NULL. */
+static dsv4_weight *up_experts(uploader *u, const dsv4_weight *w, int E, int partitioned, const uint8_t *on_host) {
     dsv4_weight *host = calloc((size_t)E, sizeof *host);
     if (!host) { u->failed = 1; return NULL; }
     for (int e = 0; e < E; e++) {
         host[e] = w[e];
         host[e].data = NULL;
         host[e].scale = NULL;
+        if (on_host && on_host[e] == EXPERT_ON_HOST) continue;
         if (!partitioned || expert_owner(E, u->n_ranks, e) == u->rank) host[e] = up_weight(u, &w[e]);
     }
     dsv4_weight *d = up(u, host, sizeof *host * (size_t)E);
@@ -116,15 +122,18 @@ static dsv4_weight *up_experts(uploader *u, const dsv4_weight *w, int E, int par
     return d;
 }
 
-static cu_layer_experts up_layer_experts(uploader *u, const struct dsv4_model *m, const dsv4_layer *ly, int partitioned) {
+/* main_L: the main layer's index, or -1 (MTP / DSpark blocks keep every expert on the GPU) */
+static cu_layer_experts up_layer_experts(uploader *u, const struct dsv4_model *m, const dsv4_layer *ly, int partitioned, int main_L) {
     const int E = m->cfg.n_routed;
-    cu_layer_experts x = { up_experts(u, ly->w1, E, partitioned), up_experts(u, ly->w2, E, partitioned),
-                           up_experts(u, ly->w3, E, partitioned), ly->w1[0].fmt };
+    const uint8_t *on_host = main_L >= 0 && u->host && u->host->owner ? u->host->owner + (int64_t)main_L * E : NULL;
+    cu_layer_experts x = { up_experts(u, ly->w1, E, partitioned, on_host), up_experts(u, ly->w2, E, partitioned, on_host),
+                           up_experts(u, ly->w3, E, partitioned, on_host), ly->w1[0].fmt };
     return x;
 }
 
-/* partitioned: a main layer of a model spread over several GPUs (its routed experts by expert_place.h) */
-static void up_layer(uploader *u, const struct dsv4_model *m, const dsv4_layer *ly, cu_layer *d, int partitioned) {
+/* partitioned: a main layer of a model spread over several GPUs (its routed experts by expert_place.h); main_L:
+ * the main layer's index, or -1 */
+static void up_layer(uploader *u, const struct dsv4_model *m, const dsv4_layer *ly, cu_layer *d, int partitioned, int main_L) {
     const dsv4_config *c = &m->cfg;
     const int nmix = hc_mix_count(c->hc_mult);
     d->ratio = ly->ratio;
@@ -151,7 +160,7 @@ static void up_layer(uploader *u, const struct dsv4_model *m, const dsv4_layer *
     d->gate_bias = ly->hash_routed ? NULL : up_vec(u, ly->gate_bias, c->n_routed);
     d->tid2eid = ly->hash_routed ? up(u, ly->tid2eid, sizeof(int32_t) * (size_t)c->vocab_size * (size_t)c->n_act) : NULL;
     d->ep = partitioned;
-    d->ex = up_layer_experts(u, m, ly, partitioned);
+    d->ex = up_layer_experts(u, m, ly, partitioned, main_L);
     d->sw1 = up_weight(u, &ly->sw1);
     d->sw2 = up_weight(u, &ly->sw2);
     d->sw3 = up_weight(u, &ly->sw3);
@@ -176,11 +185,11 @@ static void up_model(uploader *u, const struct dsv4_model *m) {
     cm->rope_compress = up_vec(u, m->rope_compress.freq, c->rope_dim / 2);
     for (int L = 0; L < c->n_layers; L++) {
         if (L >= u->distinct) cm->layers[L] = cm->layers[shared_source(m, u->distinct, L)];
-        else up_layer(u, m, &m->layers[L], &cm->layers[L], u->n_ranks > 1);
+        else up_layer(u, m, &m->layers[L], &cm->layers[L], u->n_ranks > 1, L);
     }
     if (m->mtp) {
         const dsv4_mtp_head *h = m->mtp;
-        up_layer(u, m, &h->block, cm->mtp.block, 0);
+        up_layer(u, m, &h->block, cm->mtp.block, 0, -1);
         cm->mtp.e_proj = up_weight(u, &h->e_proj);
         cm->mtp.h_proj = up_weight(u, &h->h_proj);
         cm->mtp.enorm = up_vec(u, h->enorm, c->dim);
@@ -190,7 +199,7 @@ static void up_model(uploader *u, const struct dsv4_model *m) {
     }
     if (m->dspark) {
         const dsv4_dspark_head *h = m->dspark;
-        for (int st = 0; st < h->n_stages; st++) up_layer(u, m, &h->stage[st], &cm->dspark.stages[st], 0);
+        for (int st = 0; st < h->n_stages; st++) up_layer(u, m, &h->stage[st], &cm->dspark.stages[st], 0, -1);
         cm->dspark.n_stages = h->n_stages;
         cm->dspark.main_proj = up_weight(u, &h->main_proj);
         cm->dspark.main_norm = up_vec(u, h->main_norm, c->dim);
@@ -206,7 +215,7 @@ static void up_model(uploader *u, const struct dsv4_model *m) {
 static void up_rank(uploader *u, const struct dsv4_model *m) {
     for (int L = 0; L < m->cfg.n_layers; L++)
         u->cm->layers[L].ex = L >= u->distinct ? u->cm->layers[shared_source(m, u->distinct, L)].ex
-                                               : up_layer_experts(u, m, &m->layers[L], 1);
+                                               : up_layer_experts(u, m, &m->layers[L], 1, L);
 }
 
 static void release(struct cuda_model *cm) {
@@ -223,6 +232,11 @@ static void release(struct cuda_model *cm) {
         free(ep);
     }
     cuda_workspace_free(&cm->ws);
+    if (cm->hx) {
+        cuda_hx_free(cm->hx);
+        free(cm->hx);
+    }
+    cu_free(cm->route_counts);
     for (int i = 0; i < cm->n_allocs; i++) cu_free(cm->allocs[i]);
     free(cm->allocs);
     free(cm->layers);
@@ -260,15 +274,19 @@ static struct cuda_model *new_cuda_model(const struct dsv4_model *m, int gpu, in
     return cm;
 }
 
+/* GPU memory kept free beside the weights: the step's scratch and the first sequences */
+#define CU_WORK_MARGIN ((uint64_t)256 << 20)
+
 /* Count what rank `rank` of n_ranks needs (walk(u, m) with counting on) and refuse, with the numbers, what does
  * not fit on its GPU (current device). */
 static int check_fit(struct cuda_model *cm, const struct dsv4_model *m, int rank, int n_ranks, void (*walk)(uploader *, const struct dsv4_model *),
                      uint64_t *need, dsv4_error *err) {
-    uploader count = { cm, rank, n_ranks, m->cfg.synthetic_holes, cm->distinct, 1, 0, 0 };
+    uploader count = { .cm = cm, .rank = rank, .n_ranks = n_ranks, .synthetic = m->cfg.synthetic_holes, .distinct = cm->distinct,
+                       .counting = 1, .host = cm->hx ? &cm->hx->map : NULL };
     walk(&count, m);
     size_t free_b = 0, total_b = 0;
     cu_mem_info(&free_b, &total_b);
-    const uint64_t margin = (uint64_t)256 << 20;   /* the step's scratch and the first sequences */
+    const uint64_t margin = CU_WORK_MARGIN;
     *need = count.bytes;
     if (count.bytes + margin <= free_b) return 0;
     return dsv4_fail(err, DSV4_E_NOMEM, "out of GPU memory on GPU %d%s: the weights need %.2f GiB (+%.2f GiB working margin), the GPU "
@@ -279,7 +297,8 @@ static int check_fit(struct cuda_model *cm, const struct dsv4_model *m, int rank
 static int upload(struct cuda_model *cm, const struct dsv4_model *m, int rank, int n_ranks, void (*walk)(uploader *, const struct dsv4_model *),
                   uint64_t need, dsv4_error *err) {
     if (!(cm->st = cu_stream_new())) return dsv4_fail(err, DSV4_E_UNSUPPORTED, "cuda: cannot create a stream on GPU %d", cm->gpu);
-    uploader u = { cm, rank, n_ranks, m->cfg.synthetic_holes, cm->distinct, 0, 0, 0 };
+    uploader u = { .cm = cm, .rank = rank, .n_ranks = n_ranks, .synthetic = m->cfg.synthetic_holes, .distinct = cm->distinct,
+                   .host = cm->hx ? &cm->hx->map : NULL };
     walk(&u, m);
     if (!u.failed && u.synthetic && cu_sync()) u.failed = 1;
     if (u.failed) {
@@ -293,6 +312,34 @@ static int upload(struct cuda_model *cm, const struct dsv4_model *m, int rank, i
 }
 
 #define CU_MAX_GPUS 16
+
+/* When the weights need more than the budget (p->gpu_mem, or what is free less the working margin), keep in host
+ * memory the routed experts model/expert_place.h chooses (issue 15). */
+static int place_experts(struct cuda_model *cm, struct dsv4_model *m, const cuda_placement *p, dsv4_error *err) {
+    if (m->cfg.synthetic_holes && !p->gpu_mem) return 0;   /* a synthetic model shares layers instead (choose_distinct) */
+    size_t fb = 0, tb = 0;
+    cu_mem_info(&fb, &tb);
+    const uint64_t budget = p->gpu_mem ? p->gpu_mem : (fb > CU_WORK_MARGIN ? fb - CU_WORK_MARGIN : 0);
+    expert_map map;
+    uint64_t fixed, one;
+    int rc = expert_map_for_budget(m, budget, p->profile, &map, &fixed, &one, err);
+    if (rc) return dsv4_wrap(err, "GPU %d (%.2f GiB free of %.2f GiB%s)", cm->gpu, fb / 1073741824.0, tb / 1073741824.0,
+                             p->gpu_mem ? ", --gpu-mem" : "");
+    if (!map.owner) return 0;
+    if (p->n_gpus > 1) {
+        expert_map_free(&map);
+        return dsv4_fail(err, DSV4_E_UNSUPPORTED, "routed experts in host memory together with --gpus are not supported yet "
+                         "(%lld of %lld would stay on the host)", (long long)map.n_host, (long long)m->cfg.n_layers * m->cfg.n_routed);
+    }
+    if (!(cm->hx = calloc(1, sizeof *cm->hx))) {
+        expert_map_free(&map);
+        return dsv4_fail(err, DSV4_E_NOMEM, "out of memory");
+    }
+    rc = cuda_hx_init(cm->hx, &map, err);
+    /* a synthetic checkpoint: its host experts get real bytes in host memory (their bindings are holes) */
+    if (!rc && m->cfg.synthetic_holes) rc = cuda_hx_fill_synthetic(cm->hx, m, err);
+    return rc;
+}
 
 /* A synthetic checkpoint (model/synthetic.h) may be bigger than its GPUs: keep the first `distinct` main layers'
  * weights and let the later ones share (shared_source), as many distinct layers as fit next to a working margin
@@ -310,16 +357,16 @@ static int choose_distinct(struct cuda_model *cm, const struct dsv4_model *m, in
         cu_mem_info(&fb, &tb);
         avail[r] = fb;
         for (int L = 0; L < NL; L++) {
-            uploader c = { cm, r, n, 1, NL, 1, 0, 0 };
+            uploader c = { .cm = cm, .rank = r, .n_ranks = n, .synthetic = 1, .distinct = NL, .counting = 1 };
             cu_layer tmp;
             memset(&tmp, 0, sizeof tmp);
-            if (r == 0) up_layer(&c, m, &m->layers[L], &tmp, n > 1);
-            else up_layer_experts(&c, m, &m->layers[L], 1);
+            if (r == 0) up_layer(&c, m, &m->layers[L], &tmp, n > 1, L);
+            else up_layer_experts(&c, m, &m->layers[L], 1, L);
             lb[(size_t)r * NL + L] = c.bytes;
         }
     }
     cu_use(cm->gpu);
-    uploader all = { cm, 0, n, 1, NL, 1, 0, 0 };
+    uploader all = { .cm = cm, .rank = 0, .n_ranks = n, .synthetic = 1, .distinct = NL, .counting = 1 };
     up_model(&all, m);
     fixed0 = all.bytes;
     for (int L = 0; L < NL; L++) fixed0 -= lb[L];
@@ -378,7 +425,9 @@ static int init_ranks(struct cuda_model *cm, const struct dsv4_model *m, int n, 
     return rc;
 }
 
-int cuda_model_init(struct dsv4_model *m, int gpu, int n_gpus, dsv4_error *err) {
+int cuda_model_init(struct dsv4_model *m, const cuda_placement *p, dsv4_error *err) {
+    const int gpu = p->gpu;
+    int n_gpus = p->n_gpus;
     if (n_gpus < 1) n_gpus = 1;
     if (n_gpus > CU_MAX_GPUS) return dsv4_fail(err, DSV4_E_ARG, "at most %d GPUs (asked for %d)", CU_MAX_GPUS, n_gpus);
     if (n_gpus > m->cfg.n_routed)
@@ -393,7 +442,9 @@ int cuda_model_init(struct dsv4_model *m, int gpu, int n_gpus, dsv4_error *err) 
     struct cuda_model *cm = new_cuda_model(m, gpu, 1);
     if (!cm) return dsv4_fail(err, DSV4_E_NOMEM, "out of memory");
     uint64_t need = 0;
-    rc = choose_distinct(cm, m, n_gpus, err);
+    /* a synthetic model given a budget keeps every layer distinct and puts what does not fit on the host */
+    rc = m->cfg.synthetic_holes && p->gpu_mem ? 0 : choose_distinct(cm, m, n_gpus, err);
+    if (!rc) rc = place_experts(cm, m, p, err);
     if (!rc) rc = check_fit(cm, m, 0, n_gpus, up_model, &need, err);
     if (!rc) rc = upload(cm, m, 0, n_gpus, up_model, need, err);
     if (!rc && n_gpus > 1) rc = init_ranks(cm, m, n_gpus, err);
@@ -408,6 +459,13 @@ int cuda_model_init(struct dsv4_model *m, int gpu, int n_gpus, dsv4_error *err) 
         char name[128];
         cu_device_name(name, sizeof name);
         fprintf(stderr, "dsv4: %.2f GiB of weights on GPU %d (%s)\n", cm->weight_bytes / 1073741824.0, gpu, name);
+        if (cm->hx) {
+            const int L = m->cfg.n_layers, E = m->cfg.n_routed;
+            fprintf(stderr, "dsv4: %lld of %lld routed experts in host memory (%.2f GiB, computed by %d threads)%s\n",
+                    (long long)cm->hx->map.n_host, (long long)L * E,
+                    cm->hx->map.n_host * (double)dsv4_expert_weight_bytes(&m->layers[0], 0) / 1073741824.0,
+                    dsv4_pool_threads(m->pool), p->profile ? ", the least used by the routing profile" : ", spread evenly");
+        }
         for (int r = 1; r < n_gpus; r++)
             fprintf(stderr, "dsv4: %.2f GiB of routed experts on GPU %d (experts %d..%d of every layer)\n",
                     cm->ep->weight_bytes[r] / 1073741824.0, gpu + r, expert_first(m->cfg.n_routed, n_gpus, r),
@@ -431,6 +489,40 @@ void cuda_model_free(struct dsv4_model *m) {
     m->cuda = NULL;
     m->state_mem = &seq_mem_host;
 }
+int64_t cuda_host_experts(const struct dsv4_model *m, double *host_ms, double *wait_ms) {
+    const cu_host_experts *hx = m->cuda ? m->cuda->hx : NULL;
+    if (host_ms) *host_ms = hx ? hx->host_ms : 0;
+    if (wait_ms) *wait_ms = hx ? hx->wait_ms : 0;
+    return hx ? hx->map.n_host : 0;
+}
+
+int cuda_count_routes(struct dsv4_model *m, int on, dsv4_error *err) {
+    struct cuda_model *cm = m->cuda;
+    cu_use(cm->gpu);
+    cu_finish(cm->st, "counting routes", NULL);
+    cu_free(cm->route_counts);
+    cm->route_counts = NULL;
+    if (!on) return 0;
+    const size_t n = sizeof(unsigned long long) * (size_t)m->cfg.n_layers * (size_t)m->cfg.n_routed;
+    if (!(cm->route_counts = cu_malloc(n)) || cu_zero(cm->route_counts, n)) {
+        cu_free(cm->route_counts);
+        cm->route_counts = NULL;
+        return dsv4_fail(err, DSV4_E_NOMEM, "out of GPU memory for the route counters");
+    }
+    return 0;
+}
+
+int cuda_route_counts(const struct dsv4_model *m, uint64_t *counts, dsv4_error *err) {
+    const struct cuda_model *cm = m->cuda;
+    if (!cm->route_counts) return dsv4_fail(err, DSV4_E_ARG, "routes are not being counted");
+    cu_use(cm->gpu);
+    int rc = cu_finish(cm->st, "counting routes", err);
+    if (rc) return rc;
+    if (cu_download(counts, cm->route_counts, sizeof(uint64_t) * (size_t)m->cfg.n_layers * (size_t)m->cfg.n_routed))
+        return dsv4_fail(err, DSV4_E_STATE, "CUDA error reading the route counters");
+    return 0;
+}
+
 #else
 typedef int dsv4_cuda_model_unused; /* built only with CUDA=1 */
 #endif

@@ -123,6 +123,8 @@ struct cuda_model {
     int key_limit;             /* cu_attention_key_limit() */
     cu_workspace ws;
     cu_profile prof;
+    struct cu_host_experts *hx;/* NULL, or the routed experts kept in host memory (cuda_host_experts.h) */
+    unsigned long long *route_counts; /* device [n_layers][n_routed] while routes are counted (dsv4 profile) */
 };
 
 /* cuda_step.c */

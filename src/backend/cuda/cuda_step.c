@@ -11,6 +11,7 @@
 #include "backend/cuda/cu_runtime.h"
 #include "backend/cuda/cuda_model.h"
 #include "backend/cuda/cuda_ep.h"
+#include "backend/cuda/cuda_host_experts.h"
 #include "core/forward.h"
 #include "model/inventory.h"
 #include "state/sequence.h"
@@ -314,8 +315,14 @@ static void step_moe(step_ctx *s, const cu_layer *ly, int L) {
     cu_linear(s->st, &ly->gate, ws->xn, T, d, ws->router, E);
     cu_route(s->st, ws->router, ly->gate_bias, ly->hash_routed ? ly->tid2eid : NULL, ws->tok, T, E, K, c->route_scale, ws->route_e,
              ws->route_w);
+    if (L >= 0 && s->cm->route_counts && ly == &s->cm->layers[L])   /* main layers only (dsv4 profile) */
+        cu_count_routes(s->st, ws->route_e, T, K, s->cm->route_counts + (int64_t)L * E);
     mark(s, ST_ROUTE);
     const cu_moe_bufs b = { ws->xn, ws->x8, ws->route_e, ws->route_w, ws->plan, ws->eg, ws->ev, ws->ey };
+    /* experts in host memory (cuda_host_experts.h): the host needs this layer's rows and routing first */
+    cu_host_experts *hx = L >= 0 && s->cm->hx && ly == &s->cm->layers[L] && s->cm->hx->n_host[L] ? s->cm->hx : NULL;
+    if (hx && !s->rc && cuda_hx_fetch(hx, s->st, c, ws->xn, ws->route_e, ws->route_w, T))
+        s->rc = dsv4_fail(s->err, DSV4_E_STATE, "CUDA error copying layer %d's routing to the host", L);
     if (ly->ep && s->cm->ep) {
         /* the routed experts over every GPU (cuda_ep.h); a failure of the transport ends the step */
         if (!s->rc) s->rc = cuda_ep_routed(s->cm->ep, s->cm, c, s->official, L, T, tiles, &b, s->err);
@@ -325,6 +332,8 @@ static void step_moe(step_ctx *s, const cu_layer *ly, int L) {
     mark(s, ST_EXPERTS);
     /* the shared expert sees the same (OFFICIAL: quantized) rows as the routed ones; cu_moe_routed left them in x8 */
     shared_expert(s, ly, s->official ? ws->x8 : ws->xn);
+    /* the GPU has its experts and the shared expert queued: the host computes its experts meanwhile */
+    if (hx && !s->rc) s->rc = cuda_hx_compute(hx, s->m, L, s->st, T, ws->ey, s->err);
     cu_moe_combine(s->st, s->official, ws->ey, ws->ys, ws->plan.token_pairs, T, K, d, ws->sub);
     mark(s, ST_SHARED);
 }
@@ -521,6 +530,7 @@ static int step_begin(struct dsv4_model *m, dsv4_step_item *items, int n_items, 
         cu_use(cm->gpu);
         if (rc) return rc;
     }
+    if (cm->hx && (rc = cuda_hx_reserve(cm->hx, c, T, err))) return rc;
     for (int i = 0; i < n_items; i++)
         if (seq_reserve(items[i].seq, items[i].n_tokens)) {
             size_t fb = 0, tb = 0;
@@ -569,6 +579,7 @@ int cuda_step(struct dsv4_model *m, dsv4_step_item *items, int n_items, dsv4_err
     int rc = step_begin(m, items, n_items, &s, err);
     if (rc) return rc;
     /* From here on the sequences change. */
+    if (cm->route_counts) m->counted_tokens += (uint64_t)s.T;
     cu_embed(s.st, &cm->embed, s.ws->tok, s.T, c->hc_mult, c->dim, s.ws->X);
     mark(&s, ST_EMBED);
     for (int L = 0; L < c->n_layers; L++) {

@@ -62,6 +62,29 @@ __device__ __forceinline__ bool first_slot(const int32_t *re, int j) {
     return true;
 }
 
+__global__ void k_count_routes(const int32_t *route_e, int T, int K, unsigned long long *counts) {
+    const int t = blockIdx.x * blockDim.x + threadIdx.x;
+    if (t >= T) return;
+    const int32_t *re = route_e + (int64_t)t * K;
+    for (int j = 0; j < K; j++)
+        if (first_slot(re, j)) atomicAdd(&counts[re[j]], 1ull);
+}
+
+extern "C" void cu_count_routes(cu_stream st, const int32_t *route_e, int T, int K, unsigned long long *counts) {
+    if (T > 0) k_count_routes<<<(T + 255) / 256, 256, 0, (cudaStream_t)st>>>(route_e, T, K, counts);
+}
+
+__global__ void k_scatter_pair_rows(const float *rows, const int32_t *pair, int n, int d, float *ey) {
+    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (int64_t)n * d) return;
+    const int64_t q = i / d, k = i % d;
+    ey[(int64_t)pair[q] * d + k] = rows[i];
+}
+
+extern "C" void cu_scatter_pair_rows(cu_stream st, const float *rows, const int32_t *pair, int n, int d, float *ey) {
+    if (n > 0) k_scatter_pair_rows<<<cu_blocks((int64_t)n * d, 256), 256, 0, (cudaStream_t)st>>>(rows, pair, n, d, ey);
+}
+
 #define PLAN_THREADS 256
 
 /* One block. Thread e (strided over experts) walks the tokens in order, so pair positions, tiles and each

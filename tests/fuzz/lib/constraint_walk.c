@@ -1,6 +1,7 @@
 /* See constraint_walk.h. */
 #include "constraint_walk.h"
 #include "../fuzz.h"
+#include "engine/constraint_pda.h"   /* sig_probe: the shadow state below takes the stored-walk paths */
 #include <stdlib.h>
 #include <string.h>
 
@@ -55,6 +56,14 @@ void fuzz_constraint_walk(const dsv4_grammar *g, const uint8_t *data, size_t siz
     dsv4_error err = {0};
     int rc = dsv4_cstate_new(g, v, FUZZ_WALK_MAX_BYTES, &st, &err);
     if (rc) { fuzz_check_error(rc, &err); return; }
+    /* a shadow stream on a matcher whose every context-independent walk goes through the stored walks
+     * (constraint_sig.c; the fixture vocabulary is too small for them otherwise): the same masks */
+    dsv4_cmatcher *shadow_m = NULL;
+    dsv4_cstate *shadow = NULL;
+    if (!dsv4_cmatcher_new(g, v, &shadow_m, &err)) {
+        shadow_m->sig_probe = 0;
+        if (dsv4_cstate_new_shared(shadow_m, FUZZ_WALK_MAX_BYTES, &shadow, &err)) shadow = NULL;
+    }
     char *buf = malloc(FUZZ_WALK_MAX_BYTES + 1);
     FUZZ_CHECK(buf, "out of memory");
     size_t used = 0;
@@ -76,6 +85,10 @@ void fuzz_constraint_walk(const dsv4_grammar *g, const uint8_t *data, size_t siz
             FUZZ_CHECK(used + len <= FUZZ_WALK_MAX_BYTES, "token %d (%zu bytes) allowed at %zu bytes", i, len, used);
         }
         FUZZ_CHECK(n > 0, "nothing allowed after %zu bytes", used);
+        if (shadow) {
+            if (dsv4_cstate_allowed(shadow, again, &err)) { dsv4_cstate_free(shadow); shadow = NULL; } /* out of memory */
+            else FUZZ_CHECK(!memcmp(bits, again, sizeof bits), "the stored-walk paths give another mask after %zu bytes", used);
+        }
         /* dsv4_cstate_allows agrees with the mask (on a sample: one call per token costs as much as the mask) */
         for (int k = 0; k < 8; k++) {
             const int32_t i = k == 0 ? eos : (int32_t)(fuzz_rng_next(&rng) % N_VOCAB);
@@ -113,6 +126,7 @@ void fuzz_constraint_walk(const dsv4_grammar *g, const uint8_t *data, size_t siz
             ok = 0;
             break;
         }
+        if (shadow && dsv4_cstate_advance(shadow, tok, &err)) { dsv4_cstate_free(shadow); shadow = NULL; }
         if (tok == eos) {
             FUZZ_CHECK(dsv4_cstate_finished(st), "EOS taken but not finished");
             *complete = was_complete;
@@ -134,4 +148,6 @@ void fuzz_constraint_walk(const dsv4_grammar *g, const uint8_t *data, size_t siz
         free(buf);
     }
     dsv4_cstate_free(st);
+    dsv4_cstate_free(shadow);
+    dsv4_cmatcher_free(shadow_m);
 }

@@ -1,0 +1,155 @@
+/* Routed experts in host memory: the three steps of cuda_host_experts.h. */
+#ifdef DSV4_CUDA
+#include "backend/cuda/cuda_host_experts.h"
+#include "model/model.h"
+#include "util/error.h"
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static double now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+int cuda_hx_init(cu_host_experts *hx, expert_map *map, dsv4_error *err) {
+    memset(hx, 0, sizeof *hx);
+    hx->map = *map;
+    memset(map, 0, sizeof *map);
+    if (!(hx->n_host = calloc((size_t)hx->map.n_layers, sizeof *hx->n_host)) || !(hx->fetched = cu_event_new())) {
+        cuda_hx_free(hx);
+        return dsv4_fail(err, DSV4_E_NOMEM, "out of memory (host experts)");
+    }
+    for (int l = 0; l < hx->map.n_layers; l++) hx->n_host[l] = hx->map.n_routed - expert_map_gpu_count(&hx->map, l);
+    return DSV4_OK;
+}
+
+static void free_buffers(cu_host_experts *hx) {
+    moe_host_scratch_free(&hx->scr);
+    cu_free_host(hx->xn_h);
+    cu_free_host(hx->route_w_h);
+    cu_free_host(hx->rows_h);
+    cu_free_host(hx->route_e_h);
+    cu_free_host(hx->pair_h);
+    cu_free(hx->rows_d);
+    cu_free(hx->pair_d);
+    hx->xn_h = hx->route_w_h = hx->rows_h = hx->rows_d = NULL;
+    hx->route_e_h = hx->pair_h = hx->pair_d = NULL;
+    hx->T_cap = 0;
+}
+
+void cuda_hx_free(cu_host_experts *hx) {
+    free_buffers(hx);
+    for (int i = 0; i < hx->n_synth; i++) free(hx->synth[i]);
+    free(hx->synth);
+    cu_event_free(hx->fetched);
+    free(hx->n_host);
+    expert_map_free(&hx->map);
+    memset(hx, 0, sizeof *hx);
+}
+
+/* splitmix64: the fill is a pure function of (seed, position), as on the GPU */
+static uint64_t mix64(uint64_t z) {
+    z += 0x9e3779b97f4a7c15ULL;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+
+/* n bytes of random weights of format fmt (scale: every byte 121, 2^-6) in a new buffer kept by hx. */
+static void *synth_bytes(cu_host_experts *hx, size_t n, int fmt, int scale, uint64_t seed) {
+    void **grown = realloc(hx->synth, sizeof *grown * (size_t)(hx->n_synth + 1));
+    if (!grown) return NULL;
+    hx->synth = grown;
+    uint8_t *p = malloc(n ? n : 1);
+    if (!p) return NULL;
+    hx->synth[hx->n_synth++] = p;
+    if (scale) {
+        memset(p, 121, n);
+        return p;
+    }
+    for (size_t w = 0; w * 8 < n; w++) {
+        const uint64_t h = mix64(seed ^ mix64(w));
+        for (int k = 0; k < 8 && w * 8 + (size_t)k < n; k++) {
+            const uint32_t r = (uint32_t)(h >> (8 * k));
+            p[w * 8 + (size_t)k] = fmt == WF_FP8 ? (uint8_t)((r & 0x80) | ((5 + ((r >> 3) & 3)) << 3) | (r & 7)) : (uint8_t)r;
+        }
+    }
+    return p;
+}
+
+static size_t scale_len(const dsv4_weight *w) {
+    if (w->fmt == WF_FP8) return (size_t)((w->rows + 127) / 128) * (size_t)w->scale_cols;
+    if (w->fmt == WF_FP4) return (size_t)w->rows * (size_t)w->scale_cols;
+    return 0;
+}
+
+int cuda_hx_fill_synthetic(cu_host_experts *hx, struct dsv4_model *m, dsv4_error *err) {
+    uint64_t seed = 0x405700000ULL;
+    for (int l = 0; l < hx->map.n_layers; l++)
+        for (int e = 0; e < hx->map.n_routed; e++) {
+            if (!expert_on_host(&hx->map, l, e)) continue;
+            dsv4_weight *ws[3] = { &m->layers[l].w1[e], &m->layers[l].w2[e], &m->layers[l].w3[e] };
+            for (int k = 0; k < 3; k++) {
+                dsv4_weight *w = ws[k];
+                void *data = synth_bytes(hx, (size_t)weight_bytes(w), w->fmt, 0, seed++);
+                void *scale = data && scale_len(w) ? synth_bytes(hx, scale_len(w), w->fmt, 1, 0) : NULL;
+                if (!data || (scale_len(w) && !scale))
+                    return dsv4_fail(err, DSV4_E_NOMEM, "out of host memory for the synthetic host experts (%d of them)",
+                                     (int)hx->map.n_host);
+                w->data = data;
+                w->scale = scale;
+            }
+        }
+    return DSV4_OK;
+}
+
+int cuda_hx_reserve(cu_host_experts *hx, const dsv4_config *c, int T, dsv4_error *err) {
+    if (T <= hx->T_cap) return DSV4_OK;
+    free_buffers(hx);
+    const size_t d = (size_t)c->dim, K = (size_t)c->n_act, t = (size_t)T;
+    int ok = !moe_host_scratch_init(&hx->scr, c, T);
+    ok = ok && (hx->xn_h = cu_malloc_host(sizeof(float) * t * d)) && (hx->route_w_h = cu_malloc_host(sizeof(float) * t * K)) &&
+         (hx->rows_h = cu_malloc_host(sizeof(float) * t * K * d)) && (hx->route_e_h = cu_malloc_host(sizeof(int32_t) * t * K)) &&
+         (hx->pair_h = cu_malloc_host(sizeof(int32_t) * t * K)) && (hx->rows_d = cu_malloc(sizeof(float) * t * K * d)) &&
+         (hx->pair_d = cu_malloc(sizeof(int32_t) * t * K));
+    if (!ok) {
+        free_buffers(hx);
+        return dsv4_fail(err, DSV4_E_NOMEM, "out of memory for the host experts' buffers of a %d-token step (%.2f GiB page-locked, "
+                         "as much on the GPU)", T, sizeof(float) * t * K * d / 1073741824.0);
+    }
+    hx->T_cap = T;
+    return DSV4_OK;
+}
+
+int cuda_hx_fetch(cu_host_experts *hx, cu_stream st, const dsv4_config *c, const float *xn, const int32_t *route_e,
+                  const float *route_w, int T) {
+    const size_t d = (size_t)c->dim, K = (size_t)c->n_act, t = (size_t)T;
+    if (cu_download_async(st, hx->xn_h, xn, sizeof(float) * t * d) || cu_download_async(st, hx->route_e_h, route_e, sizeof(int32_t) * t * K) ||
+        cu_download_async(st, hx->route_w_h, route_w, sizeof(float) * t * K))
+        return -1;
+    return cu_event_record(hx->fetched, st);
+}
+
+int cuda_hx_compute(cu_host_experts *hx, struct dsv4_model *m, int L, cu_stream st, int T, float *ey, dsv4_error *err) {
+    const int d = m->cfg.dim;
+    const double t0 = now_ms();
+    if (cu_event_wait_host(hx->fetched)) return dsv4_fail(err, DSV4_E_STATE, "CUDA error waiting for layer %d's routing", L);
+    const double t1 = now_ms();
+    const uint8_t *on_host = hx->map.owner + (int64_t)L * hx->map.n_routed;
+    const int n = moe_host_rows(m, &m->layers[L], on_host, hx->xn_h, hx->route_e_h, hx->route_w_h, T, &hx->scr, hx->rows_h, hx->pair_h);
+    hx->wait_ms += t1 - t0;
+    hx->host_ms += now_ms() - t1;
+    hx->host_rows += (uint64_t)n;
+    if (!n) return DSV4_OK;
+    /* the copies read the page-locked buffers later: the next fetch (next layer) comes after them in the stream */
+    if (cu_upload_async(st, hx->rows_d, hx->rows_h, sizeof(float) * (size_t)n * d) ||
+        cu_upload_async(st, hx->pair_d, hx->pair_h, sizeof(int32_t) * (size_t)n))
+        return dsv4_fail(err, DSV4_E_STATE, "CUDA error copying layer %d's host expert rows", L);
+    cu_scatter_pair_rows(st, hx->rows_d, hx->pair_d, n, d, ey);
+    return DSV4_OK;
+}
+#else
+typedef int dsv4_cuda_host_experts_unused; /* built only with CUDA=1 */
+#endif

@@ -1,0 +1,55 @@
+/* Routed experts in host memory (issue 15, docs/HOST_EXPERTS.md). Private to src/backend/cuda/.
+ *
+ * When the weights do not all fit in the GPU budget, model/expert_place.h chooses which routed experts of the main
+ * layers stay in host memory; their device entries keep data NULL, so the GPU's expert tiles write their pair rows
+ * as -0.0f (as for an expert another GPU holds). One MoE layer of a step with host experts (cuda_step.c step_moe):
+ *   1. the GPU routes; the layer's normalised rows xn [T][dim] and the routing [T][K] are copied to page-locked
+ *      host memory and an event is recorded behind them;
+ *   2. the GPU goes on with its own experts and the shared expert, while the host thread waits for the event and
+ *      computes the host experts' pair rows with the CPU kernels (core/moe.h moe_host_rows, the CPU step's expert
+ *      in the model's numeric mode, on the model's thread pool), packed, with each row's pair index;
+ *   3. the packed rows and their indices go to the GPU and a scatter puts each row at its pair index in ey, over
+ *      the -0.0f the GPU wrote there; then the combine sums every token's pairs in increasing expert id, as always.
+ * Pair indices are a function of the routing alone (moe_pair_offsets = the GPU plan's numbering), and each row
+ * is computed from the same inputs whatever the batch: so the step stays deterministic and batch-invariant, and
+ * differs from an all-GPU step only by the CPU and GPU expert kernels' difference (per-kernel tolerance). */
+#ifndef DSV4_CUDA_HOST_EXPERTS_H
+#define DSV4_CUDA_HOST_EXPERTS_H
+#include "backend/cuda/cu_runtime.h"
+#include "core/moe.h"
+#include "model/expert_place.h"
+
+struct dsv4_model;
+
+typedef struct cu_host_experts {
+    expert_map map;            /* which experts of which main layer the host holds */
+    int *n_host;               /* [n_layers] host experts per layer (a layer with none skips steps 1-3) */
+    int T_cap;
+    moe_host_scratch scr;
+    float *xn_h, *route_w_h, *rows_h;   /* page-locked: [T][dim], [T][K], [T*K][dim] */
+    int32_t *route_e_h, *pair_h;        /* page-locked: [T][K], [T*K] */
+    float *rows_d;             /* device [T*K][dim] */
+    int32_t *pair_d;           /* device [T*K] */
+    cu_event fetched;          /* step 1's copies are done */
+    double host_ms, wait_ms;   /* time the host spent computing, and waiting for step 1 (dsv4 bench) */
+    uint64_t host_rows;        /* pair rows the host computed */
+    void **synth;              /* synthetic checkpoints: the host experts' filled weights (owned), and their count */
+    int n_synth;
+} cu_host_experts;
+
+/* Take the map (ownership moves to hx; map is cleared) and the per-layer counts. */
+int  cuda_hx_init(cu_host_experts *hx, expert_map *map, dsv4_error *err);
+/* A synthetic checkpoint (model/synthetic.h) has holes where its host experts' weights would be: give each host
+ * expert weights of its own in host memory, random values in its formats as k_synth.cu makes them on the GPU
+ * (FP8 exponents 5..8, any FP4 nibble, UE8M0 scales 2^-6), so that the host reads real bytes at real bandwidth.
+ * m's bindings of those experts point at them until the model is freed. */
+int  cuda_hx_fill_synthetic(cu_host_experts *hx, struct dsv4_model *m, dsv4_error *err);
+/* Buffers for steps of T tokens (called before a step changes anything). */
+int  cuda_hx_reserve(cu_host_experts *hx, const dsv4_config *c, int T, dsv4_error *err);
+/* Step 1 for main layer L, enqueued on st. */
+int  cuda_hx_fetch(cu_host_experts *hx, cu_stream st, const dsv4_config *c, const float *xn, const int32_t *route_e,
+                   const float *route_w, int T);
+/* Steps 2-3: wait for step 1, compute on the host, enqueue the copies and the scatter into ey on st. */
+int  cuda_hx_compute(cu_host_experts *hx, struct dsv4_model *m, int L, cu_stream st, int T, float *ey, dsv4_error *err);
+void cuda_hx_free(cu_host_experts *hx);
+#endif

@@ -1,0 +1,115 @@
+#!/usr/bin/env bash
+# dsv4 profile and the host-expert placement (issue 15) on a tiny model, without a GPU:
+#   - the profile's counts: on the hash-routed layers they must equal what the checkpoint's tid2eid table gives for
+#     the prompt tokens (read here by Python straight from the safetensors, an independent route); on every layer
+#     each token adds top-k; the file does not depend on the prefill chunk; --generate adds its tokens;
+#   - `inspect --gpu-mem` places experts by the rule of model/expert_place.h, recomputed here in Python from the
+#     profile (most used first, ties to the lower layer then expert) and, without one, evenly;
+#   - damaged, foreign or misplaced profiles and bad budgets are one-line errors.
+. "$(dirname "$0")/lib.sh"
+
+"$BIN" tiny -o "$T/m" --preset flash-tiny --seed 7 >/dev/null 2>&1 || { bad "tiny model"; finish; }
+printf '1,2,3,4,5,6,7\n\n9,10,11\n500,3,3,3\n' >"$T/prompts.txt"
+
+expect_ok "profile" "$BIN" profile -m "$T/m" --file "$T/prompts.txt" --out "$T/p1.json"
+grep -q "3 prompts, 14 tokens, 6 layers x 8 experts" "$T/out" && ok || bad "profile summary: $(cat "$T/out")"
+expect_ok "profile --chunk 1" "$BIN" profile -m "$T/m" --file "$T/prompts.txt" --out "$T/p2.json" --chunk 1
+cmp -s "$T/p1.json" "$T/p2.json" && ok || bad "the profile depends on the prefill chunk"
+expect_ok "profile --generate 2" "$BIN" profile -m "$T/m" --file "$T/prompts.txt" --out "$T/p3.json" --generate 2
+grep -q "3 prompts, 20 tokens" "$T/out" && ok || bad "--generate 2 tokens not counted: $(cat "$T/out")"
+# the default place: next to the checkpoint, where loads find it
+expect_ok "profile default out" "$BIN" profile -m "$T/m" --file "$T/prompts.txt"
+cmp -s "$T/p1.json" "$T/m/expert_profile.json" && ok || bad "default output differs from --out"
+
+# independent check of the counts
+check=$(python3 - "$T/m" "$T/p1.json" "$T/p3.json" <<'EOF'
+import json, struct, sys
+mdir, p1, p3 = sys.argv[1], json.load(open(sys.argv[2])), json.load(open(sys.argv[3]))
+cfg = json.load(open(mdir + "/config.json"))
+L, E, K, H = cfg["num_hidden_layers"], cfg["n_routed_experts"], cfg["num_experts_per_tok"], cfg["num_hash_layers"]
+wm = json.load(open(mdir + "/model.safetensors.index.json"))["weight_map"]
+def tensor(name):
+    f = open(mdir + "/" + wm[name], "rb")
+    n = struct.unpack("<Q", f.read(8))[0]
+    h = json.loads(f.read(n))[name]
+    f.seek(8 + n + h["data_offsets"][0])
+    raw = f.read(h["data_offsets"][1] - h["data_offsets"][0])
+    fmt = {"I32": "i", "I64": "q"}[h["dtype"]]
+    vals = struct.unpack("<%d%s" % (len(raw) // struct.calcsize(fmt), fmt), raw)
+    return [vals[i * h["shape"][1]:(i + 1) * h["shape"][1]] for i in range(h["shape"][0])]
+prompts = [[int(x) for x in l.split(",")] for l in open(mdir + "/../prompts.txt") if l.strip()]
+toks = [t for p in prompts for t in p]
+errors = []
+if p1["tokens"] != len(toks): errors.append("tokens %d != %d" % (p1["tokens"], len(toks)))
+for l in range(H):
+    want = [0] * E
+    table = tensor("layers.%d.ffn.gate.tid2eid" % l)
+    for t in toks:
+        for e in set(table[t]): want[e] += 1
+    if p1["counts"][l] != want: errors.append("hash layer %d: %s != %s" % (l, p1["counts"][l], want))
+for p in (p1, p3):
+    for l in range(L):
+        if sum(p["counts"][l]) != K * p["tokens"]: errors.append("layer %d adds %d, not top-%d per token" % (l, sum(p["counts"][l]), K))
+print("ok" if not errors else "; ".join(errors))
+EOF
+)
+[ "$check" = ok ] && ok || bad "profile counts: $check"
+
+# placement: the rule recomputed from the profile
+placement() {   # $1 = output of inspect; prints the per-layer GPU counts
+    grep "routed experts on the GPU per layer" "$1" | sed 's/.*layer://'
+}
+for gb in 0.0052 0.0054 0.0056; do
+    expect_ok "inspect --gpu-mem $gb profile" "$BIN" inspect -m "$T/m" --gpu-mem $gb --expert-profile "$T/p3.json"
+    got=$(placement "$T/out")
+    n_gpu=$(sed -n 's/.* and \([0-9]*\) of 48 routed experts.*/\1/p' "$T/out")
+    want=$(python3 - "$T/p3.json" "$n_gpu" <<'EOF'
+import json, sys
+p, n = json.load(open(sys.argv[1])), int(sys.argv[2])
+L, E = p["n_layers"], p["n_routed"]
+order = sorted(((p["counts"][l][e], l * E + e) for l in range(L) for e in range(E)), key=lambda x: (-x[0], x[1]))
+per = [0] * L
+for c, i in order[:n]: per[i // E] += 1
+print("".join(" %d:%d" % (l, per[l]) for l in range(L)))
+EOF
+)
+    [ -n "$n_gpu" ] && [ "$got" = "$want" ] && ok || bad "placement at $gb GiB by profile: '$got' vs '$want'"
+    grep -q "the most used by the routing profile" "$T/out" && ok || bad "placement does not say it used the profile"
+done
+# without a profile (the default file moved away): n / L per layer, the first n % L layers one more
+mv "$T/m/expert_profile.json" "$T/saved.json"
+expect_ok "inspect even" "$BIN" inspect -m "$T/m" --gpu-mem 0.0054
+n_gpu=$(sed -n 's/.* and \([0-9]*\) of 48 routed experts.*/\1/p' "$T/out")
+want=$(python3 -c "n=int('$n_gpu' or -1); print(''.join(' %d:%d' % (l, n // 6 + (l < n % 6)) for l in range(6)))")
+[ "$(placement "$T/out")" = "$want" ] && grep -q "spread evenly" "$T/out" && ok || bad "even placement: $(placement "$T/out") vs $want"
+# the profile next to the checkpoint is found by itself
+cp "$T/p3.json" "$T/m/expert_profile.json"
+expect_ok "inspect auto profile" "$BIN" inspect -m "$T/m" --gpu-mem 0.0054
+grep -q "the most used by the routing profile" "$T/out" && ok || bad "DIR/expert_profile.json not used"
+expect_ok "inspect all fits" "$BIN" inspect -m "$T/m" --gpu-mem 1
+grep -q "48 of 48 routed experts.*everything fits" "$T/out" && ok || bad "a big budget keeps every expert: $(tail -2 "$T/out")"
+
+# errors: one line each
+printf '{"dsv4_expert_profile":1,"n_layers":6' >"$T/cut.json"
+expect_err "truncated profile" "cut.json: not JSON" "$BIN" inspect -m "$T/m" --gpu-mem 0.0054 --expert-profile "$T/cut.json"
+python3 -c "
+import json; p = json.load(open('$T/p3.json')); p['counts'] = p['counts'][:5]; p['n_layers'] = 5
+json.dump(p, open('$T/foreign.json', 'w'))"
+expect_err "foreign profile" "the model has 6 x 8" "$BIN" inspect -m "$T/m" --gpu-mem 0.0054 --expert-profile "$T/foreign.json"
+cp "$T/cut.json" "$T/m/expert_profile.json"
+expect_err "damaged profile next to the checkpoint" "expert_profile.json: not JSON" "$BIN" inspect -m "$T/m" --gpu-mem 0.0054
+expect_err "missing profile" "nope.json" "$BIN" inspect -m "$T/m" --gpu-mem 0.0054 --expert-profile "$T/nope.json"
+expect_err "budget below the other weights" "the weights other than the routed experts need" "$BIN" inspect -m "$T/m" --gpu-mem 0.001 --expert-profile "$T/p3.json"
+expect_err "bad --gpu-mem" "--gpu-mem must be a positive number" "$BIN" inspect -m "$T/m" --gpu-mem lots
+expect_err "zero --gpu-mem" "--gpu-mem must be a positive number" "$BIN" logits -m "$T/m" --tokens 1,2 --gpu-mem 0
+expect_err "profile without budget" "--expert-profile needs --gpu-mem" "$BIN" inspect -m "$T/m" --expert-profile "$T/p3.json"
+expect_err "profile: no prompts file" "missing --file" "$BIN" profile -m "$T/m"
+printf '\n\n' >"$T/empty.txt"
+expect_err "profile: empty prompts" "no prompts" "$BIN" profile -m "$T/m" --file "$T/empty.txt"
+printf '1,2,99999\n' >"$T/badid.txt"
+expect_err "profile: bad token id" "prompt 0" "$BIN" profile -m "$T/m" --file "$T/badid.txt" --out "$T/x.json"
+[ ! -e "$T/x.json" ] && ok || bad "a failed profile left a file"
+# a profile run ignores a damaged profile in the folder (it is about to replace it)
+expect_ok "profile over a damaged one" "$BIN" profile -m "$T/m" --file "$T/prompts.txt"
+cmp -s "$T/p1.json" "$T/m/expert_profile.json" && ok || bad "profile did not replace the damaged file"
+finish

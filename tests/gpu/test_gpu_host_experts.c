@@ -1,0 +1,216 @@
+/* Routed experts in host memory (issue 15) on the GPU. A tiny checkpoint loaded with a GPU budget that holds every
+ * other weight and about half of the routed experts keeps the rest in host memory, computed by the CPU:
+ *   - the split model is exact with itself (memcmp against its own one-shot run): token by token, random chunks,
+ *     batched beside a second stream, speculative steps rolled back, saved and restored at 5 / 10 / 131;
+ *   - it agrees with the all-GPU model within the per-kernel tolerance (the CPU's and GPU's expert kernels sum in
+ *     different orders): the deviation is printed and bounded (EXACT 1e-4, OFFICIAL 5e-2 of the largest logit);
+ *   - a state saved on the split model continues on the all-GPU model and the other way round (within the same
+ *     tolerance: the state format does not depend on where experts live);
+ *   - placement: the host expert count equals the CPU placement of model/expert_place.h for the same budget, with
+ *     and without a routing profile (a profile counted on the GPU by `dsv4 profile`'s route counters);
+ *   - a damaged profile, a budget below the other weights: one-line errors, nothing left allocated.
+ * Both numeric modes, f32 and fp8 KV. */
+#include <math.h>
+#include <stdio.h>
+#include "against.h"
+#include "model/expert_place.h"
+#include "model/expert_profile.h"
+#include "model/model.h"
+#include "model/route_count.h"
+#include "backend/cuda/cuda_backend.h"
+
+#define SEQ_LEN 200
+
+typedef struct {
+    const char *name, *preset;
+    const char *sets[4];
+    int n_sets;
+    dsv4_mode mode;
+    int kv;
+    double tol;          /* max |split - all-GPU| / max |all-GPU| over every logit */
+} topology;
+
+static const topology topologies[] = {
+    {"EXACT flash-like", "flash-tiny", {"compress_ratios=[0,0,4,128,4,128]", "sliding_window=8", "index_topk=3"}, 3, DSV4_MODE_EXACT, DSV4_KV_F32, 1e-4},
+    {"OFFICIAL flash-like", "flash-tiny", {"compress_ratios=[0,0,4,128,4,128]", "sliding_window=8", "index_topk=3"}, 3, DSV4_MODE_OFFICIAL, DSV4_KV_F32, 5e-2},
+    {"OFFICIAL pro-like, fp8 KV", "pro-tiny", {"compress_ratios=[128,128,4,128]", "sliding_window=8", "index_topk=5"}, 3, DSV4_MODE_OFFICIAL, DSV4_KV_FP8, 5e-2},
+};
+#define N_TOPO (int)(sizeof topologies / sizeof topologies[0])
+
+typedef struct {
+    dsv4_model *gpu, *split;   /* all on the GPU; about half the routed experts on the host */
+    double gpu_mem_gb;
+    char dir[256];
+    int vocab;
+    int32_t tok[SEQ_LEN], other[SEQ_LEN];
+    float *ref, *ref_other;    /* the split model's one-shot logits */
+    float *gref;               /* the all-GPU model's */
+} fixture;
+
+static dsv4_model *load_split(const char *dir, const topology *tp, double gb, const char *profile, dsv4_error *err) {
+    dsv4_load_opts lo = { .mode = tp->mode, .quiet = 1, .device = DSV4_DEVICE_CUDA, .kv_format = tp->kv, .gpu_mem_gb = gb,
+                          .expert_profile = profile ? profile : "" };
+    dsv4_model *m = NULL;
+    return dsv4_model_load(dir, &lo, &m, err) ? NULL : m;
+}
+
+/* The budget that holds every other weight and half of the routed experts, and that placement's host count. */
+static double half_budget(dsv4_model *m, const uint64_t *counts, int64_t *n_host) {
+    expert_map map;
+    uint64_t fixed, one;
+    dsv4_error err;
+    if (expert_map_for_budget(m, UINT64_MAX / 2, NULL, &map, &fixed, &one, &err)) return -1;
+    expert_map_free(&map);
+    const int64_t half = (int64_t)m->cfg.n_layers * m->cfg.n_routed / 2;
+    const double gb = (double)(fixed + (uint64_t)half * one + one / 2) / 1073741824.0;
+    if (expert_map_for_budget(m, (uint64_t)(gb * 1073741824.0), counts, &map, &fixed, &one, &err)) return -1;
+    *n_host = map.n_host;
+    expert_map_free(&map);
+    return gb;
+}
+
+static int setup(void **state, const topology *tp) {
+    fixture *f = calloc(1, sizeof *f);
+    f->gpu = tm_make_on(tp->preset, tp->sets, tp->n_sets, 4321, tp->mode, DSV4_DEVICE_CUDA, tp->kv, f->dir);
+    if (!f->gpu) return -1;
+    int64_t n_host = 0;
+    f->gpu_mem_gb = half_budget(f->gpu, NULL, &n_host);
+    dsv4_error err;
+    if (!(f->split = load_split(f->dir, tp, f->gpu_mem_gb, NULL, &err))) { fprintf(stderr, "split load: %s\n", err.msg); return -1; }
+    if (cuda_host_experts(f->split, NULL, NULL) != n_host || n_host <= 0) {
+        fprintf(stderr, "%lld experts on the host, the placement says %lld\n", (long long)cuda_host_experts(f->split, NULL, NULL),
+                (long long)n_host);
+        return -1;
+    }
+    dsv4_model_info info;
+    dsv4_model_get_info(f->gpu, &info);
+    f->vocab = info.vocab_size;
+    tm_tokens(f->tok, SEQ_LEN, f->vocab, 17);
+    tm_tokens(f->other, SEQ_LEN, f->vocab, 23);
+    f->ref = tm_logits(f->split, f->tok, SEQ_LEN, NULL, 0);
+    f->ref_other = tm_logits(f->split, f->other, SEQ_LEN, NULL, 0);
+    f->gref = tm_logits(f->gpu, f->tok, SEQ_LEN, NULL, 0);
+    if (!f->ref || !f->ref_other || !f->gref) return -1;
+    *state = f;
+    return 0;
+}
+
+static int teardown(void **state) {
+    fixture *f = *state;
+    if (!f) return 0;
+    free(f->ref);
+    free(f->ref_other);
+    free(f->gref);
+    dsv4_model_free(f->split);
+    dsv4_model_free(f->gpu);
+    tm_rmdir(f->dir);
+    free(f);
+    return 0;
+}
+
+static double deviation(const float *a, const float *b, size_t n) {
+    double dmax = 0, bmax = 0;
+    for (size_t i = 0; i < n; i++) {
+        dmax = fmax(dmax, fabs((double)a[i] - b[i]));
+        bmax = fmax(bmax, fabs((double)b[i]));
+    }
+    return bmax > 0 ? dmax / bmax : dmax;
+}
+
+static void split_parity(void **state) {
+    fixture *f = *state;
+    const against a = { "host experts", f->split, f->vocab, SEQ_LEN, f->tok, f->other, f->ref, f->ref_other };
+    against_one_shot_and_chunks(&a);
+    against_batched(&a);
+    against_save_across(&a, f->split, f->split, "saved and restored with host experts");
+    against_rollback(&a);
+    double host_ms = 0, wait_ms = 0;
+    const int64_t n_host = cuda_host_experts(f->split, &host_ms, &wait_ms);
+    const double dev = deviation(f->ref, f->gref, (size_t)SEQ_LEN * f->vocab);
+    printf("  %lld experts on the host (--gpu-mem %.4f GiB); host computing %.1f ms, waiting %.1f ms; "
+           "max |split - all-GPU| / max |all-GPU| = %.3g\n", (long long)n_host, f->gpu_mem_gb, host_ms, wait_ms, dev);
+    const topology *tp = NULL;
+    for (int i = 0; i < N_TOPO; i++)
+        if (topologies[i].mode == f->split->mode && topologies[i].kv == f->split->kv_format) tp = &topologies[i];
+    if (dev > tp->tol) fail_msg("the split model deviates %.3g from the all-GPU one (tolerance %.3g)", dev, tp->tol);
+    /* states cross between the two placements: continued elsewhere, within the same tolerance */
+    dsv4_error err;
+    float *l = malloc(sizeof(float) * SEQ_LEN * (size_t)f->vocab);
+    for (int dir = 0; dir < 2; dir++) {
+        dsv4_model *from = dir ? f->gpu : f->split, *to = dir ? f->split : f->gpu;
+        dsv4_seq *s, *r;
+        void *buf;
+        size_t len;
+        if (dsv4_seq_new(from, &s, &err)) fail_msg("%s", err.msg);
+        against_step1(from, s, f->tok, 131, l);
+        if (dsv4_seq_save_mem(s, &buf, &len, &err) || dsv4_seq_load_mem(to, buf, len, &r, &err)) fail_msg("%s", err.msg);
+        against_step1(to, r, f->tok + 131, SEQ_LEN - 131, l + (size_t)131 * f->vocab);
+        const double d = deviation(l + (size_t)131 * f->vocab, f->gref + (size_t)131 * f->vocab, (size_t)(SEQ_LEN - 131) * f->vocab);
+        if (d > tp->tol) fail_msg("saved on %s, continued on %s: deviation %.3g", dir ? "all-GPU" : "split", dir ? "split" : "all-GPU", d);
+        dsv4_seq_free(s);
+        dsv4_seq_free(r);
+        free(buf);
+    }
+    free(l);
+}
+
+#define SETUP(i) static int setup_##i(void **s) { return setup(s, &topologies[i]); }
+SETUP(0) SETUP(1) SETUP(2)
+
+/* A profile counted on the GPU places the most used experts on it, as the CPU placement says; a damaged profile
+ * and a budget below the other weights are one-line errors that leave nothing allocated. */
+static void profile_and_errors(void **state) {
+    (void)state;
+    const topology *tp = &topologies[0];
+    char dir[256], path[300];
+    dsv4_model *gpu = tm_make_on(tp->preset, tp->sets, tp->n_sets, 77, tp->mode, DSV4_DEVICE_CUDA, tp->kv, dir);
+    assert_non_null(gpu);
+    dsv4_error err;
+    int32_t tok[64];
+    tm_tokens(tok, 64, gpu->cfg.vocab_size, 9);
+    if (model_count_routes(gpu, 1, &err)) fail_msg("%s", err.msg);
+    free(tm_logits(gpu, tok, 64, NULL, 0));
+    expert_profile prof;
+    if (model_route_profile(gpu, &prof, &err)) fail_msg("%s", err.msg);
+    assert_int_equal(prof.tokens, 64);
+    for (int l = 0; l < prof.n_layers; l++) {
+        uint64_t sum = 0;
+        for (int e = 0; e < prof.n_routed; e++) sum += prof.counts[(size_t)l * prof.n_routed + e];
+        assert_int_equal(sum, 64 * (uint64_t)gpu->cfg.n_act);
+    }
+    snprintf(path, sizeof path, "%s/%s", dir, EXPERT_PROFILE_FILE);
+    if (expert_profile_save(&prof, path, &err)) fail_msg("%s", err.msg);
+    int64_t n_host = 0;
+    const double gb = half_budget(gpu, prof.counts, &n_host);
+    expert_profile_free(&prof);
+    dsv4_model_free(gpu);
+    dsv4_model *split = load_split(dir, tp, gb, path, &err);
+    if (!split) fail_msg("load with the profile: %s", err.msg);
+    assert_int_equal(cuda_host_experts(split, NULL, NULL), n_host);
+    dsv4_model_free(split);
+    /* damaged: a cut file */
+    FILE *fp = fopen(path, "w");
+    fputs("{\"dsv4_expert_profile\":1,", fp);
+    fclose(fp);
+    if (load_split(dir, tp, gb, path, &err)) fail_msg("a damaged profile loaded");
+    if (!strstr(err.msg, "expert_profile.json") || strchr(err.msg, '\n')) fail_msg("unclear error: %s", err.msg);
+    /* a budget below the other weights, then a good load (nothing left behind) */
+    if (load_split(dir, tp, 1e-6, "", &err)) fail_msg("a budget below the other weights loaded");
+    if (!strstr(err.msg, "the weights other than the routed experts need")) fail_msg("unclear error: %s", err.msg);
+    if (!(split = load_split(dir, tp, gb, "", &err))) fail_msg("a good load after the errors failed: %s", err.msg);
+    dsv4_model_free(split);
+    tm_rmdir(dir);
+}
+
+int main(void) {
+    dsv4_error why;
+    if (!dsv4_cuda_available(&why)) {
+        printf("gpu host experts: skipped, needs a GPU: %s\n", why.msg);
+        return 0;
+    }
+    int (*setups[])(void **) = { setup_0, setup_1, setup_2 };
+    struct CMUnitTest tests[N_TOPO + 1];
+    for (int i = 0; i < N_TOPO; i++) tests[i] = (struct CMUnitTest){ topologies[i].name, split_parity, setups[i], teardown, NULL };
+    tests[N_TOPO] = (struct CMUnitTest){ "profile placement and errors", profile_and_errors, NULL, NULL, NULL };
+    return _cmocka_run_group_tests("gpu host experts (memcmp with itself, tolerance against all-GPU)", tests, N_TOPO + 1, NULL, NULL);
+}
