@@ -9,7 +9,7 @@ import Anthropic from '@anthropic-ai/sdk';
 import Ajv from 'ajv';
 
 const [BASE, MODEL] = process.argv.slice(2);
-const SEEDS = process.env.DSV4_QUICK ? 2 : 6;
+const SEEDS = process.env.DSV4_QUICK ? 2 : 4;
 let pass = 0, fail = 0;
 const check = (name, cond, detail) => { if (cond) pass++; else { fail++; console.log(`FAIL: ${name}: ${typeof detail === 'function' ? detail() : detail}`); } };
 const show = (x) => JSON.stringify(x)?.slice(0, 400);
