@@ -95,6 +95,9 @@ typedef struct {
                             amx.h: its own accumulation order, the same for every batch): 2x faster prefill, slower
                             decode on the machines measured. Loading fails with DSV4_E_UNSUPPORTED when the CPU or
                             kernel has no AMX-BF16; ignored in EXACT mode and on cuda */
+    const char *cpu_isa; /* the CPU kernels' instruction set: "avx512", "avx2" or "scalar"; NULL, "" or "auto" =
+                            $DSV4_ISA when set, else the best this CPU has. Every set gives the same bits (only
+                            speed differs); DSV4_E_UNSUPPORTED when this CPU cannot run the one named */
 } dsv4_load_opts;
 
 /* "cpu" / "cuda" -> a dsv4_device, or -1. */

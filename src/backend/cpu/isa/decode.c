@@ -1,5 +1,7 @@
 /* Weight rows: decode into fp32, or dot against a vector without storing the decoded row. Both paths see
- * identical floats in identical lanes (see vec.h), so they agree bit for bit. */
+ * identical floats in identical lanes (see vec.h), so they agree bit for bit. Compiled once per instruction set
+ * (isa.h); every copy gives the same bits. */
+#include "backend/cpu/isa.h"
 #include "backend/cpu/kernels.h"
 #include "model/formats.h"
 #include <string.h>
@@ -19,6 +21,12 @@ static inline float e8m0_f32(uint8_t b) {
     memcpy(&f, &u, sizeof f);
     return f;
 }
+
+#ifndef DSV4_AVX2
+/* The E2M1 values as the vector decoders produce them: code 8 (-0, invalid in weights) as +0. */
+static const float e2m1_vec_value[16] = { 0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f,
+                                          0.0f, -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f };
+#endif
 
 static const uint8_t *fp8_scale_row(const dsv4_weight *w, int row) {
     return w->scale + (int64_t)((w->row0 + row) / 128) * w->scale_cols;
@@ -66,7 +74,7 @@ static int decode_row_avx512(const dsv4_weight *w, int row, float *out) {
 }
 #endif
 
-void weight_decode_row(const dsv4_weight *w, int row, float *out) {
+void ISA_FN(weight_decode_row)(const dsv4_weight *w, int row, float *out) {
     const int n = w->cols;
     int i = 0;
 #ifdef DSV4_AVX512
@@ -105,8 +113,8 @@ void weight_decode_row(const dsv4_weight *w, int row, float *out) {
 #else
             const float s = e8m0_to_f32(srow[i / 32]);
             for (int k = i; k < i + 32; k += 2) {
-                out[k] = dsv4_e2m1_table[src[k / 2] & 15] * s;
-                out[k + 1] = dsv4_e2m1_table[src[k / 2] >> 4] * s;
+                out[k] = e2m1_vec_value[src[k / 2] & 15] * s;
+                out[k + 1] = e2m1_vec_value[src[k / 2] >> 4] * s;
             }
 #endif
         }
@@ -171,7 +179,7 @@ static int dot_row_avx512(const dsv4_weight *w, int row, const float *x, float *
 }
 #endif
 
-float weight_dot_row(const dsv4_weight *w, int row, const float *x, float *scratch) {
+float ISA_FN(weight_dot_row)(const dsv4_weight *w, int row, const float *x, float *scratch) {
 #ifdef DSV4_AVX512
     float r;
     if (dot_row_avx512(w, row, x, &r)) return r;
@@ -222,6 +230,6 @@ float weight_dot_row(const dsv4_weight *w, int row, const float *x, float *scrat
     }
     }
 #endif
-    weight_decode_row(w, row, scratch);
+    ISA_FN(weight_decode_row)(w, row, scratch);
     return dot_f32(scratch, x, w->cols);
 }

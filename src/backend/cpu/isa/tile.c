@@ -1,4 +1,5 @@
 /* The TILE_R x TILE_T micro-kernel (tile.h states its reduction order: dot_f32's, bit for bit). */
+#include "backend/cpu/isa.h"
 #include "backend/cpu/tile.h"
 #include "backend/cpu/kernels.h"
 
@@ -27,7 +28,7 @@ enum { GROUP_LANES = 8 };
 static inline float reduce_groups(const lane_vec p[4]) { return vec_reduce32(p[0], p[1], p[2], p[3]); }
 #endif
 
-void tile_dot_f32(const float *const w[TILE_R], const float *const x[TILE_T], int n, float out[TILE_R * TILE_T]) {
+void ISA_FN(tile_dot_f32)(const float *const w[TILE_R], const float *const x[TILE_T], int n, float out[TILE_R * TILE_T]) {
     const int n32 = n & ~31;
 #if defined(DSV4_AVX512) || defined(DSV4_AVX2)
     enum { GROUPS = 32 / GROUP_LANES };
