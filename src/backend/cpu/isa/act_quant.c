@@ -36,12 +36,14 @@ static inline __m512 e4m3_round16(__m512 x, __m512 inv_s, __m512 s) {
 }
 #endif
 
+#ifdef ACTQ_AVX512
 static inline float pow2f_exact(int e) {   /* 2^e for a normal result */
     const uint32_t u = (uint32_t)(e + 127) << 23;
     float f;
     memcpy(&f, &u, sizeof f);
     return f;
 }
+#endif
 
 void ISA_FN(act_quant_fp8)(float *x, int n, int block) {
 #ifdef ACTQ_AVX512

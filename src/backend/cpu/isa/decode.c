@@ -13,6 +13,7 @@ static inline uint16_t load_u16(const uint16_t *p) {
     return v;
 }
 
+#ifdef DSV4_AVX512
 /* e8m0_to_f32 inlined (a call per 32 FP4 weights showed in profiles); the same values. */
 static inline float e8m0_f32(uint8_t b) {
     if (b == 0 || b == 255) return e8m0_to_f32(b);
@@ -21,6 +22,7 @@ static inline float e8m0_f32(uint8_t b) {
     memcpy(&f, &u, sizeof f);
     return f;
 }
+#endif
 
 #ifndef DSV4_AVX2
 /* The E2M1 values as the vector decoders produce them: code 8 (-0, invalid in weights) as +0. */

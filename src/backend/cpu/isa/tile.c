@@ -3,12 +3,14 @@
 #include "backend/cpu/tile.h"
 #include "backend/cpu/kernels.h"
 
+#if defined(DSV4_AVX512) || defined(DSV4_AVX2)
 /* The scalar tail of dot_f32: FMAs from 0 over i = n32..n-1 in increasing i. */
 static inline float tail_dot(const float *w, const float *x, int n32, int n) {
     float tail = 0.0f;
     for (int i = n32; i < n; i++) tail = fmaf(w[i], x[i], tail);
     return tail;
 }
+#endif
 
 /* One lane group of dot_f32's 32 lanes per vector: AVX-512 runs lanes 0-15 (its z0) then 16-31 (z1), AVX2
  * lanes 8g..8g+7 (its a0..a3) for g = 0..3. The loop below is written once for both. */
