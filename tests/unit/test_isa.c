@@ -16,16 +16,14 @@
 #include "model/formats.h"
 #include "util/error.h"
 #include "helpers/testmodel.h"
+#include "helpers/testweight.h"
 
 static const char *const all_sets[] = { "avx512", "avx2", "scalar" };
 enum { N_SETS = 3 };
 
 static uint32_t rng_state = 777u;
-static uint32_t rnd(void) {
-    rng_state = rng_state * 1664525u + 1013904223u;
-    return rng_state >> 8;
-}
-static float rndf(void) { return (float)rnd() / (float)(1u << 24) * 2.0f - 1.0f; }
+static uint32_t rnd(void) { return tw_rnd(&rng_state); }
+static float rndf(void) { return tw_rndf(&rng_state); }
 
 static const cpu_kernels *set_named(const char *name) {
     const cpu_kernels *k = NULL;
@@ -45,45 +43,6 @@ static int vector_sets(const cpu_kernels *out[N_SETS]) {
     }
     said = 1;
     return n;
-}
-
-typedef struct {
-    dsv4_weight w;
-    void *data;
-    uint8_t *scale;
-} test_weight;
-
-static test_weight make_weight(dsv4_wfmt fmt, int rows, int cols) {
-    test_weight t = {0};
-    t.w.fmt = fmt;
-    t.w.rows = rows;
-    t.w.cols = cols;
-    size_t nbytes = 0;
-    switch (fmt) {
-    case WF_F32: nbytes = sizeof(float) * (size_t)rows * cols; break;
-    case WF_BF16: nbytes = 2 * (size_t)rows * cols; break;
-    case WF_FP8: nbytes = (size_t)rows * cols; t.w.scale_cols = (cols + 127) / 128; break;
-    case WF_FP4: nbytes = (size_t)rows * cols / 2; t.w.scale_cols = cols / 32; break;
-    }
-    t.data = malloc(nbytes);
-    assert_non_null(t.data);
-    if (fmt == WF_F32) for (size_t i = 0; i < (size_t)rows * cols; i++) ((float *)t.data)[i] = rndf();
-    else if (fmt == WF_BF16) for (size_t i = 0; i < (size_t)rows * cols; i++) ((uint16_t *)t.data)[i] = f32_to_bf16(rndf());
-    else for (size_t i = 0; i < nbytes; i++) {
-        uint8_t b = (uint8_t)rnd();
-        if (fmt == WF_FP8 && (b & 0x7f) == 0x7f) b ^= 1;   /* no NaN codes in weights */
-        ((uint8_t *)t.data)[i] = b;
-    }
-    if (fmt == WF_FP8 || fmt == WF_FP4) {
-        const int srows = fmt == WF_FP8 ? (rows + 127) / 128 : rows;
-        t.scale = malloc((size_t)srows * t.w.scale_cols);
-        assert_non_null(t.scale);
-        /* mostly ordinary scales, some of 2^120 (the FP8 folded-multiplier fast path's exception, vec.h) */
-        for (int i = 0; i < srows * t.w.scale_cols; i++) t.scale[i] = (uint8_t)(rnd() % 7 == 0 ? 247 : 120 + rnd() % 12);
-    }
-    t.w.data = t.data;
-    t.w.scale = t.scale;
-    return t;
 }
 
 /* y = W x with the given set and thread count. */
@@ -110,7 +69,8 @@ static void kernels_same_bits(void **st) {
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
         for (int c = 0; c < 3; c++) {
             const int cols = shapes[s].cols[c];
-            test_weight tw = make_weight(shapes[s].fmt, rows, cols);
+            test_weight tw = tw_make(shapes[s].fmt, rows, cols, c == 2, &rng_state);
+            assert_non_null(tw.data);
             float *x = malloc(sizeof(float) * 13 * (size_t)cols), *r0 = malloc(sizeof(float) * (size_t)cols),
                   *r1 = malloc(sizeof(float) * (size_t)cols), *scratch = malloc(sizeof(float) * (size_t)cols);
             assert_true(x && r0 && r1 && scratch);
@@ -139,7 +99,8 @@ static void kernels_same_bits(void **st) {
                                  o, d1, d0);
                 }
             }
-            free(x); free(r0); free(r1); free(scratch); free(tw.data); free(tw.scale);
+            free(x); free(r0); free(r1); free(scratch);
+            tw_free(&tw);
         }
 }
 
