@@ -42,6 +42,10 @@ typedef struct cpu_kernels {
 void ISA_FN(linear_rows)(void *job, int begin, int end, int thread);
 void ISA_FN(weight_decode_row)(const dsv4_weight *w, int row, float *out);
 float ISA_FN(weight_dot_row)(const dsv4_weight *w, int row, const float *x, float *scratch);
+/* Many rows of w against one x: a form of x that this set's fused dot reads faster (written to buf, w->cols
+ * floats), or NULL when it has none for w's format; then weight_dot_prepared(w, row, that) == weight_dot_row. */
+const float *ISA_FN(weight_dot_prepare)(const dsv4_weight *w, const float *x, float *buf);
+float ISA_FN(weight_dot_prepared)(const dsv4_weight *w, int row, const float *xp);
 void ISA_FN(act_quant_fp8)(float *x, int n, int block);
 void ISA_FN(round_bf16)(float *x, long n);
 #endif

@@ -162,29 +162,112 @@ static int dot_row_avx512(const dsv4_weight *w, int row, const float *x, float *
         }
         break;
     }
-    case WF_FP4: {
-        const uint8_t *src = (const uint8_t *)w->data + (int64_t)row * (n / 2), *srow = fp4_scale_row(w, row);
-        const __m512 table = vec_e2m1_table_zmm();
-        for (int i = 0; i < n; i += 32) {
-            __m512 v[2];   /* the table scaled once per 32 weights instead of two vectors scaled */
-            vec_e2m1x32_lut(src + i / 2, _mm512_mul_ps(table, _mm512_set1_ps(e8m0_f32(srow[i / 32]))), v);
-            z0 = _mm512_fmadd_ps(v[0], _mm512_loadu_ps(x + i), z0);
-            z1 = _mm512_fmadd_ps(v[1], _mm512_loadu_ps(x + i + 16), z1);
-        }
-        break;
-    }
-    default:
+    default:   /* FP4: fp4_dot_interleaved */
         return 0;
     }
     *out = vec_reduce32_zmm(z0, z1);
     return 1;
 }
+
+/* FP4 rows, with fewer shuffles per byte. The E2M1 codes of weights 16b .. 16b+15 are the 16 nibbles of 8 bytes:
+ * dwords D0 (weights 0-7, nibble k = weight k) and D1 (weights 8-15). One broadcast load (a load-port operation,
+ * no shuffle) puts D0 in the even dword lanes and D1 in the odd ones; shifting lane j right by 4 * (j >> 1) brings
+ * weight e(j) = 8 * (j & 1) + (j >> 1) into its low nibble, which is all vpermps reads of an index. So lane j holds
+ * weight e(j) instead of weight j: the activations are interleaved the same way once per call
+ * (fp4_interleave_x), every lane still runs the FMA chain of one fixed weight class, and the accumulators are put
+ * back in dot_f32's lane order before its reduction tree. Same lanes, same order, same bits; per 32 weights two
+ * shifts and two vpermps instead of six shuffles. */
+static inline __m512i fp4_lane_shifts(void) {
+    return _mm512_setr_epi32(0, 0, 4, 4, 8, 8, 12, 12, 16, 16, 20, 20, 24, 24, 28, 28);
+}
+
+/* xi[16g + j] = x[16g + e(j)] for every group of 16 (n a multiple of 32). */
+static void fp4_interleave_x(const float *x, int n, float *xi) {
+    const __m512i e = _mm512_setr_epi32(0, 8, 1, 9, 2, 10, 3, 11, 4, 12, 5, 13, 6, 14, 7, 15);
+    for (int i = 0; i < n; i += 16) _mm512_storeu_ps(xi + i, _mm512_permutexvar_ps(e, _mm512_loadu_ps(x + i)));
+}
+
+/* The block scales s[0..n) (UE8M0 bytes) as floats, 16 at a time (e8m0_f32's values; out has room for n rounded
+ * up to 16). Out of line: the rare scalar fallback is a call, which the dot loop must not contain (its
+ * accumulators would live in memory). */
+__attribute__((noinline)) static void e8m0_to_f32_16s(const uint8_t *s, int n, float *out) {
+    for (int k = 0; k < n; k += 16) {
+        const __mmask16 m = n - k >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - k)) - 1);
+        const __m512i b = _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(m, s + k));
+        _mm512_storeu_ps(out + k, _mm512_castsi512_ps(_mm512_slli_epi32(b, 23)));
+        /* 0 (2^-127, subnormal) and 255 (NaN) are not an exponent field: their values from the definition */
+        __mmask16 odd = _mm512_mask_cmpeq_epi32_mask(m, b, _mm512_setzero_si512()) |
+                        _mm512_mask_cmpeq_epi32_mask(m, b, _mm512_set1_epi32(255));
+        for (; odd; odd &= odd - 1) {
+            const int i = __builtin_ctz(odd);
+            out[k + i] = e8m0_to_f32(s[k + i]);
+        }
+    }
+}
+
+/* nb blocks of 32 weights (16 bytes at p, scales sf, activations xp) into the two accumulators. */
+static inline void fp4_blocks(const uint8_t *p, const float *xp, const float *sf, int nb, __m512 acc[2]) {
+    const __m512 table = vec_e2m1_table_zmm();
+    const __m512i shifts = fp4_lane_shifts();
+    __m512 z0 = acc[0], z1 = acc[1];
+    for (int b = 0; b < nb; b++, p += 16, xp += 32) {
+        const __m512 t = _mm512_mul_ps(table, _mm512_set1_ps(sf[b]));   /* the table scaled once per 32 */
+        uint64_t q0, q1;
+        memcpy(&q0, p, 8);
+        memcpy(&q1, p + 8, 8);
+        const __m512i i0 = _mm512_srlv_epi32(_mm512_set1_epi64((long long)q0), shifts);
+        const __m512i i1 = _mm512_srlv_epi32(_mm512_set1_epi64((long long)q1), shifts);
+        z0 = _mm512_fmadd_ps(_mm512_permutexvar_ps(i0, t), _mm512_loadu_ps(xp), z0);
+        z1 = _mm512_fmadd_ps(_mm512_permutexvar_ps(i1, t), _mm512_loadu_ps(xp + 16), z1);
+    }
+    acc[0] = z0;
+    acc[1] = z1;
+}
+
+/* dot(row, x) for an FP4 row against xi = fp4_interleave_x(x). */
+static float fp4_dot_interleaved(const dsv4_weight *w, int row, const float *xi) {
+    enum { CHUNK = 256 };   /* blocks whose scales are converted at once: every row of the real shapes */
+    const int nb = w->cols / 32;
+    const uint8_t *src = (const uint8_t *)w->data + (int64_t)row * (w->cols / 2), *srow = fp4_scale_row(w, row);
+    __m512 acc[2] = { _mm512_setzero_ps(), _mm512_setzero_ps() };
+    float sf[CHUNK];
+    for (int c0 = 0; c0 < nb; c0 += CHUNK) {
+        const int cn = nb - c0 < CHUNK ? nb - c0 : CHUNK;
+        e8m0_to_f32_16s(srow + c0, cn, sf);
+        fp4_blocks(src + (size_t)c0 * 16, xi + (size_t)c0 * 32, sf, cn, acc);
+    }
+    /* lane j holds class e(j): lane e of dot_f32's order is lane 2 (e & 7) + (e >> 3) here */
+    const __m512i back = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
+    return vec_reduce32_zmm(_mm512_permutexvar_ps(back, acc[0]), _mm512_permutexvar_ps(back, acc[1]));
+}
 #endif
+
+const float *ISA_FN(weight_dot_prepare)(const dsv4_weight *w, const float *x, float *buf) {
+#ifdef DSV4_AVX512
+    if (w->fmt == WF_FP4) {
+        fp4_interleave_x(x, w->cols, buf);
+        return buf;
+    }
+#endif
+    (void)w, (void)x, (void)buf;
+    return NULL;
+}
+
+float ISA_FN(weight_dot_prepared)(const dsv4_weight *w, int row, const float *xp) {
+#ifdef DSV4_AVX512
+    return fp4_dot_interleaved(w, row, xp);
+#else
+    (void)w, (void)row, (void)xp;
+    return 0.0f;   /* not reached: weight_dot_prepare returned NULL */
+#endif
+}
 
 float ISA_FN(weight_dot_row)(const dsv4_weight *w, int row, const float *x, float *scratch) {
 #ifdef DSV4_AVX512
     float r;
     if (dot_row_avx512(w, row, x, &r)) return r;
+    const float *xp = ISA_FN(weight_dot_prepare)(w, x, scratch);
+    if (xp) return ISA_FN(weight_dot_prepared)(w, row, xp);
 #endif
 #ifdef DSV4_AVX2
     const int n = w->cols;

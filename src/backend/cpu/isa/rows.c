@@ -15,11 +15,17 @@ static inline float *out_at(const cpu_linear_job *j, int t, int o) {
 void ISA_FN(linear_rows)(void *ctx, int begin, int end, int thread) {
     cpu_linear_job *j = ctx;
     const int cols = j->w->cols;
-    float stackbuf[32768]; /* 128 KiB: TILE_R rows of up to 8192 columns */
-    float *scratch = (size_t)cols * TILE_R <= 32768 ? stackbuf : malloc(sizeof(float) * (size_t)cols * TILE_R);
+    /* TILE_R decoded rows for the tile kernel; with one token, a row for weight_dot_row and the prepared x */
+    enum { SCRATCH_ROWS = TILE_R > 2 ? TILE_R : 2 };
+    float stackbuf[32768]; /* 128 KiB: SCRATCH_ROWS rows of up to 8192 columns */
+    float *scratch = (size_t)cols * SCRATCH_ROWS <= 32768 ? stackbuf : malloc(sizeof(float) * (size_t)cols * SCRATCH_ROWS);
     if (!scratch) return; /* cannot happen for real configs; leaves y untouched rather than crash */
     if (j->T == 1) {   /* decode: fused, each weight read once straight into the FMAs */
-        for (int o = begin; o < end; o++) *out_at(j, 0, o) = ISA_FN(weight_dot_row)(j->w, o, j->x, scratch);
+        const float *xp = ISA_FN(weight_dot_prepare)(j->w, j->x, scratch + cols);
+        if (xp)
+            for (int o = begin; o < end; o++) *out_at(j, 0, o) = ISA_FN(weight_dot_prepared)(j->w, o, xp);
+        else
+            for (int o = begin; o < end; o++) *out_at(j, 0, o) = ISA_FN(weight_dot_row)(j->w, o, j->x, scratch);
         if (scratch != stackbuf) free(scratch);
         return;
     }
