@@ -21,6 +21,9 @@
 static const char *const all_sets[] = { "avx512", "avx2", "scalar" };
 enum { N_SETS = 3 };
 
+/* DSV4_QUICK (the sanitizer run, where the scalar set's FMAs are library calls): fewer shapes, tokens, modes. */
+static int quick(void) { return getenv("DSV4_QUICK") != NULL; }
+
 static uint32_t rng_state = 777u;
 static uint32_t rnd(void) { return tw_rnd(&rng_state); }
 static float rndf(void) { return tw_rndf(&rng_state); }
@@ -64,10 +67,11 @@ static void kernels_same_bits(void **st) {
     static const struct { dsv4_wfmt fmt; int cols[3]; } shapes[] = {
         {WF_F32, {32, 100, 7}}, {WF_BF16, {64, 77, 512}}, {WF_FP8, {128, 200, 384}}, {WF_FP4, {32, 96, 288}},
     };
-    static const int Ts[] = {1, 3, 7, 13};
+    static const int Ts[] = {1, 7, 3, 13};
+    const int n_T = quick() ? 2 : 4, n_cols = quick() ? 2 : 3;
     const int rows = 11;
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
-        for (int c = 0; c < 3; c++) {
+        for (int c = 0; c < n_cols; c++) {
             const int cols = shapes[s].cols[c];
             test_weight tw = tw_make(shapes[s].fmt, rows, cols, c == 2, &rng_state);
             assert_non_null(tw.data);
@@ -75,7 +79,7 @@ static void kernels_same_bits(void **st) {
                   *r1 = malloc(sizeof(float) * (size_t)cols), *scratch = malloc(sizeof(float) * (size_t)cols);
             assert_true(x && r0 && r1 && scratch);
             for (int i = 0; i < 13 * cols; i++) x[i] = rndf();
-            for (size_t t = 0; t < sizeof Ts / sizeof Ts[0]; t++) {
+            for (int t = 0; t < n_T; t++) {
                 float *want = linear_with(scalar, 1, &tw.w, x, Ts[t]);
                 for (int v = 0; v < nv; v++)
                     for (int threads = 1; threads <= 3; threads += 2) {
@@ -146,9 +150,9 @@ static void model_same_bits(void **st) {
     const cpu_kernels *vec[N_SETS];
     const int nv = vector_sets(vec);
     static const dsv4_mode modes[] = { DSV4_MODE_OFFICIAL, DSV4_MODE_EXACT };
-    const int n_modes = getenv("DSV4_QUICK") ? 1 : 2;   /* the sanitizer run: OFFICIAL only */
+    const int n_modes = quick() ? 1 : 2;   /* OFFICIAL first */
     for (int mi = 0; mi < n_modes; mi++) {
-        enum { N = 40 };
+        const int N = quick() ? 12 : 40;
         char dir[256];
         const char *sets[] = { "compress_ratios=[0,0,4,128,4,128]", "sliding_window=8", "index_topk=3" };
         dsv4_model *first = tm_make("flash-tiny", sets, 3, 4321, modes[mi], dir);
@@ -156,8 +160,8 @@ static void model_same_bits(void **st) {
         dsv4_model_free(first);
         dsv4_model_info info;
         float *want = NULL;
-        int32_t tok[N];
-        static const int chunks[] = { 9, 1, 1, 13, 1 };
+        int32_t tok[40];
+        static const int chunks[] = { 5, 1, 1, 3, 9, 1, 13, 1 };
         const char *names[N_SETS + 1] = { "scalar" };
         for (int v = 0; v < nv; v++) names[v + 1] = vec[v]->name;
         for (int v = 0; v <= nv; v++) {
@@ -167,7 +171,7 @@ static void model_same_bits(void **st) {
             if (dsv4_model_load(dir, &lo, &m, &err)) fail_msg("%s", err.msg);
             dsv4_model_get_info(m, &info);
             if (v == 0) tm_tokens(tok, N, info.vocab_size, 5);
-            float *got = tm_logits(m, tok, N, chunks, 5);
+            float *got = tm_logits(m, tok, N, chunks, 8);
             assert_non_null(got);
             if (v == 0) want = got;
             else {
