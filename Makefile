@@ -42,12 +42,28 @@ CU_OBJ  :=
 GPU_TEST_BIN :=
 endif
 
-LIB_SRC  := $(shell find src -name '*.c' -not -path 'src/cli/*' | sort)
+LIB_SRC  := $(shell find src -name '*.c' -not -path 'src/cli/*' -not -path 'src/backend/cpu/isa/*' | sort)
 CLI_SRC  := $(sort $(wildcard src/cli/*.c))
 TEST_SRC := $(sort $(wildcard tests/unit/test_*.c))
 TEST_HELP:= $(sort $(wildcard tests/unit/helpers/*.c))
 
 LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o)
+
+# The CPU kernels of src/backend/cpu/isa/ are compiled once per instruction set, into $(BUILD)/isa-NAME/, with
+# -DDSV4_ISA=NAME (their symbols get the suffix _NAME) and the flags of that set whatever -march says; a process
+# picks one set at run time (src/backend/cpu/isa.h). -ffp-contract=off: the only FMAs are the written ones, so
+# the scalar copy (no FMA unit assumed) and the vector copies compute the same expressions.
+ISA_SRC  := $(sort $(wildcard src/backend/cpu/isa/*.c))
+ifneq ($(filter x86_64%,$(shell $(CC) -dumpmachine)),)
+ISAS     := scalar avx2 avx512
+ISA_FLAGS_scalar := -mno-avx
+ISA_FLAGS_avx2   := -mavx2 -mfma -mf16c -mno-avx512f
+ISA_FLAGS_avx512 := -mavx2 -mfma -mf16c -mavx512f -mavx512bw -mavx512dq -mavx512vl
+else
+ISAS     := scalar
+endif
+ISA_OBJ  := $(foreach i,$(ISAS),$(ISA_SRC:%.c=$(BUILD)/isa-$(i)/%.o))
+ISA_PIC_OBJ := $(foreach i,$(ISAS),$(ISA_SRC:%.c=$(BUILD)/pic/isa-$(i)/%.o))
 CLI_OBJ  := $(CLI_SRC:%.c=$(BUILD)/%.o)
 HELP_OBJ := $(TEST_HELP:%.c=$(BUILD)/%.o)
 TEST_BIN := $(TEST_SRC:tests/unit/%.c=$(BUILD)/tests/%)
@@ -74,6 +90,16 @@ $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -MMD -MP -c $< -o $@
 
+define isa_rules
+$(BUILD)/isa-$(1)/%.o: %.c
+	@mkdir -p $$(dir $$@)
+	$$(CC) $$(CFLAGS) -fvisibility=hidden $$(ISA_FLAGS_$(1)) -ffp-contract=off -DDSV4_ISA=$(1) -MMD -MP -c $$< -o $$@
+$(BUILD)/pic/isa-$(1)/%.o: %.c
+	@mkdir -p $$(dir $$@)
+	$$(CC) $$(CFLAGS) -fPIC -fvisibility=hidden $$(ISA_FLAGS_$(1)) -ffp-contract=off -DDSV4_ISA=$(1) -MMD -MP -c $$< -o $$@
+endef
+$(foreach i,$(ISAS),$(eval $(call isa_rules,$(i))))
+
 $(BUILD)/%.o: %.cu
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVFLAGS) -Iinclude -Isrc -MMD -MP -c $< -o $@
@@ -84,7 +110,7 @@ $(BUILD)/src/core/sample.o $(BUILD)/pic/src/core/sample.o: CFLAGS += -ffp-contra
 # the chat page is embedded with .incbin (src/server/chat_page.c): rebuild it when the HTML changes
 $(BUILD)/src/server/chat_page.o: src/server/chat_page.html
 
-$(BUILD)/libdsv4.a: $(LIB_OBJ) $(CU_OBJ)
+$(BUILD)/libdsv4.a: $(LIB_OBJ) $(ISA_OBJ) $(CU_OBJ)
 	@rm -f $@
 	ar rcs $@ $^
 
@@ -194,4 +220,4 @@ clean:
 
 include mk/install.mk
 
--include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(HELP_OBJ:.o=.d) $(CU_OBJ:.o=.d) $(FUZZ_LIB_OBJ:.o=.d) $(FUZZ_SRC:%.c=$(BUILD)/%.d) $(FUZZ_NAMES:%=$(BUILD)/fuzz-multi/fuzz_%.d) $(BUILD)/fuzz-multi/main.d $(TEST_BIN:$(BUILD)/tests/%=$(BUILD)/tests/unit/%.d)
+-include $(LIB_OBJ:.o=.d) $(ISA_OBJ:.o=.d) $(ISA_PIC_OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(HELP_OBJ:.o=.d) $(CU_OBJ:.o=.d) $(FUZZ_LIB_OBJ:.o=.d) $(FUZZ_SRC:%.c=$(BUILD)/%.d) $(FUZZ_NAMES:%=$(BUILD)/fuzz-multi/fuzz_%.d) $(BUILD)/fuzz-multi/main.d $(TEST_BIN:$(BUILD)/tests/%=$(BUILD)/tests/unit/%.d)

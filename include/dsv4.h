@@ -101,6 +101,9 @@ typedef struct {
     const char *expert_profile; /* cuda: a routing profile (`dsv4 profile`) choosing which experts stay on the GPU
                             when not all fit: the most used. NULL = DIR/expert_profile.json when it exists, else
                             an even spread over the layers; "" = an even spread whatever exists */
+    const char *cpu_isa; /* the CPU kernels' instruction set: "avx512", "avx2" or "scalar"; NULL, "" or "auto" =
+                            $DSV4_ISA when set, else the best this CPU has. Every set gives the same bits (only
+                            speed differs); DSV4_E_UNSUPPORTED when this CPU cannot run the one named */
 } dsv4_load_opts;
 
 /* "cpu" / "cuda" -> a dsv4_device, or -1. */

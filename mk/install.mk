@@ -42,7 +42,7 @@ $(VERSION_OBJ): CFLAGS += -I$(BUILD)/gen
 # Library objects export only what include/dsv4.h marks DSV4_API. Hidden visibility changes nothing for static
 # linking (the tests use internal functions through libdsv4.a), but it keeps libdsv4.a's internals private when
 # someone links it into a shared object of their own.
-PIC_OBJ := $(LIB_SRC:%.c=$(BUILD)/pic/%.o)
+PIC_OBJ := $(LIB_SRC:%.c=$(BUILD)/pic/%.o) $(ISA_PIC_OBJ)
 CU_PIC_OBJ := $(CU_OBJ:$(BUILD)/%=$(BUILD)/pic/%)
 $(LIB_OBJ): CFLAGS += -fvisibility=hidden
 

@@ -1,4 +1,5 @@
 /* dsv4 bench: fixed workloads, tokens/s and GB/s against the machine's measured memory bandwidth. */
+#include "backend/cpu/isa.h"
 #include "backend/cpu/membw.h"
 #include "backend/cuda/cuda_backend.h"
 #include "cli/cli.h"
@@ -333,7 +334,7 @@ static int bench_grammar(const char *dir, int device) {
 }
 
 int cmd_bench(int argc, char **argv) {
-    const char *model_dir = NULL, *synth = NULL, *streams = NULL, *spec = NULL;
+    const char *model_dir = NULL, *synth = NULL, *streams = NULL, *spec = NULL, *isa = NULL;
     long long threads = 0, prompt = 128, decode = 32;
     int tokenizer = 0, grammar = 0, no_bw = 0, profile = 0, amx = 0, kv = DSV4_KV_F32, device = DSV4_DEVICE_CPU, gpus = 1;
     dsv4_mode mode = DSV4_MODE_EXACT;
@@ -353,6 +354,7 @@ int cmd_bench(int argc, char **argv) {
         else if (!strcmp(a, "--tokenizer")) tokenizer = 1;
         else if (!strcmp(a, "--profile")) profile = 1;
         else if (!strcmp(a, "--amx")) amx = 1;
+        else if (!strcmp(a, "--isa")) { if (!(v = cli_value(CMD, argc, argv, &i))) return 1; isa = v; }
         else if (!strcmp(a, "--grammar")) grammar = 1;
         else if (!strcmp(a, "--device")) { if (!(v = cli_value(CMD, argc, argv, &i)) || cli_parse_device(CMD, v, &device)) return 1; }
         else if (!strcmp(a, "--gpus")) { if (!(v = cli_value(CMD, argc, argv, &i)) || cli_parse_gpus(CMD, v, &gpus)) return 1; }
@@ -372,14 +374,16 @@ int cmd_bench(int argc, char **argv) {
     if (tokenizer) return bench_tokenizer(model_dir);
     if (grammar) return bench_grammar(model_dir, device);
     dsv4_load_opts lo = { .mode = mode, .n_threads = (int)threads, .quiet = 1, .kv_format = kv, .device = device, .n_gpus = gpus,
-                          .cpu_amx = amx };
+                          .cpu_amx = amx, .cpu_isa = isa };
     cli_placement_apply(&place, &lo);
     dsv4_model *m;
     dsv4_error err;
     if (dsv4_model_load(model_dir, &lo, &m, &err)) return cli_fail(CMD, &err);
-    printf("model %s: %d layers, hidden %d, %.2f GB weights, %.3f GB read per decoded token, %d threads, %s mode%s\n",
+    printf("model %s: %d layers, hidden %d, %.2f GB weights, %.3f GB read per decoded token, %d threads, %s mode, "
+           "%s kernels%s\n",
            model_dir, m->cfg.n_layers, m->cfg.dim, dsv4_total_weight_bytes(m) / 1e9, dsv4_decode_weight_bytes(m) / 1e9,
-           dsv4_pool_threads(m->pool), mode == DSV4_MODE_OFFICIAL ? "official" : "exact", m->amx ? " (AMX linears)" : "");
+           dsv4_pool_threads(m->pool), mode == DSV4_MODE_OFFICIAL ? "official" : "exact",
+           m->device == DSV4_DEVICE_CPU ? dsv4_pool_kernels(m->pool)->name : "cuda", m->amx ? " (AMX linears)" : "");
     if (m->cfg.synthetic_holes)
         printf("synthetic weights generated in GPU memory: %d distinct layer weight sets for %d layers%s\n",
                cuda_distinct_layers(m), m->cfg.n_layers,

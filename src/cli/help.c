@@ -132,6 +132,8 @@ static const cmd_help HELP[] = {
       {"--no-bandwidth", "skip the memory bandwidth measurement"},
       {"--profile", "with --device cuda: time of each stage of the step, prefill and decode separately"},
       {"--amx", "official mode on CPU: FP8-input linears on AMX tiles (faster prefill, slower decode)"},
+      {"--isa avx512|avx2|scalar", "the CPU kernels' instruction set (default: $DSV4_ISA, else the best this CPU "
+                                   "has; the same bits whichever runs)"},
       {"--grammar", "constrained-decoding masks instead: trie build, schema compile, per-token mask time "
                     "(-m DIR holds tokenizer.json; when DIR is also a checkpoint, the masks' share of a batched "
                     "decode step)"},

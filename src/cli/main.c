@@ -1,5 +1,6 @@
 /* dsv4 entry point: dispatch to one command. Commands not linked into this build are reported as such.
  * The help texts live in help.c; --version here. */
+#include "backend/cpu/isa.h"
 #include "cli/cli.h"
 #include "util/version.h"
 #include <stdio.h>
@@ -49,7 +50,8 @@ static void usage(FILE *f, int full) {
 static void version(void) {
     printf("dsv4 %s\n", dsv4_version());
     printf("commit: %s\n", dsv4_build_commit());
-    printf("build: %s\n", dsv4_build_options());
+    printf("build: %s; cpu kernels %s, this cpu runs %s\n", dsv4_build_options(), cpu_kernels_built(),
+           cpu_kernels_best()->name);
 }
 
 int main(int argc, char **argv) {

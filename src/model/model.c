@@ -5,6 +5,7 @@
 #include "state/statemem.h"
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cpu/cpufeat.h"
+#include "backend/cpu/isa.h"
 #include "model/formats.h"
 #include "util/error.h"
 #include <math.h>
@@ -463,8 +464,11 @@ int dsv4_model_load(const char *dir, const dsv4_load_opts *opts, dsv4_model **ou
     if ((rc = dsv4_rope_init(&m->rope_compress, &m->cfg, m->cfg.compress_rope_theta, m->cfg.original_seq_len > 0, err)))
         goto fail;
     m->fingerprint = fingerprint(m);
+    const cpu_kernels *kern;
+    if ((rc = cpu_kernels_pick(opts->cpu_isa, &kern, err))) goto fail;
     m->pool = dsv4_pool_new(opts->n_threads);
     if (!m->pool) { rc = dsv4_fail(err, DSV4_E_NOMEM, "cannot start worker threads"); goto fail; }
+    dsv4_pool_set_kernels(m->pool, kern);
     /* Progress goes to a terminal only: scripts reading stderr get nothing but errors. */
     m->progress = !opts->quiet && isatty(2);
     if (opts->device == DSV4_DEVICE_CUDA) {

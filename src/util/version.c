@@ -8,8 +8,8 @@
 #define DSV4_BUILD_COMMIT "unknown"
 #endif
 
-/* The instruction-set extensions the kernels may use (src/backend/cpu/vec.h picks its paths from the same
- * macros). */
+/* The instruction-set extensions the build's baseline allows (-march). The fp32 kernels of src/backend/cpu/isa/
+ * are compiled for each set and chosen at run time (isa.h); `dsv4 --version` adds those. */
 #if defined(__x86_64__) || defined(__i386__)
 #define CPU_ARCH "x86-64"
 #else

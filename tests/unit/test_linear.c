@@ -13,51 +13,14 @@
 #include <string.h>
 #include "backend/cpu/kernels.h"
 #include "model/formats.h"
+#include "helpers/testweight.h"
 
 static uint32_t rng_state = 12345u;
-static uint32_t rnd(void) {
-    rng_state = rng_state * 1664525u + 1013904223u;
-    return rng_state >> 8;
-}
-static float rndf(void) { return (float)rnd() / (float)(1u << 24) * 2.0f - 1.0f; }
+static float rndf(void) { return tw_rndf(&rng_state); }
 
-typedef struct {
-    dsv4_weight w;
-    void *data;
-    uint8_t *scale;
-} test_weight;
-
-/* big_scale: FP8 scales of 2^120 (beyond the folded-multiplier fast path, vec.h) with values below 2. */
 static test_weight make_weight_opt(dsv4_wfmt fmt, int rows, int cols, int big_scale) {
-    test_weight t = {0};
-    t.w.fmt = fmt;
-    t.w.rows = rows;
-    t.w.cols = cols;
-    size_t nbytes = 0;
-    switch (fmt) {
-    case WF_F32: nbytes = sizeof(float) * (size_t)rows * cols; break;
-    case WF_BF16: nbytes = 2 * (size_t)rows * cols; break;
-    case WF_FP8: nbytes = (size_t)rows * cols; t.w.scale_cols = (cols + 127) / 128; break;
-    case WF_FP4: nbytes = (size_t)rows * cols / 2; t.w.scale_cols = cols / 32; break;
-    }
-    t.data = malloc(nbytes);
+    test_weight t = tw_make(fmt, rows, cols, big_scale, &rng_state);
     assert_non_null(t.data);
-    if (fmt == WF_F32) for (size_t i = 0; i < (size_t)rows * cols; i++) ((float *)t.data)[i] = rndf();
-    else if (fmt == WF_BF16) for (size_t i = 0; i < (size_t)rows * cols; i++) ((uint16_t *)t.data)[i] = f32_to_bf16(rndf());
-    else for (size_t i = 0; i < nbytes; i++) {
-        uint8_t b = (uint8_t)rnd();
-        if (fmt == WF_FP8 && (b & 0x7f) == 0x7f) b ^= 1;   /* no NaN codes in weights */
-        if (big_scale) b &= 0xbf;
-        ((uint8_t *)t.data)[i] = b;
-    }
-    if (fmt == WF_FP8 || fmt == WF_FP4) {
-        const int srows = fmt == WF_FP8 ? (rows + 127) / 128 : rows;
-        t.scale = malloc((size_t)srows * t.w.scale_cols);
-        assert_non_null(t.scale);
-        for (int i = 0; i < srows * t.w.scale_cols; i++) t.scale[i] = (uint8_t)(big_scale && i % 2 ? 247 : 120 + rnd() % 12);
-    }
-    t.w.data = t.data;
-    t.w.scale = t.scale;
     return t;
 }
 static test_weight make_weight(dsv4_wfmt fmt, int rows, int cols) { return make_weight_opt(fmt, rows, cols, 0); }
@@ -92,7 +55,7 @@ static void check_shape_opt(dsv4_pool *pool, dsv4_wfmt fmt, int rows, int cols, 
         }
     }
     free(x); free(y); free(row); free(scratch); free(rows_out); free(ys);
-    free(tw.data); free(tw.scale);
+    tw_free(&tw);
 }
 
 static void check_shape(dsv4_pool *pool, dsv4_wfmt fmt, int rows, int cols, int T) {
@@ -133,7 +96,7 @@ static void linear_row_view(void **st) {
     const dsv4_weight v = weight_rows(&tw.w, 150, 100);
     cpu_linear(pool, &v, x, T, 256, part, 100);
     for (int t = 0; t < T; t++) assert_memory_equal(part + t * 100, full + t * 300 + 150, sizeof(float) * 100);
-    free(x); free(full); free(part); free(tw.data); free(tw.scale);
+    free(x); free(full); free(part); tw_free(&tw);
     dsv4_pool_free(pool);
 }
 

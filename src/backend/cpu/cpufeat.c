@@ -30,7 +30,8 @@ static unsigned detect(void) {
     __cpuid_count(7, 1, a, b, c, d);
     const unsigned a71 = a;
     if (os_ymm && fma && f16c && ((b7 >> 5) & 1)) f |= CPU_AVX2;
-    if ((f & CPU_AVX2) && os_zmm && ((b7 >> 16) & 1) && ((b7 >> 30) & 1) && ((b7 >> 17) & 1)) f |= CPU_AVX512;
+    if ((f & CPU_AVX2) && os_zmm && ((b7 >> 16) & 1) && ((b7 >> 30) & 1) && ((b7 >> 17) & 1) && ((b7 >> 31) & 1))
+        f |= CPU_AVX512;
     if ((f & CPU_AVX512) && ((a71 >> 5) & 1)) f |= CPU_AVX512_BF16;
     /* AMX-BF16 (bit 22) and AMX-TILE (bit 24), the OS saving the tile state, and Linux's per-process
      * permission to use it (refused on kernels before 5.16) */

@@ -5,7 +5,7 @@
 
 enum {
     CPU_AVX2        = 1u << 0,   /* AVX2 + FMA + F16C, ymm state enabled by the OS */
-    CPU_AVX512      = 1u << 1,   /* AVX-512 F/BW/DQ, zmm state enabled */
+    CPU_AVX512      = 1u << 1,   /* AVX-512 F/BW/DQ/VL, zmm state enabled */
     CPU_AVX512_BF16 = 1u << 2,
     CPU_AMX_BF16    = 1u << 3,   /* AMX-TILE + AMX-BF16, and the kernel granted the tile state */
 };

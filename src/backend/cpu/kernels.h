@@ -33,10 +33,12 @@ static inline float dot_f32(const float *a, const float *b, int n) {
     for (; i < n; i++) tail = fmaf(a[i], b[i], tail);
     return vec_reduce32(a0, a1, a2, a3) + tail;
 #else
+    /* the same 32 lanes, FMAs and tree without vectors (the tree halves as vec_reduce32 does: lanes j and j + 16,
+     * then j and j + 8, ...) */
     float acc[32] = {0};
     for (; i + 32 <= n; i += 32)
-        for (int j = 0; j < 32; j++) acc[j] += a[i + j] * b[i + j];
-    for (; i < n; i++) tail += a[i] * b[i];
+        for (int j = 0; j < 32; j++) acc[j] = fmaf(a[i + j], b[i + j], acc[j]);
+    for (; i < n; i++) tail = fmaf(a[i], b[i], tail);
     for (int s = 16; s > 0; s >>= 1)
         for (int j = 0; j < s; j++) acc[j] += acc[j + s];
     return acc[0] + tail;
@@ -69,14 +71,15 @@ static inline void dot2_f32(const float *a, const float *b0, const float *b1, in
 #endif
 }
 
-/* Decode one weight row into fp32 (exact). */
+/* Decode one weight row into fp32 (exact). (These two run the best kernel set of this CPU, isa.h: the bits are
+ * the same in every set.) */
 void weight_decode_row(const dsv4_weight *w, int row, float *out);
 /* dot(row `row` of w, x): bit-identical to weight_decode_row followed by dot_f32, without the round trip
  * through memory (the decode-time path: one token reads each weight once). */
 float weight_dot_row(const dsv4_weight *w, int row, const float *x, float *scratch);
 
-/* y[t*ldy + o] = sum_i W[o][i] * x[t*ldx + i] for t < T, o < w->rows. Weights are decoded row by row inside
- * the loop (read once for all T tokens). */
+/* y[t*ldy + o] = sum_i W[o][i] * x[t*ldx + i] for t < T, o < w->rows, with the pool's kernel set (isa.h).
+ * Weights are decoded row by row inside the loop (read once for all T tokens). */
 void cpu_linear(dsv4_pool *pool, const dsv4_weight *w, const float *x, int T, int ldx, float *y, int ldy);
 /* The same with one output row per token: y_rows[t][o]. (The LM head of a step whose logits go to several
  * callers' buffers: the head is read once for all of them.) */

@@ -1,66 +1,18 @@
+/* cpu_linear: the pool's kernel set (isa.h) computes the rows, split across its threads. */
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/amx.h"
-#include "backend/cpu/tile.h"
-#include <stdlib.h>
-
-typedef struct {
-    const dsv4_weight *w;
-    const float *x;
-    float *y;               /* y[t*ldy + o], or, when y_rows is set, y_rows[t][o] */
-    float *const *y_rows;
-    int T, ldx, ldy;
-} linear_job;
-
-static inline float *out_at(const linear_job *j, int t, int o) {
-    return j->y_rows ? j->y_rows[t] + o : j->y + (int64_t)t * j->ldy + o;
-}
-
-/* Rows per thread are contiguous. With one token each row is dotted as it is decoded (weight_dot_row); with
- * more, TILE_R rows are decoded once into a small buffer and multiplied with the tokens TILE_T at a time by
- * the tile kernel (tile.h). Every output element gets dot_f32's reduction order on either path, so the bits
- * do not depend on T, on the chunking or on the thread count. */
-static void linear_rows(void *ctx, int begin, int end, int thread) {
-    linear_job *j = ctx;
-    const int cols = j->w->cols;
-    float stackbuf[32768]; /* 128 KiB: TILE_R rows of up to 8192 columns */
-    float *scratch = (size_t)cols * TILE_R <= 32768 ? stackbuf : malloc(sizeof(float) * (size_t)cols * TILE_R);
-    if (!scratch) return; /* cannot happen for real configs; leaves y untouched rather than crash */
-    if (j->T == 1) {   /* decode: fused, each weight read once straight into the FMAs */
-        for (int o = begin; o < end; o++) *out_at(j, 0, o) = weight_dot_row(j->w, o, j->x, scratch);
-        if (scratch != stackbuf) free(scratch);
-        return;
-    }
-    for (int o0 = begin; o0 < end; o0 += TILE_R) {
-        const int nr = end - o0 < TILE_R ? end - o0 : TILE_R;
-        const float *wr[TILE_R];
-        for (int r = 0; r < TILE_R; r++) {
-            if (r >= nr && r > 0) { wr[r] = wr[r - 1]; continue; }   /* a partial tile repeats its last row */
-            if (j->w->fmt == WF_F32) wr[r] = (const float *)j->w->data + (int64_t)(o0 + r) * cols;
-            else { weight_decode_row(j->w, o0 + r, scratch + (size_t)r * cols); wr[r] = scratch + (size_t)r * cols; }
-        }
-        for (int t0 = 0; t0 < j->T; t0 += TILE_T) {
-            const int nt = j->T - t0 < TILE_T ? j->T - t0 : TILE_T;
-            const float *xs[TILE_T];
-            for (int t = 0; t < TILE_T; t++) xs[t] = j->x + (int64_t)(t0 + (t < nt ? t : nt - 1)) * j->ldx;
-            float out[TILE_R * TILE_T];
-            tile_dot_f32(wr, xs, cols, out);
-            for (int r = 0; r < nr; r++)
-                for (int t = 0; t < nt; t++) *out_at(j, t0 + t, o0 + r) = out[r * TILE_T + t];
-        }
-    }
-    if (scratch != stackbuf) free(scratch);
-}
+#include "backend/cpu/isa.h"
 
 void cpu_linear(dsv4_pool *pool, const dsv4_weight *w, const float *x, int T, int ldx, float *y, int ldy) {
-    linear_job j = { w, x, y, NULL, T, ldx, ldy };
+    cpu_linear_job j = { w, x, y, NULL, T, ldx, ldy };
     if (T <= 0) return;
-    dsv4_pool_run(pool, w->rows, linear_rows, &j);
+    dsv4_pool_run(pool, w->rows, dsv4_pool_kernels(pool)->linear_rows, &j);
 }
 
 void cpu_linear_scatter(dsv4_pool *pool, const dsv4_weight *w, const float *x, int T, int ldx, float *const *y_rows) {
-    linear_job j = { w, x, NULL, y_rows, T, ldx, 0 };
+    cpu_linear_job j = { w, x, NULL, y_rows, T, ldx, 0 };
     if (T <= 0) return;
-    dsv4_pool_run(pool, w->rows, linear_rows, &j);
+    dsv4_pool_run(pool, w->rows, dsv4_pool_kernels(pool)->linear_rows, &j);
 }
 
 void cpu_linear_bf16in(dsv4_pool *pool, const dsv4_weight *w, const float *x, int T, int ldx, float *y, int ldy) {

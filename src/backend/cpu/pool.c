@@ -1,4 +1,5 @@
 #include "backend/cpu/pool.h"
+#include "backend/cpu/isa.h"
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
@@ -18,6 +19,7 @@ static inline void cpu_relax(void) {}
 
 struct dsv4_pool {
     int n_threads;
+    const cpu_kernels *kern;  /* the linears' instruction set (isa.h) */
     pthread_t *threads;
     pthread_mutex_t mu;
     pthread_cond_t work_cv;
@@ -82,6 +84,7 @@ dsv4_pool *dsv4_pool_new(int n_threads) {
     dsv4_pool *p = calloc(1, sizeof *p);
     if (!p) return NULL;
     p->n_threads = n_threads;
+    p->kern = cpu_kernels_best();
     pthread_mutex_init(&p->mu, NULL);
     pthread_cond_init(&p->work_cv, NULL);
     atomic_init(&p->generation, 0);
@@ -115,6 +118,10 @@ void dsv4_pool_free(dsv4_pool *p) {
 }
 
 int dsv4_pool_threads(const dsv4_pool *p) { return p->n_threads; }
+
+const cpu_kernels *dsv4_pool_kernels(const dsv4_pool *p) { return p->kern; }
+
+void dsv4_pool_set_kernels(dsv4_pool *p, const cpu_kernels *k) { p->kern = k; }
 
 void dsv4_pool_run(dsv4_pool *p, int n, dsv4_range_fn fn, void *ctx) {
     if (n <= 0) return;

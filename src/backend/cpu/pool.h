@@ -1,17 +1,23 @@
-/* A fixed pool of worker threads for data-parallel loops. Work is split statically into contiguous ranges,
+/* A fixed pool of worker threads for data-parallel loops, and the kernel set (isa.h) the CPU backend runs on them. Work is split statically into contiguous ranges,
  * one per thread, so which thread computes an element never changes a result: every element is computed by
  * the same code with the same summation order whatever the thread count. */
 #ifndef DSV4_CPU_POOL_H
 #define DSV4_CPU_POOL_H
 
 typedef struct dsv4_pool dsv4_pool;
+struct cpu_kernels;
 
 /* fn(ctx, begin, end, thread): process items [begin, end) on worker `thread` (0..n_threads-1). */
 typedef void (*dsv4_range_fn)(void *ctx, int begin, int end, int thread);
 
-dsv4_pool *dsv4_pool_new(int n_threads);   /* n_threads <= 0: one per online CPU. NULL on failure. */
+/* n_threads <= 0: one per online CPU. NULL on failure. The pool runs the best kernel set of this CPU (isa.h)
+ * until dsv4_pool_set_kernels says otherwise. */
+dsv4_pool *dsv4_pool_new(int n_threads);
 void       dsv4_pool_free(dsv4_pool *p);
 int        dsv4_pool_threads(const dsv4_pool *p);
+/* The instruction set whose kernels this pool's linears run (set before any job, not while one runs). */
+const struct cpu_kernels *dsv4_pool_kernels(const dsv4_pool *p);
+void       dsv4_pool_set_kernels(dsv4_pool *p, const struct cpu_kernels *k);
 /* Run fn over [0, n) split across the threads; returns when all are done. Not reentrant. */
 void       dsv4_pool_run(dsv4_pool *p, int n, dsv4_range_fn fn, void *ctx);
 #endif

@@ -12,6 +12,7 @@
  * (0.4 loads per FMA on AVX-512, against 1.5 for dot2_f32). */
 #ifndef DSV4_CPU_TILE_H
 #define DSV4_CPU_TILE_H
+#include "backend/cpu/isa.h"
 #include "backend/cpu/vec.h"
 
 #if defined(DSV4_AVX512)
@@ -27,5 +28,5 @@
 
 /* out[r * TILE_T + t] = dot_f32(w[r], x[t], n), bit for bit. Pointers may repeat (a partial tile repeats its
  * last row/token; the caller ignores those outputs). */
-void tile_dot_f32(const float *const w[TILE_R], const float *const x[TILE_T], int n, float out[TILE_R * TILE_T]);
+void ISA_FN(tile_dot_f32)(const float *const w[TILE_R], const float *const x[TILE_T], int n, float out[TILE_R * TILE_T]);
 #endif

@@ -10,7 +10,9 @@
  *     usual RNE carry (a carry into the exponent is the next binade, as the code order has it); below, the
  *     grid is 2^-9 (subnormals), rounded to nearest even by roundscale; both grids meet at 2^-6 = 8 * 2^-9;
  *   - the rounded value has at most 4 significant bits, so times s it is exact (or overflows identically)
- *     and bf16 rounding leaves it unchanged; the sign goes back on last (-0 stays -0). */
+ *     and bf16 rounding leaves it unchanged; the sign goes back on last (-0 stays -0).
+ * Compiled once per instruction set (isa.h): the AVX-512 copy has the vector forms, the others the definitions. */
+#include "backend/cpu/isa.h"
 #include "model/formats.h"
 #include <math.h>
 #include <string.h>
@@ -34,14 +36,16 @@ static inline __m512 e4m3_round16(__m512 x, __m512 inv_s, __m512 s) {
 }
 #endif
 
+#ifdef ACTQ_AVX512
 static inline float pow2f_exact(int e) {   /* 2^e for a normal result */
     const uint32_t u = (uint32_t)(e + 127) << 23;
     float f;
     memcpy(&f, &u, sizeof f);
     return f;
 }
+#endif
 
-void act_quant_fp8_inplace(float *x, int n, int block) {
+void ISA_FN(act_quant_fp8)(float *x, int n, int block) {
 #ifdef ACTQ_AVX512
     for (int b0 = 0; b0 < n; b0 += block) {
         const int len = n - b0 < block ? n - b0 : block;
@@ -69,7 +73,7 @@ void act_quant_fp8_inplace(float *x, int n, int block) {
 }
 
 /* bf16 round to nearest even on the bit pattern; NaN stays NaN with the quiet bit set (f32_to_bf16). */
-void round_bf16_array(float *x, long n) {
+void ISA_FN(round_bf16)(float *x, long n) {
     long i = 0;
 #ifdef ACTQ_AVX512
     for (; i + 16 <= n; i += 16) {

@@ -1,13 +1,16 @@
 /* The TILE_R x TILE_T micro-kernel (tile.h states its reduction order: dot_f32's, bit for bit). */
+#include "backend/cpu/isa.h"
 #include "backend/cpu/tile.h"
 #include "backend/cpu/kernels.h"
 
+#if defined(DSV4_AVX512) || defined(DSV4_AVX2)
 /* The scalar tail of dot_f32: FMAs from 0 over i = n32..n-1 in increasing i. */
 static inline float tail_dot(const float *w, const float *x, int n32, int n) {
     float tail = 0.0f;
     for (int i = n32; i < n; i++) tail = fmaf(w[i], x[i], tail);
     return tail;
 }
+#endif
 
 /* One lane group of dot_f32's 32 lanes per vector: AVX-512 runs lanes 0-15 (its z0) then 16-31 (z1), AVX2
  * lanes 8g..8g+7 (its a0..a3) for g = 0..3. The loop below is written once for both. */
@@ -27,7 +30,7 @@ enum { GROUP_LANES = 8 };
 static inline float reduce_groups(const lane_vec p[4]) { return vec_reduce32(p[0], p[1], p[2], p[3]); }
 #endif
 
-void tile_dot_f32(const float *const w[TILE_R], const float *const x[TILE_T], int n, float out[TILE_R * TILE_T]) {
+void ISA_FN(tile_dot_f32)(const float *const w[TILE_R], const float *const x[TILE_T], int n, float out[TILE_R * TILE_T]) {
     const int n32 = n & ~31;
 #if defined(DSV4_AVX512) || defined(DSV4_AVX2)
     enum { GROUPS = 32 / GROUP_LANES };
