@@ -7,7 +7,7 @@
 # the checkout, so the parts the GPU tests read are copied too.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-make CUDA=1 BUILD=build-gpu OPT="-O2 -march=x86-64-v3" STATIC_DEPS=1 -j"$(nproc)" all >/dev/null
+make CUDA=1 BUILD=build-gpu OPT="-O3 -march=x86-64-v3" STATIC_DEPS=1 -j"$(nproc)" all >/dev/null
 rm -rf .gpu && mkdir -p .gpu/gputests .gpu/lib .gpu/testdata
 strip -o .gpu/dsv4 build-gpu/dsv4
 for t in build-gpu/gputests/test_*; do strip -o ".gpu/gputests/$(basename "$t")" "$t"; done
