@@ -13,8 +13,11 @@ int server_constraint_compile(server_constraint_kind kind, const json_t *spec, c
     /* the default whitespace bound, as `dsv4 generate --json-schema` uses it; in thinking mode the reasoning
      * comes first, free, and the value follows the end-of-thinking token (engine/reply_grammar.h) */
     if (kind == SERVER_CONSTRAINT_RESPONSE_FORMAT && type && !strcmp(type, "json_object")) {
-        if (dsv4_grammar_json_reply(NULL, NULL, thinking, out, &err))
-            return server_fail(e, 500, "server_error", param, "JSON mode could not be built: %s", err.msg);
+        /* OpenAI's JSON mode promises an object, not any JSON value: {"type": "object"} allows every key and value */
+        json_t *object = json_pack("{s:s}", "type", "object");
+        const int rc = object ? dsv4_grammar_json_reply(object, NULL, thinking, out, &err) : -1;
+        json_decref(object);
+        if (rc) return server_fail(e, 500, "server_error", param, "JSON mode could not be built: %s", object ? err.msg : "out of memory");
         return 0;
     }
     /* the schema: response_format.json_schema.schema (OpenAI), or {"type": "json_schema", "schema"} (Anthropic's

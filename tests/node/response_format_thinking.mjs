@@ -27,7 +27,7 @@ const stats = { valid: 0, length: 0, reasoning: 0 };
 function judge(name, answer, reasoning, finish, stopped, withSchema) {
     let v, parsed = true;
     try { v = JSON.parse(answer); } catch { parsed = false; }
-    const ok = parsed && (!withSchema || validate(v));
+    const ok = parsed && (withSchema ? validate(v) : v !== null && typeof v === 'object' && !Array.isArray(v));   // json_object: an object
     if (ok && finish === stopped) stats.valid++;
     else if (finish === 'length' || finish === 'max_tokens') stats.length++;
     check(`${name}: the answer validates or the reply hit the length`, (ok && finish === stopped) || finish === 'length' || finish === 'max_tokens',
