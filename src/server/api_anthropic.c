@@ -37,7 +37,7 @@ static void tool_id(const server_session *s, int k, char *buf, size_t n) { snpri
 
 /* Tool input: the arguments text parsed back into an object (the DSML parser made it from JSON values). */
 static json_t *tool_input(const char *args) {
-    json_t *v = json_loads(args, 0, NULL);
+    json_t *v = json_loads(args, JSON_ALLOW_NUL, NULL);   /* \u0000 is valid JSON */
     if (json_is_object(v)) return v;
     json_decref(v);
     return json_object();

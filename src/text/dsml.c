@@ -280,7 +280,7 @@ static void stream_param_done(dsv4_dsml_parser *p, const param *q) {
         dsv4_sb_putc(&p->frag, '"');
     } else {
         json_error_t je;
-        json_t *v = json_loads(q->value, JSON_DECODE_ANY, &je);
+        json_t *v = json_loads(q->value, JSON_DECODE_ANY | JSON_ALLOW_NUL, &je);
         if (!v) { p->stream_ok = 0; dsv4_sb_clear(&p->frag); return; }
         json_decref(v);
         dsv4_sb_append(&p->frag, q->value, vl);
@@ -311,7 +311,7 @@ static dsv4_dsml_status finish_invoke(dsv4_dsml_parser *p) {
             dsv4_pyjson_string(&args, q->value, strlen(q->value));
         } else {
             json_error_t je;
-            json_t *v = json_loads(q->value, JSON_DECODE_ANY, &je);
+            json_t *v = json_loads(q->value, JSON_DECODE_ANY | JSON_ALLOW_NUL, &je);
             if (!v) {
                 dsv4_sb_free(&args);
                 return fail(p, DSV4_DSML_MALFORMED, "parameter '%s' has string=\"false\" but its value is not JSON",

@@ -42,6 +42,21 @@ static void test_whole(void **st) {
     dsv4_dsml_free(p);
 }
 
+/* A JSON parameter value holding \u0000 is valid JSON: it stays in the arguments (jansson parses it only when told
+ * JSON_ALLOW_NUL; without it the parser took the value for malformed). */
+static void test_nul_escape_value(void **st) {
+    (void)st;
+    static const char CALL[] = "\n\n<" D "tool_calls>\n<" D "invoke name=\"f\">\n"
+                               "<" D "parameter name=\"v\" string=\"false\">[\"a\\u0000b\"]</" D "parameter>\n"
+                               "</" D "invoke>\n</" D "tool_calls>" EOS;
+    dsv4_dsml_parser *p = dsv4_dsml_new(0, NULL);
+    dsv4_dsml_feed(p, CALL, strlen(CALL));
+    if (dsv4_dsml_finish(p) != DSV4_DSML_OK) fail_msg("%s", dsv4_dsml_error(p));
+    assert_int_equal(dsv4_dsml_n_calls(p), 1);
+    assert_string_equal(dsv4_dsml_call(p, 0)->arguments, "{\"v\": [\"a\\u0000b\"]}");
+    dsv4_dsml_free(p);
+}
+
 typedef struct { char reasoning[256], content[256]; int calls; } seen;
 static void on_r(void *ud, const char *s, size_t n) { strncat(((seen *)ud)->reasoning, s, n); }
 static void on_c(void *ud, const char *s, size_t n) { strncat(((seen *)ud)->content, s, n); }
@@ -232,7 +247,8 @@ static void test_truncated(void **st) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_whole),       cmocka_unit_test(test_streamed),    cmocka_unit_test(test_streamed_arguments), cmocka_unit_test(test_incremental_release),
+        cmocka_unit_test(test_whole),
+        cmocka_unit_test(test_nul_escape_value),       cmocka_unit_test(test_streamed),    cmocka_unit_test(test_streamed_arguments), cmocka_unit_test(test_incremental_release),
         cmocka_unit_test(test_chat_mode_plain), cmocka_unit_test(test_malformed), cmocka_unit_test(test_truncated),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
