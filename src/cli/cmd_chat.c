@@ -218,8 +218,8 @@ int cmd_chat(int argc, char **argv) {
     if (parse(argc, argv, &o)) return 1;
     dsv4_error err = {0};
     dsv4_load_opts lo = { .mode = o.mode, .kv_format = o.kv_format, .n_threads = (int)o.threads, .quiet = 1,
-                          .device = o.device, .n_gpus = o.gpus, .gpu_mem_gb = o.place.gpu_mem_gb,
-                          .expert_profile = o.place.expert_profile };
+                          .device = o.device, .n_gpus = o.gpus };
+    cli_placement_apply(&o.place, &lo);
     dsv4_model *m = NULL;
     dsv4_tokenizer *tok = NULL;
     dsv4_prefix_cache *pcache = NULL;

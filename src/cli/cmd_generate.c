@@ -111,8 +111,8 @@ static double now_s(void) {
 static int run_batch(const gen_opts *o) {
     dsv4_error err;
     dsv4_load_opts lo = { .mode = o->mode, .kv_format = o->kv_format, .n_threads = (int)o->threads, .quiet = 0,
-                          .device = o->device, .n_gpus = o->gpus, .gpu_mem_gb = o->place.gpu_mem_gb,
-                          .expert_profile = o->place.expert_profile };
+                          .device = o->device, .n_gpus = o->gpus };
+    cli_placement_apply(&o->place, &lo);
     dsv4_model *m = NULL;
     dsv4_tokenizer *tok = NULL;
     dsv4_sched *s = NULL;
@@ -344,8 +344,8 @@ int cmd_generate(int argc, char **argv) {
     if (o.batch) return run_batch(&o);
     dsv4_error err;
     dsv4_load_opts lo = { .mode = o.mode, .kv_format = o.kv_format, .n_threads = (int)o.threads, .quiet = 0,
-                          .device = o.device, .n_gpus = o.gpus, .gpu_mem_gb = o.place.gpu_mem_gb,
-                          .expert_profile = o.place.expert_profile };
+                          .device = o.device, .n_gpus = o.gpus };
+    cli_placement_apply(&o.place, &lo);
     dsv4_model *m = NULL;
     dsv4_tokenizer *tok = NULL;
     dsv4_seq *seq = NULL;

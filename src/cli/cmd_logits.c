@@ -183,8 +183,8 @@ int cmd_logits(int argc, char **argv) {
     logits_opts o;
     if (parse_args(argc, argv, &o)) return 1;
     dsv4_load_opts lo = { .mode = o.mode, .kv_format = o.kv_format, .n_threads = (int)o.threads, .quiet = 0,
-                          .device = o.device, .n_gpus = o.gpus, .gpu_mem_gb = o.place.gpu_mem_gb,
-                          .expert_profile = o.place.expert_profile };
+                          .device = o.device, .n_gpus = o.gpus };
+    cli_placement_apply(&o.place, &lo);
     dsv4_model *m;
     dsv4_error err;
     if (dsv4_model_load(o.model_dir, &lo, &m, &err)) return cli_fail(CMD, &err);

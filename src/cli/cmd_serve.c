@@ -123,7 +123,8 @@ int cmd_serve(int argc, char **argv) {
     /* the same load path for both devices: the scheduler and the server do not care where steps run */
     /* a speculative step rolls back at most its drafts: the rings keep max_spec > draft slots of slack */
     dsv4_load_opts lo = {.mode = o.mode, .kv_format = o.kv_format, .n_threads = (int)o.threads, .quiet = 1,
-                         .device = o.device, .n_gpus = o.gpus, .gpu_mem_gb = o.place.gpu_mem_gb, .expert_profile = o.place.expert_profile, .max_spec = o.draft + 1 > 16 ? (int)o.draft + 1 : 16};
+                         .device = o.device, .n_gpus = o.gpus, .max_spec = o.draft + 1 > 16 ? (int)o.draft + 1 : 16};
+    cli_placement_apply(&o.place, &lo);
     dsv4_model *m = NULL;
     dsv4_tokenizer *tok = NULL;
     dsv4_prefix_cache *pc = NULL;

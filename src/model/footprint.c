@@ -2,10 +2,7 @@
 
 static uint64_t wbytes(const dsv4_weight *w) {
     if (!w->data) return 0;
-    uint64_t b = weight_bytes(w);
-    if (w->fmt == WF_FP8) b += (uint64_t)((w->rows + 127) / 128) * (uint64_t)w->scale_cols;
-    if (w->fmt == WF_FP4) b += (uint64_t)w->rows * (uint64_t)w->scale_cols;
-    return b;
+    return weight_bytes(w) + weight_scale_bytes(w);
 }
 
 static uint64_t layer_fixed_bytes(const dsv4_layer *L) {

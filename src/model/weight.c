@@ -25,3 +25,9 @@ uint64_t weight_bytes(const dsv4_weight *w) {
     return 0;
 }
 
+uint64_t weight_scale_bytes(const dsv4_weight *w) {
+    if (w->fmt == WF_FP8) return (uint64_t)((w->rows + 127) / 128) * (uint64_t)w->scale_cols;
+    if (w->fmt == WF_FP4) return (uint64_t)w->rows * (uint64_t)w->scale_cols;
+    return 0;
+}
+

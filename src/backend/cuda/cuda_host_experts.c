@@ -79,12 +79,6 @@ static void *synth_bytes(cu_host_experts *hx, size_t n, int fmt, int scale, uint
     return p;
 }
 
-static size_t scale_len(const dsv4_weight *w) {
-    if (w->fmt == WF_FP8) return (size_t)((w->rows + 127) / 128) * (size_t)w->scale_cols;
-    if (w->fmt == WF_FP4) return (size_t)w->rows * (size_t)w->scale_cols;
-    return 0;
-}
-
 int cuda_hx_fill_synthetic(cu_host_experts *hx, struct dsv4_model *m, dsv4_error *err) {
     uint64_t seed = 0x405700000ULL;
     for (int l = 0; l < hx->map.n_layers; l++)
@@ -94,8 +88,8 @@ int cuda_hx_fill_synthetic(cu_host_experts *hx, struct dsv4_model *m, dsv4_error
             for (int k = 0; k < 3; k++) {
                 dsv4_weight *w = ws[k];
                 void *data = synth_bytes(hx, (size_t)weight_bytes(w), w->fmt, 0, seed++);
-                void *scale = data && scale_len(w) ? synth_bytes(hx, scale_len(w), w->fmt, 1, 0) : NULL;
-                if (!data || (scale_len(w) && !scale))
+                void *scale = data && weight_scale_bytes(w) ? synth_bytes(hx, weight_scale_bytes(w), w->fmt, 1, 0) : NULL;
+                if (!data || (weight_scale_bytes(w) && !scale))
                     return dsv4_fail(err, DSV4_E_NOMEM, "out of host memory for the synthetic host experts (%d of them)",
                                      (int)hx->map.n_host);
                 w->data = data;

@@ -54,12 +54,6 @@ static void *up(uploader *u, const void *src, size_t n) {
     return d;
 }
 
-static size_t scale_bytes(const dsv4_weight *w) {
-    if (w->fmt == WF_FP8) return (size_t)((w->rows + 127) / 128) * (size_t)w->scale_cols;
-    if (w->fmt == WF_FP4) return (size_t)w->rows * (size_t)w->scale_cols;
-    return 0;
-}
-
 /* n bytes of random values of a kind (synthetic checkpoints), or of one byte value (kind 0). */
 static void *synth(uploader *u, size_t n, int kind, int byte) {
     if (!n) return NULL;
@@ -82,11 +76,11 @@ static dsv4_weight up_weight(uploader *u, const dsv4_weight *w) {
         /* scales 2^-6 (UE8M0 byte 121): values of size ~1/64, as a fan-in of a few thousand wants */
         const int kind = w->fmt == WF_FP8 ? CU_SYNTH_FP8 : w->fmt == WF_FP4 ? CU_SYNTH_FP4 : CU_SYNTH_BF16;
         d.data = synth(u, (size_t)weight_bytes(w), kind, 0);
-        d.scale = synth(u, scale_bytes(w), 0, 121);
+        d.scale = synth(u, (size_t)weight_scale_bytes(w), 0, 121);
         return d;
     }
     d.data = up(u, w->data, (size_t)weight_bytes(w));
-    d.scale = up(u, w->scale, scale_bytes(w));
+    d.scale = up(u, w->scale, (size_t)weight_scale_bytes(w));
     return d;
 }
 
