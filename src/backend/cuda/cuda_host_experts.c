@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 static double now_ms(void) {
     struct timespec ts;
@@ -79,23 +80,56 @@ static void *synth_bytes(cu_host_experts *hx, size_t n, int fmt, int scale, uint
     return p;
 }
 
+/* Host memory the synthetic host experts may take: 60 % of the machine's, so that the OS, the page-locked step
+ * buffers and the loader's copies keep room. Beyond it, later host experts share the bytes of earlier ones in a
+ * cycle (as the GPU shares whole layers, cuda_model.c): every shared expert is tens of MB, far beyond the host's
+ * caches, and the cycle length is gigabytes, so the host still reads every byte from memory. */
+static size_t synthetic_host_budget(void) {
+    const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    return pages > 0 && page > 0 ? (size_t)((double)pages * (double)page * 0.6) : (size_t)16 << 30;
+}
+
 int cuda_hx_fill_synthetic(cu_host_experts *hx, struct dsv4_model *m, dsv4_error *err) {
     uint64_t seed = 0x405700000ULL;
+    const size_t budget = synthetic_host_budget();
+    size_t used = 0;
+    /* the experts with bytes of their own, in fill order: [i][matrix] = that expert's w1, w2, w3 */
+    dsv4_weight (*own)[3] = malloc(sizeof *own * (size_t)(hx->map.n_layers * hx->map.n_routed + 1));
+    if (!own) return dsv4_fail(err, DSV4_E_NOMEM, "out of host memory for the synthetic host experts");
+    int n_own = 0, n_shared = 0;
     for (int l = 0; l < hx->map.n_layers; l++)
         for (int e = 0; e < hx->map.n_routed; e++) {
             if (!expert_on_host(&hx->map, l, e)) continue;
             dsv4_weight *ws[3] = { &m->layers[l].w1[e], &m->layers[l].w2[e], &m->layers[l].w3[e] };
+            size_t need = 0;
+            for (int k = 0; k < 3; k++) need += (size_t)weight_bytes(ws[k]) + weight_scale_bytes(ws[k]);
+            if (n_own && used + need > budget) {   /* share: every routed expert of a main layer has one shape */
+                const int src = n_shared++ % n_own;
+                for (int k = 0; k < 3; k++) {
+                    ws[k]->data = own[src][k].data;
+                    ws[k]->scale = own[src][k].scale;
+                }
+                continue;
+            }
             for (int k = 0; k < 3; k++) {
                 dsv4_weight *w = ws[k];
                 void *data = synth_bytes(hx, (size_t)weight_bytes(w), w->fmt, 0, seed++);
                 void *scale = data && weight_scale_bytes(w) ? synth_bytes(hx, weight_scale_bytes(w), w->fmt, 1, 0) : NULL;
-                if (!data || (weight_scale_bytes(w) && !scale))
+                if (!data || (weight_scale_bytes(w) && !scale)) {
+                    free(own);
                     return dsv4_fail(err, DSV4_E_NOMEM, "out of host memory for the synthetic host experts (%d of them)",
                                      (int)hx->map.n_host);
+                }
                 w->data = data;
                 w->scale = scale;
+                own[n_own][k] = *w;
             }
+            used += need;
+            n_own++;
         }
+    free(own);
+    hx->synth_distinct = n_own;
+    hx->synth_bytes = used;
     return DSV4_OK;
 }
 

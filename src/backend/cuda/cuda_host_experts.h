@@ -35,6 +35,8 @@ typedef struct cu_host_experts {
     uint64_t host_rows;        /* pair rows the host computed */
     void **synth;              /* synthetic checkpoints: the host experts' filled weights (owned), and their count */
     int n_synth;
+    int synth_distinct;        /* synthetic: host experts with bytes of their own (the rest share them in a cycle) */
+    size_t synth_bytes;        /* synthetic: the distinct host expert bytes */
 } cu_host_experts;
 
 /* Take the map (ownership moves to hx; map is cleared) and the per-layer counts. */
@@ -42,7 +44,8 @@ int  cuda_hx_init(cu_host_experts *hx, expert_map *map, dsv4_error *err);
 /* A synthetic checkpoint (model/synthetic.h) has holes where its host experts' weights would be: give each host
  * expert weights of its own in host memory, random values in its formats as k_synth.cu makes them on the GPU
  * (FP8 exponents 5..8, any FP4 nibble, UE8M0 scales 2^-6), so that the host reads real bytes at real bandwidth.
- * m's bindings of those experts point at them until the model is freed. */
+ * m's bindings of those experts point at them until the model is freed. Past 60 % of the machine's memory, later
+ * host experts share earlier ones' bytes in a cycle (synth_distinct says how many have their own). */
 int  cuda_hx_fill_synthetic(cu_host_experts *hx, struct dsv4_model *m, dsv4_error *err);
 /* Buffers for steps of T tokens (called before a step changes anything). */
 int  cuda_hx_reserve(cu_host_experts *hx, const dsv4_config *c, int T, dsv4_error *err);

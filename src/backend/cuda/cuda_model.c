@@ -459,6 +459,10 @@ int cuda_model_init(struct dsv4_model *m, const cuda_placement *p, dsv4_error *e
                     (long long)cm->hx->map.n_host, (long long)L * E,
                     cm->hx->map.n_host * (double)dsv4_expert_weight_bytes(&m->layers[0], 0) / 1073741824.0,
                     dsv4_pool_threads(m->pool), p->profile ? ", the least used by the routing profile" : ", spread evenly");
+            if (cm->hx->synth_distinct < cm->hx->map.n_host)
+                fprintf(stderr, "dsv4: synthetic host experts: %d with bytes of their own (%.2f GiB), the other %lld share "
+                        "them in a cycle (host memory)\n", cm->hx->synth_distinct, cm->hx->synth_bytes / 1073741824.0,
+                        (long long)cm->hx->map.n_host - cm->hx->synth_distinct);
         }
         for (int r = 1; r < n_gpus; r++)
             fprintf(stderr, "dsv4: %.2f GiB of routed experts on GPU %d (experts %d..%d of every layer)\n",
