@@ -25,7 +25,8 @@ for r in step:
     a[0] += 1; a[1] += t; a[2] += f(r, "dram__bytes_read.sum"); a[3] = f(r, "launch__registers_per_thread")
     a[4] += f(r, "sm__warps_active.avg.pct_of_peak_sustained_active") * t; a[5] += f(r, "launch__waves_per_multiprocessor") * t
     a[6] += f(r, "smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active.ratio") * t
-tot = sum(a[1] for a in agg.values()); totb = sum(a[2] for a in agg.values())
+tot = max(1e-9, sum(a[1] for a in agg.values())) if agg else 1e-9
+_unused = sum(a[1] for a in agg.values()); totb = sum(a[2] for a in agg.values())
 print(f"step = launches {lo}..{hi}: {len(step)} launches, {tot/1e3:.1f} us of kernel time, {totb/1e9:.3f} GB read from DRAM "
       f"= {totb/tot:.1f} GB/s (units: ncu's)")
 print(f"{'kernel':32s} {'n':>5s} {'us':>9s} {'%':>5s} {'MB':>8s} {'GB/s':>7s} {'regs':>4s} {'occ%':>5s} {'waves':>6s} {'lsb':>5s}")

@@ -240,6 +240,36 @@ __device__ __forceinline__ void dev_weight16(const dsv4_weight &w, int row, int 
     }
 }
 
+/* dev_weight16 split in two for FP8 and FP4 rows, so that a warp can issue several steps' loads before it uses
+ * any (the one-token kernels, k_linear.cu): dev_weight16_load reads the raw bytes (FP8: 16, FP4: 8 in v.x, v.y)
+ * and the scale; dev_weight16_decode gives exactly dev_weight16's 16 values from them. */
+struct w16raw {
+    uint4 v;
+    float s;
+};
+__device__ __forceinline__ w16raw dev_weight16_load(const dsv4_weight &w, int row, int i) {
+    w16raw r;
+    if (w.fmt == WF_FP8) {
+        r.v = *(const uint4 *)((const uint8_t *)w.data + (int64_t)row * w.cols + i);
+        r.s = dev_e8m0(w.scale[(int64_t)((w.row0 + row) / 128) * w.scale_cols + i / 128]);
+    } else {
+        const uint2 v = *(const uint2 *)((const uint8_t *)w.data + (int64_t)row * (w.cols / 2) + i / 2);
+        r.v = make_uint4(v.x, v.y, 0u, 0u);
+        r.s = dev_e8m0(w.scale[(int64_t)(w.row0 + row) * w.scale_cols + i / 32]);
+    }
+    return r;
+}
+__device__ __forceinline__ void dev_weight16_decode(int fmt, const w16raw &r, float out[16]) {
+    const uint32_t u[4] = { r.v.x, r.v.y, r.v.z, r.v.w };
+    if (fmt == WF_FP8) {
+#pragma unroll
+        for (int k = 0; k < 16; k++) out[k] = dev_e4m3((uint8_t)(u[k / 4] >> (8 * (k % 4)))) * r.s;
+    } else {
+#pragma unroll
+        for (int k = 0; k < 16; k++) out[k] = dev_e2m1((uint8_t)((u[k / 8] >> (4 * (k % 8))) & 15)) * r.s;
+    }
+}
+
 /* Launch geometry helpers. */
 static inline int cu_blocks(int64_t n, int per) { return (int)((n + per - 1) / per); }
 #endif

@@ -76,6 +76,35 @@ extern "C" void cu_act_quant(cu_stream st, const float *x, int ldx, float *y, in
 
 __device__ __forceinline__ float dev_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
 
+/* sinkhorn_inplace for n = 4 spread over a warp: lane q (mod 16) holds element (j, k) = (q / 4, q % 4) and returns
+ * its final value. Every lane of the warp must call it (full-warp shuffles); lanes 16..31 repeat lanes 0..15. */
+__device__ __forceinline__ float sinkhorn4_lane(float c, int q, int iters, float eps) {
+    const int j = q >> 2, k = q & 3, base = threadIdx.x & 16;
+    float row[4];
+#pragma unroll
+    for (int i = 0; i < 4; i++) row[i] = __shfl_sync(0xffffffffu, c, base + 4 * j + i);
+    float mx = row[0];
+#pragma unroll
+    for (int i = 1; i < 4; i++) mx = fmaxf(mx, row[i]);
+    float s = 0.0f;
+#pragma unroll
+    for (int i = 0; i < 4; i++) s += expf(row[i] - mx);
+    c = expf(c - mx) / s + eps;
+    for (int it = 0; it < iters; it++) {
+        if (it > 0) {
+            s = 0.0f;
+#pragma unroll
+            for (int i = 0; i < 4; i++) s += __shfl_sync(0xffffffffu, c, base + 4 * j + i);
+            c /= s + eps;
+        }
+        s = 0.0f;
+#pragma unroll
+        for (int i = 0; i < 4; i++) s += __shfl_sync(0xffffffffu, c, base + 4 * i + k);
+        c /= s + eps;
+    }
+    return c;
+}
+
 __global__ void k_hc_pre_finish(int official, const float *mixraw, const float *X, int hc, int d, const float *base,
                                 const float *scale, float hc_eps, float norm_eps, int iters, float *u, float *mix) {
     __shared__ float red[32];
@@ -84,21 +113,26 @@ __global__ void k_hc_pre_finish(int official, const float *mixraw, const float *
     const float *x = X + (int64_t)t * n;
     const float r = 1.0f / sqrtf(sum_squares(x, n, red) / (float)n + norm_eps);
     float *mx = mix + (int64_t)t * CU_MIX;
-    if (threadIdx.x == 0) {
-        const float *m = mixraw + (int64_t)t * nmix;
+    const float *m = mixraw + (int64_t)t * nmix;
+    if (hc == 4) {
+        /* warp 0, lane q (mod 16) holding C[q / 4][q % 4]: each lane makes the same operations in the same order
+         * as sinkhorn_inplace makes for its element (every row or column sum read from the 4 lanes that hold it and
+         * added in index order), so the result is the single thread's bit for bit; the 20 rounds then cost ~20 x 2
+         * dependent sums instead of 20 x 32 divisions in one thread (run 18's ncu: 53 us a launch, 13 % of a decode
+         * step) */
+        if (threadIdx.x < 32) {
+            const int q = threadIdx.x & 15;
+            const bool writer = threadIdx.x < 16;   /* lanes 16..31 only feed the shuffles */
+            if (writer && q < 4) pre[q] = dev_sigmoid(m[q] * r * scale[0] + base[q]) + hc_eps;
+            else if (writer && q < 8) mx[q - 4] = 2.0f * dev_sigmoid(m[q] * r * scale[1] + base[q]);
+            const float c = sinkhorn4_lane(m[8 + q] * r * scale[2] + base[8 + q], q, iters, hc_eps);
+            if (writer) mx[8 + q] = c;
+        }
+    } else if (threadIdx.x == 0) {
         for (int i = 0; i < hc; i++) pre[i] = dev_sigmoid(m[i] * r * scale[0] + base[i]) + hc_eps;
         for (int i = 0; i < hc; i++) mx[i] = 2.0f * dev_sigmoid(m[hc + i] * r * scale[1] + base[hc + i]);
         for (int j = 0; j < hc * hc; j++) C[j] = m[2 * hc + j] * r * scale[2] + base[2 * hc + j];
-        if (hc == 4) {
-            /* the CPU's code (core/sinkhorn.h) on a register copy: with n known, every loop unrolls and the 20
-             * rounds stop waiting on shared memory (run 14's ncu: this kernel was 11 % of a decode step) */
-            float c4[16];
-            for (int j = 0; j < 16; j++) c4[j] = C[j];
-            sinkhorn_inplace(c4, 4, iters, hc_eps);
-            for (int j = 0; j < 16; j++) C[j] = c4[j];
-        } else {
-            sinkhorn_inplace(C, hc, iters, hc_eps);
-        }
+        sinkhorn_inplace(C, hc, iters, hc_eps);
         for (int j = 0; j < hc * hc; j++) mx[8 + j] = C[j];
     }
     __syncthreads();

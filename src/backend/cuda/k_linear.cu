@@ -57,53 +57,48 @@ __device__ __forceinline__ void dot_tile(const dsv4_weight &w, int o, const floa
     for (int k = 0; k < LIN_TILE; k++) res[k] = warp_sum(acc[k]);
 }
 
-/* One token against LIN_ROWS consecutive rows o0 .. o0+nr-1: per row exactly dot_tile's order (lane l: columns
- * 16l + 512j + e, fmaf from 0.0f, then warp_sum), with the rows' loads issued together so that a warp keeps
- * LIN_ROWS x 512 bytes of FP8 in flight. Decode steps of one token take this path (run 14's ncu: a warp per row of
- * 1024 columns lives for two loads, and the GEMVs ran at a few hundred GB/s). Vector path only. */
-#define LIN_ROWS 4
-/* Off until measured: run 16 (with it) decoded the Flash shape at 17.1 tok/s against run 14's 21.1 (without it), but
- * with a shorter prompt and right after a fuzzing load, and the A/B run that was to settle it ran out of device time
- * (docs/GPU_RUNS.md runs 16-17). Both paths give the same bits (test_gpu_kernels: alone = in a batch, memcmp), so
- * this switch changes speed only. */
-#ifndef LIN_ONE_TOKEN_ROWS
-#define LIN_ONE_TOKEN_ROWS 0
+/* One token, FP8 and FP4 rows (the decode step's weights): dot_tile's order exactly (lane l: columns 16l + 512j + e
+ * in increasing j then e, fmaf from 0.0f, then warp_sum), with the raw loads of LIN_AHEAD steps issued before the
+ * first of them is used, so that a warp keeps up to LIN_AHEAD x 512 bytes of FP8 in flight instead of 512. Run
+ * 18's ncu: at one token k_linear read 430 GB/s at 19 % achieved occupancy (80 registers for the 8-token tile);
+ * this path needs no tile registers. Same bits as a tile of one token (test_gpu_kernels: alone = in a batch). */
+#define LIN_AHEAD 4
+#ifndef LIN_ONE_TOKEN
+#define LIN_ONE_TOKEN 1
 #endif
-__device__ __forceinline__ void dot_rows1(const dsv4_weight &w, int o0, int nr, const float *x, float *res, int K) {
+__device__ __forceinline__ float dot_row1(const dsv4_weight &w, int o, const float *__restrict__ x, int K) {
     const int lane = threadIdx.x & 31;
-    float acc[LIN_ROWS];
+    float acc = 0.0f;
+    for (int i0 = lane * LIN_LANE; i0 < K; i0 += LIN_AHEAD * LIN_STEP) {
+        w16raw raw[LIN_AHEAD];
 #pragma unroll
-    for (int r = 0; r < LIN_ROWS; r++) acc[r] = 0.0f;
-    for (int i = lane * LIN_LANE; i < K; i += LIN_STEP) {
-        float wv[LIN_ROWS][LIN_LANE];
+        for (int u = 0; u < LIN_AHEAD; u++)
+            if (i0 + u * LIN_STEP < K) raw[u] = dev_weight16_load(w, o, i0 + u * LIN_STEP);
 #pragma unroll
-        for (int r = 0; r < LIN_ROWS; r++)
-            if (r < nr) dev_weight16(w, o0 + r, i, wv[r]);
-        float xv[LIN_LANE];
-        const float4 *xp = (const float4 *)(x + i);
+        for (int u = 0; u < LIN_AHEAD; u++) {
+            const int i = i0 + u * LIN_STEP;
+            if (i >= K) break;
+            float wv[LIN_LANE];
+            dev_weight16_decode(w.fmt, raw[u], wv);
+            const float4 *xp = (const float4 *)(x + i);
 #pragma unroll
-        for (int q = 0; q < LIN_LANE / 4; q++) {
-            const float4 v = xp[q];
-            xv[4 * q] = v.x; xv[4 * q + 1] = v.y; xv[4 * q + 2] = v.z; xv[4 * q + 3] = v.w;
+            for (int q = 0; q < LIN_LANE / 4; q++) {
+                const float4 xv = xp[q];
+                acc = fmaf(wv[4 * q], xv.x, acc);
+                acc = fmaf(wv[4 * q + 1], xv.y, acc);
+                acc = fmaf(wv[4 * q + 2], xv.z, acc);
+                acc = fmaf(wv[4 * q + 3], xv.w, acc);
+            }
         }
-#pragma unroll
-        for (int r = 0; r < LIN_ROWS; r++)
-            if (r < nr)
-#pragma unroll
-                for (int e = 0; e < LIN_LANE; e++) acc[r] = fmaf(wv[r][e], xv[e], acc[r]);
     }
-#pragma unroll
-    for (int r = 0; r < LIN_ROWS; r++) res[r] = warp_sum(acc[r]);
+    return warp_sum(acc);
 }
 
-__global__ void k_linear_1tok(dsv4_weight w, const float *__restrict__ x, float *__restrict__ y) {
-    const int o0 = (blockIdx.x * LIN_WARPS + (threadIdx.x >> 5)) * LIN_ROWS;
-    if (o0 >= w.rows) return;
-    const int nr = w.rows - o0 < LIN_ROWS ? w.rows - o0 : LIN_ROWS;
-    float res[LIN_ROWS];
-    dot_rows1(w, o0, nr, x, res, w.cols);
-    if ((threadIdx.x & 31) == 0)
-        for (int r = 0; r < nr; r++) y[o0 + r] = res[r];
+__global__ void __launch_bounds__(32 * LIN_WARPS, 10) k_linear_1tok(dsv4_weight w, const float *__restrict__ x, float *__restrict__ y) {
+    const int o = blockIdx.x * LIN_WARPS + (threadIdx.x >> 5);
+    if (o >= w.rows) return;
+    const float r = dot_row1(w, o, x, w.cols);
+    if ((threadIdx.x & 31) == 0) y[o] = r;
 }
 
 template <bool VEC>
@@ -181,24 +176,18 @@ __global__ void k_expert_linear(const dsv4_weight *__restrict__ experts, int row
             if (k < n) y[(int64_t)(p0 + k) * ldy + o] = res[k];
 }
 
-/* Steps of one token (then every tile holds one pair): LIN_ROWS rows per warp, as k_linear_1tok. */
-__global__ void k_expert_linear_1tok(const dsv4_weight *__restrict__ experts, int rows, cu_moe_plan plan, const float *__restrict__ x,
+/* Steps of one token (then every tile holds one pair): dot_row1, as k_linear_1tok. */
+__global__ void __launch_bounds__(32 * LIN_WARPS, 10) k_expert_linear_1tok(const dsv4_weight *__restrict__ experts, int rows, cu_moe_plan plan, const float *__restrict__ x,
                                      int ldx, int x_by_pair, float *__restrict__ y, int ldy) {
     const int tile = blockIdx.y;
     if (tile >= *plan.n_tiles) return;
-    const int o0 = (blockIdx.x * LIN_WARPS + (threadIdx.x >> 5)) * LIN_ROWS;
-    if (o0 >= rows) return;
-    const int nr = rows - o0 < LIN_ROWS ? rows - o0 : LIN_ROWS;
+    const int o = blockIdx.x * LIN_WARPS + (threadIdx.x >> 5);
+    if (o >= rows) return;
     const dsv4_weight w = experts[plan.tile_expert[tile]];
     const int p = plan.tile_first[tile];
-    float res[LIN_ROWS];
-    if (!w.data) {
-        for (int r = 0; r < LIN_ROWS; r++) res[r] = EP_ABSENT_ROW;   /* held by another GPU (cuda_ep.h) */
-    } else {
-        dot_rows1(w, o0, nr, x + (int64_t)(x_by_pair ? p : plan.pair_token[p]) * ldx, res, w.cols);
-    }
-    if ((threadIdx.x & 31) == 0)
-        for (int r = 0; r < nr; r++) y[(int64_t)p * ldy + o0 + r] = res[r];
+    /* an expert another GPU holds (cuda_ep.h) or the host computes: its rows are the exact gather's identity */
+    const float r = w.data ? dot_row1(w, o, x + (int64_t)(x_by_pair ? p : plan.pair_token[p]) * ldx, w.cols) : EP_ABSENT_ROW;
+    if ((threadIdx.x & 31) == 0) y[(int64_t)p * ldy + o] = r;
 }
 
 /* The vector path needs 16-byte aligned x rows and weight rows of a multiple of 16 columns (weights are whole
@@ -218,8 +207,8 @@ extern "C" int cu_linear(cu_stream st, const dsv4_weight *w, const float *x, int
         else k_linear_split<false><<<g, 32 * LIN_SPLIT, 0, (cudaStream_t)st>>>(*w, x, T, ldx, y, ldy);
         return 0;
     }
-    if (T == 1 && vec && LIN_ONE_TOKEN_ROWS) {
-        k_linear_1tok<<<cu_blocks(w->rows, LIN_WARPS * LIN_ROWS), 32 * LIN_WARPS, 0, (cudaStream_t)st>>>(*w, x, y);
+    if (T == 1 && vec && LIN_ONE_TOKEN && (w->fmt == WF_FP8 || w->fmt == WF_FP4)) {
+        k_linear_1tok<<<cu_blocks(w->rows, LIN_WARPS), 32 * LIN_WARPS, 0, (cudaStream_t)st>>>(*w, x, y);
         return 0;
     }
     dim3 grid(cu_blocks(w->rows, LIN_WARPS), cu_blocks(T, LIN_TILE));
@@ -231,8 +220,8 @@ extern "C" int cu_linear(cu_stream st, const dsv4_weight *w, const float *x, int
 extern "C" int cu_expert_linear(cu_stream st, const dsv4_weight *experts, int rows, int cols, int fmt, const cu_moe_plan *plan,
                                 int max_tiles, const float *x, int ldx, int x_by_pair, float *y, int ldy, int one_token) {
     if (max_tiles <= 0) return 0;
-    if (one_token && LIN_ONE_TOKEN_ROWS && vec_ok(fmt, cols, x, ldx)) {
-        dim3 g1(cu_blocks(rows, LIN_WARPS * LIN_ROWS), max_tiles);
+    if (one_token && LIN_ONE_TOKEN && vec_ok(fmt, cols, x, ldx) && (fmt == WF_FP8 || fmt == WF_FP4)) {
+        dim3 g1(cu_blocks(rows, LIN_WARPS), max_tiles);
         k_expert_linear_1tok<<<g1, 32 * LIN_WARPS, 0, (cudaStream_t)st>>>(experts, rows, *plan, x, ldx, x_by_pair, y, ldy);
         return 0;
     }
