@@ -3,6 +3,9 @@
 #ifndef DSV4_MODEL_WEIGHT_H
 #define DSV4_MODEL_WEIGHT_H
 #include <stdint.h>
+#ifdef __cplusplus
+extern "C" {   /* the CUDA kernels (C++) slice weights with weight_rows */
+#endif
 
 typedef enum {
     WF_F32,   /* fp32 values */
@@ -27,4 +30,7 @@ uint64_t weight_bytes(const dsv4_weight *w);
 /* Bytes of its UE8M0 scales (FP8: one per 128 x 128 block, FP4: one per 32 weights of a row; 0 otherwise). */
 uint64_t weight_scale_bytes(const dsv4_weight *w);
 /* Decoding rows (exact) and dot products against them: see backend/cpu/kernels.h. */
+#ifdef __cplusplus
+}
+#endif
 #endif

@@ -207,6 +207,39 @@ static void linear_close_and_batch_invariant(void **state) {
     dsv4_pool_free(pool);
 }
 
+/* cu_linear_grouped (the grouped output projection in one launch) gives, for every row, the bits of cu_linear over
+ * that row's group alone: one token (the decode kernel) and a tile of 9, every weight format. */
+static void linear_grouped_equals_groups(void **state) {
+    (void)state;
+    enum { G = 4, ROWS = 256, COLS = 512, T = 9 };
+    float *x = malloc(sizeof(float) * T * G * COLS), *a = malloc(sizeof(float) * T * G * ROWS), *b = malloc(sizeof(float) * T * G * ROWS);
+    for (int i = 0; i < T * G * COLS; i++) x[i] = frand(2.0f);
+    for (int fmt = WF_F32; fmt <= WF_FP4; fmt++) {
+        void *data = NULL;
+        uint8_t *scale = NULL;
+        dsv4_weight w = make_weight(fmt, G * ROWS, COLS, &data, &scale), dw = w;
+        dw.data = dev_copy(w.data, weight_bytes(&w));
+        dw.scale = scale ? dev_copy(scale, weight_scale_bytes(&w)) : NULL;
+        float *dx = dev_copy(x, sizeof(float) * T * G * COLS), *dy = cu_malloc(sizeof(float) * T * G * ROWS);
+        for (int n = 1; n <= T; n += T - 1) {
+            cu_linear_grouped(NULL, &dw, G, dx, n, G * COLS, COLS, dy, G * ROWS);
+            sync_ok();
+            cu_download(a, dy, sizeof(float) * n * G * ROWS);
+            for (int g = 0; g < G; g++) {
+                dsv4_weight wg = weight_rows(&dw, g * ROWS, ROWS);
+                cu_linear(NULL, &wg, dx + g * COLS, n, G * COLS, dy + g * ROWS, G * ROWS);
+            }
+            sync_ok();
+            cu_download(b, dy, sizeof(float) * n * G * ROWS);
+            if (memcmp(a, b, sizeof(float) * n * G * ROWS)) fail_msg("grouped linear, format %d, %d tokens: differs from the groups alone", fmt, n);
+        }
+        cu_free((void *)dw.data); cu_free((void *)dw.scale); cu_free(dx); cu_free(dy);
+        free(data); free(scale);
+    }
+    printf("  grouped linear (4 groups, 1 and 9 tokens, 4 formats) = each group alone (memcmp)\n");
+    free(x); free(a); free(b);
+}
+
 int main(void) {
     dsv4_error why;
     if (!dsv4_cuda_available(&why)) {
@@ -219,6 +252,7 @@ int main(void) {
         cmocka_unit_test(kv_encode_is_bit_exact),
         cmocka_unit_test(rmsnorm_close),
         cmocka_unit_test(linear_close_and_batch_invariant),
+        cmocka_unit_test(linear_grouped_equals_groups),
     };
     return cmocka_run_group_tests_name("gpu kernels vs cpu kernels", tests, NULL, NULL);
 }

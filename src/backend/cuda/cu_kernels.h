@@ -65,6 +65,11 @@ void cu_fill_synth(void *p, size_t n, int kind, uint64_t seed);
  * tokens one warp takes (several rows at once for a step of one token) changes who computes an element, never its
  * order. */
 int  cu_linear(cu_stream st, const dsv4_weight *w, const float *x, int T, int ldx, float *y, int ldy);
+/* The grouped output projection in one launch: w's rows split in `groups` equal parts, part g reading the input
+ * columns from x + g * group_x and writing y's columns [g * rows / groups, ...); per row the same sum as cu_linear
+ * over that part alone. */
+int  cu_linear_grouped(cu_stream st, const dsv4_weight *w, int groups, const float *x, int T, int ldx, int group_x, float *y,
+                       int ldy);
 /* The same product for the MoE: tile k multiplies expert tile_expert[k]'s matrix (experts: a device array of
  * E weights of one shape rows x cols) with the rows of its pairs: x row = pair_token[p] (x_by_pair 0) or p
  * (x_by_pair 1); y row = p. Same per-element order as cu_linear. An expert whose weight has data NULL (held by

@@ -94,17 +94,20 @@ __device__ __forceinline__ float dot_row1(const dsv4_weight &w, int o, const flo
     return warp_sum(acc);
 }
 
-__global__ void __launch_bounds__(32 * LIN_WARPS, 10) k_linear_1tok(dsv4_weight w, const float *__restrict__ x, float *__restrict__ y) {
+__global__ void __launch_bounds__(32 * LIN_WARPS, 8) k_linear_1tok(dsv4_weight w, const float *__restrict__ x, int group_rows,
+                                                                     int group_x, float *__restrict__ y) {
     const int o = blockIdx.x * LIN_WARPS + (threadIdx.x >> 5);
     if (o >= w.rows) return;
-    const float r = dot_row1(w, o, x, w.cols);
+    const float r = dot_row1(w, o, x + (int64_t)(o / group_rows) * group_x, w.cols);
     if ((threadIdx.x & 31) == 0) y[o] = r;
 }
 
 template <bool VEC>
-__global__ void k_linear(dsv4_weight w, const float *__restrict__ x, int T, int ldx, float *__restrict__ y, int ldy) {
+__global__ void k_linear(dsv4_weight w, const float *__restrict__ x, int T, int ldx, int group_rows, int group_x,
+                         float *__restrict__ y, int ldy) {
     const int o = blockIdx.x * LIN_WARPS + (threadIdx.x >> 5), t0 = blockIdx.y * LIN_TILE;
     if (o >= w.rows) return;
+    x += (int64_t)(o / group_rows) * group_x;
     const int n = T - t0 < LIN_TILE ? T - t0 : LIN_TILE;
     const float *xr[LIN_TILE];
 #pragma unroll
@@ -177,7 +180,7 @@ __global__ void k_expert_linear(const dsv4_weight *__restrict__ experts, int row
 }
 
 /* Steps of one token (then every tile holds one pair): dot_row1, as k_linear_1tok. */
-__global__ void __launch_bounds__(32 * LIN_WARPS, 10) k_expert_linear_1tok(const dsv4_weight *__restrict__ experts, int rows, cu_moe_plan plan, const float *__restrict__ x,
+__global__ void __launch_bounds__(32 * LIN_WARPS, 8) k_expert_linear_1tok(const dsv4_weight *__restrict__ experts, int rows, cu_moe_plan plan, const float *__restrict__ x,
                                      int ldx, int x_by_pair, float *__restrict__ y, int ldy) {
     const int tile = blockIdx.y;
     if (tile >= *plan.n_tiles) return;
@@ -198,23 +201,46 @@ static bool vec_ok(int fmt, int cols, const float *x, int ldx) {
     return cols % LIN_LANE == 0 && ldx % 4 == 0 && ((uintptr_t)x % 16) == 0;
 }
 
+/* y = x w^T; with groups > 1, rows [g * rows / groups, (g + 1) * rows / groups) of w read the input columns
+ * starting at g * group_x (the grouped output projection): one launch for all groups. Each row's sum is the same
+ * as a launch of its group alone would give (the group only moves the row's input pointer). */
+static int linear_launch(cu_stream st, const dsv4_weight *w, const float *x, int T, int ldx, int groups, int group_x, float *y, int ldy) {
+    const bool vec = vec_ok(w->fmt, w->cols, x, ldx) && vec_ok(w->fmt, w->cols, x + group_x, ldx) && ((uintptr_t)w->data % 16) == 0;
+    const int group_rows = w->rows / groups;
+    if (T == 1 && vec && LIN_ONE_TOKEN && (w->fmt == WF_FP8 || w->fmt == WF_FP4)) {
+        k_linear_1tok<<<cu_blocks(w->rows, LIN_WARPS), 32 * LIN_WARPS, 0, (cudaStream_t)st>>>(*w, x, group_rows, group_x, y);
+        return 0;
+    }
+    dim3 grid(cu_blocks(w->rows, LIN_WARPS), cu_blocks(T, LIN_TILE));
+    if (vec) k_linear<true><<<grid, 32 * LIN_WARPS, 0, (cudaStream_t)st>>>(*w, x, T, ldx, group_rows, group_x, y, ldy);
+    else k_linear<false><<<grid, 32 * LIN_WARPS, 0, (cudaStream_t)st>>>(*w, x, T, ldx, group_rows, group_x, y, ldy);
+    return 0;
+}
+
 extern "C" int cu_linear(cu_stream st, const dsv4_weight *w, const float *x, int T, int ldx, float *y, int ldy) {
     if (T <= 0 || w->rows <= 0) return 0;
-    const bool vec = vec_ok(w->fmt, w->cols, x, ldx) && ((uintptr_t)w->data % 16) == 0;
     if (split_rows(w->rows, w->cols)) {
+        const bool vec = vec_ok(w->fmt, w->cols, x, ldx) && ((uintptr_t)w->data % 16) == 0;
         dim3 g(w->rows, cu_blocks(T, LIN_TILE));
         if (vec) k_linear_split<true><<<g, 32 * LIN_SPLIT, 0, (cudaStream_t)st>>>(*w, x, T, ldx, y, ldy);
         else k_linear_split<false><<<g, 32 * LIN_SPLIT, 0, (cudaStream_t)st>>>(*w, x, T, ldx, y, ldy);
         return 0;
     }
-    if (T == 1 && vec && LIN_ONE_TOKEN && (w->fmt == WF_FP8 || w->fmt == WF_FP4)) {
-        k_linear_1tok<<<cu_blocks(w->rows, LIN_WARPS), 32 * LIN_WARPS, 0, (cudaStream_t)st>>>(*w, x, y);
+    return linear_launch(st, w, x, T, ldx, 1, 0, y, ldy);
+}
+
+extern "C" int cu_linear_grouped(cu_stream st, const dsv4_weight *w, int groups, const float *x, int T, int ldx, int group_x,
+                                 float *y, int ldy) {
+    if (T <= 0 || w->rows <= 0) return 0;
+    const int rows = w->rows / groups;
+    if (groups == 1 || split_rows(rows, w->cols)) {   /* a group alone would take the split kernel: launch each */
+        for (int g = 0; g < groups; g++) {
+            dsv4_weight wg = weight_rows(w, g * rows, rows);
+            cu_linear(st, &wg, x + (int64_t)g * group_x, T, ldx, y + (int64_t)g * rows, ldy);
+        }
         return 0;
     }
-    dim3 grid(cu_blocks(w->rows, LIN_WARPS), cu_blocks(T, LIN_TILE));
-    if (vec) k_linear<true><<<grid, 32 * LIN_WARPS, 0, (cudaStream_t)st>>>(*w, x, T, ldx, y, ldy);
-    else k_linear<false><<<grid, 32 * LIN_WARPS, 0, (cudaStream_t)st>>>(*w, x, T, ldx, y, ldy);
-    return 0;
+    return linear_launch(st, w, x, T, ldx, groups, group_x, y, ldy);
 }
 
 extern "C" int cu_expert_linear(cu_stream st, const dsv4_weight *experts, int rows, int cols, int fmt, const cu_moe_plan *plan,
