@@ -225,12 +225,19 @@ static int32_t parse_primary(gparse *g) {
     return gb_rule_named(g->b, nm);
 }
 
+/* x{lo,hi} with lo 0 or 1 and hi 1 or unbounded (-1): *, +, ? and their {n,m} spellings. */
+static int simple_repeat(long lo, long hi) { return (lo == 0 || lo == 1) && (hi == 1 || hi == -1); }
+
+/* A primary and its postfix operators. Consecutive simple operators fold into one before any rule is made, since
+ * (x{a,b}){c,d} = x{a*c, b*d} when a, c are 0 or 1 and b, d are 1 or unbounded: the counts reachable are [a*c, b*d]
+ * (an unbounded factor makes the product unbounded). Without it x++++... nested one rule per operator and the
+ * parse stacks multiplied with the depth (the grammar fuzzer's slow-plus-chain input: 34 s for 100 pluses). */
 static int32_t parse_item(gparse *g) {
     int32_t r = parse_primary(g);
     if (r < 0) return -1;
+    long plo = 1, phi = 1;   /* the pending repetition of r; x{1,1} = x */
     for (;;) {
-        if (g->i >= g->n) return r;
-        const char c = g->s[g->i];
+        const char c = g->i < g->n ? g->s[g->i] : 0;
         long lo, hi;
         if (c == '*') { lo = 0; hi = -1; g->i++; }
         else if (c == '+') { lo = 1; hi = -1; g->i++; }
@@ -247,9 +254,18 @@ static int32_t parse_item(gparse *g) {
             if (g->i >= g->n || g->s[g->i] != '}') return fail(g, "missing '}'");
             g->i++;
             if (hi >= 0 && hi < lo) return fail(g, "{n,m} with m < n");
-        } else return r;
-        if ((r = gb_repeat(g->b, r, lo, hi)) < 0) return fail(g, "out of memory");
+        } else break;
+        if (simple_repeat(plo, phi) && simple_repeat(lo, hi)) {
+            phi = phi < 0 || hi < 0 ? -1 : phi * hi;
+            plo *= lo;
+            continue;
+        }
+        if (!(plo == 1 && phi == 1) && (r = gb_repeat(g->b, r, plo, phi)) < 0) return fail(g, "out of memory");
+        plo = lo;
+        phi = hi;
     }
+    if (!(plo == 1 && phi == 1) && (r = gb_repeat(g->b, r, plo, phi)) < 0) return fail(g, "out of memory");
+    return r;
 }
 
 /* Alternatives into rule `into` until ')' or the next rule or the end. */

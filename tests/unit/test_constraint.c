@@ -232,6 +232,16 @@ static void test_gbnf(void **state) {
         {"root ::= ( [0-9]{2,3} \",\" )+ \"\\n\"", {{"12,\n", 1}, {"12,345,\n", 1}, {"1,\n", 0}, {"1234,\n", 0}, {"12,", 0}, {NULL, 0}}},
         {"root ::= [^a-z\\n] . \"\\u00e9\"?", {{"A\xe6\x97\xa5", 1}, {"Ab\xc3\xa9", 1}, {"ab", 0}, {"\nb", 0}, {"A", 0}, {NULL, 0}}},
         {"root ::= item (\",\" item){0,1}\nitem ::=\n   \"x\"\n | \"y\" # trailing comment\n", {{"x", 1}, {"x,y", 1}, {"x,y,x", 0}, {"", 0}, {NULL, 0}}},
+        /* stacked postfix operators (folded into one repetition when both are *, + or ?; grammar.c parse_item) */
+        {"root ::= \"a\"+? \"b\"", {{"b", 1}, {"aaab", 1}, {"ba", 0}, {NULL, 0}}},
+        {"root ::= \"ab\"?+ \"c\"", {{"c", 1}, {"ababc", 1}, {"abac", 0}, {NULL, 0}}},
+        {"root ::= \"a\"++ \"b\"", {{"ab", 1}, {"aaab", 1}, {"b", 0}, {NULL, 0}}},
+        {"root ::= \"a\"?? \"b\"", {{"b", 1}, {"ab", 1}, {"aab", 0}, {NULL, 0}}},
+        {"root ::= \"a\"+{2} \"b\"", {{"aab", 1}, {"aaaab", 1}, {"ab", 0}, {NULL, 0}}},
+        {"root ::= \"a\"{2}+ \"b\"", {{"aab", 1}, {"aaaab", 1}, {"aaab", 0}, {"b", 0}, {NULL, 0}}},
+        {"root ::= \"a\"{0,1}* \"b\"", {{"b", 1}, {"aaab", 1}, {NULL, 0}}},
+        {"root ::= \"a\"+++++++++++++++++++++++++++++++++++++++++++++++++++++++++++++++++++ \"b\"",
+         {{"ab", 1}, {"aaaaaaaaaaab", 1}, {"b", 0}, {NULL, 0}}},
     };
     for (size_t i = 0; i < sizeof G / sizeof G[0]; i++) {
         dsv4_grammar *g = gbnf(G[i].grammar);
