@@ -8,6 +8,7 @@
 #include <math.h>
 #include <string.h>
 #include "model/formats.h"
+#include "model/e2m1_f16.h"
 
 static uint32_t bits(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
 static float from_bits(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
@@ -124,6 +125,25 @@ static void e2m1_encode(void **st) {
 }
 
 /* ---- BF16 ------------------------------------------------------------------------------------------------ */
+
+/* The GPU's FP4 decode (model/e2m1_f16.h): each nibble of every byte, read as an IEEE f16 (decoded here by the
+ * definition) and times 2^14, is the E2M1 value, sign included. */
+static void e2m1_f16_bits(void **st) {
+    (void)st;
+    static const float mag[8] = { 0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f };
+    for (uint32_t b = 0; b < 256; b++) {
+        const uint32_t pair = e2m1x2_f16_bits(b);
+        for (int half = 0; half < 2; half++) {
+            const uint32_t h = (pair >> (16 * half)) & 0xffffu, code = (b >> (4 * half)) & 15u;
+            const uint32_t E = (h >> 10) & 31u, M = h & 1023u;
+            float v = E ? ldexpf((float)(1024u + M), (int)E - 25) : ldexpf((float)M, -24);
+            if (h & 0x8000u) v = -v;
+            const float want = (code & 8u) ? -mag[code & 7u] : mag[code & 7u];
+            const float got = ldexpf(v, 14);
+            if (memcmp(&got, &want, sizeof got)) fail_msg("byte 0x%02x nibble %d: f16 0x%04x * 2^14 = %g, want %g", b, half, h, got, want);
+        }
+    }
+}
 
 static void bf16(void **st) {
     (void)st;
@@ -276,7 +296,7 @@ static void hadamard(void **st) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(e4m3_decode),  cmocka_unit_test(e4m3_table_matches_decoder), cmocka_unit_test(e4m3_encode),
-        cmocka_unit_test(e8m0),         cmocka_unit_test(e2m1_table),  cmocka_unit_test(e2m1_encode),
+        cmocka_unit_test(e8m0),         cmocka_unit_test(e2m1_table),  cmocka_unit_test(e2m1_encode), cmocka_unit_test(e2m1_f16_bits),
         cmocka_unit_test(bf16),         cmocka_unit_test(pow2),        cmocka_unit_test(act_fp8),
         cmocka_unit_test(act_fp4),      cmocka_unit_test(hadamard),
         cmocka_unit_test(act_fp8_fast_matches_definition), cmocka_unit_test(bf16_array_matches_definition),

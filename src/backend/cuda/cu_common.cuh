@@ -9,9 +9,11 @@
  * No reduction here uses atomics, and no launcher picks its block or split from the batch size. */
 #ifndef DSV4_CU_COMMON_CUH
 #define DSV4_CU_COMMON_CUH
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stdint.h>
+#include "model/e2m1_f16.h"
 #include "model/weight.h"
 
 /* ---- number formats ----------------------------------------------------------------------------------- */
@@ -146,6 +148,70 @@ __device__ __forceinline__ float block_max(float v, float *red) {
 
 /* ---- weights --------------------------------------------------------------------------------------------- */
 
+/* Decoding FP8 and FP4 weights times their scale. Run 21's ncu: the one-token GEMVs issued ~30 instructions per
+ * weight byte (dev_e4m3 / dev_e2m1 per element: field extraction, NaN and subnormal tests, selects), which caps
+ * them near 1 TB/s before any memory limit. With DEV_HW_DECODE the same values come from fewer instructions:
+ *   E4M3: the hardware conversion cvt.rn.f16x2.e4m3x2 (sm_89+), two elements an instruction, exact (every E4M3
+ *         value is an f16), then f16 -> f32 (exact): the values of dev_e4m3. A NaN byte gives some NaN where
+ *         dev_e4m3 gives 0x7fc00000; either one times s is the GPU's canonical NaN, so the products agree bit for bit.
+ *   E2M1: model/e2m1_f16.h's bit moves, two elements per byte, as f16 values e2m1 * 2^-14 (exact, tested on the CPU
+ *         for all 256 bytes), then times s * 2^14 (one product: exact whenever s * 2^14 is finite; else the two).
+ * Every product equals dev_e4m3(b) * s or dev_e2m1(c) * s exactly, so kernels give the same bits either way.
+ * Off until the GPU suite has run it (docs/GPU_RUNS.md): build with NVFLAGS+=-DDEV_HW_DECODE=1 to try it. */
+#ifndef DEV_HW_DECODE
+#define DEV_HW_DECODE 0
+#endif
+__device__ __forceinline__ float dev_f16_bits(uint32_t h) { return __half2float(__ushort_as_half((unsigned short)(h & 0xffffu))); }
+
+/* Two E4M3 bytes (bits 0..15 of v; bits 0..7 first) as f16 bits, low element in bits 0..15. */
+__device__ __forceinline__ uint32_t dev_e4m3x2_f16(uint32_t v) {
+    uint32_t h;
+    asm("{\n\t.reg .b16 t;\n\tcvt.u16.u32 t, %1;\n\tcvt.rn.f16x2.e4m3x2 %0, t;\n\t}" : "=r"(h) : "r"(v));
+    return h;
+}
+
+/* Bytes 0..n-1 of v (E4M3, byte k = element k) times s into out[0..n-1]; n is 1, 2 or 4. */
+template <int N>
+__device__ __forceinline__ void dev_e4m3_times(uint32_t v, float s, float *out) {
+#if DEV_HW_DECODE
+#pragma unroll
+    for (int k = 0; k < N; k += 2) {
+        const uint32_t h = dev_e4m3x2_f16(v >> (8 * k));
+        out[k] = dev_f16_bits(h) * s;
+        if (k + 1 < N) out[k + 1] = dev_f16_bits(h >> 16) * s;
+    }
+#else
+#pragma unroll
+    for (int k = 0; k < N; k++) out[k] = dev_e4m3((uint8_t)(v >> (8 * k))) * s;
+#endif
+}
+
+/* Nibbles 0..n-1 of v (E2M1, nibble k = element k) times s into out[0..n-1]; n is 1, 4 or 8. */
+template <int N>
+__device__ __forceinline__ void dev_e2m1_times(uint32_t v, float s, float *out) {
+#if DEV_HW_DECODE
+    const float s14 = s * 16384.0f;
+    if (s14 <= 3.40282347e38f) {   /* finite: one exact product */
+#pragma unroll
+        for (int k = 0; k < N; k += 2) {
+            const uint32_t h = e2m1x2_f16_bits(v >> (4 * k));
+            out[k] = dev_f16_bits(h) * s14;
+            if (k + 1 < N) out[k + 1] = dev_f16_bits(h >> 16) * s14;
+        }
+    } else {                       /* s >= 2^114 or NaN: the two products, each exact or the same overflow/NaN */
+#pragma unroll
+        for (int k = 0; k < N; k += 2) {
+            const uint32_t h = e2m1x2_f16_bits(v >> (4 * k));
+            out[k] = dev_f16_bits(h) * 16384.0f * s;
+            if (k + 1 < N) out[k + 1] = dev_f16_bits(h >> 16) * 16384.0f * s;
+        }
+    }
+#else
+#pragma unroll
+    for (int k = 0; k < N; k++) out[k] = dev_e2m1((uint8_t)((v >> (4 * k)) & 15)) * s;
+#endif
+}
+
 /* Element (row, i) of a weight (device pointers), exact in fp32. */
 __device__ __forceinline__ float dev_weight_at(const dsv4_weight &w, int row, int i) {
     switch (w.fmt) {
@@ -153,11 +219,15 @@ __device__ __forceinline__ float dev_weight_at(const dsv4_weight &w, int row, in
     case WF_BF16: return dev_bf16_to_f32(((const uint16_t *)w.data)[(int64_t)row * w.cols + i]);
     case WF_FP8: {
         const uint8_t b = ((const uint8_t *)w.data)[(int64_t)row * w.cols + i];
-        return dev_e4m3(b) * dev_e8m0(w.scale[(int64_t)((w.row0 + row) / 128) * w.scale_cols + i / 128]);
+        float v;
+        dev_e4m3_times<1>(b, dev_e8m0(w.scale[(int64_t)((w.row0 + row) / 128) * w.scale_cols + i / 128]), &v);
+        return v;
     }
     default: {
         const uint8_t b = ((const uint8_t *)w.data)[(int64_t)row * (w.cols / 2) + i / 2];
-        return dev_e2m1((uint8_t)((i & 1) ? b >> 4 : b & 15)) * dev_e8m0(w.scale[(int64_t)(w.row0 + row) * w.scale_cols + i / 32]);
+        float v;
+        dev_e2m1_times<1>((i & 1) ? b >> 4 : b & 15, dev_e8m0(w.scale[(int64_t)(w.row0 + row) * w.scale_cols + i / 32]), &v);
+        return v;
     }
     }
 }
@@ -179,14 +249,12 @@ __device__ __forceinline__ void dev_weight4(const dsv4_weight &w, int row, int i
     }
     case WF_FP8: {
         const uint32_t v = *(const uint32_t *)((const uint8_t *)w.data + (int64_t)row * w.cols + i);
-        const float s = dev_e8m0(w.scale[(int64_t)((w.row0 + row) / 128) * w.scale_cols + i / 128]);
-        for (int k = 0; k < 4; k++) out[k] = dev_e4m3((uint8_t)(v >> (8 * k))) * s;
+        dev_e4m3_times<4>(v, dev_e8m0(w.scale[(int64_t)((w.row0 + row) / 128) * w.scale_cols + i / 128]), out);
         return;
     }
     default: {
         const uint16_t v = *(const uint16_t *)((const uint8_t *)w.data + (int64_t)row * (w.cols / 2) + i / 2);
-        const float s = dev_e8m0(w.scale[(int64_t)(w.row0 + row) * w.scale_cols + i / 32]);
-        for (int k = 0; k < 4; k++) out[k] = dev_e2m1((uint8_t)((v >> (4 * k)) & 15)) * s;
+        dev_e2m1_times<4>(v, dev_e8m0(w.scale[(int64_t)(w.row0 + row) * w.scale_cols + i / 32]), out);
         return;
     }
     }
@@ -224,17 +292,29 @@ __device__ __forceinline__ void dev_weight16(const dsv4_weight &w, int row, int 
     case WF_FP8: {
         const uint4 v = *(const uint4 *)((const uint8_t *)w.data + (int64_t)row * w.cols + i);
         const float s = dev_e8m0(w.scale[(int64_t)((w.row0 + row) / 128) * w.scale_cols + i / 128]);
+#if DEV_HW_DECODE
+        dev_e4m3_times<4>(v.x, s, out);
+        dev_e4m3_times<4>(v.y, s, out + 4);
+        dev_e4m3_times<4>(v.z, s, out + 8);
+        dev_e4m3_times<4>(v.w, s, out + 12);
+#else   /* as measured in run 23 (the form matters to the register allocation at 64 registers) */
         const uint32_t u[4] = { v.x, v.y, v.z, v.w };
 #pragma unroll
         for (int k = 0; k < 16; k++) out[k] = dev_e4m3((uint8_t)(u[k / 4] >> (8 * (k % 4)))) * s;
+#endif
         return;
     }
     default: {
         const uint2 v = *(const uint2 *)((const uint8_t *)w.data + (int64_t)row * (w.cols / 2) + i / 2);
         const float s = dev_e8m0(w.scale[(int64_t)(w.row0 + row) * w.scale_cols + i / 32]);
+#if DEV_HW_DECODE
+        dev_e2m1_times<8>(v.x, s, out);
+        dev_e2m1_times<8>(v.y, s, out + 8);
+#else
         const uint32_t u[2] = { v.x, v.y };
 #pragma unroll
         for (int k = 0; k < 16; k++) out[k] = dev_e2m1((uint8_t)((u[k / 8] >> (4 * (k % 8))) & 15)) * s;
+#endif
         return;
     }
     }
@@ -260,6 +340,17 @@ __device__ __forceinline__ w16raw dev_weight16_load(const dsv4_weight &w, int ro
     return r;
 }
 __device__ __forceinline__ void dev_weight16_decode(int fmt, const w16raw &r, float out[16]) {
+#if DEV_HW_DECODE
+    if (fmt == WF_FP8) {
+        dev_e4m3_times<4>(r.v.x, r.s, out);
+        dev_e4m3_times<4>(r.v.y, r.s, out + 4);
+        dev_e4m3_times<4>(r.v.z, r.s, out + 8);
+        dev_e4m3_times<4>(r.v.w, r.s, out + 12);
+    } else {
+        dev_e2m1_times<8>(r.v.x, r.s, out);
+        dev_e2m1_times<8>(r.v.y, r.s, out + 8);
+    }
+#else
     const uint32_t u[4] = { r.v.x, r.v.y, r.v.z, r.v.w };
     if (fmt == WF_FP8) {
 #pragma unroll
@@ -268,6 +359,7 @@ __device__ __forceinline__ void dev_weight16_decode(int fmt, const w16raw &r, fl
 #pragma unroll
         for (int k = 0; k < 16; k++) out[k] = dev_e2m1((uint8_t)((u[k / 8] >> (4 * (k % 8))) & 15)) * r.s;
     }
+#endif
 }
 
 /* Launch geometry helpers. */
