@@ -439,7 +439,7 @@ static void test_comp_free(prefix_companion *p) {
 static prefix_companion *comp_new(const char *kind, size_t bytes, int *frees) {
     test_comp *c = calloc(1, sizeof *c);
     assert_non_null(c);
-    c->base = (prefix_companion){ kind, bytes, test_comp_free, NULL };
+    c->base = (prefix_companion){ .kind = kind, .bytes = bytes, .free = test_comp_free };
     c->frees = frees;
     return &c->base;
 }
@@ -468,24 +468,24 @@ static void prefix_cache_companions(void **state) {
     dsv4_seq *q;
     int64_t got;
     const prefix_companion *pc;
-    assert_int_equal(prefix_cache_lookup_with(c, f->m, f->tok, N, "mtp", &q, &got, &pc, &err), 0);
+    assert_int_equal(prefix_cache_lookup_with(c, f->m, f->tok, N, "mtp", NULL, &q, &got, &pc, &err), 0);
     assert_int_equal(got, 5);
     assert_non_null(pc);
     assert_string_equal(pc->kind, "mtp");
     assert_int_equal(pc->bytes, 100);
     dsv4_seq_free(q);
-    assert_int_equal(prefix_cache_lookup_with(c, f->m, f->tok, N, "dspark", &q, &got, &pc, &err), 0);
+    assert_int_equal(prefix_cache_lookup_with(c, f->m, f->tok, N, "dspark", NULL, &q, &got, &pc, &err), 0);
     assert_true(got == 5 && pc && pc->bytes == 200);
     dsv4_seq_free(q);
-    assert_int_equal(prefix_cache_lookup_with(c, f->m, f->tok, N, "self", &q, &got, &pc, &err), 0);
+    assert_int_equal(prefix_cache_lookup_with(c, f->m, f->tok, N, "self", NULL, &q, &got, &pc, &err), 0);
     assert_true(got == 0 && !pc);
     dsv4_seq_free(q);
-    assert_int_equal(prefix_cache_lookup_with(c, f->m, f->tok, N, NULL, &q, &got, &pc, &err), 0);
+    assert_int_equal(prefix_cache_lookup_with(c, f->m, f->tok, N, NULL, NULL, &q, &got, &pc, &err), 0);
     assert_true(got == 130 && !pc);
     dsv4_seq_free(q);
     /* b gets one later (an equal history put by a speculating stream) */
     assert_int_equal(prefix_cache_put_with(c, b, comp_new("mtp", 50, &frees), &err), 0);
-    assert_int_equal(prefix_cache_lookup_with(c, f->m, f->tok, N, "mtp", &q, &got, &pc, &err), 0);
+    assert_int_equal(prefix_cache_lookup_with(c, f->m, f->tok, N, "mtp", NULL, &q, &got, &pc, &err), 0);
     assert_true(got == 130 && pc && pc->bytes == 50);
     dsv4_seq_free(q);
     /* a companion that cannot fit beside its entry is refused; putting d evicts the least recently used (a) with
