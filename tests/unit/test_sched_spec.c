@@ -263,14 +263,18 @@ static void mtp_and_dspark_equal_spec_stream(void **state) {
  * whole prompt without a cache — tokens, finish, drafts verified and accepted (memcmp), greedy and sampled. The
  * second round's prompts hit the cache three ways: the same prompt (the drafter resumes at the anchor), the next
  * turn of a conversation (prompt + output + more: the final state of the first round), and the prompt with another
- * token at the stored position (MTP's row there depends on that token). */
+ * token at the stored position (MTP's row there depends on that token). The second round runs twice: on the cache
+ * that ran the first (memory hits), and after a restart — a new cache, empty memory, over a copy of the folder the
+ * first round filled — where the states and the drafter states come from the disk tier's files. */
 /* The drafts of a step are capped by the step's budget, which the neighbours' prompt chunks share (fewer with a
- * cache): a round either has no budget or one stream at a time, so that the drafts compare too. */
+ * cache): a round either has no budget or one stream at a time, so that the drafts compare too. ref: the same
+ * jobs run without a cache (computed here when fill_ref). */
 static void reuse_round(dsv4_model *m, const char *kind, int draft, job *jobs, int n, int streams, int step_tokens,
-                        dsv4_prefix_cache *pc) {
-    static job ref[3 * N_REQ];
-    memcpy(ref, jobs, sizeof(job) * (size_t)n);
-    run_jobs(m, ref, n, streams, step_tokens, NULL);
+                        dsv4_prefix_cache *pc, job *ref, int fill_ref) {
+    if (fill_ref) {
+        memcpy(ref, jobs, sizeof(job) * (size_t)n);
+        run_jobs(m, ref, n, streams, step_tokens, NULL);
+    }
     run_jobs(m, jobs, n, streams, step_tokens, pc);
     for (int i = 0; i < n; i++) {
         if (jobs[i].n_out != ref[i].n_out || memcmp(jobs[i].out, ref[i].out, sizeof(int32_t) * (size_t)ref[i].n_out))
@@ -286,15 +290,44 @@ static void reuse_round(dsv4_model *m, const char *kind, int draft, job *jobs, i
     }
 }
 
+/* Files in dir whose names end with suffix. */
+static int count_files(const char *dir, const char *suffix) {
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "ls %s | grep -c -- '%s$'", dir, suffix);
+    FILE *p = popen(cmd, "r");
+    int n = -1;
+    if (!p || fscanf(p, "%d", &n) != 1) n = -1;
+    if (p) pclose(p);
+    return n;
+}
+
+static void expect_cached(const char *kind, const char *how, const job *first, const job *second, int n) {
+    for (int i = 0; i < n; i++) {
+        const int n_a = first[i].n_prompt;
+        /* every request forked where the first round stored a state with the drafter's */
+        if (second[3 * i].res.n_cached != n_a - 1 || second[3 * i + 1].res.n_cached != n_a + first[i].n_out - 1 ||
+            second[3 * i + 2].res.n_cached != n_a - 1)
+            fail_msg("%s (%s), request %d: cached %lld / %lld / %lld tokens, expected %d / %d / %d", kind, how, i,
+                     (long long)second[3 * i].res.n_cached, (long long)second[3 * i + 1].res.n_cached,
+                     (long long)second[3 * i + 2].res.n_cached, n_a - 1, n_a + first[i].n_out - 1, n_a - 1);
+    }
+}
+
 static void prefix_reuse(dsv4_model *m, const char *kind, int draft) {
     enum { N = 3 };
-    static job first[N], second[3 * N];
+    static job first[N], second[3 * N], again[3 * N], ref1[N], ref2[3 * N];
     memset(first, 0, sizeof first);
     memset(second, 0, sizeof second);
     dsv4_model_info info;
     dsv4_model_get_info(m, &info);
+    char dir[] = "/tmp/dsv4-prefix-XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    char disk[64], restart[64], cmd[256];
+    snprintf(disk, sizeof disk, "%s/a", dir);
+    snprintf(restart, sizeof restart, "%s/b", dir);
     dsv4_prefix_cache *pc;
     assert_int_equal(dsv4_prefix_cache_new(64 << 20, &pc, NULL), 0);
+    assert_int_equal(dsv4_prefix_cache_set_dir(pc, disk, 64 << 20, NULL), 0);
     const dsv4_sched_spec spec = { make_drafter, (void *)kind, draft, 0.0f };
     for (int i = 0; i < N; i++) {
         /* prompts of 11 .. 31 tokens: beyond the window of 8, so the drafter's rings have wrapped */
@@ -305,7 +338,16 @@ static void prefix_reuse(dsv4_model *m, const char *kind, int draft) {
         first[i].r.spec = spec;
     }
     /* fills the cache (and matches a full prefill with a cache present): three streams at once */
-    reuse_round(m, kind, draft, first, N, 3, 0, pc);
+    reuse_round(m, kind, draft, first, N, 3, 0, pc, ref1, 1);
+    /* what the disk tier holds now: a state at the end of each prompt and at the end of each stream, each with the
+     * drafter's state; kept aside for the restart (the memory round below adds its own entries to the folder) */
+    char suffix[32];
+    snprintf(suffix, sizeof suffix, ".%s.dsv4comp", kind);
+    if (count_files(disk, ".dsv4seq") != 2 * N || count_files(disk, suffix) != 2 * N)
+        fail_msg("%s: the first round left %d states and %d drafter states on disk, expected %d of each", kind,
+                 count_files(disk, ".dsv4seq"), count_files(disk, suffix), 2 * N);
+    snprintf(cmd, sizeof cmd, "cp -r %s %s", disk, restart);
+    assert_int_equal(system(cmd), 0);
     for (int i = 0; i < N; i++) {
         const job *a = &first[i];
         job *same = &second[3 * i], *next = &second[3 * i + 1], *other = &second[3 * i + 2];
@@ -328,21 +370,35 @@ static void prefix_reuse(dsv4_model *m, const char *kind, int draft) {
             memset(&j->res, 0, sizeof j->res);
         }
     }
+    memcpy(again, second, sizeof again);
     /* one stream at a time, prompts (what is left after the fork) in chunks of 10 tokens */
-    reuse_round(m, kind, draft, second, 3 * N, 1, 10, pc);
+    reuse_round(m, kind, draft, second, 3 * N, 1, 10, pc, ref2, 1);
+    expect_cached(kind, "memory", first, second, N);
     int64_t drafted = 0;
-    for (int i = 0; i < N; i++) {
-        const int n_a = first[i].n_prompt;
-        /* every request forked where the first round stored a state with the drafter's */
-        if (second[3 * i].res.n_cached != n_a - 1 || second[3 * i + 1].res.n_cached != n_a + first[i].n_out - 1 ||
-            second[3 * i + 2].res.n_cached != n_a - 1)
-            fail_msg("%s, request %d: cached %lld / %lld / %lld tokens, expected %d / %d / %d", kind, i,
-                     (long long)second[3 * i].res.n_cached, (long long)second[3 * i + 1].res.n_cached,
-                     (long long)second[3 * i + 2].res.n_cached, n_a - 1, n_a + first[i].n_out - 1, n_a - 1);
-        for (int k = 0; k < 3; k++) drafted += second[3 * i + k].res.spec_drafted;
-    }
+    for (int i = 0; i < 3 * N; i++) drafted += second[i].res.spec_drafted;
     assert_true(drafted > 0);
+    dsv4_prefix_cache_stats st;
+    dsv4_prefix_cache_get_stats(pc, &st);
+    assert_int_equal(st.disk_hits, 0);   /* memory served every hit */
     dsv4_prefix_cache_free(pc);
+    /* the restart: the same requests, and the same tokens, drafts and acceptance as a full prefill */
+    assert_int_equal(dsv4_prefix_cache_new(64 << 20, &pc, NULL), 0);
+    assert_int_equal(dsv4_prefix_cache_set_dir(pc, restart, 64 << 20, NULL), 0);
+    reuse_round(m, kind, draft, again, 3 * N, 1, 10, pc, ref2, 0);
+    expect_cached(kind, "disk, after a restart", first, again, N);
+    dsv4_prefix_cache_get_stats(pc, &st);
+    /* "same" comes from disk, and "other" forks the entry "same" brought into memory; "next" comes from disk
+     * unless "same" reproduced the first round's output (then its final state, the one "next" wants, is in
+     * memory already) */
+    int64_t want_disk = N;
+    for (int i = 0; i < N; i++)
+        want_disk += again[3 * i].n_out != first[i].n_out || memcmp(again[3 * i].out, first[i].out, sizeof(int32_t) * (size_t)first[i].n_out);
+    if (st.disk_hits != want_disk || st.hits != 3 * N || st.disk_rejected != 0)
+        fail_msg("%s: %lld hits, %lld of them from disk, %lld rejected files after the restart, expected %d, %lld, 0", kind,
+                 (long long)st.hits, (long long)st.disk_hits, (long long)st.disk_rejected, 3 * N, (long long)want_disk);
+    dsv4_prefix_cache_free(pc);
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    assert_int_equal(system(cmd), 0);
 }
 
 static void mtp_and_dspark_reuse_prefixes(void **state) {
