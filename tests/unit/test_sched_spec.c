@@ -22,7 +22,12 @@
 #include "engine/drafter_mtp.h"
 #include "engine/scheduler.h"
 #include "helpers/testmodel.h"
+#include "model/model.h"
+#include "state/prefix_companion.h"
+#include "state/prefix_disk.h"
 #include "util/error.h"
+#include <unistd.h>
+#include <xxhash.h>
 
 #define MAX_NEW 40   /* buffer sizes; gen_len tokens are generated */
 #define N_REQ 12
@@ -407,6 +412,186 @@ static void mtp_and_dspark_reuse_prefixes(void **state) {
     prefix_reuse(f->dspark, "dspark", 4);
 }
 
+/* Drafter states on disk (state/prefix_companion.h), damaged and foreign. One stream of each kind fills a cache
+ * folder; its drafter state at the end of the prompt then (a) decodes and re-encodes to the same payload (round
+ * trip), (b) is refused with a one-line message naming the damage when read directly, and (c) is a clean miss for
+ * a speculating lookup — the companion file removed and counted as rejected, the state file kept and still served
+ * to a plain lookup — for each entry of a table of damages; (d) a stream over the damaged folder gives the cold
+ * run's tokens. Codecs refuse another drafter's model. */
+typedef struct {
+    const char *name, *message;   /* the damage, a piece of the error message */
+    void (*apply)(uint8_t *b, size_t *len, const uint8_t *other, size_t other_len);
+    int fix_sum;                  /* recompute the trailing checksum afterwards */
+} damage;
+
+static void d_byte(uint8_t *b, size_t *len, const uint8_t *o, size_t ol) { b[*len - 20] ^= 0x40; }
+static void d_short(uint8_t *b, size_t *len, const uint8_t *o, size_t ol) { *len -= 1; }
+static void d_long(uint8_t *b, size_t *len, const uint8_t *o, size_t ol) { b[(*len)++] = 0; }
+static void d_empty(uint8_t *b, size_t *len, const uint8_t *o, size_t ol) { *len = 0; }
+static void d_magic(uint8_t *b, size_t *len, const uint8_t *o, size_t ol) { b[3] = 'X'; }
+static void d_version(uint8_t *b, size_t *len, const uint8_t *o, size_t ol) { b[8] = 2; }
+static void d_kind(uint8_t *b, size_t *len, const uint8_t *o, size_t ol) { memset(b + 12, 0, 16); memcpy(b + 12, "self", 4); }
+static void d_model(uint8_t *b, size_t *len, const uint8_t *o, size_t ol) { b[28] ^= 1; }
+static void d_mode(uint8_t *b, size_t *len, const uint8_t *o, size_t ol) { b[36] ^= 1; }
+static void d_pos(uint8_t *b, size_t *len, const uint8_t *o, size_t ol) { b[44] -= 1; }
+static void d_tokens(uint8_t *b, size_t *len, const uint8_t *o, size_t ol) { b[52] ^= 1; }
+static void d_shape(uint8_t *b, size_t *len, const uint8_t *o, size_t ol) { b[PREFIX_COMPANION_HEADER + 4] ^= 1; } /* window */
+static void d_other(uint8_t *b, size_t *len, const uint8_t *o, size_t ol) { memcpy(b, o, ol); *len = ol; }
+
+static const damage damages[] = {
+    { "a flipped byte", "checksum mismatch", d_byte, 0 },
+    { "one byte short", "implies", d_short, 0 },
+    { "one byte more", "implies", d_long, 0 },
+    { "empty", "truncated", d_empty, 0 },
+    { "bad magic", "bad magic", d_magic, 0 },
+    { "version 2", "version 2 is not supported", d_version, 1 },
+    { "another kind", "holds a \"self\" drafter state", d_kind, 1 },
+    { "another model", "another model", d_model, 1 },
+    { "another numeric mode", "another model", d_mode, 1 },
+    { "another position", "another prefix", d_pos, 1 },
+    { "other tokens", "another prefix", d_tokens, 1 },
+    { "another window in the payload", "window", d_shape, 1 },
+    { "the other drafter's file", "drafter state", d_other, 0 },
+};
+
+static uint8_t *read_all(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    uint8_t *b = malloc(1 << 20);
+    *len = b ? fread(b, 1, (1 << 20) - 64, f) : 0;
+    fclose(f);
+    return b;
+}
+
+static void write_all(const char *path, const uint8_t *b, size_t len) {
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    assert_int_equal(fwrite(b, 1, len, f), len);
+    fclose(f);
+}
+
+static int file_exists(const char *path) { return access(path, F_OK) == 0; }
+
+static void damaged_drafter_states(void **state) {
+    fixture *f = *state;
+    dsv4_model *models[2] = { f->mtp, f->dspark };
+    const char *kinds[2] = { "mtp", "dspark" };
+    char dir[] = "/tmp/dsv4-prefix-XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    char disk[2][64], comp_path[2][4300], state_path[2][4300];
+    static job cold[2], warm;
+    uint8_t *file[2];
+    size_t file_len[2];
+    dsv4_drafter dr[2];
+    const dsv4_sampling g = greedy();
+    for (int k = 0; k < 2; k++) {
+        dsv4_model *m = models[k];
+        snprintf(disk[k], sizeof disk[k], "%s/%s", dir, kinds[k]);
+        memset(&cold[k], 0, sizeof cold[k]);
+        cold[k].n_prompt = 15;
+        tm_tokens(cold[k].prompt, 15, f->vocab, 900 + (uint64_t)k);
+        cold[k].r.sampling = greedy();
+        cold[k].r.max_new_tokens = 6;
+        cold[k].r.spec = (dsv4_sched_spec){ make_drafter, (void *)kinds[k], k ? 4 : 1, 0.0f };
+        dsv4_prefix_cache *pc;
+        assert_int_equal(dsv4_prefix_cache_new(64 << 20, &pc, NULL), 0);
+        assert_int_equal(dsv4_prefix_cache_set_dir(pc, disk[k], 64 << 20, NULL), 0);
+        run_jobs(m, &cold[k], 1, 1, 0, pc);
+        dsv4_prefix_cache_free(pc);
+        prefix_disk_companion_path(comp_path[k], sizeof comp_path[k], disk[k], m->fingerprint, cold[k].prompt, 14, kinds[k]);
+        prefix_disk_state_path(state_path[k], sizeof state_path[k], disk[k], m->fingerprint, cold[k].prompt, 14);
+        assert_true(file_exists(state_path[k]));
+        file[k] = read_all(comp_path[k], &file_len[k]);
+        assert_non_null(file[k]);
+        assert_int_equal(make_drafter((void *)kinds[k], m, &g, &dr[k], NULL), 0);
+        assert_non_null(dr[k].prefix_codec);
+        /* (a) round trip: the payload decodes, and encodes to the same bytes */
+        dsv4_error err;
+        prefix_companion *pcomp;
+        if (prefix_companion_file_load(comp_path[k], dr[k].prefix_codec, m, cold[k].prompt, 14, &pcomp, &err))
+            fail_msg("%s: %s", kinds[k], err.msg);
+        void *payload;
+        size_t plen;
+        assert_int_equal(dr[k].prefix_codec->encode(pcomp, &payload, &plen, &err), 0);
+        assert_int_equal(plen, file_len[k] - PREFIX_COMPANION_HEADER - 8);
+        assert_memory_equal(payload, file[k] + PREFIX_COMPANION_HEADER, plen);
+        /* a codec refuses the other drafter's model (it has no such head) */
+        prefix_companion *no;
+        assert_int_not_equal(dr[k].prefix_codec->decode(models[1 - k], cold[k].prompt, 14, payload, plen, &no, &err), 0);
+        assert_non_null(strstr(err.msg, "this checkpoint has no"));
+        free(payload);
+        pcomp->free(pcomp);
+    }
+    for (int k = 0; k < 2; k++) {
+        dsv4_model *m = models[k];
+        for (size_t d = 0; d < sizeof damages / sizeof *damages; d++) {
+            const damage *dm = &damages[d];
+            uint8_t *b = malloc(file_len[0] + file_len[1] + 64);
+            size_t len = file_len[k];
+            memcpy(b, file[k], len);
+            dm->apply(b, &len, file[1 - k], file_len[1 - k]);
+            if (dm->fix_sum) {
+                const uint64_t h = XXH64(b, len - 8, 0);
+                memcpy(b + len - 8, &h, 8);
+            }
+            write_all(comp_path[k], b, len);
+            free(b);
+            /* (b) a one-line error that names the damage */
+            dsv4_error err = {0};
+            prefix_companion *pcomp = NULL;
+            if (!prefix_companion_file_load(comp_path[k], dr[k].prefix_codec, m, cold[k].prompt, 14, &pcomp, &err))
+                fail_msg("%s, %s: loaded", kinds[k], dm->name);
+            if (!strstr(err.msg, dm->message) || strchr(err.msg, '\n'))
+                fail_msg("%s, %s: the message is \"%s\", expected it to mention \"%s\"", kinds[k], dm->name, err.msg, dm->message);
+            /* (c) a clean miss for the speculating lookup; the state stays for everyone else */
+            dsv4_prefix_cache *pc;
+            assert_int_equal(dsv4_prefix_cache_new(64 << 20, &pc, NULL), 0);
+            assert_int_equal(dsv4_prefix_cache_set_dir(pc, disk[k], 64 << 20, NULL), 0);
+            dsv4_seq *seq;
+            int64_t matched = -1;
+            const prefix_companion *got;
+            assert_int_equal(prefix_cache_lookup_with(pc, m, cold[k].prompt, 14, kinds[k], dr[k].prefix_codec, &seq, &matched,
+                                                      &got, &err), 0);
+            dsv4_prefix_cache_stats st;
+            dsv4_prefix_cache_get_stats(pc, &st);
+            if (matched != 0 || got || st.disk_rejected != 1 || file_exists(comp_path[k]) || !file_exists(state_path[k]))
+                fail_msg("%s, %s: matched %lld, companion %s, %lld rejected, companion file %s, state file %s", kinds[k], dm->name,
+                         (long long)matched, got ? "given" : "none", (long long)st.disk_rejected,
+                         file_exists(comp_path[k]) ? "kept" : "removed", file_exists(state_path[k]) ? "kept" : "removed");
+            dsv4_seq_free(seq);
+            assert_int_equal(dsv4_prefix_cache_lookup(pc, m, cold[k].prompt, 14, &seq, &matched, &err), 0);
+            assert_int_equal(matched, 14);
+            dsv4_seq_free(seq);
+            dsv4_prefix_cache_free(pc);
+        }
+        /* (d) a stream over the damaged folder (its companion was removed last) prefills and gives the cold tokens */
+        file[k][file_len[k] - 30] ^= 1;
+        write_all(comp_path[k], file[k], file_len[k]);
+        file[k][file_len[k] - 30] ^= 1;
+        warm = cold[k];
+        warm.n_out = 0;
+        memset(&warm.res, 0, sizeof warm.res);
+        dsv4_prefix_cache *pc;
+        assert_int_equal(dsv4_prefix_cache_new(64 << 20, &pc, NULL), 0);
+        assert_int_equal(dsv4_prefix_cache_set_dir(pc, disk[k], 64 << 20, NULL), 0);
+        run_jobs(m, &warm, 1, 1, 0, pc);
+        dsv4_prefix_cache_free(pc);
+        assert_int_equal(warm.res.n_cached, 0);
+        assert_int_equal(warm.n_out, cold[k].n_out);
+        assert_memory_equal(warm.out, cold[k].out, sizeof(int32_t) * (size_t)warm.n_out);
+        assert_int_equal(warm.res.spec_accepted, cold[k].res.spec_accepted);
+        /* ... and stored a good one again */
+        assert_true(file_exists(comp_path[k]));
+    }
+    for (int k = 0; k < 2; k++) {
+        free(file[k]);
+        dsv4_drafter_free(&dr[k]);
+    }
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    assert_int_equal(system(cmd), 0);
+}
+
 /* A hook that forbids repeating the previous generated token: it depends on the generated tokens, so a
  * speculating stream must give it each row with the drafts before it. */
 static int no_repeat(void *ctx, const int32_t *gen, int n_gen, float *logits, int vocab) {
@@ -522,6 +707,7 @@ int main(void) {
         cmocka_unit_test(ngram_and_self_equal_spec_stream),
         cmocka_unit_test(mtp_and_dspark_equal_spec_stream),
         cmocka_unit_test(mtp_and_dspark_reuse_prefixes),
+        cmocka_unit_test(damaged_drafter_states),
         cmocka_unit_test(stops_hooks_and_short_budgets),
         cmocka_unit_test(refusals),
     };
