@@ -24,7 +24,8 @@ const openai = new OpenAI({ baseURL: `${BASE}/v1`, apiKey: 'unused', maxRetries:
 const cut = (ids) => { const k = ids.indexOf(USER); return k >= 0 ? ids.slice(0, k + 1) : ids; };
 
 function generateIds(promptIds, n) {
-    const out = execFileSync(BIN, ['generate', '-m', MODEL, '--tokens', promptIds.join(','), '-n', String(n), '--ids'],
+    const out = execFileSync(BIN, ['generate', '-m', MODEL, '--tokens', promptIds.join(','), '-n', String(n), '--ids',
+                                   '--device', process.env.DSV4_DEVICE || 'cpu'],
                              { encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'] }).trim();
     return out ? out.split(',').map(Number) : [];
 }

@@ -3,7 +3,8 @@
 # against an empty cache folder, exits (SIGTERM), and a new server on the same folder runs them again: prefixes and
 # the drafter's state come back from disk (cached_tokens > 0) with the cold run's ids and acceptance
 # (serve_restart.mjs). The folder holds a drafter-state file (.mtp.dsv4comp / .dspark.dsv4comp) beside each state
-# file. Prints "N passed, N failed".
+# file. DSV4_DEVICE=cuda runs the servers (and the `dsv4 generate` references) on the GPU. Prints "N passed,
+# N failed".
 set -u
 cd "$(dirname "$0")"
 BIN=${DSV4_BIN:-../../build/dsv4}
@@ -25,7 +26,7 @@ make_model || { echo "tiny model failed"; echo "0 passed, 1 failed"; exit 1; }
 phase() {   # METHOD MODEL PHASE
     local method=$1 model=$2 ph=$3
     if start "$T/err_${method}_$ph" -m "$model" --spec "$method" --max-streams 4 --threads 2 --prefix-cache-mb 16 \
-        --prefix-cache-dir "$T/pc_$method"; then
+        --prefix-cache-dir "$T/pc_$method" --device "${DSV4_DEVICE:-cpu}"; then
         node serve_restart.mjs "http://127.0.0.1:$PORT" "$BIN" "$model" "$method" "$ph" "$T/cold_$method.json" \
             >"$T/out_${method}_$ph" 2>&1
         rc=$?
