@@ -133,35 +133,46 @@ static int remove_file(const prefix_disk *d, cache_file *c) {
     return unlink(path);
 }
 
+/* Order: by entry, each entry's state before its companions. */
+static int key_cmp(const void *pa, const void *pb) {
+    const cache_file *a = pa, *b = pb;
+    if (a->key.fp != b->key.fp) return a->key.fp < b->key.fp ? -1 : 1;
+    if (a->key.n != b->key.n) return a->key.n < b->key.n ? -1 : 1;
+    if (a->key.h != b->key.h) return a->key.h < b->key.h ? -1 : 1;
+    return a->type - b->type;
+}
+
 static void enforce_budget(prefix_disk *d) {
     size_t n;
     cache_file *f = scan(d, &n);
     size_t total = 0;
     for (size_t i = 0; i < n; i++) total += f[i].size;
-    for (;;) {
-        d->bytes = total;
-        if (total <= d->budget) break;
-        /* a companion whose state is gone is of no use: those go first; then the oldest state with its companions */
-        ssize_t victim = -1;
-        for (size_t i = 0; i < n && victim < 0; i++) {
-            if (f[i].type != 2) continue;
-            int has_state = 0;
-            for (size_t j = 0; j < n && !has_state; j++) has_state = f[j].type == 1 && same_entry(&f[j].key, &f[i].key);
-            if (!has_state) victim = (ssize_t)i;
-        }
-        if (victim < 0)
-            for (size_t i = 0; i < n; i++)
-                if (f[i].type == 1 && (victim < 0 || f[i].mtime < f[victim].mtime)) victim = (ssize_t)i;
-        if (victim < 0) break;
-        const int was_state = f[victim].type == 1;
+    if (total <= d->budget) { d->bytes = total; free(f); return; }
+    if (n) qsort(f, n, sizeof *f, key_cmp);
+    /* a companion whose state is gone is of no use: those go first */
+    for (size_t i = 0; i < n && total > d->budget; i++) {
+        if (f[i].type != 2) continue;
+        size_t j = i;
+        while (j > 0 && f[j - 1].type == 2 && same_entry(&f[j - 1].key, &f[i].key)) j--;
+        const int has_state = j > 0 && f[j - 1].type == 1 && same_entry(&f[j - 1].key, &f[i].key);
+        if (has_state) continue;
+        if (remove_file(d, &f[i]) && errno != ENOENT) continue;
+        total -= f[i].size;
+        d->evictions++;
+    }
+    /* then the least recently used state, with its companions (right after it in this order) */
+    while (total > d->budget) {
+        size_t victim = n;
+        for (size_t i = 0; i < n; i++)
+            if (f[i].type == 1 && (victim == n || f[i].mtime < f[victim].mtime)) victim = i;
+        if (victim == n) break;
         if (remove_file(d, &f[victim]) && errno != ENOENT) break;
         total -= f[victim].size;
         d->evictions++;
-        if (was_state)
-            for (size_t j = 0; j < n; j++)
-                if (f[j].type == 2 && same_entry(&f[j].key, &f[victim].key) && (!remove_file(d, &f[j]) || errno == ENOENT))
-                    total -= f[j].size;
+        for (size_t j = victim + 1; j < n && f[j].type == 2 && same_entry(&f[j].key, &f[victim].key); j++)
+            if (!remove_file(d, &f[j]) || errno == ENOENT) total -= f[j].size;
     }
+    d->bytes = total;
     free(f);
 }
 
