@@ -233,7 +233,8 @@ typedef struct dsv4_prefix_cache dsv4_prefix_cache;
 typedef struct {
     int64_t hits, misses, entries, evictions;
     size_t bytes, budget;
-    /* the optional on-disk tier */
+    /* the optional on-disk tier; writes, rejections and evictions count files: state files and the drafter-state
+     * files the scheduler's speculating streams keep beside them */
     int64_t disk_hits, disk_writes, disk_rejected, disk_evictions;
     size_t disk_bytes, disk_budget;
 } dsv4_prefix_cache_stats;

@@ -81,6 +81,45 @@ int dsv4_dspark_ctx_clone(dsv4_model *m, const dsv4_dspark_ctx *src, dsv4_dspark
     return 0;
 }
 
+enum { DSPARK_CTX_HEADER = 24 };
+
+int dsv4_dspark_ctx_encode(const dsv4_dspark_ctx *c, void **buf, size_t *len, dsv4_error *err) {
+    const size_t ring = dsv4_dspark_ctx_bytes(c), total = DSPARK_CTX_HEADER + ring;
+    uint8_t *p = malloc(total);
+    if (!p) return dsv4_fail(err, DSV4_E_NOMEM, "DSpark: out of memory for %zu bytes of context", total);
+    const uint32_t head[4] = { (uint32_t)c->n_stages, (uint32_t)c->window, (uint32_t)c->D, 0 };
+    memcpy(p, head, sizeof head);
+    memcpy(p + 16, &c->pos, 8);
+    c->mem->to_host(p + DSPARK_CTX_HEADER, c->ring, ring);
+    *buf = p;
+    *len = total;
+    return 0;
+}
+
+int dsv4_dspark_ctx_decode(dsv4_model *m, const void *buf, size_t len, int64_t pos, dsv4_dspark_ctx **out, dsv4_error *err) {
+    uint32_t head[4];
+    int64_t at;
+    if (len < DSPARK_CTX_HEADER) return dsv4_fail(err, DSV4_E_FORMAT, "DSpark context: %zu bytes, not even a header", len);
+    memcpy(head, buf, sizeof head);
+    memcpy(&at, (const uint8_t *)buf + 16, 8);
+    dsv4_dspark_ctx *c;
+    int rc = dsv4_dspark_ctx_new(m, &c, err);
+    if (rc) return rc;
+    const int S = c->n_stages, W = c->window, D = c->D;
+    const size_t want = DSPARK_CTX_HEADER + dsv4_dspark_ctx_bytes(c);
+    if (head[0] != (uint32_t)S || head[1] != (uint32_t)W || head[2] != (uint32_t)D || head[3] != 0)
+        rc = dsv4_fail(err, DSV4_E_STATE, "DSpark context of %u stages x window %u x %u, this model's is %d x %d x %d",
+                       head[0], head[1], head[2], S, W, D);
+    else if (len != want || at != pos)
+        rc = dsv4_fail(err, DSV4_E_STATE, "DSpark context: %zu bytes at position %lld, expected %zu at %lld", len,
+                       (long long)at, want, (long long)pos);
+    if (rc) { dsv4_dspark_ctx_free(c); return rc; }
+    c->mem->from_host(c->ring, (const uint8_t *)buf + DSPARK_CTX_HEADER, dsv4_dspark_ctx_bytes(c));
+    c->pos = at;
+    *out = c;
+    return 0;
+}
+
 /* Size the workspace for T tokens and lay out a batch of T positions from pos0 with the given token ids. */
 static int setup_batch(dsv4_model *m, int T, int64_t pos0, const int32_t *tok, dsv4_error *err) {
     if (workspace_ensure(m, T, T)) return dsv4_fail(err, DSV4_E_NOMEM, "out of memory");

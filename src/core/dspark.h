@@ -26,6 +26,12 @@ int64_t dsv4_dspark_ctx_position(const dsv4_dspark_ctx *c);
  * stored beside a prefix-cache entry). */
 size_t dsv4_dspark_ctx_bytes(const dsv4_dspark_ctx *c);
 int  dsv4_dspark_ctx_clone(dsv4_model *m, const dsv4_dspark_ctx *src, dsv4_dspark_ctx **out, dsv4_error *err);
+/* The context as bytes and back (the prefix cache's disk tier), little-endian:
+ *   u32 n_stages | u32 window | u32 head_dim | u32 0 | i64 position | f32 ring[n_stages][window][head_dim]
+ * (ring slot t mod window, as in memory; slots not written yet are zero). decode: a new context of m that must be
+ * at position pos, or a one-line error when the bytes do not fit m's shapes or that position. */
+int  dsv4_dspark_ctx_encode(const dsv4_dspark_ctx *c, void **buf, size_t *len, dsv4_error *err);
+int  dsv4_dspark_ctx_decode(dsv4_model *m, const void *buf, size_t len, int64_t pos, dsv4_dspark_ctx **out, dsv4_error *err);
 /* Commit positions pos .. pos+n-1 given their target features [n][n_targets*dim]. */
 int  dsv4_dspark_commit(dsv4_model *m, dsv4_dspark_ctx *c, const float *features, int n, dsv4_error *err);
 

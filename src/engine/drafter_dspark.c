@@ -69,7 +69,8 @@ static int dspark_on_commit(void *p, const int32_t *committed, int n_committed, 
 /* Prefix reuse. The context ring of position P holds keys of positions P-W..P-1 made from the target's features
  * there; a cached target state does not keep those features, and recomputing them would mean running the target
  * over the last W positions again. The ring itself is small (n_stages x W x head_dim floats) and depends on the
- * tokens 0..P-1 only (the cache's key), so it is stored beside the entry and copied back: exact and cheap. */
+ * tokens 0..P-1 only (the cache's key), so it is stored beside the entry and copied back: exact and cheap. On
+ * disk it is the ring's bytes (dspark_codec), checked against the model's shapes and the entry's position. */
 typedef struct {
     prefix_companion base;
     dsv4_dspark_ctx *ctx;
@@ -80,13 +81,38 @@ static void dspark_prefix_free(prefix_companion *p) {
     free(p);
 }
 
+/* The disk tier's bytes of a stored context: the ring as it is (core/dspark.h dsv4_dspark_ctx_encode). */
+static int dspark_prefix_encode(const prefix_companion *p, void **buf, size_t *len, dsv4_error *err) {
+    return dsv4_dspark_ctx_encode(((const dspark_prefix *)p)->ctx, buf, len, err);
+}
+
+static int dspark_prefix_decode(dsv4_model *m, const int32_t *tokens, int64_t pos, const void *buf, size_t len,
+                                prefix_companion **out, dsv4_error *err);
+
+static const prefix_codec dspark_codec = { "dspark", dspark_prefix_encode, dspark_prefix_decode };
+
+static int dspark_prefix_decode(dsv4_model *m, const int32_t *tokens, int64_t pos, const void *buf, size_t len,
+                                prefix_companion **out, dsv4_error *err) {
+    (void)tokens;   /* the container checked that they are the entry's; the ring alone is the state */
+    if (!m->dspark) return dsv4_fail(err, DSV4_E_STATE, "DSpark drafter state, but this checkpoint has no DSpark drafter");
+    dspark_prefix *st = calloc(1, sizeof *st);
+    if (!st) return dsv4_fail(err, DSV4_E_NOMEM, "DSpark drafter: out of memory");
+    int rc = dsv4_dspark_ctx_decode(m, buf, len, pos, &st->ctx, err);
+    if (rc) { free(st); return rc; }
+    st->base = (prefix_companion){ .kind = "dspark", .bytes = sizeof *st + dsv4_dspark_ctx_bytes(st->ctx),
+                                   .free = dspark_prefix_free, .codec = &dspark_codec };
+    *out = &st->base;
+    return 0;
+}
+
 static int dspark_prefix_save(void *p, prefix_companion **out, dsv4_error *err) {
     dspark_ctx *c = p;
     dspark_prefix *st = calloc(1, sizeof *st);
     if (!st) return dsv4_fail(err, DSV4_E_NOMEM, "DSpark drafter: out of memory");
     int rc = dsv4_dspark_ctx_clone(c->m, c->ctx, &st->ctx, err);
     if (rc) { free(st); return rc; }
-    st->base = (prefix_companion){ "dspark", sizeof *st + dsv4_dspark_ctx_bytes(st->ctx), dspark_prefix_free, NULL };
+    st->base = (prefix_companion){ .kind = "dspark", .bytes = sizeof *st + dsv4_dspark_ctx_bytes(st->ctx),
+                                   .free = dspark_prefix_free, .codec = &dspark_codec };
     *out = &st->base;
     return 0;
 }
@@ -120,6 +146,7 @@ int dsv4_drafter_dspark(dsv4_model *m, const dsv4_sampling *sp, dsv4_drafter *ou
     if (rc) { dspark_free(c); return rc; }
     *out = (dsv4_drafter){ .name = "dspark", .ctx = c, .propose = dspark_propose, .on_commit = dspark_on_commit,
                            .free = dspark_free, .prefix_save = dspark_prefix_save, .prefix_load = dspark_prefix_load,
+                           .prefix_codec = &dspark_codec,
                            .hidden_dim = m->cfg.n_dspark_targets * m->cfg.dim,
                            .dspark_features = 1 };
     return 0;

@@ -92,6 +92,82 @@ static void mtp_prefix_free(prefix_companion *p) {
     free(st);
 }
 
+/* On disk (mtp_codec), what the head reads of its state and nothing else, little-endian:
+ *   u32 hidden_dim | u32 window | u32 row bytes | u32 0 | i64 rows (P - 1)
+ *   | row[min(rows, window)] the layer-0 window rows of positions rows - n .. rows - 1, oldest first (the MTP block
+ *     is window-only: its other layers are never written) | f32 X_{P-1}[hidden_dim]
+ * The state's tokens are not stored: MTP row i pairs with the token at i + 1, so they are the entry's tokens
+ * 1 .. P-1, which the companion file is bound to. */
+enum { MTP_DISK_HEADER = 24 };
+
+static int64_t mtp_live_rows(int64_t rows, int window) { return rows < window ? rows : window; }
+
+static int mtp_prefix_encode(const prefix_companion *p, void **buf, size_t *len, dsv4_error *err) {
+    const mtp_prefix *st = (const mtp_prefix *)p;
+    const dsv4_seq *r = st->rows;
+    const int window = r->model->cfg.window;
+    const int64_t rows = r->pos, live = mtp_live_rows(rows, window);
+    const size_t rb = r->kv_main.bytes, total = MTP_DISK_HEADER + (size_t)live * rb + sizeof(float) * (size_t)st->hidden_dim;
+    uint8_t *b = malloc(total);
+    if (!b) return dsv4_fail(err, DSV4_E_NOMEM, "MTP drafter: out of memory for %zu bytes", total);
+    const uint32_t head[4] = { (uint32_t)st->hidden_dim, (uint32_t)window, (uint32_t)rb, 0 };
+    memcpy(b, head, sizeof head);
+    memcpy(b + 16, &rows, 8);
+    size_t o = MTP_DISK_HEADER;
+    for (int64_t t = rows - live; t < rows; t++, o += rb) r->mem->to_host(b + o, seq_ring_at(r, &r->layer[0], t), rb);
+    memcpy(b + o, st->x, sizeof(float) * (size_t)st->hidden_dim);
+    *buf = b;
+    *len = total;
+    return 0;
+}
+
+static int mtp_prefix_decode(dsv4_model *m, const int32_t *tokens, int64_t pos, const void *buf, size_t len,
+                             prefix_companion **out, dsv4_error *err);
+
+static const prefix_codec mtp_codec = { "mtp", mtp_prefix_encode, mtp_prefix_decode };
+
+static int mtp_prefix_decode(dsv4_model *m, const int32_t *tokens, int64_t pos, const void *buf, size_t len,
+                             prefix_companion **out, dsv4_error *err) {
+    if (!dsv4_model_has_mtp(m)) return dsv4_fail(err, DSV4_E_STATE, "MTP drafter state, but this checkpoint has no V4 MTP head");
+    const uint8_t *b = buf;
+    uint32_t head[4];
+    int64_t rows;
+    if (len < MTP_DISK_HEADER) return dsv4_fail(err, DSV4_E_FORMAT, "MTP drafter state: %zu bytes, not even a header", len);
+    memcpy(head, b, sizeof head);
+    memcpy(&rows, b + 16, 8);
+    const int hidden_dim = m->cfg.hc_mult * m->cfg.dim, window = m->cfg.window;
+    if (head[0] != (uint32_t)hidden_dim || head[1] != (uint32_t)window || head[3] != 0)
+        return dsv4_fail(err, DSV4_E_STATE, "MTP drafter state of hidden size %u and window %u, this model's are %d and %d",
+                         head[0], head[1], hidden_dim, window);
+    if (pos < 1 || rows != pos - 1)
+        return dsv4_fail(err, DSV4_E_STATE, "MTP drafter state of %lld rows for a prefix of %lld tokens (expected %lld)",
+                         (long long)rows, (long long)pos, (long long)(pos - 1));
+    mtp_prefix *st = calloc(1, sizeof *st);
+    if (!st) return dsv4_fail(err, DSV4_E_NOMEM, "MTP drafter: out of memory");
+    st->hidden_dim = hidden_dim;
+    int rc = dsv4_seq_new(m, &st->rows, err);
+    dsv4_seq *r = st->rows;
+    const int64_t live = mtp_live_rows(rows, window);
+    if (!rc && (head[2] != (uint32_t)r->kv_main.bytes ||
+                len != MTP_DISK_HEADER + (size_t)live * r->kv_main.bytes + sizeof(float) * (size_t)hidden_dim))
+        rc = dsv4_fail(err, DSV4_E_STATE, "MTP drafter state: %zu bytes with rows of %u bytes, this model expects %zu with rows of %zu",
+                       len, head[2], MTP_DISK_HEADER + (size_t)live * r->kv_main.bytes + sizeof(float) * (size_t)hidden_dim,
+                       r->kv_main.bytes);
+    if (!rc && (seq_reserve(r, rows) || !(st->x = malloc(sizeof(float) * (size_t)hidden_dim))))
+        rc = dsv4_fail(err, DSV4_E_NOMEM, "MTP drafter: out of memory");
+    if (rc) { mtp_prefix_free(&st->base); return rc; }
+    if (rows > 0) memcpy(r->tokens, tokens + 1, sizeof(int32_t) * (size_t)rows);
+    size_t o = MTP_DISK_HEADER;
+    for (int64_t t = rows - live; t < rows; t++, o += r->kv_main.bytes)
+        r->mem->from_host(seq_ring_at(r, &r->layer[0], t), b + o, r->kv_main.bytes);
+    memcpy(st->x, b + o, sizeof(float) * (size_t)hidden_dim);
+    r->pos = rows;
+    st->base = (prefix_companion){ .kind = "mtp", .bytes = sizeof *st + dsv4_seq_state_bytes(r) + sizeof(float) * (size_t)hidden_dim,
+                                   .free = mtp_prefix_free, .codec = &mtp_codec };
+    *out = &st->base;
+    return 0;
+}
+
 static int mtp_prefix_save(void *ctx, prefix_companion **out, dsv4_error *err) {
     mtp_ctx *c = ctx;
     const int64_t P = dsv4_seq_position(c->state);
@@ -104,8 +180,8 @@ static int mtp_prefix_save(void *ctx, prefix_companion **out, dsv4_error *err) {
     if (!rc && !(st->x = malloc(sizeof(float) * (size_t)c->hidden_dim))) rc = dsv4_fail(err, DSV4_E_NOMEM, "MTP drafter: out of memory");
     if (rc) { mtp_prefix_free(&st->base); return rc; }
     memcpy(st->x, c->x_last, sizeof(float) * (size_t)c->hidden_dim);
-    st->base = (prefix_companion){ "mtp", sizeof *st + dsv4_seq_state_bytes(st->rows) + sizeof(float) * (size_t)c->hidden_dim,
-                                   mtp_prefix_free, NULL };
+    st->base = (prefix_companion){ .kind = "mtp", .bytes = sizeof *st + dsv4_seq_state_bytes(st->rows) + sizeof(float) * (size_t)c->hidden_dim,
+                                   .free = mtp_prefix_free, .codec = &mtp_codec };
     *out = &st->base;
     return 0;
 }
@@ -149,6 +225,7 @@ int dsv4_drafter_mtp(dsv4_model *m, const dsv4_sampling *sp, dsv4_drafter *out, 
         rc = dsv4_fail(err, DSV4_E_NOMEM, "MTP drafter: out of memory");
     if (rc) { mtp_free(c); return rc; }
     *out = (dsv4_drafter){ .name = "mtp", .ctx = c, .propose = mtp_propose, .on_commit = mtp_on_commit, .free = mtp_free,
-                           .prefix_save = mtp_prefix_save, .prefix_load = mtp_prefix_load, .hidden_dim = c->hidden_dim };
+                           .prefix_save = mtp_prefix_save, .prefix_load = mtp_prefix_load, .prefix_codec = &mtp_codec,
+                           .hidden_dim = c->hidden_dim };
     return 0;
 }

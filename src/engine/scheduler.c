@@ -321,7 +321,7 @@ static void admit(dsv4_sched *s) {
         int64_t matched = 0;
         const prefix_companion *comp = NULL;
         const int fail = use_cache ? prefix_cache_lookup_with(s->pcache, s->m, q->prompt, q->n_prompt - 1, needs_rows ? dr->name : NULL,
-                                                              &sl->seq, &matched, &comp, NULL)
+                                                              needs_rows ? dr->prefix_codec : NULL, &sl->seq, &matched, &comp, NULL)
                                    : dsv4_seq_new(s->m, &sl->seq, NULL);
         if (fail) { sl->seq = NULL; sched_finish(s, id, DSV4_FINISH_ERROR); continue; }
         /* the drafter resumes at the forked position, with the prompt's token there (the anchor when matched is

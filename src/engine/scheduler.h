@@ -62,7 +62,9 @@ typedef struct {
  * target state does not keep: such a stream stores its drafter's state beside every state it puts in the prefix
  * cache (dsv4_drafter.prefix_save; for the final state the drafter first takes the last step's rows) and forks
  * only from entries that carry one of its kind, which it loads (prefix_load) — so its drafts, acceptance and
- * tokens are those of a stream that prefilled the whole prompt. Drafters without those hooks never fork. */
+ * tokens are those of a stream that prefilled the whole prompt. With dsv4_drafter.prefix_codec (MTP, DSpark) the
+ * drafter's state also goes to the cache's disk tier beside the state file and comes back on a disk hit (after a
+ * restart, or once memory evicted the entry). Drafters without those hooks never fork. */
 typedef struct {
     /* Makes the stream's drafter (called at admission with the request's sampling parameters); NULL = no
      * speculation. A failure finishes the request as ERROR. */

@@ -25,6 +25,7 @@
 #include <stdint.h>
 
 struct prefix_companion;
+struct prefix_codec;
 
 /* What the verification step tells a drafter after committing (extension point for MTP / DSpark).
  * Row r is the target's output for position pos0 + r (row 0 = the anchor); committed[r] (on_commit) is the
@@ -80,6 +81,10 @@ typedef struct dsv4_drafter {
      * rows 0..P-1 with the tokens 1..P would have made it. The companion's kind is the drafter's name. */
     int (*prefix_save)(void *ctx, struct prefix_companion **out, dsv4_error *err);
     int (*prefix_load)(void *ctx, const struct prefix_companion *st, int32_t next, dsv4_error *err);
+    /* Optional with the two above: how the saved state becomes bytes and back, so that the cache's disk tier can
+     * keep it beside the state file (state/prefix_companion.h; NULL: the state is reused from memory only). The
+     * companions prefix_save makes carry the same codec. */
+    const struct prefix_codec *prefix_codec;
 } dsv4_drafter;
 
 /* ---- built-in drafters (no extra weights) ------------------------------------------------------------- */

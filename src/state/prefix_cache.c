@@ -5,7 +5,8 @@
  * is a memcmp; a token trie is a later optimisation). Each entry is charged its serialised size
  * (dsv4_seq_state_bytes), which tracks the state's real memory (the ring's dead slots and row slack aside).
  * An entry may carry companions (prefix_companion.h: a speculative drafter's state at the same position), charged
- * with it and dropped with it.
+ * with it and dropped with it; those with a codec are written to the disk tier beside the state and come back
+ * with it on a disk hit.
  * Not thread-safe: one cache per scheduler thread. */
 #include "model/model.h"
 #include "state/prefix_companion.h"
@@ -26,6 +27,8 @@ struct dsv4_prefix_cache {
     entry *head, *tail;          /* head = most recently used */
     dsv4_prefix_cache_stats st;
     prefix_disk disk;            /* optional on-disk tier (prefix_disk.c) */
+    prefix_companion *loose;     /* a companion loaded from disk that memory could not keep: the last lookup's
+                                    borrowed result, freed by the next call */
 };
 
 int dsv4_prefix_cache_new(size_t budget_bytes, dsv4_prefix_cache **out, dsv4_error *err) {
@@ -69,8 +72,14 @@ static prefix_companion *companion_of(const entry *e, const char *kind) {
     return NULL;
 }
 
+static void free_loose(dsv4_prefix_cache *c) {
+    if (c->loose) c->loose->free(c->loose);
+    c->loose = NULL;
+}
+
 void dsv4_prefix_cache_free(dsv4_prefix_cache *c) {
     if (!c) return;
+    free_loose(c);
     while (c->head) drop(c, c->head);
     prefix_disk_free(&c->disk);
     free(c);
@@ -88,21 +97,11 @@ int dsv4_prefix_cache_put(dsv4_prefix_cache *c, const dsv4_seq *s, dsv4_error *e
     return prefix_cache_put_with(c, s, NULL, err);
 }
 
-int prefix_cache_put_with(dsv4_prefix_cache *c, const dsv4_seq *s, prefix_companion *comp, dsv4_error *err) {
-    if (!c || !s) {
-        if (comp) comp->free(comp);
-        return dsv4_fail(err, DSV4_E_ARG, "prefix cache: missing cache or sequence");
-    }
-    entry *e = NULL;
-    int rc = memory_put(c, s, &e, err);
-    if (!rc) rc = prefix_disk_put(&c->disk, s, err);
-    if (!comp) return rc;
-    /* keep the companion when its entry is there, has none of its kind (an equal history gives an equal
-     * companion: the first one stays) and both fit; the entry is the most recent, so eviction takes others */
-    if (rc || !e || companion_of(e, comp->kind) || e->bytes + comp->bytes > c->st.budget) {
-        comp->free(comp);
-        return rc;
-    }
+/* Keep comp with entry e when e has none of its kind (an equal history gives an equal companion: the first one
+ * stays) and both fit; e is the most recent, so eviction takes others. 1: kept (owned by e), 0: not (the
+ * caller's still). */
+static int attach(dsv4_prefix_cache *c, entry *e, prefix_companion *comp) {
+    if (!e || companion_of(e, comp->kind) || e->bytes + comp->bytes > c->st.budget) return 0;
     while (c->tail != e && c->st.bytes + comp->bytes > c->st.budget) {
         drop(c, c->tail);
         c->st.evictions++;
@@ -111,7 +110,20 @@ int prefix_cache_put_with(dsv4_prefix_cache *c, const dsv4_seq *s, prefix_compan
     e->comp = comp;
     e->bytes += comp->bytes;
     c->st.bytes += comp->bytes;
-    return 0;
+    return 1;
+}
+
+int prefix_cache_put_with(dsv4_prefix_cache *c, const dsv4_seq *s, prefix_companion *comp, dsv4_error *err) {
+    if (!c || !s) {
+        if (comp) comp->free(comp);
+        return dsv4_fail(err, DSV4_E_ARG, "prefix cache: missing cache or sequence");
+    }
+    free_loose(c);
+    entry *e = NULL;
+    int rc = memory_put(c, s, &e, err);
+    if (!rc) rc = prefix_disk_put(&c->disk, s, comp, err);
+    if (comp && (rc || !attach(c, e, comp))) comp->free(comp);
+    return rc;
 }
 
 static int memory_put(dsv4_prefix_cache *c, const dsv4_seq *s, entry **stored, dsv4_error *err) {
@@ -143,14 +155,16 @@ static int memory_put(dsv4_prefix_cache *c, const dsv4_seq *s, entry **stored, d
 
 int dsv4_prefix_cache_lookup(dsv4_prefix_cache *c, dsv4_model *m, const int32_t *tokens, int64_t n, dsv4_seq **out,
                              int64_t *matched, dsv4_error *err) {
-    return prefix_cache_lookup_with(c, m, tokens, n, NULL, out, matched, NULL, err);
+    return prefix_cache_lookup_with(c, m, tokens, n, NULL, NULL, out, matched, NULL, err);
 }
 
 int prefix_cache_lookup_with(dsv4_prefix_cache *c, dsv4_model *m, const int32_t *tokens, int64_t n, const char *kind,
-                             dsv4_seq **out, int64_t *matched, const prefix_companion **comp, dsv4_error *err) {
+                             const prefix_codec *codec, dsv4_seq **out, int64_t *matched, const prefix_companion **comp,
+                             dsv4_error *err) {
     if (comp) *comp = NULL;
-    if (!c || !m || !out || !matched || (n > 0 && !tokens) || (kind && !comp))
+    if (!c || !m || !out || !matched || (n > 0 && !tokens) || (kind && !comp) || (codec && (!kind || strcmp(codec->kind, kind))))
         return dsv4_fail(err, DSV4_E_ARG, "prefix cache: missing argument");
+    free_loose(c);
     entry *best = NULL;
     for (entry *e = c->head; e; e = e->next) {
         const dsv4_seq *s = e->seq;
@@ -158,16 +172,26 @@ int prefix_cache_lookup_with(dsv4_prefix_cache *c, dsv4_model *m, const int32_t 
         if (s->pos > 0 && !memcmp(s->tokens, tokens, sizeof(int32_t) * (size_t)s->pos)) best = e;
     }
     int rc;
-    /* the disk tier serves when it holds a longer prefix than memory (another process may have stored it); its
-     * files have no companions */
+    /* the disk tier serves when it holds a longer prefix than memory (another process, or this one before a
+     * restart or an eviction, may have stored it); a lookup for a kind needs the kind's codec to read it there */
     dsv4_seq *from_disk = NULL;
-    if (!kind && (rc = prefix_disk_lookup(&c->disk, m, tokens, n, best ? best->seq->pos : 0, &from_disk, err))) return rc;
+    prefix_companion *disk_comp = NULL;
+    if ((!kind || codec) &&
+        (rc = prefix_disk_lookup(&c->disk, m, tokens, n, best ? best->seq->pos : 0, codec, &from_disk, &disk_comp, err)))
+        return rc;
     if (from_disk) {
         *out = from_disk;
         *matched = dsv4_seq_position(from_disk);
         c->st.hits++;
+        /* keep it close for the next request; when memory cannot, the hit stands all the same */
         entry *kept;
-        return memory_put(c, from_disk, &kept, err);   /* keep it close for the next request */
+        dsv4_error merr;
+        if (memory_put(c, from_disk, &kept, &merr)) kept = NULL;
+        if (disk_comp) {
+            if (!attach(c, kept, disk_comp)) c->loose = disk_comp;
+            *comp = disk_comp;
+        }
+        return 0;
     }
     if (best && best->seq->pos > 0) {
         if ((rc = dsv4_seq_fork(best->seq, out, err))) return rc;

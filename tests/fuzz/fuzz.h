@@ -55,6 +55,11 @@ dsv4_model *fuzz_tiny_model(const char *dir, int kv_format);
 /* A state of the fixture model after tokens 0..n-1 of a fixed sequence (saved with dsv4_seq_save_mem). */
 void        fuzz_tiny_state(dsv4_model *m, int n, void **buf, size_t *len);
 
+/* Run one greedy stream speculating with drafter `kind` (mtp, dspark) over prompt[0..n) with a prefix cache on
+ * dir (lib/spec_cache_fixture.c): dir then holds the state of prompt[0..n-1) and that drafter's state beside it
+ * (p-...-<n-1>-<hash>.<kind>.dsv4comp). Aborts on failure. */
+void        fuzz_spec_cache_fill(dsv4_model *m, const char *kind, const int32_t *prompt, int n, const char *dir);
+
 /* The tiny tokenizer the text targets share (lib/tokenizer_fixture.c); aborts when it cannot be loaded. */
 struct dsv4_tokenizer;
 struct dsv4_tokenizer *fuzz_tiny_tokenizer(void);

@@ -22,7 +22,12 @@
 #include "engine/drafter_mtp.h"
 #include "engine/scheduler.h"
 #include "helpers/testmodel.h"
+#include "model/model.h"
+#include "state/prefix_companion.h"
+#include "state/prefix_disk.h"
 #include "util/error.h"
+#include <unistd.h>
+#include <xxhash.h>
 
 #define MAX_NEW 40   /* buffer sizes; gen_len tokens are generated */
 #define N_REQ 12
@@ -263,14 +268,18 @@ static void mtp_and_dspark_equal_spec_stream(void **state) {
  * whole prompt without a cache — tokens, finish, drafts verified and accepted (memcmp), greedy and sampled. The
  * second round's prompts hit the cache three ways: the same prompt (the drafter resumes at the anchor), the next
  * turn of a conversation (prompt + output + more: the final state of the first round), and the prompt with another
- * token at the stored position (MTP's row there depends on that token). */
+ * token at the stored position (MTP's row there depends on that token). The second round runs twice: on the cache
+ * that ran the first (memory hits), and after a restart — a new cache, empty memory, over a copy of the folder the
+ * first round filled — where the states and the drafter states come from the disk tier's files. */
 /* The drafts of a step are capped by the step's budget, which the neighbours' prompt chunks share (fewer with a
- * cache): a round either has no budget or one stream at a time, so that the drafts compare too. */
+ * cache): a round either has no budget or one stream at a time, so that the drafts compare too. ref: the same
+ * jobs run without a cache (computed here when fill_ref). */
 static void reuse_round(dsv4_model *m, const char *kind, int draft, job *jobs, int n, int streams, int step_tokens,
-                        dsv4_prefix_cache *pc) {
-    static job ref[3 * N_REQ];
-    memcpy(ref, jobs, sizeof(job) * (size_t)n);
-    run_jobs(m, ref, n, streams, step_tokens, NULL);
+                        dsv4_prefix_cache *pc, job *ref, int fill_ref) {
+    if (fill_ref) {
+        memcpy(ref, jobs, sizeof(job) * (size_t)n);
+        run_jobs(m, ref, n, streams, step_tokens, NULL);
+    }
     run_jobs(m, jobs, n, streams, step_tokens, pc);
     for (int i = 0; i < n; i++) {
         if (jobs[i].n_out != ref[i].n_out || memcmp(jobs[i].out, ref[i].out, sizeof(int32_t) * (size_t)ref[i].n_out))
@@ -286,15 +295,44 @@ static void reuse_round(dsv4_model *m, const char *kind, int draft, job *jobs, i
     }
 }
 
+/* Files in dir whose names end with suffix. */
+static int count_files(const char *dir, const char *suffix) {
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "ls %s | grep -c -- '%s$'", dir, suffix);
+    FILE *p = popen(cmd, "r");
+    int n = -1;
+    if (!p || fscanf(p, "%d", &n) != 1) n = -1;
+    if (p) pclose(p);
+    return n;
+}
+
+static void expect_cached(const char *kind, const char *how, const job *first, const job *second, int n) {
+    for (int i = 0; i < n; i++) {
+        const int n_a = first[i].n_prompt;
+        /* every request forked where the first round stored a state with the drafter's */
+        if (second[3 * i].res.n_cached != n_a - 1 || second[3 * i + 1].res.n_cached != n_a + first[i].n_out - 1 ||
+            second[3 * i + 2].res.n_cached != n_a - 1)
+            fail_msg("%s (%s), request %d: cached %lld / %lld / %lld tokens, expected %d / %d / %d", kind, how, i,
+                     (long long)second[3 * i].res.n_cached, (long long)second[3 * i + 1].res.n_cached,
+                     (long long)second[3 * i + 2].res.n_cached, n_a - 1, n_a + first[i].n_out - 1, n_a - 1);
+    }
+}
+
 static void prefix_reuse(dsv4_model *m, const char *kind, int draft) {
     enum { N = 3 };
-    static job first[N], second[3 * N];
+    static job first[N], second[3 * N], again[3 * N], ref1[N], ref2[3 * N];
     memset(first, 0, sizeof first);
     memset(second, 0, sizeof second);
     dsv4_model_info info;
     dsv4_model_get_info(m, &info);
+    char dir[] = "/tmp/dsv4-prefix-XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    char disk[64], restart[64], cmd[256];
+    snprintf(disk, sizeof disk, "%s/a", dir);
+    snprintf(restart, sizeof restart, "%s/b", dir);
     dsv4_prefix_cache *pc;
     assert_int_equal(dsv4_prefix_cache_new(64 << 20, &pc, NULL), 0);
+    assert_int_equal(dsv4_prefix_cache_set_dir(pc, disk, 64 << 20, NULL), 0);
     const dsv4_sched_spec spec = { make_drafter, (void *)kind, draft, 0.0f };
     for (int i = 0; i < N; i++) {
         /* prompts of 11 .. 31 tokens: beyond the window of 8, so the drafter's rings have wrapped */
@@ -305,7 +343,16 @@ static void prefix_reuse(dsv4_model *m, const char *kind, int draft) {
         first[i].r.spec = spec;
     }
     /* fills the cache (and matches a full prefill with a cache present): three streams at once */
-    reuse_round(m, kind, draft, first, N, 3, 0, pc);
+    reuse_round(m, kind, draft, first, N, 3, 0, pc, ref1, 1);
+    /* what the disk tier holds now: a state at the end of each prompt and at the end of each stream, each with the
+     * drafter's state; kept aside for the restart (the memory round below adds its own entries to the folder) */
+    char suffix[32];
+    snprintf(suffix, sizeof suffix, ".%s.dsv4comp", kind);
+    if (count_files(disk, ".dsv4seq") != 2 * N || count_files(disk, suffix) != 2 * N)
+        fail_msg("%s: the first round left %d states and %d drafter states on disk, expected %d of each", kind,
+                 count_files(disk, ".dsv4seq"), count_files(disk, suffix), 2 * N);
+    snprintf(cmd, sizeof cmd, "cp -r %s %s", disk, restart);
+    assert_int_equal(system(cmd), 0);
     for (int i = 0; i < N; i++) {
         const job *a = &first[i];
         job *same = &second[3 * i], *next = &second[3 * i + 1], *other = &second[3 * i + 2];
@@ -328,27 +375,221 @@ static void prefix_reuse(dsv4_model *m, const char *kind, int draft) {
             memset(&j->res, 0, sizeof j->res);
         }
     }
+    memcpy(again, second, sizeof again);
     /* one stream at a time, prompts (what is left after the fork) in chunks of 10 tokens */
-    reuse_round(m, kind, draft, second, 3 * N, 1, 10, pc);
+    reuse_round(m, kind, draft, second, 3 * N, 1, 10, pc, ref2, 1);
+    expect_cached(kind, "memory", first, second, N);
     int64_t drafted = 0;
-    for (int i = 0; i < N; i++) {
-        const int n_a = first[i].n_prompt;
-        /* every request forked where the first round stored a state with the drafter's */
-        if (second[3 * i].res.n_cached != n_a - 1 || second[3 * i + 1].res.n_cached != n_a + first[i].n_out - 1 ||
-            second[3 * i + 2].res.n_cached != n_a - 1)
-            fail_msg("%s, request %d: cached %lld / %lld / %lld tokens, expected %d / %d / %d", kind, i,
-                     (long long)second[3 * i].res.n_cached, (long long)second[3 * i + 1].res.n_cached,
-                     (long long)second[3 * i + 2].res.n_cached, n_a - 1, n_a + first[i].n_out - 1, n_a - 1);
-        for (int k = 0; k < 3; k++) drafted += second[3 * i + k].res.spec_drafted;
-    }
+    for (int i = 0; i < 3 * N; i++) drafted += second[i].res.spec_drafted;
     assert_true(drafted > 0);
+    dsv4_prefix_cache_stats st;
+    dsv4_prefix_cache_get_stats(pc, &st);
+    assert_int_equal(st.disk_hits, 0);   /* memory served every hit */
     dsv4_prefix_cache_free(pc);
+    /* the restart: the same requests, and the same tokens, drafts and acceptance as a full prefill */
+    assert_int_equal(dsv4_prefix_cache_new(64 << 20, &pc, NULL), 0);
+    assert_int_equal(dsv4_prefix_cache_set_dir(pc, restart, 64 << 20, NULL), 0);
+    reuse_round(m, kind, draft, again, 3 * N, 1, 10, pc, ref2, 0);
+    expect_cached(kind, "disk, after a restart", first, again, N);
+    dsv4_prefix_cache_get_stats(pc, &st);
+    /* "same" comes from disk, and "other" forks the entry "same" brought into memory; "next" comes from disk
+     * unless "same" reproduced the first round's output (then its final state, the one "next" wants, is in
+     * memory already) */
+    int64_t want_disk = N;
+    for (int i = 0; i < N; i++)
+        want_disk += again[3 * i].n_out != first[i].n_out || memcmp(again[3 * i].out, first[i].out, sizeof(int32_t) * (size_t)first[i].n_out);
+    if (st.disk_hits != want_disk || st.hits != 3 * N || st.disk_rejected != 0)
+        fail_msg("%s: %lld hits, %lld of them from disk, %lld rejected files after the restart, expected %d, %lld, 0", kind,
+                 (long long)st.hits, (long long)st.disk_hits, (long long)st.disk_rejected, 3 * N, (long long)want_disk);
+    dsv4_prefix_cache_free(pc);
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    assert_int_equal(system(cmd), 0);
 }
 
 static void mtp_and_dspark_reuse_prefixes(void **state) {
     fixture *f = *state;
     prefix_reuse(f->mtp, "mtp", 1);
     prefix_reuse(f->dspark, "dspark", 4);
+}
+
+/* Drafter states on disk (state/prefix_companion.h), damaged and foreign. One stream of each kind fills a cache
+ * folder; its drafter state at the end of the prompt then (a) decodes and re-encodes to the same payload (round
+ * trip), (b) is refused with a one-line message naming the damage when read directly, and (c) is a clean miss for
+ * a speculating lookup — the companion file removed and counted as rejected, the state file kept and still served
+ * to a plain lookup — for each entry of a table of damages; (d) a stream over the damaged folder gives the cold
+ * run's tokens. Codecs refuse another drafter's model. */
+typedef struct {
+    const char *name, *message;   /* the damage, a piece of the error message */
+    void (*apply)(uint8_t *b, size_t *len, const uint8_t *other, size_t other_len);
+    int fix_sum;                  /* recompute the trailing checksum afterwards */
+} damage;
+
+static void d_byte(uint8_t *b, size_t *len, const uint8_t *o, size_t ol) { b[*len - 20] ^= 0x40; }
+static void d_short(uint8_t *b, size_t *len, const uint8_t *o, size_t ol) { *len -= 1; }
+static void d_long(uint8_t *b, size_t *len, const uint8_t *o, size_t ol) { b[(*len)++] = 0; }
+static void d_empty(uint8_t *b, size_t *len, const uint8_t *o, size_t ol) { *len = 0; }
+static void d_magic(uint8_t *b, size_t *len, const uint8_t *o, size_t ol) { b[3] = 'X'; }
+static void d_version(uint8_t *b, size_t *len, const uint8_t *o, size_t ol) { b[8] = 2; }
+static void d_kind(uint8_t *b, size_t *len, const uint8_t *o, size_t ol) { memset(b + 12, 0, 16); memcpy(b + 12, "self", 4); }
+static void d_model(uint8_t *b, size_t *len, const uint8_t *o, size_t ol) { b[28] ^= 1; }
+static void d_mode(uint8_t *b, size_t *len, const uint8_t *o, size_t ol) { b[36] ^= 1; }
+static void d_pos(uint8_t *b, size_t *len, const uint8_t *o, size_t ol) { b[44] -= 1; }
+static void d_tokens(uint8_t *b, size_t *len, const uint8_t *o, size_t ol) { b[52] ^= 1; }
+static void d_shape(uint8_t *b, size_t *len, const uint8_t *o, size_t ol) { b[PREFIX_COMPANION_HEADER + 4] ^= 1; } /* window */
+static void d_other(uint8_t *b, size_t *len, const uint8_t *o, size_t ol) { memcpy(b, o, ol); *len = ol; }
+
+static const damage damages[] = {
+    { "a flipped byte", "checksum mismatch", d_byte, 0 },
+    { "one byte short", "implies", d_short, 0 },
+    { "one byte more", "implies", d_long, 0 },
+    { "empty", "truncated", d_empty, 0 },
+    { "bad magic", "bad magic", d_magic, 0 },
+    { "version 2", "version 2 is not supported", d_version, 1 },
+    { "another kind", "holds a \"self\" drafter state", d_kind, 1 },
+    { "another model", "another model", d_model, 1 },
+    { "another numeric mode", "another model", d_mode, 1 },
+    { "another position", "another prefix", d_pos, 1 },
+    { "other tokens", "another prefix", d_tokens, 1 },
+    { "another window in the payload", "window", d_shape, 1 },
+    { "the other drafter's file", "drafter state", d_other, 0 },
+};
+
+static uint8_t *read_all(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    uint8_t *b = malloc(1 << 20);
+    *len = b ? fread(b, 1, (1 << 20) - 64, f) : 0;
+    fclose(f);
+    return b;
+}
+
+static void write_all(const char *path, const uint8_t *b, size_t len) {
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    assert_int_equal(fwrite(b, 1, len, f), len);
+    fclose(f);
+}
+
+static int file_exists(const char *path) { return access(path, F_OK) == 0; }
+
+static void damaged_drafter_states(void **state) {
+    fixture *f = *state;
+    dsv4_model *models[2] = { f->mtp, f->dspark };
+    const char *kinds[2] = { "mtp", "dspark" };
+    char dir[] = "/tmp/dsv4-prefix-XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    char disk[2][64], comp_path[2][4300], state_path[2][4300];
+    static job cold[2], warm;
+    uint8_t *file[2];
+    size_t file_len[2];
+    dsv4_drafter dr[2];
+    const dsv4_sampling g = greedy();
+    for (int k = 0; k < 2; k++) {
+        dsv4_model *m = models[k];
+        snprintf(disk[k], sizeof disk[k], "%s/%s", dir, kinds[k]);
+        memset(&cold[k], 0, sizeof cold[k]);
+        cold[k].n_prompt = 15;
+        tm_tokens(cold[k].prompt, 15, f->vocab, 900 + (uint64_t)k);
+        cold[k].r.sampling = greedy();
+        cold[k].r.max_new_tokens = 6;
+        cold[k].r.spec = (dsv4_sched_spec){ make_drafter, (void *)kinds[k], k ? 4 : 1, 0.0f };
+        dsv4_prefix_cache *pc;
+        assert_int_equal(dsv4_prefix_cache_new(64 << 20, &pc, NULL), 0);
+        assert_int_equal(dsv4_prefix_cache_set_dir(pc, disk[k], 64 << 20, NULL), 0);
+        run_jobs(m, &cold[k], 1, 1, 0, pc);
+        dsv4_prefix_cache_free(pc);
+        prefix_disk_companion_path(comp_path[k], sizeof comp_path[k], disk[k], m->fingerprint, cold[k].prompt, 14, kinds[k]);
+        prefix_disk_state_path(state_path[k], sizeof state_path[k], disk[k], m->fingerprint, cold[k].prompt, 14);
+        assert_true(file_exists(state_path[k]));
+        file[k] = read_all(comp_path[k], &file_len[k]);
+        assert_non_null(file[k]);
+        assert_int_equal(make_drafter((void *)kinds[k], m, &g, &dr[k], NULL), 0);
+        assert_non_null(dr[k].prefix_codec);
+        /* (a) round trip: the payload decodes, and encodes to the same bytes */
+        dsv4_error err;
+        prefix_companion *pcomp;
+        if (prefix_companion_file_load(comp_path[k], dr[k].prefix_codec, m, cold[k].prompt, 14, &pcomp, &err))
+            fail_msg("%s: %s", kinds[k], err.msg);
+        void *payload;
+        size_t plen;
+        assert_int_equal(dr[k].prefix_codec->encode(pcomp, &payload, &plen, &err), 0);
+        assert_int_equal(plen, file_len[k] - PREFIX_COMPANION_HEADER - 8);
+        assert_memory_equal(payload, file[k] + PREFIX_COMPANION_HEADER, plen);
+        /* a codec refuses the other drafter's model (it has no such head) */
+        prefix_companion *no;
+        assert_int_not_equal(dr[k].prefix_codec->decode(models[1 - k], cold[k].prompt, 14, payload, plen, &no, &err), 0);
+        assert_non_null(strstr(err.msg, "this checkpoint has no"));
+        free(payload);
+        pcomp->free(pcomp);
+    }
+    for (int k = 0; k < 2; k++) {
+        dsv4_model *m = models[k];
+        for (size_t d = 0; d < sizeof damages / sizeof *damages; d++) {
+            const damage *dm = &damages[d];
+            uint8_t *b = malloc(file_len[0] + file_len[1] + 64);
+            size_t len = file_len[k];
+            memcpy(b, file[k], len);
+            dm->apply(b, &len, file[1 - k], file_len[1 - k]);
+            if (dm->fix_sum) {
+                const uint64_t h = XXH64(b, len - 8, 0);
+                memcpy(b + len - 8, &h, 8);
+            }
+            write_all(comp_path[k], b, len);
+            free(b);
+            /* (b) a one-line error that names the damage */
+            dsv4_error err = {0};
+            prefix_companion *pcomp = NULL;
+            if (!prefix_companion_file_load(comp_path[k], dr[k].prefix_codec, m, cold[k].prompt, 14, &pcomp, &err))
+                fail_msg("%s, %s: loaded", kinds[k], dm->name);
+            if (!strstr(err.msg, dm->message) || strchr(err.msg, '\n'))
+                fail_msg("%s, %s: the message is \"%s\", expected it to mention \"%s\"", kinds[k], dm->name, err.msg, dm->message);
+            /* (c) a clean miss for the speculating lookup; the state stays for everyone else */
+            dsv4_prefix_cache *pc;
+            assert_int_equal(dsv4_prefix_cache_new(64 << 20, &pc, NULL), 0);
+            assert_int_equal(dsv4_prefix_cache_set_dir(pc, disk[k], 64 << 20, NULL), 0);
+            dsv4_seq *seq;
+            int64_t matched = -1;
+            const prefix_companion *got;
+            assert_int_equal(prefix_cache_lookup_with(pc, m, cold[k].prompt, 14, kinds[k], dr[k].prefix_codec, &seq, &matched,
+                                                      &got, &err), 0);
+            dsv4_prefix_cache_stats st;
+            dsv4_prefix_cache_get_stats(pc, &st);
+            if (matched != 0 || got || st.disk_rejected != 1 || file_exists(comp_path[k]) || !file_exists(state_path[k]))
+                fail_msg("%s, %s: matched %lld, companion %s, %lld rejected, companion file %s, state file %s", kinds[k], dm->name,
+                         (long long)matched, got ? "given" : "none", (long long)st.disk_rejected,
+                         file_exists(comp_path[k]) ? "kept" : "removed", file_exists(state_path[k]) ? "kept" : "removed");
+            dsv4_seq_free(seq);
+            assert_int_equal(dsv4_prefix_cache_lookup(pc, m, cold[k].prompt, 14, &seq, &matched, &err), 0);
+            assert_int_equal(matched, 14);
+            dsv4_seq_free(seq);
+            dsv4_prefix_cache_free(pc);
+        }
+        /* (d) a stream over the damaged folder (its companion was removed last) prefills and gives the cold tokens */
+        file[k][file_len[k] - 30] ^= 1;
+        write_all(comp_path[k], file[k], file_len[k]);
+        file[k][file_len[k] - 30] ^= 1;
+        warm = cold[k];
+        warm.n_out = 0;
+        memset(&warm.res, 0, sizeof warm.res);
+        dsv4_prefix_cache *pc;
+        assert_int_equal(dsv4_prefix_cache_new(64 << 20, &pc, NULL), 0);
+        assert_int_equal(dsv4_prefix_cache_set_dir(pc, disk[k], 64 << 20, NULL), 0);
+        run_jobs(m, &warm, 1, 1, 0, pc);
+        dsv4_prefix_cache_free(pc);
+        assert_int_equal(warm.res.n_cached, 0);
+        assert_int_equal(warm.n_out, cold[k].n_out);
+        assert_memory_equal(warm.out, cold[k].out, sizeof(int32_t) * (size_t)warm.n_out);
+        assert_int_equal(warm.res.spec_accepted, cold[k].res.spec_accepted);
+        /* ... and stored a good one again */
+        assert_true(file_exists(comp_path[k]));
+    }
+    for (int k = 0; k < 2; k++) {
+        free(file[k]);
+        dsv4_drafter_free(&dr[k]);
+    }
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    assert_int_equal(system(cmd), 0);
 }
 
 /* A hook that forbids repeating the previous generated token: it depends on the generated tokens, so a
@@ -466,6 +707,7 @@ int main(void) {
         cmocka_unit_test(ngram_and_self_equal_spec_stream),
         cmocka_unit_test(mtp_and_dspark_equal_spec_stream),
         cmocka_unit_test(mtp_and_dspark_reuse_prefixes),
+        cmocka_unit_test(damaged_drafter_states),
         cmocka_unit_test(stops_hooks_and_short_budgets),
         cmocka_unit_test(refusals),
     };

@@ -12,7 +12,12 @@
 #include <unistd.h>
 #include "helpers/testmodel.h"
 #include "state/persist.h"
+#include "model/model.h"
 #include "state/prefix_companion.h"
+#include "state/prefix_disk.h"
+#include "util/error.h"
+#include <sys/stat.h>
+#include <utime.h>
 
 #define N 300   /* past two HCA rows (256) and far past the window (8) */
 
@@ -429,6 +434,7 @@ static void prefix_cache(void **state) {
 typedef struct {
     prefix_companion base;
     int *frees;
+    uint64_t value;   /* the payload on disk */
 } test_comp;
 
 static void test_comp_free(prefix_companion *p) {
@@ -439,7 +445,7 @@ static void test_comp_free(prefix_companion *p) {
 static prefix_companion *comp_new(const char *kind, size_t bytes, int *frees) {
     test_comp *c = calloc(1, sizeof *c);
     assert_non_null(c);
-    c->base = (prefix_companion){ kind, bytes, test_comp_free, NULL };
+    c->base = (prefix_companion){ .kind = kind, .bytes = bytes, .free = test_comp_free };
     c->frees = frees;
     return &c->base;
 }
@@ -468,24 +474,24 @@ static void prefix_cache_companions(void **state) {
     dsv4_seq *q;
     int64_t got;
     const prefix_companion *pc;
-    assert_int_equal(prefix_cache_lookup_with(c, f->m, f->tok, N, "mtp", &q, &got, &pc, &err), 0);
+    assert_int_equal(prefix_cache_lookup_with(c, f->m, f->tok, N, "mtp", NULL, &q, &got, &pc, &err), 0);
     assert_int_equal(got, 5);
     assert_non_null(pc);
     assert_string_equal(pc->kind, "mtp");
     assert_int_equal(pc->bytes, 100);
     dsv4_seq_free(q);
-    assert_int_equal(prefix_cache_lookup_with(c, f->m, f->tok, N, "dspark", &q, &got, &pc, &err), 0);
+    assert_int_equal(prefix_cache_lookup_with(c, f->m, f->tok, N, "dspark", NULL, &q, &got, &pc, &err), 0);
     assert_true(got == 5 && pc && pc->bytes == 200);
     dsv4_seq_free(q);
-    assert_int_equal(prefix_cache_lookup_with(c, f->m, f->tok, N, "self", &q, &got, &pc, &err), 0);
+    assert_int_equal(prefix_cache_lookup_with(c, f->m, f->tok, N, "self", NULL, &q, &got, &pc, &err), 0);
     assert_true(got == 0 && !pc);
     dsv4_seq_free(q);
-    assert_int_equal(prefix_cache_lookup_with(c, f->m, f->tok, N, NULL, &q, &got, &pc, &err), 0);
+    assert_int_equal(prefix_cache_lookup_with(c, f->m, f->tok, N, NULL, NULL, &q, &got, &pc, &err), 0);
     assert_true(got == 130 && !pc);
     dsv4_seq_free(q);
     /* b gets one later (an equal history put by a speculating stream) */
     assert_int_equal(prefix_cache_put_with(c, b, comp_new("mtp", 50, &frees), &err), 0);
-    assert_int_equal(prefix_cache_lookup_with(c, f->m, f->tok, N, "mtp", &q, &got, &pc, &err), 0);
+    assert_int_equal(prefix_cache_lookup_with(c, f->m, f->tok, N, "mtp", NULL, &q, &got, &pc, &err), 0);
     assert_true(got == 130 && pc && pc->bytes == 50);
     dsv4_seq_free(q);
     /* a companion that cannot fit beside its entry is refused; putting d evicts the least recently used (a) with
@@ -501,6 +507,163 @@ static void prefix_cache_companions(void **state) {
     dsv4_seq_free(a);
     dsv4_seq_free(b);
     dsv4_seq_free(d);
+}
+
+/* Companions on the disk tier (prefix_companion.h): a companion with a codec is written beside its state
+ * (p-...-<hash>.<kind>.dsv4comp), a fresh cache (another process, or a restart) finds the entry only when it has
+ * that companion and gets it decoded, also when memory cannot keep it (borrowed until the next call); eviction
+ * removes a companion whose state is gone first, and a state with its companions. */
+static int disk_frees;
+
+static int tc_encode(const prefix_companion *p, void **buf, size_t *len, dsv4_error *err) {
+    uint64_t *v = malloc(8);
+    if (!v) return dsv4_fail(err, DSV4_E_NOMEM, "out of memory");
+    *v = ((const test_comp *)p)->value;
+    *buf = v;
+    *len = 8;
+    return 0;
+}
+
+static int tc_decode(dsv4_model *m, const int32_t *tokens, int64_t pos, const void *buf, size_t len, prefix_companion **out,
+                     dsv4_error *err);
+static const prefix_codec tc_codec = { "tst", tc_encode, tc_decode };
+
+static int tc_decode(dsv4_model *m, const int32_t *tokens, int64_t pos, const void *buf, size_t len, prefix_companion **out,
+                     dsv4_error *err) {
+    if (len != 8) return dsv4_fail(err, DSV4_E_FORMAT, "test companion: %zu bytes", len);
+    test_comp *c = calloc(1, sizeof *c);
+    if (!c) return dsv4_fail(err, DSV4_E_NOMEM, "out of memory");
+    c->base = (prefix_companion){ .kind = "tst", .bytes = 100, .free = test_comp_free, .codec = &tc_codec };
+    c->frees = &disk_frees;
+    memcpy(&c->value, buf, 8);
+    *out = &c->base;
+    return 0;
+}
+
+static prefix_companion *tc_new(uint64_t value, int *frees) {
+    prefix_companion *p = comp_new("tst", 100, frees);
+    p->codec = &tc_codec;
+    ((test_comp *)p)->value = value;
+    return p;
+}
+
+static int count_suffix(const char *dir, const char *suffix) {
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "ls %s | grep -c -- '%s$'", dir, suffix);
+    FILE *p = popen(cmd, "r");
+    int n = -1;
+    if (p) { if (fscanf(p, "%d", &n) != 1) n = -1; pclose(p); }
+    return n;
+}
+
+static void set_age(const char *path, int seconds_ago) {
+    struct utimbuf t = { time(NULL) - seconds_ago, time(NULL) - seconds_ago };
+    assert_int_equal(utime(path, &t), 0);
+}
+
+static void prefix_cache_disk_companions(void **state) {
+    fixture *f = *state;
+    dsv4_error err;
+    char dir[] = "/tmp/dsv4-test-pcache-XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    dsv4_seq *a = prefix_seq(f, 130), *b = prefix_seq(f, 201), *d = prefix_seq(f, 260);
+    const size_t big = 64 << 20;
+    int frees = 0;
+    disk_frees = 0;
+    dsv4_prefix_cache *ca, *cb;
+    assert_int_equal(dsv4_prefix_cache_new(big, &ca, &err), 0);
+    assert_int_equal(dsv4_prefix_cache_set_dir(ca, dir, big, &err), 0);
+    assert_int_equal(prefix_cache_put_with(ca, a, tc_new(0x1122334455667788ULL, &frees), &err), 0);
+    assert_int_equal(dsv4_prefix_cache_put(ca, b, &err), 0);
+    assert_int_equal(prefix_cache_put_with(ca, a, comp_new("mtp", 100, &frees), &err), 0);   /* no codec: memory only */
+    assert_int_equal(count_suffix(dir, ".dsv4seq"), 2);
+    assert_int_equal(count_suffix(dir, ".tst.dsv4comp"), 1);
+    assert_int_equal(count_suffix(dir, ".dsv4comp"), 1);
+    char comp_a[4300], state_a[4300];
+    prefix_disk_companion_path(comp_a, sizeof comp_a, dir, f->m->fingerprint, f->tok, 130, "tst");
+    prefix_disk_state_path(state_a, sizeof state_a, dir, f->m->fingerprint, f->tok, 130);
+    assert_int_equal(access(comp_a, F_OK), 0);
+    /* a restart: the longest entry with a "tst" companion is a, from disk, decoded */
+    assert_int_equal(dsv4_prefix_cache_new(big, &cb, &err), 0);
+    assert_int_equal(dsv4_prefix_cache_set_dir(cb, dir, big, &err), 0);
+    dsv4_seq *q;
+    int64_t got;
+    const prefix_companion *pc;
+    assert_int_equal(prefix_cache_lookup_with(cb, f->m, f->tok, N, "tst", &tc_codec, &q, &got, &pc, &err), 0);
+    assert_int_equal(got, 130);
+    assert_non_null(pc);
+    assert_true(pc->codec == &tc_codec && ((const test_comp *)pc)->value == 0x1122334455667788ULL);
+    check_continuation(f, q, "disk hit with a companion", 130);
+    dsv4_seq_free(q);
+    /* memory kept it with its companion: the next lookup of the kind is a memory hit */
+    dsv4_prefix_cache_stats st;
+    assert_int_equal(prefix_cache_lookup_with(cb, f->m, f->tok, N, "tst", &tc_codec, &q, &got, &pc, &err), 0);
+    dsv4_prefix_cache_get_stats(cb, &st);
+    assert_true(got == 130 && pc && st.disk_hits == 1 && st.hits == 2);
+    dsv4_seq_free(q);
+    /* "mtp" has no file: memory only, so a miss here; a plain lookup takes the longest state */
+    assert_int_equal(prefix_cache_lookup_with(cb, f->m, f->tok, N, "mtp", NULL, &q, &got, &pc, &err), 0);
+    assert_true(got == 0 && !pc);
+    dsv4_seq_free(q);
+    assert_int_equal(prefix_cache_lookup_with(cb, f->m, f->tok, N, NULL, NULL, &q, &got, &pc, &err), 0);
+    assert_true(got == 201 && !pc);
+    dsv4_seq_free(q);
+    dsv4_prefix_cache_free(cb);
+    assert_int_equal(disk_frees, 1);
+    /* a cache without memory: the decoded companion is lent until the next call, then freed */
+    assert_int_equal(dsv4_prefix_cache_new(0, &cb, &err), 0);
+    assert_int_equal(dsv4_prefix_cache_set_dir(cb, dir, big, &err), 0);
+    assert_int_equal(prefix_cache_lookup_with(cb, f->m, f->tok, N, "tst", &tc_codec, &q, &got, &pc, &err), 0);
+    assert_true(got == 130 && pc && ((const test_comp *)pc)->value == 0x1122334455667788ULL);
+    assert_int_equal(disk_frees, 1);
+    dsv4_seq_free(q);
+    assert_int_equal(dsv4_prefix_cache_lookup(cb, f->m, f->tok, N, &q, &got, &err), 0);
+    assert_int_equal(disk_frees, 2);
+    dsv4_seq_free(q);
+    dsv4_prefix_cache_free(cb);
+    /* eviction: an orphan companion (its state gone) goes first */
+    char orphan[4300];
+    prefix_disk_companion_path(orphan, sizeof orphan, dir, f->m->fingerprint, f->tok, 7, "tst");
+    char cmd[9000];
+    snprintf(cmd, sizeof cmd, "head -c 100000 /dev/zero > %s", orphan);
+    assert_int_equal(system(cmd), 0);
+    struct stat sa_, sc_;
+    assert_int_equal(stat(state_a, &sa_), 0);
+    assert_int_equal(stat(comp_a, &sc_), 0);
+    const size_t fits = (size_t)sa_.st_size + (size_t)sc_.st_size + dsv4_seq_state_bytes(b) + dsv4_seq_state_bytes(d) + 64;
+    dsv4_prefix_cache *cm;
+    assert_int_equal(dsv4_prefix_cache_new(0, &cm, &err), 0);
+    assert_int_equal(dsv4_prefix_cache_set_dir(cm, dir, fits, &err), 0);
+    assert_int_equal(dsv4_prefix_cache_put(cm, d, &err), 0);
+    dsv4_prefix_cache_get_stats(cm, &st);
+    assert_int_equal(st.disk_evictions, 1);
+    assert_int_not_equal(access(orphan, F_OK), 0);
+    assert_int_equal(access(comp_a, F_OK), 0);
+    assert_true(st.disk_bytes <= fits);
+    /* then the least recently used state, with its companion: a is the oldest, b and d stay */
+    char state_b[4300], state_d[4300];
+    prefix_disk_state_path(state_b, sizeof state_b, dir, f->m->fingerprint, f->tok, 201);
+    prefix_disk_state_path(state_d, sizeof state_d, dir, f->m->fingerprint, f->tok, 260);
+    set_age(state_a, 30);
+    set_age(state_b, 20);
+    set_age(state_d, 10);
+    dsv4_seq *e = prefix_seq(f, 20);   /* room for it once a and its companion are gone */
+    assert_int_equal(dsv4_prefix_cache_set_dir(cm, dir, dsv4_seq_state_bytes(b) + dsv4_seq_state_bytes(d) + dsv4_seq_state_bytes(e) + 64, &err), 0);
+    assert_int_equal(dsv4_prefix_cache_put(cm, e, &err), 0);
+    assert_int_not_equal(access(state_a, F_OK), 0);
+    assert_int_not_equal(access(comp_a, F_OK), 0);
+    assert_int_equal(access(state_b, F_OK), 0);
+    assert_int_equal(access(state_d, F_OK), 0);
+    assert_int_equal(count_suffix(dir, ".dsv4comp"), 0);
+    dsv4_prefix_cache_free(cm);
+    dsv4_prefix_cache_free(ca);
+    assert_int_equal(frees, 2);
+    dsv4_seq_free(a);
+    dsv4_seq_free(b);
+    dsv4_seq_free(d);
+    dsv4_seq_free(e);
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    assert_int_equal(system(cmd), 0);
 }
 
 /* ---- sizes and speed (printed for the report) ------------------------------------------------------------- */
@@ -672,6 +835,7 @@ int main(void) {
         cmocka_unit_test(foreign_model),
         cmocka_unit_test(prefix_cache),
         cmocka_unit_test(prefix_cache_companions),
+        cmocka_unit_test(prefix_cache_disk_companions),
         cmocka_unit_test(prefix_cache_disk),
         cmocka_unit_test(sizes_and_speed),
     };

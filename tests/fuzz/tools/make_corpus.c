@@ -153,6 +153,38 @@ static void states(dsv4_model *const m[3]) {
 /* The prefix_disk target stores the first 6 tokens of {3, 10, 17, ...}: the fixture's state of 6 tokens
  * (fuzz_tiny_state uses the same token rule (i * 7 + 3) % 64), so seed pos-6 is a hit. */
 
+/* Its companion inputs (selector bit 1; bit 2 DSpark): the drafter states a speculating stream stores beside the
+ * state of those 6 tokens, on the fixture with a V4 MTP head and with a DSpark drafter — hits as they are. */
+static void drafter_states(void) {
+    static const int32_t request[7] = { 3, 10, 17, 24, 31, 38, 45 };
+    static const char *const kind[2] = { "mtp", "dspark" };
+    for (int k = 0; k < 2; k++) {
+        char ck[4300], dir[4300], cmd[9000];
+        dsv4_error err;
+        snprintf(ck, sizeof ck, "%s/ck-%s", fuzz_tmpdir(), kind[k]);
+        snprintf(dir, sizeof dir, "%s/fill-%s", fuzz_tmpdir(), kind[k]);
+        if (fuzz_tiny_write_mtp(ck, 1, k ? 2 : 1, &err)) { fprintf(stderr, "%s\n", err.msg); exit(1); }
+        dsv4_model *m = fuzz_tiny_model(ck, DSV4_KV_F32);
+        fuzz_spec_cache_fill(m, kind[k], request, 7, dir);
+        dsv4_model_free(m);
+        snprintf(cmd, sizeof cmd, "ls %s/*.%s.dsv4comp", dir, kind[k]);
+        FILE *p = popen(cmd, "r");
+        char path[4400] = "";
+        if (!p || !fgets(path, sizeof path, p)) { fprintf(stderr, "no %s drafter state in %s\n", kind[k], dir); exit(1); }
+        pclose(p);
+        path[strcspn(path, "\n")] = 0;
+        size_t n;
+        char *buf = fuzz_read_file(path, &n);
+        char name[48];
+        snprintf(name, sizeof name, "%s-companion-raw", kind[k]);
+        seed_sel("prefix_disk", name, (uint8_t)(2 | 4 * k), buf, n);
+        snprintf(name, sizeof name, "%s-companion-fixsum", kind[k]);
+        seed_sel("prefix_disk", name, (uint8_t)(3 | 4 * k), buf, n);
+        free(buf);
+        fuzz_rmtree(dir);
+    }
+}
+
 static void text_files(const char *data_dir) {
     size_t n;
     char *tok = read_in(data_dir, "tiny_tokenizer.json", &n);
@@ -247,6 +279,7 @@ int main(int argc, char **argv) {
     for (int f = 0; f < 3; f++) m[f] = fuzz_tiny_model(ck1, f);
     states(m);
     for (int f = 0; f < 3; f++) dsv4_model_free(m[f]);
+    drafter_states();
     text_files(data_dir);
     dsml_files();
     printf("seeds written under %s\n", out_root);
