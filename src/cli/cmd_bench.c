@@ -17,6 +17,7 @@
 #include "state/kvrows.h"
 #include "text/tokenizer.h"
 #include "util/error.h"
+#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -97,7 +98,15 @@ static void per_gpu_traffic(const dsv4_model *m, double tps, double bw) {
 }
 
 /* Prefill `prompt` tokens in one step, then `decode` single-token steps; report both rates. */
-static int bench_single_stream(dsv4_model *m, int prompt, int decode, double bw, int profile) {
+/* The --json report: numbers set under a section object (created on first use); nothing when rep is NULL. */
+static void rep_num(json_t *rep, const char *section, const char *key, double v) {
+    if (!rep) return;
+    json_t *o = json_object_get(rep, section);
+    if (!o) json_object_set_new(rep, section, o = json_object());
+    json_object_set_new(o, key, json_real(v));
+}
+
+static int bench_single_stream(dsv4_model *m, int prompt, int decode, double bw, int profile, json_t *rep) {
     dsv4_error err;
     dsv4_seq *s;
     if (dsv4_seq_new(m, &s, &err)) return cli_fail(CMD, &err);
@@ -148,8 +157,23 @@ static int bench_single_stream(dsv4_model *m, int prompt, int decode, double bw,
     printf("%-26s %10.2f GB/s    %.3f GB weights read per token\n", "decode weight traffic", bytes * tps / 1e9, bytes / 1e9);
     if (bw > 0) printf("%-26s %10.1f %%      of measured read bandwidth\n", "bandwidth fraction", 100.0 * bytes * tps / 1e9 / bw);
     if (cuda_gpus(m) > 1) per_gpu_traffic(m, tps, bw);
+    rep_num(rep, "single_stream", "prompt_tokens", prompt);
+    rep_num(rep, "single_stream", "prefill_tok_s", prompt / (t1 - t0));
+    rep_num(rep, "single_stream", "decode_tokens", decode);
+    rep_num(rep, "single_stream", "decode_tok_s", tps);
+    rep_num(rep, "single_stream", "decode_weight_gb_s", bytes * tps / 1e9);
+    if (bw > 0) rep_num(rep, "single_stream", "bandwidth_fraction", bytes * tps / 1e9 / bw);
     double host_ms = 0, wait_ms = 0;
     const int64_t n_host = cuda_host_experts(m, &host_ms, &wait_ms);
+    if (n_host > 0) {
+        rep_num(rep, "host_experts", "experts", (double)n_host);
+        rep_num(rep, "host_experts", "host_computing_ms", host_ms);
+        rep_num(rep, "host_experts", "waiting_for_routing_ms", wait_ms);
+    }
+    if (reps > 0) {
+        rep_num(rep, "single_stream", "verify_step_ms", 1e3 * tv / reps);
+        rep_num(rep, "single_stream", "verify_step_vs_one_token", tv / reps * tps);
+    }
     if (n_host > 0)   /* the whole run's host time (prefill, decode, verify steps), per step it ran */
         printf("%-26s %10lld of %d   host computing %.1f ms, waiting for routing %.1f ms over the run (issue 15)\n",
                "experts in host memory", (long long)n_host, m->cfg.n_layers * m->cfg.n_routed, host_ms, wait_ms);
@@ -165,7 +189,7 @@ static int bench_single_stream(dsv4_model *m, int prompt, int decode, double bw,
 }
 
 /* --streams 1,2,4,...: aggregate decode tokens/s with N streams decoding together (weights read once a step). */
-static int bench_streams(dsv4_model *m, const char *list, int decode, double bw) {
+static int bench_streams(dsv4_model *m, const char *list, int decode, double bw, json_t *rep) {
     int32_t *counts;
     int n;
     if (cli_parse_tokens(CMD, list, &counts, &n)) return 1;
@@ -178,7 +202,17 @@ static int bench_streams(dsv4_model *m, const char *list, int decode, double bw)
     free(counts);
     dsv4_error err;
     printf("\n");
-    int rc = dsv4_bench_streams_table(m, c, n, 16, decode, bw, stdout, NULL, &err);
+    dsv4_bench_streams_result *rows = calloc((size_t)n, sizeof *rows);
+    if (!rows) { free(c); return cli_error(CMD, "out of memory"); }
+    int rc = dsv4_bench_streams_table(m, c, n, 16, decode, bw, stdout, rows, &err);
+    json_t *arr = rep && !rc ? json_array() : NULL;
+    for (int i = 0; arr && i < n; i++)
+        json_array_append_new(arr, json_pack("{s:i, s:i, s:f, s:f, s:f, s:f, s:f}", "streams", rows[i].n_streams, "decode_steps",
+                                             rows[i].decode_steps, "prefill_s", rows[i].prefill_s, "decode_tok_s", rows[i].decode_tok_s,
+                                             "step_ms_mean", rows[i].step_ms_mean, "step_ms_max", rows[i].step_ms_max,
+                                             "step_weight_bytes", rows[i].step_bytes));
+    if (arr) json_object_set_new(rep, "streams", arr);
+    free(rows);
     free(c);
     return rc ? cli_fail(CMD, &err) : 0;
 }
@@ -334,7 +368,7 @@ static int bench_grammar(const char *dir, int device) {
 }
 
 int cmd_bench(int argc, char **argv) {
-    const char *model_dir = NULL, *synth = NULL, *streams = NULL, *spec = NULL, *isa = NULL;
+    const char *model_dir = NULL, *synth = NULL, *streams = NULL, *spec = NULL, *isa = NULL, *json_path = NULL;
     long long threads = 0, prompt = 128, decode = 32;
     int tokenizer = 0, grammar = 0, no_bw = 0, profile = 0, amx = 0, kv = DSV4_KV_F32, device = DSV4_DEVICE_CPU, gpus = 1;
     dsv4_mode mode = DSV4_MODE_EXACT;
@@ -363,6 +397,7 @@ int cmd_bench(int argc, char **argv) {
         else if (!strcmp(a, "--no-bandwidth")) no_bw = 1;
         else if (!strcmp(a, "--streams")) { if (!(v = cli_value(CMD, argc, argv, &i))) return 1; streams = v; }
         else if (!strcmp(a, "--spec")) { if (!(v = cli_value(CMD, argc, argv, &i))) return 1; spec = v; }
+        else if (!strcmp(a, "--json")) { if (!(v = cli_value(CMD, argc, argv, &i))) return 1; json_path = v; }
         else return cli_error(CMD, "unknown option '%s'", a);
     }
     if (!model_dir == !synth) return cli_error(CMD, "give exactly one of -m DIR and --synthetic NAME");
@@ -398,10 +433,26 @@ int cmd_bench(int argc, char **argv) {
         bw = cpu_read_bandwidth_gbs(m->pool, (size_t)1 << 31, 3);
         printf("%-26s %10.1f GB/s    (2 GiB read, best of 3)\n", "memory read bandwidth", bw);
     }
-    int rc = bench_single_stream(m, (int)prompt, (int)decode, bw, profile && m->cuda);
-    if (!rc && streams) rc = bench_streams(m, streams, (int)decode, bw);
+    json_t *rep = json_path ? json_object() : NULL;
+    if (rep) {
+        json_object_set_new(rep, "model", json_pack("{s:s, s:i, s:i, s:f, s:f, s:s, s:s, s:i, s:i}", "dir", model_dir, "layers",
+                                                    m->cfg.n_layers, "hidden", m->cfg.dim, "weight_bytes",
+                                                    (double)dsv4_total_weight_bytes(m), "decode_bytes_per_token",
+                                                    (double)dsv4_decode_weight_bytes(m), "mode",
+                                                    mode == DSV4_MODE_OFFICIAL ? "official" : "exact", "kernels",
+                                                    m->device == DSV4_DEVICE_CPU ? dsv4_pool_kernels(m->pool)->name : "cuda",
+                                                    "threads", dsv4_pool_threads(m->pool), "gpus", m->cuda ? cuda_gpus(m) : 0));
+        if (m->cfg.synthetic_holes) json_object_set_new(json_object_get(rep, "model"), "distinct_layer_weight_sets",
+                                                        json_integer(cuda_distinct_layers(m)));
+        if (bw > 0) rep_num(rep, "machine", m->cuda ? "device_copy_gb_s" : "memory_read_gb_s", bw);
+    }
+    int rc = bench_single_stream(m, (int)prompt, (int)decode, bw, profile && m->cuda, rep);
+    if (!rc && streams) rc = bench_streams(m, streams, (int)decode, bw, rep);
     if (!rc && spec) rc = bench_spec(m, spec, (int)decode);
     if (!rc && spec && streams) rc = bench_spec_streams(m, spec, streams, (int)decode);
     dsv4_model_free(m);
+    if (rep && !rc && json_dump_file(rep, json_path, JSON_INDENT(2) | JSON_SORT_KEYS | JSON_REAL_PRECISION(6)))
+        rc = cli_error(CMD, "cannot write the JSON report to %s", json_path);
+    json_decref(rep);
     return rc;
 }

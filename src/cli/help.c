@@ -129,6 +129,7 @@ static const cmd_help HELP[] = {
       {"--streams LIST", "also decode with 1,2,4,... streams together"},
       {"--spec LIST", "also compare drafters: none,ngram,self,mtp,dspark (with --streams: also inside the scheduler)"},
       {"--tokenizer", "benchmark the tokenizer instead (-m DIR holds tokenizer.json)"},
+      {"--json FILE", "also write the numbers (model, bandwidth, single stream, host experts, streams) as JSON to FILE"},
       {"--no-bandwidth", "skip the memory bandwidth measurement"},
       {"--profile", "with --device cuda: time of each stage of the step, prefill and decode separately"},
       {"--amx", "official mode on CPU: FP8-input linears on AMX tiles (faster prefill, slower decode)"},
