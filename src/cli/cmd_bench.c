@@ -15,6 +15,7 @@
 #include "model/model.h"
 #include "model/tiny.h"
 #include "state/kvrows.h"
+#include "state/sequence.h"
 #include "text/tokenizer.h"
 #include "util/error.h"
 #include <jansson.h>
@@ -217,6 +218,51 @@ static int bench_streams(dsv4_model *m, const char *list, int decode, double bw,
     return rc ? cli_fail(CMD, &err) : 0;
 }
 
+/* --context 4096,131072,...: single-stream decode after a context of N tokens. Prefilling 1M tokens to measure
+ * this would take longer than the decode it measures, so the sequence jumps there with all-zero rows
+ * (seq_fast_forward_zero: the counts, capacities and bytes read of N real tokens, none of their values). */
+static int bench_context(dsv4_model *m, const char *list, int decode, json_t *rep) {
+    int32_t *ctx;
+    int n;
+    if (cli_parse_tokens(CMD, list, &ctx, &n)) return 1;
+    int32_t *tok = malloc(sizeof(int32_t) * (size_t)decode);
+    float *logits = malloc(sizeof(float) * (size_t)m->cfg.vocab_size);
+    json_t *arr = rep ? json_array() : NULL;
+    int rc = tok && logits ? 0 : cli_error(CMD, "out of memory");
+    if (!rc) printf("\n %10s %12s %10s   (single stream after a context of zero rows, %d decode steps)\n", "context",
+                    "decode tok/s", "ms/token", decode);
+    for (int i = 0; i < decode && tok; i++) tok[i] = (int32_t)((i * 7919 + 13) % m->cfg.vocab_size);
+    for (int k = 0; k < n && !rc; k++) {
+        if (ctx[k] < 0) { rc = cli_error(CMD, "--context lengths must be >= 0"); break; }
+        dsv4_error err = { 0 };
+        dsv4_seq *s = NULL;
+        if (dsv4_seq_new(m, &s, &err) || seq_fast_forward_zero(s, ctx[k], &err) || seq_reserve(s, decode)) {
+            dsv4_seq_free(s);
+            rc = err.code ? cli_fail(CMD, &err) : cli_error(CMD, "out of memory for a %d-token context", (int)ctx[k]);
+            break;
+        }
+        /* one untimed step first: it grows the step's scratch to this context */
+        dsv4_step_item w = { s, tok, 1, DSV4_LOGITS_LAST, logits };
+        rc = dsv4_step(m, &w, 1, &err);
+        const double t0 = now_s();
+        for (int i = 1; !rc && i < decode; i++) {
+            dsv4_step_item d = { s, tok + i, 1, DSV4_LOGITS_LAST, logits };
+            rc = dsv4_step(m, &d, 1, &err);
+        }
+        const double dt = now_s() - t0;
+        dsv4_seq_free(s);
+        if (rc) { rc = cli_fail(CMD, &err); break; }
+        const double tps = decode > 1 ? (decode - 1) / dt : 0;
+        printf(" %10d %12.2f %10.2f\n", (int)ctx[k], tps, tps > 0 ? 1e3 / tps : 0.0);
+        if (arr) json_array_append_new(arr, json_pack("{s:i, s:f}", "context", (int)ctx[k], "decode_tok_s", tps));
+    }
+    if (arr) json_object_set_new(rep, "context", arr);
+    free(ctx);
+    free(tok);
+    free(logits);
+    return rc;
+}
+
 /* --spec ngram,mtp,...: greedy generation of n tokens from a fixed prompt with each drafter, against plain
  * decoding of the same tokens: acceptance, tokens per target step, tokens/s. */
 static int bench_spec(dsv4_model *m, const char *list, int n) {
@@ -368,7 +414,7 @@ static int bench_grammar(const char *dir, int device) {
 }
 
 int cmd_bench(int argc, char **argv) {
-    const char *model_dir = NULL, *synth = NULL, *streams = NULL, *spec = NULL, *isa = NULL, *json_path = NULL;
+    const char *model_dir = NULL, *synth = NULL, *streams = NULL, *spec = NULL, *isa = NULL, *json_path = NULL, *context = NULL;
     long long threads = 0, prompt = 128, decode = 32;
     int tokenizer = 0, grammar = 0, no_bw = 0, profile = 0, amx = 0, kv = DSV4_KV_F32, device = DSV4_DEVICE_CPU, gpus = 1;
     dsv4_mode mode = DSV4_MODE_EXACT;
@@ -398,6 +444,7 @@ int cmd_bench(int argc, char **argv) {
         else if (!strcmp(a, "--streams")) { if (!(v = cli_value(CMD, argc, argv, &i))) return 1; streams = v; }
         else if (!strcmp(a, "--spec")) { if (!(v = cli_value(CMD, argc, argv, &i))) return 1; spec = v; }
         else if (!strcmp(a, "--json")) { if (!(v = cli_value(CMD, argc, argv, &i))) return 1; json_path = v; }
+        else if (!strcmp(a, "--context")) { if (!(v = cli_value(CMD, argc, argv, &i))) return 1; context = v; }
         else return cli_error(CMD, "unknown option '%s'", a);
     }
     if (!model_dir == !synth) return cli_error(CMD, "give exactly one of -m DIR and --synthetic NAME");
@@ -448,6 +495,7 @@ int cmd_bench(int argc, char **argv) {
     }
     int rc = bench_single_stream(m, (int)prompt, (int)decode, bw, profile && m->cuda, rep);
     if (!rc && streams) rc = bench_streams(m, streams, (int)decode, bw, rep);
+    if (!rc && context) rc = bench_context(m, context, (int)decode, rep);
     if (!rc && spec) rc = bench_spec(m, spec, (int)decode);
     if (!rc && spec && streams) rc = bench_spec_streams(m, spec, streams, (int)decode);
     dsv4_model_free(m);

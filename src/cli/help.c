@@ -129,6 +129,7 @@ static const cmd_help HELP[] = {
       {"--streams LIST", "also decode with 1,2,4,... streams together"},
       {"--spec LIST", "also compare drafters: none,ngram,self,mtp,dspark (with --streams: also inside the scheduler)"},
       {"--tokenizer", "benchmark the tokenizer instead (-m DIR holds tokenizer.json)"},
+      {"--context LIST", "also decode after contexts of these lengths (e.g. 4096,131072,1048576; the sequence jumps there with all-zero rows instead of a prefill)"},
       {"--json FILE", "also write the numbers (model, bandwidth, single stream, host experts, streams) as JSON to FILE"},
       {"--no-bandwidth", "skip the memory bandwidth measurement"},
       {"--profile", "with --device cuda: time of each stage of the step, prefill and decode separately"},

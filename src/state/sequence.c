@@ -75,6 +75,21 @@ int seq_reserve(struct dsv4_seq *s, int64_t n_more) {
     return 0;
 }
 
+int seq_fast_forward_zero(struct dsv4_seq *s, int64_t n, dsv4_error *err) {
+    if (s->pos != 0) return dsv4_fail(err, DSV4_E_STATE, "fast-forward needs an empty sequence (this one is at %lld)", (long long)s->pos);
+    if (n < 0) return dsv4_fail(err, DSV4_E_RANGE, "fast-forward to a negative position");
+    if (seq_reserve(s, n))
+        return dsv4_fail(err, DSV4_E_NOMEM, "out of %s memory for the rows of a %lld-token context", s->mem->name, (long long)n);
+    for (int64_t i = 0; i < n; i++) s->tokens[i] = 0;
+    for (int L = 0; L < s->n_layers; L++) {   /* rows past n were never written: the allocations are zero-filled */
+        dsv4_layer_state *ls = &s->layer[L];
+        if (ls->comp.kv) ls->crows.n = n / ls->comp.ratio;
+        if (ls->icomp.kv) ls->irows.n = n / ls->icomp.ratio;
+    }
+    s->pos = n;
+    return DSV4_OK;
+}
+
 static void layer_state_free(const seq_mem *mem, dsv4_layer_state *ls) {
     mem->release(ls->ring);
     compressor_state_free(&ls->comp);

@@ -67,4 +67,10 @@ int seq_rewind(struct dsv4_seq *s, int64_t a, dsv4_error *err);
 
 /* Reserve room for n more tokens (history and every layer's rows) so that a step cannot fail half-way. */
 int seq_reserve(struct dsv4_seq *s, int64_t n_more);
+
+/* A benchmark's stand-in for a long prompt (dsv4 bench --context): an empty sequence jumps to position n as if
+ * it had processed n tokens whose rows and compressor projections were all zero — every count and capacity
+ * exactly what n real tokens leave (floor(n / ratio) compressed and indexer rows), nothing computed. For timing
+ * decode at long contexts without a prefill of n tokens; the values are those of no real prompt. */
+int seq_fast_forward_zero(struct dsv4_seq *s, int64_t n, dsv4_error *err);
 #endif

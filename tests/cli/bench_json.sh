@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# dsv4 bench --json FILE (issue 18's machine-readable output): the file parses, holds the sections of the run with
-# the numbers the table printed (decode tok/s, one row per stream count), and a file that cannot be written is one
-# error line. Run from the repository root with DSV4_BIN set; prints "N passed, N failed".
+# dsv4 bench --json FILE and --context LIST (issue 18's instrument): the file parses, holds the sections of the run
+# with the numbers the table printed (decode tok/s, one row per stream count and per context), and a file that
+# cannot be written is one error line. Run from the repository root with DSV4_BIN set; prints "N passed, N failed".
 . "$(dirname "$0")/lib.sh"
 
 "$BIN" tiny -o "$T/m" >/dev/null 2>&1 || { echo "tiny failed"; echo "0 passed, 1 failed"; exit 1; }
-expect_ok "bench --json" "$BIN" bench -m "$T/m" --no-bandwidth --prompt 8 --decode 4 --streams 1,3 --json "$T/r.json"
+expect_ok "bench --json" "$BIN" bench -m "$T/m" --no-bandwidth --prompt 8 --decode 4 --streams 1,3 --context 0,300 --json "$T/r.json"
 cp "$T/out" "$T/table"
 # the JSON is read by node (an independent parser), and its decode rate must be the one the table printed
 node -e '
@@ -17,6 +17,9 @@ const d = /decode, 1 stream\s+([0-9.]+) tok\/s/.exec(table);
 if (!d || Math.abs(r.single_stream.decode_tok_s - Number(d[1])) > 0.006) fail("decode tok/s " + r.single_stream.decode_tok_s + " vs table " + (d && d[1]));
 if (r.single_stream.prompt_tokens !== 8 || !(r.single_stream.prefill_tok_s > 0)) fail("single_stream: " + JSON.stringify(r.single_stream));
 if (!Array.isArray(r.streams) || r.streams.map((x) => x.streams).join() !== "1,3") fail("streams rows: " + JSON.stringify(r.streams));
+if (!Array.isArray(r.context) || r.context.map((x) => x.context).join() !== "0,300" || !(r.context[1].decode_tok_s > 0))
+  fail("context rows: " + JSON.stringify(r.context));
+if (!/^ +300 +[0-9.]+ +[0-9.]+$/m.test(table)) fail("no table row for the 300-token context");
 if (r.machine !== undefined) fail("--no-bandwidth still reported a bandwidth");
 ' "$T/r.json" "$T/table" >"$T/node.out" 2>&1
 if [ -s "$T/node.out" ]; then bad "json: $(cat "$T/node.out")"; else ok; fi

@@ -12,6 +12,8 @@
 #include <unistd.h>
 #include "helpers/testmodel.h"
 #include "state/persist.h"
+#include "state/sequence.h"
+#include <math.h>
 #include "model/model.h"
 #include "state/prefix_companion.h"
 #include "state/prefix_disk.h"
@@ -823,6 +825,33 @@ static void sizes_and_speed(void **state) {
     dsv4_seq_free(q);
 }
 
+/* bench --context's fast-forward: the counts a real prefix of n tokens leaves (position, compressed and indexer
+ * rows per layer), a step works after it, and a sequence that is not empty is refused. */
+static void fast_forward_counts(void **state) {
+    fixture *f = *state;
+    static const int ns[] = { 0, 3, 4, 131, 256, 300 };
+    float *logits = malloc(sizeof(float) * (size_t)f->vocab);
+    for (size_t i = 0; i < sizeof ns / sizeof *ns; i++) {
+        dsv4_seq *a = prefix_seq(f, ns[i]), *b;
+        dsv4_error err;
+        if (dsv4_seq_new(f->m, &b, &err)) fail_msg("seq_new: %s", err.msg);
+        if (seq_fast_forward_zero(b, ns[i], &err)) fail_msg("fast-forward %d: %s", ns[i], err.msg);
+        assert_int_equal(a->pos, b->pos);
+        for (int L = 0; L < a->n_layers; L++) {
+            if (a->layer[L].crows.n != b->layer[L].crows.n || a->layer[L].irows.n != b->layer[L].irows.n)
+                fail_msg("n = %d, layer %d: rows %lld/%lld vs %lld/%lld", ns[i], L, (long long)a->layer[L].crows.n,
+                         (long long)a->layer[L].irows.n, (long long)b->layer[L].crows.n, (long long)b->layer[L].irows.n);
+        }
+        step_or_fail(f, b, f->tok, 1, logits);
+        for (int v = 0; v < f->vocab; v++)
+            if (!isfinite(logits[v])) fail_msg("n = %d: logit %d not finite after the fast-forward", ns[i], v);
+        assert_int_equal(seq_fast_forward_zero(b, 10, &err), DSV4_E_STATE);
+        dsv4_seq_free(a);
+        dsv4_seq_free(b);
+    }
+    free(logits);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(save_restore_continue),
@@ -833,6 +862,7 @@ int main(void) {
         cmocka_unit_test(rollback_refusals),
         cmocka_unit_test(corruption),
         cmocka_unit_test(foreign_model),
+        cmocka_unit_test(fast_forward_counts),
         cmocka_unit_test(prefix_cache),
         cmocka_unit_test(prefix_cache_companions),
         cmocka_unit_test(prefix_cache_disk_companions),
