@@ -18,7 +18,8 @@ typedef struct {
     double step_ms_mean;     /* per-stream latency: every stream gets one token per step */
     double step_ms_max;
     double step_bytes;       /* weight bytes a timed step reads: every fixed weight and the distinct routed experts
-                                its tokens use (CPU steps; 0 on cuda, whose MoE does not count them) */
+                                its tokens use (CPU: counted in the timed steps; cuda, whose MoE does not count them:
+                                from the routing of one more, untimed step) */
 } dsv4_bench_streams_result;
 
 /* Run the workload for one stream count. */
@@ -29,6 +30,11 @@ int dsv4_bench_streams(dsv4_model *m, int n_streams, int prompt_len, int decode_
  * speed-up of aggregate decode tokens/s over the first count, the weight bytes per step and, when bw_gbs > 0,
  * the roofline fraction: (step bytes / step time) / bw_gbs, i.e. aggregate tokens/s against what reading the
  * step's distinct weights at the measured bandwidth allows. rows (may be NULL) receives n_counts results. */
+/* One step of items with the routing counted (model/route_count.h): *bytes = the weight bytes of the distinct
+ * (main layer, routed expert) pairs its tokens chose, on either device (the CPU's own count, m->routed_bytes, is
+ * the same number: test_bench_bytes). */
+int bench_step_routed_bytes(dsv4_model *m, dsv4_step_item *items, int n, double *bytes, dsv4_error *err);
+
 int dsv4_bench_streams_table(dsv4_model *m, const int *counts, int n_counts, int prompt_len, int decode_steps,
                              double bw_gbs, FILE *f, dsv4_bench_streams_result *rows, dsv4_error *err);
 #endif
