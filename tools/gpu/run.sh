@@ -1,12 +1,7 @@
 #!/usr/bin/env bash
 # On the lent GPU machine (from the repository root, .gpu/ carried): the GPU suite, the sanitizers, a short
 # benchmark; logs under $OUT; a short table last.
-set -u
-OUT=${OUT:-/tmp/gpu-out}
-mkdir -p "$OUT"
-tools/gpu/unpack.sh
-export LD_LIBRARY_PATH="$PWD/.gpu/lib:${LD_LIBRARY_PATH:-}"
-export DSV4_TESTDATA="$PWD/.gpu/testdata" DSV4_ROOT="$PWD"
+. tools/gpu/env.sh
 # FUZZ_SECONDS=N (with .fuzz/ carried, tools/gpu/fuzz_stage.sh): every fuzz target in the background on
 # FUZZ_CORES (12) of the 16 cores for at most N seconds, stopped when this job ends; its one result file is
 # $OUT/fuzz.tgz (the 8th file here: the device tool brings back at most 8). Leave N + 110 s inside the call.

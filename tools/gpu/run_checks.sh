@@ -7,15 +7,8 @@
 #               speculation; bench --grammar on the real V4 vocabulary; then the flash-2g A/B of the one-token
 #               linear kernels (.gpu/dsv4 = LIN_ONE_TOKEN_ROWS 0, .gpu/dsv4-lin = 1) once the checkpoint exists.
 # Logs under $OUT; a short table last.
-set -u
-OUT=${OUT:-/tmp/gpu-out}
-mkdir -p "$OUT"
-tools/gpu/unpack.sh
-export LD_LIBRARY_PATH="$PWD/.gpu/lib:${LD_LIBRARY_PATH:-}"
-export DSV4_TESTDATA="$PWD/.gpu/testdata" DSV4_ROOT="$PWD"
+. tools/gpu/env.sh
 CS=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
-T0=$(date +%s)
-el() { echo $(($(date +%s) - T0)); }
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader >"$OUT/gpu.txt" 2>&1
 
 (.gpu/dsv4 bench --synthetic flash-2g --device cpu --prompt 4 --decode 2 --no-bandwidth >"$OUT/write2g.log" 2>&1

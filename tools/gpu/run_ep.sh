@@ -3,12 +3,7 @@
 # EP test program, the whole GPU suite, a sanitizer pass over a 2-GPU run, and flash-2g on 1 and 2 GPUs (bench and
 # logits compared byte for byte); logs under $OUT, a short table last. memcheck runs with --report-api-errors no:
 # NCCL probes kernels of other architectures with cudaFuncGetAttributes, which fails by design (GPU_RUNS run 11).
-set -u
-OUT=${OUT:-/tmp/gpu-out}
-mkdir -p "$OUT"
-tools/gpu/unpack.sh
-export LD_LIBRARY_PATH="$PWD/.gpu/lib:${LD_LIBRARY_PATH:-}"
-export DSV4_TESTDATA="$PWD/.gpu/testdata" DSV4_ROOT="$PWD"
+. tools/gpu/env.sh
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 if [ -z "${DSV4_NCCL:-}" ] && ! ls /usr/local/cuda/lib64/libnccl.so.2 >/dev/null 2>&1; then
   DSV4_NCCL=$(find / -name 'libnccl.so.2' 2>/dev/null | head -1); export DSV4_NCCL

@@ -2,11 +2,7 @@
 # On the lent GPU machine (.gpu/ carried): the full V4-Flash shape (bench --synthetic flash, weights generated in
 # GPU memory) on 1 GPU and, when there are 2, on 2 GPUs (expert parallelism); then a per-stage profile. Logs under
 # $OUT; the lines that matter last. Arguments: the GPU counts to run (default: 1 2).
-set -u
-OUT=${OUT:-/tmp/gpu-out}
-mkdir -p "$OUT"
-tools/gpu/unpack.sh
-export LD_LIBRARY_PATH="$PWD/.gpu/lib:${LD_LIBRARY_PATH:-}"
+. tools/gpu/env.sh
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 if [ -z "${DSV4_NCCL:-}" ] && ! ls /usr/local/cuda/lib64/libnccl.so.2 >/dev/null 2>&1; then
   DSV4_NCCL=$(find / -name 'libnccl.so.2' 2>/dev/null | head -1); export DSV4_NCCL

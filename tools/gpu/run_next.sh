@@ -4,14 +4,7 @@
 #   NVFLAGS="-gencode=arch=compute_90a,code=sm_90a -O3 -std=c++17 -lineinfo -DDEV_HW_DECODE=1" bash tools/gpu/stage.sh
 #   tools/gpu/stage_variant.sh dsv4-old ""        # the same tree with the default (per-element) decode
 # then `run` with carry [".gpu"]: bash tools/gpu/run_next.sh. Logs under $OUT; the lines that matter last.
-set -u
-OUT=${OUT:-/tmp/gpu-out}
-mkdir -p "$OUT"
-tools/gpu/unpack.sh
-export LD_LIBRARY_PATH="$PWD/.gpu/lib:${LD_LIBRARY_PATH:-}"
-export DSV4_TESTDATA="$PWD/.gpu/testdata" DSV4_ROOT="$PWD"
-T0=$(date +%s)
-el() { echo $(($(date +%s) - T0)); }
+. tools/gpu/env.sh
 # 1. the GPU suite, built with DEV_HW_DECODE=1 (its kernels decode FP8/FP4 weights the new way)
 BUILD=.gpu VERBOSE=1 timeout 240 tests/run_gpu.sh >"$OUT/suite.log" 2>&1
 echo "suite exit $? at $(el) s" >>"$OUT/suite.log"
