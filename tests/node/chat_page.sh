@@ -6,22 +6,15 @@
 set -u
 cd "$(dirname "$0")"
 BIN=${DSV4_BIN:-../../build/dsv4}
-pass=0; fail=0
-ok() { pass=$((pass + 1)); }
-bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
 CHROMIUM=${CHROMIUM:-$(command -v chromium-headless-shell || command -v chromium || true)}
 if [ -z "$CHROMIUM" ] || [ ! -d node_modules/playwright-core ]; then
     echo "tests/node/chat_page.sh: needs Debian's chromium-headless-shell (or chromium) and npm playwright-core" \
          "(scripts/install-deps.sh installs both)"
     echo "0 passed, 1 failed"; exit 1
 fi
-T=$(mktemp -d /tmp/dsv4_page.XXXXXX)
-PIDS=()
-cleanup() { for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null; done; rm -rf "$T"; }
-trap cleanup EXIT
 # shellcheck source=lib.sh
 . ./lib.sh
-make_model || { echo "tiny model failed"; echo "0 passed, 1 failed"; exit 1; }
+server_test_begin page
 if start "$T/err" --max-streams 4 --threads 2; then
     node chat_page.mjs "http://127.0.0.1:$PORT" "$CHROMIUM" "$(basename "$M")" >"$T/out" 2>&1
     rc=$?

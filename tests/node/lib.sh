@@ -1,6 +1,27 @@
-# Shared by the `dsv4 serve` scripts (serve.sh, chat_page.sh): a tiny checkpoint with the V4 chat markers, and
-# start() for a server on a free port. Sourced, not run (tests/run_all.sh skips lib.sh). Expects T (a temporary
-# folder), BIN, PIDS (an array) and the functions ok / bad; sets M (the model folder).
+# Shared by the `dsv4 serve` scripts (serve.sh, serve_restart.sh, response_format_thinking.sh, chat_page.sh): the
+# counters, a scratch folder and the servers' cleanup (server_test_begin), a tiny checkpoint with the V4 chat
+# markers, and start() for a server on a free port. Sourced, not run (tests/run_all.sh skips lib.sh), after
+# `cd tests/node` and BIN; sets T (the scratch folder), PIDS, M (the model folder).
+
+pass=0; fail=0
+ok()  { pass=$((pass + 1)); }
+bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
+
+# server_test_begin NAME [NPM_MODULE...]: the modules the script needs (else one line and a failed run), a scratch
+# folder /tmp/dsv4_NAME.*, every server started by start() killed and the folder removed on exit, and the model.
+server_test_begin() {
+    local name=$1 mod
+    shift
+    for mod in "$@"; do
+        if [ ! -d "node_modules/$mod" ]; then
+            echo "tests/node: npm dependencies missing (run 'npm ci' in tests/node)"; echo "0 passed, 1 failed"; exit 1
+        fi
+    done
+    T=$(mktemp -d "/tmp/dsv4_$name.XXXXXX")
+    PIDS=()
+    trap 'for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null; done; rm -rf "$T"' EXIT
+    make_model || { echo "tiny model failed"; echo "0 passed, 1 failed"; exit 1; }
+}
 
 # the tiny tokenizer + the V4 chat markers as ids 264..270; vocab_size 271 so every id decodes, and the
 # checkpoint's BOS / EOS are the tokenizer's (so `dsv4 generate` stops where the server does)

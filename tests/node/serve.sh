@@ -6,20 +6,9 @@
 set -u
 cd "$(dirname "$0")"
 BIN=${DSV4_BIN:-../../build/dsv4}
-pass=0; fail=0
-ok() { pass=$((pass + 1)); }
-bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
-if [ ! -d node_modules/openai ] || [ ! -d node_modules/@anthropic-ai/sdk ]; then
-    echo "tests/node: npm dependencies missing (run 'npm ci' in tests/node)"; echo "0 passed, 1 failed"; exit 1
-fi
-T=$(mktemp -d /tmp/dsv4_serve.XXXXXX)
-PIDS=()
-cleanup() { for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null; done; rm -rf "$T"; }
-trap cleanup EXIT
-
 # shellcheck source=lib.sh
 . ./lib.sh
-make_model || { echo "tiny model failed"; echo "0 passed, 1 failed"; exit 1; }
+server_test_begin serve openai @anthropic-ai/sdk
 
 # ---- the main server: clients, exactness, bad inputs, metrics, soak ----
 if start "$T/err1" --max-streams 16 --max-queue 512 --prefix-cache-mb 16 --threads 2; then

@@ -8,20 +8,9 @@
 set -u
 cd "$(dirname "$0")"
 BIN=${DSV4_BIN:-../../build/dsv4}
-pass=0; fail=0
-ok() { pass=$((pass + 1)); }
-bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
-if [ ! -d node_modules/openai ]; then
-    echo "tests/node: npm dependencies missing (run 'npm ci' in tests/node)"; echo "0 passed, 1 failed"; exit 1
-fi
-T=$(mktemp -d /tmp/dsv4_serve_restart.XXXXXX)
-PIDS=()
-cleanup() { for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null; done; rm -rf "$T"; }
-trap cleanup EXIT
-
 # shellcheck source=lib.sh
 . ./lib.sh
-make_model || { echo "tiny model failed"; echo "0 passed, 1 failed"; exit 1; }
+server_test_begin serve_restart openai
 
 phase() {   # METHOD MODEL PHASE
     local method=$1 model=$2 ph=$3
