@@ -17,15 +17,7 @@ fi
 server_test_begin page
 if start "$T/err" --max-streams 4 --threads 2; then
     node chat_page.mjs "http://127.0.0.1:$PORT" "$CHROMIUM" "$(basename "$M")" >"$T/out" 2>&1
-    rc=$?
-    grep -v '^[0-9]* passed, [0-9]* failed$' "$T/out"
-    line=$(grep -E '^[0-9]+ passed, [0-9]+ failed$' "$T/out" | tail -1)
-    if [ -n "$line" ]; then
-        pass=$((pass + ${line%% passed*})); f=${line##*, }; fail=$((fail + ${f%% failed}))
-        [ $rc -ne 0 ] && [ "${f%% failed}" = 0 ] && bad "chat_page.mjs exit $rc"
-    else
-        bad "chat_page.mjs crashed (exit $rc); server stderr: $(tail -5 "$T/err")"
-    fi
+    node_counts "$T/out" "chat_page.mjs" $? "$T/err"
     kill -TERM "$PID"; wait "$PID"; src=$?
     [ $src = 0 ] && ok || bad "server exit $src"
 else

@@ -54,3 +54,18 @@ start() {
     echo "server did not start: $(cat "$err")"
     return 1
 }
+
+# node_counts OUT NAME RC SERVER_ERR: a node test wrote OUT (ending "N passed, N failed") and exited RC: show its
+# other lines and add its counts; no count line is a crash, a non-zero exit with 0 failures a failure.
+node_counts() {
+    local out=$1 name=$2 rc=$3 err=$4 line f
+    grep -v '^[0-9]* passed, [0-9]* failed$' "$out"
+    line=$(grep -E '^[0-9]+ passed, [0-9]+ failed$' "$out" | tail -1)
+    if [ -n "$line" ]; then
+        pass=$((pass + ${line%% passed*})); f=${line##*, }; fail=$((fail + ${f%% failed}))
+        [ "$rc" -ne 0 ] && [ "${f%% failed}" = 0 ] && bad "$name exit $rc"
+    else
+        bad "$name crashed (exit $rc); server stderr: $(tail -20 "$err")"
+    fi
+    return 0
+}

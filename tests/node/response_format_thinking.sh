@@ -13,15 +13,7 @@ BIN=${DSV4_BIN:-../../build/dsv4}
 server_test_begin rfthink openai @anthropic-ai/sdk ajv
 if start "$T/err" --max-streams 8 --threads 2; then
     node response_format_thinking.mjs "http://127.0.0.1:$PORT" "$(basename "$M")" >"$T/out" 2>&1
-    rc=$?
-    grep -v '^[0-9]* passed, [0-9]* failed$' "$T/out"
-    line=$(grep -E '^[0-9]+ passed, [0-9]+ failed$' "$T/out" | tail -1)
-    if [ -n "$line" ]; then
-        pass=$((pass + ${line%% passed*})); f=${line##*, }; fail=$((fail + ${f%% failed}))
-        [ $rc -ne 0 ] && [ "${f%% failed}" = 0 ] && bad "response_format_thinking.mjs exit $rc"
-    else
-        bad "response_format_thinking.mjs crashed (exit $rc); server stderr: $(tail -20 "$T/err")"
-    fi
+    node_counts "$T/out" "response_format_thinking.mjs" $? "$T/err"
     kill -TERM "$PID"; wait "$PID"; src=$?
     [ $src = 0 ] && ok || bad "server exit $src"
 else

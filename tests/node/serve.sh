@@ -15,15 +15,7 @@ if start "$T/err1" --max-streams 16 --max-queue 512 --prefix-cache-mb 16 --threa
     ok
     [ "$(head -1 "$T/err1")" = "dsv4: listening on http://127.0.0.1:$PORT" ] && ok || bad "listening line: $(head -1 "$T/err1")"
     node serve_test.mjs "http://127.0.0.1:$PORT" "$BIN" "$M" "$T" "$PID" >"$T/node.out" 2>&1
-    rc=$?
-    cat "$T/node.out" | grep -v '^[0-9]* passed, [0-9]* failed$'
-    line=$(grep -E '^[0-9]+ passed, [0-9]+ failed$' "$T/node.out" | tail -1)
-    if [ -n "$line" ]; then
-        pass=$((pass + ${line%% passed*})); f=${line##*, }; fail=$((fail + ${f%% failed}))
-        [ $rc -ne 0 ] && [ "${f%% failed}" = 0 ] && bad "serve_test.mjs exit $rc"
-    else
-        bad "serve_test.mjs crashed (exit $rc); server stderr: $(tail -20 "$T/err1")"
-    fi
+    node_counts "$T/node.out" "serve_test.mjs" $? "$T/err1"
     # SIGTERM while a stream runs: the stream ends, the server exits 0
     curl -sN "http://127.0.0.1:$PORT/v1/completions" -d '{"prompt": [1,2,3], "max_tokens": 50000, "stream": true, "ignore_eos": true}' >"$T/long" 2>/dev/null &
     CURL=$!
@@ -43,15 +35,7 @@ run_spec() {   # METHOD MODEL SERVER_ARGS...
     local method=$1 model=$2; shift 2
     if start "$T/err_$method" "$@"; then
         node serve_spec.mjs "http://127.0.0.1:$PORT" "$BIN" "$model" "$method" >"$T/spec_$method.out" 2>&1
-        rc=$?
-        grep -v '^[0-9]* passed, [0-9]* failed$' "$T/spec_$method.out"
-        line=$(grep -E '^[0-9]+ passed, [0-9]+ failed$' "$T/spec_$method.out" | tail -1)
-        if [ -n "$line" ]; then
-            pass=$((pass + ${line%% passed*})); f=${line##*, }; fail=$((fail + ${f%% failed}))
-            [ $rc -ne 0 ] && [ "${f%% failed}" = 0 ] && bad "serve_spec.mjs $method exit $rc"
-        else
-            bad "serve_spec.mjs $method crashed (exit $rc); server stderr: $(tail -20 "$T/err_$method")"
-        fi
+        node_counts "$T/spec_$method.out" "serve_spec.mjs $method" $? "$T/err_$method"
         kill -TERM "$PID"; wait "$PID"; src=$?
         [ $src = 0 ] && ok || bad "--spec $method: exit $src"
     else

@@ -18,15 +18,7 @@ phase() {   # METHOD MODEL PHASE
         --prefix-cache-dir "$T/pc_$method" --device "${DSV4_DEVICE:-cpu}"; then
         node serve_restart.mjs "http://127.0.0.1:$PORT" "$BIN" "$model" "$method" "$ph" "$T/cold_$method.json" \
             >"$T/out_${method}_$ph" 2>&1
-        rc=$?
-        grep -v '^[0-9]* passed, [0-9]* failed$' "$T/out_${method}_$ph"
-        line=$(grep -E '^[0-9]+ passed, [0-9]+ failed$' "$T/out_${method}_$ph" | tail -1)
-        if [ -n "$line" ]; then
-            pass=$((pass + ${line%% passed*})); f=${line##*, }; fail=$((fail + ${f%% failed}))
-            [ $rc -ne 0 ] && [ "${f%% failed}" = 0 ] && bad "serve_restart.mjs $method $ph exit $rc"
-        else
-            bad "serve_restart.mjs $method $ph crashed (exit $rc); server stderr: $(tail -20 "$T/err_${method}_$ph")"
-        fi
+        node_counts "$T/out_${method}_$ph" "serve_restart.mjs $method $ph" $? "$T/err_${method}_$ph"
         kill -TERM "$PID"; wait "$PID"; src=$?
         [ $src = 0 ] && ok || bad "--spec $method ($ph): exit $src"
     else
