@@ -1,0 +1,149 @@
+#include "core/moe_experts.h"
+#include "backend/cpu/isa.h"
+#include "core/numerics.h"
+#include <math.h>
+
+static inline float siluf(float x) { return x / (1.0f + expf(-x)); }
+
+/* Columns [i0, i1) of a call's gate / up rows, for each of its tokens: OFFICIAL rounds both to bf16; then
+ * h = silu(min(g, lim)) * clamp(v, -lim, lim), times the token's routing weight (as the official code does,
+ * before the down projection), rounded to bf16 and FP8-quantized per 128 columns, into g. Every step is per
+ * element or per 128-column block, so i0 must be a multiple of 128 and i1 one too or I: then any cut of
+ * [0, I) into such ranges gives the values of one pass over [0, I). */
+static void activation_cols(dsv4_mode mode, float lim, const moe_expert_call *c, int I, int i0, int i1) {
+    const int w = i1 - i0;
+    for (int t = 0; t < c->n; t++) {
+        float *g = c->g + (int64_t)t * I + i0, *v = c->v + (int64_t)t * I + i0;
+        num_bf16(mode, g, w);
+        num_bf16(mode, v, w);
+        for (int i = 0; i < w; i++) {
+            float gi = g[i], vi = v[i];
+            if (lim > 0.0f) {
+                gi = fminf(gi, lim);
+                vi = fminf(fmaxf(vi, -lim), lim);
+            }
+            float h = siluf(gi) * vi;
+            if (c->weight) h *= c->weight[t];
+            g[i] = h;
+        }
+        num_bf16(mode, g, w);
+        if (is_official(mode)) act_quant_fp8_inplace(g, w, 128);
+    }
+}
+
+void moe_expert_one(struct dsv4_model *m, const moe_expert_call *c) {
+    const int d = m->cfg.dim, I = m->cfg.moe_inter, n = c->n;
+    linear_quantized_in(m->amx, m->pool, c->w1, c->x, n, d, c->g, I);
+    linear_quantized_in(m->amx, m->pool, c->w3, c->x, n, d, c->v, I);
+    activation_cols(m->mode, m->cfg.swiglu_limit, c, I, 0, I);
+    linear_quantized_in(m->amx, m->pool, c->w2, c->g, n, I, c->y, d);
+    num_bf16(m->mode, c->y, (long)n * d);
+}
+
+/* ---- grouped ------------------------------------------------------------------------------------------------
+ * A phase (gate/up, then down) is a list of units: unit = (call, block of BLOCK output rows), calls in order,
+ * blocks in increasing row. The units are cut into one contiguous part per pool thread by estimated cost, so
+ * threads finish together even when the calls differ in format (FP4 routed, FP8 shared) or in token count. */
+enum { BLOCK = 128 };   /* = the FP8 block of the activation's quantization: a gate/up unit owns whole blocks */
+enum { MAX_PARTS = 256 }; /* dsv4_pool_new's thread limit */
+
+typedef struct {
+    struct dsv4_model *m;
+    const cpu_kernels *k;
+    const moe_expert_call *calls;
+    int n_calls, d, I;
+    int down;                                /* 0: w1, w3 and the activation; 1: w2 */
+    int first_unit[MOE_GROUP_CALLS + 2];     /* call c's units: first_unit[c] .. first_unit[c + 1] - 1 */
+    int bound[MAX_PARTS + 1];                /* part p's units: bound[p] .. bound[p + 1] - 1 */
+} group_job;
+
+/* Estimated time of one output row of w over n tokens, in bytes read: the row is read (and decoded) once, and
+ * each token costs cols FMAs, about cols/16 byte-times on a core streaming weights at a few GB/s. Only the
+ * balance between threads depends on it, never a value. */
+static double row_cost(const dsv4_weight *w, int n) {
+    const double bytes = (double)(weight_bytes(w) + weight_scale_bytes(w)) / (w->rows > 0 ? w->rows : 1);
+    return bytes + (double)n * w->cols / 16.0;
+}
+
+static int phase_rows(const group_job *j) { return j->down ? j->d : j->I; }
+
+static double unit_row_cost(const group_job *j, const moe_expert_call *c) {
+    return j->down ? row_cost(c->w2, c->n) : row_cost(c->w1, c->n) + row_cost(c->w3, c->n);
+}
+
+/* Units of every call, and the cut into P parts: a part ends before the unit whose midpoint passes its share of
+ * the total cost. */
+static void plan_parts(group_job *j, int P) {
+    const int rows = phase_rows(j), blocks = (rows + BLOCK - 1) / BLOCK;
+    double total = 0.0;
+    j->first_unit[0] = 0;
+    for (int c = 0; c < j->n_calls; c++) {
+        const int nb = j->calls[c].n > 0 ? blocks : 0;
+        j->first_unit[c + 1] = j->first_unit[c] + nb;
+        total += nb * (double)rows / blocks * unit_row_cost(j, &j->calls[c]);
+    }
+    int p = 1;
+    double before = 0.0;
+    j->bound[0] = 0;
+    for (int c = 0; c < j->n_calls; c++) {
+        const double cu = (double)rows / blocks * unit_row_cost(j, &j->calls[c]);
+        for (int u = j->first_unit[c]; u < j->first_unit[c + 1]; u++) {
+            while (p < P && before + cu / 2 > total * p / P) j->bound[p++] = u;
+            before += cu;
+        }
+    }
+    while (p <= P) j->bound[p++] = j->first_unit[j->n_calls];
+}
+
+/* Rows [r0, r1) of w1 and w3 for the call's tokens, then the activation on those columns (r0 is a multiple of
+ * BLOCK, r1 one too or I). */
+static void gate_up_rows(const group_job *j, const moe_expert_call *c, int r0, int r1, int thread) {
+    cpu_linear_job g = { c->w1, c->x, c->g, NULL, c->n, j->d, j->I };
+    cpu_linear_job v = { c->w3, c->x, c->v, NULL, c->n, j->d, j->I };
+    j->k->linear_rows(&g, r0, r1, thread);
+    j->k->linear_rows(&v, r0, r1, thread);
+    activation_cols(j->m->mode, j->m->cfg.swiglu_limit, c, j->I, r0, r1);
+}
+
+/* Rows [r0, r1) of w2 for the call's tokens, rounded to bf16 in OFFICIAL mode. */
+static void down_rows(const group_job *j, const moe_expert_call *c, int r0, int r1, int thread) {
+    cpu_linear_job y = { c->w2, c->g, c->y, NULL, c->n, j->I, j->d };
+    j->k->linear_rows(&y, r0, r1, thread);
+    for (int t = 0; t < c->n; t++) num_bf16(j->m->mode, c->y + (int64_t)t * j->d + r0, r1 - r0);
+}
+
+/* The pool's worker: parts [begin, end) (one per thread), each the run of units bound[p] .. bound[p+1]-1,
+ * handled as one row range per call it touches. */
+static void group_parts(void *ctx, int begin, int end, int thread) {
+    const group_job *j = ctx;
+    const int rows = phase_rows(j);
+    for (int p = begin; p < end; p++) {
+        const int u0 = j->bound[p], u1 = j->bound[p + 1];
+        for (int c = 0; c < j->n_calls; c++) {
+            const int f0 = j->first_unit[c], f1 = j->first_unit[c + 1];
+            if (f1 <= u0 || f0 >= u1) continue;
+            const int r0 = ((u0 > f0 ? u0 : f0) - f0) * BLOCK;
+            const int r1e = ((u1 < f1 ? u1 : f1) - f0) * BLOCK, r1 = r1e < rows ? r1e : rows;
+            if (j->down) down_rows(j, &j->calls[c], r0, r1, thread);
+            else gate_up_rows(j, &j->calls[c], r0, r1, thread);
+        }
+    }
+}
+
+void moe_experts_grouped(struct dsv4_model *m, const moe_expert_call *calls, int n_calls) {
+    if (n_calls <= 0) return;
+    group_job j;
+    j.m = m;
+    j.k = dsv4_pool_kernels(m->pool);
+    j.calls = calls;
+    j.n_calls = n_calls > MOE_GROUP_CALLS + 1 ? MOE_GROUP_CALLS + 1 : n_calls;
+    j.d = m->cfg.dim;
+    j.I = m->cfg.moe_inter;
+    int P = dsv4_pool_threads(m->pool);
+    if (P > MAX_PARTS) P = MAX_PARTS;
+    /* every w2 reads the whole activation of its call, so the down phase starts after the gate/up phase */
+    for (j.down = 0; j.down <= 1; j.down++) {
+        plan_parts(&j, P);
+        dsv4_pool_run(m->pool, P, group_parts, &j);
+    }
+}
