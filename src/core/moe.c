@@ -85,11 +85,10 @@ static int group_fits(const expert_group *g, int rows, int cap) {
     return g->n_calls < MOE_GROUP_CALLS && g->rows + rows <= cap;
 }
 
-/* Two pool dispatches for the whole group; expert by expert (three each) on AMX, whose linears bring their own
- * dispatch (amx.h), or when the model asks for it (m->moe_per_expert: the reference the grouped step is tested
- * against, bit for bit). */
+/* Two pool dispatches for the whole group; expert by expert (three each) when the model asks for it
+ * (m->moe_per_expert: the reference the grouped run is tested against, bit for bit). */
 static void group_run(struct dsv4_model *m, expert_group *g) {
-    if (m->amx || m->moe_per_expert)
+    if (m->moe_per_expert)
         for (int i = 0; i < g->n_calls; i++) moe_expert_one(m, &g->call[i]);
     else
         moe_experts_grouped(m, g->call, g->n_calls);

@@ -1,4 +1,5 @@
 #include "core/moe_experts.h"
+#include "backend/cpu/amx.h"
 #include "backend/cpu/isa.h"
 #include "core/numerics.h"
 #include <math.h>
@@ -45,6 +46,7 @@ void moe_expert_one(struct dsv4_model *m, const moe_expert_call *c) {
  * blocks in increasing row. The units are cut into one contiguous part per pool thread by estimated cost, so
  * threads finish together even when the calls differ in format (FP4 routed, FP8 shared) or in token count. */
 enum { BLOCK = 128 };   /* = the FP8 block of the activation's quantization: a gate/up unit owns whole blocks */
+_Static_assert(BLOCK % CPU_AMX_ROWS == 0, "a unit's rows are whole AMX row blocks");
 enum { MAX_PARTS = 256 }; /* dsv4_pool_new's thread limit */
 
 typedef struct {
@@ -53,6 +55,8 @@ typedef struct {
     const moe_expert_call *calls;
     int n_calls, d, I;
     int down;                                /* 0: w1, w3 and the activation; 1: w2 */
+    int amx;                                 /* the model's linears_quantized_in run on AMX (m->amx) */
+    cpu_amx_tokens tok[MOE_GROUP_CALLS + 1]; /* with amx: each call's phase input in the tiles' layout */
     int first_unit[MOE_GROUP_CALLS + 2];     /* call c's units: first_unit[c] .. first_unit[c + 1] - 1 */
     int bound[MAX_PARTS + 1];                /* part p's units: bound[p] .. bound[p + 1] - 1 */
 } group_job;
@@ -95,20 +99,32 @@ static void plan_parts(group_job *j, int P) {
     while (p <= P) j->bound[p++] = j->first_unit[j->n_calls];
 }
 
-/* Rows [r0, r1) of w1 and w3 for the call's tokens, then the activation on those columns (r0 is a multiple of
+/* Rows [r0, r1) of y = w x over call ci's tokens, by the kernel linear_quantized_in would pick for w: the AMX
+ * tiles when the model runs on AMX and w's format fits (the tokens then made at the phase's start, unless that
+ * ran out of memory: cpu_linear_amx also falls back to the fp32 kernels then), else the pool's linear_rows. */
+static void rows_of(const group_job *j, int ci, const dsv4_weight *w, const float *x, int ldx, float *y, int ldy,
+                    int r0, int r1, int thread) {
+    if (j->amx && j->tok[ci].xv && cpu_amx_usable(w)) {
+        cpu_amx_rows(w, &j->tok[ci], y, ldy, r0, r1, thread);
+        return;
+    }
+    cpu_linear_job lj = { w, x, y, NULL, j->calls[ci].n, ldx, ldy };
+    j->k->linear_rows(&lj, r0, r1, thread);
+}
+
+/* Rows [r0, r1) of w1 and w3 for call ci's tokens, then the activation on those columns (r0 is a multiple of
  * BLOCK, r1 one too or I). */
-static void gate_up_rows(const group_job *j, const moe_expert_call *c, int r0, int r1, int thread) {
-    cpu_linear_job g = { c->w1, c->x, c->g, NULL, c->n, j->d, j->I };
-    cpu_linear_job v = { c->w3, c->x, c->v, NULL, c->n, j->d, j->I };
-    j->k->linear_rows(&g, r0, r1, thread);
-    j->k->linear_rows(&v, r0, r1, thread);
+static void gate_up_rows(const group_job *j, int ci, int r0, int r1, int thread) {
+    const moe_expert_call *c = &j->calls[ci];
+    rows_of(j, ci, c->w1, c->x, j->d, c->g, j->I, r0, r1, thread);
+    rows_of(j, ci, c->w3, c->x, j->d, c->v, j->I, r0, r1, thread);
     activation_cols(j->m->mode, j->m->cfg.swiglu_limit, c, j->I, r0, r1);
 }
 
-/* Rows [r0, r1) of w2 for the call's tokens, rounded to bf16 in OFFICIAL mode. */
-static void down_rows(const group_job *j, const moe_expert_call *c, int r0, int r1, int thread) {
-    cpu_linear_job y = { c->w2, c->g, c->y, NULL, c->n, j->I, j->d };
-    j->k->linear_rows(&y, r0, r1, thread);
+/* Rows [r0, r1) of w2 for call ci's tokens, rounded to bf16 in OFFICIAL mode. */
+static void down_rows(const group_job *j, int ci, int r0, int r1, int thread) {
+    const moe_expert_call *c = &j->calls[ci];
+    rows_of(j, ci, c->w2, c->g, j->I, c->y, j->d, r0, r1, thread);
     for (int t = 0; t < c->n; t++) num_bf16(j->m->mode, c->y + (int64_t)t * j->d + r0, r1 - r0);
 }
 
@@ -124,9 +140,20 @@ static void group_parts(void *ctx, int begin, int end, int thread) {
             if (f1 <= u0 || f0 >= u1) continue;
             const int r0 = ((u0 > f0 ? u0 : f0) - f0) * BLOCK;
             const int r1e = ((u1 < f1 ? u1 : f1) - f0) * BLOCK, r1 = r1e < rows ? r1e : rows;
-            if (j->down) down_rows(j, &j->calls[c], r0, r1, thread);
-            else gate_up_rows(j, &j->calls[c], r0, r1, thread);
+            if (j->down) down_rows(j, c, r0, r1, thread);
+            else gate_up_rows(j, c, r0, r1, thread);
         }
+    }
+}
+
+/* With AMX: each call's input of this phase (x for w1 and w3, the activation for w2) in the tiles' layout. */
+static void phase_tokens(group_job *j) {
+    for (int c = 0; c < j->n_calls; c++) {
+        const moe_expert_call *e = &j->calls[c];
+        j->tok[c].xv = NULL;
+        if (e->n > 0)
+            (void)(j->down ? cpu_amx_tokens_make(&j->tok[c], e->g, e->n, j->I, j->I)
+                           : cpu_amx_tokens_make(&j->tok[c], e->x, e->n, j->d, j->d));
     }
 }
 
@@ -141,9 +168,13 @@ void moe_experts_grouped(struct dsv4_model *m, const moe_expert_call *calls, int
     j.I = m->cfg.moe_inter;
     int P = dsv4_pool_threads(m->pool);
     if (P > MAX_PARTS) P = MAX_PARTS;
+    j.amx = m->amx;
     /* every w2 reads the whole activation of its call, so the down phase starts after the gate/up phase */
     for (j.down = 0; j.down <= 1; j.down++) {
         plan_parts(&j, P);
+        if (j.amx) phase_tokens(&j);
         dsv4_pool_run(m->pool, P, group_parts, &j);
+        if (j.amx)
+            for (int c = 0; c < j.n_calls; c++) cpu_amx_tokens_free(&j.tok[c]);
     }
 }

@@ -6,7 +6,8 @@
  *     (MOE_GROUP_CALLS) and more pairs than the pair buffers hold (moe_pair_cap), so several groups run;
  *   - moe_host_rows' rows and pair numbers with part of the experts on the host;
  *   - with 1, 2 and 3 threads, and the vector instruction sets this CPU runs;
- * in EXACT and OFFICIAL mode. The model has 320-wide experts (two full 128-row blocks and a partial one, so
+ * in EXACT and OFFICIAL mode, and OFFICIAL on AMX tiles where this CPU has them (m->amx: both ways run the
+ * tiles, cpu_linear_amx's bits). The model has 320-wide experts (two full 128-row blocks and a partial one, so
  * the OFFICIAL quantization's last block is a short one) and FP4 routed / FP8 shared experts (unequal row
  * costs, so the threads' parts cut calls in the middle). */
 #include <setjmp.h>
@@ -15,6 +16,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 #include <stdlib.h>
+#include <stdio.h>
 #include <string.h>
 #include "backend/cpu/isa.h"
 #include "core/moe.h"
@@ -35,7 +37,7 @@ static float rnd_float(void) { return (float)((int64_t)(rnd() % 2001) - 1000) / 
 
 /* One checkpoint (three layers: two hash-routed, one score-routed), loaded in each mode. */
 static char dir[256];
-static dsv4_model *model[2];   /* EXACT, OFFICIAL */
+static dsv4_model *model[3];   /* EXACT, OFFICIAL, OFFICIAL on AMX (when this CPU has AMX-BF16) */
 
 static int group_setup(void **state) {
     const char *sets[] = { "n_routed_experts=72", "num_experts_per_tok=6", "moe_intermediate_size=320",
@@ -43,15 +45,22 @@ static int group_setup(void **state) {
     model[0] = tm_make("flash-tiny", sets, 4, 23, DSV4_MODE_EXACT, dir);
     if (!model[0]) return -1;
     model[1] = tm_load(dir, DSV4_MODE_OFFICIAL, DSV4_DEVICE_CPU, DSV4_KV_F32);
+    const dsv4_load_opts amx = { .mode = DSV4_MODE_OFFICIAL, .quiet = 1, .cpu_amx = 1 };
+    dsv4_error err = { 0 };
+    if (dsv4_model_load(dir, &amx, &model[2], &err)) {
+        fprintf(stderr, "%s\n", err.msg);
+        return -1;
+    }
     return model[1] ? 0 : -1;
 }
 static int group_teardown(void **state) {
-    for (int i = 0; i < 2; i++) dsv4_model_free(model[i]);
+    for (int i = 0; i < 3; i++) dsv4_model_free(model[i]);
     tm_rmdir(dir);
     return 0;
 }
 static int pick_exact(void **state) { *state = model[0]; return 0; }
 static int pick_official(void **state) { *state = model[1]; return 0; }
+static int pick_amx(void **state) { *state = model[2]; return 0; }
 
 /* Give the model a pool of n threads running kernel set k. */
 static void use_pool(dsv4_model *m, int n, const cpu_kernels *k) {
@@ -126,6 +135,7 @@ static void check_forward(dsv4_model *m, int threads, const cpu_kernels *k, int 
 
 static void forward_grouped_is_per_expert(void **state) {
     dsv4_model *m = *state;
+    if (m == model[2] && !m->amx) skip();   /* no AMX-BF16 here: the AMX model runs the fp32 kernels */
     assert_int_equal(workspace_ensure(m, T_MAX, 0), 0);
     const cpu_kernels *best = dsv4_pool_kernels(m->pool);
     int saw_calls = 0, saw_pairs = 0;
@@ -157,6 +167,7 @@ static int host_once(dsv4_model *m, int L, int T, const float *xn, const int32_t
 
 static void host_rows_grouped_is_per_expert(void **state) {
     dsv4_model *m = *state;
+    if (m == model[2] && !m->amx) skip();
     const int d = m->cfg.dim, E = m->cfg.n_routed, K = m->cfg.n_act, L = m->cfg.n_layers - 1;
     assert_true(E <= 72);
     float *xn = malloc(sizeof(float) * T_MAX * d), *rw = malloc(sizeof(float) * T_MAX * K);
@@ -199,6 +210,8 @@ int main(void) {
         { "moe_forward, OFFICIAL", forward_grouped_is_per_expert, pick_official, NULL, NULL },
         { "moe_host_rows, EXACT", host_rows_grouped_is_per_expert, pick_exact, NULL, NULL },
         { "moe_host_rows, OFFICIAL", host_rows_grouped_is_per_expert, pick_official, NULL, NULL },
+        { "moe_forward, OFFICIAL on AMX", forward_grouped_is_per_expert, pick_amx, NULL, NULL },
+        { "moe_host_rows, OFFICIAL on AMX", host_rows_grouped_is_per_expert, pick_amx, NULL, NULL },
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
