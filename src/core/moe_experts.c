@@ -3,6 +3,7 @@
 #include "backend/cpu/isa.h"
 #include "core/numerics.h"
 #include <math.h>
+#include <stdatomic.h>
 
 static inline float siluf(float x) { return x / (1.0f + expf(-x)); }
 
@@ -42,12 +43,13 @@ void moe_expert_one(struct dsv4_model *m, const moe_expert_call *c) {
 }
 
 /* ---- grouped ------------------------------------------------------------------------------------------------
- * A phase (gate/up, then down) is a list of units: unit = (call, block of BLOCK output rows), calls in order,
- * blocks in increasing row. The units are cut into one contiguous part per pool thread by estimated cost, so
- * threads finish together even when the calls differ in format (FP4 routed, FP8 shared) or in token count. */
+ * A phase (gate/up, then down) is a list of units: unit = (call, block of BLOCK output rows). The pool's threads
+ * take units one at a time from a shared counter until none is left, so they finish together whatever the units
+ * cost (calls differ in format, FP4 routed and FP8 shared, and in token count, and a core may be busy with
+ * another process); which thread computes a unit changes no value. The calls' units are queued costliest call
+ * first, so the cheap ones fill the end. */
 enum { BLOCK = 128 };   /* = the FP8 block of the activation's quantization: a gate/up unit owns whole blocks */
 _Static_assert(BLOCK % CPU_AMX_ROWS == 0, "a unit's rows are whole AMX row blocks");
-enum { MAX_PARTS = 256 }; /* dsv4_pool_new's thread limit */
 
 typedef struct {
     struct dsv4_model *m;
@@ -57,13 +59,14 @@ typedef struct {
     int down;                                /* 0: w1, w3 and the activation; 1: w2 */
     int amx;                                 /* the model's linears_quantized_in run on AMX (m->amx) */
     cpu_amx_tokens tok[MOE_GROUP_CALLS + 1]; /* with amx: each call's phase input in the tiles' layout */
-    int first_unit[MOE_GROUP_CALLS + 2];     /* call c's units: first_unit[c] .. first_unit[c + 1] - 1 */
-    int bound[MAX_PARTS + 1];                /* part p's units: bound[p] .. bound[p + 1] - 1 */
+    int order[MOE_GROUP_CALLS + 1];          /* the calls by decreasing cost of a unit */
+    int first_unit[MOE_GROUP_CALLS + 2];     /* the units of call order[i]: first_unit[i] .. first_unit[i + 1] - 1 */
+    atomic_int next;                         /* the next unit no thread has taken */
 } group_job;
 
 /* Estimated time of one output row of w over n tokens, in bytes read: the row is read (and decoded) once, and
  * each token costs cols FMAs, about cols/16 byte-times on a core streaming weights at a few GB/s. Only the
- * balance between threads depends on it, never a value. */
+ * order units are taken in depends on it, never a value. */
 static double row_cost(const dsv4_weight *w, int n) {
     const double bytes = (double)(weight_bytes(w) + weight_scale_bytes(w)) / (w->rows > 0 ? w->rows : 1);
     return bytes + (double)n * w->cols / 16.0;
@@ -75,28 +78,20 @@ static double unit_row_cost(const group_job *j, const moe_expert_call *c) {
     return j->down ? row_cost(c->w2, c->n) : row_cost(c->w1, c->n) + row_cost(c->w3, c->n);
 }
 
-/* Units of every call, and the cut into P parts: a part ends before the unit whose midpoint passes its share of
- * the total cost. */
-static void plan_parts(group_job *j, int P) {
-    const int rows = phase_rows(j), blocks = (rows + BLOCK - 1) / BLOCK;
-    double total = 0.0;
+/* The queue of this phase's units: calls by decreasing unit cost (a stable insertion sort of at most 65), each
+ * call's blocks in increasing row; a call without tokens has none. */
+static void plan_units(group_job *j) {
+    double cost[MOE_GROUP_CALLS + 1];
+    for (int c = 0; c < j->n_calls; c++) {
+        cost[c] = unit_row_cost(j, &j->calls[c]);
+        int i = c;
+        for (; i > 0 && cost[j->order[i - 1]] < cost[c]; i--) j->order[i] = j->order[i - 1];
+        j->order[i] = c;
+    }
+    const int blocks = (phase_rows(j) + BLOCK - 1) / BLOCK;
     j->first_unit[0] = 0;
-    for (int c = 0; c < j->n_calls; c++) {
-        const int nb = j->calls[c].n > 0 ? blocks : 0;
-        j->first_unit[c + 1] = j->first_unit[c] + nb;
-        total += nb * (double)rows / blocks * unit_row_cost(j, &j->calls[c]);
-    }
-    int p = 1;
-    double before = 0.0;
-    j->bound[0] = 0;
-    for (int c = 0; c < j->n_calls; c++) {
-        const double cu = (double)rows / blocks * unit_row_cost(j, &j->calls[c]);
-        for (int u = j->first_unit[c]; u < j->first_unit[c + 1]; u++) {
-            while (p < P && before + cu / 2 > total * p / P) j->bound[p++] = u;
-            before += cu;
-        }
-    }
-    while (p <= P) j->bound[p++] = j->first_unit[j->n_calls];
+    for (int i = 0; i < j->n_calls; i++) j->first_unit[i + 1] = j->first_unit[i] + (j->calls[j->order[i]].n > 0 ? blocks : 0);
+    atomic_init(&j->next, 0);
 }
 
 /* Rows [r0, r1) of y = w x over call ci's tokens, by the kernel linear_quantized_in would pick for w: the AMX
@@ -128,21 +123,18 @@ static void down_rows(const group_job *j, int ci, int r0, int r1, int thread) {
     for (int t = 0; t < c->n; t++) num_bf16(j->m->mode, c->y + (int64_t)t * j->d + r0, r1 - r0);
 }
 
-/* The pool's worker: parts [begin, end) (one per thread), each the run of units bound[p] .. bound[p+1]-1,
- * handled as one row range per call it touches. */
-static void group_parts(void *ctx, int begin, int end, int thread) {
-    const group_job *j = ctx;
-    const int rows = phase_rows(j);
-    for (int p = begin; p < end; p++) {
-        const int u0 = j->bound[p], u1 = j->bound[p + 1];
-        for (int c = 0; c < j->n_calls; c++) {
-            const int f0 = j->first_unit[c], f1 = j->first_unit[c + 1];
-            if (f1 <= u0 || f0 >= u1) continue;
-            const int r0 = ((u0 > f0 ? u0 : f0) - f0) * BLOCK;
-            const int r1e = ((u1 < f1 ? u1 : f1) - f0) * BLOCK, r1 = r1e < rows ? r1e : rows;
-            if (j->down) down_rows(j, c, r0, r1, thread);
-            else gate_up_rows(j, c, r0, r1, thread);
-        }
+/* The pool's worker, run once by every thread (the job has one item per thread): units from the queue until
+ * it is empty. A thread takes increasing unit numbers, so its place in the call order only moves forward. */
+static void group_units(void *ctx, int begin, int end, int thread) {
+    group_job *j = ctx;
+    const int rows = phase_rows(j), n_units = j->first_unit[j->n_calls];
+    for (int i = 0;;) {
+        const int u = atomic_fetch_add(&j->next, 1);
+        if (u >= n_units) break;
+        while (u >= j->first_unit[i + 1]) i++;
+        const int c = j->order[i], r0 = (u - j->first_unit[i]) * BLOCK, r1 = r0 + BLOCK < rows ? r0 + BLOCK : rows;
+        if (j->down) down_rows(j, c, r0, r1, thread);
+        else gate_up_rows(j, c, r0, r1, thread);
     }
 }
 
@@ -166,14 +158,12 @@ void moe_experts_grouped(struct dsv4_model *m, const moe_expert_call *calls, int
     j.n_calls = n_calls > MOE_GROUP_CALLS + 1 ? MOE_GROUP_CALLS + 1 : n_calls;
     j.d = m->cfg.dim;
     j.I = m->cfg.moe_inter;
-    int P = dsv4_pool_threads(m->pool);
-    if (P > MAX_PARTS) P = MAX_PARTS;
     j.amx = m->amx;
     /* every w2 reads the whole activation of its call, so the down phase starts after the gate/up phase */
     for (j.down = 0; j.down <= 1; j.down++) {
-        plan_parts(&j, P);
+        plan_units(&j);
         if (j.amx) phase_tokens(&j);
-        dsv4_pool_run(m->pool, P, group_parts, &j);
+        dsv4_pool_run(m->pool, dsv4_pool_threads(m->pool), group_units, &j);
         if (j.amx)
             for (int c = 0; c < j.n_calls; c++) cpu_amx_tokens_free(&j.tok[c]);
     }
