@@ -80,7 +80,7 @@ typedef struct {
     int n_calls, rows;
 } expert_group;
 
-/* Whether expert rows more (and one more call) fit in a group whose pair buffers hold cap rows. */
+/* Whether one more expert with `rows` pair rows fits in a group whose pair buffers hold cap rows. */
 static int group_fits(const expert_group *g, int rows, int cap) {
     return g->n_calls < MOE_GROUP_CALLS && g->rows + rows <= cap;
 }

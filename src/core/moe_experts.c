@@ -155,7 +155,7 @@ void moe_experts_grouped(struct dsv4_model *m, const moe_expert_call *calls, int
     j.m = m;
     j.k = dsv4_pool_kernels(m->pool);
     j.calls = calls;
-    j.n_calls = n_calls > MOE_GROUP_CALLS + 1 ? MOE_GROUP_CALLS + 1 : n_calls;
+    j.n_calls = n_calls > MOE_GROUP_CALLS + 1 ? MOE_GROUP_CALLS + 1 : n_calls;   /* (callers never pass more) */
     j.d = m->cfg.dim;
     j.I = m->cfg.moe_inter;
     j.amx = m->amx;
