@@ -23,8 +23,8 @@ void dsv4_workspace_free(dsv4_workspace *ws) {
     void *bufs[] = {ws->batch.first, ws->batch.item_of, ws->batch.pos, ws->batch.tok, ws->X, ws->u, ws->xn,
                     ws->mixbuf, ws->mix, ws->sub, ws->qr, ws->q, ws->kv, ws->o, ws->z, ws->ck, ws->cz, ws->ick,
                     ws->icz, ws->qi, ws->wi, ws->sel, ws->n_sel, ws->pooled, ws->keyscratch, ws->idxscratch,
-                    ws->heapscratch, (void *)ws->keyptrs, ws->router, ws->route_e, ws->route_w, ws->expert_tok,
-                    ws->expert_w, ws->ex, ws->eg, ws->ev, ws->ey, ws->acc, (void *)ws->head_out, ws->sample_rows};
+                    ws->heapscratch, (void *)ws->keyptrs, ws->router, ws->route_e, ws->route_w, ws->moe_first,
+                    ws->pair_tok, ws->pair_w, ws->pair_x, ws->pair_g, ws->pair_v, ws->pair_y, ws->ex, ws->eg, ws->ev, ws->ey, ws->acc, (void *)ws->head_out, ws->sample_rows};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
     sample_scratch_free(&ws->sample);
     free(ws);
@@ -66,11 +66,15 @@ int workspace_ensure(struct dsv4_model *m, int T, int64_t max_rows) {
         GROW(ws->sel, (int64_t)T * c->index_topk); GROW(ws->n_sel, T);
         GROW(ws->pooled, cw);
         GROW(ws->router, T * c->n_routed); GROW(ws->route_e, T * c->n_act); GROW(ws->route_w, T * c->n_act);
-        GROW(ws->expert_tok, T); GROW(ws->expert_w, T);
+        const int64_t P = moe_pair_cap(T, c->n_act);
+        GROW(ws->moe_first, c->n_routed + 1); GROW(ws->pair_tok, P); GROW(ws->pair_w, P);
+        GROW(ws->pair_x, P * d); GROW(ws->pair_g, P * c->moe_inter); GROW(ws->pair_v, P * c->moe_inter);
+        GROW(ws->pair_y, P * d);
         GROW(ws->ex, T * d); GROW(ws->eg, T * c->moe_inter); GROW(ws->ev, T * c->moe_inter); GROW(ws->ey, T * d);
         GROW(ws->acc, T * d); GROW(ws->head_out, T);
         GROW(ws->idxscratch, (int64_t)nt * c->index_topk); GROW(ws->heapscratch, (int64_t)nt * c->index_topk);
         ws->T_cap = T;
+        ws->pair_cap = (int)P;
     }
     if (max_rows < c->index_topk) max_rows = c->index_topk;
     if (max_rows > ws->rows_cap || !ws->keyscratch) {

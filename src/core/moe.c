@@ -1,4 +1,5 @@
 #include "core/moe.h"
+#include "core/moe_experts.h"
 #include "backend/cpu/kernels.h"
 #include "core/numerics.h"
 #include "model/footprint.h"
@@ -8,7 +9,6 @@
 
 /* torch's softplus threshold: x above 20 is returned as is. */
 static inline float softplusf(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
-static inline float siluf(float x) { return x / (1.0f + expf(-x)); }
 
 /* Pick the k experts with the largest biased score; ties go to the lower expert id. */
 static void top_k_experts(const float *score, const float *bias, int E, int k, int32_t *out) {
@@ -45,80 +45,96 @@ static void route(struct dsv4_model *m, const dsv4_layer *layer, dsv4_workspace 
     }
 }
 
-/* The buffers one expert runs in: gathered inputs x [n][d] (quantized in place in OFFICIAL mode), gate / up
- * g, v [n][I], outputs y [n][d]. */
-typedef struct {
-    float *x, *g, *v, *y;
-} expert_bufs;
-
-/* One SwiGLU expert over n gathered tokens: b->x [n][d] -> b->y [n][d]. `weight` (or NULL for the shared
- * expert) multiplies the activation before the down projection, as the official code does. */
-static void expert(struct dsv4_model *m, const dsv4_weight *w1, const dsv4_weight *w2, const dsv4_weight *w3,
-                   int n, const float *weight, const expert_bufs *b) {
-    const dsv4_config *c = &m->cfg;
-    const int d = c->dim, I = c->moe_inter;
-    const dsv4_mode mode = m->mode;
-    const float lim = c->swiglu_limit;
-    float *x = b->x;
-    if (is_official(mode)) {
-        /* FP8/FP4 linears quantize their input rows per 128 columns; q*s is exact in bf16, so the simulated
-         * value equals what the FP8 GEMM multiplies */
-        for (int t = 0; t < n; t++) act_quant_fp8_inplace(x + (int64_t)t * d, d, 128);
-    }
-    linear_quantized_in(m->amx, m->pool, w1, x, n, d, b->g, I);
-    linear_quantized_in(m->amx, m->pool, w3, x, n, d, b->v, I);
-    num_bf16(mode, b->g, (long)n * I);
-    num_bf16(mode, b->v, (long)n * I);
-    for (int t = 0; t < n; t++) {
-        float *g = b->g + (int64_t)t * I, *v = b->v + (int64_t)t * I;
-        for (int i = 0; i < I; i++) {
-            float gi = g[i], vi = v[i];
-            if (lim > 0.0f) {
-                gi = fminf(gi, lim);
-                vi = fminf(fmaxf(vi, -lim), lim);
-            }
-            float h = siluf(gi) * vi;
-            if (weight) h *= weight[t];
-            g[i] = h;
-        }
-    }
-    num_bf16(mode, b->g, (long)n * I);
+/* xq = xn, FP8-quantized per 128 columns in OFFICIAL mode (what every expert's w1 / w3 multiply). A row's
+ * quantization depends on that row alone, so quantizing each token once gives what quantizing its copy for each
+ * of its experts gave. */
+static void quantize_inputs(dsv4_mode mode, const float *xn, int T, int d, float *xq) {
+    memcpy(xq, xn, sizeof(float) * (size_t)T * d);
     if (is_official(mode))
-        for (int t = 0; t < n; t++) act_quant_fp8_inplace(b->g + (int64_t)t * I, I, 128);
-    linear_quantized_in(m->amx, m->pool, w2, b->g, n, I, b->y, d);
-    num_bf16(mode, b->y, (long)n * d);
+        for (int t = 0; t < T; t++) act_quant_fp8_inplace(xq + (int64_t)t * d, d, 128);
+}
+
+/* The tokens routed to expert e, in increasing order: their rows of xq into x [n][d], their routing weights into
+ * w, their ids into tok (when not NULL). A row naming e twice counts once, with its first slot's weight (the
+ * official indexed update keeps one write). Returns n. */
+static int gather_pairs(int e, const int32_t *route_e, const float *route_w, int T, int K, const float *xq, int d,
+                        float *x, float *w, int32_t *tok) {
+    int n = 0;
+    for (int t = 0; t < T; t++)
+        for (int j = 0; j < K; j++)
+            if (route_e[(int64_t)t * K + j] == e) {
+                memcpy(x + (int64_t)n * d, xq + (int64_t)t * d, sizeof(float) * d);
+                w[n] = route_w[(int64_t)t * K + j];
+                if (tok) tok[n] = t;
+                n++;
+                break;
+            }
+    return n;
+}
+
+/* The experts of one group, in the order their results are combined: routed experts in increasing id, then (in
+ * moe_forward's last group) the shared expert. Their pair rows lie one after the other from row 0 of the pair
+ * buffers: `rows` of them are taken. */
+typedef struct {
+    moe_expert_call call[MOE_GROUP_CALLS + 1];
+    int n_calls, rows;
+} expert_group;
+
+/* Whether one more expert with `rows` pair rows fits in a group whose pair buffers hold cap rows. */
+static int group_fits(const expert_group *g, int rows, int cap) {
+    return g->n_calls < MOE_GROUP_CALLS && g->rows + rows <= cap;
+}
+
+/* Two pool dispatches for the whole group; expert by expert (three each) when the model asks for it
+ * (m->moe_per_expert: the reference the grouped run is tested against, bit for bit). */
+static void group_run(struct dsv4_model *m, expert_group *g) {
+    if (m->moe_per_expert)
+        for (int i = 0; i < g->n_calls; i++) moe_expert_one(m, &g->call[i]);
+    else
+        moe_experts_grouped(m, g->call, g->n_calls);
+}
+
+/* Add the outputs of the group's first n_routed calls to their tokens' sums, call after call (increasing
+ * expert id), each call's tokens in increasing order: the order of the one-expert-at-a-time loop. */
+static void group_accumulate(dsv4_workspace *ws, const expert_group *g, int n_routed, int d) {
+    int row = 0;
+    for (int i = 0; i < n_routed; i++)
+        for (int r = 0; r < g->call[i].n; r++, row++) {
+            float *a = ws->acc + (int64_t)ws->pair_tok[row] * d;
+            const float *y = ws->pair_y + (int64_t)row * d;
+            for (int k = 0; k < d; k++) a[k] += y[k];
+        }
 }
 
 void moe_forward(struct dsv4_model *m, const dsv4_layer *layer, dsv4_workspace *ws) {
     const dsv4_config *c = &m->cfg;
-    const int T = ws->batch.T, d = c->dim, K = c->n_act;
+    const int T = ws->batch.T, d = c->dim, K = c->n_act, E = c->n_routed, I = c->moe_inter;
     route(m, layer, ws);
-    const expert_bufs b = { ws->ex, ws->eg, ws->ev, ws->ey };
+    float *xq = ws->ex;
+    quantize_inputs(m->mode, ws->xn, T, d, xq);
     memset(ws->acc, 0, sizeof(float) * (size_t)T * d);
-    /* experts in increasing id: each token's sum runs in that order however the tokens are grouped */
-    for (int e = 0; e < c->n_routed; e++) {
-        int n = 0;
-        for (int t = 0; t < T; t++)
-            for (int j = 0; j < K; j++)
-                if (ws->route_e[(int64_t)t * K + j] == e) {
-                    /* a table row naming e twice counts once (the official indexed update keeps one write) */
-                    ws->expert_tok[n] = t;
-                    ws->expert_w[n] = ws->route_w[(int64_t)t * K + j];
-                    memcpy(ws->ex + (int64_t)n * d, ws->xn + (int64_t)t * d, sizeof(float) * d);
-                    n++;
-                    break;
-                }
+    moe_pair_offsets(ws->route_e, T, K, E, ws->moe_first);
+    /* experts in increasing id: each token's sum runs in that order however the tokens and experts are grouped */
+    expert_group g = { .n_calls = 0, .rows = 0 };
+    for (int e = 0; e < E; e++) {
+        const int n = ws->moe_first[e + 1] - ws->moe_first[e];
         if (!n) continue;
-        m->routed_bytes += dsv4_expert_weight_bytes(layer, e);
-        expert(m, &layer->w1[e], &layer->w2[e], &layer->w3[e], n, ws->expert_w, &b);
-        for (int i = 0; i < n; i++) {
-            float *a = ws->acc + (int64_t)ws->expert_tok[i] * d;
-            const float *y = ws->ey + (int64_t)i * d;
-            for (int k = 0; k < d; k++) a[k] += y[k];
+        if (!group_fits(&g, n, ws->pair_cap)) {
+            group_run(m, &g);
+            group_accumulate(ws, &g, g.n_calls, d);
+            g.n_calls = g.rows = 0;
         }
+        const int64_t r = g.rows;
+        gather_pairs(e, ws->route_e, ws->route_w, T, K, xq, d, ws->pair_x + r * d, ws->pair_w + r, ws->pair_tok + r);
+        g.call[g.n_calls++] = (moe_expert_call){ &layer->w1[e], &layer->w2[e], &layer->w3[e], n, ws->pair_x + r * d,
+                                                 ws->pair_w + r, ws->pair_g + r * I, ws->pair_v + r * I, ws->pair_y + r * d };
+        g.rows += n;
+        m->routed_bytes += dsv4_expert_weight_bytes(layer, e);
     }
-    memcpy(ws->ex, ws->xn, sizeof(float) * (size_t)T * d);
-    expert(m, &layer->sw1, &layer->sw2, &layer->sw3, T, NULL, &b);
+    /* the shared expert rides in the last group (its rows are the workspace's [T] buffers, not pair rows) */
+    g.call[g.n_calls++] = (moe_expert_call){ &layer->sw1, &layer->sw2, &layer->sw3, T, xq, NULL, ws->eg, ws->ev, ws->ey };
+    group_run(m, &g);
+    group_accumulate(ws, &g, g.n_calls - 1, d);
     for (int t = 0; t < T; t++) {
         float *a = ws->acc + (int64_t)t * d;
         const float *y = ws->ey + (int64_t)t * d;
@@ -138,44 +154,50 @@ int moe_pair_offsets(const int32_t *route_e, int T, int K, int E, int32_t *first
 int moe_host_rows(struct dsv4_model *m, const dsv4_layer *layer, const uint8_t *on_host, const float *xn,
                   const int32_t *route_e, const float *route_w, int T, moe_host_scratch *scr, float *rows, int32_t *pair) {
     const dsv4_config *c = &m->cfg;
-    const int d = c->dim, K = c->n_act, E = c->n_routed;
+    const int d = c->dim, K = c->n_act, E = c->n_routed, I = c->moe_inter;
+    quantize_inputs(m->mode, xn, T, d, scr->xq);
     moe_pair_offsets(route_e, T, K, E, scr->first);
+    expert_group g = { .n_calls = 0, .rows = 0 };
     int n_rows = 0;
     for (int e = 0; e < E; e++) {
-        if (!on_host[e] || scr->first[e + 1] == scr->first[e]) continue;
-        /* the pairs of e in token order: pair index first[e] + r for the r-th, as the GPU's plan numbers them */
-        int n = 0;
-        for (int t = 0; t < T; t++)
-            for (int j = 0; j < K; j++)
-                if (route_e[(int64_t)t * K + j] == e) {
-                    memcpy(scr->x + (int64_t)n * d, xn + (int64_t)t * d, sizeof(float) * d);
-                    scr->w[n] = route_w[(int64_t)t * K + j];
-                    pair[n_rows + n] = scr->first[e] + n;
-                    n++;
-                    break;   /* a row naming e twice counts once */
-                }
-        m->routed_bytes += dsv4_expert_weight_bytes(layer, e);
-        const expert_bufs b = { scr->x, scr->g, scr->v, rows + (int64_t)n_rows * d };
-        expert(m, &layer->w1[e], &layer->w2[e], &layer->w3[e], n, scr->w, &b);
+        const int n = scr->first[e + 1] - scr->first[e];
+        if (!on_host[e] || !n) continue;
+        if (!group_fits(&g, n, scr->pair_cap)) {
+            group_run(m, &g);
+            g.n_calls = g.rows = 0;
+        }
+        const int64_t r = g.rows;
+        gather_pairs(e, route_e, route_w, T, K, scr->xq, d, scr->x + r * d, scr->w + r, NULL);
+        /* the pairs of e in token order: pair index first[e] + i for the i-th, as the GPU's plan numbers them */
+        for (int i = 0; i < n; i++) pair[n_rows + i] = scr->first[e] + i;
+        g.call[g.n_calls++] = (moe_expert_call){ &layer->w1[e], &layer->w2[e], &layer->w3[e], n, scr->x + r * d,
+                                                 scr->w + r, scr->g + r * I, scr->v + r * I, rows + (int64_t)n_rows * d };
+        g.rows += n;
         n_rows += n;
+        m->routed_bytes += dsv4_expert_weight_bytes(layer, e);
     }
+    if (g.n_calls) group_run(m, &g);
     return n_rows;
 }
 
 int moe_host_scratch_init(moe_host_scratch *scr, const dsv4_config *c, int T) {
     memset(scr, 0, sizeof *scr);
-    scr->x = malloc(sizeof(float) * (size_t)T * c->dim);
-    scr->g = malloc(sizeof(float) * (size_t)T * c->moe_inter);
-    scr->v = malloc(sizeof(float) * (size_t)T * c->moe_inter);
-    scr->w = malloc(sizeof(float) * (size_t)T);
+    const int cap = moe_pair_cap(T, c->n_act);
+    scr->xq = malloc(sizeof(float) * (size_t)T * c->dim);
+    scr->x = malloc(sizeof(float) * (size_t)cap * c->dim);
+    scr->g = malloc(sizeof(float) * (size_t)cap * c->moe_inter);
+    scr->v = malloc(sizeof(float) * (size_t)cap * c->moe_inter);
+    scr->w = malloc(sizeof(float) * (size_t)cap);
     scr->first = malloc(sizeof(int32_t) * (size_t)(c->n_routed + 1));
     scr->T_cap = T;
-    if (scr->x && scr->g && scr->v && scr->w && scr->first) return 0;
+    scr->pair_cap = cap;
+    if (scr->xq && scr->x && scr->g && scr->v && scr->w && scr->first) return 0;
     moe_host_scratch_free(scr);
     return -1;
 }
 
 void moe_host_scratch_free(moe_host_scratch *scr) {
+    free(scr->xq);
     free(scr->x);
     free(scr->g);
     free(scr->v);

@@ -9,6 +9,16 @@
  * once per step; each token still sums its experts in increasing expert id, whatever the grouping. */
 void moe_forward(struct dsv4_model *m, const dsv4_layer *layer, dsv4_workspace *ws);
 
+/* The routed (token, expert) pair rows one grouped expert run holds at once (core/moe_experts.h), for a step of
+ * T tokens and K experts a token: all T*K while that is small (decode, many streams: the whole layer in two
+ * pool dispatches), at most max(T, MOE_GROUP_PAIRS) beyond, so that a long prefill's buffers stay near the
+ * [T] ones (one expert's up to T rows always fit). */
+enum { MOE_GROUP_PAIRS = 512 };
+static inline int moe_pair_cap(int T, int K) {
+    const int64_t all = (int64_t)T * K, most = T > MOE_GROUP_PAIRS ? T : MOE_GROUP_PAIRS;
+    return (int)(all < most ? all : most);
+}
+
 /* Slot j of a routing row names its expert for the first time (a row naming an expert twice computes it once,
  * as the official indexed update keeps one write). */
 static inline int moe_first_slot(const int32_t *row, int j) {
@@ -26,8 +36,9 @@ static inline int moe_first_slot(const int32_t *row, int j) {
 int moe_pair_offsets(const int32_t *route_e, int T, int K, int E, int32_t *first);
 
 typedef struct {
-    int T_cap;
-    float *x, *g, *v, *w;   /* gathered rows [T][d], gate / up [T][I], routing weights [T] */
+    int T_cap, pair_cap;    /* for steps of up to T_cap tokens; pair rows held at once (moe_pair_cap) */
+    float *xq;              /* [T][d] the inputs, quantized once per token (OFFICIAL) */
+    float *x, *g, *v, *w;   /* per pair row: gathered inputs [cap][d], gate / up [cap][I], routing weights [cap] */
     int32_t *first;         /* [E + 1] */
 } moe_host_scratch;
 int  moe_host_scratch_init(moe_host_scratch *scr, const dsv4_config *c, int T);

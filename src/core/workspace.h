@@ -41,9 +41,12 @@ typedef struct dsv4_workspace {
     float *router;               /* [T][E] */
     int32_t *route_e;            /* [T][n_act] */
     float *route_w;              /* [T][n_act] */
-    int32_t *expert_tok;         /* [T] tokens routed to the current expert */
-    float *expert_w;             /* [T] their routing weights */
-    float *ex, *eg, *ev, *ey;    /* gathered inputs [T][d], gate/up [T][I], outputs [T][d] */
+    int32_t *moe_first;          /* [E + 1] pair offsets (moe_pair_offsets) */
+    int pair_cap;                /* routed pair rows of one expert group (moe_pair_cap) */
+    int32_t *pair_tok;           /* [pair_cap] the token of each pair row */
+    float *pair_w;               /* [pair_cap] its routing weight */
+    float *pair_x, *pair_g, *pair_v, *pair_y; /* [pair_cap] x [d], gate / up [I], outputs [d] */
+    float *ex, *eg, *ev, *ey;    /* MoE: quantized inputs [T][d], the shared expert's gate/up [T][I] and outputs [T][d] */
     float *acc;                  /* [T][d] fp32 MoE sum */
     /* head */
     float **head_out;            /* [T] where each logits row of the step goes */

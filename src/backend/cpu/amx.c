@@ -255,25 +255,43 @@ static void amx_rows(void *ctx, int b0, int b1, int thread) {
     _tile_release();
 }
 
+int cpu_amx_tokens_make(cpu_amx_tokens *b, const float *x, int T, int ldx, int cols) {
+    const int n32 = (cols + KTILE - 1) / KTILE * KTILE, tpad = (T + GROUP - 1) / GROUP * GROUP;
+    *b = (cpu_amx_tokens){ NULL, T, tpad, n32, cols };
+    if (T <= 0) return -1;
+    b->xv = aligned_alloc(64, sizeof(uint32_t) * (size_t)(n32 / 2) * tpad);
+    if (!b->xv) return -1;
+    /* the caller promised bf16 values, so dropping the low half is exact */
+    memset(b->xv, 0, sizeof(uint32_t) * (size_t)(n32 / 2) * tpad);
+    for (int t = 0; t < T; t++) {
+        const float *xt = x + (int64_t)t * ldx;
+        for (int p = 0; p < cols / 2; p++)
+            b->xv[(size_t)p * tpad + t] = f32_bits_hi(xt[2 * p]) | (uint32_t)f32_bits_hi(xt[2 * p + 1]) << 16;
+        if (cols % 2) b->xv[(size_t)(cols / 2) * tpad + t] = f32_bits_hi(xt[cols - 1]);
+    }
+    return 0;
+}
+
+void cpu_amx_tokens_free(cpu_amx_tokens *b) {
+    free(b->xv);
+    b->xv = NULL;
+}
+
+void cpu_amx_rows(const dsv4_weight *w, const cpu_amx_tokens *b, float *y, int ldy, int r0, int r1, int thread) {
+    const amx_job j = { w, b->xv, b->T, b->tpad, b->n32, y, NULL, ldy };
+    if (r0 < r1) amx_rows((void *)&j, r0 / ROWS, (r1 + ROWS - 1) / ROWS, thread);
+}
+
 void cpu_linear_amx(dsv4_pool *pool, const dsv4_weight *w, const float *x, int T, int ldx,
                     float *y, int ldy, float *const *y_rows) {
     if (T <= 0) return;
-    const int n = w->cols, n32 = (n + KTILE - 1) / KTILE * KTILE, tpad = (T + GROUP - 1) / GROUP * GROUP;
-    uint32_t *xv = aligned_alloc(64, sizeof(uint32_t) * (size_t)(n32 / 2) * tpad);
-    if (!xv) {   /* cannot happen for real configs; the fp32 path still gives an answer */
+    cpu_amx_tokens b;
+    if (cpu_amx_tokens_make(&b, x, T, ldx, w->cols)) {   /* cannot happen for real configs; the fp32 path still gives an answer */
         if (y_rows) cpu_linear_scatter(pool, w, x, T, ldx, y_rows);
         else cpu_linear(pool, w, x, T, ldx, y, ldy);
         return;
     }
-    /* the tokens in B's layout; the caller promised bf16 values, so dropping the low half is exact */
-    memset(xv, 0, sizeof(uint32_t) * (size_t)(n32 / 2) * tpad);
-    for (int t = 0; t < T; t++) {
-        const float *xt = x + (int64_t)t * ldx;
-        for (int p = 0; p < n / 2; p++)
-            xv[(size_t)p * tpad + t] = f32_bits_hi(xt[2 * p]) | (uint32_t)f32_bits_hi(xt[2 * p + 1]) << 16;
-        if (n % 2) xv[(size_t)(n / 2) * tpad + t] = f32_bits_hi(xt[n - 1]);
-    }
-    amx_job j = { w, xv, T, tpad, n32, y, y_rows, ldy };
+    amx_job j = { w, b.xv, T, b.tpad, b.n32, y, y_rows, ldy };
     dsv4_pool_run(pool, (w->rows + ROWS - 1) / ROWS, amx_rows, &j);
-    free(xv);
+    cpu_amx_tokens_free(&b);
 }

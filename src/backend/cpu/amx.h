@@ -22,10 +22,25 @@
 #define DSV4_CPU_AMX_H
 #include "backend/cpu/pool.h"
 #include "model/weight.h"
+#include <stdint.h>
 
 /* Whether cpu_linear_amx can run here (AMX-BF16 granted by the kernel) and takes this weight's format. */
 int cpu_amx_usable(const dsv4_weight *w);
 /* y[t*ldy + o] (or y_rows[t][o] when y_rows is not NULL) = W x[t] in the order above, for t < T. */
 void cpu_linear_amx(dsv4_pool *pool, const dsv4_weight *w, const float *x, int T, int ldx,
                     float *y, int ldy, float *const *y_rows);
+
+/* The same in pieces, for callers that run several linears' rows in one pool dispatch (core/moe_experts.c):
+ * the tokens x [T][cols] in the tiles' layout, made once (and shared by every weight of that width), then any
+ * row ranges of any weights on any threads; each output gets the order above, so the bits are cpu_linear_amx's. */
+enum { CPU_AMX_ROWS = 16 };   /* a row range starts at a multiple of this (and ends at one, or at w->rows) */
+typedef struct {
+    uint32_t *xv;             /* [n32/2][tpad]: token t's bf16 pair (x[2p], x[2p+1]) at xv[p*tpad + t] */
+    int T, tpad, n32, cols;
+} cpu_amx_tokens;
+/* -1 when out of memory (b->xv NULL: the caller computes those rows with the fp32 kernels, as cpu_linear_amx does). */
+int  cpu_amx_tokens_make(cpu_amx_tokens *b, const float *x, int T, int ldx, int cols);
+void cpu_amx_tokens_free(cpu_amx_tokens *b);
+/* y[t*ldy + o] = W x[t] for t < b->T and rows o in [r0, r1), on the calling pool thread; w->cols == b->cols. */
+void cpu_amx_rows(const dsv4_weight *w, const cpu_amx_tokens *b, float *y, int ldy, int r0, int r1, int thread);
 #endif

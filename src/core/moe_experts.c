@@ -1,0 +1,170 @@
+#include "core/moe_experts.h"
+#include "backend/cpu/amx.h"
+#include "backend/cpu/isa.h"
+#include "core/numerics.h"
+#include <math.h>
+#include <stdatomic.h>
+
+static inline float siluf(float x) { return x / (1.0f + expf(-x)); }
+
+/* Columns [i0, i1) of a call's gate / up rows, for each of its tokens: OFFICIAL rounds both to bf16; then
+ * h = silu(min(g, lim)) * clamp(v, -lim, lim), times the token's routing weight (as the official code does,
+ * before the down projection), rounded to bf16 and FP8-quantized per 128 columns, into g. Every step is per
+ * element or per 128-column block, so i0 must be a multiple of 128 and i1 one too or I: then any cut of
+ * [0, I) into such ranges gives the values of one pass over [0, I). */
+static void activation_cols(dsv4_mode mode, float lim, const moe_expert_call *c, int I, int i0, int i1) {
+    const int w = i1 - i0;
+    for (int t = 0; t < c->n; t++) {
+        float *g = c->g + (int64_t)t * I + i0, *v = c->v + (int64_t)t * I + i0;
+        num_bf16(mode, g, w);
+        num_bf16(mode, v, w);
+        for (int i = 0; i < w; i++) {
+            float gi = g[i], vi = v[i];
+            if (lim > 0.0f) {
+                gi = fminf(gi, lim);
+                vi = fminf(fmaxf(vi, -lim), lim);
+            }
+            float h = siluf(gi) * vi;
+            if (c->weight) h *= c->weight[t];
+            g[i] = h;
+        }
+        num_bf16(mode, g, w);
+        if (is_official(mode)) act_quant_fp8_inplace(g, w, 128);
+    }
+}
+
+void moe_expert_one(struct dsv4_model *m, const moe_expert_call *c) {
+    const int d = m->cfg.dim, I = m->cfg.moe_inter, n = c->n;
+    linear_quantized_in(m->amx, m->pool, c->w1, c->x, n, d, c->g, I);
+    linear_quantized_in(m->amx, m->pool, c->w3, c->x, n, d, c->v, I);
+    activation_cols(m->mode, m->cfg.swiglu_limit, c, I, 0, I);
+    linear_quantized_in(m->amx, m->pool, c->w2, c->g, n, I, c->y, d);
+    num_bf16(m->mode, c->y, (long)n * d);
+}
+
+/* ---- grouped ------------------------------------------------------------------------------------------------
+ * A phase (gate/up, then down) is a list of units: unit = (call, block of BLOCK output rows). The pool's threads
+ * take units one at a time from a shared counter until none is left, so they finish together whatever the units
+ * cost (calls differ in format, FP4 routed and FP8 shared, and in token count, and a core may be busy with
+ * another process); which thread computes a unit changes no value. The calls' units are queued costliest call
+ * first, so the cheap ones fill the end. */
+enum { BLOCK = 128 };   /* = the FP8 block of the activation's quantization: a gate/up unit owns whole blocks */
+_Static_assert(BLOCK % CPU_AMX_ROWS == 0, "a unit's rows are whole AMX row blocks");
+
+typedef struct {
+    struct dsv4_model *m;
+    const cpu_kernels *k;
+    const moe_expert_call *calls;
+    int n_calls, d, I;
+    int down;                                /* 0: w1, w3 and the activation; 1: w2 */
+    int amx;                                 /* the model's linears_quantized_in run on AMX (m->amx) */
+    cpu_amx_tokens tok[MOE_GROUP_CALLS + 1]; /* with amx: each call's phase input in the tiles' layout */
+    int order[MOE_GROUP_CALLS + 1];          /* the calls by decreasing cost of a unit */
+    int first_unit[MOE_GROUP_CALLS + 2];     /* the units of call order[i]: first_unit[i] .. first_unit[i + 1] - 1 */
+    atomic_int next;                         /* the next unit no thread has taken */
+} group_job;
+
+/* Estimated time of one output row of w over n tokens, in bytes read: the row is read (and decoded) once, and
+ * each token costs cols FMAs, about cols/16 byte-times on a core streaming weights at a few GB/s. Only the
+ * order units are taken in depends on it, never a value. */
+static double row_cost(const dsv4_weight *w, int n) {
+    const double bytes = (double)(weight_bytes(w) + weight_scale_bytes(w)) / (w->rows > 0 ? w->rows : 1);
+    return bytes + (double)n * w->cols / 16.0;
+}
+
+static int phase_rows(const group_job *j) { return j->down ? j->d : j->I; }
+
+static double unit_row_cost(const group_job *j, const moe_expert_call *c) {
+    return j->down ? row_cost(c->w2, c->n) : row_cost(c->w1, c->n) + row_cost(c->w3, c->n);
+}
+
+/* The queue of this phase's units: calls by decreasing unit cost (a stable insertion sort of at most 65), each
+ * call's blocks in increasing row; a call without tokens has none. */
+static void plan_units(group_job *j) {
+    double cost[MOE_GROUP_CALLS + 1];
+    for (int c = 0; c < j->n_calls; c++) {
+        cost[c] = unit_row_cost(j, &j->calls[c]);
+        int i = c;
+        for (; i > 0 && cost[j->order[i - 1]] < cost[c]; i--) j->order[i] = j->order[i - 1];
+        j->order[i] = c;
+    }
+    const int blocks = (phase_rows(j) + BLOCK - 1) / BLOCK;
+    j->first_unit[0] = 0;
+    for (int i = 0; i < j->n_calls; i++) j->first_unit[i + 1] = j->first_unit[i] + (j->calls[j->order[i]].n > 0 ? blocks : 0);
+    atomic_init(&j->next, 0);
+}
+
+/* Rows [r0, r1) of y = w x over call ci's tokens, by the kernel linear_quantized_in would pick for w: the AMX
+ * tiles when the model runs on AMX and w's format fits (the tokens then made at the phase's start, unless that
+ * ran out of memory: cpu_linear_amx also falls back to the fp32 kernels then), else the pool's linear_rows. */
+static void rows_of(const group_job *j, int ci, const dsv4_weight *w, const float *x, int ldx, float *y, int ldy,
+                    int r0, int r1, int thread) {
+    if (j->amx && j->tok[ci].xv && cpu_amx_usable(w)) {
+        cpu_amx_rows(w, &j->tok[ci], y, ldy, r0, r1, thread);
+        return;
+    }
+    cpu_linear_job lj = { w, x, y, NULL, j->calls[ci].n, ldx, ldy };
+    j->k->linear_rows(&lj, r0, r1, thread);
+}
+
+/* Rows [r0, r1) of w1 and w3 for call ci's tokens, then the activation on those columns (r0 is a multiple of
+ * BLOCK, r1 one too or I). */
+static void gate_up_rows(const group_job *j, int ci, int r0, int r1, int thread) {
+    const moe_expert_call *c = &j->calls[ci];
+    rows_of(j, ci, c->w1, c->x, j->d, c->g, j->I, r0, r1, thread);
+    rows_of(j, ci, c->w3, c->x, j->d, c->v, j->I, r0, r1, thread);
+    activation_cols(j->m->mode, j->m->cfg.swiglu_limit, c, j->I, r0, r1);
+}
+
+/* Rows [r0, r1) of w2 for call ci's tokens, rounded to bf16 in OFFICIAL mode. */
+static void down_rows(const group_job *j, int ci, int r0, int r1, int thread) {
+    const moe_expert_call *c = &j->calls[ci];
+    rows_of(j, ci, c->w2, c->g, j->I, c->y, j->d, r0, r1, thread);
+    for (int t = 0; t < c->n; t++) num_bf16(j->m->mode, c->y + (int64_t)t * j->d + r0, r1 - r0);
+}
+
+/* The pool's worker, run once by every thread (the job has one item per thread): units from the queue until
+ * it is empty. A thread takes increasing unit numbers, so its place in the call order only moves forward. */
+static void group_units(void *ctx, int begin, int end, int thread) {
+    group_job *j = ctx;
+    const int rows = phase_rows(j), n_units = j->first_unit[j->n_calls];
+    for (int i = 0;;) {
+        const int u = atomic_fetch_add(&j->next, 1);
+        if (u >= n_units) break;
+        while (u >= j->first_unit[i + 1]) i++;
+        const int c = j->order[i], r0 = (u - j->first_unit[i]) * BLOCK, r1 = r0 + BLOCK < rows ? r0 + BLOCK : rows;
+        if (j->down) down_rows(j, c, r0, r1, thread);
+        else gate_up_rows(j, c, r0, r1, thread);
+    }
+}
+
+/* With AMX: each call's input of this phase (x for w1 and w3, the activation for w2) in the tiles' layout. */
+static void phase_tokens(group_job *j) {
+    for (int c = 0; c < j->n_calls; c++) {
+        const moe_expert_call *e = &j->calls[c];
+        j->tok[c].xv = NULL;
+        if (e->n > 0)
+            (void)(j->down ? cpu_amx_tokens_make(&j->tok[c], e->g, e->n, j->I, j->I)
+                           : cpu_amx_tokens_make(&j->tok[c], e->x, e->n, j->d, j->d));
+    }
+}
+
+void moe_experts_grouped(struct dsv4_model *m, const moe_expert_call *calls, int n_calls) {
+    if (n_calls <= 0) return;
+    group_job j;
+    j.m = m;
+    j.k = dsv4_pool_kernels(m->pool);
+    j.calls = calls;
+    j.n_calls = n_calls > MOE_GROUP_CALLS + 1 ? MOE_GROUP_CALLS + 1 : n_calls;   /* (callers never pass more) */
+    j.d = m->cfg.dim;
+    j.I = m->cfg.moe_inter;
+    j.amx = m->amx;
+    /* every w2 reads the whole activation of its call, so the down phase starts after the gate/up phase */
+    for (j.down = 0; j.down <= 1; j.down++) {
+        plan_units(&j);
+        if (j.amx) phase_tokens(&j);
+        dsv4_pool_run(m->pool, dsv4_pool_threads(m->pool), group_units, &j);
+        if (j.amx)
+            for (int c = 0; c < j.n_calls; c++) cpu_amx_tokens_free(&j.tok[c]);
+    }
+}
