@@ -135,7 +135,12 @@ supervise() {
           python3 -c 'import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]), sys.stdout.buffer)' .fuzz/fuzz_all.xz; } >"$BIN" &&
             chmod +x "$BIN" || { echo "cannot unpack .fuzz/fuzz_all.xz (tools/gpu/fuzz_stage.sh)" >>"$W/notes"; finish "$t_start" setup-failed; return; }
     fi
-    [ -f .fuzz/STAGED ] && cp .fuzz/STAGED "$W/pack/fuzz/STAGED"
+    # what was fuzzed: a given local build is this checkout's revision (the staged .fuzz/STAGED is not it)
+    if [ -n "${FUZZ_BIN:-}" ]; then
+        { echo "revision $(git rev-parse HEAD 2>/dev/null)$([ -z "$(git status --porcelain -- src include tests/fuzz Makefile 2>/dev/null)" ] || echo " (with uncommitted changes)")"
+          echo "staged $(date -u -r "$FUZZ_BIN" +%Y-%m-%dT%H:%M:%SZ) (FUZZ_BIN=$FUZZ_BIN)"
+          echo "sha256 $(sha256sum "$FUZZ_BIN" | cut -d' ' -f1)"; } >"$W/pack/fuzz/STAGED"
+    elif [ -f .fuzz/STAGED ]; then cp .fuzz/STAGED "$W/pack/fuzz/STAGED"; fi
     # targets: every tests/fuzz/fuzz_<name>.c, less FUZZ_SKIP, or FUZZ_TARGETS
     TARGETS=()
     for src in tests/fuzz/fuzz_*.c; do
