@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# On the lent GPU machine (.gpu/ carried, tools/gpu/stage.sh; .gpu/dsv4-lin optional): the correctness queue in
+# On the lent GPU machine (.gpu/ carried, tools/gpu/stage.sh; .gpu/dsv4-old optional): the correctness queue in
 # one call of at most ~560 s, the slow parts in the background so that nothing waits on them:
 #   background: the flash-2g checkpoint is written (CPU only; run 17's lesson: never under a short timeout) and
 #               compute-sanitizer racecheck runs over test_gpu_sample (it needs minutes);
 #   foreground: the GPU suite; memcheck of routed experts in host memory; serve on cuda with MTP / DSpark
-#               speculation; bench --grammar on the real V4 vocabulary; then the flash-2g A/B of the one-token
-#               linear kernels (.gpu/dsv4 = LIN_ONE_TOKEN_ROWS 0, .gpu/dsv4-lin = 1) once the checkpoint exists.
+#               speculation; bench --grammar on the real V4 vocabulary; then flash-2g decode, .gpu/dsv4 against
+#               .gpu/dsv4-old when tools/gpu/stage_variant.sh staged one, once the checkpoint exists.
 # Logs under $OUT; a short table last.
 . tools/gpu/env.sh
 CS=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
@@ -50,7 +50,7 @@ for d in cuda cpu; do echo "== bench --grammar --device $d"; timeout 60 .gpu/dsv
 
 echo "waiting for the flash-2g checkpoint at $(el) s" >>"$OUT/ab.log"
 wait $W2G
-for r in 1 2; do for b in dsv4 dsv4-lin; do
+for r in 1 2; do for b in dsv4 $([ -x .gpu/dsv4-old ] && echo dsv4-old); do
   echo "== $b round $r" >>"$OUT/ab.log"
   timeout 60 .gpu/$b bench --synthetic flash-2g --device cuda --mode official --prompt 512 --decode 128 >>"$OUT/ab.log" 2>&1
 done; done
