@@ -64,16 +64,17 @@ static void check_shape(dsv4_pool *pool, dsv4_wfmt fmt, int rows, int cols, int 
 
 static void linear_matches_dot_f32(void **st) {
     (void)st;
-    static const struct { dsv4_wfmt fmt; int cols[4]; } shapes[] = {
-        {WF_F32, {32, 96, 100, 7}}, {WF_BF16, {64, 160, 77, 512}},
-        {WF_FP8, {128, 256, 200, 384}}, {WF_FP4, {32, 64, 96, 288}},
+    /* the widest of each crosses the tile kernel's column blocks (512) with a partial last block */
+    static const struct { dsv4_wfmt fmt; int cols[5]; } shapes[] = {
+        {WF_F32, {32, 96, 100, 7, 1063}}, {WF_BF16, {64, 160, 77, 512, 1056}},
+        {WF_FP8, {128, 256, 200, 384, 1152}}, {WF_FP4, {32, 64, 96, 288, 1120}},
     };
     static const int rows[] = {1, 5, 13}, Ts[] = {1, 2, 3, 5, 6, 7, 12, 13, 19};
     for (int threads = 1; threads <= 3; threads += 2) {
         dsv4_pool *pool = dsv4_pool_new(threads);
         assert_non_null(pool);
         for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
-            for (int c = 0; c < 4; c++)
+            for (int c = 0; c < 5; c++)
                 for (size_t r = 0; r < sizeof rows / sizeof rows[0]; r++)
                     for (size_t t = 0; t < sizeof Ts / sizeof Ts[0]; t++)
                         check_shape(pool, shapes[s].fmt, rows[r], shapes[s].cols[c], Ts[t]);

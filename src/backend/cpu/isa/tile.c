@@ -33,26 +33,39 @@ static inline float reduce_groups(const lane_vec p[4]) { return vec_reduce32(p[0
 void ISA_FN(tile_dot_f32)(const float *const w[TILE_R], const float *const x[TILE_T], int n, float out[TILE_R * TILE_T]) {
     const int n32 = n & ~31;
 #if defined(DSV4_AVX512) || defined(DSV4_AVX2)
-    enum { GROUPS = 32 / GROUP_LANES };
+    /* Columns go in blocks of KBLOCK: one block of the tile's rows and tokens (4 x 2 KiB + 6 x 2 KiB on
+     * AVX-512) stays in L1 while both lane groups pass over it; a pass over the whole row would not fit for
+     * rows of 2048 columns and more, and the second lane group would read everything again from L2 (measured
+     * 1.3-1.5x slower in isolation). A lane group's accumulators wait in part[] between blocks, which leaves
+     * every lane's FMA chain in increasing k: the same order as without blocks. */
+    enum { GROUPS = 32 / GROUP_LANES, KBLOCK = 512 };
     lane_vec part[TILE_R][TILE_T][GROUPS];
-    for (int g = 0; g < GROUPS; g++) {
-        lane_vec acc[TILE_R][TILE_T];
 #pragma GCC unroll 8
-        for (int r = 0; r < TILE_R; r++)
+    for (int r = 0; r < TILE_R; r++)
 #pragma GCC unroll 8
-            for (int t = 0; t < TILE_T; t++) acc[r][t] = lane_zero();
-        for (int k = GROUP_LANES * g; k < n32; k += 32) {
+        for (int t = 0; t < TILE_T; t++)
+            for (int g = 0; g < GROUPS; g++) part[r][t][g] = lane_zero();
+    for (int k0 = 0; k0 < n32; k0 += KBLOCK) {
+        const int k1 = n32 - k0 < KBLOCK ? n32 : k0 + KBLOCK;
+        for (int g = 0; g < GROUPS; g++) {
+            lane_vec acc[TILE_R][TILE_T];
 #pragma GCC unroll 8
-            for (int r = 0; r < TILE_R; r++) {
-                const lane_vec wv = lane_load(w[r] + k);
+            for (int r = 0; r < TILE_R; r++)
 #pragma GCC unroll 8
-                for (int t = 0; t < TILE_T; t++) acc[r][t] = lane_fma(wv, lane_load(x[t] + k), acc[r][t]);
+                for (int t = 0; t < TILE_T; t++) acc[r][t] = part[r][t][g];
+            for (int k = k0 + GROUP_LANES * g; k < k1; k += 32) {
+#pragma GCC unroll 8
+                for (int r = 0; r < TILE_R; r++) {
+                    const lane_vec wv = lane_load(w[r] + k);
+#pragma GCC unroll 8
+                    for (int t = 0; t < TILE_T; t++) acc[r][t] = lane_fma(wv, lane_load(x[t] + k), acc[r][t]);
+                }
             }
+#pragma GCC unroll 8
+            for (int r = 0; r < TILE_R; r++)
+#pragma GCC unroll 8
+                for (int t = 0; t < TILE_T; t++) part[r][t][g] = acc[r][t];
         }
-#pragma GCC unroll 8
-        for (int r = 0; r < TILE_R; r++)
-#pragma GCC unroll 8
-            for (int t = 0; t < TILE_T; t++) part[r][t][g] = acc[r][t];
     }
     for (int r = 0; r < TILE_R; r++)
         for (int t = 0; t < TILE_T; t++) out[r * TILE_T + t] = reduce_groups(part[r][t]) + tail_dot(w[r], x[t], n32, n);
