@@ -91,7 +91,7 @@ typedef struct {
     int gpu;             /* CUDA device ordinal (0 = the first GPU) */
     int n_gpus;          /* cuda: 0 or 1 = one GPU; N > 1 = GPUs gpu .. gpu+N-1 with the routed experts spread over
                             them (expert parallelism over NCCL: the same bits as on one GPU) */
-    int cpu_amx;         /* 1 = OFFICIAL mode's FP8-quantized-input linears on Intel AMX tiles (src/backend/cpu/
+    int cpu_amx;         /* 1 = OFFICIAL mode's linears with bf16 inputs on Intel AMX tiles (core/numerics.h, src/backend/cpu/
                             amx.h: its own accumulation order, the same for every batch): 2x faster prefill, slower
                             decode on the machines measured. Loading fails with DSV4_E_UNSUPPORTED when the CPU or
                             kernel has no AMX-BF16; ignored in EXACT mode and on cuda */

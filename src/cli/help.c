@@ -133,7 +133,7 @@ static const cmd_help HELP[] = {
       {"--json FILE", "also write the numbers (model, bandwidth, single stream, host experts, streams) as JSON to FILE"},
       {"--no-bandwidth", "skip the memory bandwidth measurement"},
       {"--profile", "with --device cuda: time of each stage of the step, prefill and decode separately"},
-      {"--amx", "official mode on CPU: FP8-input linears on AMX tiles (faster prefill, slower decode)"},
+      {"--amx", "official mode on CPU: the linears whose inputs are bf16 (FP8-quantized or rounded) on AMX tiles (faster prefill, slower decode)"},
       {"--isa avx512|avx2|scalar", "the CPU kernels' instruction set (default: $DSV4_ISA, else the best this CPU "
                                    "has; the same bits whichever runs)"},
       {"--grammar", "constrained-decoding masks instead: trie build, schema compile, per-token mask time "

@@ -35,10 +35,10 @@ static void activation_cols(dsv4_mode mode, float lim, const moe_expert_call *c,
 
 void moe_expert_one(struct dsv4_model *m, const moe_expert_call *c) {
     const int d = m->cfg.dim, I = m->cfg.moe_inter, n = c->n;
-    linear_quantized_in(m->amx, m->pool, c->w1, c->x, n, d, c->g, I);
-    linear_quantized_in(m->amx, m->pool, c->w3, c->x, n, d, c->v, I);
+    linear_bf16_in(m->amx, m->pool, c->w1, c->x, n, d, c->g, I);
+    linear_bf16_in(m->amx, m->pool, c->w3, c->x, n, d, c->v, I);
     activation_cols(m->mode, m->cfg.swiglu_limit, c, I, 0, I);
-    linear_quantized_in(m->amx, m->pool, c->w2, c->g, n, I, c->y, d);
+    linear_bf16_in(m->amx, m->pool, c->w2, c->g, n, I, c->y, d);
     num_bf16(m->mode, c->y, (long)n * d);
 }
 
@@ -94,7 +94,7 @@ static void plan_units(group_job *j) {
     atomic_init(&j->next, 0);
 }
 
-/* Rows [r0, r1) of y = w x over call ci's tokens, by the kernel linear_quantized_in would pick for w: the AMX
+/* Rows [r0, r1) of y = w x over call ci's tokens, by the kernel linear_bf16_in would pick for w: the AMX
  * tiles when the model runs on AMX and w's format fits (the tokens then made at the phase's start, unless that
  * ran out of memory: cpu_linear_amx also falls back to the fp32 kernels then), else the pool's linear_rows. */
 static void rows_of(const group_job *j, int ci, const dsv4_weight *w, const float *x, int ldx, float *y, int ldy,

@@ -29,6 +29,6 @@ enum { MOE_GROUP_CALLS = 64 };
 /* Every call, two pool dispatches in all. n_calls <= MOE_GROUP_CALLS + 1 (the shared expert may ride along).
  * A model on AMX (m->amx) runs its rows on the tiles as cpu_linear_amx would (backend/cpu/amx.h's pieces). */
 void moe_experts_grouped(struct dsv4_model *m, const moe_expert_call *calls, int n_calls);
-/* One call as three linears (linear_quantized_in: the AMX path when m->amx), three pool dispatches. */
+/* One call as three linears (linear_bf16_in: the AMX path when m->amx), three pool dispatches. */
 void moe_expert_one(struct dsv4_model *m, const moe_expert_call *call);
 #endif

@@ -16,10 +16,13 @@ static inline void num_bf16(dsv4_mode m, float *x, long n) {
 }
 static inline float num_bf16_1(dsv4_mode m, float x) { return is_official(m) ? round_bf16(x) : x; }
 
-/* y = W x for an input that OFFICIAL mode has FP8-quantized (act_quant_fp8_inplace): its values are exact
- * bf16s, so a model loaded with cpu_amx (OFFICIAL only: `amx` is the model's flag) takes the AMX path with
- * the accumulation order of backend/cpu/amx.h, for every T; otherwise cpu_linear. */
-static inline void linear_quantized_in(int amx, dsv4_pool *pool, const dsv4_weight *w, const float *x, int T,
+/* y = W x for an input whose values OFFICIAL mode has made exact bf16s: FP8-quantized (act_quant_fp8_inplace,
+ * the FP8 linears' inputs) or rounded to bf16 (the BF16 and fp32 linears of spec §3.6 whose input is a bf16
+ * tensor: wo_a, the compressors, the indexer's weights_proj, the router). A model loaded with cpu_amx (OFFICIAL
+ * only: `amx` is the model's flag) takes the AMX path with the accumulation order of backend/cpu/amx.h, for
+ * every T; otherwise cpu_linear. Products of two bf16s are exact in fp32, so either way only the accumulation
+ * order differs from the official GPU kernels' (spec §3.6). */
+static inline void linear_bf16_in(int amx, dsv4_pool *pool, const dsv4_weight *w, const float *x, int T,
                                        int ldx, float *y, int ldy) {
     if (amx) cpu_linear_bf16in(pool, w, x, T, ldx, y, ldy);
     else cpu_linear(pool, w, x, T, ldx, y, ldy);

@@ -81,7 +81,7 @@ typedef struct {
 struct dsv4_model {
     dsv4_config cfg;
     dsv4_mode mode;
-    int amx;                 /* OFFICIAL FP8-input linears on AMX (dsv4_load_opts.cpu_amx, CPU device) */
+    int amx;                 /* OFFICIAL linears with bf16-exact inputs on AMX (dsv4_load_opts.cpu_amx, CPU device) */
     int moe_per_expert;      /* run the MoE experts one at a time, three pool dispatches each, instead of grouped
                               * (core/moe_experts.h): the reference the grouped run is tested against */
     uint64_t routed_bytes;   /* weight bytes of the routed experts CPU steps have run, each once a step
