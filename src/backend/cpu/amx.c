@@ -16,6 +16,10 @@
 
 enum { ROWS = 16, KTILE = 32, GROUP = 16, GROUPS = 3 };
 enum { TILE_C0 = 0, TILE_A = 3, TILE_B0 = 4 };   /* C: tiles 0-2, A: 3, B: 4-6 */
+/* With one token group (up to 16 tokens) tiles 5 and 6 are free: odd k-tiles load their A and B there, so
+ * the loads of step k + 1 do not wait for step k's TDPBF16PS to finish reading tiles 3 and 4 (the loads had
+ * been the stall of one-token linears); the steps on C stay the same, in the same order. */
+enum { TILE_A_ODD = 5, TILE_B_ODD = 6 };
 
 typedef struct {
     uint8_t palette, start_row, reserved[14];
@@ -85,32 +89,34 @@ static int fp4_row_bf16(const uint8_t *src, const uint8_t *srow, int n, uint16_t
     return 1;
 }
 
-/* Row `row` of w as bf16 into out[0..n32), zero beyond cols. Rows whose scales fall outside the exact ranges
- * above (never in real checkpoints) are decoded in fp32 and truncated: still one fixed path per row. */
-static void row_bf16(const dsv4_weight *w, int row, uint16_t *out, int n32, float *ftmp) {
-    const int n = w->cols;
+/* Columns [c0, c0 + nc) of row `row` of w as bf16 into out[0..nc), zero at and beyond cols (c0 is a multiple
+ * of 128; nc a multiple of 32). Column blocks whose scales fall outside the exact ranges above (never in real
+ * checkpoints) are decoded in fp32 and truncated: the fast decoders give exactly those bits wherever they
+ * apply, so how a row is cut into ranges never changes a value. */
+static void row_bf16(const dsv4_weight *w, int row, int c0, int nc, uint16_t *out, float *ftmp) {
+    const int n = w->cols, nv = n - c0 < nc ? n - c0 : nc;   /* columns that exist */
     int ok = 0;
     switch (w->fmt) {
     case WF_BF16:
-        memcpy(out, (const uint16_t *)w->data + (int64_t)row * n, sizeof(uint16_t) * (size_t)n);
+        memcpy(out, (const uint16_t *)w->data + (int64_t)row * n + c0, sizeof(uint16_t) * (size_t)nv);
         ok = 1;
         break;
     case WF_FP8:
-        ok = fp8_row_bf16((const uint8_t *)w->data + (int64_t)row * n,
-                          w->scale + (int64_t)((w->row0 + row) / 128) * w->scale_cols, n, out);
+        ok = fp8_row_bf16((const uint8_t *)w->data + (int64_t)row * n + c0,
+                          w->scale + (int64_t)((w->row0 + row) / 128) * w->scale_cols + c0 / 128, nv, out);
         break;
     case WF_FP4:
-        ok = fp4_row_bf16((const uint8_t *)w->data + (int64_t)row * (n / 2),
-                          w->scale + (int64_t)(w->row0 + row) * w->scale_cols, n, out);
+        ok = fp4_row_bf16((const uint8_t *)w->data + (int64_t)row * (n / 2) + c0 / 2,
+                          w->scale + (int64_t)(w->row0 + row) * w->scale_cols + c0 / 32, nv, out);
         break;
     default:
         break;
     }
     if (!ok) {
         weight_decode_row(w, row, ftmp);
-        for (int i = 0; i < n; i++) out[i] = f32_bits_hi(ftmp[i]);
+        for (int i = 0; i < nv; i++) out[i] = f32_bits_hi(ftmp[c0 + i]);
     }
-    memset(out + n, 0, sizeof(uint16_t) * (size_t)(n32 - n));
+    memset(out + nv, 0, sizeof(uint16_t) * (size_t)(nc - nv));
 }
 
 /* ---- the tiles ---- */
@@ -151,18 +157,25 @@ static void configure(int widths[GROUPS], int ng) {
         cfg.rows[TILE_B0 + g] = KTILE / 2;
         cfg.colsb[TILE_B0 + g] = (uint16_t)(widths[g] * 4);
     }
+    if (ng == 1) {
+        cfg.rows[TILE_A_ODD] = ROWS;
+        cfg.colsb[TILE_A_ODD] = KTILE * 2;
+        cfg.rows[TILE_B_ODD] = KTILE / 2;
+        cfg.colsb[TILE_B_ODD] = (uint16_t)(widths[0] * 4);
+    }
     /* GCC's _tile_loadconfig reads the config through another struct type, so type-based alias analysis may
      * drop the field stores above when this is inlined (ldtilecfg then faults): a barrier keeps them */
     __asm__ __volatile__("" : : "r"(&cfg) : "memory");
     _tile_loadconfig(&cfg);
 }
 
-/* A pass: one row block of 16 (A in abuf, row stride n32) times the tokens [t0, t0 + 48), in up to three
- * groups of 16 with a C tile each. */
-typedef struct { int r0, nr, t0, ng, widths[GROUPS]; const uint16_t *abuf; } pass;
+/* A pass: one row block of 16 times the tokens [t0, t0 + 48), in up to three groups of 16 with a C tile each.
+ * The A tile of k-tile kt is read at abuf + (kt - a_kt0) * KTILE, rows a_stride bytes apart: the decoded
+ * block, or the decoded column chunk that holds kt. */
+typedef struct { int r0, nr, t0, ng, widths[GROUPS]; const uint16_t *abuf; size_t a_stride; int a_kt0; } pass;
 
-static pass pass_begin(const amx_job *j, const uint16_t *abuf, int r0, int t0, int *cfg_key) {
-    pass p = { r0, j->w->rows - r0 < ROWS ? j->w->rows - r0 : ROWS, t0, 0, { 0 }, abuf };
+static pass pass_begin(const amx_job *j, const uint16_t *abuf, size_t a_stride, int r0, int t0, int *cfg_key) {
+    pass p = { r0, j->w->rows - r0 < ROWS ? j->w->rows - r0 : ROWS, t0, 0, { 0 }, abuf, a_stride, 0 };
     for (int t = t0; t < j->T && p.ng < GROUPS; t += GROUP) p.widths[p.ng++] = j->T - t < GROUP ? j->T - t : GROUP;
     const int key = p.ng | p.widths[0] << 2 | p.widths[1] << 8 | p.widths[2] << 14;
     if (key != *cfg_key) { configure(p.widths, p.ng); *cfg_key = key; }
@@ -174,10 +187,26 @@ static pass pass_begin(const amx_job *j, const uint16_t *abuf, int r0, int t0, i
 
 /* C_g += A(k-tiles [k0, k1)) . B_g */
 static void pass_steps(const amx_job *j, const pass *p, int k0, int k1) {
-    const size_t bstride = (size_t)j->tpad * 4, astride = (size_t)j->n32 * 2;
+    const size_t bstride = (size_t)j->tpad * 4;
+    if (p->ng == 1) {
+        for (int kt = k0; kt < k1; kt++) {
+            const uint32_t *b = j->xv + (size_t)kt * (KTILE / 2) * j->tpad + p->t0;
+            const uint16_t *a = p->abuf + (size_t)(kt - p->a_kt0) * KTILE;
+            if (kt & 1) {   /* the intrinsics take tile numbers as literals: 5 = TILE_A_ODD, 6 = TILE_B_ODD */
+                _tile_loadd(5, a, p->a_stride);
+                _tile_loadd(6, b, bstride);
+                _tile_dpbf16ps(0, 5, 6);
+            } else {
+                _tile_loadd(3, a, p->a_stride);
+                _tile_loadd(4, b, bstride);
+                _tile_dpbf16ps(0, 3, 4);
+            }
+        }
+        return;
+    }
     for (int kt = k0; kt < k1; kt++) {
         const uint32_t *b = j->xv + (size_t)kt * (KTILE / 2) * j->tpad + p->t0;
-        _tile_loadd(3, p->abuf + (size_t)kt * KTILE, astride);
+        _tile_loadd(3, p->abuf + (size_t)(kt - p->a_kt0) * KTILE, p->a_stride);
         _tile_loadd(4, b, bstride);
         _tile_dpbf16ps(0, 3, 4);
         if (p->ng > 1) {
@@ -204,19 +233,38 @@ static void pass_end(const amx_job *j, const pass *p) {
         }
 }
 
-/* Row r of block rb into its place in abuf (zeros past the weight's rows). */
-static void decode_row(const amx_job *j, int rb, int r, uint16_t *abuf, float *ftmp) {
-    uint16_t *out = abuf + (size_t)r * j->n32;
-    if (rb * ROWS + r < j->w->rows) row_bf16(j->w, rb * ROWS + r, out, j->n32, ftmp);
-    else memset(out, 0, sizeof(uint16_t) * (size_t)j->n32);
+/* Columns [c0, c0 + nc) of row r of block rb into buf + r * nc (zeros past the weight's rows). */
+static void decode_row(const amx_job *j, int rb, int r, int c0, int nc, uint16_t *buf, float *ftmp) {
+    uint16_t *out = buf + (size_t)r * nc;
+    const int row = rb * ROWS + r;
+    if (row >= j->w->rows) {
+        memset(out, 0, sizeof(uint16_t) * (size_t)nc);
+        return;
+    }
+    /* One token reads each weight once, 16 rows a chunk at a time: the hardware prefetchers did not keep
+     * those 16 short streams ahead of the decoders, which waited on their loads (one-thread FP4 decode at a
+     * third of the fp32 kernels' speed). So the bytes this row needs next are requested now: its next chunk,
+     * or at the end of the row the same row of the next block. */
+    const dsv4_weight *w = j->w;
+    const size_t rbytes = weight_bytes(w) / (size_t)w->rows, cbytes = rbytes * (size_t)nc / (size_t)w->cols;
+    const char *next = NULL;
+    if (c0 + nc < w->cols) next = (const char *)w->data + (size_t)row * rbytes + (size_t)(c0 + nc) * rbytes / (size_t)w->cols;
+    else if (row + ROWS < w->rows) next = (const char *)w->data + (size_t)(row + ROWS) * rbytes;
+    if (next)
+        for (size_t i = 0; i < cbytes; i += 64) __builtin_prefetch(next + i, 0, 3);
+    row_bf16(j->w, row, c0, nc, out, ftmp);
 }
 
-/* Up to 48 tokens (decode, most expert calls): two block buffers in turn, and the tile steps of block rb
- * spread between the row decodes of block rb + 1, a few k-tiles after each row. The AMX unit then works
- * while the cores decode (a block's steps issued back to back stalled the decoding behind them: they took a
- * quarter of OFFICIAL decode time), and a tile load never reads data stored just before it (it would wait
- * for those stores to reach the cache). More tokens: each block decoded, then a pass per 48 tokens. The same
- * tile steps in the same order for every output either way. */
+/* Up to 48 tokens (decode, most expert calls): the weights are decoded a column chunk of a row block at a time
+ * (16 rows x CHUNK columns of bf16 = 16 KiB), two chunk buffers in turn, and the tile steps of one chunk are
+ * spread between the row decodes of the next, a k-tile or two after each row. The AMX unit then works while
+ * the cores decode (a block's steps issued back to back stalled the decoding behind them: they took a quarter
+ * of OFFICIAL decode time), a tile load never reads data stored just before it (it would wait for those
+ * stores to reach the cache), and the decoded bf16 stays in L1 (a whole decoded block, 128 KiB for 4096
+ * columns, went through L2 and back: one-token FP4 linears ran at half the fp32 kernels' speed). The next
+ * block's first chunk is decoded during the last chunk of this one. More tokens: each block decoded whole,
+ * then a pass per 48 tokens. Every output takes the same tile steps in the same order on either path. */
+enum { CHUNK = 512 };
 static void amx_rows(void *ctx, int b0, int b1, int thread) {
     const amx_job *j = ctx;
     const int n32 = j->n32, kts = n32 / KTILE;
@@ -227,29 +275,37 @@ static void amx_rows(void *ctx, int b0, int b1, int thread) {
     int cfg_key = -1;
     if (j->T > GROUPS * GROUP) {
         for (int rb = b0; rb < b1; rb++) {
-            for (int r = 0; r < ROWS; r++) decode_row(j, rb, r, abuf, ftmp);
+            for (int r = 0; r < ROWS; r++) decode_row(j, rb, r, 0, n32, abuf, ftmp);
             for (int t0 = 0; t0 < j->T; t0 += GROUPS * GROUP) {
-                const pass p = pass_begin(j, abuf, rb * ROWS, t0, &cfg_key);
+                const pass p = pass_begin(j, abuf, (size_t)n32 * 2, rb * ROWS, t0, &cfg_key);
                 pass_steps(j, &p, 0, kts);
                 pass_end(j, &p);
             }
         }
     } else {
-        const int per_row = (kts + ROWS - 1) / ROWS;
-        for (int r = 0; r < ROWS; r++) decode_row(j, b0, r, abuf, ftmp);
-        for (int rb = b0; rb < b1; rb++) {
-            uint16_t *cur = abuf + ((rb - b0) & 1) * block, *next = abuf + ((rb + 1 - b0) & 1) * block;
-            const pass p = pass_begin(j, cur, rb * ROWS, 0, &cfg_key);
-            int k = 0;
-            if (rb + 1 < b1)
+        const int cw = n32 < CHUNK ? n32 : CHUNK, nch = (n32 + cw - 1) / cw, items = (b1 - b0) * nch;
+        uint16_t *const buf[2] = { abuf, abuf + ROWS * (size_t)cw };   /* 2 * ROWS * cw <= 2 * block */
+        pass p;
+        for (int r = 0; r < ROWS; r++) decode_row(j, b0, r, 0, cw, buf[0], ftmp);
+        for (int i = 0; i < items; i++) {
+            const int rb = b0 + i / nch, c0 = (i % nch) * cw, kt0 = c0 / KTILE;
+            const int kt1 = (n32 - c0 < cw ? n32 : c0 + cw) / KTILE;
+            if (c0 == 0) p = pass_begin(j, NULL, (size_t)cw * 2, rb * ROWS, 0, &cfg_key);
+            p.abuf = buf[i & 1];
+            p.a_kt0 = kt0;
+            int k = kt0;
+            if (i + 1 < items) {
+                const int nrb = b0 + (i + 1) / nch, nc0 = ((i + 1) % nch) * cw;
+                const int per_row = (kt1 - kt0 + ROWS - 1) / ROWS;
                 for (int r = 0; r < ROWS; r++) {
-                    decode_row(j, rb + 1, r, next, ftmp);
-                    const int k1 = k + per_row < kts ? k + per_row : kts;
+                    decode_row(j, nrb, r, nc0, cw, buf[(i + 1) & 1], ftmp);
+                    const int k1 = k + per_row < kt1 ? k + per_row : kt1;
                     pass_steps(j, &p, k, k1);
                     k = k1;
                 }
-            pass_steps(j, &p, k, kts);
-            pass_end(j, &p);
+            }
+            pass_steps(j, &p, k, kt1);
+            if (kt1 == kts) pass_end(j, &p);
         }
     }
     _tile_release();
