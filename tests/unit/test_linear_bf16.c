@@ -131,7 +131,7 @@ static void amx_same_bits_any_batch(void **st) {
     if (!have_amx()) skip();
     dsv4_pool *p1 = dsv4_pool_new(1), *p3 = dsv4_pool_new(3);
     assert_true(p1 && p3);
-    /* columns past 512 take the chunked decode when T <= 16 and the whole-row decode above */
+    /* columns past 512 take the chunked decode when T <= 48 and the whole-block decode above */
     static const struct { dsv4_wfmt fmt; int cols[4]; } shapes[] = {
         {WF_BF16, {64, 77, 512, 1100}}, {WF_FP8, {128, 200, 384, 1000}}, {WF_FP4, {32, 96, 288, 1056}},
     };
