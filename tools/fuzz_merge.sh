@@ -72,11 +72,27 @@ for tgz in "$@"; do
         [ "$name" = target ] && continue
         bin="$B/fuzzers/fuzz_$name"
         [ -x "$bin" ] || { echo "fuzz_merge: $bin is not built" >&2; exit 1; }
+        # libFuzzer's -timeout is wall-clock time: a process starved behind other work (fuzzing at nice 19 on a
+        # shared machine) or stopped for a while reports a fast unit as a timeout. A timeout is a finding only when
+        # one of its inputs is still slow here (replayed once with the same 30 s limit, under ASan); otherwise the
+        # run row says how many there were and how long the slowest input takes on replay.
+        unrepro=""
+        if [ "$tmo" != 0 ] && [ -d "$R/artifacts/$name" ]; then
+            repro=0; worst=0
+            for f in "$R/artifacts/$name"/timeout-*; do
+                [ -f "$f" ] || continue
+                t0=$(date +%s%N)
+                "$bin" -timeout=30 -rss_limit_mb=2048 -malloc_limit_mb=2048 "$f" >/dev/null 2>&1 || repro=$((repro + 1))
+                ms=$(( ($(date +%s%N) - t0) / 1000000 )); [ "$ms" -gt "$worst" ] && worst=$ms
+            done
+            if [ "$repro" = 0 ]; then unrepro="$tmo wall-clock timeout(s) not reproduced: the slowest input replays in $worst ms"; tmo=0; fi
+        fi
         findings=""
         [ "$crash" != 0 ] && findings+="$crash crash "; [ "$leak" != 0 ] && findings+="$leak leak "
         [ "$tmo" != 0 ] && findings+="$tmo timeout "; [ "$oom" != 0 ] && findings+="$oom oom "
         findings=${findings% }; [ -n "$findings" ] || findings=none
-        if [ "$findings" != none ]; then
+        [ -n "$unrepro" ] && { [ "$findings" = none ] && findings="none ($unrepro)" || findings+=" ($unrepro)"; }
+        if [ "${findings%% *}" != none ]; then
             mkdir -p "$B/findings/$run_id/$name"
             cp "$R/artifacts/$name"/* "$R/logs/$name".*.log "$B/findings/$run_id/$name/" 2>/dev/null || true
             echo "   FINDING $name ($findings): inputs and logs in $B/findings/$run_id/$name/;"
@@ -123,7 +139,7 @@ awk -F'|' '
         t = $5; gsub(/ /, "", t); cpu = $7 + 0; ex = $8 + 0; ed = $9 + 0; fi_ = $11; gsub(/^ +| +$/, "", fi_)
         if (!(t in runs)) order[++nt] = t
         runs[t]++; c[t] += cpu; e[t] += ex; if (ed > m[t]) m[t] = ed
-        if (fi_ != "none") { nf[t]++; clean[t] = 0 } else clean[t] += cpu
+        if (fi_ !~ /^none/) { nf[t]++; clean[t] = 0 } else clean[t] += cpu
         next
     }
     /^<!-- totals -->/ {
