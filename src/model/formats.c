@@ -5,14 +5,6 @@
 static inline uint32_t f2u(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
 static inline float u2f(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
 
-uint16_t f32_to_bf16(float x) {
-    uint32_t u = f2u(x);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40); /* quiet NaN */
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
-}
-
-float round_bf16(float x) { return bf16_to_f32(f32_to_bf16(x)); }
 
 float e4m3_to_f32(uint8_t b) {
     int s = b >> 7, e = (b >> 3) & 15, m = b & 7;
