@@ -312,18 +312,31 @@ static void amx_rows(void *ctx, int b0, int b1, int thread) {
 }
 
 int cpu_amx_tokens_make(cpu_amx_tokens *b, const float *x, int T, int ldx, int cols) {
-    const int n32 = (cols + KTILE - 1) / KTILE * KTILE, tpad = (T + GROUP - 1) / GROUP * GROUP;
+    const int n32 = (cols + KTILE - 1) / KTILE * KTILE, tpad = (T + GROUP - 1) / GROUP * GROUP, full = cols / 2;
     *b = (cpu_amx_tokens){ NULL, T, tpad, n32, cols };
     if (T <= 0) return -1;
     b->xv = aligned_alloc(64, sizeof(uint32_t) * (size_t)(n32 / 2) * tpad);
     if (!b->xv) return -1;
-    /* the caller promised bf16 values, so dropping the low half is exact */
-    memset(b->xv, 0, sizeof(uint32_t) * (size_t)(n32 / 2) * tpad);
+    /* A B tile is as wide as its token group, so tile loads read only tokens [0, T) of a pair row: what needs
+     * zeros is the pair rows past the columns (the last k-tile's padding), not the whole buffer (for one token
+     * that was 16x the data, cleared before every linear). */
+    for (int p = full; p < n32 / 2; p++) memset(b->xv + (size_t)p * tpad, 0, sizeof(uint32_t) * (size_t)tpad);
+    /* the caller promised bf16 values, so dropping the low half is exact: pair p of token t is the high words of
+     * x[2p] and x[2p + 1], i.e. 16 pairs are the odd words of 32 consecutive floats */
+    const __m512i odd_words = _mm512_set_epi16(63, 61, 59, 57, 55, 53, 51, 49, 47, 45, 43, 41, 39, 37, 35, 33,
+                                               31, 29, 27, 25, 23, 21, 19, 17, 15, 13, 11, 9, 7, 5, 3, 1);
+    const __m512i rows = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+                                            _mm512_set1_epi32(tpad));
     for (int t = 0; t < T; t++) {
         const float *xt = x + (int64_t)t * ldx;
-        for (int p = 0; p < cols / 2; p++)
+        int p = 0;
+        for (; p + 16 <= full; p += 16) {
+            const __m512i lo = _mm512_loadu_si512((const void *)(xt + 2 * p)), hi = _mm512_loadu_si512((const void *)(xt + 2 * p + 16));
+            _mm512_i32scatter_epi32((void *)(b->xv + (size_t)p * tpad + t), rows, _mm512_permutex2var_epi16(lo, odd_words, hi), 4);
+        }
+        for (; p < full; p++)
             b->xv[(size_t)p * tpad + t] = f32_bits_hi(xt[2 * p]) | (uint32_t)f32_bits_hi(xt[2 * p + 1]) << 16;
-        if (cols % 2) b->xv[(size_t)(cols / 2) * tpad + t] = f32_bits_hi(xt[cols - 1]);
+        if (cols % 2) b->xv[(size_t)full * tpad + t] = f32_bits_hi(xt[cols - 1]);
     }
     return 0;
 }
