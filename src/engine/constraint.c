@@ -35,6 +35,7 @@ struct dsv4_cstate {
 
 void dsv4_cmatcher_free(dsv4_cmatcher *s) {
     if (!s) return;
+    count_free(s);
     pda_free(s);
     sig_free(s);
     for (int i = 0; i < CI_SLOTS; i++) free(s->ci_ranges[i]);
@@ -329,7 +330,7 @@ const dsv4_cvocab *dsv4_cmatcher_vocab(const dsv4_cmatcher *m) { return m->v; }
 
 size_t dsv4_cmatcher_bytes(const dsv4_cmatcher *m) {
     size_t b = sizeof *m;
-    b += pda_bytes(m) + sig_bytes(m);
+    b += pda_bytes(m) + sig_bytes(m) + count_bytes(m);
     b += sizeof(uint64_t) * (size_t)m->words * (MASK_SLOTS + CI_SLOTS + 1);
     for (int i = 0; i < CI_SLOTS; i++) b += (size_t)m->ci_cap_ranges[i] * 2 * sizeof(int32_t);
     return b;

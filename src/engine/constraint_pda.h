@@ -39,6 +39,7 @@
 
 typedef struct { int32_t pos, parent; } cnode;
 typedef struct sig_store sig_store;      /* behaviour signatures and their shared walks (constraint_sig.c) */
+typedef struct count_state count_state;  /* counted repetitions (constraint_count.c) */
 typedef struct { int32_t *v; int64_t n, cap; } ivec;
 
 int ivec_push(ivec *a, int32_t x);
@@ -108,6 +109,7 @@ struct dsv4_cmatcher {
     int next_ci;
     uint8_t *esc;                /* [max_depth + 1] walk scratch */
     int32_t *dfs;                /* [max_depth + 1] */
+    count_state *cnt;            /* counted repetitions and their tables (constraint_count.c), made on first use */
     sig_store *sig;              /* walks shared by configurations that behave alike (constraint_sig.c) */
     int64_t sig_probe;           /* trie nodes a plain walk may visit before a stored walk is tried (tests: 0) */
     dsv4_cstate_stats st;
@@ -124,6 +126,10 @@ int32_t pda_step_byte(dsv4_cmatcher *m, int32_t c, unsigned b);
 /* The same for the grammar's special token k (an index into g->special). */
 int32_t pda_step_special(dsv4_cmatcher *m, int32_t c, int32_t k);
 
+/* The closure of the items pos[0 .. n) with the frames of parent code `parent` (a node id or PA_WILD), interned:
+ * its id, or T_FAIL. */
+int32_t pda_enter(dsv4_cmatcher *m, const int32_t *pos, int32_t n, int32_t parent);
+
 /* c with its shared context cut off (constraint.c explains the use): the innermost node that every stack of c
  * passes through gets the parent PA_WILD, and the nodes above it are rebuilt on it, so configurations that
  * differ only below that node (a string in one property or another) truncate to the same configuration.
@@ -137,6 +143,16 @@ int  sig_init(dsv4_cmatcher *m);
 void sig_free(dsv4_cmatcher *m);
 size_t sig_bytes(const dsv4_cmatcher *m);
 int  ci_fill(dsv4_cmatcher *m, int32_t tc, int slot);
+/* Uncertain tokens toks[a .. b) into CI slot `slot`. 0, or -1 when out of memory. */
+int  ci_add_range(dsv4_cmatcher *m, int slot, int32_t a, int32_t b);
+
+/* Closed forms of counted repetitions (constraint_count.c): the context-independent walk of truncated
+ * configuration tc into CI slot `slot` without walking the trie, when tc is the start of an x of a counted
+ * repetition whose x has a table (the vocabulary's; or, with build, made now). 1 done, 0 not that form, -1 out
+ * of memory. */
+int  count_fill(dsv4_cmatcher *m, int32_t tc, int slot, int build);
+void count_free(dsv4_cmatcher *m);
+size_t count_bytes(const dsv4_cmatcher *m);
 
 static inline int32_t cfg_len(const dsv4_cmatcher *m, int32_t c) { return m->cf.len[c]; }
 static inline const int32_t *cfg_items(const dsv4_cmatcher *m, int32_t c) { return m->cf.v.v + m->cf.off[c]; }

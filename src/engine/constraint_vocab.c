@@ -22,6 +22,7 @@ void dsv4_cvocab_free(dsv4_cvocab *v) {
     free(v->depth_nodes);
     free(v->len_le);
     sig_shelf_free(v->shelf);
+    count_shelf_free(v->count_shelf);
     for (int32_t i = 0; i < v->n_special; i++) free(v->special_text[i]);
     free(v->special_text);
     free(v->special_id);

@@ -27,10 +27,13 @@ struct dsv4_cvocab {
     int32_t *depth_nodes;
     uint64_t *len_le;        /* [(CV_SIG_DEPTH + 1) * words]: bit id of row d = token id has 1 .. d bytes */
     struct sig_shelf *shelf; /* stored walks made once for every matcher (dsv4_cvocab_prepare_json); read-only */
+    struct count_shelf *count_shelf; /* tables of JSON's string and key characters (constraint_count.c); read-only */
     /* special (added) tokens by text, for grammars that name them (GE_TOKEN); never in the trie */
     char **special_text;
     int32_t *special_id;
     int32_t n_special, cap_special;
 };
 void sig_shelf_free(struct sig_shelf *sh);   /* constraint_sig.c */
+void count_shelf_free(struct count_shelf *sh);   /* constraint_count.c */
+int  count_prepare_json(dsv4_cvocab *v, dsv4_error *err);
 #endif

@@ -1,0 +1,529 @@
+/* Closed forms for the masks of counted repetitions: a string with r characters left before its maxLength,
+ * x{1,300} at count k, the characters of an extra key. No trie walk: a table lookup and a few uncertain tokens.
+ *
+ * Why. Each count of a counted repetition is its own configuration, and near the bound its walk differs from
+ * every stored one (constraint_sig.c) exactly for the tokens that are longer than what is left: a trie walk
+ * of 90k-270k nodes (1-3 ms) per count on the real vocabulary, on the first request with a schema.
+ *
+ * The shape. gb_repeat builds x{min,max} as min references to x followed by a chain of rules
+ * O ::= x O' | empty (O' the next rule of the chain; the last one is x alone; an unbounded x* is one rule that
+ * refers to itself). A frame F = (q, P) pushed by a reference to x says "after this x, continue at position q,
+ * then with the frames P". Following the grammar from q: references to x (each a mandatory x), then possibly
+ * one chain rule of x (R more optional x's), then the continuation K = (position after them, P). So after the
+ * x now in progress, between p and R more x's may come, then K. Here x must not be nullable.
+ *
+ * A truncated configuration tc (constraint.c) at the start of an x has the form
+ *     tc = Xs(F) + E0,
+ * Xs(F) being the closure of x's alternatives with the frame F, and E0 whatever else tc has (the closing quote
+ * when the string may end now, the empty key's quote). Both are built here (pda_enter) and compared with tc by
+ * id, so the form is never assumed: tc contains Xs(F) exactly, or this file does nothing.
+ *
+ * The table of x (per vocabulary, independent of the frames). Let S = Xs(WILD), x started with nothing below.
+ * Reading a token's bytes from S, resetting to S each time the x is complete (the configuration escaped, with
+ * nothing else alive: x must be prefix-free, or there is no table), classifies every token:
+ *   pure:  all its bytes are x content; c = the x's started (the last one maybe unfinished, needing `rest` more
+ *          bytes to complete);
+ *   break: after j complete x's the next byte b cannot start an x;
+ *   dead:  it stops inside an x.
+ * That is one walk of the trie per x (pure prefixes and their children only). The vocabulary keeps the tables
+ * of JSON's string characters and key characters (dsv4_cvocab_prepare_json); a matcher finds them by comparing
+ * rules structurally (the same rules match the same bytes), and builds its own tables for other x's.
+ *
+ * The closed form. With FirstX = the bytes that start an x, FirstE0 / FirstK = the bytes E0 / K read (K's
+ * closure built from F and the count shape above), if FirstX meets neither and K does not escape (leave the
+ * truncated frames without reading a byte), then at the j-th boundary of a token (after j complete x's, from
+ * tc) the configuration is: x's that may continue (if j - 1 < R) plus K (if p <= j - 1 <= R), plus E0 at j = 0.
+ * A byte of FirstX continues the x's only (the other stacks die), a byte outside it the other stacks only. So:
+ *   allowed whatever the context: pure tokens with c <= R + 1 (their x stacks are alive at the end);
+ *   uncertain (checked alone against the real configuration, constraint.c): break tokens with j = 0 and b in
+ *     FirstE0, and with p + 1 <= j <= R + 1 and b in FirstK;
+ *   refused: everything else (pure with c > R + 1: x cannot continue and K does not read FirstX; break tokens
+ *     elsewhere; dead tokens: inside an x only x's stacks are alive, and they are above F).
+ * need (the budget this holds for) is bounded by the longest pure token's length plus its rest, plus p + 1
+ * shortest x's, plus K's shortest completion: the completion of the pure stack, at least the configuration's.
+ *
+ * Exactness: tests/unit/test_constraint_count.c checks every mask against each token's own answer on counted
+ * strings at every count, escapes, UTF-8 pieces, closing quotes followed by other bytes, extra keys and GBNF
+ * repetitions (ambiguous ones included, which must not use a closed form). */
+#include "engine/constraint_pda.h"
+#include "engine/json_schema.h"
+#include "util/error.h"
+#include <stdlib.h>
+#include <string.h>
+
+#define CT_ROWS 17                  /* rows of allowed bits for c = 0 .. 16; longer counts from a sorted list */
+#define COUNT_INF INT64_MAX         /* an unbounded repetition */
+#define SHELF_TABLES 8
+
+typedef struct count_table {
+    int words;
+    gb_set first_x;                 /* bytes that start an x */
+    int32_t maxc;                   /* the largest c of a pure token */
+    uint64_t *pure_le;              /* [CT_ROWS][words]: pure tokens with c <= row */
+    uint64_t *pure_all;             /* [words] */
+    int64_t mlr[CT_ROWS], mlr_all;  /* max (length + rest) over those */
+    int32_t n_tail;                 /* pure tokens with c >= CT_ROWS, sorted by c */
+    int32_t *tail_id, *tail_c;
+    int64_t *tail_mlr;              /* cumulative max of length + rest along the tail */
+    int32_t n_brk;                  /* break entries sorted by (byte, j): toks[ka .. kb) broke at j with byte */
+    int32_t brk_first[257];
+    int32_t *brk_j, *brk_ka, *brk_kb;
+} count_table;
+
+/* The vocabulary's tables, with the grammar they were made on (to compare rules with). Read-only once made. */
+struct count_shelf {
+    dsv4_grammar *g[2];
+    int n;
+    int32_t x[SHELF_TABLES];
+    int gi[SHELF_TABLES];
+    count_table *t[SHELF_TABLES];
+};
+
+/* Per matcher: the chains of the grammar and the table of each x (borrowed from the shelf or owned). */
+struct count_state {
+    int32_t *chain_x;               /* [n_rule]: the x of chain rule O, or -1 */
+    int64_t *rleft;                 /* [n_rule]: how many x's chain rule O allows (COUNT_INF: unbounded) */
+    count_table **tab;              /* [n_rule] */
+    uint8_t *tab_state;             /* [n_rule]: 0 not looked for, 1 borrowed, 2 owned, 3 none, 4 not the
+                                     * vocabulary's (built when asked) */
+    uint8_t *is_x;                  /* [n_rule]: the x of some chain */
+    int32_t *map;                   /* [n_rule] scratch of rule_same */
+};
+
+static void table_free(count_table *t) {
+    if (!t) return;
+    free(t->pure_le); free(t->pure_all); free(t->tail_id); free(t->tail_c); free(t->tail_mlr);
+    free(t->brk_j); free(t->brk_ka); free(t->brk_kb);
+    free(t);
+}
+
+static size_t table_bytes(const count_table *t) {
+    return sizeof *t + sizeof(uint64_t) * (size_t)t->words * (CT_ROWS + 1) + (size_t)t->n_tail * 16 + (size_t)t->n_brk * 12;
+}
+
+/* ---- the table of x ------------------------------------------------------------------------------------------ */
+
+typedef struct { int32_t b, j, ka, kb; } brk_entry;
+
+static int brk_cmp(const void *a, const void *b) {
+    const brk_entry *x = a, *y = b;
+    if (x->b != y->b) return x->b < y->b ? -1 : 1;
+    if (x->j != y->j) return x->j < y->j ? -1 : 1;
+    return (x->ka > y->ka) - (x->ka < y->ka);
+}
+
+static int tail_cmp(const void *a, const void *b) {
+    const int64_t *x = a, *y = b;
+    return (x[0] > y[0]) - (x[0] < y[0]);
+}
+
+/* The table of rule x, walking the trie on m's automaton. 1 made (*out), 0 x has none (nullable, or not
+ * prefix-free), -1 out of memory. */
+static int table_build(dsv4_cmatcher *m, int32_t x, count_table **out) {
+    *out = NULL;
+    const dsv4_grammar *g = m->g;
+    const dsv4_cvocab *v = m->v;
+    if (g->rule_min[x] <= 0) return 0;
+    const int32_t na = g->alt_first[x + 1] - g->alt_first[x];
+    const int32_t S = pda_enter(m, g->alt_pos + g->alt_first[x], na, PA_WILD);
+    if (S == T_FAIL) return -1;
+    if (m->cfg_escape[S] || m->cfg_accept[S]) return 0;
+    const int words = m->words, D = v->max_depth + 1;
+    count_table *t = calloc(1, sizeof *t);
+    int32_t *xc = malloc(sizeof *xc * (size_t)D), *cn = malloc(sizeof *cn * (size_t)D);
+    int32_t *pc_tok = malloc(sizeof *pc_tok * (size_t)v->n_vocab);
+    int64_t *pm_tok = malloc(sizeof *pm_tok * (size_t)v->n_vocab);
+    brk_entry *be = NULL;
+    int64_t n_be = 0, cap_be = 0;
+    int rc = -1;
+    if (!t || !xc || !cn || !pc_tok || !pm_tok) goto done;
+    t->words = words;
+    for (unsigned b = 0; b < 256; b++) {
+        const int32_t c = pda_step_byte(m, S, b);
+        if (c == T_FAIL) goto done;
+        if (c >= 0) gb_set_add(&t->first_x, b);
+    }
+    for (int32_t i = 0; i < v->n_vocab; i++) pc_tok[i] = -1;
+    /* xc[d]: the configuration inside the current x at depth d, S at a boundary; cn[d]: x's started */
+    xc[0] = S;
+    cn[0] = 0;
+    const uint16_t *depth = v->depth;
+    const uint8_t *byte = v->byte;
+    const int32_t *end = v->end, *tok_first = v->tok_first, *toks = v->toks;
+    for (int32_t i = 1; i < v->n_node;) {
+        const int d = depth[i];
+        const int32_t pc = xc[d - 1];
+        const int32_t *tr = m->cfg_trans[pc];
+        int32_t c = tr ? tr[byte[i]] : T_UNKNOWN;
+        if (c == T_UNKNOWN) c = pda_step_byte(m, pc, byte[i]);
+        if (c == T_FAIL) goto done;
+        if (c < 0) {
+            if (pc == S && tok_first[i] < tok_first[end[i]]) {   /* a break at a boundary: the whole subtree */
+                if (n_be == cap_be) {
+                    cap_be = cap_be ? 2 * cap_be : 1024;
+                    brk_entry *nb = realloc(be, sizeof *nb * (size_t)cap_be);
+                    if (!nb) goto done;
+                    be = nb;
+                }
+                be[n_be++] = (brk_entry){ byte[i], cn[d - 1], tok_first[i], tok_first[end[i]] };
+            }
+            i = end[i];
+            continue;
+        }
+        const int32_t started = pc == S ? cn[d - 1] + 1 : cn[d - 1];
+        if (m->cfg_escape[c]) {
+            /* the x is complete; another parse still inside it would make the boundaries ambiguous */
+            if (cfg_len(m, c) > 0 || m->cfg_accept[c]) { rc = 0; goto done; }
+            xc[d] = S;
+        } else xc[d] = c;
+        cn[d] = started;
+        const int64_t lr = d + (xc[d] == S ? 0 : m->cfg_min[c]);
+        for (int32_t k = tok_first[i]; k < tok_first[i + 1]; k++) { pc_tok[toks[k]] = started; pm_tok[toks[k]] = lr; }
+        if (started > t->maxc) t->maxc = started;
+        i++;
+    }
+    /* pure rows (cumulative) and the tail */
+    t->pure_le = calloc((size_t)words * CT_ROWS, sizeof *t->pure_le);
+    t->pure_all = calloc((size_t)words, sizeof *t->pure_all);
+    if (!t->pure_le || !t->pure_all) goto done;
+    int64_t *tl = NULL;
+    int32_t n_tl = 0;
+    for (int32_t id = 0; id < v->n_vocab; id++)
+        if (pc_tok[id] >= CT_ROWS) n_tl++;
+    if (n_tl && !(tl = malloc(sizeof *tl * 2 * (size_t)n_tl))) goto done;
+    n_tl = 0;
+    for (int r = 0; r < CT_ROWS; r++) t->mlr[r] = 0;
+    t->mlr_all = 0;
+    for (int32_t id = 0; id < v->n_vocab; id++) {
+        const int32_t c = pc_tok[id];
+        if (c < 0) continue;
+        t->pure_all[id >> 6] |= 1ULL << (id & 63);
+        if (pm_tok[id] > t->mlr_all) t->mlr_all = pm_tok[id];
+        if (c < CT_ROWS) {
+            t->pure_le[(size_t)c * words + (id >> 6)] |= 1ULL << (id & 63);
+            if (pm_tok[id] > t->mlr[c]) t->mlr[c] = pm_tok[id];
+        } else { tl[2 * n_tl] = c; tl[2 * n_tl + 1] = id; n_tl++; }
+    }
+    for (int r = 1; r < CT_ROWS; r++) {
+        for (int w = 0; w < words; w++) t->pure_le[(size_t)r * words + w] |= t->pure_le[(size_t)(r - 1) * words + w];
+        if (t->mlr[r - 1] > t->mlr[r]) t->mlr[r] = t->mlr[r - 1];
+    }
+    if (n_tl) qsort(tl, (size_t)n_tl, 2 * sizeof *tl, tail_cmp);
+    t->n_tail = n_tl;
+    t->tail_id = malloc(sizeof *t->tail_id * (size_t)(n_tl + 1));
+    t->tail_c = malloc(sizeof *t->tail_c * (size_t)(n_tl + 1));
+    t->tail_mlr = malloc(sizeof *t->tail_mlr * (size_t)(n_tl + 1));
+    if (!t->tail_id || !t->tail_c || !t->tail_mlr) { free(tl); goto done; }
+    int64_t mx = t->mlr[CT_ROWS - 1];
+    for (int32_t k = 0; k < n_tl; k++) {
+        t->tail_c[k] = (int32_t)tl[2 * k];
+        t->tail_id[k] = (int32_t)tl[2 * k + 1];
+        if (pm_tok[t->tail_id[k]] > mx) mx = pm_tok[t->tail_id[k]];
+        t->tail_mlr[k] = mx;
+    }
+    free(tl);
+    /* break entries by (byte, j) */
+    if (n_be) qsort(be, (size_t)n_be, sizeof *be, brk_cmp);
+    t->n_brk = (int32_t)n_be;
+    t->brk_j = malloc(sizeof *t->brk_j * (size_t)(n_be + 1));
+    t->brk_ka = malloc(sizeof *t->brk_ka * (size_t)(n_be + 1));
+    t->brk_kb = malloc(sizeof *t->brk_kb * (size_t)(n_be + 1));
+    if (!t->brk_j || !t->brk_ka || !t->brk_kb) goto done;
+    int32_t k = 0;
+    for (int b = 0; b <= 256; b++) {
+        while (k < n_be && be[k].b < b) k++;
+        t->brk_first[b] = k;
+    }
+    for (int64_t e = 0; e < n_be; e++) { t->brk_j[e] = be[e].j; t->brk_ka[e] = be[e].ka; t->brk_kb[e] = be[e].kb; }
+    rc = 1;
+done:
+    free(xc); free(cn); free(pc_tok); free(pm_tok); free(be);
+    if (rc == 1) *out = t;
+    else table_free(t);
+    return rc;
+}
+
+/* ---- rules compared across grammars ----------------------------------------------------------------------- */
+
+/* 1 when rule x of a and rule y of b match the same bytes because they are the same rules, element for element
+ * (rules reached from them too; map[] of a's rules, -1 = not yet paired, is the pairing assumed so far). */
+static int rule_same(const dsv4_grammar *a, int32_t x, const dsv4_grammar *b, int32_t y, int32_t *map, int depth) {
+    if (map[x] >= 0) return map[x] == y;
+    if (depth > 64) return 0;
+    const int32_t n = a->alt_first[x + 1] - a->alt_first[x];
+    if (n != b->alt_first[y + 1] - b->alt_first[y]) return 0;
+    map[x] = y;
+    for (int32_t i = 0; i < n; i++) {
+        int32_t p = a->alt_pos[a->alt_first[x] + i], q = b->alt_pos[b->alt_first[y] + i];
+        for (;; p++, q++) {
+            const gelem e = a->el[p], f = b->el[q];
+            if (e.kind != f.kind) return 0;
+            if (e.kind == GE_END) break;
+            if (e.kind == GE_BYTES && memcmp(&a->sets[e.arg], &b->sets[f.arg], sizeof(gb_set))) return 0;
+            if (e.kind == GE_TOKEN && strcmp(a->special[e.arg], b->special[f.arg])) return 0;
+            if (e.kind == GE_RULE && !rule_same(a, e.arg, b, f.arg, map, depth + 1)) return 0;
+        }
+    }
+    return 1;
+}
+
+/* ---- chains --------------------------------------------------------------------------------------------- */
+
+/* Chain rule O: two alternatives, one empty and one `x O'` or `x` (x not nullable). Its x and next rule
+ * (-1 none), or 0 when O is not one. */
+static int chain_step(const dsv4_grammar *g, int32_t o, int32_t *x, int32_t *next) {
+    if (g->alt_first[o + 1] - g->alt_first[o] != 2) return 0;
+    int32_t a = g->alt_pos[g->alt_first[o]], e = g->alt_pos[g->alt_first[o] + 1];
+    if (g->el[a].kind == GE_END) { const int32_t t = a; a = e; e = t; }
+    if (g->el[e].kind != GE_END || g->el[a].kind != GE_RULE || g->rule_min[g->el[a].arg] <= 0) return 0;
+    *x = g->el[a].arg;
+    if (g->el[a + 1].kind == GE_END) { *next = -1; return 1; }
+    if (g->el[a + 1].kind != GE_RULE || g->el[a + 2].kind != GE_END) return 0;
+    *next = g->el[a + 1].arg;
+    return 1;
+}
+
+static int state_init(dsv4_cmatcher *m) {
+    const dsv4_grammar *g = m->g;
+    count_state *C = calloc(1, sizeof *C);
+    if (!C) return -1;
+    m->cnt = C;
+    const size_t n = (size_t)g->n_rule;
+    C->chain_x = malloc(sizeof *C->chain_x * n);
+    C->rleft = malloc(sizeof *C->rleft * n);
+    C->tab = calloc(n, sizeof *C->tab);
+    C->tab_state = calloc(n, 1);
+    C->map = malloc(sizeof *C->map * n);
+    C->is_x = calloc(n, 1);
+    int32_t *path = malloc(sizeof *path * n);
+    uint8_t *mark = calloc(n, 1);   /* 1 on the current path, 2 resolved */
+    if (!C->chain_x || !C->rleft || !C->tab || !C->tab_state || !C->map || !C->is_x || !path || !mark) { free(path); free(mark); return -1; }
+    for (int32_t r = 0; r < g->n_rule; r++) C->chain_x[r] = -1;
+    /* follow each chain to its end (-1), a resolved rule, a rule that is not a chain of the same x, or itself
+     * again (unbounded), then resolve the path backwards */
+    for (int32_t r0 = 0; r0 < g->n_rule; r0++) {
+        if (mark[r0]) continue;
+        int32_t np = 0, r = r0, x0 = -1, x, next;
+        int64_t tail = 0;        /* x's allowed after the path's last rule; -1: the path is not a chain */
+        for (;;) {
+            if (!chain_step(g, r, &x, &next) || (x0 >= 0 && x != x0)) { tail = -1; break; }
+            x0 = x;
+            mark[r] = 1;
+            path[np++] = r;
+            if (next < 0) { tail = 0; break; }
+            if (mark[next] == 1) { tail = COUNT_INF; break; }
+            if (mark[next] == 2) {
+                tail = C->chain_x[next] == x0 ? C->rleft[next] : -1;
+                break;
+            }
+            r = next;
+        }
+        for (int32_t k = np - 1; k >= 0; k--) {
+            mark[path[k]] = 2;
+            if (tail < 0) continue;
+            tail = tail == COUNT_INF ? COUNT_INF : tail + 1;
+            C->chain_x[path[k]] = x0;
+            C->rleft[path[k]] = tail;
+            C->is_x[x0] = 1;
+        }
+        if (!mark[r0]) mark[r0] = 2;
+    }
+    free(path);
+    free(mark);
+    return 0;
+}
+
+void count_free(dsv4_cmatcher *m) {
+    count_state *C = m->cnt;
+    if (!C) return;
+    for (int32_t r = 0; r < m->g->n_rule && C->tab_state; r++)
+        if (C->tab_state[r] == 2) table_free(C->tab[r]);
+    free(C->chain_x); free(C->rleft); free(C->tab); free(C->tab_state); free(C->map); free(C->is_x);
+    free(C);
+    m->cnt = NULL;
+}
+
+size_t count_bytes(const dsv4_cmatcher *m) {
+    const count_state *C = m->cnt;
+    if (!C) return 0;
+    size_t b = sizeof *C + (size_t)m->g->n_rule * (sizeof(int32_t) * 2 + sizeof(int64_t) + sizeof(void *) + 1);
+    for (int32_t r = 0; r < m->g->n_rule; r++)
+        if (C->tab_state[r] == 2) b += table_bytes(C->tab[r]);
+    return b;
+}
+
+/* The table of x: the vocabulary's for the same rule, else built when `build` (else NULL). -1 out of memory. */
+static int table_for(dsv4_cmatcher *m, int32_t x, int build, const count_table **out) {
+    count_state *C = m->cnt;
+    *out = NULL;
+    if (C->tab_state[x] == 1 || C->tab_state[x] == 2) { *out = C->tab[x]; return 0; }
+    if (C->tab_state[x] == 3 || !C->is_x[x]) return 0;
+    const struct count_shelf *sh = m->v->count_shelf;
+    for (int i = 0; sh && C->tab_state[x] == 0 && i < sh->n; i++) {
+        const dsv4_grammar *sg = sh->g[sh->gi[i]];
+        for (int32_t r = 0; r < m->g->n_rule; r++) C->map[r] = -1;
+        if (rule_same(m->g, x, sg, sh->x[i], C->map, 0)) {
+            C->tab[x] = sh->t[i];
+            C->tab_state[x] = 1;
+            *out = C->tab[x];
+            return 0;
+        }
+    }
+    C->tab_state[x] = 4;
+    if (!build) return 0;
+    count_table *t;
+    const int rc = table_build(m, x, &t);
+    if (rc < 0) return -1;
+    C->tab[x] = t;
+    C->tab_state[x] = rc ? 2 : 3;
+    *out = t;
+    return 0;
+}
+
+/* ---- the closed form ------------------------------------------------------------------------------------- */
+
+/* The bytes the ready nodes of configuration c read (those not in `skip`, a sorted list, when given). */
+static void first_bytes(const dsv4_cmatcher *m, int32_t c, const int32_t *skip, int32_t n_skip, gb_set *out) {
+    memset(out, 0, sizeof *out);
+    const int32_t *it = cfg_items(m, c);
+    for (int32_t i = 0, s = 0; i < cfg_len(m, c); i++) {
+        while (s < n_skip && skip[s] < it[i]) s++;
+        if (s < n_skip && skip[s] == it[i]) continue;
+        const gelem e = m->g->el[m->node[it[i]].pos];
+        if (e.kind != GE_BYTES) continue;
+        for (int w = 0; w < 4; w++) out->w[w] |= m->g->sets[e.arg].w[w];
+    }
+}
+
+static int sets_meet(const gb_set *a, const gb_set *b) {
+    for (int w = 0; w < 4; w++)
+        if (a->w[w] & b->w[w]) return 1;
+    return 0;
+}
+
+/* Uncertain: the break entries of t with byte in `bytes` and j0 <= j <= j1. */
+static int add_breaks(dsv4_cmatcher *m, int slot, const count_table *t, const gb_set *bytes, int64_t j0, int64_t j1) {
+    for (unsigned b = 0; b < 256; b++) {
+        if (!gb_set_has(bytes, b)) continue;
+        int32_t lo = t->brk_first[b], hi = t->brk_first[b + 1];
+        while (lo < hi) {   /* the first entry with j >= j0 */
+            const int32_t mid = lo + (hi - lo) / 2;
+            if (t->brk_j[mid] < j0) lo = mid + 1; else hi = mid;
+        }
+        for (int32_t e = lo; e < t->brk_first[b + 1] && t->brk_j[e] <= j1; e++)
+            if (ci_add_range(m, slot, t->brk_ka[e], t->brk_kb[e])) return -1;
+    }
+    return 0;
+}
+
+int count_fill(dsv4_cmatcher *m, int32_t tc, int slot, int build) {
+    if (m->cfg_escape[tc]) return 0;
+    if (!m->cnt && state_init(m)) return -1;
+    const dsv4_grammar *g = m->g;
+    const count_state *C = m->cnt;
+    /* a frame F pushed by a reference to x, below one of tc's ready nodes */
+    int32_t F = -1, x = -1;
+    for (int32_t i = 0; i < cfg_len(m, tc) && F < 0; i++) {
+        const int32_t par = m->node[cfg_items(m, tc)[i]].parent;
+        if (par < 0) continue;
+        const int32_t q = m->node[par].pos;
+        if (q == 0 || g->el[q - 1].kind != GE_RULE || g->rule_min[g->el[q - 1].arg] <= 0) continue;
+        F = par;
+        x = g->el[q - 1].arg;
+    }
+    if (F < 0) return 0;
+    const count_table *t;
+    if (table_for(m, x, build, &t)) return -1;
+    if (!t) return 0;
+    /* the count shape after this x: p mandatory x's, R in all, then K = (qk, P) */
+    const int32_t P = m->node[F].parent;
+    int32_t qk = m->node[F].pos;
+    int64_t p = 0, R = 0;
+    for (;;) {
+        const gelem e = g->el[qk];
+        if (e.kind == GE_RULE && e.arg == x) { p++; R++; qk++; continue; }
+        if (e.kind == GE_RULE && C->chain_x[e.arg] == x) { R = C->rleft[e.arg] == COUNT_INF ? COUNT_INF : R + C->rleft[e.arg]; qk++; }
+        break;
+    }
+    /* tc = Xs(F) + E0, checked by id */
+    const int32_t na = g->alt_first[x + 1] - g->alt_first[x];
+    const int32_t Xs = pda_enter(m, g->alt_pos + g->alt_first[x], na, F);
+    if (Xs == T_FAIL) return -1;
+    if (m->cfg_escape[Xs] || m->cfg_accept[Xs]) return 0;
+    const int32_t *xi = cfg_items(m, Xs), *ti = cfg_items(m, tc);
+    const int32_t nx = cfg_len(m, Xs), nt = cfg_len(m, tc);
+    for (int32_t i = 0, j = 0; i < nx; i++) {
+        while (j < nt && ti[j] < xi[i]) j++;
+        if (j == nt || ti[j] != xi[i]) return 0;
+    }
+    gb_set first_e0, first_k;
+    first_bytes(m, tc, cfg_items(m, Xs), nx, &first_e0);
+    if (sets_meet(&first_e0, &t->first_x)) return 0;
+    const int32_t K = pda_enter(m, &qk, 1, P);
+    if (K == T_FAIL) return -1;
+    if (m->cfg_escape[K]) return 0;
+    first_bytes(m, K, NULL, 0, &first_k);
+    if (sets_meet(&first_k, &t->first_x)) return 0;
+    /* allowed: pure tokens with c <= R + 1 */
+    const int64_t Rt = R == COUNT_INF ? COUNT_INF : R + 1;
+    uint64_t *bits = m->ci_bits + (size_t)slot * m->words;
+    int64_t mlr;
+    if (Rt >= t->maxc) {
+        memcpy(bits, t->pure_all, sizeof *bits * (size_t)m->words);
+        mlr = t->mlr_all;
+    } else if (Rt < CT_ROWS) {
+        memcpy(bits, t->pure_le + (size_t)Rt * m->words, sizeof *bits * (size_t)m->words);
+        mlr = t->mlr[Rt];
+    } else {
+        memcpy(bits, t->pure_le + (size_t)(CT_ROWS - 1) * m->words, sizeof *bits * (size_t)m->words);
+        mlr = t->mlr[CT_ROWS - 1];
+        for (int32_t k = 0; k < t->n_tail && t->tail_c[k] <= Rt; k++) {
+            bits[t->tail_id[k] >> 6] |= 1ULL << (t->tail_id[k] & 63);
+            mlr = t->tail_mlr[k];
+        }
+    }
+    m->ci_n_ranges[slot] = 0;
+    m->ci_uncertain[slot] = 0;
+    if (add_breaks(m, slot, t, &first_e0, 0, 0) || add_breaks(m, slot, t, &first_k, p + 1, Rt)) return -1;
+    m->ci_need[slot] = mlr + (p + 1) * g->rule_min[x] + m->cfg_min[K];
+    m->st.count_forms++;
+    return 1;
+}
+
+/* ---- the vocabulary's tables ----------------------------------------------------------------------------- */
+
+void count_shelf_free(struct count_shelf *sh) {
+    if (!sh) return;
+    for (int i = 0; i < sh->n; i++) table_free(sh->t[i]);
+    for (int i = 0; i < 2; i++) dsv4_grammar_free(sh->g[i]);
+    free(sh);
+}
+
+/* Tables for the x of every chain of a schema grammar with string values and extra keys (JSON's string and key
+ * characters, whitespace), plain and with '<' escaped as tool calls write it. */
+int count_prepare_json(dsv4_cvocab *v, dsv4_error *err) {
+    static const char schema[] = "{\"type\":\"object\",\"additionalProperties\":{\"type\":\"string\"}}";
+    if (v->count_shelf) return 0;
+    struct count_shelf *sh = calloc(1, sizeof *sh);
+    if (!sh) return dsv4_fail(err, DSV4_E_NOMEM, "constraint: out of memory");
+    v->count_shelf = sh;
+    int rc = 0;
+    for (int lt = 0; lt < 2 && !rc; lt++) {
+        const dsv4_schema_opts o = { 0, lt };
+        dsv4_cmatcher *m = NULL;
+        if ((rc = dsv4_grammar_from_schema_text(schema, sizeof schema - 1, &o, &sh->g[lt], err))) break;
+        if ((rc = dsv4_cmatcher_new(sh->g[lt], v, &m, err))) break;
+        if (state_init(m)) rc = dsv4_fail(err, DSV4_E_NOMEM, "constraint: out of memory");
+        for (int32_t r = 0; !rc && r < sh->g[lt]->n_rule; r++) {
+            const int32_t x = m->cnt->chain_x[r];
+            if (x < 0 || m->cnt->tab_state[x] || sh->n == SHELF_TABLES) continue;
+            count_table *t;
+            const int b = table_build(m, x, &t);
+            if (b < 0) { rc = dsv4_fail(err, DSV4_E_NOMEM, "constraint: out of memory (the vocabulary's count tables)"); break; }
+            m->cnt->tab_state[x] = 3;
+            if (b) { sh->x[sh->n] = x; sh->gi[sh->n] = lt; sh->t[sh->n] = t; sh->n++; }
+        }
+        dsv4_cmatcher_free(m);
+    }
+    return rc;
+}
