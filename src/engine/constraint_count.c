@@ -421,13 +421,13 @@ int count_fill(dsv4_cmatcher *m, int32_t tc, int slot, int build) {
     if (!m->cnt && state_init(m)) return -1;
     const dsv4_grammar *g = m->g;
     const count_state *C = m->cnt;
-    /* a frame F pushed by a reference to x, below one of tc's ready nodes */
+    /* a frame F pushed by a reference to x (the x of some chain), below one of tc's ready nodes */
     int32_t F = -1, x = -1;
     for (int32_t i = 0; i < cfg_len(m, tc) && F < 0; i++) {
         const int32_t par = m->node[cfg_items(m, tc)[i]].parent;
         if (par < 0) continue;
         const int32_t q = m->node[par].pos;
-        if (q == 0 || g->el[q - 1].kind != GE_RULE || g->rule_min[g->el[q - 1].arg] <= 0) continue;
+        if (q == 0 || g->el[q - 1].kind != GE_RULE || !C->is_x[g->el[q - 1].arg]) continue;
         F = par;
         x = g->el[q - 1].arg;
     }
