@@ -7,10 +7,11 @@
  *
  * The shape. gb_repeat builds x{min,max} as min references to x followed by a chain of rules
  * O ::= x O' | empty (O' the next rule of the chain; the last one is x alone; an unbounded x* is one rule that
- * refers to itself). A frame F = (q, P) pushed by a reference to x says "after this x, continue at position q,
- * then with the frames P". Following the grammar from q: references to x (each a mandatory x), then possibly
- * one chain rule of x (R more optional x's), then the continuation K = (position after them, P). So after the
- * x now in progress, between p and R more x's may come, then K. Here x must not be nullable.
+ * refers to itself), wrapped in a rule of one alternative `x ... x O` (a counted sequence). A frame F = (q, P)
+ * pushed by a reference to x says "after this x, continue at position q, then with the frames P". Following
+ * the grammar from q: references to x (each a mandatory x) and to counted sequences of x, up to the first
+ * chain (optional x's), then the continuation K = (position after them, P). So after the x now in progress,
+ * between p and R more x's may come, then K. Here x must not be nullable.
  *
  * A truncated configuration tc (constraint.c) at the start of an x has the form
  *     tc = Xs(F) + E0,
@@ -86,7 +87,12 @@ struct count_state {
     count_table **tab;              /* [n_rule] */
     uint8_t *tab_state;             /* [n_rule]: 0 not looked for, 1 borrowed, 2 owned, 3 none, 4 not the
                                      * vocabulary's (built when asked) */
-    uint8_t *is_x;                  /* [n_rule]: the x of some chain */
+    uint8_t *is_x;                  /* [n_rule]: the x of some counted sequence */
+    /* counted sequences: chain rules, and rules of one alternative `x ... x` or `x ... x O` (O a chain of x, or
+     * O alone), as gb_repeat makes them: seq_x[W] = x (-1 none), p mandatory x's, R in all, ends in a chain */
+    int32_t *seq_x;
+    int64_t *seq_p, *seq_r;
+    uint8_t *seq_chain;
     int32_t *map;                   /* [n_rule] scratch of rule_same */
 };
 
@@ -295,9 +301,13 @@ static int state_init(dsv4_cmatcher *m) {
     C->tab_state = calloc(n, 1);
     C->map = malloc(sizeof *C->map * n);
     C->is_x = calloc(n, 1);
+    C->seq_x = malloc(sizeof *C->seq_x * n);
+    C->seq_p = malloc(sizeof *C->seq_p * n);
+    C->seq_r = malloc(sizeof *C->seq_r * n);
+    C->seq_chain = calloc(n, 1);
     int32_t *path = malloc(sizeof *path * n);
     uint8_t *mark = calloc(n, 1);   /* 1 on the current path, 2 resolved */
-    if (!C->chain_x || !C->rleft || !C->tab || !C->tab_state || !C->map || !C->is_x || !path || !mark) { free(path); free(mark); return -1; }
+    if (!C->chain_x || !C->rleft || !C->tab || !C->tab_state || !C->map || !C->is_x || !C->seq_x || !C->seq_p || !C->seq_r || !C->seq_chain || !path || !mark) { free(path); free(mark); return -1; }
     for (int32_t r = 0; r < g->n_rule; r++) C->chain_x[r] = -1;
     /* follow each chain to its end (-1), a resolved rule, a rule that is not a chain of the same x, or itself
      * again (unbounded), then resolve the path backwards */
@@ -330,6 +340,39 @@ static int state_init(dsv4_cmatcher *m) {
     }
     free(path);
     free(mark);
+    /* counted sequences */
+    for (int32_t w = 0; w < g->n_rule; w++) {
+        C->seq_x[w] = -1;
+        if (C->chain_x[w] >= 0) {
+            C->seq_x[w] = C->chain_x[w];
+            C->seq_p[w] = 0;
+            C->seq_r[w] = C->rleft[w];
+            C->seq_chain[w] = 1;
+            continue;
+        }
+        if (g->alt_first[w + 1] - g->alt_first[w] != 1) continue;
+        int32_t q = g->alt_pos[g->alt_first[w]], x = -1;
+        int64_t p = 0, r = 0;
+        int chain = 0;
+        for (; g->el[q].kind == GE_RULE; q++) {
+            const int32_t a = g->el[q].arg;
+            if (x < 0 && g->rule_min[a] > 0) x = a;
+            if (a == x) { p++; r++; continue; }
+            if (C->chain_x[a] >= 0 && (x < 0 || C->chain_x[a] == x)) {
+                x = C->chain_x[a];
+                r = C->rleft[a] == COUNT_INF ? COUNT_INF : r + C->rleft[a];
+                chain = 1;
+                q++;
+            }
+            break;
+        }
+        if (x < 0 || g->el[q].kind != GE_END) continue;
+        C->seq_x[w] = x;
+        C->seq_p[w] = p;
+        C->seq_r[w] = r;
+        C->seq_chain[w] = (uint8_t)chain;
+        C->is_x[x] = 1;
+    }
     return 0;
 }
 
@@ -339,6 +382,7 @@ void count_free(dsv4_cmatcher *m) {
     for (int32_t r = 0; r < m->g->n_rule && C->tab_state; r++)
         if (C->tab_state[r] == 2) table_free(C->tab[r]);
     free(C->chain_x); free(C->rleft); free(C->tab); free(C->tab_state); free(C->map); free(C->is_x);
+    free(C->seq_x); free(C->seq_p); free(C->seq_r); free(C->seq_chain);
     free(C);
     m->cnt = NULL;
 }
@@ -442,7 +486,13 @@ int count_fill(dsv4_cmatcher *m, int32_t tc, int slot, int build) {
     for (;;) {
         const gelem e = g->el[qk];
         if (e.kind == GE_RULE && e.arg == x) { p++; R++; qk++; continue; }
-        if (e.kind == GE_RULE && C->chain_x[e.arg] == x) { R = C->rleft[e.arg] == COUNT_INF ? COUNT_INF : R + C->rleft[e.arg]; qk++; }
+        if (e.kind == GE_RULE && C->seq_x[e.arg] == x) {
+            const int32_t w = e.arg;
+            p += C->seq_p[w];
+            R = C->seq_r[w] == COUNT_INF || R == COUNT_INF ? COUNT_INF : R + C->seq_r[w];
+            qk++;
+            if (!C->seq_chain[w]) continue;   /* after optional x's, more x's would not fit the shape */
+        }
         break;
     }
     /* tc = Xs(F) + E0, checked by id */
