@@ -188,18 +188,54 @@ static int64_t walk(dsv4_cmatcher *s, int32_t c0, int64_t left, uint64_t *bits, 
  * *count tokens, *need (the budget it holds for) and *cut (the budget refused an uncertain token). Returns 1
  * when done, 0 when the full walk is the better way (too many uncertain tokens, or a budget too tight for the
  * bound), -1 when out of memory. */
+/* A CI slot for configuration key (the least recently claimed one). */
+static int ci_claim(dsv4_cmatcher *s, int32_t key) {
+    const int slot = s->next_ci;
+    s->next_ci = (s->next_ci + 1) % CI_SLOTS;
+    if (s->ci_cfg[slot] >= 0) s->cfg_ci[s->ci_cfg[slot]] = -1;
+    s->ci_cfg[slot] = key;
+    s->cfg_ci[key] = slot;
+    return slot;
+}
+
+static void ci_release(dsv4_cmatcher *s, int slot) {
+    if (s->ci_cfg[slot] >= 0) s->cfg_ci[s->ci_cfg[slot]] = -1;
+    s->ci_cfg[slot] = -1;
+}
+
 static int ci_mask(dsv4_cmatcher *s, int32_t c, int64_t left, int64_t *count, int64_t *need, int *cut) {
-    int64_t ccut;
-    const int32_t tc = pda_truncate(s, c, &ccut);
-    if (tc < 0) return -1;
-    int slot = s->cfg_ci[tc];
+    int64_t ccut = 0;
+    int slot = s->cfg_ci[c];     /* c's own closed form (below), or c is its own truncation */
     if (slot < 0) {
-        slot = s->next_ci;
-        s->next_ci = (s->next_ci + 1) % CI_SLOTS;
-        if (s->ci_cfg[slot] >= 0) s->cfg_ci[s->ci_cfg[slot]] = -1;
-        s->ci_cfg[slot] = tc;
-        s->cfg_ci[tc] = slot;
-        if (ci_fill(s, tc, slot)) { s->cfg_ci[tc] = -1; s->ci_cfg[slot] = -1; return -1; }
+        const int32_t tc = pda_truncate(s, c, &ccut);
+        if (tc < 0) return -1;
+        slot = s->cfg_ci[tc];
+        if (slot < 0) {
+            /* a counted repetition's closed form (constraint_count.c), else the walk (constraint_sig.c) */
+            slot = ci_claim(s, tc);
+            int32_t key = tc;
+            int rc = count_fill(s, tc, slot, 0);
+            if (rc == 0 && tc != c && (rc = count_fill(s, c, slot, 0)) == 1) key = c;
+            if (rc == 1) s->st.mask_walks++;
+            else if (rc == 0) rc = ci_fill(s, tc, c, slot, &key) ? -1 : 1;
+            if (rc < 0) { ci_release(s, slot); return -1; }
+            if (key != tc) {   /* c's own closed form: kept for c alone */
+                ci_release(s, slot);
+                s->ci_cfg[slot] = c;
+                s->cfg_ci[c] = slot;
+                ccut = 0;
+            }
+        }
+        if (s->ci_uncertain[slot] > s->v->n_vocab / 8 && tc != c) {
+            /* the truncation left most tokens to c: every stack of c passes through a counted repetition's
+             * frame (its first, mandatory characters), so the truncation cut off what follows it. The closed
+             * form of c itself, kept for c alone, when c has one. */
+            const int own = ci_claim(s, c);
+            const int rc = count_fill(s, c, own, 1);
+            if (rc < 0) { ci_release(s, own); return -1; }
+            if (rc == 0) ci_release(s, own);
+            else { s->st.mask_walks++; slot = own; ccut = 0; }
+        }
     }
     if (s->ci_uncertain[slot] > s->v->n_vocab / 8 || left - ccut < s->ci_need[slot]) return 0;
     memcpy(s->bits, s->ci_bits + (size_t)slot * s->words, sizeof *s->bits * (size_t)s->words);

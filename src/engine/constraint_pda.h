@@ -137,19 +137,21 @@ int32_t pda_enter(dsv4_cmatcher *m, const int32_t *pos, int32_t n, int32_t paren
  * when its stacks share no node), or T_FAIL. */
 int32_t pda_truncate(dsv4_cmatcher *m, int32_t c, int64_t *ccut);
 
-/* Context-independent walks (constraint_sig.c): the walk of truncated configuration tc into CI slot `slot`
- * (ci_bits, ci_ranges, ci_uncertain, ci_need). 0, or -1 when out of memory. */
+/* Context-independent walks (constraint_sig.c): the walk of truncated configuration tc (the truncation of c)
+ * into CI slot `slot` (ci_bits, ci_ranges, ci_uncertain, ci_need). A wide configuration may get a closed form
+ * (count_fill) there instead: of tc, or of c itself, which *key then says (else it is tc). 0, or -1 when out of
+ * memory. */
 int  sig_init(dsv4_cmatcher *m);
 void sig_free(dsv4_cmatcher *m);
 size_t sig_bytes(const dsv4_cmatcher *m);
-int  ci_fill(dsv4_cmatcher *m, int32_t tc, int slot);
+int  ci_fill(dsv4_cmatcher *m, int32_t tc, int32_t c, int slot, int32_t *key);
 /* Uncertain tokens toks[a .. b) into CI slot `slot`. 0, or -1 when out of memory. */
 int  ci_add_range(dsv4_cmatcher *m, int slot, int32_t a, int32_t b);
 
-/* Closed forms of counted repetitions (constraint_count.c): the context-independent walk of truncated
- * configuration tc into CI slot `slot` without walking the trie, when tc is the start of an x of a counted
- * repetition whose x has a table (the vocabulary's; or, with build, made now). 1 done, 0 not that form, -1 out
- * of memory. */
+/* Closed forms of counted repetitions (constraint_count.c): the context-independent walk of configuration tc
+ * (truncated, or a real one: then the answer holds for it alone) into CI slot `slot` without walking the trie,
+ * when tc is the start of an x of a counted repetition whose x has a table (the vocabulary's; or, with build,
+ * made now, once per x). 1 done, 0 not that form, -1 out of memory. */
 int  count_fill(dsv4_cmatcher *m, int32_t tc, int slot, int build);
 void count_free(dsv4_cmatcher *m);
 size_t count_bytes(const dsv4_cmatcher *m);

@@ -532,18 +532,15 @@ static int entry_apply(dsv4_cmatcher *m, const sig_entry *e, int r, int32_t n_pa
     return 0;
 }
 
-int ci_fill(dsv4_cmatcher *m, int32_t tc, int slot) {
+int ci_fill(dsv4_cmatcher *m, int32_t tc, int32_t c, int slot, int32_t *key) {
     sig_store *S = m->sig;
     m->st.mask_walks++;
-    /* a counted repetition whose x has a table already: its closed form (constraint_count.c) */
-    int rc = count_fill(m, tc, slot, 0);
-    if (rc) return rc < 0 ? -1 : 0;
     /* the stored walk that serves tc for the longest tokens (a check that fails does so within the first bytes):
      * the vocabulary's (read-only), then the matcher's own */
     const struct sig_shelf *shelf = m->v->shelf;
     const int n_shelf = shelf ? shelf->n : 0;
     sig_entry *best = NULL;
-    int best_r = 0, best_i = -1, near_bound = 0;
+    int best_r = 0, best_i = -1, near_bound = 0, rc;
     for (int i = 0; i < n_shelf + SIG_SLOTS; i++) {
         sig_entry *e = i < n_shelf ? (sig_entry *)&shelf->e[i] : &S->e[i - n_shelf];
         if (!e->last) continue;
@@ -567,8 +564,12 @@ int ci_fill(dsv4_cmatcher *m, int32_t tc, int slot) {
     }
     /* narrow configurations (few tokens alive: after '{', in a number) walk a few nodes: nothing to share */
     if ((rc = plain_fill(m, tc, slot, m->sig_probe)) <= 0) return rc;
-    /* a wide counted repetition: its x's table, made once, serves every count */
+    /* a wide counted repetition: the table of its x, made once, serves every count (constraint_count.c) */
     if ((rc = count_fill(m, tc, slot, 1))) return rc < 0 ? -1 : 0;
+    if (tc != c && (rc = count_fill(m, c, slot, 1))) {
+        *key = c;
+        return rc < 0 ? -1 : 0;
+    }
     /* a configuration that agrees with a stored walk no deeper than one whose partial reuse gave up (the next
      * counts of a short maxLength string) is walked plainly: it would give up too, and its own stored walk
      * would serve nothing else */

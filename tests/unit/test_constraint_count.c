@@ -45,6 +45,7 @@ static const char *const PIECES[] = {
  * decide in the GBNF cases below. */
 static const char *const FIXED[] = {
     "b!", "ab.", "abc.", "abcd.", "bb!", "dz", "dza", "<d", "<dx", "a!", "aa", "\",", "aaaa\"", "\\u00e9\"}",
+    "ab!", "aab!", "abab", "b!!", "<ab", "<abc!", "abca", "cab!",
 };
 
 static dsv4_cvocab *make_vocab(void) {
@@ -115,6 +116,8 @@ static const grammar_case CASES[] = {
     {"root ::= [^\"\\\\]{0,6} \"!\"\n", 2, 0},  /* '!' is in the class too: no closed form */
     {"root ::= [a-c]{1,4} [a-z] \".\"\n", 2, 0},  /* the exit reads bytes of the class: no closed form */
     {"root ::= (\"a\" | \"ab\"){1,4} \".\"\n", 2, 0},  /* x is not prefix-free: no table */
+    {"root ::= w{0,4} \"!\"\nw ::= \"a\" w | \"b\"\n", 2, 1},   /* inside x the configuration comes back to x's start */
+    {"root ::= \"<\" [a-c]{3} \"!\"\n", 2, 1},                  /* mandatory x's only (first ones keyed by the real configuration) */
     /* untruncated configurations (the stacks share no node): the checks that keep the form exact */
     {"root ::= [a-c]{2,4} [a-z] \".\" | \"d\" \"!\"\n", 2, 0},        /* the continuation reads bytes of x */
     {"root ::= [a-c]{2,4} \".\" | \"b\" \"!\"\n", 2, -1},              /* the other stacks read bytes of x */
