@@ -756,6 +756,12 @@ int count_prepare_json(dsv4_cvocab *v, dsv4_error *err) {
         for (int32_t r = 0; !rc && r < sh->g[lt]->n_rule; r++) {
             const int32_t x = m->cnt->chain_x[r];
             if (x < 0 || m->cnt->tab_state[x] || sh->n == SHELF_TABLES) continue;
+            int have = 0;   /* the same rule in the other grammar (whitespace) */
+            for (int i = 0; i < sh->n && !have; i++) {
+                for (int32_t k = 0; k < sh->g[lt]->n_rule; k++) m->cnt->map[k] = -1;
+                have = rule_same(sh->g[lt], x, sh->g[sh->gi[i]], sh->x[i], m->cnt->map, 0);
+            }
+            if (have) continue;
             count_table *t;
             const int b = table_build(m, x, 0, &t);
             if (b < 0) { rc = dsv4_fail(err, DSV4_E_NOMEM, "constraint: out of memory (the vocabulary's count tables)"); break; }
