@@ -12,6 +12,9 @@
  * the frames is "uncertain" and is checked alone against the real configuration. The truncated walk is cached
  * and shared by every configuration with the same tops (all strings, say), so a new context costs only the
  * uncertain tokens (those with a closing quote, for a string). The exact answer is the same as a full walk.
+ * A counted repetition (a string before its maxLength, x{1,300}, a key's characters) gets the same kind of
+ * answer without a walk, from per-token tables of its x (constraint_count.c); a walk that is shared between
+ * configurations that behave alike (constraint_sig.c) serves the rest.
  *
  * Length bound. Every configuration knows the fewest bytes that complete it (the sum of the shortest rests of
  * its frames, minimised over its stacks). A token is allowed only if used + its length + that minimum after it

@@ -17,7 +17,9 @@
  *     tc = Xs(F) + E0,
  * Xs(F) being the closure of x's alternatives with the frame F, and E0 whatever else tc has (the closing quote
  * when the string may end now, the empty key's quote). Both are built here (pda_enter) and compared with tc by
- * id, so the form is never assumed: tc contains Xs(F) exactly, or this file does nothing.
+ * id, so the form is never assumed: tc contains Xs(F) exactly, or this file does nothing. When every stack
+ * passes through F (the first, mandatory characters), the truncation cuts F's continuation off and K would
+ * escape; constraint.c then asks for the form of the real configuration, whose answer it keeps for it alone.
  *
  * The table of x (per vocabulary, independent of the frames). Let S = Xs(WILD), x started with nothing below.
  * Reading a token's bytes from S, resetting to S each time the x is complete (the configuration escaped, with
@@ -26,9 +28,13 @@
  *          bytes to complete);
  *   break: after j complete x's the next byte b cannot start an x;
  *   dead:  it stops inside an x.
- * That is one walk of the trie per x (pure prefixes and their children only). The vocabulary keeps the tables
- * of JSON's string characters and key characters (dsv4_cvocab_prepare_json); a matcher finds them by comparing
- * rules structurally (the same rules match the same bytes), and builds its own tables for other x's.
+ * That is one walk of the trie per x (pure prefixes and their children only). An x that is one byte of a set
+ * (a character class of single bytes: GBNF and pattern classes) needs no walk: pure tokens are those whose
+ * bytes are all in the set (the vocabulary's per-byte token sets, constraint_vocab.h), c is their length, and
+ * the breaks at a byte are found when a mask first needs them. The vocabulary keeps the tables of JSON's
+ * string characters and key characters (dsv4_cvocab_prepare_json, ~25 ms at load); a matcher finds them by
+ * comparing rules structurally (the same rules match the same bytes), and makes its own for other x's, once
+ * per x (when the probe of constraint_sig.c finds the configuration wide).
  *
  * The closed form. With FirstX = the bytes that start an x, FirstE0 / FirstK = the bytes E0 / K read (K's
  * closure built from F and the count shape above), if FirstX meets neither and K does not escape (leave the
@@ -43,9 +49,13 @@
  * need (the budget this holds for) is bounded by the longest pure token's length plus its rest, plus p + 1
  * shortest x's, plus K's shortest completion: the completion of the pure stack, at least the configuration's.
  *
+ * Not handled (a walk as before): the last x of a chain (`x` alone, no frame: one character left), positions
+ * inside an x, and an x followed by bytes of x (the checks above).
+ *
  * Exactness: tests/unit/test_constraint_count.c checks every mask against each token's own answer on counted
  * strings at every count, escapes, UTF-8 pieces, closing quotes followed by other bytes, extra keys and GBNF
- * repetitions (ambiguous ones included, which must not use a closed form). */
+ * repetitions (ambiguous ones included, which must not use a closed form); the grammar and json_schema fuzz
+ * targets compare a matcher that takes these paths with one that mostly walks (tests/fuzz/lib/constraint_walk.c). */
 #include "engine/constraint_pda.h"
 #include "engine/json_schema.h"
 #include "util/error.h"
