@@ -198,6 +198,7 @@ static int ci_claim(dsv4_cmatcher *s, int32_t key) {
     if (s->ci_cfg[slot] >= 0) s->cfg_ci[s->ci_cfg[slot]] = -1;
     s->ci_cfg[slot] = key;
     s->cfg_ci[key] = slot;
+    s->ci_ct[slot] = NULL;   /* set by a closed form that fills it */
     return slot;
 }
 
@@ -240,10 +241,16 @@ static int ci_mask(dsv4_cmatcher *s, int32_t c, int64_t left, int64_t *count, in
             else { s->st.mask_walks++; slot = own; ccut = 0; }
         }
     }
-    if (s->ci_uncertain[slot] > s->v->n_vocab / 8 || left - ccut < s->ci_need[slot]) return 0;
-    memcpy(s->bits, s->ci_bits + (size_t)slot * s->words, sizeof *s->bits * (size_t)s->words);
-    *need = s->ci_need[slot] + ccut;
+    if (s->ci_uncertain[slot] > s->v->n_vocab / 8) return 0;
     *cut = 0;
+    if (left - ccut >= s->ci_need[slot]) {
+        memcpy(s->bits, s->ci_bits + (size_t)slot * s->words, sizeof *s->bits * (size_t)s->words);
+        *need = s->ci_need[slot] + ccut;
+    } else if (s->ci_ct[slot]) {
+        /* a closed form below its budget (the end of a length bound): its tokens that still fit, one by one */
+        count_budget(s, slot, left - ccut, s->bits, need, cut);
+        *need += ccut;
+    } else return 0;   /* a walk's answer holds for its budget only: the full walk */
     const int32_t *toks = s->v->toks;
     for (int r = 0; r < s->ci_n_ranges[slot]; r++)
         for (int32_t k = s->ci_ranges[slot][2 * r]; k < s->ci_ranges[slot][2 * r + 1]; k++) {

@@ -48,6 +48,8 @@
  *     elsewhere; dead tokens: inside an x only x's stacks are alive, and they are above F).
  * need (the budget this holds for) is bounded by the longest pure token's length plus its rest, plus p + 1
  * shortest x's, plus K's shortest completion: the completion of the pure stack, at least the configuration's.
+ * Below that budget (the end of a length bound), count_budget keeps the allowed tokens that still fit, one by
+ * one: after a pure token only its x stack is alive, so that completion is exactly the configuration's.
  *
  * Not handled (a walk as before): the last x of a chain (`x` alone, no frame: one character left), positions
  * inside an x, and an x followed by bytes of x (the checks above).
@@ -68,6 +70,7 @@
 
 typedef struct count_table {
     int words;
+    int32_t n_vocab;
     gb_set first_x;                 /* bytes that start an x */
     int32_t maxc;                   /* the largest c of a pure token */
     uint64_t *pure_le;              /* [CT_ROWS][words]: pure tokens with c <= row */
@@ -87,6 +90,9 @@ typedef struct count_table {
     uint8_t b_done[256];
     int32_t b_n[256];
     int32_t *b_j[256], *b_k[256];   /* sorted by j: toks[k] is x-content for j bytes, then byte b */
+    /* per token (walk tables; single-byte ones: c = the length, rest 0): c, and the bytes that finish its last x */
+    uint16_t *tok_c;
+    uint8_t *tok_rest;
 } count_table;
 
 /* The vocabulary's tables, with the grammar they were made on (to compare rules with). Read-only once made. */
@@ -119,12 +125,14 @@ static void table_free(count_table *t) {
     free(t->pure_le); free(t->pure_all); free(t->tail_id); free(t->tail_c); free(t->tail_mlr);
     free(t->brk_j); free(t->brk_ka); free(t->brk_kb);
     for (int b = 0; b < 256; b++) { free(t->b_j[b]); free(t->b_k[b]); }
+    free(t->tok_c); free(t->tok_rest);
     free(t);
 }
 
 static size_t table_bytes(const count_table *t) {
     size_t b = sizeof *t + sizeof(uint64_t) * (size_t)t->words * (CT_ROWS + 1) + (size_t)t->n_tail * 16 + (size_t)t->n_brk * 12;
     for (int k = 0; k < 256; k++) b += (size_t)t->b_n[k] * 8;
+    if (t->tok_c) b += (size_t)t->n_vocab * 3;
     return b;
 }
 
@@ -372,6 +380,7 @@ static int table_build(dsv4_cmatcher *m, int32_t x, int lazy_ok, count_table **o
     int rc = -1;
     if (!t || !xc || !cn || !bd) goto done;
     t->words = words;
+    t->n_vocab = v->n_vocab;
     gb_set one;
     const int bytes_only = single_bytes(g, x, &one);
     if (bytes_only && lazy_ok) {
@@ -390,10 +399,16 @@ static int table_build(dsv4_cmatcher *m, int32_t x, int lazy_ok, count_table **o
     /* pure rows (cumulative) and the tail, sorted by c */
     t->pure_le = calloc((size_t)words * CT_ROWS, sizeof *t->pure_le);
     t->pure_all = calloc((size_t)words, sizeof *t->pure_all);
-    if (!t->pure_le || !t->pure_all) goto done;
+    t->tok_c = calloc((size_t)v->n_vocab, sizeof *t->tok_c);
+    t->tok_rest = calloc((size_t)v->n_vocab, sizeof *t->tok_rest);
+    if (!t->pure_le || !t->pure_all || !t->tok_c || !t->tok_rest) goto done;
     int32_t n_tl = 0;
     for (int64_t k = 0; k < f.n; k++) {
         const pure_entry e = f.p[k];
+        const int64_t rest = e.lr - (int64_t)v->len[e.id];
+        if (e.c > UINT16_MAX || rest > UINT8_MAX) { rc = 0; goto done; }   /* no real x comes close */
+        t->tok_c[e.id] = (uint16_t)e.c;
+        t->tok_rest[e.id] = (uint8_t)rest;
         t->pure_all[e.id >> 6] |= 1ULL << (e.id & 63);
         if (e.lr > t->mlr_all) t->mlr_all = e.lr;
         if (e.c > t->maxc) t->maxc = e.c;
@@ -735,8 +750,34 @@ int count_fill(dsv4_cmatcher *m, int32_t tc, int slot, int build) {
     m->ci_uncertain[slot] = 0;
     if (add_breaks(m, slot, t, &first_e0, 0, 0) || add_breaks(m, slot, t, &first_k, p + 1, Rt)) return -1;
     m->ci_need[slot] = mlr + (p + 1) * g->rule_min[x] + m->cfg_min[K];
+    m->ci_ct[slot] = t;
+    m->ci_ct_p[slot] = p;
+    m->ci_ct_xmin[slot] = g->rule_min[x];
+    m->ci_ct_kmin[slot] = m->cfg_min[K];
     m->st.count_forms++;
     return 1;
+}
+
+void count_budget(const dsv4_cmatcher *m, int slot, int64_t left, uint64_t *bits, int64_t *need, int *cut) {
+    const count_table *t = m->ci_ct[slot];
+    const uint64_t *src = m->ci_bits + (size_t)slot * m->words;
+    const int64_t p = m->ci_ct_p[slot], xmin = m->ci_ct_xmin[slot], kmin = m->ci_ct_kmin[slot];
+    const uint32_t *len = m->v->len;
+    int64_t nd_max = 0;
+    for (int w = 0; w < m->words; w++) {
+        uint64_t keep = 0;
+        for (uint64_t b = src[w]; b; b &= b - 1) {
+            const int32_t id = w * 64 + __builtin_ctzll(b);
+            /* c x's started, the last one `rest` bytes from complete; p + 1 - c mandatory ones still to come */
+            const int64_t c = t->tok_c ? t->tok_c[id] : (int64_t)len[id], rest = t->tok_rest ? t->tok_rest[id] : 0;
+            const int64_t nd = (int64_t)len[id] + rest + (c < p + 1 ? (p + 1 - c) * xmin : 0) + kmin;
+            if (nd > left) { *cut = 1; continue; }
+            keep |= b & -b;
+            if (nd > nd_max) nd_max = nd;
+        }
+        bits[w] = keep;
+    }
+    *need = nd_max;
 }
 
 /* ---- the vocabulary's tables ----------------------------------------------------------------------------- */

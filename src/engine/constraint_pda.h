@@ -106,6 +106,9 @@ struct dsv4_cmatcher {
     int ci_n_ranges[CI_SLOTS], ci_cap_ranges[CI_SLOTS];
     int64_t ci_uncertain[CI_SLOTS], ci_need[CI_SLOTS];
     int32_t ci_cfg[CI_SLOTS];
+    /* a slot filled by a closed form (constraint_count.c): its table and shape, for budgets below its need */
+    const struct count_table *ci_ct[CI_SLOTS];
+    int64_t ci_ct_p[CI_SLOTS], ci_ct_xmin[CI_SLOTS], ci_ct_kmin[CI_SLOTS];
     int next_ci;
     uint8_t *esc;                /* [max_depth + 1] walk scratch */
     int32_t *dfs;                /* [max_depth + 1] */
@@ -153,6 +156,11 @@ int  ci_add_range(dsv4_cmatcher *m, int slot, int32_t a, int32_t b);
  * when tc is the start of an x of a counted repetition whose x has a table (the vocabulary's; or, with build,
  * made now, once per x). 1 done, 0 not that form, -1 out of memory. */
 int  count_fill(dsv4_cmatcher *m, int32_t tc, int slot, int build);
+/* The allowed part of a closed form's slot under a budget below its need: the slot's allowed tokens whose length
+ * plus the shortest completion after them fits `left` (the budget less the truncation's cut), into bits;
+ * *need = the largest such sum kept, *cut = 1 when one did not fit. Exact: after such a token only its x's
+ * stack is alive, and its shortest completion is the rest of the x, the mandatory x's left and K's. */
+void count_budget(const dsv4_cmatcher *m, int slot, int64_t left, uint64_t *bits, int64_t *need, int *cut);
 void count_free(dsv4_cmatcher *m);
 size_t count_bytes(const dsv4_cmatcher *m);
 
