@@ -230,7 +230,7 @@ static int ci_mask(dsv4_cmatcher *s, int32_t c, int64_t left, int64_t *count, in
                 ccut = 0;
             }
         }
-        if (s->ci_uncertain[slot] > s->v->n_vocab / 8 && tc != c) {
+        if (s->ci_uncertain[slot] > s->v->n_vocab / 8 && tc != c && s->ci_cfg[slot] == tc) {
             /* the truncation left most tokens to c: every stack of c passes through a counted repetition's
              * frame (its first, mandatory characters), so the truncation cut off what follows it. The closed
              * form of c itself, kept for c alone, when c has one. */
