@@ -21,20 +21,12 @@
  * passes through F (the first, mandatory characters), the truncation cuts F's continuation off and K would
  * escape; constraint.c then asks for the form of the real configuration, whose answer it keeps for it alone.
  *
- * The table of x (per vocabulary, independent of the frames). Let S = Xs(WILD), x started with nothing below.
- * Reading a token's bytes from S, resetting to S each time the x is complete (the configuration escaped, with
- * nothing else alive: x must be prefix-free, or there is no table), classifies every token:
- *   pure:  all its bytes are x content; c = the x's started (the last one maybe unfinished, needing `rest` more
- *          bytes to complete);
- *   break: after j complete x's the next byte b cannot start an x;
- *   dead:  it stops inside an x.
- * That is one walk of the trie per x (pure prefixes and their children only). An x that is one byte of a set
- * (a character class of single bytes: GBNF and pattern classes) needs no walk: pure tokens are those whose
- * bytes are all in the set (the vocabulary's per-byte token sets, constraint_vocab.h), c is their length, and
- * the breaks at a byte are found when a mask first needs them. The vocabulary keeps the tables of JSON's
- * string characters and key characters (dsv4_cvocab_prepare_json, ~25 ms at load); a matcher finds them by
- * comparing rules structurally (the same rules match the same bytes), and makes its own for other x's, once
- * per x (when the probe of constraint_sig.c finds the configuration wide).
+ * The table of x (constraint_count_table.h), made once per x and vocabulary: every token is pure (all x
+ * content; c = the x's it starts, `rest` = the bytes that complete the last one), a break (after j complete x's
+ * a byte b that cannot start an x) or dead (it stops inside an x). The vocabulary keeps the tables of JSON's
+ * string and key characters (dsv4_cvocab_prepare_json, ~25 ms at load); a matcher finds them by comparing
+ * rules structurally (the same rules match the same bytes), and makes its own for other x's, once per x (when
+ * the probe of constraint_sig.c finds the configuration wide).
  *
  * The closed form. With FirstX = the bytes that start an x, FirstE0 / FirstK = the bytes E0 / K read (K's
  * closure built from F and the count shape above), if FirstX meets neither and K does not escape (leave the
@@ -58,42 +50,14 @@
  * strings at every count, escapes, UTF-8 pieces, closing quotes followed by other bytes, extra keys and GBNF
  * repetitions (ambiguous ones included, which must not use a closed form); the grammar and json_schema fuzz
  * targets compare a matcher that takes these paths with one that mostly walks (tests/fuzz/lib/constraint_walk.c). */
-#include "engine/constraint_pda.h"
+#include "engine/constraint_count_table.h"
 #include "engine/json_schema.h"
 #include "util/error.h"
 #include <stdlib.h>
 #include <string.h>
 
-#define CT_ROWS 17                  /* rows of allowed bits for c = 0 .. 16; longer counts from a sorted list */
 #define COUNT_INF INT64_MAX         /* an unbounded repetition */
 #define SHELF_TABLES 8
-
-typedef struct count_table {
-    int words;
-    int32_t n_vocab;
-    gb_set first_x;                 /* bytes that start an x */
-    int32_t maxc;                   /* the largest c of a pure token */
-    uint64_t *pure_le;              /* [CT_ROWS][words]: pure tokens with c <= row */
-    uint64_t *pure_all;             /* [words] */
-    int64_t mlr[CT_ROWS], mlr_all;  /* max (length + rest) over those */
-    int32_t n_tail;                 /* pure tokens with c >= CT_ROWS, sorted by c */
-    int32_t *tail_id, *tail_c;
-    int64_t *tail_mlr;              /* cumulative max of length + rest along the tail */
-    int32_t n_brk;                  /* break entries sorted by (byte, j): toks[ka .. kb) broke at j with byte */
-    int32_t brk_first[257];
-    int32_t *brk_j, *brk_ka, *brk_kb;
-    /* x is one byte of a set (a character class of single bytes): the table is made from the vocabulary's byte
-     * sets without a walk (c = the length), and the breaks at byte b are found when first needed (matchers'
-     * own tables only: the vocabulary's are read-only) */
-    int bytes_only;
-    gb_set set;
-    uint8_t b_done[256];
-    int32_t b_n[256];
-    int32_t *b_j[256], *b_k[256];   /* sorted by j: toks[k] is x-content for j bytes, then byte b */
-    /* per token (walk tables; single-byte ones: c = the length, rest 0): c, and the bytes that finish its last x */
-    uint16_t *tok_c;
-    uint8_t *tok_rest;
-} count_table;
 
 /* The vocabulary's tables, with the grammar they were made on (to compare rules with). Read-only once made. */
 struct count_shelf {
@@ -119,341 +83,6 @@ struct count_state {
     uint8_t *seq_chain;
     int32_t *map;                   /* [n_rule] scratch of rule_same */
 };
-
-static void table_free(count_table *t) {
-    if (!t) return;
-    free(t->pure_le); free(t->pure_all); free(t->tail_id); free(t->tail_c); free(t->tail_mlr);
-    free(t->brk_j); free(t->brk_ka); free(t->brk_kb);
-    for (int b = 0; b < 256; b++) { free(t->b_j[b]); free(t->b_k[b]); }
-    free(t->tok_c); free(t->tok_rest);
-    free(t);
-}
-
-static size_t table_bytes(const count_table *t) {
-    size_t b = sizeof *t + sizeof(uint64_t) * (size_t)t->words * (CT_ROWS + 1) + (size_t)t->n_tail * 16 + (size_t)t->n_brk * 12;
-    for (int k = 0; k < 256; k++) b += (size_t)t->b_n[k] * 8;
-    if (t->tok_c) b += (size_t)t->n_vocab * 3;
-    return b;
-}
-
-/* ---- the table of x ------------------------------------------------------------------------------------------ */
-
-typedef struct { int32_t b, j, ka, kb; } brk_entry;
-
-static int brk_cmp(const void *a, const void *b) {
-    const brk_entry *x = a, *y = b;
-    if (x->b != y->b) return x->b < y->b ? -1 : 1;
-    if (x->j != y->j) return x->j < y->j ? -1 : 1;
-    return (x->ka > y->ka) - (x->ka < y->ka);
-}
-
-
-typedef struct { int32_t c, id; int64_t lr; } pure_entry;
-
-static int pure_cmp(const void *a, const void *b) {
-    const pure_entry *x = a, *y = b;
-    return (x->c > y->c) - (x->c < y->c);
-}
-
-/* Growable lists of the walk's findings. */
-typedef struct { pure_entry *p; int64_t n, cap; brk_entry *b; int64_t nb, capb; } findings;
-
-static int add_pure(findings *f, int32_t id, int32_t c, int64_t lr) {
-    if (f->n == f->cap) {
-        f->cap = f->cap ? 2 * f->cap : 4096;
-        pure_entry *q = realloc(f->p, sizeof *q * (size_t)f->cap);
-        if (!q) return -1;
-        f->p = q;
-    }
-    f->p[f->n++] = (pure_entry){ c, id, lr };
-    return 0;
-}
-
-static int add_break(findings *f, int b, int32_t j, int32_t ka, int32_t kb) {
-    if (ka >= kb) return 0;
-    if (f->nb == f->capb) {
-        f->capb = f->capb ? 2 * f->capb : 1024;
-        brk_entry *q = realloc(f->b, sizeof *q * (size_t)f->capb);
-        if (!q) return -1;
-        f->b = q;
-    }
-    f->b[f->nb++] = (brk_entry){ b, j, ka, kb };
-    return 0;
-}
-
-/* 1 when every alternative of x is one byte set (a character class of single bytes): then each byte is a
- * whole x, and the walk needs no automaton. *set = their union. */
-static int single_bytes_into(const dsv4_grammar *g, int32_t x, gb_set *set, int depth) {
-    if (depth > 8) return 0;
-    for (int32_t a = g->alt_first[x]; a < g->alt_first[x + 1]; a++) {
-        const int32_t q = g->alt_pos[a];
-        if (g->el[q + 1].kind != GE_END) return 0;
-        if (g->el[q].kind == GE_RULE) {   /* an alternative that is one rule of single bytes */
-            if (!single_bytes_into(g, g->el[q].arg, set, depth + 1)) return 0;
-            continue;
-        }
-        if (g->el[q].kind != GE_BYTES) return 0;
-        for (int w = 0; w < 4; w++) set->w[w] |= g->sets[g->el[q].arg].w[w];
-    }
-    return 1;
-}
-
-static int single_bytes(const dsv4_grammar *g, int32_t x, gb_set *set) {
-    memset(set, 0, sizeof *set);
-    return single_bytes_into(g, x, set, 0);
-}
-
-/* The table of a single-byte x from the vocabulary's byte sets: pure tokens are those whose bytes are all in
- * the set (c = their length, nothing left to finish); breaks come later (byte_breaks). 0, or -1 out of memory. */
-static int table_from_bytes(const dsv4_cvocab *v, const gb_set *set, count_table *t) {
-    const int words = t->words;
-    uint64_t *out = calloc((size_t)words, sizeof *out);
-    t->pure_le = malloc(sizeof *t->pure_le * (size_t)words * CT_ROWS);
-    t->pure_all = calloc((size_t)words, sizeof *t->pure_all);
-    if (!out || !t->pure_le || !t->pure_all) { free(out); return -1; }
-    /* pure = tokens with some byte and none outside the set; the bytes >= 0x80 and the control bytes, when the
-     * set has none of them (a class of printable ASCII), by one row each */
-    int high = 1, ctl = 1;
-    for (unsigned b = 0; b < 256; b++)
-        if (gb_set_has(set, b)) { if (b >= 0x80) high = 0; if (b < 0x20 || b == 0x7F) ctl = 0; }
-    const uint64_t *rows[3] = { high ? v->has_byte + (size_t)256 * words : NULL, ctl ? v->has_byte + (size_t)257 * words : NULL, NULL };
-    for (int k = 0; k < 2; k++)
-        if (rows[k])
-            for (int w = 0; w < words; w++) out[w] |= rows[k][w];
-    for (unsigned b = 0; b < 256; b++) {
-        if (gb_set_has(set, b) || (high && b >= 0x80) || (ctl && (b < 0x20 || b == 0x7F))) continue;
-        const uint64_t *row = v->has_byte + (size_t)b * words;
-        for (int w = 0; w < words; w++) out[w] |= row[w];
-    }
-    const uint64_t *nonempty = v->has_byte + (size_t)258 * words;
-    for (int w = 0; w < words; w++) t->pure_all[w] = nonempty[w] & ~out[w];
-    t->maxc = 0;
-    for (int r = 0; r < CT_ROWS; r++) {
-        const uint64_t *le = v->len_le + (size_t)r * words;
-        uint64_t *row = t->pure_le + (size_t)r * words, any = 0, over = 0;
-        for (int w = 0; w < words; w++) { row[w] = t->pure_all[w] & le[w]; any |= row[w]; over |= t->pure_all[w] & ~le[w]; }
-        t->mlr[r] = r;                          /* a bound: the longest such token has at most r bytes */
-        if (any && !t->maxc && !over) t->maxc = r;
-    }
-    /* the tail: pure tokens longer than the rows, by length */
-    int32_t n = 0;
-    const uint64_t *le = v->len_le + (size_t)(CT_ROWS - 1) * words;
-    for (int w = 0; w < words; w++) out[w] = t->pure_all[w] & ~le[w];
-    for (int w = 0; w < words; w++) n += __builtin_popcountll(out[w]);
-    pure_entry *tl = malloc(sizeof *tl * (size_t)(n + 1));
-    t->tail_id = malloc(sizeof *t->tail_id * (size_t)(n + 1));
-    t->tail_c = malloc(sizeof *t->tail_c * (size_t)(n + 1));
-    t->tail_mlr = malloc(sizeof *t->tail_mlr * (size_t)(n + 1));
-    if (!tl || !t->tail_id || !t->tail_c || !t->tail_mlr) { free(out); free(tl); return -1; }
-    n = 0;
-    for (int w = 0; w < words; w++)
-        for (uint64_t bits = out[w]; bits; bits &= bits - 1) {
-            const int32_t id = w * 64 + __builtin_ctzll(bits);
-            tl[n++] = (pure_entry){ (int32_t)v->len[id], id, (int64_t)v->len[id] };
-        }
-    qsort(tl, (size_t)n, sizeof *tl, pure_cmp);
-    for (int32_t k = 0; k < n; k++) {
-        t->tail_c[k] = tl[k].c;
-        t->tail_id[k] = tl[k].id;
-        t->tail_mlr[k] = tl[k].lr > CT_ROWS - 1 ? tl[k].lr : CT_ROWS - 1;
-        if (k && t->tail_mlr[k - 1] > t->tail_mlr[k]) t->tail_mlr[k] = t->tail_mlr[k - 1];
-    }
-    t->n_tail = n;
-    if (n) t->maxc = tl[n - 1].c;
-    t->mlr_all = t->maxc;
-    free(tl);
-    free(out);
-    t->bytes_only = 1;
-    t->set = *set;
-    t->first_x = *set;
-    return 0;
-}
-
-typedef struct { int32_t j, k; } jk_entry;
-
-static int jk_cmp(const void *a, const void *b) {
-    const jk_entry *x = a, *y = b;
-    if (x->j != y->j) return x->j < y->j ? -1 : 1;
-    return (x->k > y->k) - (x->k < y->k);
-}
-
-/* The breaks at byte b of a single-byte table, made when first needed: tokens containing b whose bytes before
- * its first byte outside the set are in it, and that byte is b. 0, or -1 out of memory. */
-static int byte_breaks(const dsv4_cvocab *v, count_table *t, unsigned b) {
-    if (t->b_done[b]) return 0;
-    int32_t n = 0, cap = 0;
-    jk_entry *e = NULL;
-    if (!gb_set_has(&t->set, b)) {
-        const uint64_t *row = v->has_byte + (size_t)b * t->words;
-        for (int w = 0; w < t->words; w++)
-            for (uint64_t bits = row[w]; bits; bits &= bits - 1) {
-                const int32_t id = w * 64 + __builtin_ctzll(bits);
-                const unsigned char *p = (const unsigned char *)v->bytes[id];
-                uint32_t j = 0;
-                while (j < v->len[id] && gb_set_has(&t->set, p[j])) j++;
-                if (j == v->len[id] || p[j] != b || v->tok_index[id] < 0) continue;
-                if (n == cap) {
-                    cap = cap ? 2 * cap : 256;
-                    jk_entry *q = realloc(e, sizeof *q * (size_t)cap);
-                    if (!q) { free(e); return -1; }
-                    e = q;
-                }
-                e[n++] = (jk_entry){ (int32_t)j, v->tok_index[id] };
-            }
-    }
-    if (n) qsort(e, (size_t)n, sizeof *e, jk_cmp);
-    t->b_j[b] = malloc(sizeof *t->b_j[b] * (size_t)(n + 1));
-    t->b_k[b] = malloc(sizeof *t->b_k[b] * (size_t)(n + 1));
-    if (!t->b_j[b] || !t->b_k[b]) { free(e); return -1; }
-    for (int32_t i = 0; i < n; i++) { t->b_j[b][i] = e[i].j; t->b_k[b][i] = e[i].k; }
-    free(e);
-    t->b_n[b] = n;
-    t->b_done[b] = 1;
-    return 0;
-}
-
-/* The walk of the trie for x's table: pure tokens and breaks into f. 1 done, 0 x is not prefix-free, -1 out of
- * memory. */
-static int table_walk(dsv4_cmatcher *m, int32_t S, const gb_set *bytes_only, findings *f, int32_t *xc, int32_t *cn,
-                      uint8_t *bd) {
-    const dsv4_cvocab *v = m->v;
-    const uint16_t *depth = v->depth;
-    const uint8_t *byte = v->byte;
-    const int32_t *end = v->end, *tok_first = v->tok_first, *toks = v->toks;
-    /* at depth d: xc the configuration (S at a boundary), cn the x's started, bd 1 at a boundary (flagged, not
-     * told by xc == S: inside an x the configuration may equal S, as in x ::= "a" x | "b") */
-    xc[0] = S;
-    cn[0] = 0;
-    bd[0] = 1;
-    for (int32_t i = 1; i < v->n_node;) {
-        const int d = depth[i];
-        const int32_t pc = xc[d - 1];
-        int32_t c;
-        if (bytes_only) c = gb_set_has(bytes_only, byte[i]) ? S : -1;
-        else {
-            const int32_t *tr = m->cfg_trans[pc];
-            c = tr ? tr[byte[i]] : T_UNKNOWN;
-            if (c == T_UNKNOWN) c = pda_step_byte(m, pc, byte[i]);
-            if (c == T_FAIL) return -1;
-        }
-        if (c < 0) {
-            /* at a boundary: a break, for the whole subtree; inside an x: dead */
-            if (bd[d - 1] && add_break(f, byte[i], cn[d - 1], tok_first[i], tok_first[end[i]])) return -1;
-            i = end[i];
-            continue;
-        }
-        const int32_t started = bd[d - 1] ? cn[d - 1] + 1 : cn[d - 1];
-        int at_bound = bytes_only != NULL;
-        if (!bytes_only && m->cfg_escape[c]) {
-            /* the x is complete; another parse still inside it would make the boundaries ambiguous */
-            if (cfg_len(m, c) > 0 || m->cfg_accept[c]) return 0;
-            c = S;
-            at_bound = 1;
-        }
-        xc[d] = c;
-        cn[d] = started;
-        bd[d] = (uint8_t)at_bound;
-        const int64_t lr = d + (at_bound ? 0 : m->cfg_min[c]);
-        for (int32_t k = tok_first[i]; k < tok_first[i + 1]; k++)
-            if (add_pure(f, toks[k], started, lr)) return -1;
-        i++;
-    }
-    return 1;
-}
-
-/* The table of rule x, walking the trie on m's automaton. 1 made (*out), 0 x has none (nullable, or not
- * prefix-free), -1 out of memory. */
-static int table_build(dsv4_cmatcher *m, int32_t x, int lazy_ok, count_table **out) {
-    *out = NULL;
-    const dsv4_grammar *g = m->g;
-    const dsv4_cvocab *v = m->v;
-    if (g->rule_min[x] <= 0) return 0;
-    const int32_t na = g->alt_first[x + 1] - g->alt_first[x];
-    const int32_t S = pda_enter(m, g->alt_pos + g->alt_first[x], na, PA_WILD);
-    if (S == T_FAIL) return -1;
-    if (m->cfg_escape[S] || m->cfg_accept[S]) return 0;
-    const int words = m->words, D = v->max_depth + 1;
-    count_table *t = calloc(1, sizeof *t);
-    int32_t *xc = malloc(sizeof *xc * (size_t)D), *cn = malloc(sizeof *cn * (size_t)D);
-    uint8_t *bd = malloc((size_t)D);
-    findings f = { 0 };
-    int rc = -1;
-    if (!t || !xc || !cn || !bd) goto done;
-    t->words = words;
-    t->n_vocab = v->n_vocab;
-    gb_set one;
-    const int bytes_only = single_bytes(g, x, &one);
-    if (bytes_only && lazy_ok) {
-        rc = table_from_bytes(v, &one, t) ? -1 : 1;
-        goto done;
-    }
-    if (bytes_only) t->first_x = one;
-    else
-        for (unsigned b = 0; b < 256; b++) {
-            const int32_t c = pda_step_byte(m, S, b);
-            if (c == T_FAIL) goto done;
-            if (c >= 0) gb_set_add(&t->first_x, b);
-        }
-    if ((rc = table_walk(m, S, bytes_only ? &one : NULL, &f, xc, cn, bd)) != 1) goto done;
-    rc = -1;
-    /* pure rows (cumulative) and the tail, sorted by c */
-    t->pure_le = calloc((size_t)words * CT_ROWS, sizeof *t->pure_le);
-    t->pure_all = calloc((size_t)words, sizeof *t->pure_all);
-    t->tok_c = calloc((size_t)v->n_vocab, sizeof *t->tok_c);
-    t->tok_rest = calloc((size_t)v->n_vocab, sizeof *t->tok_rest);
-    if (!t->pure_le || !t->pure_all || !t->tok_c || !t->tok_rest) goto done;
-    int32_t n_tl = 0;
-    for (int64_t k = 0; k < f.n; k++) {
-        const pure_entry e = f.p[k];
-        const int64_t rest = e.lr - (int64_t)v->len[e.id];
-        if (e.c > UINT16_MAX || rest > UINT8_MAX) { rc = 0; goto done; }   /* no real x comes close */
-        t->tok_c[e.id] = (uint16_t)e.c;
-        t->tok_rest[e.id] = (uint8_t)rest;
-        t->pure_all[e.id >> 6] |= 1ULL << (e.id & 63);
-        if (e.lr > t->mlr_all) t->mlr_all = e.lr;
-        if (e.c > t->maxc) t->maxc = e.c;
-        if (e.c < CT_ROWS) {
-            t->pure_le[(size_t)e.c * words + (e.id >> 6)] |= 1ULL << (e.id & 63);
-            if (e.lr > t->mlr[e.c]) t->mlr[e.c] = e.lr;
-        } else f.p[n_tl++] = e;   /* in place: n_tl <= k */
-    }
-    for (int r = 1; r < CT_ROWS; r++) {
-        for (int w = 0; w < words; w++) t->pure_le[(size_t)r * words + w] |= t->pure_le[(size_t)(r - 1) * words + w];
-        if (t->mlr[r - 1] > t->mlr[r]) t->mlr[r] = t->mlr[r - 1];
-    }
-    if (n_tl) qsort(f.p, (size_t)n_tl, sizeof *f.p, pure_cmp);
-    t->n_tail = n_tl;
-    t->tail_id = malloc(sizeof *t->tail_id * (size_t)(n_tl + 1));
-    t->tail_c = malloc(sizeof *t->tail_c * (size_t)(n_tl + 1));
-    t->tail_mlr = malloc(sizeof *t->tail_mlr * (size_t)(n_tl + 1));
-    if (!t->tail_id || !t->tail_c || !t->tail_mlr) goto done;
-    int64_t mx = t->mlr[CT_ROWS - 1];
-    for (int32_t k = 0; k < n_tl; k++) {
-        t->tail_c[k] = f.p[k].c;
-        t->tail_id[k] = f.p[k].id;
-        if (f.p[k].lr > mx) mx = f.p[k].lr;
-        t->tail_mlr[k] = mx;
-    }
-    /* break entries by (byte, j) */
-    if (f.nb) qsort(f.b, (size_t)f.nb, sizeof *f.b, brk_cmp);
-    t->n_brk = (int32_t)f.nb;
-    t->brk_j = malloc(sizeof *t->brk_j * (size_t)(f.nb + 1));
-    t->brk_ka = malloc(sizeof *t->brk_ka * (size_t)(f.nb + 1));
-    t->brk_kb = malloc(sizeof *t->brk_kb * (size_t)(f.nb + 1));
-    if (!t->brk_j || !t->brk_ka || !t->brk_kb) goto done;
-    int32_t k = 0;
-    for (int b = 0; b <= 256; b++) {
-        while (k < f.nb && f.b[k].b < b) k++;
-        t->brk_first[b] = k;
-    }
-    for (int64_t e = 0; e < f.nb; e++) { t->brk_j[e] = f.b[e].j; t->brk_ka[e] = f.b[e].ka; t->brk_kb[e] = f.b[e].kb; }
-    rc = 1;
-done:
-    free(xc); free(cn); free(bd); free(f.p); free(f.b);
-    if (rc == 1) *out = t;
-    else table_free(t);
-    return rc;
-}
 
 /* ---- rules compared across grammars ----------------------------------------------------------------------- */
 
@@ -586,7 +215,7 @@ void count_free(dsv4_cmatcher *m) {
     count_state *C = m->cnt;
     if (!C) return;
     for (int32_t r = 0; r < m->g->n_rule && C->tab_state; r++)
-        if (C->tab_state[r] == 2) table_free(C->tab[r]);
+        if (C->tab_state[r] == 2) count_table_free(C->tab[r]);
     free(C->chain_x); free(C->rleft); free(C->tab); free(C->tab_state); free(C->map); free(C->is_x);
     free(C->seq_x); free(C->seq_p); free(C->seq_r); free(C->seq_chain);
     free(C);
@@ -598,7 +227,7 @@ size_t count_bytes(const dsv4_cmatcher *m) {
     if (!C) return 0;
     size_t b = sizeof *C + (size_t)m->g->n_rule * (sizeof(int32_t) * 2 + sizeof(int64_t) + sizeof(void *) + 1);
     for (int32_t r = 0; r < m->g->n_rule; r++)
-        if (C->tab_state[r] == 2) b += table_bytes(C->tab[r]);
+        if (C->tab_state[r] == 2) b += count_table_bytes(C->tab[r]);
     return b;
 }
 
@@ -623,7 +252,7 @@ static int table_for(dsv4_cmatcher *m, int32_t x, int build, const count_table *
     C->tab_state[x] = 4;
     if (!build) return 0;
     count_table *t;
-    const int rc = table_build(m, x, 1, &t);
+    const int rc = count_table_build(m, x, 1, &t);
     if (rc < 0) return -1;
     C->tab[x] = t;
     C->tab_state[x] = rc ? 2 : 3;
@@ -658,7 +287,7 @@ static int add_breaks(dsv4_cmatcher *m, int slot, const count_table *t, const gb
         if (!gb_set_has(bytes, b)) continue;
         if (t->bytes_only) {
             /* the matcher's own table (the vocabulary's are never bytes_only): mutable, like the matcher */
-            if (byte_breaks(m->v, (count_table *)t, b)) return -1;
+            if (count_table_breaks(m->v, (count_table *)t, b)) return -1;
             for (int32_t e = 0; e < t->b_n[b] && t->b_j[b][e] <= j1; e++)
                 if (t->b_j[b][e] >= j0 && ci_add_range(m, slot, t->b_k[b][e], t->b_k[b][e] + 1)) return -1;
             continue;
@@ -784,7 +413,7 @@ void count_budget(const dsv4_cmatcher *m, int slot, int64_t left, uint64_t *bits
 
 void count_shelf_free(struct count_shelf *sh) {
     if (!sh) return;
-    for (int i = 0; i < sh->n; i++) table_free(sh->t[i]);
+    for (int i = 0; i < sh->n; i++) count_table_free(sh->t[i]);
     for (int i = 0; i < 2; i++) dsv4_grammar_free(sh->g[i]);
     free(sh);
 }
@@ -814,7 +443,7 @@ int count_prepare_json(dsv4_cvocab *v, dsv4_error *err) {
             }
             if (have) continue;
             count_table *t;
-            const int b = table_build(m, x, 0, &t);
+            const int b = count_table_build(m, x, 0, &t);
             if (b < 0) { rc = dsv4_fail(err, DSV4_E_NOMEM, "constraint: out of memory (the vocabulary's count tables)"); break; }
             m->cnt->tab_state[x] = 3;
             if (b) { sh->x[sh->n] = x; sh->gi[sh->n] = lt; sh->t[sh->n] = t; sh->n++; }
