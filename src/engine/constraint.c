@@ -232,10 +232,11 @@ static int ci_mask(dsv4_cmatcher *s, int32_t c, int64_t left, int64_t *count, in
         }
         if (s->ci_uncertain[slot] > s->v->n_vocab / 8 && tc != c && s->ci_cfg[slot] == tc) {
             /* the truncation left most tokens to c: every stack of c passes through a counted repetition's
-             * frame (its first, mandatory characters), so the truncation cut off what follows it. The closed
-             * form of c itself, kept for c alone, when c has one. */
+             * frame (its first, mandatory characters) or one literal byte before it, so the truncation cut off
+             * what follows it. The closed form of c itself, kept for c alone, when c has one. */
             const int own = ci_claim(s, c);
-            const int rc = count_fill(s, c, own, 1);
+            int rc = count_fill(s, c, own, 1);
+            if (rc == 0) rc = count_fill_after_byte(s, c, own);   /* or one byte before such a start */
             if (rc < 0) { ci_release(s, own); return -1; }
             if (rc == 0) ci_release(s, own);
             else { s->st.mask_walks++; slot = own; ccut = 0; }

@@ -281,15 +281,20 @@ static int sets_meet(const gb_set *a, const gb_set *b) {
     return 0;
 }
 
-/* Uncertain: the break entries of t with byte in `bytes` and j0 <= j <= j1. */
-static int add_breaks(dsv4_cmatcher *m, int slot, const count_table *t, const gb_set *bytes, int64_t j0, int64_t j1) {
+/* Uncertain: the break entries of t with byte in `bytes` and j0 <= j <= j1 (of tokens whose first byte is in
+ * `first`, when given: single-byte tables only). */
+static int add_breaks(dsv4_cmatcher *m, int slot, const count_table *t, const gb_set *bytes, int64_t j0, int64_t j1,
+                      const gb_set *first) {
     for (unsigned b = 0; b < 256; b++) {
         if (!gb_set_has(bytes, b)) continue;
         if (t->bytes_only) {
             /* the matcher's own table (the vocabulary's are never bytes_only): mutable, like the matcher */
             if (count_table_breaks(m->v, (count_table *)t, b)) return -1;
-            for (int32_t e = 0; e < t->b_n[b] && t->b_j[b][e] <= j1; e++)
-                if (t->b_j[b][e] >= j0 && ci_add_range(m, slot, t->b_k[b][e], t->b_k[b][e] + 1)) return -1;
+            for (int32_t e = 0; e < t->b_n[b] && t->b_j[b][e] <= j1; e++) {
+                const int32_t k = t->b_k[b][e];
+                if (t->b_j[b][e] < j0 || (first && !gb_set_has(first, (unsigned char)m->v->bytes[m->v->toks[k]][0]))) continue;
+                if (ci_add_range(m, slot, k, k + 1)) return -1;
+            }
             continue;
         }
         int32_t lo = t->brk_first[b], hi = t->brk_first[b + 1];
@@ -303,7 +308,16 @@ static int add_breaks(dsv4_cmatcher *m, int slot, const count_table *t, const gb
     return 0;
 }
 
-int count_fill(dsv4_cmatcher *m, int32_t tc, int slot, int build) {
+/* A configuration recognised as the start of an x of a counted repetition (the closed form above). */
+typedef struct {
+    const count_table *t;
+    int64_t p, Rt;                  /* mandatory x's after this one; x's allowed in all, this one included */
+    gb_set first_e0, first_k;
+    int64_t xmin, kmin;             /* the shortest x; K's shortest completion */
+} count_shape;
+
+/* tc's shape: 1 found, 0 not that form, -1 out of memory. */
+static int shape_of(dsv4_cmatcher *m, int32_t tc, int build, count_shape *sh) {
     if (m->cfg_escape[tc]) return 0;
     if (!m->cnt && state_init(m)) return -1;
     const dsv4_grammar *g = m->g;
@@ -349,41 +363,100 @@ int count_fill(dsv4_cmatcher *m, int32_t tc, int slot, int build) {
         while (j < nt && ti[j] < xi[i]) j++;
         if (j == nt || ti[j] != xi[i]) return 0;
     }
-    gb_set first_e0, first_k;
-    first_bytes(m, tc, cfg_items(m, Xs), nx, &first_e0);
-    if (sets_meet(&first_e0, &t->first_x)) return 0;
+    first_bytes(m, tc, cfg_items(m, Xs), nx, &sh->first_e0);
+    if (sets_meet(&sh->first_e0, &t->first_x)) return 0;
     const int32_t K = pda_enter(m, &qk, 1, P);
     if (K == T_FAIL) return -1;
     if (m->cfg_escape[K]) return 0;
-    first_bytes(m, K, NULL, 0, &first_k);
-    if (sets_meet(&first_k, &t->first_x)) return 0;
-    /* allowed: pure tokens with c <= R + 1 */
-    const int64_t Rt = R == COUNT_INF ? COUNT_INF : R + 1;
-    uint64_t *bits = m->ci_bits + (size_t)slot * m->words;
-    int64_t mlr;
+    first_bytes(m, K, NULL, 0, &sh->first_k);
+    if (sets_meet(&sh->first_k, &t->first_x)) return 0;
+    sh->t = t;
+    sh->p = p;
+    sh->Rt = R == COUNT_INF ? COUNT_INF : R + 1;
+    sh->xmin = g->rule_min[x];
+    sh->kmin = m->cfg_min[K];
+    return 1;
+}
+
+/* Pure tokens with c <= Rt into bits; returns the largest length + rest among them. */
+static int64_t pure_upto(const count_table *t, int64_t Rt, uint64_t *bits) {
+    const int words = t->words;
     if (Rt >= t->maxc) {
-        memcpy(bits, t->pure_all, sizeof *bits * (size_t)m->words);
-        mlr = t->mlr_all;
-    } else if (Rt < CT_ROWS) {
-        memcpy(bits, t->pure_le + (size_t)Rt * m->words, sizeof *bits * (size_t)m->words);
-        mlr = t->mlr[Rt];
-    } else {
-        memcpy(bits, t->pure_le + (size_t)(CT_ROWS - 1) * m->words, sizeof *bits * (size_t)m->words);
-        mlr = t->mlr[CT_ROWS - 1];
-        for (int32_t k = 0; k < t->n_tail && t->tail_c[k] <= Rt; k++) {
-            bits[t->tail_id[k] >> 6] |= 1ULL << (t->tail_id[k] & 63);
-            mlr = t->tail_mlr[k];
-        }
+        memcpy(bits, t->pure_all, sizeof *bits * (size_t)words);
+        return t->mlr_all;
     }
+    if (Rt < CT_ROWS) {
+        memcpy(bits, t->pure_le + (size_t)Rt * words, sizeof *bits * (size_t)words);
+        return t->mlr[Rt];
+    }
+    memcpy(bits, t->pure_le + (size_t)(CT_ROWS - 1) * words, sizeof *bits * (size_t)words);
+    int64_t mlr = t->mlr[CT_ROWS - 1];
+    for (int32_t k = 0; k < t->n_tail && t->tail_c[k] <= Rt; k++) {
+        bits[t->tail_id[k] >> 6] |= 1ULL << (t->tail_id[k] & 63);
+        mlr = t->tail_mlr[k];
+    }
+    return mlr;
+}
+
+static void set_slot_shape(dsv4_cmatcher *m, int slot, const count_shape *sh, int64_t p, int64_t mlr) {
+    m->ci_need[slot] = mlr + (p + 1) * sh->xmin + sh->kmin;
+    m->ci_ct[slot] = sh->t;
+    m->ci_ct_p[slot] = p;
+    m->ci_ct_xmin[slot] = sh->xmin;
+    m->ci_ct_kmin[slot] = sh->kmin;
+    m->st.count_forms++;
+}
+
+int count_fill(dsv4_cmatcher *m, int32_t tc, int slot, int build) {
+    count_shape sh;
+    const int rc = shape_of(m, tc, build, &sh);
+    if (rc <= 0) return rc;
+    /* allowed: pure tokens with c <= R + 1; uncertain: the breaks into E0 or K */
+    const int64_t mlr = pure_upto(sh.t, sh.Rt, m->ci_bits + (size_t)slot * m->words);
     m->ci_n_ranges[slot] = 0;
     m->ci_uncertain[slot] = 0;
-    if (add_breaks(m, slot, t, &first_e0, 0, 0) || add_breaks(m, slot, t, &first_k, p + 1, Rt)) return -1;
-    m->ci_need[slot] = mlr + (p + 1) * g->rule_min[x] + m->cfg_min[K];
-    m->ci_ct[slot] = t;
-    m->ci_ct_p[slot] = p;
-    m->ci_ct_xmin[slot] = g->rule_min[x];
-    m->ci_ct_kmin[slot] = m->cfg_min[K];
-    m->st.count_forms++;
+    if (add_breaks(m, slot, sh.t, &sh.first_e0, 0, 0, NULL) || add_breaks(m, slot, sh.t, &sh.first_k, sh.p + 1, sh.Rt, NULL)) return -1;
+    set_slot_shape(m, slot, &sh, sh.p, mlr);
+    return 1;
+}
+
+int count_fill_after_byte(dsv4_cmatcher *m, int32_t c, int slot) {
+    if (m->cfg_escape[c] || cfg_len(m, c) == 0) return 0;
+    /* every byte c reads leads to one configuration c1 */
+    gb_set b0;
+    first_bytes(m, c, NULL, 0, &b0);
+    int32_t c1 = -1;
+    for (unsigned b = 0; b < 256; b++) {
+        if (!gb_set_has(&b0, b)) continue;
+        const int32_t n = pda_step_byte(m, c, b);
+        if (n == T_FAIL) return -1;
+        if (n < 0 || (c1 >= 0 && n != c1)) return 0;
+        c1 = n;
+    }
+    if (c1 < 0) return 0;
+    count_shape sh;
+    const int rc = shape_of(m, c1, 1, &sh);
+    if (rc <= 0) return rc;
+    /* those bytes are x's of one byte: a token b u reads as x's from c as u does from c1, one x more */
+    if (!sh.t->bytes_only) return 0;
+    for (int w = 0; w < 4; w++)
+        if (b0.w[w] & ~sh.t->set.w[w]) return 0;
+    const dsv4_cvocab *v = m->v;
+    uint64_t *bits = m->ci_bits + (size_t)slot * m->words;
+    const int64_t Rt = sh.Rt == COUNT_INF ? COUNT_INF : sh.Rt + 1;
+    const int64_t mlr = pure_upto(sh.t, Rt, m->bits);
+    memset(bits, 0, sizeof *bits * (size_t)m->words);
+    for (int32_t i = 1; i < v->n_node; i = v->end[i])   /* the depth-1 nodes: tokens by first byte */
+        if (gb_set_has(&b0, v->byte[i]))
+            for (int32_t k = v->tok_first[i]; k < v->tok_first[v->end[i]]; k++) {
+                const int32_t id = v->toks[k];
+                bits[id >> 6] |= m->bits[id >> 6] & (1ULL << (id & 63));
+            }
+    m->ci_n_ranges[slot] = 0;
+    m->ci_uncertain[slot] = 0;
+    if (add_breaks(m, slot, sh.t, &sh.first_e0, 1, 1, &b0) || add_breaks(m, slot, sh.t, &sh.first_k, sh.p + 2, Rt, &b0))
+        return -1;
+    set_slot_shape(m, slot, &sh, sh.p + 1, mlr);
     return 1;
 }
 

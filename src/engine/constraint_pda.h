@@ -156,6 +156,10 @@ int  ci_add_range(dsv4_cmatcher *m, int slot, int32_t a, int32_t b);
  * when tc is the start of an x of a counted repetition whose x has a table (the vocabulary's; or, with build,
  * made now, once per x). 1 done, 0 not that form, -1 out of memory. */
 int  count_fill(dsv4_cmatcher *m, int32_t tc, int slot, int build);
+/* The same for a real configuration c one byte before such a start, when every byte c reads leads to it and is
+ * an x of the repetition by itself (the last byte of a GBNF literal, a space, before [a-zA-Z ,']{1,300}): a
+ * token b u reads from c as u from the start, with one x more. Builds the table when needed. */
+int  count_fill_after_byte(dsv4_cmatcher *m, int32_t c, int slot);
 /* The allowed part of a closed form's slot under a budget below its need: the slot's allowed tokens whose length
  * plus the shortest completion after them fits `left` (the budget less the truncation's cut), into bits;
  * *need = the largest such sum kept, *cut = 1 when one did not fit. Exact: after such a token only its x's

@@ -570,6 +570,10 @@ int ci_fill(dsv4_cmatcher *m, int32_t tc, int32_t c, int slot, int32_t *key) {
         *key = c;
         return rc < 0 ? -1 : 0;
     }
+    if ((rc = count_fill_after_byte(m, c, slot))) {
+        *key = c;
+        return rc < 0 ? -1 : 0;
+    }
     /* a configuration that agrees with a stored walk no deeper than one whose partial reuse gave up (the next
      * counts of a short maxLength string) is walked plainly: it would give up too, and its own stored walk
      * would serve nothing else */

@@ -46,6 +46,7 @@ static const char *const PIECES[] = {
 static const char *const FIXED[] = {
     "b!", "ab.", "abc.", "abcd.", "bb!", "dz", "dza", "<d", "<dx", "a!", "aa", "\",", "aaaa\"", "\\u00e9\"}",
     "ab!", "aab!", "abab", "b!!", "<ab", "<abc!", "abca", "cab!",
+    " a", " ab", " ab.", "  a", " a b", " .", "A: ", "A: a", ": a", ":a", "A:", "xa", "xab", "xab!", "xb", "xbc", "xbcc!", "aabb!",
 };
 
 static dsv4_cvocab *make_vocab(void) {
@@ -118,6 +119,11 @@ static const grammar_case CASES[] = {
     {"root ::= (\"a\" | \"ab\"){1,4} \".\"\n", 2, 0},  /* x is not prefix-free: no table */
     {"root ::= w{0,4} \"!\"\nw ::= \"a\" w | \"b\"\n", 2, 1},   /* inside x the configuration comes back to x's start */
     {"root ::= \"<\" [a-c]{3} \"!\"\n", 2, 1},                  /* mandatory x's only (first ones keyed by the real configuration) */
+    /* one literal byte before the repetition, itself an x (the form after that byte) or not */
+    {"root ::= \"A: \" [a-z ]{1,8} \".\"\n", 2, 1},
+    {"root ::= \"x\" (\"a\" | \"b\") [a-c]{2,5} \"!\"\n", 2, 1},
+    {"root ::= \"x\" (\"a\" | \"b\") [a-c]{0,5} \"!\"\n", 2, 1},
+    {"root ::= \"A:\" [a-z]{1,8} \".\"\n", 2, -1},
     /* untruncated configurations (the stacks share no node): the checks that keep the form exact */
     {"root ::= [a-c]{2,4} [a-z] \".\" | \"d\" \"!\"\n", 2, 0},        /* the continuation reads bytes of x */
     {"root ::= [a-c]{2,4} \".\" | \"b\" \"!\"\n", 2, -1},              /* the other stacks read bytes of x */
