@@ -249,7 +249,7 @@ static int ci_mask(dsv4_cmatcher *s, int32_t c, int64_t left, int64_t *count, in
         *need = s->ci_need[slot] + ccut;
     } else if (s->ci_ct[slot]) {
         /* a closed form below its budget (the end of a length bound): its tokens that still fit, one by one */
-        count_budget(s, slot, left - ccut, s->bits, need, cut);
+        if (count_budget(s, slot, left - ccut, s->bits, need, cut)) return -1;
         *need += ccut;
     } else return 0;   /* a walk's answer holds for its budget only: the full walk */
     const int32_t *toks = s->v->toks;

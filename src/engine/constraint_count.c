@@ -460,26 +460,27 @@ int count_fill_after_byte(dsv4_cmatcher *m, int32_t c, int slot) {
     return 1;
 }
 
-void count_budget(const dsv4_cmatcher *m, int slot, int64_t left, uint64_t *bits, int64_t *need, int *cut) {
+int count_budget(dsv4_cmatcher *m, int slot, int64_t left, uint64_t *bits, int64_t *need, int *cut) {
     const count_table *t = m->ci_ct[slot];
     const uint64_t *src = m->ci_bits + (size_t)slot * m->words;
     const int64_t p = m->ci_ct_p[slot], xmin = m->ci_ct_xmin[slot], kmin = m->ci_ct_kmin[slot];
+    /* the matcher's own single-byte tables get their order here (the vocabulary's have it) */
+    if (count_table_by_length(m->v, (count_table *)t)) return -1;
+    memcpy(bits, src, sizeof *bits * (size_t)m->words);
+    /* only tokens whose length + rest + the most the rest of the form may add exceeds the budget are looked at:
+     * the longest ones, first in by_lr */
+    const int64_t most = (p + 1) * xmin + kmin;
     const uint32_t *len = m->v->len;
-    int64_t nd_max = 0;
-    for (int w = 0; w < m->words; w++) {
-        uint64_t keep = 0;
-        for (uint64_t b = src[w]; b; b &= b - 1) {
-            const int32_t id = w * 64 + __builtin_ctzll(b);
-            /* c x's started, the last one `rest` bytes from complete; p + 1 - c mandatory ones still to come */
-            const int64_t c = t->tok_c ? t->tok_c[id] : (int64_t)len[id], rest = t->tok_rest ? t->tok_rest[id] : 0;
-            const int64_t nd = (int64_t)len[id] + rest + (c < p + 1 ? (p + 1 - c) * xmin : 0) + kmin;
-            if (nd > left) { *cut = 1; continue; }
-            keep |= b & -b;
-            if (nd > nd_max) nd_max = nd;
-        }
-        bits[w] = keep;
+    for (int32_t k = 0; k < t->n_by_lr && t->by_lr[k] + most > left; k++) {
+        const int32_t id = t->by_lr_id[k];
+        if (!((src[id >> 6] >> (id & 63)) & 1)) continue;
+        /* c x's started, the last one `rest` bytes from complete; p + 1 - c mandatory ones still to come */
+        const int64_t c = t->tok_c ? t->tok_c[id] : (int64_t)len[id];
+        const int64_t nd = t->by_lr[k] + (c < p + 1 ? (p + 1 - c) * xmin : 0) + kmin;
+        if (nd > left) { bits[id >> 6] &= ~(1ULL << (id & 63)); *cut = 1; }
     }
-    *need = nd_max;
+    *need = left;   /* nothing cut: the same tokens for any budget from `left` up */
+    return 0;
 }
 
 /* ---- the vocabulary's tables ----------------------------------------------------------------------------- */

@@ -8,7 +8,7 @@ void count_table_free(count_table *t) {
     free(t->pure_le); free(t->pure_all); free(t->tail_id); free(t->tail_c); free(t->tail_mlr);
     free(t->brk_j); free(t->brk_ka); free(t->brk_kb);
     for (int b = 0; b < 256; b++) { free(t->b_j[b]); free(t->b_k[b]); }
-    free(t->tok_c); free(t->tok_rest);
+    free(t->tok_c); free(t->tok_rest); free(t->by_lr_id); free(t->by_lr);
     free(t);
 }
 
@@ -16,7 +16,46 @@ size_t count_table_bytes(const count_table *t) {
     size_t b = sizeof *t + sizeof(uint64_t) * (size_t)t->words * (CT_ROWS + 1) + (size_t)t->n_tail * 16 + (size_t)t->n_brk * 12;
     for (int k = 0; k < 256; k++) b += (size_t)t->b_n[k] * 8;
     if (t->tok_c) b += (size_t)t->n_vocab * 3;
+    b += (size_t)t->n_by_lr * 8;
     return b;
+}
+
+int count_table_by_length(const dsv4_cvocab *v, count_table *t) {
+    if (t->by_lr_id) return 0;
+    /* a counting sort on length + rest (at most MAX_TOKEN_BYTES + 255) */
+    int32_t top = 0, n = 0;
+    for (int w = 0; w < t->words; w++)
+        for (uint64_t bits = t->pure_all[w]; bits; bits &= bits - 1) {
+            const int32_t id = w * 64 + __builtin_ctzll(bits);
+            const int32_t lr = (int32_t)v->len[id] + (t->tok_rest ? t->tok_rest[id] : 0);
+            if (lr > top) top = lr;
+            n++;
+        }
+    int32_t *at = calloc((size_t)top + 2, sizeof *at);
+    t->by_lr_id = malloc(sizeof *t->by_lr_id * (size_t)(n + 1));
+    t->by_lr = malloc(sizeof *t->by_lr * (size_t)(n + 1));
+    if (!at || !t->by_lr_id || !t->by_lr) {
+        free(at); free(t->by_lr_id); free(t->by_lr);
+        t->by_lr_id = t->by_lr = NULL;
+        return -1;
+    }
+    /* at[i]: how many have length + rest top - i (longest first), then where they start */
+    for (int pass = 0; pass < 2; pass++) {
+        if (pass)
+            for (int32_t i = 0, sum = 0; i <= top; i++) { const int32_t c = at[i]; at[i] = sum; sum += c; }
+        for (int w = 0; w < t->words; w++)
+            for (uint64_t bits = t->pure_all[w]; bits; bits &= bits - 1) {
+                const int32_t id = w * 64 + __builtin_ctzll(bits);
+                const int32_t lr = (int32_t)v->len[id] + (t->tok_rest ? t->tok_rest[id] : 0);
+                if (!pass) { at[top - lr]++; continue; }
+                const int32_t k = at[top - lr]++;
+                t->by_lr_id[k] = id;
+                t->by_lr[k] = lr;
+            }
+    }
+    free(at);
+    t->n_by_lr = n;
+    return 0;
 }
 
 typedef struct { int32_t b, j, ka, kb; } brk_entry;
@@ -328,6 +367,7 @@ int count_table_build(dsv4_cmatcher *m, int32_t x, int lazy_ok, count_table **ou
         t->brk_first[b] = k;
     }
     for (int64_t e = 0; e < f.nb; e++) { t->brk_j[e] = f.b[e].j; t->brk_ka[e] = f.b[e].ka; t->brk_kb[e] = f.b[e].kb; }
+    if (count_table_by_length(v, t)) goto done;
     rc = 1;
 done:
     free(xc); free(cn); free(bd); free(f.p); free(f.b);

@@ -46,6 +46,9 @@ typedef struct count_table {
     /* per token (walk tables; single-byte ones: c = the length, rest 0): c, and the bytes that finish its last x */
     uint16_t *tok_c;
     uint8_t *tok_rest;
+    /* the pure tokens by length + rest, longest first (single-byte tables: made when first needed) */
+    int32_t n_by_lr;
+    int32_t *by_lr_id, *by_lr;
 } count_table;
 
 /* The table of rule x of m's grammar, on m's automaton; lazy_ok: a single-byte x gets its table from the
@@ -54,6 +57,8 @@ typedef struct count_table {
 int  count_table_build(dsv4_cmatcher *m, int32_t x, int lazy_ok, count_table **out);
 /* The breaks at byte b of a lazily made table (b_*[b]), made when first asked for. 0, or -1 out of memory. */
 int  count_table_breaks(const dsv4_cvocab *v, count_table *t, unsigned b);
+/* The pure tokens by length + rest (by_lr_*), made when first asked for. 0, or -1 out of memory. */
+int  count_table_by_length(const dsv4_cvocab *v, count_table *t);
 void count_table_free(count_table *t);
 size_t count_table_bytes(const count_table *t);
 #endif

@@ -162,9 +162,10 @@ int  count_fill(dsv4_cmatcher *m, int32_t tc, int slot, int build);
 int  count_fill_after_byte(dsv4_cmatcher *m, int32_t c, int slot);
 /* The allowed part of a closed form's slot under a budget below its need: the slot's allowed tokens whose length
  * plus the shortest completion after them fits `left` (the budget less the truncation's cut), into bits;
- * *need = the largest such sum kept, *cut = 1 when one did not fit. Exact: after such a token only its x's
- * stack is alive, and its shortest completion is the rest of the x, the mandatory x's left and K's. */
-void count_budget(const dsv4_cmatcher *m, int slot, int64_t left, uint64_t *bits, int64_t *need, int *cut);
+ * *cut = 1 when one did not fit, *need = left (the mask holds from there up when nothing was cut). Exact: after
+ * such a token only its x's stack is alive, and its shortest completion is the rest of the x, the mandatory x's
+ * left and K's. 0, or -1 out of memory. */
+int  count_budget(dsv4_cmatcher *m, int slot, int64_t left, uint64_t *bits, int64_t *need, int *cut);
 void count_free(dsv4_cmatcher *m);
 size_t count_bytes(const dsv4_cmatcher *m);
 
