@@ -43,8 +43,14 @@
  * Below that budget (the end of a length bound), count_budget keeps the allowed tokens that still fit, one by
  * one: after a pure token only its x stack is alive, so that completion is exactly the configuration's.
  *
+ * One byte before such a start (count_fill_after_byte): when every byte a configuration reads leads to the
+ * same start and is itself an x of one byte (a GBNF literal's last space before [a-zA-Z ,']{1,300}), a token
+ * b u reads from it as u from the start, with one x more: the same form with p + 1 and R + 1, on the tokens
+ * whose first byte is one of those.
+ *
  * Not handled (a walk as before): the last x of a chain (`x` alone, no frame: one character left), positions
- * inside an x, and an x followed by bytes of x (the checks above).
+ * inside an x, an x followed by bytes of x (the checks above), and a literal byte before a repetition that is
+ * not an x itself (the quote before a JSON string's characters).
  *
  * Exactness: tests/unit/test_constraint_count.c checks every mask against each token's own answer on counted
  * strings at every count, escapes, UTF-8 pieces, closing quotes followed by other bytes, extra keys and GBNF
