@@ -12,6 +12,9 @@
  * the frames is "uncertain" and is checked alone against the real configuration. The truncated walk is cached
  * and shared by every configuration with the same tops (all strings, say), so a new context costs only the
  * uncertain tokens (those with a closing quote, for a string). The exact answer is the same as a full walk.
+ * A counted repetition (a string before its maxLength, x{1,300}, a key's characters) gets the same kind of
+ * answer without a walk, from per-token tables of its x (constraint_count.c); a walk that is shared between
+ * configurations that behave alike (constraint_sig.c) serves the rest.
  *
  * Length bound. Every configuration knows the fewest bytes that complete it (the sum of the shortest rests of
  * its frames, minimised over its stacks). A token is allowed only if used + its length + that minimum after it
@@ -35,6 +38,7 @@ struct dsv4_cstate {
 
 void dsv4_cmatcher_free(dsv4_cmatcher *s) {
     if (!s) return;
+    count_free(s);
     pda_free(s);
     sig_free(s);
     for (int i = 0; i < CI_SLOTS; i++) free(s->ci_ranges[i]);
@@ -187,23 +191,67 @@ static int64_t walk(dsv4_cmatcher *s, int32_t c0, int64_t left, uint64_t *bits, 
  * *count tokens, *need (the budget it holds for) and *cut (the budget refused an uncertain token). Returns 1
  * when done, 0 when the full walk is the better way (too many uncertain tokens, or a budget too tight for the
  * bound), -1 when out of memory. */
+/* A CI slot for configuration key (the least recently claimed one). */
+static int ci_claim(dsv4_cmatcher *s, int32_t key) {
+    const int slot = s->next_ci;
+    s->next_ci = (s->next_ci + 1) % CI_SLOTS;
+    if (s->ci_cfg[slot] >= 0) s->cfg_ci[s->ci_cfg[slot]] = -1;
+    s->ci_cfg[slot] = key;
+    s->cfg_ci[key] = slot;
+    s->ci_ct[slot] = NULL;   /* set by a closed form that fills it */
+    return slot;
+}
+
+static void ci_release(dsv4_cmatcher *s, int slot) {
+    if (s->ci_cfg[slot] >= 0) s->cfg_ci[s->ci_cfg[slot]] = -1;
+    s->ci_cfg[slot] = -1;
+}
+
 static int ci_mask(dsv4_cmatcher *s, int32_t c, int64_t left, int64_t *count, int64_t *need, int *cut) {
-    int64_t ccut;
-    const int32_t tc = pda_truncate(s, c, &ccut);
-    if (tc < 0) return -1;
-    int slot = s->cfg_ci[tc];
+    int64_t ccut = 0;
+    int slot = s->cfg_ci[c];     /* c's own closed form (below), or c is its own truncation */
     if (slot < 0) {
-        slot = s->next_ci;
-        s->next_ci = (s->next_ci + 1) % CI_SLOTS;
-        if (s->ci_cfg[slot] >= 0) s->cfg_ci[s->ci_cfg[slot]] = -1;
-        s->ci_cfg[slot] = tc;
-        s->cfg_ci[tc] = slot;
-        if (ci_fill(s, tc, slot)) { s->cfg_ci[tc] = -1; s->ci_cfg[slot] = -1; return -1; }
+        const int32_t tc = pda_truncate(s, c, &ccut);
+        if (tc < 0) return -1;
+        slot = s->cfg_ci[tc];
+        if (slot < 0) {
+            /* a counted repetition's closed form (constraint_count.c), else the walk (constraint_sig.c) */
+            slot = ci_claim(s, tc);
+            int32_t key = tc;
+            int rc = count_fill(s, tc, slot, 0);
+            if (rc == 0 && tc != c && (rc = count_fill(s, c, slot, 0)) == 1) key = c;
+            if (rc == 1) s->st.mask_walks++;
+            else if (rc == 0) rc = ci_fill(s, tc, c, slot, &key) ? -1 : 1;
+            if (rc < 0) { ci_release(s, slot); return -1; }
+            if (key != tc) {   /* c's own closed form: kept for c alone */
+                ci_release(s, slot);
+                s->ci_cfg[slot] = c;
+                s->cfg_ci[c] = slot;
+                ccut = 0;
+            }
+        }
+        if (s->ci_uncertain[slot] > s->v->n_vocab / 8 && tc != c && s->ci_cfg[slot] == tc) {
+            /* the truncation left most tokens to c: every stack of c passes through a counted repetition's
+             * frame (its first, mandatory characters) or one literal byte before it, so the truncation cut off
+             * what follows it. The closed form of c itself, kept for c alone, when c has one. */
+            const int own = ci_claim(s, c);
+            int rc = count_fill(s, c, own, 1);
+            if (rc == 0) rc = count_fill_after_byte(s, c, own);   /* or one byte before such a start */
+            if (rc < 0) { ci_release(s, own); return -1; }
+            if (rc == 0) ci_release(s, own);
+            else { s->st.mask_walks++; slot = own; ccut = 0; }
+        }
     }
-    if (s->ci_uncertain[slot] > s->v->n_vocab / 8 || left - ccut < s->ci_need[slot]) return 0;
-    memcpy(s->bits, s->ci_bits + (size_t)slot * s->words, sizeof *s->bits * (size_t)s->words);
-    *need = s->ci_need[slot] + ccut;
+    if (s->ci_uncertain[slot] > s->v->n_vocab / 8) return 0;
     *cut = 0;
+    if (left - ccut >= s->ci_need[slot]) {
+        memcpy(s->bits, s->ci_bits + (size_t)slot * s->words, sizeof *s->bits * (size_t)s->words);
+        *need = s->ci_need[slot] + ccut;
+    } else if (s->ci_ct[slot]) {
+        /* a closed form below its budget (the end of a length bound): its tokens that still fit, one by one */
+        if (count_budget(s, slot, left - ccut, s->bits, need, cut)) return -1;
+        *need += ccut;
+    } else return 0;   /* a walk's answer holds for its budget only: the full walk */
     const int32_t *toks = s->v->toks;
     for (int r = 0; r < s->ci_n_ranges[slot]; r++)
         for (int32_t k = s->ci_ranges[slot][2 * r]; k < s->ci_ranges[slot][2 * r + 1]; k++) {
@@ -329,7 +377,7 @@ const dsv4_cvocab *dsv4_cmatcher_vocab(const dsv4_cmatcher *m) { return m->v; }
 
 size_t dsv4_cmatcher_bytes(const dsv4_cmatcher *m) {
     size_t b = sizeof *m;
-    b += pda_bytes(m) + sig_bytes(m);
+    b += pda_bytes(m) + sig_bytes(m) + count_bytes(m);
     b += sizeof(uint64_t) * (size_t)m->words * (MASK_SLOTS + CI_SLOTS + 1);
     for (int i = 0; i < CI_SLOTS; i++) b += (size_t)m->ci_cap_ranges[i] * 2 * sizeof(int32_t);
     return b;

@@ -118,7 +118,8 @@ void dsv4_cstate_set(dsv4_cstate *s, dsv4_cpos p);
 /* Statistics of the state's matcher (shared by every state on it), for benchmarks: configurations and stack
  * nodes interned, trie walks, masks served from the cache, transitions computed, trie nodes visited, stack references
  * handled by closures (the work of computing transitions), context-independent walks served (wholly or up to some
- * depth: shared_partial) by the stored walk of a configuration that behaves alike (constraint_sig.c). */
-typedef struct { int64_t configs, stack_nodes, mask_walks, mask_hits, transitions, trie_nodes_visited, closure_refs, shared_walks, shared_partial; } dsv4_cstate_stats;
+ * depth: shared_partial) by the stored walk of a configuration that behaves alike (constraint_sig.c), and those answered by the
+ * closed form of a counted repetition (count_forms, constraint_count.c). */
+typedef struct { int64_t configs, stack_nodes, mask_walks, mask_hits, transitions, trie_nodes_visited, closure_refs, shared_walks, shared_partial, count_forms; } dsv4_cstate_stats;
 void dsv4_cstate_get_stats(const dsv4_cstate *s, dsv4_cstate_stats *st);
 #endif

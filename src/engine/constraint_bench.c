@@ -76,9 +76,9 @@ static void report(FILE *out, const char *what, double *t, int n, const dsv4_cst
     dsv4_cstate_stats st;
     dsv4_cstate_get_stats(s, &st);
     fprintf(out, "    %-7s %4d tokens: mask (CPU time) median %8.1f us, p99 %8.1f us, max %8.1f us, mean %8.1f us, %d over 1 ms  "
-                 "(%lld trie walks, %lld of them shared, %lld cached, %lld configurations, %lld transitions, %lld trie nodes visited)\n",
+                 "(%lld trie walks, %lld of them shared, %lld closed forms, %lld cached, %lld configurations, %lld transitions, %lld trie nodes visited)\n",
             what, n, t[n / 2] * 1e6, t[(int)((n - 1) * 0.99)] * 1e6, t[n - 1] * 1e6, sum / n * 1e6, slow,
-            (long long)st.mask_walks, (long long)st.shared_walks, (long long)st.mask_hits, (long long)st.configs, (long long)st.transitions,
+            (long long)st.mask_walks, (long long)st.shared_walks, (long long)st.count_forms, (long long)st.mask_hits, (long long)st.configs, (long long)st.transitions,
             (long long)st.trie_nodes_visited);
 }
 

@@ -485,6 +485,16 @@ int32_t pda_step_byte(dsv4_cmatcher *m, int32_t c, unsigned b) {
     return next;
 }
 
+/* The configuration of entering grammar positions with the frames of parent code `parent` (a node id or
+ * PA_WILD): the closure of those items alone. For the closed forms of constraint_count.c, which build the
+ * configurations a counted repetition is made of and compare them with a real one by id. */
+int32_t pda_enter(dsv4_cmatcher *m, const int32_t *pos, int32_t n, int32_t parent) {
+    gen_next(m);
+    for (int32_t i = 0; i < n; i++)
+        if (add_parent(m, pos[i], parent)) return T_FAIL;
+    return close_step(m, 0);
+}
+
 int32_t pda_step_special(dsv4_cmatcher *m, int32_t c, int32_t k) {
     const dsv4_grammar *g = m->g;
     int32_t *tr = m->cfg_strans[c];

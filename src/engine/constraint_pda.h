@@ -39,6 +39,7 @@
 
 typedef struct { int32_t pos, parent; } cnode;
 typedef struct sig_store sig_store;      /* behaviour signatures and their shared walks (constraint_sig.c) */
+typedef struct count_state count_state;  /* counted repetitions (constraint_count.c) */
 typedef struct { int32_t *v; int64_t n, cap; } ivec;
 
 int ivec_push(ivec *a, int32_t x);
@@ -105,9 +106,13 @@ struct dsv4_cmatcher {
     int ci_n_ranges[CI_SLOTS], ci_cap_ranges[CI_SLOTS];
     int64_t ci_uncertain[CI_SLOTS], ci_need[CI_SLOTS];
     int32_t ci_cfg[CI_SLOTS];
+    /* a slot filled by a closed form (constraint_count.c): its table and shape, for budgets below its need */
+    const struct count_table *ci_ct[CI_SLOTS];
+    int64_t ci_ct_p[CI_SLOTS], ci_ct_xmin[CI_SLOTS], ci_ct_kmin[CI_SLOTS];
     int next_ci;
     uint8_t *esc;                /* [max_depth + 1] walk scratch */
     int32_t *dfs;                /* [max_depth + 1] */
+    count_state *cnt;            /* counted repetitions and their tables (constraint_count.c), made on first use */
     sig_store *sig;              /* walks shared by configurations that behave alike (constraint_sig.c) */
     int64_t sig_probe;           /* trie nodes a plain walk may visit before a stored walk is tried (tests: 0) */
     dsv4_cstate_stats st;
@@ -124,6 +129,10 @@ int32_t pda_step_byte(dsv4_cmatcher *m, int32_t c, unsigned b);
 /* The same for the grammar's special token k (an index into g->special). */
 int32_t pda_step_special(dsv4_cmatcher *m, int32_t c, int32_t k);
 
+/* The closure of the items pos[0 .. n) with the frames of parent code `parent` (a node id or PA_WILD), interned:
+ * its id, or T_FAIL. */
+int32_t pda_enter(dsv4_cmatcher *m, const int32_t *pos, int32_t n, int32_t parent);
+
 /* c with its shared context cut off (constraint.c explains the use): the innermost node that every stack of c
  * passes through gets the parent PA_WILD, and the nodes above it are rebuilt on it, so configurations that
  * differ only below that node (a string in one property or another) truncate to the same configuration.
@@ -131,12 +140,34 @@ int32_t pda_step_special(dsv4_cmatcher *m, int32_t c, int32_t k);
  * when its stacks share no node), or T_FAIL. */
 int32_t pda_truncate(dsv4_cmatcher *m, int32_t c, int64_t *ccut);
 
-/* Context-independent walks (constraint_sig.c): the walk of truncated configuration tc into CI slot `slot`
- * (ci_bits, ci_ranges, ci_uncertain, ci_need). 0, or -1 when out of memory. */
+/* Context-independent walks (constraint_sig.c): the walk of truncated configuration tc (the truncation of c)
+ * into CI slot `slot` (ci_bits, ci_ranges, ci_uncertain, ci_need). A wide configuration may get a closed form
+ * (count_fill) there instead: of tc, or of c itself, which *key then says (else it is tc). 0, or -1 when out of
+ * memory. */
 int  sig_init(dsv4_cmatcher *m);
 void sig_free(dsv4_cmatcher *m);
 size_t sig_bytes(const dsv4_cmatcher *m);
-int  ci_fill(dsv4_cmatcher *m, int32_t tc, int slot);
+int  ci_fill(dsv4_cmatcher *m, int32_t tc, int32_t c, int slot, int32_t *key);
+/* Uncertain tokens toks[a .. b) into CI slot `slot`. 0, or -1 when out of memory. */
+int  ci_add_range(dsv4_cmatcher *m, int slot, int32_t a, int32_t b);
+
+/* Closed forms of counted repetitions (constraint_count.c): the context-independent walk of configuration tc
+ * (truncated, or a real one: then the answer holds for it alone) into CI slot `slot` without walking the trie,
+ * when tc is the start of an x of a counted repetition whose x has a table (the vocabulary's; or, with build,
+ * made now, once per x). 1 done, 0 not that form, -1 out of memory. */
+int  count_fill(dsv4_cmatcher *m, int32_t tc, int slot, int build);
+/* The same for a real configuration c one byte before such a start, when every byte c reads leads to it and is
+ * an x of the repetition by itself (the last byte of a GBNF literal, a space, before [a-zA-Z ,']{1,300}): a
+ * token b u reads from c as u from the start, with one x more. Builds the table when needed. */
+int  count_fill_after_byte(dsv4_cmatcher *m, int32_t c, int slot);
+/* The allowed part of a closed form's slot under a budget below its need: the slot's allowed tokens whose length
+ * plus the shortest completion after them fits `left` (the budget less the truncation's cut), into bits;
+ * *cut = 1 when one did not fit, *need = left (the mask holds from there up when nothing was cut). Exact: after
+ * such a token only its x's stack is alive, and its shortest completion is the rest of the x, the mandatory x's
+ * left and K's. 0, or -1 out of memory. */
+int  count_budget(dsv4_cmatcher *m, int slot, int64_t left, uint64_t *bits, int64_t *need, int *cut);
+void count_free(dsv4_cmatcher *m);
+size_t count_bytes(const dsv4_cmatcher *m);
 
 static inline int32_t cfg_len(const dsv4_cmatcher *m, int32_t c) { return m->cf.len[c]; }
 static inline const int32_t *cfg_items(const dsv4_cmatcher *m, int32_t c) { return m->cf.v.v + m->cf.off[c]; }

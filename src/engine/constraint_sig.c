@@ -176,7 +176,7 @@ size_t sig_bytes(const dsv4_cmatcher *m) {
 
 /* ---- the general walk --------------------------------------------------------------------------------------- */
 
-static int add_range(dsv4_cmatcher *s, int slot, int32_t a, int32_t b) {
+int ci_add_range(dsv4_cmatcher *s, int slot, int32_t a, int32_t b) {
     if (a >= b) return 0;
     s->ci_uncertain[slot] += b - a;
     int n = s->ci_n_ranges[slot];
@@ -233,7 +233,7 @@ static int walk_from(dsv4_cmatcher *s, int slot, int32_t i0, int32_t i1, int32_t
         const int e = esc[d - 1] || (c >= 0 && cesc[c]);
         if (c < 0 || (clen[c] == 0 && !cacc[c])) {
             /* dead inside the frames: the subtree is refused, or uncertain if a stack left them on the way */
-            if (e && add_range(s, slot, tok_first[i], tok_first[end[i]])) return -1;
+            if (e && ci_add_range(s, slot, tok_first[i], tok_first[end[i]])) return -1;
             i = end[i];
             continue;
         }
@@ -501,7 +501,7 @@ static int entry_apply(dsv4_cmatcher *m, const sig_entry *e, int r, int32_t n_pa
         for (size_t w = 0; w < words; w++) bits[w] = e->bits[w] & le[w];
     }
     for (int k = 0; k < e->n_rng; k++)
-        if ((whole || e->rng[3 * k + 2] <= r) && add_range(m, slot, e->rng[3 * k], e->rng[3 * k + 1])) return -1;
+        if ((whole || e->rng[3 * k + 2] <= r) && ci_add_range(m, slot, e->rng[3 * k], e->rng[3 * k + 1])) return -1;
     /* need: over the pairs, the deepest alive node of the stored configuration (within r) + the minimum of
      * tc's; an upper bound of the walk's own */
     int64_t need = 0;
@@ -532,7 +532,7 @@ static int entry_apply(dsv4_cmatcher *m, const sig_entry *e, int r, int32_t n_pa
     return 0;
 }
 
-int ci_fill(dsv4_cmatcher *m, int32_t tc, int slot) {
+int ci_fill(dsv4_cmatcher *m, int32_t tc, int32_t c, int slot, int32_t *key) {
     sig_store *S = m->sig;
     m->st.mask_walks++;
     /* the stored walk that serves tc for the longest tokens (a check that fails does so within the first bytes):
@@ -564,6 +564,16 @@ int ci_fill(dsv4_cmatcher *m, int32_t tc, int slot) {
     }
     /* narrow configurations (few tokens alive: after '{', in a number) walk a few nodes: nothing to share */
     if ((rc = plain_fill(m, tc, slot, m->sig_probe)) <= 0) return rc;
+    /* a wide counted repetition: the table of its x, made once, serves every count (constraint_count.c) */
+    if ((rc = count_fill(m, tc, slot, 1))) return rc < 0 ? -1 : 0;
+    if (tc != c && (rc = count_fill(m, c, slot, 1))) {
+        *key = c;
+        return rc < 0 ? -1 : 0;
+    }
+    if ((rc = count_fill_after_byte(m, c, slot))) {
+        *key = c;
+        return rc < 0 ? -1 : 0;
+    }
     /* a configuration that agrees with a stored walk no deeper than one whose partial reuse gave up (the next
      * counts of a short maxLength string) is walked plainly: it would give up too, and its own stored walk
      * would serve nothing else */
@@ -642,5 +652,5 @@ int dsv4_cvocab_prepare_json(dsv4_cvocab *v, dsv4_error *err) {
         const int rc = shelve_string(v, lt, err);
         if (rc) return rc;
     }
-    return 0;
+    return count_prepare_json(v, err);
 }

@@ -21,7 +21,10 @@ void dsv4_cvocab_free(dsv4_cvocab *v) {
     free(v->toks);
     free(v->depth_nodes);
     free(v->len_le);
+    free(v->has_byte);
+    free(v->tok_index);
     sig_shelf_free(v->shelf);
+    count_shelf_free(v->count_shelf);
     for (int32_t i = 0; i < v->n_special; i++) free(v->special_text[i]);
     free(v->special_text);
     free(v->special_id);
@@ -117,6 +120,23 @@ static int build_layers(dsv4_cvocab *v) {
     for (int32_t id = 0; id < v->n_vocab; id++)
         if (v->bytes[id])
             for (uint32_t d = v->len[id]; d <= CV_SIG_DEPTH; d++) v->len_le[d * words + (size_t)(id >> 6)] |= 1ULL << (id & 63);
+    /* each token's bytes as a set, and its place in toks */
+    v->has_byte = calloc((256 + 3) * words, sizeof *v->has_byte);
+    v->tok_index = malloc(sizeof *v->tok_index * (size_t)v->n_vocab);
+    if (!v->has_byte || !v->tok_index) return -1;
+    for (int32_t id = 0; id < v->n_vocab; id++) v->tok_index[id] = -1;
+    for (int32_t k = 0; k < v->tok_first[v->n_node]; k++) {
+        const int32_t id = v->toks[k];
+        v->tok_index[id] = k;
+        const unsigned char *p = (const unsigned char *)v->bytes[id];
+        const uint64_t bit = 1ULL << (id & 63);
+        for (uint32_t i = 0; i < v->len[id]; i++) {
+            v->has_byte[p[i] * words + (size_t)(id >> 6)] |= bit;
+            if (p[i] >= 0x80) v->has_byte[256 * words + (size_t)(id >> 6)] |= bit;
+            if (p[i] < 0x20 || p[i] == 0x7F) v->has_byte[257 * words + (size_t)(id >> 6)] |= bit;
+        }
+        if (v->len[id]) v->has_byte[258 * words + (size_t)(id >> 6)] |= bit;
+    }
     return 0;
 }
 

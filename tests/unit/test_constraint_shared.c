@@ -161,31 +161,40 @@ static void test_shared_walks_exact(void **state) {
     dsv4_cvocab_free(v);
 }
 
-/* With the vocabulary's own string walks (dsv4_cvocab_prepare_json): the first string of a fresh JSON-mode
- * matcher is served by them (no walk of its own), and every mask still equals the tokens' own answers. */
+/* With the vocabulary's own string walks and count tables (dsv4_cvocab_prepare_json): the first string of a
+ * fresh JSON-mode matcher is served by its count table, or by the stored walk without the tables (no walk of
+ * its own either way), and every mask still equals the tokens' own answers. */
 static void test_vocab_walks(void **state) {
     (void)state;
     dsv4_cvocab *v = make_vocab();
     dsv4_error err;
     assert_int_equal(dsv4_cvocab_prepare_json(v, &err), 0);
     dsv4_grammar *g = compile("true", 0);
-    dsv4_cmatcher *m;
-    assert_int_equal(dsv4_cmatcher_new(g, v, &m, &err), 0);
-    m->sig_probe = 0;
-    dsv4_cstate *s;
-    assert_int_equal(dsv4_cstate_new_shared(m, -1, &s, &err), 0);
-    assert_int_equal(dsv4_cstate_advance(s, '[', &err), 0);
-    assert_int_equal(dsv4_cstate_advance(s, '"', &err), 0);
     uint64_t *bits = malloc(sizeof *bits * ((V + 63) / 64));
     int32_t *allowed = malloc(sizeof *allowed * V);
-    stream st = { s, 1, 0 };
-    step(&st, v, bits, allowed);
-    dsv4_cstate_stats stats;
-    dsv4_cstate_get_stats(s, &stats);
-    assert_int_equal(stats.mask_walks, 1);
-    assert_int_equal(stats.shared_walks, 1);
-    dsv4_cstate_free(s);
-    dsv4_cmatcher_free(m);
+    /* the vocabulary's count tables (constraint_count.c) answer first; without them, its stored walks */
+    struct count_shelf *tables = v->count_shelf;
+    for (int with_tables = 1; with_tables >= 0; with_tables--) {
+        v->count_shelf = with_tables ? tables : NULL;
+        dsv4_cmatcher *m;
+        assert_int_equal(dsv4_cmatcher_new(g, v, &m, &err), 0);
+        m->sig_probe = 0;
+        dsv4_cstate *s;
+        assert_int_equal(dsv4_cstate_new_shared(m, -1, &s, &err), 0);
+        assert_int_equal(dsv4_cstate_advance(s, '[', &err), 0);
+        assert_int_equal(dsv4_cstate_advance(s, '"', &err), 0);
+        stream st = { s, 1, 0 };
+        step(&st, v, bits, allowed);
+        dsv4_cstate_stats stats;
+        dsv4_cstate_get_stats(s, &stats);
+        assert_int_equal(stats.mask_walks, 1);
+        assert_int_equal(stats.shared_walks, !with_tables);
+        assert_int_equal(stats.count_forms, with_tables);
+        assert_int_equal(stats.trie_nodes_visited, 0);
+        dsv4_cstate_free(s);
+        dsv4_cmatcher_free(m);
+    }
+    v->count_shelf = tables;
     dsv4_grammar_free(g);
     free(bits);
     free(allowed);

@@ -56,8 +56,9 @@ void fuzz_constraint_walk(const dsv4_grammar *g, const uint8_t *data, size_t siz
     dsv4_error err = {0};
     int rc = dsv4_cstate_new(g, v, FUZZ_WALK_MAX_BYTES, &st, &err);
     if (rc) { fuzz_check_error(rc, &err); return; }
-    /* a shadow stream on a matcher whose every context-independent walk goes through the stored walks
-     * (constraint_sig.c; the fixture vocabulary is too small for them otherwise): the same masks */
+    /* a shadow stream on a matcher whose every context-independent walk goes through the stored walks or the
+     * closed forms of counted repetitions (constraint_sig.c, constraint_count.c; the fixture vocabulary is too
+     * small for them otherwise, so the main stream mostly walks): the same masks */
     dsv4_cmatcher *shadow_m = NULL;
     dsv4_cstate *shadow = NULL;
     if (!dsv4_cmatcher_new(g, v, &shadow_m, &err)) {
