@@ -416,7 +416,7 @@ static int bench_grammar(const char *dir, int device) {
 int cmd_bench(int argc, char **argv) {
     const char *model_dir = NULL, *synth = NULL, *streams = NULL, *spec = NULL, *isa = NULL, *json_path = NULL, *context = NULL;
     long long threads = 0, prompt = 128, decode = 32;
-    int tokenizer = 0, grammar = 0, no_bw = 0, profile = 0, amx = 0, kv = DSV4_KV_F32, device = DSV4_DEVICE_CPU, gpus = 1;
+    int tokenizer = 0, grammar = 0, no_bw = 0, profile = 0, kv = DSV4_KV_F32, device = DSV4_DEVICE_CPU, gpus = 1;
     dsv4_mode mode = DSV4_MODE_EXACT;
     cli_placement place = { 0 };
     for (int i = 1; i < argc; i++) {
@@ -433,12 +433,12 @@ int cmd_bench(int argc, char **argv) {
         }
         else if (!strcmp(a, "--tokenizer")) tokenizer = 1;
         else if (!strcmp(a, "--profile")) profile = 1;
-        else if (!strcmp(a, "--amx")) amx = 1;
         else if (!strcmp(a, "--isa")) { if (!(v = cli_value(CMD, argc, argv, &i))) return 1; isa = v; }
         else if (!strcmp(a, "--grammar")) grammar = 1;
         else if (!strcmp(a, "--device")) { if (!(v = cli_value(CMD, argc, argv, &i)) || cli_parse_device(CMD, v, &device)) return 1; }
         else if (!strcmp(a, "--gpus")) { if (!(v = cli_value(CMD, argc, argv, &i)) || cli_parse_gpus(CMD, v, &gpus)) return 1; }
         else if ((r = cli_placement_option(CMD, argc, argv, &i, &place)) != 0) { if (r < 0) return 1; }
+        else if (cli_amx_option(a, &place)) continue;
         else if (!strcmp(a, "--mode")) { if (!(v = cli_value(CMD, argc, argv, &i)) || cli_parse_mode(CMD, v, &mode)) return 1; }
         else if (!strcmp(a, "--no-bandwidth")) no_bw = 1;
         else if (!strcmp(a, "--streams")) { if (!(v = cli_value(CMD, argc, argv, &i))) return 1; streams = v; }
@@ -456,7 +456,7 @@ int cmd_bench(int argc, char **argv) {
     if (tokenizer) return bench_tokenizer(model_dir);
     if (grammar) return bench_grammar(model_dir, device);
     dsv4_load_opts lo = { .mode = mode, .n_threads = (int)threads, .quiet = 1, .kv_format = kv, .device = device, .n_gpus = gpus,
-                          .cpu_amx = amx, .cpu_isa = isa };
+                          .cpu_isa = isa };
     cli_placement_apply(&place, &lo);
     dsv4_model *m;
     dsv4_error err;

@@ -85,6 +85,7 @@ static int parse(int argc, char **argv, gen_opts *o) {
         else if (!strcmp(a, "--device")) { VAL(); if (cli_parse_device(CMD, v, &o->device)) return 1; }
         else if (!strcmp(a, "--gpus")) { VAL(); if (cli_parse_gpus(CMD, v, &o->gpus)) return 1; }
         else if ((r = cli_placement_option(CMD, argc, argv, &i, &o->place)) != 0) { if (r < 0) return 1; }
+        else if (cli_amx_option(a, &o->place)) continue;
         else return cli_error(CMD, "unknown option '%s'", a);
 #undef VAL
     }

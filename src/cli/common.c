@@ -125,9 +125,16 @@ int cli_placement_option(const char *cmd, int argc, char **argv, int *i, cli_pla
     return 1;
 }
 
+int cli_amx_option(const char *arg, cli_placement *pl) {
+    if (strcmp(arg, "--amx")) return 0;
+    pl->cpu_amx = 1;
+    return 1;
+}
+
 void cli_placement_apply(const cli_placement *pl, dsv4_load_opts *lo) {
     lo->gpu_mem_gb = pl->gpu_mem_gb;
     lo->expert_profile = pl->expert_profile;
+    lo->cpu_amx = pl->cpu_amx;
 }
 
 int cli_sampling_option(const char *cmd, int argc, char **argv, int *i, void *sampling) {

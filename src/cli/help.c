@@ -28,7 +28,9 @@ typedef struct {
                     {"--gpu-mem GB", "with --device cuda: GiB of GPU memory for the weights (default: what is free); " \
                                      "routed experts beyond it stay in host memory, computed by the CPU"}, \
                     {"--expert-profile FILE", "which experts stay on the GPU then: the most used by this routing " \
-                                              "profile (default DIR/expert_profile.json if present, else even)"}
+                                              "profile (default DIR/expert_profile.json if present, else even)"}, \
+                    {"--amx", "official mode on the CPU: the linears whose inputs are bf16 (FP8-quantized or rounded) " \
+                              "on AMX tiles, in their own accumulation order (faster prefill and batches, slower decode)"}
 #define O_SAMPLING  {"--temp T", "sampling temperature (default 0 = greedy, lowest id wins ties)"}, \
                     {"--top-p P", "nucleus sampling: keep the smallest set of tokens with probability >= P (default 1)"}, \
                     {"--top-k K", "keep only the K most likely tokens (default 0 = all)"}, \
@@ -133,7 +135,6 @@ static const cmd_help HELP[] = {
       {"--json FILE", "also write the numbers (model, bandwidth, single stream, host experts, streams) as JSON to FILE"},
       {"--no-bandwidth", "skip the memory bandwidth measurement"},
       {"--profile", "with --device cuda: time of each stage of the step, prefill and decode separately"},
-      {"--amx", "official mode on CPU: the linears whose inputs are bf16 (FP8-quantized or rounded) on AMX tiles (faster prefill, slower decode)"},
       {"--isa avx512|avx2|scalar", "the CPU kernels' instruction set (default: $DSV4_ISA, else the best this CPU "
                                    "has; the same bits whichever runs)"},
       {"--grammar", "constrained-decoding masks instead: trie build, schema compile, per-token mask time "
