@@ -88,4 +88,6 @@ void cpu_linear_scatter(dsv4_pool *pool, const dsv4_weight *w, const float *x, i
  * on a CPU with AMX-BF16 and a BF16/FP8/FP4 weight, the tile BF16 path of amx.h (its own accumulation order,
  * the same for every T); elsewhere cpu_linear. */
 void cpu_linear_bf16in(dsv4_pool *pool, const dsv4_weight *w, const float *x, int T, int ldx, float *y, int ldy);
+/* The same with one output row per token (cpu_linear_scatter's y_rows). */
+void cpu_linear_bf16in_scatter(dsv4_pool *pool, const dsv4_weight *w, const float *x, int T, int ldx, float *const *y_rows);
 #endif

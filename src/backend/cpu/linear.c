@@ -20,3 +20,9 @@ void cpu_linear_bf16in(dsv4_pool *pool, const dsv4_weight *w, const float *x, in
     if (cpu_amx_usable(w)) cpu_linear_amx(pool, w, x, T, ldx, y, ldy, NULL);
     else cpu_linear(pool, w, x, T, ldx, y, ldy);
 }
+
+void cpu_linear_bf16in_scatter(dsv4_pool *pool, const dsv4_weight *w, const float *x, int T, int ldx, float *const *y_rows) {
+    if (T <= 0) return;
+    if (cpu_amx_usable(w)) cpu_linear_amx(pool, w, x, T, ldx, NULL, 0, y_rows);
+    else cpu_linear_scatter(pool, w, x, T, ldx, y_rows);
+}
