@@ -14,8 +14,8 @@ dsv4_weight weight_rows(const dsv4_weight *w, int r0, int n) {
     return v;
 }
 
-uint64_t weight_bytes(const dsv4_weight *w) {
-    uint64_t n = (uint64_t)w->rows * (uint64_t)w->cols;
+uint64_t weight_cols_bytes(const dsv4_weight *w, int64_t ncols) {
+    const uint64_t n = (uint64_t)ncols;
     switch (w->fmt) {
     case WF_F32: return n * 4;
     case WF_BF16: return n * 2;
@@ -24,6 +24,8 @@ uint64_t weight_bytes(const dsv4_weight *w) {
     }
     return 0;
 }
+
+uint64_t weight_bytes(const dsv4_weight *w) { return weight_cols_bytes(w, (int64_t)w->rows * w->cols); }
 
 uint64_t weight_scale_bytes(const dsv4_weight *w) {
     if (w->fmt == WF_FP8) return (uint64_t)((w->rows + 127) / 128) * (uint64_t)w->scale_cols;

@@ -27,6 +27,8 @@ typedef struct {
 dsv4_weight weight_rows(const dsv4_weight *w, int r0, int n);
 /* Bytes of stored weight data (not counting scales). */
 uint64_t weight_bytes(const dsv4_weight *w);
+/* Bytes of ncols columns of one row (a row is weight_cols_bytes(w, w->cols); FP4 ncols even). */
+uint64_t weight_cols_bytes(const dsv4_weight *w, int64_t ncols);
 /* Bytes of its UE8M0 scales (FP8: one per 128 x 128 block, FP4: one per 32 weights of a row; 0 otherwise). */
 uint64_t weight_scale_bytes(const dsv4_weight *w);
 /* Decoding rows (exact) and dot products against them: see backend/cpu/kernels.h. */

@@ -233,16 +233,8 @@ static void pass_end(const amx_job *j, const pass *p) {
         }
 }
 
-/* Where the rows of a job's weight are, in bytes, computed once per call of amx_rows (the divisions showed in
- * one-token profiles when done per decoded row). */
-typedef struct { size_t row_bytes; int cols; } row_geom;
-
-static row_geom geom_of(const dsv4_weight *w) {
-    return (row_geom){ weight_bytes(w) / (size_t)w->rows, w->cols };
-}
-
 /* Columns [c0, c0 + nc) of row r of block rb into buf + r * nc (zeros past the weight's rows). */
-static void decode_row(const amx_job *j, const row_geom *g, int rb, int r, int c0, int nc, uint16_t *buf, float *ftmp) {
+static void decode_row(const amx_job *j, int rb, int r, int c0, int nc, uint16_t *buf, float *ftmp) {
     uint16_t *out = buf + (size_t)r * nc;
     const int row = rb * ROWS + r;
     if (row >= j->w->rows) {
@@ -252,15 +244,12 @@ static void decode_row(const amx_job *j, const row_geom *g, int rb, int r, int c
     /* One token reads each weight once, 16 rows a chunk at a time: the hardware prefetchers did not keep
      * those 16 short streams ahead of the decoders, which waited on their loads (one-thread FP4 decode at a
      * third of the fp32 kernels' speed). So the bytes this row needs next are requested now: its next chunk,
-     * or at the end of the row the same row of the next block. (Bytes per column: rows are whole bytes, and
-     * FP4 chunks start at even columns.) */
-    const char *base = (const char *)j->w->data;
-    const size_t cbytes = g->row_bytes * (size_t)nc / (size_t)g->cols;
-    const char *next = NULL;
-    if (c0 + nc < g->cols) next = base + (size_t)row * g->row_bytes + g->row_bytes * (size_t)(c0 + nc) / (size_t)g->cols;
-    else if (row + ROWS < j->w->rows) next = base + (size_t)(row + ROWS) * g->row_bytes;
-    if (next)
-        for (size_t i = 0; i < cbytes; i += 64) __builtin_prefetch(next + i, 0, 3);
+     * or at the end of the row the same row of the next block. */
+    const dsv4_weight *w = j->w;
+    const char *base = (const char *)w->data;
+    const size_t row_bytes = weight_cols_bytes(w, w->cols);
+    if (c0 + nc < w->cols) prefetch_bytes(base + (size_t)row * row_bytes + weight_cols_bytes(w, c0 + nc), weight_cols_bytes(w, nc));
+    else if (row + ROWS < w->rows) prefetch_bytes(base + (size_t)(row + ROWS) * row_bytes, weight_cols_bytes(w, nc));
     row_bf16(j->w, row, c0, nc, out, ftmp);
 }
 
@@ -281,11 +270,10 @@ static void amx_rows(void *ctx, int b0, int b1, int thread) {
     uint16_t *abuf = thread_scratch(sizeof(uint16_t) * 2 * block + sizeof(float) * (size_t)n32);
     if (!abuf) return;   /* out of memory for a few hundred KiB: y stays untouched rather than crash */
     float *ftmp = (float *)(abuf + 2 * block);
-    const row_geom geom = geom_of(j->w);
     int cfg_key = -1;
     if (j->T > GROUPS * GROUP) {
         for (int rb = b0; rb < b1; rb++) {
-            for (int r = 0; r < ROWS; r++) decode_row(j, &geom, rb, r, 0, n32, abuf, ftmp);
+            for (int r = 0; r < ROWS; r++) decode_row(j, rb, r, 0, n32, abuf, ftmp);
             for (int t0 = 0; t0 < j->T; t0 += GROUPS * GROUP) {
                 const pass p = pass_begin(j, abuf, (size_t)n32 * 2, rb * ROWS, t0, &cfg_key);
                 pass_steps(j, &p, 0, kts);
@@ -296,7 +284,7 @@ static void amx_rows(void *ctx, int b0, int b1, int thread) {
         const int cw = n32 < CHUNK ? n32 : CHUNK, nch = (n32 + cw - 1) / cw, items = (b1 - b0) * nch;
         uint16_t *const buf[2] = { abuf, abuf + ROWS * (size_t)cw };   /* 2 * ROWS * cw <= 2 * block */
         pass p;
-        for (int r = 0; r < ROWS; r++) decode_row(j, &geom, b0, r, 0, cw, buf[0], ftmp);
+        for (int r = 0; r < ROWS; r++) decode_row(j, b0, r, 0, cw, buf[0], ftmp);
         for (int i = 0; i < items; i++) {
             const int rb = b0 + i / nch, c0 = (i % nch) * cw, kt0 = c0 / KTILE;
             const int kt1 = (n32 - c0 < cw ? n32 : c0 + cw) / KTILE;
@@ -308,7 +296,7 @@ static void amx_rows(void *ctx, int b0, int b1, int thread) {
                 const int nrb = b0 + (i + 1) / nch, nc0 = ((i + 1) % nch) * cw;
                 const int per_row = (kt1 - kt0 + ROWS - 1) / ROWS;
                 for (int r = 0; r < ROWS; r++) {
-                    decode_row(j, &geom, nrb, r, nc0, cw, buf[(i + 1) & 1], ftmp);
+                    decode_row(j, nrb, r, nc0, cw, buf[(i + 1) & 1], ftmp);
                     const int k1 = k + per_row < kt1 ? k + per_row : kt1;
                     pass_steps(j, &p, k, k1);
                     k = k1;

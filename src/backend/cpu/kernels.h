@@ -71,6 +71,12 @@ static inline void dot2_f32(const float *a, const float *b0, const float *b1, in
 #endif
 }
 
+/* Ask for n bytes at p to be brought into the caches ahead of their use (one request per 64-byte line). The
+ * one-token linears stream every weight byte once; prefetching moves no result. */
+static inline void prefetch_bytes(const void *p, size_t n) {
+    for (size_t i = 0; i < n; i += 64) __builtin_prefetch((const char *)p + i, 0, 3);
+}
+
 /* Decode one weight row into fp32 (exact). (These two run the best kernel set of this CPU, isa.h: the bits are
  * the same in every set.) */
 void weight_decode_row(const dsv4_weight *w, int row, float *out);

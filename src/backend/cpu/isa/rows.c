@@ -12,10 +12,6 @@ static inline float *out_at(const cpu_linear_job *j, int t, int o) {
  * requested while this one is dotted. Without it the hardware prefetcher alone left the dots waiting on
  * memory (a one-thread test: FP4 and BF16 rows 10-30 % slower). Prefetching moves no result. */
 enum { PREFETCH_ROWS = 2 };
-static inline void prefetch_row(const char *data, size_t row_bytes, int row) {
-    const char *p = data + (size_t)row * row_bytes;
-    for (size_t i = 0; i < row_bytes; i += 64) __builtin_prefetch(p + i, 0, 3);
-}
 
 /* Rows per thread are contiguous. With one token each row is dotted as it is decoded (weight_dot_row); with
  * more, TILE_R rows are decoded once into a small buffer and multiplied with the tokens TILE_T at a time by
@@ -31,9 +27,10 @@ void ISA_FN(linear_rows)(void *ctx, int begin, int end, int thread) {
     if (!scratch) return; /* cannot happen for real configs; leaves y untouched rather than crash */
     if (j->T == 1) {   /* decode: fused, each weight read once straight into the FMAs */
         const float *xp = ISA_FN(weight_dot_prepare)(j->w, j->x, scratch + cols);
-        const size_t row_bytes = weight_bytes(j->w) / (size_t)j->w->rows;
+        const size_t row_bytes = weight_cols_bytes(j->w, cols);
         for (int o = begin; o < end; o++) {
-            if (o + PREFETCH_ROWS < end) prefetch_row(j->w->data, row_bytes, o + PREFETCH_ROWS);
+            if (o + PREFETCH_ROWS < end)
+                prefetch_bytes((const char *)j->w->data + (size_t)(o + PREFETCH_ROWS) * row_bytes, row_bytes);
             *out_at(j, 0, o) = xp ? ISA_FN(weight_dot_prepared)(j->w, o, xp) : ISA_FN(weight_dot_row)(j->w, o, j->x, scratch);
         }
         if (scratch != stackbuf) free(scratch);
