@@ -221,7 +221,7 @@ static int bench_streams(dsv4_model *m, const char *list, int decode, double bw,
 /* --context 4096,131072,...: single-stream decode after a context of N tokens. Prefilling 1M tokens to measure
  * this would take longer than the decode it measures, so the sequence jumps there with all-zero rows
  * (seq_fast_forward_zero: the counts, capacities and bytes read of N real tokens, none of their values). */
-static int bench_context(dsv4_model *m, const char *list, int decode, json_t *rep) {
+static int bench_context(dsv4_model *m, const char *list, int decode, int profile, json_t *rep) {
     int32_t *ctx;
     int n;
     if (cli_parse_tokens(CMD, list, &ctx, &n)) return 1;
@@ -234,9 +234,13 @@ static int bench_context(dsv4_model *m, const char *list, int decode, json_t *re
     for (int i = 0; i < decode && tok; i++) tok[i] = (int32_t)((i * 7919 + 13) % m->cfg.vocab_size);
     for (int k = 0; k < n && !rc; k++) {
         if (ctx[k] < 0) { rc = cli_error(CMD, "--context lengths must be >= 0"); break; }
+        /* the decode steps need room: a context at the model's maximum (1M for V4) starts `decode` rows short */
+        const int64_t room = m->cfg.max_position - decode;
+        if (room < 0) { rc = cli_error(CMD, "--decode %d exceeds the model's maximum of %lld positions", decode, (long long)m->cfg.max_position); break; }
+        const int64_t start = ctx[k] > room ? room : ctx[k];
         dsv4_error err = { 0 };
         dsv4_seq *s = NULL;
-        if (dsv4_seq_new(m, &s, &err) || seq_fast_forward_zero(s, ctx[k], &err) || seq_reserve(s, decode)) {
+        if (dsv4_seq_new(m, &s, &err) || seq_fast_forward_zero(s, start, &err) || seq_reserve(s, decode)) {
             dsv4_seq_free(s);
             rc = err.code ? cli_fail(CMD, &err) : cli_error(CMD, "out of memory for a %d-token context", (int)ctx[k]);
             break;
@@ -244,6 +248,7 @@ static int bench_context(dsv4_model *m, const char *list, int decode, json_t *re
         /* one untimed step first: it grows the step's scratch to this context */
         dsv4_step_item w = { s, tok, 1, DSV4_LOGITS_LAST, logits };
         rc = dsv4_step(m, &w, 1, &err);
+        if (profile) cuda_profile(m, 1);
         const double t0 = now_s();
         for (int i = 1; !rc && i < decode; i++) {
             dsv4_step_item d = { s, tok + i, 1, DSV4_LOGITS_LAST, logits };
@@ -253,8 +258,15 @@ static int bench_context(dsv4_model *m, const char *list, int decode, json_t *re
         dsv4_seq_free(s);
         if (rc) { rc = cli_fail(CMD, &err); break; }
         const double tps = decode > 1 ? (decode - 1) / dt : 0;
-        printf(" %10d %12.2f %10.2f\n", (int)ctx[k], tps, tps > 0 ? 1e3 / tps : 0.0);
-        if (arr) json_array_append_new(arr, json_pack("{s:i, s:f}", "context", (int)ctx[k], "decode_tok_s", tps));
+        printf(" %10d %12.2f %10.2f", (int)ctx[k], tps, tps > 0 ? 1e3 / tps : 0.0);
+        if (start < ctx[k]) printf("   (from position %lld: the model's maximum is %lld)", (long long)start, (long long)m->cfg.max_position);
+        printf("\n");
+        if (profile) {
+            printf("   decode at this context, ");
+            cuda_profile_report(m, stdout);
+            cuda_profile(m, 0);
+        }
+        if (arr) json_array_append_new(arr, json_pack("{s:i, s:I, s:f}", "context", (int)ctx[k], "start", (json_int_t)start, "decode_tok_s", tps));
     }
     if (arr) json_object_set_new(rep, "context", arr);
     free(ctx);
@@ -495,7 +507,7 @@ int cmd_bench(int argc, char **argv) {
     }
     int rc = bench_single_stream(m, (int)prompt, (int)decode, bw, profile && m->cuda, rep);
     if (!rc && streams) rc = bench_streams(m, streams, (int)decode, bw, rep);
-    if (!rc && context) rc = bench_context(m, context, (int)decode, rep);
+    if (!rc && context) rc = bench_context(m, context, (int)decode, profile && m->cuda, rep);
     if (!rc && spec) rc = bench_spec(m, spec, (int)decode);
     if (!rc && spec && streams) rc = bench_spec_streams(m, spec, streams, (int)decode);
     dsv4_model_free(m);

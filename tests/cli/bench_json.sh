@@ -23,6 +23,11 @@ if (!/^ +300 +[0-9.]+ +[0-9.]+$/m.test(table)) fail("no table row for the 300-to
 if (r.machine !== undefined) fail("--no-bandwidth still reported a bandwidth");
 ' "$T/r.json" "$T/table" >"$T/node.out" 2>&1
 if [ -s "$T/node.out" ]; then bad "json: $(cat "$T/node.out")"; else ok; fi
+# a context at the model's maximum (V4: 1M positions) starts the decode steps that many rows short, and says so
+expect_ok "bench --context at the maximum position" "$BIN" bench -m "$T/m" --no-bandwidth --prompt 4 --decode 3 --context 1048576 --json "$T/max.json"
+if grep -q "^ *1048576 .*(from position 1048573: the model's maximum is 1048576)" "$T/out" &&
+   node -e 'const r = JSON.parse(require("fs").readFileSync(process.argv[1])); process.exit(r.context[0].start === 1048573 && r.context[0].context === 1048576 ? 0 : 1)' "$T/max.json"
+then ok; else bad "context at the maximum: $(grep -i context "$T/out" | tail -2)"; fi
 expect_err "bench --json to a folder that does not exist" "cannot write the JSON report" \
     "$BIN" bench -m "$T/m" --no-bandwidth --prompt 4 --decode 2 --json "$T/no/such/dir/r.json"
 finish

@@ -127,13 +127,15 @@ void cu_compress(cu_stream st, int official, cu_kvlay lay, int is_indexer, int r
 void cu_comp_ring_write(cu_stream st, int is_indexer, int cols, const float *K, const float *Z, const int64_t *pos,
                         const int32_t *item_of, const cu_item *items, const cu_seq_layer *sl, int T);
 /* The lightning indexer (select_rows): per query, the top-K visible indexer rows by score (ties to the lower
- * row), in row order. Score of a row: heads h = 0..nI-1 in order, each dot a warp_sum. Selection: an exact
- * radix select on (score, -row) keys. scratch: [CU_INDEX_CHUNK][max_rows] floats (queries go in launches of
- * CU_INDEX_CHUNK). */
+ * row), in row order. Scores: blocks of 64 rows x one query over the whole GPU; a score's order is stated in
+ * k_attention.cu (per head a sequential fmaf dot, then the heads in order). Selection: an exact radix select on
+ * (score, -row) keys, one block per query. n_rows: the most visible rows of any query of the step (the score
+ * grid); scratch: [CU_INDEX_CHUNK][max_rows] floats (queries go in launches of CU_INDEX_CHUNK). Returns nonzero
+ * when the device cannot give the scoring kernel its shared memory. */
 #define CU_INDEX_CHUNK 512
-void cu_index_select(cu_stream st, int official, cu_kvlay ilay, const float *qi, const float *wi, const int64_t *pos,
-                     const int32_t *item_of, const cu_seq_layer *sl, int T, int nI, int cI, int K, int64_t max_rows,
-                     float *scratch, int32_t *sel, int32_t *n_sel);
+int cu_index_select(cu_stream st, int official, cu_kvlay ilay, const float *qi, const float *wi, const int64_t *pos,
+                    const int32_t *item_of, const cu_seq_layer *sl, int T, int nI, int cI, int K, int64_t n_rows,
+                    int64_t max_rows, float *scratch, int32_t *sel, int32_t *n_sel);
 /* Sink attention of every (token, head) over its window keys (chronological) then its compressed rows (row
  * order); keys of the step come from kvs, older ones from the ring. Scores: one warp per key; the softmax
  * denominator is summed over the keys in key order; each output column in four interleaved partial sums (key i

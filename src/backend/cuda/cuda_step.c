@@ -278,8 +278,10 @@ static void step_attention(step_ctx *s, const cu_layer *ly, int L) {
                     freq, R, c->norm_eps, T);
         cu_comp_ring_write(s->st, 1, 2 * cI, ws->ick, ws->icz, ws->pos, ws->item_of, ws->items, sl, T);
         mark(s, ST_COMPRESS);
-        cu_index_select(s->st, s->official, s->index, ws->qi, ws->wi, ws->pos, ws->item_of, sl, T, nI, cI, c->index_topk,
-                        ws->idx_rows_cap, ws->idx_scores, ws->sel, ws->n_sel);
+        if (cu_index_select(s->st, s->official, s->index, ws->qi, ws->wi, ws->pos, ws->item_of, sl, T, nI, cI, c->index_topk,
+                            s->idx_rows, ws->idx_rows_cap, ws->idx_scores, ws->sel, ws->n_sel) && !s->rc)
+            s->rc = dsv4_fail(s->err, DSV4_E_UNSUPPORTED, "cuda: this GPU cannot give the indexer's scoring kernel its shared "
+                              "memory (%d heads x %d columns)", nI, cI);
         mark(s, ST_INDEX);
     }
     mark(s, ST_COMPRESS);
