@@ -10,6 +10,7 @@ NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -
 M=gpu__time_duration.sum,dram__bytes_read.sum,launch__grid_size,launch__block_size,launch__registers_per_thread
 M=$M,sm__warps_active.avg.pct_of_peak_sustained_active,dram__throughput.avg.pct_of_peak_sustained_elapsed
 M=$M,smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active.ratio,smsp__inst_executed.sum,launch__waves_per_multiprocessor
+M=${NCU_METRICS:-$M}   # fewer counters, fewer replay passes
 timeout "${NCU_SECONDS:-400}" "$NCU" --clock-control none --metrics "$M" --csv --page raw --kernel-name "regex:^k_([^f]|f[^i])" --launch-count "${NCU_LAUNCHES:-2400}" \
     .gpu/${BIN:-dsv4} bench --synthetic ${MODEL:-flash} --device cuda --mode official --prompt 1 --decode 1 --no-bandwidth \
     >"$OUT/ncu.csv" 2>"$OUT/ncu.err"

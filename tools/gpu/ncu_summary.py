@@ -33,3 +33,11 @@ print(f"{'kernel':32s} {'n':>5s} {'us':>9s} {'%':>5s} {'MB':>8s} {'GB/s':>7s} {'
 for name, a in sorted(agg.items(), key=lambda kv: -kv[1][1]):
     print(f"{name[:32]:32s} {a[0]:5d} {a[1]/1e3:9.1f} {100*a[1]/tot:5.1f} {a[2]/1e6:8.1f} {a[2]/max(a[1],1):7.1f} "
           f"{a[3]:4.0f} {a[4]/max(a[1],1):5.1f} {a[5]/max(a[1],1):6.2f} {a[6]/max(a[1],1):5.1f}")
+# the same launches by kernel and grid (matrix shapes show as grid sizes), the 14 costliest
+shp = collections.OrderedDict()
+for r in step:
+    key = (r[col["Kernel Name"]].split("(")[0].split("<")[0], int(f(r, "launch__grid_size")), int(f(r, "launch__block_size")))
+    a = shp.setdefault(key, [0, 0.0, 0.0]); a[0] += 1; a[1] += f(r, "gpu__time_duration.sum"); a[2] += f(r, "dram__bytes_read.sum")
+print(f"\n{'kernel':32s} {'grid':>7s} {'block':>5s} {'n':>5s} {'us':>9s} {'us each':>8s} {'MB each':>8s} {'GB/s':>7s}")
+for (name, g, b), a in sorted(shp.items(), key=lambda kv: -kv[1][1])[:14]:
+    print(f"{name[:32]:32s} {g:7d} {b:5d} {a[0]:5d} {a[1]/1e3:9.1f} {a[1]/1e3/a[0]:8.1f} {a[2]/1e6/a[0]:8.2f} {a[2]/max(a[1],1):7.1f}")
