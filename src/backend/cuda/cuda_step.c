@@ -94,33 +94,53 @@ static void lay_out(ws_alloc *a, const dsv4_config *c, int T, int items, int64_t
 }
 
 /* Scratch for a step of T tokens in `items` items whose queries see at most idx_rows indexer rows. On failure
- * the old scratch is gone too (nothing in it outlives a step) and the error gives the numbers. */
-static int ws_ensure(struct dsv4_model *m, int T, int items, int64_t idx_rows, dsv4_error *err) {
-    struct cuda_model *cm = m->cuda;
-    cu_workspace *ws = &cm->ws;
-    if (T <= ws->T_cap && items <= ws->items_cap && idx_rows <= ws->idx_rows_cap) return 0;
-    int nT = T > ws->T_cap ? T : ws->T_cap, nI = items > ws->items_cap ? items : ws->items_cap;
-    int64_t nR = idx_rows > ws->idx_rows_cap ? idx_rows : ws->idx_rows_cap;
-    if (nT < 16) nT = 16;
-    if (nI < 4) nI = 4;
-    const size_t rowb = kv_row_bytes(m->kv_format, KV_ROW_MAIN, m->cfg.head_dim, m->cfg.rope_dim);
+ * the old scratch is gone too (nothing in it outlives a step) and the error gives the numbers.
+ * Capacities grow by half at least: a decoding sequence sees one more indexer row every 4 tokens, and growing to
+ * the exact need freed and allocated the whole scratch that often (run 24: decode after a 4K context at a third
+ * of the speed after a short one). If the larger scratch does not fit, the exact one is tried. */
+static int ws_try(struct dsv4_model *m, int nT, int nI, int64_t nR, size_t rowb) {
+    cu_workspace *ws = &m->cuda->ws;
     cuda_workspace_free(ws);
     ws_alloc a = { ws, 0, 0, 0, 0 };
     lay_out(&a, &m->cfg, nT, nI, nR, rowb);
     if (a.failed) {
         cuda_workspace_free(ws);
-        size_t fb = 0, tb = 0;
-        cu_mem_info(&fb, &tb);
-        ws_alloc cnt = { ws, 0, 1, 0, 0 };
-        lay_out(&cnt, &m->cfg, nT, nI, nR, rowb);
-        memset(ws, 0, sizeof *ws);
-        return dsv4_fail(err, DSV4_E_NOMEM, "out of GPU memory: a step of %d tokens needs %.2f GiB of scratch, %.2f GiB are free",
-                         T, cnt.bytes / 1073741824.0, fb / 1073741824.0);
+        return -1;
     }
     ws->T_cap = nT;
     ws->items_cap = nI;
     ws->idx_rows_cap = nR;
     return 0;
+}
+
+static int64_t grown(int64_t need, int64_t cap, int64_t floor) {
+    if (need <= cap) return cap;
+    const int64_t half_more = cap + cap / 2;
+    const int64_t n = need > half_more ? need : half_more;
+    return n > floor ? n : floor;
+}
+
+static int ws_ensure(struct dsv4_model *m, int T, int items, int64_t idx_rows, dsv4_error *err) {
+    struct cuda_model *cm = m->cuda;
+    cu_workspace *ws = &cm->ws;
+    if (T <= ws->T_cap && items <= ws->items_cap && idx_rows <= ws->idx_rows_cap) return 0;
+    const size_t rowb = kv_row_bytes(m->kv_format, KV_ROW_MAIN, m->cfg.head_dim, m->cfg.rope_dim);
+    const int oT = ws->T_cap, oI = ws->items_cap;
+    const int64_t oR = ws->idx_rows_cap;
+    const int nT = (int)grown(T, oT, 16), nI = (int)grown(items, oI, 4);
+    const int64_t nR = grown(idx_rows, oR, 1024);
+    if (!ws_try(m, nT, nI, nR, rowb)) return 0;
+    /* the exact need (the capacities kept where they were larger) */
+    const int eT = T > oT ? T : oT, eI = items > oI ? items : oI;
+    const int64_t eR = idx_rows > oR ? idx_rows : oR;
+    if (!ws_try(m, eT < 16 ? 16 : eT, eI < 4 ? 4 : eI, eR, rowb)) return 0;
+    size_t fb = 0, tb = 0;
+    cu_mem_info(&fb, &tb);
+    ws_alloc cnt = { ws, 0, 1, 0, 0 };
+    lay_out(&cnt, &m->cfg, eT < 16 ? 16 : eT, eI < 4 ? 4 : eI, eR, rowb);
+    memset(ws, 0, sizeof *ws);
+    return dsv4_fail(err, DSV4_E_NOMEM, "out of GPU memory: a step of %d tokens needs %.2f GiB of scratch, %.2f GiB are free",
+                     T, cnt.bytes / 1073741824.0, fb / 1073741824.0);
 }
 
 /* ---- profile --------------------------------------------------------------------------------------------------- */
