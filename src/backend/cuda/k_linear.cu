@@ -184,6 +184,92 @@ __global__ void __launch_bounds__(32 * LIN_WARPS, LIN_PIPE_BLOCKS_PER_SM) k_expe
         gemv1_pass<RB, NS>(w, g * RB, xp, rows, 0, yp, 1);
 }
 
+/* Up to LIN_TILE tokens, pipelined (LIN_PIPE; FP8 and FP4 rows): dot_tile's order for every (row, token) —
+ * lane l: columns 16l + 512j + e, j then e, fmaf from 0.0f, then warp_sum — with NS steps of one row's loads
+ * issued before the first is used, and resident warps doing several rows each, as the one-token kernels above. */
+template <int NS>
+__device__ __forceinline__ void gemvT_row(const dsv4_weight &w, int o, const float *const *xr, int n, float *res) {
+    const int lane = threadIdx.x & 31, K = w.cols;
+    float acc[LIN_TILE];
+#pragma unroll
+    for (int k = 0; k < LIN_TILE; k++) acc[k] = 0.0f;
+    for (int i0 = lane * LIN_LANE; i0 < K; i0 += NS * LIN_STEP) {
+        w16raw raw[NS];
+#pragma unroll
+        for (int u = 0; u < NS; u++)
+            if (i0 + u * LIN_STEP < K) raw[u] = dev_weight16_load(w, o, i0 + u * LIN_STEP);
+#pragma unroll
+        for (int u = 0; u < NS; u++) {
+            const int i = i0 + u * LIN_STEP;
+            if (i >= K) break;
+            float wv[LIN_LANE];
+            dev_weight16_decode(w.fmt, raw[u], wv);
+#pragma unroll
+            for (int k = 0; k < LIN_TILE; k++) {
+                if (k >= n) break;
+                const float4 *xp = (const float4 *)(xr[k] + i);
+#pragma unroll
+                for (int q = 0; q < LIN_LANE / 4; q++) {
+                    const float4 xv = xp[q];
+                    acc[k] = fmaf(wv[4 * q], xv.x, acc[k]);
+                    acc[k] = fmaf(wv[4 * q + 1], xv.y, acc[k]);
+                    acc[k] = fmaf(wv[4 * q + 2], xv.z, acc[k]);
+                    acc[k] = fmaf(wv[4 * q + 3], xv.w, acc[k]);
+                }
+            }
+        }
+    }
+#pragma unroll
+    for (int k = 0; k < LIN_TILE; k++) res[k] = warp_sum(acc[k]);
+}
+
+template <int NS>
+__global__ void __launch_bounds__(32 * LIN_WARPS, LIN_PIPE_BLOCKS_PER_SM) k_linear_pipeT(dsv4_weight w, const float *__restrict__ x, int T, int ldx,
+                                                                                          int group_rows, int group_x, float *__restrict__ y, int ldy) {
+    const int t0 = blockIdx.y * LIN_TILE, n = T - t0 < LIN_TILE ? T - t0 : LIN_TILE, nwarps = gridDim.x * LIN_WARPS;
+    for (int o = blockIdx.x * LIN_WARPS + (threadIdx.x >> 5); o < w.rows; o += nwarps) {
+        const float *xg = x + (int64_t)(o / group_rows) * group_x;
+        const float *xr[LIN_TILE];
+#pragma unroll
+        for (int k = 0; k < LIN_TILE; k++) xr[k] = xg + (int64_t)(t0 + (k < n ? k : 0)) * ldx;
+        float res[LIN_TILE];
+        gemvT_row<NS>(w, o, xr, n, res);
+        if ((threadIdx.x & 31) == 0)
+#pragma unroll
+            for (int k = 0; k < LIN_TILE; k++)
+                if (k < n) y[(int64_t)(t0 + k) * ldy + o] = res[k];
+    }
+}
+
+template <int NS>
+__global__ void __launch_bounds__(32 * LIN_WARPS, LIN_PIPE_BLOCKS_PER_SM) k_expert_pipeT(const dsv4_weight *__restrict__ experts, int rows,
+                                                                                          cu_moe_plan plan, const float *__restrict__ x, int ldx,
+                                                                                          int x_by_pair, float *__restrict__ y, int ldy) {
+    const int tile = blockIdx.y;
+    if (tile >= *plan.n_tiles) return;
+    const dsv4_weight w = experts[plan.tile_expert[tile]];
+    const int p0 = plan.tile_first[tile], n = plan.tile_count[tile], nwarps = gridDim.x * LIN_WARPS;
+    if (!w.data) {   /* an expert another GPU holds (cuda_ep.h): its rows are the identity of the exact gather */
+        for (int o = blockIdx.x * blockDim.x + threadIdx.x; o < rows; o += gridDim.x * blockDim.x)
+            for (int k = 0; k < n; k++) y[(int64_t)(p0 + k) * ldy + o] = EP_ABSENT_ROW;
+        return;
+    }
+    const float *xr[LIN_TILE];
+#pragma unroll
+    for (int k = 0; k < LIN_TILE; k++) {
+        const int p = p0 + (k < n ? k : 0);
+        xr[k] = x + (int64_t)(x_by_pair ? p : plan.pair_token[p]) * ldx;
+    }
+    for (int o = blockIdx.x * LIN_WARPS + (threadIdx.x >> 5); o < rows; o += nwarps) {
+        float res[LIN_TILE];
+        gemvT_row<NS>(w, o, xr, n, res);
+        if ((threadIdx.x & 31) == 0)
+#pragma unroll
+            for (int k = 0; k < LIN_TILE; k++)
+                if (k < n) y[(int64_t)(p0 + k) * ldy + o] = res[k];
+    }
+}
+
 static int sm_count(void) {
     int dev = 0, n = 0;
     cudaGetDevice(&dev);
@@ -210,6 +296,30 @@ static void gemv1_launch(cu_stream st, const dsv4_weight *w, const float *x, int
     if (rb == 4) k_gemv1<4, 2><<<blocks, 32 * LIN_WARPS, 0, (cudaStream_t)st>>>(*w, x, group_rows, group_x, y);
     else if (rb == 2) k_gemv1<2, 4><<<blocks, 32 * LIN_WARPS, 0, (cudaStream_t)st>>>(*w, x, group_rows, group_x, y);
     else k_gemv1<1, 8><<<blocks, 32 * LIN_WARPS, 0, (cudaStream_t)st>>>(*w, x, group_rows, group_x, y);
+}
+
+/* Steps of loads in flight for a tile row: all of a short row's, at most 8. */
+static int pipe_steps(int cols) {
+    const int steps = (cols + LIN_STEP - 1) / LIN_STEP;
+    return steps <= 2 ? 2 : steps <= 4 ? 4 : 8;
+}
+
+static void linear_pipeT_launch(cu_stream st, const dsv4_weight *w, const float *x, int T, int ldx, int group_rows, int group_x,
+                                float *y, int ldy) {
+    const int tiles = cu_blocks(T, LIN_TILE), ns = pipe_steps(w->cols);
+    dim3 g(pipe_blocks(w->rows, tiles), tiles);
+    if (ns == 2) k_linear_pipeT<2><<<g, 32 * LIN_WARPS, 0, (cudaStream_t)st>>>(*w, x, T, ldx, group_rows, group_x, y, ldy);
+    else if (ns == 4) k_linear_pipeT<4><<<g, 32 * LIN_WARPS, 0, (cudaStream_t)st>>>(*w, x, T, ldx, group_rows, group_x, y, ldy);
+    else k_linear_pipeT<8><<<g, 32 * LIN_WARPS, 0, (cudaStream_t)st>>>(*w, x, T, ldx, group_rows, group_x, y, ldy);
+}
+
+static void expert_pipeT_launch(cu_stream st, const dsv4_weight *experts, int rows, int cols, const cu_moe_plan *plan, int max_tiles,
+                                const float *x, int ldx, int x_by_pair, float *y, int ldy) {
+    const int ns = pipe_steps(cols);
+    dim3 g(pipe_blocks(rows, max_tiles), max_tiles);
+    if (ns == 2) k_expert_pipeT<2><<<g, 32 * LIN_WARPS, 0, (cudaStream_t)st>>>(experts, rows, *plan, x, ldx, x_by_pair, y, ldy);
+    else if (ns == 4) k_expert_pipeT<4><<<g, 32 * LIN_WARPS, 0, (cudaStream_t)st>>>(experts, rows, *plan, x, ldx, x_by_pair, y, ldy);
+    else k_expert_pipeT<8><<<g, 32 * LIN_WARPS, 0, (cudaStream_t)st>>>(experts, rows, *plan, x, ldx, x_by_pair, y, ldy);
 }
 
 static void expert_gemv1_launch(cu_stream st, const dsv4_weight *experts, int rows, int cols, const cu_moe_plan *plan, int max_tiles,
@@ -334,6 +444,10 @@ static int linear_launch(cu_stream st, const dsv4_weight *w, const float *x, int
         k_linear_1tok<<<cu_blocks(w->rows, LIN_WARPS), 32 * LIN_WARPS, 0, (cudaStream_t)st>>>(*w, x, group_rows, group_x, y);
         return 0;
     }
+    if (vec && LIN_PIPE && (w->fmt == WF_FP8 || w->fmt == WF_FP4)) {
+        linear_pipeT_launch(st, w, x, T, ldx, group_rows, group_x, y, ldy);
+        return 0;
+    }
     dim3 grid(cu_blocks(w->rows, LIN_WARPS), cu_blocks(T, LIN_TILE));
     if (vec) k_linear<true><<<grid, 32 * LIN_WARPS, 0, (cudaStream_t)st>>>(*w, x, T, ldx, group_rows, group_x, y, ldy);
     else k_linear<false><<<grid, 32 * LIN_WARPS, 0, (cudaStream_t)st>>>(*w, x, T, ldx, group_rows, group_x, y, ldy);
@@ -376,6 +490,10 @@ extern "C" int cu_expert_linear(cu_stream st, const dsv4_weight *experts, int ro
     if (one_token && LIN_ONE_TOKEN && vec_ok(fmt, cols, x, ldx) && (fmt == WF_FP8 || fmt == WF_FP4)) {
         dim3 g1(cu_blocks(rows, LIN_WARPS), max_tiles);
         k_expert_linear_1tok<<<g1, 32 * LIN_WARPS, 0, (cudaStream_t)st>>>(experts, rows, *plan, x, ldx, x_by_pair, y, ldy);
+        return 0;
+    }
+    if (LIN_PIPE && vec_ok(fmt, cols, x, ldx) && (fmt == WF_FP8 || fmt == WF_FP4)) {
+        expert_pipeT_launch(st, experts, rows, cols, plan, max_tiles, x, ldx, x_by_pair, y, ldy);
         return 0;
     }
     dim3 grid(cu_blocks(rows, LIN_WARPS), max_tiles);
