@@ -2,6 +2,7 @@
 #ifndef DSV4_CUDA
 #include "backend/cuda/cuda_backend.h"
 #include "util/error.h"
+#include <string.h>
 
 static int no_cuda(dsv4_error *err) {
     return dsv4_fail(err, DSV4_E_UNSUPPORTED, "this build of dsv4 has no CUDA backend (rebuild with `make CUDA=1`)");
@@ -64,6 +65,13 @@ void cuda_profile_report(const struct dsv4_model *m, void *file) { (void)m; (voi
 int cuda_gpus(const struct dsv4_model *m) { (void)m; return 0; }
 int cuda_distinct_layers(const struct dsv4_model *m) { (void)m; return 0; }
 uint64_t cuda_gpu_weight_bytes(const struct dsv4_model *m, int r) { (void)m; (void)r; return 0; }
+void cuda_graphs_get(const struct dsv4_model *m, cuda_graph_info *info) {
+    (void)m;
+    memset(info, 0, sizeof *info);
+}
+void cuda_graphs_set(struct dsv4_model *m, int on, int drop_test) {
+    (void)m; (void)on; (void)drop_test;
+}
 #else
 typedef int dsv4_cuda_stub_unused; /* ISO C wants a translation unit to declare something */
 #endif

@@ -64,6 +64,19 @@ void cuda_profile(struct dsv4_model *m, int on);
 /* The GPU's measured device-to-device copy bandwidth in GB/s (read + write), or -1 (no backend / failure). */
 double cuda_copy_bandwidth_gbs(const struct dsv4_model *m);
 void cuda_profile_report(const struct dsv4_model *m, void *file /* FILE * */);
+/* CUDA graphs (cuda_step.c, cu_graph.h): a model's steps run as captured graphs unless DSV4_CUDA_GRAPHS=0 was
+ * set when it was loaded; steps with experts in host memory or on several GPUs, or under the profiler, are
+ * launched directly all the same. cuda_graphs_get says whether they are on and what they have done so far (all
+ * zero without the backend). cuda_graphs_set turns them on or off for one model (the GPU tests compare both in
+ * one process); drop_test, for tests/gpu/test_gpu_graphs.c only, removes one kernel from every captured graph so
+ * that the test can see its check fail. Internal (no DSV4_API). */
+typedef struct {
+    int on;
+    long graphed_steps, direct_steps;          /* main-model steps run as graphs / launched directly */
+    long captures, instantiations, updates, launches;
+} cuda_graph_info;
+void cuda_graphs_get(const struct dsv4_model *m, cuda_graph_info *info);
+void cuda_graphs_set(struct dsv4_model *m, int on, int drop_test);
 /* GPUs the model is spread over (0 without the backend) and the weight bytes GPU rank r holds. */
 int      cuda_gpus(const struct dsv4_model *m);
 /* Main layers with weights of their own (fewer than n_layers only for a synthetic model bigger than the GPUs). */

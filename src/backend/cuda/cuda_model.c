@@ -8,6 +8,7 @@
 #include "backend/cuda/cuda_model.h"
 #include "backend/cuda/cuda_ep.h"
 #include "backend/cuda/cuda_host_experts.h"
+#include "backend/cuda/cu_graph.h"
 #include "backend/cpu/pool.h"
 #include "model/expert_place.h"
 #include "model/footprint.h"
@@ -225,6 +226,7 @@ static void release(struct cuda_model *cm) {
         free(ep->weight_bytes);
         free(ep);
     }
+    cu_graphs_free(cm->graphs);
     cuda_workspace_free(&cm->ws);
     if (cm->hx) {
         cuda_hx_free(cm->hx);
@@ -419,9 +421,19 @@ static int init_ranks(struct cuda_model *cm, const struct dsv4_model *m, int n, 
     return rc;
 }
 
+/* DSV4_CUDA_GRAPHS, read once per model load: unset, empty or 1 = steps as CUDA graphs, 0 = launched directly. */
+static int graphs_env(int *on, dsv4_error *err) {
+    const char *v = getenv("DSV4_CUDA_GRAPHS");
+    *on = !v || !*v || !strcmp(v, "1");
+    if (v && *v && strcmp(v, "0") && strcmp(v, "1"))
+        return dsv4_fail(err, DSV4_E_ARG, "DSV4_CUDA_GRAPHS is '%.40s': 1 (CUDA graphs, the default) or 0 (direct launches)", v);
+    return 0;
+}
+
 int cuda_model_init(struct dsv4_model *m, const cuda_placement *p, dsv4_error *err) {
     const int gpu = p->gpu;
-    int n_gpus = p->n_gpus;
+    int n_gpus = p->n_gpus, graphs_on = 1;
+    if (graphs_env(&graphs_on, err)) return DSV4_E_ARG;
     if (n_gpus < 1) n_gpus = 1;
     if (n_gpus > CU_MAX_GPUS) return dsv4_fail(err, DSV4_E_ARG, "at most %d GPUs (asked for %d)", CU_MAX_GPUS, n_gpus);
     if (n_gpus > m->cfg.n_routed)
@@ -442,11 +454,13 @@ int cuda_model_init(struct dsv4_model *m, const cuda_placement *p, dsv4_error *e
     if (!rc) rc = check_fit(cm, m, 0, n_gpus, up_model, &need, err);
     if (!rc) rc = upload(cm, m, 0, n_gpus, up_model, need, err);
     if (!rc && n_gpus > 1) rc = init_ranks(cm, m, n_gpus, err);
+    if (!rc && !(cm->graphs = cu_graphs_new())) rc = dsv4_fail(err, DSV4_E_NOMEM, "out of memory");
     if (rc) {
         release(cm);
         return rc;
     }
     cm->key_limit = cu_attention_key_limit();
+    cm->graphs_on = graphs_on;
     m->cuda = cm;
     m->state_mem = &seq_mem_cuda;
     if (m->progress) {
@@ -470,6 +484,28 @@ int cuda_model_init(struct dsv4_model *m, const cuda_placement *p, dsv4_error *e
                     expert_first(m->cfg.n_routed, n_gpus, r + 1) - 1);
     }
     return 0;
+}
+
+void cuda_graphs_set(struct dsv4_model *m, int on, int drop_test) {
+    struct cuda_model *cm = m->cuda;
+    if (!cm) return;
+    cu_use(cm->gpu);
+    cu_finish(cm->st, "switching CUDA graphs", NULL);   /* no graph of this model is in flight */
+    cm->graphs_on = on;
+    cu_graphs_drop_test(cm->graphs, drop_test);
+}
+
+void cuda_graphs_get(const struct dsv4_model *m, cuda_graph_info *info) {
+    memset(info, 0, sizeof *info);
+    if (!m->cuda) return;
+    const cu_graph_counts *n = cu_graphs_counts(m->cuda->graphs);
+    info->on = m->cuda->graphs_on;
+    info->graphed_steps = n->graphed_steps;
+    info->direct_steps = n->direct_steps;
+    info->captures = n->captures;
+    info->instantiations = n->instantiations;
+    info->updates = n->updates;
+    info->launches = n->launches;
 }
 
 int cuda_distinct_layers(const struct dsv4_model *m) { return m->cuda ? m->cuda->distinct : 0; }

@@ -103,6 +103,7 @@ typedef struct {
 } cu_dspark;
 
 struct cu_ep;
+struct cu_graphs;
 
 struct cuda_model {
     int gpu;
@@ -124,6 +125,8 @@ struct cuda_model {
     cu_workspace ws;
     cu_profile prof;
     struct cu_host_experts *hx;/* NULL, or the routed experts kept in host memory (cuda_host_experts.h) */
+    int graphs_on;             /* steps run as CUDA graphs (cuda_step.c): DSV4_CUDA_GRAPHS at load, cuda_graphs_set */
+    struct cu_graphs *graphs;  /* the kept executable graphs and their counts (cu_graph.h); rank 0 only */
     unsigned long long *route_counts; /* device [n_layers][n_routed] while routes are counted (dsv4 profile) */
 };
 

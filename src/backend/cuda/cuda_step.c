@@ -2,7 +2,8 @@
  * fixed sequence of kernel launches over the whole ragged batch on the model's stream. The host only validates,
  * reserves, uploads the step's metadata (tokens, positions, items, the sequences' state addresses) once, and
  * at the end copies back the logits (and hidden rows / features) that were asked for. Nothing in between
- * depends on a value computed on the device, so the same launch sequence can later be captured as a graph.
+ * depends on a value computed on the device, so the launch sequence is captured and run as CUDA graphs (below,
+ * "the step as CUDA graphs"; DSV4_CUDA_GRAPHS=0 at load launches it directly, with the same bits).
  *
  * Every kernel is batch-invariant (cu_kernels.h), so a sequence's bits do not depend on how its tokens were
  * split into steps or on the other sequences of a step. */
@@ -12,6 +13,7 @@
 #include "backend/cuda/cuda_model.h"
 #include "backend/cuda/cuda_ep.h"
 #include "backend/cuda/cuda_host_experts.h"
+#include "backend/cuda/cu_graph.h"
 #include "core/forward.h"
 #include "model/inventory.h"
 #include "state/sequence.h"
@@ -419,79 +421,119 @@ done:
     return rc;
 }
 
-/* Logits for every row that wants them, CU_HEAD_ROWS rows per pass of the head (spec §12), and the tokens of the
- * items that sample (their last row, drawn by cu_sample: only the ids come back, and the rows that were asked
- * for). */
-static int head(step_ctx *s, dsv4_step_item *items, const cu_hc *hc_head, const float *norm, dsv4_error *err) {
-    struct dsv4_model *m = s->m;
-    const dsv4_config *c = &m->cfg;
-    cu_workspace *ws = s->ws;
-    const int V = c->vocab_size;
+/* The LM head's plan: logits for every row that wants them, CU_HEAD_ROWS rows per pass of the head (spec
+ * §12), and the tokens of the items that sample (their last row, drawn by cu_sample: only the ids come back, and
+ * the rows that were asked for). Laid out and uploaded before the step's first launch, so that the first pass's
+ * kernels follow the layers in the step's launch sequence (and its last graph) with no upload in between. */
+typedef struct {
+    int R, Q;                  /* rows through the head, requests drawn */
+    int32_t *rows;             /* [R] the step's row of head row r */
+    float **dst;               /* [R] where row r's logits go, or NULL */
+    int *req_of;               /* [R] the request drawn from row r, or -1 */
+    int *item_of_req;          /* [Q] */
+} head_plan;
+
+static void head_plan_free(head_plan *h) {
+    free(h->rows);
+    free(h->dst);
+    free(h->req_of);
+    free(h->item_of_req);
+    memset(h, 0, sizeof *h);
+}
+
+static int head_prepare(step_ctx *s, dsv4_step_item *items, head_plan *h, dsv4_error *err) {
+    const int V = s->m->cfg.vocab_size;
     int R = 0, Q = 0;
+    memset(h, 0, sizeof *h);
     for (int i = 0; i < s->n_items; i++) {
         const dsv4_step_item *it = &items[i];
         R += it->want == DSV4_LOGITS_ALL ? it->n_tokens : it->want == DSV4_LOGITS_LAST || it->sample ? 1 : 0;
         Q += it->sample != NULL;
     }
     if (!R) return 0;
-    int32_t *rows = malloc(sizeof(int32_t) * (size_t)R), *tok = malloc(sizeof(int32_t) * (size_t)(Q ? Q : 1));
-    float **dst = malloc(sizeof(float *) * (size_t)R);
-    int *req_of = malloc(sizeof(int) * (size_t)R);           /* the request drawn from row r, or -1 */
-    int *item_of_req = malloc(sizeof(int) * (size_t)(Q ? Q : 1));
+    h->R = R;
+    h->Q = Q;
+    h->rows = malloc(sizeof(int32_t) * (size_t)R);
+    h->dst = malloc(sizeof(float *) * (size_t)R);
+    h->req_of = malloc(sizeof(int) * (size_t)R);
+    h->item_of_req = malloc(sizeof(int) * (size_t)(Q ? Q : 1));
     cu_sample_req *req = malloc(sizeof(cu_sample_req) * (size_t)(Q ? Q : 1));
     int rc = 0;
-    if (!rows || !tok || !dst || !req_of || !item_of_req || !req) { rc = dsv4_fail(err, DSV4_E_NOMEM, "out of memory"); goto done; }
+    if (!h->rows || !h->dst || !h->req_of || !h->item_of_req || !req) {
+        rc = dsv4_fail(err, DSV4_E_NOMEM, "out of memory");
+        goto done;
+    }
     for (int i = 0, r = 0, f = 0, q = 0; i < s->n_items; f += items[i].n_tokens, i++) {
         const dsv4_step_item *it = &items[i];
         const int k0 = it->want == DSV4_LOGITS_ALL ? 0 : it->want == DSV4_LOGITS_LAST || it->sample ? it->n_tokens - 1 : it->n_tokens;
         for (int k = k0; k < it->n_tokens; k++, r++) {
-            rows[r] = f + k;
-            dst[r] = it->want == DSV4_LOGITS_NONE ? NULL : it->logits + (int64_t)(it->want == DSV4_LOGITS_ALL ? k : 0) * V;
-            req_of[r] = -1;
+            h->rows[r] = f + k;
+            h->dst[r] = it->want == DSV4_LOGITS_NONE ? NULL : it->logits + (int64_t)(it->want == DSV4_LOGITS_ALL ? k : 0) * V;
+            h->req_of[r] = -1;
             if (it->sample && k == it->n_tokens - 1) {
                 const dsv4_sampling *p = it->sample;
                 req[q] = (cu_sample_req){ r % CU_HEAD_ROWS, p->top_k, p->n_allowed, p->temperature, p->top_p, p->min_p, p->seed, it->draw };
-                item_of_req[q] = i;
-                req_of[r] = q++;
+                h->item_of_req[q] = i;
+                h->req_of[r] = q++;
             }
         }
     }
-    if (cu_upload(ws->head_rows, rows, sizeof(int32_t) * (size_t)R) || cu_upload(ws->sample_req, req, sizeof(cu_sample_req) * (size_t)Q)) {
+    if (cu_upload(s->ws->head_rows, h->rows, sizeof(int32_t) * (size_t)R) ||
+        cu_upload(s->ws->sample_req, req, sizeof(cu_sample_req) * (size_t)Q))
         rc = dsv4_fail(err, DSV4_E_STATE, "cuda: upload failed");
-        goto done;
-    }
-    for (int r0 = 0; r0 < R && !rc; r0 += CU_HEAD_ROWS) {
-        const int n = R - r0 < CU_HEAD_ROWS ? R - r0 : CU_HEAD_ROWS;
-        cu_hc_head(s->st, s->official, ws->X, ws->head_rows + r0, n, hc_head->fn.data, hc_head->base, hc_head->scale, c->hc_mult,
-                   c->dim, c->hc_eps, c->norm_eps, ws->head_x);
-        cu_rmsnorm(s->st, s->official, ws->head_x, c->dim, norm, c->dim, c->norm_eps, ws->head_x, c->dim, n);
-        cu_linear(s->st, &s->cm->head, ws->head_x, n, c->dim, ws->logits, V);
-        /* the pass's requests are consecutive (rows and requests go in item order) */
-        int q0 = -1, q1 = -1;
-        for (int k = 0; k < n; k++)
-            if (req_of[r0 + k] >= 0) {
-                if (q0 < 0) q0 = req_of[r0 + k];
-                q1 = req_of[r0 + k] + 1;
-            }
-        if (q0 >= 0) cu_sample(s->st, ws->logits, V, ws->sample_req + q0, q1 - q0, ws->sample_w, ws->sample_tok + q0, NULL);
+done:
+    free(req);
+    if (rc) head_plan_free(h);
+    return rc;
+}
+
+/* The kernels of the head's pass over plan rows r0 .. r0 + CU_HEAD_ROWS - 1 (logits into ws->logits, draws into
+ * ws->sample_tok). No host wait: the first pass is part of the step's launch sequence. */
+static void head_launch(step_ctx *s, const head_plan *h, int r0, const cu_hc *hc_head, const float *norm) {
+    const dsv4_config *c = &s->m->cfg;
+    cu_workspace *ws = s->ws;
+    const int V = c->vocab_size;
+    if (r0 >= h->R) return;
+    const int n = h->R - r0 < CU_HEAD_ROWS ? h->R - r0 : CU_HEAD_ROWS;
+    cu_hc_head(s->st, s->official, ws->X, ws->head_rows + r0, n, hc_head->fn.data, hc_head->base, hc_head->scale, c->hc_mult,
+               c->dim, c->hc_eps, c->norm_eps, ws->head_x);
+    cu_rmsnorm(s->st, s->official, ws->head_x, c->dim, norm, c->dim, c->norm_eps, ws->head_x, c->dim, n);
+    cu_linear(s->st, &s->cm->head, ws->head_x, n, c->dim, ws->logits, V);
+    /* the pass's requests are consecutive (rows and requests go in item order) */
+    int q0 = -1, q1 = -1;
+    for (int k = 0; k < n; k++)
+        if (h->req_of[r0 + k] >= 0) {
+            if (q0 < 0) q0 = h->req_of[r0 + k];
+            q1 = h->req_of[r0 + k] + 1;
+        }
+    if (q0 >= 0) cu_sample(s->st, ws->logits, V, ws->sample_req + q0, q1 - q0, ws->sample_w, ws->sample_tok + q0, NULL);
+}
+
+/* After the step's launches (the head's first pass among them) have finished: each pass's logits back, the
+ * later passes launched and waited for in turn, then the drawn tokens. */
+static int head_collect(step_ctx *s, dsv4_step_item *items, const head_plan *h, const cu_hc *hc_head, const float *norm,
+                        dsv4_error *err) {
+    const int V = s->m->cfg.vocab_size;
+    cu_workspace *ws = s->ws;
+    int rc = 0;
+    for (int r0 = 0; r0 < h->R && !rc; r0 += CU_HEAD_ROWS) {
+        const int n = h->R - r0 < CU_HEAD_ROWS ? h->R - r0 : CU_HEAD_ROWS;
+        if (r0 > 0) head_launch(s, h, r0, hc_head, norm);
         if ((rc = cu_finish(s->st, "the LM head", err))) break;
         for (int k = 0; k < n; k++)
-            if (dst[r0 + k] && cu_download(dst[r0 + k], ws->logits + (int64_t)k * V, sizeof(float) * (size_t)V)) {
+            if (h->dst[r0 + k] && cu_download(h->dst[r0 + k], ws->logits + (int64_t)k * V, sizeof(float) * (size_t)V)) {
                 rc = dsv4_fail(err, DSV4_E_STATE, "cuda: copying logits back failed");
                 break;
             }
     }
-    if (!rc && Q) {
-        if (cu_download(tok, ws->sample_tok, sizeof(int32_t) * (size_t)Q)) rc = dsv4_fail(err, DSV4_E_STATE, "cuda: copying sampled tokens back failed");
-        for (int q = 0; !rc && q < Q; q++) *items[item_of_req[q]].token = tok[q];
+    if (!rc && h->Q) {
+        int32_t *tok = malloc(sizeof(int32_t) * (size_t)h->Q);
+        if (!tok) rc = dsv4_fail(err, DSV4_E_NOMEM, "out of memory");
+        else if (cu_download(tok, ws->sample_tok, sizeof(int32_t) * (size_t)h->Q))
+            rc = dsv4_fail(err, DSV4_E_STATE, "cuda: copying sampled tokens back failed");
+        for (int q = 0; !rc && q < h->Q; q++) *items[h->item_of_req[q]].token = tok[q];
+        free(tok);
     }
-done:
-    free(rows);
-    free(tok);
-    free(dst);
-    free(req_of);
-    free(item_of_req);
-    free(req);
     return rc;
 }
 
@@ -568,13 +610,15 @@ static int step_begin(struct dsv4_model *m, dsv4_step_item *items, int n_items, 
     return 0;
 }
 
-/* After the layers: the logits through (hc_head, norm) and the head, hidden rows and features back, then the
- * host's bookkeeping (history, position and, for the backbone, the row counts). */
-static int step_end(step_ctx *s, dsv4_step_item *items, const cu_hc *hc_head, const float *norm, int backbone, dsv4_error *err) {
+/* After the step's launches (the head's first pass the last of them): wait, the logits and drawn tokens back
+ * (hp), hidden rows and features back, then the host's bookkeeping (history, position and, for the backbone,
+ * the row counts). */
+static int step_end(step_ctx *s, dsv4_step_item *items, const head_plan *hp, const cu_hc *hc_head, const float *norm, int backbone,
+                    dsv4_error *err) {
     int rc;
     if (s->rc) return s->rc;
     if ((rc = cu_finish(s->st, "the step", err))) return rc;
-    if ((rc = head(s, items, hc_head, norm, err))) return rc;
+    if ((rc = head_collect(s, items, hp, hc_head, norm, err))) return rc;
     mark(s, ST_HEAD);
     if ((rc = copy_back_rows(s, items, err))) return rc;
     for (int i = 0; i < s->n_items; i++) {
@@ -592,21 +636,67 @@ static int step_end(step_ctx *s, dsv4_step_item *items, const cu_hc *hc_head, co
     return 0;
 }
 
+/* ---- the step as CUDA graphs (cu_graph.h) ---------------------------------------------------------------------
+ * The captured region of a step is its whole launch sequence: cu_embed, every layer (and the DSpark features of
+ * its target layers), the LM head's first pass. Everything that waits for the GPU or copies synchronously
+ * (validation, scratch, reservations, the metadata and head-plan uploads) is done before it, in step_begin and
+ * head_prepare; the first wait is step_end's cu_finish. The region is cut into segments of CU_GRAPH_LAYERS
+ * layers, each captured and launched as one graph, so that the host captures the next segment while the GPU
+ * runs the last one. Steps launched directly instead (graphs_usable): graphs turned off (DSV4_CUDA_GRAPHS=0 at
+ * load, cuda_graphs_set), routed experts in host memory (cuda_host_experts.c: host work and waits mid-step),
+ * experts over several GPUs (cuda_ep.c: the transport waits on the host), the per-stage profiler (it waits at
+ * every stage), and the MTP and DSpark heads (cuda_mtp_forward, the dspark calls: a few launches each). */
+#define CU_GRAPH_LAYERS 4
+
+static int graphs_usable(const struct cuda_model *cm) {
+    return cm->graphs_on && cm->graphs && !cm->hx && !cm->ep && !cm->prof.on;
+}
+
 int cuda_step(struct dsv4_model *m, dsv4_step_item *items, int n_items, dsv4_error *err) {
     struct cuda_model *cm = m->cuda;
     const dsv4_config *c = &m->cfg;
+    const int NL = c->n_layers;
     step_ctx s;
+    head_plan hp;
     int rc = step_begin(m, items, n_items, &s, err);
     if (rc) return rc;
+    if ((rc = head_prepare(&s, items, &hp, err))) return rc;
+    /* layers per segment and segments: all in one when launched directly */
+    const int graphed = graphs_usable(cm), per = graphed ? CU_GRAPH_LAYERS : (NL > 0 ? NL : 1);
+    const int n_seg = NL > per ? (NL + per - 1) / per : 1;
+    /* the head's kernels depend on how many rows it takes and whether it draws: part of the shape */
+    const int slot = graphed ? cu_graphs_slot(cm->graphs, s.T, n_items, 2 * hp.R + (hp.Q > 0), n_seg) : -1;
+    if (graphed && slot < 0) {
+        head_plan_free(&hp);
+        return dsv4_fail(err, DSV4_E_NOMEM, "out of memory");
+    }
     /* From here on the sequences change. */
     if (cm->route_counts) m->counted_tokens += (uint64_t)s.T;
-    cu_embed(s.st, &cm->embed, s.ws->tok, s.T, c->hc_mult, c->dim, s.ws->X);
-    mark(&s, ST_EMBED);
-    for (int L = 0; L < c->n_layers; L++) {
-        step_block(&s, &cm->layers[L], L);
-        capture_features(&s, items, L);
+    for (int k = 0; k < n_seg; k++) {
+        if (graphed && (rc = cu_graph_begin(s.st, err))) break;
+        if (k == 0) {
+            cu_embed(s.st, &cm->embed, s.ws->tok, s.T, c->hc_mult, c->dim, s.ws->X);
+            mark(&s, ST_EMBED);
+        }
+        for (int L = k * per; L < NL && L < (k + 1) * per; L++) {
+            step_block(&s, &cm->layers[L], L);
+            capture_features(&s, items, L);
+        }
+        if (k == n_seg - 1) {
+            head_launch(&s, &hp, 0, &cm->hc_head, cm->norm);
+            mark(&s, ST_HEAD);
+        }
+        /* a failure inside the sequence (s.rc) drops the capture: step_end reports it */
+        if (graphed && ((rc = cu_graph_end(cm->graphs, slot, k, s.st, s.rc != 0, err)) || s.rc)) break;
     }
-    return step_end(&s, items, &cm->hc_head, cm->norm, 1, err);
+    if (!rc) rc = step_end(&s, items, &hp, &cm->hc_head, cm->norm, 1, err);
+    head_plan_free(&hp);
+    if (cm->graphs && !rc) {
+        cu_graph_counts *n = cu_graphs_counts(cm->graphs);
+        if (graphed) n->graphed_steps++;
+        else n->direct_steps++;
+    }
+    return rc;
 }
 
 /* The V4 MTP head on the GPU (core/mtp.c, the same order of operations): X' = bf16(e_proj(rmsnorm(embed[next],
@@ -625,6 +715,8 @@ int cuda_mtp_forward(struct dsv4_model *m, dsv4_seq *state, const float *X, cons
     cu_workspace *ws = s.ws;
     const int d = c->dim, hc = c->hc_mult, T = s.T;
     if (cu_upload(ws->mtp_h, X, sizeof(float) * (size_t)T * hc * d)) return dsv4_fail(err, DSV4_E_STATE, "MTP: upload failed");
+    head_plan hp;   /* the MTP head is launched directly (cuda_step's comment says why) */
+    if ((rc = head_prepare(&s, &it, &hp, err))) return dsv4_wrap(err, "MTP");
     cu_embed(s.st, &cm->embed, ws->tok, T, 1, d, ws->u);
     cu_rmsnorm(s.st, s.official, ws->u, d, cm->mtp.enorm, d, c->norm_eps, ws->u, d, T);
     cu_rmsnorm(s.st, s.official, ws->mtp_h, d, cm->mtp.hnorm, d, c->norm_eps, ws->mtp_h, d, T * hc);
@@ -637,7 +729,11 @@ int cuda_mtp_forward(struct dsv4_model *m, dsv4_seq *state, const float *X, cons
     cu_mtp_mix(s.st, s.official, ws->xn, ws->mtp_out, ws->X, T, hc, d);
     mark(&s, ST_EMBED);
     step_block(&s, cm->mtp.block, 0);
-    return step_end(&s, &it, &cm->mtp.hc_head, cm->mtp.norm, 0, err);
+    head_launch(&s, &hp, 0, &cm->mtp.hc_head, cm->mtp.norm);
+    mark(&s, ST_HEAD);
+    rc = step_end(&s, &it, &hp, &cm->mtp.hc_head, cm->mtp.norm, 0, err);
+    head_plan_free(&hp);
+    return rc;
 }
 /* ---- DSpark (core/dspark.c, the same order of operations) ------------------------------------------------------- */
 

@@ -488,8 +488,12 @@ extern "C" int cu_attention(cu_stream st, int official, cu_kvlay lay, const floa
     if (T <= 0) return 0;
     const size_t smem = (sizeof(void *) + sizeof(float)) * (size_t)max_keys;
     if (smem > 48 * 1024) {
-        if (max_keys > cu_attention_key_limit()) return -1;
-        cudaFuncSetAttribute(k_attention, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+        const int limit = cu_attention_key_limit();
+        if (max_keys > limit) return -1;
+        /* always the largest size any launch may ask for, never this launch's: the attribute is the kernel's, and a
+         * captured graph (cu_graph.h) runs its launches after later calls have set it again (the layers' max_keys
+         * differ), so it must never shrink. It is a cap, the launch still takes smem. */
+        cudaFuncSetAttribute(k_attention, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)((sizeof(void *) + sizeof(float)) * (size_t)limit));
     }
     k_attention<<<dim3(T, H), ATT_THREADS, smem, (cudaStream_t)st>>>(official, lay, q, kvs, pos, item_of, items, sl, ring_len, W,
                                                                     ratio, sel, n_sel, topk, sink, freq, H, D, R, max_keys, o);
