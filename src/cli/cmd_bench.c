@@ -189,6 +189,21 @@ static int bench_single_stream(dsv4_model *m, int prompt, int decode, double bw,
     return 0;
 }
 
+/* Whether the steps ran as CUDA graphs (DSV4_CUDA_GRAPHS, cuda_backend.h): steps under --profile, with experts in
+ * host memory or over several GPUs are launched directly even with graphs on. */
+static void graphs_report(const dsv4_model *m, json_t *rep) {
+    cuda_graph_info g;
+    cuda_graphs_get(m, &g);
+    printf("%-26s %10s   %ld steps as graphs, %ld launched directly (%ld instantiations, %ld updates)%s\n", "CUDA graphs",
+           g.on ? "on" : "off", g.graphed_steps, g.direct_steps, g.instantiations, g.updates,
+           g.on ? "" : ": DSV4_CUDA_GRAPHS=0");
+    if (!rep) return;
+    json_t *o = json_pack("{s:b, s:I, s:I, s:I, s:I}", "on", g.on, "graphed_steps", (json_int_t)g.graphed_steps, "direct_steps",
+                          (json_int_t)g.direct_steps, "instantiations", (json_int_t)g.instantiations, "updates",
+                          (json_int_t)g.updates);
+    if (o) json_object_set_new(rep, "cuda_graphs", o);
+}
+
 /* --streams 1,2,4,...: aggregate decode tokens/s with N streams decoding together (weights read once a step). */
 static int bench_streams(dsv4_model *m, const char *list, int decode, double bw, json_t *rep) {
     int32_t *counts;
@@ -473,11 +488,14 @@ int cmd_bench(int argc, char **argv) {
     dsv4_model *m;
     dsv4_error err;
     if (dsv4_model_load(model_dir, &lo, &m, &err)) return cli_fail(CMD, &err);
+    cuda_graph_info graphs;
+    cuda_graphs_get(m, &graphs);
     printf("model %s: %d layers, hidden %d, %.2f GB weights, %.3f GB read per decoded token, %d threads, %s mode, "
-           "%s kernels%s\n",
+           "%s kernels%s%s\n",
            model_dir, m->cfg.n_layers, m->cfg.dim, dsv4_total_weight_bytes(m) / 1e9, dsv4_decode_weight_bytes(m) / 1e9,
            dsv4_pool_threads(m->pool), mode == DSV4_MODE_OFFICIAL ? "official" : "exact",
-           m->device == DSV4_DEVICE_CPU ? dsv4_pool_kernels(m->pool)->name : "cuda", m->amx ? " (AMX linears)" : "");
+           m->device == DSV4_DEVICE_CPU ? dsv4_pool_kernels(m->pool)->name : "cuda", m->amx ? " (AMX linears)" : "",
+           !m->cuda ? "" : graphs.on ? ", CUDA graphs on" : ", CUDA graphs off (DSV4_CUDA_GRAPHS=0)");
     if (m->cfg.synthetic_holes)
         printf("synthetic weights generated in GPU memory: %d distinct layer weight sets for %d layers%s\n",
                cuda_distinct_layers(m), m->cfg.n_layers,
@@ -501,6 +519,7 @@ int cmd_bench(int argc, char **argv) {
                                                     mode == DSV4_MODE_OFFICIAL ? "official" : "exact", "kernels",
                                                     m->device == DSV4_DEVICE_CPU ? dsv4_pool_kernels(m->pool)->name : "cuda",
                                                     "threads", dsv4_pool_threads(m->pool), "gpus", m->cuda ? cuda_gpus(m) : 0));
+        if (m->cuda) json_object_set_new(json_object_get(rep, "model"), "cuda_graphs", json_boolean(graphs.on));
         if (m->cfg.synthetic_holes) json_object_set_new(json_object_get(rep, "model"), "distinct_layer_weight_sets",
                                                         json_integer(cuda_distinct_layers(m)));
         if (bw > 0) rep_num(rep, "machine", m->cuda ? "device_copy_gb_s" : "memory_read_gb_s", bw);
@@ -510,6 +529,7 @@ int cmd_bench(int argc, char **argv) {
     if (!rc && context) rc = bench_context(m, context, (int)decode, profile && m->cuda, rep);
     if (!rc && spec) rc = bench_spec(m, spec, (int)decode);
     if (!rc && spec && streams) rc = bench_spec_streams(m, spec, streams, (int)decode);
+    if (!rc && m->cuda) graphs_report(m, rep);
     dsv4_model_free(m);
     if (rep && !rc && json_dump_file(rep, json_path, JSON_INDENT(2) | JSON_SORT_KEYS | JSON_REAL_PRECISION(6)))
         rc = cli_error(CMD, "cannot write the JSON report to %s", json_path);

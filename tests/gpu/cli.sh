@@ -64,4 +64,16 @@ expect_err "bad device" "--device must be cpu or cuda" "$BIN" logits -m "$T/m" -
 printf 'garbage that is not a state file at all' >"$T/bad.state"
 expect_err "damaged state on cuda" "not a dsv4 sequence state" "$BIN" logits -m "$T/m" --device cuda --tokens 1,2 --resume "$T/bad.state"
 expect_ok "bench on cuda" "$BIN" bench -m "$T/m" --device cuda --prompt 64 --decode 16
+# CUDA graphs (DSV4_CUDA_GRAPHS, on by default): bench says whether its steps ran as graphs, in the table and in --json
+graphs() {   # graphs ENV-VALUE ON GRAPHED(>0 or 0)
+    if env ${1:+DSV4_CUDA_GRAPHS=$1} "$BIN" bench -m "$T/m" --device cuda --no-bandwidth --prompt 16 --decode 8 --json "$T/g.json" >"$T/out" 2>"$T/err" &&
+       grep -qE "^CUDA graphs +$2 +[0-9]+ steps as graphs" "$T/out" &&
+       python3 -c 'import json, sys
+g = json.load(open(sys.argv[1])); on = sys.argv[2] == "on"; c = g["cuda_graphs"]
+sys.exit(0 if g["model"]["cuda_graphs"] is on and c["on"] is on and (c["graphed_steps"] > 0) == on and (on or c["direct_steps"] > 0) else 1)' "$T/g.json" "$2"
+    then ok; else bad "bench with DSV4_CUDA_GRAPHS=${1:-unset}: $(grep -i graphs "$T/out") $(head -2 "$T/err")"; fi
+}
+graphs "" on
+graphs 0 off
+expect_err "DSV4_CUDA_GRAPHS=yes" "DSV4_CUDA_GRAPHS" env DSV4_CUDA_GRAPHS=yes "$BIN" logits -m "$T/m" --device cuda --tokens 1,2
 finish
