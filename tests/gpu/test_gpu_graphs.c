@@ -189,9 +189,12 @@ static void graphs_match_direct(void **state) {
     if (g1.graphed_steps - g0.graphed_steps != on.steps || g1.direct_steps != g0.direct_steps)
         fail_msg("%s: %ld of %ld steps ran as graphs, %ld directly", f->tp->name, g1.graphed_steps - g0.graphed_steps, on.steps,
                  g1.direct_steps - g0.direct_steps);
-    if (g1.instantiations <= g0.instantiations || g1.updates <= g0.updates || g1.launches < g1.graphed_steps - g0.graphed_steps)
-        fail_msg("%s: graphs were not instantiated, updated and launched (%ld, %ld, %ld)", f->tp->name,
-                 g1.instantiations - g0.instantiations, g1.updates - g0.updates, g1.launches - g0.launches);
+    if (g1.instantiations <= g0.instantiations || g1.launches - g0.launches < on.steps)
+        fail_msg("%s: %ld graphs instantiated, %ld launched for %ld steps", f->tp->name, g1.instantiations - g0.instantiations,
+                 g1.launches - g0.launches, on.steps);
+    if (g1.updates <= g0.updates)   /* not wrong, but every step paid for instantiating its graphs again */
+        fail_msg("%s: no cudaGraphExecUpdate succeeded (%ld instantiations for %ld captures)", f->tp->name,
+                 g1.instantiations - g0.instantiations, g1.captures - g0.captures);
 
     cuda_graphs_set(f->m, 0, 0);
     run(f, f->m, &f->off, "graphs off");

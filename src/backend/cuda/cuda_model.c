@@ -492,14 +492,15 @@ void cuda_graphs_set(struct dsv4_model *m, int on, int drop_test) {
     cu_use(cm->gpu);
     cu_finish(cm->st, "switching CUDA graphs", NULL);   /* no graph of this model is in flight */
     cm->graphs_on = on;
-    cu_graphs_drop_test(cm->graphs, drop_test);
+    if (cm->graphs) cu_graphs_drop_test(cm->graphs, drop_test);
 }
 
 void cuda_graphs_get(const struct dsv4_model *m, cuda_graph_info *info) {
     memset(info, 0, sizeof *info);
     if (!m->cuda) return;
-    const cu_graph_counts *n = cu_graphs_counts(m->cuda->graphs);
     info->on = m->cuda->graphs_on;
+    if (!m->cuda->graphs) return;
+    const cu_graph_counts *n = cu_graphs_counts(m->cuda->graphs);
     info->graphed_steps = n->graphed_steps;
     info->direct_steps = n->direct_steps;
     info->captures = n->captures;
