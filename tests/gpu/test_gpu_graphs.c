@@ -12,8 +12,8 @@
  * The graphs must really have run (the counters: every step of the "on" run as graphs, graphs instantiated and
  * updated; none in the "off" run), the check must be able to fail (with one kernel removed from every captured
  * graph the bytes differ), graphs work again afterwards, a model loaded with DSV4_CUDA_GRAPHS=0 launches directly
- * and gives the same bytes, and DSV4_CUDA_GRAPHS=2 fails the load with one line. Models of 4, 6 and 9 layers
- * (one, two and three graphs of up to 4 layers a step). */
+ * and gives the same bytes, and DSV4_CUDA_GRAPHS=2 fails the load with one line. Models of 4, 6 and 10 layers
+ * (2, 3 and 4 graphs a step: layer 0, then up to 4 layers each). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -38,7 +38,7 @@ typedef struct {
 
 static const topology topologies[] = {
     {"EXACT flash-like, 6 layers", "flash-tiny", {"compress_ratios=[0,0,4,128,4,128]", "sliding_window=8", "index_topk=3"}, 3, DSV4_MODE_EXACT, DSV4_KV_F32},
-    {"OFFICIAL flash-like, 9 layers, fp8 KV", "flash-tiny", {"compress_ratios=[0,0,4,128,4,128,4,128,4]", "num_hidden_layers=9", "sliding_window=8", "index_topk=3"}, 4, DSV4_MODE_OFFICIAL, DSV4_KV_FP8},
+    {"OFFICIAL flash-like, 10 layers, fp8 KV", "flash-tiny", {"compress_ratios=[0,0,4,128,4,128,4,128,4,128]", "num_hidden_layers=10", "sliding_window=8", "index_topk=3"}, 4, DSV4_MODE_OFFICIAL, DSV4_KV_FP8},
     {"OFFICIAL pro-like, 4 layers, bf16 KV", "pro-tiny", {"compress_ratios=[128,128,4,128]", "sliding_window=8", "index_topk=5"}, 3, DSV4_MODE_OFFICIAL, DSV4_KV_BF16},
 };
 #define N_TOPO (int)(sizeof topologies / sizeof topologies[0])

@@ -640,9 +640,10 @@ static int step_end(step_ctx *s, dsv4_step_item *items, const head_plan *hp, con
  * The captured region of a step is its whole launch sequence: cu_embed, every layer (and the DSpark features of
  * its target layers), the LM head's first pass. Everything that waits for the GPU or copies synchronously
  * (validation, scratch, reservations, the metadata and head-plan uploads) is done before it, in step_begin and
- * head_prepare; the first wait is step_end's cu_finish. The region is cut into segments of CU_GRAPH_LAYERS
- * layers, each captured and launched as one graph, so that the host captures the next segment while the GPU
- * runs the last one. Steps launched directly instead (graphs_usable): graphs turned off (DSV4_CUDA_GRAPHS=0 at
+ * head_prepare; the first wait is step_end's cu_finish. The region is cut into segments, each captured and
+ * launched as one graph, so that the host captures the next segment while the GPU runs the last one: the
+ * first segment is the embedding and layer 0 alone (all the GPU waits for before its first kernel), then
+ * CU_GRAPH_LAYERS layers each, the last with the head. Steps launched directly instead (graphs_usable): graphs turned off (DSV4_CUDA_GRAPHS=0 at
  * load, cuda_graphs_set), routed experts in host memory (cuda_host_experts.c: host work and waits mid-step),
  * experts over several GPUs (cuda_ep.c: the transport waits on the host), the per-stage profiler (it waits at
  * every stage), and the MTP and DSpark heads (cuda_mtp_forward, the dspark calls: a few launches each). */
@@ -650,6 +651,13 @@ static int step_end(step_ctx *s, dsv4_step_item *items, const head_plan *hp, con
 
 static int graphs_usable(const struct cuda_model *cm) {
     return cm->graphs_on && cm->graphs && !cm->hx && !cm->ep && !cm->prof.on;
+}
+
+/* Segments of a graphed step of NL layers, and the first layer of segment k (NL for k = the count). */
+static int seg_count(int NL) { return NL <= 1 ? 1 : 1 + (NL - 1 + CU_GRAPH_LAYERS - 1) / CU_GRAPH_LAYERS; }
+static int seg_start(int k, int NL) {
+    const int L = k == 0 ? 0 : 1 + (k - 1) * CU_GRAPH_LAYERS;
+    return L < NL ? L : NL;
 }
 
 int cuda_step(struct dsv4_model *m, dsv4_step_item *items, int n_items, dsv4_error *err) {
@@ -661,9 +669,8 @@ int cuda_step(struct dsv4_model *m, dsv4_step_item *items, int n_items, dsv4_err
     int rc = step_begin(m, items, n_items, &s, err);
     if (rc) return rc;
     if ((rc = head_prepare(&s, items, &hp, err))) return rc;
-    /* layers per segment and segments: all in one when launched directly */
-    const int graphed = graphs_usable(cm), per = graphed ? CU_GRAPH_LAYERS : (NL > 0 ? NL : 1);
-    const int n_seg = NL > per ? (NL + per - 1) / per : 1;
+    /* one segment of all the layers when launched directly */
+    const int graphed = graphs_usable(cm), n_seg = graphed ? seg_count(NL) : 1;
     /* the head's kernels depend on how many rows it takes and whether it draws: part of the shape */
     const int slot = graphed ? cu_graphs_slot(cm->graphs, s.T, n_items, 2 * hp.R + (hp.Q > 0), n_seg) : -1;
     if (graphed && slot < 0) {
@@ -678,7 +685,8 @@ int cuda_step(struct dsv4_model *m, dsv4_step_item *items, int n_items, dsv4_err
             cu_embed(s.st, &cm->embed, s.ws->tok, s.T, c->hc_mult, c->dim, s.ws->X);
             mark(&s, ST_EMBED);
         }
-        for (int L = k * per; L < NL && L < (k + 1) * per; L++) {
+        const int L1 = k == n_seg - 1 ? NL : seg_start(k + 1, NL);
+        for (int L = graphed ? seg_start(k, NL) : 0; L < L1; L++) {
             step_block(&s, &cm->layers[L], L);
             capture_features(&s, items, L);
         }
