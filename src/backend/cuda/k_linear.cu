@@ -105,17 +105,21 @@ __global__ void __launch_bounds__(32 * LIN_WARPS, 8) k_linear_1tok(dsv4_weight w
 /* One token, pipelined (LIN_PIPE): each lane keeps LIN_PIPE_LOADS 16-byte loads in flight — RB rows of a warp's
  * pass times NS steps of each — and a warp runs several passes over rows nwarps x RB apart, so the grid is a few
  * blocks per SM that stay resident instead of thousands that live for two loads each (a 1024-column FP8 row is
- * two steps). The order of every row is dot_row1's (lane l: columns 16l + 512j + e, j then e, fmaf from 0.0f, then
- * warp_sum): only which warp computes a row and when its loads are issued change, so the bits are the same. */
+ * two steps). The input row is staged in shared memory once per block: run 25 measured this kernel without it
+ * slower than dot_row1 (each step's 64 bytes of x came from L2 after the weight stream had evicted them from L1,
+ * one L2 latency per step). A block works in one group of a grouped weight (blockIdx.y), whose x slice it stages.
+ * The order of every row is dot_row1's (lane l: columns 16l + 512j + e, j then e, fmaf from 0.0f, then warp_sum):
+ * only which warp computes a row and when its loads are issued change, so the bits are the same. */
 #ifndef LIN_PIPE
-#define LIN_PIPE 1
+#define LIN_PIPE 0
 #endif
 #define LIN_PIPE_LOADS 8
 #define LIN_PIPE_BLOCKS_PER_SM 4
+#define LIN_PIPE_MAX_X (48 * 1024 / 4)   /* input floats staged in shared memory, at most */
 
+/* Rows [base, base + RB) (those below r1) of w against x (K floats, shared or global memory) into y[row]. */
 template <int RB, int NS>
-__device__ __forceinline__ void gemv1_pass(const dsv4_weight &w, int base, const float *__restrict__ x, int group_rows, int group_x,
-                                           float *__restrict__ y, int ystride) {
+__device__ __forceinline__ void gemv1_pass(const dsv4_weight &w, int base, int r1, const float *x, float *__restrict__ y) {
     const int lane = threadIdx.x & 31, K = w.cols;
     float acc[RB];
 #pragma unroll
@@ -126,18 +130,17 @@ __device__ __forceinline__ void gemv1_pass(const dsv4_weight &w, int base, const
         for (int r = 0; r < RB; r++)
 #pragma unroll
             for (int u = 0; u < NS; u++)
-                if (base + r < w.rows && i0 + u * LIN_STEP < K) raw[r][u] = dev_weight16_load(w, base + r, i0 + u * LIN_STEP);
+                if (base + r < r1 && i0 + u * LIN_STEP < K) raw[r][u] = dev_weight16_load(w, base + r, i0 + u * LIN_STEP);
 #pragma unroll
         for (int r = 0; r < RB; r++) {
-            if (base + r >= w.rows) break;
-            const float *xr = x + (int64_t)((base + r) / group_rows) * group_x;
+            if (base + r >= r1) break;
 #pragma unroll
             for (int u = 0; u < NS; u++) {
                 const int i = i0 + u * LIN_STEP;
                 if (i >= K) break;
                 float wv[LIN_LANE];
                 dev_weight16_decode(w.fmt, raw[r][u], wv);
-                const float4 *xp = (const float4 *)(xr + i);
+                const float4 *xp = (const float4 *)(x + i);
 #pragma unroll
                 for (int q = 0; q < LIN_LANE / 4; q++) {
                     const float4 xv = xp[q];
@@ -152,23 +155,37 @@ __device__ __forceinline__ void gemv1_pass(const dsv4_weight &w, int base, const
 #pragma unroll
     for (int r = 0; r < RB; r++) {
         const float v = warp_sum(acc[r]);
-        if (lane == 0 && base + r < w.rows) y[(int64_t)(base + r) * ystride] = v;
+        if (lane == 0 && base + r < r1) y[base + r] = v;
     }
 }
 
-/* Warp g of the grid's nwarps (in its expert, for k_expert_gemv1) does passes over rows (g + p nwarps) RB. */
+/* x (K floats, 16-byte aligned) into shared memory when `stage` (the launcher gave K * 4 bytes of it), then the
+ * block's barrier; returns where the block reads x from. */
+__device__ __forceinline__ const float *stage_x(const float *x, int K, int stage, float *xs) {
+    if (!stage) return x;
+    for (int i = 4 * threadIdx.x; i < K; i += 4 * blockDim.x) *(float4 *)(xs + i) = *(const float4 *)(x + i);
+    __syncthreads();
+    return xs;
+}
+
+/* Group blockIdx.y's rows [g group_rows, (g + 1) group_rows): warp k of the group's nwarps does the passes over
+ * rows g group_rows + (k + p nwarps) RB. */
 template <int RB, int NS>
 __global__ void __launch_bounds__(32 * LIN_WARPS, LIN_PIPE_BLOCKS_PER_SM) k_gemv1(dsv4_weight w, const float *__restrict__ x, int group_rows,
-                                                                                   int group_x, float *__restrict__ y) {
+                                                                                   int group_x, int stage, float *__restrict__ y) {
+    extern __shared__ __align__(16) float gemv_xs[];
+    const int r0 = blockIdx.y * group_rows, r1 = r0 + group_rows < w.rows ? r0 + group_rows : w.rows;
+    const float *xg = stage_x(x + (int64_t)blockIdx.y * group_x, w.cols, stage, gemv_xs);
     const int nwarps = gridDim.x * LIN_WARPS;
-    for (int g = blockIdx.x * LIN_WARPS + (threadIdx.x >> 5); g * RB < w.rows; g += nwarps)
-        gemv1_pass<RB, NS>(w, g * RB, x, group_rows, group_x, y, 1);
+    for (int k = blockIdx.x * LIN_WARPS + (threadIdx.x >> 5); r0 + k * RB < r1; k += nwarps) gemv1_pass<RB, NS>(w, r0 + k * RB, r1, xg, y);
 }
 
 template <int RB, int NS>
 __global__ void __launch_bounds__(32 * LIN_WARPS, LIN_PIPE_BLOCKS_PER_SM) k_expert_gemv1(const dsv4_weight *__restrict__ experts, int rows,
                                                                                           cu_moe_plan plan, const float *__restrict__ x,
-                                                                                          int ldx, int x_by_pair, float *__restrict__ y, int ldy) {
+                                                                                          int ldx, int x_by_pair, int stage, float *__restrict__ y,
+                                                                                          int ldy) {
+    extern __shared__ __align__(16) float gemv_xs[];
     const int tile = blockIdx.y;
     if (tile >= *plan.n_tiles) return;
     dsv4_weight w = experts[plan.tile_expert[tile]];
@@ -178,96 +195,8 @@ __global__ void __launch_bounds__(32 * LIN_WARPS, LIN_PIPE_BLOCKS_PER_SM) k_expe
         for (int o = blockIdx.x * blockDim.x + threadIdx.x; o < rows; o += gridDim.x * blockDim.x) yp[o] = EP_ABSENT_ROW;
         return;
     }
-    w.rows = rows;
-    const float *xp = x + (int64_t)(x_by_pair ? p : plan.pair_token[p]) * ldx;
-    for (int g = blockIdx.x * LIN_WARPS + (threadIdx.x >> 5); g * RB < rows; g += nwarps)
-        gemv1_pass<RB, NS>(w, g * RB, xp, rows, 0, yp, 1);
-}
-
-/* Up to LIN_TILE tokens, pipelined (LIN_PIPE; FP8 and FP4 rows): dot_tile's order for every (row, token) —
- * lane l: columns 16l + 512j + e, j then e, fmaf from 0.0f, then warp_sum — with NS steps of one row's loads
- * issued before the first is used, and resident warps doing several rows each, as the one-token kernels above. */
-template <int NS>
-__device__ __forceinline__ void gemvT_row(const dsv4_weight &w, int o, const float *const *xr, int n, float *res) {
-    const int lane = threadIdx.x & 31, K = w.cols;
-    float acc[LIN_TILE];
-#pragma unroll
-    for (int k = 0; k < LIN_TILE; k++) acc[k] = 0.0f;
-    for (int i0 = lane * LIN_LANE; i0 < K; i0 += NS * LIN_STEP) {
-        w16raw raw[NS];
-#pragma unroll
-        for (int u = 0; u < NS; u++)
-            if (i0 + u * LIN_STEP < K) raw[u] = dev_weight16_load(w, o, i0 + u * LIN_STEP);
-#pragma unroll
-        for (int u = 0; u < NS; u++) {
-            const int i = i0 + u * LIN_STEP;
-            if (i >= K) break;
-            float wv[LIN_LANE];
-            dev_weight16_decode(w.fmt, raw[u], wv);
-#pragma unroll
-            for (int k = 0; k < LIN_TILE; k++) {
-                if (k >= n) break;
-                const float4 *xp = (const float4 *)(xr[k] + i);
-#pragma unroll
-                for (int q = 0; q < LIN_LANE / 4; q++) {
-                    const float4 xv = xp[q];
-                    acc[k] = fmaf(wv[4 * q], xv.x, acc[k]);
-                    acc[k] = fmaf(wv[4 * q + 1], xv.y, acc[k]);
-                    acc[k] = fmaf(wv[4 * q + 2], xv.z, acc[k]);
-                    acc[k] = fmaf(wv[4 * q + 3], xv.w, acc[k]);
-                }
-            }
-        }
-    }
-#pragma unroll
-    for (int k = 0; k < LIN_TILE; k++) res[k] = warp_sum(acc[k]);
-}
-
-template <int NS>
-__global__ void __launch_bounds__(32 * LIN_WARPS, LIN_PIPE_BLOCKS_PER_SM) k_linear_pipeT(dsv4_weight w, const float *__restrict__ x, int T, int ldx,
-                                                                                          int group_rows, int group_x, float *__restrict__ y, int ldy) {
-    const int t0 = blockIdx.y * LIN_TILE, n = T - t0 < LIN_TILE ? T - t0 : LIN_TILE, nwarps = gridDim.x * LIN_WARPS;
-    for (int o = blockIdx.x * LIN_WARPS + (threadIdx.x >> 5); o < w.rows; o += nwarps) {
-        const float *xg = x + (int64_t)(o / group_rows) * group_x;
-        const float *xr[LIN_TILE];
-#pragma unroll
-        for (int k = 0; k < LIN_TILE; k++) xr[k] = xg + (int64_t)(t0 + (k < n ? k : 0)) * ldx;
-        float res[LIN_TILE];
-        gemvT_row<NS>(w, o, xr, n, res);
-        if ((threadIdx.x & 31) == 0)
-#pragma unroll
-            for (int k = 0; k < LIN_TILE; k++)
-                if (k < n) y[(int64_t)(t0 + k) * ldy + o] = res[k];
-    }
-}
-
-template <int NS>
-__global__ void __launch_bounds__(32 * LIN_WARPS, LIN_PIPE_BLOCKS_PER_SM) k_expert_pipeT(const dsv4_weight *__restrict__ experts, int rows,
-                                                                                          cu_moe_plan plan, const float *__restrict__ x, int ldx,
-                                                                                          int x_by_pair, float *__restrict__ y, int ldy) {
-    const int tile = blockIdx.y;
-    if (tile >= *plan.n_tiles) return;
-    const dsv4_weight w = experts[plan.tile_expert[tile]];
-    const int p0 = plan.tile_first[tile], n = plan.tile_count[tile], nwarps = gridDim.x * LIN_WARPS;
-    if (!w.data) {   /* an expert another GPU holds (cuda_ep.h): its rows are the identity of the exact gather */
-        for (int o = blockIdx.x * blockDim.x + threadIdx.x; o < rows; o += gridDim.x * blockDim.x)
-            for (int k = 0; k < n; k++) y[(int64_t)(p0 + k) * ldy + o] = EP_ABSENT_ROW;
-        return;
-    }
-    const float *xr[LIN_TILE];
-#pragma unroll
-    for (int k = 0; k < LIN_TILE; k++) {
-        const int p = p0 + (k < n ? k : 0);
-        xr[k] = x + (int64_t)(x_by_pair ? p : plan.pair_token[p]) * ldx;
-    }
-    for (int o = blockIdx.x * LIN_WARPS + (threadIdx.x >> 5); o < rows; o += nwarps) {
-        float res[LIN_TILE];
-        gemvT_row<NS>(w, o, xr, n, res);
-        if ((threadIdx.x & 31) == 0)
-#pragma unroll
-            for (int k = 0; k < LIN_TILE; k++)
-                if (k < n) y[(int64_t)(p0 + k) * ldy + o] = res[k];
-    }
+    const float *xp = stage_x(x + (int64_t)(x_by_pair ? p : plan.pair_token[p]) * ldx, w.cols, stage, gemv_xs);
+    for (int k = blockIdx.x * LIN_WARPS + (threadIdx.x >> 5); k * RB < rows; k += nwarps) gemv1_pass<RB, NS>(w, k * RB, rows, xp, yp);
 }
 
 static int sm_count(void) {
@@ -283,52 +212,32 @@ static int pipe_rows(int cols) {
     return steps <= 2 ? 4 : steps <= 4 ? 2 : 1;
 }
 
-/* Blocks for `units` passes of warps (units = matrices x row groups): at most LIN_PIPE_BLOCKS_PER_SM per SM in all. */
+/* Blocks per matrix (or group) for `row_groups` passes of one warp: at most LIN_PIPE_BLOCKS_PER_SM per SM in all. */
 static int pipe_blocks(int64_t row_groups, int matrices) {
-    const int64_t cap = (int64_t)LIN_PIPE_BLOCKS_PER_SM * sm_count() / (matrices > 0 ? matrices : 1);
+    int64_t cap = (int64_t)LIN_PIPE_BLOCKS_PER_SM * sm_count() / (matrices > 0 ? matrices : 1);
+    if (cap < 1) cap = 1;
     const int64_t need = (row_groups + LIN_WARPS - 1) / LIN_WARPS;
-    return (int)(need < (cap > 0 ? cap : 1) ? need : (cap > 0 ? cap : 1));
+    return (int)(need < cap ? need : cap);
 }
 
-static void gemv1_launch(cu_stream st, const dsv4_weight *w, const float *x, int group_rows, int group_x, float *y) {
-    const int rb = pipe_rows(w->cols);
-    const int blocks = pipe_blocks((w->rows + rb - 1) / rb, 1);
-    if (rb == 4) k_gemv1<4, 2><<<blocks, 32 * LIN_WARPS, 0, (cudaStream_t)st>>>(*w, x, group_rows, group_x, y);
-    else if (rb == 2) k_gemv1<2, 4><<<blocks, 32 * LIN_WARPS, 0, (cudaStream_t)st>>>(*w, x, group_rows, group_x, y);
-    else k_gemv1<1, 8><<<blocks, 32 * LIN_WARPS, 0, (cudaStream_t)st>>>(*w, x, group_rows, group_x, y);
-}
-
-/* Steps of loads in flight for a tile row: all of a short row's, at most 8. */
-static int pipe_steps(int cols) {
-    const int steps = (cols + LIN_STEP - 1) / LIN_STEP;
-    return steps <= 2 ? 2 : steps <= 4 ? 4 : 8;
-}
-
-static void linear_pipeT_launch(cu_stream st, const dsv4_weight *w, const float *x, int T, int ldx, int group_rows, int group_x,
-                                float *y, int ldy) {
-    const int tiles = cu_blocks(T, LIN_TILE), ns = pipe_steps(w->cols);
-    dim3 g(pipe_blocks(w->rows, tiles), tiles);
-    if (ns == 2) k_linear_pipeT<2><<<g, 32 * LIN_WARPS, 0, (cudaStream_t)st>>>(*w, x, T, ldx, group_rows, group_x, y, ldy);
-    else if (ns == 4) k_linear_pipeT<4><<<g, 32 * LIN_WARPS, 0, (cudaStream_t)st>>>(*w, x, T, ldx, group_rows, group_x, y, ldy);
-    else k_linear_pipeT<8><<<g, 32 * LIN_WARPS, 0, (cudaStream_t)st>>>(*w, x, T, ldx, group_rows, group_x, y, ldy);
-}
-
-static void expert_pipeT_launch(cu_stream st, const dsv4_weight *experts, int rows, int cols, const cu_moe_plan *plan, int max_tiles,
-                                const float *x, int ldx, int x_by_pair, float *y, int ldy) {
-    const int ns = pipe_steps(cols);
-    dim3 g(pipe_blocks(rows, max_tiles), max_tiles);
-    if (ns == 2) k_expert_pipeT<2><<<g, 32 * LIN_WARPS, 0, (cudaStream_t)st>>>(experts, rows, *plan, x, ldx, x_by_pair, y, ldy);
-    else if (ns == 4) k_expert_pipeT<4><<<g, 32 * LIN_WARPS, 0, (cudaStream_t)st>>>(experts, rows, *plan, x, ldx, x_by_pair, y, ldy);
-    else k_expert_pipeT<8><<<g, 32 * LIN_WARPS, 0, (cudaStream_t)st>>>(experts, rows, *plan, x, ldx, x_by_pair, y, ldy);
+static void gemv1_launch(cu_stream st, const dsv4_weight *w, const float *x, int groups, int group_x, float *y) {
+    const int rb = pipe_rows(w->cols), group_rows = w->rows / groups;
+    const int stage = w->cols <= LIN_PIPE_MAX_X;
+    const size_t smem = stage ? sizeof(float) * (size_t)w->cols : 0;
+    dim3 g(pipe_blocks((group_rows + rb - 1) / rb, groups), groups);
+    if (rb == 4) k_gemv1<4, 2><<<g, 32 * LIN_WARPS, smem, (cudaStream_t)st>>>(*w, x, group_rows, group_x, stage, y);
+    else if (rb == 2) k_gemv1<2, 4><<<g, 32 * LIN_WARPS, smem, (cudaStream_t)st>>>(*w, x, group_rows, group_x, stage, y);
+    else k_gemv1<1, 8><<<g, 32 * LIN_WARPS, smem, (cudaStream_t)st>>>(*w, x, group_rows, group_x, stage, y);
 }
 
 static void expert_gemv1_launch(cu_stream st, const dsv4_weight *experts, int rows, int cols, const cu_moe_plan *plan, int max_tiles,
                                 const float *x, int ldx, int x_by_pair, float *y, int ldy) {
-    const int rb = pipe_rows(cols);
+    const int rb = pipe_rows(cols), stage = cols <= LIN_PIPE_MAX_X;
+    const size_t smem = stage ? sizeof(float) * (size_t)cols : 0;
     dim3 g(pipe_blocks((rows + rb - 1) / rb, max_tiles), max_tiles);
-    if (rb == 4) k_expert_gemv1<4, 2><<<g, 32 * LIN_WARPS, 0, (cudaStream_t)st>>>(experts, rows, *plan, x, ldx, x_by_pair, y, ldy);
-    else if (rb == 2) k_expert_gemv1<2, 4><<<g, 32 * LIN_WARPS, 0, (cudaStream_t)st>>>(experts, rows, *plan, x, ldx, x_by_pair, y, ldy);
-    else k_expert_gemv1<1, 8><<<g, 32 * LIN_WARPS, 0, (cudaStream_t)st>>>(experts, rows, *plan, x, ldx, x_by_pair, y, ldy);
+    if (rb == 4) k_expert_gemv1<4, 2><<<g, 32 * LIN_WARPS, smem, (cudaStream_t)st>>>(experts, rows, *plan, x, ldx, x_by_pair, stage, y, ldy);
+    else if (rb == 2) k_expert_gemv1<2, 4><<<g, 32 * LIN_WARPS, smem, (cudaStream_t)st>>>(experts, rows, *plan, x, ldx, x_by_pair, stage, y, ldy);
+    else k_expert_gemv1<1, 8><<<g, 32 * LIN_WARPS, smem, (cudaStream_t)st>>>(experts, rows, *plan, x, ldx, x_by_pair, stage, y, ldy);
 }
 
 template <bool VEC>
@@ -436,16 +345,12 @@ static bool vec_ok(int fmt, int cols, const float *x, int ldx) {
 static int linear_launch(cu_stream st, const dsv4_weight *w, const float *x, int T, int ldx, int groups, int group_x, float *y, int ldy) {
     const bool vec = vec_ok(w->fmt, w->cols, x, ldx) && vec_ok(w->fmt, w->cols, x + group_x, ldx) && ((uintptr_t)w->data % 16) == 0;
     const int group_rows = w->rows / groups;
-    if (T == 1 && vec && LIN_PIPE && (w->fmt == WF_FP8 || w->fmt == WF_FP4)) {
-        gemv1_launch(st, w, x, group_rows, group_x, y);
+    if (T == 1 && vec && LIN_PIPE && (w->fmt == WF_FP8 || w->fmt == WF_FP4) && w->rows % groups == 0) {
+        gemv1_launch(st, w, x, groups, group_x, y);
         return 0;
     }
     if (T == 1 && vec && LIN_ONE_TOKEN && (w->fmt == WF_FP8 || w->fmt == WF_FP4)) {
         k_linear_1tok<<<cu_blocks(w->rows, LIN_WARPS), 32 * LIN_WARPS, 0, (cudaStream_t)st>>>(*w, x, group_rows, group_x, y);
-        return 0;
-    }
-    if (vec && LIN_PIPE && (w->fmt == WF_FP8 || w->fmt == WF_FP4)) {
-        linear_pipeT_launch(st, w, x, T, ldx, group_rows, group_x, y, ldy);
         return 0;
     }
     dim3 grid(cu_blocks(w->rows, LIN_WARPS), cu_blocks(T, LIN_TILE));
@@ -490,10 +395,6 @@ extern "C" int cu_expert_linear(cu_stream st, const dsv4_weight *experts, int ro
     if (one_token && LIN_ONE_TOKEN && vec_ok(fmt, cols, x, ldx) && (fmt == WF_FP8 || fmt == WF_FP4)) {
         dim3 g1(cu_blocks(rows, LIN_WARPS), max_tiles);
         k_expert_linear_1tok<<<g1, 32 * LIN_WARPS, 0, (cudaStream_t)st>>>(experts, rows, *plan, x, ldx, x_by_pair, y, ldy);
-        return 0;
-    }
-    if (LIN_PIPE && vec_ok(fmt, cols, x, ldx) && (fmt == WF_FP8 || fmt == WF_FP4)) {
-        expert_pipeT_launch(st, experts, rows, cols, plan, max_tiles, x, ldx, x_by_pair, y, ldy);
         return 0;
     }
     dim3 grid(cu_blocks(rows, LIN_WARPS), max_tiles);
