@@ -41,9 +41,19 @@
 #include "backend/cuda/cu_common.cuh"
 #include "backend/cuda/cu_mma.h"
 #include "backend/cuda/cu_quant.cuh"
+extern "C" {
 #include "util/error.h"
+}
 
 #define MMA_PARTS 4   /* warps of a block = partial sums of an element (the order above) */
+
+/* -DDSV4_MMA_BUG: a deliberate fragment bug (the first MMA of a chunk / block takes the activation's two words
+ * swapped), to see test_gpu_mma fail. Never in a real build. */
+#ifdef DSV4_MMA_BUG
+#define MMA_B01(lo, hi) hi, lo
+#else
+#define MMA_B01(lo, hi) lo, hi
+#endif
 
 /* D = A B + C on one m16n8k32 tile (fragments as above). */
 __device__ __forceinline__ void mma_e4m3(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
@@ -144,7 +154,7 @@ __global__ void __launch_bounds__(32 * MMA_PARTS) k_mma_linear(dsv4_weight w, co
                         float f[4] = { 0.0f, 0.0f, 0.0f, 0.0f };
                         const uint4 &r0l = a[u][mi][0][0], &r0h = a[u][mi][0][1], &r1l = a[u][mi][1][0], &r1h = a[u][mi][1][1];
                         const uint4 &bl = b[u][ni][0], &bh = b[u][ni][1];
-                        mma_e4m3(f, r0l.x, r1l.x, r0l.y, r1l.y, bl.x, bl.y);   /* j = 0: words 0, 1 */
+                        mma_e4m3(f, r0l.x, r1l.x, r0l.y, r1l.y, MMA_B01(bl.x, bl.y));   /* j = 0: words 0, 1 */
                         mma_e4m3(f, r0l.z, r1l.z, r0l.w, r1l.w, bl.z, bl.w);   /* j = 1: words 2, 3 */
                         mma_e4m3(f, r0h.x, r1h.x, r0h.y, r1h.y, bh.x, bh.y);   /* j = 2: words 4, 5 */
                         mma_e4m3(f, r0h.z, r1h.z, r0h.w, r1h.w, bh.z, bh.w);   /* j = 3: words 6, 7 */
@@ -206,7 +216,7 @@ __global__ void __launch_bounds__(32 * MMA_PARTS) k_mma_linear(dsv4_weight w, co
 #pragma unroll
                         for (int ni = 0; ni < NT; ni++) {
                             float f[4] = { 0.0f, 0.0f, 0.0f, 0.0f };
-                            mma_e4m3(f, a0, a1, a2, a3, b[u][ni][j].x, b[u][ni][j].y);
+                            mma_e4m3(f, a0, a1, a2, a3, MMA_B01(b[u][ni][j].x, b[u][ni][j].y));
                             acc[mi][ni][0] = fmaf(f[0], s0 * sx[u][ni][0], acc[mi][ni][0]);
                             acc[mi][ni][1] = fmaf(f[1], s0 * sx[u][ni][1], acc[mi][ni][1]);
                             acc[mi][ni][2] = fmaf(f[2], s1 * sx[u][ni][0], acc[mi][ni][2]);
