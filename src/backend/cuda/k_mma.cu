@@ -105,7 +105,7 @@ __global__ void __launch_bounds__(32 * MMA_PARTS) k_mma_linear(dsv4_weight w, co
             for (int e = 0; e < 4; e++) acc[mi][ni][e] = 0.0f;
 
     for (int c0 = part; c0 < nchunk; c0 += MMA_PARTS * U) {
-        if (!FP4) {
+        if constexpr (!FP4) {
             uint4 a[U][MT][2][2], b[U][NT][2];
             float sw[U][MT][2], sx[U][NT][2];
 #pragma unroll
@@ -306,7 +306,7 @@ static void mma_dispatch(cu_stream st, const dsv4_weight *w, const uint8_t *xq, 
                          int ldy) {
     if (T <= 8) mma_launch<FP4, 1, 1, 4>(st, w, xq, ldq, xs, lds, T, y, ldy);
     else if (T <= 32) mma_launch<FP4, 1, 4, 2>(st, w, xq, ldq, xs, lds, T, y, ldy);
-    else if (FP4) mma_launch<FP4, 4, 4, 1>(st, w, xq, ldq, xs, lds, T, y, ldy);
+    else if constexpr (FP4) mma_launch<FP4, 4, 4, 1>(st, w, xq, ldq, xs, lds, T, y, ldy);
     else mma_launch<FP4, 2, 4, 1>(st, w, xq, ldq, xs, lds, T, y, ldy);   /* FP8 at 64 x 32 spills (255 registers) */
 }
 
