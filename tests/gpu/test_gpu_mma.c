@@ -22,7 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
+#include <cuda_runtime.h>
 #include "backend/cuda/cu_mma.h"
 #include "backend/cuda/cu_runtime.h"
 #include "model/formats.h"   /* only to make inputs: f32_to_e4m3 / f32_to_e2m1 / act_quant_fp8_ref */
@@ -383,28 +383,53 @@ static void refuses_bad_shapes(void **state) {
 
 /* ---- benchmark ------------------------------------------------------------------------------------------------ */
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+/* Seconds per call: `reps` calls captured in a CUDA graph (no host launch gaps), timed by events, the weights cycling
+ * through `copies` device copies (together > 256 MB, beyond the 60 MB L2). */
+static int call(cu_stream st, const dsv4_weight *w, const uint8_t *q, int ldq, const float *s, int lds, const float *xf, int T, float *y,
+                int ldy, dsv4_error *err) {
+    if (xf) return cu_linear(st, w, xf, T, w->cols, y, ldy);   /* the CUDA-core kernel (k_linear.cu), for comparison */
+    return cu_mma_linear(st, w, q, ldq, s, lds, T, y, ldy, err);
 }
 
-/* Seconds per call: weights cycle through `copies` device copies (together > 256 MB, beyond the 60 MB L2). */
-static double time_calls(dsv4_weight *ws, int copies, const uint8_t *q, int ldq, const float *s, int lds, int T, float *y, int ldy, int reps) {
+/* xf non-NULL: time cu_linear on fp32 rows xf instead. */
+static double time_calls(dsv4_weight *ws, int copies, const uint8_t *q, int ldq, const float *s, int lds, const float *xf, int T, float *y,
+                         int ldy, int reps) {
     dsv4_error err;
+    snprintf(err.msg, sizeof err.msg, "cu_linear failed");
+    cudaStream_t st;
+    if (cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking) != cudaSuccess) return -1;
     for (int i = 0; i < copies; i++)
-        if (cu_mma_linear(NULL, &ws[i], q, ldq, s, lds, T, y, ldy, &err)) {
+        if (call(st, &ws[i], q, ldq, s, lds, xf, T, y, ldy, &err)) {
             fprintf(stderr, "bench: %s\n", err.msg);
             return -1;
         }
-    cu_sync();
-    const double t0 = now_s();
-    for (int r = 0; r < reps; r++) cu_mma_linear(NULL, &ws[r % copies], q, ldq, s, lds, T, y, ldy, &err);
-    if (cu_finish(NULL, "bench", &err)) {
-        fprintf(stderr, "bench: %s\n", err.msg);
-        return -1;
+    cudaGraph_t g = NULL;
+    cudaGraphExec_t ge = NULL;
+    cudaEvent_t e0 = NULL, e1 = NULL;
+    float ms = -1;
+    int ok = cudaEventCreate(&e0) == cudaSuccess && cudaEventCreate(&e1) == cudaSuccess;
+    int graph = ok && cudaStreamSynchronize(st) == cudaSuccess && cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal) == cudaSuccess;
+    if (graph) {
+        for (int r = 0; r < reps; r++) call(st, &ws[r % copies], q, ldq, s, lds, xf, T, y, ldy, &err);
+        graph = cudaStreamEndCapture(st, &g) == cudaSuccess && cudaGraphInstantiate(&ge, g, 0) == cudaSuccess;
     }
-    return (now_s() - t0) / reps;
+    graph = graph && cudaGraphLaunch(ge, st) == cudaSuccess && cudaStreamSynchronize(st) == cudaSuccess;   /* warm */
+    if (graph) {
+        ok = ok && cudaEventRecord(e0, st) == cudaSuccess && cudaGraphLaunch(ge, st) == cudaSuccess;
+    } else {   /* no graph: plain launches (host launch gaps included) */
+        fprintf(stderr, "bench: CUDA graph capture failed (%s): timing plain launches\n", cudaGetErrorString(cudaGetLastError()));
+        ok = ok && cudaEventRecord(e0, st) == cudaSuccess;
+        for (int r = 0; ok && r < reps; r++) ok = call(st, &ws[r % copies], q, ldq, s, lds, xf, T, y, ldy, &err) == 0;
+    }
+    ok = ok && cudaEventRecord(e1, st) == cudaSuccess && cudaEventSynchronize(e1) == cudaSuccess &&
+         cudaEventElapsedTime(&ms, e0, e1) == cudaSuccess;
+    if (!ok) fprintf(stderr, "bench: timing failed: %s\n", cudaGetErrorString(cudaGetLastError()));
+    if (ge) cudaGraphExecDestroy(ge);
+    if (g) cudaGraphDestroy(g);
+    if (e0) cudaEventDestroy(e0);
+    if (e1) cudaEventDestroy(e1);
+    cudaStreamDestroy(st);
+    return ok ? ms * 1e-3 / reps : -1;
 }
 
 static int bench(void) {
@@ -413,19 +438,21 @@ static int bench(void) {
     enum { TMAX = 8192, KMAX = 4096, NMAX = 32768 };
     char name[256];
     cu_device_name(name, sizeof name);
-    printf("tensor-core linear (k_mma.cu) on %s; time per call over rotating weight copies (> 256 MB)\n", name);
+    printf("tensor-core linear (k_mma.cu) on %s; time per call in a CUDA graph of calls over rotating weight copies (> 256 MB)\n", name);
     uint8_t *q = cu_malloc((size_t)TMAX * KMAX);
     float *s = cu_malloc(sizeof(float) * TMAX * (KMAX / 128)), *y = cu_malloc(sizeof(float) * (size_t)TMAX * NMAX);
-    if (!q || !s || !y) {
+    float *xf = cu_malloc(sizeof(float) * 512 * KMAX);   /* fp32 rows for the CUDA-core comparison */
+    if (!q || !s || !y || !xf) {
         fprintf(stderr, "bench: out of GPU memory\n");
         return 1;
     }
     cu_fill_synth(q, (size_t)TMAX * KMAX, CU_SYNTH_FP8, 7);
+    cu_fill_bytes(xf, 0x3c, sizeof(float) * 512 * KMAX);   /* 0.0115 each */
     float *ones = malloc(sizeof(float) * TMAX * (KMAX / 128));
     for (int i = 0; i < TMAX * (KMAX / 128); i++) ones[i] = 1.0f / 64;
     cu_upload(s, ones, sizeof(float) * TMAX * (KMAX / 128));
     free(ones);
-    printf("%-5s %-12s %6s %10s %10s %9s\n", "fmt", "N x K", "T", "us/call", "weight GB/s", "TFLOPS");
+    printf("%-5s %-12s %6s %10s %11s %9s %16s\n", "fmt", "N x K", "T", "us/call", "weight GB/s", "TFLOPS", "k_linear us/call");
     for (int fp4 = 0; fp4 < 2; fp4++)
         for (int k = 0; k < 3; k++) {
             const int N = shapes[k][0], K = shapes[k][1];
@@ -444,13 +471,17 @@ static int bench(void) {
                 ws[i].data = d;
                 ws[i].scale = sc;
             }
+            if (!ok) printf("%-5s %5dx%-6d: out of GPU memory for %d copies\n", fp4 ? "FP4" : "FP8", N, K, copies);
             for (int j = 0; ok && j < (int)(sizeof Ts / sizeof Ts[0]); j++) {
                 const int T = Ts[j];
                 const int reps = T <= 8 ? 200 : T <= 512 ? 50 : 10;
-                const double sec = time_calls(ws, copies, q, KMAX, s, KMAX / 128, T, y, N, reps);
+                const double sec = time_calls(ws, copies, q, KMAX, s, KMAX / 128, NULL, T, y, N, reps);
                 if (sec < 0) return 1;
-                printf("%-5s %5dx%-6d %6d %10.1f %10.0f %9.1f\n", fp4 ? "FP4" : "FP8", N, K, T, sec * 1e6, (double)(db + sb) / sec / 1e9,
-                       2.0 * N * K * T / sec / 1e12);
+                const double old = T <= 512 ? time_calls(ws, copies, q, KMAX, s, KMAX / 128, xf, T, y, N, T <= 8 ? 50 : 3) : 0;
+                char oldtxt[32] = "";
+                if (old > 0) snprintf(oldtxt, sizeof oldtxt, "%.1f", old * 1e6);
+                printf("%-5s %5dx%-6d %6d %10.1f %11.0f %9.1f %16s\n", fp4 ? "FP4" : "FP8", N, K, T, sec * 1e6, (double)(db + sb) / sec / 1e9,
+                       2.0 * N * K * T / sec / 1e12, oldtxt);
             }
             for (int i = 0; i < copies; i++) {
                 cu_free((void *)ws[i].data);
@@ -459,7 +490,7 @@ static int bench(void) {
             free(ws);
         }
     printf("(weight GB/s matters at T = 1, 8: H200 read bandwidth ~4.3 TB/s; TFLOPS at T >= 512: dense FP8 ~1,470)\n");
-    cu_free(q); cu_free(s); cu_free(y);
+    cu_free(q); cu_free(s); cu_free(y); cu_free(xf);
     return 0;
 }
 
