@@ -316,7 +316,8 @@ extern "C" int cu_mma_linear(cu_stream st, const dsv4_weight *w, const uint8_t *
         return dsv4_fail(err, DSV4_E_UNSUPPORTED, "cu_mma_linear: weight format %d has no tensor-core path (FP8 and FP4 only)",
                          (int)w->fmt);
     const int fp4 = w->fmt == WF_FP4, K = w->cols, N = w->rows;
-    if (T < 0 || N < 0 || K < 1) return dsv4_fail(err, DSV4_E_ARG, "cu_mma_linear: %d tokens, weight %d x %d", T, N, K);
+    if (T < 0 || T > 65535 * 32 || N < 0 || K < 1)   /* grid.y = T / 32 at most 65535 */
+        return dsv4_fail(err, DSV4_E_ARG, "cu_mma_linear: %d tokens, weight %d x %d", T, N, K);
     if (K % (fp4 ? 32 : 128))
         return dsv4_fail(err, DSV4_E_ARG, "cu_mma_linear: %s weight with %d columns (a multiple of %d is needed)", fp4 ? "FP4" : "FP8",
                          K, fp4 ? 32 : 128);
