@@ -10,10 +10,11 @@
  *     the same token computed alone (memcmp); rows computed through a view starting at row 40 have the bits of
  *     the full weight's rows; two runs give the same bits;
  *   - unsupported shapes and buffers are refused with an error code and one line, and launch nothing.
- * `test_gpu_mma --bench` times the kernel instead (tools: see docs in /work/notes or the report): weight GB/s at
- * T = 1 and 8, TFLOPS at T = 512, 4096, 8192, for FP8 and FP4 weights of 4096 x 4096, 32768 x 1024, 2048 x 4096.
- * Building with NVFLAGS including -DDSV4_MMA_BUG (k_mma.cu swaps two activation words of one MMA) must make the
- * exact and accuracy tests fail. */
+ * `test_gpu_mma --bench` times the kernel instead: weight GB/s at T = 1 and 8, TFLOPS at T = 512, 4096, 8192, for
+ * FP8 and FP4 weights of 4096 x 4096, 32768 x 1024, 2048 x 4096, with k_linear's time alongside for T <= 512.
+ * Building with NVFLAGS including -DDSV4_MMA_BUG (k_mma.cu swaps two activation words of one MMA;
+ * tools/gpu/stage_mma_bug.sh) must make the exact and accuracy tests fail. tools/gpu/run_mma.sh runs all of it on
+ * the GPU machine. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
