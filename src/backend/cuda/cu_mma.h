@@ -1,0 +1,43 @@
+/* OFFICIAL-mode linear layers on FP8 tensor cores (k_mma.cu, issue 18): y[t][o] = sum_i W[o][i] x[t][i] with W
+ * in FP8 E4M3 (128x128 UE8M0 block scales) or FP4 E2M1 (a UE8M0 scale per 32 columns of a row) and x the act-
+ * quantized input as E4M3 bytes with one fp32 power-of-two scale per 128 columns of a row. Not yet used by the
+ * model: the standalone kernel, its test (tests/gpu/test_gpu_mma.c) and its benchmark (--bench there).
+ *
+ * Reduction order of y[t][o] (k_mma.cu states it in full): four partial sums, partial p taking the 128-column
+ * chunks c = p, p + 4, p + 8, ... in increasing order; each chunk's tensor-core partial sums go into a fresh fp32
+ * fragment (FP8: one 128-column MMA chain; FP4: one MMA per 32-column scale block), which is multiplied by
+ * (weight scale x activation scale) and added with one fmaf to the partial; then y = ((p0 + p1) + p2) + p3. The
+ * order depends on the weight's column count only: never on T, the tile a token lands in, or its neighbours. */
+#ifndef DSV4_CU_MMA_H
+#define DSV4_CU_MMA_H
+#include "backend/cuda/cu_kernels.h"
+#include "dsv4.h"
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define CU_MMA_ACT_BLOCK 128   /* columns per activation scale */
+
+/* Pack T act-quantized rows x[t*ldx + i] (i < K; the OFFICIAL act_quant output, each 128-column block q * s with
+ * q an E4M3 value and s a power of two) as E4M3 bytes xq[t*ldq + i] and scales xs[t*lds + i/128] with
+ * x = e4m3(xq) * xs exactly. The scale is recomputed from the quantized block (act_quant's rule on its amax):
+ * it may be half of act_quant's s (a block whose amax rounded down to 224 s), never larger, so every q' = x / s'
+ * is an E4M3 value again (a power-of-two multiple of q, at most 448). Rows that are not act-quantized are
+ * quantized (round to nearest even, saturating), which is not exact. ldq a multiple of 16 >= K, xq 16-byte
+ * aligned, lds >= ceil(K / 128). 0, or DSV4_E_ARG with one line in err. */
+int cu_mma_pack_act(cu_stream st, const float *x, int ldx, int T, int K, uint8_t *xq, int ldq, float *xs, int lds,
+                    dsv4_error *err);
+
+/* y[t*ldy + o] for t < T, o < w->rows, from xq / xs as cu_mma_pack_act writes them (w->cols columns). FP8 weights:
+ * cols a multiple of 128, data 16-byte aligned; FP4: cols a multiple of 32, data 4-byte aligned. 0, or
+ * DSV4_E_UNSUPPORTED (another weight format) / DSV4_E_ARG (shape, stride or alignment) with one line in err;
+ * nothing is launched then. */
+int cu_mma_linear(cu_stream st, const dsv4_weight *w, const uint8_t *xq, int ldq, const float *xs, int lds, int T, float *y,
+                  int ldy, dsv4_error *err);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

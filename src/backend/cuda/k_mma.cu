@@ -1,0 +1,336 @@
+/* OFFICIAL-mode linear layers on FP8 tensor cores: mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 (sm_89+),
+ * weights FP8 E4M3 (128x128 UE8M0 scales) or FP4 E2M1 converted to E4M3 in registers, activations E4M3 with an
+ * fp32 power-of-two scale per 128 columns (cu_mma.h). Standalone for now (issue 18): the model still runs k_linear.
+ *
+ * ---- Reduction order of y[t][o] (the same for every t, every T, every tile; a function of K alone) ----
+ *   Columns are cut into chunks of 128 (c = 0 .. ceil(K/128) - 1; an FP4 weight's last chunk may hold 1-3 of its
+ *   32-column scale blocks). Four partial sums p0..p3, each starting at 0.0f: partial p takes the chunks
+ *   c = p, p + 4, p + 8, ... in increasing c. For each chunk:
+ *     FP8: P = 0 (a fresh fp32 fragment); P = MMA_j(P) for j = 0, 1, 2, 3, each MMA adding 32 products of the
+ *          chunk (which 32: the k map below); then p = fmaf(P, sw * sx, p), sw the weight's 128x128 block scale,
+ *          sx the activation scale of the chunk.
+ *     FP4: for each 32-column scale block b of the chunk in increasing b: P = MMA(0) over the block's 32 columns,
+ *          p = fmaf(P, sw_b * sx, p), sw_b the row's scale of block b.
+ *   Then y = ((p0 + p1) + p2) + p3, in fp32.
+ * Warp p of a block computes partial p for the block's whole tile of rows x tokens; the tile shape (chosen from T)
+ * decides only which thread holds an element, never its order. The MMA computes every element of its 16x8 output
+ * from that element's own row and column of the operands (a padded token is a zero column and changes nothing
+ * else), so a token's bits do not depend on its neighbours or on its column in the fragment: test_gpu_mma checks
+ * this by memcmp (each token alone = in batches of 2 .. 200, rows in any tile). The split in four partials is
+ * fixed so that one token still spreads a weight row's bytes over four warps (decode is memory-bound: a
+ * 4096-row weight is 256 tiles of 16 rows, too few warps without it).
+ *
+ * ---- Fragment layouts relied on (PTX ISA, "Matrix Fragments for mma.m16n8k32" for .e4m3; the same as CUTLASS's
+ *      cute/atom/mma_traits_sm89.hpp, SM89_16x8x32_F32E4M3E4M3F32_TN: ALayout, BLayout, SM80_16x8_Row) ----
+ *   lane = 4 g + q (g = groupID 0..7, q = threadID_in_group 0..3); byte i of a 32-bit register = element i.
+ *   A (16 x 32, row-major, 4 registers): a0 = A[g][4q .. 4q+3], a1 = A[g+8][4q .. 4q+3],
+ *                                        a2 = A[g][16+4q .. 16+4q+3], a3 = A[g+8][16+4q .. 16+4q+3].
+ *   B (32 x 8, "col": k runs within a register, 2 registers): b0 = B[4q .. 4q+3][g], b1 = B[16+4q .. 16+4q+3][g].
+ *   C/D (16 x 8 fp32, 4 registers): d0 = D[g][2q], d1 = D[g][2q+1], d2 = D[g+8][2q], d3 = D[g+8][2q+1].
+ * Here A = 16 weight rows (M = output features), B = 8 tokens (N): a decode step pads tokens to 8, not 16, and the
+ * weight bytes stream through A. The k index of an MMA is any one-to-one map onto the chunk's columns as long as A
+ * and B use the same one; we pick maps that make each lane's bytes contiguous in memory:
+ *   FP8 (lane q of a group holds columns [32q, 32q + 32) of the chunk for its rows and its token: two 16-byte
+ *        loads per row): MMA j, k = 4q + i -> column 32q + 8j + i, k = 16 + 4q + i -> column 32q + 8j + 4 + i.
+ *        So a0/a2 = words 2j / 2j+1 of row g's 32 bytes, a1/a3 the same of row g+8, b0/b1 the token's.
+ *   FP4 (an MMA must stay inside one 32-column scale block b): k = 4q + i -> column 32b + 8q + i,
+ *        k = 16 + 4q + i -> column 32b + 8q + 4 + i: lane q's 8 columns of block b are one 32-bit word of FP4
+ *        (nibbles 0..3 -> a0/a1, nibbles 4..7 -> a2/a3) and 8 bytes of activation (b0, b1).
+ * Every output element is a dot product over all of its columns whatever the map; the map is fixed, so the order
+ * of the products inside one MMA is fixed too. */
+#include "backend/cuda/cu_common.cuh"
+#include "backend/cuda/cu_mma.h"
+#include "backend/cuda/cu_quant.cuh"
+extern "C" {
+#include "util/error.h"
+}
+
+#define MMA_PARTS 4   /* warps of a block = partial sums of an element (the order above) */
+
+/* -DDSV4_MMA_BUG: a deliberate fragment bug (the first MMA of a chunk / block takes the activation's two words
+ * swapped), to see test_gpu_mma fail. Never in a real build. */
+#ifdef DSV4_MMA_BUG
+#define MMA_B01(lo, hi) hi, lo
+#else
+#define MMA_B01(lo, hi) lo, hi
+#endif
+
+/* D = A B + C on one m16n8k32 tile (fragments as above). */
+__device__ __forceinline__ void mma_e4m3(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
+                                         uint32_t b1) {
+    asm("mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+/* prmt.b32 in its generic form: byte k of the result is byte (c >> 4k) & 7 of {b, a} (a = bytes 0..3), or that
+ * byte's sign bit replicated when bit 3 of the selector nibble is set. */
+__device__ __forceinline__ uint32_t prmt(uint32_t a, uint32_t b, uint32_t c) {
+    uint32_t d;
+    asm("prmt.b32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+    return d;
+}
+
+/* The four E2M1 codes in bits 0..15 of v (code k in bits 4k..4k+3) as four E4M3 bytes (byte k), exactly: every
+ * E2M1 value is an E4M3 value. Magnitudes 0, .5, 1, 1.5, 2, 3, 4, 6 are the E4M3 bytes 0x00, 0x30, 0x38, 0x3C,
+ * 0x40, 0x44, 0x48, 0x4C (exponent field e + 6 for E2M1's e >= 1, mantissa bit m -> 0x04; 0.5 = 2^-1 -> 0x30),
+ * looked up by prmt from the magnitude bits; the sign: prmt on bytes 0x80 with the code as selector gives 0x80 for
+ * a positive code and 0xFF (sign replicated) for a negative one, whose bit 6 moved to bit 7 is the sign bit. */
+__device__ __forceinline__ uint32_t e2m1x4_e4m3(uint32_t v) {
+    const uint32_t mag = prmt(0x3C383000u, 0x4C484440u, v & 0x7777u);
+    const uint32_t neg = prmt(0x80808080u, 0x80808080u, v & 0xffffu);
+    return mag | ((neg << 1) & 0x80808080u);
+}
+
+__device__ __forceinline__ uint4 ld16(const uint8_t *p) { return *(const uint4 *)p; }
+
+/* One block: rows [16 MT bx, +16 MT) x tokens [8 NT by, +8 NT); warp p = partial p. U chunks' loads are issued
+ * before the first of them is used (several loads in flight a lane). */
+template <int FP4, int MT, int NT, int U>
+__global__ void __launch_bounds__(32 * MMA_PARTS) k_mma_linear(dsv4_weight w, const uint8_t *__restrict__ xq, int ldq,
+                                                                const float *__restrict__ xs, int lds, int T,
+                                                                float *__restrict__ y, int ldy) {
+    const int lane = threadIdx.x & 31, part = threadIdx.x >> 5, g = lane >> 2, q = lane & 3;
+    const int N = w.rows, K = w.cols, nchunk = (K + 127) / 128;
+    const int row_base = blockIdx.x * 16 * MT, tok_base = blockIdx.y * 8 * NT;
+    const uint8_t *wd = (const uint8_t *)w.data;
+    const int64_t wstride = FP4 ? K / 2 : K;
+
+    float acc[MT][NT][4];
+#pragma unroll
+    for (int mi = 0; mi < MT; mi++)
+#pragma unroll
+        for (int ni = 0; ni < NT; ni++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) acc[mi][ni][e] = 0.0f;
+
+    for (int c0 = part; c0 < nchunk; c0 += MMA_PARTS * U) {
+        if constexpr (!FP4) {
+            uint4 a[U][MT][2][2], b[U][NT][2];
+            float sw[U][MT][2], sx[U][NT][2];
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                const int c = c0 + u * MMA_PARTS;
+                const bool cv = c < nchunk;
+#pragma unroll
+                for (int mi = 0; mi < MT; mi++)
+#pragma unroll
+                    for (int h = 0; h < 2; h++) {
+                        const int r = row_base + 16 * mi + g + 8 * h;
+                        if (cv && r < N) {
+                            const uint8_t *p = wd + r * wstride + 128 * c + 32 * q;
+                            a[u][mi][h][0] = ld16(p);
+                            a[u][mi][h][1] = ld16(p + 16);
+                            sw[u][mi][h] = dev_e8m0(w.scale[(int64_t)((w.row0 + r) / 128) * w.scale_cols + c]);
+                        } else {
+                            a[u][mi][h][0] = a[u][mi][h][1] = make_uint4(0, 0, 0, 0);
+                            sw[u][mi][h] = 0.0f;
+                        }
+                    }
+#pragma unroll
+                for (int ni = 0; ni < NT; ni++) {
+                    const int n = tok_base + 8 * ni + g;
+                    if (cv && n < T) {
+                        const uint8_t *p = xq + (int64_t)n * ldq + 128 * c + 32 * q;
+                        b[u][ni][0] = ld16(p);
+                        b[u][ni][1] = ld16(p + 16);
+                    } else {
+                        b[u][ni][0] = b[u][ni][1] = make_uint4(0, 0, 0, 0);
+                    }
+#pragma unroll
+                    for (int e = 0; e < 2; e++) {
+                        const int nc = tok_base + 8 * ni + 2 * q + e;
+                        sx[u][ni][e] = cv && nc < T ? xs[(int64_t)nc * lds + c] : 0.0f;
+                    }
+                }
+            }
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                if (c0 + u * MMA_PARTS >= nchunk) break;
+#pragma unroll
+                for (int mi = 0; mi < MT; mi++)
+#pragma unroll
+                    for (int ni = 0; ni < NT; ni++) {
+                        float f[4] = { 0.0f, 0.0f, 0.0f, 0.0f };
+                        const uint4 &r0l = a[u][mi][0][0], &r0h = a[u][mi][0][1], &r1l = a[u][mi][1][0], &r1h = a[u][mi][1][1];
+                        const uint4 &bl = b[u][ni][0], &bh = b[u][ni][1];
+                        mma_e4m3(f, r0l.x, r1l.x, r0l.y, r1l.y, MMA_B01(bl.x, bl.y));   /* j = 0: words 0, 1 */
+                        mma_e4m3(f, r0l.z, r1l.z, r0l.w, r1l.w, bl.z, bl.w);   /* j = 1: words 2, 3 */
+                        mma_e4m3(f, r0h.x, r1h.x, r0h.y, r1h.y, bh.x, bh.y);   /* j = 2: words 4, 5 */
+                        mma_e4m3(f, r0h.z, r1h.z, r0h.w, r1h.w, bh.z, bh.w);   /* j = 3: words 6, 7 */
+#pragma unroll
+                        for (int e = 0; e < 4; e++)
+                            acc[mi][ni][e] = fmaf(f[e], sw[u][mi][e >> 1] * sx[u][ni][e & 1], acc[mi][ni][e]);
+                    }
+            }
+        } else {
+            uint32_t a[U][MT][2][4];
+            uint8_t swb[U][MT][2][4];
+            uint2 b[U][NT][4];
+            float sx[U][NT][2];
+            int nb[U];
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                const int c = c0 + u * MMA_PARTS;
+                nb[u] = c < nchunk ? min(4, (K - 128 * c) / 32) : 0;
+#pragma unroll
+                for (int mi = 0; mi < MT; mi++)
+#pragma unroll
+                    for (int h = 0; h < 2; h++) {
+                        const int r = row_base + 16 * mi + g + 8 * h;
+#pragma unroll
+                        for (int j = 0; j < 4; j++) {
+                            if (j < nb[u] && r < N) {
+                                a[u][mi][h][j] = *(const uint32_t *)(wd + r * wstride + 64 * c + 16 * j + 4 * q);
+                                swb[u][mi][h][j] = w.scale[(int64_t)(w.row0 + r) * w.scale_cols + 4 * c + j];
+                            } else {
+                                a[u][mi][h][j] = 0;
+                                swb[u][mi][h][j] = 0;
+                            }
+                        }
+                    }
+#pragma unroll
+                for (int ni = 0; ni < NT; ni++) {
+                    const int n = tok_base + 8 * ni + g;
+#pragma unroll
+                    for (int j = 0; j < 4; j++)
+                        b[u][ni][j] = j < nb[u] && n < T ? *(const uint2 *)(xq + (int64_t)n * ldq + 128 * c + 32 * j + 8 * q)
+                                                         : make_uint2(0, 0);
+#pragma unroll
+                    for (int e = 0; e < 2; e++) {
+                        const int nc = tok_base + 8 * ni + 2 * q + e;
+                        sx[u][ni][e] = nb[u] && nc < T ? xs[(int64_t)nc * lds + c] : 0.0f;
+                    }
+                }
+            }
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+#pragma unroll
+                for (int mi = 0; mi < MT; mi++)
+#pragma unroll
+                    for (int j = 0; j < 4; j++) {
+                        if (j >= nb[u]) break;
+                        const uint32_t a0 = e2m1x4_e4m3(a[u][mi][0][j]), a1 = e2m1x4_e4m3(a[u][mi][1][j]);
+                        const uint32_t a2 = e2m1x4_e4m3(a[u][mi][0][j] >> 16), a3 = e2m1x4_e4m3(a[u][mi][1][j] >> 16);
+                        const float s0 = dev_e8m0(swb[u][mi][0][j]), s1 = dev_e8m0(swb[u][mi][1][j]);
+#pragma unroll
+                        for (int ni = 0; ni < NT; ni++) {
+                            float f[4] = { 0.0f, 0.0f, 0.0f, 0.0f };
+                            mma_e4m3(f, a0, a1, a2, a3, MMA_B01(b[u][ni][j].x, b[u][ni][j].y));
+                            acc[mi][ni][0] = fmaf(f[0], s0 * sx[u][ni][0], acc[mi][ni][0]);
+                            acc[mi][ni][1] = fmaf(f[1], s0 * sx[u][ni][1], acc[mi][ni][1]);
+                            acc[mi][ni][2] = fmaf(f[2], s1 * sx[u][ni][0], acc[mi][ni][2]);
+                            acc[mi][ni][3] = fmaf(f[3], s1 * sx[u][ni][1], acc[mi][ni][3]);
+                        }
+                    }
+            }
+        }
+    }
+
+    /* y = ((p0 + p1) + p2) + p3: warps 1..3 hand their partials to warp 0 through shared memory. */
+    __shared__ float red[MMA_PARTS - 1][MT * NT * 4][32];
+    if (part > 0) {
+#pragma unroll
+        for (int mi = 0; mi < MT; mi++)
+#pragma unroll
+            for (int ni = 0; ni < NT; ni++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) red[part - 1][(mi * NT + ni) * 4 + e][lane] = acc[mi][ni][e];
+    }
+    __syncthreads();
+    if (part != 0) return;
+#pragma unroll
+    for (int mi = 0; mi < MT; mi++)
+#pragma unroll
+        for (int ni = 0; ni < NT; ni++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                float v = acc[mi][ni][e];
+#pragma unroll
+                for (int p = 0; p < MMA_PARTS - 1; p++) v += red[p][(mi * NT + ni) * 4 + e][lane];
+                const int r = row_base + 16 * mi + g + 8 * (e >> 1), n = tok_base + 8 * ni + 2 * q + (e & 1);
+                if (r < N && n < T) y[(int64_t)n * ldy + r] = v;
+            }
+}
+
+/* One warp per (row, 128-column block): the block's scale from its amax by act_quant's rule, then each value over
+ * it as E4M3 (exact for act-quantized rows: cu_mma.h). Lane l handles columns 4l .. 4l + 3 of the block. */
+__global__ void k_mma_pack_act(const float *__restrict__ x, int ldx, int T, int K, uint8_t *__restrict__ xq, int ldq,
+                               float *__restrict__ xs, int lds) {
+    const int nblk = (K + 127) / 128;
+    const int64_t job = (int64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    if (job >= (int64_t)T * nblk) return;
+    const int t = (int)(job / nblk), blk = (int)(job % nblk), lane = threadIdx.x & 31;
+    const float *xr = x + (int64_t)t * ldx + 128 * blk;
+    const int len = min(128, K - 128 * blk);
+    float v[4];
+    float amax = 0.0f;
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const int col = 4 * lane + i;
+        v[i] = col < len ? xr[col] : 0.0f;
+        amax = fmaxf(amax, fabsf(v[i]));
+    }
+    const float s = quant_scale(warp_max(amax), 0);
+    uint8_t *qr = xq + (int64_t)t * ldq + 128 * blk;
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+        if (4 * lane + i < len) qr[4 * lane + i] = dev_f32_to_e4m3(v[i] / s);
+    if (lane == 0) xs[(int64_t)t * lds + blk] = s;
+}
+
+extern "C" int cu_mma_pack_act(cu_stream st, const float *x, int ldx, int T, int K, uint8_t *xq, int ldq, float *xs, int lds,
+                               dsv4_error *err) {
+    if (T < 0 || K < 1) return dsv4_fail(err, DSV4_E_ARG, "cu_mma_pack_act: %d rows of %d columns", T, K);
+    if (T == 0) return 0;
+    if (!x || !xq || !xs || ldx < K || ldq < K || ldq % 16 || (uintptr_t)xq % 16 || lds < (K + 127) / 128)
+        return dsv4_fail(err, DSV4_E_ARG, "cu_mma_pack_act: bad buffers (ldx %d, ldq %d (a multiple of 16, 16-byte aligned), lds %d, K %d)",
+                         ldx, ldq, lds, K);
+    const int64_t jobs = (int64_t)T * ((K + 127) / 128);
+    k_mma_pack_act<<<cu_blocks(jobs, 8), 256, 0, (cudaStream_t)st>>>(x, ldx, T, K, xq, ldq, xs, lds);
+    return 0;
+}
+
+template <int FP4, int MT, int NT, int U>
+static void mma_launch(cu_stream st, const dsv4_weight *w, const uint8_t *xq, int ldq, const float *xs, int lds, int T, float *y,
+                       int ldy) {
+    dim3 grid(cu_blocks(w->rows, 16 * MT), cu_blocks(T, 8 * NT));
+    k_mma_linear<FP4, MT, NT, U><<<grid, 32 * MMA_PARTS, 0, (cudaStream_t)st>>>(*w, xq, ldq, xs, lds, T, y, ldy);
+}
+
+/* The tile from T (never the order): up to 8 tokens one n8 column and 16 rows a block, four chunks' loads in flight
+ * (decode streams the weight); up to 32 tokens 16 rows x 32 tokens (the weight read once); more, 64 (FP4) or 32 (FP8)
+ * rows x 32 tokens. */
+template <int FP4>
+static void mma_dispatch(cu_stream st, const dsv4_weight *w, const uint8_t *xq, int ldq, const float *xs, int lds, int T, float *y,
+                         int ldy) {
+    if (T <= 8) mma_launch<FP4, 1, 1, 4>(st, w, xq, ldq, xs, lds, T, y, ldy);
+    else if (T <= 32) mma_launch<FP4, 1, 4, 2>(st, w, xq, ldq, xs, lds, T, y, ldy);
+    else if constexpr (FP4) mma_launch<FP4, 4, 4, 1>(st, w, xq, ldq, xs, lds, T, y, ldy);
+    else mma_launch<FP4, 2, 4, 1>(st, w, xq, ldq, xs, lds, T, y, ldy);   /* FP8 at 64 x 32 spills (255 registers) */
+}
+
+extern "C" int cu_mma_linear(cu_stream st, const dsv4_weight *w, const uint8_t *xq, int ldq, const float *xs, int lds, int T,
+                             float *y, int ldy, dsv4_error *err) {
+    if (w->fmt != WF_FP8 && w->fmt != WF_FP4)
+        return dsv4_fail(err, DSV4_E_UNSUPPORTED, "cu_mma_linear: weight format %d has no tensor-core path (FP8 and FP4 only)",
+                         (int)w->fmt);
+    const int fp4 = w->fmt == WF_FP4, K = w->cols, N = w->rows;
+    if (T < 0 || T > 65535 * 32 || N < 0 || K < 1)   /* grid.y = T / 32 at most 65535 */
+        return dsv4_fail(err, DSV4_E_ARG, "cu_mma_linear: %d tokens, weight %d x %d", T, N, K);
+    if (K % (fp4 ? 32 : 128))
+        return dsv4_fail(err, DSV4_E_ARG, "cu_mma_linear: %s weight with %d columns (a multiple of %d is needed)", fp4 ? "FP4" : "FP8",
+                         K, fp4 ? 32 : 128);
+    if (!w->data || !w->scale || (uintptr_t)w->data % (fp4 ? 4 : 16))
+        return dsv4_fail(err, DSV4_E_ARG, "cu_mma_linear: weight data missing or not %d-byte aligned", fp4 ? 4 : 16);
+    if (!w->scale_cols || w->scale_cols < (fp4 ? K / 32 : K / 128))
+        return dsv4_fail(err, DSV4_E_ARG, "cu_mma_linear: %d scale columns for %d columns", w->scale_cols, K);
+    if (T == 0 || N == 0) return 0;
+    if (!xq || !xs || !y || ldq < K || ldq % 16 || (uintptr_t)xq % 16 || lds < (K + 127) / 128 || ldy < N)
+        return dsv4_fail(err, DSV4_E_ARG,
+                         "cu_mma_linear: bad buffers (ldq %d: >= %d, a multiple of 16, 16-byte aligned; lds %d; ldy %d >= %d)", ldq, K,
+                         lds, ldy, N);
+    if (fp4) mma_dispatch<1>(st, w, xq, ldq, xs, lds, T, y, ldy);
+    else mma_dispatch<0>(st, w, xq, ldq, xs, lds, T, y, ldy);
+    return 0;
+}

@@ -1,0 +1,528 @@
+/* The tensor-core linear (backend/cuda/k_mma.cu, cu_mma.h) against a reference computed here, in double, from the
+ * formats' definitions (E4M3, E2M1, UE8M0 decoded by this file, not by the kernels' helpers):
+ *   - the activation packer is exact: e4m3(xq) * xs == x for act-quantized rows, including a block whose amax
+ *     rounded down (the packer's scale is then half of act_quant's);
+ *   - small-integer weights and activations (every partial sum exact at any precision the MMA may keep) give the
+ *     exact result, ==, for FP8 and FP4 weights and each tile shape: a wrong fragment layout, k map, scale index or
+ *     chunk order shows here as a wrong value;
+ *   - realistic weights and activations: |y - ref| <= 2^-10 * sum_i |w_i x_i| per element (why: test comment);
+ *   - batch invariance: every token of batches of T = 1, 2, 7, 8, 9, 64, 200 (at two offsets) has the bits of
+ *     the same token computed alone (memcmp); rows computed through a view starting at row 40 have the bits of
+ *     the full weight's rows; two runs give the same bits;
+ *   - unsupported shapes and buffers are refused with an error code and one line, and launch nothing.
+ * `test_gpu_mma --bench` times the kernel instead: weight GB/s at T = 1 and 8, TFLOPS at T = 512, 4096, 8192, for
+ * FP8 and FP4 weights of 4096 x 4096, 32768 x 1024, 2048 x 4096, with k_linear's time alongside for T <= 512.
+ * Building with NVFLAGS including -DDSV4_MMA_BUG (k_mma.cu swaps two activation words of one MMA;
+ * tools/gpu/stage_mma_bug.sh) must make the exact and accuracy tests fail. tools/gpu/run_mma.sh runs all of it on
+ * the GPU machine. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cuda_runtime.h>
+#include "backend/cuda/cu_mma.h"
+#include "backend/cuda/cu_runtime.h"
+#include "model/formats.h"   /* only to make inputs: f32_to_e4m3 / f32_to_e2m1 / act_quant_fp8_ref */
+#include "model/tiny.h"      /* dsv4_rng */
+#include "model/weight.h"
+
+static dsv4_rng rng;
+
+/* ---- the formats, from their definitions ------------------------------------------------------------------ */
+
+/* E4M3 (fn): sign, 4 exponent bits (bias 7), 3 mantissa bits; exponent 0 is subnormal m * 2^-9; S.1111.111 NaN. */
+static double ref_e4m3(uint8_t b) {
+    const int e = (b >> 3) & 15, m = b & 7;
+    double v;
+    if (e == 15 && m == 7) v = NAN;
+    else if (e == 0) v = ldexp(m, -9);
+    else v = ldexp(8 + m, e - 10);   /* (1 + m/8) 2^(e-7) */
+    return (b & 0x80) ? -v : v;
+}
+/* E2M1: sign, 2 exponent bits (bias 1), 1 mantissa bit; exponent 0 is subnormal m * 0.5. */
+static double ref_e2m1(uint8_t c) {
+    const int e = (c >> 1) & 3, m = c & 1;
+    const double v = e == 0 ? 0.5 * m : ldexp(2 + m, e - 2);   /* (1 + m/2) 2^(e-1) */
+    return (c & 8) ? -v : v;
+}
+static double ref_ue8m0(uint8_t b) { return ldexp(1.0, (int)b - 127); }
+
+/* Element (r, i) of a weight view (host pointers): FP8 scale per 128x128 block of global rows, FP4 per 32 columns. */
+static double ref_w(const dsv4_weight *w, int r, int i) {
+    const uint8_t *d = w->data;
+    if (w->fmt == WF_FP8)
+        return ref_e4m3(d[(int64_t)r * w->cols + i]) * ref_ue8m0(w->scale[(int64_t)((w->row0 + r) / 128) * w->scale_cols + i / 128]);
+    const uint8_t b = d[(int64_t)r * (w->cols / 2) + i / 2];
+    return ref_e2m1((i & 1) ? b >> 4 : b & 15) * ref_ue8m0(w->scale[(int64_t)(w->row0 + r) * w->scale_cols + i / 32]);
+}
+
+/* ---- inputs ----------------------------------------------------------------------------------------------- */
+
+typedef struct {
+    dsv4_weight h, d;   /* host and device copies of one weight */
+} tweight;
+
+static int ilog2_ceil(double v) { return (int)ceil(log2(v)); }
+
+/* Realistic: per scale block a standard deviation 0.02 * 2^[-2, 2], normal values, the block's power-of-two scale
+ * from its amax (FP8: / 448, FP4: / 6), values rounded to the format. Integer: values in {0, +-1, +-2}, scale
+ * 2^0 or 2^-1. */
+static tweight make_weight(int fmt, int N, int K, int integer) {
+    tweight t;
+    dsv4_weight *w = &t.h;
+    memset(w, 0, sizeof *w);
+    w->fmt = fmt;
+    w->rows = N;
+    w->cols = K;
+    const int fp4 = fmt == WF_FP4;
+    const size_t dbytes = fp4 ? (size_t)N * K / 2 : (size_t)N * K;
+    w->scale_cols = fp4 ? K / 32 : K / 128;
+    const size_t sbytes = fp4 ? (size_t)N * w->scale_cols : (size_t)((N + 127) / 128) * w->scale_cols;
+    uint8_t *data = calloc(dbytes, 1), *scale = calloc(sbytes, 1);
+    float *v = malloc(sizeof(float) * 128 * 128);
+    const int br = fp4 ? 1 : 128, bc = fp4 ? 32 : 128;
+    for (int r0 = 0; r0 < N; r0 += br)
+        for (int c0 = 0; c0 < K; c0 += bc) {
+            const int nr = N - r0 < br ? N - r0 : br;
+            const double sd = 0.02 * ldexp(1.0, (int)dsv4_rng_below(&rng, 5) - 2);
+            double amax = 1e-30;
+            for (int k = 0; k < nr * bc; k++) {
+                v[k] = (float)(dsv4_rng_normal(&rng) * sd);
+                if (fabs(v[k]) > amax) amax = fabs(v[k]);
+            }
+            const int e = integer ? -(int)dsv4_rng_below(&rng, 2) : ilog2_ceil(amax / (fp4 ? 6.0 : 448.0));
+            const uint8_t sb = (uint8_t)(127 + e);
+            if (fp4) scale[(int64_t)r0 * w->scale_cols + c0 / 32] = sb;
+            else scale[(int64_t)(r0 / 128) * w->scale_cols + c0 / 128] = sb;
+            for (int rr = 0; rr < nr; rr++)
+                for (int cc = 0; cc < bc; cc++) {
+                    const int r = r0 + rr, i = c0 + cc;
+                    uint8_t code;
+                    if (integer) {
+                        const int k = (int)dsv4_rng_below(&rng, 5) - 2;   /* -2 .. 2 */
+                        if (fp4) code = (uint8_t)((k < 0 ? 8 : 0) | (k == 0 ? 0 : abs(k) == 1 ? 2 : 4));
+                        else code = (uint8_t)((k < 0 ? 0x80 : 0) | (k == 0 ? 0 : abs(k) == 1 ? 0x38 : 0x40));
+                    } else {
+                        const float q = (float)(v[rr * bc + cc] / ldexp(1.0, e));
+                        code = fp4 ? f32_to_e2m1(q) : f32_to_e4m3(q);
+                    }
+                    if (fp4) data[(int64_t)r * (K / 2) + i / 2] |= (uint8_t)((i & 1) ? code << 4 : code);
+                    else data[(int64_t)r * K + i] = code;
+                }
+        }
+    free(v);
+    w->data = data;
+    w->scale = scale;
+    t.d = *w;
+    void *dd = cu_malloc(dbytes), *ds = cu_malloc(sbytes);
+    assert_non_null(dd);
+    assert_non_null(ds);
+    assert_int_equal(cu_upload(dd, data, dbytes), 0);
+    assert_int_equal(cu_upload(ds, scale, sbytes), 0);
+    t.d.data = dd;
+    t.d.scale = ds;
+    return t;
+}
+
+static void free_weight(tweight *t) {
+    free((void *)t->h.data);
+    free((void *)t->h.scale);
+    cu_free((void *)t->d.data);
+    cu_free((void *)t->d.scale);
+}
+
+/* T act-quantized rows of K: realistic (normal values times 2^[-8, 8] per 128-column block, 1 in 16 exactly 0), or
+ * integer ({0, +-1, +-2} times 2^0 or 2^1 per block, which act_quant leaves as they are). */
+static float *make_act(int T, int K, int integer) {
+    float *x = malloc(sizeof(float) * T * K);
+    for (int t = 0; t < T; t++) {
+        for (int c0 = 0; c0 < K; c0 += 128) {
+            const int e = integer ? (int)dsv4_rng_below(&rng, 2) : (int)dsv4_rng_below(&rng, 17) - 8;
+            for (int i = c0; i < K && i < c0 + 128; i++) {
+                if (integer) x[(int64_t)t * K + i] = (float)ldexp((int)dsv4_rng_below(&rng, 5) - 2, e);
+                else x[(int64_t)t * K + i] = dsv4_rng_below(&rng, 16) == 0 ? 0.0f : (float)ldexp(dsv4_rng_normal(&rng), e);
+            }
+        }
+        act_quant_fp8_ref(x + (int64_t)t * K, K, 128);
+    }
+    return x;
+}
+
+/* The packed activations of T rows on the device. */
+typedef struct {
+    uint8_t *q;
+    float *s;
+    int ldq, lds;
+} tact;
+
+static void sync_ok(const char *what) {
+    dsv4_error err;
+    if (cu_finish(NULL, what, &err)) fail_msg("%s", err.msg);
+}
+
+static tact pack(const float *x, int T, int K) {
+    tact a;
+    a.ldq = (K + 15) / 16 * 16;
+    a.lds = (K + 127) / 128;
+    float *dx = cu_malloc(sizeof(float) * T * K);
+    a.q = cu_malloc((size_t)T * a.ldq);
+    a.s = cu_malloc(sizeof(float) * T * a.lds);
+    assert_true(dx && a.q && a.s);
+    assert_int_equal(cu_upload(dx, x, sizeof(float) * T * K), 0);
+    dsv4_error err;
+    if (cu_mma_pack_act(NULL, dx, K, T, K, a.q, a.ldq, a.s, a.lds, &err)) fail_msg("%s", err.msg);
+    sync_ok("pack");
+    cu_free(dx);
+    return a;
+}
+
+static void free_act(tact *a) {
+    cu_free(a->q);
+    cu_free(a->s);
+}
+
+/* y[T][N] for tokens [t0, t0 + T) of a (host copy). */
+static void run(const dsv4_weight *dw, const tact *a, int t0, int T, float *y) {
+    const int N = dw->rows;
+    float *dy = cu_malloc(sizeof(float) * T * N);
+    assert_non_null(dy);
+    dsv4_error err;
+    if (cu_mma_linear(NULL, dw, a->q + (int64_t)t0 * a->ldq, a->ldq, a->s + (int64_t)t0 * a->lds, a->lds, T, dy, N, &err))
+        fail_msg("%s", err.msg);
+    sync_ok("mma linear");
+    assert_int_equal(cu_download(y, dy, sizeof(float) * T * N), 0);
+    cu_free(dy);
+}
+
+/* The weight decoded once (every value times its scale is exact in float: 4 significant bits, exponents in range). */
+static float *ref_decode(const dsv4_weight *w) {
+    float *d = malloc(sizeof(float) * w->rows * w->cols);
+    for (int r = 0; r < w->rows; r++)
+        for (int i = 0; i < w->cols; i++) d[(int64_t)r * w->cols + i] = (float)ref_w(w, r, i);
+    return d;
+}
+
+/* The sum (double: each product is exact, the sum's rounding 2^-53) and the sum of |products| of a decoded row
+ * against token x. */
+static void ref_dot(const float *wrow, int K, const float *x, double *sum, double *abs_sum) {
+    double s = 0, a = 0;
+    for (int i = 0; i < K; i++) {
+        const double p = (double)wrow[i] * x[i];
+        s += p;
+        a += fabs(p);
+    }
+    *sum = s;
+    *abs_sum = a;
+}
+
+/* ---- tests ------------------------------------------------------------------------------------------------- */
+
+static void pack_is_exact(void **state) {
+    (void)state;
+    enum { T = 37, K = 1120 };
+    float *x = make_act(T, K, 0);
+    /* row 0, block 0: amax 0.4395 -> act_quant's s = 2^-9, q = 225 rounds to 224; the packer's scale is 2^-10 */
+    for (int i = 0; i < 128; i++) x[i] = (float)(i == 5 ? 0.4395 : 0.001 * i);
+    act_quant_fp8_ref(x, K, 128);
+    tact a = pack(x, T, K);
+    uint8_t *q = malloc((size_t)T * a.ldq);
+    float *s = malloc(sizeof(float) * T * a.lds);
+    assert_int_equal(cu_download(q, a.q, (size_t)T * a.ldq), 0);
+    assert_int_equal(cu_download(s, a.s, sizeof(float) * T * a.lds), 0);
+    for (int t = 0; t < T; t++)
+        for (int b = 0; b < a.lds; b++) {
+            int e;
+            if (frexp(s[t * a.lds + b], &e) != 0.5) fail_msg("pack: scale %g of row %d block %d is not a power of two", s[t * a.lds + b], t, b);
+        }
+    for (int t = 0; t < T; t++)
+        for (int i = 0; i < K; i++) {
+            const double v = ref_e4m3(q[(int64_t)t * a.ldq + i]) * s[t * a.lds + i / 128];
+            if (v != (double)x[(int64_t)t * K + i])
+                fail_msg("pack: row %d column %d: %.9g * %g != %.9g", t, i, ref_e4m3(q[(int64_t)t * a.ldq + i]), s[t * a.lds + i / 128],
+                         x[(int64_t)t * K + i]);
+        }
+    if (s[0] != ldexpf(1.0f, -10)) fail_msg("pack: the rounded-down block's scale is %g, expected 2^-10", s[0]);
+    printf("  pack: e4m3(q) * s == x for %d x %d act-quantized values (a rounded-down block takes s/2)\n", T, K);
+    free(q); free(s); free(x);
+    free_act(&a);
+}
+
+/* One format and token count: y == the exact reference (integers) or within the bound (realistic). */
+static void check_against_ref(int fmt, int N, int K, int T, int integer) {
+    tweight w = make_weight(fmt, N, K, integer);
+    float *x = make_act(T, K, integer), *y = malloc(sizeof(float) * T * N);
+    tact a = pack(x, T, K);
+    run(&w.d, &a, 0, T, y);
+    float *wref = ref_decode(&w.h);
+    double worst = 0, err_max = 0, ymax = 0;
+    for (int t = 0; t < T; t++)
+        for (int r = 0; r < N; r++) {
+            double ref, abs_sum;
+            ref_dot(wref + (int64_t)r * K, K, x + (int64_t)t * K, &ref, &abs_sum);
+            const double got = y[(int64_t)t * N + r], err = fabs(got - ref);
+            if (integer) {
+                if (!(got == ref)) fail_msg("%s %dx%d, %d tokens, integer inputs: y[%d][%d] = %.9g, exact %.9g (diff %.3g)",
+                                            fmt == WF_FP4 ? "FP4" : "FP8", N, K, T, t, r, got, ref, got - ref);
+                continue;
+            }
+            /* The bound: products of E4M3 values are exact; an FP8 MMA on H100 adds its 32 products and C with an
+             * e8m13 accumulator, truncating (Khattak & Mikaitis, "Accurate models of NVIDIA tensor cores", 2025;
+             * DeepSeek-V3's report measured ~14 bits), so each MMA loses at most ~2^-13 of the magnitude of what it
+             * adds; a chunk chains at most 4 MMAs from a fresh fragment: <= 2^-11 of the chunk's sum |w x|. The fp32
+             * fmaf steps add (K/32 + 3) 2^-24 at most. 2^-10 of sum |w x| covers both; a wrong layout, k map or
+             * scale gives errors of the order of |y| itself, ~ sum |w x| / sqrt(K) >= 2^-6 sum |w x| here. */
+            const double bound = ldexp(abs_sum, -10) + 1e-30;
+            if (!(err <= bound))
+                fail_msg("%s %dx%d, %d tokens: y[%d][%d] = %.9g, reference %.9g, error %.3g > bound %.3g", fmt == WF_FP4 ? "FP4" : "FP8", N,
+                         K, T, t, r, got, ref, err, bound);
+            if (abs_sum > 0 && err / abs_sum > worst) worst = err / abs_sum;
+            if (err > err_max) err_max = err;
+            if (fabs(ref) > ymax) ymax = fabs(ref);
+        }
+    if (integer) printf("  %s %dx%d, %d tokens, integer inputs: exact (==)\n", fmt == WF_FP4 ? "FP4" : "FP8", N, K, T);
+    else
+        printf("  %s %dx%d, %d tokens: max |err| / sum|wx| = %.3g (bound 2^-10), max |err| / max |y| = %.3g\n",
+               fmt == WF_FP4 ? "FP4" : "FP8", N, K, T, worst, ymax > 0 ? err_max / ymax : 0);
+    free(x); free(y); free(wref);
+    free_act(&a);
+    free_weight(&w);
+}
+
+static void exact_on_integers(void **state) {
+    (void)state;
+    static const int Ts[] = { 5, 21, 40 };   /* the three tile shapes: <= 8, <= 32, more */
+    for (int k = 0; k < 3; k++) {
+        check_against_ref(WF_FP8, 200, 1024, Ts[k], 1);
+        check_against_ref(WF_FP4, 200, 1056, Ts[k], 1);   /* 8 chunks of 128 and one of 32 columns */
+    }
+}
+
+static void close_on_realistic(void **state) {
+    (void)state;
+    check_against_ref(WF_FP8, 333, 2048, 70, 0);
+    check_against_ref(WF_FP4, 333, 1120, 70, 0);
+    check_against_ref(WF_FP8, 4096, 4096, 3, 0);
+    check_against_ref(WF_FP4, 1024, 4096, 3, 0);
+}
+
+static void batch_invariant_and_deterministic(void **state) {
+    (void)state;
+    enum { N = 333, P = 200 };
+    static const int Ts[] = { 1, 2, 7, 8, 9, 64, 200 };
+    for (int fp4 = 0; fp4 < 2; fp4++) {
+        const int K = fp4 ? 1120 : 1024, fmt = fp4 ? WF_FP4 : WF_FP8;
+        tweight w = make_weight(fmt, N, K, 0);
+        float *x = make_act(P, K, 0), *alone = malloc(sizeof(float) * P * N), *y = malloc(sizeof(float) * P * N),
+              *y2 = malloc(sizeof(float) * P * N);
+        tact a = pack(x, P, K);
+        for (int t = 0; t < P; t++) run(&w.d, &a, t, 1, alone + (int64_t)t * N);
+        for (int k = 0; k < (int)(sizeof Ts / sizeof Ts[0]); k++) {
+            const int T = Ts[k];
+            for (int t0 = 0; t0 <= P - T; t0 += (P - T > 0 ? P - T : 1)) {
+                run(&w.d, &a, t0, T, y);
+                for (int t = 0; t < T; t++)
+                    if (memcmp(y + (int64_t)t * N, alone + (int64_t)(t0 + t) * N, sizeof(float) * N))
+                        fail_msg("%s: token %d in a batch of %d (from %d) differs from the token alone", fp4 ? "FP4" : "FP8", t0 + t, T, t0);
+            }
+        }
+        run(&w.d, &a, 0, P, y);
+        run(&w.d, &a, 0, P, y2);
+        if (memcmp(y, y2, sizeof(float) * P * N)) fail_msg("%s: two runs of %d tokens differ", fp4 ? "FP4" : "FP8", P);
+        /* rows through a view from row 40 (other tiles, FP8 scale rows from row0) = the full weight's rows */
+        const dsv4_weight view = weight_rows(&w.d, 40, 200);
+        float *yv = malloc(sizeof(float) * P * 200);
+        static const int Tv[] = { 1, 9, 200 };
+        for (int k = 0; k < 3; k++) {
+            run(&view, &a, 0, Tv[k], yv);
+            for (int t = 0; t < Tv[k]; t++)
+                if (memcmp(yv + (int64_t)t * 200, alone + (int64_t)t * N + 40, sizeof(float) * 200))
+                    fail_msg("%s: rows 40..239 through a view differ from the full weight's (token %d of %d)", fp4 ? "FP4" : "FP8", t, Tv[k]);
+        }
+        printf("  %s %dx%d: every token of batches of 1, 2, 7, 8, 9, 64, 200 = alone (memcmp); view rows = full rows; two runs equal\n",
+               fp4 ? "FP4" : "FP8", N, K);
+        free(yv); free(x); free(alone); free(y); free(y2);
+        free_act(&a);
+        free_weight(&w);
+    }
+}
+
+static void refuses_bad_shapes(void **state) {
+    (void)state;
+    tweight w8 = make_weight(WF_FP8, 16, 256, 0), w4 = make_weight(WF_FP4, 16, 64, 0);
+    float *x = make_act(2, 256, 0);
+    tact a = pack(x, 2, 256);
+    float *dy = cu_malloc(sizeof(float) * 2 * 16);
+    assert_non_null(dy);
+    assert_int_equal(cu_fill_bytes(dy, 0x55, sizeof(float) * 2 * 16), 0);
+    dsv4_error err;
+    dsv4_weight bad = w8.d;
+    bad.fmt = WF_BF16;
+    assert_int_equal(cu_mma_linear(NULL, &bad, a.q, a.ldq, a.s, a.lds, 2, dy, 16, &err), DSV4_E_UNSUPPORTED);
+    assert_true(err.msg[0] != 0);
+    bad = w8.d;
+    bad.cols = 96;   /* FP8: not a multiple of 128 */
+    assert_int_equal(cu_mma_linear(NULL, &bad, a.q, a.ldq, a.s, a.lds, 2, dy, 16, &err), DSV4_E_ARG);
+    bad = w4.d;
+    bad.cols = 48;   /* FP4: not a multiple of 32 */
+    assert_int_equal(cu_mma_linear(NULL, &bad, a.q, a.ldq, a.s, a.lds, 2, dy, 16, &err), DSV4_E_ARG);
+    bad = w8.d;
+    bad.data = (const uint8_t *)w8.d.data + 8;   /* misaligned FP8 rows */
+    assert_int_equal(cu_mma_linear(NULL, &bad, a.q, a.ldq, a.s, a.lds, 2, dy, 16, &err), DSV4_E_ARG);
+    assert_int_equal(cu_mma_linear(NULL, &w8.d, a.q + 1, a.ldq, a.s, a.lds, 2, dy, 16, &err), DSV4_E_ARG);   /* misaligned x */
+    assert_int_equal(cu_mma_linear(NULL, &w8.d, a.q, 250, a.s, a.lds, 2, dy, 16, &err), DSV4_E_ARG);         /* ldq < K */
+    assert_int_equal(cu_mma_linear(NULL, &w8.d, a.q, a.ldq, a.s, 1, 2, dy, 16, &err), DSV4_E_ARG);           /* lds too small */
+    assert_int_equal(cu_mma_linear(NULL, &w8.d, a.q, a.ldq, a.s, a.lds, 2, dy, 15, &err), DSV4_E_ARG);       /* ldy < N */
+    assert_int_equal(cu_mma_linear(NULL, &w8.d, a.q, a.ldq, a.s, a.lds, -1, dy, 16, &err), DSV4_E_ARG);
+    assert_int_equal(cu_mma_pack_act(NULL, (const float *)dy, 256, 2, 256, a.q, 264, a.s, a.lds, &err), DSV4_E_ARG);   /* ldq % 16 */
+    assert_int_equal(cu_mma_linear(NULL, &w8.d, a.q, a.ldq, a.s, a.lds, 0, dy, 16, &err), 0);   /* no tokens: nothing to do */
+    sync_ok("refusals");
+    uint32_t back[32];
+    assert_int_equal(cu_download(back, dy, sizeof back), 0);
+    for (int i = 0; i < 32; i++)
+        if (back[i] != 0x55555555u) fail_msg("a refused call wrote its output");
+    printf("  refused: BF16 weight, FP8 cols %% 128, FP4 cols %% 32, misaligned weight / x, short strides, T < 0 (nothing written)\n");
+    cu_free(dy);
+    free(x);
+    free_act(&a);
+    free_weight(&w8);
+    free_weight(&w4);
+}
+
+/* ---- benchmark ------------------------------------------------------------------------------------------------ */
+
+/* Seconds per call: `reps` calls captured in a CUDA graph (no host launch gaps), timed by events, the weights cycling
+ * through `copies` device copies (together > 256 MB, beyond the 60 MB L2). */
+static int call(cu_stream st, const dsv4_weight *w, const uint8_t *q, int ldq, const float *s, int lds, const float *xf, int T, float *y,
+                int ldy, dsv4_error *err) {
+    if (xf) return cu_linear(st, w, xf, T, w->cols, y, ldy);   /* the CUDA-core kernel (k_linear.cu), for comparison */
+    return cu_mma_linear(st, w, q, ldq, s, lds, T, y, ldy, err);
+}
+
+/* xf non-NULL: time cu_linear on fp32 rows xf instead. */
+static double time_calls(dsv4_weight *ws, int copies, const uint8_t *q, int ldq, const float *s, int lds, const float *xf, int T, float *y,
+                         int ldy, int reps) {
+    dsv4_error err;
+    snprintf(err.msg, sizeof err.msg, "cu_linear failed");
+    cudaStream_t st;
+    if (cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking) != cudaSuccess) return -1;
+    for (int i = 0; i < copies; i++)
+        if (call(st, &ws[i], q, ldq, s, lds, xf, T, y, ldy, &err)) {
+            fprintf(stderr, "bench: %s\n", err.msg);
+            return -1;
+        }
+    cudaGraph_t g = NULL;
+    cudaGraphExec_t ge = NULL;
+    cudaEvent_t e0 = NULL, e1 = NULL;
+    float ms = -1;
+    int ok = cudaEventCreate(&e0) == cudaSuccess && cudaEventCreate(&e1) == cudaSuccess;
+    int graph = ok && cudaStreamSynchronize(st) == cudaSuccess && cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal) == cudaSuccess;
+    if (graph) {
+        for (int r = 0; r < reps; r++) call(st, &ws[r % copies], q, ldq, s, lds, xf, T, y, ldy, &err);
+        graph = cudaStreamEndCapture(st, &g) == cudaSuccess && cudaGraphInstantiate(&ge, g, 0) == cudaSuccess;
+    }
+    graph = graph && cudaGraphLaunch(ge, st) == cudaSuccess && cudaStreamSynchronize(st) == cudaSuccess;   /* warm */
+    if (graph) {
+        ok = ok && cudaEventRecord(e0, st) == cudaSuccess && cudaGraphLaunch(ge, st) == cudaSuccess;
+    } else {   /* no graph: plain launches (host launch gaps included) */
+        fprintf(stderr, "bench: CUDA graph capture failed (%s): timing plain launches\n", cudaGetErrorString(cudaGetLastError()));
+        ok = ok && cudaEventRecord(e0, st) == cudaSuccess;
+        for (int r = 0; ok && r < reps; r++) ok = call(st, &ws[r % copies], q, ldq, s, lds, xf, T, y, ldy, &err) == 0;
+    }
+    ok = ok && cudaEventRecord(e1, st) == cudaSuccess && cudaEventSynchronize(e1) == cudaSuccess &&
+         cudaEventElapsedTime(&ms, e0, e1) == cudaSuccess;
+    if (!ok) fprintf(stderr, "bench: timing failed: %s\n", cudaGetErrorString(cudaGetLastError()));
+    if (ge) cudaGraphExecDestroy(ge);
+    if (g) cudaGraphDestroy(g);
+    if (e0) cudaEventDestroy(e0);
+    if (e1) cudaEventDestroy(e1);
+    cudaStreamDestroy(st);
+    return ok ? ms * 1e-3 / reps : -1;
+}
+
+static int bench(void) {
+    static const int shapes[][2] = { { 4096, 4096 }, { 32768, 1024 }, { 2048, 4096 } };
+    static const int Ts[] = { 1, 8, 512, 4096, 8192 };
+    enum { TMAX = 8192, KMAX = 4096, NMAX = 32768 };
+    char name[256];
+    cu_device_name(name, sizeof name);
+    printf("tensor-core linear (k_mma.cu) on %s; time per call in a CUDA graph of calls over rotating weight copies (> 256 MB)\n", name);
+    uint8_t *q = cu_malloc((size_t)TMAX * KMAX);
+    float *s = cu_malloc(sizeof(float) * TMAX * (KMAX / 128)), *y = cu_malloc(sizeof(float) * (size_t)TMAX * NMAX);
+    float *xf = cu_malloc(sizeof(float) * 512 * KMAX);   /* fp32 rows for the CUDA-core comparison */
+    if (!q || !s || !y || !xf) {
+        fprintf(stderr, "bench: out of GPU memory\n");
+        return 1;
+    }
+    cu_fill_synth(q, (size_t)TMAX * KMAX, CU_SYNTH_FP8, 7);
+    cu_fill_bytes(xf, 0x3c, sizeof(float) * 512 * KMAX);   /* 0.0115 each */
+    float *ones = malloc(sizeof(float) * TMAX * (KMAX / 128));
+    for (int i = 0; i < TMAX * (KMAX / 128); i++) ones[i] = 1.0f / 64;
+    cu_upload(s, ones, sizeof(float) * TMAX * (KMAX / 128));
+    free(ones);
+    printf("%-5s %-12s %6s %10s %11s %9s %16s\n", "fmt", "N x K", "T", "us/call", "weight GB/s", "TFLOPS", "k_linear us/call");
+    for (int fp4 = 0; fp4 < 2; fp4++)
+        for (int k = 0; k < 3; k++) {
+            const int N = shapes[k][0], K = shapes[k][1];
+            dsv4_weight w = { fp4 ? WF_FP4 : WF_FP8, N, K, NULL, NULL, fp4 ? K / 32 : K / 128, 0 };
+            const size_t db = fp4 ? (size_t)N * K / 2 : (size_t)N * K, sb = weight_scale_bytes(&w);
+            const int copies = (int)((256u << 20) / (db + sb)) + 1;
+            dsv4_weight *ws = calloc(copies, sizeof *ws);
+            int ok = 1;
+            for (int i = 0; i < copies; i++) {
+                ws[i] = w;
+                void *d = cu_malloc(db), *sc = cu_malloc(sb);
+                if (!d || !sc) ok = 0;
+                if (!ok) break;
+                cu_fill_synth(d, db, fp4 ? CU_SYNTH_FP4 : CU_SYNTH_FP8, 100 + i);
+                cu_fill_bytes(sc, 120, sb);
+                ws[i].data = d;
+                ws[i].scale = sc;
+            }
+            if (!ok) printf("%-5s %5dx%-6d: out of GPU memory for %d copies\n", fp4 ? "FP4" : "FP8", N, K, copies);
+            for (int j = 0; ok && j < (int)(sizeof Ts / sizeof Ts[0]); j++) {
+                const int T = Ts[j];
+                const int reps = T <= 8 ? 200 : T <= 512 ? 50 : 10;
+                const double sec = time_calls(ws, copies, q, KMAX, s, KMAX / 128, NULL, T, y, N, reps);
+                if (sec < 0) return 1;
+                const double old = T <= 512 ? time_calls(ws, copies, q, KMAX, s, KMAX / 128, xf, T, y, N, T <= 8 ? 50 : 3) : 0;
+                char oldtxt[32] = "";
+                if (old > 0) snprintf(oldtxt, sizeof oldtxt, "%.1f", old * 1e6);
+                printf("%-5s %5dx%-6d %6d %10.1f %11.0f %9.1f %16s\n", fp4 ? "FP4" : "FP8", N, K, T, sec * 1e6, (double)(db + sb) / sec / 1e9,
+                       2.0 * N * K * T / sec / 1e12, oldtxt);
+            }
+            for (int i = 0; i < copies; i++) {
+                cu_free((void *)ws[i].data);
+                cu_free((void *)ws[i].scale);
+            }
+            free(ws);
+        }
+    printf("(weight GB/s matters at T = 1, 8: H200 read bandwidth ~4.3 TB/s; TFLOPS at T >= 512: dense FP8 ~1,470)\n");
+    cu_free(q); cu_free(s); cu_free(y); cu_free(xf);
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    dsv4_error why;
+    if (!dsv4_cuda_available(&why)) {
+        printf("gpu mma: skipped, needs a GPU: %s\n", why.msg);
+        return 0;
+    }
+    if (argc > 1 && !strcmp(argv[1], "--bench")) return bench();
+    if (argc > 1) {
+        fprintf(stderr, "usage: test_gpu_mma [--bench]\n");
+        return 2;
+    }
+    dsv4_rng_seed(&rng, 2026);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(pack_is_exact),
+        cmocka_unit_test(exact_on_integers),
+        cmocka_unit_test(close_on_realistic),
+        cmocka_unit_test(batch_invariant_and_deterministic),
+        cmocka_unit_test(refuses_bad_shapes),
+    };
+    return cmocka_run_group_tests_name("gpu tensor-core linear", tests, NULL, NULL);
+}
