@@ -65,6 +65,11 @@ void cuda_profile_report(const struct dsv4_model *m, void *file) { (void)m; (voi
 int cuda_gpus(const struct dsv4_model *m) { (void)m; return 0; }
 int cuda_distinct_layers(const struct dsv4_model *m) { (void)m; return 0; }
 uint64_t cuda_gpu_weight_bytes(const struct dsv4_model *m, int r) { (void)m; (void)r; return 0; }
+int cuda_mma_on(const struct dsv4_model *m) {
+    (void)m;
+    return 0;
+}
+
 void cuda_graphs_get(const struct dsv4_model *m, cuda_graph_info *info) {
     (void)m;
     memset(info, 0, sizeof *info);

@@ -491,11 +491,12 @@ int cmd_bench(int argc, char **argv) {
     cuda_graph_info graphs;
     cuda_graphs_get(m, &graphs);
     printf("model %s: %d layers, hidden %d, %.2f GB weights, %.3f GB read per decoded token, %d threads, %s mode, "
-           "%s kernels%s%s\n",
+           "%s kernels%s%s%s\n",
            model_dir, m->cfg.n_layers, m->cfg.dim, dsv4_total_weight_bytes(m) / 1e9, dsv4_decode_weight_bytes(m) / 1e9,
            dsv4_pool_threads(m->pool), mode == DSV4_MODE_OFFICIAL ? "official" : "exact",
            m->device == DSV4_DEVICE_CPU ? dsv4_pool_kernels(m->pool)->name : "cuda", m->amx ? " (AMX linears)" : "",
-           !m->cuda ? "" : graphs.on ? ", CUDA graphs on" : ", CUDA graphs off (DSV4_CUDA_GRAPHS=0)");
+           !m->cuda ? "" : graphs.on ? ", CUDA graphs on" : ", CUDA graphs off (DSV4_CUDA_GRAPHS=0)",
+           !m->cuda || mode != DSV4_MODE_OFFICIAL ? "" : cuda_mma_on(m) ? ", FP8 tensor cores" : ", FP8 tensor cores off (DSV4_CUDA_MMA=0)");
     if (m->cfg.synthetic_holes)
         printf("synthetic weights generated in GPU memory: %d distinct layer weight sets for %d layers%s\n",
                cuda_distinct_layers(m), m->cfg.n_layers,
@@ -520,6 +521,8 @@ int cmd_bench(int argc, char **argv) {
                                                     m->device == DSV4_DEVICE_CPU ? dsv4_pool_kernels(m->pool)->name : "cuda",
                                                     "threads", dsv4_pool_threads(m->pool), "gpus", m->cuda ? cuda_gpus(m) : 0));
         if (m->cuda) json_object_set_new(json_object_get(rep, "model"), "cuda_graphs", json_boolean(graphs.on));
+        if (m->cuda) json_object_set_new(json_object_get(rep, "model"), "cuda_tensor_cores",
+                                         json_boolean(mode == DSV4_MODE_OFFICIAL && cuda_mma_on(m)));
         if (m->cfg.synthetic_holes) json_object_set_new(json_object_get(rep, "model"), "distinct_layer_weight_sets",
                                                         json_integer(cuda_distinct_layers(m)));
         if (bw > 0) rep_num(rep, "machine", m->cuda ? "device_copy_gb_s" : "memory_read_gb_s", bw);

@@ -76,4 +76,11 @@ sys.exit(0 if g["model"]["cuda_graphs"] is on and c["on"] is on and (c["graphed_
 graphs "" on
 graphs 0 off
 expect_err "DSV4_CUDA_GRAPHS=yes" "DSV4_CUDA_GRAPHS" env DSV4_CUDA_GRAPHS=yes "$BIN" logits -m "$T/m" --device cuda --tokens 1,2
+# FP8 tensor cores (DSV4_CUDA_MMA, on by default) in OFFICIAL mode: the model line says so; =0 turns them off
+for v in "" 0; do
+    if env ${v:+DSV4_CUDA_MMA=$v} "$BIN" bench -m "$T/m" --device cuda --mode official --no-bandwidth --prompt 16 --decode 4 >"$T/out" 2>"$T/err" &&
+       grep -q "$([ -z "$v" ] && echo ', FP8 tensor cores' || echo 'FP8 tensor cores off (DSV4_CUDA_MMA=0)')" "$T/out"
+    then ok; else bad "bench with DSV4_CUDA_MMA=${v:-unset}: $(head -1 "$T/out") $(head -2 "$T/err")"; fi
+done
+expect_err "DSV4_CUDA_MMA=yes" "DSV4_CUDA_MMA" env DSV4_CUDA_MMA=yes "$BIN" logits -m "$T/m" --device cuda --tokens 1,2
 finish

@@ -19,6 +19,9 @@ extern "C" {
 #endif
 
 #define CU_MMA_ACT_BLOCK 128   /* columns per activation scale */
+/* Row strides of packed rows of K columns: bytes (a multiple of 16) and scales. */
+static inline int cu_mma_ld(int K) { return (K + 15) / 16 * 16; }
+static inline int cu_mma_lds(int K) { return (K + CU_MMA_ACT_BLOCK - 1) / CU_MMA_ACT_BLOCK; }
 
 /* Pack T act-quantized rows x[t*ldx + i] (i < K; the OFFICIAL act_quant output, each 128-column block q * s with
  * q an E4M3 value and s a power of two) as E4M3 bytes xq[t*ldq + i] and scales xs[t*lds + i/128] with
@@ -36,6 +39,14 @@ int cu_mma_pack_act(cu_stream st, const float *x, int ldx, int T, int K, uint8_t
  * nothing is launched then. */
 int cu_mma_linear(cu_stream st, const dsv4_weight *w, const uint8_t *xq, int ldq, const float *xs, int lds, int T, float *y,
                   int ldy, dsv4_error *err);
+
+/* The routed experts' tiles of a MoE plan (as cu_expert_linear): tile i is expert plan->tile_expert[i] over its
+ * pairs; pair p reads packed row p (x_by_pair) or plan->pair_token[p] of xq / xs and writes row p of y. Experts
+ * whose data is NULL (another GPU's, or the host's) write EP_ABSENT_ROW. Every expert FP8 (cols a multiple of
+ * 128) or FP4 (of 32), data aligned as for cu_mma_linear. 0, or an error with one line in err. */
+int cu_mma_expert_linear(cu_stream st, const dsv4_weight *experts, int rows, int cols, int fmt, const cu_moe_plan *plan,
+                         int max_tiles, const uint8_t *xq, int ldq, const float *xs, int lds, int x_by_pair, float *y,
+                         int ldy, dsv4_error *err);
 
 #ifdef __cplusplus
 }

@@ -76,6 +76,9 @@ typedef struct {
     long captures, instantiations, updates, launches;
 } cuda_graph_info;
 void cuda_graphs_get(const struct dsv4_model *m, cuda_graph_info *info);
+/* Whether OFFICIAL steps run the FP8/FP4 linears of act-quantized rows on tensor cores (k_mma.cu; DSV4_CUDA_MMA at
+ * load, default on); 0 without the backend. */
+int cuda_mma_on(const struct dsv4_model *m);
 void cuda_graphs_set(struct dsv4_model *m, int on, int drop_test);
 /* GPUs the model is spread over (0 without the backend) and the weight bytes GPU rank r holds. */
 int      cuda_gpus(const struct dsv4_model *m);

@@ -2,11 +2,22 @@
  * launch sequence shared with the one-GPU step. */
 #ifdef DSV4_CUDA
 #include "backend/cuda/cuda_ep.h"
+#include "backend/cuda/cu_mma.h"
 #include "backend/cuda/cu_runtime.h"
 #include "backend/cuda/cuda_model.h"
 #include "util/error.h"
 #include <stdlib.h>
 #include <string.h>
+
+/* One expert projection: on tensor cores from packed rows (b->mma, FP8/FP4 experts), else k_linear.cu. */
+static void expert_proj(cu_stream st, const cu_layer_experts *ex, const dsv4_weight *w, int rows, int cols, const cu_moe_bufs *b,
+                        int max_tiles, const float *x, const uint8_t *xq, const float *xqs, int x_by_pair, float *y, int one_token) {
+    if (b->mma && (ex->fmt == WF_FP8 || ex->fmt == WF_FP4) &&
+        !cu_mma_expert_linear(st, w, rows, cols, ex->fmt, &b->plan, max_tiles, xq, cu_mma_ld(cols), xqs, cu_mma_lds(cols), x_by_pair,
+                              y, rows, NULL))
+        return;
+    cu_expert_linear(st, w, rows, cols, ex->fmt, &b->plan, max_tiles, x, cols, x_by_pair, y, rows, one_token);
+}
 
 void cu_moe_routed(cu_stream st, const dsv4_config *c, int official, const cu_layer_experts *ex, int T, int max_tiles,
                    const cu_moe_bufs *b) {
@@ -18,12 +29,14 @@ void cu_moe_routed(cu_stream st, const dsv4_config *c, int official, const cu_la
     if (official) {
         cu_act_quant(st, b->xn, d, b->x8, d, T, d, 128, 0);
         xe = b->x8;
+        if (b->mma) cu_mma_pack_act(st, b->x8, d, T, d, b->xq, cu_mma_ld(d), b->xqs, cu_mma_lds(d), NULL);
     }
-    cu_expert_linear(st, ex->w1, I, d, ex->fmt, &b->plan, max_tiles, xe, d, 0, b->eg, I, T == 1);
-    cu_expert_linear(st, ex->w3, I, d, ex->fmt, &b->plan, max_tiles, xe, d, 0, b->ev, I, T == 1);
+    expert_proj(st, ex, ex->w1, I, d, b, max_tiles, xe, b->xq, b->xqs, 0, b->eg, T == 1);
+    expert_proj(st, ex, ex->w3, I, d, b, max_tiles, xe, b->xq, b->xqs, 0, b->ev, T == 1);
     cu_swiglu(st, official, b->eg, b->ev, b->plan.pair_weight, P, I, c->swiglu_limit);
     if (official) cu_act_quant(st, b->eg, I, b->eg, I, P, I, 128, 0);
-    cu_expert_linear(st, ex->w2, d, I, ex->fmt, &b->plan, max_tiles, b->eg, I, 1, b->ey, d, T == 1);
+    if (official && b->mma) cu_mma_pack_act(st, b->eg, I, P, I, b->egq, cu_mma_ld(I), b->egqs, cu_mma_lds(I), NULL);
+    expert_proj(st, ex, ex->w2, d, I, b, max_tiles, b->eg, b->egq, b->egqs, 1, b->ey, T == 1);
     if (official) cu_round_bf16(st, b->ey, (int64_t)P * d);
 }
 
@@ -73,6 +86,10 @@ static int scratch_ensure(cu_ep_rank *rk, const dsv4_config *c, int T, int *fail
     b->eg = take(rk, sizeof(float) * P * I, failed);
     b->ev = take(rk, sizeof(float) * P * I, failed);
     b->ey = take(rk, sizeof(float) * P * d, failed);
+    b->xq = take(rk, (size_t)T * (size_t)cu_mma_ld(c->dim), failed);
+    b->xqs = take(rk, sizeof(float) * (size_t)T * (size_t)cu_mma_lds(c->dim), failed);
+    b->egq = take(rk, P * (size_t)cu_mma_ld(c->moe_inter), failed);
+    b->egqs = take(rk, sizeof(float) * P * (size_t)cu_mma_lds(c->moe_inter), failed);
     if (*failed) {
         scratch_free(rk);
         return -1;
@@ -121,6 +138,7 @@ int cuda_ep_routed(cu_ep *ep, const struct cuda_model *cm0, const dsv4_config *c
     /* the other ranks first, so that their kernels are queued while rank 0's run */
     for (int r = 1; r < n; r++) {
         cu_use(ep->rank[r].cm->gpu);
+        ep->rank[r].b.mma = b0->mma;   /* every rank computes the same numerics as rank 0 */
         cu_moe_routed(st[r], c, official, &ep->rank[r].cm->layers[L].ex, T, max_tiles, &ep->rank[r].b);
     }
     cu_use(cm0->gpu);

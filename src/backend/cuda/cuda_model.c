@@ -430,10 +430,20 @@ static int graphs_env(int *on, dsv4_error *err) {
     return 0;
 }
 
+/* DSV4_CUDA_MMA, read once per model load: unset, empty or 1 = OFFICIAL mode's FP8/FP4 linears with act-quantized
+ * inputs on tensor cores (k_mma.cu), 0 = on CUDA cores (k_linear.cu). EXACT mode never uses them. */
+static int mma_env(int *on, dsv4_error *err) {
+    const char *v = getenv("DSV4_CUDA_MMA");
+    *on = !v || !*v || !strcmp(v, "1");
+    if (v && *v && strcmp(v, "0") && strcmp(v, "1"))
+        return dsv4_fail(err, DSV4_E_ARG, "DSV4_CUDA_MMA is '%.40s': 1 (tensor cores in OFFICIAL mode, the default) or 0", v);
+    return 0;
+}
+
 int cuda_model_init(struct dsv4_model *m, const cuda_placement *p, dsv4_error *err) {
     const int gpu = p->gpu;
-    int n_gpus = p->n_gpus, graphs_on = 1;
-    if (graphs_env(&graphs_on, err)) return DSV4_E_ARG;
+    int n_gpus = p->n_gpus, graphs_on = 1, mma_on = 1;
+    if (graphs_env(&graphs_on, err) || mma_env(&mma_on, err)) return DSV4_E_ARG;
     if (n_gpus < 1) n_gpus = 1;
     if (n_gpus > CU_MAX_GPUS) return dsv4_fail(err, DSV4_E_ARG, "at most %d GPUs (asked for %d)", CU_MAX_GPUS, n_gpus);
     if (n_gpus > m->cfg.n_routed)
@@ -461,6 +471,7 @@ int cuda_model_init(struct dsv4_model *m, const cuda_placement *p, dsv4_error *e
     }
     cm->key_limit = cu_attention_key_limit();
     cm->graphs_on = graphs_on;
+    cm->mma_on = mma_on;   /* used in OFFICIAL steps only (cuda_step.c) */
     m->cuda = cm;
     m->state_mem = &seq_mem_cuda;
     if (m->progress) {
@@ -494,6 +505,8 @@ void cuda_graphs_set(struct dsv4_model *m, int on, int drop_test) {
     cm->graphs_on = on;
     if (cm->graphs) cu_graphs_drop_test(cm->graphs, drop_test);
 }
+
+int cuda_mma_on(const struct dsv4_model *m) { return m->cuda && m->cuda->mma_on; }
 
 void cuda_graphs_get(const struct dsv4_model *m, cuda_graph_info *info) {
     memset(info, 0, sizeof *info);

@@ -62,6 +62,11 @@ typedef struct {
     float *dsp_cat, *dsp_z;    /* [CU_HEAD_ROWS][dim + rank] = [y ; e], [CU_HEAD_ROWS] confidence logits */
     float *dsp_probs;          /* [CU_HEAD_ROWS][vocab] drafting distributions */
     float *idx_scores;
+    /* OFFICIAL tensor-core linears (cuda_model.mma_on): act-quantized rows packed as E4M3 bytes + a scale per 128
+     * columns (cu_mma.h). xq: the sub-layer's quantized input (x8; T rows of dim); yq: the other quantized inputs
+     * (qr, z, seg; T rows of at most cu_mma_cols); egq: the experts' quantized hidden rows (T*K rows of inter). */
+    uint8_t *xq, *yq, *egq;
+    float *xqs, *yqs, *egqs;
     /* per-step metadata */
     int32_t *tok, *item_of;
     int64_t *pos;
@@ -125,6 +130,8 @@ struct cuda_model {
     cu_workspace ws;
     cu_profile prof;
     struct cu_host_experts *hx;/* NULL, or the routed experts kept in host memory (cuda_host_experts.h) */
+    int mma_on;                /* OFFICIAL FP8/FP4 linears with act-quantized inputs on tensor cores (k_mma.cu):
+                                  DSV4_CUDA_MMA at load (default 1), in OFFICIAL steps only */
     int graphs_on;             /* steps run as CUDA graphs (cuda_step.c): DSV4_CUDA_GRAPHS at load, cuda_graphs_set */
     struct cu_graphs *graphs;  /* the kept executable graphs and their counts (cu_graph.h); rank 0 only */
     unsigned long long *route_counts; /* device [n_layers][n_routed] while routes are counted (dsv4 profile) */

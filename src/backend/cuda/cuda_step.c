@@ -11,6 +11,7 @@
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cu_runtime.h"
 #include "backend/cuda/cuda_model.h"
+#include "backend/cuda/cu_mma.h"
 #include "backend/cuda/cuda_ep.h"
 #include "backend/cuda/cuda_host_experts.h"
 #include "backend/cuda/cu_graph.h"
@@ -92,6 +93,13 @@ static void lay_out(ws_alloc *a, const dsv4_config *c, int T, int items, int64_t
     TAKE(dsp_cat, dsp ? (int64_t)CU_HEAD_ROWS * (d + c->dspark_markov_rank) : 1);
     TAKE(dsp_probs, dsp ? (int64_t)CU_HEAD_ROWS * c->vocab_size : 1);
     TAKE(idx_scores, (int64_t)(T < CU_INDEX_CHUNK ? T : CU_INDEX_CHUNK) * (idx_rows > 0 ? idx_rows : 1));
+    {   /* packed act-quantized rows for the tensor-core linears (cu_mma.h) */
+        int ky = c->q_lora > c->moe_inter ? c->q_lora : c->moe_inter;
+        if (c->o_groups * c->o_lora > ky) ky = c->o_groups * c->o_lora;
+        TAKE(xq, T * cu_mma_ld((int)d)); TAKE(xqs, T * cu_mma_lds((int)d));
+        TAKE(yq, T * cu_mma_ld(ky)); TAKE(yqs, T * cu_mma_lds(ky));
+        TAKE(egq, P * cu_mma_ld((int)I)); TAKE(egqs, P * cu_mma_lds((int)I));
+    }
     TAKE(tok, T); TAKE(item_of, T); TAKE(pos, T); TAKE(items, items); TAKE(sl, (int64_t)c->n_layers * items);
 }
 
@@ -189,6 +197,7 @@ typedef struct {
     int64_t hca_rows;          /* most ratio-128 rows a query sees */
     int rc;                    /* a failure inside the launch sequence (the multi-GPU transport), reported at the end */
     dsv4_error *err;
+    int mma;                   /* OFFICIAL and cuda_model.mma_on: FP8/FP4 linears of act-quantized rows on tensor cores */
 } step_ctx;
 
 /* End of a stage: with profiling on, wait for the GPU and charge the time since the last mark to `stage`. */
@@ -204,6 +213,20 @@ static void mark(step_ctx *s, int stage) {
 static cu_kvlay lay_of(const kv_layout *l) {
     cu_kvlay k = { l->fmt, l->kind, l->width, l->rope, l->nope, (int)l->bytes };
     return k;
+}
+
+/* OFFICIAL act-quantized rows x [T][K] packed for the tensor-core linears (cu_mma.h) into q / qs. */
+static void pack_if(step_ctx *s, const float *x, int K, uint8_t *q, float *qs) {
+    if (s->mma) cu_mma_pack_act(s->st, x, K, s->T, K, q, cu_mma_ld(K), qs, cu_mma_lds(K), NULL);
+}
+
+/* y [T][w->rows] = x w^T, x [T][w->cols] act-quantized (OFFICIAL): on tensor cores from its packed copy q / qs
+ * when the step uses them and cu_mma_linear takes the weight (FP8 or FP4 of a supported shape: a property of the
+ * weight, never of T), else on CUDA cores (k_linear.cu). */
+static void linear_q(step_ctx *s, const dsv4_weight *w, const float *x, const uint8_t *q, const float *qs, float *y) {
+    const int K = w->cols, N = w->rows;
+    if (s->mma && !cu_mma_linear(s->st, w, q, cu_mma_ld(K), qs, cu_mma_lds(K), s->T, y, N, NULL)) return;
+    cu_linear(s->st, w, x, s->T, K, y, N);
 }
 
 static void round_if(step_ctx *s, float *x, int64_t n) {
@@ -236,14 +259,16 @@ static void attn_project(step_ctx *s, const cu_layer *ly) {
     if (s->official) {
         cu_act_quant(s->st, ws->xn, d, ws->x8, d, T, d, 128, 0);
         x8 = ws->x8;
+        pack_if(s, ws->x8, d, ws->xq, ws->xqs);
     }
-    cu_linear(s->st, &ly->wq_a, x8, T, d, ws->qr, c->q_lora);
+    linear_q(s, &ly->wq_a, x8, ws->xq, ws->xqs, ws->qr);
     round_if(s, ws->qr, (int64_t)T * c->q_lora);
     cu_rmsnorm(s->st, s->official, ws->qr, c->q_lora, ly->q_norm, c->q_lora, c->norm_eps, ws->qr, c->q_lora, T);
     quant_rows_if(s, ws->qr, T, c->q_lora);
-    cu_linear(s->st, &ly->wq_b, ws->qr, T, c->q_lora, ws->q, H * D);
+    pack_if(s, ws->qr, c->q_lora, ws->yq, ws->yqs);   /* also the indexer's wq_b input (step_attention) */
+    linear_q(s, &ly->wq_b, ws->qr, ws->yq, ws->yqs, ws->q);
     round_if(s, ws->q, (int64_t)T * H * D);
-    cu_linear(s->st, &ly->wkv, x8, T, d, ws->kv, D);
+    linear_q(s, &ly->wkv, x8, ws->xq, ws->xqs, ws->kv);
     round_if(s, ws->kv, (int64_t)T * D);
     cu_qkv_prepare(s->st, s->official, ws->q, ws->kv, ly->kv_norm, ws->pos, freq, T, H, D, R, c->norm_eps);
 }
@@ -259,7 +284,8 @@ static void attn_output(step_ctx *s, const cu_layer *ly) {
     cu_linear_grouped(s->st, &ly->wo_a, G, ws->o, T, H * D, HD_G, ws->z, zl);
     round_if(s, ws->z, (int64_t)T * zl);
     quant_rows_if(s, ws->z, T, zl);
-    cu_linear(s->st, &ly->wo_b, ws->z, T, zl, ws->sub, d);
+    pack_if(s, ws->z, zl, ws->yq, ws->yqs);
+    linear_q(s, &ly->wo_b, ws->z, ws->yq, ws->yqs, ws->sub);
     round_if(s, ws->sub, (int64_t)T * d);
 }
 
@@ -280,7 +306,7 @@ static void step_attention(step_ctx *s, const cu_layer *ly, int L) {
     if (ly->ratio == 4) {
         cu_linear(s->st, &ly->icomp.wkv, ws->xn, T, d, ws->ick, 2 * cI);
         cu_linear(s->st, &ly->icomp.wgate, ws->xn, T, d, ws->icz, 2 * cI);
-        cu_linear(s->st, &ly->idx_wq_b, ws->qr, T, c->q_lora, ws->qi, nI * cI);
+        linear_q(s, &ly->idx_wq_b, ws->qr, ws->yq, ws->yqs, ws->qi);   /* qr packed by attn_project */
         round_if(s, ws->qi, (int64_t)T * nI * cI);
         cu_linear(s->st, &ly->idx_weights_proj, ws->xn, T, d, ws->wi, nI);
         round_if(s, ws->wi, (int64_t)T * nI);
@@ -322,11 +348,14 @@ static void shared_expert(step_ctx *s, const cu_layer *ly, const float *xe) {
     const dsv4_config *c = &s->m->cfg;
     cu_workspace *ws = s->ws;
     const int T = s->T, d = c->dim, I = c->moe_inter;
-    cu_linear(s->st, &ly->sw1, xe, T, d, ws->seg, I);
-    cu_linear(s->st, &ly->sw3, xe, T, d, ws->sev, I);
+    /* xe is x8 in OFFICIAL steps (cu_moe_routed quantized it): packed again here, as an expert rank may be elsewhere */
+    if (s->official) pack_if(s, xe, d, ws->xq, ws->xqs);
+    linear_q(s, &ly->sw1, xe, s->official ? ws->xq : NULL, ws->xqs, ws->seg);
+    linear_q(s, &ly->sw3, xe, s->official ? ws->xq : NULL, ws->xqs, ws->sev);
     cu_swiglu(s->st, s->official, ws->seg, ws->sev, NULL, T, I, c->swiglu_limit);
     quant_rows_if(s, ws->seg, T, I);
-    cu_linear(s->st, &ly->sw2, ws->seg, T, I, ws->ys, d);
+    pack_if(s, ws->seg, I, ws->yq, ws->yqs);
+    linear_q(s, &ly->sw2, ws->seg, ws->yq, ws->yqs, ws->ys);
     round_if(s, ws->ys, (int64_t)T * d);
 }
 
@@ -340,7 +369,8 @@ static void step_moe(step_ctx *s, const cu_layer *ly, int L) {
     if (L >= 0 && s->cm->route_counts && ly == &s->cm->layers[L])   /* main layers only (dsv4 profile) */
         cu_count_routes(s->st, ws->route_e, T, K, s->cm->route_counts + (int64_t)L * E);
     mark(s, ST_ROUTE);
-    const cu_moe_bufs b = { ws->xn, ws->x8, ws->route_e, ws->route_w, ws->plan, ws->eg, ws->ev, ws->ey };
+    const cu_moe_bufs b = { ws->xn, ws->x8, ws->route_e, ws->route_w, ws->plan, ws->eg, ws->ev, ws->ey,
+                            s->mma, ws->xq, ws->egq, ws->xqs, ws->egqs };
     /* experts in host memory (cuda_host_experts.h): the host needs this layer's rows and routing first */
     cu_host_experts *hx = L >= 0 && s->cm->hx && ly == &s->cm->layers[L] && s->cm->hx->n_host[L] ? s->cm->hx : NULL;
     if (hx && !s->rc && cuda_hx_fetch(hx, s->st, c, ws->xn, ws->route_e, ws->route_w, T))
@@ -575,6 +605,7 @@ static int step_begin(struct dsv4_model *m, dsv4_step_item *items, int n_items, 
     int rc = step_validate(m, m->state_mem, items, n_items, &T, &max_rows, err);
     if (rc) return rc;
     *s = (step_ctx){ m, cm, &cm->ws, cm->st, T, n_items, m->mode == DSV4_MODE_OFFICIAL, { 0 }, { 0 }, 0, 0, 0, err };
+    s->mma = s->official && cm->mma_on;
     for (int i = 0; i < n_items; i++) {
         const int64_t end = items[i].seq->pos + items[i].n_tokens;
         if (end / 4 > s->idx_rows) s->idx_rows = end / 4;
@@ -750,6 +781,7 @@ static int positions_begin(struct dsv4_model *m, const int32_t *tok, int T, int6
     struct cuda_model *cm = m->cuda;
     cu_use(cm->gpu);
     *s = (step_ctx){ m, cm, &cm->ws, cm->st, T, 1, m->mode == DSV4_MODE_OFFICIAL, { 0 }, { 0 }, 0, 0, 0, err };
+    s->mma = s->official && cm->mma_on;
     int rc = ws_ensure(m, T, 1, 0, err);
     if (rc) return rc;
     int32_t *t = malloc(sizeof(int32_t) * (size_t)T), *item = calloc((size_t)T, sizeof(int32_t));

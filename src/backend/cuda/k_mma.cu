@@ -41,6 +41,7 @@
 #include "backend/cuda/cu_common.cuh"
 #include "backend/cuda/cu_mma.h"
 #include "backend/cuda/cu_quant.cuh"
+#include "model/expert_place.h"
 extern "C" {
 #include "util/error.h"
 }
@@ -84,15 +85,20 @@ __device__ __forceinline__ uint32_t e2m1x4_e4m3(uint32_t v) {
 
 __device__ __forceinline__ uint4 ld16(const uint8_t *p) { return *(const uint4 *)p; }
 
-/* One block: rows [16 MT bx, +16 MT) x tokens [8 NT by, +8 NT); warp p = partial p. U chunks' loads are issued
- * before the first of them is used (several loads in flight a lane). */
+/* Token n of a block's T: input row in_rows[in_base + n] (or in_base + n without a list) of xq / xs, output row
+ * out_base + n of y. The plain linear maps n to n; an expert's tile maps its pairs to their tokens. */
+__device__ __forceinline__ int64_t mma_in_row(const int32_t *in_rows, int in_base, int n) {
+    return in_rows ? in_rows[in_base + n] : (int64_t)in_base + n;
+}
+
+/* One block: rows [row_base, +16 MT) x tokens [tok_base, +8 NT) of T; warp p = partial p. U chunks' loads are
+ * issued before the first of them is used (several loads in flight a lane). */
 template <int FP4, int MT, int NT, int U>
-__global__ void __launch_bounds__(32 * MMA_PARTS) k_mma_linear(dsv4_weight w, const uint8_t *__restrict__ xq, int ldq,
-                                                                const float *__restrict__ xs, int lds, int T,
-                                                                float *__restrict__ y, int ldy) {
+__device__ __forceinline__ void mma_block(const dsv4_weight &w, const uint8_t *__restrict__ xq, int ldq, const float *__restrict__ xs,
+                                          int lds, int T, float *__restrict__ y, int ldy, int row_base, int tok_base,
+                                          const int32_t *__restrict__ in_rows, int in_base, int out_base) {
     const int lane = threadIdx.x & 31, part = threadIdx.x >> 5, g = lane >> 2, q = lane & 3;
     const int N = w.rows, K = w.cols, nchunk = (K + 127) / 128;
-    const int row_base = blockIdx.x * 16 * MT, tok_base = blockIdx.y * 8 * NT;
     const uint8_t *wd = (const uint8_t *)w.data;
     const int64_t wstride = FP4 ? K / 2 : K;
 
@@ -131,7 +137,7 @@ __global__ void __launch_bounds__(32 * MMA_PARTS) k_mma_linear(dsv4_weight w, co
                 for (int ni = 0; ni < NT; ni++) {
                     const int n = tok_base + 8 * ni + g;
                     if (cv && n < T) {
-                        const uint8_t *p = xq + (int64_t)n * ldq + 128 * c + 32 * q;
+                        const uint8_t *p = xq + mma_in_row(in_rows, in_base, n) * ldq + 128 * c + 32 * q;
                         b[u][ni][0] = ld16(p);
                         b[u][ni][1] = ld16(p + 16);
                     } else {
@@ -140,7 +146,7 @@ __global__ void __launch_bounds__(32 * MMA_PARTS) k_mma_linear(dsv4_weight w, co
 #pragma unroll
                     for (int e = 0; e < 2; e++) {
                         const int nc = tok_base + 8 * ni + 2 * q + e;
-                        sx[u][ni][e] = cv && nc < T ? xs[(int64_t)nc * lds + c] : 0.0f;
+                        sx[u][ni][e] = cv && nc < T ? xs[mma_in_row(in_rows, in_base, nc) * lds + c] : 0.0f;
                     }
                 }
             }
@@ -194,12 +200,13 @@ __global__ void __launch_bounds__(32 * MMA_PARTS) k_mma_linear(dsv4_weight w, co
                     const int n = tok_base + 8 * ni + g;
 #pragma unroll
                     for (int j = 0; j < 4; j++)
-                        b[u][ni][j] = j < nb[u] && n < T ? *(const uint2 *)(xq + (int64_t)n * ldq + 128 * c + 32 * j + 8 * q)
+                        b[u][ni][j] = j < nb[u] && n < T ? *(const uint2 *)(xq + mma_in_row(in_rows, in_base, n) * ldq + 128 * c +
+                                                                            32 * j + 8 * q)
                                                          : make_uint2(0, 0);
 #pragma unroll
                     for (int e = 0; e < 2; e++) {
                         const int nc = tok_base + 8 * ni + 2 * q + e;
-                        sx[u][ni][e] = nb[u] && nc < T ? xs[(int64_t)nc * lds + c] : 0.0f;
+                        sx[u][ni][e] = nb[u] && nc < T ? xs[mma_in_row(in_rows, in_base, nc) * lds + c] : 0.0f;
                     }
                 }
             }
@@ -249,8 +256,38 @@ __global__ void __launch_bounds__(32 * MMA_PARTS) k_mma_linear(dsv4_weight w, co
 #pragma unroll
                 for (int p = 0; p < MMA_PARTS - 1; p++) v += red[p][(mi * NT + ni) * 4 + e][lane];
                 const int r = row_base + 16 * mi + g + 8 * (e >> 1), n = tok_base + 8 * ni + 2 * q + (e & 1);
-                if (r < N && n < T) y[(int64_t)n * ldy + r] = v;
+                if (r < N && n < T) y[((int64_t)out_base + n) * ldy + r] = v;
             }
+}
+
+template <int FP4, int MT, int NT, int U>
+__global__ void __launch_bounds__(32 * MMA_PARTS) k_mma_linear(dsv4_weight w, const uint8_t *__restrict__ xq, int ldq,
+                                                                const float *__restrict__ xs, int lds, int T,
+                                                                float *__restrict__ y, int ldy) {
+    mma_block<FP4, MT, NT, U>(w, xq, ldq, xs, lds, T, y, ldy, blockIdx.x * 16 * MT, blockIdx.y * 8 * NT, NULL, 0, 0);
+}
+
+/* The routed experts' tiles of a MoE plan (k_linear.cu k_expert_linear's contract): tile blockIdx.y is expert
+ * tile_expert[tile] over its tile_count (<= CU_MOE_TILE = 8: one n8 column) pairs from tile_first; pair p reads
+ * input row p (x_by_pair) or pair_token[p] and writes output row p. The same order per element as the plain
+ * linear (mma_block), so a pair's row does not depend on the tile it shares. */
+template <int FP4>
+__global__ void __launch_bounds__(32 * MMA_PARTS) k_mma_expert(const dsv4_weight *__restrict__ experts, int rows, cu_moe_plan plan,
+                                                                const uint8_t *__restrict__ xq, int ldq, const float *__restrict__ xs,
+                                                                int lds, int x_by_pair, float *__restrict__ y, int ldy) {
+    const int tile = blockIdx.y;
+    if (tile >= *plan.n_tiles) return;
+    dsv4_weight w = experts[plan.tile_expert[tile]];
+    const int p0 = plan.tile_first[tile], n = plan.tile_count[tile], row_base = blockIdx.x * 16;
+    if (!w.data) {   /* an expert another GPU holds (cuda_ep.h) or the host computes: the exact gather's identity */
+        for (int i = threadIdx.x; i < 16 * n; i += blockDim.x) {
+            const int r = row_base + i % 16;
+            if (r < rows) y[((int64_t)p0 + i / 16) * ldy + r] = EP_ABSENT_ROW;
+        }
+        return;
+    }
+    w.rows = rows;
+    mma_block<FP4, 1, 1, 4>(w, xq, ldq, xs, lds, n, y, ldy, row_base, 0, x_by_pair ? NULL : plan.pair_token, p0, p0);
 }
 
 /* One warp per (row, 128-column block): the block's scale from its amax by act_quant's rule, then each value over
@@ -332,5 +369,22 @@ extern "C" int cu_mma_linear(cu_stream st, const dsv4_weight *w, const uint8_t *
                          lds, ldy, N);
     if (fp4) mma_dispatch<1>(st, w, xq, ldq, xs, lds, T, y, ldy);
     else mma_dispatch<0>(st, w, xq, ldq, xs, lds, T, y, ldy);
+    return 0;
+}
+
+extern "C" int cu_mma_expert_linear(cu_stream st, const dsv4_weight *experts, int rows, int cols, int fmt, const cu_moe_plan *plan,
+                                    int max_tiles, const uint8_t *xq, int ldq, const float *xs, int lds, int x_by_pair, float *y,
+                                    int ldy, dsv4_error *err) {
+    if (fmt != WF_FP8 && fmt != WF_FP4)
+        return dsv4_fail(err, DSV4_E_UNSUPPORTED, "cu_mma_expert_linear: weight format %d has no tensor-core path", fmt);
+    const int fp4 = fmt == WF_FP4;
+    if (rows < 0 || cols < 1 || cols % (fp4 ? 32 : 128) || ldq < cols || ldq % 16 || (uintptr_t)xq % 16 ||
+        lds < (cols + 127) / 128 || ldy < rows)
+        return dsv4_fail(err, DSV4_E_ARG, "cu_mma_expert_linear: experts %d x %d (%s), ldq %d, lds %d, ldy %d", rows, cols,
+                         fp4 ? "FP4" : "FP8", ldq, lds, ldy);
+    if (max_tiles <= 0 || rows == 0) return 0;
+    dim3 grid(cu_blocks(rows, 16), max_tiles);
+    if (fp4) k_mma_expert<1><<<grid, 32 * MMA_PARTS, 0, (cudaStream_t)st>>>(experts, rows, *plan, xq, ldq, xs, lds, x_by_pair, y, ldy);
+    else k_mma_expert<0><<<grid, 32 * MMA_PARTS, 0, (cudaStream_t)st>>>(experts, rows, *plan, xq, ldq, xs, lds, x_by_pair, y, ldy);
     return 0;
 }
