@@ -61,7 +61,10 @@ __device__ __forceinline__ void dot_tile(const dsv4_weight &w, int o, const floa
  * in increasing j then e, fmaf from 0.0f, then warp_sum), with the raw loads of LIN_AHEAD steps issued before the
  * first of them is used, so that a warp keeps up to LIN_AHEAD x 512 bytes of FP8 in flight instead of 512. Run
  * 18's ncu: at one token k_linear read 430 GB/s at 19 % achieved occupancy (80 registers for the 8-token tile);
- * this path needs no tile registers. Same bits as a tile of one token (test_gpu_kernels: alone = in a batch). */
+ * this path needs no tile registers. Same bits as a tile of one token (test_gpu_kernels: alone = in a batch).
+ * Tried and removed (runs 25-26): resident warps looping over rows with 8 loads in flight and x staged in shared
+ * memory were 3-5 % slower at decode, and their tile form lost a third of prefill speed. In OFFICIAL mode the
+ * FP8/FP4 linears of act-quantized rows run on tensor cores instead (k_mma.cu), 2x this kernel at one token. */
 #define LIN_AHEAD 4
 #ifndef LIN_ONE_TOKEN
 #define LIN_ONE_TOKEN 1
@@ -100,144 +103,6 @@ __global__ void __launch_bounds__(32 * LIN_WARPS, 8) k_linear_1tok(dsv4_weight w
     if (o >= w.rows) return;
     const float r = dot_row1(w, o, x + (int64_t)(o / group_rows) * group_x, w.cols);
     if ((threadIdx.x & 31) == 0) y[o] = r;
-}
-
-/* One token, pipelined (LIN_PIPE): each lane keeps LIN_PIPE_LOADS 16-byte loads in flight — RB rows of a warp's
- * pass times NS steps of each — and a warp runs several passes over rows nwarps x RB apart, so the grid is a few
- * blocks per SM that stay resident instead of thousands that live for two loads each (a 1024-column FP8 row is
- * two steps). The input row is staged in shared memory once per block: run 25 measured this kernel without it
- * slower than dot_row1 (each step's 64 bytes of x came from L2 after the weight stream had evicted them from L1,
- * one L2 latency per step). A block works in one group of a grouped weight (blockIdx.y), whose x slice it stages.
- * The order of every row is dot_row1's (lane l: columns 16l + 512j + e, j then e, fmaf from 0.0f, then warp_sum):
- * only which warp computes a row and when its loads are issued change, so the bits are the same. */
-#ifndef LIN_PIPE
-#define LIN_PIPE 0
-#endif
-#define LIN_PIPE_LOADS 8
-#define LIN_PIPE_BLOCKS_PER_SM 4
-#define LIN_PIPE_MAX_X (48 * 1024 / 4)   /* input floats staged in shared memory, at most */
-
-/* Rows [base, base + RB) (those below r1) of w against x (K floats, shared or global memory) into y[row]. */
-template <int RB, int NS>
-__device__ __forceinline__ void gemv1_pass(const dsv4_weight &w, int base, int r1, const float *x, float *__restrict__ y) {
-    const int lane = threadIdx.x & 31, K = w.cols;
-    float acc[RB];
-#pragma unroll
-    for (int r = 0; r < RB; r++) acc[r] = 0.0f;
-    for (int i0 = lane * LIN_LANE; i0 < K; i0 += NS * LIN_STEP) {
-        w16raw raw[RB][NS];
-#pragma unroll
-        for (int r = 0; r < RB; r++)
-#pragma unroll
-            for (int u = 0; u < NS; u++)
-                if (base + r < r1 && i0 + u * LIN_STEP < K) raw[r][u] = dev_weight16_load(w, base + r, i0 + u * LIN_STEP);
-#pragma unroll
-        for (int r = 0; r < RB; r++) {
-            if (base + r >= r1) break;
-#pragma unroll
-            for (int u = 0; u < NS; u++) {
-                const int i = i0 + u * LIN_STEP;
-                if (i >= K) break;
-                float wv[LIN_LANE];
-                dev_weight16_decode(w.fmt, raw[r][u], wv);
-                const float4 *xp = (const float4 *)(x + i);
-#pragma unroll
-                for (int q = 0; q < LIN_LANE / 4; q++) {
-                    const float4 xv = xp[q];
-                    acc[r] = fmaf(wv[4 * q], xv.x, acc[r]);
-                    acc[r] = fmaf(wv[4 * q + 1], xv.y, acc[r]);
-                    acc[r] = fmaf(wv[4 * q + 2], xv.z, acc[r]);
-                    acc[r] = fmaf(wv[4 * q + 3], xv.w, acc[r]);
-                }
-            }
-        }
-    }
-#pragma unroll
-    for (int r = 0; r < RB; r++) {
-        const float v = warp_sum(acc[r]);
-        if (lane == 0 && base + r < r1) y[base + r] = v;
-    }
-}
-
-/* x (K floats, 16-byte aligned) into shared memory when `stage` (the launcher gave K * 4 bytes of it), then the
- * block's barrier; returns where the block reads x from. */
-__device__ __forceinline__ const float *stage_x(const float *x, int K, int stage, float *xs) {
-    if (!stage) return x;
-    for (int i = 4 * threadIdx.x; i < K; i += 4 * blockDim.x) *(float4 *)(xs + i) = *(const float4 *)(x + i);
-    __syncthreads();
-    return xs;
-}
-
-/* Group blockIdx.y's rows [g group_rows, (g + 1) group_rows): warp k of the group's nwarps does the passes over
- * rows g group_rows + (k + p nwarps) RB. */
-template <int RB, int NS>
-__global__ void __launch_bounds__(32 * LIN_WARPS, LIN_PIPE_BLOCKS_PER_SM) k_gemv1(dsv4_weight w, const float *__restrict__ x, int group_rows,
-                                                                                   int group_x, int stage, float *__restrict__ y) {
-    extern __shared__ __align__(16) float gemv_xs[];
-    const int r0 = blockIdx.y * group_rows, r1 = r0 + group_rows < w.rows ? r0 + group_rows : w.rows;
-    const float *xg = stage_x(x + (int64_t)blockIdx.y * group_x, w.cols, stage, gemv_xs);
-    const int nwarps = gridDim.x * LIN_WARPS;
-    for (int k = blockIdx.x * LIN_WARPS + (threadIdx.x >> 5); r0 + k * RB < r1; k += nwarps) gemv1_pass<RB, NS>(w, r0 + k * RB, r1, xg, y);
-}
-
-template <int RB, int NS>
-__global__ void __launch_bounds__(32 * LIN_WARPS, LIN_PIPE_BLOCKS_PER_SM) k_expert_gemv1(const dsv4_weight *__restrict__ experts, int rows,
-                                                                                          cu_moe_plan plan, const float *__restrict__ x,
-                                                                                          int ldx, int x_by_pair, int stage, float *__restrict__ y,
-                                                                                          int ldy) {
-    extern __shared__ __align__(16) float gemv_xs[];
-    const int tile = blockIdx.y;
-    if (tile >= *plan.n_tiles) return;
-    dsv4_weight w = experts[plan.tile_expert[tile]];
-    const int p = plan.tile_first[tile], nwarps = gridDim.x * LIN_WARPS;
-    float *yp = y + (int64_t)p * ldy;
-    if (!w.data) {   /* an expert another GPU holds (cuda_ep.h) or the host computes: the exact gather's identity */
-        for (int o = blockIdx.x * blockDim.x + threadIdx.x; o < rows; o += gridDim.x * blockDim.x) yp[o] = EP_ABSENT_ROW;
-        return;
-    }
-    const float *xp = stage_x(x + (int64_t)(x_by_pair ? p : plan.pair_token[p]) * ldx, w.cols, stage, gemv_xs);
-    for (int k = blockIdx.x * LIN_WARPS + (threadIdx.x >> 5); k * RB < rows; k += nwarps) gemv1_pass<RB, NS>(w, k * RB, rows, xp, yp);
-}
-
-static int sm_count(void) {
-    int dev = 0, n = 0;
-    cudaGetDevice(&dev);
-    cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev);
-    return n > 0 ? n : 1;
-}
-
-/* Rows per pass from the steps of a row: LIN_PIPE_LOADS loads a lane in every case (a 4096-column row is 8 steps). */
-static int pipe_rows(int cols) {
-    const int steps = (cols + LIN_STEP - 1) / LIN_STEP;
-    return steps <= 2 ? 4 : steps <= 4 ? 2 : 1;
-}
-
-/* Blocks per matrix (or group) for `row_groups` passes of one warp: at most LIN_PIPE_BLOCKS_PER_SM per SM in all. */
-static int pipe_blocks(int64_t row_groups, int matrices) {
-    int64_t cap = (int64_t)LIN_PIPE_BLOCKS_PER_SM * sm_count() / (matrices > 0 ? matrices : 1);
-    if (cap < 1) cap = 1;
-    const int64_t need = (row_groups + LIN_WARPS - 1) / LIN_WARPS;
-    return (int)(need < cap ? need : cap);
-}
-
-static void gemv1_launch(cu_stream st, const dsv4_weight *w, const float *x, int groups, int group_x, float *y) {
-    const int rb = pipe_rows(w->cols), group_rows = w->rows / groups;
-    const int stage = w->cols <= LIN_PIPE_MAX_X;
-    const size_t smem = stage ? sizeof(float) * (size_t)w->cols : 0;
-    dim3 g(pipe_blocks((group_rows + rb - 1) / rb, groups), groups);
-    if (rb == 4) k_gemv1<4, 2><<<g, 32 * LIN_WARPS, smem, (cudaStream_t)st>>>(*w, x, group_rows, group_x, stage, y);
-    else if (rb == 2) k_gemv1<2, 4><<<g, 32 * LIN_WARPS, smem, (cudaStream_t)st>>>(*w, x, group_rows, group_x, stage, y);
-    else k_gemv1<1, 8><<<g, 32 * LIN_WARPS, smem, (cudaStream_t)st>>>(*w, x, group_rows, group_x, stage, y);
-}
-
-static void expert_gemv1_launch(cu_stream st, const dsv4_weight *experts, int rows, int cols, const cu_moe_plan *plan, int max_tiles,
-                                const float *x, int ldx, int x_by_pair, float *y, int ldy) {
-    const int rb = pipe_rows(cols), stage = cols <= LIN_PIPE_MAX_X;
-    const size_t smem = stage ? sizeof(float) * (size_t)cols : 0;
-    dim3 g(pipe_blocks((rows + rb - 1) / rb, max_tiles), max_tiles);
-    if (rb == 4) k_expert_gemv1<4, 2><<<g, 32 * LIN_WARPS, smem, (cudaStream_t)st>>>(experts, rows, *plan, x, ldx, x_by_pair, stage, y, ldy);
-    else if (rb == 2) k_expert_gemv1<2, 4><<<g, 32 * LIN_WARPS, smem, (cudaStream_t)st>>>(experts, rows, *plan, x, ldx, x_by_pair, stage, y, ldy);
-    else k_expert_gemv1<1, 8><<<g, 32 * LIN_WARPS, smem, (cudaStream_t)st>>>(experts, rows, *plan, x, ldx, x_by_pair, stage, y, ldy);
 }
 
 template <bool VEC>
@@ -345,10 +210,6 @@ static bool vec_ok(int fmt, int cols, const float *x, int ldx) {
 static int linear_launch(cu_stream st, const dsv4_weight *w, const float *x, int T, int ldx, int groups, int group_x, float *y, int ldy) {
     const bool vec = vec_ok(w->fmt, w->cols, x, ldx) && vec_ok(w->fmt, w->cols, x + group_x, ldx) && ((uintptr_t)w->data % 16) == 0;
     const int group_rows = w->rows / groups;
-    if (T == 1 && vec && LIN_PIPE && (w->fmt == WF_FP8 || w->fmt == WF_FP4) && w->rows % groups == 0) {
-        gemv1_launch(st, w, x, groups, group_x, y);
-        return 0;
-    }
     if (T == 1 && vec && LIN_ONE_TOKEN && (w->fmt == WF_FP8 || w->fmt == WF_FP4)) {
         k_linear_1tok<<<cu_blocks(w->rows, LIN_WARPS), 32 * LIN_WARPS, 0, (cudaStream_t)st>>>(*w, x, group_rows, group_x, y);
         return 0;
@@ -388,10 +249,6 @@ extern "C" int cu_linear_grouped(cu_stream st, const dsv4_weight *w, int groups,
 extern "C" int cu_expert_linear(cu_stream st, const dsv4_weight *experts, int rows, int cols, int fmt, const cu_moe_plan *plan,
                                 int max_tiles, const float *x, int ldx, int x_by_pair, float *y, int ldy, int one_token) {
     if (max_tiles <= 0) return 0;
-    if (one_token && LIN_PIPE && vec_ok(fmt, cols, x, ldx) && (fmt == WF_FP8 || fmt == WF_FP4)) {
-        expert_gemv1_launch(st, experts, rows, cols, plan, max_tiles, x, ldx, x_by_pair, y, ldy);
-        return 0;
-    }
     if (one_token && LIN_ONE_TOKEN && vec_ok(fmt, cols, x, ldx) && (fmt == WF_FP8 || fmt == WF_FP4)) {
         dim3 g1(cu_blocks(rows, LIN_WARPS), max_tiles);
         k_expert_linear_1tok<<<g1, 32 * LIN_WARPS, 0, (cudaStream_t)st>>>(experts, rows, *plan, x, ldx, x_by_pair, y, ldy);
