@@ -678,7 +678,7 @@ __global__ void __launch_bounds__(ATT_CT) k_att_pv(int official, att_args A, int
         const int h = threadIdx.x % ATT_HG, part = threadIdx.x / ATT_HG;
         float mx = -INFINITY;
         if (h < hn)
-#pragma unroll 4
+#pragma unroll 8
             for (int cc = part; cc < qch; cc += ATT_CT / ATT_HG) mx = fmaxf(mx, X.cmax[(int64_t)cc * H + hb + h]);
         red[part][h] = mx;
     }
