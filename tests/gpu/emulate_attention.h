@@ -18,7 +18,7 @@ static void dev_get(void *h, const void *d, size_t n) { memcpy(h, d, n); }
 static void dev_free(void *d) { free(d); }
 static void dev_sync(void) {}
 
-#ifndef ATT_TEST_SHIM   /* with the shim (tests/gpu/shim_attention.sh) cu_attention is k_attention.cu's own */
+#ifndef ATT_TEST_SHIM   /* with the shim (tools/gpu/shim/shim_attention.sh) cu_attention is k_attention.cu's own */
 #define EMU_KC 64
 
 int64_t cu_attention_scratch_floats(int T, int H, int D, int64_t max_keys) {

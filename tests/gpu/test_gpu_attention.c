@@ -11,8 +11,9 @@
  * The test of the test: the reference without one chunk of keys must differ from the full one by far more than
  * the tolerance (printed), so a lost or doubled chunk cannot pass.
  *
- * Built with -DATT_TEST_EMULATE (by hand, see /work notes), the "device" is the host and cu_attention a C port of
- * the chunked kernels' float order: how the tolerances below were chosen without a GPU. */
+ * Without a GPU: -DATT_TEST_EMULATE makes the "device" the host (tests/gpu/emulate_attention.h) with cu_attention a
+ * C port of the chunked kernels' float order (how the tolerances below were chosen); tools/gpu/shim/shim_attention.sh
+ * runs k_attention.cu's own chunked kernels and launcher on the CPU instead (a check of their indexing). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -369,7 +370,7 @@ static void run_case(const acase *c) {
 }
 
 /* p + 1 = 20,000 x 128 + 51: 20,000 ratio-128 rows (315 chunks of 64 keys with the window); 3,000 in the CPU
- * shim's quick run (tests/gpu/shim_attention.sh) */
+ * shim's quick run (tools/gpu/shim/shim_attention.sh) */
 #ifdef ATT_TEST_QUICK
 #define P_HCA (3000LL * 128 + 50)
 #else

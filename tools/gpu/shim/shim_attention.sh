@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Runs tests/gpu/test_gpu_attention.c on the CPU against the very source of the chunked attention kernels
-# (k_attention.cu's ATT_CHUNKED section, its launcher included), through tests/gpu/cuda_shim.h: a check of their
+# (k_attention.cu's ATT_CHUNKED section, its launcher included), through tools/gpu/shim/cuda_shim.h: a check of their
 # indexing, barriers and launch arithmetic on a machine without a GPU. Needs `make` (build/libdsv4.a). Slow (every
-# GPU thread is a fiber): SHIM_QUICK=1 (the default) runs the small cases only. Not part of `make test`.
+# GPU thread is a fiber): SHIM_QUICK=1 (the default) runs the small cases only (~1 min), SHIM_QUICK=0 the test's
+# own sizes (~4 min). Not part of `make test` (nor of the GPU suite: it lives outside tests/).
 set -euo pipefail
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../../.."
 D=${SHIM_DIR:-/tmp/dsv4-shim}
 mkdir -p "$D"
 python3 - "$D/att_kernels.cpp" <<'PY'
@@ -48,8 +49,8 @@ assert n0 == 3 and "<<<" not in chunk, n0
 out.append(chunk)
 open(sys.argv[1], "w").write("\n".join(out))
 PY
-g++ -O2 -std=c++17 -w -Iinclude -Isrc -Itests/gpu -c "$D/att_kernels.cpp" -o "$D/att_kernels.o"
-g++ -O2 -std=c++17 -Wall -Itests/gpu -c tests/gpu/cuda_shim.cpp -o "$D/cuda_shim.o"
+g++ -O2 -std=c++17 -w -Iinclude -Isrc -Itools/gpu/shim -c "$D/att_kernels.cpp" -o "$D/att_kernels.o"
+g++ -O2 -std=c++17 -Wall -Itools/gpu/shim -c tools/gpu/shim/cuda_shim.cpp -o "$D/cuda_shim.o"
 QUICK=
 [ "${SHIM_QUICK:-1}" = 1 ] && QUICK=-DATT_TEST_QUICK
 cc -O2 -std=gnu11 -DATT_TEST_EMULATE -DATT_TEST_SHIM $QUICK -Iinclude -Isrc -Itests/gpu \

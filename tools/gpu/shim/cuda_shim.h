@@ -1,5 +1,5 @@
 /* A CPU stand-in for the few CUDA features the chunked attention kernels use, so that their very source
- * (k_attention.cu, extracted by tests/gpu/shim_attention.sh) runs on a machine without a GPU: blocks one after
+ * (k_attention.cu, extracted by tools/gpu/shim/shim_attention.sh) runs on a machine without a GPU: blocks one after
  * another, each block's threads as fibers (ucontext) on one OS thread, __syncthreads a switch back to the block's
  * scheduler until every thread reached it, __shfl_xor_sync an exchange through a block-wide array between two
  * barriers (callers reach it uniformly, as in the kernels). __shared__ arrays are static: shared by the block, and

@@ -1,4 +1,4 @@
-/* tests/gpu/cuda_shim.h: the fibers. */
+/* tools/gpu/shim/cuda_shim.h: the fibers. */
 #include "cuda_shim.h"
 
 dim3 threadIdx, blockIdx, blockDim, gridDim;
