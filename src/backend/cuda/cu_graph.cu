@@ -12,8 +12,9 @@
  *     again. A refused update and a failed instantiation leave their error in cudaGetLastError: cleared here,
  *     or the step's cu_finish would report it.
  * Kernels with more than 48 KiB of dynamic shared memory have their attribute set to a value that never changes
- * (k_attention.cu cu_attention, the indexer's fixed size), so the attribute is large enough for every captured
- * node whenever the driver reads it. */
+ * (k_attention.cu: cu_attention's ATT_CHUNKED 0 kernel, the indexer's fixed size; the chunked attention kernels
+ * use static shared memory only), so the attribute is large enough for every captured node whenever the driver
+ * reads it. */
 #include "backend/cuda/cu_graph.h"
 extern "C" {
 #include "util/error.h"

@@ -137,23 +137,34 @@ int cu_index_select(cu_stream st, int official, cu_kvlay ilay, const float *qi, 
                     const int32_t *item_of, const cu_seq_layer *sl, int T, int nI, int cI, int K, int64_t n_rows,
                     int64_t max_rows, float *scratch, int32_t *sel, int32_t *n_sel);
 /* Sink attention of every (token, head) over its window keys (chronological) then its compressed rows (row
- * order); keys of the step come from kvs, older ones from the ring. Scores: one warp per key; the softmax
- * denominator is summed over the keys in key order; each output column in four interleaved partial sums (key i
- * into i mod 4) added as (0 + 1) + (2 + 3) — an order fixed by the number of keys. Writes o [T][H][D] de-rotated. */
+ * order); keys of the step come from kvs, older ones from the ring. Writes o [T][H][D] de-rotated.
+ * ATT_CHUNKED (k_attention.cu, the default): a query's key list is cut into fixed chunks of 64 key indices, each
+ * chunk scored for all heads at once (every row read once per query); score = a sequential fmaf dot over the
+ * columns in order; one max over all keys; per chunk the denominator part and the P.V part (its keys in order,
+ * from 0.0f); then the sink's term and the chunks' parts added in chunk order. Every order depends only on the
+ * query's key set. scratch: scratch_floats floats, at least cu_attention_scratch_floats(1, H, D, max_keys); the
+ * queries are run in groups that fit it (decided by its size only: results are the same for any size).
+ * ATT_CHUNKED 0: one block per (token, head), scores one warp per key, the denominator over the keys in key order,
+ * each output column in four interleaved partial sums (key i into i mod 4) added as (0 + 1) + (2 + 3) (scratch
+ * unused). max_keys: at least the longest key list of the step. Nonzero when the scratch or the device cannot take
+ * max_keys (nothing launched). */
 int  cu_attention(cu_stream st, int official, cu_kvlay lay, const float *q, const uint8_t *kvs, const int64_t *pos,
                   const int32_t *item_of, const cu_item *items, const cu_seq_layer *sl, int ring_len, int W, int ratio,
                   const int32_t *sel, const int32_t *n_sel, int topk, const float *sink, const float *freq, int T, int H,
-                  int D, int R, int max_keys, float *o);
+                  int D, int R, int max_keys, float *scratch, int64_t scratch_floats, float *o);
+/* The scratch cu_attention wants for a step of T tokens whose queries see at most max_keys keys (floats): all T
+ * queries at once up to 256 MiB, else as many as fit (at least one). */
+int64_t cu_attention_scratch_floats(int T, int H, int D, int64_t max_keys);
 /* DSpark's block attention (core/dspark.c): block element j (position p0 + j) over the context keys of positions
  * max(0, p0-W) .. p0-1 (ring: [W][D] fp32, slot = position mod W) then all gamma block keys (kv [gamma][D] fp32);
- * the same per-(token, head) reductions as cu_attention. */
+ * one block per (token, head) with the reductions of cu_attention's ATT_CHUNKED 0 kernel (k_attention.cu attend_keys). */
 void cu_dspark_attention(cu_stream st, int official, const float *q, const float *kv, const float *ring, int64_t p0, int gamma,
                          int W, const float *sink, const float *freq, int H, int D, int R, float *o);
 /* Rows [n][D] into a DSpark context ring at positions p0 .. p0+n-1. */
 void cu_dspark_ring_write(cu_stream st, const float *kv, int n, int D, float *ring, int64_t p0, int W);
-/* The most keys (window + compressed rows) one query of cu_attention can take on this GPU (its scores and key
- * addresses live in shared memory). */
-int  cu_attention_key_limit(void);
+/* The most keys (window + compressed rows) one query of cu_attention can take: ATT_CHUNKED, one query's scratch
+ * stays under 2 GiB (H heads of D columns); else what the GPU's shared memory holds. */
+int  cu_attention_key_limit(int H, int D);
 /* The window rings: the step's stored rows of each item's last ring_len positions. */
 void cu_ring_write(cu_stream st, cu_kvlay lay, const uint8_t *kvs, const int64_t *pos, const int32_t *item_of,
                    const cu_item *items, const cu_seq_layer *sl, int ring_len, int T);

@@ -469,7 +469,7 @@ int cuda_model_init(struct dsv4_model *m, const cuda_placement *p, dsv4_error *e
         release(cm);
         return rc;
     }
-    cm->key_limit = cu_attention_key_limit();
+    cm->key_limit = cu_attention_key_limit(m->cfg.n_heads, m->cfg.head_dim);
     cm->graphs_on = graphs_on;
     cm->mma_on = mma_on;   /* used in OFFICIAL steps only (cuda_step.c) */
     m->cuda = cm;

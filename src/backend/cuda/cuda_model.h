@@ -43,6 +43,8 @@ typedef struct {
 typedef struct {
     int T_cap, items_cap;
     int64_t idx_rows_cap;      /* indexer score scratch: T_cap x idx_rows_cap floats */
+    int64_t att_keys_cap;      /* attention scratch: for queries of up to att_keys_cap keys ... */
+    int64_t att_floats;        /* ... att_floats floats (cu_attention_scratch_floats) */
     float *X, *u, *xn, *x8, *sub, *mixraw, *mix, *qr, *q, *kv, *o, *z, *ck, *cz, *ick, *icz, *qi, *wi;
     uint8_t *kvs;
     int32_t *sel, *n_sel;
@@ -67,6 +69,7 @@ typedef struct {
      * (qr, z, seg; T rows of at most cu_mma_cols); egq: the experts' quantized hidden rows (T*K rows of inter). */
     uint8_t *xq, *yq, *egq;
     float *xqs, *yqs, *egqs;
+    float *att;                /* cu_attention's scratch */
     /* per-step metadata */
     int32_t *tok, *item_of;
     int64_t *pos;
@@ -126,7 +129,7 @@ struct cuda_model {
     void **allocs;             /* every weight allocation, released together */
     int n_allocs, cap_allocs;
     uint64_t weight_bytes;
-    int key_limit;             /* cu_attention_key_limit() */
+    int key_limit;             /* cu_attention_key_limit(n_heads, head_dim) */
     cu_workspace ws;
     cu_profile prof;
     struct cu_host_experts *hx;/* NULL, or the routed experts kept in host memory (cuda_host_experts.h) */

@@ -62,7 +62,7 @@ static int moe_max_tiles(const dsv4_config *c, int T) {
     return (int)(P / CU_MOE_TILE + (c->n_routed < P ? c->n_routed : P) + 1);
 }
 
-static void lay_out(ws_alloc *a, const dsv4_config *c, int T, int items, int64_t idx_rows, size_t kv_row_bytes) {
+static void lay_out(ws_alloc *a, const dsv4_config *c, int T, int items, int64_t idx_rows, int64_t att_keys, size_t kv_row_bytes) {
     cu_workspace *ws = a->ws;
     const int64_t d = c->dim, hc = c->hc_mult, D = c->head_dim, H = c->n_heads, K = c->n_act, I = c->moe_inter;
     const int64_t P = (int64_t)T * K;
@@ -100,19 +100,22 @@ static void lay_out(ws_alloc *a, const dsv4_config *c, int T, int items, int64_t
         TAKE(yq, T * cu_mma_ld(ky)); TAKE(yqs, T * cu_mma_lds(ky));
         TAKE(egq, P * cu_mma_ld((int)I)); TAKE(egqs, P * cu_mma_lds((int)I));
     }
+    ws->att_floats = cu_attention_scratch_floats(T, (int)H, (int)D, att_keys);
+    TAKE(att, ws->att_floats);
     TAKE(tok, T); TAKE(item_of, T); TAKE(pos, T); TAKE(items, items); TAKE(sl, (int64_t)c->n_layers * items);
 }
 
-/* Scratch for a step of T tokens in `items` items whose queries see at most idx_rows indexer rows. On failure
+/* Scratch for a step of T tokens in `items` items whose queries see at most idx_rows indexer rows and att_keys
+ * attention keys. On failure
  * the old scratch is gone too (nothing in it outlives a step) and the error gives the numbers.
  * Capacities grow by half at least: a decoding sequence sees one more indexer row every 4 tokens, and growing to
  * the exact need freed and allocated the whole scratch that often (run 24: decode after a 4K context at a third
  * of the speed after a short one). If the larger scratch does not fit, the exact one is tried. */
-static int ws_try(struct dsv4_model *m, int nT, int nI, int64_t nR, size_t rowb) {
+static int ws_try(struct dsv4_model *m, int nT, int nI, int64_t nR, int64_t nK, size_t rowb) {
     cu_workspace *ws = &m->cuda->ws;
     cuda_workspace_free(ws);
     ws_alloc a = { ws, 0, 0, 0, 0 };
-    lay_out(&a, &m->cfg, nT, nI, nR, rowb);
+    lay_out(&a, &m->cfg, nT, nI, nR, nK, rowb);
     if (a.failed) {
         cuda_workspace_free(ws);
         return -1;
@@ -120,6 +123,7 @@ static int ws_try(struct dsv4_model *m, int nT, int nI, int64_t nR, size_t rowb)
     ws->T_cap = nT;
     ws->items_cap = nI;
     ws->idx_rows_cap = nR;
+    ws->att_keys_cap = nK;
     return 0;
 }
 
@@ -130,24 +134,24 @@ static int64_t grown(int64_t need, int64_t cap, int64_t floor) {
     return n > floor ? n : floor;
 }
 
-static int ws_ensure(struct dsv4_model *m, int T, int items, int64_t idx_rows, dsv4_error *err) {
+static int ws_ensure(struct dsv4_model *m, int T, int items, int64_t idx_rows, int64_t att_keys, dsv4_error *err) {
     struct cuda_model *cm = m->cuda;
     cu_workspace *ws = &cm->ws;
-    if (T <= ws->T_cap && items <= ws->items_cap && idx_rows <= ws->idx_rows_cap) return 0;
+    if (T <= ws->T_cap && items <= ws->items_cap && idx_rows <= ws->idx_rows_cap && att_keys <= ws->att_keys_cap) return 0;
     const size_t rowb = kv_row_bytes(m->kv_format, KV_ROW_MAIN, m->cfg.head_dim, m->cfg.rope_dim);
     const int oT = ws->T_cap, oI = ws->items_cap;
-    const int64_t oR = ws->idx_rows_cap;
+    const int64_t oR = ws->idx_rows_cap, oK = ws->att_keys_cap;
     const int nT = (int)grown(T, oT, 16), nI = (int)grown(items, oI, 4);
-    const int64_t nR = grown(idx_rows, oR, 1024);
-    if (!ws_try(m, nT, nI, nR, rowb)) return 0;
+    const int64_t nR = grown(idx_rows, oR, 1024), nK = grown(att_keys, oK, 1024);
+    if (!ws_try(m, nT, nI, nR, nK, rowb)) return 0;
     /* the exact need (the capacities kept where they were larger) */
     const int eT = T > oT ? T : oT, eI = items > oI ? items : oI;
-    const int64_t eR = idx_rows > oR ? idx_rows : oR;
-    if (!ws_try(m, eT < 16 ? 16 : eT, eI < 4 ? 4 : eI, eR, rowb)) return 0;
+    const int64_t eR = idx_rows > oR ? idx_rows : oR, eK = att_keys > oK ? att_keys : oK;
+    if (!ws_try(m, eT < 16 ? 16 : eT, eI < 4 ? 4 : eI, eR, eK, rowb)) return 0;
     size_t fb = 0, tb = 0;
     cu_mem_info(&fb, &tb);
     ws_alloc cnt = { ws, 0, 1, 0, 0 };
-    lay_out(&cnt, &m->cfg, eT < 16 ? 16 : eT, eI < 4 ? 4 : eI, eR, rowb);
+    lay_out(&cnt, &m->cfg, eT < 16 ? 16 : eT, eI < 4 ? 4 : eI, eR, eK, rowb);
     memset(ws, 0, sizeof *ws);
     return dsv4_fail(err, DSV4_E_NOMEM, "out of GPU memory: a step of %d tokens needs %.2f GiB of scratch, %.2f GiB are free",
                      T, cnt.bytes / 1073741824.0, fb / 1073741824.0);
@@ -334,8 +338,11 @@ static void step_attention(step_ctx *s, const cu_layer *ly, int L) {
     }
     mark(s, ST_COMPRESS);
     const int max_keys = c->window + (ly->ratio == 128 ? (int)s->hca_rows : ly->ratio == 4 ? c->index_topk : 0);
-    cu_attention(s->st, s->official, s->main, ws->q, ws->kvs, ws->pos, ws->item_of, ws->items, sl, s->m->ring_len, c->window,
-                 ly->ratio, ws->sel, ws->n_sel, c->index_topk, ly->attn_sink, freq, T, H, D, R, max_keys, ws->o);
+    if (cu_attention(s->st, s->official, s->main, ws->q, ws->kvs, ws->pos, ws->item_of, ws->items, sl, s->m->ring_len, c->window,
+                     ly->ratio, ws->sel, ws->n_sel, c->index_topk, ly->attn_sink, freq, T, H, D, R, max_keys, ws->att, ws->att_floats,
+                     ws->o) && !s->rc)
+        s->rc = dsv4_fail(s->err, DSV4_E_STATE, "cuda: the attention of layer %d cannot take %d keys a query (scratch of %lld floats)",
+                          L, max_keys, (long long)ws->att_floats);
     mark(s, ST_ATTEND);
     attn_output(s, ly);
     /* finally the window rings: every query above read the step's own keys from kvs */
@@ -615,9 +622,9 @@ static int step_begin(struct dsv4_model *m, dsv4_step_item *items, int n_items, 
     for (int L = 0; L < c->n_layers; L++) has128 |= c->compress_ratio[L] == 128;
     const int64_t keys = c->window + (has128 && s->hca_rows > c->index_topk ? s->hca_rows : c->index_topk);
     if (keys > cm->key_limit)
-        return dsv4_fail(err, DSV4_E_RANGE, "cuda: a query would attend to %lld keys, this GPU's attention kernel takes at most %d "
+        return dsv4_fail(err, DSV4_E_RANGE, "cuda: a query would attend to %lld keys, the CUDA attention takes at most %d "
                          "(context too long for the CUDA backend)", (long long)keys, cm->key_limit);
-    if ((rc = ws_ensure(m, T, n_items, s->idx_rows, err))) return rc;
+    if ((rc = ws_ensure(m, T, n_items, s->idx_rows, keys, err))) return rc;
     if (cm->ep) {
         rc = cuda_ep_reserve(cm->ep, c, T, err);
         cu_use(cm->gpu);
@@ -782,7 +789,7 @@ static int positions_begin(struct dsv4_model *m, const int32_t *tok, int T, int6
     cu_use(cm->gpu);
     *s = (step_ctx){ m, cm, &cm->ws, cm->st, T, 1, m->mode == DSV4_MODE_OFFICIAL, { 0 }, { 0 }, 0, 0, 0, err };
     s->mma = s->official && cm->mma_on;
-    int rc = ws_ensure(m, T, 1, 0, err);
+    int rc = ws_ensure(m, T, 1, 0, 0, err);
     if (rc) return rc;
     int32_t *t = malloc(sizeof(int32_t) * (size_t)T), *item = calloc((size_t)T, sizeof(int32_t));
     int64_t *pos = malloc(sizeof(int64_t) * (size_t)T);

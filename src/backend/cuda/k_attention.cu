@@ -356,6 +356,13 @@ extern "C" int cu_index_select(cu_stream st, int official, cu_kvlay ilay, const 
 
 #define ATT_THREADS 128
 
+/* ATT_CHUNKED 1: cu_attention splits each query's keys into fixed chunks over the whole GPU (below, "sink attention
+ * in chunks"); 0: the one-block-per-(query, head) kernel that came before it. Both give the CPU's results within
+ * float rounding, each with its own fixed order. */
+#ifndef ATT_CHUNKED
+#define ATT_CHUNKED 1
+#endif
+
 /* The sink attention of query q (head h, position p) over nk keys whose addresses are keys[0..nk) (shared
  * memory, filled by the caller, followed by a barrier); sc: shared scratch of nk floats. Writes out [D],
  * de-rotated at p. Called by a whole block. */
@@ -404,6 +411,9 @@ __device__ void attend_keys(int official, const cu_kvlay &lay, const float *qh, 
     block_rope(official, freq, R, out + D - R, p, 1);
 }
 
+#if !ATT_CHUNKED
+/* The kernel before issue 18 (kept for one A/B): one block of ATT_THREADS per (query, head), every key in shared
+ * memory. */
 __global__ void k_attention(int official, cu_kvlay lay, const float *q, const uint8_t *kvs, const int64_t *pos,
                             const int32_t *item_of, const cu_item *items, const cu_seq_layer *sl, int ring_len, int W,
                             int ratio, const int32_t *sel, const int32_t *n_sel, int topk, const float *sink,
@@ -434,6 +444,8 @@ __global__ void k_attention(int official, cu_kvlay lay, const float *q, const ui
     attend_keys(official, lay, q + ((int64_t)t * H + h) * D, keys, nk, sc, sink[h], freq, D, R, p,
                 o + ((int64_t)t * H + h) * D);
 }
+
+#endif
 
 /* DSpark's block attention (core/dspark.c block_attention): element j of the block (position p0 + j) sees the
  * context keys of positions max(0, p0-W) .. p0-1 from the stage's ring (fp32 rows, slot = position mod W), then
@@ -474,7 +486,361 @@ extern "C" void cu_dspark_ring_write(cu_stream st, const float *kv, int n, int D
     if (n > 0) k_dspark_ring_write<<<n, 128, 0, (cudaStream_t)st>>>(kv, n, D, ring, p0, W);
 }
 
-extern "C" int cu_attention_key_limit(void) {
+#if ATT_CHUNKED
+/* ---- sink attention in chunks (issue 18) ----------------------------------------------------------------------------
+ *
+ * V4 has one KV head: every query head of a token reads the same stored rows. So the work of one query (token) is
+ * cut by keys, not by heads: its key list (window positions in order, then the compressed rows in order: index
+ * i = 0 .. nk-1) is split into chunks of ATT_KC consecutive indices, chunk c = keys [ATT_KC c, ATT_KC (c + 1)), and
+ * each block takes one chunk of one query for ATT_HG heads at once, so a row is read once per query and head group,
+ * decoded to fp32 in shared memory. Three launches per group of queries:
+ *   k_att_scores   block (chunk, head group, query): score s[h][i] = dot(q_h, k_i) * (1/sqrt(D)), the dot by one
+ *                  thread with fmaf from 0.0f over columns j = 0, 1, ..., D-1 in order; the chunk's max per head.
+ *   k_att_pv       block (chunk, head group x column slice, query): M_h = max of every chunk's max (a max: exact in
+ *                  any order); e = expf(s - M_h); the chunk's denominator part den_c = e_0 + e_1 + ... (from 0.0f,
+ *                  the chunk's keys in order, one thread); its output part out_c[h][j] = fmaf over the chunk's keys
+ *                  in order from 0.0f of bf16_if(e) * v[j] (one thread per (h, j)).
+ *   k_att_combine  block (head, query): den = expf(sink - M_h) + den_0 + den_1 + ... (chunks in order), out[j] =
+ *                  bf16_if((out_0[j] + out_1[j] + ...) * (1 / den)) (chunks in order, from 0.0f), de-rotated at p.
+ * Every number above depends only on the query's key set (its position and selection): the chunk boundaries are
+ * fixed key indices, the maximum is exact, and each sum has one order, kept by one thread, without atomics. How
+ * many queries share a launch (the scratch, cu_attention_scratch_floats) only decides who computes what.
+ * The semantics are core/attention.c sink_attention_kv's: one max over all keys before any exponent (so the bf16
+ * rounding of OFFICIAL mode sees the CPU's probabilities, not rescaled ones), the sink in the denominator only. */
+#define ATT_KC 64      /* keys a chunk */
+#define ATT_HG 64      /* heads a block */
+#define ATT_DS 64      /* columns a shared-memory slice */
+#define ATT_CT 256     /* threads of k_att_scores and k_att_pv: 16 x 16 tiles of 4 x 4 */
+#define ATT_COMBINE_T 128
+#define ATT_UNROLL 8    /* chunks whose loads k_att_combine issues at once */
+#define ATT_GROUP_MAX 4096                       /* queries a launch (grid z) */
+#define ATT_BUDGET_FLOATS ((int64_t)64 << 20)   /* 256 MiB: the scratch a step takes before it splits its queries */
+#define ATT_QUERY_MAX_FLOATS ((int64_t)1 << 29) /* 2 GiB: one query's scratch, the key limit */
+
+/* One query's scratch, for launches whose longest key list has nch chunks (floats):
+ *   S [nch][H][ATT_KC] scores | cmax [nch][H] | pden [nch][H] | part [nch][H][D] | M [H] */
+static __host__ __device__ __forceinline__ int64_t att_query_floats(int64_t nch, int H, int D) {
+    return nch * H * (ATT_KC + 2 + (int64_t)D) + H;
+}
+
+struct att_scratch {
+    float *S, *cmax, *pden, *part, *M;
+};
+
+__device__ __forceinline__ att_scratch att_scratch_of(float *base, int slot, int nch, int H, int D) {
+    att_scratch x;
+    x.S = base + (int64_t)slot * att_query_floats(nch, H, D);
+    x.cmax = x.S + (int64_t)nch * H * ATT_KC;
+    x.pden = x.cmax + (int64_t)nch * H;
+    x.part = x.pden + (int64_t)nch * H;
+    x.M = x.part + (int64_t)nch * H * D;
+    return x;
+}
+
+/* The key list of query t at position p: nwin window positions from w0, then the compressed rows. */
+struct att_keys {
+    int64_t w0;
+    int nwin, nk;
+};
+
+__device__ __forceinline__ att_keys att_keys_of(int64_t p, int t, int W, int ratio, const int32_t *n_sel) {
+    att_keys k;
+    k.w0 = p - W + 1 < 0 ? 0 : p - W + 1;
+    k.nwin = (int)(p - k.w0 + 1);
+    k.nk = k.nwin + (ratio == 128 ? (int)((p + 1) / 128) : ratio == 4 ? n_sel[t] : 0);
+    return k;
+}
+
+/* The stored row of key i (window: the step's own rows for positions >= p0, else the ring; then the rows). */
+__device__ __forceinline__ const uint8_t *att_key_row(const cu_kvlay &lay, const att_keys &k, int i, const cu_item &it,
+                                                      const cu_seq_layer &L, const uint8_t *kvs, int ring_len, int ratio,
+                                                      const int32_t *sel_t) {
+    if (i < k.nwin) {
+        const int64_t s = k.w0 + i;
+        return s >= it.p0 ? kvs + (int64_t)(it.first + (s - it.p0)) * lay.bytes : L.ring + (s % ring_len) * lay.bytes;
+    }
+    const int64_t row = ratio == 128 ? (int64_t)(i - k.nwin) : (int64_t)sel_t[i - k.nwin];
+    return L.crows + row * lay.bytes;
+}
+
+/* The arguments every chunk kernel needs to find a query's keys. */
+struct att_args {
+    cu_kvlay lay;
+    const uint8_t *kvs;
+    const int64_t *pos;
+    const int32_t *item_of;
+    const cu_item *items;
+    const cu_seq_layer *sl;
+    const int32_t *sel, *n_sel;
+    int ring_len, W, ratio, topk;
+};
+
+/* Thread tile of k_att_scores: keys r0 + 16 a (a = 0..3) x heads h0 + b (b = 0..3) of the block's head group; a
+ * half-warp shares h0 (its q loads are broadcasts) and reads 16 distinct key rows (rows padded by 4 floats: the
+ * float4 loads of 8 consecutive rows cover the 32 banks). */
+__global__ void __launch_bounds__(ATT_CT) k_att_scores(att_args A, const float *q, int t0, int nch, int H, int D, float *scratch) {
+    __shared__ __align__(16) float qs[ATT_HG][ATT_DS + 4];
+    __shared__ __align__(16) float ks[ATT_KC][ATT_DS + 4];
+    __shared__ const uint8_t *kp[ATT_KC];
+    const int slot = blockIdx.z, t = t0 + slot, c = blockIdx.x, hb = blockIdx.y * ATT_HG;
+    const int hn = H - hb < ATT_HG ? H - hb : ATT_HG;
+    const int64_t p = A.pos[t];
+    const att_keys K = att_keys_of(p, t, A.W, A.ratio, A.n_sel);
+    const int k0 = c * ATT_KC;
+    if (k0 >= K.nk) return;   /* the whole block: this query has fewer chunks */
+    const int nkc = K.nk - k0 < ATT_KC ? K.nk - k0 : ATT_KC;
+    const int item = A.item_of[t];
+    const cu_item it = A.items[item];
+    const cu_seq_layer L = A.sl[item];
+    if (threadIdx.x < nkc)
+        kp[threadIdx.x] = att_key_row(A.lay, K, k0 + threadIdx.x, it, L, A.kvs, A.ring_len, A.ratio, A.sel + (int64_t)t * A.topk);
+    const int r0 = threadIdx.x % 16, h0 = 4 * (threadIdx.x / 16);
+    float acc[4][4];
+#pragma unroll
+    for (int a = 0; a < 4; a++)
+#pragma unroll
+        for (int b = 0; b < 4; b++) acc[a][b] = 0.0f;
+    const float *qt = q + ((int64_t)t * H + hb) * D;
+    for (int j0 = 0; j0 < D; j0 += ATT_DS) {
+        __syncthreads();   /* kp is written (first slice); the previous slice is consumed */
+        for (int e = threadIdx.x; e < ATT_HG * ATT_DS; e += ATT_CT) {
+            const int h = e / ATT_DS, jj = e % ATT_DS, j = j0 + jj;
+            qs[h][jj] = h < hn && j < D ? qt[(int64_t)h * D + j] : 0.0f;
+        }
+        for (int e = threadIdx.x; e < ATT_KC * ATT_DS; e += ATT_CT) {
+            const int r = e / ATT_DS, jj = e % ATT_DS, j = j0 + jj;
+            ks[r][jj] = r < nkc && j < D ? kv_elem(A.lay, kp[r], j) : 0.0f;
+        }
+        __syncthreads();
+        /* columns past D are zeros on both sides: fmaf(0, 0, acc) = acc, the order over the real columns stands */
+        for (int jj = 0; jj < ATT_DS; jj += 4) {
+            float4 q4[4], r4[4];
+#pragma unroll
+            for (int b = 0; b < 4; b++) q4[b] = *(const float4 *)&qs[h0 + b][jj];
+#pragma unroll
+            for (int a = 0; a < 4; a++) r4[a] = *(const float4 *)&ks[r0 + 16 * a][jj];
+#pragma unroll
+            for (int a = 0; a < 4; a++)
+#pragma unroll
+                for (int b = 0; b < 4; b++) {
+                    acc[a][b] = fmaf(q4[b].x, r4[a].x, acc[a][b]);
+                    acc[a][b] = fmaf(q4[b].y, r4[a].y, acc[a][b]);
+                    acc[a][b] = fmaf(q4[b].z, r4[a].z, acc[a][b]);
+                    acc[a][b] = fmaf(q4[b].w, r4[a].w, acc[a][b]);
+                }
+        }
+    }
+    const float scale = 1.0f / sqrtf((float)D);
+    const att_scratch X = att_scratch_of(scratch, slot, nch, H, D);
+#pragma unroll
+    for (int b = 0; b < 4; b++) {
+        const int h = h0 + b;
+        float mx = -INFINITY;
+#pragma unroll
+        for (int a = 0; a < 4; a++) {
+            const int r = r0 + 16 * a;
+            const float s = acc[a][b] * scale;
+            if (r < nkc) {
+                mx = fmaxf(mx, s);
+                if (h < hn) X.S[((int64_t)c * H + hb + h) * ATT_KC + r] = s;
+            }
+        }
+        /* the 16 lanes of a half-warp hold the chunk's keys of head h: a max, exact in any order */
+        for (int off = 8; off > 0; off >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
+        if (r0 == 0 && h < hn) X.cmax[(int64_t)c * H + hb + h] = mx;
+    }
+}
+
+/* Thread tile of k_att_pv: heads h0 + b (b = 0..3) x columns 4 c4 .. 4 c4 + 3 of the block's column slice. */
+__global__ void __launch_bounds__(ATT_CT) k_att_pv(int official, att_args A, int t0, int nch, int H, int D, float *scratch) {
+    __shared__ __align__(16) float pt[ATT_HG][ATT_KC + 4];   /* [head][key]: e, then bf16_if(e) */
+    __shared__ __align__(16) float vs[ATT_KC][ATT_DS];      /* the slice of the chunk's rows */
+    __shared__ const uint8_t *kp[ATT_KC];
+    __shared__ float red[ATT_CT / ATT_HG][ATT_HG];
+    __shared__ float Ms[ATT_HG];
+    const int n_hg = (H + ATT_HG - 1) / ATT_HG;
+    const int slot = blockIdx.z, t = t0 + slot, c = blockIdx.x;
+    const int hb = (int)(blockIdx.y % n_hg) * ATT_HG, j0 = (int)(blockIdx.y / n_hg) * ATT_DS;
+    const int hn = H - hb < ATT_HG ? H - hb : ATT_HG;
+    const att_keys K = att_keys_of(A.pos[t], t, A.W, A.ratio, A.n_sel);
+    const int k0 = c * ATT_KC;
+    if (k0 >= K.nk) return;
+    const int nkc = K.nk - k0 < ATT_KC ? K.nk - k0 : ATT_KC;
+    int qch = (K.nk + ATT_KC - 1) / ATT_KC;
+    if (qch > nch) qch = nch;   /* a key list longer than the launch's (a caller's bug): k_att_combine writes NaN */
+    const int item = A.item_of[t];
+    const cu_item it = A.items[item];
+    const cu_seq_layer L = A.sl[item];
+    if (threadIdx.x < nkc)
+        kp[threadIdx.x] = att_key_row(A.lay, K, k0 + threadIdx.x, it, L, A.kvs, A.ring_len, A.ratio, A.sel + (int64_t)t * A.topk);
+    const att_scratch X = att_scratch_of(scratch, slot, nch, H, D);
+    {   /* M_h over every chunk of the query */
+        const int h = threadIdx.x % ATT_HG, part = threadIdx.x / ATT_HG;
+        float mx = -INFINITY;
+        if (h < hn)
+#pragma unroll 8
+            for (int cc = part; cc < qch; cc += ATT_CT / ATT_HG) mx = fmaxf(mx, X.cmax[(int64_t)cc * H + hb + h]);
+        red[part][h] = mx;
+    }
+    __syncthreads();
+    if (threadIdx.x < ATT_HG) {
+        float mx = red[0][threadIdx.x];
+        for (int part = 1; part < ATT_CT / ATT_HG; part++) mx = fmaxf(mx, red[part][threadIdx.x]);
+        Ms[threadIdx.x] = mx;
+        if (c == 0 && j0 == 0 && threadIdx.x < hn) X.M[hb + threadIdx.x] = mx;
+    }
+    __syncthreads();
+    for (int e = threadIdx.x; e < ATT_HG * ATT_KC; e += ATT_CT) {
+        const int h = e / ATT_KC, i = e % ATT_KC;
+        pt[h][i] = h < hn && i < nkc ? expf(X.S[((int64_t)c * H + hb + h) * ATT_KC + i] - Ms[h]) : 0.0f;
+    }
+    __syncthreads();
+    if (j0 == 0 && threadIdx.x < hn) {   /* the chunk's denominator part: its keys in order, by one thread */
+        float den = 0.0f;
+        for (int i = 0; i < nkc; i++) den += pt[threadIdx.x][i];
+        X.pden[(int64_t)c * H + hb + threadIdx.x] = den;
+    }
+    __syncthreads();
+    if (official)   /* the probabilities P.V sees (the denominator above took them unrounded, as the CPU does) */
+        for (int e = threadIdx.x; e < ATT_HG * ATT_KC; e += ATT_CT) pt[e / ATT_KC][e % ATT_KC] = dev_round_bf16(pt[e / ATT_KC][e % ATT_KC]);
+    for (int e = threadIdx.x; e < ATT_KC * ATT_DS; e += ATT_CT) {
+        const int i = e / ATT_DS, jj = e % ATT_DS, j = j0 + jj;
+        vs[i][jj] = i < nkc && j < D ? kv_elem(A.lay, kp[i], j) : 0.0f;
+    }
+    __syncthreads();
+    const int c4 = threadIdx.x % 16, h0 = 4 * (threadIdx.x / 16);
+    float acc[4][4];
+#pragma unroll
+    for (int b = 0; b < 4; b++)
+#pragma unroll
+        for (int u = 0; u < 4; u++) acc[b][u] = 0.0f;
+    for (int i = 0; i < nkc; i++) {
+        const float4 v = *(const float4 *)&vs[i][4 * c4];
+#pragma unroll
+        for (int b = 0; b < 4; b++) {
+            const float pb = pt[h0 + b][i];
+            acc[b][0] = fmaf(pb, v.x, acc[b][0]);
+            acc[b][1] = fmaf(pb, v.y, acc[b][1]);
+            acc[b][2] = fmaf(pb, v.z, acc[b][2]);
+            acc[b][3] = fmaf(pb, v.w, acc[b][3]);
+        }
+    }
+#pragma unroll
+    for (int b = 0; b < 4; b++) {
+        if (h0 + b >= hn) continue;
+        float *dst = X.part + ((int64_t)c * H + hb + h0 + b) * D;
+#pragma unroll
+        for (int u = 0; u < 4; u++) {
+            const int j = j0 + 4 * c4 + u;
+            if (j < D) dst[j] = acc[b][u];
+        }
+    }
+}
+
+__global__ void __launch_bounds__(ATT_COMBINE_T) k_att_combine(int official, const int64_t *pos, const int32_t *n_sel, int W, int ratio,
+                                                               const float *sink, const float *freq, int t0, int nch, int H, int D,
+                                                               int R, float *scratch, float *o) {
+    extern __shared__ float out_s[];   /* [D] */
+    const int slot = blockIdx.y, t = t0 + slot, h = blockIdx.x;
+    const int64_t p = pos[t];
+    const att_keys K = att_keys_of(p, t, W, ratio, n_sel);
+    const int qch = (K.nk + ATT_KC - 1) / ATT_KC;
+    const att_scratch X = att_scratch_of(scratch, slot, nch, H, D);
+    float *ot = o + ((int64_t)t * H + h) * D;
+    if (qch > nch) {   /* cannot happen when the caller's max_keys holds: say so in the output rather than read past */
+        for (int j = threadIdx.x; j < D; j += blockDim.x) ot[j] = __int_as_float(0x7fc00000);
+        return;
+    }
+    const float M = X.M[h];
+    /* ATT_UNROLL chunks' loads in flight, then added in chunk order (a chain of ~130 dependent loads at 1M otherwise) */
+    float den = expf(sink[h] - M);
+    for (int c0 = 0; c0 < qch; c0 += ATT_UNROLL) {
+        float v[ATT_UNROLL];
+#pragma unroll
+        for (int k = 0; k < ATT_UNROLL; k++) v[k] = c0 + k < qch ? X.pden[(int64_t)(c0 + k) * H + h] : 0.0f;
+#pragma unroll
+        for (int k = 0; k < ATT_UNROLL; k++)
+            if (c0 + k < qch) den += v[k];
+    }
+    const float inv = 1.0f / den;
+    /* four columns a thread, each summed over the chunks in order from 0.0f */
+    for (int jb = 0; jb < D; jb += 4 * ATT_COMBINE_T) {
+        float a[4] = { 0.0f, 0.0f, 0.0f, 0.0f };
+        for (int c0 = 0; c0 < qch; c0 += ATT_UNROLL) {
+            float v[ATT_UNROLL][4];
+#pragma unroll
+            for (int k = 0; k < ATT_UNROLL; k++) {
+                const float *pc = X.part + ((int64_t)(c0 + k) * H + h) * D;
+#pragma unroll
+                for (int u = 0; u < 4; u++) {
+                    const int j = jb + threadIdx.x + u * ATT_COMBINE_T;
+                    v[k][u] = c0 + k < qch && j < D ? pc[j] : 0.0f;
+                }
+            }
+#pragma unroll
+            for (int k = 0; k < ATT_UNROLL; k++)
+                if (c0 + k < qch)
+#pragma unroll
+                    for (int u = 0; u < 4; u++) a[u] += v[k][u];
+        }
+#pragma unroll
+        for (int u = 0; u < 4; u++) {
+            const int j = jb + threadIdx.x + u * ATT_COMBINE_T;
+            if (j < D) out_s[j] = dev_bf16_if(official, a[u] * inv);
+        }
+    }
+    __syncthreads();
+    block_rope(official, freq, R, out_s + D - R, p, 1);
+    for (int j = threadIdx.x; j < D; j += blockDim.x) ot[j] = out_s[j];
+}
+
+static int64_t att_chunks(int64_t max_keys) { return (max_keys + ATT_KC - 1) / ATT_KC; }
+
+extern "C" int cu_attention_key_limit(int H, int D) {
+    /* one query's scratch (its chunks' scores, maxima, denominators and outputs) stays under ATT_QUERY_MAX_FLOATS */
+    const int64_t per_chunk = att_query_floats(1, H, D) - H;
+    const int64_t keys = (ATT_QUERY_MAX_FLOATS - H) / per_chunk * ATT_KC;
+    return keys < INT32_MAX ? (int)keys : INT32_MAX;
+}
+
+extern "C" int64_t cu_attention_scratch_floats(int T, int H, int D, int64_t max_keys) {
+    const int64_t per = att_query_floats(att_chunks(max_keys > 0 ? max_keys : 1), H, D);
+    int64_t g = ATT_BUDGET_FLOATS / per;
+    if (g > T) g = T;
+    if (g > ATT_GROUP_MAX) g = ATT_GROUP_MAX;
+    if (g < 1) g = 1;
+    return g * per;
+}
+
+extern "C" int cu_attention(cu_stream st, int official, cu_kvlay lay, const float *q, const uint8_t *kvs, const int64_t *pos,
+                            const int32_t *item_of, const cu_item *items, const cu_seq_layer *sl, int ring_len, int W, int ratio,
+                            const int32_t *sel, const int32_t *n_sel, int topk, const float *sink, const float *freq, int T,
+                            int H, int D, int R, int max_keys, float *scratch, int64_t scratch_floats, float *o) {
+    if (T <= 0) return 0;
+    const int64_t nch = att_chunks(max_keys > 0 ? max_keys : 1);
+    const int64_t per = att_query_floats(nch, H, D);
+    int64_t g = scratch_floats / per;
+    if (g > T) g = T;
+    if (g > ATT_GROUP_MAX) g = ATT_GROUP_MAX;
+    if (g < 1 || nch > INT32_MAX / ATT_KC) return -1;
+    const att_args A = { lay, kvs, pos, item_of, items, sl, sel, n_sel, ring_len, W, ratio, topk };
+    const unsigned n_hg = (unsigned)((H + ATT_HG - 1) / ATT_HG), n_sl = (unsigned)((D + ATT_DS - 1) / ATT_DS);
+    cudaStream_t s = (cudaStream_t)st;
+    for (int t0 = 0; t0 < T; t0 += (int)g) {
+        const unsigned n = (unsigned)(T - t0 < g ? T - t0 : g);
+        k_att_scores<<<dim3((unsigned)nch, n_hg, n), ATT_CT, 0, s>>>(A, q, t0, (int)nch, H, D, scratch);
+        k_att_pv<<<dim3((unsigned)nch, n_hg * n_sl, n), ATT_CT, 0, s>>>(official, A, t0, (int)nch, H, D, scratch);
+        k_att_combine<<<dim3((unsigned)H, n), ATT_COMBINE_T, sizeof(float) * (size_t)D, s>>>(official, pos, n_sel, W, ratio, sink,
+                                                                                         freq, t0, (int)nch, H, D, R, scratch, o);
+    }
+    return 0;
+}
+#endif
+
+#if !ATT_CHUNKED
+extern "C" int cu_attention_key_limit(int H, int D) {
+    (void)H;
+    (void)D;
     int dev = 0, limit = 0;
     cudaGetDevice(&dev);
     cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
@@ -484,11 +850,13 @@ extern "C" int cu_attention_key_limit(void) {
 extern "C" int cu_attention(cu_stream st, int official, cu_kvlay lay, const float *q, const uint8_t *kvs, const int64_t *pos,
                             const int32_t *item_of, const cu_item *items, const cu_seq_layer *sl, int ring_len, int W, int ratio,
                             const int32_t *sel, const int32_t *n_sel, int topk, const float *sink, const float *freq, int T,
-                            int H, int D, int R, int max_keys, float *o) {
+                            int H, int D, int R, int max_keys, float *scratch, int64_t scratch_floats, float *o) {
+    (void)scratch;
+    (void)scratch_floats;
     if (T <= 0) return 0;
     const size_t smem = (sizeof(void *) + sizeof(float)) * (size_t)max_keys;
     if (smem > 48 * 1024) {
-        const int limit = cu_attention_key_limit();
+        const int limit = cu_attention_key_limit(H, D);
         if (max_keys > limit) return -1;
         /* always the largest size any launch may ask for, never this launch's: the attribute is the kernel's, and a
          * captured graph (cu_graph.h) runs its launches after later calls have set it again (the layers' max_keys
@@ -499,6 +867,12 @@ extern "C" int cu_attention(cu_stream st, int official, cu_kvlay lay, const floa
                                                                     ratio, sel, n_sel, topk, sink, freq, H, D, R, max_keys, o);
     return 0;
 }
+
+extern "C" int64_t cu_attention_scratch_floats(int T, int H, int D, int64_t max_keys) {
+    (void)T; (void)H; (void)D; (void)max_keys;
+    return 1;
+}
+#endif
 
 __global__ void k_ring_write(cu_kvlay lay, const uint8_t *kvs, const int64_t *pos, const int32_t *item_of, const cu_item *items,
                              const cu_seq_layer *sl, int ring_len) {

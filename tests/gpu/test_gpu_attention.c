@@ -1,0 +1,423 @@
+/* cu_attention on long key lists (issue 18), on synthetic device buffers, without a model:
+ *   - every output of a query (all heads, de-rotated) against a double-precision reference of the sink attention
+ *     written here (core/attention.c sink_attention_kv's math: scores q.k / sqrt(D), one max, the sink in the
+ *     denominator only, OFFICIAL bf16 probabilities and outputs, the RoPE de-rotation at the query's position),
+ *     over the stored rows decoded on the CPU (state/kvrows.c kv_decode);
+ *   - with 20,000 ratio-128 rows behind a 128-key window (315 chunks of keys), a top-512 selection of ratio-4 rows,
+ *     a window alone, and an odd shape (70 heads: two head groups; D 96: a partial column slice);
+ *   - batch invariance: a query computed alone (decode: its window from the ring) and in a step beside another
+ *     sequence with its two predecessors (its window partly from the step's own rows) and with a scratch so small
+ *     that the step runs in groups of two queries gives the same bits (memcmp).
+ * The test of the test: the reference without one chunk of keys must differ from the full one by far more than
+ * the tolerance (printed), so a lost or doubled chunk cannot pass.
+ *
+ * Without a GPU: -DATT_TEST_EMULATE makes the "device" the host (tests/gpu/emulate_attention.h) with cu_attention a
+ * C port of the chunked kernels' float order (how the tolerances below were chosen); tools/gpu/shim/shim_attention.sh
+ * runs k_attention.cu's own chunked kernels and launcher on the CPU instead (a check of their indexing). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "backend/cuda/cu_kernels.h"
+#include "backend/cuda/cu_runtime.h"
+#include "model/formats.h"
+#include "model/tiny.h"
+#include "state/kvrows.h"
+
+#define W 128       /* window */
+#define RING 136    /* ring slots (more than the window, as a model with speculative slack has) */
+#define TOPK 512
+#define STEP 3      /* tokens of each item of the batched step */
+#define EXACT_TOL 2e-5
+/* OFFICIAL: bf16 probabilities and outputs; a rounding decision flipped by the last bits moves an output by one bf16
+ * step (up to 2^-7 of the head's largest output), the de-rotation's second rounding by one more */
+#define OFFICIAL_TOL 3e-2
+
+#ifdef ATT_TEST_EMULATE
+#include "emulate_attention.h"
+#else
+static void *dev_put(const void *h, size_t n) {
+    void *d = cu_malloc(n ? n : 1);
+    assert_non_null(d);
+    if (n && h) assert_int_equal(cu_upload(d, h, n), 0);
+    return d;
+}
+static void dev_get(void *h, const void *d, size_t n) { assert_int_equal(cu_download(h, d, n), 0); }
+static void dev_free(void *d) { cu_free(d); }
+static void dev_sync(void) {
+    dsv4_error err;
+    if (cu_finish(NULL, "attention", &err)) fail_msg("%s", err.msg);
+}
+#endif
+
+typedef struct {
+    const char *name;
+    int H, D, R, fmt, ratio, official;
+    int64_t P;   /* the long sequence's query position */
+    int64_t Q;   /* the short sequence's last position */
+} acase;
+
+/* One sequence's stored rows: the window row of every position base .. last, the ring holding the latest RING of
+ * them by slot, and the compressed rows. */
+typedef struct {
+    int64_t base, last, n_rows;
+    uint8_t *pos_rows, *ring, *crows;   /* host */
+    float *dpos, *drows;                /* decoded (the reference's keys) */
+    uint8_t *d_ring, *d_crows;          /* device */
+    float mu[4096];                     /* the rows' mean: keeps the outputs away from zero (no cancellation) */
+} seqdata;
+
+static uint64_t mix64(uint64_t x) {
+    x ^= x >> 33; x *= 0xff51afd7ed558ccdull; x ^= x >> 33; x *= 0xc4ceb9fe1a85ec53ull; x ^= x >> 33;
+    return x;
+}
+
+static float urand(dsv4_rng *r) { return (float)(2.0 * dsv4_rng_uniform(r) - 1.0); }
+
+static void gen_row(dsv4_rng *r, const kv_layout *kl, const float *mu, uint8_t *dst) {
+    float x[4096];
+    for (int j = 0; j < kl->width; j++) x[j] = mu[j] + urand(r);
+    kv_encode(kl, x, dst);
+}
+
+static int64_t rows_needed(int ratio, int64_t p) { return ratio == 128 ? (p + 1) / 128 : ratio == 4 ? (p + 1) / 4 : 0; }
+
+static void seq_make(seqdata *s, const kv_layout *kl, int ratio, int64_t last, uint64_t seed) {
+    dsv4_rng r;
+    dsv4_rng_seed(&r, seed);
+    memset(s, 0, sizeof *s);
+    for (int j = 0; j < kl->width; j++) s->mu[j] = 0.3f * urand(&r);
+    s->last = last;
+    s->base = last - RING + 1 > 0 ? last - RING + 1 : 0;
+    const int64_t n_pos = last - s->base + 1, B = (int64_t)kl->bytes, D = kl->width;
+    s->n_rows = rows_needed(ratio, last);
+    s->pos_rows = malloc((size_t)(n_pos * B));
+    s->ring = calloc(RING, (size_t)B);
+    s->crows = malloc((size_t)((s->n_rows ? s->n_rows : 1) * B));
+    s->dpos = malloc(sizeof(float) * (size_t)(n_pos * D));
+    s->drows = malloc(sizeof(float) * (size_t)((s->n_rows ? s->n_rows : 1) * D));
+    assert_true(s->pos_rows && s->ring && s->crows && s->dpos && s->drows);
+    for (int64_t x = s->base; x <= last; x++) {
+        uint8_t *row = s->pos_rows + (x - s->base) * B;
+        gen_row(&r, kl, s->mu, row);
+        memcpy(s->ring + (x % RING) * B, row, (size_t)B);
+        kv_decode(kl, row, s->dpos + (x - s->base) * D);
+    }
+    for (int64_t k = 0; k < s->n_rows; k++) {
+        gen_row(&r, kl, s->mu, s->crows + k * B);
+        kv_decode(kl, s->crows + k * B, s->drows + k * D);
+    }
+    s->d_ring = dev_put(s->ring, (size_t)(RING * B));
+    s->d_crows = dev_put(s->crows, (size_t)((s->n_rows ? s->n_rows : 1) * B));
+}
+
+static void seq_free(seqdata *s) {
+    free(s->pos_rows); free(s->ring); free(s->crows); free(s->dpos); free(s->drows);
+    dev_free(s->d_ring); dev_free(s->d_crows);
+}
+
+/* The query of (sequence, position): the same numbers in every step it is part of. Heads get different scales
+ * (flat to peaked softmaxes). */
+static void query_of(const acase *c, int seq, int64_t p, float *q) {
+    dsv4_rng r;
+    dsv4_rng_seed(&r, mix64((uint64_t)p * 4 + (uint64_t)seq + 77));
+    for (int h = 0; h < c->H; h++) {
+        const float scale = 0.5f + 0.5f * (float)(h % 8);
+        for (int j = 0; j < c->D; j++) q[(int64_t)h * c->D + j] = scale * urand(&r);
+    }
+}
+
+/* The ratio-4 selection of (sequence, position): every visible row when there are at most TOPK, else TOPK
+ * distinct rows in increasing order spread over all of them. */
+static int sel_of(const acase *c, int seq, int64_t p, int32_t *sel) {
+    const int64_t vis = rows_needed(4, p);
+    if (c->ratio != 4) return 0;
+    if (vis <= TOPK) {
+        for (int k = 0; k < vis; k++) sel[k] = k;
+        return (int)vis;
+    }
+    dsv4_rng r;
+    dsv4_rng_seed(&r, mix64((uint64_t)p * 4 + (uint64_t)seq + 991));
+    const int64_t span = vis / TOPK;
+    for (int k = 0; k < TOPK; k++) sel[k] = (int32_t)(k * span + (int64_t)dsv4_rng_below(&r, (uint32_t)span));
+    return TOPK;
+}
+
+static void heads_of(const acase *c, float *sink, float *freq) {
+    dsv4_rng r;
+    dsv4_rng_seed(&r, 4242);
+    for (int h = 0; h < c->H; h++) sink[h] = 3.0f * urand(&r);
+    if (c->H > 1) sink[1] = 8.0f;   /* a sink that takes most of the denominator */
+    for (int i = 0; i < c->R / 2; i++) freq[i] = powf(10000.0f, -(float)(2 * i) / (float)c->R);
+}
+
+/* ---- the reference ------------------------------------------------------------------------------------------------ */
+
+/* out [H][D] for the query at p of sequence s; skip: a chunk of 64 key indices to leave out (-1: none). */
+static void reference(const acase *c, const seqdata *s, int64_t p, const float *q, const int32_t *sel, int n_sel,
+                      const float *sink, const float *freq, int skip, double *out) {
+    const int D = c->D, H = c->H, R = c->R;
+    const int64_t w0 = p - W + 1 > 0 ? p - W + 1 : 0;
+    const int nwin = (int)(p - w0 + 1);
+    const int nc = c->ratio == 128 ? (int)rows_needed(128, p) : c->ratio == 4 ? n_sel : 0;
+    const int nk = nwin + nc;
+    const float **keys = malloc(sizeof(float *) * (size_t)nk);
+    double *sc = malloc(sizeof(double) * (size_t)nk);
+    assert_true(keys && sc);
+    for (int i = 0; i < nk; i++) {
+        if (i < nwin) keys[i] = s->dpos + (w0 + i - s->base) * D;
+        else keys[i] = s->drows + (int64_t)(c->ratio == 128 ? i - nwin : sel[i - nwin]) * D;
+    }
+    for (int h = 0; h < H; h++) {
+        const float *qh = q + (int64_t)h * D;
+        double mx = -INFINITY;
+        for (int i = 0; i < nk; i++) {
+            if (i / 64 == skip) continue;
+            double d = 0;
+            for (int j = 0; j < D; j++) d += (double)qh[j] * keys[i][j];
+            sc[i] = d / sqrt((double)D);
+            if (sc[i] > mx) mx = sc[i];
+        }
+        double den = exp((double)sink[h] - mx), *o = out + (int64_t)h * D;
+        for (int j = 0; j < D; j++) o[j] = 0;
+        for (int i = 0; i < nk; i++) {
+            if (i / 64 == skip) continue;
+            const double e = exp(sc[i] - mx);
+            const double pe = c->official ? round_bf16((float)e) : e;
+            den += e;
+            for (int j = 0; j < D; j++) o[j] += pe * keys[i][j];
+        }
+        for (int j = 0; j < D; j++) {
+            o[j] /= den;
+            if (c->official) o[j] = round_bf16((float)o[j]);
+        }
+        for (int i = 0; i < R / 2; i++) {   /* de-rotation: theta = (float)p * freq[i], as the model computes it */
+            const float theta = (float)p * freq[i];
+            const double cs = cos((double)theta), sn = -sin((double)theta);
+            double *x = o + D - R + 2 * i;
+            const double re = x[0], im = x[1];
+            x[0] = re * cs - im * sn;
+            x[1] = re * sn + im * cs;
+            if (c->official) { x[0] = round_bf16((float)x[0]); x[1] = round_bf16((float)x[1]); }
+        }
+    }
+    free(keys);
+    free(sc);
+}
+
+/* Worst over the heads of max |a - b| / max |b| (a head's outputs). */
+static double worst_head_rel(const float *a, const double *b, int H, int D) {
+    double worst = 0;
+    for (int h = 0; h < H; h++) {
+        double dm = 0, bm = 0;
+        for (int j = 0; j < D; j++) {
+            const double d = fabs((double)a[(int64_t)h * D + j] - b[(int64_t)h * D + j]);
+            if (!(d <= dm)) dm = isnan(d) ? INFINITY : d;
+            if (fabs(b[(int64_t)h * D + j]) > bm) bm = fabs(b[(int64_t)h * D + j]);
+        }
+        const double e = bm ? dm / bm : dm;
+        if (!(e <= worst)) worst = isnan(e) ? INFINITY : e;
+    }
+    return worst;
+}
+
+static double worst_head_rel_d(const double *a, const double *b, int H, int D) {
+    float *f = malloc(sizeof(float) * (size_t)H * D);
+    for (int64_t i = 0; i < (int64_t)H * D; i++) f[i] = (float)a[i];
+    const double e = worst_head_rel(f, b, H, D);
+    free(f);
+    return e;
+}
+
+/* ---- one step on the device ------------------------------------------------------------------------------------- */
+
+typedef struct {
+    int seq;
+    int64_t p0;
+    int n;
+} item_spec;
+
+/* out [T][H][D]: cu_attention over the items (their tokens in order); scratch_floats 0: what a step allocates. */
+static void run_step(const acase *c, seqdata *seqs, const item_spec *its, int n_items, int64_t scratch_floats, float *out) {
+    const int H = c->H, D = c->D;
+    kv_layout kl;
+    kv_layout_init(&kl, c->fmt, KV_ROW_MAIN, D, c->R);
+    const int64_t B = (int64_t)kl.bytes;
+    int T = 0;
+    for (int i = 0; i < n_items; i++) T += its[i].n;
+    float *q = malloc(sizeof(float) * (size_t)T * H * D), *sink = malloc(sizeof(float) * (size_t)H), *freq = malloc(sizeof(float) * (size_t)(c->R / 2 + 1));
+    uint8_t *kvs = malloc((size_t)(T * B));
+    int64_t *pos = malloc(sizeof(int64_t) * (size_t)T);
+    int32_t *item_of = malloc(sizeof(int32_t) * (size_t)T), *sel = calloc((size_t)T * TOPK, sizeof(int32_t)), *n_sel = malloc(sizeof(int32_t) * (size_t)T);
+    cu_item *items = malloc(sizeof(cu_item) * (size_t)n_items);
+    cu_seq_layer *sl = calloc((size_t)n_items, sizeof(cu_seq_layer));
+    assert_true(q && sink && freq && kvs && pos && item_of && sel && n_sel && items && sl);
+    heads_of(c, sink, freq);
+    int64_t max_keys = W;
+    for (int i = 0, t = 0; i < n_items; i++) {
+        const seqdata *s = &seqs[its[i].seq];
+        items[i] = (cu_item){ t, its[i].n, its[i].p0 };
+        sl[i].ring = s->d_ring;
+        sl[i].crows = s->d_crows;
+        for (int k = 0; k < its[i].n; k++, t++) {
+            const int64_t p = its[i].p0 + k;
+            assert_true(p >= s->base && p <= s->last);
+            pos[t] = p;
+            item_of[t] = i;
+            memcpy(kvs + t * B, s->pos_rows + (p - s->base) * B, (size_t)B);
+            query_of(c, its[i].seq, p, q + (int64_t)t * H * D);
+            n_sel[t] = sel_of(c, its[i].seq, p, sel + (int64_t)t * TOPK);
+            const int64_t nk = (p + 1 < W ? p + 1 : W) + (c->ratio == 128 ? rows_needed(128, p) : n_sel[t]);
+            if (nk > max_keys) max_keys = nk;
+        }
+    }
+    if (!scratch_floats) scratch_floats = cu_attention_scratch_floats(T, H, D, max_keys);
+    float *d_q = dev_put(q, sizeof(float) * (size_t)T * H * D), *d_sink = dev_put(sink, sizeof(float) * (size_t)H);
+    float *d_freq = dev_put(freq, sizeof(float) * (size_t)(c->R / 2 + 1));
+    uint8_t *d_kvs = dev_put(kvs, (size_t)(T * B));
+    int64_t *d_pos = dev_put(pos, sizeof(int64_t) * (size_t)T);
+    int32_t *d_item_of = dev_put(item_of, sizeof(int32_t) * (size_t)T), *d_sel = dev_put(sel, sizeof(int32_t) * (size_t)T * TOPK);
+    int32_t *d_n_sel = dev_put(n_sel, sizeof(int32_t) * (size_t)T);
+    cu_item *d_items = dev_put(items, sizeof(cu_item) * (size_t)n_items);
+    cu_seq_layer *d_sl = dev_put(sl, sizeof(cu_seq_layer) * (size_t)n_items);
+    float *d_scratch = dev_put(NULL, sizeof(float) * (size_t)scratch_floats);
+    float *d_o = dev_put(NULL, sizeof(float) * (size_t)T * H * D);
+    const cu_kvlay lay = { kl.fmt, kl.kind, kl.width, kl.rope, kl.nope, (int)kl.bytes };
+    const int rc = cu_attention(NULL, c->official, lay, d_q, d_kvs, d_pos, d_item_of, d_items, d_sl, RING, W, c->ratio, d_sel, d_n_sel,
+                                TOPK, d_sink, d_freq, T, H, D, c->R, (int)max_keys, d_scratch, scratch_floats, d_o);
+    if (rc) fail_msg("%s: cu_attention refused %lld keys with a scratch of %lld floats", c->name, (long long)max_keys, (long long)scratch_floats);
+    dev_sync();
+    dev_get(out, d_o, sizeof(float) * (size_t)T * H * D);
+    dev_free(d_q); dev_free(d_sink); dev_free(d_freq); dev_free(d_kvs); dev_free(d_pos); dev_free(d_item_of); dev_free(d_sel);
+    dev_free(d_n_sel); dev_free(d_items); dev_free(d_sl); dev_free(d_scratch); dev_free(d_o);
+    free(q); free(sink); free(freq); free(kvs); free(pos); free(item_of); free(sel); free(n_sel); free(items); free(sl);
+}
+
+/* Checks the GPU's output of the query (seq, p) against the reference; returns the error. */
+static double check_query(const acase *c, const seqdata *seqs, int seq, int64_t p, const float *gpu, double *sensitivity) {
+    const int H = c->H, D = c->D;
+    float *q = malloc(sizeof(float) * (size_t)H * D), *sink = malloc(sizeof(float) * (size_t)H), *freq = malloc(sizeof(float) * (size_t)(c->R / 2 + 1));
+    int32_t *sel = malloc(sizeof(int32_t) * TOPK);
+    double *ref = malloc(sizeof(double) * (size_t)H * D);
+    assert_true(q && sink && freq && sel && ref);
+    query_of(c, seq, p, q);
+    heads_of(c, sink, freq);
+    const int n_sel = sel_of(c, seq, p, sel);
+    reference(c, &seqs[seq], p, q, sel, n_sel, sink, freq, -1, ref);
+    const double e = worst_head_rel(gpu, ref, H, D);
+    if (c->official)
+        for (int64_t i = 0; i < (int64_t)H * D; i++)
+            if (round_bf16(gpu[i]) != gpu[i]) fail_msg("%s: OFFICIAL output %lld (%g) is not a bf16 value", c->name, (long long)i, gpu[i]);
+    if (sensitivity) {   /* the same without the key chunk 1 (keys 64..127) */
+        double *ref2 = malloc(sizeof(double) * (size_t)H * D);
+        reference(c, &seqs[seq], p, q, sel, n_sel, sink, freq, 1, ref2);
+        *sensitivity = worst_head_rel_d(ref2, ref, H, D);
+        free(ref2);
+    }
+    free(q); free(sink); free(freq); free(sel); free(ref);
+    return e;
+}
+
+static void run_case(const acase *c) {
+    const int H = c->H, D = c->D;
+    kv_layout kl;
+    kv_layout_init(&kl, c->fmt, KV_ROW_MAIN, D, c->R);
+    seqdata seqs[2];
+    seq_make(&seqs[0], &kl, c->ratio, c->P, 1000 + (uint64_t)c->ratio);
+    seq_make(&seqs[1], &kl, c->ratio, c->Q, 2000 + (uint64_t)c->ratio);
+    const int64_t HD = (int64_t)H * D;
+    float *alone = malloc(sizeof(float) * (size_t)HD), *batch = malloc(sizeof(float) * (size_t)(2 * STEP * HD));
+    float *grouped = malloc(sizeof(float) * (size_t)(2 * STEP * HD));
+    assert_true(alone && batch && grouped);
+    /* decode: the query alone, its window (but itself) from the ring */
+    const item_spec one = { 0, c->P, 1 };
+    run_step(c, seqs, &one, 1, 0, alone);
+    /* a step: the short sequence's last STEP tokens, then the long one's (its window's last keys from the step) */
+    const item_spec two[2] = { { 1, c->Q - STEP + 1, STEP }, { 0, c->P - STEP + 1, STEP } };
+    run_step(c, seqs, two, 2, 0, batch);
+    /* the same step in groups of two queries */
+    const int64_t max_keys = W + (c->ratio == 128 ? rows_needed(128, c->P) : c->ratio == 4 ? TOPK : 0);
+    const int64_t per_query = cu_attention_scratch_floats(1, H, D, max_keys);
+    run_step(c, seqs, two, 2, 2 * per_query, grouped);
+    if (memcmp(alone, batch + (int64_t)(2 * STEP - 1) * HD, sizeof(float) * (size_t)HD))
+        fail_msg("%s: the query at %lld differs alone and in a step", c->name, (long long)c->P);
+    if (memcmp(batch, grouped, sizeof(float) * (size_t)(2 * STEP * HD)))
+        fail_msg("%s: the step differs when its queries run in groups of two", c->name);
+    double sens = 0;
+    const double tol = c->official ? OFFICIAL_TOL : EXACT_TOL;
+    const double e_alone = check_query(c, seqs, 0, c->P, alone, c->official ? NULL : &sens);
+    double e_step = check_query(c, seqs, 0, c->P - STEP + 1, batch + (int64_t)STEP * HD, NULL);
+    for (int k = 0; k < STEP; k++) {
+        const double e = check_query(c, seqs, 1, c->Q - STEP + 1 + k, batch + (int64_t)k * HD, NULL);
+        if (e > e_step) e_step = e;
+    }
+    const int64_t nk = (c->P + 1 < W ? c->P + 1 : W) + (c->ratio == 128 ? rows_needed(128, c->P) : c->ratio == 4 ? TOPK : 0);
+    printf("  %-34s %6lld keys: vs double reference %.3g (alone), %.3g (step); alone = in a step = in groups (memcmp)",
+           c->name, (long long)nk, e_alone, e_step);
+    if (!c->official) printf("; one chunk less: %.3g", sens);
+    printf("\n");
+    if (!(e_alone <= tol) || !(e_step <= tol))
+        fail_msg("%s: relative error %.3g / %.3g against the reference > %g", c->name, e_alone, e_step, tol);
+    if (!c->official && !(sens > 20 * tol))
+        fail_msg("%s: the test cannot see a lost chunk (%.3g, tolerance %g)", c->name, sens, tol);
+    free(alone); free(batch); free(grouped);
+    seq_free(&seqs[0]);
+    seq_free(&seqs[1]);
+}
+
+/* p + 1 = 20,000 x 128 + 51: 20,000 ratio-128 rows (315 chunks of 64 keys with the window); 3,000 in the CPU
+ * shim's quick run (tools/gpu/shim/shim_attention.sh) */
+#ifdef ATT_TEST_QUICK
+#define P_HCA (3000LL * 128 + 50)
+#else
+#define P_HCA (20000LL * 128 + 50)
+#endif
+
+static void hca_20000_rows(void **state) {
+    (void)state;
+    const acase c = { "HCA 64 x 512, f32 KV, EXACT", 64, 512, 64, DSV4_KV_F32, 128, 0, P_HCA, 700 };
+    run_case(&c);
+}
+
+static void hca_fp8_official(void **state) {
+    (void)state;
+    const acase c = { "HCA 64 x 512, fp8 KV, OFFICIAL", 64, 512, 64, DSV4_KV_FP8, 128, 1, P_HCA, 700 };
+    run_case(&c);
+}
+
+static void csa_top512(void **state) {
+    (void)state;
+    const acase c1 = { "CSA top-512 64 x 512, bf16 KV, EXACT", 64, 512, 64, DSV4_KV_BF16, 4, 0, 80003, 40 };
+    run_case(&c1);
+    const acase c2 = { "CSA top-512 64 x 512, fp8, OFFICIAL", 64, 512, 64, DSV4_KV_FP8, 4, 1, 80003, 40 };
+    run_case(&c2);
+}
+
+static void window_and_odd_shapes(void **state) {
+    (void)state;
+    const acase c1 = { "window 64 x 512, f32 KV, EXACT", 64, 512, 64, DSV4_KV_F32, 0, 0, 5000, 60 };
+    run_case(&c1);
+    const acase c2 = { "HCA 70 x 96 (R 32), fp8 KV, EXACT", 70, 96, 32, DSV4_KV_FP8, 128, 0, 3000 * 128 + 7, 300 };
+    run_case(&c2);
+}
+
+int main(void) {
+#ifndef ATT_TEST_EMULATE
+    dsv4_error why;
+    if (!dsv4_cuda_available(&why)) {
+        printf("gpu attention: skipped, needs a GPU: %s\n", why.msg);
+        return 0;
+    }
+#endif
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(hca_20000_rows),
+        cmocka_unit_test(hca_fp8_official),
+        cmocka_unit_test(csa_top512),
+        cmocka_unit_test(window_and_odd_shapes),
+    };
+    return cmocka_run_group_tests_name("gpu attention on long key lists", tests, NULL, NULL);
+}

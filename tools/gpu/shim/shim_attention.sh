@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# Runs tests/gpu/test_gpu_attention.c on the CPU against the very source of the chunked attention kernels
+# (k_attention.cu's ATT_CHUNKED section, its launcher included), through tools/gpu/shim/cuda_shim.h: a check of their
+# indexing, barriers and launch arithmetic on a machine without a GPU. Needs `make` (build/libdsv4.a). Slow (every
+# GPU thread is a fiber): SHIM_QUICK=1 (the default) runs the small cases only (~1 min), SHIM_QUICK=0 the test's
+# own sizes (~4 min). Not part of `make test` (nor of the GPU suite: it lives outside tests/).
+set -euo pipefail
+cd "$(dirname "$0")/../../.."
+D=${SHIM_DIR:-/tmp/dsv4-shim}
+mkdir -p "$D"
+python3 - "$D/att_kernels.cpp" <<'PY'
+import re, sys
+src = open("src/backend/cuda/k_attention.cu").read()
+common = open("src/backend/cuda/cu_common.cuh").read()
+rope = open("src/backend/cuda/cu_rope.cuh").read()
+out = ['#include "cuda_shim.h"', '#include "backend/cuda/cu_kernels.h"', '#include "dsv4.h"',
+       '#define KV_F32 DSV4_KV_F32', '#define KV_BF16 DSV4_KV_BF16', '#define ROW_INDEX 1',
+       'static float shim_dyn_smem[1 << 18];']
+a = common.index("/* ---- number formats"); b = common.index("/* ---- reductions")
+out.append(common[a:b])
+a = rope.index("__device__ __forceinline__ void rope_pair"); b = rope.rindex("#endif")
+out.append(rope[a:b])
+a = src.index("__device__ __forceinline__ float kv_elem"); b = src.index("__device__ __forceinline__ void put_bf16_bytes")
+out.append(src[a:b])
+a = src.index("#if ATT_CHUNKED\n"); b = src.index("#endif", src.index('extern "C" int cu_attention(cu_stream st', a))
+chunk = src[a + len("#if ATT_CHUNKED\n"):b]
+chunk = chunk.replace("extern __shared__ float out_s[];", "float *out_s = shim_dyn_smem;")
+# poison every static shared array before each block (thread 0 reaches its declarations first)
+def poison(m):
+    name = m.group(2)
+    return m.group(0) + "\n    if (threadIdx.x == 0) shim_poison(%s, sizeof %s);" % (name, name)
+chunk = re.sub(r"(__shared__[^;\n]*?\b(\w+)\[[^;\n]*;)", poison, chunk)
+def split_top(s):
+    parts, depth, cur = [], 0, ""
+    for ch in s:
+        if ch in "([": depth += 1
+        if ch in ")]": depth -= 1
+        if ch == "," and depth == 0: parts.append(cur.strip()); cur = ""
+        else: cur += ch
+    parts.append(cur.strip())
+    return parts
+def launch(m):
+    name, cfg, args = m.group(1), split_top(m.group(2)), m.group(3)
+    grid, block = cfg[0], cfg[1]
+    return "shim_launch(dim3(%s), dim3(%s), [&] { %s(%s); });" % (grid, block, name, args)
+n0 = chunk.count("<<<")
+chunk = re.sub(r"(\w+)<<<(.*?)>>>\((.*?)\);", launch, chunk, flags=re.S)
+assert n0 == 3 and "<<<" not in chunk, n0
+out.append(chunk)
+open(sys.argv[1], "w").write("\n".join(out))
+PY
+g++ -O2 -std=c++17 -w -Iinclude -Isrc -Itools/gpu/shim -c "$D/att_kernels.cpp" -o "$D/att_kernels.o"
+g++ -O2 -std=c++17 -Wall -Itools/gpu/shim -c tools/gpu/shim/cuda_shim.cpp -o "$D/cuda_shim.o"
+QUICK=
+[ "${SHIM_QUICK:-1}" = 1 ] && QUICK=-DATT_TEST_QUICK
+cc -O2 -std=gnu11 -DATT_TEST_EMULATE -DATT_TEST_SHIM $QUICK -Iinclude -Isrc -Itests/gpu \
+    -c tests/gpu/test_gpu_attention.c -o "$D/test.o"
+g++ -o "$D/test_gpu_attention_shim" "$D/test.o" "$D/att_kernels.o" "$D/cuda_shim.o" build/libdsv4.a \
+    -lcmocka -lmicrohttpd -ljansson -lpcre2-8 -lxxhash -lm -pthread
+"$D/test_gpu_attention_shim"
