@@ -173,6 +173,20 @@ extern "C" void cu_comp_ring_write(cu_stream st, int is_indexer, int cols, const
     if (T > 0) k_comp_ring_write<<<T, 128, 0, (cudaStream_t)st>>>(is_indexer, cols, K, Z, pos, item_of, items, sl);
 }
 
+/* acc[a][b] += the 4 products of q4[b] and r4[a], columns in order (x, y, z, w): one step of a 4 x 4 tile of
+ * sequential fmaf dots (the indexer's scores, the chunked attention's scores). */
+__device__ __forceinline__ void fma_tile4x4(float (&acc)[4][4], const float4 (&q4)[4], const float4 (&r4)[4]) {
+#pragma unroll
+    for (int a = 0; a < 4; a++)
+#pragma unroll
+        for (int b = 0; b < 4; b++) {
+            acc[a][b] = fmaf(q4[b].x, r4[a].x, acc[a][b]);
+            acc[a][b] = fmaf(q4[b].y, r4[a].y, acc[a][b]);
+            acc[a][b] = fmaf(q4[b].z, r4[a].z, acc[a][b]);
+            acc[a][b] = fmaf(q4[b].w, r4[a].w, acc[a][b]);
+        }
+}
+
 /* ---- the lightning indexer -------------------------------------------------------------------------------------------- */
 
 /* Scoring is spread over the whole GPU: block (x, y) scores rows [IDX_ROWS x, IDX_ROWS (x + 1)) of query t0 + y,
@@ -231,15 +245,7 @@ __global__ void __launch_bounds__(IDX_SCORE_THREADS) k_index_score(int official,
             for (int b = 0; b < 4; b++) q4[b] = *(const float4 *)(qh[b] + j);
 #pragma unroll
             for (int a = 0; a < 4; a++) r4[a] = *(const float4 *)(rs + (r0 + 16 * a) * ld + j);
-#pragma unroll
-            for (int a = 0; a < 4; a++)
-#pragma unroll
-                for (int b = 0; b < 4; b++) {
-                    acc[a][b] = fmaf(q4[b].x, r4[a].x, acc[a][b]);
-                    acc[a][b] = fmaf(q4[b].y, r4[a].y, acc[a][b]);
-                    acc[a][b] = fmaf(q4[b].z, r4[a].z, acc[a][b]);
-                    acc[a][b] = fmaf(q4[b].w, r4[a].w, acc[a][b]);
-                }
+            fma_tile4x4(acc, q4, r4);
         }
 #pragma unroll
         for (int a = 0; a < 4; a++)
@@ -619,15 +625,7 @@ __global__ void __launch_bounds__(ATT_CT) k_att_scores(att_args A, const float *
             for (int b = 0; b < 4; b++) q4[b] = *(const float4 *)&qs[h0 + b][jj];
 #pragma unroll
             for (int a = 0; a < 4; a++) r4[a] = *(const float4 *)&ks[r0 + 16 * a][jj];
-#pragma unroll
-            for (int a = 0; a < 4; a++)
-#pragma unroll
-                for (int b = 0; b < 4; b++) {
-                    acc[a][b] = fmaf(q4[b].x, r4[a].x, acc[a][b]);
-                    acc[a][b] = fmaf(q4[b].y, r4[a].y, acc[a][b]);
-                    acc[a][b] = fmaf(q4[b].z, r4[a].z, acc[a][b]);
-                    acc[a][b] = fmaf(q4[b].w, r4[a].w, acc[a][b]);
-                }
+            fma_tile4x4(acc, q4, r4);
         }
     }
     const float scale = 1.0f / sqrtf((float)D);
