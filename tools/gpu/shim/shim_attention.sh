@@ -12,6 +12,7 @@ python3 - "$D/att_kernels.cpp" <<'PY'
 import re, sys
 src = open("src/backend/cuda/k_attention.cu").read()
 common = open("src/backend/cuda/cu_common.cuh").read()
+kvrow = open("src/backend/cuda/cu_kvrow.cuh").read()
 rope = open("src/backend/cuda/cu_rope.cuh").read()
 out = ['#include "cuda_shim.h"', '#include "backend/cuda/cu_kernels.h"', '#include "dsv4.h"',
        '#define KV_F32 DSV4_KV_F32', '#define KV_BF16 DSV4_KV_BF16', '#define ROW_INDEX 1',
@@ -20,8 +21,8 @@ a = common.index("/* ---- number formats"); b = common.index("/* ---- reductions
 out.append(common[a:b])
 a = rope.index("__device__ __forceinline__ void rope_pair"); b = rope.rindex("#endif")
 out.append(rope[a:b])
-a = src.index("__device__ __forceinline__ float kv_elem"); b = src.index("__device__ __forceinline__ void put_bf16_bytes")
-out.append(src[a:b])
+a = kvrow.index("__device__ __forceinline__ float kv_elem")
+out.append(kvrow[a:])   # kv_elem and fma_tile4x4
 a = src.index("#if ATT_CHUNKED\n"); b = src.index("#endif", src.index('extern "C" int cu_attention(cu_stream st', a))
 chunk = src[a + len("#if ATT_CHUNKED\n"):b]
 chunk = chunk.replace("extern __shared__ float out_s[];", "float *out_s = shim_dyn_smem;")
