@@ -83,4 +83,22 @@ for v in "" 0; do
     then ok; else bad "bench with DSV4_CUDA_MMA=${v:-unset}: $(head -1 "$T/out") $(head -2 "$T/err")"; fi
 done
 expect_err "DSV4_CUDA_MMA=yes" "DSV4_CUDA_MMA" env DSV4_CUDA_MMA=yes "$BIN" logits -m "$T/m" --device cuda --tokens 1,2
+# ... and they are observable: at K >= 1024 (all four partial sums of the tensor-core order in use) the OFFICIAL
+# logits with them differ from the CUDA-core path's (at the presets' K <= 256 both give the same bits), and stay
+# close to them. test_gpu_parity holds the memcmp matrix on this shape.
+"$BIN" tiny -o "$T/wide" --preset flash-tiny --set 'compress_ratios=[0,0,4,128,4,128]' --set sliding_window=8 --set index_topk=3 \
+    --set hidden_size=1024 --set q_lora_rank=1024 --set moe_intermediate_size=1024 --set o_lora_rank=512 >/dev/null 2>&1 || bad "tiny wide failed"
+for v in 1 0; do
+    expect_ok "wide logits DSV4_CUDA_MMA=$v" env DSV4_CUDA_MMA=$v "$BIN" logits -m "$T/wide" --device cuda --mode official --kv fp8 \
+        --tokens "$(seq -s, 3 2 200)" --out "$T/wide$v.npy"
+done
+cmp -s "$T/wide1.npy" "$T/wide0.npy" && bad "K >= 1024: the tensor-core logits equal the CUDA-core ones bit for bit (path not taken?)" || ok
+if python3 -c "import numpy" 2>/dev/null; then
+    python3 -c "
+import numpy as np, sys
+a, b = np.load(sys.argv[1]), np.load(sys.argv[2])
+r = np.abs(a - b).max() / np.abs(b).max(); agree = (a.argmax(1) == b.argmax(1)).mean()
+print('gpu cli: K >= 1024, tensor cores vs CUDA cores: worst |dlogit| / max|logit| %.3g, argmax agree %.1f%%' % (r, 100 * agree))
+sys.exit(0 if r < 0.05 and agree > 0.9 else 1)" "$T/wide1.npy" "$T/wide0.npy" && ok || bad "K >= 1024: tensor cores far from CUDA cores"
+fi
 finish

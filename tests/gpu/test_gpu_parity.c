@@ -18,7 +18,7 @@
 typedef struct {
     const char *name;
     const char *preset;
-    const char *sets[6];
+    const char *sets[8];
     int n_sets;
     dsv4_mode mode;
     int kv;
@@ -35,6 +35,12 @@ static const topology topologies[] = {
     {"OFFICIAL pro-like", "pro-tiny", {"compress_ratios=[128,128,4,128]", "sliding_window=8", "index_topk=5"}, 3, DSV4_MODE_OFFICIAL, DSV4_KV_F32},
     {"OFFICIAL flash-like, fp8 KV", "flash-tiny", {"compress_ratios=[0,0,4,128,4,128]", "sliding_window=8", "index_topk=3"}, 3, DSV4_MODE_OFFICIAL, DSV4_KV_FP8},
     {"OFFICIAL pro-like, bf16 KV", "pro-tiny", {"compress_ratios=[128,128,4,128]", "sliding_window=8", "index_topk=5"}, 3, DSV4_MODE_OFFICIAL, DSV4_KV_BF16},
+    /* K >= 1024 in every FP8/FP4 linear (hidden, q_lora, expert FFN, o_groups x o_lora): the tensor-core linears
+     * use all four of their partial sums, and their bits differ from the CUDA-core path's (tests/gpu/cli.sh checks
+     * that), so this row holds the matrix on the tensor-core path; at the presets' K <= 256 the two paths agree */
+    {"OFFICIAL flash-like, K >= 1024 (tensor cores), fp8 KV", "flash-tiny",
+     {"compress_ratios=[0,0,4,128,4,128]", "sliding_window=8", "index_topk=3", "hidden_size=1024", "q_lora_rank=1024",
+      "moe_intermediate_size=1024", "o_lora_rank=512"}, 7, DSV4_MODE_OFFICIAL, DSV4_KV_FP8},
 };
 #define N_TOPO (int)(sizeof topologies / sizeof topologies[0])
 
