@@ -84,21 +84,26 @@ for v in "" 0; do
 done
 expect_err "DSV4_CUDA_MMA=yes" "DSV4_CUDA_MMA" env DSV4_CUDA_MMA=yes "$BIN" logits -m "$T/m" --device cuda --tokens 1,2
 # ... and they are observable: at K >= 1024 (all four partial sums of the tensor-core order in use) the OFFICIAL
-# logits with them differ from the CUDA-core path's (at the presets' K <= 256 both give the same bits), and stay
-# close to them. test_gpu_parity holds the memcmp matrix on this shape.
+# logits with them differ from the CUDA-core path's (at the presets' K <= 256 both give the same bits). A random
+# tiny model is not calm (a changed last bit flips top-k and routing choices), so closeness is judged against the
+# CPU's OFFICIAL run: the tensor-core path may not be much further from it than the CUDA-core path is.
+# test_gpu_parity holds the memcmp matrix on this shape.
 "$BIN" tiny -o "$T/wide" --preset flash-tiny --set 'compress_ratios=[0,0,4,128,4,128]' --set sliding_window=8 --set index_topk=3 \
     --set hidden_size=1024 --set q_lora_rank=1024 --set moe_intermediate_size=1024 --set o_lora_rank=512 >/dev/null 2>&1 || bad "tiny wide failed"
+WT=$(seq -s, 3 2 200)
 for v in 1 0; do
     expect_ok "wide logits DSV4_CUDA_MMA=$v" env DSV4_CUDA_MMA=$v "$BIN" logits -m "$T/wide" --device cuda --mode official --kv fp8 \
-        --tokens "$(seq -s, 3 2 200)" --out "$T/wide$v.npy"
+        --tokens "$WT" --out "$T/wide$v.npy"
 done
+expect_ok "wide logits on the cpu" "$BIN" logits -m "$T/wide" --device cpu --mode official --kv fp8 --tokens "$WT" --out "$T/widec.npy"
 cmp -s "$T/wide1.npy" "$T/wide0.npy" && bad "K >= 1024: the tensor-core logits equal the CUDA-core ones bit for bit (path not taken?)" || ok
 if python3 -c "import numpy" 2>/dev/null; then
     python3 -c "
 import numpy as np, sys
-a, b = np.load(sys.argv[1]), np.load(sys.argv[2])
-r = np.abs(a - b).max() / np.abs(b).max(); agree = (a.argmax(1) == b.argmax(1)).mean()
-print('gpu cli: K >= 1024, tensor cores vs CUDA cores: worst |dlogit| / max|logit| %.3g, argmax agree %.1f%%' % (r, 100 * agree))
-sys.exit(0 if r < 0.05 and agree > 0.9 else 1)" "$T/wide1.npy" "$T/wide0.npy" && ok || bad "K >= 1024: tensor cores far from CUDA cores"
+t, f, c = (np.load(p) for p in sys.argv[1:4])
+def dist(a): return np.abs(a - c).mean() / np.abs(c).mean(), 100 * (a.argmax(1) == c.argmax(1)).mean()
+(rt, at), (rf, af) = dist(t), dist(f)
+print('gpu cli: K >= 1024 against the CPU OFFICIAL run: tensor cores mean |dlogit| / mean |logit| %.3g, argmax %.1f%%; CUDA cores %.3g, %.1f%%' % (rt, at, rf, af))
+sys.exit(0 if rt <= 2 * rf + 1e-3 else 1)" "$T/wide1.npy" "$T/wide0.npy" "$T/widec.npy" && ok || bad "K >= 1024: the tensor-core path is far further from the CPU than the CUDA-core path"
 fi
 finish

@@ -272,7 +272,7 @@ static void parity(void **state) {
 }
 
 #define TOPO(i) static int setup_##i(void **s) { return setup(s, &topologies[i]); }
-TOPO(0) TOPO(1) TOPO(2) TOPO(3) TOPO(4) TOPO(5) TOPO(6) TOPO(7) TOPO(8) TOPO(9)
+TOPO(0) TOPO(1) TOPO(2) TOPO(3) TOPO(4) TOPO(5) TOPO(6) TOPO(7) TOPO(8) TOPO(9) TOPO(10)
 
 int main(void) {
     dsv4_error why;
@@ -280,7 +280,8 @@ int main(void) {
         printf("gpu parity: skipped, needs a GPU: %s\n", why.msg);
         return 0;
     }
-    int (*setups[])(void **) = { setup_0, setup_1, setup_2, setup_3, setup_4, setup_5, setup_6, setup_7, setup_8, setup_9 };
+    int (*setups[])(void **) = { setup_0, setup_1, setup_2, setup_3, setup_4, setup_5, setup_6, setup_7, setup_8, setup_9, setup_10 };
+    _Static_assert(sizeof setups / sizeof setups[0] == N_TOPO, "one TOPO(i) per topology");
     struct CMUnitTest tests[N_TOPO];
     for (int i = 0; i < N_TOPO; i++) tests[i] = (struct CMUnitTest){ topologies[i].name, parity, setups[i], teardown, NULL };
     return _cmocka_run_group_tests("gpu parity (memcmp)", tests, N_TOPO, NULL, NULL);
