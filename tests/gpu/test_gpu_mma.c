@@ -185,18 +185,20 @@ static void free_act(tact *a) {
     cu_free(a->s);
 }
 
-/* y[T][N] for tokens [t0, t0 + T) of a (host copy). */
-static void run(const dsv4_weight *dw, const tact *a, int t0, int T, float *y) {
+/* y[T][N] for tokens [t0, t0 + T) of a (host copy); out_bf16 as cu_mma_linear's. */
+static void run_o(const dsv4_weight *dw, const tact *a, int t0, int T, float *y, int out_bf16) {
     const int N = dw->rows;
     float *dy = cu_malloc(sizeof(float) * T * N);
     assert_non_null(dy);
     dsv4_error err;
-    if (cu_mma_linear(NULL, dw, a->q + (int64_t)t0 * a->ldq, a->ldq, a->s + (int64_t)t0 * a->lds, a->lds, T, dy, N, &err))
+    if (cu_mma_linear(NULL, dw, a->q + (int64_t)t0 * a->ldq, a->ldq, a->s + (int64_t)t0 * a->lds, a->lds, T, dy, N, out_bf16, &err))
         fail_msg("%s", err.msg);
     sync_ok("mma linear");
     assert_int_equal(cu_download(y, dy, sizeof(float) * T * N), 0);
     cu_free(dy);
 }
+
+static void run(const dsv4_weight *dw, const tact *a, int t0, int T, float *y) { run_o(dw, a, t0, T, y, 0); }
 
 /* The weight decoded once (every value times its scale is exact in float: 4 significant bits, exponents in range). */
 static float *ref_decode(const dsv4_weight *w) {
@@ -249,6 +251,56 @@ static void pack_is_exact(void **state) {
     printf("  pack: e4m3(q) * s == x for %d x %d act-quantized values (a rounded-down block takes s/2)\n", T, K);
     free(q); free(s); free(x);
     free_act(&a);
+}
+
+/* bf16 by round to nearest even on the bits (written here, not taken from the library under test). */
+static float host_bf16(float x) {
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    if ((u & 0x7f800000u) != 0x7f800000u) u = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+    memcpy(&x, &u, 4);
+    return x;
+}
+
+/* The step packs raw rows (cu_mma.h: packing quantizes by act_quant's rule) and keeps the fp32 act_quant copy for
+ * CUDA-core linears only: the linear of packed raw rows must equal, bit for bit, the linear of the packed act_quant
+ * copy (the scale of a rounded-down block halves, every sum doubles and is halved back exactly). And out_bf16
+ * gives each output rounded to bf16, nothing else. */
+static void raw_packing_and_bf16_output(void **state) {
+    (void)state;
+    enum { T = 41, N = 300 };
+    for (int fp4 = 0; fp4 < 2; fp4++) {
+        const int K = fp4 ? 1120 : 1024, fmt = fp4 ? WF_FP4 : WF_FP8;
+        tweight w = make_weight(fmt, N, K, 0);
+        float *raw = malloc(sizeof(float) * T * K), *quant = malloc(sizeof(float) * T * K);
+        for (int i = 0; i < T * K; i++) raw[i] = (float)ldexp(dsv4_rng_normal(&rng), (int)dsv4_rng_below(&rng, 9) - 4);
+        /* in every 5th row a first block whose amax (0.4395 = 225 s, s = 2^-9) rounds down to 224 s */
+        for (int t = 0; t < T; t += 5) {
+            raw[(int64_t)t * K + 3] = 0.4395f;
+            for (int i = 4; i < 128; i++) raw[(int64_t)t * K + i] = 0.001f * (float)(i % 50) - 0.02f;
+        }
+        memcpy(quant, raw, sizeof(float) * T * K);
+        for (int t = 0; t < T; t++) act_quant_fp8_ref(quant + (int64_t)t * K, K, 128);
+        tact ar = pack(raw, T, K), aq = pack(quant, T, K);
+        float *yr = malloc(sizeof(float) * T * N), *yq = malloc(sizeof(float) * T * N), *yb = malloc(sizeof(float) * T * N);
+        run(&w.d, &ar, 0, T, yr);
+        run(&w.d, &aq, 0, T, yq);
+        if (memcmp(yr, yq, sizeof(float) * T * N)) fail_msg("%s: the linear of packed raw rows differs from that of their act_quant copy", fp4 ? "FP4" : "FP8");
+        run_o(&w.d, &ar, 0, T, yb, 1);
+        int rounded = 0;
+        for (int i = 0; i < T * N; i++) {
+            const float want = host_bf16(yr[i]);
+            if (memcmp(&yb[i], &want, 4)) fail_msg("%s: out_bf16 element %d is %.9g, bf16 of %.9g is %.9g", fp4 ? "FP4" : "FP8", i, yb[i], yr[i], want);
+            rounded += yb[i] != yr[i];
+        }
+        if (!rounded) fail_msg("%s: out_bf16 rounded nothing (the test data should need rounding)", fp4 ? "FP4" : "FP8");
+        printf("  %s %dx%d, %d tokens: packed raw rows = packed act_quant rows (memcmp); out_bf16 = bf16 of the output (%d of %d changed)\n",
+               fp4 ? "FP4" : "FP8", N, K, T, rounded, T * N);
+        free(raw); free(quant); free(yr); free(yq); free(yb);
+        free_act(&ar);
+        free_act(&aq);
+        free_weight(&w);
+    }
 }
 
 /* One format and token count: y == the exact reference (integers) or within the bound (realistic). */
@@ -361,24 +413,28 @@ static void refuses_bad_shapes(void **state) {
     dsv4_error err;
     dsv4_weight bad = w8.d;
     bad.fmt = WF_BF16;
-    assert_int_equal(cu_mma_linear(NULL, &bad, a.q, a.ldq, a.s, a.lds, 2, dy, 16, &err), DSV4_E_UNSUPPORTED);
+    assert_int_equal(cu_mma_linear(NULL, &bad, a.q, a.ldq, a.s, a.lds, 2, dy, 16, 0, &err), DSV4_E_UNSUPPORTED);
+    assert_false(cu_mma_takes(&bad));
     assert_true(err.msg[0] != 0);
     bad = w8.d;
     bad.cols = 96;   /* FP8: not a multiple of 128 */
-    assert_int_equal(cu_mma_linear(NULL, &bad, a.q, a.ldq, a.s, a.lds, 2, dy, 16, &err), DSV4_E_ARG);
+    assert_int_equal(cu_mma_linear(NULL, &bad, a.q, a.ldq, a.s, a.lds, 2, dy, 16, 0, &err), DSV4_E_ARG);
+    assert_false(cu_mma_takes(&bad));
     bad = w4.d;
     bad.cols = 48;   /* FP4: not a multiple of 32 */
-    assert_int_equal(cu_mma_linear(NULL, &bad, a.q, a.ldq, a.s, a.lds, 2, dy, 16, &err), DSV4_E_ARG);
+    assert_int_equal(cu_mma_linear(NULL, &bad, a.q, a.ldq, a.s, a.lds, 2, dy, 16, 0, &err), DSV4_E_ARG);
+    assert_false(cu_mma_takes(&bad));
     bad = w8.d;
     bad.data = (const uint8_t *)w8.d.data + 8;   /* misaligned FP8 rows */
-    assert_int_equal(cu_mma_linear(NULL, &bad, a.q, a.ldq, a.s, a.lds, 2, dy, 16, &err), DSV4_E_ARG);
-    assert_int_equal(cu_mma_linear(NULL, &w8.d, a.q + 1, a.ldq, a.s, a.lds, 2, dy, 16, &err), DSV4_E_ARG);   /* misaligned x */
-    assert_int_equal(cu_mma_linear(NULL, &w8.d, a.q, 250, a.s, a.lds, 2, dy, 16, &err), DSV4_E_ARG);         /* ldq < K */
-    assert_int_equal(cu_mma_linear(NULL, &w8.d, a.q, a.ldq, a.s, 1, 2, dy, 16, &err), DSV4_E_ARG);           /* lds too small */
-    assert_int_equal(cu_mma_linear(NULL, &w8.d, a.q, a.ldq, a.s, a.lds, 2, dy, 15, &err), DSV4_E_ARG);       /* ldy < N */
-    assert_int_equal(cu_mma_linear(NULL, &w8.d, a.q, a.ldq, a.s, a.lds, -1, dy, 16, &err), DSV4_E_ARG);
+    assert_int_equal(cu_mma_linear(NULL, &bad, a.q, a.ldq, a.s, a.lds, 2, dy, 16, 0, &err), DSV4_E_ARG);
+    assert_false(cu_mma_takes(&bad));
+    assert_int_equal(cu_mma_linear(NULL, &w8.d, a.q + 1, a.ldq, a.s, a.lds, 2, dy, 16, 0, &err), DSV4_E_ARG);   /* misaligned x */
+    assert_int_equal(cu_mma_linear(NULL, &w8.d, a.q, 250, a.s, a.lds, 2, dy, 16, 0, &err), DSV4_E_ARG);         /* ldq < K */
+    assert_int_equal(cu_mma_linear(NULL, &w8.d, a.q, a.ldq, a.s, 1, 2, dy, 16, 0, &err), DSV4_E_ARG);           /* lds too small */
+    assert_int_equal(cu_mma_linear(NULL, &w8.d, a.q, a.ldq, a.s, a.lds, 2, dy, 15, 0, &err), DSV4_E_ARG);       /* ldy < N */
+    assert_int_equal(cu_mma_linear(NULL, &w8.d, a.q, a.ldq, a.s, a.lds, -1, dy, 16, 0, &err), DSV4_E_ARG);
     assert_int_equal(cu_mma_pack_act(NULL, (const float *)dy, 256, 2, 256, a.q, 264, a.s, a.lds, &err), DSV4_E_ARG);   /* ldq % 16 */
-    assert_int_equal(cu_mma_linear(NULL, &w8.d, a.q, a.ldq, a.s, a.lds, 0, dy, 16, &err), 0);   /* no tokens: nothing to do */
+    assert_int_equal(cu_mma_linear(NULL, &w8.d, a.q, a.ldq, a.s, a.lds, 0, dy, 16, 0, &err), 0);   /* no tokens: nothing to do */
     sync_ok("refusals");
     uint32_t back[32];
     assert_int_equal(cu_download(back, dy, sizeof back), 0);
@@ -399,7 +455,7 @@ static void refuses_bad_shapes(void **state) {
 static int call(cu_stream st, const dsv4_weight *w, const uint8_t *q, int ldq, const float *s, int lds, const float *xf, int T, float *y,
                 int ldy, dsv4_error *err) {
     if (xf) return cu_linear(st, w, xf, T, w->cols, y, ldy);   /* the CUDA-core kernel (k_linear.cu), for comparison */
-    return cu_mma_linear(st, w, q, ldq, s, lds, T, y, ldy, err);
+    return cu_mma_linear(st, w, q, ldq, s, lds, T, y, ldy, 0, err);
 }
 
 /* xf non-NULL: time cu_linear on fp32 rows xf instead. */
@@ -519,6 +575,7 @@ int main(int argc, char **argv) {
     dsv4_rng_seed(&rng, 2026);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(pack_is_exact),
+        cmocka_unit_test(raw_packing_and_bf16_output),
         cmocka_unit_test(exact_on_integers),
         cmocka_unit_test(close_on_realistic),
         cmocka_unit_test(batch_invariant_and_deterministic),

@@ -1,7 +1,7 @@
 /* OFFICIAL-mode linear layers on FP8 tensor cores (k_mma.cu, issue 18): y[t][o] = sum_i W[o][i] x[t][i] with W
  * in FP8 E4M3 (128x128 UE8M0 block scales) or FP4 E2M1 (a UE8M0 scale per 32 columns of a row) and x the act-
- * quantized input as E4M3 bytes with one fp32 power-of-two scale per 128 columns of a row. Not yet used by the
- * model: the standalone kernel, its test (tests/gpu/test_gpu_mma.c) and its benchmark (--bench there).
+ * quantized input as E4M3 bytes with one fp32 power-of-two scale per 128 columns of a row. The model's OFFICIAL
+ * steps use them where cu_mma_takes says so (cuda_step.c, cuda_ep.c); test and benchmark: tests/gpu/test_gpu_mma.c.
  *
  * Reduction order of y[t][o] (k_mma.cu states it in full): four partial sums, partial p taking the 128-column
  * chunks c = p, p + 4, p + 8, ... in increasing order; each chunk's tensor-core partial sums go into a fresh fp32
@@ -23,22 +23,29 @@ extern "C" {
 static inline int cu_mma_ld(int K) { return (K + 15) / 16 * 16; }
 static inline int cu_mma_lds(int K) { return (K + CU_MMA_ACT_BLOCK - 1) / CU_MMA_ACT_BLOCK; }
 
-/* Pack T act-quantized rows x[t*ldx + i] (i < K; the OFFICIAL act_quant output, each 128-column block q * s with
- * q an E4M3 value and s a power of two) as E4M3 bytes xq[t*ldq + i] and scales xs[t*lds + i/128] with
- * x = e4m3(xq) * xs exactly. The scale is recomputed from the quantized block (act_quant's rule on its amax):
- * it may be half of act_quant's s (a block whose amax rounded down to 224 s), never larger, so every q' = x / s'
- * is an E4M3 value again (a power-of-two multiple of q, at most 448). Rows that are not act-quantized are
- * quantized (round to nearest even, saturating), which is not exact. ldq a multiple of 16 >= K, xq 16-byte
- * aligned, lds >= ceil(K / 128). 0, or DSV4_E_ARG with one line in err. */
+/* Pack T rows x[t*ldx + i] (i < K) for the tensor-core linears: E4M3 bytes xq[t*ldq + i] and one power-of-two
+ * scale xs[t*lds + i/128] per 128-column block, by act_quant's rule (the scale from the block's amax; each value
+ * x / s rounded to nearest even E4M3). So packing the raw rows IS the OFFICIAL activation quantization: the step
+ * packs raw rows and makes the fp32 act_quant copy only for a linear that runs on CUDA cores.
+ * Packing the act_quant copy instead gives the same products: its blocks are q * s with q an E4M3 value, the scale
+ * recomputed from them is s or s / 2 (a block whose amax rounded down to 224 s), never larger, so the bytes are q
+ * or 2 q (exact, at most 448) and every tensor-core sum is the same sum times 1 or 2, undone exactly by the scale.
+ * ldq a multiple of 16 >= K, xq 16-byte aligned, lds >= ceil(K / 128). 0, or DSV4_E_ARG with one line in err. */
 int cu_mma_pack_act(cu_stream st, const float *x, int ldx, int T, int K, uint8_t *xq, int ldq, float *xs, int lds,
                     dsv4_error *err);
 
 /* y[t*ldy + o] for t < T, o < w->rows, from xq / xs as cu_mma_pack_act writes them (w->cols columns). FP8 weights:
- * cols a multiple of 128, data 16-byte aligned; FP4: cols a multiple of 32, data 4-byte aligned. 0, or
+ * cols a multiple of 128, data 16-byte aligned; FP4: cols a multiple of 32, data 4-byte aligned. out_bf16: each
+ * y rounded to BF16 after its last addition (the OFFICIAL linears' BF16 output: one kernel fewer). 0, or
  * DSV4_E_UNSUPPORTED (another weight format) / DSV4_E_ARG (shape, stride or alignment) with one line in err;
  * nothing is launched then. */
 int cu_mma_linear(cu_stream st, const dsv4_weight *w, const uint8_t *xq, int ldq, const float *xs, int lds, int T, float *y,
-                  int ldy, dsv4_error *err);
+                  int ldy, int out_bf16, dsv4_error *err);
+
+/* Whether cu_mma_linear takes weight w (its format, shape, alignment and scales: never T), and whether
+ * cu_mma_expert_linear takes experts of format fmt with `cols` columns. */
+int cu_mma_takes(const dsv4_weight *w);
+int cu_mma_takes_experts(int fmt, int cols);
 
 /* The routed experts' tiles of a MoE plan (as cu_expert_linear): tile i is expert plan->tile_expert[i] over its
  * pairs; pair p reads packed row p (x_by_pair) or plan->pair_token[p] of xq / xs and writes row p of y. Experts
@@ -46,7 +53,7 @@ int cu_mma_linear(cu_stream st, const dsv4_weight *w, const uint8_t *xq, int ldq
  * 128) or FP4 (of 32), data aligned as for cu_mma_linear. 0, or an error with one line in err. */
 int cu_mma_expert_linear(cu_stream st, const dsv4_weight *experts, int rows, int cols, int fmt, const cu_moe_plan *plan,
                          int max_tiles, const uint8_t *xq, int ldq, const float *xs, int lds, int x_by_pair, float *y,
-                         int ldy, dsv4_error *err);
+                         int ldy, int out_bf16, dsv4_error *err);
 
 #ifdef __cplusplus
 }

@@ -9,35 +9,44 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* One expert projection: on tensor cores from packed rows (b->mma, FP8/FP4 experts), else k_linear.cu. */
-static void expert_proj(cu_stream st, const cu_layer_experts *ex, const dsv4_weight *w, int rows, int cols, const cu_moe_bufs *b,
-                        int max_tiles, const float *x, const uint8_t *xq, const float *xqs, int x_by_pair, float *y, int one_token) {
-    if (b->mma && (ex->fmt == WF_FP8 || ex->fmt == WF_FP4) &&
-        !cu_mma_expert_linear(st, w, rows, cols, ex->fmt, &b->plan, max_tiles, xq, cu_mma_ld(cols), xqs, cu_mma_lds(cols), x_by_pair,
-                              y, rows, NULL))
-        return;
-    cu_expert_linear(st, w, rows, cols, ex->fmt, &b->plan, max_tiles, x, cols, x_by_pair, y, rows, one_token);
+int cu_moe_input_packed(const cu_moe_bufs *b, const cu_layer_experts *ex, int official, int dim) {
+    return official && b->mma && cu_mma_takes_experts(ex->fmt, dim);
 }
 
-void cu_moe_routed(cu_stream st, const dsv4_config *c, int official, const cu_layer_experts *ex, int T, int max_tiles,
-                   const cu_moe_bufs *b) {
+/* One expert projection, rows x cols: on tensor cores from the packed rows xq / xqs when `packed` (the caller
+ * decided by cu_mma_takes_experts; out_bf16 rounds in the epilogue), else on CUDA cores (k_linear.cu) from x. */
+static int expert_proj(cu_stream st, const cu_layer_experts *ex, const dsv4_weight *w, int rows, int cols, const cu_moe_bufs *b,
+                       int max_tiles, int packed, const float *x, const uint8_t *xq, const float *xqs, int x_by_pair, float *y,
+                       int out_bf16, int one_token, dsv4_error *err) {
+    if (packed)
+        return cu_mma_expert_linear(st, w, rows, cols, ex->fmt, &b->plan, max_tiles, xq, cu_mma_ld(cols), xqs, cu_mma_lds(cols),
+                                    x_by_pair, y, rows, out_bf16, err);
+    cu_expert_linear(st, w, rows, cols, ex->fmt, &b->plan, max_tiles, x, cols, x_by_pair, y, rows, one_token);
+    return 0;
+}
+
+int cu_moe_routed(cu_stream st, const dsv4_config *c, int official, const cu_layer_experts *ex, int T, int max_tiles,
+                  const cu_moe_bufs *b, dsv4_error *err) {
     const int d = c->dim, K = c->n_act, I = c->moe_inter, P = T * K;
     cu_moe_plan plan = b->plan;   /* the struct holds device pointers: building writes through them */
     cu_moe_plan_build(st, b->route_e, b->route_w, T, K, c->n_routed, &plan);
-    /* FP8/FP4 experts see their input rows quantized per 128 columns (OFFICIAL) */
+    /* FP8/FP4 experts see their input rows quantized per 128 columns (OFFICIAL): packing quantizes (cu_mma.h), the
+     * CUDA-core path reads the fp32 act_quant copy */
+    const int in_packed = cu_moe_input_packed(b, ex, official, d), mid_packed = official && b->mma && cu_mma_takes_experts(ex->fmt, I);
     const float *xe = b->xn;
-    if (official) {
+    if (in_packed) cu_mma_pack_act(st, b->xn, d, T, d, b->xq, cu_mma_ld(d), b->xqs, cu_mma_lds(d), NULL);
+    else if (official) {
         cu_act_quant(st, b->xn, d, b->x8, d, T, d, 128, 0);
         xe = b->x8;
-        if (b->mma) cu_mma_pack_act(st, b->x8, d, T, d, b->xq, cu_mma_ld(d), b->xqs, cu_mma_lds(d), NULL);
     }
-    expert_proj(st, ex, ex->w1, I, d, b, max_tiles, xe, b->xq, b->xqs, 0, b->eg, T == 1);
-    expert_proj(st, ex, ex->w3, I, d, b, max_tiles, xe, b->xq, b->xqs, 0, b->ev, T == 1);
+    int rc = expert_proj(st, ex, ex->w1, I, d, b, max_tiles, in_packed, xe, b->xq, b->xqs, 0, b->eg, official, T == 1, err);
+    if (!rc) rc = expert_proj(st, ex, ex->w3, I, d, b, max_tiles, in_packed, xe, b->xq, b->xqs, 0, b->ev, official, T == 1, err);
     cu_swiglu(st, official, b->eg, b->ev, b->plan.pair_weight, P, I, c->swiglu_limit);
-    if (official) cu_act_quant(st, b->eg, I, b->eg, I, P, I, 128, 0);
-    if (official && b->mma) cu_mma_pack_act(st, b->eg, I, P, I, b->egq, cu_mma_ld(I), b->egqs, cu_mma_lds(I), NULL);
-    expert_proj(st, ex, ex->w2, d, I, b, max_tiles, b->eg, b->egq, b->egqs, 1, b->ey, T == 1);
-    if (official) cu_round_bf16(st, b->ey, (int64_t)P * d);
+    if (mid_packed) cu_mma_pack_act(st, b->eg, I, P, I, b->egq, cu_mma_ld(I), b->egqs, cu_mma_lds(I), NULL);
+    else if (official) cu_act_quant(st, b->eg, I, b->eg, I, P, I, 128, 0);
+    if (!rc) rc = expert_proj(st, ex, ex->w2, d, I, b, max_tiles, mid_packed, b->eg, b->egq, b->egqs, 1, b->ey, official, T == 1, err);
+    if (official && !mid_packed) cu_round_bf16(st, b->ey, (int64_t)P * d);
+    return rc;
 }
 
 /* ---- scratch of ranks >= 1 ---------------------------------------------------------------------------------------- */
@@ -139,10 +148,10 @@ int cuda_ep_routed(cu_ep *ep, const struct cuda_model *cm0, const dsv4_config *c
     for (int r = 1; r < n; r++) {
         cu_use(ep->rank[r].cm->gpu);
         ep->rank[r].b.mma = b0->mma;   /* every rank computes the same numerics as rank 0 */
-        cu_moe_routed(st[r], c, official, &ep->rank[r].cm->layers[L].ex, T, max_tiles, &ep->rank[r].b);
+        if (cu_moe_routed(st[r], c, official, &ep->rank[r].cm->layers[L].ex, T, max_tiles, &ep->rank[r].b, err)) return DSV4_E_STATE;
     }
     cu_use(cm0->gpu);
-    cu_moe_routed(st[0], c, official, &cm0->layers[L].ex, T, max_tiles, b0);
+    if (cu_moe_routed(st[0], c, official, &cm0->layers[L].ex, T, max_tiles, b0, err)) return DSV4_E_STATE;
     return cu_comm_reduce_sum(ep->comm, ey, P * d, st, err);
 }
 

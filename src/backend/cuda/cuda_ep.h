@@ -55,10 +55,14 @@ typedef struct cu_ep {
     uint64_t *weight_bytes;    /* [n] bytes of weights each rank holds */
 } cu_ep;
 
-/* The routed experts of one MoE layer for T tokens on one GPU (k_moe.cu, k_linear.cu): plan, OFFICIAL input
- * quantisation, w1 / w3, SwiGLU, w2, OFFICIAL rounding, into b->ey. The one-GPU path and every EP rank. */
-void cu_moe_routed(cu_stream st, const dsv4_config *c, int official, const cu_layer_experts *ex, int T, int max_tiles,
-                   const cu_moe_bufs *b);
+/* The routed experts of one MoE layer for T tokens on one GPU (k_moe.cu, k_linear.cu, k_mma.cu): plan, OFFICIAL
+ * input quantisation, w1 / w3, SwiGLU, w2, OFFICIAL rounding, into b->ey. The one-GPU path and every EP rank.
+ * OFFICIAL: when cu_moe_input_packed, the input rows end up packed in b->xq / b->xqs (tensor cores) and b->x8 is
+ * not written; otherwise b->x8 holds their act_quant copy. 0, or an error with one line in err (the tensor-core
+ * kernels refusing what cu_mma_takes_experts accepted: a bug). */
+int cu_moe_routed(cu_stream st, const dsv4_config *c, int official, const cu_layer_experts *ex, int T, int max_tiles,
+                  const cu_moe_bufs *b, dsv4_error *err);
+int cu_moe_input_packed(const cu_moe_bufs *b, const cu_layer_experts *ex, int official, int dim);
 
 /* Scratch for steps of T tokens on every rank >= 1 (called before a step changes anything). */
 int  cuda_ep_reserve(cu_ep *ep, const dsv4_config *c, int T, dsv4_error *err);

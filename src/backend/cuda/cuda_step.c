@@ -219,18 +219,37 @@ static cu_kvlay lay_of(const kv_layout *l) {
     return k;
 }
 
-/* OFFICIAL act-quantized rows x [T][K] packed for the tensor-core linears (cu_mma.h) into q / qs. */
+/* OFFICIAL rows x [T][K] packed for the tensor-core linears (cu_mma.h) into q / qs: the packing quantizes them by
+ * act_quant's rule, so x may be raw or already act-quantized (the same products either way). */
 static void pack_if(step_ctx *s, const float *x, int K, uint8_t *q, float *qs) {
     if (s->mma) cu_mma_pack_act(s->st, x, K, s->T, K, q, cu_mma_ld(K), qs, cu_mma_lds(K), NULL);
 }
 
-/* y [T][w->rows] = x w^T, x [T][w->cols] act-quantized (OFFICIAL): on tensor cores from its packed copy q / qs
- * when the step uses them and cu_mma_linear takes the weight (FP8 or FP4 of a supported shape: a property of the
- * weight, never of T), else on CUDA cores (k_linear.cu). */
+/* Whether this step runs weight w on tensor cores (cu_mma_takes: its format and shape, never T). */
+static int mma_takes(const step_ctx *s, const dsv4_weight *w) { return s->mma && cu_mma_takes(w); }
+
+/* Whether a linear reading the fp32 act-quantized copy of its input runs in this OFFICIAL step: one of w1, w2 (w2
+ * may be NULL) on CUDA cores. The tensor-core linears read the packed copy, which quantizes by itself, so without
+ * such a reader the act_quant kernel is skipped (run 32: 6 of them a layer, ~5.5 us each at one token). */
+static int cuda_core_reader(const step_ctx *s, const dsv4_weight *w1, const dsv4_weight *w2) {
+    return !mma_takes(s, w1) || (w2 && !mma_takes(s, w2));
+}
+
+/* y [T][w->rows] = x w^T, x [T][w->cols] act-quantized (OFFICIAL), the output rounded to BF16 (OFFICIAL): on
+ * tensor cores from the packed copy q / qs when mma_takes(w), the rounding in the kernel's epilogue; else on CUDA
+ * cores (k_linear.cu) from x, which the caller quantized then (cuda_core_reader). */
 static void linear_q(step_ctx *s, const dsv4_weight *w, const float *x, const uint8_t *q, const float *qs, float *y) {
     const int K = w->cols, N = w->rows;
-    if (s->mma && !cu_mma_linear(s->st, w, q, cu_mma_ld(K), qs, cu_mma_lds(K), s->T, y, N, NULL)) return;
+    if (mma_takes(s, w)) {
+        /* cu_mma_takes accepted the weight and the packed buffers are the workspace's: a refusal is a bug, and x
+         * was not quantized for the CUDA cores, so it ends the step instead of falling back */
+        dsv4_error e;
+        if (cu_mma_linear(s->st, w, q, cu_mma_ld(K), qs, cu_mma_lds(K), s->T, y, N, s->official, &e) && !s->rc)
+            s->rc = dsv4_fail(s->err, DSV4_E_STATE, "cuda: %s", e.msg);
+        return;
+    }
     cu_linear(s->st, w, x, s->T, K, y, N);
+    if (s->official) cu_round_bf16(s->st, y, (int64_t)s->T * N);
 }
 
 static void round_if(step_ctx *s, float *x, int64_t n) {
@@ -261,19 +280,18 @@ static void attn_project(step_ctx *s, const cu_layer *ly) {
     /* FP8 linears see their input quantized per 128 columns (OFFICIAL); compressors and weights_proj read xn */
     const float *x8 = ws->xn;
     if (s->official) {
-        cu_act_quant(s->st, ws->xn, d, ws->x8, d, T, d, 128, 0);
-        x8 = ws->x8;
-        pack_if(s, ws->x8, d, ws->xq, ws->xqs);
+        if (cuda_core_reader(s, &ly->wq_a, &ly->wkv)) {
+            cu_act_quant(s->st, ws->xn, d, ws->x8, d, T, d, 128, 0);
+            x8 = ws->x8;
+        }
+        pack_if(s, ws->xn, d, ws->xq, ws->xqs);
     }
     linear_q(s, &ly->wq_a, x8, ws->xq, ws->xqs, ws->qr);
-    round_if(s, ws->qr, (int64_t)T * c->q_lora);
     cu_rmsnorm(s->st, s->official, ws->qr, c->q_lora, ly->q_norm, c->q_lora, c->norm_eps, ws->qr, c->q_lora, T);
-    quant_rows_if(s, ws->qr, T, c->q_lora);
     pack_if(s, ws->qr, c->q_lora, ws->yq, ws->yqs);   /* also the indexer's wq_b input (step_attention) */
+    if (cuda_core_reader(s, &ly->wq_b, ly->ratio == 4 ? &ly->idx_wq_b : NULL)) quant_rows_if(s, ws->qr, T, c->q_lora);
     linear_q(s, &ly->wq_b, ws->qr, ws->yq, ws->yqs, ws->q);
-    round_if(s, ws->q, (int64_t)T * H * D);
     linear_q(s, &ly->wkv, x8, ws->xq, ws->xqs, ws->kv);
-    round_if(s, ws->kv, (int64_t)T * D);
     cu_qkv_prepare(s->st, s->official, ws->q, ws->kv, ly->kv_norm, ws->pos, freq, T, H, D, R, c->norm_eps);
 }
 
@@ -282,15 +300,14 @@ static void attn_project(step_ctx *s, const cu_layer *ly) {
 static void attn_output(step_ctx *s, const cu_layer *ly) {
     const dsv4_config *c = &s->m->cfg;
     cu_workspace *ws = s->ws;
-    const int T = s->T, d = c->dim, H = c->n_heads, D = c->head_dim;
+    const int T = s->T, H = c->n_heads, D = c->head_dim;
     const int G = c->o_groups, HD_G = H * D / G, zl = G * c->o_lora;
     /* one launch for all groups (run 18's ncu: 8 launches of 1024 rows each filled a tenth of the GPU) */
     cu_linear_grouped(s->st, &ly->wo_a, G, ws->o, T, H * D, HD_G, ws->z, zl);
     round_if(s, ws->z, (int64_t)T * zl);
-    quant_rows_if(s, ws->z, T, zl);
     pack_if(s, ws->z, zl, ws->yq, ws->yqs);
+    if (cuda_core_reader(s, &ly->wo_b, NULL)) quant_rows_if(s, ws->z, T, zl);
     linear_q(s, &ly->wo_b, ws->z, ws->yq, ws->yqs, ws->sub);
-    round_if(s, ws->sub, (int64_t)T * d);
 }
 
 static void step_attention(step_ctx *s, const cu_layer *ly, int L) {
@@ -311,7 +328,6 @@ static void step_attention(step_ctx *s, const cu_layer *ly, int L) {
         cu_linear(s->st, &ly->icomp.wkv, ws->xn, T, d, ws->ick, 2 * cI);
         cu_linear(s->st, &ly->icomp.wgate, ws->xn, T, d, ws->icz, 2 * cI);
         linear_q(s, &ly->idx_wq_b, ws->qr, ws->yq, ws->yqs, ws->qi);   /* qr packed by attn_project */
-        round_if(s, ws->qi, (int64_t)T * nI * cI);
         cu_linear(s->st, &ly->idx_weights_proj, ws->xn, T, d, ws->wi, nI);
         round_if(s, ws->wi, (int64_t)T * nI);
     }
@@ -350,20 +366,26 @@ static void step_attention(step_ctx *s, const cu_layer *ly, int L) {
     mark(s, ST_OUTPUT);
 }
 
-/* The shared expert over the step's rows (moe.c expert): g/v [T][I] projected here. */
-static void shared_expert(step_ctx *s, const cu_layer *ly, const float *xe) {
+/* The shared expert over the step's rows (moe.c expert): g/v [T][I] projected here. OFFICIAL: the routed experts
+ * left the input rows packed in ws->xq when they ran on tensor cores (in_packed), else act-quantized in ws->x8. */
+static void shared_expert(step_ctx *s, const cu_layer *ly, int in_packed) {
     const dsv4_config *c = &s->m->cfg;
     cu_workspace *ws = s->ws;
     const int T = s->T, d = c->dim, I = c->moe_inter;
-    /* xe is x8 in OFFICIAL steps (cu_moe_routed quantized it): packed again here, as an expert rank may be elsewhere */
-    if (s->official) pack_if(s, xe, d, ws->xq, ws->xqs);
-    linear_q(s, &ly->sw1, xe, s->official ? ws->xq : NULL, ws->xqs, ws->seg);
-    linear_q(s, &ly->sw3, xe, s->official ? ws->xq : NULL, ws->xqs, ws->sev);
+    const float *xe = ws->xn;
+    if (s->official) {
+        if (cuda_core_reader(s, &ly->sw1, &ly->sw3)) {
+            if (in_packed) cu_act_quant(s->st, ws->xn, d, ws->x8, d, T, d, 128, 0);
+            xe = ws->x8;
+        }
+        if (!in_packed && (mma_takes(s, &ly->sw1) || mma_takes(s, &ly->sw3))) pack_if(s, ws->xn, d, ws->xq, ws->xqs);
+    }
+    linear_q(s, &ly->sw1, xe, ws->xq, ws->xqs, ws->seg);
+    linear_q(s, &ly->sw3, xe, ws->xq, ws->xqs, ws->sev);
     cu_swiglu(s->st, s->official, ws->seg, ws->sev, NULL, T, I, c->swiglu_limit);
-    quant_rows_if(s, ws->seg, T, I);
-    pack_if(s, ws->seg, I, ws->yq, ws->yqs);
+    if (s->official && mma_takes(s, &ly->sw2)) pack_if(s, ws->seg, I, ws->yq, ws->yqs);
+    if (cuda_core_reader(s, &ly->sw2, NULL)) quant_rows_if(s, ws->seg, T, I);
     linear_q(s, &ly->sw2, ws->seg, ws->yq, ws->yqs, ws->ys);
-    round_if(s, ws->ys, (int64_t)T * d);
 }
 
 static void step_moe(step_ctx *s, const cu_layer *ly, int L) {
@@ -386,11 +408,13 @@ static void step_moe(step_ctx *s, const cu_layer *ly, int L) {
         /* the routed experts over every GPU (cuda_ep.h); a failure of the transport ends the step */
         if (!s->rc) s->rc = cuda_ep_routed(s->cm->ep, s->cm, c, s->official, L, T, tiles, &b, s->err);
     } else {
-        cu_moe_routed(s->st, c, s->official, &ly->ex, T, tiles, &b);
+        dsv4_error e;
+        if (cu_moe_routed(s->st, c, s->official, &ly->ex, T, tiles, &b, &e) && !s->rc)
+            s->rc = dsv4_fail(s->err, DSV4_E_STATE, "cuda: layer %d's routed experts: %s", L, e.msg);
     }
     mark(s, ST_EXPERTS);
-    /* the shared expert sees the same (OFFICIAL: quantized) rows as the routed ones; cu_moe_routed left them in x8 */
-    shared_expert(s, ly, s->official ? ws->x8 : ws->xn);
+    /* the shared expert sees the same (OFFICIAL: quantized) rows as the routed ones */
+    shared_expert(s, ly, cu_moe_input_packed(&b, &ly->ex, s->official, d));
     /* the GPU has its experts and the shared expert queued: the host computes its experts meanwhile */
     if (hx && !s->rc) s->rc = cuda_hx_compute(hx, s->m, L, s->st, T, ws->ey, s->err);
     cu_moe_combine(s->st, s->official, ws->ey, ws->ys, ws->plan.token_pairs, T, K, d, ws->sub);

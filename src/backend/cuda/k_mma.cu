@@ -1,6 +1,6 @@
 /* OFFICIAL-mode linear layers on FP8 tensor cores: mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 (sm_89+),
  * weights FP8 E4M3 (128x128 UE8M0 scales) or FP4 E2M1 converted to E4M3 in registers, activations E4M3 with an
- * fp32 power-of-two scale per 128 columns (cu_mma.h). Standalone for now (issue 18): the model still runs k_linear.
+ * fp32 power-of-two scale per 128 columns (cu_mma.h). The model's OFFICIAL steps use them (cuda_step.c, cuda_ep.c).
  *
  * ---- Reduction order of y[t][o] (the same for every t, every T, every tile; a function of K alone) ----
  *   Columns are cut into chunks of 128 (c = 0 .. ceil(K/128) - 1; an FP4 weight's last chunk may hold 1-3 of its
@@ -95,7 +95,7 @@ __device__ __forceinline__ int64_t mma_in_row(const int32_t *in_rows, int in_bas
  * issued before the first of them is used (several loads in flight a lane). */
 template <int FP4, int MT, int NT, int U>
 __device__ __forceinline__ void mma_block(const dsv4_weight &w, const uint8_t *__restrict__ xq, int ldq, const float *__restrict__ xs,
-                                          int lds, int T, float *__restrict__ y, int ldy, int row_base, int tok_base,
+                                          int lds, int T, float *__restrict__ y, int ldy, int out_bf16, int row_base, int tok_base,
                                           const int32_t *__restrict__ in_rows, int in_base, int out_base) {
     const int lane = threadIdx.x & 31, part = threadIdx.x >> 5, g = lane >> 2, q = lane & 3;
     const int N = w.rows, K = w.cols, nchunk = (K + 127) / 128;
@@ -256,15 +256,15 @@ __device__ __forceinline__ void mma_block(const dsv4_weight &w, const uint8_t *_
 #pragma unroll
                 for (int p = 0; p < MMA_PARTS - 1; p++) v += red[p][(mi * NT + ni) * 4 + e][lane];
                 const int r = row_base + 16 * mi + g + 8 * (e >> 1), n = tok_base + 8 * ni + 2 * q + (e & 1);
-                if (r < N && n < T) y[((int64_t)out_base + n) * ldy + r] = v;
+                if (r < N && n < T) y[((int64_t)out_base + n) * ldy + r] = out_bf16 ? dev_round_bf16(v) : v;
             }
 }
 
 template <int FP4, int MT, int NT, int U>
 __global__ void __launch_bounds__(32 * MMA_PARTS) k_mma_linear(dsv4_weight w, const uint8_t *__restrict__ xq, int ldq,
                                                                 const float *__restrict__ xs, int lds, int T,
-                                                                float *__restrict__ y, int ldy) {
-    mma_block<FP4, MT, NT, U>(w, xq, ldq, xs, lds, T, y, ldy, blockIdx.x * 16 * MT, blockIdx.y * 8 * NT, NULL, 0, 0);
+                                                                float *__restrict__ y, int ldy, int out_bf16) {
+    mma_block<FP4, MT, NT, U>(w, xq, ldq, xs, lds, T, y, ldy, out_bf16, blockIdx.x * 16 * MT, blockIdx.y * 8 * NT, NULL, 0, 0);
 }
 
 /* The routed experts' tiles of a MoE plan (k_linear.cu k_expert_linear's contract): tile blockIdx.y is expert
@@ -274,7 +274,8 @@ __global__ void __launch_bounds__(32 * MMA_PARTS) k_mma_linear(dsv4_weight w, co
 template <int FP4>
 __global__ void __launch_bounds__(32 * MMA_PARTS) k_mma_expert(const dsv4_weight *__restrict__ experts, int rows, cu_moe_plan plan,
                                                                 const uint8_t *__restrict__ xq, int ldq, const float *__restrict__ xs,
-                                                                int lds, int x_by_pair, float *__restrict__ y, int ldy) {
+                                                                int lds, int x_by_pair, float *__restrict__ y, int ldy,
+                                                                int out_bf16) {
     const int tile = blockIdx.y;
     if (tile >= *plan.n_tiles) return;
     dsv4_weight w = experts[plan.tile_expert[tile]];
@@ -287,7 +288,7 @@ __global__ void __launch_bounds__(32 * MMA_PARTS) k_mma_expert(const dsv4_weight
         return;
     }
     w.rows = rows;
-    mma_block<FP4, 1, 1, 4>(w, xq, ldq, xs, lds, n, y, ldy, row_base, 0, x_by_pair ? NULL : plan.pair_token, p0, p0);
+    mma_block<FP4, 1, 1, 4>(w, xq, ldq, xs, lds, n, y, ldy, out_bf16, row_base, 0, x_by_pair ? NULL : plan.pair_token, p0, p0);
 }
 
 /* One warp per (row, 128-column block): the block's scale from its amax by act_quant's rule, then each value over
@@ -330,9 +331,9 @@ extern "C" int cu_mma_pack_act(cu_stream st, const float *x, int ldx, int T, int
 
 template <int FP4, int MT, int NT, int U>
 static void mma_launch(cu_stream st, const dsv4_weight *w, const uint8_t *xq, int ldq, const float *xs, int lds, int T, float *y,
-                       int ldy) {
+                       int ldy, int out_bf16) {
     dim3 grid(cu_blocks(w->rows, 16 * MT), cu_blocks(T, 8 * NT));
-    k_mma_linear<FP4, MT, NT, U><<<grid, 32 * MMA_PARTS, 0, (cudaStream_t)st>>>(*w, xq, ldq, xs, lds, T, y, ldy);
+    k_mma_linear<FP4, MT, NT, U><<<grid, 32 * MMA_PARTS, 0, (cudaStream_t)st>>>(*w, xq, ldq, xs, lds, T, y, ldy, out_bf16);
 }
 
 /* The tile from T (never the order): up to 8 tokens one n8 column and 16 rows a block, four chunks' loads in flight
@@ -340,41 +341,57 @@ static void mma_launch(cu_stream st, const dsv4_weight *w, const uint8_t *xq, in
  * rows x 32 tokens. */
 template <int FP4>
 static void mma_dispatch(cu_stream st, const dsv4_weight *w, const uint8_t *xq, int ldq, const float *xs, int lds, int T, float *y,
-                         int ldy) {
-    if (T <= 8) mma_launch<FP4, 1, 1, 4>(st, w, xq, ldq, xs, lds, T, y, ldy);
-    else if (T <= 32) mma_launch<FP4, 1, 4, 2>(st, w, xq, ldq, xs, lds, T, y, ldy);
-    else if constexpr (FP4) mma_launch<FP4, 4, 4, 1>(st, w, xq, ldq, xs, lds, T, y, ldy);
-    else mma_launch<FP4, 2, 4, 1>(st, w, xq, ldq, xs, lds, T, y, ldy);   /* FP8 at 64 x 32 spills (255 registers) */
+                         int ldy, int o) {
+    if (T <= 8) mma_launch<FP4, 1, 1, 4>(st, w, xq, ldq, xs, lds, T, y, ldy, o);
+    else if (T <= 32) mma_launch<FP4, 1, 4, 2>(st, w, xq, ldq, xs, lds, T, y, ldy, o);
+    else if constexpr (FP4) mma_launch<FP4, 4, 4, 1>(st, w, xq, ldq, xs, lds, T, y, ldy, o);
+    else mma_launch<FP4, 2, 4, 1>(st, w, xq, ldq, xs, lds, T, y, ldy, o);   /* FP8 at 64 x 32 spills (255 registers) */
+}
+
+/* The weight half of cu_mma_linear's contract: 0 when w is taken, else a one-line reason (code in *code). */
+static const char *weight_refusal(const dsv4_weight *w, int *code) {
+    static const char *const fmt_msg = "weight format has no tensor-core path (FP8 and FP4 only)";
+    *code = DSV4_E_ARG;
+    if (w->fmt != WF_FP8 && w->fmt != WF_FP4) { *code = DSV4_E_UNSUPPORTED; return fmt_msg; }
+    const int fp4 = w->fmt == WF_FP4, K = w->cols;
+    if (w->rows < 0 || K < 1) return "weight shape";
+    if (K % (fp4 ? 32 : 128)) return fp4 ? "FP4 weight columns not a multiple of 32" : "FP8 weight columns not a multiple of 128";
+    if (!w->data || !w->scale || (uintptr_t)w->data % (fp4 ? 4 : 16)) return "weight data missing or misaligned (FP8: 16 bytes, FP4: 4)";
+    if (!w->scale_cols || w->scale_cols < (fp4 ? K / 32 : K / 128)) return "too few scale columns";
+    return NULL;
+}
+
+extern "C" int cu_mma_takes(const dsv4_weight *w) {
+    int code;
+    return w && !weight_refusal(w, &code);
+}
+
+extern "C" int cu_mma_takes_experts(int fmt, int cols) {
+    return (fmt == WF_FP8 && cols >= 128 && cols % 128 == 0) || (fmt == WF_FP4 && cols >= 32 && cols % 32 == 0);
 }
 
 extern "C" int cu_mma_linear(cu_stream st, const dsv4_weight *w, const uint8_t *xq, int ldq, const float *xs, int lds, int T,
-                             float *y, int ldy, dsv4_error *err) {
-    if (w->fmt != WF_FP8 && w->fmt != WF_FP4)
-        return dsv4_fail(err, DSV4_E_UNSUPPORTED, "cu_mma_linear: weight format %d has no tensor-core path (FP8 and FP4 only)",
-                         (int)w->fmt);
+                             float *y, int ldy, int out_bf16, dsv4_error *err) {
+    int code;
+    const char *why = weight_refusal(w, &code);
+    if (why) return dsv4_fail(err, code, "cu_mma_linear: %s (format %d, %d x %d, %d scale columns)", why, (int)w->fmt, w->rows, w->cols,
+                              w->scale_cols);
     const int fp4 = w->fmt == WF_FP4, K = w->cols, N = w->rows;
-    if (T < 0 || T > 65535 * 32 || N < 0 || K < 1)   /* grid.y = T / 32 at most 65535 */
+    if (T < 0 || T > 65535 * 32)   /* grid.y = T / 32 at most 65535 */
         return dsv4_fail(err, DSV4_E_ARG, "cu_mma_linear: %d tokens, weight %d x %d", T, N, K);
-    if (K % (fp4 ? 32 : 128))
-        return dsv4_fail(err, DSV4_E_ARG, "cu_mma_linear: %s weight with %d columns (a multiple of %d is needed)", fp4 ? "FP4" : "FP8",
-                         K, fp4 ? 32 : 128);
-    if (!w->data || !w->scale || (uintptr_t)w->data % (fp4 ? 4 : 16))
-        return dsv4_fail(err, DSV4_E_ARG, "cu_mma_linear: weight data missing or not %d-byte aligned", fp4 ? 4 : 16);
-    if (!w->scale_cols || w->scale_cols < (fp4 ? K / 32 : K / 128))
-        return dsv4_fail(err, DSV4_E_ARG, "cu_mma_linear: %d scale columns for %d columns", w->scale_cols, K);
     if (T == 0 || N == 0) return 0;
     if (!xq || !xs || !y || ldq < K || ldq % 16 || (uintptr_t)xq % 16 || lds < (K + 127) / 128 || ldy < N)
         return dsv4_fail(err, DSV4_E_ARG,
                          "cu_mma_linear: bad buffers (ldq %d: >= %d, a multiple of 16, 16-byte aligned; lds %d; ldy %d >= %d)", ldq, K,
                          lds, ldy, N);
-    if (fp4) mma_dispatch<1>(st, w, xq, ldq, xs, lds, T, y, ldy);
-    else mma_dispatch<0>(st, w, xq, ldq, xs, lds, T, y, ldy);
+    if (fp4) mma_dispatch<1>(st, w, xq, ldq, xs, lds, T, y, ldy, out_bf16);
+    else mma_dispatch<0>(st, w, xq, ldq, xs, lds, T, y, ldy, out_bf16);
     return 0;
 }
 
 extern "C" int cu_mma_expert_linear(cu_stream st, const dsv4_weight *experts, int rows, int cols, int fmt, const cu_moe_plan *plan,
                                     int max_tiles, const uint8_t *xq, int ldq, const float *xs, int lds, int x_by_pair, float *y,
-                                    int ldy, dsv4_error *err) {
+                                    int ldy, int out_bf16, dsv4_error *err) {
     if (fmt != WF_FP8 && fmt != WF_FP4)
         return dsv4_fail(err, DSV4_E_UNSUPPORTED, "cu_mma_expert_linear: weight format %d has no tensor-core path", fmt);
     const int fp4 = fmt == WF_FP4;
@@ -384,7 +401,9 @@ extern "C" int cu_mma_expert_linear(cu_stream st, const dsv4_weight *experts, in
                          fp4 ? "FP4" : "FP8", ldq, lds, ldy);
     if (max_tiles <= 0 || rows == 0) return 0;
     dim3 grid(cu_blocks(rows, 16), max_tiles);
-    if (fp4) k_mma_expert<1><<<grid, 32 * MMA_PARTS, 0, (cudaStream_t)st>>>(experts, rows, *plan, xq, ldq, xs, lds, x_by_pair, y, ldy);
-    else k_mma_expert<0><<<grid, 32 * MMA_PARTS, 0, (cudaStream_t)st>>>(experts, rows, *plan, xq, ldq, xs, lds, x_by_pair, y, ldy);
+    if (fp4)
+        k_mma_expert<1><<<grid, 32 * MMA_PARTS, 0, (cudaStream_t)st>>>(experts, rows, *plan, xq, ldq, xs, lds, x_by_pair, y, ldy, out_bf16);
+    else
+        k_mma_expert<0><<<grid, 32 * MMA_PARTS, 0, (cudaStream_t)st>>>(experts, rows, *plan, xq, ldq, xs, lds, x_by_pair, y, ldy, out_bf16);
     return 0;
 }
