@@ -91,10 +91,13 @@ void cu_round_bf16(cu_stream st, float *x, int64_t n);
 void cu_act_quant(cu_stream st, const float *x, int ldx, float *y, int ldy, int rows, int n, int block, int fp4);
 /* mHC before a sub-layer (core/hc.c hc_pre), after cu_linear gave mixraw = fn X: scale by 1/rms(X), pre / post
  * / Sinkhorn-normalised comb per token, u = sum_i pre[i] X_i (streams summed in order i = 0..hc-1). mix is
- * [T][CU_MIX] floats: post[8] then comb[64]. */
+ * [T][CU_MIX] floats: post[8] then comb[64]. norm non-NULL: then also the sub-layer's RMSNorm of u into xn
+ * [T][d] by the same block, with cu_rmsnorm's order and bits (each thread's u elements are the ones its
+ * sum_squares would take, in the same order): one launch a sub-layer fewer. */
 #define CU_MIX 72
 void cu_hc_pre_finish(cu_stream st, int official, const float *mixraw, const float *X, int T, int hc, int d,
-                      const float *base, const float *scale, float hc_eps, float norm_eps, int iters, float *u, float *mix);
+                      const float *base, const float *scale, float hc_eps, float norm_eps, int iters, float *u, float *mix,
+                      const float *norm, float *xn);
 /* X_k <- post[k] f + sum_j comb[j][k] X_j (core/hc.c hc_post), j in order. */
 void cu_hc_post(cu_stream st, int official, const float *f, const float *mix, float *X, int T, int hc, int d);
 /* The head collapse of the rows[R] tokens (core/hc.c hc_head_one): y[r] [d]. */

@@ -266,8 +266,7 @@ static void step_hc_pre(step_ctx *s, const cu_hc *h, const float *norm) {
     const int nmix = hc_mix_count(c->hc_mult);
     cu_linear(s->st, &h->fn, ws->X, s->T, c->hc_mult * c->dim, ws->mixraw, nmix);
     cu_hc_pre_finish(s->st, s->official, ws->mixraw, ws->X, s->T, c->hc_mult, c->dim, h->base, h->scale, c->hc_eps, c->norm_eps,
-                     c->hc_iters, ws->u, ws->mix);
-    cu_rmsnorm(s->st, s->official, ws->u, c->dim, norm, c->dim, c->norm_eps, ws->xn, c->dim, s->T);
+                     c->hc_iters, ws->u, ws->mix, norm, ws->xn);   /* the RMSNorm into xn fused (cu_kernels.h) */
 }
 
 /* The query and key path (core/attention.c attention_qkv): ws->q [T][H][D] and ws->kv [T][D], normalised and

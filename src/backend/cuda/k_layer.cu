@@ -118,7 +118,8 @@ __device__ __forceinline__ float sinkhorn4_lane(float c, int q, int iters, float
 }
 
 __global__ void k_hc_pre_finish(int official, const float *mixraw, const float *X, int hc, int d, const float *base,
-                                const float *scale, float hc_eps, float norm_eps, int iters, float *u, float *mix) {
+                                const float *scale, float hc_eps, float norm_eps, int iters, float *u, float *mix,
+                                const float *norm, float *xn) {
     __shared__ float red[32];
     __shared__ float pre[8], C[64];
     const int t = blockIdx.x, n = hc * d, nmix = (2 + hc) * hc;
@@ -149,20 +150,28 @@ __global__ void k_hc_pre_finish(int official, const float *mixraw, const float *
     }
     __syncthreads();
     float *ut = u + (int64_t)t * d;
+    float ss = 0.0f;   /* sum_squares(ut, d) of k_rmsnorm: this thread's elements e = k, k + B, ... in that order */
 #pragma unroll 4
     for (int e = threadIdx.x; e < d; e += blockDim.x) {
         float s = 0.0f;
         for (int i = 0; i < hc; i++) s += pre[i] * x[(int64_t)i * d + e];
         ut[e] = dev_bf16_if(official, s);
+        ss = fmaf(ut[e], ut[e], ss);
     }
+    if (!norm) return;
+    /* k_rmsnorm(u) fused: the same partials, block_sum and expression; each thread reads back only what it wrote */
+    const float rr = 1.0f / sqrtf(block_sum(ss, red) / (float)d + norm_eps);
+    float *xr = xn + (int64_t)t * d;
+#pragma unroll 4
+    for (int e = threadIdx.x; e < d; e += blockDim.x) xr[e] = dev_bf16_if(official, norm[e] * (ut[e] * rr));
 }
 
 extern "C" void cu_hc_pre_finish(cu_stream st, int official, const float *mixraw, const float *X, int T, int hc, int d,
                                  const float *base, const float *scale, float hc_eps, float norm_eps, int iters, float *u,
-                                 float *mix) {
+                                 float *mix, const float *norm, float *xn) {
     if (T > 0)
         k_hc_pre_finish<<<T, ROW_THREADS, 0, (cudaStream_t)st>>>(official, mixraw, X, hc, d, base, scale, hc_eps, norm_eps,
-                                                                 iters, u, mix);
+                                                                 iters, u, mix, norm, xn);
 }
 
 __global__ void k_hc_post(int official, const float *f, const float *mix, float *X, int T, int hc, int d) {
