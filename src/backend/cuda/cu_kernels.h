@@ -85,6 +85,9 @@ void cu_embed(cu_stream st, const dsv4_weight *embed, const int32_t *tok, int T,
  * 256 threads, thread k taking elements k, k+256, ... in order. x and y may alias. */
 void cu_rmsnorm(cu_stream st, int official, const float *x, int ldx, const float *w, int n, float eps, float *y, int ldy,
                 int rows);
+/* cu_rmsnorm, and each output row also packed for the tensor cores into q / qs (cu_mma.h) by the same block. */
+void cu_rmsnorm_pack(cu_stream st, int official, const float *x, int ldx, const float *w, int n, float eps, float *y, int ldy,
+                     int rows, uint8_t *q, int ldq, float *qs, int lds);
 void cu_round_bf16(cu_stream st, float *x, int64_t n);
 /* y = the official FP8 (fp4 = 0, E4M3) or FP4 (fp4 = 1, E2M1) fake quantization of x per `block` columns
  * (model/formats.c act_quant_*_inplace); x and y may alias. amax is a max: exact in any order. */
@@ -93,11 +96,12 @@ void cu_act_quant(cu_stream st, const float *x, int ldx, float *y, int ldy, int 
  * / Sinkhorn-normalised comb per token, u = sum_i pre[i] X_i (streams summed in order i = 0..hc-1). mix is
  * [T][CU_MIX] floats: post[8] then comb[64]. norm non-NULL: then also the sub-layer's RMSNorm of u into xn
  * [T][d] by the same block, with cu_rmsnorm's order and bits (each thread's u elements are the ones its
- * sum_squares would take, in the same order): one launch a sub-layer fewer. */
+ * sum_squares would take, in the same order): one launch a sub-layer fewer. xq non-NULL (with norm): xn also
+ * packed for the tensor cores into xq / xqs (cu_mma.h; the bytes of cu_mma_pack_act) by the same block. */
 #define CU_MIX 72
 void cu_hc_pre_finish(cu_stream st, int official, const float *mixraw, const float *X, int T, int hc, int d,
                       const float *base, const float *scale, float hc_eps, float norm_eps, int iters, float *u, float *mix,
-                      const float *norm, float *xn);
+                      const float *norm, float *xn, uint8_t *xq, int ldq, float *xqs, int lds);
 /* X_k <- post[k] f + sum_j comb[j][k] X_j (core/hc.c hc_post), j in order. */
 void cu_hc_post(cu_stream st, int official, const float *f, const float *mix, float *X, int T, int hc, int d);
 /* The head collapse of the rows[R] tokens (core/hc.c hc_head_one): y[r] [d]. */
@@ -188,6 +192,10 @@ void cu_count_routes(cu_stream st, const int32_t *route_e, int T, int K, unsigne
 void cu_scatter_pair_rows(cu_stream st, const float *rows, const int32_t *pair, int n, int d, float *ey);
 /* Clamped SwiGLU in place on g [rows][I] (v the up projection), times w[row] when w is not NULL. */
 void cu_swiglu(cu_stream st, int official, float *g, const float *v, const float *w, int rows, int I, float limit);
+/* cu_swiglu, and each output row also packed for the tensor cores into q / qs (cu_mma.h) in the same launch: one warp
+ * per (row, 128 columns), each value computed as cu_swiglu computes it, the bytes as cu_mma_pack_act packs them. */
+void cu_swiglu_pack(cu_stream st, int official, float *g, const float *v, const float *w, int rows, int I, float limit, uint8_t *q,
+                    int ldq, float *qs, int lds);
 /* out[t] = round(sum of the token's expert outputs in increasing expert id (from 0.0f) + shared[t]). */
 void cu_moe_combine(cu_stream st, int official, const float *ey, const float *shared, const int32_t *token_pairs, int T,
                     int K, int d, float *out);

@@ -12,6 +12,36 @@ __device__ __forceinline__ float quant_scale(float amax, int fp4) {
     return dev_pow2_ceil(fmaxf(amax, 1e-4f) * (1.0f / 448.0f));
 }
 
+/* One 128-column block of an OFFICIAL activation row packed for the tensor cores (cu_mma.h, k_mma_pack_act) by the
+ * calling warp: lane l holds columns 4l .. 4l+3 in v (0 past len); the scale from the block's amax by act_quant's
+ * rule, each value as E4M3 over it; lane 0 writes the scale. Every kernel that packs calls this, so a row packed
+ * by a fused producer has the bytes k_mma_pack_act would give it. */
+__device__ __forceinline__ void warp_pack_block(const float (&v)[4], int len, uint8_t *q, float *scale) {
+    const int lane = threadIdx.x & 31;
+    float amax = 0.0f;
+#pragma unroll
+    for (int i = 0; i < 4; i++) amax = fmaxf(amax, fabsf(v[i]));
+    const float s = quant_scale(warp_max(amax), 0);
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+        if (4 * lane + i < len) q[4 * lane + i] = dev_f32_to_e4m3(v[i] / s);
+    if (lane == 0) *scale = s;
+}
+
+/* Row x[0..K) packed by the whole block (warp w on blocks w, w + warps, ...), after a barrier that makes the
+ * block's own writes of x visible: for kernels that produce a row in one block and pack it in the same launch. */
+__device__ __forceinline__ void block_pack_row(const float *x, int K, uint8_t *q, float *qs) {
+    __syncthreads();
+    const int lane = threadIdx.x & 31, warps = blockDim.x >> 5;
+    for (int b = threadIdx.x >> 5; 128 * b < K; b += warps) {
+        const int len = min(128, K - 128 * b);
+        float v[4];
+#pragma unroll
+        for (int i = 0; i < 4; i++) v[i] = 4 * lane + i < len ? x[128 * b + 4 * lane + i] : 0.0f;
+        warp_pack_block(v, len, q + 128 * b, qs + b);
+    }
+}
+
 /* Quantize x[0..len) by the calling warp, into y (may alias x). */
 __device__ __forceinline__ void warp_quant_block(const float *x, float *y, int len, int fp4) {
     const int lane = threadIdx.x & 31;

@@ -34,16 +34,20 @@ int cu_moe_routed(cu_stream st, const dsv4_config *c, int official, const cu_lay
      * CUDA-core path reads the fp32 act_quant copy */
     const int in_packed = cu_moe_input_packed(b, ex, official, d), mid_packed = official && b->mma && cu_mma_takes_experts(ex->fmt, I);
     const float *xe = b->xn;
-    if (in_packed) cu_mma_pack_act(st, b->xn, d, T, d, b->xq, cu_mma_ld(d), b->xqs, cu_mma_lds(d), NULL);
+    if (in_packed && !b->xq_ready) cu_mma_pack_act(st, b->xn, d, T, d, b->xq, cu_mma_ld(d), b->xqs, cu_mma_lds(d), NULL);
     else if (official) {
         cu_act_quant(st, b->xn, d, b->x8, d, T, d, 128, 0);
         xe = b->x8;
     }
     int rc = expert_proj(st, ex, ex->w1, I, d, b, max_tiles, in_packed, xe, b->xq, b->xqs, 0, b->eg, official, T == 1, err);
     if (!rc) rc = expert_proj(st, ex, ex->w3, I, d, b, max_tiles, in_packed, xe, b->xq, b->xqs, 0, b->ev, official, T == 1, err);
-    cu_swiglu(st, official, b->eg, b->ev, b->plan.pair_weight, P, I, c->swiglu_limit);
-    if (mid_packed) cu_mma_pack_act(st, b->eg, I, P, I, b->egq, cu_mma_ld(I), b->egqs, cu_mma_lds(I), NULL);
-    else if (official) cu_act_quant(st, b->eg, I, b->eg, I, P, I, 128, 0);
+    if (mid_packed) {   /* SwiGLU and the packing in one launch (the packing quantizes) */
+        cu_swiglu_pack(st, official, b->eg, b->ev, b->plan.pair_weight, P, I, c->swiglu_limit, b->egq, cu_mma_ld(I), b->egqs,
+                       cu_mma_lds(I));
+    } else {
+        cu_swiglu(st, official, b->eg, b->ev, b->plan.pair_weight, P, I, c->swiglu_limit);
+        if (official) cu_act_quant(st, b->eg, I, b->eg, I, P, I, 128, 0);
+    }
     if (!rc) rc = expert_proj(st, ex, ex->w2, d, I, b, max_tiles, mid_packed, b->eg, b->egq, b->egqs, 1, b->ey, official, T == 1, err);
     if (official && !mid_packed) cu_round_bf16(st, b->ey, (int64_t)P * d);
     return rc;
@@ -148,6 +152,7 @@ int cuda_ep_routed(cu_ep *ep, const struct cuda_model *cm0, const dsv4_config *c
     for (int r = 1; r < n; r++) {
         cu_use(ep->rank[r].cm->gpu);
         ep->rank[r].b.mma = b0->mma;   /* every rank computes the same numerics as rank 0 */
+        ep->rank[r].b.xq_ready = 0;    /* it packs its own copy of the rows */
         if (cu_moe_routed(st[r], c, official, &ep->rank[r].cm->layers[L].ex, T, max_tiles, &ep->rank[r].b, err)) return DSV4_E_STATE;
     }
     cu_use(cm0->gpu);

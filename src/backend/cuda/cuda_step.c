@@ -265,8 +265,11 @@ static void step_hc_pre(step_ctx *s, const cu_hc *h, const float *norm) {
     cu_workspace *ws = s->ws;
     const int nmix = hc_mix_count(c->hc_mult);
     cu_linear(s->st, &h->fn, ws->X, s->T, c->hc_mult * c->dim, ws->mixraw, nmix);
+    /* the RMSNorm into xn fused (cu_kernels.h), and with tensor cores xn packed into ws->xq for every FP8/FP4 linear
+     * that reads it (wq_a, wkv; the routed and shared experts) */
     cu_hc_pre_finish(s->st, s->official, ws->mixraw, ws->X, s->T, c->hc_mult, c->dim, h->base, h->scale, c->hc_eps, c->norm_eps,
-                     c->hc_iters, ws->u, ws->mix, norm, ws->xn);   /* the RMSNorm into xn fused (cu_kernels.h) */
+                     c->hc_iters, ws->u, ws->mix, norm, ws->xn, s->mma ? ws->xq : NULL, cu_mma_ld(c->dim), ws->xqs,
+                     cu_mma_lds(c->dim));
 }
 
 /* The query and key path (core/attention.c attention_qkv): ws->q [T][H][D] and ws->kv [T][D], normalised and
@@ -283,11 +286,11 @@ static void attn_project(step_ctx *s, const cu_layer *ly) {
             cu_act_quant(s->st, ws->xn, d, ws->x8, d, T, d, 128, 0);
             x8 = ws->x8;
         }
-        pack_if(s, ws->xn, d, ws->xq, ws->xqs);
-    }
+    }   /* xn is packed in ws->xq by step_hc_pre */
     linear_q(s, &ly->wq_a, x8, ws->xq, ws->xqs, ws->qr);
-    cu_rmsnorm(s->st, s->official, ws->qr, c->q_lora, ly->q_norm, c->q_lora, c->norm_eps, ws->qr, c->q_lora, T);
-    pack_if(s, ws->qr, c->q_lora, ws->yq, ws->yqs);   /* also the indexer's wq_b input (step_attention) */
+    /* q_norm; with tensor cores qr packed into ws->yq by the same kernel (also the indexer's wq_b input) */
+    cu_rmsnorm_pack(s->st, s->official, ws->qr, c->q_lora, ly->q_norm, c->q_lora, c->norm_eps, ws->qr, c->q_lora, T,
+                    s->mma ? ws->yq : NULL, cu_mma_ld(c->q_lora), ws->yqs, cu_mma_lds(c->q_lora));
     if (cuda_core_reader(s, &ly->wq_b, ly->ratio == 4 ? &ly->idx_wq_b : NULL)) quant_rows_if(s, ws->qr, T, c->q_lora);
     linear_q(s, &ly->wq_b, ws->qr, ws->yq, ws->yqs, ws->q);
     linear_q(s, &ly->wkv, x8, ws->xq, ws->xqs, ws->kv);
@@ -371,18 +374,17 @@ static void shared_expert(step_ctx *s, const cu_layer *ly, int in_packed) {
     const dsv4_config *c = &s->m->cfg;
     cu_workspace *ws = s->ws;
     const int T = s->T, d = c->dim, I = c->moe_inter;
-    const float *xe = ws->xn;
-    if (s->official) {
-        if (cuda_core_reader(s, &ly->sw1, &ly->sw3)) {
-            if (in_packed) cu_act_quant(s->st, ws->xn, d, ws->x8, d, T, d, 128, 0);
-            xe = ws->x8;
-        }
-        if (!in_packed && (mma_takes(s, &ly->sw1) || mma_takes(s, &ly->sw3))) pack_if(s, ws->xn, d, ws->xq, ws->xqs);
+    const float *xe = ws->xn;   /* with tensor cores, packed in ws->xq by step_hc_pre */
+    if (s->official && cuda_core_reader(s, &ly->sw1, &ly->sw3)) {
+        if (in_packed) cu_act_quant(s->st, ws->xn, d, ws->x8, d, T, d, 128, 0);
+        xe = ws->x8;
     }
     linear_q(s, &ly->sw1, xe, ws->xq, ws->xqs, ws->seg);
     linear_q(s, &ly->sw3, xe, ws->xq, ws->xqs, ws->sev);
-    cu_swiglu(s->st, s->official, ws->seg, ws->sev, NULL, T, I, c->swiglu_limit);
-    if (s->official && mma_takes(s, &ly->sw2)) pack_if(s, ws->seg, I, ws->yq, ws->yqs);
+    if (s->official && mma_takes(s, &ly->sw2))
+        cu_swiglu_pack(s->st, s->official, ws->seg, ws->sev, NULL, T, I, c->swiglu_limit, ws->yq, cu_mma_ld(I), ws->yqs, cu_mma_lds(I));
+    else
+        cu_swiglu(s->st, s->official, ws->seg, ws->sev, NULL, T, I, c->swiglu_limit);
     if (cuda_core_reader(s, &ly->sw2, NULL)) quant_rows_if(s, ws->seg, T, I);
     linear_q(s, &ly->sw2, ws->seg, ws->yq, ws->yqs, ws->ys);
 }
@@ -398,7 +400,7 @@ static void step_moe(step_ctx *s, const cu_layer *ly, int L) {
         cu_count_routes(s->st, ws->route_e, T, K, s->cm->route_counts + (int64_t)L * E);
     mark(s, ST_ROUTE);
     const cu_moe_bufs b = { ws->xn, ws->x8, ws->route_e, ws->route_w, ws->plan, ws->eg, ws->ev, ws->ey,
-                            s->mma, ws->xq, ws->egq, ws->xqs, ws->egqs };
+                            s->mma, ws->xq, ws->egq, ws->xqs, ws->egqs, s->mma /* step_hc_pre packed xn */ };
     /* experts in host memory (cuda_host_experts.h): the host needs this layer's rows and routing first */
     cu_host_experts *hx = L >= 0 && s->cm->hx && ly == &s->cm->layers[L] && s->cm->hx->n_host[L] ? s->cm->hx : NULL;
     if (hx && !s->rc && cuda_hx_fetch(hx, s->st, c, ws->xn, ws->route_e, ws->route_w, T))

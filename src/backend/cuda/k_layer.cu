@@ -44,18 +44,26 @@ __device__ __forceinline__ float sum_squares(const float *x, int n, float *red) 
     return block_sum(s, red);
 }
 
-__global__ void k_rmsnorm(int official, const float *x, int ldx, const float *w, int n, float eps, float *y, int ldy) {
+/* q non-NULL: the output row also packed for the tensor cores (cu_mma.h) by the same block. */
+__global__ void k_rmsnorm(int official, const float *x, int ldx, const float *w, int n, float eps, float *y, int ldy, uint8_t *q,
+                          int ldq, float *qs, int lds) {
     __shared__ float red[32];
     const float *xr = x + (int64_t)blockIdx.x * ldx;
     float *yr = y + (int64_t)blockIdx.x * ldy;
     const float r = 1.0f / sqrtf(sum_squares(xr, n, red) / (float)n + eps);
 #pragma unroll 4
     for (int i = threadIdx.x; i < n; i += blockDim.x) yr[i] = dev_bf16_if(official, w[i] * (xr[i] * r));
+    if (q) block_pack_row(yr, n, q + (int64_t)blockIdx.x * ldq, qs + (int64_t)blockIdx.x * lds);
 }
 
 extern "C" void cu_rmsnorm(cu_stream st, int official, const float *x, int ldx, const float *w, int n, float eps, float *y,
                            int ldy, int rows) {
-    if (rows > 0) k_rmsnorm<<<rows, ROW_THREADS, 0, (cudaStream_t)st>>>(official, x, ldx, w, n, eps, y, ldy);
+    if (rows > 0) k_rmsnorm<<<rows, ROW_THREADS, 0, (cudaStream_t)st>>>(official, x, ldx, w, n, eps, y, ldy, NULL, 0, NULL, 0);
+}
+
+extern "C" void cu_rmsnorm_pack(cu_stream st, int official, const float *x, int ldx, const float *w, int n, float eps, float *y,
+                                int ldy, int rows, uint8_t *q, int ldq, float *qs, int lds) {
+    if (rows > 0) k_rmsnorm<<<rows, ROW_THREADS, 0, (cudaStream_t)st>>>(official, x, ldx, w, n, eps, y, ldy, q, ldq, qs, lds);
 }
 
 __global__ void k_round_bf16(float *x, int64_t n) {
@@ -119,7 +127,7 @@ __device__ __forceinline__ float sinkhorn4_lane(float c, int q, int iters, float
 
 __global__ void k_hc_pre_finish(int official, const float *mixraw, const float *X, int hc, int d, const float *base,
                                 const float *scale, float hc_eps, float norm_eps, int iters, float *u, float *mix,
-                                const float *norm, float *xn) {
+                                const float *norm, float *xn, uint8_t *xq, int ldq, float *xqs, int lds) {
     __shared__ float red[32];
     __shared__ float pre[8], C[64];
     const int t = blockIdx.x, n = hc * d, nmix = (2 + hc) * hc;
@@ -164,14 +172,15 @@ __global__ void k_hc_pre_finish(int official, const float *mixraw, const float *
     float *xr = xn + (int64_t)t * d;
 #pragma unroll 4
     for (int e = threadIdx.x; e < d; e += blockDim.x) xr[e] = dev_bf16_if(official, norm[e] * (ut[e] * rr));
+    if (xq) block_pack_row(xr, d, xq + (int64_t)t * ldq, xqs + (int64_t)t * lds);
 }
 
 extern "C" void cu_hc_pre_finish(cu_stream st, int official, const float *mixraw, const float *X, int T, int hc, int d,
                                  const float *base, const float *scale, float hc_eps, float norm_eps, int iters, float *u,
-                                 float *mix, const float *norm, float *xn) {
+                                 float *mix, const float *norm, float *xn, uint8_t *xq, int ldq, float *xqs, int lds) {
     if (T > 0)
         k_hc_pre_finish<<<T, ROW_THREADS, 0, (cudaStream_t)st>>>(official, mixraw, X, hc, d, base, scale, hc_eps, norm_eps,
-                                                                 iters, u, mix, norm, xn);
+                                                                 iters, u, mix, norm, norm ? xn : NULL, norm ? xq : NULL, ldq, xqs, lds);
 }
 
 __global__ void k_hc_post(int official, const float *f, const float *mix, float *X, int T, int hc, int d) {

@@ -302,19 +302,9 @@ __global__ void k_mma_pack_act(const float *__restrict__ x, int ldx, int T, int 
     const float *xr = x + (int64_t)t * ldx + 128 * blk;
     const int len = min(128, K - 128 * blk);
     float v[4];
-    float amax = 0.0f;
 #pragma unroll
-    for (int i = 0; i < 4; i++) {
-        const int col = 4 * lane + i;
-        v[i] = col < len ? xr[col] : 0.0f;
-        amax = fmaxf(amax, fabsf(v[i]));
-    }
-    const float s = quant_scale(warp_max(amax), 0);
-    uint8_t *qr = xq + (int64_t)t * ldq + 128 * blk;
-#pragma unroll
-    for (int i = 0; i < 4; i++)
-        if (4 * lane + i < len) qr[4 * lane + i] = dev_f32_to_e4m3(v[i] / s);
-    if (lane == 0) xs[(int64_t)t * lds + blk] = s;
+    for (int i = 0; i < 4; i++) v[i] = 4 * lane + i < len ? xr[4 * lane + i] : 0.0f;
+    warp_pack_block(v, len, xq + (int64_t)t * ldq + 128 * blk, xs + (int64_t)t * lds + blk);
 }
 
 extern "C" int cu_mma_pack_act(cu_stream st, const float *x, int ldx, int T, int K, uint8_t *xq, int ldq, float *xs, int lds,

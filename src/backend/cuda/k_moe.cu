@@ -3,6 +3,7 @@
  * expert products themselves are cu_expert_linear (k_linear.cu). */
 #include "backend/cuda/cu_common.cuh"
 #include "backend/cuda/cu_kernels.h"
+#include "backend/cuda/cu_quant.cuh"
 
 __device__ __forceinline__ float dev_softplus(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
 
@@ -145,18 +146,47 @@ extern "C" void cu_moe_plan_build(cu_stream st, const int32_t *route_e, const fl
 
 __device__ __forceinline__ float dev_silu(float x) { return x / (1.0f + expf(-x)); }
 
-/* moe.c expert(): bf16 of both projections (OFFICIAL), clamp, silu(g) v, times the routing weight, bf16. */
-__global__ void k_swiglu(int official, float *g, const float *v, const float *w, int rows, int I, float limit) {
-    const int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (idx >= (int64_t)rows * I) return;
-    float gi = dev_bf16_if(official, g[idx]), vi = dev_bf16_if(official, v[idx]);
+/* moe.c expert(): bf16 of both projections (OFFICIAL), clamp, silu(g) v, times the routing weight wt (or not), bf16. */
+__device__ __forceinline__ float dev_swiglu(int official, float g, float v, const float *wt, float limit) {
+    float gi = dev_bf16_if(official, g), vi = dev_bf16_if(official, v);
     if (limit > 0.0f) {
         gi = fminf(gi, limit);
         vi = fminf(fmaxf(vi, -limit), limit);
     }
     float h = dev_silu(gi) * vi;
-    if (w) h *= w[idx / I];
-    g[idx] = dev_bf16_if(official, h);
+    if (wt) h *= *wt;
+    return dev_bf16_if(official, h);
+}
+
+__global__ void k_swiglu(int official, float *g, const float *v, const float *w, int rows, int I, float limit) {
+    const int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= (int64_t)rows * I) return;
+    g[idx] = dev_swiglu(official, g[idx], v[idx], w ? w + idx / I : NULL, limit);
+}
+
+/* One warp per (row, 128-column block), lane l on columns 4l .. 4l+3 (cu_kernels.h cu_swiglu_pack). */
+__global__ void k_swiglu_pack(int official, float *g, const float *v, const float *w, int rows, int I, float limit, uint8_t *q,
+                              int ldq, float *qs, int lds) {
+    const int nblk = (I + 127) / 128, lane = threadIdx.x & 31;
+    const int64_t job = (int64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    if (job >= (int64_t)rows * nblk) return;   /* whole warps */
+    const int r = (int)(job / nblk), b = (int)(job % nblk), len = min(128, I - 128 * b);
+    float *gr = g + (int64_t)r * I + 128 * b;
+    const float *vr = v + (int64_t)r * I + 128 * b;
+    float h[4];
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const int c = 4 * lane + i;
+        h[i] = c < len ? dev_swiglu(official, gr[c], vr[c], w ? w + r : NULL, limit) : 0.0f;
+        if (c < len) gr[c] = h[i];
+    }
+    warp_pack_block(h, len, q + (int64_t)r * ldq + 128 * b, qs + (int64_t)r * lds + b);
+}
+
+extern "C" void cu_swiglu_pack(cu_stream st, int official, float *g, const float *v, const float *w, int rows, int I, float limit,
+                               uint8_t *q, int ldq, float *qs, int lds) {
+    const int64_t jobs = (int64_t)rows * ((I + 127) / 128);
+    if (jobs > 0) k_swiglu_pack<<<cu_blocks(jobs, 8), 256, 0, (cudaStream_t)st>>>(official, g, v, w, rows, I, limit, q, ldq, qs, lds);
 }
 
 extern "C" void cu_swiglu(cu_stream st, int official, float *g, const float *v, const float *w, int rows, int I, float limit) {
