@@ -124,6 +124,11 @@ void cu_prepare_tokens(cu_stream st, int official, int ratio, float *cz, const f
                        int cI, int R);
 /* Rows [rows][width] fp32 -> the stored format (state/kvrows.c kv_encode). */
 void cu_kv_encode(cu_stream st, cu_kvlay lay, const float *x, int ldx, uint8_t *dst, int rows);
+/* cu_kv_encode, each row also written into its item's window ring (slot pos % ring_len) at once: for a step whose
+ * items have one token each. Then no query of the step reads the slot's old row (position pos - ring_len, out of
+ * every window: ring_len >= window), and the ring write after the attention (cu_ring_write) is not needed. */
+void cu_kv_encode_ring(cu_stream st, cu_kvlay lay, const float *x, int ldx, uint8_t *dst, int rows, const int64_t *pos,
+                       const int32_t *item_of, const cu_seq_layer *sl, int ring_len);
 /* The compressor state machine's emissions (core/compressor.c): every token that completes a chunk pools it
  * from the step's projections (positions >= the item's p0) and the sequence's ring (earlier ones), in the
  * slot order of pool_column, finishes the row and appends it at row index pos / ratio. */

@@ -336,7 +336,10 @@ static void step_attention(step_ctx *s, const cu_layer *ly, int L) {
     if (ly->ratio)
         cu_prepare_tokens(s->st, s->official, ly->ratio, ws->cz, ly->comp.ape, cw, ws->icz, ly->icomp.ape, ws->qi, ws->wi, ws->pos,
                           freq, T, nI, cI, R);
-    cu_kv_encode(s->st, s->main, ws->kv, D, ws->kvs, T);
+    /* one token per item (decode): the ring slot is written now, with the step's own row (cu_kernels.h) */
+    const int ring_now = T == s->n_items;
+    if (ring_now) cu_kv_encode_ring(s->st, s->main, ws->kv, D, ws->kvs, T, ws->pos, ws->item_of, sl, s->m->ring_len);
+    else cu_kv_encode(s->st, s->main, ws->kv, D, ws->kvs, T);
     mark(s, ST_QKV);
     if (ly->ratio) {
         cu_compress(s->st, s->official, s->main, 0, ly->ratio, ws->ck, ws->cz, ws->pos, ws->item_of, ws->items, sl, ly->comp.norm,
@@ -364,7 +367,7 @@ static void step_attention(step_ctx *s, const cu_layer *ly, int L) {
     mark(s, ST_ATTEND);
     attn_output(s, ly);
     /* finally the window rings: every query above read the step's own keys from kvs */
-    cu_ring_write(s->st, s->main, ws->kvs, ws->pos, ws->item_of, ws->items, sl, s->m->ring_len, T);
+    if (!ring_now) cu_ring_write(s->st, s->main, ws->kvs, ws->pos, ws->item_of, ws->items, sl, s->m->ring_len, T);
     mark(s, ST_OUTPUT);
 }
 

@@ -65,6 +65,20 @@ extern "C" void cu_kv_encode(cu_stream st, cu_kvlay lay, const float *x, int ldx
     if (rows > 0) k_kv_encode<<<rows, 64, 0, (cudaStream_t)st>>>(lay, x, ldx, dst);
 }
 
+/* k_kv_encode, and the same row encoded into its item's window ring slot (a step of one token per item). */
+__global__ void k_kv_encode_ring(cu_kvlay lay, const float *x, int ldx, uint8_t *dst, const int64_t *pos, const int32_t *item_of,
+                                 const cu_seq_layer *sl, int ring_len) {
+    const int t = blockIdx.x;
+    const float *xt = x + (int64_t)t * ldx;
+    block_kv_encode(lay, xt, dst + (int64_t)t * lay.bytes);
+    block_kv_encode(lay, xt, sl[item_of[t]].ring + (pos[t] % ring_len) * lay.bytes);
+}
+
+extern "C" void cu_kv_encode_ring(cu_stream st, cu_kvlay lay, const float *x, int ldx, uint8_t *dst, int rows, const int64_t *pos,
+                                  const int32_t *item_of, const cu_seq_layer *sl, int ring_len) {
+    if (rows > 0) k_kv_encode_ring<<<rows, 64, 0, (cudaStream_t)st>>>(lay, x, ldx, dst, pos, item_of, sl, ring_len);
+}
+
 /* ---- the compressor state machine ------------------------------------------------------------------------------- */
 
 __global__ void k_compress(int official, cu_kvlay lay, int is_indexer, int ratio, const float *K, const float *Z,
