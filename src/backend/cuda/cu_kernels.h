@@ -104,6 +104,10 @@ void cu_hc_pre_finish(cu_stream st, int official, const float *mixraw, const flo
                       const float *norm, float *xn, uint8_t *xq, int ldq, float *xqs, int lds);
 /* X_k <- post[k] f + sum_j comb[j][k] X_j (core/hc.c hc_post), j in order. */
 void cu_hc_post(cu_stream st, int official, const float *f, const float *mix, float *X, int T, int hc, int d);
+/* cu_hc_post after the MoE, its f made in place: f[t] = round(sum of the token's expert rows ey[token_pairs[t][k]] in
+ * increasing expert id (its slot order, from 0.0f) + shared[t]). One launch instead of a combine and a post. */
+void cu_hc_post_moe(cu_stream st, int official, const float *ey, const float *shared, const int32_t *token_pairs, int K,
+                    const float *mix, float *X, int T, int hc, int d);
 /* The head collapse of the rows[R] tokens (core/hc.c hc_head_one): y[r] [d]. */
 void cu_hc_head(cu_stream st, int official, const float *X, const int32_t *rows, int R, const float *fn,
                 const float *base, const float *scale, int hc, int d, float hc_eps, float norm_eps, float *y);
@@ -201,9 +205,6 @@ void cu_swiglu(cu_stream st, int official, float *g, const float *v, const float
  * per (row, 128 columns), each value computed as cu_swiglu computes it, the bytes as cu_mma_pack_act packs them. */
 void cu_swiglu_pack(cu_stream st, int official, float *g, const float *v, const float *w, int rows, int I, float limit, uint8_t *q,
                     int ldq, float *qs, int lds);
-/* out[t] = round(sum of the token's expert outputs in increasing expert id (from 0.0f) + shared[t]). */
-void cu_moe_combine(cu_stream st, int official, const float *ey, const float *shared, const int32_t *token_pairs, int T,
-                    int K, int d, float *out);
 
 /* ---- sampling (core/sample.h) ---------------------------------------------------------------------------------- */
 

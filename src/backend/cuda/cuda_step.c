@@ -421,7 +421,8 @@ static void step_moe(step_ctx *s, const cu_layer *ly, int L) {
     shared_expert(s, ly, cu_moe_input_packed(&b, &ly->ex, s->official, d));
     /* the GPU has its experts and the shared expert queued: the host computes its experts meanwhile */
     if (hx && !s->rc) s->rc = cuda_hx_compute(hx, s->m, L, s->st, T, ws->ey, s->err);
-    cu_moe_combine(s->st, s->official, ws->ey, ws->ys, ws->plan.token_pairs, T, K, d, ws->sub);
+    /* the experts' sum and mHC's post in one launch: step_moe ends the sub-layer */
+    cu_hc_post_moe(s->st, s->official, ws->ey, ws->ys, ws->plan.token_pairs, K, ws->mix, ws->X, T, c->hc_mult, d);
     mark(s, ST_SHARED);
 }
 
@@ -434,8 +435,7 @@ static void step_block(step_ctx *s, const cu_layer *ly, int L) {
     cu_hc_post(s->st, s->official, ws->sub, ws->mix, ws->X, s->T, c->hc_mult, c->dim);
     step_hc_pre(s, &ly->hc_ffn, ly->ffn_norm);
     mark(s, ST_MHC);
-    step_moe(s, ly, L);
-    cu_hc_post(s->st, s->official, ws->sub, ws->mix, ws->X, s->T, c->hc_mult, c->dim);
+    step_moe(s, ly, L);   /* ends with hc_post */
     mark(s, ST_MHC);
 }
 
@@ -887,8 +887,7 @@ static int dspark_stages(struct dsv4_model *m, const float *ring, int64_t pos, c
         attn_output(s, ly);
         cu_hc_post(s->st, s->official, ws->sub, ws->mix, ws->X, gamma, c->hc_mult, d);
         step_hc_pre(s, &ly->hc_ffn, ly->ffn_norm);
-        step_moe(s, ly, -1);   /* DSpark stages keep all their experts on rank 0 */
-        cu_hc_post(s->st, s->official, ws->sub, ws->mix, ws->X, gamma, c->hc_mult, d);
+        step_moe(s, ly, -1);   /* DSpark stages keep all their experts on rank 0; ends with hc_post */
     }
     int32_t rows[CU_HEAD_ROWS];
     for (int j = 0; j < gamma; j++) rows[j] = j;

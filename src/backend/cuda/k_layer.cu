@@ -183,15 +183,11 @@ extern "C" void cu_hc_pre_finish(cu_stream st, int official, const float *mixraw
                                                                  iters, u, mix, norm, norm ? xn : NULL, norm ? xq : NULL, ldq, xqs, lds);
 }
 
-__global__ void k_hc_post(int official, const float *f, const float *mix, float *X, int T, int hc, int d) {
-    const int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (idx >= (int64_t)T * d) return;
-    const int t = (int)(idx / d), e = (int)(idx % d);
-    float *x = X + (int64_t)t * hc * d;
-    const float *mx = mix + (int64_t)t * CU_MIX;
+/* hc_post of one element e of token t, f its sub-layer output: stream k = bf16(post[k] f + sum_j comb[j][k] old_j),
+ * j in order. */
+__device__ __forceinline__ void hc_post_elem(int official, float fe, const float *mx, float *x, int hc, int d, int e) {
     float old[8];
     for (int j = 0; j < hc; j++) old[j] = x[(int64_t)j * d + e];
-    const float fe = f[(int64_t)t * d + e];
     for (int k = 0; k < hc; k++) {
         float s = mx[k] * fe;
         for (int j = 0; j < hc; j++) s += mx[8 + j * hc + k] * old[j];
@@ -199,8 +195,38 @@ __global__ void k_hc_post(int official, const float *f, const float *mix, float 
     }
 }
 
+__global__ void k_hc_post(int official, const float *f, const float *mix, float *X, int T, int hc, int d) {
+    const int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= (int64_t)T * d) return;
+    const int t = (int)(idx / d), e = (int)(idx % d);
+    hc_post_elem(official, f[(int64_t)t * d + e], mix + (int64_t)t * CU_MIX, X + (int64_t)t * hc * d, hc, d, e);
+}
+
 extern "C" void cu_hc_post(cu_stream st, int official, const float *f, const float *mix, float *X, int T, int hc, int d) {
     if (T > 0) k_hc_post<<<cu_blocks((int64_t)T * d, 256), 256, 0, (cudaStream_t)st>>>(official, f, mix, X, T, hc, d);
+}
+
+/* The MoE sub-layer's output made where hc_post reads it: f = bf16(the token's expert rows summed in its slot order
+ * k = 0, 1, ... from 0.0f, then + shared). */
+__global__ void k_hc_post_moe(int official, const float *ey, const float *shared, const int32_t *token_pairs, int K,
+                              const float *mix, float *X, int T, int hc, int d) {
+    const int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= (int64_t)T * d) return;
+    const int t = (int)(idx / d), e = (int)(idx % d);
+    float acc = 0.0f;
+    for (int k = 0; k < K; k++) {
+        const int pi = token_pairs[(int64_t)t * K + k];
+        if (pi < 0) break;
+        acc += ey[(int64_t)pi * d + e];
+    }
+    hc_post_elem(official, dev_bf16_if(official, acc + shared[idx]), mix + (int64_t)t * CU_MIX, X + (int64_t)t * hc * d, hc, d, e);
+}
+
+extern "C" void cu_hc_post_moe(cu_stream st, int official, const float *ey, const float *shared, const int32_t *token_pairs, int K,
+                               const float *mix, float *X, int T, int hc, int d) {
+    if (T > 0)
+        k_hc_post_moe<<<cu_blocks((int64_t)T * d, 256), 256, 0, (cudaStream_t)st>>>(official, ey, shared, token_pairs, K, mix, X, T,
+                                                                                   hc, d);
 }
 
 /* hc_head_one: 1/rms and the hc mix dots (each a block_sum of thread-strided fmaf partials), then the weighted

@@ -194,22 +194,4 @@ extern "C" void cu_swiglu(cu_stream st, int official, float *g, const float *v, 
     if (n > 0) k_swiglu<<<cu_blocks(n, 256), 256, 0, (cudaStream_t)st>>>(official, g, v, w, rows, I, limit);
 }
 
-__global__ void k_moe_combine(int official, const float *ey, const float *shared, const int32_t *token_pairs, int T, int K,
-                              int d, float *out) {
-    const int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (idx >= (int64_t)T * d) return;
-    const int t = (int)(idx / d), e = (int)(idx % d);
-    float acc = 0.0f;
-    for (int k = 0; k < K; k++) {
-        const int pi = token_pairs[(int64_t)t * K + k];
-        if (pi < 0) break;
-        acc += ey[(int64_t)pi * d + e];
-    }
-    out[idx] = dev_bf16_if(official, acc + shared[idx]);
-}
 
-extern "C" void cu_moe_combine(cu_stream st, int official, const float *ey, const float *shared, const int32_t *token_pairs, int T,
-                               int K, int d, float *out) {
-    if (T > 0) k_moe_combine<<<cu_blocks((int64_t)T * d, 256), 256, 0, (cudaStream_t)st>>>(official, ey, shared, token_pairs, T, K,
-                                                                                          d, out);
-}
