@@ -128,14 +128,18 @@ void cu_comp_ring_write(cu_stream st, int is_indexer, int cols, const float *K, 
                         const int32_t *item_of, const cu_item *items, const cu_seq_layer *sl, int T);
 /* The lightning indexer (select_rows): per query, the top-K visible indexer rows by score (ties to the lower
  * row), in row order. Scores: blocks of 64 rows x one query over the whole GPU; a score's order is stated in
- * k_attention.cu (per head a sequential fmaf dot, then the heads in order). Selection: an exact radix select on
- * (score, -row) keys, one block per query. n_rows: the most visible rows of any query of the step (the score
- * grid); scratch: [CU_INDEX_CHUNK][max_rows] floats (queries go in launches of CU_INDEX_CHUNK). Returns nonzero
- * when the device cannot give the scoring kernel its shared memory. */
+ * k_indexer.cu (per head a sequential fmaf dot, then the heads in order). Selection: an exact radix select on the
+ * score keys with the ties at the threshold broken by row order, one block per query. n_rows: the most visible
+ * rows of any query of the step (the score grid); scratch: [CU_INDEX_CHUNK][max_rows] floats (queries go in
+ * launches of CU_INDEX_CHUNK). Returns nonzero when the device cannot give the scoring kernel its shared memory. */
 #define CU_INDEX_CHUNK 512
 int cu_index_select(cu_stream st, int official, cu_kvlay ilay, const float *qi, const float *wi, const int64_t *pos,
                     const int32_t *item_of, const cu_seq_layer *sl, int T, int nI, int cI, int K, int64_t n_rows,
                     int64_t max_rows, float *scratch, int32_t *sel, int32_t *n_sel);
+/* The selection alone (cu_index_select's second kernel; tests give it scores): queries t0 .. t0+T-1, query t0 + i's
+ * scores of rows 0 .. (pos+1)/4 - 1 at scratch + i * max_rows. */
+void cu_index_topk(cu_stream st, const int64_t *pos, int t0, int T, int K, int64_t max_rows, const float *scratch,
+                   int32_t *sel, int32_t *n_sel);
 /* Sink attention of every (token, head) over its window keys (chronological) then its compressed rows (row
  * order); keys of the step come from kvs, older ones from the ring. Writes o [T][H][D] de-rotated.
  * ATT_CHUNKED (k_attention.cu, the default): a query's key list is cut into fixed chunks of 64 key indices, each

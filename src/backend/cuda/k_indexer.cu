@@ -81,22 +81,52 @@ __global__ void __launch_bounds__(IDX_SCORE_THREADS) k_index_score(int official,
     }
 }
 
-/* A total order on (score, row): higher score first, then lower row; as an unsigned key, larger is better. */
-__device__ __forceinline__ unsigned long long rank_key(float s, int64_t k) {
-    uint32_t u = __float_as_uint(s == 0.0f ? 0.0f : s);
-    u = (u & 0x80000000u) ? ~u : (u | 0x80000000u);
-    return ((unsigned long long)u << 32) | (uint32_t)(0xffffffffu - (uint32_t)k);
+/* ---- selection ------------------------------------------------------------------------------------------------------
+
+ * One block per query: the K best rows by (score descending, row ascending), written in row order. In two steps:
+ *   1. a radix select on the 32-bit score key alone (score_key: larger = better), a byte at a time from the top,
+ *      over the candidates (rows whose key matches the bytes chosen so far): a histogram of the next byte, the
+ *      bin holding the rem-th best candidate, rem = what is still to take from that bin. It stops early when the
+ *      chosen bin is taken whole (its count = rem), or when every candidate of the pass had the same bits below
+ *      the byte (an OR and an AND of those bits agree): then the bin's candidates all have one key. OFFICIAL scores
+ *      are bf16 values (the low 16 key bits are zero), so two passes decide them.
+ *   2. compaction in row order: every row whose key's decided bits exceed the prefix, and the first rem rows (in
+ *      row order) whose decided bits equal it: the ties at the threshold go to the lower rows, as in select_rows.
+ * The same set as the K largest (key, -row) pairs: the selection of core/attention.c select_rows, bit for bit.
+ * Every sweep reads tiles of IDX_SEL_PER x 1024 scores, element j of thread x at row base + 1024 j + x (each
+ * load coalesced, IDX_SEL_PER of them in flight a thread). Histogram adds are aggregated per warp over lanes
+ * with the same bin (__match_any_sync: equal scores would otherwise queue on one counter); only integer counts
+ * are added, so the result does not depend on the order of the atomics. */
+#define IDX_SEL_PER 16
+#define IDX_SEL_TILE ((int64_t)IDX_SEL_THREADS * IDX_SEL_PER)
+#define FULL_MASK 0xffffffffu
+
+/* The selection's order on scores as an unsigned key, larger = better; -0 counts as +0 (equal scores tie). */
+__device__ __forceinline__ uint32_t score_key(float s) {
+    const uint32_t u = __float_as_uint(s == 0.0f ? 0.0f : s);
+    return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
 }
 
-/* Selection, one block per query: an exact radix select of the K-th largest key, a byte at a time from the top,
- * then the rows whose keys reach it compacted in row order. The histogram adds are aggregated per warp over
- * lanes with the same bin (equal scores, as in a context of zero rows, would otherwise queue on one counter). */
+/* The keys of the tile at base (element j: row base + IDX_SEL_THREADS j + threadIdx.x); bit j of the result: the row
+ * exists. */
+__device__ __forceinline__ unsigned load_keys(const float *sc, int64_t n, int64_t base, uint32_t (&key)[IDX_SEL_PER]) {
+    unsigned valid = 0;
+#pragma unroll
+    for (int j = 0; j < IDX_SEL_PER; j++) {
+        const int64_t k = base + (int64_t)IDX_SEL_THREADS * j + threadIdx.x;
+        key[j] = k < n ? score_key(sc[k]) : 0u;
+        valid |= (unsigned)(k < n) << j;
+    }
+    return valid;
+}
+
 __global__ void __launch_bounds__(IDX_SEL_THREADS) k_index_topk(const int64_t *pos, int t0, int K, int64_t max_rows,
                                                                  const float *scratch, int32_t *sel, int32_t *n_sel) {
-    __shared__ unsigned int hist[256];
-    __shared__ unsigned long long prefix_s;
-    __shared__ unsigned int remaining_s, warp_off[IDX_SEL_THREADS / 32 + 1];
-    const int t = t0 + blockIdx.x, lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    __shared__ unsigned hist[256];
+    __shared__ unsigned cnt[IDX_SEL_PER * 32];
+    __shared__ unsigned chunk_x[IDX_SEL_PER];
+    __shared__ unsigned or_s, and_s, bin_s, rem_s, done_s, tile_s;
+    const int t = t0 + blockIdx.x, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int64_t n = (pos[t] + 1) / 4;
     int32_t *out = sel + (int64_t)t * K;
     if (n <= K) {
@@ -105,54 +135,121 @@ __global__ void __launch_bounds__(IDX_SEL_THREADS) k_index_topk(const int64_t *p
         return;
     }
     const float *sc = scratch + (int64_t)blockIdx.x * max_rows;
-    if (threadIdx.x == 0) { prefix_s = 0; remaining_s = (unsigned)K; }
-    unsigned long long mask = 0;
-    for (int b = 7; b >= 0; b--) {
+    uint32_t prefix = 0, mask = 0;
+    unsigned rem = (unsigned)K;
+    for (int shift = 24;; shift -= 8) {
         for (int i = threadIdx.x; i < 256; i += blockDim.x) hist[i] = 0;
+        if (threadIdx.x == 0) { or_s = 0; and_s = ~0u; }
         __syncthreads();
-        const unsigned long long prefix = prefix_s;
-        for (int64_t base = 0; base < n; base += blockDim.x) {   /* whole warps: __match_any_sync below */
-            const int64_t k = base + threadIdx.x;
-            unsigned bin = 256u;
-            if (k < n) {
-                const unsigned long long key = rank_key(sc[k], k);
-                if (((key ^ prefix) & mask) == 0) bin = (unsigned)(key >> (8 * b)) & 255u;
+        const uint32_t low = shift ? (1u << shift) - 1u : 0u;   /* the key bits below this pass's byte */
+        uint32_t o = 0, a = ~0u;
+        for (int64_t base = 0; base < n; base += IDX_SEL_TILE) {   /* a uniform trip count: whole warps below */
+            uint32_t key[IDX_SEL_PER];
+            const unsigned valid = load_keys(sc, n, base, key);
+#pragma unroll
+            for (int j = 0; j < IDX_SEL_PER; j++) {
+                const bool cand = (valid >> j & 1u) && (key[j] & mask) == prefix;
+                const unsigned bin = cand ? (key[j] >> shift) & 255u : 256u;
+                if (cand) { o |= key[j] & low; a &= key[j] & low; }
+                const unsigned peers = __match_any_sync(FULL_MASK, bin);
+                if (cand && lane == __ffs(peers) - 1) atomicAdd(&hist[bin], (unsigned)__popc(peers));
             }
-            const unsigned peers = __match_any_sync(0xffffffffu, bin);
-            if (bin < 256u && lane == __ffs(peers) - 1) atomicAdd(&hist[bin], (unsigned)__popc(peers));
         }
+        o = __reduce_or_sync(FULL_MASK, o);
+        a = __reduce_and_sync(FULL_MASK, a);
+        if (lane == 0) { atomicOr(&or_s, o); atomicAnd(&and_s, a); }
         __syncthreads();
-        if (threadIdx.x == 0) {
-            unsigned rem = remaining_s;
-            for (int bk = 255; bk >= 0; bk--) {
-                if (hist[bk] >= rem) { prefix_s = prefix | ((unsigned long long)bk << (8 * b)); break; }
-                rem -= hist[bk];
+        if (warp == 0) {   /* the bin of the rem-th best candidate: lane l holds bins 255 - 8l down to 248 - 8l */
+            unsigned c8[8], sum = 0;
+#pragma unroll
+            for (int i = 0; i < 8; i++) { c8[i] = hist[255 - 8 * lane - i]; sum += c8[i]; }
+            unsigned incl = sum;
+#pragma unroll
+            for (int d = 1; d < 32; d <<= 1) {
+                const unsigned v = __shfl_up_sync(FULL_MASK, incl, d);
+                if (lane >= d) incl += v;
             }
-            remaining_s = rem;
+            const unsigned hit = __ballot_sync(FULL_MASK, incl >= rem);
+            if (lane == __ffs(hit) - 1) {
+                unsigned r = rem - (incl - sum);
+                for (int i = 0; i < 8; i++) {
+                    if (c8[i] >= r) {
+                        bin_s = 255u - 8u * (unsigned)lane - (unsigned)i;
+                        rem_s = r;
+                        done_s = shift == 0 || c8[i] == r || or_s == and_s;
+                        break;
+                    }
+                    r -= c8[i];
+                }
+            }
         }
-        mask |= 255ull << (8 * b);
-        __syncthreads();
+        __syncthreads();   /* bin_s, rem_s, done_s are written again only after the next pass's first barrier */
+        prefix |= bin_s << shift;
+        mask |= 255u << shift;
+        rem = rem_s;
+        if (done_s) break;
     }
-    const unsigned long long thr = prefix_s;   /* keys are distinct: exactly K keys are >= thr */
-    /* compaction in row order: per chunk of blockDim rows, a ballot per warp and the warps in order */
-    int base_out = 0;
-    for (int64_t base = 0; base < n; base += blockDim.x) {
-        const int64_t k = base + threadIdx.x;
-        const bool f = k < n && rank_key(sc[k], k) >= thr;
-        const unsigned m = __ballot_sync(0xffffffffu, f);
-        if (lane == 0) warp_off[warp] = __popc(m);
-        __syncthreads();
-        if (threadIdx.x == 0) {
-            unsigned s = 0;
-            for (int w = 0; w < nw; w++) { const unsigned c = warp_off[w]; warp_off[w] = s; s += c; }
-            warp_off[nw] = s;
+    /* compaction: per tile, each (element j, warp) ballots "above" (decided bits > prefix) and "tie" (= prefix);
+     * their counts, packed above << 16 | tie (a tile holds at most 2^14 rows), are scanned in row order (j major,
+     * warp minor, lane) */
+    int64_t above_base = 0, tie_base = 0;
+    const unsigned lt = (1u << lane) - 1u;
+    for (int64_t base = 0; base < n; base += IDX_SEL_TILE) {
+        uint32_t key[IDX_SEL_PER];
+        const unsigned valid = load_keys(sc, n, base, key);
+        unsigned above[IDX_SEL_PER], tie[IDX_SEL_PER];
+#pragma unroll
+        for (int j = 0; j < IDX_SEL_PER; j++) {
+            const uint32_t d = key[j] & mask;
+            above[j] = __ballot_sync(FULL_MASK, (valid >> j & 1u) && d > prefix);
+            tie[j] = __ballot_sync(FULL_MASK, (valid >> j & 1u) && d == prefix);
+            if (lane == 0) cnt[32 * j + warp] = (unsigned)__popc(above[j]) << 16 | (unsigned)__popc(tie[j]);
         }
         __syncthreads();
-        if (f) out[base_out + warp_off[warp] + __popc(m & ((1u << lane) - 1u))] = (int32_t)k;
-        base_out += (int)warp_off[nw];
+        if (warp < IDX_SEL_PER) {   /* warp j: the exclusive scan of chunk j's 32 warps */
+            const unsigned v = cnt[32 * warp + lane];
+            unsigned incl = v;
+#pragma unroll
+            for (int d = 1; d < 32; d <<= 1) {
+                const unsigned u = __shfl_up_sync(FULL_MASK, incl, d);
+                if (lane >= d) incl += u;
+            }
+            cnt[32 * warp + lane] = incl - v;
+            if (lane == 31) chunk_x[warp] = incl;
+        }
         __syncthreads();
+        if (warp == 0) {   /* the chunks' totals, scanned */
+            const unsigned v = lane < IDX_SEL_PER ? chunk_x[lane] : 0u;
+            unsigned incl = v;
+#pragma unroll
+            for (int d = 1; d < 32; d <<= 1) {
+                const unsigned u = __shfl_up_sync(FULL_MASK, incl, d);
+                if (lane >= d) incl += u;
+            }
+            if (lane < IDX_SEL_PER) chunk_x[lane] = incl - v;
+            if (lane == 31) tile_s = incl;
+        }
+        __syncthreads();
+#pragma unroll
+        for (int j = 0; j < IDX_SEL_PER; j++) {
+            const bool is_above = above[j] >> lane & 1u, is_tie = tie[j] >> lane & 1u;
+            if (!is_above && !is_tie) continue;
+            const unsigned e = chunk_x[j] + cnt[32 * j + warp] + ((unsigned)__popc(above[j] & lt) << 16 | (unsigned)__popc(tie[j] & lt));
+            const int64_t a_before = above_base + (e >> 16), t_before = tie_base + (e & 0xffffu);
+            const int64_t k = base + (int64_t)IDX_SEL_THREADS * j + threadIdx.x;
+            if (is_above) out[a_before + (t_before < (int64_t)rem ? t_before : (int64_t)rem)] = (int32_t)k;
+            else if (t_before < (int64_t)rem) out[a_before + t_before] = (int32_t)k;
+        }
+        above_base += tile_s >> 16;
+        tie_base += tile_s & 0xffffu;
+        __syncthreads();   /* cnt, chunk_x, tile_s are rewritten by the next tile */
     }
     if (threadIdx.x == 0) n_sel[t] = K;
+}
+
+extern "C" void cu_index_topk(cu_stream st, const int64_t *pos, int t0, int T, int K, int64_t max_rows, const float *scratch,
+                              int32_t *sel, int32_t *n_sel) {
+    if (T > 0) k_index_topk<<<T, IDX_SEL_THREADS, 0, (cudaStream_t)st>>>(pos, t0, K, max_rows, scratch, sel, n_sel);
 }
 
 extern "C" int cu_index_select(cu_stream st, int official, cu_kvlay ilay, const float *qi, const float *wi, const int64_t *pos,
@@ -168,7 +265,7 @@ extern "C" int cu_index_select(cu_stream st, int official, cu_kvlay ilay, const 
         if (row_blocks > 0 && n_rows > K)
             k_index_score<<<dim3((unsigned)row_blocks, n), IDX_SCORE_THREADS, smem, (cudaStream_t)st>>>(
                 official, ilay, qi, wi, pos, item_of, sl, t0, nI, cI, K, max_rows, scratch);
-        k_index_topk<<<n, IDX_SEL_THREADS, 0, (cudaStream_t)st>>>(pos, t0, K, max_rows, scratch, sel, n_sel);
+        cu_index_topk(st, pos, t0, n, K, max_rows, scratch, sel, n_sel);
     }
     return 0;
 }
