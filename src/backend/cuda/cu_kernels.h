@@ -133,9 +133,18 @@ void cu_comp_ring_write(cu_stream st, int is_indexer, int cols, const float *K, 
  * rows of any query of the step (the score grid); scratch: [CU_INDEX_CHUNK][max_rows] floats (queries go in
  * launches of CU_INDEX_CHUNK). Returns nonzero when the device cannot give the scoring kernel its shared memory. */
 #define CU_INDEX_CHUNK 512
-int cu_index_select(cu_stream st, int official, cu_kvlay ilay, const float *qi, const float *wi, const int64_t *pos,
-                    const int32_t *item_of, const cu_seq_layer *sl, int T, int nI, int cI, int K, int64_t n_rows,
-                    int64_t max_rows, float *scratch, int32_t *sel, int32_t *n_sel);
+/* OFFICIAL scores on int8 tensor cores (k_indexer.cu states their order), used when official and every pointer is set
+ * (and cI is 32, 64, 128 or 256): qc [T][nI][cI] int8 and qu [T][nI][cI/32] floats of scratch for the query codes;
+ * offgrid a word in mapped host memory (cu_malloc_mapped) that becomes 1 / 2 when a query / row block is not FP4-grid
+ * data (the scores are then not the stated ones: the caller fails the step). qc NULL: the fp32 scores. */
+typedef struct {
+    int8_t *qc;
+    float *qu;
+    unsigned *offgrid;
+} cu_index_mma;
+int cu_index_select(cu_stream st, int official, cu_index_mma im, cu_kvlay ilay, const float *qi, const float *wi,
+                    const int64_t *pos, const int32_t *item_of, const cu_seq_layer *sl, int T, int nI, int cI, int K,
+                    int64_t n_rows, int64_t max_rows, float *scratch, int32_t *sel, int32_t *n_sel);
 /* The selection alone (cu_index_select's second kernel; tests give it scores): queries t0 .. t0+T-1, query t0 + i's
  * scores of rows 0 .. (pos+1)/4 - 1 at scratch + i * max_rows. */
 void cu_index_topk(cu_stream st, const int64_t *pos, int t0, int T, int K, int64_t max_rows, const float *scratch,

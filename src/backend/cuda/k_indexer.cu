@@ -1,8 +1,11 @@
 /* The lightning indexer on the device (core/attention.c select_rows, spec §9): every query's scores over the
- * indexer rows it may see, then its top-k rows in row order. */
+ * indexer rows it may see, then its top-k rows in row order. Scores: fp32 on CUDA cores (EXACT mode, and OFFICIAL
+ * with DSV4_CUDA_IDX_MMA=0), or in OFFICIAL mode exact int8 tensor-core block sums of the FP4 operands (the
+ * section "OFFICIAL scores on int8 tensor cores" states their order). tools/gpu/shim/shim_indexer.sh runs this file
+ * on the CPU (tests/gpu/test_gpu_indexer.c). */
 #include "backend/cuda/cu_kvrow.cuh"
 
-/* ---- the lightning indexer -------------------------------------------------------------------------------------------- */
+/* ---- fp32 scores ------------------------------------------------------------------------------------------------------ */
 
 /* Scoring is spread over the whole GPU: block (x, y) scores rows [IDX_ROWS x, IDX_ROWS (x + 1)) of query t0 + y,
  * with the query's heads and the rows decoded to fp32 in shared memory. Run 24: with one block per query scoring
@@ -252,19 +255,260 @@ extern "C" void cu_index_topk(cu_stream st, const int64_t *pos, int t0, int T, i
     if (T > 0) k_index_topk<<<T, IDX_SEL_THREADS, 0, (cudaStream_t)st>>>(pos, t0, K, max_rows, scratch, sel, n_sel);
 }
 
-extern "C" int cu_index_select(cu_stream st, int official, cu_kvlay ilay, const float *qi, const float *wi, const int64_t *pos,
-                               const int32_t *item_of, const cu_seq_layer *sl, int T, int nI, int cI, int K, int64_t n_rows,
-                               int64_t max_rows, float *scratch, int32_t *sel, int32_t *n_sel) {
+/* ---- OFFICIAL scores on int8 tensor cores ------------------------------------------------------------------------------
+
+ * In OFFICIAL mode both operands of every indexer dot are FP4-simulated values (spec §3.4): in each block of 32
+ * columns, x = v * 2^e with v on the E2M1 grid {0, +-0.5, +-1, +-1.5, +-2, +-3, +-4, +-6}. So each block's part of a
+ * dot is an integer sum times a power of two, and int8 tensor cores compute it exactly:
+ *   a block of values gets the unit u = 2^(floor(log2 amax) - 5) (u = 1 for an all-zero block) and the codes x / u.
+ *     Why they are integers < 64: x = v s, amax = vmax s with vmax in {.5, 1, 1.5, 2, 3, 4, 6}; floor(log2 vmax) =
+ *     f in {-1, 0, 1, 2}, so x / u = v 2^(5 - f): v is a multiple of 1/2 and 5 - f >= 3, an integer; |v| <= vmax
+ *     < 2^(f+1), so |x / u| < 2^6. The query (ws->qi, written by k_prepare_tokens' FP4 simulation in OFFICIAL mode)
+ *     and bf16 / f32 indexer rows (written by the indexer compressor's FP4 simulation, cu_compress / compressor.c)
+ *     are such values by construction, exactly (s >= 2^-126, so v s >= 2^-127 is a bf16 value). A block that is
+ *     not (a code not an integer or beyond +-127: NaN, infinity, data from elsewhere) is still scored, and stores 1
+ *     (query) or 2 (row) into *offgrid, a word in mapped host memory the step checks after it waited (step_end): an
+ *     error, never a silent result.
+ *   an fp8-KV indexer row stores the codes themselves: E2M1 code c and UE8M0 scale byte E per 32 columns, value
+ *     e2m1(c) 2^(E-127); its codes are 2 e2m1(c) (0, +-1, +-2, +-3, +-4, +-6, +-8, +-12) and u = 0.5 * 2^(E-127).
+ * ---- Order of a score (the same for every row, query, batch and chunking; a function of the two rows alone) ----
+ *   S_b = sum over the block's 32 columns of qcode * kcode: an exact int32 (|S_b| < 32 * 127 * 127 < 2^24), from
+ *         one mma.sync.m16n8k32.s32.s8.s8.s32 with a zero accumulator (integer sums: the order inside is moot);
+ *   dot = 0.0f; for b = 0 .. cI/32 - 1 in order: dot = fmaf((float)S_b, uq_b * uk_b, dot) (each product exact
+ *         but for underflow: S_b is exact in fp32 and the u are powers of two);
+ *   then as the fp32 path: s_h = bf16(dot); acc = 0.0f; for h = 0 .. nI-1 in order: if s_h > 0, acc += bf16(s_h
+ *   * w[h]); score = bf16(acc). (A skipped head is stored as +0 and added: acc is never -0, so acc + 0 = acc.)
+ * tests/gpu/test_gpu_indexer.c computes this order in C on the host and requires the GPU's scores bit for bit.
+ * ---- Fragment layouts relied on (PTX ISA, "Matrix Fragments for mma.m16n8k32" with .s8 operands, the same as
+ *      k_mma.cu's .e4m3) ----
+ *   lane = 4 g + q; byte i of a 32-bit register = element i.
+ *   A (16 x 32, row): a0 = A[g][4q .. 4q+3], a1 = A[g+8][4q .. 4q+3], a2 = A[g][16+4q ..], a3 = A[g+8][16+4q ..].
+ *   B (32 x 8, col): b0 = B[4q .. 4q+3][g], b1 = B[16+4q .. 16+4q+3][g].
+ *   C/D (16 x 8 s32): d0 = D[g][2q], d1 = D[g][2q+1], d2 = D[g+8][2q], d3 = D[g+8][2q+1].
+ *   A = 16 indexer rows (M), B = 8 query heads (N), K = one 32-column block b. The k map (the same for A and B):
+ *   k = 4q + i -> column 32b + 8q + i, k = 16 + 4q + i -> column 32b + 8q + 4 + i, so lane q holds columns
+ *   32b + 8q .. 32b + 8q + 7 of its rows (one 32-bit word of E2M1 nibbles in an fp8 row) and of its head (8 code
+ *   bytes). A warp owns 16 rows and runs the heads in tiles of 8; the per-row head sum runs in one lane over the
+ *   terms gathered in shared memory. */
+#define IDXM_WARPS 8
+#define IDXM_ROWS (16 * IDXM_WARPS)   /* rows a block */
+
+/* D = A B on one m16n8k32 int8 tile (fragments as above), accumulator 0. tools/gpu/shim/shim_mma.h has a C++
+ * emulation of it written from the same layout, for the CPU shim. */
+#ifndef CUDA_SHIM
+__device__ __forceinline__ void mma_s8(int (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0, uint32_t b1) {
+    d[0] = d[1] = d[2] = d[3] = 0;
+    asm("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+        : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+#endif
+
+/* The unit of a block of FP4-grid values from its amax: 2^(floor(log2 amax) - 5), from the bits (amax may be
+ * subnormal); 1 for amax = 0; 0 when it underflows (then every code is infinite: off the grid). */
+__device__ __forceinline__ float grid_unit(float amax) {
+    const uint32_t b = __float_as_uint(amax), E = (b >> 23) & 255u;
+    if (b == 0) return 1.0f;
+    const int e = (E ? (int)E - 127 : (31 - __clz((int)(b & 0x7fffffu))) - 149) - 5;
+    if (e >= -126) return __uint_as_float((uint32_t)(e + 127) << 23);
+    return e >= -149 ? __uint_as_float(1u << (e + 149)) : 0.0f;
+}
+
+/* x / u as an int8 code (its byte); ok cleared when it is not an integer in [-127, 127]. */
+__device__ __forceinline__ uint32_t grid_code(float x, float u, bool &ok) {
+    const float c = __fdiv_rn(x, u);
+    if (!(c == rintf(c) && fabsf(c) <= 127.0f)) { ok = false; return 0u; }
+    return (uint32_t)(int)c & 255u;
+}
+
+/* Four E2M1 codes (code i in bits 4i .. 4i+3 of v) as four int8 of twice their value (byte i). */
+__device__ __forceinline__ uint32_t e2m1x4_s8(uint32_t v) {
+    uint32_t r = 0;
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const uint32_t c = (v >> (4 * i)) & 15u;
+        const uint32_t mag = (uint32_t)(0x0C08060403020100ull >> (8 * (c & 7u))) & 255u;
+        r |= ((c & 8u) ? (0u - mag) & 255u : mag) << (8 * i);
+    }
+    return r;
+}
+
+/* The query codes, once a step: warp (t, h) over its head's blocks of 32, lane l column 32b + l: qc [T][nI][cI]
+ * int8, qu [T][nI][cI/32] units. */
+__global__ void k_index_qcodes(const float *qi, int64_t n_heads, int cI, int8_t *qc, float *qu, unsigned *offgrid) {
+    const int lane = threadIdx.x & 31;
+    const int64_t th = (int64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    if (th >= n_heads) return;   /* whole warps */
+    bool ok = true;
+    for (int b = 0; b < cI / 32; b++) {
+        const int64_t i = th * cI + 32 * b + lane;
+        const float x = qi[i];
+        float a = fabsf(x);
+        for (int off = 16; off > 0; off >>= 1) a = fmaxf(a, __shfl_xor_sync(FULL_MASK, a, off));
+        const float u = grid_unit(a);
+        qc[i] = (int8_t)(uint8_t)grid_code(x, u, ok);
+        if (lane == 0) qu[th * (cI / 32) + b] = u;
+    }
+    if (!ok) *(volatile unsigned *)offgrid = 1u;   /* a plain store: atomics on host memory are not portable */
+}
+
+/* Eight consecutive values of a bf16 / f32 row from column j (a multiple of 8: 16- or 32-byte aligned). */
+__device__ __forceinline__ void row_values8(const cu_kvlay &l, const uint8_t *row, int j, float (&x)[8]) {
+    if (l.fmt == KV_F32) {
+        const float4 v0 = *(const float4 *)(row + 4 * j), v1 = *(const float4 *)(row + 4 * j + 16);
+        x[0] = v0.x; x[1] = v0.y; x[2] = v0.z; x[3] = v0.w; x[4] = v1.x; x[5] = v1.y; x[6] = v1.z; x[7] = v1.w;
+    } else {
+        const uint4 v = *(const uint4 *)(row + 2 * j);
+        const uint32_t w[4] = { v.x, v.y, v.z, v.w };
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            x[2 * i] = dev_bf16_to_f32((uint16_t)(w[i] & 0xffffu));
+            x[2 * i + 1] = dev_bf16_to_f32((uint16_t)(w[i] >> 16));
+        }
+    }
+}
+
+/* Block (x, y): rows [IDXM_ROWS x, IDXM_ROWS (x + 1)) of query t0 + y, warp w rows 16 w .. 16 w + 15 of them; NB =
+ * cI / 32 blocks. Dynamic shared memory: a warp's [16][nI + 1] head terms. */
+template <int NB>
+__global__ void __launch_bounds__(IDXM_WARPS * 32) k_index_score_mma(cu_kvlay il, const int8_t *qc, const float *qu, const float *wi,
+                                                                      const int64_t *pos, const int32_t *item_of,
+                                                                      const cu_seq_layer *sl, int t0, int nI, int K,
+                                                                      int64_t max_rows, float *scratch, unsigned *offgrid) {
+    extern __shared__ __align__(16) float idxm_smem[];
+    const int t = t0 + blockIdx.y, lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, q = lane & 3;
+    const int cI = 32 * NB;
+    const int64_t n = (pos[t] + 1) / 4, k0 = (int64_t)blockIdx.x * IDXM_ROWS + 16 * warp;
+    if (n <= K || k0 >= n) return;   /* whole warps; no block barrier below */
+    float *ts = idxm_smem + (size_t)warp * 16 * (nI + 1);
+    const uint8_t *rows = sl[item_of[t]].irows;
+    /* the A fragments of the warp's 16 rows, and their units */
+    uint32_t A[NB][4];
+    float uk[NB][2];
+    bool ok = true;
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const int64_t k = k0 + g + 8 * r;
+        const bool valid = k < n;
+        const uint8_t *row = rows + (valid ? k : 0) * il.bytes;
+#pragma unroll
+        for (int b = 0; b < NB; b++) {
+            uint32_t lo = 0, hi = 0;
+            if (il.fmt != KV_F32 && il.fmt != KV_BF16) {   /* fp8 KV: E2M1 codes, a UE8M0 scale per 32 */
+                uint32_t w = 0;
+                const uint8_t *p = row + 16 * b + 4 * q;
+                if (valid) w = (il.bytes & 3) ? (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24
+                                              : *(const uint32_t *)p;
+                lo = e2m1x4_s8(w & 0xffffu);
+                hi = e2m1x4_s8(w >> 16);
+                uk[b][r] = valid ? 0.5f * dev_e8m0(row[(il.width + 1) / 2 + b]) : 0.0f;
+            } else {   /* values: the lanes of a quad hold one block of the row */
+                float x[8];
+                if (valid) row_values8(il, row, 32 * b + 8 * q, x);
+                else
+#pragma unroll
+                    for (int i = 0; i < 8; i++) x[i] = 0.0f;
+                float a = 0.0f;
+#pragma unroll
+                for (int i = 0; i < 8; i++) a = fmaxf(a, fabsf(x[i]));
+                a = fmaxf(a, __shfl_xor_sync(FULL_MASK, a, 1));
+                a = fmaxf(a, __shfl_xor_sync(FULL_MASK, a, 2));
+                const float u = grid_unit(a);
+#pragma unroll
+                for (int i = 0; i < 4; i++) {
+                    lo |= grid_code(x[i], u, ok) << (8 * i);
+                    hi |= grid_code(x[4 + i], u, ok) << (8 * i);
+                }
+                uk[b][r] = u;
+            }
+            A[b][r] = lo;       /* a0 (row g) / a1 (row g+8): columns 8q .. 8q+3 of the block */
+            A[b][2 + r] = hi;   /* a2 / a3: columns 8q+4 .. 8q+7 */
+        }
+    }
+    if (!ok) *(volatile unsigned *)offgrid = 2u;
+    const float *w = wi + (int64_t)t * nI;
+    for (int h0 = 0; h0 < nI; h0 += 8) {
+        const int hb = h0 + g, ha = h0 + 2 * q;   /* B column of the lane; its D columns ha, ha + 1 */
+        const int8_t *qb = qc + ((int64_t)t * nI + hb) * cI + 8 * q;
+        float dot[4] = { 0.0f, 0.0f, 0.0f, 0.0f };
+#pragma unroll
+        for (int b = 0; b < NB; b++) {
+            uint32_t b0 = 0, b1 = 0;
+            if (hb < nI) {
+                const uint2 v = *(const uint2 *)(qb + 32 * b);
+                b0 = v.x;
+                b1 = v.y;
+            }
+            int S[4];
+            mma_s8(S, A[b][0], A[b][1], A[b][2], A[b][3], b0, b1);
+            const float ua = ha < nI ? qu[((int64_t)t * nI + ha) * NB + b] : 0.0f;
+            const float ub = ha + 1 < nI ? qu[((int64_t)t * nI + ha + 1) * NB + b] : 0.0f;
+            dot[0] = fmaf((float)S[0], ua * uk[b][0], dot[0]);   /* row g,     head ha */
+            dot[1] = fmaf((float)S[1], ub * uk[b][0], dot[1]);   /* row g,     head ha + 1 */
+            dot[2] = fmaf((float)S[2], ua * uk[b][1], dot[2]);   /* row g + 8, head ha */
+            dot[3] = fmaf((float)S[3], ub * uk[b][1], dot[3]);   /* row g + 8, head ha + 1 */
+        }
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            const int h = ha + (e & 1), r = g + 8 * (e >> 1);
+            if (h >= nI) continue;
+            const float sh = dev_round_bf16(dot[e]);
+            ts[r * (nI + 1) + h] = sh > 0.0f ? dev_round_bf16(sh * w[h]) : 0.0f;
+        }
+    }
+    __syncwarp();
+    if (lane < 16 && k0 + lane < n) {
+        float acc = 0.0f;
+        for (int h = 0; h < nI; h++) acc += ts[lane * (nI + 1) + h];
+        scratch[(int64_t)blockIdx.y * max_rows + k0 + lane] = dev_round_bf16(acc);
+    }
+}
+
+template <int NB>
+static int launch_score_mma(cu_stream st, cu_kvlay il, const int8_t *qc, const float *qu, const float *wi, const int64_t *pos,
+                            const int32_t *item_of, const cu_seq_layer *sl, int t0, int n, int nI, int K, int64_t n_rows,
+                            int64_t max_rows, float *scratch, unsigned *offgrid) {
+    const size_t smem = sizeof(float) * IDXM_WARPS * 16 * (size_t)(nI + 1);
+    if (smem > 48 * 1024 &&
+        cudaFuncSetAttribute(k_index_score_mma<NB>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) != cudaSuccess)
+        return -1;
+    const int64_t row_blocks = (n_rows + IDXM_ROWS - 1) / IDXM_ROWS;
+    k_index_score_mma<NB><<<dim3((unsigned)row_blocks, n), IDXM_WARPS * 32, smem, (cudaStream_t)st>>>(
+        il, qc, qu, wi, pos, item_of, sl, t0, nI, K, max_rows, scratch, offgrid);
+    return 0;
+}
+
+extern "C" int cu_index_select(cu_stream st, int official, cu_index_mma im, cu_kvlay ilay, const float *qi, const float *wi,
+                               const int64_t *pos, const int32_t *item_of, const cu_seq_layer *sl, int T, int nI, int cI, int K,
+                               int64_t n_rows, int64_t max_rows, float *scratch, int32_t *sel, int32_t *n_sel) {
+    const int NB = cI / 32;
+    const bool mma = official && im.qc && im.qu && im.offgrid && cI % 32 == 0 && (NB == 1 || NB == 2 || NB == 4 || NB == 8);
     const size_t smem = index_score_smem(nI, cI);
-    if (smem > 48 * 1024 && cudaFuncSetAttribute(k_index_score, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) != cudaSuccess)
+    if (!mma && smem > 48 * 1024 &&
+        cudaFuncSetAttribute(k_index_score, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) != cudaSuccess)
         return -1;
     const int64_t row_blocks = (n_rows + IDX_ROWS - 1) / IDX_ROWS;
+    if (mma && n_rows > K && T > 0) {
+        const int64_t heads = (int64_t)T * nI;
+        k_index_qcodes<<<(unsigned)((heads + 7) / 8), 256, 0, (cudaStream_t)st>>>(qi, heads, cI, im.qc, im.qu, im.offgrid);
+    }
     /* CU_INDEX_CHUNK queries per launch share the score scratch: its size does not grow with the prompt */
     for (int t0 = 0; t0 < T; t0 += CU_INDEX_CHUNK) {
         const int n = T - t0 < CU_INDEX_CHUNK ? T - t0 : CU_INDEX_CHUNK;
-        if (row_blocks > 0 && n_rows > K)
-            k_index_score<<<dim3((unsigned)row_blocks, n), IDX_SCORE_THREADS, smem, (cudaStream_t)st>>>(
-                official, ilay, qi, wi, pos, item_of, sl, t0, nI, cI, K, max_rows, scratch);
+        if (row_blocks > 0 && n_rows > K) {
+            if (mma) {
+                int rc;
+                switch (NB) {
+                case 1: rc = launch_score_mma<1>(st, ilay, im.qc, im.qu, wi, pos, item_of, sl, t0, n, nI, K, n_rows, max_rows, scratch, im.offgrid); break;
+                case 2: rc = launch_score_mma<2>(st, ilay, im.qc, im.qu, wi, pos, item_of, sl, t0, n, nI, K, n_rows, max_rows, scratch, im.offgrid); break;
+                case 4: rc = launch_score_mma<4>(st, ilay, im.qc, im.qu, wi, pos, item_of, sl, t0, n, nI, K, n_rows, max_rows, scratch, im.offgrid); break;
+                default: rc = launch_score_mma<8>(st, ilay, im.qc, im.qu, wi, pos, item_of, sl, t0, n, nI, K, n_rows, max_rows, scratch, im.offgrid); break;
+                }
+                if (rc) return rc;
+            } else
+                k_index_score<<<dim3((unsigned)row_blocks, n), IDX_SCORE_THREADS, smem, (cudaStream_t)st>>>(
+                    official, ilay, qi, wi, pos, item_of, sl, t0, nI, cI, K, max_rows, scratch);
+        }
         cu_index_topk(st, pos, t0, n, K, max_rows, scratch, sel, n_sel);
     }
     return 0;

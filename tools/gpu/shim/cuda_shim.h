@@ -29,6 +29,12 @@ struct dim3 {
 struct alignas(16) float4 {
     float x, y, z, w;
 };
+struct alignas(8) uint2 {
+    uint32_t x, y;
+};
+struct alignas(16) uint4 {
+    uint32_t x, y, z, w;
+};
 typedef void *cudaStream_t;
 
 extern dim3 threadIdx, blockIdx, blockDim, gridDim;
@@ -46,6 +52,7 @@ static inline uint32_t __float_as_uint(float f) { uint32_t u; memcpy(&u, &f, 4);
 static inline float __int_as_float(int u) { float f; memcpy(&f, &u, 4); return f; }
 static inline int __popc(unsigned x) { return __builtin_popcount(x); }
 static inline int __ffs(unsigned x) { return __builtin_ffs((int)x); }
+static inline int __clz(int x) { return x ? __builtin_clz((unsigned)x) : 32; }
 static inline float __fdiv_rn(float a, float b) { return a / b; }
 
 void __syncthreads(void);

@@ -43,7 +43,7 @@ def kernels(text):
     text = re.sub(r"^#include.*$", "", text, flags=re.M)
     text = re.sub(r"extern __shared__ [^;]*?(\w+)\[\];", r"float *\1 = shim_dyn_smem;", text)
     text = re.sub(r"(__shared__[^;\n]*?\b(\w+)\[[^;\n]*;)", poison, text)
-    text = re.sub(r"(\w+)<<<(.*?)>>>\((.*?)\);", launch, text, flags=re.S)
+    text = re.sub(r"(\w+(?:<\w+>)?)<<<(.*?)>>>\((.*?)\);", launch, text, flags=re.S)
     assert "<<<" not in text
     return text
 out.append(kernels(src))
