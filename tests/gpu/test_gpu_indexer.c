@@ -46,6 +46,8 @@ void shim_old_index_topk(const int64_t *pos, int t0, int T, int K, int64_t max_r
                          int32_t *n_sel);
 #define BIG_N 40000
 #define SCORE_ROWS 700
+#define TIMING_ROWS 6000   /* the shim: a check of the code path, not a time */
+#define TIMING_REPS 1
 #else
 static void *dev_put(const void *h, size_t n) {
     void *d = cu_malloc(n ? n : 1);
@@ -64,6 +66,8 @@ static unsigned *flag_new(void) { unsigned *f = cu_malloc_mapped(sizeof *f); ass
 static void flag_free(unsigned *f) { cu_free_host(f); }
 #define BIG_N 1100000
 #define SCORE_ROWS 20000
+#define TIMING_ROWS 262144   /* a 1M-token context */
+#define TIMING_REPS 20
 #endif
 
 static float urand(dsv4_rng *r) { return (float)(2.0 * dsv4_rng_uniform(r) - 1.0); }
@@ -484,6 +488,83 @@ static void scores_off_grid(void **state) {
     free(good.rows); dev_free(good.d_rows); free(bad.rows); dev_free(bad.d_rows);
 }
 
+#include <time.h>
+static double now_us(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e6 + ts.tv_nsec / 1e3;
+}
+
+/* One decode query after a 1M-token context (TIMING_ROWS = 262,144 fp8 indexer rows, the model's 64 x 128, top-512): the time of
+ * cu_index_select with the tensor-core and the fp32 scores, and of the selection alone (printed: issue 18's
+ * measurement log); the scores of sampled rows = the stated order, the selection = the rule on the GPU's scores. */
+static void timing_one_query_1m(void **state) {
+    (void)state;
+    const score_case c = { "64 x 128, fp8 KV", DSV4_KV_FP8, 64, 128 };
+    const int nI = 64, cI = 128, NB = 4, K = 512, REPS = TIMING_REPS;
+    const int64_t n = TIMING_ROWS, p = 4 * n - 1;
+    kv_layout kl;
+    kv_layout_init(&kl, c.fmt, KV_ROW_INDEX, cI, 0);
+    seqrows sr;
+    seq_rows(&c, &kl, 0, n, 0, &sr);
+    float *qi = malloc(sizeof(float) * nI * cI), *w = malloc(sizeof(float) * nI), *sc = malloc(sizeof(float) * (size_t)n);
+    int32_t *sel = malloc(sizeof(int32_t) * K), *want = malloc(sizeof(int32_t) * K);
+    assert_true(qi && w && sc && sel && want);
+    query_of(&c, 0, p, qi, w);
+    const int32_t zero = 0;
+    cu_seq_layer sl;
+    memset(&sl, 0, sizeof sl);
+    sl.irows = sr.d_rows;
+    float *d_qi = dev_put(qi, sizeof(float) * nI * cI), *d_w = dev_put(w, sizeof(float) * nI), *d_sc = dev_put(NULL, sizeof(float) * (size_t)n);
+    int64_t *d_pos = dev_put(&p, sizeof p);
+    int32_t *d_item = dev_put(&zero, sizeof zero), *d_sel = dev_put(NULL, sizeof(int32_t) * K), *d_n_sel = dev_put(NULL, sizeof(int32_t));
+    cu_seq_layer *d_sl = dev_put(&sl, sizeof sl);
+    int8_t *d_qc = dev_put(NULL, (size_t)nI * cI);
+    float *d_qu = dev_put(NULL, sizeof(float) * nI * NB);
+    unsigned *flag = flag_new();
+    const cu_kvlay lay = { kl.fmt, kl.kind, kl.width, kl.rope, kl.nope, (int)kl.bytes };
+    double us[3];
+    for (int mode = 0; mode < 3; mode++) {   /* tensor cores, fp32, the selection alone */
+        const cu_index_mma im = { mode == 0 ? d_qc : NULL, d_qu, flag };
+        double t0 = 0;
+        for (int r = 0; r < REPS + 3; r++) {
+            if (r == 3) {
+                dev_sync();
+                t0 = now_us();
+            }
+            if (mode < 2) {
+                if (cu_index_select(NULL, 1, im, lay, d_qi, d_w, d_pos, d_item, d_sl, 1, nI, cI, K, n, n, d_sc, d_sel, d_n_sel))
+                    fail_msg("cu_index_select refused");
+            } else
+                cu_index_topk(NULL, d_pos, 0, 1, K, n, d_sc, d_sel, d_n_sel);
+        }
+        dev_sync();
+        us[mode] = (now_us() - t0) / REPS;
+        if (mode == 0) {   /* check the tensor-core scores and their selection */
+            dev_get(sc, d_sc, sizeof(float) * (size_t)n);
+            dev_get(sel, d_sel, sizeof(int32_t) * K);
+            int8_t qc[64 * 128], kc[128];
+            float qu[64 * 4], ku[4];
+            for (int h = 0; h < nI; h++)
+                for (int b = 0; b < NB; b++) qu[h * NB + b] = host_block_codes(qi + h * cI + 32 * b, qc + h * cI + 32 * b);
+            for (int64_t k = 0; k < n; k += 257) {
+                host_row_codes(&kl, sr.rows + k * (int64_t)kl.bytes, kc, ku);
+                const float ref = host_score(qc, qu, w, kc, ku, nI, cI);
+                if (memcmp(&ref, &sc[k], sizeof ref)) fail_msg("1M: row %lld: score %.9g, the stated order gives %.9g", (long long)k, sc[k], ref);
+            }
+            host_select(sc, n, K, want);
+            if (memcmp(sel, want, sizeof(int32_t) * K)) fail_msg("1M: the selection differs from the rule on the GPU's scores");
+            if (*flag) fail_msg("1M: FP4-grid data raised the off-grid word");
+        }
+    }
+    printf("  one query over %lld fp8 indexer rows (64 x 128, top-%d): %.1f us with tensor-core scores, %.1f us with fp32 "
+           "scores, of which the selection %.1f us (mean of %d)\n", (long long)n, K, us[0], us[1], us[2], REPS);
+    flag_free(flag);
+    dev_free(d_qi); dev_free(d_w); dev_free(d_sc); dev_free(d_pos); dev_free(d_item); dev_free(d_sel); dev_free(d_n_sel);
+    dev_free(d_sl); dev_free(d_qc); dev_free(d_qu);
+    free(qi); free(w); free(sc); free(sel); free(want); free(sr.rows); dev_free(sr.d_rows);
+}
+
 int main(void) {
 #ifndef IDX_TEST_SHIM
     dsv4_error why;
@@ -499,6 +580,7 @@ int main(void) {
         cmocka_unit_test(scores_model_shape),
         cmocka_unit_test(scores_odd_shapes),
         cmocka_unit_test(scores_off_grid),
+        cmocka_unit_test(timing_one_query_1m),
     };
     return cmocka_run_group_tests_name("gpu lightning indexer", tests, NULL, NULL);
 }
