@@ -154,6 +154,7 @@ __global__ void __launch_bounds__(IDX_SEL_THREADS) k_index_topk(const int64_t *p
                 const bool cand = (valid >> j & 1u) && (key[j] & mask) == prefix;
                 const unsigned bin = cand ? (key[j] >> shift) & 255u : 256u;
                 if (cand) { o |= key[j] & low; a &= key[j] & low; }
+                if (!__ballot_sync(FULL_MASK, cand)) continue;   /* after the first pass most warps hold none */
                 const unsigned peers = __match_any_sync(FULL_MASK, bin);
                 if (cand && lane == __ffs(peers) - 1) atomicAdd(&hist[bin], (unsigned)__popc(peers));
             }
