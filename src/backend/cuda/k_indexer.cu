@@ -98,9 +98,15 @@ __global__ void __launch_bounds__(IDX_SCORE_THREADS) k_index_score(int official,
  * The same set as the K largest (key, -row) pairs: the selection of core/attention.c select_rows, bit for bit.
  * Every sweep reads tiles of IDX_SEL_PER x 1024 scores, element j of thread x at row base + 1024 j + x (each
  * load coalesced, IDX_SEL_PER of them in flight a thread). Histogram adds are aggregated per warp over lanes
- * with the same bin (__match_any_sync: equal scores would otherwise queue on one counter); only integer counts
- * are added, so the result does not depend on the order of the atomics. */
+ * with the same bin (IDX_SEL_MATCH: equal scores would otherwise queue on one counter); only integer counts are
+ * added, so the result does not depend on the order of the atomics. */
 #define IDX_SEL_PER 16
+/* How a warp aggregates its histogram adds: 1 __match_any_sync (one add per distinct bin), 0 the lowest candidate
+ * lane's bin in one add and every other lane alone (plain shuffles, ballots and shared atomics; a build variant to
+ * measure against, -DIDX_SEL_MATCH=0). Both give the same counts. */
+#ifndef IDX_SEL_MATCH
+#define IDX_SEL_MATCH 1
+#endif
 #define IDX_SEL_TILE ((int64_t)IDX_SEL_THREADS * IDX_SEL_PER)
 #define FULL_MASK 0xffffffffu
 
@@ -154,9 +160,21 @@ __global__ void __launch_bounds__(IDX_SEL_THREADS) k_index_topk(const int64_t *p
                 const bool cand = (valid >> j & 1u) && (key[j] & mask) == prefix;
                 const unsigned bin = cand ? (key[j] >> shift) & 255u : 256u;
                 if (cand) { o |= key[j] & low; a &= key[j] & low; }
-                if (!__ballot_sync(FULL_MASK, cand)) continue;   /* after the first pass most warps hold none */
+                unsigned rest = __ballot_sync(FULL_MASK, cand);
+                if (!rest) continue;   /* after the first pass most warps hold none */
+#if IDX_SEL_MATCH
                 const unsigned peers = __match_any_sync(FULL_MASK, bin);
                 if (cand && lane == __ffs(peers) - 1) atomicAdd(&hist[bin], (unsigned)__popc(peers));
+#else
+                {   /* the lowest candidate lane adds for every lane of its bin; the others add one each */
+                    const int ld = __ffs(rest) - 1;
+                    const unsigned lb = __shfl_sync(FULL_MASK, bin, ld);
+                    const unsigned same = __ballot_sync(FULL_MASK, bin == lb);
+                    if (lane == ld) atomicAdd(&hist[lb], (unsigned)__popc(same));
+                    rest &= ~same;
+                    if (rest >> lane & 1u) atomicAdd(&hist[bin], 1u);
+                }
+#endif
             }
         }
         o = __reduce_or_sync(FULL_MASK, o);

@@ -3,7 +3,7 @@
 # (src/backend/cuda/k_indexer.cu, launchers included) through tools/gpu/shim/cuda_shim.h: a check of their indexing,
 # barriers, warp intrinsics and launch arithmetic on a machine without a GPU, with the test's smaller sizes
 # (-DIDX_TEST_SHIM). The selection is also compared with the kernel it replaced (k_index_topk at commit b39512f,
-# taken from git). Needs `make` (build/libdsv4.a). Not part of `make test` (nor of the GPU suite: it lives outside tests/).
+# taken from git). SHIM_FLAGS: extra compiler flags for the kernels (e.g. -DIDX_SEL_MATCH=0). Needs `make` (build/libdsv4.a). Not part of `make test` (nor of the GPU suite: it lives outside tests/).
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
 D=${SHIM_DIR:-/tmp/dsv4-shim-indexer}
@@ -57,7 +57,7 @@ out.append('''extern "C" void shim_old_index_topk(const int64_t *pos, int t0, in
 }''')
 open(sys.argv[1], "w").write("\n".join(out))
 PY
-g++ -O2 -std=c++17 -w -Iinclude -Isrc -Itools/gpu/shim -c "$D/idx_kernels.cpp" -o "$D/idx_kernels.o"
+g++ -O2 -std=c++17 -w ${SHIM_FLAGS:-} -Iinclude -Isrc -Itools/gpu/shim -c "$D/idx_kernels.cpp" -o "$D/idx_kernels.o"
 g++ -O2 -std=c++17 -Wall -Itools/gpu/shim -c tools/gpu/shim/cuda_shim.cpp -o "$D/cuda_shim.o"
 cc -O2 -std=gnu11 -Wall -DIDX_TEST_SHIM -Iinclude -Isrc -Itests/gpu -c tests/gpu/test_gpu_indexer.c -o "$D/test.o"
 g++ -o "$D/test_gpu_indexer_shim" "$D/test.o" "$D/idx_kernels.o" "$D/cuda_shim.o" build/libdsv4.a \
