@@ -39,6 +39,7 @@ static void *dev_put(const void *h, size_t n) {
 static void dev_get(void *h, const void *d, size_t n) { memcpy(h, d, n); }
 static void dev_free(void *d) { free(d); }
 static void dev_sync(void) {}
+static int cu_fill_dev(void *d, int byte, size_t n) { memset(d, byte, n); return 0; }
 static unsigned *flag_new(void) { unsigned *f = calloc(1, sizeof *f); assert_non_null(f); return f; }
 static void flag_free(unsigned *f) { free(f); }
 /* the kernel k_index_topk replaced (tools/gpu/shim/shim_indexer.sh extracts it from git) */
@@ -61,6 +62,7 @@ static void dev_sync(void) {
     dsv4_error err;
     if (cu_finish(NULL, "indexer", &err)) fail_msg("%s", err.msg);
 }
+static int cu_fill_dev(void *d, int byte, size_t n) { return cu_fill_bytes(d, byte, n); }
 /* the off-grid word: pinned host memory the device writes (as the step's) */
 static unsigned *flag_new(void) { unsigned *f = cu_malloc_mapped(sizeof *f); assert_non_null(f); *f = 0; return f; }
 static void flag_free(unsigned *f) { cu_free_host(f); }
@@ -158,10 +160,23 @@ static void run_topk(const query_spec *qs, int T, int K, uint64_t seed) {
     float *d_sc = dev_put(sc, sizeof(float) * (size_t)(T * max_rows));
     int64_t *d_pos = dev_put(pos, sizeof(int64_t) * (size_t)T);
     int32_t *d_sel = dev_put(NULL, sizeof(int32_t) * (size_t)T * K), *d_n_sel = dev_put(NULL, sizeof(int32_t) * (size_t)T);
-    cu_index_topk(NULL, d_pos, 0, T, K, max_rows, d_sc, d_sel, d_n_sel);
+    int64_t n_rows = 0;
+    for (int i = 0; i < T; i++)
+        if (qs[i].n > n_rows) n_rows = qs[i].n;
+    /* both ways: one block a query, then (at most CU_INDEX_SPLIT_T queries) spread over blocks of rows */
+    int32_t *split_sel = malloc(sizeof(int32_t) * (size_t)T * K), *split_n = malloc(sizeof(int32_t) * (size_t)T);
+    const int64_t words = cu_index_split_words(max_rows);
+    unsigned *d_split = dev_put(NULL, sizeof(unsigned) * (size_t)words);
+    assert_true(split_sel && split_n && T <= CU_INDEX_SPLIT_T);
+    cu_index_topk(NULL, d_pos, 0, T, K, n_rows, max_rows, d_sc, NULL, 0, d_sel, d_n_sel);
     dev_sync();
     dev_get(sel, d_sel, sizeof(int32_t) * (size_t)T * K);
     dev_get(n_sel, d_n_sel, sizeof(int32_t) * (size_t)T);
+    assert_int_equal(cu_fill_dev(d_sel, 0xff, sizeof(int32_t) * (size_t)T * K), 0);
+    cu_index_topk(NULL, d_pos, 0, T, K, n_rows, max_rows, d_sc, d_split, words, d_sel, d_n_sel);
+    dev_sync();
+    dev_get(split_sel, d_sel, sizeof(int32_t) * (size_t)T * K);
+    dev_get(split_n, d_n_sel, sizeof(int32_t) * (size_t)T);
 #ifdef IDX_TEST_SHIM
     int32_t *old = calloc((size_t)T * K, sizeof(int32_t)), *old_n = calloc((size_t)T, sizeof(int32_t));
     assert_true(old && old_n);
@@ -170,6 +185,9 @@ static void run_topk(const query_spec *qs, int T, int K, uint64_t seed) {
     for (int i = 0; i < T; i++) {
         const int nw = host_select(sc + i * max_rows, qs[i].n, K, want);
         if (n_sel[i] != nw) fail_msg("top-%d of %lld %s scores: n_sel %d, want %d", K, (long long)qs[i].n, kind_name[qs[i].kind], n_sel[i], nw);
+        if (split_n[i] != nw || memcmp(split_sel + (int64_t)i * K, want, sizeof(int32_t) * (size_t)nw))
+            fail_msg("top-%d of %lld %s scores: the selection spread over blocks differs from the rule", K, (long long)qs[i].n,
+                     kind_name[qs[i].kind]);
         if (memcmp(sel + (int64_t)i * K, want, sizeof(int32_t) * (size_t)nw)) {
             int j = 0;
             while (sel[(int64_t)i * K + j] == want[j]) j++;
@@ -180,7 +198,7 @@ static void run_topk(const query_spec *qs, int T, int K, uint64_t seed) {
         if (old_n[i] != nw || memcmp(old + (int64_t)i * K, want, sizeof(int32_t) * (size_t)nw))
             fail_msg("top-%d of %lld %s scores: the old kernel differs from the rule", K, (long long)qs[i].n, kind_name[qs[i].kind]);
 #endif
-        printf("  top-%-4d of %8lld rows, %-20s: = the rule%s\n", K, (long long)qs[i].n, kind_name[qs[i].kind],
+        printf("  top-%-4d of %8lld rows, %-20s: one block = over blocks = the rule%s\n", K, (long long)qs[i].n, kind_name[qs[i].kind],
 #ifdef IDX_TEST_SHIM
                " = the old kernel"
 #else
@@ -191,8 +209,8 @@ static void run_topk(const query_spec *qs, int T, int K, uint64_t seed) {
 #ifdef IDX_TEST_SHIM
     free(old); free(old_n);
 #endif
-    dev_free(d_sc); dev_free(d_pos); dev_free(d_sel); dev_free(d_n_sel);
-    free(sc); free(pos); free(sel); free(want); free(n_sel);
+    dev_free(d_sc); dev_free(d_pos); dev_free(d_sel); dev_free(d_n_sel); dev_free(d_split);
+    free(sc); free(pos); free(sel); free(want); free(n_sel); free(split_sel); free(split_n);
 }
 
 static void topk_adversarial(void **state) {
@@ -352,9 +370,9 @@ static unsigned score_step(const score_case *c, const kv_layout *kl, const seqro
     int8_t *d_qc = dev_put(NULL, (size_t)T * nI * cI);
     float *d_qu = dev_put(NULL, sizeof(float) * (size_t)T * nI * (cI / 32));
     unsigned *flag = flag_new();
-    const cu_index_mma im = { mma ? d_qc : NULL, d_qu, flag };
+    const cu_index_ws iw = { mma, d_qc, d_qu, flag, NULL, 0 };
     const cu_kvlay lay = { kl->fmt, kl->kind, kl->width, kl->rope, kl->nope, (int)kl->bytes };
-    if (cu_index_select(NULL, 1, im, lay, d_qi, d_wi, d_pos, d_item_of, d_sl, T, nI, cI, K, n_rows, max_rows, d_sc, d_sel, d_n_sel))
+    if (cu_index_select(NULL, 1, iw, lay, d_qi, d_wi, d_pos, d_item_of, d_sl, T, nI, cI, K, n_rows, max_rows, d_sc, d_sel, d_n_sel))
         fail_msg("%s: cu_index_select refused", c->name);
     dev_sync();
     const unsigned off = *flag;
@@ -523,9 +541,12 @@ static void timing_one_query_1m(void **state) {
     float *d_qu = dev_put(NULL, sizeof(float) * nI * NB);
     unsigned *flag = flag_new();
     const cu_kvlay lay = { kl.fmt, kl.kind, kl.width, kl.rope, kl.nope, (int)kl.bytes };
-    double us[3];
-    for (int mode = 0; mode < 3; mode++) {   /* tensor cores, fp32, the selection alone */
-        const cu_index_mma im = { mode == 0 ? d_qc : NULL, d_qu, flag };
+    const int64_t words = cu_index_split_words(n);
+    unsigned *d_split = dev_put(NULL, sizeof(unsigned) * (size_t)words);
+    double us[4];
+    for (int mode = 0; mode < 4; mode++) {   /* tensor cores, fp32 (both with the split selection), the selection alone:
+                                                split, one block */
+        const cu_index_ws iw = { mode == 0, d_qc, d_qu, flag, d_split, words };
         double t0 = 0;
         for (int r = 0; r < REPS + 3; r++) {
             if (r == 3) {
@@ -533,35 +554,37 @@ static void timing_one_query_1m(void **state) {
                 t0 = now_us();
             }
             if (mode < 2) {
-                if (cu_index_select(NULL, 1, im, lay, d_qi, d_w, d_pos, d_item, d_sl, 1, nI, cI, K, n, n, d_sc, d_sel, d_n_sel))
+                if (cu_index_select(NULL, 1, iw, lay, d_qi, d_w, d_pos, d_item, d_sl, 1, nI, cI, K, n, n, d_sc, d_sel, d_n_sel))
                     fail_msg("cu_index_select refused");
             } else
-                cu_index_topk(NULL, d_pos, 0, 1, K, n, d_sc, d_sel, d_n_sel);
+                cu_index_topk(NULL, d_pos, 0, 1, K, n, n, d_sc, mode == 2 ? d_split : NULL, words, d_sel, d_n_sel);
         }
         dev_sync();
         us[mode] = (now_us() - t0) / REPS;
-        if (mode == 0) {   /* check the tensor-core scores and their selection */
+        if (mode == 0 || mode >= 2) {   /* the selections (each way) against the rule on the scores they read */
             dev_get(sc, d_sc, sizeof(float) * (size_t)n);
             dev_get(sel, d_sel, sizeof(int32_t) * K);
             int8_t qc[64 * 128], kc[128];
             float qu[64 * 4], ku[4];
             for (int h = 0; h < nI; h++)
                 for (int b = 0; b < NB; b++) qu[h * NB + b] = host_block_codes(qi + h * cI + 32 * b, qc + h * cI + 32 * b);
-            for (int64_t k = 0; k < n; k += 257) {
+            for (int64_t k = 0; mode == 0 && k < n; k += 257) {   /* and the tensor-core scores of sampled rows */
                 host_row_codes(&kl, sr.rows + k * (int64_t)kl.bytes, kc, ku);
                 const float ref = host_score(qc, qu, w, kc, ku, nI, cI);
                 if (memcmp(&ref, &sc[k], sizeof ref)) fail_msg("1M: row %lld: score %.9g, the stated order gives %.9g", (long long)k, sc[k], ref);
             }
             host_select(sc, n, K, want);
-            if (memcmp(sel, want, sizeof(int32_t) * K)) fail_msg("1M: the selection differs from the rule on the GPU's scores");
+            if (memcmp(sel, want, sizeof(int32_t) * K)) fail_msg("1M: the selection (%s) differs from the rule on the GPU's scores",
+                                                                 mode == 3 ? "one block" : "over blocks");
             if (*flag) fail_msg("1M: FP4-grid data raised the off-grid word");
         }
     }
     printf("  one query over %lld fp8 indexer rows (64 x 128, top-%d): %.1f us with tensor-core scores, %.1f us with fp32 "
-           "scores, of which the selection %.1f us (mean of %d)\n", (long long)n, K, us[0], us[1], us[2], REPS);
+           "scores, of which the selection %.1f us (%.1f us in one block) (mean of %d)\n", (long long)n, K, us[0], us[1], us[2],
+           us[3], REPS);
     flag_free(flag);
     dev_free(d_qi); dev_free(d_w); dev_free(d_sc); dev_free(d_pos); dev_free(d_item); dev_free(d_sel); dev_free(d_n_sel);
-    dev_free(d_sl); dev_free(d_qc); dev_free(d_qu);
+    dev_free(d_sl); dev_free(d_qc); dev_free(d_qu); dev_free(d_split);
     free(qi); free(w); free(sc); free(sel); free(want); free(sr.rows); dev_free(sr.d_rows);
 }
 

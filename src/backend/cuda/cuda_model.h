@@ -67,6 +67,7 @@ typedef struct {
     int8_t *idx_qc;            /* OFFICIAL tensor-core indexer scores (cu_index_mma): the query codes [T][nI][cI] */
     float *idx_qu;             /* and their units [T][nI][cI/32] */
     unsigned *idx_offgrid;     /* pinned host word the indexer's kernels set on data off the FP4 grid (step_end) */
+    unsigned *idx_split;       /* cu_index_split_words(idx_rows_cap): a decode step's selection over many blocks */
     /* OFFICIAL tensor-core linears (cuda_model.mma_on): act-quantized rows packed as E4M3 bytes + a scale per 128
      * columns (cu_mma.h). xq: the sub-layer's quantized input (x8; T rows of dim); yq: the other quantized inputs
      * (qr, z, seg; T rows of at most cu_mma_cols); egq: the experts' quantized hidden rows (T*K rows of inter). */

@@ -95,6 +95,7 @@ static void lay_out(ws_alloc *a, const dsv4_config *c, int T, int items, int64_t
     TAKE(dsp_probs, dsp ? (int64_t)CU_HEAD_ROWS * c->vocab_size : 1);
     TAKE(idx_scores, (int64_t)(T < CU_INDEX_CHUNK ? T : CU_INDEX_CHUNK) * (idx_rows > 0 ? idx_rows : 1));
     TAKE(idx_qc, T * nI * cI); TAKE(idx_qu, T * nI * (cI / 32 > 0 ? cI / 32 : 1));
+    TAKE(idx_split, cu_index_split_words(idx_rows > 0 ? idx_rows : 1));
     {   /* packed act-quantized rows for the tensor-core linears (cu_mma.h) */
         int ky = c->q_lora > c->moe_inter ? c->q_lora : c->moe_inter;
         if (c->o_groups * c->o_lora > ky) ky = c->o_groups * c->o_lora;
@@ -334,11 +335,10 @@ static void step_attention(step_ctx *s, const cu_layer *ly, int L) {
                     freq, R, c->norm_eps, T);
         cu_comp_ring_write(s->st, 1, 2 * cI, ws->ick, ws->icz, ws->pos, ws->item_of, ws->items, sl, T);
         mark(s, ST_COMPRESS);
-        const cu_index_mma im = { ws->idx_qc, ws->idx_qu, ws->idx_offgrid };   /* used in OFFICIAL steps only */
-        const cu_index_mma none = { NULL, NULL, NULL };
-        if (cu_index_select(s->st, s->official, s->cm->idx_mma_on ? im : none, s->index, ws->qi, ws->wi, ws->pos, ws->item_of,
-                            sl, T, nI, cI, c->index_topk, s->idx_rows, ws->idx_rows_cap, ws->idx_scores, ws->sel, ws->n_sel) &&
-            !s->rc)
+        const cu_index_ws iw = { s->cm->idx_mma_on, ws->idx_qc, ws->idx_qu, ws->idx_offgrid, ws->idx_split,
+                                 cu_index_split_words(ws->idx_rows_cap) };   /* mma: in OFFICIAL steps only */
+        if (cu_index_select(s->st, s->official, iw, s->index, ws->qi, ws->wi, ws->pos, ws->item_of, sl, T, nI, cI, c->index_topk,
+                            s->idx_rows, ws->idx_rows_cap, ws->idx_scores, ws->sel, ws->n_sel) && !s->rc)
             s->rc = dsv4_fail(s->err, DSV4_E_UNSUPPORTED, "cuda: this GPU cannot give the indexer's scoring kernel its shared "
                               "memory (%d heads x %d columns)", nI, cI);
         mark(s, ST_INDEX);

@@ -116,17 +116,36 @@ __device__ __forceinline__ uint32_t score_key(float s) {
     return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
 }
 
-/* The keys of the tile at base (element j: row base + IDX_SEL_THREADS j + threadIdx.x); bit j of the result: the row
- * exists. */
+/* The keys of the tile at base (element j: row base + THREADS j + threadIdx.x); bit j of the result: the row exists. */
+template <int THREADS>
 __device__ __forceinline__ unsigned load_keys(const float *sc, int64_t n, int64_t base, uint32_t (&key)[IDX_SEL_PER]) {
     unsigned valid = 0;
 #pragma unroll
     for (int j = 0; j < IDX_SEL_PER; j++) {
-        const int64_t k = base + (int64_t)IDX_SEL_THREADS * j + threadIdx.x;
+        const int64_t k = base + (int64_t)THREADS * j + threadIdx.x;
         key[j] = k < n ? score_key(sc[k]) : 0u;
         valid |= (unsigned)(k < n) << j;
     }
     return valid;
+}
+
+/* hist[bin] += 1 for every lane with cand, aggregated over the warp (IDX_SEL_MATCH); whole warps call it. */
+__device__ __forceinline__ void hist_add(unsigned *hist, bool cand, unsigned bin) {
+    const int lane = threadIdx.x & 31;
+    unsigned rest = __ballot_sync(FULL_MASK, cand);
+    if (!rest) return;   /* after the first pass most warps hold none */
+#if IDX_SEL_MATCH
+    const unsigned peers = __match_any_sync(FULL_MASK, bin);
+    if (cand && lane == __ffs(peers) - 1) atomicAdd(&hist[bin], (unsigned)__popc(peers));
+#else
+    /* the lowest candidate lane adds for every lane of its bin; the others add one each */
+    const int ld = __ffs(rest) - 1;
+    const unsigned lb = __shfl_sync(FULL_MASK, bin, ld);
+    const unsigned same = __ballot_sync(FULL_MASK, bin == lb);
+    if (lane == ld) atomicAdd(&hist[lb], (unsigned)__popc(same));
+    rest &= ~same;
+    if (rest >> lane & 1u) atomicAdd(&hist[bin], 1u);
+#endif
 }
 
 __global__ void __launch_bounds__(IDX_SEL_THREADS) k_index_topk(const int64_t *pos, int t0, int K, int64_t max_rows,
@@ -154,27 +173,13 @@ __global__ void __launch_bounds__(IDX_SEL_THREADS) k_index_topk(const int64_t *p
         uint32_t o = 0, a = ~0u;
         for (int64_t base = 0; base < n; base += IDX_SEL_TILE) {   /* a uniform trip count: whole warps below */
             uint32_t key[IDX_SEL_PER];
-            const unsigned valid = load_keys(sc, n, base, key);
+            const unsigned valid = load_keys<IDX_SEL_THREADS>(sc, n, base, key);
 #pragma unroll
             for (int j = 0; j < IDX_SEL_PER; j++) {
                 const bool cand = (valid >> j & 1u) && (key[j] & mask) == prefix;
                 const unsigned bin = cand ? (key[j] >> shift) & 255u : 256u;
                 if (cand) { o |= key[j] & low; a &= key[j] & low; }
-                unsigned rest = __ballot_sync(FULL_MASK, cand);
-                if (!rest) continue;   /* after the first pass most warps hold none */
-#if IDX_SEL_MATCH
-                const unsigned peers = __match_any_sync(FULL_MASK, bin);
-                if (cand && lane == __ffs(peers) - 1) atomicAdd(&hist[bin], (unsigned)__popc(peers));
-#else
-                {   /* the lowest candidate lane adds for every lane of its bin; the others add one each */
-                    const int ld = __ffs(rest) - 1;
-                    const unsigned lb = __shfl_sync(FULL_MASK, bin, ld);
-                    const unsigned same = __ballot_sync(FULL_MASK, bin == lb);
-                    if (lane == ld) atomicAdd(&hist[lb], (unsigned)__popc(same));
-                    rest &= ~same;
-                    if (rest >> lane & 1u) atomicAdd(&hist[bin], 1u);
-                }
-#endif
+                hist_add(hist, cand, bin);
             }
         }
         o = __reduce_or_sync(FULL_MASK, o);
@@ -218,7 +223,7 @@ __global__ void __launch_bounds__(IDX_SEL_THREADS) k_index_topk(const int64_t *p
     const unsigned lt = (1u << lane) - 1u;
     for (int64_t base = 0; base < n; base += IDX_SEL_TILE) {
         uint32_t key[IDX_SEL_PER];
-        const unsigned valid = load_keys(sc, n, base, key);
+        const unsigned valid = load_keys<IDX_SEL_THREADS>(sc, n, base, key);
         unsigned above[IDX_SEL_PER], tie[IDX_SEL_PER];
 #pragma unroll
         for (int j = 0; j < IDX_SEL_PER; j++) {
@@ -269,9 +274,214 @@ __global__ void __launch_bounds__(IDX_SEL_THREADS) k_index_topk(const int64_t *p
     if (threadIdx.x == 0) n_sel[t] = K;
 }
 
-extern "C" void cu_index_topk(cu_stream st, const int64_t *pos, int t0, int T, int K, int64_t max_rows, const float *scratch,
-                              int32_t *sel, int32_t *n_sel) {
-    if (T > 0) k_index_topk<<<T, IDX_SEL_THREADS, 0, (cudaStream_t)st>>>(pos, t0, K, max_rows, scratch, sel, n_sel);
+/* ---- selection split over blocks (a step of few queries: decode) -----------------------------------------------------
+
+ * One block per query leaves all but one SM idle at decode. With at most CU_INDEX_SPLIT_T queries, the same
+ * selection runs as a sequence of launches over slices of IDX_SPL_ROWS rows (one block each, grid slices x queries),
+ * passing integer counts through a per-query record in global memory (split_ws):
+ *   init: the four byte histograms and the OR / AND words cleared;
+ *   pass p = 0..3: every block derives the state after passes 0..p-1 from the record (the same bins, rem and exit
+ *     tests as k_index_topk, computed by warp 0 of each block from the same counts: the same result everywhere);
+ *     if the selection is not yet decided, it adds its slice's candidates to the histogram of byte p and its OR /
+ *     AND of the bits below it (global integer atomics: any order gives the same record);
+ *   count: the decided (prefix, rem); each slice's numbers of "above" and "tie" rows;
+ *   write: each slice's offsets (the counts of the slices before it), then its rows in row order as k_index_topk's
+ *     compaction. The same selection as k_index_topk, bit for bit (test_gpu_indexer runs both against the rule). */
+#define IDX_SPL_THREADS 256
+#define IDX_SPL_ROWS (IDX_SPL_THREADS * IDX_SEL_PER)   /* rows a slice: one tile */
+#define SPL_HIST 0                                     /* record: [4][256] histograms */
+#define SPL_OR 1024                                    /* [4] OR, [4] AND of the bits below pass p's byte */
+#define SPL_AND 1028
+#define SPL_CNT 1032                                   /* [slices][2] above / tie counts */
+
+static int64_t spl_slices(int64_t n_rows) { return (n_rows + IDX_SPL_ROWS - 1) / IDX_SPL_ROWS; }
+static int64_t spl_record(int64_t n_rows) { return SPL_CNT + 2 * spl_slices(n_rows); }
+
+extern "C" int64_t cu_index_split_words(int64_t max_rows) { return (int64_t)CU_INDEX_SPLIT_T * spl_record(max_rows); }
+
+/* The bin of the rem-th best candidate of a histogram, by one whole warp (lane l holds bins 255 - 8l .. 248 - 8l):
+ * every lane gets the bin, the rem left in it and its count. */
+__device__ __forceinline__ void pick_bin(const unsigned *h, unsigned rem, unsigned &bin, unsigned &r_out, unsigned &c_out) {
+    const int lane = threadIdx.x & 31;
+    unsigned c8[8], sum = 0;
+#pragma unroll
+    for (int i = 0; i < 8; i++) { c8[i] = h[255 - 8 * lane - i]; sum += c8[i]; }
+    unsigned incl = sum;
+#pragma unroll
+    for (int d = 1; d < 32; d <<= 1) {
+        const unsigned v = __shfl_up_sync(FULL_MASK, incl, d);
+        if (lane >= d) incl += v;
+    }
+    const int hit = __ffs(__ballot_sync(FULL_MASK, incl >= rem)) - 1;
+    unsigned b = 0, r = rem - (incl - sum), c = 0;
+    for (int i = 0; i < 8; i++) {
+        if (c8[i] >= r) { b = 255u - 8u * (unsigned)lane - (unsigned)i; c = c8[i]; break; }
+        r -= c8[i];
+    }
+    bin = __shfl_sync(FULL_MASK, b, hit);
+    r_out = __shfl_sync(FULL_MASK, r, hit);
+    c_out = __shfl_sync(FULL_MASK, c, hit);
+}
+
+typedef struct {
+    uint32_t prefix, mask;
+    unsigned rem, done;
+} spl_state;
+
+/* The state after passes 0 .. upto-1 (or the pass that decided it), by warp 0; into st (shared). */
+__device__ __forceinline__ void spl_derive(const unsigned *rec, int K, int upto, spl_state *st) {
+    uint32_t prefix = 0, mask = 0;
+    unsigned rem = (unsigned)K, done = 0;
+    for (int p = 0; p < upto && !done; p++) {
+        const int shift = 24 - 8 * p;
+        unsigned bin, r, c;
+        pick_bin(rec + SPL_HIST + 256 * p, rem, bin, r, c);
+        prefix |= bin << shift;
+        mask |= 255u << shift;
+        rem = r;
+        done = shift == 0 || c == r || rec[SPL_OR + p] == rec[SPL_AND + p];
+    }
+    if ((threadIdx.x & 31) == 0) *st = spl_state{ prefix, mask, rem, done };
+}
+
+__global__ void k_spl_init(int64_t record, unsigned *ws) {
+    unsigned *rec = ws + (int64_t)blockIdx.x * record;
+    for (int i = threadIdx.x; i < SPL_CNT; i += blockDim.x) rec[i] = i >= SPL_AND ? ~0u : 0u;
+}
+
+__global__ void __launch_bounds__(IDX_SPL_THREADS) k_spl_hist(const int64_t *pos, int t0, int K, int64_t max_rows, const float *scratch,
+                                                              int64_t record, unsigned *ws, int p) {
+    __shared__ unsigned hist[256];
+    __shared__ spl_state st;
+    __shared__ unsigned or_s, and_s;
+    const int t = t0 + blockIdx.y;
+    const int64_t n = (pos[t] + 1) / 4, base = (int64_t)blockIdx.x * IDX_SPL_ROWS;
+    if (n <= K || base >= n) return;
+    unsigned *rec = ws + (int64_t)blockIdx.y * record;
+    if (threadIdx.x < 32) spl_derive(rec, K, p, &st);
+    for (int i = threadIdx.x; i < 256; i += blockDim.x) hist[i] = 0;
+    if (threadIdx.x == 0) { or_s = 0; and_s = ~0u; }
+    __syncthreads();
+    if (st.done) return;
+    const int shift = 24 - 8 * p;
+    const uint32_t low = shift ? (1u << shift) - 1u : 0u, prefix = st.prefix, mask = st.mask;
+    uint32_t key[IDX_SEL_PER];
+    const unsigned valid = load_keys<IDX_SPL_THREADS>(scratch + (int64_t)blockIdx.y * max_rows, n, base, key);
+    uint32_t o = 0, a = ~0u;
+#pragma unroll
+    for (int j = 0; j < IDX_SEL_PER; j++) {
+        const bool cand = (valid >> j & 1u) && (key[j] & mask) == prefix;
+        if (cand) { o |= key[j] & low; a &= key[j] & low; }
+        hist_add(hist, cand, cand ? (key[j] >> shift) & 255u : 256u);
+    }
+    o = __reduce_or_sync(FULL_MASK, o);
+    a = __reduce_and_sync(FULL_MASK, a);
+    if ((threadIdx.x & 31) == 0) { atomicOr(&or_s, o); atomicAnd(&and_s, a); }
+    __syncthreads();
+    for (int i = threadIdx.x; i < 256; i += blockDim.x)
+        if (hist[i]) atomicAdd(&rec[SPL_HIST + 256 * p + i], hist[i]);
+    if (threadIdx.x == 0) {
+        atomicOr(&rec[SPL_OR + p], or_s);
+        atomicAnd(&rec[SPL_AND + p], and_s);
+    }
+}
+
+/* Per slice, its above / tie counts (count = 1), or its rows written (count = 0). */
+__global__ void __launch_bounds__(IDX_SPL_THREADS) k_spl_compact(const int64_t *pos, int t0, int K, int64_t max_rows, const float *scratch,
+                                                                 int64_t record, unsigned *ws, int count, int32_t *sel, int32_t *n_sel) {
+    __shared__ spl_state st;
+    __shared__ unsigned cnt[IDX_SEL_PER * (IDX_SPL_THREADS / 32)];
+    __shared__ unsigned slice_above, slice_tie;
+    const int t = t0 + blockIdx.y, lane = threadIdx.x & 31, warp = threadIdx.x >> 5, NW = IDX_SPL_THREADS / 32;
+    const int64_t n = (pos[t] + 1) / 4, base = (int64_t)blockIdx.x * IDX_SPL_ROWS;
+    int32_t *out = sel + (int64_t)t * K;
+    if (n <= K) {
+        if (count || blockIdx.x) return;
+        for (int64_t k = threadIdx.x; k < n; k += blockDim.x) out[k] = (int32_t)k;
+        if (threadIdx.x == 0) n_sel[t] = (int32_t)n;
+        return;
+    }
+    if (base >= n) return;
+    unsigned *rec = ws + (int64_t)blockIdx.y * record;
+    if (threadIdx.x < 32) spl_derive(rec, K, 4, &st);
+    if (threadIdx.x == 0) { slice_above = 0; slice_tie = 0; }
+    __syncthreads();
+    const uint32_t prefix = st.prefix, mask = st.mask;
+    const unsigned rem = st.rem;
+    uint32_t key[IDX_SEL_PER];
+    const unsigned valid = load_keys<IDX_SPL_THREADS>(scratch + (int64_t)blockIdx.y * max_rows, n, base, key);
+    unsigned above[IDX_SEL_PER], tie[IDX_SEL_PER];
+#pragma unroll
+    for (int j = 0; j < IDX_SEL_PER; j++) {
+        const uint32_t d = key[j] & mask;
+        above[j] = __ballot_sync(FULL_MASK, (valid >> j & 1u) && d > prefix);
+        tie[j] = __ballot_sync(FULL_MASK, (valid >> j & 1u) && d == prefix);
+        if (lane == 0) cnt[NW * j + warp] = (unsigned)__popc(above[j]) << 16 | (unsigned)__popc(tie[j]);
+    }
+    if (count) {
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            unsigned s = 0;
+            for (int i = 0; i < IDX_SEL_PER * NW; i++) s += cnt[i];
+            rec[SPL_CNT + 2 * blockIdx.x] = s >> 16;
+            rec[SPL_CNT + 2 * blockIdx.x + 1] = s & 0xffffu;
+        }
+        return;
+    }
+    /* the slices before this one, summed by the block */
+    unsigned pa = 0, pt = 0;
+    for (int64_t i = threadIdx.x; i < blockIdx.x; i += blockDim.x) {
+        pa += rec[SPL_CNT + 2 * i];
+        pt += rec[SPL_CNT + 2 * i + 1];
+    }
+    atomicAdd(&slice_above, pa);
+    atomicAdd(&slice_tie, pt);
+    __syncthreads();
+    static_assert(IDX_SEL_PER * (IDX_SPL_THREADS / 32) == 4 * 32, "the scan below takes 4 entries a lane");
+    if (warp == 0) {   /* exclusive scan of the IDX_SEL_PER x NW entries in row order, 4 a lane */
+        unsigned v[4], sum = 0;
+#pragma unroll
+        for (int i = 0; i < 4; i++) { v[i] = cnt[4 * lane + i]; sum += v[i]; }
+        unsigned incl = sum;
+#pragma unroll
+        for (int d = 1; d < 32; d <<= 1) {
+            const unsigned u = __shfl_up_sync(FULL_MASK, incl, d);
+            if (lane >= d) incl += u;
+        }
+        unsigned x = incl - sum;
+#pragma unroll
+        for (int i = 0; i < 4; i++) { cnt[4 * lane + i] = x; x += v[i]; }
+    }
+    __syncthreads();
+    const unsigned lt = (1u << lane) - 1u;
+#pragma unroll
+    for (int j = 0; j < IDX_SEL_PER; j++) {
+        const bool is_above = above[j] >> lane & 1u, is_tie = tie[j] >> lane & 1u;
+        if (!is_above && !is_tie) continue;
+        const unsigned e = cnt[NW * j + warp] + ((unsigned)__popc(above[j] & lt) << 16 | (unsigned)__popc(tie[j] & lt));
+        const int64_t a_before = (int64_t)slice_above + (e >> 16), t_before = (int64_t)slice_tie + (e & 0xffffu);
+        const int64_t k = base + (int64_t)IDX_SPL_THREADS * j + threadIdx.x;
+        if (is_above) out[a_before + (t_before < (int64_t)rem ? t_before : (int64_t)rem)] = (int32_t)k;
+        else if (t_before < (int64_t)rem) out[a_before + t_before] = (int32_t)k;
+    }
+    if (blockIdx.x == 0 && threadIdx.x == 0) n_sel[t] = K;
+}
+
+extern "C" void cu_index_topk(cu_stream st, const int64_t *pos, int t0, int T, int K, int64_t n_rows, int64_t max_rows,
+                              const float *scratch, unsigned *split_ws, int64_t split_words, int32_t *sel, int32_t *n_sel) {
+    if (T <= 0) return;
+    const cudaStream_t s = (cudaStream_t)st;
+    const int64_t record = spl_record(max_rows), slices = spl_slices(n_rows > 0 ? n_rows : 1);
+    if (!split_ws || T > CU_INDEX_SPLIT_T || split_words < (int64_t)T * record || n_rows <= K) {
+        k_index_topk<<<T, IDX_SEL_THREADS, 0, s>>>(pos, t0, K, max_rows, scratch, sel, n_sel);
+        return;
+    }
+    const dim3 grid((unsigned)slices, (unsigned)T);
+    k_spl_init<<<T, 256, 0, s>>>(record, split_ws);
+    for (int p = 0; p < 4; p++)
+        k_spl_hist<<<grid, IDX_SPL_THREADS, 0, s>>>(pos, t0, K, max_rows, scratch, record, split_ws, p);
+    k_spl_compact<<<grid, IDX_SPL_THREADS, 0, s>>>(pos, t0, K, max_rows, scratch, record, split_ws, 1, sel, n_sel);
+    k_spl_compact<<<grid, IDX_SPL_THREADS, 0, s>>>(pos, t0, K, max_rows, scratch, record, split_ws, 0, sel, n_sel);
 }
 
 /* ---- OFFICIAL scores on int8 tensor cores ------------------------------------------------------------------------------
@@ -497,11 +707,11 @@ static int launch_score_mma(cu_stream st, cu_kvlay il, const int8_t *qc, const f
     return 0;
 }
 
-extern "C" int cu_index_select(cu_stream st, int official, cu_index_mma im, cu_kvlay ilay, const float *qi, const float *wi,
+extern "C" int cu_index_select(cu_stream st, int official, cu_index_ws iw, cu_kvlay ilay, const float *qi, const float *wi,
                                const int64_t *pos, const int32_t *item_of, const cu_seq_layer *sl, int T, int nI, int cI, int K,
                                int64_t n_rows, int64_t max_rows, float *scratch, int32_t *sel, int32_t *n_sel) {
     const int NB = cI / 32;
-    const bool mma = official && im.qc && im.qu && im.offgrid && cI % 32 == 0 && (NB == 1 || NB == 2 || NB == 4 || NB == 8);
+    const bool mma = official && iw.mma && iw.qc && iw.qu && iw.offgrid && cI % 32 == 0 && (NB == 1 || NB == 2 || NB == 4 || NB == 8);
     const size_t smem = index_score_smem(nI, cI);
     if (!mma && smem > 48 * 1024 &&
         cudaFuncSetAttribute(k_index_score, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) != cudaSuccess)
@@ -509,7 +719,7 @@ extern "C" int cu_index_select(cu_stream st, int official, cu_index_mma im, cu_k
     const int64_t row_blocks = (n_rows + IDX_ROWS - 1) / IDX_ROWS;
     if (mma && n_rows > K && T > 0) {
         const int64_t heads = (int64_t)T * nI;
-        k_index_qcodes<<<(unsigned)((heads + 7) / 8), 256, 0, (cudaStream_t)st>>>(qi, heads, cI, im.qc, im.qu, im.offgrid);
+        k_index_qcodes<<<(unsigned)((heads + 7) / 8), 256, 0, (cudaStream_t)st>>>(qi, heads, cI, iw.qc, iw.qu, iw.offgrid);
     }
     /* CU_INDEX_CHUNK queries per launch share the score scratch: its size does not grow with the prompt */
     for (int t0 = 0; t0 < T; t0 += CU_INDEX_CHUNK) {
@@ -518,17 +728,17 @@ extern "C" int cu_index_select(cu_stream st, int official, cu_index_mma im, cu_k
             if (mma) {
                 int rc;
                 switch (NB) {
-                case 1: rc = launch_score_mma<1>(st, ilay, im.qc, im.qu, wi, pos, item_of, sl, t0, n, nI, K, n_rows, max_rows, scratch, im.offgrid); break;
-                case 2: rc = launch_score_mma<2>(st, ilay, im.qc, im.qu, wi, pos, item_of, sl, t0, n, nI, K, n_rows, max_rows, scratch, im.offgrid); break;
-                case 4: rc = launch_score_mma<4>(st, ilay, im.qc, im.qu, wi, pos, item_of, sl, t0, n, nI, K, n_rows, max_rows, scratch, im.offgrid); break;
-                default: rc = launch_score_mma<8>(st, ilay, im.qc, im.qu, wi, pos, item_of, sl, t0, n, nI, K, n_rows, max_rows, scratch, im.offgrid); break;
+                case 1: rc = launch_score_mma<1>(st, ilay, iw.qc, iw.qu, wi, pos, item_of, sl, t0, n, nI, K, n_rows, max_rows, scratch, iw.offgrid); break;
+                case 2: rc = launch_score_mma<2>(st, ilay, iw.qc, iw.qu, wi, pos, item_of, sl, t0, n, nI, K, n_rows, max_rows, scratch, iw.offgrid); break;
+                case 4: rc = launch_score_mma<4>(st, ilay, iw.qc, iw.qu, wi, pos, item_of, sl, t0, n, nI, K, n_rows, max_rows, scratch, iw.offgrid); break;
+                default: rc = launch_score_mma<8>(st, ilay, iw.qc, iw.qu, wi, pos, item_of, sl, t0, n, nI, K, n_rows, max_rows, scratch, iw.offgrid); break;
                 }
                 if (rc) return rc;
             } else
                 k_index_score<<<dim3((unsigned)row_blocks, n), IDX_SCORE_THREADS, smem, (cudaStream_t)st>>>(
                     official, ilay, qi, wi, pos, item_of, sl, t0, nI, cI, K, max_rows, scratch);
         }
-        cu_index_topk(st, pos, t0, n, K, max_rows, scratch, sel, n_sel);
+        cu_index_topk(st, pos, t0, n, K, n_rows, max_rows, scratch, iw.split, iw.split_words, sel, n_sel);
     }
     return 0;
 }
