@@ -106,4 +106,5 @@ def dist(a): return np.abs(a - c).mean() / np.abs(c).mean(), 100 * (a.argmax(1) 
 print('gpu cli: K >= 1024 against the CPU OFFICIAL run: tensor cores mean |dlogit| / mean |logit| %.3g, argmax %.1f%%; CUDA cores %.3g, %.1f%%' % (rt, at, rf, af))
 sys.exit(0 if rt <= 2 * rf + 1e-3 else 1)" "$T/wide1.npy" "$T/wide0.npy" "$T/widec.npy" && ok || bad "K >= 1024: the tensor-core path is far further from the CPU than the CUDA-core path"
 fi
+expect_err "DSV4_CUDA_IDX_MMA=2" "DSV4_CUDA_IDX_MMA" env DSV4_CUDA_IDX_MMA=2 "$BIN" logits -m "$T/m" --device cuda --tokens 1,2
 finish

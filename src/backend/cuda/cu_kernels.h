@@ -144,14 +144,37 @@ void cu_comp_ring_write(cu_stream st, int is_indexer, int cols, const float *K, 
                         const int32_t *item_of, const cu_item *items, const cu_seq_layer *sl, int T);
 /* The lightning indexer (select_rows): per query, the top-K visible indexer rows by score (ties to the lower
  * row), in row order. Scores: blocks of 64 rows x one query over the whole GPU; a score's order is stated in
- * k_attention.cu (per head a sequential fmaf dot, then the heads in order). Selection: an exact radix select on
- * (score, -row) keys, one block per query. n_rows: the most visible rows of any query of the step (the score
- * grid); scratch: [CU_INDEX_CHUNK][max_rows] floats (queries go in launches of CU_INDEX_CHUNK). Returns nonzero
- * when the device cannot give the scoring kernel its shared memory. */
+ * k_indexer.cu (per head a sequential fmaf dot, then the heads in order). Selection: an exact radix select on the
+ * score keys with the ties at the threshold broken by row order, one block per query, or for a launch of at most
+ * CU_INDEX_SPLIT_T queries spread over blocks of rows (the same rows either way). n_rows: the most visible
+ * rows of any query of the step (the score grid); scratch: [CU_INDEX_CHUNK][max_rows] floats (queries go in
+ * launches of CU_INDEX_CHUNK). Returns nonzero when the device cannot give the scoring kernel its shared memory. */
 #define CU_INDEX_CHUNK 512
-int cu_index_select(cu_stream st, int official, cu_kvlay ilay, const float *qi, const float *wi, const int64_t *pos,
-                    const int32_t *item_of, const cu_seq_layer *sl, int T, int nI, int cI, int K, int64_t n_rows,
-                    int64_t max_rows, float *scratch, int32_t *sel, int32_t *n_sel);
+/* The indexer's scratch besides the scores.
+ * mma: OFFICIAL scores on int8 tensor cores (k_indexer.cu states their order), used when official, mma and every
+ * pointer below is set (and cI is 32, 64, 128 or 256): qc [T][nI][cI] int8 and qu [T][nI][cI/32] floats for the query
+ * codes; offgrid a word in mapped host memory (cu_malloc_mapped) that becomes 1 / 2 when a query / row block is not
+ * FP4-grid data (the scores are then not the stated ones: the caller fails the step). Else the fp32 scores.
+ * split, split_words: cu_index_split_words(max_rows) words that let a launch of at most CU_INDEX_SPLIT_T queries
+ * spread each query's selection over blocks of rows (NULL: one block a query). */
+#define CU_INDEX_SPLIT_T 16
+typedef struct {
+    int mma;
+    int8_t *qc;
+    float *qu;
+    unsigned *offgrid;
+    unsigned *split;
+    int64_t split_words;
+} cu_index_ws;
+int64_t cu_index_split_words(int64_t max_rows);
+int cu_index_select(cu_stream st, int official, cu_index_ws iw, cu_kvlay ilay, const float *qi, const float *wi,
+                    const int64_t *pos, const int32_t *item_of, const cu_seq_layer *sl, int T, int nI, int cI, int K,
+                    int64_t n_rows, int64_t max_rows, float *scratch, int32_t *sel, int32_t *n_sel);
+/* The selection alone (cu_index_select's last kernels; tests give it scores): queries t0 .. t0+T-1, query t0 + i's
+ * scores of rows 0 .. (pos+1)/4 - 1 at scratch + i * max_rows; n_rows: the most rows a query sees. split as in
+ * cu_index_ws (NULL: one block a query). */
+void cu_index_topk(cu_stream st, const int64_t *pos, int t0, int T, int K, int64_t n_rows, int64_t max_rows,
+                   const float *scratch, unsigned *split, int64_t split_words, int32_t *sel, int32_t *n_sel);
 /* Sink attention of every (token, head) over its window keys (chronological) then its compressed rows (row
  * order); keys of the step come from kvs, older ones from the ring. Writes o [T][H][D] de-rotated.
  * ATT_CHUNKED (k_attention.cu, the default): a query's key list is cut into fixed chunks of 64 key indices, each

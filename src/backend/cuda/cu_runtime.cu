@@ -76,6 +76,16 @@ extern "C" void *cu_malloc_host(size_t bytes) {
     }
     return p;
 }
+extern "C" void *cu_malloc_mapped(size_t bytes) {
+    void *p = NULL, *d = NULL;
+    if (cudaHostAlloc(&p, bytes ? bytes : 1, cudaHostAllocMapped | cudaHostAllocPortable) != cudaSuccess ||
+        cudaHostGetDevicePointer(&d, p, 0) != cudaSuccess || d != p) {
+        cudaGetLastError();
+        if (p) cudaFreeHost(p);
+        return NULL;
+    }
+    return p;
+}
 extern "C" void cu_free_host(void *p) {
     if (p) cudaFreeHost(p);
 }

@@ -28,6 +28,9 @@ int  cu_sync(void);                                    /* wait for the current G
 /* Page-locked host memory (copies to and from it run asynchronously on a stream); NULL when it cannot be had. */
 void *cu_malloc_host(size_t bytes);
 void cu_free_host(void *p);
+/* Page-locked host memory that kernels may also read and write by the same pointer (mapped, portable: unified
+ * addressing); freed by cu_free_host. NULL when it cannot be had. */
+void *cu_malloc_mapped(size_t bytes);
 /* Copies enqueued on st (host side page-locked): 0 or -1. */
 int  cu_upload_async(cu_stream st, void *dst, const void *src, size_t n);
 int  cu_download_async(cu_stream st, void *dst, const void *src, size_t n);

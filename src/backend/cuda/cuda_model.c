@@ -440,10 +440,21 @@ static int mma_env(int *on, dsv4_error *err) {
     return 0;
 }
 
+/* DSV4_CUDA_IDX_MMA, read once per model load: unset, empty or 1 = OFFICIAL mode's indexer scores on int8 tensor
+ * cores (k_indexer.cu, exact block sums of the FP4 operands), 0 = the fp32 scores. */
+static int idx_mma_env(int *on, dsv4_error *err) {
+    const char *v = getenv("DSV4_CUDA_IDX_MMA");
+    *on = !v || !*v || !strcmp(v, "1");
+    if (v && *v && strcmp(v, "0") && strcmp(v, "1"))
+        return dsv4_fail(err, DSV4_E_ARG, "DSV4_CUDA_IDX_MMA is '%.40s': 1 (indexer scores on tensor cores in OFFICIAL mode, "
+                         "the default) or 0", v);
+    return 0;
+}
+
 int cuda_model_init(struct dsv4_model *m, const cuda_placement *p, dsv4_error *err) {
     const int gpu = p->gpu;
-    int n_gpus = p->n_gpus, graphs_on = 1, mma_on = 1;
-    if (graphs_env(&graphs_on, err) || mma_env(&mma_on, err)) return DSV4_E_ARG;
+    int n_gpus = p->n_gpus, graphs_on = 1, mma_on = 1, idx_mma_on = 1;
+    if (graphs_env(&graphs_on, err) || mma_env(&mma_on, err) || idx_mma_env(&idx_mma_on, err)) return DSV4_E_ARG;
     if (n_gpus < 1) n_gpus = 1;
     if (n_gpus > CU_MAX_GPUS) return dsv4_fail(err, DSV4_E_ARG, "at most %d GPUs (asked for %d)", CU_MAX_GPUS, n_gpus);
     if (n_gpus > m->cfg.n_routed)
@@ -472,6 +483,7 @@ int cuda_model_init(struct dsv4_model *m, const cuda_placement *p, dsv4_error *e
     cm->key_limit = cu_attention_key_limit(m->cfg.n_heads, m->cfg.head_dim);
     cm->graphs_on = graphs_on;
     cm->mma_on = mma_on;   /* used in OFFICIAL steps only (cuda_step.c) */
+    cm->idx_mma_on = idx_mma_on;
     m->cuda = cm;
     m->state_mem = &seq_mem_cuda;
     if (m->progress) {

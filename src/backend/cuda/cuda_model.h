@@ -64,6 +64,10 @@ typedef struct {
     float *dsp_cat, *dsp_z;    /* [CU_HEAD_ROWS][dim + rank] = [y ; e], [CU_HEAD_ROWS] confidence logits */
     float *dsp_probs;          /* [CU_HEAD_ROWS][vocab] drafting distributions */
     float *idx_scores;
+    int8_t *idx_qc;            /* OFFICIAL tensor-core indexer scores (cu_index_mma): the query codes [T][nI][cI] */
+    float *idx_qu;             /* and their units [T][nI][cI/32] */
+    unsigned *idx_offgrid;     /* pinned host word the indexer's kernels set on data off the FP4 grid (step_end) */
+    unsigned *idx_split;       /* cu_index_split_words(idx_rows_cap): a decode step's selection over many blocks */
     /* OFFICIAL tensor-core linears (cuda_model.mma_on): act-quantized rows packed as E4M3 bytes + a scale per 128
      * columns (cu_mma.h). xq: the sub-layer's quantized input (x8; T rows of dim); yq: the other quantized inputs
      * (qr, z, seg; T rows of at most cu_mma_cols); egq: the experts' quantized hidden rows (T*K rows of inter). */
@@ -135,6 +139,7 @@ struct cuda_model {
     struct cu_host_experts *hx;/* NULL, or the routed experts kept in host memory (cuda_host_experts.h) */
     int mma_on;                /* OFFICIAL FP8/FP4 linears with act-quantized inputs on tensor cores (k_mma.cu):
                                   DSV4_CUDA_MMA at load (default 1), in OFFICIAL steps only */
+    int idx_mma_on;            /* OFFICIAL indexer scores on int8 tensor cores (k_indexer.cu): DSV4_CUDA_IDX_MMA at load */
     int graphs_on;             /* steps run as CUDA graphs (cuda_step.c): DSV4_CUDA_GRAPHS at load, cuda_graphs_set */
     struct cu_graphs *graphs;  /* the kept executable graphs and their counts (cu_graph.h); rank 0 only */
     unsigned long long *route_counts; /* device [n_layers][n_routed] while routes are counted (dsv4 profile) */

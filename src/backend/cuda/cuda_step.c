@@ -28,6 +28,7 @@
 
 void cuda_workspace_free(cu_workspace *ws) {
     for (int i = 0; i < ws->n_bufs; i++) cu_free(ws->bufs[i]);
+    if (ws->idx_offgrid) cu_free_host(ws->idx_offgrid);
     free(ws->bufs);
     memset(ws, 0, sizeof *ws);
 }
@@ -93,6 +94,8 @@ static void lay_out(ws_alloc *a, const dsv4_config *c, int T, int items, int64_t
     TAKE(dsp_cat, dsp ? (int64_t)CU_HEAD_ROWS * (d + c->dspark_markov_rank) : 1);
     TAKE(dsp_probs, dsp ? (int64_t)CU_HEAD_ROWS * c->vocab_size : 1);
     TAKE(idx_scores, (int64_t)(T < CU_INDEX_CHUNK ? T : CU_INDEX_CHUNK) * (idx_rows > 0 ? idx_rows : 1));
+    TAKE(idx_qc, T * nI * cI); TAKE(idx_qu, T * nI * (cI / 32 > 0 ? cI / 32 : 1));
+    TAKE(idx_split, cu_index_split_words(idx_rows > 0 ? idx_rows : 1));
     {   /* packed act-quantized rows for the tensor-core linears (cu_mma.h) */
         int ky = c->q_lora > c->moe_inter ? c->q_lora : c->moe_inter;
         if (c->o_groups * c->o_lora > ky) ky = c->o_groups * c->o_lora;
@@ -116,6 +119,8 @@ static int ws_try(struct dsv4_model *m, int nT, int nI, int64_t nR, int64_t nK, 
     cuda_workspace_free(ws);
     ws_alloc a = { ws, 0, 0, 0, 0 };
     lay_out(&a, &m->cfg, nT, nI, nR, nK, rowb);
+    if (!a.failed && !(ws->idx_offgrid = cu_malloc_mapped(sizeof *ws->idx_offgrid))) a.failed = 1;
+    if (ws->idx_offgrid) *ws->idx_offgrid = 0;
     if (a.failed) {
         cuda_workspace_free(ws);
         return -1;
@@ -351,7 +356,9 @@ static void step_attention(step_ctx *s, const cu_layer *ly, int L) {
                     freq, R, c->norm_eps, T);
         cu_comp_ring_write(s->st, 1, 2 * cI, ws->ick, ws->icz, ws->pos, ws->item_of, ws->items, sl, T);
         mark(s, ST_COMPRESS);
-        if (cu_index_select(s->st, s->official, s->index, ws->qi, ws->wi, ws->pos, ws->item_of, sl, T, nI, cI, c->index_topk,
+        const cu_index_ws iw = { s->cm->idx_mma_on, ws->idx_qc, ws->idx_qu, ws->idx_offgrid, ws->idx_split,
+                                 cu_index_split_words(ws->idx_rows_cap) };   /* mma: in OFFICIAL steps only */
+        if (cu_index_select(s->st, s->official, iw, s->index, ws->qi, ws->wi, ws->pos, ws->item_of, sl, T, nI, cI, c->index_topk,
                             s->idx_rows, ws->idx_rows_cap, ws->idx_scores, ws->sel, ws->n_sel) && !s->rc)
             s->rc = dsv4_fail(s->err, DSV4_E_UNSUPPORTED, "cuda: this GPU cannot give the indexer's scoring kernel its shared "
                               "memory (%d heads x %d columns)", nI, cI);
@@ -684,6 +691,12 @@ static int step_end(step_ctx *s, dsv4_step_item *items, const head_plan *hp, con
     int rc;
     if (s->rc) return s->rc;
     if ((rc = cu_finish(s->st, "the step", err))) return rc;
+    if (s->ws->idx_offgrid && *s->ws->idx_offgrid) {   /* k_indexer.cu: tensor-core scores of data off the FP4 grid */
+        const unsigned bits = *s->ws->idx_offgrid;
+        *s->ws->idx_offgrid = 0;
+        return dsv4_fail(err, DSV4_E_STATE, "cuda: the indexer's %s values are not FP4-simulated, so its tensor-core scores "
+                         "are not exact (DSV4_CUDA_IDX_MMA=0 scores them in fp32)", bits & 1 ? "query" : "row");
+    }
     if ((rc = head_collect(s, items, hp, hc_head, norm, err))) return rc;
     mark(s, ST_HEAD);
     if ((rc = copy_back_rows(s, items, err))) return rc;

@@ -1,10 +1,13 @@
-/* A CPU stand-in for the few CUDA features the chunked attention kernels use, so that their very source
- * (k_attention.cu, extracted by tools/gpu/shim/shim_attention.sh) runs on a machine without a GPU: blocks one after
- * another, each block's threads as fibers (ucontext) on one OS thread, __syncthreads a switch back to the block's
- * scheduler until every thread reached it, __shfl_xor_sync an exchange through a block-wide array between two
- * barriers (callers reach it uniformly, as in the kernels). __shared__ arrays are static: shared by the block, and
- * poisoned with NaN bytes before each block so that a read of something never written shows. For checking
- * indexing before a GPU run; not for speed. */
+/* A CPU stand-in for the few CUDA features the attention and indexer kernels use, so that their very source
+ * (extracted by tools/gpu/shim/shim_*.sh) runs on a machine without a GPU: blocks one after another, each block's
+ * threads as fibers (ucontext) on one OS thread. __syncthreads waits until every thread of the block arrived; a
+ * warp intrinsic (shuffles, ballot, match, reduce) waits until the 32 lanes of the caller's warp arrived, so warps
+ * may diverge from each other between barriers as on a GPU (the lanes of one warp must call the same intrinsics in
+ * the same order: the kernels' warp-uniform calls). A thread that ends while others wait at a barrier, or a round
+ * in which nobody can move, aborts with a message. __shared__ arrays are static: shared by the block, and poisoned
+ * with NaN bytes before each block so that a read of something never written shows. Atomics are plain read-modify-
+ * writes (fibers switch only inside barriers and warp intrinsics). For checking indexing before a GPU run; not for
+ * speed. */
 #ifndef DSV4_CUDA_SHIM_H
 #define DSV4_CUDA_SHIM_H
 #include <cmath>
@@ -26,6 +29,12 @@ struct dim3 {
 struct alignas(16) float4 {
     float x, y, z, w;
 };
+struct alignas(8) uint2 {
+    uint32_t x, y;
+};
+struct alignas(16) uint4 {
+    uint32_t x, y, z, w;
+};
 typedef void *cudaStream_t;
 
 extern dim3 threadIdx, blockIdx, blockDim, gridDim;
@@ -41,10 +50,59 @@ extern dim3 threadIdx, blockIdx, blockDim, gridDim;
 static inline float __uint_as_float(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
 static inline uint32_t __float_as_uint(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
 static inline float __int_as_float(int u) { float f; memcpy(&f, &u, 4); return f; }
+static inline int __popc(unsigned x) { return __builtin_popcount(x); }
+static inline int __ffs(unsigned x) { return __builtin_ffs((int)x); }
+static inline int __clz(int x) { return x ? __builtin_clz((unsigned)x) : 32; }
+static inline float __fdiv_rn(float a, float b) { return a / b; }
 
 void __syncthreads(void);
-float __shfl_xor_sync(unsigned mask, float v, int off);
-/* Runs kernel body f over the grid, block by block; smem_poison: the static shared arrays to poison. */
+/* The 32 values of the caller's warp at this warp intrinsic (lane i's value at index i), once every lane gave its own. */
+const uint64_t *shim_warp_exchange(uint64_t v);
+
+template <typename T> static inline uint64_t shim_bits(T v) { uint64_t u = 0; memcpy(&u, &v, sizeof v); return u; }
+template <typename T> static inline T shim_from(uint64_t u) { T v; memcpy(&v, &u, sizeof v); return v; }
+static inline unsigned shim_lane(void) { return threadIdx.x & 31u; }
+
+template <typename T> static inline T __shfl_xor_sync(unsigned, T v, int off) {
+    return shim_from<T>(shim_warp_exchange(shim_bits(v))[shim_lane() ^ (unsigned)off]);
+}
+template <typename T> static inline T __shfl_sync(unsigned, T v, int src) {
+    return shim_from<T>(shim_warp_exchange(shim_bits(v))[(unsigned)src & 31u]);
+}
+template <typename T> static inline T __shfl_up_sync(unsigned, T v, unsigned d) {
+    const uint64_t *x = shim_warp_exchange(shim_bits(v));
+    return shim_lane() >= d ? shim_from<T>(x[shim_lane() - d]) : v;
+}
+static inline unsigned __ballot_sync(unsigned, int p) {
+    const uint64_t *x = shim_warp_exchange(p != 0);
+    unsigned m = 0;
+    for (unsigned i = 0; i < 32; i++) m |= (unsigned)(x[i] != 0) << i;
+    return m;
+}
+static inline unsigned __match_any_sync(unsigned, unsigned v) {
+    const uint64_t *x = shim_warp_exchange(v);
+    unsigned m = 0;
+    for (unsigned i = 0; i < 32; i++) m |= (unsigned)(x[i] == v) << i;
+    return m;
+}
+static inline unsigned __reduce_or_sync(unsigned, unsigned v) {
+    const uint64_t *x = shim_warp_exchange(v);
+    unsigned r = 0;
+    for (unsigned i = 0; i < 32; i++) r |= (unsigned)x[i];
+    return r;
+}
+static inline unsigned __reduce_and_sync(unsigned, unsigned v) {
+    const uint64_t *x = shim_warp_exchange(v);
+    unsigned r = ~0u;
+    for (unsigned i = 0; i < 32; i++) r &= (unsigned)x[i];
+    return r;
+}
+static inline void __syncwarp(unsigned = 0xffffffffu) { (void)shim_warp_exchange(0); }
+template <typename T> static inline T atomicAdd(T *p, T v) { T o = *p; *p = o + v; return o; }
+template <typename T> static inline T atomicOr(T *p, T v) { T o = *p; *p = o | v; return o; }
+template <typename T> static inline T atomicAnd(T *p, T v) { T o = *p; *p = o & v; return o; }
+
+/* Runs kernel body f over the grid, block by block (blockDim.x a multiple of 32). */
 void shim_launch(dim3 grid, dim3 block, const std::function<void()> &f);
 void shim_poison(void *p, size_t n);
 #endif

@@ -1,0 +1,37 @@
+/* For the CPU shim (tools/gpu/shim/cuda_shim.h): mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 with a zero
+ * accumulator, emulated from the PTX ISA's fragment layout ("Matrix Fragments for mma.m16n8k32", .s8), written
+ * independently of the kernels that use it: lane = 4 g + q, byte i of a register = element i;
+ *   A (16 x 32): a0 = A[g][4q + i], a1 = A[g+8][4q + i], a2 = A[g][16 + 4q + i], a3 = A[g+8][16 + 4q + i];
+ *   B (32 x 8):  b0 = B[4q + i][g], b1 = B[16 + 4q + i][g];
+ *   D (16 x 8):  d0 = D[g][2q], d1 = D[g][2q+1], d2 = D[g+8][2q], d3 = D[g+8][2q+1].
+ * Every lane of the warp must call it (as on the GPU: .sync.aligned). */
+#ifndef DSV4_SHIM_MMA_H
+#define DSV4_SHIM_MMA_H
+#include "cuda_shim.h"
+
+static inline void mma_s8(int (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0, uint32_t b1) {
+    uint64_t fa[32], fb[32], fc[32];
+    memcpy(fa, shim_warp_exchange(a0 | (uint64_t)a1 << 32), sizeof fa);
+    memcpy(fb, shim_warp_exchange(a2 | (uint64_t)a3 << 32), sizeof fb);
+    memcpy(fc, shim_warp_exchange(b0 | (uint64_t)b1 << 32), sizeof fc);
+    int8_t A[16][32], B[32][8];
+    for (int L = 0; L < 32; L++) {
+        const int g = L >> 2, q = L & 3;
+        for (int i = 0; i < 4; i++) {
+            A[g][4 * q + i] = (int8_t)(fa[L] >> (8 * i));
+            A[g + 8][4 * q + i] = (int8_t)(fa[L] >> (32 + 8 * i));
+            A[g][16 + 4 * q + i] = (int8_t)(fb[L] >> (8 * i));
+            A[g + 8][16 + 4 * q + i] = (int8_t)(fb[L] >> (32 + 8 * i));
+            B[4 * q + i][g] = (int8_t)(fc[L] >> (8 * i));
+            B[16 + 4 * q + i][g] = (int8_t)(fc[L] >> (32 + 8 * i));
+        }
+    }
+    const int g = (int)shim_lane() >> 2, q = (int)shim_lane() & 3;
+    for (int e = 0; e < 4; e++) {
+        const int row = g + 8 * (e >> 1), col = 2 * q + (e & 1);
+        int s = 0;
+        for (int k = 0; k < 32; k++) s += (int)A[row][k] * (int)B[k][col];
+        d[e] = s;
+    }
+}
+#endif
