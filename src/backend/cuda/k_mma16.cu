@@ -90,6 +90,7 @@ __device__ __forceinline__ void mma16_block(const dsv4_weight &w, const uint16_t
                                             int ldy, int row_base, int tok_base) {
     const int lane = threadIdx.x & 31, part = threadIdx.x >> 5, g = lane >> 2, q = lane & 3;
     const int N = w.rows, K = w.cols, nchunk = (K + 127) / 128;
+    __shared__ float red[MMA16_PARTS - 1][MT * NT * 4][32];   /* partials 1..3 for warp 0 (the end) */
 
     float acc[MT][NT][4];
 #pragma unroll
@@ -219,7 +220,6 @@ __device__ __forceinline__ void mma16_block(const dsv4_weight &w, const uint16_t
     }
 
     /* y = ((p0 + p1) + p2) + p3: warps 1..3 hand their partials to warp 0 through shared memory. */
-    __shared__ float red[MMA16_PARTS - 1][MT * NT * 4][32];
     if (part > 0) {
 #pragma unroll
         for (int mi = 0; mi < MT; mi++)
