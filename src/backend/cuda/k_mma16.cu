@@ -47,6 +47,12 @@ extern "C" {
 
 #define MMA16_PARTS 4   /* warps of a block = partial sums of an element (the order above) */
 
+/* -DMMA16_ON=0 (an A/B binary only: tools/gpu/stage_variant.sh dsv4-old "-DMMA16_ON=0"): cu_mma16_linear takes no
+ * weight, so the model runs these linears on CUDA cores while the FP8 tensor-core path stays on. */
+#ifndef MMA16_ON
+#define MMA16_ON 1
+#endif
+
 /* -DDSV4_MMA16_BUG: a deliberate fragment bug (the first MMA of each chunk takes the token's two words swapped), to
  * see test_gpu_mma16 fail. Never in a real build. */
 #ifdef DSV4_MMA16_BUG
@@ -294,6 +300,7 @@ static void mma16_dispatch(cu_stream st, const dsv4_weight *w, int groups, const
 
 extern "C" int cu_mma16_linear(cu_stream st, const dsv4_weight *w, int groups, const uint16_t *xb, int ldb, int group_x, int T, float *y,
                                int ldy, dsv4_error *err) {
+    if (!MMA16_ON) return dsv4_fail(err, DSV4_E_UNSUPPORTED, "cu_mma16_linear: built with MMA16_ON=0");
     if (w->fmt != WF_BF16 && w->fmt != WF_FP8)
         return dsv4_fail(err, DSV4_E_UNSUPPORTED, "cu_mma16_linear: weight format %d has no bf16 tensor-core path (BF16 and FP8 only)",
                          (int)w->fmt);
