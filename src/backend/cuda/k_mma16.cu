@@ -286,14 +286,16 @@ static void mma16_launch(cu_stream st, const dsv4_weight *w, int group_rows, con
     k_mma16_linear<WF8, MT, NT, U><<<grid, 32 * MMA16_PARTS, 0, (cudaStream_t)st>>>(*w, group_rows, xb, ldb, group_x, T, y, ldy);
 }
 
-/* The tile from T (never the order): up to 8 tokens one n8 column and 16 rows a block, several chunks' loads in
- * flight (decode streams the weight: FP8 4 chunks = 128 bytes a lane, BF16 2 = 256 bytes); up to 32 tokens 16 rows
- * x 32 tokens; more, 32 rows x 32 tokens where a block of 32 rows stays inside one group. */
+/* The tile from T (never the order): up to 8 tokens one n8 column and 16 rows a block, two chunks' loads in flight
+ * (decode streams the weight: 128 bytes of FP8 or 256 of BF16 a lane; ptxas: 96 / 118 registers, so 5 / 4 blocks an
+ * SM and wo_a's 512 blocks in one wave on 132 SMs — with four chunks FP8 took 162 registers, 3 blocks an SM, 1.3
+ * waves); up to 32 tokens 16 rows x 32 tokens; more, 32 rows x 32 tokens where a block of 32 rows stays inside one
+ * group. */
 template <int WF8>
 static void mma16_dispatch(cu_stream st, const dsv4_weight *w, int groups, const uint16_t *xb, int ldb, int group_x, int T, float *y,
                            int ldy) {
     const int group_rows = w->rows / groups;
-    if (T <= 8) mma16_launch<WF8, 1, 1, WF8 ? 4 : 2>(st, w, group_rows, xb, ldb, group_x, T, y, ldy);
+    if (T <= 8) mma16_launch<WF8, 1, 1, 2>(st, w, group_rows, xb, ldb, group_x, T, y, ldy);
     else if (T <= 32 || (groups > 1 && group_rows % 32)) mma16_launch<WF8, 1, 4, 1>(st, w, group_rows, xb, ldb, group_x, T, y, ldy);
     else mma16_launch<WF8, 2, 4, 1>(st, w, group_rows, xb, ldb, group_x, T, y, ldy);
 }
