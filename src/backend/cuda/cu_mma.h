@@ -74,6 +74,17 @@ int cu_mma16_pack(cu_stream st, const float *x, int ldx, int T, int K, uint16_t 
 int cu_mma16_linear(cu_stream st, const dsv4_weight *w, int groups, const uint16_t *xb, int ldb, int group_x, int T, float *y, int ldy,
                     dsv4_error *err);
 
+/* Several weights over the same input rows in one launch (the compressors and the indexer's weights_proj, all
+ * reading xn): y_j = xb W_j^T for each of n (1 to 6) weights, ungrouped, all BF16 or all FP8, each as
+ * cu_mma16_linear takes it. Every row has the bits cu_mma16_linear gives it; 0, or the first weight's refusal
+ * (nothing launched). */
+typedef struct {
+    const dsv4_weight *w;
+    float *y;
+    int ldy;
+} cu_mma16_out;
+int cu_mma16_linear_multi(cu_stream st, const cu_mma16_out *outs, int n, const uint16_t *xb, int ldb, int T, dsv4_error *err);
+
 #ifdef __cplusplus
 }
 #endif

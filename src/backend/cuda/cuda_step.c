@@ -325,18 +325,27 @@ static void step_attention(step_ctx *s, const cu_layer *ly, int L) {
     attn_project(s, ly);
     mark(s, ST_QKV);
     const int cw = (ly->ratio == 4 ? 2 : 1) * D;
-    /* the compressors and weights_proj read xn (bf16 in OFFICIAL), packed once for all of them */
-    const int p16 = ly->ratio ? pack16_if(s, ws->xn, T, d) : 0;
-    if (ly->ratio) {
-        linear16(s, p16, &ly->comp.wkv, 1, ws->xn, T, d, 0, ws->ck, cw);
-        linear16(s, p16, &ly->comp.wgate, 1, ws->xn, T, d, 0, ws->cz, cw);
+    /* the compressors and weights_proj read xn (bf16 in OFFICIAL): packed once, and on tensor cores all in one launch
+     * (each weight's rows have the bits of its own launch; a decode step's small weights wait on memory latency, not
+     * on bandwidth, so five launches cost about five times one). A weight the kernel does not take: all on CUDA cores. */
+    int on_tc = 0;
+    if (ly->ratio && pack16_if(s, ws->xn, T, d)) {
+        const cu_mma16_out outs[5] = { { &ly->comp.wkv, ws->ck, cw }, { &ly->comp.wgate, ws->cz, cw }, { &ly->icomp.wkv, ws->ick, 2 * cI },
+                                       { &ly->icomp.wgate, ws->icz, 2 * cI }, { &ly->idx_weights_proj, ws->wi, nI } };
+        on_tc = !cu_mma16_linear_multi(s->st, outs, ly->ratio == 4 ? 5 : 2, ws->xb, cu_mma16_ld(d), T, NULL);
+    }
+    if (ly->ratio && !on_tc) {
+        cu_linear(s->st, &ly->comp.wkv, ws->xn, T, d, ws->ck, cw);
+        cu_linear(s->st, &ly->comp.wgate, ws->xn, T, d, ws->cz, cw);
     }
     if (ly->ratio == 4) {
-        linear16(s, p16, &ly->icomp.wkv, 1, ws->xn, T, d, 0, ws->ick, 2 * cI);
-        linear16(s, p16, &ly->icomp.wgate, 1, ws->xn, T, d, 0, ws->icz, 2 * cI);
+        if (!on_tc) {
+            cu_linear(s->st, &ly->icomp.wkv, ws->xn, T, d, ws->ick, 2 * cI);
+            cu_linear(s->st, &ly->icomp.wgate, ws->xn, T, d, ws->icz, 2 * cI);
+        }
         linear_q(s, &ly->idx_wq_b, ws->qr, ws->yq, ws->yqs, ws->qi);   /* qr packed by attn_project */
         round_if(s, ws->qi, (int64_t)T * nI * cI);
-        linear16(s, p16, &ly->idx_weights_proj, 1, ws->xn, T, d, 0, ws->wi, nI);
+        if (!on_tc) cu_linear(s->st, &ly->idx_weights_proj, ws->xn, T, d, ws->wi, nI);
         round_if(s, ws->wi, (int64_t)T * nI);
     }
     if (ly->ratio)

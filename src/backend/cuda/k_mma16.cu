@@ -41,6 +41,8 @@
  *        token's 64 bytes of bf16 give b0, b1. */
 #include "backend/cuda/cu_common.cuh"
 #include "backend/cuda/cu_mma.h"
+#include <limits.h>
+#include <string.h>
 extern "C" {
 #include "util/error.h"
 }
@@ -250,12 +252,38 @@ __device__ __forceinline__ void mma16_block(const dsv4_weight &w, const uint16_t
             }
 }
 
-/* Rows [blockIdx.x * 16 MT, +16 MT) read the input columns from (row / group_rows) * group_x on (the grouped wo_a:
- * a block never straddles two groups, the launcher sees to it). */
+/* Up to MMA16_JOBS weights over the same input rows in one launch (the compressors and weights_proj all read xn):
+ * job j owns the blocks [first[j], first[j + 1]) of grid.x and computes its weight exactly as a launch of its own
+ * would (the same block function; a job's blocks never mix with another's). */
+#define MMA16_JOBS 6
+struct mma16_jobs {
+    dsv4_weight w[MMA16_JOBS];
+    float *y[MMA16_JOBS];
+    int ldy[MMA16_JOBS], first[MMA16_JOBS + 1], n;
+};
+
+/* Rows [16 MT b, +16 MT) of the block's job (b its block within the job) read the input columns from
+ * (row / group_rows) * group_x on (the grouped wo_a: a block never straddles two groups, the launcher sees to it;
+ * group_rows = the rows otherwise). */
 template <int WF8, int MT, int NT, int U>
-__global__ void __launch_bounds__(32 * MMA16_PARTS) k_mma16_linear(dsv4_weight w, int group_rows, const uint16_t *__restrict__ xb, int ldb,
-                                                                    int group_x, int T, float *__restrict__ y, int ldy) {
-    const int row_base = blockIdx.x * 16 * MT;
+__global__ void __launch_bounds__(32 * MMA16_PARTS) k_mma16_linear(mma16_jobs jobs, int group_rows, const uint16_t *__restrict__ xb,
+                                                                    int ldb, int group_x, int T) {
+    int j = 0;
+#pragma unroll
+    for (int k = 1; k < MMA16_JOBS; k++)
+        if (k < jobs.n && (int)blockIdx.x >= jobs.first[k]) j = k;
+    dsv4_weight w = jobs.w[0];
+    float *y = jobs.y[0];
+    int ldy = jobs.ldy[0], first = jobs.first[0];
+#pragma unroll
+    for (int k = 1; k < MMA16_JOBS; k++)   /* constant indices: the parameters stay in registers */
+        if (k == j) {
+            w = jobs.w[k];
+            y = jobs.y[k];
+            ldy = jobs.ldy[k];
+            first = jobs.first[k];
+        }
+    const int row_base = ((int)blockIdx.x - first) * 16 * MT;
     mma16_block<WF8, MT, NT, U>(w, xb + (int64_t)(row_base / group_rows) * group_x, ldb, T, y, ldy, row_base, blockIdx.y * 8 * NT);
 }
 
@@ -280,10 +308,11 @@ extern "C" int cu_mma16_pack(cu_stream st, const float *x, int ldx, int T, int K
 }
 
 template <int WF8, int MT, int NT, int U>
-static void mma16_launch(cu_stream st, const dsv4_weight *w, int group_rows, const uint16_t *xb, int ldb, int group_x, int T, float *y,
-                         int ldy) {
-    dim3 grid(cu_blocks(w->rows, 16 * MT), cu_blocks(T, 8 * NT));
-    k_mma16_linear<WF8, MT, NT, U><<<grid, 32 * MMA16_PARTS, 0, (cudaStream_t)st>>>(*w, group_rows, xb, ldb, group_x, T, y, ldy);
+static void mma16_launch(cu_stream st, mma16_jobs *jobs, int group_rows, const uint16_t *xb, int ldb, int group_x, int T) {
+    jobs->first[0] = 0;
+    for (int j = 0; j < jobs->n; j++) jobs->first[j + 1] = jobs->first[j] + cu_blocks(jobs->w[j].rows, 16 * MT);
+    dim3 grid(jobs->first[jobs->n], cu_blocks(T, 8 * NT));
+    k_mma16_linear<WF8, MT, NT, U><<<grid, 32 * MMA16_PARTS, 0, (cudaStream_t)st>>>(*jobs, group_rows, xb, ldb, group_x, T);
 }
 
 /* The tile from T (never the order): up to 8 tokens one n8 column and 16 rows a block, two chunks' loads in flight
@@ -292,40 +321,71 @@ static void mma16_launch(cu_stream st, const dsv4_weight *w, int group_rows, con
  * waves); up to 32 tokens 16 rows x 32 tokens; more, 32 rows x 32 tokens where a block of 32 rows stays inside one
  * group. */
 template <int WF8>
-static void mma16_dispatch(cu_stream st, const dsv4_weight *w, int groups, const uint16_t *xb, int ldb, int group_x, int T, float *y,
-                           int ldy) {
-    const int group_rows = w->rows / groups;
-    if (T <= 8) mma16_launch<WF8, 1, 1, 2>(st, w, group_rows, xb, ldb, group_x, T, y, ldy);
-    else if (T <= 32 || (groups > 1 && group_rows % 32)) mma16_launch<WF8, 1, 4, 1>(st, w, group_rows, xb, ldb, group_x, T, y, ldy);
-    else mma16_launch<WF8, 2, 4, 1>(st, w, group_rows, xb, ldb, group_x, T, y, ldy);
+static void mma16_dispatch(cu_stream st, mma16_jobs *jobs, int groups, const uint16_t *xb, int ldb, int group_x, int T) {
+    const int group_rows = groups > 1 ? jobs->w[0].rows / groups : INT_MAX;
+    if (T <= 8) mma16_launch<WF8, 1, 1, 2>(st, jobs, group_rows, xb, ldb, group_x, T);
+    else if (T <= 32 || (groups > 1 && group_rows % 32)) mma16_launch<WF8, 1, 4, 1>(st, jobs, group_rows, xb, ldb, group_x, T);
+    else mma16_launch<WF8, 2, 4, 1>(st, jobs, group_rows, xb, ldb, group_x, T);
 }
 
-extern "C" int cu_mma16_linear(cu_stream st, const dsv4_weight *w, int groups, const uint16_t *xb, int ldb, int group_x, int T, float *y,
-                               int ldy, dsv4_error *err) {
-    if (!MMA16_ON) return dsv4_fail(err, DSV4_E_UNSUPPORTED, "cu_mma16_linear: built with MMA16_ON=0");
+/* The checks of cu_mma16_linear for one weight (0, or an error code with one line in err). */
+static int mma16_check(const char *fn, const dsv4_weight *w, int groups, const uint16_t *xb, int ldb, int group_x, int T, const float *y,
+                       int ldy, dsv4_error *err) {
+    if (!MMA16_ON) return dsv4_fail(err, DSV4_E_UNSUPPORTED, "%s: built with MMA16_ON=0", fn);
     if (w->fmt != WF_BF16 && w->fmt != WF_FP8)
-        return dsv4_fail(err, DSV4_E_UNSUPPORTED, "cu_mma16_linear: weight format %d has no bf16 tensor-core path (BF16 and FP8 only)",
-                         (int)w->fmt);
+        return dsv4_fail(err, DSV4_E_UNSUPPORTED, "%s: weight format %d has no bf16 tensor-core path (BF16 and FP8 only)", fn, (int)w->fmt);
     const int fp8 = w->fmt == WF_FP8, K = w->cols, N = w->rows;
     if (T < 0 || T > 65535 * 32 || N < 0 || K < 1 || groups < 1)   /* grid.y = T / 32 at most 65535 */
-        return dsv4_fail(err, DSV4_E_ARG, "cu_mma16_linear: %d tokens, weight %d x %d in %d groups", T, N, K, groups);
+        return dsv4_fail(err, DSV4_E_ARG, "%s: %d tokens, weight %d x %d in %d groups", fn, T, N, K, groups);
     if (K % (fp8 ? 128 : 32))
-        return dsv4_fail(err, DSV4_E_ARG, "cu_mma16_linear: %s weight with %d columns (a multiple of %d is needed)", fp8 ? "FP8" : "BF16", K,
+        return dsv4_fail(err, DSV4_E_ARG, "%s: %s weight with %d columns (a multiple of %d is needed)", fn, fp8 ? "FP8" : "BF16", K,
                          fp8 ? 128 : 32);
     if (N % groups || (groups > 1 && (N / groups) % 16))
-        return dsv4_fail(err, DSV4_E_ARG, "cu_mma16_linear: %d rows in %d groups (a multiple of 16 rows a group is needed)", N, groups);
-    if (!w->data || (uintptr_t)w->data % 16)
-        return dsv4_fail(err, DSV4_E_ARG, "cu_mma16_linear: weight data missing or not 16-byte aligned");
+        return dsv4_fail(err, DSV4_E_ARG, "%s: %d rows in %d groups (a multiple of 16 rows a group is needed)", fn, N, groups);
+    if (!w->data || (uintptr_t)w->data % 16) return dsv4_fail(err, DSV4_E_ARG, "%s: weight data missing or not 16-byte aligned", fn);
     if (fp8 && (!w->scale || w->scale_cols < K / 128))
-        return dsv4_fail(err, DSV4_E_ARG, "cu_mma16_linear: %d scale columns for %d columns", w->scale_cols, K);
+        return dsv4_fail(err, DSV4_E_ARG, "%s: %d scale columns for %d columns", fn, w->scale_cols, K);
     if (T == 0 || N == 0) return 0;
     const int64_t need = (int64_t)(groups - 1) * group_x + K;
     if (!xb || !y || ldb % 8 || (uintptr_t)xb % 16 || group_x < 0 || group_x % 8 || ldb < need || ldy < N)
         return dsv4_fail(err, DSV4_E_ARG,
-                         "cu_mma16_linear: bad buffers (ldb %d: >= %lld, a multiple of 8, 16-byte aligned; group_x %d a multiple of 8; "
-                         "ldy %d >= %d)",
+                         "%s: bad buffers (ldb %d: >= %lld, a multiple of 8, 16-byte aligned; group_x %d a multiple of 8; ldy %d >= %d)", fn,
                          ldb, (long long)need, group_x, ldy, N);
-    if (fp8) mma16_dispatch<1>(st, w, groups, xb, ldb, group_x, T, y, ldy);
-    else mma16_dispatch<0>(st, w, groups, xb, ldb, group_x, T, y, ldy);
+    return 0;
+}
+
+extern "C" int cu_mma16_linear(cu_stream st, const dsv4_weight *w, int groups, const uint16_t *xb, int ldb, int group_x, int T, float *y,
+                               int ldy, dsv4_error *err) {
+    const int rc = mma16_check("cu_mma16_linear", w, groups, xb, ldb, group_x, T, y, ldy, err);
+    if (rc || T == 0 || w->rows == 0) return rc;
+    mma16_jobs jobs;
+    memset(&jobs, 0, sizeof jobs);
+    jobs.w[0] = *w;
+    jobs.y[0] = y;
+    jobs.ldy[0] = ldy;
+    jobs.n = 1;
+    if (w->fmt == WF_FP8) mma16_dispatch<1>(st, &jobs, groups, xb, ldb, group_x, T);
+    else mma16_dispatch<0>(st, &jobs, groups, xb, ldb, group_x, T);
+    return 0;
+}
+
+extern "C" int cu_mma16_linear_multi(cu_stream st, const cu_mma16_out *outs, int n, const uint16_t *xb, int ldb, int T, dsv4_error *err) {
+    if (n < 1 || n > MMA16_JOBS) return dsv4_fail(err, DSV4_E_ARG, "cu_mma16_linear_multi: %d weights (1 to %d)", n, MMA16_JOBS);
+    mma16_jobs jobs;
+    memset(&jobs, 0, sizeof jobs);
+    for (int j = 0; j < n; j++) {
+        const int rc = mma16_check("cu_mma16_linear_multi", outs[j].w, 1, xb, ldb, 0, T, outs[j].y, outs[j].ldy, err);
+        if (rc) return rc;
+        if (outs[j].w->fmt != outs[0].w->fmt)
+            return dsv4_fail(err, DSV4_E_ARG, "cu_mma16_linear_multi: weights of different formats in one launch");
+        if (outs[j].w->rows == 0) continue;
+        jobs.w[jobs.n] = *outs[j].w;
+        jobs.y[jobs.n] = outs[j].y;
+        jobs.ldy[jobs.n] = outs[j].ldy;
+        jobs.n++;
+    }
+    if (T == 0 || jobs.n == 0) return 0;
+    if (jobs.w[0].fmt == WF_FP8) mma16_dispatch<1>(st, &jobs, 1, xb, ldb, 0, T);
+    else mma16_dispatch<0>(st, &jobs, 1, xb, ldb, 0, T);
     return 0;
 }
