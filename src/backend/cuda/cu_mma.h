@@ -55,6 +55,43 @@ int cu_mma_expert_linear(cu_stream st, const dsv4_weight *experts, int rows, int
                          int max_tiles, const uint8_t *xq, int ldq, const float *xs, int lds, int x_by_pair, float *y,
                          int ldy, int out_bf16, dsv4_error *err);
 
+/* ---- BF16-input linears (k_mma16.cu) ----
+ * OFFICIAL linears whose input is a bf16 tensor and whose weight is BF16 (or FP8 with 128x128 scales, which is
+ * e4m3 x 2^k, a bf16 value): wo_a (grouped), the compressors' wkv / wgate (main and indexer), the indexer's
+ * weights_proj, the router gate, the LM head. Their products are exact in fp32; on bf16 tensor cores with fp32
+ * accumulation only the order of the additions differs from k_linear's. The order (k_mma16.cu states it in full):
+ * four partial sums, partial p taking the 128-column chunks c = p, p + 4, ... in increasing order, each chunk's
+ * products summed by MMAs into a fresh fp32 fragment that is added to the partial with one fmaf (times the FP8
+ * block scale, or 1); then y = ((p0 + p1) + p2) + p3. A function of the weight's column count only. */
+
+/* Row stride (elements, a multiple of 8 = 16 bytes) of packed bf16 rows of K columns. */
+static inline int cu_mma16_ld(int K) { return (K + 7) / 8 * 8; }
+
+/* xb[t*ldb + i] = bf16(x[t*ldx + i]) for t < T, i < K, rounded to nearest even: exact for the bf16-valued rows of
+ * OFFICIAL mode. ldb a multiple of 8 >= K, xb 16-byte aligned. 0, or DSV4_E_ARG with one line in err. */
+int cu_mma16_pack(cu_stream st, const float *x, int ldx, int T, int K, uint16_t *xb, int ldb, dsv4_error *err);
+
+/* y[t*ldy + o] = sum_i W[o][i] xb[t*ldb + (o / (rows / groups)) * group_x + i] for t < T, o < w->rows: with
+ * groups > 1, group g's rows read the input columns from g * group_x on (wo_a). W BF16 (cols a multiple of 32) or
+ * FP8 (cols a multiple of 128, its 128x128 scales), data 16-byte aligned, views (row0) included; rows / groups a
+ * multiple of 16 when groups > 1. ldb a multiple of 8 >= (groups - 1) * group_x + cols, group_x a multiple of 8,
+ * xb 16-byte aligned, ldy >= rows. 0, or DSV4_E_UNSUPPORTED (another weight format) / DSV4_E_ARG (shape, stride or
+ * alignment) with one line in err; nothing is launched then. Whether a weight is taken depends on its format and
+ * shape only, never on T (up to 2,097,120 tokens). */
+int cu_mma16_linear(cu_stream st, const dsv4_weight *w, int groups, const uint16_t *xb, int ldb, int group_x, int T, float *y, int ldy,
+                    dsv4_error *err);
+
+/* Several weights over the same input rows in one launch (the compressors and the indexer's weights_proj, all
+ * reading xn): y_j = xb W_j^T for each of n (1 to 6) weights, ungrouped, all BF16 or all FP8, each as
+ * cu_mma16_linear takes it. Every row has the bits cu_mma16_linear gives it; 0, or the first weight's refusal
+ * (nothing launched). */
+typedef struct {
+    const dsv4_weight *w;
+    float *y;
+    int ldy;
+} cu_mma16_out;
+int cu_mma16_linear_multi(cu_stream st, const cu_mma16_out *outs, int n, const uint16_t *xb, int ldb, int T, dsv4_error *err);
+
 #ifdef __cplusplus
 }
 #endif

@@ -431,7 +431,8 @@ static int graphs_env(int *on, dsv4_error *err) {
 }
 
 /* DSV4_CUDA_MMA, read once per model load: unset, empty or 1 = OFFICIAL mode's FP8/FP4 linears with act-quantized
- * inputs on tensor cores (k_mma.cu), 0 = on CUDA cores (k_linear.cu). EXACT mode never uses them. */
+ * inputs on FP8 tensor cores (k_mma.cu) and its linears of bf16-valued inputs with BF16 or FP8 weights on BF16 tensor
+ * cores (k_mma16.cu), 0 = both on CUDA cores (k_linear.cu). EXACT mode never uses them. */
 static int mma_env(int *on, dsv4_error *err) {
     const char *v = getenv("DSV4_CUDA_MMA");
     *on = !v || !*v || !strcmp(v, "1");

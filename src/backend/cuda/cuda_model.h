@@ -73,6 +73,10 @@ typedef struct {
      * (qr, z, seg; T rows of at most cu_mma_cols); egq: the experts' quantized hidden rows (T*K rows of inter). */
     uint8_t *xq, *yq, *egq;
     float *xqs, *yqs, *egqs;
+    /* OFFICIAL BF16-input tensor-core linears (cu_mma.h, k_mma16.cu): the bf16-valued input of the linear at hand
+     * packed as bf16 (xn for the compressors / weights_proj / router, o for wo_a, head_x for the head), rows of
+     * cu_mma16_ld(width); [max(T * max(dim, heads * head_dim), CU_HEAD_ROWS * dim)]. */
+    uint16_t *xb;
     float *att;                /* cu_attention's scratch */
     /* per-step metadata */
     int32_t *tok, *item_of;

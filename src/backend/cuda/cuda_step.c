@@ -102,6 +102,10 @@ static void lay_out(ws_alloc *a, const dsv4_config *c, int T, int items, int64_t
         TAKE(xq, T * cu_mma_ld((int)d)); TAKE(xqs, T * cu_mma_lds((int)d));
         TAKE(yq, T * cu_mma_ld(ky)); TAKE(yqs, T * cu_mma_lds(ky));
         TAKE(egq, P * cu_mma_ld((int)I)); TAKE(egqs, P * cu_mma_lds((int)I));
+        /* bf16 copies of a bf16-valued input: the widest is o [T][H*D] (wo_a), or the head's rows */
+        const int64_t wide = cu_mma16_ld((int)(H * D)) > cu_mma16_ld((int)d) ? cu_mma16_ld((int)(H * D)) : cu_mma16_ld((int)d);
+        const int64_t nb = T * wide > (int64_t)CU_HEAD_ROWS * cu_mma16_ld((int)d) ? T * wide : (int64_t)CU_HEAD_ROWS * cu_mma16_ld((int)d);
+        TAKE(xb, nb);
     }
     ws->att_floats = cu_attention_scratch_floats(T, (int)H, (int)D, att_keys);
     TAKE(att, ws->att_floats);
@@ -206,7 +210,8 @@ typedef struct {
     int64_t hca_rows;          /* most ratio-128 rows a query sees */
     int rc;                    /* a failure inside the launch sequence (the multi-GPU transport), reported at the end */
     dsv4_error *err;
-    int mma;                   /* OFFICIAL and cuda_model.mma_on: FP8/FP4 linears of act-quantized rows on tensor cores */
+    int mma;                   /* OFFICIAL and cuda_model.mma_on: FP8/FP4 linears of act-quantized rows on tensor cores,
+                                * and the linears of bf16-valued rows (linear16) */
 } step_ctx;
 
 /* End of a stage: with profiling on, wait for the GPU and charge the time since the last mark to `stage`. */
@@ -255,6 +260,23 @@ static void linear_q(step_ctx *s, const dsv4_weight *w, const float *x, const ui
     }
     cu_linear(s->st, w, x, s->T, K, y, N);
     if (s->official) cu_round_bf16(s->st, y, (int64_t)s->T * N);
+}
+
+/* OFFICIAL rows x [T][K] whose values are bf16 (a norm's output, the attention's output: the step rounded them)
+ * packed as bf16 into ws->xb for the BF16-input tensor-core linears (cu_mma.h); 1 when packed. */
+static int pack16_if(step_ctx *s, const float *x, int T, int K) {
+    return s->mma && !cu_mma16_pack(s->st, x, K, T, K, s->ws->xb, cu_mma16_ld(K), NULL);
+}
+
+/* y [T][ldy] = x w^T for bf16-valued rows x [T][ldx] (wo_a, the compressors, weights_proj, the router, the head:
+ * spec §3.6's BF16 and fp32 linears whose input is a bf16 tensor), group g of `groups` reading the columns from
+ * g * group_x on: on tensor cores from ws->xb when pack16_if packed x and cu_mma16_linear takes the weight (BF16, or
+ * FP8 of a supported shape: a property of the weight, never of T), else on CUDA cores (k_linear.cu). */
+static void linear16(step_ctx *s, int packed, const dsv4_weight *w, int groups, const float *x, int T, int ldx, int group_x, float *y,
+                     int ldy) {
+    if (packed && !cu_mma16_linear(s->st, w, groups, s->ws->xb, cu_mma16_ld(ldx), group_x, T, y, ldy, NULL)) return;
+    if (groups > 1) cu_linear_grouped(s->st, w, groups, x, T, ldx, group_x, y, ldy);
+    else cu_linear(s->st, w, x, T, ldx, y, ldy);
 }
 
 static void round_if(step_ctx *s, float *x, int64_t n) {
@@ -309,8 +331,8 @@ static void attn_output(step_ctx *s, const cu_layer *ly) {
     cu_workspace *ws = s->ws;
     const int T = s->T, H = c->n_heads, D = c->head_dim;
     const int G = c->o_groups, HD_G = H * D / G, zl = G * c->o_lora;
-    /* one launch for all groups (run 18's ncu: 8 launches of 1024 rows each filled a tenth of the GPU) */
-    cu_linear_grouped(s->st, &ly->wo_a, G, ws->o, T, H * D, HD_G, ws->z, zl);
+    /* one launch for all groups (run 18's ncu: 8 launches of 1024 rows each filled a tenth of the GPU); o is bf16 */
+    linear16(s, pack16_if(s, ws->o, T, H * D), &ly->wo_a, G, ws->o, T, H * D, HD_G, ws->z, zl);
     round_if(s, ws->z, (int64_t)T * zl);
     pack_if(s, ws->z, zl, ws->yq, ws->yqs);
     if (cuda_core_reader(s, &ly->wo_b, NULL)) quant_rows_if(s, ws->z, T, zl);
@@ -327,15 +349,26 @@ static void step_attention(step_ctx *s, const cu_layer *ly, int L) {
     attn_project(s, ly);
     mark(s, ST_QKV);
     const int cw = (ly->ratio == 4 ? 2 : 1) * D;
-    if (ly->ratio) {
+    /* the compressors and weights_proj read xn (bf16 in OFFICIAL): packed once, and on tensor cores all in one launch
+     * (each weight's rows have the bits of its own launch; a decode step's small weights wait on memory latency, not
+     * on bandwidth, so five launches cost about five times one). A weight the kernel does not take: all on CUDA cores. */
+    int on_tc = 0;
+    if (ly->ratio && pack16_if(s, ws->xn, T, d)) {
+        const cu_mma16_out outs[5] = { { &ly->comp.wkv, ws->ck, cw }, { &ly->comp.wgate, ws->cz, cw }, { &ly->icomp.wkv, ws->ick, 2 * cI },
+                                       { &ly->icomp.wgate, ws->icz, 2 * cI }, { &ly->idx_weights_proj, ws->wi, nI } };
+        on_tc = !cu_mma16_linear_multi(s->st, outs, ly->ratio == 4 ? 5 : 2, ws->xb, cu_mma16_ld(d), T, NULL);
+    }
+    if (ly->ratio && !on_tc) {
         cu_linear(s->st, &ly->comp.wkv, ws->xn, T, d, ws->ck, cw);
         cu_linear(s->st, &ly->comp.wgate, ws->xn, T, d, ws->cz, cw);
     }
     if (ly->ratio == 4) {
-        cu_linear(s->st, &ly->icomp.wkv, ws->xn, T, d, ws->ick, 2 * cI);
-        cu_linear(s->st, &ly->icomp.wgate, ws->xn, T, d, ws->icz, 2 * cI);
+        if (!on_tc) {
+            cu_linear(s->st, &ly->icomp.wkv, ws->xn, T, d, ws->ick, 2 * cI);
+            cu_linear(s->st, &ly->icomp.wgate, ws->xn, T, d, ws->icz, 2 * cI);
+        }
         linear_q(s, &ly->idx_wq_b, ws->qr, ws->yq, ws->yqs, ws->qi);   /* qr packed by attn_project */
-        cu_linear(s->st, &ly->idx_weights_proj, ws->xn, T, d, ws->wi, nI);
+        if (!on_tc) cu_linear(s->st, &ly->idx_weights_proj, ws->xn, T, d, ws->wi, nI);
         round_if(s, ws->wi, (int64_t)T * nI);
     }
     if (ly->ratio)
@@ -403,7 +436,7 @@ static void step_moe(step_ctx *s, const cu_layer *ly, int L) {
     const dsv4_config *c = &s->m->cfg;
     cu_workspace *ws = s->ws;
     const int T = s->T, d = c->dim, E = c->n_routed, K = c->n_act, tiles = moe_max_tiles(c, T);
-    cu_linear(s->st, &ly->gate, ws->xn, T, d, ws->router, E);
+    linear16(s, pack16_if(s, ws->xn, T, d), &ly->gate, 1, ws->xn, T, d, 0, ws->router, E);   /* xn is bf16 */
     cu_route(s->st, ws->router, ly->gate_bias, ly->hash_routed ? ly->tid2eid : NULL, ws->tok, T, E, K, c->route_scale, ws->route_e,
              ws->route_w);
     if (L >= 0 && s->cm->route_counts && ly == &s->cm->layers[L])   /* main layers only (dsv4 profile) */
@@ -570,7 +603,7 @@ static void head_launch(step_ctx *s, const head_plan *h, int r0, const cu_hc *hc
     cu_hc_head(s->st, s->official, ws->X, ws->head_rows + r0, n, hc_head->fn.data, hc_head->base, hc_head->scale, c->hc_mult,
                c->dim, c->hc_eps, c->norm_eps, ws->head_x);
     cu_rmsnorm(s->st, s->official, ws->head_x, c->dim, norm, c->dim, c->norm_eps, ws->head_x, c->dim, n);
-    cu_linear(s->st, &s->cm->head, ws->head_x, n, c->dim, ws->logits, V);
+    linear16(s, pack16_if(s, ws->head_x, n, c->dim), &s->cm->head, 1, ws->head_x, n, c->dim, 0, ws->logits, V);   /* bf16 rows */
     /* the pass's requests are consecutive (rows and requests go in item order) */
     int q0 = -1, q1 = -1;
     for (int k = 0; k < n; k++)

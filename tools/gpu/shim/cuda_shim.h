@@ -35,6 +35,8 @@ struct alignas(8) uint2 {
 struct alignas(16) uint4 {
     uint32_t x, y, z, w;
 };
+static inline uint4 make_uint4(uint32_t a, uint32_t b, uint32_t c, uint32_t d) { return uint4{ a, b, c, d }; }
+static inline uint2 make_uint2(uint32_t a, uint32_t b) { return uint2{ a, b }; }
 typedef void *cudaStream_t;
 
 extern dim3 threadIdx, blockIdx, blockDim, gridDim;
