@@ -9,6 +9,7 @@
 #   3. Flash OFFICIAL: decode at prompt 256 with 8 / 32 / 64 streams (new), the old build once; prefill of 8192 tokens
 #      new and old; decode after 4K / 128K / 1M of context (fp8 KV): new, new with DSV4_CUDA_IDX_MMA=0, old.
 . tools/gpu/env.sh
+for b in dsv4-off dsv4-old; do [ -f .gpu/$b.xz ] && xz -dk .gpu/$b.xz; done
 if [ -n "${FUZZ_SECONDS:-}" ]; then OUT="$OUT" FUZZ_TARGETS="${FUZZ_TARGETS:-}" tools/gpu/fuzz_bg.sh start "$FUZZ_SECONDS" "${FUZZ_CORES:-13}"; fi
 BUILD=.gpu VERBOSE=1 timeout 300 tests/run_gpu.sh >"$OUT/suite.log" 2>&1
 echo "suite exit $? at $(el) s" >>"$OUT/suite.log"
