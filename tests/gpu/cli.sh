@@ -83,4 +83,5 @@ for v in "" 0; do
     then ok; else bad "bench with DSV4_CUDA_MMA=${v:-unset}: $(head -1 "$T/out") $(head -2 "$T/err")"; fi
 done
 expect_err "DSV4_CUDA_MMA=yes" "DSV4_CUDA_MMA" env DSV4_CUDA_MMA=yes "$BIN" logits -m "$T/m" --device cuda --tokens 1,2
+expect_err "DSV4_CUDA_ATT_MMA=yes" "DSV4_CUDA_ATT_MMA" env DSV4_CUDA_ATT_MMA=yes "$BIN" logits -m "$T/m" --device cuda --tokens 1,2
 finish
