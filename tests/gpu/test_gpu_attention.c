@@ -14,7 +14,7 @@
  * The test of the test: the reference without one chunk of keys must differ from the full one by far more than
  * the tolerance (printed; EXACT: 20x; OFFICIAL, whose tolerance is looser, where the key list is short enough
  * for one chunk to matter: 5x), so a lost or doubled chunk cannot pass. A fragment bug in the tensor-core path
- * (-DATT_MMA_BUG, tools/gpu/shim/shim_attention.sh) fails it.
+ * (-DATT_MMA_BUG=1 or =2 in tools/gpu/shim/shim_attention.sh) fails it.
  *
  * Without a GPU: -DATT_TEST_EMULATE makes the "device" the host (tests/gpu/emulate_attention.h) with cu_attention a
  * C port of the chunked kernels' float order (how the tolerances below were chosen); tools/gpu/shim/shim_attention.sh

@@ -577,12 +577,17 @@ __global__ void __launch_bounds__(ATT_CT) k_att_pv(int official, att_args A, int
 #define ATT_PG 4        /* chunks a P.V part on tensor cores (256 keys): 4x fewer parts to write and add than chunks */
 #endif
 
-/* -DATT_MMA_BUG: a deliberate fragment bug (P.V's B registers swapped), to see test_gpu_attention fail. Never in a
- * real build. */
-#ifdef ATT_MMA_BUG
+/* -DATT_MMA_BUG=1 / =2: a deliberate fragment bug (1: P.V's B registers swapped; 2: the scores' A registers 1 and 2
+ * swapped), to see test_gpu_attention fail. Never in a real build. */
+#if defined(ATT_MMA_BUG) && ATT_MMA_BUG == 1
 #define ATT_B01(lo, hi) hi, lo
 #else
 #define ATT_B01(lo, hi) lo, hi
+#endif
+#if defined(ATT_MMA_BUG) && ATT_MMA_BUG == 2
+#define ATT_A12(a1, a2) a2, a1
+#else
+#define ATT_A12(a1, a2) a1, a2
 #endif
 
 /* D = A B + C on one m16n8k16 bf16 tile (fragments as above); the one place the instruction is written, so that
@@ -648,7 +653,7 @@ __global__ void __launch_bounds__(ATT_MMA_T) k_att_scores_mma(att_args A, const 
             const uint32_t a2 = ld_b32(&qs[hr][kk + 8 + 2 * qd]), a3 = ld_b32(&qs[hr + 8][kk + 8 + 2 * qd]);
 #pragma unroll
             for (int n = 0; n < ATT_KC / 8; n++)
-                mma_bf16(acc[n], a0, a1, a2, a3, ld_b32(&ks[8 * n + g][kk + 2 * qd]), ld_b32(&ks[8 * n + g][kk + 8 + 2 * qd]));
+                mma_bf16(acc[n], a0, ATT_A12(a1, a2), a3, ld_b32(&ks[8 * n + g][kk + 2 * qd]), ld_b32(&ks[8 * n + g][kk + 8 + 2 * qd]));
         }
     }
     const float scale = 1.0f / sqrtf((float)D);

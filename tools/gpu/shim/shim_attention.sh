@@ -5,7 +5,7 @@
 # GPU thread is a fiber): SHIM_QUICK=1 (the default) runs the small cases only (~1 min), SHIM_QUICK=0 the test's
 # own sizes (~4 min). The OFFICIAL cases run both paths: CUDA cores and bf16 tensor cores (the mma.sync through
 # cuda_shim.cpp's emulation from the PTX fragment layout). SHIM_CFLAGS: extra defines for the kernels (e.g.
-# -DATT_MMA_BUG, which must fail). Not part of `make test` (nor of the GPU suite: it lives outside tests/).
+# -DATT_MMA_BUG=1 or =2, which must fail). Not part of `make test` (nor of the GPU suite: it lives outside tests/).
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
 D=${SHIM_DIR:-/tmp/dsv4-shim}
