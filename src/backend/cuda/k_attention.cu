@@ -685,7 +685,7 @@ __global__ void __launch_bounds__(ATT_MMA_T) k_att_pv_mma(att_args A, int t0, in
     __shared__ __align__(16) float pt[ATT_HG][ATT_KC + 4];      /* [head][key]: e */
     __shared__ __align__(16) uint16_t ps[ATT_HG][ATT_KC + 8];   /* [head][key]: bf16(e) */
     __shared__ __align__(16) uint16_t vt[ATT_DS][ATT_KC + 8];   /* [column][key]: the chunk's rows, transposed */
-    __shared__ const uint8_t *kp[ATT_KC];
+    __shared__ const uint8_t *kp[ATT_PG * ATT_KC];               /* the part's rows, found before the first chunk */
     __shared__ float red[ATT_MMA_T / ATT_HG][ATT_HG];
     __shared__ float Ms[ATT_HG];
     const int n_hg = (H + ATT_HG - 1) / ATT_HG;
@@ -702,6 +702,9 @@ __global__ void __launch_bounds__(ATT_MMA_T) k_att_pv_mma(att_args A, int t0, in
     const cu_item it = A.items[item];
     const cu_seq_layer L = A.sl[item];
     const att_scratch X = att_scratch_of(scratch, slot, nch, H, D);
+    for (int i = threadIdx.x; i < ATT_PG * ATT_KC; i += ATT_MMA_T)
+        if (c_first * ATT_KC + i < K.nk)
+            kp[i] = att_key_row(A.lay, K, c_first * ATT_KC + i, it, L, A.kvs, A.ring_len, A.ratio, A.sel + (int64_t)t * A.topk);
     {   /* M_h over every chunk of the query */
         const int h = threadIdx.x % ATT_HG, part = threadIdx.x / ATT_HG;
         float mx = -INFINITY;
@@ -726,25 +729,23 @@ __global__ void __launch_bounds__(ATT_MMA_T) k_att_pv_mma(att_args A, int t0, in
     float den = 0.0f;   /* slice 0, thread h < hn: head h's denominator part */
     for (int c = c_first; c < c_end; c++) {
         const int k0 = c * ATT_KC, nkc = K.nk - k0 < ATT_KC ? K.nk - k0 : ATT_KC;
-        __syncthreads();   /* Ms is written (first chunk); the previous chunk is consumed */
-        if (threadIdx.x < nkc)
-            kp[threadIdx.x] = att_key_row(A.lay, K, k0 + threadIdx.x, it, L, A.kvs, A.ring_len, A.ratio, A.sel + (int64_t)t * A.topk);
+        const uint8_t *const *kc = kp + (c - c_first) * ATT_KC;   /* the chunk's rows */
+        __syncthreads();   /* Ms and kp are written (first chunk); the previous chunk is consumed */
         for (int e = threadIdx.x; e < ATT_HG * ATT_KC; e += ATT_MMA_T) {
             const int h = e / ATT_KC, i = e % ATT_KC;
             const float x = h < hn && i < nkc ? expf(X.S[((int64_t)c * H + hb + h) * ATT_KC + i] - Ms[h]) : 0.0f;
             pt[h][i] = x;
             ps[h][i] = dev_f32_to_bf16(x);   /* the probabilities P.V sees; the denominator takes them unrounded */
         }
-        __syncthreads();
-        for (int e = threadIdx.x; e < ATT_DS * ATT_KC / 2; e += ATT_MMA_T) {
+        for (int e = threadIdx.x; e < ATT_DS * ATT_KC / 2; e += ATT_MMA_T) {   /* the scores' and rows' loads in flight together */
             const int jj = e % ATT_DS, i = 2 * (e / ATT_DS), j = j0 + jj;
             const bool jv = j < D;
-            *(uint32_t *)&vt[jj][i] = bf16x2(jv && i < nkc ? kv_elem(A.lay, kp[i], j) : 0.0f,
-                                             jv && i + 1 < nkc ? kv_elem(A.lay, kp[i + 1], j) : 0.0f);
+            *(uint32_t *)&vt[jj][i] = bf16x2(jv && i < nkc ? kv_elem(A.lay, kc[i], j) : 0.0f,
+                                             jv && i + 1 < nkc ? kv_elem(A.lay, kc[i + 1], j) : 0.0f);
         }
+        __syncthreads();
         if (j0 == 0 && threadIdx.x < hn)   /* the part's keys in order, by one thread */
             for (int i = 0; i < nkc; i++) den += pt[threadIdx.x][i];
-        __syncthreads();
         for (int ks = 0; ks < nkc; ks += 16) {
             const uint32_t a0 = ld_b32(&ps[hr][ks + 2 * qd]), a1 = ld_b32(&ps[hr + 8][ks + 2 * qd]);
             const uint32_t a2 = ld_b32(&ps[hr][ks + 8 + 2 * qd]), a3 = ld_b32(&ps[hr + 8][ks + 8 + 2 * qd]);
