@@ -571,8 +571,10 @@ __global__ void __launch_bounds__(ATT_CT) k_att_pv(int official, att_args A, int
  *   key's columns are consecutive, one 32-bit load per register). P.V: A = 16 heads x 16 keys of bf16(e) (shared
  *   ps[head][key]), B = 16 keys x 8 columns (shared vt[col][key], the chunk's rows stored transposed so that a
  *   register's two keys are consecutive). */
-#define ATT_MMA_T 128   /* threads of the tensor-core kernels: 4 warps, warp w = heads 16 w .. 16 w + 15 of the group */
+#define ATT_MMA_T 128   /* threads of k_att_scores_mma: 4 warps, warp w = heads 16 w .. 16 w + 15 of the group */
 #define ATT_MS 128      /* columns a shared slice of k_att_scores_mma */
+#define ATT_PV_T 256    /* threads of k_att_pv_mma: 8 warps, warp w = heads 16 (w mod 4) .. + 15 x 64 columns */
+#define ATT_PS 128      /* columns a block of k_att_pv_mma (two warps' 64 each): each block recomputes e of its chunks */
 #ifndef ATT_PG
 #define ATT_PG 4        /* chunks a P.V part on tensor cores (256 keys): 4x fewer parts to write and add than chunks */
 #endif
@@ -678,19 +680,20 @@ __global__ void __launch_bounds__(ATT_MMA_T) k_att_scores_mma(att_args A, const 
     }
 }
 
-/* Block (head group x column slice of ATT_DS, part u, query): M_h, then the part's chunks in order: e, the
+/* Block (head group x column slice of ATT_PS, part u, query): M_h, then the part's chunks in order: e, the
  * denominator part (slice 0's blocks), bf16(e) and the chunk's rows (transposed) in shared memory, the MMAs. Warp w:
- * heads 16 w .. 16 w + 15 x the slice's 64 columns (8 tiles of 8 columns), its accumulators kept over the part. */
-__global__ void __launch_bounds__(ATT_MMA_T) k_att_pv_mma(att_args A, int t0, int nch, int H, int D, float *scratch) {
+ * heads 16 (w mod 4) .. + 15 x columns 64 (w / 4) .. + 63 of the slice (8 tiles of 8 columns), its accumulators
+ * kept over the part. 47.8 KB of static shared memory (under the 48 KB a launch gets without an attribute). */
+__global__ void __launch_bounds__(ATT_PV_T) k_att_pv_mma(att_args A, int t0, int nch, int H, int D, float *scratch) {
     __shared__ __align__(16) float pt[ATT_HG][ATT_KC + 4];      /* [head][key]: e */
     __shared__ __align__(16) uint16_t ps[ATT_HG][ATT_KC + 8];   /* [head][key]: bf16(e) */
-    __shared__ __align__(16) uint16_t vt[ATT_DS][ATT_KC + 8];   /* [column][key]: the chunk's rows, transposed */
+    __shared__ __align__(16) uint16_t vt[ATT_PS][ATT_KC + 8];   /* [column][key]: the chunk's rows, transposed */
     __shared__ const uint8_t *kp[ATT_PG * ATT_KC];               /* the part's rows, found before the first chunk */
-    __shared__ float red[ATT_MMA_T / ATT_HG][ATT_HG];
+    __shared__ float red[ATT_PV_T / ATT_HG][ATT_HG];
     __shared__ float Ms[ATT_HG];
     const int n_hg = (H + ATT_HG - 1) / ATT_HG;
     const int slot = blockIdx.z, t = t0 + slot, u = blockIdx.x;
-    const int hb = (int)(blockIdx.y % n_hg) * ATT_HG, j0 = (int)(blockIdx.y / n_hg) * ATT_DS;
+    const int hb = (int)(blockIdx.y % n_hg) * ATT_HG, j0 = (int)(blockIdx.y / n_hg) * ATT_PS;
     const int hn = H - hb < ATT_HG ? H - hb : ATT_HG;
     const att_keys K = att_keys_of(A.pos[t], t, A.W, A.ratio, A.n_sel);
     const int c_first = u * ATT_PG;
@@ -702,7 +705,7 @@ __global__ void __launch_bounds__(ATT_MMA_T) k_att_pv_mma(att_args A, int t0, in
     const cu_item it = A.items[item];
     const cu_seq_layer L = A.sl[item];
     const att_scratch X = att_scratch_of(scratch, slot, nch, H, D);
-    for (int i = threadIdx.x; i < ATT_PG * ATT_KC; i += ATT_MMA_T)
+    for (int i = threadIdx.x; i < ATT_PG * ATT_KC; i += ATT_PV_T)
         if (c_first * ATT_KC + i < K.nk)
             kp[i] = att_key_row(A.lay, K, c_first * ATT_KC + i, it, L, A.kvs, A.ring_len, A.ratio, A.sel + (int64_t)t * A.topk);
     {   /* M_h over every chunk of the query */
@@ -710,20 +713,21 @@ __global__ void __launch_bounds__(ATT_MMA_T) k_att_pv_mma(att_args A, int t0, in
         float mx = -INFINITY;
         if (h < hn)
 #pragma unroll 8
-            for (int cc = part; cc < qch; cc += ATT_MMA_T / ATT_HG) mx = fmaxf(mx, X.cmax[(int64_t)cc * H + hb + h]);
+            for (int cc = part; cc < qch; cc += ATT_PV_T / ATT_HG) mx = fmaxf(mx, X.cmax[(int64_t)cc * H + hb + h]);
         red[part][h] = mx;
     }
     __syncthreads();
     if (threadIdx.x < ATT_HG) {
         float mx = red[0][threadIdx.x];
-        for (int part = 1; part < ATT_MMA_T / ATT_HG; part++) mx = fmaxf(mx, red[part][threadIdx.x]);
+        for (int part = 1; part < ATT_PV_T / ATT_HG; part++) mx = fmaxf(mx, red[part][threadIdx.x]);
         Ms[threadIdx.x] = mx;
         if (u == 0 && j0 == 0 && threadIdx.x < hn) X.M[hb + threadIdx.x] = mx;
     }
-    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, g = lane >> 2, qd = lane & 3, hr = 16 * w + g;
-    float acc[ATT_DS / 8][4];
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, g = lane >> 2, qd = lane & 3;
+    const int hr = 16 * (w & 3) + g, cw = 64 * (w >> 2);   /* the warp's first head and first column of the slice */
+    float acc[8][4];
 #pragma unroll
-    for (int n = 0; n < ATT_DS / 8; n++)
+    for (int n = 0; n < 8; n++)
 #pragma unroll
         for (int e = 0; e < 4; e++) acc[n][e] = 0.0f;
     float den = 0.0f;   /* slice 0, thread h < hn: head h's denominator part */
@@ -731,14 +735,14 @@ __global__ void __launch_bounds__(ATT_MMA_T) k_att_pv_mma(att_args A, int t0, in
         const int k0 = c * ATT_KC, nkc = K.nk - k0 < ATT_KC ? K.nk - k0 : ATT_KC;
         const uint8_t *const *kc = kp + (c - c_first) * ATT_KC;   /* the chunk's rows */
         __syncthreads();   /* Ms and kp are written (first chunk); the previous chunk is consumed */
-        for (int e = threadIdx.x; e < ATT_HG * ATT_KC; e += ATT_MMA_T) {
+        for (int e = threadIdx.x; e < ATT_HG * ATT_KC; e += ATT_PV_T) {
             const int h = e / ATT_KC, i = e % ATT_KC;
             const float x = h < hn && i < nkc ? expf(X.S[((int64_t)c * H + hb + h) * ATT_KC + i] - Ms[h]) : 0.0f;
             pt[h][i] = x;
             ps[h][i] = dev_f32_to_bf16(x);   /* the probabilities P.V sees; the denominator takes them unrounded */
         }
-        for (int e = threadIdx.x; e < ATT_DS * ATT_KC / 2; e += ATT_MMA_T) {   /* the scores' and rows' loads in flight together */
-            const int jj = e % ATT_DS, i = 2 * (e / ATT_DS), j = j0 + jj;
+        for (int e = threadIdx.x; e < ATT_PS * ATT_KC / 2; e += ATT_PV_T) {   /* the scores' and rows' loads in flight together */
+            const int jj = e % ATT_PS, i = 2 * (e / ATT_PS), j = j0 + jj;
             const bool jv = j < D;
             *(uint32_t *)&vt[jj][i] = bf16x2(jv && i < nkc ? kv_elem(A.lay, kc[i], j) : 0.0f,
                                              jv && i + 1 < nkc ? kv_elem(A.lay, kc[i + 1], j) : 0.0f);
@@ -750,15 +754,16 @@ __global__ void __launch_bounds__(ATT_MMA_T) k_att_pv_mma(att_args A, int t0, in
             const uint32_t a0 = ld_b32(&ps[hr][ks + 2 * qd]), a1 = ld_b32(&ps[hr + 8][ks + 2 * qd]);
             const uint32_t a2 = ld_b32(&ps[hr][ks + 8 + 2 * qd]), a3 = ld_b32(&ps[hr + 8][ks + 8 + 2 * qd]);
 #pragma unroll
-            for (int n = 0; n < ATT_DS / 8; n++)
-                mma_bf16(acc[n], a0, a1, a2, a3, ATT_B01(ld_b32(&vt[8 * n + g][ks + 2 * qd]), ld_b32(&vt[8 * n + g][ks + 8 + 2 * qd])));
+            for (int n = 0; n < 8; n++)
+                mma_bf16(acc[n], a0, a1, a2, a3,
+                         ATT_B01(ld_b32(&vt[cw + 8 * n + g][ks + 2 * qd]), ld_b32(&vt[cw + 8 * n + g][ks + 8 + 2 * qd])));
         }
     }
 #pragma unroll
-    for (int n = 0; n < ATT_DS / 8; n++)
+    for (int n = 0; n < 8; n++)
 #pragma unroll
         for (int e = 0; e < 4; e++) {
-            const int h = hr + 8 * (e >> 1), j = j0 + 8 * n + 2 * qd + (e & 1);
+            const int h = hr + 8 * (e >> 1), j = j0 + cw + 8 * n + 2 * qd + (e & 1);
             if (h < hn && j < D) X.part[((int64_t)u * H + hb + h) * D + j] = acc[n][e];
         }
     if (j0 == 0 && threadIdx.x < hn) X.pden[(int64_t)u * H + hb + threadIdx.x] = den;
@@ -854,13 +859,13 @@ extern "C" int cu_attention(cu_stream st, int official, int mma, cu_kvlay lay, c
     const att_args A = { lay, kvs, pos, item_of, items, sl, sel, n_sel, ring_len, W, ratio, topk };
     const unsigned n_hg = (unsigned)((H + ATT_HG - 1) / ATT_HG), n_sl = (unsigned)((D + ATT_DS - 1) / ATT_DS);
     cudaStream_t s = (cudaStream_t)st;
-    const unsigned n_parts = (unsigned)((nch + ATT_PG - 1) / ATT_PG);
+    const unsigned n_parts = (unsigned)((nch + ATT_PG - 1) / ATT_PG), n_ps = (unsigned)((D + ATT_PS - 1) / ATT_PS);
     const int kpp = tc ? ATT_KC * ATT_PG : ATT_KC;
     for (int t0 = 0; t0 < T; t0 += (int)g) {
         const unsigned n = (unsigned)(T - t0 < g ? T - t0 : g);
         if (tc) {
             k_att_scores_mma<<<dim3((unsigned)nch, n_hg, n), ATT_MMA_T, 0, s>>>(A, q, t0, (int)nch, H, D, scratch);
-            k_att_pv_mma<<<dim3(n_parts, n_hg * n_sl, n), ATT_MMA_T, 0, s>>>(A, t0, (int)nch, H, D, scratch);
+            k_att_pv_mma<<<dim3(n_parts, n_hg * n_ps, n), ATT_PV_T, 0, s>>>(A, t0, (int)nch, H, D, scratch);
         } else {
             k_att_scores<<<dim3((unsigned)nch, n_hg, n), ATT_CT, 0, s>>>(A, q, t0, (int)nch, H, D, scratch);
             k_att_pv<<<dim3((unsigned)nch, n_hg * n_sl, n), ATT_CT, 0, s>>>(official, A, t0, (int)nch, H, D, scratch);
