@@ -571,8 +571,9 @@ __global__ void __launch_bounds__(ATT_CT) k_att_pv(int official, att_args A, int
  *   key's columns are consecutive, one 32-bit load per register). P.V: A = 16 heads x 16 keys of bf16(e) (shared
  *   ps[head][key]), B = 16 keys x 8 columns (shared vt[col][key], the chunk's rows stored transposed so that a
  *   register's two keys are consecutive). */
-#define ATT_MMA_T 128   /* threads of k_att_scores_mma: 4 warps, warp w = heads 16 w .. 16 w + 15 of the group */
-#define ATT_MS 128      /* columns a shared slice of k_att_scores_mma */
+#define ATT_SC 2        /* chunks a block of k_att_scores_mma (q's slice in shared memory serves both) */
+#define ATT_SC_T (128 * ATT_SC) /* its threads: 4 warps a chunk, warp w = heads 16 (w mod 4) .. + 15 x chunk w / 4 */
+#define ATT_MS 64       /* columns a shared slice of k_att_scores_mma */
 #define ATT_PV_T 256    /* threads of k_att_pv_mma: 8 warps, warp w = heads 16 (w mod 4) .. + 15 x 64 columns */
 #define ATT_PS 128      /* columns a block of k_att_pv_mma (two warps' 64 each): each block recomputes e of its chunks */
 #ifndef ATT_PG
@@ -610,25 +611,28 @@ __device__ __forceinline__ uint32_t bf16x2(float lo, float hi) {
     return (uint32_t)dev_f32_to_bf16(lo) | (uint32_t)dev_f32_to_bf16(hi) << 16;
 }
 
-/* Block (chunk c, head group, query): the chunk's scores for the group's heads, S and the chunk's max per head, as
- * k_att_scores writes them. Warp w: heads 16 w .. 16 w + 15 x the chunk's 64 keys (8 tiles of 8 keys). */
-__global__ void __launch_bounds__(ATT_MMA_T) k_att_scores_mma(att_args A, const float *q, int t0, int nch, int H, int D,
-                                                              float *scratch) {
-    __shared__ __align__(16) uint16_t qs[ATT_HG][ATT_MS + 8];   /* rows of 68 words: a fragment load's 32 lanes */
-    __shared__ __align__(16) uint16_t ks[ATT_KC][ATT_MS + 8];   /* (4 g + qd) hit 32 distinct banks */
-    __shared__ const uint8_t *kp[ATT_KC];
-    const int slot = blockIdx.z, t = t0 + slot, c = blockIdx.x, hb = blockIdx.y * ATT_HG;
+/* Block (chunks ATT_SC b .. ATT_SC b + ATT_SC - 1, head group, query): the chunks' scores for the group's heads, S
+ * and each chunk's max per head, as k_att_scores writes them. Warp w: heads 16 (w mod 4) .. + 15 x the 64 keys of
+ * chunk ATT_SC b + w / 4 (8 tiles of 8 keys). Which chunks share a block changes no number (each score is its own
+ * chain over the columns). */
+__global__ void __launch_bounds__(ATT_SC_T) k_att_scores_mma(att_args A, const float *q, int t0, int nch, int H, int D,
+                                                             float *scratch) {
+    __shared__ __align__(16) uint16_t qs[ATT_HG][ATT_MS + 8];            /* rows of 36 words: a fragment load's 32 */
+    __shared__ __align__(16) uint16_t ks[ATT_SC * ATT_KC][ATT_MS + 8];   /* lanes (4 g + qd) hit 32 distinct banks */
+    __shared__ const uint8_t *kp[ATT_SC * ATT_KC];
+    const int slot = blockIdx.z, t = t0 + slot, hb = blockIdx.y * ATT_HG;
     const int hn = H - hb < ATT_HG ? H - hb : ATT_HG;
     const att_keys K = att_keys_of(A.pos[t], t, A.W, A.ratio, A.n_sel);
-    const int k0 = c * ATT_KC;
-    if (k0 >= K.nk) return;   /* the whole block: this query has fewer chunks */
-    const int nkc = K.nk - k0 < ATT_KC ? K.nk - k0 : ATT_KC;
+    const int kb = (int)blockIdx.x * ATT_SC * ATT_KC;   /* the block's first key */
+    if (kb >= K.nk) return;   /* the whole block: this query has fewer chunks */
+    const int nkb = K.nk - kb < ATT_SC * ATT_KC ? K.nk - kb : ATT_SC * ATT_KC;
     const int item = A.item_of[t];
     const cu_item it = A.items[item];
     const cu_seq_layer L = A.sl[item];
-    if (threadIdx.x < nkc)
-        kp[threadIdx.x] = att_key_row(A.lay, K, k0 + threadIdx.x, it, L, A.kvs, A.ring_len, A.ratio, A.sel + (int64_t)t * A.topk);
-    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, g = lane >> 2, qd = lane & 3, hr = 16 * w + g;
+    for (int i = threadIdx.x; i < nkb; i += ATT_SC_T)
+        kp[i] = att_key_row(A.lay, K, kb + i, it, L, A.kvs, A.ring_len, A.ratio, A.sel + (int64_t)t * A.topk);
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, g = lane >> 2, qd = lane & 3;
+    const int hr = 16 * (w & 3) + g, kw = ATT_KC * (w >> 2);   /* the warp's first head, its chunk's first row in ks */
     float acc[ATT_KC / 8][4];
 #pragma unroll
     for (int n = 0; n < ATT_KC / 8; n++)
@@ -637,15 +641,15 @@ __global__ void __launch_bounds__(ATT_MMA_T) k_att_scores_mma(att_args A, const 
     const float *qt = q + ((int64_t)t * H + hb) * D;
     for (int j0 = 0; j0 < D; j0 += ATT_MS) {
         __syncthreads();   /* kp is written (first slice); the previous slice is consumed */
-        for (int e = threadIdx.x; e < ATT_HG * ATT_MS / 2; e += ATT_MMA_T) {
+        for (int e = threadIdx.x; e < ATT_HG * ATT_MS / 2; e += ATT_SC_T) {
             const int h = e / (ATT_MS / 2), jj = 2 * (e % (ATT_MS / 2)), j = j0 + jj;
             const float *qh = qt + (int64_t)h * D;
             const bool hv = h < hn;
             *(uint32_t *)&qs[h][jj] = bf16x2(hv && j < D ? qh[j] : 0.0f, hv && j + 1 < D ? qh[j + 1] : 0.0f);
         }
-        for (int e = threadIdx.x; e < ATT_KC * ATT_MS / 2; e += ATT_MMA_T) {
+        for (int e = threadIdx.x; e < ATT_SC * ATT_KC * ATT_MS / 2; e += ATT_SC_T) {
             const int r = e / (ATT_MS / 2), jj = 2 * (e % (ATT_MS / 2)), j = j0 + jj;
-            const bool rv = r < nkc;
+            const bool rv = r < nkb;
             *(uint32_t *)&ks[r][jj] = bf16x2(rv && j < D ? kv_elem(A.lay, kp[r], j) : 0.0f,
                                              rv && j + 1 < D ? kv_elem(A.lay, kp[r], j + 1) : 0.0f);
         }
@@ -655,11 +659,15 @@ __global__ void __launch_bounds__(ATT_MMA_T) k_att_scores_mma(att_args A, const 
             const uint32_t a2 = ld_b32(&qs[hr][kk + 8 + 2 * qd]), a3 = ld_b32(&qs[hr + 8][kk + 8 + 2 * qd]);
 #pragma unroll
             for (int n = 0; n < ATT_KC / 8; n++)
-                mma_bf16(acc[n], a0, ATT_A12(a1, a2), a3, ld_b32(&ks[8 * n + g][kk + 2 * qd]), ld_b32(&ks[8 * n + g][kk + 8 + 2 * qd]));
+                mma_bf16(acc[n], a0, ATT_A12(a1, a2), a3, ld_b32(&ks[kw + 8 * n + g][kk + 2 * qd]),
+                         ld_b32(&ks[kw + 8 * n + g][kk + 8 + 2 * qd]));
         }
     }
     const float scale = 1.0f / sqrtf((float)D);
     const att_scratch X = att_scratch_of(scratch, slot, nch, H, D);
+    const int c = (int)blockIdx.x * ATT_SC + (w >> 2);   /* the warp's chunk */
+    /* its keys (<= 0: none); none past the launch's chunks (a caller's too small max_keys: k_att_combine writes NaN) */
+    const int nkc = c < nch ? nkb - kw : 0;
     float mx[2] = { -INFINITY, -INFINITY };   /* rows hr, hr + 8 */
 #pragma unroll
     for (int n = 0; n < ATT_KC / 8; n++)
@@ -672,11 +680,12 @@ __global__ void __launch_bounds__(ATT_MMA_T) k_att_scores_mma(att_args A, const 
                 if (h < hn) X.S[((int64_t)c * H + hb + h) * ATT_KC + r] = s;
             }
         }
-    /* the 4 lanes of a group hold the rest of their two rows' keys: a max, exact in any order */
+    /* the 4 lanes of a group hold the rest of their two rows' keys: a max, exact in any order (every thread of the
+     * block takes part in the shuffles, also a warp whose chunk is past the query's last key) */
 #pragma unroll
     for (int u = 0; u < 2; u++) {
         for (int off = 1; off < 4; off <<= 1) mx[u] = fmaxf(mx[u], __shfl_xor_sync(0xffffffffu, mx[u], off));
-        if (qd == 0 && hr + 8 * u < hn) X.cmax[(int64_t)c * H + hb + hr + 8 * u] = mx[u];
+        if (qd == 0 && nkc > 0 && hr + 8 * u < hn) X.cmax[(int64_t)c * H + hb + hr + 8 * u] = mx[u];
     }
 }
 
@@ -864,7 +873,7 @@ extern "C" int cu_attention(cu_stream st, int official, int mma, cu_kvlay lay, c
     for (int t0 = 0; t0 < T; t0 += (int)g) {
         const unsigned n = (unsigned)(T - t0 < g ? T - t0 : g);
         if (tc) {
-            k_att_scores_mma<<<dim3((unsigned)nch, n_hg, n), ATT_MMA_T, 0, s>>>(A, q, t0, (int)nch, H, D, scratch);
+            k_att_scores_mma<<<dim3((unsigned)((nch + ATT_SC - 1) / ATT_SC), n_hg, n), ATT_SC_T, 0, s>>>(A, q, t0, (int)nch, H, D, scratch);
             k_att_pv_mma<<<dim3(n_parts, n_hg * n_ps, n), ATT_PV_T, 0, s>>>(A, t0, (int)nch, H, D, scratch);
         } else {
             k_att_scores<<<dim3((unsigned)nch, n_hg, n), ATT_CT, 0, s>>>(A, q, t0, (int)nch, H, D, scratch);
