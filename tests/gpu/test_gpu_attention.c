@@ -434,7 +434,7 @@ static void window_and_odd_shapes(void **state) {
     const acase c2 = { "HCA 70 x 96 (R 32), fp8 KV, EXACT", 70, 96, 32, DSV4_KV_FP8, 128, 0, 3000 * 128 + 7, 300 };
     run_case(&c2);
     /* OFFICIAL (both paths): a window of bf16 rows; 70 heads (a partial head group, a partial 16-head tile) of 88
-     * columns (not a multiple of 16: a k-step with zero columns; a partial 64-column slice) */
+     * columns (not a multiple of 16: a k-step with zero columns; partial column slices) */
     const acase c3 = { "window 64 x 512, bf16 KV, OFFICIAL", 64, 512, 64, DSV4_KV_BF16, 0, 1, 5000, 60 };
     run_case(&c3);
     const acase c4 = { "CSA 70 x 88 (R 24), fp8 KV, OFFICIAL", 70, 88, 24, DSV4_KV_FP8, 4, 1, 9003, 40 };
