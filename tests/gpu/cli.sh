@@ -107,4 +107,5 @@ print('gpu cli: K >= 1024 against the CPU OFFICIAL run: tensor cores mean |dlogi
 sys.exit(0 if rt <= 2 * rf + 1e-3 else 1)" "$T/wide1.npy" "$T/wide0.npy" "$T/widec.npy" && ok || bad "K >= 1024: the tensor-core path is far further from the CPU than the CUDA-core path"
 fi
 expect_err "DSV4_CUDA_IDX_MMA=2" "DSV4_CUDA_IDX_MMA" env DSV4_CUDA_IDX_MMA=2 "$BIN" logits -m "$T/m" --device cuda --tokens 1,2
+expect_err "DSV4_CUDA_ATT_MMA=yes" "DSV4_CUDA_ATT_MMA" env DSV4_CUDA_ATT_MMA=yes "$BIN" logits -m "$T/m" --device cuda --tokens 1,2
 finish

@@ -186,8 +186,11 @@ void cu_index_topk(cu_stream st, const int64_t *pos, int t0, int T, int K, int64
  * ATT_CHUNKED 0: one block per (token, head), scores one warp per key, the denominator over the keys in key order,
  * each output column in four interleaved partial sums (key i into i mod 4) added as (0 + 1) + (2 + 3) (scratch
  * unused). max_keys: at least the longest key list of the step. Nonzero when the scratch or the device cannot take
- * max_keys (nothing launched). */
-int  cu_attention(cu_stream st, int official, cu_kvlay lay, const float *q, const uint8_t *kvs, const int64_t *pos,
+ * max_keys (nothing launched).
+ * mma (OFFICIAL only, ATT_CHUNKED): scores and P.V on bf16 tensor cores (mma.sync m16n8k16; every product exact,
+ * the summation the MMA's, chained over 16 columns / 16 keys in order; P.V parts of 256 keys): the order is stated
+ * next to k_att_scores_mma in k_attention.cu. EXACT mode ignores it. */
+int  cu_attention(cu_stream st, int official, int mma, cu_kvlay lay, const float *q, const uint8_t *kvs, const int64_t *pos,
                   const int32_t *item_of, const cu_item *items, const cu_seq_layer *sl, int ring_len, int W, int ratio,
                   const int32_t *sel, const int32_t *n_sel, int topk, const float *sink, const float *freq, int T, int H,
                   int D, int R, int max_keys, float *scratch, int64_t scratch_floats, float *o);

@@ -545,17 +545,264 @@ __global__ void __launch_bounds__(ATT_CT) k_att_pv(int official, att_args A, int
     }
 }
 
+/* ---- OFFICIAL mode on bf16 tensor cores (cu_attention's mma argument; DSV4_CUDA_ATT_MMA, cuda_model.c) --------------
+ *
+ * Why the products are exact: in OFFICIAL mode every number that enters these dots is a bf16 value — q (the unit
+ * RMSNorm and the RoPE round each element to bf16, k_layer.cu k_qkv_prepare), every stored key/value element (rows
+ * are written from bf16 values whose non-RoPE part went through the fp8 QAT step, block_quant_row: an e4m3 value
+ * times a power of two, and decode to the same values in every KV format: f32, bf16, fp8 = e4m3 x 2^k + bf16 RoPE
+ * part), and the probabilities P.V takes (bf16(e)). A bf16 x bf16 product has at most 16 significant bits: exact
+ * in fp32. So mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 computes the same products as the fp32 path;
+ * only the summation differs (the MMA's own, fixed by the hardware, then chained through its fp32 C operand). The
+ * conversion to bf16 here is round-to-nearest: exact for those values (a caller passing other values gets them
+ * rounded to bf16 — not a path EXACT mode ever takes).
+ *
+ * ---- Reduction order (a function of D, the 64-key chunks and the head only; never of T, the query's neighbours,
+ *      the grouping of queries into launches, or which block/warp/lane computes) ----
+ *   score s[h][i] (key i of chunk c, head h): C = 0.0f; for k-steps s = 0, 1, .., ceil(D/16)-1 in order:
+ *       C = MMA(q_h[16s .. 16s+15], k_i[16s .. 16s+15], C); s[h][i] = C * (1/sqrtf(D)).  (A k-step past D is never
+ *       issued; the columns of the last one past D, if D % 16 != 0, are zeros on both sides.)
+ *   M_h, e = expf(s - M_h): as the fp32 path (one exact max over every chunk's max before any exponent).
+ *   The P.V parts are ATT_PG chunks wide: part u = keys [64 ATT_PG u, 64 ATT_PG (u + 1)) of the key list.
+ *   den_u = e_a + e_{a+1} + ... over the part's keys in key order, from 0.0f, one thread (unrounded e, as the CPU).
+ *   out_u[h][j]: C = 0.0f; for the part's chunks in order, for their k-steps of 16 keys in order (a step wholly past
+ *       the query's last key is never issued; inside the last one the missing keys are zeros on both sides):
+ *       C = MMA(bf16(e[h][16 keys]), v[16 keys][j], C); out_u[h][j] = C.
+ *   den = expf(sink - M_h) + den_0 + den_1 + ... (parts in order); out[j] = bf16(((0 + out_0[j]) + out_1[j] + ...)
+ *       * (1/den)) (parts in order, k_att_combine); de-rotated at p.
+ * The MMA computes each element of its 16 x 8 tile from that element's own row of A, column of B and C only, so a
+ * head's or a key's bits do not depend on which other heads or keys share the tile (padded rows/columns are zeros).
+ *
+ * ---- Fragment layouts relied on (PTX ISA, "Matrix Fragments for mma.m16n8k16 with floating point type", .bf16;
+ *      the same as CUTLASS cute's SM80_16x8x16_F32BF16BF16F32_TN ALayout/BLayout/CLayout) ----
+ *   lane = 4 g + qd (g = groupID 0..7, qd = threadID_in_group 0..3); a 32-bit register holds two bf16, the lower
+ *   index in the low 16 bits.
+ *   A (16 x 16, row-major, 4 registers): a0 = A[g][2qd, 2qd+1], a1 = A[g+8][2qd, 2qd+1], a2 = A[g][2qd+8, 2qd+9],
+ *                                        a3 = A[g+8][2qd+8, 2qd+9].
+ *   B (16 x 8, "col": k runs within a register, 2 registers): b0 = B[2qd, 2qd+1][g], b1 = B[2qd+8, 2qd+9][g].
+ *   C/D (16 x 8 fp32, 4 registers): d0 = D[g][2qd], d1 = D[g][2qd+1], d2 = D[g+8][2qd], d3 = D[g+8][2qd+1].
+ *   Scores: A = 16 heads x 16 columns of q (shared qs[head][col]), B = 16 columns x 8 keys (shared ks[key][col]: a
+ *   key's columns are consecutive, one 32-bit load per register). P.V: A = 16 heads x 16 keys of bf16(e) (shared
+ *   ps[head][key]), B = 16 keys x 8 columns (shared vt[col][key], the chunk's rows stored transposed so that a
+ *   register's two keys are consecutive). */
+#define ATT_SC 2        /* chunks a block of k_att_scores_mma (q's slice in shared memory serves both) */
+#define ATT_SC_T (128 * ATT_SC) /* its threads: 4 warps a chunk, warp w = heads 16 (w mod 4) .. + 15 x chunk w / 4 */
+#define ATT_MS 64       /* columns a shared slice of k_att_scores_mma */
+#define ATT_PV_T 256    /* threads of k_att_pv_mma: 8 warps, warp w = heads 16 (w mod 4) .. + 15 x 64 columns */
+#define ATT_PS 128      /* columns a block of k_att_pv_mma (two warps' 64 each): each block recomputes e of its chunks */
+#ifndef ATT_PG
+#define ATT_PG 4        /* chunks a P.V part on tensor cores (256 keys): 4x fewer parts to write and add than chunks */
+#endif
+
+/* -DATT_MMA_BUG=1 / =2: a deliberate fragment bug (1: P.V's B registers swapped; 2: the scores' A registers 1 and 2
+ * swapped), to see test_gpu_attention fail. Never in a real build. */
+#if defined(ATT_MMA_BUG) && ATT_MMA_BUG == 1
+#define ATT_B01(lo, hi) hi, lo
+#else
+#define ATT_B01(lo, hi) lo, hi
+#endif
+#if defined(ATT_MMA_BUG) && ATT_MMA_BUG == 2
+#define ATT_A12(a1, a2) a2, a1
+#else
+#define ATT_A12(a1, a2) a1, a2
+#endif
+
+/* D = A B + C on one m16n8k16 bf16 tile (fragments as above); the one place the instruction is written, so that
+ * the CPU shim (tools/gpu/shim) can put its emulation from the same layout here. */
+__device__ __forceinline__ void mma_bf16(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
+                                         uint32_t b1) {
+#ifdef ATT_MMA_EMULATED
+    shim_mma_bf16(d, a0, a1, a2, a3, b0, b1);
+#else
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+#endif
+}
+
+__device__ __forceinline__ uint32_t ld_b32(const uint16_t *p) { return *(const uint32_t *)p; }
+__device__ __forceinline__ uint32_t bf16x2(float lo, float hi) {
+    return (uint32_t)dev_f32_to_bf16(lo) | (uint32_t)dev_f32_to_bf16(hi) << 16;
+}
+
+/* Block (chunks ATT_SC b .. ATT_SC b + ATT_SC - 1, head group, query): the chunks' scores for the group's heads, S
+ * and each chunk's max per head, as k_att_scores writes them. Warp w: heads 16 (w mod 4) .. + 15 x the 64 keys of
+ * chunk ATT_SC b + w / 4 (8 tiles of 8 keys). Which chunks share a block changes no number (each score is its own
+ * chain over the columns). */
+__global__ void __launch_bounds__(ATT_SC_T) k_att_scores_mma(att_args A, const float *q, int t0, int nch, int H, int D,
+                                                             float *scratch) {
+    __shared__ __align__(16) uint16_t qs[ATT_HG][ATT_MS + 8];            /* rows of 36 words: a fragment load's 32 */
+    __shared__ __align__(16) uint16_t ks[ATT_SC * ATT_KC][ATT_MS + 8];   /* lanes (4 g + qd) hit 32 distinct banks */
+    __shared__ const uint8_t *kp[ATT_SC * ATT_KC];
+    const int slot = blockIdx.z, t = t0 + slot, hb = blockIdx.y * ATT_HG;
+    const int hn = H - hb < ATT_HG ? H - hb : ATT_HG;
+    const att_keys K = att_keys_of(A.pos[t], t, A.W, A.ratio, A.n_sel);
+    const int kb = (int)blockIdx.x * ATT_SC * ATT_KC;   /* the block's first key */
+    if (kb >= K.nk) return;   /* the whole block: this query has fewer chunks */
+    const int nkb = K.nk - kb < ATT_SC * ATT_KC ? K.nk - kb : ATT_SC * ATT_KC;
+    const int item = A.item_of[t];
+    const cu_item it = A.items[item];
+    const cu_seq_layer L = A.sl[item];
+    for (int i = threadIdx.x; i < nkb; i += ATT_SC_T)
+        kp[i] = att_key_row(A.lay, K, kb + i, it, L, A.kvs, A.ring_len, A.ratio, A.sel + (int64_t)t * A.topk);
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, g = lane >> 2, qd = lane & 3;
+    const int hr = 16 * (w & 3) + g, kw = ATT_KC * (w >> 2);   /* the warp's first head, its chunk's first row in ks */
+    float acc[ATT_KC / 8][4];
+#pragma unroll
+    for (int n = 0; n < ATT_KC / 8; n++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) acc[n][e] = 0.0f;
+    const float *qt = q + ((int64_t)t * H + hb) * D;
+    for (int j0 = 0; j0 < D; j0 += ATT_MS) {
+        __syncthreads();   /* kp is written (first slice); the previous slice is consumed */
+        for (int e = threadIdx.x; e < ATT_HG * ATT_MS / 2; e += ATT_SC_T) {
+            const int h = e / (ATT_MS / 2), jj = 2 * (e % (ATT_MS / 2)), j = j0 + jj;
+            const float *qh = qt + (int64_t)h * D;
+            const bool hv = h < hn;
+            *(uint32_t *)&qs[h][jj] = bf16x2(hv && j < D ? qh[j] : 0.0f, hv && j + 1 < D ? qh[j + 1] : 0.0f);
+        }
+        for (int e = threadIdx.x; e < ATT_SC * ATT_KC * ATT_MS / 2; e += ATT_SC_T) {
+            const int r = e / (ATT_MS / 2), jj = 2 * (e % (ATT_MS / 2)), j = j0 + jj;
+            const bool rv = r < nkb;
+            *(uint32_t *)&ks[r][jj] = bf16x2(rv && j < D ? kv_elem(A.lay, kp[r], j) : 0.0f,
+                                             rv && j + 1 < D ? kv_elem(A.lay, kp[r], j + 1) : 0.0f);
+        }
+        __syncthreads();
+        for (int kk = 0; kk < ATT_MS && j0 + kk < D; kk += 16) {
+            const uint32_t a0 = ld_b32(&qs[hr][kk + 2 * qd]), a1 = ld_b32(&qs[hr + 8][kk + 2 * qd]);
+            const uint32_t a2 = ld_b32(&qs[hr][kk + 8 + 2 * qd]), a3 = ld_b32(&qs[hr + 8][kk + 8 + 2 * qd]);
+#pragma unroll
+            for (int n = 0; n < ATT_KC / 8; n++)
+                mma_bf16(acc[n], a0, ATT_A12(a1, a2), a3, ld_b32(&ks[kw + 8 * n + g][kk + 2 * qd]),
+                         ld_b32(&ks[kw + 8 * n + g][kk + 8 + 2 * qd]));
+        }
+    }
+    const float scale = 1.0f / sqrtf((float)D);
+    const att_scratch X = att_scratch_of(scratch, slot, nch, H, D);
+    const int c = (int)blockIdx.x * ATT_SC + (w >> 2);   /* the warp's chunk */
+    /* its keys (<= 0: none); none past the launch's chunks (a caller's too small max_keys: k_att_combine writes NaN) */
+    const int nkc = c < nch ? nkb - kw : 0;
+    float mx[2] = { -INFINITY, -INFINITY };   /* rows hr, hr + 8 */
+#pragma unroll
+    for (int n = 0; n < ATT_KC / 8; n++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            const int r = 8 * n + 2 * qd + (e & 1), h = hr + 8 * (e >> 1);
+            const float s = acc[n][e] * scale;
+            if (r < nkc) {
+                mx[e >> 1] = fmaxf(mx[e >> 1], s);
+                if (h < hn) X.S[((int64_t)c * H + hb + h) * ATT_KC + r] = s;
+            }
+        }
+    /* the 4 lanes of a group hold the rest of their two rows' keys: a max, exact in any order (every thread of the
+     * block takes part in the shuffles, also a warp whose chunk is past the query's last key) */
+#pragma unroll
+    for (int u = 0; u < 2; u++) {
+        for (int off = 1; off < 4; off <<= 1) mx[u] = fmaxf(mx[u], __shfl_xor_sync(0xffffffffu, mx[u], off));
+        if (qd == 0 && nkc > 0 && hr + 8 * u < hn) X.cmax[(int64_t)c * H + hb + hr + 8 * u] = mx[u];
+    }
+}
+
+/* Block (head group x column slice of ATT_PS, part u, query): M_h, then the part's chunks in order: e, the
+ * denominator part (slice 0's blocks), bf16(e) and the chunk's rows (transposed) in shared memory, the MMAs. Warp w:
+ * heads 16 (w mod 4) .. + 15 x columns 64 (w / 4) .. + 63 of the slice (8 tiles of 8 columns), its accumulators
+ * kept over the part. 47.8 KB of static shared memory (under the 48 KB a launch gets without an attribute). */
+__global__ void __launch_bounds__(ATT_PV_T) k_att_pv_mma(att_args A, int t0, int nch, int H, int D, float *scratch) {
+    __shared__ __align__(16) float pt[ATT_HG][ATT_KC + 4];      /* [head][key]: e */
+    __shared__ __align__(16) uint16_t ps[ATT_HG][ATT_KC + 8];   /* [head][key]: bf16(e) */
+    __shared__ __align__(16) uint16_t vt[ATT_PS][ATT_KC + 8];   /* [column][key]: the chunk's rows, transposed */
+    __shared__ const uint8_t *kp[ATT_PG * ATT_KC];               /* the part's rows, found before the first chunk */
+    __shared__ float red[ATT_PV_T / ATT_HG][ATT_HG];
+    __shared__ float Ms[ATT_HG];
+    const int n_hg = (H + ATT_HG - 1) / ATT_HG;
+    const int slot = blockIdx.z, t = t0 + slot, u = blockIdx.x;
+    const int hb = (int)(blockIdx.y % n_hg) * ATT_HG, j0 = (int)(blockIdx.y / n_hg) * ATT_PS;
+    const int hn = H - hb < ATT_HG ? H - hb : ATT_HG;
+    const att_keys K = att_keys_of(A.pos[t], t, A.W, A.ratio, A.n_sel);
+    const int c_first = u * ATT_PG;
+    if (c_first * ATT_KC >= K.nk) return;   /* the whole block: this query has fewer parts */
+    int qch = (K.nk + ATT_KC - 1) / ATT_KC;
+    if (qch > nch) qch = nch;   /* a key list longer than the launch's (a caller's bug): k_att_combine writes NaN */
+    const int c_end = c_first + ATT_PG < qch ? c_first + ATT_PG : qch;
+    const int item = A.item_of[t];
+    const cu_item it = A.items[item];
+    const cu_seq_layer L = A.sl[item];
+    const att_scratch X = att_scratch_of(scratch, slot, nch, H, D);
+    for (int i = threadIdx.x; i < ATT_PG * ATT_KC; i += ATT_PV_T)
+        if (c_first * ATT_KC + i < K.nk)
+            kp[i] = att_key_row(A.lay, K, c_first * ATT_KC + i, it, L, A.kvs, A.ring_len, A.ratio, A.sel + (int64_t)t * A.topk);
+    {   /* M_h over every chunk of the query */
+        const int h = threadIdx.x % ATT_HG, part = threadIdx.x / ATT_HG;
+        float mx = -INFINITY;
+        if (h < hn)
+#pragma unroll 8
+            for (int cc = part; cc < qch; cc += ATT_PV_T / ATT_HG) mx = fmaxf(mx, X.cmax[(int64_t)cc * H + hb + h]);
+        red[part][h] = mx;
+    }
+    __syncthreads();
+    if (threadIdx.x < ATT_HG) {
+        float mx = red[0][threadIdx.x];
+        for (int part = 1; part < ATT_PV_T / ATT_HG; part++) mx = fmaxf(mx, red[part][threadIdx.x]);
+        Ms[threadIdx.x] = mx;
+        if (u == 0 && j0 == 0 && threadIdx.x < hn) X.M[hb + threadIdx.x] = mx;
+    }
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, g = lane >> 2, qd = lane & 3;
+    const int hr = 16 * (w & 3) + g, cw = 64 * (w >> 2);   /* the warp's first head and first column of the slice */
+    float acc[8][4];
+#pragma unroll
+    for (int n = 0; n < 8; n++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) acc[n][e] = 0.0f;
+    float den = 0.0f;   /* slice 0, thread h < hn: head h's denominator part */
+    for (int c = c_first; c < c_end; c++) {
+        const int k0 = c * ATT_KC, nkc = K.nk - k0 < ATT_KC ? K.nk - k0 : ATT_KC;
+        const uint8_t *const *kc = kp + (c - c_first) * ATT_KC;   /* the chunk's rows */
+        __syncthreads();   /* Ms and kp are written (first chunk); the previous chunk is consumed */
+        for (int e = threadIdx.x; e < ATT_HG * ATT_KC; e += ATT_PV_T) {
+            const int h = e / ATT_KC, i = e % ATT_KC;
+            const float x = h < hn && i < nkc ? expf(X.S[((int64_t)c * H + hb + h) * ATT_KC + i] - Ms[h]) : 0.0f;
+            pt[h][i] = x;
+            ps[h][i] = dev_f32_to_bf16(x);   /* the probabilities P.V sees; the denominator takes them unrounded */
+        }
+        for (int e = threadIdx.x; e < ATT_PS * ATT_KC / 2; e += ATT_PV_T) {   /* the scores' and rows' loads in flight together */
+            const int jj = e % ATT_PS, i = 2 * (e / ATT_PS), j = j0 + jj;
+            const bool jv = j < D;
+            *(uint32_t *)&vt[jj][i] = bf16x2(jv && i < nkc ? kv_elem(A.lay, kc[i], j) : 0.0f,
+                                             jv && i + 1 < nkc ? kv_elem(A.lay, kc[i + 1], j) : 0.0f);
+        }
+        __syncthreads();
+        if (j0 == 0 && threadIdx.x < hn)   /* the part's keys in order, by one thread */
+            for (int i = 0; i < nkc; i++) den += pt[threadIdx.x][i];
+        for (int ks = 0; ks < nkc; ks += 16) {
+            const uint32_t a0 = ld_b32(&ps[hr][ks + 2 * qd]), a1 = ld_b32(&ps[hr + 8][ks + 2 * qd]);
+            const uint32_t a2 = ld_b32(&ps[hr][ks + 8 + 2 * qd]), a3 = ld_b32(&ps[hr + 8][ks + 8 + 2 * qd]);
+#pragma unroll
+            for (int n = 0; n < 8; n++)
+                mma_bf16(acc[n], a0, a1, a2, a3,
+                         ATT_B01(ld_b32(&vt[cw + 8 * n + g][ks + 2 * qd]), ld_b32(&vt[cw + 8 * n + g][ks + 8 + 2 * qd])));
+        }
+    }
+#pragma unroll
+    for (int n = 0; n < 8; n++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            const int h = hr + 8 * (e >> 1), j = j0 + cw + 8 * n + 2 * qd + (e & 1);
+            if (h < hn && j < D) X.part[((int64_t)u * H + hb + h) * D + j] = acc[n][e];
+        }
+    if (j0 == 0 && threadIdx.x < hn) X.pden[(int64_t)u * H + hb + threadIdx.x] = den;
+}
+
 __global__ void __launch_bounds__(ATT_COMBINE_T) k_att_combine(int official, const int64_t *pos, const int32_t *n_sel, int W, int ratio,
-                                                               const float *sink, const float *freq, int t0, int nch, int H, int D,
-                                                               int R, float *scratch, float *o) {
+                                                               const float *sink, const float *freq, int t0, int nch, int kpp, int H,
+                                                               int D, int R, float *scratch, float *o) {
     extern __shared__ float out_s[];   /* [D] */
     const int slot = blockIdx.y, t = t0 + slot, h = blockIdx.x;
     const int64_t p = pos[t];
     const att_keys K = att_keys_of(p, t, W, ratio, n_sel);
-    const int qch = (K.nk + ATT_KC - 1) / ATT_KC;
+    const int qch = (K.nk + kpp - 1) / kpp;   /* parts of kpp keys: ATT_KC (CUDA cores), ATT_KC ATT_PG (tensor cores) */
     const att_scratch X = att_scratch_of(scratch, slot, nch, H, D);
     float *ot = o + ((int64_t)t * H + h) * D;
-    if (qch > nch) {   /* cannot happen when the caller's max_keys holds: say so in the output rather than read past */
+    if ((K.nk + ATT_KC - 1) / ATT_KC > nch) {   /* cannot happen when the caller's max_keys holds: say so in the output rather than read past */
         for (int j = threadIdx.x; j < D; j += blockDim.x) ot[j] = __int_as_float(0x7fc00000);
         return;
     }
@@ -620,11 +867,12 @@ extern "C" int64_t cu_attention_scratch_floats(int T, int H, int D, int64_t max_
     return g * per;
 }
 
-extern "C" int cu_attention(cu_stream st, int official, cu_kvlay lay, const float *q, const uint8_t *kvs, const int64_t *pos,
+extern "C" int cu_attention(cu_stream st, int official, int mma, cu_kvlay lay, const float *q, const uint8_t *kvs, const int64_t *pos,
                             const int32_t *item_of, const cu_item *items, const cu_seq_layer *sl, int ring_len, int W, int ratio,
                             const int32_t *sel, const int32_t *n_sel, int topk, const float *sink, const float *freq, int T,
                             int H, int D, int R, int max_keys, float *scratch, int64_t scratch_floats, float *o) {
     if (T <= 0) return 0;
+    const int tc = official && mma;   /* EXACT mode keeps the fp32 path */
     const int64_t nch = att_chunks(max_keys > 0 ? max_keys : 1);
     const int64_t per = att_query_floats(nch, H, D);
     int64_t g = scratch_floats / per;
@@ -634,12 +882,19 @@ extern "C" int cu_attention(cu_stream st, int official, cu_kvlay lay, const floa
     const att_args A = { lay, kvs, pos, item_of, items, sl, sel, n_sel, ring_len, W, ratio, topk };
     const unsigned n_hg = (unsigned)((H + ATT_HG - 1) / ATT_HG), n_sl = (unsigned)((D + ATT_DS - 1) / ATT_DS);
     cudaStream_t s = (cudaStream_t)st;
+    const unsigned n_parts = (unsigned)((nch + ATT_PG - 1) / ATT_PG), n_ps = (unsigned)((D + ATT_PS - 1) / ATT_PS);
+    const int kpp = tc ? ATT_KC * ATT_PG : ATT_KC;
     for (int t0 = 0; t0 < T; t0 += (int)g) {
         const unsigned n = (unsigned)(T - t0 < g ? T - t0 : g);
-        k_att_scores<<<dim3((unsigned)nch, n_hg, n), ATT_CT, 0, s>>>(A, q, t0, (int)nch, H, D, scratch);
-        k_att_pv<<<dim3((unsigned)nch, n_hg * n_sl, n), ATT_CT, 0, s>>>(official, A, t0, (int)nch, H, D, scratch);
+        if (tc) {
+            k_att_scores_mma<<<dim3((unsigned)((nch + ATT_SC - 1) / ATT_SC), n_hg, n), ATT_SC_T, 0, s>>>(A, q, t0, (int)nch, H, D, scratch);
+            k_att_pv_mma<<<dim3(n_parts, n_hg * n_ps, n), ATT_PV_T, 0, s>>>(A, t0, (int)nch, H, D, scratch);
+        } else {
+            k_att_scores<<<dim3((unsigned)nch, n_hg, n), ATT_CT, 0, s>>>(A, q, t0, (int)nch, H, D, scratch);
+            k_att_pv<<<dim3((unsigned)nch, n_hg * n_sl, n), ATT_CT, 0, s>>>(official, A, t0, (int)nch, H, D, scratch);
+        }
         k_att_combine<<<dim3((unsigned)H, n), ATT_COMBINE_T, sizeof(float) * (size_t)D, s>>>(official, pos, n_sel, W, ratio, sink,
-                                                                                         freq, t0, (int)nch, H, D, R, scratch, o);
+                                                                                         freq, t0, (int)nch, kpp, H, D, R, scratch, o);
     }
     return 0;
 }
@@ -655,10 +910,11 @@ extern "C" int cu_attention_key_limit(int H, int D) {
     return (limit - 1024) / (int)(sizeof(void *) + sizeof(float));
 }
 
-extern "C" int cu_attention(cu_stream st, int official, cu_kvlay lay, const float *q, const uint8_t *kvs, const int64_t *pos,
+extern "C" int cu_attention(cu_stream st, int official, int mma, cu_kvlay lay, const float *q, const uint8_t *kvs, const int64_t *pos,
                             const int32_t *item_of, const cu_item *items, const cu_seq_layer *sl, int ring_len, int W, int ratio,
                             const int32_t *sel, const int32_t *n_sel, int topk, const float *sink, const float *freq, int T,
                             int H, int D, int R, int max_keys, float *scratch, int64_t scratch_floats, float *o) {
+    (void)mma;   /* the kernel before issue 18 has no tensor-core path */
     (void)scratch;
     (void)scratch_floats;
     if (T <= 0) return 0;

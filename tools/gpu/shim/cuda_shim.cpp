@@ -56,6 +56,47 @@ const uint64_t *shim_warp_exchange(uint64_t v) {
 
 void shim_poison(void *p, size_t n) { memset(p, 0xff, n); }
 
+namespace {
+struct mma_regs {
+    uint32_t a[4], b[2];
+    float c[4];
+};
+std::vector<mma_regs> mma_x;
+
+float bf16_lo(uint32_t r) { return __uint_as_float(r << 16); }
+float bf16_hi(uint32_t r) { return __uint_as_float(r & 0xffff0000u); }
+/* element k (0..15) of a register pair holding k = 2qd, 2qd+1 (first) and 2qd+8, 2qd+9 (second) */
+float frag_k(const uint32_t *lo_reg, const uint32_t *hi_reg, int k) {
+    const uint32_t r = k < 8 ? *lo_reg : *hi_reg;
+    return k & 1 ? bf16_hi(r) : bf16_lo(r);
+}
+}
+
+void shim_mma_bf16(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0, uint32_t b1) {
+    const unsigned me = threadIdx.x, base = me & ~31u, lane = me & 31u, g = lane >> 2, qd = lane & 3;
+    mma_x.resize(blockDim.x);
+    mma_x[me] = { { a0, a1, a2, a3 }, { b0, b1 }, { d[0], d[1], d[2], d[3] } };
+    __syncthreads();
+    float out[4];
+    for (int e = 0; e < 4; e++) {
+        const unsigned m = g + 8 * (e >> 1), n = 2 * qd + (e & 1);
+        /* C[m][n]: lane 4 (m mod 8) + n / 2, register (n & 1) + 2 (m >= 8) */
+        double acc = mma_x[base + 4 * (m & 7) + n / 2].c[(n & 1) + 2 * (m >= 8)];
+        for (int k = 0; k < 16; k++) {
+            /* A[m][k]: lane 4 (m mod 8) + (k mod 8) / 2, register (m >= 8) + 2 (k >= 8), half k & 1 */
+            const mma_regs &ra = mma_x[base + 4 * (m & 7) + (k & 7) / 2];
+            const float a = frag_k(&ra.a[m >= 8], &ra.a[2 + (m >= 8)], k);
+            /* B[k][n]: lane 4 n + (k mod 8) / 2, register k >= 8, half k & 1 */
+            const mma_regs &rb = mma_x[base + 4 * n + (k & 7) / 2];
+            const float b = frag_k(&rb.b[0], &rb.b[1], k);
+            acc += (double)(a * b);   /* exact in fp32 */
+        }
+        out[e] = (float)acc;
+    }
+    __syncthreads();   /* every lane read the registers before any writes its next ones */
+    for (int e = 0; e < 4; e++) d[e] = out[e];
+}
+
 void shim_launch(dim3 grid, dim3 block, const std::function<void()> &f) {
     gridDim = grid;
     blockDim = block;

@@ -107,4 +107,10 @@ template <typename T> static inline T atomicAnd(T *p, T v) { T o = *p; *p = o & 
 /* Runs kernel body f over the grid, block by block (blockDim.x a multiple of 32). */
 void shim_launch(dim3 grid, dim3 block, const std::function<void()> &f);
 void shim_poison(void *p, size_t n);
+/* mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 for the calling thread's warp, from the PTX ISA's fragment
+ * layout (k_attention.cu states it): each lane's registers meet through block-wide arrays between barriers, so
+ * every thread of the block must call it the same number of times (the kernels do). Each output element is its
+ * C plus its 16 exact products summed in double, rounded once: a function of its own row, column and C only, like
+ * the hardware's (whose last bits differ). */
+void shim_mma_bf16(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0, uint32_t b1);
 #endif

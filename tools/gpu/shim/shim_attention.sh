@@ -3,7 +3,9 @@
 # (k_attention.cu's ATT_CHUNKED section, its launcher included), through tools/gpu/shim/cuda_shim.h: a check of their
 # indexing, barriers and launch arithmetic on a machine without a GPU. Needs `make` (build/libdsv4.a). Slow (every
 # GPU thread is a fiber): SHIM_QUICK=1 (the default) runs the small cases only (~1 min), SHIM_QUICK=0 the test's
-# own sizes (~4 min). Not part of `make test` (nor of the GPU suite: it lives outside tests/).
+# own sizes (~4 min). The OFFICIAL cases run both paths: CUDA cores and bf16 tensor cores (the mma.sync through
+# cuda_shim.cpp's emulation from the PTX fragment layout). SHIM_CFLAGS: extra defines for the kernels (e.g.
+# -DATT_MMA_BUG=1 or =2, which must fail). Not part of `make test` (nor of the GPU suite: it lives outside tests/).
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
 D=${SHIM_DIR:-/tmp/dsv4-shim}
@@ -46,11 +48,11 @@ def launch(m):
     return "shim_launch(dim3(%s), dim3(%s), [&] { %s(%s); });" % (grid, block, name, args)
 n0 = chunk.count("<<<")
 chunk = re.sub(r"(\w+)<<<(.*?)>>>\((.*?)\);", launch, chunk, flags=re.S)
-assert n0 == 3 and "<<<" not in chunk, n0
+assert n0 == 5 and "<<<" not in chunk, n0
 out.append(chunk)
 open(sys.argv[1], "w").write("\n".join(out))
 PY
-g++ -O2 -std=c++17 -w -Iinclude -Isrc -Itools/gpu/shim -c "$D/att_kernels.cpp" -o "$D/att_kernels.o"
+g++ -O2 -std=c++17 -w -DATT_MMA_EMULATED ${SHIM_CFLAGS:-} -Iinclude -Isrc -Itools/gpu/shim -c "$D/att_kernels.cpp" -o "$D/att_kernels.o"
 g++ -O2 -std=c++17 -Wall -Itools/gpu/shim -c tools/gpu/shim/cuda_shim.cpp -o "$D/cuda_shim.o"
 QUICK=
 [ "${SHIM_QUICK:-1}" = 1 ] && QUICK=-DATT_TEST_QUICK
