@@ -13,15 +13,15 @@ for b in dsv4-fuse dsv4-old dsv4-off16; do [ -f .gpu/$b.xz ] && xz -dk .gpu/$b.x
 if [ -n "${FUZZ_SECONDS:-}" ]; then OUT="$OUT" FUZZ_TARGETS="${FUZZ_TARGETS:-}" tools/gpu/fuzz_bg.sh start "$FUZZ_SECONDS" "${FUZZ_CORES:-13}"; fi
 BUILD=.gpu VERBOSE=1 timeout 300 tests/run_gpu.sh >"$OUT/suite.log" 2>&1
 echo "suite exit $? at $(el) s" >>"$OUT/suite.log"
-B="bench --synthetic flash --device cuda --mode official --prompt 256 --decode 32 --no-bandwidth"
-for v in new att0 off16 fuse old new2; do
+B="bench --synthetic flash --device cuda --mode official --prompt 256 --decode 24 --no-bandwidth"
+for v in new att0 off16 fuse old; do
   case $v in new|new2) cmd=".gpu/dsv4";; att0) cmd="env DSV4_CUDA_ATT_MMA=0 .gpu/dsv4";; off16) cmd=".gpu/dsv4-off16";;
              fuse) cmd=".gpu/dsv4-fuse";; old) cmd=".gpu/dsv4-old";; esac
   echo "== $v" >>"$OUT/ab.log"; timeout 60 $cmd $B >>"$OUT/ab.log" 2>&1
 done
 NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1 || echo /usr/local/cuda/bin/ncu)
 for b in dsv4 dsv4-fuse; do
-  timeout 90 "$NCU" --clock-control none --cache-control none --metrics gpu__time_duration.sum,dram__bytes_read.sum,launch__grid_size \
+  timeout 75 "$NCU" --clock-control none --cache-control none --metrics gpu__time_duration.sum,dram__bytes_read.sum,launch__grid_size \
       --csv --page raw --kernel-name "regex:^k_([^f]|f[^i])" --launch-count 1400 \
       .gpu/$b bench --synthetic flash --device cuda --mode official --prompt 1 --decode 1 --no-bandwidth >"$OUT/ncu_$b.csv" 2>/dev/null
   python3 tools/gpu/ncu_summary.py "$OUT/ncu_$b.csv" k_embed 0 >"$OUT/ncu_$b.txt" 2>&1
