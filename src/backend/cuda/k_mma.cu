@@ -184,15 +184,11 @@ __device__ __forceinline__ void mma_block(const dsv4_weight &w, const uint8_t *_
 #pragma unroll
                     for (int h = 0; h < 2; h++) {
                         const int r = row_base + 16 * mi + g + 8 * h;
-                        const uint8_t *sp = w.scale + (int64_t)(w.row0 + r) * w.scale_cols + 4 * c;
-                        /* the chunk's 4 scale bytes in one load when they are a whole aligned word (K % 128 == 0) */
-                        const bool sword = nb[u] == 4 && r < N && ((uintptr_t)sp & 3) == 0;
-                        const uint32_t s4 = sword ? *(const uint32_t *)sp : 0u;
 #pragma unroll
                         for (int j = 0; j < 4; j++) {
                             if (j < nb[u] && r < N) {
                                 a[u][mi][h][j] = *(const uint32_t *)(wd + r * wstride + 64 * c + 16 * j + 4 * q);
-                                swb[u][mi][h][j] = sword ? (uint8_t)(s4 >> (8 * j)) : sp[j];
+                                swb[u][mi][h][j] = w.scale[(int64_t)(w.row0 + r) * w.scale_cols + 4 * c + j];
                             } else {
                                 a[u][mi][h][j] = 0;
                                 swb[u][mi][h][j] = 0;
