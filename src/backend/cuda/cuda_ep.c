@@ -34,8 +34,9 @@ int cu_moe_routed(cu_stream st, const dsv4_config *c, int official, const cu_lay
      * CUDA-core path reads the fp32 act_quant copy */
     const int in_packed = cu_moe_input_packed(b, ex, official, d), mid_packed = official && b->mma && cu_mma_takes_experts(ex->fmt, I);
     const float *xe = b->xn;
-    if (in_packed && !b->xq_ready) cu_mma_pack_act(st, b->xn, d, T, d, b->xq, cu_mma_ld(d), b->xqs, cu_mma_lds(d), NULL);
-    else if (official) {
+    if (in_packed) {
+        if (!b->xq_ready) cu_mma_pack_act(st, b->xn, d, T, d, b->xq, cu_mma_ld(d), b->xqs, cu_mma_lds(d), NULL);
+    } else if (official) {
         cu_act_quant(st, b->xn, d, b->x8, d, T, d, 128, 0);
         xe = b->x8;
     }
