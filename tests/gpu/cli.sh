@@ -107,5 +107,14 @@ print('gpu cli: K >= 1024 against the CPU OFFICIAL run: tensor cores mean |dlogi
 sys.exit(0 if rt <= 2 * rf + 1e-3 else 1)" "$T/wide1.npy" "$T/wide0.npy" "$T/widec.npy" && ok || bad "K >= 1024: the tensor-core path is far further from the CPU than the CUDA-core path"
 fi
 expect_err "DSV4_CUDA_IDX_MMA=2" "DSV4_CUDA_IDX_MMA" env DSV4_CUDA_IDX_MMA=2 "$BIN" logits -m "$T/m" --device cuda --tokens 1,2
+# the tensor-core attention (opt-in, DSV4_CUDA_ATT_MMA=1): chunked = one call at the model level too
+for kv in fp8 bf16; do
+    expect_ok "att mma logits $kv" env DSV4_CUDA_ATT_MMA=1 "$BIN" logits -m "$T/m" --device cuda --mode official --kv $kv --tokens "$TOK" --out "$T/am1.npy"
+    expect_ok "att mma chunks $kv" env DSV4_CUDA_ATT_MMA=1 "$BIN" logits -m "$T/m" --device cuda --mode official --kv $kv --tokens "$TOK" \
+        --chunks 3,50,1,7,64 --out "$T/am2.npy"
+    cmp -s "$T/am1.npy" "$T/am2.npy" && ok || bad "DSV4_CUDA_ATT_MMA=1 $kv: --chunks logits differ from one call"
+    "$BIN" logits -m "$T/m" --device cuda --mode official --kv $kv --tokens "$TOK" --out "$T/am0.npy" 2>/dev/null
+    cmp -s "$T/am1.npy" "$T/am0.npy" && bad "DSV4_CUDA_ATT_MMA=1 $kv: the same bits as the CUDA-core attention (path not taken?)" || ok
+done
 expect_err "DSV4_CUDA_ATT_MMA=yes" "DSV4_CUDA_ATT_MMA" env DSV4_CUDA_ATT_MMA=yes "$BIN" logits -m "$T/m" --device cuda --tokens 1,2
 finish

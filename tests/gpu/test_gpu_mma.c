@@ -253,6 +253,17 @@ static void pack_is_exact(void **state) {
     free_act(&a);
 }
 
+/* The packing's f32 -> E4M3 (hardware cvt.rn.satfinite by default) = the code search, for every float. */
+static void e4m3_conversion_every_float(void **state) {
+    (void)state;
+    unsigned long long bad = 0;
+    unsigned int first = 0;
+    dsv4_error err;
+    if (cu_mma_e4m3_check(&bad, &first, &err)) fail_msg("%s", err.msg);
+    if (bad) fail_msg("f32 -> e4m3: %llu of 2^32 floats differ from the code search (the first 0x%08x)", bad, first);
+    printf("  f32 -> e4m3: all 2^32 floats = the code search\n");
+}
+
 /* bf16 by round to nearest even on the bits (written here, not taken from the library under test). */
 static float host_bf16(float x) {
     uint32_t u;
@@ -575,6 +586,7 @@ int main(int argc, char **argv) {
     dsv4_rng_seed(&rng, 2026);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(pack_is_exact),
+        cmocka_unit_test(e4m3_conversion_every_float),
         cmocka_unit_test(raw_packing_and_bf16_output),
         cmocka_unit_test(exact_on_integers),
         cmocka_unit_test(close_on_realistic),

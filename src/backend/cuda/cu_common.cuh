@@ -10,6 +10,7 @@
 #ifndef DSV4_CU_COMMON_CUH
 #define DSV4_CU_COMMON_CUH
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stdint.h>
@@ -54,7 +55,7 @@ __device__ __forceinline__ float dev_e2m1(uint8_t code) {
 }
 
 /* The same search as formats.c f32_to_e4m3: nearest magnitude code, ties to the even code, saturating. */
-__device__ __forceinline__ uint8_t dev_f32_to_e4m3(float x) {
+__device__ __forceinline__ uint8_t dev_f32_to_e4m3_search(float x) {
     if (isnan(x)) return 0x7f;
     const uint8_t sign = signbit(x) ? 0x80 : 0;
     const float a = fabsf(x);
@@ -70,6 +71,22 @@ __device__ __forceinline__ uint8_t dev_f32_to_e4m3(float x) {
     else if (a - vl > vh - a) code = hi;
     else code = (lo & 1) ? hi : lo;
     return sign | (uint8_t)code;
+}
+
+/* f32 -> E4M3: with DEV_HW_E4M3 (the default) the hardware's cvt.rn.satfinite (round to nearest even, saturating
+ * at 448), NaN mapped to 0x7f as the search maps it; else the search above (a binary search over the codes: ~100
+ * dependent instructions, divergent across a warp: run 35's ncu saw the single-block kernels that pack a row pay
+ * for it). test_gpu_mma compares the two for every one of the 2^32 floats (cu_mma_e4m3_check). */
+#ifndef DEV_HW_E4M3
+#define DEV_HW_E4M3 1
+#endif
+__device__ __forceinline__ uint8_t dev_f32_to_e4m3(float x) {
+#if DEV_HW_E4M3
+    if (isnan(x)) return 0x7f;
+    return (uint8_t)__nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E4M3);
+#else
+    return dev_f32_to_e4m3_search(x);
+#endif
 }
 
 /* formats.c f32_to_e2m1. */

@@ -31,6 +31,9 @@ static inline int cu_mma_lds(int K) { return (K + CU_MMA_ACT_BLOCK - 1) / CU_MMA
  * recomputed from them is s or s / 2 (a block whose amax rounded down to 224 s), never larger, so the bytes are q
  * or 2 q (exact, at most 448) and every tensor-core sum is the same sum times 1 or 2, undone exactly by the scale.
  * ldq a multiple of 16 >= K, xq 16-byte aligned, lds >= ceil(K / 128). 0, or DSV4_E_ARG with one line in err. */
+/* Every one of the 2^32 float bit patterns through dev_f32_to_e4m3 (the hardware conversion by default) and through
+ * the code search it replaced: *mismatches, *first the smallest mismatching pattern (0xffffffff: none). A test. */
+int cu_mma_e4m3_check(unsigned long long *mismatches, unsigned int *first, dsv4_error *err);
 int cu_mma_pack_act(cu_stream st, const float *x, int ldx, int T, int K, uint8_t *xq, int ldq, float *xs, int lds,
                     dsv4_error *err);
 

@@ -452,20 +452,22 @@ static int idx_mma_env(int *on, dsv4_error *err) {
     return 0;
 }
 
-/* DSV4_CUDA_ATT_MMA, read once per model load: unset, empty or 1 = OFFICIAL mode's attention scores and P.V on bf16
- * tensor cores (k_attention.cu k_att_scores_mma / k_att_pv_mma), 0 = on CUDA cores (fp32 fmaf). EXACT mode never
- * uses them. A property of the model load, never of a step: a query's bits do not depend on the batch. */
+/* DSV4_CUDA_ATT_MMA, read once per model load: 1 = OFFICIAL mode's attention scores and P.V on bf16 tensor cores
+ * (k_attention.cu k_att_scores_mma / k_att_pv_mma); unset, empty or 0 = on CUDA cores (fp32 fmaf), the default since
+ * run 35: the tensor-core kernels give one block per query at a decode step, slower there than the CUDA-core ones
+ * (decode 45.6 vs 47.6 tok/s, 1M context 28.1 vs 30.5), for +6 % at an 8K prefill. EXACT mode never uses them. A
+ * property of the model load, never of a step: a query's bits do not depend on the batch. */
 static int att_mma_env(int *on, dsv4_error *err) {
     const char *v = getenv("DSV4_CUDA_ATT_MMA");
-    *on = !v || !*v || !strcmp(v, "1");
+    *on = v && !strcmp(v, "1");
     if (v && *v && strcmp(v, "0") && strcmp(v, "1"))
-        return dsv4_fail(err, DSV4_E_ARG, "DSV4_CUDA_ATT_MMA is '%.40s': 1 (tensor-core attention in OFFICIAL mode, the default) or 0", v);
+        return dsv4_fail(err, DSV4_E_ARG, "DSV4_CUDA_ATT_MMA is '%.40s': 1 (tensor-core attention in OFFICIAL mode) or 0 (the default)", v);
     return 0;
 }
 
 int cuda_model_init(struct dsv4_model *m, const cuda_placement *p, dsv4_error *err) {
     const int gpu = p->gpu;
-    int n_gpus = p->n_gpus, graphs_on = 1, mma_on = 1, idx_mma_on = 1, att_mma_on = 1;
+    int n_gpus = p->n_gpus, graphs_on = 1, mma_on = 1, idx_mma_on = 1, att_mma_on = 0;
     if (graphs_env(&graphs_on, err) || mma_env(&mma_on, err) || idx_mma_env(&idx_mma_on, err) || att_mma_env(&att_mma_on, err))
         return DSV4_E_ARG;
     if (n_gpus < 1) n_gpus = 1;

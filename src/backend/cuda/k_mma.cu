@@ -307,6 +307,40 @@ __global__ void k_mma_pack_act(const float *__restrict__ x, int ldx, int T, int 
     warp_pack_block(v, len, xq + (int64_t)t * ldq + 128 * blk, xs + (int64_t)t * lds + blk);
 }
 
+/* dev_f32_to_e4m3 (the build's) against the code search for the bit patterns [lo, lo + n) of this launch's slice:
+ * mismatches counted, the smallest mismatching pattern kept (atomicMin: integers, any order). */
+__global__ void k_e4m3_check(uint64_t lo, uint64_t n, unsigned long long *bad, unsigned int *first) {
+    for (uint64_t i = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (uint64_t)gridDim.x * blockDim.x) {
+        const uint32_t u = (uint32_t)(lo + i);
+        const float x = __uint_as_float(u);
+        if (dev_f32_to_e4m3(x) != dev_f32_to_e4m3_search(x)) {
+            atomicAdd(bad, 1ull);
+            atomicMin(first, u);
+        }
+    }
+}
+
+extern "C" int cu_mma_e4m3_check(unsigned long long *mismatches, unsigned int *first, dsv4_error *err) {
+    unsigned long long *d_bad = NULL;
+    unsigned int *d_first = NULL;
+    const unsigned int none = 0xffffffffu;
+    const unsigned long long zero = 0;
+    int rc = 0;
+    if (cudaMalloc(&d_bad, sizeof *d_bad) != cudaSuccess || cudaMalloc(&d_first, sizeof *d_first) != cudaSuccess ||
+        cudaMemcpy(d_bad, &zero, sizeof zero, cudaMemcpyHostToDevice) != cudaSuccess ||
+        cudaMemcpy(d_first, &none, sizeof none, cudaMemcpyHostToDevice) != cudaSuccess) {
+        rc = dsv4_fail(err, DSV4_E_STATE, "cu_mma_e4m3_check: no device memory");
+    } else {
+        for (uint64_t lo = 0; lo < (1ull << 32); lo += 1ull << 30) k_e4m3_check<<<4096, 256>>>(lo, 1ull << 30, d_bad, d_first);
+        if (cudaDeviceSynchronize() != cudaSuccess || cudaMemcpy(mismatches, d_bad, sizeof *d_bad, cudaMemcpyDeviceToHost) != cudaSuccess ||
+            cudaMemcpy(first, d_first, sizeof *d_first, cudaMemcpyDeviceToHost) != cudaSuccess)
+            rc = dsv4_fail(err, DSV4_E_STATE, "cu_mma_e4m3_check: %s", cudaGetErrorString(cudaGetLastError()));
+    }
+    cudaFree(d_bad);
+    cudaFree(d_first);
+    return rc;
+}
+
 extern "C" int cu_mma_pack_act(cu_stream st, const float *x, int ldx, int T, int K, uint8_t *xq, int ldq, float *xs, int lds,
                                dsv4_error *err) {
     if (T < 0 || K < 1) return dsv4_fail(err, DSV4_E_ARG, "cu_mma_pack_act: %d rows of %d columns", T, K);

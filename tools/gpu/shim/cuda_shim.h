@@ -38,6 +38,7 @@ struct alignas(16) uint4 {
 static inline uint4 make_uint4(uint32_t a, uint32_t b, uint32_t c, uint32_t d) { return uint4{ a, b, c, d }; }
 static inline uint2 make_uint2(uint32_t a, uint32_t b) { return uint2{ a, b }; }
 typedef void *cudaStream_t;
+#define DEV_HW_E4M3 0   /* no cvt instruction here: cu_common.cuh's code search */
 
 extern dim3 threadIdx, blockIdx, blockDim, gridDim;
 
