@@ -76,7 +76,7 @@ void shim_mma_bf16(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_
     const unsigned me = threadIdx.x, base = me & ~31u, lane = me & 31u, g = lane >> 2, qd = lane & 3;
     mma_x.resize(blockDim.x);
     mma_x[me] = { { a0, a1, a2, a3 }, { b0, b1 }, { d[0], d[1], d[2], d[3] } };
-    __syncthreads();
+    shim_warp_exchange(0);   /* a meeting of this warp only: the other warps may run other MMAs or have ended */
     float out[4];
     for (int e = 0; e < 4; e++) {
         const unsigned m = g + 8 * (e >> 1), n = 2 * qd + (e & 1);
@@ -93,7 +93,7 @@ void shim_mma_bf16(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_
         }
         out[e] = (float)acc;
     }
-    __syncthreads();   /* every lane read the registers before any writes its next ones */
+    shim_warp_exchange(0);   /* every lane read the registers before any writes its next ones */
     for (int e = 0; e < 4; e++) d[e] = out[e];
 }
 

@@ -1,5 +1,5 @@
 /* For the CPU shim (tools/gpu/shim/cuda_shim.h): the tensor-core MMAs the kernels use, emulated from the PTX ISA's
- * fragment layouts, written independently of the kernels that use them. Every lane of the warp must call them (as
+ * fragment layouts, written independently of the kernels that use them (the bf16 m16n8k16 one: cuda_shim.cpp). Every lane of the warp must call them (as
  * on the GPU: .sync.aligned).
  *
  * mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 with a zero accumulator, emulated from the PTX ISA's fragment layout ("Matrix Fragments for mma.m16n8k32", .s8), written
@@ -38,34 +38,4 @@ static inline void mma_s8(int (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, ui
     }
 }
 
-/* mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32, D = A B + D (lane 4g + q; the lower k in bits 0..15):
- *   a0 = A[g][2q, 2q+1], a1 = A[g+8][2q, 2q+1], a2 = A[g][2q+8, 2q+9], a3 = A[g+8][2q+8, 2q+9];
- *   b0 = B[2q, 2q+1][g], b1 = B[2q+8, 2q+9][g]; d0 = D[g][2q], d1 = D[g][2q+1], d2 = D[g+8][2q], d3 = D[g+8][2q+1].
- * Each element is C + its 16 products summed in double, rounded to float once. */
-static inline float shim_bf16f(uint32_t h) { return __uint_as_float((h & 0xffffu) << 16); }
-static inline void shim_mma_bf16(float d[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0, uint32_t b1) {
-    uint64_t fa[32], fb[32], fc[32];
-    memcpy(fa, shim_warp_exchange(a0 | (uint64_t)a1 << 32), sizeof fa);
-    memcpy(fb, shim_warp_exchange(a2 | (uint64_t)a3 << 32), sizeof fb);
-    memcpy(fc, shim_warp_exchange(b0 | (uint64_t)b1 << 32), sizeof fc);
-    float A[16][16], B[16][8];
-    for (int L = 0; L < 32; L++) {
-        const int g = L >> 2, q = L & 3;
-        for (int i = 0; i < 2; i++) {
-            A[g][2 * q + i] = shim_bf16f((uint32_t)(fa[L] >> (16 * i)));
-            A[g + 8][2 * q + i] = shim_bf16f((uint32_t)(fa[L] >> (32 + 16 * i)));
-            A[g][2 * q + 8 + i] = shim_bf16f((uint32_t)(fb[L] >> (16 * i)));
-            A[g + 8][2 * q + 8 + i] = shim_bf16f((uint32_t)(fb[L] >> (32 + 16 * i)));
-            B[2 * q + i][g] = shim_bf16f((uint32_t)(fc[L] >> (16 * i)));
-            B[2 * q + 8 + i][g] = shim_bf16f((uint32_t)(fc[L] >> (32 + 16 * i)));
-        }
-    }
-    const int g = (int)shim_lane() >> 2, q = (int)shim_lane() & 3;
-    for (int e = 0; e < 4; e++) {
-        const int row = g + 8 * (e >> 1), col = 2 * q + (e & 1);
-        double s = d[e];
-        for (int k = 0; k < 16; k++) s += (double)A[row][k] * B[k][col];
-        d[e] = (float)s;
-    }
-}
 #endif

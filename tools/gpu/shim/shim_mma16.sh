@@ -13,7 +13,7 @@ python3 - "$D/mma16_kernels.cpp" <<'PY'
 import re, sys
 src = open("src/backend/cuda/k_mma16.cu").read()
 common = open("src/backend/cuda/cu_common.cuh").read()
-out = ['#include "cuda_shim.h"', '#include "shim_mma.h"', '#include <algorithm>', '#include <climits>', 'using std::min;',
+out = ['#include "cuda_shim.h"', '#include <algorithm>', '#include <climits>', 'using std::min;',
        'extern "C" {', '#include "util/error.h"', '}', '#include "backend/cuda/cu_mma.h"', '#include "dsv4.h"',
        'static inline int cu_blocks(int64_t n, int per) { return (int)((n + per - 1) / per); }']
 a = common.index("/* ---- number formats"); b = common.index("/* ---- reductions")
