@@ -12,6 +12,8 @@ D=${SHIM_DIR:-/tmp/dsv4-shim}
 mkdir -p "$D"
 python3 - "$D/att_kernels.cpp" <<'PY'
 import re, sys
+sys.path.insert(0, "tools/gpu/shim")
+from shim_src import poison_shared, launches
 src = open("src/backend/cuda/k_attention.cu").read()
 common = open("src/backend/cuda/cu_common.cuh").read()
 kvrow = open("src/backend/cuda/cu_kvrow.cuh").read()
@@ -29,25 +31,9 @@ a = src.index("#if ATT_CHUNKED\n"); b = src.index("#endif", src.index('extern "C
 chunk = src[a + len("#if ATT_CHUNKED\n"):b]
 chunk = chunk.replace("extern __shared__ float out_s[];", "float *out_s = shim_dyn_smem;")
 # poison every static shared array before each block (thread 0 reaches its declarations first)
-def poison(m):
-    name = m.group(2)
-    return m.group(0) + "\n    if (threadIdx.x == 0) shim_poison(%s, sizeof %s);" % (name, name)
-chunk = re.sub(r"(__shared__[^;\n]*?\b(\w+)\[[^;\n]*;)", poison, chunk)
-def split_top(s):
-    parts, depth, cur = [], 0, ""
-    for ch in s:
-        if ch in "([": depth += 1
-        if ch in ")]": depth -= 1
-        if ch == "," and depth == 0: parts.append(cur.strip()); cur = ""
-        else: cur += ch
-    parts.append(cur.strip())
-    return parts
-def launch(m):
-    name, cfg, args = m.group(1), split_top(m.group(2)), m.group(3)
-    grid, block = cfg[0], cfg[1]
-    return "shim_launch(dim3(%s), dim3(%s), [&] { %s(%s); });" % (grid, block, name, args)
+chunk = poison_shared(chunk)
 n0 = chunk.count("<<<")
-chunk = re.sub(r"(\w+)<<<(.*?)>>>\((.*?)\);", launch, chunk, flags=re.S)
+chunk, _ = launches(chunk)
 assert n0 == 5 and "<<<" not in chunk, n0
 out.append(chunk)
 open(sys.argv[1], "w").write("\n".join(out))

@@ -11,6 +11,8 @@ mkdir -p "$D"
 git show b39512f:src/backend/cuda/k_indexer.cu > "$D/old_indexer.cu"
 python3 - "$D/idx_kernels.cpp" "$D/old_indexer.cu" <<'PY'
 import re, sys
+sys.path.insert(0, "tools/gpu/shim")
+from shim_src import poison_shared, launches
 src = open("src/backend/cuda/k_indexer.cu").read()
 old = open(sys.argv[2]).read()
 common = open("src/backend/cuda/cu_common.cuh").read()
@@ -24,26 +26,11 @@ a = common.index("/* ---- number formats"); b = common.index("/* ---- reductions
 out.append(common[a:b])
 a = kvrow.index("__device__ __forceinline__ float kv_elem")
 out.append(kvrow[a:])
-def poison(m):
-    name = m.group(2)
-    return m.group(0) + "\n    if (threadIdx.x == 0) shim_poison(%s, sizeof %s);" % (name, name)
-def split_top(s):
-    parts, depth, cur = [], 0, ""
-    for ch in s:
-        if ch in "([": depth += 1
-        if ch in ")]": depth -= 1
-        if ch == "," and depth == 0: parts.append(cur.strip()); cur = ""
-        else: cur += ch
-    parts.append(cur.strip())
-    return parts
-def launch(m):
-    name, cfg, args = m.group(1), split_top(m.group(2)), m.group(3)
-    return "shim_launch(dim3(%s), dim3(%s), [&] { %s(%s); });" % (cfg[0], cfg[1], name, args)
 def kernels(text):
     text = re.sub(r"^#include.*$", "", text, flags=re.M)
     text = re.sub(r"extern __shared__ [^;]*?(\w+)\[\];", r"float *\1 = shim_dyn_smem;", text)
-    text = re.sub(r"(__shared__[^;\n]*?\b(\w+)\[[^;\n]*;)", poison, text)
-    text = re.sub(r"(\w+(?:<\w+>)?)<<<(.*?)>>>\((.*?)\);", launch, text, flags=re.S)
+    text = poison_shared(text)
+    text, _ = launches(text, r"\w+(?:<\w+>)?")
     assert "<<<" not in text
     return text
 out.append(kernels(src))

@@ -11,6 +11,8 @@ D=${SHIM_DIR:-/tmp/dsv4-shim-mma16}
 mkdir -p "$D"
 python3 - "$D/mma16_kernels.cpp" <<'PY'
 import re, sys
+sys.path.insert(0, "tools/gpu/shim")
+from shim_src import poison_shared, launches
 src = open("src/backend/cuda/k_mma16.cu").read()
 common = open("src/backend/cuda/cu_common.cuh").read()
 out = ['#include "cuda_shim.h"', '#include <algorithm>', '#include <climits>', 'using std::min;',
@@ -32,23 +34,9 @@ static inline uint32_t e4m3x2_bf16x2(uint32_t v) {   /* every E4M3 value is a bf
 ''')
 a = src.index("/* ---- the kernels ---- */")
 body = src[a:]
-def poison(m):
-    return m.group(0) + "\n    if (threadIdx.x == 0) shim_poison(%s, sizeof %s);" % (m.group(2), m.group(2))
-body = re.sub(r"(__shared__[^;\n]*?\b(\w+)\[[^;\n]*;)", poison, body)
-def split_top(s):
-    parts, depth, cur = [], 0, ""
-    for ch in s:
-        if ch in "([": depth += 1
-        if ch in ")]": depth -= 1
-        if ch == "," and depth == 0: parts.append(cur.strip()); cur = ""
-        else: cur += ch
-    parts.append(cur.strip())
-    return parts
-def launch(m):
-    name, cfg, args = m.group(1), split_top(m.group(2)), m.group(3)
-    return "shim_launch(dim3(%s), dim3(%s), [&] { %s(%s); });" % (cfg[0], cfg[1], name, args)
+body = poison_shared(body)
 n0 = body.count("<<<")
-body = re.sub(r"(k_mma16_\w+(?:<[^<>;]*>)?)<<<(.*?)>>>\((.*?)\);", launch, body, flags=re.S)
+body, _ = launches(body, r"k_mma16_\w+(?:<[^<>;]*>)?")
 assert n0 == 2 and "<<<" not in body, n0
 out.append(body)
 open(sys.argv[1], "w").write("\n".join(out))
