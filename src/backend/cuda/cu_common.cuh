@@ -17,6 +17,20 @@
 #include "model/e2m1_f16.h"
 #include "model/weight.h"
 
+/* ---- launch order ------------------------------------------------------------------------------------ */
+
+/* The first statement of every kernel (tests/cli/pdl_wait.sh checks it). Inside a step's graph, cu_graph.cu
+ * makes each kernel -> kernel edge a programmatic one: the next kernel's blocks are launched as soon as every
+ * block of the one before has begun, so its launch is hidden behind that kernel's run, and they wait here until
+ * the kernel before has completed and its writes are visible (griddepcontrol.wait: PTX ISA, "Parallel
+ * synchronization and communication instructions"). Outside such an edge (a direct launch, the first node of a
+ * graph) it returns at once. So the order of kernels and every byte they read are those of plain launches. */
+__device__ __forceinline__ void dev_grid_wait(void) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
 /* ---- number formats ----------------------------------------------------------------------------------- */
 
 /* Round to the nearest bf16 (ties to even), NaN stays NaN: formats.c f32_to_bf16. */
