@@ -268,19 +268,21 @@ static int pack16_if(step_ctx *s, const float *x, int T, int K) {
     return s->mma && !cu_mma16_pack(s->st, x, K, T, K, s->ws->xb, cu_mma16_ld(K), NULL);
 }
 
+static void round_if(step_ctx *s, float *x, int64_t n) {
+    if (s->official) cu_round_bf16(s->st, x, n);
+}
+
 /* y [T][ldy] = x w^T for bf16-valued rows x [T][ldx] (wo_a, the compressors, weights_proj, the router, the head:
  * spec §3.6's BF16 and fp32 linears whose input is a bf16 tensor), group g of `groups` reading the columns from
  * g * group_x on: on tensor cores from ws->xb when pack16_if packed x and cu_mma16_linear takes the weight (BF16, or
- * FP8 of a supported shape: a property of the weight, never of T), else on CUDA cores (k_linear.cu). */
+ * FP8 of a supported shape: a property of the weight, never of T), else on CUDA cores (k_linear.cu). round: the
+ * output rounded to bf16 in OFFICIAL mode (the tensor cores' epilogue, else round_if). */
 static void linear16(step_ctx *s, int packed, const dsv4_weight *w, int groups, const float *x, int T, int ldx, int group_x, float *y,
-                     int ldy) {
-    if (packed && !cu_mma16_linear(s->st, w, groups, s->ws->xb, cu_mma16_ld(ldx), group_x, T, y, ldy, NULL)) return;
+                     int ldy, int round) {
+    if (packed && !cu_mma16_linear(s->st, w, groups, s->ws->xb, cu_mma16_ld(ldx), group_x, T, y, ldy, round && s->official, NULL)) return;
     if (groups > 1) cu_linear_grouped(s->st, w, groups, x, T, ldx, group_x, y, ldy);
     else cu_linear(s->st, w, x, T, ldx, y, ldy);
-}
-
-static void round_if(step_ctx *s, float *x, int64_t n) {
-    if (s->official) cu_round_bf16(s->st, x, n);
+    if (round) round_if(s, y, (int64_t)T * ldy);
 }
 static void quant_rows_if(step_ctx *s, float *x, int rows, int n) {
     if (s->official) cu_act_quant(s->st, x, n, x, n, rows, n, 128, 0);
@@ -332,8 +334,7 @@ static void attn_output(step_ctx *s, const cu_layer *ly) {
     const int T = s->T, H = c->n_heads, D = c->head_dim;
     const int G = c->o_groups, HD_G = H * D / G, zl = G * c->o_lora;
     /* one launch for all groups (run 18's ncu: 8 launches of 1024 rows each filled a tenth of the GPU); o is bf16 */
-    linear16(s, pack16_if(s, ws->o, T, H * D), &ly->wo_a, G, ws->o, T, H * D, HD_G, ws->z, zl);
-    round_if(s, ws->z, (int64_t)T * zl);
+    linear16(s, pack16_if(s, ws->o, T, H * D), &ly->wo_a, G, ws->o, T, H * D, HD_G, ws->z, zl, 1);
     pack_if(s, ws->z, zl, ws->yq, ws->yqs);
     if (cuda_core_reader(s, &ly->wo_b, NULL)) quant_rows_if(s, ws->z, T, zl);
     linear_q(s, &ly->wo_b, ws->z, ws->yq, ws->yqs, ws->sub);
@@ -355,7 +356,7 @@ static void step_attention(step_ctx *s, const cu_layer *ly, int L) {
     int on_tc = 0;
     if (ly->ratio && pack16_if(s, ws->xn, T, d)) {
         const cu_mma16_out outs[5] = { { &ly->comp.wkv, ws->ck, cw }, { &ly->comp.wgate, ws->cz, cw }, { &ly->icomp.wkv, ws->ick, 2 * cI },
-                                       { &ly->icomp.wgate, ws->icz, 2 * cI }, { &ly->idx_weights_proj, ws->wi, nI } };
+                                       { &ly->icomp.wgate, ws->icz, 2 * cI }, { &ly->idx_weights_proj, ws->wi, nI, 1 } };
         on_tc = !cu_mma16_linear_multi(s->st, outs, ly->ratio == 4 ? 5 : 2, ws->xb, cu_mma16_ld(d), T, NULL);
     }
     if (ly->ratio && !on_tc) {
@@ -368,8 +369,10 @@ static void step_attention(step_ctx *s, const cu_layer *ly, int L) {
             cu_linear(s->st, &ly->icomp.wgate, ws->xn, T, d, ws->icz, 2 * cI);
         }
         linear_q(s, &ly->idx_wq_b, ws->qr, ws->yq, ws->yqs, ws->qi);   /* qr packed by attn_project */
-        if (!on_tc) cu_linear(s->st, &ly->idx_weights_proj, ws->xn, T, d, ws->wi, nI);
-        round_if(s, ws->wi, (int64_t)T * nI);
+        if (!on_tc) {
+            cu_linear(s->st, &ly->idx_weights_proj, ws->xn, T, d, ws->wi, nI);
+            round_if(s, ws->wi, (int64_t)T * nI);
+        }   /* on tensor cores wi was rounded in the epilogue */
     }
     if (ly->ratio)
         cu_prepare_tokens(s->st, s->official, ly->ratio, ws->cz, ly->comp.ape, cw, ws->icz, ly->icomp.ape, ws->qi, ws->wi, ws->pos,
@@ -436,7 +439,7 @@ static void step_moe(step_ctx *s, const cu_layer *ly, int L) {
     const dsv4_config *c = &s->m->cfg;
     cu_workspace *ws = s->ws;
     const int T = s->T, d = c->dim, E = c->n_routed, K = c->n_act, tiles = moe_max_tiles(c, T);
-    linear16(s, pack16_if(s, ws->xn, T, d), &ly->gate, 1, ws->xn, T, d, 0, ws->router, E);   /* xn is bf16 */
+    linear16(s, pack16_if(s, ws->xn, T, d), &ly->gate, 1, ws->xn, T, d, 0, ws->router, E, 0);   /* xn is bf16 */
     cu_route(s->st, ws->router, ly->gate_bias, ly->hash_routed ? ly->tid2eid : NULL, ws->tok, T, E, K, c->route_scale, ws->route_e,
              ws->route_w);
     if (L >= 0 && s->cm->route_counts && ly == &s->cm->layers[L])   /* main layers only (dsv4 profile) */
@@ -603,7 +606,7 @@ static void head_launch(step_ctx *s, const head_plan *h, int r0, const cu_hc *hc
     cu_hc_head(s->st, s->official, ws->X, ws->head_rows + r0, n, hc_head->fn.data, hc_head->base, hc_head->scale, c->hc_mult,
                c->dim, c->hc_eps, c->norm_eps, ws->head_x);
     cu_rmsnorm(s->st, s->official, ws->head_x, c->dim, norm, c->dim, c->norm_eps, ws->head_x, c->dim, n);
-    linear16(s, pack16_if(s, ws->head_x, n, c->dim), &s->cm->head, 1, ws->head_x, n, c->dim, 0, ws->logits, V);   /* bf16 rows */
+    linear16(s, pack16_if(s, ws->head_x, n, c->dim), &s->cm->head, 1, ws->head_x, n, c->dim, 0, ws->logits, V, 0);   /* bf16 rows */
     /* the pass's requests are consecutive (rows and requests go in item order) */
     int q0 = -1, q1 = -1;
     for (int k = 0; k < n; k++)
