@@ -301,13 +301,13 @@ static void step_hc_pre(step_ctx *s, const cu_hc *h, const float *norm) {
                      cu_mma_lds(c->dim));
 }
 
-/* The query and key path (core/attention.c attention_qkv): ws->q [T][H][D] and ws->kv [T][D], normalised and
- * rotated; ws->qr (the indexer's input); ws->x8 the OFFICIAL FP8 copy of ws->xn. */
+/* The query and key projections (core/attention.c attention_qkv): ws->q [T][H][D] and ws->kv [T][D], normalised
+ * and rotated later by cu_attn_prepare (step_attention); ws->qr (the indexer's input); ws->x8 the OFFICIAL FP8 copy
+ * of ws->xn. */
 static void attn_project(step_ctx *s, const cu_layer *ly) {
     const dsv4_config *c = &s->m->cfg;
     cu_workspace *ws = s->ws;
-    const int T = s->T, d = c->dim, D = c->head_dim, H = c->n_heads, R = c->rope_dim;
-    const float *freq = ly->ratio ? s->cm->rope_compress : s->cm->rope_window;
+    const int T = s->T, d = c->dim;
     /* FP8 linears see their input quantized per 128 columns (OFFICIAL); compressors and weights_proj read xn */
     const float *x8 = ws->xn;
     if (s->official) {
@@ -323,7 +323,6 @@ static void attn_project(step_ctx *s, const cu_layer *ly) {
     if (cuda_core_reader(s, &ly->wq_b, ly->ratio == 4 ? &ly->idx_wq_b : NULL)) quant_rows_if(s, ws->qr, T, c->q_lora);
     linear_q(s, &ly->wq_b, ws->qr, ws->yq, ws->yqs, ws->q);
     linear_q(s, &ly->wkv, x8, ws->xq, ws->xqs, ws->kv);
-    cu_qkv_prepare(s->st, s->official, ws->q, ws->kv, ly->kv_norm, ws->pos, freq, T, H, D, R, c->norm_eps);
 }
 
 /* ws->o [T][H][D] -> ws->sub [T][d] through the grouped wo_a (group g's heads through rows [g*o_lora,
@@ -374,23 +373,23 @@ static void step_attention(step_ctx *s, const cu_layer *ly, int L) {
             round_if(s, ws->wi, (int64_t)T * nI);
         }   /* on tensor cores wi was rounded in the epilogue */
     }
-    if (ly->ratio)
-        cu_prepare_tokens(s->st, s->official, ly->ratio, ws->cz, ly->comp.ape, cw, ws->icz, ly->icomp.ape, ws->qi, ws->wi, ws->pos,
-                          freq, T, nI, cI, R);
-    /* one token per item (decode): the ring slot is written now, with the step's own row (cu_kernels.h) */
+    /* q and kv normalised and rotated, kv encoded into kvs, the compressors' and the indexer's token inputs: one
+     * launch. One token per item (decode): the ring slot is written now, with the step's own row (cu_kernels.h) */
     const int ring_now = T == s->n_items;
-    if (ring_now) cu_kv_encode_ring(s->st, s->main, ws->kv, D, ws->kvs, T, ws->pos, ws->item_of, sl, s->m->ring_len);
-    else cu_kv_encode(s->st, s->main, ws->kv, D, ws->kvs, T);
+    const cu_prep prep = { .official = s->official, .T = T, .H = H, .D = D, .R = R, .eps = c->norm_eps, .q = ws->q, .kv = ws->kv,
+                           .kv_norm = ly->kv_norm, .freq = freq, .pos = ws->pos, .lay = s->main, .kvs = ws->kvs, .ring = ring_now,
+                           .ring_len = s->m->ring_len, .item_of = ws->item_of, .sl = sl, .ratio = ly->ratio, .cw = cw, .nI = nI,
+                           .cI = cI, .cz = ws->cz, .icz = ws->icz, .qi = ws->qi, .wi = ws->wi, .ape = ly->comp.ape,
+                           .iape = ly->icomp.ape };
+    cu_attn_prepare(s->st, &prep);
     mark(s, ST_QKV);
-    if (ly->ratio) {
-        cu_compress(s->st, s->official, s->main, 0, ly->ratio, ws->ck, ws->cz, ws->pos, ws->item_of, ws->items, sl, ly->comp.norm,
-                    freq, R, c->norm_eps, T);
-        cu_comp_ring_write(s->st, 0, cw, ws->ck, ws->cz, ws->pos, ws->item_of, ws->items, sl, T);
+    if (ly->ratio) {   /* both compressors in one launch; at one token per item their ring writes too */
+        const cu_comp_jobs jobs = { { { s->main, 0, ly->ratio, cw, ws->ck, ws->cz, ly->comp.norm },
+                                      { s->index, 1, 4, 2 * cI, ws->ick, ws->icz, ly->icomp.norm } }, ly->ratio == 4 ? 2 : 1 };
+        cu_compress(s->st, s->official, &jobs, ws->pos, ws->item_of, ws->items, sl, freq, R, c->norm_eps, T, ring_now);
+        if (!ring_now) cu_comp_ring_write(s->st, &jobs, ws->pos, ws->item_of, ws->items, sl, T);
     }
     if (ly->ratio == 4) {
-        cu_compress(s->st, s->official, s->index, 1, 4, ws->ick, ws->icz, ws->pos, ws->item_of, ws->items, sl, ly->icomp.norm,
-                    freq, R, c->norm_eps, T);
-        cu_comp_ring_write(s->st, 1, 2 * cI, ws->ick, ws->icz, ws->pos, ws->item_of, ws->items, sl, T);
         mark(s, ST_COMPRESS);
         const cu_index_ws iw = { s->cm->idx_mma_on, ws->idx_qc, ws->idx_qu, ws->idx_offgrid, ws->idx_split,
                                  cu_index_split_words(ws->idx_rows_cap) };   /* mma: in OFFICIAL steps only */
@@ -910,7 +909,9 @@ int cuda_dspark_commit(struct dsv4_model *m, float *ring, int64_t pos, const flo
         }
         cu_linear(s.st, &ly->wkv, x, n, d, ws->kv, D);
         round_if(&s, ws->kv, (int64_t)n * D);
-        cu_qkv_prepare(s.st, s.official, NULL, ws->kv, ly->kv_norm, ws->pos, cm->rope_window, n, 0, D, c->rope_dim, c->norm_eps);
+        const cu_prep prep = { .official = s.official, .T = n, .D = D, .R = c->rope_dim, .eps = c->norm_eps, .kv = ws->kv,
+                               .kv_norm = ly->kv_norm, .freq = cm->rope_window, .pos = ws->pos };   /* the kv rows only */
+        cu_attn_prepare(s.st, &prep);
         cu_dspark_ring_write(s.st, ws->kv, n, D, ring + (int64_t)st * W * D, pos, W);
     }
     return cu_finish(s.st, "the DSpark context", err);
