@@ -932,6 +932,9 @@ static int dspark_stages(struct dsv4_model *m, const float *ring, int64_t pos, c
         const cu_layer *ly = &cm->dspark.stages[st];
         step_hc_pre(s, &ly->hc_attn, ly->attn_norm);
         attn_project(s, ly);
+        const cu_prep prep = { .official = s->official, .T = gamma, .H = c->n_heads, .D = D, .R = c->rope_dim, .eps = c->norm_eps,
+                               .q = ws->q, .kv = ws->kv, .kv_norm = ly->kv_norm, .freq = cm->rope_window, .pos = ws->pos };
+        cu_attn_prepare(s->st, &prep);   /* q and kv normalised and rotated; the stage's keys are in its ring */
         cu_dspark_attention(s->st, s->official, ws->q, ws->kv, ring + (int64_t)st * W * D, pos, gamma, W, ly->attn_sink, cm->rope_window,
                             c->n_heads, D, c->rope_dim, ws->o);
         attn_output(s, ly);
