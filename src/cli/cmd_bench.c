@@ -194,13 +194,14 @@ static int bench_single_stream(dsv4_model *m, int prompt, int decode, double bw,
 static void graphs_report(const dsv4_model *m, json_t *rep) {
     cuda_graph_info g;
     cuda_graphs_get(m, &g);
-    printf("%-26s %10s   %ld steps as graphs, %ld launched directly (%ld instantiations, %ld updates)%s\n", "CUDA graphs",
-           g.on ? "on" : "off", g.graphed_steps, g.direct_steps, g.instantiations, g.updates,
-           g.on ? "" : ": DSV4_CUDA_GRAPHS=0");
+    printf("%-26s %10s   %ld steps as graphs, %ld launched directly (%ld instantiations, %ld updates, %.0f programmatic "
+           "edges a capture)%s\n", "CUDA graphs", g.on ? "on" : "off", g.graphed_steps, g.direct_steps, g.instantiations,
+           g.updates, g.captures ? (double)g.programmatic_edges / (double)g.captures : 0.0, g.on ? "" : ": DSV4_CUDA_GRAPHS=0");
     if (!rep) return;
-    json_t *o = json_pack("{s:b, s:I, s:I, s:I, s:I}", "on", g.on, "graphed_steps", (json_int_t)g.graphed_steps, "direct_steps",
-                          (json_int_t)g.direct_steps, "instantiations", (json_int_t)g.instantiations, "updates",
-                          (json_int_t)g.updates);
+    json_t *o = json_pack("{s:b, s:I, s:I, s:I, s:I, s:I, s:I}", "on", g.on, "graphed_steps", (json_int_t)g.graphed_steps,
+                          "direct_steps", (json_int_t)g.direct_steps, "instantiations", (json_int_t)g.instantiations,
+                          "updates", (json_int_t)g.updates, "captures", (json_int_t)g.captures, "programmatic_edges",
+                          (json_int_t)g.programmatic_edges);
     if (o) json_object_set_new(rep, "cuda_graphs", o);
 }
 

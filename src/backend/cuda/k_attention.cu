@@ -58,6 +58,7 @@ __device__ void block_kv_encode(const cu_kvlay &l, const float *x, uint8_t *dst)
 }
 
 __global__ void k_kv_encode(cu_kvlay lay, const float *x, int ldx, uint8_t *dst) {
+    dev_grid_wait();
     block_kv_encode(lay, x + (int64_t)blockIdx.x * ldx, dst + (int64_t)blockIdx.x * lay.bytes);
 }
 
@@ -68,6 +69,7 @@ extern "C" void cu_kv_encode(cu_stream st, cu_kvlay lay, const float *x, int ldx
 /* k_kv_encode, and the same row encoded into its item's window ring slot (a step of one token per item). */
 __global__ void k_kv_encode_ring(cu_kvlay lay, const float *x, int ldx, uint8_t *dst, const int64_t *pos, const int32_t *item_of,
                                  const cu_seq_layer *sl, int ring_len) {
+    dev_grid_wait();
     const int t = blockIdx.x;
     const float *xt = x + (int64_t)t * ldx;
     block_kv_encode(lay, xt, dst + (int64_t)t * lay.bytes);
@@ -84,6 +86,7 @@ extern "C" void cu_kv_encode_ring(cu_stream st, cu_kvlay lay, const float *x, in
 __global__ void k_compress(int official, cu_kvlay lay, int is_indexer, int ratio, const float *K, const float *Z,
                            const int64_t *pos, const int32_t *item_of, const cu_item *items, const cu_seq_layer *sl,
                            const float *norm, const float *freq, int R, float eps) {
+    dev_grid_wait();
     extern __shared__ float row[];
     __shared__ float red[32];
     const int t = blockIdx.x;
@@ -149,6 +152,7 @@ extern "C" void cu_compress(cu_stream st, int official, cu_kvlay lay, int is_ind
 
 __global__ void k_comp_ring_write(int is_indexer, int cols, const float *K, const float *Z, const int64_t *pos,
                                   const int32_t *item_of, const cu_item *items, const cu_seq_layer *sl) {
+    dev_grid_wait();
     const int t = blockIdx.x;
     const cu_item it = items[item_of[t]];
     const cu_seq_layer L = sl[item_of[t]];
@@ -234,6 +238,7 @@ __global__ void k_attention(int official, cu_kvlay lay, const float *q, const ui
                             const int32_t *item_of, const cu_item *items, const cu_seq_layer *sl, int ring_len, int W,
                             int ratio, const int32_t *sel, const int32_t *n_sel, int topk, const float *sink,
                             const float *freq, int H, int D, int R, int max_keys, float *o) {
+    dev_grid_wait();
     extern __shared__ __align__(16) unsigned char att_smem[];
     const uint8_t **keys = (const uint8_t **)att_smem;          /* [max_keys] */
     float *sc = (float *)(att_smem + sizeof(void *) * max_keys); /* [max_keys] */
@@ -268,6 +273,7 @@ __global__ void k_attention(int official, cu_kvlay lay, const float *q, const ui
  * all gamma keys of the block (fp32 rows of kv), whatever its own position. */
 __global__ void k_dspark_attention(int official, const float *q, const float *kv, const float *ring, int64_t p0, int gamma,
                                    int W, const float *sink, const float *freq, int H, int D, int R, float *o) {
+    dev_grid_wait();
     extern __shared__ __align__(16) unsigned char att_smem[];
     const int max_keys = W + gamma;
     const uint8_t **keys = (const uint8_t **)att_smem;
@@ -292,6 +298,7 @@ extern "C" void cu_dspark_attention(cu_stream st, int official, const float *q, 
 
 /* Rows [n][D] of kv into ring slots (p0 + t) mod W (the last W of them: later positions own their slots). */
 __global__ void k_dspark_ring_write(const float *kv, int n, int D, float *ring, int64_t p0, int W) {
+    dev_grid_wait();
     const int t = blockIdx.x;
     if (t < n - W) return;
     float *dst = ring + ((p0 + t) % W) * D;
@@ -395,6 +402,7 @@ struct att_args {
  * half-warp shares h0 (its q loads are broadcasts) and reads 16 distinct key rows (rows padded by 4 floats: the
  * float4 loads of 8 consecutive rows cover the 32 banks). */
 __global__ void __launch_bounds__(ATT_CT) k_att_scores(att_args A, const float *q, int t0, int nch, int H, int D, float *scratch) {
+    dev_grid_wait();
     __shared__ __align__(16) float qs[ATT_HG][ATT_DS + 4];
     __shared__ __align__(16) float ks[ATT_KC][ATT_DS + 4];
     __shared__ const uint8_t *kp[ATT_KC];
@@ -461,6 +469,7 @@ __global__ void __launch_bounds__(ATT_CT) k_att_scores(att_args A, const float *
 
 /* Thread tile of k_att_pv: heads h0 + b (b = 0..3) x columns 4 c4 .. 4 c4 + 3 of the block's column slice. */
 __global__ void __launch_bounds__(ATT_CT) k_att_pv(int official, att_args A, int t0, int nch, int H, int D, float *scratch) {
+    dev_grid_wait();
     __shared__ __align__(16) float pt[ATT_HG][ATT_KC + 4];   /* [head][key]: e, then bf16_if(e) */
     __shared__ __align__(16) float vs[ATT_KC][ATT_DS];      /* the slice of the chunk's rows */
     __shared__ const uint8_t *kp[ATT_KC];
@@ -631,6 +640,7 @@ __device__ __forceinline__ uint32_t bf16x2(float lo, float hi) {
  * chain over the columns). */
 __global__ void __launch_bounds__(ATT_SC_T) k_att_scores_mma(att_args A, const float *q, int t0, int nch, int H, int D,
                                                              float *scratch) {
+    dev_grid_wait();
     __shared__ __align__(16) uint16_t qs[ATT_HG][ATT_MS + 8];            /* rows of 36 words: a fragment load's 32 */
     __shared__ __align__(16) uint16_t ks[ATT_SC * ATT_KC][ATT_MS + 8];   /* lanes (4 g + qd) hit 32 distinct banks */
     __shared__ const uint8_t *kp[ATT_SC * ATT_KC];
@@ -708,6 +718,7 @@ __global__ void __launch_bounds__(ATT_SC_T) k_att_scores_mma(att_args A, const f
  * heads 16 (w mod 4) .. + 15 x columns 64 (w / 4) .. + 63 of the slice (8 tiles of 8 columns), its accumulators
  * kept over the part. 47.8 KB of static shared memory (under the 48 KB a launch gets without an attribute). */
 __global__ void __launch_bounds__(ATT_PV_T) k_att_pv_mma(att_args A, int t0, int nch, int H, int D, float *scratch) {
+    dev_grid_wait();
     __shared__ __align__(16) float pt[ATT_HG][ATT_KC + 4];      /* [head][key]: e */
     __shared__ __align__(16) uint16_t ps[ATT_HG][ATT_KC + 8];   /* [head][key]: bf16(e) */
     __shared__ __align__(16) uint16_t vt[ATT_PS][ATT_KC + 8];   /* [column][key]: the chunk's rows, transposed */
@@ -795,6 +806,7 @@ __global__ void __launch_bounds__(ATT_PV_T) k_att_pv_mma(att_args A, int t0, int
 __global__ void __launch_bounds__(ATT_COMBINE_T) k_att_combine(int official, const int64_t *pos, const int32_t *n_sel, int W, int ratio,
                                                                const float *sink, const float *freq, int t0, int nch, int kpp, int H,
                                                                int D, int R, float *scratch, float *o) {
+    dev_grid_wait();
     extern __shared__ float out_s[];   /* [D] */
     const int slot = blockIdx.y, t = t0 + slot, h = blockIdx.x;
     const int64_t p = pos[t];
@@ -940,6 +952,7 @@ extern "C" int64_t cu_attention_scratch_floats(int T, int H, int D, int64_t max_
 
 __global__ void k_ring_write(cu_kvlay lay, const uint8_t *kvs, const int64_t *pos, const int32_t *item_of, const cu_item *items,
                              const cu_seq_layer *sl, int ring_len) {
+    dev_grid_wait();
     const int t = blockIdx.x;
     const cu_item it = items[item_of[t]];
     const int64_t p = pos[t];

@@ -13,6 +13,7 @@
 /* ---- embedding ------------------------------------------------------------------------------------------------ */
 
 __global__ void k_embed(dsv4_weight w, const int32_t *tok, int T, int hc, int d, float *X) {
+    dev_grid_wait();
     const int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (idx >= (int64_t)T * d) return;
     const int t = (int)(idx / d), e = (int)(idx % d);
@@ -47,6 +48,7 @@ __device__ __forceinline__ float sum_squares(const float *x, int n, float *red) 
 /* q non-NULL: the output row also packed for the tensor cores (cu_mma.h) by the same block. */
 __global__ void k_rmsnorm(int official, const float *x, int ldx, const float *w, int n, float eps, float *y, int ldy, uint8_t *q,
                           int ldq, float *qs, int lds) {
+    dev_grid_wait();
     __shared__ float red[32];
     const float *xr = x + (int64_t)blockIdx.x * ldx;
     float *yr = y + (int64_t)blockIdx.x * ldy;
@@ -67,6 +69,7 @@ extern "C" void cu_rmsnorm_pack(cu_stream st, int official, const float *x, int 
 }
 
 __global__ void k_round_bf16(float *x, int64_t n) {
+    dev_grid_wait();
     const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) x[i] = dev_round_bf16(x[i]);
 }
@@ -78,6 +81,7 @@ extern "C" void cu_round_bf16(cu_stream st, float *x, int64_t n) {
 /* ---- fake quantization (one warp per block of columns) ------------------------------------------------------------ */
 
 __global__ void k_act_quant(const float *x, int ldx, float *y, int ldy, int rows, int n, int block, int fp4) {
+    dev_grid_wait();
     const int warps = blockDim.x >> 5;
     const int nb = (n + block - 1) / block;
     const int64_t job = (int64_t)blockIdx.x * warps + (threadIdx.x >> 5);
@@ -128,6 +132,7 @@ __device__ __forceinline__ float sinkhorn4_lane(float c, int q, int iters, float
 __global__ void k_hc_pre_finish(int official, const float *mixraw, const float *X, int hc, int d, const float *base,
                                 const float *scale, float hc_eps, float norm_eps, int iters, float *u, float *mix,
                                 const float *norm, float *xn, uint8_t *xq, int ldq, float *xqs, int lds) {
+    dev_grid_wait();
     __shared__ float red[32];
     __shared__ float pre[8], C[64];
     const int t = blockIdx.x, n = hc * d, nmix = (2 + hc) * hc;
@@ -411,6 +416,7 @@ extern "C" void cu_hc_post_moe(cu_stream st, int official, const float *ey, cons
  * stream sum in stream order. */
 __global__ void k_hc_head(int official, const float *X, const int32_t *rows, const float *fn, const float *base,
                           const float *scale, int hc, int d, float hc_eps, float norm_eps, float *y) {
+    dev_grid_wait();
     __shared__ float red[32];
     __shared__ float wt[8];
     const int n = hc * d;
@@ -448,6 +454,7 @@ extern "C" void cu_hc_head(cu_stream st, int official, const float *X, const int
 }
 
 __global__ void k_mtp_mix(int official, const float *ep, const float *hp, float *X, int T, int hc, int d) {
+    dev_grid_wait();
     const int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (idx >= (int64_t)T * hc * d) return;
     const int64_t t = idx / ((int64_t)hc * d);
@@ -461,6 +468,7 @@ extern "C" void cu_mtp_mix(cu_stream st, int official, const float *ep, const fl
 }
 
 __global__ void k_features(int official, const float *X, int T, int hc, int d, int nt, int k, float *feat) {
+    dev_grid_wait();
     const int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (idx >= (int64_t)T * d) return;
     const int t = (int)(idx / d), e = (int)(idx % d);
@@ -495,6 +503,7 @@ __device__ void block_unit_rmsnorm(int official, float *x, int n, float eps, flo
 /* Blocks (t, h < H): head h of q; blocks (t, H): the kv row. */
 __global__ void k_qkv_prepare(int official, float *q, float *kv, const float *kv_norm, const int64_t *pos, const float *freq,
                               int H, int D, int R, float eps) {
+    dev_grid_wait();
     __shared__ float red[32];
     const int t = blockIdx.x, h = blockIdx.y;
     const int64_t p = pos[t];
@@ -521,6 +530,7 @@ extern "C" void cu_qkv_prepare(cu_stream st, int official, float *q, float *kv, 
 /* Blocks (t, 0): the ape of both compressors and the indexer head weights; blocks (t, 1 + h): indexer query h. */
 __global__ void k_prepare_tokens(int official, int ratio, float *cz, const float *ape, int cw, float *icz, const float *iape,
                                  float *qi, float *wi, const int64_t *pos, const float *freq, int nI, int cI, int R) {
+    dev_grid_wait();
     const int t = blockIdx.x, h = (int)blockIdx.y - 1;
     const int64_t p = pos[t];
     if (h < 0) {

@@ -99,6 +99,7 @@ __device__ __forceinline__ float dot_row1(const dsv4_weight &w, int o, const flo
 
 __global__ void __launch_bounds__(32 * LIN_WARPS, 8) k_linear_1tok(dsv4_weight w, const float *__restrict__ x, int group_rows,
                                                                      int group_x, float *__restrict__ y) {
+    dev_grid_wait();
     const int o = blockIdx.x * LIN_WARPS + (threadIdx.x >> 5);
     if (o >= w.rows) return;
     const float r = dot_row1(w, o, x + (int64_t)(o / group_rows) * group_x, w.cols);
@@ -108,6 +109,7 @@ __global__ void __launch_bounds__(32 * LIN_WARPS, 8) k_linear_1tok(dsv4_weight w
 template <bool VEC>
 __global__ void k_linear(dsv4_weight w, const float *__restrict__ x, int T, int ldx, int group_rows, int group_x,
                          float *__restrict__ y, int ldy) {
+    dev_grid_wait();
     const int o = blockIdx.x * LIN_WARPS + (threadIdx.x >> 5), t0 = blockIdx.y * LIN_TILE;
     if (o >= w.rows) return;
     x += (int64_t)(o / group_rows) * group_x;
@@ -132,6 +134,7 @@ static bool split_rows(int rows, int cols) { return rows < 128 && cols >= 2048; 
 
 template <bool VEC>
 __global__ void k_linear_split(dsv4_weight w, const float *__restrict__ x, int T, int ldx, float *__restrict__ y, int ldy) {
+    dev_grid_wait();
     __shared__ float part[LIN_SPLIT][LIN_TILE];
     const int o = blockIdx.x, s = threadIdx.x >> 5, t0 = blockIdx.y * LIN_TILE;
     const int n = T - t0 < LIN_TILE ? T - t0 : LIN_TILE;
@@ -156,6 +159,7 @@ __global__ void k_linear_split(dsv4_weight w, const float *__restrict__ x, int T
 template <bool VEC>
 __global__ void k_expert_linear(const dsv4_weight *__restrict__ experts, int rows, cu_moe_plan plan, const float *__restrict__ x,
                                 int ldx, int x_by_pair, float *__restrict__ y, int ldy) {
+    dev_grid_wait();
     const int tile = blockIdx.y;
     if (tile >= *plan.n_tiles) return;
     const int o = blockIdx.x * LIN_WARPS + (threadIdx.x >> 5);
@@ -185,6 +189,7 @@ __global__ void k_expert_linear(const dsv4_weight *__restrict__ experts, int row
 /* Steps of one token (then every tile holds one pair): dot_row1, as k_linear_1tok. */
 __global__ void __launch_bounds__(32 * LIN_WARPS, 8) k_expert_linear_1tok(const dsv4_weight *__restrict__ experts, int rows, cu_moe_plan plan, const float *__restrict__ x,
                                      int ldx, int x_by_pair, float *__restrict__ y, int ldy) {
+    dev_grid_wait();
     const int tile = blockIdx.y;
     if (tile >= *plan.n_tiles) return;
     const int o = blockIdx.x * LIN_WARPS + (threadIdx.x >> 5);

@@ -268,6 +268,7 @@ struct mma16_jobs {
 template <int WF8, int MT, int NT, int U>
 __global__ void __launch_bounds__(32 * MMA16_PARTS) k_mma16_linear(mma16_jobs jobs, int group_rows, const uint16_t *__restrict__ xb,
                                                                     int ldb, int group_x, int T) {
+    dev_grid_wait();
     int j = 0;
 #pragma unroll
     for (int k = 1; k < MMA16_JOBS; k++)
@@ -289,6 +290,7 @@ __global__ void __launch_bounds__(32 * MMA16_PARTS) k_mma16_linear(mma16_jobs jo
 
 /* xb[t][i] = bf16(x[t][i]), round to nearest even (exact for bf16-valued rows). */
 __global__ void k_mma16_pack(const float *__restrict__ x, int ldx, int T, int K, uint16_t *__restrict__ xb, int ldb) {
+    dev_grid_wait();
     const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= (int64_t)T * K) return;
     const int64_t t = i / K, k = i % K;

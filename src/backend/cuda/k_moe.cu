@@ -15,6 +15,7 @@ __device__ __forceinline__ float dev_softplus(float x) { return x > 20.0f ? x : 
 #define ROUTE_MAX_K 16
 __global__ void k_route(float *logits, const float *bias, const int32_t *tid2eid, const int32_t *tok, int T, int E, int K,
                         float route_scale, int32_t *route_e, float *route_w) {
+    dev_grid_wait();
     const int t = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5), lane = threadIdx.x & 31;
     if (t >= T) return;
     float *s = logits + (int64_t)t * E;
@@ -64,6 +65,7 @@ __device__ __forceinline__ bool first_slot(const int32_t *re, int j) {
 }
 
 __global__ void k_count_routes(const int32_t *route_e, int T, int K, unsigned long long *counts) {
+    dev_grid_wait();
     const int t = blockIdx.x * blockDim.x + threadIdx.x;
     if (t >= T) return;
     const int32_t *re = route_e + (int64_t)t * K;
@@ -76,6 +78,7 @@ extern "C" void cu_count_routes(cu_stream st, const int32_t *route_e, int T, int
 }
 
 __global__ void k_scatter_pair_rows(const float *rows, const int32_t *pair, int n, int d, float *ey) {
+    dev_grid_wait();
     const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= (int64_t)n * d) return;
     const int64_t q = i / d, k = i % d;
@@ -91,6 +94,7 @@ extern "C" void cu_scatter_pair_rows(cu_stream st, const float *rows, const int3
 /* One block. Thread e (strided over experts) walks the tokens in order, so pair positions, tiles and each
  * token's pair list depend only on the routing, never on scheduling. */
 __global__ void k_moe_plan(const int32_t *route_e, const float *route_w, int T, int K, int E, cu_moe_plan p) {
+    dev_grid_wait();
     extern __shared__ int plan_smem[];
     int *cnt = plan_smem, *off = plan_smem + E, *toff = plan_smem + 2 * E;
     for (int i = threadIdx.x; i < T * K; i += blockDim.x) p.token_pairs[i] = -1;
@@ -159,6 +163,7 @@ __device__ __forceinline__ float dev_swiglu(int official, float g, float v, cons
 }
 
 __global__ void k_swiglu(int official, float *g, const float *v, const float *w, int rows, int I, float limit) {
+    dev_grid_wait();
     const int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (idx >= (int64_t)rows * I) return;
     g[idx] = dev_swiglu(official, g[idx], v[idx], w ? w + idx / I : NULL, limit);
@@ -167,6 +172,7 @@ __global__ void k_swiglu(int official, float *g, const float *v, const float *w,
 /* One warp per (row, 128-column block), lane l on columns 4l .. 4l+3 (cu_kernels.h cu_swiglu_pack). */
 __global__ void k_swiglu_pack(int official, float *g, const float *v, const float *w, int rows, int I, float limit, uint8_t *q,
                               int ldq, float *qs, int lds) {
+    dev_grid_wait();
     const int nblk = (I + 127) / 128, lane = threadIdx.x & 31;
     const int64_t job = (int64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
     if (job >= (int64_t)rows * nblk) return;   /* whole warps */
