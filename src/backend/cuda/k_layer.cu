@@ -200,7 +200,7 @@ __global__ void k_hc_pre_finish(int official, const float *mixraw, const float *
  * fabsf values and 0.0f, never NaN: exact in any order), here each lane's |xn| maxed with 0.0f, warp_max, then
  * the 4 warps that hold the block; each byte is dev_f32_to_e4m3(xn / s) as in warp_pack_block. */
 #ifndef DSV4_MHC_FAST
-#define DSV4_MHC_FAST 1   /* 0: every launch takes k_hc_pre_finish (the shim compares the two) */
+#define DSV4_MHC_FAST 1   /* 0: k_hc_pre_finish and hc_post's loops as before (tools/gpu/shim/shim_mhc.sh compares) */
 #endif
 #define HCF_ROWS 256                 /* = ROW_THREADS: the partials of the kernel above */
 #define HCF_THREADS (HCF_ROWS + 32)
