@@ -10,6 +10,38 @@
 
 #define ROW_THREADS 256
 
+/* The one-token layouts (issue 18): k_rmsnorm_fast, k_hc_pre_fast, hc_post_elem4 and k_hc_post_moe's pair loads.
+ * 0: the kernels and loops as before them (tools/gpu/shim/shim_mhc.sh runs both and compares every byte). */
+#ifndef DSV4_MHC_FAST
+#define DSV4_MHC_FAST 1
+#endif
+
+/* A row of n = 256 M columns held by ROW_THREADS threads in registers, thread k holding columns k + 256 c
+ * (c = 0..M-1), packed for the tensor cores (the bytes of warp_pack_block / block_pack_row): column block
+ * 2 c + (k >= 128) is held by warps 0..3 (k < 128) or 4..7, one column a lane. Its amax is a max of fabsf values
+ * and 0.0f (never NaN: exact in any order): each lane's value maxed with 0.0f, warp_max, then the block's 4 warps
+ * (rows_amax; then a barrier of the 256 threads; then rows_pack). Each byte is dev_f32_to_e4m3(v / s). */
+template <int M>
+__device__ __forceinline__ void rows_amax(const float (&v)[M], float (*amx)[M]) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+#pragma unroll
+    for (int c = 0; c < M; c++) {
+        const float a = warp_max(fmaxf(0.0f, fabsf(v[c])));
+        if (lane == 0) amx[warp][c] = a;
+    }
+}
+template <int M>
+__device__ __forceinline__ void rows_pack(const float (&v)[M], float (*amx)[M], uint8_t *q, float *qs) {
+    const int k = threadIdx.x, w0 = (k >> 5) & 4, half = k >> 7;
+#pragma unroll
+    for (int c = 0; c < M; c++) {
+        const float amax = fmaxf(fmaxf(amx[w0][c], amx[w0 + 1][c]), fmaxf(amx[w0 + 2][c], amx[w0 + 3][c]));
+        const float sc = quant_scale(amax, 0);
+        q[k + ROW_THREADS * c] = dev_f32_to_e4m3(v[c] / sc);
+        if ((k & 127) == 0) qs[2 * c + half] = sc;
+    }
+}
+
 /* ---- embedding ------------------------------------------------------------------------------------------------ */
 
 __global__ void k_embed(dsv4_weight w, const int32_t *tok, int T, int hc, int d, float *X) {
@@ -58,14 +90,64 @@ __global__ void k_rmsnorm(int official, const float *x, int ldx, const float *w,
     if (q) block_pack_row(yr, n, q + (int64_t)blockIdx.x * ldq, qs + (int64_t)blockIdx.x * lds);
 }
 
+/* The same for n = 256 M (M = 1, 2, 4, 8, 16): thread k loads its M elements of x (those sum_squares gives it, in
+ * its order) and of w at once and keeps them; y written once, never read back (the packing from registers: rows_pack).
+ * The kernel above waits a memory latency per loop iteration (the next loads may alias the store before) and
+ * reads the row back to pack it (run 32: rmsnorm 8.8 us at one token). Every value is the kernel above's: the same
+ * fmaf chain, block_sum (256 threads), expressions and bytes. y may be x (each thread reads its elements first). */
+template <int M>
+__global__ void __launch_bounds__(ROW_THREADS)
+k_rmsnorm_fast(int official, const float *x, int ldx, const float *w, int n, float eps, float *y, int ldy, uint8_t *q, int ldq,
+               float *qs, int lds) {
+    dev_grid_wait();
+    __shared__ float red[32], amx[8][M];
+    const int k = threadIdx.x;
+    const float *xr = x + (int64_t)blockIdx.x * ldx;
+    float *yr = y + (int64_t)blockIdx.x * ldy;
+    float xv[M], wv[M];
+#pragma unroll
+    for (int c = 0; c < M; c++) {
+        xv[c] = xr[k + ROW_THREADS * c];
+        wv[c] = w[k + ROW_THREADS * c];
+    }
+    float s = 0.0f;
+#pragma unroll
+    for (int c = 0; c < M; c++) s = fmaf(xv[c], xv[c], s);
+    const float r = 1.0f / sqrtf(block_sum(s, red) / (float)n + eps);
+#pragma unroll
+    for (int c = 0; c < M; c++) {
+        xv[c] = dev_bf16_if(official, wv[c] * (xv[c] * r));
+        yr[k + ROW_THREADS * c] = xv[c];
+    }
+    if (!q) return;
+    rows_amax<M>(xv, amx);
+    __syncthreads();
+    rows_pack<M>(xv, amx, q + (int64_t)blockIdx.x * ldq, qs + (int64_t)blockIdx.x * lds);
+}
+
+static void rmsnorm_launch(cu_stream st, int official, const float *x, int ldx, const float *w, int n, float eps, float *y, int ldy,
+                           int rows, uint8_t *q, int ldq, float *qs, int lds) {
+    if (rows <= 0) return;
+    if (DSV4_MHC_FAST && n % ROW_THREADS == 0) {
+#define RMS_CASE(V) \
+    case V: k_rmsnorm_fast<V><<<rows, ROW_THREADS, 0, (cudaStream_t)st>>>(official, x, ldx, w, n, eps, y, ldy, q, ldq, qs, lds); return;
+        switch (n / ROW_THREADS) {
+            RMS_CASE(1) RMS_CASE(2) RMS_CASE(4) RMS_CASE(8) RMS_CASE(16)
+        default: break;
+        }
+#undef RMS_CASE
+    }
+    k_rmsnorm<<<rows, ROW_THREADS, 0, (cudaStream_t)st>>>(official, x, ldx, w, n, eps, y, ldy, q, ldq, qs, lds);
+}
+
 extern "C" void cu_rmsnorm(cu_stream st, int official, const float *x, int ldx, const float *w, int n, float eps, float *y,
                            int ldy, int rows) {
-    if (rows > 0) k_rmsnorm<<<rows, ROW_THREADS, 0, (cudaStream_t)st>>>(official, x, ldx, w, n, eps, y, ldy, NULL, 0, NULL, 0);
+    rmsnorm_launch(st, official, x, ldx, w, n, eps, y, ldy, rows, NULL, 0, NULL, 0);
 }
 
 extern "C" void cu_rmsnorm_pack(cu_stream st, int official, const float *x, int ldx, const float *w, int n, float eps, float *y,
                                 int ldy, int rows, uint8_t *q, int ldq, float *qs, int lds) {
-    if (rows > 0) k_rmsnorm<<<rows, ROW_THREADS, 0, (cudaStream_t)st>>>(official, x, ldx, w, n, eps, y, ldy, q, ldq, qs, lds);
+    rmsnorm_launch(st, official, x, ldx, w, n, eps, y, ldy, rows, q, ldq, qs, lds);
 }
 
 __global__ void k_round_bf16(float *x, int64_t n) {
@@ -199,11 +281,7 @@ __global__ void k_hc_pre_finish(int official, const float *mixraw, const float *
  * and xn are the same expressions on the same values. The pack: each 128-column block's amax is a max (of
  * fabsf values and 0.0f, never NaN: exact in any order), here each lane's |xn| maxed with 0.0f, warp_max, then
  * the 4 warps that hold the block; each byte is dev_f32_to_e4m3(xn / s) as in warp_pack_block. */
-#ifndef DSV4_MHC_FAST
-#define DSV4_MHC_FAST 1   /* 0: k_hc_pre_finish and hc_post's loops as before (tools/gpu/shim/shim_mhc.sh compares) */
-#endif
-#define HCF_ROWS 256                 /* = ROW_THREADS: the partials of the kernel above */
-#define HCF_THREADS (HCF_ROWS + 32)
+#define HCF_THREADS (ROW_THREADS + 32)
 
 template <int M>
 __global__ void __launch_bounds__(HCF_THREADS)
@@ -215,7 +293,7 @@ k_hc_pre_fast(int official, const float *mixraw, const float *X, int d, const fl
     const int t = blockIdx.x, n = 4 * d, k = threadIdx.x, lane = k & 31, warp = k >> 5;
     const float *x = X + (int64_t)t * n;
     const float *m = mixraw + (int64_t)t * 24;   /* (2 + hc) hc */
-    if (k >= HCF_ROWS) {   /* the mix warp: its inputs loaded while the row warps sum */
+    if (k >= ROW_THREADS) {   /* the mix warp: its inputs loaded while the row warps sum */
         const int q = lane & 15;
         const float cm = m[8 + q], cb = base[8 + q], cs = scale[2];
         const bool post = lane >= 4 && lane < 8;
@@ -230,10 +308,10 @@ k_hc_pre_fast(int official, const float *mixraw, const float *X, int d, const fl
     }
     float xv[4 * M], nv[M], pm[4], pb[4];
 #pragma unroll
-    for (int j = 0; j < 4 * M; j++) xv[j] = x[k + HCF_ROWS * j];
+    for (int j = 0; j < 4 * M; j++) xv[j] = x[k + ROW_THREADS * j];
     if (norm) {
 #pragma unroll
-        for (int c = 0; c < M; c++) nv[c] = norm[k + HCF_ROWS * c];
+        for (int c = 0; c < M; c++) nv[c] = norm[k + ROW_THREADS * c];
     }
 #pragma unroll
     for (int i = 0; i < 4; i++) { pm[i] = m[i]; pb[i] = base[i]; }
@@ -256,37 +334,24 @@ k_hc_pre_fast(int official, const float *mixraw, const float *X, int d, const fl
 #pragma unroll
         for (int i = 0; i < 4; i++) a += pre[i] * xv[i * M + c];
         uv[c] = dev_bf16_if(official, a);
-        ut[k + HCF_ROWS * c] = uv[c];
+        ut[k + ROW_THREADS * c] = uv[c];
         ss = fmaf(uv[c], uv[c], ss);
     }
     if (!norm) return;
     ss = warp_sum(ss);
     if (lane == 0) red2[warp] = ss;
-    dev_bar_sync(1, HCF_ROWS);
+    dev_bar_sync(1, ROW_THREADS);
     const float rr = 1.0f / sqrtf(warp_sum(lane < 8 ? red2[lane] : 0.0f) / (float)d + norm_eps);
     float *xr = xn + (int64_t)t * d;
 #pragma unroll
     for (int c = 0; c < M; c++) {
         uv[c] = dev_bf16_if(official, nv[c] * (uv[c] * rr));   /* now xn */
-        xr[k + HCF_ROWS * c] = uv[c];
+        xr[k + ROW_THREADS * c] = uv[c];
     }
     if (!xq) return;
-    /* column block 2 c + (k >= 128) is held by warps 0..3 (k < 128) or 4..7, one column a lane */
-#pragma unroll
-    for (int c = 0; c < M; c++) {
-        const float a = warp_max(fmaxf(0.0f, fabsf(uv[c])));
-        if (lane == 0) amx[warp][c] = a;
-    }
-    dev_bar_sync(1, HCF_ROWS);
-    const int w0 = warp & 4, half = k >> 7;
-    uint8_t *qr = xq + (int64_t)t * ldq;
-#pragma unroll
-    for (int c = 0; c < M; c++) {
-        const float amax = fmaxf(fmaxf(amx[w0][c], amx[w0 + 1][c]), fmaxf(amx[w0 + 2][c], amx[w0 + 3][c]));
-        const float sc = quant_scale(amax, 0);
-        qr[k + HCF_ROWS * c] = dev_f32_to_e4m3(uv[c] / sc);
-        if ((k & 127) == 0) xqs[(int64_t)t * lds + 2 * c + half] = sc;
-    }
+    rows_amax<M>(uv, amx);
+    dev_bar_sync(1, ROW_THREADS);
+    rows_pack<M>(uv, amx, xq + (int64_t)t * ldq, xqs + (int64_t)t * lds);
 }
 
 template <int M>
@@ -302,8 +367,8 @@ extern "C" void cu_hc_pre_finish(cu_stream st, int official, const float *mixraw
                                  float *mix, const float *norm, float *xn, uint8_t *xq, int ldq, float *xqs, int lds) {
     if (T <= 0) return;
     if (!norm) xn = NULL, xq = NULL;
-    if (DSV4_MHC_FAST && hc == 4 && d % HCF_ROWS == 0) {
-        const int M = d / HCF_ROWS;
+    if (DSV4_MHC_FAST && hc == 4 && d % ROW_THREADS == 0) {
+        const int M = d / ROW_THREADS;
 #define HCF_CASE(V) \
     case V: hc_pre_fast<V>(st, official, mixraw, X, T, d, base, scale, hc_eps, norm_eps, iters, u, mix, norm, xn, xq, ldq, xqs, lds); return;
         switch (M) {

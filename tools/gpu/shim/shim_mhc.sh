@@ -4,7 +4,7 @@
 # source is built twice: v0 with -DDSV4_MHC_FAST=0 -DDSV4_MOE_FAST=0 (the kernels before issue 18's rewrite) and v1
 # with both on (the fast kernels where they apply); the test runs both on the same inputs, decode and prefill
 # shapes, both numeric modes, and requires every output byte to be equal (and the plan to match a host reference).
-# ~1-2 min. MHC_BUG=pre|post|route|plan mutates v1's source (a changed order or an off-by-one) so that the test
+# ~1-2 min. MHC_BUG=pre|rms|post|route|plan mutates v1's source (a changed order or an off-by-one) so that the test
 # must fail. Not part of `make test` nor of the GPU suite; needs no build of the project.
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
@@ -30,7 +30,7 @@ out.append(common[a:b])
 a = quant.index("/* The scale of one block"); b = quant.rindex("#endif")
 out.append(quant[a:b])
 a = layer.index("#define ROW_THREADS"); b = layer.index("/* ---- embedding")
-out.append(layer[a:b])
+top = layer[a:b]
 a = layer.index("/* ---- norms"); b = layer.index("/* ---- attention preparation")
 lay = layer[a:b]
 a = moe.index("__device__ __forceinline__ float dev_softplus"); b = moe.index("__device__ __forceinline__ float dev_silu")
@@ -44,13 +44,15 @@ def mutate(text, old, new):
     return text.replace(old, new)
 if v == "1" and bug == "pre":     # the stream sum in another order
     lay = mutate(lay, "for (int i = 0; i < 4; i++) a += pre[i] * xv[i * M + c];", "for (int i = 3; i >= 0; i--) a += pre[i] * xv[i * M + c];")
+if v == "1" and bug == "rms":     # the packing scale of the wrong half
+    top = mutate(top, "if ((k & 127) == 0) qs[2 * c + half] = sc;", "if ((k & 127) == 0) qs[2 * c + 1 - half] = sc;")
 if v == "1" and bug == "post":    # comb transposed
     lay = mutate(lay, "s += cw[j * 4 + k] * old[j];", "s += cw[k * 4 + j] * old[j];")
 if v == "1" and bug == "route":   # ties to the higher id
     mo = mutate(mo, "if (best < 0 || v > bv) { best = e; bv = v; bsc = sc[r]; }", "if (best < 0 || v >= bv) { best = e; bv = v; bsc = sc[r]; }")
 if v == "1" and bug == "plan":    # a token's pairs counted from its own bit on
     mo = mutate(mo, "& ((1ull << (t & 63)) - 1)", "& ((2ull << (t & 63)) - 1)")
-body = poison_shared(lay + "\n" + mo)
+body = poison_shared(top + "\n" + lay + "\n" + mo)
 body = body.replace('extern "C" ', '')
 n0 = body.count("<<<")
 body, n = launches(body, r"k_\w+(?:<[^<>;]*>)?")

@@ -1,7 +1,7 @@
 /* tools/gpu/shim/shim_mhc.sh's test: the mHC and routing kernels as they were (namespace v0: DSV4_MHC_FAST=0,
  * DSV4_MOE_FAST=0) and as rewritten for one-token latency (v1: both on), run on the same inputs through the CPU shim.
  * Every output byte must be equal: hc_pre_finish (u, post / comb, xn, the packed row and its scales; with and
- * without the norm and the pack), hc_post and hc_post_moe (the streams), the routing (scores written back, picks,
+ * without the norm and the pack), rmsnorm (in place or not, packed or not), hc_post and hc_post_moe (the streams), the routing (scores written back, picks,
  * weights; top-k with ties and NaN, and hash rows) and the MoE plan (pairs, weights, tiles, token lists), for decode
  * (T = 1, 2, 3, 8, 64) and prefill-like (T = 65..300) shapes, in both numeric modes. The plan is also checked
  * against a host reference written from its definition (cu_kernels.h), so that it cannot pass by the two kernels
@@ -21,6 +21,10 @@ extern "C" {
     void cu_hc_pre_finish(cu_stream st, int official, const float *mixraw, const float *X, int T, int hc, int d,               \
                           const float *base, const float *scale, float hc_eps, float norm_eps, int iters, float *u, float *mix, \
                           const float *norm, float *xn, uint8_t *xq, int ldq, float *xqs, int lds);                            \
+    void cu_rmsnorm(cu_stream st, int official, const float *x, int ldx, const float *w, int n, float eps, float *y, int ldy,    \
+                    int rows);                                                                                                 \
+    void cu_rmsnorm_pack(cu_stream st, int official, const float *x, int ldx, const float *w, int n, float eps, float *y,       \
+                         int ldy, int rows, uint8_t *q, int ldq, float *qs, int lds);                                          \
     void cu_hc_post(cu_stream st, int official, const float *f, const float *mix, float *X, int T, int hc, int d);             \
     void cu_hc_post_moe(cu_stream st, int official, const float *ey, const float *shared, const int32_t *token_pairs, int K,   \
                         const float *mix, float *X, int T, int hc, int d);                                                     \
@@ -111,6 +115,35 @@ static void hc_pre_case(int T, int d, int official, int with_norm, int with_pack
     if (with_pack && o[1].xqs[0] == -7.0f) { printf("FAIL hc_pre: no scales\n"); failures++; }
     char name[128];
     snprintf(name, sizeof name, "hc_pre_finish T=%d d=%d %s%s%s", T, d, official ? "official" : "exact", with_norm ? " +norm" : "",
+             with_pack ? " +pack" : "");
+    check_done(name);
+}
+
+static void rmsnorm_case(int T, int n, int official, int in_place, int with_pack) {
+    const int ldx = n + 8, ldq = n + 16, lds = n / 128 + 3;
+    std::vector<float> x((size_t)T * ldx), w(n);
+    fill(x, 2.0f);
+    for (auto &v : w) v = 1.0f + frand(0.5f);
+    std::vector<float> y[2], qs[2];
+    std::vector<uint8_t> q[2];
+    for (int v = 0; v < 2; v++) {
+        y[v] = in_place ? x : std::vector<float>((size_t)T * ldx, -7.0f);
+        q[v].assign((size_t)T * ldq, 0xa5);
+        qs[v].assign((size_t)T * lds, -7.0f);
+        const float *src = in_place ? y[v].data() : x.data();
+        if (with_pack)
+            (v ? v1::cu_rmsnorm_pack : v0::cu_rmsnorm_pack)(nullptr, official, src, ldx, w.data(), n, 1e-6f, y[v].data(), ldx, T,
+                                                            q[v].data(), ldq, qs[v].data(), lds);
+        else
+            (v ? v1::cu_rmsnorm : v0::cu_rmsnorm)(nullptr, official, src, ldx, w.data(), n, 1e-6f, y[v].data(), ldx, T);
+    }
+    same("rmsnorm y", y[0], y[1]);
+    same("rmsnorm q", q[0], q[1]);
+    same("rmsnorm qs", qs[0], qs[1]);
+    if (y[1] == x || (!in_place && y[1][0] == -7.0f)) { printf("FAIL rmsnorm: y not written\n"); failures++; }
+    if (with_pack && qs[1][0] == -7.0f) { printf("FAIL rmsnorm: no scales\n"); failures++; }
+    char name[96];
+    snprintf(name, sizeof name, "rmsnorm T=%d n=%d %s%s%s", T, n, official ? "official" : "exact", in_place ? " in place" : "",
              with_pack ? " +pack" : "");
     check_done(name);
 }
@@ -252,12 +285,18 @@ int main() {
         hc_pre_case(5, 512, official, 1, 1);
         hc_pre_case(4, 2048, official, 1, 1);
         hc_pre_case(3, 160, official, 1, 1);    /* no fast path: both the old kernel */
+        rmsnorm_case(1, 1024, official, 1, 1);   /* q_norm */
+        rmsnorm_case(3, 4096, official, 0, 0);   /* the head's */
+        rmsnorm_case(2, 256, official, 0, 1);
+        rmsnorm_case(4, 512, official, 1, 0);
+        rmsnorm_case(2, 160, official, 0, 1);    /* no fast path */
         hc_post_case(1, 4096, official, 6);
         hc_post_case(5, 512, official, 6);
         hc_post_case(3, 256, official, 8);
         hc_post_case(2, 256, official, 11);     /* K > 8: the loop */
     }
     hc_pre_case(64, 1024, 1, 1, 1);
+    rmsnorm_case(64, 1024, 1, 1, 1);
     route_case(1, 256, 6, 1, 0, 0);   /* Flash: 256 experts, top 6 */
     route_case(64, 256, 6, 1, 0, 0);
     route_case(7, 256, 6, 0, 0, 0);
