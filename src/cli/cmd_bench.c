@@ -205,8 +205,14 @@ static void graphs_report(const dsv4_model *m, json_t *rep) {
     if (o) json_object_set_new(rep, "cuda_graphs", o);
 }
 
-/* --streams 1,2,4,...: aggregate decode tokens/s with N streams decoding together (weights read once a step). */
-static int bench_streams(dsv4_model *m, const char *list, int decode, double bw, json_t *rep) {
+static void profile_start(dsv4_model *m, void *ctx) {
+    (void)ctx;
+    cuda_profile(m, 1);
+}
+
+/* --streams 1,2,4,...: aggregate decode tokens/s with N streams decoding together (weights read once a step). With
+ * --profile (cuda), the decode steps of the last count once more, under the per-stage timing. */
+static int bench_streams(dsv4_model *m, const char *list, int decode, double bw, int profile, json_t *rep) {
     int32_t *counts;
     int n;
     if (cli_parse_tokens(CMD, list, &counts, &n)) return 1;
@@ -229,6 +235,13 @@ static int bench_streams(dsv4_model *m, const char *list, int decode, double bw,
                                              "step_ms_mean", rows[i].step_ms_mean, "step_ms_max", rows[i].step_ms_max,
                                              "step_weight_bytes", rows[i].step_bytes));
     if (arr) json_object_set_new(rep, "streams", arr);
+    if (!rc && profile) {
+        dsv4_bench_streams_result r;
+        printf("\nper-stage time of %d-stream decode steps (synchronised stages, launched directly):\n", c[n - 1]);
+        rc = dsv4_bench_streams_hooked(m, c[n - 1], 16, decode, profile_start, NULL, &r, &err);
+        if (!rc) cuda_profile_report(m, stdout);
+        cuda_profile(m, 0);
+    }
     free(rows);
     free(c);
     return rc ? cli_fail(CMD, &err) : 0;
@@ -529,7 +542,7 @@ int cmd_bench(int argc, char **argv) {
         if (bw > 0) rep_num(rep, "machine", m->cuda ? "device_copy_gb_s" : "memory_read_gb_s", bw);
     }
     int rc = bench_single_stream(m, (int)prompt, (int)decode, bw, profile && m->cuda, rep);
-    if (!rc && streams) rc = bench_streams(m, streams, (int)decode, bw, rep);
+    if (!rc && streams) rc = bench_streams(m, streams, (int)decode, bw, profile && m->cuda, rep);
     if (!rc && context) rc = bench_context(m, context, (int)decode, profile && m->cuda, rep);
     if (!rc && spec) rc = bench_spec(m, spec, (int)decode);
     if (!rc && spec && streams) rc = bench_spec_streams(m, spec, streams, (int)decode);

@@ -12,9 +12,11 @@
  *     again. A refused update and a failed instantiation leave their error in cudaGetLastError: cleared here,
  *     or the step's cu_finish would report it.
  * Programmatic edges (cu_graphs_new's `programmatic`): before a captured segment is instantiated, every edge from one
- * kernel node to another becomes a programmatic dependency from the upstream kernel's launch-completion port
- * (cudaGraphDependencyTypeProgrammatic, cudaGraphKernelNodePortLaunchCompletion): the downstream kernel's blocks
- * may be launched once every block of the upstream one has begun, and each of them first executes dev_grid_wait
+ * kernel node to another becomes a programmatic dependency (cudaGraphDependencyTypeProgrammatic) from one of the
+ * upstream kernel's ports: CU_PDL_LAUNCH (cudaGraphKernelNodePortLaunchCompletion), the downstream kernel's blocks
+ * may be launched once every block of the upstream one has begun; CU_PDL_EXIT (cudaGraphKernelNodePortProgrammatic
+ * with no kernel calling griddepcontrol.launch_dependents), once every block of it has exited, before its memory
+ * is flushed. Either way each downstream block first executes dev_grid_wait
  * (cu_common.cuh; tests/cli/pdl_wait.sh checks every kernel), which returns when the upstream grid has completed
  * and its memory operations are visible. So a kernel still starts its work after everything before it in the
  * stream, as with a plain edge (completion is transitive: the upstream kernel itself waited), and only the
@@ -45,7 +47,7 @@ struct cu_graphs {
     graph_slot slot[CU_GRAPH_SLOTS];
     unsigned long long clock;
     int drop_test;
-    int programmatic;   /* kernel -> kernel edges made programmatic (above) */
+    int programmatic;   /* CU_PDL_*: kernel -> kernel edges made programmatic (above) */
     cu_graph_counts n;
 };
 
@@ -133,7 +135,7 @@ static int is_kernel(cudaGraphNode_t node) {
 
 /* Every plain kernel -> kernel edge of graph made programmatic (the file's head). Returns how many, or -1 when
  * the graph could not be read or changed: then it may hold a mix of both kinds of edge, each still correct. */
-static long make_edges_programmatic(cudaGraph_t graph) {
+static long make_edges_programmatic(cudaGraph_t graph, int mode) {
     size_t n = 0;
     if (cudaGraphGetEdges(graph, NULL, NULL, NULL, &n) != cudaSuccess) return -1;
     if (!n) return 0;
@@ -147,7 +149,7 @@ static long make_edges_programmatic(cudaGraph_t graph) {
         cudaGraphEdgeData pdl;
         memset(&pdl, 0, sizeof pdl);
         pdl.type = cudaGraphDependencyTypeProgrammatic;
-        pdl.from_port = cudaGraphKernelNodePortLaunchCompletion;
+        pdl.from_port = mode == CU_PDL_LAUNCH ? cudaGraphKernelNodePortLaunchCompletion : cudaGraphKernelNodePortProgrammatic;
         if (cudaGraphRemoveDependencies(graph, &from[i], to, &data[i], 1) != cudaSuccess) made = -1;
         else if (cudaGraphAddDependencies(graph, &from[i], to, &pdl, 1) != cudaSuccess) {
             cudaGraphAddDependencies(graph, &from[i], to, &data[i], 1);   /* the plain edge back: never none */
@@ -173,7 +175,7 @@ extern "C" int cu_graph_end(cu_graphs *g, int slot, int seg, cu_stream st, int d
     g->n.captures++;
     if (g->drop_test) drop_one_leaf(graph);
     if (g->programmatic) {
-        const long made = make_edges_programmatic(graph);
+        const long made = make_edges_programmatic(graph, g->programmatic);
         if (made < 0) {
             cudaGetLastError();
             cudaGraphDestroy(graph);

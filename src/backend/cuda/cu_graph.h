@@ -27,8 +27,10 @@ typedef struct {
     long programmatic_edges;            /* kernel -> kernel edges made programmatic, over all captures (cu_graph.cu) */
 } cu_graph_counts;
 
-/* NULL when out of memory. programmatic: every kernel -> kernel edge of a captured graph becomes a programmatic
- * one, so a kernel's launch overlaps the run of the one before it (cu_graph.cu's head; the same bits either way). */
+/* NULL when out of memory. programmatic (CU_PDL_*): every kernel -> kernel edge of a captured graph becomes a
+ * programmatic one, so a kernel's launch overlaps the end of the one before it (cu_graph.cu's head; the same bits
+ * any way), from the upstream kernel's launch completion or from its blocks' exit. */
+enum { CU_PDL_OFF = 0, CU_PDL_LAUNCH = 1, CU_PDL_EXIT = 2 };
 cu_graphs *cu_graphs_new(int programmatic);
 void cu_graphs_free(cu_graphs *g);        /* NULL is fine; waits for nothing (a graph in flight is freed when it ends) */
 cu_graph_counts *cu_graphs_counts(cu_graphs *g);

@@ -425,8 +425,9 @@ static int init_ranks(struct cuda_model *cm, const struct dsv4_model *m, int n, 
  * anything else fails the load with one line. Each is a property of the model load, never of a step, so a query's
  * bits do not depend on its batch.
  *   DSV4_CUDA_GRAPHS    steps as CUDA graphs (cu_graph.cu), default on; 0 launches every kernel directly.
- *   DSV4_CUDA_PDL       inside those graphs, kernel -> kernel edges programmatic (cu_graph.cu), default on: each
- *                       kernel's launch overlaps the run of the one before; the same bits either way.
+ *   DSV4_CUDA_PDL       inside those graphs, kernel -> kernel edges programmatic (cu_graph.cu): 1 from the upstream
+ *                       kernel's launch completion, 2 from its blocks' exit, 0 (the default) plain edges; the same
+ *                       bits every way. Run 37: 1 decoded at 56.8 / 56.2 tok/s against 58.5 / 58.4 with 0.
  *   DSV4_CUDA_MMA       OFFICIAL mode's FP8/FP4 linears of act-quantized rows on FP8 tensor cores (k_mma.cu) and its
  *                       linears of bf16-valued inputs with BF16 or FP8 weights on BF16 tensor cores (k_mma16.cu),
  *                       default on; 0 = both on CUDA cores (k_linear.cu). EXACT mode never uses them.
@@ -436,19 +437,28 @@ static int init_ranks(struct cuda_model *cm, const struct dsv4_model *m, int n, 
  *                       k_att_pv_mma), default off since run 35: at a decode step they ran one block per query, slower
  *                       than the CUDA-core kernels (decode 45.6 vs 47.6 tok/s, 1M context 28.1 vs 30.5), for +6 % at
  *                       an 8K prefill. EXACT mode never uses them. */
-static int env_switch(const char *name, int dflt, const char *what, int *on, dsv4_error *err) {
+static int env_choice(const char *name, int dflt, int max, const char *what, int *val, dsv4_error *err) {
     const char *v = getenv(name);
-    *on = !v || !*v ? dflt : !strcmp(v, "1");
-    if (v && *v && strcmp(v, "0") && strcmp(v, "1"))
-        return dsv4_fail(err, DSV4_E_ARG, "%s is '%.40s': 1 (%s) or 0; %d is the default", name, v, what, dflt);
-    return 0;
+    *val = dflt;
+    if (!v || !*v) return 0;
+    if (v[0] >= '0' && v[0] <= '0' + max && !v[1]) {
+        *val = v[0] - '0';
+        return 0;
+    }
+    return dsv4_fail(err, DSV4_E_ARG, "%s is '%.40s': %s; %d is the default", name, v, what, dflt);
+}
+static int env_switch(const char *name, int dflt, const char *what, int *on, dsv4_error *err) {
+    char both[160];
+    snprintf(both, sizeof both, "1 (%s) or 0", what);
+    return env_choice(name, dflt, 1, both, on, err);
 }
 
 int cuda_model_init(struct dsv4_model *m, const cuda_placement *p, dsv4_error *err) {
     const int gpu = p->gpu;
-    int n_gpus = p->n_gpus, graphs_on, pdl_on, mma_on, idx_mma_on, att_mma_on;
+    int n_gpus = p->n_gpus, graphs_on, pdl_on /* CU_PDL_* */, mma_on, idx_mma_on, att_mma_on;
     if (env_switch("DSV4_CUDA_GRAPHS", 1, "CUDA graphs", &graphs_on, err) ||
-        env_switch("DSV4_CUDA_PDL", 1, "programmatic edges in the CUDA graphs", &pdl_on, err) ||
+        env_choice("DSV4_CUDA_PDL", CU_PDL_OFF, CU_PDL_EXIT,
+                   "0 (plain edges in the CUDA graphs), 1 (programmatic from launch completion) or 2 (from exit)", &pdl_on, err) ||
         env_switch("DSV4_CUDA_MMA", 1, "tensor cores in OFFICIAL mode", &mma_on, err) ||
         env_switch("DSV4_CUDA_IDX_MMA", 1, "indexer scores on tensor cores in OFFICIAL mode", &idx_mma_on, err) ||
         env_switch("DSV4_CUDA_ATT_MMA", 0, "tensor-core attention in OFFICIAL mode", &att_mma_on, err))
