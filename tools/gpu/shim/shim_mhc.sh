@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs tools/gpu/shim/shim_mhc_test.cpp on the CPU against the very source of the mHC and routing kernels (k_layer.cu:
-# norms to mHC; k_moe.cu: routing and the plan), through tools/gpu/shim/cuda_shim.h, every GPU thread a fiber. The
+# norms to the end; k_moe.cu: routing and the plan), through tools/gpu/shim/cuda_shim.h, every GPU thread a fiber. The
 # source is built twice: v0 with -DDSV4_MHC_FAST=0 -DDSV4_MOE_FAST=0 (the kernels before issue 18's rewrite) and v1
 # with both on (the fast kernels where they apply); the test runs both on the same inputs, decode and prefill
 # shapes, both numeric modes, and requires every output byte to be equal (and the plan to match a host reference).
@@ -31,8 +31,9 @@ a = quant.index("/* The scale of one block"); b = quant.rindex("#endif")
 out.append(quant[a:b])
 a = layer.index("#define ROW_THREADS"); b = layer.index("/* ---- embedding")
 top = layer[a:b]
-a = layer.index("/* ---- norms"); b = layer.index("/* ---- attention preparation")
-lay = layer[a:b]
+a = layer.index("/* ---- norms")
+b = layer.find("/* ---- attention preparation")   # (moved out of k_layer.cu by 1f19857)
+lay = layer[a:] if b < 0 else layer[a:b]
 a = moe.index("__device__ __forceinline__ float dev_softplus"); b = moe.index("__device__ __forceinline__ float dev_silu")
 mo = moe[a:b]
 mo = mo.replace("extern __shared__ int plan_smem[];", "static int plan_smem[1 << 16];\n    if (threadIdx.x == 0) shim_poison(plan_smem, sizeof plan_smem);")
