@@ -40,7 +40,7 @@ for r in 1 2; do for b in dsv4 dsv4-mhcold; do
 done; done
 NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1 || echo /usr/local/cuda/bin/ncu)
 for b in dsv4 dsv4-mhcold; do
-  timeout 75 "$NCU" --clock-control none --cache-control none --metrics gpu__time_duration.sum,launch__grid_size,launch__registers_per_thread \
+  timeout 75 "$NCU" --clock-control none --cache-control none --metrics gpu__time_duration.sum,launch__grid_size,launch__block_size,launch__registers_per_thread \
       --csv --page raw --kernel-name "regex:^k_(embed|hc_pre|hc_post|route|moe_plan|rmsnorm)" --launch-count 1100 \
       .gpu/$b bench --synthetic flash --device cuda --mode official --prompt 1 --decode 2 --no-bandwidth >"$L/ncu-$b.csv" 2>/dev/null
   python3 tools/gpu/ncu_summary.py "$L/ncu-$b.csv" k_embed 1 >"$L/ncu-$b.txt" 2>&1
@@ -48,6 +48,6 @@ done
 echo "== suite:"; grep -E "^FAIL|passed, .* failed|suite exit" "$L/suite.log" | tail -8
 echo "== bits:"; cat "$L/bits.log"; tail -3 "$L/bits.err" 2>/dev/null
 echo "== A/B:"; grep -E "^==|^prefill|^decode|rror" "$L/ab.log"
-for b in dsv4 dsv4-mhcold; do echo "== ncu $b:"; head -14 "$L/ncu-$b.txt"; done
+for b in dsv4 dsv4-mhcold; do echo "== ncu $b:"; cat "$L/ncu-$b.txt"; done
 tar czf "$OUT/mhcfast.tgz" -C /tmp mhcfast-logs
 echo "total $(el) s"
