@@ -8,12 +8,14 @@
 #      in steps of 200, 64, 8, 3 and 1 token (--chunks);
 #   3. Flash decode at prompt 256, new and old builds alternating, two rounds;
 #   4. ncu over one Flash decode step, only the kernels changed (+ k_embed, which marks the steps), both builds;
-#   everything in $OUT/mhcfast.tgz, the summary on stdout.
+#   everything in $OUT/mhcfast.tgz, the summary on stdout. SUITE=0 skips 1, NCU_RUN=0 skips 4 (~6-7 min in all).
 . tools/gpu/env.sh
 # the logs in one folder, packed into $OUT/mhcfast.tgz at the end (the device tool returns at most 8 files)
 L=/tmp/mhcfast-logs; rm -rf $L; mkdir -p $L
-BUILD=.gpu VERBOSE=1 timeout "${SUITE_SECONDS:-300}" tests/run_gpu.sh >"$L/suite.log" 2>&1
-echo "suite exit $? at $(el) s" >>"$L/suite.log"
+if [ "${SUITE:-1}" = 1 ]; then
+  BUILD=.gpu VERBOSE=1 timeout "${SUITE_SECONDS:-300}" tests/run_gpu.sh >"$L/suite.log" 2>&1
+  echo "suite exit $? at $(el) s" >>"$L/suite.log"
+fi
 TOK=$(awk 'BEGIN{for(i=0;i<300;i++) printf "%s%d", (i?",":""), (i*37+3)%260}')
 # hidden 1024 with 64 experts, top 6 (route: 2 experts a lane; hash rows in layers 0-1); hidden 4096 as Flash's
 .gpu/dsv4 tiny -o /tmp/wide1024 --preset flash-tiny --set 'compress_ratios=[0,0,4,128,4,128]' --set sliding_window=8 \
@@ -40,14 +42,15 @@ for r in 1 2; do for b in dsv4 dsv4-mhcold; do
 done; done
 NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1 || echo /usr/local/cuda/bin/ncu)
 for b in dsv4 dsv4-mhcold; do
+  [ "${NCU_RUN:-1}" = 1 ] || break
   timeout 75 "$NCU" --clock-control none --cache-control none --metrics gpu__time_duration.sum,launch__grid_size,launch__block_size,launch__registers_per_thread \
       --csv --page raw --kernel-name "regex:^k_(embed|hc_pre|hc_post|route|moe_plan|rmsnorm)" --launch-count 1100 \
       .gpu/$b bench --synthetic flash --device cuda --mode official --prompt 1 --decode 2 --no-bandwidth >"$L/ncu-$b.csv" 2>/dev/null
   python3 tools/gpu/ncu_summary.py "$L/ncu-$b.csv" k_embed 1 >"$L/ncu-$b.txt" 2>&1
 done
-echo "== suite:"; grep -E "^FAIL|passed, .* failed|suite exit" "$L/suite.log" | tail -8
+echo "== suite:"; [ -f "$L/suite.log" ] && grep -E "^FAIL|passed, .* failed|suite exit" "$L/suite.log" | tail -8
 echo "== bits:"; cat "$L/bits.log"; tail -3 "$L/bits.err" 2>/dev/null
 echo "== A/B:"; grep -E "^==|^prefill|^decode|rror" "$L/ab.log"
-for b in dsv4 dsv4-mhcold; do echo "== ncu $b:"; cat "$L/ncu-$b.txt"; done
+for b in dsv4 dsv4-mhcold; do [ -f "$L/ncu-$b.txt" ] && { echo "== ncu $b:"; cat "$L/ncu-$b.txt"; }; done
 tar czf "$OUT/mhcfast.tgz" -C /tmp mhcfast-logs
 echo "total $(el) s"
