@@ -72,8 +72,9 @@ __global__ void k_rmsnorm(int official, const float *x, int ldx, const float *w,
     if (q) block_pack_row(yr, n, q + (int64_t)blockIdx.x * ldq, qs + (int64_t)blockIdx.x * lds);
 }
 
-/* The same for n = 256 M (M = 1, 2, 4, 8, 16): thread k loads its M elements of x (those sum_squares gives it, in
- * its order) and of w at once and keeps them; y written once, never read back (the packing from registers: rows_pack).
+/* The same for n = 256 M (M = 1, 2, 4, 6, 8, 16, 28: q_lora is 4 in Flash, 6 in Pro; hidden 16 and 28): thread k
+ * loads its M elements of x (those sum_squares gives it, in its order) and of w at once and keeps them; y written
+ * once, never read back (the packing from registers: rows_pack).
  * The kernel above waits a memory latency per loop iteration (the next loads may alias the store before) and
  * reads the row back to pack it (run 32: rmsnorm 8.8 us at one token). Every value is the kernel above's: the same
  * fmaf chain, block_sum (256 threads), expressions and bytes. y may be x (each thread reads its elements first). */
@@ -114,7 +115,7 @@ static void rmsnorm_launch(cu_stream st, int official, const float *x, int ldx, 
 #define RMS_CASE(V) \
     case V: k_rmsnorm_fast<V><<<rows, ROW_THREADS, 0, (cudaStream_t)st>>>(official, x, ldx, w, n, eps, y, ldy, q, ldq, qs, lds); return;
         switch (n / ROW_THREADS) {
-            RMS_CASE(1) RMS_CASE(2) RMS_CASE(4) RMS_CASE(8) RMS_CASE(16)
+            RMS_CASE(1) RMS_CASE(2) RMS_CASE(4) RMS_CASE(6) RMS_CASE(8) RMS_CASE(16) RMS_CASE(28)
         default: break;
         }
 #undef RMS_CASE
@@ -244,7 +245,7 @@ __global__ void k_hc_pre_finish(int official, const float *mixraw, const float *
     if (xq) block_pack_row(xr, d, xq + (int64_t)t * ldq, xqs + (int64_t)t * lds);
 }
 
-/* The same operations for hc = 4 and d = 256 M (M = 1, 2, 4, 8, 16: the Flash shape is M = 16), laid out for one
+/* The same operations for hc = 4 and d = 256 M (M = 1, 2, 4, 8, 16, 28: Flash is 16, Pro 28), laid out for one
  * token's latency (run 36's ncu: the kernel above took 19.7 us a launch at one token, one block on one SM, its
  * phases waiting on memory one after another: the stream loads 8 at a time, the norm weights and the stream
  * re-reads one loop iteration at a time behind stores that might alias them, the packing reading back what the
@@ -354,7 +355,7 @@ extern "C" void cu_hc_pre_finish(cu_stream st, int official, const float *mixraw
 #define HCF_CASE(V) \
     case V: hc_pre_fast<V>(st, official, mixraw, X, T, d, base, scale, hc_eps, norm_eps, iters, u, mix, norm, xn, xq, ldq, xqs, lds); return;
         switch (M) {
-            HCF_CASE(1) HCF_CASE(2) HCF_CASE(4) HCF_CASE(8) HCF_CASE(16)
+            HCF_CASE(1) HCF_CASE(2) HCF_CASE(4) HCF_CASE(8) HCF_CASE(16) HCF_CASE(28)
         default: break;
         }
 #undef HCF_CASE

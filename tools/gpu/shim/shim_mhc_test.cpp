@@ -296,6 +296,10 @@ int main() {
         hc_post_case(2, 256, official, 11);     /* K > 8: the loop */
     }
     hc_pre_case(64, 1024, 1, 1, 1);
+    hc_pre_case(2, 7168, 1, 1, 1);   /* Pro's hidden */
+    hc_pre_case(1, 7168, 0, 1, 1);
+    rmsnorm_case(2, 1536, 1, 1, 1);  /* Pro's q_lora */
+    rmsnorm_case(1, 7168, 0, 0, 1);
     rmsnorm_case(64, 1024, 1, 1, 1);
     route_case(1, 256, 6, 1, 0, 0);   /* Flash: 256 experts, top 6 */
     route_case(64, 256, 6, 1, 0, 0);
