@@ -1,11 +1,12 @@
 /* tools/gpu/shim/shim_mhc.sh's test: the mHC and routing kernels as they were (namespace v0: DSV4_MHC_FAST=0,
  * DSV4_MOE_FAST=0) and as rewritten for one-token latency (v1: both on), run on the same inputs through the CPU shim.
  * Every output byte must be equal: hc_pre_finish (u, post / comb, xn, the packed row and its scales; with and
- * without the norm and the pack), rmsnorm (in place or not, packed or not), hc_post and hc_post_moe (the streams), the routing (scores written back, picks,
- * weights; top-k with ties and NaN, and hash rows) and the MoE plan (pairs, weights, tiles, token lists), for decode
- * (T = 1, 2, 3, 8, 64) and prefill-like (T = 65..300) shapes, in both numeric modes. The plan is also checked
- * against a host reference written from its definition (cu_kernels.h), so that it cannot pass by the two kernels
- * agreeing on something wrong. Prints each case; exits 1 at the first difference. */
+ * without the norm and the pack), rmsnorm (in place or not, packed or not), hc_post and hc_post_moe (the streams),
+ * the routing (scores written back, picks, weights; top-k with ties and NaN, and hash rows) and the MoE plan (pairs,
+ * weights, tiles, token lists), for decode (T = 1, 2, 3, 8, 64) and prefill-like (T = 65..300) shapes, in both
+ * numeric modes. The plan is also checked against a host reference written from its definition (cu_kernels.h), so
+ * that it cannot pass by the two kernels agreeing on something wrong. Prints each case; exits 1 at the first
+ * difference. */
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -48,7 +49,10 @@ static float frand(float scale) { return ((float)(next_u32() & 0xffffff) / (floa
 static void fill(std::vector<float> &x, float scale) {
     for (auto &v : x) {
         const int k = below(16);
-        v = k == 0 ? 0.0f : k == 1 ? 448.0f * (float)(1 + below(3)) : k == 2 ? (float)below(9) * 0.25f : frand(scale * ldexpf(1.0f, below(8) - 4));
+        v = k == 0   ? 0.0f
+            : k == 1 ? 448.0f * (float)(1 + below(3))
+            : k == 2 ? (float)below(9) * 0.25f
+                     : frand(scale * ldexpf(1.0f, below(8) - 4));
     }
 }
 
