@@ -31,6 +31,14 @@ __device__ __forceinline__ void dev_grid_wait(void) {
 #endif
 }
 
+/* A barrier among the first n threads of the block (n a multiple of 32; named barrier id, 1..15: 0 is
+ * __syncthreads'), for kernels in which one warp works apart from the others (k_layer.cu's mHC mix warp). */
+__device__ __forceinline__ void dev_bar_sync(int id, int n) {
+#if defined(__CUDA_ARCH__)
+    asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(n) : "memory");
+#endif
+}
+
 /* ---- number formats ----------------------------------------------------------------------------------- */
 
 /* Round to the nearest bf16 (ties to even), NaN stays NaN: formats.c f32_to_bf16. */
