@@ -97,11 +97,12 @@ void cu_act_quant(cu_stream st, const float *x, int ldx, float *y, int ldy, int 
  * [T][CU_MIX] floats: post[8] then comb[64]. norm non-NULL: then also the sub-layer's RMSNorm of u into xn
  * [T][d] by the same block, with cu_rmsnorm's order and bits (each thread's u elements are the ones its
  * sum_squares would take, in the same order): one launch a sub-layer fewer. xq non-NULL (with norm): xn also
- * packed for the tensor cores into xq / xqs (cu_mma.h; the bytes of cu_mma_pack_act) by the same block. */
+ * packed for the tensor cores into xq / xqs (cu_mma.h; the bytes of cu_mma_pack_act) by the same block; xb non-NULL
+ * (with norm): xn also as bf16 into xb (row stride ldb; the bytes of cu_mma16_pack) for the BF16-input linears. */
 #define CU_MIX 72
 void cu_hc_pre_finish(cu_stream st, int official, const float *mixraw, const float *X, int T, int hc, int d,
                       const float *base, const float *scale, float hc_eps, float norm_eps, int iters, float *u, float *mix,
-                      const float *norm, float *xn, uint8_t *xq, int ldq, float *xqs, int lds);
+                      const float *norm, float *xn, uint8_t *xq, int ldq, float *xqs, int lds, uint16_t *xb, int ldb);
 /* X_k <- post[k] f + sum_j comb[j][k] X_j (core/hc.c hc_post), j in order. */
 void cu_hc_post(cu_stream st, int official, const float *f, const float *mix, float *X, int T, int hc, int d);
 /* cu_hc_post after the MoE, its f made in place: f[t] = round(sum of the token's expert rows ey[token_pairs[t][k]] in
