@@ -58,10 +58,7 @@ static void *take(ws_alloc *a, size_t n) {
 /* Tiles a step of T tokens can need: sum over experts of ceil(n_e / TILE) <= T*K / TILE + (experts in use). The
  * expert kernels launch this many (the plan is on the device); sized by the step's T, not the scratch's
  * capacity, or a decode step would launch the tiles of the longest prefill and retire them empty. */
-static int moe_max_tiles(const dsv4_config *c, int T) {
-    const int64_t P = (int64_t)T * c->n_act;
-    return (int)(P / CU_MOE_TILE + (c->n_routed < P ? c->n_routed : P) + 1);
-}
+static int moe_max_tiles(const dsv4_config *c, int T) { return cu_moe_tiles_max((int64_t)T * c->n_act, c->n_routed, CU_MOE_TILE); }
 
 static void lay_out(ws_alloc *a, const dsv4_config *c, int T, int items, int64_t idx_rows, int64_t att_keys, size_t kv_row_bytes) {
     cu_workspace *ws = a->ws;
