@@ -25,8 +25,8 @@ a = common.index("/* ---- number formats"); b = common.index("/* ---- reductions
 out.append(common[a:b])
 a = rope.index("__device__ __forceinline__ void rope_pair"); b = rope.rindex("#endif")
 out.append(rope[a:b])
-a = kvrow.index("__device__ __forceinline__ float kv_elem")
-out.append(kvrow[a:])   # kv_elem and fma_tile4x4
+a = kvrow.index("/* ---- stored rows")
+out.append(kvrow[a:])   # kv_bits, kv_value, kv_elem and fma_tile4x4
 a = src.index("#if ATT_CHUNKED\n"); b = src.index("#endif", src.index('extern "C" int cu_attention(cu_stream st', a))
 chunk = src[a + len("#if ATT_CHUNKED\n"):b]
 chunk = chunk.replace("extern __shared__ float out_s[];", "float *out_s = shim_dyn_smem;")
