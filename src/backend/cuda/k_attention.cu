@@ -656,7 +656,15 @@ __global__ void __launch_bounds__(4 * HB, 1280 / (4 * HB)) k_att_pv(int official
  *   key's columns are consecutive, one 32-bit load per register). P.V: A = 16 heads x 16 keys of bf16(e) (shared
  *   ps[head][key]), B = 16 keys x 8 columns (shared vt[col][key], the chunk's rows stored transposed so that a
  *   register's two keys are consecutive). */
+#ifndef ATT_MMA_SPH
+#define ATT_MMA_SPH 4   /* scores a thread of k_att_pv_mma has in flight at once */
+#endif
+#ifndef ATT_MMA_PH
+#define ATT_MMA_PH 4    /* pairs of a row's elements a thread of the tensor-core kernels has in flight at once */
+#endif
+#ifndef ATT_SC
 #define ATT_SC 2        /* chunks a block of k_att_scores_mma (q's slice in shared memory serves both) */
+#endif
 #define ATT_SC_T (128 * ATT_SC) /* its threads: 4 warps a chunk, warp w = heads 16 (w mod 4) .. + 15 x chunk w / 4 */
 #define ATT_MS 64       /* columns a shared slice of k_att_scores_mma */
 #define ATT_PV_T 256    /* threads of k_att_pv_mma: 8 warps, warp w = heads 16 (w mod 4) .. + 15 x 64 columns */
@@ -696,12 +704,42 @@ __device__ __forceinline__ uint32_t bf16x2(float lo, float hi) {
     return (uint32_t)dev_f32_to_bf16(lo) | (uint32_t)dev_f32_to_bf16(hi) << 16;
 }
 
+/* As att_load_rows, as bf16 pairs for the tensor cores: rows r < nrows (of NR), columns [j0, j0 + 64) into dst[r][0 ..
+ * 64) (zeros past nrows and past D), thread x taking columns 2 (x mod 32), + 1 of rows x / 32 + (NT / 32) u. */
+template <int F, int NT, int NR, int LD, int MAXPH>
+__device__ __forceinline__ void att_load_pairs(const cu_kvlay &lay, const uint8_t *const *kp, int nrows, int j0, int D,
+                                               uint16_t (*dst)[LD]) {
+    constexpr int PER = NR * 32 / NT, PH = PER < MAXPH ? PER : MAXPH;
+    static_assert(NT % 32 == 0 && PER % PH == 0 && 64 <= LD, "att_load_pairs: a thread's columns are fixed");
+    const int jj = 2 * (threadIdx.x % 32), j = j0 + jj, r0 = threadIdx.x / 32;
+    const bool v0 = j < D, v1 = j + 1 < D;
+    const kv_col<F> c0(lay, v0 ? j : 0), c1(lay, v1 ? j + 1 : 0);
+#pragma unroll
+    for (int u0 = 0; u0 < PER; u0 += PH) {
+        uint32_t b[PH][2];
+#pragma unroll
+        for (int u = 0; u < PH; u++) {
+            const int r = r0 + (NT / 32) * (u0 + u);
+            b[u][0] = v0 && r < nrows ? c0.bits(kp[r]) : 0u;
+            b[u][1] = v1 && r < nrows ? c1.bits(kp[r]) : 0u;
+        }
+#pragma unroll
+        for (int u = 0; u < PH; u++) {
+            const int r = r0 + (NT / 32) * (u0 + u);
+            const bool rv = r < nrows;
+            *(uint32_t *)&dst[r][jj] = bf16x2(rv && v0 ? c0.value(b[u][0]) : 0.0f, rv && v1 ? c1.value(b[u][1]) : 0.0f);
+        }
+    }
+}
+
 /* Block (chunks ATT_SC b .. ATT_SC b + ATT_SC - 1, head group, query): the chunks' scores for the group's heads, S
  * and each chunk's max per head, as k_att_scores writes them. Warp w: heads 16 (w mod 4) .. + 15 x the 64 keys of
  * chunk ATT_SC b + w / 4 (8 tiles of 8 keys). Which chunks share a block changes no number (each score is its own
  * chain over the columns). */
-__global__ void __launch_bounds__(ATT_SC_T) k_att_scores_mma(att_args A, const float *q, int t0, int nch, int H, int D,
-                                                             float *scratch) {
+template <int F>
+__global__ void __launch_bounds__(ATT_SC_T, 768 / ATT_SC_T) k_att_scores_mma(att_args A, const float *q, int t0, int nch, int H,
+                                                                              int D, float *scratch) {
+    dev_grid_wait();
     __shared__ __align__(16) uint16_t qs[ATT_HG][ATT_MS + 8];            /* rows of 36 words: a fragment load's 32 */
     __shared__ __align__(16) uint16_t ks[ATT_SC * ATT_KC][ATT_MS + 8];   /* lanes (4 g + qd) hit 32 distinct banks */
     __shared__ const uint8_t *kp[ATT_SC * ATT_KC];
@@ -726,18 +764,22 @@ __global__ void __launch_bounds__(ATT_SC_T) k_att_scores_mma(att_args A, const f
     const float *qt = q + ((int64_t)t * H + hb) * D;
     for (int j0 = 0; j0 < D; j0 += ATT_MS) {
         __syncthreads();   /* kp is written (first slice); the previous slice is consumed */
-        for (int e = threadIdx.x; e < ATT_HG * ATT_MS / 2; e += ATT_SC_T) {
-            const int h = e / (ATT_MS / 2), jj = 2 * (e % (ATT_MS / 2)), j = j0 + jj;
+        constexpr int QP = ATT_HG * ATT_MS / 2 / ATT_SC_T;   /* a thread's pairs of q: loads in flight, then stored */
+        float qv[QP][2];
+#pragma unroll
+        for (int u = 0; u < QP; u++) {
+            const int e = threadIdx.x + ATT_SC_T * u, h = e / (ATT_MS / 2), j = j0 + 2 * (e % (ATT_MS / 2));
             const float *qh = qt + (int64_t)h * D;
             const bool hv = h < hn;
-            *(uint32_t *)&qs[h][jj] = bf16x2(hv && j < D ? qh[j] : 0.0f, hv && j + 1 < D ? qh[j + 1] : 0.0f);
+            qv[u][0] = hv && j < D ? qh[j] : 0.0f;
+            qv[u][1] = hv && j + 1 < D ? qh[j + 1] : 0.0f;
         }
-        for (int e = threadIdx.x; e < ATT_SC * ATT_KC * ATT_MS / 2; e += ATT_SC_T) {
-            const int r = e / (ATT_MS / 2), jj = 2 * (e % (ATT_MS / 2)), j = j0 + jj;
-            const bool rv = r < nkb;
-            *(uint32_t *)&ks[r][jj] = bf16x2(rv && j < D ? kv_elem(A.lay, kp[r], j) : 0.0f,
-                                             rv && j + 1 < D ? kv_elem(A.lay, kp[r], j + 1) : 0.0f);
+#pragma unroll
+        for (int u = 0; u < QP; u++) {
+            const int e = threadIdx.x + ATT_SC_T * u;
+            *(uint32_t *)&qs[e / (ATT_MS / 2)][2 * (e % (ATT_MS / 2))] = bf16x2(qv[u][0], qv[u][1]);
         }
+        att_load_pairs<F, ATT_SC_T, ATT_SC * ATT_KC, ATT_MS + 8, ATT_MMA_PH>(A.lay, kp, nkb, j0, D, ks);
         __syncthreads();
         for (int kk = 0; kk < ATT_MS && j0 + kk < D; kk += 16) {
             const uint32_t a0 = ld_b32(&qs[hr][kk + 2 * qd]), a1 = ld_b32(&qs[hr + 8][kk + 2 * qd]);
@@ -778,7 +820,9 @@ __global__ void __launch_bounds__(ATT_SC_T) k_att_scores_mma(att_args A, const f
  * denominator part (slice 0's blocks), bf16(e) and the chunk's rows (transposed) in shared memory, the MMAs. Warp w:
  * heads 16 (w mod 4) .. + 15 x columns 64 (w / 4) .. + 63 of the slice (8 tiles of 8 columns), its accumulators
  * kept over the part. 47.8 KB of static shared memory (under the 48 KB a launch gets without an attribute). */
-__global__ void __launch_bounds__(ATT_PV_T) k_att_pv_mma(att_args A, int t0, int nch, int H, int D, float *scratch) {
+template <int F>
+__global__ void __launch_bounds__(ATT_PV_T, 3) k_att_pv_mma(att_args A, int t0, int nch, int H, int D, float *scratch) {
+    dev_grid_wait();
     __shared__ __align__(16) float pt[ATT_HG][ATT_KC + 4];      /* [head][key]: e */
     __shared__ __align__(16) uint16_t ps[ATT_HG][ATT_KC + 8];   /* [head][key]: bf16(e) */
     __shared__ __align__(16) uint16_t vt[ATT_PS][ATT_KC + 8];   /* [column][key]: the chunk's rows, transposed */
@@ -829,17 +873,44 @@ __global__ void __launch_bounds__(ATT_PV_T) k_att_pv_mma(att_args A, int t0, int
         const int k0 = c * ATT_KC, nkc = K.nk - k0 < ATT_KC ? K.nk - k0 : ATT_KC;
         const uint8_t *const *kc = kp + (c - c_first) * ATT_KC;   /* the chunk's rows */
         __syncthreads();   /* Ms and kp are written (first chunk); the previous chunk is consumed */
-        for (int e = threadIdx.x; e < ATT_HG * ATT_KC; e += ATT_PV_T) {
-            const int h = e / ATT_KC, i = e % ATT_KC;
-            const float x = h < hn && i < nkc ? expf(X.S[((int64_t)c * H + hb + h) * ATT_KC + i] - Ms[h]) : 0.0f;
-            pt[h][i] = x;
-            ps[h][i] = dev_f32_to_bf16(x);   /* the probabilities P.V sees; the denominator takes them unrounded */
+        /* the chunk's scores, ATT_MMA_SPH a thread at a time in flight, then e; the rows, ATT_MMA_PH pairs of keys */
+        static_assert(ATT_HG * ATT_KC % (ATT_MMA_SPH * ATT_PV_T) == 0 && ATT_PV_T % ATT_PS == 0, "k_att_pv_mma: loads");
+#pragma unroll
+        for (int u0 = 0; u0 < ATT_HG * ATT_KC / ATT_PV_T; u0 += ATT_MMA_SPH) {
+            float sv[ATT_MMA_SPH];
+#pragma unroll
+            for (int u = 0; u < ATT_MMA_SPH; u++) {
+                const int e = threadIdx.x + ATT_PV_T * (u0 + u), h = e / ATT_KC, i = e % ATT_KC;
+                sv[u] = h < hn && i < nkc ? X.S[((int64_t)c * H + hb + h) * ATT_KC + i] : 0.0f;
+            }
+#pragma unroll
+            for (int u = 0; u < ATT_MMA_SPH; u++) {
+                const int e = threadIdx.x + ATT_PV_T * (u0 + u), h = e / ATT_KC, i = e % ATT_KC;
+                const float x = h < hn && i < nkc ? expf(sv[u] - Ms[h]) : 0.0f;
+                pt[h][i] = x;
+                ps[h][i] = dev_f32_to_bf16(x);   /* the probabilities P.V sees; the denominator takes them unrounded */
+            }
         }
-        for (int e = threadIdx.x; e < ATT_PS * ATT_KC / 2; e += ATT_PV_T) {   /* the scores' and rows' loads in flight together */
-            const int jj = e % ATT_PS, i = 2 * (e / ATT_PS), j = j0 + jj;
+        {   /* thread x: column x mod ATT_PS of the keys 2 (x / ATT_PS) + 2 (ATT_PV_T / ATT_PS) u and the one after each */
+            constexpr int PAIRS = ATT_PS * ATT_KC / 2 / ATT_PV_T, PH = ATT_MMA_PH, STEP = 2 * (ATT_PV_T / ATT_PS);
+            const int jj = threadIdx.x % ATT_PS, j = j0 + jj, i0 = 2 * (threadIdx.x / ATT_PS);
             const bool jv = j < D;
-            *(uint32_t *)&vt[jj][i] = bf16x2(jv && i < nkc ? kv_elem(A.lay, kc[i], j) : 0.0f,
-                                             jv && i + 1 < nkc ? kv_elem(A.lay, kc[i + 1], j) : 0.0f);
+            const kv_col<F> col(A.lay, jv ? j : 0);
+#pragma unroll
+            for (int u0 = 0; u0 < PAIRS; u0 += PH) {
+                uint32_t b[PH][2];
+#pragma unroll
+                for (int u = 0; u < PH; u++) {
+                    const int i = i0 + STEP * (u0 + u);
+                    b[u][0] = jv && i < nkc ? col.bits(kc[i]) : 0u;
+                    b[u][1] = jv && i + 1 < nkc ? col.bits(kc[i + 1]) : 0u;
+                }
+#pragma unroll
+                for (int u = 0; u < PH; u++) {
+                    const int i = i0 + STEP * (u0 + u);
+                    *(uint32_t *)&vt[jj][i] = bf16x2(jv && i < nkc ? col.value(b[u][0]) : 0.0f, jv && i + 1 < nkc ? col.value(b[u][1]) : 0.0f);
+                }
+            }
         }
         __syncthreads();
         if (j0 == 0 && threadIdx.x < hn)   /* the part's keys in order, by one thread */
@@ -959,14 +1030,18 @@ extern "C" int cu_attention(cu_stream st, int official, int mma, cu_kvlay lay, c
         : lay.fmt == KV_BF16 ? k_att_scores<ATT_SHG, KV_BF16> : k_att_scores<ATT_SHG, DSV4_KV_FP8>;
     void (*pv)(int, att_args, int, int, int, int, float *) = lay.fmt == KV_F32 ? k_att_pv<ATT_PHG, KV_F32>
         : lay.fmt == KV_BF16 ? k_att_pv<ATT_PHG, KV_BF16> : k_att_pv<ATT_PHG, DSV4_KV_FP8>;
+    void (*scores_mma)(att_args, const float *, int, int, int, int, float *) = lay.fmt == KV_F32 ? k_att_scores_mma<KV_F32>
+        : lay.fmt == KV_BF16 ? k_att_scores_mma<KV_BF16> : k_att_scores_mma<DSV4_KV_FP8>;
+    void (*pv_mma)(att_args, int, int, int, int, float *) = lay.fmt == KV_F32 ? k_att_pv_mma<KV_F32>
+        : lay.fmt == KV_BF16 ? k_att_pv_mma<KV_BF16> : k_att_pv_mma<DSV4_KV_FP8>;
     cudaStream_t s = (cudaStream_t)st;
     const unsigned n_parts = (unsigned)((nch + ATT_PG - 1) / ATT_PG), n_ps = (unsigned)((D + ATT_PS - 1) / ATT_PS);
     const int kpp = tc ? ATT_KC * ATT_PG : ATT_KC;
     for (int t0 = 0; t0 < T; t0 += (int)g) {
         const unsigned n = (unsigned)(T - t0 < g ? T - t0 : g);
         if (tc) {
-            k_att_scores_mma<<<dim3((unsigned)((nch + ATT_SC - 1) / ATT_SC), n_hg, n), ATT_SC_T, 0, s>>>(A, q, t0, (int)nch, H, D, scratch);
-            k_att_pv_mma<<<dim3(n_parts, n_hg * n_ps, n), ATT_PV_T, 0, s>>>(A, t0, (int)nch, H, D, scratch);
+            scores_mma<<<dim3((unsigned)((nch + ATT_SC - 1) / ATT_SC), n_hg, n), ATT_SC_T, 0, s>>>(A, q, t0, (int)nch, H, D, scratch);
+            pv_mma<<<dim3(n_parts, n_hg * n_ps, n), ATT_PV_T, 0, s>>>(A, t0, (int)nch, H, D, scratch);
         } else {
             scores<<<dim3((unsigned)nch, n_sg, n), 4 * ATT_SHG, 0, s>>>(A, q, t0, (int)nch, H, D, scratch);
             pv<<<dim3((unsigned)nch, n_pg * n_sl, n), 4 * ATT_PHG, 0, s>>>(official, A, t0, (int)nch, H, D, scratch);
