@@ -436,6 +436,22 @@ __device__ __forceinline__ void att_load_rows(const cu_kvlay &lay, const uint8_t
     }
 }
 
+/* Asks L2 for the whole of each of the chunk's nkc stored rows (every 128-byte line a row touches; only addresses inside the row), so that the slices
+ * that follow, each a few bytes of every row, wait for L2 rather than for memory (at decode the rows are cold: the
+ * step has streamed the weights through L2 since the layer wrote them). A hint: it changes no value. */
+__device__ __forceinline__ void att_prefetch_rows(const cu_kvlay &lay, const uint8_t *const *kp, int nkc, int nt) {
+#if defined(__CUDA_ARCH__)
+    const int lines = (lay.bytes + 127) / 128 + 1;   /* a row at any address */
+    for (int x = threadIdx.x; x < nkc * lines; x += nt) {
+        const int off = 128 * (x % lines);   /* the last: the row's last byte (its line, where the row ends past a line) */
+        const uint8_t *a = kp[x / lines] + (off < lay.bytes ? off : lay.bytes - 1);
+        asm volatile("prefetch.L2 [%0];" ::"l"(a));
+    }
+#else
+    (void)lay; (void)kp; (void)nkc; (void)nt;
+#endif
+}
+
 /* Thread tile of k_att_scores: keys r0 + 16 a (a = 0..3) x heads h0 + b (b = 0..3) of the block's HB heads (4 HB
  * threads); a half-warp shares h0 (its q loads are broadcasts) and reads 16 distinct key rows (rows padded by 4
  * floats: the float4 loads of 8 consecutive rows cover the 32 banks). Each slice of ATT_SDS columns is loaded in
@@ -469,8 +485,10 @@ __global__ void __launch_bounds__(4 * HB, 768 / (4 * HB)) k_att_scores(att_args 
 #pragma unroll
         for (int b = 0; b < 4; b++) acc[a][b] = 0.0f;
     const float *qt = q + ((int64_t)t * H + hb) * D;
+    __syncthreads();   /* kp is written */
+    att_prefetch_rows(A.lay, kp, nkc, NT);
     for (int j0 = 0; j0 < D; j0 += DS) {
-        __syncthreads();   /* kp is written (first slice); the previous slice is consumed */
+        __syncthreads();   /* the previous slice is consumed */
         float qv[QPT];   /* q's loads in flight with the rows' */
 #pragma unroll
         for (int u = 0; u < QPT; u++) {
@@ -762,8 +780,10 @@ __global__ void __launch_bounds__(ATT_SC_T, 768 / ATT_SC_T) k_att_scores_mma(att
 #pragma unroll
         for (int e = 0; e < 4; e++) acc[n][e] = 0.0f;
     const float *qt = q + ((int64_t)t * H + hb) * D;
+    __syncthreads();   /* kp is written */
+    att_prefetch_rows(A.lay, kp, nkb, ATT_SC_T);
     for (int j0 = 0; j0 < D; j0 += ATT_MS) {
-        __syncthreads();   /* kp is written (first slice); the previous slice is consumed */
+        __syncthreads();   /* the previous slice is consumed */
         constexpr int QP = ATT_HG * ATT_MS / 2 / ATT_SC_T;   /* a thread's pairs of q: loads in flight, then stored */
         float qv[QP][2];
 #pragma unroll
