@@ -884,5 +884,6 @@ int main(int argc, char **argv) {
         cmocka_unit_test(experts_equal_plain_linear),
         cmocka_unit_test(refuses_bad_shapes),
     };
+    if (getenv("MMA_TEST_ONLY")) cmocka_set_test_filter(getenv("MMA_TEST_ONLY"));   /* e.g. "experts_*" */
     return cmocka_run_group_tests_name("gpu tensor-core linear", tests, NULL, NULL);
 }
