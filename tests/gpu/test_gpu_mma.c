@@ -480,53 +480,63 @@ static void refuses_bad_shapes(void **state) {
 
 /* ---- the FP4 vector loads and the expert tiles --------------------------------------------------------------- */
 
-/* A copy of weight w's device data starting `offset` bytes past a 256-byte boundary (an FP4 weight in a file need
- * only be 4-byte aligned): the vector path must fall back to word loads there, with the same bits. */
-static dsv4_weight offset_copy(const tweight *w, int offset, void **base) {
-    const size_t db = (size_t)w->h.rows * w->h.cols / 2;
-    uint8_t *d = cu_malloc(db + 256);
-    assert_non_null(d);
+/* A copy of FP4 weight w with its data `offset` bytes and its scales offset / 4 bytes past a 256-byte boundary (an
+ * FP4 weight in a file need only be 4-byte aligned): the vector paths must fall back to word loads there, and mode
+ * 2 to byte loads for the scales, with the same bits. */
+static dsv4_weight offset_copy(const tweight *w, int offset, void **base, void **sbase) {
+    const size_t db = (size_t)w->h.rows * w->h.cols / 2, sb = (size_t)w->h.rows * w->h.scale_cols;
+    uint8_t *d = cu_malloc(db + 256), *sc = cu_malloc(sb + 256);
+    assert_true(d && sc);
     assert_int_equal(cu_upload(d + offset, w->h.data, db), 0);
+    assert_int_equal(cu_upload(sc + offset / 4, w->h.scale, sb), 0);
     *base = d;
+    *sbase = sc;
     dsv4_weight v = w->d;
     v.data = d + offset;
+    v.scale = sc + offset / 4;
     return v;
 }
 
-/* cu_mma_fp4_vec(1) (lanes load 16 bytes, quads transpose) and cu_mma_fp4_vec(0) (a 4-byte word a lane and MMA)
- * must give the same bits for every tile shape, a last chunk of 1, 2 or 3 scale blocks, a partial row tile, weights
- * 16-byte aligned or not: the transpose hands every MMA the very words the word-wise loads give it. */
+/* cu_mma_fp4_vec(1) and (2) (lanes load 16 bytes, quads transpose; scale bytes or words) and cu_mma_fp4_vec(0) (a
+ * 4-byte word a lane and MMA) must give the same bits for every tile shape, a last chunk of 1, 2 or 3 scale blocks,
+ * a partial row tile, scale rows of a multiple of 4 bytes or not, weights and scales aligned or not: the shuffles
+ * hand every MMA the very words and scales the word-wise loads give it. */
 static void fp4_vector_loads_equal_word_loads(void **state) {
     (void)state;
     static const int shapes[][2] = { { 333, 1120 }, { 40, 1056 }, { 48, 2112 }, { 64, 4096 } };   /* last chunk: 3, 1, 2, 4 blocks */
     static const int Ts[] = { 1, 2, 5, 8, 9, 21, 33, 40 };
     enum { TMAX = 40 };
+    const int build_mode = cu_mma_fp4_vec(0);
     for (int k = 0; k < 4; k++) {
         const int N = shapes[k][0], K = shapes[k][1];
         tweight w = make_weight(WF_FP4, N, K, 0);
         float *x = make_act(TMAX, K, 0), *yv = malloc(sizeof(float) * TMAX * N), *yw = malloc(sizeof(float) * TMAX * N);
         tact a = pack(x, TMAX, K);
         for (int off = 0; off < 16; off += 4) {
-            void *base = NULL;
-            const dsv4_weight dw = off ? offset_copy(&w, off, &base) : w.d;
+            void *base = NULL, *sbase = NULL;
+            const dsv4_weight dw = off ? offset_copy(&w, off, &base, &sbase) : w.d;
             for (int i = 0; i < (int)(sizeof Ts / sizeof Ts[0]); i++) {
                 const int T = Ts[i];
-                cu_mma_fp4_vec(1);
-                run(&dw, &a, 0, T, yv);
                 cu_mma_fp4_vec(0);
                 run(&dw, &a, 0, T, yw);
-                cu_mma_fp4_vec(1);
-                if (memcmp(yv, yw, sizeof(float) * T * N))
-                    fail_msg("FP4 %dx%d, %d tokens, data at +%d: the vector loads' output differs from the word loads'", N, K, T, off);
+                for (int mode = 1; mode <= 2; mode++) {
+                    cu_mma_fp4_vec(mode);
+                    run(&dw, &a, 0, T, yv);
+                    if (memcmp(yv, yw, sizeof(float) * T * N))
+                        fail_msg("FP4 %dx%d, %d tokens, data at +%d, scales at +%d: the vector loads' (mode %d) output differs from the "
+                                 "word loads'", N, K, T, off, off / 4, mode);
+                }
             }
             if (base) cu_free(base);
+            if (sbase) cu_free(sbase);
         }
-        printf("  FP4 %dx%d: vector loads = word loads (memcmp) at T = 1, 2, 5, 8, 9, 21, 33, 40, data 16-byte aligned and at +4, +8, +12\n",
-               N, K);
+        printf("  FP4 %dx%d: vector loads (modes 1, 2) = word loads (memcmp) at T = 1, 2, 5, 8, 9, 21, 33, 40, data / scales aligned "
+               "and at +4 / +1, +8 / +2, +12 / +3\n", N, K);
         free(x); free(yv); free(yw);
         free_act(&a);
         free_weight(&w);
     }
+    cu_mma_fp4_vec(build_mode);
 }
 
 /* The routed experts' kernel (cu_mma_expert_linear) on a plan built here: every pair's row has the bits of the plain
@@ -535,8 +545,9 @@ static void fp4_vector_loads_equal_word_loads(void **state) {
 static void experts_equal_plain_linear(void **state) {
     (void)state;
     enum { E = 5, NT_TOK = 13, PER = 2, ABSENT = 3 };
+    const int build_mode = cu_mma_fp4_vec(0);
     for (int fp4 = 0; fp4 < 2; fp4++)
-        for (int vec = 0; vec < 2; vec++) {
+        for (int vec = 0; vec < 3; vec++) {
             if (!fp4 && vec) continue;
             cu_mma_fp4_vec(vec);
             const int N = 200, K = fp4 ? 1120 : 1024, fmt = fp4 ? WF_FP4 : WF_FP8;
@@ -614,7 +625,7 @@ static void experts_equal_plain_linear(void **state) {
                 }
             }
             printf("  %s%s experts %dx%d: %d pairs in %d tiles = the plain linear per (expert, token) (memcmp), by token and by pair; "
-                   "absent expert -> EP_ABSENT_ROW\n", fp4 ? "FP4" : "FP8", fp4 ? (vec ? " (vector loads)" : " (word loads)") : "", N, K, P,
+                   "absent expert -> EP_ABSENT_ROW\n", fp4 ? "FP4" : "FP8", fp4 ? (vec == 2 ? " (vector loads, scale words)" : vec ? " (vector loads)" : " (word loads)") : "", N, K, P,
                    n_tiles);
             cu_free(plan.pair_token); cu_free(plan.tile_expert); cu_free(plan.tile_first); cu_free(plan.tile_count);
             cu_free(plan.n_tiles); cu_free(dexp); cu_free(dy);
@@ -623,7 +634,7 @@ static void experts_equal_plain_linear(void **state) {
             free_act(&ap);
             for (int e = 0; e < E; e++) free_weight(&w[e]);
         }
-    cu_mma_fp4_vec(1);
+    cu_mma_fp4_vec(build_mode);
 }
 
 #ifndef MMA_TEST_SHIM
@@ -747,6 +758,7 @@ static int bench(void) {
  * takes 6 other experts of a pool of 64 per matrix (816 MB, far beyond the 60 MB L2). Vector loads on and off. */
 static int bench_experts(void) {
     enum { NE = 64, ACT = 6, I = 2048, D = 4096, LAYERS = 40, TT = 8 };
+    const int build_mode = cu_mma_fp4_vec(0);
     char name[256];
     cu_device_name(name, sizeof name);
     printf("routed experts of one MoE layer (k_mma_expert, FP4) on %s: 3 launches (w1, w3: %dx%d, w2: %dx%d) x %d experts, "
@@ -809,7 +821,7 @@ static int bench_experts(void) {
             cu_upload(p->n_tiles, &nt, sizeof nt);
         }
         const int max_tiles = P / 8 + ACT + 1;   /* as cuda_step.c moe_max_tiles sizes a step of T tokens */
-        for (int vec = 1; vec >= 0; vec--) {
+        for (int vec = 2; vec >= 0; vec--) {
             cu_mma_fp4_vec(vec);
             cudaStream_t st;
             cudaGraph_t g = NULL;
@@ -833,7 +845,7 @@ static int bench_experts(void) {
             }
             if (!ok) { fprintf(stderr, "bench: %s\n", cudaGetErrorString(cudaGetLastError())); return 1; }
             const double sec = best * 1e-3 / LAYERS;
-            printf("%-7s %6d %8d %12.1f %12.0f\n", vec ? "vector" : "word", T, ACT, sec * 1e6, (double)ACT * bytes_per_expert / sec / 1e9);
+            printf("%-7s %6d %8d %12.1f %12.0f\n", vec == 2 ? "vec+sw" : vec ? "vector" : "word", T, ACT, sec * 1e6, (double)ACT * bytes_per_expert / sec / 1e9);
             cudaGraphExecDestroy(ge);
             cudaGraphDestroy(g);
             cudaEventDestroy(e0);
@@ -845,7 +857,8 @@ static int bench_experts(void) {
             cu_free(plans[l].tile_count); cu_free(plans[l].n_tiles);
         }
     }
-    cu_mma_fp4_vec(1);
+    cu_mma_fp4_vec(build_mode);
+    printf("(vec+sw: mode 2, 16-byte weight loads and scale words; vector: mode 1, scale bytes; word: mode 0, the loads before)\n");
     printf("(bytes: %.1f MB of weights and scales per layer; H200 read bandwidth ~4.25 TB/s)\n", ACT * bytes_per_expert / 1e6);
     for (int m = 0; m < 3; m++) {
         for (int e = 0; e < NE; e++) { cu_free((void *)host[m][e].data); cu_free((void *)host[m][e].scale); }

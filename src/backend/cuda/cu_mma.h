@@ -45,11 +45,12 @@ int cu_mma_pack_act(cu_stream st, const float *x, int ldx, int T, int K, uint8_t
 int cu_mma_linear(cu_stream st, const dsv4_weight *w, const uint8_t *xq, int ldq, const float *xs, int lds, int T, float *y,
                   int ldy, int out_bf16, dsv4_error *err);
 
-/* FP4 weight loads (k_mma.cu, MMA_FP4_VEC): on (the build's default, 1 unless built with -DMMA_FP4_VEC=0), lane-wide
- * 16-byte loads rearranged into the MMA fragments by shuffles; off, one 4-byte word a lane and MMA. The same bits
- * either way (test_gpu_mma compares them). For tests and benchmarks: process-wide, not thread-safe; set it before
- * launching. */
-void cu_mma_fp4_vec(int on);
+/* FP4 weight loads (k_mma.cu, MMA_FP4_VEC): mode 2 (the build's default unless built with -DMMA_FP4_VEC=0 or 1):
+ * lane-wide 16-byte weight loads and one scale word a lane, rearranged into the MMA fragments by shuffles; 1: the
+ * same weight loads, a scale byte a lane; 0: one 4-byte word a lane and MMA, a scale byte a lane and MMA. The same
+ * bits in every mode (test_gpu_mma compares them). For tests and benchmarks: process-wide, not thread-safe; set it
+ * before launching. Another mode number means 0. Returns the mode it replaces. */
+int cu_mma_fp4_vec(int mode);
 
 /* Whether cu_mma_linear takes weight w (its format, shape, alignment and scales: never T), and whether
  * cu_mma_expert_linear takes experts of format fmt with `cols` columns. */

@@ -79,7 +79,16 @@ __device__ __forceinline__ uint32_t prmt(uint32_t a, uint32_t b, uint32_t c) {
  * Read-only for the whole kernel (.nc). p 16-byte aligned. */
 __device__ __forceinline__ uint4 ld_stream16(const uint8_t *p) {
     uint4 v;
-    asm("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0,%1,%2,%3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+    asm("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0,%1,%2,%3}, [%4];"
+        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+        : "l"(__cvta_generic_to_global(p)));
+    return v;
+}
+
+/* 4 bytes read-only for the whole kernel, through the non-coherent path. p 4-byte aligned. */
+__device__ __forceinline__ uint32_t ld_nc32(const uint8_t *p) {
+    uint32_t v;
+    asm("ld.global.nc.u32 %0, [%1];" : "=r"(v) : "l"(__cvta_generic_to_global(p)));
     return v;
 }
 
@@ -100,15 +109,20 @@ __device__ __forceinline__ uint4 ld16(const uint8_t *p) { return *(const uint4 *
 
 /* ---- FP4 weight loads (MMA_FP4_VEC) ----
  * The fragment wants lane (g, q) to hold word q (its 8 columns) of each 32-column block j of rows g and g + 8:
- * four 4-byte words 16 bytes apart, so the word-wise path loads 4 bytes a lane, 8 rows (8 cache lines) an
- * instruction, plus one scale byte per (row, block) (run 36: ~0.9 TB/s at decode). The vector path has lane q load
- * the whole of block q (16 bytes) of rows g and g + 8, and the scale byte of block q, then the four lanes of a
- * quad swap words (a 4 x 4 transpose by two rounds of shuffles): afterwards every register holds exactly the word
- * the word-wise path loads, so the MMAs, their operands and their order are the same and so are the bits (test_gpu_mma
- * compares the two by memcmp). 4x fewer weight and scale load instructions, each moving 64 contiguous bytes a row.
- * MMA_FP4_VEC=0 builds without it; cu_mma_fp4_vec(0) switches it off at run time (tests, benchmarks). */
+ * four 4-byte words 16 bytes apart, so the word-wise path (mode 0) loads 4 bytes a lane, 8 rows (8 cache lines) an
+ * instruction, plus one scale byte per (row, block) (run 36: ~0.9 TB/s at decode). The vector paths have lane q
+ * load the whole of block q (16 bytes) of rows g and g + 8, then the four lanes of a quad swap words (a 4 x 4
+ * transpose by two rounds of shuffles): afterwards every register holds exactly the word the word-wise path loads,
+ * so the MMAs, their operands and their order are the same and so are the bits (test_gpu_mma compares them by
+ * memcmp). 4x fewer weight load instructions, each moving 64 contiguous bytes a row. The scales:
+ *   mode 1: lane q loads the scale byte of block q of its two rows, the quad swaps them (quad_scales);
+ *   mode 2: lane q < U loads the 4 scale bytes (one word when the scale rows are word-aligned and the chunk whole)
+ *           of chunk u = q of its two rows, every lane then takes its chunks' words by shuffles: 4x fewer again.
+ * Weights whose data is not 16-byte aligned (an FP4 tensor in a file need only be 4-byte aligned) take the vector
+ * path's shuffles with four word loads in place of the 16-byte one. MMA_FP4_VEC=0 / 1 / 2 sets the build's mode,
+ * cu_mma_fp4_vec(mode) switches it at run time (tests, benchmarks). */
 #ifndef MMA_FP4_VEC
-#define MMA_FP4_VEC 1
+#define MMA_FP4_VEC 2
 #endif
 /* Blocks of k_mma_expert (vector path) an SM must hold at once (registers capped to fit): a decode step's expert
  * launch is 6 x 128 or 6 x 256 blocks, a few waves over 132 SMs, so fewer waves and more loads in flight. */
@@ -158,8 +172,8 @@ __device__ __forceinline__ void mma_block(const dsv4_weight &w, const uint8_t *_
     const uint8_t *wd = (const uint8_t *)w.data;
     const int64_t wstride = FP4 ? K / 2 : K;
     const bool w16 = ((uintptr_t)wd & 15) == 0;   /* FP4 rows start 16-byte aligned (K / 2 is a multiple of 16) */
+    const bool s4 = ((uintptr_t)w.scale & 3) == 0 && (w.scale_cols & 3) == 0;   /* FP4 scale rows word-aligned */
 
-    __shared__ float red[MMA_PARTS - 1][MT * NT * 4][32];   /* declared first: the CPU shim poisons it here */
     float acc[MT][NT][4];
 #pragma unroll
     for (int mi = 0; mi < MT; mi++)
@@ -234,6 +248,30 @@ __device__ __forceinline__ void mma_block(const dsv4_weight &w, const uint8_t *_
             uint2 b[U][NT][4];
             float sx[U][NT][2];
             int nb[U];
+            if constexpr (VEC == 2) {   /* lane q: the scale words of chunk u = q of rows g, g + 8; then each lane takes its own */
+                static_assert(U <= 4, "one chunk's scale words a lane of the quad");
+                const int cq = c0 + q * MMA_PARTS, nbq = q < U && cq < nchunk ? min(4, (K - 128 * cq) / 32) : 0;
+                uint32_t mine[MT][2];
+#pragma unroll
+                for (int mi = 0; mi < MT; mi++)
+#pragma unroll
+                    for (int h = 0; h < 2; h++) {
+                        const int r = row_base + 16 * mi + g + 8 * h;
+                        mine[mi][h] = 0;
+                        if (nbq && r < N) {
+                            const uint8_t *sp = w.scale + (int64_t)(w.row0 + r) * w.scale_cols + 4 * cq;
+                            if (nbq == 4 && s4) mine[mi][h] = ld_nc32(sp);
+                            else
+                                for (int j = 0; j < nbq; j++) mine[mi][h] |= (uint32_t)sp[j] << (8 * j);
+                        }
+                    }
+#pragma unroll
+                for (int u = 0; u < U; u++)
+#pragma unroll
+                    for (int mi = 0; mi < MT; mi++)
+                        sc[u][mi] = make_uint2(__shfl_sync(0xffffffffu, mine[mi][0], (lane & ~3) | u),
+                                               __shfl_sync(0xffffffffu, mine[mi][1], (lane & ~3) | u));
+            }
 #pragma unroll
             for (int u = 0; u < U; u++) {
                 const int c = c0 + u * MMA_PARTS;
@@ -251,7 +289,7 @@ __device__ __forceinline__ void mma_block(const dsv4_weight &w, const uint8_t *_
                                 if (w16) v = ld_stream16(p);
                                 else v = make_uint4(*(const uint32_t *)p, *(const uint32_t *)(p + 4), *(const uint32_t *)(p + 8),
                                                     *(const uint32_t *)(p + 12));
-                                sq |= (uint32_t)w.scale[(int64_t)(w.row0 + r) * w.scale_cols + 4 * c + q] << (8 * h);
+                                if constexpr (VEC == 1) sq |= (uint32_t)w.scale[(int64_t)(w.row0 + r) * w.scale_cols + 4 * c + q] << (8 * h);
                             }
                             quad_transpose(v, q);
                             a[u][mi][h][0] = v.x;
@@ -259,7 +297,7 @@ __device__ __forceinline__ void mma_block(const dsv4_weight &w, const uint8_t *_
                             a[u][mi][h][2] = v.z;
                             a[u][mi][h][3] = v.w;
                         }
-                        sc[u][mi] = quad_scales(sq, q);
+                        if constexpr (VEC == 1) sc[u][mi] = quad_scales(sq, q);
                     } else {
 #pragma unroll
                         for (int h = 0; h < 2; h++) {
@@ -302,10 +340,13 @@ __device__ __forceinline__ void mma_block(const dsv4_weight &w, const uint8_t *_
                         const uint32_t a0 = e2m1x4_e4m3(a[u][mi][0][j]), a1 = e2m1x4_e4m3(a[u][mi][1][j]);
                         const uint32_t a2 = e2m1x4_e4m3(a[u][mi][0][j] >> 16), a3 = e2m1x4_e4m3(a[u][mi][1][j] >> 16);
                         float s0, s1;
-                        if constexpr (VEC) {
+                        if constexpr (VEC == 1) {   /* byte 2 (j & 1) + h of word j >> 1 */
                             const uint32_t sj = (j < 2 ? sc[u][mi].x : sc[u][mi].y) >> (16 * (j & 1));
                             s0 = dev_e8m0((uint8_t)sj);
                             s1 = dev_e8m0((uint8_t)(sj >> 8));
+                        } else if constexpr (VEC == 2) {   /* byte j of row g's word, of row g + 8's */
+                            s0 = dev_e8m0((uint8_t)(sc[u][mi].x >> (8 * j)));
+                            s1 = dev_e8m0((uint8_t)(sc[u][mi].y >> (8 * j)));
                         } else {
                             s0 = dev_e8m0(swb[u][mi][0][j]);
                             s1 = dev_e8m0(swb[u][mi][1][j]);
@@ -324,7 +365,8 @@ __device__ __forceinline__ void mma_block(const dsv4_weight &w, const uint8_t *_
         }
     }
 
-    /* y = ((p0 + p1) + p2) + p3: warps 1..3 hand their partials to warp 0 through shared memory (red, above). */
+    /* y = ((p0 + p1) + p2) + p3: warps 1..3 hand their partials to warp 0 through shared memory. */
+    __shared__ float red[MMA_PARTS - 1][MT * NT * 4][32];
     if (part > 0) {
 #pragma unroll
         for (int mi = 0; mi < MT; mi++)
@@ -361,7 +403,7 @@ __global__ void __launch_bounds__(32 * MMA_PARTS) k_mma_linear(dsv4_weight w, co
  * input row p (x_by_pair) or pair_token[p] and writes output row p. The same order per element as the plain
  * linear (mma_block), so a pair's row does not depend on the tile it shares. */
 template <int FP4, int VEC>
-__global__ void __launch_bounds__(32 * MMA_PARTS, VEC ? MMA_EXPERT_BLOCKS : 1) k_mma_expert(const dsv4_weight *__restrict__ experts, int rows, cu_moe_plan plan,
+__global__ void __launch_bounds__(32 * MMA_PARTS, VEC ? MMA_EXPERT_BLOCKS : 0) k_mma_expert(const dsv4_weight *__restrict__ experts, int rows, cu_moe_plan plan,
                                                                 const uint8_t *__restrict__ xq, int ldq, const float *__restrict__ xs,
                                                                 int lds, int x_by_pair, float *__restrict__ y, int ldy,
                                                                 int out_bf16) {
@@ -442,17 +484,25 @@ extern "C" int cu_mma_pack_act(cu_stream st, const float *x, int ldx, int T, int
     return 0;
 }
 
-/* FP4 weight loads: the vector path (MMA_FP4_VEC above) unless switched off. */
+/* FP4 weight loads: the mode of MMA_FP4_VEC above until cu_mma_fp4_vec changes it. */
 static int fp4_vec = MMA_FP4_VEC;
 
-extern "C" void cu_mma_fp4_vec(int on) { fp4_vec = on != 0; }
+extern "C" int cu_mma_fp4_vec(int mode) {
+    const int before = fp4_vec;
+    fp4_vec = mode == 1 || mode == 2 ? mode : 0;
+    return before;
+}
 
 template <int FP4, int MT, int NT, int U>
 static void mma_launch(cu_stream st, const dsv4_weight *w, const uint8_t *xq, int ldq, const float *xs, int lds, int T, float *y,
                        int ldy, int out_bf16) {
     dim3 grid(cu_blocks(w->rows, 16 * MT), cu_blocks(T, 8 * NT));
     if constexpr (FP4) {
-        if (fp4_vec) {
+        if (fp4_vec == 2) {
+            k_mma_linear<FP4, MT, NT, U, 2><<<grid, 32 * MMA_PARTS, 0, (cudaStream_t)st>>>(*w, xq, ldq, xs, lds, T, y, ldy, out_bf16);
+            return;
+        }
+        if (fp4_vec == 1) {
             k_mma_linear<FP4, MT, NT, U, 1><<<grid, 32 * MMA_PARTS, 0, (cudaStream_t)st>>>(*w, xq, ldq, xs, lds, T, y, ldy, out_bf16);
             return;
         }
@@ -525,7 +575,9 @@ extern "C" int cu_mma_expert_linear(cu_stream st, const dsv4_weight *experts, in
                          fp4 ? "FP4" : "FP8", ldq, lds, ldy);
     if (max_tiles <= 0 || rows == 0) return 0;
     dim3 grid(cu_blocks(rows, 16), max_tiles);
-    if (fp4 && fp4_vec)
+    if (fp4 && fp4_vec == 2)
+        k_mma_expert<1, 2><<<grid, 32 * MMA_PARTS, 0, (cudaStream_t)st>>>(experts, rows, *plan, xq, ldq, xs, lds, x_by_pair, y, ldy, out_bf16);
+    else if (fp4 && fp4_vec == 1)
         k_mma_expert<1, 1><<<grid, 32 * MMA_PARTS, 0, (cudaStream_t)st>>>(experts, rows, *plan, xq, ldq, xs, lds, x_by_pair, y, ldy, out_bf16);
     else if (fp4)
         k_mma_expert<1, 0><<<grid, 32 * MMA_PARTS, 0, (cudaStream_t)st>>>(experts, rows, *plan, xq, ldq, xs, lds, x_by_pair, y, ldy, out_bf16);

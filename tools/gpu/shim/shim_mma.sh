@@ -50,15 +50,27 @@ static inline uint4 ld_stream16(const uint8_t *p) {
     if ((uintptr_t)p & 15) { fprintf(stderr, "shim: ld_stream16 at %p: not 16-byte aligned\\n", (const void *)p); abort(); }
     return *(const uint4 *)p;
 }
+static inline uint32_t ld_nc32(const uint8_t *p) {
+    if ((uintptr_t)p & 3) { fprintf(stderr, "shim: ld_nc32 at %p: not 4-byte aligned\\n", (const void *)p); abort(); }
+    return *(const uint32_t *)p;
+}
 ''')
 a = src.index("/* ---- end of PTX"); b = src.index("/* dev_f32_to_e4m3 (the build's) against")
 body = src[a:b]
 a = src.index('extern "C" int cu_mma_pack_act')
 body += src[a:]
+# mma_block declares its reduction array after the main loop; poisoned there (by thread 0) it would wipe what other
+# warps already wrote: the shim declares (and poisons) it at the top of mma_block instead
+decl = "    __shared__ float red[MMA_PARTS - 1][MT * NT * 4][32];\n"
+assert body.count(decl) == 1
+body = body.replace(decl, "")
+top = "    float acc[MT][NT][4];\n"
+assert body.count(top) == 1
+body = body.replace(top, decl + top)
 body = poison_shared(body)
 n0 = body.count("<<<")
 body, _ = launches(body, r"k_mma_\w+(?:<[^<>;]*>)?")
-assert n0 == 6 and "<<<" not in body, n0
+assert n0 == 8 and "<<<" not in body, n0
 out.append(body)
 out.append('extern "C" int cu_mma_e4m3_check(unsigned long long *m, unsigned int *f, dsv4_error *err) { (void)m; (void)f; '
            'return dsv4_fail(err, DSV4_E_UNSUPPORTED, "cu_mma_e4m3_check: GPU only"); }')
