@@ -593,25 +593,36 @@ static void experts_equal_plain_linear(void **state) {
             plan.tile_first = cu_malloc(sizeof(int32_t) * 64);
             plan.tile_count = cu_malloc(sizeof(int32_t) * 64);
             plan.n_tiles = cu_malloc(sizeof(int32_t));
-            dsv4_weight *dexp = cu_malloc(sizeof dws);
-            float *dy = cu_malloc(sizeof(float) * P * N), *y = malloc(sizeof(float) * P * N);
-            assert_true(plan.pair_token && plan.tile_expert && plan.tile_first && plan.tile_count && plan.n_tiles && dexp && dy);
+            /* the second projection of the pair call: expert e is weight (e + 2) mod E (so expert 1 is the absent one) */
+            dsv4_weight dws2[E];
+            for (int e = 0; e < E; e++) dws2[e] = dws[(e + 2) % E];
+            dsv4_weight *dexp = cu_malloc(sizeof dws), *dexp2 = cu_malloc(sizeof dws2);
+            float *dy = cu_malloc(sizeof(float) * P * N), *dy2 = cu_malloc(sizeof(float) * P * N), *y = malloc(sizeof(float) * P * N);
+            assert_true(plan.pair_token && plan.tile_expert && plan.tile_first && plan.tile_count && plan.n_tiles && dexp && dexp2 && dy && dy2);
             assert_int_equal(cu_upload(plan.pair_token, pair_token, sizeof(int32_t) * P), 0);
             assert_int_equal(cu_upload(plan.tile_expert, tile_expert, sizeof(int32_t) * n_tiles), 0);
             assert_int_equal(cu_upload(plan.tile_first, tile_first, sizeof(int32_t) * n_tiles), 0);
             assert_int_equal(cu_upload(plan.tile_count, tile_count, sizeof(int32_t) * n_tiles), 0);
             assert_int_equal(cu_upload(plan.n_tiles, &n_tiles, sizeof(int32_t)), 0);
             assert_int_equal(cu_upload(dexp, dws, sizeof dws), 0);
-            for (int by_pair = 0; by_pair < 2; by_pair++) {
+            assert_int_equal(cu_upload(dexp2, dws2, sizeof dws2), 0);
+            /* (by_pair, out): cu_mma_expert_linear (out 0), cu_mma_expert_linear_pair's first (1) and second (2) outputs */
+            for (int by_pair = 0; by_pair < 2; by_pair++)
+            for (int out = 0; out < 3; out++) {
                 const tact *in = by_pair ? &ap : &a;
                 dsv4_error err;
                 assert_int_equal(cu_fill_bytes(dy, 0x55, sizeof(float) * P * N), 0);
-                if (cu_mma_expert_linear(NULL, dexp, N, K, fmt, &plan, n_tiles + 2, in->q, in->ldq, in->s, in->lds, by_pair, dy, N, 0, &err))
+                assert_int_equal(cu_fill_bytes(dy2, 0x55, sizeof(float) * P * N), 0);
+                if (out == 0 && cu_mma_expert_linear(NULL, dexp, N, K, fmt, &plan, n_tiles + 2, in->q, in->ldq, in->s, in->lds, by_pair, dy, N,
+                                                     0, &err))
+                    fail_msg("%s", err.msg);
+                if (out > 0 && cu_mma_expert_linear_pair(NULL, dexp, dexp2, N, K, fmt, &plan, n_tiles + 2, in->q, in->ldq, in->s, in->lds,
+                                                         by_pair, dy, dy2, N, 0, &err))
                     fail_msg("%s", err.msg);
                 sync_ok("expert linear");
-                assert_int_equal(cu_download(y, dy, sizeof(float) * P * N), 0);
+                assert_int_equal(cu_download(y, out == 2 ? dy2 : dy, sizeof(float) * P * N), 0);
                 for (int p = 0; p < P; p++) {
-                    const int e = pair_expert[p];
+                    const int e = out == 2 ? (pair_expert[p] + 2) % E : pair_expert[p];   /* the weight pair p met */
                     if (e == ABSENT) {
                         for (int r = 0; r < N; r++) {
                             const float absent = EP_ABSENT_ROW;
@@ -620,15 +631,16 @@ static void experts_equal_plain_linear(void **state) {
                                          y[(int64_t)p * N + r]);
                         }
                     } else if (memcmp(y + (int64_t)p * N, ref + ((int64_t)e * NT_TOK + pair_token[p]) * N, sizeof(float) * N))
-                        fail_msg("%s%s: pair %d (expert %d, token %d%s) differs from the plain linear of its expert on its token",
-                                 fp4 ? "FP4" : "FP8", vec ? " vector loads" : "", p, e, pair_token[p], by_pair ? ", rows by pair" : "");
+                        fail_msg("%s mode %d: pair %d (weight %d, token %d%s%s) differs from the plain linear of its weight on its token",
+                                 fp4 ? "FP4" : "FP8", vec, p, e, pair_token[p], by_pair ? ", rows by pair" : "",
+                                 out ? (out == 1 ? ", pair call's first output" : ", pair call's second output") : "");
                 }
             }
-            printf("  %s%s experts %dx%d: %d pairs in %d tiles = the plain linear per (expert, token) (memcmp), by token and by pair; "
-                   "absent expert -> EP_ABSENT_ROW\n", fp4 ? "FP4" : "FP8", fp4 ? (vec == 2 ? " (vector loads, scale words)" : vec ? " (vector loads)" : " (word loads)") : "", N, K, P,
+            printf("  %s%s experts %dx%d: %d pairs in %d tiles = the plain linear per (expert, token) (memcmp), by token and by pair, "
+                   "alone and as both outputs of the pair call; absent expert -> EP_ABSENT_ROW\n", fp4 ? "FP4" : "FP8", fp4 ? (vec == 2 ? " (vector loads, scale words)" : vec ? " (vector loads)" : " (word loads)") : "", N, K, P,
                    n_tiles);
             cu_free(plan.pair_token); cu_free(plan.tile_expert); cu_free(plan.tile_first); cu_free(plan.tile_count);
-            cu_free(plan.n_tiles); cu_free(dexp); cu_free(dy);
+            cu_free(plan.n_tiles); cu_free(dexp); cu_free(dexp2); cu_free(dy); cu_free(dy2);
             free(y); free(ref); free(x); free(xp);
             free_act(&a);
             free_act(&ap);
@@ -753,7 +765,7 @@ static int bench(void) {
 
 
 /* `--bench-experts`: the routed experts of one V4-Flash MoE layer as a step runs them (cuda_ep.c cu_moe_routed): w1
- * and w3 (2048 x 4096) then w2 (4096 x 2048), FP4 with a scale per 32 columns, for 6 experts; at 1 token (6 tiles
+ * and w3 (2048 x 4096, one launch or two) then w2 (4096 x 2048), FP4 with a scale per 32 columns, for 6 experts; at 1 token (6 tiles
  * of 1 pair) and 8 tokens on the same 6 experts (6 tiles of 8: the most a tile holds). Each layer of the graph
  * takes 6 other experts of a pool of 64 per matrix (816 MB, far beyond the 60 MB L2). Vector loads on and off. */
 static int bench_experts(void) {
@@ -794,7 +806,7 @@ static int bench_experts(void) {
     for (int i = 0; i < ACT * TT * (D / 128); i++) ones[i] = 1.0f / 64;
     cu_upload(xs, ones, sizeof(float) * TT * (D / 128));
     cu_upload(hs, ones, sizeof(float) * ACT * TT * (I / 128));
-    printf("%-7s %6s %8s %12s %12s\n", "loads", "tokens", "tiles", "us / layer", "weight GB/s");
+    printf("%-7s %-9s %6s %6s %11s %12s\n", "loads", "w1+w3", "tokens", "tiles", "us / layer", "weight GB/s");
     for (int ti = 0; ti < 2; ti++) {
         const int T = ti ? TT : 1, P = ACT * T;
         /* LAYERS plans: layer l takes experts (6 l + i) mod NE; pairs sorted by expert, then token */
@@ -821,7 +833,8 @@ static int bench_experts(void) {
             cu_upload(p->n_tiles, &nt, sizeof nt);
         }
         const int max_tiles = P / 8 + ACT + 1;   /* as cuda_step.c moe_max_tiles sizes a step of T tokens */
-        for (int vec = 2; vec >= 0; vec--) {
+        for (int vec = 2; vec >= 0; vec--)
+        for (int pair = 1; pair >= 0; pair--) {
             cu_mma_fp4_vec(vec);
             cudaStream_t st;
             cudaGraph_t g = NULL;
@@ -830,10 +843,15 @@ static int bench_experts(void) {
             dsv4_error err;
             int ok = cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking) == cudaSuccess && cudaEventCreate(&e0) == cudaSuccess &&
                      cudaEventCreate(&e1) == cudaSuccess && cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal) == cudaSuccess;
-            for (int l = 0; ok && l < LAYERS; l++)
-                ok = !cu_mma_expert_linear(st, dev[0], I, D, WF_FP4, &plans[l], max_tiles, xq, D, xs, D / 128, 0, y1, I, 1, &err) &&
-                     !cu_mma_expert_linear(st, dev[1], I, D, WF_FP4, &plans[l], max_tiles, xq, D, xs, D / 128, 0, y3, I, 1, &err) &&
-                     !cu_mma_expert_linear(st, dev[2], D, I, WF_FP4, &plans[l], max_tiles, hq, I, hs, I / 128, 1, y2, D, 1, &err);
+            for (int l = 0; ok && l < LAYERS; l++) {
+                if (pair)
+                    ok = !cu_mma_expert_linear_pair(st, dev[0], dev[1], I, D, WF_FP4, &plans[l], max_tiles, xq, D, xs, D / 128, 0, y1, y3, I, 1,
+                                                    &err);
+                else
+                    ok = !cu_mma_expert_linear(st, dev[0], I, D, WF_FP4, &plans[l], max_tiles, xq, D, xs, D / 128, 0, y1, I, 1, &err) &&
+                         !cu_mma_expert_linear(st, dev[1], I, D, WF_FP4, &plans[l], max_tiles, xq, D, xs, D / 128, 0, y3, I, 1, &err);
+                ok = ok && !cu_mma_expert_linear(st, dev[2], D, I, WF_FP4, &plans[l], max_tiles, hq, I, hs, I / 128, 1, y2, D, 1, &err);
+            }
             ok = ok && cudaStreamEndCapture(st, &g) == cudaSuccess && cudaGraphInstantiate(&ge, g, 0) == cudaSuccess &&
                  cudaGraphLaunch(ge, st) == cudaSuccess && cudaStreamSynchronize(st) == cudaSuccess;   /* warm */
             float best = 1e30f;
@@ -845,7 +863,8 @@ static int bench_experts(void) {
             }
             if (!ok) { fprintf(stderr, "bench: %s\n", cudaGetErrorString(cudaGetLastError())); return 1; }
             const double sec = best * 1e-3 / LAYERS;
-            printf("%-7s %6d %8d %12.1f %12.0f\n", vec == 2 ? "vec+sw" : vec ? "vector" : "word", T, ACT, sec * 1e6, (double)ACT * bytes_per_expert / sec / 1e9);
+            printf("%-7s %-9s %6d %6d %11.1f %12.0f\n", vec == 2 ? "vec+sw" : vec ? "vector" : "word", pair ? "1 launch" : "2 launches", T,
+                   ACT, sec * 1e6, (double)ACT * bytes_per_expert / sec / 1e9);
             cudaGraphExecDestroy(ge);
             cudaGraphDestroy(g);
             cudaEventDestroy(e0);
@@ -858,7 +877,8 @@ static int bench_experts(void) {
         }
     }
     cu_mma_fp4_vec(build_mode);
-    printf("(vec+sw: mode 2, 16-byte weight loads and scale words; vector: mode 1, scale bytes; word: mode 0, the loads before)\n");
+    printf("(vec+sw: mode 2, 16-byte weight loads and scale words; vector: mode 1, scale bytes; word: mode 0, the loads before;\n"
+           " w1+w3: cu_mma_expert_linear_pair's one launch or two; the graph's launch gaps are in the time)\n");
     printf("(bytes: %.1f MB of weights and scales per layer; H200 read bandwidth ~4.25 TB/s)\n", ACT * bytes_per_expert / 1e6);
     for (int m = 0; m < 3; m++) {
         for (int e = 0; e < NE; e++) { cu_free((void *)host[m][e].data); cu_free((void *)host[m][e].scale); }

@@ -65,6 +65,14 @@ int cu_mma_expert_linear(cu_stream st, const dsv4_weight *experts, int rows, int
                          int max_tiles, const uint8_t *xq, int ldq, const float *xs, int lds, int x_by_pair, float *y,
                          int ldy, int out_bf16, dsv4_error *err);
 
+/* Two projections of the same experts' input in one launch (w1 and w3: twice the blocks of one, so a decode step's
+ * few tiles fill the GPU in fewer, fuller waves): y_a from experts_a and y_b from experts_b, each with the bits
+ * cu_mma_expert_linear gives it (the same blocks, told apart by blockIdx.z). Arguments and errors as there.
+ * Built with -DMMA_EXPERT_PAIR=0 it makes the two launches instead. */
+int cu_mma_expert_linear_pair(cu_stream st, const dsv4_weight *experts_a, const dsv4_weight *experts_b, int rows, int cols, int fmt,
+                              const cu_moe_plan *plan, int max_tiles, const uint8_t *xq, int ldq, const float *xs, int lds,
+                              int x_by_pair, float *y_a, float *y_b, int ldy, int out_bf16, dsv4_error *err);
+
 /* ---- BF16-input linears (k_mma16.cu) ----
  * OFFICIAL linears whose input is a bf16 tensor and whose weight is BF16 (or FP8 with 128x128 scales, which is
  * e4m3 x 2^k, a bf16 value): wo_a (grouped), the compressors' wkv / wgate (main and indexer), the indexer's

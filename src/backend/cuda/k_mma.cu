@@ -401,12 +401,16 @@ __global__ void __launch_bounds__(32 * MMA_PARTS) k_mma_linear(dsv4_weight w, co
 /* The routed experts' tiles of a MoE plan (k_linear.cu k_expert_linear's contract): tile blockIdx.y is expert
  * tile_expert[tile] over its tile_count (<= CU_MOE_TILE = 8: one n8 column) pairs from tile_first; pair p reads
  * input row p (x_by_pair) or pair_token[p] and writes output row p. The same order per element as the plain
- * linear (mma_block), so a pair's row does not depend on the tile it shares. */
+ * linear (mma_block), so a pair's row does not depend on the tile it shares. blockIdx.z = 1 computes the second
+ * projection of a pair over the same input (w3 beside w1: cu_mma_expert_linear_pair) from experts_b into y_b. */
 template <int FP4, int VEC>
-__global__ void __launch_bounds__(32 * MMA_PARTS, VEC ? MMA_EXPERT_BLOCKS : 0) k_mma_expert(const dsv4_weight *__restrict__ experts, int rows, cu_moe_plan plan,
+__global__ void __launch_bounds__(32 * MMA_PARTS, VEC ? MMA_EXPERT_BLOCKS : 0) k_mma_expert(const dsv4_weight *__restrict__ experts_a,
+                                                                const dsv4_weight *__restrict__ experts_b, int rows, cu_moe_plan plan,
                                                                 const uint8_t *__restrict__ xq, int ldq, const float *__restrict__ xs,
-                                                                int lds, int x_by_pair, float *__restrict__ y, int ldy,
+                                                                int lds, int x_by_pair, float *y_a, float *y_b, int ldy,
                                                                 int out_bf16) {
+    const dsv4_weight *experts = blockIdx.z ? experts_b : experts_a;
+    float *y = blockIdx.z ? y_b : y_a;
     const int tile = blockIdx.y;
     if (tile >= *plan.n_tiles) return;
     dsv4_weight w = experts[plan.tile_expert[tile]];
@@ -563,25 +567,63 @@ extern "C" int cu_mma_linear(cu_stream st, const dsv4_weight *w, const uint8_t *
     return 0;
 }
 
-extern "C" int cu_mma_expert_linear(cu_stream st, const dsv4_weight *experts, int rows, int cols, int fmt, const cu_moe_plan *plan,
-                                    int max_tiles, const uint8_t *xq, int ldq, const float *xs, int lds, int x_by_pair, float *y,
-                                    int ldy, int out_bf16, dsv4_error *err) {
-    if (fmt != WF_FP8 && fmt != WF_FP4)
-        return dsv4_fail(err, DSV4_E_UNSUPPORTED, "cu_mma_expert_linear: weight format %d has no tensor-core path", fmt);
+/* MMA_EXPERT_PAIR=0: cu_mma_expert_linear_pair as two launches (the A/B of its one launch). */
+#ifndef MMA_EXPERT_PAIR
+#define MMA_EXPERT_PAIR 1
+#endif
+
+/* The checks of cu_mma_expert_linear's contract: 0, or the error (nothing launched). */
+static int expert_args(const char *fn, int rows, int cols, int fmt, int ldq, const uint8_t *xq, int lds, int ldy, dsv4_error *err) {
+    if (fmt != WF_FP8 && fmt != WF_FP4) return dsv4_fail(err, DSV4_E_UNSUPPORTED, "%s: weight format %d has no tensor-core path", fn, fmt);
     const int fp4 = fmt == WF_FP4;
     if (rows < 0 || cols < 1 || cols % (fp4 ? 32 : 128) || ldq < cols || ldq % 16 || (uintptr_t)xq % 16 ||
         lds < (cols + 127) / 128 || ldy < rows)
-        return dsv4_fail(err, DSV4_E_ARG, "cu_mma_expert_linear: experts %d x %d (%s), ldq %d, lds %d, ldy %d", rows, cols,
-                         fp4 ? "FP4" : "FP8", ldq, lds, ldy);
-    if (max_tiles <= 0 || rows == 0) return 0;
-    dim3 grid(cu_blocks(rows, 16), max_tiles);
+        return dsv4_fail(err, DSV4_E_ARG, "%s: experts %d x %d (%s), ldq %d, lds %d, ldy %d", fn, rows, cols, fp4 ? "FP4" : "FP8", ldq,
+                         lds, ldy);
+    return 0;
+}
+
+/* One launch: the projection(s) z < nz (experts_a into y_a, experts_b into y_b). */
+static void expert_launch(cu_stream st, int nz, const dsv4_weight *experts_a, const dsv4_weight *experts_b, int rows, int fp4,
+                          const cu_moe_plan *plan, int max_tiles, const uint8_t *xq, int ldq, const float *xs, int lds, int x_by_pair,
+                          float *y_a, float *y_b, int ldy, int out_bf16) {
+    dim3 grid(cu_blocks(rows, 16), max_tiles, nz);
     if (fp4 && fp4_vec == 2)
-        k_mma_expert<1, 2><<<grid, 32 * MMA_PARTS, 0, (cudaStream_t)st>>>(experts, rows, *plan, xq, ldq, xs, lds, x_by_pair, y, ldy, out_bf16);
+        k_mma_expert<1, 2><<<grid, 32 * MMA_PARTS, 0, (cudaStream_t)st>>>(experts_a, experts_b, rows, *plan, xq, ldq, xs, lds, x_by_pair, y_a,
+                                                                         y_b, ldy, out_bf16);
     else if (fp4 && fp4_vec == 1)
-        k_mma_expert<1, 1><<<grid, 32 * MMA_PARTS, 0, (cudaStream_t)st>>>(experts, rows, *plan, xq, ldq, xs, lds, x_by_pair, y, ldy, out_bf16);
+        k_mma_expert<1, 1><<<grid, 32 * MMA_PARTS, 0, (cudaStream_t)st>>>(experts_a, experts_b, rows, *plan, xq, ldq, xs, lds, x_by_pair, y_a,
+                                                                         y_b, ldy, out_bf16);
     else if (fp4)
-        k_mma_expert<1, 0><<<grid, 32 * MMA_PARTS, 0, (cudaStream_t)st>>>(experts, rows, *plan, xq, ldq, xs, lds, x_by_pair, y, ldy, out_bf16);
+        k_mma_expert<1, 0><<<grid, 32 * MMA_PARTS, 0, (cudaStream_t)st>>>(experts_a, experts_b, rows, *plan, xq, ldq, xs, lds, x_by_pair, y_a,
+                                                                         y_b, ldy, out_bf16);
     else
-        k_mma_expert<0, 0><<<grid, 32 * MMA_PARTS, 0, (cudaStream_t)st>>>(experts, rows, *plan, xq, ldq, xs, lds, x_by_pair, y, ldy, out_bf16);
+        k_mma_expert<0, 0><<<grid, 32 * MMA_PARTS, 0, (cudaStream_t)st>>>(experts_a, experts_b, rows, *plan, xq, ldq, xs, lds, x_by_pair, y_a,
+                                                                         y_b, ldy, out_bf16);
+}
+
+extern "C" int cu_mma_expert_linear(cu_stream st, const dsv4_weight *experts, int rows, int cols, int fmt, const cu_moe_plan *plan,
+                                    int max_tiles, const uint8_t *xq, int ldq, const float *xs, int lds, int x_by_pair, float *y,
+                                    int ldy, int out_bf16, dsv4_error *err) {
+    const int rc = expert_args("cu_mma_expert_linear", rows, cols, fmt, ldq, xq, lds, ldy, err);
+    if (rc) return rc;
+    if (max_tiles <= 0 || rows == 0) return 0;
+    expert_launch(st, 1, experts, experts, rows, fmt == WF_FP4, plan, max_tiles, xq, ldq, xs, lds, x_by_pair, y, y, ldy, out_bf16);
+    return 0;
+}
+
+extern "C" int cu_mma_expert_linear_pair(cu_stream st, const dsv4_weight *experts_a, const dsv4_weight *experts_b, int rows, int cols,
+                                         int fmt, const cu_moe_plan *plan, int max_tiles, const uint8_t *xq, int ldq, const float *xs,
+                                         int lds, int x_by_pair, float *y_a, float *y_b, int ldy, int out_bf16, dsv4_error *err) {
+    const int rc = expert_args("cu_mma_expert_linear_pair", rows, cols, fmt, ldq, xq, lds, ldy, err);
+    if (rc) return rc;
+    if (max_tiles <= 0 || rows == 0) return 0;
+    const int fp4 = fmt == WF_FP4;
+    if (MMA_EXPERT_PAIR) {
+        expert_launch(st, 2, experts_a, experts_b, rows, fp4, plan, max_tiles, xq, ldq, xs, lds, x_by_pair, y_a, y_b, ldy, out_bf16);
+    } else {
+        expert_launch(st, 1, experts_a, experts_a, rows, fp4, plan, max_tiles, xq, ldq, xs, lds, x_by_pair, y_a, y_a, ldy, out_bf16);
+        expert_launch(st, 1, experts_b, experts_b, rows, fp4, plan, max_tiles, xq, ldq, xs, lds, x_by_pair, y_b, y_b, ldy, out_bf16);
+    }
     return 0;
 }
