@@ -194,18 +194,25 @@ static int bench_single_stream(dsv4_model *m, int prompt, int decode, double bw,
 static void graphs_report(const dsv4_model *m, json_t *rep) {
     cuda_graph_info g;
     cuda_graphs_get(m, &g);
-    printf("%-26s %10s   %ld steps as graphs, %ld launched directly (%ld instantiations, %ld updates)%s\n", "CUDA graphs",
-           g.on ? "on" : "off", g.graphed_steps, g.direct_steps, g.instantiations, g.updates,
-           g.on ? "" : ": DSV4_CUDA_GRAPHS=0");
+    printf("%-26s %10s   %ld steps as graphs, %ld launched directly (%ld instantiations, %ld updates, %.0f programmatic "
+           "edges a capture)%s\n", "CUDA graphs", g.on ? "on" : "off", g.graphed_steps, g.direct_steps, g.instantiations,
+           g.updates, g.captures ? (double)g.programmatic_edges / (double)g.captures : 0.0, g.on ? "" : ": DSV4_CUDA_GRAPHS=0");
     if (!rep) return;
-    json_t *o = json_pack("{s:b, s:I, s:I, s:I, s:I}", "on", g.on, "graphed_steps", (json_int_t)g.graphed_steps, "direct_steps",
-                          (json_int_t)g.direct_steps, "instantiations", (json_int_t)g.instantiations, "updates",
-                          (json_int_t)g.updates);
+    json_t *o = json_pack("{s:b, s:I, s:I, s:I, s:I, s:I, s:I}", "on", g.on, "graphed_steps", (json_int_t)g.graphed_steps,
+                          "direct_steps", (json_int_t)g.direct_steps, "instantiations", (json_int_t)g.instantiations,
+                          "updates", (json_int_t)g.updates, "captures", (json_int_t)g.captures, "programmatic_edges",
+                          (json_int_t)g.programmatic_edges);
     if (o) json_object_set_new(rep, "cuda_graphs", o);
 }
 
-/* --streams 1,2,4,...: aggregate decode tokens/s with N streams decoding together (weights read once a step). */
-static int bench_streams(dsv4_model *m, const char *list, int decode, double bw, json_t *rep) {
+static void profile_start(dsv4_model *m, void *ctx) {
+    (void)ctx;
+    cuda_profile(m, 1);
+}
+
+/* --streams 1,2,4,...: aggregate decode tokens/s with N streams decoding together (weights read once a step). With
+ * --profile (cuda), the decode steps of the last count once more, under the per-stage timing. */
+static int bench_streams(dsv4_model *m, const char *list, int decode, double bw, int profile, json_t *rep) {
     int32_t *counts;
     int n;
     if (cli_parse_tokens(CMD, list, &counts, &n)) return 1;
@@ -228,6 +235,13 @@ static int bench_streams(dsv4_model *m, const char *list, int decode, double bw,
                                              "step_ms_mean", rows[i].step_ms_mean, "step_ms_max", rows[i].step_ms_max,
                                              "step_weight_bytes", rows[i].step_bytes));
     if (arr) json_object_set_new(rep, "streams", arr);
+    if (!rc && profile) {
+        dsv4_bench_streams_result r;
+        printf("\nper-stage time of %d-stream decode steps (synchronised stages, launched directly):\n", c[n - 1]);
+        rc = dsv4_bench_streams_hooked(m, c[n - 1], 16, decode, profile_start, NULL, &r, &err);
+        if (!rc) cuda_profile_report(m, stdout);
+        cuda_profile(m, 0);
+    }
     free(rows);
     free(c);
     return rc ? cli_fail(CMD, &err) : 0;
@@ -528,7 +542,7 @@ int cmd_bench(int argc, char **argv) {
         if (bw > 0) rep_num(rep, "machine", m->cuda ? "device_copy_gb_s" : "memory_read_gb_s", bw);
     }
     int rc = bench_single_stream(m, (int)prompt, (int)decode, bw, profile && m->cuda, rep);
-    if (!rc && streams) rc = bench_streams(m, streams, (int)decode, bw, rep);
+    if (!rc && streams) rc = bench_streams(m, streams, (int)decode, bw, profile && m->cuda, rep);
     if (!rc && context) rc = bench_context(m, context, (int)decode, profile && m->cuda, rep);
     if (!rc && spec) rc = bench_spec(m, spec, (int)decode);
     if (!rc && spec && streams) rc = bench_spec_streams(m, spec, streams, (int)decode);

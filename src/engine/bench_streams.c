@@ -87,6 +87,12 @@ int bench_step_routed_bytes(dsv4_model *m, dsv4_step_item *items, int n, double 
 
 int dsv4_bench_streams(dsv4_model *m, int n_streams, int prompt_len, int decode_steps,
                        dsv4_bench_streams_result *out, dsv4_error *err) {
+    return dsv4_bench_streams_hooked(m, n_streams, prompt_len, decode_steps, NULL, NULL, out, err);
+}
+
+int dsv4_bench_streams_hooked(dsv4_model *m, int n_streams, int prompt_len, int decode_steps,
+                              void (*before_timed)(dsv4_model *m, void *ctx), void *ctx, dsv4_bench_streams_result *out,
+                              dsv4_error *err) {
     memset(out, 0, sizeof *out);
     if (n_streams < 1 || prompt_len < 1 || decode_steps < 1)
         return dsv4_fail(err, DSV4_E_ARG, "bench: streams, prompt length and decode steps must be >= 1");
@@ -101,6 +107,7 @@ int dsv4_bench_streams(dsv4_model *m, int n_streams, int prompt_len, int decode_
     out->prefill_s = now_s() - t0;
     for (int i = 0; !rc && i < n_streams; i++) b.next[i] = argmax(b.logits + (int64_t)i * b.vocab, b.vocab);
     if (!rc) rc = decode_all(m, &b, err);   /* warm-up: sizes the workspace for N decode tokens */
+    if (!rc && before_timed) before_timed(m, ctx);
     double total = 0, worst = 0;
     const uint64_t routed0 = m->routed_bytes;
     for (int s = 0; !rc && s < decode_steps; s++) {

@@ -25,6 +25,11 @@ typedef struct {
 /* Run the workload for one stream count. */
 int dsv4_bench_streams(dsv4_model *m, int n_streams, int prompt_len, int decode_steps,
                        dsv4_bench_streams_result *out, dsv4_error *err);
+/* The same, calling before_timed(m, ctx) (if not NULL) after the prefill and the warm-up step, just before the
+ * timed decode steps: `bench --streams --profile` starts the GPU's per-stage timing there. */
+int dsv4_bench_streams_hooked(dsv4_model *m, int n_streams, int prompt_len, int decode_steps,
+                              void (*before_timed)(dsv4_model *m, void *ctx), void *ctx, dsv4_bench_streams_result *out,
+                              dsv4_error *err);
 
 /* Run it for every count in turn and print one table row per count to `f` (NULL: no output), with the
  * speed-up of aggregate decode tokens/s over the first count, the weight bytes per step and, when bw_gbs > 0,

@@ -12,7 +12,10 @@
  * The graphs must really have run (the counters: every step of the "on" run as graphs, graphs instantiated and
  * updated; none in the "off" run), the check must be able to fail (with one kernel removed from every captured
  * graph the bytes differ), graphs work again afterwards, a model loaded with DSV4_CUDA_GRAPHS=0 launches directly
- * and gives the same bytes, and DSV4_CUDA_GRAPHS=2 fails the load with one line. Models of 4, 6 and 10 layers
+ * and gives the same bytes, and DSV4_CUDA_GRAPHS=2 fails the load with one line. The graphs' kernel -> kernel edges
+ * are plain by default; a model loaded with DSV4_CUDA_PDL=1 or 2 makes them programmatic (cu_graph.cu: each kernel
+ * launched under the one before, held by dev_grid_wait until it completes) and gives the same bytes, and
+ * DSV4_CUDA_PDL=3 fails the load. (That every kernel begins with the wait is tests/cli/pdl_wait.sh.) Models of 4, 6 and 10 layers
  * (2, 3 and 4 graphs a step: layer 0, then up to 4 layers each). */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -144,15 +147,17 @@ static long first_difference(const tape *a, const tape *b) {
     return -1;
 }
 
-static void load_env(const char *value) {
-    if (value) setenv("DSV4_CUDA_GRAPHS", value, 1);
-    else unsetenv("DSV4_CUDA_GRAPHS");
+static void set_env(const char *name, const char *value) {
+    if (value) setenv(name, value, 1);
+    else unsetenv(name);
 }
+static void load_env(const char *value) { set_env("DSV4_CUDA_GRAPHS", value); }
 
 static int setup(void **state, const topology *tp) {
     fixture *f = calloc(1, sizeof *f);
     f->tp = tp;
-    load_env(NULL);   /* the default, whatever the suite was started with */
+    load_env(NULL);   /* the defaults, whatever the suite was started with */
+    set_env("DSV4_CUDA_PDL", NULL);
     f->m = tm_make_on(tp->preset, tp->sets, tp->n_sets, 1234, tp->mode, DSV4_DEVICE_CUDA, tp->kv, f->dir);
     if (!f->m) return -1;
     dsv4_model_info info;
@@ -192,6 +197,8 @@ static void graphs_match_direct(void **state) {
     if (g1.instantiations <= g0.instantiations || g1.launches - g0.launches < on.steps)
         fail_msg("%s: %ld graphs instantiated, %ld launched for %ld steps", f->tp->name, g1.instantiations - g0.instantiations,
                  g1.launches - g0.launches, on.steps);
+    if (g1.programmatic_edges != g0.programmatic_edges)
+        fail_msg("%s: %ld programmatic edges without DSV4_CUDA_PDL", f->tp->name, g1.programmatic_edges - g0.programmatic_edges);
     if (g1.updates <= g0.updates)   /* not wrong, but every step paid for instantiating its graphs again */
         fail_msg("%s: no cudaGraphExecUpdate succeeded (%ld instantiations for %ld captures)", f->tp->name,
                  g1.instantiations - g0.instantiations, g1.captures - g0.captures);
@@ -255,9 +262,47 @@ static void env_switch(void **state) {
     if (!rc) dsv4_model_free(bad);
 }
 
+/* DSV4_CUDA_PDL=1 and 2 at load: graphs with programmatic edges (from launch completion, from exit), the same bytes
+ * as direct launches; DSV4_CUDA_PDL=3 fails the load. */
+static void pdl_switch(void **state) {
+    fixture *f = *state;
+    if (!f->off.bytes) skip();
+    for (int mode = 1; mode <= 2; mode++) {
+        const char *v = mode == 1 ? "1" : "2";
+        set_env("DSV4_CUDA_PDL", v);
+        dsv4_model *m = tm_load(f->dir, f->tp->mode, DSV4_DEVICE_CUDA, f->tp->kv);
+        set_env("DSV4_CUDA_PDL", NULL);
+        assert_non_null(m);
+        tape t;
+        run(f, m, &t, mode == 1 ? "DSV4_CUDA_PDL=1" : "DSV4_CUDA_PDL=2");
+        cuda_graph_info g;
+        cuda_graphs_get(m, &g);
+        if (g.graphed_steps != t.steps || g.programmatic_edges <= 0)
+            fail_msg("%s: DSV4_CUDA_PDL=%s: %ld of %ld steps as graphs, %ld programmatic edges", f->tp->name, v, g.graphed_steps,
+                     t.steps, g.programmatic_edges);
+        printf("  %s: DSV4_CUDA_PDL=%s: %.1f programmatic edges a capture\n", f->tp->name, v,
+               (double)g.programmatic_edges / (double)(g.captures ? g.captures : 1));
+        const long d = first_difference(&t, &f->off);
+        if (d >= 0) fail_msg("%s: DSV4_CUDA_PDL=%s differs from direct launches (first at float %ld)", f->tp->name, v, d);
+        free(t.bytes);
+        dsv4_model_free(m);
+    }
+
+    set_env("DSV4_CUDA_PDL", "3");
+    dsv4_load_opts lo = { .mode = f->tp->mode, .quiet = 1, .device = DSV4_DEVICE_CUDA, .kv_format = f->tp->kv };
+    dsv4_error err;
+    dsv4_model *bad = NULL;
+    const int rc = dsv4_model_load(f->dir, &lo, &bad, &err);
+    set_env("DSV4_CUDA_PDL", NULL);
+    if (rc != DSV4_E_ARG || !strstr(err.msg, "DSV4_CUDA_PDL") || strchr(err.msg, '\n'))
+        fail_msg("DSV4_CUDA_PDL=3: load gave %d (%s)", rc, rc ? err.msg : "no error");
+    if (!rc) dsv4_model_free(bad);
+}
+
 static void both(void **state) {
     graphs_match_direct(state);
     env_switch(state);
+    pdl_switch(state);
 }
 
 #define TOPO(i) static int setup_##i(void **s) { return setup(s, &topologies[i]); }

@@ -29,7 +29,7 @@
 #include <string.h>
 #include "backend/cuda/cu_mma.h"
 #include "backend/cuda/cu_runtime.h"
-#include "model/formats.h"   /* only to make inputs: f32_to_e4m3 */
+#include "model/formats.h"   /* to make inputs (f32_to_e4m3) and the host bf16 rounding that out_bf16 must equal */
 #include "model/tiny.h"      /* dsv4_rng */
 #include "model/weight.h"
 
@@ -196,7 +196,7 @@ static void run_g(const dsv4_weight *dw, int groups, int group_x, const tact *a,
     float *dy = cu_malloc(sizeof(float) * T * N);
     assert_non_null(dy);
     dsv4_error err;
-    if (cu_mma16_linear(NULL, dw, groups, a->b + (int64_t)t0 * a->ldb, a->ldb, group_x, T, dy, N, &err)) fail_msg("%s", err.msg);
+    if (cu_mma16_linear(NULL, dw, groups, a->b + (int64_t)t0 * a->ldb, a->ldb, group_x, T, dy, N, 0, &err)) fail_msg("%s", err.msg);
     sync_ok("mma16 linear");
     assert_int_equal(cu_download(y, dy, sizeof(float) * T * N), 0);
     cu_free(dy);
@@ -405,7 +405,8 @@ static void batch_invariant_and_deterministic(void **state) {
     }
 }
 
-/* Several weights over the same rows in one launch (cu_mma16_linear_multi) = each weight alone, bit for bit. */
+/* Several weights over the same rows in one launch (cu_mma16_linear_multi) = each weight alone, bit for bit; the
+ * odd ones with out_bf16, whose outputs must be the host's bf16 rounding (formats.h round_bf16) of those. */
 static void multi_equals_alone(void **state) {
     (void)state;
     enum { K = 1056, P = 40 };
@@ -422,13 +423,19 @@ static void multi_equals_alone(void **state) {
         for (int j = 0; j < 5; j++) {
             dy[j] = cu_malloc(sizeof(float) * T * (rows[j] + 3));
             assert_non_null(dy[j]);
-            outs[j] = (cu_mma16_out){ &w[j].d, dy[j], rows[j] + 3 };   /* ldy > rows */
+            outs[j] = (cu_mma16_out){ &w[j].d, dy[j], rows[j] + 3, j & 1 };   /* ldy > rows */
         }
         dsv4_error err;
         if (cu_mma16_linear_multi(NULL, outs, 5, a.b, a.ldb, T, &err)) fail_msg("%s", err.msg);
         sync_ok("multi");
         for (int j = 0; j < 5; j++) {
             run(&w[j].d, &a, 0, T, want);
+            int rounded = 0;
+            for (int i = 0; (j & 1) && i < T * rows[j]; i++) {
+                rounded += round_bf16(want[i]) != want[i];
+                want[i] = round_bf16(want[i]);
+            }
+            if ((j & 1) && !rounded) fail_msg("multi: weight %d's outputs were all bf16 values already: out_bf16 is not tested", j);
             float *back = malloc(sizeof(float) * T * (rows[j] + 3));
             assert_int_equal(cu_download(back, dy[j], sizeof(float) * T * (rows[j] + 3)), 0);
             for (int t = 0; t < T; t++) memcpy(got + (int64_t)t * rows[j], back + (int64_t)t * (rows[j] + 3), sizeof(float) * rows[j]);
@@ -469,36 +476,36 @@ static void refuses_bad_shapes(void **state) {
     err.msg[0] = 0;
     dsv4_weight bad = w16.d;
     bad.fmt = WF_FP4;
-    assert_int_equal(cu_mma16_linear(NULL, &bad, 1, a.b, a.ldb, 0, 2, dy, 32, &err), DSV4_E_UNSUPPORTED);
+    assert_int_equal(cu_mma16_linear(NULL, &bad, 1, a.b, a.ldb, 0, 2, dy, 32, 0, &err), DSV4_E_UNSUPPORTED);
     assert_true(err.msg[0] != 0);
     bad.fmt = WF_F32;
-    assert_int_equal(cu_mma16_linear(NULL, &bad, 1, a.b, a.ldb, 0, 2, dy, 32, &err), DSV4_E_UNSUPPORTED);
+    assert_int_equal(cu_mma16_linear(NULL, &bad, 1, a.b, a.ldb, 0, 2, dy, 32, 0, &err), DSV4_E_UNSUPPORTED);
     bad = w8.d;
     bad.cols = 224;   /* FP8: not a multiple of 128 */
-    assert_int_equal(cu_mma16_linear(NULL, &bad, 1, a.b, a.ldb, 0, 2, dy, 32, &err), DSV4_E_ARG);
+    assert_int_equal(cu_mma16_linear(NULL, &bad, 1, a.b, a.ldb, 0, 2, dy, 32, 0, &err), DSV4_E_ARG);
     bad = w16.d;
     bad.cols = 240;   /* BF16: not a multiple of 32 */
-    assert_int_equal(cu_mma16_linear(NULL, &bad, 1, a.b, a.ldb, 0, 2, dy, 32, &err), DSV4_E_ARG);
+    assert_int_equal(cu_mma16_linear(NULL, &bad, 1, a.b, a.ldb, 0, 2, dy, 32, 0, &err), DSV4_E_ARG);
     bad = w16.d;
     bad.data = (const uint16_t *)w16.d.data + 4;   /* misaligned rows */
-    assert_int_equal(cu_mma16_linear(NULL, &bad, 1, a.b, a.ldb, 0, 2, dy, 32, &err), DSV4_E_ARG);
-    assert_int_equal(cu_mma16_linear(NULL, &w16.d, 3, a.b, a.ldb, 128, 2, dy, 32, &err), DSV4_E_ARG);   /* 32 rows in 3 groups */
-    assert_int_equal(cu_mma16_linear(NULL, &w16.d, 4, a.b, a.ldb, 64, 2, dy, 32, &err), DSV4_E_ARG);    /* 8 rows a group */
-    assert_int_equal(cu_mma16_linear(NULL, &w16.d, 2, a.b, a.ldb, 257, 2, dy, 32, &err), DSV4_E_ARG);   /* group_x % 8 */
-    assert_int_equal(cu_mma16_linear(NULL, &w16.d, 2, a.b, a.ldb, 264, 2, dy, 32, &err), DSV4_E_ARG);   /* past the row */
-    assert_int_equal(cu_mma16_linear(NULL, &w16.d, 1, a.b + 4, a.ldb, 0, 2, dy, 32, &err), DSV4_E_ARG); /* misaligned x */
-    assert_int_equal(cu_mma16_linear(NULL, &w16.d, 1, a.b, 252, 0, 2, dy, 32, &err), DSV4_E_ARG);       /* ldb < K */
-    assert_int_equal(cu_mma16_linear(NULL, &w16.d, 1, a.b, a.ldb, 0, 2, dy, 31, &err), DSV4_E_ARG);     /* ldy < N */
-    assert_int_equal(cu_mma16_linear(NULL, &w16.d, 1, a.b, a.ldb, 0, -1, dy, 32, &err), DSV4_E_ARG);
-    assert_int_equal(cu_mma16_linear(NULL, &w16.d, 0, a.b, a.ldb, 0, 2, dy, 32, &err), DSV4_E_ARG);     /* no groups */
+    assert_int_equal(cu_mma16_linear(NULL, &bad, 1, a.b, a.ldb, 0, 2, dy, 32, 0, &err), DSV4_E_ARG);
+    assert_int_equal(cu_mma16_linear(NULL, &w16.d, 3, a.b, a.ldb, 128, 2, dy, 32, 0, &err), DSV4_E_ARG);   /* 32 rows in 3 groups */
+    assert_int_equal(cu_mma16_linear(NULL, &w16.d, 4, a.b, a.ldb, 64, 2, dy, 32, 0, &err), DSV4_E_ARG);    /* 8 rows a group */
+    assert_int_equal(cu_mma16_linear(NULL, &w16.d, 2, a.b, a.ldb, 257, 2, dy, 32, 0, &err), DSV4_E_ARG);   /* group_x % 8 */
+    assert_int_equal(cu_mma16_linear(NULL, &w16.d, 2, a.b, a.ldb, 264, 2, dy, 32, 0, &err), DSV4_E_ARG);   /* past the row */
+    assert_int_equal(cu_mma16_linear(NULL, &w16.d, 1, a.b + 4, a.ldb, 0, 2, dy, 32, 0, &err), DSV4_E_ARG); /* misaligned x */
+    assert_int_equal(cu_mma16_linear(NULL, &w16.d, 1, a.b, 252, 0, 2, dy, 32, 0, &err), DSV4_E_ARG);       /* ldb < K */
+    assert_int_equal(cu_mma16_linear(NULL, &w16.d, 1, a.b, a.ldb, 0, 2, dy, 31, 0, &err), DSV4_E_ARG);     /* ldy < N */
+    assert_int_equal(cu_mma16_linear(NULL, &w16.d, 1, a.b, a.ldb, 0, -1, dy, 32, 0, &err), DSV4_E_ARG);
+    assert_int_equal(cu_mma16_linear(NULL, &w16.d, 0, a.b, a.ldb, 0, 2, dy, 32, 0, &err), DSV4_E_ARG);     /* no groups */
     assert_int_equal(cu_mma16_pack(NULL, (const float *)dy, 512, 2, 512, a.b, 516, &err), DSV4_E_ARG);  /* ldb % 8 */
     sync_ok("refusals");
     uint32_t back[64];
     assert_int_equal(cu_download(back, dy, sizeof back), 0);
     for (int i = 0; i < 64; i++)
         if (back[i] != 0x55555555u) fail_msg("a refused call wrote its output");
-    assert_int_equal(cu_mma16_linear(NULL, &w16.d, 1, a.b, a.ldb, 0, 0, dy, 32, &err), 0);   /* no tokens: nothing to do */
-    assert_int_equal(cu_mma16_linear(NULL, &w16.d, 2, a.b, a.ldb, 256, 2, dy, 32, &err), 0); /* the widest grouping that fits */
+    assert_int_equal(cu_mma16_linear(NULL, &w16.d, 1, a.b, a.ldb, 0, 0, dy, 32, 0, &err), 0);   /* no tokens: nothing to do */
+    assert_int_equal(cu_mma16_linear(NULL, &w16.d, 2, a.b, a.ldb, 256, 2, dy, 32, 0, &err), 0); /* the widest grouping that fits */
     sync_ok("grouped call");
     printf("  refused: FP4 / F32 weights, FP8 cols %% 128, BF16 cols %% 32, misaligned weight / x, bad groups, short strides, "
            "T < 0 (nothing written)\n");
@@ -519,7 +526,7 @@ static int call(cu_stream st, const dsv4_weight *w, int groups, const uint16_t *
         if (groups > 1) return cu_linear_grouped(st, w, groups, xf, T, ldb, w->cols, y, ldy);
         return cu_linear(st, w, xf, T, ldb, y, ldy);
     }
-    return cu_mma16_linear(st, w, groups, xb, ldb, w->cols, T, y, ldy, err);
+    return cu_mma16_linear(st, w, groups, xb, ldb, w->cols, T, y, ldy, 0, err);
 }
 
 /* Seconds per call: `reps` calls captured in a CUDA graph, timed by events, the weights cycling through `copies`

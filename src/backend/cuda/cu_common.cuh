@@ -31,6 +31,14 @@ __device__ __forceinline__ void dev_grid_wait(void) {
 #endif
 }
 
+/* A barrier among the first n threads of the block (n a multiple of 32; named barrier id, 1..15: 0 is
+ * __syncthreads'), for kernels in which one warp works apart from the others (k_layer.cu's mHC mix warp). */
+__device__ __forceinline__ void dev_bar_sync(int id, int n) {
+#if defined(__CUDA_ARCH__)
+    asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(n) : "memory");
+#endif
+}
+
 /* ---- number formats ----------------------------------------------------------------------------------- */
 
 /* Round to the nearest bf16 (ties to even), NaN stays NaN: formats.c f32_to_bf16. */
@@ -166,6 +174,24 @@ __device__ __forceinline__ float block_sum(float v, float *red) {
     float s = lane < nw ? red[lane] : 0.0f;
     s = warp_sum(s);
     return s;
+}
+
+/* Sum of squares of x[0..n): thread k takes k, k+blockDim, ... in order, then block_sum. The loads of 8 of a
+ * thread's elements are issued before the first is added (the same order, so the same bits): one block per token
+ * at T = 1 otherwise waits a memory latency per element (run 25's ncu: 33 us per hc_pre launch, 16384 elements). */
+__device__ __forceinline__ float sum_squares(const float *x, int n, float *red) {
+    float s = 0.0f;
+    int i = threadIdx.x;
+    const int B = blockDim.x;
+    for (; i + 7 * B < n; i += 8 * B) {
+        float v[8];
+#pragma unroll
+        for (int u = 0; u < 8; u++) v[u] = x[i + u * B];
+#pragma unroll
+        for (int u = 0; u < 8; u++) s = fmaf(v[u], v[u], s);
+    }
+    for (; i < n; i += B) s = fmaf(x[i], x[i], s);
+    return block_sum(s, red);
 }
 __device__ __forceinline__ float block_max(float v, float *red) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;

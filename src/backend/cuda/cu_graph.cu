@@ -11,6 +11,17 @@
  *     same topology; when it refuses (another node count, a kernel it cannot swap), the graph is instantiated
  *     again. A refused update and a failed instantiation leave their error in cudaGetLastError: cleared here,
  *     or the step's cu_finish would report it.
+ * Programmatic edges (cu_graphs_new's `programmatic`): before a captured segment is instantiated, every edge from one
+ * kernel node to another becomes a programmatic dependency (cudaGraphDependencyTypeProgrammatic) from one of the
+ * upstream kernel's ports: CU_PDL_LAUNCH (cudaGraphKernelNodePortLaunchCompletion), the downstream kernel's blocks
+ * may be launched once every block of the upstream one has begun; CU_PDL_EXIT (cudaGraphKernelNodePortProgrammatic
+ * with no kernel calling griddepcontrol.launch_dependents), once every block of it has exited, before its memory
+ * is flushed. Either way each downstream block first executes dev_grid_wait
+ * (cu_common.cuh; tests/cli/pdl_wait.sh checks every kernel), which returns when the upstream grid has completed
+ * and its memory operations are visible. So a kernel still starts its work after everything before it in the
+ * stream, as with a plain edge (completion is transitive: the upstream kernel itself waited), and only the
+ * launch latency between two kernels (~2-4 us each, ~25 kernels a layer) moves under the upstream kernel's run.
+ * Edges to or from anything else (none today) stay plain.
  * Kernels with more than 48 KiB of dynamic shared memory have their attribute set to a value that never changes
  * (k_attention.cu: cu_attention's ATT_CHUNKED 0 kernel, the indexer's fixed size; the chunked attention kernels
  * use static shared memory only), so the attribute is large enough for every captured node whenever the driver
@@ -36,6 +47,7 @@ struct cu_graphs {
     graph_slot slot[CU_GRAPH_SLOTS];
     unsigned long long clock;
     int drop_test;
+    int programmatic;   /* CU_PDL_*: kernel -> kernel edges made programmatic (above) */
     cu_graph_counts n;
 };
 
@@ -46,7 +58,11 @@ static void slot_clear(graph_slot *s) {
     memset(s, 0, sizeof *s);
 }
 
-extern "C" cu_graphs *cu_graphs_new(void) { return (cu_graphs *)calloc(1, sizeof(cu_graphs)); }
+extern "C" cu_graphs *cu_graphs_new(int programmatic) {
+    cu_graphs *g = (cu_graphs *)calloc(1, sizeof(cu_graphs));
+    if (g) g->programmatic = programmatic;
+    return g;
+}
 
 extern "C" void cu_graphs_free(cu_graphs *g) {
     if (!g) return;
@@ -112,6 +128,39 @@ static void drop_one_leaf(cudaGraph_t graph) {
     cudaGetLastError();
 }
 
+static int is_kernel(cudaGraphNode_t node) {
+    cudaGraphNodeType t;
+    return cudaGraphNodeGetType(node, &t) == cudaSuccess && t == cudaGraphNodeTypeKernel;
+}
+
+/* Every plain kernel -> kernel edge of graph made programmatic (the file's head). Returns how many, or -1 when
+ * the graph could not be read or changed: then it may hold a mix of both kinds of edge, each still correct. */
+static long make_edges_programmatic(cudaGraph_t graph, int mode) {
+    size_t n = 0;
+    if (cudaGraphGetEdges(graph, NULL, NULL, NULL, &n) != cudaSuccess) return -1;
+    if (!n) return 0;
+    cudaGraphNode_t *from = (cudaGraphNode_t *)malloc(2 * n * sizeof(cudaGraphNode_t));
+    cudaGraphEdgeData *data = (cudaGraphEdgeData *)malloc(n * sizeof(cudaGraphEdgeData));
+    long made = 0;
+    if (!from || !data || cudaGraphGetEdges(graph, from, from + n, data, &n) != cudaSuccess) made = -1;
+    for (size_t i = 0; i < n && made >= 0; i++) {
+        cudaGraphNode_t *to = from + n + i;
+        if (data[i].type != cudaGraphDependencyTypeDefault || !is_kernel(from[i]) || !is_kernel(*to)) continue;
+        cudaGraphEdgeData pdl;
+        memset(&pdl, 0, sizeof pdl);
+        pdl.type = cudaGraphDependencyTypeProgrammatic;
+        pdl.from_port = mode == CU_PDL_LAUNCH ? cudaGraphKernelNodePortLaunchCompletion : cudaGraphKernelNodePortProgrammatic;
+        if (cudaGraphRemoveDependencies(graph, &from[i], to, &data[i], 1) != cudaSuccess) made = -1;
+        else if (cudaGraphAddDependencies(graph, &from[i], to, &pdl, 1) != cudaSuccess) {
+            cudaGraphAddDependencies(graph, &from[i], to, &data[i], 1);   /* the plain edge back: never none */
+            made = -1;
+        } else made++;
+    }
+    free(from);
+    free(data);
+    return made;
+}
+
 extern "C" int cu_graph_end(cu_graphs *g, int slot, int seg, cu_stream st, int discard, dsv4_error *err) {
     cudaGraph_t graph = NULL;
     cudaError_t e = cudaStreamEndCapture((cudaStream_t)st, &graph);
@@ -125,6 +174,15 @@ extern "C" int cu_graph_end(cu_graphs *g, int slot, int seg, cu_stream st, int d
     }
     g->n.captures++;
     if (g->drop_test) drop_one_leaf(graph);
+    if (g->programmatic) {
+        const long made = make_edges_programmatic(graph, g->programmatic);
+        if (made < 0) {
+            cudaGetLastError();
+            cudaGraphDestroy(graph);
+            return dsv4_fail(err, DSV4_E_STATE, "CUDA error making the step graph's edges programmatic");
+        }
+        g->n.programmatic_edges += made;
+    }
     cudaGraphExec_t *x = &g->slot[slot].exec[seg];
     if (*x) {
         cudaGraphExecUpdateResultInfo info;

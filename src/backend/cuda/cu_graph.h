@@ -24,9 +24,14 @@ typedef struct cu_graphs cu_graphs;
 typedef struct {
     long graphed_steps, direct_steps;   /* steps run as graphs / launched directly (kept by cuda_step.c) */
     long captures, instantiations, updates, launches;
+    long programmatic_edges;            /* kernel -> kernel edges made programmatic, over all captures (cu_graph.cu) */
 } cu_graph_counts;
 
-cu_graphs *cu_graphs_new(void);           /* NULL when out of memory */
+/* NULL when out of memory. programmatic (CU_PDL_*): every kernel -> kernel edge of a captured graph becomes a
+ * programmatic one, so a kernel's launch overlaps the end of the one before it (cu_graph.cu's head; the same bits
+ * any way), from the upstream kernel's launch completion or from its blocks' exit. */
+enum { CU_PDL_OFF = 0, CU_PDL_LAUNCH = 1, CU_PDL_EXIT = 2 };
+cu_graphs *cu_graphs_new(int programmatic);
 void cu_graphs_free(cu_graphs *g);        /* NULL is fine; waits for nothing (a graph in flight is freed when it ends) */
 cu_graph_counts *cu_graphs_counts(cu_graphs *g);
 /* Test only (tests/gpu/test_gpu_graphs.c): on, every captured graph loses one kernel (a node without

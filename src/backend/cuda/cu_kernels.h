@@ -118,30 +118,52 @@ void cu_features(cu_stream st, int official, const float *X, int T, int hc, int 
 
 /* ---- attention (core/attention.c) ------------------------------------------------------------------------------ */
 
-/* prepare_qkv: per head unit RMSNorm + RoPE of q [T][H][D]; RMSNorm(kv_norm) + RoPE (+ OFFICIAL FP8 of the
- * non-rope dims per 64) of kv [T][D]. */
-void cu_qkv_prepare(cu_stream st, int official, float *q, float *kv, const float *kv_norm, const int64_t *pos,
-                    const float *freq, int T, int H, int D, int R, float eps);
-/* prepare_tokens: the compressors' ape, the indexer's queries (RoPE, OFFICIAL Hadamard + FP4) and head weights. */
-void cu_prepare_tokens(cu_stream st, int official, int ratio, float *cz, const float *ape, int cw, float *icz,
-                       const float *iape, float *qi, float *wi, const int64_t *pos, const float *freq, int T, int nI,
-                       int cI, int R);
+/* What each token needs before the attention, in one launch (core/attention.c prepare_qkv and prepare_tokens):
+ *   - q [T][H][D]: per head unit RMSNorm + RoPE (H may be 0: no query);
+ *   - kv [T][D]: RMSNorm(kv_norm) + RoPE (+ OFFICIAL FP8 of the non-rope dims per 64); with kvs, the row encoded
+ *     into kvs [T] (state/kvrows.c kv_encode) and, with ring, also into its item's window ring (slot pos %
+ *     ring_len) at once: for a step whose items have one token each, where no query of the step reads the slot's
+ *     old row (position pos - ring_len, out of every window: ring_len >= window), so the ring write after the
+ *     attention (cu_ring_write) is not needed;
+ *   - ratio > 0: the compressors' ape added to cz [T][cw] (and, ratio 4, to icz [T][2 cI]), the indexer's head
+ *     weights wi [T][nI] scaled, its queries qi [T][nI][cI] rotated (OFFICIAL: Hadamard + FP4). */
+typedef struct {
+    int official, T, H, D, R;
+    float eps;
+    float *q, *kv;
+    const float *kv_norm, *freq;
+    const int64_t *pos;
+    cu_kvlay lay;
+    uint8_t *kvs;                  /* NULL: the kv row is not encoded */
+    int ring, ring_len;
+    const int32_t *item_of;
+    const cu_seq_layer *sl;
+    int ratio, cw, nI, cI;
+    float *cz, *icz, *qi, *wi;
+    const float *ape, *iape;
+} cu_prep;
+void cu_attn_prepare(cu_stream st, const cu_prep *a);
 /* Rows [rows][width] fp32 -> the stored format (state/kvrows.c kv_encode). */
 void cu_kv_encode(cu_stream st, cu_kvlay lay, const float *x, int ldx, uint8_t *dst, int rows);
-/* cu_kv_encode, each row also written into its item's window ring (slot pos % ring_len) at once: for a step whose
- * items have one token each. Then no query of the step reads the slot's old row (position pos - ring_len, out of
- * every window: ring_len >= window), and the ring write after the attention (cu_ring_write) is not needed. */
-void cu_kv_encode_ring(cu_stream st, cu_kvlay lay, const float *x, int ldx, uint8_t *dst, int rows, const int64_t *pos,
-                       const int32_t *item_of, const cu_seq_layer *sl, int ring_len);
 /* The compressor state machine's emissions (core/compressor.c): every token that completes a chunk pools it
  * from the step's projections (positions >= the item's p0) and the sequence's ring (earlier ones), in the
- * slot order of pool_column, finishes the row and appends it at row index pos / ratio. */
-void cu_compress(cu_stream st, int official, cu_kvlay lay, int is_indexer, int ratio, const float *K, const float *Z,
-                 const int64_t *pos, const int32_t *item_of, const cu_item *items, const cu_seq_layer *sl,
-                 const float *norm, const float *freq, int R, float eps, int T);
-/* Then the compressor rings: the projections of the step's last hist_len positions of each item. */
-void cu_comp_ring_write(cu_stream st, int is_indexer, int cols, const float *K, const float *Z, const int64_t *pos,
-                        const int32_t *item_of, const cu_item *items, const cu_seq_layer *sl, int T);
+ * slot order of pool_column, finishes the row and appends it at row index pos / ratio. One job a compressor of the
+ * layer (the main one; with ratio 4 also the indexer's), all in one launch. ring_now (a step of one token per item):
+ * each token also writes its compressor ring slots (cu_comp_ring_write's work) in the same launch. */
+typedef struct {
+    cu_kvlay lay;
+    int is_indexer, ratio, cols;   /* cols: the projections' width (2 x the row width with ratio 4's overlap) */
+    const float *K, *Z, *norm;     /* the step's projections [T][cols], the row norm's weight */
+} cu_comp_job;
+typedef struct {
+    cu_comp_job job[2];
+    int n;
+} cu_comp_jobs;
+void cu_compress(cu_stream st, int official, const cu_comp_jobs *jobs, const int64_t *pos, const int32_t *item_of,
+                 const cu_item *items, const cu_seq_layer *sl, const float *freq, int R, float eps, int T, int ring_now);
+/* Then (unless ring_now) the compressor rings: the projections of the step's last hist_len positions of each item. */
+void cu_comp_ring_write(cu_stream st, const cu_comp_jobs *jobs, const int64_t *pos, const int32_t *item_of, const cu_item *items,
+                        const cu_seq_layer *sl, int T);
 /* The lightning indexer (select_rows): per query, the top-K visible indexer rows by score (ties to the lower
  * row), in row order. Scores: blocks of 64 rows x one query over the whole GPU; a score's order is stated in
  * k_indexer.cu (per head a sequential fmaf dot, then the heads in order). Selection: an exact radix select on the

@@ -93,11 +93,12 @@ int cu_mma16_pack(cu_stream st, const float *x, int ldx, int T, int K, uint16_t 
  * groups > 1, group g's rows read the input columns from g * group_x on (wo_a). W BF16 (cols a multiple of 32) or
  * FP8 (cols a multiple of 128, its 128x128 scales), data 16-byte aligned, views (row0) included; rows / groups a
  * multiple of 16 when groups > 1. ldb a multiple of 8 >= (groups - 1) * group_x + cols, group_x a multiple of 8,
- * xb 16-byte aligned, ldy >= rows. 0, or DSV4_E_UNSUPPORTED (another weight format) / DSV4_E_ARG (shape, stride or
+ * xb 16-byte aligned, ldy >= rows. out_bf16: each output rounded to the nearest bf16 (ties to even) as it is stored,
+ * the bits the rounding kernel would give. 0, or DSV4_E_UNSUPPORTED (another weight format) / DSV4_E_ARG (shape, stride or
  * alignment) with one line in err; nothing is launched then. Whether a weight is taken depends on its format and
  * shape only, never on T (up to 2,097,120 tokens). */
 int cu_mma16_linear(cu_stream st, const dsv4_weight *w, int groups, const uint16_t *xb, int ldb, int group_x, int T, float *y, int ldy,
-                    dsv4_error *err);
+                    int out_bf16, dsv4_error *err);
 
 /* Several weights over the same input rows in one launch (the compressors and the indexer's weights_proj, all
  * reading xn): y_j = xb W_j^T for each of n (1 to 6) weights, ungrouped, all BF16 or all FP8, each as
@@ -107,6 +108,7 @@ typedef struct {
     const dsv4_weight *w;
     float *y;
     int ldy;
+    int out_bf16;   /* as cu_mma16_linear's */
 } cu_mma16_out;
 int cu_mma16_linear_multi(cu_stream st, const cu_mma16_out *outs, int n, const uint16_t *xb, int ldb, int T, dsv4_error *err);
 

@@ -74,6 +74,7 @@ typedef struct {
     int on;
     long graphed_steps, direct_steps;          /* main-model steps run as graphs / launched directly */
     long captures, instantiations, updates, launches;
+    long programmatic_edges;                   /* kernel -> kernel edges made programmatic (DSV4_CUDA_PDL), all captures */
 } cuda_graph_info;
 void cuda_graphs_get(const struct dsv4_model *m, cuda_graph_info *info);
 /* Whether OFFICIAL steps run the FP8/FP4 linears of act-quantized rows on tensor cores (k_mma.cu; DSV4_CUDA_MMA at

@@ -421,54 +421,47 @@ static int init_ranks(struct cuda_model *cm, const struct dsv4_model *m, int n, 
     return rc;
 }
 
-/* DSV4_CUDA_GRAPHS, read once per model load: unset, empty or 1 = steps as CUDA graphs, 0 = launched directly. */
-static int graphs_env(int *on, dsv4_error *err) {
-    const char *v = getenv("DSV4_CUDA_GRAPHS");
-    *on = !v || !*v || !strcmp(v, "1");
-    if (v && *v && strcmp(v, "0") && strcmp(v, "1"))
-        return dsv4_fail(err, DSV4_E_ARG, "DSV4_CUDA_GRAPHS is '%.40s': 1 (CUDA graphs, the default) or 0 (direct launches)", v);
-    return 0;
+/* The switches read once per model load (docs/dsv4.1, ENVIRONMENT): unset or empty = the default, 1 = on, 0 = off;
+ * anything else fails the load with one line. Each is a property of the model load, never of a step, so a query's
+ * bits do not depend on its batch.
+ *   DSV4_CUDA_GRAPHS    steps as CUDA graphs (cu_graph.cu), default on; 0 launches every kernel directly.
+ *   DSV4_CUDA_PDL       inside those graphs, kernel -> kernel edges programmatic (cu_graph.cu): 1 from the upstream
+ *                       kernel's launch completion, 2 from its blocks' exit, 0 (the default) plain edges; the same
+ *                       bits every way. Run 37: 1 decoded at 56.8 / 56.2 tok/s against 58.5 / 58.4 with 0.
+ *   DSV4_CUDA_MMA       OFFICIAL mode's FP8/FP4 linears of act-quantized rows on FP8 tensor cores (k_mma.cu) and its
+ *                       linears of bf16-valued inputs with BF16 or FP8 weights on BF16 tensor cores (k_mma16.cu),
+ *                       default on; 0 = both on CUDA cores (k_linear.cu). EXACT mode never uses them.
+ *   DSV4_CUDA_IDX_MMA   OFFICIAL indexer scores on int8 tensor cores (k_indexer.cu, exact block sums of the FP4
+ *                       operands), default on; 0 = the fp32 scores.
+ *   DSV4_CUDA_ATT_MMA   OFFICIAL attention scores and P.V on bf16 tensor cores (k_attention.cu k_att_scores_mma /
+ *                       k_att_pv_mma), default off since run 35: at a decode step they ran one block per query, slower
+ *                       than the CUDA-core kernels (decode 45.6 vs 47.6 tok/s, 1M context 28.1 vs 30.5), for +6 % at
+ *                       an 8K prefill. EXACT mode never uses them. */
+static int env_choice(const char *name, int dflt, int max, const char *what, int *val, dsv4_error *err) {
+    const char *v = getenv(name);
+    *val = dflt;
+    if (!v || !*v) return 0;
+    if (v[0] >= '0' && v[0] <= '0' + max && !v[1]) {
+        *val = v[0] - '0';
+        return 0;
+    }
+    return dsv4_fail(err, DSV4_E_ARG, "%s is '%.40s': %s; %d is the default", name, v, what, dflt);
 }
-
-/* DSV4_CUDA_MMA, read once per model load: unset, empty or 1 = OFFICIAL mode's FP8/FP4 linears with act-quantized
- * inputs on FP8 tensor cores (k_mma.cu) and its linears of bf16-valued inputs with BF16 or FP8 weights on BF16 tensor
- * cores (k_mma16.cu), 0 = both on CUDA cores (k_linear.cu). EXACT mode never uses them. */
-static int mma_env(int *on, dsv4_error *err) {
-    const char *v = getenv("DSV4_CUDA_MMA");
-    *on = !v || !*v || !strcmp(v, "1");
-    if (v && *v && strcmp(v, "0") && strcmp(v, "1"))
-        return dsv4_fail(err, DSV4_E_ARG, "DSV4_CUDA_MMA is '%.40s': 1 (tensor cores in OFFICIAL mode, the default) or 0", v);
-    return 0;
-}
-
-/* DSV4_CUDA_IDX_MMA, read once per model load: unset, empty or 1 = OFFICIAL mode's indexer scores on int8 tensor
- * cores (k_indexer.cu, exact block sums of the FP4 operands), 0 = the fp32 scores. */
-static int idx_mma_env(int *on, dsv4_error *err) {
-    const char *v = getenv("DSV4_CUDA_IDX_MMA");
-    *on = !v || !*v || !strcmp(v, "1");
-    if (v && *v && strcmp(v, "0") && strcmp(v, "1"))
-        return dsv4_fail(err, DSV4_E_ARG, "DSV4_CUDA_IDX_MMA is '%.40s': 1 (indexer scores on tensor cores in OFFICIAL mode, "
-                         "the default) or 0", v);
-    return 0;
-}
-
-/* DSV4_CUDA_ATT_MMA, read once per model load: 1 = OFFICIAL mode's attention scores and P.V on bf16 tensor cores
- * (k_attention.cu k_att_scores_mma / k_att_pv_mma); unset, empty or 0 = on CUDA cores (fp32 fmaf), the default since
- * run 35: the tensor-core kernels give one block per query at a decode step, slower there than the CUDA-core ones
- * (decode 45.6 vs 47.6 tok/s, 1M context 28.1 vs 30.5), for +6 % at an 8K prefill. EXACT mode never uses them. A
- * property of the model load, never of a step: a query's bits do not depend on the batch. */
-static int att_mma_env(int *on, dsv4_error *err) {
-    const char *v = getenv("DSV4_CUDA_ATT_MMA");
-    *on = v && !strcmp(v, "1");
-    if (v && *v && strcmp(v, "0") && strcmp(v, "1"))
-        return dsv4_fail(err, DSV4_E_ARG, "DSV4_CUDA_ATT_MMA is '%.40s': 1 (tensor-core attention in OFFICIAL mode) or 0 (the default)", v);
-    return 0;
+static int env_switch(const char *name, int dflt, const char *what, int *on, dsv4_error *err) {
+    char both[160];
+    snprintf(both, sizeof both, "1 (%s) or 0", what);
+    return env_choice(name, dflt, 1, both, on, err);
 }
 
 int cuda_model_init(struct dsv4_model *m, const cuda_placement *p, dsv4_error *err) {
     const int gpu = p->gpu;
-    int n_gpus = p->n_gpus, graphs_on = 1, mma_on = 1, idx_mma_on = 1, att_mma_on = 0;
-    if (graphs_env(&graphs_on, err) || mma_env(&mma_on, err) || idx_mma_env(&idx_mma_on, err) || att_mma_env(&att_mma_on, err))
+    int n_gpus = p->n_gpus, graphs_on, pdl_on /* CU_PDL_* */, mma_on, idx_mma_on, att_mma_on;
+    if (env_switch("DSV4_CUDA_GRAPHS", 1, "CUDA graphs", &graphs_on, err) ||
+        env_choice("DSV4_CUDA_PDL", CU_PDL_OFF, CU_PDL_EXIT,
+                   "0 (plain edges in the CUDA graphs), 1 (programmatic from launch completion) or 2 (from exit)", &pdl_on, err) ||
+        env_switch("DSV4_CUDA_MMA", 1, "tensor cores in OFFICIAL mode", &mma_on, err) ||
+        env_switch("DSV4_CUDA_IDX_MMA", 1, "indexer scores on tensor cores in OFFICIAL mode", &idx_mma_on, err) ||
+        env_switch("DSV4_CUDA_ATT_MMA", 0, "tensor-core attention in OFFICIAL mode", &att_mma_on, err))
         return DSV4_E_ARG;
     if (n_gpus < 1) n_gpus = 1;
     if (n_gpus > CU_MAX_GPUS) return dsv4_fail(err, DSV4_E_ARG, "at most %d GPUs (asked for %d)", CU_MAX_GPUS, n_gpus);
@@ -490,7 +483,7 @@ int cuda_model_init(struct dsv4_model *m, const cuda_placement *p, dsv4_error *e
     if (!rc) rc = check_fit(cm, m, 0, n_gpus, up_model, &need, err);
     if (!rc) rc = upload(cm, m, 0, n_gpus, up_model, need, err);
     if (!rc && n_gpus > 1) rc = init_ranks(cm, m, n_gpus, err);
-    if (!rc && !(cm->graphs = cu_graphs_new())) rc = dsv4_fail(err, DSV4_E_NOMEM, "out of memory");
+    if (!rc && !(cm->graphs = cu_graphs_new(pdl_on))) rc = dsv4_fail(err, DSV4_E_NOMEM, "out of memory");
     if (rc) {
         release(cm);
         return rc;
@@ -548,6 +541,7 @@ void cuda_graphs_get(const struct dsv4_model *m, cuda_graph_info *info) {
     info->instantiations = n->instantiations;
     info->updates = n->updates;
     info->launches = n->launches;
+    info->programmatic_edges = n->programmatic_edges;
 }
 
 int cuda_distinct_layers(const struct dsv4_model *m) { return m->cuda ? m->cuda->distinct : 0; }

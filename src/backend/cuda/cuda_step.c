@@ -268,19 +268,21 @@ static int pack16_if(step_ctx *s, const float *x, int T, int K) {
     return s->mma && !cu_mma16_pack(s->st, x, K, T, K, s->ws->xb, cu_mma16_ld(K), NULL);
 }
 
+static void round_if(step_ctx *s, float *x, int64_t n) {
+    if (s->official) cu_round_bf16(s->st, x, n);
+}
+
 /* y [T][ldy] = x w^T for bf16-valued rows x [T][ldx] (wo_a, the compressors, weights_proj, the router, the head:
  * spec §3.6's BF16 and fp32 linears whose input is a bf16 tensor), group g of `groups` reading the columns from
  * g * group_x on: on tensor cores from ws->xb when pack16_if packed x and cu_mma16_linear takes the weight (BF16, or
- * FP8 of a supported shape: a property of the weight, never of T), else on CUDA cores (k_linear.cu). */
+ * FP8 of a supported shape: a property of the weight, never of T), else on CUDA cores (k_linear.cu). round: the
+ * output rounded to bf16 in OFFICIAL mode (the tensor cores' epilogue, else round_if). */
 static void linear16(step_ctx *s, int packed, const dsv4_weight *w, int groups, const float *x, int T, int ldx, int group_x, float *y,
-                     int ldy) {
-    if (packed && !cu_mma16_linear(s->st, w, groups, s->ws->xb, cu_mma16_ld(ldx), group_x, T, y, ldy, NULL)) return;
+                     int ldy, int round) {
+    if (packed && !cu_mma16_linear(s->st, w, groups, s->ws->xb, cu_mma16_ld(ldx), group_x, T, y, ldy, round && s->official, NULL)) return;
     if (groups > 1) cu_linear_grouped(s->st, w, groups, x, T, ldx, group_x, y, ldy);
     else cu_linear(s->st, w, x, T, ldx, y, ldy);
-}
-
-static void round_if(step_ctx *s, float *x, int64_t n) {
-    if (s->official) cu_round_bf16(s->st, x, n);
+    if (round) round_if(s, y, (int64_t)T * ldy);
 }
 static void quant_rows_if(step_ctx *s, float *x, int rows, int n) {
     if (s->official) cu_act_quant(s->st, x, n, x, n, rows, n, 128, 0);
@@ -299,13 +301,13 @@ static void step_hc_pre(step_ctx *s, const cu_hc *h, const float *norm) {
                      cu_mma_lds(c->dim));
 }
 
-/* The query and key path (core/attention.c attention_qkv): ws->q [T][H][D] and ws->kv [T][D], normalised and
- * rotated; ws->qr (the indexer's input); ws->x8 the OFFICIAL FP8 copy of ws->xn. */
+/* The query and key projections (core/attention.c attention_qkv): ws->q [T][H][D] and ws->kv [T][D], normalised
+ * and rotated later by cu_attn_prepare (step_attention); ws->qr (the indexer's input); ws->x8 the OFFICIAL FP8 copy
+ * of ws->xn. */
 static void attn_project(step_ctx *s, const cu_layer *ly) {
     const dsv4_config *c = &s->m->cfg;
     cu_workspace *ws = s->ws;
-    const int T = s->T, d = c->dim, D = c->head_dim, H = c->n_heads, R = c->rope_dim;
-    const float *freq = ly->ratio ? s->cm->rope_compress : s->cm->rope_window;
+    const int T = s->T, d = c->dim;
     /* FP8 linears see their input quantized per 128 columns (OFFICIAL); compressors and weights_proj read xn */
     const float *x8 = ws->xn;
     if (s->official) {
@@ -321,7 +323,6 @@ static void attn_project(step_ctx *s, const cu_layer *ly) {
     if (cuda_core_reader(s, &ly->wq_b, ly->ratio == 4 ? &ly->idx_wq_b : NULL)) quant_rows_if(s, ws->qr, T, c->q_lora);
     linear_q(s, &ly->wq_b, ws->qr, ws->yq, ws->yqs, ws->q);
     linear_q(s, &ly->wkv, x8, ws->xq, ws->xqs, ws->kv);
-    cu_qkv_prepare(s->st, s->official, ws->q, ws->kv, ly->kv_norm, ws->pos, freq, T, H, D, R, c->norm_eps);
 }
 
 /* ws->o [T][H][D] -> ws->sub [T][d] through the grouped wo_a (group g's heads through rows [g*o_lora,
@@ -332,8 +333,7 @@ static void attn_output(step_ctx *s, const cu_layer *ly) {
     const int T = s->T, H = c->n_heads, D = c->head_dim;
     const int G = c->o_groups, HD_G = H * D / G, zl = G * c->o_lora;
     /* one launch for all groups (run 18's ncu: 8 launches of 1024 rows each filled a tenth of the GPU); o is bf16 */
-    linear16(s, pack16_if(s, ws->o, T, H * D), &ly->wo_a, G, ws->o, T, H * D, HD_G, ws->z, zl);
-    round_if(s, ws->z, (int64_t)T * zl);
+    linear16(s, pack16_if(s, ws->o, T, H * D), &ly->wo_a, G, ws->o, T, H * D, HD_G, ws->z, zl, 1);
     pack_if(s, ws->z, zl, ws->yq, ws->yqs);
     if (cuda_core_reader(s, &ly->wo_b, NULL)) quant_rows_if(s, ws->z, T, zl);
     linear_q(s, &ly->wo_b, ws->z, ws->yq, ws->yqs, ws->sub);
@@ -355,7 +355,7 @@ static void step_attention(step_ctx *s, const cu_layer *ly, int L) {
     int on_tc = 0;
     if (ly->ratio && pack16_if(s, ws->xn, T, d)) {
         const cu_mma16_out outs[5] = { { &ly->comp.wkv, ws->ck, cw }, { &ly->comp.wgate, ws->cz, cw }, { &ly->icomp.wkv, ws->ick, 2 * cI },
-                                       { &ly->icomp.wgate, ws->icz, 2 * cI }, { &ly->idx_weights_proj, ws->wi, nI } };
+                                       { &ly->icomp.wgate, ws->icz, 2 * cI }, { &ly->idx_weights_proj, ws->wi, nI, 1 } };
         on_tc = !cu_mma16_linear_multi(s->st, outs, ly->ratio == 4 ? 5 : 2, ws->xb, cu_mma16_ld(d), T, NULL);
     }
     if (ly->ratio && !on_tc) {
@@ -368,26 +368,28 @@ static void step_attention(step_ctx *s, const cu_layer *ly, int L) {
             cu_linear(s->st, &ly->icomp.wgate, ws->xn, T, d, ws->icz, 2 * cI);
         }
         linear_q(s, &ly->idx_wq_b, ws->qr, ws->yq, ws->yqs, ws->qi);   /* qr packed by attn_project */
-        if (!on_tc) cu_linear(s->st, &ly->idx_weights_proj, ws->xn, T, d, ws->wi, nI);
-        round_if(s, ws->wi, (int64_t)T * nI);
+        if (!on_tc) {
+            cu_linear(s->st, &ly->idx_weights_proj, ws->xn, T, d, ws->wi, nI);
+            round_if(s, ws->wi, (int64_t)T * nI);
+        }   /* on tensor cores wi was rounded in the epilogue */
     }
-    if (ly->ratio)
-        cu_prepare_tokens(s->st, s->official, ly->ratio, ws->cz, ly->comp.ape, cw, ws->icz, ly->icomp.ape, ws->qi, ws->wi, ws->pos,
-                          freq, T, nI, cI, R);
-    /* one token per item (decode): the ring slot is written now, with the step's own row (cu_kernels.h) */
+    /* q and kv normalised and rotated, kv encoded into kvs, the compressors' and the indexer's token inputs: one
+     * launch. One token per item (decode): the ring slot is written now, with the step's own row (cu_kernels.h) */
     const int ring_now = T == s->n_items;
-    if (ring_now) cu_kv_encode_ring(s->st, s->main, ws->kv, D, ws->kvs, T, ws->pos, ws->item_of, sl, s->m->ring_len);
-    else cu_kv_encode(s->st, s->main, ws->kv, D, ws->kvs, T);
+    const cu_prep prep = { .official = s->official, .T = T, .H = H, .D = D, .R = R, .eps = c->norm_eps, .q = ws->q, .kv = ws->kv,
+                           .kv_norm = ly->kv_norm, .freq = freq, .pos = ws->pos, .lay = s->main, .kvs = ws->kvs, .ring = ring_now,
+                           .ring_len = s->m->ring_len, .item_of = ws->item_of, .sl = sl, .ratio = ly->ratio, .cw = cw, .nI = nI,
+                           .cI = cI, .cz = ws->cz, .icz = ws->icz, .qi = ws->qi, .wi = ws->wi, .ape = ly->comp.ape,
+                           .iape = ly->icomp.ape };
+    cu_attn_prepare(s->st, &prep);
     mark(s, ST_QKV);
-    if (ly->ratio) {
-        cu_compress(s->st, s->official, s->main, 0, ly->ratio, ws->ck, ws->cz, ws->pos, ws->item_of, ws->items, sl, ly->comp.norm,
-                    freq, R, c->norm_eps, T);
-        cu_comp_ring_write(s->st, 0, cw, ws->ck, ws->cz, ws->pos, ws->item_of, ws->items, sl, T);
+    if (ly->ratio) {   /* both compressors in one launch; at one token per item their ring writes too */
+        const cu_comp_jobs jobs = { { { s->main, 0, ly->ratio, cw, ws->ck, ws->cz, ly->comp.norm },
+                                      { s->index, 1, 4, 2 * cI, ws->ick, ws->icz, ly->icomp.norm } }, ly->ratio == 4 ? 2 : 1 };
+        cu_compress(s->st, s->official, &jobs, ws->pos, ws->item_of, ws->items, sl, freq, R, c->norm_eps, T, ring_now);
+        if (!ring_now) cu_comp_ring_write(s->st, &jobs, ws->pos, ws->item_of, ws->items, sl, T);
     }
     if (ly->ratio == 4) {
-        cu_compress(s->st, s->official, s->index, 1, 4, ws->ick, ws->icz, ws->pos, ws->item_of, ws->items, sl, ly->icomp.norm,
-                    freq, R, c->norm_eps, T);
-        cu_comp_ring_write(s->st, 1, 2 * cI, ws->ick, ws->icz, ws->pos, ws->item_of, ws->items, sl, T);
         mark(s, ST_COMPRESS);
         const cu_index_ws iw = { s->cm->idx_mma_on, ws->idx_qc, ws->idx_qu, ws->idx_offgrid, ws->idx_split,
                                  cu_index_split_words(ws->idx_rows_cap) };   /* mma: in OFFICIAL steps only */
@@ -436,7 +438,7 @@ static void step_moe(step_ctx *s, const cu_layer *ly, int L) {
     const dsv4_config *c = &s->m->cfg;
     cu_workspace *ws = s->ws;
     const int T = s->T, d = c->dim, E = c->n_routed, K = c->n_act, tiles = moe_max_tiles(c, T);
-    linear16(s, pack16_if(s, ws->xn, T, d), &ly->gate, 1, ws->xn, T, d, 0, ws->router, E);   /* xn is bf16 */
+    linear16(s, pack16_if(s, ws->xn, T, d), &ly->gate, 1, ws->xn, T, d, 0, ws->router, E, 0);   /* xn is bf16 */
     cu_route(s->st, ws->router, ly->gate_bias, ly->hash_routed ? ly->tid2eid : NULL, ws->tok, T, E, K, c->route_scale, ws->route_e,
              ws->route_w);
     if (L >= 0 && s->cm->route_counts && ly == &s->cm->layers[L])   /* main layers only (dsv4 profile) */
@@ -603,7 +605,7 @@ static void head_launch(step_ctx *s, const head_plan *h, int r0, const cu_hc *hc
     cu_hc_head(s->st, s->official, ws->X, ws->head_rows + r0, n, hc_head->fn.data, hc_head->base, hc_head->scale, c->hc_mult,
                c->dim, c->hc_eps, c->norm_eps, ws->head_x);
     cu_rmsnorm(s->st, s->official, ws->head_x, c->dim, norm, c->dim, c->norm_eps, ws->head_x, c->dim, n);
-    linear16(s, pack16_if(s, ws->head_x, n, c->dim), &s->cm->head, 1, ws->head_x, n, c->dim, 0, ws->logits, V);   /* bf16 rows */
+    linear16(s, pack16_if(s, ws->head_x, n, c->dim), &s->cm->head, 1, ws->head_x, n, c->dim, 0, ws->logits, V, 0);   /* bf16 rows */
     /* the pass's requests are consecutive (rows and requests go in item order) */
     int q0 = -1, q1 = -1;
     for (int k = 0; k < n; k++)
@@ -907,7 +909,9 @@ int cuda_dspark_commit(struct dsv4_model *m, float *ring, int64_t pos, const flo
         }
         cu_linear(s.st, &ly->wkv, x, n, d, ws->kv, D);
         round_if(&s, ws->kv, (int64_t)n * D);
-        cu_qkv_prepare(s.st, s.official, NULL, ws->kv, ly->kv_norm, ws->pos, cm->rope_window, n, 0, D, c->rope_dim, c->norm_eps);
+        const cu_prep prep = { .official = s.official, .T = n, .D = D, .R = c->rope_dim, .eps = c->norm_eps, .kv = ws->kv,
+                               .kv_norm = ly->kv_norm, .freq = cm->rope_window, .pos = ws->pos };   /* the kv rows only */
+        cu_attn_prepare(s.st, &prep);
         cu_dspark_ring_write(s.st, ws->kv, n, D, ring + (int64_t)st * W * D, pos, W);
     }
     return cu_finish(s.st, "the DSpark context", err);
@@ -928,6 +932,9 @@ static int dspark_stages(struct dsv4_model *m, const float *ring, int64_t pos, c
         const cu_layer *ly = &cm->dspark.stages[st];
         step_hc_pre(s, &ly->hc_attn, ly->attn_norm);
         attn_project(s, ly);
+        const cu_prep prep = { .official = s->official, .T = gamma, .H = c->n_heads, .D = D, .R = c->rope_dim, .eps = c->norm_eps,
+                               .q = ws->q, .kv = ws->kv, .kv_norm = ly->kv_norm, .freq = cm->rope_window, .pos = ws->pos };
+        cu_attn_prepare(s->st, &prep);   /* q and kv normalised and rotated; the stage's keys are in its ring */
         cu_dspark_attention(s->st, s->official, ws->q, ws->kv, ring + (int64_t)st * W * D, pos, gamma, W, ly->attn_sink, cm->rope_window,
                             c->n_heads, D, c->rope_dim, ws->o);
         attn_output(s, ly);

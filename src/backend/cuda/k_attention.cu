@@ -58,6 +58,7 @@ __device__ void block_kv_encode(const cu_kvlay &l, const float *x, uint8_t *dst)
 }
 
 __global__ void k_kv_encode(cu_kvlay lay, const float *x, int ldx, uint8_t *dst) {
+    dev_grid_wait();
     block_kv_encode(lay, x + (int64_t)blockIdx.x * ldx, dst + (int64_t)blockIdx.x * lay.bytes);
 }
 
@@ -65,30 +66,111 @@ extern "C" void cu_kv_encode(cu_stream st, cu_kvlay lay, const float *x, int ldx
     if (rows > 0) k_kv_encode<<<rows, 64, 0, (cudaStream_t)st>>>(lay, x, ldx, dst);
 }
 
-/* k_kv_encode, and the same row encoded into its item's window ring slot (a step of one token per item). */
-__global__ void k_kv_encode_ring(cu_kvlay lay, const float *x, int ldx, uint8_t *dst, const int64_t *pos, const int32_t *item_of,
-                                 const cu_seq_layer *sl, int ring_len) {
-    const int t = blockIdx.x;
-    const float *xt = x + (int64_t)t * ldx;
-    block_kv_encode(lay, xt, dst + (int64_t)t * lay.bytes);
-    block_kv_encode(lay, xt, sl[item_of[t]].ring + (pos[t] % ring_len) * lay.bytes);
+/* ---- attention preparation ---------------------------------------------------------------------------------------- */
+
+/* norm.c unit_rmsnorm on x[0..n) (global memory, this block only). */
+__device__ void block_unit_rmsnorm(int official, float *x, int n, float eps, float *red) {
+    float s = 0.0f;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) s += official ? dev_round_bf16(x[i] * x[i]) : x[i] * x[i];
+    s = block_sum(s, red);
+    if (!official) {
+        const float r = 1.0f / sqrtf(s / (float)n + eps);
+        for (int i = threadIdx.x; i < n; i += blockDim.x) x[i] *= r;
+    } else {
+        const float ms = dev_round_bf16(s / (float)n);
+        const float r = dev_round_bf16(1.0f / sqrtf(dev_round_bf16(ms + eps)));
+        for (int i = threadIdx.x; i < n; i += blockDim.x) x[i] = dev_round_bf16(x[i] * r);
+    }
+    __syncthreads();
 }
 
-extern "C" void cu_kv_encode_ring(cu_stream st, cu_kvlay lay, const float *x, int ldx, uint8_t *dst, int rows, const int64_t *pos,
-                                  const int32_t *item_of, const cu_seq_layer *sl, int ring_len) {
-    if (rows > 0) k_kv_encode_ring<<<rows, 64, 0, (cudaStream_t)st>>>(lay, x, ldx, dst, pos, item_of, sl, ring_len);
+/* One launch of CU_PREP_THREADS-thread blocks (t, y) for what each token needs before the attention (cu_kernels.h
+ * cu_attn_prepare): y < H head y of q; y = H the kv row, then its encodings; y = H + 1 the compressors' ape and the
+ * indexer's head weights; y >= H + 2 indexer query y - H - 2. Each block's work is what its own launch did before
+ * (k_qkv_prepare, k_kv_encode(_ring), k_prepare_tokens: the same per-element code and block size, so the same
+ * bits); they read disjoint inputs and write disjoint outputs, so one launch holds them all. */
+#define CU_PREP_THREADS 128
+__global__ void __launch_bounds__(CU_PREP_THREADS) k_attn_prepare(cu_prep a) {
+    dev_grid_wait();
+    __shared__ float red[32];
+    const int t = blockIdx.x, y = blockIdx.y;
+    const int64_t p = a.pos[t];
+    if (y < a.H) {   /* prepare_qkv: the head's unit RMSNorm, then RoPE */
+        float *qh = a.q + ((int64_t)t * a.H + y) * a.D;
+        block_unit_rmsnorm(a.official, qh, a.D, a.eps, red);
+        block_rope(a.official, a.freq, a.R, qh + a.D - a.R, p, 0);
+    } else if (y == a.H) {   /* the kv row: RMSNorm(kv_norm), RoPE, OFFICIAL FP8 of the non-rope dims per 64 */
+        float *x = a.kv + (int64_t)t * a.D;
+        const float r = 1.0f / sqrtf(sum_squares(x, a.D, red) / (float)a.D + a.eps);
+        for (int i = threadIdx.x; i < a.D; i += blockDim.x) x[i] = dev_bf16_if(a.official, a.kv_norm[i] * (x[i] * r));
+        __syncthreads();
+        block_rope(a.official, a.freq, a.R, x + a.D - a.R, p, 0);
+        __syncthreads();
+        if (a.official) block_quant_row(x, a.D - a.R, 64, 0);   /* ends with a barrier */
+        if (a.kvs) block_kv_encode(a.lay, x, a.kvs + (int64_t)t * a.lay.bytes);
+        if (a.kvs && a.ring) block_kv_encode(a.lay, x, a.sl[a.item_of[t]].ring + (p % a.ring_len) * a.lay.bytes);
+    } else if (y == a.H + 1) {   /* prepare_tokens: the compressors' ape at p % ratio, the indexer's head weights */
+        const float *ape = a.ape + (p % a.ratio) * a.cw;
+        float *z = a.cz + (int64_t)t * a.cw;
+        for (int j = threadIdx.x; j < a.cw; j += blockDim.x) z[j] += ape[j];
+        if (a.ratio != 4) return;
+        const int iw = 2 * a.cI;
+        const float *ia = a.iape + (p % 4) * iw;
+        float *iz = a.icz + (int64_t)t * iw;
+        for (int j = threadIdx.x; j < iw; j += blockDim.x) iz[j] += ia[j];
+        const float scale = 1.0f / sqrtf((float)a.cI) / sqrtf((float)a.nI);
+        float *w = a.wi + (int64_t)t * a.nI;
+        for (int k = threadIdx.x; k < a.nI; k += blockDim.x) w[k] = dev_bf16_if(a.official, w[k] * scale);
+    } else {   /* indexer query h: RoPE, then OFFICIAL Hadamard, bf16 and the FP4 simulation per 32 */
+        float *qh = a.qi + ((int64_t)t * a.nI + (y - a.H - 2)) * a.cI;
+        block_rope(a.official, a.freq, a.R, qh + a.cI - a.R, p, 0);
+        __syncthreads();
+        if (!a.official) return;
+        block_hadamard(qh, a.cI);
+        for (int i = threadIdx.x; i < a.cI; i += blockDim.x) qh[i] = dev_round_bf16(qh[i]);
+        __syncthreads();
+        block_quant_row(qh, a.cI, 32, 1);
+    }
+}
+
+extern "C" void cu_attn_prepare(cu_stream st, const cu_prep *a) {
+    if (a->T <= 0) return;
+    const int ny = a->H + 1 + (a->ratio ? 1 + (a->ratio == 4 ? a->nI : 0) : 0);
+    k_attn_prepare<<<dim3(a->T, ny), CU_PREP_THREADS, 0, (cudaStream_t)st>>>(*a);
 }
 
 /* ---- the compressor state machine ------------------------------------------------------------------------------- */
 
-__global__ void k_compress(int official, cu_kvlay lay, int is_indexer, int ratio, const float *K, const float *Z,
-                           const int64_t *pos, const int32_t *item_of, const cu_item *items, const cu_seq_layer *sl,
-                           const float *norm, const float *freq, int R, float eps) {
+/* The ring write of token t for one compressor (k_comp_ring_write's block, or k_compress's at one token per item). */
+__device__ void comp_ring_write_row(const cu_comp_job &job, int t, int64_t p, const cu_item &it, const cu_seq_layer &L) {
+    const int hist = job.is_indexer ? L.ihist : L.chist, cols = job.cols;
+    if (p < it.p0 + it.n - hist) return;   /* a later position of the step owns this slot */
+    float *kv = (job.is_indexer ? L.ikv : L.ckv) + (p % hist) * cols, *sc = (job.is_indexer ? L.iscore : L.cscore) + (p % hist) * cols;
+    for (int j = threadIdx.x; j < cols; j += blockDim.x) {
+        kv[j] = job.K[(int64_t)t * cols + j];
+        sc[j] = job.Z[(int64_t)t * cols + j];
+    }
+}
+
+/* Block (t, j): compressor jobs[j] for token t (the main and the indexer's compressor in one launch). With
+ * ring_now (a step of one token per item) the block then writes the token's ring slot itself: slot p % hist holds
+ * position p - hist, which no chunk ending at p reads (a chunk reads from p + 1 - 2 ratio on, and hist >= 2 ratio
+ * with overlap, >= ratio without: compressor.c), and no other token of the step shares the item's ring. */
+__global__ void k_compress(int official, cu_comp_jobs jobs, const int64_t *pos, const int32_t *item_of, const cu_item *items,
+                           const cu_seq_layer *sl, const float *freq, int R, float eps, int ring_now) {
+    dev_grid_wait();
     extern __shared__ float row[];
     __shared__ float red[32];
     const int t = blockIdx.x;
+    const cu_comp_job job = jobs.job[blockIdx.y];
+    const cu_kvlay lay = job.lay;
+    const int is_indexer = job.is_indexer, ratio = job.ratio;
+    const float *K = job.K, *Z = job.Z, *norm = job.norm;
     const int64_t p = pos[t];
-    if ((p + 1) % ratio) return;
+    if ((p + 1) % ratio) {
+        if (ring_now) comp_ring_write_row(job, t, p, items[item_of[t]], sl[item_of[t]]);
+        return;
+    }
     const cu_item it = items[item_of[t]];
     const cu_seq_layer L = sl[item_of[t]];
     const int width = lay.width, overlap = ratio == 4, cols = (overlap ? 2 : 1) * width, off = overlap ? width : 0;
@@ -136,35 +218,29 @@ __global__ void k_compress(int official, cu_kvlay lay, int is_indexer, int ratio
         }
     }
     uint8_t *rows = is_indexer ? L.irows : L.crows;
-    block_kv_encode(lay, row, rows + (p / ratio) * (int64_t)lay.bytes);
+    block_kv_encode(lay, row, rows + (p / ratio) * (int64_t)lay.bytes);   /* reads row: after the barriers above */
+    if (ring_now) comp_ring_write_row(job, t, p, it, L);   /* every read of the ring was before those barriers */
 }
 
-extern "C" void cu_compress(cu_stream st, int official, cu_kvlay lay, int is_indexer, int ratio, const float *K,
-                            const float *Z, const int64_t *pos, const int32_t *item_of, const cu_item *items,
-                            const cu_seq_layer *sl, const float *norm, const float *freq, int R, float eps, int T) {
-    if (T > 0)
-        k_compress<<<T, 128, sizeof(float) * lay.width, (cudaStream_t)st>>>(official, lay, is_indexer, ratio, K, Z, pos,
-                                                                              item_of, items, sl, norm, freq, R, eps);
+extern "C" void cu_compress(cu_stream st, int official, const cu_comp_jobs *jobs, const int64_t *pos, const int32_t *item_of,
+                            const cu_item *items, const cu_seq_layer *sl, const float *freq, int R, float eps, int T, int ring_now) {
+    if (T <= 0 || jobs->n <= 0) return;
+    int width = 0;
+    for (int j = 0; j < jobs->n; j++) width = jobs->job[j].lay.width > width ? jobs->job[j].lay.width : width;
+    k_compress<<<dim3(T, jobs->n), 128, sizeof(float) * width, (cudaStream_t)st>>>(official, *jobs, pos, item_of, items, sl, freq, R,
+                                                                                 eps, ring_now);
 }
 
-__global__ void k_comp_ring_write(int is_indexer, int cols, const float *K, const float *Z, const int64_t *pos,
-                                  const int32_t *item_of, const cu_item *items, const cu_seq_layer *sl) {
+__global__ void k_comp_ring_write(cu_comp_jobs jobs, const int64_t *pos, const int32_t *item_of, const cu_item *items,
+                                  const cu_seq_layer *sl) {
+    dev_grid_wait();
     const int t = blockIdx.x;
-    const cu_item it = items[item_of[t]];
-    const cu_seq_layer L = sl[item_of[t]];
-    const int hist = is_indexer ? L.ihist : L.chist;
-    const int64_t p = pos[t];
-    if (p < it.p0 + it.n - hist) return;   /* a later position of the step owns this slot */
-    float *kv = (is_indexer ? L.ikv : L.ckv) + (p % hist) * cols, *sc = (is_indexer ? L.iscore : L.cscore) + (p % hist) * cols;
-    for (int j = threadIdx.x; j < cols; j += blockDim.x) {
-        kv[j] = K[(int64_t)t * cols + j];
-        sc[j] = Z[(int64_t)t * cols + j];
-    }
+    comp_ring_write_row(jobs.job[blockIdx.y], t, pos[t], items[item_of[t]], sl[item_of[t]]);
 }
 
-extern "C" void cu_comp_ring_write(cu_stream st, int is_indexer, int cols, const float *K, const float *Z, const int64_t *pos,
-                                   const int32_t *item_of, const cu_item *items, const cu_seq_layer *sl, int T) {
-    if (T > 0) k_comp_ring_write<<<T, 128, 0, (cudaStream_t)st>>>(is_indexer, cols, K, Z, pos, item_of, items, sl);
+extern "C" void cu_comp_ring_write(cu_stream st, const cu_comp_jobs *jobs, const int64_t *pos, const int32_t *item_of, const cu_item *items,
+                                   const cu_seq_layer *sl, int T) {
+    if (T > 0 && jobs->n > 0) k_comp_ring_write<<<dim3(T, jobs->n), 128, 0, (cudaStream_t)st>>>(*jobs, pos, item_of, items, sl);
 }
 
 
@@ -234,6 +310,7 @@ __global__ void k_attention(int official, cu_kvlay lay, const float *q, const ui
                             const int32_t *item_of, const cu_item *items, const cu_seq_layer *sl, int ring_len, int W,
                             int ratio, const int32_t *sel, const int32_t *n_sel, int topk, const float *sink,
                             const float *freq, int H, int D, int R, int max_keys, float *o) {
+    dev_grid_wait();
     extern __shared__ __align__(16) unsigned char att_smem[];
     const uint8_t **keys = (const uint8_t **)att_smem;          /* [max_keys] */
     float *sc = (float *)(att_smem + sizeof(void *) * max_keys); /* [max_keys] */
@@ -268,6 +345,7 @@ __global__ void k_attention(int official, cu_kvlay lay, const float *q, const ui
  * all gamma keys of the block (fp32 rows of kv), whatever its own position. */
 __global__ void k_dspark_attention(int official, const float *q, const float *kv, const float *ring, int64_t p0, int gamma,
                                    int W, const float *sink, const float *freq, int H, int D, int R, float *o) {
+    dev_grid_wait();
     extern __shared__ __align__(16) unsigned char att_smem[];
     const int max_keys = W + gamma;
     const uint8_t **keys = (const uint8_t **)att_smem;
@@ -292,6 +370,7 @@ extern "C" void cu_dspark_attention(cu_stream st, int official, const float *q, 
 
 /* Rows [n][D] of kv into ring slots (p0 + t) mod W (the last W of them: later positions own their slots). */
 __global__ void k_dspark_ring_write(const float *kv, int n, int D, float *ring, int64_t p0, int W) {
+    dev_grid_wait();
     const int t = blockIdx.x;
     if (t < n - W) return;
     float *dst = ring + ((p0 + t) % W) * D;
@@ -395,6 +474,7 @@ struct att_args {
  * half-warp shares h0 (its q loads are broadcasts) and reads 16 distinct key rows (rows padded by 4 floats: the
  * float4 loads of 8 consecutive rows cover the 32 banks). */
 __global__ void __launch_bounds__(ATT_CT) k_att_scores(att_args A, const float *q, int t0, int nch, int H, int D, float *scratch) {
+    dev_grid_wait();
     __shared__ __align__(16) float qs[ATT_HG][ATT_DS + 4];
     __shared__ __align__(16) float ks[ATT_KC][ATT_DS + 4];
     __shared__ const uint8_t *kp[ATT_KC];
@@ -461,6 +541,7 @@ __global__ void __launch_bounds__(ATT_CT) k_att_scores(att_args A, const float *
 
 /* Thread tile of k_att_pv: heads h0 + b (b = 0..3) x columns 4 c4 .. 4 c4 + 3 of the block's column slice. */
 __global__ void __launch_bounds__(ATT_CT) k_att_pv(int official, att_args A, int t0, int nch, int H, int D, float *scratch) {
+    dev_grid_wait();
     __shared__ __align__(16) float pt[ATT_HG][ATT_KC + 4];   /* [head][key]: e, then bf16_if(e) */
     __shared__ __align__(16) float vs[ATT_KC][ATT_DS];      /* the slice of the chunk's rows */
     __shared__ const uint8_t *kp[ATT_KC];
@@ -631,6 +712,7 @@ __device__ __forceinline__ uint32_t bf16x2(float lo, float hi) {
  * chain over the columns). */
 __global__ void __launch_bounds__(ATT_SC_T) k_att_scores_mma(att_args A, const float *q, int t0, int nch, int H, int D,
                                                              float *scratch) {
+    dev_grid_wait();
     __shared__ __align__(16) uint16_t qs[ATT_HG][ATT_MS + 8];            /* rows of 36 words: a fragment load's 32 */
     __shared__ __align__(16) uint16_t ks[ATT_SC * ATT_KC][ATT_MS + 8];   /* lanes (4 g + qd) hit 32 distinct banks */
     __shared__ const uint8_t *kp[ATT_SC * ATT_KC];
@@ -708,6 +790,7 @@ __global__ void __launch_bounds__(ATT_SC_T) k_att_scores_mma(att_args A, const f
  * heads 16 (w mod 4) .. + 15 x columns 64 (w / 4) .. + 63 of the slice (8 tiles of 8 columns), its accumulators
  * kept over the part. 47.8 KB of static shared memory (under the 48 KB a launch gets without an attribute). */
 __global__ void __launch_bounds__(ATT_PV_T) k_att_pv_mma(att_args A, int t0, int nch, int H, int D, float *scratch) {
+    dev_grid_wait();
     __shared__ __align__(16) float pt[ATT_HG][ATT_KC + 4];      /* [head][key]: e */
     __shared__ __align__(16) uint16_t ps[ATT_HG][ATT_KC + 8];   /* [head][key]: bf16(e) */
     __shared__ __align__(16) uint16_t vt[ATT_PS][ATT_KC + 8];   /* [column][key]: the chunk's rows, transposed */
@@ -795,6 +878,7 @@ __global__ void __launch_bounds__(ATT_PV_T) k_att_pv_mma(att_args A, int t0, int
 __global__ void __launch_bounds__(ATT_COMBINE_T) k_att_combine(int official, const int64_t *pos, const int32_t *n_sel, int W, int ratio,
                                                                const float *sink, const float *freq, int t0, int nch, int kpp, int H,
                                                                int D, int R, float *scratch, float *o) {
+    dev_grid_wait();
     extern __shared__ float out_s[];   /* [D] */
     const int slot = blockIdx.y, t = t0 + slot, h = blockIdx.x;
     const int64_t p = pos[t];
@@ -940,6 +1024,7 @@ extern "C" int64_t cu_attention_scratch_floats(int T, int H, int D, int64_t max_
 
 __global__ void k_ring_write(cu_kvlay lay, const uint8_t *kvs, const int64_t *pos, const int32_t *item_of, const cu_item *items,
                              const cu_seq_layer *sl, int ring_len) {
+    dev_grid_wait();
     const int t = blockIdx.x;
     const cu_item it = items[item_of[t]];
     const int64_t p = pos[t];

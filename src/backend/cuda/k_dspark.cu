@@ -6,6 +6,7 @@
 
 __global__ void k_dspark_markov_in(int official, dsv4_weight w1, const int32_t *ids, int j, const float *y, int d, int rank,
                                    float *cat) {
+    dev_grid_wait();
     const int prev = ids[j];
     float *out = cat + (int64_t)j * (d + rank);
     for (int i = threadIdx.x; i < d + rank; i += blockDim.x)
@@ -18,6 +19,7 @@ extern "C" void cu_dspark_markov_in(cu_stream st, int official, const dsv4_weigh
 }
 
 __global__ void k_add_row(float *row, const float *add, int n) {
+    dev_grid_wait();
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) row[i] = __fadd_rn(row[i], add[i]);
 }

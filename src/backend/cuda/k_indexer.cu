@@ -28,6 +28,7 @@ static size_t index_score_smem(int nI, int cI) {
 __global__ void __launch_bounds__(IDX_SCORE_THREADS) k_index_score(int official, cu_kvlay il, const float *qi, const float *wi,
                                                                    const int64_t *pos, const int32_t *item_of, const cu_seq_layer *sl,
                                                                    int t0, int nI, int cI, int K, int64_t max_rows, float *scratch) {
+    dev_grid_wait();
     extern __shared__ __align__(16) float idx_smem[];
     const int t = t0 + blockIdx.y, ld = cI + IDX_PAD;
     const int64_t n = (pos[t] + 1) / 4, k0 = (int64_t)blockIdx.x * IDX_ROWS;
@@ -150,6 +151,7 @@ __device__ __forceinline__ void hist_add(unsigned *hist, bool cand, unsigned bin
 
 __global__ void __launch_bounds__(IDX_SEL_THREADS) k_index_topk(const int64_t *pos, int t0, int K, int64_t max_rows,
                                                                  const float *scratch, int32_t *sel, int32_t *n_sel) {
+    dev_grid_wait();
     __shared__ unsigned hist[256];
     __shared__ unsigned cnt[IDX_SEL_PER * 32];
     __shared__ unsigned chunk_x[IDX_SEL_PER];
@@ -345,12 +347,14 @@ __device__ __forceinline__ void spl_derive(const unsigned *rec, int K, int upto,
 }
 
 __global__ void k_spl_init(int64_t record, unsigned *ws) {
+    dev_grid_wait();
     unsigned *rec = ws + (int64_t)blockIdx.x * record;
     for (int i = threadIdx.x; i < SPL_CNT; i += blockDim.x) rec[i] = i >= SPL_AND ? ~0u : 0u;
 }
 
 __global__ void __launch_bounds__(IDX_SPL_THREADS) k_spl_hist(const int64_t *pos, int t0, int K, int64_t max_rows, const float *scratch,
                                                               int64_t record, unsigned *ws, int p) {
+    dev_grid_wait();
     __shared__ unsigned hist[256];
     __shared__ spl_state st;
     __shared__ unsigned or_s, and_s;
@@ -389,6 +393,7 @@ __global__ void __launch_bounds__(IDX_SPL_THREADS) k_spl_hist(const int64_t *pos
 /* Per slice, its above / tie counts (count = 1), or its rows written (count = 0). */
 __global__ void __launch_bounds__(IDX_SPL_THREADS) k_spl_compact(const int64_t *pos, int t0, int K, int64_t max_rows, const float *scratch,
                                                                  int64_t record, unsigned *ws, int count, int32_t *sel, int32_t *n_sel) {
+    dev_grid_wait();
     __shared__ spl_state st;
     __shared__ unsigned cnt[IDX_SEL_PER * (IDX_SPL_THREADS / 32)];
     __shared__ unsigned slice_above, slice_tie;
@@ -565,6 +570,7 @@ __device__ __forceinline__ uint32_t e2m1x4_s8(uint32_t v) {
 /* The query codes, once a step: warp (t, h) over its head's blocks of 32, lane l column 32b + l: qc [T][nI][cI]
  * int8, qu [T][nI][cI/32] units. */
 __global__ void k_index_qcodes(const float *qi, int64_t n_heads, int cI, int8_t *qc, float *qu, unsigned *offgrid) {
+    dev_grid_wait();
     const int lane = threadIdx.x & 31;
     const int64_t th = (int64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
     if (th >= n_heads) return;   /* whole warps */
@@ -604,6 +610,7 @@ __global__ void __launch_bounds__(IDXM_WARPS * 32) k_index_score_mma(cu_kvlay il
                                                                       const int64_t *pos, const int32_t *item_of,
                                                                       const cu_seq_layer *sl, int t0, int nI, int K,
                                                                       int64_t max_rows, float *scratch, unsigned *offgrid) {
+    dev_grid_wait();
     extern __shared__ __align__(16) float idxm_smem[];
     const int t = t0 + blockIdx.y, lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, q = lane & 3;
     const int cI = 32 * NB;

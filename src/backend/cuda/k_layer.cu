@@ -10,9 +10,42 @@
 
 #define ROW_THREADS 256
 
+/* The one-token layouts (issue 18): k_rmsnorm_fast, k_hc_pre_fast, hc_post_elem4 and k_hc_post_moe's pair loads.
+ * 0: the kernels and loops as before them (tools/gpu/shim/shim_mhc.sh runs both and compares every byte). */
+#ifndef DSV4_MHC_FAST
+#define DSV4_MHC_FAST 1
+#endif
+
+/* A row of n = 256 M columns held by ROW_THREADS threads in registers, thread k holding columns k + 256 c
+ * (c = 0..M-1), packed for the tensor cores (the bytes of warp_pack_block / block_pack_row): column block
+ * 2 c + (k >= 128) is held by warps 0..3 (k < 128) or 4..7, one column a lane. Its amax is a max of fabsf values
+ * and 0.0f (never NaN: exact in any order): each lane's value maxed with 0.0f, warp_max, then the block's 4 warps
+ * (rows_amax; then a barrier of the 256 threads; then rows_pack). Each byte is dev_f32_to_e4m3(v / s). */
+template <int M>
+__device__ __forceinline__ void rows_amax(const float (&v)[M], float (*amx)[M]) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+#pragma unroll
+    for (int c = 0; c < M; c++) {
+        const float a = warp_max(fmaxf(0.0f, fabsf(v[c])));
+        if (lane == 0) amx[warp][c] = a;
+    }
+}
+template <int M>
+__device__ __forceinline__ void rows_pack(const float (&v)[M], float (*amx)[M], uint8_t *q, float *qs) {
+    const int k = threadIdx.x, w0 = (k >> 5) & 4, half = k >> 7;
+#pragma unroll
+    for (int c = 0; c < M; c++) {
+        const float amax = fmaxf(fmaxf(amx[w0][c], amx[w0 + 1][c]), fmaxf(amx[w0 + 2][c], amx[w0 + 3][c]));
+        const float sc = quant_scale(amax, 0);
+        q[k + ROW_THREADS * c] = dev_f32_to_e4m3(v[c] / sc);
+        if ((k & 127) == 0) qs[2 * c + half] = sc;
+    }
+}
+
 /* ---- embedding ------------------------------------------------------------------------------------------------ */
 
 __global__ void k_embed(dsv4_weight w, const int32_t *tok, int T, int hc, int d, float *X) {
+    dev_grid_wait();
     const int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (idx >= (int64_t)T * d) return;
     const int t = (int)(idx / d), e = (int)(idx % d);
@@ -26,27 +59,10 @@ extern "C" void cu_embed(cu_stream st, const dsv4_weight *embed, const int32_t *
 
 /* ---- norms ---------------------------------------------------------------------------------------------------- */
 
-/* Sum of squares of x[0..n): thread k takes k, k+blockDim, ... in order, then block_sum. The loads of 8 of a
- * thread's elements are issued before the first is added (the same order, so the same bits): one block per token
- * at T = 1 otherwise waits a memory latency per element (run 25's ncu: 33 us per hc_pre launch, 16384 elements). */
-__device__ __forceinline__ float sum_squares(const float *x, int n, float *red) {
-    float s = 0.0f;
-    int i = threadIdx.x;
-    const int B = blockDim.x;
-    for (; i + 7 * B < n; i += 8 * B) {
-        float v[8];
-#pragma unroll
-        for (int u = 0; u < 8; u++) v[u] = x[i + u * B];
-#pragma unroll
-        for (int u = 0; u < 8; u++) s = fmaf(v[u], v[u], s);
-    }
-    for (; i < n; i += B) s = fmaf(x[i], x[i], s);
-    return block_sum(s, red);
-}
-
 /* q non-NULL: the output row also packed for the tensor cores (cu_mma.h) by the same block. */
 __global__ void k_rmsnorm(int official, const float *x, int ldx, const float *w, int n, float eps, float *y, int ldy, uint8_t *q,
                           int ldq, float *qs, int lds) {
+    dev_grid_wait();
     __shared__ float red[32];
     const float *xr = x + (int64_t)blockIdx.x * ldx;
     float *yr = y + (int64_t)blockIdx.x * ldy;
@@ -56,17 +72,69 @@ __global__ void k_rmsnorm(int official, const float *x, int ldx, const float *w,
     if (q) block_pack_row(yr, n, q + (int64_t)blockIdx.x * ldq, qs + (int64_t)blockIdx.x * lds);
 }
 
+/* The same for n = 256 M (M = 1, 2, 4, 6, 8, 16, 28: q_lora is 4 in Flash, 6 in Pro; hidden 16 and 28): thread k
+ * loads its M elements of x (those sum_squares gives it, in its order) and of w at once and keeps them; y written
+ * once, never read back (the packing from registers: rows_pack).
+ * The kernel above waits a memory latency per loop iteration (the next loads may alias the store before) and
+ * reads the row back to pack it (run 32: rmsnorm 8.8 us at one token). Every value is the kernel above's: the same
+ * fmaf chain, block_sum (256 threads), expressions and bytes. y may be x (each thread reads its elements first). */
+template <int M>
+__global__ void __launch_bounds__(ROW_THREADS)
+k_rmsnorm_fast(int official, const float *x, int ldx, const float *w, int n, float eps, float *y, int ldy, uint8_t *q, int ldq,
+               float *qs, int lds) {
+    dev_grid_wait();
+    __shared__ float red[32], amx[8][M];
+    const int k = threadIdx.x;
+    const float *xr = x + (int64_t)blockIdx.x * ldx;
+    float *yr = y + (int64_t)blockIdx.x * ldy;
+    float xv[M], wv[M];
+#pragma unroll
+    for (int c = 0; c < M; c++) {
+        xv[c] = xr[k + ROW_THREADS * c];
+        wv[c] = w[k + ROW_THREADS * c];
+    }
+    float s = 0.0f;
+#pragma unroll
+    for (int c = 0; c < M; c++) s = fmaf(xv[c], xv[c], s);
+    const float r = 1.0f / sqrtf(block_sum(s, red) / (float)n + eps);
+#pragma unroll
+    for (int c = 0; c < M; c++) {
+        xv[c] = dev_bf16_if(official, wv[c] * (xv[c] * r));
+        yr[k + ROW_THREADS * c] = xv[c];
+    }
+    if (!q) return;
+    rows_amax<M>(xv, amx);
+    __syncthreads();
+    rows_pack<M>(xv, amx, q + (int64_t)blockIdx.x * ldq, qs + (int64_t)blockIdx.x * lds);
+}
+
+static void rmsnorm_launch(cu_stream st, int official, const float *x, int ldx, const float *w, int n, float eps, float *y, int ldy,
+                           int rows, uint8_t *q, int ldq, float *qs, int lds) {
+    if (rows <= 0) return;
+    if (DSV4_MHC_FAST && n % ROW_THREADS == 0) {
+#define RMS_CASE(V) \
+    case V: k_rmsnorm_fast<V><<<rows, ROW_THREADS, 0, (cudaStream_t)st>>>(official, x, ldx, w, n, eps, y, ldy, q, ldq, qs, lds); return;
+        switch (n / ROW_THREADS) {
+            RMS_CASE(1) RMS_CASE(2) RMS_CASE(4) RMS_CASE(6) RMS_CASE(8) RMS_CASE(16) RMS_CASE(28)
+        default: break;
+        }
+#undef RMS_CASE
+    }
+    k_rmsnorm<<<rows, ROW_THREADS, 0, (cudaStream_t)st>>>(official, x, ldx, w, n, eps, y, ldy, q, ldq, qs, lds);
+}
+
 extern "C" void cu_rmsnorm(cu_stream st, int official, const float *x, int ldx, const float *w, int n, float eps, float *y,
                            int ldy, int rows) {
-    if (rows > 0) k_rmsnorm<<<rows, ROW_THREADS, 0, (cudaStream_t)st>>>(official, x, ldx, w, n, eps, y, ldy, NULL, 0, NULL, 0);
+    rmsnorm_launch(st, official, x, ldx, w, n, eps, y, ldy, rows, NULL, 0, NULL, 0);
 }
 
 extern "C" void cu_rmsnorm_pack(cu_stream st, int official, const float *x, int ldx, const float *w, int n, float eps, float *y,
                                 int ldy, int rows, uint8_t *q, int ldq, float *qs, int lds) {
-    if (rows > 0) k_rmsnorm<<<rows, ROW_THREADS, 0, (cudaStream_t)st>>>(official, x, ldx, w, n, eps, y, ldy, q, ldq, qs, lds);
+    rmsnorm_launch(st, official, x, ldx, w, n, eps, y, ldy, rows, q, ldq, qs, lds);
 }
 
 __global__ void k_round_bf16(float *x, int64_t n) {
+    dev_grid_wait();
     const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) x[i] = dev_round_bf16(x[i]);
 }
@@ -78,6 +146,7 @@ extern "C" void cu_round_bf16(cu_stream st, float *x, int64_t n) {
 /* ---- fake quantization (one warp per block of columns) ------------------------------------------------------------ */
 
 __global__ void k_act_quant(const float *x, int ldx, float *y, int ldy, int rows, int n, int block, int fp4) {
+    dev_grid_wait();
     const int warps = blockDim.x >> 5;
     const int nb = (n + block - 1) / block;
     const int64_t job = (int64_t)blockIdx.x * warps + (threadIdx.x >> 5);
@@ -128,6 +197,7 @@ __device__ __forceinline__ float sinkhorn4_lane(float c, int q, int iters, float
 __global__ void k_hc_pre_finish(int official, const float *mixraw, const float *X, int hc, int d, const float *base,
                                 const float *scale, float hc_eps, float norm_eps, int iters, float *u, float *mix,
                                 const float *norm, float *xn, uint8_t *xq, int ldq, float *xqs, int lds) {
+    dev_grid_wait();
     __shared__ float red[32];
     __shared__ float pre[8], C[64];
     const int t = blockIdx.x, n = hc * d, nmix = (2 + hc) * hc;
@@ -175,12 +245,123 @@ __global__ void k_hc_pre_finish(int official, const float *mixraw, const float *
     if (xq) block_pack_row(xr, d, xq + (int64_t)t * ldq, xqs + (int64_t)t * lds);
 }
 
+/* The same operations for hc = 4 and d = 256 M (M = 1, 2, 4, 8, 16, 28: Flash is 16, Pro 28), laid out for one
+ * token's latency (run 36's ncu: the kernel above took 19.7 us a launch at one token, one block on one SM, its
+ * phases waiting on memory one after another: the stream loads 8 at a time, the norm weights and the stream
+ * re-reads one loop iteration at a time behind stores that might alias them, the packing reading back what the
+ * block had just written, and the 8 row warps idle at a barrier while warp 0 ran the 20 Sinkhorn rounds).
+ * Here:
+ *   - 256 row threads (warps 0..7) hold everything they touch in registers: thread k loads its 4 M stream
+ *     elements X[k + 256 j] (j = i M + m is stream i, column e = k + 256 m: for d a multiple of 256 these are
+ *     exactly the elements sum_squares gives thread k and the columns the stream sum gives it) and its M norm
+ *     weights, all issued at the start; nothing written is read back.
+ *   - a 9th warp (the mix warp) computes post and the Sinkhorn-normalised comb once 1/rms is known, while the
+ *     row warps make u, xn and the packed row; it leaves the block early. The row warps meet at named barrier 1
+ *     (256 threads), so the mix warp never holds them.
+ * Bits: every value is the kernel above's. The sum of squares is thread k's fmaf chain over j in order, then
+ * warp_sum and the 8 warp sums (lane < 8, else 0) by warp_sum: block_sum at blockDim 256, done by hand because
+ * this block has 288 threads. 1/rms, pre, post, the Sinkhorn lanes (sinkhorn4_lane itself), u, the second norm
+ * and xn are the same expressions on the same values. The pack: each 128-column block's amax is a max (of
+ * fabsf values and 0.0f, never NaN: exact in any order), here each lane's |xn| maxed with 0.0f, warp_max, then
+ * the 4 warps that hold the block; each byte is dev_f32_to_e4m3(xn / s) as in warp_pack_block. */
+#define HCF_THREADS (ROW_THREADS + 32)
+
+template <int M>
+__global__ void __launch_bounds__(HCF_THREADS)
+k_hc_pre_fast(int official, const float *mixraw, const float *X, int d, const float *base, const float *scale, float hc_eps,
+              float norm_eps, int iters, float *u, float *mix, const float *norm, float *xn, uint8_t *xq, int ldq,
+              float *xqs, int lds) {
+    dev_grid_wait();
+    __shared__ float red[8], red2[8], amx[8][M];
+    const int t = blockIdx.x, n = 4 * d, k = threadIdx.x, lane = k & 31, warp = k >> 5;
+    const float *x = X + (int64_t)t * n;
+    const float *m = mixraw + (int64_t)t * 24;   /* (2 + hc) hc */
+    if (k >= ROW_THREADS) {   /* the mix warp: its inputs loaded while the row warps sum */
+        const int q = lane & 15;
+        const float cm = m[8 + q], cb = base[8 + q], cs = scale[2];
+        const bool post = lane >= 4 && lane < 8;
+        const float pm = post ? m[lane] : 0.0f, pb = post ? base[lane] : 0.0f, ps = scale[1];
+        __syncthreads();   /* red: the 8 row warps' sums */
+        const float r = 1.0f / sqrtf(warp_sum(lane < 8 ? red[lane] : 0.0f) / (float)n + norm_eps);
+        float *mx = mix + (int64_t)t * CU_MIX;
+        if (post) mx[lane - 4] = 2.0f * dev_sigmoid(pm * r * ps + pb);
+        const float c = sinkhorn4_lane(cm * r * cs + cb, q, iters, hc_eps);
+        if (lane < 16) mx[8 + q] = c;
+        return;
+    }
+    float xv[4 * M], nv[M], pm[4], pb[4];
+#pragma unroll
+    for (int j = 0; j < 4 * M; j++) xv[j] = x[k + ROW_THREADS * j];
+    if (norm) {
+#pragma unroll
+        for (int c = 0; c < M; c++) nv[c] = norm[k + ROW_THREADS * c];
+    }
+#pragma unroll
+    for (int i = 0; i < 4; i++) { pm[i] = m[i]; pb[i] = base[i]; }
+    const float ps = scale[0];
+    float s = 0.0f;
+#pragma unroll
+    for (int j = 0; j < 4 * M; j++) s = fmaf(xv[j], xv[j], s);
+    s = warp_sum(s);
+    if (lane == 0) red[warp] = s;
+    __syncthreads();
+    const float r = 1.0f / sqrtf(warp_sum(lane < 8 ? red[lane] : 0.0f) / (float)n + norm_eps);
+    float pre[4];
+#pragma unroll
+    for (int i = 0; i < 4; i++) pre[i] = dev_sigmoid(pm[i] * r * ps + pb[i]) + hc_eps;
+    float uv[M], ss = 0.0f;
+    float *ut = u + (int64_t)t * d;
+#pragma unroll
+    for (int c = 0; c < M; c++) {
+        float a = 0.0f;
+#pragma unroll
+        for (int i = 0; i < 4; i++) a += pre[i] * xv[i * M + c];
+        uv[c] = dev_bf16_if(official, a);
+        ut[k + ROW_THREADS * c] = uv[c];
+        ss = fmaf(uv[c], uv[c], ss);
+    }
+    if (!norm) return;
+    ss = warp_sum(ss);
+    if (lane == 0) red2[warp] = ss;
+    dev_bar_sync(1, ROW_THREADS);
+    const float rr = 1.0f / sqrtf(warp_sum(lane < 8 ? red2[lane] : 0.0f) / (float)d + norm_eps);
+    float *xr = xn + (int64_t)t * d;
+#pragma unroll
+    for (int c = 0; c < M; c++) {
+        uv[c] = dev_bf16_if(official, nv[c] * (uv[c] * rr));   /* now xn */
+        xr[k + ROW_THREADS * c] = uv[c];
+    }
+    if (!xq) return;
+    rows_amax<M>(uv, amx);
+    dev_bar_sync(1, ROW_THREADS);
+    rows_pack<M>(uv, amx, xq + (int64_t)t * ldq, xqs + (int64_t)t * lds);
+}
+
+template <int M>
+static void hc_pre_fast(cu_stream st, int official, const float *mixraw, const float *X, int T, int d, const float *base,
+                        const float *scale, float hc_eps, float norm_eps, int iters, float *u, float *mix, const float *norm,
+                        float *xn, uint8_t *xq, int ldq, float *xqs, int lds) {
+    k_hc_pre_fast<M><<<T, HCF_THREADS, 0, (cudaStream_t)st>>>(official, mixraw, X, d, base, scale, hc_eps, norm_eps, iters, u,
+                                                               mix, norm, xn, xq, ldq, xqs, lds);
+}
+
 extern "C" void cu_hc_pre_finish(cu_stream st, int official, const float *mixraw, const float *X, int T, int hc, int d,
                                  const float *base, const float *scale, float hc_eps, float norm_eps, int iters, float *u,
                                  float *mix, const float *norm, float *xn, uint8_t *xq, int ldq, float *xqs, int lds) {
-    if (T > 0)
-        k_hc_pre_finish<<<T, ROW_THREADS, 0, (cudaStream_t)st>>>(official, mixraw, X, hc, d, base, scale, hc_eps, norm_eps,
-                                                                 iters, u, mix, norm, norm ? xn : NULL, norm ? xq : NULL, ldq, xqs, lds);
+    if (T <= 0) return;
+    if (!norm) xn = NULL, xq = NULL;
+    if (DSV4_MHC_FAST && hc == 4 && d % ROW_THREADS == 0) {
+        const int M = d / ROW_THREADS;
+#define HCF_CASE(V) \
+    case V: hc_pre_fast<V>(st, official, mixraw, X, T, d, base, scale, hc_eps, norm_eps, iters, u, mix, norm, xn, xq, ldq, xqs, lds); return;
+        switch (M) {
+            HCF_CASE(1) HCF_CASE(2) HCF_CASE(4) HCF_CASE(8) HCF_CASE(16) HCF_CASE(28)
+        default: break;
+        }
+#undef HCF_CASE
+    }
+    k_hc_pre_finish<<<T, ROW_THREADS, 0, (cudaStream_t)st>>>(official, mixraw, X, hc, d, base, scale, hc_eps, norm_eps, iters, u,
+                                                             mix, norm, xn, xq, ldq, xqs, lds);
 }
 
 /* hc_post of one element e of token t, f its sub-layer output: stream k = bf16(post[k] f + sum_j comb[j][k] old_j),
@@ -195,11 +376,35 @@ __device__ __forceinline__ void hc_post_elem(int official, float fe, const float
     }
 }
 
+/* The same for hc = 4 with every load (the streams, post, comb) issued before the first store: above, each k's
+ * mix loads wait behind the stores of the k before (they might alias), 4 memory latencies a launch. The same
+ * expressions on the same values. */
+__device__ __forceinline__ void hc_post_elem4(int official, float fe, const float *mx, float *x, int d, int e) {
+    float old[4], pw[4], cw[16];
+#pragma unroll
+    for (int j = 0; j < 4; j++) old[j] = x[(int64_t)j * d + e];
+#pragma unroll
+    for (int k = 0; k < 4; k++) pw[k] = mx[k];
+#pragma unroll
+    for (int j = 0; j < 16; j++) cw[j] = mx[8 + j];
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+        float s = pw[k] * fe;
+#pragma unroll
+        for (int j = 0; j < 4; j++) s += cw[j * 4 + k] * old[j];
+        x[(int64_t)k * d + e] = dev_bf16_if(official, s);
+    }
+}
+
 __global__ void k_hc_post(int official, const float *f, const float *mix, float *X, int T, int hc, int d) {
+    dev_grid_wait();
     const int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (idx >= (int64_t)T * d) return;
     const int t = (int)(idx / d), e = (int)(idx % d);
-    hc_post_elem(official, f[(int64_t)t * d + e], mix + (int64_t)t * CU_MIX, X + (int64_t)t * hc * d, hc, d, e);
+    if (DSV4_MHC_FAST && hc == 4)
+        hc_post_elem4(official, f[(int64_t)t * d + e], mix + (int64_t)t * CU_MIX, X + (int64_t)t * hc * d, d, e);
+    else
+        hc_post_elem(official, f[(int64_t)t * d + e], mix + (int64_t)t * CU_MIX, X + (int64_t)t * hc * d, hc, d, e);
 }
 
 extern "C" void cu_hc_post(cu_stream st, int official, const float *f, const float *mix, float *X, int T, int hc, int d) {
@@ -207,19 +412,45 @@ extern "C" void cu_hc_post(cu_stream st, int official, const float *f, const flo
 }
 
 /* The MoE sub-layer's output made where hc_post reads it: f = bf16(the token's expert rows summed in its slot order
- * k = 0, 1, ... from 0.0f, then + shared). */
+ * k = 0, 1, ... from 0.0f, then + shared). With DSV4_MHC_FAST and K <= 8: the K pair indices loaded at once, then
+ * every row of a pair before the first -1 (the loop's rows), then the same adds in the same order; the loop below
+ * waits a pair index and then its row, one after the other, K times. */
+#define POST_MOE_MAXK 8
 __global__ void k_hc_post_moe(int official, const float *ey, const float *shared, const int32_t *token_pairs, int K,
                               const float *mix, float *X, int T, int hc, int d) {
+    dev_grid_wait();
     const int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (idx >= (int64_t)T * d) return;
     const int t = (int)(idx / d), e = (int)(idx % d);
+    const int32_t *tp = token_pairs + (int64_t)t * K;
     float acc = 0.0f;
-    for (int k = 0; k < K; k++) {
-        const int pi = token_pairs[(int64_t)t * K + k];
-        if (pi < 0) break;
-        acc += ey[(int64_t)pi * d + e];
+    if (DSV4_MHC_FAST && K <= POST_MOE_MAXK) {
+        int32_t pi[POST_MOE_MAXK];
+        float row[POST_MOE_MAXK];
+#pragma unroll
+        for (int k = 0; k < POST_MOE_MAXK; k++) pi[k] = k < K ? tp[k] : -1;
+        bool live = true;   /* no -1 yet */
+#pragma unroll
+        for (int k = 0; k < POST_MOE_MAXK; k++) {
+            live = live && pi[k] >= 0;
+            pi[k] = live ? pi[k] : -1;
+            row[k] = live ? ey[(int64_t)pi[k] * d + e] : 0.0f;
+        }
+#pragma unroll
+        for (int k = 0; k < POST_MOE_MAXK; k++)
+            if (pi[k] >= 0) acc += row[k];
+    } else {
+        for (int k = 0; k < K; k++) {
+            const int pi = tp[k];
+            if (pi < 0) break;
+            acc += ey[(int64_t)pi * d + e];
+        }
     }
-    hc_post_elem(official, dev_bf16_if(official, acc + shared[idx]), mix + (int64_t)t * CU_MIX, X + (int64_t)t * hc * d, hc, d, e);
+    const float fe = dev_bf16_if(official, acc + shared[idx]);
+    if (DSV4_MHC_FAST && hc == 4)
+        hc_post_elem4(official, fe, mix + (int64_t)t * CU_MIX, X + (int64_t)t * hc * d, d, e);
+    else
+        hc_post_elem(official, fe, mix + (int64_t)t * CU_MIX, X + (int64_t)t * hc * d, hc, d, e);
 }
 
 extern "C" void cu_hc_post_moe(cu_stream st, int official, const float *ey, const float *shared, const int32_t *token_pairs, int K,
@@ -233,6 +464,7 @@ extern "C" void cu_hc_post_moe(cu_stream st, int official, const float *ey, cons
  * stream sum in stream order. */
 __global__ void k_hc_head(int official, const float *X, const int32_t *rows, const float *fn, const float *base,
                           const float *scale, int hc, int d, float hc_eps, float norm_eps, float *y) {
+    dev_grid_wait();
     __shared__ float red[32];
     __shared__ float wt[8];
     const int n = hc * d;
@@ -270,6 +502,7 @@ extern "C" void cu_hc_head(cu_stream st, int official, const float *X, const int
 }
 
 __global__ void k_mtp_mix(int official, const float *ep, const float *hp, float *X, int T, int hc, int d) {
+    dev_grid_wait();
     const int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (idx >= (int64_t)T * hc * d) return;
     const int64_t t = idx / ((int64_t)hc * d);
@@ -283,6 +516,7 @@ extern "C" void cu_mtp_mix(cu_stream st, int official, const float *ep, const fl
 }
 
 __global__ void k_features(int official, const float *X, int T, int hc, int d, int nt, int k, float *feat) {
+    dev_grid_wait();
     const int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (idx >= (int64_t)T * d) return;
     const int t = (int)(idx / d), e = (int)(idx % d);
@@ -296,83 +530,3 @@ extern "C" void cu_features(cu_stream st, int official, const float *X, int T, i
     if (T > 0) k_features<<<cu_blocks((int64_t)T * d, 256), 256, 0, (cudaStream_t)st>>>(official, X, T, hc, d, nt, k, feat);
 }
 
-/* ---- attention preparation ---------------------------------------------------------------------------------------------- */
-
-/* norm.c unit_rmsnorm on x[0..n) (global memory, this block only). */
-__device__ void block_unit_rmsnorm(int official, float *x, int n, float eps, float *red) {
-    float s = 0.0f;
-    for (int i = threadIdx.x; i < n; i += blockDim.x) s += official ? dev_round_bf16(x[i] * x[i]) : x[i] * x[i];
-    s = block_sum(s, red);
-    if (!official) {
-        const float r = 1.0f / sqrtf(s / (float)n + eps);
-        for (int i = threadIdx.x; i < n; i += blockDim.x) x[i] *= r;
-    } else {
-        const float ms = dev_round_bf16(s / (float)n);
-        const float r = dev_round_bf16(1.0f / sqrtf(dev_round_bf16(ms + eps)));
-        for (int i = threadIdx.x; i < n; i += blockDim.x) x[i] = dev_round_bf16(x[i] * r);
-    }
-    __syncthreads();
-}
-
-/* Blocks (t, h < H): head h of q; blocks (t, H): the kv row. */
-__global__ void k_qkv_prepare(int official, float *q, float *kv, const float *kv_norm, const int64_t *pos, const float *freq,
-                              int H, int D, int R, float eps) {
-    __shared__ float red[32];
-    const int t = blockIdx.x, h = blockIdx.y;
-    const int64_t p = pos[t];
-    if (h < H) {
-        float *qh = q + ((int64_t)t * H + h) * D;
-        block_unit_rmsnorm(official, qh, D, eps, red);
-        block_rope(official, freq, R, qh + D - R, p, 0);
-        return;
-    }
-    float *x = kv + (int64_t)t * D;
-    const float r = 1.0f / sqrtf(sum_squares(x, D, red) / (float)D + eps);
-    for (int i = threadIdx.x; i < D; i += blockDim.x) x[i] = dev_bf16_if(official, kv_norm[i] * (x[i] * r));
-    __syncthreads();
-    block_rope(official, freq, R, x + D - R, p, 0);
-    __syncthreads();
-    if (official) block_quant_row(x, D - R, 64, 0);
-}
-
-extern "C" void cu_qkv_prepare(cu_stream st, int official, float *q, float *kv, const float *kv_norm, const int64_t *pos,
-                               const float *freq, int T, int H, int D, int R, float eps) {
-    if (T > 0) k_qkv_prepare<<<dim3(T, H + 1), 128, 0, (cudaStream_t)st>>>(official, q, kv, kv_norm, pos, freq, H, D, R, eps);
-}
-
-/* Blocks (t, 0): the ape of both compressors and the indexer head weights; blocks (t, 1 + h): indexer query h. */
-__global__ void k_prepare_tokens(int official, int ratio, float *cz, const float *ape, int cw, float *icz, const float *iape,
-                                 float *qi, float *wi, const int64_t *pos, const float *freq, int nI, int cI, int R) {
-    const int t = blockIdx.x, h = (int)blockIdx.y - 1;
-    const int64_t p = pos[t];
-    if (h < 0) {
-        const float *a = ape + (p % ratio) * cw;
-        float *z = cz + (int64_t)t * cw;
-        for (int j = threadIdx.x; j < cw; j += blockDim.x) z[j] += a[j];
-        if (ratio != 4) return;
-        const int iw = 2 * cI;
-        const float *ia = iape + (p % 4) * iw;
-        float *iz = icz + (int64_t)t * iw;
-        for (int j = threadIdx.x; j < iw; j += blockDim.x) iz[j] += ia[j];
-        const float scale = 1.0f / sqrtf((float)cI) / sqrtf((float)nI);
-        for (int k = threadIdx.x; k < nI; k += blockDim.x) wi[(int64_t)t * nI + k] = dev_bf16_if(official, wi[(int64_t)t * nI + k] * scale);
-        return;
-    }
-    float *qh = qi + ((int64_t)t * nI + h) * cI;
-    block_rope(official, freq, R, qh + cI - R, p, 0);
-    __syncthreads();
-    if (!official) return;
-    block_hadamard(qh, cI);
-    for (int i = threadIdx.x; i < cI; i += blockDim.x) qh[i] = dev_round_bf16(qh[i]);
-    __syncthreads();
-    block_quant_row(qh, cI, 32, 1);
-}
-
-extern "C" void cu_prepare_tokens(cu_stream st, int official, int ratio, float *cz, const float *ape, int cw, float *icz,
-                                  const float *iape, float *qi, float *wi, const int64_t *pos, const float *freq, int T,
-                                  int nI, int cI, int R) {
-    if (T <= 0) return;
-    const int hy = ratio == 4 ? 1 + nI : 1;
-    k_prepare_tokens<<<dim3(T, hy), 128, 0, (cudaStream_t)st>>>(official, ratio, cz, ape, cw, icz, iape, qi, wi, pos, freq, nI,
-                                                                 cI, R);
-}

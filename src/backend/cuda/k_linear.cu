@@ -18,16 +18,49 @@
 #define LIN_LANE 16    /* consecutive columns per lane and step */
 #define LIN_STEP 512   /* columns per warp and step: 32 lanes x LIN_LANE */
 
+/* One step of dot_tile: the lane's LIN_LANE weights wv at column i against the tokens' rows, in column order. */
+template <bool VEC>
+__device__ __forceinline__ void dot_step(const float *wv, const float *const *xr, int n, float *acc, int i, int K) {
+#pragma unroll
+    for (int k = 0; k < LIN_TILE; k++) {
+        if (k >= n) break;
+        if (VEC) {
+            const float4 *xp = (const float4 *)(xr[k] + i);
+#pragma unroll
+            for (int q = 0; q < LIN_LANE / 4; q++) {
+                const float4 xv = xp[q];
+                acc[k] = fmaf(wv[4 * q], xv.x, acc[k]);
+                acc[k] = fmaf(wv[4 * q + 1], xv.y, acc[k]);
+                acc[k] = fmaf(wv[4 * q + 2], xv.z, acc[k]);
+                acc[k] = fmaf(wv[4 * q + 3], xv.w, acc[k]);
+            }
+        } else {
+            for (int e = 0; e < LIN_LANE && i + e < K; e++) acc[k] = fmaf(wv[e], xr[k][i + e], acc[k]);
+        }
+    }
+}
+
 /* Columns [c0, K) of row o of w against up to LIN_TILE input rows xr[0..n): res[k] (valid in every lane). c0 is
  * a multiple of 16; K is the column count or, for a split row, the end of the warp's segment. The scalar path
- * (VEC false: unaligned rows, a column count not a multiple of 16) visits the same columns in the same order. */
-template <bool VEC>
+ * (VEC false: unaligned rows, a column count not a multiple of 16) visits the same columns in the same order. U > 1
+ * (vector rows only): the weights of U steps are loaded before the first of them is used, so U loads are in flight
+ * per lane instead of one (a split row's warp has a few steps only, each a memory latency); the sums are the same. */
+template <bool VEC, int U = 1>
 __device__ __forceinline__ void dot_tile(const dsv4_weight &w, int o, const float *const *xr, int n, float *res, int c0, int K) {
     const int lane = threadIdx.x & 31;
     float acc[LIN_TILE];
 #pragma unroll
     for (int k = 0; k < LIN_TILE; k++) acc[k] = 0.0f;
-    for (int i = c0 + lane * LIN_LANE; i < K; i += LIN_STEP) {
+    int i = c0 + lane * LIN_LANE;
+    if (VEC && U > 1)
+        for (; i + (U - 1) * LIN_STEP < K; i += U * LIN_STEP) {
+            float wv[U][LIN_LANE];
+#pragma unroll
+            for (int u = 0; u < U; u++) dev_weight16(w, o, i + u * LIN_STEP, wv[u]);
+#pragma unroll
+            for (int u = 0; u < U; u++) dot_step<VEC>(wv[u], xr, n, acc, i + u * LIN_STEP, K);
+        }
+    for (; i < K; i += LIN_STEP) {
         float wv[LIN_LANE];
         if (VEC) {
             dev_weight16(w, o, i, wv);
@@ -35,23 +68,7 @@ __device__ __forceinline__ void dot_tile(const dsv4_weight &w, int o, const floa
 #pragma unroll
             for (int e = 0; e < LIN_LANE; e++) wv[e] = i + e < K ? dev_weight_at(w, o, i + e) : 0.0f;
         }
-#pragma unroll
-        for (int k = 0; k < LIN_TILE; k++) {
-            if (k >= n) break;
-            if (VEC) {
-                const float4 *xp = (const float4 *)(xr[k] + i);
-#pragma unroll
-                for (int q = 0; q < LIN_LANE / 4; q++) {
-                    const float4 xv = xp[q];
-                    acc[k] = fmaf(wv[4 * q], xv.x, acc[k]);
-                    acc[k] = fmaf(wv[4 * q + 1], xv.y, acc[k]);
-                    acc[k] = fmaf(wv[4 * q + 2], xv.z, acc[k]);
-                    acc[k] = fmaf(wv[4 * q + 3], xv.w, acc[k]);
-                }
-            } else {
-                for (int e = 0; e < LIN_LANE && i + e < K; e++) acc[k] = fmaf(wv[e], xr[k][i + e], acc[k]);
-            }
-        }
+        dot_step<VEC>(wv, xr, n, acc, i, K);
     }
 #pragma unroll
     for (int k = 0; k < LIN_TILE; k++) res[k] = warp_sum(acc[k]);
@@ -99,6 +116,7 @@ __device__ __forceinline__ float dot_row1(const dsv4_weight &w, int o, const flo
 
 __global__ void __launch_bounds__(32 * LIN_WARPS, 8) k_linear_1tok(dsv4_weight w, const float *__restrict__ x, int group_rows,
                                                                      int group_x, float *__restrict__ y) {
+    dev_grid_wait();
     const int o = blockIdx.x * LIN_WARPS + (threadIdx.x >> 5);
     if (o >= w.rows) return;
     const float r = dot_row1(w, o, x + (int64_t)(o / group_rows) * group_x, w.cols);
@@ -108,6 +126,7 @@ __global__ void __launch_bounds__(32 * LIN_WARPS, 8) k_linear_1tok(dsv4_weight w
 template <bool VEC>
 __global__ void k_linear(dsv4_weight w, const float *__restrict__ x, int T, int ldx, int group_rows, int group_x,
                          float *__restrict__ y, int ldy) {
+    dev_grid_wait();
     const int o = blockIdx.x * LIN_WARPS + (threadIdx.x >> 5), t0 = blockIdx.y * LIN_TILE;
     if (o >= w.rows) return;
     x += (int64_t)(o / group_rows) * group_x;
@@ -128,10 +147,13 @@ __global__ void k_linear(dsv4_weight w, const float *__restrict__ x, int T, int 
  * with the lane pattern above, then the LIN_SPLIT partials added in order s = 0, 1, ... The split is chosen by the
  * weight's shape alone (split_rows), so every token still gets the same order whatever T. */
 #define LIN_SPLIT 8
+#define LIN_SPLIT_AHEAD 4   /* steps of weight loads in flight (the mixes: 2048 columns a warp = 4 steps; run 38's
+                               ncu: 6.0 us a launch at 265 GB/s with one in flight) */
 static bool split_rows(int rows, int cols) { return rows < 128 && cols >= 2048; }
 
 template <bool VEC>
 __global__ void k_linear_split(dsv4_weight w, const float *__restrict__ x, int T, int ldx, float *__restrict__ y, int ldy) {
+    dev_grid_wait();
     __shared__ float part[LIN_SPLIT][LIN_TILE];
     const int o = blockIdx.x, s = threadIdx.x >> 5, t0 = blockIdx.y * LIN_TILE;
     const int n = T - t0 < LIN_TILE ? T - t0 : LIN_TILE;
@@ -141,7 +163,7 @@ __global__ void k_linear_split(dsv4_weight w, const float *__restrict__ x, int T
 #pragma unroll
     for (int k = 0; k < LIN_TILE; k++) xr[k] = x + (int64_t)(t0 + (k < n ? k : 0)) * ldx;
     float res[LIN_TILE];
-    dot_tile<VEC>(w, o, xr, n, res, c0, c1);
+    dot_tile<VEC, LIN_SPLIT_AHEAD>(w, o, xr, n, res, c0, c1);
     if ((threadIdx.x & 31) == 0)
 #pragma unroll
         for (int k = 0; k < LIN_TILE; k++) part[s][k] = res[k];
@@ -156,6 +178,7 @@ __global__ void k_linear_split(dsv4_weight w, const float *__restrict__ x, int T
 template <bool VEC>
 __global__ void k_expert_linear(const dsv4_weight *__restrict__ experts, int rows, cu_moe_plan plan, const float *__restrict__ x,
                                 int ldx, int x_by_pair, float *__restrict__ y, int ldy) {
+    dev_grid_wait();
     const int tile = blockIdx.y;
     if (tile >= *plan.n_tiles) return;
     const int o = blockIdx.x * LIN_WARPS + (threadIdx.x >> 5);
@@ -185,6 +208,7 @@ __global__ void k_expert_linear(const dsv4_weight *__restrict__ experts, int row
 /* Steps of one token (then every tile holds one pair): dot_row1, as k_linear_1tok. */
 __global__ void __launch_bounds__(32 * LIN_WARPS, 8) k_expert_linear_1tok(const dsv4_weight *__restrict__ experts, int rows, cu_moe_plan plan, const float *__restrict__ x,
                                      int ldx, int x_by_pair, float *__restrict__ y, int ldy) {
+    dev_grid_wait();
     const int tile = blockIdx.y;
     if (tile >= *plan.n_tiles) return;
     const int o = blockIdx.x * LIN_WARPS + (threadIdx.x >> 5);

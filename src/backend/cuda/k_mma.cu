@@ -395,6 +395,7 @@ template <int FP4, int MT, int NT, int U, int VEC>
 __global__ void __launch_bounds__(32 * MMA_PARTS) k_mma_linear(dsv4_weight w, const uint8_t *__restrict__ xq, int ldq,
                                                                 const float *__restrict__ xs, int lds, int T,
                                                                 float *__restrict__ y, int ldy, int out_bf16) {
+    dev_grid_wait();
     mma_block<FP4, MT, NT, U, VEC>(w, xq, ldq, xs, lds, T, y, ldy, out_bf16, blockIdx.x * 16 * MT, blockIdx.y * 8 * NT, NULL, 0, 0);
 }
 
@@ -409,6 +410,7 @@ __global__ void __launch_bounds__(32 * MMA_PARTS, VEC ? MMA_EXPERT_BLOCKS : 0) k
                                                                 const uint8_t *__restrict__ xq, int ldq, const float *__restrict__ xs,
                                                                 int lds, int x_by_pair, float *y_a, float *y_b, int ldy,
                                                                 int out_bf16) {
+    dev_grid_wait();
     const dsv4_weight *experts = blockIdx.z ? experts_b : experts_a;
     float *y = blockIdx.z ? y_b : y_a;
     const int tile = blockIdx.y;
@@ -430,6 +432,7 @@ __global__ void __launch_bounds__(32 * MMA_PARTS, VEC ? MMA_EXPERT_BLOCKS : 0) k
  * it as E4M3 (exact for act-quantized rows: cu_mma.h). Lane l handles columns 4l .. 4l + 3 of the block. */
 __global__ void k_mma_pack_act(const float *__restrict__ x, int ldx, int T, int K, uint8_t *__restrict__ xq, int ldq,
                                float *__restrict__ xs, int lds) {
+    dev_grid_wait();
     const int nblk = (K + 127) / 128;
     const int64_t job = (int64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
     if (job >= (int64_t)T * nblk) return;
@@ -445,6 +448,7 @@ __global__ void k_mma_pack_act(const float *__restrict__ x, int ldx, int T, int 
 /* dev_f32_to_e4m3 (the build's) against the code search for the bit patterns [lo, lo + n) of this launch's slice:
  * mismatches counted, the smallest mismatching pattern kept (atomicMin: integers, any order). */
 __global__ void k_e4m3_check(uint64_t lo, uint64_t n, unsigned long long *bad, unsigned int *first) {
+    dev_grid_wait();
     for (uint64_t i = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (uint64_t)gridDim.x * blockDim.x) {
         const uint32_t u = (uint32_t)(lo + i);
         const float x = __uint_as_float(u);

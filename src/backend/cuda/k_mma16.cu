@@ -92,10 +92,12 @@ __device__ __forceinline__ uint32_t e4m3x2_bf16x2(uint32_t v) {
 __device__ __forceinline__ uint32_t u4_word(const uint4 &v, int k) { return k == 0 ? v.x : k == 1 ? v.y : k == 2 ? v.z : v.w; }
 
 /* One block: rows [row_base, +16 MT) x tokens [tok_base, +8 NT) of T, the tokens' rows at xb + n * ldb; warp p =
- * partial p. U chunks' loads are issued before the first of them is used. */
+ * partial p. U chunks' loads are issued before the first of them is used. out_bf16: each output rounded to the
+ * nearest bf16 as it is stored (the OFFICIAL rounding of wo_a's and weights_proj's outputs, dev_round_bf16: the
+ * value the separate rounding kernel would leave). */
 template <int WF8, int MT, int NT, int U>
 __device__ __forceinline__ void mma16_block(const dsv4_weight &w, const uint16_t *__restrict__ xb, int ldb, int T, float *__restrict__ y,
-                                            int ldy, int row_base, int tok_base) {
+                                            int ldy, int row_base, int tok_base, int out_bf16) {
     const int lane = threadIdx.x & 31, part = threadIdx.x >> 5, g = lane >> 2, q = lane & 3;
     const int N = w.rows, K = w.cols, nchunk = (K + 127) / 128;
     __shared__ float red[MMA16_PARTS - 1][MT * NT * 4][32];   /* partials 1..3 for warp 0 (the end) */
@@ -248,7 +250,7 @@ __device__ __forceinline__ void mma16_block(const dsv4_weight &w, const uint16_t
 #pragma unroll
                 for (int p = 0; p < MMA16_PARTS - 1; p++) v += red[p][(mi * NT + ni) * 4 + e][lane];
                 const int r = row_base + 16 * mi + g + 8 * (e >> 1), n = tok_base + 8 * ni + 2 * q + (e & 1);
-                if (r < N && n < T) y[(int64_t)n * ldy + r] = v;
+                if (r < N && n < T) y[(int64_t)n * ldy + r] = out_bf16 ? dev_round_bf16(v) : v;
             }
 }
 
@@ -259,7 +261,7 @@ __device__ __forceinline__ void mma16_block(const dsv4_weight &w, const uint16_t
 struct mma16_jobs {
     dsv4_weight w[MMA16_JOBS];
     float *y[MMA16_JOBS];
-    int ldy[MMA16_JOBS], first[MMA16_JOBS + 1], n;
+    int ldy[MMA16_JOBS], out_bf16[MMA16_JOBS], first[MMA16_JOBS + 1], n;
 };
 
 /* Rows [16 MT b, +16 MT) of the block's job (b its block within the job) read the input columns from
@@ -268,13 +270,14 @@ struct mma16_jobs {
 template <int WF8, int MT, int NT, int U>
 __global__ void __launch_bounds__(32 * MMA16_PARTS) k_mma16_linear(mma16_jobs jobs, int group_rows, const uint16_t *__restrict__ xb,
                                                                     int ldb, int group_x, int T) {
+    dev_grid_wait();
     int j = 0;
 #pragma unroll
     for (int k = 1; k < MMA16_JOBS; k++)
         if (k < jobs.n && (int)blockIdx.x >= jobs.first[k]) j = k;
     dsv4_weight w = jobs.w[0];
     float *y = jobs.y[0];
-    int ldy = jobs.ldy[0], first = jobs.first[0];
+    int ldy = jobs.ldy[0], first = jobs.first[0], out_bf16 = jobs.out_bf16[0];
 #pragma unroll
     for (int k = 1; k < MMA16_JOBS; k++)   /* constant indices: the parameters stay in registers */
         if (k == j) {
@@ -282,13 +285,15 @@ __global__ void __launch_bounds__(32 * MMA16_PARTS) k_mma16_linear(mma16_jobs jo
             y = jobs.y[k];
             ldy = jobs.ldy[k];
             first = jobs.first[k];
+            out_bf16 = jobs.out_bf16[k];
         }
     const int row_base = ((int)blockIdx.x - first) * 16 * MT;
-    mma16_block<WF8, MT, NT, U>(w, xb + (int64_t)(row_base / group_rows) * group_x, ldb, T, y, ldy, row_base, blockIdx.y * 8 * NT);
+    mma16_block<WF8, MT, NT, U>(w, xb + (int64_t)(row_base / group_rows) * group_x, ldb, T, y, ldy, row_base, blockIdx.y * 8 * NT, out_bf16);
 }
 
 /* xb[t][i] = bf16(x[t][i]), round to nearest even (exact for bf16-valued rows). */
 __global__ void k_mma16_pack(const float *__restrict__ x, int ldx, int T, int K, uint16_t *__restrict__ xb, int ldb) {
+    dev_grid_wait();
     const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= (int64_t)T * K) return;
     const int64_t t = i / K, k = i % K;
@@ -355,7 +360,7 @@ static int mma16_check(const char *fn, const dsv4_weight *w, int groups, const u
 }
 
 extern "C" int cu_mma16_linear(cu_stream st, const dsv4_weight *w, int groups, const uint16_t *xb, int ldb, int group_x, int T, float *y,
-                               int ldy, dsv4_error *err) {
+                               int ldy, int out_bf16, dsv4_error *err) {
     const int rc = mma16_check("cu_mma16_linear", w, groups, xb, ldb, group_x, T, y, ldy, err);
     if (rc || T == 0 || w->rows == 0) return rc;
     mma16_jobs jobs;
@@ -363,6 +368,7 @@ extern "C" int cu_mma16_linear(cu_stream st, const dsv4_weight *w, int groups, c
     jobs.w[0] = *w;
     jobs.y[0] = y;
     jobs.ldy[0] = ldy;
+    jobs.out_bf16[0] = out_bf16;
     jobs.n = 1;
     if (w->fmt == WF_FP8) mma16_dispatch<1>(st, &jobs, groups, xb, ldb, group_x, T);
     else mma16_dispatch<0>(st, &jobs, groups, xb, ldb, group_x, T);
@@ -382,6 +388,7 @@ extern "C" int cu_mma16_linear_multi(cu_stream st, const cu_mma16_out *outs, int
         jobs.w[jobs.n] = *outs[j].w;
         jobs.y[jobs.n] = outs[j].y;
         jobs.ldy[jobs.n] = outs[j].ldy;
+        jobs.out_bf16[jobs.n] = outs[j].out_bf16;
         jobs.n++;
     }
     if (T == 0 || jobs.n == 0) return 0;

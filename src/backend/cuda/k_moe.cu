@@ -15,6 +15,7 @@ __device__ __forceinline__ float dev_softplus(float x) { return x > 20.0f ? x : 
 #define ROUTE_MAX_K 16
 __global__ void k_route(float *logits, const float *bias, const int32_t *tid2eid, const int32_t *tok, int T, int E, int K,
                         float route_scale, int32_t *route_e, float *route_w) {
+    dev_grid_wait();
     const int t = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5), lane = threadIdx.x & 31;
     if (t >= T) return;
     float *s = logits + (int64_t)t * E;
@@ -50,10 +51,90 @@ __global__ void k_route(float *logits, const float *bias, const int32_t *tid2eid
     for (int j = 0; j < K; j++) w[j] = s[sel[j]] / sum * route_scale;
 }
 
+/* The same routing with everything in registers (DSV4_MOE_FAST, E <= 32 R for R = 8 or 16, K <= ROUTE_MAX_K).
+ * Run 36's ncu: k_route and k_moe_plan together ~7 % of a one-token step; above, every round re-reads the scores
+ * from memory and lane 0 ends with ~4 K dependent reads (each pick stored, read back, its score read). Here lane l
+ * keeps the scores and biases of experts l + 32 r (loaded once, the scores still written back as above), a bit per
+ * expert taken (the same set as the chosen list), and the winning score travels with its id through the same
+ * butterfly; lane j keeps pick j and its score. The weights: every lane adds the K scores in pick order from
+ * 0.0f (shuffles of lane j's score), lane j divides its own: the same sum and expressions. Hash routing: pick j
+ * is tid2eid's, its score fetched from the owning lane. So every output bit is the loop's above. */
+#ifndef DSV4_MOE_FAST
+#define DSV4_MOE_FAST 1   /* 0: k_route and k_moe_plan as before (tools/gpu/shim/shim_mhc.sh compares) */
+#endif
+template <int R>
+__global__ void k_route_fast(float *logits, const float *bias, const int32_t *tid2eid, const int32_t *tok, int T, int E, int K,
+                             float route_scale, int32_t *route_e, float *route_w) {
+    dev_grid_wait();
+    const int t = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5), lane = threadIdx.x & 31;
+    if (t >= T) return;
+    float *s = logits + (int64_t)t * E;
+    float sc[R], bs[R];
+    int my_e = 0;
+    if (tid2eid && lane < K) my_e = tid2eid[(int64_t)tok[t] * K + lane];
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+        const int e = lane + 32 * r;
+        sc[r] = e < E ? s[e] : 0.0f;
+        bs[r] = e < E && bias ? bias[e] : 0.0f;
+    }
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+        const int e = lane + 32 * r;
+        if (e < E) s[e] = sc[r] = sqrtf(dev_softplus(sc[r]));
+    }
+    float my_s = 0.0f;
+    if (tid2eid) {
+#pragma unroll
+        for (int r = 0; r < R; r++) {   /* the owner of my_e is lane my_e & 31, its register my_e >> 5 */
+            const float v = __shfl_sync(0xffffffffu, sc[r], my_e & 31);
+            if (r == my_e >> 5) my_s = v;
+        }
+    } else {
+        uint32_t taken = 0;   /* bit r: expert lane + 32 r already picked */
+        for (int j = 0; j < K; j++) {
+            int best = -1;
+            float bv = 0.0f, bsc = 0.0f;
+#pragma unroll
+            for (int r = 0; r < R; r++) {
+                const int e = lane + 32 * r;
+                if (e >= E || (taken >> r & 1)) continue;
+                const float v = sc[r] + bs[r];
+                if (best < 0 || v > bv) { best = e; bv = v; bsc = sc[r]; }
+            }
+            for (int off = 16; off > 0; off >>= 1) {
+                const int ob = __shfl_down_sync(0xffffffffu, best, off);
+                const float ov = __shfl_down_sync(0xffffffffu, bv, off);
+                const float os = __shfl_down_sync(0xffffffffu, bsc, off);
+                if (ob >= 0 && (best < 0 || ov > bv || (ov == bv && ob < best))) { best = ob; bv = ov; bsc = os; }
+            }
+            best = __shfl_sync(0xffffffffu, best, 0);
+            bsc = __shfl_sync(0xffffffffu, bsc, 0);
+            if (best >= 0 && (best & 31) == lane) taken |= 1u << (best >> 5);
+            if (lane == j) { my_e = best; my_s = bsc; }
+        }
+    }
+    float sum = 0.0f;
+    for (int j = 0; j < K; j++) sum += __shfl_sync(0xffffffffu, my_s, j);
+    if (lane < K) {
+        route_e[(int64_t)t * K + lane] = my_e;
+        route_w[(int64_t)t * K + lane] = my_s / sum * route_scale;
+    }
+}
+
 extern "C" void cu_route(cu_stream st, float *logits, const float *bias, const int32_t *tid2eid, const int32_t *tok, int T,
                          int E, int K, float route_scale, int32_t *route_e, float *route_w) {
-    if (T > 0) k_route<<<cu_blocks(T, 4), 128, 0, (cudaStream_t)st>>>(logits, bias, tid2eid, tok, T, E, K, route_scale, route_e,
-                                                                     route_w);
+    if (T <= 0) return;
+    if (DSV4_MOE_FAST && K <= ROUTE_MAX_K && E <= 32 * 16) {
+        if (E <= 32 * 8)
+            k_route_fast<8><<<cu_blocks(T, 4), 128, 0, (cudaStream_t)st>>>(logits, bias, tid2eid, tok, T, E, K, route_scale, route_e,
+                                                                          route_w);
+        else
+            k_route_fast<16><<<cu_blocks(T, 4), 128, 0, (cudaStream_t)st>>>(logits, bias, tid2eid, tok, T, E, K, route_scale,
+                                                                           route_e, route_w);
+        return;
+    }
+    k_route<<<cu_blocks(T, 4), 128, 0, (cudaStream_t)st>>>(logits, bias, tid2eid, tok, T, E, K, route_scale, route_e, route_w);
 }
 
 /* Is j the first slot of token t's row naming its expert? (a row naming an expert twice counts it once) */
@@ -64,6 +145,7 @@ __device__ __forceinline__ bool first_slot(const int32_t *re, int j) {
 }
 
 __global__ void k_count_routes(const int32_t *route_e, int T, int K, unsigned long long *counts) {
+    dev_grid_wait();
     const int t = blockIdx.x * blockDim.x + threadIdx.x;
     if (t >= T) return;
     const int32_t *re = route_e + (int64_t)t * K;
@@ -76,6 +158,7 @@ extern "C" void cu_count_routes(cu_stream st, const int32_t *route_e, int T, int
 }
 
 __global__ void k_scatter_pair_rows(const float *rows, const int32_t *pair, int n, int d, float *ey) {
+    dev_grid_wait();
     const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= (int64_t)n * d) return;
     const int64_t q = i / d, k = i % d;
@@ -91,6 +174,7 @@ extern "C" void cu_scatter_pair_rows(cu_stream st, const float *rows, const int3
 /* One block. Thread e (strided over experts) walks the tokens in order, so pair positions, tiles and each
  * token's pair list depend only on the routing, never on scheduling. */
 __global__ void k_moe_plan(const int32_t *route_e, const float *route_w, int T, int K, int E, cu_moe_plan p) {
+    dev_grid_wait();
     extern __shared__ int plan_smem[];
     int *cnt = plan_smem, *off = plan_smem + E, *toff = plan_smem + 2 * E;
     for (int i = threadIdx.x; i < T * K; i += blockDim.x) p.token_pairs[i] = -1;
@@ -140,8 +224,110 @@ __global__ void k_moe_plan(const int32_t *route_e, const float *route_w, int T, 
     }
 }
 
+/* The same plan for T <= 256 (DSV4_MOE_FAST), in parallel (the kernel above: one thread per expert walks all T K
+ * route entries twice, thread 0 scans the E counts one after another, and each pair's slot is found by re-reading
+ * the row from memory behind the stores; run 36: ~12 us at one token). Every output is an integer or a copied
+ * weight, fixed by the routing alone, so any order of work gives the same bytes:
+ *   - the routing copied to shared memory; entry (t, j) that is its row's first naming expert e sets bit t of
+ *     mask[e] (W words of 64 tokens; atomicOr: the same bits in any order);
+ *   - thread k owns experts k EP .. k EP + EP - 1 (EP = ceil(E / 256)): counts = popcounts, tiles per expert,
+ *     and their exclusive prefix sums over the experts by a block scan (shuffles up, then the warps' totals):
+ *     off[e], toff[e], n_tiles, and each expert's tiles, as the serial scan gives them;
+ *   - entry (t, j), if first: pair off[e] + (tokens before t in mask[e]) (pairs sorted by token within an
+ *     expert, as the walk above numbers them), its token and weight, and token_pairs[t][slot] with slot = its
+ *     row's distinct experts below e; the row's slots from its count of distinct experts on are -1. */
+#define PLAN_FAST_MAXT 256
+template <int W>
+__global__ void __launch_bounds__(PLAN_THREADS) k_moe_plan_fast(const int32_t *route_e, const float *route_w, int T, int K, int E,
+                                                                cu_moe_plan p) {
+    dev_grid_wait();
+    extern __shared__ unsigned long long plan_fast_smem[];
+    __shared__ int wsum[2][PLAN_THREADS / 32];
+    unsigned long long *mask = plan_fast_smem;      /* [E][W] */
+    int32_t *re = (int32_t *)(mask + (size_t)E * W);   /* [T K] */
+    float *rw = (float *)(re + T * K);              /* [T K] */
+    int *off = (int *)(rw + T * K);                 /* [E] */
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, n = T * K;
+    for (int i = tid; i < E * W; i += PLAN_THREADS) mask[i] = 0ull;
+    for (int i = tid; i < n; i += PLAN_THREADS) {
+        re[i] = route_e[i];
+        rw[i] = route_w[i];
+    }
+    __syncthreads();
+    for (int i = tid; i < n; i += PLAN_THREADS) {
+        const int t = i / K, j = i % K;
+        if (first_slot(re + t * K, j)) atomicOr(&mask[(int64_t)re[i] * W + (t >> 6)], 1ull << (t & 63));
+    }
+    __syncthreads();
+    const int EP = (E + PLAN_THREADS - 1) / PLAN_THREADS, e0 = min(E, tid * EP), e1 = min(E, e0 + EP);
+    int c = 0, ct = 0;
+    for (int e = e0; e < e1; e++) {
+        int ce = 0;
+#pragma unroll
+        for (int w = 0; w < W; w++) ce += __popcll(mask[e * W + w]);
+        c += ce;
+        ct += (ce + CU_MOE_TILE - 1) / CU_MOE_TILE;
+    }
+    int ic = c, it = ct;   /* inclusive over the warp's lanes */
+    for (int o = 1; o < 32; o <<= 1) {
+        const int a = __shfl_up_sync(0xffffffffu, ic, o), b = __shfl_up_sync(0xffffffffu, it, o);
+        if (lane >= o) { ic += a; it += b; }
+    }
+    if (lane == 31) { wsum[0][warp] = ic; wsum[1][warp] = it; }
+    __syncthreads();
+    for (int w = 0; w < warp; w++) { ic += wsum[0][w]; it += wsum[1][w]; }
+    if (tid == PLAN_THREADS - 1) *p.n_tiles = it;
+    int s = ic - c, ts = it - ct;   /* exclusive: the pairs and tiles of the experts before e0 */
+    for (int e = e0; e < e1; e++) {
+        int ce = 0;
+#pragma unroll
+        for (int w = 0; w < W; w++) ce += __popcll(mask[e * W + w]);
+        off[e] = s;
+        for (int q = 0; q * CU_MOE_TILE < ce; q++) {
+            p.tile_expert[ts + q] = e;
+            p.tile_first[ts + q] = s + q * CU_MOE_TILE;
+            p.tile_count[ts + q] = min(CU_MOE_TILE, ce - q * CU_MOE_TILE);
+        }
+        s += ce;
+        ts += (ce + CU_MOE_TILE - 1) / CU_MOE_TILE;
+    }
+    __syncthreads();
+    for (int i = tid; i < n; i += PLAN_THREADS) {
+        const int t = i / K, j = i % K, e = re[i];
+        const int32_t *rt = re + t * K;
+        int nv = 0, slot = 0;
+        for (int q = 0; q < K; q++)
+            if (first_slot(rt, q)) {
+                nv++;
+                slot += rt[q] < e;
+            }
+        if (j >= nv) p.token_pairs[i] = -1;
+        if (!first_slot(rt, j)) continue;
+        const unsigned long long *mk = mask + (int64_t)e * W;
+        int rank = __popcll(mk[t >> 6] & ((1ull << (t & 63)) - 1));
+        for (int w = 0; w < (t >> 6); w++) rank += __popcll(mk[w]);
+        const int pi = off[e] + rank;
+        p.pair_token[pi] = t;
+        p.pair_weight[pi] = rw[i];
+        p.token_pairs[(int64_t)t * K + slot] = pi;
+    }
+}
+
 extern "C" void cu_moe_plan_build(cu_stream st, const int32_t *route_e, const float *route_w, int T, int K, int E, cu_moe_plan *p) {
-    if (T > 0) k_moe_plan<<<1, PLAN_THREADS, sizeof(int) * 3 * (size_t)E, (cudaStream_t)st>>>(route_e, route_w, T, K, E, *p);
+    if (T <= 0) return;
+    if (DSV4_MOE_FAST && T <= PLAN_FAST_MAXT) {
+        const int W = T <= 64 ? 1 : 4;
+        const size_t smem = sizeof(unsigned long long) * (size_t)E * W + (sizeof(int32_t) + sizeof(float)) * (size_t)T * K +
+                            sizeof(int) * (size_t)E;
+        if (smem <= 46 * 1024) {   /* with the static wsum, under the 48 KB a launch may take without opting in */
+            if (W == 1)
+                k_moe_plan_fast<1><<<1, PLAN_THREADS, smem, (cudaStream_t)st>>>(route_e, route_w, T, K, E, *p);
+            else
+                k_moe_plan_fast<4><<<1, PLAN_THREADS, smem, (cudaStream_t)st>>>(route_e, route_w, T, K, E, *p);
+            return;
+        }
+    }
+    k_moe_plan<<<1, PLAN_THREADS, sizeof(int) * 3 * (size_t)E, (cudaStream_t)st>>>(route_e, route_w, T, K, E, *p);
 }
 
 __device__ __forceinline__ float dev_silu(float x) { return x / (1.0f + expf(-x)); }
@@ -159,6 +345,7 @@ __device__ __forceinline__ float dev_swiglu(int official, float g, float v, cons
 }
 
 __global__ void k_swiglu(int official, float *g, const float *v, const float *w, int rows, int I, float limit) {
+    dev_grid_wait();
     const int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (idx >= (int64_t)rows * I) return;
     g[idx] = dev_swiglu(official, g[idx], v[idx], w ? w + idx / I : NULL, limit);
@@ -167,6 +354,7 @@ __global__ void k_swiglu(int official, float *g, const float *v, const float *w,
 /* One warp per (row, 128-column block), lane l on columns 4l .. 4l+3 (cu_kernels.h cu_swiglu_pack). */
 __global__ void k_swiglu_pack(int official, float *g, const float *v, const float *w, int rows, int I, float limit, uint8_t *q,
                               int ldq, float *qs, int lds) {
+    dev_grid_wait();
     const int nblk = (I + 127) / 128, lane = threadIdx.x & 31;
     const int64_t job = (int64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
     if (job >= (int64_t)rows * nblk) return;   /* whole warps */

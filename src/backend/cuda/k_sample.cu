@@ -10,6 +10,7 @@
  *   sums (top-p): the lane tree sum — lane t adds its kept w (as double) in increasing id, then the tree
  *     lane[j] += lane[j + s] for s = 512, ..., 1 in shared memory. The CPU computes the same tree.
  * A row's token depends on its logits and its parameters only: never on the other rows of the launch. */
+#include "backend/cuda/cu_common.cuh"
 #include "backend/cuda/cu_kernels.h"
 #include "core/sample_math.h"
 #include <cuda_runtime.h>
@@ -107,6 +108,7 @@ __device__ void keep_prefix(float *w, int V, double goal, int sum, double *shd, 
 
 __global__ void __launch_bounds__(SM_LANES) k_sample(const float *logits, int V, const cu_sample_req *req, float *wbuf, int32_t *tok,
                                                      float *probs) {
+    dev_grid_wait();
     __shared__ double shd[SM_LANES];
     __shared__ double shv[WARPS];
     __shared__ int32_t shid[WARPS];

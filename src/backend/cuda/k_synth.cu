@@ -18,6 +18,7 @@ __device__ __forceinline__ uint8_t synth_byte(int kind, uint32_t r) {
 }
 
 __global__ void k_fill_synth(uint8_t *p, size_t n, int kind, uint64_t seed) {
+    dev_grid_wait();
     for (size_t w = (size_t)blockIdx.x * blockDim.x + threadIdx.x; w * 8 < n; w += (size_t)gridDim.x * blockDim.x) {
         const uint64_t h = synth_mix(seed ^ synth_mix(w));
         uint8_t b[8];

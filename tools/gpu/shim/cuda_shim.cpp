@@ -17,6 +17,7 @@ ucontext_t sched;
 std::vector<fiber> fibers;
 std::vector<warp_state> warps;
 unsigned current, n_threads, bar_count, bar_gen;
+unsigned named_count[16], named_gen[16];   /* bar.sync 1..15 */
 unsigned long progress;   /* arrivals at barriers and ends: a round without any is a deadlock */
 const std::function<void()> *body;
 
@@ -37,6 +38,24 @@ void __syncthreads(void) {
         bar_gen++;
     }
     while (bar_gen == gen) yield_now();
+}
+
+void shim_bar_sync(unsigned id, unsigned n) {
+    if (id == 0 || id > 15 || n == 0 || n % 32 || n > n_threads) {
+        fprintf(stderr, "shim: bar.sync %u, %u: a bad barrier for a block of %u threads\n", id, n, n_threads);
+        abort();
+    }
+    if (threadIdx.x >= n) {   /* not the hardware's rule (any n threads), but the kernels' use: the first n */
+        fprintf(stderr, "shim: thread %u at bar.sync %u, %u\n", threadIdx.x, id, n);
+        abort();
+    }
+    const unsigned gen = named_gen[id];
+    progress++;
+    if (++named_count[id] == n) {
+        named_count[id] = 0;
+        named_gen[id]++;
+    }
+    while (named_gen[id] == gen) yield_now();
 }
 
 const uint64_t *shim_warp_exchange(uint64_t v) {
@@ -111,6 +130,7 @@ void shim_launch(dim3 grid, dim3 block, const std::function<void()> &f) {
             for (unsigned x = 0; x < grid.x; x++) {
                 blockIdx = dim3(x, y, z);
                 bar_count = bar_gen = 0;
+                memset(named_count, 0, sizeof named_count);
                 for (auto &w : warps) w.count = w.gen = 0;
                 for (unsigned t = 0; t < n; t++) {
                     fiber &fb = fibers[t];

@@ -54,11 +54,15 @@ static inline float __uint_as_float(uint32_t u) { float f; memcpy(&f, &u, 4); re
 static inline uint32_t __float_as_uint(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
 static inline float __int_as_float(int u) { float f; memcpy(&f, &u, 4); return f; }
 static inline int __popc(unsigned x) { return __builtin_popcount(x); }
+static inline int __popcll(unsigned long long x) { return __builtin_popcountll(x); }
 static inline int __ffs(unsigned x) { return __builtin_ffs((int)x); }
 static inline int __clz(int x) { return x ? __builtin_clz((unsigned)x) : 32; }
 static inline float __fdiv_rn(float a, float b) { return a / b; }
 
 void __syncthreads(void);
+/* bar.sync id, n: a barrier of the block's first n threads (ids 1..15; those n threads are the ones that call it) */
+void shim_bar_sync(unsigned id, unsigned n);
+static inline void dev_bar_sync(int id, int n) { shim_bar_sync((unsigned)id, (unsigned)n); }
 static inline void dev_grid_wait(void) {}   /* launches run one after another: nothing to wait for */
 /* The 32 values of the caller's warp at this warp intrinsic (lane i's value at index i), once every lane gave its own. */
 const uint64_t *shim_warp_exchange(uint64_t v);
@@ -72,6 +76,10 @@ template <typename T> static inline T __shfl_xor_sync(unsigned, T v, int off) {
 }
 template <typename T> static inline T __shfl_sync(unsigned, T v, int src) {
     return shim_from<T>(shim_warp_exchange(shim_bits(v))[(unsigned)src & 31u]);
+}
+template <typename T> static inline T __shfl_down_sync(unsigned, T v, unsigned d) {
+    const uint64_t *x = shim_warp_exchange(shim_bits(v));
+    return shim_lane() + d < 32 ? shim_from<T>(x[shim_lane() + d]) : v;
 }
 template <typename T> static inline T __shfl_up_sync(unsigned, T v, unsigned d) {
     const uint64_t *x = shim_warp_exchange(shim_bits(v));

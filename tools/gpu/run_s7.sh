@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# Device calls of session 2026-12-02b (runs 38-): stage tools/gpu/stage.sh, the variants named in VARIANTS
+# (tools/gpu/stage_variant.sh, xz) and .gpu/dsv4-old.xz (a build of 0344277, before this session's fusions), and
+# tools/gpu/fuzz_stage.sh; carry [".gpu", ".fuzz"]. PARTS picks what runs (default all):
+#   suite    the GPU suite
+#   bits     logits of dsv4 = dsv4-old (three models x fp8 / bf16 KV, one call; cmp) and of each runtime switch
+#   ab       Flash decode at prompt 256: dsv4, dsv4-old, each staged variant, DSV4_CUDA_PDL=1 / 2, ENV_AB switches
+#   ncu      ncu over one decode step (caches not flushed): time per kernel
+#   profile  bench --profile: an 8K prefill, a decode step, and the 64-stream decode step, per stage
+#   final    decode, 8 / 32 / 64 streams, the verify step, an 8K prefill, decode after 4K / 128K / 1M (fp8 KV)
+# Everything but the summary on stdout goes to $OUT/logs.tgz, ncu.txt and fuzz.tgz: the device tool returns at most
+# 8 files (run 37 lost its fuzz.tgz to a ninth).
+. tools/gpu/env.sh
+PARTS=${PARTS:-suite bits ab ncu profile final}
+has() { case " $PARTS " in *" $1 "*) return 0 ;; esac; return 1; }
+L=/tmp/run-logs && rm -rf $L && mkdir -p $L
+for b in .gpu/dsv4-*.xz; do [ -f "$b" ] && xz -dkf "$b" && chmod +x "${b%.xz}"; done
+if [ -n "${FUZZ_SECONDS:-}" ]; then OUT="$OUT" FUZZ_TARGETS="${FUZZ_TARGETS:-}" tools/gpu/fuzz_bg.sh start "$FUZZ_SECONDS" "${FUZZ_CORES:-12}" >$L/fuzz_start.log; fi
+FLASH=".gpu/dsv4 bench --synthetic flash --device cuda --mode official"
+if has suite; then
+  BUILD=.gpu VERBOSE=1 timeout 300 tests/run_gpu.sh >$L/suite.log 2>&1
+  echo "suite exit $? at $(el) s" >>$L/suite.log
+  echo "== suite:"; grep -E "FAIL|passed, .* failed|suite exit" $L/suite.log | tail -8
+fi
+if has bits; then
+  W=/tmp/wide
+  .gpu/dsv4 tiny -o $W --preset flash-tiny --set 'compress_ratios=[0,0,4,128,4,128]' --set sliding_window=8 --set index_topk=3 \
+      --set hidden_size=1024 --set q_lora_rank=1024 --set moe_intermediate_size=1024 --set o_lora_rank=512 >/dev/null 2>&1
+  TOK=$(awk 'BEGIN{for(i=0;i<300;i++) printf "%s%d", (i?",":""), (i*37+3)%260}')
+  for m in $W .gpu/testdata/official_calm/calmpro/checkpoint .gpu/serve-model; do
+    for kv in fp8 bf16; do
+      for b in dsv4 dsv4-old; do .gpu/$b logits -m $m --device cuda --mode official --kv $kv --tokens "$TOK" --out /tmp/$b.npy >>$L/bits.log 2>&1; done
+      cmp -s /tmp/dsv4.npy /tmp/dsv4-old.npy && r=same || r=DIFFERENT
+      extra=""
+      for e in ${ENV_BITS:-}; do   # NAME=VALUE switches that must keep the bits
+        env $e .gpu/dsv4 logits -m $m --device cuda --mode official --kv $kv --tokens "$TOK" --out /tmp/env.npy >>$L/bits.log 2>&1
+        cmp -s /tmp/dsv4.npy /tmp/env.npy && extra="$extra, $e same" || extra="$extra, $e DIFFERENT"
+      done
+      echo "bits $(basename $m) $kv: new vs old $r$extra" | tee -a $L/bits.sum
+    done
+  done | sed '1i== bits:'
+fi
+if has ab; then
+  echo "== decode A/B (prompt 256, 48 tokens):"
+  for r in $(seq 1 ${AB_ROUNDS:-2}); do
+    for v in "dsv4" "dsv4-old" ${VARIANTS:-} "DSV4_CUDA_PDL=1 dsv4" "DSV4_CUDA_PDL=2 dsv4" ${ENV_AB:-}; do
+      set -- $v; b=${!#}; envs=("${@:1:$#-1}")
+      [ -x .gpu/$b ] || continue
+      env "${envs[@]}" timeout 60 .gpu/$b bench --synthetic flash --device cuda --mode official --prompt 256 --decode 48 --no-bandwidth \
+          >$L/ab.log 2>&1
+      printf "%-40s round %d: %s\n" "$v" $r "$(grep -E '^decode, 1' $L/ab.log)"
+    done
+  done
+fi
+if has ncu; then
+  NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1 || echo /usr/local/cuda/bin/ncu)
+  timeout 90 "$NCU" --clock-control none --cache-control none --metrics gpu__time_duration.sum,dram__bytes_read.sum,launch__grid_size \
+      --csv --page raw --kernel-name "regex:^k_([^f]|f[^i])" --launch-count 1600 \
+      $FLASH --prompt 1 --decode 1 --no-bandwidth >$L/ncu.csv 2>/dev/null
+  python3 tools/gpu/ncu_summary.py $L/ncu.csv k_embed 0 >"$OUT/ncu.txt" 2>&1
+  echo "== ncu:"; head -34 "$OUT/ncu.txt"
+fi
+if has profile; then
+  timeout 90 $FLASH --prompt 8192 --decode 2 --no-bandwidth --profile >$L/profile_prefill.log 2>&1
+  timeout 120 $FLASH --prompt 256 --decode 8 --no-bandwidth --streams 64 --profile >$L/profile_streams.log 2>&1
+  echo "== profile, 8K prefill then decode:"; grep -vE "^(kv |model|synthetic|device)" $L/profile_prefill.log | head -60
+  echo "== profile, 64 streams:"; sed -n '/per-stage time of/,$p' $L/profile_streams.log | head -30
+fi
+if has final; then
+  timeout 100 $FLASH --prompt 256 --decode 48 --streams 8,32,64 --json $L/flash.json >$L/flash.log 2>&1
+  timeout 80 $FLASH --prompt 8192 --decode 2 --no-bandwidth >$L/prefill.log 2>&1
+  timeout 110 $FLASH --kv fp8 --prompt 64 --decode 8 --no-bandwidth --context 4096,131072,1048576 >$L/context.log 2>&1
+  echo "== flash:"; grep -E "bandwidth|prefill|decode|fraction|verify|graphs|^ +(8|32|64) |rror" $L/flash.log
+  echo "== prefill 8K:"; grep -E "prefill|rror" $L/prefill.log
+  echo "== context:"; grep -E "^ +[0-9]+ +[0-9.]+ +[0-9.]+|rror" $L/context.log
+fi
+if [ -n "${FUZZ_SECONDS:-}" ]; then echo "== fuzz:"; OUT="$OUT" tools/gpu/fuzz_bg.sh stop | tail -12; fi
+tar -C /tmp -czf "$OUT/logs.tgz" run-logs
+echo "total $(el) s; files in \$OUT: $(ls $OUT | wc -l)"
