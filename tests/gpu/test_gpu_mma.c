@@ -23,12 +23,24 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <cuda_runtime.h>
 #include "backend/cuda/cu_mma.h"
 #include "backend/cuda/cu_runtime.h"
+#include "model/expert_place.h"   /* EP_ABSENT_ROW */
 #include "model/formats.h"   /* only to make inputs: f32_to_e4m3 / f32_to_e2m1 / act_quant_fp8_ref */
 #include "model/tiny.h"      /* dsv4_rng */
 #include "model/weight.h"
+
+#ifdef MMA_TEST_SHIM
+/* The device is the host (tools/gpu/shim/shim_mma.sh runs the kernels as fibers). */
+void *cu_malloc(size_t n) { return aligned_alloc(256, (n + 255) / 256 * 256); }
+void cu_free(void *p) { free(p); }
+int cu_upload(void *d, const void *s, size_t n) { memcpy(d, s, n); return 0; }
+int cu_download(void *d, const void *s, size_t n) { memcpy(d, s, n); return 0; }
+int cu_fill_bytes(void *d, int b, size_t n) { memset(d, b, n); return 0; }
+int cu_finish(cu_stream st, const char *what, dsv4_error *err) { (void)st; (void)what; (void)err; return 0; }
+#else
+#include <cuda_runtime.h>
+#endif
 
 static dsv4_rng rng;
 
@@ -253,6 +265,7 @@ static void pack_is_exact(void **state) {
     free_act(&a);
 }
 
+#ifndef MMA_TEST_SHIM
 /* The packing's f32 -> E4M3 (hardware cvt.rn.satfinite by default) = the code search, for every float. */
 static void e4m3_conversion_every_float(void **state) {
     (void)state;
@@ -263,6 +276,7 @@ static void e4m3_conversion_every_float(void **state) {
     if (bad) fail_msg("f32 -> e4m3: %llu of 2^32 floats differ from the code search (the first 0x%08x)", bad, first);
     printf("  f32 -> e4m3: all 2^32 floats = the code search\n");
 }
+#endif
 
 /* bf16 by round to nearest even on the bits (written here, not taken from the library under test). */
 static float host_bf16(float x) {
@@ -368,8 +382,13 @@ static void close_on_realistic(void **state) {
     (void)state;
     check_against_ref(WF_FP8, 333, 2048, 70, 0);
     check_against_ref(WF_FP4, 333, 1120, 70, 0);
+#ifdef MMA_TEST_SHIM
+    check_against_ref(WF_FP8, 256, 4096, 3, 0);
+    check_against_ref(WF_FP4, 256, 4096, 3, 0);
+#else
     check_against_ref(WF_FP8, 4096, 4096, 3, 0);
     check_against_ref(WF_FP4, 1024, 4096, 3, 0);
+#endif
 }
 
 static void batch_invariant_and_deterministic(void **state) {
@@ -459,6 +478,178 @@ static void refuses_bad_shapes(void **state) {
     free_weight(&w4);
 }
 
+/* ---- the FP4 vector loads and the expert tiles --------------------------------------------------------------- */
+
+/* A copy of FP4 weight w with its data `offset` bytes and its scales offset / 4 bytes past a 256-byte boundary (an
+ * FP4 weight in a file need only be 4-byte aligned): the vector paths must fall back to word loads there, and mode
+ * 2 to byte loads for the scales, with the same bits. */
+static dsv4_weight offset_copy(const tweight *w, int offset, void **base, void **sbase) {
+    const size_t db = (size_t)w->h.rows * w->h.cols / 2, sb = (size_t)w->h.rows * w->h.scale_cols;
+    uint8_t *d = cu_malloc(db + 256), *sc = cu_malloc(sb + 256);
+    assert_true(d && sc);
+    assert_int_equal(cu_upload(d + offset, w->h.data, db), 0);
+    assert_int_equal(cu_upload(sc + offset / 4, w->h.scale, sb), 0);
+    *base = d;
+    *sbase = sc;
+    dsv4_weight v = w->d;
+    v.data = d + offset;
+    v.scale = sc + offset / 4;
+    return v;
+}
+
+/* cu_mma_fp4_vec(1) and (2) (lanes load 16 bytes, quads transpose; scale bytes or words) and cu_mma_fp4_vec(0) (a
+ * 4-byte word a lane and MMA) must give the same bits for every tile shape, a last chunk of 1, 2 or 3 scale blocks,
+ * a partial row tile, scale rows of a multiple of 4 bytes or not, weights and scales aligned or not: the shuffles
+ * hand every MMA the very words and scales the word-wise loads give it. */
+static void fp4_vector_loads_equal_word_loads(void **state) {
+    (void)state;
+    static const int shapes[][2] = { { 333, 1120 }, { 40, 1056 }, { 48, 2112 }, { 64, 4096 } };   /* last chunk: 3, 1, 2, 4 blocks */
+    static const int Ts[] = { 1, 2, 5, 8, 9, 21, 33, 40 };
+    enum { TMAX = 40 };
+    const int build_mode = cu_mma_fp4_vec(0);
+    for (int k = 0; k < 4; k++) {
+        const int N = shapes[k][0], K = shapes[k][1];
+        tweight w = make_weight(WF_FP4, N, K, 0);
+        float *x = make_act(TMAX, K, 0), *yv = malloc(sizeof(float) * TMAX * N), *yw = malloc(sizeof(float) * TMAX * N);
+        tact a = pack(x, TMAX, K);
+        for (int off = 0; off < 16; off += 4) {
+            void *base = NULL, *sbase = NULL;
+            const dsv4_weight dw = off ? offset_copy(&w, off, &base, &sbase) : w.d;
+            for (int i = 0; i < (int)(sizeof Ts / sizeof Ts[0]); i++) {
+                const int T = Ts[i];
+                cu_mma_fp4_vec(0);
+                run(&dw, &a, 0, T, yw);
+                for (int mode = 1; mode <= 2; mode++) {
+                    cu_mma_fp4_vec(mode);
+                    run(&dw, &a, 0, T, yv);
+                    if (memcmp(yv, yw, sizeof(float) * T * N))
+                        fail_msg("FP4 %dx%d, %d tokens, data at +%d, scales at +%d: the vector loads' (mode %d) output differs from the "
+                                 "word loads'", N, K, T, off, off / 4, mode);
+                }
+            }
+            if (base) cu_free(base);
+            if (sbase) cu_free(sbase);
+        }
+        printf("  FP4 %dx%d: vector loads (modes 1, 2) = word loads (memcmp) at T = 1, 2, 5, 8, 9, 21, 33, 40, data / scales aligned "
+               "and at +4 / +1, +8 / +2, +12 / +3\n", N, K);
+        free(x); free(yv); free(yw);
+        free_act(&a);
+        free_weight(&w);
+    }
+    cu_mma_fp4_vec(build_mode);
+}
+
+/* The routed experts' kernel (cu_mma_expert_linear) on a plan built here: every pair's row has the bits of the plain
+ * linear of its expert on its token (one order per element, whatever the tile), reading the tokens through
+ * pair_token or pair-ordered rows; an expert without data writes EP_ABSENT_ROW; tiles past n_tiles do nothing. */
+static void experts_equal_plain_linear(void **state) {
+    (void)state;
+    enum { E = 5, NT_TOK = 13, PER = 2, ABSENT = 3 };
+    const int build_mode = cu_mma_fp4_vec(0);
+    for (int fp4 = 0; fp4 < 2; fp4++)
+        for (int vec = 0; vec < 3; vec++) {
+            if (!fp4 && vec) continue;
+            cu_mma_fp4_vec(vec);
+            const int N = 200, K = fp4 ? 1120 : 1024, fmt = fp4 ? WF_FP4 : WF_FP8;
+            tweight w[E];
+            dsv4_weight dws[E];
+            for (int e = 0; e < E; e++) {
+                w[e] = make_weight(fmt, N, K, 0);
+                dws[e] = w[e].d;
+            }
+            dws[ABSENT].data = NULL;   /* another GPU's */
+            /* each token picks PER distinct experts; pairs sorted by expert, then token; tiles of up to 8 */
+            int pick[NT_TOK][E] = { { 0 } }, pair_token[NT_TOK * E], pair_expert[NT_TOK * E], P = 0;
+            for (int t = 0; t < NT_TOK; t++)
+                for (int n = 0; n < PER;) {
+                    const int e = (int)dsv4_rng_below(&rng, E);
+                    if (!pick[t][e]) { pick[t][e] = 1; n++; }
+                }
+            for (int t = 0; t < 9; t++) pick[t][1] = 1;   /* expert 1 takes 9 or more tokens: two tiles */
+            int tile_expert[64], tile_first[64], tile_count[64], n_tiles = 0;
+            for (int e = 0; e < E; e++)
+                for (int t = 0; t < NT_TOK; t++) {
+                    if (!pick[t][e]) continue;
+                    if (!n_tiles || tile_expert[n_tiles - 1] != e || tile_count[n_tiles - 1] == 8) {
+                        tile_expert[n_tiles] = e;
+                        tile_first[n_tiles] = P;
+                        tile_count[n_tiles++] = 0;
+                    }
+                    tile_count[n_tiles - 1]++;
+                    pair_token[P] = t;
+                    pair_expert[P++] = e;
+                }
+            float *x = make_act(NT_TOK, K, 0), *xp = malloc(sizeof(float) * P * K);
+            for (int p = 0; p < P; p++) memcpy(xp + (int64_t)p * K, x + (int64_t)pair_token[p] * K, sizeof(float) * K);
+            tact a = pack(x, NT_TOK, K), ap = pack(xp, P, K);
+            /* the reference: each expert's plain linear over all tokens */
+            float *ref = malloc(sizeof(float) * E * NT_TOK * N);
+            for (int e = 0; e < E; e++)
+                if (e != ABSENT) run(&w[e].d, &a, 0, NT_TOK, ref + (int64_t)e * NT_TOK * N);
+            cu_moe_plan plan;
+            memset(&plan, 0, sizeof plan);
+            plan.pair_token = cu_malloc(sizeof(int32_t) * P);
+            plan.tile_expert = cu_malloc(sizeof(int32_t) * 64);
+            plan.tile_first = cu_malloc(sizeof(int32_t) * 64);
+            plan.tile_count = cu_malloc(sizeof(int32_t) * 64);
+            plan.n_tiles = cu_malloc(sizeof(int32_t));
+            /* the second projection of the pair call: expert e is weight (e + 2) mod E (so expert 1 is the absent one) */
+            dsv4_weight dws2[E];
+            for (int e = 0; e < E; e++) dws2[e] = dws[(e + 2) % E];
+            dsv4_weight *dexp = cu_malloc(sizeof dws), *dexp2 = cu_malloc(sizeof dws2);
+            float *dy = cu_malloc(sizeof(float) * P * N), *dy2 = cu_malloc(sizeof(float) * P * N), *y = malloc(sizeof(float) * P * N);
+            assert_true(plan.pair_token && plan.tile_expert && plan.tile_first && plan.tile_count && plan.n_tiles && dexp && dexp2 && dy && dy2);
+            assert_int_equal(cu_upload(plan.pair_token, pair_token, sizeof(int32_t) * P), 0);
+            assert_int_equal(cu_upload(plan.tile_expert, tile_expert, sizeof(int32_t) * n_tiles), 0);
+            assert_int_equal(cu_upload(plan.tile_first, tile_first, sizeof(int32_t) * n_tiles), 0);
+            assert_int_equal(cu_upload(plan.tile_count, tile_count, sizeof(int32_t) * n_tiles), 0);
+            assert_int_equal(cu_upload(plan.n_tiles, &n_tiles, sizeof(int32_t)), 0);
+            assert_int_equal(cu_upload(dexp, dws, sizeof dws), 0);
+            assert_int_equal(cu_upload(dexp2, dws2, sizeof dws2), 0);
+            /* (by_pair, out): cu_mma_expert_linear (out 0), cu_mma_expert_linear_pair's first (1) and second (2) outputs */
+            for (int by_pair = 0; by_pair < 2; by_pair++)
+            for (int out = 0; out < 3; out++) {
+                const tact *in = by_pair ? &ap : &a;
+                dsv4_error err;
+                assert_int_equal(cu_fill_bytes(dy, 0x55, sizeof(float) * P * N), 0);
+                assert_int_equal(cu_fill_bytes(dy2, 0x55, sizeof(float) * P * N), 0);
+                if (out == 0 && cu_mma_expert_linear(NULL, dexp, N, K, fmt, &plan, n_tiles + 2, in->q, in->ldq, in->s, in->lds, by_pair, dy, N,
+                                                     0, &err))
+                    fail_msg("%s", err.msg);
+                if (out > 0 && cu_mma_expert_linear_pair(NULL, dexp, dexp2, N, K, fmt, &plan, n_tiles + 2, in->q, in->ldq, in->s, in->lds,
+                                                         by_pair, dy, dy2, N, 0, &err))
+                    fail_msg("%s", err.msg);
+                sync_ok("expert linear");
+                assert_int_equal(cu_download(y, out == 2 ? dy2 : dy, sizeof(float) * P * N), 0);
+                for (int p = 0; p < P; p++) {
+                    const int e = out == 2 ? (pair_expert[p] + 2) % E : pair_expert[p];   /* the weight pair p met */
+                    if (e == ABSENT) {
+                        for (int r = 0; r < N; r++) {
+                            const float absent = EP_ABSENT_ROW;
+                            if (memcmp(&y[(int64_t)p * N + r], &absent, sizeof absent))
+                                fail_msg("%s: pair %d of the absent expert: row %d = %g, not EP_ABSENT_ROW", fp4 ? "FP4" : "FP8", p, r,
+                                         y[(int64_t)p * N + r]);
+                        }
+                    } else if (memcmp(y + (int64_t)p * N, ref + ((int64_t)e * NT_TOK + pair_token[p]) * N, sizeof(float) * N))
+                        fail_msg("%s mode %d: pair %d (weight %d, token %d%s%s) differs from the plain linear of its weight on its token",
+                                 fp4 ? "FP4" : "FP8", vec, p, e, pair_token[p], by_pair ? ", rows by pair" : "",
+                                 out ? (out == 1 ? ", pair call's first output" : ", pair call's second output") : "");
+                }
+            }
+            printf("  %s%s experts %dx%d: %d pairs in %d tiles = the plain linear per (expert, token) (memcmp), by token and by pair, "
+                   "alone and as both outputs of the pair call; absent expert -> EP_ABSENT_ROW\n", fp4 ? "FP4" : "FP8", fp4 ? (vec == 2 ? " (vector loads, scale words)" : vec ? " (vector loads)" : " (word loads)") : "", N, K, P,
+                   n_tiles);
+            cu_free(plan.pair_token); cu_free(plan.tile_expert); cu_free(plan.tile_first); cu_free(plan.tile_count);
+            cu_free(plan.n_tiles); cu_free(dexp); cu_free(dexp2); cu_free(dy); cu_free(dy2);
+            free(y); free(ref); free(x); free(xp);
+            free_act(&a);
+            free_act(&ap);
+            for (int e = 0; e < E; e++) free_weight(&w[e]);
+        }
+    cu_mma_fp4_vec(build_mode);
+}
+
+#ifndef MMA_TEST_SHIM
 /* ---- benchmark ------------------------------------------------------------------------------------------------ */
 
 /* Seconds per call: `reps` calls captured in a CUDA graph (no host launch gaps), timed by events, the weights cycling
@@ -572,26 +763,160 @@ static int bench(void) {
     return 0;
 }
 
+
+/* `--bench-experts`: the routed experts of one V4-Flash MoE layer as a step runs them (cuda_ep.c cu_moe_routed): w1
+ * and w3 (2048 x 4096, one launch or two) then w2 (4096 x 2048), FP4 with a scale per 32 columns, for 6 experts; at 1 token (6 tiles
+ * of 1 pair) and 8 tokens on the same 6 experts (6 tiles of 8: the most a tile holds). Each layer of the graph
+ * takes 6 other experts of a pool of 64 per matrix (816 MB, far beyond the 60 MB L2). Vector loads on and off. */
+static int bench_experts(void) {
+    enum { NE = 64, ACT = 6, I = 2048, D = 4096, LAYERS = 40, TT = 8 };
+    const int build_mode = cu_mma_fp4_vec(0);
+    char name[256];
+    cu_device_name(name, sizeof name);
+    printf("routed experts of one MoE layer (k_mma_expert, FP4) on %s: 3 launches (w1, w3: %dx%d, w2: %dx%d) x %d experts, "
+           "a CUDA graph of %d layers over a pool of %d experts\n", name, I, D, D, I, ACT, LAYERS, NE);
+    dsv4_weight host[3][NE];
+    dsv4_weight *dev[3];
+    size_t bytes_per_expert = 0;
+    for (int m = 0; m < 3; m++) {
+        const int rows = m == 2 ? D : I, cols = m == 2 ? I : D;
+        for (int e = 0; e < NE; e++) {
+            dsv4_weight w = { WF_FP4, rows, cols, NULL, NULL, cols / 32, 0 };
+            const size_t db = (size_t)rows * cols / 2, sb = weight_scale_bytes(&w);
+            void *d = cu_malloc(db), *sc = cu_malloc(sb);
+            if (!d || !sc) { fprintf(stderr, "bench: out of GPU memory\n"); return 1; }
+            cu_fill_synth(d, db, CU_SYNTH_FP4, 1000 + 64 * m + e);
+            cu_fill_bytes(sc, 120, sb);
+            w.data = d;
+            w.scale = sc;
+            host[m][e] = w;
+            if (e == 0) bytes_per_expert += db + sb;
+        }
+        dev[m] = cu_malloc(sizeof host[m]);
+        cu_upload(dev[m], host[m], sizeof host[m]);
+    }
+    /* activations: TT tokens of D (w1, w3) and ACT * TT pairs of I (w2), all 1/64-scaled E4M3 bytes */
+    uint8_t *xq = cu_malloc((size_t)TT * D), *hq = cu_malloc((size_t)ACT * TT * I);
+    float *xs = cu_malloc(sizeof(float) * TT * (D / 128)), *hs = cu_malloc(sizeof(float) * ACT * TT * (I / 128));
+    float *y1 = cu_malloc(sizeof(float) * ACT * TT * I), *y3 = cu_malloc(sizeof(float) * ACT * TT * I), *y2 = cu_malloc(sizeof(float) * ACT * TT * D);
+    if (!xq || !hq || !xs || !hs || !y1 || !y3 || !y2) { fprintf(stderr, "bench: out of GPU memory\n"); return 1; }
+    cu_fill_synth(xq, (size_t)TT * D, CU_SYNTH_FP8, 7);
+    cu_fill_synth(hq, (size_t)ACT * TT * I, CU_SYNTH_FP8, 8);
+    float ones[ACT * TT * (D / 128)];
+    for (int i = 0; i < ACT * TT * (D / 128); i++) ones[i] = 1.0f / 64;
+    cu_upload(xs, ones, sizeof(float) * TT * (D / 128));
+    cu_upload(hs, ones, sizeof(float) * ACT * TT * (I / 128));
+    printf("%-7s %-9s %6s %6s %11s %12s\n", "loads", "w1+w3", "tokens", "tiles", "us / layer", "weight GB/s");
+    for (int ti = 0; ti < 2; ti++) {
+        const int T = ti ? TT : 1, P = ACT * T;
+        /* LAYERS plans: layer l takes experts (6 l + i) mod NE; pairs sorted by expert, then token */
+        cu_moe_plan plans[LAYERS];
+        for (int l = 0; l < LAYERS; l++) {
+            int32_t pt[ACT * TT], te[ACT], tf[ACT], tc[ACT], nt = ACT;
+            for (int i = 0; i < ACT; i++) {
+                te[i] = (ACT * l + i) % NE;
+                tf[i] = i * T;
+                tc[i] = T;
+                for (int t = 0; t < T; t++) pt[i * T + t] = t;
+            }
+            cu_moe_plan *p = &plans[l];
+            memset(p, 0, sizeof *p);
+            p->pair_token = cu_malloc(sizeof pt);
+            p->tile_expert = cu_malloc(sizeof te);
+            p->tile_first = cu_malloc(sizeof tf);
+            p->tile_count = cu_malloc(sizeof tc);
+            p->n_tiles = cu_malloc(sizeof nt);
+            cu_upload(p->pair_token, pt, sizeof pt);
+            cu_upload(p->tile_expert, te, sizeof te);
+            cu_upload(p->tile_first, tf, sizeof tf);
+            cu_upload(p->tile_count, tc, sizeof tc);
+            cu_upload(p->n_tiles, &nt, sizeof nt);
+        }
+        const int max_tiles = P / 8 + ACT + 1;   /* as cuda_step.c moe_max_tiles sizes a step of T tokens */
+        for (int vec = 2; vec >= 0; vec--)
+        for (int pair = 1; pair >= 0; pair--) {
+            cu_mma_fp4_vec(vec);
+            cudaStream_t st;
+            cudaGraph_t g = NULL;
+            cudaGraphExec_t ge = NULL;
+            cudaEvent_t e0, e1;
+            dsv4_error err;
+            int ok = cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking) == cudaSuccess && cudaEventCreate(&e0) == cudaSuccess &&
+                     cudaEventCreate(&e1) == cudaSuccess && cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal) == cudaSuccess;
+            for (int l = 0; ok && l < LAYERS; l++) {
+                if (pair)
+                    ok = !cu_mma_expert_linear_pair(st, dev[0], dev[1], I, D, WF_FP4, &plans[l], max_tiles, xq, D, xs, D / 128, 0, y1, y3, I, 1,
+                                                    &err);
+                else
+                    ok = !cu_mma_expert_linear(st, dev[0], I, D, WF_FP4, &plans[l], max_tiles, xq, D, xs, D / 128, 0, y1, I, 1, &err) &&
+                         !cu_mma_expert_linear(st, dev[1], I, D, WF_FP4, &plans[l], max_tiles, xq, D, xs, D / 128, 0, y3, I, 1, &err);
+                ok = ok && !cu_mma_expert_linear(st, dev[2], D, I, WF_FP4, &plans[l], max_tiles, hq, I, hs, I / 128, 1, y2, D, 1, &err);
+            }
+            ok = ok && cudaStreamEndCapture(st, &g) == cudaSuccess && cudaGraphInstantiate(&ge, g, 0) == cudaSuccess &&
+                 cudaGraphLaunch(ge, st) == cudaSuccess && cudaStreamSynchronize(st) == cudaSuccess;   /* warm */
+            float best = 1e30f;
+            for (int rep = 0; ok && rep < 5; rep++) {
+                float ms = 0;
+                ok = cudaEventRecord(e0, st) == cudaSuccess && cudaGraphLaunch(ge, st) == cudaSuccess && cudaEventRecord(e1, st) == cudaSuccess &&
+                     cudaEventSynchronize(e1) == cudaSuccess && cudaEventElapsedTime(&ms, e0, e1) == cudaSuccess;
+                if (ms < best) best = ms;
+            }
+            if (!ok) { fprintf(stderr, "bench: %s\n", cudaGetErrorString(cudaGetLastError())); return 1; }
+            const double sec = best * 1e-3 / LAYERS;
+            printf("%-7s %-9s %6d %6d %11.1f %12.0f\n", vec == 2 ? "vec+sw" : vec ? "vector" : "word", pair ? "1 launch" : "2 launches", T,
+                   ACT, sec * 1e6, (double)ACT * bytes_per_expert / sec / 1e9);
+            cudaGraphExecDestroy(ge);
+            cudaGraphDestroy(g);
+            cudaEventDestroy(e0);
+            cudaEventDestroy(e1);
+            cudaStreamDestroy(st);
+        }
+        for (int l = 0; l < LAYERS; l++) {
+            cu_free(plans[l].pair_token); cu_free(plans[l].tile_expert); cu_free(plans[l].tile_first);
+            cu_free(plans[l].tile_count); cu_free(plans[l].n_tiles);
+        }
+    }
+    cu_mma_fp4_vec(build_mode);
+    printf("(vec+sw: mode 2, 16-byte weight loads and scale words; vector: mode 1, scale bytes; word: mode 0, the loads before;\n"
+           " w1+w3: cu_mma_expert_linear_pair's one launch or two; the graph's launch gaps are in the time)\n");
+    printf("(bytes: %.1f MB of weights and scales per layer; H200 read bandwidth ~4.25 TB/s)\n", ACT * bytes_per_expert / 1e6);
+    for (int m = 0; m < 3; m++) {
+        for (int e = 0; e < NE; e++) { cu_free((void *)host[m][e].data); cu_free((void *)host[m][e].scale); }
+        cu_free(dev[m]);
+    }
+    cu_free(xq); cu_free(hq); cu_free(xs); cu_free(hs); cu_free(y1); cu_free(y3); cu_free(y2);
+    return 0;
+}
+#endif
+
 int main(int argc, char **argv) {
+#ifndef MMA_TEST_SHIM
     dsv4_error why;
     if (!dsv4_cuda_available(&why)) {
         printf("gpu mma: skipped, needs a GPU: %s\n", why.msg);
         return 0;
     }
     if (argc > 1 && !strcmp(argv[1], "--bench")) return bench();
+    if (argc > 1 && !strcmp(argv[1], "--bench-experts")) return bench_experts();
+#endif
     if (argc > 1) {
-        fprintf(stderr, "usage: test_gpu_mma [--bench]\n");
+        fprintf(stderr, "usage: test_gpu_mma [--bench | --bench-experts]\n");
         return 2;
     }
     dsv4_rng_seed(&rng, 2026);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(pack_is_exact),
+#ifndef MMA_TEST_SHIM
         cmocka_unit_test(e4m3_conversion_every_float),
+#endif
         cmocka_unit_test(raw_packing_and_bf16_output),
         cmocka_unit_test(exact_on_integers),
         cmocka_unit_test(close_on_realistic),
         cmocka_unit_test(batch_invariant_and_deterministic),
+        cmocka_unit_test(fp4_vector_loads_equal_word_loads),
+        cmocka_unit_test(experts_equal_plain_linear),
         cmocka_unit_test(refuses_bad_shapes),
     };
+    if (getenv("MMA_TEST_ONLY")) cmocka_set_test_filter(getenv("MMA_TEST_ONLY"));   /* e.g. "experts_*" */
     return cmocka_run_group_tests_name("gpu tensor-core linear", tests, NULL, NULL);
 }

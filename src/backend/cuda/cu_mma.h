@@ -45,6 +45,13 @@ int cu_mma_pack_act(cu_stream st, const float *x, int ldx, int T, int K, uint8_t
 int cu_mma_linear(cu_stream st, const dsv4_weight *w, const uint8_t *xq, int ldq, const float *xs, int lds, int T, float *y,
                   int ldy, int out_bf16, dsv4_error *err);
 
+/* FP4 weight loads (k_mma.cu, MMA_FP4_VEC): mode 2 (the build's default unless built with -DMMA_FP4_VEC=0 or 1):
+ * lane-wide 16-byte weight loads and one scale word a lane, rearranged into the MMA fragments by shuffles; 1: the
+ * same weight loads, a scale byte a lane; 0: one 4-byte word a lane and MMA, a scale byte a lane and MMA. The same
+ * bits in every mode (test_gpu_mma compares them). For tests and benchmarks: process-wide, not thread-safe; set it
+ * before launching. Another mode number means 0. Returns the mode it replaces. */
+int cu_mma_fp4_vec(int mode);
+
 /* Whether cu_mma_linear takes weight w (its format, shape, alignment and scales: never T), and whether
  * cu_mma_expert_linear takes experts of format fmt with `cols` columns. */
 int cu_mma_takes(const dsv4_weight *w);
@@ -57,6 +64,14 @@ int cu_mma_takes_experts(int fmt, int cols);
 int cu_mma_expert_linear(cu_stream st, const dsv4_weight *experts, int rows, int cols, int fmt, const cu_moe_plan *plan,
                          int max_tiles, const uint8_t *xq, int ldq, const float *xs, int lds, int x_by_pair, float *y,
                          int ldy, int out_bf16, dsv4_error *err);
+
+/* Two projections of the same experts' input in one launch (w1 and w3: twice the blocks of one, so a decode step's
+ * few tiles fill the GPU in fewer, fuller waves): y_a from experts_a and y_b from experts_b, each with the bits
+ * cu_mma_expert_linear gives it (the same blocks, told apart by blockIdx.z). Arguments and errors as there.
+ * Built with -DMMA_EXPERT_PAIR=0 it makes the two launches instead. */
+int cu_mma_expert_linear_pair(cu_stream st, const dsv4_weight *experts_a, const dsv4_weight *experts_b, int rows, int cols, int fmt,
+                              const cu_moe_plan *plan, int max_tiles, const uint8_t *xq, int ldq, const float *xs, int lds,
+                              int x_by_pair, float *y_a, float *y_b, int ldy, int out_bf16, dsv4_error *err);
 
 /* ---- BF16-input linears (k_mma16.cu) ----
  * OFFICIAL linears whose input is a bf16 tensor and whose weight is BF16 (or FP8 with 128x128 scales, which is

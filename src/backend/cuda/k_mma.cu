@@ -56,6 +56,8 @@ extern "C" {
 #define MMA_B01(lo, hi) lo, hi
 #endif
 
+/* ---- PTX (tools/gpu/shim/shim_mma.sh replaces this section by C++ of the same definitions) ---- */
+
 /* D = A B + C on one m16n8k32 tile (fragments as above). */
 __device__ __forceinline__ void mma_e4m3(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
                                          uint32_t b1) {
@@ -72,6 +74,26 @@ __device__ __forceinline__ uint32_t prmt(uint32_t a, uint32_t b, uint32_t c) {
     return d;
 }
 
+/* 16 bytes of a weight that is read once (a decode step streams it): not kept in L1, and L2 asked to fetch the
+ * 256-byte span around it (the block's four warps read four consecutive 64-byte chunks of each FP4 row at once).
+ * Read-only for the whole kernel (.nc). p 16-byte aligned. */
+__device__ __forceinline__ uint4 ld_stream16(const uint8_t *p) {
+    uint4 v;
+    asm("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0,%1,%2,%3}, [%4];"
+        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+        : "l"(__cvta_generic_to_global(p)));
+    return v;
+}
+
+/* 4 bytes read-only for the whole kernel, through the non-coherent path. p 4-byte aligned. */
+__device__ __forceinline__ uint32_t ld_nc32(const uint8_t *p) {
+    uint32_t v;
+    asm("ld.global.nc.u32 %0, [%1];" : "=r"(v) : "l"(__cvta_generic_to_global(p)));
+    return v;
+}
+
+/* ---- end of PTX ---- */
+
 /* The four E2M1 codes in bits 0..15 of v (code k in bits 4k..4k+3) as four E4M3 bytes (byte k), exactly: every
  * E2M1 value is an E4M3 value. Magnitudes 0, .5, 1, 1.5, 2, 3, 4, 6 are the E4M3 bytes 0x00, 0x30, 0x38, 0x3C,
  * 0x40, 0x44, 0x48, 0x4C (exponent field e + 6 for E2M1's e >= 1, mantissa bit m -> 0x04; 0.5 = 2^-1 -> 0x30),
@@ -85,6 +107,54 @@ __device__ __forceinline__ uint32_t e2m1x4_e4m3(uint32_t v) {
 
 __device__ __forceinline__ uint4 ld16(const uint8_t *p) { return *(const uint4 *)p; }
 
+/* ---- FP4 weight loads (MMA_FP4_VEC) ----
+ * The fragment wants lane (g, q) to hold word q (its 8 columns) of each 32-column block j of rows g and g + 8:
+ * four 4-byte words 16 bytes apart, so the word-wise path (mode 0) loads 4 bytes a lane, 8 rows (8 cache lines) an
+ * instruction, plus one scale byte per (row, block) (run 36: ~0.9 TB/s at decode). The vector paths have lane q
+ * load the whole of block q (16 bytes) of rows g and g + 8, then the four lanes of a quad swap words (a 4 x 4
+ * transpose by two rounds of shuffles): afterwards every register holds exactly the word the word-wise path loads,
+ * so the MMAs, their operands and their order are the same and so are the bits (test_gpu_mma compares them by
+ * memcmp). 4x fewer weight load instructions, each moving 64 contiguous bytes a row. The scales:
+ *   mode 1: lane q loads the scale byte of block q of its two rows, the quad swaps them (quad_scales);
+ *   mode 2: lane q < U loads the 4 scale bytes (one word when the scale rows are word-aligned and the chunk whole)
+ *           of chunk u = q of its two rows, every lane then takes its chunks' words by shuffles: 4x fewer again.
+ * Weights whose data is not 16-byte aligned (an FP4 tensor in a file need only be 4-byte aligned) take the vector
+ * path's shuffles with four word loads in place of the 16-byte one. MMA_FP4_VEC=0 / 1 / 2 sets the build's mode,
+ * cu_mma_fp4_vec(mode) switches it at run time (tests, benchmarks). */
+#ifndef MMA_FP4_VEC
+#define MMA_FP4_VEC 2
+#endif
+/* Blocks of k_mma_expert (vector path) an SM must hold at once (registers capped to fit): a decode step's expert
+ * launch is 6 x 128 or 6 x 256 blocks, a few waves over 132 SMs, so fewer waves and more loads in flight. */
+#ifndef MMA_EXPERT_BLOCKS
+#define MMA_EXPERT_BLOCKS 4
+#endif
+
+/* v = words 0..3 of block q (lane q of the quad) -> words q of blocks 0..3: element [j][w] of the quad's 4 x 4
+ * (lane j's word w) ends in lane w's word j. Round 1 swaps, between lanes q and q ^ 1, the words whose bit 0
+ * differs from q's; round 2 the same with bit 1. Every lane of the warp must call it (shuffles). */
+__device__ __forceinline__ void quad_transpose(uint4 &v, int q) {
+    const bool o1 = q & 1, o2 = q & 2;
+    uint32_t s0 = o1 ? v.x : v.y, s1 = o1 ? v.z : v.w;
+    s0 = __shfl_xor_sync(0xffffffffu, s0, 1);
+    s1 = __shfl_xor_sync(0xffffffffu, s1, 1);
+    if (o1) { v.x = s0; v.z = s1; } else { v.y = s0; v.w = s1; }
+    s0 = o2 ? v.x : v.z;
+    s1 = o2 ? v.y : v.w;
+    s0 = __shfl_xor_sync(0xffffffffu, s0, 2);
+    s1 = __shfl_xor_sync(0xffffffffu, s1, 2);
+    if (o2) { v.x = s0; v.y = s1; } else { v.z = s0; v.w = s1; }
+}
+
+/* s = lane q's scale bytes of block q (byte 0: row g, byte 1: row g + 8) -> all four blocks' of the quad: byte
+ * 2 (j & 1) + h of word j >> 1 is (block j, row g + 8 h). Every lane of the warp must call it. */
+__device__ __forceinline__ uint2 quad_scales(uint32_t s, int q) {
+    const uint32_t o = __shfl_xor_sync(0xffffffffu, s, 1);
+    const uint32_t pair = q & 1 ? o | s << 16 : s | o << 16;   /* blocks q & ~1 (low half), q | 1 (high half) */
+    const uint32_t other = __shfl_xor_sync(0xffffffffu, pair, 2);
+    return q & 2 ? make_uint2(other, pair) : make_uint2(pair, other);
+}
+
 /* Token n of a block's T: input row in_rows[in_base + n] (or in_base + n without a list) of xq / xs, output row
  * out_base + n of y. The plain linear maps n to n; an expert's tile maps its pairs to their tokens. */
 __device__ __forceinline__ int64_t mma_in_row(const int32_t *in_rows, int in_base, int n) {
@@ -93,7 +163,7 @@ __device__ __forceinline__ int64_t mma_in_row(const int32_t *in_rows, int in_bas
 
 /* One block: rows [row_base, +16 MT) x tokens [tok_base, +8 NT) of T; warp p = partial p. U chunks' loads are
  * issued before the first of them is used (several loads in flight a lane). */
-template <int FP4, int MT, int NT, int U>
+template <int FP4, int MT, int NT, int U, int VEC>
 __device__ __forceinline__ void mma_block(const dsv4_weight &w, const uint8_t *__restrict__ xq, int ldq, const float *__restrict__ xs,
                                           int lds, int T, float *__restrict__ y, int ldy, int out_bf16, int row_base, int tok_base,
                                           const int32_t *__restrict__ in_rows, int in_base, int out_base) {
@@ -101,6 +171,8 @@ __device__ __forceinline__ void mma_block(const dsv4_weight &w, const uint8_t *_
     const int N = w.rows, K = w.cols, nchunk = (K + 127) / 128;
     const uint8_t *wd = (const uint8_t *)w.data;
     const int64_t wstride = FP4 ? K / 2 : K;
+    const bool w16 = ((uintptr_t)wd & 15) == 0;   /* FP4 rows start 16-byte aligned (K / 2 is a multiple of 16) */
+    const bool s4 = ((uintptr_t)w.scale & 3) == 0 && (w.scale_cols & 3) == 0;   /* FP4 scale rows word-aligned */
 
     float acc[MT][NT][4];
 #pragma unroll
@@ -171,30 +243,78 @@ __device__ __forceinline__ void mma_block(const dsv4_weight &w, const uint8_t *_
             }
         } else {
             uint32_t a[U][MT][2][4];
-            uint8_t swb[U][MT][2][4];
+            uint8_t swb[U][MT][2][4];   /* the word-wise path's scale bytes; the vector path's stay packed in sc */
+            uint2 sc[U][MT];
             uint2 b[U][NT][4];
             float sx[U][NT][2];
             int nb[U];
-#pragma unroll
-            for (int u = 0; u < U; u++) {
-                const int c = c0 + u * MMA_PARTS;
-                nb[u] = c < nchunk ? min(4, (K - 128 * c) / 32) : 0;
+            if constexpr (VEC == 2) {   /* lane q: the scale words of chunk u = q of rows g, g + 8; then each lane takes its own */
+                static_assert(U <= 4, "one chunk's scale words a lane of the quad");
+                const int cq = c0 + q * MMA_PARTS, nbq = q < U && cq < nchunk ? min(4, (K - 128 * cq) / 32) : 0;
+                uint32_t mine[MT][2];
 #pragma unroll
                 for (int mi = 0; mi < MT; mi++)
 #pragma unroll
                     for (int h = 0; h < 2; h++) {
                         const int r = row_base + 16 * mi + g + 8 * h;
+                        mine[mi][h] = 0;
+                        if (nbq && r < N) {
+                            const uint8_t *sp = w.scale + (int64_t)(w.row0 + r) * w.scale_cols + 4 * cq;
+                            if (nbq == 4 && s4) mine[mi][h] = ld_nc32(sp);
+                            else
+                                for (int j = 0; j < nbq; j++) mine[mi][h] |= (uint32_t)sp[j] << (8 * j);
+                        }
+                    }
 #pragma unroll
-                        for (int j = 0; j < 4; j++) {
-                            if (j < nb[u] && r < N) {
-                                a[u][mi][h][j] = *(const uint32_t *)(wd + r * wstride + 64 * c + 16 * j + 4 * q);
-                                swb[u][mi][h][j] = w.scale[(int64_t)(w.row0 + r) * w.scale_cols + 4 * c + j];
-                            } else {
-                                a[u][mi][h][j] = 0;
-                                swb[u][mi][h][j] = 0;
+                for (int u = 0; u < U; u++)
+#pragma unroll
+                    for (int mi = 0; mi < MT; mi++)
+                        sc[u][mi] = make_uint2(__shfl_sync(0xffffffffu, mine[mi][0], (lane & ~3) | u),
+                                               __shfl_sync(0xffffffffu, mine[mi][1], (lane & ~3) | u));
+            }
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                const int c = c0 + u * MMA_PARTS;
+                nb[u] = c < nchunk ? min(4, (K - 128 * c) / 32) : 0;
+#pragma unroll
+                for (int mi = 0; mi < MT; mi++) {
+                    if constexpr (VEC) {   /* lane q: block q of rows g, g + 8, then the quad's transpose (above) */
+                        uint32_t sq = 0;
+#pragma unroll
+                        for (int h = 0; h < 2; h++) {
+                            const int r = row_base + 16 * mi + g + 8 * h;
+                            uint4 v = make_uint4(0, 0, 0, 0);
+                            if (q < nb[u] && r < N) {
+                                const uint8_t *p = wd + r * wstride + 64 * c + 16 * q;
+                                if (w16) v = ld_stream16(p);
+                                else v = make_uint4(*(const uint32_t *)p, *(const uint32_t *)(p + 4), *(const uint32_t *)(p + 8),
+                                                    *(const uint32_t *)(p + 12));
+                                if constexpr (VEC == 1) sq |= (uint32_t)w.scale[(int64_t)(w.row0 + r) * w.scale_cols + 4 * c + q] << (8 * h);
+                            }
+                            quad_transpose(v, q);
+                            a[u][mi][h][0] = v.x;
+                            a[u][mi][h][1] = v.y;
+                            a[u][mi][h][2] = v.z;
+                            a[u][mi][h][3] = v.w;
+                        }
+                        if constexpr (VEC == 1) sc[u][mi] = quad_scales(sq, q);
+                    } else {
+#pragma unroll
+                        for (int h = 0; h < 2; h++) {
+                            const int r = row_base + 16 * mi + g + 8 * h;
+#pragma unroll
+                            for (int j = 0; j < 4; j++) {
+                                if (j < nb[u] && r < N) {
+                                    a[u][mi][h][j] = *(const uint32_t *)(wd + r * wstride + 64 * c + 16 * j + 4 * q);
+                                    swb[u][mi][h][j] = w.scale[(int64_t)(w.row0 + r) * w.scale_cols + 4 * c + j];
+                                } else {
+                                    a[u][mi][h][j] = 0;
+                                    swb[u][mi][h][j] = 0;
+                                }
                             }
                         }
                     }
+                }
 #pragma unroll
                 for (int ni = 0; ni < NT; ni++) {
                     const int n = tok_base + 8 * ni + g;
@@ -219,7 +339,18 @@ __device__ __forceinline__ void mma_block(const dsv4_weight &w, const uint8_t *_
                         if (j >= nb[u]) break;
                         const uint32_t a0 = e2m1x4_e4m3(a[u][mi][0][j]), a1 = e2m1x4_e4m3(a[u][mi][1][j]);
                         const uint32_t a2 = e2m1x4_e4m3(a[u][mi][0][j] >> 16), a3 = e2m1x4_e4m3(a[u][mi][1][j] >> 16);
-                        const float s0 = dev_e8m0(swb[u][mi][0][j]), s1 = dev_e8m0(swb[u][mi][1][j]);
+                        float s0, s1;
+                        if constexpr (VEC == 1) {   /* byte 2 (j & 1) + h of word j >> 1 */
+                            const uint32_t sj = (j < 2 ? sc[u][mi].x : sc[u][mi].y) >> (16 * (j & 1));
+                            s0 = dev_e8m0((uint8_t)sj);
+                            s1 = dev_e8m0((uint8_t)(sj >> 8));
+                        } else if constexpr (VEC == 2) {   /* byte j of row g's word, of row g + 8's */
+                            s0 = dev_e8m0((uint8_t)(sc[u][mi].x >> (8 * j)));
+                            s1 = dev_e8m0((uint8_t)(sc[u][mi].y >> (8 * j)));
+                        } else {
+                            s0 = dev_e8m0(swb[u][mi][0][j]);
+                            s1 = dev_e8m0(swb[u][mi][1][j]);
+                        }
 #pragma unroll
                         for (int ni = 0; ni < NT; ni++) {
                             float f[4] = { 0.0f, 0.0f, 0.0f, 0.0f };
@@ -260,24 +391,28 @@ __device__ __forceinline__ void mma_block(const dsv4_weight &w, const uint8_t *_
             }
 }
 
-template <int FP4, int MT, int NT, int U>
+template <int FP4, int MT, int NT, int U, int VEC>
 __global__ void __launch_bounds__(32 * MMA_PARTS) k_mma_linear(dsv4_weight w, const uint8_t *__restrict__ xq, int ldq,
                                                                 const float *__restrict__ xs, int lds, int T,
                                                                 float *__restrict__ y, int ldy, int out_bf16) {
     dev_grid_wait();
-    mma_block<FP4, MT, NT, U>(w, xq, ldq, xs, lds, T, y, ldy, out_bf16, blockIdx.x * 16 * MT, blockIdx.y * 8 * NT, NULL, 0, 0);
+    mma_block<FP4, MT, NT, U, VEC>(w, xq, ldq, xs, lds, T, y, ldy, out_bf16, blockIdx.x * 16 * MT, blockIdx.y * 8 * NT, NULL, 0, 0);
 }
 
 /* The routed experts' tiles of a MoE plan (k_linear.cu k_expert_linear's contract): tile blockIdx.y is expert
  * tile_expert[tile] over its tile_count (<= CU_MOE_TILE = 8: one n8 column) pairs from tile_first; pair p reads
  * input row p (x_by_pair) or pair_token[p] and writes output row p. The same order per element as the plain
- * linear (mma_block), so a pair's row does not depend on the tile it shares. */
-template <int FP4>
-__global__ void __launch_bounds__(32 * MMA_PARTS) k_mma_expert(const dsv4_weight *__restrict__ experts, int rows, cu_moe_plan plan,
+ * linear (mma_block), so a pair's row does not depend on the tile it shares. blockIdx.z = 1 computes the second
+ * projection of a pair over the same input (w3 beside w1: cu_mma_expert_linear_pair) from experts_b into y_b. */
+template <int FP4, int VEC>
+__global__ void __launch_bounds__(32 * MMA_PARTS, VEC ? MMA_EXPERT_BLOCKS : 0) k_mma_expert(const dsv4_weight *__restrict__ experts_a,
+                                                                const dsv4_weight *__restrict__ experts_b, int rows, cu_moe_plan plan,
                                                                 const uint8_t *__restrict__ xq, int ldq, const float *__restrict__ xs,
-                                                                int lds, int x_by_pair, float *__restrict__ y, int ldy,
+                                                                int lds, int x_by_pair, float *y_a, float *y_b, int ldy,
                                                                 int out_bf16) {
     dev_grid_wait();
+    const dsv4_weight *experts = blockIdx.z ? experts_b : experts_a;
+    float *y = blockIdx.z ? y_b : y_a;
     const int tile = blockIdx.y;
     if (tile >= *plan.n_tiles) return;
     dsv4_weight w = experts[plan.tile_expert[tile]];
@@ -290,7 +425,7 @@ __global__ void __launch_bounds__(32 * MMA_PARTS) k_mma_expert(const dsv4_weight
         return;
     }
     w.rows = rows;
-    mma_block<FP4, 1, 1, 4>(w, xq, ldq, xs, lds, n, y, ldy, out_bf16, row_base, 0, x_by_pair ? NULL : plan.pair_token, p0, p0);
+    mma_block<FP4, 1, 1, 4, VEC>(w, xq, ldq, xs, lds, n, y, ldy, out_bf16, row_base, 0, x_by_pair ? NULL : plan.pair_token, p0, p0);
 }
 
 /* One warp per (row, 128-column block): the block's scale from its amax by act_quant's rule, then each value over
@@ -357,11 +492,30 @@ extern "C" int cu_mma_pack_act(cu_stream st, const float *x, int ldx, int T, int
     return 0;
 }
 
+/* FP4 weight loads: the mode of MMA_FP4_VEC above until cu_mma_fp4_vec changes it. */
+static int fp4_vec = MMA_FP4_VEC;
+
+extern "C" int cu_mma_fp4_vec(int mode) {
+    const int before = fp4_vec;
+    fp4_vec = mode == 1 || mode == 2 ? mode : 0;
+    return before;
+}
+
 template <int FP4, int MT, int NT, int U>
 static void mma_launch(cu_stream st, const dsv4_weight *w, const uint8_t *xq, int ldq, const float *xs, int lds, int T, float *y,
                        int ldy, int out_bf16) {
     dim3 grid(cu_blocks(w->rows, 16 * MT), cu_blocks(T, 8 * NT));
-    k_mma_linear<FP4, MT, NT, U><<<grid, 32 * MMA_PARTS, 0, (cudaStream_t)st>>>(*w, xq, ldq, xs, lds, T, y, ldy, out_bf16);
+    if constexpr (FP4) {
+        if (fp4_vec == 2) {
+            k_mma_linear<FP4, MT, NT, U, 2><<<grid, 32 * MMA_PARTS, 0, (cudaStream_t)st>>>(*w, xq, ldq, xs, lds, T, y, ldy, out_bf16);
+            return;
+        }
+        if (fp4_vec == 1) {
+            k_mma_linear<FP4, MT, NT, U, 1><<<grid, 32 * MMA_PARTS, 0, (cudaStream_t)st>>>(*w, xq, ldq, xs, lds, T, y, ldy, out_bf16);
+            return;
+        }
+    }
+    k_mma_linear<FP4, MT, NT, U, 0><<<grid, 32 * MMA_PARTS, 0, (cudaStream_t)st>>>(*w, xq, ldq, xs, lds, T, y, ldy, out_bf16);
 }
 
 /* The tile from T (never the order): up to 8 tokens one n8 column and 16 rows a block, four chunks' loads in flight
@@ -417,21 +571,63 @@ extern "C" int cu_mma_linear(cu_stream st, const dsv4_weight *w, const uint8_t *
     return 0;
 }
 
-extern "C" int cu_mma_expert_linear(cu_stream st, const dsv4_weight *experts, int rows, int cols, int fmt, const cu_moe_plan *plan,
-                                    int max_tiles, const uint8_t *xq, int ldq, const float *xs, int lds, int x_by_pair, float *y,
-                                    int ldy, int out_bf16, dsv4_error *err) {
-    if (fmt != WF_FP8 && fmt != WF_FP4)
-        return dsv4_fail(err, DSV4_E_UNSUPPORTED, "cu_mma_expert_linear: weight format %d has no tensor-core path", fmt);
+/* MMA_EXPERT_PAIR=0: cu_mma_expert_linear_pair as two launches (the A/B of its one launch). */
+#ifndef MMA_EXPERT_PAIR
+#define MMA_EXPERT_PAIR 1
+#endif
+
+/* The checks of cu_mma_expert_linear's contract: 0, or the error (nothing launched). */
+static int expert_args(const char *fn, int rows, int cols, int fmt, int ldq, const uint8_t *xq, int lds, int ldy, dsv4_error *err) {
+    if (fmt != WF_FP8 && fmt != WF_FP4) return dsv4_fail(err, DSV4_E_UNSUPPORTED, "%s: weight format %d has no tensor-core path", fn, fmt);
     const int fp4 = fmt == WF_FP4;
     if (rows < 0 || cols < 1 || cols % (fp4 ? 32 : 128) || ldq < cols || ldq % 16 || (uintptr_t)xq % 16 ||
         lds < (cols + 127) / 128 || ldy < rows)
-        return dsv4_fail(err, DSV4_E_ARG, "cu_mma_expert_linear: experts %d x %d (%s), ldq %d, lds %d, ldy %d", rows, cols,
-                         fp4 ? "FP4" : "FP8", ldq, lds, ldy);
-    if (max_tiles <= 0 || rows == 0) return 0;
-    dim3 grid(cu_blocks(rows, 16), max_tiles);
-    if (fp4)
-        k_mma_expert<1><<<grid, 32 * MMA_PARTS, 0, (cudaStream_t)st>>>(experts, rows, *plan, xq, ldq, xs, lds, x_by_pair, y, ldy, out_bf16);
+        return dsv4_fail(err, DSV4_E_ARG, "%s: experts %d x %d (%s), ldq %d, lds %d, ldy %d", fn, rows, cols, fp4 ? "FP4" : "FP8", ldq,
+                         lds, ldy);
+    return 0;
+}
+
+/* One launch: the projection(s) z < nz (experts_a into y_a, experts_b into y_b). */
+static void expert_launch(cu_stream st, int nz, const dsv4_weight *experts_a, const dsv4_weight *experts_b, int rows, int fp4,
+                          const cu_moe_plan *plan, int max_tiles, const uint8_t *xq, int ldq, const float *xs, int lds, int x_by_pair,
+                          float *y_a, float *y_b, int ldy, int out_bf16) {
+    dim3 grid(cu_blocks(rows, 16), max_tiles, nz);
+    if (fp4 && fp4_vec == 2)
+        k_mma_expert<1, 2><<<grid, 32 * MMA_PARTS, 0, (cudaStream_t)st>>>(experts_a, experts_b, rows, *plan, xq, ldq, xs, lds, x_by_pair, y_a,
+                                                                         y_b, ldy, out_bf16);
+    else if (fp4 && fp4_vec == 1)
+        k_mma_expert<1, 1><<<grid, 32 * MMA_PARTS, 0, (cudaStream_t)st>>>(experts_a, experts_b, rows, *plan, xq, ldq, xs, lds, x_by_pair, y_a,
+                                                                         y_b, ldy, out_bf16);
+    else if (fp4)
+        k_mma_expert<1, 0><<<grid, 32 * MMA_PARTS, 0, (cudaStream_t)st>>>(experts_a, experts_b, rows, *plan, xq, ldq, xs, lds, x_by_pair, y_a,
+                                                                         y_b, ldy, out_bf16);
     else
-        k_mma_expert<0><<<grid, 32 * MMA_PARTS, 0, (cudaStream_t)st>>>(experts, rows, *plan, xq, ldq, xs, lds, x_by_pair, y, ldy, out_bf16);
+        k_mma_expert<0, 0><<<grid, 32 * MMA_PARTS, 0, (cudaStream_t)st>>>(experts_a, experts_b, rows, *plan, xq, ldq, xs, lds, x_by_pair, y_a,
+                                                                         y_b, ldy, out_bf16);
+}
+
+extern "C" int cu_mma_expert_linear(cu_stream st, const dsv4_weight *experts, int rows, int cols, int fmt, const cu_moe_plan *plan,
+                                    int max_tiles, const uint8_t *xq, int ldq, const float *xs, int lds, int x_by_pair, float *y,
+                                    int ldy, int out_bf16, dsv4_error *err) {
+    const int rc = expert_args("cu_mma_expert_linear", rows, cols, fmt, ldq, xq, lds, ldy, err);
+    if (rc) return rc;
+    if (max_tiles <= 0 || rows == 0) return 0;
+    expert_launch(st, 1, experts, experts, rows, fmt == WF_FP4, plan, max_tiles, xq, ldq, xs, lds, x_by_pair, y, y, ldy, out_bf16);
+    return 0;
+}
+
+extern "C" int cu_mma_expert_linear_pair(cu_stream st, const dsv4_weight *experts_a, const dsv4_weight *experts_b, int rows, int cols,
+                                         int fmt, const cu_moe_plan *plan, int max_tiles, const uint8_t *xq, int ldq, const float *xs,
+                                         int lds, int x_by_pair, float *y_a, float *y_b, int ldy, int out_bf16, dsv4_error *err) {
+    const int rc = expert_args("cu_mma_expert_linear_pair", rows, cols, fmt, ldq, xq, lds, ldy, err);
+    if (rc) return rc;
+    if (max_tiles <= 0 || rows == 0) return 0;
+    const int fp4 = fmt == WF_FP4;
+    if (MMA_EXPERT_PAIR) {
+        expert_launch(st, 2, experts_a, experts_b, rows, fp4, plan, max_tiles, xq, ldq, xs, lds, x_by_pair, y_a, y_b, ldy, out_bf16);
+    } else {
+        expert_launch(st, 1, experts_a, experts_a, rows, fp4, plan, max_tiles, xq, ldq, xs, lds, x_by_pair, y_a, y_a, ldy, out_bf16);
+        expert_launch(st, 1, experts_b, experts_b, rows, fp4, plan, max_tiles, xq, ldq, xs, lds, x_by_pair, y_b, y_b, ldy, out_bf16);
+    }
     return 0;
 }

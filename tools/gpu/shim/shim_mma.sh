@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# Runs tests/gpu/test_gpu_mma.c on the CPU against the very source of the FP8/FP4 tensor-core linears (k_mma.cu: its
+# kernels and launchers, the plain and the expert one) through tools/gpu/shim/cuda_shim.h: the fragment layouts of
+# mma.m16n8k32 .e4m3 as the PTX ISA defines them (shim_mma_e4m3 in shim_mma.h), prmt by its definition, every GPU
+# thread a fiber. Checks the kernels' loads, k maps, tiles, the FP4 vector loads' quad transposes against the
+# word-wise loads (memcmp), the expert tiles against the plain linear (memcmp), and the partial-sum order without a
+# GPU; the PTX section is replaced by C++ of the same definitions, so the instructions themselves are checked only
+# on the GPU. The all-floats E4M3 check and the benchmarks are GPU-only. Needs `make` (build/libdsv4.a). ~1-3 min.
+# MMA_BUG=1 builds with -DDSV4_MMA_BUG (must fail); SHIM_FLAGS adds kernel flags (e.g. -DMMA_FP4_VEC=0).
+# Not part of `make test` nor of the GPU suite.
+set -euo pipefail
+cd "$(dirname "$0")/../../.."
+D=${SHIM_DIR:-/tmp/dsv4-shim-mma}
+mkdir -p "$D"
+python3 - "$D/mma_kernels.cpp" <<'PY'
+import re, sys
+sys.path.insert(0, "tools/gpu/shim")
+from shim_src import poison_shared, launches
+src = open("src/backend/cuda/k_mma.cu").read()
+common = open("src/backend/cuda/cu_common.cuh").read()
+quant = open("src/backend/cuda/cu_quant.cuh").read()
+out = ['#include "cuda_shim.h"', '#include "shim_mma.h"', '#include <algorithm>', '#include <climits>', 'using std::min;',
+       'extern "C" {', '#include "util/error.h"', '}', '#include "backend/cuda/cu_mma.h"', '#include "model/expert_place.h"',
+       '#include "model/e2m1_f16.h"', '#include "dsv4.h"',
+       'static inline int cu_blocks(int64_t n, int per) { return (int)((n + per - 1) / per); }']
+a = common.index("/* ---- number formats"); b = common.index("/* ---- weights")
+out.append(common[a:b])
+a = quant.index("/* The scale of one block"); b = quant.rindex("#endif")
+out.append(quant[a:b])
+a = src.index("#define MMA_PARTS"); b = src.index("/* ---- PTX")
+out.append(src[a:b])   # the split and the bug switch
+out.append('''
+static inline void mma_e4m3(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0, uint32_t b1) {
+    shim_mma_e4m3(d, a0, a1, a2, a3, b0, b1);
+}
+/* prmt.b32, generic form (PTX ISA): byte k of the result is byte (c >> 4k) & 7 of the 8 bytes {b, a} (a = bytes
+ * 0..3), or that byte's sign bit replicated when bit 3 of the selector nibble is set. */
+static inline uint32_t prmt(uint32_t a, uint32_t b, uint32_t c) {
+    const uint64_t ab = a | (uint64_t)b << 32;
+    uint32_t d = 0;
+    for (int k = 0; k < 4; k++) {
+        const unsigned sel = (c >> (4 * k)) & 15;
+        uint32_t byte = (uint32_t)(ab >> (8 * (sel & 7))) & 0xff;
+        if (sel & 8) byte = byte & 0x80 ? 0xff : 0;
+        d |= byte << (8 * k);
+    }
+    return d;
+}
+static inline uint4 ld_stream16(const uint8_t *p) {
+    if ((uintptr_t)p & 15) { fprintf(stderr, "shim: ld_stream16 at %p: not 16-byte aligned\\n", (const void *)p); abort(); }
+    return *(const uint4 *)p;
+}
+static inline uint32_t ld_nc32(const uint8_t *p) {
+    if ((uintptr_t)p & 3) { fprintf(stderr, "shim: ld_nc32 at %p: not 4-byte aligned\\n", (const void *)p); abort(); }
+    return *(const uint32_t *)p;
+}
+''')
+a = src.index("/* ---- end of PTX"); b = src.index("/* dev_f32_to_e4m3 (the build's) against")
+body = src[a:b]
+a = src.index('extern "C" int cu_mma_pack_act')
+body += src[a:]
+# mma_block declares its reduction array after the main loop; poisoned there (by thread 0) it would wipe what other
+# warps already wrote: the shim declares (and poisons) it at the top of mma_block instead
+decl = "    __shared__ float red[MMA_PARTS - 1][MT * NT * 4][32];\n"
+assert body.count(decl) == 1
+body = body.replace(decl, "")
+top = "    float acc[MT][NT][4];\n"
+assert body.count(top) == 1
+body = body.replace(top, decl + top)
+body = poison_shared(body)
+n0 = body.count("<<<")
+body, _ = launches(body, r"k_mma_\w+(?:<[^<>;]*>)?")
+assert n0 == 8 and "<<<" not in body, n0
+out.append(body)
+out.append('extern "C" int cu_mma_e4m3_check(unsigned long long *m, unsigned int *f, dsv4_error *err) { (void)m; (void)f; '
+           'return dsv4_fail(err, DSV4_E_UNSUPPORTED, "cu_mma_e4m3_check: GPU only"); }')
+open(sys.argv[1], "w").write("\n".join(out))
+PY
+BUG=
+[ "${MMA_BUG:-0}" = 1 ] && BUG=-DDSV4_MMA_BUG
+g++ -O2 -std=c++17 -w $BUG ${SHIM_FLAGS:-} -DMMA_SHIM -Iinclude -Isrc -Itools/gpu/shim -c "$D/mma_kernels.cpp" -o "$D/mma_kernels.o"
+g++ -O2 -std=c++17 -Wall -Itools/gpu/shim -c tools/gpu/shim/cuda_shim.cpp -o "$D/cuda_shim.o"
+cc -O2 -std=gnu11 -Wall -Wextra -Wno-unused-parameter -DMMA_TEST_SHIM -Iinclude -Isrc -Itests/gpu \
+    -c tests/gpu/test_gpu_mma.c -o "$D/test.o"
+g++ -o "$D/test_gpu_mma_shim" "$D/test.o" "$D/mma_kernels.o" "$D/cuda_shim.o" build/libdsv4.a \
+    -lcmocka -lmicrohttpd -ljansson -lpcre2-8 -lxxhash -lm -pthread
+"$D/test_gpu_mma_shim"
