@@ -40,6 +40,7 @@
  * of the products inside one MMA is fixed too. */
 #include "backend/cuda/cu_common.cuh"
 #include "backend/cuda/cu_mma.h"
+#include "backend/cuda/cu_mma_gemm.h"
 #include "backend/cuda/cu_quant.cuh"
 #include "model/expert_place.h"
 extern "C" {
@@ -412,6 +413,7 @@ extern "C" int cu_mma_linear(cu_stream st, const dsv4_weight *w, const uint8_t *
         return dsv4_fail(err, DSV4_E_ARG,
                          "cu_mma_linear: bad buffers (ldq %d: >= %d, a multiple of 16, 16-byte aligned; lds %d; ldy %d >= %d)", ldq, K,
                          lds, ldy, N);
+    if (cu_mma_gemm_linear(st, w, xq, ldq, xs, lds, T, y, ldy, out_bf16)) return 0;   /* large T (k_mma_gemm.cu): the same bits */
     if (fp4) mma_dispatch<1>(st, w, xq, ldq, xs, lds, T, y, ldy, out_bf16);
     else mma_dispatch<0>(st, w, xq, ldq, xs, lds, T, y, ldy, out_bf16);
     return 0;
