@@ -6,7 +6,8 @@
  * an addition shows in the bits. Cases: T around and above the tile (127, 128, 129, 300), FP8 and FP4 weights, row
  * counts that are not multiples of the 128-row tile, K of 1, 2, 5, 8 chunks (fewer than four partials, partials of
  * unequal length), FP4 K ending in a partial chunk of 1 or 3 scale blocks, a weight view (row0 = 40: the FP8 scale
- * rows), out_bf16 on and off.
+ * rows), out_bf16 on and off; and the routed experts' GEMM (cu_mma_gemm_experts) against cu_mma_expert_linear on a
+ * plan whose experts have 150, 3, 20 (absent: another GPU's), 0, 140 and 9 pairs, inputs by token and by pair.
  * Building k_mma_gemm.cu with -DDSV4_GEMM_BUG=1 (a fragment word swap) or =2 (the partials folded in reverse order)
  * must make it fail. Built with -DGEMM_TEST_SHIM (tools/gpu/shim/shim_gemm.sh) it runs on the CPU against the
  * kernels' source through the fiber shim; on the GPU it is one of the GPU suite's programs.
@@ -105,11 +106,11 @@ static void same_bits(const dsv4_weight *w, int T, int out_bf16) {
     uint8_t *dq = upload(q, qb);
     float *ds = upload(s, sizeof(float) * sn), *dy0 = upload(y0, sizeof(float) * yn), *dy1 = upload(y0, sizeof(float) * yn);
     dsv4_error err;
-    cu_mma_gemm_set(0);
+    cu_mma_gemm_set(0, 0);
     assert_int_equal(cu_mma_linear(NULL, w, dq, ldq, ds, lds, T, dy0, ldy, out_bf16, &err), 0);
-    cu_mma_gemm_set(1);
+    cu_mma_gemm_set(1, 1);
     assert_int_equal(cu_mma_gemm_linear(NULL, w, dq, ldq, ds, lds, T, dy1, ldy, out_bf16), 1);   /* it took the launch */
-    cu_mma_gemm_set(CU_MMA_GEMM_MIN_T);
+    cu_mma_gemm_set(CU_MMA_GEMM_MIN_T, CU_MMA_GEMM_MIN_TILES);
     assert_int_equal(cu_finish(NULL, "gemm", &err), 0);
     assert_int_equal(cu_download(y0, dy0, sizeof(float) * yn), 0);
     assert_int_equal(cu_download(y1, dy1, sizeof(float) * yn), 0);
@@ -176,24 +177,131 @@ static void fp4_around_the_tile(void **state) {
     free_weight(&c);
 }
 
+/* The routed experts' path: a plan of 6 experts (150 pairs, 3, 20 on an absent expert, none, 140, 9), pairs sorted
+ * by expert then token and cut into tiles of up to CU_MOE_TILE, max_tiles above the plan's count (blocks past it
+ * must do nothing). cu_mma_gemm_experts against cu_mma_expert_linear with the GEMM off, memcmp over y, with the
+ * inputs by token (pair_token) and by pair. */
+static void experts_same_bits(int fmt, int rows, int cols, int x_by_pair) {
+    enum { E = 6, T = 300 };
+    static const int counts[E] = { 150, 3, 20, 0, 140, 9 };
+    dweight ew[E];
+    dsv4_weight hw[E];
+    for (int e = 0; e < E; e++) {
+        ew[e] = make_weight(fmt, rows, cols);
+        hw[e] = ew[e].w;
+    }
+    hw[2].data = NULL;   /* another GPU's */
+    int P = 0, n_tiles = 0;
+    for (int e = 0; e < E; e++) {
+        P += counts[e];
+        n_tiles += (counts[e] + CU_MOE_TILE - 1) / CU_MOE_TILE;
+    }
+    int32_t *pair_token = malloc(sizeof(int32_t) * P), *te = malloc(sizeof(int32_t) * n_tiles), *tf = malloc(sizeof(int32_t) * n_tiles),
+            *tc = malloc(sizeof(int32_t) * n_tiles);
+    int p = 0, t = 0;
+    for (int e = 0; e < E; e++) {
+        int tok = (int)dsv4_rng_below(&rng, 2);
+        for (int k = 0; k < counts[e]; k++, p++) {
+            if (k % CU_MOE_TILE == 0) {
+                te[t] = e;
+                tf[t] = p;
+                tc[t] = counts[e] - k < CU_MOE_TILE ? counts[e] - k : CU_MOE_TILE;
+                t++;
+            }
+            pair_token[p] = tok;
+            tok += 1 + (int)dsv4_rng_below(&rng, 2);   /* increasing: at most 300 tokens for 150 pairs */
+        }
+    }
+    const int max_tiles = n_tiles + 40;
+    const int ldq = cu_mma_ld(cols), lds = cu_mma_lds(cols), ldy = rows + 1, X = x_by_pair ? P : T;
+    uint8_t *q = malloc((size_t)X * ldq);
+    float *xs = malloc(sizeof(float) * X * lds), *y0 = malloc(sizeof(float) * P * ldy), *y1 = malloc(sizeof(float) * P * ldy);
+    for (size_t i = 0; i < (size_t)X * ldq; i++) q[i] = random_e4m3();
+    for (int i = 0; i < X * lds; i++) xs[i] = ldexpf(1.0f, -(int)dsv4_rng_below(&rng, 11));
+    memset(y0, 0xab, sizeof(float) * P * ldy);
+    const int32_t nt = n_tiles;
+    cu_moe_plan plan;
+    memset(&plan, 0, sizeof plan);
+    plan.pair_token = upload(pair_token, sizeof(int32_t) * P);
+    plan.tile_expert = upload(te, sizeof(int32_t) * n_tiles);
+    plan.tile_first = upload(tf, sizeof(int32_t) * n_tiles);
+    plan.tile_count = upload(tc, sizeof(int32_t) * n_tiles);
+    plan.n_tiles = upload(&nt, sizeof nt);
+    dsv4_weight *dw = upload(hw, sizeof hw);
+    uint8_t *dq = upload(q, (size_t)X * ldq);
+    float *ds = upload(xs, sizeof(float) * X * lds), *dy0 = upload(y0, sizeof(float) * P * ldy), *dy1 = upload(y0, sizeof(float) * P * ldy);
+    dsv4_error err;
+    cu_mma_gemm_set(0, 0);
+    assert_int_equal(cu_mma_expert_linear(NULL, dw, rows, cols, fmt, &plan, max_tiles, dq, ldq, ds, lds, x_by_pair, dy0, ldy, 1, &err), 0);
+    cu_mma_gemm_set(1, 1);
+    assert_int_equal(cu_mma_gemm_experts(NULL, dw, rows, cols, fmt, &plan, max_tiles, dq, ldq, ds, lds, x_by_pair, dy1, ldy, 1), 1);
+    cu_mma_gemm_set(CU_MMA_GEMM_MIN_T, CU_MMA_GEMM_MIN_TILES);
+    assert_int_equal(cu_finish(NULL, "gemm experts", &err), 0);
+    assert_int_equal(cu_download(y0, dy0, sizeof(float) * P * ldy), 0);
+    assert_int_equal(cu_download(y1, dy1, sizeof(float) * P * ldy), 0);
+    size_t differ = 0, first = 0, written = 0;
+    for (size_t i = 0; i < (size_t)P * ldy; i++) {
+        uint32_t u;
+        memcpy(&u, &y0[i], 4);
+        written += u != 0xabababab;
+        if (memcmp(&y0[i], &y1[i], 4) && !differ++) first = i;
+    }
+    if (differ)
+        print_error("experts %s %d x %d, x_by_pair %d: %zu floats differ, first at pair %zu row %zu (%a vs %a)\n", fmt == WF_FP4 ? "FP4" : "FP8",
+                    rows, cols, x_by_pair, differ, first / ldy, first % ldy, y0[first], y1[first]);
+    assert_int_equal(differ, 0);
+    assert_int_equal(written, (size_t)P * rows);   /* every pair's row, the absent expert's included */
+    for (int e = 0; e < E; e++) free_weight(&ew[e]);
+    cu_free(plan.pair_token);
+    cu_free(plan.tile_expert);
+    cu_free(plan.tile_first);
+    cu_free(plan.tile_count);
+    cu_free(plan.n_tiles);
+    cu_free(dw);
+    cu_free(dq);
+    cu_free(ds);
+    cu_free(dy0);
+    cu_free(dy1);
+    free(pair_token);
+    free(te);
+    free(tf);
+    free(tc);
+    free(q);
+    free(xs);
+    free(y0);
+    free(y1);
+}
+
+static void experts_fp4(void **state) {
+    (void)state;
+    experts_same_bits(WF_FP4, 136, 608, 0);
+    experts_same_bits(WF_FP4, 136, 608, 1);
+}
+
+static void experts_fp8(void **state) {
+    (void)state;
+    experts_same_bits(WF_FP8, 136, 640, 0);
+}
+
 static void switch_and_refusals(void **state) {
     (void)state;
     dweight a = make_weight(WF_FP8, 16, 128);
     uint8_t *q = cu_malloc(128 * 512);
     float *s = cu_malloc(sizeof(float) * 512), *y = cu_malloc(sizeof(float) * 16 * 512);
-    cu_mma_gemm_set(0);
+    cu_mma_gemm_set(0, 0);
     assert_int_equal(cu_mma_gemm_min_t(), 0);
     assert_int_equal(cu_mma_gemm_linear(NULL, &a.w, q, 128, s, 1, 512, y, 16, 0), 0);   /* off */
-    cu_mma_gemm_set(300);
+    cu_mma_gemm_set(300, 1);
     assert_int_equal(cu_mma_gemm_linear(NULL, &a.w, q, 128, s, 1, 299, y, 16, 0), 0);   /* below the minimum */
     dsv4_weight odd = a.w;
     odd.data = (const uint8_t *)a.w.data + 4;   /* 4-byte aligned (FP4 would allow it): the small tiles take it */
     odd.fmt = WF_FP4;
     odd.scale_cols = 4;
     assert_int_equal(cu_mma_gemm_linear(NULL, &odd, q, 128, s, 1, 300, y, 16, 0), 0);
-    cu_mma_gemm_set(-5);
+    cu_mma_gemm_set(-5, -1);
+    assert_int_equal(cu_mma_gemm_min_tiles(), 0);
     assert_int_equal(cu_mma_gemm_min_t(), 0);
-    cu_mma_gemm_set(CU_MMA_GEMM_MIN_T);
+    cu_mma_gemm_set(CU_MMA_GEMM_MIN_T, CU_MMA_GEMM_MIN_TILES);
     cu_free(q);
     cu_free(s);
     cu_free(y);
@@ -252,11 +360,11 @@ static int bench(void) {
         w.scale = sc;
         for (int j = 0; j < 2; j++) {
             const int T = Ts[j];
-            cu_mma_gemm_set(0);
+            cu_mma_gemm_set(0, 0);
             const double old = seconds_per_call(&w, q, KMAX, s, KMAX / 128, T, y, 3);
-            cu_mma_gemm_set(1);
+            cu_mma_gemm_set(1, 1);
             const double neu = seconds_per_call(&w, q, KMAX, s, KMAX / 128, T, y, 10);
-            cu_mma_gemm_set(CU_MMA_GEMM_MIN_T);
+            cu_mma_gemm_set(CU_MMA_GEMM_MIN_T, CU_MMA_GEMM_MIN_TILES);
             if (old <= 0 || neu <= 0) return 1;
             const double fl = 2.0 * N * K * T;
             printf("%-10s %-4s %5dx%-6d %6d %14.1f %14.1f %7.2fx\n", shapes[k].what, fp4 ? "FP4" : "FP8", N, K, T, fl / old / 1e12,
@@ -289,6 +397,8 @@ int main(int argc, char **argv) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(fp8_around_the_tile),
         cmocka_unit_test(fp4_around_the_tile),
+        cmocka_unit_test(experts_fp4),
+        cmocka_unit_test(experts_fp8),
         cmocka_unit_test(switch_and_refusals),
     };
     return cmocka_run_group_tests_name("gpu large-T tensor-core linear", tests, NULL, NULL);

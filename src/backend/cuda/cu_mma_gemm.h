@@ -17,11 +17,22 @@ extern "C" {
 int cu_mma_gemm_linear(cu_stream st, const dsv4_weight *w, const uint8_t *xq, int ldq, const float *xs, int lds, int T, float *y,
                        int ldy, int out_bf16);
 
-/* The switch, process-wide (read by cuda_model_init from DSV4_CUDA_GEMM; tests flip it): the path is taken for
- * T >= min_t (min_t >= 1; 0 turns it off). Default: on, from CU_MMA_GEMM_MIN_T tokens. */
+/* The same for cu_mma_expert_linear (the routed experts' tiles of a MoE plan): 1 when it launched, 0 when not
+ * (switched off, or max_tiles below the minimum, CU_MMA_GEMM_MIN_TILES by default: a step of fewer than ~2,000 tokens, whose experts get
+ * a few pairs each). Host-side decisions only (max_tiles is a function of the step's T). Every present expert's
+ * data must be 16-byte aligned (FP4 too: the model gives each expert an allocation of its own); the kernel traps
+ * on one that is not. */
 #define CU_MMA_GEMM_MIN_T 256
-void cu_mma_gemm_set(int min_t);
+#define CU_MMA_GEMM_MIN_TILES 2048
+int cu_mma_gemm_experts(cu_stream st, const dsv4_weight *experts, int rows, int cols, int fmt, const cu_moe_plan *plan, int max_tiles,
+                        const uint8_t *xq, int ldq, const float *xs, int lds, int x_by_pair, float *y, int ldy, int out_bf16);
+
+/* The switch, process-wide (read by cuda_model_init from DSV4_CUDA_GEMM; tests flip it): the plain path is taken
+ * for T >= min_t, the experts' for max_tiles >= min_tiles (0 turns either off; negative counts as 0). Default: on,
+ * from CU_MMA_GEMM_MIN_T tokens and CU_MMA_GEMM_MIN_TILES tiles. */
+void cu_mma_gemm_set(int min_t, int min_tiles);
 int cu_mma_gemm_min_t(void);
+int cu_mma_gemm_min_tiles(void);
 
 #ifdef __cplusplus
 }

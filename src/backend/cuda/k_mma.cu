@@ -430,6 +430,8 @@ extern "C" int cu_mma_expert_linear(cu_stream st, const dsv4_weight *experts, in
         return dsv4_fail(err, DSV4_E_ARG, "cu_mma_expert_linear: experts %d x %d (%s), ldq %d, lds %d, ldy %d", rows, cols,
                          fp4 ? "FP4" : "FP8", ldq, lds, ldy);
     if (max_tiles <= 0 || rows == 0) return 0;
+    if (cu_mma_gemm_experts(st, experts, rows, cols, fmt, plan, max_tiles, xq, ldq, xs, lds, x_by_pair, y, ldy, out_bf16))
+        return 0;   /* a large step (k_mma_gemm.cu): the same bits */
     dim3 grid(cu_blocks(rows, 16), max_tiles);
     if (fp4)
         k_mma_expert<1><<<grid, 32 * MMA_PARTS, 0, (cudaStream_t)st>>>(experts, rows, *plan, xq, ldq, xs, lds, x_by_pair, y, ldy, out_bf16);

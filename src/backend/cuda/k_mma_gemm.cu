@@ -30,6 +30,7 @@
 #include "backend/cuda/cu_mma.h"
 #include "backend/cuda/cu_mma_frag.cuh"
 #include "backend/cuda/cu_mma_gemm.h"
+#include "model/expert_place.h"
 extern "C" {
 #include "util/error.h"
 }
@@ -73,7 +74,10 @@ template <int n> __device__ __forceinline__ void cp_async_wait(void) { asm volat
 template <int FP4> struct gemm_smem {
     static constexpr int a_ld = FP4 ? 80 : 144;    /* bytes a weight row: the chunk's 64 / 128 + padding */
     static constexpr int b_ld = FP4 ? 160 : 144;   /* bytes a token: the chunk's 128 + padding */
-    static constexpr int a_bytes = GEMM_BM * a_ld, b_bytes = GEMM_BN * b_ld, stage = a_bytes + b_bytes;
+    static constexpr int a_bytes = GEMM_BM * a_ld, b_bytes = GEMM_BN * b_ld;
+    /* then the chunk's scales: 128 tokens' activation scales (fp32), 128 rows' weight scales (FP8: the fp32 value
+     * of the row's block scale; FP4: the 4 scale bytes of the row's blocks, byte j block j) */
+    static constexpr int sx_off = a_bytes + b_bytes, sw_off = sx_off + 4 * GEMM_BN, stage = sw_off + 4 * GEMM_BM;
     static constexpr int y_floats = GEMM_MT * GEMM_NT * 4 * GEMM_THREADS;   /* y between partials */
     static constexpr int total = GEMM_STAGES * stage + 4 * y_floats;
 };
@@ -120,13 +124,37 @@ __device__ __forceinline__ void gemm_load(uint8_t *stage, const uint8_t *__restr
     }
 }
 
+/* The scale word thread threadIdx.x stages for chunk c (threads 0..127: token tok_base + t's activation scale;
+ * 128..255: row row_base + t - 128's weight scale(s)), fetched a stage ahead and stored after the chunk's MMAs
+ * (gemm_scale_store) so that its load latency hides behind them. 0 past T / the rows / K. */
+template <int FP4>
+__device__ __forceinline__ uint32_t gemm_scale_fetch(const dsv4_weight &w, const float *__restrict__ xs, int lds, int T,
+                                                     const int32_t *__restrict__ in_rows, int in_base, int row_base, int tok_base, int c) {
+    const int t = threadIdx.x;
+    if (t < GEMM_BN) {
+        const int n = tok_base + t;
+        return n < T ? __float_as_uint(xs[gemm_in_row(in_rows, in_base, n) * lds + c]) : 0u;
+    }
+    const int r = row_base + t - GEMM_BN;
+    if (r >= w.rows) return 0u;
+    if constexpr (!FP4) return __float_as_uint(dev_e8m0(w.scale[(int64_t)((w.row0 + r) / 128) * w.scale_cols + c]));
+    const int nb = min(4, (w.cols - 128 * c) / 32);
+    const uint8_t *sp = w.scale + (int64_t)(w.row0 + r) * w.scale_cols + 4 * c;
+    uint32_t s = 0;
+#pragma unroll
+    for (int j = 0; j < 4; j++)
+        if (j < nb) s |= (uint32_t)sp[j] << (8 * j);
+    return s;
+}
+template <int FP4> __device__ __forceinline__ void gemm_scale_store(uint8_t *stage, uint32_t v) {
+    ((uint32_t *)(stage + gemm_smem<FP4>::sx_off))[threadIdx.x] = v;   /* sx then sw: thread t's word t */
+}
+
 /* acc += chunk c of the warp's 64 x 32 sub-tile (the order of k_mma.cu mma_block for that chunk). */
 template <int FP4>
-__device__ __forceinline__ void gemm_chunk(float (&acc)[GEMM_MT][GEMM_NT][4], const uint8_t *stage, const dsv4_weight &w,
-                                           const float *__restrict__ xs, int lds, int T, const int32_t *__restrict__ in_rows,
-                                           int in_base, int row0, int tok0, int wr, int wt, int c) {
+__device__ __forceinline__ void gemm_chunk(float (&acc)[GEMM_MT][GEMM_NT][4], const uint8_t *stage, int K, int wr, int wt, int c) {
     typedef gemm_smem<FP4> L;
-    const int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3, N = w.rows, K = w.cols;
+    const int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
     const uint8_t *As = stage, *Bs = stage + L::a_bytes;
     if constexpr (!FP4) {
         float f[GEMM_MT][GEMM_NT][4];
@@ -136,8 +164,10 @@ __device__ __forceinline__ void gemm_chunk(float (&acc)[GEMM_MT][GEMM_NT][4], co
             for (int ni = 0; ni < GEMM_NT; ni++)
 #pragma unroll
                 for (int e = 0; e < 4; e++) f[mi][ni][e] = 0.0f;
-#pragma unroll
-        for (int half = 0; half < 2; half++) {   /* MMAs j = 2 half, 2 half + 1: words 4 half .. 4 half + 3 */
+        /* MMAs j = 2 half, 2 half + 1 (words 4 half .. 4 half + 3); a loop, not unrolled, so that the compiler does
+         * not hoist both halves' loads (255 registers without spills) */
+#pragma unroll 1
+        for (int half = 0; half < 2; half++) {
             uint4 b[GEMM_NT];   /* the weight rows' words are loaded per m tile: fewer registers live */
 #pragma unroll
             for (int ni = 0; ni < GEMM_NT; ni++) b[ni] = *(const uint4 *)(Bs + (wt + 8 * ni + g) * L::b_ld + 32 * q + 16 * half);
@@ -154,23 +184,17 @@ __device__ __forceinline__ void gemm_chunk(float (&acc)[GEMM_MT][GEMM_NT][4], co
                 }
             }
         }
-        /* the scales after the MMAs: fewer registers live across them */
-        float sx[GEMM_NT][2];
+        /* the scales (staged) after the MMAs: fewer registers live across them */
+        const float *sxs = (const float *)(stage + L::sx_off), *sws = (const float *)(stage + L::sw_off);
+        float sx[GEMM_NT][2], sw[GEMM_MT][2];
 #pragma unroll
         for (int ni = 0; ni < GEMM_NT; ni++)
 #pragma unroll
-            for (int e = 0; e < 2; e++) {
-                const int n = tok0 + 8 * ni + 2 * q + e;
-                sx[ni][e] = n < T ? xs[gemm_in_row(in_rows, in_base, n) * lds + c] : 0.0f;
-            }
-        float sw[GEMM_MT][2];
+            for (int e = 0; e < 2; e++) sx[ni][e] = sxs[wt + 8 * ni + 2 * q + e];
 #pragma unroll
         for (int mi = 0; mi < GEMM_MT; mi++)
 #pragma unroll
-            for (int h = 0; h < 2; h++) {
-                const int r = row0 + 16 * mi + g + 8 * h;
-                sw[mi][h] = r < N ? dev_e8m0(w.scale[(int64_t)((w.row0 + r) / 128) * w.scale_cols + c]) : 0.0f;
-            }
+            for (int h = 0; h < 2; h++) sw[mi][h] = sws[wr + 16 * mi + g + 8 * h];
 #pragma unroll
         for (int mi = 0; mi < GEMM_MT; mi++)
 #pragma unroll
@@ -178,30 +202,19 @@ __device__ __forceinline__ void gemm_chunk(float (&acc)[GEMM_MT][GEMM_NT][4], co
 #pragma unroll
                 for (int e = 0; e < 4; e++) acc[mi][ni][e] = fmaf(f[mi][ni][e], sw[mi][e >> 1] * sx[ni][e & 1], acc[mi][ni][e]);
     } else {
+        const float *sxs = (const float *)(stage + L::sx_off);
+        const uint32_t *sws = (const uint32_t *)(stage + L::sw_off);
         float sx[GEMM_NT][2];
+        uint32_t swb[GEMM_MT][2];   /* byte j: the scale of block j of the row */
 #pragma unroll
         for (int ni = 0; ni < GEMM_NT; ni++)
 #pragma unroll
-            for (int e = 0; e < 2; e++) {
-                const int n = tok0 + 8 * ni + 2 * q + e;
-                sx[ni][e] = n < T ? xs[gemm_in_row(in_rows, in_base, n) * lds + c] : 0.0f;
-            }
-        const int nb = min(4, (K - 128 * c) / 32);
-        uint32_t swb[GEMM_MT][2];   /* byte j: the scale of block j of the row (zero past the row's blocks) */
+            for (int e = 0; e < 2; e++) sx[ni][e] = sxs[wt + 8 * ni + 2 * q + e];
 #pragma unroll
         for (int mi = 0; mi < GEMM_MT; mi++)
 #pragma unroll
-            for (int h = 0; h < 2; h++) {
-                const int r = row0 + 16 * mi + g + 8 * h;
-                uint32_t s = 0;
-                if (r < N) {
-                    const uint8_t *sp = w.scale + (int64_t)(w.row0 + r) * w.scale_cols + 4 * c;
-#pragma unroll
-                    for (int j = 0; j < 4; j++)
-                        if (j < nb) s |= (uint32_t)sp[j] << (8 * j);
-                }
-                swb[mi][h] = s;
-            }
+            for (int h = 0; h < 2; h++) swb[mi][h] = sws[wr + 16 * mi + g + 8 * h];
+        const int nb = min(4, (K - 128 * c) / 32);
 #pragma unroll
         for (int j = 0; j < 4; j++) {
             if (j >= nb) break;
@@ -246,10 +259,14 @@ __device__ __forceinline__ void gemm_block(const dsv4_weight &w, const uint8_t *
     const int N = w.rows, K = w.cols, nchunk = (K + 127) / 128;
     const uint8_t *wd = (const uint8_t *)w.data;
 
+    __syncthreads();   /* a block that runs several tiles (experts): every warp is done with the last one's stages */
 #pragma unroll
     for (int s = 0; s < GEMM_STAGES - 1; s++) {
-        if (s < nchunk)
-            gemm_load<FP4>(gemm_sm + s * L::stage, wd, N, K, xq, ldq, T, in_rows, in_base, row_base, tok_base, gemm_chunk_at(s, nchunk));
+        if (s < nchunk) {
+            const int c = gemm_chunk_at(s, nchunk);
+            gemm_load<FP4>(gemm_sm + s * L::stage, wd, N, K, xq, ldq, T, in_rows, in_base, row_base, tok_base, c);
+            gemm_scale_store<FP4>(gemm_sm + s * L::stage, gemm_scale_fetch<FP4>(w, xs, lds, T, in_rows, in_base, row_base, tok_base, c));
+        }
         cp_async_commit();
     }
     float acc[GEMM_MT][GEMM_NT][4];
@@ -260,6 +277,8 @@ __device__ __forceinline__ void gemm_block(const dsv4_weight &w, const uint8_t *
 #pragma unroll
             for (int e = 0; e < 4; e++) acc[mi][ni][e] = 0.0f;
 
+    /* a warp whose tokens all lie past T (a short expert run) only helps to stage and waits at the barriers */
+    const bool idle = tok_base + wt >= T || row_base + wr >= N;
     int i = 0;   /* position in the walk = the stage sequence */
     for (int pp = 0; pp < 4; pp++) {
         const int p = GEMM_PART(pp), n = gemm_part_chunks(nchunk, p);
@@ -267,13 +286,18 @@ __device__ __forceinline__ void gemm_block(const dsv4_weight &w, const uint8_t *
             cp_async_wait<GEMM_STAGES - 2>();
             __syncthreads();   /* stage i landed for every thread; every warp is done with stage i - 1's buffer */
             const int next = i + GEMM_STAGES - 1;
-            if (next < nchunk)
-                gemm_load<FP4>(gemm_sm + (next % GEMM_STAGES) * L::stage, wd, N, K, xq, ldq, T, in_rows, in_base, row_base, tok_base,
-                               gemm_chunk_at(next, nchunk));
+            uint8_t *next_stage = gemm_sm + (next % GEMM_STAGES) * L::stage;
+            uint32_t next_scale = 0;
+            if (next < nchunk) {
+                const int c = gemm_chunk_at(next, nchunk);
+                gemm_load<FP4>(next_stage, wd, N, K, xq, ldq, T, in_rows, in_base, row_base, tok_base, c);
+                next_scale = gemm_scale_fetch<FP4>(w, xs, lds, T, in_rows, in_base, row_base, tok_base, c);
+            }
             cp_async_commit();
-            gemm_chunk<FP4>(acc, gemm_sm + (i % GEMM_STAGES) * L::stage, w, xs, lds, T, in_rows, in_base, row_base + wr,
-                            tok_base + wt, wr, wt, p + 4 * k);
+            if (!idle) gemm_chunk<FP4>(acc, gemm_sm + (i % GEMM_STAGES) * L::stage, K, wr, wt, p + 4 * k);
+            if (next < nchunk) gemm_scale_store<FP4>(next_stage, next_scale);   /* read after the barrier of stage next */
         }
+        if (idle) continue;
         /* fold partial p: y = p0, then y = y + p (each thread its own slots of ys) */
 #pragma unroll
         for (int mi = 0; mi < GEMM_MT; mi++)
@@ -302,31 +326,85 @@ __global__ void __launch_bounds__(GEMM_THREADS, 1) k_mma_gemm(dsv4_weight w, con
     gemm_block<FP4>(w, xq, ldq, xs, lds, T, y, ldy, out_bf16, blockIdx.x * GEMM_BM, blockIdx.y * GEMM_BN, NULL, 0, 0);
 }
 
-static int gemm_min_t = CU_MMA_GEMM_MIN_T;
-
-extern "C" void cu_mma_gemm_set(int min_t) { gemm_min_t = min_t < 0 ? 0 : min_t; }
-extern "C" int cu_mma_gemm_min_t(void) { return gemm_min_t; }
-
+/* The routed experts' tiles of a MoE plan (k_mma.cu k_mma_expert's contract), GEMM_BN / CU_MOE_TILE = 16 plan
+ * tiles a block: the block's tiles cut into runs of one expert (consecutive tiles of an expert hold consecutive
+ * pairs: the plan sorts pairs by expert, then token), each run (up to 128 pairs) one gemm_block whose token n is
+ * pair p0 + n, reading input row p0 + n (x_by_pair) or pair_token[p0 + n] and writing output row p0 + n. A pair's
+ * outputs have the order of every other path, so neither the run nor the block it falls in changes its bits. */
+#define GEMM_EXPERT_TILES (GEMM_BN / CU_MOE_TILE)
 template <int FP4>
-static int gemm_launch(cu_stream st, const dsv4_weight *w, const uint8_t *xq, int ldq, const float *xs, int lds, int T, float *y,
-                       int ldy, int out_bf16) {
-    static int smem_set;   /* the opt-in to more than 48 KiB, once per kernel */
-    const int smem = gemm_smem<FP4>::total;
-    if (!smem_set) {
-        if (cudaFuncSetAttribute(k_mma_gemm<FP4>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem) != cudaSuccess) {
+__global__ void __launch_bounds__(GEMM_THREADS, 1) k_mma_gemm_expert(const dsv4_weight *__restrict__ experts, int rows, cu_moe_plan plan,
+                                                                     const uint8_t *__restrict__ xq, int ldq, const float *__restrict__ xs,
+                                                                     int lds, int x_by_pair, float *__restrict__ y, int ldy, int out_bf16) {
+    dev_grid_wait();
+    const int t1 = min((int)(blockIdx.y + 1) * GEMM_EXPERT_TILES, *plan.n_tiles), row_base = blockIdx.x * GEMM_BM;
+    for (int t = blockIdx.y * GEMM_EXPERT_TILES; t < t1;) {
+        const int e = plan.tile_expert[t], p0 = plan.tile_first[t];
+        int u = t + 1;
+        while (u < t1 && plan.tile_expert[u] == e && plan.tile_first[u] == plan.tile_first[u - 1] + plan.tile_count[u - 1]) u++;
+        const int n = plan.tile_first[u - 1] + plan.tile_count[u - 1] - p0;
+        dsv4_weight w = experts[e];
+        if (!w.data) {   /* an expert another GPU holds (cuda_ep.h) or the host computes: the exact gather's identity */
+            for (int i = threadIdx.x; i < GEMM_BM * n; i += GEMM_THREADS) {
+                const int r = row_base + i % GEMM_BM;
+                if (r < rows) y[((int64_t)p0 + i / GEMM_BM) * ldy + r] = EP_ABSENT_ROW;
+            }
+        } else {
+            if ((uintptr_t)w.data % 16) __trap();   /* cu_mma_gemm.h's contract (each expert a cudaMalloc of its own) */
+            w.rows = rows;
+            gemm_block<FP4>(w, xq, ldq, xs, lds, n, y, ldy, out_bf16, row_base, 0, x_by_pair ? NULL : plan.pair_token, p0, p0);
+        }
+        t = u;
+    }
+}
+
+static int gemm_min_t = CU_MMA_GEMM_MIN_T, gemm_min_tiles = CU_MMA_GEMM_MIN_TILES;
+
+extern "C" void cu_mma_gemm_set(int min_t, int min_tiles) {
+    gemm_min_t = min_t < 0 ? 0 : min_t;
+    gemm_min_tiles = min_tiles < 0 ? 0 : min_tiles;
+}
+extern "C" int cu_mma_gemm_min_t(void) { return gemm_min_t; }
+extern "C" int cu_mma_gemm_min_tiles(void) { return gemm_min_tiles; }
+
+template <int FP4> static int gemm_smem_opt_in(void) {
+    static int done;   /* the opt-in to more than 48 KiB, once per kernel */
+    if (!done) {
+        if (cudaFuncSetAttribute(k_mma_gemm<FP4>, cudaFuncAttributeMaxDynamicSharedMemorySize, gemm_smem<FP4>::total) != cudaSuccess ||
+            cudaFuncSetAttribute(k_mma_gemm_expert<FP4>, cudaFuncAttributeMaxDynamicSharedMemorySize, gemm_smem<FP4>::total) !=
+                cudaSuccess) {
             (void)cudaGetLastError();
             return 0;   /* the small-tile kernels then: the same bits */
         }
-        smem_set = 1;
+        done = 1;
     }
-    dim3 grid(cu_blocks(w->rows, GEMM_BM), cu_blocks(T, GEMM_BN));
-    k_mma_gemm<FP4><<<grid, GEMM_THREADS, smem, (cudaStream_t)st>>>(*w, xq, ldq, xs, lds, T, y, ldy, out_bf16);
+    return 1;
+}
+
+extern "C" int cu_mma_gemm_experts(cu_stream st, const dsv4_weight *experts, int rows, int cols, int fmt, const cu_moe_plan *plan,
+                                   int max_tiles, const uint8_t *xq, int ldq, const float *xs, int lds, int x_by_pair, float *y, int ldy,
+                                   int out_bf16) {
+    (void)cols;
+    if (!gemm_min_tiles || max_tiles < gemm_min_tiles || cu_blocks(max_tiles, GEMM_EXPERT_TILES) > 65535) return 0;
+    const int fp4 = fmt == WF_FP4;
+    if (!(fp4 ? gemm_smem_opt_in<1>() : gemm_smem_opt_in<0>())) return 0;
+    dim3 grid(cu_blocks(rows, GEMM_BM), cu_blocks(max_tiles, GEMM_EXPERT_TILES));
+    if (fp4)
+        k_mma_gemm_expert<1><<<grid, GEMM_THREADS, gemm_smem<1>::total, (cudaStream_t)st>>>(experts, rows, *plan, xq, ldq, xs, lds, x_by_pair,
+                                                                                          y, ldy, out_bf16);
+    else
+        k_mma_gemm_expert<0><<<grid, GEMM_THREADS, gemm_smem<0>::total, (cudaStream_t)st>>>(experts, rows, *plan, xq, ldq, xs, lds, x_by_pair,
+                                                                                          y, ldy, out_bf16);
     return 1;
 }
 
 extern "C" int cu_mma_gemm_linear(cu_stream st, const dsv4_weight *w, const uint8_t *xq, int ldq, const float *xs, int lds, int T,
                                   float *y, int ldy, int out_bf16) {
     if (!gemm_min_t || T < gemm_min_t || T > 65535 * GEMM_BN || (uintptr_t)w->data % 16) return 0;
-    return w->fmt == WF_FP4 ? gemm_launch<1>(st, w, xq, ldq, xs, lds, T, y, ldy, out_bf16)
-                            : gemm_launch<0>(st, w, xq, ldq, xs, lds, T, y, ldy, out_bf16);
+    const int fp4 = w->fmt == WF_FP4;
+    if (!(fp4 ? gemm_smem_opt_in<1>() : gemm_smem_opt_in<0>())) return 0;
+    dim3 grid(cu_blocks(w->rows, GEMM_BM), cu_blocks(T, GEMM_BN));
+    if (fp4) k_mma_gemm<1><<<grid, GEMM_THREADS, gemm_smem<1>::total, (cudaStream_t)st>>>(*w, xq, ldq, xs, lds, T, y, ldy, out_bf16);
+    else k_mma_gemm<0><<<grid, GEMM_THREADS, gemm_smem<0>::total, (cudaStream_t)st>>>(*w, xq, ldq, xs, lds, T, y, ldy, out_bf16);
+    return 1;
 }

@@ -44,7 +44,8 @@ out = ['#include "cuda_shim.h"', '#include <algorithm>', '#include <climits>', '
        'static unsigned char shim_dyn_smem[256 * 1024] __attribute__((aligned(16)));',
        'enum { cudaSuccess = 0, cudaFuncAttributeMaxDynamicSharedMemorySize = 8 };',
        'template <typename F> static int cudaFuncSetAttribute(F, int, int) { return cudaSuccess; }',
-       'static inline int cudaGetLastError(void) { return cudaSuccess; }']
+       'static inline int cudaGetLastError(void) { return cudaSuccess; }',
+       'static inline void __trap(void) { fprintf(stderr, "shim: __trap\\n"); abort(); }']
 a = common.index("/* ---- number formats"); b = common.index("/* ---- weights")
 out.append(common[a:b])
 a = quant.index("/* The scale of one block"); b = quant.rindex("#endif")
