@@ -40,6 +40,7 @@
  * of the products inside one MMA is fixed too. */
 #include "backend/cuda/cu_common.cuh"
 #include "backend/cuda/cu_mma.h"
+#include "backend/cuda/cu_mma_gemm.h"
 #include "backend/cuda/cu_quant.cuh"
 #include "model/expert_place.h"
 extern "C" {
@@ -566,6 +567,7 @@ extern "C" int cu_mma_linear(cu_stream st, const dsv4_weight *w, const uint8_t *
         return dsv4_fail(err, DSV4_E_ARG,
                          "cu_mma_linear: bad buffers (ldq %d: >= %d, a multiple of 16, 16-byte aligned; lds %d; ldy %d >= %d)", ldq, K,
                          lds, ldy, N);
+    if (cu_mma_gemm_linear(st, w, xq, ldq, xs, lds, T, y, ldy, out_bf16)) return 0;   /* large T (k_mma_gemm.cu): the same bits */
     if (fp4) mma_dispatch<1>(st, w, xq, ldq, xs, lds, T, y, ldy, out_bf16);
     else mma_dispatch<0>(st, w, xq, ldq, xs, lds, T, y, ldy, out_bf16);
     return 0;
@@ -612,6 +614,8 @@ extern "C" int cu_mma_expert_linear(cu_stream st, const dsv4_weight *experts, in
     const int rc = expert_args("cu_mma_expert_linear", rows, cols, fmt, ldq, xq, lds, ldy, err);
     if (rc) return rc;
     if (max_tiles <= 0 || rows == 0) return 0;
+    if (cu_mma_gemm_experts(st, experts, rows, cols, fmt, plan, max_tiles, xq, ldq, xs, lds, x_by_pair, y, ldy, out_bf16))
+        return 0;   /* a large step (k_mma_gemm.cu): the same bits */
     expert_launch(st, 1, experts, experts, rows, fmt == WF_FP4, plan, max_tiles, xq, ldq, xs, lds, x_by_pair, y, y, ldy, out_bf16);
     return 0;
 }
@@ -623,6 +627,10 @@ extern "C" int cu_mma_expert_linear_pair(cu_stream st, const dsv4_weight *expert
     if (rc) return rc;
     if (max_tiles <= 0 || rows == 0) return 0;
     const int fp4 = fmt == WF_FP4;
+    if (cu_mma_gemm_experts(st, experts_a, rows, cols, fmt, plan, max_tiles, xq, ldq, xs, lds, x_by_pair, y_a, ldy, out_bf16)) {
+        cu_mma_gemm_experts(st, experts_b, rows, cols, fmt, plan, max_tiles, xq, ldq, xs, lds, x_by_pair, y_b, ldy, out_bf16);
+        return 0;   /* a large step (k_mma_gemm.cu): the same bits, each projection a GEMM */
+    }
     if (MMA_EXPERT_PAIR) {
         expert_launch(st, 2, experts_a, experts_b, rows, fp4, plan, max_tiles, xq, ldq, xs, lds, x_by_pair, y_a, y_b, ldy, out_bf16);
     } else {
