@@ -15,7 +15,7 @@
 PARTS=${PARTS:-suite bits ab ncu profile final}
 has() { case " $PARTS " in *" $1 "*) return 0 ;; esac; return 1; }
 L=/tmp/run-logs && rm -rf $L && mkdir -p $L
-for b in .gpu/dsv4-*.xz; do [ -f "$b" ] && xz -dkf "$b" && chmod +x "${b%.xz}"; done
+for b in .gpu/dsv4*.xz; do [ -f "$b" ] && xz -dkf "$b" && chmod +x "${b%.xz}"; done
 if [ -n "${FUZZ_SECONDS:-}" ]; then OUT="$OUT" FUZZ_TARGETS="${FUZZ_TARGETS:-}" tools/gpu/fuzz_bg.sh start "$FUZZ_SECONDS" "${FUZZ_CORES:-12}" >$L/fuzz_start.log; fi
 FLASH=".gpu/dsv4 bench --synthetic flash --device cuda --mode official"
 if has suite; then
