@@ -108,7 +108,7 @@ sys.exit(0 if rt <= 2 * rf + 1e-3 else 1)" "$T/wide1.npy" "$T/wide0.npy" "$T/wid
 fi
 # the tiled GEMM for steps of >= 256 tokens (DSV4_CUDA_GEMM, on by default, k_mma_gemm.cu): the same bits as the
 # small tiles, here on a 300-token step of the K >= 1024 model (test_gpu_gemm holds the kernel-level memcmp)
-GT=$(seq 0 299 | awk '{printf "%s%d", NR > 1 ? "," : "", 3 + ($1 * 7) % 190}')
+GT=$(seq 0 299 | awk '{printf "%s%d", (NR > 1 ? "," : ""), 3 + ($1 * 7) % 190}')
 for v in 1 0; do
     expect_ok "wide logits DSV4_CUDA_GEMM=$v" env DSV4_CUDA_GEMM=$v "$BIN" logits -m "$T/wide" --device cuda --mode official --kv fp8 \
         --tokens "$GT" --out "$T/gemm$v.npy"
