@@ -334,8 +334,8 @@ extern "C" void cu_dspark_ring_write(cu_stream st, const float *kv, int n, int D
  * the columns of k_att_scores's shared slices. Scores: 16 heads a block, so a decode query's chunk spreads over 4
  * blocks (64 heads), each of 2 warps doing the same per-thread work as the 256-thread block before; 32-column slices
  * keep its shared memory (11.5 KB) small enough that large launches hold as many warps an SM as before (24: the
- * registers bound both). P.V keeps 64 heads: it already has D / 64 column slices a chunk. -DATT_SHG=64 -DATT_SDS=64
- * is the grid before the split (for an A/B; the same bits, tools/gpu/shim/shim_attention_ab.sh). */
+ * registers bound both). P.V keeps 64 heads: it already has D / 64 column slices a chunk. -DATT_SHG=64 is the grid
+ * before the split (for an A/B; the same bits, tools/gpu/shim/shim_attention_ab.sh). */
 #ifndef ATT_SHG
 #define ATT_SHG 16
 #endif
