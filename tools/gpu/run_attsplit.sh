@@ -12,7 +12,7 @@
 # ROUNDS (default "1 2"), PREFILL=0, NCU_RUN=0 shorten it (the whole: several minutes; split it over calls if the
 # per-call limit is near). Lines that matter last.
 . tools/gpu/env.sh
-BINS="dsv4 dsv4-hg64"
+BINS="dsv4 dsv4-hg64 ${EXTRA_BINS:-}"   # e.g. EXTRA_BINS=dsv4-sph32 after stage_variant.sh dsv4-sph32 "-DATT_SPH=32"
 [ -x .gpu/dsv4-base ] && BINS="$BINS dsv4-base"
 timeout 180 .gpu/gputests/test_gpu_attention >"$OUT/attention.log" 2>&1
 echo "test_gpu_attention exit $? at $(el) s" >>"$OUT/attention.log"

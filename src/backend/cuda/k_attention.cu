@@ -345,6 +345,9 @@ extern "C" void cu_dspark_ring_write(cu_stream st, const float *kv, int n, int D
 #ifndef ATT_PHG
 #define ATT_PHG 64
 #endif
+#ifndef ATT_SPH
+#define ATT_SPH 16      /* rows a thread of k_att_scores has in flight at once (512 / ATT_SPH round trips at D 512) */
+#endif
 #define ATT_COMBINE_T 128
 #define ATT_UNROLL 8    /* chunks whose loads k_att_combine issues at once */
 #define ATT_GROUP_MAX 4096                       /* queries a launch (grid z) */
@@ -495,7 +498,7 @@ __global__ void __launch_bounds__(4 * HB, 768 / (4 * HB)) k_att_scores(att_args 
             const int e = threadIdx.x + NT * u, h = e / DS, j = j0 + e % DS;
             qv[u] = h < hn && j < D ? qt[(int64_t)h * D + j] : 0.0f;
         }
-        att_load_rows<F, NT, DS, DS + 4, 16>(A.lay, kp, nkc, j0, D, ks);
+        att_load_rows<F, NT, DS, DS + 4, ATT_SPH>(A.lay, kp, nkc, j0, D, ks);
 #pragma unroll
         for (int u = 0; u < QPT; u++) {
             const int e = threadIdx.x + NT * u;
