@@ -413,8 +413,8 @@ extern "C" void cu_dspark_ring_write(cu_stream st, const float *kv, int n, int D
  * the columns of k_att_scores's shared slices. Scores: 16 heads a block, so a decode query's chunk spreads over 4
  * blocks (64 heads), each of 2 warps doing the same per-thread work as the 256-thread block before; 32-column slices
  * keep its shared memory (11.5 KB) small enough that large launches hold as many warps an SM as before (24: the
- * registers bound both). P.V keeps 64 heads: it already has D / 64 column slices a chunk. -DATT_SHG=64 -DATT_SDS=64
- * is the grid before the split (for an A/B; the same bits, tools/gpu/shim/shim_attention_ab.sh). */
+ * registers bound both). P.V keeps 64 heads: it already has D / 64 column slices a chunk. -DATT_SHG=64 is the grid
+ * before the split (for an A/B; the same bits, tools/gpu/shim/shim_attention_ab.sh). */
 #ifndef ATT_SHG
 #define ATT_SHG 16
 #endif
@@ -423,6 +423,9 @@ extern "C" void cu_dspark_ring_write(cu_stream st, const float *kv, int n, int D
 #endif
 #ifndef ATT_PHG
 #define ATT_PHG 64
+#endif
+#ifndef ATT_SPH
+#define ATT_SPH 16      /* rows a thread of k_att_scores has in flight at once (512 / ATT_SPH round trips at D 512) */
 #endif
 #define ATT_COMBINE_T 128
 #define ATT_UNROLL 8    /* chunks whose loads k_att_combine issues at once */
@@ -574,7 +577,7 @@ __global__ void __launch_bounds__(4 * HB, 768 / (4 * HB)) k_att_scores(att_args 
             const int e = threadIdx.x + NT * u, h = e / DS, j = j0 + e % DS;
             qv[u] = h < hn && j < D ? qt[(int64_t)h * D + j] : 0.0f;
         }
-        att_load_rows<F, NT, DS, DS + 4, 16>(A.lay, kp, nkc, j0, D, ks);
+        att_load_rows<F, NT, DS, DS + 4, ATT_SPH>(A.lay, kp, nkc, j0, D, ks);
 #pragma unroll
         for (int u = 0; u < QPT; u++) {
             const int e = threadIdx.x + NT * u;

@@ -4,7 +4,7 @@
 # order) and compares the dumps byte for byte. Each build must also pass the test itself.
 #   SHIM_AB_REF=<commit>: A = the kernel sources of that commit (src/backend/cuda/ of it), B = the working tree's;
 #   otherwise A = the working tree built with SHIM_AB_FLAGS_A (default: the grid before the head split,
-#   -DATT_SHG=64 -DATT_SDS=64), B = the working tree as it is (SHIM_AB_FLAGS_B, default none).
+#   -DATT_SHG=64), B = the working tree as it is (SHIM_AB_FLAGS_B, default none).
 # Slow: two shim runs (~3-4 min each with SHIM_QUICK=1, the default). Needs `make` (build/libdsv4.a).
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
@@ -20,8 +20,8 @@ if [ -n "${SHIM_AB_REF:-}" ]; then
     SHIM_DIR="$D/a" SHIM_SRC="$D/ref" SHIM_CFLAGS="${SHIM_AB_FLAGS_A:-}" ATT_TEST_DUMP="$D/a.dump" \
         bash tools/gpu/shim/shim_attention.sh > "$D/a.log" 2>&1 || { tail -20 "$D/a.log"; echo "A failed"; exit 1; }
 else
-    echo "== A: the working tree with ${SHIM_AB_FLAGS_A--DATT_SHG=64 -DATT_SDS=64}"
-    SHIM_DIR="$D/a" SHIM_CFLAGS="${SHIM_AB_FLAGS_A--DATT_SHG=64 -DATT_SDS=64}" ATT_TEST_DUMP="$D/a.dump" \
+    echo "== A: the working tree with ${SHIM_AB_FLAGS_A--DATT_SHG=64}"
+    SHIM_DIR="$D/a" SHIM_CFLAGS="${SHIM_AB_FLAGS_A--DATT_SHG=64}" ATT_TEST_DUMP="$D/a.dump" \
         bash tools/gpu/shim/shim_attention.sh > "$D/a.log" 2>&1 || { tail -20 "$D/a.log"; echo "A failed"; exit 1; }
 fi
 grep -c "^\[       OK \]" "$D/a.log" | sed 's/^/   tests passed: /'
