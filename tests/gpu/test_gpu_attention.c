@@ -11,6 +11,11 @@
  *   - OFFICIAL cases twice: on CUDA cores (fp32 fmaf) and on bf16 tensor cores (cu_attention's mma argument; q is
  *     bf16 here as the model's is, the stored rows decode to bf16 values), each against the reference and each
  *     batch-invariant; the two paths' difference is printed.
+ *   - decode shapes (1 to 4 queries a step; 64 heads and few heads, 8 and 20: partial head groups; key counts on
+ *     both sides of the 64-key chunk boundaries, 62 .. 193; fp8 and bf16 rows; both modes): each query's outputs in
+ *     every step the same bits as alone, and against the reference (the head-split grid of issue 18);
+ *   - ATT_TEST_DUMP=FILE appends every output of every step to FILE, so that two builds of the kernels (e.g. the
+ *     grid before and after a change of its split, tools/gpu/shim/shim_attention_ab.sh) can be compared bit for bit.
  * The test of the test: the reference without one chunk of keys must differ from the full one by far more than
  * the tolerance (printed; EXACT: 20x; OFFICIAL, whose tolerance is looser, where the key list is short enough
  * for one chunk to matter: 5x), so a lost or doubled chunk cannot pass. A fragment bug in the tensor-core path
@@ -249,6 +254,19 @@ typedef struct {
     int n;
 } item_spec;
 
+/* ATT_TEST_DUMP: every step's outputs, in the order the test runs them (the case's name before each). */
+static void dump_outputs(const acase *c, const float *out, size_t n) {
+    static FILE *f;
+    static int tried;
+    if (!tried) {
+        tried = 1;
+        const char *path = getenv("ATT_TEST_DUMP");
+        if (path && *path && !(f = fopen(path, "ab"))) fail_msg("ATT_TEST_DUMP: cannot open %s", path);
+    }
+    if (!f) return;
+    if (fprintf(f, "%s\n", c->name) < 0 || fwrite(out, sizeof(float), n, f) != n || fflush(f)) fail_msg("ATT_TEST_DUMP: write failed");
+}
+
 /* out [T][H][D]: cu_attention over the items (their tokens in order); scratch_floats 0: what a step allocates;
  * mma: cu_attention's tensor-core switch. */
 static void run_step(const acase *c, int mma, seqdata *seqs, const item_spec *its, int n_items, int64_t scratch_floats, float *out) {
@@ -301,6 +319,7 @@ static void run_step(const acase *c, int mma, seqdata *seqs, const item_spec *it
     if (rc) fail_msg("%s: cu_attention refused %lld keys with a scratch of %lld floats", c->name, (long long)max_keys, (long long)scratch_floats);
     dev_sync();
     dev_get(out, d_o, sizeof(float) * (size_t)T * H * D);
+    dump_outputs(c, out, (size_t)T * H * D);
     dev_free(d_q); dev_free(d_sink); dev_free(d_freq); dev_free(d_kvs); dev_free(d_pos); dev_free(d_item_of); dev_free(d_sel);
     dev_free(d_n_sel); dev_free(d_items); dev_free(d_sl); dev_free(d_scratch); dev_free(d_o);
     free(q); free(sink); free(freq); free(kvs); free(pos); free(item_of); free(sel); free(n_sel); free(items); free(sl);
@@ -441,6 +460,70 @@ static void window_and_odd_shapes(void **state) {
     run_case(&c4);
 }
 
+/* Decode-sized steps: 1 to 4 queries of the two sequences (the long one at P, P - 1; the short one at Q, Q - 1),
+ * each query's outputs in every step memcmp-equal to its outputs alone, and alone against the reference. */
+static void decode_case(const acase *c) {
+    const int64_t HD = (int64_t)c->H * c->D;
+    kv_layout kl;
+    kv_layout_init(&kl, c->fmt, KV_ROW_MAIN, c->D, c->R);
+    seqdata seqs[2];
+    seq_make(&seqs[0], &kl, c->ratio, c->P, 3000 + (uint64_t)c->ratio);
+    seq_make(&seqs[1], &kl, c->ratio, c->Q, 4000 + (uint64_t)c->ratio);
+    for (int mma = 0; mma <= c->official; mma++) {
+        const char *path = !c->official ? "" : mma ? " [tensor cores]" : " [CUDA cores]";
+        /* alone: queries (seq 0, P - 1), (0, P), (1, Q - 1), (1, Q) */
+        float *alone = malloc(sizeof(float) * (size_t)(4 * HD)), *out = malloc(sizeof(float) * (size_t)(4 * HD));
+        assert_true(alone && out);
+        const int64_t apos[4] = { c->P - 1, c->P, c->Q - 1, c->Q };
+        double worst = 0;
+        for (int k = 0; k < 4; k++) {
+            const item_spec one = { k / 2, apos[k], 1 };
+            run_step(c, mma, seqs, &one, 1, 0, alone + k * HD);
+            const double e = check_query(c, seqs, k / 2, apos[k], alone + k * HD, NULL);
+            if (!(e <= worst)) worst = e;
+        }
+        const double tol = c->official ? OFFICIAL_TOL : EXACT_TOL;
+        if (!(worst <= tol)) fail_msg("%s%s: relative error %.3g against the reference > %g", c->name, path, worst, tol);
+        /* steps of 2, 3 and 4 queries: which alone output each of their queries must equal */
+        const item_spec s2[2] = { { 0, c->P, 1 }, { 1, c->Q, 1 } }, s3[2] = { { 1, c->Q - 1, 2 }, { 0, c->P, 1 } };
+        const item_spec s4[2] = { { 0, c->P - 1, 2 }, { 1, c->Q - 1, 2 } };
+        const struct { const item_spec *its; int n_items, T; int want[4]; } steps[3] = {
+            { s2, 2, 2, { 1, 3 } }, { s3, 2, 3, { 2, 3, 1 } }, { s4, 2, 4, { 0, 1, 2, 3 } } };
+        for (int st = 0; st < 3; st++) {
+            run_step(c, mma, seqs, steps[st].its, steps[st].n_items, 0, out);
+            for (int t = 0; t < steps[st].T; t++)
+                if (memcmp(out + t * HD, alone + steps[st].want[t] * HD, sizeof(float) * (size_t)HD))
+                    fail_msg("%s%s: query %d of a %d-query step differs from the same query alone", c->name, path, t, steps[st].T);
+        }
+        int64_t nk[4];
+        for (int k = 0; k < 4; k++) {
+            int32_t sel[TOPK];
+            nk[k] = (apos[k] + 1 < W ? apos[k] + 1 : W) + (c->ratio == 128 ? rows_needed(128, apos[k]) : sel_of(c, k / 2, apos[k], sel));
+        }
+        printf("  %-34s %lld/%lld/%lld/%lld keys%s: vs double reference %.3g; steps of 2, 3, 4 queries = alone (memcmp)\n", c->name,
+               (long long)nk[0], (long long)nk[1], (long long)nk[2], (long long)nk[3], path, worst);
+        free(alone);
+        free(out);
+    }
+    seq_free(&seqs[0]);
+    seq_free(&seqs[1]);
+}
+
+static void decode_shapes(void **state) {
+    (void)state;
+    /* P, Q: the long and the short sequence's query positions (each also at P - 1, Q - 1) */
+    static const acase cases[] = {
+        { "decode window 64 x 512, fp8, OFFICIAL", 64, 512, 64, DSV4_KV_FP8, 0, 1, 64, 62 },          /* 64/65, 62/63 keys */
+        { "decode HCA 64 x 512, bf16, EXACT", 64, 512, 64, DSV4_KV_BF16, 128, 0, 8319, 300 },        /* 192/193, 130 */
+        { "decode HCA 64 x 512, fp8, EXACT", 64, 512, 64, DSV4_KV_FP8, 128, 0, 8319, 200 },          /* 192/193, 129/129 */
+        { "decode CSA 64 x 512, fp8, OFFICIAL", 64, 512, 64, DSV4_KV_FP8, 4, 1, 259, 100 },          /* 192/193, 125/126 */
+        { "decode CSA 64 x 512, bf16, OFFICIAL", 64, 512, 64, DSV4_KV_BF16, 4, 1, 255, 63 },         /* 191/192, 78/80 */
+        { "decode window 8 x 96 (R 32), bf16, EXACT", 8, 96, 32, DSV4_KV_BF16, 0, 0, 200, 70 },       /* 128, 70/71 */
+        { "decode CSA 20 x 88 (R 24), fp8, OFFICIAL", 20, 88, 24, DSV4_KV_FP8, 4, 1, 259, 100 },      /* 192/193, 125/126 */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) decode_case(&cases[i]);
+}
+
 int main(void) {
 #ifndef ATT_TEST_EMULATE
     dsv4_error why;
@@ -454,6 +537,7 @@ int main(void) {
         cmocka_unit_test(hca_fp8_official),
         cmocka_unit_test(csa_top512),
         cmocka_unit_test(window_and_odd_shapes),
+        cmocka_unit_test(decode_shapes),
     };
     return cmocka_run_group_tests_name("gpu attention on long key lists", tests, NULL, NULL);
 }

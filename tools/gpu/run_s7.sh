@@ -5,6 +5,7 @@
 #   suite    the GPU suite
 #   bits     logits of dsv4 = dsv4-old (three models x fp8 / bf16 KV, one call; cmp) and of each runtime switch
 #   ab       Flash decode at prompt 256: dsv4, dsv4-old, each staged variant, DSV4_CUDA_PDL=1 / 2, ENV_AB switches
+#   micro    test_gpu_mma --bench-experts, test_gpu_gemm --bench
 #   ncu      ncu over one decode step (caches not flushed): time per kernel
 #   profile  bench --profile: an 8K prefill, a decode step, and the 64-stream decode step, per stage
 #   final    decode, 8 / 32 / 64 streams, the verify step, an 8K prefill, decode after 4K / 128K / 1M (fp8 KV)
@@ -43,7 +44,9 @@ fi
 if has ab; then
   echo "== decode A/B (prompt 256, 48 tokens):"
   for r in $(seq 1 ${AB_ROUNDS:-2}); do
-    for v in "dsv4" "dsv4-old" ${VARIANTS:-} "DSV4_CUDA_PDL=1 dsv4" "DSV4_CUDA_PDL=2 dsv4" ${ENV_AB:-}; do
+    pdl=""; [ "${AB_PDL:-1}" = 1 ] && pdl="DSV4_CUDA_PDL=1@dsv4 DSV4_CUDA_PDL=2@dsv4"
+    for v in dsv4 dsv4-old ${VARIANTS:-} $pdl ${ENV_AB:-}; do   # NAME=VALUE@binary: a binary under a switch
+      v=${v//@/ }
       set -- $v; b=${!#}; envs=("${@:1:$#-1}")
       [ -x .gpu/$b ] || continue
       env "${envs[@]}" timeout 60 .gpu/$b bench --synthetic flash --device cuda --mode official --prompt 256 --decode 48 --no-bandwidth \
@@ -51,6 +54,12 @@ if has ab; then
       printf "%-40s round %d: %s\n" "$v" $r "$(grep -E '^decode, 1' $L/ab.log)"
     done
   done
+fi
+if has micro; then   # the kernels' own benchmarks (helpers fp4load and gemm)
+  timeout 60 .gpu/gputests/test_gpu_mma --bench-experts >$L/bench_experts.log 2>&1
+  timeout 90 .gpu/gputests/test_gpu_gemm --bench >$L/bench_gemm.log 2>&1
+  echo "== expert micro-benchmark:"; tail -14 $L/bench_experts.log
+  echo "== GEMM micro-benchmark:"; tail -16 $L/bench_gemm.log
 fi
 if has ncu; then
   NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1 || echo /usr/local/cuda/bin/ncu)
@@ -63,6 +72,8 @@ fi
 if has profile; then
   timeout 90 $FLASH --prompt 8192 --decode 2 --no-bandwidth --profile >$L/profile_prefill.log 2>&1
   timeout 120 $FLASH --prompt 256 --decode 8 --no-bandwidth --streams 64 --profile >$L/profile_streams.log 2>&1
+  DSV4_CUDA_GEMM=0 timeout 90 $FLASH --prompt 8192 --decode 2 --no-bandwidth >$L/prefill_nogemm.log 2>&1
+  echo "== 8K prefill with DSV4_CUDA_GEMM=0: $(grep -E '^prefill' $L/prefill_nogemm.log)"
   echo "== profile, 8K prefill then decode:"; grep -vE "^(kv |model|synthetic|device)" $L/profile_prefill.log | head -60
   echo "== profile, 64 streams:"; sed -n '/per-stage time of/,$p' $L/profile_streams.log | head -30
 fi

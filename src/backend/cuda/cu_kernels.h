@@ -41,8 +41,10 @@ typedef struct {
     int fmt, kind, width, rope, nope, bytes;
 } cu_kvlay;
 
-/* The MoE plan of one step: (token, expert) pairs sorted by expert then token, cut into tiles of up to
- * CU_MOE_TILE pairs of one expert. */
+/* The MoE plan of one step: (token, expert) pairs sorted by expert then token, cut into tiles of up to `tile`
+ * pairs of one expert: CU_MOE_TILE (one n8 column of the tensor cores, the CUDA-core kernels' LIN_TILE), or a
+ * multiple of it for a long step on tensor cores, where an expert's weight is read once per tile (cu_moe_routed).
+ * Which tile a pair lands in never changes its row's bits (k_mma.cu, k_linear.cu). */
 #define CU_MOE_TILE 8
 typedef struct {
     int32_t *pair_token;   /* [T*K] */
@@ -50,6 +52,7 @@ typedef struct {
     int32_t *tile_expert, *tile_first, *tile_count;   /* [max_tiles] */
     int32_t *n_tiles;      /* [1] */
     int32_t *token_pairs;  /* [T][K]: the token's pairs in increasing expert id, then -1 */
+    int tile;              /* pairs a tile at most; 0 = CU_MOE_TILE (cu_moe_plan_build sets it) */
 } cu_moe_plan;
 
 /* ---- synthetic weights (k_synth.cu, model/synthetic.h) ------------------------------------------------------- */
@@ -97,11 +100,12 @@ void cu_act_quant(cu_stream st, const float *x, int ldx, float *y, int ldy, int 
  * [T][CU_MIX] floats: post[8] then comb[64]. norm non-NULL: then also the sub-layer's RMSNorm of u into xn
  * [T][d] by the same block, with cu_rmsnorm's order and bits (each thread's u elements are the ones its
  * sum_squares would take, in the same order): one launch a sub-layer fewer. xq non-NULL (with norm): xn also
- * packed for the tensor cores into xq / xqs (cu_mma.h; the bytes of cu_mma_pack_act) by the same block. */
+ * packed for the tensor cores into xq / xqs (cu_mma.h; the bytes of cu_mma_pack_act) by the same block; xb non-NULL
+ * (with norm): xn also as bf16 into xb (row stride ldb; the bytes of cu_mma16_pack) for the BF16-input linears. */
 #define CU_MIX 72
 void cu_hc_pre_finish(cu_stream st, int official, const float *mixraw, const float *X, int T, int hc, int d,
                       const float *base, const float *scale, float hc_eps, float norm_eps, int iters, float *u, float *mix,
-                      const float *norm, float *xn, uint8_t *xq, int ldq, float *xqs, int lds);
+                      const float *norm, float *xn, uint8_t *xq, int ldq, float *xqs, int lds, uint16_t *xb, int ldb);
 /* X_k <- post[k] f + sum_j comb[j][k] X_j (core/hc.c hc_post), j in order. */
 void cu_hc_post(cu_stream st, int official, const float *f, const float *mix, float *X, int T, int hc, int d);
 /* cu_hc_post after the MoE, its f made in place: f[t] = round(sum of the token's expert rows ey[token_pairs[t][k]] in
@@ -242,6 +246,10 @@ void cu_route(cu_stream st, float *logits, const float *bias, const int32_t *tid
 /* Pairs by expert then token (a token naming an expert twice counts once), tiles, and each token's pairs in
  * increasing expert id. One block; counts and positions are integers. */
 void cu_moe_plan_build(cu_stream st, const int32_t *route_e, const float *route_w, int T, int K, int E, cu_moe_plan *p);
+/* The most tiles a plan of P pairs over E experts in tiles of `tile` pairs can have. */
+static inline int cu_moe_tiles_max(int64_t P, int E, int tile) {
+    return (int)(P / (tile > 0 ? tile : CU_MOE_TILE) + (E < P ? E : P) + 1);
+}
 /* counts[e] += 1 for each token's distinct experts in route_e [T][K] (dsv4 profile; integer atomics: the sum does
  * not depend on their order). */
 void cu_count_routes(cu_stream st, const int32_t *route_e, int T, int K, unsigned long long *counts);

@@ -90,7 +90,7 @@ static int scratch_ensure(cu_ep_rank *rk, const dsv4_config *c, int T, int *fail
     if (T < 16) T = 16;
     scratch_free(rk);
     const size_t d = (size_t)c->dim, P = (size_t)T * (size_t)c->n_act, I = (size_t)c->moe_inter;
-    const size_t tiles = P / CU_MOE_TILE + (size_t)(c->n_routed < (int)P ? c->n_routed : (int)P) + 1;
+    const size_t tiles = (size_t)cu_moe_tiles_max((int64_t)P, c->n_routed, CU_MOE_TILE);
     cu_moe_bufs *b = &rk->b;
     b->xn = take(rk, sizeof(float) * (size_t)T * d, failed);
     b->x8 = take(rk, sizeof(float) * (size_t)T * d, failed);

@@ -9,6 +9,7 @@
 #include "backend/cuda/cuda_ep.h"
 #include "backend/cuda/cuda_host_experts.h"
 #include "backend/cuda/cu_graph.h"
+#include "backend/cuda/cu_mma_gemm.h"
 #include "backend/cpu/pool.h"
 #include "model/expert_place.h"
 #include "model/footprint.h"
@@ -431,6 +432,9 @@ static int init_ranks(struct cuda_model *cm, const struct dsv4_model *m, int n, 
  *   DSV4_CUDA_MMA       OFFICIAL mode's FP8/FP4 linears of act-quantized rows on FP8 tensor cores (k_mma.cu) and its
  *                       linears of bf16-valued inputs with BF16 or FP8 weights on BF16 tensor cores (k_mma16.cu),
  *                       default on; 0 = both on CUDA cores (k_linear.cu). EXACT mode never uses them.
+ *   DSV4_CUDA_GEMM      the FP8/FP4 tensor-core linears of >= CU_MMA_GEMM_MIN_T tokens (and the routed experts of
+ *                       steps that large) as a shared-memory tiled GEMM (k_mma_gemm.cu), default on; 0 = k_mma.cu's small tiles at every T. The same bits either way
+ *                       (process-wide: the last load's setting holds).
  *   DSV4_CUDA_IDX_MMA   OFFICIAL indexer scores on int8 tensor cores (k_indexer.cu, exact block sums of the FP4
  *                       operands), default on; 0 = the fp32 scores.
  *   DSV4_CUDA_ATT_MMA   OFFICIAL attention scores and P.V on bf16 tensor cores (k_attention.cu k_att_scores_mma /
@@ -455,11 +459,12 @@ static int env_switch(const char *name, int dflt, const char *what, int *on, dsv
 
 int cuda_model_init(struct dsv4_model *m, const cuda_placement *p, dsv4_error *err) {
     const int gpu = p->gpu;
-    int n_gpus = p->n_gpus, graphs_on, pdl_on /* CU_PDL_* */, mma_on, idx_mma_on, att_mma_on;
+    int n_gpus = p->n_gpus, graphs_on, pdl_on /* CU_PDL_* */, mma_on, gemm_on, idx_mma_on, att_mma_on;
     if (env_switch("DSV4_CUDA_GRAPHS", 1, "CUDA graphs", &graphs_on, err) ||
         env_choice("DSV4_CUDA_PDL", CU_PDL_OFF, CU_PDL_EXIT,
                    "0 (plain edges in the CUDA graphs), 1 (programmatic from launch completion) or 2 (from exit)", &pdl_on, err) ||
         env_switch("DSV4_CUDA_MMA", 1, "tensor cores in OFFICIAL mode", &mma_on, err) ||
+        env_switch("DSV4_CUDA_GEMM", 1, "the tiled GEMM for many tokens", &gemm_on, err) ||
         env_switch("DSV4_CUDA_IDX_MMA", 1, "indexer scores on tensor cores in OFFICIAL mode", &idx_mma_on, err) ||
         env_switch("DSV4_CUDA_ATT_MMA", 0, "tensor-core attention in OFFICIAL mode", &att_mma_on, err))
         return DSV4_E_ARG;
@@ -491,6 +496,7 @@ int cuda_model_init(struct dsv4_model *m, const cuda_placement *p, dsv4_error *e
     cm->key_limit = cu_attention_key_limit(m->cfg.n_heads, m->cfg.head_dim);
     cm->graphs_on = graphs_on;
     cm->mma_on = mma_on;   /* used in OFFICIAL steps only (cuda_step.c) */
+    cu_mma_gemm_set(gemm_on ? CU_MMA_GEMM_MIN_T : 0, gemm_on ? CU_MMA_GEMM_MIN_TILES : 0);   /* the same bits either way: a speed switch */
     cm->idx_mma_on = idx_mma_on;
     cm->att_mma_on = att_mma_on;
     m->cuda = cm;

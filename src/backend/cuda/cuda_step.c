@@ -58,10 +58,7 @@ static void *take(ws_alloc *a, size_t n) {
 /* Tiles a step of T tokens can need: sum over experts of ceil(n_e / TILE) <= T*K / TILE + (experts in use). The
  * expert kernels launch this many (the plan is on the device); sized by the step's T, not the scratch's
  * capacity, or a decode step would launch the tiles of the longest prefill and retire them empty. */
-static int moe_max_tiles(const dsv4_config *c, int T) {
-    const int64_t P = (int64_t)T * c->n_act;
-    return (int)(P / CU_MOE_TILE + (c->n_routed < P ? c->n_routed : P) + 1);
-}
+static int moe_max_tiles(const dsv4_config *c, int T) { return cu_moe_tiles_max((int64_t)T * c->n_act, c->n_routed, CU_MOE_TILE); }
 
 static void lay_out(ws_alloc *a, const dsv4_config *c, int T, int items, int64_t idx_rows, int64_t att_keys, size_t kv_row_bytes) {
     cu_workspace *ws = a->ws;
@@ -311,11 +308,16 @@ static void step_hc_pre(step_ctx *s, const cu_hc *h, const float *norm) {
     const int nmix = hc_mix_count(c->hc_mult);
     cu_linear(s->st, &h->fn, ws->X, s->T, c->hc_mult * c->dim, ws->mixraw, nmix);
     /* the RMSNorm into xn fused (cu_kernels.h), and with tensor cores xn packed into ws->xq for every FP8/FP4 linear
-     * that reads it (wq_a, wkv; the routed and shared experts) */
+     * that reads it (wq_a, wkv; the routed and shared experts) and into ws->xb for the BF16-input ones (the
+     * compressors, weights_proj, the router: xn_packed16) */
     cu_hc_pre_finish(s->st, s->official, ws->mixraw, ws->X, s->T, c->hc_mult, c->dim, h->base, h->scale, c->hc_eps, c->norm_eps,
                      c->hc_iters, ws->u, ws->mix, norm, ws->xn, s->mma ? ws->xq : NULL, cu_mma_ld(c->dim), ws->xqs,
-                     cu_mma_lds(c->dim));
+                     cu_mma_lds(c->dim), s->mma ? ws->xb : NULL, cu_mma16_ld(c->dim));
 }
+
+/* Whether ws->xb holds xn as bf16 (step_hc_pre wrote it with tensor cores on; wo_a's packing of the attention's
+ * output replaces it later in the sub-layer, after the compressors have read it). */
+static int xn_packed16(const step_ctx *s) { return s->mma; }
 
 /* The query and key projections (core/attention.c attention_qkv): ws->q [T][H][D] and ws->kv [T][D], normalised
  * and rotated later by cu_attn_prepare (step_attention); ws->qr (the indexer's input); ws->x8 the OFFICIAL FP8 copy
@@ -368,7 +370,7 @@ static void step_attention(step_ctx *s, const cu_layer *ly, int L) {
      * (each weight's rows have the bits of its own launch; a decode step's small weights wait on memory latency, not
      * on bandwidth, so five launches cost about five times one). A weight the kernel does not take: all on CUDA cores. */
     int on_tc = 0;
-    if (ly->ratio && pack16_if(s, ws->xn, T, d)) {
+    if (ly->ratio && xn_packed16(s)) {
         const cu_mma16_out outs[5] = { { &ly->comp.wkv, ws->ck, cw }, { &ly->comp.wgate, ws->cz, cw }, { &ly->icomp.wkv, ws->ick, 2 * cI },
                                        { &ly->icomp.wgate, ws->icz, 2 * cI }, { &ly->idx_weights_proj, ws->wi, nI, 1 } };
         on_tc = !cu_mma16_linear_multi(s->st, outs, ly->ratio == 4 ? 5 : 2, ws->xb, cu_mma16_ld(d), T, NULL);
@@ -452,7 +454,7 @@ static void step_moe(step_ctx *s, const cu_layer *ly, int L) {
     const dsv4_config *c = &s->m->cfg;
     cu_workspace *ws = s->ws;
     const int T = s->T, d = c->dim, E = c->n_routed, K = c->n_act, tiles = moe_max_tiles(c, T);
-    linear16(s, pack16_if(s, ws->xn, T, d), &ly->gate, 1, ws->xn, T, d, 0, ws->router, E, 0);   /* xn is bf16 */
+    linear16(s, xn_packed16(s), &ly->gate, 1, ws->xn, T, d, 0, ws->router, E, 0);   /* xn is bf16, packed by step_hc_pre */
     cu_route(s->st, ws->router, ly->gate_bias, ly->hash_routed ? ly->tid2eid : NULL, ws->tok, T, E, K, c->route_scale, ws->route_e,
              ws->route_w);
     if (L >= 0 && s->cm->route_counts && ly == &s->cm->layers[L])   /* main layers only (dsv4 profile) */

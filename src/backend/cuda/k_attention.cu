@@ -387,8 +387,9 @@ extern "C" void cu_dspark_ring_write(cu_stream st, const float *kv, int n, int D
  * V4 has one KV head: every query head of a token reads the same stored rows. So the work of one query (token) is
  * cut by keys, not by heads: its key list (window positions in order, then the compressed rows in order: index
  * i = 0 .. nk-1) is split into chunks of ATT_KC consecutive indices, chunk c = keys [ATT_KC c, ATT_KC (c + 1)), and
- * each block takes one chunk of one query for ATT_HG heads at once, so a row is read once per query and head group,
- * decoded to fp32 in shared memory. Three launches per group of queries:
+ * each block takes one chunk of one query for a group of heads at once (ATT_SHG heads in k_att_scores, ATT_PHG in
+ * k_att_pv, ATT_HG in the tensor-core kernels), so a row is read once per query and head group, decoded to fp32 in
+ * shared memory. Three launches per group of queries:
  *   k_att_scores   block (chunk, head group, query): score s[h][i] = dot(q_h, k_i) * (1/sqrt(D)), the dot by one
  *                  thread with fmaf from 0.0f over columns j = 0, 1, ..., D-1 in order; the chunk's max per head.
  *   k_att_pv       block (chunk, head group x column slice, query): M_h = max of every chunk's max (a max: exact in
@@ -399,13 +400,30 @@ extern "C" void cu_dspark_ring_write(cu_stream st, const float *kv, int n, int D
  *                  bf16_if((out_0[j] + out_1[j] + ...) * (1 / den)) (chunks in order, from 0.0f), de-rotated at p.
  * Every number above depends only on the query's key set (its position and selection): the chunk boundaries are
  * fixed key indices, the maximum is exact, and each sum has one order, kept by one thread, without atomics. How
- * many queries share a launch (the scratch, cu_attention_scratch_floats) only decides who computes what.
+ * many queries share a launch (the scratch, cu_attention_scratch_floats) only decides who computes what, and so do
+ * the head groups: a head's scores and outputs are its own chains whichever heads share its block, so the group
+ * sizes (fixed at compile time, never by the launch) only set how many blocks a query's chunk gives — at decode,
+ * one query of a few chunks, that is how many SMs work (all 64 heads in one block: 2 blocks for a 128-key window).
  * The semantics are core/attention.c sink_attention_kv's: one max over all keys before any exponent (so the bf16
  * rounding of OFFICIAL mode sees the CPU's probabilities, not rescaled ones), the sink in the denominator only. */
 #define ATT_KC 64      /* keys a chunk */
-#define ATT_HG 64      /* heads a block */
-#define ATT_DS 64      /* columns a shared-memory slice */
-#define ATT_CT 256     /* threads of k_att_scores and k_att_pv: 16 x 16 tiles of 4 x 4 */
+#define ATT_HG 64      /* heads a block of the tensor-core kernels; the most of any */
+#define ATT_DS 64      /* columns a block of k_att_pv (a shared-memory slice of the chunk's rows) */
+/* Heads a block of k_att_scores and of k_att_pv (multiples of 16 up to ATT_HG; 4 threads a head, 4 x 4 tiles) and
+ * the columns of k_att_scores's shared slices. Scores: 16 heads a block, so a decode query's chunk spreads over 4
+ * blocks (64 heads), each of 2 warps doing the same per-thread work as the 256-thread block before; 32-column slices
+ * keep its shared memory (11.5 KB) small enough that large launches hold as many warps an SM as before (24: the
+ * registers bound both). P.V keeps 64 heads: it already has D / 64 column slices a chunk. -DATT_SHG=64 -DATT_SDS=64
+ * is the grid before the split (for an A/B; the same bits, tools/gpu/shim/shim_attention_ab.sh). */
+#ifndef ATT_SHG
+#define ATT_SHG 16
+#endif
+#ifndef ATT_SDS
+#define ATT_SDS 32
+#endif
+#ifndef ATT_PHG
+#define ATT_PHG 64
+#endif
 #define ATT_COMBINE_T 128
 #define ATT_UNROLL 8    /* chunks whose loads k_att_combine issues at once */
 #define ATT_GROUP_MAX 4096                       /* queries a launch (grid z) */
@@ -470,16 +488,65 @@ struct att_args {
     int ring_len, W, ratio, topk;
 };
 
-/* Thread tile of k_att_scores: keys r0 + 16 a (a = 0..3) x heads h0 + b (b = 0..3) of the block's head group; a
- * half-warp shares h0 (its q loads are broadcasts) and reads 16 distinct key rows (rows padded by 4 floats: the
- * float4 loads of 8 consecutive rows cover the 32 banks). */
-__global__ void __launch_bounds__(ATT_CT) k_att_scores(att_args A, const float *q, int t0, int nch, int H, int D, float *scratch) {
+/* Rows r < nkc, columns [j0, j0 + DS) of the chunk's stored rows kp[] into dst[r][0 .. DS) as fp32 (zeros past nkc and
+ * past D), by NT threads: thread x takes column x mod DS of rows x / DS + (NT / DS) u, in phases of up to MAXPH rows
+ * whose loads are all issued before the first is decoded (one round trip to memory a phase, not one an element; the
+ * phase bounds the registers that hold the loads). */
+template <int F, int NT, int DS, int LD, int MAXPH>
+__device__ __forceinline__ void att_load_rows(const cu_kvlay &lay, const uint8_t *const *kp, int nkc, int j0, int D, float (*dst)[LD]) {
+    constexpr int PER = ATT_KC * DS / NT, PH = PER < MAXPH ? PER : MAXPH;
+    static_assert(NT % DS == 0 && PER % PH == 0 && DS <= LD, "att_load_rows: a thread's column is fixed");
+    const int jj = threadIdx.x % DS, j = j0 + jj, r0 = threadIdx.x / DS;
+    const bool jv = j < D;
+    const kv_col<F> col(lay, jv ? j : 0);
+#pragma unroll
+    for (int u0 = 0; u0 < PER; u0 += PH) {
+        uint32_t b[PH];
+#pragma unroll
+        for (int u = 0; u < PH; u++) {
+            const int r = r0 + (NT / DS) * (u0 + u);
+            b[u] = jv && r < nkc ? col.bits(kp[r]) : 0u;
+        }
+#pragma unroll
+        for (int u = 0; u < PH; u++) {
+            const int r = r0 + (NT / DS) * (u0 + u);
+            dst[r][jj] = jv && r < nkc ? col.value(b[u]) : 0.0f;
+        }
+    }
+}
+
+/* Asks L2 for the whole of each of the chunk's nkc stored rows (every 128-byte line a row touches; only addresses inside the row), so that the slices
+ * that follow, each a few bytes of every row, wait for L2 rather than for memory (at decode the rows are cold: the
+ * step has streamed the weights through L2 since the layer wrote them). A hint: it changes no value. */
+__device__ __forceinline__ void att_prefetch_rows(const cu_kvlay &lay, const uint8_t *const *kp, int nkc, int nt) {
+#if defined(__CUDA_ARCH__)
+    const int lines = (lay.bytes + 127) / 128 + 1;   /* a row at any address */
+    for (int x = threadIdx.x; x < nkc * lines; x += nt) {
+        const int off = 128 * (x % lines);   /* the last: the row's last byte (its line, where the row ends past a line) */
+        const uint8_t *a = kp[x / lines] + (off < lay.bytes ? off : lay.bytes - 1);
+        asm volatile("prefetch.L2 [%0];" ::"l"(a));
+    }
+#else
+    (void)lay; (void)kp; (void)nkc; (void)nt;
+#endif
+}
+
+/* Thread tile of k_att_scores: keys r0 + 16 a (a = 0..3) x heads h0 + b (b = 0..3) of the block's HB heads (4 HB
+ * threads); a half-warp shares h0 (its q loads are broadcasts) and reads 16 distinct key rows (rows padded by 4
+ * floats: the float4 loads of 8 consecutive rows cover the 32 banks). Each slice of ATT_SDS columns is loaded in
+ * two phases: every load of the thread (q and the rows' stored bits) is issued, then the values are decoded into
+ * shared memory, so a slice costs one round trip to memory, not one per element. */
+template <int HB, int F>
+__global__ void __launch_bounds__(4 * HB, 768 / (4 * HB)) k_att_scores(att_args A, const float *q, int t0, int nch, int H, int D, float *scratch) {
     dev_grid_wait();
-    __shared__ __align__(16) float qs[ATT_HG][ATT_DS + 4];
-    __shared__ __align__(16) float ks[ATT_KC][ATT_DS + 4];
+    constexpr int NT = 4 * HB, DS = ATT_SDS;
+    constexpr int QPT = HB * DS / NT;   /* a thread's q elements of a slice */
+    static_assert(HB % 16 == 0 && HB <= ATT_HG && DS % 4 == 0, "k_att_scores: tile");
+    __shared__ __align__(16) float qs[HB][DS + 4];
+    __shared__ __align__(16) float ks[ATT_KC][DS + 4];
     __shared__ const uint8_t *kp[ATT_KC];
-    const int slot = blockIdx.z, t = t0 + slot, c = blockIdx.x, hb = blockIdx.y * ATT_HG;
-    const int hn = H - hb < ATT_HG ? H - hb : ATT_HG;
+    const int slot = blockIdx.z, t = t0 + slot, c = blockIdx.x, hb = blockIdx.y * HB;
+    const int hn = H - hb < HB ? H - hb : HB;
     const int64_t p = A.pos[t];
     const att_keys K = att_keys_of(p, t, A.W, A.ratio, A.n_sel);
     const int k0 = c * ATT_KC;
@@ -488,8 +555,8 @@ __global__ void __launch_bounds__(ATT_CT) k_att_scores(att_args A, const float *
     const int item = A.item_of[t];
     const cu_item it = A.items[item];
     const cu_seq_layer L = A.sl[item];
-    if (threadIdx.x < nkc)
-        kp[threadIdx.x] = att_key_row(A.lay, K, k0 + threadIdx.x, it, L, A.kvs, A.ring_len, A.ratio, A.sel + (int64_t)t * A.topk);
+    for (int i = threadIdx.x; i < nkc; i += NT)
+        kp[i] = att_key_row(A.lay, K, k0 + i, it, L, A.kvs, A.ring_len, A.ratio, A.sel + (int64_t)t * A.topk);
     const int r0 = threadIdx.x % 16, h0 = 4 * (threadIdx.x / 16);
     float acc[4][4];
 #pragma unroll
@@ -497,19 +564,25 @@ __global__ void __launch_bounds__(ATT_CT) k_att_scores(att_args A, const float *
 #pragma unroll
         for (int b = 0; b < 4; b++) acc[a][b] = 0.0f;
     const float *qt = q + ((int64_t)t * H + hb) * D;
-    for (int j0 = 0; j0 < D; j0 += ATT_DS) {
-        __syncthreads();   /* kp is written (first slice); the previous slice is consumed */
-        for (int e = threadIdx.x; e < ATT_HG * ATT_DS; e += ATT_CT) {
-            const int h = e / ATT_DS, jj = e % ATT_DS, j = j0 + jj;
-            qs[h][jj] = h < hn && j < D ? qt[(int64_t)h * D + j] : 0.0f;
+    __syncthreads();   /* kp is written */
+    att_prefetch_rows(A.lay, kp, nkc, NT);
+    for (int j0 = 0; j0 < D; j0 += DS) {
+        __syncthreads();   /* the previous slice is consumed */
+        float qv[QPT];   /* q's loads in flight with the rows' */
+#pragma unroll
+        for (int u = 0; u < QPT; u++) {
+            const int e = threadIdx.x + NT * u, h = e / DS, j = j0 + e % DS;
+            qv[u] = h < hn && j < D ? qt[(int64_t)h * D + j] : 0.0f;
         }
-        for (int e = threadIdx.x; e < ATT_KC * ATT_DS; e += ATT_CT) {
-            const int r = e / ATT_DS, jj = e % ATT_DS, j = j0 + jj;
-            ks[r][jj] = r < nkc && j < D ? kv_elem(A.lay, kp[r], j) : 0.0f;
+        att_load_rows<F, NT, DS, DS + 4, 16>(A.lay, kp, nkc, j0, D, ks);
+#pragma unroll
+        for (int u = 0; u < QPT; u++) {
+            const int e = threadIdx.x + NT * u;
+            qs[e / DS][e % DS] = qv[u];
         }
         __syncthreads();
         /* columns past D are zeros on both sides: fmaf(0, 0, acc) = acc, the order over the real columns stands */
-        for (int jj = 0; jj < ATT_DS; jj += 4) {
+        for (int jj = 0; jj < DS; jj += 4) {
             float4 q4[4], r4[4];
 #pragma unroll
             for (int b = 0; b < 4; b++) q4[b] = *(const float4 *)&qs[h0 + b][jj];
@@ -539,18 +612,23 @@ __global__ void __launch_bounds__(ATT_CT) k_att_scores(att_args A, const float *
     }
 }
 
-/* Thread tile of k_att_pv: heads h0 + b (b = 0..3) x columns 4 c4 .. 4 c4 + 3 of the block's column slice. */
-__global__ void __launch_bounds__(ATT_CT) k_att_pv(int official, att_args A, int t0, int nch, int H, int D, float *scratch) {
+/* Thread tile of k_att_pv: heads h0 + b (b = 0..3) of the block's HB x columns 4 c4 .. 4 c4 + 3 of its column slice
+ * (4 HB threads). The scores and the slice of rows are loaded in two phases, as k_att_scores's. */
+template <int HB, int F>
+__global__ void __launch_bounds__(4 * HB, 1280 / (4 * HB)) k_att_pv(int official, att_args A, int t0, int nch, int H, int D, float *scratch) {
     dev_grid_wait();
-    __shared__ __align__(16) float pt[ATT_HG][ATT_KC + 4];   /* [head][key]: e, then bf16_if(e) */
-    __shared__ __align__(16) float vs[ATT_KC][ATT_DS];      /* the slice of the chunk's rows */
+    constexpr int NT = 4 * HB;
+    constexpr int SPT = HB * ATT_KC / NT;   /* a thread's scores */
+    static_assert(HB % 16 == 0 && HB <= ATT_HG && ATT_DS == 64 && SPT % 8 == 0, "k_att_pv: tile (16 x 4 columns a slice)");
+    __shared__ __align__(16) float pt[HB][ATT_KC + 4];   /* [head][key]: e, then bf16_if(e) */
+    __shared__ __align__(16) float vs[ATT_KC][ATT_DS];  /* the slice of the chunk's rows */
     __shared__ const uint8_t *kp[ATT_KC];
-    __shared__ float red[ATT_CT / ATT_HG][ATT_HG];
-    __shared__ float Ms[ATT_HG];
-    const int n_hg = (H + ATT_HG - 1) / ATT_HG;
+    __shared__ float red[NT / HB][HB];
+    __shared__ float Ms[HB];
+    const int n_hg = (H + HB - 1) / HB;
     const int slot = blockIdx.z, t = t0 + slot, c = blockIdx.x;
-    const int hb = (int)(blockIdx.y % n_hg) * ATT_HG, j0 = (int)(blockIdx.y / n_hg) * ATT_DS;
-    const int hn = H - hb < ATT_HG ? H - hb : ATT_HG;
+    const int hb = (int)(blockIdx.y % n_hg) * HB, j0 = (int)(blockIdx.y / n_hg) * ATT_DS;
+    const int hn = H - hb < HB ? H - hb : HB;
     const att_keys K = att_keys_of(A.pos[t], t, A.W, A.ratio, A.n_sel);
     const int k0 = c * ATT_KC;
     if (k0 >= K.nk) return;
@@ -560,29 +638,42 @@ __global__ void __launch_bounds__(ATT_CT) k_att_pv(int official, att_args A, int
     const int item = A.item_of[t];
     const cu_item it = A.items[item];
     const cu_seq_layer L = A.sl[item];
-    if (threadIdx.x < nkc)
-        kp[threadIdx.x] = att_key_row(A.lay, K, k0 + threadIdx.x, it, L, A.kvs, A.ring_len, A.ratio, A.sel + (int64_t)t * A.topk);
+    for (int i = threadIdx.x; i < nkc; i += NT)
+        kp[i] = att_key_row(A.lay, K, k0 + i, it, L, A.kvs, A.ring_len, A.ratio, A.sel + (int64_t)t * A.topk);
     const att_scratch X = att_scratch_of(scratch, slot, nch, H, D);
     {   /* M_h over every chunk of the query */
-        const int h = threadIdx.x % ATT_HG, part = threadIdx.x / ATT_HG;
+        const int h = threadIdx.x % HB, part = threadIdx.x / HB;
         float mx = -INFINITY;
         if (h < hn)
 #pragma unroll 8
-            for (int cc = part; cc < qch; cc += ATT_CT / ATT_HG) mx = fmaxf(mx, X.cmax[(int64_t)cc * H + hb + h]);
+            for (int cc = part; cc < qch; cc += NT / HB) mx = fmaxf(mx, X.cmax[(int64_t)cc * H + hb + h]);
         red[part][h] = mx;
     }
     __syncthreads();
-    if (threadIdx.x < ATT_HG) {
+    if (threadIdx.x < HB) {
         float mx = red[0][threadIdx.x];
-        for (int part = 1; part < ATT_CT / ATT_HG; part++) mx = fmaxf(mx, red[part][threadIdx.x]);
+        for (int part = 1; part < NT / HB; part++) mx = fmaxf(mx, red[part][threadIdx.x]);
         Ms[threadIdx.x] = mx;
         if (c == 0 && j0 == 0 && threadIdx.x < hn) X.M[hb + threadIdx.x] = mx;
     }
     __syncthreads();
-    for (int e = threadIdx.x; e < ATT_HG * ATT_KC; e += ATT_CT) {
-        const int h = e / ATT_KC, i = e % ATT_KC;
-        pt[h][i] = h < hn && i < nkc ? expf(X.S[((int64_t)c * H + hb + h) * ATT_KC + i] - Ms[h]) : 0.0f;
+    /* e of the chunk's scores, then the slice's rows: loads in flight a phase at a time (8 scores, 4 rows a thread:
+     * the registers of the 256-thread block before, so large launches keep its occupancy) */
+#pragma unroll
+    for (int u0 = 0; u0 < SPT; u0 += 8) {
+        float sv[8];
+#pragma unroll
+        for (int u = 0; u < 8; u++) {
+            const int e = threadIdx.x + NT * (u0 + u), h = e / ATT_KC, i = e % ATT_KC;
+            sv[u] = h < hn && i < nkc ? X.S[((int64_t)c * H + hb + h) * ATT_KC + i] : 0.0f;
+        }
+#pragma unroll
+        for (int u = 0; u < 8; u++) {
+            const int e = threadIdx.x + NT * (u0 + u), h = e / ATT_KC, i = e % ATT_KC;
+            pt[h][i] = h < hn && i < nkc ? expf(sv[u] - Ms[h]) : 0.0f;
+        }
     }
+    att_load_rows<F, NT, ATT_DS, ATT_DS, 4>(A.lay, kp, nkc, j0, D, vs);
     __syncthreads();
     if (j0 == 0 && threadIdx.x < hn) {   /* the chunk's denominator part: its keys in order, by one thread */
         float den = 0.0f;
@@ -591,11 +682,7 @@ __global__ void __launch_bounds__(ATT_CT) k_att_pv(int official, att_args A, int
     }
     __syncthreads();
     if (official)   /* the probabilities P.V sees (the denominator above took them unrounded, as the CPU does) */
-        for (int e = threadIdx.x; e < ATT_HG * ATT_KC; e += ATT_CT) pt[e / ATT_KC][e % ATT_KC] = dev_round_bf16(pt[e / ATT_KC][e % ATT_KC]);
-    for (int e = threadIdx.x; e < ATT_KC * ATT_DS; e += ATT_CT) {
-        const int i = e / ATT_DS, jj = e % ATT_DS, j = j0 + jj;
-        vs[i][jj] = i < nkc && j < D ? kv_elem(A.lay, kp[i], j) : 0.0f;
-    }
+        for (int e = threadIdx.x; e < HB * ATT_KC; e += NT) pt[e / ATT_KC][e % ATT_KC] = dev_round_bf16(pt[e / ATT_KC][e % ATT_KC]);
     __syncthreads();
     const int c4 = threadIdx.x % 16, h0 = 4 * (threadIdx.x / 16);
     float acc[4][4];
@@ -666,7 +753,15 @@ __global__ void __launch_bounds__(ATT_CT) k_att_pv(int official, att_args A, int
  *   key's columns are consecutive, one 32-bit load per register). P.V: A = 16 heads x 16 keys of bf16(e) (shared
  *   ps[head][key]), B = 16 keys x 8 columns (shared vt[col][key], the chunk's rows stored transposed so that a
  *   register's two keys are consecutive). */
+#ifndef ATT_MMA_SPH
+#define ATT_MMA_SPH 4   /* scores a thread of k_att_pv_mma has in flight at once */
+#endif
+#ifndef ATT_MMA_PH
+#define ATT_MMA_PH 4    /* pairs of a row's elements a thread of the tensor-core kernels has in flight at once */
+#endif
+#ifndef ATT_SC
 #define ATT_SC 2        /* chunks a block of k_att_scores_mma (q's slice in shared memory serves both) */
+#endif
 #define ATT_SC_T (128 * ATT_SC) /* its threads: 4 warps a chunk, warp w = heads 16 (w mod 4) .. + 15 x chunk w / 4 */
 #define ATT_MS 64       /* columns a shared slice of k_att_scores_mma */
 #define ATT_PV_T 256    /* threads of k_att_pv_mma: 8 warps, warp w = heads 16 (w mod 4) .. + 15 x 64 columns */
@@ -706,12 +801,41 @@ __device__ __forceinline__ uint32_t bf16x2(float lo, float hi) {
     return (uint32_t)dev_f32_to_bf16(lo) | (uint32_t)dev_f32_to_bf16(hi) << 16;
 }
 
+/* As att_load_rows, as bf16 pairs for the tensor cores: rows r < nrows (of NR), columns [j0, j0 + 64) into dst[r][0 ..
+ * 64) (zeros past nrows and past D), thread x taking columns 2 (x mod 32), + 1 of rows x / 32 + (NT / 32) u. */
+template <int F, int NT, int NR, int LD, int MAXPH>
+__device__ __forceinline__ void att_load_pairs(const cu_kvlay &lay, const uint8_t *const *kp, int nrows, int j0, int D,
+                                               uint16_t (*dst)[LD]) {
+    constexpr int PER = NR * 32 / NT, PH = PER < MAXPH ? PER : MAXPH;
+    static_assert(NT % 32 == 0 && PER % PH == 0 && 64 <= LD, "att_load_pairs: a thread's columns are fixed");
+    const int jj = 2 * (threadIdx.x % 32), j = j0 + jj, r0 = threadIdx.x / 32;
+    const bool v0 = j < D, v1 = j + 1 < D;
+    const kv_col<F> c0(lay, v0 ? j : 0), c1(lay, v1 ? j + 1 : 0);
+#pragma unroll
+    for (int u0 = 0; u0 < PER; u0 += PH) {
+        uint32_t b[PH][2];
+#pragma unroll
+        for (int u = 0; u < PH; u++) {
+            const int r = r0 + (NT / 32) * (u0 + u);
+            b[u][0] = v0 && r < nrows ? c0.bits(kp[r]) : 0u;
+            b[u][1] = v1 && r < nrows ? c1.bits(kp[r]) : 0u;
+        }
+#pragma unroll
+        for (int u = 0; u < PH; u++) {
+            const int r = r0 + (NT / 32) * (u0 + u);
+            const bool rv = r < nrows;
+            *(uint32_t *)&dst[r][jj] = bf16x2(rv && v0 ? c0.value(b[u][0]) : 0.0f, rv && v1 ? c1.value(b[u][1]) : 0.0f);
+        }
+    }
+}
+
 /* Block (chunks ATT_SC b .. ATT_SC b + ATT_SC - 1, head group, query): the chunks' scores for the group's heads, S
  * and each chunk's max per head, as k_att_scores writes them. Warp w: heads 16 (w mod 4) .. + 15 x the 64 keys of
  * chunk ATT_SC b + w / 4 (8 tiles of 8 keys). Which chunks share a block changes no number (each score is its own
  * chain over the columns). */
-__global__ void __launch_bounds__(ATT_SC_T) k_att_scores_mma(att_args A, const float *q, int t0, int nch, int H, int D,
-                                                             float *scratch) {
+template <int F>
+__global__ void __launch_bounds__(ATT_SC_T, 768 / ATT_SC_T) k_att_scores_mma(att_args A, const float *q, int t0, int nch, int H,
+                                                                              int D, float *scratch) {
     dev_grid_wait();
     __shared__ __align__(16) uint16_t qs[ATT_HG][ATT_MS + 8];            /* rows of 36 words: a fragment load's 32 */
     __shared__ __align__(16) uint16_t ks[ATT_SC * ATT_KC][ATT_MS + 8];   /* lanes (4 g + qd) hit 32 distinct banks */
@@ -735,20 +859,26 @@ __global__ void __launch_bounds__(ATT_SC_T) k_att_scores_mma(att_args A, const f
 #pragma unroll
         for (int e = 0; e < 4; e++) acc[n][e] = 0.0f;
     const float *qt = q + ((int64_t)t * H + hb) * D;
+    __syncthreads();   /* kp is written */
+    att_prefetch_rows(A.lay, kp, nkb, ATT_SC_T);
     for (int j0 = 0; j0 < D; j0 += ATT_MS) {
-        __syncthreads();   /* kp is written (first slice); the previous slice is consumed */
-        for (int e = threadIdx.x; e < ATT_HG * ATT_MS / 2; e += ATT_SC_T) {
-            const int h = e / (ATT_MS / 2), jj = 2 * (e % (ATT_MS / 2)), j = j0 + jj;
+        __syncthreads();   /* the previous slice is consumed */
+        constexpr int QP = ATT_HG * ATT_MS / 2 / ATT_SC_T;   /* a thread's pairs of q: loads in flight, then stored */
+        float qv[QP][2];
+#pragma unroll
+        for (int u = 0; u < QP; u++) {
+            const int e = threadIdx.x + ATT_SC_T * u, h = e / (ATT_MS / 2), j = j0 + 2 * (e % (ATT_MS / 2));
             const float *qh = qt + (int64_t)h * D;
             const bool hv = h < hn;
-            *(uint32_t *)&qs[h][jj] = bf16x2(hv && j < D ? qh[j] : 0.0f, hv && j + 1 < D ? qh[j + 1] : 0.0f);
+            qv[u][0] = hv && j < D ? qh[j] : 0.0f;
+            qv[u][1] = hv && j + 1 < D ? qh[j + 1] : 0.0f;
         }
-        for (int e = threadIdx.x; e < ATT_SC * ATT_KC * ATT_MS / 2; e += ATT_SC_T) {
-            const int r = e / (ATT_MS / 2), jj = 2 * (e % (ATT_MS / 2)), j = j0 + jj;
-            const bool rv = r < nkb;
-            *(uint32_t *)&ks[r][jj] = bf16x2(rv && j < D ? kv_elem(A.lay, kp[r], j) : 0.0f,
-                                             rv && j + 1 < D ? kv_elem(A.lay, kp[r], j + 1) : 0.0f);
+#pragma unroll
+        for (int u = 0; u < QP; u++) {
+            const int e = threadIdx.x + ATT_SC_T * u;
+            *(uint32_t *)&qs[e / (ATT_MS / 2)][2 * (e % (ATT_MS / 2))] = bf16x2(qv[u][0], qv[u][1]);
         }
+        att_load_pairs<F, ATT_SC_T, ATT_SC * ATT_KC, ATT_MS + 8, ATT_MMA_PH>(A.lay, kp, nkb, j0, D, ks);
         __syncthreads();
         for (int kk = 0; kk < ATT_MS && j0 + kk < D; kk += 16) {
             const uint32_t a0 = ld_b32(&qs[hr][kk + 2 * qd]), a1 = ld_b32(&qs[hr + 8][kk + 2 * qd]);
@@ -789,7 +919,8 @@ __global__ void __launch_bounds__(ATT_SC_T) k_att_scores_mma(att_args A, const f
  * denominator part (slice 0's blocks), bf16(e) and the chunk's rows (transposed) in shared memory, the MMAs. Warp w:
  * heads 16 (w mod 4) .. + 15 x columns 64 (w / 4) .. + 63 of the slice (8 tiles of 8 columns), its accumulators
  * kept over the part. 47.8 KB of static shared memory (under the 48 KB a launch gets without an attribute). */
-__global__ void __launch_bounds__(ATT_PV_T) k_att_pv_mma(att_args A, int t0, int nch, int H, int D, float *scratch) {
+template <int F>
+__global__ void __launch_bounds__(ATT_PV_T, 3) k_att_pv_mma(att_args A, int t0, int nch, int H, int D, float *scratch) {
     dev_grid_wait();
     __shared__ __align__(16) float pt[ATT_HG][ATT_KC + 4];      /* [head][key]: e */
     __shared__ __align__(16) uint16_t ps[ATT_HG][ATT_KC + 8];   /* [head][key]: bf16(e) */
@@ -841,17 +972,44 @@ __global__ void __launch_bounds__(ATT_PV_T) k_att_pv_mma(att_args A, int t0, int
         const int k0 = c * ATT_KC, nkc = K.nk - k0 < ATT_KC ? K.nk - k0 : ATT_KC;
         const uint8_t *const *kc = kp + (c - c_first) * ATT_KC;   /* the chunk's rows */
         __syncthreads();   /* Ms and kp are written (first chunk); the previous chunk is consumed */
-        for (int e = threadIdx.x; e < ATT_HG * ATT_KC; e += ATT_PV_T) {
-            const int h = e / ATT_KC, i = e % ATT_KC;
-            const float x = h < hn && i < nkc ? expf(X.S[((int64_t)c * H + hb + h) * ATT_KC + i] - Ms[h]) : 0.0f;
-            pt[h][i] = x;
-            ps[h][i] = dev_f32_to_bf16(x);   /* the probabilities P.V sees; the denominator takes them unrounded */
+        /* the chunk's scores, ATT_MMA_SPH a thread at a time in flight, then e; the rows, ATT_MMA_PH pairs of keys */
+        static_assert(ATT_HG * ATT_KC % (ATT_MMA_SPH * ATT_PV_T) == 0 && ATT_PV_T % ATT_PS == 0, "k_att_pv_mma: loads");
+#pragma unroll
+        for (int u0 = 0; u0 < ATT_HG * ATT_KC / ATT_PV_T; u0 += ATT_MMA_SPH) {
+            float sv[ATT_MMA_SPH];
+#pragma unroll
+            for (int u = 0; u < ATT_MMA_SPH; u++) {
+                const int e = threadIdx.x + ATT_PV_T * (u0 + u), h = e / ATT_KC, i = e % ATT_KC;
+                sv[u] = h < hn && i < nkc ? X.S[((int64_t)c * H + hb + h) * ATT_KC + i] : 0.0f;
+            }
+#pragma unroll
+            for (int u = 0; u < ATT_MMA_SPH; u++) {
+                const int e = threadIdx.x + ATT_PV_T * (u0 + u), h = e / ATT_KC, i = e % ATT_KC;
+                const float x = h < hn && i < nkc ? expf(sv[u] - Ms[h]) : 0.0f;
+                pt[h][i] = x;
+                ps[h][i] = dev_f32_to_bf16(x);   /* the probabilities P.V sees; the denominator takes them unrounded */
+            }
         }
-        for (int e = threadIdx.x; e < ATT_PS * ATT_KC / 2; e += ATT_PV_T) {   /* the scores' and rows' loads in flight together */
-            const int jj = e % ATT_PS, i = 2 * (e / ATT_PS), j = j0 + jj;
+        {   /* thread x: column x mod ATT_PS of the keys 2 (x / ATT_PS) + 2 (ATT_PV_T / ATT_PS) u and the one after each */
+            constexpr int PAIRS = ATT_PS * ATT_KC / 2 / ATT_PV_T, PH = ATT_MMA_PH, STEP = 2 * (ATT_PV_T / ATT_PS);
+            const int jj = threadIdx.x % ATT_PS, j = j0 + jj, i0 = 2 * (threadIdx.x / ATT_PS);
             const bool jv = j < D;
-            *(uint32_t *)&vt[jj][i] = bf16x2(jv && i < nkc ? kv_elem(A.lay, kc[i], j) : 0.0f,
-                                             jv && i + 1 < nkc ? kv_elem(A.lay, kc[i + 1], j) : 0.0f);
+            const kv_col<F> col(A.lay, jv ? j : 0);
+#pragma unroll
+            for (int u0 = 0; u0 < PAIRS; u0 += PH) {
+                uint32_t b[PH][2];
+#pragma unroll
+                for (int u = 0; u < PH; u++) {
+                    const int i = i0 + STEP * (u0 + u);
+                    b[u][0] = jv && i < nkc ? col.bits(kc[i]) : 0u;
+                    b[u][1] = jv && i + 1 < nkc ? col.bits(kc[i + 1]) : 0u;
+                }
+#pragma unroll
+                for (int u = 0; u < PH; u++) {
+                    const int i = i0 + STEP * (u0 + u);
+                    *(uint32_t *)&vt[jj][i] = bf16x2(jv && i < nkc ? col.value(b[u][0]) : 0.0f, jv && i + 1 < nkc ? col.value(b[u][1]) : 0.0f);
+                }
+            }
         }
         __syncthreads();
         if (j0 == 0 && threadIdx.x < hn)   /* the part's keys in order, by one thread */
@@ -963,19 +1121,30 @@ extern "C" int cu_attention(cu_stream st, int official, int mma, cu_kvlay lay, c
     if (g > T) g = T;
     if (g > ATT_GROUP_MAX) g = ATT_GROUP_MAX;
     if (g < 1 || nch > INT32_MAX / ATT_KC) return -1;
+    if (!(lay.fmt == KV_F32 || lay.fmt == KV_BF16 || (lay.fmt == DSV4_KV_FP8 && lay.kind != ROW_INDEX))) return -1;   /* no other row holds keys */
     const att_args A = { lay, kvs, pos, item_of, items, sl, sel, n_sel, ring_len, W, ratio, topk };
     const unsigned n_hg = (unsigned)((H + ATT_HG - 1) / ATT_HG), n_sl = (unsigned)((D + ATT_DS - 1) / ATT_DS);
+    const unsigned n_sg = (unsigned)((H + ATT_SHG - 1) / ATT_SHG), n_pg = (unsigned)((H + ATT_PHG - 1) / ATT_PHG);
+    /* the row format as a template argument: branch-free loads (att_load_rows); a main row of the three formats */
+    void (*scores)(att_args, const float *, int, int, int, int, float *) = lay.fmt == KV_F32 ? k_att_scores<ATT_SHG, KV_F32>
+        : lay.fmt == KV_BF16 ? k_att_scores<ATT_SHG, KV_BF16> : k_att_scores<ATT_SHG, DSV4_KV_FP8>;
+    void (*pv)(int, att_args, int, int, int, int, float *) = lay.fmt == KV_F32 ? k_att_pv<ATT_PHG, KV_F32>
+        : lay.fmt == KV_BF16 ? k_att_pv<ATT_PHG, KV_BF16> : k_att_pv<ATT_PHG, DSV4_KV_FP8>;
+    void (*scores_mma)(att_args, const float *, int, int, int, int, float *) = lay.fmt == KV_F32 ? k_att_scores_mma<KV_F32>
+        : lay.fmt == KV_BF16 ? k_att_scores_mma<KV_BF16> : k_att_scores_mma<DSV4_KV_FP8>;
+    void (*pv_mma)(att_args, int, int, int, int, float *) = lay.fmt == KV_F32 ? k_att_pv_mma<KV_F32>
+        : lay.fmt == KV_BF16 ? k_att_pv_mma<KV_BF16> : k_att_pv_mma<DSV4_KV_FP8>;
     cudaStream_t s = (cudaStream_t)st;
     const unsigned n_parts = (unsigned)((nch + ATT_PG - 1) / ATT_PG), n_ps = (unsigned)((D + ATT_PS - 1) / ATT_PS);
     const int kpp = tc ? ATT_KC * ATT_PG : ATT_KC;
     for (int t0 = 0; t0 < T; t0 += (int)g) {
         const unsigned n = (unsigned)(T - t0 < g ? T - t0 : g);
         if (tc) {
-            k_att_scores_mma<<<dim3((unsigned)((nch + ATT_SC - 1) / ATT_SC), n_hg, n), ATT_SC_T, 0, s>>>(A, q, t0, (int)nch, H, D, scratch);
-            k_att_pv_mma<<<dim3(n_parts, n_hg * n_ps, n), ATT_PV_T, 0, s>>>(A, t0, (int)nch, H, D, scratch);
+            scores_mma<<<dim3((unsigned)((nch + ATT_SC - 1) / ATT_SC), n_hg, n), ATT_SC_T, 0, s>>>(A, q, t0, (int)nch, H, D, scratch);
+            pv_mma<<<dim3(n_parts, n_hg * n_ps, n), ATT_PV_T, 0, s>>>(A, t0, (int)nch, H, D, scratch);
         } else {
-            k_att_scores<<<dim3((unsigned)nch, n_hg, n), ATT_CT, 0, s>>>(A, q, t0, (int)nch, H, D, scratch);
-            k_att_pv<<<dim3((unsigned)nch, n_hg * n_sl, n), ATT_CT, 0, s>>>(official, A, t0, (int)nch, H, D, scratch);
+            scores<<<dim3((unsigned)nch, n_sg, n), 4 * ATT_SHG, 0, s>>>(A, q, t0, (int)nch, H, D, scratch);
+            pv<<<dim3((unsigned)nch, n_pg * n_sl, n), 4 * ATT_PHG, 0, s>>>(official, A, t0, (int)nch, H, D, scratch);
         }
         k_att_combine<<<dim3((unsigned)H, n), ATT_COMBINE_T, sizeof(float) * (size_t)D, s>>>(official, pos, n_sel, W, ratio, sink,
                                                                                          freq, t0, (int)nch, kpp, H, D, R, scratch, o);

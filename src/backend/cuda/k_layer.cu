@@ -196,7 +196,7 @@ __device__ __forceinline__ float sinkhorn4_lane(float c, int q, int iters, float
 
 __global__ void k_hc_pre_finish(int official, const float *mixraw, const float *X, int hc, int d, const float *base,
                                 const float *scale, float hc_eps, float norm_eps, int iters, float *u, float *mix,
-                                const float *norm, float *xn, uint8_t *xq, int ldq, float *xqs, int lds) {
+                                const float *norm, float *xn, uint8_t *xq, int ldq, float *xqs, int lds, uint16_t *xb, int ldb) {
     dev_grid_wait();
     __shared__ float red[32];
     __shared__ float pre[8], C[64];
@@ -241,7 +241,10 @@ __global__ void k_hc_pre_finish(int official, const float *mixraw, const float *
     const float rr = 1.0f / sqrtf(block_sum(ss, red) / (float)d + norm_eps);
     float *xr = xn + (int64_t)t * d;
 #pragma unroll 4
-    for (int e = threadIdx.x; e < d; e += blockDim.x) xr[e] = dev_bf16_if(official, norm[e] * (ut[e] * rr));
+    for (int e = threadIdx.x; e < d; e += blockDim.x) {
+        xr[e] = dev_bf16_if(official, norm[e] * (ut[e] * rr));
+        if (xb) xb[(int64_t)t * ldb + e] = dev_f32_to_bf16(xr[e]);   /* k_mma16_pack's rounding of a bf16 value: exact */
+    }
     if (xq) block_pack_row(xr, d, xq + (int64_t)t * ldq, xqs + (int64_t)t * lds);
 }
 
@@ -270,7 +273,7 @@ template <int M>
 __global__ void __launch_bounds__(HCF_THREADS)
 k_hc_pre_fast(int official, const float *mixraw, const float *X, int d, const float *base, const float *scale, float hc_eps,
               float norm_eps, int iters, float *u, float *mix, const float *norm, float *xn, uint8_t *xq, int ldq,
-              float *xqs, int lds) {
+              float *xqs, int lds, uint16_t *xb, int ldb) {
     dev_grid_wait();
     __shared__ float red[8], red2[8], amx[8][M];
     const int t = blockIdx.x, n = 4 * d, k = threadIdx.x, lane = k & 31, warp = k >> 5;
@@ -330,6 +333,7 @@ k_hc_pre_fast(int official, const float *mixraw, const float *X, int d, const fl
     for (int c = 0; c < M; c++) {
         uv[c] = dev_bf16_if(official, nv[c] * (uv[c] * rr));   /* now xn */
         xr[k + ROW_THREADS * c] = uv[c];
+        if (xb) xb[(int64_t)t * ldb + k + ROW_THREADS * c] = dev_f32_to_bf16(uv[c]);
     }
     if (!xq) return;
     rows_amax<M>(uv, amx);
@@ -340,20 +344,21 @@ k_hc_pre_fast(int official, const float *mixraw, const float *X, int d, const fl
 template <int M>
 static void hc_pre_fast(cu_stream st, int official, const float *mixraw, const float *X, int T, int d, const float *base,
                         const float *scale, float hc_eps, float norm_eps, int iters, float *u, float *mix, const float *norm,
-                        float *xn, uint8_t *xq, int ldq, float *xqs, int lds) {
+                        float *xn, uint8_t *xq, int ldq, float *xqs, int lds, uint16_t *xb, int ldb) {
     k_hc_pre_fast<M><<<T, HCF_THREADS, 0, (cudaStream_t)st>>>(official, mixraw, X, d, base, scale, hc_eps, norm_eps, iters, u,
-                                                               mix, norm, xn, xq, ldq, xqs, lds);
+                                                               mix, norm, xn, xq, ldq, xqs, lds, xb, ldb);
 }
 
 extern "C" void cu_hc_pre_finish(cu_stream st, int official, const float *mixraw, const float *X, int T, int hc, int d,
                                  const float *base, const float *scale, float hc_eps, float norm_eps, int iters, float *u,
-                                 float *mix, const float *norm, float *xn, uint8_t *xq, int ldq, float *xqs, int lds) {
+                                 float *mix, const float *norm, float *xn, uint8_t *xq, int ldq, float *xqs, int lds,
+                                 uint16_t *xb, int ldb) {
     if (T <= 0) return;
-    if (!norm) xn = NULL, xq = NULL;
+    if (!norm) xn = NULL, xq = NULL, xb = NULL;
     if (DSV4_MHC_FAST && hc == 4 && d % ROW_THREADS == 0) {
         const int M = d / ROW_THREADS;
 #define HCF_CASE(V) \
-    case V: hc_pre_fast<V>(st, official, mixraw, X, T, d, base, scale, hc_eps, norm_eps, iters, u, mix, norm, xn, xq, ldq, xqs, lds); return;
+    case V: hc_pre_fast<V>(st, official, mixraw, X, T, d, base, scale, hc_eps, norm_eps, iters, u, mix, norm, xn, xq, ldq, xqs, lds, xb, ldb); return;
         switch (M) {
             HCF_CASE(1) HCF_CASE(2) HCF_CASE(4) HCF_CASE(8) HCF_CASE(16) HCF_CASE(28)
         default: break;
@@ -361,7 +366,7 @@ extern "C" void cu_hc_pre_finish(cu_stream st, int official, const float *mixraw
 #undef HCF_CASE
     }
     k_hc_pre_finish<<<T, ROW_THREADS, 0, (cudaStream_t)st>>>(official, mixraw, X, hc, d, base, scale, hc_eps, norm_eps, iters, u,
-                                                             mix, norm, xn, xq, ldq, xqs, lds);
+                                                             mix, norm, xn, xq, ldq, xqs, lds, xb, ldb);
 }
 
 /* hc_post of one element e of token t, f its sub-layer output: stream k = bf16(post[k] f + sum_j comb[j][k] old_j),

@@ -40,6 +40,7 @@
  * of the products inside one MMA is fixed too. */
 #include "backend/cuda/cu_common.cuh"
 #include "backend/cuda/cu_mma.h"
+#include "backend/cuda/cu_mma_gemm.h"
 #include "backend/cuda/cu_quant.cuh"
 #include "model/expert_place.h"
 extern "C" {
@@ -595,6 +596,7 @@ extern "C" int cu_mma_linear(cu_stream st, const dsv4_weight *w, const uint8_t *
                              float *y, int ldy, int out_bf16, dsv4_error *err) {
     const int rc = linear_args("cu_mma_linear", w, xq, ldq, xs, lds, T, y, ldy, err);
     if (rc || T == 0 || w->rows == 0) return rc;
+    if (cu_mma_gemm_linear(st, w, xq, ldq, xs, lds, T, y, ldy, out_bf16)) return 0;   /* large T (k_mma_gemm.cu): the same bits */
     const mma_out a = { w, y, ldy };
     if (w->fmt == WF_FP4) mma_dispatch<1>(st, 1, a, a, xq, ldq, xs, lds, T, out_bf16);
     else mma_dispatch<0>(st, 1, a, a, xq, ldq, xs, lds, T, out_bf16);
@@ -610,18 +612,14 @@ extern "C" int cu_mma_linear_pair(cu_stream st, const dsv4_weight *w_a, float *y
         return dsv4_fail(err, DSV4_E_ARG, "cu_mma_linear_pair: weights of formats %d / %d with %d / %d columns (one format and width)",
                          (int)w_a->fmt, (int)w_b->fmt, w_a->cols, w_b->cols);
     if (T == 0 || (w_a->rows == 0 && w_b->rows == 0)) return 0;
-    const mma_out a = { w_a, y_a, ldy_a }, b = { w_b, y_b, ldy_b };
-    if (w_a->rows == 0 || w_b->rows == 0 || !MMA_LINEAR_PAIR) {   /* two launches (one when a weight has no rows) */
-        if (w_a->rows) {
-            if (w_a->fmt == WF_FP4) mma_dispatch<1>(st, 1, a, a, xq, ldq, xs, lds, T, out_bf16);
-            else mma_dispatch<0>(st, 1, a, a, xq, ldq, xs, lds, T, out_bf16);
-        }
-        if (w_b->rows) {
-            if (w_b->fmt == WF_FP4) mma_dispatch<1>(st, 1, b, b, xq, ldq, xs, lds, T, out_bf16);
-            else mma_dispatch<0>(st, 1, b, b, xq, ldq, xs, lds, T, out_bf16);
-        }
+    const int gemm_min = cu_mma_gemm_min_t();
+    if (w_a->rows == 0 || w_b->rows == 0 || !MMA_LINEAR_PAIR || (gemm_min > 0 && T >= gemm_min)) {
+        /* two calls (one when a weight has no rows; large T goes to the GEMM, each weight on its own) */
+        if (w_a->rows) cu_mma_linear(st, w_a, xq, ldq, xs, lds, T, y_a, ldy_a, out_bf16, NULL);
+        if (w_b->rows) cu_mma_linear(st, w_b, xq, ldq, xs, lds, T, y_b, ldy_b, out_bf16, NULL);
         return 0;
     }
+    const mma_out a = { w_a, y_a, ldy_a }, b = { w_b, y_b, ldy_b };
     if (w_a->fmt == WF_FP4) mma_dispatch<1>(st, 2, a, b, xq, ldq, xs, lds, T, out_bf16);
     else mma_dispatch<0>(st, 2, a, b, xq, ldq, xs, lds, T, out_bf16);
     return 0;
@@ -668,6 +666,8 @@ extern "C" int cu_mma_expert_linear(cu_stream st, const dsv4_weight *experts, in
     const int rc = expert_args("cu_mma_expert_linear", rows, cols, fmt, ldq, xq, lds, ldy, err);
     if (rc) return rc;
     if (max_tiles <= 0 || rows == 0) return 0;
+    if (cu_mma_gemm_experts(st, experts, rows, cols, fmt, plan, max_tiles, xq, ldq, xs, lds, x_by_pair, y, ldy, out_bf16))
+        return 0;   /* a large step (k_mma_gemm.cu): the same bits */
     expert_launch(st, 1, experts, experts, rows, fmt == WF_FP4, plan, max_tiles, xq, ldq, xs, lds, x_by_pair, y, y, ldy, out_bf16);
     return 0;
 }
@@ -679,6 +679,10 @@ extern "C" int cu_mma_expert_linear_pair(cu_stream st, const dsv4_weight *expert
     if (rc) return rc;
     if (max_tiles <= 0 || rows == 0) return 0;
     const int fp4 = fmt == WF_FP4;
+    if (cu_mma_gemm_experts(st, experts_a, rows, cols, fmt, plan, max_tiles, xq, ldq, xs, lds, x_by_pair, y_a, ldy, out_bf16)) {
+        cu_mma_gemm_experts(st, experts_b, rows, cols, fmt, plan, max_tiles, xq, ldq, xs, lds, x_by_pair, y_b, ldy, out_bf16);
+        return 0;   /* a large step (k_mma_gemm.cu): the same bits, each projection a GEMM */
+    }
     if (MMA_EXPERT_PAIR) {
         expert_launch(st, 2, experts_a, experts_b, rows, fp4, plan, max_tiles, xq, ldq, xs, lds, x_by_pair, y_a, y_b, ldy, out_bf16);
     } else {

@@ -194,7 +194,7 @@ __global__ void k_moe_plan(const int32_t *route_e, const float *route_w, int T, 
             off[e] = s;
             toff[e] = ts;
             s += cnt[e];
-            ts += (cnt[e] + CU_MOE_TILE - 1) / CU_MOE_TILE;
+            ts += (cnt[e] + p.tile - 1) / p.tile;
         }
         *p.n_tiles = ts;
     }
@@ -215,11 +215,11 @@ __global__ void k_moe_plan(const int32_t *route_e, const float *route_w, int T, 
                 p.token_pairs[(int64_t)t * K + slot] = pi;
             }
         }
-        for (int q = 0; q * CU_MOE_TILE < cnt[e]; q++) {
+        for (int q = 0; q * p.tile < cnt[e]; q++) {
             const int ti = toff[e] + q;
             p.tile_expert[ti] = e;
-            p.tile_first[ti] = off[e] + q * CU_MOE_TILE;
-            p.tile_count[ti] = min(CU_MOE_TILE, cnt[e] - q * CU_MOE_TILE);
+            p.tile_first[ti] = off[e] + q * p.tile;
+            p.tile_count[ti] = min(p.tile, cnt[e] - q * p.tile);
         }
     }
 }
@@ -315,7 +315,8 @@ __global__ void __launch_bounds__(PLAN_THREADS) k_moe_plan_fast(const int32_t *r
 
 extern "C" void cu_moe_plan_build(cu_stream st, const int32_t *route_e, const float *route_w, int T, int K, int E, cu_moe_plan *p) {
     if (T <= 0) return;
-    if (DSV4_MOE_FAST && T <= PLAN_FAST_MAXT) {
+    if (p->tile <= 0) p->tile = CU_MOE_TILE;
+    if (DSV4_MOE_FAST && T <= PLAN_FAST_MAXT && p->tile == CU_MOE_TILE) {   /* the fast plan cuts CU_MOE_TILE tiles */
         const int W = T <= 64 ? 1 : 4;
         const size_t smem = sizeof(unsigned long long) * (size_t)E * W + (sizeof(int32_t) + sizeof(float)) * (size_t)T * K +
                             sizeof(int) * (size_t)E;

@@ -5,19 +5,22 @@
 # GPU thread is a fiber): SHIM_QUICK=1 (the default) runs the small cases only (~1 min), SHIM_QUICK=0 the test's
 # own sizes (~4 min). The OFFICIAL cases run both paths: CUDA cores and bf16 tensor cores (the mma.sync through
 # cuda_shim.cpp's emulation from the PTX fragment layout). SHIM_CFLAGS: extra defines for the kernels (e.g.
-# -DATT_MMA_BUG=1 or =2, which must fail). Not part of `make test` (nor of the GPU suite: it lives outside tests/).
+# -DATT_MMA_BUG=1 or =2, which must fail). SHIM_SRC: the directory whose backend/cuda/ sources are taken (default src;
+# shim_attention_ab.sh points it at an older commit's). Not part of `make test` (nor of the GPU suite: it lives outside
+# tests/).
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
 D=${SHIM_DIR:-/tmp/dsv4-shim}
 mkdir -p "$D"
-python3 - "$D/att_kernels.cpp" <<'PY'
+python3 - "$D/att_kernels.cpp" "${SHIM_SRC:-src}/backend/cuda" <<'PY'
 import re, sys
 sys.path.insert(0, "tools/gpu/shim")
 from shim_src import poison_shared, launches
-src = open("src/backend/cuda/k_attention.cu").read()
-common = open("src/backend/cuda/cu_common.cuh").read()
-kvrow = open("src/backend/cuda/cu_kvrow.cuh").read()
-rope = open("src/backend/cuda/cu_rope.cuh").read()
+cu = sys.argv[2]
+src = open(cu + "/k_attention.cu").read()
+common = open(cu + "/cu_common.cuh").read()
+kvrow = open(cu + "/cu_kvrow.cuh").read()
+rope = open(cu + "/cu_rope.cuh").read()
 out = ['#include "cuda_shim.h"', '#include "backend/cuda/cu_kernels.h"', '#include "dsv4.h"',
        '#define KV_F32 DSV4_KV_F32', '#define KV_BF16 DSV4_KV_BF16', '#define ROW_INDEX 1',
        'static float shim_dyn_smem[1 << 18];']
@@ -25,8 +28,8 @@ a = common.index("/* ---- number formats"); b = common.index("/* ---- reductions
 out.append(common[a:b])
 a = rope.index("__device__ __forceinline__ void rope_pair"); b = rope.rindex("#endif")
 out.append(rope[a:b])
-a = kvrow.index("__device__ __forceinline__ float kv_elem")
-out.append(kvrow[a:])   # kv_elem and fma_tile4x4
+a = kvrow.index("/* ---- stored rows")
+out.append(kvrow[a:])   # kv_bits, kv_value, kv_elem and fma_tile4x4
 a = src.index("#if ATT_CHUNKED\n"); b = src.index("#endif", src.index('extern "C" int cu_attention(cu_stream st', a))
 chunk = src[a + len("#if ATT_CHUNKED\n"):b]
 chunk = chunk.replace("extern __shared__ float out_s[];", "float *out_s = shim_dyn_smem;")

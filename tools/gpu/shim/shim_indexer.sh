@@ -24,7 +24,7 @@ out = ['#include "cuda_shim.h"', '#include "shim_mma.h"', '#include "backend/cud
        'template <typename F> static int cudaFuncSetAttribute(F, int, int) { return cudaSuccess; }']
 a = common.index("/* ---- number formats"); b = common.index("/* ---- reductions")
 out.append(common[a:b])
-a = kvrow.index("__device__ __forceinline__ float kv_elem")
+a = kvrow.index("/* ---- stored rows")
 out.append(kvrow[a:])
 def kernels(text):
     text = re.sub(r"^#include.*$", "", text, flags=re.M)

@@ -21,7 +21,7 @@ extern "C" {
     namespace NS {                                                                                                              \
     void cu_hc_pre_finish(cu_stream st, int official, const float *mixraw, const float *X, int T, int hc, int d,               \
                           const float *base, const float *scale, float hc_eps, float norm_eps, int iters, float *u, float *mix, \
-                          const float *norm, float *xn, uint8_t *xq, int ldq, float *xqs, int lds);                            \
+                          const float *norm, float *xn, uint8_t *xq, int ldq, float *xqs, int lds, uint16_t *xb, int ldb);     \
     void cu_rmsnorm(cu_stream st, int official, const float *x, int ldx, const float *w, int n, float eps, float *y, int ldy,    \
                     int rows);                                                                                                 \
     void cu_rmsnorm_pack(cu_stream st, int official, const float *x, int ldx, const float *w, int n, float eps, float *y,       \
@@ -91,6 +91,7 @@ static void hc_pre_case(int T, int d, int official, int with_norm, int with_pack
     struct out {
         std::vector<float> u, mix, xn, xqs;
         std::vector<uint8_t> xq;
+        std::vector<uint16_t> xb;
     } o[2];
     for (int v = 0; v < 2; v++) {
         o[v].u.assign((size_t)T * d, -7.0f);
@@ -98,16 +99,29 @@ static void hc_pre_case(int T, int d, int official, int with_norm, int with_pack
         o[v].xn.assign((size_t)T * d, -7.0f);
         o[v].xqs.assign((size_t)T * lds, -7.0f);
         o[v].xq.assign((size_t)T * ldq, 0xa5);
+        o[v].xb.assign((size_t)T * (d + 8), 0x5a5a);
         auto f = v ? v1::cu_hc_pre_finish : v0::cu_hc_pre_finish;
         f(nullptr, official, mixraw.data(), X.data(), T, 4, d, base.data(), scale.data(), 1e-6f, 1e-6f, 20, o[v].u.data(),
           o[v].mix.data(), with_norm ? norm.data() : nullptr, o[v].xn.data(), with_pack ? o[v].xq.data() : nullptr, ldq,
-          o[v].xqs.data(), lds);
+          o[v].xqs.data(), lds, with_pack ? o[v].xb.data() : nullptr, d + 8);
     }
     same("hc_pre u", o[0].u, o[1].u);
     same("hc_pre mix", o[0].mix, o[1].mix);
     same("hc_pre xn", o[0].xn, o[1].xn);
     same("hc_pre xq", o[0].xq, o[1].xq);
     same("hc_pre xqs", o[0].xqs, o[1].xqs);
+    same("hc_pre xb", o[0].xb, o[1].xb);
+    for (int t = 0; with_pack && t < T; t++)   /* xb is xn in bf16: the same bits as a bf16-valued float's top half */
+        for (int e = 0; e < d; e++) {
+            uint32_t u;
+            memcpy(&u, &o[1].xn[(size_t)t * d + e], 4);
+            if (official && o[1].xb[(size_t)t * (d + 8) + e] != (uint16_t)(u >> 16)) {
+                printf("FAIL hc_pre: xb[%d][%d] is not xn's bf16\n", t, e);
+                failures++;
+                t = T;
+                break;
+            }
+        }
     /* the kernels ran: u and the comb were written, and the comb's rows and columns sum to ~1 */
     if (o[1].u[0] == -7.0f || o[1].mix[8] == -7.0f) { printf("FAIL hc_pre: outputs not written\n"); failures++; }
     for (int t = 0; t < T; t++)

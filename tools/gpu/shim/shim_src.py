@@ -23,8 +23,9 @@ def split_top(s):
 
 
 def launches(text, name=r"\w+"):
-    """Every `kernel<<<grid, block, ...>>>(args);` whose kernel matches `name` as a shim_launch; returns (text, count)."""
+    """Every `kernel<<<grid, block, ...>>>(args);` (or `kernel<TEMPLATE ARGS><<<...`) whose kernel matches `name` as a
+    shim_launch; returns (text, count)."""
     def launch(m):
         cfg = split_top(m.group(2))
         return "shim_launch(dim3(%s), dim3(%s), [&] { %s(%s); });" % (cfg[0], cfg[1], m.group(1), m.group(3))
-    return re.subn(r"(%s)<<<(.*?)>>>\((.*?)\);" % name, launch, text, flags=re.S)
+    return re.subn(r"(%s(?:<[\w\s,*+]*>)?)<<<(.*?)>>>\((.*?)\);" % name, launch, text, flags=re.S)

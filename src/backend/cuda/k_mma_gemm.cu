@@ -1,0 +1,410 @@
+/* The large-T path of the OFFICIAL FP8/FP4 linears (issue 18, prefill): a tiled GEMM on the FP8 tensor cores
+ * (mma.sync m16n8k32 e4m3) with shared-memory staging by cp.async, three stages in flight, whose every output
+ * element has the bits of k_mma.cu's small-tile kernel (cu_mma_gemm.h).
+ *
+ * ---- The order (k_mma.cu states it in full) and why it is the same here ----
+ *   y = ((p0 + p1) + p2) + p3, partial p the fmaf-sum over its chunks c = p, p + 4, ... in increasing c of
+ *   (chunk c's fresh MMA fragment) x (weight scale x activation scale); FP8: one fragment per 128-column chunk,
+ *   a chain of 4 MMAs j = 0..3; FP4: one fragment (one MMA) per 32-column scale block, blocks in increasing order.
+ *   k_mma.cu gives each partial its own warp and adds them at the end. Here one warp owns all of K for its
+ *   sub-tile and walks the chunks partial by partial: c = 0, 4, 8, ..., then 1, 5, 9, ..., then 2, ..., then 3, ...
+ *   Each partial still takes its chunks in increasing order with the same fmaf chain from 0.0f, so it ends with
+ *   the same bits; when partial p is complete it is folded into y (y = p0, then y = y + p1, y + p2, y + p3: the
+ *   same three additions in the same order, an empty partial (K < 4 chunks) folding its 0.0f as k_mma.cu's does).
+ *   So only two fragment sets are live (the partial and the chunk's fresh fragment); y waits in shared memory,
+ *   each thread its own slots, touched four times per element in all.
+ *   Each MMA gets the same operands in the same k positions as in k_mma.cu: the staged tiles are byte copies of
+ *   the rows' chunk bytes and every lane reads from them exactly the words its fragment takes in k_mma.cu (FP8:
+ *   lane q the 32 bytes [32q, 32q + 32) of its rows and token, MMA j their words 2j, 2j + 1; FP4: for block j the
+ *   weight word 16j + 4q and the activation bytes 32j + 8q .. + 7). The MMA computes an element from its own row
+ *   and column only, so the tile a token lands in, and its neighbours, change nothing.
+ *
+ * ---- Tiles ----
+ *   A block: 128 weight rows x 128 tokens, 8 warps as 2 (rows) x 4 (tokens), a warp 64 rows x 32 tokens (4 x 4
+ *   MMA tiles of 16 x 8). A stage: the block's rows' bytes of one chunk (FP8 128 bytes a row, FP4 64) and its
+ *   tokens' 128 activation bytes, rows padded (FP8 144 bytes a row, FP4 weight 80, FP4 activation 160) so that a
+ *   warp's fragment loads hit distinct banks. Rows past the weight, tokens past T and FP4 columns past K are
+ *   zero-filled (cp.async with source size 0): their products land only in outputs nobody stores. Scales come from
+ *   global memory (small, cached) at each chunk. */
+#include "backend/cuda/cu_common.cuh"
+#include "backend/cuda/cu_mma.h"
+#include "backend/cuda/cu_mma_frag.cuh"
+#include "backend/cuda/cu_mma_gemm.h"
+#include "model/expert_place.h"
+extern "C" {
+#include "util/error.h"
+}
+
+#define GEMM_BM 128      /* weight rows a block */
+#define GEMM_BN 128      /* tokens a block */
+#define GEMM_MT 4        /* m16 tiles a warp (64 rows) */
+#define GEMM_NT 4        /* n8 tiles a warp (32 tokens) */
+#define GEMM_THREADS 256 /* 8 warps: 2 along the rows x 4 along the tokens */
+#define GEMM_STAGES 3
+
+/* -DDSV4_GEMM_BUG=1: the first MMA of a chunk (FP8) / of every block (FP4) takes the activation's two words
+ * swapped; =2: the partials folded in the order 3, 2, 1, 0. Each must make test_gpu_gemm fail. Never in a real
+ * build. */
+#if defined(DSV4_GEMM_BUG) && DSV4_GEMM_BUG == 1
+#define GEMM_B01(lo, hi) hi, lo
+#else
+#define GEMM_B01(lo, hi) lo, hi
+#endif
+#if defined(DSV4_GEMM_BUG) && DSV4_GEMM_BUG == 2
+#define GEMM_PART(pp) (3 - (pp))
+#else
+#define GEMM_PART(pp) (pp)
+#endif
+
+/* ---- PTX ---- */
+
+/* 16 bytes global -> shared, asynchronously (cp.async.cg: L2 only); bytes = 16 copies, 0 zero-fills dst (src
+ * must still be a valid address). */
+__device__ __forceinline__ void cp_async16(void *dst, const void *src, int bytes) {
+    const uint32_t d = (uint32_t)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(d), "l"(src), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit(void) { asm volatile("cp.async.commit_group;" ::: "memory"); }
+/* Until at most n of this thread's committed groups are still in flight. */
+template <int n> __device__ __forceinline__ void cp_async_wait(void) { asm volatile("cp.async.wait_group %0;" ::"n"(n) : "memory"); }
+
+/* ---- end of PTX ---- */
+
+/* Shared-memory layout of a stage, per weight format. */
+template <int FP4> struct gemm_smem {
+    static constexpr int a_ld = FP4 ? 80 : 144;    /* bytes a weight row: the chunk's 64 / 128 + padding */
+    static constexpr int b_ld = FP4 ? 160 : 144;   /* bytes a token: the chunk's 128 + padding */
+    static constexpr int a_bytes = GEMM_BM * a_ld, b_bytes = GEMM_BN * b_ld;
+    /* then the chunk's scales: 128 tokens' activation scales (fp32), 128 rows' weight scales (FP8: the fp32 value
+     * of the row's block scale; FP4: the 4 scale bytes of the row's blocks, byte j block j) */
+    static constexpr int sx_off = a_bytes + b_bytes, sw_off = sx_off + 4 * GEMM_BN, stage = sw_off + 4 * GEMM_BM;
+    static constexpr int y_floats = GEMM_MT * GEMM_NT * 4 * GEMM_THREADS;   /* y between partials */
+    static constexpr int total = GEMM_STAGES * stage + 4 * y_floats;
+};
+
+/* Input row of token n (in_rows: an expert's pairs; NULL: in_base + n). */
+__device__ __forceinline__ int64_t gemm_in_row(const int32_t *in_rows, int in_base, int n) {
+    return in_rows ? in_rows[in_base + n] : (int64_t)in_base + n;
+}
+
+/* Partial p's chunk count and the chunk at position i of the walk (partials in fold order, each in increasing c). */
+__device__ __forceinline__ int gemm_part_chunks(int nchunk, int p) { return (nchunk + 3 - p) / 4; }
+__device__ __forceinline__ int gemm_chunk_at(int i, int nchunk) {
+    for (int pp = 0; pp < 3; pp++) {
+        const int p = GEMM_PART(pp), n = gemm_part_chunks(nchunk, p);
+        if (i < n) return p + 4 * i;
+        i -= n;
+    }
+    return GEMM_PART(3) + 4 * i;
+}
+
+/* Stage the block's bytes of chunk c: weight rows [row_base, +128) and tokens [tok_base, +128). */
+template <int FP4>
+__device__ __forceinline__ void gemm_load(uint8_t *stage, const uint8_t *__restrict__ wd, int N, int K, const uint8_t *__restrict__ xq,
+                                          int ldq, int T, const int32_t *__restrict__ in_rows, int in_base, int row_base, int tok_base,
+                                          int c) {
+    typedef gemm_smem<FP4> L;
+    uint8_t *As = stage, *Bs = stage + L::a_bytes;
+    constexpr int a_units = FP4 ? 4 : 8;   /* 16-byte units of a row's chunk */
+    const int a_valid = FP4 ? min(4, (K - 128 * c) / 32) : 8, b_valid = min(8, (K - 128 * c) / 16);
+    const int64_t wstride = FP4 ? K / 2 : K;
+#pragma unroll
+    for (int k = 0; k < GEMM_BM * a_units / GEMM_THREADS; k++) {
+        const int u = threadIdx.x + GEMM_THREADS * k, r = u / a_units, v = u % a_units;
+        const bool ok = row_base + r < N && v < a_valid;
+        const uint8_t *src = ok ? wd + (row_base + r) * wstride + (FP4 ? 64 : 128) * c + 16 * v : wd;
+        cp_async16(As + r * L::a_ld + 16 * v, src, ok ? 16 : 0);
+    }
+#pragma unroll
+    for (int k = 0; k < GEMM_BN * 8 / GEMM_THREADS; k++) {
+        const int u = threadIdx.x + GEMM_THREADS * k, n = u / 8, v = u % 8;
+        const bool ok = tok_base + n < T && v < b_valid;
+        const uint8_t *src = ok ? xq + gemm_in_row(in_rows, in_base, tok_base + n) * ldq + 128 * c + 16 * v : xq;
+        cp_async16(Bs + n * L::b_ld + 16 * v, src, ok ? 16 : 0);
+    }
+}
+
+/* The scale word thread threadIdx.x stages for chunk c (threads 0..127: token tok_base + t's activation scale;
+ * 128..255: row row_base + t - 128's weight scale(s)), fetched a stage ahead and stored after the chunk's MMAs
+ * (gemm_scale_store) so that its load latency hides behind them. 0 past T / the rows / K. */
+template <int FP4>
+__device__ __forceinline__ uint32_t gemm_scale_fetch(const dsv4_weight &w, const float *__restrict__ xs, int lds, int T,
+                                                     const int32_t *__restrict__ in_rows, int in_base, int row_base, int tok_base, int c) {
+    const int t = threadIdx.x;
+    if (t < GEMM_BN) {
+        const int n = tok_base + t;
+        return n < T ? __float_as_uint(xs[gemm_in_row(in_rows, in_base, n) * lds + c]) : 0u;
+    }
+    const int r = row_base + t - GEMM_BN;
+    if (r >= w.rows) return 0u;
+    if constexpr (!FP4) return __float_as_uint(dev_e8m0(w.scale[(int64_t)((w.row0 + r) / 128) * w.scale_cols + c]));
+    const int nb = min(4, (w.cols - 128 * c) / 32);
+    const uint8_t *sp = w.scale + (int64_t)(w.row0 + r) * w.scale_cols + 4 * c;
+    uint32_t s = 0;
+#pragma unroll
+    for (int j = 0; j < 4; j++)
+        if (j < nb) s |= (uint32_t)sp[j] << (8 * j);
+    return s;
+}
+template <int FP4> __device__ __forceinline__ void gemm_scale_store(uint8_t *stage, uint32_t v) {
+    ((uint32_t *)(stage + gemm_smem<FP4>::sx_off))[threadIdx.x] = v;   /* sx then sw: thread t's word t */
+}
+
+/* acc += chunk c of the warp's 64 x 32 sub-tile (the order of k_mma.cu mma_block for that chunk). */
+template <int FP4>
+__device__ __forceinline__ void gemm_chunk(float (&acc)[GEMM_MT][GEMM_NT][4], const uint8_t *stage, int K, int wr, int wt, int c) {
+    typedef gemm_smem<FP4> L;
+    const int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
+    const uint8_t *As = stage, *Bs = stage + L::a_bytes;
+    if constexpr (!FP4) {
+        float f[GEMM_MT][GEMM_NT][4];
+#pragma unroll
+        for (int mi = 0; mi < GEMM_MT; mi++)
+#pragma unroll
+            for (int ni = 0; ni < GEMM_NT; ni++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) f[mi][ni][e] = 0.0f;
+        /* MMAs j = 2 half, 2 half + 1 (words 4 half .. 4 half + 3); a loop, not unrolled, so that the compiler does
+         * not hoist both halves' loads (255 registers without spills) */
+#pragma unroll 1
+        for (int half = 0; half < 2; half++) {
+            uint4 b[GEMM_NT];   /* the weight rows' words are loaded per m tile: fewer registers live */
+#pragma unroll
+            for (int ni = 0; ni < GEMM_NT; ni++) b[ni] = *(const uint4 *)(Bs + (wt + 8 * ni + g) * L::b_ld + 32 * q + 16 * half);
+#pragma unroll
+            for (int mi = 0; mi < GEMM_MT; mi++) {
+                const uint4 r0 = *(const uint4 *)(As + (wr + 16 * mi + g) * L::a_ld + 32 * q + 16 * half);
+                const uint4 r1 = *(const uint4 *)(As + (wr + 16 * mi + g + 8) * L::a_ld + 32 * q + 16 * half);
+#pragma unroll
+                for (int ni = 0; ni < GEMM_NT; ni++) {
+                    const uint4 &bb = b[ni];
+                    if (half == 0) mma_e4m3(f[mi][ni], r0.x, r1.x, r0.y, r1.y, GEMM_B01(bb.x, bb.y));
+                    else mma_e4m3(f[mi][ni], r0.x, r1.x, r0.y, r1.y, bb.x, bb.y);
+                    mma_e4m3(f[mi][ni], r0.z, r1.z, r0.w, r1.w, bb.z, bb.w);
+                }
+            }
+        }
+        /* the scales (staged) after the MMAs: fewer registers live across them */
+        const float *sxs = (const float *)(stage + L::sx_off), *sws = (const float *)(stage + L::sw_off);
+        float sx[GEMM_NT][2], sw[GEMM_MT][2];
+#pragma unroll
+        for (int ni = 0; ni < GEMM_NT; ni++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) sx[ni][e] = sxs[wt + 8 * ni + 2 * q + e];
+#pragma unroll
+        for (int mi = 0; mi < GEMM_MT; mi++)
+#pragma unroll
+            for (int h = 0; h < 2; h++) sw[mi][h] = sws[wr + 16 * mi + g + 8 * h];
+#pragma unroll
+        for (int mi = 0; mi < GEMM_MT; mi++)
+#pragma unroll
+            for (int ni = 0; ni < GEMM_NT; ni++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) acc[mi][ni][e] = fmaf(f[mi][ni][e], sw[mi][e >> 1] * sx[ni][e & 1], acc[mi][ni][e]);
+    } else {
+        const float *sxs = (const float *)(stage + L::sx_off);
+        const uint32_t *sws = (const uint32_t *)(stage + L::sw_off);
+        float sx[GEMM_NT][2];
+        uint32_t swb[GEMM_MT][2];   /* byte j: the scale of block j of the row */
+#pragma unroll
+        for (int ni = 0; ni < GEMM_NT; ni++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) sx[ni][e] = sxs[wt + 8 * ni + 2 * q + e];
+#pragma unroll
+        for (int mi = 0; mi < GEMM_MT; mi++)
+#pragma unroll
+            for (int h = 0; h < 2; h++) swb[mi][h] = sws[wr + 16 * mi + g + 8 * h];
+        const int nb = min(4, (K - 128 * c) / 32);
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            if (j >= nb) break;
+            uint32_t a[GEMM_MT][2];
+            uint2 b[GEMM_NT];
+#pragma unroll
+            for (int mi = 0; mi < GEMM_MT; mi++)
+#pragma unroll
+                for (int h = 0; h < 2; h++) a[mi][h] = *(const uint32_t *)(As + (wr + 16 * mi + g + 8 * h) * L::a_ld + 16 * j + 4 * q);
+#pragma unroll
+            for (int ni = 0; ni < GEMM_NT; ni++) b[ni] = *(const uint2 *)(Bs + (wt + 8 * ni + g) * L::b_ld + 32 * j + 8 * q);
+#pragma unroll
+            for (int mi = 0; mi < GEMM_MT; mi++) {
+                const uint32_t a0 = e2m1x4_e4m3(a[mi][0]), a1 = e2m1x4_e4m3(a[mi][1]);
+                const uint32_t a2 = e2m1x4_e4m3(a[mi][0] >> 16), a3 = e2m1x4_e4m3(a[mi][1] >> 16);
+                const float s0 = dev_e8m0((uint8_t)(swb[mi][0] >> (8 * j))), s1 = dev_e8m0((uint8_t)(swb[mi][1] >> (8 * j)));
+#pragma unroll
+                for (int ni = 0; ni < GEMM_NT; ni++) {
+                    float f[4] = { 0.0f, 0.0f, 0.0f, 0.0f };
+                    mma_e4m3(f, a0, a1, a2, a3, GEMM_B01(b[ni].x, b[ni].y));
+                    acc[mi][ni][0] = fmaf(f[0], s0 * sx[ni][0], acc[mi][ni][0]);
+                    acc[mi][ni][1] = fmaf(f[1], s0 * sx[ni][1], acc[mi][ni][1]);
+                    acc[mi][ni][2] = fmaf(f[2], s1 * sx[ni][0], acc[mi][ni][2]);
+                    acc[mi][ni][3] = fmaf(f[3], s1 * sx[ni][1], acc[mi][ni][3]);
+                }
+            }
+        }
+    }
+}
+
+/* One block: weight rows [row_base, +128) x tokens [tok_base, +128) of T; token n reads input row
+ * gemm_in_row(in_rows, in_base, n) and writes output row out_base + n. */
+template <int FP4>
+__device__ __forceinline__ void gemm_block(const dsv4_weight &w, const uint8_t *__restrict__ xq, int ldq, const float *__restrict__ xs,
+                                           int lds, int T, float *__restrict__ y, int ldy, int out_bf16, int row_base, int tok_base,
+                                           const int32_t *__restrict__ in_rows, int in_base, int out_base) {
+    typedef gemm_smem<FP4> L;
+    extern __shared__ __align__(16) uint8_t gemm_sm[];
+    float *ys = (float *)(gemm_sm + GEMM_STAGES * L::stage);
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
+    const int wr = 64 * (warp >> 2), wt = 32 * (warp & 3);   /* the warp's rows and tokens inside the block */
+    const int N = w.rows, K = w.cols, nchunk = (K + 127) / 128;
+    const uint8_t *wd = (const uint8_t *)w.data;
+
+    __syncthreads();   /* a block that runs several tiles (experts): every warp is done with the last one's stages */
+#pragma unroll
+    for (int s = 0; s < GEMM_STAGES - 1; s++) {
+        if (s < nchunk) {
+            const int c = gemm_chunk_at(s, nchunk);
+            gemm_load<FP4>(gemm_sm + s * L::stage, wd, N, K, xq, ldq, T, in_rows, in_base, row_base, tok_base, c);
+            gemm_scale_store<FP4>(gemm_sm + s * L::stage, gemm_scale_fetch<FP4>(w, xs, lds, T, in_rows, in_base, row_base, tok_base, c));
+        }
+        cp_async_commit();
+    }
+    float acc[GEMM_MT][GEMM_NT][4];
+#pragma unroll
+    for (int mi = 0; mi < GEMM_MT; mi++)
+#pragma unroll
+        for (int ni = 0; ni < GEMM_NT; ni++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) acc[mi][ni][e] = 0.0f;
+
+    /* a warp whose tokens all lie past T (a short expert run) only helps to stage and waits at the barriers */
+    const bool idle = tok_base + wt >= T || row_base + wr >= N;
+    int i = 0;   /* position in the walk = the stage sequence */
+    for (int pp = 0; pp < 4; pp++) {
+        const int p = GEMM_PART(pp), n = gemm_part_chunks(nchunk, p);
+        for (int k = 0; k < n; k++, i++) {
+            cp_async_wait<GEMM_STAGES - 2>();
+            __syncthreads();   /* stage i landed for every thread; every warp is done with stage i - 1's buffer */
+            const int next = i + GEMM_STAGES - 1;
+            uint8_t *next_stage = gemm_sm + (next % GEMM_STAGES) * L::stage;
+            uint32_t next_scale = 0;
+            if (next < nchunk) {
+                const int c = gemm_chunk_at(next, nchunk);
+                gemm_load<FP4>(next_stage, wd, N, K, xq, ldq, T, in_rows, in_base, row_base, tok_base, c);
+                next_scale = gemm_scale_fetch<FP4>(w, xs, lds, T, in_rows, in_base, row_base, tok_base, c);
+            }
+            cp_async_commit();
+            if (!idle) gemm_chunk<FP4>(acc, gemm_sm + (i % GEMM_STAGES) * L::stage, K, wr, wt, p + 4 * k);
+            if (next < nchunk) gemm_scale_store<FP4>(next_stage, next_scale);   /* read after the barrier of stage next */
+        }
+        if (idle) continue;
+        /* fold partial p: y = p0, then y = y + p (each thread its own slots of ys) */
+#pragma unroll
+        for (int mi = 0; mi < GEMM_MT; mi++)
+#pragma unroll
+            for (int ni = 0; ni < GEMM_NT; ni++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    float *slot = ys + ((mi * GEMM_NT + ni) * 4 + e) * GEMM_THREADS + threadIdx.x;
+                    const float v = pp == 0 ? acc[mi][ni][e] : *slot + acc[mi][ni][e];
+                    acc[mi][ni][e] = 0.0f;
+                    if (pp < 3) {
+                        *slot = v;
+                    } else {
+                        const int r = row_base + wr + 16 * mi + g + 8 * (e >> 1), t = tok_base + wt + 8 * ni + 2 * q + (e & 1);
+                        if (r < N && t < T) y[((int64_t)out_base + t) * ldy + r] = out_bf16 ? dev_round_bf16(v) : v;
+                    }
+                }
+    }
+}
+
+template <int FP4>
+__global__ void __launch_bounds__(GEMM_THREADS, 1) k_mma_gemm(dsv4_weight w, const uint8_t *__restrict__ xq, int ldq,
+                                                              const float *__restrict__ xs, int lds, int T, float *__restrict__ y,
+                                                              int ldy, int out_bf16) {
+    dev_grid_wait();
+    gemm_block<FP4>(w, xq, ldq, xs, lds, T, y, ldy, out_bf16, blockIdx.x * GEMM_BM, blockIdx.y * GEMM_BN, NULL, 0, 0);
+}
+
+/* The routed experts' tiles of a MoE plan (k_mma.cu k_mma_expert's contract), GEMM_BN / CU_MOE_TILE = 16 plan
+ * tiles a block: the block's tiles cut into runs of one expert (consecutive tiles of an expert hold consecutive
+ * pairs: the plan sorts pairs by expert, then token), each run (up to 128 pairs) one gemm_block whose token n is
+ * pair p0 + n, reading input row p0 + n (x_by_pair) or pair_token[p0 + n] and writing output row p0 + n. A pair's
+ * outputs have the order of every other path, so neither the run nor the block it falls in changes its bits. */
+#define GEMM_EXPERT_TILES (GEMM_BN / CU_MOE_TILE)
+template <int FP4>
+__global__ void __launch_bounds__(GEMM_THREADS, 1) k_mma_gemm_expert(const dsv4_weight *__restrict__ experts, int rows, cu_moe_plan plan,
+                                                                     const uint8_t *__restrict__ xq, int ldq, const float *__restrict__ xs,
+                                                                     int lds, int x_by_pair, float *__restrict__ y, int ldy, int out_bf16) {
+    dev_grid_wait();
+    const int t1 = min((int)(blockIdx.y + 1) * GEMM_EXPERT_TILES, *plan.n_tiles), row_base = blockIdx.x * GEMM_BM;
+    for (int t = blockIdx.y * GEMM_EXPERT_TILES; t < t1;) {
+        const int e = plan.tile_expert[t], p0 = plan.tile_first[t];
+        int u = t + 1;
+        while (u < t1 && plan.tile_expert[u] == e && plan.tile_first[u] == plan.tile_first[u - 1] + plan.tile_count[u - 1]) u++;
+        const int n = plan.tile_first[u - 1] + plan.tile_count[u - 1] - p0;
+        dsv4_weight w = experts[e];
+        if (!w.data) {   /* an expert another GPU holds (cuda_ep.h) or the host computes: the exact gather's identity */
+            for (int i = threadIdx.x; i < GEMM_BM * n; i += GEMM_THREADS) {
+                const int r = row_base + i % GEMM_BM;
+                if (r < rows) y[((int64_t)p0 + i / GEMM_BM) * ldy + r] = EP_ABSENT_ROW;
+            }
+        } else {
+            if ((uintptr_t)w.data % 16) __trap();   /* cu_mma_gemm.h's contract (each expert a cudaMalloc of its own) */
+            w.rows = rows;
+            gemm_block<FP4>(w, xq, ldq, xs, lds, n, y, ldy, out_bf16, row_base, 0, x_by_pair ? NULL : plan.pair_token, p0, p0);
+        }
+        t = u;
+    }
+}
+
+static int gemm_min_t = CU_MMA_GEMM_MIN_T, gemm_min_tiles = CU_MMA_GEMM_MIN_TILES;
+
+extern "C" void cu_mma_gemm_set(int min_t, int min_tiles) {
+    gemm_min_t = min_t < 0 ? 0 : min_t;
+    gemm_min_tiles = min_tiles < 0 ? 0 : min_tiles;
+}
+extern "C" int cu_mma_gemm_min_t(void) { return gemm_min_t; }
+extern "C" int cu_mma_gemm_min_tiles(void) { return gemm_min_tiles; }
+
+template <int FP4> static int gemm_smem_opt_in(void) {
+    static int done;   /* the opt-in to more than 48 KiB, once per kernel */
+    if (!done) {
+        if (cudaFuncSetAttribute(k_mma_gemm<FP4>, cudaFuncAttributeMaxDynamicSharedMemorySize, gemm_smem<FP4>::total) != cudaSuccess ||
+            cudaFuncSetAttribute(k_mma_gemm_expert<FP4>, cudaFuncAttributeMaxDynamicSharedMemorySize, gemm_smem<FP4>::total) !=
+                cudaSuccess) {
+            (void)cudaGetLastError();
+            return 0;   /* the small-tile kernels then: the same bits */
+        }
+        done = 1;
+    }
+    return 1;
+}
+
+extern "C" int cu_mma_gemm_experts(cu_stream st, const dsv4_weight *experts, int rows, int cols, int fmt, const cu_moe_plan *plan,
+                                   int max_tiles, const uint8_t *xq, int ldq, const float *xs, int lds, int x_by_pair, float *y, int ldy,
+                                   int out_bf16) {
+    (void)cols;
+    if (!gemm_min_tiles || max_tiles < gemm_min_tiles || cu_blocks(max_tiles, GEMM_EXPERT_TILES) > 65535) return 0;
+    const int fp4 = fmt == WF_FP4;
+    if (!(fp4 ? gemm_smem_opt_in<1>() : gemm_smem_opt_in<0>())) return 0;
+    dim3 grid(cu_blocks(rows, GEMM_BM), cu_blocks(max_tiles, GEMM_EXPERT_TILES));
+    if (fp4)
+        k_mma_gemm_expert<1><<<grid, GEMM_THREADS, gemm_smem<1>::total, (cudaStream_t)st>>>(experts, rows, *plan, xq, ldq, xs, lds, x_by_pair,
+                                                                                          y, ldy, out_bf16);
+    else
+        k_mma_gemm_expert<0><<<grid, GEMM_THREADS, gemm_smem<0>::total, (cudaStream_t)st>>>(experts, rows, *plan, xq, ldq, xs, lds, x_by_pair,
+                                                                                          y, ldy, out_bf16);
+    return 1;
+}
+
+extern "C" int cu_mma_gemm_linear(cu_stream st, const dsv4_weight *w, const uint8_t *xq, int ldq, const float *xs, int lds, int T,
+                                  float *y, int ldy, int out_bf16) {
+    if (!gemm_min_t || T < gemm_min_t || T > 65535 * GEMM_BN || (uintptr_t)w->data % 16) return 0;
+    const int fp4 = w->fmt == WF_FP4;
+    if (!(fp4 ? gemm_smem_opt_in<1>() : gemm_smem_opt_in<0>())) return 0;
+    dim3 grid(cu_blocks(w->rows, GEMM_BM), cu_blocks(T, GEMM_BN));
+    if (fp4) k_mma_gemm<1><<<grid, GEMM_THREADS, gemm_smem<1>::total, (cudaStream_t)st>>>(*w, xq, ldq, xs, lds, T, y, ldy, out_bf16);
+    else k_mma_gemm<0><<<grid, GEMM_THREADS, gemm_smem<0>::total, (cudaStream_t)st>>>(*w, xq, ldq, xs, lds, T, y, ldy, out_bf16);
+    return 1;
+}

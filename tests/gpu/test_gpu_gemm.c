@@ -1,0 +1,405 @@
+/* The large-T path of the tensor-core linear (backend/cuda/k_mma_gemm.cu, cu_mma_gemm.h) against the small-tile
+ * kernels of k_mma.cu, whose order it must keep: every output of cu_mma_gemm_linear is memcmp-equal to
+ * cu_mma_linear's with the GEMM switched off (test_gpu_mma checks those against a reference in double), and nothing
+ * else of the output buffer is written. Inputs are random bytes of the formats (every E4M3 code but NaN, every E2M1
+ * code) with random power-of-two scales, so the values span a wide range and any change of the order of an fmaf or
+ * an addition shows in the bits. Cases: T around and above the tile (127, 128, 129, 300), FP8 and FP4 weights, row
+ * counts that are not multiples of the 128-row tile, K of 1, 2, 5, 8 chunks (fewer than four partials, partials of
+ * unequal length), FP4 K ending in a partial chunk of 1 or 3 scale blocks, a weight view (row0 = 40: the FP8 scale
+ * rows), out_bf16 on and off; and the routed experts' GEMM (cu_mma_gemm_experts) against cu_mma_expert_linear on a
+ * plan whose experts have 150, 3, 20 (absent: another GPU's), 0, 140 and 9 pairs, inputs by token and by pair.
+ * Building k_mma_gemm.cu with -DDSV4_GEMM_BUG=1 (a fragment word swap) or =2 (the partials folded in reverse order)
+ * must make it fail. Built with -DGEMM_TEST_SHIM (tools/gpu/shim/shim_gemm.sh) it runs on the CPU against the
+ * kernels' source through the fiber shim; on the GPU it is one of the GPU suite's programs.
+ * `test_gpu_gemm --bench` (GPU) times both paths at the V4-Flash shapes for T = 2048 and 8192. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "backend/cuda/cu_mma.h"
+#include "backend/cuda/cu_mma_gemm.h"
+#include "backend/cuda/cu_runtime.h"
+#include "model/tiny.h"   /* dsv4_rng */
+#include "model/weight.h"
+
+#ifdef GEMM_TEST_SHIM
+/* The device is the host (tools/gpu/shim/cuda_shim.h runs the kernels as fibers). */
+void *cu_malloc(size_t n) { return aligned_alloc(256, (n + 255) / 256 * 256); }
+void cu_free(void *p) { free(p); }
+int cu_upload(void *d, const void *s, size_t n) { memcpy(d, s, n); return 0; }
+int cu_download(void *d, const void *s, size_t n) { memcpy(d, s, n); return 0; }
+int cu_finish(cu_stream st, const char *what, dsv4_error *err) { (void)st; (void)what; (void)err; return 0; }
+#else
+#include <cuda_runtime.h>
+#endif
+
+static dsv4_rng rng;
+
+static uint8_t random_e4m3(void) {
+    for (;;) {
+        const uint8_t b = (uint8_t)dsv4_rng_below(&rng, 256);
+        if ((b & 0x7f) != 0x7f) return b;   /* not NaN */
+    }
+}
+
+static void *upload(const void *h, size_t n) {
+    void *d = cu_malloc(n);
+    assert_non_null(d);
+    assert_int_equal(cu_upload(d, h, n), 0);
+    return d;
+}
+
+/* A device weight of N x K (fmt), random codes and scales 2^[-6, 6]; data and scale: what to free. */
+typedef struct {
+    dsv4_weight w;
+    void *data, *scale;
+} dweight;
+
+static dweight make_weight(int fmt, int N, int K) {
+    const int fp4 = fmt == WF_FP4;
+    const size_t db = fp4 ? (size_t)N * K / 2 : (size_t)N * K;
+    const int scols = fp4 ? K / 32 : K / 128;
+    const size_t sb = fp4 ? (size_t)N * scols : (size_t)((N + 127) / 128) * scols;
+    uint8_t *d = malloc(db), *s = malloc(sb);
+    for (size_t i = 0; i < db; i++) d[i] = fp4 ? (uint8_t)dsv4_rng_below(&rng, 256) : random_e4m3();
+    for (size_t i = 0; i < sb; i++) s[i] = (uint8_t)(121 + dsv4_rng_below(&rng, 13));
+    dweight t;
+    memset(&t, 0, sizeof t);
+    t.data = upload(d, db);
+    t.scale = upload(s, sb);
+    free(d);
+    free(s);
+    t.w.fmt = fmt;
+    t.w.rows = N;
+    t.w.cols = K;
+    t.w.data = t.data;
+    t.w.scale = t.scale;
+    t.w.scale_cols = scols;
+    return t;
+}
+
+/* Rows [r0, N) of w as a view (row0 = r0, as the model's split weights are). */
+static dsv4_weight view(const dsv4_weight *w, int r0) {
+    dsv4_weight v = *w;
+    const size_t row_bytes = w->fmt == WF_FP4 ? (size_t)w->cols / 2 : (size_t)w->cols;
+    v.data = (const uint8_t *)w->data + (size_t)r0 * row_bytes;
+    v.rows = w->rows - r0;
+    v.row0 = w->row0 + r0;
+    /* the scales stay: the kernels index them by row0 + row (FP8 by 128-row block, FP4 by row) */
+    return v;
+}
+
+/* y through both paths, memcmp over the whole buffer (ldy = rows + 3: the columns past the rows stay as filled). */
+static void same_bits(const dsv4_weight *w, int T, int out_bf16) {
+    const int K = w->cols, N = w->rows, ldq = cu_mma_ld(K) + 16, lds = cu_mma_lds(K) + 1, ldy = N + 3;
+    const size_t qb = (size_t)T * ldq, sn = (size_t)T * lds, yn = (size_t)T * ldy;
+    uint8_t *q = malloc(qb);
+    float *s = malloc(sizeof(float) * sn), *y0 = malloc(sizeof(float) * yn), *y1 = malloc(sizeof(float) * yn);
+    for (size_t i = 0; i < qb; i++) q[i] = random_e4m3();
+    for (size_t i = 0; i < sn; i++) s[i] = ldexpf(1.0f, -(int)dsv4_rng_below(&rng, 11));
+    memset(y0, 0xab, sizeof(float) * yn);
+    uint8_t *dq = upload(q, qb);
+    float *ds = upload(s, sizeof(float) * sn), *dy0 = upload(y0, sizeof(float) * yn), *dy1 = upload(y0, sizeof(float) * yn);
+    dsv4_error err;
+    cu_mma_gemm_set(0, 0);
+    assert_int_equal(cu_mma_linear(NULL, w, dq, ldq, ds, lds, T, dy0, ldy, out_bf16, &err), 0);
+    cu_mma_gemm_set(1, 1);
+    assert_int_equal(cu_mma_gemm_linear(NULL, w, dq, ldq, ds, lds, T, dy1, ldy, out_bf16), 1);   /* it took the launch */
+    cu_mma_gemm_set(CU_MMA_GEMM_MIN_T, CU_MMA_GEMM_MIN_TILES);
+    assert_int_equal(cu_finish(NULL, "gemm", &err), 0);
+    assert_int_equal(cu_download(y0, dy0, sizeof(float) * yn), 0);
+    assert_int_equal(cu_download(y1, dy1, sizeof(float) * yn), 0);
+    size_t written = 0, differ = 0, first = 0;
+    for (int t = 0; t < T; t++)
+        for (int r = 0; r < N; r++) {
+            const size_t i = (size_t)t * ldy + r;
+            uint32_t u;
+            memcpy(&u, &y0[i], 4);
+            written += u != 0xabababab && isfinite(y0[i]) && y0[i] != 0.0f;
+        }
+    for (size_t i = 0; i < yn; i++)
+        if (memcmp(&y0[i], &y1[i], 4) && !differ++) first = i;
+    if (differ)
+        print_error("%s %d x %d (row0 %d), T %d, out_bf16 %d: %zu of %zu floats differ, first at token %zu column %zu (%a vs %a)\n",
+                    w->fmt == WF_FP4 ? "FP4" : "FP8", N, K, w->row0, T, out_bf16, differ, yn, first / ldy, first % ldy, y0[first],
+                    y1[first]);
+    assert_int_equal(differ, 0);
+    assert_true(written > (size_t)T * N * 9 / 10);   /* the outputs are real numbers, not an untouched buffer */
+    cu_free(dq);
+    cu_free(ds);
+    cu_free(dy0);
+    cu_free(dy1);
+    free(q);
+    free(s);
+    free(y0);
+    free(y1);
+}
+
+static void free_weight(dweight *t) {
+    cu_free(t->data);
+    cu_free(t->scale);
+}
+
+static void fp8_around_the_tile(void **state) {
+    (void)state;
+    dweight a = make_weight(WF_FP8, 300, 640);   /* 5 chunks: partial 0 takes two */
+    static const int Ts[] = { 127, 128, 129, 300 };
+    for (int i = 0; i < 4; i++) same_bits(&a.w, Ts[i], Ts[i] & 1);
+    const dsv4_weight v = view(&a.w, 40);
+    same_bits(&v, 200, 0);
+    free_weight(&a);
+    dweight b = make_weight(WF_FP8, 136, 256);   /* 2 chunks: partials 2 and 3 empty */
+    same_bits(&b.w, 129, 0);
+    free_weight(&b);
+    dweight c = make_weight(WF_FP8, 128, 1024);   /* 8 chunks, whole tiles */
+    same_bits(&c.w, 256, 1);
+    free_weight(&c);
+}
+
+static void fp4_around_the_tile(void **state) {
+    (void)state;
+    dweight a = make_weight(WF_FP4, 300, 608);   /* 4 full chunks and one of 3 scale blocks */
+    static const int Ts[] = { 127, 128, 129, 300 };
+    for (int i = 0; i < 4; i++) same_bits(&a.w, Ts[i], Ts[i] & 1);
+    const dsv4_weight v = view(&a.w, 40);
+    same_bits(&v, 130, 0);
+    free_weight(&a);
+    dweight b = make_weight(WF_FP4, 72, 96);   /* one chunk of 3 blocks */
+    same_bits(&b.w, 130, 1);
+    free_weight(&b);
+    dweight c = make_weight(WF_FP4, 40, 1056);   /* 9 chunks, the last of 1 block */
+    same_bits(&c.w, 129, 0);
+    free_weight(&c);
+}
+
+/* The routed experts' path: a plan of 6 experts (150 pairs, 3, 20 on an absent expert, none, 140, 9), pairs sorted
+ * by expert then token and cut into tiles of up to CU_MOE_TILE, max_tiles above the plan's count (blocks past it
+ * must do nothing). cu_mma_gemm_experts against cu_mma_expert_linear with the GEMM off, memcmp over y, with the
+ * inputs by token (pair_token) and by pair. */
+static void experts_same_bits(int fmt, int rows, int cols, int x_by_pair) {
+    enum { E = 6, T = 300 };
+    static const int counts[E] = { 150, 3, 20, 0, 140, 9 };
+    dweight ew[E];
+    dsv4_weight hw[E];
+    for (int e = 0; e < E; e++) {
+        ew[e] = make_weight(fmt, rows, cols);
+        hw[e] = ew[e].w;
+    }
+    hw[2].data = NULL;   /* another GPU's */
+    int P = 0, n_tiles = 0;
+    for (int e = 0; e < E; e++) {
+        P += counts[e];
+        n_tiles += (counts[e] + CU_MOE_TILE - 1) / CU_MOE_TILE;
+    }
+    int32_t *pair_token = malloc(sizeof(int32_t) * P), *te = malloc(sizeof(int32_t) * n_tiles), *tf = malloc(sizeof(int32_t) * n_tiles),
+            *tc = malloc(sizeof(int32_t) * n_tiles);
+    int p = 0, t = 0;
+    for (int e = 0; e < E; e++) {
+        int tok = (int)dsv4_rng_below(&rng, 2);
+        for (int k = 0; k < counts[e]; k++, p++) {
+            if (k % CU_MOE_TILE == 0) {
+                te[t] = e;
+                tf[t] = p;
+                tc[t] = counts[e] - k < CU_MOE_TILE ? counts[e] - k : CU_MOE_TILE;
+                t++;
+            }
+            pair_token[p] = tok;
+            tok += 1 + (int)dsv4_rng_below(&rng, 2);   /* increasing: at most 300 tokens for 150 pairs */
+        }
+    }
+    const int max_tiles = n_tiles + 40;
+    const int ldq = cu_mma_ld(cols), lds = cu_mma_lds(cols), ldy = rows + 1, X = x_by_pair ? P : T;
+    uint8_t *q = malloc((size_t)X * ldq);
+    float *xs = malloc(sizeof(float) * X * lds), *y0 = malloc(sizeof(float) * P * ldy), *y1 = malloc(sizeof(float) * P * ldy);
+    for (size_t i = 0; i < (size_t)X * ldq; i++) q[i] = random_e4m3();
+    for (int i = 0; i < X * lds; i++) xs[i] = ldexpf(1.0f, -(int)dsv4_rng_below(&rng, 11));
+    memset(y0, 0xab, sizeof(float) * P * ldy);
+    const int32_t nt = n_tiles;
+    cu_moe_plan plan;
+    memset(&plan, 0, sizeof plan);
+    plan.pair_token = upload(pair_token, sizeof(int32_t) * P);
+    plan.tile_expert = upload(te, sizeof(int32_t) * n_tiles);
+    plan.tile_first = upload(tf, sizeof(int32_t) * n_tiles);
+    plan.tile_count = upload(tc, sizeof(int32_t) * n_tiles);
+    plan.n_tiles = upload(&nt, sizeof nt);
+    dsv4_weight *dw = upload(hw, sizeof hw);
+    uint8_t *dq = upload(q, (size_t)X * ldq);
+    float *ds = upload(xs, sizeof(float) * X * lds), *dy0 = upload(y0, sizeof(float) * P * ldy), *dy1 = upload(y0, sizeof(float) * P * ldy);
+    dsv4_error err;
+    cu_mma_gemm_set(0, 0);
+    assert_int_equal(cu_mma_expert_linear(NULL, dw, rows, cols, fmt, &plan, max_tiles, dq, ldq, ds, lds, x_by_pair, dy0, ldy, 1, &err), 0);
+    cu_mma_gemm_set(1, 1);
+    assert_int_equal(cu_mma_gemm_experts(NULL, dw, rows, cols, fmt, &plan, max_tiles, dq, ldq, ds, lds, x_by_pair, dy1, ldy, 1), 1);
+    cu_mma_gemm_set(CU_MMA_GEMM_MIN_T, CU_MMA_GEMM_MIN_TILES);
+    assert_int_equal(cu_finish(NULL, "gemm experts", &err), 0);
+    assert_int_equal(cu_download(y0, dy0, sizeof(float) * P * ldy), 0);
+    assert_int_equal(cu_download(y1, dy1, sizeof(float) * P * ldy), 0);
+    size_t differ = 0, first = 0, written = 0;
+    for (size_t i = 0; i < (size_t)P * ldy; i++) {
+        uint32_t u;
+        memcpy(&u, &y0[i], 4);
+        written += u != 0xabababab;
+        if (memcmp(&y0[i], &y1[i], 4) && !differ++) first = i;
+    }
+    if (differ)
+        print_error("experts %s %d x %d, x_by_pair %d: %zu floats differ, first at pair %zu row %zu (%a vs %a)\n", fmt == WF_FP4 ? "FP4" : "FP8",
+                    rows, cols, x_by_pair, differ, first / ldy, first % ldy, y0[first], y1[first]);
+    assert_int_equal(differ, 0);
+    assert_int_equal(written, (size_t)P * rows);   /* every pair's row, the absent expert's included */
+    for (int e = 0; e < E; e++) free_weight(&ew[e]);
+    cu_free(plan.pair_token);
+    cu_free(plan.tile_expert);
+    cu_free(plan.tile_first);
+    cu_free(plan.tile_count);
+    cu_free(plan.n_tiles);
+    cu_free(dw);
+    cu_free(dq);
+    cu_free(ds);
+    cu_free(dy0);
+    cu_free(dy1);
+    free(pair_token);
+    free(te);
+    free(tf);
+    free(tc);
+    free(q);
+    free(xs);
+    free(y0);
+    free(y1);
+}
+
+static void experts_fp4(void **state) {
+    (void)state;
+    experts_same_bits(WF_FP4, 136, 608, 0);
+    experts_same_bits(WF_FP4, 136, 608, 1);
+}
+
+static void experts_fp8(void **state) {
+    (void)state;
+    experts_same_bits(WF_FP8, 136, 640, 0);
+}
+
+static void switch_and_refusals(void **state) {
+    (void)state;
+    dweight a = make_weight(WF_FP8, 16, 128);
+    uint8_t *q = cu_malloc(128 * 512);
+    float *s = cu_malloc(sizeof(float) * 512), *y = cu_malloc(sizeof(float) * 16 * 512);
+    cu_mma_gemm_set(0, 0);
+    assert_int_equal(cu_mma_gemm_min_t(), 0);
+    assert_int_equal(cu_mma_gemm_linear(NULL, &a.w, q, 128, s, 1, 512, y, 16, 0), 0);   /* off */
+    cu_mma_gemm_set(300, 1);
+    assert_int_equal(cu_mma_gemm_linear(NULL, &a.w, q, 128, s, 1, 299, y, 16, 0), 0);   /* below the minimum */
+    dsv4_weight odd = a.w;
+    odd.data = (const uint8_t *)a.w.data + 4;   /* 4-byte aligned (FP4 would allow it): the small tiles take it */
+    odd.fmt = WF_FP4;
+    odd.scale_cols = 4;
+    assert_int_equal(cu_mma_gemm_linear(NULL, &odd, q, 128, s, 1, 300, y, 16, 0), 0);
+    cu_mma_gemm_set(-5, -1);
+    assert_int_equal(cu_mma_gemm_min_tiles(), 0);
+    assert_int_equal(cu_mma_gemm_min_t(), 0);
+    cu_mma_gemm_set(CU_MMA_GEMM_MIN_T, CU_MMA_GEMM_MIN_TILES);
+    cu_free(q);
+    cu_free(s);
+    cu_free(y);
+    free_weight(&a);
+}
+
+#ifndef GEMM_TEST_SHIM
+/* ---- benchmark (GPU) ---------------------------------------------------------------------------------------- */
+
+static double seconds_per_call(const dsv4_weight *w, const uint8_t *q, int ldq, const float *s, int lds, int T, float *y, int reps) {
+    dsv4_error err;
+    cudaEvent_t e0, e1;
+    float ms = -1;
+    if (cu_mma_linear(NULL, w, q, ldq, s, lds, T, y, w->rows, 0, &err)) return -1;   /* warm */
+    cudaEventCreate(&e0);
+    cudaEventCreate(&e1);
+    cudaEventRecord(e0, 0);
+    for (int r = 0; r < reps; r++) cu_mma_linear(NULL, w, q, ldq, s, lds, T, y, w->rows, 0, &err);
+    cudaEventRecord(e1, 0);
+    cudaEventSynchronize(e1);
+    cudaEventElapsedTime(&ms, e0, e1);
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+    return cudaGetLastError() == cudaSuccess ? ms * 1e-3 / reps : -1;
+}
+
+static int bench(void) {
+    /* wq_a, wkv, wq_b, wo_b, an expert's w1 / w3 and w2 (FP8 for the shared expert, FP4 for the routed ones) */
+    static const struct { int fp4, N, K; const char *what; } shapes[] = {
+        { 0, 1024, 4096, "wq_a" }, { 0, 512, 4096, "wkv" }, { 0, 32768, 1024, "wq_b" }, { 0, 4096, 8192, "wo_b" },
+        { 0, 2048, 4096, "shared w1" }, { 0, 4096, 2048, "shared w2" }, { 1, 2048, 4096, "FP4 w1" }, { 1, 4096, 2048, "FP4 w2" },
+    };
+    static const int Ts[] = { 2048, 8192 };
+    enum { TMAX = 8192, KMAX = 8192 };
+    uint8_t *q = cu_malloc((size_t)TMAX * KMAX);
+    float *s = cu_malloc(sizeof(float) * TMAX * (KMAX / 128)), *y = cu_malloc(sizeof(float) * (size_t)TMAX * 32768);
+    if (!q || !s || !y) {
+        fprintf(stderr, "bench: out of GPU memory\n");
+        return 1;
+    }
+    cu_fill_synth(q, (size_t)TMAX * KMAX, CU_SYNTH_FP8, 7);
+    float *h = malloc(sizeof(float) * TMAX * (KMAX / 128));
+    for (int i = 0; i < TMAX * (KMAX / 128); i++) h[i] = 1.0f / 64;
+    cu_upload(s, h, sizeof(float) * TMAX * (KMAX / 128));
+    free(h);
+    printf("%-10s %-4s %12s %6s %14s %14s %8s\n", "weight", "fmt", "N x K", "T", "k_mma TFLOPS", "gemm TFLOPS", "speedup");
+    for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++) {
+        const int fp4 = shapes[k].fp4, N = shapes[k].N, K = shapes[k].K;
+        dsv4_weight w = { fp4 ? WF_FP4 : WF_FP8, N, K, NULL, NULL, fp4 ? K / 32 : K / 128, 0 };
+        const size_t db = fp4 ? (size_t)N * K / 2 : (size_t)N * K, sb = weight_scale_bytes(&w);
+        void *d = cu_malloc(db), *sc = cu_malloc(sb);
+        if (!d || !sc) return 1;
+        cu_fill_synth(d, db, fp4 ? CU_SYNTH_FP4 : CU_SYNTH_FP8, 100 + k);
+        cu_fill_bytes(sc, 120, sb);
+        w.data = d;
+        w.scale = sc;
+        for (int j = 0; j < 2; j++) {
+            const int T = Ts[j];
+            cu_mma_gemm_set(0, 0);
+            const double old = seconds_per_call(&w, q, KMAX, s, KMAX / 128, T, y, 3);
+            cu_mma_gemm_set(1, 1);
+            const double neu = seconds_per_call(&w, q, KMAX, s, KMAX / 128, T, y, 10);
+            cu_mma_gemm_set(CU_MMA_GEMM_MIN_T, CU_MMA_GEMM_MIN_TILES);
+            if (old <= 0 || neu <= 0) return 1;
+            const double fl = 2.0 * N * K * T;
+            printf("%-10s %-4s %5dx%-6d %6d %14.1f %14.1f %7.2fx\n", shapes[k].what, fp4 ? "FP4" : "FP8", N, K, T, fl / old / 1e12,
+                   fl / neu / 1e12, old / neu);
+        }
+        cu_free(d);
+        cu_free(sc);
+    }
+    cu_free(q);
+    cu_free(s);
+    cu_free(y);
+    return 0;
+}
+#endif
+
+int main(int argc, char **argv) {
+#ifndef GEMM_TEST_SHIM
+    dsv4_error why;
+    if (!dsv4_cuda_available(&why)) {
+        printf("gpu gemm: skipped, needs a GPU: %s\n", why.msg);
+        return 0;
+    }
+    if (argc > 1 && !strcmp(argv[1], "--bench")) return bench();
+#endif
+    if (argc > 1) {
+        fprintf(stderr, "usage: test_gpu_gemm [--bench]\n");
+        return 2;
+    }
+    dsv4_rng_seed(&rng, 18);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(fp8_around_the_tile),
+        cmocka_unit_test(fp4_around_the_tile),
+        cmocka_unit_test(experts_fp4),
+        cmocka_unit_test(experts_fp8),
+        cmocka_unit_test(switch_and_refusals),
+    };
+    return cmocka_run_group_tests_name("gpu large-T tensor-core linear", tests, NULL, NULL);
+}
