@@ -539,6 +539,53 @@ static void fp4_vector_loads_equal_word_loads(void **state) {
     cu_mma_fp4_vec(build_mode);
 }
 
+/* cu_mma_linear_pair: both outputs have the bits of cu_mma_linear on each weight (the taller or the shorter weight
+ * first, every tile shape); weights of different widths are refused, writing nothing. */
+static void linear_pair_equals_two(void **state) {
+    (void)state;
+    static const int Ts[] = { 1, 5, 9, 33, 40 };
+    enum { TMAX = 40 };
+    for (int fp4 = 0; fp4 < 2; fp4++) {
+        const int K = fp4 ? 1120 : 1024, fmt = fp4 ? WF_FP4 : WF_FP8, Na = fp4 ? 40 : 333, Nb = fp4 ? 333 : 200;
+        tweight wa = make_weight(fmt, Na, K, 0), wb = make_weight(fmt, Nb, K, 0);
+        float *x = make_act(TMAX, K, 0);
+        tact a = pack(x, TMAX, K);
+        float *ra = malloc(sizeof(float) * TMAX * Na), *rb = malloc(sizeof(float) * TMAX * Nb), *ya = malloc(sizeof(float) * TMAX * Na),
+              *yb = malloc(sizeof(float) * TMAX * Nb);
+        float *dya = cu_malloc(sizeof(float) * TMAX * Na), *dyb = cu_malloc(sizeof(float) * TMAX * Nb);
+        assert_true(dya && dyb);
+        for (int i = 0; i < (int)(sizeof Ts / sizeof Ts[0]); i++) {
+            const int T = Ts[i];
+            run(&wa.d, &a, 0, T, ra);
+            run(&wb.d, &a, 0, T, rb);
+            dsv4_error err;
+            if (cu_mma_linear_pair(NULL, &wa.d, dya, Na, &wb.d, dyb, Nb, a.q, a.ldq, a.s, a.lds, T, 0, &err)) fail_msg("%s", err.msg);
+            sync_ok("linear pair");
+            assert_int_equal(cu_download(ya, dya, sizeof(float) * T * Na), 0);
+            assert_int_equal(cu_download(yb, dyb, sizeof(float) * T * Nb), 0);
+            if (memcmp(ya, ra, sizeof(float) * T * Na) || memcmp(yb, rb, sizeof(float) * T * Nb))
+                fail_msg("%s %d tokens: the pair's outputs (%d and %d rows) differ from the two linears'", fp4 ? "FP4" : "FP8", T, Na, Nb);
+        }
+        /* a different width: refused, nothing written */
+        tweight wc = make_weight(fmt, 16, fp4 ? 1056 : 1152, 0);
+        assert_int_equal(cu_fill_bytes(dya, 0x55, sizeof(float) * Na), 0);
+        dsv4_error err;
+        assert_int_equal(cu_mma_linear_pair(NULL, &wa.d, dya, Na, &wc.d, dyb, 16, a.q, a.ldq, a.s, a.lds, 1, 0, &err), DSV4_E_ARG);
+        assert_true(err.msg[0] != 0);
+        sync_ok("refused pair");
+        uint32_t back[16];
+        assert_int_equal(cu_download(back, dya, sizeof back), 0);
+        for (int i = 0; i < 16; i++)
+            if (back[i] != 0x55555555u) fail_msg("a refused pair wrote its output");
+        printf("  %s %dx%d + %dx%d: the pair's outputs = the two linears' (memcmp) at T = 1, 5, 9, 33, 40; another width refused\n",
+               fp4 ? "FP4" : "FP8", Na, K, Nb, K);
+        free(ra); free(rb); free(ya); free(yb); free(x);
+        cu_free(dya); cu_free(dyb);
+        free_act(&a);
+        free_weight(&wa); free_weight(&wb); free_weight(&wc);
+    }
+}
+
 /* The routed experts' kernel (cu_mma_expert_linear) on a plan built here: every pair's row has the bits of the plain
  * linear of its expert on its token (one order per element, whatever the tile), reading the tokens through
  * pair_token or pair-ordered rows; an expert without data writes EP_ABSENT_ROW; tiles past n_tiles do nothing. */
@@ -914,6 +961,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(close_on_realistic),
         cmocka_unit_test(batch_invariant_and_deterministic),
         cmocka_unit_test(fp4_vector_loads_equal_word_loads),
+        cmocka_unit_test(linear_pair_equals_two),
         cmocka_unit_test(experts_equal_plain_linear),
         cmocka_unit_test(refuses_bad_shapes),
     };

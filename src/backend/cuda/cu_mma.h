@@ -52,6 +52,14 @@ int cu_mma_linear(cu_stream st, const dsv4_weight *w, const uint8_t *xq, int ldq
  * before launching. Another mode number means 0. Returns the mode it replaces. */
 int cu_mma_fp4_vec(int mode);
 
+/* Two weights over the same packed rows in one launch (wq_a and wkv, the shared expert's w1 and w3: twice the
+ * blocks of one, for a decode step's small weights): y_a = x w_a^T and y_b = x w_b^T, each with the bits
+ * cu_mma_linear gives it (the same blocks, told apart by blockIdx.z). Both weights taken by cu_mma_linear, of one
+ * format and column count (DSV4_E_ARG otherwise); nothing is launched on an error. Built with -DMMA_LINEAR_PAIR=0
+ * it makes the two launches instead. */
+int cu_mma_linear_pair(cu_stream st, const dsv4_weight *w_a, float *y_a, int ldy_a, const dsv4_weight *w_b, float *y_b, int ldy_b,
+                       const uint8_t *xq, int ldq, const float *xs, int lds, int T, int out_bf16, dsv4_error *err);
+
 /* Whether cu_mma_linear takes weight w (its format, shape, alignment and scales: never T), and whether
  * cu_mma_expert_linear takes experts of format fmt with `cols` columns. */
 int cu_mma_takes(const dsv4_weight *w);

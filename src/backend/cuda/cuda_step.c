@@ -259,6 +259,22 @@ static void linear_q(step_ctx *s, const dsv4_weight *w, const float *x, const ui
     if (s->official) cu_round_bf16(s->st, y, (int64_t)s->T * N);
 }
 
+/* linear_q of two weights over the same input: one launch when both run on tensor cores (cu_mma_linear_pair: the
+ * same bits as two, twice the blocks for a decode step's small weights), else linear_q each. */
+static void linear_q_pair(step_ctx *s, const dsv4_weight *wa, float *ya, const dsv4_weight *wb, float *yb, const float *x, const uint8_t *q,
+                          const float *qs) {
+    const int K = wa->cols;
+    if (mma_takes(s, wa) && mma_takes(s, wb) && wa->fmt == wb->fmt && wb->cols == K) {
+        dsv4_error e;   /* both taken, the buffers the workspace's: a refusal is a bug (as in linear_q) */
+        if (cu_mma_linear_pair(s->st, wa, ya, wa->rows, wb, yb, wb->rows, q, cu_mma_ld(K), qs, cu_mma_lds(K), s->T, s->official, &e) &&
+            !s->rc)
+            s->rc = dsv4_fail(s->err, DSV4_E_STATE, "cuda: %s", e.msg);
+        return;
+    }
+    linear_q(s, wa, x, q, qs, ya);
+    linear_q(s, wb, x, q, qs, yb);
+}
+
 /* OFFICIAL rows x [T][K] whose values are bf16 (a norm's output, the attention's output: the step rounded them)
  * packed as bf16 into ws->xb for the BF16-input tensor-core linears (cu_mma.h); 1 when packed. */
 static int pack16_if(step_ctx *s, const float *x, int T, int K) {
@@ -318,13 +334,12 @@ static void attn_project(step_ctx *s, const cu_layer *ly) {
             x8 = ws->x8;
         }
     }   /* xn is packed in ws->xq by step_hc_pre */
-    linear_q(s, &ly->wq_a, x8, ws->xq, ws->xqs, ws->qr);
+    linear_q_pair(s, &ly->wq_a, ws->qr, &ly->wkv, ws->kv, x8, ws->xq, ws->xqs);   /* wkv reads the same rows */
     /* q_norm; with tensor cores qr packed into ws->yq by the same kernel (also the indexer's wq_b input) */
     cu_rmsnorm_pack(s->st, s->official, ws->qr, c->q_lora, ly->q_norm, c->q_lora, c->norm_eps, ws->qr, c->q_lora, T,
                     s->mma ? ws->yq : NULL, cu_mma_ld(c->q_lora), ws->yqs, cu_mma_lds(c->q_lora));
     if (cuda_core_reader(s, &ly->wq_b, ly->ratio == 4 ? &ly->idx_wq_b : NULL)) quant_rows_if(s, ws->qr, T, c->q_lora);
     linear_q(s, &ly->wq_b, ws->qr, ws->yq, ws->yqs, ws->q);
-    linear_q(s, &ly->wkv, x8, ws->xq, ws->xqs, ws->kv);
 }
 
 /* ws->o [T][H][D] -> ws->sub [T][d] through the grouped wo_a (group g's heads through rows [g*o_lora,
@@ -426,8 +441,7 @@ static void shared_expert(step_ctx *s, const cu_layer *ly, int in_packed) {
         if (in_packed) cu_act_quant(s->st, ws->xn, d, ws->x8, d, T, d, 128, 0);
         xe = ws->x8;
     }
-    linear_q(s, &ly->sw1, xe, ws->xq, ws->xqs, ws->seg);
-    linear_q(s, &ly->sw3, xe, ws->xq, ws->xqs, ws->sev);
+    linear_q_pair(s, &ly->sw1, ws->seg, &ly->sw3, ws->sev, xe, ws->xq, ws->xqs);
     if (s->official && mma_takes(s, &ly->sw2))
         cu_swiglu_pack(s->st, s->official, ws->seg, ws->sev, NULL, T, I, c->swiglu_limit, ws->yq, cu_mma_ld(I), ws->yqs, cu_mma_lds(I));
     else

@@ -392,11 +392,17 @@ __device__ __forceinline__ void mma_block(const dsv4_weight &w, const uint8_t *_
             }
 }
 
+/* blockIdx.z = 1: the second weight of a pair over the same input (cu_mma_linear_pair: w_b into y_b); the grid
+ * covers the taller of the two, a block past its weight's rows has nothing to do. */
 template <int FP4, int MT, int NT, int U, int VEC>
-__global__ void __launch_bounds__(32 * MMA_PARTS) k_mma_linear(dsv4_weight w, const uint8_t *__restrict__ xq, int ldq,
-                                                                const float *__restrict__ xs, int lds, int T,
-                                                                float *__restrict__ y, int ldy, int out_bf16) {
+__global__ void __launch_bounds__(32 * MMA_PARTS) k_mma_linear(dsv4_weight w_a, dsv4_weight w_b, const uint8_t *__restrict__ xq, int ldq,
+                                                                const float *__restrict__ xs, int lds, int T, float *y_a, int ldy_a,
+                                                                float *y_b, int ldy_b, int out_bf16) {
     dev_grid_wait();
+    const dsv4_weight w = blockIdx.z ? w_b : w_a;
+    float *y = blockIdx.z ? y_b : y_a;
+    const int ldy = blockIdx.z ? ldy_b : ldy_a;
+    if ((int)blockIdx.x * 16 * MT >= w.rows) return;
     mma_block<FP4, MT, NT, U, VEC>(w, xq, ldq, xs, lds, T, y, ldy, out_bf16, blockIdx.x * 16 * MT, blockIdx.y * 8 * NT, NULL, 0, 0);
 }
 
@@ -493,6 +499,11 @@ extern "C" int cu_mma_pack_act(cu_stream st, const float *x, int ldx, int T, int
     return 0;
 }
 
+/* MMA_LINEAR_PAIR=0: cu_mma_linear_pair as two launches (the A/B of its one launch). */
+#ifndef MMA_LINEAR_PAIR
+#define MMA_LINEAR_PAIR 1
+#endif
+
 /* FP4 weight loads: the mode of MMA_FP4_VEC above until cu_mma_fp4_vec changes it. */
 static int fp4_vec = MMA_FP4_VEC;
 
@@ -502,33 +513,44 @@ extern "C" int cu_mma_fp4_vec(int mode) {
     return before;
 }
 
+/* One weight's output (of a pair: cu_mma_linear_pair). */
+typedef struct {
+    const dsv4_weight *w;
+    float *y;
+    int ldy;
+} mma_out;
+
+/* One launch: weight a, and b when nz = 2. */
 template <int FP4, int MT, int NT, int U>
-static void mma_launch(cu_stream st, const dsv4_weight *w, const uint8_t *xq, int ldq, const float *xs, int lds, int T, float *y,
-                       int ldy, int out_bf16) {
-    dim3 grid(cu_blocks(w->rows, 16 * MT), cu_blocks(T, 8 * NT));
+static void mma_launch(cu_stream st, int nz, mma_out a, mma_out b, const uint8_t *xq, int ldq, const float *xs, int lds, int T,
+                       int out_bf16) {
+    const int rows = nz == 2 && b.w->rows > a.w->rows ? b.w->rows : a.w->rows;
+    dim3 grid(cu_blocks(rows, 16 * MT), cu_blocks(T, 8 * NT), nz);
     if constexpr (FP4) {
         if (fp4_vec == 2) {
-            k_mma_linear<FP4, MT, NT, U, 2><<<grid, 32 * MMA_PARTS, 0, (cudaStream_t)st>>>(*w, xq, ldq, xs, lds, T, y, ldy, out_bf16);
+            k_mma_linear<FP4, MT, NT, U, 2><<<grid, 32 * MMA_PARTS, 0, (cudaStream_t)st>>>(*a.w, *b.w, xq, ldq, xs, lds, T, a.y, a.ldy, b.y, b.ldy,
+                                                                                          out_bf16);
             return;
         }
         if (fp4_vec == 1) {
-            k_mma_linear<FP4, MT, NT, U, 1><<<grid, 32 * MMA_PARTS, 0, (cudaStream_t)st>>>(*w, xq, ldq, xs, lds, T, y, ldy, out_bf16);
+            k_mma_linear<FP4, MT, NT, U, 1><<<grid, 32 * MMA_PARTS, 0, (cudaStream_t)st>>>(*a.w, *b.w, xq, ldq, xs, lds, T, a.y, a.ldy, b.y, b.ldy,
+                                                                                          out_bf16);
             return;
         }
     }
-    k_mma_linear<FP4, MT, NT, U, 0><<<grid, 32 * MMA_PARTS, 0, (cudaStream_t)st>>>(*w, xq, ldq, xs, lds, T, y, ldy, out_bf16);
+    k_mma_linear<FP4, MT, NT, U, 0><<<grid, 32 * MMA_PARTS, 0, (cudaStream_t)st>>>(*a.w, *b.w, xq, ldq, xs, lds, T, a.y, a.ldy, b.y, b.ldy,
+                                                                                  out_bf16);
 }
 
 /* The tile from T (never the order): up to 8 tokens one n8 column and 16 rows a block, four chunks' loads in flight
  * (decode streams the weight); up to 32 tokens 16 rows x 32 tokens (the weight read once); more, 64 (FP4) or 32 (FP8)
  * rows x 32 tokens. */
 template <int FP4>
-static void mma_dispatch(cu_stream st, const dsv4_weight *w, const uint8_t *xq, int ldq, const float *xs, int lds, int T, float *y,
-                         int ldy, int o) {
-    if (T <= 8) mma_launch<FP4, 1, 1, 4>(st, w, xq, ldq, xs, lds, T, y, ldy, o);
-    else if (T <= 32) mma_launch<FP4, 1, 4, 2>(st, w, xq, ldq, xs, lds, T, y, ldy, o);
-    else if constexpr (FP4) mma_launch<FP4, 4, 4, 1>(st, w, xq, ldq, xs, lds, T, y, ldy, o);
-    else mma_launch<FP4, 2, 4, 1>(st, w, xq, ldq, xs, lds, T, y, ldy, o);   /* FP8 at 64 x 32 spills (255 registers) */
+static void mma_dispatch(cu_stream st, int nz, mma_out a, mma_out b, const uint8_t *xq, int ldq, const float *xs, int lds, int T, int o) {
+    if (T <= 8) mma_launch<FP4, 1, 1, 4>(st, nz, a, b, xq, ldq, xs, lds, T, o);
+    else if (T <= 32) mma_launch<FP4, 1, 4, 2>(st, nz, a, b, xq, ldq, xs, lds, T, o);
+    else if constexpr (FP4) mma_launch<FP4, 4, 4, 1>(st, nz, a, b, xq, ldq, xs, lds, T, o);
+    else mma_launch<FP4, 2, 4, 1>(st, nz, a, b, xq, ldq, xs, lds, T, o);   /* FP8 at 64 x 32 spills (255 registers) */
 }
 
 /* The weight half of cu_mma_linear's contract: 0 when w is taken, else a one-line reason (code in *code). */
@@ -553,23 +575,53 @@ extern "C" int cu_mma_takes_experts(int fmt, int cols) {
     return (fmt == WF_FP8 && cols >= 128 && cols % 128 == 0) || (fmt == WF_FP4 && cols >= 32 && cols % 32 == 0);
 }
 
-extern "C" int cu_mma_linear(cu_stream st, const dsv4_weight *w, const uint8_t *xq, int ldq, const float *xs, int lds, int T,
-                             float *y, int ldy, int out_bf16, dsv4_error *err) {
+/* The checks of cu_mma_linear's contract for weight w and output y / ldy: 0, or the error. */
+static int linear_args(const char *fn, const dsv4_weight *w, const uint8_t *xq, int ldq, const float *xs, int lds, int T, const float *y,
+                       int ldy, dsv4_error *err) {
     int code;
     const char *why = weight_refusal(w, &code);
-    if (why) return dsv4_fail(err, code, "cu_mma_linear: %s (format %d, %d x %d, %d scale columns)", why, (int)w->fmt, w->rows, w->cols,
+    if (why) return dsv4_fail(err, code, "%s: %s (format %d, %d x %d, %d scale columns)", fn, why, (int)w->fmt, w->rows, w->cols,
                               w->scale_cols);
-    const int fp4 = w->fmt == WF_FP4, K = w->cols, N = w->rows;
+    const int K = w->cols, N = w->rows;
     if (T < 0 || T > 65535 * 32)   /* grid.y = T / 32 at most 65535 */
-        return dsv4_fail(err, DSV4_E_ARG, "cu_mma_linear: %d tokens, weight %d x %d", T, N, K);
+        return dsv4_fail(err, DSV4_E_ARG, "%s: %d tokens, weight %d x %d", fn, T, N, K);
     if (T == 0 || N == 0) return 0;
     if (!xq || !xs || !y || ldq < K || ldq % 16 || (uintptr_t)xq % 16 || lds < (K + 127) / 128 || ldy < N)
-        return dsv4_fail(err, DSV4_E_ARG,
-                         "cu_mma_linear: bad buffers (ldq %d: >= %d, a multiple of 16, 16-byte aligned; lds %d; ldy %d >= %d)", ldq, K,
-                         lds, ldy, N);
+        return dsv4_fail(err, DSV4_E_ARG, "%s: bad buffers (ldq %d: >= %d, a multiple of 16, 16-byte aligned; lds %d; ldy %d >= %d)", fn, ldq,
+                         K, lds, ldy, N);
+    return 0;
+}
+
+extern "C" int cu_mma_linear(cu_stream st, const dsv4_weight *w, const uint8_t *xq, int ldq, const float *xs, int lds, int T,
+                             float *y, int ldy, int out_bf16, dsv4_error *err) {
+    const int rc = linear_args("cu_mma_linear", w, xq, ldq, xs, lds, T, y, ldy, err);
+    if (rc || T == 0 || w->rows == 0) return rc;
     if (cu_mma_gemm_linear(st, w, xq, ldq, xs, lds, T, y, ldy, out_bf16)) return 0;   /* large T (k_mma_gemm.cu): the same bits */
-    if (fp4) mma_dispatch<1>(st, w, xq, ldq, xs, lds, T, y, ldy, out_bf16);
-    else mma_dispatch<0>(st, w, xq, ldq, xs, lds, T, y, ldy, out_bf16);
+    const mma_out a = { w, y, ldy };
+    if (w->fmt == WF_FP4) mma_dispatch<1>(st, 1, a, a, xq, ldq, xs, lds, T, out_bf16);
+    else mma_dispatch<0>(st, 1, a, a, xq, ldq, xs, lds, T, out_bf16);
+    return 0;
+}
+
+extern "C" int cu_mma_linear_pair(cu_stream st, const dsv4_weight *w_a, float *y_a, int ldy_a, const dsv4_weight *w_b, float *y_b,
+                                  int ldy_b, const uint8_t *xq, int ldq, const float *xs, int lds, int T, int out_bf16, dsv4_error *err) {
+    int rc = linear_args("cu_mma_linear_pair", w_a, xq, ldq, xs, lds, T, y_a, ldy_a, err);
+    if (!rc) rc = linear_args("cu_mma_linear_pair", w_b, xq, ldq, xs, lds, T, y_b, ldy_b, err);
+    if (rc) return rc;
+    if (w_a->fmt != w_b->fmt || w_a->cols != w_b->cols)
+        return dsv4_fail(err, DSV4_E_ARG, "cu_mma_linear_pair: weights of formats %d / %d with %d / %d columns (one format and width)",
+                         (int)w_a->fmt, (int)w_b->fmt, w_a->cols, w_b->cols);
+    if (T == 0 || (w_a->rows == 0 && w_b->rows == 0)) return 0;
+    const int gemm_min = cu_mma_gemm_min_t();
+    if (w_a->rows == 0 || w_b->rows == 0 || !MMA_LINEAR_PAIR || (gemm_min > 0 && T >= gemm_min)) {
+        /* two calls (one when a weight has no rows; large T goes to the GEMM, each weight on its own) */
+        if (w_a->rows) cu_mma_linear(st, w_a, xq, ldq, xs, lds, T, y_a, ldy_a, out_bf16, NULL);
+        if (w_b->rows) cu_mma_linear(st, w_b, xq, ldq, xs, lds, T, y_b, ldy_b, out_bf16, NULL);
+        return 0;
+    }
+    const mma_out a = { w_a, y_a, ldy_a }, b = { w_b, y_b, ldy_b };
+    if (w_a->fmt == WF_FP4) mma_dispatch<1>(st, 2, a, b, xq, ldq, xs, lds, T, out_bf16);
+    else mma_dispatch<0>(st, 2, a, b, xq, ldq, xs, lds, T, out_bf16);
     return 0;
 }
 
