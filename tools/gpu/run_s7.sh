@@ -23,35 +23,25 @@ if has suite; then
   echo "suite exit $? at $(el) s" >>$L/suite.log
   echo "== suite:"; grep -E "FAIL|passed, .* failed|suite exit" $L/suite.log | tail -8
 fi
-if has bits; then
+if has bits; then   # the same logits? dsv4 and every binary in BITS_BINS (default dsv4-old), and ENV_BITS switches of dsv4
   W=/tmp/wide
   .gpu/dsv4 tiny -o $W --preset flash-tiny --set 'compress_ratios=[0,0,4,128,4,128]' --set sliding_window=8 --set index_topk=3 \
       --set hidden_size=1024 --set q_lora_rank=1024 --set moe_intermediate_size=1024 --set o_lora_rank=512 >/dev/null 2>&1
   TOK=$(awk 'BEGIN{for(i=0;i<300;i++) printf "%s%d", (i?",":""), (i*37+3)%260}')
+  echo "== bits (logits md5 of each build; the same letter = the same bytes):"
   for m in $W .gpu/testdata/official_calm/calmpro/checkpoint .gpu/serve-model; do
-    for kv in fp8 bf16; do
-      for b in dsv4 dsv4-old; do .gpu/$b logits -m $m --device cuda --mode official --kv $kv --tokens "$TOK" --out /tmp/$b.npy >>$L/bits.log 2>&1; done
-      cmp -s /tmp/dsv4.npy /tmp/dsv4-old.npy && r=same || r=DIFFERENT
-      extra=""
-      for e in ${ENV_BITS:-}; do   # NAME=VALUE switches that must keep the bits
-        env $e .gpu/dsv4 logits -m $m --device cuda --mode official --kv $kv --tokens "$TOK" --out /tmp/env.npy >>$L/bits.log 2>&1
-        cmp -s /tmp/dsv4.npy /tmp/env.npy && extra="$extra, $e same" || extra="$extra, $e DIFFERENT"
+    for kv in fp8 "fp8 --chunks 200,60" bf16; do   # --chunks: 200 + 60 tokens, then 40 one-token steps (decode kernels)
+      line="$(basename $m) $kv:"; declare -A seen=(); n=0
+      for v in dsv4 ${BITS_BINS:-dsv4-old} ${ENV_BITS:-}; do
+        case $v in *=*) e=$v; b=dsv4 ;; *) e=; b=$v ;; esac
+        [ -x .gpu/$b ] || { line="$line $v=missing"; continue; }
+        env $e .gpu/$b logits -m $m --device cuda --mode official --kv $kv --tokens "$TOK" --out /tmp/bits.npy >>$L/bits.log 2>&1 || { line="$line $v=FAILED"; continue; }
+        h=$(md5sum </tmp/bits.npy | cut -c1-32)
+        [ -n "${seen[$h]:-}" ] || { seen[$h]=$(printf "\\x$(printf %x $((65 + n)))"); n=$((n + 1)); }
+        line="$line $v=${seen[$h]}"
       done
-      echo "bits $(basename $m) $kv: new vs old $r$extra" | tee -a $L/bits.sum
-    done
-  done | sed '1i== bits:'
-fi
-if has ab; then
-  echo "== decode A/B (prompt 256, 48 tokens):"
-  for r in $(seq 1 ${AB_ROUNDS:-2}); do
-    pdl=""; [ "${AB_PDL:-1}" = 1 ] && pdl="DSV4_CUDA_PDL=1@dsv4 DSV4_CUDA_PDL=2@dsv4"
-    for v in dsv4 dsv4-old ${VARIANTS:-} $pdl ${ENV_AB:-}; do   # NAME=VALUE@binary: a binary under a switch
-      v=${v//@/ }
-      set -- $v; b=${!#}; envs=("${@:1:$#-1}")
-      [ -x .gpu/$b ] || continue
-      env "${envs[@]}" timeout 60 .gpu/$b bench --synthetic flash --device cuda --mode official --prompt 256 --decode 48 --no-bandwidth \
-          >$L/ab.log 2>&1
-      printf "%-40s round %d: %s\n" "$v" $r "$(grep -E '^decode, 1' $L/ab.log)"
+      unset seen
+      echo "$line" | tee -a $L/bits.sum
     done
   done
 fi
