@@ -67,7 +67,8 @@ extern "C" {
 
 /* -DDSV4_STREAM_BUG=1: the first MMA of every chunk (FP8) / block (FP4) takes the activation's two words swapped
  * (test_gpu_stream must fail); =2: the partials added as ((p0 + p2) + p1) + p3 -- the same value in exact
- * arithmetic, other bits sometimes (it must fail too). Never in a real build. */
+ * arithmetic, other bits sometimes (it must fail too); =3: the pipeline waits for one cp.async group too few (a
+ * race on the GPU; the CPU shim lands a copy only at its wait, so it reads the poison there). Never in a real build. */
 #if defined(DSV4_STREAM_BUG) && DSV4_STREAM_BUG == 1
 #define ST_B01(lo, hi) hi, lo
 #else
@@ -391,7 +392,11 @@ __global__ void __launch_bounds__(ST_THREADS) k_mma_stream(st_args a) {
     }
     float acc[4] = { 0.0f, 0.0f, 0.0f, 0.0f };
     for (int stage = 0; ck < live; stage = stage + 1 == ST_STAGES ? 0 : stage + 1) {
+#if defined(DSV4_STREAM_BUG) && DSV4_STREAM_BUG == 3
+        st_wait<ST_STAGES - 1>();   /* the bug: one group too few waited for (the round's copies may not have landed) */
+#else
         st_wait<ST_STAGES - 2>();   /* this thread's copies of the round to compute have landed */
+#endif
         __syncthreads();            /* everyone's; and the stage refilled below was consumed one round ago */
         if (ik < live) {
             const int fill = stage == 0 ? ST_STAGES - 1 : stage - 1;
