@@ -16,9 +16,16 @@
  *   ring of ST_STAGES = 6 stages, ST_STAGES - 1 rounds ahead of the one being computed, across item boundaries: an
  *   item's first rounds are in flight while the previous item's last ones are computed, so there is no ramp-down
  *   between items and the metadata chase of the next item (at most two dependent loads, L1/L2 hits) overlaps five
- *   rounds in flight. In flight per block: 5 rounds = 20 KB (FP4) / 40 KB (FP8) of weights; 2-4 blocks an SM
- *   (shared memory: 9 KB (FP4, 8 tokens) to 13 KB (FP8, 8 tokens) a stage) -> 40-160 KB an SM, above the 32 KB.
- *   One __syncthreads a round (the stage's copies visible; the stage refilled next was consumed one round before).
+ *   rounds in flight. In flight per block: 5 rounds = 20 KB (FP4) / 40 KB (FP8) of weights. Shared memory a stage:
+ *   FP4 experts 9,088 B (room for 8 tokens), FP8 at T = 1 9,120 B, at T = 8 12,816 B; 6 stages + 1.5 KB -> 4, 4
+ *   and 2 blocks an SM (80 registers a thread do not limit it) -> 80, 160 and 80 KB of weights in flight an SM,
+ *   2.5-5x the 32 KB. One __syncthreads a round (the stage's copies visible; the stage refilled next was consumed
+ *   one round before), one more at an item's end (the partials' hand-over).
+ *   Instructions, not bytes, may then bound FP4: a round (4 KB) costs its 4 warps ~200 instructions each for the
+ *   16 E2M1 -> E4M3 conversions, scale decodes, 4 MMAs and 16 fmaf of a chunk (k_mma.cu's work, unchanged) plus
+ *   ~100 a warp for the copies and the loop: ~1,200 warp instructions per 4 KB, against an SM's ~7,900 per us
+ *   (4 schedulers at 1.98 GHz): ~26 GB/s an SM, ~3.4 TB/s at most. FP8 (8 KB a round, ~400 instructions) is far
+ *   from it.
  *   Not done (yet): splitting a slab's four partials over blocks for weights of few slabs (wq_a: 64 slabs for 132
  *   SMs); the persistent grid gives such a weight one block per slab with 40 KB in flight each.
  *
