@@ -361,9 +361,9 @@ __device__ __forceinline__ void st_compute(const st_args &a, const st_item &it, 
  * issuing one ST_STAGES - 1 rounds ahead (skipping absent experts, whose rows it writes), the computing one. */
 template <int FP4>
 __global__ void __launch_bounds__(ST_THREADS) k_mma_stream(st_args a) {
+    dev_grid_wait();
     __shared__ float red[ST_WARPS - 1][4][32];
     extern __shared__ __align__(16) uint8_t st_smem[];
-    dev_grid_wait();
     const int live = st_live(a), G = gridDim.x, R = ((a.K + 127) / 128 + 3) / 4;
     const int lane = threadIdx.x & 31, part = threadIdx.x >> 5;
     /* the issuing cursor: item ik (index into the launch's list), round ir */

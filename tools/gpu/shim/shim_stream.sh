@@ -11,7 +11,8 @@
 # 2) and room for 2 blocks on each, so the persistent grid is small and each block walks many items. Checks the
 # stage layout, the item walk, the fragment reads, the scales and the partials' order; the instructions themselves
 # and the timing only on the GPU (the same test there). Needs `make` (build/libdsv4.a). STREAM_BUG=1 / 2 build with
-# -DDSV4_STREAM_BUG=1 / 2 (must fail). Not part of `make test` nor of the GPU suite.
+# -DDSV4_STREAM_BUG=1 / 2 / 3 (must fail). SHIM_TEST=mma runs tests/gpu/test_gpu_mma.c on the same kernels instead
+# (its exact, bound and invariance tests at stream 1 and 0; slow). Not part of `make test` nor of the GPU suite.
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
 D=${SHIM_DIR:-/tmp/dsv4-shim-stream}
@@ -199,8 +200,9 @@ BUG=
 [ -n "${STREAM_BUG:-}" ] && BUG=-DDSV4_STREAM_BUG=$STREAM_BUG
 g++ -O2 -std=c++17 -w $BUG ${SHIM_FLAGS:-} -DMMA_SHIM -Iinclude -Isrc -Itools/gpu/shim -c "$D/stream_kernels.cpp" -o "$D/stream_kernels.o"
 g++ -O2 -std=c++17 -Wall -Itools/gpu/shim -c tools/gpu/shim/cuda_shim.cpp -o "$D/cuda_shim.o"
+TEST=${SHIM_TEST:-stream}   # SHIM_TEST=mma: tests/gpu/test_gpu_mma.c instead (its every test at stream 1 and 0)
 cc -O2 -std=gnu11 -Wall -Wextra -Wno-unused-parameter -DMMA_TEST_SHIM -Iinclude -Isrc -Itests/gpu \
-    -c tests/gpu/test_gpu_stream.c -o "$D/test.o"
-g++ -o "$D/test_gpu_stream_shim" "$D/test.o" "$D/stream_kernels.o" "$D/cuda_shim.o" build/libdsv4.a \
+    -c tests/gpu/test_gpu_$TEST.c -o "$D/test_$TEST.o"
+g++ -o "$D/test_gpu_${TEST}_shim" "$D/test_$TEST.o" "$D/stream_kernels.o" "$D/cuda_shim.o" build/libdsv4.a \
     -lcmocka -lmicrohttpd -ljansson -lpcre2-8 -lxxhash -lm -pthread
-"$D/test_gpu_stream_shim"
+"$D/test_gpu_${TEST}_shim"
