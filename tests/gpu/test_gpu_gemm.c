@@ -11,7 +11,7 @@
  * Building k_mma_gemm.cu with -DDSV4_GEMM_BUG=1 (a fragment word swap) or =2 (the partials folded in reverse order)
  * must make it fail. Built with -DGEMM_TEST_SHIM (tools/gpu/shim/shim_gemm.sh) it runs on the CPU against the
  * kernels' source through the fiber shim; on the GPU it is one of the GPU suite's programs.
- * `test_gpu_gemm --bench` (GPU) times both paths at the V4-Flash shapes for T = 2048 and 8192. */
+ * `test_gpu_gemm --bench` (GPU) times both paths at the V4-Flash shapes for T = 256, 512, 2048 and 8192. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -334,7 +334,7 @@ static int bench(void) {
         { 0, 1024, 4096, "wq_a" }, { 0, 512, 4096, "wkv" }, { 0, 32768, 1024, "wq_b" }, { 0, 4096, 8192, "wo_b" },
         { 0, 2048, 4096, "shared w1" }, { 0, 4096, 2048, "shared w2" }, { 1, 2048, 4096, "FP4 w1" }, { 1, 4096, 2048, "FP4 w2" },
     };
-    static const int Ts[] = { 2048, 8192 };
+    static const int Ts[] = { 256, 512, 2048, 8192 };   /* the small end: where CU_MMA_GEMM_MIN_T should lie */
     enum { TMAX = 8192, KMAX = 8192 };
     uint8_t *q = cu_malloc((size_t)TMAX * KMAX);
     float *s = cu_malloc(sizeof(float) * TMAX * (KMAX / 128)), *y = cu_malloc(sizeof(float) * (size_t)TMAX * 32768);
@@ -358,10 +358,10 @@ static int bench(void) {
         cu_fill_bytes(sc, 120, sb);
         w.data = d;
         w.scale = sc;
-        for (int j = 0; j < 2; j++) {
+        for (int j = 0; j < (int)(sizeof Ts / sizeof Ts[0]); j++) {
             const int T = Ts[j];
             cu_mma_gemm_set(0, 0);
-            const double old = seconds_per_call(&w, q, KMAX, s, KMAX / 128, T, y, 3);
+            const double old = seconds_per_call(&w, q, KMAX, s, KMAX / 128, T, y, T <= 512 ? 20 : 3);
             cu_mma_gemm_set(1, 1);
             const double neu = seconds_per_call(&w, q, KMAX, s, KMAX / 128, T, y, 10);
             cu_mma_gemm_set(CU_MMA_GEMM_MIN_T, CU_MMA_GEMM_MIN_TILES);
