@@ -368,15 +368,20 @@ extern "C" int cu_mma_gemm_min_t(void) { return gemm_min_t; }
 extern "C" int cu_mma_gemm_min_tiles(void) { return gemm_min_tiles; }
 
 template <int FP4> static int gemm_smem_opt_in(void) {
-    static int done;   /* the opt-in to more than 48 KiB, once per kernel */
-    if (!done) {
+    static unsigned done;   /* the opt-in to more than 48 KiB: a function attribute of each device, once each */
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 32) {
+        (void)cudaGetLastError();
+        return 0;
+    }
+    if (!(done >> dev & 1u)) {
         if (cudaFuncSetAttribute(k_mma_gemm<FP4>, cudaFuncAttributeMaxDynamicSharedMemorySize, gemm_smem<FP4>::total) != cudaSuccess ||
             cudaFuncSetAttribute(k_mma_gemm_expert<FP4>, cudaFuncAttributeMaxDynamicSharedMemorySize, gemm_smem<FP4>::total) !=
                 cudaSuccess) {
             (void)cudaGetLastError();
             return 0;   /* the small-tile kernels then: the same bits */
         }
-        done = 1;
+        done |= 1u << dev;
     }
     return 1;
 }
