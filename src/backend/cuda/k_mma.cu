@@ -121,9 +121,12 @@ __device__ __forceinline__ uint4 ld16(const uint8_t *p) { return *(const uint4 *
  *           of chunk u = q of its two rows, every lane then takes its chunks' words by shuffles: 4x fewer again.
  * Weights whose data is not 16-byte aligned (an FP4 tensor in a file need only be 4-byte aligned) take the vector
  * path's shuffles with four word loads in place of the 16-byte one. MMA_FP4_VEC=0 / 1 / 2 sets the build's mode,
- * cu_mma_fp4_vec(mode) switches it at run time (tests, benchmarks). */
+ * cu_mma_fp4_vec(mode) switches it at run time (tests, benchmarks).
+ * The default is mode 0: run 39's micro-benchmark on the H200 (test_gpu_mma --bench-experts: one MoE layer's six
+ * FP4 experts at one token, w1 + w3 in one launch) timed mode 0 at 80.2 us a layer (1001 GB/s), mode 1 at 88.5 and
+ * mode 2 at 90.8: fewer load instructions did not make the loads faster. Equal at 8 tokens. */
 #ifndef MMA_FP4_VEC
-#define MMA_FP4_VEC 2
+#define MMA_FP4_VEC 0
 #endif
 /* Blocks of k_mma_expert (vector path) an SM must hold at once (registers capped to fit): a decode step's expert
  * launch is 6 x 128 or 6 x 256 blocks, a few waves over 132 SMs, so fewer waves and more loads in flight. */
