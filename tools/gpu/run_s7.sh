@@ -7,8 +7,8 @@
 #   ab       Flash decode at prompt 256: dsv4, dsv4-old, each staged variant, DSV4_CUDA_PDL=1 / 2, ENV_AB switches
 #   micro    test_gpu_mma --bench-experts, test_gpu_gemm --bench
 #   ncu      ncu over one decode step (caches not flushed): time per kernel
-#   ncudeep  ncu's sections (throughput, occupancy, warp stalls, memory) for a few launches of NCU_DEEP_KERNELS
-#            (default: the routed experts and the linears) in one decode step: $OUT/ncu_deep.txt
+#   ncudeep  ncu's sections (throughput, occupancy, warp stalls, memory) for a few launches of the kernels in NCU_DEEP
+#            (default: the routed experts and the linears, in test_gpu_mma's micro-benchmarks): $OUT/ncu_deep.txt
 #   profile  bench --profile: an 8K prefill, a decode step, and the 64-stream decode step, per stage
 #   final    decode, 8 / 32 / 64 streams, the verify step, an 8K prefill, decode after 4K / 128K / 1M (fp8 KV)
 # Everything but the summary on stdout goes to $OUT/logs.tgz, ncu.txt and fuzz.tgz: the device tool returns at most
@@ -74,12 +74,14 @@ if has ncu; then
   echo "== ncu:"; head -34 "$OUT/ncu.txt"
 fi
 if has ncudeep; then   # why a kernel is slow, not only how slow (run 42: the experts' 1 TB/s)
+  # on the kernels' micro-benchmarks (test_gpu_mma): under ncu's kernel replay the 156 GB synthetic Flash is
+  # backed up to host memory for every pass, and the next process found the GPU still full (run 42)
   NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1 || echo /usr/local/cuda/bin/ncu)
-  for kr in ${NCU_DEEP_KERNELS:-k_mma_expert:6:2 k_mma_linear:8:4 k_att_scores:2:1}; do   # name:skip:count
-    IFS=: read -r kn ks kc <<<"$kr"
-    timeout 120 "$NCU" --clock-control none --cache-control none --kernel-name "regex:^$kn" --launch-skip "$ks" --launch-count "$kc" \
+  for kr in ${NCU_DEEP:-k_mma_expert:4:2:--bench-experts k_mma_linear:4:2:--bench}; do   # kernel regex:skip:count:test_gpu_mma option
+    IFS=: read -r kn ks kc opt <<<"$kr"
+    timeout 150 "$NCU" --clock-control none --cache-control none --kernel-name "regex:^$kn" --launch-skip "$ks" --launch-count "$kc" \
         --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats --section MemoryWorkloadAnalysis \
-        --section SchedulerStats $FLASH --prompt 1 --decode 1 --no-bandwidth >>"$OUT/ncu_deep.txt" 2>&1
+        --section SchedulerStats .gpu/gputests/test_gpu_mma $opt >>"$OUT/ncu_deep.txt" 2>&1
   done
   echo "== ncu sections: $(grep -c 'Duration' "$OUT/ncu_deep.txt") launches in ncu_deep.txt"
 fi

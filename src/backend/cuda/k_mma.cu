@@ -615,8 +615,7 @@ extern "C" int cu_mma_linear_pair(cu_stream st, const dsv4_weight *w_a, float *y
         return dsv4_fail(err, DSV4_E_ARG, "cu_mma_linear_pair: weights of formats %d / %d with %d / %d columns (one format and width)",
                          (int)w_a->fmt, (int)w_b->fmt, w_a->cols, w_b->cols);
     if (T == 0 || (w_a->rows == 0 && w_b->rows == 0)) return 0;
-    const int gemm_min = cu_mma_gemm_min_t();
-    if (w_a->rows == 0 || w_b->rows == 0 || !MMA_LINEAR_PAIR || (gemm_min > 0 && T >= gemm_min)) {
+    if (w_a->rows == 0 || w_b->rows == 0 || !MMA_LINEAR_PAIR || cu_mma_gemm_takes_linear(w_a, T) || cu_mma_gemm_takes_linear(w_b, T)) {
         /* two calls (one when a weight has no rows; large T goes to the GEMM, each weight on its own) */
         if (w_a->rows) cu_mma_linear(st, w_a, xq, ldq, xs, lds, T, y_a, ldy_a, out_bf16, NULL);
         if (w_b->rows) cu_mma_linear(st, w_b, xq, ldq, xs, lds, T, y_b, ldy_b, out_bf16, NULL);

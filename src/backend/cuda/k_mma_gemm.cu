@@ -358,10 +358,11 @@ __global__ void __launch_bounds__(GEMM_THREADS, 1) k_mma_gemm_expert(const dsv4_
     }
 }
 
-static int gemm_min_t = CU_MMA_GEMM_MIN_T, gemm_min_tiles = CU_MMA_GEMM_MIN_TILES;
+static int gemm_min_t = CU_MMA_GEMM_MIN_T, gemm_min_blocks = CU_MMA_GEMM_MIN_BLOCKS, gemm_min_tiles = CU_MMA_GEMM_MIN_TILES;
 
-extern "C" void cu_mma_gemm_set(int min_t, int min_tiles) {
+extern "C" void cu_mma_gemm_set(int min_t, int min_blocks, int min_tiles) {
     gemm_min_t = min_t < 0 ? 0 : min_t;
+    gemm_min_blocks = min_blocks < 0 ? 0 : min_blocks;
     gemm_min_tiles = min_tiles < 0 ? 0 : min_tiles;
 }
 extern "C" int cu_mma_gemm_min_t(void) { return gemm_min_t; }
@@ -403,9 +404,14 @@ extern "C" int cu_mma_gemm_experts(cu_stream st, const dsv4_weight *experts, int
     return 1;
 }
 
+extern "C" int cu_mma_gemm_takes_linear(const dsv4_weight *w, int T) {
+    if (!gemm_min_t || T < gemm_min_t || T > 65535 * GEMM_BN || (uintptr_t)w->data % 16) return 0;
+    return (int64_t)cu_blocks(w->rows, GEMM_BM) * cu_blocks(T, GEMM_BN) >= gemm_min_blocks;
+}
+
 extern "C" int cu_mma_gemm_linear(cu_stream st, const dsv4_weight *w, const uint8_t *xq, int ldq, const float *xs, int lds, int T,
                                   float *y, int ldy, int out_bf16) {
-    if (!gemm_min_t || T < gemm_min_t || T > 65535 * GEMM_BN || (uintptr_t)w->data % 16) return 0;
+    if (!cu_mma_gemm_takes_linear(w, T)) return 0;
     const int fp4 = w->fmt == WF_FP4;
     if (!(fp4 ? gemm_smem_opt_in<1>() : gemm_smem_opt_in<0>())) return 0;
     dim3 grid(cu_blocks(w->rows, GEMM_BM), cu_blocks(T, GEMM_BN));
