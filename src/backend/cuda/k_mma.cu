@@ -133,6 +133,15 @@ __device__ __forceinline__ uint4 ld16(const uint8_t *p) { return *(const uint4 *
 #ifndef MMA_EXPERT_BLOCKS
 #define MMA_EXPERT_BLOCKS 4
 #endif
+/* The same for the word-wise path (0: no bound; run 42's ncu: 168 registers a thread, 3 blocks an SM, 2.8 warps a
+ * scheduler) and the chunks whose loads an expert warp issues at once (MMA_EXPERT_U; U 4 at K 4096 FP4: two rounds
+ * of loads a warp). Neither changes an order: a partial still takes its chunks in increasing c. */
+#ifndef MMA_EXPERT_WORD_BLOCKS
+#define MMA_EXPERT_WORD_BLOCKS 0
+#endif
+#ifndef MMA_EXPERT_U
+#define MMA_EXPERT_U 4
+#endif
 
 /* v = words 0..3 of block q (lane q of the quad) -> words q of blocks 0..3: element [j][w] of the quad's 4 x 4
  * (lane j's word w) ends in lane w's word j. Round 1 swaps, between lanes q and q ^ 1, the words whose bit 0
@@ -415,7 +424,7 @@ __global__ void __launch_bounds__(32 * MMA_PARTS) k_mma_linear(dsv4_weight w_a, 
  * linear (mma_block), so a pair's row does not depend on the tile it shares. blockIdx.z = 1 computes the second
  * projection of a pair over the same input (w3 beside w1: cu_mma_expert_linear_pair) from experts_b into y_b. */
 template <int FP4, int VEC>
-__global__ void __launch_bounds__(32 * MMA_PARTS, VEC ? MMA_EXPERT_BLOCKS : 0) k_mma_expert(const dsv4_weight *__restrict__ experts_a,
+__global__ void __launch_bounds__(32 * MMA_PARTS, VEC ? MMA_EXPERT_BLOCKS : MMA_EXPERT_WORD_BLOCKS) k_mma_expert(const dsv4_weight *__restrict__ experts_a,
                                                                 const dsv4_weight *__restrict__ experts_b, int rows, cu_moe_plan plan,
                                                                 const uint8_t *__restrict__ xq, int ldq, const float *__restrict__ xs,
                                                                 int lds, int x_by_pair, float *y_a, float *y_b, int ldy,
@@ -435,7 +444,7 @@ __global__ void __launch_bounds__(32 * MMA_PARTS, VEC ? MMA_EXPERT_BLOCKS : 0) k
         return;
     }
     w.rows = rows;
-    mma_block<FP4, 1, 1, 4, VEC>(w, xq, ldq, xs, lds, n, y, ldy, out_bf16, row_base, 0, x_by_pair ? NULL : plan.pair_token, p0, p0);
+    mma_block<FP4, 1, 1, (VEC == 2 && MMA_EXPERT_U > 4 ? 4 : MMA_EXPERT_U), VEC>(w, xq, ldq, xs, lds, n, y, ldy, out_bf16, row_base, 0, x_by_pair ? NULL : plan.pair_token, p0, p0);
 }
 
 /* One warp per (row, 128-column block): the block's scale from its amax by act_quant's rule, then each value over
