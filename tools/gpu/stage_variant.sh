@@ -16,4 +16,4 @@ fi
 make CUDA=1 BUILD="$B" OPT="-O3 -march=x86-64-v3" STATIC_DEPS=1 \
     NVFLAGS="-gencode=arch=compute_90a,code=sm_90a -O3 -std=c++17 -lineinfo ${FMAD:--fmad=false} $FLAGS" "$B/dsv4" >/dev/null
 strip -o ".gpu/$NAME" "$B/dsv4"
-md5sum .gpu/dsv4 ".gpu/$NAME"
+md5sum ".gpu/$NAME"
