@@ -133,14 +133,16 @@ __device__ __forceinline__ uint4 ld16(const uint8_t *p) { return *(const uint4 *
 #ifndef MMA_EXPERT_BLOCKS
 #define MMA_EXPERT_BLOCKS 4
 #endif
-/* The same for the word-wise path (0: no bound; run 42's ncu: 168 registers a thread, 3 blocks an SM, 2.8 warps a
- * scheduler) and the chunks whose loads an expert warp issues at once (MMA_EXPERT_U; U 4 at K 4096 FP4: two rounds
- * of loads a warp). Neither changes an order: a partial still takes its chunks in increasing c. */
+/* The same for the word-wise path (0: no bound) and the chunks whose loads an expert warp issues at once
+ * (MMA_EXPERT_U). Neither changes an order: a partial still takes its chunks in increasing c. Run 42's ncu at U 4:
+ * 168 registers a thread, 3 blocks an SM, 2.8 warps a scheduler, issue-bound; run 43's decode A/B (the same bits):
+ * U 2 (96 registers, 5 blocks an SM) 88.9 / 87.5 tok/s, U 4 84.5 / 84.4, U 8 77.5, U 4 bounded to 4 blocks (spills)
+ * 84.3. */
 #ifndef MMA_EXPERT_WORD_BLOCKS
 #define MMA_EXPERT_WORD_BLOCKS 0
 #endif
 #ifndef MMA_EXPERT_U
-#define MMA_EXPERT_U 4
+#define MMA_EXPERT_U 2
 #endif
 
 /* v = words 0..3 of block q (lane q of the quad) -> words q of blocks 0..3: element [j][w] of the quad's 4 x 4
