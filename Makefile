@@ -29,7 +29,11 @@ TESTLIBS = -lcmocka
 
 CUDA_HOME ?= /usr/local/cuda
 NVCC      ?= $(CUDA_HOME)/bin/nvcc
-NVFLAGS   ?= -gencode=arch=compute_90a,code=sm_90a -O3 -std=c++17 -lineinfo
+# -fmad=false: as for the CPU ISA kernels (-ffp-contract=off below), the only FMAs are the written ones (fmaf). nvcc
+# contracts a * b + c * d into fma(a, b, c * d) or fma(c, d, a * b) depending on how the code was unrolled, so two
+# layouts of one expression gave different bits (run 42, docs/GPU_RUNS.md), and the CPU shims (tools/gpu/shim,
+# g++ without FMA) could not see it.
+NVFLAGS   ?= -gencode=arch=compute_90a,code=sm_90a -O3 -std=c++17 -lineinfo -fmad=false
 CU_SRC    := $(sort $(wildcard src/backend/cuda/*.cu))
 ifeq ($(CUDA),1)
 CFLAGS  += -DDSV4_CUDA -I$(CUDA_HOME)/include

@@ -11,7 +11,7 @@
  * Building k_mma_gemm.cu with -DDSV4_GEMM_BUG=1 (a fragment word swap) or =2 (the partials folded in reverse order)
  * must make it fail. Built with -DGEMM_TEST_SHIM (tools/gpu/shim/shim_gemm.sh) it runs on the CPU against the
  * kernels' source through the fiber shim; on the GPU it is one of the GPU suite's programs.
- * `test_gpu_gemm --bench` (GPU) times both paths at the V4-Flash shapes for T = 2048 and 8192. */
+ * `test_gpu_gemm --bench` (GPU) times both paths at the V4-Flash shapes for T = 256, 512, 2048 and 8192. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -106,11 +106,11 @@ static void same_bits(const dsv4_weight *w, int T, int out_bf16) {
     uint8_t *dq = upload(q, qb);
     float *ds = upload(s, sizeof(float) * sn), *dy0 = upload(y0, sizeof(float) * yn), *dy1 = upload(y0, sizeof(float) * yn);
     dsv4_error err;
-    cu_mma_gemm_set(0, 0);
+    cu_mma_gemm_set(0, 0, 0);
     assert_int_equal(cu_mma_linear(NULL, w, dq, ldq, ds, lds, T, dy0, ldy, out_bf16, 0, &err), 0);
-    cu_mma_gemm_set(1, 1);
+    cu_mma_gemm_set(1, 1, 1);
     assert_int_equal(cu_mma_gemm_linear(NULL, w, dq, ldq, ds, lds, T, dy1, ldy, out_bf16), 1);   /* it took the launch */
-    cu_mma_gemm_set(CU_MMA_GEMM_MIN_T, CU_MMA_GEMM_MIN_TILES);
+    cu_mma_gemm_set(CU_MMA_GEMM_MIN_T, CU_MMA_GEMM_MIN_BLOCKS, CU_MMA_GEMM_MIN_TILES);
     assert_int_equal(cu_finish(NULL, "gemm", &err), 0);
     assert_int_equal(cu_download(y0, dy0, sizeof(float) * yn), 0);
     assert_int_equal(cu_download(y1, dy1, sizeof(float) * yn), 0);
@@ -231,11 +231,11 @@ static void experts_same_bits(int fmt, int rows, int cols, int x_by_pair) {
     uint8_t *dq = upload(q, (size_t)X * ldq);
     float *ds = upload(xs, sizeof(float) * X * lds), *dy0 = upload(y0, sizeof(float) * P * ldy), *dy1 = upload(y0, sizeof(float) * P * ldy);
     dsv4_error err;
-    cu_mma_gemm_set(0, 0);
+    cu_mma_gemm_set(0, 0, 0);
     assert_int_equal(cu_mma_expert_linear(NULL, dw, rows, cols, fmt, &plan, max_tiles, dq, ldq, ds, lds, x_by_pair, dy0, ldy, 1, 0, &err), 0);
-    cu_mma_gemm_set(1, 1);
+    cu_mma_gemm_set(1, 1, 1);
     assert_int_equal(cu_mma_gemm_experts(NULL, dw, rows, cols, fmt, &plan, max_tiles, dq, ldq, ds, lds, x_by_pair, dy1, ldy, 1), 1);
-    cu_mma_gemm_set(CU_MMA_GEMM_MIN_T, CU_MMA_GEMM_MIN_TILES);
+    cu_mma_gemm_set(CU_MMA_GEMM_MIN_T, CU_MMA_GEMM_MIN_BLOCKS, CU_MMA_GEMM_MIN_TILES);
     assert_int_equal(cu_finish(NULL, "gemm experts", &err), 0);
     assert_int_equal(cu_download(y0, dy0, sizeof(float) * P * ldy), 0);
     assert_int_equal(cu_download(y1, dy1, sizeof(float) * P * ldy), 0);
@@ -288,20 +288,26 @@ static void switch_and_refusals(void **state) {
     dweight a = make_weight(WF_FP8, 16, 128);
     uint8_t *q = cu_malloc(128 * 512);
     float *s = cu_malloc(sizeof(float) * 512), *y = cu_malloc(sizeof(float) * 16 * 512);
-    cu_mma_gemm_set(0, 0);
+    cu_mma_gemm_set(0, 0, 0);
     assert_int_equal(cu_mma_gemm_min_t(), 0);
     assert_int_equal(cu_mma_gemm_linear(NULL, &a.w, q, 128, s, 1, 512, y, 16, 0), 0);   /* off */
-    cu_mma_gemm_set(300, 1);
+    cu_mma_gemm_set(300, 1, 1);
     assert_int_equal(cu_mma_gemm_linear(NULL, &a.w, q, 128, s, 1, 299, y, 16, 0), 0);   /* below the minimum */
     dsv4_weight odd = a.w;
     odd.data = (const uint8_t *)a.w.data + 4;   /* 4-byte aligned (FP4 would allow it): the small tiles take it */
     odd.fmt = WF_FP4;
     odd.scale_cols = 4;
     assert_int_equal(cu_mma_gemm_linear(NULL, &odd, q, 128, s, 1, 300, y, 16, 0), 0);
-    cu_mma_gemm_set(-5, -1);
+    cu_mma_gemm_set(1, CU_MMA_GEMM_MIN_BLOCKS, 1);   /* too few 128 x 128 blocks to fill the GPU: the small tiles */
+    dsv4_weight tall = a.w;
+    tall.rows = 4096;   /* the decision reads the shape only */
+    assert_int_equal(cu_mma_gemm_takes_linear(&a.w, 512), 0);    /* 1 x 4 blocks */
+    assert_int_equal(cu_mma_gemm_takes_linear(&tall, 384), 0);   /* 32 x 3 */
+    assert_int_equal(cu_mma_gemm_takes_linear(&tall, 512), 1);   /* 32 x 4 = 128 */
+    cu_mma_gemm_set(-5, -3, -1);
     assert_int_equal(cu_mma_gemm_min_tiles(), 0);
     assert_int_equal(cu_mma_gemm_min_t(), 0);
-    cu_mma_gemm_set(CU_MMA_GEMM_MIN_T, CU_MMA_GEMM_MIN_TILES);
+    cu_mma_gemm_set(CU_MMA_GEMM_MIN_T, CU_MMA_GEMM_MIN_BLOCKS, CU_MMA_GEMM_MIN_TILES);
     cu_free(q);
     cu_free(s);
     cu_free(y);
@@ -334,7 +340,7 @@ static int bench(void) {
         { 0, 1024, 4096, "wq_a" }, { 0, 512, 4096, "wkv" }, { 0, 32768, 1024, "wq_b" }, { 0, 4096, 8192, "wo_b" },
         { 0, 2048, 4096, "shared w1" }, { 0, 4096, 2048, "shared w2" }, { 1, 2048, 4096, "FP4 w1" }, { 1, 4096, 2048, "FP4 w2" },
     };
-    static const int Ts[] = { 2048, 8192 };
+    static const int Ts[] = { 256, 512, 2048, 8192 };   /* the small end: where CU_MMA_GEMM_MIN_T should lie */
     enum { TMAX = 8192, KMAX = 8192 };
     uint8_t *q = cu_malloc((size_t)TMAX * KMAX);
     float *s = cu_malloc(sizeof(float) * TMAX * (KMAX / 128)), *y = cu_malloc(sizeof(float) * (size_t)TMAX * 32768);
@@ -358,13 +364,13 @@ static int bench(void) {
         cu_fill_bytes(sc, 120, sb);
         w.data = d;
         w.scale = sc;
-        for (int j = 0; j < 2; j++) {
+        for (int j = 0; j < (int)(sizeof Ts / sizeof Ts[0]); j++) {
             const int T = Ts[j];
-            cu_mma_gemm_set(0, 0);
-            const double old = seconds_per_call(&w, q, KMAX, s, KMAX / 128, T, y, 3);
-            cu_mma_gemm_set(1, 1);
+            cu_mma_gemm_set(0, 0, 0);
+            const double old = seconds_per_call(&w, q, KMAX, s, KMAX / 128, T, y, T <= 512 ? 20 : 3);
+            cu_mma_gemm_set(1, 1, 1);
             const double neu = seconds_per_call(&w, q, KMAX, s, KMAX / 128, T, y, 10);
-            cu_mma_gemm_set(CU_MMA_GEMM_MIN_T, CU_MMA_GEMM_MIN_TILES);
+            cu_mma_gemm_set(CU_MMA_GEMM_MIN_T, CU_MMA_GEMM_MIN_BLOCKS, CU_MMA_GEMM_MIN_TILES);
             if (old <= 0 || neu <= 0) return 1;
             const double fl = 2.0 * N * K * T;
             printf("%-10s %-4s %5dx%-6d %6d %14.1f %14.1f %7.2fx\n", shapes[k].what, fp4 ? "FP4" : "FP8", N, K, T, fl / old / 1e12,

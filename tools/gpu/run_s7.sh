@@ -7,6 +7,8 @@
 #   ab       Flash decode at prompt 256: dsv4, dsv4-old, each staged variant, DSV4_CUDA_PDL=1 / 2, ENV_AB switches
 #   micro    test_gpu_mma --bench-experts, test_gpu_gemm --bench
 #   ncu      ncu over one decode step (caches not flushed): time per kernel
+#   ncudeep  ncu's sections (throughput, occupancy, warp stalls, memory) for a few launches of the kernels in NCU_DEEP
+#            (default: the routed experts and the linears, in test_gpu_mma's micro-benchmarks): $OUT/ncu_deep.txt
 #   profile  bench --profile: an 8K prefill, a decode step, and the 64-stream decode step, per stage
 #   final    decode, 8 / 32 / 64 streams, the verify step, an 8K prefill, decode after 4K / 128K / 1M (fp8 KV)
 # Everything but the summary on stdout goes to $OUT/logs.tgz, ncu.txt and fuzz.tgz: the device tool returns at most
@@ -45,6 +47,18 @@ if has bits; then   # the same logits? dsv4 and every binary in BITS_BINS (defau
     done
   done
 fi
+if has ab; then   # decode at prompt 256, AB_ROUNDS alternating rounds: dsv4, each binary of VARIANTS, each ENV_AB NAME=VALUE (of dsv4)
+  echo "== A/B, decode tok/s at prompt 256 (rounds alternate):"
+  for r in $(seq 1 "${AB_ROUNDS:-2}"); do
+    for v in dsv4 ${VARIANTS:-} ${ENV_AB:-}; do
+      case $v in *=*) e=$v; b=dsv4 ;; *) e=; b=$v ;; esac
+      [ -x .gpu/$b ] || { echo "  $v: missing"; continue; }
+      env $e timeout 90 .gpu/$b bench --synthetic flash --device cuda --mode official --prompt 256 --decode 32 --no-bandwidth \
+          >$L/ab_${v//[=\/]/_}_$r.log 2>&1
+      echo "  round $r $v: $(grep -E '^decode, 1 stream' $L/ab_${v//[=\/]/_}_$r.log | awk '{print $4, $5, $6, $7}')$(grep -m1 -i 'error' $L/ab_${v//[=\/]/_}_$r.log)"
+    done
+  done
+fi
 if has micro; then   # the kernels' own benchmarks (helpers fp4load and gemm)
   timeout 60 .gpu/gputests/test_gpu_mma --bench-experts >$L/bench_experts.log 2>&1
   timeout 90 .gpu/gputests/test_gpu_gemm --bench >$L/bench_gemm.log 2>&1
@@ -58,6 +72,18 @@ if has ncu; then
       $FLASH --prompt 1 --decode 1 --no-bandwidth >$L/ncu.csv 2>/dev/null
   python3 tools/gpu/ncu_summary.py $L/ncu.csv k_embed 0 >"$OUT/ncu.txt" 2>&1
   echo "== ncu:"; head -34 "$OUT/ncu.txt"
+fi
+if has ncudeep; then   # why a kernel is slow, not only how slow (run 42: the experts' 1 TB/s)
+  # on the kernels' micro-benchmarks (test_gpu_mma): under ncu's kernel replay the 156 GB synthetic Flash is
+  # backed up to host memory for every pass, and the next process found the GPU still full (run 42)
+  NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1 || echo /usr/local/cuda/bin/ncu)
+  for kr in ${NCU_DEEP:-k_mma_expert:4:2:--bench-experts k_mma_linear:4:2:--bench}; do   # kernel regex:skip:count:test_gpu_mma option
+    IFS=: read -r kn ks kc opt <<<"$kr"
+    timeout 150 "$NCU" --clock-control none --cache-control none --kernel-name "regex:^$kn" --launch-skip "$ks" --launch-count "$kc" \
+        --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats --section MemoryWorkloadAnalysis \
+        --section SchedulerStats .gpu/gputests/test_gpu_mma $opt >>"$OUT/ncu_deep.txt" 2>&1
+  done
+  echo "== ncu sections: $(grep -c 'Duration' "$OUT/ncu_deep.txt") launches in ncu_deep.txt"
 fi
 if has profile; then
   timeout 90 $FLASH --prompt 8192 --decode 2 --no-bandwidth --profile >$L/profile_prefill.log 2>&1

@@ -12,8 +12,8 @@ extern "C" {
 #endif
 
 /* 1 when it launched y = xq W^T for cu_mma_linear (whose argument checks have passed: the same arguments), 0 when
- * it did not (switched off, T below the switch's minimum, or a weight whose data is not 16-byte aligned): the
- * caller launches its own kernels then. The bits are the same either way. */
+ * it did not (cu_mma_gemm_takes_linear below says no): the caller launches its own kernels then. The bits are the
+ * same either way. */
 int cu_mma_gemm_linear(cu_stream st, const dsv4_weight *w, const uint8_t *xq, int ldq, const float *xs, int lds, int T, float *y,
                        int ldy, int out_bf16);
 
@@ -23,16 +23,24 @@ int cu_mma_gemm_linear(cu_stream st, const dsv4_weight *w, const uint8_t *xq, in
  * data must be 16-byte aligned (FP4 too: the model gives each expert an allocation of its own); the kernel traps
  * on one that is not. */
 #define CU_MMA_GEMM_MIN_T 256
+/* Blocks of 128 x 128 outputs the plain path needs before it takes a launch: one wave of the H200's 132 SMs. Run
+ * 42's micro-benchmark (test_gpu_gemm --bench): at 16-64 blocks (a 2048-row weight at T = 256 or 512, a 4096-row
+ * one at 256) the GEMM ran at 0.31-0.69x the small tiles, at 128 and more 1.17-1.31x. */
+#define CU_MMA_GEMM_MIN_BLOCKS 128
 #define CU_MMA_GEMM_MIN_TILES 2048
 int cu_mma_gemm_experts(cu_stream st, const dsv4_weight *experts, int rows, int cols, int fmt, const cu_moe_plan *plan, int max_tiles,
                         const uint8_t *xq, int ldq, const float *xs, int lds, int x_by_pair, float *y, int ldy, int out_bf16);
 
 /* The switch, process-wide (read by cuda_model_init from DSV4_CUDA_GEMM; tests flip it): the plain path is taken
- * for T >= min_t, the experts' for max_tiles >= min_tiles (0 turns either off; negative counts as 0). Default: on,
- * from CU_MMA_GEMM_MIN_T tokens and CU_MMA_GEMM_MIN_TILES tiles. */
-void cu_mma_gemm_set(int min_t, int min_tiles);
+ * for T >= min_t when its grid has >= min_blocks blocks, the experts' for max_tiles >= min_tiles (min_t or
+ * min_tiles 0 turns that path off; negative counts as 0). Default: on, CU_MMA_GEMM_MIN_T tokens,
+ * CU_MMA_GEMM_MIN_BLOCKS blocks, CU_MMA_GEMM_MIN_TILES tiles. */
+void cu_mma_gemm_set(int min_t, int min_blocks, int min_tiles);
 int cu_mma_gemm_min_t(void);
 int cu_mma_gemm_min_tiles(void);
+
+/* Would cu_mma_gemm_linear take weight w at T tokens? (the switch, T, the grid's blocks and w's alignment) */
+int cu_mma_gemm_takes_linear(const dsv4_weight *w, int T);
 
 #ifdef __cplusplus
 }

@@ -501,7 +501,7 @@ int cuda_model_init(struct dsv4_model *m, const cuda_placement *p, dsv4_error *e
     cm->key_limit = cu_attention_key_limit(m->cfg.n_heads, m->cfg.head_dim);
     cm->graphs_on = graphs_on;
     cm->mma_on = mma_on;   /* used in OFFICIAL steps only (cuda_step.c) */
-    cu_mma_gemm_set(gemm_on ? CU_MMA_GEMM_MIN_T : 0, gemm_on ? CU_MMA_GEMM_MIN_TILES : 0);   /* the same bits either way: a speed switch */
+    cu_mma_gemm_set(gemm_on ? CU_MMA_GEMM_MIN_T : 0, CU_MMA_GEMM_MIN_BLOCKS, gemm_on ? CU_MMA_GEMM_MIN_TILES : 0);   /* the same bits either way: a speed switch */
     cm->mma_stream = stream_on;   /* the same bits either way: a speed switch */
     cm->idx_mma_on = idx_mma_on;
     cm->att_mma_on = att_mma_on;

@@ -11,12 +11,11 @@
 #define ROW_THREADS 256
 
 /* The one-token layouts (issue 18): k_rmsnorm_fast, k_hc_pre_fast, hc_post_elem4 and k_hc_post_moe's pair loads.
- * 0: the kernels and loops as before them (tools/gpu/shim/shim_mhc.sh runs both and compares every byte).
- * NOT YET THE SAME BITS ON THE GPU: the shim (the kernels' source compiled for the CPU) gives equal bytes, but run
- * 40 (docs/GPU_RUNS.md) found the logits of a build with DSV4_MHC_FAST=0 DSV4_MOE_FAST=0 equal to the build before
- * these kernels and different from the build with them, for every model tried: nvcc compiles some expression of
- * these kernels or of k_moe.cu's route_fast differently (FMA contraction is the first suspect). Each build is
- * deterministic and batch-invariant (the parity suite); which kernel differs is still to be found. */
+ * 0: the kernels and loops as before them (tools/gpu/shim/shim_mhc.sh runs both and compares every byte; run 42,
+ * docs/GPU_RUNS.md, compared the logits of both builds on the GPU: equal). Run 40, built with nvcc's default FMA
+ * contraction, had found them different; the likely spot is hc_post's `pw * fe + cw * old`, which nvcc makes
+ * fma(pw, fe, cw * old) where the loop is unrolled and fma(cw, old, pw * fe) where it is not. The build now says
+ * -fmad=false (Makefile): only written fmaf fuse, as in the shim. */
 #ifndef DSV4_MHC_FAST
 #define DSV4_MHC_FAST 1
 #endif

@@ -146,7 +146,9 @@ __global__ void k_linear(dsv4_weight w, const float *__restrict__ x, int T, int 
  * LIN_SPLIT warps per row, warp s taking the columns [s*seg, (s+1)*seg) (seg = cols / LIN_SPLIT rounded up to 128)
  * with the lane pattern above, then the LIN_SPLIT partials added in order s = 0, 1, ... The split is chosen by the
  * weight's shape alone (split_rows), so every token still gets the same order whatever T. */
+#ifndef LIN_SPLIT
 #define LIN_SPLIT 8
+#endif
 #define LIN_SPLIT_AHEAD 4   /* steps of weight loads in flight (the mixes: 2048 columns a warp = 4 steps; run 38's
                                ncu: 6.0 us a launch at 265 GB/s with one in flight) */
 static bool split_rows(int rows, int cols) { return rows < 128 && cols >= 2048; }

@@ -122,14 +122,28 @@ __device__ __forceinline__ uint4 ld16(const uint8_t *p) { return *(const uint4 *
  *           of chunk u = q of its two rows, every lane then takes its chunks' words by shuffles: 4x fewer again.
  * Weights whose data is not 16-byte aligned (an FP4 tensor in a file need only be 4-byte aligned) take the vector
  * path's shuffles with four word loads in place of the 16-byte one. MMA_FP4_VEC=0 / 1 / 2 sets the build's mode,
- * cu_mma_fp4_vec(mode) switches it at run time (tests, benchmarks). */
+ * cu_mma_fp4_vec(mode) switches it at run time (tests, benchmarks).
+ * The default is mode 0: run 39's micro-benchmark on the H200 (test_gpu_mma --bench-experts: one MoE layer's six
+ * FP4 experts at one token, w1 + w3 in one launch) timed mode 0 at 80.2 us a layer (1001 GB/s), mode 1 at 88.5 and
+ * mode 2 at 90.8: fewer load instructions did not make the loads faster. Equal at 8 tokens. */
 #ifndef MMA_FP4_VEC
-#define MMA_FP4_VEC 2
+#define MMA_FP4_VEC 0
 #endif
 /* Blocks of k_mma_expert (vector path) an SM must hold at once (registers capped to fit): a decode step's expert
  * launch is 6 x 128 or 6 x 256 blocks, a few waves over 132 SMs, so fewer waves and more loads in flight. */
 #ifndef MMA_EXPERT_BLOCKS
 #define MMA_EXPERT_BLOCKS 4
+#endif
+/* The same for the word-wise path (0: no bound) and the chunks whose loads an expert warp issues at once
+ * (MMA_EXPERT_U). Neither changes an order: a partial still takes its chunks in increasing c. Run 42's ncu at U 4:
+ * 168 registers a thread, 3 blocks an SM, 2.8 warps a scheduler, issue-bound; run 43's decode A/B (the same bits):
+ * U 2 (96 registers, 5 blocks an SM) 88.9 / 87.5 tok/s, U 4 84.5 / 84.4, U 8 77.5, U 4 bounded to 4 blocks (spills)
+ * 84.3. */
+#ifndef MMA_EXPERT_WORD_BLOCKS
+#define MMA_EXPERT_WORD_BLOCKS 0
+#endif
+#ifndef MMA_EXPERT_U
+#define MMA_EXPERT_U 2
 #endif
 
 /* v = words 0..3 of block q (lane q of the quad) -> words q of blocks 0..3: element [j][w] of the quad's 4 x 4
@@ -413,7 +427,7 @@ __global__ void __launch_bounds__(32 * MMA_PARTS) k_mma_linear(dsv4_weight w_a, 
  * linear (mma_block), so a pair's row does not depend on the tile it shares. blockIdx.z = 1 computes the second
  * projection of a pair over the same input (w3 beside w1: cu_mma_expert_linear_pair) from experts_b into y_b. */
 template <int FP4, int VEC>
-__global__ void __launch_bounds__(32 * MMA_PARTS, VEC ? MMA_EXPERT_BLOCKS : 0) k_mma_expert(const dsv4_weight *__restrict__ experts_a,
+__global__ void __launch_bounds__(32 * MMA_PARTS, VEC ? MMA_EXPERT_BLOCKS : MMA_EXPERT_WORD_BLOCKS) k_mma_expert(const dsv4_weight *__restrict__ experts_a,
                                                                 const dsv4_weight *__restrict__ experts_b, int rows, cu_moe_plan plan,
                                                                 const uint8_t *__restrict__ xq, int ldq, const float *__restrict__ xs,
                                                                 int lds, int x_by_pair, float *y_a, float *y_b, int ldy,
@@ -433,7 +447,7 @@ __global__ void __launch_bounds__(32 * MMA_PARTS, VEC ? MMA_EXPERT_BLOCKS : 0) k
         return;
     }
     w.rows = rows;
-    mma_block<FP4, 1, 1, 4, VEC>(w, xq, ldq, xs, lds, n, y, ldy, out_bf16, row_base, 0, x_by_pair ? NULL : plan.pair_token, p0, p0);
+    mma_block<FP4, 1, 1, (VEC == 2 && MMA_EXPERT_U > 4 ? 4 : MMA_EXPERT_U), VEC>(w, xq, ldq, xs, lds, n, y, ldy, out_bf16, row_base, 0, x_by_pair ? NULL : plan.pair_token, p0, p0);
 }
 
 /* One warp per (row, 128-column block): the block's scale from its amax by act_quant's rule, then each value over
@@ -616,8 +630,7 @@ extern "C" int cu_mma_linear_pair(cu_stream st, const dsv4_weight *w_a, float *y
         return dsv4_fail(err, DSV4_E_ARG, "cu_mma_linear_pair: weights of formats %d / %d with %d / %d columns (one format and width)",
                          (int)w_a->fmt, (int)w_b->fmt, w_a->cols, w_b->cols);
     if (T == 0 || (w_a->rows == 0 && w_b->rows == 0)) return 0;
-    const int gemm_min = cu_mma_gemm_min_t();
-    if (w_a->rows == 0 || w_b->rows == 0 || !MMA_LINEAR_PAIR || (gemm_min > 0 && T >= gemm_min)) {
+    if (w_a->rows == 0 || w_b->rows == 0 || !MMA_LINEAR_PAIR || cu_mma_gemm_takes_linear(w_a, T) || cu_mma_gemm_takes_linear(w_b, T)) {
         /* two calls (one when a weight has no rows; large T goes to the GEMM, each weight on its own) */
         if (w_a->rows) cu_mma_linear(st, w_a, xq, ldq, xs, lds, T, y_a, ldy_a, out_bf16, stream, NULL);
         if (w_b->rows) cu_mma_linear(st, w_b, xq, ldq, xs, lds, T, y_b, ldy_b, out_bf16, stream, NULL);

@@ -358,25 +358,31 @@ __global__ void __launch_bounds__(GEMM_THREADS, 1) k_mma_gemm_expert(const dsv4_
     }
 }
 
-static int gemm_min_t = CU_MMA_GEMM_MIN_T, gemm_min_tiles = CU_MMA_GEMM_MIN_TILES;
+static int gemm_min_t = CU_MMA_GEMM_MIN_T, gemm_min_blocks = CU_MMA_GEMM_MIN_BLOCKS, gemm_min_tiles = CU_MMA_GEMM_MIN_TILES;
 
-extern "C" void cu_mma_gemm_set(int min_t, int min_tiles) {
+extern "C" void cu_mma_gemm_set(int min_t, int min_blocks, int min_tiles) {
     gemm_min_t = min_t < 0 ? 0 : min_t;
+    gemm_min_blocks = min_blocks < 0 ? 0 : min_blocks;
     gemm_min_tiles = min_tiles < 0 ? 0 : min_tiles;
 }
 extern "C" int cu_mma_gemm_min_t(void) { return gemm_min_t; }
 extern "C" int cu_mma_gemm_min_tiles(void) { return gemm_min_tiles; }
 
 template <int FP4> static int gemm_smem_opt_in(void) {
-    static int done;   /* the opt-in to more than 48 KiB, once per kernel */
-    if (!done) {
+    static unsigned done;   /* the opt-in to more than 48 KiB: a function attribute of each device, once each */
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 32) {
+        (void)cudaGetLastError();
+        return 0;
+    }
+    if (!(done >> dev & 1u)) {
         if (cudaFuncSetAttribute(k_mma_gemm<FP4>, cudaFuncAttributeMaxDynamicSharedMemorySize, gemm_smem<FP4>::total) != cudaSuccess ||
             cudaFuncSetAttribute(k_mma_gemm_expert<FP4>, cudaFuncAttributeMaxDynamicSharedMemorySize, gemm_smem<FP4>::total) !=
                 cudaSuccess) {
             (void)cudaGetLastError();
             return 0;   /* the small-tile kernels then: the same bits */
         }
-        done = 1;
+        done |= 1u << dev;
     }
     return 1;
 }
@@ -398,9 +404,14 @@ extern "C" int cu_mma_gemm_experts(cu_stream st, const dsv4_weight *experts, int
     return 1;
 }
 
+extern "C" int cu_mma_gemm_takes_linear(const dsv4_weight *w, int T) {
+    if (!gemm_min_t || T < gemm_min_t || T > 65535 * GEMM_BN || (uintptr_t)w->data % 16) return 0;
+    return (int64_t)cu_blocks(w->rows, GEMM_BM) * cu_blocks(T, GEMM_BN) >= gemm_min_blocks;
+}
+
 extern "C" int cu_mma_gemm_linear(cu_stream st, const dsv4_weight *w, const uint8_t *xq, int ldq, const float *xs, int lds, int T,
                                   float *y, int ldy, int out_bf16) {
-    if (!gemm_min_t || T < gemm_min_t || T > 65535 * GEMM_BN || (uintptr_t)w->data % 16) return 0;
+    if (!cu_mma_gemm_takes_linear(w, T)) return 0;
     const int fp4 = w->fmt == WF_FP4;
     if (!(fp4 ? gemm_smem_opt_in<1>() : gemm_smem_opt_in<0>())) return 0;
     dim3 grid(cu_blocks(w->rows, GEMM_BM), cu_blocks(T, GEMM_BN));

@@ -45,6 +45,7 @@ out = ['#include "cuda_shim.h"', '#include <algorithm>', '#include <climits>', '
        'enum { cudaSuccess = 0, cudaFuncAttributeMaxDynamicSharedMemorySize = 8 };',
        'template <typename F> static int cudaFuncSetAttribute(F, int, int) { return cudaSuccess; }',
        'static inline int cudaGetLastError(void) { return cudaSuccess; }',
+       'static inline int cudaGetDevice(int *d) { *d = 0; return cudaSuccess; }',
        'static inline void __trap(void) { fprintf(stderr, "shim: __trap\\n"); abort(); }']
 a = common.index("/* ---- number formats"); b = common.index("/* ---- weights")
 out.append(common[a:b])

@@ -78,6 +78,7 @@ out.append('extern "C" int cu_mma_gemm_linear(cu_stream, const dsv4_weight *, co
 out.append('extern "C" int cu_mma_gemm_experts(cu_stream, const dsv4_weight *, int, int, int, const cu_moe_plan *, int, const uint8_t *, int, '
            'const float *, int, int, float *, int, int) { return 0; }')
 out.append('extern "C" int cu_mma_gemm_min_t(void) { return 0; }')
+out.append('extern "C" int cu_mma_gemm_takes_linear(const dsv4_weight *, int) { return 0; }')
 # the streaming kernel (k_mma_stream.cu, its own shim: shim_stream.sh) declines every call: k_mma.cu's kernels at
 # either value of the `stream` argument
 out.append('extern "C" int cu_mma_stream_linear(cu_stream, const dsv4_weight *, float *, int, const dsv4_weight *, float *, int, '

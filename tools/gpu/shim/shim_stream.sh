@@ -188,6 +188,7 @@ out.append('extern "C" int cu_mma_gemm_linear(cu_stream, const dsv4_weight *, co
 out.append('extern "C" int cu_mma_gemm_experts(cu_stream, const dsv4_weight *, int, int, int, const cu_moe_plan *, int, const uint8_t *, int, '
            'const float *, int, int, float *, int, int) { return 0; }')
 out.append('extern "C" int cu_mma_gemm_min_t(void) { return 0; }')
+out.append('extern "C" int cu_mma_gemm_takes_linear(const dsv4_weight *, int) { return 0; }')
 a = stream.index("#define ST_WARPS")
 st = stream[a:]
 a = st.index("/* ---- PTX"); b = st.index("/* ---- end of PTX")
