@@ -116,6 +116,7 @@ static inline void cp_async16(void *dst, const void *src, int bytes) {
 static inline void cp_async_commit(void) {}
 template <int n> static inline void cp_async_wait(void) {}
 static inline uint4 ld_stream16(const uint8_t *p) { return *(const uint4 *)p; }
+static inline uint32_t ld_nc32(const uint8_t *p) { return *(const uint32_t *)p; }
 ''')
 
 def kernels(text, poison):
