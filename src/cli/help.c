@@ -22,7 +22,8 @@ typedef struct {
 #define O_KV        {"--kv f32|bf16|fp8", "KV cache storage (default f32; fp8 = E4M3 per 64 dims, indexer rows FP4)"}
 #define O_THREADS   {"--threads N", "worker threads (default 0 = one per online CPU)"}
 #define O_DEVICE    {"--device cpu|cuda", "where weights, state and steps live (default cpu; cuda needs make CUDA=1 " \
-                                          "and a GPU)"}, \
+                                          "and a GPU; its kernel switches are environment variables, DSV4_CUDA_GRAPHS, " \
+                                          "_MMA, _GEMM, _STREAM (decode linears streamed, default 1), ...: dsv4(1))"}, \
                     {"--gpus N", "with --device cuda: spread the routed experts over GPUs 0..N-1 (expert parallelism over " \
                                  "NCCL, the same bits as one GPU; default 1)"}, \
                     {"--gpu-mem GB", "with --device cuda: GiB of GPU memory for the weights (default: what is free); " \

@@ -115,6 +115,15 @@ for v in 1 0; do
 done
 cmp -s "$T/gemm1.npy" "$T/gemm0.npy" && ok || bad "DSV4_CUDA_GEMM=1: the 300-token logits differ from the small tiles'"
 expect_err "DSV4_CUDA_GEMM=2" "DSV4_CUDA_GEMM" env DSV4_CUDA_GEMM=2 "$BIN" logits -m "$T/m" --device cuda --tokens 1,2
+# the streaming kernel for steps of <= 8 tokens (DSV4_CUDA_STREAM, on by default, k_mma_stream.cu): the same bits as
+# the small tiles, here on steps of 1 to 8 tokens of the K >= 1024 model (test_gpu_stream holds the kernel-level memcmp)
+ST=$(seq -s, 5 3 122)
+for v in 1 0; do
+    expect_ok "wide decode steps DSV4_CUDA_STREAM=$v" env DSV4_CUDA_STREAM=$v "$BIN" logits -m "$T/wide" --device cuda --mode official \
+        --kv fp8 --tokens "$ST" --chunks 1,2,3,4,5,6,7,8 --out "$T/stream$v.npy"
+done
+cmp -s "$T/stream1.npy" "$T/stream0.npy" && ok || bad "DSV4_CUDA_STREAM=1: the logits of steps of 1 to 8 tokens differ from the small tiles'"
+expect_err "DSV4_CUDA_STREAM=2" "DSV4_CUDA_STREAM" env DSV4_CUDA_STREAM=2 "$BIN" logits -m "$T/m" --device cuda --tokens 1,2
 expect_err "DSV4_CUDA_IDX_MMA=2" "DSV4_CUDA_IDX_MMA" env DSV4_CUDA_IDX_MMA=2 "$BIN" logits -m "$T/m" --device cuda --tokens 1,2
 # the tensor-core attention (opt-in, DSV4_CUDA_ATT_MMA=1): chunked = one call at the model level too
 for kv in fp8 bf16; do

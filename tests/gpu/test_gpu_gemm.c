@@ -107,7 +107,7 @@ static void same_bits(const dsv4_weight *w, int T, int out_bf16) {
     float *ds = upload(s, sizeof(float) * sn), *dy0 = upload(y0, sizeof(float) * yn), *dy1 = upload(y0, sizeof(float) * yn);
     dsv4_error err;
     cu_mma_gemm_set(0, 0, 0);
-    assert_int_equal(cu_mma_linear(NULL, w, dq, ldq, ds, lds, T, dy0, ldy, out_bf16, &err), 0);
+    assert_int_equal(cu_mma_linear(NULL, w, dq, ldq, ds, lds, T, dy0, ldy, out_bf16, 0, &err), 0);
     cu_mma_gemm_set(1, 1, 1);
     assert_int_equal(cu_mma_gemm_linear(NULL, w, dq, ldq, ds, lds, T, dy1, ldy, out_bf16), 1);   /* it took the launch */
     cu_mma_gemm_set(CU_MMA_GEMM_MIN_T, CU_MMA_GEMM_MIN_BLOCKS, CU_MMA_GEMM_MIN_TILES);
@@ -232,7 +232,7 @@ static void experts_same_bits(int fmt, int rows, int cols, int x_by_pair) {
     float *ds = upload(xs, sizeof(float) * X * lds), *dy0 = upload(y0, sizeof(float) * P * ldy), *dy1 = upload(y0, sizeof(float) * P * ldy);
     dsv4_error err;
     cu_mma_gemm_set(0, 0, 0);
-    assert_int_equal(cu_mma_expert_linear(NULL, dw, rows, cols, fmt, &plan, max_tiles, dq, ldq, ds, lds, x_by_pair, dy0, ldy, 1, &err), 0);
+    assert_int_equal(cu_mma_expert_linear(NULL, dw, rows, cols, fmt, &plan, max_tiles, dq, ldq, ds, lds, x_by_pair, dy0, ldy, 1, 0, &err), 0);
     cu_mma_gemm_set(1, 1, 1);
     assert_int_equal(cu_mma_gemm_experts(NULL, dw, rows, cols, fmt, &plan, max_tiles, dq, ldq, ds, lds, x_by_pair, dy1, ldy, 1), 1);
     cu_mma_gemm_set(CU_MMA_GEMM_MIN_T, CU_MMA_GEMM_MIN_BLOCKS, CU_MMA_GEMM_MIN_TILES);
@@ -321,11 +321,11 @@ static double seconds_per_call(const dsv4_weight *w, const uint8_t *q, int ldq, 
     dsv4_error err;
     cudaEvent_t e0, e1;
     float ms = -1;
-    if (cu_mma_linear(NULL, w, q, ldq, s, lds, T, y, w->rows, 0, &err)) return -1;   /* warm */
+    if (cu_mma_linear(NULL, w, q, ldq, s, lds, T, y, w->rows, 0, 0, &err)) return -1;   /* warm */
     cudaEventCreate(&e0);
     cudaEventCreate(&e1);
     cudaEventRecord(e0, 0);
-    for (int r = 0; r < reps; r++) cu_mma_linear(NULL, w, q, ldq, s, lds, T, y, w->rows, 0, &err);
+    for (int r = 0; r < reps; r++) cu_mma_linear(NULL, w, q, ldq, s, lds, T, y, w->rows, 0, 0, &err);
     cudaEventRecord(e1, 0);
     cudaEventSynchronize(e1);
     cudaEventElapsedTime(&ms, e0, e1);

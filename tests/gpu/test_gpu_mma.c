@@ -11,7 +11,9 @@
  *     the full weight's rows; two runs give the same bits;
  *   - unsupported shapes and buffers are refused with an error code and one line, and launch nothing.
  * `test_gpu_mma --bench` times the kernel instead: weight GB/s at T = 1 and 8, TFLOPS at T = 512, 4096, 8192, for
- * FP8 and FP4 weights of 4096 x 4096, 32768 x 1024, 2048 x 4096, with k_linear's time alongside for T <= 512.
+ * FP8 and FP4 weights of 4096 x 4096, 32768 x 1024, 2048 x 4096, 1024 x 4096 (wq_a), 512 x 4096 (wkv), with
+ * k_linear's time alongside for T <= 512 and, at T <= 8, k_mma.cu's small tiles beside the streaming kernel.
+ * Every test runs twice: with the `stream` argument 1 (the default) and 0.
  * Building with NVFLAGS including -DDSV4_MMA_BUG (k_mma.cu swaps two activation words of one MMA;
  * tools/gpu/stage_mma_bug.sh) must make the exact and accuracy tests fail. tools/gpu/run_mma.sh runs all of it on
  * the GPU machine. */
@@ -43,6 +45,9 @@ int cu_finish(cu_stream st, const char *what, dsv4_error *err) { (void)st; (void
 #endif
 
 static dsv4_rng rng;
+/* The `stream` argument of every cu_mma_* call here: main runs the tests with 1 (the model's default: up to 8 tokens
+ * through k_mma_stream.cu) and again with 0 (k_mma.cu's small tiles); test_gpu_stream compares the two by memcmp. */
+static int stream_on = 1;
 
 /* ---- the formats, from their definitions ------------------------------------------------------------------ */
 
@@ -203,7 +208,7 @@ static void run_o(const dsv4_weight *dw, const tact *a, int t0, int T, float *y,
     float *dy = cu_malloc(sizeof(float) * T * N);
     assert_non_null(dy);
     dsv4_error err;
-    if (cu_mma_linear(NULL, dw, a->q + (int64_t)t0 * a->ldq, a->ldq, a->s + (int64_t)t0 * a->lds, a->lds, T, dy, N, out_bf16, &err))
+    if (cu_mma_linear(NULL, dw, a->q + (int64_t)t0 * a->ldq, a->ldq, a->s + (int64_t)t0 * a->lds, a->lds, T, dy, N, out_bf16, stream_on, &err))
         fail_msg("%s", err.msg);
     sync_ok("mma linear");
     assert_int_equal(cu_download(y, dy, sizeof(float) * T * N), 0);
@@ -443,28 +448,28 @@ static void refuses_bad_shapes(void **state) {
     dsv4_error err;
     dsv4_weight bad = w8.d;
     bad.fmt = WF_BF16;
-    assert_int_equal(cu_mma_linear(NULL, &bad, a.q, a.ldq, a.s, a.lds, 2, dy, 16, 0, &err), DSV4_E_UNSUPPORTED);
+    assert_int_equal(cu_mma_linear(NULL, &bad, a.q, a.ldq, a.s, a.lds, 2, dy, 16, 0, stream_on, &err), DSV4_E_UNSUPPORTED);
     assert_false(cu_mma_takes(&bad));
     assert_true(err.msg[0] != 0);
     bad = w8.d;
     bad.cols = 96;   /* FP8: not a multiple of 128 */
-    assert_int_equal(cu_mma_linear(NULL, &bad, a.q, a.ldq, a.s, a.lds, 2, dy, 16, 0, &err), DSV4_E_ARG);
+    assert_int_equal(cu_mma_linear(NULL, &bad, a.q, a.ldq, a.s, a.lds, 2, dy, 16, 0, stream_on, &err), DSV4_E_ARG);
     assert_false(cu_mma_takes(&bad));
     bad = w4.d;
     bad.cols = 48;   /* FP4: not a multiple of 32 */
-    assert_int_equal(cu_mma_linear(NULL, &bad, a.q, a.ldq, a.s, a.lds, 2, dy, 16, 0, &err), DSV4_E_ARG);
+    assert_int_equal(cu_mma_linear(NULL, &bad, a.q, a.ldq, a.s, a.lds, 2, dy, 16, 0, stream_on, &err), DSV4_E_ARG);
     assert_false(cu_mma_takes(&bad));
     bad = w8.d;
     bad.data = (const uint8_t *)w8.d.data + 8;   /* misaligned FP8 rows */
-    assert_int_equal(cu_mma_linear(NULL, &bad, a.q, a.ldq, a.s, a.lds, 2, dy, 16, 0, &err), DSV4_E_ARG);
+    assert_int_equal(cu_mma_linear(NULL, &bad, a.q, a.ldq, a.s, a.lds, 2, dy, 16, 0, stream_on, &err), DSV4_E_ARG);
     assert_false(cu_mma_takes(&bad));
-    assert_int_equal(cu_mma_linear(NULL, &w8.d, a.q + 1, a.ldq, a.s, a.lds, 2, dy, 16, 0, &err), DSV4_E_ARG);   /* misaligned x */
-    assert_int_equal(cu_mma_linear(NULL, &w8.d, a.q, 250, a.s, a.lds, 2, dy, 16, 0, &err), DSV4_E_ARG);         /* ldq < K */
-    assert_int_equal(cu_mma_linear(NULL, &w8.d, a.q, a.ldq, a.s, 1, 2, dy, 16, 0, &err), DSV4_E_ARG);           /* lds too small */
-    assert_int_equal(cu_mma_linear(NULL, &w8.d, a.q, a.ldq, a.s, a.lds, 2, dy, 15, 0, &err), DSV4_E_ARG);       /* ldy < N */
-    assert_int_equal(cu_mma_linear(NULL, &w8.d, a.q, a.ldq, a.s, a.lds, -1, dy, 16, 0, &err), DSV4_E_ARG);
+    assert_int_equal(cu_mma_linear(NULL, &w8.d, a.q + 1, a.ldq, a.s, a.lds, 2, dy, 16, 0, stream_on, &err), DSV4_E_ARG);   /* misaligned x */
+    assert_int_equal(cu_mma_linear(NULL, &w8.d, a.q, 250, a.s, a.lds, 2, dy, 16, 0, stream_on, &err), DSV4_E_ARG);         /* ldq < K */
+    assert_int_equal(cu_mma_linear(NULL, &w8.d, a.q, a.ldq, a.s, 1, 2, dy, 16, 0, stream_on, &err), DSV4_E_ARG);           /* lds too small */
+    assert_int_equal(cu_mma_linear(NULL, &w8.d, a.q, a.ldq, a.s, a.lds, 2, dy, 15, 0, stream_on, &err), DSV4_E_ARG);       /* ldy < N */
+    assert_int_equal(cu_mma_linear(NULL, &w8.d, a.q, a.ldq, a.s, a.lds, -1, dy, 16, 0, stream_on, &err), DSV4_E_ARG);
     assert_int_equal(cu_mma_pack_act(NULL, (const float *)dy, 256, 2, 256, a.q, 264, a.s, a.lds, &err), DSV4_E_ARG);   /* ldq % 16 */
-    assert_int_equal(cu_mma_linear(NULL, &w8.d, a.q, a.ldq, a.s, a.lds, 0, dy, 16, 0, &err), 0);   /* no tokens: nothing to do */
+    assert_int_equal(cu_mma_linear(NULL, &w8.d, a.q, a.ldq, a.s, a.lds, 0, dy, 16, 0, stream_on, &err), 0);   /* no tokens: nothing to do */
     sync_ok("refusals");
     uint32_t back[32];
     assert_int_equal(cu_download(back, dy, sizeof back), 0);
@@ -506,7 +511,8 @@ static void fp4_vector_loads_equal_word_loads(void **state) {
     static const int shapes[][2] = { { 333, 1120 }, { 40, 1056 }, { 48, 2112 }, { 64, 4096 } };   /* last chunk: 3, 1, 2, 4 blocks */
     static const int Ts[] = { 1, 2, 5, 8, 9, 21, 33, 40 };
     enum { TMAX = 40 };
-    const int build_mode = cu_mma_fp4_vec(0);
+    const int build_mode = cu_mma_fp4_vec(0), stream_was = stream_on;
+    stream_on = 0;   /* the modes are k_mma.cu's: its kernel at every T */
     for (int k = 0; k < 4; k++) {
         const int N = shapes[k][0], K = shapes[k][1];
         tweight w = make_weight(WF_FP4, N, K, 0);
@@ -537,6 +543,7 @@ static void fp4_vector_loads_equal_word_loads(void **state) {
         free_weight(&w);
     }
     cu_mma_fp4_vec(build_mode);
+    stream_on = stream_was;
 }
 
 /* cu_mma_linear_pair: both outputs have the bits of cu_mma_linear on each weight (the taller or the shorter weight
@@ -559,7 +566,7 @@ static void linear_pair_equals_two(void **state) {
             run(&wa.d, &a, 0, T, ra);
             run(&wb.d, &a, 0, T, rb);
             dsv4_error err;
-            if (cu_mma_linear_pair(NULL, &wa.d, dya, Na, &wb.d, dyb, Nb, a.q, a.ldq, a.s, a.lds, T, 0, &err)) fail_msg("%s", err.msg);
+            if (cu_mma_linear_pair(NULL, &wa.d, dya, Na, &wb.d, dyb, Nb, a.q, a.ldq, a.s, a.lds, T, 0, stream_on, &err)) fail_msg("%s", err.msg);
             sync_ok("linear pair");
             assert_int_equal(cu_download(ya, dya, sizeof(float) * T * Na), 0);
             assert_int_equal(cu_download(yb, dyb, sizeof(float) * T * Nb), 0);
@@ -570,7 +577,7 @@ static void linear_pair_equals_two(void **state) {
         tweight wc = make_weight(fmt, 16, fp4 ? 1056 : 1152, 0);
         assert_int_equal(cu_fill_bytes(dya, 0x55, sizeof(float) * Na), 0);
         dsv4_error err;
-        assert_int_equal(cu_mma_linear_pair(NULL, &wa.d, dya, Na, &wc.d, dyb, 16, a.q, a.ldq, a.s, a.lds, 1, 0, &err), DSV4_E_ARG);
+        assert_int_equal(cu_mma_linear_pair(NULL, &wa.d, dya, Na, &wc.d, dyb, 16, a.q, a.ldq, a.s, a.lds, 1, 0, stream_on, &err), DSV4_E_ARG);
         assert_true(err.msg[0] != 0);
         sync_ok("refused pair");
         uint32_t back[16];
@@ -661,10 +668,10 @@ static void experts_equal_plain_linear(void **state) {
                 assert_int_equal(cu_fill_bytes(dy, 0x55, sizeof(float) * P * N), 0);
                 assert_int_equal(cu_fill_bytes(dy2, 0x55, sizeof(float) * P * N), 0);
                 if (out == 0 && cu_mma_expert_linear(NULL, dexp, N, K, fmt, &plan, n_tiles + 2, in->q, in->ldq, in->s, in->lds, by_pair, dy, N,
-                                                     0, &err))
+                                                     0, stream_on, &err))
                     fail_msg("%s", err.msg);
                 if (out > 0 && cu_mma_expert_linear_pair(NULL, dexp, dexp2, N, K, fmt, &plan, n_tiles + 2, in->q, in->ldq, in->s, in->lds,
-                                                         by_pair, dy, dy2, N, 0, &err))
+                                                         by_pair, dy, dy2, N, 0, stream_on, &err))
                     fail_msg("%s", err.msg);
                 sync_ok("expert linear");
                 assert_int_equal(cu_download(y, out == 2 ? dy2 : dy, sizeof(float) * P * N), 0);
@@ -704,7 +711,7 @@ static void experts_equal_plain_linear(void **state) {
 static int call(cu_stream st, const dsv4_weight *w, const uint8_t *q, int ldq, const float *s, int lds, const float *xf, int T, float *y,
                 int ldy, dsv4_error *err) {
     if (xf) return cu_linear(st, w, xf, T, w->cols, y, ldy);   /* the CUDA-core kernel (k_linear.cu), for comparison */
-    return cu_mma_linear(st, w, q, ldq, s, lds, T, y, ldy, 0, err);
+    return cu_mma_linear(st, w, q, ldq, s, lds, T, y, ldy, 0, stream_on, err);
 }
 
 /* xf non-NULL: time cu_linear on fp32 rows xf instead. */
@@ -749,7 +756,7 @@ static double time_calls(dsv4_weight *ws, int copies, const uint8_t *q, int ldq,
 }
 
 static int bench(void) {
-    static const int shapes[][2] = { { 4096, 4096 }, { 32768, 1024 }, { 2048, 4096 } };
+    static const int shapes[][2] = { { 4096, 4096 }, { 32768, 1024 }, { 2048, 4096 }, { 1024, 4096 }, { 512, 4096 } };
     static const int Ts[] = { 1, 8, 512, 4096, 8192 };
     enum { TMAX = 8192, KMAX = 4096, NMAX = 32768 };
     char name[256];
@@ -768,9 +775,10 @@ static int bench(void) {
     for (int i = 0; i < TMAX * (KMAX / 128); i++) ones[i] = 1.0f / 64;
     cu_upload(s, ones, sizeof(float) * TMAX * (KMAX / 128));
     free(ones);
-    printf("%-5s %-12s %6s %10s %11s %9s %16s\n", "fmt", "N x K", "T", "us/call", "weight GB/s", "TFLOPS", "k_linear us/call");
+    printf("%-5s %-12s %6s %10s %11s %9s %16s %22s\n", "fmt", "N x K", "T", "us/call", "weight GB/s", "TFLOPS", "k_linear us/call",
+           "small tiles us (GB/s)");
     for (int fp4 = 0; fp4 < 2; fp4++)
-        for (int k = 0; k < 3; k++) {
+        for (int k = 0; k < (int)(sizeof shapes / sizeof shapes[0]); k++) {
             const int N = shapes[k][0], K = shapes[k][1];
             dsv4_weight w = { fp4 ? WF_FP4 : WF_FP8, N, K, NULL, NULL, fp4 ? K / 32 : K / 128, 0 };
             const size_t db = fp4 ? (size_t)N * K / 2 : (size_t)N * K, sb = weight_scale_bytes(&w);
@@ -793,11 +801,19 @@ static int bench(void) {
                 const int reps = T <= 8 ? 200 : T <= 512 ? 50 : 10;
                 const double sec = time_calls(ws, copies, q, KMAX, s, KMAX / 128, NULL, T, y, N, reps);
                 if (sec < 0) return 1;
+                double tiles = 0;   /* T <= 8: k_mma.cu's small tiles (DSV4_CUDA_STREAM=0) beside the streaming kernel */
+                if (T <= 8 && stream_on) {
+                    stream_on = 0;
+                    tiles = time_calls(ws, copies, q, KMAX, s, KMAX / 128, NULL, T, y, N, reps);
+                    stream_on = 1;
+                }
                 const double old = T <= 512 ? time_calls(ws, copies, q, KMAX, s, KMAX / 128, xf, T, y, N, T <= 8 ? 50 : 3) : 0;
                 char oldtxt[32] = "";
                 if (old > 0) snprintf(oldtxt, sizeof oldtxt, "%.1f", old * 1e6);
-                printf("%-5s %5dx%-6d %6d %10.1f %11.0f %9.1f %16s\n", fp4 ? "FP4" : "FP8", N, K, T, sec * 1e6, (double)(db + sb) / sec / 1e9,
-                       2.0 * N * K * T / sec / 1e12, oldtxt);
+                char tilestxt[48] = "";
+                if (tiles > 0) snprintf(tilestxt, sizeof tilestxt, "%.1f (%.0f GB/s)", tiles * 1e6, (double)(db + sb) / tiles / 1e9);
+                printf("%-5s %5dx%-6d %6d %10.1f %11.0f %9.1f %16s %22s\n", fp4 ? "FP4" : "FP8", N, K, T, sec * 1e6, (double)(db + sb) / sec / 1e9,
+                       2.0 * N * K * T / sec / 1e12, oldtxt, tilestxt);
             }
             for (int i = 0; i < copies; i++) {
                 cu_free((void *)ws[i].data);
@@ -880,8 +896,8 @@ static int bench_experts(void) {
             cu_upload(p->n_tiles, &nt, sizeof nt);
         }
         const int max_tiles = P / 8 + ACT + 1;   /* as cuda_step.c moe_max_tiles sizes a step of T tokens */
-        for (int vec = 2; vec >= 0; vec--)
-        for (int pair = 1; pair >= 0; pair--) {
+        for (int variant = 0; variant < 7; variant++) {   /* the streaming kernel, then k_mma.cu's: vec 2, 1, 0 x pair 1, 0 */
+            const int stream = variant == 0, vec = stream ? 2 : 2 - (variant - 1) / 2, pair = stream ? 1 : (variant - 1) % 2 == 0;
             cu_mma_fp4_vec(vec);
             cudaStream_t st;
             cudaGraph_t g = NULL;
@@ -893,11 +909,11 @@ static int bench_experts(void) {
             for (int l = 0; ok && l < LAYERS; l++) {
                 if (pair)
                     ok = !cu_mma_expert_linear_pair(st, dev[0], dev[1], I, D, WF_FP4, &plans[l], max_tiles, xq, D, xs, D / 128, 0, y1, y3, I, 1,
-                                                    &err);
+                                                    stream, &err);
                 else
-                    ok = !cu_mma_expert_linear(st, dev[0], I, D, WF_FP4, &plans[l], max_tiles, xq, D, xs, D / 128, 0, y1, I, 1, &err) &&
-                         !cu_mma_expert_linear(st, dev[1], I, D, WF_FP4, &plans[l], max_tiles, xq, D, xs, D / 128, 0, y3, I, 1, &err);
-                ok = ok && !cu_mma_expert_linear(st, dev[2], D, I, WF_FP4, &plans[l], max_tiles, hq, I, hs, I / 128, 1, y2, D, 1, &err);
+                    ok = !cu_mma_expert_linear(st, dev[0], I, D, WF_FP4, &plans[l], max_tiles, xq, D, xs, D / 128, 0, y1, I, 1, stream, &err) &&
+                         !cu_mma_expert_linear(st, dev[1], I, D, WF_FP4, &plans[l], max_tiles, xq, D, xs, D / 128, 0, y3, I, 1, stream, &err);
+                ok = ok && !cu_mma_expert_linear(st, dev[2], D, I, WF_FP4, &plans[l], max_tiles, hq, I, hs, I / 128, 1, y2, D, 1, stream, &err);
             }
             ok = ok && cudaStreamEndCapture(st, &g) == cudaSuccess && cudaGraphInstantiate(&ge, g, 0) == cudaSuccess &&
                  cudaGraphLaunch(ge, st) == cudaSuccess && cudaStreamSynchronize(st) == cudaSuccess;   /* warm */
@@ -910,7 +926,7 @@ static int bench_experts(void) {
             }
             if (!ok) { fprintf(stderr, "bench: %s\n", cudaGetErrorString(cudaGetLastError())); return 1; }
             const double sec = best * 1e-3 / LAYERS;
-            printf("%-7s %-9s %6d %6d %11.1f %12.0f\n", vec == 2 ? "vec+sw" : vec ? "vector" : "word", pair ? "1 launch" : "2 launches", T,
+            printf("%-7s %-9s %6d %6d %11.1f %12.0f\n", stream ? "STREAM" : vec == 2 ? "vec+sw" : vec ? "vector" : "word", pair ? "1 launch" : "2 launches", T,
                    ACT, sec * 1e6, (double)ACT * bytes_per_expert / sec / 1e9);
             cudaGraphExecDestroy(ge);
             cudaGraphDestroy(g);
@@ -924,7 +940,7 @@ static int bench_experts(void) {
         }
     }
     cu_mma_fp4_vec(build_mode);
-    printf("(vec+sw: mode 2, 16-byte weight loads and scale words; vector: mode 1, scale bytes; word: mode 0, the loads before;\n"
+    printf("(STREAM: k_mma_stream.cu, DSV4_CUDA_STREAM=1, the default; the others k_mma.cu's small tiles:\n vec+sw: mode 2, 16-byte weight loads and scale words; vector: mode 1, scale bytes; word: mode 0, the loads before;\n"
            " w1+w3: cu_mma_expert_linear_pair's one launch or two; the graph's launch gaps are in the time)\n");
     printf("(bytes: %.1f MB of weights and scales per layer; H200 read bandwidth ~4.25 TB/s)\n", ACT * bytes_per_expert / 1e6);
     for (int m = 0; m < 3; m++) {
@@ -966,5 +982,9 @@ int main(int argc, char **argv) {
         cmocka_unit_test(refuses_bad_shapes),
     };
     if (getenv("MMA_TEST_ONLY")) cmocka_set_test_filter(getenv("MMA_TEST_ONLY"));   /* e.g. "experts_*" */
-    return cmocka_run_group_tests_name("gpu tensor-core linear", tests, NULL, NULL);
+    stream_on = 1;
+    int rc = cmocka_run_group_tests_name("gpu tensor-core linear (DSV4_CUDA_STREAM=1)", tests, NULL, NULL);
+    stream_on = 0;
+    rc |= cmocka_run_group_tests_name("gpu tensor-core linear (DSV4_CUDA_STREAM=0)", tests, NULL, NULL);
+    return rc;
 }

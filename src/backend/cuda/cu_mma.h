@@ -41,9 +41,13 @@ int cu_mma_pack_act(cu_stream st, const float *x, int ldx, int T, int K, uint8_t
  * cols a multiple of 128, data 16-byte aligned; FP4: cols a multiple of 32, data 4-byte aligned. out_bf16: each
  * y rounded to BF16 after its last addition (the OFFICIAL linears' BF16 output: one kernel fewer). 0, or
  * DSV4_E_UNSUPPORTED (another weight format) / DSV4_E_ARG (shape, stride or alignment) with one line in err;
- * nothing is launched then. */
+ * nothing is launched then.
+ * stream: 1 = up to 8 tokens go through the streaming kernel (k_mma_stream.cu: a persistent grid, the weight bytes
+ * by cp.async through shared memory, for decode's memory-bound steps), 0 = k_mma.cu's small-tile kernel; the same
+ * bits either way (test_gpu_stream). The model passes DSV4_CUDA_STREAM (cuda_model.mma_stream). The same argument
+ * in cu_mma_linear_pair and the expert calls below. */
 int cu_mma_linear(cu_stream st, const dsv4_weight *w, const uint8_t *xq, int ldq, const float *xs, int lds, int T, float *y,
-                  int ldy, int out_bf16, dsv4_error *err);
+                  int ldy, int out_bf16, int stream, dsv4_error *err);
 
 /* FP4 weight loads (k_mma.cu, MMA_FP4_VEC): mode 2 (the build's default unless built with -DMMA_FP4_VEC=0 or 1):
  * lane-wide 16-byte weight loads and one scale word a lane, rearranged into the MMA fragments by shuffles; 1: the
@@ -58,7 +62,7 @@ int cu_mma_fp4_vec(int mode);
  * format and column count (DSV4_E_ARG otherwise); nothing is launched on an error. Built with -DMMA_LINEAR_PAIR=0
  * it makes the two launches instead. */
 int cu_mma_linear_pair(cu_stream st, const dsv4_weight *w_a, float *y_a, int ldy_a, const dsv4_weight *w_b, float *y_b, int ldy_b,
-                       const uint8_t *xq, int ldq, const float *xs, int lds, int T, int out_bf16, dsv4_error *err);
+                       const uint8_t *xq, int ldq, const float *xs, int lds, int T, int out_bf16, int stream, dsv4_error *err);
 
 /* Whether cu_mma_linear takes weight w (its format, shape, alignment and scales: never T), and whether
  * cu_mma_expert_linear takes experts of format fmt with `cols` columns. */
@@ -71,7 +75,7 @@ int cu_mma_takes_experts(int fmt, int cols);
  * 128) or FP4 (of 32), data aligned as for cu_mma_linear. 0, or an error with one line in err. */
 int cu_mma_expert_linear(cu_stream st, const dsv4_weight *experts, int rows, int cols, int fmt, const cu_moe_plan *plan,
                          int max_tiles, const uint8_t *xq, int ldq, const float *xs, int lds, int x_by_pair, float *y,
-                         int ldy, int out_bf16, dsv4_error *err);
+                         int ldy, int out_bf16, int stream, dsv4_error *err);
 
 /* Two projections of the same experts' input in one launch (w1 and w3: twice the blocks of one, so a decode step's
  * few tiles fill the GPU in fewer, fuller waves): y_a from experts_a and y_b from experts_b, each with the bits
@@ -79,7 +83,7 @@ int cu_mma_expert_linear(cu_stream st, const dsv4_weight *experts, int rows, int
  * Built with -DMMA_EXPERT_PAIR=0 it makes the two launches instead. */
 int cu_mma_expert_linear_pair(cu_stream st, const dsv4_weight *experts_a, const dsv4_weight *experts_b, int rows, int cols, int fmt,
                               const cu_moe_plan *plan, int max_tiles, const uint8_t *xq, int ldq, const float *xs, int lds,
-                              int x_by_pair, float *y_a, float *y_b, int ldy, int out_bf16, dsv4_error *err);
+                              int x_by_pair, float *y_a, float *y_b, int ldy, int out_bf16, int stream, dsv4_error *err);
 
 /* ---- BF16-input linears (k_mma16.cu) ----
  * OFFICIAL linears whose input is a bf16 tensor and whose weight is BF16 (or FP8 with 128x128 scales, which is

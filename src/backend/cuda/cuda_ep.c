@@ -20,7 +20,7 @@ static int expert_proj(cu_stream st, const cu_layer_experts *ex, const dsv4_weig
                        int out_bf16, int one_token, dsv4_error *err) {
     if (packed)
         return cu_mma_expert_linear(st, w, rows, cols, ex->fmt, &b->plan, max_tiles, xq, cu_mma_ld(cols), xqs, cu_mma_lds(cols),
-                                    x_by_pair, y, rows, out_bf16, err);
+                                    x_by_pair, y, rows, out_bf16, b->stream, err);
     cu_expert_linear(st, w, rows, cols, ex->fmt, &b->plan, max_tiles, x, cols, x_by_pair, y, rows, one_token);
     return 0;
 }
@@ -43,7 +43,7 @@ int cu_moe_routed(cu_stream st, const dsv4_config *c, int official, const cu_lay
     int rc;
     if (in_packed) {   /* w1 and w3 over the same packed rows: one launch */
         rc = cu_mma_expert_linear_pair(st, ex->w1, ex->w3, I, d, ex->fmt, &b->plan, max_tiles, b->xq, cu_mma_ld(d), b->xqs, cu_mma_lds(d), 0,
-                                       b->eg, b->ev, I, official, err);
+                                       b->eg, b->ev, I, official, b->stream, err);
     } else {
         rc = expert_proj(st, ex, ex->w1, I, d, b, max_tiles, in_packed, xe, b->xq, b->xqs, 0, b->eg, official, T == 1, err);
         if (!rc) rc = expert_proj(st, ex, ex->w3, I, d, b, max_tiles, in_packed, xe, b->xq, b->xqs, 0, b->ev, official, T == 1, err);
@@ -159,6 +159,7 @@ int cuda_ep_routed(cu_ep *ep, const struct cuda_model *cm0, const dsv4_config *c
     for (int r = 1; r < n; r++) {
         cu_use(ep->rank[r].cm->gpu);
         ep->rank[r].b.mma = b0->mma;   /* every rank computes the same numerics as rank 0 */
+        ep->rank[r].b.stream = b0->stream;
         ep->rank[r].b.xq_ready = 0;    /* it packs its own copy of the rows */
         if (cu_moe_routed(st[r], c, official, &ep->rank[r].cm->layers[L].ex, T, max_tiles, &ep->rank[r].b, err)) return DSV4_E_STATE;
     }

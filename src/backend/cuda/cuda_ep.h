@@ -37,6 +37,7 @@ typedef struct {
     uint8_t *xq, *egq;         /* x8 packed [T][cu_mma_ld(dim)], eg packed [T*K][cu_mma_ld(inter)] */
     float *xqs, *egqs;         /* their scales [T][dim/128], [T*K][inter/128] (rounded up) */
     int xq_ready;              /* xq / xqs already hold xn packed (rank 0: the step's hc_pre packed it) */
+    int stream;                /* the tensor-core kernels' streaming path for few tokens (cuda_model.mma_stream) */
 } cu_moe_bufs;
 
 /* One rank >= 1: its GPU, stream, experts (layers[L].w1/w2/w3: device arrays [E] whose entries it does not hold

@@ -435,6 +435,10 @@ static int init_ranks(struct cuda_model *cm, const struct dsv4_model *m, int n, 
  *   DSV4_CUDA_GEMM      the FP8/FP4 tensor-core linears of >= CU_MMA_GEMM_MIN_T tokens (and the routed experts of
  *                       steps that large) as a shared-memory tiled GEMM (k_mma_gemm.cu), default on; 0 = k_mma.cu's small tiles at every T. The same bits either way
  *                       (process-wide: the last load's setting holds).
+ *   DSV4_CUDA_STREAM    those linears (and the routed experts) at up to 8 tokens through the streaming kernel
+ *                       (k_mma_stream.cu: a persistent grid, the weights by cp.async through shared memory), default
+ *                       on; 0 = k_mma.cu's small tiles. The same bits either way (test_gpu_stream); a property of
+ *                       the model load (cuda_model.mma_stream), passed to every call.
  *   DSV4_CUDA_IDX_MMA   OFFICIAL indexer scores on int8 tensor cores (k_indexer.cu, exact block sums of the FP4
  *                       operands), default on; 0 = the fp32 scores.
  *   DSV4_CUDA_ATT_MMA   OFFICIAL attention scores and P.V on bf16 tensor cores (k_attention.cu k_att_scores_mma /
@@ -459,12 +463,13 @@ static int env_switch(const char *name, int dflt, const char *what, int *on, dsv
 
 int cuda_model_init(struct dsv4_model *m, const cuda_placement *p, dsv4_error *err) {
     const int gpu = p->gpu;
-    int n_gpus = p->n_gpus, graphs_on, pdl_on /* CU_PDL_* */, mma_on, gemm_on, idx_mma_on, att_mma_on;
+    int n_gpus = p->n_gpus, graphs_on, pdl_on /* CU_PDL_* */, mma_on, gemm_on, stream_on, idx_mma_on, att_mma_on;
     if (env_switch("DSV4_CUDA_GRAPHS", 1, "CUDA graphs", &graphs_on, err) ||
         env_choice("DSV4_CUDA_PDL", CU_PDL_OFF, CU_PDL_EXIT,
                    "0 (plain edges in the CUDA graphs), 1 (programmatic from launch completion) or 2 (from exit)", &pdl_on, err) ||
         env_switch("DSV4_CUDA_MMA", 1, "tensor cores in OFFICIAL mode", &mma_on, err) ||
         env_switch("DSV4_CUDA_GEMM", 1, "the tiled GEMM for many tokens", &gemm_on, err) ||
+        env_switch("DSV4_CUDA_STREAM", 1, "the streaming kernel for up to 8 tokens", &stream_on, err) ||
         env_switch("DSV4_CUDA_IDX_MMA", 1, "indexer scores on tensor cores in OFFICIAL mode", &idx_mma_on, err) ||
         env_switch("DSV4_CUDA_ATT_MMA", 0, "tensor-core attention in OFFICIAL mode", &att_mma_on, err))
         return DSV4_E_ARG;
@@ -497,6 +502,7 @@ int cuda_model_init(struct dsv4_model *m, const cuda_placement *p, dsv4_error *e
     cm->graphs_on = graphs_on;
     cm->mma_on = mma_on;   /* used in OFFICIAL steps only (cuda_step.c) */
     cu_mma_gemm_set(gemm_on ? CU_MMA_GEMM_MIN_T : 0, CU_MMA_GEMM_MIN_BLOCKS, gemm_on ? CU_MMA_GEMM_MIN_TILES : 0);   /* the same bits either way: a speed switch */
+    cm->mma_stream = stream_on;   /* the same bits either way: a speed switch */
     cm->idx_mma_on = idx_mma_on;
     cm->att_mma_on = att_mma_on;
     m->cuda = cm;

@@ -251,7 +251,8 @@ static void linear_q(step_ctx *s, const dsv4_weight *w, const float *x, const ui
         /* cu_mma_takes accepted the weight and the packed buffers are the workspace's: a refusal is a bug, and x
          * was not quantized for the CUDA cores, so it ends the step instead of falling back */
         dsv4_error e;
-        if (cu_mma_linear(s->st, w, q, cu_mma_ld(K), qs, cu_mma_lds(K), s->T, y, N, s->official, &e) && !s->rc)
+        if (cu_mma_linear(s->st, w, q, cu_mma_ld(K), qs, cu_mma_lds(K), s->T, y, N, s->official, s->cm->mma_stream, &e) &&
+            !s->rc)
             s->rc = dsv4_fail(s->err, DSV4_E_STATE, "cuda: %s", e.msg);
         return;
     }
@@ -266,7 +267,8 @@ static void linear_q_pair(step_ctx *s, const dsv4_weight *wa, float *ya, const d
     const int K = wa->cols;
     if (mma_takes(s, wa) && mma_takes(s, wb) && wa->fmt == wb->fmt && wb->cols == K) {
         dsv4_error e;   /* both taken, the buffers the workspace's: a refusal is a bug (as in linear_q) */
-        if (cu_mma_linear_pair(s->st, wa, ya, wa->rows, wb, yb, wb->rows, q, cu_mma_ld(K), qs, cu_mma_lds(K), s->T, s->official, &e) &&
+        if (cu_mma_linear_pair(s->st, wa, ya, wa->rows, wb, yb, wb->rows, q, cu_mma_ld(K), qs, cu_mma_lds(K), s->T, s->official,
+                               s->cm->mma_stream, &e) &&
             !s->rc)
             s->rc = dsv4_fail(s->err, DSV4_E_STATE, "cuda: %s", e.msg);
         return;
@@ -461,7 +463,8 @@ static void step_moe(step_ctx *s, const cu_layer *ly, int L) {
         cu_count_routes(s->st, ws->route_e, T, K, s->cm->route_counts + (int64_t)L * E);
     mark(s, ST_ROUTE);
     const cu_moe_bufs b = { ws->xn, ws->x8, ws->route_e, ws->route_w, ws->plan, ws->eg, ws->ev, ws->ey,
-                            s->mma, ws->xq, ws->egq, ws->xqs, ws->egqs, s->mma /* step_hc_pre packed xn */ };
+                            s->mma, ws->xq, ws->egq, ws->xqs, ws->egqs, s->mma /* step_hc_pre packed xn */,
+                            s->cm->mma_stream };
     /* experts in host memory (cuda_host_experts.h): the host needs this layer's rows and routing first */
     cu_host_experts *hx = L >= 0 && s->cm->hx && ly == &s->cm->layers[L] && s->cm->hx->n_host[L] ? s->cm->hx : NULL;
     if (hx && !s->rc && cuda_hx_fetch(hx, s->st, c, ws->xn, ws->route_e, ws->route_w, T))

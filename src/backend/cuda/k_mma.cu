@@ -41,6 +41,7 @@
 #include "backend/cuda/cu_common.cuh"
 #include "backend/cuda/cu_mma.h"
 #include "backend/cuda/cu_mma_gemm.h"
+#include "backend/cuda/cu_mma_stream.h"
 #include "backend/cuda/cu_quant.cuh"
 #include "model/expert_place.h"
 extern "C" {
@@ -607,10 +608,12 @@ static int linear_args(const char *fn, const dsv4_weight *w, const uint8_t *xq, 
 }
 
 extern "C" int cu_mma_linear(cu_stream st, const dsv4_weight *w, const uint8_t *xq, int ldq, const float *xs, int lds, int T,
-                             float *y, int ldy, int out_bf16, dsv4_error *err) {
+                             float *y, int ldy, int out_bf16, int stream, dsv4_error *err) {
     const int rc = linear_args("cu_mma_linear", w, xq, ldq, xs, lds, T, y, ldy, err);
     if (rc || T == 0 || w->rows == 0) return rc;
     if (cu_mma_gemm_linear(st, w, xq, ldq, xs, lds, T, y, ldy, out_bf16)) return 0;   /* large T (k_mma_gemm.cu): the same bits */
+    if (stream && cu_mma_stream_linear(st, w, y, ldy, NULL, NULL, 0, xq, ldq, xs, lds, T, out_bf16))
+        return 0;   /* T <= 8 streamed (k_mma_stream.cu): the same bits */
     const mma_out a = { w, y, ldy };
     if (w->fmt == WF_FP4) mma_dispatch<1>(st, 1, a, a, xq, ldq, xs, lds, T, out_bf16);
     else mma_dispatch<0>(st, 1, a, a, xq, ldq, xs, lds, T, out_bf16);
@@ -618,7 +621,8 @@ extern "C" int cu_mma_linear(cu_stream st, const dsv4_weight *w, const uint8_t *
 }
 
 extern "C" int cu_mma_linear_pair(cu_stream st, const dsv4_weight *w_a, float *y_a, int ldy_a, const dsv4_weight *w_b, float *y_b,
-                                  int ldy_b, const uint8_t *xq, int ldq, const float *xs, int lds, int T, int out_bf16, dsv4_error *err) {
+                                  int ldy_b, const uint8_t *xq, int ldq, const float *xs, int lds, int T, int out_bf16, int stream,
+                                  dsv4_error *err) {
     int rc = linear_args("cu_mma_linear_pair", w_a, xq, ldq, xs, lds, T, y_a, ldy_a, err);
     if (!rc) rc = linear_args("cu_mma_linear_pair", w_b, xq, ldq, xs, lds, T, y_b, ldy_b, err);
     if (rc) return rc;
@@ -628,10 +632,12 @@ extern "C" int cu_mma_linear_pair(cu_stream st, const dsv4_weight *w_a, float *y
     if (T == 0 || (w_a->rows == 0 && w_b->rows == 0)) return 0;
     if (w_a->rows == 0 || w_b->rows == 0 || !MMA_LINEAR_PAIR || cu_mma_gemm_takes_linear(w_a, T) || cu_mma_gemm_takes_linear(w_b, T)) {
         /* two calls (one when a weight has no rows; large T goes to the GEMM, each weight on its own) */
-        if (w_a->rows) cu_mma_linear(st, w_a, xq, ldq, xs, lds, T, y_a, ldy_a, out_bf16, NULL);
-        if (w_b->rows) cu_mma_linear(st, w_b, xq, ldq, xs, lds, T, y_b, ldy_b, out_bf16, NULL);
+        if (w_a->rows) cu_mma_linear(st, w_a, xq, ldq, xs, lds, T, y_a, ldy_a, out_bf16, stream, NULL);
+        if (w_b->rows) cu_mma_linear(st, w_b, xq, ldq, xs, lds, T, y_b, ldy_b, out_bf16, stream, NULL);
         return 0;
     }
+    if (stream && cu_mma_stream_linear(st, w_a, y_a, ldy_a, w_b, y_b, ldy_b, xq, ldq, xs, lds, T, out_bf16))
+        return 0;   /* T <= 8 streamed, both weights in one launch (k_mma_stream.cu): the same bits */
     const mma_out a = { w_a, y_a, ldy_a }, b = { w_b, y_b, ldy_b };
     if (w_a->fmt == WF_FP4) mma_dispatch<1>(st, 2, a, b, xq, ldq, xs, lds, T, out_bf16);
     else mma_dispatch<0>(st, 2, a, b, xq, ldq, xs, lds, T, out_bf16);
@@ -675,19 +681,23 @@ static void expert_launch(cu_stream st, int nz, const dsv4_weight *experts_a, co
 
 extern "C" int cu_mma_expert_linear(cu_stream st, const dsv4_weight *experts, int rows, int cols, int fmt, const cu_moe_plan *plan,
                                     int max_tiles, const uint8_t *xq, int ldq, const float *xs, int lds, int x_by_pair, float *y,
-                                    int ldy, int out_bf16, dsv4_error *err) {
+                                    int ldy, int out_bf16, int stream, dsv4_error *err) {
     const int rc = expert_args("cu_mma_expert_linear", rows, cols, fmt, ldq, xq, lds, ldy, err);
     if (rc) return rc;
     if (max_tiles <= 0 || rows == 0) return 0;
     if (cu_mma_gemm_experts(st, experts, rows, cols, fmt, plan, max_tiles, xq, ldq, xs, lds, x_by_pair, y, ldy, out_bf16))
         return 0;   /* a large step (k_mma_gemm.cu): the same bits */
+    if (stream && cu_mma_stream_experts(st, experts, y, NULL, NULL, rows, cols, fmt, plan, max_tiles, xq, ldq, xs, lds, x_by_pair, ldy,
+                                        out_bf16))
+        return 0;   /* streamed (k_mma_stream.cu): the same bits */
     expert_launch(st, 1, experts, experts, rows, fmt == WF_FP4, plan, max_tiles, xq, ldq, xs, lds, x_by_pair, y, y, ldy, out_bf16);
     return 0;
 }
 
 extern "C" int cu_mma_expert_linear_pair(cu_stream st, const dsv4_weight *experts_a, const dsv4_weight *experts_b, int rows, int cols,
                                          int fmt, const cu_moe_plan *plan, int max_tiles, const uint8_t *xq, int ldq, const float *xs,
-                                         int lds, int x_by_pair, float *y_a, float *y_b, int ldy, int out_bf16, dsv4_error *err) {
+                                         int lds, int x_by_pair, float *y_a, float *y_b, int ldy, int out_bf16, int stream,
+                                         dsv4_error *err) {
     const int rc = expert_args("cu_mma_expert_linear_pair", rows, cols, fmt, ldq, xq, lds, ldy, err);
     if (rc) return rc;
     if (max_tiles <= 0 || rows == 0) return 0;
@@ -696,6 +706,14 @@ extern "C" int cu_mma_expert_linear_pair(cu_stream st, const dsv4_weight *expert
         cu_mma_gemm_experts(st, experts_b, rows, cols, fmt, plan, max_tiles, xq, ldq, xs, lds, x_by_pair, y_b, ldy, out_bf16);
         return 0;   /* a large step (k_mma_gemm.cu): the same bits, each projection a GEMM */
     }
+    if (stream && MMA_EXPERT_PAIR &&
+        cu_mma_stream_experts(st, experts_a, y_a, experts_b, y_b, rows, cols, fmt, plan, max_tiles, xq, ldq, xs, lds, x_by_pair, ldy,
+                              out_bf16))
+        return 0;   /* both projections streamed in one launch (k_mma_stream.cu): the same bits */
+    if (stream && !MMA_EXPERT_PAIR &&
+        cu_mma_stream_experts(st, experts_a, y_a, NULL, NULL, rows, cols, fmt, plan, max_tiles, xq, ldq, xs, lds, x_by_pair, ldy, out_bf16) &&
+        cu_mma_stream_experts(st, experts_b, y_b, NULL, NULL, rows, cols, fmt, plan, max_tiles, xq, ldq, xs, lds, x_by_pair, ldy, out_bf16))
+        return 0;
     if (MMA_EXPERT_PAIR) {
         expert_launch(st, 2, experts_a, experts_b, rows, fp4, plan, max_tiles, xq, ldq, xs, lds, x_by_pair, y_a, y_b, ldy, out_bf16);
     } else {

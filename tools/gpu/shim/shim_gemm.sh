@@ -39,7 +39,7 @@ mma = open("src/backend/cuda/k_mma.cu").read()
 gemm = open("src/backend/cuda/k_mma_gemm.cu").read()
 out = ['#include "cuda_shim.h"', '#include <algorithm>', '#include <climits>', 'using std::min;',
        'extern "C" {', '#include "util/error.h"', '}', '#include "backend/cuda/cu_mma.h"', '#include "backend/cuda/cu_mma_gemm.h"',
-       '#include "model/expert_place.h"', '#include "model/e2m1_f16.h"', '#include "dsv4.h"',
+       '#include "backend/cuda/cu_mma_stream.h"', '#include "model/expert_place.h"', '#include "model/e2m1_f16.h"', '#include "dsv4.h"',
        'static inline int cu_blocks(int64_t n, int per) { return (int)((n + per - 1) / per); }',
        'static unsigned char shim_dyn_smem[256 * 1024] __attribute__((aligned(16)));',
        'enum { cudaSuccess = 0, cudaFuncAttributeMaxDynamicSharedMemorySize = 8 };',
@@ -144,6 +144,11 @@ if "uint32_t e2m1x4_e4m3(" not in body:   # k_mma.cu without its own copy: the h
 out.append(kernels(body, False))
 out.append('extern "C" int cu_mma_e4m3_check(unsigned long long *m, unsigned int *f, dsv4_error *err) { (void)m; (void)f; '
            'return dsv4_fail(err, DSV4_E_UNSUPPORTED, "cu_mma_e4m3_check: GPU only"); }')
+# the streaming kernel (k_mma_stream.cu, its own shim: shim_stream.sh) declines every call
+out.append('extern "C" int cu_mma_stream_linear(cu_stream, const dsv4_weight *, float *, int, const dsv4_weight *, float *, int, '
+           'const uint8_t *, int, const float *, int, int, int) { return 0; }')
+out.append('extern "C" int cu_mma_stream_experts(cu_stream, const dsv4_weight *, float *, const dsv4_weight *, float *, int, int, int, '
+           'const cu_moe_plan *, int, const uint8_t *, int, const float *, int, int, int, int) { return 0; }')
 a = gemm.index("#define GEMM_BM")
 out.append(kernels(gemm[a:], True))
 open(sys.argv[1], "w").write("\n".join(out))

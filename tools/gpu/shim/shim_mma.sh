@@ -20,7 +20,7 @@ src = open("src/backend/cuda/k_mma.cu").read()
 common = open("src/backend/cuda/cu_common.cuh").read()
 quant = open("src/backend/cuda/cu_quant.cuh").read()
 out = ['#include "cuda_shim.h"', '#include "shim_mma.h"', '#include <algorithm>', '#include <climits>', 'using std::min;',
-       'extern "C" {', '#include "util/error.h"', '}', '#include "backend/cuda/cu_mma.h"', '#include "backend/cuda/cu_mma_gemm.h"', '#include "model/expert_place.h"',
+       'extern "C" {', '#include "util/error.h"', '}', '#include "backend/cuda/cu_mma.h"', '#include "backend/cuda/cu_mma_gemm.h"', '#include "backend/cuda/cu_mma_stream.h"', '#include "model/expert_place.h"',
        '#include "model/e2m1_f16.h"', '#include "dsv4.h"',
        'static inline int cu_blocks(int64_t n, int per) { return (int)((n + per - 1) / per); }']
 a = common.index("/* ---- number formats"); b = common.index("/* ---- weights")
@@ -78,6 +78,13 @@ out.append('extern "C" int cu_mma_gemm_linear(cu_stream, const dsv4_weight *, co
 out.append('extern "C" int cu_mma_gemm_experts(cu_stream, const dsv4_weight *, int, int, int, const cu_moe_plan *, int, const uint8_t *, int, '
            'const float *, int, int, float *, int, int) { return 0; }')
 out.append('extern "C" int cu_mma_gemm_min_t(void) { return 0; }')
+out.append('extern "C" int cu_mma_gemm_takes_linear(const dsv4_weight *, int) { return 0; }')
+# the streaming kernel (k_mma_stream.cu, its own shim: shim_stream.sh) declines every call: k_mma.cu's kernels at
+# either value of the `stream` argument
+out.append('extern "C" int cu_mma_stream_linear(cu_stream, const dsv4_weight *, float *, int, const dsv4_weight *, float *, int, '
+           'const uint8_t *, int, const float *, int, int, int) { return 0; }')
+out.append('extern "C" int cu_mma_stream_experts(cu_stream, const dsv4_weight *, float *, const dsv4_weight *, float *, int, int, int, '
+           'const cu_moe_plan *, int, const uint8_t *, int, const float *, int, int, int, int) { return 0; }')
 out.append('extern "C" int cu_mma_e4m3_check(unsigned long long *m, unsigned int *f, dsv4_error *err) { (void)m; (void)f; '
            'return dsv4_fail(err, DSV4_E_UNSUPPORTED, "cu_mma_e4m3_check: GPU only"); }')
 open(sys.argv[1], "w").write("\n".join(out))
