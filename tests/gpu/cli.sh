@@ -115,7 +115,7 @@ for v in 1 0; do
 done
 cmp -s "$T/gemm1.npy" "$T/gemm0.npy" && ok || bad "DSV4_CUDA_GEMM=1: the 300-token logits differ from the small tiles'"
 expect_err "DSV4_CUDA_GEMM=2" "DSV4_CUDA_GEMM" env DSV4_CUDA_GEMM=2 "$BIN" logits -m "$T/m" --device cuda --tokens 1,2
-# the streaming kernel for steps of <= 8 tokens (DSV4_CUDA_STREAM, on by default, k_mma_stream.cu): the same bits as
+# the streaming kernel for steps of <= 8 tokens (DSV4_CUDA_STREAM, opt-in, k_mma_stream.cu): the same bits as
 # the small tiles, here on steps of 1 to 8 tokens of the K >= 1024 model (test_gpu_stream holds the kernel-level memcmp)
 ST=$(seq -s, 5 3 122)
 for v in 1 0; do

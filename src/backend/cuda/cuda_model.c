@@ -437,8 +437,9 @@ static int init_ranks(struct cuda_model *cm, const struct dsv4_model *m, int n, 
  *                       (process-wide: the last load's setting holds).
  *   DSV4_CUDA_STREAM    those linears (and the routed experts) at up to 8 tokens through the streaming kernel
  *                       (k_mma_stream.cu: a persistent grid, the weights by cp.async through shared memory), default
- *                       on; 0 = k_mma.cu's small tiles. The same bits either way (test_gpu_stream); a property of
- *                       the model load (cuda_model.mma_stream), passed to every call.
+ *                       off until a GPU run has tested and timed it (written after this session's last device run;
+ *                       the CPU shim's memcmp passes); 0 = k_mma.cu's small tiles. The same bits either way
+ *                       (test_gpu_stream); a property of the model load (cuda_model.mma_stream), passed to every call.
  *   DSV4_CUDA_IDX_MMA   OFFICIAL indexer scores on int8 tensor cores (k_indexer.cu, exact block sums of the FP4
  *                       operands), default on; 0 = the fp32 scores.
  *   DSV4_CUDA_ATT_MMA   OFFICIAL attention scores and P.V on bf16 tensor cores (k_attention.cu k_att_scores_mma /
@@ -469,7 +470,7 @@ int cuda_model_init(struct dsv4_model *m, const cuda_placement *p, dsv4_error *e
                    "0 (plain edges in the CUDA graphs), 1 (programmatic from launch completion) or 2 (from exit)", &pdl_on, err) ||
         env_switch("DSV4_CUDA_MMA", 1, "tensor cores in OFFICIAL mode", &mma_on, err) ||
         env_switch("DSV4_CUDA_GEMM", 1, "the tiled GEMM for many tokens", &gemm_on, err) ||
-        env_switch("DSV4_CUDA_STREAM", 1, "the streaming kernel for up to 8 tokens", &stream_on, err) ||
+        env_switch("DSV4_CUDA_STREAM", 0, "the streaming kernel for up to 8 tokens", &stream_on, err) ||
         env_switch("DSV4_CUDA_IDX_MMA", 1, "indexer scores on tensor cores in OFFICIAL mode", &idx_mma_on, err) ||
         env_switch("DSV4_CUDA_ATT_MMA", 0, "tensor-core attention in OFFICIAL mode", &att_mma_on, err))
         return DSV4_E_ARG;
