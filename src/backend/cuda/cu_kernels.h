@@ -215,7 +215,11 @@ void cu_index_topk(cu_stream st, const int64_t *pos, int t0, int T, int K, int64
  * max_keys (nothing launched).
  * mma (OFFICIAL only, ATT_CHUNKED): scores and P.V on bf16 tensor cores (mma.sync m16n8k16; every product exact,
  * the summation the MMA's, chained over 16 columns / 16 keys in order; P.V parts of 256 keys): the order is stated
- * next to k_att_scores_mma in k_attention.cu. EXACT mode ignores it. */
+ * next to k_att_scores_mma in k_attention.cu. EXACT mode ignores it.
+ * mma is a set of flags: CU_ATT_MMA (the tensor cores above) and CU_ATT_NO_DEC (never the decode-sized kernel
+ * k_att_scores_dec, which a launch of few queries takes otherwise: the same bits, a switch for tests and A/B runs). */
+#define CU_ATT_MMA 1
+#define CU_ATT_NO_DEC 2
 int  cu_attention(cu_stream st, int official, int mma, cu_kvlay lay, const float *q, const uint8_t *kvs, const int64_t *pos,
                   const int32_t *item_of, const cu_item *items, const cu_seq_layer *sl, int ring_len, int W, int ratio,
                   const int32_t *sel, const int32_t *n_sel, int topk, const float *sink, const float *freq, int T, int H,
