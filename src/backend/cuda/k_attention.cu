@@ -616,13 +616,9 @@ __global__ void __launch_bounds__(4 * HB, 768 / (4 * HB)) k_att_scores(att_args 
 }
 
 /* Thread tile of k_att_pv: heads h0 + b (b = 0..3) of the block's HB x columns 4 c4 .. 4 c4 + 3 of its column slice
- * (4 HB threads). The scores and the slice of rows are loaded in two phases, as k_att_scores's. PH: the loads a
- * thread has in flight at once, of scores and of rows: 4 (the registers of the 256-thread block before, so that
- * large launches keep its occupancy) or, in a launch of few queries (cu_attention, ATT_DEC_MAX_T), all 16 of each
- * after the rows were asked of L2 (fewer round trips; the same numbers in the same order). */
-template <int HB, int F, int PH>
-__global__ void __launch_bounds__(4 * HB, PH > 4 ? 1 : 1280 / (4 * HB)) k_att_pv(int official, att_args A, int t0, int nch, int H, int D,
-                                                                             float *scratch) {
+ * (4 HB threads). The scores and the slice of rows are loaded in two phases, as k_att_scores's. */
+template <int HB, int F>
+__global__ void __launch_bounds__(4 * HB, 1280 / (4 * HB)) k_att_pv(int official, att_args A, int t0, int nch, int H, int D, float *scratch) {
     dev_grid_wait();
     constexpr int NT = 4 * HB;
     constexpr int SPT = HB * ATT_KC / NT;   /* a thread's scores */
@@ -648,10 +644,6 @@ __global__ void __launch_bounds__(4 * HB, PH > 4 ? 1 : 1280 / (4 * HB)) k_att_pv
     for (int i = threadIdx.x; i < nkc; i += NT)
         kp[i] = att_key_row(A.lay, K, k0 + i, it, L, A.kvs, A.ring_len, A.ratio, A.sel + (int64_t)t * A.topk);
     const att_scratch X = att_scratch_of(scratch, slot, nch, H, D);
-    if (PH > 4) {
-        __syncthreads();   /* kp is written */
-        att_prefetch_rows(A.lay, kp, nkc, NT);
-    }
     {   /* M_h over every chunk of the query */
         const int h = threadIdx.x % HB, part = threadIdx.x / HB;
         float mx = -INFINITY;
@@ -668,25 +660,23 @@ __global__ void __launch_bounds__(4 * HB, PH > 4 ? 1 : 1280 / (4 * HB)) k_att_pv
         if (c == 0 && j0 == 0 && threadIdx.x < hn) X.M[hb + threadIdx.x] = mx;
     }
     __syncthreads();
-    /* e of the chunk's scores, then the slice's rows: loads in flight a phase at a time (PH > 4: 16 scores, 16 rows
-     * a thread; else 8 scores, 4 rows) */
-    constexpr int SPH = PH > 4 ? 16 : 8;
-    static_assert(SPT % SPH == 0, "k_att_pv: score phases");
+    /* e of the chunk's scores, then the slice's rows: loads in flight a phase at a time (8 scores, 4 rows a thread:
+     * the registers of the 256-thread block before, so large launches keep its occupancy) */
 #pragma unroll
-    for (int u0 = 0; u0 < SPT; u0 += SPH) {
-        float sv[SPH];
+    for (int u0 = 0; u0 < SPT; u0 += 8) {
+        float sv[8];
 #pragma unroll
-        for (int u = 0; u < SPH; u++) {
+        for (int u = 0; u < 8; u++) {
             const int e = threadIdx.x + NT * (u0 + u), h = e / ATT_KC, i = e % ATT_KC;
             sv[u] = h < hn && i < nkc ? X.S[((int64_t)c * H + hb + h) * ATT_KC + i] : 0.0f;
         }
 #pragma unroll
-        for (int u = 0; u < SPH; u++) {
+        for (int u = 0; u < 8; u++) {
             const int e = threadIdx.x + NT * (u0 + u), h = e / ATT_KC, i = e % ATT_KC;
             pt[h][i] = h < hn && i < nkc ? expf(sv[u] - Ms[h]) : 0.0f;
         }
     }
-    att_load_rows<F, NT, ATT_DS, ATT_DS, PH>(A.lay, kp, nkc, j0, D, vs);
+    att_load_rows<F, NT, ATT_DS, ATT_DS, 4>(A.lay, kp, nkc, j0, D, vs);
     __syncthreads();
     if (j0 == 0 && threadIdx.x < hn) {   /* the chunk's denominator part: its keys in order, by one thread */
         float den = 0.0f;
@@ -741,16 +731,15 @@ __global__ void __launch_bounds__(4 * HB, PH > 4 ? 1 : 1280 / (4 * HB)) k_att_pv
  *   broadcast to 8 lanes and a row load feeds 4); the chunk's max per head by shuffles and a small shared array.
  * It writes S and cmax as k_att_scores does (the same scratch, the same bits: test_gpu_attention compares the two
  * with memcmp, cu_attention's CU_ATT_NO_DEC), so k_att_pv and k_att_combine follow unchanged. Shared memory:
- * 64 fp32 rows + ATT_DHG fp32 q rows + 64 raw rows (186 KB at D 512 with fp8 rows): one block an SM. A launch of
- * at most ATT_DEC_MAX_T queries takes it (cu_attention); larger launches keep k_att_scores, whose smaller blocks
- * share SMs. */
+ * 64 fp32 rows + ATT_DHG fp32 q rows + 64 raw rows (184 KB at D 512 with fp8 rows): one block an SM. So a launch
+ * takes it only when its blocks (chunks x head groups x queries) fit in one wave, at most one per SM
+ * (cu_attention_decode_launches); a larger one keeps k_att_scores, whose small blocks share SMs. Run 43's H200
+ * (test_gpu_attention --bench, one query of 640 fp8 keys, 64 x 512): 94 -> 54 us; two queries of 640 keys (160
+ * blocks, two waves) were slower than k_att_scores, hence the rule. */
 #ifndef ATT_DHG
 #define ATT_DHG 8        /* heads a block of k_att_scores_dec (ATT_DEC_T threads: 2 keys x 2 heads each) */
 #endif
 #define ATT_DEC_T (ATT_KC * ATT_DHG / 4)
-#ifndef ATT_DEC_MAX_T
-#define ATT_DEC_MAX_T 8  /* queries a launch up to which cu_attention takes the decode kernels */
-#endif
 static_assert(ATT_DHG == 8, "k_att_scores_dec: its lanes are 8 keys x 4 heads, its warps 16 keys x all 8 heads");
 
 /* 4 or 16 bytes global -> shared without passing through registers (cp.async, sm_80+): all of a block's copies in
@@ -777,10 +766,11 @@ __device__ __forceinline__ void att_cp_wait(void) {
 
 /* The layout of k_att_scores_dec's dynamic shared memory (bytes): kf [ATT_KC][ld] fp32 rows | qf [ATT_DHG][ld] fp32 q
  * rows | raw [ATT_KC][rb] stored rows, row r at offset (its address mod 16) so that its 16-byte lines stay lines |
- * kp [ATT_KC] row addresses. ld: D rounded up to 4, plus 4 (8 consecutive rows' float4 loads hit distinct banks). */
+ * kp [ATT_KC] row addresses | red [ATT_DEC_T / 32][ATT_DHG] (all of the kernel's shared memory is dynamic: the
+ * attribute cu_attention sets is the device's whole opt-in size, which leaves no room for static arrays). ld: D rounded up to 4, plus 4 (8 consecutive rows' float4 loads hit distinct banks). */
 struct att_dec_smem {
     int ld, rb;
-    int64_t kf, qf, raw, kp, bytes;
+    int64_t kf, qf, raw, kp, red, bytes;
 };
 static __host__ __device__ __forceinline__ att_dec_smem att_dec_smem_of(int D, int row_bytes) {
     att_dec_smem m;
@@ -790,7 +780,8 @@ static __host__ __device__ __forceinline__ att_dec_smem att_dec_smem_of(int D, i
     m.qf = m.kf + (int64_t)4 * ATT_KC * m.ld;
     m.raw = m.qf + (int64_t)4 * ATT_DHG * m.ld;
     m.kp = m.raw + (int64_t)ATT_KC * m.rb;
-    m.bytes = m.kp + (int64_t)sizeof(void *) * ATT_KC;
+    m.red = m.kp + (int64_t)sizeof(void *) * ATT_KC;
+    m.bytes = m.red + (int64_t)sizeof(float) * (ATT_DEC_T / 32) * ATT_DHG;
     return m;
 }
 
@@ -845,8 +836,8 @@ __global__ void __launch_bounds__(ATT_DEC_T, 1) k_att_scores_dec(att_args A, con
     dev_grid_wait();
     extern __shared__ __align__(16) unsigned char att_dec_smem_base[];
     constexpr int NT = ATT_DEC_T, HB = ATT_DHG;
-    __shared__ float red[NT / 32][HB];
     const att_dec_smem m = att_dec_smem_of(D, A.lay.bytes);
+    float (*red)[HB] = (float (*)[HB])(att_dec_smem_base + m.red);   /* [NT / 32][HB]: the warps' maxima */
     float *kf = (float *)(att_dec_smem_base + m.kf), *qf = (float *)(att_dec_smem_base + m.qf);
     uint8_t *raw = att_dec_smem_base + m.raw;
     const uint8_t **kp = (const uint8_t **)(att_dec_smem_base + m.kp);
@@ -1331,6 +1322,45 @@ extern "C" int64_t cu_attention_scratch_floats(int T, int H, int D, int64_t max_
     return g * per;
 }
 
+/* Queries a launch of cu_attention: as many as the scratch holds, at most T and ATT_GROUP_MAX (< 1: none fits). */
+static int64_t att_group(int64_t scratch_floats, int64_t per_query, int T) {
+    int64_t g = scratch_floats / per_query;
+    if (g > T) g = T;
+    if (g > ATT_GROUP_MAX) g = ATT_GROUP_MAX;
+    return g;
+}
+
+/* Opts kernel k (k_att_scores_dec) into the device's whole shared memory a block, once it is known to need at most
+ * that (bytes); returns the device's SM count (a launch of at most that many blocks is one wave), or 0 where the
+ * kernel cannot run (then k_att_scores computes the same numbers). The attribute is the kernel's and a captured
+ * graph runs its launches later (cu_graph.h): it is always the device's largest, never this launch's. */
+template <typename K> static int att_dec_optin(K k, int64_t bytes) {
+    int dev = 0, optin = 0, sms = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || bytes > optin ||
+        cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, optin) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return 0;
+    }
+    return sms;
+}
+
+extern "C" int cu_attention_decode_launches(int official, int mma, cu_kvlay lay, int T, int H, int D, int max_keys, int64_t scratch_floats) {
+    if (T <= 0 || (official && (mma & CU_ATT_MMA)) || (mma & CU_ATT_NO_DEC)) return 0;
+    const int64_t nch = att_chunks(max_keys > 0 ? max_keys : 1);
+    const int64_t g = att_group(scratch_floats, att_query_floats(nch, H, D), T);
+    if (g < 1) return 0;
+    const int sms = lay.fmt == KV_F32 ? att_dec_optin(k_att_scores_dec<KV_F32>, att_dec_smem_of(D, lay.bytes).bytes)
+                  : lay.fmt == KV_BF16 ? att_dec_optin(k_att_scores_dec<KV_BF16>, att_dec_smem_of(D, lay.bytes).bytes)
+                  : att_dec_optin(k_att_scores_dec<DSV4_KV_FP8>, att_dec_smem_of(D, lay.bytes).bytes);
+    int launches = 0;
+    for (int t0 = 0; t0 < T; t0 += (int)g) {
+        const int64_t n = T - t0 < g ? T - t0 : g;
+        launches += sms && n * nch * ((H + ATT_DHG - 1) / ATT_DHG) <= sms;
+    }
+    return launches;
+}
+
 extern "C" int cu_attention(cu_stream st, int official, int mma, cu_kvlay lay, const float *q, const uint8_t *kvs, const int64_t *pos,
                             const int32_t *item_of, const cu_item *items, const cu_seq_layer *sl, int ring_len, int W, int ratio,
                             const int32_t *sel, const int32_t *n_sel, int topk, const float *sink, const float *freq, int T,
@@ -1338,10 +1368,7 @@ extern "C" int cu_attention(cu_stream st, int official, int mma, cu_kvlay lay, c
     if (T <= 0) return 0;
     const int tc = official && (mma & CU_ATT_MMA);   /* EXACT mode keeps the fp32 path */
     const int64_t nch = att_chunks(max_keys > 0 ? max_keys : 1);
-    const int64_t per = att_query_floats(nch, H, D);
-    int64_t g = scratch_floats / per;
-    if (g > T) g = T;
-    if (g > ATT_GROUP_MAX) g = ATT_GROUP_MAX;
+    const int64_t g = att_group(scratch_floats, att_query_floats(nch, H, D), T);
     if (g < 1 || nch > INT32_MAX / ATT_KC) return -1;
     if (!(lay.fmt == KV_F32 || lay.fmt == KV_BF16 || (lay.fmt == DSV4_KV_FP8 && lay.kind != ROW_INDEX))) return -1;   /* no other row holds keys */
     const att_args A = { lay, kvs, pos, item_of, items, sl, sel, n_sel, ring_len, W, ratio, topk };
@@ -1350,27 +1377,18 @@ extern "C" int cu_attention(cu_stream st, int official, int mma, cu_kvlay lay, c
     /* the row format as a template argument: branch-free loads (att_load_rows); a main row of the three formats */
     void (*scores)(att_args, const float *, int, int, int, int, float *) = lay.fmt == KV_F32 ? k_att_scores<ATT_SHG, KV_F32>
         : lay.fmt == KV_BF16 ? k_att_scores<ATT_SHG, KV_BF16> : k_att_scores<ATT_SHG, DSV4_KV_FP8>;
-    void (*pv)(int, att_args, int, int, int, int, float *) = lay.fmt == KV_F32 ? k_att_pv<ATT_PHG, KV_F32, 4>
-        : lay.fmt == KV_BF16 ? k_att_pv<ATT_PHG, KV_BF16, 4> : k_att_pv<ATT_PHG, DSV4_KV_FP8, 4>;
-    void (*pv_dec)(int, att_args, int, int, int, int, float *) = lay.fmt == KV_F32 ? k_att_pv<ATT_PHG, KV_F32, 16>
-        : lay.fmt == KV_BF16 ? k_att_pv<ATT_PHG, KV_BF16, 16> : k_att_pv<ATT_PHG, DSV4_KV_FP8, 16>;
+    void (*pv)(int, att_args, int, int, int, int, float *) = lay.fmt == KV_F32 ? k_att_pv<ATT_PHG, KV_F32>
+        : lay.fmt == KV_BF16 ? k_att_pv<ATT_PHG, KV_BF16> : k_att_pv<ATT_PHG, DSV4_KV_FP8>;
     void (*scores_mma)(att_args, const float *, int, int, int, int, float *) = lay.fmt == KV_F32 ? k_att_scores_mma<KV_F32>
         : lay.fmt == KV_BF16 ? k_att_scores_mma<KV_BF16> : k_att_scores_mma<DSV4_KV_FP8>;
     void (*pv_mma)(att_args, int, int, int, int, float *) = lay.fmt == KV_F32 ? k_att_pv_mma<KV_F32>
         : lay.fmt == KV_BF16 ? k_att_pv_mma<KV_BF16> : k_att_pv_mma<DSV4_KV_FP8>;
     void (*scores_dec)(att_args, const float *, int, int, int, int, float *) = lay.fmt == KV_F32 ? k_att_scores_dec<KV_F32>
         : lay.fmt == KV_BF16 ? k_att_scores_dec<KV_BF16> : k_att_scores_dec<DSV4_KV_FP8>;
-    /* the decode kernel where the launch holds few queries and its shared memory fits (the same bits either way) */
+    /* the decode kernel for a launch whose blocks fit in one wave (the same bits either way) */
     const att_dec_smem dm = att_dec_smem_of(D, lay.bytes);
-    int dec_ok = 0;
-    if (!tc && !(mma & CU_ATT_NO_DEC) && T > 0) {
-        int dev = 0, optin = 0;
-        cudaGetDevice(&dev);
-        cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
-        /* the attribute is the kernel's and a captured graph runs later (cu_graph.h): always the device's largest */
-        if (dm.bytes <= optin && cudaFuncSetAttribute(scores_dec, cudaFuncAttributeMaxDynamicSharedMemorySize, optin) == cudaSuccess) dec_ok = 1;
-        else (void)cudaGetLastError();
-    }
+    const int dec_sms = !tc && !(mma & CU_ATT_NO_DEC) ? att_dec_optin(scores_dec, dm.bytes) : 0;
+    const int64_t dec_per_query = nch * ((H + ATT_DHG - 1) / ATT_DHG);   /* blocks */
     cudaStream_t s = (cudaStream_t)st;
     const unsigned n_parts = (unsigned)((nch + ATT_PG - 1) / ATT_PG), n_ps = (unsigned)((D + ATT_PS - 1) / ATT_PS);
     const int kpp = tc ? ATT_KC * ATT_PG : ATT_KC;
@@ -1380,15 +1398,12 @@ extern "C" int cu_attention(cu_stream st, int official, int mma, cu_kvlay lay, c
             scores_mma<<<dim3((unsigned)((nch + ATT_SC - 1) / ATT_SC), n_hg, n), ATT_SC_T, 0, s>>>(A, q, t0, (int)nch, H, D, scratch);
             pv_mma<<<dim3(n_parts, n_hg * n_ps, n), ATT_PV_T, 0, s>>>(A, t0, (int)nch, H, D, scratch);
         } else {
-            if (dec_ok && n <= ATT_DEC_MAX_T)
+            if (dec_sms && (int64_t)n * dec_per_query <= dec_sms)
                 scores_dec<<<dim3((unsigned)nch, (unsigned)((H + ATT_DHG - 1) / ATT_DHG), n), ATT_DEC_T, (size_t)dm.bytes, s>>>(A, q, t0, (int)nch, H, D,
                                                                                                                     scratch);
             else
                 scores<<<dim3((unsigned)nch, n_sg, n), 4 * ATT_SHG, 0, s>>>(A, q, t0, (int)nch, H, D, scratch);
-            if (dec_ok && n <= ATT_DEC_MAX_T)
-                pv_dec<<<dim3((unsigned)nch, n_pg * n_sl, n), 4 * ATT_PHG, 0, s>>>(official, A, t0, (int)nch, H, D, scratch);
-            else
-                pv<<<dim3((unsigned)nch, n_pg * n_sl, n), 4 * ATT_PHG, 0, s>>>(official, A, t0, (int)nch, H, D, scratch);
+            pv<<<dim3((unsigned)nch, n_pg * n_sl, n), 4 * ATT_PHG, 0, s>>>(official, A, t0, (int)nch, H, D, scratch);
         }
         k_att_combine<<<dim3((unsigned)H, n), ATT_COMBINE_T, sizeof(float) * (size_t)D, s>>>(official, pos, n_sel, W, ratio, sink,
                                                                                          freq, t0, (int)nch, kpp, H, D, R, scratch, o);
@@ -1432,6 +1447,11 @@ extern "C" int cu_attention(cu_stream st, int official, int mma, cu_kvlay lay, c
 extern "C" int64_t cu_attention_scratch_floats(int T, int H, int D, int64_t max_keys) {
     (void)T; (void)H; (void)D; (void)max_keys;
     return 1;
+}
+
+extern "C" int cu_attention_decode_launches(int official, int mma, cu_kvlay lay, int T, int H, int D, int max_keys, int64_t scratch_floats) {
+    (void)official; (void)mma; (void)lay; (void)T; (void)H; (void)D; (void)max_keys; (void)scratch_floats;
+    return 0;
 }
 #endif
 

@@ -41,10 +41,13 @@ static inline float4 make_float4(float a, float b, float c, float d) { return fl
 typedef void *cudaStream_t;
 /* the host calls of launchers that opt a kernel into more shared memory: the shim's blocks have any amount */
 enum cudaError_t { cudaSuccess = 0 };
-enum cudaDeviceAttr { cudaDevAttrMaxSharedMemoryPerBlockOptin = 97 };
+enum cudaDeviceAttr { cudaDevAttrMultiProcessorCount = 16, cudaDevAttrMaxSharedMemoryPerBlockOptin = 97 };
 enum cudaFuncAttribute { cudaFuncAttributeMaxDynamicSharedMemorySize = 8 };
 static inline cudaError_t cudaGetDevice(int *d) { *d = 0; return cudaSuccess; }
-static inline cudaError_t cudaDeviceGetAttribute(int *v, cudaDeviceAttr, int) { *v = 227 * 1024; return cudaSuccess; }
+static inline cudaError_t cudaDeviceGetAttribute(int *v, cudaDeviceAttr a, int) {   /* an H200's */
+    *v = a == cudaDevAttrMultiProcessorCount ? 132 : 227 * 1024;
+    return cudaSuccess;
+}
 template <typename F> static inline cudaError_t cudaFuncSetAttribute(F, cudaFuncAttribute, int) { return cudaSuccess; }
 static inline cudaError_t cudaGetLastError(void) { return cudaSuccess; }
 #define DEV_HW_E4M3 0   /* no cvt instruction here: cu_common.cuh's code search */

@@ -40,7 +40,7 @@ chunk = chunk.replace("extern __shared__ __align__(16) unsigned char att_dec_sme
 chunk = poison_shared(chunk)
 n0 = chunk.count("<<<")
 chunk, _ = launches(chunk)
-assert n0 == (7 if 'k_att_scores_dec' in chunk else 5) and "<<<" not in chunk, n0
+assert n0 == (6 if 'k_att_scores_dec' in chunk else 5) and "<<<" not in chunk, n0
 out.append(chunk)
 open(sys.argv[1], "w").write("\n".join(out))
 PY
