@@ -726,20 +726,24 @@ __global__ void __launch_bounds__(4 * HB, 1280 / (4 * HB)) k_att_pv(int official
  * another division of the work:
  *   block (chunk, group of ATT_DHG heads, query), ATT_DEC_T threads: the chunk's 64 stored rows are copied whole into
  *   shared memory (cp.async: every copy of the block in flight at once, no registers held) with the group's q rows,
- *   one round trip; then decoded to fp32 (the same decoding as kv_elem / kv_col, bit for bit); then each thread
- *   computes 2 keys x 2 heads over all D columns from shared memory (lanes: 8 keys x 4 heads, so a q load is a
+ *   one round trip; then decoded to fp32 (the same decoding as kv_elem / kv_col, bit for bit); then each of the
+ *   first ATT_DEC_CT threads computes 2 keys x 2 heads over all D columns from shared memory (lanes: 8 keys x 4 heads, so a q load is a
  *   broadcast to 8 lanes and a row load feeds 4); the chunk's max per head by shuffles and a small shared array.
  * It writes S and cmax as k_att_scores does (the same scratch, the same bits: test_gpu_attention compares the two
  * with memcmp, cu_attention's CU_ATT_NO_DEC), so k_att_pv and k_att_combine follow unchanged. Shared memory:
  * 64 fp32 rows + ATT_DHG fp32 q rows + 64 raw rows (184 KB at D 512 with fp8 rows): one block an SM. So a launch
  * takes it only when its blocks (chunks x head groups x queries) fit in one wave, at most one per SM
- * (cu_attention_decode_launches); a larger one keeps k_att_scores, whose small blocks share SMs. Run 43's H200
- * (test_gpu_attention --bench, one query of 640 fp8 keys, 64 x 512): 94 -> 54 us; two queries of 640 keys (160
- * blocks, two waves) were slower than k_att_scores, hence the rule. */
+ * (cu_attention_decode_launches); a larger one keeps k_att_scores, whose small blocks share SMs. On a lent H200
+ * (helper attdec, ncu of test_gpu_attention --bench, one query of 640 fp8 keys, 64 x 512): 94 -> 54 us; two
+ * queries of 640 keys (160 blocks, two waves) took longer than with k_att_scores, hence the rule. */
 #ifndef ATT_DHG
-#define ATT_DHG 8        /* heads a block of k_att_scores_dec (ATT_DEC_T threads: 2 keys x 2 heads each) */
+#define ATT_DHG 8        /* heads a block of k_att_scores_dec (ATT_DEC_CT threads of 2 keys x 2 heads each) */
 #endif
-#define ATT_DEC_T (ATT_KC * ATT_DHG / 4)
+#define ATT_DEC_CT (ATT_KC * ATT_DHG / 4)   /* its threads that compute scores */
+#ifndef ATT_DEC_STAGE
+#define ATT_DEC_STAGE 2   /* its threads / ATT_DEC_CT; 1 is the variant timed on the H200 (NVFLAGS+=-DATT_DEC_STAGE=1) */
+#endif
+#define ATT_DEC_T (ATT_DEC_STAGE * ATT_DEC_CT)   /* its threads: all copy and decode (2: two warps an SM sub-partition) */
 static_assert(ATT_DHG == 8, "k_att_scores_dec: its lanes are 8 keys x 4 heads, its warps 16 keys x all 8 heads");
 
 /* 4 or 16 bytes global -> shared without passing through registers (cp.async, sm_80+): all of a block's copies in
@@ -766,7 +770,7 @@ __device__ __forceinline__ void att_cp_wait(void) {
 
 /* The layout of k_att_scores_dec's dynamic shared memory (bytes): kf [ATT_KC][ld] fp32 rows | qf [ATT_DHG][ld] fp32 q
  * rows | raw [ATT_KC][rb] stored rows, row r at offset (its address mod 16) so that its 16-byte lines stay lines |
- * kp [ATT_KC] row addresses | red [ATT_DEC_T / 32][ATT_DHG] (all of the kernel's shared memory is dynamic: the
+ * kp [ATT_KC] row addresses | red [ATT_DEC_CT / 32][ATT_DHG] (all of the kernel's shared memory is dynamic: the
  * attribute cu_attention sets is the device's whole opt-in size, which leaves no room for static arrays). ld: D rounded up to 4, plus 4 (8 consecutive rows' float4 loads hit distinct banks). */
 struct att_dec_smem {
     int ld, rb;
@@ -781,7 +785,7 @@ static __host__ __device__ __forceinline__ att_dec_smem att_dec_smem_of(int D, i
     m.raw = m.qf + (int64_t)4 * ATT_DHG * m.ld;
     m.kp = m.raw + (int64_t)ATT_KC * m.rb;
     m.red = m.kp + (int64_t)sizeof(void *) * ATT_KC;
-    m.bytes = m.red + (int64_t)sizeof(float) * (ATT_DEC_T / 32) * ATT_DHG;
+    m.bytes = m.red + (int64_t)sizeof(float) * (ATT_DEC_CT / 32) * ATT_DHG;
     return m;
 }
 
@@ -835,9 +839,9 @@ __global__ void __launch_bounds__(ATT_DEC_T, 1) k_att_scores_dec(att_args A, con
                                                                  float *scratch) {
     dev_grid_wait();
     extern __shared__ __align__(16) unsigned char att_dec_smem_base[];
-    constexpr int NT = ATT_DEC_T, HB = ATT_DHG;
+    constexpr int NT = ATT_DEC_T, CT = ATT_DEC_CT, HB = ATT_DHG;
     const att_dec_smem m = att_dec_smem_of(D, A.lay.bytes);
-    float (*red)[HB] = (float (*)[HB])(att_dec_smem_base + m.red);   /* [NT / 32][HB]: the warps' maxima */
+    float (*red)[HB] = (float (*)[HB])(att_dec_smem_base + m.red);   /* [CT / 32][HB]: the computing warps' maxima */
     float *kf = (float *)(att_dec_smem_base + m.kf), *qf = (float *)(att_dec_smem_base + m.qf);
     uint8_t *raw = att_dec_smem_base + m.raw;
     const uint8_t **kp = (const uint8_t **)(att_dec_smem_base + m.kp);
@@ -875,53 +879,56 @@ __global__ void __launch_bounds__(ATT_DEC_T, 1) k_att_scores_dec(att_args A, con
     att_cp_wait();
     __syncthreads();   /* every thread's copies have landed */
     /* decode: float4 x of row r (rows past nkc: zeros); ld - 4 columns, those past D zeros */
+#pragma unroll 4
     for (int e = threadIdx.x; e < ATT_KC * nq; e += NT) {
         const int r = e / nq, j = 4 * (e % nq);
         const uint8_t *row = raw + (int64_t)r * rb + ((uintptr_t)(r < nkc ? kp[r] : 0) & 15);
         *(float4 *)&kf[(int64_t)r * ld + j] = r < nkc ? att_decode4<F>(A.lay, row, j, D) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     }
     __syncthreads();
-    /* thread: keys kr + 8 a (a = 0, 1), heads hx + 4 b (b = 0, 1); the chains over the columns in order */
-    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, kx = lane & 7, hx = lane >> 3, kr = 16 * w + kx;
-    float acc[2][2] = { { 0.0f, 0.0f }, { 0.0f, 0.0f } };
-    const float *k0p = kf + (int64_t)kr * ld, *k1p = k0p + 8 * ld, *q0p = qf + (int64_t)hx * ld, *q1p = q0p + 4 * ld;
-#pragma unroll 4
-    for (int j = 0; j < 4 * nq; j += 4) {   /* columns past D: zeros on both sides, as k_att_scores's */
-        const float4 k0v = *(const float4 *)(k0p + j), k1v = *(const float4 *)(k1p + j);
-        const float4 q0v = *(const float4 *)(q0p + j), q1v = *(const float4 *)(q1p + j);
-        acc[0][0] = fmaf(q0v.x, k0v.x, acc[0][0]); acc[0][1] = fmaf(q1v.x, k0v.x, acc[0][1]);
-        acc[1][0] = fmaf(q0v.x, k1v.x, acc[1][0]); acc[1][1] = fmaf(q1v.x, k1v.x, acc[1][1]);
-        acc[0][0] = fmaf(q0v.y, k0v.y, acc[0][0]); acc[0][1] = fmaf(q1v.y, k0v.y, acc[0][1]);
-        acc[1][0] = fmaf(q0v.y, k1v.y, acc[1][0]); acc[1][1] = fmaf(q1v.y, k1v.y, acc[1][1]);
-        acc[0][0] = fmaf(q0v.z, k0v.z, acc[0][0]); acc[0][1] = fmaf(q1v.z, k0v.z, acc[0][1]);
-        acc[1][0] = fmaf(q0v.z, k1v.z, acc[1][0]); acc[1][1] = fmaf(q1v.z, k1v.z, acc[1][1]);
-        acc[0][0] = fmaf(q0v.w, k0v.w, acc[0][0]); acc[0][1] = fmaf(q1v.w, k0v.w, acc[0][1]);
-        acc[1][0] = fmaf(q0v.w, k1v.w, acc[1][0]); acc[1][1] = fmaf(q1v.w, k1v.w, acc[1][1]);
-    }
-    const bool pad = D % ATT_SDS != 0;   /* k_att_scores's last slice ends with zero columns: one more fmaf(0, 0, acc) */
-    const float scale = 1.0f / sqrtf((float)D);
     const att_scratch X = att_scratch_of(scratch, slot, nch, H, D);
-#pragma unroll
-    for (int b = 0; b < 2; b++) {
-        const int h = hx + 4 * b;
-        float mx = -INFINITY;
-#pragma unroll
-        for (int a = 0; a < 2; a++) {
-            const int r = kr + 8 * a;
-            const float s = (pad ? fmaf(0.0f, 0.0f, acc[a][b]) : acc[a][b]) * scale;
-            if (r < nkc) {
-                mx = fmaxf(mx, s);
-                if (h < hn) X.S[((int64_t)c * H + hb + h) * ATT_KC + r] = s;
-            }
+    if (threadIdx.x < CT) {   /* whole warps; the others only copied and decoded */
+        /* thread: keys kr + 8 a (a = 0, 1), heads hx + 4 b (b = 0, 1); the chains over the columns in order */
+        const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, kx = lane & 7, hx = lane >> 3, kr = 16 * w + kx;
+        float acc[2][2] = { { 0.0f, 0.0f }, { 0.0f, 0.0f } };
+        const float *k0p = kf + (int64_t)kr * ld, *k1p = k0p + 8 * ld, *q0p = qf + (int64_t)hx * ld, *q1p = q0p + 4 * ld;
+#pragma unroll 4
+        for (int j = 0; j < 4 * nq; j += 4) {   /* columns past D: zeros on both sides, as k_att_scores's */
+            const float4 k0v = *(const float4 *)(k0p + j), k1v = *(const float4 *)(k1p + j);
+            const float4 q0v = *(const float4 *)(q0p + j), q1v = *(const float4 *)(q1p + j);
+            acc[0][0] = fmaf(q0v.x, k0v.x, acc[0][0]); acc[0][1] = fmaf(q1v.x, k0v.x, acc[0][1]);
+            acc[1][0] = fmaf(q0v.x, k1v.x, acc[1][0]); acc[1][1] = fmaf(q1v.x, k1v.x, acc[1][1]);
+            acc[0][0] = fmaf(q0v.y, k0v.y, acc[0][0]); acc[0][1] = fmaf(q1v.y, k0v.y, acc[0][1]);
+            acc[1][0] = fmaf(q0v.y, k1v.y, acc[1][0]); acc[1][1] = fmaf(q1v.y, k1v.y, acc[1][1]);
+            acc[0][0] = fmaf(q0v.z, k0v.z, acc[0][0]); acc[0][1] = fmaf(q1v.z, k0v.z, acc[0][1]);
+            acc[1][0] = fmaf(q0v.z, k1v.z, acc[1][0]); acc[1][1] = fmaf(q1v.z, k1v.z, acc[1][1]);
+            acc[0][0] = fmaf(q0v.w, k0v.w, acc[0][0]); acc[0][1] = fmaf(q1v.w, k0v.w, acc[0][1]);
+            acc[1][0] = fmaf(q0v.w, k1v.w, acc[1][0]); acc[1][1] = fmaf(q1v.w, k1v.w, acc[1][1]);
         }
-        /* the 8 lanes kx of a head, then the 4 warps: a max, exact in any order */
-        for (int off = 1; off < 8; off <<= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
-        if (kx == 0) red[w][h] = mx;
+        const bool pad = D % ATT_SDS != 0;   /* k_att_scores's last slice ends with zero columns: one more fmaf(0, 0, acc) */
+        const float scale = 1.0f / sqrtf((float)D);
+#pragma unroll
+        for (int b = 0; b < 2; b++) {
+            const int h = hx + 4 * b;
+            float mx = -INFINITY;
+#pragma unroll
+            for (int a = 0; a < 2; a++) {
+                const int r = kr + 8 * a;
+                const float s = (pad ? fmaf(0.0f, 0.0f, acc[a][b]) : acc[a][b]) * scale;
+                if (r < nkc) {
+                    mx = fmaxf(mx, s);
+                    if (h < hn) X.S[((int64_t)c * H + hb + h) * ATT_KC + r] = s;
+                }
+            }
+            /* the 8 lanes kx of a head, then the CT / 32 warps: a max, exact in any order */
+            for (int off = 1; off < 8; off <<= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
+            if (kx == 0) red[w][h] = mx;
+        }
     }
     __syncthreads();
     if (threadIdx.x < hn) {
         float mx = red[0][threadIdx.x];
-        for (int ww = 1; ww < NT / 32; ww++) mx = fmaxf(mx, red[ww][threadIdx.x]);
+        for (int ww = 1; ww < CT / 32; ww++) mx = fmaxf(mx, red[ww][threadIdx.x]);
         X.cmax[(int64_t)c * H + hb + threadIdx.x] = mx;
     }
 }
