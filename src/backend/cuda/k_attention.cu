@@ -736,6 +736,8 @@ __global__ void __launch_bounds__(4 * HB, 1280 / (4 * HB)) k_att_pv(int official
  * (cu_attention_decode_launches); a larger one keeps k_att_scores, whose small blocks share SMs. On a lent H200
  * (helper attdec, ncu of test_gpu_attention --bench, one query of 640 fp8 keys, 64 x 512): 94 -> 54 us; two
  * queries of 640 keys (160 blocks, two waves) took longer than with k_att_scores, hence the rule. */
+/* -DATT_DEC_BUG=1: a deliberate bug (one score takes column 0 twice), to see test_gpu_attention's memcmp of the two
+ * kernels fail (tools/gpu/shim/shim_attention.sh with SHIM_CFLAGS=-DATT_DEC_BUG=1). Never in a real build. */
 #ifndef ATT_DHG
 #define ATT_DHG 8        /* heads a block of k_att_scores_dec (ATT_DEC_CT threads of 2 keys x 2 heads each) */
 #endif
@@ -905,6 +907,9 @@ __global__ void __launch_bounds__(ATT_DEC_T, 1) k_att_scores_dec(att_args A, con
             acc[0][0] = fmaf(q0v.w, k0v.w, acc[0][0]); acc[0][1] = fmaf(q1v.w, k0v.w, acc[0][1]);
             acc[1][0] = fmaf(q0v.w, k1v.w, acc[1][0]); acc[1][1] = fmaf(q1v.w, k1v.w, acc[1][1]);
         }
+#if defined(ATT_DEC_BUG) && ATT_DEC_BUG == 1
+        if (kr == 5) acc[0][0] = fmaf(q0p[0], k0p[0], acc[0][0]);   /* deliberate: column 0 twice for key 5 of a chunk */
+#endif
         const bool pad = D % ATT_SDS != 0;   /* k_att_scores's last slice ends with zero columns: one more fmaf(0, 0, acc) */
         const float scale = 1.0f / sqrtf((float)D);
 #pragma unroll
