@@ -254,6 +254,22 @@ typedef struct {
     int n;
 } item_spec;
 
+static int n_dec_compared;   /* steps whose outputs were compared with and without the decode-sized scores kernel */
+static int n_dec_launches;   /* launches of those steps that took it (the others ran k_att_scores both times) */
+
+/* Overwrites device memory d with NaN bytes (a kernel that writes nothing shows). */
+static void dev_fill_nan(void *d, size_t n) {
+    uint8_t *h = malloc(n ? n : 1);
+    assert_non_null(h);
+    memset(h, 0xff, n);
+#ifdef ATT_TEST_EMULATE
+    memcpy(d, h, n);
+#else
+    assert_int_equal(cu_upload(d, h, n), 0);
+#endif
+    free(h);
+}
+
 /* ATT_TEST_DUMP: every step's outputs, in the order the test runs them (the case's name before each). */
 static void dump_outputs(const acase *c, const float *out, size_t n) {
     static FILE *f;
@@ -314,11 +330,30 @@ static void run_step(const acase *c, int mma, seqdata *seqs, const item_spec *it
     float *d_scratch = dev_put(NULL, sizeof(float) * (size_t)scratch_floats);
     float *d_o = dev_put(NULL, sizeof(float) * (size_t)T * H * D);
     const cu_kvlay lay = { kl.fmt, kl.kind, kl.width, kl.rope, kl.nope, (int)kl.bytes };
-    const int rc = cu_attention(NULL, c->official, mma, lay, d_q, d_kvs, d_pos, d_item_of, d_items, d_sl, RING, W, c->ratio, d_sel, d_n_sel,
-                                TOPK, d_sink, d_freq, T, H, D, c->R, (int)max_keys, d_scratch, scratch_floats, d_o);
+    const int rc = cu_attention(NULL, c->official, mma ? CU_ATT_MMA : 0, lay, d_q, d_kvs, d_pos, d_item_of, d_items, d_sl, RING, W, c->ratio,
+                                d_sel, d_n_sel, TOPK, d_sink, d_freq, T, H, D, c->R, (int)max_keys, d_scratch, scratch_floats, d_o);
     if (rc) fail_msg("%s: cu_attention refused %lld keys with a scratch of %lld floats", c->name, (long long)max_keys, (long long)scratch_floats);
     dev_sync();
     dev_get(out, d_o, sizeof(float) * (size_t)T * H * D);
+    if (!mma) {   /* the CUDA-core path again without the decode-sized scores kernel: the same bits (memcmp) */
+        float *old = malloc(sizeof(float) * (size_t)T * H * D);
+        assert_non_null(old);
+        dev_fill_nan(d_o, sizeof(float) * (size_t)T * H * D);
+        if (cu_attention(NULL, c->official, CU_ATT_NO_DEC, lay, d_q, d_kvs, d_pos, d_item_of, d_items, d_sl, RING, W, c->ratio, d_sel, d_n_sel,
+                         TOPK, d_sink, d_freq, T, H, D, c->R, (int)max_keys, d_scratch, scratch_floats, d_o))
+            fail_msg("%s: cu_attention (CU_ATT_NO_DEC) refused the step", c->name);
+        dev_sync();
+        dev_get(old, d_o, sizeof(float) * (size_t)T * H * D);
+        if (memcmp(old, out, sizeof(float) * (size_t)T * H * D)) {
+            int64_t first = 0;
+            while (!memcmp(old + first, out + first, sizeof(float))) first++;
+            fail_msg("%s: %d queries: the decode-sized scores kernel differs from k_att_scores (first at output %lld: %a vs %a)", c->name, T,
+                     (long long)first, out[first], old[first]);
+        }
+        n_dec_compared++;
+        n_dec_launches += cu_attention_decode_launches(c->official, 0, lay, T, H, D, (int)max_keys, scratch_floats);
+        free(old);
+    }
     dump_outputs(c, out, (size_t)T * H * D);
     dev_free(d_q); dev_free(d_sink); dev_free(d_freq); dev_free(d_kvs); dev_free(d_pos); dev_free(d_item_of); dev_free(d_sel);
     dev_free(d_n_sel); dev_free(d_items); dev_free(d_sl); dev_free(d_scratch); dev_free(d_o);
@@ -524,20 +559,141 @@ static void decode_shapes(void **state) {
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) decode_case(&cases[i]);
 }
 
-int main(void) {
+/* Every step above of the CUDA-core path ran twice, with and without the decode-sized scores kernel, and gave the
+ * same bits (run_step's memcmp); the kernel must have run in some of them (launches whose blocks fit in one wave:
+ * the decode shapes, the groups of two). */
+static void decode_kernel_compared(void **state) {
+    (void)state;
+    printf("  decode-sized scores kernel = k_att_scores (memcmp of the outputs): %d steps, %d launches of it\n", n_dec_compared,
+           n_dec_launches);
+    assert_true(n_dec_compared > 0);
+#if !defined(ATT_TEST_EMULATE) || defined(ATT_TEST_SHIM)
+    assert_true(n_dec_launches > 0);
+#endif
+}
+
+#ifndef ATT_TEST_EMULATE
+/* ---- benchmark (GPU): `test_gpu_attention --bench` ---------------------------------------------------------------
+ * cu_attention at decode shapes (V4-Flash: 64 heads x 512, R 64, fp8 rows, OFFICIAL on CUDA cores): T queries of
+ * one sequence each (items of one token) over a window of 128 (SWA), + 512 selected rows (CSA) or + 512 ratio-128
+ * rows (HCA); microseconds a call (its three kernels, back to back on one stream) with the decode-sized scores
+ * kernel where cu_attention takes it ("dec" = its launches) and without it (CU_ATT_NO_DEC), after checking the two
+ * give the same bits. The scratch is sized for 16 queries of 640 keys in every row: 10 chunks' blocks a query. */
+#include <cuda_runtime.h>
+
+static double us_per_call(int mode, const cu_kvlay *lay, float *d_q, uint8_t *d_kvs, int64_t *d_pos, int32_t *d_item_of, cu_item *d_items,
+                          cu_seq_layer *d_sl, int ratio, int32_t *d_sel, int32_t *d_n_sel, float *d_sink, float *d_freq, int T,
+                          int max_keys, float *d_scratch, int64_t sf, float *d_o, int reps) {
+    cudaEvent_t e0, e1;
+    float ms = -1;
+    for (int r = 0; r < 3; r++)   /* warm */
+        if (cu_attention(NULL, 1, mode, *lay, d_q, d_kvs, d_pos, d_item_of, d_items, d_sl, RING, W, ratio, d_sel, d_n_sel, TOPK, d_sink, d_freq,
+                         T, 64, 512, 64, max_keys, d_scratch, sf, d_o))
+            return -1;
+    cudaEventCreate(&e0);
+    cudaEventCreate(&e1);
+    cudaEventRecord(e0, 0);
+    for (int r = 0; r < reps; r++)
+        cu_attention(NULL, 1, mode, *lay, d_q, d_kvs, d_pos, d_item_of, d_items, d_sl, RING, W, ratio, d_sel, d_n_sel, TOPK, d_sink, d_freq, T,
+                     64, 512, 64, max_keys, d_scratch, sf, d_o);
+    cudaEventRecord(e1, 0);
+    cudaEventSynchronize(e1);
+    cudaEventElapsedTime(&ms, e0, e1);
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+    return cudaGetLastError() == cudaSuccess ? ms * 1e3 / reps : -1;
+}
+
+static int bench(void) {
+    enum { H = 64, D = 512, R = 64, TMAX = 16, NROWS = 4096 };
+    kv_layout kl;
+    kv_layout_init(&kl, DSV4_KV_FP8, KV_ROW_MAIN, D, R);
+    const cu_kvlay lay = { kl.fmt, kl.kind, kl.width, kl.rope, kl.nope, (int)kl.bytes };
+    const int64_t B = (int64_t)kl.bytes, P = 65535;   /* (P + 1) / 128 = 512 HCA rows */
+    dsv4_rng r;
+    dsv4_rng_seed(&r, 99);
+    float mu[D];
+    for (int j = 0; j < D; j++) mu[j] = 0.3f * urand(&r);
+    uint8_t *ring = malloc((size_t)(TMAX * RING * B)), *rows = malloc((size_t)(NROWS * B)), *kvs = malloc((size_t)(TMAX * B));
+    float *q = malloc(sizeof(float) * TMAX * H * D), sink[H], freq[R / 2];
+    int64_t pos[TMAX];
+    int32_t item_of[TMAX], *sel = malloc(sizeof(int32_t) * TMAX * TOPK), n_sel[TMAX];
+    cu_item items[TMAX];
+    cu_seq_layer sl[TMAX];
+    if (!ring || !rows || !kvs || !q || !sel) return 1;
+    for (int64_t i = 0; i < TMAX * RING; i++) gen_row(&r, &kl, mu, ring + i * B);
+    for (int64_t i = 0; i < NROWS; i++) gen_row(&r, &kl, mu, rows + i * B);
+    for (int t = 0; t < TMAX; t++) gen_row(&r, &kl, mu, kvs + t * B);
+    for (int64_t i = 0; i < (int64_t)TMAX * H * D; i++) q[i] = round_bf16(urand(&r));
+    for (int h = 0; h < H; h++) sink[h] = urand(&r);
+    for (int i = 0; i < R / 2; i++) freq[i] = powf(10000.0f, -(float)(2 * i) / (float)R);
+    uint8_t *d_ring = dev_put(ring, (size_t)(TMAX * RING * B)), *d_rows = dev_put(rows, (size_t)(NROWS * B)), *d_kvs = dev_put(kvs, (size_t)(TMAX * B));
+    for (int t = 0; t < TMAX; t++) {
+        pos[t] = P;
+        item_of[t] = t;
+        items[t] = (cu_item){ t, 1, P };
+        memset(&sl[t], 0, sizeof sl[t]);
+        sl[t].ring = d_ring + (int64_t)t * RING * B;
+        sl[t].crows = d_rows;
+        n_sel[t] = TOPK;
+        for (int k = 0; k < TOPK; k++) sel[t * TOPK + k] = (int32_t)(k * 8 + (int)dsv4_rng_below(&r, 8));   /* spread over 4096 rows */
+    }
+    float *d_q = dev_put(q, sizeof(float) * TMAX * H * D), *d_sink = dev_put(sink, sizeof sink), *d_freq = dev_put(freq, sizeof freq);
+    int64_t *d_pos = dev_put(pos, sizeof pos);
+    int32_t *d_item_of = dev_put(item_of, sizeof item_of), *d_sel = dev_put(sel, sizeof(int32_t) * TMAX * TOPK), *d_n_sel = dev_put(n_sel, sizeof n_sel);
+    cu_item *d_items = dev_put(items, sizeof items);
+    cu_seq_layer *d_sl = dev_put(sl, sizeof sl);
+    const int max_keys = W + TOPK;
+    const int64_t sf = cu_attention_scratch_floats(TMAX, H, D, max_keys);
+    float *d_scratch = dev_put(NULL, sizeof(float) * (size_t)sf), *d_o = dev_put(NULL, sizeof(float) * TMAX * H * D);
+    float *o_new = malloc(sizeof(float) * TMAX * H * D), *o_old = malloc(sizeof(float) * TMAX * H * D);
+    static const struct { const char *name; int ratio; } kinds[] = { { "SWA (128 keys)", 0 }, { "CSA (128 + 512)", 4 }, { "HCA (128 + 512)", 128 } };
+    static const int Ts[] = { 1, 2, 4, 8, 16 };
+    printf("cu_attention, 64 heads x 512, fp8 rows, OFFICIAL, CUDA cores: us a call (k_att_scores + k_att_pv + k_att_combine)\n");
+    printf("%-18s %4s %12s %12s %8s\n", "keys", "T", "k_att_scores", "default", "speedup");
+    for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++)
+        for (size_t i = 0; i < sizeof Ts / sizeof Ts[0]; i++) {
+            const int T = Ts[i];
+            const double old = us_per_call(CU_ATT_NO_DEC, &lay, d_q, d_kvs, d_pos, d_item_of, d_items, d_sl, kinds[k].ratio, d_sel, d_n_sel, d_sink,
+                                           d_freq, T, max_keys, d_scratch, sf, d_o, 200);
+            dev_get(o_old, d_o, sizeof(float) * (size_t)T * H * D);
+            const double neu = us_per_call(0, &lay, d_q, d_kvs, d_pos, d_item_of, d_items, d_sl, kinds[k].ratio, d_sel, d_n_sel, d_sink, d_freq, T,
+                                           max_keys, d_scratch, sf, d_o, 200);
+            dev_get(o_new, d_o, sizeof(float) * (size_t)T * H * D);
+            if (old <= 0 || neu <= 0) {
+                fprintf(stderr, "bench: cu_attention failed\n");
+                return 1;
+            }
+            const int same = !memcmp(o_old, o_new, sizeof(float) * (size_t)T * H * D);
+            const int dec = cu_attention_decode_launches(1, 0, lay, T, H, D, max_keys, sf);
+            printf("%-18s %4d %12.1f %12.1f %7.2fx %s%s\n", kinds[k].name, T, old, neu, old / neu, dec ? "dec" : "",
+                   same ? "" : "  OUTPUTS DIFFER");
+            if (!same) return 1;
+        }
+    return 0;
+}
+#endif
+
+int main(int argc, char **argv) {
 #ifndef ATT_TEST_EMULATE
     dsv4_error why;
     if (!dsv4_cuda_available(&why)) {
         printf("gpu attention: skipped, needs a GPU: %s\n", why.msg);
         return 0;
     }
+    if (argc > 1 && !strcmp(argv[1], "--bench")) return bench();
 #endif
+    if (argc > 1 && strcmp(argv[1], "--bench")) {
+        fprintf(stderr, "usage: test_gpu_attention [--bench]\n");
+        return 2;
+    }
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(hca_20000_rows),
         cmocka_unit_test(hca_fp8_official),
         cmocka_unit_test(csa_top512),
         cmocka_unit_test(window_and_odd_shapes),
         cmocka_unit_test(decode_shapes),
+        cmocka_unit_test(decode_kernel_compared),
     };
     return cmocka_run_group_tests_name("gpu attention on long key lists", tests, NULL, NULL);
 }

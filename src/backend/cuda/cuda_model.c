@@ -437,14 +437,21 @@ static int init_ranks(struct cuda_model *cm, const struct dsv4_model *m, int n, 
  *                       (process-wide: the last load's setting holds).
  *   DSV4_CUDA_STREAM    those linears (and the routed experts) at up to 8 tokens through the streaming kernel
  *                       (k_mma_stream.cu: a persistent grid, the weights by cp.async through shared memory), default
- *                       on; 0 = k_mma.cu's small tiles. The same bits either way (test_gpu_stream); a property of
- *                       the model load (cuda_model.mma_stream), passed to every call.
+ *                       off until a GPU run has tested and timed it (written after this session's last device run;
+ *                       the CPU shim's memcmp passes); 0 = k_mma.cu's small tiles. The same bits either way
+ *                       (test_gpu_stream); a property of the model load (cuda_model.mma_stream), passed to every call.
  *   DSV4_CUDA_IDX_MMA   OFFICIAL indexer scores on int8 tensor cores (k_indexer.cu, exact block sums of the FP4
  *                       operands), default on; 0 = the fp32 scores.
  *   DSV4_CUDA_ATT_MMA   OFFICIAL attention scores and P.V on bf16 tensor cores (k_attention.cu k_att_scores_mma /
  *                       k_att_pv_mma), default off since run 35: at a decode step they ran one block per query, slower
  *                       than the CUDA-core kernels (decode 45.6 vs 47.6 tok/s, 1M context 28.1 vs 30.5), for +6 % at
- *                       an 8K prefill. EXACT mode never uses them. */
+ *                       an 8K prefill. EXACT mode never uses them.
+ *   DSV4_CUDA_ATT_DEC   attention scores of a launch of few queries by k_attention.cu's k_att_scores_dec (each chunk's
+ *                       rows and q staged in one phase of loads), default off until a GPU run has timed it in the
+ *                       model (helper attdec's runs: test_gpu_attention passed on the H200, one query's attention
+ *                       1.55x faster in isolation, with the 128-thread version; the merged 256-thread one ran only in
+ *                       the CPU shim); 0 = k_att_scores at every size. The same bits either way (test_gpu_attention
+ *                       compares them). */
 static int env_choice(const char *name, int dflt, int max, const char *what, int *val, dsv4_error *err) {
     const char *v = getenv(name);
     *val = dflt;
@@ -463,15 +470,16 @@ static int env_switch(const char *name, int dflt, const char *what, int *on, dsv
 
 int cuda_model_init(struct dsv4_model *m, const cuda_placement *p, dsv4_error *err) {
     const int gpu = p->gpu;
-    int n_gpus = p->n_gpus, graphs_on, pdl_on /* CU_PDL_* */, mma_on, gemm_on, stream_on, idx_mma_on, att_mma_on;
+    int n_gpus = p->n_gpus, graphs_on, pdl_on /* CU_PDL_* */, mma_on, gemm_on, stream_on, idx_mma_on, att_mma_on, att_dec_on;
     if (env_switch("DSV4_CUDA_GRAPHS", 1, "CUDA graphs", &graphs_on, err) ||
         env_choice("DSV4_CUDA_PDL", CU_PDL_OFF, CU_PDL_EXIT,
                    "0 (plain edges in the CUDA graphs), 1 (programmatic from launch completion) or 2 (from exit)", &pdl_on, err) ||
         env_switch("DSV4_CUDA_MMA", 1, "tensor cores in OFFICIAL mode", &mma_on, err) ||
         env_switch("DSV4_CUDA_GEMM", 1, "the tiled GEMM for many tokens", &gemm_on, err) ||
-        env_switch("DSV4_CUDA_STREAM", 1, "the streaming kernel for up to 8 tokens", &stream_on, err) ||
+        env_switch("DSV4_CUDA_STREAM", 0, "the streaming kernel for up to 8 tokens", &stream_on, err) ||
         env_switch("DSV4_CUDA_IDX_MMA", 1, "indexer scores on tensor cores in OFFICIAL mode", &idx_mma_on, err) ||
-        env_switch("DSV4_CUDA_ATT_MMA", 0, "tensor-core attention in OFFICIAL mode", &att_mma_on, err))
+        env_switch("DSV4_CUDA_ATT_MMA", 0, "tensor-core attention in OFFICIAL mode", &att_mma_on, err) ||
+        env_switch("DSV4_CUDA_ATT_DEC", 0, "the decode-sized attention scores kernel", &att_dec_on, err))
         return DSV4_E_ARG;
     if (n_gpus < 1) n_gpus = 1;
     if (n_gpus > CU_MAX_GPUS) return dsv4_fail(err, DSV4_E_ARG, "at most %d GPUs (asked for %d)", CU_MAX_GPUS, n_gpus);
@@ -505,6 +513,7 @@ int cuda_model_init(struct dsv4_model *m, const cuda_placement *p, dsv4_error *e
     cm->mma_stream = stream_on;   /* the same bits either way: a speed switch */
     cm->idx_mma_on = idx_mma_on;
     cm->att_mma_on = att_mma_on;
+    cm->att_dec_on = att_dec_on;
     m->cuda = cm;
     m->state_mem = &seq_mem_cuda;
     if (m->progress) {

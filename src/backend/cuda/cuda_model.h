@@ -148,6 +148,8 @@ struct cuda_model {
     int idx_mma_on;            /* OFFICIAL indexer scores on int8 tensor cores (k_indexer.cu): DSV4_CUDA_IDX_MMA at load */
     int att_mma_on;            /* OFFICIAL attention scores and P.V on bf16 tensor cores (k_attention.cu):
                                   DSV4_CUDA_ATT_MMA at load (default 0), in OFFICIAL steps only */
+    int att_dec_on;            /* the decode-sized attention scores kernel (k_attention.cu k_att_scores_dec): DSV4_CUDA_ATT_DEC at
+                                  load (default 1); the same bits either way */
     int graphs_on;             /* steps run as CUDA graphs (cuda_step.c): DSV4_CUDA_GRAPHS at load, cuda_graphs_set */
     struct cu_graphs *graphs;  /* the kept executable graphs and their counts (cu_graph.h); rank 0 only */
     unsigned long long *route_counts; /* device [n_layers][n_routed] while routes are counted (dsv4 profile) */

@@ -716,6 +716,228 @@ __global__ void __launch_bounds__(4 * HB, 1280 / (4 * HB)) k_att_pv(int official
     }
 }
 
+/* ---- decode-sized launches: one phase of loads a block (issue 18) ---------------------------------------------------
+ *
+ * At a decode step a launch holds a few queries of at most a few hundred keys each, and k_att_scores's blocks spent
+ * their time waiting: 16 slices of 32 columns, each a round trip to memory (load, barrier, compute). k_att_scores_dec
+ * computes exactly the numbers k_att_scores computes — every score the same thread-private chain: fmaf from 0.0f
+ * over the columns j = 0, 1, .., D-1 in order (then, where k_att_scores pads its last slice with zero columns, one
+ * fmaf(0, 0, acc): D % ATT_SDS != 0), times 1/sqrt(D); each chunk's max per head (a max: exact in any order) — with
+ * another division of the work:
+ *   block (chunk, group of ATT_DHG heads, query), ATT_DEC_T threads: the chunk's 64 stored rows are copied whole into
+ *   shared memory (cp.async: every copy of the block in flight at once, no registers held) with the group's q rows,
+ *   one round trip; then decoded to fp32 (the same decoding as kv_elem / kv_col, bit for bit); then each of the
+ *   first ATT_DEC_CT threads computes 2 keys x 2 heads over all D columns from shared memory (lanes: 8 keys x 4 heads, so a q load is a
+ *   broadcast to 8 lanes and a row load feeds 4); the chunk's max per head by shuffles and a small shared array.
+ * It writes S and cmax as k_att_scores does (the same scratch, the same bits: test_gpu_attention compares the two
+ * with memcmp, cu_attention's CU_ATT_NO_DEC), so k_att_pv and k_att_combine follow unchanged. Shared memory:
+ * 64 fp32 rows + ATT_DHG fp32 q rows + 64 raw rows (184 KB at D 512 with fp8 rows): one block an SM. So a launch
+ * takes it only when its blocks (chunks x head groups x queries) fit in one wave, at most one per SM
+ * (cu_attention_decode_launches); a larger one keeps k_att_scores, whose small blocks share SMs. On a lent H200
+ * (helper attdec, ncu of test_gpu_attention --bench, one query of 640 fp8 keys, 64 x 512): 94 -> 54 us; two
+ * queries of 640 keys (160 blocks, two waves) took longer than with k_att_scores, hence the rule. */
+/* -DATT_DEC_BUG=1: a deliberate bug (one score takes column 0 twice), to see test_gpu_attention's memcmp of the two
+ * kernels fail (tools/gpu/shim/shim_attention.sh with SHIM_CFLAGS=-DATT_DEC_BUG=1). Never in a real build. */
+#ifndef ATT_DHG
+#define ATT_DHG 8        /* heads a block of k_att_scores_dec (ATT_DEC_CT threads of 2 keys x 2 heads each) */
+#endif
+#define ATT_DEC_CT (ATT_KC * ATT_DHG / 4)   /* its threads that compute scores */
+#ifndef ATT_DEC_STAGE
+#define ATT_DEC_STAGE 2   /* its threads / ATT_DEC_CT; 1 is the variant timed on the H200 (NVFLAGS+=-DATT_DEC_STAGE=1) */
+#endif
+#define ATT_DEC_T (ATT_DEC_STAGE * ATT_DEC_CT)   /* its threads: all copy and decode (2: two warps an SM sub-partition) */
+static_assert(ATT_DHG == 8, "k_att_scores_dec: its lanes are 8 keys x 4 heads, its warps 16 keys x all 8 heads");
+
+/* 4 or 16 bytes global -> shared without passing through registers (cp.async, sm_80+): all of a block's copies in
+ * flight at once; att_cp_wait waits for the thread's own. The CPU shim copies at once. */
+__device__ __forceinline__ void att_cp4(void *dst, const void *src) {
+#if defined(__CUDA_ARCH__)
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"((unsigned)__cvta_generic_to_shared(dst)), "l"(src) : "memory");
+#else
+    memcpy(dst, src, 4);
+#endif
+}
+__device__ __forceinline__ void att_cp16(void *dst, const void *src) {
+#if defined(__CUDA_ARCH__)
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"((unsigned)__cvta_generic_to_shared(dst)), "l"(src) : "memory");
+#else
+    memcpy(dst, src, 16);
+#endif
+}
+__device__ __forceinline__ void att_cp_wait(void) {
+#if defined(__CUDA_ARCH__)
+    asm volatile("cp.async.wait_all;" ::: "memory");
+#endif
+}
+
+/* The layout of k_att_scores_dec's dynamic shared memory (bytes): kf [ATT_KC][ld] fp32 rows | qf [ATT_DHG][ld] fp32 q
+ * rows | raw [ATT_KC][rb] stored rows, row r at offset (its address mod 16) so that its 16-byte lines stay lines |
+ * kp [ATT_KC] row addresses | red [ATT_DEC_CT / 32][ATT_DHG] (all of the kernel's shared memory is dynamic: the
+ * attribute cu_attention sets is the device's whole opt-in size, which leaves no room for static arrays). ld: D rounded up to 4, plus 4 (8 consecutive rows' float4 loads hit distinct banks). */
+struct att_dec_smem {
+    int ld, rb;
+    int64_t kf, qf, raw, kp, red, bytes;
+};
+static __host__ __device__ __forceinline__ att_dec_smem att_dec_smem_of(int D, int row_bytes) {
+    att_dec_smem m;
+    m.ld = (D + 3) / 4 * 4 + 4;
+    m.rb = (row_bytes + 15) / 16 * 16 + 16;
+    m.kf = 0;
+    m.qf = m.kf + (int64_t)4 * ATT_KC * m.ld;
+    m.raw = m.qf + (int64_t)4 * ATT_DHG * m.ld;
+    m.kp = m.raw + (int64_t)ATT_KC * m.rb;
+    m.red = m.kp + (int64_t)sizeof(void *) * ATT_KC;
+    m.bytes = m.red + (int64_t)sizeof(float) * (ATT_DEC_CT / 32) * ATT_DHG;
+    return m;
+}
+
+/* Line x (of 16 bytes, counted from the one holding its first byte) of a stored row [a, a + n) into shared memory at
+ * dst + (address - (a & ~15)): a whole line by one 16-byte copy, a line cut by the row's ends word by word and, in a
+ * word the row only partly covers, byte by byte (only bytes of the row are read). */
+__device__ __forceinline__ void att_copy_line(const uint8_t *a, int n, int x, uint8_t *dst) {
+    const uintptr_t base = (uintptr_t)a & ~(uintptr_t)15, lo = (uintptr_t)a, hi = (uintptr_t)a + (uintptr_t)n;
+    const uintptr_t l0 = base + 16 * (uintptr_t)x;
+    if (l0 >= hi) return;
+    if (l0 >= lo && l0 + 16 <= hi) {
+        att_cp16(dst + (l0 - base), (const void *)l0);
+        return;
+    }
+    for (uintptr_t w = l0; w < l0 + 16; w += 4) {
+        if (w >= lo && w + 4 <= hi) att_cp4(dst + (w - base), (const void *)w);
+        else
+            for (uintptr_t b = w; b < w + 4; b++)
+                if (b >= lo && b < hi) dst[b - base] = *(const uint8_t *)b;
+    }
+}
+
+/* Columns j .. j + 3 (j % 4 == 0; those past D give 0) of a stored row (shared memory) as fp32: kv_col's value of
+ * kv_col's bits, element by element, except an FP8 row's four E4M3 bytes under one scale, whose products
+ * e4m3 x scale come from dev_e4m3_times on the GPU (the same products, cu_common.cuh). */
+template <int F>
+__device__ __forceinline__ float4 att_decode4(const cu_kvlay &lay, const uint8_t *row, int j, int D) {
+    float v[4];
+    if (F == DSV4_KV_FP8 && j + 3 < lay.nope) {
+        const float s = dev_e8m0(row[lay.nope + j / 64]);   /* j .. j + 3 share a 64-column scale block */
+#if defined(__CUDA_ARCH__)
+        const uint32_t w = (uint32_t)row[j] | (uint32_t)row[j + 1] << 8 | (uint32_t)row[j + 2] << 16 | (uint32_t)row[j + 3] << 24;
+        dev_e4m3_times<4>(w, s, v);
+#else
+#pragma unroll
+        for (int k = 0; k < 4; k++) v[k] = dev_e4m3(row[j + k]) * s;
+#endif
+    } else {
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            const bool in = j + k < D;
+            const kv_col<F> col(lay, in ? j + k : 0);
+            v[k] = in ? col.value(col.bits(row)) : 0.0f;
+        }
+    }
+    return make_float4(v[0], v[1], v[2], v[3]);
+}
+
+template <int F>
+__global__ void __launch_bounds__(ATT_DEC_T, 1) k_att_scores_dec(att_args A, const float *q, int t0, int nch, int H, int D,
+                                                                 float *scratch) {
+    dev_grid_wait();
+    extern __shared__ __align__(16) unsigned char att_dec_smem_base[];
+    constexpr int NT = ATT_DEC_T, CT = ATT_DEC_CT, HB = ATT_DHG;
+    const att_dec_smem m = att_dec_smem_of(D, A.lay.bytes);
+    float (*red)[HB] = (float (*)[HB])(att_dec_smem_base + m.red);   /* [CT / 32][HB]: the computing warps' maxima */
+    float *kf = (float *)(att_dec_smem_base + m.kf), *qf = (float *)(att_dec_smem_base + m.qf);
+    uint8_t *raw = att_dec_smem_base + m.raw;
+    const uint8_t **kp = (const uint8_t **)(att_dec_smem_base + m.kp);
+    const int ld = m.ld, rb = m.rb;
+    const int slot = blockIdx.z, t = t0 + slot, c = blockIdx.x, hb = blockIdx.y * HB;
+    const int hn = H - hb < HB ? H - hb : HB;
+    const att_keys K = att_keys_of(A.pos[t], t, A.W, A.ratio, A.n_sel);
+    const int k0 = c * ATT_KC;
+    if (k0 >= K.nk) return;   /* the whole block: this query has fewer chunks */
+    const int nkc = K.nk - k0 < ATT_KC ? K.nk - k0 : ATT_KC;
+    const int item = A.item_of[t];
+    const cu_item it = A.items[item];
+    const cu_seq_layer L = A.sl[item];
+    for (int i = threadIdx.x; i < nkc; i += NT)
+        kp[i] = att_key_row(A.lay, K, k0 + i, it, L, A.kvs, A.ring_len, A.ratio, A.sel + (int64_t)t * A.topk);
+    /* q rows of the group (zeros past hn and past D), in flight while the row addresses are found */
+    const float *qt = q + ((int64_t)t * H + hb) * D;
+    const int nq = (D + 3) / 4;   /* float4s a row */
+    const bool q16 = D % 4 == 0 && (uintptr_t)qt % 16 == 0;
+    for (int e = threadIdx.x; e < HB * nq; e += NT) {
+        const int h = e / nq, j = 4 * (e % nq);
+        float *dst = qf + (int64_t)h * ld + j;
+        if (h < hn && q16) att_cp16(dst, qt + (int64_t)h * D + j);
+        else
+            for (int k = 0; k < 4; k++)
+                if (h < hn && j + k < D) att_cp4(dst + k, qt + (int64_t)h * D + j + k);
+                else dst[k] = 0.0f;
+    }
+    __syncthreads();   /* kp is written */
+    const int lines = A.lay.bytes / 16 + 2;   /* 16-byte lines a row touches, at most */
+    for (int e = threadIdx.x; e < nkc * lines; e += NT) {
+        const int r = e / lines;
+        att_copy_line(kp[r], A.lay.bytes, e % lines, raw + (int64_t)r * rb);
+    }
+    att_cp_wait();
+    __syncthreads();   /* every thread's copies have landed */
+    /* decode: float4 x of row r (rows past nkc: zeros); ld - 4 columns, those past D zeros */
+#pragma unroll 4
+    for (int e = threadIdx.x; e < ATT_KC * nq; e += NT) {
+        const int r = e / nq, j = 4 * (e % nq);
+        const uint8_t *row = raw + (int64_t)r * rb + ((uintptr_t)(r < nkc ? kp[r] : 0) & 15);
+        *(float4 *)&kf[(int64_t)r * ld + j] = r < nkc ? att_decode4<F>(A.lay, row, j, D) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    }
+    __syncthreads();
+    const att_scratch X = att_scratch_of(scratch, slot, nch, H, D);
+    if (threadIdx.x < CT) {   /* whole warps; the others only copied and decoded */
+        /* thread: keys kr + 8 a (a = 0, 1), heads hx + 4 b (b = 0, 1); the chains over the columns in order */
+        const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, kx = lane & 7, hx = lane >> 3, kr = 16 * w + kx;
+        float acc[2][2] = { { 0.0f, 0.0f }, { 0.0f, 0.0f } };
+        const float *k0p = kf + (int64_t)kr * ld, *k1p = k0p + 8 * ld, *q0p = qf + (int64_t)hx * ld, *q1p = q0p + 4 * ld;
+#pragma unroll 4
+        for (int j = 0; j < 4 * nq; j += 4) {   /* columns past D: zeros on both sides, as k_att_scores's */
+            const float4 k0v = *(const float4 *)(k0p + j), k1v = *(const float4 *)(k1p + j);
+            const float4 q0v = *(const float4 *)(q0p + j), q1v = *(const float4 *)(q1p + j);
+            acc[0][0] = fmaf(q0v.x, k0v.x, acc[0][0]); acc[0][1] = fmaf(q1v.x, k0v.x, acc[0][1]);
+            acc[1][0] = fmaf(q0v.x, k1v.x, acc[1][0]); acc[1][1] = fmaf(q1v.x, k1v.x, acc[1][1]);
+            acc[0][0] = fmaf(q0v.y, k0v.y, acc[0][0]); acc[0][1] = fmaf(q1v.y, k0v.y, acc[0][1]);
+            acc[1][0] = fmaf(q0v.y, k1v.y, acc[1][0]); acc[1][1] = fmaf(q1v.y, k1v.y, acc[1][1]);
+            acc[0][0] = fmaf(q0v.z, k0v.z, acc[0][0]); acc[0][1] = fmaf(q1v.z, k0v.z, acc[0][1]);
+            acc[1][0] = fmaf(q0v.z, k1v.z, acc[1][0]); acc[1][1] = fmaf(q1v.z, k1v.z, acc[1][1]);
+            acc[0][0] = fmaf(q0v.w, k0v.w, acc[0][0]); acc[0][1] = fmaf(q1v.w, k0v.w, acc[0][1]);
+            acc[1][0] = fmaf(q0v.w, k1v.w, acc[1][0]); acc[1][1] = fmaf(q1v.w, k1v.w, acc[1][1]);
+        }
+#if defined(ATT_DEC_BUG) && ATT_DEC_BUG == 1
+        if (kr == 5) acc[0][0] = fmaf(q0p[0], k0p[0], acc[0][0]);   /* deliberate: column 0 twice for key 5 of a chunk */
+#endif
+        const bool pad = D % ATT_SDS != 0;   /* k_att_scores's last slice ends with zero columns: one more fmaf(0, 0, acc) */
+        const float scale = 1.0f / sqrtf((float)D);
+#pragma unroll
+        for (int b = 0; b < 2; b++) {
+            const int h = hx + 4 * b;
+            float mx = -INFINITY;
+#pragma unroll
+            for (int a = 0; a < 2; a++) {
+                const int r = kr + 8 * a;
+                const float s = (pad ? fmaf(0.0f, 0.0f, acc[a][b]) : acc[a][b]) * scale;
+                if (r < nkc) {
+                    mx = fmaxf(mx, s);
+                    if (h < hn) X.S[((int64_t)c * H + hb + h) * ATT_KC + r] = s;
+                }
+            }
+            /* the 8 lanes kx of a head, then the CT / 32 warps: a max, exact in any order */
+            for (int off = 1; off < 8; off <<= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
+            if (kx == 0) red[w][h] = mx;
+        }
+    }
+    __syncthreads();
+    if (threadIdx.x < hn) {
+        float mx = red[0][threadIdx.x];
+        for (int ww = 1; ww < CT / 32; ww++) mx = fmaxf(mx, red[ww][threadIdx.x]);
+        X.cmax[(int64_t)c * H + hb + threadIdx.x] = mx;
+    }
+}
+
 /* ---- OFFICIAL mode on bf16 tensor cores (cu_attention's mma argument; DSV4_CUDA_ATT_MMA, cuda_model.c) --------------
  *
  * Why the products are exact: in OFFICIAL mode every number that enters these dots is a bf16 value — q (the unit
@@ -1112,17 +1334,53 @@ extern "C" int64_t cu_attention_scratch_floats(int T, int H, int D, int64_t max_
     return g * per;
 }
 
+/* Queries a launch of cu_attention: as many as the scratch holds, at most T and ATT_GROUP_MAX (< 1: none fits). */
+static int64_t att_group(int64_t scratch_floats, int64_t per_query, int T) {
+    int64_t g = scratch_floats / per_query;
+    if (g > T) g = T;
+    if (g > ATT_GROUP_MAX) g = ATT_GROUP_MAX;
+    return g;
+}
+
+/* Opts kernel k (k_att_scores_dec) into the device's whole shared memory a block, once it is known to need at most
+ * that (bytes); returns the device's SM count (a launch of at most that many blocks is one wave), or 0 where the
+ * kernel cannot run (then k_att_scores computes the same numbers). The attribute is the kernel's and a captured
+ * graph runs its launches later (cu_graph.h): it is always the device's largest, never this launch's. */
+template <typename K> static int att_dec_optin(K k, int64_t bytes) {
+    int dev = 0, optin = 0, sms = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || bytes > optin ||
+        cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, optin) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return 0;
+    }
+    return sms;
+}
+
+extern "C" int cu_attention_decode_launches(int official, int mma, cu_kvlay lay, int T, int H, int D, int max_keys, int64_t scratch_floats) {
+    if (T <= 0 || (official && (mma & CU_ATT_MMA)) || (mma & CU_ATT_NO_DEC)) return 0;
+    const int64_t nch = att_chunks(max_keys > 0 ? max_keys : 1);
+    const int64_t g = att_group(scratch_floats, att_query_floats(nch, H, D), T);
+    if (g < 1) return 0;
+    const int sms = lay.fmt == KV_F32 ? att_dec_optin(k_att_scores_dec<KV_F32>, att_dec_smem_of(D, lay.bytes).bytes)
+                  : lay.fmt == KV_BF16 ? att_dec_optin(k_att_scores_dec<KV_BF16>, att_dec_smem_of(D, lay.bytes).bytes)
+                  : att_dec_optin(k_att_scores_dec<DSV4_KV_FP8>, att_dec_smem_of(D, lay.bytes).bytes);
+    int launches = 0;
+    for (int t0 = 0; t0 < T; t0 += (int)g) {
+        const int64_t n = T - t0 < g ? T - t0 : g;
+        launches += sms && n * nch * ((H + ATT_DHG - 1) / ATT_DHG) <= sms;
+    }
+    return launches;
+}
+
 extern "C" int cu_attention(cu_stream st, int official, int mma, cu_kvlay lay, const float *q, const uint8_t *kvs, const int64_t *pos,
                             const int32_t *item_of, const cu_item *items, const cu_seq_layer *sl, int ring_len, int W, int ratio,
                             const int32_t *sel, const int32_t *n_sel, int topk, const float *sink, const float *freq, int T,
                             int H, int D, int R, int max_keys, float *scratch, int64_t scratch_floats, float *o) {
     if (T <= 0) return 0;
-    const int tc = official && mma;   /* EXACT mode keeps the fp32 path */
+    const int tc = official && (mma & CU_ATT_MMA);   /* EXACT mode keeps the fp32 path */
     const int64_t nch = att_chunks(max_keys > 0 ? max_keys : 1);
-    const int64_t per = att_query_floats(nch, H, D);
-    int64_t g = scratch_floats / per;
-    if (g > T) g = T;
-    if (g > ATT_GROUP_MAX) g = ATT_GROUP_MAX;
+    const int64_t g = att_group(scratch_floats, att_query_floats(nch, H, D), T);
     if (g < 1 || nch > INT32_MAX / ATT_KC) return -1;
     if (!(lay.fmt == KV_F32 || lay.fmt == KV_BF16 || (lay.fmt == DSV4_KV_FP8 && lay.kind != ROW_INDEX))) return -1;   /* no other row holds keys */
     const att_args A = { lay, kvs, pos, item_of, items, sl, sel, n_sel, ring_len, W, ratio, topk };
@@ -1137,6 +1395,12 @@ extern "C" int cu_attention(cu_stream st, int official, int mma, cu_kvlay lay, c
         : lay.fmt == KV_BF16 ? k_att_scores_mma<KV_BF16> : k_att_scores_mma<DSV4_KV_FP8>;
     void (*pv_mma)(att_args, int, int, int, int, float *) = lay.fmt == KV_F32 ? k_att_pv_mma<KV_F32>
         : lay.fmt == KV_BF16 ? k_att_pv_mma<KV_BF16> : k_att_pv_mma<DSV4_KV_FP8>;
+    void (*scores_dec)(att_args, const float *, int, int, int, int, float *) = lay.fmt == KV_F32 ? k_att_scores_dec<KV_F32>
+        : lay.fmt == KV_BF16 ? k_att_scores_dec<KV_BF16> : k_att_scores_dec<DSV4_KV_FP8>;
+    /* the decode kernel for a launch whose blocks fit in one wave (the same bits either way) */
+    const att_dec_smem dm = att_dec_smem_of(D, lay.bytes);
+    const int dec_sms = !tc && !(mma & CU_ATT_NO_DEC) ? att_dec_optin(scores_dec, dm.bytes) : 0;
+    const int64_t dec_per_query = nch * ((H + ATT_DHG - 1) / ATT_DHG);   /* blocks */
     cudaStream_t s = (cudaStream_t)st;
     const unsigned n_parts = (unsigned)((nch + ATT_PG - 1) / ATT_PG), n_ps = (unsigned)((D + ATT_PS - 1) / ATT_PS);
     const int kpp = tc ? ATT_KC * ATT_PG : ATT_KC;
@@ -1146,7 +1410,11 @@ extern "C" int cu_attention(cu_stream st, int official, int mma, cu_kvlay lay, c
             scores_mma<<<dim3((unsigned)((nch + ATT_SC - 1) / ATT_SC), n_hg, n), ATT_SC_T, 0, s>>>(A, q, t0, (int)nch, H, D, scratch);
             pv_mma<<<dim3(n_parts, n_hg * n_ps, n), ATT_PV_T, 0, s>>>(A, t0, (int)nch, H, D, scratch);
         } else {
-            scores<<<dim3((unsigned)nch, n_sg, n), 4 * ATT_SHG, 0, s>>>(A, q, t0, (int)nch, H, D, scratch);
+            if (dec_sms && (int64_t)n * dec_per_query <= dec_sms)
+                scores_dec<<<dim3((unsigned)nch, (unsigned)((H + ATT_DHG - 1) / ATT_DHG), n), ATT_DEC_T, (size_t)dm.bytes, s>>>(A, q, t0, (int)nch, H, D,
+                                                                                                                    scratch);
+            else
+                scores<<<dim3((unsigned)nch, n_sg, n), 4 * ATT_SHG, 0, s>>>(A, q, t0, (int)nch, H, D, scratch);
             pv<<<dim3((unsigned)nch, n_pg * n_sl, n), 4 * ATT_PHG, 0, s>>>(official, A, t0, (int)nch, H, D, scratch);
         }
         k_att_combine<<<dim3((unsigned)H, n), ATT_COMBINE_T, sizeof(float) * (size_t)D, s>>>(official, pos, n_sel, W, ratio, sink,
@@ -1191,6 +1459,11 @@ extern "C" int cu_attention(cu_stream st, int official, int mma, cu_kvlay lay, c
 extern "C" int64_t cu_attention_scratch_floats(int T, int H, int D, int64_t max_keys) {
     (void)T; (void)H; (void)D; (void)max_keys;
     return 1;
+}
+
+extern "C" int cu_attention_decode_launches(int official, int mma, cu_kvlay lay, int T, int H, int D, int max_keys, int64_t scratch_floats) {
+    (void)official; (void)mma; (void)lay; (void)T; (void)H; (void)D; (void)max_keys; (void)scratch_floats;
+    return 0;
 }
 #endif
 

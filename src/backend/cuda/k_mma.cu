@@ -40,6 +40,7 @@
  * of the products inside one MMA is fixed too. */
 #include "backend/cuda/cu_common.cuh"
 #include "backend/cuda/cu_mma.h"
+#include "backend/cuda/cu_mma_frag.cuh"   /* mma_e4m3, prmt, e2m1x4_e4m3 */
 #include "backend/cuda/cu_mma_gemm.h"
 #include "backend/cuda/cu_mma_stream.h"
 #include "backend/cuda/cu_quant.cuh"
@@ -60,22 +61,6 @@ extern "C" {
 
 /* ---- PTX (tools/gpu/shim/shim_mma.sh replaces this section by C++ of the same definitions) ---- */
 
-/* D = A B + C on one m16n8k32 tile (fragments as above). */
-__device__ __forceinline__ void mma_e4m3(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
-                                         uint32_t b1) {
-    asm("mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-
-/* prmt.b32 in its generic form: byte k of the result is byte (c >> 4k) & 7 of {b, a} (a = bytes 0..3), or that
- * byte's sign bit replicated when bit 3 of the selector nibble is set. */
-__device__ __forceinline__ uint32_t prmt(uint32_t a, uint32_t b, uint32_t c) {
-    uint32_t d;
-    asm("prmt.b32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
-    return d;
-}
-
 /* 16 bytes of a weight that is read once (a decode step streams it): not kept in L1, and L2 asked to fetch the
  * 256-byte span around it (the block's four warps read four consecutive 64-byte chunks of each FP4 row at once).
  * Read-only for the whole kernel (.nc). p 16-byte aligned. */
@@ -95,17 +80,6 @@ __device__ __forceinline__ uint32_t ld_nc32(const uint8_t *p) {
 }
 
 /* ---- end of PTX ---- */
-
-/* The four E2M1 codes in bits 0..15 of v (code k in bits 4k..4k+3) as four E4M3 bytes (byte k), exactly: every
- * E2M1 value is an E4M3 value. Magnitudes 0, .5, 1, 1.5, 2, 3, 4, 6 are the E4M3 bytes 0x00, 0x30, 0x38, 0x3C,
- * 0x40, 0x44, 0x48, 0x4C (exponent field e + 6 for E2M1's e >= 1, mantissa bit m -> 0x04; 0.5 = 2^-1 -> 0x30),
- * looked up by prmt from the magnitude bits; the sign: prmt on bytes 0x80 with the code as selector gives 0x80 for
- * a positive code and 0xFF (sign replicated) for a negative one, whose bit 6 moved to bit 7 is the sign bit. */
-__device__ __forceinline__ uint32_t e2m1x4_e4m3(uint32_t v) {
-    const uint32_t mag = prmt(0x3C383000u, 0x4C484440u, v & 0x7777u);
-    const uint32_t neg = prmt(0x80808080u, 0x80808080u, v & 0xffffu);
-    return mag | ((neg << 1) & 0x80808080u);
-}
 
 __device__ __forceinline__ uint4 ld16(const uint8_t *p) { return *(const uint4 *)p; }
 

@@ -23,7 +23,7 @@ kvrow = open(cu + "/cu_kvrow.cuh").read()
 rope = open(cu + "/cu_rope.cuh").read()
 out = ['#include "cuda_shim.h"', '#include "backend/cuda/cu_kernels.h"', '#include "dsv4.h"',
        '#define KV_F32 DSV4_KV_F32', '#define KV_BF16 DSV4_KV_BF16', '#define ROW_INDEX 1',
-       'static float shim_dyn_smem[1 << 18];']
+       'alignas(16) static float shim_dyn_smem[1 << 18];']
 a = common.index("/* ---- number formats"); b = common.index("/* ---- reductions")
 out.append(common[a:b])
 a = rope.index("__device__ __forceinline__ void rope_pair"); b = rope.rindex("#endif")
@@ -33,11 +33,14 @@ out.append(kvrow[a:])   # kv_bits, kv_value, kv_elem and fma_tile4x4
 a = src.index("#if ATT_CHUNKED\n"); b = src.index("#endif", src.index('extern "C" int cu_attention(cu_stream st', a))
 chunk = src[a + len("#if ATT_CHUNKED\n"):b]
 chunk = chunk.replace("extern __shared__ float out_s[];", "float *out_s = shim_dyn_smem;")
+chunk = chunk.replace("extern __shared__ __align__(16) unsigned char att_dec_smem_base[];",
+                      "unsigned char *att_dec_smem_base = (unsigned char *)shim_dyn_smem;\n"
+                      "    if (threadIdx.x == 0) shim_poison(shim_dyn_smem, sizeof(float) << 16);")
 # poison every static shared array before each block (thread 0 reaches its declarations first)
 chunk = poison_shared(chunk)
 n0 = chunk.count("<<<")
 chunk, _ = launches(chunk)
-assert n0 == 5 and "<<<" not in chunk, n0
+assert n0 == (6 if 'k_att_scores_dec' in chunk else 5) and "<<<" not in chunk, n0
 out.append(chunk)
 open(sys.argv[1], "w").write("\n".join(out))
 PY

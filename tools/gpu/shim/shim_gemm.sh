@@ -2,8 +2,8 @@
 # Runs tests/gpu/test_gpu_gemm.c on the CPU against the very source of the FP8/FP4 tensor-core linears: the large-T
 # GEMM (k_mma_gemm.cu) and the small-tile kernels it must match bit for bit (k_mma.cu), through
 # tools/gpu/shim/cuda_shim.h, every GPU thread a fiber. The inline assembly is replaced by C++ of the same
-# definitions: mma.m16n8k32 .e4m3 from the PTX ISA's fragment layout (below, written from the ISA, not from the
-# kernels), prmt by its definition, cp.async as a plain copy (or zero fill) done at once, its groups' waits as
+# definitions: mma.m16n8k32 .e4m3 from the PTX ISA's fragment layout and prmt by its definition (shim_frag.h,
+# written from the ISA, not from the kernels), cp.async as a plain copy (or zero fill) done at once, its groups' waits as
 # no-ops. Checks the stage layout, the fragment loads, the chunk walk and the fold order of the GEMM against the
 # small-tile kernels' order without a GPU; the pipelining itself (a buffer refilled while a warp still reads it)
 # and the instructions are checked only on the GPU (the same test there). Needs `make` (build/libdsv4.a). ~1 min.
@@ -37,7 +37,7 @@ quant = open("src/backend/cuda/cu_quant.cuh").read()
 frag = open("src/backend/cuda/cu_mma_frag.cuh").read()
 mma = open("src/backend/cuda/k_mma.cu").read()
 gemm = open("src/backend/cuda/k_mma_gemm.cu").read()
-out = ['#include "cuda_shim.h"', '#include <algorithm>', '#include <climits>', 'using std::min;',
+out = ['#include "cuda_shim.h"', '#include "shim_frag.h"', '#include <algorithm>', '#include <climits>', 'using std::min;',
        'extern "C" {', '#include "util/error.h"', '}', '#include "backend/cuda/cu_mma.h"', '#include "backend/cuda/cu_mma_gemm.h"',
        '#include "backend/cuda/cu_mma_stream.h"', '#include "model/expert_place.h"', '#include "model/e2m1_f16.h"', '#include "dsv4.h"',
        'static inline int cu_blocks(int64_t n, int per) { return (int)((n + per - 1) / per); }',
@@ -52,71 +52,12 @@ out.append(common[a:b])
 a = quant.index("/* The scale of one block"); b = quant.rindex("#endif")
 out.append(quant[a:b])
 out.append(r'''
-/* E4M3 from the format's definition: sign, 4 exponent bits (bias 7), 3 mantissa bits, exponent 0 subnormal
- * m 2^-9, S.1111.111 NaN. */
-static double shim_e4m3_value(uint8_t b) {
-    const int e = (b >> 3) & 15, m = b & 7;
-    const double v = e == 15 && m == 7 ? NAN : e == 0 ? ldexp(m, -9) : ldexp(8 + m, e - 10);
-    return b & 0x80 ? -v : v;
-}
-/* mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32, D = A B + C (PTX ISA, "Matrix Fragments for mma.m16n8k32"):
- * lane = 4 g + q, byte i of a register = element i; A[g][4q + i] in a0, A[g + 8][4q + i] in a1, A[g][16 + 4q + i]
- * in a2, A[g + 8][16 + 4q + i] in a3; B[4q + i][g] in b0, B[16 + 4q + i][g] in b1; D[g][2q + e] in d_e,
- * D[g + 8][2q + e] in d_(2 + e). Each element: its C plus its 32 products, summed in double (exact: products of
- * E4M3 values span fewer than 50 bits) and rounded once. Every lane of the warp calls it. */
-static void mma_e4m3(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0, uint32_t b1) {
-    uint64_t lo[32], hi[32], bv[32], cv0[32], cv1[32];
-    memcpy(lo, shim_warp_exchange(a0 | (uint64_t)a1 << 32), sizeof lo);
-    memcpy(hi, shim_warp_exchange(a2 | (uint64_t)a3 << 32), sizeof hi);
-    memcpy(bv, shim_warp_exchange(b0 | (uint64_t)b1 << 32), sizeof bv);
-    memcpy(cv0, shim_warp_exchange(__float_as_uint(d[0]) | (uint64_t)__float_as_uint(d[1]) << 32), sizeof cv0);
-    memcpy(cv1, shim_warp_exchange(__float_as_uint(d[2]) | (uint64_t)__float_as_uint(d[3]) << 32), sizeof cv1);
-    uint8_t A[16][32], B[32][8];
-    float C[16][8];
-    for (int L = 0; L < 32; L++) {
-        const int g = L >> 2, q = L & 3;
-        for (int i = 0; i < 4; i++) {
-            A[g][4 * q + i] = (uint8_t)(lo[L] >> (8 * i));
-            A[g + 8][4 * q + i] = (uint8_t)(lo[L] >> (32 + 8 * i));
-            A[g][16 + 4 * q + i] = (uint8_t)(hi[L] >> (8 * i));
-            A[g + 8][16 + 4 * q + i] = (uint8_t)(hi[L] >> (32 + 8 * i));
-            B[4 * q + i][g] = (uint8_t)(bv[L] >> (8 * i));
-            B[16 + 4 * q + i][g] = (uint8_t)(bv[L] >> (32 + 8 * i));
-        }
-        for (int e = 0; e < 2; e++) {
-            C[g][2 * q + e] = __uint_as_float((uint32_t)(cv0[L] >> (32 * e)));
-            C[g + 8][2 * q + e] = __uint_as_float((uint32_t)(cv1[L] >> (32 * e)));
-        }
-    }
-    const int g = (int)shim_lane() >> 2, q = (int)shim_lane() & 3;
-    for (int e = 0; e < 4; e++) {
-        const int row = g + 8 * (e >> 1), col = 2 * q + (e & 1);
-        double s = C[row][col];
-        for (int k = 0; k < 32; k++) s += shim_e4m3_value(A[row][k]) * shim_e4m3_value(B[k][col]);
-        d[e] = (float)s;
-    }
-}
-/* prmt.b32, generic form: byte k of the result is byte (c >> 4k) & 7 of {b, a} (a = bytes 0..3), or that byte's
- * sign bit replicated when bit 3 of the selector nibble is set. */
-static inline uint32_t prmt(uint32_t a, uint32_t b, uint32_t c) {
-    const uint64_t ab = a | (uint64_t)b << 32;
-    uint32_t d = 0;
-    for (int k = 0; k < 4; k++) {
-        const unsigned sel = (c >> (4 * k)) & 15;
-        uint32_t byte = (uint32_t)(ab >> (8 * (sel & 7))) & 0xff;
-        if (sel & 8) byte = byte & 0x80 ? 0xff : 0;
-        d |= byte << (8 * k);
-    }
-    return d;
-}
 static inline void cp_async16(void *dst, const void *src, int bytes) {
     if ((uintptr_t)dst % 16 || (uintptr_t)src % 16) { fprintf(stderr, "shim: cp_async16 %p <- %p: not 16-byte aligned\n", dst, src); abort(); }
     if (bytes) memcpy(dst, src, 16); else memset(dst, 0, 16);
 }
 static inline void cp_async_commit(void) {}
 template <int n> static inline void cp_async_wait(void) {}
-static inline uint4 ld_stream16(const uint8_t *p) { return *(const uint4 *)p; }
-static inline uint32_t ld_nc32(const uint8_t *p) { return *(const uint32_t *)p; }
 ''')
 
 def kernels(text, poison):
@@ -137,9 +78,8 @@ a = mma.index("#define MMA_PARTS"); b = mma.index("/* dev_f32_to_e4m3 (the build
 body = mma[a:b]
 a = mma.index('extern "C" int cu_mma_pack_act')
 body += mma[a:]
-if "uint32_t e2m1x4_e4m3(" not in body:   # k_mma.cu without its own copy: the header's
-    a = frag.index("/* ---- end of PTX"); b = frag.rindex("#endif")
-    out.append(frag[a:b])
+a = frag.index("/* ---- end of PTX"); b = frag.rindex("#endif")
+out.append(frag[a:b])   # e2m1x4_e4m3 (both kernels include cu_mma_frag.cuh; its PTX is shim_frag.h's C++)
 # k_mma.cu's static reduction array is declared after its chunk loop, which its four warps leave at different
 # times (partials of unequal length): poisoning it there would hit what the earlier warps already wrote
 out.append(kernels(body, False))

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs tests/gpu/test_gpu_mma.c on the CPU against the very source of the FP8/FP4 tensor-core linears (k_mma.cu: its
 # kernels and launchers, the plain and the expert one) through tools/gpu/shim/cuda_shim.h: the fragment layouts of
-# mma.m16n8k32 .e4m3 as the PTX ISA defines them (shim_mma_e4m3 in shim_mma.h), prmt by its definition, every GPU
+# mma.m16n8k32 .e4m3 as the PTX ISA defines them and prmt by its definition (shim_frag.h), every GPU
 # thread a fiber. Checks the kernels' loads, k maps, tiles, the FP4 vector loads' quad transposes against the
 # word-wise loads (memcmp), the expert tiles against the plain linear (memcmp), and the partial-sum order without a
 # GPU; the PTX section is replaced by C++ of the same definitions, so the instructions themselves are checked only
@@ -19,7 +19,7 @@ from shim_src import poison_shared, launches
 src = open("src/backend/cuda/k_mma.cu").read()
 common = open("src/backend/cuda/cu_common.cuh").read()
 quant = open("src/backend/cuda/cu_quant.cuh").read()
-out = ['#include "cuda_shim.h"', '#include "shim_mma.h"', '#include <algorithm>', '#include <climits>', 'using std::min;',
+out = ['#include "cuda_shim.h"', '#include "shim_frag.h"', '#include <algorithm>', '#include <climits>', 'using std::min;',
        'extern "C" {', '#include "util/error.h"', '}', '#include "backend/cuda/cu_mma.h"', '#include "backend/cuda/cu_mma_gemm.h"', '#include "backend/cuda/cu_mma_stream.h"', '#include "model/expert_place.h"',
        '#include "model/e2m1_f16.h"', '#include "dsv4.h"',
        'static inline int cu_blocks(int64_t n, int per) { return (int)((n + per - 1) / per); }']
@@ -29,32 +29,9 @@ a = quant.index("/* The scale of one block"); b = quant.rindex("#endif")
 out.append(quant[a:b])
 a = src.index("#define MMA_PARTS"); b = src.index("/* ---- PTX")
 out.append(src[a:b])   # the split and the bug switch
-out.append('''
-static inline void mma_e4m3(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0, uint32_t b1) {
-    shim_mma_e4m3(d, a0, a1, a2, a3, b0, b1);
-}
-/* prmt.b32, generic form (PTX ISA): byte k of the result is byte (c >> 4k) & 7 of the 8 bytes {b, a} (a = bytes
- * 0..3), or that byte's sign bit replicated when bit 3 of the selector nibble is set. */
-static inline uint32_t prmt(uint32_t a, uint32_t b, uint32_t c) {
-    const uint64_t ab = a | (uint64_t)b << 32;
-    uint32_t d = 0;
-    for (int k = 0; k < 4; k++) {
-        const unsigned sel = (c >> (4 * k)) & 15;
-        uint32_t byte = (uint32_t)(ab >> (8 * (sel & 7))) & 0xff;
-        if (sel & 8) byte = byte & 0x80 ? 0xff : 0;
-        d |= byte << (8 * k);
-    }
-    return d;
-}
-static inline uint4 ld_stream16(const uint8_t *p) {
-    if ((uintptr_t)p & 15) { fprintf(stderr, "shim: ld_stream16 at %p: not 16-byte aligned\\n", (const void *)p); abort(); }
-    return *(const uint4 *)p;
-}
-static inline uint32_t ld_nc32(const uint8_t *p) {
-    if ((uintptr_t)p & 3) { fprintf(stderr, "shim: ld_nc32 at %p: not 4-byte aligned\\n", (const void *)p); abort(); }
-    return *(const uint32_t *)p;
-}
-''')
+frag = open("src/backend/cuda/cu_mma_frag.cuh").read()
+a = frag.index("/* ---- end of PTX"); b = frag.rindex("#endif")
+out.append(frag[a:b])   # e2m1x4_e4m3 (k_mma.cu includes the header; its PTX is shim_frag.h's C++)
 a = src.index("/* ---- end of PTX"); b = src.index("/* dev_f32_to_e4m3 (the build's) against")
 body = src[a:b]
 a = src.index('extern "C" int cu_mma_pack_act')
