@@ -42,10 +42,6 @@ out = ['#include "cuda_shim.h"', '#include "shim_frag.h"', '#include <algorithm>
        '#include "backend/cuda/cu_mma_stream.h"', '#include "model/expert_place.h"', '#include "model/e2m1_f16.h"', '#include "dsv4.h"',
        'static inline int cu_blocks(int64_t n, int per) { return (int)((n + per - 1) / per); }',
        'static unsigned char shim_dyn_smem[256 * 1024] __attribute__((aligned(16)));',
-       'enum { cudaSuccess = 0, cudaFuncAttributeMaxDynamicSharedMemorySize = 8 };',
-       'template <typename F> static int cudaFuncSetAttribute(F, int, int) { return cudaSuccess; }',
-       'static inline int cudaGetLastError(void) { return cudaSuccess; }',
-       'static inline int cudaGetDevice(int *d) { *d = 0; return cudaSuccess; }',
        'static inline void __trap(void) { fprintf(stderr, "shim: __trap\\n"); abort(); }']
 a = common.index("/* ---- number formats"); b = common.index("/* ---- weights")
 out.append(common[a:b])

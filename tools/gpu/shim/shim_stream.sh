@@ -48,12 +48,9 @@ out = ['#include "cuda_shim.h"', '#include "shim_frag.h"', '#include <algorithm>
        '#include "backend/cuda/cu_mma_stream.h"', '#include "model/expert_place.h"', '#include "model/e2m1_f16.h"', '#include "dsv4.h"',
        'static inline int cu_blocks(int64_t n, int per) { return (int)((n + per - 1) / per); }',
        'static unsigned char shim_dyn_smem[256 * 1024] __attribute__((aligned(16)));',
-       'enum { cudaSuccess = 0, cudaFuncAttributeMaxDynamicSharedMemorySize = 8, cudaDevAttrMultiProcessorCount = 16 };',
-       'template <typename F> static int cudaFuncSetAttribute(F, int, int) { return cudaSuccess; }',
-       'static inline int cudaGetLastError(void) { return cudaSuccess; }',
-       'static inline int cudaGetDevice(int *d) { *d = 0; return cudaSuccess; }',
-       'static inline int cudaDeviceGetAttribute(int *v, int, int) { const char *e = getenv("SHIM_SMS"); *v = e ? atoi(e) : 2; return cudaSuccess; }',
-       'template <typename F> static int cudaOccupancyMaxActiveBlocksPerMultiprocessor(int *n, F, int, size_t) { *n = 2; return cudaSuccess; }']
+       # cuda_shim.h has the opt-in calls; the streaming launcher's device query is renamed (below) to this one
+       'static inline cudaError_t shim_stream_sms(int *v, cudaDeviceAttr, int) { const char *e = getenv("SHIM_SMS"); *v = e ? atoi(e) : 2; return cudaSuccess; }',
+       'template <typename F> static cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(int *n, F, int, size_t) { *n = 2; return cudaSuccess; }']
 a = common.index("/* ---- number formats"); b = common.index("/* ---- weights")
 out.append(common[a:b])
 a = quant.index("/* The scale of one block"); b = quant.rindex("#endif")
@@ -124,6 +121,7 @@ a = stream.index("#define ST_WARPS")
 st = stream[a:]
 a = st.index("/* ---- PTX"); b = st.index("/* ---- end of PTX")
 st = st[:a] + st[b:]
+st = st.replace("cudaDeviceGetAttribute(", "shim_stream_sms(")   # SHIM_SMS multiprocessors, not cuda_shim.h's 132
 out.append(kernels(st, True))
 out.append('extern "C" long shim_stream_copies(void) { return shim_cp_count; }')
 open(sys.argv[1], "w").write("\n".join(out))
