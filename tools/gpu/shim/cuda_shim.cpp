@@ -19,6 +19,8 @@ std::vector<warp_state> warps;
 unsigned current, n_threads, bar_count, bar_gen;
 unsigned named_count[16], named_gen[16];   /* bar.sync 1..15 */
 unsigned long progress;   /* arrivals at barriers and ends: a round without any is a deadlock */
+static unsigned long block_serial;   /* blocks started since the process began */
+unsigned long shim_block_serial(void) { return block_serial; }
 const std::function<void()> *body;
 
 void entry(void) {
@@ -129,6 +131,7 @@ void shim_launch(dim3 grid, dim3 block, const std::function<void()> &f) {
         for (unsigned y = 0; y < grid.y; y++)
             for (unsigned x = 0; x < grid.x; x++) {
                 blockIdx = dim3(x, y, z);
+                block_serial++;
                 bar_count = bar_gen = 0;
                 memset(named_count, 0, sizeof named_count);
                 for (auto &w : warps) w.count = w.gen = 0;

@@ -129,6 +129,19 @@ template <typename T> static inline T atomicAnd(T *p, T v) { T o = *p; *p = o & 
 /* Runs kernel body f over the grid, block by block (blockDim.x a multiple of 32). */
 void shim_launch(dim3 grid, dim3 block, const std::function<void()> &f);
 void shim_poison(void *p, size_t n);
+/* A number for the block now running, new for every block of every launch: a kernel that reaches its shared-memory
+ * declaration more than once (a device function called per tile) poisons it once per block with it. */
+unsigned long shim_block_serial(void);
+/* The dynamic shared memory's poison for the block now running, made by thread 0 the first time it passes (thread 0
+ * runs first in a block's first round, before any thread can have written it; a second pass, a later tile of the
+ * same block, finds it in use by the other warps). */
+static inline void shim_poison_block(void *p, size_t n) {
+    static unsigned long done = ~0ul;
+    if (threadIdx.x == 0 && done != shim_block_serial()) {
+        shim_poison(p, n);
+        done = shim_block_serial();
+    }
+}
 /* mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 for the calling thread's warp, from the PTX ISA's fragment
  * layout (k_attention.cu states it): each lane's registers meet through block-wide arrays between barriers, so
  * every thread of the block must call it the same number of times (the kernels do). Each output element is its

@@ -59,10 +59,10 @@ template <int n> static inline void cp_async_wait(void) {}
 def kernels(text, poison):
     text = strip_asm(text)
     text = re.sub(r"^#include.*$", "", text, flags=re.M)
-    # the dynamic shared memory, poisoned by thread 0 before any thread of the block can have written it (the
-    # declaration comes before the kernel's first barrier: thread 0 runs first in the first round)
+    # the dynamic shared memory, poisoned once a block by thread 0 before any thread can have written it
+    # (shim_poison_block: gemm_block declares it once a tile, and a block of experts runs several tiles)
     text = re.sub(r"extern __shared__ [^;]*?(\w+)\[\];",
-                  r"uint8_t *\1 = shim_dyn_smem; if (threadIdx.x == 0) shim_poison(shim_dyn_smem, sizeof shim_dyn_smem);", text)
+                  r"uint8_t *\1 = shim_dyn_smem; shim_poison_block(shim_dyn_smem, sizeof shim_dyn_smem);", text)
     if poison:
         text = poison_shared(text)
     n0 = text.count("<<<")

@@ -91,7 +91,7 @@ def kernels(text, poison):
     text = strip_asm(text)
     text = re.sub(r"^#include.*$", "", text, flags=re.M)
     text = re.sub(r"extern __shared__ [^;]*?(\w+)\[\];",
-                  r"uint8_t *\1 = shim_dyn_smem; if (threadIdx.x == 0) shim_poison(shim_dyn_smem, sizeof shim_dyn_smem);", text)
+                  r"uint8_t *\1 = shim_dyn_smem; shim_poison_block(shim_dyn_smem, sizeof shim_dyn_smem);", text)
     if poison:
         text = poison_shared(text)
     n0 = text.count("<<<")
