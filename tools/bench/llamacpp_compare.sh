@@ -1,0 +1,186 @@
+#!/usr/bin/env bash
+# dsv4 vs llama.cpp on the CPU, the same weights, back to back (issue 17's comparison, reproducible).
+#
+# What it does, each step skipped when its output exists:
+#   1. ik_llama.cpp (the CPU-focused llama.cpp fork with DeepSeek V4 support) extracted from a bare git mirror into
+#      $IK_DIR, OUTSIDE this repository (third-party code never enters dsv4), and built CPU-only: cmake Release,
+#      -DGGML_NATIVE=ON, -DGGML_CUDA=OFF, targets llama-bench + libllama, -j$JOBS; plus our token-id driver
+#      tools/bench/llamacpp_logits.cpp linked against it.
+#   2. the flash-2g synthetic checkpoint (V4-Flash's structure at hidden 2048, 8 layers, 64 experts, official
+#      format: FP8 linears, FP4 experts) written by `dsv4 bench --synthetic flash-2g` to /tmp.
+#   3. the GGUF by tools/bench/v4_to_gguf.py (numpy only): FP8 -> Q8_0, FP4 -> MXFP4 (lossless repack), BF16 kept.
+#   4. a correctness check: the same 16 token ids through `dsv4 logits` (exact and official modes) and through
+#      llamacpp_logits; per-position argmax agreement, logit correlation, and 8 greedy tokens of each.
+#   5. bytes read per decoded token for the GGUF (non-expert tensors + one embedding row + 6/64 of each routed
+#      expert tensor, dsv4's own rule) next to the count dsv4 bench prints.
+#   6. $ROUNDS alternating rounds: dsv4 bench official, dsv4 bench exact, llama-bench with each of $LB_CONFIGS;
+#      128-token prefill and decode (32 tokens after the 128-token prompt: llama-bench -p 128 -gp 128,32) at
+#      $THREADS threads; then a table of best-of-rounds (and the spread) and the ratios against the targets
+#      (decode >= 1.3x llama.cpp, prefill >= 1.5x).
+#
+# Usage (from the repository root, after `make`):
+#   tools/bench/llamacpp_compare.sh                 # everything, 3 rounds
+#   ROUNDS=5 THREADS=2 tools/bench/llamacpp_compare.sh
+#   SKIP_CHECK=1 tools/bench/llamacpp_compare.sh    # timings only
+# Environment: IK_MIRROR (bare git dir, default /work/.mirror/ikawrakow+ik_llama.cpp/repo), IK_DIR (default
+# /work/ikllama), DATA (GGUF and logs, default /work/llamacpp-data), PYTHON (with numpy, default /usr/bin/python3),
+# LB_CONFIGS (space-separated llama-bench option sets, commas for spaces inside one: default "-fa,1 -fa,0").
+# Needs: cmake, g++, python3 with numpy, ~2.4 GB in /tmp and ~2.4 GB in $DATA.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+ROOT=$PWD
+IK_MIRROR=${IK_MIRROR:-/work/.mirror/ikawrakow+ik_llama.cpp/repo}
+IK_DIR=${IK_DIR:-/work/ikllama}
+DATA=${DATA:-/work/llamacpp-data}
+PYTHON=${PYTHON:-/usr/bin/python3}
+ROUNDS=${ROUNDS:-3}
+THREADS=${THREADS:-2}
+JOBS=${JOBS:-2}
+LB_CONFIGS=${LB_CONFIGS:-"-fa,1 -fa,0"}
+CKPT=/tmp/dsv4-synthetic-flash-2g
+GGUF=$DATA/flash-2g.gguf
+DSV4=$ROOT/build/dsv4
+mkdir -p "$DATA"
+log() { printf '[compare %s] %s\n' "$(date -u +%H:%M:%S)" "$*" >&2; }
+
+# ---- 1. ik_llama.cpp
+case "$IK_DIR" in "$ROOT"/*) echo "IK_DIR must lie outside the repository" >&2; exit 1;; esac
+if [ ! -f "$IK_DIR/CMakeLists.txt" ]; then
+    log "extracting ik_llama.cpp from $IK_MIRROR into $IK_DIR"
+    mkdir -p "$IK_DIR"
+    # checkout-index, not git archive: a partial mirror may lack a few large blobs (web UI, vocab test files),
+    # which archive refuses and checkout-index skips with a warning
+    idx=$(mktemp -d)
+    GIT_DIR=$IK_MIRROR GIT_INDEX_FILE=$idx/index git read-tree HEAD
+    GIT_DIR=$IK_MIRROR GIT_INDEX_FILE=$idx/index git checkout-index -a --prefix="$IK_DIR/" 2>/dev/null || true
+    rm -rf "$idx"
+    git --git-dir="$IK_MIRROR" rev-parse HEAD > "$IK_DIR/.commit"
+fi
+if [ ! -x "$IK_DIR/build/bin/llama-bench" ]; then
+    log "building ik_llama.cpp (CPU only, -j$JOBS; long on 2 cores)"
+    cmake -S "$IK_DIR" -B "$IK_DIR/build" -DGGML_CUDA=OFF -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON \
+          -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF > "$DATA/ik_cmake.log"
+    cmake --build "$IK_DIR/build" -j"$JOBS" --target llama-bench llama > "$DATA/ik_build.log" 2>&1
+fi
+LOGITS_BIN=$IK_DIR/build/bin/llamacpp_logits
+if [ ! -x "$LOGITS_BIN" ] || [ tools/bench/llamacpp_logits.cpp -nt "$LOGITS_BIN" ]; then
+    log "building llamacpp_logits"
+    g++ -O2 -std=c++17 -I"$IK_DIR/include" -I"$IK_DIR/ggml/include" tools/bench/llamacpp_logits.cpp \
+        -L"$IK_DIR/build/src" -L"$IK_DIR/build/ggml/src" -lllama -lggml -Wl,-rpath,"$IK_DIR/build/src:$IK_DIR/build/ggml/src" \
+        -lpthread -o "$LOGITS_BIN"
+fi
+IK_COMMIT=$(cat "$IK_DIR/.commit" 2>/dev/null || git --git-dir="$IK_MIRROR" rev-parse HEAD)
+
+# ---- 2. dsv4 and the checkpoint
+[ -x "$DSV4" ] || make -j"$JOBS" build/dsv4
+if [ ! -f "$CKPT/model.safetensors.index.json" ]; then
+    log "writing the flash-2g checkpoint (a short bench run)"
+    "$DSV4" bench --synthetic flash-2g --prompt 4 --decode 1 --no-bandwidth --threads "$THREADS" > /dev/null
+fi
+
+# ---- 3. the GGUF
+if [ ! -f "$GGUF" ] || [ "$CKPT/config.json" -nt "$GGUF" ]; then
+    log "converting to $GGUF"
+    "$PYTHON" tools/bench/v4_to_gguf.py --gguf-py "$IK_DIR/gguf-py" "$CKPT" "$GGUF.tmp"
+    mv "$GGUF.tmp" "$GGUF"
+fi
+
+# ---- 4. correctness: same ids, both engines
+if [ -z "${SKIP_CHECK:-}" ]; then
+    IDS=$("$PYTHON" -c "import random; r=random.Random(17); print(','.join(str(r.randrange(2,32768)) for _ in range(16)))")
+    log "correctness check on 16 token ids"
+    for mode in exact official; do
+        "$DSV4" logits -m "$CKPT" --tokens "$IDS" --out "$DATA/dsv4_$mode.npy" --mode "$mode" --threads "$THREADS" > /dev/null 2>&1
+        "$DSV4" generate -m "$CKPT" --tokens "$IDS" -n 8 --mode "$mode" --threads "$THREADS" 2>/dev/null | tr ',' ' ' > "$DATA/dsv4_$mode.greedy"
+    done
+    "$LOGITS_BIN" "$GGUF" "$IDS" "$DATA/llamacpp.npy" 8 "$THREADS" 1 > "$DATA/llamacpp.check" 2> "$DATA/llamacpp.check.log"
+    grep -E "n_layer|n_expert|n_expert_used|type +[a-z0-9_]+:" "$DATA/llamacpp.check.log" | sed 's/^/  llama.cpp load: /' || true
+    "$PYTHON" - "$DATA" <<'EOF'
+import sys, numpy as np
+d = sys.argv[1]
+ll = np.load(f"{d}/llamacpp.npy")
+lg = open(f"{d}/llamacpp.check").read().split("greedy:")[1].split()
+ref = {m: np.load(f"{d}/dsv4_{m}.npy") for m in ("exact", "official")}
+print(f"correctness (16 positions, vocab {ll.shape[1]}):")
+pairs = [("dsv4 exact", ref["exact"], "dsv4 official", ref["official"]),
+         ("dsv4 exact", ref["exact"], "llama.cpp", ll), ("dsv4 official", ref["official"], "llama.cpp", ll)]
+for na, a, nb, b in pairs:
+    agree = int((a.argmax(1) == b.argmax(1)).sum())
+    corr = [np.corrcoef(a[i], b[i])[0, 1] for i in range(a.shape[0])]
+    print(f"  {na:14s} vs {nb:13s}: argmax equal at {agree:2d}/16 positions, logit correlation "
+          f"min {min(corr):.4f} mean {np.mean(corr):.4f}, max |diff| {np.abs(a - b).max():.3f}")
+for m in ("exact", "official"):
+    print(f"  greedy 8, dsv4 {m:8s}: {open(f'{d}/dsv4_{m}.greedy').read().split()}")
+print(f"  greedy 8, llama.cpp     : {lg}")
+EOF
+fi
+
+# ---- 5. bytes per decoded token of the GGUF
+"$PYTHON" - "$IK_DIR/gguf-py" "$GGUF" <<'EOF' | tee "$DATA/gguf_bytes.txt"
+import sys; sys.path.insert(0, sys.argv[1])
+import gguf
+from collections import Counter
+r = gguf.GGUFReader(sys.argv[2])
+n_used = int(r.fields["deepseek4.expert_used_count"].parts[-1][0]); n_exp = int(r.fields["deepseek4.expert_count"].parts[-1][0])
+fixed = routed = total = 0; types = Counter()
+for t in r.tensors:
+    total += t.n_bytes; types[t.tensor_type.name] += t.n_bytes
+    if t.name == "token_embd.weight" or "tid2eid" in t.name:   # one row per token
+        fixed += t.n_bytes // int(t.shape[-1])
+    elif "_exps." in t.name:
+        routed += t.n_bytes * n_used // n_exp
+    else:
+        fixed += t.n_bytes
+print(f"gguf: {total/1e9:.3f} GB, {(fixed+routed)/1e9:.3f} GB read per decoded token "
+      f"({fixed/1e9:.3f} non-expert + {routed/1e9:.3f} routed, {n_used} of {n_exp}); by type: " +
+      ", ".join(f"{k} {v/1e9:.3f} GB" for k, v in types.most_common()))
+EOF
+
+# ---- 6. alternating rounds
+RES=$DATA/rounds.tsv
+: > "$RES"
+for r in $(seq 1 "$ROUNDS"); do
+    for mode in official exact; do
+        log "round $r: dsv4 $mode"
+        out=$("$DSV4" bench --synthetic flash-2g --mode "$mode" --prompt 128 --decode 32 --threads "$THREADS" 2>&1)
+        echo "$out" > "$DATA/dsv4_${mode}_r$r.log"
+        pf=$(echo "$out" | awk '/^prefill /{print $2}')
+        dc=$(echo "$out" | awk '/^decode, 1 stream/{print $4}')
+        bw=$(echo "$out" | awk '/^memory read bandwidth/{print $4}')
+        gb=$(echo "$out" | awk '/^decode weight traffic/{print $5}')
+        printf 'dsv4 %s\t%s\t%s\t%s\t%s\t%s\n' "$mode" "$r" "$pf" "$dc" "$bw" "$gb" >> "$RES"
+    done
+    for cfg in $LB_CONFIGS; do
+        opts=${cfg//,/ }
+        log "round $r: llama-bench $opts"
+        # -p 128: one 128-token prefill batch; -gp 128,32: 32 decoded tokens after a 128-token prompt (tg at depth)
+        "$IK_DIR/build/bin/llama-bench" -m "$GGUF" -t "$THREADS" -p 128 -n 0 -gp 128,32 -r 3 $opts -o csv \
+            > "$DATA/lb_r$r.csv" 2> "$DATA/lb_r$r.log" || { log "llama-bench failed: see $DATA/lb_r$r.log"; continue; }
+        pf=$("$PYTHON" -c "import csv,sys; rows=list(csv.DictReader(open(sys.argv[1]))); print([r['avg_ts'] for r in rows if r['n_prompt']=='128' and r['n_gen']=='0'][0])" "$DATA/lb_r$r.csv")
+        dc=$("$PYTHON" -c "import csv,sys; rows=list(csv.DictReader(open(sys.argv[1]))); print([r['avg_ts'] for r in rows if r['n_gen']=='32'][0])" "$DATA/lb_r$r.csv")
+        printf 'llama.cpp %s\t%s\t%s\t%s\t-\t-\n' "$opts" "$r" "$pf" "$dc" >> "$RES"
+    done
+done
+
+"$PYTHON" - "$RES" "$THREADS" "$IK_COMMIT" <<'EOF'
+import sys, statistics as st
+rows = [l.rstrip("\n").split("\t") for l in open(sys.argv[1]) if l.strip()]
+by = {}
+for name, r, pf, dc, bw, gb in rows:
+    e = by.setdefault(name, {"pf": [], "dc": [], "bw": [], "gb": gb})
+    e["pf"].append(float(pf)); e["dc"].append(float(dc))
+    if bw != "-": e["bw"].append(float(bw))
+def cell(v): return f"{max(v):6.1f} ({min(v):5.1f}-{max(v):5.1f})"
+print(f"\n{len(rows)} runs, {sys.argv[2]} threads, ik_llama.cpp {sys.argv[3][:12]}; best of rounds (min-max):")
+print(f"{'engine':28s} {'prefill 128 tok/s':>22s} {'decode tok/s':>22s}")
+for k, e in by.items():
+    print(f"{k:28s} {cell(e['pf']):>22s} {cell(e['dc']):>22s}")
+ll = {k: e for k, e in by.items() if k.startswith("llama.cpp")}
+if ll:
+    best_pf = max(max(e["pf"]) for e in ll.values()); best_dc = max(max(e["dc"]) for e in ll.values())
+    print(f"\nllama.cpp best: prefill {best_pf:.1f}, decode {best_dc:.1f} tok/s")
+    for k, e in by.items():
+        if k.startswith("dsv4"):
+            bwtxt = f"; read bandwidth {max(e['bw']):.1f} GB/s, decode at {float(e['gb']) * max(e['dc']) / max(e['bw']) * 100:.0f}% of it" if e["bw"] else ""
+            print(f"{k}: prefill {max(e['pf']) / best_pf:.2f}x (target 1.5x), decode {max(e['dc']) / best_dc:.2f}x (target 1.3x){bwtxt}")
+EOF
