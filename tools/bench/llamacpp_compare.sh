@@ -4,18 +4,20 @@
 # What it does, each step skipped when its output exists:
 #   1. ik_llama.cpp (the CPU-focused llama.cpp fork with DeepSeek V4 support) extracted from a bare git mirror into
 #      $IK_DIR, OUTSIDE this repository (third-party code never enters dsv4), and built CPU-only: cmake Release,
-#      -DGGML_NATIVE=ON, -DGGML_CUDA=OFF, targets llama-bench + libllama, -j$JOBS; plus our token-id driver
-#      tools/bench/llamacpp_logits.cpp linked against it.
+#      -DGGML_NATIVE=ON, -DGGML_CUDA=OFF, target libllama only, -j$JOBS; plus our driver tools/bench/llamacpp_run.cpp
+#      linked against it (token ids in, logits out; and llama-bench's timing method step for step: llama-bench
+#      itself needs the `common` library, ~an hour more of compiling on a shared 2-core box; set LLAMA_BENCH=1 to
+#      build and run it as well).
 #   2. the flash-2g synthetic checkpoint (V4-Flash's structure at hidden 2048, 8 layers, 64 experts, official
 #      format: FP8 linears, FP4 experts) written by `dsv4 bench --synthetic flash-2g` to /tmp.
 #   3. the GGUF by tools/bench/v4_to_gguf.py (numpy only): FP8 -> Q8_0, FP4 -> MXFP4 (lossless repack), BF16 kept.
 #   4. a correctness check: the same 16 token ids through `dsv4 logits` (exact and official modes) and through
-#      llamacpp_logits; per-position argmax agreement, logit correlation, and 8 greedy tokens of each.
+#      llamacpp_run check; per-position argmax agreement, logit correlation, and 8 greedy tokens of each.
 #   5. bytes read per decoded token for the GGUF (non-expert tensors + one embedding row + 6/64 of each routed
 #      expert tensor, dsv4's own rule) next to the count dsv4 bench prints.
-#   6. $ROUNDS alternating rounds: dsv4 bench official, dsv4 bench exact, llama-bench with each of $LB_CONFIGS;
-#      128-token prefill and decode (32 tokens after the 128-token prompt: llama-bench -p 128 -gp 128,32) at
-#      $THREADS threads; then a table of best-of-rounds (and the spread) and the ratios against the targets
+#   6. $ROUNDS alternating rounds: dsv4 bench official, dsv4 bench exact, llamacpp_run bench with each of
+#      $LB_CONFIGS (flash attention, fused MoE, run-time repack); 128-token prefill (one batch) and decode (32 tokens
+#      after the 128-token prompt, llama-bench's -gp 128,32) at $THREADS threads, best of 3 reps per run; then a table of best-of-rounds (and the spread) and the ratios against the targets
 #      (decode >= 1.3x llama.cpp, prefill >= 1.5x).
 #
 # Usage (from the repository root, after `make`):
@@ -24,7 +26,7 @@
 #   SKIP_CHECK=1 tools/bench/llamacpp_compare.sh    # timings only
 # Environment: IK_MIRROR (bare git dir, default /work/.mirror/ikawrakow+ik_llama.cpp/repo), IK_DIR (default
 # /work/ikllama), DATA (GGUF and logs, default /work/llamacpp-data), PYTHON (with numpy, default /usr/bin/python3),
-# LB_CONFIGS (space-separated llama-bench option sets, commas for spaces inside one: default "-fa,1 -fa,0").
+# LB_CONFIGS (space-separated FA:FMOE:RTR triples, default "1:1:0 0:1:0 1:1:1").
 # Needs: cmake, g++, python3 with numpy, ~2.4 GB in /tmp and ~2.4 GB in $DATA.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -36,7 +38,7 @@ PYTHON=${PYTHON:-/usr/bin/python3}
 ROUNDS=${ROUNDS:-3}
 THREADS=${THREADS:-2}
 JOBS=${JOBS:-2}
-LB_CONFIGS=${LB_CONFIGS:-"-fa,1 -fa,0"}
+LB_CONFIGS=${LB_CONFIGS:-"1:1:0 0:1:0 1:1:1"}
 CKPT=/tmp/dsv4-synthetic-flash-2g
 GGUF=$DATA/flash-2g.gguf
 DSV4=$ROOT/build/dsv4
@@ -56,18 +58,21 @@ if [ ! -f "$IK_DIR/CMakeLists.txt" ]; then
     rm -rf "$idx"
     git --git-dir="$IK_MIRROR" rev-parse HEAD > "$IK_DIR/.commit"
 fi
-if [ ! -x "$IK_DIR/build/bin/llama-bench" ]; then
-    log "building ik_llama.cpp (CPU only, -j$JOBS; long on 2 cores)"
+TARGETS=llama
+[ -n "${LLAMA_BENCH:-}" ] && TARGETS="llama llama-bench"
+if [ ! -e "$IK_DIR/build/src/libllama.so" ] || { [ -n "${LLAMA_BENCH:-}" ] && [ ! -x "$IK_DIR/build/bin/llama-bench" ]; }; then
+    log "building ik_llama.cpp ($TARGETS; CPU only, -j$JOBS; long on 2 cores)"
     cmake -S "$IK_DIR" -B "$IK_DIR/build" -DGGML_CUDA=OFF -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON \
           -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF > "$DATA/ik_cmake.log"
-    cmake --build "$IK_DIR/build" -j"$JOBS" --target llama-bench llama > "$DATA/ik_build.log" 2>&1
+    cmake --build "$IK_DIR/build" -j"$JOBS" --target $TARGETS > "$DATA/ik_build.log" 2>&1
 fi
-LOGITS_BIN=$IK_DIR/build/bin/llamacpp_logits
-if [ ! -x "$LOGITS_BIN" ] || [ tools/bench/llamacpp_logits.cpp -nt "$LOGITS_BIN" ]; then
-    log "building llamacpp_logits"
-    g++ -O2 -std=c++17 -I"$IK_DIR/include" -I"$IK_DIR/ggml/include" tools/bench/llamacpp_logits.cpp \
+RUN_BIN=$IK_DIR/build/bin/llamacpp_run
+if [ ! -x "$RUN_BIN" ] || [ tools/bench/llamacpp_run.cpp -nt "$RUN_BIN" ]; then
+    log "building llamacpp_run"
+    mkdir -p "$IK_DIR/build/bin"
+    g++ -O2 -std=c++17 -I"$IK_DIR/include" -I"$IK_DIR/ggml/include" tools/bench/llamacpp_run.cpp \
         -L"$IK_DIR/build/src" -L"$IK_DIR/build/ggml/src" -lllama -lggml -Wl,-rpath,"$IK_DIR/build/src:$IK_DIR/build/ggml/src" \
-        -lpthread -o "$LOGITS_BIN"
+        -lpthread -o "$RUN_BIN"
 fi
 IK_COMMIT=$(cat "$IK_DIR/.commit" 2>/dev/null || git --git-dir="$IK_MIRROR" rev-parse HEAD)
 
@@ -93,7 +98,7 @@ if [ -z "${SKIP_CHECK:-}" ]; then
         "$DSV4" logits -m "$CKPT" --tokens "$IDS" --out "$DATA/dsv4_$mode.npy" --mode "$mode" --threads "$THREADS" > /dev/null 2>&1
         "$DSV4" generate -m "$CKPT" --tokens "$IDS" -n 8 --mode "$mode" --threads "$THREADS" 2>/dev/null | tr ',' ' ' > "$DATA/dsv4_$mode.greedy"
     done
-    "$LOGITS_BIN" "$GGUF" "$IDS" "$DATA/llamacpp.npy" 8 "$THREADS" 1 > "$DATA/llamacpp.check" 2> "$DATA/llamacpp.check.log"
+    "$RUN_BIN" check "$GGUF" "$IDS" "$DATA/llamacpp.npy" 8 "$THREADS" 1 > "$DATA/llamacpp.check" 2> "$DATA/llamacpp.check.log"
     grep -E "n_layer|n_expert|n_expert_used|type +[a-z0-9_]+:" "$DATA/llamacpp.check.log" | sed 's/^/  llama.cpp load: /' || true
     "$PYTHON" - "$DATA" <<'EOF'
 import sys, numpy as np
@@ -151,15 +156,24 @@ for r in $(seq 1 "$ROUNDS"); do
         printf 'dsv4 %s\t%s\t%s\t%s\t%s\t%s\n' "$mode" "$r" "$pf" "$dc" "$bw" "$gb" >> "$RES"
     done
     for cfg in $LB_CONFIGS; do
-        opts=${cfg//,/ }
-        log "round $r: llama-bench $opts"
-        # -p 128: one 128-token prefill batch; -gp 128,32: 32 decoded tokens after a 128-token prompt (tg at depth)
-        "$IK_DIR/build/bin/llama-bench" -m "$GGUF" -t "$THREADS" -p 128 -n 0 -gp 128,32 -r 3 $opts -o csv \
-            > "$DATA/lb_r$r.csv" 2> "$DATA/lb_r$r.log" || { log "llama-bench failed: see $DATA/lb_r$r.log"; continue; }
-        pf=$("$PYTHON" -c "import csv,sys; rows=list(csv.DictReader(open(sys.argv[1]))); print([r['avg_ts'] for r in rows if r['n_prompt']=='128' and r['n_gen']=='0'][0])" "$DATA/lb_r$r.csv")
-        dc=$("$PYTHON" -c "import csv,sys; rows=list(csv.DictReader(open(sys.argv[1]))); print([r['avg_ts'] for r in rows if r['n_gen']=='32'][0])" "$DATA/lb_r$r.csv")
-        printf 'llama.cpp %s\t%s\t%s\t%s\t-\t-\n' "$opts" "$r" "$pf" "$dc" >> "$RES"
+        IFS=: read -r fa fmoe rtr <<< "$cfg"
+        name="llama.cpp fa=$fa fmoe=$fmoe rtr=$rtr"
+        log "round $r: $name"
+        tag="fa${fa}_fmoe${fmoe}_rtr${rtr}_r$r"
+        "$RUN_BIN" bench "$GGUF" 128 32 3 "$THREADS" "$fa" "$fmoe" "$rtr" > "$DATA/ll_$tag.out" 2> "$DATA/ll_$tag.log" \
+            || { log "llamacpp_run bench failed: see $DATA/ll_$tag.log"; continue; }
+        pf=$(awk '$3=="pp"{if($4>m)m=$4} END{print m}' "$DATA/ll_$tag.out")
+        dc=$(awk '$5=="tg"{if($6>m)m=$6} END{print m}' "$DATA/ll_$tag.out")
+        printf '%s\t%s\t%s\t%s\t-\t-\n' "$name" "$r" "$pf" "$dc" >> "$RES"
     done
+    if [ -n "${LLAMA_BENCH:-}" ]; then
+        log "round $r: llama-bench"
+        "$IK_DIR/build/bin/llama-bench" -m "$GGUF" -t "$THREADS" -p 128 -n 0 -gp 128,32 -r 3 -o csv \
+            > "$DATA/lb_r$r.csv" 2> "$DATA/lb_r$r.log" || log "llama-bench failed: see $DATA/lb_r$r.log"
+        pf=$("$PYTHON" -c "import csv,sys; rows=list(csv.DictReader(open(sys.argv[1]))); print([r['avg_ts'] for r in rows if r['n_gen']=='0'][0])" "$DATA/lb_r$r.csv" || echo 0)
+        dc=$("$PYTHON" -c "import csv,sys; rows=list(csv.DictReader(open(sys.argv[1]))); print([r['avg_ts'] for r in rows if r['n_gen']=='32'][0])" "$DATA/lb_r$r.csv" || echo 0)
+        printf 'llama.cpp llama-bench\t%s\t%s\t%s\t-\t-\n' "$r" "$pf" "$dc" >> "$RES"
+    fi
 done
 
 "$PYTHON" - "$RES" "$THREADS" "$IK_COMMIT" <<'EOF'
