@@ -26,7 +26,8 @@
 #   SKIP_CHECK=1 tools/bench/llamacpp_compare.sh    # timings only
 # Environment: IK_MIRROR (bare git dir, default /work/.mirror/ikawrakow+ik_llama.cpp/repo), IK_DIR (default
 # /work/ikllama), DATA (GGUF and logs, default /work/llamacpp-data), PYTHON (with numpy, default /usr/bin/python3),
-# LB_CONFIGS (space-separated FA:FMOE:RTR triples, default "1:1:0 0:1:0 1:1:1").
+# LB_CONFIGS (space-separated FA:FMOE:RTR triples, default "1:1:0 1:1:1 1:0:0"; FA=0 aborts in ik_llama.cpp's
+# DeepSeek V4 graph at this commit: GGML_ASSERT(i1 >= 0 && i1 < ne1) in set_rows on the first decode step).
 # Needs: cmake, g++, python3 with numpy, ~2.4 GB in /tmp and ~2.4 GB in $DATA.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -38,7 +39,7 @@ PYTHON=${PYTHON:-/usr/bin/python3}
 ROUNDS=${ROUNDS:-3}
 THREADS=${THREADS:-2}
 JOBS=${JOBS:-2}
-LB_CONFIGS=${LB_CONFIGS:-"1:1:0 0:1:0 1:1:1"}
+LB_CONFIGS=${LB_CONFIGS:-"1:1:0 1:1:1 1:0:0"}
 CKPT=/tmp/dsv4-synthetic-flash-2g
 GGUF=$DATA/flash-2g.gguf
 DSV4=$ROOT/build/dsv4
@@ -147,32 +148,35 @@ RES=$DATA/rounds.tsv
 for r in $(seq 1 "$ROUNDS"); do
     for mode in official exact; do
         log "round $r: dsv4 $mode"
+        load=$(cut -d' ' -f1 /proc/loadavg)
         out=$("$DSV4" bench --synthetic flash-2g --mode "$mode" --prompt 128 --decode 32 --threads "$THREADS" 2>&1)
         echo "$out" > "$DATA/dsv4_${mode}_r$r.log"
         pf=$(echo "$out" | awk '/^prefill /{print $2}')
         dc=$(echo "$out" | awk '/^decode, 1 stream/{print $4}')
         bw=$(echo "$out" | awk '/^memory read bandwidth/{print $4}')
-        gb=$(echo "$out" | awk '/^decode weight traffic/{print $5}')
-        printf 'dsv4 %s\t%s\t%s\t%s\t%s\t%s\n' "$mode" "$r" "$pf" "$dc" "$bw" "$gb" >> "$RES"
+        gb=$(echo "$out" | awk '/^decode weight traffic/{print $6}')
+        printf 'dsv4 %s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$mode" "$r" "$pf" "$dc" "$bw" "$gb" "$load" >> "$RES"
     done
     for cfg in $LB_CONFIGS; do
         IFS=: read -r fa fmoe rtr <<< "$cfg"
         name="llama.cpp fa=$fa fmoe=$fmoe rtr=$rtr"
         log "round $r: $name"
+        load=$(cut -d' ' -f1 /proc/loadavg)
         tag="fa${fa}_fmoe${fmoe}_rtr${rtr}_r$r"
         "$RUN_BIN" bench "$GGUF" 128 32 3 "$THREADS" "$fa" "$fmoe" "$rtr" > "$DATA/ll_$tag.out" 2> "$DATA/ll_$tag.log" \
             || { log "llamacpp_run bench failed: see $DATA/ll_$tag.log"; continue; }
         pf=$(awk '$3=="pp"{if($4>m)m=$4} END{print m}' "$DATA/ll_$tag.out")
         dc=$(awk '$5=="tg"{if($6>m)m=$6} END{print m}' "$DATA/ll_$tag.out")
-        printf '%s\t%s\t%s\t%s\t-\t-\n' "$name" "$r" "$pf" "$dc" >> "$RES"
+        printf '%s\t%s\t%s\t%s\t-\t-\t%s\n' "$name" "$r" "$pf" "$dc" "$load" >> "$RES"
     done
     if [ -n "${LLAMA_BENCH:-}" ]; then
         log "round $r: llama-bench"
+        load=$(cut -d' ' -f1 /proc/loadavg)
         "$IK_DIR/build/bin/llama-bench" -m "$GGUF" -t "$THREADS" -p 128 -n 0 -gp 128,32 -r 3 -o csv \
             > "$DATA/lb_r$r.csv" 2> "$DATA/lb_r$r.log" || log "llama-bench failed: see $DATA/lb_r$r.log"
         pf=$("$PYTHON" -c "import csv,sys; rows=list(csv.DictReader(open(sys.argv[1]))); print([r['avg_ts'] for r in rows if r['n_gen']=='0'][0])" "$DATA/lb_r$r.csv" || echo 0)
         dc=$("$PYTHON" -c "import csv,sys; rows=list(csv.DictReader(open(sys.argv[1]))); print([r['avg_ts'] for r in rows if r['n_gen']=='32'][0])" "$DATA/lb_r$r.csv" || echo 0)
-        printf 'llama.cpp llama-bench\t%s\t%s\t%s\t-\t-\n' "$r" "$pf" "$dc" >> "$RES"
+        printf 'llama.cpp llama-bench\t%s\t%s\t%s\t-\t-\t%s\n' "$r" "$pf" "$dc" "$load" >> "$RES"
     fi
 done
 
@@ -180,15 +184,18 @@ done
 import sys, statistics as st
 rows = [l.rstrip("\n").split("\t") for l in open(sys.argv[1]) if l.strip()]
 by = {}
-for name, r, pf, dc, bw, gb in rows:
-    e = by.setdefault(name, {"pf": [], "dc": [], "bw": [], "gb": gb})
+for row in rows:
+    name, r, pf, dc, bw, gb = row[:6]
+    if not pf or not dc: continue
+    e = by.setdefault(name, {"pf": [], "dc": [], "bw": [], "gb": gb, "load": []})
+    if len(row) > 6: e["load"].append(row[6])
     e["pf"].append(float(pf)); e["dc"].append(float(dc))
     if bw != "-": e["bw"].append(float(bw))
 def cell(v): return f"{max(v):6.1f} ({min(v):5.1f}-{max(v):5.1f})"
 print(f"\n{len(rows)} runs, {sys.argv[2]} threads, ik_llama.cpp {sys.argv[3][:12]}; best of rounds (min-max):")
-print(f"{'engine':28s} {'prefill 128 tok/s':>22s} {'decode tok/s':>22s}")
+print(f"{'engine':28s} {'prefill 128 tok/s':>22s} {'decode tok/s':>22s}  load average at each run's start")
 for k, e in by.items():
-    print(f"{k:28s} {cell(e['pf']):>22s} {cell(e['dc']):>22s}")
+    print(f"{k:28s} {cell(e['pf']):>22s} {cell(e['dc']):>22s}  {' '.join(e['load'])}")
 ll = {k: e for k, e in by.items() if k.startswith("llama.cpp")}
 if ll:
     best_pf = max(max(e["pf"]) for e in ll.values()); best_dc = max(max(e["dc"]) for e in ll.values())
