@@ -29,8 +29,12 @@
 # LB_CONFIGS (space-separated FA:FMOE:RTR triples, default "1:1:0 1:1:1 1:0:0"; FA=0 aborts in ik_llama.cpp's
 # DeepSeek V4 graph at this commit: GGML_ASSERT(i1 >= 0 && i1 < ne1) in set_rows on the first decode step).
 # Needs: cmake, g++, python3 with numpy, ~2.4 GB in /tmp and ~2.4 GB in $DATA.
+# Run it on a quiet machine: ik_llama.cpp's CPU backend runs each graph in an OpenMP region with spinning barriers,
+# and with other work on the cores its decode collapses (measured here: 0.5-6 tok/s against 24 when quiet, 69 % of
+# its samples in libgomp's spin), far more than dsv4's (whose pool yields); numbers from a busy box say little.
+# The last column of the table is the idle share just before each run; QUIET_WAIT / QUIET_IDLE tune the wait.
 set -euo pipefail
-cd "$(dirname "$0")/../.."
+cd "${DSV4_ROOT:-$(dirname "$0")/../..}"  # DSV4_ROOT: when run from a copy (bash reads a script as it runs: editing it mid-run breaks the run)
 ROOT=$PWD
 IK_MIRROR=${IK_MIRROR:-/work/.mirror/ikawrakow+ik_llama.cpp/repo}
 IK_DIR=${IK_DIR:-/work/ikllama}
