@@ -2,7 +2,7 @@
 // the tree's include/ and libllama (not llama-bench: that pulls in the `common` library, 24 more files, an hour of
 // compiling on a shared 2-core box). Two jobs:
 //
-//   llamacpp_run check MODEL.gguf IDS OUT.npy [N_GEN] [THREADS] [FLASH_ATTN]
+//   llamacpp_run check MODEL.gguf IDS OUT.npy [N_GEN] [THREADS] [FLASH_ATTN] [RTR]
 //     IDS is a comma-separated list (the synthetic checkpoints have no tokenizer). The prompt is decoded as one batch
 //     with logits at every position, written to OUT.npy as float32 [positions, vocab] (the layout of
 //     `dsv4 logits --out`); then N_GEN tokens are decoded greedily one at a time (argmax, lowest id on ties, as
@@ -119,7 +119,7 @@ static int bench(int argc, char **argv) {
 int main(int argc, char **argv) {
     if (argc >= 2 && !strcmp(argv[1], "bench")) return bench(argc, argv);
     if (argc < 5 || strcmp(argv[1], "check")) {
-        fprintf(stderr, "usage: %s check MODEL.gguf IDS OUT.npy [N_GEN] [THREADS] [FLASH_ATTN]\n"
+        fprintf(stderr, "usage: %s check MODEL.gguf IDS OUT.npy [N_GEN] [THREADS] [FLASH_ATTN] [RTR]\n"
                         "       %s bench MODEL.gguf PP TG REPS THREADS FLASH_ATTN FMOE RTR\n", argv[0], argv[0]);
         return 2;
     }
@@ -133,9 +133,11 @@ int main(int argc, char **argv) {
     const int n_gen = argc > 4 ? atoi(argv[4]) : 8;
     const int threads = argc > 5 ? atoi(argv[5]) : 2;
     const bool fa = argc > 6 ? atoi(argv[6]) != 0 : true;
+    const bool rtr = argc > 7 ? atoi(argv[7]) != 0 : false;
 
     llama_backend_init();
     llama_model_params mp = llama_model_default_params();
+    mp.repack_tensors = rtr;
     llama_model *model = llama_model_load_from_file(argv[1], mp);
     if (!model) return 1;
     llama_context_params cp = llama_context_default_params();
