@@ -357,6 +357,20 @@ __device__ __forceinline__ void st_compute(const st_args &a, const st_item &it, 
     }
 }
 
+/* The issuing cursor's step: round ir of item ik's slab into the stage at buf, then the next round (after an item's
+ * last round: the block's next present item, writing each absent expert's rows on the way). */
+template <int FP4>
+__device__ __forceinline__ void st_issue_next(const st_args &a, st_src &src, int &ik, int &ir, int R, int G, int live, uint8_t *buf) {
+    st_issue<FP4>(a, src, ir, buf);
+    if (++ir < R) return;
+    ir = 0;
+    for (ik += G; ik < live; ik += G) {
+        src = st_source<FP4>(a, ik, live);
+        if (!src.it.absent) break;
+        st_absent(src.it);
+    }
+}
+
 /* The persistent kernel (the file's top comment). Two cursors walk the block's items k = blockIdx.x + G j: the
  * issuing one ST_STAGES - 1 rounds ahead (skipping absent experts, whose rows it writes), the computing one. */
 template <int FP4>
@@ -384,17 +398,7 @@ __global__ void __launch_bounds__(ST_THREADS) k_mma_stream(st_args a) {
         if (!cur.absent) break;
     }
     for (int s = 0; s < ST_STAGES - 1; s++) {
-        if (ik < live) {
-            st_issue<FP4>(a, src, ir, st_smem + (size_t)s * a.stage);
-            if (++ir == R) {
-                ir = 0;
-                for (ik += G; ik < live; ik += G) {
-                    src = st_source<FP4>(a, ik, live);
-                    if (!src.it.absent) break;
-                    st_absent(src.it);
-                }
-            }
-        }
+        if (ik < live) st_issue_next<FP4>(a, src, ik, ir, R, G, live, st_smem + (size_t)s * a.stage);
         st_commit();
     }
     float acc[4] = { 0.0f, 0.0f, 0.0f, 0.0f };
@@ -407,15 +411,7 @@ __global__ void __launch_bounds__(ST_THREADS) k_mma_stream(st_args a) {
         __syncthreads();            /* everyone's; and the stage refilled below was consumed one round ago */
         if (ik < live) {
             const int fill = stage == 0 ? ST_STAGES - 1 : stage - 1;
-            st_issue<FP4>(a, src, ir, st_smem + (size_t)fill * a.stage);
-            if (++ir == R) {
-                ir = 0;
-                for (ik += G; ik < live; ik += G) {
-                    src = st_source<FP4>(a, ik, live);
-                    if (!src.it.absent) break;
-                    st_absent(src.it);
-                }
-            }
+            st_issue_next<FP4>(a, src, ik, ir, R, G, live, st_smem + (size_t)fill * a.stage);
         }
         st_commit();
         st_compute<FP4>(a, cur, cr, st_smem + (size_t)stage * a.stage, acc);

@@ -15,22 +15,7 @@ mkdir -p "$D"
 python3 - "$D/gemm_kernels.cpp" <<'PY'
 import re, sys
 sys.path.insert(0, "tools/gpu/shim")
-from shim_src import poison_shared, launches
-
-def strip_asm(text):
-    """Every __device__ function whose body holds inline assembly, removed (the preamble defines them in C++)."""
-    out, pos = [], 0
-    for m in re.finditer(r"(?:template <[^>]*>\s*)?__device__ __forceinline__[^;{]*?\b(\w+)\s*\([^{;]*\)\s*\{", text):
-        if m.start() < pos: continue
-        depth, i = 1, m.end()
-        while depth:
-            depth += {"{": 1, "}": -1}.get(text[i], 0)
-            i += 1
-        if "asm" in text[m.end():i]:
-            out.append(text[pos:m.start()])
-            pos = i
-    out.append(text[pos:])
-    return "".join(out)
+from shim_src import poison_shared, launches, strip_asm
 
 common = open("src/backend/cuda/cu_common.cuh").read()
 quant = open("src/backend/cuda/cu_quant.cuh").read()

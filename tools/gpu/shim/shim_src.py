@@ -29,3 +29,19 @@ def launches(text, name=r"\w+"):
         cfg = split_top(m.group(2))
         return "shim_launch(dim3(%s), dim3(%s), [&] { %s(%s); });" % (cfg[0], cfg[1], m.group(1), m.group(3))
     return re.subn(r"(%s(?:<[\w\s,*+]*>)?)<<<(.*?)>>>\((.*?)\);" % name, launch, text, flags=re.S)
+
+
+def strip_asm(text):
+    """Every __device__ function whose body holds inline assembly, removed (the preamble defines them in C++)."""
+    out, pos = [], 0
+    for m in re.finditer(r"(?:template <[^>]*>\s*)?__device__ __forceinline__[^;{]*?\b(\w+)\s*\([^{;]*\)\s*\{", text):
+        if m.start() < pos: continue
+        depth, i = 1, m.end()
+        while depth:
+            depth += {"{": 1, "}": -1}.get(text[i], 0)
+            i += 1
+        if "asm" in text[m.end():i]:
+            out.append(text[pos:m.start()])
+            pos = i
+    out.append(text[pos:])
+    return "".join(out)
