@@ -420,7 +420,8 @@ static void step_attention(step_ctx *s, const cu_layer *ly, int L) {
     }
     mark(s, ST_COMPRESS);
     const int max_keys = c->window + (ly->ratio == 128 ? (int)s->hca_rows : ly->ratio == 4 ? c->index_topk : 0);
-    if (cu_attention(s->st, s->official, (s->cm->att_mma_on ? CU_ATT_MMA : 0) | (s->cm->att_dec_on ? 0 : CU_ATT_NO_DEC), s->main, ws->q, ws->kvs, ws->pos, ws->item_of, ws->items, sl, s->m->ring_len, c->window,
+    const int att_flags = (s->cm->att_mma_on ? CU_ATT_MMA : 0) | (s->cm->att_dec_on ? 0 : CU_ATT_NO_DEC);
+    if (cu_attention(s->st, s->official, att_flags, s->main, ws->q, ws->kvs, ws->pos, ws->item_of, ws->items, sl, s->m->ring_len, c->window,
                      ly->ratio, ws->sel, ws->n_sel, c->index_topk, ly->attn_sink, freq, T, H, D, R, max_keys, ws->att, ws->att_floats,
                      ws->o) && !s->rc)
         s->rc = dsv4_fail(s->err, DSV4_E_STATE, "cuda: the attention of layer %d cannot take %d keys a query (scratch of %lld floats)",
