@@ -5,7 +5,7 @@
 #   suite    the GPU suite
 #   bits     logits of dsv4 = dsv4-old (three models x fp8 / bf16 KV, one call; cmp) and of each runtime switch
 #   ab       Flash decode at prompt 256: dsv4, dsv4-old, each staged variant, DSV4_CUDA_PDL=1 / 2, ENV_AB switches
-#   micro    test_gpu_mma --bench-experts, test_gpu_gemm --bench
+#   micro    test_gpu_mma --bench-experts and --bench, test_gpu_gemm --bench, test_gpu_attention --bench
 #   ncu      ncu over one decode step (caches not flushed): time per kernel
 #   ncudeep  ncu's sections (throughput, occupancy, warp stalls, memory) for a few launches of the kernels in NCU_DEEP
 #            (default: the routed experts and the linears, in test_gpu_mma's micro-benchmarks): $OUT/ncu_deep.txt
@@ -62,8 +62,12 @@ fi
 if has micro; then   # the kernels' own benchmarks (helpers fp4load and gemm)
   timeout 60 .gpu/gputests/test_gpu_mma --bench-experts >$L/bench_experts.log 2>&1
   timeout 90 .gpu/gputests/test_gpu_gemm --bench >$L/bench_gemm.log 2>&1
+  timeout 90 .gpu/gputests/test_gpu_mma --bench >$L/bench_linear.log 2>&1
+  timeout 90 .gpu/gputests/test_gpu_attention --bench >$L/bench_attention.log 2>&1
   echo "== expert micro-benchmark:"; tail -14 $L/bench_experts.log
   echo "== GEMM micro-benchmark:"; tail -16 $L/bench_gemm.log
+  echo "== FP8 / FP4 linears at few tokens (streamed vs small tiles):"; tail -16 $L/bench_linear.log
+  echo "== attention at decode (k_att_scores vs k_att_scores_dec):"; tail -12 $L/bench_attention.log
 fi
 if has ncu; then
   NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1 || echo /usr/local/cuda/bin/ncu)
