@@ -19,8 +19,7 @@ std::vector<warp_state> warps;
 unsigned current, n_threads, bar_count, bar_gen;
 unsigned named_count[16], named_gen[16];   /* bar.sync 1..15 */
 unsigned long progress;   /* arrivals at barriers and ends: a round without any is a deadlock */
-static unsigned long block_serial;   /* blocks started since the process began */
-unsigned long shim_block_serial(void) { return block_serial; }
+unsigned long block_serial;   /* blocks started since the process began */
 const std::function<void()> *body;
 
 void entry(void) {
@@ -31,6 +30,8 @@ void entry(void) {
 
 void yield_now(void) { swapcontext(&fibers[current].ctx, &sched); }
 }
+
+unsigned long shim_block_serial(void) { return block_serial; }
 
 void __syncthreads(void) {
     const unsigned gen = bar_gen;
