@@ -3,10 +3,16 @@
 # (tools/gpu/stage_variant.sh, xz) and .gpu/dsv4-old.xz (a build of 0344277, before this session's fusions), and
 # tools/gpu/fuzz_stage.sh; carry [".gpu", ".fuzz"]. PARTS picks what runs (default all):
 #   suite    the GPU suite
+#   (an ENV_BITS / ENV_AB entry NAME=V+NAME2=V2 sets both variables in one run)
+#   suite2   the GPU suite again with SUITE_ENV (NAME=V NAME2=V2) exported
 #   bits     logits of dsv4 = dsv4-old (three models x fp8 / bf16 KV, one call; cmp) and of each runtime switch
 #   ab       Flash decode at prompt 256: dsv4, dsv4-old, each staged variant, DSV4_CUDA_PDL=1 / 2, ENV_AB switches
 #   micro    test_gpu_mma --bench-experts and --bench, test_gpu_gemm --bench, test_gpu_attention --bench
 #   ncu      ncu over one decode step (caches not flushed): time per kernel
+#   kvab     decode at prompt 256 with f32, bf16 and fp8 KV
+#   ncukv    ncu over a one-token step with f32 and with fp8 KV: $OUT/ncu_f32.txt, ncu_fp8.txt
+#   sass     cuobjdump's SASS of test_gpu_mma's kernels named in SASS_FUN (comma list): $OUT/sass.txt
+#   ncusrc   ncu's per-instruction source page of the launches in NCU_SRC (regex:skip, test_gpu_mma --bench-experts)
 #   ncudeep  ncu's sections (throughput, occupancy, warp stalls, memory) for a few launches of the kernels in NCU_DEEP
 #            (default: the routed experts and the linears, in test_gpu_mma's micro-benchmarks): $OUT/ncu_deep.txt
 #   profile  bench --profile: an 8K prefill, a decode step, and the 64-stream decode step, per stage
@@ -25,6 +31,11 @@ if has suite; then
   echo "suite exit $? at $(el) s" >>$L/suite.log
   echo "== suite:"; grep -E "FAIL|passed, .* failed|suite exit" $L/suite.log | tail -8
 fi
+if has suite2; then   # the suite again with SUITE_ENV's switches exported (opt-in kernels through the model-level tests)
+  env ${SUITE_ENV:-} BUILD=.gpu VERBOSE=1 timeout 300 tests/run_gpu.sh >$L/suite2.log 2>&1
+  echo "suite2 exit $? at $(el) s" >>$L/suite2.log
+  echo "== suite with ${SUITE_ENV:-}:"; grep -E "FAIL|passed, .* failed|suite2 exit" $L/suite2.log | tail -8
+fi
 if has bits; then   # the same logits? dsv4 and every binary in BITS_BINS (default dsv4-old), and ENV_BITS switches of dsv4
   W=/tmp/wide
   .gpu/dsv4 tiny -o $W --preset flash-tiny --set 'compress_ratios=[0,0,4,128,4,128]' --set sliding_window=8 --set index_topk=3 \
@@ -35,7 +46,7 @@ if has bits; then   # the same logits? dsv4 and every binary in BITS_BINS (defau
     for kv in fp8 "fp8 --chunks 200,60" bf16; do   # --chunks: 200 + 60 tokens, then 40 one-token steps (decode kernels)
       line="$(basename $m) $kv:"; declare -A seen=(); n=0
       for v in dsv4 ${BITS_BINS:-dsv4-old} ${ENV_BITS:-}; do
-        case $v in *=*) e=$v; b=dsv4 ;; *) e=; b=$v ;; esac
+        case $v in *=*) e=${v//+/ }; b=dsv4 ;; *) e=; b=$v ;; esac
         [ -x .gpu/$b ] || { line="$line $v=missing"; continue; }
         env $e .gpu/$b logits -m $m --device cuda --mode official --kv $kv --tokens "$TOK" --out /tmp/bits.npy >>$L/bits.log 2>&1 || { line="$line $v=FAILED"; continue; }
         h=$(md5sum </tmp/bits.npy | cut -c1-32)
@@ -51,7 +62,7 @@ if has ab; then   # decode at prompt 256, AB_ROUNDS alternating rounds: dsv4, ea
   echo "== A/B, decode tok/s at prompt 256 (rounds alternate):"
   for r in $(seq 1 "${AB_ROUNDS:-2}"); do
     for v in dsv4 ${VARIANTS:-} ${ENV_AB:-}; do
-      case $v in *=*) e=$v; b=dsv4 ;; *) e=; b=$v ;; esac
+      case $v in *=*) e=${v//+/ }; b=dsv4 ;; *) e=; b=$v ;; esac
       [ -x .gpu/$b ] || { echo "  $v: missing"; continue; }
       env $e timeout 90 .gpu/$b bench --synthetic flash --device cuda --mode official --prompt 256 --decode 32 --no-bandwidth \
           >$L/ab_${v//[=\/]/_}_$r.log 2>&1
@@ -76,6 +87,46 @@ if has ncu; then
       $FLASH --prompt 1 --decode 1 --no-bandwidth >$L/ncu.csv 2>/dev/null
   python3 tools/gpu/ncu_summary.py $L/ncu.csv k_embed 0 >"$OUT/ncu.txt" 2>&1
   echo "== ncu:"; head -34 "$OUT/ncu.txt"
+fi
+if has kvab; then   # decode at prompt 256 with each KV format
+  for kv in f32 bf16 fp8; do
+    timeout 90 $FLASH --kv $kv --prompt 256 --decode 32 --no-bandwidth >$L/kvab_$kv.log 2>&1
+    echo "  kv $kv: $(grep -E '^decode, 1 stream' $L/kvab_$kv.log | awk '{print $4, $5, $6, $7}')$(grep -m1 -i 'error' $L/kvab_$kv.log)"
+  done
+fi
+if has ncukv; then   # one decode step's kernels with f32 and with fp8 KV (prompt 64): where fp8 KV's time goes
+  NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1 || echo /usr/local/cuda/bin/ncu)
+  for kv in f32 fp8; do
+    timeout 120 "$NCU" --clock-control none --cache-control none --metrics gpu__time_duration.sum,dram__bytes_read.sum,launch__grid_size \
+        --csv --page raw --kernel-name "regex:^k_([^f]|f[^i])" --launch-count 1600 \
+        $FLASH --kv $kv --prompt 1 --decode 1 --no-bandwidth >$L/ncu_$kv.csv 2>/dev/null
+    python3 tools/gpu/ncu_summary.py $L/ncu_$kv.csv k_embed 0 >"$OUT/ncu_$kv.txt" 2>&1
+    echo "== ncu, a one-token step, $kv KV:"; head -22 "$OUT/ncu_$kv.txt"
+  done
+fi
+if has sass; then   # the SASS of the kernels named in SASS_FUN (cuobjdump, where the machine has it)
+  CUOBJ=$(command -v cuobjdump || ls /usr/local/cuda*/bin/cuobjdump 2>/dev/null | head -1)
+  if [ -n "$CUOBJ" ]; then "$CUOBJ" -sass .gpu/gputests/test_gpu_mma >$L/mma.sass 2>&1
+    python3 - "$L/mma.sass" "${SASS_FUN:-k_mma_expert}" >"$OUT/sass.txt" <<'PY'
+import sys, re
+text = open(sys.argv[1]).read().split("Function : ")
+keep = [f for f in text if any(k in f.split("\n")[0] for k in sys.argv[2].split(","))]
+print("".join("Function : " + f for f in keep))
+PY
+    echo "== sass: $(grep -c '^Function' "$OUT/sass.txt") functions, $(wc -l <"$OUT/sass.txt") lines"
+  else echo "== sass: no cuobjdump"; fi
+fi
+if has ncusrc; then   # per-SASS-instruction executions and stall samples of one launch of each kernel in NCU_SRC (regex:skip)
+  NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1 || echo /usr/local/cuda/bin/ncu)
+  i=0
+  for kr in ${NCU_SRC:-k_mma_expert:4}; do
+    IFS=: read -r kn ks <<<"$kr"; i=$((i + 1))
+    timeout 150 "$NCU" --clock-control none --cache-control none --kernel-name "regex:$kn" --launch-skip "$ks" --launch-count 1 \
+        --section SourceCounters --section InstructionStats --section WarpStateStats -f -o /tmp/src$i .gpu/gputests/test_gpu_mma --bench-experts >$L/ncusrc$i.log 2>&1
+    timeout 60 "$NCU" --import /tmp/src$i.ncu-rep --page source --csv --print-source sass >"$OUT/src$i.csv" 2>>$L/ncusrc$i.log
+    timeout 60 "$NCU" --import /tmp/src$i.ncu-rep --page details >>"$OUT/src$i.txt" 2>>$L/ncusrc$i.log
+    echo "== ncu source $kn: $(wc -l <"$OUT/src$i.csv") lines"
+  done
 fi
 if has ncudeep; then   # why a kernel is slow, not only how slow (run 42: the experts' 1 TB/s)
   # on the kernels' micro-benchmarks (test_gpu_mma): under ncu's kernel replay the 156 GB synthetic Flash is
