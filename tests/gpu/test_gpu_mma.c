@@ -599,16 +599,27 @@ static void linear_pair_equals_two(void **state) {
 static void experts_equal_plain_linear(void **state) {
     (void)state;
     enum { E = 5, NT_TOK = 13, PER = 2, ABSENT = 3 };
-    const int build_mode = cu_mma_fp4_vec(0);
+    const int build_mode = cu_mma_fp4_vec(0), build_lean = cu_mma_expert_lean(0);
+    /* FP4 modes 0..2: the load modes at K = 1120 (a partial last chunk: never the lean kernel); mode 3: the lean kernel
+     * (K = 1152, whole chunks, an odd count of them), with scale bytes 0 and 255 (E8M0's special codes) in expert 2 */
     for (int fp4 = 0; fp4 < 2; fp4++)
-        for (int vec = 0; vec < 3; vec++) {
+        for (int vec = 0; vec < 4; vec++) {
             if (!fp4 && vec) continue;
-            cu_mma_fp4_vec(vec);
-            const int N = 200, K = fp4 ? 1120 : 1024, fmt = fp4 ? WF_FP4 : WF_FP8;
+            const int lean = vec == 3;
+            cu_mma_fp4_vec(lean ? 0 : vec);
+            cu_mma_expert_lean(lean);
+            const int N = 200, K = fp4 ? (lean ? 1152 : 1120) : 1024, fmt = fp4 ? WF_FP4 : WF_FP8;
             tweight w[E];
             dsv4_weight dws[E];
             for (int e = 0; e < E; e++) {
                 w[e] = make_weight(fmt, N, K, 0);
+                if (lean && e == 2) {   /* E8M0 0 (2^-127) and 255 (NaN) in a few (row, block)s, uploaded again */
+                    uint8_t *sc = (uint8_t *)w[e].h.scale;
+                    sc[5 * w[e].h.scale_cols + 9] = 0;
+                    sc[77 * w[e].h.scale_cols + 30] = 255;
+                    sc[150 * w[e].h.scale_cols + 3] = 0;
+                    assert_int_equal(cu_upload((void *)w[e].d.scale, sc, (size_t)N * w[e].h.scale_cols), 0);
+                }
                 dws[e] = w[e].d;
             }
             dws[ABSENT].data = NULL;   /* another GPU's */
@@ -691,8 +702,9 @@ static void experts_equal_plain_linear(void **state) {
                 }
             }
             printf("  %s%s experts %dx%d: %d pairs in %d tiles = the plain linear per (expert, token) (memcmp), by token and by pair, "
-                   "alone and as both outputs of the pair call; absent expert -> EP_ABSENT_ROW\n", fp4 ? "FP4" : "FP8", fp4 ? (vec == 2 ? " (vector loads, scale words)" : vec ? " (vector loads)" : " (word loads)") : "", N, K, P,
-                   n_tiles);
+                   "alone and as both outputs of the pair call; absent expert -> EP_ABSENT_ROW\n", fp4 ? "FP4" : "FP8",
+                   fp4 ? (lean ? " (lean kernel, E8M0 0 and 255 in one expert)" : vec == 2 ? " (vector loads, scale words)" : vec ? " (vector loads)" : " (word loads)") : "",
+                   N, K, P, n_tiles);
             cu_free(plan.pair_token); cu_free(plan.tile_expert); cu_free(plan.tile_first); cu_free(plan.tile_count);
             cu_free(plan.n_tiles); cu_free(dexp); cu_free(dexp2); cu_free(dy); cu_free(dy2);
             free(y); free(ref); free(x); free(xp);
@@ -701,6 +713,7 @@ static void experts_equal_plain_linear(void **state) {
             for (int e = 0; e < E; e++) free_weight(&w[e]);
         }
     cu_mma_fp4_vec(build_mode);
+    cu_mma_expert_lean(build_lean);
 }
 
 #ifndef MMA_TEST_SHIM
@@ -833,7 +846,7 @@ static int bench(void) {
  * takes 6 other experts of a pool of 64 per matrix (816 MB, far beyond the 60 MB L2). Vector loads on and off. */
 static int bench_experts(void) {
     enum { NE = 64, ACT = 6, I = 2048, D = 4096, LAYERS = 40, TT = 8 };
-    const int build_mode = cu_mma_fp4_vec(0);
+    const int build_mode = cu_mma_fp4_vec(0), build_lean = cu_mma_expert_lean(0);
     char name[256];
     cu_device_name(name, sizeof name);
     printf("routed experts of one MoE layer (k_mma_expert, FP4) on %s: 3 launches (w1, w3: %dx%d, w2: %dx%d) x %d experts, "
@@ -896,9 +909,11 @@ static int bench_experts(void) {
             cu_upload(p->n_tiles, &nt, sizeof nt);
         }
         const int max_tiles = P / 8 + ACT + 1;   /* as cuda_step.c moe_max_tiles sizes a step of T tokens */
-        for (int variant = 0; variant < 7; variant++) {   /* the streaming kernel, then k_mma.cu's: vec 2, 1, 0 x pair 1, 0 */
-            const int stream = variant == 0, vec = stream ? 2 : 2 - (variant - 1) / 2, pair = stream ? 1 : (variant - 1) % 2 == 0;
+        for (int variant = 0; variant < 9; variant++) {   /* streaming, k_mma.cu's: vec 2, 1, 0 x pair 1, 0, lean x pair 1, 0 */
+            const int stream = variant == 0, lean = variant >= 7;
+            const int vec = stream ? 2 : lean ? 0 : 2 - (variant - 1) / 2, pair = stream ? 1 : (variant - 1) % 2 == 0;
             cu_mma_fp4_vec(vec);
+            cu_mma_expert_lean(lean);
             cudaStream_t st;
             cudaGraph_t g = NULL;
             cudaGraphExec_t ge = NULL;
@@ -926,7 +941,7 @@ static int bench_experts(void) {
             }
             if (!ok) { fprintf(stderr, "bench: %s\n", cudaGetErrorString(cudaGetLastError())); return 1; }
             const double sec = best * 1e-3 / LAYERS;
-            printf("%-7s %-9s %6d %6d %11.1f %12.0f\n", stream ? "STREAM" : vec == 2 ? "vec+sw" : vec ? "vector" : "word", pair ? "1 launch" : "2 launches", T,
+            printf("%-7s %-9s %6d %6d %11.1f %12.0f\n", stream ? "STREAM" : lean ? "lean" : vec == 2 ? "vec+sw" : vec ? "vector" : "word", pair ? "1 launch" : "2 launches", T,
                    ACT, sec * 1e6, (double)ACT * bytes_per_expert / sec / 1e9);
             cudaGraphExecDestroy(ge);
             cudaGraphDestroy(g);
@@ -940,7 +955,9 @@ static int bench_experts(void) {
         }
     }
     cu_mma_fp4_vec(build_mode);
-    printf("(STREAM: k_mma_stream.cu, DSV4_CUDA_STREAM=1, the default; the others k_mma.cu's small tiles:\n vec+sw: mode 2, 16-byte weight loads and scale words; vector: mode 1, scale bytes; word: mode 0, the loads before;\n"
+    cu_mma_expert_lean(build_lean);
+    printf("(STREAM: k_mma_stream.cu, DSV4_CUDA_STREAM=1; the others k_mma.cu's small tiles:\n vec+sw: mode 2, 16-byte weight loads and scale words; vector: mode 1, scale bytes; word: mode 0, the loads before;\n"
+           " lean: k_mma_expert_lean (MMA_EXPERT_LEAN, the default for whole chunks);\n"
            " w1+w3: cu_mma_expert_linear_pair's one launch or two; the graph's launch gaps are in the time)\n");
     printf("(bytes: %.1f MB of weights and scales per layer; H200 read bandwidth ~4.25 TB/s)\n", ACT * bytes_per_expert / 1e6);
     for (int m = 0; m < 3; m++) {

@@ -56,6 +56,11 @@ int cu_mma_linear(cu_stream st, const dsv4_weight *w, const uint8_t *xq, int ldq
  * before launching. Another mode number means 0. Returns the mode it replaces. */
 int cu_mma_fp4_vec(int mode);
 
+/* FP4 experts whose columns are a multiple of 128 (k_mma.cu, MMA_EXPERT_LEAN, default 1): 1 = k_mma_expert_lean
+ * (fewer instructions a byte; the same bits, test_gpu_mma), 0 = the FP4 load mode's kernel above. For tests and
+ * benchmarks, as cu_mma_fp4_vec. Returns the value it replaces. */
+int cu_mma_expert_lean(int on);
+
 /* Two weights over the same packed rows in one launch (wq_a and wkv, the shared expert's w1 and w3: twice the
  * blocks of one, for a decode step's small weights): y_a = x w_a^T and y_b = x w_b^T, each with the bits
  * cu_mma_linear gives it (the same blocks, told apart by blockIdx.z). Both weights taken by cu_mma_linear, of one

@@ -32,7 +32,7 @@ __device__ __forceinline__ uint32_t prmt(uint32_t a, uint32_t b, uint32_t c) {
  * 7 is the sign bit. */
 __device__ __forceinline__ uint32_t e2m1x4_e4m3(uint32_t v) {
     const uint32_t mag = prmt(0x3C383000u, 0x4C484440u, v & 0x7777u);
-    const uint32_t neg = prmt(0x80808080u, 0x80808080u, v & 0xffffu);
+    const uint32_t neg = prmt(0x80808080u, 0x80808080u, v);   /* prmt reads bits 0..15 of its selector only */
     return mag | ((neg << 1) & 0x80808080u);
 }
 #endif

@@ -79,6 +79,13 @@ __device__ __forceinline__ uint32_t ld_nc32(const uint8_t *p) {
     return v;
 }
 
+/* 8 bytes read-only for the whole kernel, through the non-coherent path. p 8-byte aligned. */
+__device__ __forceinline__ uint2 ld_nc64(const uint8_t *p) {
+    uint2 v;
+    asm("ld.global.nc.v2.u32 {%0,%1}, [%2];" : "=r"(v.x), "=r"(v.y) : "l"(__cvta_generic_to_global(p)));
+    return v;
+}
+
 /* ---- end of PTX ---- */
 
 __device__ __forceinline__ uint4 ld16(const uint8_t *p) { return *(const uint4 *)p; }
@@ -151,6 +158,37 @@ __device__ __forceinline__ int64_t mma_in_row(const int32_t *in_rows, int in_bas
     return in_rows ? in_rows[in_base + n] : (int64_t)in_base + n;
 }
 
+/* y = ((p0 + p1) + p2) + p3 of a block's tile (rows [row_base, +16 MT) x tokens [tok_base, +8 NT); warp p holds
+ * partial p in acc): warps 1..3 hand their partials to warp 0 through red (the caller's shared array), which adds
+ * them in that order and stores rows < N, tokens < T (BF16-rounded when asked). Every thread of the block calls it. */
+template <int MT, int NT>
+__device__ __forceinline__ void mma_sum_store(const float (&acc)[MT][NT][4], float (*red)[MT * NT * 4][32], int N, int T, float *__restrict__ y,
+                                              int ldy, int out_bf16, int row_base, int tok_base, int out_base) {
+    const int lane = threadIdx.x & 31, part = threadIdx.x >> 5, g = lane >> 2, q = lane & 3;
+    if (part > 0) {
+#pragma unroll
+        for (int mi = 0; mi < MT; mi++)
+#pragma unroll
+            for (int ni = 0; ni < NT; ni++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) red[part - 1][(mi * NT + ni) * 4 + e][lane] = acc[mi][ni][e];
+    }
+    __syncthreads();
+    if (part != 0) return;
+#pragma unroll
+    for (int mi = 0; mi < MT; mi++)
+#pragma unroll
+        for (int ni = 0; ni < NT; ni++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                float v = acc[mi][ni][e];
+#pragma unroll
+                for (int p = 0; p < MMA_PARTS - 1; p++) v += red[p][(mi * NT + ni) * 4 + e][lane];
+                const int r = row_base + 16 * mi + g + 8 * (e >> 1), n = tok_base + 8 * ni + 2 * q + (e & 1);
+                if (r < N && n < T) y[((int64_t)out_base + n) * ldy + r] = out_bf16 ? dev_round_bf16(v) : v;
+            }
+}
+
 /* One block: rows [row_base, +16 MT) x tokens [tok_base, +8 NT) of T; warp p = partial p. U chunks' loads are
  * issued before the first of them is used (several loads in flight a lane). */
 template <int FP4, int MT, int NT, int U, int VEC>
@@ -164,6 +202,7 @@ __device__ __forceinline__ void mma_block(const dsv4_weight &w, const uint8_t *_
     const bool w16 = ((uintptr_t)wd & 15) == 0;   /* FP4 rows start 16-byte aligned (K / 2 is a multiple of 16) */
     const bool s4 = ((uintptr_t)w.scale & 3) == 0 && (w.scale_cols & 3) == 0;   /* FP4 scale rows word-aligned */
 
+    __shared__ float red[MMA_PARTS - 1][MT * NT * 4][32];
     float acc[MT][NT][4];
 #pragma unroll
     for (int mi = 0; mi < MT; mi++)
@@ -355,30 +394,7 @@ __device__ __forceinline__ void mma_block(const dsv4_weight &w, const uint8_t *_
         }
     }
 
-    /* y = ((p0 + p1) + p2) + p3: warps 1..3 hand their partials to warp 0 through shared memory. */
-    __shared__ float red[MMA_PARTS - 1][MT * NT * 4][32];
-    if (part > 0) {
-#pragma unroll
-        for (int mi = 0; mi < MT; mi++)
-#pragma unroll
-            for (int ni = 0; ni < NT; ni++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) red[part - 1][(mi * NT + ni) * 4 + e][lane] = acc[mi][ni][e];
-    }
-    __syncthreads();
-    if (part != 0) return;
-#pragma unroll
-    for (int mi = 0; mi < MT; mi++)
-#pragma unroll
-        for (int ni = 0; ni < NT; ni++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                float v = acc[mi][ni][e];
-#pragma unroll
-                for (int p = 0; p < MMA_PARTS - 1; p++) v += red[p][(mi * NT + ni) * 4 + e][lane];
-                const int r = row_base + 16 * mi + g + 8 * (e >> 1), n = tok_base + 8 * ni + 2 * q + (e & 1);
-                if (r < N && n < T) y[((int64_t)out_base + n) * ldy + r] = out_bf16 ? dev_round_bf16(v) : v;
-            }
+    mma_sum_store<MT, NT>(acc, red, N, T, y, ldy, out_bf16, row_base, tok_base, out_base);
 }
 
 /* blockIdx.z = 1: the second weight of a pair over the same input (cu_mma_linear_pair: w_b into y_b); the grid
@@ -393,6 +409,15 @@ __global__ void __launch_bounds__(32 * MMA_PARTS) k_mma_linear(dsv4_weight w_a, 
     const int ldy = blockIdx.z ? ldy_b : ldy_a;
     if ((int)blockIdx.x * 16 * MT >= w.rows) return;
     mma_block<FP4, MT, NT, U, VEC>(w, xq, ldq, xs, lds, T, y, ldy, out_bf16, blockIdx.x * 16 * MT, blockIdx.y * 8 * NT, NULL, 0, 0);
+}
+
+/* An expert another GPU holds (cuda_ep.h) or the host computes: its rows [row_base, +16) of pairs p0 .. p0 + n - 1
+ * are EP_ABSENT_ROW, the exact gather's identity. */
+__device__ __forceinline__ void expert_absent(float *y, int ldy, int p0, int n, int row_base, int rows) {
+    for (int i = threadIdx.x; i < 16 * n; i += blockDim.x) {
+        const int r = row_base + i % 16;
+        if (r < rows) y[((int64_t)p0 + i / 16) * ldy + r] = EP_ABSENT_ROW;
+    }
 }
 
 /* The routed experts' tiles of a MoE plan (k_linear.cu k_expert_linear's contract): tile blockIdx.y is expert
@@ -413,15 +438,130 @@ __global__ void __launch_bounds__(32 * MMA_PARTS, VEC ? MMA_EXPERT_BLOCKS : MMA_
     if (tile >= *plan.n_tiles) return;
     dsv4_weight w = experts[plan.tile_expert[tile]];
     const int p0 = plan.tile_first[tile], n = plan.tile_count[tile], row_base = blockIdx.x * 16;
-    if (!w.data) {   /* an expert another GPU holds (cuda_ep.h) or the host computes: the exact gather's identity */
-        for (int i = threadIdx.x; i < 16 * n; i += blockDim.x) {
-            const int r = row_base + i % 16;
-            if (r < rows) y[((int64_t)p0 + i / 16) * ldy + r] = EP_ABSENT_ROW;
-        }
+    if (!w.data) {
+        expert_absent(y, ldy, p0, n, row_base, rows);
         return;
     }
     w.rows = rows;
     mma_block<FP4, 1, 1, (VEC == 2 && MMA_EXPERT_U > 4 ? 4 : MMA_EXPERT_U), VEC>(w, xq, ldq, xs, lds, n, y, ldy, out_bf16, row_base, 0, x_by_pair ? NULL : plan.pair_token, p0, p0);
+}
+
+/* ---- FP4 experts, lean (MMA_EXPERT_LEAN) ----
+ * k_mma_expert's FP4 work for whole 128-column chunks (K a multiple of 128: every V4 expert) with mma_block's
+ * word-wise instructions cut to what the arithmetic needs. Run 44's ncu found the expert kernels issue-bound at
+ * ~1 TB/s, and nvcc's PTX for mma_block<FP4, 1, 1, 2, 0> holds ~137 instructions a 32-column block a lane (of which
+ * 22 convert E2M1 to E4M3, 1 is the MMA and 8 apply the scales): predicated loads with zero fills, 64-bit address
+ * arithmetic a load, a scale byte load a (row, block). Here:
+ *   - no row or token guards: a slab's rows past the weight re-read row N - 1, tokens past the tile's count re-read
+ *     its last token. An MMA output element depends only on its own row of A and column of B (k_mma.cu's top
+ *     comment), and those rows and columns are never stored;
+ *   - pointers to rows g, g + 8, to the lane's token bytes and to the scale rows made once; a chunk is an offset;
+ *   - the 4 scale bytes of a (row, chunk) one word (4 byte loads where the scale rows are not word-aligned),
+ *     decoded by a shift when no byte of the chunk's two words is 0 or 255 (E8M0's two codes that dev_e8m0 treats
+ *     apart; it decodes such a chunk).
+ * Every stored element gets the operands, scales, fmaf chains and partial order of mma_block's (warp p: chunks
+ * p, p + 4, ... in increasing order; each block's MMA from 0, then fmaf(P, sw * sx, p)): the same bits, which
+ * test_gpu_mma checks by memcmp against the plain linear. MMA_EXPERT_LEAN_U chunks' loads in flight a warp. */
+#ifndef MMA_EXPERT_LEAN
+#define MMA_EXPERT_LEAN 1
+#endif
+#ifndef MMA_EXPERT_LEAN_U
+#define MMA_EXPERT_LEAN_U 2
+#endif
+
+/* Whether any byte of a or b is 0 or 255. */
+__device__ __forceinline__ bool e8m0_special2(uint32_t a, uint32_t b) {
+    const uint32_t za = (a - 0x01010101u) & ~a, zb = (b - 0x01010101u) & ~b;   /* a zero byte sets its bit 7 */
+    const uint32_t fa = (~a - 0x01010101u) & a, fb = (~b - 0x01010101u) & b;   /* a 0xff byte: ~a's zero byte */
+    return ((za | zb | fa | fb) & 0x80808080u) != 0;
+}
+
+/* Scale byte j of word s: 2^(byte - 127) by a shift (PLAIN: the byte is neither 0 nor 255), else dev_e8m0. */
+template <bool PLAIN> __device__ __forceinline__ float e8m0_byte(uint32_t s, int j) {
+    const uint32_t b = (s >> (8 * j)) & 0xffu;
+    return PLAIN ? __uint_as_float(b << 23) : dev_e8m0((uint8_t)b);
+}
+
+/* One chunk of a lean warp: blocks j = 0..3, each an MMA from 0 and four fmaf (mma_block's FP4 step, VEC 0). */
+template <bool PLAIN>
+__device__ __forceinline__ void lean_chunk(float (&acc)[4], const uint32_t (&a0w)[4], const uint32_t (&a1w)[4], uint32_t sw0, uint32_t sw1,
+                                           const uint2 (&b)[4], float sx0, float sx1) {
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+        const uint32_t a0 = e2m1x4_e4m3(a0w[j]), a1 = e2m1x4_e4m3(a1w[j]);
+        const uint32_t a2 = e2m1x4_e4m3(a0w[j] >> 16), a3 = e2m1x4_e4m3(a1w[j] >> 16);
+        const float s0 = e8m0_byte<PLAIN>(sw0, j), s1 = e8m0_byte<PLAIN>(sw1, j);
+        float f[4] = { 0.0f, 0.0f, 0.0f, 0.0f };
+        mma_e4m3(f, a0, a1, a2, a3, MMA_B01(b[j].x, b[j].y));
+        acc[0] = fmaf(f[0], s0 * sx0, acc[0]);
+        acc[1] = fmaf(f[1], s0 * sx1, acc[1]);
+        acc[2] = fmaf(f[2], s1 * sx0, acc[2]);
+        acc[3] = fmaf(f[3], s1 * sx1, acc[3]);
+    }
+}
+
+/* The 4 scale bytes of one (row, chunk) as a word: one load when aligned (s4), else four. */
+__device__ __forceinline__ uint32_t lean_scale_word(const uint8_t *p, bool s4) {
+    if (s4) return ld_nc32(p);
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+/* k_mma_expert<1, 0>'s contract (grid, plan, pairs, absent experts) for K % 128 == 0. */
+template <int U>
+__global__ void __launch_bounds__(32 * MMA_PARTS) k_mma_expert_lean(const dsv4_weight *__restrict__ experts_a,
+                                                                     const dsv4_weight *__restrict__ experts_b, int rows, cu_moe_plan plan,
+                                                                     const uint8_t *__restrict__ xq, int ldq, const float *__restrict__ xs,
+                                                                     int lds, int x_by_pair, float *y_a, float *y_b, int ldy, int out_bf16) {
+    dev_grid_wait();
+    __shared__ float red[MMA_PARTS - 1][4][32];
+    const dsv4_weight *experts = blockIdx.z ? experts_b : experts_a;
+    float *y = blockIdx.z ? y_b : y_a;
+    const int tile = blockIdx.y;
+    if (tile >= *plan.n_tiles) return;
+    const dsv4_weight w = experts[plan.tile_expert[tile]];
+    const int p0 = plan.tile_first[tile], n = plan.tile_count[tile], row_base = blockIdx.x * 16;
+    if (!w.data) {
+        expert_absent(y, ldy, p0, n, row_base, rows);
+        return;
+    }
+    const int lane = threadIdx.x & 31, part = threadIdx.x >> 5, g = lane >> 2, q = lane & 3;
+    const int K = w.cols, nchunk = K / 128;
+    const int r0 = min(row_base + g, rows - 1), r1 = min(row_base + g + 8, rows - 1);
+    const uint8_t *wa = (const uint8_t *)w.data + (int64_t)r0 * (K / 2) + 4 * q;   /* block j of chunk c: + 64 c + 16 j */
+    const uint8_t *wb = (const uint8_t *)w.data + (int64_t)r1 * (K / 2) + 4 * q;
+    const uint8_t *sa = w.scale + (int64_t)(w.row0 + r0) * w.scale_cols, *sb = w.scale + (int64_t)(w.row0 + r1) * w.scale_cols;   /* + 4 c */
+    const bool s4 = ((uintptr_t)w.scale & 3) == 0 && (w.scale_cols & 3) == 0;
+    const int32_t *in_rows = x_by_pair ? NULL : plan.pair_token;
+    const uint8_t *xb = xq + mma_in_row(in_rows, p0, min(g, n - 1)) * ldq + 8 * q;   /* block j of chunk c: + 128 c + 32 j */
+    const float *xs0 = xs + mma_in_row(in_rows, p0, min(2 * q, n - 1)) * lds, *xs1 = xs + mma_in_row(in_rows, p0, min(2 * q + 1, n - 1)) * lds;
+    float acc[1][1][4] = { { { 0.0f, 0.0f, 0.0f, 0.0f } } };
+    for (int c0 = part; c0 < nchunk; c0 += MMA_PARTS * U) {
+        uint32_t a0w[U][4], a1w[U][4], sw0[U], sw1[U];
+        uint2 b[U][4];
+        float sx0[U], sx1[U];
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const int c = c0 + u * MMA_PARTS;
+            if (c >= nchunk) break;
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                a0w[u][j] = ld_nc32(wa + 64 * c + 16 * j);
+                a1w[u][j] = ld_nc32(wb + 64 * c + 16 * j);
+                b[u][j] = ld_nc64(xb + 128 * c + 32 * j);
+            }
+            sw0[u] = lean_scale_word(sa + 4 * c, s4);
+            sw1[u] = lean_scale_word(sb + 4 * c, s4);
+            sx0[u] = xs0[c];
+            sx1[u] = xs1[c];
+        }
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            if (c0 + u * MMA_PARTS >= nchunk) break;
+            if (!e8m0_special2(sw0[u], sw1[u])) lean_chunk<true>(acc[0][0], a0w[u], a1w[u], sw0[u], sw1[u], b[u], sx0[u], sx1[u]);
+            else lean_chunk<false>(acc[0][0], a0w[u], a1w[u], sw0[u], sw1[u], b[u], sx0[u], sx1[u]);
+        }
+    }
+    mma_sum_store<1, 1>(acc, red, rows, n, y, ldy, out_bf16, row_base, 0, p0);
 }
 
 /* One warp per (row, 128-column block): the block's scale from its amax by act_quant's rule, then each value over
@@ -499,6 +639,15 @@ static int fp4_vec = MMA_FP4_VEC;
 extern "C" int cu_mma_fp4_vec(int mode) {
     const int before = fp4_vec;
     fp4_vec = mode == 1 || mode == 2 ? mode : 0;
+    return before;
+}
+
+/* FP4 experts of whole chunks by k_mma_expert_lean (MMA_EXPERT_LEAN) until cu_mma_expert_lean changes it. */
+static int expert_lean = MMA_EXPERT_LEAN;
+
+extern "C" int cu_mma_expert_lean(int on) {
+    const int before = expert_lean;
+    expert_lean = on != 0;
     return before;
 }
 
@@ -635,11 +784,14 @@ static int expert_args(const char *fn, int rows, int cols, int fmt, int ldq, con
 }
 
 /* One launch: the projection(s) z < nz (experts_a into y_a, experts_b into y_b). */
-static void expert_launch(cu_stream st, int nz, const dsv4_weight *experts_a, const dsv4_weight *experts_b, int rows, int fp4,
+static void expert_launch(cu_stream st, int nz, const dsv4_weight *experts_a, const dsv4_weight *experts_b, int rows, int cols, int fp4,
                           const cu_moe_plan *plan, int max_tiles, const uint8_t *xq, int ldq, const float *xs, int lds, int x_by_pair,
                           float *y_a, float *y_b, int ldy, int out_bf16) {
     dim3 grid(cu_blocks(rows, 16), max_tiles, nz);
-    if (fp4 && fp4_vec == 2)
+    if (fp4 && expert_lean && cols % 128 == 0)
+        k_mma_expert_lean<MMA_EXPERT_LEAN_U><<<grid, 32 * MMA_PARTS, 0, (cudaStream_t)st>>>(experts_a, experts_b, rows, *plan, xq, ldq, xs, lds,
+                                                                                          x_by_pair, y_a, y_b, ldy, out_bf16);
+    else if (fp4 && fp4_vec == 2)
         k_mma_expert<1, 2><<<grid, 32 * MMA_PARTS, 0, (cudaStream_t)st>>>(experts_a, experts_b, rows, *plan, xq, ldq, xs, lds, x_by_pair, y_a,
                                                                          y_b, ldy, out_bf16);
     else if (fp4 && fp4_vec == 1)
@@ -664,7 +816,7 @@ extern "C" int cu_mma_expert_linear(cu_stream st, const dsv4_weight *experts, in
     if (stream && cu_mma_stream_experts(st, experts, y, NULL, NULL, rows, cols, fmt, plan, max_tiles, xq, ldq, xs, lds, x_by_pair, ldy,
                                         out_bf16))
         return 0;   /* streamed (k_mma_stream.cu): the same bits */
-    expert_launch(st, 1, experts, experts, rows, fmt == WF_FP4, plan, max_tiles, xq, ldq, xs, lds, x_by_pair, y, y, ldy, out_bf16);
+    expert_launch(st, 1, experts, experts, rows, cols, fmt == WF_FP4, plan, max_tiles, xq, ldq, xs, lds, x_by_pair, y, y, ldy, out_bf16);
     return 0;
 }
 
@@ -689,10 +841,10 @@ extern "C" int cu_mma_expert_linear_pair(cu_stream st, const dsv4_weight *expert
         cu_mma_stream_experts(st, experts_b, y_b, NULL, NULL, rows, cols, fmt, plan, max_tiles, xq, ldq, xs, lds, x_by_pair, ldy, out_bf16))
         return 0;
     if (MMA_EXPERT_PAIR) {
-        expert_launch(st, 2, experts_a, experts_b, rows, fp4, plan, max_tiles, xq, ldq, xs, lds, x_by_pair, y_a, y_b, ldy, out_bf16);
+        expert_launch(st, 2, experts_a, experts_b, rows, cols, fp4, plan, max_tiles, xq, ldq, xs, lds, x_by_pair, y_a, y_b, ldy, out_bf16);
     } else {
-        expert_launch(st, 1, experts_a, experts_a, rows, fp4, plan, max_tiles, xq, ldq, xs, lds, x_by_pair, y_a, y_a, ldy, out_bf16);
-        expert_launch(st, 1, experts_b, experts_b, rows, fp4, plan, max_tiles, xq, ldq, xs, lds, x_by_pair, y_b, y_b, ldy, out_bf16);
+        expert_launch(st, 1, experts_a, experts_a, rows, cols, fp4, plan, max_tiles, xq, ldq, xs, lds, x_by_pair, y_a, y_a, ldy, out_bf16);
+        expert_launch(st, 1, experts_b, experts_b, rows, cols, fp4, plan, max_tiles, xq, ldq, xs, lds, x_by_pair, y_b, y_b, ldy, out_bf16);
     }
     return 0;
 }

@@ -27,11 +27,15 @@ static inline uint32_t prmt(uint32_t a, uint32_t b, uint32_t c) {
     return d;
 }
 
-/* ld.global.nc(.L1::no_allocate.L2::256B).v4.u32 / .u32: plain reads, their alignment checked as the hardware
+/* ld.global.nc(.L1::no_allocate.L2::256B).v4.u32 / .v2.u32 / .u32: plain reads, their alignment checked as the hardware
  * requires it. */
 static inline uint4 ld_stream16(const uint8_t *p) {
     if ((uintptr_t)p & 15) { fprintf(stderr, "shim: ld_stream16 at %p: not 16-byte aligned\n", (const void *)p); abort(); }
     return *(const uint4 *)p;
+}
+static inline uint2 ld_nc64(const uint8_t *p) {
+    if ((uintptr_t)p & 7) { fprintf(stderr, "shim: ld_nc64 at %p: not 8-byte aligned\n", (const void *)p); abort(); }
+    return *(const uint2 *)p;
 }
 static inline uint32_t ld_nc32(const uint8_t *p) {
     if ((uintptr_t)p & 3) { fprintf(stderr, "shim: ld_nc32 at %p: not 4-byte aligned\n", (const void *)p); abort(); }

@@ -61,9 +61,8 @@ a = mma.index('extern "C" int cu_mma_pack_act')
 body += mma[a:]
 a = frag.index("/* ---- end of PTX"); b = frag.rindex("#endif")
 out.append(frag[a:b])   # e2m1x4_e4m3 (both kernels include cu_mma_frag.cuh; its PTX is shim_frag.h's C++)
-# k_mma.cu's static reduction array is declared after its chunk loop, which its four warps leave at different
-# times (partials of unequal length): poisoning it there would hit what the earlier warps already wrote
-out.append(kernels(body, False))
+# k_mma.cu's kernels declare their reduction arrays at the top: poisoned there by thread 0 before any warp writes
+out.append(kernels(body, True))
 out.append('extern "C" int cu_mma_e4m3_check(unsigned long long *m, unsigned int *f, dsv4_error *err) { (void)m; (void)f; '
            'return dsv4_fail(err, DSV4_E_UNSUPPORTED, "cu_mma_e4m3_check: GPU only"); }')
 # the streaming kernel (k_mma_stream.cu, its own shim: shim_stream.sh) declines every call

@@ -90,9 +90,8 @@ a = mma.index("#define MMA_PARTS"); b = mma.index("/* dev_f32_to_e4m3 (the build
 body = mma[a:b]
 a = mma.index('extern "C" int cu_mma_pack_act')
 body += mma[a:]
-# k_mma.cu's static reduction array is declared after its chunk loop, which its four warps leave at different
-# times: poisoning it there would hit what the earlier warps already wrote (as shim_gemm.sh)
-out.append(kernels(body, False))
+# k_mma.cu's kernels declare their reduction arrays at the top: poisoned there by thread 0 before any warp writes
+out.append(kernels(body, True))
 out.append('extern "C" int cu_mma_e4m3_check(unsigned long long *m, unsigned int *f, dsv4_error *err) { (void)m; (void)f; '
            'return dsv4_fail(err, DSV4_E_UNSUPPORTED, "cu_mma_e4m3_check: GPU only"); }')
 # the large-T GEMM (its own shim: shim_gemm.sh) off: every call here is at most 16 tokens a tile
