@@ -115,7 +115,7 @@ for v in 1 0; do
 done
 cmp -s "$T/gemm1.npy" "$T/gemm0.npy" && ok || bad "DSV4_CUDA_GEMM=1: the 300-token logits differ from the small tiles'"
 expect_err "DSV4_CUDA_GEMM=2" "DSV4_CUDA_GEMM" env DSV4_CUDA_GEMM=2 "$BIN" logits -m "$T/m" --device cuda --tokens 1,2
-# the streaming kernel for steps of <= 8 tokens (DSV4_CUDA_STREAM, opt-in, k_mma_stream.cu): the same bits as
+# the streaming kernel for steps of <= 8 tokens (DSV4_CUDA_STREAM, off by default, k_mma_stream.cu): the same bits as
 # the small tiles, here on steps of 1 to 8 tokens of the K >= 1024 model (test_gpu_stream holds the kernel-level memcmp)
 ST=$(seq -s, 5 3 122)
 for v in 1 0; do
@@ -135,9 +135,9 @@ for kv in fp8 bf16; do
     cmp -s "$T/am1.npy" "$T/am0.npy" && bad "DSV4_CUDA_ATT_MMA=1 $kv: the same bits as the CUDA-core attention (path not taken?)" || ok
 done
 expect_err "DSV4_CUDA_ATT_MMA=yes" "DSV4_CUDA_ATT_MMA" env DSV4_CUDA_ATT_MMA=yes "$BIN" logits -m "$T/m" --device cuda --tokens 1,2
-# the decode-sized attention scores kernel (DSV4_CUDA_ATT_DEC, opt-in): the same bits as k_att_scores, here
+# the decode-sized attention scores kernel (DSV4_CUDA_ATT_DEC, on by default): the same bits as k_att_scores, here
 # at the model level with steps of one token among the chunks (test_gpu_attention holds the kernel-level memcmp)
-for mk in "official fp8" "official bf16" "exact fp8"; do
+for mk in "official fp8" "official bf16" "exact fp8" "official f32"; do
     set -- $mk
     for v in 1 0; do
         expect_ok "att dec=$v logits $mk" env DSV4_CUDA_ATT_DEC=$v "$BIN" logits -m "$T/m" --device cuda --mode $1 --kv $2 --tokens "$TOK" \

@@ -555,8 +555,18 @@ static void decode_shapes(void **state) {
         { "decode CSA 64 x 512, bf16, OFFICIAL", 64, 512, 64, DSV4_KV_BF16, 4, 1, 255, 63 },         /* 191/192, 78/80 */
         { "decode window 8 x 96 (R 32), bf16, EXACT", 8, 96, 32, DSV4_KV_BF16, 0, 0, 200, 70 },       /* 128, 70/71 */
         { "decode CSA 20 x 88 (R 24), fp8, OFFICIAL", 20, 88, 24, DSV4_KV_FP8, 4, 1, 259, 100 },      /* 192/193, 125/126 */
+        { "decode CSA 64 x 512, f32, OFFICIAL", 64, 512, 64, DSV4_KV_F32, 4, 1, 259, 100 },          /* f32 rows: copied, not decoded */
+        { "decode HCA 64 x 512, f32, EXACT", 64, 512, 64, DSV4_KV_F32, 128, 0, 8319, 300 },
+        { "decode window 8 x 96 (R 32), f32, OFFICIAL", 8, 96, 32, DSV4_KV_F32, 0, 1, 200, 70 },
     };
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) decode_case(&cases[i]);
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const int before = n_dec_launches;
+        decode_case(&cases[i]);
+#if !defined(ATT_TEST_EMULATE) || defined(ATT_TEST_SHIM)
+        if (cases[i].fmt == DSV4_KV_F32 && n_dec_launches == before)   /* f32 rows fit since they need no raw copy */
+            fail_msg("%s: the decode-sized scores kernel never ran", cases[i].name);
+#endif
+    }
 }
 
 /* Every step above of the CUDA-core path ran twice, with and without the decode-sized scores kernel, and gave the

@@ -22,20 +22,25 @@
 . tools/gpu/env.sh
 PARTS=${PARTS:-suite bits ab ncu profile final}
 has() { case " $PARTS " in *" $1 "*) return 0 ;; esac; return 1; }
+# the logs so far into $OUT after every part: a call cut at its time limit still brings back what ran (run 45 lost
+# its suite log to the limit)
+save() { tar -C /tmp -czf "$OUT/logs.tgz" run-logs 2>/dev/null; }
 L=/tmp/run-logs && rm -rf $L && mkdir -p $L
 for b in .gpu/dsv4*.xz; do [ -f "$b" ] && xz -dkf "$b" && chmod +x "${b%.xz}"; done
 if [ -n "${FUZZ_SECONDS:-}" ]; then OUT="$OUT" FUZZ_TARGETS="${FUZZ_TARGETS:-}" tools/gpu/fuzz_bg.sh start "$FUZZ_SECONDS" "${FUZZ_CORES:-12}" >$L/fuzz_start.log; fi
 FLASH=".gpu/dsv4 bench --synthetic flash --device cuda --mode official"
 if has suite; then
-  BUILD=.gpu VERBOSE=1 timeout 300 tests/run_gpu.sh >$L/suite.log 2>&1
+  BUILD=.gpu VERBOSE=1 timeout ${SUITE_TIMEOUT:-300} tests/run_gpu.sh >$L/suite.log 2>&1
   echo "suite exit $? at $(el) s" >>$L/suite.log
   echo "== suite:"; grep -E "FAIL|passed, .* failed|suite exit" $L/suite.log | tail -8
 fi
+save
 if has suite2; then   # the suite again with SUITE_ENV's switches exported (opt-in kernels through the model-level tests)
-  env ${SUITE_ENV:-} BUILD=.gpu VERBOSE=1 timeout 300 tests/run_gpu.sh >$L/suite2.log 2>&1
+  env ${SUITE_ENV:-} BUILD=.gpu VERBOSE=1 timeout ${SUITE_TIMEOUT:-300} tests/run_gpu.sh >$L/suite2.log 2>&1
   echo "suite2 exit $? at $(el) s" >>$L/suite2.log
   echo "== suite with ${SUITE_ENV:-}:"; grep -E "FAIL|passed, .* failed|suite2 exit" $L/suite2.log | tail -8
 fi
+save
 if has bits; then   # the same logits? dsv4 and every binary in BITS_BINS (default dsv4-old), and ENV_BITS switches of dsv4
   W=/tmp/wide
   .gpu/dsv4 tiny -o $W --preset flash-tiny --set 'compress_ratios=[0,0,4,128,4,128]' --set sliding_window=8 --set index_topk=3 \
@@ -58,6 +63,7 @@ if has bits; then   # the same logits? dsv4 and every binary in BITS_BINS (defau
     done
   done
 fi
+save
 if has ab; then   # decode at prompt 256, AB_ROUNDS alternating rounds: dsv4, each binary of VARIANTS, each ENV_AB NAME=VALUE (of dsv4)
   echo "== A/B, decode tok/s at prompt 256 (rounds alternate):"
   for r in $(seq 1 "${AB_ROUNDS:-2}"); do
@@ -70,6 +76,7 @@ if has ab; then   # decode at prompt 256, AB_ROUNDS alternating rounds: dsv4, ea
     done
   done
 fi
+save
 if has micro; then   # the kernels' own benchmarks (helpers fp4load and gemm)
   timeout 60 .gpu/gputests/test_gpu_mma --bench-experts >$L/bench_experts.log 2>&1
   timeout 90 .gpu/gputests/test_gpu_gemm --bench >$L/bench_gemm.log 2>&1
@@ -80,6 +87,7 @@ if has micro; then   # the kernels' own benchmarks (helpers fp4load and gemm)
   echo "== FP8 / FP4 linears at few tokens (streamed vs small tiles):"; tail -16 $L/bench_linear.log
   echo "== attention at decode (k_att_scores vs k_att_scores_dec):"; tail -12 $L/bench_attention.log
 fi
+save
 if has ncu; then
   NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1 || echo /usr/local/cuda/bin/ncu)
   timeout 90 "$NCU" --clock-control none --cache-control none --metrics gpu__time_duration.sum,dram__bytes_read.sum,launch__grid_size \
@@ -88,12 +96,14 @@ if has ncu; then
   python3 tools/gpu/ncu_summary.py $L/ncu.csv k_embed 0 >"$OUT/ncu.txt" 2>&1
   echo "== ncu:"; head -34 "$OUT/ncu.txt"
 fi
+save
 if has kvab; then   # decode at prompt 256 with each KV format
   for kv in f32 bf16 fp8; do
     timeout 90 $FLASH --kv $kv --prompt 256 --decode 32 --no-bandwidth >$L/kvab_$kv.log 2>&1
     echo "  kv $kv: $(grep -E '^decode, 1 stream' $L/kvab_$kv.log | awk '{print $4, $5, $6, $7}')$(grep -m1 -i 'error' $L/kvab_$kv.log)"
   done
 fi
+save
 if has ncukv; then   # one decode step's kernels with f32 and with fp8 KV (prompt 64): where fp8 KV's time goes
   NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1 || echo /usr/local/cuda/bin/ncu)
   for kv in f32 fp8; do
@@ -104,6 +114,7 @@ if has ncukv; then   # one decode step's kernels with f32 and with fp8 KV (promp
     echo "== ncu, a one-token step, $kv KV:"; head -22 "$OUT/ncu_$kv.txt"
   done
 fi
+save
 if has sass; then   # the SASS of the kernels named in SASS_FUN (cuobjdump, where the machine has it)
   CUOBJ=$(command -v cuobjdump || ls /usr/local/cuda*/bin/cuobjdump 2>/dev/null | head -1)
   if [ -n "$CUOBJ" ]; then "$CUOBJ" -sass .gpu/gputests/test_gpu_mma >$L/mma.sass 2>&1
@@ -116,6 +127,7 @@ PY
     echo "== sass: $(grep -c '^Function' "$OUT/sass.txt") functions, $(wc -l <"$OUT/sass.txt") lines"
   else echo "== sass: no cuobjdump"; fi
 fi
+save
 if has ncusrc; then   # per-SASS-instruction executions and stall samples of one launch of each kernel in NCU_SRC (regex:skip)
   NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1 || echo /usr/local/cuda/bin/ncu)
   i=0
@@ -128,6 +140,7 @@ if has ncusrc; then   # per-SASS-instruction executions and stall samples of one
     echo "== ncu source $kn: $(wc -l <"$OUT/src$i.csv") lines"
   done
 fi
+save
 if has ncudeep; then   # why a kernel is slow, not only how slow (run 42: the experts' 1 TB/s)
   # on the kernels' micro-benchmarks (test_gpu_mma): under ncu's kernel replay the 156 GB synthetic Flash is
   # backed up to host memory for every pass, and the next process found the GPU still full (run 42)
@@ -140,6 +153,7 @@ if has ncudeep; then   # why a kernel is slow, not only how slow (run 42: the ex
   done
   echo "== ncu sections: $(grep -c 'Duration' "$OUT/ncu_deep.txt") launches in ncu_deep.txt"
 fi
+save
 if has profile; then
   timeout 90 $FLASH --prompt 8192 --decode 2 --no-bandwidth --profile >$L/profile_prefill.log 2>&1
   timeout 120 $FLASH --prompt 256 --decode 8 --no-bandwidth --streams 64 --profile >$L/profile_streams.log 2>&1
@@ -148,6 +162,7 @@ if has profile; then
   echo "== profile, 8K prefill then decode:"; grep -vE "^(kv |model|synthetic|device)" $L/profile_prefill.log | head -60
   echo "== profile, 64 streams:"; sed -n '/per-stage time of/,$p' $L/profile_streams.log | head -30
 fi
+save
 if has final; then
   timeout 100 $FLASH --prompt 256 --decode 48 --streams 8,32,64 --json $L/flash.json >$L/flash.log 2>&1
   timeout 80 $FLASH --prompt 8192 --decode 2 --no-bandwidth >$L/prefill.log 2>&1
@@ -156,6 +171,7 @@ if has final; then
   echo "== prefill 8K:"; grep -E "prefill|rror" $L/prefill.log
   echo "== context:"; grep -E "^ +[0-9]+ +[0-9.]+ +[0-9.]+|rror" $L/context.log
 fi
+save
 if [ -n "${FUZZ_SECONDS:-}" ]; then echo "== fuzz:"; OUT="$OUT" tools/gpu/fuzz_bg.sh stop | tail -12; fi
 tar -C /tmp -czf "$OUT/logs.tgz" run-logs
 echo "total $(el) s; files in \$OUT: $(ls $OUT | wc -l)"

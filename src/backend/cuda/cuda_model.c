@@ -437,9 +437,11 @@ static int init_ranks(struct cuda_model *cm, const struct dsv4_model *m, int n, 
  *                       (process-wide: the last load's setting holds).
  *   DSV4_CUDA_STREAM    those linears (and the routed experts) at up to 8 tokens through the streaming kernel
  *                       (k_mma_stream.cu: a persistent grid, the weights by cp.async through shared memory), default
- *                       off until a GPU run has tested and timed it (written after this session's last device run;
- *                       the CPU shim's memcmp passes); 0 = k_mma.cu's small tiles. The same bits either way
- *                       (test_gpu_stream); a property of the model load (cuda_model.mma_stream), passed to every call.
+ *                       off: run 44 (the suite passed with it on, the same logits) timed it slower in the model, 80
+ *                       vs 88 tok/s — it keeps more bytes in flight but spends as many instructions a byte as
+ *                       k_mma.cu's kernels, and those are issue-bound; 0 = k_mma.cu's small tiles. The same bits
+ *                       either way (test_gpu_stream); a property of the model load (cuda_model.mma_stream), passed to
+ *                       every call.
  *   DSV4_CUDA_IDX_MMA   OFFICIAL indexer scores on int8 tensor cores (k_indexer.cu, exact block sums of the FP4
  *                       operands), default on; 0 = the fp32 scores.
  *   DSV4_CUDA_ATT_MMA   OFFICIAL attention scores and P.V on bf16 tensor cores (k_attention.cu k_att_scores_mma /
@@ -447,11 +449,11 @@ static int init_ranks(struct cuda_model *cm, const struct dsv4_model *m, int n, 
  *                       than the CUDA-core kernels (decode 45.6 vs 47.6 tok/s, 1M context 28.1 vs 30.5), for +6 % at
  *                       an 8K prefill. EXACT mode never uses them.
  *   DSV4_CUDA_ATT_DEC   attention scores of a launch of few queries by k_attention.cu's k_att_scores_dec (each chunk's
- *                       rows and q staged in one phase of loads), default off until a GPU run has timed it in the
- *                       model (helper attdec's runs: test_gpu_attention passed on the H200, one query's attention
- *                       1.55x faster in isolation, with the 128-thread version; the merged 256-thread one ran only in
- *                       the CPU shim); 0 = k_att_scores at every size. The same bits either way (test_gpu_attention
- *                       compares them). */
+ *                       rows and q staged in one phase of loads), default on; 0 = k_att_scores at every size. The
+ *                       same bits either way (test_gpu_attention compares them). Run 45's ncu of a decode step:
+ *                       k_att_scores 34 us a layer whatever the keys (its 16 slices wait on memory one after another);
+ *                       run 44: the suite passed with it on. Until f32 rows were copied without their raw copy the
+ *                       kernel did not fit f32 rows (the bench's default KV) and was never taken there. */
 static int env_choice(const char *name, int dflt, int max, const char *what, int *val, dsv4_error *err) {
     const char *v = getenv(name);
     *val = dflt;
@@ -479,7 +481,7 @@ int cuda_model_init(struct dsv4_model *m, const cuda_placement *p, dsv4_error *e
         env_switch("DSV4_CUDA_STREAM", 0, "the streaming kernel for up to 8 tokens", &stream_on, err) ||
         env_switch("DSV4_CUDA_IDX_MMA", 1, "indexer scores on tensor cores in OFFICIAL mode", &idx_mma_on, err) ||
         env_switch("DSV4_CUDA_ATT_MMA", 0, "tensor-core attention in OFFICIAL mode", &att_mma_on, err) ||
-        env_switch("DSV4_CUDA_ATT_DEC", 0, "the decode-sized attention scores kernel", &att_dec_on, err))
+        env_switch("DSV4_CUDA_ATT_DEC", 1, "the decode-sized attention scores kernel", &att_dec_on, err))
         return DSV4_E_ARG;
     if (n_gpus < 1) n_gpus = 1;
     if (n_gpus > CU_MAX_GPUS) return dsv4_fail(err, DSV4_E_ARG, "at most %d GPUs (asked for %d)", CU_MAX_GPUS, n_gpus);

@@ -731,7 +731,8 @@ __global__ void __launch_bounds__(4 * HB, 1280 / (4 * HB)) k_att_pv(int official
  *   broadcast to 8 lanes and a row load feeds 4); the chunk's max per head by shuffles and a small shared array.
  * It writes S and cmax as k_att_scores does (the same scratch, the same bits: test_gpu_attention compares the two
  * with memcmp, cu_attention's CU_ATT_NO_DEC), so k_att_pv and k_att_combine follow unchanged. Shared memory:
- * 64 fp32 rows + ATT_DHG fp32 q rows + 64 raw rows (184 KB at D 512 with fp8 rows): one block an SM. So a launch
+ * 64 fp32 rows + ATT_DHG fp32 q rows + 64 raw rows (184 KB at D 512 with fp8 rows, 216 KB with bf16; f32 rows go
+ * straight into the fp32 rows, 149 KB): one block an SM. So a launch
  * takes it only when its blocks (chunks x head groups x queries) fit in one wave, at most one per SM
  * (cu_attention_decode_launches); a larger one keeps k_att_scores, whose small blocks share SMs. On a lent H200
  * (helper attdec, ncu of test_gpu_attention --bench, one query of 640 fp8 keys, 64 x 512): 94 -> 54 us; two
@@ -778,14 +779,14 @@ struct att_dec_smem {
     int ld, rb;
     int64_t kf, qf, raw, kp, red, bytes;
 };
-static __host__ __device__ __forceinline__ att_dec_smem att_dec_smem_of(int D, int row_bytes) {
+static __host__ __device__ __forceinline__ att_dec_smem att_dec_smem_of(int D, int row_bytes, int fmt) {
     att_dec_smem m;
     m.ld = (D + 3) / 4 * 4 + 4;
     m.rb = (row_bytes + 15) / 16 * 16 + 16;
     m.kf = 0;
     m.qf = m.kf + (int64_t)4 * ATT_KC * m.ld;
     m.raw = m.qf + (int64_t)4 * ATT_DHG * m.ld;
-    m.kp = m.raw + (int64_t)ATT_KC * m.rb;
+    m.kp = m.raw + (fmt == KV_F32 ? 0 : (int64_t)ATT_KC * m.rb);   /* f32 rows are copied straight into kf: no raw rows */
     m.red = m.kp + (int64_t)sizeof(void *) * ATT_KC;
     m.bytes = m.red + (int64_t)sizeof(float) * (ATT_DEC_CT / 32) * ATT_DHG;
     return m;
@@ -842,7 +843,7 @@ __global__ void __launch_bounds__(ATT_DEC_T, 1) k_att_scores_dec(att_args A, con
     dev_grid_wait();
     extern __shared__ __align__(16) unsigned char att_dec_smem_base[];
     constexpr int NT = ATT_DEC_T, CT = ATT_DEC_CT, HB = ATT_DHG;
-    const att_dec_smem m = att_dec_smem_of(D, A.lay.bytes);
+    const att_dec_smem m = att_dec_smem_of(D, A.lay.bytes, F);
     float (*red)[HB] = (float (*)[HB])(att_dec_smem_base + m.red);   /* [CT / 32][HB]: the computing warps' maxima */
     float *kf = (float *)(att_dec_smem_base + m.kf), *qf = (float *)(att_dec_smem_base + m.qf);
     uint8_t *raw = att_dec_smem_base + m.raw;
@@ -873,21 +874,40 @@ __global__ void __launch_bounds__(ATT_DEC_T, 1) k_att_scores_dec(att_args A, con
                 else dst[k] = 0.0f;
     }
     __syncthreads();   /* kp is written */
-    const int lines = A.lay.bytes / 16 + 2;   /* 16-byte lines a row touches, at most */
-    for (int e = threadIdx.x; e < nkc * lines; e += NT) {
-        const int r = e / lines;
-        att_copy_line(kp[r], A.lay.bytes, e % lines, raw + (int64_t)r * rb);
-    }
-    att_cp_wait();
-    __syncthreads();   /* every thread's copies have landed */
-    /* decode: float4 x of row r (rows past nkc: zeros); ld - 4 columns, those past D zeros */
+    if constexpr (F == KV_F32) {
+        /* f32 rows: element j is the float at byte 4 j (kv_col), so its fp32 value is its bits: float4 x of row r
+         * copied straight into kf (one 16-byte copy from a 16-byte aligned row, else four of 4 bytes); rows past nkc
+         * and columns past D: zeros, as the decode below writes them. Shared memory: no raw rows (149 KB at D 512,
+         * where raw f32 rows beside their decoded copies would not fit in the 227 KB an SM has). */
+        for (int e = threadIdx.x; e < ATT_KC * nq; e += NT) {
+            const int r = e / nq, j = 4 * (e % nq);
+            float *dst = kf + (int64_t)r * ld + j;
+            const float *src = r < nkc ? (const float *)kp[r] + j : NULL;
+            if (src && j + 3 < D && (uintptr_t)src % 16 == 0) att_cp16(dst, src);
+            else
+                for (int k = 0; k < 4; k++)
+                    if (src && j + k < D) att_cp4(dst + k, src + k);
+                    else dst[k] = 0.0f;
+        }
+        att_cp_wait();
+        __syncthreads();   /* every thread's copies have landed */
+    } else {
+        const int lines = A.lay.bytes / 16 + 2;   /* 16-byte lines a row touches, at most */
+        for (int e = threadIdx.x; e < nkc * lines; e += NT) {
+            const int r = e / lines;
+            att_copy_line(kp[r], A.lay.bytes, e % lines, raw + (int64_t)r * rb);
+        }
+        att_cp_wait();
+        __syncthreads();   /* every thread's copies have landed */
+        /* decode: float4 x of row r (rows past nkc: zeros); ld - 4 columns, those past D zeros */
 #pragma unroll 4
-    for (int e = threadIdx.x; e < ATT_KC * nq; e += NT) {
-        const int r = e / nq, j = 4 * (e % nq);
-        const uint8_t *row = raw + (int64_t)r * rb + ((uintptr_t)(r < nkc ? kp[r] : 0) & 15);
-        *(float4 *)&kf[(int64_t)r * ld + j] = r < nkc ? att_decode4<F>(A.lay, row, j, D) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        for (int e = threadIdx.x; e < ATT_KC * nq; e += NT) {
+            const int r = e / nq, j = 4 * (e % nq);
+            const uint8_t *row = raw + (int64_t)r * rb + ((uintptr_t)(r < nkc ? kp[r] : 0) & 15);
+            *(float4 *)&kf[(int64_t)r * ld + j] = r < nkc ? att_decode4<F>(A.lay, row, j, D) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        }
+        __syncthreads();
     }
-    __syncthreads();
     const att_scratch X = att_scratch_of(scratch, slot, nch, H, D);
     if (threadIdx.x < CT) {   /* whole warps; the others only copied and decoded */
         /* thread: keys kr + 8 a (a = 0, 1), heads hx + 4 b (b = 0, 1); the chains over the columns in order */
@@ -1362,9 +1382,9 @@ extern "C" int cu_attention_decode_launches(int official, int mma, cu_kvlay lay,
     const int64_t nch = att_chunks(max_keys > 0 ? max_keys : 1);
     const int64_t g = att_group(scratch_floats, att_query_floats(nch, H, D), T);
     if (g < 1) return 0;
-    const int sms = lay.fmt == KV_F32 ? att_dec_optin(k_att_scores_dec<KV_F32>, att_dec_smem_of(D, lay.bytes).bytes)
-                  : lay.fmt == KV_BF16 ? att_dec_optin(k_att_scores_dec<KV_BF16>, att_dec_smem_of(D, lay.bytes).bytes)
-                  : att_dec_optin(k_att_scores_dec<DSV4_KV_FP8>, att_dec_smem_of(D, lay.bytes).bytes);
+    const int sms = lay.fmt == KV_F32 ? att_dec_optin(k_att_scores_dec<KV_F32>, att_dec_smem_of(D, lay.bytes, KV_F32).bytes)
+                  : lay.fmt == KV_BF16 ? att_dec_optin(k_att_scores_dec<KV_BF16>, att_dec_smem_of(D, lay.bytes, KV_BF16).bytes)
+                  : att_dec_optin(k_att_scores_dec<DSV4_KV_FP8>, att_dec_smem_of(D, lay.bytes, DSV4_KV_FP8).bytes);
     int launches = 0;
     for (int t0 = 0; t0 < T; t0 += (int)g) {
         const int64_t n = T - t0 < g ? T - t0 : g;
@@ -1398,7 +1418,7 @@ extern "C" int cu_attention(cu_stream st, int official, int mma, cu_kvlay lay, c
     void (*scores_dec)(att_args, const float *, int, int, int, int, float *) = lay.fmt == KV_F32 ? k_att_scores_dec<KV_F32>
         : lay.fmt == KV_BF16 ? k_att_scores_dec<KV_BF16> : k_att_scores_dec<DSV4_KV_FP8>;
     /* the decode kernel for a launch whose blocks fit in one wave (the same bits either way) */
-    const att_dec_smem dm = att_dec_smem_of(D, lay.bytes);
+    const att_dec_smem dm = att_dec_smem_of(D, lay.bytes, lay.fmt);
     const int dec_sms = !tc && !(mma & CU_ATT_NO_DEC) ? att_dec_optin(scores_dec, dm.bytes) : 0;
     const int64_t dec_per_query = nch * ((H + ATT_DHG - 1) / ATT_DHG);   /* blocks */
     cudaStream_t s = (cudaStream_t)st;
