@@ -13,8 +13,9 @@ export DSV4_ROOT="$PWD"
 export CMOCKA_MESSAGE_OUTPUT=stdout
 JOBS=${JOBS:-$(n=$(nproc 2>/dev/null || echo 2); [ "$n" -gt 4 ] && n=4; echo "$n")}
 passed=0; failed=0; failed_names=()
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
+# TEST_LOG_DIR: keep each test's log (<i>.log, .rc, .dt) there instead of a temporary folder removed at the end
+if [ -n "${TEST_LOG_DIR:-}" ]; then work=$TEST_LOG_DIR && mkdir -p "$work"
+else work=$(mktemp -d) && trap 'rm -rf "$work"' EXIT; fi
 
 # TEST_DIR / SCRIPTS: which programs and scripts (tests/run_gpu.sh points them at the GPU suite)
 TEST_DIR=${TEST_DIR:-$BUILD/tests}

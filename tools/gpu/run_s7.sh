@@ -30,9 +30,11 @@ for b in .gpu/dsv4*.xz; do [ -f "$b" ] && xz -dkf "$b" && chmod +x "${b%.xz}"; d
 if [ -n "${FUZZ_SECONDS:-}" ]; then OUT="$OUT" FUZZ_TARGETS="${FUZZ_TARGETS:-}" tools/gpu/fuzz_bg.sh start "$FUZZ_SECONDS" "${FUZZ_CORES:-12}" >$L/fuzz_start.log; fi
 FLASH=".gpu/dsv4 bench --synthetic flash --device cuda --mode official"
 if has suite; then
-  BUILD=.gpu VERBOSE=1 timeout ${SUITE_TIMEOUT:-300} tests/run_gpu.sh >$L/suite.log 2>&1
+  # each test's own log in $L/suite-tests (<i>.log; a test without <i>.rc had not finished at the timeout)
+  TEST_LOG_DIR=$L/suite-tests BUILD=.gpu VERBOSE=1 timeout ${SUITE_TIMEOUT:-300} tests/run_gpu.sh >$L/suite.log 2>&1
   echo "suite exit $? at $(el) s" >>$L/suite.log
   echo "== suite:"; grep -E "FAIL|passed, .* failed|suite exit" $L/suite.log | tail -8
+  for f in $L/suite-tests/*.log; do i=$(basename "$f" .log); [ -f "$L/suite-tests/$i.rc" ] || echo "  unfinished: test #$i: $(tail -c 300 "$f" | tr '\n' ' ')"; done
 fi
 save
 if has suite2; then   # the suite again with SUITE_ENV's switches exported (opt-in kernels through the model-level tests)

@@ -468,6 +468,9 @@ __global__ void __launch_bounds__(32 * MMA_PARTS, VEC ? MMA_EXPERT_BLOCKS : MMA_
 #ifndef MMA_EXPERT_LEAN_U
 #define MMA_EXPERT_LEAN_U 1   /* run 45, decode at prompt 256: U 1 95.84 / 95.34 tok/s, 2 94.12 / 94.53, 4 95.20 / 94.62 */
 #endif
+#ifndef MMA_EXPERT_LEAN_BLOCKS
+#define MMA_EXPERT_LEAN_BLOCKS 1   /* blocks an SM its registers must allow (__launch_bounds__; 1: no bound) */
+#endif
 
 /* Whether any byte of a or b is 0 or 255. */
 __device__ __forceinline__ bool e8m0_special2(uint32_t a, uint32_t b) {
@@ -508,7 +511,7 @@ __device__ __forceinline__ uint32_t lean_scale_word(const uint8_t *p, bool s4) {
 
 /* k_mma_expert<1, 0>'s contract (grid, plan, pairs, absent experts) for K % 128 == 0. */
 template <int U>
-__global__ void __launch_bounds__(32 * MMA_PARTS) k_mma_expert_lean(const dsv4_weight *__restrict__ experts_a,
+__global__ void __launch_bounds__(32 * MMA_PARTS, MMA_EXPERT_LEAN_BLOCKS) k_mma_expert_lean(const dsv4_weight *__restrict__ experts_a,
                                                                      const dsv4_weight *__restrict__ experts_b, int rows, cu_moe_plan plan,
                                                                      const uint8_t *__restrict__ xq, int ldq, const float *__restrict__ xs,
                                                                      int lds, int x_by_pair, float *y_a, float *y_b, int ldy, int out_bf16) {
