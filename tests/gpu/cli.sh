@@ -124,6 +124,14 @@ for v in 1 0; do
 done
 cmp -s "$T/stream1.npy" "$T/stream0.npy" && ok || bad "DSV4_CUDA_STREAM=1: the logits of steps of 1 to 8 tokens differ from the small tiles'"
 expect_err "DSV4_CUDA_STREAM=2" "DSV4_CUDA_STREAM" env DSV4_CUDA_STREAM=2 "$BIN" logits -m "$T/m" --device cuda --tokens 1,2
+# the lean FP4 expert kernel (DSV4_CUDA_EXPERT_LEAN, off by default): the same bits, steps of 1 to 8 tokens of the
+# K >= 1024 model (whole 128-column chunks: the kernel's case; test_gpu_mma holds the kernel-level memcmp)
+for v in 1 0; do
+    expect_ok "wide decode steps DSV4_CUDA_EXPERT_LEAN=$v" env DSV4_CUDA_EXPERT_LEAN=$v "$BIN" logits -m "$T/wide" --device cuda \
+        --mode official --kv fp8 --tokens "$ST" --chunks 1,2,3,4,5,6,7,8 --out "$T/lean$v.npy"
+done
+cmp -s "$T/lean1.npy" "$T/lean0.npy" && ok || bad "DSV4_CUDA_EXPERT_LEAN=1: the logits of steps of 1 to 8 tokens differ from k_mma_expert's"
+expect_err "DSV4_CUDA_EXPERT_LEAN=2" "DSV4_CUDA_EXPERT_LEAN" env DSV4_CUDA_EXPERT_LEAN=2 "$BIN" logits -m "$T/m" --device cuda --tokens 1,2
 expect_err "DSV4_CUDA_IDX_MMA=2" "DSV4_CUDA_IDX_MMA" env DSV4_CUDA_IDX_MMA=2 "$BIN" logits -m "$T/m" --device cuda --tokens 1,2
 # the tensor-core attention (opt-in, DSV4_CUDA_ATT_MMA=1): chunked = one call at the model level too
 for kv in fp8 bf16; do

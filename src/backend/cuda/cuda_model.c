@@ -9,6 +9,7 @@
 #include "backend/cuda/cuda_ep.h"
 #include "backend/cuda/cuda_host_experts.h"
 #include "backend/cuda/cu_graph.h"
+#include "backend/cuda/cu_mma.h"
 #include "backend/cuda/cu_mma_gemm.h"
 #include "backend/cpu/pool.h"
 #include "model/expert_place.h"
@@ -442,6 +443,11 @@ static int init_ranks(struct cuda_model *cm, const struct dsv4_model *m, int n, 
  *                       k_mma.cu's kernels, and those are issue-bound; 0 = k_mma.cu's small tiles. The same bits
  *                       either way (test_gpu_stream); a property of the model load (cuda_model.mma_stream), passed to
  *                       every call.
+ *   DSV4_CUDA_EXPERT_LEAN  FP4 routed experts of whole 128-column chunks at decode by k_mma.cu's k_mma_expert_lean
+ *                       (mma_block's instructions cut to the arithmetic), default off until a GPU suite has run the
+ *                       fixed version: run 46 measured it on (decode 104 tok/s, 64 streams 767) but its first version
+ *                       hung three suite tests (a lane-wise branch between two mma.sync; now warp-uniform, checked
+ *                       by the CPU shim). The same bits either way (test_gpu_mma); process-wide, as DSV4_CUDA_GEMM.
  *   DSV4_CUDA_IDX_MMA   OFFICIAL indexer scores on int8 tensor cores (k_indexer.cu, exact block sums of the FP4
  *                       operands), default on; 0 = the fp32 scores.
  *   DSV4_CUDA_ATT_MMA   OFFICIAL attention scores and P.V on bf16 tensor cores (k_attention.cu k_att_scores_mma /
@@ -472,13 +478,14 @@ static int env_switch(const char *name, int dflt, const char *what, int *on, dsv
 
 int cuda_model_init(struct dsv4_model *m, const cuda_placement *p, dsv4_error *err) {
     const int gpu = p->gpu;
-    int n_gpus = p->n_gpus, graphs_on, pdl_on /* CU_PDL_* */, mma_on, gemm_on, stream_on, idx_mma_on, att_mma_on, att_dec_on;
+    int n_gpus = p->n_gpus, graphs_on, pdl_on /* CU_PDL_* */, mma_on, gemm_on, stream_on, lean_on, idx_mma_on, att_mma_on, att_dec_on;
     if (env_switch("DSV4_CUDA_GRAPHS", 1, "CUDA graphs", &graphs_on, err) ||
         env_choice("DSV4_CUDA_PDL", CU_PDL_OFF, CU_PDL_EXIT,
                    "0 (plain edges in the CUDA graphs), 1 (programmatic from launch completion) or 2 (from exit)", &pdl_on, err) ||
         env_switch("DSV4_CUDA_MMA", 1, "tensor cores in OFFICIAL mode", &mma_on, err) ||
         env_switch("DSV4_CUDA_GEMM", 1, "the tiled GEMM for many tokens", &gemm_on, err) ||
         env_switch("DSV4_CUDA_STREAM", 0, "the streaming kernel for up to 8 tokens", &stream_on, err) ||
+        env_switch("DSV4_CUDA_EXPERT_LEAN", 0, "the lean FP4 expert kernel", &lean_on, err) ||
         env_switch("DSV4_CUDA_IDX_MMA", 1, "indexer scores on tensor cores in OFFICIAL mode", &idx_mma_on, err) ||
         env_switch("DSV4_CUDA_ATT_MMA", 0, "tensor-core attention in OFFICIAL mode", &att_mma_on, err) ||
         env_switch("DSV4_CUDA_ATT_DEC", 1, "the decode-sized attention scores kernel", &att_dec_on, err))
@@ -513,6 +520,7 @@ int cuda_model_init(struct dsv4_model *m, const cuda_placement *p, dsv4_error *e
     cm->mma_on = mma_on;   /* used in OFFICIAL steps only (cuda_step.c) */
     cu_mma_gemm_set(gemm_on ? CU_MMA_GEMM_MIN_T : 0, CU_MMA_GEMM_MIN_BLOCKS, gemm_on ? CU_MMA_GEMM_MIN_TILES : 0);   /* the same bits either way: a speed switch */
     cm->mma_stream = stream_on;   /* the same bits either way: a speed switch */
+    cu_mma_expert_lean(lean_on);   /* the same bits either way: a speed switch (process-wide: the last load's setting holds) */
     cm->idx_mma_on = idx_mma_on;
     cm->att_mma_on = att_mma_on;
     cm->att_dec_on = att_dec_on;

@@ -457,13 +457,14 @@ __global__ void __launch_bounds__(32 * MMA_PARTS, VEC ? MMA_EXPERT_BLOCKS : MMA_
  *     comment), and those rows and columns are never stored;
  *   - pointers to rows g, g + 8, to the lane's token bytes and to the scale rows made once; a chunk is an offset;
  *   - the 4 scale bytes of a (row, chunk) one word (4 byte loads where the scale rows are not word-aligned),
- *     decoded by a shift when no byte of the chunk's two words is 0 or 255 (E8M0's two codes that dev_e8m0 treats
- *     apart; it decodes such a chunk).
+ *     decoded by a shift when no byte of the warp's scale words of the chunk is 0 or 255 (E8M0's two codes that
+ *     dev_e8m0 treats apart; it decodes such a chunk). The choice is the warp's, not the lane's: both paths hold
+ *     an mma.sync.aligned, which all 32 lanes must execute together.
  * Every stored element gets the operands, scales, fmaf chains and partial order of mma_block's (warp p: chunks
  * p, p + 4, ... in increasing order; each block's MMA from 0, then fmaf(P, sw * sx, p)): the same bits, which
  * test_gpu_mma checks by memcmp against the plain linear. MMA_EXPERT_LEAN_U chunks' loads in flight a warp. */
 #ifndef MMA_EXPERT_LEAN
-#define MMA_EXPERT_LEAN 1
+#define MMA_EXPERT_LEAN 0   /* the model's default comes from DSV4_CUDA_EXPERT_LEAN (cuda_model.c) */
 #endif
 #ifndef MMA_EXPERT_LEAN_U
 #define MMA_EXPERT_LEAN_U 1   /* run 45, decode at prompt 256: U 1 95.84 / 95.34 tok/s, 2 94.12 / 94.53, 4 95.20 / 94.62 */
@@ -560,8 +561,12 @@ __global__ void __launch_bounds__(32 * MMA_PARTS, MMA_EXPERT_LEAN_BLOCKS) k_mma_
 #pragma unroll
         for (int u = 0; u < U; u++) {
             if (c0 + u * MMA_PARTS >= nchunk) break;
-            if (!e8m0_special2(sw0[u], sw1[u])) lean_chunk<true>(acc[0][0], a0w[u], a1w[u], sw0[u], sw1[u], b[u], sx0[u], sx1[u]);
-            else lean_chunk<false>(acc[0][0], a0w[u], a1w[u], sw0[u], sw1[u], b[u], sx0[u], sx1[u]);
+            /* warp-uniform: each branch holds its own mma.sync.aligned, which every lane of the warp must execute
+             * together (run 46: a lane-wise choice hung the suite where some rows' scales had a 0 or 255 byte) */
+            if (!__any_sync(0xffffffffu, e8m0_special2(sw0[u], sw1[u])))
+                lean_chunk<true>(acc[0][0], a0w[u], a1w[u], sw0[u], sw1[u], b[u], sx0[u], sx1[u]);
+            else
+                lean_chunk<false>(acc[0][0], a0w[u], a1w[u], sw0[u], sw1[u], b[u], sx0[u], sx1[u]);
         }
     }
     mma_sum_store<1, 1>(acc, red, rows, n, y, ldy, out_bf16, row_base, 0, p0);

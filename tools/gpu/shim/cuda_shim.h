@@ -103,6 +103,8 @@ static inline unsigned __ballot_sync(unsigned, int p) {
     for (unsigned i = 0; i < 32; i++) m |= (unsigned)(x[i] != 0) << i;
     return m;
 }
+static inline int __any_sync(unsigned, int p) { return __ballot_sync(0xffffffffu, p) != 0; }
+static inline int __all_sync(unsigned, int p) { return __ballot_sync(0xffffffffu, p) == 0xffffffffu; }
 static inline unsigned __match_any_sync(unsigned, unsigned v) {
     const uint64_t *x = shim_warp_exchange(v);
     unsigned m = 0;

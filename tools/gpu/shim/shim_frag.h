@@ -13,6 +13,21 @@ static inline void mma_e4m3(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2
     shim_mma_e4m3(d, a0, a1, a2, a3, b0, b1);
 }
 
+/* mma.sync.aligned: all 32 lanes execute the same instruction. The emulation meets the lanes wherever they call it
+ * from, so each call also names its site (the calling function, template arguments included, and the line) and
+ * every lane must name the same one: a branch taken by some lanes only, each side with its own MMA, aborts here
+ * (on the GPU it hangs: run 46's lean expert kernel). */
+static inline void shim_mma_site(const char *fn, int line) {
+    const uint64_t site = (uint64_t)(uintptr_t)fn * 1000003u + (uint64_t)line;
+    const uint64_t *x = shim_warp_exchange(site);
+    for (int i = 0; i < 32; i++)
+        if (x[i] != x[0]) {
+            fprintf(stderr, "shim: mma.sync.aligned reached from different places by lanes 0 and %d of a warp (%s, line %d)\n", i, fn, line);
+            abort();
+        }
+}
+#define mma_e4m3(d, ...) (shim_mma_site(__PRETTY_FUNCTION__, __LINE__), mma_e4m3(d, __VA_ARGS__))
+
 /* prmt.b32, generic form: byte k of the result is byte (c >> 4k) & 7 of the 8 bytes {b, a} (a = bytes 0..3), or
  * that byte's sign bit replicated when bit 3 of the selector nibble is set. */
 static inline uint32_t prmt(uint32_t a, uint32_t b, uint32_t c) {
