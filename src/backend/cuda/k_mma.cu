@@ -448,8 +448,8 @@ __global__ void __launch_bounds__(32 * MMA_PARTS, VEC ? MMA_EXPERT_BLOCKS : MMA_
 
 /* ---- FP4 experts, lean (MMA_EXPERT_LEAN) ----
  * k_mma_expert's FP4 work for whole 128-column chunks (K a multiple of 128: every V4 expert) with mma_block's
- * word-wise instructions cut to what the arithmetic needs. Run 44's ncu found the expert kernels issue-bound at
- * ~1 TB/s, and nvcc's PTX for mma_block<FP4, 1, 1, 2, 0> holds ~137 instructions a 32-column block a lane (of which
+ * word-wise instructions cut to what the arithmetic needs. Runs 42 and 44's ncu found the expert kernels issue-bound
+ * at ~1 TB/s, and nvcc's PTX for mma_block<FP4, 1, 1, 2, 0> holds ~137 instructions a 32-column block a lane (of which
  * 22 convert E2M1 to E4M3, 1 is the MMA and 8 apply the scales): predicated loads with zero fills, 64-bit address
  * arithmetic a load, a scale byte load a (row, block). Here:
  *   - no row or token guards: a slab's rows past the weight re-read row N - 1, tokens past the tile's count re-read
@@ -528,6 +528,7 @@ __global__ void __launch_bounds__(32 * MMA_PARTS, MMA_EXPERT_LEAN_BLOCKS) k_mma_
         expert_absent(y, ldy, p0, n, row_base, rows);
         return;
     }
+    if (n <= 0) return;   /* no pairs (mma_block would store nothing); the clamps below need one */
     const int lane = threadIdx.x & 31, part = threadIdx.x >> 5, g = lane >> 2, q = lane & 3;
     const int K = w.cols, nchunk = K / 128;
     const int r0 = min(row_base + g, rows - 1), r1 = min(row_base + g + 8, rows - 1);
