@@ -124,7 +124,7 @@ for v in 1 0; do
 done
 cmp -s "$T/stream1.npy" "$T/stream0.npy" && ok || bad "DSV4_CUDA_STREAM=1: the logits of steps of 1 to 8 tokens differ from the small tiles'"
 expect_err "DSV4_CUDA_STREAM=2" "DSV4_CUDA_STREAM" env DSV4_CUDA_STREAM=2 "$BIN" logits -m "$T/m" --device cuda --tokens 1,2
-# the lean FP4 expert kernel (DSV4_CUDA_EXPERT_LEAN, off by default): the same bits, steps of 1 to 8 tokens of the
+# the lean FP4 expert kernel (DSV4_CUDA_EXPERT_LEAN, on by default): the same bits, steps of 1 to 8 tokens of the
 # K >= 1024 model (whole 128-column chunks: the kernel's case; test_gpu_mma holds the kernel-level memcmp)
 for v in 1 0; do
     expect_ok "wide decode steps DSV4_CUDA_EXPERT_LEAN=$v" env DSV4_CUDA_EXPERT_LEAN=$v "$BIN" logits -m "$T/wide" --device cuda \

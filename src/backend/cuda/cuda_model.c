@@ -444,10 +444,11 @@ static int init_ranks(struct cuda_model *cm, const struct dsv4_model *m, int n, 
  *                       either way (test_gpu_stream); a property of the model load (cuda_model.mma_stream), passed to
  *                       every call.
  *   DSV4_CUDA_EXPERT_LEAN  FP4 routed experts of whole 128-column chunks at decode by k_mma.cu's k_mma_expert_lean
- *                       (mma_block's instructions cut to the arithmetic), default off until a GPU suite has run the
- *                       fixed version: run 46 measured it on (decode 104 tok/s, 64 streams 767) but its first version
- *                       hung three suite tests (a lane-wise branch between two mma.sync; now warp-uniform, checked
- *                       by the CPU shim). The same bits either way (test_gpu_mma); process-wide, as DSV4_CUDA_GEMM.
+ *                       (mma_block's instructions cut to the arithmetic), default on: run 47 passed the GPU suite with it
+ *                       on and off, the same logits, decode 97 → 105 tok/s (its first version hung three suite tests
+ *                       in run 46: a lane-wise branch between two mma.sync, now warp-uniform and checked by the CPU
+ *                       shim). 0 = k_mma_expert. The same bits either way (test_gpu_mma); process-wide, as
+ *                       DSV4_CUDA_GEMM.
  *   DSV4_CUDA_IDX_MMA   OFFICIAL indexer scores on int8 tensor cores (k_indexer.cu, exact block sums of the FP4
  *                       operands), default on; 0 = the fp32 scores.
  *   DSV4_CUDA_ATT_MMA   OFFICIAL attention scores and P.V on bf16 tensor cores (k_attention.cu k_att_scores_mma /
@@ -485,7 +486,7 @@ int cuda_model_init(struct dsv4_model *m, const cuda_placement *p, dsv4_error *e
         env_switch("DSV4_CUDA_MMA", 1, "tensor cores in OFFICIAL mode", &mma_on, err) ||
         env_switch("DSV4_CUDA_GEMM", 1, "the tiled GEMM for many tokens", &gemm_on, err) ||
         env_switch("DSV4_CUDA_STREAM", 0, "the streaming kernel for up to 8 tokens", &stream_on, err) ||
-        env_switch("DSV4_CUDA_EXPERT_LEAN", 0, "the lean FP4 expert kernel", &lean_on, err) ||
+        env_switch("DSV4_CUDA_EXPERT_LEAN", 1, "the lean FP4 expert kernel", &lean_on, err) ||
         env_switch("DSV4_CUDA_IDX_MMA", 1, "indexer scores on tensor cores in OFFICIAL mode", &idx_mma_on, err) ||
         env_switch("DSV4_CUDA_ATT_MMA", 0, "tensor-core attention in OFFICIAL mode", &att_mma_on, err) ||
         env_switch("DSV4_CUDA_ATT_DEC", 1, "the decode-sized attention scores kernel", &att_dec_on, err))

@@ -464,7 +464,7 @@ __global__ void __launch_bounds__(32 * MMA_PARTS, VEC ? MMA_EXPERT_BLOCKS : MMA_
  * p, p + 4, ... in increasing order; each block's MMA from 0, then fmaf(P, sw * sx, p)): the same bits, which
  * test_gpu_mma checks by memcmp against the plain linear. MMA_EXPERT_LEAN_U chunks' loads in flight a warp. */
 #ifndef MMA_EXPERT_LEAN
-#define MMA_EXPERT_LEAN 0   /* the model's default comes from DSV4_CUDA_EXPERT_LEAN (cuda_model.c) */
+#define MMA_EXPERT_LEAN 1   /* the model's default comes from DSV4_CUDA_EXPERT_LEAN (cuda_model.c) */
 #endif
 #ifndef MMA_EXPERT_LEAN_U
 #define MMA_EXPERT_LEAN_U 1   /* run 45, decode at prompt 256: U 1 95.84 / 95.34 tok/s, 2 94.12 / 94.53, 4 95.20 / 94.62 */
