@@ -131,6 +131,22 @@ for v in 1 0; do
         --mode official --kv fp8 --tokens "$ST" --chunks 1,2,3,4,5,6,7,8 --out "$T/lean$v.npy"
 done
 cmp -s "$T/lean1.npy" "$T/lean0.npy" && ok || bad "DSV4_CUDA_EXPERT_LEAN=1: the logits of steps of 1 to 8 tokens differ from k_mma_expert's"
+# the FP8 decode kernel (DSV4_CUDA_MMA_DEC, on by default): the same bits, steps of 1 to 8 tokens of the K >= 1024
+# model (test_gpu_mma holds the kernel-level memcmp)
+for v in 1 0; do
+    expect_ok "wide decode steps DSV4_CUDA_MMA_DEC=$v" env DSV4_CUDA_MMA_DEC=$v "$BIN" logits -m "$T/wide" --device cuda \
+        --mode official --kv fp8 --tokens "$ST" --chunks 1,2,3,4,5,6,7,8 --out "$T/dec$v.npy"
+done
+cmp -s "$T/dec1.npy" "$T/dec0.npy" && ok || bad "DSV4_CUDA_MMA_DEC=1: the logits of steps of 1 to 8 tokens differ from the small tiles'"
+# the FP4 experts through the bulk copy engine (DSV4_CUDA_EXPERT_DEC, on by default) against the lean kernel: the same
+# bits, steps of 1 to 8 tokens (room for 1 to 8 pairs a tile)
+for v in 1 0; do
+    expect_ok "wide decode steps DSV4_CUDA_EXPERT_DEC=$v" env DSV4_CUDA_EXPERT_DEC=$v "$BIN" logits -m "$T/wide" --device cuda \
+        --mode official --kv fp8 --tokens "$ST" --chunks 1,2,3,4,5,6,7,8 --out "$T/xdec$v.npy"
+done
+cmp -s "$T/xdec1.npy" "$T/xdec0.npy" && ok || bad "DSV4_CUDA_EXPERT_DEC=1: the logits of steps of 1 to 8 tokens differ from the lean kernel's"
+expect_err "DSV4_CUDA_EXPERT_DEC=2" "DSV4_CUDA_EXPERT_DEC" env DSV4_CUDA_EXPERT_DEC=2 "$BIN" logits -m "$T/m" --device cuda --tokens 1,2
+expect_err "DSV4_CUDA_MMA_DEC=2" "DSV4_CUDA_MMA_DEC" env DSV4_CUDA_MMA_DEC=2 "$BIN" logits -m "$T/m" --device cuda --tokens 1,2
 expect_err "DSV4_CUDA_EXPERT_LEAN=2" "DSV4_CUDA_EXPERT_LEAN" env DSV4_CUDA_EXPERT_LEAN=2 "$BIN" logits -m "$T/m" --device cuda --tokens 1,2
 expect_err "DSV4_CUDA_IDX_MMA=2" "DSV4_CUDA_IDX_MMA" env DSV4_CUDA_IDX_MMA=2 "$BIN" logits -m "$T/m" --device cuda --tokens 1,2
 # the tensor-core attention (opt-in, DSV4_CUDA_ATT_MMA=1): chunked = one call at the model level too

@@ -61,6 +61,17 @@ int cu_mma_fp4_vec(int mode);
  * benchmarks, as cu_mma_fp4_vec. Returns the value it replaces. */
 int cu_mma_expert_lean(int on);
 
+/* FP8 linears of up to 8 tokens (k_mma.cu, MMA_DEC, default 1): 1 = k_mma_dec (a tile's weight and activation rows
+ * brought into shared memory by the bulk copy engine, all at once; the same bits, test_gpu_mma) where the tile fits
+ * in shared memory, 0 = the small-tile kernel. Process-wide, as cu_mma_fp4_vec. Returns the value it replaces. */
+int cu_mma_dec(int on);
+
+/* FP4 experts whose columns are a multiple of 128 (k_mma.cu, MMA_EXPERT_DEC, default 1): 1 = k_mma_expert_dec (the
+ * tile's weight and input rows brought into shared memory by the bulk copy engine; the same bits, test_gpu_mma)
+ * where they fit, ahead of cu_mma_expert_lean's choice; 0 = that choice. Process-wide. Returns the value it
+ * replaces. */
+int cu_mma_expert_dec(int on);
+
 /* Two weights over the same packed rows in one launch (wq_a and wkv, the shared expert's w1 and w3: twice the
  * blocks of one, for a decode step's small weights): y_a = x w_a^T and y_b = x w_b^T, each with the bits
  * cu_mma_linear gives it (the same blocks, told apart by blockIdx.z). Both weights taken by cu_mma_linear, of one

@@ -16,12 +16,12 @@ int cu_moe_input_packed(const cu_moe_bufs *b, const cu_layer_experts *ex, int of
 /* One expert projection, rows x cols: on tensor cores from the packed rows xq / xqs when `packed` (the caller
  * decided by cu_mma_takes_experts; out_bf16 rounds in the epilogue), else on CUDA cores (k_linear.cu) from x. */
 static int expert_proj(cu_stream st, const cu_layer_experts *ex, const dsv4_weight *w, int rows, int cols, const cu_moe_bufs *b,
-                       int max_tiles, int packed, const float *x, const uint8_t *xq, const float *xqs, int x_by_pair, float *y,
+                       const cu_moe_plan *plan, int max_tiles, int packed, const float *x, const uint8_t *xq, const float *xqs, int x_by_pair, float *y,
                        int out_bf16, int one_token, dsv4_error *err) {
     if (packed)
-        return cu_mma_expert_linear(st, w, rows, cols, ex->fmt, &b->plan, max_tiles, xq, cu_mma_ld(cols), xqs, cu_mma_lds(cols),
+        return cu_mma_expert_linear(st, w, rows, cols, ex->fmt, plan, max_tiles, xq, cu_mma_ld(cols), xqs, cu_mma_lds(cols),
                                     x_by_pair, y, rows, out_bf16, b->stream, err);
-    cu_expert_linear(st, w, rows, cols, ex->fmt, &b->plan, max_tiles, x, cols, x_by_pair, y, rows, one_token);
+    cu_expert_linear(st, w, rows, cols, ex->fmt, plan, max_tiles, x, cols, x_by_pair, y, rows, one_token);
     return 0;
 }
 
@@ -30,6 +30,7 @@ int cu_moe_routed(cu_stream st, const dsv4_config *c, int official, const cu_lay
     const int d = c->dim, K = c->n_act, I = c->moe_inter, P = T * K;
     cu_moe_plan plan = b->plan;   /* the struct holds device pointers: building writes through them */
     cu_moe_plan_build(st, b->route_e, b->route_w, T, K, c->n_routed, &plan);
+    plan.max_pairs = T < plan.tile ? T : plan.tile;   /* a tile's pairs are distinct tokens of the step */
     /* FP8/FP4 experts see their input rows quantized per 128 columns (OFFICIAL): packing quantizes (cu_mma.h), the
      * CUDA-core path reads the fp32 act_quant copy */
     const int in_packed = cu_moe_input_packed(b, ex, official, d), mid_packed = official && b->mma && cu_mma_takes_experts(ex->fmt, I);
@@ -42,11 +43,11 @@ int cu_moe_routed(cu_stream st, const dsv4_config *c, int official, const cu_lay
     }
     int rc;
     if (in_packed) {   /* w1 and w3 over the same packed rows: one launch */
-        rc = cu_mma_expert_linear_pair(st, ex->w1, ex->w3, I, d, ex->fmt, &b->plan, max_tiles, b->xq, cu_mma_ld(d), b->xqs, cu_mma_lds(d), 0,
+        rc = cu_mma_expert_linear_pair(st, ex->w1, ex->w3, I, d, ex->fmt, &plan, max_tiles, b->xq, cu_mma_ld(d), b->xqs, cu_mma_lds(d), 0,
                                        b->eg, b->ev, I, official, b->stream, err);
     } else {
-        rc = expert_proj(st, ex, ex->w1, I, d, b, max_tiles, in_packed, xe, b->xq, b->xqs, 0, b->eg, official, T == 1, err);
-        if (!rc) rc = expert_proj(st, ex, ex->w3, I, d, b, max_tiles, in_packed, xe, b->xq, b->xqs, 0, b->ev, official, T == 1, err);
+        rc = expert_proj(st, ex, ex->w1, I, d, b, &plan, max_tiles, in_packed, xe, b->xq, b->xqs, 0, b->eg, official, T == 1, err);
+        if (!rc) rc = expert_proj(st, ex, ex->w3, I, d, b, &plan, max_tiles, in_packed, xe, b->xq, b->xqs, 0, b->ev, official, T == 1, err);
     }
     if (mid_packed) {   /* SwiGLU and the packing in one launch (the packing quantizes) */
         cu_swiglu_pack(st, official, b->eg, b->ev, b->plan.pair_weight, P, I, c->swiglu_limit, b->egq, cu_mma_ld(I), b->egqs,
@@ -55,7 +56,7 @@ int cu_moe_routed(cu_stream st, const dsv4_config *c, int official, const cu_lay
         cu_swiglu(st, official, b->eg, b->ev, b->plan.pair_weight, P, I, c->swiglu_limit);
         if (official) cu_act_quant(st, b->eg, I, b->eg, I, P, I, 128, 0);
     }
-    if (!rc) rc = expert_proj(st, ex, ex->w2, d, I, b, max_tiles, mid_packed, b->eg, b->egq, b->egqs, 1, b->ey, official, T == 1, err);
+    if (!rc) rc = expert_proj(st, ex, ex->w2, d, I, b, &plan, max_tiles, mid_packed, b->eg, b->egq, b->egqs, 1, b->ey, official, T == 1, err);
     if (official && !mid_packed) cu_round_bf16(st, b->ey, (int64_t)P * d);
     return rc;
 }
