@@ -603,6 +603,7 @@ static void dec_equals_small_tiles(void **state) {
     if (stream_on) skip();
     static const int shape[][2] = { { 17, 128 }, { 333, 1024 }, { 40, 4224 } };
     const int was = cu_mma_dec(1);
+    const unsigned long launched = cu_mma_dec_launches(0);
     for (int k = 0; k < 3; k++) {
         const int N = shape[k][0], K = shape[k][1];
         tweight w = make_weight(WF_FP8, N, K, 0), w2 = make_weight(WF_FP8, N / 2 + 1, K, 0);
@@ -651,6 +652,9 @@ static void dec_equals_small_tiles(void **state) {
         free_weight(&w); free_weight(&w2);
     }
     cu_mma_dec(was);
+    /* 3 shapes x 8 token counts x 4 calls; a launch refused (shared memory) would have compared the small tiles with
+     * themselves */
+    if (cu_mma_dec_launches(0) - launched < 3 * 8 * 4) fail_msg("k_mma_dec ran %lu times, not 96", cu_mma_dec_launches(0) - launched);
 }
 
 /* The routed experts' kernel (cu_mma_expert_linear) on a plan built here: every pair's row has the bits of the plain
@@ -671,6 +675,7 @@ static void experts_equal_plain_linear(void **state) {
             cu_mma_fp4_vec(lean ? 0 : vec);
             cu_mma_expert_lean(lean);
             cu_mma_expert_dec(dec);
+            const unsigned long dec_before = cu_mma_dec_launches(1);
             const int N = 200, K = fp4 ? (lean ? 1152 : 1120) : 1024, fmt = fp4 ? WF_FP4 : WF_FP8;
             tweight w[E];
             dsv4_weight dws[E];
@@ -766,6 +771,8 @@ static void experts_equal_plain_linear(void **state) {
                                  out ? (out == 1 ? ", pair call's first output" : ", pair call's second output") : "");
                 }
             }
+            if (dec && !stream_on && cu_mma_dec_launches(1) - dec_before < 6)   /* 2 x 3 calls (with `stream` 1 streamed) */
+                fail_msg("k_mma_expert_dec ran %lu times, not 6", cu_mma_dec_launches(1) - dec_before);
             printf("  %s%s experts %dx%d: %d pairs in %d tiles = the plain linear per (expert, token) (memcmp), by token and by pair, "
                    "alone and as both outputs of the pair call; absent expert -> EP_ABSENT_ROW\n", fp4 ? "FP4" : "FP8",
                    fp4 ? (vec == 5 ? " (bulk-copy kernel, weights 4 bytes off 16, E8M0 0 and 255 in one expert)"

@@ -7,7 +7,8 @@
 #   suite2   the GPU suite again with SUITE_ENV (NAME=V NAME2=V2) exported
 #   bits     logits of dsv4 = dsv4-old (three models x fp8 / bf16 KV, one call; cmp) and of each runtime switch
 #   ab       Flash decode at prompt 256: dsv4, dsv4-old, each staged variant, DSV4_CUDA_PDL=1 / 2, ENV_AB switches
-#   micro    test_gpu_mma --bench-experts and --bench, test_gpu_gemm --bench, test_gpu_attention --bench
+#   micro    test_gpu_mma --bench-experts and --bench, test_gpu_gemm --bench, test_gpu_attention --bench (MICRO picks)
+#   san      compute-sanitizer (SAN_TOOL) over test_gpu_mma's tests matching SAN_TESTS
 #   ncu      ncu over one decode step (caches not flushed): time per kernel
 #   kvab     decode at prompt 256 with f32, bf16 and fp8 KV
 #   ncukv    ncu over a one-token step with f32 and with fp8 KV: $OUT/ncu_f32.txt, ncu_fp8.txt
@@ -55,7 +56,7 @@ if has bits; then   # the same logits? dsv4 and every binary in BITS_BINS (defau
       for v in dsv4 ${BITS_BINS:-dsv4-old} ${ENV_BITS:-}; do
         case $v in *=*) e=${v//+/ }; b=dsv4 ;; *) e=; b=$v ;; esac
         [ -x .gpu/$b ] || { line="$line $v=missing"; continue; }
-        env $e .gpu/$b logits -m $m --device cuda --mode official --kv $kv --tokens "$TOK" --out /tmp/bits.npy >>$L/bits.log 2>&1 || { line="$line $v=FAILED"; continue; }
+        env $e timeout 60 .gpu/$b logits -m $m --device cuda --mode official --kv $kv --tokens "$TOK" --out /tmp/bits.npy >>$L/bits.log 2>&1 || { line="$line $v=FAILED"; continue; }
         h=$(md5sum </tmp/bits.npy | cut -c1-32)
         [ -n "${seen[$h]:-}" ] || { seen[$h]=$(printf "\\x$(printf %x $((65 + n)))"); n=$((n + 1)); }
         line="$line $v=${seen[$h]}"
@@ -79,15 +80,26 @@ if has ab; then   # decode at prompt 256, AB_ROUNDS alternating rounds: dsv4, ea
   done
 fi
 save
-if has micro; then   # the kernels' own benchmarks (helpers fp4load and gemm)
-  timeout 60 .gpu/gputests/test_gpu_mma --bench-experts >$L/bench_experts.log 2>&1
-  timeout 90 .gpu/gputests/test_gpu_gemm --bench >$L/bench_gemm.log 2>&1
-  timeout 90 .gpu/gputests/test_gpu_mma --bench >$L/bench_linear.log 2>&1
-  timeout 90 .gpu/gputests/test_gpu_attention --bench >$L/bench_attention.log 2>&1
-  echo "== expert micro-benchmark:"; tail -14 $L/bench_experts.log
-  echo "== GEMM micro-benchmark:"; tail -16 $L/bench_gemm.log
-  echo "== FP8 / FP4 linears at few tokens (streamed vs small tiles):"; tail -16 $L/bench_linear.log
-  echo "== attention at decode (k_att_scores vs k_att_scores_dec):"; tail -12 $L/bench_attention.log
+if has micro; then   # the kernels' own benchmarks (MICRO picks: experts linear gemm attention, default all)
+  mic() { case " ${MICRO:-experts linear gemm attention} " in *" $1 "*) return 0 ;; esac; return 1; }
+  if mic experts; then timeout 60 .gpu/gputests/test_gpu_mma --bench-experts >$L/bench_experts.log 2>&1
+    echo "== expert micro-benchmark:"; tail -16 $L/bench_experts.log; fi
+  if mic gemm; then timeout 90 .gpu/gputests/test_gpu_gemm --bench >$L/bench_gemm.log 2>&1
+    echo "== GEMM micro-benchmark:"; tail -16 $L/bench_gemm.log; fi
+  if mic linear; then timeout 90 .gpu/gputests/test_gpu_mma --bench >$L/bench_linear.log 2>&1
+    echo "== FP8 / FP4 linears at 1 and 8 tokens (streamed, small tiles, k_mma_dec):"; sed -n 2p $L/bench_linear.log
+    grep -E "^FP[48] +[0-9]+x[0-9]+ +[18] " $L/bench_linear.log; fi
+  if mic attention; then timeout 90 .gpu/gputests/test_gpu_attention --bench >$L/bench_attention.log 2>&1
+    echo "== attention at decode (k_att_scores vs k_att_scores_dec):"; tail -12 $L/bench_attention.log; fi
+fi
+save
+if has san; then   # compute-sanitizer (SAN_TOOL, default memcheck) over test_gpu_mma's tests matching SAN_TESTS
+  SAN=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+  for t in ${SAN_TESTS:-dec_*}; do   # cmocka's filter takes one pattern: one run each
+    MMA_TEST_ONLY="$t" timeout ${SAN_TIMEOUT:-120} $SAN --tool ${SAN_TOOL:-memcheck} .gpu/gputests/test_gpu_mma >$L/san_${t//\*/}.log 2>&1
+    echo "== compute-sanitizer ${SAN_TOOL:-memcheck} on test_gpu_mma $t: exit $?"
+    grep -E "ERROR SUMMARY|PASSED|FAILED|Error" $L/san_${t//\*/}.log | head -8
+  done
 fi
 save
 if has ncu; then

@@ -71,6 +71,8 @@ int cu_mma_dec(int on);
  * where they fit, ahead of cu_mma_expert_lean's choice; 0 = that choice. Process-wide. Returns the value it
  * replaces. */
 int cu_mma_expert_dec(int on);
+/* Launches of k_mma_dec (experts 0) or k_mma_expert_dec (1) in this process so far (tests: the kernel ran). */
+unsigned long cu_mma_dec_launches(int experts);
 
 /* Two weights over the same packed rows in one launch (wq_a and wkv, the shared expert's w1 and w3: twice the
  * blocks of one, for a decode step's small weights): y_a = x w_a^T and y_b = x w_b^T, each with the bits

@@ -49,6 +49,8 @@ static inline cudaError_t cudaDeviceGetAttribute(int *v, cudaDeviceAttr a, int) 
     return cudaSuccess;
 }
 template <typename F> static inline cudaError_t cudaFuncSetAttribute(F, cudaFuncAttribute, int) { return cudaSuccess; }
+struct cudaFuncAttributes { size_t sharedSizeBytes; };
+template <typename F> static inline cudaError_t cudaFuncGetAttributes(cudaFuncAttributes *a, F) { a->sharedSizeBytes = 2048; return cudaSuccess; }
 static inline cudaError_t cudaGetLastError(void) { return cudaSuccess; }
 #define DEV_HW_E4M3 0   /* no cvt instruction here: cu_common.cuh's code search */
 
