@@ -131,14 +131,18 @@ for v in 1 0; do
         --mode official --kv fp8 --tokens "$ST" --chunks 1,2,3,4,5,6,7,8 --out "$T/lean$v.npy"
 done
 cmp -s "$T/lean1.npy" "$T/lean0.npy" && ok || bad "DSV4_CUDA_EXPERT_LEAN=1: the logits of steps of 1 to 8 tokens differ from k_mma_expert's"
-# the FP8 decode kernel (DSV4_CUDA_MMA_DEC, on by default): the same bits, steps of 1 to 8 tokens of the K >= 1024
-# model (test_gpu_mma holds the kernel-level memcmp)
+# the FP8 decode kernel (DSV4_CUDA_MMA_DEC, on by default for one-token steps): the same bits, steps of 1 to 8
+# tokens of the K >= 1024 model, with programmatic edges too (its weight copies start before its wait; test_gpu_mma
+# holds the kernel-level memcmp)
 for v in 1 0; do
     expect_ok "wide decode steps DSV4_CUDA_MMA_DEC=$v" env DSV4_CUDA_MMA_DEC=$v "$BIN" logits -m "$T/wide" --device cuda \
         --mode official --kv fp8 --tokens "$ST" --chunks 1,2,3,4,5,6,7,8 --out "$T/dec$v.npy"
 done
 cmp -s "$T/dec1.npy" "$T/dec0.npy" && ok || bad "DSV4_CUDA_MMA_DEC=1: the logits of steps of 1 to 8 tokens differ from the small tiles'"
-# the FP4 experts through the bulk copy engine (DSV4_CUDA_EXPERT_DEC, on by default) against the lean kernel: the same
+expect_ok "wide decode steps DSV4_CUDA_MMA_DEC=1 DSV4_CUDA_PDL=1" env DSV4_CUDA_MMA_DEC=1 DSV4_CUDA_PDL=1 "$BIN" logits -m "$T/wide" \
+    --device cuda --mode official --kv fp8 --tokens "$ST" --chunks 1,2,3,4,5,6,7,8 --out "$T/decp.npy"
+cmp -s "$T/decp.npy" "$T/dec0.npy" && ok || bad "DSV4_CUDA_MMA_DEC=1 under DSV4_CUDA_PDL=1: the logits differ from the small tiles'"
+# the FP4 experts through the bulk copy engine (DSV4_CUDA_EXPERT_DEC, off by default) against the lean kernel: the same
 # bits, steps of 1 to 8 tokens (room for 1 to 8 pairs a tile)
 for v in 1 0; do
     expect_ok "wide decode steps DSV4_CUDA_EXPERT_DEC=$v" env DSV4_CUDA_EXPERT_DEC=$v "$BIN" logits -m "$T/wide" --device cuda \

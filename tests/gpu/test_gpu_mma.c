@@ -593,7 +593,7 @@ static void linear_pair_equals_two(void **state) {
     }
 }
 
-/* k_mma_dec (cu_mma_dec(1): an FP8 tile's weight and activation rows in shared memory by the bulk copy engine) has the
+/* k_mma_dec (cu_mma_dec(8): an FP8 tile's weight and activation rows in shared memory by the bulk copy engine) has the
  * bits of the small tiles (cu_mma_dec(0)) for 1 to 8 tokens: 1, 8 and 33 chunks, rows past the weight's end (the
  * last tile copies fewer rows), a view from row 40 (tiles straddling two 128-row scale blocks), the pair call with
  * a shorter second weight, and BF16-rounded output. Only with the `stream` argument 0 (1 sends these calls to
@@ -602,7 +602,7 @@ static void dec_equals_small_tiles(void **state) {
     (void)state;
     if (stream_on) skip();
     static const int shape[][2] = { { 17, 128 }, { 333, 1024 }, { 40, 4224 } };
-    const int was = cu_mma_dec(1);
+    const int was = cu_mma_dec(8);
     const unsigned long launched = cu_mma_dec_launches(0);
     for (int k = 0; k < 3; k++) {
         const int N = shape[k][0], K = shape[k][1];
@@ -617,7 +617,7 @@ static void dec_equals_small_tiles(void **state) {
                 const dsv4_weight *dw = v == 2 ? &view : &w.d;
                 const int rows = dw->rows, M = w2.d.rows;
                 for (int on = 0; on < 2; on++) {
-                    cu_mma_dec(on);
+                    cu_mma_dec(on ? 8 : 0);
                     if (v < 3) {
                         run_o(dw, &a, 0, T, on ? y1 : y0, v == 1);
                     } else {
@@ -634,7 +634,7 @@ static void dec_equals_small_tiles(void **state) {
                         assert_non_null(ref);
                         cu_mma_dec(0);
                         run(&w2.d, &a, 0, T, ref);
-                        cu_mma_dec(on);
+                        cu_mma_dec(on ? 8 : 0);
                         if (memcmp(yb, ref, sizeof(float) * T * M))
                             fail_msg("FP8 %dx%d pair, %d tokens, k_mma_dec %s: the second output differs from the small tiles'", M, K, T,
                                      on ? "on" : "off");
@@ -900,7 +900,7 @@ static int bench(void) {
                     stream_on = 0;
                     const int was = cu_mma_dec(0);
                     tiles = time_calls(ws, copies, q, KMAX, s, KMAX / 128, NULL, T, y, N, reps);
-                    cu_mma_dec(1);
+                    cu_mma_dec(8);
                     if (!fp4) dec = time_calls(ws, copies, q, KMAX, s, KMAX / 128, NULL, T, y, N, reps);
                     cu_mma_dec(was);
                     stream_on = 1;

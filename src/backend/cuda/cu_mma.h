@@ -61,10 +61,12 @@ int cu_mma_fp4_vec(int mode);
  * benchmarks, as cu_mma_fp4_vec. Returns the value it replaces. */
 int cu_mma_expert_lean(int on);
 
-/* FP8 linears of up to 8 tokens (k_mma.cu, MMA_DEC, default 1): 1 = k_mma_dec (a tile's weight and activation rows
- * brought into shared memory by the bulk copy engine, all at once; the same bits, test_gpu_mma) where the tile fits
- * in shared memory, 0 = the small-tile kernel. Process-wide, as cu_mma_fp4_vec. Returns the value it replaces. */
-int cu_mma_dec(int on);
+/* FP8 linears of up to max_t (0..8) tokens by k_mma_dec (k_mma.cu, MMA_DEC, default 1: decode steps only): a
+ * tile's weight and activation rows brought into shared memory by the bulk copy engine, the weight's before the
+ * kernel waits on the one before it (the same bits as the small tiles, test_gpu_mma) where the tile fits in shared
+ * memory; more tokens (or 0) take the small-tile kernel. Process-wide, as cu_mma_fp4_vec. Returns the value it
+ * replaces. */
+int cu_mma_dec(int max_t);
 
 /* FP4 experts whose columns are a multiple of 128 (k_mma.cu, MMA_EXPERT_DEC, default 1): 1 = k_mma_expert_dec (the
  * tile's weight and input rows brought into shared memory by the bulk copy engine; the same bits, test_gpu_mma)

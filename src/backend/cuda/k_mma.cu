@@ -450,7 +450,9 @@ __global__ void __launch_bounds__(32 * MMA_PARTS) k_mma_linear(dsv4_weight w_a, 
  * stored (an MMA element depends on its own row and column only). The bits are mma_block's (test_gpu_mma memcmps
  * them: cu_mma_dec). */
 #ifndef MMA_DEC
-#define MMA_DEC 1   /* the model's default comes from DSV4_CUDA_MMA_DEC (cuda_model.c) */
+#define MMA_DEC 1   /* the most tokens k_mma_dec takes (0: none); the model's comes from DSV4_CUDA_MMA_DEC (cuda_model.c). Run 49's
+                     * micro-benchmark: at 1 token 4.5-8.1 us a call against the small tiles' 5.1-7.8, at 8 tokens 1.4x slower
+                     * (8 activation rows a block: less room, fewer blocks an SM) */
 #endif
 
 /* Shared memory of a k_mma_dec block: 16 weight rows and T activation rows of K + 16 bytes, then the weight scales
@@ -460,29 +462,35 @@ static size_t dec_smem_bytes(int K, int T) { return (size_t)(16 + T) * (K + 16) 
 __global__ void __launch_bounds__(32 * MMA_PARTS) k_mma_dec(dsv4_weight w_a, dsv4_weight w_b, const uint8_t *__restrict__ xq, int ldq,
                                                             const float *__restrict__ xs, int lds, int T, float *y_a, int ldy_a,
                                                             float *y_b, int ldy_b, int out_bf16) {
+    dev_grid_early();   /* the weight rows and their scales are asked for before dev_grid_wait (cu_common.cuh) */
     extern __shared__ __align__(128) uint8_t dec_smem[];
     __shared__ float red[MMA_PARTS - 1][4][32];
     __shared__ uint64_t bar;
-    dev_grid_wait();
     const dsv4_weight w = blockIdx.z ? w_b : w_a;
     float *y = blockIdx.z ? y_b : y_a;
     const int ldy = blockIdx.z ? ldy_b : ldy_a, row_base = blockIdx.x * 16;
-    if (row_base >= w.rows) return;   /* the whole block: a pair's shorter weight */
+    if (row_base >= w.rows) {   /* the whole block: a pair's shorter weight */
+        dev_grid_wait();
+        return;
+    }
     const int lane = threadIdx.x & 31, part = threadIdx.x >> 5, g = lane >> 2, q = lane & 3;
     const int N = w.rows, K = w.cols, nchunk = K / 128, pitch = K + 16, rows = min(16, N - row_base);
     uint8_t *wsm = dec_smem, *xsm = dec_smem + 16 * pitch;
     float *sws = (float *)(xsm + T * pitch), *sxs = sws + 2 * nchunk;   /* [2][nchunk], [T][nchunk] */
     if (threadIdx.x == 0) bar_init(&bar, 1);
     __syncthreads();
-    if (part == 0) {   /* lanes 0 .. rows - 1: a weight row each; lanes 16 .. 16 + T - 1: an activation row each */
+    /* lanes 0 .. rows - 1 of warp 0: a weight row each, now; lanes 16 .. 16 + T - 1: an activation row each, once the
+     * kernel before (which wrote them) has completed. One arrival announces all of the bytes. */
+    if (part == 0) {
         if (lane == 0) bar_arrive_expect(&bar, (unsigned)(rows + T) * (unsigned)K);
         __syncwarp();
         if (lane < rows) bulk_to_shared(wsm + lane * pitch, (const uint8_t *)w.data + (int64_t)(row_base + lane) * K, K, &bar);
-        else if (lane >= 16 && lane < 16 + T) bulk_to_shared(xsm + (lane - 16) * pitch, xq + (int64_t)(lane - 16) * ldq, K, &bar);
     }
     const int sb0 = (w.row0 + row_base) / 128, sb1 = (w.row0 + row_base + rows - 1) / 128;   /* sb1 = sb0 or sb0 + 1 */
     for (int i = threadIdx.x; i < 2 * nchunk; i += blockDim.x)
         sws[i] = dev_e8m0(w.scale[(int64_t)(i < nchunk ? sb0 : sb1) * w.scale_cols + i % nchunk]);
+    dev_grid_wait();
+    if (part == 0 && lane >= 16 && lane < 16 + T) bulk_to_shared(xsm + (lane - 16) * pitch, xq + (int64_t)(lane - 16) * ldq, K, &bar);
     for (int i = threadIdx.x; i < T * nchunk; i += blockDim.x) sxs[i] = xs[(int64_t)(i / nchunk) * lds + i % nchunk];
     __syncthreads();
     bar_wait(&bar, 0);
@@ -682,7 +690,7 @@ __global__ void __launch_bounds__(32 * MMA_PARTS, MMA_EXPERT_LEAN_BLOCKS) k_mma_
  * the plain linear). Row pitches are padded so that the fragment reads meet no bank twice: weight rows by 16 bytes
  * (lane (g, q) reads word q of a 16-byte block of row g), input rows by 32 (8-byte reads), scale rows by 4. */
 #ifndef MMA_EXPERT_DEC
-#define MMA_EXPERT_DEC 1   /* the model's default comes from DSV4_CUDA_EXPERT_DEC (cuda_model.c) */
+#define MMA_EXPERT_DEC 0   /* the model's default comes from DSV4_CUDA_EXPERT_DEC (cuda_model.c): off, run 49 timed it slower */
 #endif
 
 /* The layout of a k_mma_expert_dec block's shared memory for K columns and room for P pairs. */
@@ -706,10 +714,10 @@ __global__ void __launch_bounds__(32 * MMA_PARTS) k_mma_expert_dec(const dsv4_we
                                                                    int rows, cu_moe_plan plan, int pmax, const uint8_t *__restrict__ xq, int ldq,
                                                                    const float *__restrict__ xs, int lds, int x_by_pair, float *y_a, float *y_b,
                                                                    int ldy, int out_bf16) {
+    dev_grid_wait();   /* the plan, hence which weight, comes from the kernels before */
     extern __shared__ __align__(128) uint8_t dec_smem[];
     __shared__ float red[MMA_PARTS - 1][4][32];
     __shared__ uint64_t bar;
-    dev_grid_wait();
     const dsv4_weight *experts = blockIdx.z ? experts_b : experts_a;
     float *y = blockIdx.z ? y_b : y_a;
     const int tile = blockIdx.y;
@@ -742,8 +750,27 @@ __global__ void __launch_bounds__(32 * MMA_PARTS) k_mma_expert_dec(const dsv4_we
     if (!w16)
         for (int i = threadIdx.x; i < nr * (K / 8); i += blockDim.x)
             *(uint32_t *)(wsm + (i / (K / 8)) * l.wpitch + 4 * (i % (K / 8))) = *(const uint32_t *)(wd + 4 * (int64_t)i);
-    for (int i = threadIdx.x; i < nr * sc; i += blockDim.x)   /* the scale bytes of the tile's rows */
-        ssm[(i / sc) * l.spitch + i % sc] = w.scale[(int64_t)(w.row0 + row_base + i / sc) * w.scale_cols + i % sc];
+    /* the scale bytes of the tile's rows: a word a thread where the rows are word-aligned (run 49: a byte a thread
+     * in a loop of 16 dependent loads cost the kernel a third of its speed), else bytes */
+    const uint8_t *srow = w.scale + (int64_t)(w.row0 + row_base) * w.scale_cols;
+    if (((uintptr_t)srow & 3) == 0 && (w.scale_cols & 3) == 0) {
+        const int sw4 = sc / 4;
+        uint32_t v[4];
+#pragma unroll
+        for (int k = 0; k < 4; k++) {   /* 16 rows x up to 64 words over 128 threads: all loads out first */
+            const int i = threadIdx.x + k * blockDim.x;
+            v[k] = i < nr * sw4 ? ld_nc32(srow + (int64_t)(i / sw4) * w.scale_cols + 4 * (i % sw4)) : 0u;
+        }
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            const int i = threadIdx.x + k * blockDim.x;
+            if (i < nr * sw4) *(uint32_t *)(ssm + (i / sw4) * l.spitch + 4 * (i % sw4)) = v[k];
+        }
+        for (int i = threadIdx.x + 4 * blockDim.x; i < nr * sw4; i += blockDim.x)   /* K > 8192 */
+            *(uint32_t *)(ssm + (i / sw4) * l.spitch + 4 * (i % sw4)) = ld_nc32(srow + (int64_t)(i / sw4) * w.scale_cols + 4 * (i % sw4));
+    } else {
+        for (int i = threadIdx.x; i < nr * sc; i += blockDim.x) ssm[(i / sc) * l.spitch + i % sc] = srow[(int64_t)(i / sc) * w.scale_cols + i % sc];
+    }
     for (int i = threadIdx.x; i < n * nchunk; i += blockDim.x) sxs[i] = xs[mma_in_row(in_rows, p0, i / nchunk) * lds + i % nchunk];
     __syncthreads();
     bar_wait(&bar, 0);
@@ -857,12 +884,12 @@ extern "C" int cu_mma_expert_lean(int on) {
     return before;
 }
 
-/* FP8 linears of up to 8 tokens by k_mma_dec (MMA_DEC) until cu_mma_dec changes it. */
+/* FP8 linears of up to mma_dec (<= 8) tokens by k_mma_dec (MMA_DEC) until cu_mma_dec changes it. */
 static int mma_dec = MMA_DEC;
 
-extern "C" int cu_mma_dec(int on) {
+extern "C" int cu_mma_dec(int max_t) {
     const int before = mma_dec;
-    mma_dec = on != 0;
+    mma_dec = max_t < 0 ? 0 : max_t > 8 ? 8 : max_t;
     return before;
 }
 
@@ -952,7 +979,7 @@ static int dec_launch(cu_stream st, int nz, mma_out a, mma_out b, const uint8_t 
  * rows x 32 tokens. */
 template <int FP4>
 static void mma_dispatch(cu_stream st, int nz, mma_out a, mma_out b, const uint8_t *xq, int ldq, const float *xs, int lds, int T, int o) {
-    if (!FP4 && T <= 8 && mma_dec && dec_launch(st, nz, a, b, xq, ldq, xs, lds, T, o)) return;   /* the same bits */
+    if (!FP4 && T <= mma_dec && dec_launch(st, nz, a, b, xq, ldq, xs, lds, T, o)) return;   /* the same bits */
     if (T <= 8) mma_launch<FP4, 1, 1, 4>(st, nz, a, b, xq, ldq, xs, lds, T, o);
     else if (T <= 32) mma_launch<FP4, 1, 4, 2>(st, nz, a, b, xq, ldq, xs, lds, T, o);
     else if constexpr (FP4) mma_launch<FP4, 4, 4, 1>(st, nz, a, b, xq, ldq, xs, lds, T, o);
