@@ -131,7 +131,7 @@ for v in 1 0; do
         --mode official --kv fp8 --tokens "$ST" --chunks 1,2,3,4,5,6,7,8 --out "$T/lean$v.npy"
 done
 cmp -s "$T/lean1.npy" "$T/lean0.npy" && ok || bad "DSV4_CUDA_EXPERT_LEAN=1: the logits of steps of 1 to 8 tokens differ from k_mma_expert's"
-# the FP8 decode kernel (DSV4_CUDA_MMA_DEC, on by default for one-token steps): the same bits, steps of 1 to 8
+# the FP8 decode kernel (DSV4_CUDA_MMA_DEC, off by default; 1 = one-token steps): the same bits, steps of 1 to 8
 # tokens of the K >= 1024 model, with programmatic edges too (its weight copies start before its wait; test_gpu_mma
 # holds the kernel-level memcmp)
 for v in 1 0; do

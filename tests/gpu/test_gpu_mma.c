@@ -1047,7 +1047,7 @@ static int bench_experts(void) {
     cu_mma_expert_lean(build_lean);
     cu_mma_expert_dec(build_dec);
     printf("(STREAM: k_mma_stream.cu, DSV4_CUDA_STREAM=1; the others k_mma.cu's small tiles:\n vec+sw: mode 2, 16-byte weight loads and scale words; vector: mode 1, scale bytes; word: mode 0, the loads before;\n"
-           " lean: k_mma_expert_lean (MMA_EXPERT_LEAN); bulk: k_mma_expert_dec (MMA_EXPERT_DEC, the default for whole chunks);\n"
+           " lean: k_mma_expert_lean (MMA_EXPERT_LEAN, the default for whole chunks); bulk: k_mma_expert_dec (MMA_EXPERT_DEC);\n"
            " w1+w3: cu_mma_expert_linear_pair's one launch or two; the graph's launch gaps are in the time)\n");
     printf("(bytes: %.1f MB of weights and scales per layer; H200 read bandwidth ~4.25 TB/s)\n", ACT * bytes_per_expert / 1e6);
     for (int m = 0; m < 3; m++) {

@@ -448,11 +448,16 @@ __global__ void __launch_bounds__(32 * MMA_PARTS) k_mma_linear(dsv4_weight w_a, 
  * the same words from a fresh fragment (zeros for tokens >= T), p = fmaf(P, sw sx, p), and mma_sum_store. Rows past
  * the weight are not copied: their lanes multiply whatever shared memory holds, into elements that are never
  * stored (an MMA element depends on its own row and column only). The bits are mma_block's (test_gpu_mma memcmps
- * them: cu_mma_dec). */
+ * them: cu_mma_dec). The weight rows are asked for before dev_grid_wait: they are the model's, which no kernel writes.
+ * Measured (runs 49-50): no faster than mma_block at one token in isolation (a call costs ~4 us of latency plus its
+ * bytes at ~4.3 TB/s either way), slower in the model (decode 101-103 vs 105-106 tok/s; 90 under programmatic edges
+ * from launch completion, whose early blocks hold the SMs the kernel before still needs). Off by default
+ * (DSV4_CUDA_MMA_DEC=1 for one-token steps). */
 #ifndef MMA_DEC
-#define MMA_DEC 1   /* the most tokens k_mma_dec takes (0: none); the model's comes from DSV4_CUDA_MMA_DEC (cuda_model.c). Run 49's
+#define MMA_DEC 0   /* the most tokens k_mma_dec takes (0: none); the model's comes from DSV4_CUDA_MMA_DEC (cuda_model.c). Run 49's
                      * micro-benchmark: at 1 token 4.5-8.1 us a call against the small tiles' 5.1-7.8, at 8 tokens 1.4x slower
-                     * (8 activation rows a block: less room, fewer blocks an SM) */
+                     * (8 activation rows a block: less room, fewer blocks an SM); run 50, decode: 101-103 tok/s against
+                     * the small tiles' 105-106, and 90 under programmatic edges from launch completion */
 #endif
 
 /* Shared memory of a k_mma_dec block: 16 weight rows and T activation rows of K + 16 bytes, then the weight scales
@@ -688,7 +693,9 @@ __global__ void __launch_bounds__(32 * MMA_PARTS, MMA_EXPERT_LEAN_BLOCKS) k_mma_
  * weight re-read its last row, pairs past the tile's count its last pair: elements never stored), warp-uniform
  * E8M0 choice, fmaf chains and partial order are the lean kernel's: the same bits (test_gpu_mma memcmps them against
  * the plain linear). Row pitches are padded so that the fragment reads meet no bank twice: weight rows by 16 bytes
- * (lane (g, q) reads word q of a 16-byte block of row g), input rows by 32 (8-byte reads), scale rows by 4. */
+ * (lane (g, q) reads word q of a 16-byte block of row g), input rows by 32 (8-byte reads), scale rows by 4.
+ * Measured slower than the lean kernel (runs 49-50: one MoE layer 64.5 vs 53 us at 8 tokens, decode 98.8 vs 105
+ * tok/s): off by default, kept as the switch DSV4_CUDA_EXPERT_DEC for the next attempt at the experts' latency. */
 #ifndef MMA_EXPERT_DEC
 #define MMA_EXPERT_DEC 0   /* the model's default comes from DSV4_CUDA_EXPERT_DEC (cuda_model.c): off, run 49 timed it slower */
 #endif
