@@ -115,40 +115,28 @@ for v in 1 0; do
 done
 cmp -s "$T/gemm1.npy" "$T/gemm0.npy" && ok || bad "DSV4_CUDA_GEMM=1: the 300-token logits differ from the small tiles'"
 expect_err "DSV4_CUDA_GEMM=2" "DSV4_CUDA_GEMM" env DSV4_CUDA_GEMM=2 "$BIN" logits -m "$T/m" --device cuda --tokens 1,2
-# the streaming kernel for steps of <= 8 tokens (DSV4_CUDA_STREAM, off by default, k_mma_stream.cu): the same bits as
-# the small tiles, here on steps of 1 to 8 tokens of the K >= 1024 model (test_gpu_stream holds the kernel-level memcmp)
 ST=$(seq -s, 5 3 122)
-for v in 1 0; do
-    expect_ok "wide decode steps DSV4_CUDA_STREAM=$v" env DSV4_CUDA_STREAM=$v "$BIN" logits -m "$T/wide" --device cuda --mode official \
-        --kv fp8 --tokens "$ST" --chunks 1,2,3,4,5,6,7,8 --out "$T/stream$v.npy"
-done
-cmp -s "$T/stream1.npy" "$T/stream0.npy" && ok || bad "DSV4_CUDA_STREAM=1: the logits of steps of 1 to 8 tokens differ from the small tiles'"
+# switch_same_bits VAR WHAT: the K >= 1024 model's steps of 1 to 8 tokens give the same logits with VAR=1 as with
+# VAR=0 (WHAT: the kernels of 0). Kernel switches that change speed only; the kernel-level memcmps are the unit tests'.
+switch_same_bits() {
+    for v in 1 0; do
+        expect_ok "wide decode steps $1=$v" env "$1=$v" "$BIN" logits -m "$T/wide" --device cuda --mode official --kv fp8 \
+            --tokens "$ST" --chunks 1,2,3,4,5,6,7,8 --out "$T/sw_$1_$v.npy"
+    done
+    cmp -s "$T/sw_$1_1.npy" "$T/sw_$1_0.npy" && ok || bad "$1=1: the logits of steps of 1 to 8 tokens differ from $2"
+}
+switch_same_bits DSV4_CUDA_STREAM "the small tiles'"   # the streaming kernel for <= 8 tokens (off by default, k_mma_stream.cu)
 expect_err "DSV4_CUDA_STREAM=2" "DSV4_CUDA_STREAM" env DSV4_CUDA_STREAM=2 "$BIN" logits -m "$T/m" --device cuda --tokens 1,2
-# the lean FP4 expert kernel (DSV4_CUDA_EXPERT_LEAN, on by default): the same bits, steps of 1 to 8 tokens of the
-# K >= 1024 model (whole 128-column chunks: the kernel's case; test_gpu_mma holds the kernel-level memcmp)
-for v in 1 0; do
-    expect_ok "wide decode steps DSV4_CUDA_EXPERT_LEAN=$v" env DSV4_CUDA_EXPERT_LEAN=$v "$BIN" logits -m "$T/wide" --device cuda \
-        --mode official --kv fp8 --tokens "$ST" --chunks 1,2,3,4,5,6,7,8 --out "$T/lean$v.npy"
-done
-cmp -s "$T/lean1.npy" "$T/lean0.npy" && ok || bad "DSV4_CUDA_EXPERT_LEAN=1: the logits of steps of 1 to 8 tokens differ from k_mma_expert's"
-# the FP8 decode kernel (DSV4_CUDA_MMA_DEC, off by default; 1 = one-token steps): the same bits, steps of 1 to 8
-# tokens of the K >= 1024 model, with programmatic edges too (its weight copies start before its wait; test_gpu_mma
-# holds the kernel-level memcmp)
-for v in 1 0; do
-    expect_ok "wide decode steps DSV4_CUDA_MMA_DEC=$v" env DSV4_CUDA_MMA_DEC=$v "$BIN" logits -m "$T/wide" --device cuda \
-        --mode official --kv fp8 --tokens "$ST" --chunks 1,2,3,4,5,6,7,8 --out "$T/dec$v.npy"
-done
-cmp -s "$T/dec1.npy" "$T/dec0.npy" && ok || bad "DSV4_CUDA_MMA_DEC=1: the logits of steps of 1 to 8 tokens differ from the small tiles'"
+# the lean FP4 expert kernel (on by default; whole 128-column chunks: the K >= 1024 model has them)
+switch_same_bits DSV4_CUDA_EXPERT_LEAN "k_mma_expert's"
+# the FP8 one-token kernel through the bulk copy engine (off by default), also under programmatic edges (its weight
+# copies start before its wait)
+switch_same_bits DSV4_CUDA_MMA_DEC "the small tiles'"
 expect_ok "wide decode steps DSV4_CUDA_MMA_DEC=1 DSV4_CUDA_PDL=1" env DSV4_CUDA_MMA_DEC=1 DSV4_CUDA_PDL=1 "$BIN" logits -m "$T/wide" \
     --device cuda --mode official --kv fp8 --tokens "$ST" --chunks 1,2,3,4,5,6,7,8 --out "$T/decp.npy"
-cmp -s "$T/decp.npy" "$T/dec0.npy" && ok || bad "DSV4_CUDA_MMA_DEC=1 under DSV4_CUDA_PDL=1: the logits differ from the small tiles'"
-# the FP4 experts through the bulk copy engine (DSV4_CUDA_EXPERT_DEC, off by default) against the lean kernel: the same
-# bits, steps of 1 to 8 tokens (room for 1 to 8 pairs a tile)
-for v in 1 0; do
-    expect_ok "wide decode steps DSV4_CUDA_EXPERT_DEC=$v" env DSV4_CUDA_EXPERT_DEC=$v "$BIN" logits -m "$T/wide" --device cuda \
-        --mode official --kv fp8 --tokens "$ST" --chunks 1,2,3,4,5,6,7,8 --out "$T/xdec$v.npy"
-done
-cmp -s "$T/xdec1.npy" "$T/xdec0.npy" && ok || bad "DSV4_CUDA_EXPERT_DEC=1: the logits of steps of 1 to 8 tokens differ from the lean kernel's"
+cmp -s "$T/decp.npy" "$T/sw_DSV4_CUDA_MMA_DEC_0.npy" && ok || bad "DSV4_CUDA_MMA_DEC=1 under DSV4_CUDA_PDL=1: the logits differ from the small tiles'"
+# the FP4 experts through the bulk copy engine (off by default) against the lean kernel (room for 1 to 8 pairs a tile)
+switch_same_bits DSV4_CUDA_EXPERT_DEC "the lean kernel's"
 expect_err "DSV4_CUDA_EXPERT_DEC=2" "DSV4_CUDA_EXPERT_DEC" env DSV4_CUDA_EXPERT_DEC=2 "$BIN" logits -m "$T/m" --device cuda --tokens 1,2
 expect_err "DSV4_CUDA_MMA_DEC=2" "DSV4_CUDA_MMA_DEC" env DSV4_CUDA_MMA_DEC=2 "$BIN" logits -m "$T/m" --device cuda --tokens 1,2
 expect_err "DSV4_CUDA_EXPERT_LEAN=2" "DSV4_CUDA_EXPERT_LEAN" env DSV4_CUDA_EXPERT_LEAN=2 "$BIN" logits -m "$T/m" --device cuda --tokens 1,2

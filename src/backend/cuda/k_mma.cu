@@ -530,6 +530,31 @@ __device__ __forceinline__ void expert_absent(float *y, int ldy, int p0, int n, 
     }
 }
 
+/* The tile of an expert kernel's block: blockIdx.y of the plan, blockIdx.z the projection (experts_b into y_b). */
+struct expert_tile {
+    dsv4_weight w;
+    float *y;
+    int p0, n, row_base;   /* the tile's first pair, its pair count, the block's first row */
+};
+
+/* Opens the block's tile into t: false when the block has nothing (more) to do — a tile past n_tiles, an absent
+ * expert (its rows written EP_ABSENT_ROW here), a tile without pairs (the lean kernels' clamps need one). */
+__device__ __forceinline__ bool expert_tile_open(const dsv4_weight *experts_a, const dsv4_weight *experts_b, const cu_moe_plan &plan, int rows,
+                                                 float *y_a, float *y_b, int ldy, expert_tile &t) {
+    const int tile = blockIdx.y;
+    t.y = blockIdx.z ? y_b : y_a;
+    if (tile >= *plan.n_tiles) return false;
+    t.w = (blockIdx.z ? experts_b : experts_a)[plan.tile_expert[tile]];
+    t.p0 = plan.tile_first[tile];
+    t.n = plan.tile_count[tile];
+    t.row_base = blockIdx.x * 16;
+    if (!t.w.data) {
+        expert_absent(t.y, ldy, t.p0, t.n, t.row_base, rows);
+        return false;
+    }
+    return t.n > 0;
+}
+
 /* The routed experts' tiles of a MoE plan (k_linear.cu k_expert_linear's contract): tile blockIdx.y is expert
  * tile_expert[tile] over its tile_count (<= CU_MOE_TILE = 8: one n8 column) pairs from tile_first; pair p reads
  * input row p (x_by_pair) or pair_token[p] and writes output row p. The same order per element as the plain
@@ -628,17 +653,11 @@ __global__ void __launch_bounds__(32 * MMA_PARTS, MMA_EXPERT_LEAN_BLOCKS) k_mma_
                                                                      int lds, int x_by_pair, float *y_a, float *y_b, int ldy, int out_bf16) {
     dev_grid_wait();
     __shared__ float red[MMA_PARTS - 1][4][32];
-    const dsv4_weight *experts = blockIdx.z ? experts_b : experts_a;
-    float *y = blockIdx.z ? y_b : y_a;
-    const int tile = blockIdx.y;
-    if (tile >= *plan.n_tiles) return;
-    const dsv4_weight w = experts[plan.tile_expert[tile]];
-    const int p0 = plan.tile_first[tile], n = plan.tile_count[tile], row_base = blockIdx.x * 16;
-    if (!w.data) {
-        expert_absent(y, ldy, p0, n, row_base, rows);
-        return;
-    }
-    if (n <= 0) return;   /* no pairs (mma_block would store nothing); the clamps below need one */
+    expert_tile t;
+    if (!expert_tile_open(experts_a, experts_b, plan, rows, y_a, y_b, ldy, t)) return;
+    const dsv4_weight &w = t.w;
+    float *y = t.y;
+    const int p0 = t.p0, n = t.n, row_base = t.row_base;
     const int lane = threadIdx.x & 31, part = threadIdx.x >> 5, g = lane >> 2, q = lane & 3;
     const int K = w.cols, nchunk = K / 128;
     const int r0 = min(row_base + g, rows - 1), r1 = min(row_base + g + 8, rows - 1);
@@ -725,17 +744,11 @@ __global__ void __launch_bounds__(32 * MMA_PARTS) k_mma_expert_dec(const dsv4_we
     extern __shared__ __align__(128) uint8_t dec_smem[];
     __shared__ float red[MMA_PARTS - 1][4][32];
     __shared__ uint64_t bar;
-    const dsv4_weight *experts = blockIdx.z ? experts_b : experts_a;
-    float *y = blockIdx.z ? y_b : y_a;
-    const int tile = blockIdx.y;
-    if (tile >= *plan.n_tiles) return;
-    const dsv4_weight w = experts[plan.tile_expert[tile]];
-    const int p0 = plan.tile_first[tile], n = plan.tile_count[tile], row_base = blockIdx.x * 16;
-    if (!w.data) {
-        expert_absent(y, ldy, p0, n, row_base, rows);
-        return;
-    }
-    if (n <= 0) return;    /* no pairs: nothing to store */
+    expert_tile t;
+    if (!expert_tile_open(experts_a, experts_b, plan, rows, y_a, y_b, ldy, t)) return;
+    const dsv4_weight &w = t.w;
+    float *y = t.y;
+    const int p0 = t.p0, n = t.n, row_base = t.row_base;
     if (n > pmax) __trap();   /* the plan broke its max_pairs: a bug, never an input (cu_moe_routed sets it from T) */
     const int lane = threadIdx.x & 31, part = threadIdx.x >> 5, g = lane >> 2, q = lane & 3;
     const int K = w.cols, nchunk = K / 128, nr = min(16, rows - row_base), sc = K / 32;
@@ -876,38 +889,26 @@ extern "C" int cu_mma_pack_act(cu_stream st, const float *x, int ldx, int T, int
 /* FP4 weight loads: the mode of MMA_FP4_VEC above until cu_mma_fp4_vec changes it. */
 static int fp4_vec = MMA_FP4_VEC;
 
-extern "C" int cu_mma_fp4_vec(int mode) {
-    const int before = fp4_vec;
-    fp4_vec = mode == 1 || mode == 2 ? mode : 0;
+/* The kernel switches below: the setting replaced by v (tests and benchmarks put it back). */
+static int switch_to(int *setting, int v) {
+    const int before = *setting;
+    *setting = v;
     return before;
 }
+
+extern "C" int cu_mma_fp4_vec(int mode) { return switch_to(&fp4_vec, mode == 1 || mode == 2 ? mode : 0); }
 
 /* FP4 experts of whole chunks by k_mma_expert_lean (MMA_EXPERT_LEAN) until cu_mma_expert_lean changes it. */
 static int expert_lean = MMA_EXPERT_LEAN;
-
-extern "C" int cu_mma_expert_lean(int on) {
-    const int before = expert_lean;
-    expert_lean = on != 0;
-    return before;
-}
+extern "C" int cu_mma_expert_lean(int on) { return switch_to(&expert_lean, on != 0); }
 
 /* FP8 linears of up to mma_dec (<= 8) tokens by k_mma_dec (MMA_DEC) until cu_mma_dec changes it. */
 static int mma_dec = MMA_DEC;
-
-extern "C" int cu_mma_dec(int max_t) {
-    const int before = mma_dec;
-    mma_dec = max_t < 0 ? 0 : max_t > 8 ? 8 : max_t;
-    return before;
-}
+extern "C" int cu_mma_dec(int max_t) { return switch_to(&mma_dec, max_t < 0 ? 0 : max_t > 8 ? 8 : max_t); }
 
 /* FP4 experts of whole chunks by k_mma_expert_dec (MMA_EXPERT_DEC) until cu_mma_expert_dec changes it. */
 static int expert_dec = MMA_EXPERT_DEC;
-
-extern "C" int cu_mma_expert_dec(int on) {
-    const int before = expert_dec;
-    expert_dec = on != 0;
-    return before;
-}
+extern "C" int cu_mma_expert_dec(int on) { return switch_to(&expert_dec, on != 0); }
 
 /* One weight's output (of a pair: cu_mma_linear_pair). */
 typedef struct {
