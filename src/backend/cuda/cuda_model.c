@@ -428,8 +428,10 @@ static int init_ranks(struct cuda_model *cm, const struct dsv4_model *m, int n, 
  * bits do not depend on its batch.
  *   DSV4_CUDA_GRAPHS    steps as CUDA graphs (cu_graph.cu), default on; 0 launches every kernel directly.
  *   DSV4_CUDA_PDL       inside those graphs, kernel -> kernel edges programmatic (cu_graph.cu): 1 from the upstream
- *                       kernel's launch completion, 2 from its blocks' exit, 0 (the default) plain edges; the same
- *                       bits every way. Run 37: 1 decoded at 56.8 / 56.2 tok/s against 58.5 / 58.4 with 0.
+ *                       kernel's launch completion, 2 (the default) from its blocks' exit, 0 plain edges; the same
+ *                       bits every way. Run 51, decode at prompt 256 in three alternating rounds: 2 108.3-108.4
+ *                       tok/s, 0 106.3-107.2 (the GPU suite passed with 2 exported, the same logits); 1 costs 12-14 %
+ *                       (run 50: its early blocks hold SMs the kernel before still needs).
  *   DSV4_CUDA_MMA       OFFICIAL mode's FP8/FP4 linears of act-quantized rows on FP8 tensor cores (k_mma.cu) and its
  *                       linears of bf16-valued inputs with BF16 or FP8 weights on BF16 tensor cores (k_mma16.cu),
  *                       default on; 0 = both on CUDA cores (k_linear.cu). EXACT mode never uses them.
@@ -492,7 +494,7 @@ int cuda_model_init(struct dsv4_model *m, const cuda_placement *p, dsv4_error *e
     const int gpu = p->gpu;
     int n_gpus = p->n_gpus, graphs_on, pdl_on /* CU_PDL_* */, mma_on, gemm_on, stream_on, lean_on, dec_on, expert_dec_on, idx_mma_on, att_mma_on, att_dec_on;
     if (env_switch("DSV4_CUDA_GRAPHS", 1, "CUDA graphs", &graphs_on, err) ||
-        env_choice("DSV4_CUDA_PDL", CU_PDL_OFF, CU_PDL_EXIT,
+        env_choice("DSV4_CUDA_PDL", CU_PDL_EXIT, CU_PDL_EXIT,
                    "0 (plain edges in the CUDA graphs), 1 (programmatic from launch completion) or 2 (from exit)", &pdl_on, err) ||
         env_switch("DSV4_CUDA_MMA", 1, "tensor cores in OFFICIAL mode", &mma_on, err) ||
         env_switch("DSV4_CUDA_GEMM", 1, "the tiled GEMM for many tokens", &gemm_on, err) ||
