@@ -13,9 +13,9 @@
  * updated; none in the "off" run), the check must be able to fail (with one kernel removed from every captured
  * graph the bytes differ), graphs work again afterwards, a model loaded with DSV4_CUDA_GRAPHS=0 launches directly
  * and gives the same bytes, and DSV4_CUDA_GRAPHS=2 fails the load with one line. The graphs' kernel -> kernel edges
- * are programmatic by default (DSV4_CUDA_PDL=2 since run 51; cu_graph.cu: each kernel launched under the one before,
- * held by dev_grid_wait until it completes); a model loaded with DSV4_CUDA_PDL=0 has plain ones, with 1 programmatic
- * ones from launch completion, each giving the same bytes, and DSV4_CUDA_PDL=3 fails the load. (That every kernel begins with the wait is tests/cli/pdl_wait.sh.) Models of 4, 6 and 10 layers
+ * are programmatic by default (DSV4_CUDA_PDL=2 since run 51; cu_graph.cu: each kernel launched under the one
+ * before, held by dev_grid_wait until it completes); a model loaded with DSV4_CUDA_PDL=0 has plain ones, with 1
+ * programmatic ones from launch completion, each giving the same bytes, and DSV4_CUDA_PDL=3 fails the load. (That every kernel begins with the wait is tests/cli/pdl_wait.sh.) Models of 4, 6 and 10 layers
  * (2, 3 and 4 graphs a step: layer 0, then up to 4 layers each). */
 #include <setjmp.h>
 #include <stdarg.h>

@@ -16,8 +16,8 @@ int cu_moe_input_packed(const cu_moe_bufs *b, const cu_layer_experts *ex, int of
 /* One expert projection, rows x cols: on tensor cores from the packed rows xq / xqs when `packed` (the caller
  * decided by cu_mma_takes_experts; out_bf16 rounds in the epilogue), else on CUDA cores (k_linear.cu) from x. */
 static int expert_proj(cu_stream st, const cu_layer_experts *ex, const dsv4_weight *w, int rows, int cols, const cu_moe_bufs *b,
-                       const cu_moe_plan *plan, int max_tiles, int packed, const float *x, const uint8_t *xq, const float *xqs, int x_by_pair, float *y,
-                       int out_bf16, int one_token, dsv4_error *err) {
+                       const cu_moe_plan *plan, int max_tiles, int packed, const float *x, const uint8_t *xq, const float *xqs,
+                       int x_by_pair, float *y, int out_bf16, int one_token, dsv4_error *err) {
     if (packed)
         return cu_mma_expert_linear(st, w, rows, cols, ex->fmt, plan, max_tiles, xq, cu_mma_ld(cols), xqs, cu_mma_lds(cols),
                                     x_by_pair, y, rows, out_bf16, b->stream, err);

@@ -492,7 +492,8 @@ static int env_switch(const char *name, int dflt, const char *what, int *on, dsv
 
 int cuda_model_init(struct dsv4_model *m, const cuda_placement *p, dsv4_error *err) {
     const int gpu = p->gpu;
-    int n_gpus = p->n_gpus, graphs_on, pdl_on /* CU_PDL_* */, mma_on, gemm_on, stream_on, lean_on, dec_on, expert_dec_on, idx_mma_on, att_mma_on, att_dec_on;
+    int n_gpus = p->n_gpus, graphs_on, pdl_on /* CU_PDL_* */, mma_on, gemm_on, stream_on, lean_on, dec_on, expert_dec_on, idx_mma_on,
+        att_mma_on, att_dec_on;
     if (env_switch("DSV4_CUDA_GRAPHS", 1, "CUDA graphs", &graphs_on, err) ||
         env_choice("DSV4_CUDA_PDL", CU_PDL_EXIT, CU_PDL_EXIT,
                    "0 (plain edges in the CUDA graphs), 1 (programmatic from launch completion) or 2 (from exit)", &pdl_on, err) ||

@@ -500,7 +500,8 @@ __global__ void __launch_bounds__(32 * MMA_PARTS) k_mma_dec(dsv4_weight w_a, dsv
     __syncthreads();
     bar_wait(&bar, 0);
     const uint8_t *a0 = wsm + g * pitch + 32 * q, *a1 = wsm + (g + 8) * pitch + 32 * q, *bp = xsm + g * pitch + 32 * q;
-    const float *sw0 = sws + ((w.row0 + row_base + g) / 128 == sb0 ? 0 : nchunk), *sw1 = sws + ((w.row0 + row_base + g + 8) / 128 == sb0 ? 0 : nchunk);
+    const float *sw0 = sws + ((w.row0 + row_base + g) / 128 == sb0 ? 0 : nchunk);
+    const float *sw1 = sws + ((w.row0 + row_base + g + 8) / 128 == sb0 ? 0 : nchunk);
     const bool tok = g < T, x0v = 2 * q < T, x1v = 2 * q + 1 < T;
     const float *sx0 = sxs + (x0v ? 2 * q : 0) * nchunk, *sx1 = sxs + (x1v ? 2 * q + 1 : 0) * nchunk;
     float acc[1][1][4] = { { { 0.0f, 0.0f, 0.0f, 0.0f } } };
@@ -736,10 +737,11 @@ __host__ __device__ __forceinline__ expert_dec_layout expert_dec_smem(int K, int
     return l;
 }
 
-__global__ void __launch_bounds__(32 * MMA_PARTS) k_mma_expert_dec(const dsv4_weight *__restrict__ experts_a, const dsv4_weight *__restrict__ experts_b,
-                                                                   int rows, cu_moe_plan plan, int pmax, const uint8_t *__restrict__ xq, int ldq,
-                                                                   const float *__restrict__ xs, int lds, int x_by_pair, float *y_a, float *y_b,
-                                                                   int ldy, int out_bf16) {
+__global__ void __launch_bounds__(32 * MMA_PARTS) k_mma_expert_dec(const dsv4_weight *__restrict__ experts_a,
+                                                                   const dsv4_weight *__restrict__ experts_b, int rows, cu_moe_plan plan,
+                                                                   int pmax, const uint8_t *__restrict__ xq, int ldq,
+                                                                   const float *__restrict__ xs, int lds, int x_by_pair, float *y_a,
+                                                                   float *y_b, int ldy, int out_bf16) {
     dev_grid_wait();   /* the plan, hence which weight, comes from the kernels before */
     extern __shared__ __align__(128) uint8_t dec_smem[];
     __shared__ float red[MMA_PARTS - 1][4][32];
