@@ -26,8 +26,7 @@ out = ['#include "cuda_shim.h"', '#include "shim_frag.h"', '#include <algorithm>
        'extern "C" {', '#include "util/error.h"', '}', '#include "backend/cuda/cu_mma.h"', '#include "backend/cuda/cu_mma_gemm.h"',
        '#include "backend/cuda/cu_mma_stream.h"', '#include "model/expert_place.h"', '#include "model/e2m1_f16.h"', '#include "dsv4.h"',
        'static inline int cu_blocks(int64_t n, int per) { return (int)((n + per - 1) / per); }',
-       'static unsigned char shim_dyn_smem[256 * 1024] __attribute__((aligned(16)));',
-       'static inline void __trap(void) { fprintf(stderr, "shim: __trap\\n"); abort(); }']
+       'static unsigned char shim_dyn_smem[256 * 1024] __attribute__((aligned(16)));']
 a = common.index("/* ---- number formats"); b = common.index("/* ---- weights")
 out.append(common[a:b])
 a = quant.index("/* The scale of one block"); b = quant.rindex("#endif")
