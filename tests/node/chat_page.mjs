@@ -63,12 +63,18 @@ try {
     extra = { max_tokens: 20000, ignore_eos: true };
     await page.fill('#input', 'tell me a very long story');
     await page.press('#input', 'Enter');
-    await page.waitForFunction(() => {
-        const a = document.querySelectorAll('.msg.assistant .answer');
-        return a.length === 2 && a[1].textContent.length > 20;
+    // Stop is clicked inside the page in the poll that first sees 20 characters of the reply, not by a later
+    // page.click: on a loaded 2-core machine the stream could end in between (CI, 2026-12-02: page.click waited 30 s
+    // on a Stop button that was disabled again)
+    const stopped = await page.waitForFunction(() => {
+        const a = document.querySelectorAll('.msg.assistant .answer'), stop = document.querySelector('#stop');
+        if (a.length !== 2 || a[1].textContent.length <= 20) return false;
+        if (stop.disabled) return 'disabled';
+        stop.click();
+        return 'clicked';
     }, null, { timeout: 60000 });
-    check('stop enabled while streaming', !(await page.isDisabled('#stop')), 'disabled');
-    await page.click('#stop');
+    const how = await stopped.jsonValue();
+    check('stop enabled while streaming', how === 'clicked', how);
     await page.waitForSelector('.msg.assistant[data-state="stopped"]', { timeout: 10000 });
     ok('stopped');
     let running = NaN;
