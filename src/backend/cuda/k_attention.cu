@@ -21,11 +21,8 @@ __device__ __forceinline__ void put_bf16_bytes(uint8_t *dst, float x) {
 /* kv_encode (state/kvrows.c) by a block of whole warps, every thread calling: the bytes kvrows.c writes. An FP8 / FP4
  * row's scale blocks (64 / 32 columns) go one to a warp (warps w, w + W, ...): lane i holds columns i (and i + 32),
  * the block's amax is a max over the warp (exact in any order; fmaxf passes over a NaN as kvrows.c's loop does),
- * every value is converted on its own. -DKV_ENCODE_SERIAL=1: one thread a scale block, sequentially (the kernel
- * before run 46, 23 us a layer at decode against 7 for f32 rows: 64 dependent loads a thread), for an A/B. */
-#ifndef KV_ENCODE_SERIAL
-#define KV_ENCODE_SERIAL 0
-#endif
+ * every value is converted on its own (run 46: the same bytes as the loop of one thread a scale block before it,
+ * whose 64 dependent loads a thread took 23 us a layer at decode against 7 for f32 rows). */
 __device__ void block_kv_encode(const cu_kvlay &l, const float *x, uint8_t *dst) {
     const int n = l.width;
     if (l.fmt == KV_F32) {
@@ -34,22 +31,6 @@ __device__ void block_kv_encode(const cu_kvlay &l, const float *x, uint8_t *dst)
         for (int i = threadIdx.x; i < n; i += blockDim.x) ((uint16_t *)dst)[i] = dev_f32_to_bf16(x[i]);
     } else if (l.kind == ROW_INDEX) {
         uint8_t *scales = dst + (n + 1) / 2;
-#if KV_ENCODE_SERIAL
-        for (int b = threadIdx.x; b * 32 < n; b += blockDim.x) {
-            const int b0 = b * 32, len = n - b0 < 32 ? n - b0 : 32;
-            float amax = 6.0f * ldexpf(1.0f, -126);
-            for (int i = 0; i < len; i++) amax = fmaxf(amax, fabsf(x[b0 + i]));
-            const uint8_t sb = dev_e8m0_of(dev_pow2_ceil(amax / 6.0f));
-            const float s = dev_e8m0(sb);
-            for (int i = 0; i < len; i++) {
-                const uint8_t code = dev_f32_to_e2m1(fminf(fmaxf(x[b0 + i] / s, -6.0f), 6.0f));
-                const int k = b0 + i;
-                if (k & 1) dst[k / 2] = (uint8_t)(dst[k / 2] | code << 4);
-                else dst[k / 2] = code;
-            }
-            scales[b] = sb;
-        }
-#else
         const int lane = threadIdx.x & 31, nw = blockDim.x >> 5;
         for (int b = threadIdx.x >> 5; b * 32 < n; b += nw) {   /* warp-uniform */
             const int b0 = b * 32, len = n - b0 < 32 ? n - b0 : 32;
@@ -63,21 +44,9 @@ __device__ void block_kv_encode(const cu_kvlay &l, const float *x, uint8_t *dst)
             if (lane < len && !(lane & 1)) dst[(b0 + lane) / 2] = (uint8_t)(code | (lane + 1 < len ? next << 4 : 0u));
             if (lane == 0) scales[b] = sb;
         }
-#endif
     } else {
         const int N = l.nope;
         uint8_t *scales = dst + N, *rope = scales + (N + 63) / 64;
-#if KV_ENCODE_SERIAL
-        for (int b = threadIdx.x; b * 64 < N; b += blockDim.x) {
-            const int b0 = b * 64, len = N - b0 < 64 ? N - b0 : 64;
-            float amax = 1e-4f;
-            for (int i = 0; i < len; i++) amax = fmaxf(amax, fabsf(x[b0 + i]));
-            const uint8_t sb = dev_e8m0_of(dev_pow2_ceil(amax * (1.0f / 448.0f)));
-            const float s = dev_e8m0(sb);
-            for (int i = 0; i < len; i++) dst[b0 + i] = dev_f32_to_e4m3(fminf(fmaxf(x[b0 + i] / s, -448.0f), 448.0f));
-            scales[b] = sb;
-        }
-#else
         const int lane = threadIdx.x & 31, nw = blockDim.x >> 5;
         for (int b = threadIdx.x >> 5; b * 64 < N; b += nw) {   /* warp-uniform */
             const int b0 = b * 64, len = N - b0 < 64 ? N - b0 : 64;
@@ -90,7 +59,6 @@ __device__ void block_kv_encode(const cu_kvlay &l, const float *x, uint8_t *dst)
             if (lane + 32 < len) dst[b0 + lane + 32] = dev_f32_to_e4m3(fminf(fmaxf(v1 / s, -448.0f), 448.0f));
             if (lane == 0) scales[b] = sb;
         }
-#endif
         for (int i = threadIdx.x; i < l.rope; i += blockDim.x) put_bf16_bytes(rope + 2 * i, x[N + i]);
     }
 }

@@ -454,10 +454,9 @@ __global__ void __launch_bounds__(32 * MMA_PARTS) k_mma_linear(dsv4_weight w_a, 
  * from launch completion, whose early blocks hold the SMs the kernel before still needs). Off by default
  * (DSV4_CUDA_MMA_DEC=1 for one-token steps). */
 #ifndef MMA_DEC
-#define MMA_DEC 0   /* the most tokens k_mma_dec takes (0: none); the model's comes from DSV4_CUDA_MMA_DEC (cuda_model.c). Run 49's
-                     * micro-benchmark: at 1 token 4.5-8.1 us a call against the small tiles' 5.1-7.8, at 8 tokens 1.4x slower
-                     * (8 activation rows a block: less room, fewer blocks an SM); run 50, decode: 101-103 tok/s against
-                     * the small tiles' 105-106, and 90 under programmatic edges from launch completion */
+#define MMA_DEC 0   /* the most tokens k_mma_dec takes (0: none; the measurements above); the model's comes from
+                     * DSV4_CUDA_MMA_DEC (cuda_model.c). At 8 tokens it was 1.4x slower (run 49: 8 activation rows a
+                     * block, less room, fewer blocks an SM) */
 #endif
 
 /* Shared memory of a k_mma_dec block: 16 weight rows and T activation rows of K + 16 bytes, then the weight scales
