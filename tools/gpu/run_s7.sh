@@ -11,7 +11,7 @@
 #   san      compute-sanitizer (SAN_TOOL) over test_gpu_mma's tests matching SAN_TESTS
 #   ncu      ncu over one decode step (caches not flushed): time per kernel
 #   kvab     decode at prompt 256 with f32, bf16 and fp8 KV
-#   ncukv    ncu over a one-token step with f32 and with fp8 KV: $OUT/ncu_f32.txt, ncu_fp8.txt
+#   ncukv    ncu over a one-token step with f32 and with fp8 KV (NCUKV_KV picks): $OUT/ncu_f32.txt, ncu_fp8.txt
 #   sass     cuobjdump's SASS of test_gpu_mma's kernels named in SASS_FUN (comma list): $OUT/sass.txt
 #   ncusrc   ncu's per-instruction source page of the launches in NCU_SRC (regex:skip, test_gpu_mma --bench-experts)
 #   ncudeep  ncu's sections (throughput, occupancy, warp stalls, memory) for a few launches of the kernels in NCU_DEEP
@@ -120,7 +120,7 @@ fi
 save
 if has ncukv; then   # one decode step's kernels with f32 and with fp8 KV (prompt 64): where fp8 KV's time goes
   NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1 || echo /usr/local/cuda/bin/ncu)
-  for kv in f32 fp8; do
+  for kv in ${NCUKV_KV:-f32 fp8}; do
     timeout 120 "$NCU" --clock-control none --cache-control none --metrics gpu__time_duration.sum,dram__bytes_read.sum,launch__grid_size \
         --csv --page raw --kernel-name "regex:^k_([^f]|f[^i])" --launch-count 1600 \
         $FLASH --kv $kv --prompt 1 --decode 1 --no-bandwidth >$L/ncu_$kv.csv 2>/dev/null

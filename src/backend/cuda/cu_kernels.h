@@ -272,6 +272,22 @@ void cu_swiglu(cu_stream st, int official, float *g, const float *v, const float
 void cu_swiglu_pack(cu_stream st, int official, float *g, const float *v, const float *w, int rows, int I, float limit, uint8_t *q,
                     int ldq, float *qs, int lds);
 
+/* ---- L2 prefetch of weights (k_prefetch.cu, DSV4_CUDA_L2PF) ---------------------------------------------------- */
+
+/* Up to four weights (data: the first cap[i] bytes; scales: the view's rows) to bring into L2; nothing waits for
+ * them and nothing is written, so no result depends on them (k_prefetch.cu says why they pay). */
+#define CU_PF_MAX 4
+typedef struct {
+    int n;
+    dsv4_weight w[CU_PF_MAX];
+    uint64_t cap[CU_PF_MAX];
+} cu_pf_list;
+void cu_l2_prefetch(cu_stream st, const cu_pf_list *l);
+/* The experts of plan p's tiles (wa, wb: device arrays of a layer's experts, wb may be NULL), cap bytes of each
+ * matrix's data (and its scales); one block per tile, max_tiles blocks (p's counts live on the device). */
+void cu_l2_prefetch_experts(cu_stream st, const dsv4_weight *wa, const dsv4_weight *wb, const cu_moe_plan *p, int max_tiles,
+                            uint64_t cap);
+
 /* ---- sampling (core/sample.h) ---------------------------------------------------------------------------------- */
 
 /* One row to draw a token from, with its parameters (dsv4_sampling) and draw number. */

@@ -303,6 +303,20 @@ static void quant_rows_if(step_ctx *s, float *x, int rows, int n) {
     if (s->official) cu_act_quant(s->st, x, n, x, n, rows, n, 128, 0);
 }
 
+/* DSV4_CUDA_L2PF (k_prefetch.cu): up to CU_PF_MAX weights, the first cap bytes of each (0: all), into L2 now, if the
+ * model load asked for `bit`. Nothing waits for them and nothing reads them but the weights' own kernels later. */
+static void prefetch_if(step_ctx *s, int bit, const dsv4_weight *w0, const dsv4_weight *w1, const dsv4_weight *w2, uint64_t cap0) {
+    if (!(s->cm->l2pf & bit)) return;
+    cu_pf_list l = { 0 };
+    const dsv4_weight *ws[3] = { w0, w1, w2 };
+    for (int i = 0; i < 3; i++)
+        if (ws[i] && ws[i]->data) {
+            l.w[l.n] = *ws[i];
+            l.cap[l.n++] = i == 0 && cap0 ? cap0 : ~0ull;
+        }
+    cu_l2_prefetch(s->st, &l);
+}
+
 /* hc_pre + the sub-layer's RMSNorm: ws->X -> ws->xn (and ws->mix for hc_post). */
 static void step_hc_pre(step_ctx *s, const cu_hc *h, const float *norm) {
     const dsv4_config *c = &s->m->cfg;
@@ -352,6 +366,7 @@ static void attn_output(step_ctx *s, const cu_layer *ly) {
     const int T = s->T, H = c->n_heads, D = c->head_dim;
     const int G = c->o_groups, HD_G = H * D / G, zl = G * c->o_lora;
     /* one launch for all groups (run 18's ncu: 8 launches of 1024 rows each filled a tenth of the GPU); o is bf16 */
+    prefetch_if(s, CU_L2PF_ATTENTION, &ly->wo_b, NULL, NULL, 0);   /* while wo_a runs */
     linear16(s, pack16_if(s, ws->o, T, H * D), &ly->wo_a, G, ws->o, T, H * D, HD_G, ws->z, zl, 1);
     pack_if(s, ws->z, zl, ws->yq, ws->yqs);
     if (cuda_core_reader(s, &ly->wo_b, NULL)) quant_rows_if(s, ws->z, T, zl);
@@ -401,6 +416,8 @@ static void step_attention(step_ctx *s, const cu_layer *ly, int L) {
                            .cI = cI, .cz = ws->cz, .icz = ws->icz, .qi = ws->qi, .wi = ws->wi, .ape = ly->comp.ape,
                            .iape = ly->icomp.ape };
     cu_attn_prepare(s->st, &prep);
+    /* the compressors, the indexer and the attention read little but the cache: wo_a's first 32 MB meanwhile */
+    prefetch_if(s, CU_L2PF_ATTENTION, &ly->wo_a, NULL, NULL, 32u << 20);
     mark(s, ST_QKV);
     if (ly->ratio) {   /* both compressors in one launch; at one token per item their ring writes too */
         const cu_comp_jobs jobs = { { { s->main, 0, ly->ratio, cw, ws->ck, ws->cz, ly->comp.norm },
@@ -465,9 +482,15 @@ static void step_moe(step_ctx *s, const cu_layer *ly, int L) {
     mark(s, ST_ROUTE);
     const cu_moe_bufs b = { ws->xn, ws->x8, ws->route_e, ws->route_w, ws->plan, ws->eg, ws->ev, ws->ey,
                             s->mma, ws->xq, ws->egq, ws->xqs, ws->egqs, s->mma /* step_hc_pre packed xn */,
-                            s->cm->mma_stream };
+                            s->cm->mma_stream, (s->cm->l2pf & CU_L2PF_EXPERTS) && T == 1 };
     /* experts in host memory (cuda_host_experts.h): the host needs this layer's rows and routing first */
     cu_host_experts *hx = L >= 0 && s->cm->hx && ly == &s->cm->layers[L] && s->cm->hx->n_host[L] ? s->cm->hx : NULL;
+    /* CU_L2PF_SHARED: its weights were prefetched before the sub-layer's mHC, so it runs first (its outputs are its
+     * own: the order changes no bit); only where the routed experts' input rows are already packed (tensor cores),
+     * since otherwise it reads their act_quant copy */
+    const int shared_first = (s->cm->l2pf & CU_L2PF_SHARED) && !hx && !(ly->ep && s->cm->ep) && b.xq_ready &&
+                             cu_moe_input_packed(&b, &ly->ex, s->official, d);
+    if (shared_first) shared_expert(s, ly, 1);
     if (hx && !s->rc && cuda_hx_fetch(hx, s->st, c, ws->xn, ws->route_e, ws->route_w, T))
         s->rc = dsv4_fail(s->err, DSV4_E_STATE, "CUDA error copying layer %d's routing to the host", L);
     if (ly->ep && s->cm->ep) {
@@ -480,7 +503,7 @@ static void step_moe(step_ctx *s, const cu_layer *ly, int L) {
     }
     mark(s, ST_EXPERTS);
     /* the shared expert sees the same (OFFICIAL: quantized) rows as the routed ones */
-    shared_expert(s, ly, cu_moe_input_packed(&b, &ly->ex, s->official, d));
+    if (!shared_first) shared_expert(s, ly, cu_moe_input_packed(&b, &ly->ex, s->official, d));
     /* the GPU has its experts and the shared expert queued: the host computes its experts meanwhile */
     if (hx && !s->rc) s->rc = cuda_hx_compute(hx, s->m, L, s->st, T, ws->ey, s->err);
     /* the experts' sum and mHC's post in one launch: step_moe ends the sub-layer */
@@ -491,10 +514,12 @@ static void step_moe(step_ctx *s, const cu_layer *ly, int L) {
 static void step_block(step_ctx *s, const cu_layer *ly, int L) {
     const dsv4_config *c = &s->m->cfg;
     cu_workspace *ws = s->ws;
+    prefetch_if(s, CU_L2PF_ATTENTION, &ly->wq_a, &ly->wkv, &ly->wq_b, 0);   /* while the mHC and the norm run */
     step_hc_pre(s, &ly->hc_attn, ly->attn_norm);
     mark(s, ST_MHC);
     step_attention(s, ly, L);
     cu_hc_post(s->st, s->official, ws->sub, ws->mix, ws->X, s->T, c->hc_mult, c->dim);
+    prefetch_if(s, CU_L2PF_SHARED, &ly->sw1, &ly->sw3, &ly->sw2, 0);   /* while the mHC, router and plan run */
     step_hc_pre(s, &ly->hc_ffn, ly->ffn_norm);
     mark(s, ST_MHC);
     step_moe(s, ly, L);   /* ends with hc_post */
