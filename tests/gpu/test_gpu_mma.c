@@ -867,8 +867,8 @@ static int bench(void) {
     for (int i = 0; i < TMAX * (KMAX / 128); i++) ones[i] = 1.0f / 64;
     cu_upload(s, ones, sizeof(float) * TMAX * (KMAX / 128));
     free(ones);
-    printf("%-5s %-12s %6s %10s %11s %9s %16s %22s %22s\n", "fmt", "N x K", "T", "us/call", "weight GB/s", "TFLOPS", "k_linear us/call",
-           "small tiles us (GB/s)", "k_mma_dec us (GB/s)");
+    printf("%-5s %-12s %6s %10s %11s %9s %16s %22s %22s %20s\n", "fmt", "N x K", "T", "us/call", "weight GB/s", "TFLOPS", "k_linear us/call",
+           "small tiles us (GB/s)", "k_mma_dec us (GB/s)", "L2-hot us (GB/s)");
     for (int fp4 = 0; fp4 < 2; fp4++)
         for (int k = 0; k < (int)(sizeof shapes / sizeof shapes[0]); k++) {
             const int N = shapes[k][0], K = shapes[k][1];
@@ -906,14 +906,19 @@ static int bench(void) {
                     stream_on = 1;
                 }
                 const double old = T <= 512 ? time_calls(ws, copies, q, KMAX, s, KMAX / 128, xf, T, y, N, T <= 8 ? 50 : 3) : 0;
+                /* the same weight every call (in L2 when it fits the ~50 MB): what a kernel could gain from weights
+                 * already in L2 (k_prefetch.cu) */
+                const double hot = T <= 8 ? time_calls(ws, 1, q, KMAX, s, KMAX / 128, NULL, T, y, N, reps) : 0;
                 char oldtxt[32] = "";
                 if (old > 0) snprintf(oldtxt, sizeof oldtxt, "%.1f", old * 1e6);
                 char tilestxt[48] = "";
                 if (tiles > 0) snprintf(tilestxt, sizeof tilestxt, "%.1f (%.0f GB/s)", tiles * 1e6, (double)(db + sb) / tiles / 1e9);
                 char dectxt[48] = "";
                 if (dec > 0) snprintf(dectxt, sizeof dectxt, "%.1f (%.0f GB/s)", dec * 1e6, (double)(db + sb) / dec / 1e9);
-                printf("%-5s %5dx%-6d %6d %10.1f %11.0f %9.1f %16s %22s %22s\n", fp4 ? "FP4" : "FP8", N, K, T, sec * 1e6,
-                       (double)(db + sb) / sec / 1e9, 2.0 * N * K * T / sec / 1e12, oldtxt, tilestxt, dectxt);
+                char hottxt[48] = "";
+                if (hot > 0) snprintf(hottxt, sizeof hottxt, "%.1f (%.0f GB/s)", hot * 1e6, (double)(db + sb) / hot / 1e9);
+                printf("%-5s %5dx%-6d %6d %10.1f %11.0f %9.1f %16s %22s %22s %20s\n", fp4 ? "FP4" : "FP8", N, K, T, sec * 1e6,
+                       (double)(db + sb) / sec / 1e9, 2.0 * N * K * T / sec / 1e12, oldtxt, tilestxt, dectxt, hottxt);
             }
             for (int i = 0; i < copies; i++) {
                 cu_free((void *)ws[i].data);
@@ -929,7 +934,8 @@ static int bench(void) {
 
 /* The L2 prefetch study of --bench-experts (k_prefetch.cu): one layer's lean expert launches (w1 + w3, then w2),
  * optionally behind `gap` small launches (a stand-in for the routing and norms that precede the experts in a step,
- * during which the memory is idle) and with cu_l2_prefetch_experts issued before them. */
+ * during which the memory is idle), with the experts' weights prefetched on a side stream as cuda_step.c does:
+ * w1 + w3 forked before the gap, w2 (PF_BRANCH) forked after the w1 + w3 launch, joined at the layer's end. */
 typedef struct {
     dsv4_weight *w1, *w3, *w2;
     cu_moe_plan *plans;
@@ -937,25 +943,23 @@ typedef struct {
     const uint8_t *xq, *hq;
     const float *xs, *hs;
     float *y1, *y3, *y2, *tiny;
+    cu_pf_side *side;
 } pf_bench;
-enum { PF_NONE, PF_EARLY, PF_EARLY_HALF, PF_LATE, PF_ALL_LATE };
+enum { PF_NONE, PF_BRANCH, PF_BRANCH_W13 };
 
 static int pf_layer(cudaStream_t st, const pf_bench *b, int l, int gap, int mode, dsv4_error *err) {
     const cu_moe_plan *p = &b->plans[l];
-    const uint64_t half = (uint64_t)b->I * b->D / 4, all = ~0ull;
-    if (mode == PF_EARLY || mode == PF_EARLY_HALF) cu_l2_prefetch_experts(st, b->w1, b->w3, p, b->max_tiles, mode == PF_EARLY ? all : half);
+    if (mode == PF_BRANCH || mode == PF_BRANCH_W13) cu_l2_prefetch_experts(st, b->w1, b->w3, p, b->max_tiles, ~0ull, b->side);
     for (int i = 0; i < gap; i++) cu_swiglu(st, 1, b->tiny, b->tiny + 128, NULL, 1, 128, 10.0f);
     if (mode < 0) return 0;   /* the gap alone */
-    if (mode == PF_LATE) cu_l2_prefetch_experts(st, b->w1, b->w3, p, b->max_tiles, all);
-    if (mode == PF_ALL_LATE) {
-        cu_l2_prefetch_experts(st, b->w1, b->w3, p, b->max_tiles, all);
-        cu_l2_prefetch_experts(st, b->w2, NULL, p, b->max_tiles, all);
-    }
     if (cu_mma_expert_linear_pair(st, b->w1, b->w3, b->I, b->D, WF_FP4, p, b->max_tiles, b->xq, b->D, b->xs, b->D / 128, 0, b->y1, b->y3,
                                   b->I, 1, 0, err))
         return 1;
-    if (mode != PF_NONE && mode != PF_ALL_LATE) cu_l2_prefetch_experts(st, b->w2, NULL, p, b->max_tiles, all);
-    return cu_mma_expert_linear(st, b->w2, b->D, b->I, WF_FP4, p, b->max_tiles, b->hq, b->I, b->hs, b->I / 128, 1, b->y2, b->D, 1, 0, err);
+    if (mode == PF_BRANCH) cu_l2_prefetch_experts(st, b->w2, NULL, p, b->max_tiles, ~0ull, b->side);
+    const int rc = cu_mma_expert_linear(st, b->w2, b->D, b->I, WF_FP4, p, b->max_tiles, b->hq, b->I, b->hs, b->I / 128, 1, b->y2, b->D, 1,
+                                        0, err);
+    cu_pf_join(st, b->side);
+    return rc;
 }
 
 /* Microseconds a layer: `layers` layers in one graph, the best of 5 launches (-1 on failure). */
@@ -1103,12 +1107,15 @@ static int bench_experts(void) {
         float *tiny = cu_malloc(sizeof(float) * 256);
         if (!tiny) { fprintf(stderr, "bench: out of GPU memory\n"); return 1; }
         cu_zero(tiny, sizeof(float) * 256);
-        const pf_bench pb = { dev[0], dev[1], dev[2], plans, max_tiles, I, D, xq, hq, xs, hs, y1, y3, y2, tiny };
-        static const char *pf_names[] = { "none", "early", "early-half", "late", "all-late" };
-        printf("L2 prefetch, %d token(s): us a layer (lean experts)\n  %-10s %9s %9s\n", T, "prefetch", "no gap", "6 small");
-        for (int mode = PF_NONE; mode <= PF_ALL_LATE; mode++)
+        cu_pf_side side;
+        if (cu_pf_side_init(&side)) { fprintf(stderr, "bench: no side stream\n"); return 1; }
+        const pf_bench pb = { dev[0], dev[1], dev[2], plans, max_tiles, I, D, xq, hq, xs, hs, y1, y3, y2, tiny, &side };
+        static const char *pf_names[] = { "none", "branch", "w1+w3 only" };
+        printf("L2 prefetch on a side stream, %d token(s): us a layer (lean experts)\n  %-10s %9s %9s\n", T, "prefetch", "no gap", "6 small");
+        for (int mode = PF_NONE; mode <= PF_BRANCH_W13; mode++)
             printf("  %-10s %9.1f %9.1f\n", pf_names[mode], pf_time(&pb, LAYERS, 0, mode), pf_time(&pb, LAYERS, 6, mode));
         printf("  %-10s %9s %9.1f\n", "gap alone", "", pf_time(&pb, LAYERS, 6, -1));
+        cu_pf_side_free(&side);
         cu_free(tiny);
         for (int l = 0; l < LAYERS; l++) {
             cu_free(plans[l].pair_token); cu_free(plans[l].tile_expert); cu_free(plans[l].tile_first);

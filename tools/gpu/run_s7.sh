@@ -86,7 +86,7 @@ if has micro; then   # the kernels' own benchmarks (MICRO picks: experts linear 
     echo "== expert micro-benchmark:"; tail -16 $L/bench_experts.log; fi
   if mic gemm; then timeout 90 .gpu/gputests/test_gpu_gemm --bench >$L/bench_gemm.log 2>&1
     echo "== GEMM micro-benchmark:"; tail -16 $L/bench_gemm.log; fi
-  if mic linear; then timeout 90 .gpu/gputests/test_gpu_mma --bench >$L/bench_linear.log 2>&1
+  if mic linear; then timeout 150 .gpu/gputests/test_gpu_mma --bench >$L/bench_linear.log 2>&1
     echo "== FP8 / FP4 linears at 1 and 8 tokens (streamed, small tiles, k_mma_dec):"; sed -n 2p $L/bench_linear.log
     grep -E "^FP[48] +[0-9]+x[0-9]+ +[18] " $L/bench_linear.log; fi
   if mic attention; then timeout 90 .gpu/gputests/test_gpu_attention --bench >$L/bench_attention.log 2>&1

@@ -229,6 +229,7 @@ static void release(struct cuda_model *cm) {
         free(ep);
     }
     cu_graphs_free(cm->graphs);
+    cu_pf_side_free(&cm->pf_side);
     cuda_workspace_free(&cm->ws);
     if (cm->hx) {
         cuda_hx_free(cm->hx);
@@ -534,6 +535,7 @@ int cuda_model_init(struct dsv4_model *m, const cuda_placement *p, dsv4_error *e
     if (!rc) rc = upload(cm, m, 0, n_gpus, up_model, need, err);
     if (!rc && n_gpus > 1) rc = init_ranks(cm, m, n_gpus, err);
     if (!rc && !(cm->graphs = cu_graphs_new(pdl_on))) rc = dsv4_fail(err, DSV4_E_NOMEM, "out of memory");
+    if (!rc && l2pf && cu_pf_side_init(&cm->pf_side)) rc = dsv4_fail(err, DSV4_E_NOMEM, "cuda: no stream for DSV4_CUDA_L2PF's prefetches");
     if (rc) {
         release(cm);
         return rc;

@@ -152,6 +152,7 @@ struct cuda_model {
                                   load (default 1); the same bits either way */
     int l2pf;                  /* CU_L2PF_* bits: weights brought into L2 ahead of their kernels (k_prefetch.cu):
                                   DSV4_CUDA_L2PF at load (default 0); the same bits either way */
+    cu_pf_side pf_side;        /* the side stream those prefetches run on (l2pf != 0) */
     int graphs_on;             /* steps run as CUDA graphs (cuda_step.c): DSV4_CUDA_GRAPHS at load, cuda_graphs_set */
     struct cu_graphs *graphs;  /* the kept executable graphs and their counts (cu_graph.h); rank 0 only */
     unsigned long long *route_counts; /* device [n_layers][n_routed] while routes are counted (dsv4 profile) */

@@ -314,7 +314,7 @@ static void prefetch_if(step_ctx *s, int bit, const dsv4_weight *w0, const dsv4_
             l.w[l.n] = *ws[i];
             l.cap[l.n++] = i == 0 && cap0 ? cap0 : ~0ull;
         }
-    cu_l2_prefetch(s->st, &l);
+    cu_l2_prefetch(s->st, &l, &s->cm->pf_side);
 }
 
 /* hc_pre + the sub-layer's RMSNorm: ws->X -> ws->xn (and ws->mix for hc_post). */
@@ -482,7 +482,7 @@ static void step_moe(step_ctx *s, const cu_layer *ly, int L) {
     mark(s, ST_ROUTE);
     const cu_moe_bufs b = { ws->xn, ws->x8, ws->route_e, ws->route_w, ws->plan, ws->eg, ws->ev, ws->ey,
                             s->mma, ws->xq, ws->egq, ws->xqs, ws->egqs, s->mma /* step_hc_pre packed xn */,
-                            s->cm->mma_stream, (s->cm->l2pf & CU_L2PF_EXPERTS) && T == 1 };
+                            s->cm->mma_stream, (s->cm->l2pf & CU_L2PF_EXPERTS) && T == 1 ? &s->cm->pf_side : NULL };
     /* experts in host memory (cuda_host_experts.h): the host needs this layer's rows and routing first */
     cu_host_experts *hx = L >= 0 && s->cm->hx && ly == &s->cm->layers[L] && s->cm->hx->n_host[L] ? s->cm->hx : NULL;
     /* CU_L2PF_SHARED: its weights were prefetched before the sub-layer's mHC, so it runs first (its outputs are its
@@ -769,6 +769,7 @@ static int step_begin(struct dsv4_model *m, dsv4_step_item *items, int n_items, 
 static int step_end(step_ctx *s, dsv4_step_item *items, const head_plan *hp, const cu_hc *hc_head, const float *norm, int backbone,
                     dsv4_error *err) {
     int rc;
+    cu_pf_join(s->st, &s->cm->pf_side);   /* the prefetches read the plan: done before the next step writes it */
     if (s->rc) return s->rc;
     if ((rc = cu_finish(s->st, "the step", err))) return rc;
     if (s->ws->idx_offgrid && *s->ws->idx_offgrid) {   /* k_indexer.cu: tensor-core scores of data off the FP4 grid */
@@ -853,6 +854,7 @@ int cuda_step(struct dsv4_model *m, dsv4_step_item *items, int n_items, dsv4_err
             head_launch(&s, &hp, 0, &cm->hc_head, cm->norm);
             mark(&s, ST_HEAD);
         }
+        cu_pf_join(s.st, &cm->pf_side);   /* a captured segment ends joined (DSV4_CUDA_L2PF's side stream) */
         /* a failure inside the sequence (s.rc) drops the capture: step_end reports it */
         if (graphed && ((rc = cu_graph_end(cm->graphs, slot, k, s.st, s.rc != 0, err)) || s.rc)) break;
     }
