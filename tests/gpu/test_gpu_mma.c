@@ -906,8 +906,8 @@ static int bench(void) {
                     stream_on = 1;
                 }
                 const double old = T <= 512 ? time_calls(ws, copies, q, KMAX, s, KMAX / 128, xf, T, y, N, T <= 8 ? 50 : 3) : 0;
-                /* the same weight every call (in L2 when it fits the ~50 MB): what a kernel could gain from weights
-                 * already in L2 (k_prefetch.cu) */
+                /* the same weight every call (in L2 where it fits the ~50 MB): what a kernel gains from weights already
+                 * in L2 (run 53: nothing; slower if anything) */
                 const double hot = T <= 8 ? time_calls(ws, 1, q, KMAX, s, KMAX / 128, NULL, T, y, N, reps) : 0;
                 char oldtxt[32] = "";
                 if (old > 0) snprintf(oldtxt, sizeof oldtxt, "%.1f", old * 1e6);
@@ -931,64 +931,6 @@ static int bench(void) {
     return 0;
 }
 
-
-/* The L2 prefetch study of --bench-experts (k_prefetch.cu): one layer's lean expert launches (w1 + w3, then w2),
- * optionally behind `gap` small launches (a stand-in for the routing and norms that precede the experts in a step,
- * during which the memory is idle), with the experts' weights prefetched on a side stream as cuda_step.c does:
- * w1 + w3 forked before the gap, w2 (PF_BRANCH) forked after the w1 + w3 launch, joined at the layer's end. */
-typedef struct {
-    dsv4_weight *w1, *w3, *w2;
-    cu_moe_plan *plans;
-    int max_tiles, I, D;
-    const uint8_t *xq, *hq;
-    const float *xs, *hs;
-    float *y1, *y3, *y2, *tiny;
-    cu_pf_side *side;
-} pf_bench;
-enum { PF_NONE, PF_BRANCH, PF_BRANCH_W13 };
-
-static int pf_layer(cudaStream_t st, const pf_bench *b, int l, int gap, int mode, dsv4_error *err) {
-    const cu_moe_plan *p = &b->plans[l];
-    if (mode == PF_BRANCH || mode == PF_BRANCH_W13) cu_l2_prefetch_experts(st, b->w1, b->w3, p, b->max_tiles, ~0ull, b->side);
-    for (int i = 0; i < gap; i++) cu_swiglu(st, 1, b->tiny, b->tiny + 128, NULL, 1, 128, 10.0f);
-    if (mode < 0) return 0;   /* the gap alone */
-    if (cu_mma_expert_linear_pair(st, b->w1, b->w3, b->I, b->D, WF_FP4, p, b->max_tiles, b->xq, b->D, b->xs, b->D / 128, 0, b->y1, b->y3,
-                                  b->I, 1, 0, err))
-        return 1;
-    if (mode == PF_BRANCH) cu_l2_prefetch_experts(st, b->w2, NULL, p, b->max_tiles, ~0ull, b->side);
-    const int rc = cu_mma_expert_linear(st, b->w2, b->D, b->I, WF_FP4, p, b->max_tiles, b->hq, b->I, b->hs, b->I / 128, 1, b->y2, b->D, 1,
-                                        0, err);
-    cu_pf_join(st, b->side);
-    return rc;
-}
-
-/* Microseconds a layer: `layers` layers in one graph, the best of 5 launches (-1 on failure). */
-static double pf_time(const pf_bench *b, int layers, int gap, int mode) {
-    cudaStream_t st;
-    cudaGraph_t g = NULL;
-    cudaGraphExec_t ge = NULL;
-    cudaEvent_t e0, e1;
-    dsv4_error err;
-    int ok = cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking) == cudaSuccess && cudaEventCreate(&e0) == cudaSuccess &&
-             cudaEventCreate(&e1) == cudaSuccess && cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal) == cudaSuccess;
-    for (int l = 0; ok && l < layers; l++) ok = !pf_layer(st, b, l, gap, mode, &err);
-    ok = ok && cudaStreamEndCapture(st, &g) == cudaSuccess && cudaGraphInstantiate(&ge, g, 0) == cudaSuccess &&
-         cudaGraphLaunch(ge, st) == cudaSuccess && cudaStreamSynchronize(st) == cudaSuccess;
-    float best = 1e30f;
-    for (int rep = 0; ok && rep < 5; rep++) {
-        float ms = 0;
-        ok = cudaEventRecord(e0, st) == cudaSuccess && cudaGraphLaunch(ge, st) == cudaSuccess && cudaEventRecord(e1, st) == cudaSuccess &&
-             cudaEventSynchronize(e1) == cudaSuccess && cudaEventElapsedTime(&ms, e0, e1) == cudaSuccess;
-        if (ms < best) best = ms;
-    }
-    if (!ok) fprintf(stderr, "bench: %s\n", cudaGetErrorString(cudaGetLastError()));
-    if (ge) cudaGraphExecDestroy(ge);
-    if (g) cudaGraphDestroy(g);
-    cudaEventDestroy(e0);
-    cudaEventDestroy(e1);
-    cudaStreamDestroy(st);
-    return ok ? best * 1e3 / layers : -1;
-}
 
 /* `--bench-experts`: the routed experts of one V4-Flash MoE layer as a step runs them (cuda_ep.c cu_moe_routed): w1
  * and w3 (2048 x 4096, one launch or two) then w2 (4096 x 2048), FP4 with a scale per 32 columns, for 6 experts; at 1 token (6 tiles
@@ -1101,22 +1043,6 @@ static int bench_experts(void) {
             cudaEventDestroy(e1);
             cudaStreamDestroy(st);
         }
-        /* the prefetch study (lean kernel): us a layer with 0 and 6 small launches before the experts */
-        cu_mma_expert_lean(1);
-        cu_mma_expert_dec(0);
-        float *tiny = cu_malloc(sizeof(float) * 256);
-        if (!tiny) { fprintf(stderr, "bench: out of GPU memory\n"); return 1; }
-        cu_zero(tiny, sizeof(float) * 256);
-        cu_pf_side side;
-        if (cu_pf_side_init(&side)) { fprintf(stderr, "bench: no side stream\n"); return 1; }
-        const pf_bench pb = { dev[0], dev[1], dev[2], plans, max_tiles, I, D, xq, hq, xs, hs, y1, y3, y2, tiny, &side };
-        static const char *pf_names[] = { "none", "branch", "w1+w3 only" };
-        printf("L2 prefetch on a side stream, %d token(s): us a layer (lean experts)\n  %-10s %9s %9s\n", T, "prefetch", "no gap", "6 small");
-        for (int mode = PF_NONE; mode <= PF_BRANCH_W13; mode++)
-            printf("  %-10s %9.1f %9.1f\n", pf_names[mode], pf_time(&pb, LAYERS, 0, mode), pf_time(&pb, LAYERS, 6, mode));
-        printf("  %-10s %9s %9.1f\n", "gap alone", "", pf_time(&pb, LAYERS, 6, -1));
-        cu_pf_side_free(&side);
-        cu_free(tiny);
         for (int l = 0; l < LAYERS; l++) {
             cu_free(plans[l].pair_token); cu_free(plans[l].tile_expert); cu_free(plans[l].tile_first);
             cu_free(plans[l].tile_count); cu_free(plans[l].n_tiles);

@@ -272,31 +272,6 @@ void cu_swiglu(cu_stream st, int official, float *g, const float *v, const float
 void cu_swiglu_pack(cu_stream st, int official, float *g, const float *v, const float *w, int rows, int I, float limit, uint8_t *q,
                     int ldq, float *qs, int lds);
 
-/* ---- L2 prefetch of weights (k_prefetch.cu, DSV4_CUDA_L2PF) ---------------------------------------------------- */
-
-/* Up to four weights (data: the first cap[i] bytes; scales: the view's rows) to bring into L2; nothing waits for
- * them and nothing is written, so no result depends on them (k_prefetch.cu says why they pay). */
-#define CU_PF_MAX 4
-typedef struct {
-    int n;
-    dsv4_weight w[CU_PF_MAX];
-    uint64_t cap[CU_PF_MAX];
-} cu_pf_list;
-/* A side stream the prefetches run on, forked from the step's stream at each call (they follow what it has
- * enqueued) and joined back by cu_pf_join (a captured graph must end joined). NULL side: on st itself. */
-typedef struct {
-    void *st, *fork, *join;    /* cudaStream_t, cudaEvent_t x 2 */
-    int pending;               /* prefetches launched since the last join */
-} cu_pf_side;
-int  cu_pf_side_init(cu_pf_side *side);   /* 0, or -1 (CUDA error; nothing held) */
-void cu_pf_side_free(cu_pf_side *side);
-void cu_pf_join(cu_stream st, cu_pf_side *side);   /* st waits for every prefetch launched on side so far */
-void cu_l2_prefetch(cu_stream st, const cu_pf_list *l, cu_pf_side *side);
-/* The experts of plan p's tiles (wa, wb: device arrays of a layer's experts, wb may be NULL), cap bytes of each
- * matrix's data (and its scales); p's counts live on the device, so max_tiles x 16 blocks are launched. */
-void cu_l2_prefetch_experts(cu_stream st, const dsv4_weight *wa, const dsv4_weight *wb, const cu_moe_plan *p, int max_tiles,
-                            uint64_t cap, cu_pf_side *side);
-
 /* ---- sampling (core/sample.h) ---------------------------------------------------------------------------------- */
 
 /* One row to draw a token from, with its parameters (dsv4_sampling) and draw number. */

@@ -41,9 +41,6 @@ int cu_moe_routed(cu_stream st, const dsv4_config *c, int official, const cu_lay
         cu_act_quant(st, b->xn, d, b->x8, d, T, d, 128, 0);
         xe = b->x8;
     }
-    /* a one-token step's six experts: w1 and w3 into L2 from now on, w2 from when their kernel has run (DSV4_CUDA_L2PF;
-     * on a side stream: nothing here waits for them) */
-    if (b->l2pf) cu_l2_prefetch_experts(st, ex->w1, ex->w3, &plan, max_tiles, ~0ull, b->l2pf);
     int rc;
     if (in_packed) {   /* w1 and w3 over the same packed rows: one launch */
         rc = cu_mma_expert_linear_pair(st, ex->w1, ex->w3, I, d, ex->fmt, &plan, max_tiles, b->xq, cu_mma_ld(d), b->xqs, cu_mma_lds(d), 0,
@@ -52,7 +49,6 @@ int cu_moe_routed(cu_stream st, const dsv4_config *c, int official, const cu_lay
         rc = expert_proj(st, ex, ex->w1, I, d, b, &plan, max_tiles, in_packed, xe, b->xq, b->xqs, 0, b->eg, official, T == 1, err);
         if (!rc) rc = expert_proj(st, ex, ex->w3, I, d, b, &plan, max_tiles, in_packed, xe, b->xq, b->xqs, 0, b->ev, official, T == 1, err);
     }
-    if (b->l2pf) cu_l2_prefetch_experts(st, ex->w2, NULL, &plan, max_tiles, ~0ull, b->l2pf);
     if (mid_packed) {   /* SwiGLU and the packing in one launch (the packing quantizes) */
         cu_swiglu_pack(st, official, b->eg, b->ev, b->plan.pair_weight, P, I, c->swiglu_limit, b->egq, cu_mma_ld(I), b->egqs,
                        cu_mma_lds(I));

@@ -38,8 +38,6 @@ typedef struct {
     float *xqs, *egqs;         /* their scales [T][dim/128], [T*K][inter/128] (rounded up) */
     int xq_ready;              /* xq / xqs already hold xn packed (rank 0: the step's hc_pre packed it) */
     int stream;                /* the tensor-core kernels' streaming path for few tokens (cuda_model.mma_stream) */
-    cu_pf_side *l2pf;          /* non-NULL: bring the experts' weights into L2 ahead of their launches on this side
-                                * stream (CU_L2PF_EXPERTS, k_prefetch.cu) */
 } cu_moe_bufs;
 
 /* One rank >= 1: its GPU, stream, experts (layers[L].w1/w2/w3: device arrays [E] whose entries it does not hold

@@ -229,7 +229,6 @@ static void release(struct cuda_model *cm) {
         free(ep);
     }
     cu_graphs_free(cm->graphs);
-    cu_pf_side_free(&cm->pf_side);
     cuda_workspace_free(&cm->ws);
     if (cm->hx) {
         cuda_hx_free(cm->hx);
@@ -474,11 +473,7 @@ static int init_ranks(struct cuda_model *cm, const struct dsv4_model *m, int n, 
  *                       same bits either way (test_gpu_attention compares them). Run 45's ncu of a decode step:
  *                       k_att_scores 34 us a layer whatever the keys (its 16 slices wait on memory one after another);
  *                       run 44: the suite passed with it on. Until f32 rows were copied without their raw copy the
- *                       kernel did not fit f32 rows (the bench's default KV) and was never taken there.
- *   DSV4_CUDA_L2PF      weights brought into L2 by bulk prefetches ahead of the kernels that read them, while chains
- *                       of small kernels leave the memory idle (k_prefetch.cu; CU_L2PF_* in cuda_model.h): the sum of
- *                       1 (a one-token step's routed experts), 2 (the attention's weights), 4 (the shared expert,
- *                       then run before the routed experts), default 0. The same bits every way. */
+ *                       kernel did not fit f32 rows (the bench's default KV) and was never taken there. */
 static int env_choice(const char *name, int dflt, int max, const char *what, int *val, dsv4_error *err) {
     const char *v = getenv(name);
     *val = dflt;
@@ -498,7 +493,7 @@ static int env_switch(const char *name, int dflt, const char *what, int *on, dsv
 int cuda_model_init(struct dsv4_model *m, const cuda_placement *p, dsv4_error *err) {
     const int gpu = p->gpu;
     int n_gpus = p->n_gpus, graphs_on, pdl_on /* CU_PDL_* */, mma_on, gemm_on, stream_on, lean_on, dec_on, expert_dec_on, idx_mma_on,
-        att_mma_on, att_dec_on, l2pf;
+        att_mma_on, att_dec_on;
     if (env_switch("DSV4_CUDA_GRAPHS", 1, "CUDA graphs", &graphs_on, err) ||
         env_choice("DSV4_CUDA_PDL", CU_PDL_EXIT, CU_PDL_EXIT,
                    "0 (plain edges in the CUDA graphs), 1 (programmatic from launch completion) or 2 (from exit)", &pdl_on, err) ||
@@ -510,9 +505,7 @@ int cuda_model_init(struct dsv4_model *m, const cuda_placement *p, dsv4_error *e
         env_switch("DSV4_CUDA_EXPERT_DEC", 0, "FP4 experts through the bulk copy engine", &expert_dec_on, err) ||
         env_switch("DSV4_CUDA_IDX_MMA", 1, "indexer scores on tensor cores in OFFICIAL mode", &idx_mma_on, err) ||
         env_switch("DSV4_CUDA_ATT_MMA", 0, "tensor-core attention in OFFICIAL mode", &att_mma_on, err) ||
-        env_switch("DSV4_CUDA_ATT_DEC", 1, "the decode-sized attention scores kernel", &att_dec_on, err) ||
-        env_choice("DSV4_CUDA_L2PF", 0, 7, "the sum of 1 (routed experts), 2 (attention weights), 4 (shared expert) to bring "
-                   "into L2 ahead of their kernels, or 0", &l2pf, err))
+        env_switch("DSV4_CUDA_ATT_DEC", 1, "the decode-sized attention scores kernel", &att_dec_on, err))
         return DSV4_E_ARG;
     if (n_gpus < 1) n_gpus = 1;
     if (n_gpus > CU_MAX_GPUS) return dsv4_fail(err, DSV4_E_ARG, "at most %d GPUs (asked for %d)", CU_MAX_GPUS, n_gpus);
@@ -535,7 +528,6 @@ int cuda_model_init(struct dsv4_model *m, const cuda_placement *p, dsv4_error *e
     if (!rc) rc = upload(cm, m, 0, n_gpus, up_model, need, err);
     if (!rc && n_gpus > 1) rc = init_ranks(cm, m, n_gpus, err);
     if (!rc && !(cm->graphs = cu_graphs_new(pdl_on))) rc = dsv4_fail(err, DSV4_E_NOMEM, "out of memory");
-    if (!rc && l2pf && cu_pf_side_init(&cm->pf_side)) rc = dsv4_fail(err, DSV4_E_NOMEM, "cuda: no stream for DSV4_CUDA_L2PF's prefetches");
     if (rc) {
         release(cm);
         return rc;
@@ -551,7 +543,6 @@ int cuda_model_init(struct dsv4_model *m, const cuda_placement *p, dsv4_error *e
     cm->idx_mma_on = idx_mma_on;
     cm->att_mma_on = att_mma_on;
     cm->att_dec_on = att_dec_on;
-    cm->l2pf = l2pf;
     m->cuda = cm;
     m->state_mem = &seq_mem_cuda;
     if (m->progress) {

@@ -150,19 +150,10 @@ struct cuda_model {
                                   DSV4_CUDA_ATT_MMA at load (default 0), in OFFICIAL steps only */
     int att_dec_on;            /* the decode-sized attention scores kernel (k_attention.cu k_att_scores_dec): DSV4_CUDA_ATT_DEC at
                                   load (default 1); the same bits either way */
-    int l2pf;                  /* CU_L2PF_* bits: weights brought into L2 ahead of their kernels (k_prefetch.cu):
-                                  DSV4_CUDA_L2PF at load (default 0); the same bits either way */
-    cu_pf_side pf_side;        /* the side stream those prefetches run on (l2pf != 0) */
     int graphs_on;             /* steps run as CUDA graphs (cuda_step.c): DSV4_CUDA_GRAPHS at load, cuda_graphs_set */
     struct cu_graphs *graphs;  /* the kept executable graphs and their counts (cu_graph.h); rank 0 only */
     unsigned long long *route_counts; /* device [n_layers][n_routed] while routes are counted (dsv4 profile) */
 };
-
-/* DSV4_CUDA_L2PF's bits: what a step prefetches into L2 (cuda_step.c) */
-enum { CU_L2PF_EXPERTS = 1,     /* one-token steps: the routed experts' w1 + w3 after the plan, w2 after them */
-       CU_L2PF_ATTENTION = 2,   /* wq_a, wkv and wq_b before the sub-layer's mHC; wo_a before the attention, wo_b
-                                   before wo_a */
-       CU_L2PF_SHARED = 4 };    /* the shared expert before the MoE sub-layer's mHC, and run before the routed ones */
 
 /* cuda_step.c */
 void cuda_workspace_free(cu_workspace *ws);

@@ -303,20 +303,6 @@ static void quant_rows_if(step_ctx *s, float *x, int rows, int n) {
     if (s->official) cu_act_quant(s->st, x, n, x, n, rows, n, 128, 0);
 }
 
-/* DSV4_CUDA_L2PF (k_prefetch.cu): up to CU_PF_MAX weights, the first cap bytes of each (0: all), into L2 now, if the
- * model load asked for `bit`. Nothing waits for them and nothing reads them but the weights' own kernels later. */
-static void prefetch_if(step_ctx *s, int bit, const dsv4_weight *w0, const dsv4_weight *w1, const dsv4_weight *w2, uint64_t cap0) {
-    if (!(s->cm->l2pf & bit)) return;
-    cu_pf_list l = { 0 };
-    const dsv4_weight *ws[3] = { w0, w1, w2 };
-    for (int i = 0; i < 3; i++)
-        if (ws[i] && ws[i]->data) {
-            l.w[l.n] = *ws[i];
-            l.cap[l.n++] = i == 0 && cap0 ? cap0 : ~0ull;
-        }
-    cu_l2_prefetch(s->st, &l, &s->cm->pf_side);
-}
-
 /* hc_pre + the sub-layer's RMSNorm: ws->X -> ws->xn (and ws->mix for hc_post). */
 static void step_hc_pre(step_ctx *s, const cu_hc *h, const float *norm) {
     const dsv4_config *c = &s->m->cfg;
@@ -366,7 +352,6 @@ static void attn_output(step_ctx *s, const cu_layer *ly) {
     const int T = s->T, H = c->n_heads, D = c->head_dim;
     const int G = c->o_groups, HD_G = H * D / G, zl = G * c->o_lora;
     /* one launch for all groups (run 18's ncu: 8 launches of 1024 rows each filled a tenth of the GPU); o is bf16 */
-    prefetch_if(s, CU_L2PF_ATTENTION, &ly->wo_b, NULL, NULL, 0);   /* while wo_a runs */
     linear16(s, pack16_if(s, ws->o, T, H * D), &ly->wo_a, G, ws->o, T, H * D, HD_G, ws->z, zl, 1);
     pack_if(s, ws->z, zl, ws->yq, ws->yqs);
     if (cuda_core_reader(s, &ly->wo_b, NULL)) quant_rows_if(s, ws->z, T, zl);
@@ -416,8 +401,6 @@ static void step_attention(step_ctx *s, const cu_layer *ly, int L) {
                            .cI = cI, .cz = ws->cz, .icz = ws->icz, .qi = ws->qi, .wi = ws->wi, .ape = ly->comp.ape,
                            .iape = ly->icomp.ape };
     cu_attn_prepare(s->st, &prep);
-    /* the compressors, the indexer and the attention read little but the cache: wo_a's first 32 MB meanwhile */
-    prefetch_if(s, CU_L2PF_ATTENTION, &ly->wo_a, NULL, NULL, 32u << 20);
     mark(s, ST_QKV);
     if (ly->ratio) {   /* both compressors in one launch; at one token per item their ring writes too */
         const cu_comp_jobs jobs = { { { s->main, 0, ly->ratio, cw, ws->ck, ws->cz, ly->comp.norm },
@@ -482,15 +465,9 @@ static void step_moe(step_ctx *s, const cu_layer *ly, int L) {
     mark(s, ST_ROUTE);
     const cu_moe_bufs b = { ws->xn, ws->x8, ws->route_e, ws->route_w, ws->plan, ws->eg, ws->ev, ws->ey,
                             s->mma, ws->xq, ws->egq, ws->xqs, ws->egqs, s->mma /* step_hc_pre packed xn */,
-                            s->cm->mma_stream, (s->cm->l2pf & CU_L2PF_EXPERTS) && T == 1 ? &s->cm->pf_side : NULL };
+                            s->cm->mma_stream };
     /* experts in host memory (cuda_host_experts.h): the host needs this layer's rows and routing first */
     cu_host_experts *hx = L >= 0 && s->cm->hx && ly == &s->cm->layers[L] && s->cm->hx->n_host[L] ? s->cm->hx : NULL;
-    /* CU_L2PF_SHARED: its weights were prefetched before the sub-layer's mHC, so it runs first (its outputs are its
-     * own: the order changes no bit); only where the routed experts' input rows are already packed (tensor cores),
-     * since otherwise it reads their act_quant copy */
-    const int shared_first = (s->cm->l2pf & CU_L2PF_SHARED) && !hx && !(ly->ep && s->cm->ep) && b.xq_ready &&
-                             cu_moe_input_packed(&b, &ly->ex, s->official, d);
-    if (shared_first) shared_expert(s, ly, 1);
     if (hx && !s->rc && cuda_hx_fetch(hx, s->st, c, ws->xn, ws->route_e, ws->route_w, T))
         s->rc = dsv4_fail(s->err, DSV4_E_STATE, "CUDA error copying layer %d's routing to the host", L);
     if (ly->ep && s->cm->ep) {
@@ -503,7 +480,7 @@ static void step_moe(step_ctx *s, const cu_layer *ly, int L) {
     }
     mark(s, ST_EXPERTS);
     /* the shared expert sees the same (OFFICIAL: quantized) rows as the routed ones */
-    if (!shared_first) shared_expert(s, ly, cu_moe_input_packed(&b, &ly->ex, s->official, d));
+    shared_expert(s, ly, cu_moe_input_packed(&b, &ly->ex, s->official, d));
     /* the GPU has its experts and the shared expert queued: the host computes its experts meanwhile */
     if (hx && !s->rc) s->rc = cuda_hx_compute(hx, s->m, L, s->st, T, ws->ey, s->err);
     /* the experts' sum and mHC's post in one launch: step_moe ends the sub-layer */
@@ -514,12 +491,10 @@ static void step_moe(step_ctx *s, const cu_layer *ly, int L) {
 static void step_block(step_ctx *s, const cu_layer *ly, int L) {
     const dsv4_config *c = &s->m->cfg;
     cu_workspace *ws = s->ws;
-    prefetch_if(s, CU_L2PF_ATTENTION, &ly->wq_a, &ly->wkv, &ly->wq_b, 0);   /* while the mHC and the norm run */
     step_hc_pre(s, &ly->hc_attn, ly->attn_norm);
     mark(s, ST_MHC);
     step_attention(s, ly, L);
     cu_hc_post(s->st, s->official, ws->sub, ws->mix, ws->X, s->T, c->hc_mult, c->dim);
-    prefetch_if(s, CU_L2PF_SHARED, &ly->sw1, &ly->sw3, &ly->sw2, 0);   /* while the mHC, router and plan run */
     step_hc_pre(s, &ly->hc_ffn, ly->ffn_norm);
     mark(s, ST_MHC);
     step_moe(s, ly, L);   /* ends with hc_post */
@@ -769,7 +744,6 @@ static int step_begin(struct dsv4_model *m, dsv4_step_item *items, int n_items, 
 static int step_end(step_ctx *s, dsv4_step_item *items, const head_plan *hp, const cu_hc *hc_head, const float *norm, int backbone,
                     dsv4_error *err) {
     int rc;
-    cu_pf_join(s->st, &s->cm->pf_side);   /* the prefetches read the plan: done before the next step writes it */
     if (s->rc) return s->rc;
     if ((rc = cu_finish(s->st, "the step", err))) return rc;
     if (s->ws->idx_offgrid && *s->ws->idx_offgrid) {   /* k_indexer.cu: tensor-core scores of data off the FP4 grid */
@@ -854,7 +828,6 @@ int cuda_step(struct dsv4_model *m, dsv4_step_item *items, int n_items, dsv4_err
             head_launch(&s, &hp, 0, &cm->hc_head, cm->norm);
             mark(&s, ST_HEAD);
         }
-        cu_pf_join(s.st, &cm->pf_side);   /* a captured segment ends joined (DSV4_CUDA_L2PF's side stream) */
         /* a failure inside the sequence (s.rc) drops the capture: step_end reports it */
         if (graphed && ((rc = cu_graph_end(cm->graphs, slot, k, s.st, s.rc != 0, err)) || s.rc)) break;
     }
