@@ -138,6 +138,8 @@ cmp -s "$T/decp.npy" "$T/sw_DSV4_CUDA_MMA_DEC_0.npy" && ok || bad "DSV4_CUDA_MMA
 # the FP4 experts through the bulk copy engine (off by default) against the lean kernel (room for 1 to 8 pairs a tile)
 switch_same_bits DSV4_CUDA_EXPERT_DEC "the lean kernel's"
 expect_err "DSV4_CUDA_EXPERT_DEC=2" "DSV4_CUDA_EXPERT_DEC" env DSV4_CUDA_EXPERT_DEC=2 "$BIN" logits -m "$T/m" --device cuda --tokens 1,2
+# a layer's independent chains on a second stream (on by default): one stream's logits
+switch_same_bits DSV4_CUDA_BRANCH "one stream's"
 expect_err "DSV4_CUDA_MMA_DEC=2" "DSV4_CUDA_MMA_DEC" env DSV4_CUDA_MMA_DEC=2 "$BIN" logits -m "$T/m" --device cuda --tokens 1,2
 expect_err "DSV4_CUDA_EXPERT_LEAN=2" "DSV4_CUDA_EXPERT_LEAN" env DSV4_CUDA_EXPERT_LEAN=2 "$BIN" logits -m "$T/m" --device cuda --tokens 1,2
 expect_err "DSV4_CUDA_IDX_MMA=2" "DSV4_CUDA_IDX_MMA" env DSV4_CUDA_IDX_MMA=2 "$BIN" logits -m "$T/m" --device cuda --tokens 1,2

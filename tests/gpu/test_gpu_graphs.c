@@ -15,7 +15,10 @@
  * and gives the same bytes, and DSV4_CUDA_GRAPHS=2 fails the load with one line. The graphs' kernel -> kernel edges
  * are programmatic by default (DSV4_CUDA_PDL=2 since run 51; cu_graph.cu: each kernel launched under the one
  * before, held by dev_grid_wait until it completes); a model loaded with DSV4_CUDA_PDL=0 has plain ones, with 1
- * programmatic ones from launch completion, each giving the same bytes, and DSV4_CUDA_PDL=3 fails the load. (That every kernel begins with the wait is tests/cli/pdl_wait.sh.) Models of 4, 6 and 10 layers
+ * programmatic ones from launch completion, each giving the same bytes, and DSV4_CUDA_PDL=3 fails the load. (That
+ * every kernel begins with the wait is tests/cli/pdl_wait.sh.) The OFFICIAL models' graphs join branches (a layer's
+ * independent chains on a second stream, DSV4_CUDA_BRANCH, default on); with DSV4_CUDA_BRANCH=0 they have none and
+ * give the same bytes, and DSV4_CUDA_BRANCH=2 fails the load. Models of 4, 6 and 10 layers
  * (2, 3 and 4 graphs a step: layer 0, then up to 4 layers each). */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -158,6 +161,7 @@ static int setup(void **state, const topology *tp) {
     f->tp = tp;
     load_env(NULL);   /* the defaults, whatever the suite was started with */
     set_env("DSV4_CUDA_PDL", NULL);
+    set_env("DSV4_CUDA_BRANCH", NULL);
     f->m = tm_make_on(tp->preset, tp->sets, tp->n_sets, 1234, tp->mode, DSV4_DEVICE_CUDA, tp->kv, f->dir);
     if (!f->m) return -1;
     dsv4_model_info info;
@@ -262,6 +266,44 @@ static void env_switch(void **state) {
     if (!rc) dsv4_model_free(bad);
 }
 
+/* DSV4_CUDA_BRANCH (cuda_step.c branch_fork): the default model's graphs join branches where the layers have them
+ * (OFFICIAL on tensor cores: the shared expert beside the routed experts, the compressors beside the query path);
+ * a model loaded with DSV4_CUDA_BRANCH=0 has none, and both give the bytes of the direct launches (one of which
+ * ran the branches on their own stream); DSV4_CUDA_BRANCH=2 fails the load. */
+static void branch_switch(void **state) {
+    fixture *f = *state;
+    if (!f->off.bytes) skip();
+    cuda_graph_info g;
+    cuda_graphs_get(f->m, &g);
+    const int expect = f->tp->mode == DSV4_MODE_OFFICIAL && cuda_mma_on(f->m);
+    if (expect ? g.joins <= 0 : g.joins != 0)
+        fail_msg("%s: %ld joins in %ld captures with the default DSV4_CUDA_BRANCH", f->tp->name, g.joins, g.captures);
+    printf("  %s: %.1f joins a capture by default\n", f->tp->name, (double)g.joins / (double)(g.captures ? g.captures : 1));
+    set_env("DSV4_CUDA_BRANCH", "0");
+    dsv4_model *m = tm_load(f->dir, f->tp->mode, DSV4_DEVICE_CUDA, f->tp->kv);
+    set_env("DSV4_CUDA_BRANCH", NULL);
+    assert_non_null(m);
+    tape t;
+    run(f, m, &t, "DSV4_CUDA_BRANCH=0");
+    cuda_graphs_get(m, &g);
+    if (g.graphed_steps != t.steps || g.joins != 0)
+        fail_msg("%s: DSV4_CUDA_BRANCH=0: %ld of %ld steps as graphs, %ld joins", f->tp->name, g.graphed_steps, t.steps, g.joins);
+    const long d = first_difference(&t, &f->off);
+    if (d >= 0) fail_msg("%s: DSV4_CUDA_BRANCH=0 differs from direct launches (first at float %ld)", f->tp->name, d);
+    free(t.bytes);
+    dsv4_model_free(m);
+
+    set_env("DSV4_CUDA_BRANCH", "2");
+    dsv4_load_opts lo = { .mode = f->tp->mode, .quiet = 1, .device = DSV4_DEVICE_CUDA, .kv_format = f->tp->kv };
+    dsv4_error err;
+    dsv4_model *bad = NULL;
+    const int rc = dsv4_model_load(f->dir, &lo, &bad, &err);
+    set_env("DSV4_CUDA_BRANCH", NULL);
+    if (rc != DSV4_E_ARG || !strstr(err.msg, "DSV4_CUDA_BRANCH") || strchr(err.msg, '\n'))
+        fail_msg("DSV4_CUDA_BRANCH=2: load gave %d (%s)", rc, rc ? err.msg : "no error");
+    if (!rc) dsv4_model_free(bad);
+}
+
 /* DSV4_CUDA_PDL=0, 1 and 2 at load: graphs with plain edges, or programmatic ones (from launch completion, from
  * exit), the same bytes as direct launches; DSV4_CUDA_PDL=3 fails the load. */
 static void pdl_switch(void **state) {
@@ -303,6 +345,7 @@ static void both(void **state) {
     graphs_match_direct(state);
     env_switch(state);
     pdl_switch(state);
+    branch_switch(state);
 }
 
 #define TOPO(i) static int setup_##i(void **s) { return setup(s, &topologies[i]); }

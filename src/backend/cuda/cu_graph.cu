@@ -128,6 +128,22 @@ static void drop_one_leaf(cudaGraph_t graph) {
     cudaGetLastError();
 }
 
+/* Nodes of graph with two or more dependencies: where branches of the step (cuda_step.c branch_fork) join. */
+static long count_joins(cudaGraph_t graph) {
+    size_t n = 0;
+    long joins = 0;
+    if (cudaGraphGetNodes(graph, NULL, &n) != cudaSuccess || !n) return 0;
+    cudaGraphNode_t *nodes = (cudaGraphNode_t *)malloc(sizeof(cudaGraphNode_t) * n);
+    if (nodes && cudaGraphGetNodes(graph, nodes, &n) == cudaSuccess)
+        for (size_t i = 0; i < n; i++) {
+            size_t deps = 0;
+            if (cudaGraphNodeGetDependencies(nodes[i], NULL, NULL, &deps) == cudaSuccess && deps >= 2) joins++;
+        }
+    free(nodes);
+    cudaGetLastError();
+    return joins;
+}
+
 static int is_kernel(cudaGraphNode_t node) {
     cudaGraphNodeType t;
     return cudaGraphNodeGetType(node, &t) == cudaSuccess && t == cudaGraphNodeTypeKernel;
@@ -173,6 +189,7 @@ extern "C" int cu_graph_end(cu_graphs *g, int slot, int seg, cu_stream st, int d
                          cudaGetErrorString(e != cudaSuccess ? e : cudaErrorStreamCaptureInvalidated));
     }
     g->n.captures++;
+    g->n.joins += count_joins(graph);
     if (g->drop_test) drop_one_leaf(graph);
     if (g->programmatic) {
         const long made = make_edges_programmatic(graph, g->programmatic);

@@ -25,6 +25,7 @@ typedef struct {
     long graphed_steps, direct_steps;   /* steps run as graphs / launched directly (kept by cuda_step.c) */
     long captures, instantiations, updates, launches;
     long programmatic_edges;            /* kernel -> kernel edges made programmatic, over all captures (cu_graph.cu) */
+    long joins;                         /* nodes waiting on two or more others (branches joining), all captures */
 } cu_graph_counts;
 
 /* NULL when out of memory. programmatic (CU_PDL_*): every kernel -> kernel edge of a captured graph becomes a

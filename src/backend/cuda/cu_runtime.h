@@ -40,6 +40,7 @@ cu_event cu_event_new(void);
 void cu_event_free(cu_event ev);
 int  cu_event_record(cu_event ev, cu_stream st);
 int  cu_event_wait_host(cu_event ev);      /* the host waits until the stream has passed the event: 0 or -1 */
+int  cu_stream_wait(cu_stream st, cu_event ev);   /* st's later work waits until ev has passed (inside a capture: an edge) */
 cu_stream cu_stream_new(void);
 void cu_stream_free(cu_stream st);
 /* Wait for st and report any launch or execution error as one line (what: the failing stage). */

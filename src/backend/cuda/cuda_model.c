@@ -229,6 +229,9 @@ static void release(struct cuda_model *cm) {
         free(ep);
     }
     cu_graphs_free(cm->graphs);
+    cu_event_free(cm->fork_ev);
+    cu_event_free(cm->join_ev);
+    cu_stream_free(cm->side);
     cuda_workspace_free(&cm->ws);
     if (cm->hx) {
         cuda_hx_free(cm->hx);
@@ -473,7 +476,11 @@ static int init_ranks(struct cuda_model *cm, const struct dsv4_model *m, int n, 
  *                       same bits either way (test_gpu_attention compares them). Run 45's ncu of a decode step:
  *                       k_att_scores 34 us a layer whatever the keys (its 16 slices wait on memory one after another);
  *                       run 44: the suite passed with it on. Until f32 rows were copied without their raw copy the
- *                       kernel did not fit f32 rows (the bench's default KV) and was never taken there. */
+ *                       kernel did not fit f32 rows (the bench's default KV) and was never taken there.
+ *   DSV4_CUDA_BRANCH    a layer's chains that do not depend on each other run on a second stream, a branch of the
+ *                       step's graph (cuda_step.c branch_fork): the shared expert beside the router and the routed
+ *                       experts, the compressors' projections beside the query path; default on. Each kernel gets
+ *                       the same inputs either way, so the same bits; 0 = one stream. */
 static int env_choice(const char *name, int dflt, int max, const char *what, int *val, dsv4_error *err) {
     const char *v = getenv(name);
     *val = dflt;
@@ -493,7 +500,7 @@ static int env_switch(const char *name, int dflt, const char *what, int *on, dsv
 int cuda_model_init(struct dsv4_model *m, const cuda_placement *p, dsv4_error *err) {
     const int gpu = p->gpu;
     int n_gpus = p->n_gpus, graphs_on, pdl_on /* CU_PDL_* */, mma_on, gemm_on, stream_on, lean_on, dec_on, expert_dec_on, idx_mma_on,
-        att_mma_on, att_dec_on;
+        att_mma_on, att_dec_on, branch_on;
     if (env_switch("DSV4_CUDA_GRAPHS", 1, "CUDA graphs", &graphs_on, err) ||
         env_choice("DSV4_CUDA_PDL", CU_PDL_EXIT, CU_PDL_EXIT,
                    "0 (plain edges in the CUDA graphs), 1 (programmatic from launch completion) or 2 (from exit)", &pdl_on, err) ||
@@ -505,7 +512,8 @@ int cuda_model_init(struct dsv4_model *m, const cuda_placement *p, dsv4_error *e
         env_switch("DSV4_CUDA_EXPERT_DEC", 0, "FP4 experts through the bulk copy engine", &expert_dec_on, err) ||
         env_switch("DSV4_CUDA_IDX_MMA", 1, "indexer scores on tensor cores in OFFICIAL mode", &idx_mma_on, err) ||
         env_switch("DSV4_CUDA_ATT_MMA", 0, "tensor-core attention in OFFICIAL mode", &att_mma_on, err) ||
-        env_switch("DSV4_CUDA_ATT_DEC", 1, "the decode-sized attention scores kernel", &att_dec_on, err))
+        env_switch("DSV4_CUDA_ATT_DEC", 1, "the decode-sized attention scores kernel", &att_dec_on, err) ||
+        env_switch("DSV4_CUDA_BRANCH", 1, "a layer's independent chains on a second stream", &branch_on, err))
         return DSV4_E_ARG;
     if (n_gpus < 1) n_gpus = 1;
     if (n_gpus > CU_MAX_GPUS) return dsv4_fail(err, DSV4_E_ARG, "at most %d GPUs (asked for %d)", CU_MAX_GPUS, n_gpus);
@@ -528,6 +536,9 @@ int cuda_model_init(struct dsv4_model *m, const cuda_placement *p, dsv4_error *e
     if (!rc) rc = upload(cm, m, 0, n_gpus, up_model, need, err);
     if (!rc && n_gpus > 1) rc = init_ranks(cm, m, n_gpus, err);
     if (!rc && !(cm->graphs = cu_graphs_new(pdl_on))) rc = dsv4_fail(err, DSV4_E_NOMEM, "out of memory");
+    if (!rc && branch_on && (!(cm->side = cu_stream_new()) || !(cm->fork_ev = cu_event_new()) || !(cm->join_ev = cu_event_new())))
+        rc = dsv4_fail(err, DSV4_E_UNSUPPORTED, "cuda: cannot create a second stream and its events on GPU %d (DSV4_CUDA_BRANCH=0 "
+                       "does without)", gpu);
     if (rc) {
         release(cm);
         return rc;
@@ -543,6 +554,7 @@ int cuda_model_init(struct dsv4_model *m, const cuda_placement *p, dsv4_error *e
     cm->idx_mma_on = idx_mma_on;
     cm->att_mma_on = att_mma_on;
     cm->att_dec_on = att_dec_on;
+    cm->branch_on = branch_on;
     m->cuda = cm;
     m->state_mem = &seq_mem_cuda;
     if (m->progress) {
@@ -592,6 +604,7 @@ void cuda_graphs_get(const struct dsv4_model *m, cuda_graph_info *info) {
     info->updates = n->updates;
     info->launches = n->launches;
     info->programmatic_edges = n->programmatic_edges;
+    info->joins = n->joins;
 }
 
 int cuda_distinct_layers(const struct dsv4_model *m) { return m->cuda ? m->cuda->distinct : 0; }

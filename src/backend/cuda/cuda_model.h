@@ -150,6 +150,10 @@ struct cuda_model {
                                   DSV4_CUDA_ATT_MMA at load (default 0), in OFFICIAL steps only */
     int att_dec_on;            /* the decode-sized attention scores kernel (k_attention.cu k_att_scores_dec): DSV4_CUDA_ATT_DEC at
                                   load (default 1); the same bits either way */
+    int branch_on;             /* a layer's independent chains on a second stream (cuda_step.c branch_fork): DSV4_CUDA_BRANCH
+                                  at load (default 1); the same bits either way */
+    cu_stream side;            /* that stream (branch_on), and the events that fork it from st and join it back */
+    void *fork_ev, *join_ev;   /* cu_event */
     int graphs_on;             /* steps run as CUDA graphs (cuda_step.c): DSV4_CUDA_GRAPHS at load, cuda_graphs_set */
     struct cu_graphs *graphs;  /* the kept executable graphs and their counts (cu_graph.h); rank 0 only */
     unsigned long long *route_counts; /* device [n_layers][n_routed] while routes are counted (dsv4 profile) */

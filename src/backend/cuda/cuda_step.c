@@ -303,6 +303,32 @@ static void quant_rows_if(step_ctx *s, float *x, int rows, int n) {
     if (s->official) cu_act_quant(s->st, x, n, x, n, rows, n, 128, 0);
 }
 
+/* A branch: launches that depend on nothing the main chain computes after this point, and that nothing in it reads
+ * before branch_join, enqueued on the model's second stream (DSV4_CUDA_BRANCH): forked from the main stream here,
+ * so they see everything enqueued before. In a captured step the branch is a parallel path of the graph, so its
+ * kernels run beside the main chain's, which leave most of the GPU idle at decode (each waits on its own latency).
+ * Every kernel gets the same inputs in either order, so the bits are those of one stream. branch_fork returns the
+ * main stream to give to branch_end (NULL: no branch, everything stays on s->st); one branch at a time. Not under
+ * the per-stage profiler, whose marks wait for one stream. */
+static cu_stream branch_fork(step_ctx *s) {
+    struct cuda_model *cm = s->cm;
+    if (!cm->branch_on || cm->prof.on) return NULL;
+    cu_stream main = s->st;
+    cu_event_record(cm->fork_ev, main);
+    cu_stream_wait(cm->side, cm->fork_ev);
+    s->st = cm->side;
+    return main;
+}
+static void branch_end(step_ctx *s, cu_stream main) {
+    if (!main) return;
+    cu_event_record(s->cm->join_ev, s->st);
+    s->st = main;
+}
+/* The main stream's later launches wait for the branch (a join edge in the graph). */
+static void branch_join(step_ctx *s, cu_stream main) {
+    if (main) cu_stream_wait(s->st, s->cm->join_ev);
+}
+
 /* hc_pre + the sub-layer's RMSNorm: ws->X -> ws->xn (and ws->mix for hc_post). */
 static void step_hc_pre(step_ctx *s, const cu_hc *h, const float *norm) {
     const dsv4_config *c = &s->m->cfg;
@@ -365,18 +391,22 @@ static void step_attention(step_ctx *s, const cu_layer *ly, int L) {
     const int nI = c->index_n_heads, cI = c->index_head_dim;
     const float *freq = ly->ratio ? s->cm->rope_compress : s->cm->rope_window;
     const cu_seq_layer *sl = ws->sl + (int64_t)L * s->n_items;
-    attn_project(s, ly);
-    mark(s, ST_QKV);
     const int cw = (ly->ratio == 4 ? 2 : 1) * D;
     /* the compressors and weights_proj read xn (bf16 in OFFICIAL): packed once, and on tensor cores all in one launch
      * (each weight's rows have the bits of its own launch; a decode step's small weights wait on memory latency, not
-     * on bandwidth, so five launches cost about five times one). A weight the kernel does not take: all on CUDA cores. */
+     * on bandwidth, so five launches cost about five times one), on a branch beside the query path (their outputs
+     * are read from cu_attn_prepare on). A weight the kernel does not take: all on CUDA cores, after the branch. */
     int on_tc = 0;
+    cu_stream br = NULL;
     if (ly->ratio && xn_packed16(s)) {
         const cu_mma16_out outs[5] = { { &ly->comp.wkv, ws->ck, cw }, { &ly->comp.wgate, ws->cz, cw }, { &ly->icomp.wkv, ws->ick, 2 * cI },
                                        { &ly->icomp.wgate, ws->icz, 2 * cI }, { &ly->idx_weights_proj, ws->wi, nI, 1 } };
+        br = branch_fork(s);
         on_tc = !cu_mma16_linear_multi(s->st, outs, ly->ratio == 4 ? 5 : 2, ws->xb, cu_mma16_ld(d), T, NULL);
+        branch_end(s, br);
     }
+    attn_project(s, ly);
+    mark(s, ST_QKV);
     if (ly->ratio && !on_tc) {
         cu_linear(s->st, &ly->comp.wkv, ws->xn, T, d, ws->ck, cw);
         cu_linear(s->st, &ly->comp.wgate, ws->xn, T, d, ws->cz, cw);
@@ -394,6 +424,7 @@ static void step_attention(step_ctx *s, const cu_layer *ly, int L) {
     }
     /* q and kv normalised and rotated, kv encoded into kvs, the compressors' and the indexer's token inputs: one
      * launch. One token per item (decode): the ring slot is written now, with the step's own row (cu_kernels.h) */
+    branch_join(s, br);   /* cu_attn_prepare reads the compressors' and weights_proj's outputs */
     const int ring_now = T == s->n_items;
     const cu_prep prep = { .official = s->official, .T = T, .H = H, .D = D, .R = R, .eps = c->norm_eps, .q = ws->q, .kv = ws->kv,
                            .kv_norm = ly->kv_norm, .freq = freq, .pos = ws->pos, .lay = s->main, .kvs = ws->kvs, .ring = ring_now,
@@ -457,17 +488,26 @@ static void step_moe(step_ctx *s, const cu_layer *ly, int L) {
     const dsv4_config *c = &s->m->cfg;
     cu_workspace *ws = s->ws;
     const int T = s->T, d = c->dim, E = c->n_routed, K = c->n_act, tiles = moe_max_tiles(c, T);
+    const cu_moe_bufs b = { ws->xn, ws->x8, ws->route_e, ws->route_w, ws->plan, ws->eg, ws->ev, ws->ey,
+                            s->mma, ws->xq, ws->egq, ws->xqs, ws->egqs, s->mma /* step_hc_pre packed xn */,
+                            s->cm->mma_stream };
+    /* experts in host memory (cuda_host_experts.h): the host needs this layer's rows and routing first */
+    cu_host_experts *hx = L >= 0 && s->cm->hx && ly == &s->cm->layers[L] && s->cm->hx->n_host[L] ? s->cm->hx : NULL;
+    /* the shared expert on a branch beside the router and the routed experts (its outputs are its own, read by
+     * cu_hc_post_moe), where its input rows are already packed (tensor cores; else it reads the routed experts'
+     * act_quant copy) and the routed experts stay on this GPU */
+    const int in_packed = cu_moe_input_packed(&b, &ly->ex, s->official, d);
+    cu_stream br = !hx && !(ly->ep && s->cm->ep) && b.xq_ready && in_packed ? branch_fork(s) : NULL;
+    if (br) {
+        shared_expert(s, ly, 1);
+        branch_end(s, br);
+    }
     linear16(s, xn_packed16(s), &ly->gate, 1, ws->xn, T, d, 0, ws->router, E, 0);   /* xn is bf16, packed by step_hc_pre */
     cu_route(s->st, ws->router, ly->gate_bias, ly->hash_routed ? ly->tid2eid : NULL, ws->tok, T, E, K, c->route_scale, ws->route_e,
              ws->route_w);
     if (L >= 0 && s->cm->route_counts && ly == &s->cm->layers[L])   /* main layers only (dsv4 profile) */
         cu_count_routes(s->st, ws->route_e, T, K, s->cm->route_counts + (int64_t)L * E);
     mark(s, ST_ROUTE);
-    const cu_moe_bufs b = { ws->xn, ws->x8, ws->route_e, ws->route_w, ws->plan, ws->eg, ws->ev, ws->ey,
-                            s->mma, ws->xq, ws->egq, ws->xqs, ws->egqs, s->mma /* step_hc_pre packed xn */,
-                            s->cm->mma_stream };
-    /* experts in host memory (cuda_host_experts.h): the host needs this layer's rows and routing first */
-    cu_host_experts *hx = L >= 0 && s->cm->hx && ly == &s->cm->layers[L] && s->cm->hx->n_host[L] ? s->cm->hx : NULL;
     if (hx && !s->rc && cuda_hx_fetch(hx, s->st, c, ws->xn, ws->route_e, ws->route_w, T))
         s->rc = dsv4_fail(s->err, DSV4_E_STATE, "CUDA error copying layer %d's routing to the host", L);
     if (ly->ep && s->cm->ep) {
@@ -480,10 +520,11 @@ static void step_moe(step_ctx *s, const cu_layer *ly, int L) {
     }
     mark(s, ST_EXPERTS);
     /* the shared expert sees the same (OFFICIAL: quantized) rows as the routed ones */
-    shared_expert(s, ly, cu_moe_input_packed(&b, &ly->ex, s->official, d));
+    if (!br) shared_expert(s, ly, in_packed);
     /* the GPU has its experts and the shared expert queued: the host computes its experts meanwhile */
     if (hx && !s->rc) s->rc = cuda_hx_compute(hx, s->m, L, s->st, T, ws->ey, s->err);
     /* the experts' sum and mHC's post in one launch: step_moe ends the sub-layer */
+    branch_join(s, br);
     cu_hc_post_moe(s->st, s->official, ws->ey, ws->ys, ws->plan.token_pairs, K, ws->mix, ws->X, T, c->hc_mult, d);
     mark(s, ST_SHARED);
 }
