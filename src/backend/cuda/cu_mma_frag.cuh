@@ -15,15 +15,6 @@ __device__ __forceinline__ void mma_e4m3(float (&d)[4], uint32_t a0, uint32_t a1
         : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
-/* D = A B on one m16n8k32 tile from a zero accumulator: the same as mma_e4m3 on d = 0, with the zero register as C
- * (no moves to clear a fragment before each call). */
-__device__ __forceinline__ void mma_e4m3_zero(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
-                                              uint32_t b1) {
-    asm("mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%10,%10,%10,%10};"
-        : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1), "f"(0.0f));
-}
-
 /* prmt.b32 in its generic form: byte k of the result is byte (c >> 4k) & 7 of {b, a} (a = bytes 0..3), or that
  * byte's sign bit replicated when bit 3 of the selector nibble is set. */
 __device__ __forceinline__ uint32_t prmt(uint32_t a, uint32_t b, uint32_t c) {

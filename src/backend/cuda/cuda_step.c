@@ -209,6 +209,7 @@ typedef struct {
     dsv4_error *err;
     int mma;                   /* OFFICIAL and cuda_model.mma_on: FP8/FP4 linears of act-quantized rows on tensor cores,
                                 * and the linears of bf16-valued rows (linear16) */
+    int branched;              /* launches on the side stream not yet joined (branch_end, branch_join) */
 } step_ctx;
 
 /* End of a stage: with profiling on, wait for the GPU and charge the time since the last mark to `stage`. */
@@ -323,10 +324,14 @@ static void branch_end(step_ctx *s, cu_stream main) {
     if (!main) return;
     cu_event_record(s->cm->join_ev, s->st);
     s->st = main;
+    s->branched = 1;
 }
-/* The main stream's later launches wait for the branch (a join edge in the graph). */
-static void branch_join(step_ctx *s, cu_stream main) {
-    if (main) cu_stream_wait(s->st, s->cm->join_ev);
+/* The main stream's later launches wait for everything forked so far (a join edge in the graph: the side stream runs
+ * its branches in order, so the last one's end covers them all). */
+static void branch_join(step_ctx *s) {
+    if (!s->branched) return;
+    cu_stream_wait(s->st, s->cm->join_ev);
+    s->branched = 0;
 }
 
 /* hc_pre + the sub-layer's RMSNorm: ws->X -> ws->xn (and ws->mix for hc_post). */
@@ -349,8 +354,9 @@ static int xn_packed16(const step_ctx *s) { return s->mma; }
 
 /* The query and key projections (core/attention.c attention_qkv): ws->q [T][H][D] and ws->kv [T][D], normalised
  * and rotated later by cu_attn_prepare (step_attention); ws->qr (the indexer's input); ws->x8 the OFFICIAL FP8 copy
- * of ws->xn. */
-static void attn_project(step_ctx *s, const cu_layer *ly) {
+ * of ws->xn. index (a ratio-4 layer of the model's steps): also the indexer's queries ws->qi = idx_wq_b qr, on a
+ * branch beside wq_b (both read the packed qr; step_attention joins before cu_attn_prepare reads qi). */
+static void attn_project(step_ctx *s, const cu_layer *ly, int index) {
     const dsv4_config *c = &s->m->cfg;
     cu_workspace *ws = s->ws;
     const int T = s->T, d = c->dim;
@@ -367,6 +373,11 @@ static void attn_project(step_ctx *s, const cu_layer *ly) {
     cu_rmsnorm_pack(s->st, s->official, ws->qr, c->q_lora, ly->q_norm, c->q_lora, c->norm_eps, ws->qr, c->q_lora, T,
                     s->mma ? ws->yq : NULL, cu_mma_ld(c->q_lora), ws->yqs, cu_mma_lds(c->q_lora));
     if (cuda_core_reader(s, &ly->wq_b, ly->ratio == 4 ? &ly->idx_wq_b : NULL)) quant_rows_if(s, ws->qr, T, c->q_lora);
+    if (index) {
+        const cu_stream br = branch_fork(s);
+        linear_q(s, &ly->idx_wq_b, ws->qr, ws->yq, ws->yqs, ws->qi);
+        branch_end(s, br);
+    }
     linear_q(s, &ly->wq_b, ws->qr, ws->yq, ws->yqs, ws->q);
 }
 
@@ -405,7 +416,7 @@ static void step_attention(step_ctx *s, const cu_layer *ly, int L) {
         on_tc = !cu_mma16_linear_multi(s->st, outs, ly->ratio == 4 ? 5 : 2, ws->xb, cu_mma16_ld(d), T, NULL);
         branch_end(s, br);
     }
-    attn_project(s, ly);
+    attn_project(s, ly, ly->ratio == 4);
     mark(s, ST_QKV);
     if (ly->ratio && !on_tc) {
         cu_linear(s->st, &ly->comp.wkv, ws->xn, T, d, ws->ck, cw);
@@ -416,7 +427,6 @@ static void step_attention(step_ctx *s, const cu_layer *ly, int L) {
             cu_linear(s->st, &ly->icomp.wkv, ws->xn, T, d, ws->ick, 2 * cI);
             cu_linear(s->st, &ly->icomp.wgate, ws->xn, T, d, ws->icz, 2 * cI);
         }
-        linear_q(s, &ly->idx_wq_b, ws->qr, ws->yq, ws->yqs, ws->qi);   /* qr packed by attn_project */
         if (!on_tc) {
             cu_linear(s->st, &ly->idx_weights_proj, ws->xn, T, d, ws->wi, nI);
             round_if(s, ws->wi, (int64_t)T * nI);
@@ -424,7 +434,7 @@ static void step_attention(step_ctx *s, const cu_layer *ly, int L) {
     }
     /* q and kv normalised and rotated, kv encoded into kvs, the compressors' and the indexer's token inputs: one
      * launch. One token per item (decode): the ring slot is written now, with the step's own row (cu_kernels.h) */
-    branch_join(s, br);   /* cu_attn_prepare reads the compressors' and weights_proj's outputs */
+    branch_join(s);   /* cu_attn_prepare reads the compressors', weights_proj's and idx_wq_b's outputs */
     const int ring_now = T == s->n_items;
     const cu_prep prep = { .official = s->official, .T = T, .H = H, .D = D, .R = R, .eps = c->norm_eps, .q = ws->q, .kv = ws->kv,
                            .kv_norm = ly->kv_norm, .freq = freq, .pos = ws->pos, .lay = s->main, .kvs = ws->kvs, .ring = ring_now,
@@ -524,7 +534,7 @@ static void step_moe(step_ctx *s, const cu_layer *ly, int L) {
     /* the GPU has its experts and the shared expert queued: the host computes its experts meanwhile */
     if (hx && !s->rc) s->rc = cuda_hx_compute(hx, s->m, L, s->st, T, ws->ey, s->err);
     /* the experts' sum and mHC's post in one launch: step_moe ends the sub-layer */
-    branch_join(s, br);
+    branch_join(s);
     cu_hc_post_moe(s->st, s->official, ws->ey, ws->ys, ws->plan.token_pairs, K, ws->mix, ws->X, T, c->hc_mult, d);
     mark(s, ST_SHARED);
 }
@@ -869,6 +879,7 @@ int cuda_step(struct dsv4_model *m, dsv4_step_item *items, int n_items, dsv4_err
             head_launch(&s, &hp, 0, &cm->hc_head, cm->norm);
             mark(&s, ST_HEAD);
         }
+        branch_join(&s);   /* never pending here (each sub-layer joins its branches); a capture must end joined */
         /* a failure inside the sequence (s.rc) drops the capture: step_end reports it */
         if (graphed && ((rc = cu_graph_end(cm->graphs, slot, k, s.st, s.rc != 0, err)) || s.rc)) break;
     }
@@ -992,7 +1003,7 @@ static int dspark_stages(struct dsv4_model *m, const float *ring, int64_t pos, c
     for (int st = 0; st < cm->dspark.n_stages; st++) {
         const cu_layer *ly = &cm->dspark.stages[st];
         step_hc_pre(s, &ly->hc_attn, ly->attn_norm);
-        attn_project(s, ly);
+        attn_project(s, ly, 0);
         const cu_prep prep = { .official = s->official, .T = gamma, .H = c->n_heads, .D = D, .R = c->rope_dim, .eps = c->norm_eps,
                                .q = ws->q, .kv = ws->kv, .kv_norm = ly->kv_norm, .freq = cm->rope_window, .pos = ws->pos };
         cu_attn_prepare(s->st, &prep);   /* q and kv normalised and rotated; the stage's keys are in its ring */

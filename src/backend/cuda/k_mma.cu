@@ -621,11 +621,8 @@ template <bool PLAIN> __device__ __forceinline__ float e8m0_byte(uint32_t s, int
     return PLAIN ? __uint_as_float(b << 23) : dev_e8m0((uint8_t)b);
 }
 
-/* One chunk of a lean warp: blocks j = 0..3, each an MMA from 0 and four fmaf (mma_block's FP4 step, VEC 0).
- * ONE (a tile of one pair: every tile of a one-token step): only the fragment's column 2q is a token that can be
- * stored (column 0, lanes q = 0), so the two fmaf of column 2q + 1 are skipped; their accumulators stay 0 and are
- * never stored (mma_sum_store stores tokens < n). The stored elements get the same operations. */
-template <bool PLAIN, bool ONE>
+/* One chunk of a lean warp: blocks j = 0..3, each an MMA from 0 and four fmaf (mma_block's FP4 step, VEC 0). */
+template <bool PLAIN>
 __device__ __forceinline__ void lean_chunk(float (&acc)[4], const uint32_t (&a0w)[4], const uint32_t (&a1w)[4], uint32_t sw0, uint32_t sw1,
                                            const uint2 (&b)[4], float sx0, float sx1) {
 #pragma unroll
@@ -633,12 +630,12 @@ __device__ __forceinline__ void lean_chunk(float (&acc)[4], const uint32_t (&a0w
         const uint32_t a0 = e2m1x4_e4m3(a0w[j]), a1 = e2m1x4_e4m3(a1w[j]);
         const uint32_t a2 = e2m1x4_e4m3(a0w[j] >> 16), a3 = e2m1x4_e4m3(a1w[j] >> 16);
         const float s0 = e8m0_byte<PLAIN>(sw0, j), s1 = e8m0_byte<PLAIN>(sw1, j);
-        float f[4];
-        mma_e4m3_zero(f, a0, a1, a2, a3, MMA_B01(b[j].x, b[j].y));
+        float f[4] = { 0.0f, 0.0f, 0.0f, 0.0f };
+        mma_e4m3(f, a0, a1, a2, a3, MMA_B01(b[j].x, b[j].y));
         acc[0] = fmaf(f[0], s0 * sx0, acc[0]);
-        if (!ONE) acc[1] = fmaf(f[1], s0 * sx1, acc[1]);
+        acc[1] = fmaf(f[1], s0 * sx1, acc[1]);
         acc[2] = fmaf(f[2], s1 * sx0, acc[2]);
-        if (!ONE) acc[3] = fmaf(f[3], s1 * sx1, acc[3]);
+        acc[3] = fmaf(f[3], s1 * sx1, acc[3]);
     }
 }
 
@@ -646,42 +643,6 @@ __device__ __forceinline__ void lean_chunk(float (&acc)[4], const uint32_t (&a0w
 __device__ __forceinline__ uint32_t lean_scale_word(const uint8_t *p, bool s4) {
     if (s4) return ld_nc32(p);
     return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-
-/* A lean warp's chunks c = part, part + 4, ... (U at a time: their loads first), into its partial acc. */
-template <int U, bool ONE>
-__device__ __forceinline__ void lean_chunks(float (&acc)[4], int part, int nchunk, const uint8_t *wa, const uint8_t *wb, const uint8_t *sa,
-                                            const uint8_t *sb, bool s4, const uint8_t *xb, const float *xs0, const float *xs1) {
-    for (int c0 = part; c0 < nchunk; c0 += MMA_PARTS * U) {
-        uint32_t a0w[U][4], a1w[U][4], sw0[U], sw1[U];
-        uint2 b[U][4];
-        float sx0[U], sx1[U];
-#pragma unroll
-        for (int u = 0; u < U; u++) {
-            const int c = c0 + u * MMA_PARTS;
-            if (c >= nchunk) break;
-#pragma unroll
-            for (int j = 0; j < 4; j++) {
-                a0w[u][j] = ld_nc32(wa + 64 * c + 16 * j);
-                a1w[u][j] = ld_nc32(wb + 64 * c + 16 * j);
-                b[u][j] = ld_nc64(xb + 128 * c + 32 * j);
-            }
-            sw0[u] = lean_scale_word(sa + 4 * c, s4);
-            sw1[u] = lean_scale_word(sb + 4 * c, s4);
-            sx0[u] = xs0[c];
-            sx1[u] = ONE ? 0.0f : xs1[c];
-        }
-#pragma unroll
-        for (int u = 0; u < U; u++) {
-            if (c0 + u * MMA_PARTS >= nchunk) break;
-            /* warp-uniform: each branch holds its own mma.sync.aligned, which every lane of the warp must execute
-             * together (run 46: a lane-wise choice hung the suite where some rows' scales had a 0 or 255 byte) */
-            if (!__any_sync(0xffffffffu, e8m0_special2(sw0[u], sw1[u])))
-                lean_chunk<true, ONE>(acc, a0w[u], a1w[u], sw0[u], sw1[u], b[u], sx0[u], sx1[u]);
-            else
-                lean_chunk<false, ONE>(acc, a0w[u], a1w[u], sw0[u], sw1[u], b[u], sx0[u], sx1[u]);
-        }
-    }
 }
 
 /* k_mma_expert<1, 0>'s contract (grid, plan, pairs, absent experts) for K % 128 == 0. */
@@ -708,9 +669,36 @@ __global__ void __launch_bounds__(32 * MMA_PARTS, MMA_EXPERT_LEAN_BLOCKS) k_mma_
     const uint8_t *xb = xq + mma_in_row(in_rows, p0, min(g, n - 1)) * ldq + 8 * q;   /* block j of chunk c: + 128 c + 32 j */
     const float *xs0 = xs + mma_in_row(in_rows, p0, min(2 * q, n - 1)) * lds, *xs1 = xs + mma_in_row(in_rows, p0, min(2 * q + 1, n - 1)) * lds;
     float acc[1][1][4] = { { { 0.0f, 0.0f, 0.0f, 0.0f } } };
-    /* the tile's pair count is the block's: the branch is uniform */
-    if (n == 1) lean_chunks<U, true>(acc[0][0], part, nchunk, wa, wb, sa, sb, s4, xb, xs0, xs1);
-    else lean_chunks<U, false>(acc[0][0], part, nchunk, wa, wb, sa, sb, s4, xb, xs0, xs1);
+    for (int c0 = part; c0 < nchunk; c0 += MMA_PARTS * U) {
+        uint32_t a0w[U][4], a1w[U][4], sw0[U], sw1[U];
+        uint2 b[U][4];
+        float sx0[U], sx1[U];
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const int c = c0 + u * MMA_PARTS;
+            if (c >= nchunk) break;
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                a0w[u][j] = ld_nc32(wa + 64 * c + 16 * j);
+                a1w[u][j] = ld_nc32(wb + 64 * c + 16 * j);
+                b[u][j] = ld_nc64(xb + 128 * c + 32 * j);
+            }
+            sw0[u] = lean_scale_word(sa + 4 * c, s4);
+            sw1[u] = lean_scale_word(sb + 4 * c, s4);
+            sx0[u] = xs0[c];
+            sx1[u] = xs1[c];
+        }
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            if (c0 + u * MMA_PARTS >= nchunk) break;
+            /* warp-uniform: each branch holds its own mma.sync.aligned, which every lane of the warp must execute
+             * together (run 46: a lane-wise choice hung the suite where some rows' scales had a 0 or 255 byte) */
+            if (!__any_sync(0xffffffffu, e8m0_special2(sw0[u], sw1[u])))
+                lean_chunk<true>(acc[0][0], a0w[u], a1w[u], sw0[u], sw1[u], b[u], sx0[u], sx1[u]);
+            else
+                lean_chunk<false>(acc[0][0], a0w[u], a1w[u], sw0[u], sw1[u], b[u], sx0[u], sx1[u]);
+        }
+    }
     mma_sum_store<1, 1>(acc, red, rows, n, y, ldy, out_bf16, row_base, 0, p0);
 }
 
@@ -824,8 +812,8 @@ __global__ void __launch_bounds__(32 * MMA_PARTS) k_mma_expert_dec(const dsv4_we
         }
         const uint32_t sw0 = *(const uint32_t *)(s0 + 4 * c), sw1 = *(const uint32_t *)(s1 + 4 * c);
         /* warp-uniform, as in the lean kernel: each branch holds its own mma.sync.aligned */
-        if (!__any_sync(0xffffffffu, e8m0_special2(sw0, sw1))) lean_chunk<true, false>(acc[0][0], a0w, a1w, sw0, sw1, b, sx0[c], sx1[c]);
-        else lean_chunk<false, false>(acc[0][0], a0w, a1w, sw0, sw1, b, sx0[c], sx1[c]);
+        if (!__any_sync(0xffffffffu, e8m0_special2(sw0, sw1))) lean_chunk<true>(acc[0][0], a0w, a1w, sw0, sw1, b, sx0[c], sx1[c]);
+        else lean_chunk<false>(acc[0][0], a0w, a1w, sw0, sw1, b, sx0[c], sx1[c]);
     }
     mma_sum_store<1, 1>(acc, red, rows, n, y, ldy, out_bf16, row_base, 0, p0);
 }
