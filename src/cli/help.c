@@ -23,7 +23,7 @@ typedef struct {
 #define O_THREADS   {"--threads N", "worker threads (default 0 = one per online CPU)"}
 #define O_DEVICE    {"--device cpu|cuda", "where weights, state and steps live (default cpu; cuda needs make CUDA=1 " \
                                           "and a GPU; its kernel switches are environment variables, DSV4_CUDA_GRAPHS, " \
-                                          "_MMA, _GEMM, _STREAM (decode linears streamed, default 0), _EXPERT_LEAN (default 1), _MMA_DEC, _EXPERT_DEC (default 0), ...: dsv4(1))"}, \
+                                          "_MMA, _GEMM, _STREAM (decode linears streamed, default 0), _EXPERT_LEAN (default 1), ...: dsv4(1))"}, \
                     {"--gpus N", "with --device cuda: spread the routed experts over GPUs 0..N-1 (expert parallelism over " \
                                  "NCCL, the same bits as one GPU; default 1)"}, \
                     {"--gpu-mem GB", "with --device cuda: GiB of GPU memory for the weights (default: what is free); " \

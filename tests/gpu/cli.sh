@@ -129,18 +129,8 @@ switch_same_bits DSV4_CUDA_STREAM "the small tiles'"   # the streaming kernel fo
 expect_err "DSV4_CUDA_STREAM=2" "DSV4_CUDA_STREAM" env DSV4_CUDA_STREAM=2 "$BIN" logits -m "$T/m" --device cuda --tokens 1,2
 # the lean FP4 expert kernel (on by default; whole 128-column chunks: the K >= 1024 model has them)
 switch_same_bits DSV4_CUDA_EXPERT_LEAN "k_mma_expert's"
-# the FP8 one-token kernel through the bulk copy engine (off by default), also under programmatic edges (its weight
-# copies start before its wait)
-switch_same_bits DSV4_CUDA_MMA_DEC "the small tiles'"
-expect_ok "wide decode steps DSV4_CUDA_MMA_DEC=1 DSV4_CUDA_PDL=1" env DSV4_CUDA_MMA_DEC=1 DSV4_CUDA_PDL=1 "$BIN" logits -m "$T/wide" \
-    --device cuda --mode official --kv fp8 --tokens "$ST" --chunks 1,2,3,4,5,6,7,8 --out "$T/decp.npy"
-cmp -s "$T/decp.npy" "$T/sw_DSV4_CUDA_MMA_DEC_0.npy" && ok || bad "DSV4_CUDA_MMA_DEC=1 under DSV4_CUDA_PDL=1: the logits differ from the small tiles'"
-# the FP4 experts through the bulk copy engine (off by default) against the lean kernel (room for 1 to 8 pairs a tile)
-switch_same_bits DSV4_CUDA_EXPERT_DEC "the lean kernel's"
-expect_err "DSV4_CUDA_EXPERT_DEC=2" "DSV4_CUDA_EXPERT_DEC" env DSV4_CUDA_EXPERT_DEC=2 "$BIN" logits -m "$T/m" --device cuda --tokens 1,2
 # a layer's independent chains on a second stream (on by default): one stream's logits
 switch_same_bits DSV4_CUDA_BRANCH "one stream's"
-expect_err "DSV4_CUDA_MMA_DEC=2" "DSV4_CUDA_MMA_DEC" env DSV4_CUDA_MMA_DEC=2 "$BIN" logits -m "$T/m" --device cuda --tokens 1,2
 expect_err "DSV4_CUDA_EXPERT_LEAN=2" "DSV4_CUDA_EXPERT_LEAN" env DSV4_CUDA_EXPERT_LEAN=2 "$BIN" logits -m "$T/m" --device cuda --tokens 1,2
 expect_err "DSV4_CUDA_IDX_MMA=2" "DSV4_CUDA_IDX_MMA" env DSV4_CUDA_IDX_MMA=2 "$BIN" logits -m "$T/m" --device cuda --tokens 1,2
 # the tensor-core attention (opt-in, DSV4_CUDA_ATT_MMA=1): chunked = one call at the model level too

@@ -593,93 +593,24 @@ static void linear_pair_equals_two(void **state) {
     }
 }
 
-/* k_mma_dec (cu_mma_dec(8): an FP8 tile's weight and activation rows in shared memory by the bulk copy engine) has the
- * bits of the small tiles (cu_mma_dec(0)) for 1 to 8 tokens: 1, 8 and 33 chunks, rows past the weight's end (the
- * last tile copies fewer rows), a view from row 40 (tiles straddling two 128-row scale blocks), the pair call with
- * a shorter second weight, and BF16-rounded output. Only with the `stream` argument 0 (1 sends these calls to
- * k_mma_stream.cu). A K too wide for shared memory takes the small tiles (not reached by V4's shapes). */
-static void dec_equals_small_tiles(void **state) {
-    (void)state;
-    if (stream_on) skip();
-    static const int shape[][2] = { { 17, 128 }, { 333, 1024 }, { 40, 4224 } };
-    const int was = cu_mma_dec(8);
-    const unsigned long launched = cu_mma_dec_launches(0);
-    for (int k = 0; k < 3; k++) {
-        const int N = shape[k][0], K = shape[k][1];
-        tweight w = make_weight(WF_FP8, N, K, 0), w2 = make_weight(WF_FP8, N / 2 + 1, K, 0);
-        float *x = make_act(8, K, 0), *y0 = malloc(sizeof(float) * 8 * N), *y1 = malloc(sizeof(float) * 8 * N);
-        float *dya = cu_malloc(sizeof(float) * 8 * N), *dyb = cu_malloc(sizeof(float) * 8 * N);
-        assert_true(y0 && y1 && dya && dyb);
-        tact a = pack(x, 8, K);
-        const dsv4_weight view = weight_rows(&w.d, N > 40 ? 40 : 0, N > 40 ? N - 40 : N);
-        for (int T = 1; T <= 8; T++)
-            for (int v = 0; v < 4; v++) {   /* the weight, bf16 output, the view, the pair (both outputs) */
-                const dsv4_weight *dw = v == 2 ? &view : &w.d;
-                const int rows = dw->rows, M = w2.d.rows;
-                for (int on = 0; on < 2; on++) {
-                    cu_mma_dec(on ? 8 : 0);
-                    if (v < 3) {
-                        run_o(dw, &a, 0, T, on ? y1 : y0, v == 1);
-                    } else {
-                        dsv4_error err;
-                        if (cu_mma_linear_pair(NULL, &w.d, dya, N, &w2.d, dyb, M, a.q, a.ldq, a.s, a.lds, T, 0, 0, &err)) fail_msg("%s", err.msg);
-                        sync_ok("dec pair");
-                        float *y = on ? y1 : y0;
-                        assert_int_equal(cu_download(y, dya, sizeof(float) * T * N), 0);
-                        float *yb = malloc(sizeof(float) * T * M);
-                        assert_non_null(yb);
-                        assert_int_equal(cu_download(yb, dyb, sizeof(float) * T * M), 0);
-                        /* the second output against the small tiles' run of w2 alone */
-                        float *ref = malloc(sizeof(float) * T * M);
-                        assert_non_null(ref);
-                        cu_mma_dec(0);
-                        run(&w2.d, &a, 0, T, ref);
-                        cu_mma_dec(on ? 8 : 0);
-                        if (memcmp(yb, ref, sizeof(float) * T * M))
-                            fail_msg("FP8 %dx%d pair, %d tokens, k_mma_dec %s: the second output differs from the small tiles'", M, K, T,
-                                     on ? "on" : "off");
-                        free(ref); free(yb);
-                    }
-                }
-                if (memcmp(y0, y1, sizeof(float) * T * rows))
-                    fail_msg("FP8 %dx%d (%s), %d tokens: k_mma_dec differs from the small tiles", rows, K,
-                             v == 0 ? "weight" : v == 1 ? "bf16 output" : v == 2 ? "view" : "pair", T);
-            }
-        printf("  FP8 %dx%d (%d chunks): k_mma_dec = the small tiles (memcmp) at 1..8 tokens, bf16 output, a view, a pair\n", N, K, K / 128);
-        free(x); free(y0); free(y1);
-        cu_free(dya); cu_free(dyb);
-        free_act(&a);
-        free_weight(&w); free_weight(&w2);
-    }
-    cu_mma_dec(was);
-    /* 3 shapes x 8 token counts x 4 calls; a launch refused (shared memory) would have compared the small tiles with
-     * themselves */
-    if (cu_mma_dec_launches(0) - launched < 3 * 8 * 4) fail_msg("k_mma_dec ran %lu times, not 96", cu_mma_dec_launches(0) - launched);
-}
-
 /* The routed experts' kernel (cu_mma_expert_linear) on a plan built here: every pair's row has the bits of the plain
  * linear of its expert on its token (one order per element, whatever the tile), reading the tokens through
  * pair_token or pair-ordered rows; an expert without data writes EP_ABSENT_ROW; tiles past n_tiles do nothing. */
 static void experts_equal_plain_linear(void **state) {
     (void)state;
     enum { E = 5, NT_TOK = 13, PER = 2, ABSENT = 3 };
-    const int build_mode = cu_mma_fp4_vec(0), build_lean = cu_mma_expert_lean(0), build_dec = cu_mma_expert_dec(0);
+    const int build_mode = cu_mma_fp4_vec(0), build_lean = cu_mma_expert_lean(0);
     /* FP4 modes 0..2: the load modes at K = 1120 (a partial last chunk: never the lean kernel); mode 3: the lean kernel
-     * (K = 1152, whole chunks, an odd count of them), with scale bytes 0 and 255 (E8M0's special codes) in expert 2;
-     * modes 4 and 5: k_mma_expert_dec on the same, its weights 16-byte aligned (bulk copies) or 4 bytes past that
-     * (the block's word copies), the plan's max_pairs 0 (room for 8) and 8 */
+     * (K = 1152, whole chunks, an odd count of them), with scale bytes 0 and 255 (E8M0's special codes) in expert 2 */
     for (int fp4 = 0; fp4 < 2; fp4++)
-        for (int vec = 0; vec < 6; vec++) {
+        for (int vec = 0; vec < 4; vec++) {
             if (!fp4 && vec) continue;
-            const int lean = vec >= 3, dec = vec >= 4;
+            const int lean = vec == 3;
             cu_mma_fp4_vec(lean ? 0 : vec);
             cu_mma_expert_lean(lean);
-            cu_mma_expert_dec(dec);
-            const unsigned long dec_before = cu_mma_dec_launches(1);
             const int N = 200, K = fp4 ? (lean ? 1152 : 1120) : 1024, fmt = fp4 ? WF_FP4 : WF_FP8;
             tweight w[E];
             dsv4_weight dws[E];
-            void *moved[E][2] = { { NULL } };
             for (int e = 0; e < E; e++) {
                 w[e] = make_weight(fmt, N, K, 0);
                 if (lean && e == 2) {   /* E8M0 0 (2^-127) and 255 (NaN) in a few (row, block)s, uploaded again */
@@ -689,7 +620,7 @@ static void experts_equal_plain_linear(void **state) {
                     sc[150 * w[e].h.scale_cols + 3] = 0;
                     assert_int_equal(cu_upload((void *)w[e].d.scale, sc, (size_t)N * w[e].h.scale_cols), 0);
                 }
-                dws[e] = vec == 5 ? offset_copy(&w[e], 4, &moved[e][0], &moved[e][1]) : w[e].d;
+                dws[e] = w[e].d;
             }
             dws[ABSENT].data = NULL;   /* another GPU's */
             /* each token picks PER distinct experts; pairs sorted by expert, then token; tiles of up to 8 */
@@ -722,7 +653,6 @@ static void experts_equal_plain_linear(void **state) {
                 if (e != ABSENT) run(&w[e].d, &a, 0, NT_TOK, ref + (int64_t)e * NT_TOK * N);
             cu_moe_plan plan;
             memset(&plan, 0, sizeof plan);
-            plan.max_pairs = vec == 5 ? 8 : 0;
             plan.pair_token = cu_malloc(sizeof(int32_t) * P);
             plan.tile_expert = cu_malloc(sizeof(int32_t) * 64);
             plan.tile_first = cu_malloc(sizeof(int32_t) * 64);
@@ -771,28 +701,19 @@ static void experts_equal_plain_linear(void **state) {
                                  out ? (out == 1 ? ", pair call's first output" : ", pair call's second output") : "");
                 }
             }
-            if (dec && !stream_on && cu_mma_dec_launches(1) - dec_before < 6)   /* 2 x 3 calls (with `stream` 1 streamed) */
-                fail_msg("k_mma_expert_dec ran %lu times, not 6", cu_mma_dec_launches(1) - dec_before);
             printf("  %s%s experts %dx%d: %d pairs in %d tiles = the plain linear per (expert, token) (memcmp), by token and by pair, "
                    "alone and as both outputs of the pair call; absent expert -> EP_ABSENT_ROW\n", fp4 ? "FP4" : "FP8",
-                   fp4 ? (vec == 5 ? " (bulk-copy kernel, weights 4 bytes off 16, E8M0 0 and 255 in one expert)"
-                          : dec ? " (bulk-copy kernel, E8M0 0 and 255 in one expert)"
-                          : lean ? " (lean kernel, E8M0 0 and 255 in one expert)" : vec == 2 ? " (vector loads, scale words)" : vec ? " (vector loads)" : " (word loads)") : "",
+                   fp4 ? (lean ? " (lean kernel, E8M0 0 and 255 in one expert)" : vec == 2 ? " (vector loads, scale words)" : vec ? " (vector loads)" : " (word loads)") : "",
                    N, K, P, n_tiles);
             cu_free(plan.pair_token); cu_free(plan.tile_expert); cu_free(plan.tile_first); cu_free(plan.tile_count);
             cu_free(plan.n_tiles); cu_free(dexp); cu_free(dexp2); cu_free(dy); cu_free(dy2);
             free(y); free(ref); free(x); free(xp);
             free_act(&a);
             free_act(&ap);
-            for (int e = 0; e < E; e++) {
-                free_weight(&w[e]);
-                cu_free(moved[e][0]);
-                cu_free(moved[e][1]);
-            }
+            for (int e = 0; e < E; e++) free_weight(&w[e]);
         }
     cu_mma_fp4_vec(build_mode);
     cu_mma_expert_lean(build_lean);
-    cu_mma_expert_dec(build_dec);
 }
 
 #ifndef MMA_TEST_SHIM
@@ -867,8 +788,8 @@ static int bench(void) {
     for (int i = 0; i < TMAX * (KMAX / 128); i++) ones[i] = 1.0f / 64;
     cu_upload(s, ones, sizeof(float) * TMAX * (KMAX / 128));
     free(ones);
-    printf("%-5s %-12s %6s %10s %11s %9s %16s %22s %22s %20s\n", "fmt", "N x K", "T", "us/call", "weight GB/s", "TFLOPS", "k_linear us/call",
-           "small tiles us (GB/s)", "k_mma_dec us (GB/s)", "L2-hot us (GB/s)");
+    printf("%-5s %-12s %6s %10s %11s %9s %16s %22s %20s\n", "fmt", "N x K", "T", "us/call", "weight GB/s", "TFLOPS", "k_linear us/call",
+           "small tiles us (GB/s)", "L2-hot us (GB/s)");
     for (int fp4 = 0; fp4 < 2; fp4++)
         for (int k = 0; k < (int)(sizeof shapes / sizeof shapes[0]); k++) {
             const int N = shapes[k][0], K = shapes[k][1];
@@ -893,16 +814,10 @@ static int bench(void) {
                 const int reps = T <= 8 ? 200 : T <= 512 ? 50 : 10;
                 const double sec = time_calls(ws, copies, q, KMAX, s, KMAX / 128, NULL, T, y, N, reps);
                 if (sec < 0) return 1;
-                /* T <= 8: k_mma.cu's small tiles (DSV4_CUDA_STREAM=0, DSV4_CUDA_MMA_DEC=0) and, FP8, k_mma_dec beside the
-                 * streaming kernel */
-                double tiles = 0, dec = 0;
+                double tiles = 0;   /* T <= 8: k_mma.cu's small tiles (DSV4_CUDA_STREAM=0) beside the streaming kernel */
                 if (T <= 8 && stream_on) {
                     stream_on = 0;
-                    const int was = cu_mma_dec(0);
                     tiles = time_calls(ws, copies, q, KMAX, s, KMAX / 128, NULL, T, y, N, reps);
-                    cu_mma_dec(8);
-                    if (!fp4) dec = time_calls(ws, copies, q, KMAX, s, KMAX / 128, NULL, T, y, N, reps);
-                    cu_mma_dec(was);
                     stream_on = 1;
                 }
                 const double old = T <= 512 ? time_calls(ws, copies, q, KMAX, s, KMAX / 128, xf, T, y, N, T <= 8 ? 50 : 3) : 0;
@@ -913,12 +828,10 @@ static int bench(void) {
                 if (old > 0) snprintf(oldtxt, sizeof oldtxt, "%.1f", old * 1e6);
                 char tilestxt[48] = "";
                 if (tiles > 0) snprintf(tilestxt, sizeof tilestxt, "%.1f (%.0f GB/s)", tiles * 1e6, (double)(db + sb) / tiles / 1e9);
-                char dectxt[48] = "";
-                if (dec > 0) snprintf(dectxt, sizeof dectxt, "%.1f (%.0f GB/s)", dec * 1e6, (double)(db + sb) / dec / 1e9);
                 char hottxt[48] = "";
                 if (hot > 0) snprintf(hottxt, sizeof hottxt, "%.1f (%.0f GB/s)", hot * 1e6, (double)(db + sb) / hot / 1e9);
-                printf("%-5s %5dx%-6d %6d %10.1f %11.0f %9.1f %16s %22s %22s %20s\n", fp4 ? "FP4" : "FP8", N, K, T, sec * 1e6,
-                       (double)(db + sb) / sec / 1e9, 2.0 * N * K * T / sec / 1e12, oldtxt, tilestxt, dectxt, hottxt);
+                printf("%-5s %5dx%-6d %6d %10.1f %11.0f %9.1f %16s %22s %20s\n", fp4 ? "FP4" : "FP8", N, K, T, sec * 1e6,
+                       (double)(db + sb) / sec / 1e9, 2.0 * N * K * T / sec / 1e12, oldtxt, tilestxt, hottxt);
             }
             for (int i = 0; i < copies; i++) {
                 cu_free((void *)ws[i].data);
@@ -938,7 +851,7 @@ static int bench(void) {
  * takes 6 other experts of a pool of 64 per matrix (816 MB, far beyond the 60 MB L2). Vector loads on and off. */
 static int bench_experts(void) {
     enum { NE = 64, ACT = 6, I = 2048, D = 4096, LAYERS = 40, TT = 8 };
-    const int build_mode = cu_mma_fp4_vec(0), build_lean = cu_mma_expert_lean(0), build_dec = cu_mma_expert_dec(0);
+    const int build_mode = cu_mma_fp4_vec(0), build_lean = cu_mma_expert_lean(0);
     char name[256];
     cu_device_name(name, sizeof name);
     printf("routed experts of one MoE layer (k_mma_expert, FP4) on %s: 3 launches (w1, w3: %dx%d, w2: %dx%d) x %d experts, "
@@ -989,7 +902,6 @@ static int bench_experts(void) {
             }
             cu_moe_plan *p = &plans[l];
             memset(p, 0, sizeof *p);
-            p->max_pairs = T;   /* as cu_moe_routed sets it */
             p->pair_token = cu_malloc(sizeof pt);
             p->tile_expert = cu_malloc(sizeof te);
             p->tile_first = cu_malloc(sizeof tf);
@@ -1002,12 +914,11 @@ static int bench_experts(void) {
             cu_upload(p->n_tiles, &nt, sizeof nt);
         }
         const int max_tiles = P / 8 + ACT + 1;   /* as cuda_step.c moe_max_tiles sizes a step of T tokens */
-        for (int variant = 0; variant < 11; variant++) {   /* streaming, k_mma.cu's: vec 2, 1, 0, lean, bulk copies x pair 1, 0 */
-            const int stream = variant == 0, lean = variant >= 7, dec = variant >= 9;
+        for (int variant = 0; variant < 9; variant++) {   /* streaming, k_mma.cu's: vec 2, 1, 0 x pair 1, 0, lean x pair 1, 0 */
+            const int stream = variant == 0, lean = variant >= 7;
             const int vec = stream ? 2 : lean ? 0 : 2 - (variant - 1) / 2, pair = stream ? 1 : (variant - 1) % 2 == 0;
             cu_mma_fp4_vec(vec);
             cu_mma_expert_lean(lean);
-            cu_mma_expert_dec(dec);
             cudaStream_t st;
             cudaGraph_t g = NULL;
             cudaGraphExec_t ge = NULL;
@@ -1035,7 +946,7 @@ static int bench_experts(void) {
             }
             if (!ok) { fprintf(stderr, "bench: %s\n", cudaGetErrorString(cudaGetLastError())); return 1; }
             const double sec = best * 1e-3 / LAYERS;
-            printf("%-7s %-9s %6d %6d %11.1f %12.0f\n", stream ? "STREAM" : dec ? "bulk" : lean ? "lean" : vec == 2 ? "vec+sw" : vec ? "vector" : "word", pair ? "1 launch" : "2 launches", T,
+            printf("%-7s %-9s %6d %6d %11.1f %12.0f\n", stream ? "STREAM" : lean ? "lean" : vec == 2 ? "vec+sw" : vec ? "vector" : "word", pair ? "1 launch" : "2 launches", T,
                    ACT, sec * 1e6, (double)ACT * bytes_per_expert / sec / 1e9);
             cudaGraphExecDestroy(ge);
             cudaGraphDestroy(g);
@@ -1050,9 +961,8 @@ static int bench_experts(void) {
     }
     cu_mma_fp4_vec(build_mode);
     cu_mma_expert_lean(build_lean);
-    cu_mma_expert_dec(build_dec);
     printf("(STREAM: k_mma_stream.cu, DSV4_CUDA_STREAM=1; the others k_mma.cu's small tiles:\n vec+sw: mode 2, 16-byte weight loads and scale words; vector: mode 1, scale bytes; word: mode 0, the loads before;\n"
-           " lean: k_mma_expert_lean (MMA_EXPERT_LEAN, the default for whole chunks); bulk: k_mma_expert_dec (MMA_EXPERT_DEC);\n"
+           " lean: k_mma_expert_lean (MMA_EXPERT_LEAN, the default for whole chunks);\n"
            " w1+w3: cu_mma_expert_linear_pair's one launch or two; the graph's launch gaps are in the time)\n");
     printf("(bytes: %.1f MB of weights and scales per layer; H200 read bandwidth ~4.25 TB/s)\n", ACT * bytes_per_expert / 1e6);
     for (int m = 0; m < 3; m++) {
@@ -1090,7 +1000,6 @@ int main(int argc, char **argv) {
         cmocka_unit_test(batch_invariant_and_deterministic),
         cmocka_unit_test(fp4_vector_loads_equal_word_loads),
         cmocka_unit_test(linear_pair_equals_two),
-        cmocka_unit_test(dec_equals_small_tiles),
         cmocka_unit_test(experts_equal_plain_linear),
         cmocka_unit_test(refuses_bad_shapes),
     };

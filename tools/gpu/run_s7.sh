@@ -87,7 +87,7 @@ if has micro; then   # the kernels' own benchmarks (MICRO picks: experts linear 
   if mic gemm; then timeout 90 .gpu/gputests/test_gpu_gemm --bench >$L/bench_gemm.log 2>&1
     echo "== GEMM micro-benchmark:"; tail -16 $L/bench_gemm.log; fi
   if mic linear; then timeout 150 .gpu/gputests/test_gpu_mma --bench >$L/bench_linear.log 2>&1
-    echo "== FP8 / FP4 linears at 1 and 8 tokens (streamed, small tiles, k_mma_dec):"; sed -n 2p $L/bench_linear.log
+    echo "== FP8 / FP4 linears at 1 and 8 tokens (streamed, small tiles, L2-hot):"; sed -n 2p $L/bench_linear.log
     grep -E "^FP[48] +[0-9]+x[0-9]+ +[18] " $L/bench_linear.log; fi
   if mic attention; then timeout 90 .gpu/gputests/test_gpu_attention --bench >$L/bench_attention.log 2>&1
     echo "== attention at decode (k_att_scores vs k_att_scores_dec):"; tail -12 $L/bench_attention.log; fi
@@ -95,7 +95,7 @@ fi
 save
 if has san; then   # compute-sanitizer (SAN_TOOL, default memcheck) over test_gpu_mma's tests matching SAN_TESTS
   SAN=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
-  for t in ${SAN_TESTS:-dec_*}; do   # cmocka's filter takes one pattern: one run each
+  for t in ${SAN_TESTS:-experts_*}; do   # cmocka's filter takes one pattern: one run each
     MMA_TEST_ONLY="$t" timeout ${SAN_TIMEOUT:-120} $SAN --tool ${SAN_TOOL:-memcheck} .gpu/gputests/test_gpu_mma >$L/san_${t//\*/}.log 2>&1
     echo "== compute-sanitizer ${SAN_TOOL:-memcheck} on test_gpu_mma $t: exit $?"
     grep -E "ERROR SUMMARY|PASSED|FAILED|Error" $L/san_${t//\*/}.log | head -8

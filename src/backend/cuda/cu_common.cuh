@@ -31,12 +31,6 @@ __device__ __forceinline__ void dev_grid_wait(void) {
 #endif
 }
 
-/* The first statement of a kernel that reads, before its dev_grid_wait(), only memory no kernel of a step writes (the
- * model's weights and their scales) and writes only its own shared memory: under a programmatic edge its weight
- * loads then overlap the kernel before it (k_mma.cu k_mma_dec). A marker, no instruction; tests/cli/pdl_wait.sh
- * accepts it in place of the wait only where the body holds the wait too. */
-__device__ __forceinline__ void dev_grid_early(void) {}
-
 /* A barrier among the first n threads of the block (n a multiple of 32; named barrier id, 1..15: 0 is
  * __syncthreads'), for kernels in which one warp works apart from the others (k_layer.cu's mHC mix warp). */
 __device__ __forceinline__ void dev_bar_sync(int id, int n) {

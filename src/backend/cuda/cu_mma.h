@@ -61,21 +61,6 @@ int cu_mma_fp4_vec(int mode);
  * benchmarks, as cu_mma_fp4_vec. Returns the value it replaces. */
 int cu_mma_expert_lean(int on);
 
-/* FP8 linears of up to max_t (0..8) tokens by k_mma_dec (k_mma.cu, MMA_DEC, default 0; the model's 1 = one-token steps): a
- * tile's weight and activation rows brought into shared memory by the bulk copy engine, the weight's before the
- * kernel waits on the one before it (the same bits as the small tiles, test_gpu_mma) where the tile fits in shared
- * memory; more tokens (or 0) take the small-tile kernel. Process-wide, as cu_mma_fp4_vec. Returns the value it
- * replaces. */
-int cu_mma_dec(int max_t);
-
-/* FP4 experts whose columns are a multiple of 128 (k_mma.cu, MMA_EXPERT_DEC, default 0): 1 = k_mma_expert_dec (the
- * tile's weight and input rows brought into shared memory by the bulk copy engine; the same bits, test_gpu_mma)
- * where they fit, ahead of cu_mma_expert_lean's choice; 0 = that choice. Process-wide. Returns the value it
- * replaces. */
-int cu_mma_expert_dec(int on);
-/* Launches of k_mma_dec (experts 0) or k_mma_expert_dec (1) in this process so far (tests: the kernel ran). */
-unsigned long cu_mma_dec_launches(int experts);
-
 /* Two weights over the same packed rows in one launch (wq_a and wkv, the shared expert's w1 and w3: twice the
  * blocks of one, for a decode step's small weights): y_a = x w_a^T and y_b = x w_b^T, each with the bits
  * cu_mma_linear gives it (the same blocks, told apart by blockIdx.z). Both weights taken by cu_mma_linear, of one

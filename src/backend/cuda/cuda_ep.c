@@ -30,7 +30,6 @@ int cu_moe_routed(cu_stream st, const dsv4_config *c, int official, const cu_lay
     const int d = c->dim, K = c->n_act, I = c->moe_inter, P = T * K;
     cu_moe_plan plan = b->plan;   /* the struct holds device pointers: building writes through them */
     cu_moe_plan_build(st, b->route_e, b->route_w, T, K, c->n_routed, &plan);
-    plan.max_pairs = T < plan.tile ? T : plan.tile;   /* a tile's pairs are distinct tokens of the step */
     /* FP8/FP4 experts see their input rows quantized per 128 columns (OFFICIAL): packing quantizes (cu_mma.h), the
      * CUDA-core path reads the fp32 act_quant copy */
     const int in_packed = cu_moe_input_packed(b, ex, official, d), mid_packed = official && b->mma && cu_mma_takes_experts(ex->fmt, I);

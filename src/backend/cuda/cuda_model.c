@@ -454,17 +454,6 @@ static int init_ranks(struct cuda_model *cm, const struct dsv4_model *m, int n, 
  *                       in run 46: a lane-wise branch between two mma.sync, now warp-uniform and checked by the CPU
  *                       shim). 0 = k_mma_expert. The same bits either way (test_gpu_mma); process-wide, as
  *                       DSV4_CUDA_GEMM.
- *   DSV4_CUDA_MMA_DEC   FP8 linears of one-token steps by k_mma.cu's k_mma_dec (a 16-row tile's weight rows copied
- *                       into shared memory by the bulk copy engine, asked for before the kernel waits on the one
- *                       before it, then mma_block's arithmetic), default off: run 50 timed decode at 101-103 tok/s
- *                       with it, 105-106 without (a call costs ~4 us of latency plus its bytes at ~4.3 TB/s however
- *                       they travel: run 49). 0 = the small tiles (their loads staged in registers). The same bits
- *                       either way (test_gpu_mma); process-wide.
- *   DSV4_CUDA_EXPERT_DEC  FP4 routed experts of whole chunks by k_mma.cu's k_mma_expert_dec (the tile's weight and
- *                       input rows into shared memory by the bulk copy engine, then the lean kernel's arithmetic),
- *                       default off (run 49: 74 vs the lean kernel's 48 us a layer; run 50, its scale
- *                       bytes loaded a word a thread: 64.5 vs 53 at 8 tokens, decode 98.8 vs 105); 1 = ahead of
- *                       DSV4_CUDA_EXPERT_LEAN. The same bits either way (test_gpu_mma); process-wide.
  *   DSV4_CUDA_IDX_MMA   OFFICIAL indexer scores on int8 tensor cores (k_indexer.cu, exact block sums of the FP4
  *                       operands), default on; 0 = the fp32 scores.
  *   DSV4_CUDA_ATT_MMA   OFFICIAL attention scores and P.V on bf16 tensor cores (k_attention.cu k_att_scores_mma /
@@ -499,8 +488,8 @@ static int env_switch(const char *name, int dflt, const char *what, int *on, dsv
 
 int cuda_model_init(struct dsv4_model *m, const cuda_placement *p, dsv4_error *err) {
     const int gpu = p->gpu;
-    int n_gpus = p->n_gpus, graphs_on, pdl_on /* CU_PDL_* */, mma_on, gemm_on, stream_on, lean_on, dec_on, expert_dec_on, idx_mma_on,
-        att_mma_on, att_dec_on, branch_on;
+    int n_gpus = p->n_gpus, graphs_on, pdl_on /* CU_PDL_* */, mma_on, gemm_on, stream_on, lean_on, idx_mma_on, att_mma_on,
+        att_dec_on, branch_on;
     if (env_switch("DSV4_CUDA_GRAPHS", 1, "CUDA graphs", &graphs_on, err) ||
         env_choice("DSV4_CUDA_PDL", CU_PDL_EXIT, CU_PDL_EXIT,
                    "0 (plain edges in the CUDA graphs), 1 (programmatic from launch completion) or 2 (from exit)", &pdl_on, err) ||
@@ -508,8 +497,6 @@ int cuda_model_init(struct dsv4_model *m, const cuda_placement *p, dsv4_error *e
         env_switch("DSV4_CUDA_GEMM", 1, "the tiled GEMM for many tokens", &gemm_on, err) ||
         env_switch("DSV4_CUDA_STREAM", 0, "the streaming kernel for up to 8 tokens", &stream_on, err) ||
         env_switch("DSV4_CUDA_EXPERT_LEAN", 1, "the lean FP4 expert kernel", &lean_on, err) ||
-        env_switch("DSV4_CUDA_MMA_DEC", 0, "FP8 linears of up to 8 tokens through the bulk copy engine", &dec_on, err) ||
-        env_switch("DSV4_CUDA_EXPERT_DEC", 0, "FP4 experts through the bulk copy engine", &expert_dec_on, err) ||
         env_switch("DSV4_CUDA_IDX_MMA", 1, "indexer scores on tensor cores in OFFICIAL mode", &idx_mma_on, err) ||
         env_switch("DSV4_CUDA_ATT_MMA", 0, "tensor-core attention in OFFICIAL mode", &att_mma_on, err) ||
         env_switch("DSV4_CUDA_ATT_DEC", 1, "the decode-sized attention scores kernel", &att_dec_on, err) ||
@@ -549,8 +536,6 @@ int cuda_model_init(struct dsv4_model *m, const cuda_placement *p, dsv4_error *e
     cu_mma_gemm_set(gemm_on ? CU_MMA_GEMM_MIN_T : 0, CU_MMA_GEMM_MIN_BLOCKS, gemm_on ? CU_MMA_GEMM_MIN_TILES : 0);   /* the same bits either way: a speed switch */
     cm->mma_stream = stream_on;   /* the same bits either way: a speed switch */
     cu_mma_expert_lean(lean_on);   /* the same bits either way: a speed switch (process-wide: the last load's setting holds) */
-    cu_mma_dec(dec_on ? 1 : 0);    /* likewise: one-token steps (k_mma.cu MMA_DEC) */
-    cu_mma_expert_dec(expert_dec_on);
     cm->idx_mma_on = idx_mma_on;
     cm->att_mma_on = att_mma_on;
     cm->att_dec_on = att_dec_on;

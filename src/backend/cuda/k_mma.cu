@@ -86,30 +86,6 @@ __device__ __forceinline__ uint2 ld_nc64(const uint8_t *p) {
     return v;
 }
 
-/* The bulk copy engine (cp.async.bulk, sm_90) into this block's shared memory, completing on an mbarrier: bar_init
- * once (one arrival a phase), then bar_arrive_expect (that arrival, and the bytes to come), bulk_to_shared for each
- * piece (bytes a multiple of 16, both addresses 16-byte aligned), and bar_wait for phase `parity` by every reader. */
-__device__ __forceinline__ unsigned smem_addr(const void *p) { return (unsigned)__cvta_generic_to_shared(p); }
-__device__ __forceinline__ void bar_init(uint64_t *bar, unsigned count) {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_addr(bar)), "r"(count) : "memory");
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-}
-__device__ __forceinline__ void bar_arrive_expect(uint64_t *bar, unsigned bytes) {
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_addr(bar)), "r"(bytes) : "memory");
-}
-__device__ __forceinline__ void bulk_to_shared(void *dst, const void *src, unsigned bytes, uint64_t *bar) {
-    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
-                 ::"r"(smem_addr(dst)), "l"(__cvta_generic_to_global(src)), "r"(bytes), "r"(smem_addr(bar))
-                 : "memory");
-}
-__device__ __forceinline__ void bar_wait(uint64_t *bar, unsigned parity) {
-    asm volatile("{\n\t.reg .pred done;\n"
-                 "BAR_WAIT_%=:\n\t"
-                 "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n\t"
-                 "@!done bra BAR_WAIT_%=;\n}"
-                 ::"r"(smem_addr(bar)), "r"(parity) : "memory");
-}
-
 /* ---- end of PTX ---- */
 
 __device__ __forceinline__ uint4 ld16(const uint8_t *p) { return *(const uint4 *)p; }
@@ -435,92 +411,6 @@ __global__ void __launch_bounds__(32 * MMA_PARTS) k_mma_linear(dsv4_weight w_a, 
     mma_block<FP4, MT, NT, U, VEC>(w, xq, ldq, xs, lds, T, y, ldy, out_bf16, blockIdx.x * 16 * MT, blockIdx.y * 8 * NT, NULL, 0, 0);
 }
 
-/* ---- FP8 linears of up to 8 tokens through the bulk copy engine (MMA_DEC) ----
- * mma_block<FP8, 1, 1, 4> holds a tile's weight bytes in registers on their way to the MMAs: 156 registers a thread,
- * three 4-warp blocks an SM, 32 KB of loads in flight a block, and a K = 4096 tile in two round trips (run 44's
- * micro-benchmark: 4096 x 4096 at 7.8 us, 2.1 TB/s; 512 x 4096 at 5.1 us; run 45: the decode step's FP8 linears at
- * 1.9-2.1 TB/s, 20.7 % of it). Here warp 0 hands the whole tile, its 16 weight rows and the T activation rows, to
- * the bulk copy engine (cp.async.bulk, one instruction a row, completing on an mbarrier) into shared memory, rows
- * padded by 16 bytes (the fragment reads below then meet no bank twice); the scales are decoded into shared memory
- * meanwhile. Nothing waits in registers, so the bytes in flight are bounded by shared memory (a 4096-column tile
- * 66 KB, three blocks an SM) and a tile arrives in one round trip. Then warp p makes partial p from shared memory
- * exactly as mma_block's warp p does from its loads: chunks c = p, p + 4, ... in increasing c, the same four MMAs of
- * the same words from a fresh fragment (zeros for tokens >= T), p = fmaf(P, sw sx, p), and mma_sum_store. Rows past
- * the weight are not copied: their lanes multiply whatever shared memory holds, into elements that are never
- * stored (an MMA element depends on its own row and column only). The bits are mma_block's (test_gpu_mma memcmps
- * them: cu_mma_dec). The weight rows are asked for before dev_grid_wait: they are the model's, which no kernel writes.
- * Measured (runs 49-50): no faster than mma_block at one token in isolation (a call costs ~4 us of latency plus its
- * bytes at ~4.3 TB/s either way), slower in the model (decode 101-103 vs 105-106 tok/s; 90 under programmatic edges
- * from launch completion, whose early blocks hold the SMs the kernel before still needs). Off by default
- * (DSV4_CUDA_MMA_DEC=1 for one-token steps). */
-#ifndef MMA_DEC
-#define MMA_DEC 0   /* the most tokens k_mma_dec takes (0: none; the measurements above); the model's comes from
-                     * DSV4_CUDA_MMA_DEC (cuda_model.c). At 8 tokens it was 1.4x slower (run 49: 8 activation rows a
-                     * block, less room, fewer blocks an SM) */
-#endif
-
-/* Shared memory of a k_mma_dec block: 16 weight rows and T activation rows of K + 16 bytes, then the weight scales
- * of the tile's first and last rows' 128-row blocks and the T activation scales, a float per chunk each. */
-static size_t dec_smem_bytes(int K, int T) { return (size_t)(16 + T) * (K + 16) + sizeof(float) * (size_t)(2 + T) * (K / 128); }
-
-__global__ void __launch_bounds__(32 * MMA_PARTS) k_mma_dec(dsv4_weight w_a, dsv4_weight w_b, const uint8_t *__restrict__ xq, int ldq,
-                                                            const float *__restrict__ xs, int lds, int T, float *y_a, int ldy_a,
-                                                            float *y_b, int ldy_b, int out_bf16) {
-    dev_grid_early();   /* the weight rows and their scales are asked for before dev_grid_wait (cu_common.cuh) */
-    extern __shared__ __align__(128) uint8_t dec_smem[];
-    __shared__ float red[MMA_PARTS - 1][4][32];
-    __shared__ uint64_t bar;
-    const dsv4_weight w = blockIdx.z ? w_b : w_a;
-    float *y = blockIdx.z ? y_b : y_a;
-    const int ldy = blockIdx.z ? ldy_b : ldy_a, row_base = blockIdx.x * 16;
-    if (row_base >= w.rows) {   /* the whole block: a pair's shorter weight */
-        dev_grid_wait();
-        return;
-    }
-    const int lane = threadIdx.x & 31, part = threadIdx.x >> 5, g = lane >> 2, q = lane & 3;
-    const int N = w.rows, K = w.cols, nchunk = K / 128, pitch = K + 16, rows = min(16, N - row_base);
-    uint8_t *wsm = dec_smem, *xsm = dec_smem + 16 * pitch;
-    float *sws = (float *)(xsm + T * pitch), *sxs = sws + 2 * nchunk;   /* [2][nchunk], [T][nchunk] */
-    if (threadIdx.x == 0) bar_init(&bar, 1);
-    __syncthreads();
-    /* lanes 0 .. rows - 1 of warp 0: a weight row each, now; lanes 16 .. 16 + T - 1: an activation row each, once the
-     * kernel before (which wrote them) has completed. One arrival announces all of the bytes. */
-    if (part == 0) {
-        if (lane == 0) bar_arrive_expect(&bar, (unsigned)(rows + T) * (unsigned)K);
-        __syncwarp();
-        if (lane < rows) bulk_to_shared(wsm + lane * pitch, (const uint8_t *)w.data + (int64_t)(row_base + lane) * K, K, &bar);
-    }
-    const int sb0 = (w.row0 + row_base) / 128, sb1 = (w.row0 + row_base + rows - 1) / 128;   /* sb1 = sb0 or sb0 + 1 */
-    for (int i = threadIdx.x; i < 2 * nchunk; i += blockDim.x)
-        sws[i] = dev_e8m0(w.scale[(int64_t)(i < nchunk ? sb0 : sb1) * w.scale_cols + i % nchunk]);
-    dev_grid_wait();
-    if (part == 0 && lane >= 16 && lane < 16 + T) bulk_to_shared(xsm + (lane - 16) * pitch, xq + (int64_t)(lane - 16) * ldq, K, &bar);
-    for (int i = threadIdx.x; i < T * nchunk; i += blockDim.x) sxs[i] = xs[(int64_t)(i / nchunk) * lds + i % nchunk];
-    __syncthreads();
-    bar_wait(&bar, 0);
-    const uint8_t *a0 = wsm + g * pitch + 32 * q, *a1 = wsm + (g + 8) * pitch + 32 * q, *bp = xsm + g * pitch + 32 * q;
-    const float *sw0 = sws + ((w.row0 + row_base + g) / 128 == sb0 ? 0 : nchunk);
-    const float *sw1 = sws + ((w.row0 + row_base + g + 8) / 128 == sb0 ? 0 : nchunk);
-    const bool tok = g < T, x0v = 2 * q < T, x1v = 2 * q + 1 < T;
-    const float *sx0 = sxs + (x0v ? 2 * q : 0) * nchunk, *sx1 = sxs + (x1v ? 2 * q + 1 : 0) * nchunk;
-    float acc[1][1][4] = { { { 0.0f, 0.0f, 0.0f, 0.0f } } };
-    for (int c = part; c < nchunk; c += MMA_PARTS) {
-        const uint4 r0l = *(const uint4 *)(a0 + 128 * c), r0h = *(const uint4 *)(a0 + 128 * c + 16);
-        const uint4 r1l = *(const uint4 *)(a1 + 128 * c), r1h = *(const uint4 *)(a1 + 128 * c + 16);
-        const uint4 bl = tok ? *(const uint4 *)(bp + 128 * c) : make_uint4(0, 0, 0, 0);
-        const uint4 bh = tok ? *(const uint4 *)(bp + 128 * c + 16) : make_uint4(0, 0, 0, 0);
-        float f[4] = { 0.0f, 0.0f, 0.0f, 0.0f };
-        mma_e4m3(f, r0l.x, r1l.x, r0l.y, r1l.y, MMA_B01(bl.x, bl.y));   /* j = 0: words 0, 1 */
-        mma_e4m3(f, r0l.z, r1l.z, r0l.w, r1l.w, bl.z, bl.w);   /* j = 1: words 2, 3 */
-        mma_e4m3(f, r0h.x, r1h.x, r0h.y, r1h.y, bh.x, bh.y);   /* j = 2: words 4, 5 */
-        mma_e4m3(f, r0h.z, r1h.z, r0h.w, r1h.w, bh.z, bh.w);   /* j = 3: words 6, 7 */
-        const float sw[2] = { sw0[c], sw1[c] }, sx[2] = { x0v ? sx0[c] : 0.0f, x1v ? sx1[c] : 0.0f };
-#pragma unroll
-        for (int e = 0; e < 4; e++) acc[0][0][e] = fmaf(f[e], sw[e >> 1] * sx[e & 1], acc[0][0][e]);
-    }
-    mma_sum_store<1, 1>(acc, red, N, T, y, ldy, out_bf16, row_base, 0, 0);
-}
-
 /* An expert another GPU holds (cuda_ep.h) or the host computes: its rows [row_base, +16) of pairs p0 .. p0 + n - 1
  * are EP_ABSENT_ROW, the exact gather's identity. */
 __device__ __forceinline__ void expert_absent(float *y, int ldy, int p0, int n, int row_base, int rows) {
@@ -538,7 +428,7 @@ struct expert_tile {
 };
 
 /* Opens the block's tile into t: false when the block has nothing (more) to do — a tile past n_tiles, an absent
- * expert (its rows written EP_ABSENT_ROW here), a tile without pairs (the lean kernels' clamps need one). */
+ * expert (its rows written EP_ABSENT_ROW here), a tile without pairs (the lean kernel's clamps need one). */
 __device__ __forceinline__ bool expert_tile_open(const dsv4_weight *experts_a, const dsv4_weight *experts_b, const cu_moe_plan &plan, int rows,
                                                  float *y_a, float *y_b, int ldy, expert_tile &t) {
     const int tile = blockIdx.y;
@@ -597,7 +487,8 @@ __global__ void __launch_bounds__(32 * MMA_PARTS, VEC ? MMA_EXPERT_BLOCKS : MMA_
  *     an mma.sync.aligned, which all 32 lanes must execute together.
  * Every stored element gets the operands, scales, fmaf chains and partial order of mma_block's (warp p: chunks
  * p, p + 4, ... in increasing order; each block's MMA from 0, then fmaf(P, sw * sx, p)): the same bits, which
- * test_gpu_mma checks by memcmp against the plain linear. MMA_EXPERT_LEAN_U chunks' loads in flight a warp. */
+ * test_gpu_mma checks by memcmp against the plain linear. MMA_EXPERT_LEAN_U chunks' loads in flight a warp. A variant
+ * with the tile in shared memory through the bulk copy engine was measured slower (runs 48-50, docs/GPU_RUNS.md). */
 #ifndef MMA_EXPERT_LEAN
 #define MMA_EXPERT_LEAN 1   /* the model's default comes from DSV4_CUDA_EXPERT_LEAN (cuda_model.c) */
 #endif
@@ -702,122 +593,6 @@ __global__ void __launch_bounds__(32 * MMA_PARTS, MMA_EXPERT_LEAN_BLOCKS) k_mma_
     mma_sum_store<1, 1>(acc, red, rows, n, y, ldy, out_bf16, row_base, 0, p0);
 }
 
-/* ---- FP4 experts of whole chunks through the bulk copy engine (MMA_EXPERT_DEC) ----
- * k_mma_expert_lean's work with its operands in shared memory: warp 0 hands the tile's 16 weight rows and its pairs'
- * input rows to the bulk copy engine (one cp.async.bulk a row, completing on an mbarrier) while the block copies
- * the rows' scale bytes and the pairs' activation scales, then each warp runs lean_chunk on its chunks from shared
- * memory. Run 45's ncu of the lean kernel: latency-bound (40 % of stalls on L1TEX), 1 KB a warp in flight (U 1;
- * more chunks a warp cost registers and blocks), 46 % excess sectors (4-byte loads 16 bytes apart); here a K = 4096
- * tile, 32 KB, is in flight at once and read from shared memory without waste. The operands, clamps (rows past the
- * weight re-read its last row, pairs past the tile's count its last pair: elements never stored), warp-uniform
- * E8M0 choice, fmaf chains and partial order are the lean kernel's: the same bits (test_gpu_mma memcmps them against
- * the plain linear). Row pitches are padded so that the fragment reads meet no bank twice: weight rows by 16 bytes
- * (lane (g, q) reads word q of a 16-byte block of row g), input rows by 32 (8-byte reads), scale rows by 4.
- * Measured slower than the lean kernel (runs 49-50: one MoE layer 64.5 vs 53 us at 8 tokens, decode 98.8 vs 105
- * tok/s): off by default, kept as the switch DSV4_CUDA_EXPERT_DEC for the next attempt at the experts' latency. */
-#ifndef MMA_EXPERT_DEC
-#define MMA_EXPERT_DEC 0   /* the model's default comes from DSV4_CUDA_EXPERT_DEC (cuda_model.c): off, run 49 timed it slower */
-#endif
-
-/* The layout of a k_mma_expert_dec block's shared memory for K columns and room for P pairs. */
-struct expert_dec_layout {
-    int wpitch, xpitch, spitch, x_off, s_off, sx_off;
-    size_t bytes;
-};
-__host__ __device__ __forceinline__ expert_dec_layout expert_dec_smem(int K, int P) {
-    expert_dec_layout l;
-    l.wpitch = K / 2 + 16;
-    l.xpitch = K + 32;
-    l.spitch = K / 32 + 4;
-    l.x_off = 16 * l.wpitch;
-    l.s_off = l.x_off + P * l.xpitch;
-    l.sx_off = (l.s_off + 16 * l.spitch + 15) / 16 * 16;
-    l.bytes = (size_t)l.sx_off + sizeof(float) * (size_t)P * (K / 128);
-    return l;
-}
-
-__global__ void __launch_bounds__(32 * MMA_PARTS) k_mma_expert_dec(const dsv4_weight *__restrict__ experts_a,
-                                                                   const dsv4_weight *__restrict__ experts_b, int rows, cu_moe_plan plan,
-                                                                   int pmax, const uint8_t *__restrict__ xq, int ldq,
-                                                                   const float *__restrict__ xs, int lds, int x_by_pair, float *y_a,
-                                                                   float *y_b, int ldy, int out_bf16) {
-    dev_grid_wait();   /* the plan, hence which weight, comes from the kernels before */
-    extern __shared__ __align__(128) uint8_t dec_smem[];
-    __shared__ float red[MMA_PARTS - 1][4][32];
-    __shared__ uint64_t bar;
-    expert_tile t;
-    if (!expert_tile_open(experts_a, experts_b, plan, rows, y_a, y_b, ldy, t)) return;
-    const dsv4_weight &w = t.w;
-    float *y = t.y;
-    const int p0 = t.p0, n = t.n, row_base = t.row_base;
-    if (n > pmax) __trap();   /* the plan broke its max_pairs: a bug, never an input (cu_moe_routed sets it from T) */
-    const int lane = threadIdx.x & 31, part = threadIdx.x >> 5, g = lane >> 2, q = lane & 3;
-    const int K = w.cols, nchunk = K / 128, nr = min(16, rows - row_base), sc = K / 32;
-    const expert_dec_layout l = expert_dec_smem(K, pmax);
-    uint8_t *wsm = dec_smem, *xsm = dec_smem + l.x_off, *ssm = dec_smem + l.s_off;
-    float *sxs = (float *)(dec_smem + l.sx_off);   /* [n][nchunk] */
-    const int32_t *in_rows = x_by_pair ? NULL : plan.pair_token;
-    if (threadIdx.x == 0) bar_init(&bar, 1);
-    __syncthreads();
-    /* an FP4 weight need only be 4-byte aligned (a file's tensor): the bulk copy wants 16, else the block copies words */
-    const uint8_t *wd = (const uint8_t *)w.data + (int64_t)row_base * (K / 2);
-    const bool w16 = ((uintptr_t)wd & 15) == 0;
-    if (part == 0) {   /* lanes 0 .. nr - 1: a weight row each; lanes 16 .. 16 + n - 1: a pair's input row each */
-        if (lane == 0) bar_arrive_expect(&bar, (w16 ? (unsigned)nr * (unsigned)(K / 2) : 0u) + (unsigned)n * (unsigned)K);
-        __syncwarp();
-        if (lane < nr && w16) bulk_to_shared(wsm + lane * l.wpitch, wd + (int64_t)lane * (K / 2), K / 2, &bar);
-        else if (lane >= 16 && lane < 16 + n) bulk_to_shared(xsm + (lane - 16) * l.xpitch, xq + mma_in_row(in_rows, p0, lane - 16) * ldq, K, &bar);
-    }
-    if (!w16)
-        for (int i = threadIdx.x; i < nr * (K / 8); i += blockDim.x)
-            *(uint32_t *)(wsm + (i / (K / 8)) * l.wpitch + 4 * (i % (K / 8))) = *(const uint32_t *)(wd + 4 * (int64_t)i);
-    /* the scale bytes of the tile's rows: a word a thread where the rows are word-aligned (run 49: a byte a thread
-     * in a loop of 16 dependent loads cost the kernel a third of its speed), else bytes */
-    const uint8_t *srow = w.scale + (int64_t)(w.row0 + row_base) * w.scale_cols;
-    if (((uintptr_t)srow & 3) == 0 && (w.scale_cols & 3) == 0) {
-        const int sw4 = sc / 4;
-        uint32_t v[4];
-#pragma unroll
-        for (int k = 0; k < 4; k++) {   /* 16 rows x up to 64 words over 128 threads: all loads out first */
-            const int i = threadIdx.x + k * blockDim.x;
-            v[k] = i < nr * sw4 ? ld_nc32(srow + (int64_t)(i / sw4) * w.scale_cols + 4 * (i % sw4)) : 0u;
-        }
-#pragma unroll
-        for (int k = 0; k < 4; k++) {
-            const int i = threadIdx.x + k * blockDim.x;
-            if (i < nr * sw4) *(uint32_t *)(ssm + (i / sw4) * l.spitch + 4 * (i % sw4)) = v[k];
-        }
-        for (int i = threadIdx.x + 4 * blockDim.x; i < nr * sw4; i += blockDim.x)   /* K > 8192 */
-            *(uint32_t *)(ssm + (i / sw4) * l.spitch + 4 * (i % sw4)) = ld_nc32(srow + (int64_t)(i / sw4) * w.scale_cols + 4 * (i % sw4));
-    } else {
-        for (int i = threadIdx.x; i < nr * sc; i += blockDim.x) ssm[(i / sc) * l.spitch + i % sc] = srow[(int64_t)(i / sc) * w.scale_cols + i % sc];
-    }
-    for (int i = threadIdx.x; i < n * nchunk; i += blockDim.x) sxs[i] = xs[mma_in_row(in_rows, p0, i / nchunk) * lds + i % nchunk];
-    __syncthreads();
-    bar_wait(&bar, 0);
-    const int g0 = min(g, nr - 1), g1 = min(g + 8, nr - 1);   /* the lean kernel's clamps */
-    const uint8_t *a0 = wsm + g0 * l.wpitch + 4 * q, *a1 = wsm + g1 * l.wpitch + 4 * q;   /* block j of chunk c: + 64 c + 16 j */
-    const uint8_t *s0 = ssm + g0 * l.spitch, *s1 = ssm + g1 * l.spitch;   /* chunk c: + 4 c */
-    const uint8_t *bp = xsm + min(g, n - 1) * l.xpitch + 8 * q;           /* block j of chunk c: + 128 c + 32 j */
-    const float *sx0 = sxs + min(2 * q, n - 1) * nchunk, *sx1 = sxs + min(2 * q + 1, n - 1) * nchunk;
-    float acc[1][1][4] = { { { 0.0f, 0.0f, 0.0f, 0.0f } } };
-    for (int c = part; c < nchunk; c += MMA_PARTS) {
-        uint32_t a0w[4], a1w[4];
-        uint2 b[4];
-#pragma unroll
-        for (int j = 0; j < 4; j++) {
-            a0w[j] = *(const uint32_t *)(a0 + 64 * c + 16 * j);
-            a1w[j] = *(const uint32_t *)(a1 + 64 * c + 16 * j);
-            b[j] = *(const uint2 *)(bp + 128 * c + 32 * j);
-        }
-        const uint32_t sw0 = *(const uint32_t *)(s0 + 4 * c), sw1 = *(const uint32_t *)(s1 + 4 * c);
-        /* warp-uniform, as in the lean kernel: each branch holds its own mma.sync.aligned */
-        if (!__any_sync(0xffffffffu, e8m0_special2(sw0, sw1))) lean_chunk<true>(acc[0][0], a0w, a1w, sw0, sw1, b, sx0[c], sx1[c]);
-        else lean_chunk<false>(acc[0][0], a0w, a1w, sw0, sw1, b, sx0[c], sx1[c]);
-    }
-    mma_sum_store<1, 1>(acc, red, rows, n, y, ldy, out_bf16, row_base, 0, p0);
-}
-
 /* One warp per (row, 128-column block): the block's scale from its amax by act_quant's rule, then each value over
  * it as E4M3 (exact for act-quantized rows: cu_mma.h). Lane l handles columns 4l .. 4l + 3 of the block. */
 __global__ void k_mma_pack_act(const float *__restrict__ x, int ldx, int T, int K, uint8_t *__restrict__ xq, int ldq,
@@ -903,14 +678,6 @@ extern "C" int cu_mma_fp4_vec(int mode) { return switch_to(&fp4_vec, mode == 1 |
 static int expert_lean = MMA_EXPERT_LEAN;
 extern "C" int cu_mma_expert_lean(int on) { return switch_to(&expert_lean, on != 0); }
 
-/* FP8 linears of up to mma_dec (<= 8) tokens by k_mma_dec (MMA_DEC) until cu_mma_dec changes it. */
-static int mma_dec = MMA_DEC;
-extern "C" int cu_mma_dec(int max_t) { return switch_to(&mma_dec, max_t < 0 ? 0 : max_t > 8 ? 8 : max_t); }
-
-/* FP4 experts of whole chunks by k_mma_expert_dec (MMA_EXPERT_DEC) until cu_mma_expert_dec changes it. */
-static int expert_dec = MMA_EXPERT_DEC;
-extern "C" int cu_mma_expert_dec(int on) { return switch_to(&expert_dec, on != 0); }
-
 /* One weight's output (of a pair: cu_mma_linear_pair). */
 typedef struct {
     const dsv4_weight *w;
@@ -940,55 +707,12 @@ static void mma_launch(cu_stream st, int nz, mma_out a, mma_out b, const uint8_t
                                                                                   out_bf16);
 }
 
-/* The dynamic shared memory a k_mma_dec or k_mma_expert_dec block may take on the current device, both kernels opted
- * in once (0: none, or the opt-in failed: the other kernels then, the same bits). A block's static and dynamic
- * shared memory together must stay within the device's opt-in limit (run 48: asking for the limit less 1 KB beside
- * 1.6 KB of static arrays was refused, and both kernels fell back silently; test_gpu_mma now counts their launches). */
-static int dec_smem_limit(void) {
-    static int limit[32];   /* per device: the attribute is each device's */
-    int dev = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 32) {
-        (void)cudaGetLastError();
-        return 0;
-    }
-    if (!limit[dev]) {
-        int optin = 0;
-        cudaFuncAttributes fa, fe;
-        limit[dev] = -1;
-        if (cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) == cudaSuccess &&
-            cudaFuncGetAttributes(&fa, k_mma_dec) == cudaSuccess && cudaFuncGetAttributes(&fe, k_mma_expert_dec) == cudaSuccess) {
-            const int lim = optin - (int)(fa.sharedSizeBytes > fe.sharedSizeBytes ? fa.sharedSizeBytes : fe.sharedSizeBytes);
-            if (cudaFuncSetAttribute(k_mma_dec, cudaFuncAttributeMaxDynamicSharedMemorySize, lim) == cudaSuccess &&
-                cudaFuncSetAttribute(k_mma_expert_dec, cudaFuncAttributeMaxDynamicSharedMemorySize, lim) == cudaSuccess)
-                limit[dev] = lim;
-        }
-        if (limit[dev] < 0) (void)cudaGetLastError();
-    }
-    return limit[dev] > 0 ? limit[dev] : 0;
-}
-
-/* Launches of k_mma_dec (0) and k_mma_expert_dec (1) so far, for the tests (a kernel that falls back silently would
- * make its memcmp compare the small tiles with themselves). */
-static unsigned long dec_launches[2];
-extern "C" unsigned long cu_mma_dec_launches(int experts) { return dec_launches[experts != 0]; }
-
-/* k_mma_dec when the tile fits in shared memory: 1 = launched. */
-static int dec_launch(cu_stream st, int nz, mma_out a, mma_out b, const uint8_t *xq, int ldq, const float *xs, int lds, int T, int o) {
-    const size_t smem = dec_smem_bytes(a.w->cols, T);
-    if (smem > (size_t)dec_smem_limit()) return 0;
-    const int rows = nz == 2 && b.w->rows > a.w->rows ? b.w->rows : a.w->rows;
-    k_mma_dec<<<dim3(cu_blocks(rows, 16), 1, nz), 32 * MMA_PARTS, smem, (cudaStream_t)st>>>(*a.w, *b.w, xq, ldq, xs, lds, T, a.y, a.ldy, b.y,
-                                                                                           b.ldy, o);
-    dec_launches[0]++;
-    return 1;
-}
-
 /* The tile from T (never the order): up to 8 tokens one n8 column and 16 rows a block, four chunks' loads in flight
- * (decode streams the weight); up to 32 tokens 16 rows x 32 tokens (the weight read once); more, 64 (FP4) or 32 (FP8)
- * rows x 32 tokens. */
+ * (decode streams the weight; an FP8 variant through the bulk copy engine was measured slower: runs 48-50,
+ * docs/GPU_RUNS.md); up to 32 tokens 16 rows x 32 tokens (the weight read once); more, 64 (FP4) or 32 (FP8) rows x 32
+ * tokens. */
 template <int FP4>
 static void mma_dispatch(cu_stream st, int nz, mma_out a, mma_out b, const uint8_t *xq, int ldq, const float *xs, int lds, int T, int o) {
-    if (!FP4 && T <= mma_dec && dec_launch(st, nz, a, b, xq, ldq, xs, lds, T, o)) return;   /* the same bits */
     if (T <= 8) mma_launch<FP4, 1, 1, 4>(st, nz, a, b, xq, ldq, xs, lds, T, o);
     else if (T <= 32) mma_launch<FP4, 1, 4, 2>(st, nz, a, b, xq, ldq, xs, lds, T, o);
     else if constexpr (FP4) mma_launch<FP4, 4, 4, 1>(st, nz, a, b, xq, ldq, xs, lds, T, o);
@@ -1092,13 +816,7 @@ static void expert_launch(cu_stream st, int nz, const dsv4_weight *experts_a, co
                           const cu_moe_plan *plan, int max_tiles, const uint8_t *xq, int ldq, const float *xs, int lds, int x_by_pair,
                           float *y_a, float *y_b, int ldy, int out_bf16) {
     dim3 grid(cu_blocks(rows, 16), max_tiles, nz);
-    const int pmax = plan->max_pairs > 0 && plan->max_pairs < CU_MOE_TILE ? plan->max_pairs : CU_MOE_TILE;
-    const size_t dec_smem = expert_dec_smem(cols, pmax).bytes;
-    if (fp4 && expert_dec && cols % 128 == 0 && dec_smem <= (size_t)dec_smem_limit()) {
-        k_mma_expert_dec<<<grid, 32 * MMA_PARTS, dec_smem, (cudaStream_t)st>>>(experts_a, experts_b, rows, *plan, pmax, xq, ldq, xs, lds,
-                                                                               x_by_pair, y_a, y_b, ldy, out_bf16);
-        dec_launches[1]++;
-    } else if (fp4 && expert_lean && cols % 128 == 0)
+    if (fp4 && expert_lean && cols % 128 == 0)
         k_mma_expert_lean<MMA_EXPERT_LEAN_U><<<grid, 32 * MMA_PARTS, 0, (cudaStream_t)st>>>(experts_a, experts_b, rows, *plan, xq, ldq, xs, lds,
                                                                                           x_by_pair, y_a, y_b, ldy, out_bf16);
     else if (fp4 && fp4_vec == 2)

@@ -49,8 +49,6 @@ static inline cudaError_t cudaDeviceGetAttribute(int *v, cudaDeviceAttr a, int) 
     return cudaSuccess;
 }
 template <typename F> static inline cudaError_t cudaFuncSetAttribute(F, cudaFuncAttribute, int) { return cudaSuccess; }
-struct cudaFuncAttributes { size_t sharedSizeBytes; };
-template <typename F> static inline cudaError_t cudaFuncGetAttributes(cudaFuncAttributes *a, F) { a->sharedSizeBytes = 2048; return cudaSuccess; }
 static inline cudaError_t cudaGetLastError(void) { return cudaSuccess; }
 #define DEV_HW_E4M3 0   /* no cvt instruction here: cu_common.cuh's code search */
 
@@ -78,10 +76,7 @@ void __syncthreads(void);
 void shim_bar_sync(unsigned id, unsigned n);
 static inline void dev_bar_sync(int id, int n) { shim_bar_sync((unsigned)id, (unsigned)n); }
 static inline void dev_grid_wait(void) {}   /* launches run one after another: nothing to wait for */
-static inline void dev_grid_early(void) {}   /* cu_common.cuh: a marker, no instruction */
 static inline void __trap(void) { fprintf(stderr, "shim: __trap\n"); abort(); }
-/* a shared-memory address as the PTX helpers take it: here the pointer itself (shim_frag.h's helpers get pointers) */
-static inline size_t __cvta_generic_to_shared(const void *p) { return (size_t)p; }
 /* The 32 values of the caller's warp at this warp intrinsic (lane i's value at index i), once every lane gave its own. */
 const uint64_t *shim_warp_exchange(uint64_t v);
 

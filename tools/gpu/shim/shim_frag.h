@@ -56,24 +56,4 @@ static inline uint32_t ld_nc32(const uint8_t *p) {
     if ((uintptr_t)p & 3) { fprintf(stderr, "shim: ld_nc32 at %p: not 4-byte aligned\n", (const void *)p); abort(); }
     return *(const uint32_t *)p;
 }
-/* cp.async.bulk into shared memory completing on an mbarrier (k_mma.cu bar_init .. bar_wait): the copy is a memcpy
- * (alignment and size checked as the hardware requires), and the barrier a count of the bytes announced by
- * bar_arrive_expect less those copied: bar_wait aborts unless they match (on the GPU a phase whose bytes never all
- * arrive hangs the block). The callers reach bar_wait only after a __syncthreads that follows every copy. */
-static inline void bar_init(uint64_t *bar, unsigned count) { (void)count; *bar = 0; }
-static inline void bar_arrive_expect(uint64_t *bar, unsigned bytes) { *bar += bytes; }
-static inline void bulk_to_shared(void *dst, const void *src, unsigned bytes, uint64_t *bar) {
-    if ((uintptr_t)dst % 16 || (uintptr_t)src % 16 || bytes % 16) {
-        fprintf(stderr, "shim: bulk_to_shared %p <- %p, %u bytes: not 16-byte aligned\n", dst, src, bytes);
-        abort();
-    }
-    memcpy(dst, src, bytes);
-    *bar -= bytes;
-}
-static inline void bar_wait(uint64_t *bar, unsigned parity) {
-    if (*bar || parity) {
-        fprintf(stderr, "shim: bar_wait with %lld bytes announced but not copied (phase %u)\n", (long long)*bar, parity);
-        abort();
-    }
-}
 #endif

@@ -22,8 +22,7 @@ quant = open("src/backend/cuda/cu_quant.cuh").read()
 out = ['#include "cuda_shim.h"', '#include "shim_frag.h"', '#include <algorithm>', '#include <climits>', 'using std::min;',
        'extern "C" {', '#include "util/error.h"', '}', '#include "backend/cuda/cu_mma.h"', '#include "backend/cuda/cu_mma_gemm.h"', '#include "backend/cuda/cu_mma_stream.h"', '#include "model/expert_place.h"',
        '#include "model/e2m1_f16.h"', '#include "dsv4.h"',
-       'static inline int cu_blocks(int64_t n, int per) { return (int)((n + per - 1) / per); }',
-       'static unsigned char shim_dyn_smem[256 * 1024] __attribute__((aligned(16)));']
+       'static inline int cu_blocks(int64_t n, int per) { return (int)((n + per - 1) / per); }']
 a = common.index("/* ---- number formats"); b = common.index("/* ---- weights")
 out.append(common[a:b])
 a = quant.index("/* The scale of one block"); b = quant.rindex("#endif")
@@ -39,12 +38,9 @@ a = src.index('extern "C" int cu_mma_pack_act')
 body += src[a:]
 # the kernels declare their reduction arrays at the top (thread 0 poisons them before any warp writes)
 body = poison_shared(body)
-# k_mma_dec's dynamic shared memory, poisoned once a block by thread 0 before any thread can have written it
-body = re.sub(r"extern __shared__ [^;]*?(\w+)\[\];",
-              r"uint8_t *\1 = shim_dyn_smem; shim_poison_block(shim_dyn_smem, sizeof shim_dyn_smem);", body)
 n0 = body.count("<<<")
 body, _ = launches(body, r"k_mma_\w+(?:<[^<>;]*>)?")
-assert n0 == 11 and "<<<" not in body, n0
+assert n0 == 9 and "<<<" not in body, n0
 out.append(body)
 # the large-T GEMM (k_mma_gemm.cu, its own shim: shim_gemm.sh) switched off: every call takes k_mma.cu's kernels
 out.append('extern "C" int cu_mma_gemm_linear(cu_stream, const dsv4_weight *, const uint8_t *, int, const float *, int, int, float *, int, int) '
