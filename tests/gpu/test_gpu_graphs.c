@@ -235,6 +235,19 @@ static void graphs_match_direct(void **state) {
     free(on.bytes);
 }
 
+/* A load of the fixture's model with name=value set fails with DSV4_E_ARG and one line naming the variable. */
+static void expect_load_refused(fixture *f, const char *name, const char *value) {
+    set_env(name, value);
+    dsv4_load_opts lo = { .mode = f->tp->mode, .quiet = 1, .device = DSV4_DEVICE_CUDA, .kv_format = f->tp->kv };
+    dsv4_error err;
+    dsv4_model *bad = NULL;
+    const int rc = dsv4_model_load(f->dir, &lo, &bad, &err);
+    set_env(name, NULL);
+    if (rc != DSV4_E_ARG || !strstr(err.msg, name) || strchr(err.msg, '\n'))
+        fail_msg("%s=%s: load gave %d (%s)", name, value, rc, rc ? err.msg : "no error");
+    if (!rc) dsv4_model_free(bad);
+}
+
 /* DSV4_CUDA_GRAPHS=0 at load launches directly, with the same bytes; a value other than 0 or 1 fails the load. */
 static void env_switch(void **state) {
     fixture *f = *state;
@@ -255,15 +268,7 @@ static void env_switch(void **state) {
     free(t.bytes);
     dsv4_model_free(m);
 
-    load_env("2");
-    dsv4_load_opts lo = { .mode = f->tp->mode, .quiet = 1, .device = DSV4_DEVICE_CUDA, .kv_format = f->tp->kv };
-    dsv4_error err;
-    dsv4_model *bad = NULL;
-    const int rc = dsv4_model_load(f->dir, &lo, &bad, &err);
-    load_env(NULL);
-    if (rc != DSV4_E_ARG || !strstr(err.msg, "DSV4_CUDA_GRAPHS") || strchr(err.msg, '\n'))
-        fail_msg("DSV4_CUDA_GRAPHS=2: load gave %d (%s)", rc, rc ? err.msg : "no error");
-    if (!rc) dsv4_model_free(bad);
+    expect_load_refused(f, "DSV4_CUDA_GRAPHS", "2");
 }
 
 /* DSV4_CUDA_BRANCH (cuda_step.c branch_fork): the default model's graphs join branches where the layers have them
@@ -295,15 +300,7 @@ static void branch_switch(void **state) {
     free(t.bytes);
     dsv4_model_free(m);
 
-    set_env("DSV4_CUDA_BRANCH", "2");
-    dsv4_load_opts lo = { .mode = f->tp->mode, .quiet = 1, .device = DSV4_DEVICE_CUDA, .kv_format = f->tp->kv };
-    dsv4_error err;
-    dsv4_model *bad = NULL;
-    const int rc = dsv4_model_load(f->dir, &lo, &bad, &err);
-    set_env("DSV4_CUDA_BRANCH", NULL);
-    if (rc != DSV4_E_ARG || !strstr(err.msg, "DSV4_CUDA_BRANCH") || strchr(err.msg, '\n'))
-        fail_msg("DSV4_CUDA_BRANCH=2: load gave %d (%s)", rc, rc ? err.msg : "no error");
-    if (!rc) dsv4_model_free(bad);
+    expect_load_refused(f, "DSV4_CUDA_BRANCH", "2");
 }
 
 /* DSV4_CUDA_PDL=0, 1 and 2 at load: graphs with plain edges, or programmatic ones (from launch completion, from
@@ -332,15 +329,7 @@ static void pdl_switch(void **state) {
         dsv4_model_free(m);
     }
 
-    set_env("DSV4_CUDA_PDL", "3");
-    dsv4_load_opts lo = { .mode = f->tp->mode, .quiet = 1, .device = DSV4_DEVICE_CUDA, .kv_format = f->tp->kv };
-    dsv4_error err;
-    dsv4_model *bad = NULL;
-    const int rc = dsv4_model_load(f->dir, &lo, &bad, &err);
-    set_env("DSV4_CUDA_PDL", NULL);
-    if (rc != DSV4_E_ARG || !strstr(err.msg, "DSV4_CUDA_PDL") || strchr(err.msg, '\n'))
-        fail_msg("DSV4_CUDA_PDL=3: load gave %d (%s)", rc, rc ? err.msg : "no error");
-    if (!rc) dsv4_model_free(bad);
+    expect_load_refused(f, "DSV4_CUDA_PDL", "3");
 }
 
 static void both(void **state) {
