@@ -309,8 +309,9 @@ static void quant_rows_if(step_ctx *s, float *x, int rows, int n) {
  * so they see everything enqueued before. In a captured step the branch is a parallel path of the graph, so its
  * kernels run beside the main chain's, which leave most of the GPU idle at decode (each waits on its own latency).
  * Every kernel gets the same inputs in either order, so the bits are those of one stream. branch_fork returns the
- * main stream to give to branch_end (NULL: no branch, everything stays on s->st); one branch at a time. Not under
- * the per-stage profiler, whose marks wait for one stream. */
+ * main stream to give to branch_end (NULL: no branch, everything stays on s->st). Branches forked before a join run
+ * one after another on the side stream (a step_attention has two: the compressors, then idx_wq_b). Not under the
+ * per-stage profiler, whose marks wait for one stream. */
 static cu_stream branch_fork(step_ctx *s) {
     struct cuda_model *cm = s->cm;
     if (!cm->branch_on || cm->prof.on) return NULL;
