@@ -468,8 +468,8 @@ static int init_ranks(struct cuda_model *cm, const struct dsv4_model *m, int n, 
  *                       kernel did not fit f32 rows (the bench's default KV) and was never taken there.
  *   DSV4_CUDA_BRANCH    a layer's chains that do not depend on each other run on a second stream, a branch of the
  *                       step's graph (cuda_step.c branch_fork): the shared expert beside the router and the routed
- *                       experts, the compressors' projections beside the query path; default on. Each kernel gets
- *                       the same inputs either way, so the same bits; 0 = one stream. */
+ *                       experts, the compressors' projections and the indexer's queries beside the query path;
+ *                       default on. Each kernel gets the same inputs either way, so the same bits; 0 = one stream. */
 static int env_choice(const char *name, int dflt, int max, const char *what, int *val, dsv4_error *err) {
     const char *v = getenv(name);
     *val = dflt;

@@ -505,10 +505,10 @@ static void step_moe(step_ctx *s, const cu_layer *ly, int L) {
     /* experts in host memory (cuda_host_experts.h): the host needs this layer's rows and routing first */
     cu_host_experts *hx = L >= 0 && s->cm->hx && ly == &s->cm->layers[L] && s->cm->hx->n_host[L] ? s->cm->hx : NULL;
     /* the shared expert on a branch beside the router and the routed experts (its outputs are its own, read by
-     * cu_hc_post_moe), where its input rows are already packed (tensor cores; else it reads the routed experts'
-     * act_quant copy) and the routed experts stay on this GPU */
+     * cu_hc_post_moe), where its input rows are already packed (in_packed: tensor cores, so step_hc_pre packed them;
+     * else it reads the routed experts' act_quant copy) and the routed experts stay on this GPU */
     const int in_packed = cu_moe_input_packed(&b, &ly->ex, s->official, d);
-    cu_stream br = !hx && !(ly->ep && s->cm->ep) && b.xq_ready && in_packed ? branch_fork(s) : NULL;
+    cu_stream br = !hx && !(ly->ep && s->cm->ep) && in_packed ? branch_fork(s) : NULL;
     if (br) {
         shared_expert(s, ly, 1);
         branch_end(s, br);
