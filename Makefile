@@ -59,10 +59,11 @@ LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o)
 # the scalar copy (no FMA unit assumed) and the vector copies compute the same expressions.
 ISA_SRC  := $(sort $(wildcard src/backend/cpu/isa/*.c))
 ifneq ($(filter x86_64%,$(shell $(CC) -dumpmachine)),)
-ISAS     := scalar avx2 avx512
+ISAS     := scalar avx2 avx512 avx512bf16
 ISA_FLAGS_scalar := -mno-avx
 ISA_FLAGS_avx2   := -mavx2 -mfma -mf16c -mno-avx512f
 ISA_FLAGS_avx512 := -mavx2 -mfma -mf16c -mavx512f -mavx512bw -mavx512dq -mavx512vl
+ISA_FLAGS_avx512bf16 := $(ISA_FLAGS_avx512) -mavx512bf16
 else
 ISAS     := scalar
 endif

@@ -508,7 +508,7 @@ int cmd_bench(int argc, char **argv) {
            "%s kernels%s%s%s\n",
            model_dir, m->cfg.n_layers, m->cfg.dim, dsv4_total_weight_bytes(m) / 1e9, dsv4_decode_weight_bytes(m) / 1e9,
            dsv4_pool_threads(m->pool), mode == DSV4_MODE_OFFICIAL ? "official" : "exact",
-           m->device == DSV4_DEVICE_CPU ? dsv4_pool_kernels(m->pool)->name : "cuda", m->amx ? " (AMX linears)" : "",
+           m->device == DSV4_DEVICE_CPU ? dsv4_pool_kernels(m->pool)->name : "cuda", m->dots == CPU_DOTS_AMX ? " (AMX linears)" : m->dots == CPU_DOTS_PAIRS ? " (bf16 pair dots)" : "",
            !m->cuda ? "" : graphs.on ? ", CUDA graphs on" : ", CUDA graphs off (DSV4_CUDA_GRAPHS=0)",
            !m->cuda || mode != DSV4_MODE_OFFICIAL ? "" : cuda_mma_on(m) ? ", FP8 tensor cores" : ", FP8 tensor cores off (DSV4_CUDA_MMA=0)");
     if (m->cfg.synthetic_holes)

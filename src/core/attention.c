@@ -287,16 +287,16 @@ void attention_qkv(struct dsv4_model *m, const dsv4_layer *ly, dsv4_workspace *w
         for (int t = 0; t < T; t++) act_quant_fp8_inplace(ws->u + (int64_t)t * d, d, 128);
         x8 = ws->u;
     }
-    linear_bf16_in(m->amx, m->pool, &ly->wq_a, x8, T, d, ws->qr, c->q_lora);
+    linear_bf16_in(m->dots, m->pool, &ly->wq_a, x8, T, d, ws->qr, c->q_lora);
     num_bf16(mode, ws->qr, (long)T * c->q_lora);
     for (int t = 0; t < T; t++) {
         float *qr = ws->qr + (int64_t)t * c->q_lora;
         rmsnorm(mode, qr, ly->q_norm, c->q_lora, c->norm_eps, qr);
         if (is_official(mode)) act_quant_fp8_inplace(qr, c->q_lora, 128); /* input of wq_b and indexer.wq_b */
     }
-    linear_bf16_in(m->amx, m->pool, &ly->wq_b, ws->qr, T, c->q_lora, ws->q, H * D);
+    linear_bf16_in(m->dots, m->pool, &ly->wq_b, ws->qr, T, c->q_lora, ws->q, H * D);
     num_bf16(mode, ws->q, (long)T * H * D);
-    linear_bf16_in(m->amx, m->pool, &ly->wkv, x8, T, d, ws->kv, D);
+    linear_bf16_in(m->dots, m->pool, &ly->wkv, x8, T, d, ws->kv, D);
     num_bf16(mode, ws->kv, (long)T * D);
     dsv4_pool_run(m->pool, T, prepare_qkv, &a);
 }
@@ -309,12 +309,12 @@ void attention_output(struct dsv4_model *m, const dsv4_layer *ly, dsv4_workspace
     const int HD_G = H * D / G, zl = G * c->o_lora;
     for (int g = 0; g < G; g++) {
         dsv4_weight wg = weight_rows(&ly->wo_a, g * c->o_lora, c->o_lora);
-        linear_bf16_in(m->amx, m->pool, &wg, ws->o + (int64_t)g * HD_G, T, H * D, ws->z + (int64_t)g * c->o_lora, zl);
+        linear_bf16_in(m->dots, m->pool, &wg, ws->o + (int64_t)g * HD_G, T, H * D, ws->z + (int64_t)g * c->o_lora, zl);
     }
     num_bf16(mode, ws->z, (long)T * zl);
     if (is_official(mode))
         for (int t = 0; t < T; t++) act_quant_fp8_inplace(ws->z + (int64_t)t * zl, zl, 128);
-    linear_bf16_in(m->amx, m->pool, &ly->wo_b, ws->z, T, zl, ws->sub, d);
+    linear_bf16_in(m->dots, m->pool, &ly->wo_b, ws->z, T, zl, ws->sub, d);
     num_bf16(mode, ws->sub, (long)T * d);
 }
 
@@ -327,16 +327,16 @@ void attention_forward(struct dsv4_model *m, const dsv4_layer *ly, int L, dsv4_w
     attention_qkv(m, ly, ws);
     if (ly->ratio) {
         const int w = (ly->comp.overlap ? 2 : 1) * D;
-        linear_bf16_in(m->amx, m->pool, &ly->comp.wkv, ws->xn, T, d, ws->ck, w);
-        linear_bf16_in(m->amx, m->pool, &ly->comp.wgate, ws->xn, T, d, ws->cz, w);
+        linear_bf16_in(m->dots, m->pool, &ly->comp.wkv, ws->xn, T, d, ws->ck, w);
+        linear_bf16_in(m->dots, m->pool, &ly->comp.wgate, ws->xn, T, d, ws->cz, w);
     }
     if (ly->ratio == 4) {
         const int nI = c->index_n_heads, cI = c->index_head_dim;
-        linear_bf16_in(m->amx, m->pool, &ly->icomp.wkv, ws->xn, T, d, ws->ick, 2 * cI);
-        linear_bf16_in(m->amx, m->pool, &ly->icomp.wgate, ws->xn, T, d, ws->icz, 2 * cI);
-        linear_bf16_in(m->amx, m->pool, &ly->idx_wq_b, ws->qr, T, c->q_lora, ws->qi, nI * cI);
+        linear_bf16_in(m->dots, m->pool, &ly->icomp.wkv, ws->xn, T, d, ws->ick, 2 * cI);
+        linear_bf16_in(m->dots, m->pool, &ly->icomp.wgate, ws->xn, T, d, ws->icz, 2 * cI);
+        linear_bf16_in(m->dots, m->pool, &ly->idx_wq_b, ws->qr, T, c->q_lora, ws->qi, nI * cI);
         num_bf16(mode, ws->qi, (long)T * nI * cI);
-        linear_bf16_in(m->amx, m->pool, &ly->idx_weights_proj, ws->xn, T, d, ws->wi, nI);
+        linear_bf16_in(m->dots, m->pool, &ly->idx_weights_proj, ws->xn, T, d, ws->wi, nI);
         num_bf16(mode, ws->wi, (long)T * nI);
     }
     if (ly->ratio) dsv4_pool_run(m->pool, T, prepare_tokens, &a);

@@ -138,7 +138,7 @@ static int setup_batch(dsv4_model *m, int T, int64_t pos0, const int32_t *tok, d
 static void fp8_rows(dsv4_model *m, const dsv4_weight *w, float *x, int n, float *y) {
     if (is_official(m->mode))
         for (int t = 0; t < n; t++) act_quant_fp8_inplace(x + (int64_t)t * w->cols, w->cols, 128);
-    linear_bf16_in(m->amx, m->pool, w, x, n, w->cols, y, w->rows);
+    linear_bf16_in(m->dots, m->pool, w, x, n, w->cols, y, w->rows);
     num_bf16(m->mode, y, (long)n * w->rows);
 }
 

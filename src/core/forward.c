@@ -227,7 +227,7 @@ void forward_finish(struct dsv4_model *m, const dsv4_hc_weights *hc_head, const 
                                                            : it->logits + (int64_t)(it->want == DSV4_LOGITS_ALL ? k : 0) * V;
         }
     }
-    linear_bf16_in_scatter(m->amx, m->pool, &m->head, ws->u, R, c->dim, ws->head_out);   /* h: bf16 (rmsnorm) */
+    linear_bf16_in_scatter(m->dots, m->pool, &m->head, ws->u, R, c->dim, ws->head_out);   /* h: bf16 (rmsnorm) */
     /* the sampled tokens, from each item's last row (core/sample.h: the CUDA kernel draws the same) */
     for (int i = 0, r = 0; i < b->n_items; i++) {
         dsv4_step_item *it = &b->items[i];

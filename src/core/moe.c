@@ -30,7 +30,7 @@ static void top_k_experts(const float *score, const float *bias, int E, int k, i
 static void route(struct dsv4_model *m, const dsv4_layer *layer, dsv4_workspace *ws) {
     const dsv4_config *c = &m->cfg;
     const int T = ws->batch.T, E = c->n_routed, K = c->n_act;
-    linear_bf16_in(m->amx, m->pool, &layer->gate, ws->xn, T, c->dim, ws->router, E);
+    linear_bf16_in(m->dots, m->pool, &layer->gate, ws->xn, T, c->dim, ws->router, E);
     for (int t = 0; t < T; t++) {
         float *s = ws->router + (int64_t)t * E;
         for (int e = 0; e < E; e++) s[e] = sqrtf(softplusf(s[e]));

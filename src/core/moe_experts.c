@@ -1,5 +1,6 @@
 #include "core/moe_experts.h"
 #include "backend/cpu/amx.h"
+#include "backend/cpu/pairs.h"
 #include "backend/cpu/isa.h"
 #include "core/numerics.h"
 #include <math.h>
@@ -35,10 +36,10 @@ static void activation_cols(dsv4_mode mode, float lim, const moe_expert_call *c,
 
 void moe_expert_one(struct dsv4_model *m, const moe_expert_call *c) {
     const int d = m->cfg.dim, I = m->cfg.moe_inter, n = c->n;
-    linear_bf16_in(m->amx, m->pool, c->w1, c->x, n, d, c->g, I);
-    linear_bf16_in(m->amx, m->pool, c->w3, c->x, n, d, c->v, I);
+    linear_bf16_in(m->dots, m->pool, c->w1, c->x, n, d, c->g, I);
+    linear_bf16_in(m->dots, m->pool, c->w3, c->x, n, d, c->v, I);
     activation_cols(m->mode, m->cfg.swiglu_limit, c, I, 0, I);
-    linear_bf16_in(m->amx, m->pool, c->w2, c->g, n, I, c->y, d);
+    linear_bf16_in(m->dots, m->pool, c->w2, c->g, n, I, c->y, d);
     num_bf16(m->mode, c->y, (long)n * d);
 }
 
@@ -57,8 +58,9 @@ typedef struct {
     const moe_expert_call *calls;
     int n_calls, d, I;
     int down;                                /* 0: w1, w3 and the activation; 1: w2 */
-    int amx;                                 /* the model's linears_quantized_in run on AMX (m->amx) */
-    cpu_amx_tokens tok[MOE_GROUP_CALLS + 1]; /* with amx: each call's phase input in the tiles' layout */
+    cpu_dots dots;                           /* the model's order of bf16-input linears (m->dots) */
+    cpu_amx_tokens tok[MOE_GROUP_CALLS + 1]; /* with AMX: each call's phase input in the tiles' layout */
+    cpu_pairs_tokens ptok[MOE_GROUP_CALLS + 1]; /* with the pair order: each call's phase input as bf16s */
     int order[MOE_GROUP_CALLS + 1];          /* the calls by decreasing cost of a unit */
     int first_unit[MOE_GROUP_CALLS + 2];     /* the units of call order[i]: first_unit[i] .. first_unit[i + 1] - 1 */
     atomic_int next;                         /* the next unit no thread has taken */
@@ -95,12 +97,18 @@ static void plan_units(group_job *j) {
 }
 
 /* Rows [r0, r1) of y = w x over call ci's tokens, by the kernel linear_bf16_in would pick for w: the AMX
- * tiles when the model runs on AMX and w's format fits (the tokens then made at the phase's start, unless that
- * ran out of memory: cpu_linear_amx also falls back to the fp32 kernels then), else the pool's linear_rows. */
+ * tiles or the pair order's rows when the model takes that order and w's format fits (the tokens then made at
+ * the phase's start, unless that ran out of memory: cpu_linear_amx and cpu_linear_pairs also fall back to the
+ * fp32 kernels then), else the pool's linear_rows. */
 static void rows_of(const group_job *j, int ci, const dsv4_weight *w, const float *x, int ldx, float *y, int ldy,
                     int r0, int r1, int thread) {
-    if (j->amx && j->tok[ci].xv && cpu_amx_usable(w)) {
+    if (j->dots == CPU_DOTS_AMX && j->tok[ci].xv && cpu_amx_usable(w)) {
         cpu_amx_rows(w, &j->tok[ci], y, ldy, r0, r1, thread);
+        return;
+    }
+    if (j->dots == CPU_DOTS_PAIRS && j->ptok[ci].xb && cpu_pairs_usable(w)) {
+        cpu_pairs_job pj = { w, &j->ptok[ci], y, NULL, ldy };
+        j->k->pairs_rows(&pj, r0, r1, thread);
         return;
     }
     cpu_linear_job lj = { w, x, y, NULL, j->calls[ci].n, ldx, ldy };
@@ -138,14 +146,26 @@ static void group_units(void *ctx, int begin, int end, int thread) {
     }
 }
 
-/* With AMX: each call's input of this phase (x for w1 and w3, the activation for w2) in the tiles' layout. */
+/* With AMX or the pair order: each call's input of this phase (x for w1 and w3, the activation for w2) in the
+ * layout of its kernel. */
 static void phase_tokens(group_job *j) {
     for (int c = 0; c < j->n_calls; c++) {
         const moe_expert_call *e = &j->calls[c];
+        const float *x = j->down ? e->g : e->x;
+        const int cols = j->down ? j->I : j->d;
         j->tok[c].xv = NULL;
-        if (e->n > 0)
-            (void)(j->down ? cpu_amx_tokens_make(&j->tok[c], e->g, e->n, j->I, j->I)
-                           : cpu_amx_tokens_make(&j->tok[c], e->x, e->n, j->d, j->d));
+        j->ptok[c].xb = NULL;
+        j->ptok[c].range = NULL;
+        if (e->n <= 0) continue;
+        if (j->dots == CPU_DOTS_AMX) (void)cpu_amx_tokens_make(&j->tok[c], x, e->n, cols, cols);
+        if (j->dots == CPU_DOTS_PAIRS) (void)cpu_pairs_tokens_make(&j->ptok[c], x, e->n, cols, cols);
+    }
+}
+
+static void phase_tokens_free(group_job *j) {
+    for (int c = 0; c < j->n_calls; c++) {
+        if (j->dots == CPU_DOTS_AMX) cpu_amx_tokens_free(&j->tok[c]);
+        if (j->dots == CPU_DOTS_PAIRS) cpu_pairs_tokens_free(&j->ptok[c]);
     }
 }
 
@@ -158,13 +178,12 @@ void moe_experts_grouped(struct dsv4_model *m, const moe_expert_call *calls, int
     j.n_calls = n_calls > MOE_GROUP_CALLS + 1 ? MOE_GROUP_CALLS + 1 : n_calls;   /* (callers never pass more) */
     j.d = m->cfg.dim;
     j.I = m->cfg.moe_inter;
-    j.amx = m->amx;
+    j.dots = m->dots;
     /* every w2 reads the whole activation of its call, so the down phase starts after the gate/up phase */
     for (j.down = 0; j.down <= 1; j.down++) {
         plan_units(&j);
-        if (j.amx) phase_tokens(&j);
+        phase_tokens(&j);
         dsv4_pool_run(m->pool, dsv4_pool_threads(m->pool), group_units, &j);
-        if (j.amx)
-            for (int c = 0; c < j.n_calls; c++) cpu_amx_tokens_free(&j.tok[c]);
+        phase_tokens_free(&j);
     }
 }

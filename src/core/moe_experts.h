@@ -5,8 +5,9 @@
  *
  * Both give the same bits for every output element: each row of each projection is computed by the pool's
  * linear_rows over that expert's n tokens exactly as cpu_linear computes it (the fused one-token dot when
- * n == 1, the tile kernel otherwise, dot_f32's reduction order either way; on AMX, cpu_amx_rows as
- * cpu_linear_amx computes it), and the roundings between them
+ * n == 1, the tile kernel otherwise, dot_f32's reduction order either way; in the pair order, its rows as
+ * cpu_linear_pairs computes them; on AMX, cpu_amx_rows as cpu_linear_amx computes it), and the roundings
+ * between them
  * (bf16, clamped SwiGLU, the OFFICIAL FP8 quantization per 128 columns) are element-wise or per 128-column
  * block, so cutting the work into row blocks and spreading them over threads changes no value. */
 #ifndef DSV4_CORE_MOE_EXPERTS_H
@@ -27,8 +28,9 @@ typedef struct {
 enum { MOE_GROUP_CALLS = 64 };
 
 /* Every call, two pool dispatches in all. n_calls <= MOE_GROUP_CALLS + 1 (the shared expert may ride along).
- * A model on AMX (m->amx) runs its rows on the tiles as cpu_linear_amx would (backend/cpu/amx.h's pieces). */
+ * A model in the pair order or on AMX (m->dots) runs its rows as cpu_linear_pairs or cpu_linear_amx would
+ * (backend/cpu/pairs.h's and amx.h's pieces). */
 void moe_experts_grouped(struct dsv4_model *m, const moe_expert_call *calls, int n_calls);
-/* One call as three linears (linear_bf16_in: the AMX path when m->amx), three pool dispatches. */
+/* One call as three linears (linear_bf16_in, in the model's order m->dots), three pool dispatches. */
 void moe_expert_one(struct dsv4_model *m, const moe_expert_call *call);
 #endif

@@ -16,7 +16,7 @@ static void fp8_linear_rows(dsv4_model *m, const dsv4_weight *w, float *x, int n
     const int d = m->cfg.dim;
     if (is_official(m->mode))
         for (int t = 0; t < n; t++) act_quant_fp8_inplace(x + (int64_t)t * d, d, 128);
-    linear_bf16_in(m->amx, m->pool, w, x, n, d, y, w->rows);
+    linear_bf16_in(m->dots, m->pool, w, x, n, d, y, w->rows);
     num_bf16(m->mode, y, (long)n * w->rows);
 }
 

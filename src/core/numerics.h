@@ -18,19 +18,17 @@ static inline float num_bf16_1(dsv4_mode m, float x) { return is_official(m) ? r
 
 /* y = W x for an input whose values OFFICIAL mode has made exact bf16s: FP8-quantized (act_quant_fp8_inplace,
  * the FP8 linears' inputs) or rounded to bf16 (the BF16 and fp32 linears of spec §3.6 whose input is a bf16
- * tensor: wo_a, the compressors, the indexer's weights_proj, the router, the LM head). A model loaded with cpu_amx (OFFICIAL
- * only: `amx` is the model's flag) takes the AMX path with the accumulation order of backend/cpu/amx.h, for
- * every T; otherwise cpu_linear. Products of two bf16s are exact in fp32, so either way only the accumulation
- * order differs from the official GPU kernels' (spec §3.6). */
-static inline void linear_bf16_in(int amx, dsv4_pool *pool, const dsv4_weight *w, const float *x, int T,
+ * tensor: wo_a, the compressors, the indexer's weights_proj, the router, the LM head), in the order the model
+ * chose at load (`dots`, kernels.h: CPU_DOTS_F32 in EXACT mode and on the GPU's host side, the pair order of
+ * backend/cpu/pairs.h by default in OFFICIAL mode on the CPU, AMX's with cpu_amx), for every T. Products of two
+ * bf16s are exact in fp32, so only the accumulation order differs from the official GPU kernels' (spec §3.6). */
+static inline void linear_bf16_in(cpu_dots dots, dsv4_pool *pool, const dsv4_weight *w, const float *x, int T,
                                   int ldx, float *y, int ldy) {
-    if (amx) cpu_linear_bf16in(pool, w, x, T, ldx, y, ldy);
-    else cpu_linear(pool, w, x, T, ldx, y, ldy);
+    cpu_linear_bf16in(pool, dots, w, x, T, ldx, y, ldy);
 }
 /* The same with one output row per token, y_rows[t] (the LM head writing into each caller's logits). */
-static inline void linear_bf16_in_scatter(int amx, dsv4_pool *pool, const dsv4_weight *w, const float *x, int T,
+static inline void linear_bf16_in_scatter(cpu_dots dots, dsv4_pool *pool, const dsv4_weight *w, const float *x, int T,
                                           int ldx, float *const *y_rows) {
-    if (amx) cpu_linear_bf16in_scatter(pool, w, x, T, ldx, y_rows);
-    else cpu_linear_scatter(pool, w, x, T, ldx, y_rows);
+    cpu_linear_bf16in_scatter(pool, dots, w, x, T, ldx, y_rows);
 }
 #endif

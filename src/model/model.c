@@ -401,7 +401,15 @@ int dsv4_model_load(const char *dir, const dsv4_load_opts *opts, dsv4_model **ou
             rc = dsv4_fail(err, DSV4_E_UNSUPPORTED, "cpu_amx: this CPU or kernel has no AMX-BF16 (needs AMX-TILE, AMX-BF16 and Linux 5.16+)");
             goto fail;
         }
-        m->amx = 1;
+        m->dots = CPU_DOTS_AMX;
+    } else if (opts->mode == DSV4_MODE_OFFICIAL && opts->device == DSV4_DEVICE_CPU) {
+        /* the pair order (backend/cpu/pairs.h); DSV4_CPU_PAIRS=0 keeps EXACT's fp32 order, for comparisons */
+        const char *e = getenv("DSV4_CPU_PAIRS");
+        if (e && strcmp(e, "0") && strcmp(e, "1")) {
+            rc = dsv4_fail(err, DSV4_E_ARG, "DSV4_CPU_PAIRS: expected 0 or 1, got '%s'", e);
+            goto fail;
+        }
+        m->dots = e && !strcmp(e, "0") ? CPU_DOTS_F32 : CPU_DOTS_PAIRS;
     }
     if (opts->device != DSV4_DEVICE_CPU && opts->device != DSV4_DEVICE_CUDA) {
         rc = dsv4_fail(err, DSV4_E_ARG, "unknown device %d (cpu = 0, cuda = 1)", opts->device);

@@ -3,6 +3,7 @@
  * weights, biases, sinks, ape, hc parameters) are decoded once into owned fp32 arrays. */
 #ifndef DSV4_MODEL_MODEL_H
 #define DSV4_MODEL_MODEL_H
+#include "backend/cpu/kernels.h"
 #include "backend/cpu/pool.h"
 #include "model/config.h"
 #include "model/inventory.h"
@@ -81,7 +82,9 @@ typedef struct {
 struct dsv4_model {
     dsv4_config cfg;
     dsv4_mode mode;
-    int amx;                 /* OFFICIAL linears with bf16-exact inputs on AMX (dsv4_load_opts.cpu_amx, CPU device) */
+    cpu_dots dots;           /* the order of the linears with bf16-exact inputs (backend/cpu/kernels.h): OFFICIAL on the
+                              * CPU device: the pair order (pairs.h), or AMX's (dsv4_load_opts.cpu_amx), or fp32 with
+                              * DSV4_CPU_PAIRS=0; EXACT, and every CUDA model: fp32 */
     int moe_per_expert;      /* run the MoE experts one at a time, three pool dispatches each, instead of grouped
                               * (core/moe_experts.h): the reference the grouped run is tested against */
     uint64_t routed_bytes;   /* weight bytes of the routed experts CPU steps have run, each once a step

@@ -18,8 +18,8 @@
 #include "helpers/testmodel.h"
 #include "helpers/testweight.h"
 
-static const char *const all_sets[] = { "avx512", "avx2", "scalar" };
-enum { N_SETS = 3 };
+static const char *const all_sets[] = { "avx512bf16", "avx512", "avx2", "scalar" };
+enum { N_SETS = 4 };
 
 /* DSV4_QUICK (the sanitizer run, where the scalar set's FMAs are library calls): fewer shapes, tokens, modes. */
 static int quick(void) { return getenv("DSV4_QUICK") != NULL; }

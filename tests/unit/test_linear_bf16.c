@@ -1,10 +1,14 @@
-/* cpu_linear_bf16in, the OFFICIAL linear for bf16-exact inputs on AMX (backend/cpu/amx.h): on a CPU with
- * AMX-BF16 every output is the same bits whatever the number of tokens in the call, the chunking, the thread
+/* cpu_linear_bf16in, the OFFICIAL linear for bf16-exact inputs, in its two orders of its own: the pair order
+ * (backend/cpu/pairs.h, OFFICIAL's default on the CPU) everywhere, and AMX's (backend/cpu/amx.h) on a CPU with
+ * AMX-BF16. Every output is the same bits whatever the number of tokens in the call, the chunking, the thread
  * count and the row view (memcmp against one token at a time), and each is the dot product within the rounding
  * of an fp32 accumulation (against a double-precision sum of the exactly decoded weights times the inputs: a
- * wrong decoded weight, a lost tile or a swapped pair exceeds it); a model loaded with cpu_amx keeps the parity
- * matrix's memcmp across one-shot, token-by-token and chunked calls. Without AMX the tests report themselves
- * skipped (the kernels cannot run there; cpu_linear is test_linear's). */
+ * wrong decoded weight, a lost tile or a swapped pair exceeds it). The pair order is also held to its
+ * definition, written out below from pairs.h's text (fmaf steps on the exact values), bit for bit in every
+ * kernel set this CPU runs, including the VDPBF16PS tiles and the cases they must leave to the fp32 steps (tiny
+ * inputs, huge weights). A model loaded in either order keeps the parity matrix's memcmp across one-shot,
+ * token-by-token and chunked calls. Without AMX its tests report themselves skipped (cpu_linear is
+ * test_linear's). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -16,9 +20,12 @@
 #include <string.h>
 #include "backend/cpu/amx.h"
 #include "backend/cpu/cpufeat.h"
+#include "backend/cpu/isa.h"
 #include "backend/cpu/kernels.h"
+#include "backend/cpu/pairs.h"
 #include "model/formats.h"
 #include "helpers/testmodel.h"
+#include "model/model.h"
 
 static uint32_t rng_state = 777u;
 static uint32_t rnd(void) {
@@ -76,7 +83,25 @@ static float *make_inputs(int T, int cols, int ldx, int tiny) {
     return x;
 }
 
-static void check_shape(dsv4_pool *pool1, dsv4_pool *pool3, dsv4_wfmt fmt, int rows, int cols, int T, int scale_mode) {
+/* The pair order's definition (pairs.h), one output: the row's exact values and the token's as bf16s (they are),
+ * 32-column chunks padded with zeros, lane j: odd column then even column, fmaf each; the halving tree. */
+static float pairs_definition(const float *w, const float *x, int cols) {
+    float L[16] = {0};
+    for (int c = 0; c < cols; c += 32)
+        for (int j = 0; j < 16; j++) {
+            const int i1 = c + 2 * j + 1, i0 = c + 2 * j;
+            if (i1 < cols) L[j] = fmaf(w[i1], x[i1], L[j]);
+            else L[j] = fmaf(0.0f, 0.0f, L[j]);
+            if (i0 < cols) L[j] = fmaf(w[i0], x[i0], L[j]);
+            else L[j] = fmaf(0.0f, 0.0f, L[j]);
+        }
+    for (int s = 8; s > 0; s >>= 1)
+        for (int j = 0; j < s; j++) L[j] = L[j] + L[j + s];
+    return L[0];
+}
+
+static void check_shape(cpu_dots dots, dsv4_pool *pool1, dsv4_pool *pool3, dsv4_wfmt fmt, int rows, int cols, int T,
+                        int scale_mode) {
     test_weight tw = make_weight(fmt, rows, cols, scale_mode);
     const dsv4_weight *w = &tw.w;
     const int ldx = cols + 5, ldy = rows + 3;
@@ -85,17 +110,17 @@ static void check_shape(dsv4_pool *pool1, dsv4_pool *pool3, dsv4_wfmt fmt, int r
     float *one = malloc(sizeof(float) * (size_t)rows), *chunk = malloc(sizeof(float) * (size_t)T * ldy);
     float *row = malloc(sizeof(float) * (size_t)cols);
     assert_true(y && y3 && one && chunk && row);
-    cpu_linear_bf16in(pool1, w, x, T, ldx, y, ldy);
-    cpu_linear_bf16in(pool3, w, x, T, ldx, y3, ldy);
+    cpu_linear_bf16in(pool1, dots, w, x, T, ldx, y, ldy);
+    cpu_linear_bf16in(pool3, dots, w, x, T, ldx, y3, ldy);
     /* a chunking: pieces of 1..20 tokens */
     for (int t0 = 0; t0 < T;) {
         const int want = 1 + (int)(rnd() % 20), n = want < T - t0 ? want : T - t0;
-        cpu_linear_bf16in(pool3, w, x + (size_t)t0 * ldx, n, ldx, chunk + (size_t)t0 * ldy, ldy);
+        cpu_linear_bf16in(pool3, dots, w, x + (size_t)t0 * ldx, n, ldx, chunk + (size_t)t0 * ldy, ldy);
         t0 += n;
     }
     for (int t = 0; t < T; t++) {
         const float *xt = x + (size_t)t * ldx;
-        cpu_linear_bf16in(pool1, w, xt, 1, ldx, one, rows);
+        cpu_linear_bf16in(pool1, dots, w, xt, 1, ldx, one, rows);
         for (int o = 0; o < rows; o++) {
             const float got = y[(size_t)t * ldy + o];
             if (memcmp(&got, &one[o], sizeof got) || memcmp(&got, &y3[(size_t)t * ldy + o], sizeof got) ||
@@ -114,6 +139,10 @@ static void check_shape(dsv4_pool *pool1, dsv4_pool *pool3, dsv4_wfmt fmt, int r
             if (fabs(got - ref) > cols * 6e-8 * mag + 1e-30)
                 fail_msg("fmt %d rows %d cols %d: (o %d, t %d) %a, double sum %a (sum |products| %g)", fmt, rows, cols, o, t,
                          got, ref, mag);
+            const float def = pairs_definition(row, xt, cols);
+            if (dots == CPU_DOTS_PAIRS && memcmp(&got, &def, sizeof got))
+                fail_msg("fmt %d rows %d cols %d T %d scale mode %d: (o %d, t %d) %a, the pair order's definition %a", fmt,
+                         rows, cols, T, scale_mode, o, t, got, def);
         }
     }
     free(x); free(y); free(y3); free(one); free(chunk); free(row);
@@ -126,11 +155,7 @@ static int have_amx(void) {
     return 0;
 }
 
-static void amx_same_bits_any_batch(void **st) {
-    (void)st;
-    if (!have_amx()) skip();
-    dsv4_pool *p1 = dsv4_pool_new(1), *p3 = dsv4_pool_new(3);
-    assert_true(p1 && p3);
+static void same_bits_any_batch(cpu_dots dots, dsv4_pool *p1, dsv4_pool *p3) {
     /* columns past 512 take the chunked decode when T <= 48 and the whole-block decode above */
     static const struct { dsv4_wfmt fmt; int cols[4]; } shapes[] = {
         {WF_BF16, {64, 77, 512, 1100}}, {WF_FP8, {128, 200, 384, 1000}}, {WF_FP4, {32, 96, 288, 1056}},
@@ -140,44 +165,87 @@ static void amx_same_bits_any_batch(void **st) {
         for (int c = 0; c < 4; c++)
             for (size_t r = 0; r < sizeof rows / sizeof rows[0]; r++)
                 for (size_t t = 0; t < sizeof Ts / sizeof Ts[0]; t++)
-                    check_shape(p1, p3, shapes[s].fmt, rows[r], shapes[s].cols[c], Ts[t], 0);
-    for (int T = 1; T <= 20; T += 19) check_shape(p1, p3, WF_FP8, 21, 1152, T, 1);   /* the fp32-decoded rows */
+                    check_shape(dots, p1, p3, shapes[s].fmt, rows[r], shapes[s].cols[c], Ts[t], 0);
+    for (int T = 1; T <= 20; T += 19) check_shape(dots, p1, p3, WF_FP8, 21, 1152, T, 1);   /* the fp32-decoded rows */
+}
+
+static void amx_same_bits_any_batch(void **st) {
+    (void)st;
+    if (!have_amx()) skip();
+    dsv4_pool *p1 = dsv4_pool_new(1), *p3 = dsv4_pool_new(3);
+    assert_true(p1 && p3);
+    same_bits_any_batch(CPU_DOTS_AMX, p1, p3);
     dsv4_pool_free(p1);
     dsv4_pool_free(p3);
 }
 
-/* A row view (row0 != 0, FP8 scales looked up by global row) gives the full matrix's bits. */
-static void amx_row_view(void **st) {
+/* The pair order in every kernel set this CPU runs (the pools take the set; VDPBF16PS is avx512bf16's). */
+static void pairs_same_bits_any_batch(void **st) {
     (void)st;
-    if (!have_amx()) skip();
+    static const char *const sets[] = { "avx512bf16", "avx512", "avx2", "scalar" };
+    const int quick = getenv("DSV4_QUICK") != NULL;
+    printf("  kernel sets here:");
+    for (int i = 0; i < 4; i++) printf(" %s%s", sets[i], cpu_kernels_runnable(sets[i]) ? "" : " (cannot run)");
+    printf("\n");
+    for (int i = 0; i < 4; i++) {
+        const cpu_kernels *k;
+        dsv4_error err;
+        if (!cpu_kernels_runnable(sets[i]) || (quick && i == 3)) continue;
+        if (cpu_kernels_pick(sets[i], &k, &err)) fail_msg("%s", err.msg);
+        dsv4_pool *p1 = dsv4_pool_new(1), *p3 = dsv4_pool_new(3);
+        assert_true(p1 && p3);
+        dsv4_pool_set_kernels(p1, k);
+        dsv4_pool_set_kernels(p3, k);
+        same_bits_any_batch(CPU_DOTS_PAIRS, p1, p3);
+        dsv4_pool_free(p1);
+        dsv4_pool_free(p3);
+    }
+}
+
+/* A row view (row0 != 0, FP8 scales looked up by global row) gives the full matrix's bits. */
+static void row_view(cpu_dots dots) {
     dsv4_pool *pool = dsv4_pool_new(2);
     assert_non_null(pool);
     test_weight tw = make_weight(WF_FP8, 300, 256, 0);
     const int T = 9;
     float *x = make_inputs(T, 256, 256, 0), *full = malloc(sizeof(float) * T * 300), *part = malloc(sizeof(float) * T * 100);
     assert_true(full && part);
-    cpu_linear_bf16in(pool, &tw.w, x, T, 256, full, 300);
+    cpu_linear_bf16in(pool, dots, &tw.w, x, T, 256, full, 300);
     const dsv4_weight v = weight_rows(&tw.w, 150, 100);
-    cpu_linear_bf16in(pool, &v, x, T, 256, part, 100);
+    cpu_linear_bf16in(pool, dots, &v, x, T, 256, part, 100);
     for (int t = 0; t < T; t++) assert_memory_equal(part + t * 100, full + t * 300 + 150, sizeof(float) * 100);
     free(x); free(full); free(part); free(tw.data); free(tw.scale);
     dsv4_pool_free(pool);
 }
 
-/* A model loaded with cpu_amx (OFFICIAL): the logits of every position are the same bits in one call, token
- * by token and in random chunks (the parity matrix's claim, for the AMX linears). */
-static void amx_model_parity(void **st) {
+static void amx_row_view(void **st) {
     (void)st;
     if (!have_amx()) skip();
+    row_view(CPU_DOTS_AMX);
+}
+
+static void pairs_row_view(void **st) {
+    (void)st;
+    row_view(CPU_DOTS_PAIRS);
+}
+
+/* An OFFICIAL model in the order `want` (loaded with cpu_amx, or by default: the pair order): the logits of every
+ * position are the same bits in one call, token by token and in random chunks (the parity matrix's claim, for
+ * these linears), and differ from the fp32 order's (DSV4_CPU_PAIRS=0): the order is really in use. */
+static void model_parity(cpu_dots want) {
     enum { N = 150 };
     char dir[256];
     const char *sets[] = { "compress_ratios=[0,0,4,128,4,128]", "sliding_window=8", "index_topk=3" };
+    setenv("DSV4_CPU_PAIRS", "0", 1);
     dsv4_model *plain = tm_make("flash-tiny", sets, 3, 1234, DSV4_MODE_OFFICIAL, dir);
+    unsetenv("DSV4_CPU_PAIRS");
     assert_non_null(plain);
-    dsv4_load_opts lo = { .mode = DSV4_MODE_OFFICIAL, .quiet = 1, .cpu_amx = 1 };
+    assert_int_equal(plain->dots, CPU_DOTS_F32);
+    dsv4_load_opts lo = { .mode = DSV4_MODE_OFFICIAL, .quiet = 1, .cpu_amx = want == CPU_DOTS_AMX };
     dsv4_model *m;
     dsv4_error err;
     if (dsv4_model_load(dir, &lo, &m, &err)) fail_msg("%s", err.msg);
+    assert_int_equal(m->dots, want);
     dsv4_model_info info;
     dsv4_model_get_info(m, &info);
     int32_t tok[N];
@@ -189,7 +257,6 @@ static void amx_model_parity(void **st) {
     assert_true(ref && by_token && chunked && fp32);
     assert_memory_equal(ref, by_token, bytes);
     assert_memory_equal(ref, chunked, bytes);
-    /* the AMX linears are really in use: their accumulation order moves some logits off the fp32 kernels' */
     assert_true(memcmp(ref, fp32, bytes) != 0);
     free(ref); free(by_token); free(chunked); free(fp32);
     dsv4_model_free(m);
@@ -197,8 +264,46 @@ static void amx_model_parity(void **st) {
     tm_rmdir(dir);
 }
 
+static void amx_model_parity(void **st) {
+    (void)st;
+    if (!have_amx()) skip();
+    model_parity(CPU_DOTS_AMX);
+}
+
+static void pairs_model_parity(void **st) {
+    (void)st;
+    model_parity(CPU_DOTS_PAIRS);
+}
+
+/* DSV4_CPU_PAIRS takes 0 or 1 and nothing else (one line naming it). */
+static void pairs_env_checked(void **st) {
+    (void)st;
+    char dir[256];
+    dsv4_model *m0 = tm_make("flash-tiny", NULL, 0, 99, DSV4_MODE_OFFICIAL, dir);
+    assert_non_null(m0);
+    assert_int_equal(m0->dots, CPU_DOTS_PAIRS);
+    dsv4_model_free(m0);
+    dsv4_load_opts lo = { .mode = DSV4_MODE_OFFICIAL, .quiet = 1 };
+    dsv4_model *m = NULL;
+    dsv4_error err;
+    setenv("DSV4_CPU_PAIRS", "yes", 1);
+    assert_int_equal(dsv4_model_load(dir, &lo, &m, &err), DSV4_E_ARG);
+    assert_non_null(strstr(err.msg, "DSV4_CPU_PAIRS"));
+    assert_null(m);
+    unsetenv("DSV4_CPU_PAIRS");
+    lo.mode = DSV4_MODE_EXACT;   /* EXACT keeps its fp32 order */
+    if (dsv4_model_load(dir, &lo, &m, &err)) fail_msg("%s", err.msg);
+    assert_int_equal(m->dots, CPU_DOTS_F32);
+    dsv4_model_free(m);
+    tm_rmdir(dir);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(pairs_same_bits_any_batch),
+        cmocka_unit_test(pairs_row_view),
+        cmocka_unit_test(pairs_model_parity),
+        cmocka_unit_test(pairs_env_checked),
         cmocka_unit_test(amx_same_bits_any_batch),
         cmocka_unit_test(amx_row_view),
         cmocka_unit_test(amx_model_parity),

@@ -7,6 +7,7 @@
  * groups (48 tokens) run per pass over a row block, each with its C tile. */
 #include "backend/cpu/amx.h"
 #include "backend/cpu/cpufeat.h"
+#include "backend/cpu/isa.h"
 #include "backend/cpu/kernels.h"
 #include "model/formats.h"
 #include <immintrin.h>
@@ -39,84 +40,10 @@ static inline uint16_t f32_bits_hi(float f) {   /* the bf16 of an f32 that is on
     return (uint16_t)(u >> 16);
 }
 
-/* The bf16 bits of an E4M3 value times 2^(S-127): the byte's 7 magnitude bits shifted left by 4 are its
- * exponent and mantissa in bf16 position, with the exponent biased by 7 instead of 127, so adding
- * (S - 7) << 7 rebiases and scales at once. Subnormal codes (exponent 0) come from a table of their 8 values,
- * scaled by the same exponent addition. Exact while every result is a normal bf16: 10 <= S <= 246. */
-static int fp8_row_bf16(const uint8_t *src, const uint8_t *srow, int n, uint16_t *out) {
-    for (int b = 0; b < (n + 127) / 128; b++)
-        if (srow[b] < 10 || srow[b] > 246) return 0;
-    static const uint16_t sub_values[32] = { 0, 0x3b00, 0x3b80, 0x3bc0, 0x3c00, 0x3c20, 0x3c40, 0x3c60 };
-    const __m512i sub_table = _mm512_loadu_si512((const void *)sub_values);
-    int i = 0;
-    for (; i + 128 <= n; i += 128) {
-        const int S = srow[i / 128];
-        const __m512i bias = _mm512_set1_epi16((short)((S - 7) * 128));
-        const __m512i sub = _mm512_mask_add_epi16(sub_table, 0xfe, sub_table, _mm512_set1_epi16((short)((S - 127) * 128)));
-        for (int k = i; k < i + 128; k += 32) {
-            const __m512i w = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)(src + k)));
-            const __m512i mag = _mm512_and_si512(w, _mm512_set1_epi16(0x7f));
-            const __m512i normal = _mm512_add_epi16(_mm512_slli_epi16(mag, 4), bias);
-            const __mmask32 is_sub = _mm512_testn_epi16_mask(mag, _mm512_set1_epi16(0x78));
-            const __m512i v = _mm512_mask_permutexvar_epi16(normal, is_sub, mag, sub);
-            const __m512i sign = _mm512_slli_epi16(_mm512_and_si512(w, _mm512_set1_epi16(0x80)), 8);
-            _mm512_storeu_si512((void *)(out + k), _mm512_or_si512(v, sign));
-        }
-    }
-    for (; i < n; i++) out[i] = f32_bits_hi(dsv4_e4m3_table[src[i]] * e8m0_to_f32(srow[i / 128]));
-    return 1;
-}
-
-/* E2M1 codes through a 16-entry bf16 table whose nonzero entries get (S - 127) << 7 added per 32 weights.
- * The 16 bytes widened to 16 dwords give, with the high nibble moved to bits 16-19, the 32 word indices in
- * element order (element 2i = low nibble of byte i); vpermw reads the low 5 bits of each word. Exact for
- * 2 <= S <= 252. */
-static int fp4_row_bf16(const uint8_t *src, const uint8_t *srow, int n, uint16_t *out) {
-    for (int b = 0; b < n / 32; b++)
-        if (srow[b] < 2 || srow[b] > 252) return 0;
-    static const uint16_t values[32] = { 0, 0x3f00, 0x3f80, 0x3fc0, 0x4000, 0x4040, 0x4080, 0x40c0,
-                                         0, 0xbf00, 0xbf80, 0xbfc0, 0xc000, 0xc040, 0xc080, 0xc0c0 };
-    const __m512i table = _mm512_loadu_si512((const void *)values);
-    for (int i = 0; i < n; i += 32) {
-        const __m512i scaled = _mm512_mask_add_epi16(table, 0xfefe, table,
-                                                     _mm512_set1_epi16((short)((srow[i / 32] - 127) * 128)));
-        const __m512i d = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(src + i / 2)));
-        /* C ? A : B with C = 0xf: low word = low nibble, high word bits 0-3 = high nibble (bits 12-15 of the
-         * low word hold a copy of the low nibble, which vpermw ignores) */
-        const __m512i idx = _mm512_ternarylogic_epi32(d, _mm512_slli_epi32(d, 12), _mm512_set1_epi32(0xf), 0xe4);
-        _mm512_storeu_si512((void *)(out + i), _mm512_permutexvar_epi16(idx, scaled));
-    }
-    return 1;
-}
-
-/* Columns [c0, c0 + nc) of row `row` of w as bf16 into out[0..nc), zero at and beyond cols (c0 is a multiple
- * of 128; nc a multiple of 32). Column blocks whose scales fall outside the exact ranges above (never in real
- * checkpoints) are decoded in fp32 and truncated: the fast decoders give exactly those bits wherever they
- * apply, so how a row is cut into ranges never changes a value. */
+/* Columns [c0, c0 + nc) of row `row` of w as bf16 into out[0..nc), zero at and beyond cols: the pair order's
+ * exact decoders (isa/pairs.c's weight_row_bf16; the same bits in every set, so the best one). */
 static void row_bf16(const dsv4_weight *w, int row, int c0, int nc, uint16_t *out, float *ftmp) {
-    const int n = w->cols, nv = n - c0 < nc ? n - c0 : nc;   /* columns that exist */
-    int ok = 0;
-    switch (w->fmt) {
-    case WF_BF16:
-        memcpy(out, (const uint16_t *)w->data + (int64_t)row * n + c0, sizeof(uint16_t) * (size_t)nv);
-        ok = 1;
-        break;
-    case WF_FP8:
-        ok = fp8_row_bf16((const uint8_t *)w->data + (int64_t)row * n + c0,
-                          w->scale + (int64_t)((w->row0 + row) / 128) * w->scale_cols + c0 / 128, nv, out);
-        break;
-    case WF_FP4:
-        ok = fp4_row_bf16((const uint8_t *)w->data + (int64_t)row * (n / 2) + c0 / 2,
-                          w->scale + (int64_t)(w->row0 + row) * w->scale_cols + c0 / 32, nv, out);
-        break;
-    default:
-        break;
-    }
-    if (!ok) {
-        weight_decode_row(w, row, ftmp);
-        for (int i = 0; i < nv; i++) out[i] = f32_bits_hi(ftmp[c0 + i]);
-    }
-    memset(out + nv, 0, sizeof(uint16_t) * (size_t)(nc - nv));
+    (void)cpu_kernels_best()->row_bf16(w, row, c0, nc, out, ftmp);
 }
 
 /* ---- the tiles ---- */

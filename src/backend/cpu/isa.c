@@ -4,26 +4,42 @@
 #include "backend/cpu/kernels.h"
 #include "model/formats.h"
 #include "util/error.h"
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
 extern const cpu_kernels cpu_kernels_scalar;
 #if defined(__x86_64__)   /* the Makefile builds these on x86-64 only */
-extern const cpu_kernels cpu_kernels_avx2, cpu_kernels_avx512;
+extern const cpu_kernels cpu_kernels_avx2, cpu_kernels_avx512, cpu_kernels_avx512bf16;
+int pairs_selftest_avx512bf16(void);
 #endif
 
 typedef struct {
     const cpu_kernels *k;
     unsigned needs;   /* CPU_* bits */
+    int (*check)(void);   /* NULL, or a start-up check the CPU must also pass (once per process) */
 } isa_entry;
+
+#if defined(__x86_64__)
+/* VDPBF16PS computes the pair order's steps here (isa/pairs.c's pairs_selftest; asked once, and only after
+ * cpu_features() found AVX512-BF16). */
+static pthread_once_t bf16_once = PTHREAD_ONCE_INIT;
+static int bf16_ok;
+static void bf16_test(void) { bf16_ok = pairs_selftest_avx512bf16(); }
+static int bf16_check(void) {
+    pthread_once(&bf16_once, bf16_test);
+    return bf16_ok;
+}
+#endif
 
 /* best first */
 static const isa_entry sets[] = {
 #if defined(__x86_64__)
-    { &cpu_kernels_avx512, CPU_AVX2 | CPU_AVX512 },
-    { &cpu_kernels_avx2, CPU_AVX2 },
+    { &cpu_kernels_avx512bf16, CPU_AVX2 | CPU_AVX512 | CPU_AVX512_BF16, bf16_check },
+    { &cpu_kernels_avx512, CPU_AVX2 | CPU_AVX512, NULL },
+    { &cpu_kernels_avx2, CPU_AVX2, NULL },
 #endif
-    { &cpu_kernels_scalar, 0 },
+    { &cpu_kernels_scalar, 0, NULL },
 };
 enum { N_SETS = sizeof sets / sizeof sets[0] };
 
@@ -33,7 +49,7 @@ static const isa_entry *find(const char *name) {
     return NULL;
 }
 
-static int runs_here(const isa_entry *e) { return (cpu_features() & e->needs) == e->needs; }
+static int runs_here(const isa_entry *e) { return (cpu_features() & e->needs) == e->needs && (!e->check || e->check()); }
 
 const cpu_kernels *cpu_kernels_best(void) {
     for (int i = 0; i < N_SETS; i++)
@@ -48,7 +64,7 @@ int cpu_kernels_runnable(const char *name) {
 
 const char *cpu_kernels_built(void) {
 #if defined(__x86_64__)
-    return "avx512 avx2 scalar";
+    return "avx512bf16 avx512 avx2 scalar";
 #else
     return "scalar";
 #endif

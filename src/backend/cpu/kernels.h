@@ -90,10 +90,16 @@ void cpu_linear(dsv4_pool *pool, const dsv4_weight *w, const float *x, int T, in
 /* The same with one output row per token: y_rows[t][o]. (The LM head of a step whose logits go to several
  * callers' buffers: the head is read once for all of them.) */
 void cpu_linear_scatter(dsv4_pool *pool, const dsv4_weight *w, const float *x, int T, int ldx, float *const *y_rows);
-/* cpu_linear for inputs whose every value is exactly a bf16 (OFFICIAL linear inputs after FP8 quantization):
- * on a CPU with AMX-BF16 and a BF16/FP8/FP4 weight, the tile BF16 path of amx.h (its own accumulation order,
- * the same for every T); elsewhere cpu_linear. */
-void cpu_linear_bf16in(dsv4_pool *pool, const dsv4_weight *w, const float *x, int T, int ldx, float *y, int ldy);
+/* Which accumulation order a model's linears with bf16-exact inputs take (OFFICIAL mode on the CPU; fixed at
+ * load): EXACT's fp32 order (cpu_linear), the pair order of pairs.h (OFFICIAL's default), or the AMX tiles'
+ * order of amx.h (opt-in). */
+typedef enum { CPU_DOTS_F32 = 0, CPU_DOTS_PAIRS = 1, CPU_DOTS_AMX = 2 } cpu_dots;
+/* cpu_linear for inputs whose every value is exactly a bf16 (OFFICIAL linear inputs after FP8 quantization or
+ * bf16 rounding), in the order `dots` names; a weight format the order does not take (F32; BF16/FP8/FP4 on a CPU
+ * without AMX-BF16 for CPU_DOTS_AMX) gets cpu_linear's. The same order for every T. */
+void cpu_linear_bf16in(dsv4_pool *pool, cpu_dots dots, const dsv4_weight *w, const float *x, int T, int ldx, float *y,
+                       int ldy);
 /* The same with one output row per token (cpu_linear_scatter's y_rows). */
-void cpu_linear_bf16in_scatter(dsv4_pool *pool, const dsv4_weight *w, const float *x, int T, int ldx, float *const *y_rows);
+void cpu_linear_bf16in_scatter(dsv4_pool *pool, cpu_dots dots, const dsv4_weight *w, const float *x, int T, int ldx,
+                               float *const *y_rows);
 #endif

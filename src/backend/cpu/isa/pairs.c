@@ -1,0 +1,415 @@
+/* The pair order's kernels (backend/cpu/pairs.h states the order), compiled once per instruction set (isa.h).
+ * Every set runs the order's steps as fp32 FMAs on the bf16 pairs ("emulated"); the avx512bf16 set also has
+ * VDPBF16PS, which it takes for the tiles whose every (row, token) pairs_safe admits. The set itself is chosen
+ * only on a CPU where pairs_selftest passed (isa.c). Same bits in every set. */
+#include "backend/cpu/isa.h"
+#include "backend/cpu/kernels.h"
+#include "backend/cpu/pairs.h"
+#include "backend/cpu/tile.h"
+#include "model/formats.h"
+#include <stdlib.h>
+#include <string.h>
+
+#if defined(DSV4_AVX512) && defined(__AVX512BF16__)
+#define PAIRS_DP 1
+#endif
+
+static inline int imin(int a, int b) { return a < b ? a : b; }
+static inline int imax(int a, int b) { return a > b ? a : b; }
+
+/* ---- exponent ranges (pairs.h) ---- */
+
+/* The range of n bf16s, from the smallest and largest nonzero magnitude (15 bits: exponent, mantissa). */
+static pairs_exp range_of_mags(unsigned lo_mag, unsigned hi_mag) {
+    pairs_exp r = { 255, 0 };
+    if (hi_mag == 0) return r;   /* all zero: no product, nothing to bound */
+    r.lo = (lo_mag >> 7) == 0 ? PAIRS_EXP_BAD_LO : (int)(lo_mag >> 7);
+    r.hi = (hi_mag >> 7) == 255 ? PAIRS_EXP_BAD_HI : (int)(hi_mag >> 7);
+    return r;
+}
+
+static pairs_exp bf16_range(const uint16_t *v, int n) {
+    unsigned lo = 0x7fff, hi = 0;
+    int i = 0;
+#ifdef DSV4_AVX512
+    __m512i vlo = _mm512_set1_epi16(0x7fff), vhi = _mm512_setzero_si512();
+    const __m512i mag_mask = _mm512_set1_epi16(0x7fff);
+    for (; i + 32 <= n; i += 32) {
+        const __m512i m = _mm512_and_si512(_mm512_loadu_si512((const void *)(v + i)), mag_mask);
+        vlo = _mm512_mask_min_epu16(vlo, _mm512_test_epi16_mask(m, m), vlo, m);
+        vhi = _mm512_max_epu16(vhi, m);
+    }
+    uint16_t l[32], h[32];
+    _mm512_storeu_si512((void *)l, vlo);
+    _mm512_storeu_si512((void *)h, vhi);
+    for (int k = 0; k < 32; k++) lo = l[k] < lo ? l[k] : lo, hi = h[k] > hi ? h[k] : hi;
+#endif
+    for (; i < n; i++) {
+        const unsigned m = v[i] & 0x7fffu;
+        if (m && m < lo) lo = m;
+        if (m > hi) hi = m;
+    }
+    return range_of_mags(lo, hi);
+}
+
+/* ---- weight rows -> bf16 (exact) ---- */
+
+static inline uint16_t f32_bits_hi(float f) {   /* the bf16 of an f32 that is one (truncation = the value) */
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return (uint16_t)(u >> 16);
+}
+
+#ifdef DSV4_AVX512
+/* The bf16 bits of an E4M3 value times 2^(S-127): the byte's 7 magnitude bits shifted left by 4 are its
+ * exponent and mantissa in bf16 position, with the exponent biased by 7 instead of 127, so adding
+ * (S - 7) << 7 rebiases and scales at once. Subnormal codes (exponent 0) come from a table of their 8 values,
+ * scaled by the same exponent addition. Exact while every result is a normal bf16: 10 <= S <= 246. (The NaN
+ * codes, invalid in weights, come out as +-480 times the scale, as the fp32 vector decoders give them.)
+ * Returns 0 when a block's scale is out of that range; else the range, from the scales: the values of a block
+ * lie between 2^-9 (the smallest subnormal) and 448 < 2^9 times its scale. */
+static int fp8_row_bf16(const uint8_t *src, const uint8_t *srow, int n, uint16_t *out, pairs_exp *range) {
+    int smin = 255, smax = 0;
+    for (int b = 0; b < (n + 127) / 128; b++) {
+        if (srow[b] < 10 || srow[b] > 246) return 0;
+        smin = imin(smin, srow[b]), smax = imax(smax, srow[b]);
+    }
+    static const uint16_t sub_values[32] = { 0, 0x3b00, 0x3b80, 0x3bc0, 0x3c00, 0x3c20, 0x3c40, 0x3c60 };
+    const __m512i sub_table = _mm512_loadu_si512((const void *)sub_values);
+    int i = 0;
+    for (; i + 128 <= n; i += 128) {
+        const int S = srow[i / 128];
+        const __m512i bias = _mm512_set1_epi16((short)((S - 7) * 128));
+        const __m512i sub = _mm512_mask_add_epi16(sub_table, 0xfe, sub_table, _mm512_set1_epi16((short)((S - 127) * 128)));
+        for (int k = i; k < i + 128; k += 32) {
+            const __m512i w = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)(src + k)));
+            const __m512i mag = _mm512_and_si512(w, _mm512_set1_epi16(0x7f));
+            const __m512i normal = _mm512_add_epi16(_mm512_slli_epi16(mag, 4), bias);
+            const __mmask32 is_sub = _mm512_testn_epi16_mask(mag, _mm512_set1_epi16(0x78));
+            const __m512i v = _mm512_mask_permutexvar_epi16(normal, is_sub, mag, sub);
+            const __m512i sign = _mm512_slli_epi16(_mm512_and_si512(w, _mm512_set1_epi16(0x80)), 8);
+            _mm512_storeu_si512((void *)(out + k), _mm512_or_si512(v, sign));
+        }
+    }
+    for (; i < n; i++) out[i] = f32_bits_hi(dsv4_e4m3_table[src[i]] * e8m0_to_f32(srow[i / 128]));
+    if (range) range->lo = smin - 9, range->hi = smax + 8;
+    return 1;
+}
+
+/* E2M1 codes through a 16-entry bf16 table whose nonzero entries get (S - 127) << 7 added per 32 weights.
+ * The 16 bytes widened to 16 dwords give, with the high nibble moved to bits 16-19, the 32 word indices in
+ * element order (element 2i = low nibble of byte i); vpermw reads the low 5 bits of each word. Exact for
+ * 2 <= S <= 252 (code 8, -0 and invalid in weights, comes out as +0 as in the fp32 decoders). The range: the
+ * values lie between 0.5 and 6 < 2^3 times the block's scale. */
+static int fp4_row_bf16(const uint8_t *src, const uint8_t *srow, int n, uint16_t *out, pairs_exp *range) {
+    int smin = 255, smax = 0;
+    for (int b = 0; b < n / 32; b++) {
+        if (srow[b] < 2 || srow[b] > 252) return 0;
+        smin = imin(smin, srow[b]), smax = imax(smax, srow[b]);
+    }
+    static const uint16_t values[32] = { 0, 0x3f00, 0x3f80, 0x3fc0, 0x4000, 0x4040, 0x4080, 0x40c0,
+                                         0, 0xbf00, 0xbf80, 0xbfc0, 0xc000, 0xc040, 0xc080, 0xc0c0 };
+    const __m512i table = _mm512_loadu_si512((const void *)values);
+    for (int i = 0; i < n; i += 32) {
+        const __m512i scaled = _mm512_mask_add_epi16(table, 0xfefe, table,
+                                                     _mm512_set1_epi16((short)((srow[i / 32] - 127) * 128)));
+        const __m512i d = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(src + i / 2)));
+        /* C ? A : B with C = 0xf: low word = low nibble, high word bits 0-3 = high nibble (bits 12-15 of the
+         * low word hold a copy of the low nibble, which vpermw ignores) */
+        const __m512i idx = _mm512_ternarylogic_epi32(d, _mm512_slli_epi32(d, 12), _mm512_set1_epi32(0xf), 0xe4);
+        _mm512_storeu_si512((void *)(out + i), _mm512_permutexvar_epi16(idx, scaled));
+    }
+    if (range) range->lo = smin - 1, range->hi = smax + 2;
+    return 1;
+}
+#endif
+
+pairs_exp ISA_FN(weight_row_bf16)(const dsv4_weight *w, int row, int c0, int nc, uint16_t *out, float *ftmp) {
+    const int n = w->cols, nv = n - c0 < nc ? n - c0 : nc;   /* columns that exist */
+    pairs_exp r;
+    int ok = 0;
+    switch (w->fmt) {
+    case WF_BF16:
+        memcpy(out, (const uint16_t *)w->data + (int64_t)row * n + c0, sizeof(uint16_t) * (size_t)nv);
+        break;
+#ifdef DSV4_AVX512
+    case WF_FP8:
+        ok = fp8_row_bf16((const uint8_t *)w->data + (int64_t)row * n + c0,
+                          w->scale + (int64_t)((w->row0 + row) / 128) * w->scale_cols + c0 / 128, nv, out, &r);
+        if (!ok) goto slow;
+        break;
+    case WF_FP4:
+        ok = fp4_row_bf16((const uint8_t *)w->data + (int64_t)row * (n / 2) + c0 / 2,
+                          w->scale + (int64_t)(w->row0 + row) * w->scale_cols + c0 / 32, nv, out, &r);
+        if (!ok) goto slow;
+        break;
+    slow:
+#endif
+    default:
+        /* the exact fp32 values truncated (bf16s for every real checkpoint's scales: the fast decoders above
+         * give these bits wherever they apply, so how a row is cut into ranges never changes a value) */
+        ISA_FN(weight_decode_row)(w, row, ftmp);
+        for (int i = 0; i < nv; i++) out[i] = f32_bits_hi(ftmp[c0 + i]);
+        break;
+    }
+    if (!ok) r = bf16_range(out, nv);
+    memset(out + nv, 0, sizeof(uint16_t) * (size_t)(nc - nv));
+    return r;
+}
+
+/* ---- tokens -> bf16 ---- */
+
+void ISA_FN(pairs_fill)(const float *x, int ldx, cpu_pairs_tokens *b) {
+    for (int t = 0; t < b->T; t++) {
+        const float *xt = x + (int64_t)t * ldx;
+        uint16_t *o = b->xb + (size_t)t * b->n32;
+        int i = 0;
+#ifdef DSV4_AVX512
+        /* f32_to_bf16, 16 at a time (round to nearest even; NaN quieted) */
+        for (; i + 16 <= b->cols; i += 16) {
+            const __m512i u = _mm512_loadu_si512((const void *)(xt + i));
+            const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+            __m512i r = _mm512_srli_epi32(_mm512_add_epi32(u, _mm512_add_epi32(odd, _mm512_set1_epi32(0x7fff))), 16);
+            const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)),
+                                                         _mm512_set1_epi32(0x7f800000));
+            r = _mm512_mask_or_epi32(r, nan, _mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x40));
+            _mm256_storeu_si256((__m256i *)(o + i), _mm512_cvtepi32_epi16(r));
+        }
+#endif
+        for (; i < b->cols; i++) o[i] = f32_to_bf16(xt[i]);
+        memset(o + b->cols, 0, sizeof(uint16_t) * (size_t)(b->n32 - b->cols));
+        b->range[t] = bf16_range(o, b->cols);
+    }
+}
+
+/* ---- the tiles ---- */
+
+/* L[0] after the halving tree of pairs.h. */
+static inline float reduce16(float L[16]) {
+    for (int s = 8; s > 0; s >>= 1)
+        for (int j = 0; j < s; j++) L[j] += L[j + s];
+    return L[0];
+}
+
+#define ALWAYS_INLINE inline __attribute__((always_inline))
+
+#if defined(DSV4_AVX512) || defined(DSV4_AVX2)
+/* The emulated steps on vectors of GL lanes: group g of a chunk is its dwords g*GL .. g*GL + GL-1 (lanes
+ * g*GL..), the bf16 pair of a dword gives the odd column as its high half (AND) and the even one as its low half
+ * (shift). AVX-512 has one group; AVX2 two, run one after the other per block of KBLOCK columns (a lane's chain
+ * stays in increasing chunk order; the block keeps the tile's rows and tokens in L1 for the second group). */
+#if defined(DSV4_AVX512)
+typedef __m512 lane_vec;
+typedef __m512i lane_ivec;
+enum { GL = 16 };
+#define lane_zero _mm512_setzero_ps
+#define lane_fma _mm512_fmadd_ps
+#define lane_iload(p) _mm512_loadu_si512((const void *)(p))
+#define lane_odd(d) _mm512_castsi512_ps(_mm512_and_si512((d), _mm512_set1_epi32((int)0xffff0000u)))
+#define lane_even(d) _mm512_castsi512_ps(_mm512_slli_epi32((d), 16))
+#define lane_store _mm512_storeu_ps
+#else
+typedef __m256 lane_vec;
+typedef __m256i lane_ivec;
+enum { GL = 8 };
+#define lane_zero _mm256_setzero_ps
+#define lane_fma _mm256_fmadd_ps
+#define lane_iload(p) _mm256_loadu_si256((const __m256i *)(p))
+#define lane_odd(d) _mm256_castsi256_ps(_mm256_and_si256((d), _mm256_set1_epi32((int)0xffff0000u)))
+#define lane_even(d) _mm256_castsi256_ps(_mm256_slli_epi32((d), 16))
+#define lane_store _mm256_storeu_ps
+#endif
+
+static ALWAYS_INLINE void tile_emulated_n(const uint16_t *const w[TILE_R], const uint16_t *const x[TILE_T], int n32,
+                                          float *out, const int NT) {
+    enum { GROUPS = 16 / GL, KBLOCK = 512 };
+    lane_vec part[TILE_R][TILE_T][GROUPS];
+    for (int r = 0; r < TILE_R; r++)
+        for (int t = 0; t < NT; t++)
+            for (int g = 0; g < GROUPS; g++) part[r][t][g] = lane_zero();
+    for (int k0 = 0; k0 < n32; k0 += KBLOCK) {
+        const int k1 = imin(n32, k0 + KBLOCK);
+        for (int g = 0; g < GROUPS; g++) {
+            lane_vec acc[TILE_R][TILE_T];
+            for (int r = 0; r < TILE_R; r++)
+                for (int t = 0; t < NT; t++) acc[r][t] = part[r][t][g];
+            for (int c = k0 + 2 * GL * g; c < k1; c += 32) {
+                lane_vec wv[TILE_R];
+                for (int r = 0; r < TILE_R; r++) wv[r] = lane_odd(lane_iload(w[r] + c));
+                for (int t = 0; t < NT; t++) {
+                    const lane_vec xv = lane_odd(lane_iload(x[t] + c));
+                    for (int r = 0; r < TILE_R; r++) acc[r][t] = lane_fma(wv[r], xv, acc[r][t]);
+                }
+                for (int r = 0; r < TILE_R; r++) wv[r] = lane_even(lane_iload(w[r] + c));
+                for (int t = 0; t < NT; t++) {
+                    const lane_vec xv = lane_even(lane_iload(x[t] + c));
+                    for (int r = 0; r < TILE_R; r++) acc[r][t] = lane_fma(wv[r], xv, acc[r][t]);
+                }
+            }
+            for (int r = 0; r < TILE_R; r++)
+                for (int t = 0; t < NT; t++) part[r][t][g] = acc[r][t];
+        }
+    }
+    for (int r = 0; r < TILE_R; r++)
+        for (int t = 0; t < NT; t++) {
+            float L[16];
+            for (int g = 0; g < GROUPS; g++) lane_store(L + GL * g, part[r][t][g]);
+            out[r * TILE_T + t] = reduce16(L);
+        }
+}
+#else
+static ALWAYS_INLINE void tile_emulated_n(const uint16_t *const w[TILE_R], const uint16_t *const x[TILE_T], int n32,
+                                          float *out, const int NT) {
+    for (int r = 0; r < TILE_R; r++)
+        for (int t = 0; t < NT; t++) {
+            float L[16] = {0};
+            for (int c = 0; c < n32; c += 32)
+                for (int j = 0; j < 16; j++) {
+                    L[j] = fmaf(bf16_to_f32(w[r][c + 2 * j + 1]), bf16_to_f32(x[t][c + 2 * j + 1]), L[j]);
+                    L[j] = fmaf(bf16_to_f32(w[r][c + 2 * j]), bf16_to_f32(x[t][c + 2 * j]), L[j]);
+                }
+            out[r * TILE_T + t] = reduce16(L);
+        }
+}
+#endif
+
+#ifdef PAIRS_DP
+/* The same steps by VDPBF16PS: one instruction is a chunk's two steps on all 16 lanes. */
+static ALWAYS_INLINE void tile_dp_n(const uint16_t *const w[TILE_R], const uint16_t *const x[TILE_T], int n32,
+                                    float *out, const int NT) {
+    __m512 acc[TILE_R][TILE_T];
+    for (int r = 0; r < TILE_R; r++)
+        for (int t = 0; t < NT; t++) acc[r][t] = _mm512_setzero_ps();
+    for (int c = 0; c < n32; c += 32) {
+        __m512bh wv[TILE_R];
+        for (int r = 0; r < TILE_R; r++) wv[r] = (__m512bh)_mm512_loadu_si512((const void *)(w[r] + c));
+        for (int t = 0; t < NT; t++) {
+            const __m512bh xv = (__m512bh)_mm512_loadu_si512((const void *)(x[t] + c));
+            for (int r = 0; r < TILE_R; r++) acc[r][t] = _mm512_dpbf16_ps(acc[r][t], wv[r], xv);
+        }
+    }
+    for (int r = 0; r < TILE_R; r++)
+        for (int t = 0; t < NT; t++) {
+            float L[16];
+            _mm512_storeu_ps(L, acc[r][t]);
+            out[r * TILE_T + t] = reduce16(L);
+        }
+}
+#endif
+
+/* One tile of TILE_R rows x nt <= TILE_T tokens (out[r * TILE_T + t]); a variant per nt so that the
+ * accumulators stay in registers. */
+static void tile_pairs(const uint16_t *const w[TILE_R], const uint16_t *const x[TILE_T], int n32, int nt, int dp,
+                       float *out) {
+#ifdef PAIRS_DP
+#define TILE_CASE(N) case N: if (dp) tile_dp_n(w, x, n32, out, N); else tile_emulated_n(w, x, n32, out, N); return;
+#else
+#define TILE_CASE(N) case N: tile_emulated_n(w, x, n32, out, N); return;
+    (void)dp;
+#endif
+    switch (nt) {
+    TILE_CASE(1)
+#if TILE_T >= 2
+    TILE_CASE(2)
+#endif
+#if TILE_T >= 3
+    TILE_CASE(3)
+#endif
+#if TILE_T >= 4
+    TILE_CASE(4)
+#endif
+#if TILE_T >= 5
+    TILE_CASE(5)
+#endif
+#if TILE_T >= 6
+    TILE_CASE(6)
+#endif
+    default: return;
+    }
+#undef TILE_CASE
+}
+_Static_assert(TILE_T <= 6, "tile_pairs has a case per token count up to 6");
+
+static inline float *out_at(const cpu_pairs_job *j, int t, int o) {
+    return j->y_rows ? j->y_rows[t] + o : j->y + (int64_t)t * j->ldy + o;
+}
+
+/* Rows [begin, end) of a cpu_pairs_job: TILE_R rows decoded to bf16 at a time, then every token tile. */
+void ISA_FN(pairs_rows)(void *ctx, int begin, int end, int thread) {
+    (void)thread;
+    const cpu_pairs_job *j = ctx;
+    const cpu_pairs_tokens *b = j->b;
+    const dsv4_weight *w = j->w;
+    const int n32 = b->n32, cols = w->cols;
+    /* TILE_R bf16 rows and one fp32 row for the slow decoder: 4 x 16 KiB + 32 KiB on the stack up to 8192
+     * columns (every real shape) */
+    enum { STACK_COLS = 8192 };
+    uint16_t rows_stack[TILE_R * STACK_COLS];
+    float ftmp_stack[STACK_COLS];
+    uint16_t *rows = n32 <= STACK_COLS ? rows_stack : malloc(sizeof(uint16_t) * (size_t)TILE_R * n32);
+    float *ftmp = cols <= STACK_COLS ? ftmp_stack : malloc(sizeof(float) * (size_t)cols);
+    if (!rows || !ftmp) goto done;   /* cannot happen for real configs; leaves y untouched rather than crash */
+    const size_t row_bytes = weight_cols_bytes(w, cols);
+    for (int o0 = begin; o0 < end; o0 += TILE_R) {
+        const int nr = imin(TILE_R, end - o0);
+        const uint16_t *wr[TILE_R];
+        pairs_exp wexp[TILE_R];
+        for (int r = 0; r < TILE_R; r++) {
+            if (r >= nr) { wr[r] = wr[r - 1], wexp[r] = wexp[r - 1]; continue; }   /* a partial tile repeats its last row */
+            wexp[r] = ISA_FN(weight_row_bf16)(w, o0 + r, 0, n32, rows + (size_t)r * n32, ftmp);
+            wr[r] = rows + (size_t)r * n32;
+        }
+        /* few tokens: the weights are a stream from memory; ask for the next tile's rows while these are used */
+        if (b->T <= 2 && o0 + TILE_R < end)
+            prefetch_bytes((const char *)w->data + (size_t)(o0 + TILE_R) * row_bytes, row_bytes * (size_t)imin(TILE_R, end - o0 - TILE_R));
+        for (int t0 = 0; t0 < b->T; t0 += TILE_T) {
+            const int nt = imin(TILE_T, b->T - t0);
+            const uint16_t *xs[TILE_T];
+            int dp = 0;
+#ifdef PAIRS_DP
+            dp = 1;
+            for (int t = 0; t < nt; t++)
+                for (int r = 0; r < TILE_R; r++) dp &= pairs_safe(wexp[r], b->range[t0 + t], b->log2_n32);
+#endif
+            for (int t = 0; t < TILE_T; t++) xs[t] = b->xb + (size_t)(t0 + imin(t, nt - 1)) * n32;
+            float out[TILE_R * TILE_T];
+            tile_pairs(wr, xs, n32, nt, dp, out);
+            for (int r = 0; r < nr; r++)
+                for (int t = 0; t < nt; t++) *out_at(j, t0 + t, o0 + r) = out[r * TILE_T + t];
+        }
+    }
+done:
+    if (rows != rows_stack) free(rows);
+    if (ftmp != ftmp_stack) free(ftmp);
+}
+
+#ifdef PAIRS_DP
+/* Whether VDPBF16PS computes pairs.h's two steps on this CPU: random normal operands with exponents +-20 and
+ * random accumulators, 4096 lanes, compared bit for bit with the fp32 steps. The candidates it tells apart
+ * (even column first, or one rounding of both products, as some dot-product units do) differ from the steps on
+ * about 1 lane in 120 of such cases (measured), so each would fail here dozens of times. */
+int ISA_FN(pairs_selftest)(void) {
+    uint32_t s = 0x9e3779b9u;
+    for (int it = 0; it < 256; it++) {
+        uint16_t a[32], c[32];
+        float acc[16], got[16];
+        for (int i = 0; i < 64; i++) {
+            s ^= s << 13, s ^= s >> 17, s ^= s << 5;
+            const uint16_t v = (uint16_t)(((s >> 31) << 15) | ((107 + (s >> 8) % 41) << 7) | (s & 0x7f));
+            if (i < 32) a[i] = v; else c[i - 32] = v;
+        }
+        for (int j = 0; j < 16; j++) {
+            s ^= s << 13, s ^= s >> 17, s ^= s << 5;
+            acc[j] = it % 4 == 0 ? 0.0f : bf16_to_f32(a[j]) * (float)(s % 4096);
+        }
+        _mm512_storeu_ps(got, _mm512_dpbf16_ps(_mm512_loadu_ps(acc), (__m512bh)_mm512_loadu_si512((const void *)a),
+                                               (__m512bh)_mm512_loadu_si512((const void *)c)));
+        for (int j = 0; j < 16; j++) {
+            float want = fmaf(bf16_to_f32(a[2 * j + 1]), bf16_to_f32(c[2 * j + 1]), acc[j]);
+            want = fmaf(bf16_to_f32(a[2 * j]), bf16_to_f32(c[2 * j]), want);
+            if (memcmp(&want, &got[j], sizeof want)) return 0;
+        }
+    }
+    return 1;
+}
+#endif
