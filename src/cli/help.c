@@ -136,7 +136,7 @@ static const cmd_help HELP[] = {
       {"--json FILE", "also write the numbers (model, bandwidth, single stream, host experts, streams) as JSON to FILE"},
       {"--no-bandwidth", "skip the memory bandwidth measurement"},
       {"--profile", "with --device cuda: time of each stage of the step, prefill and decode separately, the decode at each --context, and the decode steps of the last --streams count"},
-      {"--isa avx512|avx2|scalar", "the CPU kernels' instruction set (default: $DSV4_ISA, else the best this CPU "
+      {"--isa avx512bf16|avx512|avx2|scalar", "the CPU kernels' instruction set (default: $DSV4_ISA, else the best this CPU "
                                    "has; the same bits whichever runs)"},
       {"--grammar", "constrained-decoding masks instead: trie build, schema compile, per-token mask time "
                     "(-m DIR holds tokenizer.json; when DIR is also a checkpoint, the masks' share of a batched "
