@@ -54,6 +54,54 @@ static pairs_exp bf16_range(const uint16_t *v, int n) {
 
 /* ---- weight rows -> bf16 (exact) ---- */
 
+#ifdef DSV4_AVX512
+/* The per-block constants of fp8_bf16x32 for scale byte S: the exponent addition of normal codes, and the 8
+ * subnormal values (index = the 3 mantissa bits) already scaled. */
+typedef struct {
+    __m512i bias, sub;
+} fp8_block_consts;
+
+static inline fp8_block_consts fp8_block(int S) {
+    static const uint16_t sub_values[32] = { 0, 0x3b00, 0x3b80, 0x3bc0, 0x3c00, 0x3c20, 0x3c40, 0x3c60 };
+    const __m512i sub_table = _mm512_loadu_si512((const void *)sub_values);
+    fp8_block_consts c;
+    c.bias = _mm512_set1_epi16((short)((S - 7) * 128));
+    c.sub = _mm512_mask_add_epi16(sub_table, 0xfe, sub_table, _mm512_set1_epi16((short)((S - 127) * 128)));
+    return c;
+}
+
+/* 32 E4M3 bytes of one block -> their 32 bf16s times the block's scale, in element order (fp8_row_bf16 below
+ * says how). */
+static inline __m512i fp8_bf16x32(const uint8_t *src, fp8_block_consts c) {
+    const __m512i w = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)src));
+    const __m512i mag = _mm512_and_si512(w, _mm512_set1_epi16(0x7f));
+    const __m512i normal = _mm512_add_epi16(_mm512_slli_epi16(mag, 4), c.bias);
+    const __mmask32 is_sub = _mm512_testn_epi16_mask(mag, _mm512_set1_epi16(0x78));
+    const __m512i v = _mm512_mask_permutexvar_epi16(normal, is_sub, mag, c.sub);
+    /* sign: bit 7 of the byte to bit 15 of the word (0xf8: A | (B & C), A = v, B = w << 8, C = 0x8000) */
+    return _mm512_ternarylogic_epi32(v, _mm512_slli_epi16(w, 8), _mm512_set1_epi16((short)0x8000), 0xf8);
+}
+
+/* The E2M1 bf16 table of fp4_row_bf16 with the block's scale S added to the exponents of its nonzero entries. */
+static inline __m512i fp4_table(int S) {
+    static const uint16_t values[32] = { 0, 0x3f00, 0x3f80, 0x3fc0, 0x4000, 0x4040, 0x4080, 0x40c0,
+                                         0, 0xbf00, 0xbf80, 0xbfc0, 0xc000, 0xc040, 0xc080, 0xc0c0 };
+    const __m512i table = _mm512_loadu_si512((const void *)values);
+    return _mm512_mask_add_epi16(table, 0xfefe, table, _mm512_set1_epi16((short)((S - 127) * 128)));
+}
+
+/* 16 bytes = 32 E2M1 codes (element 2i in the low nibble of byte i) -> their bf16s from the scaled table. The
+ * bytes widened to 16 dwords give, with the high nibble moved to bits 16-19, the 32 word indices in element
+ * order; vpermw reads the low 5 bits of each word (bits 12-15 of the low word hold a copy of the low nibble,
+ * which it ignores). */
+static inline __m512i fp4_bf16x32(const uint8_t *src, __m512i table) {
+    const __m512i d = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)src));
+    const __m512i idx = _mm512_ternarylogic_epi32(d, _mm512_slli_epi32(d, 12), _mm512_set1_epi32(0xf), 0xe4);
+    return _mm512_permutexvar_epi16(idx, table);
+}
+#endif
+
+
 static inline uint16_t f32_bits_hi(float f) {   /* the bf16 of an f32 that is one (truncation = the value) */
     uint32_t u;
     memcpy(&u, &f, sizeof u);
@@ -74,31 +122,18 @@ static int fp8_row_bf16(const uint8_t *src, const uint8_t *srow, int n, uint16_t
         if (srow[b] < 10 || srow[b] > 246) return 0;
         smin = imin(smin, srow[b]), smax = imax(smax, srow[b]);
     }
-    static const uint16_t sub_values[32] = { 0, 0x3b00, 0x3b80, 0x3bc0, 0x3c00, 0x3c20, 0x3c40, 0x3c60 };
-    const __m512i sub_table = _mm512_loadu_si512((const void *)sub_values);
     int i = 0;
     for (; i + 128 <= n; i += 128) {
-        const int S = srow[i / 128];
-        const __m512i bias = _mm512_set1_epi16((short)((S - 7) * 128));
-        const __m512i sub = _mm512_mask_add_epi16(sub_table, 0xfe, sub_table, _mm512_set1_epi16((short)((S - 127) * 128)));
-        for (int k = i; k < i + 128; k += 32) {
-            const __m512i w = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)(src + k)));
-            const __m512i mag = _mm512_and_si512(w, _mm512_set1_epi16(0x7f));
-            const __m512i normal = _mm512_add_epi16(_mm512_slli_epi16(mag, 4), bias);
-            const __mmask32 is_sub = _mm512_testn_epi16_mask(mag, _mm512_set1_epi16(0x78));
-            const __m512i v = _mm512_mask_permutexvar_epi16(normal, is_sub, mag, sub);
-            const __m512i sign = _mm512_slli_epi16(_mm512_and_si512(w, _mm512_set1_epi16(0x80)), 8);
-            _mm512_storeu_si512((void *)(out + k), _mm512_or_si512(v, sign));
-        }
+        const fp8_block_consts c = fp8_block(srow[i / 128]);
+        for (int k = i; k < i + 128; k += 32) _mm512_storeu_si512((void *)(out + k), fp8_bf16x32(src + k, c));
     }
     for (; i < n; i++) out[i] = f32_bits_hi(dsv4_e4m3_table[src[i]] * e8m0_to_f32(srow[i / 128]));
     if (range) range->lo = smin - 9, range->hi = smax + 8;
     return 1;
 }
 
-/* E2M1 codes through a 16-entry bf16 table whose nonzero entries get (S - 127) << 7 added per 32 weights.
- * The 16 bytes widened to 16 dwords give, with the high nibble moved to bits 16-19, the 32 word indices in
- * element order (element 2i = low nibble of byte i); vpermw reads the low 5 bits of each word. Exact for
+/* E2M1 codes through a 16-entry bf16 table whose nonzero entries get (S - 127) << 7 added per 32 weights
+ * (fp4_table, fp4_bf16x32). Exact for
  * 2 <= S <= 252 (code 8, -0 and invalid in weights, comes out as +0 as in the fp32 decoders). The range: the
  * values lie between 0.5 and 6 < 2^3 times the block's scale. */
 static int fp4_row_bf16(const uint8_t *src, const uint8_t *srow, int n, uint16_t *out, pairs_exp *range) {
@@ -107,18 +142,8 @@ static int fp4_row_bf16(const uint8_t *src, const uint8_t *srow, int n, uint16_t
         if (srow[b] < 2 || srow[b] > 252) return 0;
         smin = imin(smin, srow[b]), smax = imax(smax, srow[b]);
     }
-    static const uint16_t values[32] = { 0, 0x3f00, 0x3f80, 0x3fc0, 0x4000, 0x4040, 0x4080, 0x40c0,
-                                         0, 0xbf00, 0xbf80, 0xbfc0, 0xc000, 0xc040, 0xc080, 0xc0c0 };
-    const __m512i table = _mm512_loadu_si512((const void *)values);
-    for (int i = 0; i < n; i += 32) {
-        const __m512i scaled = _mm512_mask_add_epi16(table, 0xfefe, table,
-                                                     _mm512_set1_epi16((short)((srow[i / 32] - 127) * 128)));
-        const __m512i d = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(src + i / 2)));
-        /* C ? A : B with C = 0xf: low word = low nibble, high word bits 0-3 = high nibble (bits 12-15 of the
-         * low word hold a copy of the low nibble, which vpermw ignores) */
-        const __m512i idx = _mm512_ternarylogic_epi32(d, _mm512_slli_epi32(d, 12), _mm512_set1_epi32(0xf), 0xe4);
-        _mm512_storeu_si512((void *)(out + i), _mm512_permutexvar_epi16(idx, scaled));
-    }
+    for (int i = 0; i < n; i += 32)
+        _mm512_storeu_si512((void *)(out + i), fp4_bf16x32(src + i / 2, fp4_table(srow[i / 32])));
     if (range) range->lo = smin - 1, range->hi = smax + 2;
     return 1;
 }
@@ -330,6 +355,187 @@ static void tile_pairs(const uint16_t *const w[TILE_R], const uint16_t *const x[
 }
 _Static_assert(TILE_T <= 6, "tile_pairs has a case per token count up to 6");
 
+#ifdef DSV4_AVX512
+/* reduce16 on a zmm: the tree's adds (lane j + lane j+s, s = 8, 4, 2, 1) as vector operations, the same bits. */
+static inline float reduce16_zmm(__m512 z) {
+    const __m256 lo = _mm512_castps512_ps256(z);
+    const __m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(z), 1));
+    const __m256 s8 = _mm256_add_ps(lo, hi);
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+/* ---- one token, weights decoded in registers ----
+ * The tile path stores each decoded row and reads it back, which at one token costs as much as the dot itself.
+ * Here 4 rows are decoded 32 columns at a time straight into the chunk step: VDPBF16PS in the avx512bf16 set, the
+ * two fp32 FMAs of the emulation in the avx512 set (the token's halves split once per chunk for the 4 rows).
+ * Same steps, same lanes, same tree: the tile path's bits. */
+#ifdef PAIRS_DP
+typedef __m512i x_chunk;
+static inline x_chunk x_chunk_at(const uint16_t *x) { return _mm512_loadu_si512((const void *)x); }
+static inline __m512 chunk_step(__m512 acc, __m512i w, x_chunk x) { return _mm512_dpbf16_ps(acc, (__m512bh)w, (__m512bh)x); }
+#else
+typedef struct {
+    __m512 odd, even;
+} x_chunk;
+static inline x_chunk x_chunk_at(const uint16_t *x) {
+    const __m512i d = _mm512_loadu_si512((const void *)x);
+    x_chunk c = { lane_odd(d), lane_even(d) };
+    return c;
+}
+static inline __m512 chunk_step(__m512 acc, __m512i w, x_chunk x) {
+    acc = _mm512_fmadd_ps(lane_odd(w), x.odd, acc);
+    return _mm512_fmadd_ps(lane_even(w), x.even, acc);
+}
+#endif
+
+enum { FUSED_ROWS = 4 };
+
+/* The smallest and largest of n scale bytes. */
+static void scale_minmax(const uint8_t *s, int n, int *lo, int *hi) {
+    __m512i vlo = _mm512_set1_epi8((char)0xff), vhi = _mm512_setzero_si512();
+    for (int i = 0; i < n; i += 64) {
+        const __mmask64 m = n - i >= 64 ? ~(__mmask64)0 : (((__mmask64)1 << (n - i)) - 1);
+        const __m512i v = _mm512_maskz_loadu_epi8(m, s + i);
+        vlo = _mm512_mask_min_epu8(vlo, m, vlo, v);
+        vhi = _mm512_max_epu8(vhi, v);
+    }
+    __m256i l = _mm256_min_epu8(_mm512_castsi512_si256(vlo), _mm512_extracti64x4_epi64(vlo, 1));
+    __m256i h = _mm256_max_epu8(_mm512_castsi512_si256(vhi), _mm512_extracti64x4_epi64(vhi, 1));
+    __m128i l2 = _mm_min_epu8(_mm256_castsi256_si128(l), _mm256_extracti128_si256(l, 1));
+    __m128i h2 = _mm_max_epu8(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+    uint8_t lb[16], hb[16];
+    _mm_storeu_si128((__m128i *)lb, l2);
+    _mm_storeu_si128((__m128i *)hb, h2);
+    int a = 255, b = 0;
+    for (int k = 0; k < 16; k++) a = lb[k] < a ? lb[k] : a, b = hb[k] > b ? hb[k] : b;
+    *lo = a, *hi = b;
+}
+
+/* FP8 rows (cols a multiple of 128): 0 when a row's scales leave the fast decoder's range or, with VDPBF16PS,
+ * pairs_safe refuses a row (the caller then takes the tile path). */
+static int fp8_rows_1(const dsv4_weight *w, const int rows[FUSED_ROWS], const char *const ahead[FUSED_ROWS],
+                      const cpu_pairs_tokens *b, float out[FUSED_ROWS]) {
+    const int n = w->cols;
+    if (n % 128) return 0;
+    const uint8_t *src[FUSED_ROWS], *srow[FUSED_ROWS];
+    for (int r = 0; r < FUSED_ROWS; r++) {
+        src[r] = (const uint8_t *)w->data + (int64_t)rows[r] * n;
+        srow[r] = w->scale + (int64_t)((w->row0 + rows[r]) / 128) * w->scale_cols;
+        if (r == 0 || srow[r] != srow[r - 1]) {
+            int lo, hi;
+            scale_minmax(srow[r], n / 128, &lo, &hi);
+            if (lo < 10 || hi > 246) return 0;
+#ifdef PAIRS_DP
+            const pairs_exp e = { lo - 9, hi + 8 };
+            if (!pairs_safe(e, b->range[0], b->log2_n32)) return 0;
+#endif
+        }
+    }
+    __m512 acc[FUSED_ROWS];
+    for (int r = 0; r < FUSED_ROWS; r++) acc[r] = _mm512_setzero_ps();
+    for (int i = 0; i < n; i += 128) {
+        fp8_block_consts c[FUSED_ROWS];
+        for (int r = 0; r < FUSED_ROWS; r++) {
+            c[r] = fp8_block(srow[r][i / 128]);
+            if (ahead[r]) __builtin_prefetch(ahead[r] + i, 0, 3), __builtin_prefetch(ahead[r] + i + 64, 0, 3);
+        }
+        for (int k = i; k < i + 128; k += 32) {
+            const x_chunk x = x_chunk_at(b->xb + k);
+            for (int r = 0; r < FUSED_ROWS; r++) acc[r] = chunk_step(acc[r], fp8_bf16x32(src[r] + k, c[r]), x);
+        }
+    }
+    for (int r = 0; r < FUSED_ROWS; r++) out[r] = reduce16_zmm(acc[r]);
+    return 1;
+}
+
+/* FP4 rows (cols a multiple of 32): 0 as fp8_rows_1. */
+static int fp4_rows_1(const dsv4_weight *w, const int rows[FUSED_ROWS], const char *const ahead[FUSED_ROWS],
+                      const cpu_pairs_tokens *b, float out[FUSED_ROWS]) {
+    const int n = w->cols;
+    const uint8_t *src[FUSED_ROWS], *srow[FUSED_ROWS];
+    for (int r = 0; r < FUSED_ROWS; r++) {
+        src[r] = (const uint8_t *)w->data + (int64_t)rows[r] * (n / 2);
+        srow[r] = w->scale + (int64_t)(w->row0 + rows[r]) * w->scale_cols;
+        int lo, hi;
+        scale_minmax(srow[r], n / 32, &lo, &hi);
+        if (lo < 2 || hi > 252) return 0;
+#ifdef PAIRS_DP
+        const pairs_exp e = { lo - 1, hi + 2 };
+        if (!pairs_safe(e, b->range[0], b->log2_n32)) return 0;
+#endif
+    }
+    __m512 acc[FUSED_ROWS];
+    for (int r = 0; r < FUSED_ROWS; r++) acc[r] = _mm512_setzero_ps();
+    for (int i = 0; i < n; i += 32) {
+        const x_chunk x = x_chunk_at(b->xb + i);
+        if (i % 128 == 0)
+            for (int r = 0; r < FUSED_ROWS; r++)
+                if (ahead[r]) __builtin_prefetch(ahead[r] + i / 2, 0, 3);
+        for (int r = 0; r < FUSED_ROWS; r++) acc[r] = chunk_step(acc[r], fp4_bf16x32(src[r] + i / 2, fp4_table(srow[r][i / 32])), x);
+    }
+    for (int r = 0; r < FUSED_ROWS; r++) out[r] = reduce16_zmm(acc[r]);
+    return 1;
+}
+
+/* BF16 rows (cols a multiple of 32). With VDPBF16PS the rows' exponent ranges are only known at the end, so
+ * they are gathered on the way and a row pairs_safe refuses returns 0 (the caller redoes the rows). */
+static int bf16_rows_1(const dsv4_weight *w, const int rows[FUSED_ROWS], const char *const ahead[FUSED_ROWS],
+                       const cpu_pairs_tokens *b, float out[FUSED_ROWS]) {
+    const int n = w->cols;
+    if (n % 32) return 0;
+    const uint16_t *src[FUSED_ROWS];
+    __m512 acc[FUSED_ROWS];
+    for (int r = 0; r < FUSED_ROWS; r++) src[r] = (const uint16_t *)w->data + (int64_t)rows[r] * n, acc[r] = _mm512_setzero_ps();
+#ifdef PAIRS_DP
+    const __m512i mag_mask = _mm512_set1_epi16(0x7fff);
+    __m512i vlo[FUSED_ROWS], vhi[FUSED_ROWS];
+    for (int r = 0; r < FUSED_ROWS; r++) vlo[r] = mag_mask, vhi[r] = _mm512_setzero_si512();
+#endif
+    for (int i = 0; i < n; i += 32) {
+        const x_chunk x = x_chunk_at(b->xb + i);
+        for (int r = 0; r < FUSED_ROWS; r++) {
+            if (ahead[r]) __builtin_prefetch(ahead[r] + 2 * i, 0, 3);
+            const __m512i v = _mm512_loadu_si512((const void *)(src[r] + i));
+#ifdef PAIRS_DP
+            const __m512i m = _mm512_and_si512(v, mag_mask);
+            vlo[r] = _mm512_mask_min_epu16(vlo[r], _mm512_test_epi16_mask(m, m), vlo[r], m);
+            vhi[r] = _mm512_max_epu16(vhi[r], m);
+#endif
+            acc[r] = chunk_step(acc[r], v, x);
+        }
+    }
+#ifdef PAIRS_DP
+    for (int r = 0; r < FUSED_ROWS; r++) {
+        uint16_t l[32], h[32];
+        _mm512_storeu_si512((void *)l, vlo[r]);
+        _mm512_storeu_si512((void *)h, vhi[r]);
+        unsigned lo = 0x7fff, hi = 0;
+        for (int k = 0; k < 32; k++) lo = l[k] < lo ? l[k] : lo, hi = h[k] > hi ? h[k] : hi;
+        if (!pairs_safe(range_of_mags(lo, hi), b->range[0], b->log2_n32)) return 0;
+    }
+#endif
+    for (int r = 0; r < FUSED_ROWS; r++) out[r] = reduce16_zmm(acc[r]);
+    return 1;
+}
+
+/* Rows rows[0..3] (repeats allowed) against token 0 of b; 0 when the caller must take the tile path. One token
+ * reads every weight byte once: each row's bytes FUSED_ROWS rows ahead (ahead[r], NULL: none) are requested as
+ * the loop passes the same columns, a line at a time, so the next group's rows arrive while these are used
+ * (requesting a whole group at once measured slower: too many requests in flight at one time). */
+static int rows_1(const dsv4_weight *w, const int rows[FUSED_ROWS], const char *const ahead[FUSED_ROWS],
+                  const cpu_pairs_tokens *b, float out[FUSED_ROWS]) {
+    switch (w->fmt) {
+    case WF_FP8: return fp8_rows_1(w, rows, ahead, b, out);
+    case WF_FP4: return fp4_rows_1(w, rows, ahead, b, out);
+    case WF_BF16: return bf16_rows_1(w, rows, ahead, b, out);
+    default: return 0;
+    }
+}
+#endif
+
 static inline float *out_at(const cpu_pairs_job *j, int t, int o) {
     return j->y_rows ? j->y_rows[t] + o : j->y + (int64_t)t * j->ldy + o;
 }
@@ -350,6 +556,33 @@ void ISA_FN(pairs_rows)(void *ctx, int begin, int end, int thread) {
     float *ftmp = cols <= STACK_COLS ? ftmp_stack : malloc(sizeof(float) * (size_t)cols);
     if (!rows || !ftmp) goto done;   /* cannot happen for real configs; leaves y untouched rather than crash */
     const size_t row_bytes = weight_cols_bytes(w, cols);
+#ifdef DSV4_AVX512
+    if (b->T == 1) {   /* one token: rows decoded in registers, FUSED_ROWS at a time */
+        for (int o0 = begin; o0 < end; o0 += FUSED_ROWS) {
+            const int nr = imin(FUSED_ROWS, end - o0);
+            int rws[FUSED_ROWS];
+            for (int r = 0; r < FUSED_ROWS; r++) rws[r] = o0 + imin(r, nr - 1);   /* a partial group repeats its last row */
+            const char *ahead[FUSED_ROWS];
+            for (int r = 0; r < FUSED_ROWS; r++)
+                ahead[r] = rws[r] + FUSED_ROWS < end ? (const char *)w->data + (size_t)(rws[r] + FUSED_ROWS) * row_bytes : NULL;
+            float out[FUSED_ROWS];
+            if (rows_1(w, rws, ahead, b, out)) {
+                for (int r = 0; r < nr; r++) *out_at(j, 0, o0 + r) = out[r];
+                continue;
+            }
+            for (int r = 0; r < nr; r++) {   /* the tile path, one row at a time (scales out of range, or unsafe) */
+                const uint16_t *wr[TILE_R], *xs[TILE_T];
+                (void)ISA_FN(weight_row_bf16)(w, o0 + r, 0, n32, rows, ftmp);
+                for (int k = 0; k < TILE_R; k++) wr[k] = rows;
+                for (int t = 0; t < TILE_T; t++) xs[t] = b->xb;
+                float tile_out[TILE_R * TILE_T];
+                tile_pairs(wr, xs, n32, 1, 0, tile_out);
+                *out_at(j, 0, o0 + r) = tile_out[0];
+            }
+        }
+        goto done;
+    }
+#endif
     for (int o0 = begin; o0 < end; o0 += TILE_R) {
         const int nr = imin(TILE_R, end - o0);
         const uint16_t *wr[TILE_R];
