@@ -41,7 +41,8 @@ typedef struct {
 } test_weight;
 
 /* scale_mode 0: scales 2^-7..2^4 (the exact fast decoders); 1 (FP8): every other block 2^120 with weights
- * below 2, the others 2^-2 (rows outside the fast decoder's scale range, decoded in fp32) */
+ * below 2, the others 2^-2 (rows outside the fast decoder's scale range, decoded in fp32); 2: as 0 (the inputs
+ * are tiny, make_inputs) */
 static test_weight make_weight(dsv4_wfmt fmt, int rows, int cols, int scale_mode) {
     test_weight t = {0};
     t.w.fmt = fmt;
@@ -57,7 +58,7 @@ static test_weight make_weight(dsv4_wfmt fmt, int rows, int cols, int scale_mode
         for (size_t i = 0; i < nbytes; i++) {
             uint8_t b = (uint8_t)rnd();
             if (fmt == WF_FP8 && (b & 0x7f) == 0x7f) b ^= 1;   /* no NaN codes in weights */
-            if (scale_mode) b &= 0xbf;
+            if (scale_mode == 1) b &= 0xbf;
             ((uint8_t *)t.data)[i] = b;
         }
     if (fmt != WF_BF16) {
@@ -65,20 +66,25 @@ static test_weight make_weight(dsv4_wfmt fmt, int rows, int cols, int scale_mode
         t.scale = malloc((size_t)srows * t.w.scale_cols);
         assert_non_null(t.scale);
         for (int i = 0; i < srows * t.w.scale_cols; i++)
-            t.scale[i] = (uint8_t)(scale_mode ? (i % 2 ? 247 : 125) : 120 + rnd() % 12);
+            t.scale[i] = (uint8_t)(scale_mode == 1 ? (i % 2 ? 247 : 125) : 120 + rnd() % 12);
     }
     t.w.data = t.data;
     t.w.scale = t.scale;
     return t;
 }
 
-/* T tokens of bf16-exact inputs: random values FP8-quantized per 128 columns, as OFFICIAL linear inputs are */
-static float *make_inputs(int T, int cols, int ldx, int tiny) {
+/* T tokens of bf16-exact inputs: random values FP8-quantized per 128 columns, as OFFICIAL linear inputs are;
+ * scale_mode 1: near 2^-100 (against weights near 2^120); 2: 2^-112..2^-120, so that products and partial sums
+ * fall below FLT_MIN and some inputs are denormal themselves */
+static float *make_inputs(int T, int cols, int ldx, int scale_mode) {
     float *x = calloc((size_t)T * ldx, sizeof(float));
     assert_non_null(x);
     for (int t = 0; t < T; t++) {
-        for (int i = 0; i < cols; i++) x[(size_t)t * ldx + i] = ldexpf(rndf(), tiny ? -100 : (int)(rnd() % 7) - 3);
-        act_quant_fp8_inplace(x + (size_t)t * ldx, cols, 128);
+        for (int i = 0; i < cols; i++) x[(size_t)t * ldx + i] = ldexpf(rndf(), scale_mode == 1 ? -100 : scale_mode == 2 ? -112 - (int)(rnd() % 8) : (int)(rnd() % 7) - 3);
+        if (scale_mode == 2)   /* bf16s (act_quant's floor on the block maximum would make these zeros) */
+            for (int i = 0; i < cols; i++) x[(size_t)t * ldx + i] = round_bf16(x[(size_t)t * ldx + i]);
+        else
+            act_quant_fp8_inplace(x + (size_t)t * ldx, cols, 128);
     }
     return x;
 }
@@ -167,6 +173,10 @@ static void same_bits_any_batch(cpu_dots dots, dsv4_pool *p1, dsv4_pool *p3) {
                 for (size_t t = 0; t < sizeof Ts / sizeof Ts[0]; t++)
                     check_shape(dots, p1, p3, shapes[s].fmt, rows[r], shapes[s].cols[c], Ts[t], 0);
     for (int T = 1; T <= 20; T += 19) check_shape(dots, p1, p3, WF_FP8, 21, 1152, T, 1);   /* the fp32-decoded rows */
+    /* inputs near 2^-100: products near FLT_MIN, which the pair order's VDPBF16PS tiles must leave to the fp32
+     * steps (pairs_safe) */
+    for (int T = 1; T <= 20; T += 19)
+        for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) check_shape(dots, p1, p3, shapes[s].fmt, 21, 1056 + 96 * (shapes[s].fmt == WF_FP8), T, 2);
 }
 
 static void amx_same_bits_any_batch(void **st) {

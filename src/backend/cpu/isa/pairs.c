@@ -393,25 +393,29 @@ static inline __m512 chunk_step(__m512 acc, __m512i w, x_chunk x) {
 
 enum { FUSED_ROWS = 4 };
 
-/* The smallest and largest of n scale bytes. */
-static void scale_minmax(const uint8_t *s, int n, int *lo, int *hi) {
-    __m512i vlo = _mm512_set1_epi8((char)0xff), vhi = _mm512_setzero_si512();
+/* Whether every one of n scale bytes lies in [lo, hi]. */
+static int scales_within(const uint8_t *s, int n, int lo, int hi) {
+    if (lo > hi || lo > 255 || hi < 0) return 0;
+    const __m512i vlo = _mm512_set1_epi8((char)(lo < 0 ? 0 : lo)), vhi = _mm512_set1_epi8((char)(hi > 255 ? 255 : hi));
     for (int i = 0; i < n; i += 64) {
         const __mmask64 m = n - i >= 64 ? ~(__mmask64)0 : (((__mmask64)1 << (n - i)) - 1);
         const __m512i v = _mm512_maskz_loadu_epi8(m, s + i);
-        vlo = _mm512_mask_min_epu8(vlo, m, vlo, v);
-        vhi = _mm512_max_epu8(vhi, v);
+        if (_mm512_mask_cmplt_epu8_mask(m, v, vlo) | _mm512_mask_cmpgt_epu8_mask(m, v, vhi)) return 0;
     }
-    __m256i l = _mm256_min_epu8(_mm512_castsi512_si256(vlo), _mm512_extracti64x4_epi64(vlo, 1));
-    __m256i h = _mm256_max_epu8(_mm512_castsi512_si256(vhi), _mm512_extracti64x4_epi64(vhi, 1));
-    __m128i l2 = _mm_min_epu8(_mm256_castsi256_si128(l), _mm256_extracti128_si256(l, 1));
-    __m128i h2 = _mm_max_epu8(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
-    uint8_t lb[16], hb[16];
-    _mm_storeu_si128((__m128i *)lb, l2);
-    _mm_storeu_si128((__m128i *)hb, h2);
-    int a = 255, b = 0;
-    for (int k = 0; k < 16; k++) a = lb[k] < a ? lb[k] : a, b = hb[k] > b ? hb[k] : b;
-    *lo = a, *hi = b;
+    return 1;
+}
+
+/* The scale bytes S a row may have for the fast decoders (FP8: 10..246, FP4: 2..252) and, with VDPBF16PS, for
+ * pairs_safe against token x: its values lie in [2^(S-127+lo_add), 2^(S-127+hi_add)) (FP8: lo_add = -9, hi_add =
+ * 8; FP4: -1, 2), so the row's range is at worst (min S + lo_add, max S + hi_add). */
+static void scale_bounds(int fast_lo, int fast_hi, int lo_add, int hi_add, const cpu_pairs_tokens *b, int *lo, int *hi) {
+    *lo = fast_lo, *hi = fast_hi;
+#ifdef PAIRS_DP
+    *lo = imax(*lo, 142 - b->range[0].lo - lo_add);
+    *hi = imin(*hi, 379 - b->log2_n32 - b->range[0].hi - hi_add);
+#else
+    (void)lo_add, (void)hi_add, (void)b;
+#endif
 }
 
 /* FP8 rows (cols a multiple of 128): 0 when a row's scales leave the fast decoder's range or, with VDPBF16PS,
@@ -421,18 +425,12 @@ static int fp8_rows_1(const dsv4_weight *w, const int rows[FUSED_ROWS], const ch
     const int n = w->cols;
     if (n % 128) return 0;
     const uint8_t *src[FUSED_ROWS], *srow[FUSED_ROWS];
+    int slo, shi;
+    scale_bounds(10, 246, -9, 8, b, &slo, &shi);
     for (int r = 0; r < FUSED_ROWS; r++) {
         src[r] = (const uint8_t *)w->data + (int64_t)rows[r] * n;
         srow[r] = w->scale + (int64_t)((w->row0 + rows[r]) / 128) * w->scale_cols;
-        if (r == 0 || srow[r] != srow[r - 1]) {
-            int lo, hi;
-            scale_minmax(srow[r], n / 128, &lo, &hi);
-            if (lo < 10 || hi > 246) return 0;
-#ifdef PAIRS_DP
-            const pairs_exp e = { lo - 9, hi + 8 };
-            if (!pairs_safe(e, b->range[0], b->log2_n32)) return 0;
-#endif
-        }
+        if ((r == 0 || srow[r] != srow[r - 1]) && !scales_within(srow[r], n / 128, slo, shi)) return 0;
     }
     __m512 acc[FUSED_ROWS];
     for (int r = 0; r < FUSED_ROWS; r++) acc[r] = _mm512_setzero_ps();
@@ -456,16 +454,12 @@ static int fp4_rows_1(const dsv4_weight *w, const int rows[FUSED_ROWS], const ch
                       const cpu_pairs_tokens *b, float out[FUSED_ROWS]) {
     const int n = w->cols;
     const uint8_t *src[FUSED_ROWS], *srow[FUSED_ROWS];
+    int slo, shi;
+    scale_bounds(2, 252, -1, 2, b, &slo, &shi);
     for (int r = 0; r < FUSED_ROWS; r++) {
         src[r] = (const uint8_t *)w->data + (int64_t)rows[r] * (n / 2);
         srow[r] = w->scale + (int64_t)(w->row0 + rows[r]) * w->scale_cols;
-        int lo, hi;
-        scale_minmax(srow[r], n / 32, &lo, &hi);
-        if (lo < 2 || hi > 252) return 0;
-#ifdef PAIRS_DP
-        const pairs_exp e = { lo - 1, hi + 2 };
-        if (!pairs_safe(e, b->range[0], b->log2_n32)) return 0;
-#endif
+        if (!scales_within(srow[r], n / 32, slo, shi)) return 0;
     }
     __m512 acc[FUSED_ROWS];
     for (int r = 0; r < FUSED_ROWS; r++) acc[r] = _mm512_setzero_ps();
