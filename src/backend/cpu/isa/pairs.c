@@ -109,6 +109,31 @@ static inline uint16_t f32_bits_hi(float f) {   /* the bf16 of an f32 that is on
 }
 
 #ifdef DSV4_AVX512
+/* The smallest and largest of n scale bytes (n >= 1). */
+static void scale_minmax(const uint8_t *s, int n, int *lo, int *hi) {
+    __m512i vlo = _mm512_set1_epi8((char)0xff), vhi = _mm512_setzero_si512();
+    for (int i = 0; i < n; i += 64) {
+        const __mmask64 m = n - i >= 64 ? ~(__mmask64)0 : (((__mmask64)1 << (n - i)) - 1);
+        const __m512i v = _mm512_maskz_loadu_epi8(m, s + i);
+        vlo = _mm512_mask_min_epu8(vlo, m, vlo, v);
+        vhi = _mm512_max_epu8(vhi, v);
+    }
+    const __m256i l = _mm256_min_epu8(_mm512_castsi512_si256(vlo), _mm512_extracti64x4_epi64(vlo, 1));
+    const __m256i h = _mm256_max_epu8(_mm512_castsi512_si256(vhi), _mm512_extracti64x4_epi64(vhi, 1));
+    __m128i l2 = _mm_min_epu8(_mm256_castsi256_si128(l), _mm256_extracti128_si256(l, 1));
+    __m128i h2 = _mm_max_epu8(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+    /* 16 bytes -> 1: the minimum of the bytes as words (zero-extended) by PHMINPOSUW, twice; the maximum as the
+     * minimum of 255 - b */
+    const __m128i zero = _mm_setzero_si128(), ff = _mm_set1_epi8((char)0xff);
+    const int lo_a = _mm_extract_epi16(_mm_minpos_epu16(_mm_unpacklo_epi8(l2, zero)), 0);
+    const int lo_b = _mm_extract_epi16(_mm_minpos_epu16(_mm_unpackhi_epi8(l2, zero)), 0);
+    h2 = _mm_sub_epi8(ff, h2);
+    const int hi_a = _mm_extract_epi16(_mm_minpos_epu16(_mm_unpacklo_epi8(h2, zero)), 0);
+    const int hi_b = _mm_extract_epi16(_mm_minpos_epu16(_mm_unpackhi_epi8(h2, zero)), 0);
+    *lo = imin(lo_a, lo_b);
+    *hi = 255 - imin(hi_a, hi_b);
+}
+
 /* The bf16 bits of an E4M3 value times 2^(S-127): the byte's 7 magnitude bits shifted left by 4 are its
  * exponent and mantissa in bf16 position, with the exponent biased by 7 instead of 127, so adding
  * (S - 7) << 7 rebiases and scales at once. Subnormal codes (exponent 0) come from a table of their 8 values,
@@ -117,11 +142,9 @@ static inline uint16_t f32_bits_hi(float f) {   /* the bf16 of an f32 that is on
  * Returns 0 when a block's scale is out of that range; else the range, from the scales: the values of a block
  * lie between 2^-9 (the smallest subnormal) and 448 < 2^9 times its scale. */
 static int fp8_row_bf16(const uint8_t *src, const uint8_t *srow, int n, uint16_t *out, pairs_exp *range) {
-    int smin = 255, smax = 0;
-    for (int b = 0; b < (n + 127) / 128; b++) {
-        if (srow[b] < 10 || srow[b] > 246) return 0;
-        smin = imin(smin, srow[b]), smax = imax(smax, srow[b]);
-    }
+    int smin, smax;
+    scale_minmax(srow, (n + 127) / 128, &smin, &smax);
+    if (smin < 10 || smax > 246) return 0;
     int i = 0;
     for (; i + 128 <= n; i += 128) {
         const fp8_block_consts c = fp8_block(srow[i / 128]);
@@ -137,11 +160,9 @@ static int fp8_row_bf16(const uint8_t *src, const uint8_t *srow, int n, uint16_t
  * 2 <= S <= 252 (code 8, -0 and invalid in weights, comes out as +0 as in the fp32 decoders). The range: the
  * values lie between 0.5 and 6 < 2^3 times the block's scale. */
 static int fp4_row_bf16(const uint8_t *src, const uint8_t *srow, int n, uint16_t *out, pairs_exp *range) {
-    int smin = 255, smax = 0;
-    for (int b = 0; b < n / 32; b++) {
-        if (srow[b] < 2 || srow[b] > 252) return 0;
-        smin = imin(smin, srow[b]), smax = imax(smax, srow[b]);
-    }
+    int smin, smax;
+    scale_minmax(srow, n / 32, &smin, &smax);
+    if (smin < 2 || smax > 252) return 0;
     for (int i = 0; i < n; i += 32)
         _mm512_storeu_si512((void *)(out + i), fp4_bf16x32(src + i / 2, fp4_table(srow[i / 32])));
     if (range) range->lo = smin - 1, range->hi = smax + 2;

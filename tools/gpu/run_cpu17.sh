@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# Issue 17 on the lent machine's host CPU (a Xeon with AVX512-BF16 and AMX; 16 cores): the pair order's
+# kernels (src/backend/cpu/pairs.h). Stage with tools/gpu/stage.sh, then `tools/gpu/run_cpu17.sh stage` here
+# (copies the CPU unit tests into .gpu/cputests); carry [".gpu"]. On the device: PARTS picks (default all):
+#   cpu     lscpu's model and flags; the kernel set chosen; test_linear_bf16, test_isa, test_moe_grouped
+#   bench   flash-2g, OFFICIAL with the pair order and with DSV4_CPU_PAIRS=0 (ROUNDS alternating rounds), --amx,
+#           EXACT; then --streams 1,16,64 for the pair order and the fp32 order
+#   suite   the GPU suite (tests/run_gpu.sh)
+# Logs in $OUT/logs.tgz; a summary on stdout.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+if [ "${1:-}" = stage ]; then
+  mkdir -p .gpu/cputests
+  for t in test_linear_bf16 test_isa test_moe_grouped; do strip -o ".gpu/cputests/$t" "build-gpu/tests/$t"; done
+  tar -C .gpu -cf - cputests | xz -9 -T0 >.gpu/cputests.tar.xz && rm -rf .gpu/cputests   # the carry limit: 64 MiB
+  exit 0
+fi
+. tools/gpu/env.sh
+PARTS=${PARTS:-cpu bench suite}
+has() { case " $PARTS " in *" $1 "*) return 0 ;; esac; return 1; }
+L=/tmp/run-logs && rm -rf $L && mkdir -p $L
+save() { tar -C /tmp -czf "$OUT/logs.tgz" run-logs 2>/dev/null; }
+[ -f .gpu/dsv4.xz ] && xz -dkf .gpu/dsv4.xz && chmod +x .gpu/dsv4
+export LD_LIBRARY_PATH=$PWD/.gpu/lib
+[ -f .gpu/cputests.tar.xz ] && tar -C .gpu -xJf .gpu/cputests.tar.xz
+if has cpu; then
+  echo "== CPU: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) threads; flags: $(grep -o -w -E 'avx512_bf16|amx_bf16|amx_tile|avx512f' /proc/cpuinfo | sort -u | tr '\n' ' ')"
+  .gpu/dsv4 --version 2>&1 | tee $L/version.log | grep -i -E "isa|kernel|set" | head -3
+  for t in test_linear_bf16 test_isa test_moe_grouped; do
+    timeout 200 .gpu/cputests/$t >$L/$t.log 2>&1
+    echo "  $t: exit $? $(grep -E 'PASSED|FAILED|kernel sets here' $L/$t.log | tr '\n' ' ' | tr -s ' ')"
+  done
+fi
+save
+B=".gpu/dsv4 bench --synthetic flash-2g --no-bandwidth"
+one() {   # name, env, args
+  local n=$1 e=$2; shift 2
+  env $e timeout 240 $B "$@" >$L/bench_$n.log 2>&1
+  echo "  $n: $(grep -E '^prefill|^decode, 1|^speculative|^bandwidth fraction' $L/bench_$n.log | awk '{printf "%s ", $0}' | tr -s ' ')"
+}
+if has bench; then
+  timeout 240 .gpu/dsv4 bench --synthetic flash-2g --prompt 4 --decode 2 >$L/bench_warm.log 2>&1
+  echo "== bench flash-2g (16 threads); $(grep -E '^memory read bandwidth' $L/bench_warm.log)"
+  for r in $(seq 1 "${ROUNDS:-2}"); do
+    one "pairs_$r" DSV4_CPU_PAIRS=1 --mode official --decode 32
+    one "f32_$r" DSV4_CPU_PAIRS=0 --mode official --decode 32
+  done
+  one amx DSV4_CPU_PAIRS=1 --mode official --decode 32 --amx
+  one exact DSV4_CPU_PAIRS=1 --mode exact --decode 32
+  for v in 1 0; do
+    env DSV4_CPU_PAIRS=$v timeout 300 $B --mode official --prompt 16 --decode 16 --streams 1,16,64 >$L/streams_$v.log 2>&1
+    echo "  streams, DSV4_CPU_PAIRS=$v:"; grep -E "streams|roofline" $L/streams_$v.log | tail -4 | sed 's/^/    /'
+  done
+fi
+save
+if has suite; then
+  BUILD=.gpu VERBOSE=1 timeout ${SUITE_TIMEOUT:-200} tests/run_gpu.sh >$L/suite.log 2>&1
+  echo "== GPU suite: exit $?"; grep -E "FAIL|passed, .* failed" $L/suite.log | tail -6
+fi
+save
