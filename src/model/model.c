@@ -402,8 +402,9 @@ int dsv4_model_load(const char *dir, const dsv4_load_opts *opts, dsv4_model **ou
             goto fail;
         }
         m->dots = CPU_DOTS_AMX;
-    } else if (opts->mode == DSV4_MODE_OFFICIAL && opts->device == DSV4_DEVICE_CPU) {
-        /* the pair order (backend/cpu/pairs.h); DSV4_CPU_PAIRS=0 keeps EXACT's fp32 order, for comparisons */
+    } else if (opts->mode == DSV4_MODE_OFFICIAL) {
+        /* the pair order (backend/cpu/pairs.h): every CPU linear of a CPU model, the host-resident experts of a
+         * CUDA one; DSV4_CPU_PAIRS=0 keeps EXACT's fp32 order, for comparisons */
         const char *e = getenv("DSV4_CPU_PAIRS");
         if (e && strcmp(e, "0") && strcmp(e, "1")) {
             rc = dsv4_fail(err, DSV4_E_ARG, "DSV4_CPU_PAIRS: expected 0 or 1, got '%s'", e);

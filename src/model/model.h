@@ -82,9 +82,9 @@ typedef struct {
 struct dsv4_model {
     dsv4_config cfg;
     dsv4_mode mode;
-    cpu_dots dots;           /* the order of the linears with bf16-exact inputs (backend/cpu/kernels.h): OFFICIAL on the
-                              * CPU device: the pair order (pairs.h), or AMX's (dsv4_load_opts.cpu_amx), or fp32 with
-                              * DSV4_CPU_PAIRS=0; EXACT, and every CUDA model: fp32 */
+    cpu_dots dots;           /* the order of the CPU's linears with bf16-exact inputs (backend/cpu/kernels.h): OFFICIAL:
+                              * the pair order (pairs.h; on a CUDA model, its host-resident experts), or AMX's
+                              * (dsv4_load_opts.cpu_amx, CPU device), or fp32 with DSV4_CPU_PAIRS=0; EXACT: fp32 */
     int moe_per_expert;      /* run the MoE experts one at a time, three pool dispatches each, instead of grouped
                               * (core/moe_experts.h): the reference the grouped run is tested against */
     uint64_t routed_bytes;   /* weight bytes of the routed experts CPU steps have run, each once a step
