@@ -6,6 +6,8 @@
 #   bench   flash-2g, OFFICIAL with the pair order and with DSV4_CPU_PAIRS=0 (ROUNDS alternating rounds), --amx,
 #           EXACT; then --streams 1,16,64 for the pair order and the fp32 order
 #   suite   the GPU suite (tests/run_gpu.sh)
+#   hostx   Flash on the GPU with --gpu-mem HOSTX_MEM (default 80: about half the routed experts in host memory,
+#           computed by the CPU): decode with the pair order and with DSV4_CPU_PAIRS=0 (issue 15)
 # Logs in $OUT/logs.tgz; a summary on stdout.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -50,6 +52,15 @@ if has bench; then
   for v in 1 0; do
     env DSV4_CPU_PAIRS=$v timeout 300 $B --mode official --prompt 16 --decode 16 --streams 1,16,64 >$L/streams_$v.log 2>&1
     echo "  streams, DSV4_CPU_PAIRS=$v:"; grep -E "streams|roofline" $L/streams_$v.log | tail -4 | sed 's/^/    /'
+  done
+fi
+save
+if has hostx; then
+  echo "== Flash --gpu-mem ${HOSTX_MEM:-80} (host experts on the CPU):"
+  for v in 1 0; do
+    env DSV4_CPU_PAIRS=$v timeout 280 .gpu/dsv4 bench --synthetic flash --device cuda --mode official --gpu-mem ${HOSTX_MEM:-80} \
+        --prompt 64 --decode 16 --no-bandwidth >$L/hostx_$v.log 2>&1
+    echo "  DSV4_CPU_PAIRS=$v: $(grep -E '^prefill|^decode, 1|host' $L/hostx_$v.log | head -4 | tr '\n' ' ' | tr -s ' ')"
   done
 fi
 save

@@ -412,7 +412,15 @@ static inline __m512 chunk_step(__m512 acc, __m512i w, x_chunk x) {
 }
 #endif
 
-enum { FUSED_ROWS = 4 };
+enum { FUSED_ROWS = 4, FUSED_T = 4 };
+
+/* The tokens of a fused call: up to FUSED_T of them, and the hull of their exponent ranges (what pairs_safe must
+ * admit for every one of them). */
+typedef struct {
+    const uint16_t *x[FUSED_T];
+    pairs_exp range;
+    int log2_n32;
+} fused_tokens;
 
 /* Whether every one of n scale bytes lies in [lo, hi]. */
 static int scales_within(const uint8_t *s, int n, int lo, int hi) {
@@ -427,34 +435,49 @@ static int scales_within(const uint8_t *s, int n, int lo, int hi) {
 }
 
 /* The scale bytes S a row may have for the fast decoders (FP8: 10..246, FP4: 2..252) and, with VDPBF16PS, for
- * pairs_safe against token x: its values lie in [2^(S-127+lo_add), 2^(S-127+hi_add)) (FP8: lo_add = -9, hi_add =
- * 8; FP4: -1, 2), so the row's range is at worst (min S + lo_add, max S + hi_add). */
-static void scale_bounds(int fast_lo, int fast_hi, int lo_add, int hi_add, const cpu_pairs_tokens *b, int *lo, int *hi) {
+ * pairs_safe against the tokens: its values lie in [2^(S-127+lo_add), 2^(S-127+hi_add)) (FP8: lo_add = -9,
+ * hi_add = 8; FP4: -1, 2), so the row's range is at worst (min S + lo_add, max S + hi_add). */
+static void scale_bounds(int fast_lo, int fast_hi, int lo_add, int hi_add, const fused_tokens *x, int *lo, int *hi) {
     *lo = fast_lo, *hi = fast_hi;
 #ifdef PAIRS_DP
-    *lo = imax(*lo, 142 - b->range[0].lo - lo_add);
-    *hi = imin(*hi, 379 - b->log2_n32 - b->range[0].hi - hi_add);
+    *lo = imax(*lo, 142 - x->range.lo - lo_add);
+    *hi = imin(*hi, 379 - x->log2_n32 - x->range.hi - hi_add);
 #else
-    (void)lo_add, (void)hi_add, (void)b;
+    (void)lo_add, (void)hi_add, (void)x;
 #endif
+}
+
+/* acc[r][t] for NT tokens after one chunk of row r's decoded bf16s wv[r] (decoded once, used NT times). */
+static ALWAYS_INLINE void chunk_steps(__m512 acc[FUSED_ROWS][FUSED_T], const __m512i wv[FUSED_ROWS],
+                                      const fused_tokens *x, int k, const int NT) {
+    for (int t = 0; t < NT; t++) {
+        const x_chunk xc = x_chunk_at(x->x[t] + k);
+        for (int r = 0; r < FUSED_ROWS; r++) acc[r][t] = chunk_step(acc[r][t], wv[r], xc);
+    }
+}
+
+static ALWAYS_INLINE void fused_out(__m512 acc[FUSED_ROWS][FUSED_T], float out[FUSED_ROWS][FUSED_T], const int NT) {
+    for (int r = 0; r < FUSED_ROWS; r++)
+        for (int t = 0; t < NT; t++) out[r][t] = reduce16_zmm(acc[r][t]);
 }
 
 /* FP8 rows (cols a multiple of 128): 0 when a row's scales leave the fast decoder's range or, with VDPBF16PS,
  * pairs_safe refuses a row (the caller then takes the tile path). */
-static int fp8_rows_1(const dsv4_weight *w, const int rows[FUSED_ROWS], const char *const ahead[FUSED_ROWS],
-                      const cpu_pairs_tokens *b, float out[FUSED_ROWS]) {
+static ALWAYS_INLINE int fp8_rows_n(const dsv4_weight *w, const int rows[FUSED_ROWS], const char *const ahead[FUSED_ROWS],
+                                    const fused_tokens *x, float out[FUSED_ROWS][FUSED_T], const int NT) {
     const int n = w->cols;
     if (n % 128) return 0;
     const uint8_t *src[FUSED_ROWS], *srow[FUSED_ROWS];
     int slo, shi;
-    scale_bounds(10, 246, -9, 8, b, &slo, &shi);
+    scale_bounds(10, 246, -9, 8, x, &slo, &shi);
     for (int r = 0; r < FUSED_ROWS; r++) {
         src[r] = (const uint8_t *)w->data + (int64_t)rows[r] * n;
         srow[r] = w->scale + (int64_t)((w->row0 + rows[r]) / 128) * w->scale_cols;
         if ((r == 0 || srow[r] != srow[r - 1]) && !scales_within(srow[r], n / 128, slo, shi)) return 0;
     }
-    __m512 acc[FUSED_ROWS];
-    for (int r = 0; r < FUSED_ROWS; r++) acc[r] = _mm512_setzero_ps();
+    __m512 acc[FUSED_ROWS][FUSED_T];
+    for (int r = 0; r < FUSED_ROWS; r++)
+        for (int t = 0; t < NT; t++) acc[r][t] = _mm512_setzero_ps();
     for (int i = 0; i < n; i += 128) {
         fp8_block_consts c[FUSED_ROWS];
         for (int r = 0; r < FUSED_ROWS; r++) {
@@ -462,65 +485,71 @@ static int fp8_rows_1(const dsv4_weight *w, const int rows[FUSED_ROWS], const ch
             if (ahead[r]) __builtin_prefetch(ahead[r] + i, 0, 3), __builtin_prefetch(ahead[r] + i + 64, 0, 3);
         }
         for (int k = i; k < i + 128; k += 32) {
-            const x_chunk x = x_chunk_at(b->xb + k);
-            for (int r = 0; r < FUSED_ROWS; r++) acc[r] = chunk_step(acc[r], fp8_bf16x32(src[r] + k, c[r]), x);
+            __m512i wv[FUSED_ROWS];
+            for (int r = 0; r < FUSED_ROWS; r++) wv[r] = fp8_bf16x32(src[r] + k, c[r]);
+            chunk_steps(acc, wv, x, k, NT);
         }
     }
-    for (int r = 0; r < FUSED_ROWS; r++) out[r] = reduce16_zmm(acc[r]);
+    fused_out(acc, out, NT);
     return 1;
 }
 
-/* FP4 rows (cols a multiple of 32): 0 as fp8_rows_1. */
-static int fp4_rows_1(const dsv4_weight *w, const int rows[FUSED_ROWS], const char *const ahead[FUSED_ROWS],
-                      const cpu_pairs_tokens *b, float out[FUSED_ROWS]) {
+/* FP4 rows (cols a multiple of 32): 0 as fp8_rows_n. */
+static ALWAYS_INLINE int fp4_rows_n(const dsv4_weight *w, const int rows[FUSED_ROWS], const char *const ahead[FUSED_ROWS],
+                                    const fused_tokens *x, float out[FUSED_ROWS][FUSED_T], const int NT) {
     const int n = w->cols;
     const uint8_t *src[FUSED_ROWS], *srow[FUSED_ROWS];
     int slo, shi;
-    scale_bounds(2, 252, -1, 2, b, &slo, &shi);
+    scale_bounds(2, 252, -1, 2, x, &slo, &shi);
     for (int r = 0; r < FUSED_ROWS; r++) {
         src[r] = (const uint8_t *)w->data + (int64_t)rows[r] * (n / 2);
         srow[r] = w->scale + (int64_t)(w->row0 + rows[r]) * w->scale_cols;
         if (!scales_within(srow[r], n / 32, slo, shi)) return 0;
     }
-    __m512 acc[FUSED_ROWS];
-    for (int r = 0; r < FUSED_ROWS; r++) acc[r] = _mm512_setzero_ps();
+    __m512 acc[FUSED_ROWS][FUSED_T];
+    for (int r = 0; r < FUSED_ROWS; r++)
+        for (int t = 0; t < NT; t++) acc[r][t] = _mm512_setzero_ps();
     for (int i = 0; i < n; i += 32) {
-        const x_chunk x = x_chunk_at(b->xb + i);
         if (i % 128 == 0)
             for (int r = 0; r < FUSED_ROWS; r++)
                 if (ahead[r]) __builtin_prefetch(ahead[r] + i / 2, 0, 3);
-        for (int r = 0; r < FUSED_ROWS; r++) acc[r] = chunk_step(acc[r], fp4_bf16x32(src[r] + i / 2, fp4_table(srow[r][i / 32])), x);
+        __m512i wv[FUSED_ROWS];
+        for (int r = 0; r < FUSED_ROWS; r++) wv[r] = fp4_bf16x32(src[r] + i / 2, fp4_table(srow[r][i / 32]));
+        chunk_steps(acc, wv, x, i, NT);
     }
-    for (int r = 0; r < FUSED_ROWS; r++) out[r] = reduce16_zmm(acc[r]);
+    fused_out(acc, out, NT);
     return 1;
 }
 
 /* BF16 rows (cols a multiple of 32). With VDPBF16PS the rows' exponent ranges are only known at the end, so
  * they are gathered on the way and a row pairs_safe refuses returns 0 (the caller redoes the rows). */
-static int bf16_rows_1(const dsv4_weight *w, const int rows[FUSED_ROWS], const char *const ahead[FUSED_ROWS],
-                       const cpu_pairs_tokens *b, float out[FUSED_ROWS]) {
+static ALWAYS_INLINE int bf16_rows_n(const dsv4_weight *w, const int rows[FUSED_ROWS], const char *const ahead[FUSED_ROWS],
+                                     const fused_tokens *x, float out[FUSED_ROWS][FUSED_T], const int NT) {
     const int n = w->cols;
     if (n % 32) return 0;
     const uint16_t *src[FUSED_ROWS];
-    __m512 acc[FUSED_ROWS];
-    for (int r = 0; r < FUSED_ROWS; r++) src[r] = (const uint16_t *)w->data + (int64_t)rows[r] * n, acc[r] = _mm512_setzero_ps();
+    __m512 acc[FUSED_ROWS][FUSED_T];
+    for (int r = 0; r < FUSED_ROWS; r++) {
+        src[r] = (const uint16_t *)w->data + (int64_t)rows[r] * n;
+        for (int t = 0; t < NT; t++) acc[r][t] = _mm512_setzero_ps();
+    }
 #ifdef PAIRS_DP
     const __m512i mag_mask = _mm512_set1_epi16(0x7fff);
     __m512i vlo[FUSED_ROWS], vhi[FUSED_ROWS];
     for (int r = 0; r < FUSED_ROWS; r++) vlo[r] = mag_mask, vhi[r] = _mm512_setzero_si512();
 #endif
     for (int i = 0; i < n; i += 32) {
-        const x_chunk x = x_chunk_at(b->xb + i);
+        __m512i wv[FUSED_ROWS];
         for (int r = 0; r < FUSED_ROWS; r++) {
             if (ahead[r]) __builtin_prefetch(ahead[r] + 2 * i, 0, 3);
-            const __m512i v = _mm512_loadu_si512((const void *)(src[r] + i));
+            wv[r] = _mm512_loadu_si512((const void *)(src[r] + i));
 #ifdef PAIRS_DP
-            const __m512i m = _mm512_and_si512(v, mag_mask);
+            const __m512i m = _mm512_and_si512(wv[r], mag_mask);
             vlo[r] = _mm512_mask_min_epu16(vlo[r], _mm512_test_epi16_mask(m, m), vlo[r], m);
             vhi[r] = _mm512_max_epu16(vhi[r], m);
 #endif
-            acc[r] = chunk_step(acc[r], v, x);
         }
+        chunk_steps(acc, wv, x, i, NT);
     }
 #ifdef PAIRS_DP
     for (int r = 0; r < FUSED_ROWS; r++) {
@@ -529,26 +558,37 @@ static int bf16_rows_1(const dsv4_weight *w, const int rows[FUSED_ROWS], const c
         _mm512_storeu_si512((void *)h, vhi[r]);
         unsigned lo = 0x7fff, hi = 0;
         for (int k = 0; k < 32; k++) lo = l[k] < lo ? l[k] : lo, hi = h[k] > hi ? h[k] : hi;
-        if (!pairs_safe(range_of_mags(lo, hi), b->range[0], b->log2_n32)) return 0;
+        if (!pairs_safe(range_of_mags(lo, hi), x->range, x->log2_n32)) return 0;
     }
 #endif
-    for (int r = 0; r < FUSED_ROWS; r++) out[r] = reduce16_zmm(acc[r]);
+    fused_out(acc, out, NT);
     return 1;
 }
 
-/* Rows rows[0..3] (repeats allowed) against token 0 of b; 0 when the caller must take the tile path. One token
- * reads every weight byte once: each row's bytes FUSED_ROWS rows ahead (ahead[r], NULL: none) are requested as
- * the loop passes the same columns, a line at a time, so the next group's rows arrive while these are used
- * (requesting a whole group at once measured slower: too many requests in flight at one time). */
-static int rows_1(const dsv4_weight *w, const int rows[FUSED_ROWS], const char *const ahead[FUSED_ROWS],
-                  const cpu_pairs_tokens *b, float out[FUSED_ROWS]) {
+static ALWAYS_INLINE int rows_n(const dsv4_weight *w, const int rows[FUSED_ROWS], const char *const ahead[FUSED_ROWS],
+                                const fused_tokens *x, float out[FUSED_ROWS][FUSED_T], const int NT) {
     switch (w->fmt) {
-    case WF_FP8: return fp8_rows_1(w, rows, ahead, b, out);
-    case WF_FP4: return fp4_rows_1(w, rows, ahead, b, out);
-    case WF_BF16: return bf16_rows_1(w, rows, ahead, b, out);
+    case WF_FP8: return fp8_rows_n(w, rows, ahead, x, out, NT);
+    case WF_FP4: return fp4_rows_n(w, rows, ahead, x, out, NT);
+    case WF_BF16: return bf16_rows_n(w, rows, ahead, x, out, NT);
     default: return 0;
     }
 }
+
+/* Rows rows[0..3] (repeats allowed) against nt <= FUSED_T tokens; 0 when the caller must take the tile
+ * path. Few tokens read every weight byte about once: each row's bytes FUSED_ROWS rows ahead (ahead[r], NULL:
+ * none) are requested as the loop passes the same columns, a line at a time, so the next group's rows arrive
+ * while these are used (requesting a whole group at once measured slower: too many requests in flight). */
+static int rows_fused(const dsv4_weight *w, const int rows[FUSED_ROWS], const char *const ahead[FUSED_ROWS],
+                      const fused_tokens *x, int nt, float out[FUSED_ROWS][FUSED_T]) {
+    switch (nt) {
+    case 1: return rows_n(w, rows, ahead, x, out, 1);
+    case 2: return rows_n(w, rows, ahead, x, out, 2);
+    case 3: return rows_n(w, rows, ahead, x, out, 3);
+    default: return rows_n(w, rows, ahead, x, out, 4);
+    }
+}
+_Static_assert(FUSED_T == 4, "rows_fused has a case per token count up to 4");
 #endif
 
 static inline float *out_at(const cpu_pairs_job *j, int t, int o) {
@@ -741,7 +781,14 @@ void ISA_FN(pairs_rows)(void *ctx, int begin, int end, int thread) {
     if (!rows || !ftmp) goto done;   /* cannot happen for real configs; leaves y untouched rather than crash */
     const size_t row_bytes = weight_cols_bytes(w, cols);
 #ifdef DSV4_AVX512
-    if (b->T == 1) {   /* one token: rows decoded in registers, FUSED_ROWS at a time */
+    if (b->T <= FUSED_T) {   /* few tokens: rows decoded in registers, FUSED_ROWS at a time */
+        fused_tokens x;
+        x.range = (pairs_exp){ 255, 0 };
+        x.log2_n32 = b->log2_n32;
+        for (int t = 0; t < b->T; t++) {
+            x.x[t] = b->xb + (size_t)t * n32;
+            x.range.lo = imin(x.range.lo, b->range[t].lo), x.range.hi = imax(x.range.hi, b->range[t].hi);
+        }
         for (int o0 = begin; o0 < end; o0 += FUSED_ROWS) {
             const int nr = imin(FUSED_ROWS, end - o0);
             int rws[FUSED_ROWS];
@@ -749,19 +796,27 @@ void ISA_FN(pairs_rows)(void *ctx, int begin, int end, int thread) {
             const char *ahead[FUSED_ROWS];
             for (int r = 0; r < FUSED_ROWS; r++)
                 ahead[r] = rws[r] + FUSED_ROWS < end ? (const char *)w->data + (size_t)(rws[r] + FUSED_ROWS) * row_bytes : NULL;
-            float out[FUSED_ROWS];
-            if (rows_1(w, rws, ahead, b, out)) {
-                for (int r = 0; r < nr; r++) *out_at(j, 0, o0 + r) = out[r];
+            float out[FUSED_ROWS][FUSED_T];
+            if (rows_fused(w, rws, ahead, &x, b->T, out)) {
+                for (int r = 0; r < nr; r++)
+                    for (int t = 0; t < b->T; t++) *out_at(j, t, o0 + r) = out[r][t];
                 continue;
             }
             for (int r = 0; r < nr; r++) {   /* the tile path, one row at a time (scales out of range, or unsafe) */
                 const uint16_t *wr[TILE_R], *xs[TILE_T];
-                (void)ISA_FN(weight_row_bf16)(w, o0 + r, 0, n32, rows, ftmp);
+                const pairs_exp wexp = ISA_FN(weight_row_bf16)(w, o0 + r, 0, n32, rows, ftmp);
+                int dp = 0;
+#ifdef PAIRS_DP
+                dp = 1;
+                for (int t = 0; t < b->T; t++) dp &= pairs_safe(wexp, b->range[t], b->log2_n32);
+#else
+                (void)wexp;
+#endif
                 for (int k = 0; k < TILE_R; k++) wr[k] = rows;
-                for (int t = 0; t < TILE_T; t++) xs[t] = b->xb;
+                for (int t = 0; t < TILE_T; t++) xs[t] = b->xb + (size_t)imin(t, b->T - 1) * n32;
                 float tile_out[TILE_R * TILE_T];
-                tile_pairs(wr, xs, n32, 1, 0, tile_out);
-                *out_at(j, 0, o0 + r) = tile_out[0];
+                tile_pairs(wr, xs, n32, b->T, dp, tile_out);
+                for (int t = 0; t < b->T; t++) *out_at(j, t, o0 + r) = tile_out[t];
             }
         }
         goto done;
