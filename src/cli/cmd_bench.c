@@ -107,6 +107,31 @@ static void rep_num(json_t *rep, const char *section, const char *key, double v)
     json_object_set_new(o, key, json_real(v));
 }
 
+/* Where the CPU reads the weights from (model/safetensors.h, st_memory; DSV4_WEIGHT_MEMORY). */
+static const char *weight_memory_words(st_memory w) {
+    return w == ST_MEM_COPY ? "copied to huge pages" : w == ST_MEM_POPULATE ? "file mapping, populated" : "file mapping";
+}
+
+/* Where a decode step's CPU time goes (backend/cpu/pool.h): the calling thread outside the parallel loops (serial
+ * work: on a CUDA model, everything but its host experts' loops), its own share of the loops and its wait for the
+ * slowest worker; how busy the workers were while loops ran, and how long a worker took to start on a loop. */
+static void pool_report(dsv4_model *m, const dsv4_pool_stats *ps, int tokens, double wall, json_t *rep) {
+    const int workers = dsv4_pool_threads(m->pool) - 1;
+    const double per = 1e3 / tokens, serial = wall - ps->in_run, own = ps->in_run - ps->caller_wait;
+    const double busy = workers > 0 && ps->in_run > 0 ? ps->worker_busy / (workers * ps->in_run) : 0;
+    const double wake_us = workers > 0 && ps->shared > 0 ? 1e6 * ps->worker_wake / ((double)workers * ps->shared) : 0;
+    printf("%-26s %10.1f jobs/token  a token's calling thread: %.2f ms serial + %.2f ms its shares + %.2f ms waiting for "
+           "workers; workers busy %.0f %% of the loops' time, %.1f us from a loop's start to theirs\n",
+           "decode, CPU thread pool", (double)ps->jobs / tokens, serial * per, own * per, ps->caller_wait * per, 100 * busy,
+           wake_us);
+    rep_num(rep, "cpu_pool", "jobs_per_token", (double)ps->jobs / tokens);
+    rep_num(rep, "cpu_pool", "serial_ms_per_token", serial * per);
+    rep_num(rep, "cpu_pool", "caller_share_ms_per_token", own * per);
+    rep_num(rep, "cpu_pool", "caller_wait_ms_per_token", ps->caller_wait * per);
+    rep_num(rep, "cpu_pool", "worker_busy_fraction", busy);
+    rep_num(rep, "cpu_pool", "worker_start_us", wake_us);
+}
+
 static int bench_single_stream(dsv4_model *m, int prompt, int decode, double bw, int profile, json_t *rep) {
     dsv4_error err;
     dsv4_seq *s;
@@ -125,11 +150,15 @@ static int bench_single_stream(dsv4_model *m, int prompt, int decode, double bw,
         cuda_profile(m, 1);   /* then the decode steps */
     }
     double t1 = now_s();
+    dsv4_pool_count(m->pool, 1);
     for (int i = 0; !rc && i < decode; i++) {
         dsv4_step_item d = { s, tok + prompt + i, 1, DSV4_LOGITS_LAST, logits };
         rc = dsv4_step(m, &d, 1, &err);
     }
     double t2 = now_s();
+    dsv4_pool_stats ps;
+    dsv4_pool_stats_get(m->pool, &ps);
+    dsv4_pool_count(m->pool, 0);
     /* the speculative verify step: the pending token and 5 drafts in one step, every row's logits, then rolled back
      * (all drafts rejected), so each repetition sees the same context */
     enum { VERIFY = 6 };
@@ -158,6 +187,7 @@ static int bench_single_stream(dsv4_model *m, int prompt, int decode, double bw,
     printf("%-26s %10.2f GB/s    %.3f GB weights read per token\n", "decode weight traffic", bytes * tps / 1e9, bytes / 1e9);
     if (bw > 0) printf("%-26s %10.1f %%      of measured read bandwidth\n", "bandwidth fraction", 100.0 * bytes * tps / 1e9 / bw);
     if (cuda_gpus(m) > 1) per_gpu_traffic(m, tps, bw);
+    if (decode > 0 && ps.jobs > 0) pool_report(m, &ps, decode, t2 - t1, rep);
     rep_num(rep, "single_stream", "prompt_tokens", prompt);
     rep_num(rep, "single_stream", "prefill_tok_s", prompt / (t1 - t0));
     rep_num(rep, "single_stream", "decode_tokens", decode);
@@ -505,12 +535,13 @@ int cmd_bench(int argc, char **argv) {
     cuda_graph_info graphs;
     cuda_graphs_get(m, &graphs);
     printf("model %s: %d layers, hidden %d, %.2f GB weights, %.3f GB read per decoded token, %d threads, %s mode, "
-           "%s kernels%s%s%s\n",
+           "%s kernels%s%s%s%s%s\n",
            model_dir, m->cfg.n_layers, m->cfg.dim, dsv4_total_weight_bytes(m) / 1e9, dsv4_decode_weight_bytes(m) / 1e9,
            dsv4_pool_threads(m->pool), mode == DSV4_MODE_OFFICIAL ? "official" : "exact",
            m->device == DSV4_DEVICE_CPU ? dsv4_pool_kernels(m->pool)->name : "cuda", m->dots == CPU_DOTS_AMX ? " (AMX linears)" : m->dots == CPU_DOTS_PAIRS ? " (bf16 pair dots)" : "",
            !m->cuda ? "" : graphs.on ? ", CUDA graphs on" : ", CUDA graphs off (DSV4_CUDA_GRAPHS=0)",
-           !m->cuda || mode != DSV4_MODE_OFFICIAL ? "" : cuda_mma_on(m) ? ", FP8 tensor cores" : ", FP8 tensor cores off (DSV4_CUDA_MMA=0)");
+           !m->cuda || mode != DSV4_MODE_OFFICIAL ? "" : cuda_mma_on(m) ? ", FP8 tensor cores" : ", FP8 tensor cores off (DSV4_CUDA_MMA=0)",
+           m->device == DSV4_DEVICE_CPU ? ", weights: " : "", m->device == DSV4_DEVICE_CPU ? weight_memory_words(m->weight_memory) : "");
     if (m->cfg.synthetic_holes)
         printf("synthetic weights generated in GPU memory: %d distinct layer weight sets for %d layers%s\n",
                cuda_distinct_layers(m), m->cfg.n_layers,
@@ -534,6 +565,8 @@ int cmd_bench(int argc, char **argv) {
                                                     mode == DSV4_MODE_OFFICIAL ? "official" : "exact", "kernels",
                                                     m->device == DSV4_DEVICE_CPU ? dsv4_pool_kernels(m->pool)->name : "cuda",
                                                     "threads", dsv4_pool_threads(m->pool), "gpus", m->cuda ? cuda_gpus(m) : 0));
+        if (!m->cuda) json_object_set_new(json_object_get(rep, "model"), "weight_memory",
+                                          json_string(st_memory_name(m->weight_memory)));
         if (m->cuda) json_object_set_new(json_object_get(rep, "model"), "cuda_graphs", json_boolean(graphs.on));
         if (m->cuda) json_object_set_new(json_object_get(rep, "model"), "cuda_tensor_cores",
                                          json_boolean(mode == DSV4_MODE_OFFICIAL && cuda_mma_on(m)));

@@ -384,6 +384,23 @@ static int model_cuda_init(dsv4_model *m, const char *dir, const dsv4_load_opts 
     return rc;
 }
 
+/* Where a CPU model's weights live (model/safetensors.h, st_memory): by default a copy on huge pages when it fits
+ * in memory. Before binding: the bindings point into wherever the bytes end up. (A CUDA model reads the mapping
+ * once, to upload it; its host-resident experts are placed by the CUDA backend.) */
+static int place_weights(dsv4_model *m, int n_threads, dsv4_error *err) {
+    uint64_t bytes = 0;
+    for (int i = 0; i < m->ckpt.n_shards; i++) bytes += m->ckpt.shards[i].len;
+    int rc = st_memory_choose(bytes, &m->weight_memory, err);
+    if (rc) return rc;
+    if (m->weight_memory == ST_MEM_COPY) {
+        const long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+        return st_copy_shards(&m->ckpt, n_threads > 0 ? n_threads : cpus > 0 ? (int)cpus : 1, err);
+    }
+    for (int i = 0; m->weight_memory == ST_MEM_POPULATE && i < m->ckpt.n_shards; i++)
+        st_populate(m->ckpt.shards[i].map, m->ckpt.shards[i].len);
+    return 0;
+}
+
 int dsv4_model_load(const char *dir, const dsv4_load_opts *opts, dsv4_model **out, dsv4_error *err) {
     dsv4_load_opts def = {0};
     if (!opts) opts = &def;
@@ -448,6 +465,7 @@ int dsv4_model_load(const char *dir, const dsv4_load_opts *opts, dsv4_model **ou
             goto fail;
         }
     }
+    if (opts->device == DSV4_DEVICE_CPU && (rc = place_weights(m, opts->n_threads, err))) goto fail;
     {
         binder b = { .m = m, .err = err };
         m->embed = bind_weight(&b, "", "embed");

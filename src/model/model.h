@@ -82,6 +82,8 @@ typedef struct {
 struct dsv4_model {
     dsv4_config cfg;
     dsv4_mode mode;
+    st_memory weight_memory; /* where the checkpoint's bytes live (model/safetensors.h): CPU models copy them to huge
+                              * pages when they fit */
     cpu_dots dots;           /* the order of the CPU's linears with bf16-exact inputs (backend/cpu/kernels.h): OFFICIAL:
                               * the pair order (pairs.h; on a CUDA model, its host-resident experts), or AMX's
                               * (dsv4_load_opts.cpu_amx, CPU device), or fp32 with DSV4_CPU_PAIRS=0; EXACT: fp32 */

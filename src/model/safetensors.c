@@ -1,5 +1,6 @@
 #include "model/safetensors.h"
 #include "util/error.h"
+#include "util/bigmem.h"
 #include "util/fileio.h"
 #include <errno.h>
 #include <fcntl.h>
@@ -38,6 +39,60 @@ static int cmp_tensor(const void *a, const void *b) {
 const st_tensor *st_find(const st_archive *a, const char *name) {
     st_tensor key = { .name = (char *)name };
     return bsearch(&key, a->tensors, (size_t)a->n_tensors, sizeof key, cmp_tensor);
+}
+
+#ifndef MADV_POPULATE_READ
+#define MADV_POPULATE_READ 22   /* Linux 5.14's value, for older headers; an older kernel answers EINVAL */
+#endif
+
+void st_populate(const void *p, size_t n) {
+    if (!p || !n) return;
+    const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE), a = (uintptr_t)p & ~(page - 1);
+    (void)madvise((void *)a, (uintptr_t)p + n - a, MADV_POPULATE_READ);   /* a hint: failure changes nothing */
+}
+
+static const char *const memory_names[] = { [ST_MEM_MAP] = "map", [ST_MEM_POPULATE] = "populate", [ST_MEM_COPY] = "copy" };
+
+const char *st_memory_name(st_memory m) { return (unsigned)m <= ST_MEM_COPY ? memory_names[m] : "?"; }
+
+int st_memory_choose(uint64_t bytes, st_memory *out, dsv4_error *err) {
+    const char *e = getenv("DSV4_WEIGHT_MEMORY");
+    if (e) {
+        for (int m = ST_MEM_MAP; m <= ST_MEM_COPY; m++)
+            if (!strcmp(e, memory_names[m])) {
+                *out = (st_memory)m;
+                return 0;
+            }
+        return dsv4_fail(err, DSV4_E_ARG, "DSV4_WEIGHT_MEMORY: expected map, populate or copy, got '%s'", e);
+    }
+    const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    *out = pages > 0 && page > 0 && (double)bytes <= 0.75 * (double)pages * (double)page ? ST_MEM_COPY : ST_MEM_MAP;
+    return 0;
+}
+
+int st_copy_shards(st_archive *a, int threads, dsv4_error *err) {
+    for (int i = 0; i < a->n_shards; i++) {
+        st_shard *sh = &a->shards[i];
+        if (sh->copied || !sh->len) continue;
+        char *copy = bigmem_alloc(sh->len);
+        if (!copy) return dsv4_fail(err, DSV4_E_NOMEM, "%s: out of memory for a %.2f GB copy of the weights", sh->path, sh->len / 1e9);
+        const int fd = open(sh->path, O_RDONLY);
+        if (fd < 0 || bigmem_pread(copy, fd, 0, sh->len, threads)) {
+            const int e = errno;
+            if (fd >= 0) close(fd);
+            bigmem_free(copy, sh->len);
+            return dsv4_fail(err, DSV4_E_IO, "%s: reading the weights into memory: %s", sh->path,
+                             e == ENODATA ? "the file is shorter than when it was opened" : strerror(e));
+        }
+        close(fd);
+        const char *old = sh->map;
+        for (int t = 0; t < a->n_tensors; t++)
+            if (a->tensors[t].shard == i) a->tensors[t].data = copy + ((const char *)a->tensors[t].data - old);
+        munmap(sh->map, sh->len);
+        sh->map = copy;
+        sh->copied = 1;
+    }
+    return 0;
 }
 
 static int map_shard(const char *path, st_shard *sh, dsv4_error *err) {
@@ -228,7 +283,8 @@ void st_close(st_archive *a) {
     for (int i = 0; i < a->n_tensors; i++) free(a->tensors[i].name);
     free(a->tensors);
     for (int i = 0; i < a->n_shards; i++) {
-        if (a->shards[i].map) munmap(a->shards[i].map, a->shards[i].len);
+        if (a->shards[i].copied) bigmem_free(a->shards[i].map, a->shards[i].len);
+        else if (a->shards[i].map) munmap(a->shards[i].map, a->shards[i].len);
         free(a->shards[i].path);
     }
     free(a->shards);

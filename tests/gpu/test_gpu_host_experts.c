@@ -9,6 +9,8 @@
  *   - placement: the host expert count equals the CPU placement of model/expert_place.h for the same budget, with
  *     and without a routing profile (a profile counted on the GPU by `dsv4 profile`'s route counters);
  *   - a damaged profile, a budget below the other weights: one-line errors, nothing left allocated.
+ *   - the host experts read from the file mapping (DSV4_WEIGHT_MEMORY=map, populate) give the same bits as from
+ *     their default copy on huge pages.
  * Both numeric modes, f32 and fp8 KV. */
 #include <math.h>
 #include <stdio.h>
@@ -133,6 +135,21 @@ static void split_parity(void **state) {
     for (int i = 0; i < N_TOPO; i++)
         if (topologies[i].mode == f->split->mode && topologies[i].kv == f->split->kv_format) tp = &topologies[i];
     if (dev > tp->tol) fail_msg("the split model deviates %.3g from the all-GPU one (tolerance %.3g)", dev, tp->tol);
+    /* the host experts read from the file mapping (populated or not) instead of their copy on huge pages: the
+     * same bits (DSV4_WEIGHT_MEMORY; the fixture's split model took the default, the copy) */
+    const char *const kinds[] = {"map", "populate"};
+    for (int k = 0; k < 2; k++) {
+        dsv4_error lerr;
+        setenv("DSV4_WEIGHT_MEMORY", kinds[k], 1);
+        dsv4_model *m = load_split(f->dir, tp, f->gpu_mem_gb, NULL, &lerr);
+        unsetenv("DSV4_WEIGHT_MEMORY");
+        if (!m) fail_msg("split load, DSV4_WEIGHT_MEMORY=%s: %s", kinds[k], lerr.msg);
+        float *got = tm_logits(m, f->tok, SEQ_LEN, NULL, 0);
+        if (!got || memcmp(got, f->ref, sizeof(float) * SEQ_LEN * (size_t)f->vocab))
+            fail_msg("host experts in the file mapping (%s) differ from their copy", kinds[k]);
+        free(got);
+        dsv4_model_free(m);
+    }
     /* states cross between the two placements: continued elsewhere, within the same tolerance */
     dsv4_error err;
     float *l = malloc(sizeof(float) * SEQ_LEN * (size_t)f->vocab);

@@ -3,8 +3,8 @@
 # kernels (src/backend/cpu/pairs.h). Stage with tools/gpu/stage.sh, then `tools/gpu/run_cpu17.sh stage` here
 # (copies the CPU unit tests into .gpu/cputests); carry [".gpu"]. On the device: PARTS picks (default all):
 #   cpu     lscpu's model and flags; the kernel set chosen; test_linear_bf16, test_isa, test_moe_grouped
-#   bench   flash-2g, OFFICIAL with the pair order and with DSV4_CPU_PAIRS=0 (ROUNDS alternating rounds), --amx,
-#           EXACT; then --streams 1,16,64 for the pair order and the fp32 order
+#   bench   flash-2g, OFFICIAL with the weights copied to huge pages and in the file mapping (DSV4_WEIGHT_MEMORY;
+#           ROUNDS alternating rounds), --amx, EXACT; then --streams 1,16,64 for both memories
 #   suite   the GPU suite (tests/run_gpu.sh)
 #   hostx   Flash on the GPU with --gpu-mem HOSTX_MEM (default 80: about half the routed experts in host memory,
 #           computed by the CPU): decode with the pair order and with DSV4_CPU_PAIRS=0 (issue 15)
@@ -43,15 +43,15 @@ one() {   # name, env, args
 if has bench; then
   timeout 240 .gpu/dsv4 bench --synthetic flash-2g --prompt 4 --decode 2 >$L/bench_warm.log 2>&1
   echo "== bench flash-2g (16 threads); $(grep -E '^memory read bandwidth' $L/bench_warm.log)"
-  for r in $(seq 1 "${ROUNDS:-2}"); do
-    one "pairs_$r" DSV4_CPU_PAIRS=1 --mode official --decode 32
-    one "f32_$r" DSV4_CPU_PAIRS=0 --mode official --decode 32
+  for r in $(seq 1 "${ROUNDS:-2}"); do   # the weights copied to huge pages (the default) against the file mapping
+    one "copy_$r" DSV4_WEIGHT_MEMORY=copy --mode official --decode 32
+    one "map_$r" DSV4_WEIGHT_MEMORY=map --mode official --decode 32
   done
   one amx DSV4_CPU_PAIRS=1 --mode official --decode 32 --amx
   one exact DSV4_CPU_PAIRS=1 --mode exact --decode 32
-  for v in 1 0; do
-    env DSV4_CPU_PAIRS=$v timeout 300 $B --mode official --prompt 16 --decode 16 --streams 1,16,64 >$L/streams_$v.log 2>&1
-    echo "  streams, DSV4_CPU_PAIRS=$v:"; grep -E "streams|roofline" $L/streams_$v.log | tail -4 | sed 's/^/    /'
+  for v in copy map; do
+    env DSV4_WEIGHT_MEMORY=$v timeout 300 $B --mode official --prompt 16 --decode 16 --streams 1,16,64 >$L/streams_$v.log 2>&1
+    echo "  streams, DSV4_WEIGHT_MEMORY=$v:"; grep -E "streams|roofline" $L/streams_$v.log | tail -4 | sed 's/^/    /'
   done
 fi
 save

@@ -4,6 +4,8 @@
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
+#include <string.h>
+#include <time.h>
 #include <unistd.h>
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -31,7 +33,18 @@ struct dsv4_pool {
     atomic_int pending;       /* workers still running the current job */
     atomic_int sleepers;      /* workers blocked on work_cv */
     atomic_int stop;
+    /* dsv4_pool_count: each worker adds to its own slot (no sharing of cache lines while jobs run) */
+    int counting;
+    double job_start;         /* the current job's start (counting) */
+    dsv4_pool_stats caller;
+    struct worker_time { double busy, wake; char pad[48]; } *wt;   /* [n_threads] */
 };
+
+static double now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
 
 typedef struct { dsv4_pool *p; int id; } worker_arg;
 
@@ -69,7 +82,15 @@ static void *worker(void *arg) {
     for (;;) {
         seen = wait_for_job(p, seen);
         if (atomic_load(&p->stop)) break;
-        run_share(p, id);
+        if (p->counting) {
+            const double t0 = now_s();
+            run_share(p, id);
+            const double t1 = now_s();
+            p->wt[id].wake += t0 - p->job_start;
+            p->wt[id].busy += t1 - t0;
+        } else {
+            run_share(p, id);
+        }
         atomic_fetch_sub(&p->pending, 1);
     }
     return NULL;
@@ -93,7 +114,8 @@ dsv4_pool *dsv4_pool_new(int n_threads) {
     atomic_init(&p->stop, 0);
     /* thread 0 is the caller; workers are 1..n-1 */
     p->threads = calloc((size_t)n_threads, sizeof(pthread_t));
-    if (!p->threads) { free(p); return NULL; }
+    p->wt = calloc((size_t)n_threads, sizeof *p->wt);
+    if (!p->threads || !p->wt) { free(p->threads); free(p->wt); free(p); return NULL; }
     for (int i = 1; i < n_threads; i++) {
         worker_arg *wa = malloc(sizeof *wa);
         if (!wa) { p->n_threads = i; break; }
@@ -114,6 +136,7 @@ void dsv4_pool_free(dsv4_pool *p) {
     pthread_mutex_destroy(&p->mu);
     pthread_cond_destroy(&p->work_cv);
     free(p->threads);
+    free(p->wt);
     free(p);
 }
 
@@ -123,12 +146,39 @@ const cpu_kernels *dsv4_pool_kernels(const dsv4_pool *p) { return p->kern; }
 
 void dsv4_pool_set_kernels(dsv4_pool *p, const cpu_kernels *k) { p->kern = k; }
 
+void dsv4_pool_count(dsv4_pool *p, int on) {
+    p->counting = on;
+    if (!on) return;
+    memset(&p->caller, 0, sizeof p->caller);
+    for (int i = 0; i < p->n_threads; i++) p->wt[i].busy = p->wt[i].wake = 0;
+}
+
+void dsv4_pool_stats_get(const dsv4_pool *p, dsv4_pool_stats *out) {
+    *out = p->caller;
+    for (int i = 1; i < p->n_threads; i++) {
+        out->worker_busy += p->wt[i].busy;
+        out->worker_wake += p->wt[i].wake;
+    }
+}
+
+static void run_job(dsv4_pool *p, int n, dsv4_range_fn fn, void *ctx);
+
 void dsv4_pool_run(dsv4_pool *p, int n, dsv4_range_fn fn, void *ctx) {
     if (n <= 0) return;
+    if (!p->counting) { run_job(p, n, fn, ctx); return; }
+    const double t0 = now_s();
+    p->job_start = t0;
+    run_job(p, n, fn, ctx);
+    p->caller.in_run += now_s() - t0;
+    p->caller.jobs++;
+}
+
+static void run_job(dsv4_pool *p, int n, dsv4_range_fn fn, void *ctx) {
     if (p->n_threads == 1 || n == 1) { fn(ctx, 0, n, 0); return; }
     p->fn = fn;
     p->ctx = ctx;
     p->n = n;
+    p->caller.shared += p->counting;
     atomic_store(&p->pending, p->n_threads - 1);
     atomic_fetch_add(&p->generation, 1);
     if (atomic_load(&p->sleepers) > 0) {
@@ -137,9 +187,11 @@ void dsv4_pool_run(dsv4_pool *p, int n, dsv4_range_fn fn, void *ctx) {
         pthread_mutex_unlock(&p->mu);
     }
     run_share(p, 0);
+    const double t_own = p->counting ? now_s() : 0;
     /* the others are working (or about to): spin briefly, then yield the core to them */
     for (int spin = 0; atomic_load(&p->pending) > 0; spin++) {
         if (spin < SPIN_ROUNDS) cpu_relax();
         else sched_yield();
     }
+    if (p->counting) p->caller.caller_wait += now_s() - t_own;
 }

@@ -20,4 +20,20 @@ const struct cpu_kernels *dsv4_pool_kernels(const dsv4_pool *p);
 void       dsv4_pool_set_kernels(dsv4_pool *p, const struct cpu_kernels *k);
 /* Run fn over [0, n) split across the threads; returns when all are done. Not reentrant. */
 void       dsv4_pool_run(dsv4_pool *p, int n, dsv4_range_fn fn, void *ctx);
+
+/* Where a pool's time goes, while counting is on (dsv4 bench): the caller's time inside dsv4_pool_run and, of it,
+ * after its own share (waiting for the slowest worker); the workers' time computing their shares, and from a job's
+ * start to their starting on it (spinning or asleep before it). Times in seconds; worker sums over all workers. */
+typedef struct {
+    long long jobs;         /* dispatches (a loop run inline, one thread or one item, counts too) */
+    long long shared;       /* of them, those the workers took part in */
+    double in_run;          /* caller: inside dsv4_pool_run */
+    double caller_wait;     /* caller: after its share, until the last worker finished */
+    double worker_busy;     /* workers: in fn */
+    double worker_wake;     /* workers: job start to their start on it */
+} dsv4_pool_stats;
+/* Counting on (the totals restart at zero) or off. Off costs nothing; on, two clock reads a share. Not while a job
+ * runs. */
+void dsv4_pool_count(dsv4_pool *p, int on);
+void dsv4_pool_stats_get(const dsv4_pool *p, dsv4_pool_stats *out);
 #endif

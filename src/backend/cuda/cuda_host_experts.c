@@ -2,6 +2,9 @@
 #ifdef DSV4_CUDA
 #include "backend/cuda/cuda_host_experts.h"
 #include "model/model.h"
+#include "model/footprint.h"
+#include "model/safetensors.h"
+#include "util/bigmem.h"
 #include "util/error.h"
 #include <stdlib.h>
 #include <string.h>
@@ -42,12 +45,34 @@ static void free_buffers(cu_host_experts *hx) {
 
 void cuda_hx_free(cu_host_experts *hx) {
     free_buffers(hx);
-    for (int i = 0; i < hx->n_synth; i++) free(hx->synth[i]);
-    free(hx->synth);
+    bigmem_free(hx->arena, hx->arena_bytes);
     cu_event_free(hx->fetched);
     free(hx->n_host);
     expert_map_free(&hx->map);
     memset(hx, 0, sizeof *hx);
+}
+
+/* ---- where the host experts' bytes live ---- */
+
+/* One weight's data or scale bytes of a host expert: copied from src, or (src NULL, synthetic) filled from seed. */
+typedef struct {
+    const void *src;
+    size_t off, n;   /* its place in the arena */
+    int fmt, scale;
+    uint64_t seed;
+} hx_piece;
+
+typedef struct {
+    hx_piece *p;
+    int n;
+    size_t bytes;   /* the arena's size: every piece at a 64-byte boundary */
+} hx_pieces;
+
+static size_t add_piece(hx_pieces *ps, const void *src, size_t n, int fmt, int scale, uint64_t seed) {
+    hx_piece *pc = &ps->p[ps->n++];
+    *pc = (hx_piece){ src, ps->bytes, n, fmt, scale, seed };
+    ps->bytes += (n + 63) / 64 * 64;
+    return pc->off;
 }
 
 /* splitmix64: the fill is a pure function of (seed, position), as on the GPU */
@@ -58,17 +83,11 @@ static uint64_t mix64(uint64_t z) {
     return z ^ (z >> 31);
 }
 
-/* n bytes of random weights of format fmt (scale: every byte 121, 2^-6) in a new buffer kept by hx. */
-static void *synth_bytes(cu_host_experts *hx, size_t n, int fmt, int scale, uint64_t seed) {
-    void **grown = realloc(hx->synth, sizeof *grown * (size_t)(hx->n_synth + 1));
-    if (!grown) return NULL;
-    hx->synth = grown;
-    uint8_t *p = malloc(n ? n : 1);
-    if (!p) return NULL;
-    hx->synth[hx->n_synth++] = p;
+/* Random weights of format fmt (FP8 exponents 5..8, any FP4 nibble), or scale bytes (every one 121, 2^-6). */
+static void synth_fill(uint8_t *p, size_t n, int fmt, int scale, uint64_t seed) {
     if (scale) {
         memset(p, 121, n);
-        return p;
+        return;
     }
     for (size_t w = 0; w * 8 < n; w++) {
         const uint64_t h = mix64(seed ^ mix64(w));
@@ -77,7 +96,72 @@ static void *synth_bytes(cu_host_experts *hx, size_t n, int fmt, int scale, uint
             p[w * 8 + (size_t)k] = fmt == WF_FP8 ? (uint8_t)((r & 0x80) | ((5 + ((r >> 3) & 3)) << 3) | (r & 7)) : (uint8_t)r;
         }
     }
-    return p;
+}
+
+typedef struct {
+    const hx_pieces *ps;
+    uint8_t *arena;
+} hx_fill_job;
+
+static void fill_pieces(void *ctx, int begin, int end, int thread) {
+    (void)thread;
+    const hx_fill_job *j = ctx;
+    for (int i = begin; i < end; i++) {
+        const hx_piece *pc = &j->ps->p[i];
+        if (pc->src) memcpy(j->arena + pc->off, pc->src, pc->n);
+        else synth_fill(j->arena + pc->off, pc->n, pc->fmt, pc->scale, pc->seed);
+    }
+}
+
+/* The arena for ps (bigmem: huge pages), filled by the model's threads. */
+static int fill_arena(cu_host_experts *hx, struct dsv4_model *m, const hx_pieces *ps, dsv4_error *err) {
+    if (!ps->bytes) return DSV4_OK;
+    if (!(hx->arena = bigmem_alloc(ps->bytes)))
+        return dsv4_fail(err, DSV4_E_NOMEM, "out of host memory for the %lld host experts (%.2f GiB)", (long long)hx->map.n_host,
+                         ps->bytes / 1073741824.0);
+    hx->arena_bytes = ps->bytes;
+    hx_fill_job j = { ps, hx->arena };
+    dsv4_pool_run(m->pool, ps->n, fill_pieces, &j);
+    return DSV4_OK;
+}
+
+static dsv4_weight *expert_weight(struct dsv4_model *m, int l, int e, int k) {
+    dsv4_layer *ly = &m->layers[l];
+    return k == 0 ? &ly->w1[e] : k == 1 ? &ly->w2[e] : &ly->w3[e];
+}
+
+int cuda_hx_place(cu_host_experts *hx, struct dsv4_model *m, dsv4_error *err) {
+    uint64_t bytes = 0;
+    for (int l = 0; l < hx->map.n_layers; l++)
+        for (int e = 0; e < hx->map.n_routed; e++)
+            if (expert_on_host(&hx->map, l, e)) bytes += dsv4_expert_weight_bytes(&m->layers[l], e);
+    int rc = st_memory_choose(bytes, &hx->memory, err);
+    if (rc || hx->memory == ST_MEM_MAP) return rc;
+    hx_pieces ps = { calloc((size_t)hx->map.n_host * 6 + 1, sizeof(hx_piece)), 0, 0 };
+    if (!ps.p) return dsv4_fail(err, DSV4_E_NOMEM, "out of memory (host experts)");
+    for (int l = 0; l < hx->map.n_layers; l++)
+        for (int e = 0; e < hx->map.n_routed; e++)
+            for (int k = 0; k < 3 && expert_on_host(&hx->map, l, e); k++) {
+                const dsv4_weight *w = expert_weight(m, l, e, k);
+                if (hx->memory == ST_MEM_POPULATE) {
+                    st_populate(w->data, (size_t)weight_bytes(w));
+                    st_populate(w->scale, weight_scale_bytes(w));
+                    continue;
+                }
+                add_piece(&ps, w->data, (size_t)weight_bytes(w), w->fmt, 0, 0);
+                if (weight_scale_bytes(w)) add_piece(&ps, w->scale, weight_scale_bytes(w), w->fmt, 1, 0);
+            }
+    rc = fill_arena(hx, m, &ps, err);
+    /* repoint, in the order the pieces were added */
+    for (int l = 0, i = 0; !rc && l < hx->map.n_layers; l++)
+        for (int e = 0; e < hx->map.n_routed; e++)
+            for (int k = 0; k < 3 && expert_on_host(&hx->map, l, e) && ps.n; k++) {
+                dsv4_weight *w = expert_weight(m, l, e, k);
+                w->data = hx->arena + ps.p[i++].off;
+                if (weight_scale_bytes(w)) w->scale = hx->arena + ps.p[i++].off;
+            }
+    free(ps.p);
+    return rc;
 }
 
 /* Host memory the synthetic host experts may take: 60 % of the machine's, so that the OS, the page-locked step
@@ -90,47 +174,62 @@ static size_t synthetic_host_budget(void) {
 }
 
 int cuda_hx_fill_synthetic(cu_host_experts *hx, struct dsv4_model *m, dsv4_error *err) {
-    uint64_t seed = 0x405700000ULL;
     const size_t budget = synthetic_host_budget();
-    size_t used = 0;
-    /* the experts with bytes of their own, in fill order: [i][matrix] = that expert's w1, w2, w3 */
-    dsv4_weight (*own)[3] = malloc(sizeof *own * (size_t)(hx->map.n_layers * hx->map.n_routed + 1));
-    if (!own) return dsv4_fail(err, DSV4_E_NOMEM, "out of host memory for the synthetic host experts");
+    hx->memory = ST_MEM_COPY;
+    /* the experts with bytes of their own come first in the arena, in (layer, expert) order: [i] = that expert's
+     * (layer, expert); the others share them in a cycle */
+    int (*own)[2] = malloc(sizeof *own * (size_t)(hx->map.n_host + 1));
+    hx_pieces ps = { calloc((size_t)hx->map.n_host * 6 + 1, sizeof(hx_piece)), 0, 0 };
+    if (!own || !ps.p) {
+        free(own);
+        free(ps.p);
+        return dsv4_fail(err, DSV4_E_NOMEM, "out of host memory for the synthetic host experts");
+    }
+    uint64_t seed = 0x405700000ULL;
     int n_own = 0, n_shared = 0;
     for (int l = 0; l < hx->map.n_layers; l++)
         for (int e = 0; e < hx->map.n_routed; e++) {
             if (!expert_on_host(&hx->map, l, e)) continue;
-            dsv4_weight *ws[3] = { &m->layers[l].w1[e], &m->layers[l].w2[e], &m->layers[l].w3[e] };
             size_t need = 0;
-            for (int k = 0; k < 3; k++) need += (size_t)weight_bytes(ws[k]) + weight_scale_bytes(ws[k]);
-            if (n_own && used + need > budget) {   /* share: every routed expert of a main layer has one shape */
-                const int src = n_shared++ % n_own;
-                for (int k = 0; k < 3; k++) {
-                    ws[k]->data = own[src][k].data;
-                    ws[k]->scale = own[src][k].scale;
-                }
-                continue;
-            }
+            for (int k = 0; k < 3; k++) need += (size_t)weight_bytes(expert_weight(m, l, e, k)) + weight_scale_bytes(expert_weight(m, l, e, k));
+            if (n_own && ps.bytes + need > budget) continue;   /* shares, below */
             for (int k = 0; k < 3; k++) {
-                dsv4_weight *w = ws[k];
-                void *data = synth_bytes(hx, (size_t)weight_bytes(w), w->fmt, 0, seed++);
-                void *scale = data && weight_scale_bytes(w) ? synth_bytes(hx, weight_scale_bytes(w), w->fmt, 1, 0) : NULL;
-                if (!data || (weight_scale_bytes(w) && !scale)) {
-                    free(own);
-                    return dsv4_fail(err, DSV4_E_NOMEM, "out of host memory for the synthetic host experts (%d of them)",
-                                     (int)hx->map.n_host);
-                }
-                w->data = data;
-                w->scale = scale;
-                own[n_own][k] = *w;
+                const dsv4_weight *w = expert_weight(m, l, e, k);
+                add_piece(&ps, NULL, (size_t)weight_bytes(w), w->fmt, 0, seed++);
+                if (weight_scale_bytes(w)) add_piece(&ps, NULL, weight_scale_bytes(w), w->fmt, 1, 0);
             }
-            used += need;
+            own[n_own][0] = l, own[n_own][1] = e;
             n_own++;
         }
+    int rc = fill_arena(hx, m, &ps, err);
+    for (int l = 0, i = 0, o = 0; !rc && l < hx->map.n_layers; l++)
+        for (int e = 0; e < hx->map.n_routed; e++) {
+            if (!expert_on_host(&hx->map, l, e)) continue;
+            if (o < n_own && own[o][0] == l && own[o][1] == e) {
+                for (int k = 0; k < 3; k++) {
+                    dsv4_weight *w = expert_weight(m, l, e, k);
+                    w->data = hx->arena + ps.p[i++].off;
+                    if (weight_scale_bytes(w)) w->scale = hx->arena + ps.p[i++].off;
+                }
+                o++;
+                continue;
+            }
+            /* share: every routed expert of a main layer has one shape */
+            const int src = n_shared++ % n_own;
+            for (int k = 0; k < 3; k++) {
+                dsv4_weight *w = expert_weight(m, l, e, k);
+                const dsv4_weight *from = expert_weight(m, own[src][0], own[src][1], k);
+                w->data = from->data;
+                w->scale = from->scale;
+            }
+        }
     free(own);
-    hx->synth_distinct = n_own;
-    hx->synth_bytes = used;
-    return DSV4_OK;
+    free(ps.p);
+    if (!rc) {
+        hx->synth_distinct = n_own;
+        hx->synth_bytes = ps.bytes;
+    }
+    return rc;
 }
 
 int cuda_hx_reserve(cu_host_experts *hx, const dsv4_config *c, int T, dsv4_error *err) {

@@ -18,6 +18,7 @@
 #include "backend/cuda/cu_runtime.h"
 #include "core/moe.h"
 #include "model/expert_place.h"
+#include "model/safetensors.h"
 
 struct dsv4_model;
 
@@ -33,16 +34,23 @@ typedef struct cu_host_experts {
     cu_event fetched;          /* step 1's copies are done */
     double host_ms, wait_ms;   /* time the host spent computing, and waiting for step 1 (dsv4 bench) */
     uint64_t host_rows;        /* pair rows the host computed */
-    void **synth;              /* synthetic checkpoints: the host experts' filled weights (owned), and their count */
-    int n_synth;
+    st_memory memory;          /* where their bytes live (model/safetensors.h): copy = arena, populate / map = the file */
+    uint8_t *arena;            /* copy: every host expert's bytes on huge pages (util/bigmem.h), owned; the bindings
+                                * of those experts point into it */
+    size_t arena_bytes;
     int synth_distinct;        /* synthetic: host experts with bytes of their own (the rest share them in a cycle) */
     size_t synth_bytes;        /* synthetic: the distinct host expert bytes */
 } cu_host_experts;
 
 /* Take the map (ownership moves to hx; map is cleared) and the per-layer counts. */
 int  cuda_hx_init(cu_host_experts *hx, expert_map *map, dsv4_error *err);
+/* A real checkpoint: where the host experts' bytes live (st_memory_choose on their size, DSV4_WEIGHT_MEMORY): by
+ * default copied into one arena on huge pages, filled by the model's threads, with the experts' bindings moved
+ * there (the CPU streams them every token: on 4 KiB pages each 4 KiB costs a TLB miss, util/bigmem.h); else the
+ * file mapping, populated or not. */
+int  cuda_hx_place(cu_host_experts *hx, struct dsv4_model *m, dsv4_error *err);
 /* A synthetic checkpoint (model/synthetic.h) has holes where its host experts' weights would be: give each host
- * expert weights of its own in host memory, random values in its formats as k_synth.cu makes them on the GPU
+ * expert weights of its own in host memory (an arena on huge pages, as cuda_hx_place copies real ones), random values in its formats as k_synth.cu makes them on the GPU
  * (FP8 exponents 5..8, any FP4 nibble, UE8M0 scales 2^-6), so that the host reads real bytes at real bandwidth.
  * m's bindings of those experts point at them until the model is freed. Past 60 % of the machine's memory, later
  * host experts share earlier ones' bytes in a cycle (synth_distinct says how many have their own). */

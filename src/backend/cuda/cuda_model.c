@@ -339,6 +339,7 @@ static int place_experts(struct cuda_model *cm, struct dsv4_model *m, const cuda
     rc = cuda_hx_init(cm->hx, &map, err);
     /* a synthetic checkpoint: its host experts get real bytes in host memory (their bindings are holes) */
     if (!rc && m->cfg.synthetic_holes) rc = cuda_hx_fill_synthetic(cm->hx, m, err);
+    else if (!rc) rc = cuda_hx_place(cm->hx, m, err);
     return rc;
 }
 
@@ -548,9 +549,10 @@ int cuda_model_init(struct dsv4_model *m, const cuda_placement *p, dsv4_error *e
         fprintf(stderr, "dsv4: %.2f GiB of weights on GPU %d (%s)\n", cm->weight_bytes / 1073741824.0, gpu, name);
         if (cm->hx) {
             const int L = m->cfg.n_layers, E = m->cfg.n_routed;
-            fprintf(stderr, "dsv4: %lld of %lld routed experts in host memory (%.2f GiB, computed by %d threads)%s\n",
+            fprintf(stderr, "dsv4: %lld of %lld routed experts in host memory (%.2f GiB, %s, computed by %d threads)%s\n",
                     (long long)cm->hx->map.n_host, (long long)L * E,
                     cm->hx->map.n_host * (double)dsv4_expert_weight_bytes(&m->layers[0], 0) / 1073741824.0,
+                    cm->hx->memory == ST_MEM_COPY ? "on huge pages" : cm->hx->memory == ST_MEM_POPULATE ? "the file mapping, populated" : "the file mapping",
                     dsv4_pool_threads(m->pool), p->profile ? ", the least used by the routing profile" : ", spread evenly");
             if (cm->hx->synth_distinct < cm->hx->map.n_host)
                 fprintf(stderr, "dsv4: synthetic host experts: %d with bytes of their own (%.2f GiB), the other %lld share "
