@@ -5,9 +5,13 @@
 #   cpu     lscpu's model and flags; the kernel set chosen; test_linear_bf16, test_isa, test_moe_grouped
 #   bench   flash-2g, OFFICIAL with the weights copied to huge pages and in the file mapping (DSV4_WEIGHT_MEMORY;
 #           ROUNDS alternating rounds), --amx, EXACT; then --streams 1,16,64 for both memories
+#   linear  .gpu/linear_bench (tools/bench/linear_bench.c, linked statically by hand): one pair-order linear per
+#           weight format at 1, 8 and 16 threads
+#   scale   flash-2g OFFICIAL decode at SCALE_THREADS (default 4 8 16) threads, each with every SCALE_ENV setting
+#           (space-separated; VAR=value, several joined by +), with the bench's pool line
 #   suite   the GPU suite (tests/run_gpu.sh)
 #   hostx   Flash on the GPU with --gpu-mem HOSTX_MEM (default 80: about half the routed experts in host memory,
-#           computed by the CPU): decode with the pair order and with DSV4_CPU_PAIRS=0 (issue 15)
+#           computed by the CPU): decode with each HOSTX_ENV setting (default: the pair order, then DSV4_CPU_PAIRS=0)
 # Logs in $OUT/logs.tgz; a summary on stdout.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -55,12 +59,33 @@ if has bench; then
   done
 fi
 save
+if has linear && [ -x .gpu/linear_bench ]; then   # tools/bench/linear_bench.c, built statically into .gpu by hand
+  echo "== one linear per format (2048 x 4096, 1 GB of each cycled), GB/s of weights:"
+  for a in "1 1" "8 1" "16 1" "16 4"; do
+    set -- $a
+    timeout 120 .gpu/linear_bench $1 $2 >$L/linear_$1_$2.log 2>&1
+    echo "  $1 threads, $2 token(s), blocks / equal shares: $(grep -E 'GB/s' $L/linear_$1_$2.log | awk '{printf "%s %s / %s  ", $1, $2, $(NF-1)}')"
+  done
+fi
+save
+if has scale; then   # where a decode step's CPU time goes (the bench's pool line) by thread count; SCALE_ENV: A/B settings
+  echo "== flash-2g OFFICIAL decode by threads (pool: serial + shares + waiting; busy; start latency):"
+  for t in ${SCALE_THREADS:-4 8 16}; do
+    for e in ${SCALE_ENV:-X=0}; do
+      env $(echo $e | tr + " ") timeout 120 $B --mode official --prompt 16 --decode 32 --threads $t >$L/scale_${t}_$e.log 2>&1
+      echo "  $t threads $e: $(grep -E '^decode, 1' $L/scale_${t}_$e.log | tr -s ' ')"
+      echo "    $(grep -E '^decode, CPU thread pool' $L/scale_${t}_$e.log | tr -s ' ' | cut -c 25-)"
+    done
+  done
+fi
+save
 if has hostx; then
   echo "== Flash --gpu-mem ${HOSTX_MEM:-80} (host experts on the CPU):"
-  for v in 1 0; do
-    env DSV4_CPU_PAIRS=$v timeout 280 .gpu/dsv4 bench --synthetic flash --device cuda --mode official --gpu-mem ${HOSTX_MEM:-80} \
+  for v in ${HOSTX_ENV:-DSV4_CPU_PAIRS=1 DSV4_CPU_PAIRS=0}; do
+    env $(echo $v | tr + " ") timeout 280 .gpu/dsv4 bench --synthetic flash --device cuda --mode official --gpu-mem ${HOSTX_MEM:-80} \
         --prompt 64 --decode 16 --no-bandwidth >$L/hostx_$v.log 2>&1
-    echo "  DSV4_CPU_PAIRS=$v: $(grep -E '^prefill|^decode, 1|host' $L/hostx_$v.log | head -4 | tr '\n' ' ' | tr -s ' ')"
+    echo "  $v: $(grep -E '^prefill|^decode, 1|host' $L/hostx_$v.log | head -4 | tr '\n' ' ' | tr -s ' ')"
+    echo "    $(grep -E '^decode, CPU thread pool' $L/hostx_$v.log | tr -s ' ' | cut -c 25-)"
   done
 fi
 save

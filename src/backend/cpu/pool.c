@@ -15,9 +15,13 @@ static inline void cpu_relax(void) {}
 #endif
 
 /* Decode issues dozens of small parallel loops per layer, tens of microseconds apart: waking sleeping
- * threads through a condition variable for each would cost more than the loops. Workers therefore spin for a
- * short while on the job counter and only then sleep; the caller wakes sleepers only when there are any. */
-#define SPIN_ROUNDS 512   /* a pause is 10..140 cycles: tens of microseconds of spinning at most */
+ * threads through a condition variable for each would cost more than the loops. Workers therefore spin on the
+ * job counter for a while (measured in time: a pause is 10 cycles on one CPU and 140 on another) and only then
+ * sleep; the caller wakes sleepers only when there are any. */
+#define SPIN_ROUNDS 512           /* the caller's pauses before it yields its core to the workers it waits for */
+/* 200 us: on the 16-thread lent machine (flash-2g decode at 8 threads, hosts' experts of Flash at 16) 30 us let
+ * workers fall asleep between a step's loops and 1000 us took cores from the threads with work (runs 62-63) */
+#define SPIN_S 200e-6
 
 struct dsv4_pool {
     int n_threads;
@@ -29,6 +33,8 @@ struct dsv4_pool {
     dsv4_range_fn fn;
     void *ctx;
     int n;
+    int block;                /* 0: static shares; else threads take blocks of this many items (run_blocks) */
+    atomic_int next_block;    /* run_blocks: the next block no thread has taken */
     atomic_ulong generation;  /* bumped per job; a worker runs each generation once */
     atomic_int pending;       /* workers still running the current job */
     atomic_int sleepers;      /* workers blocked on work_cv */
@@ -49,6 +55,13 @@ static double now_s(void) {
 typedef struct { dsv4_pool *p; int id; } worker_arg;
 
 static void run_share(dsv4_pool *p, int id) {
+    if (p->block > 0) {
+        for (;;) {
+            const int b = atomic_fetch_add(&p->next_block, 1), begin = b * p->block;
+            if (begin >= p->n) return;
+            p->fn(p->ctx, begin, p->n - begin < p->block ? p->n : begin + p->block, id);
+        }
+    }
     int per = p->n / p->n_threads, extra = p->n % p->n_threads;
     int begin = id * per + (id < extra ? id : extra);
     int end = begin + per + (id < extra ? 1 : 0);
@@ -57,10 +70,12 @@ static void run_share(dsv4_pool *p, int id) {
 
 /* Wait for a generation other than `seen` (or stop); returns it. */
 static unsigned long wait_for_job(dsv4_pool *p, unsigned long seen) {
-    for (int spin = 0; spin < SPIN_ROUNDS; spin++) {
+    const double until = now_s() + SPIN_S;
+    for (int spin = 1;; spin++) {
         unsigned long g = atomic_load(&p->generation);
         if (g != seen || atomic_load(&p->stop)) return g;
         cpu_relax();
+        if (spin % 64 == 0 && now_s() > until) break;
     }
     pthread_mutex_lock(&p->mu);
     /* sleepers is raised before the re-check: the caller bumps generation before reading sleepers, so one
@@ -161,23 +176,31 @@ void dsv4_pool_stats_get(const dsv4_pool *p, dsv4_pool_stats *out) {
     }
 }
 
-static void run_job(dsv4_pool *p, int n, dsv4_range_fn fn, void *ctx);
+static void run_job(dsv4_pool *p, int n, int block, dsv4_range_fn fn, void *ctx);
 
-void dsv4_pool_run(dsv4_pool *p, int n, dsv4_range_fn fn, void *ctx) {
+static void run_counted(dsv4_pool *p, int n, int block, dsv4_range_fn fn, void *ctx) {
     if (n <= 0) return;
-    if (!p->counting) { run_job(p, n, fn, ctx); return; }
+    if (!p->counting) { run_job(p, n, block, fn, ctx); return; }
     const double t0 = now_s();
     p->job_start = t0;
-    run_job(p, n, fn, ctx);
+    run_job(p, n, block, fn, ctx);
     p->caller.in_run += now_s() - t0;
     p->caller.jobs++;
 }
 
-static void run_job(dsv4_pool *p, int n, dsv4_range_fn fn, void *ctx) {
-    if (p->n_threads == 1 || n == 1) { fn(ctx, 0, n, 0); return; }
+void dsv4_pool_run(dsv4_pool *p, int n, dsv4_range_fn fn, void *ctx) { run_counted(p, n, 0, fn, ctx); }
+
+void dsv4_pool_run_blocks(dsv4_pool *p, int n, int block, dsv4_range_fn fn, void *ctx) {
+    run_counted(p, n, block > 0 ? block : 1, fn, ctx);
+}
+
+static void run_job(dsv4_pool *p, int n, int block, dsv4_range_fn fn, void *ctx) {
+    if (p->n_threads == 1 || n == 1 || (block && n <= block)) { fn(ctx, 0, n, 0); return; }
     p->fn = fn;
     p->ctx = ctx;
     p->n = n;
+    p->block = block;
+    atomic_store(&p->next_block, 0);
     p->caller.shared += p->counting;
     atomic_store(&p->pending, p->n_threads - 1);
     atomic_fetch_add(&p->generation, 1);

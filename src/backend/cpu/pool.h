@@ -1,6 +1,7 @@
-/* A fixed pool of worker threads for data-parallel loops, and the kernel set (isa.h) the CPU backend runs on them. Work is split statically into contiguous ranges,
- * one per thread, so which thread computes an element never changes a result: every element is computed by
- * the same code with the same summation order whatever the thread count. */
+/* A fixed pool of worker threads for data-parallel loops, and the kernel set (isa.h) the CPU backend runs on them.
+ * Work is split into contiguous ranges, one per thread (dsv4_pool_run) or blocks taken in turn
+ * (dsv4_pool_run_blocks); which thread computes an element, and in which range, never changes a result: every
+ * element is computed by the same code with the same summation order whatever the thread count or the cut. */
 #ifndef DSV4_CPU_POOL_H
 #define DSV4_CPU_POOL_H
 
@@ -20,6 +21,10 @@ const struct cpu_kernels *dsv4_pool_kernels(const dsv4_pool *p);
 void       dsv4_pool_set_kernels(dsv4_pool *p, const struct cpu_kernels *k);
 /* Run fn over [0, n) split across the threads; returns when all are done. Not reentrant. */
 void       dsv4_pool_run(dsv4_pool *p, int n, dsv4_range_fn fn, void *ctx);
+/* The same, the threads taking blocks of `block` items (the last one shorter) from a shared counter until none is
+ * left, so that a thread slowed by its core (a busy hyperthread sibling, another process) takes fewer: for loops
+ * whose items cost the same wherever they run and whose results do not depend on how [0, n) is cut. */
+void       dsv4_pool_run_blocks(dsv4_pool *p, int n, int block, dsv4_range_fn fn, void *ctx);
 
 /* Where a pool's time goes, while counting is on (dsv4 bench): the caller's time inside dsv4_pool_run and, of it,
  * after its own share (waiting for the slowest worker); the workers' time computing their shares, and from a job's

@@ -1,0 +1,121 @@
+/* One OFFICIAL linear in the pair order (backend/cpu/pairs.h) per weight format, alone: how many weight bytes a
+ * second the CPU kernels turn into outputs for T tokens, on one thread and on the pool's threads, with the weights
+ * streamed from memory (a set of matrices much larger than the caches, on huge pages, cycled through) — the
+ * per-format speeds that a decode step's time is the sum of. Not built by make: it reaches into the internals.
+ *
+ *   make && cc -std=gnu11 -O2 -march=native -Iinclude -Isrc tools/bench/linear_bench.c build/libdsv4.a \
+ *       -lmicrohttpd -ljansson -lpcre2-8 -lxxhash -lm -pthread -o build/linear_bench
+ *   build/linear_bench [THREADS [T [ROWS COLS]]]        (defaults: every CPU, 1 token, 2048 x 4096)
+ *
+ * Random weights: FP8 bytes with exponents 5..8, any FP4 nibble, BF16 values of |x| in [2^-8, 2^0), scales 2^-6 —
+ * the synthetic checkpoints' kinds of value. Prints, per format, the best of 5 passes over the set in GB/s of
+ * weight + scale bytes, as cpu_linear_pairs runs it and with the rows in equal shares per thread (interleaved). */
+#include "backend/cpu/isa.h"
+#include "backend/cpu/kernels.h"
+#include "backend/cpu/pairs.h"
+#include "backend/cpu/pool.h"
+#include "util/bigmem.h"
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static double now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static uint64_t rng = 0x9e3779b97f4a7c15ULL;
+static uint32_t next_u32(void) {
+    rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+    return (uint32_t)(rng >> 16);
+}
+
+/* n_mats matrices of one format, packed one after the other in one bigmem buffer. */
+typedef struct {
+    dsv4_weight *w;
+    int n;
+    uint8_t *mem;
+    size_t bytes;
+} mat_set;
+
+static int make_set(mat_set *s, dsv4_wfmt fmt, int rows, int cols, size_t target) {
+    const size_t data = fmt == WF_BF16 ? (size_t)rows * cols * 2 : fmt == WF_FP8 ? (size_t)rows * cols : (size_t)rows * cols / 2;
+    const int scale_cols = fmt == WF_FP8 ? (cols + 127) / 128 : fmt == WF_FP4 ? cols / 32 : 0;
+    const size_t scale = fmt == WF_FP8 ? (size_t)((rows + 127) / 128) * scale_cols : fmt == WF_FP4 ? (size_t)rows * scale_cols : 0;
+    const size_t one = (data + scale + 63) / 64 * 64;
+    s->n = (int)(target / one) + 1;
+    s->bytes = one * (size_t)s->n;
+    s->mem = bigmem_alloc(s->bytes);
+    s->w = calloc((size_t)s->n, sizeof *s->w);
+    if (!s->mem || !s->w) return -1;
+    for (size_t i = 0; i < s->bytes; i += 4) {
+        const uint32_t r = next_u32();
+        memcpy(s->mem + i, &r, 4);
+    }
+    for (int m = 0; m < s->n; m++) {
+        uint8_t *d = s->mem + one * (size_t)m, *sc = d + data;
+        if (fmt == WF_FP8)
+            for (size_t i = 0; i < data; i++) d[i] = (uint8_t)((d[i] & 0x87) | ((5 + ((d[i] >> 3) & 3)) << 3));
+        if (fmt == WF_BF16)
+            for (size_t i = 0; i < data; i += 2) {
+                const uint16_t v = (uint16_t)(((d[i + 1] & 0x80) << 8) | ((119 + d[i] % 8) << 7) | (d[i + 1] & 0x7f));
+                memcpy(d + i, &v, 2);
+            }
+        memset(sc, 121, scale);
+        s->w[m] = (dsv4_weight){ fmt, rows, cols, d, scale ? sc : NULL, scale_cols, 0 };
+    }
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    const int threads = argc > 1 ? atoi(argv[1]) : 0, T = argc > 2 ? atoi(argv[2]) : 1;
+    const int rows = argc > 4 ? atoi(argv[3]) : 2048, cols = argc > 4 ? atoi(argv[4]) : 4096;
+    dsv4_pool *pool = dsv4_pool_new(threads);
+    if (!pool || T < 1 || rows < 1 || cols < 32 || cols % 128) {
+        fprintf(stderr, "usage: linear_bench [THREADS [T [ROWS COLS]]] (COLS a multiple of 128)\n");
+        return 2;
+    }
+    float *x = malloc(sizeof(float) * (size_t)T * cols), *y = malloc(sizeof(float) * (size_t)T * rows);
+    for (int i = 0; i < T * cols; i++) {   /* bf16-exact activations of magnitude ~1 */
+        const uint32_t b = (next_u32() & 0x80000000u) | (uint32_t)(120 + next_u32() % 12) << 23 | (next_u32() & 0x7f) << 16;
+        memcpy(&x[i], &b, 4);
+    }
+    printf("%s kernels, %d threads, %d token%s, %d x %d matrices, 1 GB per format cycled\n", dsv4_pool_kernels(pool)->name,
+           dsv4_pool_threads(pool), T, T > 1 ? "s" : "", rows, cols);
+    const dsv4_wfmt fmts[] = {WF_BF16, WF_FP8, WF_FP4};
+    const char *names[] = {"BF16", "FP8", "FP4"};
+    for (int f = 0; f < 3; f++) {
+        mat_set s;
+        if (make_set(&s, fmts[f], rows, cols, (size_t)1 << 30)) return fprintf(stderr, "out of memory\n"), 1;
+        /* cpu_linear_pairs (at up to 4 tokens: blocks of rows taken in turn) and, interleaved, the same rows in equal
+         * shares per thread (dsv4_pool_run: the split before blocks) */
+        double best[2] = {1e30, 1e30};
+        for (int pass = 0; pass < 12; pass++) {
+            const int eq = pass % 2;
+            const double t0 = now_s();
+            for (int m = 0; m < s.n; m++) {
+                if (!eq) {
+                    cpu_linear_pairs(pool, &s.w[m], x, T, cols, y, rows, NULL);
+                    continue;
+                }
+                cpu_pairs_tokens b;
+                if (cpu_pairs_tokens_make(&b, x, T, cols, cols)) return fprintf(stderr, "out of memory\n"), 1;
+                cpu_pairs_job j = { &s.w[m], &b, y, NULL, rows };
+                dsv4_pool_run(pool, rows, dsv4_pool_kernels(pool)->pairs_rows, &j);
+                cpu_pairs_tokens_free(&b);
+            }
+            const double t = now_s() - t0;
+            if (pass > 1 && t < best[eq]) best[eq] = t;   /* passes 0 and 1 warm */
+        }
+        printf("  %-5s %7.2f GB/s of weights (%6.1f us a matrix); in equal shares %7.2f GB/s\n", names[f], s.bytes / best[0] / 1e9,
+               1e6 * best[0] / s.n, s.bytes / best[1] / 1e9);
+        bigmem_free(s.mem, s.bytes);
+        free(s.w);
+    }
+    free(x);
+    free(y);
+    dsv4_pool_free(pool);
+    return 0;
+}
