@@ -33,8 +33,10 @@ struct dsv4_pool {
     dsv4_range_fn fn;
     void *ctx;
     int n;
-    int block;                /* 0: static shares; else threads take blocks of this many items (run_blocks) */
-    atomic_int next_block;    /* run_blocks: the next block no thread has taken */
+    int block;                /* 0: static shares; else blocks of this many items (run_blocks) */
+    /* run_blocks: thread t owns a contiguous run of blocks, own[t].next .. own[t].end - 1, and takes them in order;
+     * then it takes the blocks left in the others' runs (from their fronts), thread t+1's first */
+    struct block_run { atomic_int next; int end; char pad[56]; } *own;   /* [n_threads] */
     atomic_ulong generation;  /* bumped per job; a worker runs each generation once */
     atomic_int pending;       /* workers still running the current job */
     atomic_int sleepers;      /* workers blocked on work_cv */
@@ -56,11 +58,14 @@ typedef struct { dsv4_pool *p; int id; } worker_arg;
 
 static void run_share(dsv4_pool *p, int id) {
     if (p->block > 0) {
-        for (;;) {
-            const int b = atomic_fetch_add(&p->next_block, 1), begin = b * p->block;
-            if (begin >= p->n) return;
-            p->fn(p->ctx, begin, p->n - begin < p->block ? p->n : begin + p->block, id);
+        for (int k = 0; k < p->n_threads; k++) {
+            struct block_run *r = &p->own[(id + k) % p->n_threads];
+            for (int b; (b = atomic_fetch_add(&r->next, 1)) < r->end;) {
+                const int begin = b * p->block;
+                p->fn(p->ctx, begin, p->n - begin < p->block ? p->n : begin + p->block, id);
+            }
         }
+        return;
     }
     int per = p->n / p->n_threads, extra = p->n % p->n_threads;
     int begin = id * per + (id < extra ? id : extra);
@@ -130,7 +135,8 @@ dsv4_pool *dsv4_pool_new(int n_threads) {
     /* thread 0 is the caller; workers are 1..n-1 */
     p->threads = calloc((size_t)n_threads, sizeof(pthread_t));
     p->wt = calloc((size_t)n_threads, sizeof *p->wt);
-    if (!p->threads || !p->wt) { free(p->threads); free(p->wt); free(p); return NULL; }
+    p->own = calloc((size_t)n_threads, sizeof *p->own);
+    if (!p->threads || !p->wt || !p->own) { free(p->threads); free(p->wt); free(p->own); free(p); return NULL; }
     for (int i = 1; i < n_threads; i++) {
         worker_arg *wa = malloc(sizeof *wa);
         if (!wa) { p->n_threads = i; break; }
@@ -152,6 +158,7 @@ void dsv4_pool_free(dsv4_pool *p) {
     pthread_cond_destroy(&p->work_cv);
     free(p->threads);
     free(p->wt);
+    free(p->own);
     free(p);
 }
 
@@ -200,7 +207,13 @@ static void run_job(dsv4_pool *p, int n, int block, dsv4_range_fn fn, void *ctx)
     p->ctx = ctx;
     p->n = n;
     p->block = block;
-    atomic_store(&p->next_block, 0);
+    if (block) {
+        const int blocks = (n + block - 1) / block;
+        for (int t = 0; t < p->n_threads; t++) {
+            atomic_store_explicit(&p->own[t].next, (int)((int64_t)blocks * t / p->n_threads), memory_order_relaxed);
+            p->own[t].end = (int)((int64_t)blocks * (t + 1) / p->n_threads);
+        }
+    }
     p->caller.shared += p->counting;
     atomic_store(&p->pending, p->n_threads - 1);
     atomic_fetch_add(&p->generation, 1);

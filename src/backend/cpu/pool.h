@@ -21,9 +21,11 @@ const struct cpu_kernels *dsv4_pool_kernels(const dsv4_pool *p);
 void       dsv4_pool_set_kernels(dsv4_pool *p, const struct cpu_kernels *k);
 /* Run fn over [0, n) split across the threads; returns when all are done. Not reentrant. */
 void       dsv4_pool_run(dsv4_pool *p, int n, dsv4_range_fn fn, void *ctx);
-/* The same, the threads taking blocks of `block` items (the last one shorter) from a shared counter until none is
- * left, so that a thread slowed by its core (a busy hyperthread sibling, another process) takes fewer: for loops
- * whose items cost the same wherever they run and whose results do not depend on how [0, n) is cut. */
+/* The same in blocks of `block` items (the last one shorter): each thread owns an equal contiguous run of blocks
+ * and takes them in order, then takes what is left of the others' runs, so that a thread slowed by its core (a busy
+ * hyperthread sibling, another process) ends up with fewer, while on a quiet machine each thread streams its own
+ * range as with equal shares. For loops whose results do not depend on how [0, n) is cut. With one thread, or n <=
+ * block, the caller runs [0, n) in one call. */
 void       dsv4_pool_run_blocks(dsv4_pool *p, int n, int block, dsv4_range_fn fn, void *ctx);
 
 /* Where a pool's time goes, while counting is on (dsv4 bench): the caller's time inside dsv4_pool_run and, of it,

@@ -578,7 +578,9 @@ static ALWAYS_INLINE int rows_n(const dsv4_weight *w, const int rows[FUSED_ROWS]
 /* Rows rows[0..3] (repeats allowed) against nt <= FUSED_T tokens; 0 when the caller must take the tile
  * path. Few tokens read every weight byte about once: each row's bytes FUSED_ROWS rows ahead (ahead[r], NULL:
  * none) are requested as the loop passes the same columns, a line at a time, so the next group's rows arrive
- * while these are used (requesting a whole group at once measured slower: too many requests in flight). */
+ * while these are used (requesting a whole group at once measured slower: too many requests in flight). The rows
+ * ahead may lie past the call's range (the weight's next block of rows, which this thread usually takes next:
+ * pool.h's dsv4_pool_run_blocks); a prefetch changes no value. */
 static int rows_fused(const dsv4_weight *w, const int rows[FUSED_ROWS], const char *const ahead[FUSED_ROWS],
                       const fused_tokens *x, int nt, float out[FUSED_ROWS][FUSED_T]) {
     switch (nt) {
@@ -795,7 +797,7 @@ void ISA_FN(pairs_rows)(void *ctx, int begin, int end, int thread) {
             for (int r = 0; r < FUSED_ROWS; r++) rws[r] = o0 + imin(r, nr - 1);   /* a partial group repeats its last row */
             const char *ahead[FUSED_ROWS];
             for (int r = 0; r < FUSED_ROWS; r++)
-                ahead[r] = rws[r] + FUSED_ROWS < end ? (const char *)w->data + (size_t)(rws[r] + FUSED_ROWS) * row_bytes : NULL;
+                ahead[r] = rws[r] + FUSED_ROWS < w->rows ? (const char *)w->data + (size_t)(rws[r] + FUSED_ROWS) * row_bytes : NULL;
             float out[FUSED_ROWS][FUSED_T];
             if (rows_fused(w, rws, ahead, &x, b->T, out)) {
                 for (int r = 0; r < nr; r++)
