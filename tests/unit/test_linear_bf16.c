@@ -42,7 +42,8 @@ typedef struct {
 
 /* scale_mode 0: scales 2^-7..2^4 (the exact fast decoders); 1 (FP8): every other block 2^120 with weights
  * below 2, the others 2^-2 (rows outside the fast decoder's scale range, decoded in fp32); 2: as 0 (the inputs
- * are tiny, make_inputs) */
+ * are tiny, make_inputs); 3: scales 2^-107..2^73, a different one in every block (the decoders' per-scale
+ * constants, e.g. isa/pairs.c's FP4 tables, over most of their range; the smallest products take the fp32 steps) */
 static test_weight make_weight(dsv4_wfmt fmt, int rows, int cols, int scale_mode) {
     test_weight t = {0};
     t.w.fmt = fmt;
@@ -66,7 +67,7 @@ static test_weight make_weight(dsv4_wfmt fmt, int rows, int cols, int scale_mode
         t.scale = malloc((size_t)srows * t.w.scale_cols);
         assert_non_null(t.scale);
         for (int i = 0; i < srows * t.w.scale_cols; i++)
-            t.scale[i] = (uint8_t)(scale_mode == 1 ? (i % 2 ? 247 : 125) : 120 + rnd() % 12);
+            t.scale[i] = (uint8_t)(scale_mode == 1 ? (i % 2 ? 247 : 125) : scale_mode == 3 ? 20 + rnd() % 181 : 120 + rnd() % 12);
     }
     t.w.data = t.data;
     t.w.scale = t.scale;
@@ -177,6 +178,9 @@ static void same_bits_any_batch(cpu_dots dots, dsv4_pool *p1, dsv4_pool *p3) {
      * steps (pairs_safe) */
     for (int T = 1; T <= 20; T += 19)
         for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) check_shape(dots, p1, p3, shapes[s].fmt, 21, 1056 + 96 * (shapes[s].fmt == WF_FP8), T, 2);
+    /* scales spread over 2^-107..2^73: every block its own */
+    for (int T = 1; T <= 20; T += 3)
+        for (size_t s = 1; s < sizeof shapes / sizeof shapes[0]; s++) check_shape(dots, p1, p3, shapes[s].fmt, 37, 1024, T, 3);
 }
 
 static void amx_same_bits_any_batch(void **st) {

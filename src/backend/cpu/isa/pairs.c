@@ -82,13 +82,27 @@ static inline __m512i fp8_bf16x32(const uint8_t *src, fp8_block_consts c) {
     return _mm512_ternarylogic_epi32(v, _mm512_slli_epi16(w, 8), _mm512_set1_epi16((short)0x8000), 0xf8);
 }
 
-/* The E2M1 bf16 table of fp4_row_bf16 with the block's scale S added to the exponents of its nonzero entries. */
-static inline __m512i fp4_table(int S) {
-    static const uint16_t values[32] = { 0, 0x3f00, 0x3f80, 0x3fc0, 0x4000, 0x4040, 0x4080, 0x40c0,
-                                         0, 0xbf00, 0xbf80, 0xbfc0, 0xc000, 0xc040, 0xc080, 0xc0c0 };
-    const __m512i table = _mm512_loadu_si512((const void *)values);
-    return _mm512_mask_add_epi16(table, 0xfefe, table, _mm512_set1_epi16((short)((S - 127) * 128)));
-}
+/* The E2M1 bf16 table of fp4_row_bf16 with the block's scale S added to the exponents of its nonzero entries, for
+ * every S, as constants: a block's table is then one load (a load port) instead of a broadcast of S and an add (the
+ * shuffle port that vpermw and the widening loads need too: on Intel cores one port takes all three). Entries
+ * 16..31 are zero (the indices are nibbles); S outside 2..252 wraps the exponent and is never used (pairs_safe's
+ * fast range). */
+#define FP4_E(v, S) (uint16_t)((v) + ((S) - 127) * 128)
+#define FP4_ROW(S)                                                                                                   \
+    { 0, FP4_E(0x3f00, S), FP4_E(0x3f80, S), FP4_E(0x3fc0, S), FP4_E(0x4000, S), FP4_E(0x4040, S), FP4_E(0x4080, S),  \
+      FP4_E(0x40c0, S), 0, FP4_E(0xbf00, S), FP4_E(0xbf80, S), FP4_E(0xbfc0, S), FP4_E(0xc000, S), FP4_E(0xc040, S),  \
+      FP4_E(0xc080, S), FP4_E(0xc0c0, S) }
+#define FP4_R4(S) FP4_ROW(S), FP4_ROW((S) + 1), FP4_ROW((S) + 2), FP4_ROW((S) + 3)
+#define FP4_R16(S) FP4_R4(S), FP4_R4((S) + 4), FP4_R4((S) + 8), FP4_R4((S) + 12)
+#define FP4_R64(S) FP4_R16(S), FP4_R16((S) + 16), FP4_R16((S) + 32), FP4_R16((S) + 48)
+static _Alignas(64) const uint16_t fp4_scaled[256][32] = { FP4_R64(0), FP4_R64(64), FP4_R64(128), FP4_R64(192) };
+#undef FP4_R64
+#undef FP4_R16
+#undef FP4_R4
+#undef FP4_ROW
+#undef FP4_E
+
+static inline __m512i fp4_table(int S) { return _mm512_load_si512((const void *)fp4_scaled[S]); }
 
 /* 16 bytes = 32 E2M1 codes (element 2i in the low nibble of byte i) -> their bf16s from the scaled table. The
  * bytes widened to 16 dwords give, with the high nibble moved to bits 16-19, the 32 word indices in element
