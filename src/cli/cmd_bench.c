@@ -107,11 +107,6 @@ static void rep_num(json_t *rep, const char *section, const char *key, double v)
     json_object_set_new(o, key, json_real(v));
 }
 
-/* Where the CPU reads the weights from (model/safetensors.h, st_memory; DSV4_WEIGHT_MEMORY). */
-static const char *weight_memory_words(st_memory w) {
-    return w == ST_MEM_COPY ? "copied to huge pages" : w == ST_MEM_POPULATE ? "file mapping, populated" : "file mapping";
-}
-
 /* Where a decode step's CPU time goes (backend/cpu/pool.h): the calling thread outside the parallel loops (serial
  * work: on a CUDA model, everything but its host experts' loops), its own share of the loops and its wait for the
  * slowest worker; how busy the workers were while loops ran, and how long a worker took to start on a loop. */
@@ -541,7 +536,7 @@ int cmd_bench(int argc, char **argv) {
            m->device == DSV4_DEVICE_CPU ? dsv4_pool_kernels(m->pool)->name : "cuda", m->dots == CPU_DOTS_AMX ? " (AMX linears)" : m->dots == CPU_DOTS_PAIRS ? " (bf16 pair dots)" : "",
            !m->cuda ? "" : graphs.on ? ", CUDA graphs on" : ", CUDA graphs off (DSV4_CUDA_GRAPHS=0)",
            !m->cuda || mode != DSV4_MODE_OFFICIAL ? "" : cuda_mma_on(m) ? ", FP8 tensor cores" : ", FP8 tensor cores off (DSV4_CUDA_MMA=0)",
-           m->device == DSV4_DEVICE_CPU ? ", weights: " : "", m->device == DSV4_DEVICE_CPU ? weight_memory_words(m->weight_memory) : "");
+           m->device == DSV4_DEVICE_CPU ? ", weights: " : "", m->device == DSV4_DEVICE_CPU ? st_memory_words(m->weight_memory) : "");
     if (m->cfg.synthetic_holes)
         printf("synthetic weights generated in GPU memory: %d distinct layer weight sets for %d layers%s\n",
                cuda_distinct_layers(m), m->cfg.n_layers,

@@ -55,6 +55,10 @@ static const char *const memory_names[] = { [ST_MEM_MAP] = "map", [ST_MEM_POPULA
 
 const char *st_memory_name(st_memory m) { return (unsigned)m <= ST_MEM_COPY ? memory_names[m] : "?"; }
 
+const char *st_memory_words(st_memory m) {
+    return m == ST_MEM_COPY ? "copied to huge pages" : m == ST_MEM_POPULATE ? "the file mapping, populated" : "the file mapping";
+}
+
 int st_memory_choose(uint64_t bytes, st_memory *out, dsv4_error *err) {
     const char *e = getenv("DSV4_WEIGHT_MEMORY");
     if (e) {

@@ -57,7 +57,8 @@ typedef enum { ST_MEM_MAP, ST_MEM_POPULATE, ST_MEM_COPY } st_memory;
  * memory (a copy larger than that would push itself out; the file's page cache is reclaimable) and map otherwise.
  * Another value is DSV4_E_ARG. */
 int  st_memory_choose(uint64_t bytes, st_memory *out, dsv4_error *err);
-const char *st_memory_name(st_memory m);
+const char *st_memory_name(st_memory m);    /* "map", "populate", "copy" (the variable's values) */
+const char *st_memory_words(st_memory m);   /* the same in words, for messages */
 /* Map the pages of [p, p + n) (inside a file mapping) now: madvise(MADV_POPULATE_READ), Linux 5.14+; elsewhere
  * nothing happens. A hint: the mapping works the same either way. */
 void st_populate(const void *p, size_t n);
