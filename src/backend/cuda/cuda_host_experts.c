@@ -130,6 +130,16 @@ static dsv4_weight *expert_weight(struct dsv4_model *m, int l, int e, int k) {
     return k == 0 ? &ly->w1[e] : k == 1 ? &ly->w2[e] : &ly->w3[e];
 }
 
+/* Expert (l, e)'s bindings moved into the arena: its pieces start at ps->p[*i], in add order (w1, w2, w3; each
+ * data then scale); *i moves past them. */
+static void repoint_expert(cu_host_experts *hx, struct dsv4_model *m, int l, int e, const hx_pieces *ps, int *i) {
+    for (int k = 0; k < 3; k++) {
+        dsv4_weight *w = expert_weight(m, l, e, k);
+        w->data = hx->arena + ps->p[(*i)++].off;
+        if (weight_scale_bytes(w)) w->scale = hx->arena + ps->p[(*i)++].off;
+    }
+}
+
 int cuda_hx_place(cu_host_experts *hx, struct dsv4_model *m, dsv4_error *err) {
     uint64_t bytes = 0;
     for (int l = 0; l < hx->map.n_layers; l++)
@@ -137,29 +147,29 @@ int cuda_hx_place(cu_host_experts *hx, struct dsv4_model *m, dsv4_error *err) {
             if (expert_on_host(&hx->map, l, e)) bytes += dsv4_expert_weight_bytes(&m->layers[l], e);
     int rc = st_memory_choose(bytes, &hx->memory, err);
     if (rc || hx->memory == ST_MEM_MAP) return rc;
+    if (hx->memory == ST_MEM_POPULATE) {
+        for (int l = 0; l < hx->map.n_layers; l++)
+            for (int e = 0; e < hx->map.n_routed; e++)
+                for (int k = 0; k < 3 && expert_on_host(&hx->map, l, e); k++) {
+                    const dsv4_weight *w = expert_weight(m, l, e, k);
+                    st_populate(w->data, (size_t)weight_bytes(w));
+                    st_populate(w->scale, weight_scale_bytes(w));
+                }
+        return DSV4_OK;
+    }
     hx_pieces ps = { calloc((size_t)hx->map.n_host * 6 + 1, sizeof(hx_piece)), 0, 0 };
     if (!ps.p) return dsv4_fail(err, DSV4_E_NOMEM, "out of memory (host experts)");
     for (int l = 0; l < hx->map.n_layers; l++)
         for (int e = 0; e < hx->map.n_routed; e++)
             for (int k = 0; k < 3 && expert_on_host(&hx->map, l, e); k++) {
                 const dsv4_weight *w = expert_weight(m, l, e, k);
-                if (hx->memory == ST_MEM_POPULATE) {
-                    st_populate(w->data, (size_t)weight_bytes(w));
-                    st_populate(w->scale, weight_scale_bytes(w));
-                    continue;
-                }
                 add_piece(&ps, w->data, (size_t)weight_bytes(w), w->fmt, 0, 0);
                 if (weight_scale_bytes(w)) add_piece(&ps, w->scale, weight_scale_bytes(w), w->fmt, 1, 0);
             }
     rc = fill_arena(hx, m, &ps, err);
-    /* repoint, in the order the pieces were added */
     for (int l = 0, i = 0; !rc && l < hx->map.n_layers; l++)
         for (int e = 0; e < hx->map.n_routed; e++)
-            for (int k = 0; k < 3 && expert_on_host(&hx->map, l, e) && ps.n; k++) {
-                dsv4_weight *w = expert_weight(m, l, e, k);
-                w->data = hx->arena + ps.p[i++].off;
-                if (weight_scale_bytes(w)) w->scale = hx->arena + ps.p[i++].off;
-            }
+            if (expert_on_host(&hx->map, l, e)) repoint_expert(hx, m, l, e, &ps, &i);
     free(ps.p);
     return rc;
 }
@@ -206,11 +216,7 @@ int cuda_hx_fill_synthetic(cu_host_experts *hx, struct dsv4_model *m, dsv4_error
         for (int e = 0; e < hx->map.n_routed; e++) {
             if (!expert_on_host(&hx->map, l, e)) continue;
             if (o < n_own && own[o][0] == l && own[o][1] == e) {
-                for (int k = 0; k < 3; k++) {
-                    dsv4_weight *w = expert_weight(m, l, e, k);
-                    w->data = hx->arena + ps.p[i++].off;
-                    if (weight_scale_bytes(w)) w->scale = hx->arena + ps.p[i++].off;
-                }
+                repoint_expert(hx, m, l, e, &ps, &i);
                 o++;
                 continue;
             }

@@ -552,7 +552,7 @@ int cuda_model_init(struct dsv4_model *m, const cuda_placement *p, dsv4_error *e
             fprintf(stderr, "dsv4: %lld of %lld routed experts in host memory (%.2f GiB, %s, computed by %d threads)%s\n",
                     (long long)cm->hx->map.n_host, (long long)L * E,
                     cm->hx->map.n_host * (double)dsv4_expert_weight_bytes(&m->layers[0], 0) / 1073741824.0,
-                    cm->hx->memory == ST_MEM_COPY ? "on huge pages" : cm->hx->memory == ST_MEM_POPULATE ? "the file mapping, populated" : "the file mapping",
+                    st_memory_words(cm->hx->memory),
                     dsv4_pool_threads(m->pool), p->profile ? ", the least used by the routing profile" : ", spread evenly");
             if (cm->hx->synth_distinct < cm->hx->map.n_host)
                 fprintf(stderr, "dsv4: synthetic host experts: %d with bytes of their own (%.2f GiB), the other %lld share "
