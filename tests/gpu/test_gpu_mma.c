@@ -601,13 +601,15 @@ static void experts_equal_plain_linear(void **state) {
     enum { E = 5, NT_TOK = 13, PER = 2, ABSENT = 3 };
     const int build_mode = cu_mma_fp4_vec(0), build_lean = cu_mma_expert_lean(0);
     /* FP4 modes 0..2: the load modes at K = 1120 (a partial last chunk: never the lean kernel); mode 3: the lean kernel
-     * (K = 1152, whole chunks, an odd count of them), with scale bytes 0 and 255 (E8M0's special codes) in expert 2 */
+     * (K = 1152, whole chunks, an odd count of them), with scale bytes 0 and 255 (E8M0's special codes) and 30 and
+     * 220 (outside the packed kernel's plain range) in expert 2; mode 4: the lean kernel on packed weights
+     * (cu_fp4_frag_pack after the reference ran) */
     for (int fp4 = 0; fp4 < 2; fp4++)
-        for (int vec = 0; vec < 4; vec++) {
+        for (int vec = 0; vec < 5; vec++) {
             if (!fp4 && vec) continue;
-            const int lean = vec == 3;
+            const int lean = vec >= 3;
             cu_mma_fp4_vec(lean ? 0 : vec);
-            cu_mma_expert_lean(lean);
+            cu_mma_expert_lean(vec == 4 ? 2 : lean);
             const int N = 200, K = fp4 ? (lean ? 1152 : 1120) : 1024, fmt = fp4 ? WF_FP4 : WF_FP8;
             tweight w[E];
             dsv4_weight dws[E];
@@ -618,6 +620,8 @@ static void experts_equal_plain_linear(void **state) {
                     sc[5 * w[e].h.scale_cols + 9] = 0;
                     sc[77 * w[e].h.scale_cols + 30] = 255;
                     sc[150 * w[e].h.scale_cols + 3] = 0;
+                    sc[33 * w[e].h.scale_cols + 17] = 30;
+                    sc[121 * w[e].h.scale_cols + 35] = 220;
                     assert_int_equal(cu_upload((void *)w[e].d.scale, sc, (size_t)N * w[e].h.scale_cols), 0);
                 }
                 dws[e] = w[e].d;
@@ -651,6 +655,12 @@ static void experts_equal_plain_linear(void **state) {
             float *ref = malloc(sizeof(float) * E * NT_TOK * N);
             for (int e = 0; e < E; e++)
                 if (e != ABSENT) run(&w[e].d, &a, 0, NT_TOK, ref + (int64_t)e * NT_TOK * N);
+            if (vec == 4) {   /* from here on the experts' data is packed: only k_mma_expert_frag reads it */
+                dsv4_error err;
+                for (int e = 0; e < E; e++)
+                    if (cu_fp4_frag_pack(NULL, (void *)w[e].d.data, N, K, &err)) fail_msg("%s", err.msg);
+                sync_ok("frag pack");
+            }
             cu_moe_plan plan;
             memset(&plan, 0, sizeof plan);
             plan.pair_token = cu_malloc(sizeof(int32_t) * P);
@@ -703,7 +713,7 @@ static void experts_equal_plain_linear(void **state) {
             }
             printf("  %s%s experts %dx%d: %d pairs in %d tiles = the plain linear per (expert, token) (memcmp), by token and by pair, "
                    "alone and as both outputs of the pair call; absent expert -> EP_ABSENT_ROW\n", fp4 ? "FP4" : "FP8",
-                   fp4 ? (lean ? " (lean kernel, E8M0 0 and 255 in one expert)" : vec == 2 ? " (vector loads, scale words)" : vec ? " (vector loads)" : " (word loads)") : "",
+                   fp4 ? (vec == 4 ? " (lean kernel on packed weights, E8M0 0, 30, 220 and 255 in one expert)" : lean ? " (lean kernel, E8M0 0, 30, 220 and 255 in one expert)" : vec == 2 ? " (vector loads, scale words)" : vec ? " (vector loads)" : " (word loads)") : "",
                    N, K, P, n_tiles);
             cu_free(plan.pair_token); cu_free(plan.tile_expert); cu_free(plan.tile_first); cu_free(plan.tile_count);
             cu_free(plan.n_tiles); cu_free(dexp); cu_free(dexp2); cu_free(dy); cu_free(dy2);
@@ -888,8 +898,18 @@ static int bench_experts(void) {
     cu_upload(xs, ones, sizeof(float) * TT * (D / 128));
     cu_upload(hs, ones, sizeof(float) * ACT * TT * (I / 128));
     printf("%-7s %-9s %6s %6s %11s %12s\n", "loads", "w1+w3", "tokens", "tiles", "us / layer", "weight GB/s");
+    for (int pass = 0; pass < 2; pass++)   /* pass 1: the packed kernel, after the pool is packed for it */
     for (int ti = 0; ti < 2; ti++) {
         const int T = ti ? TT : 1, P = ACT * T;
+        if (pass == 1 && ti == 0) {
+            dsv4_error err;
+            for (int m = 0; m < 3; m++)
+                for (int e = 0; e < NE; e++)
+                    if (cu_fp4_frag_pack(NULL, (void *)host[m][e].data, host[m][e].rows, host[m][e].cols, &err)) {
+                        fprintf(stderr, "bench: %s\n", err.msg);
+                        return 1;
+                    }
+        }
         /* LAYERS plans: layer l takes experts (6 l + i) mod NE; pairs sorted by expert, then token */
         cu_moe_plan plans[LAYERS];
         for (int l = 0; l < LAYERS; l++) {
@@ -914,8 +934,8 @@ static int bench_experts(void) {
             cu_upload(p->n_tiles, &nt, sizeof nt);
         }
         const int max_tiles = P / 8 + ACT + 1;   /* as cuda_step.c moe_max_tiles sizes a step of T tokens */
-        for (int variant = 0; variant < 9; variant++) {   /* streaming, k_mma.cu's: vec 2, 1, 0 x pair 1, 0, lean x pair 1, 0 */
-            const int stream = variant == 0, lean = variant >= 7;
+        for (int variant = pass ? 9 : 0; variant < (pass ? 11 : 9); variant++) {   /* streaming, k_mma.cu's: vec 2, 1, 0 x pair 1, 0, lean x pair 1, 0; packed x pair 1, 0 */
+            const int stream = variant == 0, lean = variant >= 7 ? (variant >= 9 ? 2 : 1) : 0;
             const int vec = stream ? 2 : lean ? 0 : 2 - (variant - 1) / 2, pair = stream ? 1 : (variant - 1) % 2 == 0;
             cu_mma_fp4_vec(vec);
             cu_mma_expert_lean(lean);
@@ -946,7 +966,7 @@ static int bench_experts(void) {
             }
             if (!ok) { fprintf(stderr, "bench: %s\n", cudaGetErrorString(cudaGetLastError())); return 1; }
             const double sec = best * 1e-3 / LAYERS;
-            printf("%-7s %-9s %6d %6d %11.1f %12.0f\n", stream ? "STREAM" : lean ? "lean" : vec == 2 ? "vec+sw" : vec ? "vector" : "word", pair ? "1 launch" : "2 launches", T,
+            printf("%-7s %-9s %6d %6d %11.1f %12.0f\n", stream ? "STREAM" : lean == 2 ? "packed" : lean ? "lean" : vec == 2 ? "vec+sw" : vec ? "vector" : "word", pair ? "1 launch" : "2 launches", T,
                    ACT, sec * 1e6, (double)ACT * bytes_per_expert / sec / 1e9);
             cudaGraphExecDestroy(ge);
             cudaGraphDestroy(g);
@@ -962,7 +982,7 @@ static int bench_experts(void) {
     cu_mma_fp4_vec(build_mode);
     cu_mma_expert_lean(build_lean);
     printf("(STREAM: k_mma_stream.cu, DSV4_CUDA_STREAM=1; the others k_mma.cu's small tiles:\n vec+sw: mode 2, 16-byte weight loads and scale words; vector: mode 1, scale bytes; word: mode 0, the loads before;\n"
-           " lean: k_mma_expert_lean (MMA_EXPERT_LEAN, the default for whole chunks);\n"
+           " lean: k_mma_expert_lean (MMA_EXPERT_LEAN, the default for whole chunks); packed: k_mma_expert_frag on cu_fp4_frag_pack'ed weights;\n"
            " w1+w3: cu_mma_expert_linear_pair's one launch or two; the graph's launch gaps are in the time)\n");
     printf("(bytes: %.1f MB of weights and scales per layer; H200 read bandwidth ~4.25 TB/s)\n", ACT * bytes_per_expert / 1e6);
     for (int m = 0; m < 3; m++) {

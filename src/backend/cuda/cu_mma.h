@@ -61,6 +61,12 @@ int cu_mma_fp4_vec(int mode);
  * benchmarks, as cu_mma_fp4_vec. Returns the value it replaces. */
 int cu_mma_expert_lean(int on);
 
+/* Mode 2 of cu_mma_expert_lean (an experiment of issue 18, not used by the model yet): every FP4 expert call of whole
+ * 128-column chunks goes to k_mma_expert_frag, which reads weights packed by cu_fp4_frag_pack (k_mma.cu states the
+ * layout) and gives the bits of the lean kernel on the unpacked weights. cu_fp4_frag_pack rewrites rows x cols FP4
+ * codes at data in place (cols a multiple of 128, data 16-byte aligned); DSV4_E_ARG otherwise, nothing touched. */
+int cu_fp4_frag_pack(cu_stream st, void *data, int64_t rows, int cols, dsv4_error *err);
+
 /* Two weights over the same packed rows in one launch (wq_a and wkv, the shared expert's w1 and w3: twice the
  * blocks of one, for a decode step's small weights): y_a = x w_a^T and y_b = x w_b^T, each with the bits
  * cu_mma_linear gives it (the same blocks, told apart by blockIdx.z). Both weights taken by cu_mma_linear, of one

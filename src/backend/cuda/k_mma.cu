@@ -593,6 +593,147 @@ __global__ void __launch_bounds__(32 * MMA_PARTS, MMA_EXPERT_LEAN_BLOCKS) k_mma_
     mma_sum_store<1, 1>(acc, red, rows, n, y, ldy, out_bf16, row_base, 0, p0);
 }
 
+/* ---- FP4 experts on fragment-packed weights (cu_mma_expert_lean(2); issue 18, an experiment) ----
+ * The lean kernel spends most of its instructions turning E2M1 codes into E4M3 bytes (e2m1x4_e4m3: five a four
+ * codes, plus a shift a word) and issues eight 4-byte loads a row and chunk. cu_fp4_frag_pack rewrites an FP4
+ * weight in place so that both get cheap, with every MMA still seeing the operands of lean_chunk up to one exact
+ * factor:
+ *   - words: in each 64-byte (row, 128-column chunk) unit, word 4j + q (block j, lane q's 8 columns) moves to
+ *     4q + j, so lane q loads its four blocks' words of a row with one 16-byte load;
+ *   - bits: of a word's 8 codes (code i = column 8q + i of its block, E2M1 s e1 e0 m), code i (0..3) sits in byte
+ *     i at bit 7 (s) and bits 4..2 (e1 e0 m), and code 4 + i in the same byte's other bits: s at bit 5, e1 at bit
+ *     6, e0 at bit 1, m at bit 0 (frag_bits).
+ * Then byte i of  w & 0x9C9C9C9C  is the E4M3 byte of code i's value times 2^-6 (s, exponent e1 e0, mantissa m 0 0:
+ * 2^(e - 7) (1 + m / 2) for e > 0 and 2^-6 m / 2 as a subnormal, E2M1's 2^(e - 1) (1 + m / 2) and m / 2 times
+ * 2^-6), and byte i of  ((w << 2) & 0x8C8C8C8C) | ((w >> 2) & 0x10101010)  the same of code 4 + i: two and five
+ * instructions a word for a0 / a2 where lean_chunk spends eleven.
+ * So the MMA of a block gives P' = P / 64 of lean_chunk's P (every product scaled by 2^-6: the tensor core's sum of
+ * 32 exact products is scale-invariant; test_gpu_mma holds this kernel to the plain linear by memcmp, which is
+ * what checks that on the hardware). The scale step gets the 64 back exactly:
+ *   - PLAIN (the warp's scale bytes of the chunk all in [64, 190] and both activation scales in [2^-60, 2^50] in
+ *     magnitude): fmaf(P', sw * (sx * 64), p). sw * sx is then a normal float, so sw * sx and sw * (sx * 64) are
+ *     exact and the second is 64 times the first: P' (sw (64 sx)) = P (sw sx) exactly, and fmaf rounds the same sum;
+ *   - else (E8M0 0 / 255, or extreme scales): fmaf(P' * 64, dev_e8m0(b) * sx, p), P' * 64 = P exactly.
+ * The order is lean_chunk's (warp p: chunks p, p + 4, ... increasing; each block's MMA from 0, then one fmaf a
+ * block). Only this kernel reads packed weights: cu_mma_expert_lean(2) sends every FP4 expert call of whole chunks
+ * here (no GEMM, no streaming kernel), and the caller must have packed every expert it passes. */
+__device__ __forceinline__ uint32_t frag_lo(uint32_t w) { return w & 0x9C9C9C9Cu; }
+__device__ __forceinline__ uint32_t frag_hi(uint32_t w) { return ((w << 2) & 0x8C8C8C8Cu) | ((w >> 2) & 0x10101010u); }
+
+/* A word of 8 E2M1 codes (code i in bits 4i..4i+3) in the packed bit order above. */
+__device__ __forceinline__ uint32_t frag_bits(uint32_t w) {
+    uint32_t r = 0;
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const uint32_t c = (w >> (4 * i)) & 15u, d = (w >> (4 * i + 16)) & 15u;
+        const uint32_t byte = (c & 8u) << 4 | (c & 7u) << 2 | (d & 8u) << 2 | (d & 4u) << 4 | (d & 3u);
+        r |= byte << (8 * i);
+    }
+    return r;
+}
+
+/* Whether a byte of s is below 64 or above 190 (SWAR: a byte < 64 borrows into its bit 7 with bit 7 clear; a byte
+ * >= 191 has bit 7 set and its low 7 bits + 65 carry into bit 7, never past it). */
+__device__ __forceinline__ bool frag_scale_out(uint32_t s) {
+    const uint32_t lo = (s - 0x40404040u) & ~s, hi = ((s & 0x7f7f7f7fu) + 0x41414141u) & s;
+    return ((lo | hi) & 0x80808080u) != 0;
+}
+__device__ __forceinline__ bool frag_sx_out(float sx) {
+    const float a = fabsf(sx);
+    return !(a >= 0x1p-60f && a <= 0x1p50f);   /* NaN: out */
+}
+
+/* One chunk on packed weights: blocks j = 0..3 (words j of A0 / A1), as lean_chunk. PLAIN: sx0 / sx1 are the
+ * activation scales times 64; else the scales themselves. */
+template <bool PLAIN>
+__device__ __forceinline__ void frag_chunk(float (&acc)[4], const uint4 &A0, const uint4 &A1, uint32_t sw0, uint32_t sw1,
+                                           const uint2 (&b)[4], float sx0, float sx1) {
+    const uint32_t w0[4] = { A0.x, A0.y, A0.z, A0.w }, w1[4] = { A1.x, A1.y, A1.z, A1.w };
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+        float f[4] = { 0.0f, 0.0f, 0.0f, 0.0f };
+        mma_e4m3(f, frag_lo(w0[j]), frag_lo(w1[j]), frag_hi(w0[j]), frag_hi(w1[j]), MMA_B01(b[j].x, b[j].y));
+        if (!PLAIN)
+#pragma unroll
+            for (int e = 0; e < 4; e++) f[e] *= 64.0f;
+        const float s0 = e8m0_byte<PLAIN>(sw0, j), s1 = e8m0_byte<PLAIN>(sw1, j);
+        acc[0] = fmaf(f[0], s0 * sx0, acc[0]);
+        acc[1] = fmaf(f[1], s0 * sx1, acc[1]);
+        acc[2] = fmaf(f[2], s1 * sx0, acc[2]);
+        acc[3] = fmaf(f[3], s1 * sx1, acc[3]);
+    }
+}
+
+/* k_mma_expert_lean's contract on packed weights (K % 128 == 0, rows 16-byte aligned). */
+template <int U>
+__global__ void __launch_bounds__(32 * MMA_PARTS, MMA_EXPERT_LEAN_BLOCKS) k_mma_expert_frag(const dsv4_weight *__restrict__ experts_a,
+                                                                     const dsv4_weight *__restrict__ experts_b, int rows, cu_moe_plan plan,
+                                                                     const uint8_t *__restrict__ xq, int ldq, const float *__restrict__ xs,
+                                                                     int lds, int x_by_pair, float *y_a, float *y_b, int ldy, int out_bf16) {
+    dev_grid_wait();
+    __shared__ float red[MMA_PARTS - 1][4][32];
+    expert_tile t;
+    if (!expert_tile_open(experts_a, experts_b, plan, rows, y_a, y_b, ldy, t)) return;
+    const dsv4_weight &w = t.w;
+    float *y = t.y;
+    const int p0 = t.p0, n = t.n, row_base = t.row_base;
+    const int lane = threadIdx.x & 31, part = threadIdx.x >> 5, g = lane >> 2, q = lane & 3;
+    const int K = w.cols, nchunk = K / 128;
+    const int r0 = min(row_base + g, rows - 1), r1 = min(row_base + g + 8, rows - 1);
+    const uint8_t *wa = (const uint8_t *)w.data + (int64_t)r0 * (K / 2) + 16 * q;   /* chunk c: + 64 c (words 4q .. 4q + 3) */
+    const uint8_t *wb = (const uint8_t *)w.data + (int64_t)r1 * (K / 2) + 16 * q;
+    const uint8_t *sa = w.scale + (int64_t)(w.row0 + r0) * w.scale_cols, *sb = w.scale + (int64_t)(w.row0 + r1) * w.scale_cols;
+    const bool s4 = ((uintptr_t)w.scale & 3) == 0 && (w.scale_cols & 3) == 0;
+    const int32_t *in_rows = x_by_pair ? NULL : plan.pair_token;
+    const uint8_t *xb = xq + mma_in_row(in_rows, p0, min(g, n - 1)) * ldq + 8 * q;
+    const float *xs0 = xs + mma_in_row(in_rows, p0, min(2 * q, n - 1)) * lds, *xs1 = xs + mma_in_row(in_rows, p0, min(2 * q + 1, n - 1)) * lds;
+    float acc[1][1][4] = { { { 0.0f, 0.0f, 0.0f, 0.0f } } };
+    for (int c0 = part; c0 < nchunk; c0 += MMA_PARTS * U) {
+        uint4 A0[U], A1[U];
+        uint32_t sw0[U], sw1[U];
+        uint2 b[U][4];
+        float sx0[U], sx1[U];
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const int c = c0 + u * MMA_PARTS;
+            if (c >= nchunk) break;
+            A0[u] = ld_stream16(wa + 64 * c);
+            A1[u] = ld_stream16(wb + 64 * c);
+#pragma unroll
+            for (int j = 0; j < 4; j++) b[u][j] = ld_nc64(xb + 128 * c + 32 * j);
+            sw0[u] = lean_scale_word(sa + 4 * c, s4);
+            sw1[u] = lean_scale_word(sb + 4 * c, s4);
+            sx0[u] = xs0[c];
+            sx1[u] = xs1[c];
+        }
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            if (c0 + u * MMA_PARTS >= nchunk) break;
+            /* warp-uniform (each branch holds its own mma.sync.aligned) */
+            const bool out = frag_scale_out(sw0[u]) || frag_scale_out(sw1[u]) || frag_sx_out(sx0[u]) || frag_sx_out(sx1[u]);
+            if (!__any_sync(0xffffffffu, out))
+                frag_chunk<true>(acc[0][0], A0[u], A1[u], sw0[u], sw1[u], b[u], sx0[u] * 64.0f, sx1[u] * 64.0f);
+            else
+                frag_chunk<false>(acc[0][0], A0[u], A1[u], sw0[u], sw1[u], b[u], sx0[u], sx1[u]);
+        }
+    }
+    mma_sum_store<1, 1>(acc, red, rows, n, y, ldy, out_bf16, row_base, 0, p0);
+}
+
+/* cu_fp4_frag_pack: one thread a 64-byte unit (a row's 128-column chunk), in place. */
+__global__ void k_mma_frag_pack(uint32_t *__restrict__ d, int64_t units) {
+    dev_grid_wait();
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < units; i += (int64_t)gridDim.x * blockDim.x) {
+        uint32_t *u = d + 16 * i, v[16];
+#pragma unroll
+        for (int k = 0; k < 16; k++) v[k] = u[k];
+#pragma unroll
+        for (int j = 0; j < 4; j++)
+#pragma unroll
+            for (int q = 0; q < 4; q++) u[4 * q + j] = frag_bits(v[4 * j + q]);
+    }
+}
+
 /* One warp per (row, 128-column block): the block's scale from its amax by act_quant's rule, then each value over
  * it as E4M3 (exact for act-quantized rows: cu_mma.h). Lane l handles columns 4l .. 4l + 3 of the block. */
 __global__ void k_mma_pack_act(const float *__restrict__ x, int ldx, int T, int K, uint8_t *__restrict__ xq, int ldq,
@@ -657,6 +798,15 @@ extern "C" int cu_mma_pack_act(cu_stream st, const float *x, int ldx, int T, int
     return 0;
 }
 
+extern "C" int cu_fp4_frag_pack(cu_stream st, void *data, int64_t rows, int cols, dsv4_error *err) {
+    if (rows < 0 || cols < 128 || cols % 128 || (rows && (!data || (uintptr_t)data % 16)))
+        return dsv4_fail(err, DSV4_E_ARG, "cu_fp4_frag_pack: %lld x %d FP4 (columns a multiple of 128, data 16-byte aligned)",
+                         (long long)rows, cols);
+    const int64_t units = rows * (cols / 128);
+    if (units) k_mma_frag_pack<<<cu_blocks(units, 256) < 4096 ? cu_blocks(units, 256) : 4096, 256, 0, (cudaStream_t)st>>>((uint32_t *)data, units);
+    return 0;
+}
+
 /* MMA_LINEAR_PAIR=0: cu_mma_linear_pair as two launches (the A/B of its one launch). */
 #ifndef MMA_LINEAR_PAIR
 #define MMA_LINEAR_PAIR 1
@@ -676,7 +826,7 @@ extern "C" int cu_mma_fp4_vec(int mode) { return switch_to(&fp4_vec, mode == 1 |
 
 /* FP4 experts of whole chunks by k_mma_expert_lean (MMA_EXPERT_LEAN) until cu_mma_expert_lean changes it. */
 static int expert_lean = MMA_EXPERT_LEAN;
-extern "C" int cu_mma_expert_lean(int on) { return switch_to(&expert_lean, on != 0); }
+extern "C" int cu_mma_expert_lean(int on) { return switch_to(&expert_lean, on == 2 ? 2 : on != 0); }
 
 /* One weight's output (of a pair: cu_mma_linear_pair). */
 typedef struct {
@@ -816,7 +966,10 @@ static void expert_launch(cu_stream st, int nz, const dsv4_weight *experts_a, co
                           const cu_moe_plan *plan, int max_tiles, const uint8_t *xq, int ldq, const float *xs, int lds, int x_by_pair,
                           float *y_a, float *y_b, int ldy, int out_bf16) {
     dim3 grid(cu_blocks(rows, 16), max_tiles, nz);
-    if (fp4 && expert_lean && cols % 128 == 0)
+    if (fp4 && expert_lean == 2 && cols % 128 == 0)
+        k_mma_expert_frag<MMA_EXPERT_LEAN_U><<<grid, 32 * MMA_PARTS, 0, (cudaStream_t)st>>>(experts_a, experts_b, rows, *plan, xq, ldq, xs, lds,
+                                                                                          x_by_pair, y_a, y_b, ldy, out_bf16);
+    else if (fp4 && expert_lean && cols % 128 == 0)
         k_mma_expert_lean<MMA_EXPERT_LEAN_U><<<grid, 32 * MMA_PARTS, 0, (cudaStream_t)st>>>(experts_a, experts_b, rows, *plan, xq, ldq, xs, lds,
                                                                                           x_by_pair, y_a, y_b, ldy, out_bf16);
     else if (fp4 && fp4_vec == 2)
@@ -839,7 +992,8 @@ extern "C" int cu_mma_expert_linear(cu_stream st, const dsv4_weight *experts, in
     const int rc = expert_args("cu_mma_expert_linear", rows, cols, fmt, ldq, xq, lds, ldy, err);
     if (rc) return rc;
     if (max_tiles <= 0 || rows == 0) return 0;
-    if (cu_mma_gemm_experts(st, experts, rows, cols, fmt, plan, max_tiles, xq, ldq, xs, lds, x_by_pair, y, ldy, out_bf16))
+    if (fmt == WF_FP4 && expert_lean == 2 && cols % 128 == 0) stream = 0;   /* packed weights: k_mma_expert_frag only */
+    else if (cu_mma_gemm_experts(st, experts, rows, cols, fmt, plan, max_tiles, xq, ldq, xs, lds, x_by_pair, y, ldy, out_bf16))
         return 0;   /* a large step (k_mma_gemm.cu): the same bits */
     if (stream && cu_mma_stream_experts(st, experts, y, NULL, NULL, rows, cols, fmt, plan, max_tiles, xq, ldq, xs, lds, x_by_pair, ldy,
                                         out_bf16))
@@ -856,7 +1010,8 @@ extern "C" int cu_mma_expert_linear_pair(cu_stream st, const dsv4_weight *expert
     if (rc) return rc;
     if (max_tiles <= 0 || rows == 0) return 0;
     const int fp4 = fmt == WF_FP4;
-    if (cu_mma_gemm_experts(st, experts_a, rows, cols, fmt, plan, max_tiles, xq, ldq, xs, lds, x_by_pair, y_a, ldy, out_bf16)) {
+    if (fp4 && expert_lean == 2 && cols % 128 == 0) stream = 0;   /* packed weights: k_mma_expert_frag only */
+    else if (cu_mma_gemm_experts(st, experts_a, rows, cols, fmt, plan, max_tiles, xq, ldq, xs, lds, x_by_pair, y_a, ldy, out_bf16)) {
         cu_mma_gemm_experts(st, experts_b, rows, cols, fmt, plan, max_tiles, xq, ldq, xs, lds, x_by_pair, y_b, ldy, out_bf16);
         return 0;   /* a large step (k_mma_gemm.cu): the same bits, each projection a GEMM */
     }
