@@ -129,6 +129,9 @@ switch_same_bits DSV4_CUDA_STREAM "the small tiles'"   # the streaming kernel fo
 expect_err "DSV4_CUDA_STREAM=2" "DSV4_CUDA_STREAM" env DSV4_CUDA_STREAM=2 "$BIN" logits -m "$T/m" --device cuda --tokens 1,2
 # the lean FP4 expert kernel (on by default; whole 128-column chunks: the K >= 1024 model has them)
 switch_same_bits DSV4_CUDA_EXPERT_LEAN "k_mma_expert's"
+# FP4 routed experts packed at load (opt-in, k_mma.cu cu_fp4_frag_pack): the unpacked experts' logits
+switch_same_bits DSV4_CUDA_EXPERT_PACK "the unpacked experts'"
+expect_err "DSV4_CUDA_EXPERT_PACK=2" "DSV4_CUDA_EXPERT_PACK" env DSV4_CUDA_EXPERT_PACK=2 "$BIN" logits -m "$T/m" --device cuda --tokens 1,2
 # a layer's independent chains on a second stream (on by default): one stream's logits
 switch_same_bits DSV4_CUDA_BRANCH "one stream's"
 expect_err "DSV4_CUDA_EXPERT_LEAN=2" "DSV4_CUDA_EXPERT_LEAN" env DSV4_CUDA_EXPERT_LEAN=2 "$BIN" logits -m "$T/m" --device cuda --tokens 1,2

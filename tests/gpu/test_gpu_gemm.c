@@ -181,7 +181,7 @@ static void fp4_around_the_tile(void **state) {
  * by expert then token and cut into tiles of up to CU_MOE_TILE, max_tiles above the plan's count (blocks past it
  * must do nothing). cu_mma_gemm_experts against cu_mma_expert_linear with the GEMM off, memcmp over y, with the
  * inputs by token (pair_token) and by pair. */
-static void experts_same_bits(int fmt, int rows, int cols, int x_by_pair) {
+static void experts_same_bits(int fmt, int rows, int cols, int x_by_pair, int packed) {
     enum { E = 6, T = 300 };
     static const int counts[E] = { 150, 3, 20, 0, 140, 9 };
     dweight ew[E];
@@ -233,12 +233,27 @@ static void experts_same_bits(int fmt, int rows, int cols, int x_by_pair) {
     dsv4_error err;
     cu_mma_gemm_set(0, 0, 0);
     assert_int_equal(cu_mma_expert_linear(NULL, dw, rows, cols, fmt, &plan, max_tiles, dq, ldq, ds, lds, x_by_pair, dy0, ldy, 1, 0, &err), 0);
+    float *dy2 = upload(y0, sizeof(float) * P * ldy);
+    if (packed) {   /* the same experts packed (cu_fp4_frag_pack): the GEMM (dy1) and the small tiles (dy2) on them */
+        for (int e = 0; e < E; e++) assert_int_equal(cu_fp4_frag_pack(NULL, (void *)ew[e].w.data, rows, cols, &err), 0);
+        fmt = CU_FMT_FP4_FRAG;
+        assert_int_equal(cu_mma_expert_linear(NULL, dw, rows, cols, fmt, &plan, max_tiles, dq, ldq, ds, lds, x_by_pair, dy2, ldy, 1, 0, &err), 0);
+    }
     cu_mma_gemm_set(1, 1, 1);
     assert_int_equal(cu_mma_gemm_experts(NULL, dw, rows, cols, fmt, &plan, max_tiles, dq, ldq, ds, lds, x_by_pair, dy1, ldy, 1), 1);
     cu_mma_gemm_set(CU_MMA_GEMM_MIN_T, CU_MMA_GEMM_MIN_BLOCKS, CU_MMA_GEMM_MIN_TILES);
     assert_int_equal(cu_finish(NULL, "gemm experts", &err), 0);
+
     assert_int_equal(cu_download(y0, dy0, sizeof(float) * P * ldy), 0);
     assert_int_equal(cu_download(y1, dy1, sizeof(float) * P * ldy), 0);
+    if (packed) {   /* the packed small tiles = the unpacked ones (y0) */
+        float *y2 = malloc(sizeof(float) * P * ldy);
+        assert_int_equal(cu_download(y2, dy2, sizeof(float) * P * ldy), 0);
+        if (memcmp(y0, y2, sizeof(float) * P * ldy))
+            print_error("packed experts %d x %d, x_by_pair %d: the small tiles differ from the unpacked ones\n", rows, cols, x_by_pair);
+        assert_memory_equal(y0, y2, sizeof(float) * P * ldy);
+        free(y2);
+    }
     size_t differ = 0, first = 0, written = 0;
     for (size_t i = 0; i < (size_t)P * ldy; i++) {
         uint32_t u;
@@ -247,7 +262,8 @@ static void experts_same_bits(int fmt, int rows, int cols, int x_by_pair) {
         if (memcmp(&y0[i], &y1[i], 4) && !differ++) first = i;
     }
     if (differ)
-        print_error("experts %s %d x %d, x_by_pair %d: %zu floats differ, first at pair %zu row %zu (%a vs %a)\n", fmt == WF_FP4 ? "FP4" : "FP8",
+        print_error("experts %s %d x %d, x_by_pair %d: %zu floats differ, first at pair %zu row %zu (%a vs %a)\n",
+                    fmt == WF_FP4 ? "FP4" : fmt == CU_FMT_FP4_FRAG ? "packed FP4" : "FP8",
                     rows, cols, x_by_pair, differ, first / ldy, first % ldy, y0[first], y1[first]);
     assert_int_equal(differ, 0);
     assert_int_equal(written, (size_t)P * rows);   /* every pair's row, the absent expert's included */
@@ -262,6 +278,7 @@ static void experts_same_bits(int fmt, int rows, int cols, int x_by_pair) {
     cu_free(ds);
     cu_free(dy0);
     cu_free(dy1);
+    cu_free(dy2);
     free(pair_token);
     free(te);
     free(tf);
@@ -274,13 +291,15 @@ static void experts_same_bits(int fmt, int rows, int cols, int x_by_pair) {
 
 static void experts_fp4(void **state) {
     (void)state;
-    experts_same_bits(WF_FP4, 136, 608, 0);
-    experts_same_bits(WF_FP4, 136, 608, 1);
+    experts_same_bits(WF_FP4, 136, 608, 0, 0);
+    experts_same_bits(WF_FP4, 136, 608, 1, 0);
+    experts_same_bits(WF_FP4, 136, 640, 0, 1);   /* packed: the GEMM and the small tiles = unpacked small tiles */
+    experts_same_bits(WF_FP4, 136, 640, 1, 1);
 }
 
 static void experts_fp8(void **state) {
     (void)state;
-    experts_same_bits(WF_FP8, 136, 640, 0);
+    experts_same_bits(WF_FP8, 136, 640, 0, 0);
 }
 
 static void switch_and_refusals(void **state) {

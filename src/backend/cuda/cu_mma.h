@@ -61,10 +61,12 @@ int cu_mma_fp4_vec(int mode);
  * benchmarks, as cu_mma_fp4_vec. Returns the value it replaces. */
 int cu_mma_expert_lean(int on);
 
-/* Mode 2 of cu_mma_expert_lean (an experiment of issue 18, not used by the model yet): every FP4 expert call of whole
- * 128-column chunks goes to k_mma_expert_frag, which reads weights packed by cu_fp4_frag_pack (k_mma.cu states the
- * layout) and gives the bits of the lean kernel on the unpacked weights. cu_fp4_frag_pack rewrites rows x cols FP4
- * codes at data in place (cols a multiple of 128, data 16-byte aligned); DSV4_E_ARG otherwise, nothing touched. */
+/* FP4 experts packed for the tensor cores (k_mma.cu states the layout): cu_fp4_frag_pack rewrites rows x cols FP4
+ * codes at data in place (cols a multiple of 128, data 16-byte aligned; DSV4_E_ARG otherwise, nothing touched).
+ * Experts so packed are passed to cu_mma_expert_linear(_pair) as format CU_FMT_FP4_FRAG (GPU memory only, never a
+ * file's format; no CUDA-core or streaming path reads it) and give the bits of the same experts unpacked as WF_FP4.
+ * Mode 2 of cu_mma_expert_lean (tests, benchmarks): WF_FP4 experts of whole 128-column chunks count as packed. */
+#define CU_FMT_FP4_FRAG 0x46
 int cu_fp4_frag_pack(cu_stream st, void *data, int64_t rows, int cols, dsv4_error *err);
 
 /* Two weights over the same packed rows in one launch (wq_a and wkv, the shared expert's w1 and w3: twice the

@@ -35,4 +35,9 @@ __device__ __forceinline__ uint32_t e2m1x4_e4m3(uint32_t v) {
     const uint32_t neg = prmt(0x80808080u, 0x80808080u, v);   /* prmt reads bits 0..15 of its selector only */
     return mag | ((neg << 1) & 0x80808080u);
 }
+
+/* A word of packed FP4 (cu_fp4_frag_pack; k_mma.cu states the layout) as the E4M3 fragment registers of its codes
+ * 0..3 (frag_lo) and 4..7 (frag_hi), each value times 2^-6. */
+__device__ __forceinline__ uint32_t frag_lo(uint32_t w) { return w & 0x9C9C9C9Cu; }
+__device__ __forceinline__ uint32_t frag_hi(uint32_t w) { return ((w << 2) & 0x8C8C8C8Cu) | ((w >> 2) & 0x10101010u); }
 #endif

@@ -28,6 +28,7 @@ typedef struct {
     int distinct;          /* main layers with weights of their own; later ones share an earlier layer's (synthetic) */
     int counting;          /* 1: only add up bytes */
     const expert_map *host;/* routed experts of the main layers that stay in host memory (owner NULL: none) */
+    int pack_fp4;          /* FP4 routed experts of whole 128-column chunks packed for the tensor cores (cu_mma.h) */
     uint64_t bytes;
     int failed;            /* an allocation or copy failed */
 } uploader;
@@ -104,7 +105,7 @@ static cu_comp up_comp(uploader *u, const dsv4_compressor_weights *c) {
 /* The routed experts of one projection as a device array of E weights (each pointing to its own upload). With
  * `partitioned`, only the experts of the uploader's rank; experts with on_host[e] set stay in host memory
  * (cuda_host_experts.h). Those not uploaded keep data NULL. */
-static dsv4_weight *up_experts(uploader *u, const dsv4_weight *w, int E, int partitioned, const uint8_t *on_host) {
+static dsv4_weight *up_experts(uploader *u, const dsv4_weight *w, int E, int partitioned, const uint8_t *on_host, int pack) {
     dsv4_weight *host = calloc((size_t)E, sizeof *host);
     if (!host) { u->failed = 1; return NULL; }
     for (int e = 0; e < E; e++) {
@@ -113,6 +114,9 @@ static dsv4_weight *up_experts(uploader *u, const dsv4_weight *w, int E, int par
         host[e].scale = NULL;
         if (on_host && on_host[e] == EXPERT_ON_HOST) continue;
         if (!partitioned || expert_owner(E, u->n_ranks, e) == u->rank) host[e] = up_weight(u, &w[e]);
+        dsv4_error perr;
+        if (pack && host[e].data && !u->failed && cu_fp4_frag_pack(NULL, (void *)host[e].data, host[e].rows, host[e].cols, &perr))
+            u->failed = 1;
     }
     dsv4_weight *d = up(u, host, sizeof *host * (size_t)E);
     free(host);
@@ -123,8 +127,10 @@ static dsv4_weight *up_experts(uploader *u, const dsv4_weight *w, int E, int par
 static cu_layer_experts up_layer_experts(uploader *u, const struct dsv4_model *m, const dsv4_layer *ly, int partitioned, int main_L) {
     const int E = m->cfg.n_routed;
     const uint8_t *on_host = main_L >= 0 && u->host && u->host->owner ? u->host->owner + (int64_t)main_L * E : NULL;
-    cu_layer_experts x = { up_experts(u, ly->w1, E, partitioned, on_host), up_experts(u, ly->w2, E, partitioned, on_host),
-                           up_experts(u, ly->w3, E, partitioned, on_host), ly->w1[0].fmt };
+    /* packed (DSV4_CUDA_EXPERT_PACK): every reader is a tensor-core kernel that knows the layout (cu_mma.h) */
+    const int pack = u->pack_fp4 && ly->w1[0].fmt == WF_FP4 && m->cfg.dim % 128 == 0 && m->cfg.moe_inter % 128 == 0;
+    cu_layer_experts x = { up_experts(u, ly->w1, E, partitioned, on_host, pack), up_experts(u, ly->w2, E, partitioned, on_host, pack),
+                           up_experts(u, ly->w3, E, partitioned, on_host, pack), pack ? CU_FMT_FP4_FRAG : ly->w1[0].fmt };
     return x;
 }
 
@@ -283,7 +289,7 @@ static struct cuda_model *new_cuda_model(const struct dsv4_model *m, int gpu, in
 static int check_fit(struct cuda_model *cm, const struct dsv4_model *m, int rank, int n_ranks, void (*walk)(uploader *, const struct dsv4_model *),
                      uint64_t *need, dsv4_error *err) {
     uploader count = { .cm = cm, .rank = rank, .n_ranks = n_ranks, .synthetic = m->cfg.synthetic_holes, .distinct = cm->distinct,
-                       .counting = 1, .host = cm->hx ? &cm->hx->map : NULL };
+                       .counting = 1, .host = cm->hx ? &cm->hx->map : NULL, .pack_fp4 = cm->pack_fp4 };
     walk(&count, m);
     size_t free_b = 0, total_b = 0;
     cu_mem_info(&free_b, &total_b);
@@ -299,9 +305,9 @@ static int upload(struct cuda_model *cm, const struct dsv4_model *m, int rank, i
                   uint64_t need, dsv4_error *err) {
     if (!(cm->st = cu_stream_new())) return dsv4_fail(err, DSV4_E_UNSUPPORTED, "cuda: cannot create a stream on GPU %d", cm->gpu);
     uploader u = { .cm = cm, .rank = rank, .n_ranks = n_ranks, .synthetic = m->cfg.synthetic_holes, .distinct = cm->distinct,
-                   .host = cm->hx ? &cm->hx->map : NULL };
+                   .host = cm->hx ? &cm->hx->map : NULL, .pack_fp4 = cm->pack_fp4 };
     walk(&u, m);
-    if (!u.failed && u.synthetic && cu_sync()) u.failed = 1;
+    if (!u.failed && (u.synthetic || u.pack_fp4) && cu_sync()) u.failed = 1;   /* the fills and packs ran on the default stream */
     if (u.failed) {
         size_t f = 0, t = 0;
         cu_mem_info(&f, &t);
@@ -409,6 +415,7 @@ static int init_ranks(struct cuda_model *cm, const struct dsv4_model *m, int n, 
         if (!(ep->rank[r].cm = new_cuda_model(m, cm->gpu + r, 0))) rc = dsv4_fail(err, DSV4_E_NOMEM, "out of memory");
         else {
             ep->rank[r].cm->distinct = cm->distinct;
+            ep->rank[r].cm->pack_fp4 = cm->pack_fp4;
             rc = check_fit(ep->rank[r].cm, m, r, n, up_rank, &need[r], err);
         }
     }
@@ -455,6 +462,10 @@ static int init_ranks(struct cuda_model *cm, const struct dsv4_model *m, int n, 
  *                       in run 46: a lane-wise branch between two mma.sync, now warp-uniform and checked by the CPU
  *                       shim). 0 = k_mma_expert. The same bits either way (test_gpu_mma); process-wide, as
  *                       DSV4_CUDA_GEMM.
+ *   DSV4_CUDA_EXPERT_PACK  OFFICIAL models (with DSV4_CUDA_MMA on) pack their FP4 routed experts of whole 128-column
+ *                       chunks at load (cu_fp4_frag_pack, k_mma.cu: a 16-byte load a row and chunk, two and five
+ *                       instructions a word to E4M3), read by k_mma_expert_frag and the expert GEMM. Default off
+ *                       until measured. The same bits either way (test_gpu_mma); a property of the model load.
  *   DSV4_CUDA_IDX_MMA   OFFICIAL indexer scores on int8 tensor cores (k_indexer.cu, exact block sums of the FP4
  *                       operands), default on; 0 = the fp32 scores.
  *   DSV4_CUDA_ATT_MMA   OFFICIAL attention scores and P.V on bf16 tensor cores (k_attention.cu k_att_scores_mma /
@@ -489,7 +500,7 @@ static int env_switch(const char *name, int dflt, const char *what, int *on, dsv
 
 int cuda_model_init(struct dsv4_model *m, const cuda_placement *p, dsv4_error *err) {
     const int gpu = p->gpu;
-    int n_gpus = p->n_gpus, graphs_on, pdl_on /* CU_PDL_* */, mma_on, gemm_on, stream_on, lean_on, idx_mma_on, att_mma_on,
+    int n_gpus = p->n_gpus, graphs_on, pdl_on /* CU_PDL_* */, mma_on, gemm_on, stream_on, lean_on, pack_on, idx_mma_on, att_mma_on,
         att_dec_on, branch_on;
     if (env_switch("DSV4_CUDA_GRAPHS", 1, "CUDA graphs", &graphs_on, err) ||
         env_choice("DSV4_CUDA_PDL", CU_PDL_EXIT, CU_PDL_EXIT,
@@ -498,6 +509,7 @@ int cuda_model_init(struct dsv4_model *m, const cuda_placement *p, dsv4_error *e
         env_switch("DSV4_CUDA_GEMM", 1, "the tiled GEMM for many tokens", &gemm_on, err) ||
         env_switch("DSV4_CUDA_STREAM", 0, "the streaming kernel for up to 8 tokens", &stream_on, err) ||
         env_switch("DSV4_CUDA_EXPERT_LEAN", 1, "the lean FP4 expert kernel", &lean_on, err) ||
+        env_switch("DSV4_CUDA_EXPERT_PACK", 0, "FP4 routed experts packed for the tensor cores", &pack_on, err) ||
         env_switch("DSV4_CUDA_IDX_MMA", 1, "indexer scores on tensor cores in OFFICIAL mode", &idx_mma_on, err) ||
         env_switch("DSV4_CUDA_ATT_MMA", 0, "tensor-core attention in OFFICIAL mode", &att_mma_on, err) ||
         env_switch("DSV4_CUDA_ATT_DEC", 1, "the decode-sized attention scores kernel", &att_dec_on, err) ||
@@ -516,6 +528,7 @@ int cuda_model_init(struct dsv4_model *m, const cuda_placement *p, dsv4_error *e
     if ((rc = check_shapes(&m->cfg, err))) return rc;
     struct cuda_model *cm = new_cuda_model(m, gpu, 1);
     if (!cm) return dsv4_fail(err, DSV4_E_NOMEM, "out of memory");
+    cm->pack_fp4 = pack_on && mma_on && m->mode == DSV4_MODE_OFFICIAL;   /* packed experts have tensor-core readers only */
     uint64_t need = 0;
     /* a synthetic model given a budget keeps every layer distinct and puts what does not fit on the host */
     rc = m->cfg.synthetic_holes && p->gpu_mem ? 0 : choose_distinct(cm, m, n_gpus, err);

@@ -615,10 +615,10 @@ __global__ void __launch_bounds__(32 * MMA_PARTS, MMA_EXPERT_LEAN_BLOCKS) k_mma_
  *     exact and the second is 64 times the first: P' (sw (64 sx)) = P (sw sx) exactly, and fmaf rounds the same sum;
  *   - else (E8M0 0 / 255, or extreme scales): fmaf(P' * 64, dev_e8m0(b) * sx, p), P' * 64 = P exactly.
  * The order is lean_chunk's (warp p: chunks p, p + 4, ... increasing; each block's MMA from 0, then one fmaf a
- * block). Only this kernel reads packed weights: cu_mma_expert_lean(2) sends every FP4 expert call of whole chunks
- * here (no GEMM, no streaming kernel), and the caller must have packed every expert it passes. */
-__device__ __forceinline__ uint32_t frag_lo(uint32_t w) { return w & 0x9C9C9C9Cu; }
-__device__ __forceinline__ uint32_t frag_hi(uint32_t w) { return ((w << 2) & 0x8C8C8C8Cu) | ((w >> 2) & 0x10101010u); }
+ * block). Packed experts come as format CU_FMT_FP4_FRAG (cu_mma.h): the model packs its routed experts at load
+ * when DSV4_CUDA_EXPERT_PACK is on, and cu_mma_expert_lean(2) makes the test programs' WF_FP4 calls of whole chunks
+ * mean the same. Their readers: this kernel (small tiles) and k_mma_gemm.cu's expert GEMM (FP4 = 2); never the
+ * streaming kernel or the CUDA-core paths. */
 
 /* A word of 8 E2M1 codes (code i in bits 4i..4i+3) in the packed bit order above. */
 __device__ __forceinline__ uint32_t frag_bits(uint32_t w) {
@@ -888,7 +888,7 @@ extern "C" int cu_mma_takes(const dsv4_weight *w) {
 }
 
 extern "C" int cu_mma_takes_experts(int fmt, int cols) {
-    return (fmt == WF_FP8 && cols >= 128 && cols % 128 == 0) || (fmt == WF_FP4 && cols >= 32 && cols % 32 == 0);
+    return ((fmt == WF_FP8 || fmt == CU_FMT_FP4_FRAG) && cols >= 128 && cols % 128 == 0) || (fmt == WF_FP4 && cols >= 32 && cols % 32 == 0);
 }
 
 /* The checks of cu_mma_linear's contract for weight w and output y / ldy: 0, or the error. */
@@ -952,7 +952,8 @@ extern "C" int cu_mma_linear_pair(cu_stream st, const dsv4_weight *w_a, float *y
 
 /* The checks of cu_mma_expert_linear's contract: 0, or the error (nothing launched). */
 static int expert_args(const char *fn, int rows, int cols, int fmt, int ldq, const uint8_t *xq, int lds, int ldy, dsv4_error *err) {
-    if (fmt != WF_FP8 && fmt != WF_FP4) return dsv4_fail(err, DSV4_E_UNSUPPORTED, "%s: weight format %d has no tensor-core path", fn, fmt);
+    if (fmt != WF_FP8 && fmt != WF_FP4 && fmt != CU_FMT_FP4_FRAG)
+        return dsv4_fail(err, DSV4_E_UNSUPPORTED, "%s: weight format %d has no tensor-core path", fn, fmt);
     const int fp4 = fmt == WF_FP4;
     if (rows < 0 || cols < 1 || cols % (fp4 ? 32 : 128) || ldq < cols || ldq % 16 || (uintptr_t)xq % 16 ||
         lds < (cols + 127) / 128 || ldy < rows)
@@ -961,12 +962,15 @@ static int expert_args(const char *fn, int rows, int cols, int fmt, int ldq, con
     return 0;
 }
 
-/* One launch: the projection(s) z < nz (experts_a into y_a, experts_b into y_b). */
+/* The format the expert kernels read: WF_FP4 of whole chunks under cu_mma_expert_lean(2) is packed (tests). */
+static int expert_fmt(int fmt, int cols) { return fmt == WF_FP4 && expert_lean == 2 && cols % 128 == 0 ? CU_FMT_FP4_FRAG : fmt; }
+
+/* One launch: the projection(s) z < nz (experts_a into y_a, experts_b into y_b); fp4: 0 FP8, 1 FP4, 2 packed FP4. */
 static void expert_launch(cu_stream st, int nz, const dsv4_weight *experts_a, const dsv4_weight *experts_b, int rows, int cols, int fp4,
                           const cu_moe_plan *plan, int max_tiles, const uint8_t *xq, int ldq, const float *xs, int lds, int x_by_pair,
                           float *y_a, float *y_b, int ldy, int out_bf16) {
     dim3 grid(cu_blocks(rows, 16), max_tiles, nz);
-    if (fp4 && expert_lean == 2 && cols % 128 == 0)
+    if (fp4 == 2)
         k_mma_expert_frag<MMA_EXPERT_LEAN_U><<<grid, 32 * MMA_PARTS, 0, (cudaStream_t)st>>>(experts_a, experts_b, rows, *plan, xq, ldq, xs, lds,
                                                                                           x_by_pair, y_a, y_b, ldy, out_bf16);
     else if (fp4 && expert_lean && cols % 128 == 0)
@@ -992,13 +996,15 @@ extern "C" int cu_mma_expert_linear(cu_stream st, const dsv4_weight *experts, in
     const int rc = expert_args("cu_mma_expert_linear", rows, cols, fmt, ldq, xq, lds, ldy, err);
     if (rc) return rc;
     if (max_tiles <= 0 || rows == 0) return 0;
-    if (fmt == WF_FP4 && expert_lean == 2 && cols % 128 == 0) stream = 0;   /* packed weights: k_mma_expert_frag only */
-    else if (cu_mma_gemm_experts(st, experts, rows, cols, fmt, plan, max_tiles, xq, ldq, xs, lds, x_by_pair, y, ldy, out_bf16))
+    fmt = expert_fmt(fmt, cols);
+    if (fmt == CU_FMT_FP4_FRAG) stream = 0;   /* packed weights: the GEMM or k_mma_expert_frag */
+    if (cu_mma_gemm_experts(st, experts, rows, cols, fmt, plan, max_tiles, xq, ldq, xs, lds, x_by_pair, y, ldy, out_bf16))
         return 0;   /* a large step (k_mma_gemm.cu): the same bits */
     if (stream && cu_mma_stream_experts(st, experts, y, NULL, NULL, rows, cols, fmt, plan, max_tiles, xq, ldq, xs, lds, x_by_pair, ldy,
                                         out_bf16))
         return 0;   /* streamed (k_mma_stream.cu): the same bits */
-    expert_launch(st, 1, experts, experts, rows, cols, fmt == WF_FP4, plan, max_tiles, xq, ldq, xs, lds, x_by_pair, y, y, ldy, out_bf16);
+    expert_launch(st, 1, experts, experts, rows, cols, fmt == CU_FMT_FP4_FRAG ? 2 : fmt == WF_FP4, plan, max_tiles, xq, ldq, xs, lds, x_by_pair,
+                  y, y, ldy, out_bf16);
     return 0;
 }
 
@@ -1009,9 +1015,10 @@ extern "C" int cu_mma_expert_linear_pair(cu_stream st, const dsv4_weight *expert
     const int rc = expert_args("cu_mma_expert_linear_pair", rows, cols, fmt, ldq, xq, lds, ldy, err);
     if (rc) return rc;
     if (max_tiles <= 0 || rows == 0) return 0;
-    const int fp4 = fmt == WF_FP4;
-    if (fp4 && expert_lean == 2 && cols % 128 == 0) stream = 0;   /* packed weights: k_mma_expert_frag only */
-    else if (cu_mma_gemm_experts(st, experts_a, rows, cols, fmt, plan, max_tiles, xq, ldq, xs, lds, x_by_pair, y_a, ldy, out_bf16)) {
+    fmt = expert_fmt(fmt, cols);
+    const int fp4 = fmt == CU_FMT_FP4_FRAG ? 2 : fmt == WF_FP4;
+    if (fmt == CU_FMT_FP4_FRAG) stream = 0;   /* packed weights: the GEMM or k_mma_expert_frag */
+    if (cu_mma_gemm_experts(st, experts_a, rows, cols, fmt, plan, max_tiles, xq, ldq, xs, lds, x_by_pair, y_a, ldy, out_bf16)) {
         cu_mma_gemm_experts(st, experts_b, rows, cols, fmt, plan, max_tiles, xq, ldq, xs, lds, x_by_pair, y_b, ldy, out_bf16);
         return 0;   /* a large step (k_mma_gemm.cu): the same bits, each projection a GEMM */
     }

@@ -220,21 +220,27 @@ __device__ __forceinline__ void gemm_chunk(float (&acc)[GEMM_MT][GEMM_NT][4], co
             if (j >= nb) break;
             uint32_t a[GEMM_MT][2];
             uint2 b[GEMM_NT];
+            /* FP4 == 2: packed (k_mma.cu, cu_fp4_frag_pack): the row's word 4q + j */
 #pragma unroll
             for (int mi = 0; mi < GEMM_MT; mi++)
 #pragma unroll
-                for (int h = 0; h < 2; h++) a[mi][h] = *(const uint32_t *)(As + (wr + 16 * mi + g + 8 * h) * L::a_ld + 16 * j + 4 * q);
+                for (int h = 0; h < 2; h++)
+                    a[mi][h] = *(const uint32_t *)(As + (wr + 16 * mi + g + 8 * h) * L::a_ld + (FP4 == 2 ? 16 * q + 4 * j : 16 * j + 4 * q));
 #pragma unroll
             for (int ni = 0; ni < GEMM_NT; ni++) b[ni] = *(const uint2 *)(Bs + (wt + 8 * ni + g) * L::b_ld + 32 * j + 8 * q);
 #pragma unroll
             for (int mi = 0; mi < GEMM_MT; mi++) {
-                const uint32_t a0 = e2m1x4_e4m3(a[mi][0]), a1 = e2m1x4_e4m3(a[mi][1]);
-                const uint32_t a2 = e2m1x4_e4m3(a[mi][0] >> 16), a3 = e2m1x4_e4m3(a[mi][1] >> 16);
+                const uint32_t a0 = FP4 == 2 ? frag_lo(a[mi][0]) : e2m1x4_e4m3(a[mi][0]), a1 = FP4 == 2 ? frag_lo(a[mi][1]) : e2m1x4_e4m3(a[mi][1]);
+                const uint32_t a2 = FP4 == 2 ? frag_hi(a[mi][0]) : e2m1x4_e4m3(a[mi][0] >> 16);
+                const uint32_t a3 = FP4 == 2 ? frag_hi(a[mi][1]) : e2m1x4_e4m3(a[mi][1] >> 16);
                 const float s0 = dev_e8m0((uint8_t)(swb[mi][0] >> (8 * j))), s1 = dev_e8m0((uint8_t)(swb[mi][1] >> (8 * j)));
 #pragma unroll
                 for (int ni = 0; ni < GEMM_NT; ni++) {
                     float f[4] = { 0.0f, 0.0f, 0.0f, 0.0f };
                     mma_e4m3(f, a0, a1, a2, a3, GEMM_B01(b[ni].x, b[ni].y));
+                    if (FP4 == 2)   /* the packed values are 2^-6 of the codes': P exactly */
+#pragma unroll
+                        for (int e = 0; e < 4; e++) f[e] *= 64.0f;
                     acc[mi][ni][0] = fmaf(f[0], s0 * sx[ni][0], acc[mi][ni][0]);
                     acc[mi][ni][1] = fmaf(f[1], s0 * sx[ni][1], acc[mi][ni][1]);
                     acc[mi][ni][2] = fmaf(f[2], s1 * sx[ni][0], acc[mi][ni][2]);
@@ -392,10 +398,13 @@ extern "C" int cu_mma_gemm_experts(cu_stream st, const dsv4_weight *experts, int
                                    int out_bf16) {
     (void)cols;
     if (!gemm_min_tiles || max_tiles < gemm_min_tiles || cu_blocks(max_tiles, GEMM_EXPERT_TILES) > 65535) return 0;
-    const int fp4 = fmt == WF_FP4;
-    if (!(fp4 ? gemm_smem_opt_in<1>() : gemm_smem_opt_in<0>())) return 0;
+    const int fp4 = fmt == CU_FMT_FP4_FRAG ? 2 : fmt == WF_FP4;
+    if (!(fp4 == 2 ? gemm_smem_opt_in<2>() : fp4 ? gemm_smem_opt_in<1>() : gemm_smem_opt_in<0>())) return 0;
     dim3 grid(cu_blocks(rows, GEMM_BM), cu_blocks(max_tiles, GEMM_EXPERT_TILES));
-    if (fp4)
+    if (fp4 == 2)
+        k_mma_gemm_expert<2><<<grid, GEMM_THREADS, gemm_smem<2>::total, (cudaStream_t)st>>>(experts, rows, *plan, xq, ldq, xs, lds, x_by_pair,
+                                                                                          y, ldy, out_bf16);
+    else if (fp4)
         k_mma_gemm_expert<1><<<grid, GEMM_THREADS, gemm_smem<1>::total, (cudaStream_t)st>>>(experts, rows, *plan, xq, ldq, xs, lds, x_by_pair,
                                                                                           y, ldy, out_bf16);
     else
