@@ -24,6 +24,7 @@ fs.writeFileSync(process.argv[1], JSON.stringify(t));' "$T/tokenizer.json" || { 
 M="$T/m"
 "$BIN" tiny -o "$M" --seed 5 --tokenizer "$T/tokenizer.json" --set vocab_size=271 --set bos_token_id=264 \
     --set eos_token_id=265 >/dev/null 2>&1 || { echo "tiny failed"; echo "0 passed, 1 failed"; exit 1; }
+: >"$T/err"   # before the server's shell opens it: the loop below reads it at once
 "$BIN" serve -m "$M" --port 0 --max-streams 8 --threads 2 2>"$T/err" &
 PID=$!
 PORT=
