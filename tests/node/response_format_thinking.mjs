@@ -56,7 +56,8 @@ for (let seed = 1; seed <= SEEDS; seed++) {
     judge(`openai json_object streamed seed ${seed}`, content, reasoning, finish, 'stop', false);
     // Anthropic: thinking + output_config.format (odd seeds: the beta's output_format)
     const fmt = { type: 'json_schema', schema };
-    const body = { model: MODEL, max_tokens: 120, temperature: 1, messages, thinking: { type: 'enabled', budget_tokens: 1024 },
+    // seeded in the body (dsv4 reads `seed` from the Messages body as from OpenAI's): the same replies every run
+    const body = { model: MODEL, max_tokens: 120, temperature: 1, seed: 200 + seed, messages, thinking: { type: 'enabled', budget_tokens: 1024 },
                    ...(seed % 2 ? { output_format: fmt } : { output_config: { format: fmt } }) };
     const a = await fetch(`${BASE}/v1/messages`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
     const am = await a.json();
@@ -68,7 +69,7 @@ for (let seed = 1; seed <= SEEDS; seed++) {
 }
 // Anthropic through the official SDK, streamed (output_config.format)
 {
-    const s = anthropic.messages.stream({ model: MODEL, max_tokens: 120, temperature: 1, messages,
+    const s = anthropic.messages.stream({ model: MODEL, max_tokens: 120, temperature: 1, seed: 300, messages,
                                           thinking: { type: 'enabled', budget_tokens: 1024 }, output_config: { format: { type: 'json_schema', schema } } });
     const fin = await s.finalMessage();
     const think = fin.content.filter((b) => b.type === 'thinking').map((b) => b.thinking).join('');
