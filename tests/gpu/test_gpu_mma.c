@@ -681,11 +681,15 @@ static void experts_equal_plain_linear(void **state) {
             assert_int_equal(cu_upload(plan.n_tiles, &n_tiles, sizeof(int32_t)), 0);
             assert_int_equal(cu_upload(dexp, dws, sizeof dws), 0);
             assert_int_equal(cu_upload(dexp2, dws2, sizeof dws2), 0);
-            /* (by_pair, out): cu_mma_expert_linear (out 0), cu_mma_expert_linear_pair's first (1) and second (2) outputs */
+            /* (by_pair, out): cu_mma_expert_linear (out 0), cu_mma_expert_linear_pair's first (1) and second (2) outputs;
+             * packed: each of the packed kernel's variants (prefetch depth, block bound) */
+            const int build_fv = cu_mma_expert_frag_variant(0);
+            for (int fv = 0; fv < (vec == 4 ? 6 : 1); fv++)
             for (int by_pair = 0; by_pair < 2; by_pair++)
             for (int out = 0; out < 3; out++) {
                 const tact *in = by_pair ? &ap : &a;
                 dsv4_error err;
+                cu_mma_expert_frag_variant(vec == 4 ? fv : build_fv);
                 assert_int_equal(cu_fill_bytes(dy, 0x55, sizeof(float) * P * N), 0);
                 assert_int_equal(cu_fill_bytes(dy2, 0x55, sizeof(float) * P * N), 0);
                 if (out == 0 && cu_mma_expert_linear(NULL, dexp, N, K, fmt, &plan, n_tiles + 2, in->q, in->ldq, in->s, in->lds, by_pair, dy, N,
@@ -706,14 +710,15 @@ static void experts_equal_plain_linear(void **state) {
                                          y[(int64_t)p * N + r]);
                         }
                     } else if (memcmp(y + (int64_t)p * N, ref + ((int64_t)e * NT_TOK + pair_token[p]) * N, sizeof(float) * N))
-                        fail_msg("%s mode %d: pair %d (weight %d, token %d%s%s) differs from the plain linear of its weight on its token",
-                                 fp4 ? "FP4" : "FP8", vec, p, e, pair_token[p], by_pair ? ", rows by pair" : "",
+                        fail_msg("%s mode %d (variant %d): pair %d (weight %d, token %d%s%s) differs from the plain linear of its weight on "
+                                 "its token", fp4 ? "FP4" : "FP8", vec, fv, p, e, pair_token[p], by_pair ? ", rows by pair" : "",
                                  out ? (out == 1 ? ", pair call's first output" : ", pair call's second output") : "");
                 }
             }
+            cu_mma_expert_frag_variant(build_fv);
             printf("  %s%s experts %dx%d: %d pairs in %d tiles = the plain linear per (expert, token) (memcmp), by token and by pair, "
                    "alone and as both outputs of the pair call; absent expert -> EP_ABSENT_ROW\n", fp4 ? "FP4" : "FP8",
-                   fp4 ? (vec == 4 ? " (lean kernel on packed weights, E8M0 0, 30, 220 and 255 in one expert)" : lean ? " (lean kernel, E8M0 0, 30, 220 and 255 in one expert)" : vec == 2 ? " (vector loads, scale words)" : vec ? " (vector loads)" : " (word loads)") : "",
+                   fp4 ? (vec == 4 ? " (lean kernel on packed weights, its 6 variants, E8M0 0, 30, 220 and 255 in one expert)" : lean ? " (lean kernel, E8M0 0, 30, 220 and 255 in one expert)" : vec == 2 ? " (vector loads, scale words)" : vec ? " (vector loads)" : " (word loads)") : "",
                    N, K, P, n_tiles);
             cu_free(plan.pair_token); cu_free(plan.tile_expert); cu_free(plan.tile_first); cu_free(plan.tile_count);
             cu_free(plan.n_tiles); cu_free(dexp); cu_free(dexp2); cu_free(dy); cu_free(dy2);
@@ -934,9 +939,12 @@ static int bench_experts(void) {
             cu_upload(p->n_tiles, &nt, sizeof nt);
         }
         const int max_tiles = P / 8 + ACT + 1;   /* as cuda_step.c moe_max_tiles sizes a step of T tokens */
-        for (int variant = pass ? 9 : 0; variant < (pass ? 11 : 9); variant++) {   /* streaming, k_mma.cu's: vec 2, 1, 0 x pair 1, 0, lean x pair 1, 0; packed x pair 1, 0 */
-            const int stream = variant == 0, lean = variant >= 7 ? (variant >= 9 ? 2 : 1) : 0;
-            const int vec = stream ? 2 : lean ? 0 : 2 - (variant - 1) / 2, pair = stream ? 1 : (variant - 1) % 2 == 0;
+        /* streaming, k_mma.cu's: vec 2, 1, 0 x pair 1, 0, lean x pair 1, 0; packed: its variants 0..5 in one launch, the
+         * default in two */
+        for (int variant = pass ? 9 : 0; variant < (pass ? 16 : 9); variant++) {
+            const int stream = variant == 0, lean = variant >= 7 ? (variant >= 9 ? 2 : 1) : 0, fv = variant >= 9 && variant < 15 ? variant - 9 : -1;
+            const int vec = stream ? 2 : lean ? 0 : 2 - (variant - 1) / 2, pair = stream ? 1 : lean == 2 ? variant < 15 : (variant - 1) % 2 == 0;
+            const int build_fv = cu_mma_expert_frag_variant(fv);
             cu_mma_fp4_vec(vec);
             cu_mma_expert_lean(lean);
             cudaStream_t st;
@@ -966,7 +974,10 @@ static int bench_experts(void) {
             }
             if (!ok) { fprintf(stderr, "bench: %s\n", cudaGetErrorString(cudaGetLastError())); return 1; }
             const double sec = best * 1e-3 / LAYERS;
-            printf("%-7s %-9s %6d %6d %11.1f %12.0f\n", stream ? "STREAM" : lean == 2 ? "packed" : lean ? "lean" : vec == 2 ? "vec+sw" : vec ? "vector" : "word", pair ? "1 launch" : "2 launches", T,
+            cu_mma_expert_frag_variant(build_fv);
+            char pname[16];
+            snprintf(pname, sizeof pname, fv >= 0 ? "packed%d" : "packed", fv);
+            printf("%-7s %-9s %6d %6d %11.1f %12.0f\n", stream ? "STREAM" : lean == 2 ? pname : lean ? "lean" : vec == 2 ? "vec+sw" : vec ? "vector" : "word", pair ? "1 launch" : "2 launches", T,
                    ACT, sec * 1e6, (double)ACT * bytes_per_expert / sec / 1e9);
             cudaGraphExecDestroy(ge);
             cudaGraphDestroy(g);
@@ -982,7 +993,8 @@ static int bench_experts(void) {
     cu_mma_fp4_vec(build_mode);
     cu_mma_expert_lean(build_lean);
     printf("(STREAM: k_mma_stream.cu, DSV4_CUDA_STREAM=1; the others k_mma.cu's small tiles:\n vec+sw: mode 2, 16-byte weight loads and scale words; vector: mode 1, scale bytes; word: mode 0, the loads before;\n"
-           " lean: k_mma_expert_lean (MMA_EXPERT_LEAN, the default for whole chunks); packed: k_mma_expert_frag on cu_fp4_frag_pack'ed weights;\n"
+           " lean: k_mma_expert_lean (MMA_EXPERT_LEAN, the default for whole chunks); packed<v>: k_mma_expert_frag on cu_fp4_frag_pack'ed weights, variant v\n"
+           " (0: no prefetch, 1: one chunk ahead, 2: two, 3 / 4: one ahead in 5 / 6 blocks an SM, 5: two ahead in 4), packed: the default;\n"
            " w1+w3: cu_mma_expert_linear_pair's one launch or two; the graph's launch gaps are in the time)\n");
     printf("(bytes: %.1f MB of weights and scales per layer; H200 read bandwidth ~4.25 TB/s)\n", ACT * bytes_per_expert / 1e6);
     for (int m = 0; m < 3; m++) {

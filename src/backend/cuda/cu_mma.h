@@ -67,6 +67,9 @@ int cu_mma_expert_lean(int on);
  * file's format; no CUDA-core or streaming path reads it) and give the bits of the same experts unpacked as WF_FP4.
  * Mode 2 of cu_mma_expert_lean (tests, benchmarks): WF_FP4 experts of whole 128-column chunks count as packed. */
 #define CU_FMT_FP4_FRAG 0x46
+/* The packed expert kernel's variant (k_mma.cu: prefetch depth and block bound), for benchmarks; returns the one
+ * replaced. */
+int cu_mma_expert_frag_variant(int v);
 int cu_fp4_frag_pack(cu_stream st, void *data, int64_t rows, int cols, dsv4_error *err);
 
 /* Two weights over the same packed rows in one launch (wq_a and wkv, the shared expert's w1 and w3: twice the

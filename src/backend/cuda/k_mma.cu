@@ -664,9 +664,13 @@ __device__ __forceinline__ void frag_chunk(float (&acc)[4], const uint4 &A0, con
     }
 }
 
-/* k_mma_expert_lean's contract on packed weights (K % 128 == 0, rows 16-byte aligned). */
-template <int U>
-__global__ void __launch_bounds__(32 * MMA_PARTS, MMA_EXPERT_LEAN_BLOCKS) k_mma_expert_frag(const dsv4_weight *__restrict__ experts_a,
+/* k_mma_expert_lean's contract on packed weights (K % 128 == 0, rows 16-byte aligned). PF: the loads of a warp's
+ * chunk c + 4 PF are issued before chunk c's MMAs (a ring of PF + 1 register sets: run 67's ncu found the kernel
+ * waiting on its loads, 47 % of issue slots without an eligible warp, one chunk of ~1 KB a warp in flight); MINB:
+ * the blocks an SM must hold (__launch_bounds__; 1 = no bound). Neither changes an order: every warp still takes its
+ * chunks in increasing c, each block's MMA from 0 then one fmaf. */
+template <int PF, int MINB>
+__global__ void __launch_bounds__(32 * MMA_PARTS, MINB) k_mma_expert_frag(const dsv4_weight *__restrict__ experts_a,
                                                                      const dsv4_weight *__restrict__ experts_b, int rows, cu_moe_plan plan,
                                                                      const uint8_t *__restrict__ xq, int ldq, const float *__restrict__ xs,
                                                                      int lds, int x_by_pair, float *y_a, float *y_b, int ldy, int out_bf16) {
@@ -688,27 +692,30 @@ __global__ void __launch_bounds__(32 * MMA_PARTS, MMA_EXPERT_LEAN_BLOCKS) k_mma_
     const uint8_t *xb = xq + mma_in_row(in_rows, p0, min(g, n - 1)) * ldq + 8 * q;
     const float *xs0 = xs + mma_in_row(in_rows, p0, min(2 * q, n - 1)) * lds, *xs1 = xs + mma_in_row(in_rows, p0, min(2 * q + 1, n - 1)) * lds;
     float acc[1][1][4] = { { { 0.0f, 0.0f, 0.0f, 0.0f } } };
-    for (int c0 = part; c0 < nchunk; c0 += MMA_PARTS * U) {
-        uint4 A0[U], A1[U];
-        uint32_t sw0[U], sw1[U];
-        uint2 b[U][4];
-        float sx0[U], sx1[U];
+    constexpr int R = PF + 1;
+    uint4 A0[R], A1[R];
+    uint32_t sw0[R], sw1[R];
+    uint2 b[R][4];
+    float sx0[R], sx1[R];
+    auto load = [&](int c, int k) {
+        A0[k] = ld_stream16(wa + 64 * c);
+        A1[k] = ld_stream16(wb + 64 * c);
 #pragma unroll
-        for (int u = 0; u < U; u++) {
+        for (int j = 0; j < 4; j++) b[k][j] = ld_nc64(xb + 128 * c + 32 * j);
+        sw0[k] = lean_scale_word(sa + 4 * c, s4);
+        sw1[k] = lean_scale_word(sb + 4 * c, s4);
+        sx0[k] = xs0[c];
+        sx1[k] = xs1[c];
+    };
+#pragma unroll
+    for (int k = 0; k < PF; k++)
+        if (part + k * MMA_PARTS < nchunk) load(part + k * MMA_PARTS, k);
+    for (int c0 = part; c0 < nchunk; c0 += MMA_PARTS * R) {
+#pragma unroll
+        for (int u = 0; u < R; u++) {
             const int c = c0 + u * MMA_PARTS;
             if (c >= nchunk) break;
-            A0[u] = ld_stream16(wa + 64 * c);
-            A1[u] = ld_stream16(wb + 64 * c);
-#pragma unroll
-            for (int j = 0; j < 4; j++) b[u][j] = ld_nc64(xb + 128 * c + 32 * j);
-            sw0[u] = lean_scale_word(sa + 4 * c, s4);
-            sw1[u] = lean_scale_word(sb + 4 * c, s4);
-            sx0[u] = xs0[c];
-            sx1[u] = xs1[c];
-        }
-#pragma unroll
-        for (int u = 0; u < U; u++) {
-            if (c0 + u * MMA_PARTS >= nchunk) break;
+            if (c + PF * MMA_PARTS < nchunk) load(c + PF * MMA_PARTS, (u + PF) % R);
             /* warp-uniform (each branch holds its own mma.sync.aligned) */
             const bool out = frag_scale_out(sw0[u]) || frag_scale_out(sw1[u]) || frag_sx_out(sx0[u]) || frag_sx_out(sx1[u]);
             if (!__any_sync(0xffffffffu, out))
@@ -719,6 +726,13 @@ __global__ void __launch_bounds__(32 * MMA_PARTS, MMA_EXPERT_LEAN_BLOCKS) k_mma_
     }
     mma_sum_store<1, 1>(acc, red, rows, n, y, ldy, out_bf16, row_base, 0, p0);
 }
+
+/* The packed kernel's variants (PF, MINB) for the micro-benchmark's A/B (cu_mma_expert_frag_variant); the model
+ * runs variant MMA_EXPERT_FRAG_VARIANT. */
+#ifndef MMA_EXPERT_FRAG_VARIANT
+#define MMA_EXPERT_FRAG_VARIANT 1
+#endif
+static int frag_variant = MMA_EXPERT_FRAG_VARIANT;
 
 /* cu_fp4_frag_pack: one thread a 64-byte unit (a row's 128-column chunk), in place. */
 __global__ void k_mma_frag_pack(uint32_t *__restrict__ d, int64_t units) {
@@ -962,6 +976,11 @@ static int expert_args(const char *fn, int rows, int cols, int fmt, int ldq, con
     return 0;
 }
 
+/* The packed kernel's variant (0: no prefetch, 1: one chunk ahead, 2: two, 3 / 4: one ahead within 5 / 6 blocks an
+ * SM, 5: two ahead within 4):
+ * the micro-benchmark's A/B; process-wide, returns the one replaced. The same bits in every variant. */
+extern "C" int cu_mma_expert_frag_variant(int v) { return switch_to(&frag_variant, v >= 0 && v <= 5 ? v : MMA_EXPERT_FRAG_VARIANT); }
+
 /* The format the expert kernels read: WF_FP4 of whole chunks under cu_mma_expert_lean(2) is packed (tests). */
 static int expert_fmt(int fmt, int cols) { return fmt == WF_FP4 && expert_lean == 2 && cols % 128 == 0 ? CU_FMT_FP4_FRAG : fmt; }
 
@@ -970,9 +989,24 @@ static void expert_launch(cu_stream st, int nz, const dsv4_weight *experts_a, co
                           const cu_moe_plan *plan, int max_tiles, const uint8_t *xq, int ldq, const float *xs, int lds, int x_by_pair,
                           float *y_a, float *y_b, int ldy, int out_bf16) {
     dim3 grid(cu_blocks(rows, 16), max_tiles, nz);
-    if (fp4 == 2)
-        k_mma_expert_frag<MMA_EXPERT_LEAN_U><<<grid, 32 * MMA_PARTS, 0, (cudaStream_t)st>>>(experts_a, experts_b, rows, *plan, xq, ldq, xs, lds,
-                                                                                          x_by_pair, y_a, y_b, ldy, out_bf16);
+    if (fp4 == 2 && frag_variant == 0)
+        k_mma_expert_frag<0, 1><<<grid, 32 * MMA_PARTS, 0, (cudaStream_t)st>>>(experts_a, experts_b, rows, *plan, xq, ldq, xs, lds, x_by_pair,
+                                                                              y_a, y_b, ldy, out_bf16);
+    else if (fp4 == 2 && frag_variant == 2)
+        k_mma_expert_frag<2, 1><<<grid, 32 * MMA_PARTS, 0, (cudaStream_t)st>>>(experts_a, experts_b, rows, *plan, xq, ldq, xs, lds, x_by_pair,
+                                                                              y_a, y_b, ldy, out_bf16);
+    else if (fp4 == 2 && frag_variant == 3)
+        k_mma_expert_frag<1, 5><<<grid, 32 * MMA_PARTS, 0, (cudaStream_t)st>>>(experts_a, experts_b, rows, *plan, xq, ldq, xs, lds, x_by_pair,
+                                                                              y_a, y_b, ldy, out_bf16);
+    else if (fp4 == 2 && frag_variant == 4)
+        k_mma_expert_frag<1, 6><<<grid, 32 * MMA_PARTS, 0, (cudaStream_t)st>>>(experts_a, experts_b, rows, *plan, xq, ldq, xs, lds, x_by_pair,
+                                                                              y_a, y_b, ldy, out_bf16);
+    else if (fp4 == 2 && frag_variant == 5)
+        k_mma_expert_frag<2, 4><<<grid, 32 * MMA_PARTS, 0, (cudaStream_t)st>>>(experts_a, experts_b, rows, *plan, xq, ldq, xs, lds, x_by_pair,
+                                                                              y_a, y_b, ldy, out_bf16);
+    else if (fp4 == 2)
+        k_mma_expert_frag<1, 1><<<grid, 32 * MMA_PARTS, 0, (cudaStream_t)st>>>(experts_a, experts_b, rows, *plan, xq, ldq, xs, lds, x_by_pair,
+                                                                              y_a, y_b, ldy, out_bf16);
     else if (fp4 && expert_lean && cols % 128 == 0)
         k_mma_expert_lean<MMA_EXPERT_LEAN_U><<<grid, 32 * MMA_PARTS, 0, (cudaStream_t)st>>>(experts_a, experts_b, rows, *plan, xq, ldq, xs, lds,
                                                                                           x_by_pair, y_a, y_b, ldy, out_bf16);
