@@ -129,9 +129,6 @@ switch_same_bits DSV4_CUDA_STREAM "the small tiles'"   # the streaming kernel fo
 expect_err "DSV4_CUDA_STREAM=2" "DSV4_CUDA_STREAM" env DSV4_CUDA_STREAM=2 "$BIN" logits -m "$T/m" --device cuda --tokens 1,2
 # the lean FP4 expert kernel (on by default; whole 128-column chunks: the K >= 1024 model has them)
 switch_same_bits DSV4_CUDA_EXPERT_LEAN "k_mma_expert's"
-# the wide FP8 kernel for small decode steps (opt-in, k_mma.cu k_mma_linear_wide): k_mma_linear's logits
-switch_same_bits DSV4_CUDA_MMA_WIDE "k_mma_linear's"
-expect_err "DSV4_CUDA_MMA_WIDE=2" "DSV4_CUDA_MMA_WIDE" env DSV4_CUDA_MMA_WIDE=2 "$BIN" logits -m "$T/m" --device cuda --tokens 1,2
 # FP4 routed experts packed at load (opt-in, k_mma.cu cu_fp4_frag_pack): the unpacked experts' logits
 switch_same_bits DSV4_CUDA_EXPERT_PACK "the unpacked experts'"
 expect_err "DSV4_CUDA_EXPERT_PACK=2" "DSV4_CUDA_EXPERT_PACK" env DSV4_CUDA_EXPERT_PACK=2 "$BIN" logits -m "$T/m" --device cuda --tokens 1,2

@@ -437,59 +437,6 @@ static void batch_invariant_and_deterministic(void **state) {
     }
 }
 
-/* FP8 linears of <= 8 tokens through the wide kernel (cu_mma_linear_wide: 16 warps a tile, k_mma.cu) = through
- * k_mma_linear (memcmp), alone and as both outputs of a pair, out_bf16 on and off, at widths of 1 to 64 chunks and
- * row counts that leave a partial tile; a width past 64 chunks takes k_mma_linear either way. */
-static void wide_equals_narrow(void **state) {
-    (void)state;
-    static const int shapes[][2] = { { 333, 1024 }, { 40, 128 }, { 1000, 2048 }, { 2056, 8192 }, { 24, 8320 } };
-    const int build = cu_mma_linear_wide(1), stream_was = stream_on;
-    stream_on = 0;   /* k_mma.cu's kernels (the streaming one would take these calls first) */
-    for (int si = 0; si < (int)(sizeof shapes / sizeof shapes[0]); si++) {
-        const int N = shapes[si][0], K = shapes[si][1], N2 = N / 2 + 8;
-        tweight w = make_weight(WF_FP8, N, K, 0), w2 = make_weight(WF_FP8, N2, K, 0);
-        float *x = make_act(8, K, 0);
-        tact a = pack(x, 8, K);
-        float *y[2], *yb[2], *p1[2], *p2[2];
-        for (int v = 0; v < 2; v++) {
-            y[v] = malloc(sizeof(float) * 8 * N); yb[v] = malloc(sizeof(float) * 8 * N);
-            p1[v] = malloc(sizeof(float) * 8 * N); p2[v] = malloc(sizeof(float) * 8 * N2);
-        }
-        float *d1 = cu_malloc(sizeof(float) * 8 * N), *d2 = cu_malloc(sizeof(float) * 8 * N2);
-        assert_true(d1 && d2);
-        const unsigned long long launches0 = cu_mma_wide_launches();
-        for (int T = 1; T <= 8; T++) {
-            for (int v = 0; v < 2; v++) {   /* v = 1: wide */
-                cu_mma_linear_wide(v);
-                run_o(&w.d, &a, 0, T, y[v], 0);
-                run_o(&w.d, &a, 0, T, yb[v], 1);
-                dsv4_error err;
-                if (cu_mma_linear_pair(NULL, &w.d, d1, N, &w2.d, d2, N2, a.q, a.ldq, a.s, a.lds, T, 0, stream_on, &err)) fail_msg("%s", err.msg);
-                sync_ok("wide pair");
-                assert_int_equal(cu_download(p1[v], d1, sizeof(float) * T * N), 0);
-                assert_int_equal(cu_download(p2[v], d2, sizeof(float) * T * N2), 0);
-            }
-            if (memcmp(y[0], y[1], sizeof(float) * T * N) || memcmp(yb[0], yb[1], sizeof(float) * T * N))
-                fail_msg("FP8 %dx%d, %d tokens: the wide kernel differs from k_mma_linear", N, K, T);
-            if (memcmp(p1[0], p1[1], sizeof(float) * T * N) || memcmp(p2[0], p2[1], sizeof(float) * T * N2))
-                fail_msg("FP8 %dx%d + %dx%d pair, %d tokens: the wide kernel differs from k_mma_linear", N, K, N2, K, T);
-            if (memcmp(p1[1], y[1], sizeof(float) * T * N)) fail_msg("FP8 %dx%d, %d tokens: the pair's first output differs from the linear", N, K, T);
-        }
-        /* the wide kernel ran (3 calls a T) where the width allows it, never past 64 chunks */
-        const unsigned long long ran = cu_mma_wide_launches() - launches0;
-        if (ran != (K <= 8192 ? 24u : 0u)) fail_msg("FP8 %dx%d: %llu wide launches", N, K, ran);
-        printf("  FP8 %dx%d (+ %dx%d as a pair): the wide kernel (%llu launches) = k_mma_linear (memcmp) at T = 1..8, out_bf16 on and off\n",
-               N, K, N2, K, ran);
-        for (int v = 0; v < 2; v++) { free(y[v]); free(yb[v]); free(p1[v]); free(p2[v]); }
-        cu_free(d1); cu_free(d2);
-        free(x);
-        free_act(&a);
-        free_weight(&w); free_weight(&w2);
-    }
-    cu_mma_linear_wide(build);
-    stream_on = stream_was;
-}
-
 static void refuses_bad_shapes(void **state) {
     (void)state;
     tweight w8 = make_weight(WF_FP8, 16, 256, 0), w4 = make_weight(WF_FP4, 16, 64, 0);
@@ -856,8 +803,8 @@ static int bench(void) {
     for (int i = 0; i < TMAX * (KMAX / 128); i++) ones[i] = 1.0f / 64;
     cu_upload(s, ones, sizeof(float) * TMAX * (KMAX / 128));
     free(ones);
-    printf("%-5s %-12s %6s %10s %11s %9s %16s %22s %20s %20s\n", "fmt", "N x K", "T", "us/call", "weight GB/s", "TFLOPS", "k_linear us/call",
-           "small tiles us (GB/s)", "L2-hot us (GB/s)", "wide us (GB/s)");
+    printf("%-5s %-12s %6s %10s %11s %9s %16s %22s %20s\n", "fmt", "N x K", "T", "us/call", "weight GB/s", "TFLOPS", "k_linear us/call",
+           "small tiles us (GB/s)", "L2-hot us (GB/s)");
     for (int fp4 = 0; fp4 < 2; fp4++)
         for (int k = 0; k < (int)(sizeof shapes / sizeof shapes[0]); k++) {
             const int N = shapes[k][0], K = shapes[k][1];
@@ -882,16 +829,10 @@ static int bench(void) {
                 const int reps = T <= 8 ? 200 : T <= 512 ? 50 : 10;
                 const double sec = time_calls(ws, copies, q, KMAX, s, KMAX / 128, NULL, T, y, N, reps);
                 if (sec < 0) return 1;
-                /* T <= 8: k_mma.cu's small tiles (DSV4_CUDA_STREAM=0) beside the streaming kernel: k_mma_linear (tiles)
-                 * and, FP8, the wide kernel (wide; it takes fewer than 640 tiles) */
-                double tiles = 0, wide = 0;
+                double tiles = 0;   /* T <= 8: k_mma.cu's small tiles (DSV4_CUDA_STREAM=0) beside the streaming kernel */
                 if (T <= 8 && stream_on) {
                     stream_on = 0;
-                    const int was = cu_mma_linear_wide(0);
                     tiles = time_calls(ws, copies, q, KMAX, s, KMAX / 128, NULL, T, y, N, reps);
-                    cu_mma_linear_wide(1);
-                    if (!fp4) wide = time_calls(ws, copies, q, KMAX, s, KMAX / 128, NULL, T, y, N, reps);
-                    cu_mma_linear_wide(was);
                     stream_on = 1;
                 }
                 const double old = T <= 512 ? time_calls(ws, copies, q, KMAX, s, KMAX / 128, xf, T, y, N, T <= 8 ? 50 : 3) : 0;
@@ -902,12 +843,10 @@ static int bench(void) {
                 if (old > 0) snprintf(oldtxt, sizeof oldtxt, "%.1f", old * 1e6);
                 char tilestxt[48] = "";
                 if (tiles > 0) snprintf(tilestxt, sizeof tilestxt, "%.1f (%.0f GB/s)", tiles * 1e6, (double)(db + sb) / tiles / 1e9);
-                char widetxt[48] = "";
-                if (wide > 0) snprintf(widetxt, sizeof widetxt, "%.1f (%.0f GB/s)", wide * 1e6, (double)(db + sb) / wide / 1e9);
                 char hottxt[48] = "";
                 if (hot > 0) snprintf(hottxt, sizeof hottxt, "%.1f (%.0f GB/s)", hot * 1e6, (double)(db + sb) / hot / 1e9);
-                printf("%-5s %5dx%-6d %6d %10.1f %11.0f %9.1f %16s %22s %20s %20s\n", fp4 ? "FP4" : "FP8", N, K, T, sec * 1e6,
-                       (double)(db + sb) / sec / 1e9, 2.0 * N * K * T / sec / 1e12, oldtxt, tilestxt, hottxt, widetxt);
+                printf("%-5s %5dx%-6d %6d %10.1f %11.0f %9.1f %16s %22s %20s\n", fp4 ? "FP4" : "FP8", N, K, T, sec * 1e6,
+                       (double)(db + sb) / sec / 1e9, 2.0 * N * K * T / sec / 1e12, oldtxt, tilestxt, hottxt);
             }
             for (int i = 0; i < copies; i++) {
                 cu_free((void *)ws[i].data);
@@ -1093,7 +1032,6 @@ int main(int argc, char **argv) {
         cmocka_unit_test(batch_invariant_and_deterministic),
         cmocka_unit_test(fp4_vector_loads_equal_word_loads),
         cmocka_unit_test(linear_pair_equals_two),
-        cmocka_unit_test(wide_equals_narrow),
         cmocka_unit_test(experts_equal_plain_linear),
         cmocka_unit_test(refuses_bad_shapes),
     };

@@ -61,12 +61,6 @@ int cu_mma_fp4_vec(int mode);
  * benchmarks, as cu_mma_fp4_vec. Returns the value it replaces. */
 int cu_mma_expert_lean(int on);
 
-/* FP8 linears of <= 8 tokens whose tiles are few (k_mma.cu, MMA_LINEAR_WIDE, default 1; the model reads
- * DSV4_CUDA_MMA_WIDE): 1 = k_mma_linear_wide (16 warps a tile of 16 rows, the same bits), 0 = k_mma_linear. For
- * tests and benchmarks, as cu_mma_fp4_vec. Returns the value it replaces. */
-int cu_mma_linear_wide(int on);
-unsigned long long cu_mma_wide_launches(void);   /* launches of the wide kernel so far (process-wide, host side) */
-
 /* FP4 experts packed for the tensor cores (k_mma.cu states the layout): cu_fp4_frag_pack rewrites rows x cols FP4
  * codes at data in place (cols a multiple of 128, data 16-byte aligned; DSV4_E_ARG otherwise, nothing touched).
  * Experts so packed are passed to cu_mma_expert_linear(_pair) as format CU_FMT_FP4_FRAG (GPU memory only, never a

@@ -462,9 +462,6 @@ static int init_ranks(struct cuda_model *cm, const struct dsv4_model *m, int n, 
  *                       in run 46: a lane-wise branch between two mma.sync, now warp-uniform and checked by the CPU
  *                       shim). 0 = k_mma_expert. The same bits either way (test_gpu_mma); process-wide, as
  *                       DSV4_CUDA_GEMM.
- *   DSV4_CUDA_MMA_WIDE  FP8 tensor-core linears of <= 8 tokens and fewer than 640 tiles of 16 rows by k_mma.cu's
- *                       k_mma_linear_wide (16 warps a tile: the MMAs spread over 4x the warps, the fmaf chains as
- *                       before), default off until measured; the same bits either way (test_gpu_mma); process-wide.
  *   DSV4_CUDA_EXPERT_PACK  OFFICIAL models (with DSV4_CUDA_MMA on) pack their FP4 routed experts of whole 128-column
  *                       chunks at load (cu_fp4_frag_pack, k_mma.cu: a 16-byte load a row and chunk, two and five
  *                       instructions a word to E4M3), read by k_mma_expert_frag and the expert GEMM. Default off
@@ -503,7 +500,7 @@ static int env_switch(const char *name, int dflt, const char *what, int *on, dsv
 
 int cuda_model_init(struct dsv4_model *m, const cuda_placement *p, dsv4_error *err) {
     const int gpu = p->gpu;
-    int n_gpus = p->n_gpus, graphs_on, pdl_on /* CU_PDL_* */, mma_on, gemm_on, stream_on, lean_on, pack_on, wide_on, idx_mma_on, att_mma_on,
+    int n_gpus = p->n_gpus, graphs_on, pdl_on /* CU_PDL_* */, mma_on, gemm_on, stream_on, lean_on, pack_on, idx_mma_on, att_mma_on,
         att_dec_on, branch_on;
     if (env_switch("DSV4_CUDA_GRAPHS", 1, "CUDA graphs", &graphs_on, err) ||
         env_choice("DSV4_CUDA_PDL", CU_PDL_EXIT, CU_PDL_EXIT,
@@ -513,7 +510,6 @@ int cuda_model_init(struct dsv4_model *m, const cuda_placement *p, dsv4_error *e
         env_switch("DSV4_CUDA_STREAM", 0, "the streaming kernel for up to 8 tokens", &stream_on, err) ||
         env_switch("DSV4_CUDA_EXPERT_LEAN", 1, "the lean FP4 expert kernel", &lean_on, err) ||
         env_switch("DSV4_CUDA_EXPERT_PACK", 0, "FP4 routed experts packed for the tensor cores", &pack_on, err) ||
-        env_switch("DSV4_CUDA_MMA_WIDE", 0, "16 warps a tile for small FP8 linears of few tokens", &wide_on, err) ||
         env_switch("DSV4_CUDA_IDX_MMA", 1, "indexer scores on tensor cores in OFFICIAL mode", &idx_mma_on, err) ||
         env_switch("DSV4_CUDA_ATT_MMA", 0, "tensor-core attention in OFFICIAL mode", &att_mma_on, err) ||
         env_switch("DSV4_CUDA_ATT_DEC", 1, "the decode-sized attention scores kernel", &att_dec_on, err) ||
@@ -554,7 +550,6 @@ int cuda_model_init(struct dsv4_model *m, const cuda_placement *p, dsv4_error *e
     cu_mma_gemm_set(gemm_on ? CU_MMA_GEMM_MIN_T : 0, CU_MMA_GEMM_MIN_BLOCKS, gemm_on ? CU_MMA_GEMM_MIN_TILES : 0);   /* the same bits either way: a speed switch */
     cm->mma_stream = stream_on;   /* the same bits either way: a speed switch */
     cu_mma_expert_lean(lean_on);   /* the same bits either way: a speed switch (process-wide: the last load's setting holds) */
-    cu_mma_linear_wide(wide_on);   /* likewise */
     cm->idx_mma_on = idx_mma_on;
     cm->att_mma_on = att_mma_on;
     cm->att_dec_on = att_dec_on;

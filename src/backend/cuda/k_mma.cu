@@ -411,110 +411,6 @@ __global__ void __launch_bounds__(32 * MMA_PARTS) k_mma_linear(dsv4_weight w_a, 
     mma_block<FP4, MT, NT, U, VEC>(w, xq, ldq, xs, lds, T, y, ldy, out_bf16, blockIdx.x * 16 * MT, blockIdx.y * 8 * NT, NULL, 0, 0);
 }
 
-/* ---- FP8 linears of at most 8 tokens, wide (cu_mma_linear_wide; issue 18) ----
- * A decode step's FP8 weights of 512 .. 8192 rows are 32 .. 512 tiles of 16 rows. k_mma_linear gives a tile four
- * warps (its partials), so the GPU holds a few warps an SM and each warp walks K / 4 columns of its rows in dependent
- * rounds of U chunks (run 53: a 4096 x 4096 weight at one token 7.8 us, 8.8 with the weight already in L2: latency,
- * not bandwidth). Here a tile has 4 H warps:
- *   1. warp w computes the MMA fragment P_c of each chunk c = w, w + 4 H, ... (U chunks' loads in flight): fresh from
- *      0, MMAs j = 0..3 chained, the operands and k map of mma_block; P_c goes to shared memory;
- *   2. after a barrier warp p < 4 walks partial p's chunks c = p, p + 4, ... in increasing c:
- *      p = fmaf(P_c, sw_c * sx_c, p), mma_block's chain with its scales (0 for rows past the weight, tokens past T);
- *   3. y = ((p0 + p1) + p2) + p3 as mma_sum_store.
- * So every element has k_mma_linear's bits (test_gpu_mma compares them by memcmp); only who computes which MMA and
- * when changes. Shared memory: a chunk's fragments are 32 lanes x 4 floats, K <= 128 MMA_WIDE_MAX_CHUNKS. */
-#ifndef MMA_LINEAR_WIDE
-#define MMA_LINEAR_WIDE 1   /* the model's default comes from DSV4_CUDA_MMA_WIDE (cuda_model.c) */
-#endif
-#define MMA_WIDE_MAX_CHUNKS 64
-#define MMA_WIDE_H 4   /* warps a partial: 16 warps a tile */
-#define MMA_WIDE_U 2
-/* A weight takes the wide kernel when its tiles (both weights' of a pair) would give fewer blocks than this: more
- * and k_mma_linear fills the GPU already (wq_b: 2048 tiles). */
-#define MMA_WIDE_MAX_TILES 640
-template <int H, int U>
-__global__ void __launch_bounds__(32 * MMA_PARTS * H) k_mma_linear_wide(dsv4_weight w_a, dsv4_weight w_b, const uint8_t *__restrict__ xq,
-                                                                         int ldq, const float *__restrict__ xs, int lds, int T, float *y_a,
-                                                                         int ldy_a, float *y_b, int ldy_b, int out_bf16) {
-    dev_grid_wait();
-    __shared__ float4 frag[MMA_WIDE_MAX_CHUNKS][32];
-    __shared__ float red[MMA_PARTS - 1][4][32];
-    const dsv4_weight w = blockIdx.z ? w_b : w_a;
-    float *y = blockIdx.z ? y_b : y_a;
-    const int ldy = blockIdx.z ? ldy_b : ldy_a;
-    const int row_base = blockIdx.x * 16;
-    if (row_base >= w.rows) return;   /* the whole block: no barrier is reached */
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, q = lane & 3;
-    const int N = w.rows, K = w.cols, nchunk = K / 128;
-    const uint8_t *wd = (const uint8_t *)w.data;
-    const int r0 = row_base + g, r1 = row_base + g + 8;
-    for (int c0 = warp; c0 < nchunk; c0 += MMA_PARTS * H * U) {
-        uint4 a[U][2][2], b[U][2];
-#pragma unroll
-        for (int u = 0; u < U; u++) {
-            const int c = c0 + u * MMA_PARTS * H;
-            const bool cv = c < nchunk;
-#pragma unroll
-            for (int h = 0; h < 2; h++) {
-                const int r = h ? r1 : r0;
-                if (cv && r < N) {
-                    const uint8_t *p = wd + (int64_t)r * K + 128 * c + 32 * q;
-                    a[u][h][0] = ld_stream16(p);
-                    a[u][h][1] = ld_stream16(p + 16);
-                } else {
-                    a[u][h][0] = a[u][h][1] = make_uint4(0, 0, 0, 0);
-                }
-            }
-            if (cv && g < T) {
-                const uint8_t *p = xq + (int64_t)g * ldq + 128 * c + 32 * q;
-                b[u][0] = ld16(p);
-                b[u][1] = ld16(p + 16);
-            } else {
-                b[u][0] = b[u][1] = make_uint4(0, 0, 0, 0);
-            }
-        }
-#pragma unroll
-        for (int u = 0; u < U; u++) {
-            const int c = c0 + u * MMA_PARTS * H;
-            if (c >= nchunk) break;
-            float f[4] = { 0.0f, 0.0f, 0.0f, 0.0f };
-            const uint4 &r0l = a[u][0][0], &r0h = a[u][0][1], &r1l = a[u][1][0], &r1h = a[u][1][1];
-            const uint4 &bl = b[u][0], &bh = b[u][1];
-            mma_e4m3(f, r0l.x, r1l.x, r0l.y, r1l.y, MMA_B01(bl.x, bl.y));   /* j = 0: words 0, 1 */
-            mma_e4m3(f, r0l.z, r1l.z, r0l.w, r1l.w, bl.z, bl.w);   /* j = 1: words 2, 3 */
-            mma_e4m3(f, r0h.x, r1h.x, r0h.y, r1h.y, bh.x, bh.y);   /* j = 2: words 4, 5 */
-            mma_e4m3(f, r0h.z, r1h.z, r0h.w, r1h.w, bh.z, bh.w);   /* j = 3: words 6, 7 */
-            frag[c][lane] = make_float4(f[0], f[1], f[2], f[3]);
-        }
-    }
-    __syncthreads();
-    float acc[4] = { 0.0f, 0.0f, 0.0f, 0.0f };
-    if (warp < MMA_PARTS) {
-        const int64_t srow0 = (int64_t)((w.row0 + r0) / 128) * w.scale_cols, srow1 = (int64_t)((w.row0 + r1) / 128) * w.scale_cols;
-        for (int c = warp; c < nchunk; c += MMA_PARTS) {
-            const float4 f4 = frag[c][lane];
-            const float f[4] = { f4.x, f4.y, f4.z, f4.w };
-            const float sw[2] = { r0 < N ? dev_e8m0(w.scale[srow0 + c]) : 0.0f, r1 < N ? dev_e8m0(w.scale[srow1 + c]) : 0.0f };
-            const float sx[2] = { 2 * q < T ? xs[(int64_t)(2 * q) * lds + c] : 0.0f, 2 * q + 1 < T ? xs[(int64_t)(2 * q + 1) * lds + c] : 0.0f };
-#pragma unroll
-            for (int e = 0; e < 4; e++) acc[e] = fmaf(f[e], sw[e >> 1] * sx[e & 1], acc[e]);
-        }
-        if (warp > 0)
-#pragma unroll
-            for (int e = 0; e < 4; e++) red[warp - 1][e][lane] = acc[e];
-    }
-    __syncthreads();
-    if (warp != 0) return;
-#pragma unroll
-    for (int e = 0; e < 4; e++) {
-        float v = acc[e];
-#pragma unroll
-        for (int p = 0; p < MMA_PARTS - 1; p++) v += red[p][e][lane];
-        const int r = row_base + g + 8 * (e >> 1), n = 2 * q + (e & 1);
-        if (r < N && n < T) y[(int64_t)n * ldy + r] = out_bf16 ? dev_round_bf16(v) : v;
-    }
-}
-
 /* An expert another GPU holds (cuda_ep.h) or the host computes: its rows [row_base, +16) of pairs p0 .. p0 + n - 1
  * are EP_ABSENT_ROW, the exact gather's identity. */
 __device__ __forceinline__ void expert_absent(float *y, int ldy, int p0, int n, int row_base, int rows) {
@@ -942,12 +838,6 @@ static int switch_to(int *setting, int v) {
 
 extern "C" int cu_mma_fp4_vec(int mode) { return switch_to(&fp4_vec, mode == 1 || mode == 2 ? mode : 0); }
 
-/* FP8 linears of <= 8 tokens and few tiles by k_mma_linear_wide (MMA_LINEAR_WIDE) until cu_mma_linear_wide changes it. */
-static int linear_wide = MMA_LINEAR_WIDE;
-static unsigned long long wide_launches;   /* host-side count (tests: the wide kernel did run) */
-extern "C" int cu_mma_linear_wide(int on) { return switch_to(&linear_wide, on != 0); }
-extern "C" unsigned long long cu_mma_wide_launches(void) { return wide_launches; }
-
 /* FP4 experts of whole chunks by k_mma_expert_lean (MMA_EXPERT_LEAN) until cu_mma_expert_lean changes it. */
 static int expert_lean = MMA_EXPERT_LEAN;
 extern "C" int cu_mma_expert_lean(int on) { return switch_to(&expert_lean, on == 2 ? 2 : on != 0); }
@@ -987,14 +877,6 @@ static void mma_launch(cu_stream st, int nz, mma_out a, mma_out b, const uint8_t
  * tokens. */
 template <int FP4>
 static void mma_dispatch(cu_stream st, int nz, mma_out a, mma_out b, const uint8_t *xq, int ldq, const float *xs, int lds, int T, int o) {
-    const int rows = nz == 2 && b.w->rows > a.w->rows ? b.w->rows : a.w->rows, tiles = cu_blocks(rows, 16) * nz;
-    if (!FP4 && T <= 8 && linear_wide && a.w->cols % 128 == 0 && a.w->cols <= 128 * MMA_WIDE_MAX_CHUNKS && tiles < MMA_WIDE_MAX_TILES) {
-        dim3 grid(cu_blocks(rows, 16), 1, nz);
-        k_mma_linear_wide<MMA_WIDE_H, MMA_WIDE_U><<<grid, 32 * MMA_PARTS * MMA_WIDE_H, 0, (cudaStream_t)st>>>(
-            *a.w, *b.w, xq, ldq, xs, lds, T, a.y, a.ldy, b.y, b.ldy, o);
-        wide_launches++;
-        return;
-    }
     if (T <= 8) mma_launch<FP4, 1, 1, 4>(st, nz, a, b, xq, ldq, xs, lds, T, o);
     else if (T <= 32) mma_launch<FP4, 1, 4, 2>(st, nz, a, b, xq, ldq, xs, lds, T, o);
     else if constexpr (FP4) mma_launch<FP4, 4, 4, 1>(st, nz, a, b, xq, ldq, xs, lds, T, o);
