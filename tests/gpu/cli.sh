@@ -127,9 +127,12 @@ switch_same_bits() {
 }
 switch_same_bits DSV4_CUDA_STREAM "the small tiles'"   # the streaming kernel for <= 8 tokens (off by default, k_mma_stream.cu)
 expect_err "DSV4_CUDA_STREAM=2" "DSV4_CUDA_STREAM" env DSV4_CUDA_STREAM=2 "$BIN" logits -m "$T/m" --device cuda --tokens 1,2
-# the lean FP4 expert kernel (on by default; whole 128-column chunks: the K >= 1024 model has them)
+# the lean FP4 expert kernel (on by default; whole 128-column chunks: the K >= 1024 model has them), on unpacked
+# experts (packed ones have their own kernel)
+export DSV4_CUDA_EXPERT_PACK=0
 switch_same_bits DSV4_CUDA_EXPERT_LEAN "k_mma_expert's"
-# FP4 routed experts packed at load (opt-in, k_mma.cu cu_fp4_frag_pack): the unpacked experts' logits
+unset DSV4_CUDA_EXPERT_PACK
+# FP4 routed experts packed at load (on by default, k_mma.cu cu_fp4_frag_pack): the unpacked experts' logits
 switch_same_bits DSV4_CUDA_EXPERT_PACK "the unpacked experts'"
 expect_err "DSV4_CUDA_EXPERT_PACK=2" "DSV4_CUDA_EXPERT_PACK" env DSV4_CUDA_EXPERT_PACK=2 "$BIN" logits -m "$T/m" --device cuda --tokens 1,2
 # a layer's independent chains on a second stream (on by default): one stream's logits

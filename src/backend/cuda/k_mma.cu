@@ -616,7 +616,7 @@ __global__ void __launch_bounds__(32 * MMA_PARTS, MMA_EXPERT_LEAN_BLOCKS) k_mma_
  *   - else (E8M0 0 / 255, or extreme scales): fmaf(P' * 64, dev_e8m0(b) * sx, p), P' * 64 = P exactly.
  * The order is lean_chunk's (warp p: chunks p, p + 4, ... increasing; each block's MMA from 0, then one fmaf a
  * block). Packed experts come as format CU_FMT_FP4_FRAG (cu_mma.h): the model packs its routed experts at load
- * when DSV4_CUDA_EXPERT_PACK is on, and cu_mma_expert_lean(2) makes the test programs' WF_FP4 calls of whole chunks
+ * (DSV4_CUDA_EXPERT_PACK, on by default), and cu_mma_expert_lean(2) makes the test programs' WF_FP4 calls of whole chunks
  * mean the same. Their readers: this kernel (small tiles) and k_mma_gemm.cu's expert GEMM (FP4 = 2); never the
  * streaming kernel or the CUDA-core paths. */
 
@@ -730,7 +730,8 @@ __global__ void __launch_bounds__(32 * MMA_PARTS, MINB) k_mma_expert_frag(const 
 /* The packed kernel's variants (PF, MINB) for the micro-benchmark's A/B (cu_mma_expert_frag_variant); the model
  * runs variant MMA_EXPERT_FRAG_VARIANT. */
 #ifndef MMA_EXPERT_FRAG_VARIANT
-#define MMA_EXPERT_FRAG_VARIANT 1
+#define MMA_EXPERT_FRAG_VARIANT 3   /* run 68, one layer's experts at 1 / 8 tokens (us): lean 47.9 / 52.7; variants 0..5:
+                                       44.6 / 47.2, 41.6 / 44.4, 45.9 / 49.2, 40.1 / 43.5, 40.2 / 42.3 (spills), 41.4 / 44.6 */
 #endif
 static int frag_variant = MMA_EXPERT_FRAG_VARIANT;
 
