@@ -86,6 +86,25 @@ __device__ __forceinline__ uint2 ld_nc64(const uint8_t *p) {
     return v;
 }
 
+/* n = 16 / 8 / 4 bytes global -> shared without registers (cp.async: .cg, L2 only, for 16; .ca for 8 and 4), in
+ * this thread's current commit group; dst and src n-byte aligned. The copying thread alone reads dst, after
+ * cpa_wait. */
+__device__ __forceinline__ void cpa16(void *dst, const void *src) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"((uint32_t)__cvta_generic_to_shared(dst)), "l"(__cvta_generic_to_global(src))
+                 : "memory");
+}
+__device__ __forceinline__ void cpa8(void *dst, const void *src) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 8;" ::"r"((uint32_t)__cvta_generic_to_shared(dst)), "l"(__cvta_generic_to_global(src))
+                 : "memory");
+}
+__device__ __forceinline__ void cpa4(void *dst, const void *src) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"((uint32_t)__cvta_generic_to_shared(dst)), "l"(__cvta_generic_to_global(src))
+                 : "memory");
+}
+__device__ __forceinline__ void cpa_commit(void) { asm volatile("cp.async.commit_group;" ::: "memory"); }
+/* Until at most n of this thread's committed groups are in flight. */
+template <int n> __device__ __forceinline__ void cpa_wait(void) { asm volatile("cp.async.wait_group %0;" ::"n"(n) : "memory"); }
+
 /* ---- end of PTX ---- */
 
 __device__ __forceinline__ uint4 ld16(const uint8_t *p) { return *(const uint4 *)p; }
@@ -536,6 +555,33 @@ __device__ __forceinline__ uint32_t lean_scale_word(const uint8_t *p, bool s4) {
     return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
 }
 
+/* A lean lane's pointers into its tile (k_mma_expert_lean, k_mma_expert_frag): the weight rows g and g + 8 (past the
+ * weight: its last row, whose outputs nobody stores) from byte wofs of their chunk 0, their scale rows, the token's
+ * activation bytes (8 q of block 0: lane g's token, clamped to the tile's last), the activation scale rows of the
+ * fragment's tokens 2 q and 2 q + 1 (clamped), and whether the scale rows are word-aligned. */
+struct lean_lane {
+    const uint8_t *wa, *wb, *sa, *sb, *xb;
+    const float *xs0, *xs1;
+    bool s4;
+};
+__device__ __forceinline__ lean_lane lean_lane_of(const expert_tile &t, int rows, const cu_moe_plan &plan, int x_by_pair,
+                                                  const uint8_t *__restrict__ xq, int ldq, const float *__restrict__ xs, int lds, int wofs) {
+    const dsv4_weight &w = t.w;
+    const int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3, K = w.cols;
+    const int r0 = min(t.row_base + g, rows - 1), r1 = min(t.row_base + g + 8, rows - 1);
+    const int32_t *in_rows = x_by_pair ? NULL : plan.pair_token;
+    lean_lane l;
+    l.wa = (const uint8_t *)w.data + (int64_t)r0 * (K / 2) + wofs;
+    l.wb = (const uint8_t *)w.data + (int64_t)r1 * (K / 2) + wofs;
+    l.sa = w.scale + (int64_t)(w.row0 + r0) * w.scale_cols;
+    l.sb = w.scale + (int64_t)(w.row0 + r1) * w.scale_cols;
+    l.s4 = ((uintptr_t)w.scale & 3) == 0 && (w.scale_cols & 3) == 0;
+    l.xb = xq + mma_in_row(in_rows, t.p0, min(g, t.n - 1)) * ldq + 8 * q;
+    l.xs0 = xs + mma_in_row(in_rows, t.p0, min(2 * q, t.n - 1)) * lds;
+    l.xs1 = xs + mma_in_row(in_rows, t.p0, min(2 * q + 1, t.n - 1)) * lds;
+    return l;
+}
+
 /* k_mma_expert<1, 0>'s contract (grid, plan, pairs, absent experts) for K % 128 == 0. */
 template <int U>
 __global__ void __launch_bounds__(32 * MMA_PARTS, MMA_EXPERT_LEAN_BLOCKS) k_mma_expert_lean(const dsv4_weight *__restrict__ experts_a,
@@ -546,19 +592,12 @@ __global__ void __launch_bounds__(32 * MMA_PARTS, MMA_EXPERT_LEAN_BLOCKS) k_mma_
     __shared__ float red[MMA_PARTS - 1][4][32];
     expert_tile t;
     if (!expert_tile_open(experts_a, experts_b, plan, rows, y_a, y_b, ldy, t)) return;
-    const dsv4_weight &w = t.w;
-    float *y = t.y;
-    const int p0 = t.p0, n = t.n, row_base = t.row_base;
-    const int lane = threadIdx.x & 31, part = threadIdx.x >> 5, g = lane >> 2, q = lane & 3;
-    const int K = w.cols, nchunk = K / 128;
-    const int r0 = min(row_base + g, rows - 1), r1 = min(row_base + g + 8, rows - 1);
-    const uint8_t *wa = (const uint8_t *)w.data + (int64_t)r0 * (K / 2) + 4 * q;   /* block j of chunk c: + 64 c + 16 j */
-    const uint8_t *wb = (const uint8_t *)w.data + (int64_t)r1 * (K / 2) + 4 * q;
-    const uint8_t *sa = w.scale + (int64_t)(w.row0 + r0) * w.scale_cols, *sb = w.scale + (int64_t)(w.row0 + r1) * w.scale_cols;   /* + 4 c */
-    const bool s4 = ((uintptr_t)w.scale & 3) == 0 && (w.scale_cols & 3) == 0;
-    const int32_t *in_rows = x_by_pair ? NULL : plan.pair_token;
-    const uint8_t *xb = xq + mma_in_row(in_rows, p0, min(g, n - 1)) * ldq + 8 * q;   /* block j of chunk c: + 128 c + 32 j */
-    const float *xs0 = xs + mma_in_row(in_rows, p0, min(2 * q, n - 1)) * lds, *xs1 = xs + mma_in_row(in_rows, p0, min(2 * q + 1, n - 1)) * lds;
+    const int part = threadIdx.x >> 5, q = threadIdx.x & 3, nchunk = t.w.cols / 128;
+    /* block j of chunk c: weight + 64 c + 16 j, scales + 4 c, activation + 128 c + 32 j */
+    const lean_lane l = lean_lane_of(t, rows, plan, x_by_pair, xq, ldq, xs, lds, 4 * q);
+    const uint8_t *wa = l.wa, *wb = l.wb, *sa = l.sa, *sb = l.sb, *xb = l.xb;
+    const float *xs0 = l.xs0, *xs1 = l.xs1;
+    const bool s4 = l.s4;
     float acc[1][1][4] = { { { 0.0f, 0.0f, 0.0f, 0.0f } } };
     for (int c0 = part; c0 < nchunk; c0 += MMA_PARTS * U) {
         uint32_t a0w[U][4], a1w[U][4], sw0[U], sw1[U];
@@ -590,7 +629,7 @@ __global__ void __launch_bounds__(32 * MMA_PARTS, MMA_EXPERT_LEAN_BLOCKS) k_mma_
                 lean_chunk<false>(acc[0][0], a0w[u], a1w[u], sw0[u], sw1[u], b[u], sx0[u], sx1[u]);
         }
     }
-    mma_sum_store<1, 1>(acc, red, rows, n, y, ldy, out_bf16, row_base, 0, p0);
+    mma_sum_store<1, 1>(acc, red, rows, t.n, t.y, ldy, out_bf16, t.row_base, 0, t.p0);
 }
 
 /* ---- FP4 experts on fragment-packed weights (cu_mma_expert_lean(2); issue 18, an experiment) ----
@@ -675,37 +714,27 @@ __global__ void __launch_bounds__(32 * MMA_PARTS, MINB) k_mma_expert_frag(const 
                                                                      const uint8_t *__restrict__ xq, int ldq, const float *__restrict__ xs,
                                                                      int lds, int x_by_pair, float *y_a, float *y_b, int ldy, int out_bf16) {
     dev_grid_wait();
+    constexpr int R = PF + 1;   /* register sets of the ring */
     __shared__ float red[MMA_PARTS - 1][4][32];
     expert_tile t;
     if (!expert_tile_open(experts_a, experts_b, plan, rows, y_a, y_b, ldy, t)) return;
-    const dsv4_weight &w = t.w;
-    float *y = t.y;
-    const int p0 = t.p0, n = t.n, row_base = t.row_base;
-    const int lane = threadIdx.x & 31, part = threadIdx.x >> 5, g = lane >> 2, q = lane & 3;
-    const int K = w.cols, nchunk = K / 128;
-    const int r0 = min(row_base + g, rows - 1), r1 = min(row_base + g + 8, rows - 1);
-    const uint8_t *wa = (const uint8_t *)w.data + (int64_t)r0 * (K / 2) + 16 * q;   /* chunk c: + 64 c (words 4q .. 4q + 3) */
-    const uint8_t *wb = (const uint8_t *)w.data + (int64_t)r1 * (K / 2) + 16 * q;
-    const uint8_t *sa = w.scale + (int64_t)(w.row0 + r0) * w.scale_cols, *sb = w.scale + (int64_t)(w.row0 + r1) * w.scale_cols;
-    const bool s4 = ((uintptr_t)w.scale & 3) == 0 && (w.scale_cols & 3) == 0;
-    const int32_t *in_rows = x_by_pair ? NULL : plan.pair_token;
-    const uint8_t *xb = xq + mma_in_row(in_rows, p0, min(g, n - 1)) * ldq + 8 * q;
-    const float *xs0 = xs + mma_in_row(in_rows, p0, min(2 * q, n - 1)) * lds, *xs1 = xs + mma_in_row(in_rows, p0, min(2 * q + 1, n - 1)) * lds;
+    const int part = threadIdx.x >> 5, nchunk = t.w.cols / 128;
+    /* chunk c: weight + 64 c (packed words 4q .. 4q + 3), scales + 4 c, activation + 128 c + 32 j for block j */
+    const lean_lane l = lean_lane_of(t, rows, plan, x_by_pair, xq, ldq, xs, lds, 16 * (threadIdx.x & 3));
     float acc[1][1][4] = { { { 0.0f, 0.0f, 0.0f, 0.0f } } };
-    constexpr int R = PF + 1;
     uint4 A0[R], A1[R];
     uint32_t sw0[R], sw1[R];
     uint2 b[R][4];
     float sx0[R], sx1[R];
     auto load = [&](int c, int k) {
-        A0[k] = ld_stream16(wa + 64 * c);
-        A1[k] = ld_stream16(wb + 64 * c);
+        A0[k] = ld_stream16(l.wa + 64 * c);
+        A1[k] = ld_stream16(l.wb + 64 * c);
 #pragma unroll
-        for (int j = 0; j < 4; j++) b[k][j] = ld_nc64(xb + 128 * c + 32 * j);
-        sw0[k] = lean_scale_word(sa + 4 * c, s4);
-        sw1[k] = lean_scale_word(sb + 4 * c, s4);
-        sx0[k] = xs0[c];
-        sx1[k] = xs1[c];
+        for (int j = 0; j < 4; j++) b[k][j] = ld_nc64(l.xb + 128 * c + 32 * j);
+        sw0[k] = lean_scale_word(l.sa + 4 * c, l.s4);
+        sw1[k] = lean_scale_word(l.sb + 4 * c, l.s4);
+        sx0[k] = l.xs0[c];
+        sx1[k] = l.xs1[c];
     };
 #pragma unroll
     for (int k = 0; k < PF; k++)
@@ -724,8 +753,73 @@ __global__ void __launch_bounds__(32 * MMA_PARTS, MINB) k_mma_expert_frag(const 
                 frag_chunk<false>(acc[0][0], A0[u], A1[u], sw0[u], sw1[u], b[u], sx0[u], sx1[u]);
         }
     }
-    mma_sum_store<1, 1>(acc, red, rows, n, y, ldy, out_bf16, row_base, 0, p0);
+    mma_sum_store<1, 1>(acc, red, rows, t.n, t.y, ldy, out_bf16, t.row_base, 0, t.p0);
 }
+
+/* The packed kernel with its loads staged in shared memory (variant 6): each lane copies what its own fragment of a
+ * chunk needs (its 16 bytes of rows g and g + 8, its 8 activation bytes of each block, the scale words, the two
+ * activation scales) into its own slot of a ring of D chunks by cp.async, D - 1 chunks ahead of the one it
+ * computes, and reads back only its own bytes: no registers held by loads in flight, no barrier. The arithmetic and
+ * order are frag_chunk's, as in k_mma_expert_frag. */
+struct frag_slot {
+    uint4 a0, a1;
+    uint2 b[4];
+    uint32_t sw0, sw1;
+    float sx0, sx1;
+};
+template <int D>
+__global__ void __launch_bounds__(32 * MMA_PARTS) k_mma_expert_frag_ring(const dsv4_weight *__restrict__ experts_a,
+                                                                        const dsv4_weight *__restrict__ experts_b, int rows, cu_moe_plan plan,
+                                                                        const uint8_t *__restrict__ xq, int ldq, const float *__restrict__ xs,
+                                                                        int lds, int x_by_pair, float *y_a, float *y_b, int ldy, int out_bf16) {
+    dev_grid_wait();
+    __shared__ __align__(16) frag_slot ring[D][32 * MMA_PARTS];
+    __shared__ float red[MMA_PARTS - 1][4][32];
+    expert_tile t;
+    if (!expert_tile_open(experts_a, experts_b, plan, rows, y_a, y_b, ldy, t)) return;
+    const int part = threadIdx.x >> 5, nchunk = t.w.cols / 128;
+    const lean_lane l = lean_lane_of(t, rows, plan, x_by_pair, xq, ldq, xs, lds, 16 * (threadIdx.x & 3));
+    auto issue = [&](int c, int k) {
+        frag_slot *sl = &ring[k][threadIdx.x];
+        cpa16(&sl->a0, l.wa + 64 * c);
+        cpa16(&sl->a1, l.wb + 64 * c);
+#pragma unroll
+        for (int j = 0; j < 4; j++) cpa8(&sl->b[j], l.xb + 128 * c + 32 * j);
+        if (l.s4) {
+            cpa4(&sl->sw0, l.sa + 4 * c);
+            cpa4(&sl->sw1, l.sb + 4 * c);
+        } else {   /* scale rows not word-aligned: byte loads now (this thread alone reads the slot) */
+            sl->sw0 = lean_scale_word(l.sa + 4 * c, false);
+            sl->sw1 = lean_scale_word(l.sb + 4 * c, false);
+        }
+        cpa4(&sl->sx0, l.xs0 + c);
+        cpa4(&sl->sx1, l.xs1 + c);
+    };
+#pragma unroll
+    for (int k = 0; k < D - 1; k++) {   /* one commit group a chunk, empty past the last */
+        if (part + k * MMA_PARTS < nchunk) issue(part + k * MMA_PARTS, k);
+        cpa_commit();
+    }
+    float acc[1][1][4] = { { { 0.0f, 0.0f, 0.0f, 0.0f } } };
+    int k = 0;
+    for (int c = part; c < nchunk; c += MMA_PARTS) {
+        const int cn = c + (D - 1) * MMA_PARTS;
+        if (cn < nchunk) issue(cn, k == 0 ? D - 1 : k - 1);
+        cpa_commit();
+        cpa_wait<D - 1>();   /* chunk c's group has landed */
+        const frag_slot v = ring[k][threadIdx.x];
+        const uint2 b[4] = { v.b[0], v.b[1], v.b[2], v.b[3] };
+        /* warp-uniform (each branch holds its own mma.sync.aligned) */
+        const bool out = frag_scale_out(v.sw0) || frag_scale_out(v.sw1) || frag_sx_out(v.sx0) || frag_sx_out(v.sx1);
+        if (!__any_sync(0xffffffffu, out))
+            frag_chunk<true>(acc[0][0], v.a0, v.a1, v.sw0, v.sw1, b, v.sx0 * 64.0f, v.sx1 * 64.0f);
+        else
+            frag_chunk<false>(acc[0][0], v.a0, v.a1, v.sw0, v.sw1, b, v.sx0, v.sx1);
+        k = k == D - 1 ? 0 : k + 1;
+    }
+    mma_sum_store<1, 1>(acc, red, rows, t.n, t.y, ldy, out_bf16, t.row_base, 0, t.p0);
+}
+#define FRAG_RING_D 4   /* chunks in a lane's ring: 4 x 80 bytes x 128 threads = 40 KB a block */
 
 /* The packed kernel's variants (PF, MINB) for the micro-benchmark's A/B (cu_mma_expert_frag_variant); the model
  * runs variant MMA_EXPERT_FRAG_VARIANT. */
@@ -978,9 +1072,9 @@ static int expert_args(const char *fn, int rows, int cols, int fmt, int ldq, con
 }
 
 /* The packed kernel's variant (0: no prefetch, 1: one chunk ahead, 2: two, 3 / 4: one ahead within 5 / 6 blocks an
- * SM, 5: two ahead within 4):
+ * SM, 5: two ahead within 4, 6: a ring of FRAG_RING_D chunks in shared memory by cp.async):
  * the micro-benchmark's A/B; process-wide, returns the one replaced. The same bits in every variant. */
-extern "C" int cu_mma_expert_frag_variant(int v) { return switch_to(&frag_variant, v >= 0 && v <= 5 ? v : MMA_EXPERT_FRAG_VARIANT); }
+extern "C" int cu_mma_expert_frag_variant(int v) { return switch_to(&frag_variant, v >= 0 && v <= 6 ? v : MMA_EXPERT_FRAG_VARIANT); }
 
 /* The format the expert kernels read: WF_FP4 of whole chunks under cu_mma_expert_lean(2) is packed (tests). */
 static int expert_fmt(int fmt, int cols) { return fmt == WF_FP4 && expert_lean == 2 && cols % 128 == 0 ? CU_FMT_FP4_FRAG : fmt; }
@@ -990,24 +1084,17 @@ static void expert_launch(cu_stream st, int nz, const dsv4_weight *experts_a, co
                           const cu_moe_plan *plan, int max_tiles, const uint8_t *xq, int ldq, const float *xs, int lds, int x_by_pair,
                           float *y_a, float *y_b, int ldy, int out_bf16) {
     dim3 grid(cu_blocks(rows, 16), max_tiles, nz);
-    if (fp4 == 2 && frag_variant == 0)
-        k_mma_expert_frag<0, 1><<<grid, 32 * MMA_PARTS, 0, (cudaStream_t)st>>>(experts_a, experts_b, rows, *plan, xq, ldq, xs, lds, x_by_pair,
-                                                                              y_a, y_b, ldy, out_bf16);
-    else if (fp4 == 2 && frag_variant == 2)
-        k_mma_expert_frag<2, 1><<<grid, 32 * MMA_PARTS, 0, (cudaStream_t)st>>>(experts_a, experts_b, rows, *plan, xq, ldq, xs, lds, x_by_pair,
-                                                                              y_a, y_b, ldy, out_bf16);
-    else if (fp4 == 2 && frag_variant == 3)
-        k_mma_expert_frag<1, 5><<<grid, 32 * MMA_PARTS, 0, (cudaStream_t)st>>>(experts_a, experts_b, rows, *plan, xq, ldq, xs, lds, x_by_pair,
-                                                                              y_a, y_b, ldy, out_bf16);
-    else if (fp4 == 2 && frag_variant == 4)
-        k_mma_expert_frag<1, 6><<<grid, 32 * MMA_PARTS, 0, (cudaStream_t)st>>>(experts_a, experts_b, rows, *plan, xq, ldq, xs, lds, x_by_pair,
-                                                                              y_a, y_b, ldy, out_bf16);
-    else if (fp4 == 2 && frag_variant == 5)
-        k_mma_expert_frag<2, 4><<<grid, 32 * MMA_PARTS, 0, (cudaStream_t)st>>>(experts_a, experts_b, rows, *plan, xq, ldq, xs, lds, x_by_pair,
-                                                                              y_a, y_b, ldy, out_bf16);
-    else if (fp4 == 2)
-        k_mma_expert_frag<1, 1><<<grid, 32 * MMA_PARTS, 0, (cudaStream_t)st>>>(experts_a, experts_b, rows, *plan, xq, ldq, xs, lds, x_by_pair,
-                                                                              y_a, y_b, ldy, out_bf16);
+    /* the packed kernel's variants (cu_mma_expert_frag_variant), in its order 0..6 */
+    static void (*const frag_kernels[7])(const dsv4_weight *, const dsv4_weight *, int, cu_moe_plan, const uint8_t *, int, const float *,
+                                         int, int, float *, float *, int, int) = {
+        k_mma_expert_frag<0, 1>, k_mma_expert_frag<1, 1>, k_mma_expert_frag<2, 1>, k_mma_expert_frag<1, 5>, k_mma_expert_frag<1, 6>,
+        k_mma_expert_frag<2, 4>, k_mma_expert_frag_ring<FRAG_RING_D> };
+    if (fp4 == 2) {
+        void (*const k_mma_frag)(const dsv4_weight *, const dsv4_weight *, int, cu_moe_plan, const uint8_t *, int, const float *, int, int,
+                                 float *, float *, int, int) = frag_kernels[frag_variant];
+        k_mma_frag<<<grid, 32 * MMA_PARTS, 0, (cudaStream_t)st>>>(experts_a, experts_b, rows, *plan, xq, ldq, xs, lds, x_by_pair, y_a, y_b, ldy,
+                                                                  out_bf16);
+    }
     else if (fp4 && expert_lean && cols % 128 == 0)
         k_mma_expert_lean<MMA_EXPERT_LEAN_U><<<grid, 32 * MMA_PARTS, 0, (cudaStream_t)st>>>(experts_a, experts_b, rows, *plan, xq, ldq, xs, lds,
                                                                                           x_by_pair, y_a, y_b, ldy, out_bf16);

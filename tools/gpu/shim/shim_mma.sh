@@ -40,7 +40,7 @@ body += src[a:]
 body = poison_shared(body)
 n0 = body.count("<<<")
 body, _ = launches(body, r"k_mma_\w+(?:<[^<>;]*>)?")
-assert n0 == 16 and "<<<" not in body, n0
+assert n0 == 11 and "<<<" not in body, n0
 out.append(body)
 # the large-T GEMM (k_mma_gemm.cu, its own shim: shim_gemm.sh) switched off: every call takes k_mma.cu's kernels
 out.append('extern "C" int cu_mma_gemm_linear(cu_stream, const dsv4_weight *, const uint8_t *, int, const float *, int, int, float *, int, int) '
