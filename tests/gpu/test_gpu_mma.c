@@ -684,7 +684,7 @@ static void experts_equal_plain_linear(void **state) {
             /* (by_pair, out): cu_mma_expert_linear (out 0), cu_mma_expert_linear_pair's first (1) and second (2) outputs;
              * packed: each of the packed kernel's variants (prefetch depth, block bound) */
             const int build_fv = cu_mma_expert_frag_variant(0);
-            for (int fv = 0; fv < (vec == 4 ? 7 : 1); fv++)
+            for (int fv = 0; fv < (vec == 4 ? 6 : 1); fv++)
             for (int by_pair = 0; by_pair < 2; by_pair++)
             for (int out = 0; out < 3; out++) {
                 const tact *in = by_pair ? &ap : &a;
@@ -718,7 +718,7 @@ static void experts_equal_plain_linear(void **state) {
             cu_mma_expert_frag_variant(build_fv);
             printf("  %s%s experts %dx%d: %d pairs in %d tiles = the plain linear per (expert, token) (memcmp), by token and by pair, "
                    "alone and as both outputs of the pair call; absent expert -> EP_ABSENT_ROW\n", fp4 ? "FP4" : "FP8",
-                   fp4 ? (vec == 4 ? " (lean kernel on packed weights, its 7 variants, E8M0 0, 30, 220 and 255 in one expert)" : lean ? " (lean kernel, E8M0 0, 30, 220 and 255 in one expert)" : vec == 2 ? " (vector loads, scale words)" : vec ? " (vector loads)" : " (word loads)") : "",
+                   fp4 ? (vec == 4 ? " (lean kernel on packed weights, its 6 variants, E8M0 0, 30, 220 and 255 in one expert)" : lean ? " (lean kernel, E8M0 0, 30, 220 and 255 in one expert)" : vec == 2 ? " (vector loads, scale words)" : vec ? " (vector loads)" : " (word loads)") : "",
                    N, K, P, n_tiles);
             cu_free(plan.pair_token); cu_free(plan.tile_expert); cu_free(plan.tile_first); cu_free(plan.tile_count);
             cu_free(plan.n_tiles); cu_free(dexp); cu_free(dexp2); cu_free(dy); cu_free(dy2);
@@ -939,11 +939,11 @@ static int bench_experts(void) {
             cu_upload(p->n_tiles, &nt, sizeof nt);
         }
         const int max_tiles = P / 8 + ACT + 1;   /* as cuda_step.c moe_max_tiles sizes a step of T tokens */
-        /* streaming, k_mma.cu's: vec 2, 1, 0 x pair 1, 0, lean x pair 1, 0; packed: its variants 0..6 in one launch, the
+        /* streaming, k_mma.cu's: vec 2, 1, 0 x pair 1, 0, lean x pair 1, 0; packed: its variants 0..5 in one launch, the
          * default in two */
-        for (int variant = pass ? 9 : 0; variant < (pass ? 17 : 9); variant++) {
-            const int stream = variant == 0, lean = variant >= 7 ? (variant >= 9 ? 2 : 1) : 0, fv = variant >= 9 && variant < 16 ? variant - 9 : -1;
-            const int vec = stream ? 2 : lean ? 0 : 2 - (variant - 1) / 2, pair = stream ? 1 : lean == 2 ? variant < 16 : (variant - 1) % 2 == 0;
+        for (int variant = pass ? 9 : 0; variant < (pass ? 16 : 9); variant++) {
+            const int stream = variant == 0, lean = variant >= 7 ? (variant >= 9 ? 2 : 1) : 0, fv = variant >= 9 && variant < 15 ? variant - 9 : -1;
+            const int vec = stream ? 2 : lean ? 0 : 2 - (variant - 1) / 2, pair = stream ? 1 : lean == 2 ? variant < 15 : (variant - 1) % 2 == 0;
             const int build_fv = cu_mma_expert_frag_variant(fv);
             cu_mma_fp4_vec(vec);
             cu_mma_expert_lean(lean);
@@ -994,8 +994,7 @@ static int bench_experts(void) {
     cu_mma_expert_lean(build_lean);
     printf("(STREAM: k_mma_stream.cu, DSV4_CUDA_STREAM=1; the others k_mma.cu's small tiles:\n vec+sw: mode 2, 16-byte weight loads and scale words; vector: mode 1, scale bytes; word: mode 0, the loads before;\n"
            " lean: k_mma_expert_lean (MMA_EXPERT_LEAN, the default for whole chunks); packed<v>: k_mma_expert_frag on cu_fp4_frag_pack'ed weights, variant v\n"
-           " (0: no prefetch, 1: one chunk ahead, 2: two, 3 / 4: one ahead in 5 / 6 blocks an SM, 5: two ahead in 4,\n"
-           "  6: a ring of 4 chunks in shared memory by cp.async), packed: the default;\n"
+           " (0: no prefetch, 1: one chunk ahead, 2: two, 3 / 4: one ahead in 5 / 6 blocks an SM, 5: two ahead in 4), packed: the default;\n"
            " w1+w3: cu_mma_expert_linear_pair's one launch or two; the graph's launch gaps are in the time)\n");
     printf("(bytes: %.1f MB of weights and scales per layer; H200 read bandwidth ~4.25 TB/s)\n", ACT * bytes_per_expert / 1e6);
     for (int m = 0; m < 3; m++) {

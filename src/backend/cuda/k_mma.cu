@@ -86,25 +86,6 @@ __device__ __forceinline__ uint2 ld_nc64(const uint8_t *p) {
     return v;
 }
 
-/* n = 16 / 8 / 4 bytes global -> shared without registers (cp.async: .cg, L2 only, for 16; .ca for 8 and 4), in
- * this thread's current commit group; dst and src n-byte aligned. The copying thread alone reads dst, after
- * cpa_wait. */
-__device__ __forceinline__ void cpa16(void *dst, const void *src) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"((uint32_t)__cvta_generic_to_shared(dst)), "l"(__cvta_generic_to_global(src))
-                 : "memory");
-}
-__device__ __forceinline__ void cpa8(void *dst, const void *src) {
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 8;" ::"r"((uint32_t)__cvta_generic_to_shared(dst)), "l"(__cvta_generic_to_global(src))
-                 : "memory");
-}
-__device__ __forceinline__ void cpa4(void *dst, const void *src) {
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"((uint32_t)__cvta_generic_to_shared(dst)), "l"(__cvta_generic_to_global(src))
-                 : "memory");
-}
-__device__ __forceinline__ void cpa_commit(void) { asm volatile("cp.async.commit_group;" ::: "memory"); }
-/* Until at most n of this thread's committed groups are in flight. */
-template <int n> __device__ __forceinline__ void cpa_wait(void) { asm volatile("cp.async.wait_group %0;" ::"n"(n) : "memory"); }
-
 /* ---- end of PTX ---- */
 
 __device__ __forceinline__ uint4 ld16(const uint8_t *p) { return *(const uint4 *)p; }
@@ -209,8 +190,10 @@ __device__ __forceinline__ void mma_sum_store(const float (&acc)[MT][NT][4], flo
 }
 
 /* One block: rows [row_base, +16 MT) x tokens [tok_base, +8 NT) of T; warp p = partial p. U chunks' loads are
- * issued before the first of them is used (several loads in flight a lane). */
-template <int FP4, int MT, int NT, int U, int VEC>
+ * issued before the first of them is used (several loads in flight a lane). PRE (FP8 only): the kernel deferred its
+ * wait (dev_grid_wait_deferred); the first U chunks' weight rows and scales are loaded, then the wait, then
+ * everything else — the loads are the same, only issued earlier. */
+template <int FP4, int MT, int NT, int U, int VEC, bool PRE = false>
 __device__ __forceinline__ void mma_block(const dsv4_weight &w, const uint8_t *__restrict__ xq, int ldq, const float *__restrict__ xs,
                                           int lds, int T, float *__restrict__ y, int ldy, int out_bf16, int row_base, int tok_base,
                                           const int32_t *__restrict__ in_rows, int in_base, int out_base) {
@@ -230,10 +213,11 @@ __device__ __forceinline__ void mma_block(const dsv4_weight &w, const uint8_t *_
 #pragma unroll
             for (int e = 0; e < 4; e++) acc[mi][ni][e] = 0.0f;
 
-    for (int c0 = part; c0 < nchunk; c0 += MMA_PARTS * U) {
-        if constexpr (!FP4) {
-            uint4 a[U][MT][2][2], b[U][NT][2];
-            float sw[U][MT][2], sx[U][NT][2];
+    static_assert(!PRE || !FP4, "PRE: FP8 weights only");
+    if constexpr (!FP4) {
+        uint4 a[U][MT][2][2], b[U][NT][2];
+        float sw[U][MT][2], sx[U][NT][2];
+        auto load_w = [&](int c0) {   /* the weight's rows and scales of chunks c0 + 4u */
 #pragma unroll
             for (int u = 0; u < U; u++) {
                 const int c = c0 + u * MMA_PARTS;
@@ -253,6 +237,13 @@ __device__ __forceinline__ void mma_block(const dsv4_weight &w, const uint8_t *_
                             sw[u][mi][h] = 0.0f;
                         }
                     }
+            }
+        };
+        auto load_x = [&](int c0) {   /* the tokens' bytes and scales of the same chunks */
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                const int c = c0 + u * MMA_PARTS;
+                const bool cv = c < nchunk;
 #pragma unroll
                 for (int ni = 0; ni < NT; ni++) {
                     const int n = tok_base + 8 * ni + g;
@@ -270,6 +261,14 @@ __device__ __forceinline__ void mma_block(const dsv4_weight &w, const uint8_t *_
                     }
                 }
             }
+        };
+        if constexpr (PRE) {
+            load_w(part);
+            dev_grid_wait();
+        }
+        for (int c0 = part; c0 < nchunk; c0 += MMA_PARTS * U) {
+            if (!PRE || c0 != part) load_w(c0);
+            load_x(c0);
 #pragma unroll
             for (int u = 0; u < U; u++) {
                 if (c0 + u * MMA_PARTS >= nchunk) break;
@@ -289,7 +288,9 @@ __device__ __forceinline__ void mma_block(const dsv4_weight &w, const uint8_t *_
                             acc[mi][ni][e] = fmaf(f[e], sw[u][mi][e >> 1] * sx[u][ni][e & 1], acc[mi][ni][e]);
                     }
             }
-        } else {
+        }
+    } else {
+        for (int c0 = part; c0 < nchunk; c0 += MMA_PARTS * U) {
             uint32_t a[U][MT][2][4];
             uint8_t swb[U][MT][2][4];   /* the word-wise path's scale bytes; the vector path's stay packed in sc */
             uint2 sc[U][MT];
@@ -416,18 +417,26 @@ __device__ __forceinline__ void mma_block(const dsv4_weight &w, const uint8_t *_
     mma_sum_store<MT, NT>(acc, red, N, T, y, ldy, out_bf16, row_base, tok_base, out_base);
 }
 
+/* MMA_PRE_WAIT (a build switch, off by default; with DSV4_PDL_EARLY, cu_common.cuh): the FP8 linears of up to 8
+ * tokens load their first chunks' weight rows before they wait for the kernel before them. */
+#ifndef MMA_PRE_WAIT
+#define MMA_PRE_WAIT 0
+#endif
+#define MMA_PRE_OF(FP4, NT) (MMA_PRE_WAIT && !(FP4) && (NT) == 1)
+
 /* blockIdx.z = 1: the second weight of a pair over the same input (cu_mma_linear_pair: w_b into y_b); the grid
  * covers the taller of the two, a block past its weight's rows has nothing to do. */
 template <int FP4, int MT, int NT, int U, int VEC>
 __global__ void __launch_bounds__(32 * MMA_PARTS) k_mma_linear(dsv4_weight w_a, dsv4_weight w_b, const uint8_t *__restrict__ xq, int ldq,
                                                                 const float *__restrict__ xs, int lds, int T, float *y_a, int ldy_a,
                                                                 float *y_b, int ldy_b, int out_bf16) {
-    dev_grid_wait();
+    dev_grid_wait_deferred<MMA_PRE_OF(FP4, NT)>();   /* deferred: mma_block waits after its first weight loads */
     const dsv4_weight w = blockIdx.z ? w_b : w_a;
     float *y = blockIdx.z ? y_b : y_a;
     const int ldy = blockIdx.z ? ldy_b : ldy_a;
-    if ((int)blockIdx.x * 16 * MT >= w.rows) return;
-    mma_block<FP4, MT, NT, U, VEC>(w, xq, ldq, xs, lds, T, y, ldy, out_bf16, blockIdx.x * 16 * MT, blockIdx.y * 8 * NT, NULL, 0, 0);
+    if ((int)blockIdx.x * 16 * MT >= w.rows) return;   /* nothing read, nothing written */
+    mma_block<FP4, MT, NT, U, VEC, MMA_PRE_OF(FP4, NT)>(w, xq, ldq, xs, lds, T, y, ldy, out_bf16, blockIdx.x * 16 * MT, blockIdx.y * 8 * NT,
+                                                        NULL, 0, 0);
 }
 
 /* An expert another GPU holds (cuda_ep.h) or the host computes: its rows [row_base, +16) of pairs p0 .. p0 + n - 1
@@ -756,70 +765,6 @@ __global__ void __launch_bounds__(32 * MMA_PARTS, MINB) k_mma_expert_frag(const 
     mma_sum_store<1, 1>(acc, red, rows, t.n, t.y, ldy, out_bf16, t.row_base, 0, t.p0);
 }
 
-/* The packed kernel with its loads staged in shared memory (variant 6): each lane copies what its own fragment of a
- * chunk needs (its 16 bytes of rows g and g + 8, its 8 activation bytes of each block, the scale words, the two
- * activation scales) into its own slot of a ring of D chunks by cp.async, D - 1 chunks ahead of the one it
- * computes, and reads back only its own bytes: no registers held by loads in flight, no barrier. The arithmetic and
- * order are frag_chunk's, as in k_mma_expert_frag. */
-struct frag_slot {
-    uint4 a0, a1;
-    uint2 b[4];
-    uint32_t sw0, sw1;
-    float sx0, sx1;
-};
-template <int D>
-__global__ void __launch_bounds__(32 * MMA_PARTS) k_mma_expert_frag_ring(const dsv4_weight *__restrict__ experts_a,
-                                                                        const dsv4_weight *__restrict__ experts_b, int rows, cu_moe_plan plan,
-                                                                        const uint8_t *__restrict__ xq, int ldq, const float *__restrict__ xs,
-                                                                        int lds, int x_by_pair, float *y_a, float *y_b, int ldy, int out_bf16) {
-    dev_grid_wait();
-    __shared__ __align__(16) frag_slot ring[D][32 * MMA_PARTS];
-    __shared__ float red[MMA_PARTS - 1][4][32];
-    expert_tile t;
-    if (!expert_tile_open(experts_a, experts_b, plan, rows, y_a, y_b, ldy, t)) return;
-    const int part = threadIdx.x >> 5, nchunk = t.w.cols / 128;
-    const lean_lane l = lean_lane_of(t, rows, plan, x_by_pair, xq, ldq, xs, lds, 16 * (threadIdx.x & 3));
-    auto issue = [&](int c, int k) {
-        frag_slot *sl = &ring[k][threadIdx.x];
-        cpa16(&sl->a0, l.wa + 64 * c);
-        cpa16(&sl->a1, l.wb + 64 * c);
-#pragma unroll
-        for (int j = 0; j < 4; j++) cpa8(&sl->b[j], l.xb + 128 * c + 32 * j);
-        if (l.s4) {
-            cpa4(&sl->sw0, l.sa + 4 * c);
-            cpa4(&sl->sw1, l.sb + 4 * c);
-        } else {   /* scale rows not word-aligned: byte loads now (this thread alone reads the slot) */
-            sl->sw0 = lean_scale_word(l.sa + 4 * c, false);
-            sl->sw1 = lean_scale_word(l.sb + 4 * c, false);
-        }
-        cpa4(&sl->sx0, l.xs0 + c);
-        cpa4(&sl->sx1, l.xs1 + c);
-    };
-#pragma unroll
-    for (int k = 0; k < D - 1; k++) {   /* one commit group a chunk, empty past the last */
-        if (part + k * MMA_PARTS < nchunk) issue(part + k * MMA_PARTS, k);
-        cpa_commit();
-    }
-    float acc[1][1][4] = { { { 0.0f, 0.0f, 0.0f, 0.0f } } };
-    int k = 0;
-    for (int c = part; c < nchunk; c += MMA_PARTS) {
-        const int cn = c + (D - 1) * MMA_PARTS;
-        if (cn < nchunk) issue(cn, k == 0 ? D - 1 : k - 1);
-        cpa_commit();
-        cpa_wait<D - 1>();   /* chunk c's group has landed */
-        const frag_slot v = ring[k][threadIdx.x];
-        const uint2 b[4] = { v.b[0], v.b[1], v.b[2], v.b[3] };
-        /* warp-uniform (each branch holds its own mma.sync.aligned) */
-        const bool out = frag_scale_out(v.sw0) || frag_scale_out(v.sw1) || frag_sx_out(v.sx0) || frag_sx_out(v.sx1);
-        if (!__any_sync(0xffffffffu, out))
-            frag_chunk<true>(acc[0][0], v.a0, v.a1, v.sw0, v.sw1, b, v.sx0 * 64.0f, v.sx1 * 64.0f);
-        else
-            frag_chunk<false>(acc[0][0], v.a0, v.a1, v.sw0, v.sw1, b, v.sx0, v.sx1);
-        k = k == D - 1 ? 0 : k + 1;
-    }
-    mma_sum_store<1, 1>(acc, red, rows, t.n, t.y, ldy, out_bf16, t.row_base, 0, t.p0);
-}
-#define FRAG_RING_D 4   /* chunks in a lane's ring: 4 x 80 bytes x 128 threads = 40 KB a block */
 
 /* The packed kernel's variants (PF, MINB) for the micro-benchmark's A/B (cu_mma_expert_frag_variant); the model
  * runs variant MMA_EXPERT_FRAG_VARIANT. */
@@ -1072,9 +1017,9 @@ static int expert_args(const char *fn, int rows, int cols, int fmt, int ldq, con
 }
 
 /* The packed kernel's variant (0: no prefetch, 1: one chunk ahead, 2: two, 3 / 4: one ahead within 5 / 6 blocks an
- * SM, 5: two ahead within 4, 6: a ring of FRAG_RING_D chunks in shared memory by cp.async):
- * the micro-benchmark's A/B; process-wide, returns the one replaced. The same bits in every variant. */
-extern "C" int cu_mma_expert_frag_variant(int v) { return switch_to(&frag_variant, v >= 0 && v <= 6 ? v : MMA_EXPERT_FRAG_VARIANT); }
+ * SM, 5: two ahead within 4; run 71 timed a sixth, each lane's loads by cp.async into a ring of 4 chunks in shared
+ * memory, 1.9x slower: removed, in git history at 5417eff): the micro-benchmark's A/B; process-wide, returns the one replaced. The same bits in every variant. */
+extern "C" int cu_mma_expert_frag_variant(int v) { return switch_to(&frag_variant, v >= 0 && v <= 5 ? v : MMA_EXPERT_FRAG_VARIANT); }
 
 /* The format the expert kernels read: WF_FP4 of whole chunks under cu_mma_expert_lean(2) is packed (tests). */
 static int expert_fmt(int fmt, int cols) { return fmt == WF_FP4 && expert_lean == 2 && cols % 128 == 0 ? CU_FMT_FP4_FRAG : fmt; }
@@ -1084,11 +1029,11 @@ static void expert_launch(cu_stream st, int nz, const dsv4_weight *experts_a, co
                           const cu_moe_plan *plan, int max_tiles, const uint8_t *xq, int ldq, const float *xs, int lds, int x_by_pair,
                           float *y_a, float *y_b, int ldy, int out_bf16) {
     dim3 grid(cu_blocks(rows, 16), max_tiles, nz);
-    /* the packed kernel's variants (cu_mma_expert_frag_variant), in its order 0..6 */
-    static void (*const frag_kernels[7])(const dsv4_weight *, const dsv4_weight *, int, cu_moe_plan, const uint8_t *, int, const float *,
+    /* the packed kernel's variants (cu_mma_expert_frag_variant), in its order 0..5 */
+    static void (*const frag_kernels[6])(const dsv4_weight *, const dsv4_weight *, int, cu_moe_plan, const uint8_t *, int, const float *,
                                          int, int, float *, float *, int, int) = {
         k_mma_expert_frag<0, 1>, k_mma_expert_frag<1, 1>, k_mma_expert_frag<2, 1>, k_mma_expert_frag<1, 5>, k_mma_expert_frag<1, 6>,
-        k_mma_expert_frag<2, 4>, k_mma_expert_frag_ring<FRAG_RING_D> };
+        k_mma_expert_frag<2, 4> };
     if (fp4 == 2) {
         void (*const k_mma_frag)(const dsv4_weight *, const dsv4_weight *, int, cu_moe_plan, const uint8_t *, int, const float *, int, int,
                                  float *, float *, int, int) = frag_kernels[frag_variant];

@@ -5,7 +5,6 @@
  * (e2m1x4_e4m3) is plain CUDA C++ and is compiled as is. */
 #ifndef DSV4_SHIM_FRAG_H
 #define DSV4_SHIM_FRAG_H
-#include <string.h>
 #include "shim_mma.h"
 
 /* mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 (shim_mma.h: the fragment layout, exact products summed in
@@ -53,17 +52,6 @@ static inline uint2 ld_nc64(const uint8_t *p) {
     if ((uintptr_t)p & 7) { fprintf(stderr, "shim: ld_nc64 at %p: not 8-byte aligned\n", (const void *)p); abort(); }
     return *(const uint2 *)p;
 }
-/* cp.async as an immediate copy (cpa16 / cpa8 / cpa4: k_mma.cu's staged loads; each thread reads back only its own
- * copies, so commit and wait have nothing to order), the alignment checked as the hardware requires it. */
-static inline void shim_cpa(void *dst, const void *src, size_t n) {
-    if ((uintptr_t)dst % n || (uintptr_t)src % n) { fprintf(stderr, "shim: cp.async of %zu bytes misaligned\n", n); abort(); }
-    memcpy(dst, src, n);
-}
-static inline void cpa16(void *dst, const void *src) { shim_cpa(dst, src, 16); }
-static inline void cpa8(void *dst, const void *src) { shim_cpa(dst, src, 8); }
-static inline void cpa4(void *dst, const void *src) { shim_cpa(dst, src, 4); }
-static inline void cpa_commit(void) {}
-template <int n> static inline void cpa_wait(void) {}
 static inline uint32_t ld_nc32(const uint8_t *p) {
     if ((uintptr_t)p & 3) { fprintf(stderr, "shim: ld_nc32 at %p: not 4-byte aligned\n", (const void *)p); abort(); }
     return *(const uint32_t *)p;
