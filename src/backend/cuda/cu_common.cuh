@@ -19,46 +19,16 @@
 
 /* ---- launch order ------------------------------------------------------------------------------------ */
 
-/* DSV4_PDL_EARLY (a build switch, off by default): a kernel whose grid fits in one wave (no more blocks than SMs,
- * so all of them are resident once it runs) lets the next kernel's blocks be launched as soon as it has passed its
- * wait (griddepcontrol.launch_dependents), instead of at its exit: they take free SMs and, if they defer their
- * wait (dev_grid_wait_deferred), load their weights during this kernel's run. A kernel of more blocks keeps the
- * trigger at its exit, so its later waves never find their SMs taken by waiting blocks; and since a launched
- * kernel's upstream is always wholly resident, a waiting block never holds up what it waits for. The order of
- * kernels and every byte they read are unchanged: each still waits for the one before to complete. */
-__device__ __forceinline__ void dev_launch_next_early(void) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    unsigned int nsm;
-    asm("mov.u32 %0, %%nsmid;" : "=r"(nsm));
-    if (gridDim.x * gridDim.y * gridDim.z <= nsm) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-#endif
-}
-
 /* The first statement of every kernel (tests/cli/pdl_wait.sh checks it). Inside a step's graph, cu_graph.cu
  * makes each kernel -> kernel edge a programmatic one: the next kernel's blocks are launched as soon as every
  * block of the one before has begun, so its launch is hidden behind that kernel's run, and they wait here until
  * the kernel before has completed and its writes are visible (griddepcontrol.wait: PTX ISA, "Parallel
  * synchronization and communication instructions"). Outside such an edge (a direct launch, the first node of a
  * graph) it returns at once. So the order of kernels and every byte they read are those of plain launches. */
-#ifndef DSV4_PDL_EARLY
-#define DSV4_PDL_EARLY 0
-#endif
 __device__ __forceinline__ void dev_grid_wait(void) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.wait;" ::: "memory");
-#if DSV4_PDL_EARLY
-    dev_launch_next_early();
 #endif
-#endif
-}
-
-/* The first statement of a kernel that reads, before it waits, only what no kernel of a step writes (its weights:
- * uploaded and packed at model load, constant while the model lives), so that under a programmatic edge those
- * loads are in flight while the kernel before it finishes. DEFER false: dev_grid_wait() here; true: nothing here,
- * and the kernel calls dev_grid_wait() itself before its first read of anything else and before any write
- * (tests/cli/pdl_wait.sh lists the kernels that may defer). */
-template <bool DEFER> __device__ __forceinline__ void dev_grid_wait_deferred(void) {
-    if constexpr (!DEFER) dev_grid_wait();
 }
 
 /* A barrier among the first n threads of the block (n a multiple of 32; named barrier id, 1..15: 0 is

@@ -190,10 +190,8 @@ __device__ __forceinline__ void mma_sum_store(const float (&acc)[MT][NT][4], flo
 }
 
 /* One block: rows [row_base, +16 MT) x tokens [tok_base, +8 NT) of T; warp p = partial p. U chunks' loads are
- * issued before the first of them is used (several loads in flight a lane). PRE (FP8 only): the kernel deferred its
- * wait (dev_grid_wait_deferred); the first U chunks' weight rows and scales are loaded, then the wait, then
- * everything else — the loads are the same, only issued earlier. */
-template <int FP4, int MT, int NT, int U, int VEC, bool PRE = false>
+ * issued before the first of them is used (several loads in flight a lane). */
+template <int FP4, int MT, int NT, int U, int VEC>
 __device__ __forceinline__ void mma_block(const dsv4_weight &w, const uint8_t *__restrict__ xq, int ldq, const float *__restrict__ xs,
                                           int lds, int T, float *__restrict__ y, int ldy, int out_bf16, int row_base, int tok_base,
                                           const int32_t *__restrict__ in_rows, int in_base, int out_base) {
@@ -213,11 +211,10 @@ __device__ __forceinline__ void mma_block(const dsv4_weight &w, const uint8_t *_
 #pragma unroll
             for (int e = 0; e < 4; e++) acc[mi][ni][e] = 0.0f;
 
-    static_assert(!PRE || !FP4, "PRE: FP8 weights only");
-    if constexpr (!FP4) {
-        uint4 a[U][MT][2][2], b[U][NT][2];
-        float sw[U][MT][2], sx[U][NT][2];
-        auto load_w = [&](int c0) {   /* the weight's rows and scales of chunks c0 + 4u */
+    for (int c0 = part; c0 < nchunk; c0 += MMA_PARTS * U) {
+        if constexpr (!FP4) {
+            uint4 a[U][MT][2][2], b[U][NT][2];
+            float sw[U][MT][2], sx[U][NT][2];
 #pragma unroll
             for (int u = 0; u < U; u++) {
                 const int c = c0 + u * MMA_PARTS;
@@ -237,13 +234,6 @@ __device__ __forceinline__ void mma_block(const dsv4_weight &w, const uint8_t *_
                             sw[u][mi][h] = 0.0f;
                         }
                     }
-            }
-        };
-        auto load_x = [&](int c0) {   /* the tokens' bytes and scales of the same chunks */
-#pragma unroll
-            for (int u = 0; u < U; u++) {
-                const int c = c0 + u * MMA_PARTS;
-                const bool cv = c < nchunk;
 #pragma unroll
                 for (int ni = 0; ni < NT; ni++) {
                     const int n = tok_base + 8 * ni + g;
@@ -261,14 +251,6 @@ __device__ __forceinline__ void mma_block(const dsv4_weight &w, const uint8_t *_
                     }
                 }
             }
-        };
-        if constexpr (PRE) {
-            load_w(part);
-            dev_grid_wait();
-        }
-        for (int c0 = part; c0 < nchunk; c0 += MMA_PARTS * U) {
-            if (!PRE || c0 != part) load_w(c0);
-            load_x(c0);
 #pragma unroll
             for (int u = 0; u < U; u++) {
                 if (c0 + u * MMA_PARTS >= nchunk) break;
@@ -288,9 +270,7 @@ __device__ __forceinline__ void mma_block(const dsv4_weight &w, const uint8_t *_
                             acc[mi][ni][e] = fmaf(f[e], sw[u][mi][e >> 1] * sx[u][ni][e & 1], acc[mi][ni][e]);
                     }
             }
-        }
-    } else {
-        for (int c0 = part; c0 < nchunk; c0 += MMA_PARTS * U) {
+        } else {
             uint32_t a[U][MT][2][4];
             uint8_t swb[U][MT][2][4];   /* the word-wise path's scale bytes; the vector path's stay packed in sc */
             uint2 sc[U][MT];
@@ -417,26 +397,18 @@ __device__ __forceinline__ void mma_block(const dsv4_weight &w, const uint8_t *_
     mma_sum_store<MT, NT>(acc, red, N, T, y, ldy, out_bf16, row_base, tok_base, out_base);
 }
 
-/* MMA_PRE_WAIT (a build switch, off by default; with DSV4_PDL_EARLY, cu_common.cuh): the FP8 linears of up to 8
- * tokens load their first chunks' weight rows before they wait for the kernel before them. */
-#ifndef MMA_PRE_WAIT
-#define MMA_PRE_WAIT 0
-#endif
-#define MMA_PRE_OF(FP4, NT) (MMA_PRE_WAIT && !(FP4) && (NT) == 1)
-
 /* blockIdx.z = 1: the second weight of a pair over the same input (cu_mma_linear_pair: w_b into y_b); the grid
  * covers the taller of the two, a block past its weight's rows has nothing to do. */
 template <int FP4, int MT, int NT, int U, int VEC>
 __global__ void __launch_bounds__(32 * MMA_PARTS) k_mma_linear(dsv4_weight w_a, dsv4_weight w_b, const uint8_t *__restrict__ xq, int ldq,
                                                                 const float *__restrict__ xs, int lds, int T, float *y_a, int ldy_a,
                                                                 float *y_b, int ldy_b, int out_bf16) {
-    dev_grid_wait_deferred<MMA_PRE_OF(FP4, NT)>();   /* deferred: mma_block waits after its first weight loads */
+    dev_grid_wait();
     const dsv4_weight w = blockIdx.z ? w_b : w_a;
     float *y = blockIdx.z ? y_b : y_a;
     const int ldy = blockIdx.z ? ldy_b : ldy_a;
-    if ((int)blockIdx.x * 16 * MT >= w.rows) return;   /* nothing read, nothing written */
-    mma_block<FP4, MT, NT, U, VEC, MMA_PRE_OF(FP4, NT)>(w, xq, ldq, xs, lds, T, y, ldy, out_bf16, blockIdx.x * 16 * MT, blockIdx.y * 8 * NT,
-                                                        NULL, 0, 0);
+    if ((int)blockIdx.x * 16 * MT >= w.rows) return;
+    mma_block<FP4, MT, NT, U, VEC>(w, xq, ldq, xs, lds, T, y, ldy, out_bf16, blockIdx.x * 16 * MT, blockIdx.y * 8 * NT, NULL, 0, 0);
 }
 
 /* An expert another GPU holds (cuda_ep.h) or the host computes: its rows [row_base, +16) of pairs p0 .. p0 + n - 1

@@ -94,10 +94,8 @@ __device__ __forceinline__ uint32_t u4_word(const uint4 &v, int k) { return k ==
 /* One block: rows [row_base, +16 MT) x tokens [tok_base, +8 NT) of T, the tokens' rows at xb + n * ldb; warp p =
  * partial p. U chunks' loads are issued before the first of them is used. out_bf16: each output rounded to the
  * nearest bf16 as it is stored (the OFFICIAL rounding of wo_a's and weights_proj's outputs, dev_round_bf16: the
- * value the separate rounding kernel would leave). PRE (FP8 only): the kernel deferred its wait
- * (dev_grid_wait_deferred); the first U chunks' weight rows and scales are loaded, then the wait, then everything
- * else — the same loads, issued earlier. */
-template <int WF8, int MT, int NT, int U, bool PRE = false>
+ * value the separate rounding kernel would leave). */
+template <int WF8, int MT, int NT, int U>
 __device__ __forceinline__ void mma16_block(const dsv4_weight &w, const uint16_t *__restrict__ xb, int ldb, int T, float *__restrict__ y,
                                             int ldy, int row_base, int tok_base, int out_bf16) {
     const int lane = threadIdx.x & 31, part = threadIdx.x >> 5, g = lane >> 2, q = lane & 3;
@@ -112,12 +110,11 @@ __device__ __forceinline__ void mma16_block(const dsv4_weight &w, const uint16_t
 #pragma unroll
             for (int e = 0; e < 4; e++) acc[mi][ni][e] = 0.0f;
 
-    static_assert(!PRE || WF8, "PRE: FP8 weights only");
-    if constexpr (WF8) {
-        const uint8_t *wd = (const uint8_t *)w.data;
-        uint4 a[U][MT][2][2], b[U][NT][4];
-        float sw[U][MT][2];
-        auto load_w = [&](int c0) {   /* the weight's rows and scales of chunks c0 + 4u */
+    for (int c0 = part; c0 < nchunk; c0 += MMA16_PARTS * U) {
+        if constexpr (WF8) {
+            const uint8_t *wd = (const uint8_t *)w.data;
+            uint4 a[U][MT][2][2], b[U][NT][4];
+            float sw[U][MT][2];
 #pragma unroll
             for (int u = 0; u < U; u++) {
                 const int c = c0 + u * MMA16_PARTS;
@@ -137,13 +134,6 @@ __device__ __forceinline__ void mma16_block(const dsv4_weight &w, const uint16_t
                             sw[u][mi][h] = 0.0f;
                         }
                     }
-            }
-        };
-        auto load_x = [&](int c0) {   /* the tokens' bf16 of the same chunks */
-#pragma unroll
-            for (int u = 0; u < U; u++) {
-                const int c = c0 + u * MMA16_PARTS;
-                const bool cv = c < nchunk;
 #pragma unroll
                 for (int ni = 0; ni < NT; ni++) {
                     const int n = tok_base + 8 * ni + g;
@@ -152,14 +142,6 @@ __device__ __forceinline__ void mma16_block(const dsv4_weight &w, const uint16_t
                     for (int k = 0; k < 4; k++) b[u][ni][k] = cv && n < T ? p[k] : make_uint4(0, 0, 0, 0);
                 }
             }
-        };
-        if constexpr (PRE) {
-            load_w(part);
-            dev_grid_wait();
-        }
-        for (int c0 = part; c0 < nchunk; c0 += MMA16_PARTS * U) {
-            if (!PRE || c0 != part) load_w(c0);
-            load_x(c0);
 #pragma unroll
             for (int u = 0; u < U; u++) {
                 if (c0 + u * MMA16_PARTS >= nchunk) break;
@@ -188,9 +170,7 @@ __device__ __forceinline__ void mma16_block(const dsv4_weight &w, const uint16_t
                         for (int e = 0; e < 4; e++) acc[mi][ni][e] = fmaf(f[ni][e], sw[u][mi][e >> 1], acc[mi][ni][e]);
                 }
             }
-        }
-    } else {
-        for (int c0 = part; c0 < nchunk; c0 += MMA16_PARTS * U) {
+        } else {
             const uint16_t *wd = (const uint16_t *)w.data;
             uint4 a[U][MT][2][4], b[U][NT][4];
             int nu[U];
@@ -284,19 +264,13 @@ struct mma16_jobs {
     int ldy[MMA16_JOBS], out_bf16[MMA16_JOBS], first[MMA16_JOBS + 1], n;
 };
 
-/* MMA_PRE_WAIT (k_mma.cu's build switch): the FP8 weights of up to 8 tokens loaded before the wait. */
-#ifndef MMA_PRE_WAIT
-#define MMA_PRE_WAIT 0
-#endif
-#define MMA16_PRE_OF(WF8, NT) (MMA_PRE_WAIT && (WF8) && (NT) == 1)
-
 /* Rows [16 MT b, +16 MT) of the block's job (b its block within the job) read the input columns from
  * (row / group_rows) * group_x on (the grouped wo_a: a block never straddles two groups, the launcher sees to it;
  * group_rows = the rows otherwise). */
 template <int WF8, int MT, int NT, int U>
 __global__ void __launch_bounds__(32 * MMA16_PARTS) k_mma16_linear(mma16_jobs jobs, int group_rows, const uint16_t *__restrict__ xb,
                                                                     int ldb, int group_x, int T) {
-    dev_grid_wait_deferred<MMA16_PRE_OF(WF8, NT)>();   /* deferred: mma16_block waits after its first weight loads */
+    dev_grid_wait();
     int j = 0;
 #pragma unroll
     for (int k = 1; k < MMA16_JOBS; k++)
@@ -314,7 +288,7 @@ __global__ void __launch_bounds__(32 * MMA16_PARTS) k_mma16_linear(mma16_jobs jo
             out_bf16 = jobs.out_bf16[k];
         }
     const int row_base = ((int)blockIdx.x - first) * 16 * MT;
-    mma16_block<WF8, MT, NT, U, MMA16_PRE_OF(WF8, NT)>(w, xb + (int64_t)(row_base / group_rows) * group_x, ldb, T, y, ldy, row_base, blockIdx.y * 8 * NT, out_bf16);
+    mma16_block<WF8, MT, NT, U>(w, xb + (int64_t)(row_base / group_rows) * group_x, ldb, T, y, ldy, row_base, blockIdx.y * 8 * NT, out_bf16);
 }
 
 /* xb[t][i] = bf16(x[t][i]), round to nearest even (exact for bf16-valued rows). */
