@@ -140,7 +140,7 @@ __global__ void __launch_bounds__(CU_PREP_THREADS) k_attn_prepare(cu_prep a) {
 }
 
 extern "C" void cu_attn_prepare(cu_stream st, const cu_prep *a) {
-    if (a->T <= 0) return;
+    if (a->T <= 0 || (DIAG_SKIP & 32)) return;
     const int ny = a->H + 1 + (a->ratio ? 1 + (a->ratio == 4 ? a->nI : 0) : 0);
     k_attn_prepare<<<dim3(a->T, ny), CU_PREP_THREADS, 0, (cudaStream_t)st>>>(*a);
 }
@@ -230,7 +230,7 @@ __global__ void k_compress(int official, cu_comp_jobs jobs, const int64_t *pos, 
 
 extern "C" void cu_compress(cu_stream st, int official, const cu_comp_jobs *jobs, const int64_t *pos, const int32_t *item_of,
                             const cu_item *items, const cu_seq_layer *sl, const float *freq, int R, float eps, int T, int ring_now) {
-    if (T <= 0 || jobs->n <= 0) return;
+    if (T <= 0 || jobs->n <= 0 || (DIAG_SKIP & 16)) return;
     int width = 0;
     for (int j = 0; j < jobs->n; j++) width = jobs->job[j].lay.width > width ? jobs->job[j].lay.width : width;
     k_compress<<<dim3(T, jobs->n), 128, sizeof(float) * width, (cudaStream_t)st>>>(official, *jobs, pos, item_of, items, sl, freq, R,
@@ -246,7 +246,7 @@ __global__ void k_comp_ring_write(cu_comp_jobs jobs, const int64_t *pos, const i
 
 extern "C" void cu_comp_ring_write(cu_stream st, const cu_comp_jobs *jobs, const int64_t *pos, const int32_t *item_of, const cu_item *items,
                                    const cu_seq_layer *sl, int T) {
-    if (T > 0 && jobs->n > 0) k_comp_ring_write<<<dim3(T, jobs->n), 128, 0, (cudaStream_t)st>>>(*jobs, pos, item_of, items, sl);
+    if (T > 0 && jobs->n > 0 && !(DIAG_SKIP & 16)) k_comp_ring_write<<<dim3(T, jobs->n), 128, 0, (cudaStream_t)st>>>(*jobs, pos, item_of, items, sl);
 }
 
 
@@ -1403,7 +1403,7 @@ extern "C" int cu_attention(cu_stream st, int official, int mma, cu_kvlay lay, c
                             const int32_t *item_of, const cu_item *items, const cu_seq_layer *sl, int ring_len, int W, int ratio,
                             const int32_t *sel, const int32_t *n_sel, int topk, const float *sink, const float *freq, int T,
                             int H, int D, int R, int max_keys, float *scratch, int64_t scratch_floats, float *o) {
-    if (T <= 0) return 0;
+    if (T <= 0 || (DIAG_SKIP & 4)) return 0;
     const int tc = official && (mma & CU_ATT_MMA);   /* EXACT mode keeps the fp32 path */
     const int64_t nch = att_chunks(max_keys > 0 ? max_keys : 1);
     const int64_t g = att_group(scratch_floats, att_query_floats(nch, H, D), T);

@@ -357,7 +357,7 @@ extern "C" void cu_hc_pre_finish(cu_stream st, int official, const float *mixraw
                                  const float *base, const float *scale, float hc_eps, float norm_eps, int iters, float *u,
                                  float *mix, const float *norm, float *xn, uint8_t *xq, int ldq, float *xqs, int lds,
                                  uint16_t *xb, int ldb) {
-    if (T <= 0) return;
+    if (T <= 0 || (DIAG_SKIP & 8)) return;
     if (!norm) xn = NULL, xq = NULL, xb = NULL;
     if (DSV4_MHC_FAST && hc == 4 && d % ROW_THREADS == 0) {
         const int M = d / ROW_THREADS;
@@ -417,7 +417,7 @@ __global__ void k_hc_post(int official, const float *f, const float *mix, float 
 }
 
 extern "C" void cu_hc_post(cu_stream st, int official, const float *f, const float *mix, float *X, int T, int hc, int d) {
-    if (T > 0) k_hc_post<<<cu_blocks((int64_t)T * d, 256), 256, 0, (cudaStream_t)st>>>(official, f, mix, X, T, hc, d);
+    if (T > 0 && !(DIAG_SKIP & 8)) k_hc_post<<<cu_blocks((int64_t)T * d, 256), 256, 0, (cudaStream_t)st>>>(official, f, mix, X, T, hc, d);
 }
 
 /* The MoE sub-layer's output made where hc_post reads it: f = bf16(the token's expert rows summed in its slot order
@@ -464,7 +464,7 @@ __global__ void k_hc_post_moe(int official, const float *ey, const float *shared
 
 extern "C" void cu_hc_post_moe(cu_stream st, int official, const float *ey, const float *shared, const int32_t *token_pairs, int K,
                                const float *mix, float *X, int T, int hc, int d) {
-    if (T > 0)
+    if (T > 0 && !(DIAG_SKIP & 8))
         k_hc_post_moe<<<cu_blocks((int64_t)T * d, 256), 256, 0, (cudaStream_t)st>>>(official, ey, shared, token_pairs, K, mix, X, T,
                                                                                    hc, d);
 }

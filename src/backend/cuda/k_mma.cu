@@ -938,6 +938,7 @@ extern "C" int cu_mma_linear(cu_stream st, const dsv4_weight *w, const uint8_t *
                              float *y, int ldy, int out_bf16, int stream, dsv4_error *err) {
     const int rc = linear_args("cu_mma_linear", w, xq, ldq, xs, lds, T, y, ldy, err);
     if (rc || T == 0 || w->rows == 0) return rc;
+    if (DIAG_SKIP & 1) return 0;
     if (cu_mma_gemm_linear(st, w, xq, ldq, xs, lds, T, y, ldy, out_bf16)) return 0;   /* large T (k_mma_gemm.cu): the same bits */
     if (stream && cu_mma_stream_linear(st, w, y, ldy, NULL, NULL, 0, xq, ldq, xs, lds, T, out_bf16))
         return 0;   /* T <= 8 streamed (k_mma_stream.cu): the same bits */
@@ -957,6 +958,7 @@ extern "C" int cu_mma_linear_pair(cu_stream st, const dsv4_weight *w_a, float *y
         return dsv4_fail(err, DSV4_E_ARG, "cu_mma_linear_pair: weights of formats %d / %d with %d / %d columns (one format and width)",
                          (int)w_a->fmt, (int)w_b->fmt, w_a->cols, w_b->cols);
     if (T == 0 || (w_a->rows == 0 && w_b->rows == 0)) return 0;
+    if (DIAG_SKIP & 1) return 0;
     if (w_a->rows == 0 || w_b->rows == 0 || !MMA_LINEAR_PAIR || cu_mma_gemm_takes_linear(w_a, T) || cu_mma_gemm_takes_linear(w_b, T)) {
         /* two calls (one when a weight has no rows; large T goes to the GEMM, each weight on its own) */
         if (w_a->rows) cu_mma_linear(st, w_a, xq, ldq, xs, lds, T, y_a, ldy_a, out_bf16, stream, NULL);
@@ -1034,6 +1036,7 @@ extern "C" int cu_mma_expert_linear(cu_stream st, const dsv4_weight *experts, in
                                     int ldy, int out_bf16, int stream, dsv4_error *err) {
     const int rc = expert_args("cu_mma_expert_linear", rows, cols, fmt, ldq, xq, lds, ldy, err);
     if (rc) return rc;
+    if (DIAG_SKIP & 2) return 0;
     if (max_tiles <= 0 || rows == 0) return 0;
     fmt = expert_fmt(fmt, cols);
     if (fmt == CU_FMT_FP4_FRAG) stream = 0;   /* packed weights: the GEMM or k_mma_expert_frag */
@@ -1053,6 +1056,7 @@ extern "C" int cu_mma_expert_linear_pair(cu_stream st, const dsv4_weight *expert
                                          dsv4_error *err) {
     const int rc = expert_args("cu_mma_expert_linear_pair", rows, cols, fmt, ldq, xq, lds, ldy, err);
     if (rc) return rc;
+    if (DIAG_SKIP & 2) return 0;
     if (max_tiles <= 0 || rows == 0) return 0;
     fmt = expert_fmt(fmt, cols);
     const int fp4 = fmt == CU_FMT_FP4_FRAG ? 2 : fmt == WF_FP4;

@@ -371,6 +371,7 @@ extern "C" int cu_mma16_linear(cu_stream st, const dsv4_weight *w, int groups, c
                                int ldy, int out_bf16, dsv4_error *err) {
     const int rc = mma16_check("cu_mma16_linear", w, groups, xb, ldb, group_x, T, y, ldy, err);
     if (rc || T == 0 || w->rows == 0) return rc;
+    if (DIAG_SKIP & 1) return 0;
     mma16_jobs jobs;
     memset(&jobs, 0, sizeof jobs);
     jobs.w[0] = *w;
@@ -399,7 +400,7 @@ extern "C" int cu_mma16_linear_multi(cu_stream st, const cu_mma16_out *outs, int
         jobs.out_bf16[jobs.n] = outs[j].out_bf16;
         jobs.n++;
     }
-    if (T == 0 || jobs.n == 0) return 0;
+    if (T == 0 || jobs.n == 0 || (DIAG_SKIP & 1)) return 0;
     if (jobs.w[0].fmt == WF_FP8) mma16_dispatch<1>(st, &jobs, 1, xb, ldb, 0, T);
     else mma16_dispatch<0>(st, &jobs, 1, xb, ldb, 0, T);
     return 0;
