@@ -19,7 +19,7 @@
 
 /* DIAG_SKIP (a measuring build only, never a real one: its outputs are wrong): launchers that return without
  * launching, to time a decode step without a group of kernels and so learn that group's share of the step's
- * critical path (docs/GPU_RUNS.md run 73): 1 the dense tensor-core linears (k_mma.cu, k_mma16.cu: projections,
+ * critical path (tools/gpu/stage_attrib.sh; docs/GPU_RUNS.md runs 73-75): 1 the dense tensor-core linears (k_mma.cu, k_mma16.cu: projections,
  * shared expert, head), 2 the routed experts, 4 attention (cu_attention), 8 mHC (hc_pre's finish, hc_post,
  * hc_post_moe), 16 the compressors, 32 attn_prepare. Only kernels whose outputs are floats the rest reads as
  * values (never as indices or counts) are in a group. */
