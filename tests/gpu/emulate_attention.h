@@ -32,11 +32,16 @@ int cu_attention_decode_launches(int official, int mma, cu_kvlay lay, int T, int
     return 0;   /* the C port has one order and no kernels */
 }
 
+int cu_attention_fused_launches(int official, int mma, cu_kvlay lay, int T, int H, int D, int max_keys, int64_t scratch_floats) {
+    (void)official; (void)mma; (void)lay; (void)T; (void)H; (void)D; (void)max_keys; (void)scratch_floats;
+    return 0;
+}
+
 int cu_attention(cu_stream st, int official, int mma, cu_kvlay lay, const float *q, const uint8_t *kvs, const int64_t *pos,
                  const int32_t *item_of, const cu_item *items, const cu_seq_layer *sl, int ring_len, int Wn, int ratio,
                  const int32_t *sel, const int32_t *n_sel, int topk, const float *sink, const float *freq, int T, int H,
-                 int D, int R, int max_keys, float *scratch, int64_t scratch_floats, float *o) {
-    (void)st; (void)scratch; (void)scratch_floats; (void)max_keys;
+                 int D, int R, int max_keys, float *scratch, int64_t scratch_floats, unsigned *bar, float *o) {
+    (void)st; (void)scratch; (void)scratch_floats; (void)max_keys; (void)bar;
     (void)mma;   /* the fp32 path's order only: the tensor-core path runs through the shim */
     kv_layout kl;
     kv_layout_init(&kl, lay.fmt, (kv_row_kind)lay.kind, lay.width, lay.rope);

@@ -256,6 +256,7 @@ typedef struct {
 
 static int n_dec_compared;   /* steps whose outputs were compared with and without the decode-sized scores kernel */
 static int n_dec_launches;   /* launches of those steps that took it (the others ran k_att_scores both times) */
+static int n_fused_launches; /* launches of those steps that took k_att_dec, the one-launch decode attention */
 
 /* Overwrites device memory d with NaN bytes (a kernel that writes nothing shows). */
 static void dev_fill_nan(void *d, size_t n) {
@@ -330,30 +331,46 @@ static void run_step(const acase *c, int mma, seqdata *seqs, const item_spec *it
     float *d_scratch = dev_put(NULL, sizeof(float) * (size_t)scratch_floats);
     float *d_o = dev_put(NULL, sizeof(float) * (size_t)T * H * D);
     const cu_kvlay lay = { kl.fmt, kl.kind, kl.width, kl.rope, kl.nope, (int)kl.bytes };
+    static const unsigned zero2[2] = { 0, 0 };
+    unsigned *d_bar = dev_put(zero2, sizeof zero2), bar[2];   /* k_att_dec's grid-barrier words */
     const int rc = cu_attention(NULL, c->official, mma ? CU_ATT_MMA : 0, lay, d_q, d_kvs, d_pos, d_item_of, d_items, d_sl, RING, W, c->ratio,
-                                d_sel, d_n_sel, TOPK, d_sink, d_freq, T, H, D, c->R, (int)max_keys, d_scratch, scratch_floats, d_o);
+                                d_sel, d_n_sel, TOPK, d_sink, d_freq, T, H, D, c->R, (int)max_keys, d_scratch, scratch_floats, d_bar, d_o);
     if (rc) fail_msg("%s: cu_attention refused %lld keys with a scratch of %lld floats", c->name, (long long)max_keys, (long long)scratch_floats);
     dev_sync();
     dev_get(out, d_o, sizeof(float) * (size_t)T * H * D);
-    if (!mma) {   /* the CUDA-core path again without the decode-sized scores kernel: the same bits (memcmp) */
+    if (!mma) {   /* the CUDA-core path again without the one-launch kernel, then without either decode-sized kernel: the same bits (memcmp) */
+        const int fused = cu_attention_fused_launches(c->official, 0, lay, T, H, D, (int)max_keys, scratch_floats);
+        dev_get(bar, d_bar, sizeof bar);
+#ifndef ATT_TEST_SHIM   /* the shim runs k_att_dec's steps as three launches, without barriers */
+        if (bar[0] != 0 || bar[1] != 2u * (unsigned)fused)
+            fail_msg("%s: after %d launches of k_att_dec the barrier words are %u, %u (want 0, %u)", c->name, fused, bar[0], bar[1], 2u * (unsigned)fused);
+#endif
+        static const struct { int flags; const char *what; } others[2] = {
+            { CU_ATT_NO_FUSED, "k_att_dec differs from k_att_scores_dec + k_att_pv + k_att_combine" },
+            { CU_ATT_NO_DEC, "the decode-sized kernels differ from k_att_scores + k_att_pv + k_att_combine" } };
         float *old = malloc(sizeof(float) * (size_t)T * H * D);
         assert_non_null(old);
-        dev_fill_nan(d_o, sizeof(float) * (size_t)T * H * D);
-        if (cu_attention(NULL, c->official, CU_ATT_NO_DEC, lay, d_q, d_kvs, d_pos, d_item_of, d_items, d_sl, RING, W, c->ratio, d_sel, d_n_sel,
-                         TOPK, d_sink, d_freq, T, H, D, c->R, (int)max_keys, d_scratch, scratch_floats, d_o))
-            fail_msg("%s: cu_attention (CU_ATT_NO_DEC) refused the step", c->name);
-        dev_sync();
-        dev_get(old, d_o, sizeof(float) * (size_t)T * H * D);
-        if (memcmp(old, out, sizeof(float) * (size_t)T * H * D)) {
-            int64_t first = 0;
-            while (!memcmp(old + first, out + first, sizeof(float))) first++;
-            fail_msg("%s: %d queries: the decode-sized scores kernel differs from k_att_scores (first at output %lld: %a vs %a)", c->name, T,
-                     (long long)first, out[first], old[first]);
+        for (int k = 0; k < 2; k++) {
+            dev_fill_nan(d_o, sizeof(float) * (size_t)T * H * D);
+            dev_fill_nan(d_scratch, sizeof(float) * (size_t)scratch_floats);   /* nothing may come from the run before */
+            if (cu_attention(NULL, c->official, others[k].flags, lay, d_q, d_kvs, d_pos, d_item_of, d_items, d_sl, RING, W, c->ratio, d_sel,
+                             d_n_sel, TOPK, d_sink, d_freq, T, H, D, c->R, (int)max_keys, d_scratch, scratch_floats, d_bar, d_o))
+                fail_msg("%s: cu_attention (flags %d) refused the step", c->name, others[k].flags);
+            dev_sync();
+            dev_get(old, d_o, sizeof(float) * (size_t)T * H * D);
+            if (memcmp(old, out, sizeof(float) * (size_t)T * H * D)) {
+                int64_t first = 0;
+                while (!memcmp(old + first, out + first, sizeof(float))) first++;
+                fail_msg("%s: %d queries: %s (first at output %lld: %a vs %a)", c->name, T, others[k].what, (long long)first, out[first],
+                         old[first]);
+            }
         }
         n_dec_compared++;
         n_dec_launches += cu_attention_decode_launches(c->official, 0, lay, T, H, D, (int)max_keys, scratch_floats);
+        n_fused_launches += fused;
         free(old);
     }
+    dev_free(d_bar);
     dump_outputs(c, out, (size_t)T * H * D);
     dev_free(d_q); dev_free(d_sink); dev_free(d_freq); dev_free(d_kvs); dev_free(d_pos); dev_free(d_item_of); dev_free(d_sel);
     dev_free(d_n_sel); dev_free(d_items); dev_free(d_sl); dev_free(d_scratch); dev_free(d_o);
@@ -574,11 +591,12 @@ static void decode_shapes(void **state) {
  * the decode shapes, the groups of two). */
 static void decode_kernel_compared(void **state) {
     (void)state;
-    printf("  decode-sized scores kernel = k_att_scores (memcmp of the outputs): %d steps, %d launches of it\n", n_dec_compared,
-           n_dec_launches);
+    printf("  decode-sized kernels = k_att_scores (memcmp of the outputs): %d steps, %d launches of k_att_scores_dec, %d of k_att_dec\n",
+           n_dec_compared, n_dec_launches, n_fused_launches);
     assert_true(n_dec_compared > 0);
 #if !defined(ATT_TEST_EMULATE) || defined(ATT_TEST_SHIM)
     assert_true(n_dec_launches > 0);
+    assert_true(n_fused_launches > 0);
 #endif
 }
 
@@ -593,19 +611,19 @@ static void decode_kernel_compared(void **state) {
 
 static double us_per_call(int mode, const cu_kvlay *lay, float *d_q, uint8_t *d_kvs, int64_t *d_pos, int32_t *d_item_of, cu_item *d_items,
                           cu_seq_layer *d_sl, int ratio, int32_t *d_sel, int32_t *d_n_sel, float *d_sink, float *d_freq, int T,
-                          int max_keys, float *d_scratch, int64_t sf, float *d_o, int reps) {
+                          int max_keys, float *d_scratch, int64_t sf, unsigned *d_bar, float *d_o, int reps) {
     cudaEvent_t e0, e1;
     float ms = -1;
     for (int r = 0; r < 3; r++)   /* warm */
         if (cu_attention(NULL, 1, mode, *lay, d_q, d_kvs, d_pos, d_item_of, d_items, d_sl, RING, W, ratio, d_sel, d_n_sel, TOPK, d_sink, d_freq,
-                         T, 64, 512, 64, max_keys, d_scratch, sf, d_o))
+                         T, 64, 512, 64, max_keys, d_scratch, sf, d_bar, d_o))
             return -1;
     cudaEventCreate(&e0);
     cudaEventCreate(&e1);
     cudaEventRecord(e0, 0);
     for (int r = 0; r < reps; r++)
         cu_attention(NULL, 1, mode, *lay, d_q, d_kvs, d_pos, d_item_of, d_items, d_sl, RING, W, ratio, d_sel, d_n_sel, TOPK, d_sink, d_freq, T,
-                     64, 512, 64, max_keys, d_scratch, sf, d_o);
+                     64, 512, 64, max_keys, d_scratch, sf, d_bar, d_o);
     cudaEventRecord(e1, 0);
     cudaEventSynchronize(e1);
     cudaEventElapsedTime(&ms, e0, e1);
@@ -656,28 +674,36 @@ static int bench(void) {
     const int max_keys = W + TOPK;
     const int64_t sf = cu_attention_scratch_floats(TMAX, H, D, max_keys);
     float *d_scratch = dev_put(NULL, sizeof(float) * (size_t)sf), *d_o = dev_put(NULL, sizeof(float) * TMAX * H * D);
+    static const unsigned zero2[2] = { 0, 0 };
+    unsigned *d_bar = dev_put(zero2, sizeof zero2);
     float *o_new = malloc(sizeof(float) * TMAX * H * D), *o_old = malloc(sizeof(float) * TMAX * H * D);
+    float *o_mid = malloc(sizeof(float) * TMAX * H * D);
     static const struct { const char *name; int ratio; } kinds[] = { { "SWA (128 keys)", 0 }, { "CSA (128 + 512)", 4 }, { "HCA (128 + 512)", 128 } };
     static const int Ts[] = { 1, 2, 4, 8, 16 };
-    printf("cu_attention, 64 heads x 512, fp8 rows, OFFICIAL, CUDA cores: us a call (k_att_scores + k_att_pv + k_att_combine)\n");
-    printf("%-18s %4s %12s %12s %8s\n", "keys", "T", "k_att_scores", "default", "speedup");
+    printf("cu_attention, 64 heads x 512, fp8 rows, OFFICIAL, CUDA cores: us a call (k_att_scores or k_att_scores_dec, + k_att_pv + "
+           "k_att_combine; default: k_att_dec where it fits)\n");
+    printf("%-18s %4s %12s %12s %12s %8s\n", "keys", "T", "k_att_scores", "scores_dec", "default", "speedup");
     for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++)
         for (size_t i = 0; i < sizeof Ts / sizeof Ts[0]; i++) {
             const int T = Ts[i];
             const double old = us_per_call(CU_ATT_NO_DEC, &lay, d_q, d_kvs, d_pos, d_item_of, d_items, d_sl, kinds[k].ratio, d_sel, d_n_sel, d_sink,
-                                           d_freq, T, max_keys, d_scratch, sf, d_o, 200);
+                                           d_freq, T, max_keys, d_scratch, sf, d_bar, d_o, 200);
             dev_get(o_old, d_o, sizeof(float) * (size_t)T * H * D);
+            const double mid = us_per_call(CU_ATT_NO_FUSED, &lay, d_q, d_kvs, d_pos, d_item_of, d_items, d_sl, kinds[k].ratio, d_sel, d_n_sel,
+                                           d_sink, d_freq, T, max_keys, d_scratch, sf, d_bar, d_o, 200);
+            dev_get(o_mid, d_o, sizeof(float) * (size_t)T * H * D);
             const double neu = us_per_call(0, &lay, d_q, d_kvs, d_pos, d_item_of, d_items, d_sl, kinds[k].ratio, d_sel, d_n_sel, d_sink, d_freq, T,
-                                           max_keys, d_scratch, sf, d_o, 200);
+                                           max_keys, d_scratch, sf, d_bar, d_o, 200);
             dev_get(o_new, d_o, sizeof(float) * (size_t)T * H * D);
-            if (old <= 0 || neu <= 0) {
+            if (old <= 0 || mid <= 0 || neu <= 0) {
                 fprintf(stderr, "bench: cu_attention failed\n");
                 return 1;
             }
-            const int same = !memcmp(o_old, o_new, sizeof(float) * (size_t)T * H * D);
+            const int same = !memcmp(o_old, o_new, sizeof(float) * (size_t)T * H * D) && !memcmp(o_old, o_mid, sizeof(float) * (size_t)T * H * D);
             const int dec = cu_attention_decode_launches(1, 0, lay, T, H, D, max_keys, sf);
-            printf("%-18s %4d %12.1f %12.1f %7.2fx %s%s\n", kinds[k].name, T, old, neu, old / neu, dec ? "dec" : "",
-                   same ? "" : "  OUTPUTS DIFFER");
+            const int fus = cu_attention_fused_launches(1, 0, lay, T, H, D, max_keys, sf);
+            printf("%-18s %4d %12.1f %12.1f %12.1f %7.2fx %s%s%s\n", kinds[k].name, T, old, mid, neu, old / neu, dec ? "dec" : "",
+                   fus ? " fused" : "", same ? "" : "  OUTPUTS DIFFER");
             if (!same) return 1;
         }
     return 0;

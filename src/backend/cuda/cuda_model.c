@@ -481,6 +481,9 @@ static int init_ranks(struct cuda_model *cm, const struct dsv4_model *m, int n, 
  *                       k_att_scores 34 us a layer whatever the keys (its 16 slices wait on memory one after another);
  *                       run 44: the suite passed with it on. Until f32 rows were copied without their raw copy the
  *                       kernel did not fit f32 rows (the bench's default KV) and was never taken there.
+ *   DSV4_CUDA_ATT_FUSED such a launch's scores, P.V and combination in one kernel, k_att_dec (two grid barriers:
+ *                       its blocks are all resident), default on; 0 = k_att_scores_dec, k_att_pv, k_att_combine. The
+ *                       same bits either way (test_gpu_attention compares them).
  *   DSV4_CUDA_BRANCH    a layer's chains that do not depend on each other run on a second stream, a branch of the
  *                       step's graph (cuda_step.c branch_fork): the shared expert beside the router and the routed
  *                       experts, the compressors' projections and the indexer's queries beside the query path;
@@ -504,7 +507,7 @@ static int env_switch(const char *name, int dflt, const char *what, int *on, dsv
 int cuda_model_init(struct dsv4_model *m, const cuda_placement *p, dsv4_error *err) {
     const int gpu = p->gpu;
     int n_gpus = p->n_gpus, graphs_on, pdl_on /* CU_PDL_* */, mma_on, gemm_on, stream_on, lean_on, pack_on, idx_mma_on, att_mma_on,
-        att_dec_on, branch_on;
+        att_dec_on, att_fused_on, branch_on;
     if (env_switch("DSV4_CUDA_GRAPHS", 1, "CUDA graphs", &graphs_on, err) ||
         env_choice("DSV4_CUDA_PDL", CU_PDL_EXIT, CU_PDL_EXIT,
                    "0 (plain edges in the CUDA graphs), 1 (programmatic from launch completion) or 2 (from exit)", &pdl_on, err) ||
@@ -516,6 +519,7 @@ int cuda_model_init(struct dsv4_model *m, const cuda_placement *p, dsv4_error *e
         env_switch("DSV4_CUDA_IDX_MMA", 1, "indexer scores on tensor cores in OFFICIAL mode", &idx_mma_on, err) ||
         env_switch("DSV4_CUDA_ATT_MMA", 0, "tensor-core attention in OFFICIAL mode", &att_mma_on, err) ||
         env_switch("DSV4_CUDA_ATT_DEC", 1, "the decode-sized attention scores kernel", &att_dec_on, err) ||
+        env_switch("DSV4_CUDA_ATT_FUSED", 1, "a decode step's attention in one kernel", &att_fused_on, err) ||
         env_switch("DSV4_CUDA_BRANCH", 1, "a layer's independent chains on a second stream", &branch_on, err))
         return DSV4_E_ARG;
     if (n_gpus < 1) n_gpus = 1;
@@ -556,6 +560,7 @@ int cuda_model_init(struct dsv4_model *m, const cuda_placement *p, dsv4_error *e
     cm->idx_mma_on = idx_mma_on;
     cm->att_mma_on = att_mma_on;
     cm->att_dec_on = att_dec_on;
+    cm->att_fused_on = att_fused_on;
     cm->branch_on = branch_on;
     m->cuda = cm;
     m->state_mem = &seq_mem_cuda;

@@ -78,6 +78,7 @@ typedef struct {
      * cu_mma16_ld(width); [max(T * max(dim, heads * head_dim), CU_HEAD_ROWS * dim)]. */
     uint16_t *xb;
     float *att;                /* cu_attention's scratch */
+    unsigned *att_bar;         /* [2] cu_attention's grid-barrier words (k_att_dec): zeroed when allocated */
     /* per-step metadata */
     int32_t *tok, *item_of;
     int64_t *pos;
@@ -151,6 +152,8 @@ struct cuda_model {
     int att_mma_on;            /* OFFICIAL attention scores and P.V on bf16 tensor cores (k_attention.cu):
                                   DSV4_CUDA_ATT_MMA at load (default 0), in OFFICIAL steps only */
     int att_dec_on;            /* the decode-sized attention scores kernel (k_attention.cu k_att_scores_dec): DSV4_CUDA_ATT_DEC at
+                                  load (default 1); the same bits either way */
+    int att_fused_on;          /* such a launch's whole attention in one kernel (k_attention.cu k_att_dec): DSV4_CUDA_ATT_FUSED at
                                   load (default 1); the same bits either way */
     int branch_on;             /* a layer's independent chains on a second stream (cuda_step.c branch_fork): DSV4_CUDA_BRANCH
                                   at load (default 1); the same bits either way */

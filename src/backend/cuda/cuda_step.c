@@ -106,6 +106,7 @@ static void lay_out(ws_alloc *a, const dsv4_config *c, int T, int items, int64_t
     }
     ws->att_floats = cu_attention_scratch_floats(T, (int)H, (int)D, att_keys);
     TAKE(att, ws->att_floats);
+    TAKE(att_bar, 2);
     TAKE(tok, T); TAKE(item_of, T); TAKE(pos, T); TAKE(items, items); TAKE(sl, (int64_t)c->n_layers * items);
 }
 
@@ -120,6 +121,8 @@ static int ws_try(struct dsv4_model *m, int nT, int nI, int64_t nR, int64_t nK, 
     cuda_workspace_free(ws);
     ws_alloc a = { ws, 0, 0, 0, 0 };
     lay_out(&a, &m->cfg, nT, nI, nR, nK, rowb);
+    static const unsigned zero2[2] = { 0, 0 };   /* k_att_dec's barrier words start at zero (cu_kernels.h) */
+    if (!a.failed && cu_upload(ws->att_bar, zero2, sizeof zero2)) a.failed = 1;
     if (!a.failed && !(ws->idx_offgrid = cu_malloc_mapped(sizeof *ws->idx_offgrid))) a.failed = 1;
     if (ws->idx_offgrid) *ws->idx_offgrid = 0;
     if (a.failed) {
@@ -462,10 +465,11 @@ static void step_attention(step_ctx *s, const cu_layer *ly, int L) {
     }
     mark(s, ST_COMPRESS);
     const int max_keys = c->window + (ly->ratio == 128 ? (int)s->hca_rows : ly->ratio == 4 ? c->index_topk : 0);
-    const int att_flags = (s->cm->att_mma_on ? CU_ATT_MMA : 0) | (s->cm->att_dec_on ? 0 : CU_ATT_NO_DEC);
+    const int att_flags = (s->cm->att_mma_on ? CU_ATT_MMA : 0) | (s->cm->att_dec_on ? 0 : CU_ATT_NO_DEC) |
+                          (s->cm->att_fused_on ? 0 : CU_ATT_NO_FUSED);
     if (cu_attention(s->st, s->official, att_flags, s->main, ws->q, ws->kvs, ws->pos, ws->item_of, ws->items, sl, s->m->ring_len, c->window,
                      ly->ratio, ws->sel, ws->n_sel, c->index_topk, ly->attn_sink, freq, T, H, D, R, max_keys, ws->att, ws->att_floats,
-                     ws->o) && !s->rc)
+                     ws->att_bar, ws->o) && !s->rc)
         s->rc = dsv4_fail(s->err, DSV4_E_STATE, "cuda: the attention of layer %d cannot take %d keys a query (scratch of %lld floats)",
                           L, max_keys, (long long)ws->att_floats);
     mark(s, ST_ATTEND);

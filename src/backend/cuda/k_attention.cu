@@ -843,36 +843,47 @@ __device__ __forceinline__ float4 att_decode4(const cu_kvlay &lay, const uint8_t
     return make_float4(v[0], v[1], v[2], v[3]);
 }
 
+/* k_att_scores_dec's shared memory seen as arrays (att_dec_smem's layout). */
+struct att_dec_view {
+    float *kf, *qf;
+    uint8_t *raw;
+    const uint8_t **kp;
+    float (*red)[ATT_DHG];   /* [ATT_DEC_CT / 32][ATT_DHG]: the computing warps' maxima */
+    int ld, rb;
+};
+
+__device__ __forceinline__ att_dec_view att_dec_view_of(unsigned char *base, const att_dec_smem &m) {
+    att_dec_view v;
+    v.kf = (float *)(base + m.kf);
+    v.qf = (float *)(base + m.qf);
+    v.raw = base + m.raw;
+    v.kp = (const uint8_t **)(base + m.kp);
+    v.red = (float (*)[ATT_DHG])(base + m.red);
+    v.ld = m.ld;
+    v.rb = m.rb;
+    return v;
+}
+
+/* The block's chunk (keys k0 .. k0 + nkc - 1 of query t) and its head group's q rows (heads hb .. hb + hn - 1) into
+ * shared memory as fp32: v.kf [ATT_KC][ld] (rows past nkc and columns past D zeros), v.qf [ATT_DHG][ld] (the same),
+ * v.kp the rows' addresses. One round trip: every copy of the block in flight at once. Ends with a barrier. */
 template <int F>
-__global__ void __launch_bounds__(ATT_DEC_T, 1) k_att_scores_dec(att_args A, const float *q, int t0, int nch, int H, int D,
-                                                                 float *scratch) {
-    dev_grid_wait();
-    extern __shared__ __align__(16) unsigned char att_dec_smem_base[];
-    constexpr int NT = ATT_DEC_T, CT = ATT_DEC_CT, HB = ATT_DHG;
-    const att_dec_smem m = att_dec_smem_of(D, A.lay.bytes, F);
-    float (*red)[HB] = (float (*)[HB])(att_dec_smem_base + m.red);   /* [CT / 32][HB]: the computing warps' maxima */
-    float *kf = (float *)(att_dec_smem_base + m.kf), *qf = (float *)(att_dec_smem_base + m.qf);
-    uint8_t *raw = att_dec_smem_base + m.raw;
-    const uint8_t **kp = (const uint8_t **)(att_dec_smem_base + m.kp);
-    const int ld = m.ld, rb = m.rb;
-    const int slot = blockIdx.z, t = t0 + slot, c = blockIdx.x, hb = blockIdx.y * HB;
-    const int hn = H - hb < HB ? H - hb : HB;
-    const att_keys K = att_keys_of(A.pos[t], t, A.W, A.ratio, A.n_sel);
-    const int k0 = c * ATT_KC;
-    if (k0 >= K.nk) return;   /* the whole block: this query has fewer chunks */
-    const int nkc = K.nk - k0 < ATT_KC ? K.nk - k0 : ATT_KC;
+__device__ __forceinline__ void att_dec_rows(const att_args &A, const float *q, int t, int H, int D, int hb, int hn, const att_keys &K,
+                                             int k0, int nkc, const att_dec_view &v) {
+    constexpr int NT = ATT_DEC_T, HB = ATT_DHG;
+    const int ld = v.ld, rb = v.rb;
     const int item = A.item_of[t];
     const cu_item it = A.items[item];
     const cu_seq_layer L = A.sl[item];
     for (int i = threadIdx.x; i < nkc; i += NT)
-        kp[i] = att_key_row(A.lay, K, k0 + i, it, L, A.kvs, A.ring_len, A.ratio, A.sel + (int64_t)t * A.topk);
+        v.kp[i] = att_key_row(A.lay, K, k0 + i, it, L, A.kvs, A.ring_len, A.ratio, A.sel + (int64_t)t * A.topk);
     /* q rows of the group (zeros past hn and past D), in flight while the row addresses are found */
     const float *qt = q + ((int64_t)t * H + hb) * D;
     const int nq = (D + 3) / 4;   /* float4s a row */
     const bool q16 = D % 4 == 0 && (uintptr_t)qt % 16 == 0;
     for (int e = threadIdx.x; e < HB * nq; e += NT) {
         const int h = e / nq, j = 4 * (e % nq);
-        float *dst = qf + (int64_t)h * ld + j;
+        float *dst = v.qf + (int64_t)h * ld + j;
         if (h < hn && q16) att_cp16(dst, qt + (int64_t)h * D + j);
         else
             for (int k = 0; k < 4; k++)
@@ -887,8 +898,8 @@ __global__ void __launch_bounds__(ATT_DEC_T, 1) k_att_scores_dec(att_args A, con
          * where raw f32 rows beside their decoded copies would not fit in the 227 KB an SM has). */
         for (int e = threadIdx.x; e < ATT_KC * nq; e += NT) {
             const int r = e / nq, j = 4 * (e % nq);
-            float *dst = kf + (int64_t)r * ld + j;
-            const float *src = r < nkc ? (const float *)kp[r] + j : NULL;
+            float *dst = v.kf + (int64_t)r * ld + j;
+            const float *src = r < nkc ? (const float *)v.kp[r] + j : NULL;
             if (src && j + 3 < D && (uintptr_t)src % 16 == 0) att_cp16(dst, src);
             else
                 for (int k = 0; k < 4; k++)
@@ -901,7 +912,7 @@ __global__ void __launch_bounds__(ATT_DEC_T, 1) k_att_scores_dec(att_args A, con
         const int lines = A.lay.bytes / 16 + 2;   /* 16-byte lines a row touches, at most */
         for (int e = threadIdx.x; e < nkc * lines; e += NT) {
             const int r = e / lines;
-            att_copy_line(kp[r], A.lay.bytes, e % lines, raw + (int64_t)r * rb);
+            att_copy_line(v.kp[r], A.lay.bytes, e % lines, v.raw + (int64_t)r * rb);
         }
         att_cp_wait();
         __syncthreads();   /* every thread's copies have landed */
@@ -909,17 +920,25 @@ __global__ void __launch_bounds__(ATT_DEC_T, 1) k_att_scores_dec(att_args A, con
 #pragma unroll 4
         for (int e = threadIdx.x; e < ATT_KC * nq; e += NT) {
             const int r = e / nq, j = 4 * (e % nq);
-            const uint8_t *row = raw + (int64_t)r * rb + ((uintptr_t)(r < nkc ? kp[r] : 0) & 15);
-            *(float4 *)&kf[(int64_t)r * ld + j] = r < nkc ? att_decode4<F>(A.lay, row, j, D) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            const uint8_t *row = v.raw + (int64_t)r * rb + ((uintptr_t)(r < nkc ? v.kp[r] : 0) & 15);
+            *(float4 *)&v.kf[(int64_t)r * ld + j] = r < nkc ? att_decode4<F>(A.lay, row, j, D) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
         }
         __syncthreads();
     }
-    const att_scratch X = att_scratch_of(scratch, slot, nch, H, D);
+}
+
+/* The chunk's scores from v.kf and v.qf (att_dec_rows): S and the chunk's max per head into the scratch (chunk c of
+ * the query), as k_att_scores writes them; ss (shared, [ATT_DHG][ss_ld], or NULL): the same scores, for the fused
+ * kernel's P.V. Ends with a barrier. */
+__device__ __forceinline__ void att_dec_scores(const att_dec_view &v, int c, int nkc, int H, int D, int hb, int hn, const att_scratch &X,
+                                               float *ss, int ss_ld) {
+    constexpr int CT = ATT_DEC_CT;
+    const int nq = (D + 3) / 4, ld = v.ld;
     if (threadIdx.x < CT) {   /* whole warps; the others only copied and decoded */
         /* thread: keys kr + 8 a (a = 0, 1), heads hx + 4 b (b = 0, 1); the chains over the columns in order */
         const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, kx = lane & 7, hx = lane >> 3, kr = 16 * w + kx;
         float acc[2][2] = { { 0.0f, 0.0f }, { 0.0f, 0.0f } };
-        const float *k0p = kf + (int64_t)kr * ld, *k1p = k0p + 8 * ld, *q0p = qf + (int64_t)hx * ld, *q1p = q0p + 4 * ld;
+        const float *k0p = v.kf + (int64_t)kr * ld, *k1p = k0p + 8 * ld, *q0p = v.qf + (int64_t)hx * ld, *q1p = q0p + 4 * ld;
 #pragma unroll 4
         for (int j = 0; j < 4 * nq; j += 4) {   /* columns past D: zeros on both sides, as k_att_scores's */
             const float4 k0v = *(const float4 *)(k0p + j), k1v = *(const float4 *)(k1p + j);
@@ -949,19 +968,37 @@ __global__ void __launch_bounds__(ATT_DEC_T, 1) k_att_scores_dec(att_args A, con
                 if (r < nkc) {
                     mx = fmaxf(mx, s);
                     if (h < hn) X.S[((int64_t)c * H + hb + h) * ATT_KC + r] = s;
+                    if (ss) ss[h * ss_ld + r] = s;
                 }
             }
             /* the 8 lanes kx of a head, then the CT / 32 warps: a max, exact in any order */
             for (int off = 1; off < 8; off <<= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
-            if (kx == 0) red[w][h] = mx;
+            if (kx == 0) v.red[w][h] = mx;
         }
     }
     __syncthreads();
     if (threadIdx.x < hn) {
-        float mx = red[0][threadIdx.x];
-        for (int ww = 1; ww < CT / 32; ww++) mx = fmaxf(mx, red[ww][threadIdx.x]);
+        float mx = v.red[0][threadIdx.x];
+        for (int ww = 1; ww < CT / 32; ww++) mx = fmaxf(mx, v.red[ww][threadIdx.x]);
         X.cmax[(int64_t)c * H + hb + threadIdx.x] = mx;
     }
+    __syncthreads();
+}
+
+template <int F>
+__global__ void __launch_bounds__(ATT_DEC_T, 1) k_att_scores_dec(att_args A, const float *q, int t0, int nch, int H, int D,
+                                                                 float *scratch) {
+    dev_grid_wait();
+    extern __shared__ __align__(16) unsigned char att_dec_smem_base[];
+    const att_dec_view v = att_dec_view_of(att_dec_smem_base, att_dec_smem_of(D, A.lay.bytes, F));
+    const int slot = blockIdx.z, t = t0 + slot, c = blockIdx.x, hb = blockIdx.y * ATT_DHG;
+    const int hn = H - hb < ATT_DHG ? H - hb : ATT_DHG;
+    const att_keys K = att_keys_of(A.pos[t], t, A.W, A.ratio, A.n_sel);
+    const int k0 = c * ATT_KC;
+    if (k0 >= K.nk) return;   /* the whole block: this query has fewer chunks */
+    const int nkc = K.nk - k0 < ATT_KC ? K.nk - k0 : ATT_KC;
+    att_dec_rows<F>(A, q, t, H, D, hb, hn, K, k0, nkc, v);
+    att_dec_scores(v, c, nkc, H, D, hb, hn, att_scratch_of(scratch, slot, nch, H, D), NULL, 0);
 }
 
 /* ---- OFFICIAL mode on bf16 tensor cores (cu_attention's mma argument; DSV4_CUDA_ATT_MMA, cuda_model.c) --------------
@@ -1284,35 +1321,42 @@ __global__ void __launch_bounds__(ATT_PV_T, 3) k_att_pv_mma(att_args A, int t0, 
     if (j0 == 0 && threadIdx.x < hn) X.pden[(int64_t)u * H + hb + threadIdx.x] = den;
 }
 
-__global__ void __launch_bounds__(ATT_COMBINE_T) k_att_combine(int official, const int64_t *pos, const int32_t *n_sel, int W, int ratio,
-                                                               const float *sink, const float *freq, int t0, int nch, int kpp, int H,
-                                                               int D, int R, float *scratch, float *o) {
-    dev_grid_wait();
-    extern __shared__ float out_s[];   /* [D] */
-    const int slot = blockIdx.y, t = t0 + slot, h = blockIdx.x;
-    const int64_t p = pos[t];
-    const att_keys K = att_keys_of(p, t, W, ratio, n_sel);
+/* A value another block of the same launch wrote before a grid barrier (k_att_dec), read through L2: never a line
+ * this SM's L1 may hold from before. For values of earlier launches the same as a plain load. */
+__device__ __forceinline__ float att_ld(const float *p) {
+#if defined(__CUDA_ARCH__)
+    return __ldcg(p);
+#else
+    return *p;
+#endif
+}
+
+/* Head h of the query whose key list is K (scratch X, launches of nch chunks): den = expf(sink - M_h) + den_0 + den_1
+ * + ... (parts of kpp keys, in order), out[j] = bf16_if((out_0[j] + out_1[j] + ...) * (1 / den)) (parts in order, from
+ * 0.0f), de-rotated at p, into ot [D] through out_s [D] (shared). By all of the block's threads, however many: each
+ * column's sum is one thread's chain. */
+__device__ __forceinline__ void att_combine_head(int official, const att_scratch &X, const att_keys &K, int nch, int kpp, int h, int H,
+                                                 int D, int R, const float *sink, const float *freq, int64_t p, float *out_s, float *ot) {
+    const int NTH = (int)blockDim.x;
     const int qch = (K.nk + kpp - 1) / kpp;   /* parts of kpp keys: ATT_KC (CUDA cores), ATT_KC ATT_PG (tensor cores) */
-    const att_scratch X = att_scratch_of(scratch, slot, nch, H, D);
-    float *ot = o + ((int64_t)t * H + h) * D;
     if ((K.nk + ATT_KC - 1) / ATT_KC > nch) {   /* cannot happen when the caller's max_keys holds: say so in the output rather than read past */
-        for (int j = threadIdx.x; j < D; j += blockDim.x) ot[j] = __int_as_float(0x7fc00000);
+        for (int j = threadIdx.x; j < D; j += NTH) ot[j] = __int_as_float(0x7fc00000);
         return;
     }
-    const float M = X.M[h];
+    const float M = att_ld(X.M + h);
     /* ATT_UNROLL chunks' loads in flight, then added in chunk order (a chain of ~130 dependent loads at 1M otherwise) */
     float den = expf(sink[h] - M);
     for (int c0 = 0; c0 < qch; c0 += ATT_UNROLL) {
         float v[ATT_UNROLL];
 #pragma unroll
-        for (int k = 0; k < ATT_UNROLL; k++) v[k] = c0 + k < qch ? X.pden[(int64_t)(c0 + k) * H + h] : 0.0f;
+        for (int k = 0; k < ATT_UNROLL; k++) v[k] = c0 + k < qch ? att_ld(X.pden + (int64_t)(c0 + k) * H + h) : 0.0f;
 #pragma unroll
         for (int k = 0; k < ATT_UNROLL; k++)
             if (c0 + k < qch) den += v[k];
     }
     const float inv = 1.0f / den;
     /* four columns a thread, each summed over the chunks in order from 0.0f */
-    for (int jb = 0; jb < D; jb += 4 * ATT_COMBINE_T) {
+    for (int jb = 0; jb < D; jb += 4 * NTH) {
         float a[4] = { 0.0f, 0.0f, 0.0f, 0.0f };
         for (int c0 = 0; c0 < qch; c0 += ATT_UNROLL) {
             float v[ATT_UNROLL][4];
@@ -1321,8 +1365,8 @@ __global__ void __launch_bounds__(ATT_COMBINE_T) k_att_combine(int official, con
                 const float *pc = X.part + ((int64_t)(c0 + k) * H + h) * D;
 #pragma unroll
                 for (int u = 0; u < 4; u++) {
-                    const int j = jb + threadIdx.x + u * ATT_COMBINE_T;
-                    v[k][u] = c0 + k < qch && j < D ? pc[j] : 0.0f;
+                    const int j = jb + threadIdx.x + u * NTH;
+                    v[k][u] = c0 + k < qch && j < D ? att_ld(pc + j) : 0.0f;
                 }
             }
 #pragma unroll
@@ -1333,13 +1377,204 @@ __global__ void __launch_bounds__(ATT_COMBINE_T) k_att_combine(int official, con
         }
 #pragma unroll
         for (int u = 0; u < 4; u++) {
-            const int j = jb + threadIdx.x + u * ATT_COMBINE_T;
+            const int j = jb + threadIdx.x + u * NTH;
             if (j < D) out_s[j] = dev_bf16_if(official, a[u] * inv);
         }
     }
     __syncthreads();
     block_rope(official, freq, R, out_s + D - R, p, 1);
-    for (int j = threadIdx.x; j < D; j += blockDim.x) ot[j] = out_s[j];
+    for (int j = threadIdx.x; j < D; j += NTH) ot[j] = out_s[j];
+    __syncthreads();   /* out_s is free again (the fused kernel's next head) */
+}
+
+__global__ void __launch_bounds__(ATT_COMBINE_T) k_att_combine(int official, const int64_t *pos, const int32_t *n_sel, int W, int ratio,
+                                                               const float *sink, const float *freq, int t0, int nch, int kpp, int H,
+                                                               int D, int R, float *scratch, float *o) {
+    dev_grid_wait();
+    extern __shared__ float out_s[];   /* [D] */
+    const int slot = blockIdx.y, t = t0 + slot, h = blockIdx.x;
+    const int64_t p = pos[t];
+    att_combine_head(official, att_scratch_of(scratch, slot, nch, H, D), att_keys_of(p, t, W, ratio, n_sel), nch, kpp, h, H, D, R, sink,
+                     freq, p, out_s, o + ((int64_t)t * H + h) * D);
+}
+
+/* ---- a decode step's attention in one launch (issue 18) ------------------------------------------------------------
+ *
+ * k_att_dec computes what k_att_scores_dec, k_att_pv and k_att_combine compute — the same numbers, each in the order
+ * stated above for them (test_gpu_attention compares its outputs with those of CU_ATT_NO_DEC's kernels by memcmp) —
+ * in one launch whose blocks meet at two grid barriers:
+ *   1. block (chunk c, group of ATT_DHG heads, query), k_att_scores_dec's: the chunk's rows and the group's q rows
+ *      decoded into shared memory; the scores (S, and a copy in shared memory) and the chunk's max per head.
+ *   -- every chunk's max is written --
+ *   2. the same block, the chunk's rows still in shared memory (k_att_pv loads them again): M_h = the max of the
+ *      query's chunk maxima (block 0 writes it to the scratch for step 3); e = expf(s - M_h); den_c = e_0 + e_1 + ...
+ *      over the chunk's keys in order from 0.0f (one thread, e unrounded); out_c[h][j] = fmaf over the chunk's keys in
+ *      order from 0.0f of bf16_if(e) * v[j] (one thread a head and 4 columns).
+ *   -- every chunk's parts are written --
+ *   3. block c of a head group combines heads c, c + nc, c + 2 nc, ... of the group (nc: the launch's chunk count)
+ *      as k_att_combine: den = expf(sink - M_h) + den_0 + den_1 + ..., out = bf16_if((out_0 + out_1 + ...) / den)
+ *      summed in chunk order, de-rotated.
+ * Why: at decode the three kernels took ~14 + 11 + 4 us a layer (ncu, run 52), each mostly a chain of fixed latencies
+ * (launch, first loads, tail) and P.V's second load of the rows, for a few hundred keys.
+ * The barriers (att_grid_sync) need every block resident at once: the launcher takes this kernel only where its
+ * blocks are at most the SM count and one fits an SM (its shared memory allows one an SM, so with no block of
+ * another kernel able to stay forever, all are resident: blocks of the kernel before (or of another stream) end).
+ * bar: two words, zero before the first launch; each barrier leaves its count at zero again.
+ * phase: -1 all three steps and the barriers between (the GPU); 0, 1 or 2 one step (the CPU shim, tools/gpu/shim,
+ * runs a launch's blocks one after another, so it launches the three steps in turn: step 2 then decodes its rows
+ * again and takes its scores from S — the same values). */
+struct att_fused_smem {
+    att_dec_smem m;   /* k_att_scores_dec's arrays, then: */
+    int64_t ss;       /* [ATT_DHG][ATT_KC + 4] the chunk's scores, then e, then bf16_if(e) */
+    int64_t ms;       /* [ATT_DHG] M_h */
+    int64_t os;       /* [D] step 3's output row */
+    int64_t bytes;
+};
+static __host__ __device__ __forceinline__ att_fused_smem att_fused_smem_of(int D, int row_bytes, int fmt) {
+    att_fused_smem f;
+    f.m = att_dec_smem_of(D, row_bytes, fmt);
+    f.ss = (f.m.bytes + 15) / 16 * 16;
+    f.ms = f.ss + (int64_t)sizeof(float) * ATT_DHG * (ATT_KC + 4);
+    f.os = f.ms + (int64_t)sizeof(float) * ATT_DHG;
+    f.bytes = f.os + (int64_t)sizeof(float) * D;
+    return f;
+}
+
+/* -DATT_FUSED_BUG=1: a deliberate bug (P.V leaves out each chunk's last key), to see test_gpu_attention's memcmp of
+ * k_att_dec against the three kernels fail (tools/gpu/shim/shim_attention.sh with SHIM_CFLAGS=-DATT_FUSED_BUG=1).
+ * Never in a real build. */
+/* Every block of the grid waits here until all have arrived (all must be resident: k_att_dec's rule). bar[0] counts
+ * arrivals, bar[1] is the generation: the last block to arrive sets the count back to 0, then advances the generation,
+ * which the others wait to see change. Memory: the block's writes are ordered before thread 0's fence and arrival by
+ * __syncthreads; readers after the barrier read them through L2 (att_ld). A barrier that never completes (a broken
+ * residency assumption) traps after ~10 s instead of hanging the process. */
+__device__ __forceinline__ void att_grid_sync(unsigned *bar, unsigned nblocks) {
+#if defined(__CUDA_ARCH__)
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        volatile unsigned *gen = bar + 1;
+        const unsigned g = *gen;   /* cannot advance before this block arrives */
+        __threadfence();
+        if (atomicAdd(bar, 1u) == nblocks - 1) {
+            atomicExch(bar, 0u);
+            __threadfence();
+            atomicAdd(bar + 1, 1u);
+        } else {
+            unsigned long long spins = 0;
+            while (*gen == g) {
+                __nanosleep(64);
+                if (++spins == (1ull << 27)) __trap();
+            }
+        }
+        __threadfence();
+    }
+    __syncthreads();
+#else
+    (void)bar; (void)nblocks;
+    __trap();   /* the shim runs the steps as separate launches (phase >= 0) */
+#endif
+}
+
+template <int F>
+__global__ void __launch_bounds__(ATT_DEC_T, 1) k_att_dec(int official, att_args A, const float *q, int t0, int nch, int H, int D,
+                                                          const float *sink, const float *freq, int R, float *scratch, float *o,
+                                                          unsigned *bar, int phase) {
+    dev_grid_wait();
+    extern __shared__ __align__(16) unsigned char att_dec_smem_base[];
+    constexpr int NT = ATT_DEC_T, HB = ATT_DHG, SL = ATT_KC + 4;
+    static_assert(NT % 2 == 0 && HB == 8, "k_att_dec: P.V threads are 2 x 4 heads x (NT / 2) column quads");
+    const att_fused_smem fm = att_fused_smem_of(D, A.lay.bytes, F);
+    const att_dec_view v = att_dec_view_of(att_dec_smem_base, fm.m);
+    float *ss = (float *)(att_dec_smem_base + fm.ss), *Ms = (float *)(att_dec_smem_base + fm.ms);
+    float *out_s = (float *)(att_dec_smem_base + fm.os);
+    const int slot = blockIdx.z, t = t0 + slot, c = blockIdx.x, hb = blockIdx.y * HB;
+    const int hn = H - hb < HB ? H - hb : HB;
+    const int64_t p = A.pos[t];
+    const att_keys K = att_keys_of(p, t, A.W, A.ratio, A.n_sel);
+    const int k0 = c * ATT_KC;
+    /* 0: the query has fewer chunks than the launch; the block still meets the barriers and combines */
+    const int nkc = K.nk <= k0 ? 0 : K.nk - k0 < ATT_KC ? K.nk - k0 : ATT_KC;
+    int qch = (K.nk + ATT_KC - 1) / ATT_KC;
+    if (qch > nch) qch = nch;   /* a key list longer than the launch's (a caller's bug): step 3 writes NaN */
+    const att_scratch X = att_scratch_of(scratch, slot, nch, H, D);
+    const unsigned nblocks = gridDim.x * gridDim.y * gridDim.z;
+    /* 1. scores */
+    if (nkc && phase <= 0) {
+        att_dec_rows<F>(A, q, t, H, D, hb, hn, K, k0, nkc, v);
+        att_dec_scores(v, c, nkc, H, D, hb, hn, X, ss, SL);
+    }
+    if (phase < 0) att_grid_sync(bar, nblocks);
+    /* 2. the chunk's denominator and P.V parts */
+    if (nkc && (phase < 0 || phase == 1)) {
+        if (phase == 1) {   /* a launch of its own (the shim): the rows again, the scores from S */
+            att_dec_rows<F>(A, q, t, H, D, hb, hn, K, k0, nkc, v);
+            for (int e = threadIdx.x; e < HB * ATT_KC; e += NT) {
+                const int h = e / ATT_KC, i = e % ATT_KC;
+                if (h < hn && i < nkc) ss[h * SL + i] = X.S[((int64_t)c * H + hb + h) * ATT_KC + i];
+            }
+        }
+        if (threadIdx.x < HB) {   /* M_h over every chunk of the query: a max, exact in any order */
+            const int h = threadIdx.x;
+            float mx = -INFINITY;
+            if (h < hn)
+                for (int cc = 0; cc < qch; cc++) mx = fmaxf(mx, att_ld(X.cmax + (int64_t)cc * H + hb + h));
+            Ms[h] = mx;
+            if (c == 0 && h < hn) X.M[hb + h] = mx;
+        }
+        __syncthreads();
+        for (int e = threadIdx.x; e < HB * ATT_KC; e += NT) {
+            const int h = e / ATT_KC, i = e % ATT_KC;
+            ss[h * SL + i] = h < hn && i < nkc ? expf(ss[h * SL + i] - Ms[h]) : 0.0f;
+        }
+        __syncthreads();
+        if (threadIdx.x < hn) {   /* the chunk's denominator part: its keys in order, by one thread */
+            float den = 0.0f;
+            for (int i = 0; i < nkc; i++) den += ss[threadIdx.x * SL + i];
+            X.pden[(int64_t)c * H + hb + threadIdx.x] = den;
+        }
+        __syncthreads();
+        if (official)   /* the probabilities P.V sees (the denominator above took them unrounded, as the CPU does) */
+            for (int e = threadIdx.x; e < HB * ATT_KC; e += NT) ss[(e / ATT_KC) * SL + e % ATT_KC] = dev_round_bf16(ss[(e / ATT_KC) * SL + e % ATT_KC]);
+        __syncthreads();
+        /* thread: heads 4 hh .. 4 hh + 3 x columns 4 jq .. 4 jq + 3; a warp shares hh (its e loads are broadcasts) and
+         * reads 32 consecutive float4 of a row */
+        const int nq = (D + 3) / 4, hh = threadIdx.x / (NT / 2);
+        for (int jq = threadIdx.x % (NT / 2); jq < nq; jq += NT / 2) {
+            float acc[4][4];
+#pragma unroll
+            for (int b = 0; b < 4; b++)
+#pragma unroll
+                for (int u = 0; u < 4; u++) acc[b][u] = 0.0f;
+#if defined(ATT_FUSED_BUG) && ATT_FUSED_BUG == 1
+            for (int i = 0; i < nkc - (nkc > 1); i++) {   /* deliberate: the chunk's last key left out of P.V */
+#else
+            for (int i = 0; i < nkc; i++) {
+#endif
+                const float4 vv = *(const float4 *)&v.kf[(int64_t)i * v.ld + 4 * jq];
+#pragma unroll
+                for (int b = 0; b < 4; b++) {
+                    const float pb = ss[(4 * hh + b) * SL + i];
+                    acc[b][0] = fmaf(pb, vv.x, acc[b][0]);
+                    acc[b][1] = fmaf(pb, vv.y, acc[b][1]);
+                    acc[b][2] = fmaf(pb, vv.z, acc[b][2]);
+                    acc[b][3] = fmaf(pb, vv.w, acc[b][3]);
+                }
+            }
+#pragma unroll
+            for (int b = 0; b < 4; b++) {
+                if (4 * hh + b >= hn) continue;
+                float *dst = X.part + ((int64_t)c * H + hb + 4 * hh + b) * D;
+#pragma unroll
+                for (int u = 0; u < 4; u++)
+                    if (4 * jq + u < D) dst[4 * jq + u] = acc[b][u];
+            }
+        }
+    }
+    if (phase < 0) att_grid_sync(bar, nblocks);
+    /* 3. the group's heads, spread over its blocks */
+    if (phase < 0 || phase == 2)
+        for (int hl = c; hl < hn; hl += (int)gridDim.x)
+            att_combine_head(official, X, K, nch, ATT_KC, hb + hl, H, D, R, sink, freq, p, out_s, o + ((int64_t)t * H + hb + hl) * D);
 }
 
 static int64_t att_chunks(int64_t max_keys) { return (max_keys + ATT_KC - 1) / ATT_KC; }
@@ -1383,26 +1618,70 @@ template <typename K> static int att_dec_optin(K k, int64_t bytes) {
     return sms;
 }
 
-extern "C" int cu_attention_decode_launches(int official, int mma, cu_kvlay lay, int T, int H, int D, int max_keys, int64_t scratch_floats) {
-    if (T <= 0 || (official && (mma & CU_ATT_MMA)) || (mma & CU_ATT_NO_DEC)) return 0;
+/* The decode kernels' SM counts for rows of format fmt (0: the kernel cannot run here; att_dec_optin): dec for
+ * k_att_scores_dec, fused for k_att_dec. */
+struct att_dec_sms {
+    int dec, fused;
+};
+static att_dec_sms att_dec_sms_of(int fmt, int D, int row_bytes) {
+    att_dec_sms s;
+    if (fmt == KV_F32) {
+        s.dec = att_dec_optin(k_att_scores_dec<KV_F32>, att_dec_smem_of(D, row_bytes, KV_F32).bytes);
+        s.fused = att_dec_optin(k_att_dec<KV_F32>, att_fused_smem_of(D, row_bytes, KV_F32).bytes);
+    } else if (fmt == KV_BF16) {
+        s.dec = att_dec_optin(k_att_scores_dec<KV_BF16>, att_dec_smem_of(D, row_bytes, KV_BF16).bytes);
+        s.fused = att_dec_optin(k_att_dec<KV_BF16>, att_fused_smem_of(D, row_bytes, KV_BF16).bytes);
+    } else {
+        s.dec = att_dec_optin(k_att_scores_dec<DSV4_KV_FP8>, att_dec_smem_of(D, row_bytes, DSV4_KV_FP8).bytes);
+        s.fused = att_dec_optin(k_att_dec<DSV4_KV_FP8>, att_fused_smem_of(D, row_bytes, DSV4_KV_FP8).bytes);
+    }
+    return s;
+}
+
+/* Which kernels a CUDA-core launch of n queries of nch chunks takes (the same bits whichever): 2 k_att_dec (one
+ * launch: barrier words given, not CU_ATT_NO_FUSED), 1 k_att_scores_dec then k_att_pv and k_att_combine, 0
+ * k_att_scores then those two. Both decode kernels need all the launch's blocks (one an SM) in one wave. */
+static int att_dec_kind(int flags, int has_bar, att_dec_sms sms, int64_t n, int64_t nch, int H) {
+    if (flags & CU_ATT_NO_DEC) return 0;
+    const int64_t blocks = n * nch * ((H + ATT_DHG - 1) / ATT_DHG);
+    if (has_bar && !(flags & CU_ATT_NO_FUSED) && sms.fused && blocks <= sms.fused) return 2;
+    return sms.dec && blocks <= sms.dec ? 1 : 0;
+}
+
+/* Launches of cu_attention (groups of queries) that take kind `want` of att_dec_kind. */
+static int att_dec_count(int official, int mma, cu_kvlay lay, int T, int H, int D, int max_keys, int64_t scratch_floats, int has_bar, int want) {
+    if (T <= 0 || (official && (mma & CU_ATT_MMA))) return 0;
     const int64_t nch = att_chunks(max_keys > 0 ? max_keys : 1);
     const int64_t g = att_group(scratch_floats, att_query_floats(nch, H, D), T);
     if (g < 1) return 0;
-    const int sms = lay.fmt == KV_F32 ? att_dec_optin(k_att_scores_dec<KV_F32>, att_dec_smem_of(D, lay.bytes, KV_F32).bytes)
-                  : lay.fmt == KV_BF16 ? att_dec_optin(k_att_scores_dec<KV_BF16>, att_dec_smem_of(D, lay.bytes, KV_BF16).bytes)
-                  : att_dec_optin(k_att_scores_dec<DSV4_KV_FP8>, att_dec_smem_of(D, lay.bytes, DSV4_KV_FP8).bytes);
+    const att_dec_sms sms = att_dec_sms_of(lay.fmt, D, lay.bytes);
     int launches = 0;
-    for (int t0 = 0; t0 < T; t0 += (int)g) {
-        const int64_t n = T - t0 < g ? T - t0 : g;
-        launches += sms && n * nch * ((H + ATT_DHG - 1) / ATT_DHG) <= sms;
-    }
+    for (int t0 = 0; t0 < T; t0 += (int)g)
+        launches += att_dec_kind(mma, has_bar, sms, T - t0 < g ? T - t0 : g, nch, H) >= want;
     return launches;
 }
+
+extern "C" int cu_attention_decode_launches(int official, int mma, cu_kvlay lay, int T, int H, int D, int max_keys, int64_t scratch_floats) {
+    return att_dec_count(official, mma | CU_ATT_NO_FUSED, lay, T, H, D, max_keys, scratch_floats, 0, 1);
+}
+
+extern "C" int cu_attention_fused_launches(int official, int mma, cu_kvlay lay, int T, int H, int D, int max_keys, int64_t scratch_floats) {
+    return att_dec_count(official, mma, lay, T, H, D, max_keys, scratch_floats, 1, 2);
+}
+
+/* The CPU shim (tools/gpu/shim) runs a launch's blocks one after another: k_att_dec's steps as three launches. */
+#ifdef ATT_SPLIT_PHASES
+#define ATT_PHASE_FIRST 0
+#define ATT_PHASE_LAST 2
+#else
+#define ATT_PHASE_FIRST -1
+#define ATT_PHASE_LAST -1
+#endif
 
 extern "C" int cu_attention(cu_stream st, int official, int mma, cu_kvlay lay, const float *q, const uint8_t *kvs, const int64_t *pos,
                             const int32_t *item_of, const cu_item *items, const cu_seq_layer *sl, int ring_len, int W, int ratio,
                             const int32_t *sel, const int32_t *n_sel, int topk, const float *sink, const float *freq, int T,
-                            int H, int D, int R, int max_keys, float *scratch, int64_t scratch_floats, float *o) {
+                            int H, int D, int R, int max_keys, float *scratch, int64_t scratch_floats, unsigned *bar, float *o) {
     if (T <= 0 || (DIAG_SKIP & 4)) return 0;
     const int tc = official && (mma & CU_ATT_MMA);   /* EXACT mode keeps the fp32 path */
     const int64_t nch = att_chunks(max_keys > 0 ? max_keys : 1);
@@ -1412,6 +1691,7 @@ extern "C" int cu_attention(cu_stream st, int official, int mma, cu_kvlay lay, c
     const att_args A = { lay, kvs, pos, item_of, items, sl, sel, n_sel, ring_len, W, ratio, topk };
     const unsigned n_hg = (unsigned)((H + ATT_HG - 1) / ATT_HG), n_sl = (unsigned)((D + ATT_DS - 1) / ATT_DS);
     const unsigned n_sg = (unsigned)((H + ATT_SHG - 1) / ATT_SHG), n_pg = (unsigned)((H + ATT_PHG - 1) / ATT_PHG);
+    const unsigned n_dg = (unsigned)((H + ATT_DHG - 1) / ATT_DHG);
     /* the row format as a template argument: branch-free loads (att_load_rows); a main row of the three formats */
     void (*scores)(att_args, const float *, int, int, int, int, float *) = lay.fmt == KV_F32 ? k_att_scores<ATT_SHG, KV_F32>
         : lay.fmt == KV_BF16 ? k_att_scores<ATT_SHG, KV_BF16> : k_att_scores<ATT_SHG, DSV4_KV_FP8>;
@@ -1423,22 +1703,29 @@ extern "C" int cu_attention(cu_stream st, int official, int mma, cu_kvlay lay, c
         : lay.fmt == KV_BF16 ? k_att_pv_mma<KV_BF16> : k_att_pv_mma<DSV4_KV_FP8>;
     void (*scores_dec)(att_args, const float *, int, int, int, int, float *) = lay.fmt == KV_F32 ? k_att_scores_dec<KV_F32>
         : lay.fmt == KV_BF16 ? k_att_scores_dec<KV_BF16> : k_att_scores_dec<DSV4_KV_FP8>;
-    /* the decode kernel for a launch whose blocks fit in one wave (the same bits either way) */
-    const att_dec_smem dm = att_dec_smem_of(D, lay.bytes, lay.fmt);
-    const int dec_sms = !tc && !(mma & CU_ATT_NO_DEC) ? att_dec_optin(scores_dec, dm.bytes) : 0;
-    const int64_t dec_per_query = nch * ((H + ATT_DHG - 1) / ATT_DHG);   /* blocks */
+    void (*fused)(int, att_args, const float *, int, int, int, int, const float *, const float *, int, float *, float *, unsigned *, int) =
+        lay.fmt == KV_F32 ? k_att_dec<KV_F32> : lay.fmt == KV_BF16 ? k_att_dec<KV_BF16> : k_att_dec<DSV4_KV_FP8>;
+    /* the decode kernels for a launch whose blocks fit in one wave (the same bits either way) */
+    const att_dec_sms sms = tc || (mma & CU_ATT_NO_DEC) ? att_dec_sms{ 0, 0 } : att_dec_sms_of(lay.fmt, D, lay.bytes);
+    const int64_t dec_bytes = att_dec_smem_of(D, lay.bytes, lay.fmt).bytes, fused_bytes = att_fused_smem_of(D, lay.bytes, lay.fmt).bytes;
     cudaStream_t s = (cudaStream_t)st;
     const unsigned n_parts = (unsigned)((nch + ATT_PG - 1) / ATT_PG), n_ps = (unsigned)((D + ATT_PS - 1) / ATT_PS);
     const int kpp = tc ? ATT_KC * ATT_PG : ATT_KC;
     for (int t0 = 0; t0 < T; t0 += (int)g) {
         const unsigned n = (unsigned)(T - t0 < g ? T - t0 : g);
+        const int kind = tc ? 0 : att_dec_kind(mma, bar != NULL, sms, n, nch, H);
+        if (kind == 2) {
+            for (int ph = ATT_PHASE_FIRST; ph <= ATT_PHASE_LAST; ph++)
+                fused<<<dim3((unsigned)nch, n_dg, n), ATT_DEC_T, (size_t)fused_bytes, s>>>(official, A, q, t0, (int)nch, H, D, sink, freq, R,
+                                                                                          scratch, o, bar, ph);
+            continue;
+        }
         if (tc) {
             scores_mma<<<dim3((unsigned)((nch + ATT_SC - 1) / ATT_SC), n_hg, n), ATT_SC_T, 0, s>>>(A, q, t0, (int)nch, H, D, scratch);
             pv_mma<<<dim3(n_parts, n_hg * n_ps, n), ATT_PV_T, 0, s>>>(A, t0, (int)nch, H, D, scratch);
         } else {
-            if (dec_sms && (int64_t)n * dec_per_query <= dec_sms)
-                scores_dec<<<dim3((unsigned)nch, (unsigned)((H + ATT_DHG - 1) / ATT_DHG), n), ATT_DEC_T, (size_t)dm.bytes, s>>>(A, q, t0, (int)nch, H, D,
-                                                                                                                    scratch);
+            if (kind == 1)
+                scores_dec<<<dim3((unsigned)nch, n_dg, n), ATT_DEC_T, (size_t)dec_bytes, s>>>(A, q, t0, (int)nch, H, D, scratch);
             else
                 scores<<<dim3((unsigned)nch, n_sg, n), 4 * ATT_SHG, 0, s>>>(A, q, t0, (int)nch, H, D, scratch);
             pv<<<dim3((unsigned)nch, n_pg * n_sl, n), 4 * ATT_PHG, 0, s>>>(official, A, t0, (int)nch, H, D, scratch);
@@ -1463,10 +1750,11 @@ extern "C" int cu_attention_key_limit(int H, int D) {
 extern "C" int cu_attention(cu_stream st, int official, int mma, cu_kvlay lay, const float *q, const uint8_t *kvs, const int64_t *pos,
                             const int32_t *item_of, const cu_item *items, const cu_seq_layer *sl, int ring_len, int W, int ratio,
                             const int32_t *sel, const int32_t *n_sel, int topk, const float *sink, const float *freq, int T,
-                            int H, int D, int R, int max_keys, float *scratch, int64_t scratch_floats, float *o) {
+                            int H, int D, int R, int max_keys, float *scratch, int64_t scratch_floats, unsigned *bar, float *o) {
     (void)mma;   /* the kernel before issue 18 has no tensor-core path */
     (void)scratch;
     (void)scratch_floats;
+    (void)bar;
     if (T <= 0) return 0;
     const size_t smem = (sizeof(void *) + sizeof(float)) * (size_t)max_keys;
     if (smem > 48 * 1024) {
@@ -1488,6 +1776,11 @@ extern "C" int64_t cu_attention_scratch_floats(int T, int H, int D, int64_t max_
 }
 
 extern "C" int cu_attention_decode_launches(int official, int mma, cu_kvlay lay, int T, int H, int D, int max_keys, int64_t scratch_floats) {
+    (void)official; (void)mma; (void)lay; (void)T; (void)H; (void)D; (void)max_keys; (void)scratch_floats;
+    return 0;
+}
+
+extern "C" int cu_attention_fused_launches(int official, int mma, cu_kvlay lay, int T, int H, int D, int max_keys, int64_t scratch_floats) {
     (void)official; (void)mma; (void)lay; (void)T; (void)H; (void)D; (void)max_keys; (void)scratch_floats;
     return 0;
 }

@@ -3,7 +3,8 @@
 # (k_attention.cu's ATT_CHUNKED section, its launcher included), through tools/gpu/shim/cuda_shim.h: a check of their
 # indexing, barriers and launch arithmetic on a machine without a GPU. Needs `make` (build/libdsv4.a). Slow (every
 # GPU thread is a fiber): SHIM_QUICK=1 (the default) runs the small cases only (~1 min), SHIM_QUICK=0 the test's
-# own sizes (~4 min). The OFFICIAL cases run both paths: CUDA cores and bf16 tensor cores (the mma.sync through
+# own sizes (~4 min). k_att_dec (one launch with grid barriers) runs as its three steps in turn (ATT_SPLIT_PHASES:
+# the shim's blocks run one after another, so a grid barrier could never be met). The OFFICIAL cases run both paths: CUDA cores and bf16 tensor cores (the mma.sync through
 # cuda_shim.cpp's emulation from the PTX fragment layout). SHIM_CFLAGS: extra defines for the kernels (e.g.
 # -DATT_MMA_BUG=1 or =2, which must fail). SHIM_SRC: the directory whose backend/cuda/ sources are taken (default src;
 # shim_attention_ab.sh points it at an older commit's). Not part of `make test` (nor of the GPU suite: it lives outside
@@ -40,11 +41,11 @@ chunk = chunk.replace("extern __shared__ __align__(16) unsigned char att_dec_sme
 chunk = poison_shared(chunk)
 n0 = chunk.count("<<<")
 chunk, _ = launches(chunk)
-assert n0 == (6 if 'k_att_scores_dec' in chunk else 5) and "<<<" not in chunk, n0
+assert n0 == 5 + ('k_att_scores_dec' in chunk) + ('k_att_dec(' in chunk) and "<<<" not in chunk, n0
 out.append(chunk)
 open(sys.argv[1], "w").write("\n".join(out))
 PY
-g++ -O2 -std=c++17 -w -DATT_MMA_EMULATED ${SHIM_CFLAGS:-} -Iinclude -Isrc -Itools/gpu/shim -c "$D/att_kernels.cpp" -o "$D/att_kernels.o"
+g++ -O2 -std=c++17 -w -DATT_MMA_EMULATED -DATT_SPLIT_PHASES ${SHIM_CFLAGS:-} -Iinclude -Isrc -Itools/gpu/shim -c "$D/att_kernels.cpp" -o "$D/att_kernels.o"
 g++ -O2 -std=c++17 -Wall -Itools/gpu/shim -c tools/gpu/shim/cuda_shim.cpp -o "$D/cuda_shim.o"
 QUICK=
 [ "${SHIM_QUICK:-1}" = 1 ] && QUICK=-DATT_TEST_QUICK
