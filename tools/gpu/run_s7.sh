@@ -4,6 +4,7 @@
 # tools/gpu/fuzz_stage.sh; carry [".gpu", ".fuzz"]. PARTS picks what runs (default all):
 #   suite    the GPU suite
 #   (an ENV_BITS / ENV_AB entry NAME=V+NAME2=V2 sets both variables in one run)
+#   one      the GPU test programs named in ONE_TESTS (default test_gpu_attention) alone
 #   suite2   the GPU suite again with SUITE_ENV (NAME=V NAME2=V2) exported
 #   bits     logits of dsv4 = dsv4-old (three models x fp8 / bf16 KV, one call; cmp) and of each runtime switch
 #   ab       Flash decode at prompt 256: dsv4, dsv4-old, each staged variant, DSV4_CUDA_PDL=1 / 2, ENV_AB switches
@@ -37,6 +38,13 @@ if has suite; then
   echo "suite exit $? at $(el) s" >>$L/suite.log
   echo "== suite:"; grep -E "FAIL|passed, .* failed|suite exit" $L/suite.log | tail -8
   for f in $L/suite-tests/*.log; do i=$(basename "$f" .log); [ -f "$L/suite-tests/$i.rc" ] || echo "  unfinished: test #$i: $(tail -c 300 "$f" | tr '\n' ' ')"; done
+fi
+save
+if has one; then   # single GPU test programs (ONE_TESTS, names under .gpu/gputests), e.g. after a change to one kernel file
+  for t in ${ONE_TESTS:-test_gpu_attention}; do
+    timeout ${SUITE_TIMEOUT:-300} .gpu/gputests/$t >$L/one_$t.log 2>&1
+    echo "== $t: exit $? ($(grep -cE '^\[       OK' $L/one_$t.log) ok, $(grep -cE '^\[  FAILED' $L/one_$t.log) failed)"
+  done
 fi
 save
 if has suite2; then   # the suite again with SUITE_ENV's switches exported (opt-in kernels through the model-level tests)

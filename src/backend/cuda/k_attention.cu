@@ -1427,6 +1427,7 @@ struct att_fused_smem {
     att_dec_smem m;   /* k_att_scores_dec's arrays, then: */
     int64_t ss;       /* [ATT_DHG][ATT_KC + 4] the chunk's scores, then e, then bf16_if(e) */
     int64_t ms;       /* [ATT_DHG] M_h */
+    int64_t mr;       /* [ATT_DEC_T / ATT_DHG][ATT_DHG] the threads' maxima of M_h's chunks */
     int64_t os;       /* [D] step 3's output row */
     int64_t bytes;
 };
@@ -1435,7 +1436,8 @@ static __host__ __device__ __forceinline__ att_fused_smem att_fused_smem_of(int 
     f.m = att_dec_smem_of(D, row_bytes, fmt);
     f.ss = (f.m.bytes + 15) / 16 * 16;
     f.ms = f.ss + (int64_t)sizeof(float) * ATT_DHG * (ATT_KC + 4);
-    f.os = f.ms + (int64_t)sizeof(float) * ATT_DHG;
+    f.mr = f.ms + (int64_t)sizeof(float) * ATT_DHG;
+    f.os = f.mr + (int64_t)sizeof(float) * ATT_DEC_T;
     f.bytes = f.os + (int64_t)sizeof(float) * D;
     return f;
 }
@@ -1486,6 +1488,7 @@ __global__ void __launch_bounds__(ATT_DEC_T, 1) k_att_dec(int official, att_args
     const att_fused_smem fm = att_fused_smem_of(D, A.lay.bytes, F);
     const att_dec_view v = att_dec_view_of(att_dec_smem_base, fm.m);
     float *ss = (float *)(att_dec_smem_base + fm.ss), *Ms = (float *)(att_dec_smem_base + fm.ms);
+    float (*mr)[HB] = (float (*)[HB])(att_dec_smem_base + fm.mr);
     float *out_s = (float *)(att_dec_smem_base + fm.os);
     const int slot = blockIdx.z, t = t0 + slot, c = blockIdx.x, hb = blockIdx.y * HB;
     const int hn = H - hb < HB ? H - hb : HB;
@@ -1513,13 +1516,20 @@ __global__ void __launch_bounds__(ATT_DEC_T, 1) k_att_dec(int official, att_args
                 if (h < hn && i < nkc) ss[h * SL + i] = X.S[((int64_t)c * H + hb + h) * ATT_KC + i];
             }
         }
-        if (threadIdx.x < HB) {   /* M_h over every chunk of the query: a max, exact in any order */
-            const int h = threadIdx.x;
+        {   /* M_h over every chunk of the query: thread (h, part) the chunks part, part + NT / HB, ... (their loads at
+             * once, not a chain of qch), then one thread a head; a max, exact in any order */
+            const int h = threadIdx.x % HB, part = threadIdx.x / HB;
             float mx = -INFINITY;
             if (h < hn)
-                for (int cc = 0; cc < qch; cc++) mx = fmaxf(mx, att_ld(X.cmax + (int64_t)cc * H + hb + h));
-            Ms[h] = mx;
-            if (c == 0 && h < hn) X.M[hb + h] = mx;
+                for (int cc = part; cc < qch; cc += NT / HB) mx = fmaxf(mx, att_ld(X.cmax + (int64_t)cc * H + hb + h));
+            mr[part][h] = mx;
+        }
+        __syncthreads();
+        if (threadIdx.x < HB) {
+            float mx = mr[0][threadIdx.x];
+            for (int part = 1; part < NT / HB; part++) mx = fmaxf(mx, mr[part][threadIdx.x]);
+            Ms[threadIdx.x] = mx;
+            if (c == 0 && threadIdx.x < hn) X.M[hb + threadIdx.x] = mx;
         }
         __syncthreads();
         for (int e = threadIdx.x; e < HB * ATT_KC; e += NT) {
