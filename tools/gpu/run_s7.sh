@@ -17,7 +17,8 @@
 #   sass     cuobjdump's SASS of test_gpu_mma's kernels named in SASS_FUN (comma list): $OUT/sass.txt
 #   ncusrc   ncu's per-instruction source page of the launches in NCU_SRC (regex:skip, test_gpu_mma --bench-experts)
 #   ncudeep  ncu's sections (throughput, occupancy, warp stalls, memory) for a few launches of the kernels in NCU_DEEP
-#            (default: the routed experts and the linears, in test_gpu_mma's micro-benchmarks): $OUT/ncu_deep.txt
+#            (default: the routed experts and the linears, in test_gpu_mma's micro-benchmarks; NCU_DEEP_PROG: another
+#            test program, e.g. test_gpu_attention): $OUT/ncu_deep.txt
 #   profile  bench --profile: an 8K prefill, a decode step, and the 64-stream decode step, per stage
 #   final    decode, 8 / 32 / 64 streams, the verify step, an 8K prefill, decode after 4K / 128K / 1M (fp8 KV)
 # Everything but the summary on stdout goes to $OUT/logs.tgz, ncu.txt and fuzz.tgz: the device tool returns at most
@@ -172,7 +173,7 @@ if has ncudeep; then   # why a kernel is slow, not only how slow (run 42: the ex
     IFS=: read -r kn ks kc opt <<<"$kr"
     timeout 150 "$NCU" --clock-control none --cache-control none --kernel-name "regex:^$kn" --launch-skip "$ks" --launch-count "$kc" \
         --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats --section MemoryWorkloadAnalysis \
-        --section SchedulerStats .gpu/gputests/test_gpu_mma $opt >>"$OUT/ncu_deep.txt" 2>&1
+        --section SchedulerStats .gpu/gputests/${NCU_DEEP_PROG:-test_gpu_mma} $opt >>"$OUT/ncu_deep.txt" 2>&1
   done
   echo "== ncu sections: $(grep -c 'Duration' "$OUT/ncu_deep.txt") launches in ncu_deep.txt"
 fi
