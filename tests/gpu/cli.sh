@@ -160,4 +160,15 @@ for mk in "official fp8" "official bf16" "exact fp8" "official f32"; do
     cmp -s "$T/ad1.npy" "$T/ad0.npy" && ok || bad "DSV4_CUDA_ATT_DEC=1 $mk: logits differ from DSV4_CUDA_ATT_DEC=0"
 done
 expect_err "DSV4_CUDA_ATT_DEC=2" "DSV4_CUDA_ATT_DEC" env DSV4_CUDA_ATT_DEC=2 "$BIN" logits -m "$T/m" --device cuda --tokens 1,2
+# the one-launch decode attention (DSV4_CUDA_ATT_FUSED, off by default): the same bits as the three kernels, at the
+# model level (its one-token steps among the chunks take it; test_gpu_attention holds the kernel-level memcmp)
+for mk in "official fp8" "exact bf16"; do
+    set -- $mk
+    for v in 1 0; do
+        expect_ok "att fused=$v logits $mk" env DSV4_CUDA_ATT_FUSED=$v "$BIN" logits -m "$T/m" --device cuda --mode $1 --kv $2 --tokens "$TOK" \
+            --chunks 3,1,1,50,1,7,1,64 --out "$T/af$v.npy"
+    done
+    cmp -s "$T/af1.npy" "$T/af0.npy" && ok || bad "DSV4_CUDA_ATT_FUSED=1 $mk: logits differ from DSV4_CUDA_ATT_FUSED=0"
+done
+expect_err "DSV4_CUDA_ATT_FUSED=2" "DSV4_CUDA_ATT_FUSED" env DSV4_CUDA_ATT_FUSED=2 "$BIN" logits -m "$T/m" --device cuda --tokens 1,2
 finish

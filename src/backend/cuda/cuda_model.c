@@ -482,8 +482,10 @@ static int init_ranks(struct cuda_model *cm, const struct dsv4_model *m, int n, 
  *                       run 44: the suite passed with it on. Until f32 rows were copied without their raw copy the
  *                       kernel did not fit f32 rows (the bench's default KV) and was never taken there.
  *   DSV4_CUDA_ATT_FUSED such a launch's scores, P.V and combination in one kernel, k_att_dec (two grid barriers:
- *                       its blocks are all resident), default on; 0 = k_att_scores_dec, k_att_pv, k_att_combine. The
- *                       same bits either way (test_gpu_attention compares them).
+ *                       its blocks are all resident), default off: runs 76-77 measured decode within noise of the
+ *                       three kernels (ncu: the fused kernel's blocks spend most of its 44 us waiting at the barriers,
+ *                       as k_att_scores_dec's 27.5 us hold ~5.6 us of block work); 1 = k_att_dec. The same bits
+ *                       either way (test_gpu_attention compares them on every decode-sized launch).
  *   DSV4_CUDA_BRANCH    a layer's chains that do not depend on each other run on a second stream, a branch of the
  *                       step's graph (cuda_step.c branch_fork): the shared expert beside the router and the routed
  *                       experts, the compressors' projections and the indexer's queries beside the query path;
@@ -519,7 +521,7 @@ int cuda_model_init(struct dsv4_model *m, const cuda_placement *p, dsv4_error *e
         env_switch("DSV4_CUDA_IDX_MMA", 1, "indexer scores on tensor cores in OFFICIAL mode", &idx_mma_on, err) ||
         env_switch("DSV4_CUDA_ATT_MMA", 0, "tensor-core attention in OFFICIAL mode", &att_mma_on, err) ||
         env_switch("DSV4_CUDA_ATT_DEC", 1, "the decode-sized attention scores kernel", &att_dec_on, err) ||
-        env_switch("DSV4_CUDA_ATT_FUSED", 1, "a decode step's attention in one kernel", &att_fused_on, err) ||
+        env_switch("DSV4_CUDA_ATT_FUSED", 0, "a decode step's attention in one kernel", &att_fused_on, err) ||
         env_switch("DSV4_CUDA_BRANCH", 1, "a layer's independent chains on a second stream", &branch_on, err))
         return DSV4_E_ARG;
     if (n_gpus < 1) n_gpus = 1;

@@ -154,7 +154,7 @@ struct cuda_model {
     int att_dec_on;            /* the decode-sized attention scores kernel (k_attention.cu k_att_scores_dec): DSV4_CUDA_ATT_DEC at
                                   load (default 1); the same bits either way */
     int att_fused_on;          /* such a launch's whole attention in one kernel (k_attention.cu k_att_dec): DSV4_CUDA_ATT_FUSED at
-                                  load (default 1); the same bits either way */
+                                  load (default 0); the same bits either way */
     int branch_on;             /* a layer's independent chains on a second stream (cuda_step.c branch_fork): DSV4_CUDA_BRANCH
                                   at load (default 1); the same bits either way */
     cu_stream side;            /* that stream (branch_on), and the events that fork it from st and join it back */
