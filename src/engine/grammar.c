@@ -99,6 +99,10 @@ static int32_t read_char(gparse *g) {
         if ((d & 0xC0) != 0x80) return fail(g, "ill-formed UTF-8");
         cp = (cp << 6) | (d & 63u);
     }
+    /* Well-formed means the shortest encoding of a scalar value: an overlong form, a surrogate or a value past
+     * U+10FFFF (lead bytes F5-F7) is as ill-formed as a stray continuation byte. */
+    static const uint32_t least[5] = { 0, 0, 0x80, 0x800, 0x10000 };
+    if (cp < least[len] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return fail(g, "ill-formed UTF-8");
     g->i += (size_t)len;
     return (int32_t)cp;
 }

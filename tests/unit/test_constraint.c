@@ -316,6 +316,22 @@ static void test_errors(void **state) {
     expect_grammar_error("root ::= (\"a\"", "missing ')'");
     expect_grammar_error("root ::= \"a\"{3,1}", "m < n");
     expect_grammar_error("root ::= ~", "unexpected character");
+    /* UTF-8 in literals and classes is the shortest form of a scalar value (the fuzzer's find: F6 88 90 94 was
+     * taken as U+188414 and came back out as bytes no UTF-8 decoder accepts) */
+    expect_grammar_error("root ::= \"\xF6\x88\x90\x94\"", "ill-formed UTF-8");
+    expect_grammar_error("root ::= \"\xF4\x90\x80\x80\"", "ill-formed UTF-8");   /* U+110000 */
+    expect_grammar_error("root ::= \"\xC0\x80\"", "ill-formed UTF-8");             /* overlong NUL */
+    expect_grammar_error("root ::= [\xE0\x80\xAF]", "ill-formed UTF-8");            /* overlong '/' */
+    expect_grammar_error("root ::= [a-\xED\xA0\x80]", "ill-formed UTF-8");          /* a surrogate */
+    expect_grammar_error("root ::= \"\x80\"", "ill-formed UTF-8");                  /* a lone continuation */
+    {
+        /* the largest scalar value and the edges of the surrogate gap still compile */
+        dsv4_grammar *g = NULL;
+        dsv4_error err = {0};
+        const char *ok = "root ::= \"\xF4\x8F\xBF\xBF\" [\xED\x9F\xBF\xEE\x80\x80] \"\xC2\x80\"";
+        if (dsv4_grammar_from_gbnf(ok, strlen(ok), &g, &err)) fail_msg("grammar %s: %s", ok, err.msg);
+        dsv4_grammar_free(g);
+    }
 }
 
 /* ---- masks: brute force, length bound, validity, rollback ----------------------------------------------- */
