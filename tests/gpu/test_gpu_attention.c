@@ -652,7 +652,75 @@ static double us_per_call(int mode, const cu_kvlay *lay, float *d_q, uint8_t *d_
     return !bad && cudaGetLastError() == cudaSuccess ? ms * 1e3 / (reps / CALLS * CALLS) : -1;
 }
 
-static int bench(void) {
+/* ---- `test_gpu_attention --times` (a -DATT_BLOCK_TIMES=1 build: tools/gpu/stage_times.sh) ---------------------------
+ * Where a decode attention kernel's time goes: each launch's blocks, from the kernels' own records (k_attention.cu
+ * att_times): the gap between the launch before it ending and its first block starting, the spread of its blocks'
+ * starts, their durations (median, longest) and the launch's span; means over a call graph's last 20 launches of
+ * each kernel. */
+static int time_cmp(const void *a, const void *b) {
+    const cu_att_time *x = a, *y = b;
+    return x->start < y->start ? -1 : x->start > y->start;
+}
+static int u64_cmp(const void *a, const void *b) {
+    const unsigned long long x = *(const unsigned long long *)a, y = *(const unsigned long long *)b;
+    return x < y ? -1 : x > y;
+}
+
+static void times_report(const char *what, cu_att_time *rec, int n) {
+    static const char *const names[] = { "?", "k_att_scores_dec", "k_att_pv", "k_att_combine", "k_att_dec" };
+    enum { LAST = 20 };
+    qsort(rec, (size_t)n, sizeof *rec, time_cmp);
+    /* launches: runs of one kernel that do not overlap the launch before (plain captured launches never do) */
+    int *first = malloc(sizeof(int) * (size_t)(n + 1)), nl = 0;
+    unsigned long long *dur = malloc(sizeof(unsigned long long) * (size_t)n);
+    unsigned long long seg_end = 0;
+    for (int i = 0; i < n; i++) {
+        if (!nl || rec[i].kernel != rec[first[nl - 1]].kernel || rec[i].start > seg_end) first[nl++] = i, seg_end = 0;
+        if (rec[i].end > seg_end) seg_end = rec[i].end;
+    }
+    first[nl] = n;
+    for (unsigned k = 1; k <= 4; k++) {
+        double gap = 0, spread = 0, med = 0, mx = 0, span = 0, blocks = 0, busy = 0;
+        int counted = 0;
+        for (int l = nl - 1; l >= 1 && counted < LAST; l--) {
+            if (rec[first[l]].kernel != k) continue;
+            unsigned long long prev_end = 0, last_start = 0, end = 0;
+            for (int i = first[l - 1]; i < first[l]; i++) if (rec[i].end > prev_end) prev_end = rec[i].end;
+            int m = 0, worked = 0;
+            for (int i = first[l]; i < first[l + 1]; i++) {
+                dur[m++] = rec[i].end - rec[i].start;
+                worked += rec[i].end > rec[i].start;
+                if (rec[i].start > last_start) last_start = rec[i].start;
+                if (rec[i].end > end) end = rec[i].end;
+            }
+            qsort(dur, (size_t)m, sizeof *dur, u64_cmp);
+            gap += (double)(rec[first[l]].start - prev_end) / 1e3;
+            spread += (double)(last_start - rec[first[l]].start) / 1e3;
+            med += (double)dur[m / 2] / 1e3;
+            mx += (double)dur[m - 1] / 1e3;
+            span += (double)(end - rec[first[l]].start) / 1e3;
+            blocks += m;
+            busy += worked;
+            counted++;
+        }
+        if (counted)
+            printf("%-26s %-16s %6.0f %6.0f %9.2f %9.2f %9.2f %9.2f %9.2f\n", what, names[k], blocks / counted, busy / counted, gap / counted,
+                   spread / counted, med / counted, mx / counted, span / counted);
+    }
+    free(first);
+    free(dur);
+}
+
+static int bench(int times);
+static int times_main(void) {
+    if (cu_att_block_times(NULL, 0) < 0) {
+        fprintf(stderr, "test_gpu_attention --times needs a -DATT_BLOCK_TIMES=1 build (tools/gpu/stage_times.sh)\n");
+        return 1;
+    }
+    return bench(1);
+}
+
+static int bench(int times) {
     enum { H = 64, D = 512, R = 64, TMAX = 16, NROWS = 4096 };
     kv_layout kl;
     kv_layout_init(&kl, DSV4_KV_FP8, KV_ROW_MAIN, D, R);
@@ -700,6 +768,35 @@ static int bench(void) {
     float *o_mid = malloc(sizeof(float) * TMAX * H * D);
     static const struct { const char *name; int ratio; } kinds[] = { { "SWA (128 keys)", 0 }, { "CSA (128 + 512)", 4 }, { "HCA (128 + 512)", 128 } };
     static const int Ts[] = { 1, 2, 4, 8, 16 };
+    if (times) {
+        enum { MAXREC = 65536 };
+        cu_att_time *rec = malloc(sizeof *rec * MAXREC);
+        char what[64];
+        if (!rec) return 1;
+        printf("one query, fp8 rows, 64 x 512; a launch's blocks (us, %%globaltimer): mean over the last 20 launches of a call graph\n");
+        printf("%-26s %-16s %6s %6s %9s %9s %9s %9s %9s\n", "call", "kernel", "blocks", "busy", "gap", "spread", "median", "longest", "span");
+        for (int carve = 0; carve < 2; carve++) {
+            if (carve && cu_att_block_times_carveout(100)) {
+                fprintf(stderr, "times: the carveout attribute failed\n");
+                return 1;
+            }
+            for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++)
+                for (int fused = 0; fused < 2; fused++) {
+                    if (cu_att_block_times(rec, MAXREC) < 0) return 1;   /* clears */
+                    const double us = us_per_call(fused ? 0 : CU_ATT_NO_FUSED, &lay, d_q, d_kvs, d_pos, d_item_of, d_items, d_sl, kinds[k].ratio, d_sel,
+                                                  d_n_sel, d_sink, d_freq, 1, max_keys, d_scratch, sf, d_bar, d_o, 20);
+                    const int n = cu_att_block_times(rec, MAXREC);
+                    if (us <= 0 || n <= 0) {
+                        fprintf(stderr, "times: cu_attention failed\n");
+                        return 1;
+                    }
+                    snprintf(what, sizeof what, "%.3s %s%s %.1f us", kinds[k].name, fused ? "fused" : "3 kern", carve ? " c100" : "", us);
+                    times_report(what, rec, n);
+                }
+        }
+        free(rec);
+        return 0;
+    }
     printf("cu_attention, 64 heads x 512, fp8 rows, OFFICIAL, CUDA cores: us a call (k_att_scores or k_att_scores_dec, + k_att_pv + "
            "k_att_combine; default: k_att_dec where it fits), GPU time in a CUDA graph\n");
     printf("%-18s %4s %12s %12s %12s %8s\n", "keys", "T", "k_att_scores", "scores_dec", "default", "speedup");
@@ -737,10 +834,11 @@ int main(int argc, char **argv) {
         printf("gpu attention: skipped, needs a GPU: %s\n", why.msg);
         return 0;
     }
-    if (argc > 1 && !strcmp(argv[1], "--bench")) return bench();
+    if (argc > 1 && !strcmp(argv[1], "--bench")) return bench(0);
+    if (argc > 1 && !strcmp(argv[1], "--times")) return times_main();
 #endif
-    if (argc > 1 && strcmp(argv[1], "--bench")) {
-        fprintf(stderr, "usage: test_gpu_attention [--bench]\n");
+    if (argc > 1 && strcmp(argv[1], "--bench") && strcmp(argv[1], "--times")) {
+        fprintf(stderr, "usage: test_gpu_attention [--bench | --times]\n");
         return 2;
     }
     const struct CMUnitTest tests[] = {

@@ -5,6 +5,7 @@
 #   suite    the GPU suite
 #   (an ENV_BITS / ENV_AB entry NAME=V+NAME2=V2 sets both variables in one run)
 #   one      the GPU test programs named in ONE_TESTS (default test_gpu_attention) alone
+#   times    where the decode attention kernels' time goes, block by block (tools/gpu/stage_times.sh's build)
 #   suite2   the GPU suite again with SUITE_ENV (NAME=V NAME2=V2) exported
 #   bits     logits of dsv4 = dsv4-old (three models x fp8 / bf16 KV, one call; cmp) and of each runtime switch
 #   ab       Flash decode at prompt 256: dsv4, dsv4-old, each staged variant, DSV4_CUDA_PDL=1 / 2, ENV_AB switches
@@ -46,6 +47,12 @@ if has one; then   # single GPU test programs (ONE_TESTS, names under .gpu/gpute
     timeout ${SUITE_TIMEOUT:-300} .gpu/gputests/$t >$L/one_$t.log 2>&1
     echo "== $t: exit $? ($(grep -cE '^\[       OK' $L/one_$t.log) ok, $(grep -cE '^\[  FAILED' $L/one_$t.log) failed)"
   done
+fi
+save
+if has times; then   # test_gpu_attention --times from tools/gpu/stage_times.sh's -DATT_BLOCK_TIMES=1 build
+  xz -dkf .gpu/test_gpu_attention-times.xz && chmod +x .gpu/test_gpu_attention-times
+  timeout 120 .gpu/test_gpu_attention-times --times >$L/times.log 2>&1
+  echo "== attention block times: exit $?"; cat $L/times.log
 fi
 save
 if has suite2; then   # the suite again with SUITE_ENV's switches exported (opt-in kernels through the model-level tests)

@@ -12,6 +12,59 @@
 #include "backend/cuda/cu_rope.cuh"
 #include "dsv4.h"
 
+/* -DATT_BLOCK_TIMES=1 (a measuring build, never a real one): the decode attention kernels record each block's
+ * start (after dev_grid_wait) and the end of its last warp, in %globaltimer ns, with its SM, into att_times (read by
+ * cu_att_block_times; test_gpu_attention --times). Whether a kernel's time is its blocks' work or the gaps around
+ * them (run 77: k_att_scores_dec's SMs were busy ~6 of its 27 us). */
+#ifndef ATT_BLOCK_TIMES
+#define ATT_BLOCK_TIMES 0
+#endif
+#if ATT_BLOCK_TIMES
+#define ATT_TIMES_MAX 65536
+__device__ cu_att_time att_times[ATT_TIMES_MAX];
+__device__ unsigned att_times_n;
+__device__ __forceinline__ unsigned long long att_now(void) {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+__device__ __forceinline__ unsigned att_smid(void) {
+    unsigned id;
+    asm volatile("mov.u32 %0, %%smid;" : "=r"(id));
+    return id;
+}
+/* every thread calls it (a barrier); returns the block's record or ATT_TIMES_MAX */
+__device__ unsigned att_time_begin(unsigned kernel) {
+    __shared__ unsigned rec;
+    if (threadIdx.x == 0) {
+        const unsigned long long t = att_now();
+        rec = atomicAdd(&att_times_n, 1u);
+        if (rec < ATT_TIMES_MAX)
+            att_times[rec] = cu_att_time{ t, t, kernel, att_smid(), blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z), 0 };
+    }
+    __syncthreads();
+    return rec;
+}
+__device__ __forceinline__ void att_time_end(unsigned rec) {
+    if ((threadIdx.x & 31) == 0 && rec < ATT_TIMES_MAX) atomicMax(&att_times[rec].end, att_now());
+}
+extern "C" int cu_att_block_times(cu_att_time *out, int max) {
+    unsigned n = 0;
+    if (cudaDeviceSynchronize() != cudaSuccess || cudaMemcpyFromSymbol(&n, att_times_n, sizeof n) != cudaSuccess) return -1;
+    if (n > ATT_TIMES_MAX) n = ATT_TIMES_MAX;
+    if ((int)n > max) n = (unsigned)max;
+    if (n && cudaMemcpyFromSymbol(out, att_times, sizeof(cu_att_time) * n) != cudaSuccess) return -1;
+    const unsigned zero = 0;
+    return cudaMemcpyToSymbol(att_times_n, &zero, sizeof zero) == cudaSuccess ? (int)n : -1;
+}
+#define ATT_TIME_BEGIN(k) const unsigned att_rec = att_time_begin(k)
+#define ATT_TIME_END() att_time_end(att_rec)
+#else
+#define ATT_TIME_BEGIN(k) (void)0
+#define ATT_TIME_END() (void)0
+extern "C" int cu_att_block_times(cu_att_time *out, int max) { (void)out; (void)max; return -1; }
+#endif
+
 __device__ __forceinline__ void put_bf16_bytes(uint8_t *dst, float x) {
     const uint16_t h = dev_f32_to_bf16(x);
     dst[0] = (uint8_t)h;
@@ -626,6 +679,7 @@ __global__ void __launch_bounds__(4 * HB, 768 / (4 * HB)) k_att_scores(att_args 
 template <int HB, int F>
 __global__ void __launch_bounds__(4 * HB, 1280 / (4 * HB)) k_att_pv(int official, att_args A, int t0, int nch, int H, int D, float *scratch) {
     dev_grid_wait();
+    ATT_TIME_BEGIN(2);
     constexpr int NT = 4 * HB;
     constexpr int SPT = HB * ATT_KC / NT;   /* a thread's scores */
     static_assert(HB % 16 == 0 && HB <= ATT_HG && ATT_DS == 64 && SPT % 8 == 0, "k_att_pv: tile (16 x 4 columns a slice)");
@@ -719,7 +773,7 @@ __global__ void __launch_bounds__(4 * HB, 1280 / (4 * HB)) k_att_pv(int official
             const int j = j0 + 4 * c4 + u;
             if (j < D) dst[j] = acc[b][u];
         }
-    }
+    }    ATT_TIME_END();
 }
 
 /* ---- decode-sized launches: one phase of loads a block (issue 18) ---------------------------------------------------
@@ -989,6 +1043,7 @@ template <int F>
 __global__ void __launch_bounds__(ATT_DEC_T, 1) k_att_scores_dec(att_args A, const float *q, int t0, int nch, int H, int D,
                                                                  float *scratch) {
     dev_grid_wait();
+    ATT_TIME_BEGIN(1);
     extern __shared__ __align__(16) unsigned char att_dec_smem_base[];
     const att_dec_view v = att_dec_view_of(att_dec_smem_base, att_dec_smem_of(D, A.lay.bytes, F));
     const int slot = blockIdx.z, t = t0 + slot, c = blockIdx.x, hb = blockIdx.y * ATT_DHG;
@@ -999,6 +1054,7 @@ __global__ void __launch_bounds__(ATT_DEC_T, 1) k_att_scores_dec(att_args A, con
     const int nkc = K.nk - k0 < ATT_KC ? K.nk - k0 : ATT_KC;
     att_dec_rows<F>(A, q, t, H, D, hb, hn, K, k0, nkc, v);
     att_dec_scores(v, c, nkc, H, D, hb, hn, att_scratch_of(scratch, slot, nch, H, D), NULL, 0);
+    ATT_TIME_END();
 }
 
 /* ---- OFFICIAL mode on bf16 tensor cores (cu_attention's mma argument; DSV4_CUDA_ATT_MMA, cuda_model.c) --------------
@@ -1391,11 +1447,13 @@ __global__ void __launch_bounds__(ATT_COMBINE_T) k_att_combine(int official, con
                                                                const float *sink, const float *freq, int t0, int nch, int kpp, int H,
                                                                int D, int R, float *scratch, float *o) {
     dev_grid_wait();
+    ATT_TIME_BEGIN(3);
     extern __shared__ float out_s[];   /* [D] */
     const int slot = blockIdx.y, t = t0 + slot, h = blockIdx.x;
     const int64_t p = pos[t];
     att_combine_head(official, att_scratch_of(scratch, slot, nch, H, D), att_keys_of(p, t, W, ratio, n_sel), nch, kpp, h, H, D, R, sink,
                      freq, p, out_s, o + ((int64_t)t * H + h) * D);
+    ATT_TIME_END();
 }
 
 /* ---- a decode step's attention in one launch (issue 18) ------------------------------------------------------------
@@ -1482,6 +1540,7 @@ __global__ void __launch_bounds__(ATT_DEC_T, 1) k_att_dec(int official, att_args
                                                           const float *sink, const float *freq, int R, float *scratch, float *o,
                                                           unsigned *bar, int phase) {
     dev_grid_wait();
+    ATT_TIME_BEGIN(4);
     extern __shared__ __align__(16) unsigned char att_dec_smem_base[];
     constexpr int NT = ATT_DEC_T, HB = ATT_DHG, SL = ATT_KC + 4;
     static_assert(NT % 2 == 0 && HB == 8, "k_att_dec: P.V threads are 2 x 4 heads x (NT / 2) column quads");
@@ -1584,10 +1643,24 @@ __global__ void __launch_bounds__(ATT_DEC_T, 1) k_att_dec(int official, att_args
     /* 3. the group's heads, spread over its blocks */
     if (phase < 0 || phase == 2)
         for (int hl = c; hl < hn; hl += (int)gridDim.x)
-            att_combine_head(official, X, K, nch, ATT_KC, hb + hl, H, D, R, sink, freq, p, out_s, o + ((int64_t)t * H + hb + hl) * D);
+            att_combine_head(official, X, K, nch, ATT_KC, hb + hl, H, D, R, sink, freq, p, out_s, o + ((int64_t)t * H + hb + hl) * D);    ATT_TIME_END();
 }
 
 static int64_t att_chunks(int64_t max_keys) { return (max_keys + ATT_KC - 1) / ATT_KC; }
+
+/* The measuring build's second question: does a launch wait for its SMs' shared-memory carveout to change? pct for
+ * every kernel of a CUDA-core decode launch of fp8 rows (cudaFuncAttributePreferredSharedMemoryCarveout), so that
+ * with 100 all of them ask for the same split. */
+extern "C" int cu_att_block_times_carveout(int pct) {
+#if ATT_BLOCK_TIMES
+    const cudaFuncAttribute a = cudaFuncAttributePreferredSharedMemoryCarveout;
+    return cudaFuncSetAttribute(k_att_scores_dec<DSV4_KV_FP8>, a, pct) != cudaSuccess || cudaFuncSetAttribute(k_att_dec<DSV4_KV_FP8>, a, pct) != cudaSuccess ||
+           cudaFuncSetAttribute(k_att_pv<ATT_PHG, DSV4_KV_FP8>, a, pct) != cudaSuccess || cudaFuncSetAttribute(k_att_combine, a, pct) != cudaSuccess ? -1 : 0;
+#else
+    (void)pct;
+    return -1;
+#endif
+}
 
 extern "C" int cu_attention_key_limit(int H, int D) {
     /* one query's scratch (its chunks' scores, maxima, denominators and outputs) stays under ATT_QUERY_MAX_FLOATS */
