@@ -653,17 +653,42 @@ static double us_per_call(int mode, const cu_kvlay *lay, float *d_q, uint8_t *d_
 }
 
 /* ---- `test_gpu_attention --times` (a -DATT_BLOCK_TIMES=1 build: tools/gpu/stage_times.sh) ---------------------------
- * Where a decode attention kernel's time goes: each launch's blocks, from the kernels' own records (k_attention.cu
- * att_times): the gap between the launch before it ending and its first block starting, the spread of its blocks'
- * starts, their durations (median, longest) and the launch's span; means over a call graph's last 20 launches of
- * each kernel. */
+ * Where a decode attention kernel's time goes, from the kernels' own records of each warp (k_attention.cu att_times):
+ * per launch, the gap between the launch before it ending and its first block starting, the spread of its blocks'
+ * starts, their durations (median, longest), the launch's span, and when the median busy block's last warp passed
+ * each mark (k_att_pv: 0 row addresses, 1 M_h, 2 e, 3 the slice's rows; k_att_scores_dec: 0 key count, 1 rows and
+ * q in shared memory; k_att_dec: 0 scores, 1 barrier, 2 P.V, 3 barrier); means over a call graph's last 20 launches
+ * of each kernel. */
 static int time_cmp(const void *a, const void *b) {
     const cu_att_time *x = a, *y = b;
     return x->start < y->start ? -1 : x->start > y->start;
 }
+static int block_cmp(const void *a, const void *b) {
+    const cu_att_time *x = a, *y = b;
+    return x->block < y->block ? -1 : x->block > y->block;
+}
 static int u64_cmp(const void *a, const void *b) {
     const unsigned long long x = *(const unsigned long long *)a, y = *(const unsigned long long *)b;
     return x < y ? -1 : x > y;
+}
+static int bench(int times);
+static unsigned long long rec_end(const cu_att_time *r) { return r->end > r->start ? r->end : r->start; }
+
+/* One launch's records (n warps): its blocks' [start, end) and marks (the last warp's), in b; returns the count. */
+typedef struct {
+    unsigned long long start, end, mark[4];
+} block_time;
+static int launch_blocks(cu_att_time *rec, int n, block_time *b) {
+    qsort(rec, (size_t)n, sizeof *rec, block_cmp);
+    int nb = 0;
+    for (int i = 0; i < n; i++) {
+        if (!i || rec[i].block != rec[i - 1].block) b[nb++] = (block_time){ rec[i].start, rec_end(&rec[i]), { 0, 0, 0, 0 } };
+        block_time *x = &b[nb - 1];
+        if (rec[i].start < x->start) x->start = rec[i].start;
+        if (rec_end(&rec[i]) > x->end) x->end = rec_end(&rec[i]);
+        for (int m = 0; m < 4; m++) if (rec[i].mark[m] > x->mark[m]) x->mark[m] = rec[i].mark[m];
+    }
+    return nb;
 }
 
 static void times_report(const char *what, cu_att_time *rec, int n) {
@@ -672,46 +697,58 @@ static void times_report(const char *what, cu_att_time *rec, int n) {
     qsort(rec, (size_t)n, sizeof *rec, time_cmp);
     /* launches: runs of one kernel that do not overlap the launch before (plain captured launches never do) */
     int *first = malloc(sizeof(int) * (size_t)(n + 1)), nl = 0;
-    unsigned long long *dur = malloc(sizeof(unsigned long long) * (size_t)n);
+    unsigned long long *v = malloc(sizeof(unsigned long long) * (size_t)n), *lend = malloc(sizeof(unsigned long long) * (size_t)(n + 1));
+    block_time *bt = malloc(sizeof(block_time) * (size_t)n);
     unsigned long long seg_end = 0;
     for (int i = 0; i < n; i++) {
-        if (!nl || rec[i].kernel != rec[first[nl - 1]].kernel || rec[i].start > seg_end) first[nl++] = i, seg_end = 0;
-        if (rec[i].end > seg_end) seg_end = rec[i].end;
+        if (!nl || rec[i].kernel != rec[first[nl - 1]].kernel || rec[i].start > seg_end) {
+            if (nl) lend[nl - 1] = seg_end;
+            first[nl++] = i, seg_end = 0;
+        }
+        if (rec_end(&rec[i]) > seg_end) seg_end = rec_end(&rec[i]);
     }
+    if (nl) lend[nl - 1] = seg_end;
     first[nl] = n;
     for (unsigned k = 1; k <= 4; k++) {
-        double gap = 0, spread = 0, med = 0, mx = 0, span = 0, blocks = 0, busy = 0;
+        double gap = 0, spread = 0, med = 0, mx = 0, span = 0, blocks = 0, busy = 0, mk[4] = { 0, 0, 0, 0 };
         int counted = 0;
         for (int l = nl - 1; l >= 1 && counted < LAST; l--) {
             if (rec[first[l]].kernel != k) continue;
-            unsigned long long prev_end = 0, last_start = 0, end = 0;
-            for (int i = first[l - 1]; i < first[l]; i++) if (rec[i].end > prev_end) prev_end = rec[i].end;
-            int m = 0, worked = 0;
-            for (int i = first[l]; i < first[l + 1]; i++) {
-                dur[m++] = rec[i].end - rec[i].start;
-                worked += rec[i].end > rec[i].start;
-                if (rec[i].start > last_start) last_start = rec[i].start;
-                if (rec[i].end > end) end = rec[i].end;
+            const unsigned long long t0 = rec[first[l]].start;
+            const int nb = launch_blocks(rec + first[l], first[l + 1] - first[l], bt);
+            unsigned long long last_start = 0;
+            int m = 0;
+            for (int i = 0; i < nb; i++) {
+                if (bt[i].start > last_start) last_start = bt[i].start;
+                if (bt[i].end > bt[i].start) v[m++] = bt[i].end - bt[i].start;
             }
-            qsort(dur, (size_t)m, sizeof *dur, u64_cmp);
-            gap += (double)(rec[first[l]].start - prev_end) / 1e3;
-            spread += (double)(last_start - rec[first[l]].start) / 1e3;
-            med += (double)dur[m / 2] / 1e3;
-            mx += (double)dur[m - 1] / 1e3;
-            span += (double)(end - rec[first[l]].start) / 1e3;
-            blocks += m;
-            busy += worked;
+            qsort(v, (size_t)m, sizeof *v, u64_cmp);
+            gap += (double)(t0 - lend[l - 1]) / 1e3;
+            spread += (double)(last_start - t0) / 1e3;
+            med += m ? (double)v[m / 2] / 1e3 : 0;
+            mx += m ? (double)v[m - 1] / 1e3 : 0;
+            span += (double)(lend[l] - t0) / 1e3;
+            blocks += nb;
+            busy += m;
+            for (int mm = 0; mm < 4; mm++) {
+                int q = 0;
+                for (int i = 0; i < nb; i++) if (bt[i].end > bt[i].start && bt[i].mark[mm]) v[q++] = bt[i].mark[mm] - bt[i].start;
+                qsort(v, (size_t)q, sizeof *v, u64_cmp);
+                mk[mm] += q ? (double)v[q / 2] / 1e3 : 0;
+            }
             counted++;
         }
         if (counted)
-            printf("%-26s %-16s %6.0f %6.0f %9.2f %9.2f %9.2f %9.2f %9.2f\n", what, names[k], blocks / counted, busy / counted, gap / counted,
-                   spread / counted, med / counted, mx / counted, span / counted);
+            printf("%-24s %-16s %5.0f %5.0f %7.2f %7.2f %7.2f %7.2f %7.2f %6.2f %6.2f %6.2f %6.2f\n", what, names[k], blocks / counted,
+                   busy / counted, gap / counted, spread / counted, med / counted, mx / counted, span / counted, mk[0] / counted,
+                   mk[1] / counted, mk[2] / counted, mk[3] / counted);
     }
     free(first);
-    free(dur);
+    free(v);
+    free(lend);
+    free(bt);
 }
 
-static int bench(int times);
 static int times_main(void) {
     if (cu_att_block_times(NULL, 0) < 0) {
         fprintf(stderr, "test_gpu_attention --times needs a -DATT_BLOCK_TIMES=1 build (tools/gpu/stage_times.sh)\n");
@@ -769,12 +806,13 @@ static int bench(int times) {
     static const struct { const char *name; int ratio; } kinds[] = { { "SWA (128 keys)", 0 }, { "CSA (128 + 512)", 4 }, { "HCA (128 + 512)", 128 } };
     static const int Ts[] = { 1, 2, 4, 8, 16 };
     if (times) {
-        enum { MAXREC = 65536 };
+        enum { MAXREC = 1 << 18 };
         cu_att_time *rec = malloc(sizeof *rec * MAXREC);
         char what[64];
         if (!rec) return 1;
         printf("one query, fp8 rows, 64 x 512; a launch's blocks (us, %%globaltimer): mean over the last 20 launches of a call graph\n");
-        printf("%-26s %-16s %6s %6s %9s %9s %9s %9s %9s\n", "call", "kernel", "blocks", "busy", "gap", "spread", "median", "longest", "span");
+        printf("%-24s %-16s %5s %5s %7s %7s %7s %7s %7s %6s %6s %6s %6s\n", "call", "kernel", "blocks", "busy", "gap", "spread", "median",
+               "longest", "span", "mark0", "mark1", "mark2", "mark3");
         for (int carve = 0; carve < 2; carve++) {
             if (carve && cu_att_block_times_carveout(100)) {
                 fprintf(stderr, "times: the carveout attribute failed\n");

@@ -237,11 +237,12 @@ int  cu_attention_decode_launches(int official, int mma, cu_kvlay lay, int T, in
 /* How many take k_att_dec when barrier words are given (the same rule, its own shared memory). */
 int  cu_attention_fused_launches(int official, int mma, cu_kvlay lay, int T, int H, int D, int max_keys, int64_t scratch_floats);
 int64_t cu_attention_scratch_floats(int T, int H, int D, int64_t max_keys);
-/* A measuring build's record of one block of the decode attention kernels (k_attention.cu, -DATT_BLOCK_TIMES=1):
- * kernel 1 k_att_scores_dec, 2 k_att_pv, 3 k_att_combine, 4 k_att_dec; start / end in %globaltimer ns. */
+/* A measuring build's record of one warp of the decode attention kernels (k_attention.cu, -DATT_BLOCK_TIMES=1):
+ * kernel 1 k_att_scores_dec, 2 k_att_pv, 3 k_att_combine, 4 k_att_dec; start, marks (0: not passed) and end in
+ * %globaltimer ns. */
 typedef struct {
-    unsigned long long start, end;
-    unsigned kernel, sm, block, pad;
+    unsigned long long start, end, mark[4];
+    unsigned kernel, sm, block, warp;
 } cu_att_time;
 /* Copies out (and clears) the records since the last call: their count, or -1 (a real build records nothing). */
 int cu_att_block_times(cu_att_time *out, int max);

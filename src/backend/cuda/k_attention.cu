@@ -12,15 +12,16 @@
 #include "backend/cuda/cu_rope.cuh"
 #include "dsv4.h"
 
-/* -DATT_BLOCK_TIMES=1 (a measuring build, never a real one): the decode attention kernels record each block's
- * start (after dev_grid_wait) and the end of its last warp, in %globaltimer ns, with its SM, into att_times (read by
- * cu_att_block_times; test_gpu_attention --times). Whether a kernel's time is its blocks' work or the gaps around
- * them (run 77: k_att_scores_dec's SMs were busy ~6 of its 27 us). */
+/* -DATT_BLOCK_TIMES=1 (a measuring build, never a real one): each warp of the decode attention kernels records its
+ * start (after dev_grid_wait), a few marks on the way and its end, in %globaltimer ns, with its block and SM, into
+ * att_times (read by cu_att_block_times; test_gpu_attention --times). Whether a kernel's time is its blocks' work or
+ * the gaps around them, and which step of the work (run 77: ncu counted k_att_scores_dec's SMs busy ~6 of its 27 us).
+ * No shared memory: the decode kernels opt into all of it. */
 #ifndef ATT_BLOCK_TIMES
 #define ATT_BLOCK_TIMES 0
 #endif
 #if ATT_BLOCK_TIMES
-#define ATT_TIMES_MAX 65536
+#define ATT_TIMES_MAX (1 << 18)
 __device__ cu_att_time att_times[ATT_TIMES_MAX];
 __device__ unsigned att_times_n;
 __device__ __forceinline__ unsigned long long att_now(void) {
@@ -28,25 +29,32 @@ __device__ __forceinline__ unsigned long long att_now(void) {
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
     return t;
 }
-__device__ __forceinline__ unsigned att_smid(void) {
-    unsigned id;
-    asm volatile("mov.u32 %0, %%smid;" : "=r"(id));
-    return id;
-}
-/* every thread calls it (a barrier); returns the block's record or ATT_TIMES_MAX */
+/* every lane of the warp calls it; returns the warp's record (ATT_TIMES_MAX: none) */
 __device__ unsigned att_time_begin(unsigned kernel) {
-    __shared__ unsigned rec;
-    if (threadIdx.x == 0) {
+    unsigned rec = 0;
+    if ((threadIdx.x & 31) == 0) {
         const unsigned long long t = att_now();
+        unsigned sm;
+        asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
         rec = atomicAdd(&att_times_n, 1u);
-        if (rec < ATT_TIMES_MAX)
-            att_times[rec] = cu_att_time{ t, t, kernel, att_smid(), blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z), 0 };
+        if (rec < ATT_TIMES_MAX) {
+            cu_att_time r = {};
+            r.start = t;
+            r.kernel = kernel;
+            r.sm = sm;
+            r.block = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
+            r.warp = threadIdx.x >> 5;
+            att_times[rec] = r;
+        }
     }
-    __syncthreads();
-    return rec;
+    rec = __shfl_sync(0xffffffffu, rec, 0);
+    return rec < ATT_TIMES_MAX ? rec : ATT_TIMES_MAX;
+}
+__device__ __forceinline__ void att_time_mark(unsigned rec, int i) {
+    if ((threadIdx.x & 31) == 0 && rec < ATT_TIMES_MAX) att_times[rec].mark[i] = att_now();
 }
 __device__ __forceinline__ void att_time_end(unsigned rec) {
-    if ((threadIdx.x & 31) == 0 && rec < ATT_TIMES_MAX) atomicMax(&att_times[rec].end, att_now());
+    if ((threadIdx.x & 31) == 0 && rec < ATT_TIMES_MAX) att_times[rec].end = att_now();
 }
 extern "C" int cu_att_block_times(cu_att_time *out, int max) {
     unsigned n = 0;
@@ -58,9 +66,11 @@ extern "C" int cu_att_block_times(cu_att_time *out, int max) {
     return cudaMemcpyToSymbol(att_times_n, &zero, sizeof zero) == cudaSuccess ? (int)n : -1;
 }
 #define ATT_TIME_BEGIN(k) const unsigned att_rec = att_time_begin(k)
+#define ATT_TIME_MARK(i) att_time_mark(att_rec, i)
 #define ATT_TIME_END() att_time_end(att_rec)
 #else
 #define ATT_TIME_BEGIN(k) (void)0
+#define ATT_TIME_MARK(i) (void)0
 #define ATT_TIME_END() (void)0
 extern "C" int cu_att_block_times(cu_att_time *out, int max) { (void)out; (void)max; return -1; }
 #endif
@@ -703,6 +713,7 @@ __global__ void __launch_bounds__(4 * HB, 1280 / (4 * HB)) k_att_pv(int official
     const cu_seq_layer L = A.sl[item];
     for (int i = threadIdx.x; i < nkc; i += NT)
         kp[i] = att_key_row(A.lay, K, k0 + i, it, L, A.kvs, A.ring_len, A.ratio, A.sel + (int64_t)t * A.topk);
+    ATT_TIME_MARK(0);
     const att_scratch X = att_scratch_of(scratch, slot, nch, H, D);
     {   /* M_h over every chunk of the query */
         const int h = threadIdx.x % HB, part = threadIdx.x / HB;
@@ -720,6 +731,7 @@ __global__ void __launch_bounds__(4 * HB, 1280 / (4 * HB)) k_att_pv(int official
         if (c == 0 && j0 == 0 && threadIdx.x < hn) X.M[hb + threadIdx.x] = mx;
     }
     __syncthreads();
+    ATT_TIME_MARK(1);
     /* e of the chunk's scores, then the slice's rows: loads in flight a phase at a time (8 scores, 4 rows a thread:
      * the registers of the 256-thread block before, so large launches keep its occupancy) */
 #pragma unroll
@@ -736,8 +748,10 @@ __global__ void __launch_bounds__(4 * HB, 1280 / (4 * HB)) k_att_pv(int official
             pt[h][i] = h < hn && i < nkc ? expf(sv[u] - Ms[h]) : 0.0f;
         }
     }
+    ATT_TIME_MARK(2);
     att_load_rows<F, NT, ATT_DS, ATT_DS, 4>(A.lay, kp, nkc, j0, D, vs);
     __syncthreads();
+    ATT_TIME_MARK(3);
     if (j0 == 0 && threadIdx.x < hn) {   /* the chunk's denominator part: its keys in order, by one thread */
         float den = 0.0f;
         for (int i = 0; i < nkc; i++) den += pt[threadIdx.x][i];
@@ -1052,7 +1066,9 @@ __global__ void __launch_bounds__(ATT_DEC_T, 1) k_att_scores_dec(att_args A, con
     const int k0 = c * ATT_KC;
     if (k0 >= K.nk) return;   /* the whole block: this query has fewer chunks */
     const int nkc = K.nk - k0 < ATT_KC ? K.nk - k0 : ATT_KC;
+    ATT_TIME_MARK(0);
     att_dec_rows<F>(A, q, t, H, D, hb, hn, K, k0, nkc, v);
+    ATT_TIME_MARK(1);
     att_dec_scores(v, c, nkc, H, D, hb, hn, att_scratch_of(scratch, slot, nch, H, D), NULL, 0);
     ATT_TIME_END();
 }
@@ -1565,7 +1581,9 @@ __global__ void __launch_bounds__(ATT_DEC_T, 1) k_att_dec(int official, att_args
         att_dec_rows<F>(A, q, t, H, D, hb, hn, K, k0, nkc, v);
         att_dec_scores(v, c, nkc, H, D, hb, hn, X, ss, SL);
     }
+    ATT_TIME_MARK(0);
     if (phase < 0) att_grid_sync(bar, nblocks);
+    ATT_TIME_MARK(1);
     /* 2. the chunk's denominator and P.V parts */
     if (nkc && (phase < 0 || phase == 1)) {
         if (phase == 1) {   /* a launch of its own (the shim): the rows again, the scores from S */
@@ -1639,7 +1657,9 @@ __global__ void __launch_bounds__(ATT_DEC_T, 1) k_att_dec(int official, att_args
             }
         }
     }
+    ATT_TIME_MARK(2);
     if (phase < 0) att_grid_sync(bar, nblocks);
+    ATT_TIME_MARK(3);
     /* 3. the group's heads, spread over its blocks */
     if (phase < 0 || phase == 2)
         for (int hl = c; hl < hn; hl += (int)gridDim.x)
