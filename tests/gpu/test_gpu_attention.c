@@ -656,8 +656,8 @@ static double us_per_call(int mode, const cu_kvlay *lay, float *d_q, uint8_t *d_
  * Where a decode attention kernel's time goes, from the kernels' own records of each warp (k_attention.cu att_times):
  * per launch, the gap between the launch before it ending and its first block starting, the spread of its blocks'
  * starts, their durations (median, longest), the launch's span, and when the median busy block's last warp passed
- * each mark (k_att_pv: 0 row addresses, 1 M_h, 2 e, 3 the slice's rows; k_att_scores_dec: 0 key count, 1 rows and
- * q in shared memory; k_att_dec: 0 scores, 1 barrier, 2 P.V, 3 barrier); means over a call graph's last 20 launches
+ * each mark (k_att_pv: 0 row addresses, 1 M_h, 2 e, 3 the slice's rows; k_att_scores_dec: 0 row addresses (q's
+ * copies issued), 1 the copies landed, 2 rows decoded; k_att_dec: 0 scores, 1 barrier, 2 P.V, 3 barrier); means over a call graph's last 20 launches
  * of each kernel. */
 static int time_cmp(const void *a, const void *b) {
     const cu_att_time *x = a, *y = b;

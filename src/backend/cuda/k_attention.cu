@@ -69,6 +69,7 @@ extern "C" int cu_att_block_times(cu_att_time *out, int max) {
 #define ATT_TIME_MARK(i) att_time_mark(att_rec, i)
 #define ATT_TIME_END() att_time_end(att_rec)
 #else
+#define ATT_TIMES_MAX 0u
 #define ATT_TIME_BEGIN(k) (void)0
 #define ATT_TIME_MARK(i) (void)0
 #define ATT_TIME_END() (void)0
@@ -787,7 +788,8 @@ __global__ void __launch_bounds__(4 * HB, 1280 / (4 * HB)) k_att_pv(int official
             const int j = j0 + 4 * c4 + u;
             if (j < D) dst[j] = acc[b][u];
         }
-    }    ATT_TIME_END();
+    }
+    ATT_TIME_END();
 }
 
 /* ---- decode-sized launches: one phase of loads a block (issue 18) ---------------------------------------------------
@@ -937,7 +939,7 @@ __device__ __forceinline__ att_dec_view att_dec_view_of(unsigned char *base, con
  * v.kp the rows' addresses. One round trip: every copy of the block in flight at once. Ends with a barrier. */
 template <int F>
 __device__ __forceinline__ void att_dec_rows(const att_args &A, const float *q, int t, int H, int D, int hb, int hn, const att_keys &K,
-                                             int k0, int nkc, const att_dec_view &v) {
+                                             int k0, int nkc, const att_dec_view &v, unsigned att_rec = ATT_TIMES_MAX) {
     constexpr int NT = ATT_DEC_T, HB = ATT_DHG;
     const int ld = v.ld, rb = v.rb;
     const int item = A.item_of[t];
@@ -959,6 +961,7 @@ __device__ __forceinline__ void att_dec_rows(const att_args &A, const float *q, 
                 else dst[k] = 0.0f;
     }
     __syncthreads();   /* kp is written */
+    ATT_TIME_MARK(0);
     if constexpr (F == KV_F32) {
         /* f32 rows: element j is the float at byte 4 j (kv_col), so its fp32 value is its bits: float4 x of row r
          * copied straight into kf (one 16-byte copy from a 16-byte aligned row, else four of 4 bytes); rows past nkc
@@ -984,6 +987,7 @@ __device__ __forceinline__ void att_dec_rows(const att_args &A, const float *q, 
         }
         att_cp_wait();
         __syncthreads();   /* every thread's copies have landed */
+        ATT_TIME_MARK(1);
         /* decode: float4 x of row r (rows past nkc: zeros); ld - 4 columns, those past D zeros */
 #pragma unroll 4
         for (int e = threadIdx.x; e < ATT_KC * nq; e += NT) {
@@ -992,6 +996,7 @@ __device__ __forceinline__ void att_dec_rows(const att_args &A, const float *q, 
             *(float4 *)&v.kf[(int64_t)r * ld + j] = r < nkc ? att_decode4<F>(A.lay, row, j, D) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
         }
         __syncthreads();
+        ATT_TIME_MARK(2);
     }
 }
 
@@ -1066,9 +1071,11 @@ __global__ void __launch_bounds__(ATT_DEC_T, 1) k_att_scores_dec(att_args A, con
     const int k0 = c * ATT_KC;
     if (k0 >= K.nk) return;   /* the whole block: this query has fewer chunks */
     const int nkc = K.nk - k0 < ATT_KC ? K.nk - k0 : ATT_KC;
-    ATT_TIME_MARK(0);
+#if ATT_BLOCK_TIMES
+    att_dec_rows<F>(A, q, t, H, D, hb, hn, K, k0, nkc, v, att_rec);
+#else
     att_dec_rows<F>(A, q, t, H, D, hb, hn, K, k0, nkc, v);
-    ATT_TIME_MARK(1);
+#endif
     att_dec_scores(v, c, nkc, H, D, hb, hn, att_scratch_of(scratch, slot, nch, H, D), NULL, 0);
     ATT_TIME_END();
 }
@@ -1663,7 +1670,8 @@ __global__ void __launch_bounds__(ATT_DEC_T, 1) k_att_dec(int official, att_args
     /* 3. the group's heads, spread over its blocks */
     if (phase < 0 || phase == 2)
         for (int hl = c; hl < hn; hl += (int)gridDim.x)
-            att_combine_head(official, X, K, nch, ATT_KC, hb + hl, H, D, R, sink, freq, p, out_s, o + ((int64_t)t * H + hb + hl) * D);    ATT_TIME_END();
+            att_combine_head(official, X, K, nch, ATT_KC, hb + hl, H, D, R, sink, freq, p, out_s, o + ((int64_t)t * H + hb + hl) * D);
+    ATT_TIME_END();
 }
 
 static int64_t att_chunks(int64_t max_keys) { return (max_keys + ATT_KC - 1) / ATT_KC; }
