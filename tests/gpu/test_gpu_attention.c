@@ -694,6 +694,17 @@ static int launch_blocks(cu_att_time *rec, int n, block_time *b) {
 static void times_report(const char *what, cu_att_time *rec, int n) {
     static const char *const names[] = { "?", "k_att_scores_dec", "k_att_pv", "k_att_combine", "k_att_dec" };
     enum { LAST = 20 };
+    {   /* the SMs' clock rate while the warps ran: cycles / ns of the warps that ran 2 us or more */
+        double *ghz = malloc(sizeof(double) * (size_t)n);
+        int m = 0;
+        for (int i = 0; i < n; i++)
+            if (rec[i].end > rec[i].start + 2000 && rec[i].clk_end > rec[i].clk_start)
+                ghz[m++] = (double)(rec[i].clk_end - rec[i].clk_start) / (double)(rec[i].end - rec[i].start);
+        double lo = 1e9, hi = 0, sum = 0;
+        for (int i = 0; i < m; i++) lo = ghz[i] < lo ? ghz[i] : lo, hi = ghz[i] > hi ? ghz[i] : hi, sum += ghz[i];
+        if (m) printf("%-24s SM clock %.3f GHz (%.3f .. %.3f, %d warps)\n", what, sum / m, lo, hi, m);
+        free(ghz);
+    }
     qsort(rec, (size_t)n, sizeof *rec, time_cmp);
     /* launches: runs of one kernel that do not overlap the launch before (plain captured launches never do) */
     int *first = malloc(sizeof(int) * (size_t)(n + 1)), nl = 0;

@@ -242,6 +242,7 @@ int64_t cu_attention_scratch_floats(int T, int H, int D, int64_t max_keys);
  * %globaltimer ns. */
 typedef struct {
     unsigned long long start, end, mark[4];
+    unsigned long long clk_start, clk_end;   /* the SM's clock64 at start and end: its clock rate */
     unsigned kernel, sm, block, warp;
 } cu_att_time;
 /* Copies out (and clears) the records since the last call: their count, or -1 (a real build records nothing). */

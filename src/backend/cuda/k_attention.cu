@@ -40,6 +40,7 @@ __device__ unsigned att_time_begin(unsigned kernel) {
         if (rec < ATT_TIMES_MAX) {
             cu_att_time r = {};
             r.start = t;
+            r.clk_start = clock64();
             r.kernel = kernel;
             r.sm = sm;
             r.block = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
@@ -54,7 +55,10 @@ __device__ __forceinline__ void att_time_mark(unsigned rec, int i) {
     if ((threadIdx.x & 31) == 0 && rec < ATT_TIMES_MAX) att_times[rec].mark[i] = att_now();
 }
 __device__ __forceinline__ void att_time_end(unsigned rec) {
-    if ((threadIdx.x & 31) == 0 && rec < ATT_TIMES_MAX) att_times[rec].end = att_now();
+    if ((threadIdx.x & 31) == 0 && rec < ATT_TIMES_MAX) {
+        att_times[rec].clk_end = clock64();
+        att_times[rec].end = att_now();
+    }
 }
 extern "C" int cu_att_block_times(cu_att_time *out, int max) {
     unsigned n = 0;
