@@ -16,7 +16,8 @@
 #   kvab     decode at prompt 256 with f32, bf16 and fp8 KV
 #   ncukv    ncu over a one-token step with f32 and with fp8 KV (NCUKV_KV picks): $OUT/ncu_f32.txt, ncu_fp8.txt
 #   sass     cuobjdump's SASS of test_gpu_mma's kernels named in SASS_FUN (comma list): $OUT/sass.txt
-#   ncusrc   ncu's per-instruction source page of the launches in NCU_SRC (regex:skip, test_gpu_mma --bench-experts)
+#   ncusrc   ncu's per-instruction source page of the launches in NCU_SRC (regex:skip[:option], NCU_SRC_PROG (test_gpu_mma)
+#            with the option (--bench-experts))
 #   ncudeep  ncu's sections (throughput, occupancy, warp stalls, memory) for a few launches of the kernels in NCU_DEEP
 #            (default: the routed experts and the linears, in test_gpu_mma's micro-benchmarks; NCU_DEEP_PROG: another
 #            test program, e.g. test_gpu_attention): $OUT/ncu_deep.txt
@@ -162,10 +163,11 @@ save
 if has ncusrc; then   # per-SASS-instruction executions and stall samples of one launch of each kernel in NCU_SRC (regex:skip)
   NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1 || echo /usr/local/cuda/bin/ncu)
   i=0
-  for kr in ${NCU_SRC:-k_mma_expert:4}; do
-    IFS=: read -r kn ks <<<"$kr"; i=$((i + 1))
+  for kr in ${NCU_SRC:-k_mma_expert:4}; do   # regex:skip[:option of NCU_SRC_PROG, default --bench-experts]
+    IFS=: read -r kn ks opt <<<"$kr"; i=$((i + 1))
     timeout 150 "$NCU" --clock-control none --cache-control none --kernel-name "regex:$kn" --launch-skip "$ks" --launch-count 1 \
-        --section SourceCounters --section InstructionStats --section WarpStateStats -f -o /tmp/src$i .gpu/gputests/test_gpu_mma --bench-experts >$L/ncusrc$i.log 2>&1
+        --section SourceCounters --section InstructionStats --section WarpStateStats -f -o /tmp/src$i \
+        .gpu/gputests/${NCU_SRC_PROG:-test_gpu_mma} ${opt:---bench-experts} >$L/ncusrc$i.log 2>&1
     timeout 60 "$NCU" --import /tmp/src$i.ncu-rep --page source --csv --print-source sass >"$OUT/src$i.csv" 2>>$L/ncusrc$i.log
     timeout 60 "$NCU" --import /tmp/src$i.ncu-rep --page details >>"$OUT/src$i.txt" 2>>$L/ncusrc$i.log
     echo "== ncu source $kn: $(wc -l <"$OUT/src$i.csv") lines"
