@@ -51,9 +51,11 @@ if has one; then   # single GPU test programs (ONE_TESTS, names under .gpu/gpute
 fi
 save
 if has times; then   # test_gpu_attention --times from tools/gpu/stage_times.sh's -DATT_BLOCK_TIMES=1 build
-  xz -dkf .gpu/test_gpu_attention-times.xz && chmod +x .gpu/test_gpu_attention-times
-  timeout 120 .gpu/test_gpu_attention-times --times >$L/times.log 2>&1
-  echo "== attention block times: exit $?"; cat $L/times.log
+  for b in .gpu/test_gpu_attention-times*.xz; do
+    xz -dkf "$b" && chmod +x "${b%.xz}"
+    timeout 120 "${b%.xz}" --times >$L/times.log 2>&1
+    echo "== attention block times, $(basename "${b%.xz}"): exit $?"; cat $L/times.log
+  done
 fi
 save
 if has suite2; then   # the suite again with SUITE_ENV's switches exported (opt-in kernels through the model-level tests)

@@ -22,6 +22,7 @@
 #endif
 #if ATT_BLOCK_TIMES
 #define ATT_TIMES_MAX (1 << 18)
+static int att_times_twice;   /* cu_att_block_times_mode: k_att_scores_dec launched twice, back to back */
 __device__ cu_att_time att_times[ATT_TIMES_MAX];
 __device__ unsigned att_times_n;
 __device__ __forceinline__ unsigned long long att_now(void) {
@@ -79,6 +80,12 @@ extern "C" int cu_att_block_times(cu_att_time *out, int max) {
 #define ATT_TIME_END() (void)0
 extern "C" int cu_att_block_times(cu_att_time *out, int max) { (void)out; (void)max; return -1; }
 #endif
+/* The unrolling of att_dec_rows's decode loop (a measuring build may change it: -DATT_DEC_UNROLL=1). */
+#ifndef ATT_DEC_UNROLL
+#define ATT_DEC_UNROLL 4
+#endif
+#define ATT_STR(x) #x
+#define ATT_PRAGMA_UNROLL(n) _Pragma(ATT_STR(unroll n))
 
 __device__ __forceinline__ void put_bf16_bytes(uint8_t *dst, float x) {
     const uint16_t h = dev_f32_to_bf16(x);
@@ -993,7 +1000,7 @@ __device__ __forceinline__ void att_dec_rows(const att_args &A, const float *q, 
         __syncthreads();   /* every thread's copies have landed */
         ATT_TIME_MARK(1);
         /* decode: float4 x of row r (rows past nkc: zeros); ld - 4 columns, those past D zeros */
-#pragma unroll 4
+        ATT_PRAGMA_UNROLL(ATT_DEC_UNROLL)
         for (int e = threadIdx.x; e < ATT_KC * nq; e += NT) {
             const int r = e / nq, j = 4 * (e % nq);
             const uint8_t *row = v.raw + (int64_t)r * rb + ((uintptr_t)(r < nkc ? v.kp[r] : 0) & 15);
@@ -1683,13 +1690,15 @@ static int64_t att_chunks(int64_t max_keys) { return (max_keys + ATT_KC - 1) / A
 /* The measuring build's second question: does a launch wait for its SMs' shared-memory carveout to change? pct for
  * every kernel of a CUDA-core decode launch of fp8 rows (cudaFuncAttributePreferredSharedMemoryCarveout), so that
  * with 100 all of them ask for the same split. */
-extern "C" int cu_att_block_times_carveout(int pct) {
+extern "C" int cu_att_block_times_mode(int pct, int twice) {
 #if ATT_BLOCK_TIMES
+    att_times_twice = twice;
     const cudaFuncAttribute a = cudaFuncAttributePreferredSharedMemoryCarveout;
     return cudaFuncSetAttribute(k_att_scores_dec<DSV4_KV_FP8>, a, pct) != cudaSuccess || cudaFuncSetAttribute(k_att_dec<DSV4_KV_FP8>, a, pct) != cudaSuccess ||
            cudaFuncSetAttribute(k_att_pv<ATT_PHG, DSV4_KV_FP8>, a, pct) != cudaSuccess || cudaFuncSetAttribute(k_att_combine, a, pct) != cudaSuccess ? -1 : 0;
 #else
     (void)pct;
+    (void)twice;
     return -1;
 #endif
 }
@@ -1839,6 +1848,10 @@ extern "C" int cu_attention(cu_stream st, int official, int mma, cu_kvlay lay, c
             scores_mma<<<dim3((unsigned)((nch + ATT_SC - 1) / ATT_SC), n_hg, n), ATT_SC_T, 0, s>>>(A, q, t0, (int)nch, H, D, scratch);
             pv_mma<<<dim3(n_parts, n_hg * n_ps, n), ATT_PV_T, 0, s>>>(A, t0, (int)nch, H, D, scratch);
         } else {
+#if ATT_BLOCK_TIMES
+            if (kind == 1 && att_times_twice)   /* the same launch once more: its second run finds what the first left */
+                scores_dec<<<dim3((unsigned)nch, n_dg, n), ATT_DEC_T, (size_t)dec_bytes, s>>>(A, q, t0, (int)nch, H, D, scratch);
+#endif
             if (kind == 1)
                 scores_dec<<<dim3((unsigned)nch, n_dg, n), ATT_DEC_T, (size_t)dec_bytes, s>>>(A, q, t0, (int)nch, H, D, scratch);
             else
