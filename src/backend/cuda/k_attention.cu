@@ -880,8 +880,10 @@ static __host__ __device__ __forceinline__ att_dec_smem att_dec_smem_of(int D, i
 }
 
 /* Line x (of 16 bytes, counted from the one holding its first byte) of a stored row [a, a + n) into shared memory at
- * dst + (address - (a & ~15)): a whole line by one 16-byte copy, a line cut by the row's ends word by word and, in a
- * word the row only partly covers, byte by byte (only bytes of the row are read). */
+ * dst + (address - (a & ~15)): a whole line by one 16-byte copy; a line cut by the row's ends byte by byte, only the
+ * row's bytes read. The cut line's loads are all issued before its first store (run 81: with a load, a store, a
+ * load, ... — a round trip to L2 each, the stores through a pointer that might alias them — the two cut lines of a
+ * row were most of k_att_scores_dec's 7.6 us of copying). */
 __device__ __forceinline__ void att_copy_line(const uint8_t *a, int n, int x, uint8_t *dst) {
     const uintptr_t base = (uintptr_t)a & ~(uintptr_t)15, lo = (uintptr_t)a, hi = (uintptr_t)a + (uintptr_t)n;
     const uintptr_t l0 = base + 16 * (uintptr_t)x;
@@ -890,12 +892,12 @@ __device__ __forceinline__ void att_copy_line(const uint8_t *a, int n, int x, ui
         att_cp16(dst + (l0 - base), (const void *)l0);
         return;
     }
-    for (uintptr_t w = l0; w < l0 + 16; w += 4) {
-        if (w >= lo && w + 4 <= hi) att_cp4(dst + (w - base), (const void *)w);
-        else
-            for (uintptr_t b = w; b < w + 4; b++)
-                if (b >= lo && b < hi) dst[b - base] = *(const uint8_t *)b;
-    }
+    uint8_t b[16];
+#pragma unroll
+    for (int k = 0; k < 16; k++) b[k] = l0 + k >= lo && l0 + k < hi ? *(const uint8_t *)(l0 + k) : 0;
+#pragma unroll
+    for (int k = 0; k < 16; k++)
+        if (l0 + k >= lo && l0 + k < hi) dst[l0 + k - base] = b[k];
 }
 
 /* Columns j .. j + 3 (j % 4 == 0; those past D give 0) of a stored row (shared memory) as fp32: kv_col's value of
@@ -999,12 +1001,38 @@ __device__ __forceinline__ void att_dec_rows(const att_args &A, const float *q, 
         att_cp_wait();
         __syncthreads();   /* every thread's copies have landed */
         ATT_TIME_MARK(1);
-        /* decode: float4 x of row r (rows past nkc: zeros); ld - 4 columns, those past D zeros */
+        /* decode: float4 x of row r (rows past nkc: zeros); ld - 4 columns, those past D zeros. Thread: the
+         * elements e = threadIdx.x + NT i, i.e. row e / nq, quad e % nq, stepped without a division; an FP8 row's
+         * quads under a scale block (j + 3 < nope) read their four bytes as one funnel shift of two aligned words
+         * (run 81: this loop was 12 us of the block's 26, ~150 instructions a quad through att_decode4's general
+         * path). Every value as att_decode4 gives it. */
+        const int dr = NT / nq, dq = NT % nq, nope4 = F == DSV4_KV_FP8 ? A.lay.nope / 4 * 4 : 0;
+        int r = threadIdx.x / nq, qd = threadIdx.x % nq;
         ATT_PRAGMA_UNROLL(ATT_DEC_UNROLL)
-        for (int e = threadIdx.x; e < ATT_KC * nq; e += NT) {
-            const int r = e / nq, j = 4 * (e % nq);
-            const uint8_t *row = v.raw + (int64_t)r * rb + ((uintptr_t)(r < nkc ? v.kp[r] : 0) & 15);
-            *(float4 *)&v.kf[(int64_t)r * ld + j] = r < nkc ? att_decode4<F>(A.lay, row, j, D) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        for (; r < ATT_KC;) {
+            const int j = 4 * qd;
+            float4 out = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            if (r < nkc) {
+                const uint8_t *row = v.raw + (int64_t)r * rb + ((uintptr_t)v.kp[r] & 15);
+                if (F == DSV4_KV_FP8 && j + 3 < nope4) {
+                    const uintptr_t p = (uintptr_t)(row + j);
+                    const uint32_t *w = (const uint32_t *)(p & ~(uintptr_t)3);   /* the slot holds 16 bytes past the row */
+                    const uint32_t q4 = (uint32_t)((((uint64_t)w[1] << 32) | w[0]) >> (8 * (p & 3)));
+                    const float sc = dev_e8m0(row[A.lay.nope + j / 64]);
+                    float f[4];
+#if defined(__CUDA_ARCH__)
+                    dev_e4m3_times<4>(q4, sc, f);
+#else
+                    for (int k = 0; k < 4; k++) f[k] = dev_e4m3((uint8_t)(q4 >> (8 * k))) * sc;   /* as att_decode4 on the host */
+#endif
+                    out = make_float4(f[0], f[1], f[2], f[3]);
+                } else
+                    out = att_decode4<F>(A.lay, row, j, D);
+            }
+            *(float4 *)&v.kf[(int64_t)r * ld + j] = out;
+            qd += dq;
+            r += dr;
+            if (qd >= nq) qd -= nq, r++;
         }
         __syncthreads();
         ATT_TIME_MARK(2);
