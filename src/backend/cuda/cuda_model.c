@@ -483,8 +483,8 @@ static int init_ranks(struct cuda_model *cm, const struct dsv4_model *m, int n, 
  *                       kernel did not fit f32 rows (the bench's default KV) and was never taken there.
  *   DSV4_CUDA_ATT_FUSED such a launch's scores, P.V and combination in one kernel, k_att_dec (two grid barriers:
  *                       its blocks are all resident), default off: runs 76-77 measured decode within noise of the
- *                       three kernels (ncu: the fused kernel's blocks spend most of its 44 us waiting at the barriers,
- *                       as k_att_scores_dec's 27.5 us hold ~5.6 us of block work); 1 = k_att_dec. The same bits
+ *                       three kernels (runs 79-83: its first step, the same as k_att_scores_dec's, is a 25 us block
+ *                       of copying and decoding 64 rows; the barriers cost ~2.5 us each); 1 = k_att_dec. The same bits
  *                       either way (test_gpu_attention compares them on every decode-sized launch).
  *   DSV4_CUDA_BRANCH    a layer's chains that do not depend on each other run on a second stream, a branch of the
  *                       step's graph (cuda_step.c branch_fork): the shared expert beside the router and the routed
