@@ -32,6 +32,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include "backend/cuda/cu_kernels.h"
 #include "backend/cuda/cu_runtime.h"
 #include "model/formats.h"
@@ -671,7 +672,7 @@ static int u64_cmp(const void *a, const void *b) {
     const unsigned long long x = *(const unsigned long long *)a, y = *(const unsigned long long *)b;
     return x < y ? -1 : x > y;
 }
-static int bench(int times);
+static int bench(int times, const char *only);
 static unsigned long long rec_end(const cu_att_time *r) { return r->end > r->start ? r->end : r->start; }
 
 /* One launch's records (n warps): its blocks' [start, end) and marks (the last warp's), in b; returns the count. */
@@ -769,10 +770,12 @@ static int times_main(void) {
         fprintf(stderr, "test_gpu_attention --times needs a -DATT_BLOCK_TIMES=1 build (tools/gpu/stage_times.sh)\n");
         return 1;
     }
-    return bench(1);
+    return bench(1, NULL);
 }
 
-static int bench(int times) {
+/* only: "swa", "csa" or "hca" runs that kind alone (e.g. so that ncu's --launch-skip lands on a launch whose blocks
+ * all have keys: a window-only query leaves 64 of the 80 blocks of a 640-key launch without any, run 80) */
+static int bench(int times, const char *only) {
     enum { H = 64, D = 512, R = 64, TMAX = 16, NROWS = 4096 };
     kv_layout kl;
     kv_layout_init(&kl, DSV4_KV_FP8, KV_ROW_MAIN, D, R);
@@ -856,6 +859,7 @@ static int bench(int times) {
     printf("%-18s %4s %12s %12s %12s %8s\n", "keys", "T", "k_att_scores", "scores_dec", "default", "speedup");
     for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++)
         for (size_t i = 0; i < sizeof Ts / sizeof Ts[0]; i++) {
+            if (only && strncasecmp(kinds[k].name, only, 3)) continue;
             const int T = Ts[i];
             const double old = us_per_call(CU_ATT_NO_DEC, &lay, d_q, d_kvs, d_pos, d_item_of, d_items, d_sl, kinds[k].ratio, d_sel, d_n_sel, d_sink,
                                            d_freq, T, max_keys, d_scratch, sf, d_bar, d_o, 200);
@@ -888,11 +892,17 @@ int main(int argc, char **argv) {
         printf("gpu attention: skipped, needs a GPU: %s\n", why.msg);
         return 0;
     }
-    if (argc > 1 && !strcmp(argv[1], "--bench")) return bench(0);
+    if (argc > 1 && !strcmp(argv[1], "--bench")) {
+        if (argc > 2 && strcasecmp(argv[2], "swa") && strcasecmp(argv[2], "csa") && strcasecmp(argv[2], "hca")) {
+            fprintf(stderr, "usage: test_gpu_attention --bench [swa | csa | hca]\n");
+            return 2;
+        }
+        return bench(0, argc > 2 ? argv[2] : NULL);
+    }
     if (argc > 1 && !strcmp(argv[1], "--times")) return times_main();
 #endif
     if (argc > 1 && strcmp(argv[1], "--bench") && strcmp(argv[1], "--times")) {
-        fprintf(stderr, "usage: test_gpu_attention [--bench | --times]\n");
+        fprintf(stderr, "usage: test_gpu_attention [--bench [swa | csa | hca] | --times]\n");
         return 2;
     }
     const struct CMUnitTest tests[] = {
