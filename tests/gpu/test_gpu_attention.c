@@ -707,13 +707,15 @@ static void times_report(const char *what, cu_att_time *rec, int n) {
         free(ghz);
     }
     qsort(rec, (size_t)n, sizeof *rec, time_cmp);
-    /* launches: runs of one kernel that do not overlap the launch before (plain captured launches never do) */
+    /* launches: runs of one kernel that do not overlap the launch before (plain captured launches never do) and
+     * begin 1 us or more after its first block (a launch's blocks start within ~0.1 us; without that rule a launch
+     * whose first-sorted warps have no keys and end at once was cut in two, run 83) */
     int *first = malloc(sizeof(int) * (size_t)(n + 1)), nl = 0;
     unsigned long long *v = malloc(sizeof(unsigned long long) * (size_t)n), *lend = malloc(sizeof(unsigned long long) * (size_t)(n + 1));
     block_time *bt = malloc(sizeof(block_time) * (size_t)n);
     unsigned long long seg_end = 0;
     for (int i = 0; i < n; i++) {
-        if (!nl || rec[i].kernel != rec[first[nl - 1]].kernel || rec[i].start > seg_end) {
+        if (!nl || rec[i].kernel != rec[first[nl - 1]].kernel || (rec[i].start > seg_end && rec[i].start > rec[first[nl - 1]].start + 1000)) {
             if (nl) lend[nl - 1] = seg_end;
             first[nl++] = i, seg_end = 0;
         }
