@@ -149,26 +149,24 @@ for kv in fp8 bf16; do
     cmp -s "$T/am1.npy" "$T/am0.npy" && bad "DSV4_CUDA_ATT_MMA=1 $kv: the same bits as the CUDA-core attention (path not taken?)" || ok
 done
 expect_err "DSV4_CUDA_ATT_MMA=yes" "DSV4_CUDA_ATT_MMA" env DSV4_CUDA_ATT_MMA=yes "$BIN" logits -m "$T/m" --device cuda --tokens 1,2
-# the decode-sized attention scores kernel (DSV4_CUDA_ATT_DEC, on by default): the same bits as k_att_scores, here
-# at the model level with steps of one token among the chunks (test_gpu_attention holds the kernel-level memcmp)
-for mk in "official fp8" "official bf16" "exact fp8" "official f32"; do
-    set -- $mk
-    for v in 1 0; do
-        expect_ok "att dec=$v logits $mk" env DSV4_CUDA_ATT_DEC=$v "$BIN" logits -m "$T/m" --device cuda --mode $1 --kv $2 --tokens "$TOK" \
-            --chunks 3,1,1,50,1,7,1,64 --out "$T/ad$v.npy"
+# same_logits VAR "MODE KV" ...: the model's logits with the speed switch VAR at 1 and at 0 are the same bytes, with
+# steps of one token among the chunks (the decode-sized launches); VAR=2 is refused with a line naming VAR
+same_logits() {
+    local var=$1 mk v
+    shift
+    for mk in "$@"; do
+        set -- $mk
+        for v in 1 0; do
+            expect_ok "$var=$v logits $mk" env "$var=$v" "$BIN" logits -m "$T/m" --device cuda --mode $1 --kv $2 --tokens "$TOK" \
+                --chunks 3,1,1,50,1,7,1,64 --out "$T/sw$v.npy"
+        done
+        cmp -s "$T/sw1.npy" "$T/sw0.npy" && ok || bad "$var=1 $mk: logits differ from $var=0"
     done
-    cmp -s "$T/ad1.npy" "$T/ad0.npy" && ok || bad "DSV4_CUDA_ATT_DEC=1 $mk: logits differ from DSV4_CUDA_ATT_DEC=0"
-done
-expect_err "DSV4_CUDA_ATT_DEC=2" "DSV4_CUDA_ATT_DEC" env DSV4_CUDA_ATT_DEC=2 "$BIN" logits -m "$T/m" --device cuda --tokens 1,2
-# the one-launch decode attention (DSV4_CUDA_ATT_FUSED, off by default): the same bits as the three kernels, at the
-# model level (its one-token steps among the chunks take it; test_gpu_attention holds the kernel-level memcmp)
-for mk in "official fp8" "exact bf16"; do
-    set -- $mk
-    for v in 1 0; do
-        expect_ok "att fused=$v logits $mk" env DSV4_CUDA_ATT_FUSED=$v "$BIN" logits -m "$T/m" --device cuda --mode $1 --kv $2 --tokens "$TOK" \
-            --chunks 3,1,1,50,1,7,1,64 --out "$T/af$v.npy"
-    done
-    cmp -s "$T/af1.npy" "$T/af0.npy" && ok || bad "DSV4_CUDA_ATT_FUSED=1 $mk: logits differ from DSV4_CUDA_ATT_FUSED=0"
-done
-expect_err "DSV4_CUDA_ATT_FUSED=2" "DSV4_CUDA_ATT_FUSED" env DSV4_CUDA_ATT_FUSED=2 "$BIN" logits -m "$T/m" --device cuda --tokens 1,2
+    expect_err "$var=2" "$var" env "$var=2" "$BIN" logits -m "$T/m" --device cuda --tokens 1,2
+}
+# the decode-sized attention scores kernel (DSV4_CUDA_ATT_DEC, on by default): the same bits as k_att_scores
+# (test_gpu_attention holds the kernel-level memcmp)
+same_logits DSV4_CUDA_ATT_DEC "official fp8" "official bf16" "exact fp8" "official f32"
+# the one-launch decode attention (DSV4_CUDA_ATT_FUSED, off by default): the same bits as the three kernels
+same_logits DSV4_CUDA_ATT_FUSED "official fp8" "exact bf16"
 finish
