@@ -80,7 +80,12 @@ extern "C" int cu_att_block_times(cu_att_time *out, int max) {
 #define ATT_TIME_END() (void)0
 extern "C" int cu_att_block_times(cu_att_time *out, int max) { (void)out; (void)max; return -1; }
 #endif
-/* The unrolling of att_dec_rows's decode loop (a measuring build may change it: -DATT_DEC_UNROLL=1). */
+/* The unrolling of att_dec_rows's decode loop (a measuring build may change it: -DATT_DEC_UNROLL=1); and, in a
+ * measuring build only, ATT_DEC_PROBE: that loop taken apart (1 skipped, 2 stores of zeros only, 3 reads and
+ * conversions without stores) — wrong outputs, for --times alone. */
+#ifndef ATT_DEC_PROBE
+#define ATT_DEC_PROBE 0
+#endif
 #ifndef ATT_DEC_UNROLL
 #define ATT_DEC_UNROLL 4
 #endif
@@ -1003,11 +1008,18 @@ __device__ __forceinline__ void att_dec_rows(const att_args &A, const float *q, 
         ATT_TIME_MARK(1);
         /* decode: float4 x of row r (rows past nkc: zeros); ld - 4 columns, those past D zeros. Thread: the
          * elements e = threadIdx.x + NT i, i.e. row e / nq, quad e % nq, stepped without a division; an FP8 row's
-         * quads under a scale block (j + 3 < nope) read their four bytes as one funnel shift of two aligned words
-         * (run 81: this loop was 12 us of the block's 26, ~150 instructions a quad through att_decode4's general
-         * path). Every value as att_decode4 gives it. */
+         * quads under a scale block (j + 3 < nope) read their four bytes as one funnel shift of two aligned words.
+         * Every value as att_decode4 gives it. (Runs 80-83: this loop takes ~12 us of a 640-key block's 25, before
+         * and after it lost ~4/5 of its instructions to this form: what it waits on is not yet known; the measuring
+         * build's ATT_DEC_PROBE takes it apart.) */
         const int dr = NT / nq, dq = NT % nq, nope4 = F == DSV4_KV_FP8 ? A.lay.nope / 4 * 4 : 0;
         int r = threadIdx.x / nq, qd = threadIdx.x % nq;
+#if ATT_BLOCK_TIMES && ATT_DEC_PROBE == 1   /* no decode at all (kf keeps what it held) */
+        r = ATT_KC;
+#endif
+#if ATT_BLOCK_TIMES && ATT_DEC_PROBE == 3   /* the reads and conversions, no stores (one sum kept alive) */
+        float probe_sink = 0.0f;
+#endif
         ATT_PRAGMA_UNROLL(ATT_DEC_UNROLL)
         for (; r < ATT_KC;) {
             const int j = 4 * qd;
@@ -1029,11 +1041,21 @@ __device__ __forceinline__ void att_dec_rows(const att_args &A, const float *q, 
                 } else
                     out = att_decode4<F>(A.lay, row, j, D);
             }
+#if ATT_BLOCK_TIMES && ATT_DEC_PROBE == 2   /* the stores only: zeros, nothing read */
+            out = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#endif
+#if ATT_BLOCK_TIMES && ATT_DEC_PROBE == 3
+            probe_sink += out.x + out.y + out.z + out.w;
+#else
             *(float4 *)&v.kf[(int64_t)r * ld + j] = out;
+#endif
             qd += dq;
             r += dr;
             if (qd >= nq) qd -= nq, r++;
         }
+#if ATT_BLOCK_TIMES && ATT_DEC_PROBE == 3
+        if (probe_sink == 1.2345f) v.kf[0] = probe_sink;   /* practically never: keeps the loop's work */
+#endif
         __syncthreads();
         ATT_TIME_MARK(2);
     }
