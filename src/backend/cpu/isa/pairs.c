@@ -88,10 +88,11 @@ static inline __m512i fp8_bf16x32(const uint8_t *src, fp8_block_consts c) {
  * 16..31 are zero (the indices are nibbles); S outside 2..252 wraps the exponent and is never used (pairs_safe's
  * fast range). */
 #define FP4_E(v, S) (uint16_t)((v) + ((S) - 127) * 128)
-#define FP4_ROW(S)                                                                                                   \
-    { 0, FP4_E(0x3f00, S), FP4_E(0x3f80, S), FP4_E(0x3fc0, S), FP4_E(0x4000, S), FP4_E(0x4040, S), FP4_E(0x4080, S),  \
-      FP4_E(0x40c0, S), 0, FP4_E(0xbf00, S), FP4_E(0xbf80, S), FP4_E(0xbfc0, S), FP4_E(0xc000, S), FP4_E(0xc040, S),  \
-      FP4_E(0xc080, S), FP4_E(0xc0c0, S) }
+#define FP4_16(S)                                                                                                    \
+    0, FP4_E(0x3f00, S), FP4_E(0x3f80, S), FP4_E(0x3fc0, S), FP4_E(0x4000, S), FP4_E(0x4040, S), FP4_E(0x4080, S),    \
+        FP4_E(0x40c0, S), 0, FP4_E(0xbf00, S), FP4_E(0xbf80, S), FP4_E(0xbfc0, S), FP4_E(0xc000, S), FP4_E(0xc040, S), \
+        FP4_E(0xc080, S), FP4_E(0xc0c0, S)
+#define FP4_ROW(S) { FP4_16(S), FP4_16(S) }   /* entries 16-31 repeat 0-15: vpermw's index bit 4 does not matter */
 #define FP4_R4(S) FP4_ROW(S), FP4_ROW((S) + 1), FP4_ROW((S) + 2), FP4_ROW((S) + 3)
 #define FP4_R16(S) FP4_R4(S), FP4_R4((S) + 4), FP4_R4((S) + 8), FP4_R4((S) + 12)
 #define FP4_R64(S) FP4_R16(S), FP4_R16((S) + 16), FP4_R16((S) + 32), FP4_R16((S) + 48)
@@ -100,17 +101,24 @@ static _Alignas(64) const uint16_t fp4_scaled[256][32] = { FP4_R64(0), FP4_R64(6
 #undef FP4_R16
 #undef FP4_R4
 #undef FP4_ROW
+#undef FP4_16
 #undef FP4_E
 
 static inline __m512i fp4_table(int S) { return _mm512_load_si512((const void *)fp4_scaled[S]); }
 
-/* 16 bytes = 32 E2M1 codes (element 2i in the low nibble of byte i) -> their bf16s from the scaled table. The
- * bytes widened to 16 dwords give, with the high nibble moved to bits 16-19, the 32 word indices in element
- * order; vpermw reads the low 5 bits of each word (bits 12-15 of the low word hold a copy of the low nibble,
- * which it ignores). */
+/* 16 bytes = 32 E2M1 codes (element 2i in the low nibble of byte i) -> their bf16s from the scaled table. The 16
+ * bytes are loaded into every 128-bit lane (a broadcast: the load unit's work, no shuffle); in lane L, word k
+ * (element e = 8L + k) takes byte e / 2 zero-extended (vpshufb within the lane), odd elements shifted right by 4;
+ * vpermw reads the low 5 bits of each word: the code, and for an even element the odd one's low bit as bit 4,
+ * which the table's repeated upper half ignores. On Intel cores the 512-bit shuffles share one port: this takes
+ * two of them (vpshufb, vpermw) and a shift, where a widening load and two logic operations took three uops. */
 static inline __m512i fp4_bf16x32(const uint8_t *src, __m512i table) {
-    const __m512i d = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)src));
-    const __m512i idx = _mm512_ternarylogic_epi32(d, _mm512_slli_epi32(d, 12), _mm512_set1_epi32(0xf), 0xe4);
+#define FP4_SEL(L) 4 * L, -128, 4 * L, -128, 4 * L + 1, -128, 4 * L + 1, -128, 4 * L + 2, -128, 4 * L + 2, -128, 4 * L + 3, -128, 4 * L + 3, -128
+    static _Alignas(64) const int8_t sel[64] = { FP4_SEL(0), FP4_SEL(1), FP4_SEL(2), FP4_SEL(3) };
+#undef FP4_SEL
+    const __m512i b = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)src));
+    const __m512i w = _mm512_shuffle_epi8(b, _mm512_load_si512((const void *)sel));
+    const __m512i idx = _mm512_srlv_epi16(w, _mm512_set1_epi32(4 << 16));   /* odd words (the high halves) >> 4 */
     return _mm512_permutexvar_epi16(idx, table);
 }
 #endif
