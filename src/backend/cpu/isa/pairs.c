@@ -85,8 +85,8 @@ static inline __m512i fp8_bf16x32(const uint8_t *src, fp8_block_consts c) {
 /* The E2M1 bf16 table of fp4_row_bf16 with the block's scale S added to the exponents of its nonzero entries, for
  * every S, as constants: a block's table is then one load (a load port) instead of a broadcast of S and an add (the
  * shuffle port that vpermw and the widening loads need too: on Intel cores one port takes all three). Entries
- * 16..31 are zero (the indices are nibbles); S outside 2..252 wraps the exponent and is never used (pairs_safe's
- * fast range). */
+ * 16..31 repeat 0..15 (fp4_bf16x32's indices may carry a stray bit 4); S outside 2..252 wraps the exponent and is
+ * never used (pairs_safe's fast range). */
 #define FP4_E(v, S) (uint16_t)((v) + ((S) - 127) * 128)
 #define FP4_16(S)                                                                                                    \
     0, FP4_E(0x3f00, S), FP4_E(0x3f80, S), FP4_E(0x3fc0, S), FP4_E(0x4000, S), FP4_E(0x4040, S), FP4_E(0x4080, S),    \
