@@ -1,6 +1,7 @@
 /* GBNF-like grammar text -> byte grammar: see grammar.h. A recursive-descent parser; groups and quantified
  * items become anonymous rules. */
 #include "engine/grammar.h"
+#include "text/utf8.h"
 #include "util/error.h"
 #include <stdio.h>
 #include <stdlib.h>
@@ -91,30 +92,18 @@ static int32_t read_char(gparse *g) {
         if (v > 0x10FFFF || (v >= 0xD800 && v <= 0xDFFF)) return fail(g, "escape is not a Unicode scalar value");
         return (int32_t)v;
     }
-    const int len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
-    if (!len || g->i + (size_t)len > g->n) return fail(g, "ill-formed UTF-8");
-    uint32_t cp = len == 1 ? c : len == 2 ? (c & 31u) : len == 3 ? (c & 15u) : (c & 7u);
-    for (int k = 1; k < len; k++) {
-        const unsigned char d = (unsigned char)g->s[g->i + (size_t)k];
-        if ((d & 0xC0) != 0x80) return fail(g, "ill-formed UTF-8");
-        cp = (cp << 6) | (d & 63u);
-    }
-    /* Well-formed means the shortest encoding of a scalar value: an overlong form, a surrogate or a value past
-     * U+10FFFF (lead bytes F5-F7) is as ill-formed as a stray continuation byte. */
-    static const uint32_t least[5] = { 0, 0, 0x80, 0x800, 0x10000 };
-    if (cp < least[len] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return fail(g, "ill-formed UTF-8");
+    /* well-formed: the shortest encoding of a scalar value (text/utf8.c; no overlong form, surrogate or value past
+     * U+10FFFF: the fuzzer's F6 88 90 94 had compiled to "U+188414") */
+    uint32_t cp;
+    const int len = dsv4_utf8_decode((const unsigned char *)g->s + g->i, g->n - g->i, &cp);
+    if (!len) return fail(g, "ill-formed UTF-8");
     g->i += (size_t)len;
     return (int32_t)cp;
 }
 
 static void put_utf8(gb_seq *q, gb_builder *b, uint32_t c) {
-    unsigned char u[4];
-    int n;
-    if (c < 0x80) { u[0] = (unsigned char)c; n = 1; }
-    else if (c < 0x800) { u[0] = (unsigned char)(0xC0 | (c >> 6)); u[1] = (unsigned char)(0x80 | (c & 63)); n = 2; }
-    else if (c < 0x10000) { u[0] = (unsigned char)(0xE0 | (c >> 12)); u[1] = (unsigned char)(0x80 | ((c >> 6) & 63)); u[2] = (unsigned char)(0x80 | (c & 63)); n = 3; }
-    else { u[0] = (unsigned char)(0xF0 | (c >> 18)); u[1] = (unsigned char)(0x80 | ((c >> 12) & 63)); u[2] = (unsigned char)(0x80 | ((c >> 6) & 63)); u[3] = (unsigned char)(0x80 | (c & 63)); n = 4; }
-    gb_seq_lit(q, b, (const char *)u, (size_t)n);
+    char u[4];
+    gb_seq_lit(q, b, u, (size_t)dsv4_utf8_encode(c, u));
 }
 
 static int32_t parse_alternatives(gparse *g, int32_t into);
