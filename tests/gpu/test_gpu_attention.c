@@ -723,7 +723,7 @@ static void times_report(const char *what, cu_att_time *rec, int n) {
     }
     if (nl) lend[nl - 1] = seg_end;
     first[nl] = n;
-    /* kernel 5: a k_att_scores_dec launch right after another (cu_att_block_times_mode's twice) */
+    /* kernel 5: a k_att_scores_dec launch right after another (cu_att_block_times_twice) */
     unsigned *kid = malloc(sizeof(unsigned) * (size_t)(nl + 1));
     for (int l = 0; l < nl; l++) kid[l] = l && rec[first[l]].kernel == 1 && rec[first[l - 1]].kernel == 1 ? 5 : rec[first[l]].kernel;
     for (unsigned k = 1; k <= 5; k++) {
@@ -834,12 +834,12 @@ static int bench(int times, const char *only) {
         printf("%-24s %-16s %5s %5s %7s %7s %7s %7s %7s %6s %6s %6s %6s\n", "call", "kernel", "blocks", "busy", "gap", "spread", "median",
                "longest", "span", "mark0", "mark1", "mark2", "mark3");
         for (int twice = 0; twice < 2; twice++) {   /* then k_att_scores_dec twice in a row: is its second run faster? */
-            if (cu_att_block_times_mode(-1, twice)) {
-                fprintf(stderr, "times: cu_att_block_times_mode failed\n");
+            if (cu_att_block_times_twice(twice)) {
+                fprintf(stderr, "times: cu_att_block_times_twice failed\n");
                 return 1;
             }
             for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++)
-                for (int fused = 0; fused < 2; fused++) {
+                for (int fused = 0; fused < 2 - twice; fused++) {   /* the fused kernel has no k_att_scores_dec */
                     if (cu_att_block_times(rec, MAXREC) < 0) return 1;   /* clears */
                     const double us = us_per_call(fused ? 0 : CU_ATT_NO_FUSED, &lay, d_q, d_kvs, d_pos, d_item_of, d_items, d_sl, kinds[k].ratio, d_sel,
                                                   d_n_sel, d_sink, d_freq, 1, max_keys, d_scratch, sf, d_bar, d_o, 20);
@@ -848,7 +848,6 @@ static int bench(int times, const char *only) {
                         fprintf(stderr, "times: cu_attention failed\n");
                         return 1;
                     }
-                    if (twice && fused) continue;
                     snprintf(what, sizeof what, "%.3s %s %.1f us", kinds[k].name, fused ? "fused" : twice ? "dec x2" : "3 kern", us);
                     times_report(what, rec, n);
                 }

@@ -247,9 +247,8 @@ typedef struct {
 } cu_att_time;
 /* Copies out (and clears) the records since the last call: their count, or -1 (a real build records nothing). */
 int cu_att_block_times(cu_att_time *out, int max);
-/* The same build: every decode attention kernel's carveout hint (pct), k_att_scores_dec launched twice back to back
- * (twice); -1 in a real build. */
-int cu_att_block_times_mode(int pct, int twice);
+/* The same build: k_att_scores_dec launched twice back to back (twice != 0); -1 in a real build. */
+int cu_att_block_times_twice(int twice);
 /* DSpark's block attention (core/dspark.c): block element j (position p0 + j) over the context keys of positions
  * max(0, p0-W) .. p0-1 (ring: [W][D] fp32, slot = position mod W) then all gamma block keys (kv [gamma][D] fp32);
  * one block per (token, head) with the reductions of cu_attention's ATT_CHUNKED 0 kernel (k_attention.cu attend_keys). */

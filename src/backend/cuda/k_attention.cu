@@ -22,7 +22,7 @@
 #endif
 #if ATT_BLOCK_TIMES
 #define ATT_TIMES_MAX (1 << 18)
-static int att_times_twice;   /* cu_att_block_times_mode: k_att_scores_dec launched twice, back to back */
+static int att_times_twice;   /* cu_att_block_times_twice: k_att_scores_dec launched twice, back to back */
 __device__ cu_att_time att_times[ATT_TIMES_MAX];
 __device__ unsigned att_times_n;
 __device__ __forceinline__ unsigned long long att_now(void) {
@@ -75,22 +75,16 @@ extern "C" int cu_att_block_times(cu_att_time *out, int max) {
 #define ATT_TIME_END() att_time_end(att_rec)
 #else
 #define ATT_TIMES_MAX 0u
-#define ATT_TIME_BEGIN(k) (void)0
+#define ATT_TIME_BEGIN(k) const unsigned att_rec = ATT_TIMES_MAX; (void)att_rec
 #define ATT_TIME_MARK(i) (void)0
 #define ATT_TIME_END() (void)0
 extern "C" int cu_att_block_times(cu_att_time *out, int max) { (void)out; (void)max; return -1; }
 #endif
-/* The unrolling of att_dec_rows's decode loop (a measuring build may change it: -DATT_DEC_UNROLL=1); and, in a
- * measuring build only, ATT_DEC_PROBE: that loop taken apart (1 skipped, 2 stores of zeros only, 3 reads and
- * conversions without stores) — wrong outputs, for --times alone. */
+/* In a measuring build only, ATT_DEC_PROBE takes att_dec_rows's decode loop apart (1 skipped, 2 stores of zeros
+ * only, 3 reads and conversions without stores): wrong outputs, for --times alone. */
 #ifndef ATT_DEC_PROBE
 #define ATT_DEC_PROBE 0
 #endif
-#ifndef ATT_DEC_UNROLL
-#define ATT_DEC_UNROLL 4
-#endif
-#define ATT_STR(x) #x
-#define ATT_PRAGMA_UNROLL(n) _Pragma(ATT_STR(unroll n))
 
 __device__ __forceinline__ void put_bf16_bytes(uint8_t *dst, float x) {
     const uint16_t h = dev_f32_to_bf16(x);
@@ -905,7 +899,8 @@ __device__ __forceinline__ void att_copy_line(const uint8_t *a, int n, int x, ui
         if (l0 + k >= lo && l0 + k < hi) dst[l0 + k - base] = b[k];
 }
 
-/* Columns j .. j + 3 (j % 4 == 0; those past D give 0) of a stored row (shared memory) as fp32: kv_col's value of
+/* Columns j .. j + 3 (j % 4 == 0; those past D give 0) of a stored row (shared memory, a slot of att_dec_smem's raw
+ * rows: 16 bytes of slack past the row, which an FP8 quad's second aligned word may touch) as fp32: kv_col's value of
  * kv_col's bits, element by element, except an FP8 row's four E4M3 bytes under one scale, whose products
  * e4m3 x scale come from dev_e4m3_times on the GPU (the same products, cu_common.cuh). */
 template <int F>
@@ -913,12 +908,15 @@ __device__ __forceinline__ float4 att_decode4(const cu_kvlay &lay, const uint8_t
     float v[4];
     if (F == DSV4_KV_FP8 && j + 3 < lay.nope) {
         const float s = dev_e8m0(row[lay.nope + j / 64]);   /* j .. j + 3 share a 64-column scale block */
+        /* the four bytes as one funnel shift of the two aligned words holding them */
+        const uintptr_t p = (uintptr_t)(row + j);
+        const uint32_t *w = (const uint32_t *)(p & ~(uintptr_t)3);
+        const uint32_t q4 = (uint32_t)((((uint64_t)w[1] << 32) | w[0]) >> (8 * (p & 3)));
 #if defined(__CUDA_ARCH__)
-        const uint32_t w = (uint32_t)row[j] | (uint32_t)row[j + 1] << 8 | (uint32_t)row[j + 2] << 16 | (uint32_t)row[j + 3] << 24;
-        dev_e4m3_times<4>(w, s, v);
+        dev_e4m3_times<4>(q4, s, v);
 #else
 #pragma unroll
-        for (int k = 0; k < 4; k++) v[k] = dev_e4m3(row[j + k]) * s;
+        for (int k = 0; k < 4; k++) v[k] = dev_e4m3((uint8_t)(q4 >> (8 * k))) * s;
 #endif
     } else {
 #pragma unroll
@@ -1007,12 +1005,10 @@ __device__ __forceinline__ void att_dec_rows(const att_args &A, const float *q, 
         __syncthreads();   /* every thread's copies have landed */
         ATT_TIME_MARK(1);
         /* decode: float4 x of row r (rows past nkc: zeros); ld - 4 columns, those past D zeros. Thread: the
-         * elements e = threadIdx.x + NT i, i.e. row e / nq, quad e % nq, stepped without a division; an FP8 row's
-         * quads under a scale block (j + 3 < nope) read their four bytes as one funnel shift of two aligned words.
-         * Every value as att_decode4 gives it. (Runs 80-83: this loop takes ~12 us of a 640-key block's 25, before
-         * and after it lost ~4/5 of its instructions to this form: what it waits on is not yet known; the measuring
-         * build's ATT_DEC_PROBE takes it apart.) */
-        const int dr = NT / nq, dq = NT % nq, nope4 = F == DSV4_KV_FP8 ? A.lay.nope / 4 * 4 : 0;
+         * elements e = threadIdx.x + NT i, i.e. row e / nq, quad e % nq, stepped without a division. (Runs 80-83:
+         * this loop takes ~12 us of a 640-key block's 25, before and after it lost ~4/5 of its instructions to this
+         * form: what it waits on is not yet known; the measuring build's ATT_DEC_PROBE takes it apart.) */
+        const int dr = NT / nq, dq = NT % nq;
         int r = threadIdx.x / nq, qd = threadIdx.x % nq;
 #if ATT_BLOCK_TIMES && ATT_DEC_PROBE == 1   /* no decode at all (kf keeps what it held) */
         r = ATT_KC;
@@ -1020,27 +1016,11 @@ __device__ __forceinline__ void att_dec_rows(const att_args &A, const float *q, 
 #if ATT_BLOCK_TIMES && ATT_DEC_PROBE == 3   /* the reads and conversions, no stores (one sum kept alive) */
         float probe_sink = 0.0f;
 #endif
-        ATT_PRAGMA_UNROLL(ATT_DEC_UNROLL)
+#pragma unroll 4
         for (; r < ATT_KC;) {
             const int j = 4 * qd;
             float4 out = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-            if (r < nkc) {
-                const uint8_t *row = v.raw + (int64_t)r * rb + ((uintptr_t)v.kp[r] & 15);
-                if (F == DSV4_KV_FP8 && j + 3 < nope4) {
-                    const uintptr_t p = (uintptr_t)(row + j);
-                    const uint32_t *w = (const uint32_t *)(p & ~(uintptr_t)3);   /* the slot holds 16 bytes past the row */
-                    const uint32_t q4 = (uint32_t)((((uint64_t)w[1] << 32) | w[0]) >> (8 * (p & 3)));
-                    const float sc = dev_e8m0(row[A.lay.nope + j / 64]);
-                    float f[4];
-#if defined(__CUDA_ARCH__)
-                    dev_e4m3_times<4>(q4, sc, f);
-#else
-                    for (int k = 0; k < 4; k++) f[k] = dev_e4m3((uint8_t)(q4 >> (8 * k))) * sc;   /* as att_decode4 on the host */
-#endif
-                    out = make_float4(f[0], f[1], f[2], f[3]);
-                } else
-                    out = att_decode4<F>(A.lay, row, j, D);
-            }
+            if (r < nkc) out = att_decode4<F>(A.lay, v.raw + (int64_t)r * rb + ((uintptr_t)v.kp[r] & 15), j, D);
 #if ATT_BLOCK_TIMES && ATT_DEC_PROBE == 2   /* the stores only: zeros, nothing read */
             out = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 #endif
@@ -1132,11 +1112,7 @@ __global__ void __launch_bounds__(ATT_DEC_T, 1) k_att_scores_dec(att_args A, con
     const int k0 = c * ATT_KC;
     if (k0 >= K.nk) return;   /* the whole block: this query has fewer chunks */
     const int nkc = K.nk - k0 < ATT_KC ? K.nk - k0 : ATT_KC;
-#if ATT_BLOCK_TIMES
     att_dec_rows<F>(A, q, t, H, D, hb, hn, K, k0, nkc, v, att_rec);
-#else
-    att_dec_rows<F>(A, q, t, H, D, hb, hn, K, k0, nkc, v);
-#endif
     att_dec_scores(v, c, nkc, H, D, hb, hn, att_scratch_of(scratch, slot, nch, H, D), NULL, 0);
     ATT_TIME_END();
 }
@@ -1737,17 +1713,13 @@ __global__ void __launch_bounds__(ATT_DEC_T, 1) k_att_dec(int official, att_args
 
 static int64_t att_chunks(int64_t max_keys) { return (max_keys + ATT_KC - 1) / ATT_KC; }
 
-/* The measuring build's second question: does a launch wait for its SMs' shared-memory carveout to change? pct for
- * every kernel of a CUDA-core decode launch of fp8 rows (cudaFuncAttributePreferredSharedMemoryCarveout), so that
- * with 100 all of them ask for the same split. */
-extern "C" int cu_att_block_times_mode(int pct, int twice) {
+/* The measuring build's second question: does a launch of k_att_scores_dec right after another (what the first
+ * left in the SMs' caches) take less time? */
+extern "C" int cu_att_block_times_twice(int twice) {
 #if ATT_BLOCK_TIMES
     att_times_twice = twice;
-    const cudaFuncAttribute a = cudaFuncAttributePreferredSharedMemoryCarveout;
-    return cudaFuncSetAttribute(k_att_scores_dec<DSV4_KV_FP8>, a, pct) != cudaSuccess || cudaFuncSetAttribute(k_att_dec<DSV4_KV_FP8>, a, pct) != cudaSuccess ||
-           cudaFuncSetAttribute(k_att_pv<ATT_PHG, DSV4_KV_FP8>, a, pct) != cudaSuccess || cudaFuncSetAttribute(k_att_combine, a, pct) != cudaSuccess ? -1 : 0;
+    return 0;
 #else
-    (void)pct;
     (void)twice;
     return -1;
 #endif
@@ -1899,11 +1871,13 @@ extern "C" int cu_attention(cu_stream st, int official, int mma, cu_kvlay lay, c
             pv_mma<<<dim3(n_parts, n_hg * n_ps, n), ATT_PV_T, 0, s>>>(A, t0, (int)nch, H, D, scratch);
         } else {
 #if ATT_BLOCK_TIMES
-            if (kind == 1 && att_times_twice)   /* the same launch once more: its second run finds what the first left */
-                scores_dec<<<dim3((unsigned)nch, n_dg, n), ATT_DEC_T, (size_t)dec_bytes, s>>>(A, q, t0, (int)nch, H, D, scratch);
+            const int dec_runs = 1 + att_times_twice;   /* a second launch finds what the first left */
+#else
+            const int dec_runs = 1;
 #endif
             if (kind == 1)
-                scores_dec<<<dim3((unsigned)nch, n_dg, n), ATT_DEC_T, (size_t)dec_bytes, s>>>(A, q, t0, (int)nch, H, D, scratch);
+                for (int run = 0; run < dec_runs; run++)
+                    scores_dec<<<dim3((unsigned)nch, n_dg, n), ATT_DEC_T, (size_t)dec_bytes, s>>>(A, q, t0, (int)nch, H, D, scratch);
             else
                 scores<<<dim3((unsigned)nch, n_sg, n), 4 * ATT_SHG, 0, s>>>(A, q, t0, (int)nch, H, D, scratch);
             pv<<<dim3((unsigned)nch, n_pg * n_sl, n), 4 * ATT_PHG, 0, s>>>(official, A, t0, (int)nch, H, D, scratch);

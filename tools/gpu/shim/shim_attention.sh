@@ -31,7 +31,7 @@ a = rope.index("__device__ __forceinline__ void rope_pair"); b = rope.rindex("#e
 out.append(rope[a:b])
 a = kvrow.index("/* ---- stored rows")
 out.append(kvrow[a:])   # kv_bits, kv_value, kv_elem and fma_tile4x4
-# the measuring build's switches (ATT_BLOCK_TIMES off: its macros are empty) and the decode loop's unroll macro
+# the measuring build's switches (ATT_BLOCK_TIMES off: its macros are empty)
 a = src.index("/* -DATT_BLOCK_TIMES=1"); b = src.index("__device__ __forceinline__ void put_bf16_bytes")
 out.append(src[a:b])
 a = src.index("#if ATT_CHUNKED\n"); b = src.rindex("#endif", a, src.index("\n#if !ATT_CHUNKED", src.index('extern "C" int cu_attention(cu_stream st', a)))
@@ -44,7 +44,7 @@ chunk = chunk.replace("extern __shared__ __align__(16) unsigned char att_dec_sme
 chunk = poison_shared(chunk)
 n0 = chunk.count("<<<")
 chunk, _ = launches(chunk)
-assert n0 == 5 + ('k_att_scores_dec' in chunk) + ('k_att_dec(' in chunk) + ('att_times_twice)' in chunk) and "<<<" not in chunk, n0
+assert n0 == 5 + ('k_att_scores_dec' in chunk) + ('k_att_dec(' in chunk) and "<<<" not in chunk, n0
 out.append(chunk)
 open(sys.argv[1], "w").write("\n".join(out))
 PY
