@@ -16,8 +16,8 @@
 #   kvab     decode at prompt 256 with f32, bf16 and fp8 KV
 #   ncukv    ncu over a one-token step with f32 and with fp8 KV (NCUKV_KV picks): $OUT/ncu_f32.txt, ncu_fp8.txt
 #   sass     cuobjdump's SASS of test_gpu_mma's kernels named in SASS_FUN (comma list): $OUT/sass.txt
-#   ncusrc   ncu's per-instruction source page of the launches in NCU_SRC (regex:skip[:option], NCU_SRC_PROG (test_gpu_mma)
-#            with the option (--bench-experts))
+#   ncusrc   ncu's per-instruction source page of the launches in NCU_SRC (regex:skip[:options], NCU_SRC_PROG (test_gpu_mma)
+#            with the options, '+' for a space (--bench-experts; e.g. k_att_scores_dec:5:--bench+csa))
 #   ncudeep  ncu's sections (throughput, occupancy, warp stalls, memory) for a few launches of the kernels in NCU_DEEP
 #            (default: the routed experts and the linears, in test_gpu_mma's micro-benchmarks; NCU_DEEP_PROG: another
 #            test program, e.g. test_gpu_attention): $OUT/ncu_deep.txt
@@ -53,8 +53,9 @@ save
 if has times; then   # test_gpu_attention --times from tools/gpu/stage_times.sh's -DATT_BLOCK_TIMES=1 build
   for b in .gpu/test_gpu_attention-times*.xz; do
     xz -dkf "$b" && chmod +x "${b%.xz}"
-    timeout 120 "${b%.xz}" --times >$L/times.log 2>&1
-    echo "== attention block times, $(basename "${b%.xz}"): exit $?"; cat $L/times.log
+    n=$(basename "${b%.xz}")
+    timeout 120 "${b%.xz}" --times >$L/$n.log 2>&1
+    echo "== attention block times, $n: exit $?"; cat $L/$n.log
   done
 fi
 save
@@ -165,8 +166,8 @@ save
 if has ncusrc; then   # per-SASS-instruction executions and stall samples of one launch of each kernel in NCU_SRC (regex:skip)
   NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1 || echo /usr/local/cuda/bin/ncu)
   i=0
-  for kr in ${NCU_SRC:-k_mma_expert:4}; do   # regex:skip[:option of NCU_SRC_PROG, default --bench-experts]
-    IFS=: read -r kn ks opt <<<"$kr"; i=$((i + 1))
+  for kr in ${NCU_SRC:-k_mma_expert:4}; do   # regex:skip[:options of NCU_SRC_PROG, '+' for a space; default --bench-experts]
+    IFS=: read -r kn ks opt <<<"$kr"; i=$((i + 1)); opt=${opt//+/ }
     timeout 150 "$NCU" --clock-control none --cache-control none --kernel-name "regex:$kn" --launch-skip "$ks" --launch-count 1 \
         --section SourceCounters --section InstructionStats --section WarpStateStats -f -o /tmp/src$i \
         .gpu/gputests/${NCU_SRC_PROG:-test_gpu_mma} ${opt:---bench-experts} >$L/ncusrc$i.log 2>&1
