@@ -80,11 +80,6 @@ extern "C" int cu_att_block_times(cu_att_time *out, int max) {
 #define ATT_TIME_END() (void)0
 extern "C" int cu_att_block_times(cu_att_time *out, int max) { (void)out; (void)max; return -1; }
 #endif
-/* In a measuring build only, ATT_DEC_PROBE takes att_dec_rows's decode loop apart (1 skipped, 2 stores of zeros
- * only, 3 reads and conversions without stores): wrong outputs, for --times alone. */
-#ifndef ATT_DEC_PROBE
-#define ATT_DEC_PROBE 0
-#endif
 
 __device__ __forceinline__ void put_bf16_bytes(uint8_t *dst, float x) {
     const uint16_t h = dev_f32_to_bf16(x);
@@ -832,6 +827,9 @@ __global__ void __launch_bounds__(4 * HB, 1280 / (4 * HB)) k_att_pv(int official
 #ifndef ATT_DEC_STAGE
 #define ATT_DEC_STAGE 2   /* its threads / ATT_DEC_CT; 1 is the variant timed on the H200 (NVFLAGS+=-DATT_DEC_STAGE=1) */
 #endif
+#ifndef ATT_DEC_LANES
+#define ATT_DEC_LANES 0   /* att_dec_scores's lane layout (a measuring switch; both compute the same chains) */
+#endif
 #define ATT_DEC_T (ATT_DEC_STAGE * ATT_DEC_CT)   /* its threads: all copy and decode (2: two warps an SM sub-partition) */
 static_assert(ATT_DHG == 8, "k_att_scores_dec: its lanes are 8 keys x 4 heads, its warps 16 keys x all 8 heads");
 
@@ -878,19 +876,21 @@ static __host__ __device__ __forceinline__ att_dec_smem att_dec_smem_of(int D, i
     return m;
 }
 
-/* Line x (of 16 bytes, counted from the one holding its first byte) of a stored row [a, a + n) into shared memory at
- * dst + (address - (a & ~15)): a whole line by one 16-byte copy; a line cut by the row's ends byte by byte, only the
- * row's bytes read. The cut line's loads are all issued before its first store (run 81: with a load, a store, a
- * load, ... — a round trip to L2 each, the stores through a pointer that might alias them — the two cut lines of a
- * row were most of k_att_scores_dec's 7.6 us of copying). */
-__device__ __forceinline__ void att_copy_line(const uint8_t *a, int n, int x, uint8_t *dst) {
+/* A stored row [a, a + n) goes into shared memory at dst + (address - (a & ~15)), so that its 16-byte lines stay
+ * lines: the whole lines by one 16-byte copy each (att_copy_whole), the at most two lines cut by the row's ends byte
+ * by byte, only the row's bytes read (att_copy_cut). Two loops, not one with a branch: in one loop every warp met a
+ * row's cut line and stepped through its byte path (run 84: 199 instructions an iteration, a quarter of the
+ * kernel's). A cut line's loads are all issued before its first store (run 81: one round trip to L2 per byte
+ * otherwise, the stores through a pointer that might alias them). */
+__device__ __forceinline__ void att_copy_whole(const uint8_t *a, int n, int x, uint8_t *dst) {
+    const uintptr_t base = (uintptr_t)a & ~(uintptr_t)15, l0 = base + 16 * (uintptr_t)x;
+    if (l0 >= (uintptr_t)a && l0 + 16 <= (uintptr_t)a + (uintptr_t)n) att_cp16(dst + (l0 - base), (const void *)l0);
+}
+/* Line x if the row's ends cut it (x is the first or the last line the row touches). */
+__device__ __forceinline__ void att_copy_cut(const uint8_t *a, int n, int x, uint8_t *dst) {
     const uintptr_t base = (uintptr_t)a & ~(uintptr_t)15, lo = (uintptr_t)a, hi = (uintptr_t)a + (uintptr_t)n;
     const uintptr_t l0 = base + 16 * (uintptr_t)x;
-    if (l0 >= hi) return;
-    if (l0 >= lo && l0 + 16 <= hi) {
-        att_cp16(dst + (l0 - base), (const void *)l0);
-        return;
-    }
+    if (l0 >= hi || (l0 >= lo && l0 + 16 <= hi)) return;   /* past the row, or whole */
     uint8_t b[16];
 #pragma unroll
     for (int k = 0; k < 16; k++) b[k] = l0 + k >= lo && l0 + k < hi ? *(const uint8_t *)(l0 + k) : 0;
@@ -899,32 +899,39 @@ __device__ __forceinline__ void att_copy_line(const uint8_t *a, int n, int x, ui
         if (l0 + k >= lo && l0 + k < hi) dst[l0 + k - base] = b[k];
 }
 
-/* Columns j .. j + 3 (j % 4 == 0; those past D give 0) of a stored row (shared memory, a slot of att_dec_smem's raw
- * rows: 16 bytes of slack past the row, which an FP8 quad's second aligned word may touch) as fp32: kv_col's value of
- * kv_col's bits, element by element, except an FP8 row's four E4M3 bytes under one scale, whose products
- * e4m3 x scale come from dev_e4m3_times on the GPU (the same products, cu_common.cuh). */
-template <int F>
-__device__ __forceinline__ float4 att_decode4(const cu_kvlay &lay, const uint8_t *row, int j, int D) {
+/* Columns j .. j + 3 (j % 4 == 0, j + 3 < nope) of an FP8 row in shared memory (a slot of att_dec_smem's raw rows:
+ * 16 bytes of slack past the row, which the second aligned word may touch) as fp32: four E4M3 bytes under one scale
+ * (j .. j + 3 share a 64-column scale block), the products e4m3 x scale of kv_col's value, from dev_e4m3_times on
+ * the GPU (the same products, cu_common.cuh). */
+__device__ __forceinline__ float4 att_decode4_fp8(const cu_kvlay &lay, const uint8_t *row, int j) {
     float v[4];
-    if (F == DSV4_KV_FP8 && j + 3 < lay.nope) {
-        const float s = dev_e8m0(row[lay.nope + j / 64]);   /* j .. j + 3 share a 64-column scale block */
-        /* the four bytes as one funnel shift of the two aligned words holding them */
-        const uintptr_t p = (uintptr_t)(row + j);
-        const uint32_t *w = (const uint32_t *)(p & ~(uintptr_t)3);
-        const uint32_t q4 = (uint32_t)((((uint64_t)w[1] << 32) | w[0]) >> (8 * (p & 3)));
+    const float s = dev_e8m0(row[lay.nope + j / 64]);
+    /* the four bytes as one funnel shift of the two aligned words holding them; the word pointer by pointer
+     * arithmetic from row, so that the compiler still knows it is shared memory (run 84: through an integer `& ~3`
+     * it became two generic loads) */
+    const int mis = (int)((uintptr_t)(row + j) & 3);
+    const uint32_t *w = (const uint32_t *)(row + j - mis);
+    const uint32_t q4 = (uint32_t)((((uint64_t)w[1] << 32) | w[0]) >> (8 * mis));
 #if defined(__CUDA_ARCH__)
-        dev_e4m3_times<4>(q4, s, v);
+    dev_e4m3_times<4>(q4, s, v);
 #else
 #pragma unroll
-        for (int k = 0; k < 4; k++) v[k] = dev_e4m3((uint8_t)(q4 >> (8 * k))) * s;
+    for (int k = 0; k < 4; k++) v[k] = dev_e4m3((uint8_t)(q4 >> (8 * k))) * s;
 #endif
-    } else {
+    return make_float4(v[0], v[1], v[2], v[3]);
+}
+
+/* Columns j .. j + 3 (j % 4 == 0; those past D give 0) of a stored row in shared memory as fp32: kv_col's value of
+ * kv_col's bits, element by element (an FP8 row's E4M3 quads may take att_decode4_fp8: the same values). */
+template <int F>
+__device__ __forceinline__ float4 att_decode4(const cu_kvlay &lay, const uint8_t *row, int j, int D) {
+    if (F == DSV4_KV_FP8 && j + 3 < lay.nope) return att_decode4_fp8(lay, row, j);
+    float v[4];
 #pragma unroll
-        for (int k = 0; k < 4; k++) {
-            const bool in = j + k < D;
-            const kv_col<F> col(lay, in ? j + k : 0);
-            v[k] = in ? col.value(col.bits(row)) : 0.0f;
-        }
+    for (int k = 0; k < 4; k++) {
+        const bool in = j + k < D;
+        const kv_col<F> col(lay, in ? j + k : 0);
+        v[k] = in ? col.value(col.bits(row)) : 0.0f;
     }
     return make_float4(v[0], v[1], v[2], v[3]);
 }
@@ -948,6 +955,29 @@ __device__ __forceinline__ att_dec_view att_dec_view_of(unsigned char *base, con
     v.ld = m.ld;
     v.rb = m.rb;
     return v;
+}
+
+/* Quads q0 .. q1 - 1 of every row of the chunk (rows past nkc: zeros) from the raw rows into v.kf as fp32, by
+ * att_decode4; FP8Q: all of them are FP8 quads (its first branch, taken without the test). A thread's items are
+ * e = threadIdx.x + ATT_DEC_T i over rows x quads, stepped without a division. */
+template <int F, bool FP8Q>
+__device__ __forceinline__ void att_dec_quads(const cu_kvlay &lay, const att_dec_view &v, int nkc, int D, int q0, int q1) {
+    constexpr int NT = ATT_DEC_T;
+    const int nqr = q1 - q0, dr = NT / nqr, dq = NT % nqr;
+    int r = threadIdx.x / nqr, qd = threadIdx.x % nqr;
+#pragma unroll 4
+    for (; r < ATT_KC;) {
+        const int j = 4 * (q0 + qd);
+        float4 out = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        if (r < nkc) {
+            const uint8_t *row = v.raw + (int64_t)r * v.rb + ((uintptr_t)v.kp[r] & 15);
+            out = FP8Q ? att_decode4_fp8(lay, row, j) : att_decode4<F>(lay, row, j, D);
+        }
+        *(float4 *)&v.kf[(int64_t)r * v.ld + j] = out;
+        qd += dq;
+        r += dr;
+        if (qd >= nqr) qd -= nqr, r++;
+    }
 }
 
 /* The block's chunk (keys k0 .. k0 + nkc - 1 of query t) and its head group's q rows (heads hb .. hb + hn - 1) into
@@ -999,43 +1029,24 @@ __device__ __forceinline__ void att_dec_rows(const att_args &A, const float *q, 
         const int lines = A.lay.bytes / 16 + 2;   /* 16-byte lines a row touches, at most */
         for (int e = threadIdx.x; e < nkc * lines; e += NT) {
             const int r = e / lines;
-            att_copy_line(v.kp[r], A.lay.bytes, e % lines, v.raw + (int64_t)r * rb);
+            att_copy_whole(v.kp[r], A.lay.bytes, e % lines, v.raw + (int64_t)r * rb);
+        }
+        for (int e = threadIdx.x; e < 2 * nkc; e += NT) {   /* the row's first and last line */
+            const uint8_t *a = v.kp[e / 2];
+            const int x = e % 2 ? (int)(((uintptr_t)a + A.lay.bytes - 1) / 16 - (uintptr_t)a / 16) : 0;
+            if (e % 2 == 0 || x > 0) att_copy_cut(a, A.lay.bytes, x, v.raw + (int64_t)(e / 2) * rb);
         }
         att_cp_wait();
         __syncthreads();   /* every thread's copies have landed */
         ATT_TIME_MARK(1);
-        /* decode: float4 x of row r (rows past nkc: zeros); ld - 4 columns, those past D zeros. Thread: the
-         * elements e = threadIdx.x + NT i, i.e. row e / nq, quad e % nq, stepped without a division. (Runs 80-83:
-         * this loop takes ~12 us of a 640-key block's 25, before and after it lost ~4/5 of its instructions to this
-         * form: what it waits on is not yet known; the measuring build's ATT_DEC_PROBE takes it apart.) */
-        const int dr = NT / nq, dq = NT % nq;
-        int r = threadIdx.x / nq, qd = threadIdx.x % nq;
-#if ATT_BLOCK_TIMES && ATT_DEC_PROBE == 1   /* no decode at all (kf keeps what it held) */
-        r = ATT_KC;
-#endif
-#if ATT_BLOCK_TIMES && ATT_DEC_PROBE == 3   /* the reads and conversions, no stores (one sum kept alive) */
-        float probe_sink = 0.0f;
-#endif
-#pragma unroll 4
-        for (; r < ATT_KC;) {
-            const int j = 4 * qd;
-            float4 out = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-            if (r < nkc) out = att_decode4<F>(A.lay, v.raw + (int64_t)r * rb + ((uintptr_t)v.kp[r] & 15), j, D);
-#if ATT_BLOCK_TIMES && ATT_DEC_PROBE == 2   /* the stores only: zeros, nothing read */
-            out = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-#endif
-#if ATT_BLOCK_TIMES && ATT_DEC_PROBE == 3
-            probe_sink += out.x + out.y + out.z + out.w;
-#else
-            *(float4 *)&v.kf[(int64_t)r * ld + j] = out;
-#endif
-            qd += dq;
-            r += dr;
-            if (qd >= nq) qd -= nq, r++;
-        }
-#if ATT_BLOCK_TIMES && ATT_DEC_PROBE == 3
-        if (probe_sink == 1.2345f) v.kf[0] = probe_sink;   /* practically never: keeps the loop's work */
-#endif
+        /* decode: float4 x of row r (rows past nkc: zeros); ld - 4 columns, those past D zeros. An FP8 row's quads
+         * of E4M3 bytes (columns below nope & ~3) in one loop, every other quad (RoPE, a quad across nope, past D; all
+         * of a BF16 row's) in a second: one loop over both put a row's last quads in the same warps as FP8 quads,
+         * and those warps stepped through both paths every iteration while the others waited at the barrier (run
+         * 84). */
+        const int n8 = F == DSV4_KV_FP8 ? (A.lay.nope < D ? A.lay.nope : D) / 4 : 0;   /* the first loop's quads a row */
+        if (n8 > 0) att_dec_quads<F, true>(A.lay, v, nkc, D, 0, n8);
+        if (n8 < nq) att_dec_quads<F, false>(A.lay, v, nkc, D, n8, nq);
         __syncthreads();
         ATT_TIME_MARK(2);
     }
@@ -1049,8 +1060,12 @@ __device__ __forceinline__ void att_dec_scores(const att_dec_view &v, int c, int
     constexpr int CT = ATT_DEC_CT;
     const int nq = (D + 3) / 4, ld = v.ld;
     if (threadIdx.x < CT) {   /* whole warps; the others only copied and decoded */
-        /* thread: keys kr + 8 a (a = 0, 1), heads hx + 4 b (b = 0, 1); the chains over the columns in order */
-        const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, kx = lane & 7, hx = lane >> 3, kr = 16 * w + kx;
+        /* thread: keys kr + 8 a (a = 0, 1), heads hx + 4 b (b = 0, 1); the chains over the columns in order.
+         * ATT_DEC_LANES (a measuring switch): 0 puts a warp's 8 keys in lane bits 0-2 and its 4 heads in bits 3-4,
+         * 1 the other way round (which lanes share a row decides how many shared-memory wavefronts a float4 load
+         * takes: run 84 counted 4 for the k rows and 2 for the q rows an LDS.128 with 0). */
+        const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+        const int kx = ATT_DEC_LANES ? lane >> 2 : lane & 7, hx = ATT_DEC_LANES ? lane & 3 : lane >> 3, kr = 16 * w + kx;
         float acc[2][2] = { { 0.0f, 0.0f }, { 0.0f, 0.0f } };
         const float *k0p = v.kf + (int64_t)kr * ld, *k1p = k0p + 8 * ld, *q0p = v.qf + (int64_t)hx * ld, *q1p = q0p + 4 * ld;
 #pragma unroll 4
@@ -1086,7 +1101,8 @@ __device__ __forceinline__ void att_dec_scores(const att_dec_view &v, int c, int
                 }
             }
             /* the 8 lanes kx of a head, then the CT / 32 warps: a max, exact in any order */
-            for (int off = 1; off < 8; off <<= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
+            for (int off = ATT_DEC_LANES ? 4 : 1; off < (ATT_DEC_LANES ? 32 : 8); off <<= 1)
+                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
             if (kx == 0) v.red[w][h] = mx;
         }
     }
