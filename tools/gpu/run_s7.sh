@@ -9,6 +9,7 @@
 #   suite2   the GPU suite again with SUITE_ENV (NAME=V NAME2=V2) exported
 #   bits     logits of dsv4 = dsv4-old (three models x fp8 / bf16 KV, one call; cmp) and of each runtime switch
 #   ab       Flash decode at prompt 256: dsv4, dsv4-old, each staged variant, DSV4_CUDA_PDL=1 / 2, ENV_AB switches
+#            (AB_ARGS: more bench arguments, e.g. "--kv fp8"; the bench's default KV rows are f32)
 #            (an ENV_AB entry BIN/NAME=V runs the staged binary BIN with NAME=V)
 #   micro    test_gpu_mma --bench-experts and --bench, test_gpu_gemm --bench, test_gpu_attention --bench (MICRO picks)
 #   san      compute-sanitizer (SAN_TOOL) over test_gpu_mma's tests matching SAN_TESTS
@@ -94,7 +95,7 @@ if has ab; then   # decode at prompt 256, AB_ROUNDS alternating rounds: dsv4, ea
     for v in dsv4 ${VARIANTS:-} ${ENV_AB:-}; do
       case $v in */*=*) b=${v%%/*}; e=${v#*/}; e=${e//+/ } ;; *=*) e=${v//+/ }; b=dsv4 ;; *) e=; b=$v ;; esac
       [ -x .gpu/$b ] || { echo "  $v: missing"; continue; }
-      env $e timeout 90 .gpu/$b bench --synthetic flash --device cuda --mode official --prompt 256 --decode 32 --no-bandwidth \
+      env $e timeout 90 .gpu/$b bench --synthetic flash --device cuda --mode official --prompt 256 --decode 32 --no-bandwidth ${AB_ARGS:-} \
           >$L/ab_${v//[=\/]/_}_$r.log 2>&1
       echo "  round $r $v: $(grep -E '^decode, 1 stream' $L/ab_${v//[=\/]/_}_$r.log | awk '{print $4, $5, $6, $7}')$(grep -m1 -i 'error' $L/ab_${v//[=\/]/_}_$r.log)"
     done

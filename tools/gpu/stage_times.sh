@@ -3,8 +3,8 @@
 # kernels record each block's start, end and SM), as .gpu/test_gpu_attention-times; on the GPU machine
 # `test_gpu_attention-times --times` prints where each launch's time goes (gap before it, its blocks' start spread,
 # their durations; then with k_att_scores_dec launched twice in a row). A measuring build. With arguments SUFFIX
-# FLAGS: another such build with more nvcc flags, .gpu/test_gpu_attention-times-SUFFIX (e.g. p1
-# -DATT_DEC_PROBE=1: k_attention.cu's probes of the rows' decode loop, whose outputs are wrong).
+# FLAGS: another such build with more nvcc flags, .gpu/test_gpu_attention-times-SUFFIX (e.g. s2
+# -DATT_DEC_STAGE=2: k_att_scores_dec with 256 threads, as before run 86).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 SUFFIX=${1:+-$1} EXTRA=${2:-}

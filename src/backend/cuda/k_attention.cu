@@ -825,12 +825,12 @@ __global__ void __launch_bounds__(4 * HB, 1280 / (4 * HB)) k_att_pv(int official
 #endif
 #define ATT_DEC_CT (ATT_KC * ATT_DHG / 4)   /* its threads that compute scores */
 #ifndef ATT_DEC_STAGE
-#define ATT_DEC_STAGE 2   /* its threads / ATT_DEC_CT; 1 is the variant timed on the H200 (NVFLAGS+=-DATT_DEC_STAGE=1) */
+/* its threads / ATT_DEC_CT: all of them copy and decode, the first ATT_DEC_CT compute. 4 (16 warps, four a
+ * sub-partition) since run 86: the copy and decode phases are latency-bound chains (CSA block, 640 fp8 keys: copies
+ * 1.7 -> 1.5 us, decode 6.1 -> 3.8 us against 2); 1 and 2 were the earlier choices (NVFLAGS+=-DATT_DEC_STAGE=2). */
+#define ATT_DEC_STAGE 4
 #endif
-#ifndef ATT_DEC_LANES
-#define ATT_DEC_LANES 0   /* att_dec_scores's lane layout (a measuring switch; both compute the same chains) */
-#endif
-#define ATT_DEC_T (ATT_DEC_STAGE * ATT_DEC_CT)   /* its threads: all copy and decode (2: two warps an SM sub-partition) */
+#define ATT_DEC_T (ATT_DEC_STAGE * ATT_DEC_CT)   /* its threads */
 static_assert(ATT_DHG == 8, "k_att_scores_dec: its lanes are 8 keys x 4 heads, its warps 16 keys x all 8 heads");
 
 /* 4 or 16 bytes global -> shared without passing through registers (cp.async, sm_80+): all of a block's copies in
@@ -1060,12 +1060,10 @@ __device__ __forceinline__ void att_dec_scores(const att_dec_view &v, int c, int
     constexpr int CT = ATT_DEC_CT;
     const int nq = (D + 3) / 4, ld = v.ld;
     if (threadIdx.x < CT) {   /* whole warps; the others only copied and decoded */
-        /* thread: keys kr + 8 a (a = 0, 1), heads hx + 4 b (b = 0, 1); the chains over the columns in order.
-         * ATT_DEC_LANES (a measuring switch): 0 puts a warp's 8 keys in lane bits 0-2 and its 4 heads in bits 3-4,
-         * 1 the other way round (which lanes share a row decides how many shared-memory wavefronts a float4 load
-         * takes: run 84 counted 4 for the k rows and 2 for the q rows an LDS.128 with 0). */
-        const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
-        const int kx = ATT_DEC_LANES ? lane >> 2 : lane & 7, hx = ATT_DEC_LANES ? lane & 3 : lane >> 3, kr = 16 * w + kx;
+        /* thread: keys kr + 8 a (a = 0, 1), heads hx + 4 b (b = 0, 1); the chains over the columns in order. This
+         * loop is bound by shared-memory wavefronts (run 84: an LDS.128 of the k rows takes 4, of the q rows 2; ~3.2
+         * of its ~4.4 us); the lanes the other way round (keys in bits 2-4, heads in 0-1) took as long (run 86). */
+        const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, kx = lane & 7, hx = lane >> 3, kr = 16 * w + kx;
         float acc[2][2] = { { 0.0f, 0.0f }, { 0.0f, 0.0f } };
         const float *k0p = v.kf + (int64_t)kr * ld, *k1p = k0p + 8 * ld, *q0p = v.qf + (int64_t)hx * ld, *q1p = q0p + 4 * ld;
 #pragma unroll 4
@@ -1101,8 +1099,7 @@ __device__ __forceinline__ void att_dec_scores(const att_dec_view &v, int c, int
                 }
             }
             /* the 8 lanes kx of a head, then the CT / 32 warps: a max, exact in any order */
-            for (int off = ATT_DEC_LANES ? 4 : 1; off < (ATT_DEC_LANES ? 32 : 8); off <<= 1)
-                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
+            for (int off = 1; off < 8; off <<= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
             if (kx == 0) v.red[w][h] = mx;
         }
     }
