@@ -7,6 +7,9 @@
  *              reloaded); P = 0: one chain, no promotion; P = 4 / 1: every P steps wait for the group, then
  *              y = fmaf(d, s, y) over the 64 accumulators, the next step from 0 (scale-d 0).
  *   mma P    : the same promotion pattern on mma.sync (P = 4: the FP8 chunk of today's kernels; 1: the FP4 block).
+ *              On sm_90 mma.sync e4m3 is built from fp16 HMMAs and conversions (run 90); with constant operands
+ *              the compiler converted them once (run 87's 1,109 TFLOPS), so the operands change every iteration.
+ *   hgmma    : the fp16 form of the e4m3 MMA that keeps mma.sync's bits (tools/gpu/f16emu_bits.cu), see k_hgmma_emu.
  * Build: nvcc -O3 -gencode=arch=compute_90a,code=sm_90a --cudart static -o mma_peak tools/gpu/mma_peak.cu
  * A measuring tool: prints a table, exits 0. */
 #include <cuda_runtime.h>
@@ -35,8 +38,9 @@ __global__ void k_mma_peak(int iters, int P, float *out) {
     const uint32_t a = 0x20202020u + threadIdx.x, b = 0x18181818u + blockIdx.x;
     float d[8][4] = {}, y[8][4] = {};
     for (int i = 0; i < iters; i++) {
+        const uint32_t ai = a ^ (uint32_t)(i & 0x07070707), bi = b ^ (uint32_t)(i & 0x03030303);   /* fresh operands */
 #pragma unroll
-        for (int t = 0; t < 8; t++) mma_e4m3(d[t], a, a ^ 1u, a ^ 2u, a ^ 3u, b, b ^ 1u);
+        for (int t = 0; t < 8; t++) mma_e4m3(d[t], ai, ai ^ 1u, ai ^ 2u, ai ^ 3u, bi, bi ^ 1u);
         if (P && (i + 1) % P == 0) {
 #pragma unroll
             for (int t = 0; t < 8; t++)
@@ -98,6 +102,62 @@ __global__ void __launch_bounds__(256, 1) k_wgmma_peak(int iters, int P, float *
     if (s == 1.2345f) out[0] = s;
 }
 
+__device__ __forceinline__ void wg_f16_n64(float (&d)[32], uint64_t da, uint64_t db, int accumulate) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
+                 "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, %32, %33, p, 1, 1, 0, 0;\n}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]),
+                   "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]),
+                   "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]),
+                   "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+                 : "l"(da), "l"(db), "r"(accumulate));
+}
+
+/* The fp16 form of the e4m3 MMA (tools/gpu/f16emu_bits.cu: the same bits): a k32 step is two m64n64k16 HGMMAs from
+ * zero into t, then D = D + t by FADD. Three warpgroups an SM, each its own A (64 x 16 halves), one B. mode 0: the
+ * HGMMAs alone, one chain (the fp16 ceiling at n64); 1: the FP8 chunk (FADD every step, a promotion y = fmaf(D, s, y)
+ * every 4); 2: the FP4 block (y = fmaf(t, s, y) every step). Each warpgroup waits for its step before adding it (two
+ * t sets with wait_group 1 were serialized by ptxas: C7514); the three warpgroups of an SM overlap each other. */
+template <int MODE>
+__global__ void __launch_bounds__(384, 1) k_hgmma_emu(int iters, float *out) {
+    __shared__ __align__(1024) uint8_t sa[3][64 * 32], sb[64 * 32];
+    for (int i = threadIdx.x; i < 3 * 64 * 32; i += blockDim.x) (&sa[0][0])[i] = (uint8_t)(0x20 + (i & 7));
+    for (int i = threadIdx.x; i < 64 * 32; i += blockDim.x) sb[i] = (uint8_t)(0x18 + (i & 3));
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+    __syncthreads();
+    const int wg = threadIdx.x / 128;
+    const uint64_t da = desc(sa[wg], 128, 256), db = desc(sb, 128, 256);
+    float t0[32], t1[32], d[32], y[32];
+    for (int k = 0; k < 32; k++) t0[k] = t1[k] = d[k] = y[k] = 0.0f;
+    if (MODE == 0) {
+        for (int i = 0; i < iters; i += 4) {
+            asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+#pragma unroll
+            for (int u = 0; u < 4; u++) wg_f16_n64(d, da, db, 1), wg_f16_n64(d, da, db, 1);
+            asm volatile("wgmma.commit_group.sync.aligned;\nwgmma.wait_group.sync.aligned 0;" ::: "memory");
+        }
+    } else {
+        for (int j = 0; j < iters; j++) {
+            asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+            wg_f16_n64(t0, da, db, 0), wg_f16_n64(t0, da, db, 1);
+            asm volatile("wgmma.commit_group.sync.aligned;\nwgmma.wait_group.sync.aligned 0;" ::: "memory");
+            if (MODE == 1) {
+#pragma unroll
+                for (int k = 0; k < 32; k++) d[k] = __fadd_rn(d[k], t0[k]);
+                if (j % 4 == 3)
+#pragma unroll
+                    for (int k = 0; k < 32; k++) y[k] = fmaf(d[k], 0.5f, y[k]), d[k] = 0.0f;
+            } else {
+#pragma unroll
+                for (int k = 0; k < 32; k++) y[k] = fmaf(__fadd_rn(0.0f, t0[k]) * 64.0f, 0.5f, y[k]);
+            }
+        }
+    }
+    float s = 0;
+    for (int k = 0; k < 32; k++) s += d[k] + y[k] + t0[k] + t1[k];
+    if (s == 1.2345f) out[0] = s;
+}
+
 static double time_ms(void (*launch)(int, int, float *, int), int iters, int P, float *out, int sms) {
     cudaEvent_t a, b;
     CHECK(cudaEventCreate(&a));
@@ -114,6 +174,11 @@ static double time_ms(void (*launch)(int, int, float *, int), int iters, int P, 
 }
 static void launch_mma(int iters, int P, float *out, int sms) { k_mma_peak<<<sms * 8, 128>>>(iters, P, out); }
 static void launch_wgmma(int iters, int P, float *out, int sms) { k_wgmma_peak<<<sms, 256>>>(iters, P, out); }
+static void launch_emu(int iters, int mode, float *out, int sms) {
+    if (mode == 0) k_hgmma_emu<0><<<sms, 384>>>(iters, out);
+    else if (mode == 1) k_hgmma_emu<1><<<sms, 384>>>(iters, out);
+    else k_hgmma_emu<2><<<sms, 384>>>(iters, out);
+}
 
 int main(void) {
     int dev = 0, sms = 0, clk = 0;
@@ -135,6 +200,13 @@ int main(void) {
         const double ms = time_ms(launch_wgmma, iters, P, out, sms);
         const double flops = (double)sms * 2 * iters * (2.0 * 64 * 128 * 32);
         printf("wgmma m64n128k32 P=%d   %10.3f %10.1f\n", P, ms, flops / ms / 1e9);
+    }
+    const char *emu_names[3] = {"hgmma f16 n64 chain", "hgmma f16 FP8 order", "hgmma f16 FP4 order"};
+    for (int mode = 0; mode < 3; mode++) {
+        const int iters = 1 << 14;   /* k32 steps (mode 0: k16 pairs) */
+        const double ms = time_ms(launch_emu, iters, mode, out, sms);
+        const double flops = (double)sms * 3 * iters * (2.0 * 2 * 64 * 64 * 16);
+        printf("%-22s %10.3f %10.1f\n", emu_names[mode], ms, flops / ms / 1e9);
     }
     return 0;
 }
