@@ -281,6 +281,17 @@ static void e4m3_conversion_every_float(void **state) {
     if (bad) fail_msg("f32 -> e4m3: %llu of 2^32 floats differ from the code search (the first 0x%08x)", bad, first);
     printf("  f32 -> e4m3: all 2^32 floats = the code search\n");
 }
+
+/* The E4M3 MMA the kernels call (cu_mma_frag.cuh: two fp16 MMAs and an addition, written out as ptxas builds the
+ * sm_90 instruction, run 90) gives the instruction's bits: random fragments, random accumulators. */
+static void mma_written_out_equals_instruction(void **state) {
+    (void)state;
+    unsigned long long bad = 0, checked = 0;
+    dsv4_error err;
+    if (cu_mma_emu_check(&bad, &checked, &err)) fail_msg("%s", err.msg);
+    if (bad) fail_msg("mma_e4m3: %llu of %llu elements differ from mma.sync ... .e4m3 (or from0 beyond a zero's sign)", bad, checked);
+    printf("  mma_e4m3 (two fp16 MMAs + FADD) = the instruction: %llu elements, 0 differ\n", checked);
+}
 #endif
 
 /* bf16 by round to nearest even on the bits (written here, not taken from the library under test). */
@@ -1025,6 +1036,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(pack_is_exact),
 #ifndef MMA_TEST_SHIM
         cmocka_unit_test(e4m3_conversion_every_float),
+        cmocka_unit_test(mma_written_out_equals_instruction),
 #endif
         cmocka_unit_test(raw_packing_and_bf16_output),
         cmocka_unit_test(exact_on_integers),

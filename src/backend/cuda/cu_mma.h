@@ -34,6 +34,9 @@ static inline int cu_mma_lds(int K) { return (K + CU_MMA_ACT_BLOCK - 1) / CU_MMA
 /* Every one of the 2^32 float bit patterns through dev_f32_to_e4m3 (the hardware conversion by default) and through
  * the code search it replaced: *mismatches, *first the smallest mismatching pattern (0xffffffff: none). A test. */
 int cu_mma_e4m3_check(unsigned long long *mismatches, unsigned int *first, dsv4_error *err);
+/* cu_mma_frag.cuh's written-out E4M3 MMA against the instruction (random fragments and accumulators): the elements
+ * that differ, of `checked` compared. GPU only. */
+int cu_mma_emu_check(unsigned long long *mismatches, unsigned long long *checked, dsv4_error *err);
 int cu_mma_pack_act(cu_stream st, const float *x, int ldx, int T, int K, uint8_t *xq, int ldq, float *xs, int lds,
                     dsv4_error *err);
 

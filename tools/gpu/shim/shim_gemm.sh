@@ -64,6 +64,8 @@ out.append(frag[a:b])   # e2m1x4_e4m3 (both kernels include cu_mma_frag.cuh; its
 out.append(kernels(body, True))
 out.append('extern "C" int cu_mma_e4m3_check(unsigned long long *m, unsigned int *f, dsv4_error *err) { (void)m; (void)f; '
            'return dsv4_fail(err, DSV4_E_UNSUPPORTED, "cu_mma_e4m3_check: GPU only"); }')
+out.append('extern "C" int cu_mma_emu_check(unsigned long long *m, unsigned long long *c, dsv4_error *err) { (void)m; (void)c; '
+           'return dsv4_fail(err, DSV4_E_UNSUPPORTED, "cu_mma_emu_check: GPU only"); }')
 # the streaming kernel (k_mma_stream.cu, its own shim: shim_stream.sh) declines every call
 out.append('extern "C" int cu_mma_stream_linear(cu_stream, const dsv4_weight *, float *, int, const dsv4_weight *, float *, int, '
            'const uint8_t *, int, const float *, int, int, int) { return 0; }')
