@@ -282,15 +282,17 @@ static void e4m3_conversion_every_float(void **state) {
     printf("  f32 -> e4m3: all 2^32 floats = the code search\n");
 }
 
-/* The E4M3 MMA the kernels call (cu_mma_frag.cuh: two fp16 MMAs and an addition, written out as ptxas builds the
- * sm_90 instruction, run 90) gives the instruction's bits: random fragments, random accumulators. */
+/* The E4M3 MMA spelled out (cu_mma_frag.cuh's mma_e4m3_written: two fp16 MMAs and an addition, as ptxas builds the
+ * sm_90 instruction, run 90) gives the instruction's bits: random fragments, random accumulators. The definition a
+ * kernel without mma.sync (wgmma on fp16 operands) must follow to keep the linears' bits. */
 static void mma_written_out_equals_instruction(void **state) {
     (void)state;
     unsigned long long bad = 0, checked = 0;
     dsv4_error err;
     if (cu_mma_emu_check(&bad, &checked, &err)) fail_msg("%s", err.msg);
-    if (bad) fail_msg("mma_e4m3: %llu of %llu elements differ from mma.sync ... .e4m3 (or from0 beyond a zero's sign)", bad, checked);
-    printf("  mma_e4m3 (two fp16 MMAs + FADD) = the instruction: %llu elements, 0 differ\n", checked);
+    if (bad)
+        fail_msg("mma_e4m3_written: %llu of %llu elements differ from mma.sync e4m3 (from0: beyond a zero's sign)", bad, checked);
+    printf("  mma_e4m3_written (two fp16 MMAs + FADD) = mma.sync e4m3: %llu elements, 0 differ\n", checked);
 }
 #endif
 

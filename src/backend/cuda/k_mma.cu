@@ -258,10 +258,10 @@ __device__ __forceinline__ void mma_block(const dsv4_weight &w, const uint8_t *_
                 for (int mi = 0; mi < MT; mi++)
 #pragma unroll
                     for (int ni = 0; ni < NT; ni++) {
-                        float f[4];
+                        float f[4] = { 0.0f, 0.0f, 0.0f, 0.0f };
                         const uint4 &r0l = a[u][mi][0][0], &r0h = a[u][mi][0][1], &r1l = a[u][mi][1][0], &r1h = a[u][mi][1][1];
                         const uint4 &bl = b[u][ni][0], &bh = b[u][ni][1];
-                        mma_e4m3_from0(f, r0l.x, r1l.x, r0l.y, r1l.y, MMA_B01(bl.x, bl.y));   /* j = 0: words 0, 1 */
+                        mma_e4m3(f, r0l.x, r1l.x, r0l.y, r1l.y, MMA_B01(bl.x, bl.y));   /* j = 0: words 0, 1 */
                         mma_e4m3(f, r0l.z, r1l.z, r0l.w, r1l.w, bl.z, bl.w);   /* j = 1: words 2, 3 */
                         mma_e4m3(f, r0h.x, r1h.x, r0h.y, r1h.y, bh.x, bh.y);   /* j = 2: words 4, 5 */
                         mma_e4m3(f, r0h.z, r1h.z, r0h.w, r1h.w, bh.z, bh.w);   /* j = 3: words 6, 7 */
@@ -382,8 +382,8 @@ __device__ __forceinline__ void mma_block(const dsv4_weight &w, const uint8_t *_
                         }
 #pragma unroll
                         for (int ni = 0; ni < NT; ni++) {
-                            float f[4];
-                            mma_e4m3_from0(f, a0, a1, a2, a3, MMA_B01(b[u][ni][j].x, b[u][ni][j].y));
+                            float f[4] = { 0.0f, 0.0f, 0.0f, 0.0f };
+                            mma_e4m3(f, a0, a1, a2, a3, MMA_B01(b[u][ni][j].x, b[u][ni][j].y));
                             acc[mi][ni][0] = fmaf(f[0], s0 * sx[u][ni][0], acc[mi][ni][0]);
                             acc[mi][ni][1] = fmaf(f[1], s0 * sx[u][ni][1], acc[mi][ni][1]);
                             acc[mi][ni][2] = fmaf(f[2], s1 * sx[u][ni][0], acc[mi][ni][2]);
@@ -521,8 +521,8 @@ __device__ __forceinline__ void lean_chunk(float (&acc)[4], const uint32_t (&a0w
         const uint32_t a0 = e2m1x4_e4m3(a0w[j]), a1 = e2m1x4_e4m3(a1w[j]);
         const uint32_t a2 = e2m1x4_e4m3(a0w[j] >> 16), a3 = e2m1x4_e4m3(a1w[j] >> 16);
         const float s0 = e8m0_byte<PLAIN>(sw0, j), s1 = e8m0_byte<PLAIN>(sw1, j);
-        float f[4];
-        mma_e4m3_from0(f, a0, a1, a2, a3, MMA_B01(b[j].x, b[j].y));
+        float f[4] = { 0.0f, 0.0f, 0.0f, 0.0f };
+        mma_e4m3(f, a0, a1, a2, a3, MMA_B01(b[j].x, b[j].y));
         acc[0] = fmaf(f[0], s0 * sx0, acc[0]);
         acc[1] = fmaf(f[1], s0 * sx1, acc[1]);
         acc[2] = fmaf(f[2], s1 * sx0, acc[2]);
@@ -671,8 +671,8 @@ __device__ __forceinline__ void frag_chunk(float (&acc)[4], const uint4 &A0, con
     const uint32_t w0[4] = { A0.x, A0.y, A0.z, A0.w }, w1[4] = { A1.x, A1.y, A1.z, A1.w };
 #pragma unroll
     for (int j = 0; j < 4; j++) {
-        float f[4];
-        mma_e4m3_from0(f, frag_lo(w0[j]), frag_lo(w1[j]), frag_hi(w0[j]), frag_hi(w1[j]), MMA_B01(b[j].x, b[j].y));
+        float f[4] = { 0.0f, 0.0f, 0.0f, 0.0f };
+        mma_e4m3(f, frag_lo(w0[j]), frag_lo(w1[j]), frag_hi(w0[j]), frag_hi(w1[j]), MMA_B01(b[j].x, b[j].y));
         if (!PLAIN)
 #pragma unroll
             for (int e = 0; e < 4; e++) f[e] *= 64.0f;
@@ -812,9 +812,9 @@ extern "C" int cu_mma_e4m3_check(unsigned long long *mismatches, unsigned int *f
     return rc;
 }
 
-/* mma_e4m3, written out (cu_mma_frag.cuh), against the instruction it stands for, on random fragments and random
- * C bits (NaN and infinity codes included): D = A B + C bit for bit; and mma_e4m3_from0 against the instruction from
- * +0.0f, equal up to the sign of a zero. Each thread `iters` tiles; mismatching elements counted. */
+/* mma_e4m3_written (cu_mma_frag.cuh) against the instruction it spells out, on random fragments and random C bits
+ * (NaN and infinity codes included): D = A B + C bit for bit; and mma_e4m3_written_from0 against the instruction
+ * from +0.0f, equal up to the sign of a zero. Each thread `iters` tiles; mismatching elements counted. */
 __device__ __forceinline__ uint32_t emu_hash(uint32_t x) {
     x ^= x >> 16, x *= 0x7feb352du, x ^= x >> 15, x *= 0x846ca68bu, x ^= x >> 16;
     return x;
@@ -830,10 +830,10 @@ __global__ void k_mma_emu_check(int iters, unsigned long long *bad) {
         for (int k = 0; k < 6; k++) r[k] = h = emu_hash(h);
 #pragma unroll
         for (int e = 0; e < 4; e++) d1[e] = d2[e] = __uint_as_float(h = emu_hash(h));
-        mma_e4m3(d1, r[0], r[1], r[2], r[3], r[4], r[5]);
-        mma_e4m3_hw(d2, r[0], r[1], r[2], r[3], r[4], r[5]);
-        mma_e4m3_from0(z1, r[0], r[1], r[2], r[3], r[4], r[5]);
-        mma_e4m3_hw(z2, r[0], r[1], r[2], r[3], r[4], r[5]);
+        mma_e4m3_written(d1, r[0], r[1], r[2], r[3], r[4], r[5]);
+        mma_e4m3(d2, r[0], r[1], r[2], r[3], r[4], r[5]);
+        mma_e4m3_written_from0(z1, r[0], r[1], r[2], r[3], r[4], r[5]);
+        mma_e4m3(z2, r[0], r[1], r[2], r[3], r[4], r[5]);
 #pragma unroll
         for (int e = 0; e < 4; e++) {
             n += __float_as_uint(d1[e]) != __float_as_uint(d2[e]);

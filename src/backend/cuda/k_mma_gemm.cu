@@ -157,7 +157,13 @@ __device__ __forceinline__ void gemm_chunk(float (&acc)[GEMM_MT][GEMM_NT][4], co
     const int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
     const uint8_t *As = stage, *Bs = stage + L::a_bytes;
     if constexpr (!FP4) {
-        float f[GEMM_MT][GEMM_NT][4];   /* set by the chunk's first MMA (mma_e4m3_from0) */
+        float f[GEMM_MT][GEMM_NT][4];
+#pragma unroll
+        for (int mi = 0; mi < GEMM_MT; mi++)
+#pragma unroll
+            for (int ni = 0; ni < GEMM_NT; ni++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) f[mi][ni][e] = 0.0f;
         /* MMAs j = 2 half, 2 half + 1 (words 4 half .. 4 half + 3); a loop, not unrolled, so that the compiler does
          * not hoist both halves' loads (255 registers without spills) */
 #pragma unroll 1
@@ -172,7 +178,7 @@ __device__ __forceinline__ void gemm_chunk(float (&acc)[GEMM_MT][GEMM_NT][4], co
 #pragma unroll
                 for (int ni = 0; ni < GEMM_NT; ni++) {
                     const uint4 &bb = b[ni];
-                    if (half == 0) mma_e4m3_from0(f[mi][ni], r0.x, r1.x, r0.y, r1.y, GEMM_B01(bb.x, bb.y));
+                    if (half == 0) mma_e4m3(f[mi][ni], r0.x, r1.x, r0.y, r1.y, GEMM_B01(bb.x, bb.y));
                     else mma_e4m3(f[mi][ni], r0.x, r1.x, r0.y, r1.y, bb.x, bb.y);
                     mma_e4m3(f[mi][ni], r0.z, r1.z, r0.w, r1.w, bb.z, bb.w);
                 }
@@ -230,8 +236,8 @@ __device__ __forceinline__ void gemm_chunk(float (&acc)[GEMM_MT][GEMM_NT][4], co
                 const float s0 = dev_e8m0((uint8_t)(swb[mi][0] >> (8 * j))), s1 = dev_e8m0((uint8_t)(swb[mi][1] >> (8 * j)));
 #pragma unroll
                 for (int ni = 0; ni < GEMM_NT; ni++) {
-                    float f[4];
-                    mma_e4m3_from0(f, a0, a1, a2, a3, GEMM_B01(b[ni].x, b[ni].y));
+                    float f[4] = { 0.0f, 0.0f, 0.0f, 0.0f };
+                    mma_e4m3(f, a0, a1, a2, a3, GEMM_B01(b[ni].x, b[ni].y));
                     if (FP4 == 2)   /* the packed values are 2^-6 of the codes': P exactly */
 #pragma unroll
                         for (int e = 0; e < 4; e++) f[e] *= 64.0f;

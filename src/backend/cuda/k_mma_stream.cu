@@ -328,8 +328,8 @@ __device__ __forceinline__ void st_compute(const st_args &a, const st_item &it, 
             const uint32_t a0 = e2m1x4_e4m3(w0), a1 = e2m1x4_e4m3(w1);
             const uint32_t a2 = e2m1x4_e4m3(w0 >> 16), a3 = e2m1x4_e4m3(w1 >> 16);
             const float s0 = dev_e8m0((uint8_t)(sw0 >> (8 * j))), s1 = dev_e8m0((uint8_t)(sw1 >> (8 * j)));
-            float f[4];
-            mma_e4m3_from0(f, a0, a1, a2, a3, ST_B01(b.x, b.y));
+            float f[4] = { 0.0f, 0.0f, 0.0f, 0.0f };
+            mma_e4m3(f, a0, a1, a2, a3, ST_B01(b.x, b.y));
             acc[0] = fmaf(f[0], s0 * sx[0], acc[0]);
             acc[1] = fmaf(f[1], s0 * sx[1], acc[1]);
             acc[2] = fmaf(f[2], s1 * sx[0], acc[2]);
@@ -347,8 +347,8 @@ __device__ __forceinline__ void st_compute(const st_args &a, const st_item &it, 
         float sw[2];
         sw[0] = v0 ? dev_e8m0(WS[4 * ((it.row0 + it.rb + g) / 128 - s_first) + p]) : 0.0f;
         sw[1] = v1 ? dev_e8m0(WS[4 * ((it.row0 + it.rb + g + 8) / 128 - s_first) + p]) : 0.0f;
-        float f[4];
-        mma_e4m3_from0(f, r0l.x, r1l.x, r0l.y, r1l.y, ST_B01(bl.x, bl.y));   /* j = 0: words 0, 1 */
+        float f[4] = { 0.0f, 0.0f, 0.0f, 0.0f };
+        mma_e4m3(f, r0l.x, r1l.x, r0l.y, r1l.y, ST_B01(bl.x, bl.y));   /* j = 0: words 0, 1 */
         mma_e4m3(f, r0l.z, r1l.z, r0l.w, r1l.w, bl.z, bl.w);           /* j = 1: words 2, 3 */
         mma_e4m3(f, r0h.x, r1h.x, r0h.y, r1h.y, bh.x, bh.y);           /* j = 2: words 4, 5 */
         mma_e4m3(f, r0h.z, r1h.z, r0h.w, r1h.w, bh.z, bh.w);           /* j = 3: words 6, 7 */

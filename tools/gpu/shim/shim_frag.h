@@ -12,11 +12,6 @@
 static inline void mma_e4m3(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0, uint32_t b1) {
     shim_mma_e4m3(d, a0, a1, a2, a3, b0, b1);
 }
-/* mma_e4m3_from0 (cu_mma_frag.cuh: D = A B, C never read): the same from a zero D. */
-static inline void mma_e4m3_from0(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0, uint32_t b1) {
-    d[0] = d[1] = d[2] = d[3] = 0.0f;
-    shim_mma_e4m3(d, a0, a1, a2, a3, b0, b1);
-}
 
 /* mma.sync.aligned: all 32 lanes execute the same instruction. The emulation meets the lanes wherever they call it
  * from, so each call also names its site (the calling function, template arguments included, and the line) and
@@ -32,7 +27,6 @@ static inline void shim_mma_site(const char *fn, int line) {
         }
 }
 #define mma_e4m3(d, ...) (shim_mma_site(__PRETTY_FUNCTION__, __LINE__), mma_e4m3(d, __VA_ARGS__))
-#define mma_e4m3_from0(d, ...) (shim_mma_site(__PRETTY_FUNCTION__, __LINE__), mma_e4m3_from0(d, __VA_ARGS__))
 
 /* prmt.b32, generic form: byte k of the result is byte (c >> 4k) & 7 of the 8 bytes {b, a} (a = bytes 0..3), or
  * that byte's sign bit replicated when bit 3 of the selector nibble is set. */
