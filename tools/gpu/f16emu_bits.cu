@@ -17,54 +17,14 @@
  *   hmma chain  D = HMMA(cols 16-31, HMMA(cols 0-15, D)) (no FADD: the tensor core adds C);
  *   hgmma fadd  the same as hmma fadd with wgmma m64n64k16 f16 (t from scale-d 0), D = D + t;
  *   hgmma chain wgmma k16 steps accumulated in D.
- * Build: nvcc -O2 -gencode=arch=compute_90a,code=sm_90a --cudart static -o f16emu_bits tools/gpu/f16emu_bits.cu
+ * Build: nvcc -O2 -gencode=arch=compute_90a,code=sm_90a --cudart static -o f16emu_bits tools/gpu/f16emu_bits.cu (tc_probe.cuh beside it)
  * Usage: f16emu_bits [TILES] (default 4096). A measuring tool: prints a table, exits 0. */
 #include <cuda_fp16.h>
-#include <cuda_runtime.h>
 #include <math.h>
-#include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
+#include "tc_probe.cuh"
 
-#define CHECK(x)                                                                                 \
-    do {                                                                                         \
-        cudaError_t e_ = (x);                                                                    \
-        if (e_ != cudaSuccess) {                                                                 \
-            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-            exit(1);                                                                             \
-        }                                                                                        \
-    } while (0)
-
-enum { M = 64, N = 64, K = 128 };
-
-__device__ __forceinline__ void mma_e4m3(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
-                                         uint32_t b1) {
-    asm volatile("mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-__device__ __forceinline__ void mma_f16(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0, uint32_t b1) {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-__device__ __forceinline__ uint32_t w32(const void *p) { return *(const uint32_t *)p; }
-
-__global__ void k_mma8(const uint8_t *A, const uint8_t *B, float *D, int steps) {
-    const uint8_t *a = A + (size_t)blockIdx.x * M * K, *b = B + (size_t)blockIdx.x * N * K;
-    float *dd = D + (size_t)blockIdx.x * M * N;
-    const int w = threadIdx.x / 32, l = threadIdx.x % 32, g = l / 4, q = l % 4;
-    for (int i = 0; i < N / 8; i++) {
-        float d[4] = {0.f, 0.f, 0.f, 0.f};
-        for (int j = 0; j < steps; j++) {
-            const uint8_t *r0 = a + (16 * w + g) * K + 32 * j, *r1 = r0 + 8 * K, *c = b + (8 * i + g) * K + 32 * j;
-            mma_e4m3(d, w32(r0 + 4 * q), w32(r1 + 4 * q), w32(r0 + 16 + 4 * q), w32(r1 + 16 + 4 * q), w32(c + 4 * q), w32(c + 16 + 4 * q));
-        }
-        const int row = 16 * w + g, col = 8 * i + 2 * q;
-        dd[row * N + col] = d[0], dd[row * N + col + 1] = d[1], dd[(row + 8) * N + col] = d[2], dd[(row + 8) * N + col + 1] = d[3];
-    }
-}
+enum { M = TILE_M, N = TILE_N, K = TILE_K };
 
 /* fp16 tiles: A16 [64][128], B16 [64][128] halves. chain = 0: t from 0 and D = D + t; 1: D carried through. */
 __global__ void k_hmma(const __half *A, const __half *B, float *D, int steps, int chain) {
@@ -83,15 +43,10 @@ __global__ void k_hmma(const __half *A, const __half *B, float *D, int steps, in
             if (!chain)
                 for (int e = 0; e < 4; e++) d[e] = __fadd_rn(d[e], t[e]);
         }
-        const int row = 16 * w + g, col = 8 * i + 2 * q;
-        dd[row * N + col] = d[0], dd[row * N + col + 1] = d[1], dd[(row + 8) * N + col] = d[2], dd[(row + 8) * N + col + 1] = d[3];
+        store_frag(dd, w, i, d);
     }
 }
 
-__device__ __forceinline__ uint64_t desc(const void *smem, uint32_t lbo, uint32_t sbo) {
-    const uint32_t a = (uint32_t)__cvta_generic_to_shared(smem);
-    return (uint64_t)((a >> 4) & 0x3FFF) | (uint64_t)((lbo >> 4) & 0x3FFF) << 16 | (uint64_t)((sbo >> 4) & 0x3FFF) << 32;
-}
 __device__ __forceinline__ void wg_f16(float (&d)[32], uint64_t da, uint64_t db, int accumulate) {
     asm volatile(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
@@ -128,28 +83,9 @@ __global__ void k_hgmma(const __half *A, const __half *B, float *D, int steps, i
             if (!chain && h == 1)
                 for (int e = 0; e < 32; e++) d[e] = __fadd_rn(d[e], t[e]);
         }
-    float *dd = D + (size_t)blockIdx.x * M * N;
-    const int w = threadIdx.x / 32, l = threadIdx.x % 32, row = 16 * w + l / 4;
-    for (int i = 0; i < 8; i++) {
-        const int col = 8 * i + 2 * (l % 4);
-        dd[row * N + col] = d[4 * i], dd[row * N + col + 1] = d[4 * i + 1];
-        dd[(row + 8) * N + col] = d[4 * i + 2], dd[(row + 8) * N + col + 1] = d[4 * i + 3];
-    }
+    for (int i = 0; i < 8; i++) store_frag(D + (size_t)blockIdx.x * M * N, threadIdx.x / 32, i, *(const float (*)[4])(d + 4 * i));
 }
 
-static uint64_t rng = 0x9E3779B97F4A7C15ull;
-static uint32_t next32(void) {
-    rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
-    return (uint32_t)(rng >> 16);
-}
-static uint8_t rand_byte(int dist, int k) {
-    for (;;) {
-        uint8_t b = (uint8_t)next32();
-        if (dist == 1) b = (uint8_t)((b & 0x87) | ((6 + next32() % 3) << 3));
-        if (dist == 2) b = k == 37 ? (uint8_t)((b & 0x87) | (14 << 3)) : (uint8_t)((b & 0x87) | ((1 + next32() % 5) << 3));
-        if ((b & 0x7F) != 0x7F) return b;
-    }
-}
 /* E4M3 byte -> fp16 bits, exactly (every E4M3 value, subnormals included, is an fp16 normal or zero). */
 static uint16_t e4m3_f16(uint8_t b) {
     const int e = (b >> 3) & 15, m = b & 7;

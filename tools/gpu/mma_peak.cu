@@ -10,28 +10,9 @@
  *              On sm_90 mma.sync e4m3 is built from fp16 HMMAs and conversions (run 90); with constant operands
  *              the compiler converted them once (run 87's 1,109 TFLOPS), so the operands change every iteration.
  *   hgmma    : the fp16 form of the e4m3 MMA that keeps mma.sync's bits (tools/gpu/f16emu_bits.cu), see k_hgmma_emu.
- * Build: nvcc -O3 -gencode=arch=compute_90a,code=sm_90a --cudart static -o mma_peak tools/gpu/mma_peak.cu
+ * Build: nvcc -O3 -gencode=arch=compute_90a,code=sm_90a --cudart static -o mma_peak tools/gpu/mma_peak.cu (tc_probe.cuh beside it)
  * A measuring tool: prints a table, exits 0. */
-#include <cuda_runtime.h>
-#include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
-
-#define CHECK(x)                                                                                 \
-    do {                                                                                         \
-        cudaError_t e_ = (x);                                                                    \
-        if (e_ != cudaSuccess) {                                                                 \
-            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-            exit(1);                                                                             \
-        }                                                                                        \
-    } while (0)
-
-__device__ __forceinline__ void mma_e4m3(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
-                                         uint32_t b1) {
-    asm volatile("mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
+#include "tc_probe.cuh"
 
 /* 8 independent tiles a warp; P = 0: plain chains; P > 0: every P steps y += d * s and d restarts from 0. */
 __global__ void k_mma_peak(int iters, int P, float *out) {
@@ -56,10 +37,6 @@ __global__ void k_mma_peak(int iters, int P, float *out) {
     if (s == 1.2345f) out[0] = s;   /* practically never: keeps the work */
 }
 
-__device__ __forceinline__ uint64_t desc(const void *smem, uint32_t lbo, uint32_t sbo) {
-    const uint32_t a = (uint32_t)__cvta_generic_to_shared(smem);
-    return (uint64_t)((a >> 4) & 0x3FFF) | (uint64_t)((lbo >> 4) & 0x3FFF) << 16 | (uint64_t)((sbo >> 4) & 0x3FFF) << 32;
-}
 __device__ __forceinline__ void wg_m64n128(float (&d)[64], uint64_t da, uint64_t db, int accumulate) {
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
                  "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"

@@ -18,59 +18,13 @@
  * the core matrix of row group g and 16-byte column c at g * 1024 + c * 128 (LBO = 128 between K neighbours,
  * SBO = 1024 between row groups). Variant `swap` builds the descriptors with LBO and SBO exchanged, in case the
  * no-swizzle mode reads them the other way; the run reports which one equals the reference.
- * Build: nvcc -O2 -gencode=arch=compute_90a,code=sm_90a --cudart static -o wgmma_bits tools/gpu/wgmma_bits.cu
+ * Build: nvcc -O2 -gencode=arch=compute_90a,code=sm_90a --cudart static -o wgmma_bits tools/gpu/wgmma_bits.cu (tc_probe.cuh beside it)
  * Usage: wgmma_bits [TILES] (default 4096). Measuring tool, not a test: prints a table, exits 0. */
-#include <cuda_runtime.h>
 #include <math.h>
-#include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
+#include "tc_probe.cuh"
 
-#define CHECK(x)                                                                                   \
-    do {                                                                                           \
-        cudaError_t e_ = (x);                                                                      \
-        if (e_ != cudaSuccess) {                                                                   \
-            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_));   \
-            exit(1);                                                                               \
-        }                                                                                          \
-    } while (0)
-
-enum { M = 64, N = 64, K = 128 };
-
-__device__ __forceinline__ void mma_e4m3(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
-                                         uint32_t b1) {
-    asm volatile("mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-
-__device__ __forceinline__ uint32_t word(const uint8_t *p) { return *(const uint32_t *)p; }
-
-/* 4 warps, warp w rows 16w..16w+15; per n8 tile a chain of `steps` MMAs from 0. */
-__global__ void k_mma(const uint8_t *A, const uint8_t *B, float *D, int steps) {
-    const uint8_t *a = A + (size_t)blockIdx.x * M * K, *b = B + (size_t)blockIdx.x * N * K;
-    float *dd = D + (size_t)blockIdx.x * M * N;
-    const int w = threadIdx.x / 32, l = threadIdx.x % 32, g = l / 4, q = l % 4;
-    for (int i = 0; i < N / 8; i++) {
-        float d[4] = {0.f, 0.f, 0.f, 0.f};
-        for (int j = 0; j < steps; j++) {
-            const uint8_t *r0 = a + (16 * w + g) * K + 32 * j, *r1 = r0 + 8 * K, *c = b + (8 * i + g) * K + 32 * j;
-            mma_e4m3(d, word(r0 + 4 * q), word(r1 + 4 * q), word(r0 + 16 + 4 * q), word(r1 + 16 + 4 * q), word(c + 4 * q),
-                     word(c + 16 + 4 * q));
-        }
-        const int row = 16 * w + g, col = 8 * i + 2 * q;
-        dd[row * N + col] = d[0];
-        dd[row * N + col + 1] = d[1];
-        dd[(row + 8) * N + col] = d[2];
-        dd[(row + 8) * N + col + 1] = d[3];
-    }
-}
-
-__device__ __forceinline__ uint64_t desc(const void *smem, uint32_t lbo, uint32_t sbo) {
-    const uint32_t a = (uint32_t)__cvta_generic_to_shared(smem);
-    return (uint64_t)((a >> 4) & 0x3FFF) | (uint64_t)((lbo >> 4) & 0x3FFF) << 16 | (uint64_t)((sbo >> 4) & 0x3FFF) << 32;
-}
+enum { M = TILE_M, N = TILE_N, K = TILE_K };
 
 __device__ __forceinline__ void wg_m64n64(float (&d)[32], uint64_t da, uint64_t db, int accumulate) {
     asm volatile(
@@ -122,35 +76,13 @@ __global__ void k_wgmma(const uint8_t *A, const uint8_t *B, float *D, int steps,
         }
     }
     wg_commit_wait();
-    float *dd = D + (size_t)blockIdx.x * M * N;
-    const int w = threadIdx.x / 32, l = threadIdx.x % 32, row = 16 * w + l / 4;
-    for (int i = 0; i < 8; i++) {
-        const int col = 8 * i + 2 * (l % 4);
-        dd[row * N + col] = d[4 * i];
-        dd[row * N + col + 1] = d[4 * i + 1];
-        dd[(row + 8) * N + col] = d[4 * i + 2];
-        dd[(row + 8) * N + col + 1] = d[4 * i + 3];
-    }
+    for (int i = 0; i < 8; i++) store_frag(D + (size_t)blockIdx.x * M * N, threadIdx.x / 32, i, *(const float (*)[4])(d + 4 * i));
 }
 
 static double e4m3(uint8_t b) {
     const int e = (b >> 3) & 15, m = b & 7;
     const double v = e == 0 ? m * ldexp(1.0, -9) : (1 + m / 8.0) * ldexp(1.0, e - 7);
     return b & 0x80 ? -v : v;
-}
-
-static uint64_t rng = 0x9E3779B97F4A7C15ull;
-static uint32_t next32(void) {
-    rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
-    return (uint32_t)(rng >> 16);
-}
-static uint8_t rand_byte(int dist, int k) {
-    for (;;) {
-        uint8_t b = (uint8_t)next32();
-        if (dist == 1) b = (uint8_t)((b & 0x87) | ((6 + next32() % 3) << 3));
-        if (dist == 2) b = k == 37 ? (uint8_t)((b & 0x87) | (14 << 3)) : (uint8_t)((b & 0x87) | ((1 + next32() % 5) << 3));
-        if ((b & 0x7F) != 0x7F) return b;
-    }
 }
 
 /* The step-wise exactly rounded reference: c = fl(c + exact sum of step j's 32 products), j = 0 .. steps-1. */
@@ -184,7 +116,7 @@ int main(int argc, char **argv) {
         for (int v = 0; v < 7; v++) {
             CHECK(cudaMemset(dD, 0xFF, nd * 4));
             const int steps = v < 4 ? 4 : 1;
-            if (v == 0 || v == 4) k_mma<<<tiles, 128>>>(dA, dB, dD, steps);
+            if (v == 0 || v == 4) k_mma8<<<tiles, 128>>>(dA, dB, dD, steps);
             else k_wgmma<<<tiles, 128>>>(dA, dB, dD, steps, v == 2 || v == 6, v == 3);
             CHECK(cudaGetLastError());
             CHECK(cudaDeviceSynchronize());
