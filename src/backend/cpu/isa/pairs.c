@@ -531,13 +531,24 @@ static ALWAYS_INLINE int fp4_rows_n(const dsv4_weight *w, const int rows[FUSED_R
     __m512 acc[FUSED_ROWS][FUSED_T];
     for (int r = 0; r < FUSED_ROWS; r++)
         for (int t = 0; t < NT; t++) acc[r][t] = _mm512_setzero_ps();
-    for (int i = 0; i < n; i += 32) {
-        if (i % 128 == 0)
-            for (int r = 0; r < FUSED_ROWS; r++)
-                if (ahead[r]) __builtin_prefetch(ahead[r] + i / 2, 0, 3);
-        __m512i wv[FUSED_ROWS];
-        for (int r = 0; r < FUSED_ROWS; r++) wv[r] = fp4_bf16x32(src[r] + i / 2, fp4_table(srow[r][i / 32]));
-        chunk_steps(acc, wv, x, i, NT);
+    /* 128 columns (four scale blocks) at a time: each row's four scale bytes in one word, so that the rows' scale
+     * pointers are read once per chunk, not once per block. With 4 rows' data, scale and prefetch pointers live, GCC
+     * kept the pointers in mask registers and moved them back for every block (kmovq, on the port VDPBF16PS needs). */
+    for (int i = 0; i < n; i += 128) {
+        const int nb = n - i >= 128 ? 4 : (n - i) / 32;
+        uint32_t sw[FUSED_ROWS];
+        for (int r = 0; r < FUSED_ROWS; r++) {
+            if (ahead[r]) __builtin_prefetch(ahead[r] + i / 2, 0, 3);
+            sw[r] = 0;
+            if (nb == 4) memcpy(&sw[r], srow[r] + i / 32, 4);
+            else
+                for (int j = 0; j < nb; j++) sw[r] |= (uint32_t)srow[r][i / 32 + j] << (8 * j);
+        }
+        for (int j = 0; j < nb; j++) {
+            __m512i wv[FUSED_ROWS];
+            for (int r = 0; r < FUSED_ROWS; r++) wv[r] = fp4_bf16x32(src[r] + (i + 32 * j) / 2, fp4_table((sw[r] >> (8 * j)) & 0xff));
+            chunk_steps(acc, wv, x, i + 32 * j, NT);
+        }
     }
     fused_out(acc, out, NT);
     return 1;
