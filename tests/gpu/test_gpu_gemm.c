@@ -1,5 +1,6 @@
-/* The large-T path of the tensor-core linear (backend/cuda/k_mma_gemm.cu, cu_mma_gemm.h) against the small-tile
- * kernels of k_mma.cu, whose order it must keep: every output of cu_mma_gemm_linear is memcmp-equal to
+/* The large-T path of the tensor-core linear (backend/cuda/k_mma_gemm.cu, cu_mma_gemm.h), both its GEMMs (the
+ * mma.sync block and the warpgroup one, CU_GEMM_MMA / CU_GEMM_HGMMA), against the small-tile
+ * kernels of k_mma.cu, whose order they must keep: every output of cu_mma_gemm_linear is memcmp-equal to
  * cu_mma_linear's with the GEMM switched off (test_gpu_mma checks those against a reference in double), and nothing
  * else of the output buffer is written. Inputs are random bytes of the formats (every E4M3 code but NaN, every E2M1
  * code) with random power-of-two scales, so the values span a wide range and any change of the order of an fmaf or
@@ -8,10 +9,10 @@
  * unequal length), FP4 K ending in a partial chunk of 1 or 3 scale blocks, a weight view (row0 = 40: the FP8 scale
  * rows), out_bf16 on and off; and the routed experts' GEMM (cu_mma_gemm_experts) against cu_mma_expert_linear on a
  * plan whose experts have 150, 3, 20 (absent: another GPU's), 0, 140 and 9 pairs, inputs by token and by pair.
- * Building k_mma_gemm.cu with -DDSV4_GEMM_BUG=1 (a fragment word swap) or =2 (the partials folded in reverse order)
- * must make it fail. Built with -DGEMM_TEST_SHIM (tools/gpu/shim/shim_gemm.sh) it runs on the CPU against the
+ * Building k_mma_gemm.cu with -DDSV4_GEMM_BUG=1 (a fragment word swap, in both GEMMs) or =2 (the partials folded
+ * in reverse order) must make it fail. Built with -DGEMM_TEST_SHIM (tools/gpu/shim/shim_gemm.sh) it runs on the CPU against the
  * kernels' source through the fiber shim; on the GPU it is one of the GPU suite's programs.
- * `test_gpu_gemm --bench` (GPU) times both paths at the V4-Flash shapes for T = 256, 512, 2048 and 8192. */
+ * `test_gpu_gemm --bench` (GPU) times the three at the V4-Flash shapes for T = 256, 512, 2048 and 8192. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -108,13 +109,9 @@ static void same_bits(const dsv4_weight *w, int T, int out_bf16) {
     dsv4_error err;
     cu_mma_gemm_set(0, 0, 0);
     assert_int_equal(cu_mma_linear(NULL, w, dq, ldq, ds, lds, T, dy0, ldy, out_bf16, 0, &err), 0);
-    cu_mma_gemm_set(1, 1, 1);
-    assert_int_equal(cu_mma_gemm_linear(NULL, w, dq, ldq, ds, lds, T, dy1, ldy, out_bf16), 1);   /* it took the launch */
-    cu_mma_gemm_set(CU_MMA_GEMM_MIN_T, CU_MMA_GEMM_MIN_BLOCKS, CU_MMA_GEMM_MIN_TILES);
-    assert_int_equal(cu_finish(NULL, "gemm", &err), 0);
+    assert_int_equal(cu_finish(NULL, "small tiles", &err), 0);
     assert_int_equal(cu_download(y0, dy0, sizeof(float) * yn), 0);
-    assert_int_equal(cu_download(y1, dy1, sizeof(float) * yn), 0);
-    size_t written = 0, differ = 0, first = 0;
+    size_t written = 0;
     for (int t = 0; t < T; t++)
         for (int r = 0; r < N; r++) {
             const size_t i = (size_t)t * ldy + r;
@@ -122,14 +119,26 @@ static void same_bits(const dsv4_weight *w, int T, int out_bf16) {
             memcpy(&u, &y0[i], 4);
             written += u != 0xabababab && isfinite(y0[i]) && y0[i] != 0.0f;
         }
-    for (size_t i = 0; i < yn; i++)
-        if (memcmp(&y0[i], &y1[i], 4) && !differ++) first = i;
-    if (differ)
-        print_error("%s %d x %d (row0 %d), T %d, out_bf16 %d: %zu of %zu floats differ, first at token %zu column %zu (%a vs %a)\n",
-                    w->fmt == WF_FP4 ? "FP4" : "FP8", N, K, w->row0, T, out_bf16, differ, yn, first / ldy, first % ldy, y0[first],
-                    y1[first]);
-    assert_int_equal(differ, 0);
     assert_true(written > (size_t)T * N * 9 / 10);   /* the outputs are real numbers, not an untouched buffer */
+    for (int kind = CU_GEMM_MMA; kind <= CU_GEMM_HGMMA; kind++) {   /* each GEMM against the small tiles */
+        memset(y1, 0xab, sizeof(float) * yn);
+        assert_int_equal(cu_upload(dy1, y1, sizeof(float) * yn), 0);
+        cu_mma_gemm_set(1, 1, 1);
+        cu_mma_gemm_set_kind(kind);
+        assert_int_equal(cu_mma_gemm_linear(NULL, w, dq, ldq, ds, lds, T, dy1, ldy, out_bf16), 1);   /* it took the launch */
+        cu_mma_gemm_set(CU_MMA_GEMM_MIN_T, CU_MMA_GEMM_MIN_BLOCKS, CU_MMA_GEMM_MIN_TILES);
+        cu_mma_gemm_set_kind(CU_GEMM_MMA);
+        assert_int_equal(cu_finish(NULL, "gemm", &err), 0);
+        assert_int_equal(cu_download(y1, dy1, sizeof(float) * yn), 0);
+        size_t differ = 0, first = 0;
+        for (size_t i = 0; i < yn; i++)
+            if (memcmp(&y0[i], &y1[i], 4) && !differ++) first = i;
+        if (differ)
+            print_error("%s %s %d x %d (row0 %d), T %d, out_bf16 %d: %zu of %zu floats differ, first at token %zu column %zu (%a vs %a)\n",
+                        kind == CU_GEMM_HGMMA ? "wgmma" : "mma.sync", w->fmt == WF_FP4 ? "FP4" : "FP8", N, K, w->row0, T, out_bf16, differ, yn,
+                        first / ldy, first % ldy, y0[first], y1[first]);
+        assert_int_equal(differ, 0);
+    }
     cu_free(dq);
     cu_free(ds);
     cu_free(dy0);
@@ -239,13 +248,8 @@ static void experts_same_bits(int fmt, int rows, int cols, int x_by_pair, int pa
         fmt = CU_FMT_FP4_FRAG;
         assert_int_equal(cu_mma_expert_linear(NULL, dw, rows, cols, fmt, &plan, max_tiles, dq, ldq, ds, lds, x_by_pair, dy2, ldy, 1, 0, &err), 0);
     }
-    cu_mma_gemm_set(1, 1, 1);
-    assert_int_equal(cu_mma_gemm_experts(NULL, dw, rows, cols, fmt, &plan, max_tiles, dq, ldq, ds, lds, x_by_pair, dy1, ldy, 1), 1);
-    cu_mma_gemm_set(CU_MMA_GEMM_MIN_T, CU_MMA_GEMM_MIN_BLOCKS, CU_MMA_GEMM_MIN_TILES);
-    assert_int_equal(cu_finish(NULL, "gemm experts", &err), 0);
-
+    assert_int_equal(cu_finish(NULL, "small tiles", &err), 0);
     assert_int_equal(cu_download(y0, dy0, sizeof(float) * P * ldy), 0);
-    assert_int_equal(cu_download(y1, dy1, sizeof(float) * P * ldy), 0);
     if (packed) {   /* the packed small tiles = the unpacked ones (y0) */
         float *y2 = malloc(sizeof(float) * P * ldy);
         assert_int_equal(cu_download(y2, dy2, sizeof(float) * P * ldy), 0);
@@ -254,19 +258,32 @@ static void experts_same_bits(int fmt, int rows, int cols, int x_by_pair, int pa
         assert_memory_equal(y0, y2, sizeof(float) * P * ldy);
         free(y2);
     }
-    size_t differ = 0, first = 0, written = 0;
+    size_t written = 0;
     for (size_t i = 0; i < (size_t)P * ldy; i++) {
         uint32_t u;
         memcpy(&u, &y0[i], 4);
         written += u != 0xabababab;
-        if (memcmp(&y0[i], &y1[i], 4) && !differ++) first = i;
     }
-    if (differ)
-        print_error("experts %s %d x %d, x_by_pair %d: %zu floats differ, first at pair %zu row %zu (%a vs %a)\n",
-                    fmt == WF_FP4 ? "FP4" : fmt == CU_FMT_FP4_FRAG ? "packed FP4" : "FP8",
-                    rows, cols, x_by_pair, differ, first / ldy, first % ldy, y0[first], y1[first]);
-    assert_int_equal(differ, 0);
     assert_int_equal(written, (size_t)P * rows);   /* every pair's row, the absent expert's included */
+    for (int kind = CU_GEMM_MMA; kind <= CU_GEMM_HGMMA; kind++) {   /* each GEMM against the small tiles */
+        memset(y1, 0xab, sizeof(float) * P * ldy);
+        assert_int_equal(cu_upload(dy1, y1, sizeof(float) * P * ldy), 0);
+        cu_mma_gemm_set(1, 1, 1);
+        cu_mma_gemm_set_kind(kind);
+        assert_int_equal(cu_mma_gemm_experts(NULL, dw, rows, cols, fmt, &plan, max_tiles, dq, ldq, ds, lds, x_by_pair, dy1, ldy, 1), 1);
+        cu_mma_gemm_set(CU_MMA_GEMM_MIN_T, CU_MMA_GEMM_MIN_BLOCKS, CU_MMA_GEMM_MIN_TILES);
+        cu_mma_gemm_set_kind(CU_GEMM_MMA);
+        assert_int_equal(cu_finish(NULL, "gemm experts", &err), 0);
+        assert_int_equal(cu_download(y1, dy1, sizeof(float) * P * ldy), 0);
+        size_t differ = 0, first = 0;
+        for (size_t i = 0; i < (size_t)P * ldy; i++)
+            if (memcmp(&y0[i], &y1[i], 4) && !differ++) first = i;
+        if (differ)
+            print_error("%s experts %s %d x %d, x_by_pair %d: %zu floats differ, first at pair %zu row %zu (%a vs %a)\n",
+                        kind == CU_GEMM_HGMMA ? "wgmma" : "mma.sync", fmt == WF_FP4 ? "FP4" : fmt == CU_FMT_FP4_FRAG ? "packed FP4" : "FP8",
+                        rows, cols, x_by_pair, differ, first / ldy, first % ldy, y0[first], y1[first]);
+        assert_int_equal(differ, 0);
+    }
     for (int e = 0; e < E; e++) free_weight(&ew[e]);
     cu_free(plan.pair_token);
     cu_free(plan.tile_expert);
@@ -323,6 +340,10 @@ static void switch_and_refusals(void **state) {
     assert_int_equal(cu_mma_gemm_takes_linear(&a.w, 512), 0);    /* 1 x 4 blocks */
     assert_int_equal(cu_mma_gemm_takes_linear(&tall, 384), 0);   /* 32 x 3 */
     assert_int_equal(cu_mma_gemm_takes_linear(&tall, 512), 1);   /* 32 x 4 = 128 */
+    cu_mma_gemm_set_kind(CU_GEMM_HGMMA);
+    assert_int_equal(cu_mma_gemm_kind(), CU_GEMM_HGMMA);
+    cu_mma_gemm_set_kind(7);   /* not a kind: the default */
+    assert_int_equal(cu_mma_gemm_kind(), CU_GEMM_MMA);
     cu_mma_gemm_set(-5, -3, -1);
     assert_int_equal(cu_mma_gemm_min_tiles(), 0);
     assert_int_equal(cu_mma_gemm_min_t(), 0);
@@ -372,7 +393,8 @@ static int bench(void) {
     for (int i = 0; i < TMAX * (KMAX / 128); i++) h[i] = 1.0f / 64;
     cu_upload(s, h, sizeof(float) * TMAX * (KMAX / 128));
     free(h);
-    printf("%-10s %-4s %12s %6s %14s %14s %8s\n", "weight", "fmt", "N x K", "T", "k_mma TFLOPS", "gemm TFLOPS", "speedup");
+    printf("%-10s %-4s %12s %6s %14s %14s %14s %8s\n", "weight", "fmt", "N x K", "T", "k_mma TFLOPS", "gemm TFLOPS", "wgmma TFLOPS",
+           "wg/gemm");
     for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++) {
         const int fp4 = shapes[k].fp4, N = shapes[k].N, K = shapes[k].K;
         dsv4_weight w = { fp4 ? WF_FP4 : WF_FP8, N, K, NULL, NULL, fp4 ? K / 32 : K / 128, 0 };
@@ -389,11 +411,14 @@ static int bench(void) {
             const double old = seconds_per_call(&w, q, KMAX, s, KMAX / 128, T, y, T <= 512 ? 20 : 3);
             cu_mma_gemm_set(1, 1, 1);
             const double neu = seconds_per_call(&w, q, KMAX, s, KMAX / 128, T, y, 10);
+            cu_mma_gemm_set_kind(CU_GEMM_HGMMA);
+            const double wg = seconds_per_call(&w, q, KMAX, s, KMAX / 128, T, y, 10);
+            cu_mma_gemm_set_kind(CU_GEMM_MMA);
             cu_mma_gemm_set(CU_MMA_GEMM_MIN_T, CU_MMA_GEMM_MIN_BLOCKS, CU_MMA_GEMM_MIN_TILES);
-            if (old <= 0 || neu <= 0) return 1;
+            if (old <= 0 || neu <= 0 || wg <= 0) return 1;
             const double fl = 2.0 * N * K * T;
-            printf("%-10s %-4s %5dx%-6d %6d %14.1f %14.1f %7.2fx\n", shapes[k].what, fp4 ? "FP4" : "FP8", N, K, T, fl / old / 1e12,
-                   fl / neu / 1e12, old / neu);
+            printf("%-10s %-4s %5dx%-6d %6d %14.1f %14.1f %14.1f %7.2fx\n", shapes[k].what, fp4 ? "FP4" : "FP8", N, K, T, fl / old / 1e12,
+                   fl / neu / 1e12, fl / wg / 1e12, neu / wg);
         }
         cu_free(d);
         cu_free(sc);

@@ -22,6 +22,8 @@
 #   ncudeep  ncu's sections (throughput, occupancy, warp stalls, memory) for a few launches of the kernels in NCU_DEEP
 #            (default: the routed experts and the linears, in test_gpu_mma's micro-benchmarks; NCU_DEEP_PROG: another
 #            test program, e.g. test_gpu_attention): $OUT/ncu_deep.txt
+#   gemmab   8K prefill with DSV4_CUDA_GEMM=1 and 2 (GEMMAB_KINDS, GEMMAB_ROUNDS), a --profile of the last, and
+#            compute-sanitizer memcheck + racecheck over test_gpu_gemm (GEMMAB_SAN=0 skips them)
 #   profile  bench --profile: an 8K prefill, a decode step, and the 64-stream decode step, per stage
 #   final    decode, 8 / 32 / 64 streams, the verify step, an 8K prefill, decode after 4K / 128K / 1M (fp8 KV)
 # Everything but the summary on stdout goes to $OUT/logs.tgz, ncu.txt and fuzz.tgz: the device tool returns at most
@@ -189,6 +191,24 @@ if has ncudeep; then   # why a kernel is slow, not only how slow (run 42: the ex
         --section SchedulerStats .gpu/gputests/${NCU_DEEP_PROG:-test_gpu_mma} $opt >>"$OUT/ncu_deep.txt" 2>&1
   done
   echo "== ncu sections: $(grep -c 'Duration' "$OUT/ncu_deep.txt") launches in ncu_deep.txt"
+fi
+save
+if has gemmab; then   # 8K prefill with DSV4_CUDA_GEMM = each of GEMMAB_KINDS (default 1 2), GEMMAB_ROUNDS alternating rounds; then
+  # --profile with the last kind; then compute-sanitizer memcheck and racecheck over test_gpu_gemm (GEMMAB_SAN=0: not)
+  for r in $(seq 1 ${GEMMAB_ROUNDS:-2}); do
+    for g in ${GEMMAB_KINDS:-1 2}; do
+      DSV4_CUDA_GEMM=$g timeout 90 $FLASH --prompt 8192 --decode 2 --no-bandwidth >$L/gemmab_${g}_$r.log 2>&1
+      echo "== 8K prefill DSV4_CUDA_GEMM=$g round $r: $(grep -E '^prefill|rror' $L/gemmab_${g}_$r.log | head -2)"
+    done
+  done
+  DSV4_CUDA_GEMM=$g timeout 90 $FLASH --prompt 8192 --decode 2 --no-bandwidth --profile >$L/gemmab_profile.log 2>&1
+  echo "== profile, 8K prefill, DSV4_CUDA_GEMM=$g:"; sed -n '/per-stage time of/,$p' $L/gemmab_profile.log | head -40
+  if [ "${GEMMAB_SAN:-1}" = 1 ]; then
+    for tool in memcheck racecheck; do
+      timeout 240 compute-sanitizer --tool $tool --error-exitcode 9 .gpu/gputests/test_gpu_gemm >$L/san_gemm_$tool.log 2>&1
+      echo "== compute-sanitizer $tool test_gpu_gemm: exit $?; $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|PASSED|FAILED' $L/san_gemm_$tool.log | tr '\n' ' ' | cut -c1-300)"
+    done
+  fi
 fi
 save
 if has profile; then

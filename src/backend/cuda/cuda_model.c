@@ -447,8 +447,9 @@ static int init_ranks(struct cuda_model *cm, const struct dsv4_model *m, int n, 
  *                       linears of bf16-valued inputs with BF16 or FP8 weights on BF16 tensor cores (k_mma16.cu),
  *                       default on; 0 = both on CUDA cores (k_linear.cu). EXACT mode never uses them.
  *   DSV4_CUDA_GEMM      the FP8/FP4 tensor-core linears of >= CU_MMA_GEMM_MIN_T tokens (and the routed experts of
- *                       steps that large) as a shared-memory tiled GEMM (k_mma_gemm.cu), default on; 0 = k_mma.cu's small tiles at every T. The same bits either way
- *                       (process-wide: the last load's setting holds).
+ *                       steps that large) as a shared-memory tiled GEMM (k_mma_gemm.cu): 1 (the default) its mma.sync
+ *                       block, 2 its warpgroup block (fp16 wgmma in the order of sm_90's e4m3 expansion); 0 = k_mma.cu's
+ *                       small tiles at every T. The same bits every way (process-wide: the last load's setting holds).
  *   DSV4_CUDA_STREAM    those linears (and the routed experts) at up to 8 tokens through the streaming kernel
  *                       (k_mma_stream.cu: a persistent grid, the weights by cp.async through shared memory), default
  *                       off: run 44 (the suite passed with it on, the same logits) timed it slower in the model, 80
@@ -514,7 +515,8 @@ int cuda_model_init(struct dsv4_model *m, const cuda_placement *p, dsv4_error *e
         env_choice("DSV4_CUDA_PDL", CU_PDL_EXIT, CU_PDL_EXIT,
                    "0 (plain edges in the CUDA graphs), 1 (programmatic from launch completion) or 2 (from exit)", &pdl_on, err) ||
         env_switch("DSV4_CUDA_MMA", 1, "tensor cores in OFFICIAL mode", &mma_on, err) ||
-        env_switch("DSV4_CUDA_GEMM", 1, "the tiled GEMM for many tokens", &gemm_on, err) ||
+        env_choice("DSV4_CUDA_GEMM", CU_GEMM_MMA, CU_GEMM_HGMMA,
+                   "1 (the tiled GEMM for many tokens on mma.sync), 2 (on warpgroup MMAs) or 0 (off)", &gemm_on, err) ||
         env_switch("DSV4_CUDA_STREAM", 0, "the streaming kernel for up to 8 tokens", &stream_on, err) ||
         env_switch("DSV4_CUDA_EXPERT_LEAN", 1, "the lean FP4 expert kernel", &lean_on, err) ||
         env_switch("DSV4_CUDA_EXPERT_PACK", 1, "FP4 routed experts packed for the tensor cores", &pack_on, err) ||
@@ -557,6 +559,7 @@ int cuda_model_init(struct dsv4_model *m, const cuda_placement *p, dsv4_error *e
     cm->graphs_on = graphs_on;
     cm->mma_on = mma_on;   /* used in OFFICIAL steps only (cuda_step.c) */
     cu_mma_gemm_set(gemm_on ? CU_MMA_GEMM_MIN_T : 0, CU_MMA_GEMM_MIN_BLOCKS, gemm_on ? CU_MMA_GEMM_MIN_TILES : 0);   /* the same bits either way: a speed switch */
+    cu_mma_gemm_set_kind(gemm_on);
     cm->mma_stream = stream_on;   /* the same bits either way: a speed switch */
     cu_mma_expert_lean(lean_on);   /* the same bits either way: a speed switch (process-wide: the last load's setting holds) */
     cm->idx_mma_on = idx_mma_on;

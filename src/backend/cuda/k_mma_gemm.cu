@@ -41,6 +41,11 @@ extern "C" {
 #define GEMM_NT 4        /* n8 tiles a warp (32 tokens) */
 #define GEMM_THREADS 256 /* 8 warps: 2 along the rows x 4 along the tokens */
 #define GEMM_STAGES 3
+/* The warpgroup path's fp16 token tile (hg_smem): core matrices 128 bytes apart along K, 8-token groups a chunk's
+ * 128 halves (2,048 bytes) apart; the raw activation bytes it is converted from, 144 bytes a token. */
+#define HG_LBO 128
+#define HG_SBO 2048
+#define HG_BRAW_LD 144
 
 /* -DDSV4_GEMM_BUG=1: the first MMA of a chunk (FP8) / of every block (FP4) takes the activation's two words
  * swapped; =2: the partials folded in the order 3, 2, 1, 0. Each must make test_gpu_gemm fail. Never in a real
@@ -67,6 +72,31 @@ __device__ __forceinline__ void cp_async16(void *dst, const void *src, int bytes
 __device__ __forceinline__ void cp_async_commit(void) { asm volatile("cp.async.commit_group;" ::: "memory"); }
 /* Until at most n of this thread's committed groups are still in flight. */
 template <int n> __device__ __forceinline__ void cp_async_wait(void) { asm volatile("cp.async.wait_group %0;" ::"n"(n) : "memory"); }
+
+/* The warpgroup path's (HG_*): wgmma's register fence, group commit and wait (PTX ISA, "Asynchronous Warpgroup Level
+ * Matrix" instructions), an empty asm that pins an accumulator register after the wait (the compiler must not read it
+ * earlier: the asm that wrote it was the issue, not the completion), and the fence that makes this thread's
+ * st.shared writes visible to the tensor cores' (async proxy) reads after the next barrier. */
+__device__ __forceinline__ void wg_fence(void) { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
+__device__ __forceinline__ void wg_commit(void) { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
+__device__ __forceinline__ void wg_wait0(void) { asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory"); }
+__device__ __forceinline__ void wg_pin(float &x) { asm volatile("" : "+f"(x)::"memory"); }
+__device__ __forceinline__ void wg_pin_r(uint32_t &x) { asm volatile("" : "+r"(x)::"memory"); }
+__device__ __forceinline__ void fence_proxy_async(void) { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
+
+/* d = A B (acc 0) or d = A B + d (acc 1): the warpgroup's wgmma m64n128k16, fp16 operands, fp32 accumulators. A
+ * (64 rows x 16) from registers: warp w of the warpgroup its rows 16 w .. + 15 in mma.m16n8k16's A layout (a0: row g,
+ * k 2q, 2q+1; a1: row g + 8; a2 / a3: k + 8). B (16 x 128 tokens) at b in shared memory: no swizzle, K-major, core
+ * matrices of 8 tokens x 16 bytes, HG_LBO bytes apart along K and HG_SBO apart along the tokens. d[4 i + e]: n8 tile
+ * i, the element mma.sync's d[e] would be (row g or g + 8 of the warp's 16, token 8 i + 2q or + 1). */
+__device__ __forceinline__ void hgmma_n128(float (&d)[64], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, const void *b, int acc) {
+    const uint32_t sa = (uint32_t)__cvta_generic_to_shared(b);
+    const uint64_t desc = (uint64_t)((sa >> 4) & 0x3FFF) | (uint64_t)(HG_LBO >> 4) << 16 | (uint64_t)(HG_SBO >> 4) << 32;
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63}, {%64,%65,%66,%67}, %68, p, 1, 1, 0;\n}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc), "r"(acc));
+}
 
 /* ---- end of PTX ---- */
 
@@ -98,30 +128,40 @@ __device__ __forceinline__ int gemm_chunk_at(int i, int nchunk) {
     return GEMM_PART(3) + 4 * i;
 }
 
-/* Stage the block's bytes of chunk c: weight rows [row_base, +128) and tokens [tok_base, +128). */
+/* Stage the block's weight bytes of chunk c (rows [row_base, +128)) at As, a_ld bytes a row. */
 template <int FP4>
-__device__ __forceinline__ void gemm_load(uint8_t *stage, const uint8_t *__restrict__ wd, int N, int K, const uint8_t *__restrict__ xq,
-                                          int ldq, int T, const int32_t *__restrict__ in_rows, int in_base, int row_base, int tok_base,
-                                          int c) {
-    typedef gemm_smem<FP4> L;
-    uint8_t *As = stage, *Bs = stage + L::a_bytes;
+__device__ __forceinline__ void gemm_load_w(uint8_t *As, int a_ld, const uint8_t *__restrict__ wd, int N, int K, int row_base, int c) {
     constexpr int a_units = FP4 ? 4 : 8;   /* 16-byte units of a row's chunk */
-    const int a_valid = FP4 ? min(4, (K - 128 * c) / 32) : 8, b_valid = min(8, (K - 128 * c) / 16);
+    const int a_valid = FP4 ? min(4, (K - 128 * c) / 32) : 8;
     const int64_t wstride = FP4 ? K / 2 : K;
 #pragma unroll
     for (int k = 0; k < GEMM_BM * a_units / GEMM_THREADS; k++) {
         const int u = threadIdx.x + GEMM_THREADS * k, r = u / a_units, v = u % a_units;
         const bool ok = row_base + r < N && v < a_valid;
         const uint8_t *src = ok ? wd + (row_base + r) * wstride + (FP4 ? 64 : 128) * c + 16 * v : wd;
-        cp_async16(As + r * L::a_ld + 16 * v, src, ok ? 16 : 0);
+        cp_async16(As + r * a_ld + 16 * v, src, ok ? 16 : 0);
     }
+}
+/* Stage the block's tokens' activation bytes of chunk c (tokens [tok_base, +128)) at Bs, b_ld bytes a token. */
+__device__ __forceinline__ void gemm_load_x(uint8_t *Bs, int b_ld, const uint8_t *__restrict__ xq, int ldq, int T, int K,
+                                            const int32_t *__restrict__ in_rows, int in_base, int tok_base, int c) {
+    const int b_valid = min(8, (K - 128 * c) / 16);
 #pragma unroll
     for (int k = 0; k < GEMM_BN * 8 / GEMM_THREADS; k++) {
         const int u = threadIdx.x + GEMM_THREADS * k, n = u / 8, v = u % 8;
         const bool ok = tok_base + n < T && v < b_valid;
         const uint8_t *src = ok ? xq + gemm_in_row(in_rows, in_base, tok_base + n) * ldq + 128 * c + 16 * v : xq;
-        cp_async16(Bs + n * L::b_ld + 16 * v, src, ok ? 16 : 0);
+        cp_async16(Bs + n * b_ld + 16 * v, src, ok ? 16 : 0);
     }
+}
+/* Both, in gemm_smem's stage layout. */
+template <int FP4>
+__device__ __forceinline__ void gemm_load(uint8_t *stage, const uint8_t *__restrict__ wd, int N, int K, const uint8_t *__restrict__ xq,
+                                          int ldq, int T, const int32_t *__restrict__ in_rows, int in_base, int row_base, int tok_base,
+                                          int c) {
+    typedef gemm_smem<FP4> L;
+    gemm_load_w<FP4>(stage, L::a_ld, wd, N, K, row_base, c);
+    gemm_load_x(stage + L::a_bytes, L::b_ld, xq, ldq, T, K, in_rows, in_base, tok_base, c);
 }
 
 /* The scale word thread threadIdx.x stages for chunk c (threads 0..127: token tok_base + t's activation scale;
@@ -146,9 +186,8 @@ __device__ __forceinline__ uint32_t gemm_scale_fetch(const dsv4_weight &w, const
         if (j < nb) s |= (uint32_t)sp[j] << (8 * j);
     return s;
 }
-template <int FP4> __device__ __forceinline__ void gemm_scale_store(uint8_t *stage, uint32_t v) {
-    ((uint32_t *)(stage + gemm_smem<FP4>::sx_off))[threadIdx.x] = v;   /* sx then sw: thread t's word t */
-}
+/* at the stage's scale words: sx (128 tokens) then sw (128 rows), thread t's word t */
+__device__ __forceinline__ void gemm_scale_store(uint8_t *scales, uint32_t v) { ((uint32_t *)scales)[threadIdx.x] = v; }
 
 /* acc += chunk c of the warp's 64 x 32 sub-tile (the order of k_mma.cu mma_block for that chunk). */
 template <int FP4>
@@ -271,7 +310,7 @@ __device__ __forceinline__ void gemm_block(const dsv4_weight &w, const uint8_t *
         if (s < nchunk) {
             const int c = gemm_chunk_at(s, nchunk);
             gemm_load<FP4>(gemm_sm + s * L::stage, wd, N, K, xq, ldq, T, in_rows, in_base, row_base, tok_base, c);
-            gemm_scale_store<FP4>(gemm_sm + s * L::stage, gemm_scale_fetch<FP4>(w, xs, lds, T, in_rows, in_base, row_base, tok_base, c));
+            gemm_scale_store(gemm_sm + s * L::stage + L::sx_off, gemm_scale_fetch<FP4>(w, xs, lds, T, in_rows, in_base, row_base, tok_base, c));
         }
         cp_async_commit();
     }
@@ -301,7 +340,7 @@ __device__ __forceinline__ void gemm_block(const dsv4_weight &w, const uint8_t *
             }
             cp_async_commit();
             if (!idle) gemm_chunk<FP4>(acc, gemm_sm + (i % GEMM_STAGES) * L::stage, K, wr, wt, p + 4 * k);
-            if (next < nchunk) gemm_scale_store<FP4>(next_stage, next_scale);   /* read after the barrier of stage next */
+            if (next < nchunk) gemm_scale_store(next_stage + L::sx_off, next_scale);   /* read after the barrier of stage next */
         }
         if (idle) continue;
         /* fold partial p: y = p0, then y = y + p (each thread its own slots of ys) */
@@ -324,21 +363,261 @@ __device__ __forceinline__ void gemm_block(const dsv4_weight &w, const uint8_t *
     }
 }
 
+/* ==== The warpgroup path (kind CU_GEMM_HGMMA): fp16 wgmma with mma.sync e4m3's bits ====
+ *
+ * sm_90 runs mma.sync m16n8k32 e4m3 as two fp16 MMAs (cu_mma_frag.cuh, mma_e4m3_written): t = HMMA(the fragment
+ * registers' low byte pairs as fp16, from 0), t = HMMA(the high pairs, t), D = C + t by one fp32 addition. The
+ * warpgroup's fp16 MMA adds a k16 step exactly as HMMA does (tools/gpu/f16emu_bits.cu, run 90), so a block whose
+ * two warpgroups issue, for every MMA of the walk above, wgmma(the low pairs, scale-d 0) and wgmma(the high pairs)
+ * with the same operands in the same k positions, then add t as the instruction does, gives every output the bits
+ * gemm_block gives it: the same MMAs, additions, promotions and fold, only four times as many outputs per
+ * instruction and no conversions or additions left to ptxas.
+ *
+ * ---- Operands ----
+ *   A = 64 weight rows a warpgroup from registers: each warp converts exactly the fragment words gemm_chunk loads
+ *   (FP8: rows g, g + 8, words 8q + 2j and 8q + 2j + 1 for MMA j; FP4: its code words, to E4M3 as there) by
+ *   cvt.f16x2.e4m3x2 of their low and high byte pairs; mma.m16n8k16's A layout puts them at the k positions the
+ *   expansion does (the low pairs of a0 at k 2q, 2q + 1, of a2 at 2q + 8, 2q + 9).
+ *   B = the block's 128 tokens, converted to fp16 in shared memory once a chunk (hg_convert), in the k order that
+ *   matches: fp16 step s = 2j + h (h = 0 low pairs, 1 high) holds at k 2m, 2m + 1 (m = 0..7) the byte pair h of the
+ *   activation word that MMA j's fragment register b0 (m < 4) or b1 (m >= 4) of lane q = m % 4 holds. FP8: word
+ *   8 (m % 4) + 2j + m / 4 of the token's chunk; FP4 (block j): word 8j + 2 (m % 4) + m / 4.
+ *
+ * ---- Block and pipeline ----
+ *   128 rows x 128 tokens, 256 threads = two warpgroups of 64 rows x 128 tokens (accumulators t, the chunk's f and
+ *   the partial acc: 64 floats each a thread). Shared memory (hg_smem): two fp16 token tiles (32 KB each), y between
+ *   partials (64 KB), three stages of weight bytes + scales, two of raw activation bytes. Chunk i of the walk: a
+ *   barrier (weights i and activations i + 1 have landed, everyone is done with chunk i - 1), cp.async of the
+ *   activations and weights of chunk i + 2, then chunk i's MMAs on fp16 tile i % 2 while the same threads convert
+ *   chunk i + 1's activations into the other tile, a quarter between each k32 step's issue and its wait. */
+template <int FP4> struct hg_smem {
+    static constexpr int a_ld = FP4 ? 80 : 144;   /* bytes a weight row: gemm_smem's */
+    static constexpr int b16_bytes = GEMM_BN * 256;   /* a chunk of 128 tokens in fp16 */
+    static constexpr int y_off = 2 * b16_bytes;
+    static constexpr int a_off = y_off + 4 * 64 * GEMM_THREADS;   /* y: 64 floats a thread */
+    static constexpr int sx_off = GEMM_BM * a_ld;   /* inside a weight stage: its rows, then sx and sw */
+    static constexpr int stage = sx_off + 4 * GEMM_BN + 4 * GEMM_BM;
+    static constexpr int braw_off = a_off + GEMM_STAGES * stage, braw_bytes = GEMM_BN * HG_BRAW_LD;
+    static constexpr int total = braw_off + 2 * braw_bytes;
+};
+
+/* Quarter j of the conversion of a chunk's raw activation bytes (128 tokens, HG_BRAW_LD bytes apart) into the fp16
+ * tile b16: item u (1,024 a chunk) = token n and word pair wb = 2jj + b; it reads the token's words word(a), a = 0..3
+ * (FP8 8a + 2jj + b, FP4 8jj + 2a + b: the k order above with m = a + 4b) and writes their low pairs as the 8-token
+ * x 16-byte row of core column 4jj + b (fp16 step 2jj, k 8b + 2a, + 1), their high pairs as core column 4jj + 2 + b
+ * (step 2jj + 1). A warp's four tokens are 2 apart: its 32 loads of a word meet 32 distinct banks. */
+template <int FP4> __device__ __forceinline__ void hg_convert(uint8_t *b16, const uint8_t *braw, int j) {
+    const int u = threadIdx.x + GEMM_THREADS * j, slot = u >> 5, lane = u & 31, wb = lane & 7, jj = wb >> 1, b = wb & 1;
+    const int n = 8 * (slot >> 1) + (slot & 1) + 2 * (lane >> 3);
+    const uint8_t *src = braw + n * HG_BRAW_LD;
+    uint32_t lo[4], hi[4];
+#pragma unroll
+    for (int a = 0; a < 4; a++) {
+        const uint32_t v = *(const uint32_t *)(src + 4 * (FP4 ? 8 * jj + 2 * a + b : 8 * a + 2 * jj + b));
+        lo[a] = e4m3_lo_f16x2(v);
+        hi[a] = e4m3_hi_f16x2(v);
+    }
+    uint8_t *dst = b16 + (n >> 3) * HG_SBO + (4 * jj + b) * HG_LBO + (n & 7) * 16;
+    *(uint4 *)dst = make_uint4(lo[0], lo[1], lo[2], lo[3]);
+    *(uint4 *)(dst + 2 * HG_LBO) = make_uint4(hi[0], hi[1], hi[2], hi[3]);
+}
+
+/* DSV4_GEMM_BUG=1: a step's row-g words swapped (FP8: the first MMA of a chunk; FP4: every block), as GEMM_B01. */
+__device__ __forceinline__ void hg_bug_swap(uint32_t &a, uint32_t &b) {
+#if defined(DSV4_GEMM_BUG) && DSV4_GEMM_BUG == 1
+    const uint32_t x = a;
+    a = b, b = x;
+#else
+    (void)a, (void)b;
+#endif
+}
+
+/* Issue t = the two fp16 MMAs of one k32 step j: mma_e4m3's fragment a0..a3 (E4M3) against fp16 steps 2j, 2j + 1 of b16. */
+__device__ __forceinline__ void hg_step_issue(float (&t)[64], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, const uint8_t *b16, int j) {
+    uint32_t lo[4] = { e4m3_lo_f16x2(a0), e4m3_lo_f16x2(a1), e4m3_lo_f16x2(a2), e4m3_lo_f16x2(a3) };
+    uint32_t hi[4] = { e4m3_hi_f16x2(a0), e4m3_hi_f16x2(a1), e4m3_hi_f16x2(a2), e4m3_hi_f16x2(a3) };
+#pragma unroll
+    for (int k = 0; k < 4; k++) wg_pin_r(lo[k]), wg_pin_r(hi[k]);   /* converted before the fence, not between the MMAs */
+    wg_fence();
+    hgmma_n128(t, lo[0], lo[1], lo[2], lo[3], b16 + 2 * j * 2 * HG_LBO, 0);
+    hgmma_n128(t, hi[0], hi[1], hi[2], hi[3], b16 + (2 * j + 1) * 2 * HG_LBO, 1);
+    wg_commit();
+}
+__device__ __forceinline__ void hg_step_wait(float (&t)[64]) {
+    wg_wait0();
+#pragma unroll
+    for (int k = 0; k < 64; k++) wg_pin(t[k]);
+}
+
+/* acc += chunk c of the thread's rows ra, ra + 8 x the block's 128 tokens (gemm_chunk's order), on fp16 tile b16;
+ * meanwhile quarter by quarter the next chunk's activations (braw_next, NULL after the last) into b16_next. */
 template <int FP4>
+__device__ __forceinline__ void hg_chunk(float (&acc)[64], const uint8_t *As, const uint8_t *b16, uint8_t *b16_next,
+                                         const uint8_t *braw_next, int K, int c, int ra) {
+    typedef hg_smem<FP4> L;
+    const int q = threadIdx.x & 3;
+    const float *sxs = (const float *)(As + L::sx_off);
+    const uint32_t *sws = (const uint32_t *)(As + L::sx_off + 4 * GEMM_BN);
+    float t[64];
+#pragma unroll
+    for (int k = 0; k < 64; k++) t[k] = 0.0f;
+    if constexpr (!FP4) {
+        float f[64];
+#pragma unroll
+        for (int k = 0; k < 64; k++) f[k] = 0.0f;
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            const uint2 r0 = *(const uint2 *)(As + ra * L::a_ld + 32 * q + 8 * j), r1 = *(const uint2 *)(As + (ra + 8) * L::a_ld + 32 * q + 8 * j);
+            uint32_t a0 = r0.x, a2 = r0.y;   /* mma_e4m3(f, r0.x, r1.x, r0.y, r1.y, ...) in gemm_chunk */
+            if (j == 0) hg_bug_swap(a0, a2);
+            hg_step_issue(t, a0, r1.x, a2, r1.y, b16, j);
+            if (braw_next) hg_convert<FP4>(b16_next, braw_next, j);
+            hg_step_wait(t);
+#pragma unroll
+            for (int k = 0; k < 64; k++) f[k] = __fadd_rn(f[k], t[k]);   /* D = C + t: f = +0 + t first */
+        }
+        const float sw[2] = { __uint_as_float(sws[ra]), __uint_as_float(sws[ra + 8]) };
+#pragma unroll
+        for (int i = 0; i < 16; i++) {
+            const float2 sx = *(const float2 *)(sxs + 8 * i + 2 * q);
+#pragma unroll
+            for (int e = 0; e < 4; e++) acc[4 * i + e] = fmaf(f[4 * i + e], sw[e >> 1] * (e & 1 ? sx.y : sx.x), acc[4 * i + e]);
+        }
+    } else {
+        const int nb = min(4, (K - 128 * c) / 32);
+        const uint32_t swb0 = sws[ra], swb1 = sws[ra + 8];
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            /* the MMAs of a block past K (zero bytes) are issued but not added: today's kernels have none */
+            {
+                const int off = FP4 == 2 ? 16 * q + 4 * j : 16 * j + 4 * q;
+                const uint32_t w0 = *(const uint32_t *)(As + ra * L::a_ld + off), w1 = *(const uint32_t *)(As + (ra + 8) * L::a_ld + off);
+                uint32_t a0 = FP4 == 2 ? frag_lo(w0) : e2m1x4_e4m3(w0), a2 = FP4 == 2 ? frag_hi(w0) : e2m1x4_e4m3(w0 >> 16);
+                const uint32_t a1 = FP4 == 2 ? frag_lo(w1) : e2m1x4_e4m3(w1), a3 = FP4 == 2 ? frag_hi(w1) : e2m1x4_e4m3(w1 >> 16);
+                hg_bug_swap(a0, a2);
+                hg_step_issue(t, a0, a1, a2, a3, b16, j);
+            }
+            if (braw_next) hg_convert<FP4>(b16_next, braw_next, j);
+            hg_step_wait(t);
+            if (j < nb) {
+                const float s0 = dev_e8m0((uint8_t)(swb0 >> (8 * j))), s1 = dev_e8m0((uint8_t)(swb1 >> (8 * j)));
+#pragma unroll
+                for (int i = 0; i < 16; i++) {
+                    const float2 sx = *(const float2 *)(sxs + 8 * i + 2 * q);
+#pragma unroll
+                    for (int e = 0; e < 4; e++) {
+                        float f = __fadd_rn(0.0f, t[4 * i + e]);   /* D = C + t, C = +0 */
+                        if (FP4 == 2) f *= 64.0f;   /* the packed values are 2^-6 of the codes': P exactly */
+                        acc[4 * i + e] = fmaf(f, (e >> 1 ? s1 : s0) * (e & 1 ? sx.y : sx.x), acc[4 * i + e]);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/* One block of the warpgroup path: gemm_block's contract (the same tile, inputs, outputs and fold). */
+template <int FP4>
+__device__ __forceinline__ void hg_block(const dsv4_weight &w, const uint8_t *__restrict__ xq, int ldq, const float *__restrict__ xs,
+                                         int lds, int T, float *__restrict__ y, int ldy, int out_bf16, int row_base, int tok_base,
+                                         const int32_t *__restrict__ in_rows, int in_base, int out_base) {
+    typedef hg_smem<FP4> L;
+    extern __shared__ __align__(16) uint8_t gemm_sm[];
+    float *ys = (float *)(gemm_sm + L::y_off);
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
+    const int wg = warp >> 2, ra = 64 * wg + 16 * (warp & 3) + g;   /* the thread's rows ra, ra + 8 of the block */
+    const int N = w.rows, K = w.cols, nchunk = (K + 127) / 128;
+    const uint8_t *wd = (const uint8_t *)w.data;
+    uint8_t *const b16 = gemm_sm, *const a_st = gemm_sm + L::a_off, *const braw = gemm_sm + L::braw_off;
+
+    __syncthreads();   /* a block that runs several tiles (experts): every warp is done with the last one's buffers */
+    /* activations 0, weights 0, activations 1, weights 1: four groups, so that a wait can leave the last weights out */
+#pragma unroll
+    for (int s = 0; s < 2; s++) {
+        const int c = s < nchunk ? gemm_chunk_at(s, nchunk) : 0;
+        if (s < nchunk) gemm_load_x(braw + s * L::braw_bytes, HG_BRAW_LD, xq, ldq, T, K, in_rows, in_base, tok_base, c);
+        cp_async_commit();
+        if (s < nchunk) {
+            gemm_load_w<FP4>(a_st + s * L::stage, L::a_ld, wd, N, K, row_base, c);
+            gemm_scale_store(a_st + s * L::stage + L::sx_off, gemm_scale_fetch<FP4>(w, xs, lds, T, in_rows, in_base, row_base, tok_base, c));
+        }
+        cp_async_commit();
+    }
+    cp_async_wait<3>();
+    __syncthreads();   /* activations 0 landed for every thread */
+#pragma unroll
+    for (int j = 0; j < 4; j++) hg_convert<FP4>(b16, braw, j);
+    fence_proxy_async();
+
+    float acc[64];
+#pragma unroll
+    for (int k = 0; k < 64; k++) acc[k] = 0.0f;
+    int i = 0;   /* position in the walk */
+    for (int pp = 0; pp < 4; pp++) {
+        const int p = GEMM_PART(pp), n = gemm_part_chunks(nchunk, p);
+        for (int k = 0; k < n; k++, i++) {
+            cp_async_wait<1>();   /* everything but weights i + 1: weights i and activations i + 1 */
+            __syncthreads();      /* ... landed for every thread; fp16 tile i written; chunk i - 1's buffers free */
+            const int next = i + 2, cn = next < nchunk ? gemm_chunk_at(next, nchunk) : 0;
+            if (next < nchunk) gemm_load_x(braw + (next % 2) * L::braw_bytes, HG_BRAW_LD, xq, ldq, T, K, in_rows, in_base, tok_base, cn);
+            cp_async_commit();
+            uint32_t next_scale = 0;
+            if (next < nchunk) {
+                gemm_load_w<FP4>(a_st + (next % GEMM_STAGES) * L::stage, L::a_ld, wd, N, K, row_base, cn);
+                next_scale = gemm_scale_fetch<FP4>(w, xs, lds, T, in_rows, in_base, row_base, tok_base, cn);
+            }
+            cp_async_commit();
+            const bool conv = i + 1 < nchunk;
+            hg_chunk<FP4>(acc, a_st + (i % GEMM_STAGES) * L::stage, b16 + (i % 2) * L::b16_bytes, b16 + ((i + 1) % 2) * L::b16_bytes,
+                          conv ? braw + ((i + 1) % 2) * L::braw_bytes : NULL, K, p + 4 * k, ra);
+            if (conv) fence_proxy_async();
+            if (next < nchunk) gemm_scale_store(a_st + (next % GEMM_STAGES) * L::stage + L::sx_off, next_scale);
+        }
+        /* fold partial p: y = p0, then y = y + p (each thread its own slots of ys). A warpgroup whose rows all lie
+         * past the weight ran its MMAs on zero bytes (no branch around a wgmma: ptxas serializes them then) and
+         * stores nothing. */
+#pragma unroll
+        for (int k = 0; k < 64; k++) {
+            float *slot = ys + k * GEMM_THREADS + threadIdx.x;
+            const float v = pp == 0 ? acc[k] : *slot + acc[k];
+            acc[k] = 0.0f;
+            if (pp < 3) {
+                *slot = v;
+            } else {
+                const int r = row_base + ra + 8 * ((k & 3) >> 1), t = tok_base + 8 * (k >> 2) + 2 * q + (k & 1);
+                if (r < N && t < T) y[((int64_t)out_base + t) * ldy + r] = out_bf16 ? dev_round_bf16(v) : v;
+            }
+        }
+    }
+}
+
+/* One block of path HG (0: gemm_block, 1: hg_block); the same bits either way. */
+template <int FP4, int HG>
+__device__ __forceinline__ void gemm_any_block(const dsv4_weight &w, const uint8_t *__restrict__ xq, int ldq, const float *__restrict__ xs,
+                                               int lds, int T, float *__restrict__ y, int ldy, int out_bf16, int row_base, int tok_base,
+                                               const int32_t *__restrict__ in_rows, int in_base, int out_base) {
+    if constexpr (HG) hg_block<FP4>(w, xq, ldq, xs, lds, T, y, ldy, out_bf16, row_base, tok_base, in_rows, in_base, out_base);
+    else gemm_block<FP4>(w, xq, ldq, xs, lds, T, y, ldy, out_bf16, row_base, tok_base, in_rows, in_base, out_base);
+}
+template <int FP4, int HG> struct gemm_total {
+    static constexpr int bytes = HG ? hg_smem<FP4>::total : gemm_smem<FP4>::total;
+};
+
+template <int FP4, int HG>
 __global__ void __launch_bounds__(GEMM_THREADS, 1) k_mma_gemm(dsv4_weight w, const uint8_t *__restrict__ xq, int ldq,
                                                               const float *__restrict__ xs, int lds, int T, float *__restrict__ y,
                                                               int ldy, int out_bf16) {
     dev_grid_wait();
-    gemm_block<FP4>(w, xq, ldq, xs, lds, T, y, ldy, out_bf16, blockIdx.x * GEMM_BM, blockIdx.y * GEMM_BN, NULL, 0, 0);
+    gemm_any_block<FP4, HG>(w, xq, ldq, xs, lds, T, y, ldy, out_bf16, blockIdx.x * GEMM_BM, blockIdx.y * GEMM_BN, NULL, 0, 0);
 }
 
 /* The routed experts' tiles of a MoE plan (k_mma.cu k_mma_expert's contract), GEMM_BN / CU_MOE_TILE = 16 plan
  * tiles a block: the block's tiles cut into runs of one expert (consecutive tiles of an expert hold consecutive
- * pairs: the plan sorts pairs by expert, then token), each run (up to 128 pairs) one gemm_block whose token n is
+ * pairs: the plan sorts pairs by expert, then token), each run (up to 128 pairs) one block tile whose token n is
  * pair p0 + n, reading input row p0 + n (x_by_pair) or pair_token[p0 + n] and writing output row p0 + n. A pair's
  * outputs have the order of every other path, so neither the run nor the block it falls in changes its bits. */
 #define GEMM_EXPERT_TILES (GEMM_BN / CU_MOE_TILE)
-template <int FP4>
+template <int FP4, int HG>
 __global__ void __launch_bounds__(GEMM_THREADS, 1) k_mma_gemm_expert(const dsv4_weight *__restrict__ experts, int rows, cu_moe_plan plan,
                                                                      const uint8_t *__restrict__ xq, int ldq, const float *__restrict__ xs,
                                                                      int lds, int x_by_pair, float *__restrict__ y, int ldy, int out_bf16) {
@@ -358,13 +637,14 @@ __global__ void __launch_bounds__(GEMM_THREADS, 1) k_mma_gemm_expert(const dsv4_
         } else {
             if ((uintptr_t)w.data % 16) __trap();   /* cu_mma_gemm.h's contract (each expert a cudaMalloc of its own) */
             w.rows = rows;
-            gemm_block<FP4>(w, xq, ldq, xs, lds, n, y, ldy, out_bf16, row_base, 0, x_by_pair ? NULL : plan.pair_token, p0, p0);
+            gemm_any_block<FP4, HG>(w, xq, ldq, xs, lds, n, y, ldy, out_bf16, row_base, 0, x_by_pair ? NULL : plan.pair_token, p0, p0);
         }
         t = u;
     }
 }
 
-static int gemm_min_t = CU_MMA_GEMM_MIN_T, gemm_min_blocks = CU_MMA_GEMM_MIN_BLOCKS, gemm_min_tiles = CU_MMA_GEMM_MIN_TILES;
+static int gemm_min_t = CU_MMA_GEMM_MIN_T, gemm_min_blocks = CU_MMA_GEMM_MIN_BLOCKS, gemm_min_tiles = CU_MMA_GEMM_MIN_TILES,
+           gemm_kind = CU_GEMM_MMA;
 
 extern "C" void cu_mma_gemm_set(int min_t, int min_blocks, int min_tiles) {
     gemm_min_t = min_t < 0 ? 0 : min_t;
@@ -373,8 +653,10 @@ extern "C" void cu_mma_gemm_set(int min_t, int min_blocks, int min_tiles) {
 }
 extern "C" int cu_mma_gemm_min_t(void) { return gemm_min_t; }
 extern "C" int cu_mma_gemm_min_tiles(void) { return gemm_min_tiles; }
+extern "C" void cu_mma_gemm_set_kind(int kind) { gemm_kind = kind == CU_GEMM_HGMMA ? CU_GEMM_HGMMA : CU_GEMM_MMA; }
+extern "C" int cu_mma_gemm_kind(void) { return gemm_kind; }
 
-template <int FP4> static int gemm_smem_opt_in(void) {
+template <int FP4, int HG> static int gemm_smem_opt_in(void) {
     static unsigned done;   /* the opt-in to more than 48 KiB: a function attribute of each device, once each */
     int dev = 0;
     if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 32) {
@@ -382,8 +664,8 @@ template <int FP4> static int gemm_smem_opt_in(void) {
         return 0;
     }
     if (!(done >> dev & 1u)) {
-        if (cudaFuncSetAttribute(k_mma_gemm<FP4>, cudaFuncAttributeMaxDynamicSharedMemorySize, gemm_smem<FP4>::total) != cudaSuccess ||
-            cudaFuncSetAttribute(k_mma_gemm_expert<FP4>, cudaFuncAttributeMaxDynamicSharedMemorySize, gemm_smem<FP4>::total) !=
+        if (cudaFuncSetAttribute(k_mma_gemm<FP4, HG>, cudaFuncAttributeMaxDynamicSharedMemorySize, gemm_total<FP4, HG>::bytes) != cudaSuccess ||
+            cudaFuncSetAttribute(k_mma_gemm_expert<FP4, HG>, cudaFuncAttributeMaxDynamicSharedMemorySize, gemm_total<FP4, HG>::bytes) !=
                 cudaSuccess) {
             (void)cudaGetLastError();
             return 0;   /* the small-tile kernels then: the same bits */
@@ -393,24 +675,26 @@ template <int FP4> static int gemm_smem_opt_in(void) {
     return 1;
 }
 
+template <int FP4, int HG>
+static int gemm_experts_launch(cu_stream st, dim3 grid, const dsv4_weight *experts, int rows, const cu_moe_plan *plan, const uint8_t *xq,
+                               int ldq, const float *xs, int lds, int x_by_pair, float *y, int ldy, int out_bf16) {
+    if (!gemm_smem_opt_in<FP4, HG>()) return 0;
+    k_mma_gemm_expert<FP4, HG><<<grid, GEMM_THREADS, gemm_total<FP4, HG>::bytes, (cudaStream_t)st>>>(experts, rows, *plan, xq, ldq, xs, lds,
+                                                                                                    x_by_pair, y, ldy, out_bf16);
+    return 1;
+}
+
 extern "C" int cu_mma_gemm_experts(cu_stream st, const dsv4_weight *experts, int rows, int cols, int fmt, const cu_moe_plan *plan,
                                    int max_tiles, const uint8_t *xq, int ldq, const float *xs, int lds, int x_by_pair, float *y, int ldy,
                                    int out_bf16) {
     (void)cols;
     if (!gemm_min_tiles || max_tiles < gemm_min_tiles || cu_blocks(max_tiles, GEMM_EXPERT_TILES) > 65535) return 0;
-    const int fp4 = fmt == CU_FMT_FP4_FRAG ? 2 : fmt == WF_FP4;
-    if (!(fp4 == 2 ? gemm_smem_opt_in<2>() : fp4 ? gemm_smem_opt_in<1>() : gemm_smem_opt_in<0>())) return 0;
-    dim3 grid(cu_blocks(rows, GEMM_BM), cu_blocks(max_tiles, GEMM_EXPERT_TILES));
-    if (fp4 == 2)
-        k_mma_gemm_expert<2><<<grid, GEMM_THREADS, gemm_smem<2>::total, (cudaStream_t)st>>>(experts, rows, *plan, xq, ldq, xs, lds, x_by_pair,
-                                                                                          y, ldy, out_bf16);
-    else if (fp4)
-        k_mma_gemm_expert<1><<<grid, GEMM_THREADS, gemm_smem<1>::total, (cudaStream_t)st>>>(experts, rows, *plan, xq, ldq, xs, lds, x_by_pair,
-                                                                                          y, ldy, out_bf16);
-    else
-        k_mma_gemm_expert<0><<<grid, GEMM_THREADS, gemm_smem<0>::total, (cudaStream_t)st>>>(experts, rows, *plan, xq, ldq, xs, lds, x_by_pair,
-                                                                                          y, ldy, out_bf16);
-    return 1;
+    const int fp4 = fmt == CU_FMT_FP4_FRAG ? 2 : fmt == WF_FP4, hg = gemm_kind == CU_GEMM_HGMMA;
+    const dim3 grid(cu_blocks(rows, GEMM_BM), cu_blocks(max_tiles, GEMM_EXPERT_TILES));
+#define GEMM_EXPERTS(F, H) gemm_experts_launch<F, H>(st, grid, experts, rows, plan, xq, ldq, xs, lds, x_by_pair, y, ldy, out_bf16)
+    if (hg) return fp4 == 2 ? GEMM_EXPERTS(2, 1) : fp4 ? GEMM_EXPERTS(1, 1) : GEMM_EXPERTS(0, 1);
+    return fp4 == 2 ? GEMM_EXPERTS(2, 0) : fp4 ? GEMM_EXPERTS(1, 0) : GEMM_EXPERTS(0, 0);
+#undef GEMM_EXPERTS
 }
 
 extern "C" int cu_mma_gemm_takes_linear(const dsv4_weight *w, int T) {
@@ -418,13 +702,20 @@ extern "C" int cu_mma_gemm_takes_linear(const dsv4_weight *w, int T) {
     return (int64_t)cu_blocks(w->rows, GEMM_BM) * cu_blocks(T, GEMM_BN) >= gemm_min_blocks;
 }
 
+template <int FP4, int HG>
+static int gemm_linear_launch(cu_stream st, const dsv4_weight *w, const uint8_t *xq, int ldq, const float *xs, int lds, int T, float *y,
+                              int ldy, int out_bf16) {
+    if (!gemm_smem_opt_in<FP4, HG>()) return 0;
+    const dim3 grid(cu_blocks(w->rows, GEMM_BM), cu_blocks(T, GEMM_BN));
+    k_mma_gemm<FP4, HG><<<grid, GEMM_THREADS, gemm_total<FP4, HG>::bytes, (cudaStream_t)st>>>(*w, xq, ldq, xs, lds, T, y, ldy, out_bf16);
+    return 1;
+}
+
 extern "C" int cu_mma_gemm_linear(cu_stream st, const dsv4_weight *w, const uint8_t *xq, int ldq, const float *xs, int lds, int T,
                                   float *y, int ldy, int out_bf16) {
     if (!cu_mma_gemm_takes_linear(w, T)) return 0;
     const int fp4 = w->fmt == WF_FP4;
-    if (!(fp4 ? gemm_smem_opt_in<1>() : gemm_smem_opt_in<0>())) return 0;
-    dim3 grid(cu_blocks(w->rows, GEMM_BM), cu_blocks(T, GEMM_BN));
-    if (fp4) k_mma_gemm<1><<<grid, GEMM_THREADS, gemm_smem<1>::total, (cudaStream_t)st>>>(*w, xq, ldq, xs, lds, T, y, ldy, out_bf16);
-    else k_mma_gemm<0><<<grid, GEMM_THREADS, gemm_smem<0>::total, (cudaStream_t)st>>>(*w, xq, ldq, xs, lds, T, y, ldy, out_bf16);
-    return 1;
+    if (gemm_kind == CU_GEMM_HGMMA)
+        return fp4 ? gemm_linear_launch<1, 1>(st, w, xq, ldq, xs, lds, T, y, ldy, out_bf16) : gemm_linear_launch<0, 1>(st, w, xq, ldq, xs, lds, T, y, ldy, out_bf16);
+    return fp4 ? gemm_linear_launch<1, 0>(st, w, xq, ldq, xs, lds, T, y, ldy, out_bf16) : gemm_linear_launch<0, 0>(st, w, xq, ldq, xs, lds, T, y, ldy, out_bf16);
 }

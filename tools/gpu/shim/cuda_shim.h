@@ -29,6 +29,9 @@ struct dim3 {
 struct alignas(16) float4 {
     float x, y, z, w;
 };
+struct alignas(8) float2 {
+    float x, y;
+};
 struct alignas(8) uint2 {
     uint32_t x, y;
 };
@@ -74,6 +77,7 @@ static inline int __popcll(unsigned long long x) { return __builtin_popcountll(x
 static inline int __ffs(unsigned x) { return __builtin_ffs((int)x); }
 static inline int __clz(int x) { return x ? __builtin_clz((unsigned)x) : 32; }
 static inline float __fdiv_rn(float a, float b) { return a / b; }
+static inline float __fadd_rn(float a, float b) { return a + b; }
 
 void __syncthreads(void);
 /* bar.sync id, n: a barrier of the block's first n threads (ids 1..15; those n threads are the ones that call it) */

@@ -2,9 +2,10 @@
 # Runs tests/gpu/test_gpu_gemm.c on the CPU against the very source of the FP8/FP4 tensor-core linears: the large-T
 # GEMM (k_mma_gemm.cu) and the small-tile kernels it must match bit for bit (k_mma.cu), through
 # tools/gpu/shim/cuda_shim.h, every GPU thread a fiber. The inline assembly is replaced by C++ of the same
-# definitions: mma.m16n8k32 .e4m3 from the PTX ISA's fragment layout and prmt by its definition (shim_frag.h,
-# written from the ISA, not from the kernels), cp.async as a plain copy (or zero fill) done at once, its groups' waits as
-# no-ops. Checks the stage layout, the fragment loads, the chunk walk and the fold order of the GEMM against the
+# definitions: mma.m16n8k32 .e4m3 from the PTX ISA's fragment layout as sm_90 computes it (two fp16 MMAs and an
+# addition: SHIM_E4M3_WRITTEN), wgmma m64n128k16 .f16 (the warpgroup path) from its layouts with the same sums, prmt
+# and cvt.f16x2.e4m3x2 by their definitions (shim_frag.h, written from the ISA, not from the kernels), cp.async as a
+# plain copy (or zero fill) done at once, its groups' waits and wgmma's fences, commits and waits as no-ops. Checks the stage layout, the fragment loads, the chunk walk and the fold order of the GEMM against the
 # small-tile kernels' order without a GPU; the pipelining itself (a buffer refilled while a warp still reads it)
 # and the instructions are checked only on the GPU (the same test there). Needs `make` (build/libdsv4.a). ~1 min.
 # GEMM_BUG=1 / GEMM_BUG=2 build with -DDSV4_GEMM_BUG=1 / 2 (must fail). Not part of `make test` nor of the GPU suite.
@@ -72,12 +73,60 @@ out.append('extern "C" int cu_mma_stream_linear(cu_stream, const dsv4_weight *, 
 out.append('extern "C" int cu_mma_stream_experts(cu_stream, const dsv4_weight *, float *, const dsv4_weight *, float *, int, int, int, '
            'const cu_moe_plan *, int, const uint8_t *, int, const float *, int, int, int, int) { return 0; }')
 a = gemm.index("#define GEMM_BM")
-out.append(kernels(gemm[a:], True))
+wg = r'''
+/* The warpgroup path's PTX (k_mma_gemm.cu), by the ISA's definitions. wgmma m64n128k16 .f16 with A from registers:
+ * each warp of the warpgroup computes its own 16 rows (its lanes' A registers in mma.m16n8k16's layout) against the
+ * 128 x 16 B read through the no-swizzle K-major descriptor layout (HG_LBO, HG_SBO), each element its C (acc) or 0
+ * plus its 16 exact products in double, k in order, rounded once: hmma_f16's sums (shim_frag.h). Issued and
+ * complete at once, so the fences, commits and waits are no-ops. */
+static inline void wg_fence(void) {}
+static inline void wg_commit(void) {}
+static inline void wg_wait0(void) {}
+static inline void wg_pin(float &) {}
+static inline void wg_pin_r(uint32_t &) {}
+static inline void fence_proxy_async(void) {}
+static inline void hgmma_n128(float (&d)[64], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, const void *b, int acc) {
+    uint64_t fa[32], fb[32];
+    memcpy(fa, shim_warp_exchange(a0 | (uint64_t)a1 << 32), sizeof fa);
+    memcpy(fb, shim_warp_exchange(a2 | (uint64_t)a3 << 32), sizeof fb);
+    const uint64_t *bp = shim_warp_exchange((uint64_t)(uintptr_t)b);
+    for (int L = 0; L < 32; L++)
+        if (bp[L] != bp[0]) { fprintf(stderr, "shim: wgmma with different B descriptors in one warp\n"); abort(); }
+    if ((uintptr_t)b % 16) { fprintf(stderr, "shim: wgmma B at %p: not 16-byte aligned\n", b); abort(); }
+    double A[16][16];
+    for (int L = 0; L < 32; L++) {
+        const int g = L >> 2, q = L & 3;
+        for (int i = 0; i < 2; i++) {
+            A[g][2 * q + i] = shim_f16((uint16_t)(fa[L] >> (16 * i)));
+            A[g + 8][2 * q + i] = shim_f16((uint16_t)(fa[L] >> (32 + 16 * i)));
+            A[g][8 + 2 * q + i] = shim_f16((uint16_t)(fb[L] >> (16 * i)));
+            A[g + 8][8 + 2 * q + i] = shim_f16((uint16_t)(fb[L] >> (32 + 16 * i)));
+        }
+    }
+    const uint8_t *B = (const uint8_t *)b;
+    const int g = (int)shim_lane() >> 2, q = (int)shim_lane() & 3;
+    for (int i = 0; i < 16; i++)
+        for (int e = 0; e < 4; e++) {
+            const int row = g + 8 * (e >> 1), n = 8 * i + 2 * q + (e & 1);
+            double s = acc ? d[4 * i + e] : 0.0;
+            for (int k = 0; k < 16; k++) {
+                uint16_t h;
+                memcpy(&h, B + (n >> 3) * HG_SBO + (k >> 3) * HG_LBO + (n & 7) * 16 + (k & 7) * 2, 2);
+                s += A[row][k] * shim_f16(h);
+            }
+            d[4 * i + e] = (float)s;
+        }
+}
+'''
+text = kernels(gemm[a:], True)
+anchor = "#define HG_BRAW_LD 144\n"
+assert anchor in text
+out.append(text.replace(anchor, anchor + wg, 1))
 open(sys.argv[1], "w").write("\n".join(out))
 PY
 BUG=
 [ -n "${GEMM_BUG:-}" ] && BUG=-DDSV4_GEMM_BUG=$GEMM_BUG
-g++ -O2 -std=c++17 -w $BUG ${SHIM_FLAGS:-} -Iinclude -Isrc -Itools/gpu/shim -c "$D/gemm_kernels.cpp" -o "$D/gemm_kernels.o"
+g++ -O2 -std=c++17 -w -DSHIM_E4M3_WRITTEN $BUG ${SHIM_FLAGS:-} -Iinclude -Isrc -Itools/gpu/shim -c "$D/gemm_kernels.cpp" -o "$D/gemm_kernels.o"
 g++ -O2 -std=c++17 -Wall -Itools/gpu/shim -c tools/gpu/shim/cuda_shim.cpp -o "$D/cuda_shim.o"
 cc -O2 -std=gnu11 -Wall -Wextra -Wno-unused-parameter -DGEMM_TEST_SHIM -Iinclude -Isrc -Itests/gpu \
     -c tests/gpu/test_gpu_gemm.c -o "$D/test.o"
