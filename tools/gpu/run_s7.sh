@@ -205,7 +205,7 @@ if has gemmab; then   # 8K prefill with DSV4_CUDA_GEMM = each of GEMMAB_KINDS (d
   echo "== profile, 8K prefill, DSV4_CUDA_GEMM=$g:"; sed -n '/per-stage time of/,$p' $L/gemmab_profile.log | head -40
   if [ "${GEMMAB_SAN:-1}" = 1 ]; then
     for tool in memcheck racecheck; do
-      timeout 240 compute-sanitizer --tool $tool --error-exitcode 9 .gpu/gputests/test_gpu_gemm >$L/san_gemm_$tool.log 2>&1
+      timeout ${SAN_TIMEOUT:-240} compute-sanitizer --tool $tool --error-exitcode 9 .gpu/gputests/test_gpu_gemm >$L/san_gemm_$tool.log 2>&1
       echo "== compute-sanitizer $tool test_gpu_gemm: exit $?; $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|PASSED|FAILED' $L/san_gemm_$tool.log | tr '\n' ' ' | cut -c1-300)"
     done
   fi
