@@ -98,6 +98,16 @@ __device__ __forceinline__ void hgmma_n128(float (&d)[64], uint32_t a0, uint32_t
                  : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc), "r"(acc));
 }
 
+/* The same for 64 tokens (wgmma m64n64k16): d[4 i + e], n8 tiles i = 0..7. */
+__device__ __forceinline__ void hgmma_n64(float (&d)[32], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, const void *b, int acc) {
+    const uint32_t sa = (uint32_t)__cvta_generic_to_shared(b);
+    const uint64_t desc = (uint64_t)((sa >> 4) & 0x3FFF) | (uint64_t)(HG_LBO >> 4) << 16 | (uint64_t)(HG_SBO >> 4) << 32;
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, {%32,%33,%34,%35}, %36, p, 1, 1, 0;\n}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc), "r"(acc));
+}
+
 /* ---- end of PTX ---- */
 
 /* Shared-memory layout of a stage, per weight format. */
@@ -406,7 +416,8 @@ template <int FP4> struct hg_smem {
  * (FP8 8a + 2jj + b, FP4 8jj + 2a + b: the k order above with m = a + 4b) and writes their low pairs as the 8-token
  * x 16-byte row of core column 4jj + b (fp16 step 2jj, k 8b + 2a, + 1), their high pairs as core column 4jj + 2 + b
  * (step 2jj + 1). A warp's four tokens are 2 apart: its 32 loads of a word meet 32 distinct banks. */
-template <int FP4> __device__ __forceinline__ void hg_convert(uint8_t *b16, const uint8_t *braw, int j) {
+template <int FP4, int NB> __device__ __forceinline__ void hg_convert(uint8_t *b16, const uint8_t *braw, int j) {
+    if (NB == 64 && j >= 2) return;   /* items 512.. are the tokens 64.. */
     const int u = threadIdx.x + GEMM_THREADS * j, slot = u >> 5, lane = u & 31, wb = lane & 7, jj = wb >> 1, b = wb & 1;
     const int n = 8 * (slot >> 1) + (slot & 1) + 2 * (lane >> 3);
     const uint8_t *src = braw + n * HG_BRAW_LD;
@@ -432,53 +443,62 @@ __device__ __forceinline__ void hg_bug_swap(uint32_t &a, uint32_t &b) {
 #endif
 }
 
+/* The warpgroup MMA over the block's first NB tokens (128 or 64). */
+template <int NB>
+__device__ __forceinline__ void hgmma(float (&d)[NB / 2], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, const void *b, int acc) {
+    if constexpr (NB == 128) hgmma_n128(d, a0, a1, a2, a3, b, acc);
+    else hgmma_n64(d, a0, a1, a2, a3, b, acc);
+}
+
 /* Issue t = the two fp16 MMAs of one k32 step j: mma_e4m3's fragment a0..a3 (E4M3) against fp16 steps 2j, 2j + 1 of b16. */
-__device__ __forceinline__ void hg_step_issue(float (&t)[64], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, const uint8_t *b16, int j) {
+template <int NB>
+__device__ __forceinline__ void hg_step_issue(float (&t)[NB / 2], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, const uint8_t *b16, int j) {
     uint32_t lo[4] = { e4m3_lo_f16x2(a0), e4m3_lo_f16x2(a1), e4m3_lo_f16x2(a2), e4m3_lo_f16x2(a3) };
     uint32_t hi[4] = { e4m3_hi_f16x2(a0), e4m3_hi_f16x2(a1), e4m3_hi_f16x2(a2), e4m3_hi_f16x2(a3) };
 #pragma unroll
     for (int k = 0; k < 4; k++) wg_pin_r(lo[k]), wg_pin_r(hi[k]);   /* converted before the fence, not between the MMAs */
     wg_fence();
-    hgmma_n128(t, lo[0], lo[1], lo[2], lo[3], b16 + 2 * j * 2 * HG_LBO, 0);
-    hgmma_n128(t, hi[0], hi[1], hi[2], hi[3], b16 + (2 * j + 1) * 2 * HG_LBO, 1);
+    hgmma<NB>(t, lo[0], lo[1], lo[2], lo[3], b16 + 2 * j * 2 * HG_LBO, 0);
+    hgmma<NB>(t, hi[0], hi[1], hi[2], hi[3], b16 + (2 * j + 1) * 2 * HG_LBO, 1);
     wg_commit();
 }
-__device__ __forceinline__ void hg_step_wait(float (&t)[64]) {
+template <int NB> __device__ __forceinline__ void hg_step_wait(float (&t)[NB / 2]) {
     wg_wait0();
 #pragma unroll
-    for (int k = 0; k < 64; k++) wg_pin(t[k]);
+    for (int k = 0; k < NB / 2; k++) wg_pin(t[k]);
 }
 
-/* acc += chunk c of the thread's rows ra, ra + 8 x the block's 128 tokens (gemm_chunk's order), on fp16 tile b16;
- * meanwhile quarter by quarter the next chunk's activations (braw_next, NULL after the last) into b16_next. */
-template <int FP4>
-__device__ __forceinline__ void hg_chunk(float (&acc)[64], const uint8_t *As, const uint8_t *b16, uint8_t *b16_next,
+/* acc += chunk c of the thread's rows ra, ra + 8 x the block's first NB tokens (gemm_chunk's order), on fp16 tile
+ * b16; meanwhile quarter by quarter the next chunk's activations (braw_next, NULL after the last) into b16_next. */
+template <int FP4, int NB>
+__device__ __forceinline__ void hg_chunk(float (&acc)[NB / 2], const uint8_t *As, const uint8_t *b16, uint8_t *b16_next,
                                          const uint8_t *braw_next, int K, int c, int ra) {
     typedef hg_smem<FP4> L;
     const int q = threadIdx.x & 3;
     const float *sxs = (const float *)(As + L::sx_off);
     const uint32_t *sws = (const uint32_t *)(As + L::sx_off + 4 * GEMM_BN);
-    float t[64];
+    constexpr int NA = NB / 2;   /* accumulators a thread */
+    float t[NA];
 #pragma unroll
-    for (int k = 0; k < 64; k++) t[k] = 0.0f;
+    for (int k = 0; k < NA; k++) t[k] = 0.0f;
     if constexpr (!FP4) {
-        float f[64];
+        float f[NA];
 #pragma unroll
-        for (int k = 0; k < 64; k++) f[k] = 0.0f;
+        for (int k = 0; k < NA; k++) f[k] = 0.0f;
 #pragma unroll
         for (int j = 0; j < 4; j++) {
             const uint2 r0 = *(const uint2 *)(As + ra * L::a_ld + 32 * q + 8 * j), r1 = *(const uint2 *)(As + (ra + 8) * L::a_ld + 32 * q + 8 * j);
             uint32_t a0 = r0.x, a2 = r0.y;   /* mma_e4m3(f, r0.x, r1.x, r0.y, r1.y, ...) in gemm_chunk */
             if (j == 0) hg_bug_swap(a0, a2);
-            hg_step_issue(t, a0, r1.x, a2, r1.y, b16, j);
-            if (braw_next) hg_convert<FP4>(b16_next, braw_next, j);
-            hg_step_wait(t);
+            hg_step_issue<NB>(t, a0, r1.x, a2, r1.y, b16, j);
+            if (braw_next) hg_convert<FP4, NB>(b16_next, braw_next, j);
+            hg_step_wait<NB>(t);
 #pragma unroll
-            for (int k = 0; k < 64; k++) f[k] = __fadd_rn(f[k], t[k]);   /* D = C + t: f = +0 + t first */
+            for (int k = 0; k < NA; k++) f[k] = __fadd_rn(f[k], t[k]);   /* D = C + t: f = +0 + t first */
         }
         const float sw[2] = { __uint_as_float(sws[ra]), __uint_as_float(sws[ra + 8]) };
 #pragma unroll
-        for (int i = 0; i < 16; i++) {
+        for (int i = 0; i < NB / 8; i++) {
             const float2 sx = *(const float2 *)(sxs + 8 * i + 2 * q);
 #pragma unroll
             for (int e = 0; e < 4; e++) acc[4 * i + e] = fmaf(f[4 * i + e], sw[e >> 1] * (e & 1 ? sx.y : sx.x), acc[4 * i + e]);
@@ -495,14 +515,14 @@ __device__ __forceinline__ void hg_chunk(float (&acc)[64], const uint8_t *As, co
                 uint32_t a0 = FP4 == 2 ? frag_lo(w0) : e2m1x4_e4m3(w0), a2 = FP4 == 2 ? frag_hi(w0) : e2m1x4_e4m3(w0 >> 16);
                 const uint32_t a1 = FP4 == 2 ? frag_lo(w1) : e2m1x4_e4m3(w1), a3 = FP4 == 2 ? frag_hi(w1) : e2m1x4_e4m3(w1 >> 16);
                 hg_bug_swap(a0, a2);
-                hg_step_issue(t, a0, a1, a2, a3, b16, j);
+                hg_step_issue<NB>(t, a0, a1, a2, a3, b16, j);
             }
-            if (braw_next) hg_convert<FP4>(b16_next, braw_next, j);
-            hg_step_wait(t);
+            if (braw_next) hg_convert<FP4, NB>(b16_next, braw_next, j);
+            hg_step_wait<NB>(t);
             if (j < nb) {
                 const float s0 = dev_e8m0((uint8_t)(swb0 >> (8 * j))), s1 = dev_e8m0((uint8_t)(swb1 >> (8 * j)));
 #pragma unroll
-                for (int i = 0; i < 16; i++) {
+                for (int i = 0; i < NB / 8; i++) {
                     const float2 sx = *(const float2 *)(sxs + 8 * i + 2 * q);
 #pragma unroll
                     for (int e = 0; e < 4; e++) {
@@ -516,8 +536,9 @@ __device__ __forceinline__ void hg_chunk(float (&acc)[64], const uint8_t *As, co
     }
 }
 
-/* One block of the warpgroup path: gemm_block's contract (the same tile, inputs, outputs and fold). */
-template <int FP4>
+/* One block of the warpgroup path: gemm_block's contract (the same tile, inputs, outputs and fold), its MMAs over
+ * the first NB of the 128 tokens (NB = 64: a tile of at most 64 tokens, the rest zero; half the tensor work). */
+template <int FP4, int NB>
 __device__ __forceinline__ void hg_block(const dsv4_weight &w, const uint8_t *__restrict__ xq, int ldq, const float *__restrict__ xs,
                                          int lds, int T, float *__restrict__ y, int ldy, int out_bf16, int row_base, int tok_base,
                                          const int32_t *__restrict__ in_rows, int in_base, int out_base) {
@@ -546,12 +567,12 @@ __device__ __forceinline__ void hg_block(const dsv4_weight &w, const uint8_t *__
     cp_async_wait<3>();
     __syncthreads();   /* activations 0 landed for every thread */
 #pragma unroll
-    for (int j = 0; j < 4; j++) hg_convert<FP4>(b16, braw, j);
+    for (int j = 0; j < 4; j++) hg_convert<FP4, NB>(b16, braw, j);
     fence_proxy_async();
 
-    float acc[64];
+    float acc[NB / 2];
 #pragma unroll
-    for (int k = 0; k < 64; k++) acc[k] = 0.0f;
+    for (int k = 0; k < NB / 2; k++) acc[k] = 0.0f;
     int i = 0;   /* position in the walk */
     for (int pp = 0; pp < 4; pp++) {
         const int p = GEMM_PART(pp), n = gemm_part_chunks(nchunk, p);
@@ -568,7 +589,7 @@ __device__ __forceinline__ void hg_block(const dsv4_weight &w, const uint8_t *__
             }
             cp_async_commit();
             const bool conv = i + 1 < nchunk;
-            hg_chunk<FP4>(acc, a_st + (i % GEMM_STAGES) * L::stage, b16 + (i % 2) * L::b16_bytes, b16 + ((i + 1) % 2) * L::b16_bytes,
+            hg_chunk<FP4, NB>(acc, a_st + (i % GEMM_STAGES) * L::stage, b16 + (i % 2) * L::b16_bytes, b16 + ((i + 1) % 2) * L::b16_bytes,
                           conv ? braw + ((i + 1) % 2) * L::braw_bytes : NULL, K, p + 4 * k, ra);
             if (conv) fence_proxy_async();
             if (next < nchunk) gemm_scale_store(a_st + (next % GEMM_STAGES) * L::stage + L::sx_off, next_scale);
@@ -577,7 +598,7 @@ __device__ __forceinline__ void hg_block(const dsv4_weight &w, const uint8_t *__
          * past the weight ran its MMAs on zero bytes (no branch around a wgmma: ptxas serializes them then) and
          * stores nothing. */
 #pragma unroll
-        for (int k = 0; k < 64; k++) {
+        for (int k = 0; k < NB / 2; k++) {
             float *slot = ys + k * GEMM_THREADS + threadIdx.x;
             const float v = pp == 0 ? acc[k] : *slot + acc[k];
             acc[k] = 0.0f;
@@ -596,7 +617,10 @@ template <int FP4, int HG>
 __device__ __forceinline__ void gemm_any_block(const dsv4_weight &w, const uint8_t *__restrict__ xq, int ldq, const float *__restrict__ xs,
                                                int lds, int T, float *__restrict__ y, int ldy, int out_bf16, int row_base, int tok_base,
                                                const int32_t *__restrict__ in_rows, int in_base, int out_base) {
-    if constexpr (HG) hg_block<FP4>(w, xq, ldq, xs, lds, T, y, ldy, out_bf16, row_base, tok_base, in_rows, in_base, out_base);
+    if constexpr (HG) {   /* a tile of at most 64 tokens (an expert's short run, the last tokens of a linear) at n64 */
+        if (T - tok_base <= 64) hg_block<FP4, 64>(w, xq, ldq, xs, lds, T, y, ldy, out_bf16, row_base, tok_base, in_rows, in_base, out_base);
+        else hg_block<FP4, 128>(w, xq, ldq, xs, lds, T, y, ldy, out_bf16, row_base, tok_base, in_rows, in_base, out_base);
+    }
     else gemm_block<FP4>(w, xq, ldq, xs, lds, T, y, ldy, out_bf16, row_base, tok_base, in_rows, in_base, out_base);
 }
 template <int FP4, int HG> struct gemm_total {

@@ -3,7 +3,7 @@
 # GEMM (k_mma_gemm.cu) and the small-tile kernels it must match bit for bit (k_mma.cu), through
 # tools/gpu/shim/cuda_shim.h, every GPU thread a fiber. The inline assembly is replaced by C++ of the same
 # definitions: mma.m16n8k32 .e4m3 from the PTX ISA's fragment layout as sm_90 computes it (two fp16 MMAs and an
-# addition: SHIM_E4M3_WRITTEN), wgmma m64n128k16 .f16 (the warpgroup path) from its layouts with the same sums, prmt
+# addition: SHIM_E4M3_WRITTEN), wgmma m64n128k16 / m64n64k16 .f16 (the warpgroup path) from its layouts with the same sums, prmt
 # and cvt.f16x2.e4m3x2 by their definitions (shim_frag.h, written from the ISA, not from the kernels), cp.async as a
 # plain copy (or zero fill) done at once, its groups' waits and wgmma's fences, commits and waits as no-ops. Checks the stage layout, the fragment loads, the chunk walk and the fold order of the GEMM against the
 # small-tile kernels' order without a GPU; the pipelining itself (a buffer refilled while a warp still reads it)
@@ -85,7 +85,7 @@ static inline void wg_wait0(void) {}
 static inline void wg_pin(float &) {}
 static inline void wg_pin_r(uint32_t &) {}
 static inline void fence_proxy_async(void) {}
-static inline void hgmma_n128(float (&d)[64], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, const void *b, int acc) {
+template <int NA> static inline void shim_hgmma(float (&d)[NA], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, const void *b, int acc) {
     uint64_t fa[32], fb[32];
     memcpy(fa, shim_warp_exchange(a0 | (uint64_t)a1 << 32), sizeof fa);
     memcpy(fb, shim_warp_exchange(a2 | (uint64_t)a3 << 32), sizeof fb);
@@ -105,7 +105,7 @@ static inline void hgmma_n128(float (&d)[64], uint32_t a0, uint32_t a1, uint32_t
     }
     const uint8_t *B = (const uint8_t *)b;
     const int g = (int)shim_lane() >> 2, q = (int)shim_lane() & 3;
-    for (int i = 0; i < 16; i++)
+    for (int i = 0; i < NA / 4; i++)
         for (int e = 0; e < 4; e++) {
             const int row = g + 8 * (e >> 1), n = 8 * i + 2 * q + (e & 1);
             double s = acc ? d[4 * i + e] : 0.0;
@@ -116,6 +116,12 @@ static inline void hgmma_n128(float (&d)[64], uint32_t a0, uint32_t a1, uint32_t
             }
             d[4 * i + e] = (float)s;
         }
+}
+static inline void hgmma_n128(float (&d)[64], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, const void *b, int acc) {
+    shim_hgmma<64>(d, a0, a1, a2, a3, b, acc);
+}
+static inline void hgmma_n64(float (&d)[32], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, const void *b, int acc) {
+    shim_hgmma<32>(d, a0, a1, a2, a3, b, acc);
 }
 '''
 text = kernels(gemm[a:], True)
