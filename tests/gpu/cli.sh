@@ -106,16 +106,17 @@ def dist(a): return np.abs(a - c).mean() / np.abs(c).mean(), 100 * (a.argmax(1) 
 print('gpu cli: K >= 1024 against the CPU OFFICIAL run: tensor cores mean |dlogit| / mean |logit| %.3g, argmax %.1f%%; CUDA cores %.3g, %.1f%%' % (rt, at, rf, af))
 sys.exit(0 if rt <= 2 * rf + 1e-3 else 1)" "$T/wide1.npy" "$T/wide0.npy" "$T/widec.npy" && ok || bad "K >= 1024: the tensor-core path is far further from the CPU than the CUDA-core path"
 fi
-# the tiled GEMM for steps of >= 256 tokens (DSV4_CUDA_GEMM, 1 = mma.sync by default, 2 = warpgroup MMAs, k_mma_gemm.cu):
+# the tiled GEMM for steps of >= 256 tokens (DSV4_CUDA_GEMM, 1 = mma.sync by default, 2 / 3 = warpgroup MMAs, k_mma_gemm.cu):
 # the same bits as the small tiles, here on a 300-token step of the K >= 1024 model (test_gpu_gemm holds the kernel-level memcmp)
 GT=$(seq 0 299 | awk '{printf "%s%d", (NR > 1 ? "," : ""), 3 + ($1 * 7) % 190}')
-for v in 2 1 0; do
+for v in 3 2 1 0; do
     expect_ok "wide logits DSV4_CUDA_GEMM=$v" env DSV4_CUDA_GEMM=$v "$BIN" logits -m "$T/wide" --device cuda --mode official --kv fp8 \
         --tokens "$GT" --out "$T/gemm$v.npy"
 done
 cmp -s "$T/gemm1.npy" "$T/gemm0.npy" && ok || bad "DSV4_CUDA_GEMM=1: the 300-token logits differ from the small tiles'"
 cmp -s "$T/gemm2.npy" "$T/gemm0.npy" && ok || bad "DSV4_CUDA_GEMM=2 (warpgroup MMAs): the 300-token logits differ from the small tiles'"
-expect_err "DSV4_CUDA_GEMM=3" "DSV4_CUDA_GEMM" env DSV4_CUDA_GEMM=3 "$BIN" logits -m "$T/m" --device cuda --tokens 1,2
+cmp -s "$T/gemm3.npy" "$T/gemm0.npy" && ok || bad "DSV4_CUDA_GEMM=3 (four warpgroups): the 300-token logits differ from the small tiles'"
+expect_err "DSV4_CUDA_GEMM=4" "DSV4_CUDA_GEMM" env DSV4_CUDA_GEMM=4 "$BIN" logits -m "$T/m" --device cuda --tokens 1,2
 ST=$(seq -s, 5 3 122)
 # switch_same_bits VAR WHAT: the K >= 1024 model's steps of 1 to 8 tokens give the same logits with VAR=1 as with
 # VAR=0 (WHAT: the kernels of 0). Kernel switches that change speed only; the kernel-level memcmps are the unit tests'.

@@ -1,5 +1,5 @@
 /* The large-T path of the tensor-core linear (backend/cuda/k_mma_gemm.cu, cu_mma_gemm.h), both its GEMMs (the
- * mma.sync block and the warpgroup one, CU_GEMM_MMA / CU_GEMM_HGMMA), against the small-tile
+ * mma.sync block and the warpgroup ones, CU_GEMM_MMA / CU_GEMM_HGMMA / CU_GEMM_HGMMA4), against the small-tile
  * kernels of k_mma.cu, whose order they must keep: every output of cu_mma_gemm_linear is memcmp-equal to
  * cu_mma_linear's with the GEMM switched off (test_gpu_mma checks those against a reference in double), and nothing
  * else of the output buffer is written. Inputs are random bytes of the formats (every E4M3 code but NaN, every E2M1
@@ -120,7 +120,7 @@ static void same_bits(const dsv4_weight *w, int T, int out_bf16) {
             written += u != 0xabababab && isfinite(y0[i]) && y0[i] != 0.0f;
         }
     assert_true(written > (size_t)T * N * 9 / 10);   /* the outputs are real numbers, not an untouched buffer */
-    for (int kind = CU_GEMM_MMA; kind <= CU_GEMM_HGMMA; kind++) {   /* each GEMM against the small tiles */
+    for (int kind = CU_GEMM_MMA; kind <= CU_GEMM_HGMMA4; kind++) {   /* each GEMM against the small tiles */
         memset(y1, 0xab, sizeof(float) * yn);
         assert_int_equal(cu_upload(dy1, y1, sizeof(float) * yn), 0);
         cu_mma_gemm_set(1, 1, 1);
@@ -135,7 +135,7 @@ static void same_bits(const dsv4_weight *w, int T, int out_bf16) {
             if (memcmp(&y0[i], &y1[i], 4) && !differ++) first = i;
         if (differ)
             print_error("%s %s %d x %d (row0 %d), T %d, out_bf16 %d: %zu of %zu floats differ, first at token %zu column %zu (%a vs %a)\n",
-                        kind == CU_GEMM_HGMMA ? "wgmma" : "mma.sync", w->fmt == WF_FP4 ? "FP4" : "FP8", N, K, w->row0, T, out_bf16, differ, yn,
+                        kind == CU_GEMM_HGMMA4 ? "wgmma x4" : kind == CU_GEMM_HGMMA ? "wgmma" : "mma.sync", w->fmt == WF_FP4 ? "FP4" : "FP8", N, K, w->row0, T, out_bf16, differ, yn,
                         first / ldy, first % ldy, y0[first], y1[first]);
         assert_int_equal(differ, 0);
     }
@@ -265,7 +265,7 @@ static void experts_same_bits(int fmt, int rows, int cols, int x_by_pair, int pa
         written += u != 0xabababab;
     }
     assert_int_equal(written, (size_t)P * rows);   /* every pair's row, the absent expert's included */
-    for (int kind = CU_GEMM_MMA; kind <= CU_GEMM_HGMMA; kind++) {   /* each GEMM against the small tiles */
+    for (int kind = CU_GEMM_MMA; kind <= CU_GEMM_HGMMA4; kind++) {   /* each GEMM against the small tiles */
         memset(y1, 0xab, sizeof(float) * P * ldy);
         assert_int_equal(cu_upload(dy1, y1, sizeof(float) * P * ldy), 0);
         cu_mma_gemm_set(1, 1, 1);
@@ -280,7 +280,7 @@ static void experts_same_bits(int fmt, int rows, int cols, int x_by_pair, int pa
             if (memcmp(&y0[i], &y1[i], 4) && !differ++) first = i;
         if (differ)
             print_error("%s experts %s %d x %d, x_by_pair %d: %zu floats differ, first at pair %zu row %zu (%a vs %a)\n",
-                        kind == CU_GEMM_HGMMA ? "wgmma" : "mma.sync", fmt == WF_FP4 ? "FP4" : fmt == CU_FMT_FP4_FRAG ? "packed FP4" : "FP8",
+                        kind == CU_GEMM_HGMMA4 ? "wgmma x4" : kind == CU_GEMM_HGMMA ? "wgmma" : "mma.sync", fmt == WF_FP4 ? "FP4" : fmt == CU_FMT_FP4_FRAG ? "packed FP4" : "FP8",
                         rows, cols, x_by_pair, differ, first / ldy, first % ldy, y0[first], y1[first]);
         assert_int_equal(differ, 0);
     }
@@ -393,8 +393,8 @@ static int bench(void) {
     for (int i = 0; i < TMAX * (KMAX / 128); i++) h[i] = 1.0f / 64;
     cu_upload(s, h, sizeof(float) * TMAX * (KMAX / 128));
     free(h);
-    printf("%-10s %-4s %12s %6s %14s %14s %14s %8s\n", "weight", "fmt", "N x K", "T", "k_mma TFLOPS", "gemm TFLOPS", "wgmma TFLOPS",
-           "wg/gemm");
+    printf("%-10s %-4s %12s %6s %14s %14s %14s %14s\n", "weight", "fmt", "N x K", "T", "k_mma TFLOPS", "gemm TFLOPS", "wgmma TFLOPS",
+           "wgmma4 TFLOPS");
     for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++) {
         const int fp4 = shapes[k].fp4, N = shapes[k].N, K = shapes[k].K;
         dsv4_weight w = { fp4 ? WF_FP4 : WF_FP8, N, K, NULL, NULL, fp4 ? K / 32 : K / 128, 0 };
@@ -413,12 +413,14 @@ static int bench(void) {
             const double neu = seconds_per_call(&w, q, KMAX, s, KMAX / 128, T, y, 10);
             cu_mma_gemm_set_kind(CU_GEMM_HGMMA);
             const double wg = seconds_per_call(&w, q, KMAX, s, KMAX / 128, T, y, 10);
+            cu_mma_gemm_set_kind(CU_GEMM_HGMMA4);
+            const double wg4 = seconds_per_call(&w, q, KMAX, s, KMAX / 128, T, y, 10);
             cu_mma_gemm_set_kind(CU_GEMM_MMA);
             cu_mma_gemm_set(CU_MMA_GEMM_MIN_T, CU_MMA_GEMM_MIN_BLOCKS, CU_MMA_GEMM_MIN_TILES);
-            if (old <= 0 || neu <= 0 || wg <= 0) return 1;
+            if (old <= 0 || neu <= 0 || wg <= 0 || wg4 <= 0) return 1;
             const double fl = 2.0 * N * K * T;
-            printf("%-10s %-4s %5dx%-6d %6d %14.1f %14.1f %14.1f %7.2fx\n", shapes[k].what, fp4 ? "FP4" : "FP8", N, K, T, fl / old / 1e12,
-                   fl / neu / 1e12, fl / wg / 1e12, neu / wg);
+            printf("%-10s %-4s %5dx%-6d %6d %14.1f %14.1f %14.1f %14.1f\n", shapes[k].what, fp4 ? "FP4" : "FP8", N, K, T, fl / old / 1e12,
+                   fl / neu / 1e12, fl / wg / 1e12, fl / wg4 / 1e12);
         }
         cu_free(d);
         cu_free(sc);

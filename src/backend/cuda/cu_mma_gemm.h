@@ -38,10 +38,12 @@ int cu_mma_gemm_experts(cu_stream st, const dsv4_weight *experts, int rows, int 
 void cu_mma_gemm_set(int min_t, int min_blocks, int min_tiles);
 int cu_mma_gemm_min_t(void);
 /* Which GEMM takes those launches (process-wide, as the switch): CU_GEMM_MMA, the default, k_mma_gemm.cu's
- * mma.sync block (gemm_block), or CU_GEMM_HGMMA its warpgroup block (hg_block: fp16 wgmma in the order of sm_90's
- * expansion of mma.sync e4m3). The same bits either way (test_gpu_gemm). Anything else counts as CU_GEMM_MMA. */
+ * mma.sync block (gemm_block), CU_GEMM_HGMMA its warpgroup block (hg_block: fp16 wgmma in the order of sm_90's
+ * expansion of mma.sync e4m3) with two warpgroups of 64 x 128, CU_GEMM_HGMMA4 with four of 64 x 64. The same bits
+ * every way (test_gpu_gemm). Anything else counts as CU_GEMM_MMA. */
 #define CU_GEMM_MMA 1
 #define CU_GEMM_HGMMA 2
+#define CU_GEMM_HGMMA4 3
 void cu_mma_gemm_set_kind(int kind);
 int cu_mma_gemm_kind(void);
 int cu_mma_gemm_min_tiles(void);

@@ -139,26 +139,27 @@ __device__ __forceinline__ int gemm_chunk_at(int i, int nchunk) {
 }
 
 /* Stage the block's weight bytes of chunk c (rows [row_base, +128)) at As, a_ld bytes a row. */
-template <int FP4>
+template <int FP4, int THREADS = GEMM_THREADS>
 __device__ __forceinline__ void gemm_load_w(uint8_t *As, int a_ld, const uint8_t *__restrict__ wd, int N, int K, int row_base, int c) {
     constexpr int a_units = FP4 ? 4 : 8;   /* 16-byte units of a row's chunk */
     const int a_valid = FP4 ? min(4, (K - 128 * c) / 32) : 8;
     const int64_t wstride = FP4 ? K / 2 : K;
 #pragma unroll
-    for (int k = 0; k < GEMM_BM * a_units / GEMM_THREADS; k++) {
-        const int u = threadIdx.x + GEMM_THREADS * k, r = u / a_units, v = u % a_units;
+    for (int k = 0; k < GEMM_BM * a_units / THREADS; k++) {
+        const int u = threadIdx.x + THREADS * k, r = u / a_units, v = u % a_units;
         const bool ok = row_base + r < N && v < a_valid;
         const uint8_t *src = ok ? wd + (row_base + r) * wstride + (FP4 ? 64 : 128) * c + 16 * v : wd;
         cp_async16(As + r * a_ld + 16 * v, src, ok ? 16 : 0);
     }
 }
 /* Stage the block's tokens' activation bytes of chunk c (tokens [tok_base, +128)) at Bs, b_ld bytes a token. */
+template <int THREADS = GEMM_THREADS>
 __device__ __forceinline__ void gemm_load_x(uint8_t *Bs, int b_ld, const uint8_t *__restrict__ xq, int ldq, int T, int K,
                                             const int32_t *__restrict__ in_rows, int in_base, int tok_base, int c) {
     const int b_valid = min(8, (K - 128 * c) / 16);
 #pragma unroll
-    for (int k = 0; k < GEMM_BN * 8 / GEMM_THREADS; k++) {
-        const int u = threadIdx.x + GEMM_THREADS * k, n = u / 8, v = u % 8;
+    for (int k = 0; k < GEMM_BN * 8 / THREADS; k++) {
+        const int u = threadIdx.x + THREADS * k, n = u / 8, v = u % 8;
         const bool ok = tok_base + n < T && v < b_valid;
         const uint8_t *src = ok ? xq + gemm_in_row(in_rows, in_base, tok_base + n) * ldq + 128 * c + 16 * v : xq;
         cp_async16(Bs + n * b_ld + 16 * v, src, ok ? 16 : 0);
@@ -404,22 +405,31 @@ template <int FP4> struct hg_smem {
     static constexpr int a_ld = FP4 ? 80 : 144;   /* bytes a weight row: gemm_smem's */
     static constexpr int b16_bytes = GEMM_BN * 256;   /* a chunk of 128 tokens in fp16 */
     static constexpr int y_off = 2 * b16_bytes;
-    static constexpr int a_off = y_off + 4 * 64 * GEMM_THREADS;   /* y: 64 floats a thread */
+    static constexpr int a_off = y_off + 4 * 64 * GEMM_THREADS;   /* y: 64 floats a thread (256 threads; 32 of 512) */
     static constexpr int sx_off = GEMM_BM * a_ld;   /* inside a weight stage: its rows, then sx and sw */
     static constexpr int stage = sx_off + 4 * GEMM_BN + 4 * GEMM_BM;
     static constexpr int braw_off = a_off + GEMM_STAGES * stage, braw_bytes = GEMM_BN * HG_BRAW_LD;
     static constexpr int total = braw_off + 2 * braw_bytes;
 };
 
-/* Quarter j of the conversion of a chunk's raw activation bytes (128 tokens, HG_BRAW_LD bytes apart) into the fp16
- * tile b16: item u (1,024 a chunk) = token n and word pair wb = 2jj + b; it reads the token's words word(a), a = 0..3
- * (FP8 8a + 2jj + b, FP4 8jj + 2a + b: the k order above with m = a + 4b) and writes their low pairs as the 8-token
- * x 16-byte row of core column 4jj + b (fp16 step 2jj, k 8b + 2a, + 1), their high pairs as core column 4jj + 2 + b
- * (step 2jj + 1). A warp's four tokens are 2 apart: its 32 loads of a word meet 32 distinct banks. */
-template <int FP4, int NB> __device__ __forceinline__ void hg_convert(uint8_t *b16, const uint8_t *braw, int j) {
-    if (NB == 64 && j >= 2) return;   /* items 512.. are the tokens 64.. */
-    const int u = threadIdx.x + GEMM_THREADS * j, slot = u >> 5, lane = u & 31, wb = lane & 7, jj = wb >> 1, b = wb & 1;
-    const int n = 8 * (slot >> 1) + (slot & 1) + 2 * (lane >> 3);
+/* The two shapes of the warpgroup block (the same bits): NWG = 2 warpgroups of 64 rows x 128 tokens (m64n128k16;
+ * a tile of at most 64 tokens m64n64k16), or NWG = 4 of 64 rows x 64 tokens (m64n64k16, warpgroup wg: rows
+ * 64 (wg & 1), tokens 64 (wg >> 1)): twice the warps to hide latency in, 32 accumulators a set instead of 64. */
+template <int NWG> struct hg_shape {
+    static constexpr int threads = 128 * NWG;
+};
+
+/* Part j (of 4: one between each k32 step's issue and its wait) of the conversion of a chunk's raw activation bytes
+ * (tokens HG_BRAW_LD bytes apart) into the fp16 tile b16, its first NT tokens (64 or 128). Item u (8 NT a chunk):
+ * slot s = u / 32, lane l = u % 32 -> token n = 8 (s / 2) + l % 8 and word pair wb = 2jj + b = 4 (s % 2) + l / 8;
+ * it reads the token's words word(a), a = 0..3 (FP8 8a + 2jj + b, FP4 8jj + 2a + b: the k order above with
+ * m = a + 4b) and writes their low pairs as token n's 16 bytes of core column 4jj + b (fp16 step 2jj, k 8b + 2a,
+ * + 1), their high pairs as those of core column 4jj + 2 + b (step 2jj + 1). Eight lanes write one whole core
+ * matrix (128 contiguous bytes: no bank conflict); the FP8 loads meet 32 distinct banks (4n + word mod 32). */
+template <int FP4, int NT, int THREADS> __device__ __forceinline__ void hg_convert(uint8_t *b16, const uint8_t *braw, int j) {
+    const int u = threadIdx.x + THREADS * j;
+    if (u >= 8 * NT) return;   /* uniform in a warp */
+    const int s = u >> 5, l = u & 31, n = 8 * (s >> 1) + (l & 7), wb = 4 * (s & 1) + (l >> 3), jj = wb >> 1, b = wb & 1;
     const uint8_t *src = braw + n * HG_BRAW_LD;
     uint32_t lo[4], hi[4];
 #pragma unroll
@@ -468,33 +478,30 @@ template <int NB> __device__ __forceinline__ void hg_step_wait(float (&t)[NB / 2
     for (int k = 0; k < NB / 2; k++) wg_pin(t[k]);
 }
 
-/* acc += chunk c of the thread's rows ra, ra + 8 x the block's first NB tokens (gemm_chunk's order), on fp16 tile
- * b16; meanwhile quarter by quarter the next chunk's activations (braw_next, NULL after the last) into b16_next. */
-template <int FP4, int NB>
-__device__ __forceinline__ void hg_chunk(float (&acc)[NB / 2], const uint8_t *As, const uint8_t *b16, uint8_t *b16_next,
-                                         const uint8_t *braw_next, int K, int c, int ra) {
+/* acc += chunk c of the thread's rows ra, ra + 8 x the warpgroup's NB tokens from tok0 (gemm_chunk's order), on fp16
+ * tile b16, t the MMAs' accumulators; meanwhile, part by part, the next chunk's activations (braw_next, NULL after
+ * the last) into b16_next (its first NT tokens, by THREADS threads). */
+template <int FP4, int NB, int NT, int THREADS>
+__device__ __forceinline__ void hg_chunk(float (&acc)[NB / 2], float (&t)[NB / 2], const uint8_t *As, const uint8_t *b16, uint8_t *b16_next,
+                                         const uint8_t *braw_next, int K, int c, int ra, int tok0) {
     typedef hg_smem<FP4> L;
-    const int q = threadIdx.x & 3;
-    const float *sxs = (const float *)(As + L::sx_off);
-    const uint32_t *sws = (const uint32_t *)(As + L::sx_off + 4 * GEMM_BN);
     constexpr int NA = NB / 2;   /* accumulators a thread */
-    float t[NA];
-#pragma unroll
-    for (int k = 0; k < NA; k++) t[k] = 0.0f;
+    const int q = threadIdx.x & 3;
+    const float *sxs = (const float *)(As + L::sx_off) + tok0;
+    const uint32_t *sws = (const uint32_t *)(As + L::sx_off + 4 * GEMM_BN);
+    b16 += (tok0 >> 3) * HG_SBO;   /* the warpgroup's tokens */
     if constexpr (!FP4) {
         float f[NA];
-#pragma unroll
-        for (int k = 0; k < NA; k++) f[k] = 0.0f;
 #pragma unroll
         for (int j = 0; j < 4; j++) {
             const uint2 r0 = *(const uint2 *)(As + ra * L::a_ld + 32 * q + 8 * j), r1 = *(const uint2 *)(As + (ra + 8) * L::a_ld + 32 * q + 8 * j);
             uint32_t a0 = r0.x, a2 = r0.y;   /* mma_e4m3(f, r0.x, r1.x, r0.y, r1.y, ...) in gemm_chunk */
             if (j == 0) hg_bug_swap(a0, a2);
             hg_step_issue<NB>(t, a0, r1.x, a2, r1.y, b16, j);
-            if (braw_next) hg_convert<FP4, NB>(b16_next, braw_next, j);
+            if (braw_next) hg_convert<FP4, NT, THREADS>(b16_next, braw_next, j);
             hg_step_wait<NB>(t);
 #pragma unroll
-            for (int k = 0; k < NA; k++) f[k] = __fadd_rn(f[k], t[k]);   /* D = C + t: f = +0 + t first */
+            for (int k = 0; k < NA; k++) f[k] = __fadd_rn(j ? f[k] : 0.0f, t[k]);   /* D = C + t: f = +0 + t first */
         }
         const float sw[2] = { __uint_as_float(sws[ra]), __uint_as_float(sws[ra + 8]) };
 #pragma unroll
@@ -509,15 +516,13 @@ __device__ __forceinline__ void hg_chunk(float (&acc)[NB / 2], const uint8_t *As
 #pragma unroll
         for (int j = 0; j < 4; j++) {
             /* the MMAs of a block past K (zero bytes) are issued but not added: today's kernels have none */
-            {
-                const int off = FP4 == 2 ? 16 * q + 4 * j : 16 * j + 4 * q;
-                const uint32_t w0 = *(const uint32_t *)(As + ra * L::a_ld + off), w1 = *(const uint32_t *)(As + (ra + 8) * L::a_ld + off);
-                uint32_t a0 = FP4 == 2 ? frag_lo(w0) : e2m1x4_e4m3(w0), a2 = FP4 == 2 ? frag_hi(w0) : e2m1x4_e4m3(w0 >> 16);
-                const uint32_t a1 = FP4 == 2 ? frag_lo(w1) : e2m1x4_e4m3(w1), a3 = FP4 == 2 ? frag_hi(w1) : e2m1x4_e4m3(w1 >> 16);
-                hg_bug_swap(a0, a2);
-                hg_step_issue<NB>(t, a0, a1, a2, a3, b16, j);
-            }
-            if (braw_next) hg_convert<FP4, NB>(b16_next, braw_next, j);
+            const int off = FP4 == 2 ? 16 * q + 4 * j : 16 * j + 4 * q;
+            const uint32_t w0 = *(const uint32_t *)(As + ra * L::a_ld + off), w1 = *(const uint32_t *)(As + (ra + 8) * L::a_ld + off);
+            uint32_t a0 = FP4 == 2 ? frag_lo(w0) : e2m1x4_e4m3(w0), a2 = FP4 == 2 ? frag_hi(w0) : e2m1x4_e4m3(w0 >> 16);
+            const uint32_t a1 = FP4 == 2 ? frag_lo(w1) : e2m1x4_e4m3(w1), a3 = FP4 == 2 ? frag_hi(w1) : e2m1x4_e4m3(w1 >> 16);
+            hg_bug_swap(a0, a2);
+            hg_step_issue<NB>(t, a0, a1, a2, a3, b16, j);
+            if (braw_next) hg_convert<FP4, NT, THREADS>(b16_next, braw_next, j);
             hg_step_wait<NB>(t);
             if (j < nb) {
                 const float s0 = dev_e8m0((uint8_t)(swb0 >> (8 * j))), s1 = dev_e8m0((uint8_t)(swb1 >> (8 * j)));
@@ -536,43 +541,48 @@ __device__ __forceinline__ void hg_chunk(float (&acc)[NB / 2], const uint8_t *As
     }
 }
 
-/* One block of the warpgroup path: gemm_block's contract (the same tile, inputs, outputs and fold), its MMAs over
- * the first NB of the 128 tokens (NB = 64: a tile of at most 64 tokens, the rest zero; half the tensor work). */
-template <int FP4, int NB>
+/* One block of the warpgroup path: gemm_block's contract (the same tile, inputs, outputs and fold). NWG = 2: two
+ * warpgroups of 64 rows, their MMAs over the block's first NB tokens (NB = 64: a tile of at most 64 tokens, the rest
+ * zero; half the tensor work); NWG = 4 (NB = 64): four of 64 rows x 64 tokens. */
+template <int FP4, int NWG, int NB>
 __device__ __forceinline__ void hg_block(const dsv4_weight &w, const uint8_t *__restrict__ xq, int ldq, const float *__restrict__ xs,
                                          int lds, int T, float *__restrict__ y, int ldy, int out_bf16, int row_base, int tok_base,
                                          const int32_t *__restrict__ in_rows, int in_base, int out_base) {
     typedef hg_smem<FP4> L;
+    constexpr int THREADS = hg_shape<NWG>::threads, NT = NWG == 4 ? GEMM_BN : NB, NA = NB / 2;
     extern __shared__ __align__(16) uint8_t gemm_sm[];
     float *ys = (float *)(gemm_sm + L::y_off);
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
-    const int wg = warp >> 2, ra = 64 * wg + 16 * (warp & 3) + g;   /* the thread's rows ra, ra + 8 of the block */
+    const int wg = warp >> 2, ra = 64 * (wg & 1) + 16 * (warp & 3) + g;   /* the thread's rows ra, ra + 8 of the block */
+    const int tok0 = NWG == 4 ? 64 * (wg >> 1) : 0;   /* the warpgroup's first token */
     const int N = w.rows, K = w.cols, nchunk = (K + 127) / 128;
     const uint8_t *wd = (const uint8_t *)w.data;
     uint8_t *const b16 = gemm_sm, *const a_st = gemm_sm + L::a_off, *const braw = gemm_sm + L::braw_off;
+    const bool scaler = threadIdx.x < GEMM_THREADS;   /* the threads that stage a chunk's scales (gemm_scale_fetch) */
 
     __syncthreads();   /* a block that runs several tiles (experts): every warp is done with the last one's buffers */
     /* activations 0, weights 0, activations 1, weights 1: four groups, so that a wait can leave the last weights out */
 #pragma unroll
     for (int s = 0; s < 2; s++) {
         const int c = s < nchunk ? gemm_chunk_at(s, nchunk) : 0;
-        if (s < nchunk) gemm_load_x(braw + s * L::braw_bytes, HG_BRAW_LD, xq, ldq, T, K, in_rows, in_base, tok_base, c);
+        if (s < nchunk) gemm_load_x<THREADS>(braw + s * L::braw_bytes, HG_BRAW_LD, xq, ldq, T, K, in_rows, in_base, tok_base, c);
         cp_async_commit();
         if (s < nchunk) {
-            gemm_load_w<FP4>(a_st + s * L::stage, L::a_ld, wd, N, K, row_base, c);
-            gemm_scale_store(a_st + s * L::stage + L::sx_off, gemm_scale_fetch<FP4>(w, xs, lds, T, in_rows, in_base, row_base, tok_base, c));
+            gemm_load_w<FP4, THREADS>(a_st + s * L::stage, L::a_ld, wd, N, K, row_base, c);
+            if (scaler)
+                gemm_scale_store(a_st + s * L::stage + L::sx_off, gemm_scale_fetch<FP4>(w, xs, lds, T, in_rows, in_base, row_base, tok_base, c));
         }
         cp_async_commit();
     }
     cp_async_wait<3>();
     __syncthreads();   /* activations 0 landed for every thread */
 #pragma unroll
-    for (int j = 0; j < 4; j++) hg_convert<FP4, NB>(b16, braw, j);
+    for (int j = 0; j < 4; j++) hg_convert<FP4, NT, THREADS>(b16, braw, j);
     fence_proxy_async();
 
-    float acc[NB / 2];
+    float acc[NA], t[NA];
 #pragma unroll
-    for (int k = 0; k < NB / 2; k++) acc[k] = 0.0f;
+    for (int k = 0; k < NA; k++) acc[k] = 0.0f, t[k] = 0.0f;
     int i = 0;   /* position in the walk */
     for (int pp = 0; pp < 4; pp++) {
         const int p = GEMM_PART(pp), n = gemm_part_chunks(nchunk, p);
@@ -580,46 +590,53 @@ __device__ __forceinline__ void hg_block(const dsv4_weight &w, const uint8_t *__
             cp_async_wait<1>();   /* everything but weights i + 1: weights i and activations i + 1 */
             __syncthreads();      /* ... landed for every thread; fp16 tile i written; chunk i - 1's buffers free */
             const int next = i + 2, cn = next < nchunk ? gemm_chunk_at(next, nchunk) : 0;
-            if (next < nchunk) gemm_load_x(braw + (next % 2) * L::braw_bytes, HG_BRAW_LD, xq, ldq, T, K, in_rows, in_base, tok_base, cn);
+            if (next < nchunk)
+                gemm_load_x<THREADS>(braw + (next % 2) * L::braw_bytes, HG_BRAW_LD, xq, ldq, T, K, in_rows, in_base, tok_base, cn);
             cp_async_commit();
             uint32_t next_scale = 0;
             if (next < nchunk) {
-                gemm_load_w<FP4>(a_st + (next % GEMM_STAGES) * L::stage, L::a_ld, wd, N, K, row_base, cn);
-                next_scale = gemm_scale_fetch<FP4>(w, xs, lds, T, in_rows, in_base, row_base, tok_base, cn);
+                gemm_load_w<FP4, THREADS>(a_st + (next % GEMM_STAGES) * L::stage, L::a_ld, wd, N, K, row_base, cn);
+                if (scaler) next_scale = gemm_scale_fetch<FP4>(w, xs, lds, T, in_rows, in_base, row_base, tok_base, cn);
             }
             cp_async_commit();
             const bool conv = i + 1 < nchunk;
-            hg_chunk<FP4, NB>(acc, a_st + (i % GEMM_STAGES) * L::stage, b16 + (i % 2) * L::b16_bytes, b16 + ((i + 1) % 2) * L::b16_bytes,
-                          conv ? braw + ((i + 1) % 2) * L::braw_bytes : NULL, K, p + 4 * k, ra);
+            hg_chunk<FP4, NB, NT, THREADS>(acc, t, a_st + (i % GEMM_STAGES) * L::stage, b16 + (i % 2) * L::b16_bytes,
+                                           b16 + ((i + 1) % 2) * L::b16_bytes, conv ? braw + ((i + 1) % 2) * L::braw_bytes : NULL, K,
+                                           p + 4 * k, ra, tok0);
             if (conv) fence_proxy_async();
-            if (next < nchunk) gemm_scale_store(a_st + (next % GEMM_STAGES) * L::stage + L::sx_off, next_scale);
+            if (next < nchunk && scaler) gemm_scale_store(a_st + (next % GEMM_STAGES) * L::stage + L::sx_off, next_scale);
         }
         /* fold partial p: y = p0, then y = y + p (each thread its own slots of ys). A warpgroup whose rows all lie
          * past the weight ran its MMAs on zero bytes (no branch around a wgmma: ptxas serializes them then) and
          * stores nothing. */
 #pragma unroll
-        for (int k = 0; k < NB / 2; k++) {
-            float *slot = ys + k * GEMM_THREADS + threadIdx.x;
+        for (int k = 0; k < NA; k++) {
+            float *slot = ys + k * THREADS + threadIdx.x;
             const float v = pp == 0 ? acc[k] : *slot + acc[k];
             acc[k] = 0.0f;
             if (pp < 3) {
                 *slot = v;
             } else {
-                const int r = row_base + ra + 8 * ((k & 3) >> 1), t = tok_base + 8 * (k >> 2) + 2 * q + (k & 1);
+                const int r = row_base + ra + 8 * ((k & 3) >> 1), t = tok_base + tok0 + 8 * (k >> 2) + 2 * q + (k & 1);
                 if (r < N && t < T) y[((int64_t)out_base + t) * ldy + r] = out_bf16 ? dev_round_bf16(v) : v;
             }
         }
     }
 }
 
-/* One block of path HG (0: gemm_block, 1: hg_block); the same bits either way. */
+/* One block of path HG (0: gemm_block; 1: hg_block of two warpgroups, 2: of four); the same bits every way. */
+template <int HG> struct gemm_threads {
+    static constexpr int n = HG == 2 ? hg_shape<4>::threads : GEMM_THREADS;
+};
 template <int FP4, int HG>
 __device__ __forceinline__ void gemm_any_block(const dsv4_weight &w, const uint8_t *__restrict__ xq, int ldq, const float *__restrict__ xs,
                                                int lds, int T, float *__restrict__ y, int ldy, int out_bf16, int row_base, int tok_base,
                                                const int32_t *__restrict__ in_rows, int in_base, int out_base) {
-    if constexpr (HG) {   /* a tile of at most 64 tokens (an expert's short run, the last tokens of a linear) at n64 */
-        if (T - tok_base <= 64) hg_block<FP4, 64>(w, xq, ldq, xs, lds, T, y, ldy, out_bf16, row_base, tok_base, in_rows, in_base, out_base);
-        else hg_block<FP4, 128>(w, xq, ldq, xs, lds, T, y, ldy, out_bf16, row_base, tok_base, in_rows, in_base, out_base);
+    if constexpr (HG == 2) {
+        hg_block<FP4, 4, 64>(w, xq, ldq, xs, lds, T, y, ldy, out_bf16, row_base, tok_base, in_rows, in_base, out_base);
+    } else if constexpr (HG == 1) {   /* a tile of at most 64 tokens (an expert's short run, a linear's last tokens) at n64 */
+        if (T - tok_base <= 64) hg_block<FP4, 2, 64>(w, xq, ldq, xs, lds, T, y, ldy, out_bf16, row_base, tok_base, in_rows, in_base, out_base);
+        else hg_block<FP4, 2, 128>(w, xq, ldq, xs, lds, T, y, ldy, out_bf16, row_base, tok_base, in_rows, in_base, out_base);
     }
     else gemm_block<FP4>(w, xq, ldq, xs, lds, T, y, ldy, out_bf16, row_base, tok_base, in_rows, in_base, out_base);
 }
@@ -628,7 +645,7 @@ template <int FP4, int HG> struct gemm_total {
 };
 
 template <int FP4, int HG>
-__global__ void __launch_bounds__(GEMM_THREADS, 1) k_mma_gemm(dsv4_weight w, const uint8_t *__restrict__ xq, int ldq,
+__global__ void __launch_bounds__(gemm_threads<HG>::n, 1) k_mma_gemm(dsv4_weight w, const uint8_t *__restrict__ xq, int ldq,
                                                               const float *__restrict__ xs, int lds, int T, float *__restrict__ y,
                                                               int ldy, int out_bf16) {
     dev_grid_wait();
@@ -642,7 +659,7 @@ __global__ void __launch_bounds__(GEMM_THREADS, 1) k_mma_gemm(dsv4_weight w, con
  * outputs have the order of every other path, so neither the run nor the block it falls in changes its bits. */
 #define GEMM_EXPERT_TILES (GEMM_BN / CU_MOE_TILE)
 template <int FP4, int HG>
-__global__ void __launch_bounds__(GEMM_THREADS, 1) k_mma_gemm_expert(const dsv4_weight *__restrict__ experts, int rows, cu_moe_plan plan,
+__global__ void __launch_bounds__(gemm_threads<HG>::n, 1) k_mma_gemm_expert(const dsv4_weight *__restrict__ experts, int rows, cu_moe_plan plan,
                                                                      const uint8_t *__restrict__ xq, int ldq, const float *__restrict__ xs,
                                                                      int lds, int x_by_pair, float *__restrict__ y, int ldy, int out_bf16) {
     dev_grid_wait();
@@ -654,7 +671,7 @@ __global__ void __launch_bounds__(GEMM_THREADS, 1) k_mma_gemm_expert(const dsv4_
         const int n = plan.tile_first[u - 1] + plan.tile_count[u - 1] - p0;
         dsv4_weight w = experts[e];
         if (!w.data) {   /* an expert another GPU holds (cuda_ep.h) or the host computes: the exact gather's identity */
-            for (int i = threadIdx.x; i < GEMM_BM * n; i += GEMM_THREADS) {
+            for (int i = threadIdx.x; i < GEMM_BM * n; i += gemm_threads<HG>::n) {
                 const int r = row_base + i % GEMM_BM;
                 if (r < rows) y[((int64_t)p0 + i / GEMM_BM) * ldy + r] = EP_ABSENT_ROW;
             }
@@ -677,7 +694,7 @@ extern "C" void cu_mma_gemm_set(int min_t, int min_blocks, int min_tiles) {
 }
 extern "C" int cu_mma_gemm_min_t(void) { return gemm_min_t; }
 extern "C" int cu_mma_gemm_min_tiles(void) { return gemm_min_tiles; }
-extern "C" void cu_mma_gemm_set_kind(int kind) { gemm_kind = kind == CU_GEMM_HGMMA ? CU_GEMM_HGMMA : CU_GEMM_MMA; }
+extern "C" void cu_mma_gemm_set_kind(int kind) { gemm_kind = kind == CU_GEMM_HGMMA || kind == CU_GEMM_HGMMA4 ? kind : CU_GEMM_MMA; }
 extern "C" int cu_mma_gemm_kind(void) { return gemm_kind; }
 
 template <int FP4, int HG> static int gemm_smem_opt_in(void) {
@@ -703,7 +720,7 @@ template <int FP4, int HG>
 static int gemm_experts_launch(cu_stream st, dim3 grid, const dsv4_weight *experts, int rows, const cu_moe_plan *plan, const uint8_t *xq,
                                int ldq, const float *xs, int lds, int x_by_pair, float *y, int ldy, int out_bf16) {
     if (!gemm_smem_opt_in<FP4, HG>()) return 0;
-    k_mma_gemm_expert<FP4, HG><<<grid, GEMM_THREADS, gemm_total<FP4, HG>::bytes, (cudaStream_t)st>>>(experts, rows, *plan, xq, ldq, xs, lds,
+    k_mma_gemm_expert<FP4, HG><<<grid, gemm_threads<HG>::n, gemm_total<FP4, HG>::bytes, (cudaStream_t)st>>>(experts, rows, *plan, xq, ldq, xs, lds,
                                                                                                     x_by_pair, y, ldy, out_bf16);
     return 1;
 }
@@ -713,10 +730,11 @@ extern "C" int cu_mma_gemm_experts(cu_stream st, const dsv4_weight *experts, int
                                    int out_bf16) {
     (void)cols;
     if (!gemm_min_tiles || max_tiles < gemm_min_tiles || cu_blocks(max_tiles, GEMM_EXPERT_TILES) > 65535) return 0;
-    const int fp4 = fmt == CU_FMT_FP4_FRAG ? 2 : fmt == WF_FP4, hg = gemm_kind == CU_GEMM_HGMMA;
+    const int fp4 = fmt == CU_FMT_FP4_FRAG ? 2 : fmt == WF_FP4;
     const dim3 grid(cu_blocks(rows, GEMM_BM), cu_blocks(max_tiles, GEMM_EXPERT_TILES));
 #define GEMM_EXPERTS(F, H) gemm_experts_launch<F, H>(st, grid, experts, rows, plan, xq, ldq, xs, lds, x_by_pair, y, ldy, out_bf16)
-    if (hg) return fp4 == 2 ? GEMM_EXPERTS(2, 1) : fp4 ? GEMM_EXPERTS(1, 1) : GEMM_EXPERTS(0, 1);
+    if (gemm_kind == CU_GEMM_HGMMA4) return fp4 == 2 ? GEMM_EXPERTS(2, 2) : fp4 ? GEMM_EXPERTS(1, 2) : GEMM_EXPERTS(0, 2);
+    if (gemm_kind == CU_GEMM_HGMMA) return fp4 == 2 ? GEMM_EXPERTS(2, 1) : fp4 ? GEMM_EXPERTS(1, 1) : GEMM_EXPERTS(0, 1);
     return fp4 == 2 ? GEMM_EXPERTS(2, 0) : fp4 ? GEMM_EXPERTS(1, 0) : GEMM_EXPERTS(0, 0);
 #undef GEMM_EXPERTS
 }
@@ -731,7 +749,7 @@ static int gemm_linear_launch(cu_stream st, const dsv4_weight *w, const uint8_t 
                               int ldy, int out_bf16) {
     if (!gemm_smem_opt_in<FP4, HG>()) return 0;
     const dim3 grid(cu_blocks(w->rows, GEMM_BM), cu_blocks(T, GEMM_BN));
-    k_mma_gemm<FP4, HG><<<grid, GEMM_THREADS, gemm_total<FP4, HG>::bytes, (cudaStream_t)st>>>(*w, xq, ldq, xs, lds, T, y, ldy, out_bf16);
+    k_mma_gemm<FP4, HG><<<grid, gemm_threads<HG>::n, gemm_total<FP4, HG>::bytes, (cudaStream_t)st>>>(*w, xq, ldq, xs, lds, T, y, ldy, out_bf16);
     return 1;
 }
 
@@ -739,6 +757,8 @@ extern "C" int cu_mma_gemm_linear(cu_stream st, const dsv4_weight *w, const uint
                                   float *y, int ldy, int out_bf16) {
     if (!cu_mma_gemm_takes_linear(w, T)) return 0;
     const int fp4 = w->fmt == WF_FP4;
+    if (gemm_kind == CU_GEMM_HGMMA4)
+        return fp4 ? gemm_linear_launch<1, 2>(st, w, xq, ldq, xs, lds, T, y, ldy, out_bf16) : gemm_linear_launch<0, 2>(st, w, xq, ldq, xs, lds, T, y, ldy, out_bf16);
     if (gemm_kind == CU_GEMM_HGMMA)
         return fp4 ? gemm_linear_launch<1, 1>(st, w, xq, ldq, xs, lds, T, y, ldy, out_bf16) : gemm_linear_launch<0, 1>(st, w, xq, ldq, xs, lds, T, y, ldy, out_bf16);
     return fp4 ? gemm_linear_launch<1, 0>(st, w, xq, ldq, xs, lds, T, y, ldy, out_bf16) : gemm_linear_launch<0, 0>(st, w, xq, ldq, xs, lds, T, y, ldy, out_bf16);
