@@ -119,12 +119,25 @@ template <int FP4> struct gemm_smem {
      * of the row's block scale; FP4: the 4 scale bytes of the row's blocks, byte j block j) */
     static constexpr int sx_off = a_bytes + b_bytes, sw_off = sx_off + 4 * GEMM_BN, stage = sw_off + 4 * GEMM_BM;
     static constexpr int y_floats = GEMM_MT * GEMM_NT * 4 * GEMM_THREADS;   /* y between partials */
-    static constexpr int total = GEMM_STAGES * stage + 4 * y_floats;
+    static constexpr int rows_off = GEMM_STAGES * stage + 4 * y_floats;   /* the tile's input rows (gemm_rows) */
+    static constexpr int total = rows_off + 4 * GEMM_BN;
 };
 
-/* Input row of token n (in_rows: an expert's pairs; NULL: in_base + n). */
-__device__ __forceinline__ int64_t gemm_in_row(const int32_t *in_rows, int in_base, int n) {
-    return in_rows ? in_rows[in_base + n] : (int64_t)in_base + n;
+/* Where the tile's token n (0..127) reads its input row: sm[n] (an expert's pairs: the tile's rows of in_rows, staged
+ * in shared memory once a tile by gemm_rows_stage, so that no chunk's loads wait on a global load of their address)
+ * or, without in_rows, base + n. */
+struct gemm_rows {
+    const int32_t *sm;
+    int base;
+};
+__device__ __forceinline__ int64_t gemm_row(const gemm_rows &R, int n) { return R.sm ? R.sm[n] : (int64_t)R.base + n; }
+/* The tile's rows (tokens [tok_base, +128) of T reading in_rows[in_base + token], or in_base + token without in_rows)
+ * into sm (128 words): threads 0..127, before the barrier that opens the tile. */
+__device__ __forceinline__ gemm_rows gemm_rows_stage(int32_t *sm, const int32_t *__restrict__ in_rows, int in_base, int tok_base, int T) {
+    if (!in_rows) return gemm_rows{ NULL, in_base + tok_base };
+    const int t = threadIdx.x;
+    if (t < GEMM_BN) sm[t] = tok_base + t < T ? in_rows[in_base + tok_base + t] : 0;
+    return gemm_rows{ sm, 0 };
 }
 
 /* Partial p's chunk count and the chunk at position i of the walk (partials in fold order, each in increasing c). */
@@ -155,50 +168,54 @@ __device__ __forceinline__ void gemm_load_w(uint8_t *As, int a_ld, const uint8_t
 /* Stage the block's tokens' activation bytes of chunk c (tokens [tok_base, +128)) at Bs, b_ld bytes a token. */
 template <int THREADS = GEMM_THREADS>
 __device__ __forceinline__ void gemm_load_x(uint8_t *Bs, int b_ld, const uint8_t *__restrict__ xq, int ldq, int T, int K,
-                                            const int32_t *__restrict__ in_rows, int in_base, int tok_base, int c) {
+                                            const gemm_rows &R, int tok_base, int c) {
     const int b_valid = min(8, (K - 128 * c) / 16);
 #pragma unroll
     for (int k = 0; k < GEMM_BN * 8 / THREADS; k++) {
         const int u = threadIdx.x + THREADS * k, n = u / 8, v = u % 8;
         const bool ok = tok_base + n < T && v < b_valid;
-        const uint8_t *src = ok ? xq + gemm_in_row(in_rows, in_base, tok_base + n) * ldq + 128 * c + 16 * v : xq;
+        const uint8_t *src = ok ? xq + gemm_row(R, n) * ldq + 128 * c + 16 * v : xq;
         cp_async16(Bs + n * b_ld + 16 * v, src, ok ? 16 : 0);
     }
 }
 /* Both, in gemm_smem's stage layout. */
 template <int FP4>
 __device__ __forceinline__ void gemm_load(uint8_t *stage, const uint8_t *__restrict__ wd, int N, int K, const uint8_t *__restrict__ xq,
-                                          int ldq, int T, const int32_t *__restrict__ in_rows, int in_base, int row_base, int tok_base,
-                                          int c) {
+                                          int ldq, int T, const gemm_rows &R, int row_base, int tok_base, int c) {
     typedef gemm_smem<FP4> L;
     gemm_load_w<FP4>(stage, L::a_ld, wd, N, K, row_base, c);
-    gemm_load_x(stage + L::a_bytes, L::b_ld, xq, ldq, T, K, in_rows, in_base, tok_base, c);
+    gemm_load_x(stage + L::a_bytes, L::b_ld, xq, ldq, T, K, R, tok_base, c);
 }
 
 /* The scale word thread threadIdx.x stages for chunk c (threads 0..127: token tok_base + t's activation scale;
  * 128..255: row row_base + t - 128's weight scale(s)), fetched a stage ahead and stored after the chunk's MMAs
- * (gemm_scale_store) so that its load latency hides behind them. 0 past T / the rows / K. */
+ * (gemm_scale_store) so that its load latency hides behind them: so the fetch returns loaded words untouched (an
+ * FP8 row's raw E8M0 byte, converted by the store; an FP4 row's four bytes by one 32-bit load where aligned) and
+ * nothing waits for them before the store. 0 past T / the rows / K. */
 template <int FP4>
-__device__ __forceinline__ uint32_t gemm_scale_fetch(const dsv4_weight &w, const float *__restrict__ xs, int lds, int T,
-                                                     const int32_t *__restrict__ in_rows, int in_base, int row_base, int tok_base, int c) {
+__device__ __forceinline__ uint32_t gemm_scale_fetch(const dsv4_weight &w, const float *__restrict__ xs, int lds, int T, const gemm_rows &R,
+                                                     int row_base, int tok_base, int c) {
     const int t = threadIdx.x;
-    if (t < GEMM_BN) {
-        const int n = tok_base + t;
-        return n < T ? __float_as_uint(xs[gemm_in_row(in_rows, in_base, n) * lds + c]) : 0u;
-    }
+    if (t < GEMM_BN) return tok_base + t < T ? __float_as_uint(xs[gemm_row(R, t) * lds + c]) : 0u;
     const int r = row_base + t - GEMM_BN;
     if (r >= w.rows) return 0u;
-    if constexpr (!FP4) return __float_as_uint(dev_e8m0(w.scale[(int64_t)((w.row0 + r) / 128) * w.scale_cols + c]));
+    if constexpr (!FP4) return w.scale[(int64_t)((w.row0 + r) / 128) * w.scale_cols + c];
     const int nb = min(4, (w.cols - 128 * c) / 32);
     const uint8_t *sp = w.scale + (int64_t)(w.row0 + r) * w.scale_cols + 4 * c;
-    uint32_t s = 0;
+    if (nb == 4 && !((uintptr_t)sp & 3)) return *(const uint32_t *)sp;   /* byte j (little-endian) = block j */
+    uint32_t s = 0;   /* a chunk of fewer blocks, or a view whose scale rows are not 4-byte aligned */
 #pragma unroll
     for (int j = 0; j < 4; j++)
         if (j < nb) s |= (uint32_t)sp[j] << (8 * j);
     return s;
 }
-/* at the stage's scale words: sx (128 tokens) then sw (128 rows), thread t's word t */
-__device__ __forceinline__ void gemm_scale_store(uint8_t *scales, uint32_t v) { ((uint32_t *)scales)[threadIdx.x] = v; }
+/* At the stage's scale words: sx (128 tokens) then sw (128 rows), thread t's word t; an FP8 row's byte (rows
+ * [row_base, N) only) as the fp32 value of its E8M0 scale. */
+template <int FP4> __device__ __forceinline__ void gemm_scale_store(uint8_t *scales, uint32_t v, int row_base, int N) {
+    const int t = threadIdx.x;
+    if (!FP4 && t >= GEMM_BN) v = row_base + t - GEMM_BN < N ? __float_as_uint(dev_e8m0((uint8_t)v)) : 0u;
+    ((uint32_t *)scales)[t] = v;
+}
 
 /* acc += chunk c of the warp's 64 x 32 sub-tile (the order of k_mma.cu mma_block for that chunk). */
 template <int FP4>
@@ -302,7 +319,7 @@ __device__ __forceinline__ void gemm_chunk(float (&acc)[GEMM_MT][GEMM_NT][4], co
 }
 
 /* One block: weight rows [row_base, +128) x tokens [tok_base, +128) of T; token n reads input row
- * gemm_in_row(in_rows, in_base, n) and writes output row out_base + n. */
+ * in_rows[in_base + n] (in_base + n without in_rows) and writes output row out_base + n. */
 template <int FP4>
 __device__ __forceinline__ void gemm_block(const dsv4_weight &w, const uint8_t *__restrict__ xq, int ldq, const float *__restrict__ xs,
                                            int lds, int T, float *__restrict__ y, int ldy, int out_bf16, int row_base, int tok_base,
@@ -314,14 +331,16 @@ __device__ __forceinline__ void gemm_block(const dsv4_weight &w, const uint8_t *
     const int wr = 64 * (warp >> 2), wt = 32 * (warp & 3);   /* the warp's rows and tokens inside the block */
     const int N = w.rows, K = w.cols, nchunk = (K + 127) / 128;
     const uint8_t *wd = (const uint8_t *)w.data;
+    /* the tile's input rows (the last tile's last reads of them were before its last chunks' barriers) */
+    const gemm_rows R = gemm_rows_stage((int32_t *)(gemm_sm + L::rows_off), in_rows, in_base, tok_base, T);
 
     __syncthreads();   /* a block that runs several tiles (experts): every warp is done with the last one's stages */
 #pragma unroll
     for (int s = 0; s < GEMM_STAGES - 1; s++) {
         if (s < nchunk) {
             const int c = gemm_chunk_at(s, nchunk);
-            gemm_load<FP4>(gemm_sm + s * L::stage, wd, N, K, xq, ldq, T, in_rows, in_base, row_base, tok_base, c);
-            gemm_scale_store(gemm_sm + s * L::stage + L::sx_off, gemm_scale_fetch<FP4>(w, xs, lds, T, in_rows, in_base, row_base, tok_base, c));
+            gemm_load<FP4>(gemm_sm + s * L::stage, wd, N, K, xq, ldq, T, R, row_base, tok_base, c);
+            gemm_scale_store<FP4>(gemm_sm + s * L::stage + L::sx_off, gemm_scale_fetch<FP4>(w, xs, lds, T, R, row_base, tok_base, c), row_base, N);
         }
         cp_async_commit();
     }
@@ -346,12 +365,12 @@ __device__ __forceinline__ void gemm_block(const dsv4_weight &w, const uint8_t *
             uint32_t next_scale = 0;
             if (next < nchunk) {
                 const int c = gemm_chunk_at(next, nchunk);
-                gemm_load<FP4>(next_stage, wd, N, K, xq, ldq, T, in_rows, in_base, row_base, tok_base, c);
-                next_scale = gemm_scale_fetch<FP4>(w, xs, lds, T, in_rows, in_base, row_base, tok_base, c);
+                gemm_load<FP4>(next_stage, wd, N, K, xq, ldq, T, R, row_base, tok_base, c);
+                next_scale = gemm_scale_fetch<FP4>(w, xs, lds, T, R, row_base, tok_base, c);
             }
             cp_async_commit();
             if (!idle) gemm_chunk<FP4>(acc, gemm_sm + (i % GEMM_STAGES) * L::stage, K, wr, wt, p + 4 * k);
-            if (next < nchunk) gemm_scale_store(next_stage + L::sx_off, next_scale);   /* read after the barrier of stage next */
+            if (next < nchunk) gemm_scale_store<FP4>(next_stage + L::sx_off, next_scale, row_base, N);   /* read after the barrier of stage next */
         }
         if (idle) continue;
         /* fold partial p: y = p0, then y = y + p (each thread its own slots of ys) */
@@ -409,7 +428,8 @@ template <int FP4> struct hg_smem {
     static constexpr int sx_off = GEMM_BM * a_ld;   /* inside a weight stage: its rows, then sx and sw */
     static constexpr int stage = sx_off + 4 * GEMM_BN + 4 * GEMM_BM;
     static constexpr int braw_off = a_off + GEMM_STAGES * stage, braw_bytes = GEMM_BN * HG_BRAW_LD;
-    static constexpr int total = braw_off + 2 * braw_bytes;
+    static constexpr int rows_off = braw_off + 2 * braw_bytes;   /* the tile's input rows (gemm_rows) */
+    static constexpr int total = rows_off + 4 * GEMM_BN;
 };
 
 /* The two shapes of the warpgroup block (the same bits): NWG = 2 warpgroups of 64 rows x 128 tokens (m64n128k16;
@@ -419,6 +439,15 @@ template <int NWG> struct hg_shape {
     static constexpr int threads = 128 * NWG;
 };
 
+/* The thread's first conversion item (u = threadIdx.x; part j adds THREADS / 8 tokens): its byte offset in the raw
+ * activations and in the fp16 tile (hg_convert's map). Computed once a tile. */
+struct hg_conv {
+    int src, dst;
+};
+template <int FP4> __device__ __forceinline__ hg_conv hg_conv_at(void) {
+    const int s = threadIdx.x >> 5, l = threadIdx.x & 31, n = 8 * (s >> 1) + (l & 7), wb = 4 * (s & 1) + (l >> 3), jj = wb >> 1, b = wb & 1;
+    return hg_conv{ n * HG_BRAW_LD + 4 * (FP4 ? 8 * jj + b : 2 * jj + b), (n >> 3) * HG_SBO + (4 * jj + b) * HG_LBO + (n & 7) * 16 };
+}
 /* Part j (of 4: one between each k32 step's issue and its wait) of the conversion of a chunk's raw activation bytes
  * (tokens HG_BRAW_LD bytes apart) into the fp16 tile b16, its first NT tokens (64 or 128). Item u (8 NT a chunk):
  * slot s = u / 32, lane l = u % 32 -> token n = 8 (s / 2) + l % 8 and word pair wb = 2jj + b = 4 (s % 2) + l / 8;
@@ -426,19 +455,18 @@ template <int NWG> struct hg_shape {
  * m = a + 4b) and writes their low pairs as token n's 16 bytes of core column 4jj + b (fp16 step 2jj, k 8b + 2a,
  * + 1), their high pairs as those of core column 4jj + 2 + b (step 2jj + 1). Eight lanes write one whole core
  * matrix (128 contiguous bytes: no bank conflict); the FP8 loads meet 32 distinct banks (4n + word mod 32). */
-template <int FP4, int NT, int THREADS> __device__ __forceinline__ void hg_convert(uint8_t *b16, const uint8_t *braw, int j) {
-    const int u = threadIdx.x + THREADS * j;
-    if (u >= 8 * NT) return;   /* uniform in a warp */
-    const int s = u >> 5, l = u & 31, n = 8 * (s >> 1) + (l & 7), wb = 4 * (s & 1) + (l >> 3), jj = wb >> 1, b = wb & 1;
-    const uint8_t *src = braw + n * HG_BRAW_LD;
+template <int FP4, int NT, int THREADS>
+__device__ __forceinline__ void hg_convert(uint8_t *b16, const uint8_t *braw, int j, const hg_conv &cv) {
+    if ((int)threadIdx.x + THREADS * j >= 8 * NT) return;   /* uniform in a warp */
+    const uint8_t *src = braw + cv.src + j * (THREADS / 8) * HG_BRAW_LD;
     uint32_t lo[4], hi[4];
 #pragma unroll
     for (int a = 0; a < 4; a++) {
-        const uint32_t v = *(const uint32_t *)(src + 4 * (FP4 ? 8 * jj + 2 * a + b : 8 * a + 2 * jj + b));
+        const uint32_t v = *(const uint32_t *)(src + (FP4 ? 8 * a : 32 * a));   /* word(a) - word(0) */
         lo[a] = e4m3_lo_f16x2(v);
         hi[a] = e4m3_hi_f16x2(v);
     }
-    uint8_t *dst = b16 + (n >> 3) * HG_SBO + (4 * jj + b) * HG_LBO + (n & 7) * 16;
+    uint8_t *dst = b16 + cv.dst + j * (THREADS / 64) * HG_SBO;
     *(uint4 *)dst = make_uint4(lo[0], lo[1], lo[2], lo[3]);
     *(uint4 *)(dst + 2 * HG_LBO) = make_uint4(hi[0], hi[1], hi[2], hi[3]);
 }
@@ -483,7 +511,7 @@ template <int NB> __device__ __forceinline__ void hg_step_wait(float (&t)[NB / 2
  * the last) into b16_next (its first NT tokens, by THREADS threads). */
 template <int FP4, int NB, int NT, int THREADS>
 __device__ __forceinline__ void hg_chunk(float (&acc)[NB / 2], float (&t)[NB / 2], const uint8_t *As, const uint8_t *b16, uint8_t *b16_next,
-                                         const uint8_t *braw_next, int K, int c, int ra, int tok0) {
+                                         const uint8_t *braw_next, const hg_conv &cv, int K, int c, int ra, int tok0) {
     typedef hg_smem<FP4> L;
     constexpr int NA = NB / 2;   /* accumulators a thread */
     const int q = threadIdx.x & 3;
@@ -498,7 +526,7 @@ __device__ __forceinline__ void hg_chunk(float (&acc)[NB / 2], float (&t)[NB / 2
             uint32_t a0 = r0.x, a2 = r0.y;   /* mma_e4m3(f, r0.x, r1.x, r0.y, r1.y, ...) in gemm_chunk */
             if (j == 0) hg_bug_swap(a0, a2);
             hg_step_issue<NB>(t, a0, r1.x, a2, r1.y, b16, j);
-            if (braw_next) hg_convert<FP4, NT, THREADS>(b16_next, braw_next, j);
+            if (braw_next) hg_convert<FP4, NT, THREADS>(b16_next, braw_next, j, cv);
             hg_step_wait<NB>(t);
 #pragma unroll
             for (int k = 0; k < NA; k++) f[k] = __fadd_rn(j ? f[k] : 0.0f, t[k]);   /* D = C + t: f = +0 + t first */
@@ -522,7 +550,7 @@ __device__ __forceinline__ void hg_chunk(float (&acc)[NB / 2], float (&t)[NB / 2
             const uint32_t a1 = FP4 == 2 ? frag_lo(w1) : e2m1x4_e4m3(w1), a3 = FP4 == 2 ? frag_hi(w1) : e2m1x4_e4m3(w1 >> 16);
             hg_bug_swap(a0, a2);
             hg_step_issue<NB>(t, a0, a1, a2, a3, b16, j);
-            if (braw_next) hg_convert<FP4, NT, THREADS>(b16_next, braw_next, j);
+            if (braw_next) hg_convert<FP4, NT, THREADS>(b16_next, braw_next, j, cv);
             hg_step_wait<NB>(t);
             if (j < nb) {
                 const float s0 = dev_e8m0((uint8_t)(swb0 >> (8 * j))), s1 = dev_e8m0((uint8_t)(swb1 >> (8 * j)));
@@ -559,25 +587,27 @@ __device__ __forceinline__ void hg_block(const dsv4_weight &w, const uint8_t *__
     const uint8_t *wd = (const uint8_t *)w.data;
     uint8_t *const b16 = gemm_sm, *const a_st = gemm_sm + L::a_off, *const braw = gemm_sm + L::braw_off;
     const bool scaler = threadIdx.x < GEMM_THREADS;   /* the threads that stage a chunk's scales (gemm_scale_fetch) */
+    const gemm_rows R = gemm_rows_stage((int32_t *)(gemm_sm + L::rows_off), in_rows, in_base, tok_base, T);   /* as gemm_block */
 
     __syncthreads();   /* a block that runs several tiles (experts): every warp is done with the last one's buffers */
     /* activations 0, weights 0, activations 1, weights 1: four groups, so that a wait can leave the last weights out */
 #pragma unroll
     for (int s = 0; s < 2; s++) {
         const int c = s < nchunk ? gemm_chunk_at(s, nchunk) : 0;
-        if (s < nchunk) gemm_load_x<THREADS>(braw + s * L::braw_bytes, HG_BRAW_LD, xq, ldq, T, K, in_rows, in_base, tok_base, c);
+        if (s < nchunk) gemm_load_x<THREADS>(braw + s * L::braw_bytes, HG_BRAW_LD, xq, ldq, T, K, R, tok_base, c);
         cp_async_commit();
         if (s < nchunk) {
             gemm_load_w<FP4, THREADS>(a_st + s * L::stage, L::a_ld, wd, N, K, row_base, c);
             if (scaler)
-                gemm_scale_store(a_st + s * L::stage + L::sx_off, gemm_scale_fetch<FP4>(w, xs, lds, T, in_rows, in_base, row_base, tok_base, c));
+                gemm_scale_store<FP4>(a_st + s * L::stage + L::sx_off, gemm_scale_fetch<FP4>(w, xs, lds, T, R, row_base, tok_base, c), row_base, N);
         }
         cp_async_commit();
     }
     cp_async_wait<3>();
     __syncthreads();   /* activations 0 landed for every thread */
+    const hg_conv cv = hg_conv_at<FP4>();
 #pragma unroll
-    for (int j = 0; j < 4; j++) hg_convert<FP4, NT, THREADS>(b16, braw, j);
+    for (int j = 0; j < 4; j++) hg_convert<FP4, NT, THREADS>(b16, braw, j, cv);
     fence_proxy_async();
 
     float acc[NA], t[NA];
@@ -591,20 +621,20 @@ __device__ __forceinline__ void hg_block(const dsv4_weight &w, const uint8_t *__
             __syncthreads();      /* ... landed for every thread; fp16 tile i written; chunk i - 1's buffers free */
             const int next = i + 2, cn = next < nchunk ? gemm_chunk_at(next, nchunk) : 0;
             if (next < nchunk)
-                gemm_load_x<THREADS>(braw + (next % 2) * L::braw_bytes, HG_BRAW_LD, xq, ldq, T, K, in_rows, in_base, tok_base, cn);
+                gemm_load_x<THREADS>(braw + (next % 2) * L::braw_bytes, HG_BRAW_LD, xq, ldq, T, K, R, tok_base, cn);
             cp_async_commit();
             uint32_t next_scale = 0;
             if (next < nchunk) {
                 gemm_load_w<FP4, THREADS>(a_st + (next % GEMM_STAGES) * L::stage, L::a_ld, wd, N, K, row_base, cn);
-                if (scaler) next_scale = gemm_scale_fetch<FP4>(w, xs, lds, T, in_rows, in_base, row_base, tok_base, cn);
+                if (scaler) next_scale = gemm_scale_fetch<FP4>(w, xs, lds, T, R, row_base, tok_base, cn);
             }
             cp_async_commit();
             const bool conv = i + 1 < nchunk;
             hg_chunk<FP4, NB, NT, THREADS>(acc, t, a_st + (i % GEMM_STAGES) * L::stage, b16 + (i % 2) * L::b16_bytes,
-                                           b16 + ((i + 1) % 2) * L::b16_bytes, conv ? braw + ((i + 1) % 2) * L::braw_bytes : NULL, K,
+                                           b16 + ((i + 1) % 2) * L::b16_bytes, conv ? braw + ((i + 1) % 2) * L::braw_bytes : NULL, cv, K,
                                            p + 4 * k, ra, tok0);
             if (conv) fence_proxy_async();
-            if (next < nchunk && scaler) gemm_scale_store(a_st + (next % GEMM_STAGES) * L::stage + L::sx_off, next_scale);
+            if (next < nchunk && scaler) gemm_scale_store<FP4>(a_st + (next % GEMM_STAGES) * L::stage + L::sx_off, next_scale, row_base, N);
         }
         /* fold partial p: y = p0, then y = y + p (each thread its own slots of ys). A warpgroup whose rows all lie
          * past the weight ran its MMAs on zero bytes (no branch around a wgmma: ptxas serializes them then) and
