@@ -106,7 +106,7 @@ def dist(a): return np.abs(a - c).mean() / np.abs(c).mean(), 100 * (a.argmax(1) 
 print('gpu cli: K >= 1024 against the CPU OFFICIAL run: tensor cores mean |dlogit| / mean |logit| %.3g, argmax %.1f%%; CUDA cores %.3g, %.1f%%' % (rt, at, rf, af))
 sys.exit(0 if rt <= 2 * rf + 1e-3 else 1)" "$T/wide1.npy" "$T/wide0.npy" "$T/widec.npy" && ok || bad "K >= 1024: the tensor-core path is far further from the CPU than the CUDA-core path"
 fi
-# the tiled GEMM for steps of >= 256 tokens (DSV4_CUDA_GEMM, 1 = mma.sync by default, 2 / 3 = warpgroup MMAs, k_mma_gemm.cu):
+# the tiled GEMM for steps of >= 256 tokens (DSV4_CUDA_GEMM: 2 = warpgroup MMAs by default, 1 = mma.sync, 3 = four warpgroups; k_mma_gemm.cu):
 # the same bits as the small tiles, here on a 300-token step of the K >= 1024 model (test_gpu_gemm holds the kernel-level memcmp)
 GT=$(seq 0 299 | awk '{printf "%s%d", (NR > 1 ? "," : ""), 3 + ($1 * 7) % 190}')
 for v in 3 2 1 0; do

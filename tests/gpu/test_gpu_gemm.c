@@ -127,7 +127,7 @@ static void same_bits(const dsv4_weight *w, int T, int out_bf16) {
         cu_mma_gemm_set_kind(kind);
         assert_int_equal(cu_mma_gemm_linear(NULL, w, dq, ldq, ds, lds, T, dy1, ldy, out_bf16), 1);   /* it took the launch */
         cu_mma_gemm_set(CU_MMA_GEMM_MIN_T, CU_MMA_GEMM_MIN_BLOCKS, CU_MMA_GEMM_MIN_TILES);
-        cu_mma_gemm_set_kind(CU_GEMM_MMA);
+        cu_mma_gemm_set_kind(CU_GEMM_DEFAULT);
         assert_int_equal(cu_finish(NULL, "gemm", &err), 0);
         assert_int_equal(cu_download(y1, dy1, sizeof(float) * yn), 0);
         size_t differ = 0, first = 0;
@@ -272,7 +272,7 @@ static void experts_same_bits(int fmt, int rows, int cols, int x_by_pair, int pa
         cu_mma_gemm_set_kind(kind);
         assert_int_equal(cu_mma_gemm_experts(NULL, dw, rows, cols, fmt, &plan, max_tiles, dq, ldq, ds, lds, x_by_pair, dy1, ldy, 1), 1);
         cu_mma_gemm_set(CU_MMA_GEMM_MIN_T, CU_MMA_GEMM_MIN_BLOCKS, CU_MMA_GEMM_MIN_TILES);
-        cu_mma_gemm_set_kind(CU_GEMM_MMA);
+        cu_mma_gemm_set_kind(CU_GEMM_DEFAULT);
         assert_int_equal(cu_finish(NULL, "gemm experts", &err), 0);
         assert_int_equal(cu_download(y1, dy1, sizeof(float) * P * ldy), 0);
         size_t differ = 0, first = 0;
@@ -342,8 +342,10 @@ static void switch_and_refusals(void **state) {
     assert_int_equal(cu_mma_gemm_takes_linear(&tall, 512), 1);   /* 32 x 4 = 128 */
     cu_mma_gemm_set_kind(CU_GEMM_HGMMA);
     assert_int_equal(cu_mma_gemm_kind(), CU_GEMM_HGMMA);
-    cu_mma_gemm_set_kind(7);   /* not a kind: the default */
+    cu_mma_gemm_set_kind(CU_GEMM_MMA);
     assert_int_equal(cu_mma_gemm_kind(), CU_GEMM_MMA);
+    cu_mma_gemm_set_kind(7);   /* not a kind: the default */
+    assert_int_equal(cu_mma_gemm_kind(), CU_GEMM_DEFAULT);
     cu_mma_gemm_set(-5, -3, -1);
     assert_int_equal(cu_mma_gemm_min_tiles(), 0);
     assert_int_equal(cu_mma_gemm_min_t(), 0);
@@ -410,12 +412,13 @@ static int bench(void) {
             cu_mma_gemm_set(0, 0, 0);
             const double old = seconds_per_call(&w, q, KMAX, s, KMAX / 128, T, y, T <= 512 ? 20 : 3);
             cu_mma_gemm_set(1, 1, 1);
+            cu_mma_gemm_set_kind(CU_GEMM_MMA);
             const double neu = seconds_per_call(&w, q, KMAX, s, KMAX / 128, T, y, 10);
             cu_mma_gemm_set_kind(CU_GEMM_HGMMA);
             const double wg = seconds_per_call(&w, q, KMAX, s, KMAX / 128, T, y, 10);
             cu_mma_gemm_set_kind(CU_GEMM_HGMMA4);
             const double wg4 = seconds_per_call(&w, q, KMAX, s, KMAX / 128, T, y, 10);
-            cu_mma_gemm_set_kind(CU_GEMM_MMA);
+            cu_mma_gemm_set_kind(CU_GEMM_DEFAULT);
             cu_mma_gemm_set(CU_MMA_GEMM_MIN_T, CU_MMA_GEMM_MIN_BLOCKS, CU_MMA_GEMM_MIN_TILES);
             if (old <= 0 || neu <= 0 || wg <= 0 || wg4 <= 0) return 1;
             const double fl = 2.0 * N * K * T;

@@ -447,8 +447,8 @@ static int init_ranks(struct cuda_model *cm, const struct dsv4_model *m, int n, 
  *                       linears of bf16-valued inputs with BF16 or FP8 weights on BF16 tensor cores (k_mma16.cu),
  *                       default on; 0 = both on CUDA cores (k_linear.cu). EXACT mode never uses them.
  *   DSV4_CUDA_GEMM      the FP8/FP4 tensor-core linears of >= CU_MMA_GEMM_MIN_T tokens (and the routed experts of
- *                       steps that large) as a shared-memory tiled GEMM (k_mma_gemm.cu): 1 (the default) its mma.sync
- *                       block, 2 / 3 its warpgroup block (fp16 wgmma in the order of sm_90's e4m3 expansion; two / four
+ *                       steps that large) as a shared-memory tiled GEMM (k_mma_gemm.cu): 1 its mma.sync block, 2 (the
+ *                       default) / 3 its warpgroup block (fp16 wgmma in the order of sm_90's e4m3 expansion; two / four
  *                       warpgroups); 0 = k_mma.cu's
  *                       small tiles at every T. The same bits every way (process-wide: the last load's setting holds).
  *   DSV4_CUDA_STREAM    those linears (and the routed experts) at up to 8 tokens through the streaming kernel
@@ -516,7 +516,7 @@ int cuda_model_init(struct dsv4_model *m, const cuda_placement *p, dsv4_error *e
         env_choice("DSV4_CUDA_PDL", CU_PDL_EXIT, CU_PDL_EXIT,
                    "0 (plain edges in the CUDA graphs), 1 (programmatic from launch completion) or 2 (from exit)", &pdl_on, err) ||
         env_switch("DSV4_CUDA_MMA", 1, "tensor cores in OFFICIAL mode", &mma_on, err) ||
-        env_choice("DSV4_CUDA_GEMM", CU_GEMM_MMA, CU_GEMM_HGMMA4,
+        env_choice("DSV4_CUDA_GEMM", CU_GEMM_DEFAULT, CU_GEMM_HGMMA4,
                    "1 (the tiled GEMM for many tokens on mma.sync), 2 or 3 (on warpgroup MMAs, two or four a block) or 0 (off)",
                    &gemm_on, err) ||
         env_switch("DSV4_CUDA_STREAM", 0, "the streaming kernel for up to 8 tokens", &stream_on, err) ||

@@ -559,8 +559,10 @@ __device__ __forceinline__ void hg_chunk(float (&acc)[NB / 2], float (&t)[NB / 2
                     const float2 sx = *(const float2 *)(sxs + 8 * i + 2 * q);
 #pragma unroll
                     for (int e = 0; e < 4; e++) {
-                        float f = __fadd_rn(0.0f, t[4 * i + e]);   /* D = C + t, C = +0 */
-                        if (FP4 == 2) f *= 64.0f;   /* the packed values are 2^-6 of the codes': P exactly */
+                        /* D = C + t with C = +0, then (packed: the values are 2^-6 of the codes') x 64 exactly: for packed
+                         * codes one fmaf(t, 64, +0), the same bits as (+0 + t) x 64 (the scaling is exact: t is 0 or
+                         * between 2^-20 and 2^11; and both give +0 for t = -0), one instruction fewer an element */
+                        const float f = FP4 == 2 ? fmaf(t[4 * i + e], 64.0f, 0.0f) : __fadd_rn(0.0f, t[4 * i + e]);
                         acc[4 * i + e] = fmaf(f, (e >> 1 ? s1 : s0) * (e & 1 ? sx.y : sx.x), acc[4 * i + e]);
                     }
                 }
@@ -715,7 +717,7 @@ __global__ void __launch_bounds__(gemm_threads<HG>::n, 1) k_mma_gemm_expert(cons
 }
 
 static int gemm_min_t = CU_MMA_GEMM_MIN_T, gemm_min_blocks = CU_MMA_GEMM_MIN_BLOCKS, gemm_min_tiles = CU_MMA_GEMM_MIN_TILES,
-           gemm_kind = CU_GEMM_MMA;
+           gemm_kind = CU_GEMM_DEFAULT;
 
 extern "C" void cu_mma_gemm_set(int min_t, int min_blocks, int min_tiles) {
     gemm_min_t = min_t < 0 ? 0 : min_t;
@@ -724,7 +726,9 @@ extern "C" void cu_mma_gemm_set(int min_t, int min_blocks, int min_tiles) {
 }
 extern "C" int cu_mma_gemm_min_t(void) { return gemm_min_t; }
 extern "C" int cu_mma_gemm_min_tiles(void) { return gemm_min_tiles; }
-extern "C" void cu_mma_gemm_set_kind(int kind) { gemm_kind = kind == CU_GEMM_HGMMA || kind == CU_GEMM_HGMMA4 ? kind : CU_GEMM_MMA; }
+extern "C" void cu_mma_gemm_set_kind(int kind) {
+    gemm_kind = kind == CU_GEMM_MMA || kind == CU_GEMM_HGMMA || kind == CU_GEMM_HGMMA4 ? kind : CU_GEMM_DEFAULT;
+}
 extern "C" int cu_mma_gemm_kind(void) { return gemm_kind; }
 
 template <int FP4, int HG> static int gemm_smem_opt_in(void) {
