@@ -202,7 +202,7 @@ if has gemmab; then   # 8K prefill with DSV4_CUDA_GEMM = each of GEMMAB_KINDS (d
     done
   done
   DSV4_CUDA_GEMM=$g timeout 90 $FLASH --prompt 8192 --decode 2 --no-bandwidth --profile >$L/gemmab_profile.log 2>&1
-  echo "== profile, 8K prefill, DSV4_CUDA_GEMM=$g:"; sed -n '/per-stage time of/,$p' $L/gemmab_profile.log | head -40
+  echo "== profile, 8K prefill, DSV4_CUDA_GEMM=$g:"; sed -n '/per-stage time over/,/^prefill /p' $L/gemmab_profile.log | head -16
   if [ "${GEMMAB_SAN:-1}" = 1 ]; then
     for tool in memcheck racecheck; do
       timeout ${SAN_TIMEOUT:-240} compute-sanitizer --tool $tool --error-exitcode 9 .gpu/gputests/test_gpu_gemm >$L/san_gemm_$tool.log 2>&1
