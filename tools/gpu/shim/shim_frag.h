@@ -30,12 +30,12 @@ static inline double shim_f16(uint16_t h) {
  * .f16: a0 = A[g][2q + i], a1 = A[g+8][2q + i], a2 = A[g][8 + 2q + i], a3 = A[g+8][8 + 2q + i]; b0 = B[2q + i][g],
  * b1 = B[8 + 2q + i][g]; half i of each register). Each element is C plus its 16 exact products summed in double
  * (k in order), rounded once: a function of its own row, column and C, as the hardware's. */
-static inline void hmma_f16(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0, uint32_t b1) {
-    uint64_t fa[32], fb[32], fc[32];
+/* The warp's 16 x 16 fp16 A tile from its lanes' registers a0..a3 in that layout (mma.m16n8k16; a warp's share of
+ * wgmma's register A alike). Every lane of the warp calls it. */
+static inline void shim_a_f16(double (&A)[16][16], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3) {
+    uint64_t fa[32], fb[32];
     memcpy(fa, shim_warp_exchange(a0 | (uint64_t)a1 << 32), sizeof fa);
     memcpy(fb, shim_warp_exchange(a2 | (uint64_t)a3 << 32), sizeof fb);
-    memcpy(fc, shim_warp_exchange(b0 | (uint64_t)b1 << 32), sizeof fc);
-    double A[16][16], B[16][8];
     for (int L = 0; L < 32; L++) {
         const int g = L >> 2, q = L & 3;
         for (int i = 0; i < 2; i++) {
@@ -43,6 +43,17 @@ static inline void hmma_f16(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2
             A[g + 8][2 * q + i] = shim_f16((uint16_t)(fa[L] >> (32 + 16 * i)));
             A[g][8 + 2 * q + i] = shim_f16((uint16_t)(fb[L] >> (16 * i)));
             A[g + 8][8 + 2 * q + i] = shim_f16((uint16_t)(fb[L] >> (32 + 16 * i)));
+        }
+    }
+}
+static inline void hmma_f16(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0, uint32_t b1) {
+    double A[16][16], B[16][8];
+    shim_a_f16(A, a0, a1, a2, a3);
+    uint64_t fc[32];
+    memcpy(fc, shim_warp_exchange(b0 | (uint64_t)b1 << 32), sizeof fc);
+    for (int L = 0; L < 32; L++) {
+        const int g = L >> 2, q = L & 3;
+        for (int i = 0; i < 2; i++) {
             B[2 * q + i][g] = shim_f16((uint16_t)(fc[L] >> (16 * i)));
             B[8 + 2 * q + i][g] = shim_f16((uint16_t)(fc[L] >> (32 + 16 * i)));
         }

@@ -86,23 +86,12 @@ static inline void wg_pin(float &) {}
 static inline void wg_pin_r(uint32_t &) {}
 static inline void fence_proxy_async(void) {}
 template <int NA> static inline void shim_hgmma(float (&d)[NA], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, const void *b, int acc) {
-    uint64_t fa[32], fb[32];
-    memcpy(fa, shim_warp_exchange(a0 | (uint64_t)a1 << 32), sizeof fa);
-    memcpy(fb, shim_warp_exchange(a2 | (uint64_t)a3 << 32), sizeof fb);
+    double A[16][16];
+    shim_a_f16(A, a0, a1, a2, a3);
     const uint64_t *bp = shim_warp_exchange((uint64_t)(uintptr_t)b);
     for (int L = 0; L < 32; L++)
         if (bp[L] != bp[0]) { fprintf(stderr, "shim: wgmma with different B descriptors in one warp\n"); abort(); }
     if ((uintptr_t)b % 16) { fprintf(stderr, "shim: wgmma B at %p: not 16-byte aligned\n", b); abort(); }
-    double A[16][16];
-    for (int L = 0; L < 32; L++) {
-        const int g = L >> 2, q = L & 3;
-        for (int i = 0; i < 2; i++) {
-            A[g][2 * q + i] = shim_f16((uint16_t)(fa[L] >> (16 * i)));
-            A[g + 8][2 * q + i] = shim_f16((uint16_t)(fa[L] >> (32 + 16 * i)));
-            A[g][8 + 2 * q + i] = shim_f16((uint16_t)(fb[L] >> (16 * i)));
-            A[g + 8][8 + 2 * q + i] = shim_f16((uint16_t)(fb[L] >> (32 + 16 * i)));
-        }
-    }
     const uint8_t *B = (const uint8_t *)b;
     const int g = (int)shim_lane() >> 2, q = (int)shim_lane() & 3;
     for (int i = 0; i < NA / 4; i++)
