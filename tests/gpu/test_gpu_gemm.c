@@ -180,7 +180,7 @@ static void fp4_around_the_tile(void **state) {
     free_weight(&a);
     dweight b = make_weight(WF_FP4, 72, 96);   /* one chunk of 3 blocks */
     same_bits(&b.w, 130, 1);
-    same_bits(&b.w, 90, 0);   /* one tile of 65-96 tokens (the warpgroup GEMM's n96) */
+    same_bits(&b.w, 90, 0);   /* one tile of 65-96 tokens */
     free_weight(&b);
     dweight c = make_weight(WF_FP4, 40, 1056);   /* 9 chunks, the last of 1 block */
     same_bits(&c.w, 129, 0);

@@ -108,16 +108,6 @@ __device__ __forceinline__ void hgmma_n64(float (&d)[32], uint32_t a0, uint32_t 
                  : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc), "r"(acc));
 }
 
-/* The same for 96 tokens (wgmma m64n96k16): d[4 i + e], n8 tiles i = 0..11. */
-__device__ __forceinline__ void hgmma_n96(float (&d)[48], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, const void *b, int acc) {
-    const uint32_t sa = (uint32_t)__cvta_generic_to_shared(b);
-    const uint64_t desc = (uint64_t)((sa >> 4) & 0x3FFF) | (uint64_t)(HG_LBO >> 4) << 16 | (uint64_t)(HG_SBO >> 4) << 32;
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %53, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n96k16.f32.f16.f16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47}, {%48,%49,%50,%51}, %52, p, 1, 1, 0;\n}\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47])
-                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc), "r"(acc));
-}
-
 /* ---- end of PTX ---- */
 
 /* Shared-memory layout of a stage, per weight format. */
@@ -491,11 +481,10 @@ __device__ __forceinline__ void hg_bug_swap(uint32_t &a, uint32_t &b) {
 #endif
 }
 
-/* The warpgroup MMA over the block's first NB tokens (128, 96 or 64). */
+/* The warpgroup MMA over the block's first NB tokens (128 or 64). */
 template <int NB>
 __device__ __forceinline__ void hgmma(float (&d)[NB / 2], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, const void *b, int acc) {
     if constexpr (NB == 128) hgmma_n128(d, a0, a1, a2, a3, b, acc);
-    else if constexpr (NB == 96) hgmma_n96(d, a0, a1, a2, a3, b, acc);
     else hgmma_n64(d, a0, a1, a2, a3, b, acc);
 }
 
@@ -677,9 +666,8 @@ __device__ __forceinline__ void gemm_any_block(const dsv4_weight &w, const uint8
                                                const int32_t *__restrict__ in_rows, int in_base, int out_base) {
     if constexpr (HG == 2) {
         hg_block<FP4, 4, 64>(w, xq, ldq, xs, lds, T, y, ldy, out_bf16, row_base, tok_base, in_rows, in_base, out_base);
-    } else if constexpr (HG == 1) {   /* a tile of at most 64 / 96 tokens (an expert's short run, a linear's last tokens) at n64 / n96 */
+    } else if constexpr (HG == 1) {   /* a tile of at most 64 tokens (an expert's short run, a linear's last tokens) at n64 */
         if (T - tok_base <= 64) hg_block<FP4, 2, 64>(w, xq, ldq, xs, lds, T, y, ldy, out_bf16, row_base, tok_base, in_rows, in_base, out_base);
-        else if (T - tok_base <= 96) hg_block<FP4, 2, 96>(w, xq, ldq, xs, lds, T, y, ldy, out_bf16, row_base, tok_base, in_rows, in_base, out_base);
         else hg_block<FP4, 2, 128>(w, xq, ldq, xs, lds, T, y, ldy, out_bf16, row_base, tok_base, in_rows, in_base, out_base);
     }
     else gemm_block<FP4>(w, xq, ldq, xs, lds, T, y, ldy, out_bf16, row_base, tok_base, in_rows, in_base, out_base);

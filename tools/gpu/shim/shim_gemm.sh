@@ -3,7 +3,7 @@
 # GEMM (k_mma_gemm.cu) and the small-tile kernels it must match bit for bit (k_mma.cu), through
 # tools/gpu/shim/cuda_shim.h, every GPU thread a fiber. The inline assembly is replaced by C++ of the same
 # definitions: mma.m16n8k32 .e4m3 from the PTX ISA's fragment layout as sm_90 computes it (two fp16 MMAs and an
-# addition: SHIM_E4M3_WRITTEN), wgmma m64n128k16 / n96 / n64 .f16 (the warpgroup path) from its layouts with the same sums, prmt
+# addition: SHIM_E4M3_WRITTEN), wgmma m64n128k16 / m64n64k16 .f16 (the warpgroup path) from its layouts with the same sums, prmt
 # and cvt.f16x2.e4m3x2 by their definitions (shim_frag.h, written from the ISA, not from the kernels), cp.async as a
 # plain copy (or zero fill) done at once, its groups' waits and wgmma's fences, commits and waits as no-ops. Checks the stage layout, the fragment loads, the chunk walk and the fold order of the GEMM against the
 # small-tile kernels' order without a GPU; the pipelining itself (a buffer refilled while a warp still reads it)
@@ -111,9 +111,6 @@ static inline void hgmma_n128(float (&d)[64], uint32_t a0, uint32_t a1, uint32_t
 }
 static inline void hgmma_n64(float (&d)[32], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, const void *b, int acc) {
     shim_hgmma<32>(d, a0, a1, a2, a3, b, acc);
-}
-static inline void hgmma_n96(float (&d)[48], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, const void *b, int acc) {
-    shim_hgmma<48>(d, a0, a1, a2, a3, b, acc);
 }
 '''
 text = kernels(gemm[a:], True)
