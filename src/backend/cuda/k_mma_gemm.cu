@@ -1,6 +1,8 @@
-/* The large-T path of the OFFICIAL FP8/FP4 linears (issue 18, prefill): a tiled GEMM on the FP8 tensor cores
- * (mma.sync m16n8k32 e4m3) with shared-memory staging by cp.async, three stages in flight, whose every output
- * element has the bits of k_mma.cu's small-tile kernel (cu_mma_gemm.h).
+/* The large-T path of the OFFICIAL FP8/FP4 linears (issue 18, prefill): a tiled GEMM with shared-memory staging by
+ * cp.async, whose every output element has the bits of k_mma.cu's small-tile kernel (cu_mma_gemm.h). Two blocks of
+ * the same order: gemm_block on the FP8 tensor cores' mma.sync m16n8k32 e4m3 (three stages in flight; this comment),
+ * and hg_block (below, the default since run 101) on the warpgroup's fp16 wgmma in the order in which sm_90 computes
+ * that mma.sync.
  *
  * ---- The order (k_mma.cu states it in full) and why it is the same here ----
  *   y = ((p0 + p1) + p2) + p3, partial p the fmaf-sum over its chunks c = p, p + 4, ... in increasing c of
