@@ -651,8 +651,8 @@ __device__ __forceinline__ void hg_block(const dsv4_weight &w, const uint8_t *__
             if (pp < 3) {
                 *slot = v;
             } else {
-                const int r = row_base + ra + 8 * ((k & 3) >> 1), t = tok_base + tok0 + 8 * (k >> 2) + 2 * q + (k & 1);
-                if (r < N && t < T) y[((int64_t)out_base + t) * ldy + r] = out_bf16 ? dev_round_bf16(v) : v;
+                const int r = row_base + ra + 8 * ((k & 3) >> 1), tok = tok_base + tok0 + 8 * (k >> 2) + 2 * q + (k & 1);
+                if (r < N && tok < T) y[((int64_t)out_base + tok) * ldy + r] = out_bf16 ? dev_round_bf16(v) : v;
             }
         }
     }
