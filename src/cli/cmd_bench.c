@@ -98,7 +98,6 @@ static void per_gpu_traffic(const dsv4_model *m, double tps, double bw) {
     }
 }
 
-/* Prefill `prompt` tokens in one step, then `decode` single-token steps; report both rates. */
 /* The --json report: numbers set under a section object (created on first use); nothing when rep is NULL. */
 static void rep_num(json_t *rep, const char *section, const char *key, double v) {
     if (!rep) return;
@@ -127,7 +126,10 @@ static void pool_report(dsv4_model *m, const dsv4_pool_stats *ps, int tokens, do
     rep_num(rep, "cpu_pool", "worker_start_us", wake_us);
 }
 
-static int bench_single_stream(dsv4_model *m, int prompt, int decode, double bw, int profile, json_t *rep) {
+/* Prefill `prompt` tokens in steps of at most `chunk` (0: one step; chunked prefill gives the bits of one step), then
+ * `decode` single-token steps; report both rates. A chunked prefill also reports its first and last step's rate:
+ * the later chunks attend to (and index) everything before them, so their rate shows what a long context costs. */
+static int bench_single_stream(dsv4_model *m, int prompt, int chunk, int decode, double bw, int profile, json_t *rep) {
     dsv4_error err;
     dsv4_seq *s;
     if (dsv4_seq_new(m, &s, &err)) return cli_fail(CMD, &err);
@@ -136,9 +138,18 @@ static int bench_single_stream(dsv4_model *m, int prompt, int decode, double bw,
     if (!tok || !logits) { free(tok); free(logits); dsv4_seq_free(s); return cli_error(CMD, "out of memory"); }
     for (int i = 0; i < prompt + decode; i++) tok[i] = (int32_t)((i * 7919 + 13) % m->cfg.vocab_size);
     if (profile) cuda_profile(m, 1);
-    double t0 = now_s();
-    dsv4_step_item it = { s, tok, prompt, DSV4_LOGITS_LAST, logits };
-    int rc = dsv4_step(m, &it, 1, &err);
+    if (chunk <= 0 || chunk > prompt) chunk = prompt;
+    const int steps = (prompt + chunk - 1) / chunk;
+    double t0 = now_s(), first_s = 0, last_s = 0;
+    int rc = 0;
+    for (int at = 0; !rc && at < prompt; at += chunk) {
+        const int n = prompt - at < chunk ? prompt - at : chunk;
+        const double c0 = now_s();
+        dsv4_step_item it = { s, tok + at, n, DSV4_LOGITS_LAST, logits };
+        rc = dsv4_step(m, &it, 1, &err);
+        last_s = now_s() - c0;
+        if (at == 0) first_s = last_s;
+    }
     if (profile) {
         printf("prefill of %d tokens, ", prompt);
         cuda_profile_report(m, stdout);
@@ -177,7 +188,11 @@ static int bench_single_stream(dsv4_model *m, int prompt, int decode, double bw,
     dsv4_seq_free(s);
     if (rc) return cli_fail(CMD, &err);
     const double bytes = (double)dsv4_decode_weight_bytes(m), tps = decode / (t2 - t1);
-    printf("%-26s %10.1f tok/s   (%d tokens in one step)\n", "prefill", prompt / (t1 - t0), prompt);
+    if (steps == 1)
+        printf("%-26s %10.1f tok/s   (%d tokens in one step)\n", "prefill", prompt / (t1 - t0), prompt);
+    else
+        printf("%-26s %10.1f tok/s   (%d tokens in %d steps of %d; the first step %.1f tok/s, the last %.1f)\n", "prefill",
+               prompt / (t1 - t0), prompt, steps, chunk, chunk / first_s, (prompt - (steps - 1) * chunk) / last_s);
     printf("%-26s %10.2f tok/s   %.1f ms/token\n", "decode, 1 stream", tps, 1e3 / tps);
     printf("%-26s %10.2f GB/s    %.3f GB weights read per token\n", "decode weight traffic", bytes * tps / 1e9, bytes / 1e9);
     if (bw > 0) printf("%-26s %10.1f %%      of measured read bandwidth\n", "bandwidth fraction", 100.0 * bytes * tps / 1e9 / bw);
@@ -185,6 +200,12 @@ static int bench_single_stream(dsv4_model *m, int prompt, int decode, double bw,
     if (decode > 0 && ps.jobs > 0) pool_report(m, &ps, decode, t2 - t1, rep);
     rep_num(rep, "single_stream", "prompt_tokens", prompt);
     rep_num(rep, "single_stream", "prefill_tok_s", prompt / (t1 - t0));
+    rep_num(rep, "single_stream", "prefill_steps", steps);
+    if (steps > 1) {
+        rep_num(rep, "single_stream", "prefill_chunk_tokens", chunk);
+        rep_num(rep, "single_stream", "prefill_first_step_tok_s", chunk / first_s);
+        rep_num(rep, "single_stream", "prefill_last_step_tok_s", (prompt - (steps - 1) * chunk) / last_s);
+    }
     rep_num(rep, "single_stream", "decode_tokens", decode);
     rep_num(rep, "single_stream", "decode_tok_s", tps);
     rep_num(rep, "single_stream", "decode_weight_gb_s", bytes * tps / 1e9);
@@ -481,7 +502,7 @@ static int bench_grammar(const char *dir, int device) {
 
 int cmd_bench(int argc, char **argv) {
     const char *model_dir = NULL, *synth = NULL, *streams = NULL, *spec = NULL, *isa = NULL, *json_path = NULL, *context = NULL;
-    long long threads = 0, prompt = 128, decode = 32;
+    long long threads = 0, prompt = 128, decode = 32, chunk = 0;
     int tokenizer = 0, grammar = 0, no_bw = 0, profile = 0, kv = DSV4_KV_F32, device = DSV4_DEVICE_CPU, gpus = 1;
     dsv4_mode mode = DSV4_MODE_EXACT;
     cli_placement place = { 0 };
@@ -492,6 +513,7 @@ int cmd_bench(int argc, char **argv) {
         else if (!strcmp(a, "--synthetic")) { if (!(v = cli_value(CMD, argc, argv, &i))) return 1; synth = v; }
         else if (!strcmp(a, "--threads")) { if (!(v = cli_value(CMD, argc, argv, &i)) || cli_parse_int(CMD, a, v, 0, 1024, &threads)) return 1; }
         else if (!strcmp(a, "--prompt")) { if (!(v = cli_value(CMD, argc, argv, &i)) || cli_parse_int(CMD, a, v, 1, 1 << 20, &prompt)) return 1; }
+        else if (!strcmp(a, "--prefill-chunk")) { if (!(v = cli_value(CMD, argc, argv, &i)) || cli_parse_int(CMD, a, v, 1, 1 << 20, &chunk)) return 1; }
         else if (!strcmp(a, "--decode")) { if (!(v = cli_value(CMD, argc, argv, &i)) || cli_parse_int(CMD, a, v, 1, 1 << 20, &decode)) return 1; }
         else if (!strcmp(a, "--kv")) {
             if (!(v = cli_value(CMD, argc, argv, &i))) return 1;
@@ -569,7 +591,7 @@ int cmd_bench(int argc, char **argv) {
                                                         json_integer(cuda_distinct_layers(m)));
         if (bw > 0) rep_num(rep, "machine", m->cuda ? "device_copy_gb_s" : "memory_read_gb_s", bw);
     }
-    int rc = bench_single_stream(m, (int)prompt, (int)decode, bw, profile && m->cuda, rep);
+    int rc = bench_single_stream(m, (int)prompt, (int)chunk, (int)decode, bw, profile && m->cuda, rep);
     if (!rc && streams) rc = bench_streams(m, streams, (int)decode, bw, profile && m->cuda, rep);
     if (!rc && context) rc = bench_context(m, context, (int)decode, profile && m->cuda, rep);
     if (!rc && spec) rc = bench_spec(m, spec, (int)decode);

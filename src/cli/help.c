@@ -128,6 +128,7 @@ static const cmd_help HELP[] = {
       {"--synthetic flash-2g|small|flash|pro", "write (once, to /tmp) and load a synthetic model of this size; flash and pro "
                                               "are the real V4 shapes, generated in GPU memory (--device cuda)"},
       {"--prompt N", "prompt tokens of the single-stream run (default 128)"},
+      {"--prefill-chunk N", "prefill the prompt in steps of at most N tokens (default: one step)"},
       {"--decode N", "decoded tokens per run (default 32)"},
       {"--streams LIST", "also decode with 1,2,4,... streams together"},
       {"--spec LIST", "also compare drafters: none,ngram,self,mtp,dspark (with --streams: also inside the scheduler)"},

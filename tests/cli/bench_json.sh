@@ -28,6 +28,13 @@ expect_ok "bench --context at the maximum position" "$BIN" bench -m "$T/m" --no-
 if grep -q "^ *1048576 .*(from position 1048573: the model's maximum is 1048576)" "$T/out" &&
    node -e 'const r = JSON.parse(require("fs").readFileSync(process.argv[1])); process.exit(r.context[0].start === 1048573 && r.context[0].context === 1048576 ? 0 : 1)' "$T/max.json"
 then ok; else bad "context at the maximum: $(grep -i context "$T/out" | tail -2)"; fi
+# --prefill-chunk: 10 prompt tokens in steps of 4 are three steps, the last of 2; the JSON says so
+expect_ok "bench --prefill-chunk" "$BIN" bench -m "$T/m" --no-bandwidth --prompt 10 --prefill-chunk 4 --decode 2 --json "$T/c.json"
+if grep -q "^prefill .*(10 tokens in 3 steps of 4; the first step [0-9.]* tok/s, the last [0-9.]*)" "$T/out" &&
+   node -e 'const s = JSON.parse(require("fs").readFileSync(process.argv[1])).single_stream;
+            process.exit(s.prefill_steps === 3 && s.prefill_chunk_tokens === 4 && s.prefill_last_step_tok_s > 0 ? 0 : 1)' "$T/c.json"
+then ok; else bad "prefill chunks: $(grep -i prefill "$T/out")"; fi
+expect_err "bench --prefill-chunk 0" "--prefill-chunk" "$BIN" bench -m "$T/m" --no-bandwidth --prefill-chunk 0
 expect_err "bench --json to a folder that does not exist" "cannot write the JSON report" \
     "$BIN" bench -m "$T/m" --no-bandwidth --prompt 4 --decode 2 --json "$T/no/such/dir/r.json"
 finish

@@ -25,7 +25,8 @@
 #   gemmab   8K prefill with DSV4_CUDA_GEMM=1 and 2 (GEMMAB_KINDS, GEMMAB_ROUNDS), a --profile of the last, and
 #            compute-sanitizer memcheck + racecheck over test_gpu_gemm (GEMMAB_SAN=0 skips them)
 #   profile  bench --profile: an 8K prefill, a decode step, and the 64-stream decode step, per stage
-#   final    decode, 8 / 32 / 64 streams, the verify step, an 8K prefill, decode after 4K / 128K / 1M (fp8 KV)
+#   final    decode, 8 / 32 / 64 / 128 / 256 streams, the verify step, an 8K prefill, decode after 4K / 128K / 1M (fp8 KV)
+#   long     a 128K-token prefill in steps of LONG_CHUNK (default 8192) with --profile (LONG_PROMPT, LONG_TIMEOUT)
 # Everything but the summary on stdout goes to $OUT/logs.tgz, ncu.txt and fuzz.tgz: the device tool returns at most
 # 8 files (run 37 lost its fuzz.tgz to a ninth).
 . tools/gpu/env.sh
@@ -220,11 +221,17 @@ if has profile; then
   echo "== profile, 64 streams:"; sed -n '/per-stage time of/,$p' $L/profile_streams.log | head -30
 fi
 save
+if has long; then   # a long prompt prefilled in chunks, as the scheduler does: the rate and where its time goes
+  timeout ${LONG_TIMEOUT:-400} $FLASH --prompt ${LONG_PROMPT:-131072} --prefill-chunk ${LONG_CHUNK:-8192} --decode 2 \
+      --no-bandwidth --profile >$L/long.log 2>&1
+  echo "== long prefill: exit $?"; grep -vE "^(kv |model|synthetic|device)" $L/long.log | head -50
+fi
+save
 if has final; then
-  timeout 100 $FLASH --prompt 256 --decode 48 --streams 8,32,64 --json $L/flash.json >$L/flash.log 2>&1
+  timeout 200 $FLASH --prompt 256 --decode 48 --streams 8,32,64,128,256 --json $L/flash.json >$L/flash.log 2>&1
   timeout 80 $FLASH --prompt 8192 --decode 2 --no-bandwidth >$L/prefill.log 2>&1
   timeout 110 $FLASH --kv fp8 --prompt 64 --decode 8 --no-bandwidth --context 4096,131072,1048576 >$L/context.log 2>&1
-  echo "== flash:"; grep -E "bandwidth|prefill|decode|fraction|verify|graphs|^ +(8|32|64) |rror" $L/flash.log
+  echo "== flash:"; grep -E "bandwidth|prefill|decode|fraction|verify|graphs|^ +(8|32|64|128|256) |rror" $L/flash.log
   echo "== prefill 8K:"; grep -E "prefill|rror" $L/prefill.log
   echo "== context:"; grep -E "^ +[0-9]+ +[0-9.]+ +[0-9.]+|rror" $L/context.log
 fi
