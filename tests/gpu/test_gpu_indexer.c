@@ -9,8 +9,9 @@
  *     UE8M0 scales; bf16 / f32 rows and the query: the unit 2^(floor(log2 amax) - 5) of each block of 32), for the
  *     three KV formats, 64 x 128 (the model's shape) and odd shapes (4 heads, 12 heads: a partial head tile; 64 and
  *     256 columns); a query alone = in a batch of two sequences (memcmp); the selection of those scores = the rule;
- *     the fp32 scores (the same call without cu_index_mma) within bf16 rounding of them (and mostly equal); and a
- *     query or a row block off the FP4 grid raises its bit of the off-grid word.
+ *     the fp32 scores (the same call without cu_index_mma) within bf16 rounding of them (and mostly equal); a
+ *     prefill chunk of 42 queries (more than a scoring block takes, two of another sequence among them) = the
+ *     stated order; and a query or a row block off the FP4 grid raises its bit of the off-grid word.
  *
  * Without a GPU: tools/gpu/shim/shim_indexer.sh builds this file with -DIDX_TEST_SHIM against k_indexer.cu's own
  * source run on the CPU (tools/gpu/shim/cuda_shim.h), with smaller sizes, and compares the selections with the
@@ -463,6 +464,65 @@ static void run_scores(const score_case *c) {
     for (int i = 0; i < 2; i++) { free(seqs[i].rows); dev_free(seqs[i].d_rows); }
 }
 
+/* A prefill chunk: 40 consecutive queries of one sequence (every third position, so their visible rows grow across
+ * a 128-row block) with two queries of a second sequence among them: more queries than a scoring block takes, and
+ * blocks whose queries change sequence and back. Every score = the stated order (memcmp), the selection = the rule. */
+static void run_chunk(const score_case *c) {
+    const int nI = c->nI, cI = c->cI, NB = cI / 32, K = 64, T = 42;
+    kv_layout kl;
+    kv_layout_init(&kl, c->fmt, KV_ROW_INDEX, cI, 0);
+    seqrows seqs[2];
+    seq_rows(c, &kl, 0, SCORE_ROWS, 0, &seqs[0]);
+    seq_rows(c, &kl, 1, SCORE_ROWS / 7, 0, &seqs[1]);
+    const int64_t PS = 4 * (SCORE_ROWS / 7) - 2;
+    qspec batch[42];
+    for (int t = 0, i = 0; t < T; t++) {
+        if (t == 17 || t == 18) batch[t] = (qspec){ 1, PS - 18 + t };
+        else batch[t] = (qspec){ 0, 479 + 3 * i++ };
+    }
+    const int64_t max_rows = SCORE_ROWS + 5;
+    float *sc = malloc(sizeof(float) * (size_t)(T * max_rows)), *ref = malloc(sizeof(float) * (size_t)max_rows), ku[8];
+    int32_t *sel = malloc(sizeof(int32_t) * (size_t)T * K), *n_sel = malloc(sizeof(int32_t) * (size_t)T), want[64];
+    int8_t *qc = malloc((size_t)nI * cI), kc[512];
+    float *qi = malloc(sizeof(float) * (size_t)nI * cI), *w = malloc(sizeof(float) * (size_t)nI), *qu = malloc(sizeof(float) * (size_t)nI * NB);
+    assert_true(sc && ref && sel && n_sel && qc && qi && w && qu);
+    if (score_step(c, &kl, seqs, 2, batch, T, K, 1, 0, max_rows, sc, sel, n_sel)) fail_msg("%s: FP4-grid data raised the off-grid word", c->name);
+    int64_t n_scores = 0;
+    for (int t = 0; t < T; t++) {
+        const seqrows *s = &seqs[batch[t].seq];
+        const int64_t n = (batch[t].p + 1) / 4;
+        query_of(c, batch[t].seq, batch[t].p, qi, w);
+        for (int h = 0; h < nI; h++)
+            for (int b = 0; b < NB; b++) qu[h * NB + b] = host_block_codes(qi + h * cI + 32 * b, qc + h * cI + 32 * b);
+        for (int64_t k = 0; k < n; k++) {
+            host_row_codes(&kl, s->rows + k * (int64_t)kl.bytes, kc, ku);
+            ref[k] = host_score(qc, qu, w, kc, ku, nI, cI);
+        }
+        const float *g = sc + t * max_rows;
+        for (int64_t k = 0; k < n; k++)
+            if (memcmp(&g[k], &ref[k], sizeof(float)))
+                fail_msg("%s: chunk query %d, row %lld: score %.9g, the stated order gives %.9g", c->name, t, (long long)k, g[k], ref[k]);
+        const int nw = host_select(ref, n, K, want);
+        if (n_sel[t] != nw || memcmp(sel + (int64_t)t * K, want, sizeof(int32_t) * (size_t)nw))
+            fail_msg("%s: chunk query %d: the selection differs from the rule on the stated scores", c->name, t);
+        n_scores += n;
+    }
+    printf("  %-24s a chunk of %d queries (two of another sequence among them): %lld scores = the stated order (memcmp)\n",
+           c->name, T, (long long)n_scores);
+    free(sc); free(ref); free(sel); free(n_sel); free(qc); free(qi); free(w); free(qu);
+    for (int i = 0; i < 2; i++) { free(seqs[i].rows); dev_free(seqs[i].d_rows); }
+}
+
+static void scores_prefill_chunk(void **state) {
+    (void)state;
+    const score_case cs[] = {
+        { "64 x 128, fp8 KV", DSV4_KV_FP8, 64, 128 },
+        { "64 x 128, f32 KV", DSV4_KV_F32, 64, 128 },
+        { "12 x 64, bf16 KV", DSV4_KV_BF16, 12, 64 },
+    };
+    for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) run_chunk(&cs[i]);
+}
+
 static void scores_model_shape(void **state) {
     (void)state;
     const score_case cs[] = {
@@ -602,6 +662,7 @@ int main(void) {
         cmocka_unit_test(topk_long),
         cmocka_unit_test(scores_model_shape),
         cmocka_unit_test(scores_odd_shapes),
+        cmocka_unit_test(scores_prefill_chunk),
         cmocka_unit_test(scores_off_grid),
         cmocka_unit_test(timing_one_query_1m),
     };

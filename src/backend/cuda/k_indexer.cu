@@ -526,6 +526,12 @@ extern "C" void cu_index_topk(cu_stream st, const int64_t *pos, int t0, int T, i
  *   terms gathered in shared memory. */
 #define IDXM_WARPS 8
 #define IDXM_ROWS (16 * IDXM_WARPS)   /* rows a block */
+/* Queries a block scores over its rows, one after another: a warp decodes its 16 rows' A fragments once for all of
+ * them (while they belong to one sequence), not once a query. At a prefill chunk the rows' decode was most of the
+ * kernel's work (run 104: the indexer 24 % of a 128K prefill). Who scores what only; every score keeps its order. */
+#ifndef IDXM_QUERIES
+#define IDXM_QUERIES 16
+#endif
 
 /* D = A B on one m16n8k32 int8 tile (fragments as above), accumulator 0. tools/gpu/shim/shim_mma.h has a C++
  * emulation of it written from the same layout, for the CPU shim. */
@@ -603,25 +609,12 @@ __device__ __forceinline__ void row_values8(const cu_kvlay &l, const uint8_t *ro
     }
 }
 
-/* Block (x, y): rows [IDXM_ROWS x, IDXM_ROWS (x + 1)) of query t0 + y, warp w rows 16 w .. 16 w + 15 of them; NB =
- * cI / 32 blocks. Dynamic shared memory: a warp's [16][nI + 1] head terms. */
+/* The A fragments of a warp's 16 rows k0 .. k0 + 15 (rows >= n are zeros) and their units; ok cleared when a row
+ * block is off the FP4 grid. */
 template <int NB>
-__global__ void __launch_bounds__(IDXM_WARPS * 32) k_index_score_mma(cu_kvlay il, const int8_t *qc, const float *qu, const float *wi,
-                                                                      const int64_t *pos, const int32_t *item_of,
-                                                                      const cu_seq_layer *sl, int t0, int nI, int K,
-                                                                      int64_t max_rows, float *scratch, unsigned *offgrid) {
-    dev_grid_wait();
-    extern __shared__ __align__(16) float idxm_smem[];
-    const int t = t0 + blockIdx.y, lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, q = lane & 3;
-    const int cI = 32 * NB;
-    const int64_t n = (pos[t] + 1) / 4, k0 = (int64_t)blockIdx.x * IDXM_ROWS + 16 * warp;
-    if (n <= K || k0 >= n) return;   /* whole warps; no block barrier below */
-    float *ts = idxm_smem + (size_t)warp * 16 * (nI + 1);
-    const uint8_t *rows = sl[item_of[t]].irows;
-    /* the A fragments of the warp's 16 rows, and their units */
-    uint32_t A[NB][4];
-    float uk[NB][2];
-    bool ok = true;
+__device__ __forceinline__ void index_row_frags(const cu_kvlay &il, const uint8_t *rows, int64_t k0, int64_t n, uint32_t (&A)[NB][4],
+                                                float (&uk)[NB][2], bool &ok) {
+    const int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
 #pragma unroll
     for (int r = 0; r < 2; r++) {
         const int64_t k = k0 + g + 8 * r;
@@ -661,43 +654,80 @@ __global__ void __launch_bounds__(IDXM_WARPS * 32) k_index_score_mma(cu_kvlay il
             A[b][2 + r] = hi;   /* a2 / a3: columns 8q+4 .. 8q+7 */
         }
     }
-    if (!ok) *(volatile unsigned *)offgrid = 2u;
-    const float *w = wi + (int64_t)t * nI;
-    for (int h0 = 0; h0 < nI; h0 += 8) {
-        const int hb = h0 + g, ha = h0 + 2 * q;   /* B column of the lane; its D columns ha, ha + 1 */
-        const int8_t *qb = qc + ((int64_t)t * nI + hb) * cI + 8 * q;
-        float dot[4] = { 0.0f, 0.0f, 0.0f, 0.0f };
+}
+
+/* Block (x, y): rows [IDXM_ROWS x, IDXM_ROWS (x + 1)), warp w rows 16 w .. 16 w + 15 of them, for the launch's
+ * queries IDXM_QUERIES y .. IDXM_QUERIES (y + 1) - 1 (of nq, query i = token t0 + i, its scores in scratch row i) in
+ * turn; NB = cI / 32 blocks. A warp decodes its rows when the query's sequence differs from the one its fragments
+ * hold: up to the most rows any of the block's queries of that sequence sees, so no row past what the step has
+ * written is read, and every row decoded is one some query sees (the off-grid word as with a decode a query).
+ * Dynamic shared memory: a warp's [16][nI + 1] head terms. */
+template <int NB>
+__global__ void __launch_bounds__(IDXM_WARPS * 32) k_index_score_mma(cu_kvlay il, const int8_t *qc, const float *qu, const float *wi,
+                                                                      const int64_t *pos, const int32_t *item_of,
+                                                                      const cu_seq_layer *sl, int t0, int nq, int nI, int K,
+                                                                      int64_t max_rows, float *scratch, unsigned *offgrid) {
+    dev_grid_wait();
+    extern __shared__ __align__(16) float idxm_smem[];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, q = lane & 3;
+    const int cI = 32 * NB;
+    const int64_t k0 = (int64_t)blockIdx.x * IDXM_ROWS + 16 * warp;
+    const int i0 = IDXM_QUERIES * (int)blockIdx.y, i1 = i0 + IDXM_QUERIES < nq ? i0 + IDXM_QUERIES : nq;
+    float *ts = idxm_smem + (size_t)warp * 16 * (nI + 1);
+    uint32_t A[NB][4];
+    float uk[NB][2];
+    bool ok = true;
+    int held = -1;   /* the sequence whose rows A holds */
+    for (int i = i0; i < i1; i++) {   /* warp-uniform: no block barrier below */
+        const int t = t0 + i, item = item_of[t];
+        const int64_t n = (pos[t] + 1) / 4;
+        if (n <= K || k0 >= n) continue;   /* n <= K: every row is selected, no score needed */
+        if (item != held) {
+            int64_t n_load = n;
+            for (int j = i + 1; j < i1; j++)
+                if (item_of[t0 + j] == item && (pos[t0 + j] + 1) / 4 > n_load) n_load = (pos[t0 + j] + 1) / 4;
+            index_row_frags<NB>(il, sl[item].irows, k0, n_load, A, uk, ok);
+            held = item;
+        }
+        const float *w = wi + (int64_t)t * nI;
+        for (int h0 = 0; h0 < nI; h0 += 8) {
+            const int hb = h0 + g, ha = h0 + 2 * q;   /* B column of the lane; its D columns ha, ha + 1 */
+            const int8_t *qb = qc + ((int64_t)t * nI + hb) * cI + 8 * q;
+            float dot[4] = { 0.0f, 0.0f, 0.0f, 0.0f };
 #pragma unroll
-        for (int b = 0; b < NB; b++) {
-            uint32_t b0 = 0, b1 = 0;
-            if (hb < nI) {
-                const uint2 v = *(const uint2 *)(qb + 32 * b);
-                b0 = v.x;
-                b1 = v.y;
+            for (int b = 0; b < NB; b++) {
+                uint32_t b0 = 0, b1 = 0;
+                if (hb < nI) {
+                    const uint2 v = *(const uint2 *)(qb + 32 * b);
+                    b0 = v.x;
+                    b1 = v.y;
+                }
+                int S[4];
+                mma_s8(S, A[b][0], A[b][1], A[b][2], A[b][3], b0, b1);
+                const float ua = ha < nI ? qu[((int64_t)t * nI + ha) * NB + b] : 0.0f;
+                const float ub = ha + 1 < nI ? qu[((int64_t)t * nI + ha + 1) * NB + b] : 0.0f;
+                dot[0] = fmaf((float)S[0], ua * uk[b][0], dot[0]);   /* row g,     head ha */
+                dot[1] = fmaf((float)S[1], ub * uk[b][0], dot[1]);   /* row g,     head ha + 1 */
+                dot[2] = fmaf((float)S[2], ua * uk[b][1], dot[2]);   /* row g + 8, head ha */
+                dot[3] = fmaf((float)S[3], ub * uk[b][1], dot[3]);   /* row g + 8, head ha + 1 */
             }
-            int S[4];
-            mma_s8(S, A[b][0], A[b][1], A[b][2], A[b][3], b0, b1);
-            const float ua = ha < nI ? qu[((int64_t)t * nI + ha) * NB + b] : 0.0f;
-            const float ub = ha + 1 < nI ? qu[((int64_t)t * nI + ha + 1) * NB + b] : 0.0f;
-            dot[0] = fmaf((float)S[0], ua * uk[b][0], dot[0]);   /* row g,     head ha */
-            dot[1] = fmaf((float)S[1], ub * uk[b][0], dot[1]);   /* row g,     head ha + 1 */
-            dot[2] = fmaf((float)S[2], ua * uk[b][1], dot[2]);   /* row g + 8, head ha */
-            dot[3] = fmaf((float)S[3], ub * uk[b][1], dot[3]);   /* row g + 8, head ha + 1 */
-        }
 #pragma unroll
-        for (int e = 0; e < 4; e++) {
-            const int h = ha + (e & 1), r = g + 8 * (e >> 1);
-            if (h >= nI) continue;
-            const float sh = dev_round_bf16(dot[e]);
-            ts[r * (nI + 1) + h] = sh > 0.0f ? dev_round_bf16(sh * w[h]) : 0.0f;
+            for (int e = 0; e < 4; e++) {
+                const int h = ha + (e & 1), r = g + 8 * (e >> 1);
+                if (h >= nI) continue;
+                const float sh = dev_round_bf16(dot[e]);
+                ts[r * (nI + 1) + h] = sh > 0.0f ? dev_round_bf16(sh * w[h]) : 0.0f;
+            }
         }
+        __syncwarp();
+        if (lane < 16 && k0 + lane < n) {
+            float acc = 0.0f;
+            for (int h = 0; h < nI; h++) acc += ts[lane * (nI + 1) + h];
+            scratch[(int64_t)i * max_rows + k0 + lane] = dev_round_bf16(acc);
+        }
+        __syncwarp();   /* ts is written again by the next query */
     }
-    __syncwarp();
-    if (lane < 16 && k0 + lane < n) {
-        float acc = 0.0f;
-        for (int h = 0; h < nI; h++) acc += ts[lane * (nI + 1) + h];
-        scratch[(int64_t)blockIdx.y * max_rows + k0 + lane] = dev_round_bf16(acc);
-    }
+    if (!ok) *(volatile unsigned *)offgrid = 2u;
 }
 
 template <int NB>
@@ -709,8 +739,8 @@ static int launch_score_mma(cu_stream st, cu_kvlay il, const int8_t *qc, const f
         cudaFuncSetAttribute(k_index_score_mma<NB>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) != cudaSuccess)
         return -1;
     const int64_t row_blocks = (n_rows + IDXM_ROWS - 1) / IDXM_ROWS;
-    k_index_score_mma<NB><<<dim3((unsigned)row_blocks, n), IDXM_WARPS * 32, smem, (cudaStream_t)st>>>(
-        il, qc, qu, wi, pos, item_of, sl, t0, nI, K, max_rows, scratch, offgrid);
+    k_index_score_mma<NB><<<dim3((unsigned)row_blocks, (unsigned)((n + IDXM_QUERIES - 1) / IDXM_QUERIES)), IDXM_WARPS * 32, smem,
+                            (cudaStream_t)st>>>(il, qc, qu, wi, pos, item_of, sl, t0, n, nI, K, max_rows, scratch, offgrid);
     return 0;
 }
 

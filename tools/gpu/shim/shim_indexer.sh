@@ -19,9 +19,7 @@ common = open("src/backend/cuda/cu_common.cuh").read()
 kvrow = open("src/backend/cuda/cu_kvrow.cuh").read()
 out = ['#include "cuda_shim.h"', '#include "shim_mma.h"', '#include "backend/cuda/cu_kernels.h"', '#include "dsv4.h"',
        '#define KV_F32 DSV4_KV_F32', '#define KV_BF16 DSV4_KV_BF16', '#define ROW_INDEX 1', '#define CUDA_SHIM 1',
-       'static float shim_dyn_smem[1 << 18];',
-       'enum { cudaSuccess = 0, cudaFuncAttributeMaxDynamicSharedMemorySize = 8 };',
-       'template <typename F> static int cudaFuncSetAttribute(F, int, int) { return cudaSuccess; }']
+       'static float shim_dyn_smem[1 << 18];']
 a = common.index("/* ---- number formats"); b = common.index("/* ---- reductions")
 out.append(common[a:b])
 a = kvrow.index("/* ---- stored rows")
