@@ -28,6 +28,8 @@
 #   final    decode, 8 / 32 / 64 / 128 / 256 streams, the verify step, an 8K prefill, decode after 4K / 128K / 1M (fp8 KV)
 #   ncuatt   an 8K prefill's attention and indexer kernels under ncu: time per kernel name ($OUT/ncu_att.txt), then
 #            ncu's sections for NCU_ATT_COUNT launches of k_att_ from NCU_ATT_SKIP (default 60: layer 2's first group)
+#   pfab     8K prefill (PFAB_PROMPT, PFAB_CHUNK) of dsv4 and each binary of VARIANTS, PFAB_ROUNDS alternating rounds,
+#            then each one's --profile attention and indexer lines (PFAB_ARGS: more bench arguments)
 #   long     a 128K-token prefill in steps of LONG_CHUNK (default 8192) with --profile (LONG_PROMPT, LONG_TIMEOUT;
 #            LONG_RUNS: default and / or NAME=V entries, one run each)
 # Everything but the summary on stdout goes to $OUT/logs.tgz, ncu.txt and fuzz.tgz: the device tool returns at most
@@ -228,24 +230,29 @@ if has ncuatt; then
   NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1 || echo /usr/local/cuda/bin/ncu)
   timeout 240 "$NCU" --metrics gpu__time_duration.sum,launch__grid_size --csv --page raw --kernel-name "regex:^k_(att|index|spl)" \
       --launch-count 20000 $FLASH --prompt ${NCU_ATT_PROMPT:-8192} --decode 1 --no-bandwidth >$L/ncu_att.csv 2>$L/ncu_att.err
-  python3 - $L/ncu_att.csv >"$OUT/ncu_att.txt" <<'PY'
-import csv, sys, collections
-rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) > 5]
-h = rows[0]; name = h.index("Kernel Name"); t = h.index("gpu__time_duration.sum")
-tot = collections.defaultdict(float); cnt = collections.Counter()
-for r in rows[2:]:
-    try: v = float(r[t])
-    except ValueError: continue
-    k = r[name].split("(")[0].split("<")[0]; tot[k] += v; cnt[k] += 1
-unit = rows[1][t]
-for k in sorted(tot, key=lambda k: -tot[k]): print(f"{k:28s} {cnt[k]:6d} launches {tot[k]/1e6 if unit=='nsecond' else tot[k]:10.2f} {'ms' if unit=='nsecond' else unit}")
-PY
+  python3 tools/gpu/ncu_kernel_sum.py $L/ncu_att.csv >"$OUT/ncu_att.txt"
   echo "== ncu, attention and indexer kernels of a ${NCU_ATT_PROMPT:-8192}-token prefill:"; cat "$OUT/ncu_att.txt"; tail -3 $L/ncu_att.err
   timeout 200 "$NCU" --set full --kernel-name "regex:^k_att_" --launch-skip ${NCU_ATT_SKIP:-60} --launch-count ${NCU_ATT_COUNT:-3} \
       -o $OUT/ncu_att_full $FLASH --prompt ${NCU_ATT_PROMPT:-8192} --decode 1 --no-bandwidth >$L/ncu_att_full.log 2>&1
   "$NCU" -i $OUT/ncu_att_full.ncu-rep --page details --section SpeedOfLight --section Occupancy --section WarpStateStats \
       --section LaunchStats --section MemoryWorkloadAnalysis >$L/ncu_att_full.txt 2>&1
   echo "== ncu sections:"; grep -E "^  k_att|Duration|Compute \(SM\) Thr|Memory Thr|DRAM Thr|Achieved Occ|Registers Per|Grid Size|Block Size|Issue Slots|Stall|L1/TEX Hit|L2 Hit|Warp Cycles Per Issued" $L/ncu_att_full.txt | head -60
+fi
+save
+if has pfab; then
+  pf() { timeout 120 .gpu/$1 bench --synthetic flash --device cuda --mode official --prompt ${PFAB_PROMPT:-8192} \
+      --prefill-chunk ${PFAB_CHUNK:-8192} --decode 2 --no-bandwidth ${PFAB_ARGS:-} $2 >$L/pfab_$1_$3.log 2>&1; }
+  echo "== prefill A/B (${PFAB_PROMPT:-8192} tokens):"
+  for r in $(seq 1 "${PFAB_ROUNDS:-2}"); do
+    for v in dsv4 ${VARIANTS:-}; do
+      [ -x .gpu/$v ] || { echo "  $v: missing"; continue; }
+      pf $v "" $r; echo "  round $r $v: $(grep -E '^prefill' $L/pfab_${v}_$r.log | awk '{print $2, $3}')$(grep -m1 -i 'error' $L/pfab_${v}_$r.log)"
+    done
+  done
+  for v in dsv4 ${VARIANTS:-}; do
+    [ -x .gpu/$v ] || continue
+    pf $v --profile p; echo "  profile $v: $(grep -E '^  (indexer|attention) ' $L/pfab_${v}_p.log | awk '{printf "%s %s ms; ", $1, $2}')"
+  done
 fi
 save
 if has long; then   # a long prompt prefilled in chunks, as the scheduler does: the rate and where its time goes

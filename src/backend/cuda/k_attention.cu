@@ -502,6 +502,12 @@ extern "C" void cu_dspark_ring_write(cu_stream st, const float *kv, int n, int D
 #ifndef ATT_SPH
 #define ATT_SPH 16      /* rows a thread of k_att_scores has in flight at once (512 / ATT_SPH round trips at D 512) */
 #endif
+#ifndef ATT_PV_NS
+#define ATT_PV_NS 4          /* column slices a block of k_att_pv in a large launch */
+#endif
+#ifndef ATT_PV_MANY
+#define ATT_PV_MANY 4096     /* blocks of a launch at one slice each from which it is large (1: every launch; the shim) */
+#endif
 #define ATT_COMBINE_T 128
 #define ATT_UNROLL 8    /* chunks whose loads k_att_combine issues at once */
 #define ATT_GROUP_MAX 4096                       /* queries a launch (grid z) */
@@ -690,10 +696,15 @@ __global__ void __launch_bounds__(4 * HB, 768 / (4 * HB)) k_att_scores(att_args 
     }
 }
 
-/* Thread tile of k_att_pv: heads h0 + b (b = 0..3) of the block's HB x columns 4 c4 .. 4 c4 + 3 of its column slice
- * (4 HB threads). The scores and the slice of rows are loaded in two phases, as k_att_scores's. */
+/* Thread tile of k_att_pv: heads h0 + b (b = 0..3) of the block's HB x columns 4 c4 .. 4 c4 + 3 of a column slice
+ * (4 HB threads). A block takes the column slices s0 .. s0 + ns - 1 of its chunk (ns: cu_attention's choice, by the
+ * launch's size; the slices past D are skipped) one after another: e, the denominator part and the rounded
+ * probabilities are computed once for all of them (at a prefill chunk, ns = 1 computed each of them D / 64 times,
+ * run 106). Who computes what only: every output element is the same chain. The scores and the slice of rows are
+ * loaded in two phases, as k_att_scores's. */
 template <int HB, int F>
-__global__ void __launch_bounds__(4 * HB, 1280 / (4 * HB)) k_att_pv(int official, att_args A, int t0, int nch, int H, int D, float *scratch) {
+__global__ void __launch_bounds__(4 * HB, 1280 / (4 * HB)) k_att_pv(int official, att_args A, int t0, int nch, int H, int D, int ns,
+                                                                    float *scratch) {
     dev_grid_wait();
     ATT_TIME_BEGIN(2);
     constexpr int NT = 4 * HB;
@@ -706,11 +717,12 @@ __global__ void __launch_bounds__(4 * HB, 1280 / (4 * HB)) k_att_pv(int official
     __shared__ float Ms[HB];
     const int n_hg = (H + HB - 1) / HB;
     const int slot = blockIdx.z, t = t0 + slot, c = blockIdx.x;
-    const int hb = (int)(blockIdx.y % n_hg) * HB, j0 = (int)(blockIdx.y / n_hg) * ATT_DS;
+    const int hb = (int)(blockIdx.y % n_hg) * HB, s0 = (int)(blockIdx.y / n_hg) * ns;
+    const int n_sl = (D + ATT_DS - 1) / ATT_DS, s1 = s0 + ns < n_sl ? s0 + ns : n_sl;
     const int hn = H - hb < HB ? H - hb : HB;
     const att_keys K = att_keys_of(A.pos[t], t, A.W, A.ratio, A.n_sel);
     const int k0 = c * ATT_KC;
-    if (k0 >= K.nk) return;
+    if (k0 >= K.nk || s0 >= s1) return;
     const int nkc = K.nk - k0 < ATT_KC ? K.nk - k0 : ATT_KC;
     int qch = (K.nk + ATT_KC - 1) / ATT_KC;
     if (qch > nch) qch = nch;   /* a key list longer than the launch's (a caller's bug): k_att_combine writes NaN */
@@ -734,12 +746,11 @@ __global__ void __launch_bounds__(4 * HB, 1280 / (4 * HB)) k_att_pv(int official
         float mx = red[0][threadIdx.x];
         for (int part = 1; part < NT / HB; part++) mx = fmaxf(mx, red[part][threadIdx.x]);
         Ms[threadIdx.x] = mx;
-        if (c == 0 && j0 == 0 && threadIdx.x < hn) X.M[hb + threadIdx.x] = mx;
+        if (c == 0 && s0 == 0 && threadIdx.x < hn) X.M[hb + threadIdx.x] = mx;
     }
     __syncthreads();
     ATT_TIME_MARK(1);
-    /* e of the chunk's scores, then the slice's rows: loads in flight a phase at a time (8 scores, 4 rows a thread:
-     * the registers of the 256-thread block before, so large launches keep its occupancy) */
+    /* e of the chunk's scores: loads in flight a phase at a time (8 scores a thread) */
 #pragma unroll
     for (int u0 = 0; u0 < SPT; u0 += 8) {
         float sv[8];
@@ -755,10 +766,8 @@ __global__ void __launch_bounds__(4 * HB, 1280 / (4 * HB)) k_att_pv(int official
         }
     }
     ATT_TIME_MARK(2);
-    att_load_rows<F, NT, ATT_DS, ATT_DS, 4>(A.lay, kp, nkc, j0, D, vs);
     __syncthreads();
-    ATT_TIME_MARK(3);
-    if (j0 == 0 && threadIdx.x < hn) {   /* the chunk's denominator part: its keys in order, by one thread */
+    if (s0 == 0 && threadIdx.x < hn) {   /* the chunk's denominator part: its keys in order, by one thread */
         float den = 0.0f;
         for (int i = 0; i < nkc; i++) den += pt[threadIdx.x][i];
         X.pden[(int64_t)c * H + hb + threadIdx.x] = den;
@@ -766,33 +775,39 @@ __global__ void __launch_bounds__(4 * HB, 1280 / (4 * HB)) k_att_pv(int official
     __syncthreads();
     if (official)   /* the probabilities P.V sees (the denominator above took them unrounded, as the CPU does) */
         for (int e = threadIdx.x; e < HB * ATT_KC; e += NT) pt[e / ATT_KC][e % ATT_KC] = dev_round_bf16(pt[e / ATT_KC][e % ATT_KC]);
-    __syncthreads();
     const int c4 = threadIdx.x % 16, h0 = 4 * (threadIdx.x / 16);
-    float acc[4][4];
+    for (int sl = s0; sl < s1; sl++) {
+        const int j0 = sl * ATT_DS;
+        att_load_rows<F, NT, ATT_DS, ATT_DS, 4>(A.lay, kp, nkc, j0, D, vs);
+        __syncthreads();   /* vs (and, the first time, pt) written */
+        ATT_TIME_MARK(3);
+        float acc[4][4];
 #pragma unroll
-    for (int b = 0; b < 4; b++)
+        for (int b = 0; b < 4; b++)
 #pragma unroll
-        for (int u = 0; u < 4; u++) acc[b][u] = 0.0f;
-    for (int i = 0; i < nkc; i++) {
-        const float4 v = *(const float4 *)&vs[i][4 * c4];
+            for (int u = 0; u < 4; u++) acc[b][u] = 0.0f;
+        for (int i = 0; i < nkc; i++) {
+            const float4 v = *(const float4 *)&vs[i][4 * c4];
+#pragma unroll
+            for (int b = 0; b < 4; b++) {
+                const float pb = pt[h0 + b][i];
+                acc[b][0] = fmaf(pb, v.x, acc[b][0]);
+                acc[b][1] = fmaf(pb, v.y, acc[b][1]);
+                acc[b][2] = fmaf(pb, v.z, acc[b][2]);
+                acc[b][3] = fmaf(pb, v.w, acc[b][3]);
+            }
+        }
 #pragma unroll
         for (int b = 0; b < 4; b++) {
-            const float pb = pt[h0 + b][i];
-            acc[b][0] = fmaf(pb, v.x, acc[b][0]);
-            acc[b][1] = fmaf(pb, v.y, acc[b][1]);
-            acc[b][2] = fmaf(pb, v.z, acc[b][2]);
-            acc[b][3] = fmaf(pb, v.w, acc[b][3]);
-        }
-    }
+            if (h0 + b >= hn) continue;
+            float *dst = X.part + ((int64_t)c * H + hb + h0 + b) * D;
 #pragma unroll
-    for (int b = 0; b < 4; b++) {
-        if (h0 + b >= hn) continue;
-        float *dst = X.part + ((int64_t)c * H + hb + h0 + b) * D;
-#pragma unroll
-        for (int u = 0; u < 4; u++) {
-            const int j = j0 + 4 * c4 + u;
-            if (j < D) dst[j] = acc[b][u];
+            for (int u = 0; u < 4; u++) {
+                const int j = j0 + 4 * c4 + u;
+                if (j < D) dst[j] = acc[b][u];
+            }
         }
+        __syncthreads();   /* vs is read; the next slice overwrites it */
     }
     ATT_TIME_END();
 }
@@ -1854,7 +1869,7 @@ extern "C" int cu_attention(cu_stream st, int official, int mma, cu_kvlay lay, c
     /* the row format as a template argument: branch-free loads (att_load_rows); a main row of the three formats */
     void (*scores)(att_args, const float *, int, int, int, int, float *) = lay.fmt == KV_F32 ? k_att_scores<ATT_SHG, KV_F32>
         : lay.fmt == KV_BF16 ? k_att_scores<ATT_SHG, KV_BF16> : k_att_scores<ATT_SHG, DSV4_KV_FP8>;
-    void (*pv)(int, att_args, int, int, int, int, float *) = lay.fmt == KV_F32 ? k_att_pv<ATT_PHG, KV_F32>
+    void (*pv)(int, att_args, int, int, int, int, int, float *) = lay.fmt == KV_F32 ? k_att_pv<ATT_PHG, KV_F32>
         : lay.fmt == KV_BF16 ? k_att_pv<ATT_PHG, KV_BF16> : k_att_pv<ATT_PHG, DSV4_KV_FP8>;
     void (*scores_mma)(att_args, const float *, int, int, int, int, float *) = lay.fmt == KV_F32 ? k_att_scores_mma<KV_F32>
         : lay.fmt == KV_BF16 ? k_att_scores_mma<KV_BF16> : k_att_scores_mma<DSV4_KV_FP8>;
@@ -1893,7 +1908,10 @@ extern "C" int cu_attention(cu_stream st, int official, int mma, cu_kvlay lay, c
                     scores_dec<<<dim3((unsigned)nch, n_dg, n), ATT_DEC_T, (size_t)dec_bytes, s>>>(A, q, t0, (int)nch, H, D, scratch);
             else
                 scores<<<dim3((unsigned)nch, n_sg, n), 4 * ATT_SHG, 0, s>>>(A, q, t0, (int)nch, H, D, scratch);
-            pv<<<dim3((unsigned)nch, n_pg * n_sl, n), 4 * ATT_PHG, 0, s>>>(official, A, t0, (int)nch, H, D, scratch);
+            /* a large launch gives each P.V block ATT_PV_NS column slices: fewer blocks, e and the denominator
+             * computed once for them; a decode-sized one keeps a block a slice (more SMs at work) */
+            const unsigned ns = (int64_t)nch * n_pg * n_sl * n >= ATT_PV_MANY ? ATT_PV_NS : 1, n_sb = (n_sl + ns - 1) / ns;
+            pv<<<dim3((unsigned)nch, n_pg * n_sb, n), 4 * ATT_PHG, 0, s>>>(official, A, t0, (int)nch, H, D, (int)ns, scratch);
         }
         k_att_combine<<<dim3((unsigned)H, n), ATT_COMBINE_T, sizeof(float) * (size_t)D, s>>>(official, pos, n_sel, W, ratio, sink,
                                                                                          freq, t0, (int)nch, kpp, H, D, R, scratch, o);
