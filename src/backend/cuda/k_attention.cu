@@ -485,13 +485,21 @@ extern "C" void cu_dspark_ring_write(cu_stream st, const float *kv, int n, int D
 #define ATT_HG 64      /* heads a block of the tensor-core kernels; the most of any */
 #define ATT_DS 64      /* columns a block of k_att_pv (a shared-memory slice of the chunk's rows) */
 /* Heads a block of k_att_scores and of k_att_pv (multiples of 16 up to ATT_HG; 4 threads a head, 4 x 4 tiles) and
- * the columns of k_att_scores's shared slices. Scores: 16 heads a block, so a decode query's chunk spreads over 4
- * blocks (64 heads), each of 2 warps doing the same per-thread work as the 256-thread block before; 32-column slices
- * keep its shared memory (11.5 KB) small enough that large launches hold as many warps an SM as before (24: the
- * registers bound both). P.V keeps 64 heads: it already has D / 64 column slices a chunk. -DATT_SHG=64 is the grid
- * before the split (for an A/B; the same bits, tools/gpu/shim/shim_attention_ab.sh). */
+ * the columns of k_att_scores's shared slices. Scores: a small launch (a few queries: decode, verify, streams) takes
+ * 16 heads a block, so a decode query's chunk spreads over 4 blocks (64 heads), each of 2 warps doing the same
+ * per-thread work as a 256-thread block; a large one (ATT_SCORES_MANY blocks of 16 heads or more: prefill) takes
+ * ATT_SHG_BIG = 64, so a chunk's rows are loaded and decoded once for all heads instead of four times (run 107: an
+ * 8K prefill's attention 927 -> 833 ms, 2,215 -> 2,278 tok/s). Who computes what only: a head's scores are its own
+ * chains in any block. 32-column slices keep the shared memory small (11.5 KB at 16 heads) so that either holds 24
+ * warps an SM (the registers bound both; 64-column slices were slower, run 107). P.V keeps 64 heads: it already has
+ * D / 64 column slices a chunk. -DATT_SHG=64 makes the small launches take 64 as well (an A/B; the same bits,
+ * tools/gpu/shim/shim_attention_ab.sh). */
 #ifndef ATT_SHG
 #define ATT_SHG 16
+#endif
+#define ATT_SHG_BIG 64
+#ifndef ATT_SCORES_MANY
+#define ATT_SCORES_MANY 4096
 #endif
 #ifndef ATT_SDS
 #define ATT_SDS 32
@@ -1865,10 +1873,13 @@ extern "C" int cu_attention(cu_stream st, int official, int mma, cu_kvlay lay, c
     const att_args A = { lay, kvs, pos, item_of, items, sl, sel, n_sel, ring_len, W, ratio, topk };
     const unsigned n_hg = (unsigned)((H + ATT_HG - 1) / ATT_HG), n_sl = (unsigned)((D + ATT_DS - 1) / ATT_DS);
     const unsigned n_sg = (unsigned)((H + ATT_SHG - 1) / ATT_SHG), n_pg = (unsigned)((H + ATT_PHG - 1) / ATT_PHG);
+    const unsigned n_bg = (unsigned)((H + ATT_SHG_BIG - 1) / ATT_SHG_BIG);
     const unsigned n_dg = (unsigned)((H + ATT_DHG - 1) / ATT_DHG);
     /* the row format as a template argument: branch-free loads (att_load_rows); a main row of the three formats */
     void (*scores)(att_args, const float *, int, int, int, int, float *) = lay.fmt == KV_F32 ? k_att_scores<ATT_SHG, KV_F32>
         : lay.fmt == KV_BF16 ? k_att_scores<ATT_SHG, KV_BF16> : k_att_scores<ATT_SHG, DSV4_KV_FP8>;
+    void (*scores_big)(att_args, const float *, int, int, int, int, float *) = lay.fmt == KV_F32 ? k_att_scores<ATT_SHG_BIG, KV_F32>
+        : lay.fmt == KV_BF16 ? k_att_scores<ATT_SHG_BIG, KV_BF16> : k_att_scores<ATT_SHG_BIG, DSV4_KV_FP8>;
     void (*pv)(int, att_args, int, int, int, int, int, float *) = lay.fmt == KV_F32 ? k_att_pv<ATT_PHG, KV_F32>
         : lay.fmt == KV_BF16 ? k_att_pv<ATT_PHG, KV_BF16> : k_att_pv<ATT_PHG, DSV4_KV_FP8>;
     void (*scores_mma)(att_args, const float *, int, int, int, int, float *) = lay.fmt == KV_F32 ? k_att_scores_mma<KV_F32>
@@ -1906,6 +1917,8 @@ extern "C" int cu_attention(cu_stream st, int official, int mma, cu_kvlay lay, c
             if (kind == 1)
                 for (int run = 0; run < dec_runs; run++)
                     scores_dec<<<dim3((unsigned)nch, n_dg, n), ATT_DEC_T, (size_t)dec_bytes, s>>>(A, q, t0, (int)nch, H, D, scratch);
+            else if ((int64_t)nch * n_sg * n >= ATT_SCORES_MANY)
+                scores_big<<<dim3((unsigned)nch, n_bg, n), 4 * ATT_SHG_BIG, 0, s>>>(A, q, t0, (int)nch, H, D, scratch);
             else
                 scores<<<dim3((unsigned)nch, n_sg, n), 4 * ATT_SHG, 0, s>>>(A, q, t0, (int)nch, H, D, scratch);
             /* a large launch gives each P.V block ATT_PV_NS column slices: fewer blocks, e and the denominator
