@@ -30,6 +30,7 @@
 #            ncu's sections for NCU_ATT_COUNT launches of k_att_ from NCU_ATT_SKIP (default 60: layer 2's first group)
 #   pfab     8K prefill (PFAB_PROMPT, PFAB_CHUNK) of dsv4 and each binary of VARIANTS, PFAB_ROUNDS alternating rounds,
 #            then each one's --profile attention and indexer lines (PFAB_ARGS: more bench arguments)
+#   sprof    --profile of the decode steps of each stream count in SPROF_STREAMS (default 32 256): where a step goes
 #   long     a 128K-token prefill in steps of LONG_CHUNK (default 8192) with --profile (LONG_PROMPT, LONG_TIMEOUT;
 #            LONG_RUNS: default and / or NAME=V entries, one run each)
 # Everything but the summary on stdout goes to $OUT/logs.tgz, ncu.txt and fuzz.tgz: the device tool returns at most
@@ -252,6 +253,13 @@ if has pfab; then
   for v in dsv4 ${VARIANTS:-}; do
     [ -x .gpu/$v ] || continue
     pf $v --profile p; echo "  profile $v: $(grep -E '^  (indexer|attention) ' $L/pfab_${v}_p.log | awk '{printf "%s %s ms; ", $1, $2}')"
+  done
+fi
+save
+if has sprof; then
+  for n in ${SPROF_STREAMS:-32 256}; do
+    timeout 150 $FLASH --prompt 64 --decode 8 --no-bandwidth --streams $n --profile >$L/sprof_$n.log 2>&1
+    echo "== $n streams, exit $?:"; grep -E "^ +$n " $L/sprof_$n.log; sed -n '/per-stage time of/,$p' $L/sprof_$n.log | head -16
   done
 fi
 save
