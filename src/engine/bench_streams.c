@@ -13,27 +13,31 @@ static double now_s(void) {
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-static int32_t argmax(const float *x, int n) {
-    int32_t b = 0;
-    for (int i = 1; i < n; i++) if (x[i] > x[b]) b = i;
-    return b;
-}
-
 typedef struct {
     int n, vocab;
     dsv4_seq **seq;
     int32_t *prompts;        /* [n][prompt_len] */
     int32_t *next;           /* [n]: the token each stream feeds next */
-    float *logits;           /* [n][vocab] */
+    int32_t *drawn;          /* [n]: the token each stream's step drew (becomes next) */
     dsv4_step_item *items;   /* [n] */
 } bench_state;
+
+/* Each stream's next token is its greedy draw, made on the model's device as the scheduler (dsv4 serve) makes it:
+ * only the ids come back. (Until 2026-12-04 the bench copied every stream's logits row to the host and took the
+ * argmax there: 132 MB and ~33M comparisons a step at 256 streams on the Flash shape, which no serving step does.) */
+static const dsv4_sampling greedy = { 0.0f, 0, 1.0f, 0.0f, 0, 0 };
+
+static dsv4_step_item next_token_item(bench_state *b, int i, const int32_t *tokens, int n_tokens) {
+    return (dsv4_step_item){ .seq = b->seq[i], .tokens = tokens, .n_tokens = n_tokens, .want = DSV4_LOGITS_NONE,
+                             .sample = &greedy, .token = &b->drawn[i] };
+}
 
 static void bench_free(bench_state *b) {
     if (b->seq) for (int i = 0; i < b->n; i++) dsv4_seq_free(b->seq[i]);
     free(b->seq);
     free(b->prompts);
     free(b->next);
-    free(b->logits);
+    free(b->drawn);
     free(b->items);
 }
 
@@ -46,9 +50,9 @@ static int bench_alloc(dsv4_model *m, bench_state *b, int n, int prompt_len, dsv
     b->seq = calloc((size_t)n, sizeof *b->seq);
     b->prompts = malloc(sizeof(int32_t) * (size_t)n * (size_t)prompt_len);
     b->next = malloc(sizeof(int32_t) * (size_t)n);
-    b->logits = malloc(sizeof(float) * (size_t)n * (size_t)b->vocab);
+    b->drawn = malloc(sizeof(int32_t) * (size_t)n);
     b->items = calloc((size_t)n, sizeof *b->items);
-    if (!b->seq || !b->prompts || !b->next || !b->logits || !b->items) return dsv4_fail(err, DSV4_E_NOMEM, "out of memory");
+    if (!b->seq || !b->prompts || !b->next || !b->drawn || !b->items) return dsv4_fail(err, DSV4_E_NOMEM, "out of memory");
     for (int i = 0; i < n; i++) {
         int rc = dsv4_seq_new(m, &b->seq[i], err);
         if (rc) return rc;
@@ -60,12 +64,10 @@ static int bench_alloc(dsv4_model *m, bench_state *b, int n, int prompt_len, dsv
 
 /* One step in which every stream decodes its next token; the greedy pick becomes the next input. */
 static int decode_all(dsv4_model *m, bench_state *b, dsv4_error *err) {
-    for (int i = 0; i < b->n; i++)
-        b->items[i] = (dsv4_step_item){ b->seq[i], &b->next[i], 1, DSV4_LOGITS_LAST, b->logits + (int64_t)i * b->vocab };
-    int rc = dsv4_step(m, b->items, b->n, err);
-    if (rc) return rc;
-    for (int i = 0; i < b->n; i++) b->next[i] = argmax(b->logits + (int64_t)i * b->vocab, b->vocab);
-    return 0;
+    for (int i = 0; i < b->n; i++) b->items[i] = next_token_item(b, i, &b->next[i], 1);
+    const int rc = dsv4_step(m, b->items, b->n, err);
+    if (!rc) memcpy(b->next, b->drawn, sizeof(int32_t) * (size_t)b->n);
+    return rc;
 }
 
 int bench_step_routed_bytes(dsv4_model *m, dsv4_step_item *items, int n, double *bytes, dsv4_error *err) {
@@ -99,13 +101,11 @@ int dsv4_bench_streams_hooked(dsv4_model *m, int n_streams, int prompt_len, int 
     bench_state b;
     int rc = bench_alloc(m, &b, n_streams, prompt_len, err);
     if (rc) { bench_free(&b); return rc; }
-    for (int i = 0; i < n_streams; i++)
-        b.items[i] = (dsv4_step_item){ b.seq[i], b.prompts + (int64_t)i * prompt_len, prompt_len, DSV4_LOGITS_LAST,
-                                       b.logits + (int64_t)i * b.vocab };
+    for (int i = 0; i < n_streams; i++) b.items[i] = next_token_item(&b, i, b.prompts + (int64_t)i * prompt_len, prompt_len);
     const double t0 = now_s();
     rc = dsv4_step(m, b.items, n_streams, err);
     out->prefill_s = now_s() - t0;
-    for (int i = 0; !rc && i < n_streams; i++) b.next[i] = argmax(b.logits + (int64_t)i * b.vocab, b.vocab);
+    if (!rc) memcpy(b.next, b.drawn, sizeof(int32_t) * (size_t)n_streams);
     if (!rc) rc = decode_all(m, &b, err);   /* warm-up: sizes the workspace for N decode tokens */
     if (!rc && before_timed) before_timed(m, ctx);
     double total = 0, worst = 0;
@@ -119,8 +119,7 @@ int dsv4_bench_streams_hooked(dsv4_model *m, int n_streams, int prompt_len, int 
     }
     double counted = -1;   /* a device whose MoE does not add to routed_bytes (cuda): one more step, counted */
     if (!rc && m->routed_bytes == routed0) {
-        for (int i = 0; i < b.n; i++)
-            b.items[i] = (dsv4_step_item){ b.seq[i], &b.next[i], 1, DSV4_LOGITS_LAST, b.logits + (int64_t)i * b.vocab };
+        for (int i = 0; i < b.n; i++) b.items[i] = next_token_item(&b, i, &b.next[i], 1);
         rc = bench_step_routed_bytes(m, b.items, b.n, &counted, err);
     }
     bench_free(&b);

@@ -2,8 +2,8 @@
  *
  * Workload per stream count N: N fresh sequences, each with its own short prompt (different tokens, so MoE
  * routing differs between streams), prefilled together in one ragged step; then one untimed warm-up decode
- * step and `decode_steps` timed steps in which every stream decodes one token (its own greedy next token) in
- * the same dsv4_step call. Decode on the CPU is bound by reading weights, which a step reads once for all of
+ * step and `decode_steps` timed steps in which every stream decodes one token (its own greedy next token, drawn on
+ * the model's device as dsv4 serve draws it: no logits row comes back) in the same dsv4_step call. Decode on the CPU is bound by reading weights, which a step reads once for all of
  * its tokens, so aggregate tokens/s should grow with N until compute dominates. */
 #ifndef DSV4_ENGINE_BENCH_STREAMS_H
 #define DSV4_ENGINE_BENCH_STREAMS_H
