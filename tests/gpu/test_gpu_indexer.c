@@ -387,6 +387,37 @@ static unsigned score_step(const score_case *c, const kv_layout *kl, const seqro
     return off;
 }
 
+/* The stated order's scores of query q over the rows it sees into ref, with its codes and units in qc / qu (qi, w:
+ * scratch for the query); returns how many rows it sees. */
+static int64_t stated_scores(const score_case *c, const kv_layout *kl, const seqrows *seqs, qspec q, int8_t *qc, float *qu,
+                             float *qi, float *w, float *ref) {
+    const int nI = c->nI, cI = c->cI, NB = cI / 32;
+    const int64_t n = (q.p + 1) / 4;
+    int8_t kc[512];
+    float ku[8];
+    query_of(c, q.seq, q.p, qi, w);
+    for (int h = 0; h < nI; h++)
+        for (int b = 0; b < NB; b++) qu[h * NB + b] = host_block_codes(qi + h * cI + 32 * b, qc + h * cI + 32 * b);
+    for (int64_t k = 0; k < n; k++) {
+        host_row_codes(kl, seqs[q.seq].rows + k * (int64_t)kl->bytes, kc, ku);
+        ref[k] = host_score(qc, qu, w, kc, ku, nI, cI);
+    }
+    return n;
+}
+
+/* The GPU's n scores g of query t = ref by memcmp, and its selection (sel, n_sel) = the rule on them. */
+static void expect_stated(const char *name, int t, const float *g, const float *ref, int64_t n, const int32_t *sel, int32_t n_sel,
+                          int K) {
+    int32_t want[512];
+    assert_true(K <= 512);
+    for (int64_t k = 0; k < n; k++)
+        if (memcmp(&g[k], &ref[k], sizeof(float)))
+            fail_msg("%s: query %d, row %lld: score %.9g, the stated order gives %.9g", name, t, (long long)k, g[k], ref[k]);
+    const int nw = host_select(ref, n, K, want);
+    if (n_sel != nw || memcmp(sel, want, sizeof(int32_t) * (size_t)nw))
+        fail_msg("%s: query %d: the selection differs from the rule on the stated scores", name, t);
+}
+
 static void run_scores(const score_case *c) {
     const int nI = c->nI, cI = c->cI, NB = cI / 32, K = 64;
     kv_layout kl;
@@ -401,7 +432,7 @@ static void run_scores(const score_case *c) {
     const int64_t max_rows = SCORE_ROWS + 5;
     float *sc = malloc(sizeof(float) * (size_t)(T * max_rows)), *alone = malloc(sizeof(float) * (size_t)max_rows);
     float *f32 = malloc(sizeof(float) * (size_t)(T * max_rows));
-    int32_t *sel = malloc(sizeof(int32_t) * (size_t)T * K), *n_sel = malloc(sizeof(int32_t) * (size_t)T), want[64];
+    int32_t *sel = malloc(sizeof(int32_t) * (size_t)T * K), *n_sel = malloc(sizeof(int32_t) * (size_t)T);
     int8_t *qc = malloc((size_t)nI * cI), kc[512];
     float *qi = malloc(sizeof(float) * (size_t)nI * cI), *w = malloc(sizeof(float) * (size_t)nI), *qu = malloc(sizeof(float) * (size_t)nI * NB);
     float *ref = malloc(sizeof(float) * (size_t)max_rows), ku[8];
@@ -414,23 +445,9 @@ static void run_scores(const score_case *c) {
     double worst = 0;
     for (int t = 0; t < T; t++) {
         const seqrows *s = &seqs[batch[t].seq];
-        const int64_t n = (batch[t].p + 1) / 4;
-        query_of(c, batch[t].seq, batch[t].p, qi, w);
-        for (int h = 0; h < nI; h++)
-            for (int b = 0; b < NB; b++) qu[h * NB + b] = host_block_codes(qi + h * cI + 32 * b, qc + h * cI + 32 * b);
-        for (int64_t k = 0; k < n; k++) {
-            host_row_codes(&kl, s->rows + k * (int64_t)kl.bytes, kc, ku);
-            ref[k] = host_score(qc, qu, w, kc, ku, nI, cI);
-        }
+        const int64_t n = stated_scores(c, &kl, seqs, batch[t], qc, qu, qi, w, ref);
         const float *g = sc + t * max_rows;
-        if (memcmp(g, ref, sizeof(float) * (size_t)n)) {
-            int64_t k = 0;
-            while (!memcmp(&g[k], &ref[k], sizeof(float))) k++;
-            fail_msg("%s: query %d, row %lld: score %.9g, the stated order gives %.9g", c->name, t, (long long)k, g[k], ref[k]);
-        }
-        const int nw = host_select(ref, n, K, want);
-        if (n_sel[t] != nw || memcmp(sel + (int64_t)t * K, want, sizeof(int32_t) * (size_t)nw))
-            fail_msg("%s: query %d: the selection differs from the rule on the stated scores", c->name, t);
+        expect_stated(c->name, t, g, ref, n, sel + (int64_t)t * K, n_sel[t], K);
         /* the fp32 path: within bf16 rounding (a term bf16(s w) may move by its last bit, a head near zero may
          * switch the relu; 2^-6 of the sum of the terms' magnitudes covers both) */
         for (int64_t k = 0; k < n; k++) {
@@ -481,30 +498,16 @@ static void run_chunk(const score_case *c) {
         else batch[t] = (qspec){ 0, 479 + 3 * i++ };
     }
     const int64_t max_rows = SCORE_ROWS + 5;
-    float *sc = malloc(sizeof(float) * (size_t)(T * max_rows)), *ref = malloc(sizeof(float) * (size_t)max_rows), ku[8];
-    int32_t *sel = malloc(sizeof(int32_t) * (size_t)T * K), *n_sel = malloc(sizeof(int32_t) * (size_t)T), want[64];
-    int8_t *qc = malloc((size_t)nI * cI), kc[512];
+    float *sc = malloc(sizeof(float) * (size_t)(T * max_rows)), *ref = malloc(sizeof(float) * (size_t)max_rows);
+    int32_t *sel = malloc(sizeof(int32_t) * (size_t)T * K), *n_sel = malloc(sizeof(int32_t) * (size_t)T);
+    int8_t *qc = malloc((size_t)nI * cI);
     float *qi = malloc(sizeof(float) * (size_t)nI * cI), *w = malloc(sizeof(float) * (size_t)nI), *qu = malloc(sizeof(float) * (size_t)nI * NB);
     assert_true(sc && ref && sel && n_sel && qc && qi && w && qu);
     if (score_step(c, &kl, seqs, 2, batch, T, K, 1, 0, max_rows, sc, sel, n_sel)) fail_msg("%s: FP4-grid data raised the off-grid word", c->name);
     int64_t n_scores = 0;
     for (int t = 0; t < T; t++) {
-        const seqrows *s = &seqs[batch[t].seq];
-        const int64_t n = (batch[t].p + 1) / 4;
-        query_of(c, batch[t].seq, batch[t].p, qi, w);
-        for (int h = 0; h < nI; h++)
-            for (int b = 0; b < NB; b++) qu[h * NB + b] = host_block_codes(qi + h * cI + 32 * b, qc + h * cI + 32 * b);
-        for (int64_t k = 0; k < n; k++) {
-            host_row_codes(&kl, s->rows + k * (int64_t)kl.bytes, kc, ku);
-            ref[k] = host_score(qc, qu, w, kc, ku, nI, cI);
-        }
-        const float *g = sc + t * max_rows;
-        for (int64_t k = 0; k < n; k++)
-            if (memcmp(&g[k], &ref[k], sizeof(float)))
-                fail_msg("%s: chunk query %d, row %lld: score %.9g, the stated order gives %.9g", c->name, t, (long long)k, g[k], ref[k]);
-        const int nw = host_select(ref, n, K, want);
-        if (n_sel[t] != nw || memcmp(sel + (int64_t)t * K, want, sizeof(int32_t) * (size_t)nw))
-            fail_msg("%s: chunk query %d: the selection differs from the rule on the stated scores", c->name, t);
+        const int64_t n = stated_scores(c, &kl, seqs, batch[t], qc, qu, qi, w, ref);
+        expect_stated(c->name, t, sc + t * max_rows, ref, n, sel + (int64_t)t * K, n_sel[t], K);
         n_scores += n;
     }
     printf("  %-24s a chunk of %d queries (two of another sequence among them): %lld scores = the stated order (memcmp)\n",
