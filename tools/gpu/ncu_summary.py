@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Summarise tools/gpu/ncu_step.sh's CSV: the launches of the last single-token decode step (the launches after
 a step starts at each launch of the embedding kernel; step 2 = the second decode step by default), grouped by kernel: launches, time, DRAM bytes read,
-GB/s, registers, achieved occupancy, waves. Usage: ncu_summary.py ncu.csv [first-kernel-of-a-step [step]]"""
+GB/s, registers, achieved occupancy, waves. Usage: ncu_summary.py ncu.csv [first-kernel-of-a-step [step]]; step "all":
+every launch in the file (a CSV of chosen kernels over a whole run, e.g. run_s7.sh's ncuatt). Metrics the CSV lacks
+count as 0."""
 import csv, sys, collections
 rows = list(csv.reader(open(sys.argv[1])))
 hdr_i = next(i for i, r in enumerate(rows) if "Kernel Name" in r)
@@ -13,9 +15,12 @@ def f(r, k):
 first = sys.argv[2] if len(sys.argv) > 2 else "k_embed"
 starts = [i for i, r in enumerate(data) if first in r[col["Kernel Name"]]]
 print(f"{len(data)} launches profiled; steps start at {starts[:8]}")
-k = int(sys.argv[3]) if len(sys.argv) > 3 else 2     # step 0 is the prefill; 1.. the decode steps
-bounds = starts + [len(data)]
-lo, hi = bounds[min(k, len(starts) - 1)], bounds[min(k, len(starts) - 1) + 1]
+if len(sys.argv) > 3 and sys.argv[3] == "all":
+    lo, hi = 0, len(data)
+else:
+    k = int(sys.argv[3]) if len(sys.argv) > 3 else 2     # step 0 is the prefill; 1.. the decode steps
+    bounds = starts + [len(data)]
+    lo, hi = bounds[min(k, len(starts) - 1)], bounds[min(k, len(starts) - 1) + 1]
 step = data[lo:hi]
 agg = collections.OrderedDict()
 for r in step:

@@ -231,7 +231,7 @@ if has ncuatt; then
   NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1 || echo /usr/local/cuda/bin/ncu)
   timeout 240 "$NCU" --metrics gpu__time_duration.sum,launch__grid_size --csv --page raw --kernel-name "regex:^k_(att|index|spl)" \
       --launch-count 20000 $FLASH --prompt ${NCU_ATT_PROMPT:-8192} --decode 1 --no-bandwidth >$L/ncu_att.csv 2>$L/ncu_att.err
-  python3 tools/gpu/ncu_kernel_sum.py $L/ncu_att.csv >"$OUT/ncu_att.txt"
+  python3 tools/gpu/ncu_summary.py $L/ncu_att.csv k_att all >"$OUT/ncu_att.txt" 2>&1
   echo "== ncu, attention and indexer kernels of a ${NCU_ATT_PROMPT:-8192}-token prefill:"; cat "$OUT/ncu_att.txt"; tail -3 $L/ncu_att.err
   timeout 200 "$NCU" --set full --kernel-name "regex:^k_att_" --launch-skip ${NCU_ATT_SKIP:-60} --launch-count ${NCU_ATT_COUNT:-3} \
       -o $OUT/ncu_att_full $FLASH --prompt ${NCU_ATT_PROMPT:-8192} --decode 1 --no-bandwidth >$L/ncu_att_full.log 2>&1
