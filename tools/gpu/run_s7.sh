@@ -30,6 +30,7 @@
 #            ncu's sections for NCU_ATT_COUNT launches of k_att_ from NCU_ATT_SKIP (default 60: layer 2's first group)
 #   pfab     8K prefill (PFAB_PROMPT, PFAB_CHUNK) of dsv4 and each binary of VARIANTS, PFAB_ROUNDS alternating rounds,
 #            then each one's --profile attention and indexer lines (PFAB_ARGS: more bench arguments)
+#   sab      decode of SAB_STREAMS streams (default 8,64,256) for dsv4 and each binary of VARIANTS, SAB_ROUNDS rounds
 #   sprof    --profile of the decode steps of each stream count in SPROF_STREAMS (default 32 256): where a step goes
 #   long     a 128K-token prefill in steps of LONG_CHUNK (default 8192) with --profile (LONG_PROMPT, LONG_TIMEOUT;
 #            LONG_RUNS: default and / or NAME=V entries, one run each)
@@ -253,6 +254,19 @@ if has pfab; then
   for v in dsv4 ${VARIANTS:-}; do
     [ -x .gpu/$v ] || continue
     pf $v --profile p; echo "  profile $v: $(grep -E '^  (indexer|attention) ' $L/pfab_${v}_p.log | awk '{printf "%s %s ms; ", $1, $2}')"
+  done
+fi
+save
+if has sab; then   # decode of SAB_STREAMS streams (default 8,64,256), SAB_ROUNDS alternating rounds: dsv4 and each binary of VARIANTS
+  echo "== A/B, streams (prompt 64; tok/s, rounds alternate):"
+  for r in $(seq 1 "${SAB_ROUNDS:-1}"); do
+    for v in dsv4 ${VARIANTS:-}; do
+      [ -x .gpu/$v ] || { echo "  $v: missing"; continue; }
+      timeout 150 .gpu/$v bench --synthetic flash --device cuda --mode official --prompt 64 --decode 16 --no-bandwidth \
+          --streams ${SAB_STREAMS:-8,64,256} >$L/sab_${v}_$r.log 2>&1
+      echo "  round $r $v: 1 stream $(grep -E '^decode, 1 stream' $L/sab_${v}_$r.log | awk '{print $4}');" \
+          "$(grep -E '^ +[0-9]+ +[0-9.]+ ' $L/sab_${v}_$r.log | awk '{printf "%s: %s  ", $1, $2}')$(grep -m1 -i 'error' $L/sab_${v}_$r.log)"
+    done
   done
 fi
 save
