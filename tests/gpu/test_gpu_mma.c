@@ -697,7 +697,7 @@ static void experts_equal_plain_linear(void **state) {
             /* (by_pair, out): cu_mma_expert_linear (out 0), cu_mma_expert_linear_pair's first (1) and second (2) outputs;
              * packed: each of the packed kernel's variants (prefetch depth, block bound) */
             const int build_fv = cu_mma_expert_frag_variant(0);
-            for (int fv = 0; fv < (vec == 4 ? 8 : 1); fv++)
+            for (int fv = 0; fv < (vec == 4 ? 6 : 1); fv++)
             for (int by_pair = 0; by_pair < 2; by_pair++)
             for (int out = 0; out < 3; out++) {
                 const tact *in = by_pair ? &ap : &a;
@@ -731,7 +731,7 @@ static void experts_equal_plain_linear(void **state) {
             cu_mma_expert_frag_variant(build_fv);
             printf("  %s%s experts %dx%d: %d pairs in %d tiles = the plain linear per (expert, token) (memcmp), by token and by pair, "
                    "alone and as both outputs of the pair call; absent expert -> EP_ABSENT_ROW\n", fp4 ? "FP4" : "FP8",
-                   fp4 ? (vec == 4 ? " (packed weights: the lean kernel's 6 variants and the bulk kernel's 2, E8M0 0, 30, 220 and 255 in one expert)" : lean ? " (lean kernel, E8M0 0, 30, 220 and 255 in one expert)" : vec == 2 ? " (vector loads, scale words)" : vec ? " (vector loads)" : " (word loads)") : "",
+                   fp4 ? (vec == 4 ? " (lean kernel on packed weights, its 6 variants, E8M0 0, 30, 220 and 255 in one expert)" : lean ? " (lean kernel, E8M0 0, 30, 220 and 255 in one expert)" : vec == 2 ? " (vector loads, scale words)" : vec ? " (vector loads)" : " (word loads)") : "",
                    N, K, P, n_tiles);
             cu_free(plan.pair_token); cu_free(plan.tile_expert); cu_free(plan.tile_first); cu_free(plan.tile_count);
             cu_free(plan.n_tiles); cu_free(dexp); cu_free(dexp2); cu_free(dy); cu_free(dy2);
@@ -741,95 +741,6 @@ static void experts_equal_plain_linear(void **state) {
             for (int e = 0; e < E; e++) free_weight(&w[e]);
         }
     cu_mma_fp4_vec(build_mode);
-    cu_mma_expert_lean(build_lean);
-}
-
-/* The bulk-copy expert kernel (variants 6, 7: 16 / 32 rows a block) with the buffers a step of T = 1 or 3 tokens
- * sizes (plan.tile_tokens = T), at K = 1152 (9 chunks: 3 stages of 3) and 4096 (32: 4 stages of 8, every warp
- * waiting on each), over 48 rows (the 32-row block's second half past the weight): every pair's row = the plain
- * linear of its expert on its token (memcmp), by token and by pair; the absent expert -> EP_ABSENT_ROW. */
-static void bulk_experts_step_sized(void **state) {
-    (void)state;
-    enum { E = 3, N = 48, ABSENT = 2 };
-    const int build_lean = cu_mma_expert_lean(2), build_fv = cu_mma_expert_frag_variant(6);
-    for (int ki = 0; ki < 2; ki++)
-        for (int T = 1; T <= 3; T += 2) {
-            const int K = ki ? 4096 : 1152, P = E * T;   /* every token names every expert: tiles of T pairs */
-            tweight w[E];
-            dsv4_weight dws[E];
-            for (int e = 0; e < E; e++) {
-                w[e] = make_weight(WF_FP4, N, K, 0);
-                dws[e] = w[e].d;
-            }
-            dws[ABSENT].data = NULL;
-            float *x = make_act(T, K, 0), *xp = malloc(sizeof(float) * P * K), *ref = malloc(sizeof(float) * E * T * N);
-            int pair_token[E * 3], tile_expert[E], tile_first[E], tile_count[E], n_tiles = E;
-            for (int e = 0; e < E; e++) {
-                tile_expert[e] = e;
-                tile_first[e] = e * T;
-                tile_count[e] = T;
-                for (int t = 0; t < T; t++) {
-                    pair_token[e * T + t] = t;
-                    memcpy(xp + (int64_t)(e * T + t) * K, x + (int64_t)t * K, sizeof(float) * K);
-                }
-            }
-            tact a = pack(x, T, K), ap = pack(xp, P, K);
-            for (int e = 0; e < E; e++)
-                if (e != ABSENT) run(&w[e].d, &a, 0, T, ref + (int64_t)e * T * N);
-            dsv4_error err;
-            for (int e = 0; e < E; e++)
-                if (cu_fp4_frag_pack(NULL, (void *)w[e].d.data, N, K, &err)) fail_msg("%s", err.msg);
-            cu_moe_plan plan;
-            memset(&plan, 0, sizeof plan);
-            plan.tile_tokens = T;
-            plan.pair_token = cu_malloc(sizeof pair_token);
-            plan.tile_expert = cu_malloc(sizeof tile_expert);
-            plan.tile_first = cu_malloc(sizeof tile_first);
-            plan.tile_count = cu_malloc(sizeof tile_count);
-            plan.n_tiles = cu_malloc(sizeof n_tiles);
-            dsv4_weight *dexp = cu_malloc(sizeof dws);
-            float *dy = cu_malloc(sizeof(float) * P * N), *y = malloc(sizeof(float) * P * N);
-            assert_true(plan.pair_token && plan.tile_expert && plan.tile_first && plan.tile_count && plan.n_tiles && dexp && dy);
-            assert_int_equal(cu_upload(plan.pair_token, pair_token, sizeof pair_token), 0);
-            assert_int_equal(cu_upload(plan.tile_expert, tile_expert, sizeof tile_expert), 0);
-            assert_int_equal(cu_upload(plan.tile_first, tile_first, sizeof tile_first), 0);
-            assert_int_equal(cu_upload(plan.tile_count, tile_count, sizeof tile_count), 0);
-            assert_int_equal(cu_upload(plan.n_tiles, &n_tiles, sizeof n_tiles), 0);
-            assert_int_equal(cu_upload(dexp, dws, sizeof dws), 0);
-            for (int fv = 6; fv < 8; fv++)
-                for (int by_pair = 0; by_pair < 2; by_pair++) {
-                    const tact *in = by_pair ? &ap : &a;
-                    cu_mma_expert_frag_variant(fv);
-                    assert_int_equal(cu_fill_bytes(dy, 0x55, sizeof(float) * P * N), 0);
-                    if (cu_mma_expert_linear(NULL, dexp, N, K, WF_FP4, &plan, n_tiles + 1, in->q, in->ldq, in->s, in->lds, by_pair, dy, N, 0,
-                                             stream_on, &err))
-                        fail_msg("%s", err.msg);
-                    sync_ok("bulk expert linear");
-                    assert_int_equal(cu_download(y, dy, sizeof(float) * P * N), 0);
-                    for (int p = 0; p < P; p++) {
-                        const int e = p / T, t = p % T;
-                        if (e == ABSENT) {
-                            const float absent = EP_ABSENT_ROW;
-                            for (int r = 0; r < N; r++)
-                                if (memcmp(&y[(int64_t)p * N + r], &absent, sizeof absent))
-                                    fail_msg("bulk variant %d, K %d, T %d: pair %d of the absent expert: row %d = %g", fv, K, T, p, r,
-                                             y[(int64_t)p * N + r]);
-                        } else if (memcmp(y + (int64_t)p * N, ref + ((int64_t)e * T + t) * N, sizeof(float) * N))
-                            fail_msg("bulk variant %d, K %d, T %d%s: pair %d (expert %d, token %d) differs from the plain linear", fv, K, T,
-                                     by_pair ? ", rows by pair" : "", p, e, t);
-                    }
-                }
-            printf("  FP4 packed experts %dx%d, %d token%s (tile_tokens %d): the bulk kernel (16 and 32 rows a block) = the plain "
-                   "linear per (expert, token) (memcmp), by token and by pair; absent expert -> EP_ABSENT_ROW\n", N, K, T, T > 1 ? "s" : "",
-                   T);
-            cu_free(plan.pair_token); cu_free(plan.tile_expert); cu_free(plan.tile_first); cu_free(plan.tile_count);
-            cu_free(plan.n_tiles); cu_free(dexp); cu_free(dy);
-            free(y); free(ref); free(x); free(xp);
-            free_act(&a);
-            free_act(&ap);
-            for (int e = 0; e < E; e++) free_weight(&w[e]);
-        }
-    cu_mma_expert_frag_variant(build_fv);
     cu_mma_expert_lean(build_lean);
 }
 
@@ -964,9 +875,10 @@ static int bench(void) {
 
 /* `--bench-experts`: the routed experts of one V4-Flash MoE layer as a step runs them (cuda_ep.c cu_moe_routed): w1
  * and w3 (2048 x 4096, one launch or two) then w2 (4096 x 2048), FP4 with a scale per 32 columns, for 6 experts; at 1 token (6 tiles
- * of 1 pair) and 8 tokens on the same 6 experts (6 tiles of 8: the most a tile holds); and 64 experts of 6 tokens
- * each (a step of many streams: ~256 streams give each of 256 experts ~6). Each layer of the graph takes 6 other
- * experts of a pool of 64 per matrix (816 MB, far beyond the 60 MB L2), or the whole pool. Vector loads on and off. */
+ * of 1 pair) and 8 tokens on the same 6 experts (6 tiles of 8: the most a tile holds); and, for the packed kernel,
+ * 64 experts of 6 tokens each (a step of many streams: 256 streams give each of 256 experts ~6). Each layer of the
+ * graph takes 6 other experts of a pool of 64 per matrix (816 MB, far beyond the 60 MB L2), or the whole pool.
+ * Vector loads on and off. */
 static int bench_experts(void) {
     enum { NE = 64, ACT = 6, I = 2048, D = 4096, LAYERS = 40, TT = 8, NA = 64 };
     const int build_mode = cu_mma_fp4_vec(0), build_lean = cu_mma_expert_lean(0);
@@ -1030,7 +942,6 @@ static int bench_experts(void) {
             }
             cu_moe_plan *p = &plans[l];
             memset(p, 0, sizeof *p);
-            p->tile_tokens = T;   /* as cu_moe_plan_build sets it for a step of T tokens */
             p->pair_token = cu_malloc(sizeof pt);
             p->tile_expert = cu_malloc(sizeof te);
             p->tile_first = cu_malloc(sizeof tf);
@@ -1043,11 +954,11 @@ static int bench_experts(void) {
             cu_upload(p->n_tiles, &nt, sizeof nt);
         }
         const int max_tiles = P / 8 + A + 1;   /* as cuda_step.c moe_max_tiles sizes a step of T tokens */
-        /* streaming, k_mma.cu's: vec 2, 1, 0 x pair 1, 0, lean x pair 1, 0; packed: its variants 0..7 in one launch, the
+        /* streaming, k_mma.cu's: vec 2, 1, 0 x pair 1, 0, lean x pair 1, 0; packed: its variants 0..5 in one launch, the
          * default in two */
-        for (int variant = pass ? 9 : 0; variant < (pass ? 18 : 9); variant++) {
-            const int stream = variant == 0, lean = variant >= 7 ? (variant >= 9 ? 2 : 1) : 0, fv = variant >= 9 && variant < 17 ? variant - 9 : -1;
-            const int vec = stream ? 2 : lean ? 0 : 2 - (variant - 1) / 2, pair = stream ? 1 : lean == 2 ? variant < 17 : (variant - 1) % 2 == 0;
+        for (int variant = pass ? 9 : 0; variant < (pass ? 16 : 9); variant++) {
+            const int stream = variant == 0, lean = variant >= 7 ? (variant >= 9 ? 2 : 1) : 0, fv = variant >= 9 && variant < 15 ? variant - 9 : -1;
+            const int vec = stream ? 2 : lean ? 0 : 2 - (variant - 1) / 2, pair = stream ? 1 : lean == 2 ? variant < 15 : (variant - 1) % 2 == 0;
             const int build_fv = cu_mma_expert_frag_variant(fv);
             cu_mma_fp4_vec(vec);
             cu_mma_expert_lean(lean);
@@ -1098,8 +1009,7 @@ static int bench_experts(void) {
     cu_mma_expert_lean(build_lean);
     printf("(STREAM: k_mma_stream.cu, DSV4_CUDA_STREAM=1; the others k_mma.cu's small tiles:\n vec+sw: mode 2, 16-byte weight loads and scale words; vector: mode 1, scale bytes; word: mode 0, the loads before;\n"
            " lean: k_mma_expert_lean (MMA_EXPERT_LEAN, the default for whole chunks); packed<v>: k_mma_expert_frag on cu_fp4_frag_pack'ed weights, variant v\n"
-           " (0: no prefetch, 1: one chunk ahead, 2: two, 3 / 4: one ahead in 5 / 6 blocks an SM, 5: two ahead in 4; 6 / 7: k_mma_expert_bulk,\n"
-           " bulk copies, 16 / 32 rows a block), packed: the default;\n"
+           " (0: no prefetch, 1: one chunk ahead, 2: two, 3 / 4: one ahead in 5 / 6 blocks an SM, 5: two ahead in 4), packed: the default;\n"
            " w1+w3: cu_mma_expert_linear_pair's one launch or two; the graph's launch gaps are in the time)\n");
     printf("(bytes: %.1f MB of weights and scales per expert; H200 read bandwidth ~4.25 TB/s)\n", bytes_per_expert / 1e6);
     for (int m = 0; m < 3; m++) {
@@ -1139,7 +1049,6 @@ int main(int argc, char **argv) {
         cmocka_unit_test(fp4_vector_loads_equal_word_loads),
         cmocka_unit_test(linear_pair_equals_two),
         cmocka_unit_test(experts_equal_plain_linear),
-        cmocka_unit_test(bulk_experts_step_sized),
         cmocka_unit_test(refuses_bad_shapes),
     };
     if (getenv("MMA_TEST_ONLY")) cmocka_set_test_filter(getenv("MMA_TEST_ONLY"));   /* e.g. "experts_*" */

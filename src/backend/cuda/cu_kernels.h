@@ -53,8 +53,6 @@ typedef struct {
     int32_t *n_tiles;      /* [1] */
     int32_t *token_pairs;  /* [T][K]: the token's pairs in increasing expert id, then -1 */
     int tile;              /* pairs a tile at most; 0 = CU_MOE_TILE (cu_moe_plan_build sets it) */
-    int tile_tokens;       /* pairs a tile of this step holds at most: min(tile, T), a token naming an expert once;
-                              0 = tile (cu_moe_plan_build sets it; the expert kernels size buffers by it) */
 } cu_moe_plan;
 
 /* ---- synthetic weights (k_synth.cu, model/synthetic.h) ------------------------------------------------------- */

@@ -86,38 +86,6 @@ __device__ __forceinline__ uint2 ld_nc64(const uint8_t *p) {
     return v;
 }
 
-/* Hopper's bulk copies (cp.async.bulk, sm_90) and the shared-memory barriers that count their bytes (mbarrier):
- * k_mma_expert_bulk. A shared address as the 32-bit window address these instructions take. */
-__device__ __forceinline__ unsigned smem_u32(const void *p) { return (unsigned)__cvta_generic_to_shared(p); }
-
-/* A barrier of `count` arrivals, phase 0; fenced so that the async proxy (the copies) sees it initialised. */
-__device__ __forceinline__ void mbar_init(uint64_t *bar, unsigned count) {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_u32(bar)), "r"(count) : "memory");
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-}
-
-/* One arrival that also expects `bytes` more of copies before the phase may complete. */
-__device__ __forceinline__ void mbar_arrive_expect(uint64_t *bar, unsigned bytes) {
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_u32(bar)), "r"(bytes) : "memory");
-}
-
-/* `bytes` (a multiple of 16; both addresses 16-byte aligned) global -> shared by the copy engine, counted on bar
- * when they have landed. The source is read-only for the kernel. */
-__device__ __forceinline__ void bulk_g2s(void *dst, const void *src, unsigned bytes, uint64_t *bar) {
-    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
-                 ::"r"(smem_u32(dst)), "l"(__cvta_generic_to_global(src)), "r"(bytes), "r"(smem_u32(bar))
-                 : "memory");
-}
-
-/* Until the barrier's phase of the given parity has completed (its arrivals and bytes all in). */
-__device__ __forceinline__ void mbar_wait(uint64_t *bar, unsigned parity) {
-    asm volatile("{\n\t.reg .pred done;\n"
-                 "MBAR_WAIT:\n\t"
-                 "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n\t"
-                 "@!done bra MBAR_WAIT;\n}" ::"r"(smem_u32(bar)), "r"(parity)
-                 : "memory");
-}
-
 /* ---- end of PTX ---- */
 
 __device__ __forceinline__ uint4 ld16(const uint8_t *p) { return *(const uint4 *)p; }
@@ -192,12 +160,11 @@ __device__ __forceinline__ int64_t mma_in_row(const int32_t *in_rows, int in_bas
 
 /* y = ((p0 + p1) + p2) + p3 of a block's tile (rows [row_base, +16 MT) x tokens [tok_base, +8 NT); warp p holds
  * partial p in acc): warps 1..3 hand their partials to warp 0 through red (the caller's shared array), which adds
- * them in that order and stores rows < N, tokens < T (BF16-rounded when asked). Every thread of the block calls it;
- * a block of several groups of MMA_PARTS warps (k_mma_expert_bulk) gives each group its own red and row_base. */
+ * them in that order and stores rows < N, tokens < T (BF16-rounded when asked). Every thread of the block calls it. */
 template <int MT, int NT>
 __device__ __forceinline__ void mma_sum_store(const float (&acc)[MT][NT][4], float (*red)[MT * NT * 4][32], int N, int T, float *__restrict__ y,
                                               int ldy, int out_bf16, int row_base, int tok_base, int out_base) {
-    const int lane = threadIdx.x & 31, part = (threadIdx.x >> 5) % MMA_PARTS, g = lane >> 2, q = lane & 3;
+    const int lane = threadIdx.x & 31, part = threadIdx.x >> 5, g = lane >> 2, q = lane & 3;
     if (part > 0) {
 #pragma unroll
         for (int mi = 0; mi < MT; mi++)
@@ -446,10 +413,10 @@ __global__ void __launch_bounds__(32 * MMA_PARTS) k_mma_linear(dsv4_weight w_a, 
 
 /* An expert another GPU holds (cuda_ep.h) or the host computes: its rows [row_base, +16) of pairs p0 .. p0 + n - 1
  * are EP_ABSENT_ROW, the exact gather's identity. */
-__device__ __forceinline__ void expert_absent(float *y, int ldy, int p0, int n, int row_base, int rows, int block_rows = 16) {
-    for (int i = threadIdx.x; i < block_rows * n; i += blockDim.x) {
-        const int r = row_base + i % block_rows;
-        if (r < rows) y[((int64_t)p0 + i / block_rows) * ldy + r] = EP_ABSENT_ROW;
+__device__ __forceinline__ void expert_absent(float *y, int ldy, int p0, int n, int row_base, int rows) {
+    for (int i = threadIdx.x; i < 16 * n; i += blockDim.x) {
+        const int r = row_base + i % 16;
+        if (r < rows) y[((int64_t)p0 + i / 16) * ldy + r] = EP_ABSENT_ROW;
     }
 }
 
@@ -461,19 +428,18 @@ struct expert_tile {
 };
 
 /* Opens the block's tile into t: false when the block has nothing (more) to do — a tile past n_tiles, an absent
- * expert (its rows written EP_ABSENT_ROW here), a tile without pairs (the lean kernel's clamps need one). A block
- * covers block_rows rows from blockIdx.x * block_rows. */
+ * expert (its rows written EP_ABSENT_ROW here), a tile without pairs (the lean kernel's clamps need one). */
 __device__ __forceinline__ bool expert_tile_open(const dsv4_weight *experts_a, const dsv4_weight *experts_b, const cu_moe_plan &plan, int rows,
-                                                 float *y_a, float *y_b, int ldy, expert_tile &t, int block_rows = 16) {
+                                                 float *y_a, float *y_b, int ldy, expert_tile &t) {
     const int tile = blockIdx.y;
     t.y = blockIdx.z ? y_b : y_a;
     if (tile >= *plan.n_tiles) return false;
     t.w = (blockIdx.z ? experts_b : experts_a)[plan.tile_expert[tile]];
     t.p0 = plan.tile_first[tile];
     t.n = plan.tile_count[tile];
-    t.row_base = blockIdx.x * block_rows;
+    t.row_base = blockIdx.x * 16;
     if (!t.w.data) {
-        expert_absent(t.y, ldy, t.p0, t.n, t.row_base, rows, block_rows);
+        expert_absent(t.y, ldy, t.p0, t.n, t.row_base, rows);
         return false;
     }
     return t.n > 0;
@@ -771,136 +737,6 @@ __global__ void __launch_bounds__(32 * MMA_PARTS, MINB) k_mma_expert_frag(const 
     mma_sum_store<1, 1>(acc, red, rows, t.n, t.y, ldy, out_bf16, t.row_base, 0, t.p0);
 }
 
-/* ---- FP4 experts on packed weights, staged by bulk copies (k_mma_expert_bulk; frag variants 6 and 7) ----
- * Why: k_mma_expert_frag keeps one or two chunks of loads in flight a warp (~1-2 KB), ~25-40 KB an SM, and each
- * block ramps up and down around its 32 KB of weight: ~1.8-2.0 TB/s (runs 68, 110), while by Little's law an SM
- * needs ~32 GB/s x ~1.5 us = ~48 KB in flight, continuously. Here the block's whole slab — RG 16-row groups of the
- * weight over all K columns, the tile's activation rows, their scales — is requested at once by the copy engine
- * (cp.async.bulk: one instruction moves a row's columns of a stage, no registers held in flight), 34 KB (w1 / w3)
- * or 17 KB (w2) of weight a 16-row group: with 2-5 blocks an SM, 70-170 KB in flight, and the compute of a block
- * overlaps the copies of the SM's other blocks. Fewer instructions a byte too: the activation bytes a warp's MMAs
- * need are read from shared memory (a tile's tokens are copied once a block, not loaded by every warp).
- *
- * Pipeline (one pass, no ring: each block's buffers are used once). Columns are cut into ns <= BULK_STAGES stages
- * of cps whole chunks; stage s has its own barrier, expecting the bytes of its copies: every weight row's and every
- * token's columns of the stage. Warp 0 issues them all (lane k: copies k, k + 32, ...), while every thread stores
- * its share of the scale words (weight: a word a (row, chunk); activation: a float a (token, chunk)) to shared
- * memory by plain loads; one __syncthreads (barriers initialised, scales stored), then warp w (partial w % 4 of
- * group w / 4) walks chunks c = w % 4, + 4, ... and waits for stage c / cps before its first chunk there.
- *
- * The order: lane (g, q) of a warp reads from shared memory exactly the words k_mma_expert_frag loads from global
- * memory (A0 / A1: 16 bytes at 64 c + 16 q of rows g and g + 8 of its group, past the weight its last row; b[j]: 8
- * bytes at 128 c + 32 j + 8 q of token min(g, n - 1); the scale words of its rows and the activation scales of
- * tokens min(2q, n - 1), min(2q + 1, n - 1)) and runs frag_chunk on them: the same operands, the same fmaf chain
- * per partial, the same ((p0 + p1) + p2) + p3 (mma_sum_store, per group). So every output has the bits of
- * k_mma_expert_frag and of the plain linear (test_gpu_mma: memcmp).
- *
- * Shared memory (bytes; strides chosen so that a warp's fragment reads hit distinct banks):
- *   W  16 RG rows x WLD = K / 2 + 64 (= 64 mod 128: an LDS.128's 8-lane phase, rows g and g + 1, covers all banks)
- *   X  xt tokens x XLD = K + 32 (= 32 mod 128: an LDS.64's 16-lane phase, tokens g .. g + 3, covers all banks)
- *   WS 16 RG rows x SLD words, SLD = nchunk rounded up to odd (8 rows of a load in 8 banks)
- *   XS xt tokens x SLD floats
- * xt: the most pairs a tile of the launch holds (cu_moe_plan.tile_tokens; a token names an expert once, so at
- * most T); a tile with more is a broken plan and traps. */
-#define BULK_STAGES 4
-
-struct bulk_layout {
-    int wld, xld, sld, x_off, ws_off, xs_off, bytes;
-};
-__host__ __device__ __forceinline__ bulk_layout bulk_layout_of(int K, int xt, int rg) {
-    const int nchunk = K / 128;
-    bulk_layout L;
-    L.wld = K / 2 + 64;
-    L.xld = K + 32;
-    L.sld = nchunk | 1;
-    L.x_off = 16 * rg * L.wld;
-    L.ws_off = L.x_off + xt * L.xld;
-    L.xs_off = L.ws_off + 16 * rg * L.sld * 4;
-    L.bytes = L.xs_off + xt * L.sld * 4;
-    return L;
-}
-
-template <int RG>
-__global__ void __launch_bounds__(32 * MMA_PARTS * RG) k_mma_expert_bulk(const dsv4_weight *__restrict__ experts_a,
-                                                                   const dsv4_weight *__restrict__ experts_b, int rows, cu_moe_plan plan,
-                                                                   const uint8_t *__restrict__ xq, int ldq, const float *__restrict__ xs,
-                                                                   int lds, int x_by_pair, float *y_a, float *y_b, int ldy, int out_bf16,
-                                                                   int xt) {
-    dev_grid_wait();
-    extern __shared__ __align__(128) uint8_t bulk_sm[];
-    __shared__ __align__(8) uint64_t bulk_bar[BULK_STAGES];
-    __shared__ float red[RG][MMA_PARTS - 1][4][32];
-    constexpr int NR = 16 * RG;   /* the block's weight rows */
-    expert_tile t;
-    if (!expert_tile_open(experts_a, experts_b, plan, rows, y_a, y_b, ldy, t, NR)) return;
-    if (t.n > xt) __trap();   /* the plan broke its tile_tokens bound: the buffers below would overflow */
-    const int warp = threadIdx.x >> 5, part = warp % MMA_PARTS, grp = warp / MMA_PARTS, lane = threadIdx.x & 31;
-    const int K = t.w.cols, nchunk = K / 128, cps = (nchunk + BULK_STAGES - 1) / BULK_STAGES, ns = (nchunk + cps - 1) / cps;
-    const bulk_layout L = bulk_layout_of(K, xt, RG);
-    uint8_t *W = bulk_sm, *X = bulk_sm + L.x_off;
-    uint32_t *WS = (uint32_t *)(bulk_sm + L.ws_off);
-    float *XS = (float *)(bulk_sm + L.xs_off);
-    const int32_t *in_rows = x_by_pair ? NULL : plan.pair_token;
-    const uint8_t *wd = (const uint8_t *)t.w.data;
-    if (warp == 0) {
-        if (lane == 0)
-            for (int s = 0; s < ns; s++) mbar_init(&bulk_bar[s], 1);
-        __syncwarp();
-        if (lane < ns) {   /* stage `lane`: its chunks of every weight row and every token */
-            const int cs = min(cps, nchunk - lane * cps);
-            mbar_arrive_expect(&bulk_bar[lane], (unsigned)((NR * 64 + t.n * 128) * cs));
-        }
-        __syncwarp();
-        for (int k = lane; k < ns * (NR + t.n); k += 32) {
-            const int s = k / (NR + t.n), j = k % (NR + t.n), c0 = s * cps, cs = min(cps, nchunk - c0);
-            if (j < NR) {
-                const int64_t r = min(t.row_base + j, rows - 1);
-                bulk_g2s(W + j * L.wld + 64 * c0, wd + r * (K / 2) + 64 * c0, (unsigned)(64 * cs), &bulk_bar[s]);
-            } else {
-                const int i = j - NR;
-                bulk_g2s(X + i * L.xld + 128 * c0, xq + mma_in_row(in_rows, t.p0, i) * ldq + 128 * c0, (unsigned)(128 * cs), &bulk_bar[s]);
-            }
-        }
-    }
-    /* the scale words by every thread meanwhile: weight rows (past the weight: its last row), the tile's tokens */
-    const bool s4 = ((uintptr_t)t.w.scale & 3) == 0 && (t.w.scale_cols & 3) == 0;
-    for (int k = threadIdx.x; k < NR * nchunk; k += blockDim.x) {
-        const int j = k / nchunk, c = k % nchunk;
-        const int64_t r = min(t.row_base + j, rows - 1);
-        WS[j * L.sld + c] = lean_scale_word(t.w.scale + (t.w.row0 + r) * t.w.scale_cols + 4 * c, s4);
-    }
-    for (int k = threadIdx.x; k < t.n * nchunk; k += blockDim.x) {
-        const int i = k / nchunk, c = k % nchunk;
-        XS[i * L.sld + c] = xs[mma_in_row(in_rows, t.p0, i) * lds + c];
-    }
-    __syncthreads();
-    const int g = lane >> 2, q = lane & 3, tg = min(g, t.n - 1), t0 = min(2 * q, t.n - 1), t1 = min(2 * q + 1, t.n - 1);
-    const uint8_t *wa = W + (16 * grp + g) * L.wld + 16 * q, *wb = wa + 8 * L.wld, *xb = X + tg * L.xld + 8 * q;
-    const uint32_t *sa = WS + (16 * grp + g) * L.sld, *sb = sa + 8 * L.sld;
-    const float *xs0 = XS + t0 * L.sld, *xs1 = XS + t1 * L.sld;
-    float acc[1][1][4] = { { { 0.0f, 0.0f, 0.0f, 0.0f } } };
-    int waited = -1;
-    for (int c = part; c < nchunk; c += MMA_PARTS) {
-        if (c / cps != waited) {
-            waited = c / cps;
-            mbar_wait(&bulk_bar[waited], 0);
-        }
-        const uint4 A0 = *(const uint4 *)(wa + 64 * c), A1 = *(const uint4 *)(wb + 64 * c);
-        uint2 b[4];
-#pragma unroll
-        for (int j = 0; j < 4; j++) b[j] = *(const uint2 *)(xb + 128 * c + 32 * j);
-        const uint32_t sw0 = sa[c], sw1 = sb[c];
-        const float sx0 = xs0[c], sx1 = xs1[c];
-        /* warp-uniform (each branch holds its own mma.sync.aligned) */
-        const bool out = frag_scale_out(sw0) || frag_scale_out(sw1) || frag_sx_out(sx0) || frag_sx_out(sx1);
-        if (!__any_sync(0xffffffffu, out))
-            frag_chunk<true>(acc[0][0], A0, A1, sw0, sw1, b, sx0 * 64.0f, sx1 * 64.0f);
-        else
-            frag_chunk<false>(acc[0][0], A0, A1, sw0, sw1, b, sx0, sx1);
-    }
-    mma_sum_store<1, 1>(acc, red[grp], rows, t.n, t.y, ldy, out_bf16, t.row_base + 16 * grp, 0, t.p0);
-}
-
 
 /* The packed kernel's variants (PF, MINB) for the micro-benchmark's A/B (cu_mma_expert_frag_variant); the model
  * runs variant MMA_EXPERT_FRAG_VARIANT. */
@@ -909,7 +745,6 @@ __global__ void __launch_bounds__(32 * MMA_PARTS * RG) k_mma_expert_bulk(const d
                                        44.6 / 47.2, 41.6 / 44.4, 45.9 / 49.2, 40.1 / 43.5, 40.2 / 42.3 (spills), 41.4 / 44.6 */
 #endif
 static int frag_variant = MMA_EXPERT_FRAG_VARIANT;
-#define MMA_EXPERT_FRAG_FALLBACK 3   /* the register-prefetch kernel where the bulk one (6, 7) does not apply */
 
 /* cu_fp4_frag_pack: one thread a 64-byte unit (a row's 128-column chunk), in place. */
 __global__ void k_mma_frag_pack(uint32_t *__restrict__ d, int64_t units) {
@@ -1204,42 +1039,9 @@ static int expert_args(const char *fn, int rows, int cols, int fmt, int ldq, con
 }
 
 /* The packed kernel's variant (0: no prefetch, 1: one chunk ahead, 2: two, 3 / 4: one ahead within 5 / 6 blocks an
- * SM, 5: two ahead within 4; run 71 timed a ring of per-lane cp.async, 1.9x slower: removed, in git history at
- * 5417eff; 6 / 7: k_mma_expert_bulk with 16 / 32 rows a block): the micro-benchmark's A/B; process-wide, returns the
- * one replaced. The same bits in every variant. */
-extern "C" int cu_mma_expert_frag_variant(int v) { return switch_to(&frag_variant, v >= 0 && v <= 7 ? v : MMA_EXPERT_FRAG_VARIANT); }
-
-/* k_mma_expert_bulk's launch over the grid's tiles (rows in blocks of 16 RG); false, with nothing launched, where it
- * does not apply — tiles of more than one n8 column, more shared memory than a block may have — and the caller
- * takes k_mma_expert_frag (the same bits). */
-template <int RG>
-static bool bulk_launch(cu_stream st, int nz, const dsv4_weight *experts_a, const dsv4_weight *experts_b, int rows, int cols,
-                        const cu_moe_plan *plan, int max_tiles, const uint8_t *xq, int ldq, const float *xs, int lds, int x_by_pair,
-                        float *y_a, float *y_b, int ldy, int out_bf16) {
-    if (plan->tile > CU_MOE_TILE || cols % 128) return false;
-    const int xt = plan->tile_tokens > 0 && plan->tile_tokens < CU_MOE_TILE ? plan->tile_tokens : CU_MOE_TILE;
-    const int bytes = bulk_layout_of(cols, xt, RG).bytes;
-    static int limit[32];   /* a device's dynamic shared memory a block may opt into, once known (-1: none) */
-    int dev = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 32) {
-        (void)cudaGetLastError();
-        return false;
-    }
-    if (!limit[dev]) {
-        int optin = 0;
-        limit[dev] = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) == cudaSuccess &&
-                             cudaFuncSetAttribute(k_mma_expert_bulk<RG>, cudaFuncAttributeMaxDynamicSharedMemorySize, optin - 4096) ==
-                                 cudaSuccess
-                         ? optin - 4096   /* the kernel's static arrays: < 4 KB */
-                         : -1;
-        (void)cudaGetLastError();
-    }
-    if (bytes > limit[dev]) return false;
-    dim3 grid(cu_blocks(rows, 16 * RG), max_tiles, nz);
-    k_mma_expert_bulk<RG><<<grid, 32 * MMA_PARTS * RG, bytes, (cudaStream_t)st>>>(experts_a, experts_b, rows, *plan, xq, ldq, xs, lds,
-                                                                               x_by_pair, y_a, y_b, ldy, out_bf16, xt);
-    return true;
-}
+ * SM, 5: two ahead within 4; run 71 timed a sixth, each lane's loads by cp.async into a ring of 4 chunks in shared
+ * memory, 1.9x slower: removed, in git history at 5417eff): the micro-benchmark's A/B; process-wide, returns the one replaced. The same bits in every variant. */
+extern "C" int cu_mma_expert_frag_variant(int v) { return switch_to(&frag_variant, v >= 0 && v <= 5 ? v : MMA_EXPERT_FRAG_VARIANT); }
 
 /* The format the expert kernels read: WF_FP4 of whole chunks under cu_mma_expert_lean(2) is packed (tests). */
 static int expert_fmt(int fmt, int cols) { return fmt == WF_FP4 && expert_lean == 2 && cols % 128 == 0 ? CU_FMT_FP4_FRAG : fmt; }
@@ -1254,13 +1056,9 @@ static void expert_launch(cu_stream st, int nz, const dsv4_weight *experts_a, co
                                          int, int, float *, float *, int, int) = {
         k_mma_expert_frag<0, 1>, k_mma_expert_frag<1, 1>, k_mma_expert_frag<2, 1>, k_mma_expert_frag<1, 5>, k_mma_expert_frag<1, 6>,
         k_mma_expert_frag<2, 4> };
-    if (fp4 == 2 && frag_variant >= 6 &&
-        (frag_variant == 6 ? bulk_launch<1> : bulk_launch<2>)(st, nz, experts_a, experts_b, rows, cols, plan, max_tiles, xq, ldq, xs, lds,
-                                                                 x_by_pair, y_a, y_b, ldy, out_bf16))
-        return;
     if (fp4 == 2) {
         void (*const k_mma_frag)(const dsv4_weight *, const dsv4_weight *, int, cu_moe_plan, const uint8_t *, int, const float *, int, int,
-                                 float *, float *, int, int) = frag_kernels[frag_variant < 6 ? frag_variant : MMA_EXPERT_FRAG_FALLBACK];
+                                 float *, float *, int, int) = frag_kernels[frag_variant];
         k_mma_frag<<<grid, 32 * MMA_PARTS, 0, (cudaStream_t)st>>>(experts_a, experts_b, rows, *plan, xq, ldq, xs, lds, x_by_pair, y_a, y_b, ldy,
                                                                   out_bf16);
     }

@@ -316,7 +316,6 @@ __global__ void __launch_bounds__(PLAN_THREADS) k_moe_plan_fast(const int32_t *r
 extern "C" void cu_moe_plan_build(cu_stream st, const int32_t *route_e, const float *route_w, int T, int K, int E, cu_moe_plan *p) {
     if (T <= 0) return;
     if (p->tile <= 0) p->tile = CU_MOE_TILE;
-    p->tile_tokens = T < p->tile ? T : p->tile;   /* both kernels below count a (token, expert) once (first_slot) */
     if (DSV4_MOE_FAST && T <= PLAN_FAST_MAXT && p->tile == CU_MOE_TILE) {   /* the fast plan cuts CU_MOE_TILE tiles */
         const int W = T <= 64 ? 1 : 4;
         const size_t smem = sizeof(unsigned long long) * (size_t)E * W + (sizeof(int32_t) + sizeof(float)) * (size_t)T * K +

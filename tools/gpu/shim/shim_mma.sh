@@ -32,64 +32,15 @@ out.append(src[a:b])   # the split and the bug switch
 frag = open("src/backend/cuda/cu_mma_frag.cuh").read()
 a = frag.index("/* ---- end of PTX"); b = frag.rindex("#endif")
 out.append(frag[a:b])   # e2m1x4_e4m3 (k_mma.cu includes the header; its PTX is shim_frag.h's C++)
-# k_mma_expert_bulk's bulk copies and barriers (the PTX section's), as their contract asks of the code: a copy
-# poisons its destination when issued and lands when a thread's wait completes its barrier's phase, which needs every
-# arrival and exactly the bytes the arrivals announced (else the shim aborts: a count that could hang or race the GPU)
-out.append(r'''
-static unsigned char shim_dyn_smem[256 * 1024] __attribute__((aligned(128)));
-#include <map>
-struct shim_bulk { void *dst; const void *src; unsigned n; };
-struct shim_mbar { int pending; long tx; bool done; std::vector<shim_bulk> copies; };
-static std::map<const void *, shim_mbar> shim_mbars;
-static inline void mbar_init(uint64_t *bar, unsigned count) { shim_mbars[bar] = shim_mbar{ (int)count, 0, false, {} }; }
-static inline shim_mbar &shim_mbar_of(uint64_t *bar, const char *op) {
-    auto it = shim_mbars.find(bar);
-    if (it == shim_mbars.end()) { fprintf(stderr, "shim: %s on an mbarrier never initialised (%p)\n", op, (void *)bar); abort(); }
-    return it->second;
-}
-static inline void mbar_arrive_expect(uint64_t *bar, unsigned bytes) {
-    shim_mbar &m = shim_mbar_of(bar, "arrive.expect_tx");
-    if (m.done || m.pending <= 0) { fprintf(stderr, "shim: an arrival on an mbarrier with none pending\n"); abort(); }
-    m.pending--;
-    m.tx += bytes;
-}
-static inline void bulk_g2s(void *dst, const void *src, unsigned bytes, uint64_t *bar) {
-    shim_mbar &m = shim_mbar_of(bar, "cp.async.bulk");
-    if (bytes % 16 || (uintptr_t)dst % 16 || (uintptr_t)src % 16) {
-        fprintf(stderr, "shim: cp.async.bulk of %u bytes %p <- %p: not 16-byte sized and aligned\n", bytes, dst, src); abort();
-    }
-    if ((uint8_t *)dst < shim_dyn_smem || (uint8_t *)dst + bytes > shim_dyn_smem + sizeof shim_dyn_smem) {
-        fprintf(stderr, "shim: cp.async.bulk into %p: not the dynamic shared memory\n", dst); abort();
-    }
-    if (m.done) { fprintf(stderr, "shim: cp.async.bulk on a completed mbarrier phase\n"); abort(); }
-    memset(dst, 0xA5, bytes);
-    m.copies.push_back(shim_bulk{ dst, src, bytes });
-    m.tx -= bytes;
-}
-static inline void mbar_wait(uint64_t *bar, unsigned parity) {
-    shim_mbar &m = shim_mbar_of(bar, "try_wait");
-    if (parity) { fprintf(stderr, "shim: mbar_wait on phase parity %u (the kernels use phase 0 only)\n", parity); abort(); }
-    if (m.done) return;
-    if (m.pending || m.tx) {
-        fprintf(stderr, "shim: an mbarrier phase that cannot complete: %d arrivals pending, %ld bytes announced minus copied\n", m.pending, m.tx);
-        abort();
-    }
-    for (const shim_bulk &c : m.copies) memcpy(c.dst, c.src, c.n);
-    m.copies.clear();
-    m.done = true;
-}
-''')
 a = src.index("/* ---- end of PTX"); b = src.index("/* dev_f32_to_e4m3 (the build's) against")
 body = src[a:b]
 a = src.index('extern "C" int cu_mma_pack_act')
 body += src[a:]
 # the kernels declare their reduction arrays at the top (thread 0 poisons them before any warp writes)
-body = re.sub(r"extern __shared__ [^;]*?(\w+)\[\];",
-              r"uint8_t *\1 = shim_dyn_smem; shim_poison_block(shim_dyn_smem, sizeof shim_dyn_smem);", body)
 body = poison_shared(body)
 n0 = body.count("<<<")
 body, _ = launches(body, r"k_mma_\w+(?:<[^<>;]*>)?")
-assert n0 == 12 and "<<<" not in body, n0
+assert n0 == 11 and "<<<" not in body, n0
 out.append(body)
 # the large-T GEMM (k_mma_gemm.cu, its own shim: shim_gemm.sh) switched off: every call takes k_mma.cu's kernels
 out.append('extern "C" int cu_mma_gemm_linear(cu_stream, const dsv4_weight *, const uint8_t *, int, const float *, int, int, float *, int, int) '
