@@ -8,7 +8,8 @@
  * counts that are not multiples of the 128-row tile, K of 1, 2, 5, 8 chunks (fewer than four partials, partials of
  * unequal length), FP4 K ending in a partial chunk of 1 or 3 scale blocks, a weight view (row0 = 40: the FP8 scale
  * rows), out_bf16 on and off; and the routed experts' GEMM (cu_mma_gemm_experts) against cu_mma_expert_linear on a
- * plan whose experts have 150, 3, 20 (absent: another GPU's), 0, 140 and 9 pairs, inputs by token and by pair.
+ * plan whose experts have 150, 3, 20 (absent: another GPU's), 0, 140 and 9 pairs, inputs by token and by pair,
+ * packed FP4 experts also with scales at and past the edges of the packed kernels' PLAIN range and E8M0 0 / 255.
  * Building k_mma_gemm.cu with -DDSV4_GEMM_BUG=1 (a fragment word swap, in both GEMMs) or =2 (the partials folded
  * in reverse order) must make it fail. Built with -DGEMM_TEST_SHIM (tools/gpu/shim/shim_gemm.sh) it runs on the CPU against the
  * kernels' source through the fiber shim; on the GPU it is one of the GPU suite's programs.
@@ -191,7 +192,10 @@ static void fp4_around_the_tile(void **state) {
  * by expert then token and cut into tiles of up to CU_MOE_TILE, max_tiles above the plan's count (blocks past it
  * must do nothing). cu_mma_gemm_experts against cu_mma_expert_linear with the GEMM off, memcmp over y, with the
  * inputs by token (pair_token) and by pair. */
-static void experts_same_bits(int fmt, int rows, int cols, int x_by_pair, int packed) {
+/* extreme: a few weight scale bytes of experts 0 and 4 and activation scales set at and past the edges of the
+ * packed kernels' PLAIN range (cu_mma_frag.cuh), and to E8M0 0 and 255, so that both sides of each kernel's
+ * choice meet in one launch. */
+static void experts_same_bits_x(int fmt, int rows, int cols, int x_by_pair, int packed, int extreme) {
     enum { E = 6, T = 300 };
     static const int counts[E] = { 150, 3, 20, 0, 140, 9 };
     dweight ew[E];
@@ -199,6 +203,15 @@ static void experts_same_bits(int fmt, int rows, int cols, int x_by_pair, int pa
     for (int e = 0; e < E; e++) {
         ew[e] = make_weight(fmt, rows, cols);
         hw[e] = ew[e].w;
+        if (extreme && (e == 0 || e == 4)) {
+            static const uint8_t bytes[] = { 0, 255, 30, 220, 63, 191, 64, 190 };
+            const int scols = ew[e].w.scale_cols;
+            uint8_t *sc = malloc((size_t)rows * scols);
+            assert_int_equal(cu_download(sc, ew[e].scale, (size_t)rows * scols), 0);
+            for (int k = 0; k < 8; k++) sc[(size_t)(7 + 17 * k + e) % rows * scols + (3 * k + e) % scols] = bytes[k];
+            assert_int_equal(cu_upload(ew[e].scale, sc, (size_t)rows * scols), 0);
+            free(sc);
+        }
     }
     hw[2].data = NULL;   /* another GPU's */
     int P = 0, n_tiles = 0;
@@ -228,6 +241,10 @@ static void experts_same_bits(int fmt, int rows, int cols, int x_by_pair, int pa
     float *xs = malloc(sizeof(float) * X * lds), *y0 = malloc(sizeof(float) * P * ldy), *y1 = malloc(sizeof(float) * P * ldy);
     for (size_t i = 0; i < (size_t)X * ldq; i++) q[i] = random_e4m3();
     for (int i = 0; i < X * lds; i++) xs[i] = ldexpf(1.0f, -(int)dsv4_rng_below(&rng, 11));
+    if (extreme) {
+        static const float sxs[] = { 0x1p-61f, 0x1p51f, 0x1p-60f, 0x1p50f };
+        for (int k = 0; k < 4; k++) xs[(size_t)(5 + 37 * k) % X * lds + k % (cols / 128)] = sxs[k];
+    }
     memset(y0, 0xab, sizeof(float) * P * ldy);
     const int32_t nt = n_tiles;
     cu_moe_plan plan;
@@ -307,12 +324,18 @@ static void experts_same_bits(int fmt, int rows, int cols, int x_by_pair, int pa
     free(y1);
 }
 
+static void experts_same_bits(int fmt, int rows, int cols, int x_by_pair, int packed) {
+    experts_same_bits_x(fmt, rows, cols, x_by_pair, packed, 0);
+}
+
 static void experts_fp4(void **state) {
     (void)state;
     experts_same_bits(WF_FP4, 136, 608, 0, 0);
     experts_same_bits(WF_FP4, 136, 608, 1, 0);
     experts_same_bits(WF_FP4, 136, 640, 0, 1);   /* packed: the GEMM and the small tiles = unpacked small tiles */
     experts_same_bits(WF_FP4, 136, 640, 1, 1);
+    experts_same_bits_x(WF_FP4, 136, 640, 0, 1, 1);   /* packed, scales past the PLAIN range: both paths of each kernel */
+    experts_same_bits_x(WF_FP4, 136, 640, 1, 1, 1);
 }
 
 static void experts_fp8(void **state) {

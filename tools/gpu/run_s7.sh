@@ -29,7 +29,7 @@
 #   ncuatt   an 8K prefill's attention and indexer kernels under ncu: time per kernel name ($OUT/ncu_att.txt), then
 #            ncu's sections for NCU_ATT_COUNT launches of k_att_ from NCU_ATT_SKIP (default 60: layer 2's first group)
 #   pfab     8K prefill (PFAB_PROMPT, PFAB_CHUNK) of dsv4 and each binary of VARIANTS, PFAB_ROUNDS alternating rounds,
-#            then each one's --profile attention and indexer lines (PFAB_ARGS: more bench arguments)
+#            then each one's --profile attention, indexer and routed-experts lines (PFAB_ARGS: more bench arguments)
 #   sab      decode of SAB_STREAMS streams (default 8,64,256) for dsv4 and each binary of VARIANTS, SAB_ROUNDS rounds
 #   sprof    --profile of the decode steps of each stream count in SPROF_STREAMS (default 32 256): where a step goes
 #   long     a 128K-token prefill in steps of LONG_CHUNK (default 8192) with --profile (LONG_PROMPT, LONG_TIMEOUT;
@@ -253,7 +253,7 @@ if has pfab; then
   done
   for v in dsv4 ${VARIANTS:-}; do
     [ -x .gpu/$v ] || continue
-    pf $v --profile p; echo "  profile $v: $(grep -E '^  (indexer|attention) ' $L/pfab_${v}_p.log | awk '{printf "%s %s ms; ", $1, $2}')"
+    pf $v --profile p; echo "  profile $v: $(grep -E '^  (indexer|attention|routed experts) ' $L/pfab_${v}_p.log | tr -s ' ' | tr '\n' ';')"
   done
 fi
 save

@@ -87,4 +87,18 @@ __device__ __forceinline__ uint32_t e2m1x4_e4m3(uint32_t v) {
  * 0..3 (frag_lo) and 4..7 (frag_hi), each value times 2^-6. */
 __device__ __forceinline__ uint32_t frag_lo(uint32_t w) { return w & 0x9C9C9C9Cu; }
 __device__ __forceinline__ uint32_t frag_hi(uint32_t w) { return ((w << 2) & 0x8C8C8C8Cu) | ((w >> 2) & 0x10101010u); }
+
+/* The PLAIN range of the packed kernels' scale step (k_mma.cu's packed FP4 comment, k_mma_gemm.cu's hg_chunk): a
+ * weight scale byte in [64, 190] (2^-63 .. 2^63) and an activation scale of magnitude in [2^-60, 2^50] keep s * sx
+ * and s * sx * 64 normal floats, so folding the codes' 64 into the scale product is exact.
+ * Whether a byte of s is below 64 or above 190 (SWAR: a byte < 64 borrows into its bit 7 with bit 7 clear; a byte
+ * >= 191 has bit 7 set and its low 7 bits + 65 carry into bit 7, never past it). */
+__device__ __forceinline__ bool frag_scale_out(uint32_t s) {
+    const uint32_t lo = (s - 0x40404040u) & ~s, hi = ((s & 0x7f7f7f7fu) + 0x41414141u) & s;
+    return ((lo | hi) & 0x80808080u) != 0;
+}
+__device__ __forceinline__ bool frag_sx_out(float sx) {
+    const float a = fabsf(sx);
+    return !(a >= 0x1p-60f && a <= 0x1p50f);   /* NaN: out */
+}
 #endif

@@ -652,17 +652,6 @@ __device__ __forceinline__ uint32_t frag_bits(uint32_t w) {
     return r;
 }
 
-/* Whether a byte of s is below 64 or above 190 (SWAR: a byte < 64 borrows into its bit 7 with bit 7 clear; a byte
- * >= 191 has bit 7 set and its low 7 bits + 65 carry into bit 7, never past it). */
-__device__ __forceinline__ bool frag_scale_out(uint32_t s) {
-    const uint32_t lo = (s - 0x40404040u) & ~s, hi = ((s & 0x7f7f7f7fu) + 0x41414141u) & s;
-    return ((lo | hi) & 0x80808080u) != 0;
-}
-__device__ __forceinline__ bool frag_sx_out(float sx) {
-    const float a = fabsf(sx);
-    return !(a >= 0x1p-60f && a <= 0x1p50f);   /* NaN: out */
-}
-
 /* One chunk on packed weights: blocks j = 0..3 (words j of A0 / A1), as lean_chunk. PLAIN: sx0 / sx1 are the
  * activation scales times 64; else the scales themselves. */
 template <bool PLAIN>

@@ -543,6 +543,17 @@ __device__ __forceinline__ void hg_chunk(float (&acc)[NB / 2], float (&t)[NB / 2
     } else {
         const int nb = min(4, (K - 128 * c) / 32);
         const uint32_t swb0 = sws[ra], swb1 = sws[ra + 8];
+        /* packed codes in the PLAIN range (cu_mma_frag.cuh: the thread's scale bytes of the chunk and its tokens'
+         * activation scales): the 64 folded into the weight scale, one instruction fewer an element (below) */
+        bool plain = false;
+        if constexpr (FP4 == 2) {
+            plain = !frag_scale_out(swb0) && !frag_scale_out(swb1);
+#pragma unroll
+            for (int i = 0; i < NB / 8; i++) {
+                const float2 sx = *(const float2 *)(sxs + 8 * i + 2 * q);
+                plain = plain && !frag_sx_out(sx.x) && !frag_sx_out(sx.y);
+            }
+        }
 #pragma unroll
         for (int j = 0; j < 4; j++) {
             /* the MMAs of a block past K (zero bytes) are issued but not added: today's kernels have none */
@@ -554,7 +565,21 @@ __device__ __forceinline__ void hg_chunk(float (&acc)[NB / 2], float (&t)[NB / 2
             hg_step_issue<NB>(t, a0, a1, a2, a3, b16, j);
             if (braw_next) hg_convert<FP4, NT, THREADS>(b16_next, braw_next, j, cv);
             hg_step_wait<NB>(t);
-            if (j < nb) {
+            if (j < nb && plain) {
+                /* acc = fmaf(t, (64 s) sx, acc): 64 s sx = 64 (s sx) exactly (both normal in the PLAIN range), so the
+                 * exact product t (64 s sx) is the fallback's (64 t)(s sx) and fmaf rounds the same sum; t = -0
+                 * (where the fallback's f is +0) adds the same as +0 to an acc that is never -0 (it starts at +0, and
+                 * a rounded sum is -0 only when both terms are) */
+                const float s0 = __uint_as_float(((swb0 >> (8 * j)) & 0xffu) << 23) * 64.0f;
+                const float s1 = __uint_as_float(((swb1 >> (8 * j)) & 0xffu) << 23) * 64.0f;
+#pragma unroll
+                for (int i = 0; i < NB / 8; i++) {
+                    const float2 sx = *(const float2 *)(sxs + 8 * i + 2 * q);
+#pragma unroll
+                    for (int e = 0; e < 4; e++)
+                        acc[4 * i + e] = fmaf(t[4 * i + e], (e >> 1 ? s1 : s0) * (e & 1 ? sx.y : sx.x), acc[4 * i + e]);
+                }
+            } else if (j < nb) {
                 const float s0 = dev_e8m0((uint8_t)(swb0 >> (8 * j))), s1 = dev_e8m0((uint8_t)(swb1 >> (8 * j)));
 #pragma unroll
                 for (int i = 0; i < NB / 8; i++) {
