@@ -43,6 +43,11 @@ extern "C" {
 #define GEMM_NT 4        /* n8 tiles a warp (32 tokens) */
 #define GEMM_THREADS 256 /* 8 warps: 2 along the rows x 4 along the tokens */
 #define GEMM_STAGES 3
+/* -DHG_FP4_FOLD=0: the packed FP4 step without the PLAIN fold (hg_chunk), every element through the three-instruction
+ * step: the A/B of run 115 (the same bits). */
+#ifndef HG_FP4_FOLD
+#define HG_FP4_FOLD 1
+#endif
 /* The warpgroup path's fp16 token tile (hg_smem): core matrices 128 bytes apart along K, 8-token groups a chunk's
  * 128 halves (2,048 bytes) apart; the raw activation bytes it is converted from, 144 bytes a token. */
 #define HG_LBO 128
@@ -546,7 +551,7 @@ __device__ __forceinline__ void hg_chunk(float (&acc)[NB / 2], float (&t)[NB / 2
         /* packed codes in the PLAIN range (cu_mma_frag.cuh: the thread's scale bytes of the chunk and its tokens'
          * activation scales): the 64 folded into the weight scale, one instruction fewer an element (below) */
         bool plain = false;
-        if constexpr (FP4 == 2) {
+        if constexpr (FP4 == 2 && HG_FP4_FOLD) {
             plain = !frag_scale_out(swb0) && !frag_scale_out(swb1);
 #pragma unroll
             for (int i = 0; i < NB / 8; i++) {
