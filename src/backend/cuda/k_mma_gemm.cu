@@ -515,10 +515,11 @@ template <int NB> __device__ __forceinline__ void hg_step_wait(float (&t)[NB / 2
 
 /* acc += chunk c of the thread's rows ra, ra + 8 x the warpgroup's NB tokens from tok0 (gemm_chunk's order), on fp16
  * tile b16, t the MMAs' accumulators; meanwhile, part by part, the next chunk's activations (braw_next, NULL after
- * the last) into b16_next (its first NT tokens, by THREADS threads). */
+ * the last) into b16_next (its first NT tokens, by THREADS threads). sx_plain: every activation scale of the tile
+ * is in the PLAIN range (hg_block's first barrier). */
 template <int FP4, int NB, int NT, int THREADS>
 __device__ __forceinline__ void hg_chunk(float (&acc)[NB / 2], float (&t)[NB / 2], const uint8_t *As, const uint8_t *b16, uint8_t *b16_next,
-                                         const uint8_t *braw_next, const hg_conv &cv, int K, int c, int ra, int tok0) {
+                                         const uint8_t *braw_next, const hg_conv &cv, int K, int c, int ra, int tok0, bool sx_plain) {
     typedef hg_smem<FP4> L;
     constexpr int NA = NB / 2;   /* accumulators a thread */
     const int q = threadIdx.x & 3;
@@ -548,17 +549,9 @@ __device__ __forceinline__ void hg_chunk(float (&acc)[NB / 2], float (&t)[NB / 2
     } else {
         const int nb = min(4, (K - 128 * c) / 32);
         const uint32_t swb0 = sws[ra], swb1 = sws[ra + 8];
-        /* packed codes in the PLAIN range (cu_mma_frag.cuh: the thread's scale bytes of the chunk and its tokens'
-         * activation scales): the 64 folded into the weight scale, one instruction fewer an element (below) */
-        bool plain = false;
-        if constexpr (FP4 == 2 && HG_FP4_FOLD) {
-            plain = !frag_scale_out(swb0) && !frag_scale_out(swb1);
-#pragma unroll
-            for (int i = 0; i < NB / 8; i++) {
-                const float2 sx = *(const float2 *)(sxs + 8 * i + 2 * q);
-                plain = plain && !frag_sx_out(sx.x) && !frag_sx_out(sx.y);
-            }
-        }
+        /* packed codes in the PLAIN range (cu_mma_frag.cuh: the thread's scale bytes of the chunk; sx_plain: every
+         * activation scale of the tile): the 64 folded into the weight scale, one instruction fewer an element */
+        const bool plain = FP4 == 2 && HG_FP4_FOLD && sx_plain && !frag_scale_out(swb0) && !frag_scale_out(swb1);
 #pragma unroll
         for (int j = 0; j < 4; j++) {
             /* the MMAs of a block past K (zero bytes) are issued but not added: today's kernels have none */
@@ -623,7 +616,18 @@ __device__ __forceinline__ void hg_block(const dsv4_weight &w, const uint8_t *__
     const bool scaler = threadIdx.x < GEMM_THREADS;   /* the threads that stage a chunk's scales (gemm_scale_fetch) */
     const gemm_rows R = gemm_rows_stage((int32_t *)(gemm_sm + L::rows_off), in_rows, in_base, tok_base, T);   /* as gemm_block */
 
-    __syncthreads();   /* a block that runs several tiles (experts): every warp is done with the last one's buffers */
+    /* a block that runs several tiles (experts): every warp is done with the last one's buffers; and (packed FP4)
+     * whether every activation scale of the tile's tokens lies in the PLAIN range of hg_chunk's fold */
+    int sx_plain = 0;
+    if constexpr (FP4 == 2 && HG_FP4_FOLD) {
+        __syncthreads();   /* R's rows staged */
+        const int nt = T - tok_base < GEMM_BN ? T - tok_base : GEMM_BN;   /* <= 0: no token, nothing to check */
+        sx_plain = 1;
+        for (int u = threadIdx.x; u < nt * nchunk; u += THREADS) sx_plain &= !frag_sx_out(xs[gemm_row(R, u / nchunk) * lds + u % nchunk]);
+        sx_plain = __syncthreads_and(sx_plain);
+    } else {
+        __syncthreads();
+    }
     /* activations 0, weights 0, activations 1, weights 1: four groups, so that a wait can leave the last weights out */
 #pragma unroll
     for (int s = 0; s < 2; s++) {
@@ -666,7 +670,7 @@ __device__ __forceinline__ void hg_block(const dsv4_weight &w, const uint8_t *__
             const bool conv = i + 1 < nchunk;
             hg_chunk<FP4, NB, NT, THREADS>(acc, t, a_st + (i % GEMM_STAGES) * L::stage, b16 + (i % 2) * L::b16_bytes,
                                            b16 + ((i + 1) % 2) * L::b16_bytes, conv ? braw + ((i + 1) % 2) * L::braw_bytes : NULL, cv, K,
-                                           p + 4 * k, ra, tok0);
+                                           p + 4 * k, ra, tok0, sx_plain);
             if (conv) fence_proxy_async();
             if (next < nchunk && scaler) gemm_scale_store<FP4>(a_st + (next % GEMM_STAGES) * L::stage + L::sx_off, next_scale, row_base, N);
         }

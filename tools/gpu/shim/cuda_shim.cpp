@@ -43,6 +43,23 @@ void __syncthreads(void) {
     while (bar_gen == gen) yield_now();
 }
 
+/* The predicate's AND over the block, returned to every thread: the round's first arrival starts the AND, the
+ * last one publishes it before the generation moves on (fibers switch only inside barriers). */
+int __syncthreads_and(int p) {
+    static int acc, result;
+    const unsigned gen = bar_gen;
+    progress++;
+    if (bar_count == 0) acc = 1;
+    acc &= p != 0;
+    if (++bar_count == n_threads) {
+        bar_count = 0;
+        result = acc;
+        bar_gen++;
+    }
+    while (bar_gen == gen) yield_now();
+    return result;
+}
+
 void shim_bar_sync(unsigned id, unsigned n) {
     if (id == 0 || id > 15 || n == 0 || n % 32 || n > n_threads) {
         fprintf(stderr, "shim: bar.sync %u, %u: a bad barrier for a block of %u threads\n", id, n, n_threads);

@@ -80,6 +80,7 @@ static inline float __fdiv_rn(float a, float b) { return a / b; }
 static inline float __fadd_rn(float a, float b) { return a + b; }
 
 void __syncthreads(void);
+int __syncthreads_and(int p);
 /* bar.sync id, n: a barrier of the block's first n threads (ids 1..15; those n threads are the ones that call it) */
 void shim_bar_sync(unsigned id, unsigned n);
 static inline void dev_bar_sync(int id, int n) { shim_bar_sync((unsigned)id, (unsigned)n); }
