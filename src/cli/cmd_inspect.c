@@ -259,6 +259,13 @@ static int print_placement(const char *dir, const cli_placement *pl) {
     printf("  routed experts on the GPU per layer:");
     for (int l = 0; l < L; l++) printf(" %d:%d", l, expert_map_gpu_count(&map, l));
     printf("\n");
+    if (map.n_host) {
+        expert_map_split_bus(&map, expert_bus_pct(pl->bus_share));
+        human_bytes(hb, sizeof hb, (map.n_host - map.n_bus) * (double)one);
+        human_bytes(gb, sizeof gb, map.n_bus * (double)one);
+        printf("  of the experts in host memory: %lld (%s) computed by the CPU, %lld (%s, page-locked) by the GPU over the bus "
+               "(--bus-share %.2f)\n", (long long)(map.n_host - map.n_bus), hb, (long long)map.n_bus, gb, expert_bus_pct(pl->bus_share) / 100.0);
+    }
     expert_map_free(&map);
     expert_profile_free(&prof);
     dsv4_model_free(m);
@@ -271,7 +278,7 @@ int cmd_inspect(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         int r;
         if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
-            printf("usage: dsv4 inspect -m DIR [--gpu-mem GB [--expert-profile FILE]]\n");
+            printf("usage: dsv4 inspect -m DIR [--gpu-mem GB [--expert-profile FILE] [--bus-share F]]\n");
             return 0;
         }
         if (!strcmp(argv[i], "-m") || !strcmp(argv[i], "--model")) {
@@ -279,11 +286,12 @@ int cmd_inspect(int argc, char **argv) {
         } else if ((r = cli_placement_option("inspect", argc, argv, &i, &pl)) != 0) {
             if (r < 0) return 1;
         } else {
-            return cli_error("inspect", "unknown option '%s' (usage: dsv4 inspect -m DIR [--gpu-mem GB [--expert-profile FILE]])", argv[i]);
+            return cli_error("inspect", "unknown option '%s' (usage: dsv4 inspect -m DIR [--gpu-mem GB [--expert-profile FILE] [--bus-share F]])", argv[i]);
         }
     }
     if (!dir) return cli_error("inspect", "missing -m DIR");
     if (pl.expert_profile && !pl.gpu_mem_gb) return cli_error("inspect", "--expert-profile needs --gpu-mem GB (the placement it chooses)");
+    if (pl.bus_share && !pl.gpu_mem_gb) return cli_error("inspect", "--bus-share needs --gpu-mem GB (the placement it splits)");
     const int rc = inspect(dir);
     return rc || !pl.gpu_mem_gb ? rc : print_placement(dir, &pl);
 }

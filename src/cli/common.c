@@ -111,13 +111,20 @@ int cli_parse_gpus(const char *cmd, const char *s, int *gpus) {
 
 int cli_placement_option(const char *cmd, int argc, char **argv, int *i, cli_placement *pl) {
     const char *a = argv[*i], *v;
-    if (strcmp(a, "--gpu-mem") && strcmp(a, "--expert-profile")) return 0;
+    if (strcmp(a, "--gpu-mem") && strcmp(a, "--expert-profile") && strcmp(a, "--bus-share")) return 0;
     if (!(v = cli_value(cmd, argc, argv, i))) return -1;
     if (!strcmp(a, "--expert-profile")) {
         pl->expert_profile = v;
         return 1;
     }
     char *end = NULL;
+    if (!strcmp(a, "--bus-share")) {
+        const double f = strtod(v, &end);
+        if (end == v || *end || !(f >= 0 && f <= 1))
+            return cli_error(cmd, "--bus-share must be a share from 0 to 1 (for example 0.5), got '%s'", v), -1;
+        pl->bus_share = f > 0 ? f : -1;   /* the API's 0 is "the default" */
+        return 1;
+    }
     const double gb = strtod(v, &end);
     if (end == v || *end || !(gb > 0) || gb > 1e6)
         return cli_error(cmd, "--gpu-mem must be a positive number of GiB (for example 80 or 0.5), got '%s'", v), -1;
@@ -134,6 +141,7 @@ int cli_amx_option(const char *arg, cli_placement *pl) {
 void cli_placement_apply(const cli_placement *pl, dsv4_load_opts *lo) {
     lo->gpu_mem_gb = pl->gpu_mem_gb;
     lo->expert_profile = pl->expert_profile;
+    lo->bus_share = pl->bus_share;
     lo->cpu_amx = pl->cpu_amx;
 }
 

@@ -13,7 +13,7 @@ typedef struct {
 
 typedef struct {
     const char *name, *summary, *synopsis;
-    opt_help opts[32];      /* ends at the first {NULL} */
+    opt_help opts[40];      /* ends at the first {NULL} */
 } cmd_help;
 
 /* Options several commands share, spelled once so they read the same everywhere. */
@@ -30,6 +30,8 @@ typedef struct {
                                      "routed experts beyond it stay in host memory, computed by the CPU"}, \
                     {"--expert-profile FILE", "which experts stay on the GPU then: the most used by this routing " \
                                               "profile (default DIR/expert_profile.json if present, else even)"}, \
+                    {"--bus-share F", "with --gpu-mem: the share (0-1) of the experts in host memory that the GPU " \
+                                      "computes, reading them over PCIe, beside the CPU computing the rest (default 0)"}, \
                     {"--amx", "official mode on the CPU: the linears whose inputs are bf16 (FP8-quantized or rounded) " \
                               "on AMX tiles, in their own accumulation order (faster prefill and batches, slower decode)"}
 #define O_SAMPLING  {"--temp T", "sampling temperature (default 0 = greedy, lowest id wins ties)"}, \
@@ -55,10 +57,11 @@ static const cmd_help HELP[] = {
       {"--tokenizer FILE_OR_DIR", "ship this tokenizer.json (and the tokenizer_config.json next to it)"},
       {NULL, NULL}}},
     {"inspect", "show a checkpoint's config, tensors, memory and problems",
-     "dsv4 inspect -m DIR [--gpu-mem GB [--expert-profile FILE]]",
+     "dsv4 inspect -m DIR [--gpu-mem GB [--expert-profile FILE] [--bus-share F]]",
      {O_MODEL,
       {"--gpu-mem GB", "also show where a GPU load with this budget puts the routed experts (GPU or host memory)"},
       {"--expert-profile FILE", "with --gpu-mem: the routing profile that placement uses (default DIR/expert_profile.json)"},
+      {"--bus-share F", "with --gpu-mem: also split the host experts between the CPU and the GPU over the bus"},
       {NULL, NULL}}},
     {"logits", "per-position logits as .npy",
      "dsv4 logits -m DIR (--tokens LIST | --batch FILE) [options]",

@@ -2,6 +2,7 @@
 #include "model/footprint.h"
 #include "model/model.h"
 #include "util/error.h"
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -68,6 +69,30 @@ int expert_map_plan(expert_map *map, int L, int E, int64_t n_gpu, const uint64_t
         }
     }
     return 0;
+}
+
+void expert_map_split_bus(expert_map *map, int bus_pct) {
+    if (!map->owner) return;
+    if (bus_pct < 0) bus_pct = 0;
+    if (bus_pct > 100) bus_pct = 100;
+    map->n_bus = 0;
+    for (int l = 0; l < map->n_layers; l++) {
+        uint8_t *o = map->owner + (int64_t)l * map->n_routed;
+        int64_t i = 0;   /* the layer's host experts seen so far */
+        for (int e = 0; e < map->n_routed; e++) {
+            if (o[e] == EXPERT_ON_GPU) continue;
+            const int bus = (i + 1) * bus_pct / 100 > i * bus_pct / 100;
+            o[e] = bus ? EXPERT_ON_BUS : EXPERT_ON_HOST;
+            map->n_bus += bus;
+            i++;
+        }
+    }
+}
+
+int expert_bus_pct(double share) {
+    if (!(share <= 1)) return -1;
+    if (share == 0) share = DSV4_BUS_SHARE_DEFAULT;
+    return share < 0 ? 0 : (int)lround(share * 100);
 }
 
 /* "12.34 GiB" or, below 1 GiB, "12.34 MiB": tiny test models and real ones both read well. */

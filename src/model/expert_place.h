@@ -35,25 +35,42 @@
 #include "dsv4.h"
 #include <stdint.h>
 
-/* owner value of an expert computed by the host */
-#define EXPERT_ON_HOST 1
+/* owner values: in GPU memory; in host memory, computed by the host's cores; in host memory (page-locked), computed
+ * by the GPU, whose expert kernels read the weights over the bus (PCIe) as they run */
 #define EXPERT_ON_GPU  0
+#define EXPERT_ON_HOST 1
+#define EXPERT_ON_BUS  2
 
 typedef struct {
     int n_layers, n_routed;
-    uint8_t *owner;      /* [n_layers][n_routed]: EXPERT_ON_GPU or EXPERT_ON_HOST; NULL = every expert on the GPU */
-    int64_t n_host;      /* experts on the host */
+    uint8_t *owner;      /* [n_layers][n_routed]: EXPERT_ON_*; NULL = every expert on the GPU */
+    int64_t n_host;      /* experts in host memory (EXPERT_ON_HOST and EXPERT_ON_BUS) */
+    int64_t n_bus;       /* of those, read by the GPU over the bus */
 } expert_map;
 
 /* Place n_gpu of the L x E routed experts on the GPU (n_gpu >= L*E: all of them, owner stays NULL). counts:
  * a profile's [L][E] counts, or NULL. Returns 0, or -1 when out of memory. */
 int  expert_map_plan(expert_map *map, int L, int E, int64_t n_gpu, const uint64_t *counts);
 void expert_map_free(expert_map *map);
+/* In host memory (whoever computes it). */
 static inline int expert_on_host(const expert_map *map, int layer, int e) {
-    return map->owner && map->owner[(int64_t)layer * map->n_routed + e] == EXPERT_ON_HOST;
+    return map->owner && map->owner[(int64_t)layer * map->n_routed + e] != EXPERT_ON_GPU;
 }
-/* Experts of layer l on the GPU. */
+static inline int expert_owner_of(const expert_map *map, int layer, int e) {
+    return map->owner ? map->owner[(int64_t)layer * map->n_routed + e] : EXPERT_ON_GPU;
+}
+/* Experts of layer l in GPU memory. */
 int  expert_map_gpu_count(const expert_map *map, int layer);
+
+/* The bus share (issue 15): of each layer's experts in host memory, bus_pct percent (0..100) are read and computed
+ * by the GPU instead of the host's cores. Within a layer, the host experts in increasing id take turns by a fixed
+ * rule — the i-th (from 0) goes to the bus when floor((i + 1) p / 100) > floor(i p / 100) — so the bus experts are
+ * spread over the ids, and each layer with h host experts gives floor(h p / 100) of them to the bus. Where an
+ * expert is computed is a function of the placement and the share alone, never of a step's routing: a token's
+ * rows come from the same kernel whatever its neighbours (batch invariance). Call after expert_map_plan. */
+void expert_map_split_bus(expert_map *map, int bus_pct);
+/* dsv4_load_opts.bus_share as that percent (0 = DSV4_BUS_SHARE_DEFAULT, negative = none), or -1 when above 1 or NaN. */
+int  expert_bus_pct(double share);
 
 struct dsv4_model;
 /* The placement for a GPU budget of gpu_bytes for the weights: every weight but the main layers' routed experts

@@ -1,5 +1,6 @@
 /* Loading a checkpoint folder into a dsv4_model: config, mmap, validation against the inventory, binding. */
 #include "model/model.h"
+#include "model/expert_place.h"
 #include "model/expert_profile.h"
 #include "state/kvrows.h"
 #include "state/statemem.h"
@@ -8,7 +9,6 @@
 #include "backend/cpu/isa.h"
 #include "model/formats.h"
 #include "util/error.h"
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -375,10 +375,13 @@ void dsv4_model_free(dsv4_model *m) {
 static int model_cuda_init(dsv4_model *m, const char *dir, const dsv4_load_opts *opts, dsv4_error *err) {
     if (opts->gpu_mem_gb < 0 || opts->gpu_mem_gb > 1e6)
         return dsv4_fail(err, DSV4_E_ARG, "GPU memory budget %g GiB is out of range", opts->gpu_mem_gb);
+    const int bus_pct = expert_bus_pct(opts->bus_share);
+    if (bus_pct < 0) return dsv4_fail(err, DSV4_E_ARG, "bus share %g is out of range (0 to 1; negative = none)", opts->bus_share);
     expert_profile prof;
     int rc = expert_profile_find(dir, opts->expert_profile, m->cfg.n_layers, m->cfg.n_routed, m->cfg.n_act, &prof, err);
     if (rc) return rc;
-    const cuda_placement p = { opts->gpu, opts->n_gpus, (uint64_t)(opts->gpu_mem_gb * 1073741824.0), prof.counts };
+    const cuda_placement p = { opts->gpu, opts->n_gpus, (uint64_t)(opts->gpu_mem_gb * 1073741824.0), prof.counts,
+                               bus_pct };
     rc = cuda_model_init(m, &p, err);
     expert_profile_free(&prof);
     return rc;

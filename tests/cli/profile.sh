@@ -89,6 +89,24 @@ grep -q "the most used by the routing profile" "$T/out" && ok || bad "DIR/expert
 expect_ok "inspect all fits" "$BIN" inspect -m "$T/m" --gpu-mem 1
 grep -q "48 of 48 routed experts.*everything fits" "$T/out" && ok || bad "a big budget keeps every expert: $(tail -2 "$T/out")"
 
+# the bus share: of each layer's host experts (48 - n_gpu in all), the i-th goes to the bus when
+# floor((i + 1) p / 100) > floor(i p / 100), i.e. floor(h p / 100) of a layer's h: recomputed here from the per-layer
+# GPU counts
+for share in 0.5 0.3 1; do
+    expect_ok "inspect --bus-share $share" "$BIN" inspect -m "$T/m" --gpu-mem 0.0054 --bus-share $share
+    want=$(python3 -c "
+per = [int(x.split(':')[1]) for x in '''$(placement "$T/out")'''.split()]
+p = round($share * 100)
+bus = sum((8 - g) * p // 100 for g in per)
+print('%d (' % (sum(8 - g for g in per) - bus), '%d (' % bus)")
+    cpu=$(sed -n 's/.*host memory: \([0-9]* (\).*/\1/p' "$T/out"); gpu=$(sed -n 's/.*computed by the CPU, \([0-9]* (\).*/\1/p' "$T/out")
+    [ "$cpu $gpu" = "$want" ] && ok || bad "bus share $share: '$cpu $gpu' vs '$want' ($(grep 'over the bus' "$T/out"))"
+done
+expect_ok "inspect, no bus share" "$BIN" inspect -m "$T/m" --gpu-mem 0.0054 --bus-share 0
+grep -q ", 0 (0 B, page-locked) by the GPU over the bus (--bus-share 0.00)" "$T/out" && ok || bad "--bus-share 0: $(grep 'over the bus' "$T/out")"
+expect_err "bad --bus-share" "--bus-share must be a share from 0 to 1" "$BIN" inspect -m "$T/m" --gpu-mem 0.0054 --bus-share 1.5
+expect_err "bus share without budget" "--bus-share needs --gpu-mem" "$BIN" inspect -m "$T/m" --bus-share 0.5
+
 # errors: one line each
 printf '{"dsv4_expert_profile":1,"n_layers":6' >"$T/cut.json"
 expect_err "truncated profile" "cut.json: not JSON" "$BIN" inspect -m "$T/m" --gpu-mem 0.0054 --expert-profile "$T/cut.json"

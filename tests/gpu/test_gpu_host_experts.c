@@ -10,7 +10,10 @@
  *     and without a routing profile (a profile counted on the GPU by `dsv4 profile`'s route counters);
  *   - a damaged profile, a budget below the other weights: one-line errors, nothing left allocated.
  *   - the host experts read from the file mapping (DSV4_WEIGHT_MEMORY=map, populate) give the same bits as from
- *     their default copy on huge pages.
+ *     their default copy on huge pages;
+ *   - the bus share (`--bus-share`): with half the host experts read by the GPU over the bus, all of the above; with
+ *     every host expert on the bus, the split model's logits are the all-GPU model's bit for bit (the same kernels
+ *     on the same bytes, read from page-locked host memory).
  * Both numeric modes, f32 and fp8 KV. */
 #include <math.h>
 #include <stdio.h>
@@ -30,16 +33,20 @@ typedef struct {
     dsv4_mode mode;
     int kv;
     double tol;          /* max |split - all-GPU| / max |all-GPU| over every logit */
+    double bus;          /* dsv4_load_opts.bus_share of the split model (-1: none) */
 } topology;
 
 static const topology topologies[] = {
-    {"EXACT flash-like", "flash-tiny", {"compress_ratios=[0,0,4,128,4,128]", "sliding_window=8", "index_topk=3"}, 3, DSV4_MODE_EXACT, DSV4_KV_F32, 1e-4},
-    {"OFFICIAL flash-like", "flash-tiny", {"compress_ratios=[0,0,4,128,4,128]", "sliding_window=8", "index_topk=3"}, 3, DSV4_MODE_OFFICIAL, DSV4_KV_F32, 5e-2},
-    {"OFFICIAL pro-like, fp8 KV", "pro-tiny", {"compress_ratios=[128,128,4,128]", "sliding_window=8", "index_topk=5"}, 3, DSV4_MODE_OFFICIAL, DSV4_KV_FP8, 5e-2},
+    {"EXACT flash-like", "flash-tiny", {"compress_ratios=[0,0,4,128,4,128]", "sliding_window=8", "index_topk=3"}, 3, DSV4_MODE_EXACT, DSV4_KV_F32, 1e-4, -1},
+    {"OFFICIAL flash-like", "flash-tiny", {"compress_ratios=[0,0,4,128,4,128]", "sliding_window=8", "index_topk=3"}, 3, DSV4_MODE_OFFICIAL, DSV4_KV_F32, 5e-2, -1},
+    {"OFFICIAL pro-like, fp8 KV", "pro-tiny", {"compress_ratios=[128,128,4,128]", "sliding_window=8", "index_topk=5"}, 3, DSV4_MODE_OFFICIAL, DSV4_KV_FP8, 5e-2, -1},
+    {"OFFICIAL flash-like, half the host experts over the bus", "flash-tiny", {"compress_ratios=[0,0,4,128,4,128]", "sliding_window=8", "index_topk=3"}, 3, DSV4_MODE_OFFICIAL, DSV4_KV_BF16, 5e-2, 0.5},
+    {"EXACT pro-like, half the host experts over the bus", "pro-tiny", {"compress_ratios=[128,128,4,128]", "sliding_window=8", "index_topk=5"}, 3, DSV4_MODE_EXACT, DSV4_KV_F32, 1e-4, 0.5},
 };
 #define N_TOPO (int)(sizeof topologies / sizeof topologies[0])
 
 typedef struct {
+    const topology *tp;
     dsv4_model *gpu, *split;   /* all on the GPU; about half the routed experts on the host */
     double gpu_mem_gb;
     char dir[256];
@@ -49,15 +56,23 @@ typedef struct {
     float *gref;               /* the all-GPU model's */
 } fixture;
 
-static dsv4_model *load_split(const char *dir, const topology *tp, double gb, const char *profile, dsv4_error *err) {
+static dsv4_model *load_split_bus(const char *dir, const topology *tp, double gb, const char *profile, double bus, dsv4_error *err) {
     dsv4_load_opts lo = { .mode = tp->mode, .quiet = 1, .device = DSV4_DEVICE_CUDA, .kv_format = tp->kv, .gpu_mem_gb = gb,
-                          .expert_profile = profile ? profile : "" };
+                          .expert_profile = profile ? profile : "", .bus_share = bus };
     dsv4_model *m = NULL;
     return dsv4_model_load(dir, &lo, &m, err) ? NULL : m;
 }
 
-/* The budget that holds every other weight and half of the routed experts, and that placement's host count. */
-static double half_budget(dsv4_model *m, const uint64_t *counts, int64_t *n_host) {
+static dsv4_model *load_split(const char *dir, const topology *tp, double gb, const char *profile, dsv4_error *err) {
+    dsv4_load_opts lo = { .mode = tp->mode, .quiet = 1, .device = DSV4_DEVICE_CUDA, .kv_format = tp->kv, .gpu_mem_gb = gb,
+                          .expert_profile = profile ? profile : "", .bus_share = tp->bus };
+    dsv4_model *m = NULL;
+    return dsv4_model_load(dir, &lo, &m, err) ? NULL : m;
+}
+
+/* The budget that holds every other weight and half of the routed experts, and that placement's host count (and,
+ * split at bus_pct, its bus count, when n_bus is not NULL). */
+static double half_budget_bus(dsv4_model *m, const uint64_t *counts, int64_t *n_host, int bus_pct, int64_t *n_bus) {
     expert_map map;
     uint64_t fixed, one;
     dsv4_error err;
@@ -67,21 +82,28 @@ static double half_budget(dsv4_model *m, const uint64_t *counts, int64_t *n_host
     const double gb = (double)(fixed + (uint64_t)half * one + one / 2) / 1073741824.0;
     if (expert_map_for_budget(m, (uint64_t)(gb * 1073741824.0), counts, &map, &fixed, &one, &err)) return -1;
     *n_host = map.n_host;
+    expert_map_split_bus(&map, bus_pct);
+    if (n_bus) *n_bus = map.n_bus;
     expert_map_free(&map);
     return gb;
 }
 
+static double half_budget(dsv4_model *m, const uint64_t *counts, int64_t *n_host) { return half_budget_bus(m, counts, n_host, 0, NULL); }
+
 static int setup(void **state, const topology *tp) {
     fixture *f = calloc(1, sizeof *f);
+    f->tp = tp;
     f->gpu = tm_make_on(tp->preset, tp->sets, tp->n_sets, 4321, tp->mode, DSV4_DEVICE_CUDA, tp->kv, f->dir);
     if (!f->gpu) return -1;
-    int64_t n_host = 0;
-    f->gpu_mem_gb = half_budget(f->gpu, NULL, &n_host);
+    int64_t n_host = 0, n_bus = 0;
+    f->gpu_mem_gb = half_budget_bus(f->gpu, NULL, &n_host, tp->bus > 0 ? (int)(tp->bus * 100 + 0.5) : 0, &n_bus);
     dsv4_error err;
     if (!(f->split = load_split(f->dir, tp, f->gpu_mem_gb, NULL, &err))) { fprintf(stderr, "split load: %s\n", err.msg); return -1; }
-    if (cuda_host_experts(f->split, NULL, NULL) != n_host || n_host <= 0) {
-        fprintf(stderr, "%lld experts on the host, the placement says %lld\n", (long long)cuda_host_experts(f->split, NULL, NULL),
-                (long long)n_host);
+    if (cuda_host_experts(f->split, NULL, NULL) != n_host || n_host <= 0 || cuda_bus_experts(f->split) != n_bus ||
+        (tp->bus > 0 && (n_bus <= 0 || n_bus >= n_host))) {
+        fprintf(stderr, "%lld experts on the host (%lld over the bus), the placement says %lld (%lld)\n",
+                (long long)cuda_host_experts(f->split, NULL, NULL), (long long)cuda_bus_experts(f->split), (long long)n_host,
+                (long long)n_bus);
         return -1;
     }
     dsv4_model_info info;
@@ -129,11 +151,9 @@ static void split_parity(void **state) {
     double host_ms = 0, wait_ms = 0;
     const int64_t n_host = cuda_host_experts(f->split, &host_ms, &wait_ms);
     const double dev = deviation(f->ref, f->gref, (size_t)SEQ_LEN * f->vocab);
-    printf("  %lld experts on the host (--gpu-mem %.4f GiB); host computing %.1f ms, waiting %.1f ms; "
-           "max |split - all-GPU| / max |all-GPU| = %.3g\n", (long long)n_host, f->gpu_mem_gb, host_ms, wait_ms, dev);
-    const topology *tp = NULL;
-    for (int i = 0; i < N_TOPO; i++)
-        if (topologies[i].mode == f->split->mode && topologies[i].kv == f->split->kv_format) tp = &topologies[i];
+    printf("  %lld experts on the host, %lld of them over the bus (--gpu-mem %.4f GiB); host computing %.1f ms, waiting %.1f ms; "
+           "max |split - all-GPU| / max |all-GPU| = %.3g\n", (long long)n_host, (long long)cuda_bus_experts(f->split), f->gpu_mem_gb, host_ms, wait_ms, dev);
+    const topology *tp = f->tp;
     if (dev > tp->tol) fail_msg("the split model deviates %.3g from the all-GPU one (tolerance %.3g)", dev, tp->tol);
     /* the host experts read from the file mapping (populated or not) instead of their copy on huge pages: the
      * same bits (DSV4_WEIGHT_MEMORY; the fixture's split model took the default, the copy) */
@@ -147,6 +167,18 @@ static void split_parity(void **state) {
         float *got = tm_logits(m, f->tok, SEQ_LEN, NULL, 0);
         if (!got || memcmp(got, f->ref, sizeof(float) * SEQ_LEN * (size_t)f->vocab))
             fail_msg("host experts in the file mapping (%s) differ from their copy", kinds[k]);
+        free(got);
+        dsv4_model_free(m);
+    }
+    /* every host expert read by the GPU over the bus: the all-GPU model's bits */
+    {
+        dsv4_error lerr;
+        dsv4_model *m = load_split_bus(f->dir, tp, f->gpu_mem_gb, NULL, 1.0, &lerr);
+        if (!m) fail_msg("split load, every host expert on the bus: %s", lerr.msg);
+        assert_int_equal(cuda_bus_experts(m), n_host);
+        float *got = tm_logits(m, f->tok, SEQ_LEN, NULL, 0);
+        if (!got || memcmp(got, f->gref, sizeof(float) * SEQ_LEN * (size_t)f->vocab))
+            fail_msg("every host expert on the bus: the logits differ from the all-GPU model's");
         free(got);
         dsv4_model_free(m);
     }
@@ -172,7 +204,7 @@ static void split_parity(void **state) {
 }
 
 #define SETUP(i) static int setup_##i(void **s) { return setup(s, &topologies[i]); }
-SETUP(0) SETUP(1) SETUP(2)
+SETUP(0) SETUP(1) SETUP(2) SETUP(3) SETUP(4)
 
 /* A profile counted on the GPU places the most used experts on it, as the CPU placement says; a damaged profile
  * and a budget below the other weights are one-line errors that leave nothing allocated. */
@@ -225,7 +257,7 @@ int main(void) {
         printf("gpu host experts: skipped, needs a GPU: %s\n", why.msg);
         return 0;
     }
-    int (*setups[])(void **) = { setup_0, setup_1, setup_2 };
+    int (*setups[])(void **) = { setup_0, setup_1, setup_2, setup_3, setup_4 };
     struct CMUnitTest tests[N_TOPO + 1];
     for (int i = 0; i < N_TOPO; i++) tests[i] = (struct CMUnitTest){ topologies[i].name, split_parity, setups[i], teardown, NULL };
     tests[N_TOPO] = (struct CMUnitTest){ "profile placement and errors", profile_and_errors, NULL, NULL, NULL };

@@ -143,6 +143,49 @@ static void host_map_by_profile(void **st) {
     expert_map_free(&m);
 }
 
+/* The bus share, hand-worked: 2 layers x 8 experts, 3 on the GPU (layer 0 keeps 0, 1; layer 1 keeps 0), so layer 0
+ * has host experts 2..7 (6 of them) and layer 1 has 1..7 (7). At 50 %: the i-th host expert goes to the bus when
+ * floor((i + 1) / 2) > floor(i / 2), i.e. i odd: layer 0 experts 3, 5, 7; layer 1 experts 2, 4, 6. At 30 %:
+ * floor(3 (i + 1) / 10) steps at i = 3 and i = 6: layer 0 (i up to 5) expert 5; layer 1 experts 4 and 7. */
+static void host_map_bus_share(void **st) {
+    (void)st;
+    expert_map m;
+    assert_int_equal(expert_map_plan(&m, 2, 8, 3, NULL), 0);
+    expert_map_split_bus(&m, 50);
+    static const uint8_t half[2][8] = { {0, 0, 1, 2, 1, 2, 1, 2}, {0, 1, 2, 1, 2, 1, 2, 1} };
+    for (int l = 0; l < 2; l++)
+        for (int e = 0; e < 8; e++) {
+            assert_int_equal(expert_owner_of(&m, l, e), half[l][e]);
+            assert_int_equal(expert_on_host(&m, l, e), half[l][e] != 0);   /* bus experts are in host memory too */
+        }
+    assert_int_equal(m.n_host, 13);
+    assert_int_equal(m.n_bus, 6);
+    assert_int_equal(expert_map_gpu_count(&m, 0), 2);
+    /* the split is a function of the placement and the share alone: splitting again (another share) starts over */
+    expert_map_split_bus(&m, 30);
+    static const uint8_t third[2][8] = { {0, 0, 1, 1, 1, 2, 1, 1}, {0, 1, 1, 1, 2, 1, 1, 2} };
+    for (int l = 0; l < 2; l++)
+        for (int e = 0; e < 8; e++) assert_int_equal(expert_owner_of(&m, l, e), third[l][e]);
+    assert_int_equal(m.n_bus, 3);
+    /* 0 %: nothing on the bus; 100 %: every host expert; out-of-range shares are clamped */
+    expert_map_split_bus(&m, 0);
+    assert_int_equal(m.n_bus, 0);
+    expert_map_split_bus(&m, 100);
+    assert_int_equal(m.n_bus, 13);
+    expert_map_split_bus(&m, 250);
+    assert_int_equal(m.n_bus, 13);
+    expert_map_split_bus(&m, -5);
+    assert_int_equal(m.n_bus, 0);
+    for (int e = 2; e < 8; e++) assert_int_equal(expert_owner_of(&m, 0, e), EXPERT_ON_HOST);
+    expert_map_free(&m);
+    /* everything on the GPU: no map, nothing to split */
+    assert_int_equal(expert_map_plan(&m, 2, 8, 16, NULL), 0);
+    expert_map_split_bus(&m, 50);
+    assert_null(m.owner);
+    assert_int_equal(m.n_bus, 0);
+    assert_int_equal(expert_owner_of(&m, 1, 7), EXPERT_ON_GPU);
+}
+
 static int parse(const char *text, expert_profile *p, dsv4_error *err) {
     return expert_profile_parse(text, strlen(text), "p.json", 2, 3, 2, p, err);
 }
@@ -198,6 +241,7 @@ static void profile_file(void **st) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(host_map_bus_share),
         cmocka_unit_test(placement_partitions_evenly),
         cmocka_unit_test(absent_rows_gather_exactly),
         cmocka_unit_test(plus_zero_would_not_do),

@@ -34,6 +34,8 @@
 #   sprof    --profile of the decode steps of each stream count in SPROF_STREAMS (default 32 256): where a step goes
 #   long     a 128K-token prefill in steps of LONG_CHUNK (default 8192) with --profile (LONG_PROMPT, LONG_TIMEOUT;
 #            LONG_RUNS: default and / or NAME=V entries, one run each)
+#   bus      issue 15's bus share: Flash with --gpu-mem BUS_MEM (default 80) at each --bus-share of BUS_SHARES (default
+#            0 0.5), --prompt 64 --decode 16 (BUS_ARGS: more); the load time, decode, prefill and the host line of each
 # Everything but the summary on stdout goes to $OUT/logs.tgz, ncu.txt and fuzz.tgz: the device tool returns at most
 # 8 files (run 37 lost its fuzz.tgz to a ninth).
 . tools/gpu/env.sh
@@ -283,6 +285,18 @@ if has long; then   # a long prompt prefilled in chunks, as the scheduler does: 
     env $e timeout ${LONG_TIMEOUT:-400} $FLASH --prompt ${LONG_PROMPT:-131072} --prefill-chunk ${LONG_CHUNK:-8192} \
         --decode 2 --no-bandwidth --profile >$L/long_${v//[=+]/_}.log 2>&1
     echo "== long prefill, $v: exit $?"; grep -vE "^(kv |model|synthetic|device)" $L/long_${v//[=+]/_}.log | head -50
+  done
+fi
+save
+if has bus; then
+  echo "== Flash --gpu-mem ${BUS_MEM:-80}, bus shares ${BUS_SHARES:-0 0.5}:"
+  for b in ${BUS_SHARES:-0 0.5}; do
+    t0=$(date +%s)
+    timeout ${BUS_TIMEOUT:-200} $FLASH --gpu-mem ${BUS_MEM:-80} --bus-share $b --prompt 64 --decode 16 --no-bandwidth ${BUS_ARGS:-} \
+        >$L/bus_$b.log 2>&1
+    rc=$?
+    echo "  --bus-share $b (exit $rc, $(( $(date +%s) - t0 )) s): $(grep -E '^prefill|^decode, 1' $L/bus_$b.log | head -2 | tr '\n' ' ' | tr -s ' ')"
+    echo "    $(grep -E 'in host memory' $L/bus_$b.log | tail -2 | tr '\n' ' ' | tr -s ' ' | cut -c 1-400)"
   done
 fi
 save

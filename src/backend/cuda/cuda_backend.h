@@ -20,6 +20,8 @@ typedef struct {
     int gpu, n_gpus;
     uint64_t gpu_mem;           /* bytes of GPU memory for the weights; 0 = what is free less a working margin */
     const uint64_t *profile;    /* [n_layers][n_routed] routing counts (model/expert_profile.h), or NULL */
+    int bus_pct;                /* of the experts in host memory, the percent the GPU reads over the bus and computes
+                                 * (model/expert_place.h expert_map_split_bus) */
 } cuda_placement;
 
 /* Upload every weight of m (in its checkpoint format) to GPU p->gpu and make new sequences of m keep their state
@@ -32,6 +34,8 @@ int  cuda_model_init(struct dsv4_model *m, const cuda_placement *p, dsv4_error *
 /* Routed experts of the main layers computed by the host (0: all on the GPUs), and the host's time so far:
  * computing them, and waiting for the GPU's routing (ms). */
 int64_t cuda_host_experts(const struct dsv4_model *m, double *host_ms, double *wait_ms);
+/* Of those, the ones the GPU computes, reading their weights from host memory over the bus (0: none). */
+int64_t cuda_bus_experts(const struct dsv4_model *m);
 /* Count routes on the GPU (model/route_count.h): start from zero (on) or stop; read the counts [L][E]. */
 int  cuda_count_routes(struct dsv4_model *m, int on, dsv4_error *err);
 int  cuda_route_counts(const struct dsv4_model *m, uint64_t *counts, dsv4_error *err);

@@ -21,11 +21,18 @@ int cuda_hx_init(cu_host_experts *hx, expert_map *map, dsv4_error *err) {
     memset(hx, 0, sizeof *hx);
     hx->map = *map;
     memset(map, 0, sizeof *map);
-    if (!(hx->n_host = calloc((size_t)hx->map.n_layers, sizeof *hx->n_host)) || !(hx->fetched = cu_event_new())) {
+    const size_t LE = (size_t)hx->map.n_layers * (size_t)hx->map.n_routed;
+    if (!(hx->n_host = calloc((size_t)hx->map.n_layers, sizeof *hx->n_host)) || !(hx->computes = calloc(LE + 1, 1)) ||
+        !(hx->bus_shared = calloc(LE + 1, 1)) || !(hx->fetched = cu_event_new())) {
         cuda_hx_free(hx);
         return dsv4_fail(err, DSV4_E_NOMEM, "out of memory (host experts)");
     }
-    for (int l = 0; l < hx->map.n_layers; l++) hx->n_host[l] = hx->map.n_routed - expert_map_gpu_count(&hx->map, l);
+    for (int l = 0; l < hx->map.n_layers; l++)
+        for (int e = 0; e < hx->map.n_routed; e++) {
+            const int host = expert_owner_of(&hx->map, l, e) == EXPERT_ON_HOST;
+            hx->computes[(size_t)l * (size_t)hx->map.n_routed + (size_t)e] = (uint8_t)host;
+            hx->n_host[l] += host;
+        }
     return DSV4_OK;
 }
 
@@ -46,8 +53,11 @@ static void free_buffers(cu_host_experts *hx) {
 void cuda_hx_free(cu_host_experts *hx) {
     free_buffers(hx);
     bigmem_free(hx->arena, hx->arena_bytes);
+    cu_free_host(hx->bus_arena);
     cu_event_free(hx->fetched);
     free(hx->n_host);
+    free(hx->computes);
+    free(hx->bus_shared);
     expert_map_free(&hx->map);
     memset(hx, 0, sizeof *hx);
 }
@@ -113,65 +123,132 @@ static void fill_pieces(void *ctx, int begin, int end, int thread) {
     }
 }
 
-/* The arena for ps (bigmem: huge pages), filled by the model's threads. */
-static int fill_arena(cu_host_experts *hx, struct dsv4_model *m, const hx_pieces *ps, dsv4_error *err) {
-    if (!ps->bytes) return DSV4_OK;
-    if (!(hx->arena = bigmem_alloc(ps->bytes)))
-        return dsv4_fail(err, DSV4_E_NOMEM, "out of host memory for the %lld host experts (%.2f GiB)", (long long)hx->map.n_host,
-                         ps->bytes / 1073741824.0);
-    hx->arena_bytes = ps->bytes;
-    hx_fill_job j = { ps, hx->arena };
-    dsv4_pool_run(m->pool, ps->n, fill_pieces, &j);
-    return DSV4_OK;
-}
-
 static dsv4_weight *expert_weight(struct dsv4_model *m, int l, int e, int k) {
     dsv4_layer *ly = &m->layers[l];
     return k == 0 ? &ly->w1[e] : k == 1 ? &ly->w2[e] : &ly->w3[e];
 }
 
+static size_t expert_bytes(struct dsv4_model *m, int l, int e) {
+    size_t n = 0;
+    for (int k = 0; k < 3; k++) n += (size_t)weight_bytes(expert_weight(m, l, e, k)) + weight_scale_bytes(expert_weight(m, l, e, k));
+    return n;
+}
+
 /* Expert (l, e)'s bindings moved into the arena: its pieces start at ps->p[*i], in add order (w1, w2, w3; each
  * data then scale); *i moves past them. */
-static void repoint_expert(cu_host_experts *hx, struct dsv4_model *m, int l, int e, const hx_pieces *ps, int *i) {
+static void repoint_expert(uint8_t *arena, struct dsv4_model *m, int l, int e, const hx_pieces *ps, int *i) {
     for (int k = 0; k < 3; k++) {
         dsv4_weight *w = expert_weight(m, l, e, k);
-        w->data = hx->arena + ps->p[(*i)++].off;
-        if (weight_scale_bytes(w)) w->scale = hx->arena + ps->p[(*i)++].off;
+        w->data = arena + ps->p[(*i)++].off;
+        if (weight_scale_bytes(w)) w->scale = arena + ps->p[(*i)++].off;
     }
 }
 
+/* One arena of host expert bytes and what it holds. */
+typedef struct {
+    int cls;          /* the experts it holds: EXPERT_ON_HOST or EXPERT_ON_BUS */
+    int synthetic;    /* random bytes from seeds (a synthetic checkpoint), else copies of the bindings' bytes */
+    size_t budget;    /* synthetic: bytes of its own at most; the experts beyond share them in a cycle */
+    int pinned;       /* page-locked and mapped (the bus), else huge pages */
+    uint64_t seed;    /* synthetic: the first expert weight's seed */
+    uint8_t *base;    /* out: the arena (NULL when the class is empty) */
+    size_t bytes;     /* out */
+    int n_own;        /* out: experts with bytes of their own */
+} hx_arena;
+
+static uint8_t *arena_alloc(const hx_arena *a, size_t n) { return a->pinned ? cu_malloc_mapped(n) : bigmem_alloc(n); }
+
+/* Build arena a for every expert of class a->cls: its pieces, the memory, the fill by the model's threads, the
+ * bindings moved into it; synthetic experts past the budget share the bytes of those with their own in a cycle. */
+static int build_arena(cu_host_experts *hx, struct dsv4_model *m, hx_arena *a, dsv4_error *err) {
+    const int L = hx->map.n_layers, E = hx->map.n_routed;
+    int64_t n_cls = 0;
+    for (int l = 0; l < L; l++)
+        for (int e = 0; e < E; e++) n_cls += expert_owner_of(&hx->map, l, e) == a->cls;
+    a->base = NULL, a->bytes = 0, a->n_own = 0;
+    if (!n_cls) return DSV4_OK;
+    /* the experts with bytes of their own, in (layer, expert) order: own[i] = that expert's (layer, expert) */
+    int (*own)[2] = malloc(sizeof *own * (size_t)n_cls);
+    hx_pieces ps = { calloc((size_t)n_cls * 6, sizeof(hx_piece)), 0, 0 };
+    int rc = DSV4_OK;
+    if (!own || !ps.p) rc = dsv4_fail(err, DSV4_E_NOMEM, "out of memory (host experts)");
+    uint64_t seed = a->seed;
+    for (int l = 0; !rc && l < L; l++)
+        for (int e = 0; e < E; e++) {
+            if (expert_owner_of(&hx->map, l, e) != a->cls) continue;
+            if (a->synthetic && a->n_own && ps.bytes + expert_bytes(m, l, e) > a->budget) continue;   /* shares, below */
+            for (int k = 0; k < 3; k++) {
+                const dsv4_weight *w = expert_weight(m, l, e, k);
+                add_piece(&ps, a->synthetic ? NULL : w->data, (size_t)weight_bytes(w), w->fmt, 0, a->synthetic ? seed++ : 0);
+                if (weight_scale_bytes(w)) add_piece(&ps, a->synthetic ? NULL : w->scale, weight_scale_bytes(w), w->fmt, 1, 0);
+            }
+            own[a->n_own][0] = l, own[a->n_own][1] = e;
+            a->n_own++;
+        }
+    if (!rc && !(a->base = arena_alloc(a, ps.bytes)))
+        rc = a->pinned ? dsv4_fail(err, DSV4_E_NOMEM, "out of page-locked host memory for the %lld routed experts the GPU reads over "
+                                   "the bus (%.2f GiB): a smaller --bus-share needs less", (long long)n_cls, ps.bytes / 1073741824.0)
+                       : dsv4_fail(err, DSV4_E_NOMEM, "out of host memory for the %lld host experts (%.2f GiB)", (long long)n_cls,
+                                   ps.bytes / 1073741824.0);
+    if (!rc) {
+        a->bytes = ps.bytes;
+        hx_fill_job j = { &ps, a->base };
+        dsv4_pool_run(m->pool, ps.n, fill_pieces, &j);
+    }
+    for (int l = 0, i = 0, o = 0, n_shared = 0; !rc && l < L; l++)
+        for (int e = 0; e < E; e++) {
+            if (expert_owner_of(&hx->map, l, e) != a->cls) continue;
+            if (o < a->n_own && own[o][0] == l && own[o][1] == e) {
+                repoint_expert(a->base, m, l, e, &ps, &i);
+                o++;
+                continue;
+            }
+            /* share: every routed expert of a main layer has one shape */
+            const int src = n_shared++ % a->n_own;
+            for (int k = 0; k < 3; k++) {
+                dsv4_weight *w = expert_weight(m, l, e, k);
+                const dsv4_weight *from = expert_weight(m, own[src][0], own[src][1], k);
+                w->data = from->data;
+                w->scale = from->scale;
+            }
+            if (a->cls == EXPERT_ON_BUS) hx->bus_shared[(int64_t)l * E + e] = 1;
+        }
+    free(own);
+    free(ps.p);
+    return rc;
+}
+
+/* The bus experts: always a copy of their own, page-locked and mapped. */
+static int place_bus(cu_host_experts *hx, struct dsv4_model *m, int synthetic, size_t budget, dsv4_error *err) {
+    hx_arena a = { .cls = EXPERT_ON_BUS, .synthetic = synthetic, .budget = budget, .pinned = 1, .seed = 0x805700000ULL };
+    const int rc = build_arena(hx, m, &a, err);
+    hx->bus_arena = a.base;
+    hx->bus_bytes = a.bytes;
+    hx->synth_distinct += a.n_own;
+    return rc;
+}
+
 int cuda_hx_place(cu_host_experts *hx, struct dsv4_model *m, dsv4_error *err) {
-    uint64_t bytes = 0;
+    uint64_t bytes = 0;   /* the experts the host computes */
     for (int l = 0; l < hx->map.n_layers; l++)
         for (int e = 0; e < hx->map.n_routed; e++)
-            if (expert_on_host(&hx->map, l, e)) bytes += dsv4_expert_weight_bytes(&m->layers[l], e);
+            if (expert_owner_of(&hx->map, l, e) == EXPERT_ON_HOST) bytes += dsv4_expert_weight_bytes(&m->layers[l], e);
     int rc = st_memory_choose(bytes, &hx->memory, err);
-    if (rc || hx->memory == ST_MEM_MAP) return rc;
-    if (hx->memory == ST_MEM_POPULATE) {
+    if (!rc && hx->memory == ST_MEM_POPULATE) {
         for (int l = 0; l < hx->map.n_layers; l++)
             for (int e = 0; e < hx->map.n_routed; e++)
-                for (int k = 0; k < 3 && expert_on_host(&hx->map, l, e); k++) {
+                for (int k = 0; k < 3 && expert_owner_of(&hx->map, l, e) == EXPERT_ON_HOST; k++) {
                     const dsv4_weight *w = expert_weight(m, l, e, k);
                     st_populate(w->data, (size_t)weight_bytes(w));
                     st_populate(w->scale, weight_scale_bytes(w));
                 }
-        return DSV4_OK;
+    } else if (!rc && hx->memory == ST_MEM_COPY) {
+        hx_arena a = { .cls = EXPERT_ON_HOST };
+        rc = build_arena(hx, m, &a, err);
+        hx->arena = a.base;
+        hx->arena_bytes = a.bytes;
     }
-    hx_pieces ps = { calloc((size_t)hx->map.n_host * 6 + 1, sizeof(hx_piece)), 0, 0 };
-    if (!ps.p) return dsv4_fail(err, DSV4_E_NOMEM, "out of memory (host experts)");
-    for (int l = 0; l < hx->map.n_layers; l++)
-        for (int e = 0; e < hx->map.n_routed; e++)
-            for (int k = 0; k < 3 && expert_on_host(&hx->map, l, e); k++) {
-                const dsv4_weight *w = expert_weight(m, l, e, k);
-                add_piece(&ps, w->data, (size_t)weight_bytes(w), w->fmt, 0, 0);
-                if (weight_scale_bytes(w)) add_piece(&ps, w->scale, weight_scale_bytes(w), w->fmt, 1, 0);
-            }
-    rc = fill_arena(hx, m, &ps, err);
-    for (int l = 0, i = 0; !rc && l < hx->map.n_layers; l++)
-        for (int e = 0; e < hx->map.n_routed; e++)
-            if (expert_on_host(&hx->map, l, e)) repoint_expert(hx, m, l, e, &ps, &i);
-    free(ps.p);
-    return rc;
+    return rc ? rc : place_bus(hx, m, 0, 0, err);
 }
 
 /* Host memory the synthetic host experts may take: 60 % of the machine's, so that the OS, the page-locked step
@@ -186,55 +263,22 @@ static size_t synthetic_host_budget(void) {
 int cuda_hx_fill_synthetic(cu_host_experts *hx, struct dsv4_model *m, dsv4_error *err) {
     const size_t budget = synthetic_host_budget();
     hx->memory = ST_MEM_COPY;
-    /* the experts with bytes of their own come first in the arena, in (layer, expert) order: [i] = that expert's
-     * (layer, expert); the others share them in a cycle */
-    int (*own)[2] = malloc(sizeof *own * (size_t)(hx->map.n_host + 1));
-    hx_pieces ps = { calloc((size_t)hx->map.n_host * 6 + 1, sizeof(hx_piece)), 0, 0 };
-    if (!own || !ps.p) {
-        free(own);
-        free(ps.p);
-        return dsv4_fail(err, DSV4_E_NOMEM, "out of host memory for the synthetic host experts");
-    }
-    uint64_t seed = 0x405700000ULL;
-    int n_own = 0, n_shared = 0;
+    /* the budget split between the two arenas in proportion to what each class needs */
+    double need_host = 0, need_bus = 0;
     for (int l = 0; l < hx->map.n_layers; l++)
         for (int e = 0; e < hx->map.n_routed; e++) {
-            if (!expert_on_host(&hx->map, l, e)) continue;
-            size_t need = 0;
-            for (int k = 0; k < 3; k++) need += (size_t)weight_bytes(expert_weight(m, l, e, k)) + weight_scale_bytes(expert_weight(m, l, e, k));
-            if (n_own && ps.bytes + need > budget) continue;   /* shares, below */
-            for (int k = 0; k < 3; k++) {
-                const dsv4_weight *w = expert_weight(m, l, e, k);
-                add_piece(&ps, NULL, (size_t)weight_bytes(w), w->fmt, 0, seed++);
-                if (weight_scale_bytes(w)) add_piece(&ps, NULL, weight_scale_bytes(w), w->fmt, 1, 0);
-            }
-            own[n_own][0] = l, own[n_own][1] = e;
-            n_own++;
+            const int o = expert_owner_of(&hx->map, l, e);
+            if (o == EXPERT_ON_HOST) need_host += (double)expert_bytes(m, l, e);
+            if (o == EXPERT_ON_BUS) need_bus += (double)expert_bytes(m, l, e);
         }
-    int rc = fill_arena(hx, m, &ps, err);
-    for (int l = 0, i = 0, o = 0; !rc && l < hx->map.n_layers; l++)
-        for (int e = 0; e < hx->map.n_routed; e++) {
-            if (!expert_on_host(&hx->map, l, e)) continue;
-            if (o < n_own && own[o][0] == l && own[o][1] == e) {
-                repoint_expert(hx, m, l, e, &ps, &i);
-                o++;
-                continue;
-            }
-            /* share: every routed expert of a main layer has one shape */
-            const int src = n_shared++ % n_own;
-            for (int k = 0; k < 3; k++) {
-                dsv4_weight *w = expert_weight(m, l, e, k);
-                const dsv4_weight *from = expert_weight(m, own[src][0], own[src][1], k);
-                w->data = from->data;
-                w->scale = from->scale;
-            }
-        }
-    free(own);
-    free(ps.p);
-    if (!rc) {
-        hx->synth_distinct = n_own;
-        hx->synth_bytes = ps.bytes;
-    }
+    const size_t budget_bus = need_bus > 0 ? (size_t)((double)budget * need_bus / (need_host + need_bus)) : 0;
+    hx_arena a = { .cls = EXPERT_ON_HOST, .synthetic = 1, .budget = budget - budget_bus, .seed = 0x405700000ULL };
+    int rc = build_arena(hx, m, &a, err);
+    hx->arena = a.base;
+    hx->arena_bytes = a.bytes;
+    hx->synth_distinct = a.n_own;
+    if (!rc) rc = place_bus(hx, m, 1, budget_bus, err);
+    hx->synth_bytes = hx->arena_bytes + hx->bus_bytes;
     return rc;
 }
 
@@ -270,7 +314,7 @@ int cuda_hx_compute(cu_host_experts *hx, struct dsv4_model *m, int L, cu_stream 
     const double t0 = now_ms();
     if (cu_event_wait_host(hx->fetched)) return dsv4_fail(err, DSV4_E_STATE, "CUDA error waiting for layer %d's routing", L);
     const double t1 = now_ms();
-    const uint8_t *on_host = hx->map.owner + (int64_t)L * hx->map.n_routed;
+    const uint8_t *on_host = hx->computes + (int64_t)L * hx->map.n_routed;
     const int n = moe_host_rows(m, &m->layers[L], on_host, hx->xn_h, hx->route_e_h, hx->route_w_h, T, &hx->scr, hx->rows_h, hx->pair_h);
     hx->wait_ms += t1 - t0;
     hx->host_ms += now_ms() - t1;

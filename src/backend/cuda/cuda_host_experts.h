@@ -12,7 +12,14 @@
  *      the -0.0f the GPU wrote there; then the combine sums every token's pairs in increasing expert id, as always.
  * Pair indices are a function of the routing alone (moe_pair_offsets = the GPU plan's numbering), and each row
  * is computed from the same inputs whatever the batch: so the step stays deterministic and batch-invariant, and
- * differs from an all-GPU step only by the CPU and GPU expert kernels' difference (per-kernel tolerance). */
+ * differs from an all-GPU step only by the CPU and GPU expert kernels' difference (per-kernel tolerance).
+ *
+ * The bus share (expert_place.h expert_map_split_bus, `--bus-share`): some of the experts in host memory are read by
+ * the GPU itself. Their bytes live in page-locked, mapped host memory (the bus arena) and their device entries point
+ * there, so the GPU's expert kernels of step 2 read them over PCIe as they run, beside the host computing the
+ * others: the host's cores and the bus each move part of a layer's host bytes. Such an expert's rows are the GPU
+ * kernels' rows, bit for bit those of an all-GPU run (with every host expert on the bus, the step is the all-GPU
+ * step). Packed FP4 experts (DSV4_CUDA_EXPERT_PACK) are packed in place in the bus arena at load. */
 #ifndef DSV4_CUDA_HOST_EXPERTS_H
 #define DSV4_CUDA_HOST_EXPERTS_H
 #include "backend/cuda/cu_runtime.h"
@@ -23,8 +30,10 @@
 struct dsv4_model;
 
 typedef struct cu_host_experts {
-    expert_map map;            /* which experts of which main layer the host holds */
-    int *n_host;               /* [n_layers] host experts per layer (a layer with none skips steps 1-3) */
+    expert_map map;            /* which experts of which main layer the host holds (EXPERT_ON_HOST, EXPERT_ON_BUS) */
+    uint8_t *computes;         /* [n_layers][n_routed]: 1 = the host computes it (EXPERT_ON_HOST) */
+    uint8_t *bus_shared;       /* [n_layers][n_routed]: 1 = a synthetic bus expert sharing another's bytes (packed once) */
+    int *n_host;               /* [n_layers] experts the host computes per layer (a layer with none skips steps 1-3) */
     int T_cap;
     moe_host_scratch scr;
     float *xn_h, *route_w_h, *rows_h;   /* page-locked: [T][dim], [T][K], [T*K][dim] */
@@ -35,19 +44,22 @@ typedef struct cu_host_experts {
     double host_ms, wait_ms;   /* time the host spent computing, and waiting for step 1 (dsv4 bench) */
     uint64_t host_rows;        /* pair rows the host computed */
     st_memory memory;          /* where their bytes live (model/safetensors.h): copy = arena, populate / map = the file */
-    uint8_t *arena;            /* copy: every host expert's bytes on huge pages (util/bigmem.h), owned; the bindings
-                                * of those experts point into it */
+    uint8_t *arena;            /* copy: the bytes of every expert the host computes, on huge pages (util/bigmem.h),
+                                * owned; the bindings of those experts point into it */
     size_t arena_bytes;
+    uint8_t *bus_arena;        /* the bus experts' bytes, page-locked and mapped (the same pointer on the GPU), owned;
+                                * their bindings, host and device, point into it */
+    size_t bus_bytes;
     int synth_distinct;        /* synthetic: host experts with bytes of their own (the rest share them in a cycle) */
-    size_t synth_bytes;        /* synthetic: the distinct host expert bytes */
+    size_t synth_bytes;        /* synthetic: the distinct host expert bytes (both arenas) */
 } cu_host_experts;
 
 /* Take the map (ownership moves to hx; map is cleared) and the per-layer counts. */
 int  cuda_hx_init(cu_host_experts *hx, expert_map *map, dsv4_error *err);
-/* A real checkpoint: where the host experts' bytes live (st_memory_choose on their size, DSV4_WEIGHT_MEMORY): by
- * default copied into one arena on huge pages, filled by the model's threads, with the experts' bindings moved
- * there (the CPU streams them every token: on 4 KiB pages each 4 KiB costs a TLB miss, util/bigmem.h); else the
- * file mapping, populated or not. */
+/* A real checkpoint: where the host experts' bytes live. Those the host computes: by st_memory_choose on their
+ * size (DSV4_WEIGHT_MEMORY), by default copied into one arena on huge pages, filled by the model's threads, with
+ * the experts' bindings moved there (the CPU streams them every token: on 4 KiB pages each 4 KiB costs a TLB miss,
+ * util/bigmem.h); else the file mapping, populated or not. The bus experts: always copied into the bus arena. */
 int  cuda_hx_place(cu_host_experts *hx, struct dsv4_model *m, dsv4_error *err);
 /* A synthetic checkpoint (model/synthetic.h) has holes where its host experts' weights would be: give each host
  * expert weights of its own in host memory (an arena on huge pages, as cuda_hx_place copies real ones), random values in its formats as k_synth.cu makes them on the GPU
@@ -62,5 +74,9 @@ int  cuda_hx_fetch(cu_host_experts *hx, cu_stream st, const dsv4_config *c, cons
                    const float *route_w, int T);
 /* Steps 2-3: wait for step 1, compute on the host, enqueue the copies and the scatter into ey on st. */
 int  cuda_hx_compute(cu_host_experts *hx, struct dsv4_model *m, int L, cu_stream st, int T, float *ey, dsv4_error *err);
+/* A bus expert of main layer L whose bytes are its own (pack it); 0 for a synthetic one sharing another's. */
+static inline int cuda_hx_bus_owns(const cu_host_experts *hx, int L, int e) {
+    return !hx->bus_shared[(int64_t)L * hx->map.n_routed + e];
+}
 void cuda_hx_free(cu_host_experts *hx);
 #endif

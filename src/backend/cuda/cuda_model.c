@@ -105,17 +105,26 @@ static cu_comp up_comp(uploader *u, const dsv4_compressor_weights *c) {
 /* The routed experts of one projection as a device array of E weights (each pointing to its own upload). With
  * `partitioned`, only the experts of the uploader's rank; experts with on_host[e] set stay in host memory
  * (cuda_host_experts.h). Those not uploaded keep data NULL. */
-static dsv4_weight *up_experts(uploader *u, const dsv4_weight *w, int E, int partitioned, const uint8_t *on_host, int pack) {
+static dsv4_weight *up_experts(uploader *u, const dsv4_weight *w, int E, int partitioned, const uint8_t *on_host, int main_L, int pack) {
     dsv4_weight *host = calloc((size_t)E, sizeof *host);
     if (!host) { u->failed = 1; return NULL; }
     for (int e = 0; e < E; e++) {
         host[e] = w[e];
         host[e].data = NULL;
         host[e].scale = NULL;
-        if (on_host && on_host[e] == EXPERT_ON_HOST) continue;
-        if (!partitioned || expert_owner(E, u->n_ranks, e) == u->rank) host[e] = up_weight(u, &w[e]);
+        const int owner = on_host ? on_host[e] : EXPERT_ON_GPU;
+        if (owner == EXPERT_ON_HOST) continue;
+        int own = 1;   /* bytes of its own to pack */
+        if (owner == EXPERT_ON_BUS) {
+            /* in the bus arena, page-locked and mapped: the kernels read it by the host pointer, over PCIe */
+            host[e] = w[e];
+            own = !u->counting && cuda_hx_bus_owns(u->cm->hx, main_L, e);
+        } else if (!partitioned || expert_owner(E, u->n_ranks, e) == u->rank) {
+            host[e] = up_weight(u, &w[e]);
+        }
         dsv4_error perr;
-        if (pack && host[e].data && !u->failed && cu_fp4_frag_pack(NULL, (void *)host[e].data, host[e].rows, host[e].cols, &perr))
+        if (pack && own && host[e].data && !u->failed && !u->counting &&
+            cu_fp4_frag_pack(NULL, (void *)host[e].data, host[e].rows, host[e].cols, &perr))
             u->failed = 1;
     }
     dsv4_weight *d = up(u, host, sizeof *host * (size_t)E);
@@ -129,8 +138,9 @@ static cu_layer_experts up_layer_experts(uploader *u, const struct dsv4_model *m
     const uint8_t *on_host = main_L >= 0 && u->host && u->host->owner ? u->host->owner + (int64_t)main_L * E : NULL;
     /* packed (DSV4_CUDA_EXPERT_PACK): every reader is a tensor-core kernel that knows the layout (cu_mma.h) */
     const int pack = u->pack_fp4 && ly->w1[0].fmt == WF_FP4 && m->cfg.dim % 128 == 0 && m->cfg.moe_inter % 128 == 0;
-    cu_layer_experts x = { up_experts(u, ly->w1, E, partitioned, on_host, pack), up_experts(u, ly->w2, E, partitioned, on_host, pack),
-                           up_experts(u, ly->w3, E, partitioned, on_host, pack), pack ? CU_FMT_FP4_FRAG : ly->w1[0].fmt };
+    cu_layer_experts x = { up_experts(u, ly->w1, E, partitioned, on_host, main_L, pack),
+                           up_experts(u, ly->w2, E, partitioned, on_host, main_L, pack),
+                           up_experts(u, ly->w3, E, partitioned, on_host, main_L, pack), pack ? CU_FMT_FP4_FRAG : ly->w1[0].fmt };
     return x;
 }
 
@@ -333,6 +343,7 @@ static int place_experts(struct cuda_model *cm, struct dsv4_model *m, const cuda
     if (rc) return dsv4_wrap(err, "GPU %d (%.2f GiB free of %.2f GiB%s)", cm->gpu, fb / 1073741824.0, tb / 1073741824.0,
                              p->gpu_mem ? ", --gpu-mem" : "");
     if (!map.owner) return 0;
+    expert_map_split_bus(&map, p->bus_pct);
     if (p->n_gpus > 1) {
         expert_map_free(&map);
         return dsv4_fail(err, DSV4_E_UNSUPPORTED, "routed experts in host memory together with --gpus are not supported yet "
@@ -577,11 +588,13 @@ int cuda_model_init(struct dsv4_model *m, const cuda_placement *p, dsv4_error *e
         fprintf(stderr, "dsv4: %.2f GiB of weights on GPU %d (%s)\n", cm->weight_bytes / 1073741824.0, gpu, name);
         if (cm->hx) {
             const int L = m->cfg.n_layers, E = m->cfg.n_routed;
-            fprintf(stderr, "dsv4: %lld of %lld routed experts in host memory (%.2f GiB, %s, computed by %d threads)%s\n",
+            const double one = (double)dsv4_expert_weight_bytes(&m->layers[0], 0) / 1073741824.0;
+            const int64_t n_bus = cm->hx->map.n_bus, n_cpu = cm->hx->map.n_host - n_bus;
+            fprintf(stderr, "dsv4: %lld of %lld routed experts in host memory%s: %lld (%.2f GiB, %s) computed by %d threads, "
+                    "%lld (%.2f GiB, page-locked) by the GPU over the bus (--bus-share %.2f)\n",
                     (long long)cm->hx->map.n_host, (long long)L * E,
-                    cm->hx->map.n_host * (double)dsv4_expert_weight_bytes(&m->layers[0], 0) / 1073741824.0,
-                    st_memory_words(cm->hx->memory),
-                    dsv4_pool_threads(m->pool), p->profile ? ", the least used by the routing profile" : ", spread evenly");
+                    p->profile ? ", the least used by the routing profile" : ", spread evenly", (long long)n_cpu, n_cpu * one,
+                    st_memory_words(cm->hx->memory), dsv4_pool_threads(m->pool), (long long)n_bus, n_bus * one, p->bus_pct / 100.0);
             if (cm->hx->synth_distinct < cm->hx->map.n_host)
                 fprintf(stderr, "dsv4: synthetic host experts: %d with bytes of their own (%.2f GiB), the other %lld share "
                         "them in a cycle (host memory)\n", cm->hx->synth_distinct, cm->hx->synth_bytes / 1073741824.0,
@@ -637,6 +650,11 @@ void cuda_model_free(struct dsv4_model *m) {
     m->cuda = NULL;
     m->state_mem = &seq_mem_host;
 }
+int64_t cuda_bus_experts(const struct dsv4_model *m) {
+    const cu_host_experts *hx = m->cuda ? m->cuda->hx : NULL;
+    return hx ? hx->map.n_bus : 0;
+}
+
 int64_t cuda_host_experts(const struct dsv4_model *m, double *host_ms, double *wait_ms) {
     const cu_host_experts *hx = m->cuda ? m->cuda->hx : NULL;
     if (host_ms) *host_ms = hx ? hx->host_ms : 0;
