@@ -107,11 +107,10 @@ typedef struct {
     double bus_share;    /* cuda, routed experts in host memory: the share (0..1) of them that the GPU computes itself,
                             its expert kernels reading their weights from page-locked host memory over the bus (PCIe)
                             while the host's cores compute the rest. A fixed set per layer, so results stay
-                            batch-invariant; those experts' rows are the all-GPU run's bits. 0 = the default
-                            (DSV4_BUS_SHARE_DEFAULT); a negative value = none (the host computes every one) */
+                            batch-invariant; those experts' rows are the all-GPU run's bits. 0 = the default: 0.25
+                            where a token's expected host experts in a layer are 2 or more (n_act x the host's
+                            fraction of the experts), else none; a negative value = none (the host computes all) */
 } dsv4_load_opts;
-/* dsv4_load_opts.bus_share when it is 0 */
-#define DSV4_BUS_SHARE_DEFAULT 0.0
 
 /* "cpu" / "cuda" -> a dsv4_device, or -1. */
 DSV4_API int dsv4_device_parse(const char *name);

@@ -91,8 +91,14 @@ void expert_map_split_bus(expert_map *map, int bus_pct) {
 
 int expert_bus_pct(double share) {
     if (!(share <= 1)) return -1;
-    if (share == 0) share = DSV4_BUS_SHARE_DEFAULT;
+    if (share == 0) return EXPERT_BUS_AUTO;
     return share < 0 ? 0 : (int)lround(share * 100);
+}
+
+int expert_bus_auto_pct(const expert_map *map, int n_act) {
+    const int64_t total = (int64_t)map->n_layers * map->n_routed;
+    /* n_act * n_host / total >= 2, in integers */
+    return map->owner && total > 0 && (int64_t)n_act * map->n_host >= 2 * total ? 25 : 0;
 }
 
 /* "12.34 GiB" or, below 1 GiB, "12.34 MiB": tiny test models and real ones both read well. */

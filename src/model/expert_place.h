@@ -69,8 +69,16 @@ int  expert_map_gpu_count(const expert_map *map, int layer);
  * expert is computed is a function of the placement and the share alone, never of a step's routing: a token's
  * rows come from the same kernel whatever its neighbours (batch invariance). Call after expert_map_plan. */
 void expert_map_split_bus(expert_map *map, int bus_pct);
-/* dsv4_load_opts.bus_share as that percent (0 = DSV4_BUS_SHARE_DEFAULT, negative = none), or -1 when above 1 or NaN. */
+/* dsv4_load_opts.bus_share as that percent (negative = none), EXPERT_BUS_AUTO for 0 (the default), or -1 when above
+ * 1 or NaN. */
+#define EXPERT_BUS_AUTO (-2)
 int  expert_bus_pct(double share);
+/* The default share for a placement: 25 % where a token's expected host experts in a layer (n_act x the host's
+ * fraction of the experts) are 2 or more, else none. Measured on an H200 with a 16-core host (docs/GPU_RUNS.md run
+ * 118): the bus reads an expert at ~30-40 GB/s, the host's cores at ~65, and a layer waits for the slower side, so
+ * the bus pays only where the host has several experts a layer to compute (Flash --gpu-mem 80 and 24: +6-16 % decode,
+ * +40 % prefill) and costs where it has about one (--gpu-mem 132: -10 %). A function of the placement alone. */
+int  expert_bus_auto_pct(const expert_map *map, int n_act);
 
 struct dsv4_model;
 /* The placement for a GPU budget of gpu_bytes for the weights: every weight but the main layers' routed experts

@@ -376,7 +376,7 @@ static int model_cuda_init(dsv4_model *m, const char *dir, const dsv4_load_opts 
     if (opts->gpu_mem_gb < 0 || opts->gpu_mem_gb > 1e6)
         return dsv4_fail(err, DSV4_E_ARG, "GPU memory budget %g GiB is out of range", opts->gpu_mem_gb);
     const int bus_pct = expert_bus_pct(opts->bus_share);
-    if (bus_pct < 0) return dsv4_fail(err, DSV4_E_ARG, "bus share %g is out of range (0 to 1; negative = none)", opts->bus_share);
+    if (bus_pct == -1) return dsv4_fail(err, DSV4_E_ARG, "bus share %g is out of range (0 to 1; negative = none)", opts->bus_share);
     expert_profile prof;
     int rc = expert_profile_find(dir, opts->expert_profile, m->cfg.n_layers, m->cfg.n_routed, m->cfg.n_act, &prof, err);
     if (rc) return rc;

@@ -118,6 +118,14 @@ cp "$T/cut.json" "$T/m/expert_profile.json"
 expect_err "damaged profile next to the checkpoint" "expert_profile.json: not JSON" "$BIN" inspect -m "$T/m" --gpu-mem 0.0054
 expect_err "missing profile" "nope.json" "$BIN" inspect -m "$T/m" --gpu-mem 0.0054 --expert-profile "$T/nope.json"
 expect_err "budget below the other weights" "the weights other than the routed experts need" "$BIN" inspect -m "$T/m" --gpu-mem 0.001 --expert-profile "$T/p3.json"
+# the default bus share: 25 % where top-2 x the host's fraction of the 48 experts >= 2, i.e. all 48 on the host (a
+# budget just above the other weights, read from the error); none at 40 of 48 (0.0054 GiB, above)
+fixed_mib=$(sed -n 's/.*routed experts need \([0-9.]*\) MiB.*/\1/p' "$T/err")
+expect_ok "inspect at the other weights' size" "$BIN" inspect -m "$T/m" --expert-profile "" --gpu-mem "$(python3 -c "print(($fixed_mib + 0.01) / 1024)")"
+grep -q "in host memory: 36 (.*) computed by the CPU, 12 (.*) by the GPU over the bus (--bus-share 0.25)" "$T/out" && ok ||
+    bad "default bus share with every expert on the host: $(grep 'host memory' "$T/out" | tail -1)"
+expect_ok "inspect default bus share" "$BIN" inspect -m "$T/m" --expert-profile "" --gpu-mem 0.0054
+grep -q "(--bus-share 0.00)" "$T/out" && ok || bad "default bus share at 40 of 48 on the host: $(grep 'over the bus' "$T/out")"
 expect_err "bad --gpu-mem" "--gpu-mem must be a positive number" "$BIN" inspect -m "$T/m" --gpu-mem lots
 expect_err "zero --gpu-mem" "--gpu-mem must be a positive number" "$BIN" logits -m "$T/m" --tokens 1,2 --gpu-mem 0
 expect_err "profile without budget" "--expert-profile needs --gpu-mem" "$BIN" inspect -m "$T/m" --expert-profile "$T/p3.json"

@@ -177,6 +177,23 @@ static void host_map_bus_share(void **st) {
     expert_map_split_bus(&m, -5);
     assert_int_equal(m.n_bus, 0);
     for (int e = 2; e < 8; e++) assert_int_equal(expert_owner_of(&m, 0, e), EXPERT_ON_HOST);
+    /* the option's values: 0 = the default (auto), negative = none, above 1 or NaN = invalid */
+    assert_int_equal(expert_bus_pct(0), EXPERT_BUS_AUTO);
+    assert_int_equal(expert_bus_pct(-1), 0);
+    assert_int_equal(expert_bus_pct(0.25), 25);
+    assert_int_equal(expert_bus_pct(1), 100);
+    assert_int_equal(expert_bus_pct(1.01), -1);
+    assert_int_equal(expert_bus_pct(NAN), -1);
+    /* the default: 25 % where n_act x n_host / (L x E) >= 2. 13 of 16 on the host: top-2 gives 26 / 16 < 2, none;
+     * top-3 gives 39 / 16 >= 2; 11 of 16 at top-3: 33 / 16 >= 2; 10 of 16: 30 / 16 < 2 */
+    assert_int_equal(expert_bus_auto_pct(&m, 2), 0);
+    assert_int_equal(expert_bus_auto_pct(&m, 3), 25);
+    expert_map_free(&m);
+    assert_int_equal(expert_map_plan(&m, 2, 8, 5, NULL), 0);
+    assert_int_equal(expert_bus_auto_pct(&m, 3), 25);
+    expert_map_free(&m);
+    assert_int_equal(expert_map_plan(&m, 2, 8, 6, NULL), 0);
+    assert_int_equal(expert_bus_auto_pct(&m, 3), 0);
     expert_map_free(&m);
     /* everything on the GPU: no map, nothing to split */
     assert_int_equal(expert_map_plan(&m, 2, 8, 16, NULL), 0);

@@ -21,7 +21,7 @@ typedef struct {
     uint64_t gpu_mem;           /* bytes of GPU memory for the weights; 0 = what is free less a working margin */
     const uint64_t *profile;    /* [n_layers][n_routed] routing counts (model/expert_profile.h), or NULL */
     int bus_pct;                /* of the experts in host memory, the percent the GPU reads over the bus and computes
-                                 * (model/expert_place.h expert_map_split_bus) */
+                                 * (model/expert_place.h expert_map_split_bus), or EXPERT_BUS_AUTO */
 } cuda_placement;
 
 /* Upload every weight of m (in its checkpoint format) to GPU p->gpu and make new sequences of m keep their state

@@ -187,7 +187,7 @@ static int build_arena(cu_host_experts *hx, struct dsv4_model *m, hx_arena *a, d
         }
     if (!rc && !(a->base = arena_alloc(a, ps.bytes)))
         rc = a->pinned ? dsv4_fail(err, DSV4_E_NOMEM, "out of page-locked host memory for the %lld routed experts the GPU reads over "
-                                   "the bus (%.2f GiB): a smaller --bus-share needs less", (long long)n_cls, ps.bytes / 1073741824.0)
+                                   "the bus (%.2f GiB): --bus-share 0, or a smaller share, needs less", (long long)n_cls, ps.bytes / 1073741824.0)
                        : dsv4_fail(err, DSV4_E_NOMEM, "out of host memory for the %lld host experts (%.2f GiB)", (long long)n_cls,
                                    ps.bytes / 1073741824.0);
     if (!rc) {

@@ -34,6 +34,7 @@ typedef struct cu_host_experts {
     uint8_t *computes;         /* [n_layers][n_routed]: 1 = the host computes it (EXPERT_ON_HOST) */
     uint8_t *bus_shared;       /* [n_layers][n_routed]: 1 = a synthetic bus expert sharing another's bytes (packed once) */
     int *n_host;               /* [n_layers] experts the host computes per layer (a layer with none skips steps 1-3) */
+    int bus_pct;               /* the bus share the map was split at (percent) */
     int T_cap;
     moe_host_scratch scr;
     float *xn_h, *route_w_h, *rows_h;   /* page-locked: [T][dim], [T][K], [T*K][dim] */

@@ -343,7 +343,8 @@ static int place_experts(struct cuda_model *cm, struct dsv4_model *m, const cuda
     if (rc) return dsv4_wrap(err, "GPU %d (%.2f GiB free of %.2f GiB%s)", cm->gpu, fb / 1073741824.0, tb / 1073741824.0,
                              p->gpu_mem ? ", --gpu-mem" : "");
     if (!map.owner) return 0;
-    expert_map_split_bus(&map, p->bus_pct);
+    const int bus_pct = p->bus_pct == EXPERT_BUS_AUTO ? expert_bus_auto_pct(&map, m->cfg.n_act) : p->bus_pct;
+    expert_map_split_bus(&map, bus_pct);
     if (p->n_gpus > 1) {
         expert_map_free(&map);
         return dsv4_fail(err, DSV4_E_UNSUPPORTED, "routed experts in host memory together with --gpus are not supported yet "
@@ -354,6 +355,7 @@ static int place_experts(struct cuda_model *cm, struct dsv4_model *m, const cuda
         return dsv4_fail(err, DSV4_E_NOMEM, "out of memory");
     }
     rc = cuda_hx_init(cm->hx, &map, err);
+    if (!rc) cm->hx->bus_pct = bus_pct;
     /* a synthetic checkpoint: its host experts get real bytes in host memory (their bindings are holes) */
     if (!rc && m->cfg.synthetic_holes) rc = cuda_hx_fill_synthetic(cm->hx, m, err);
     else if (!rc) rc = cuda_hx_place(cm->hx, m, err);
@@ -594,7 +596,7 @@ int cuda_model_init(struct dsv4_model *m, const cuda_placement *p, dsv4_error *e
                     "%lld (%.2f GiB, page-locked) by the GPU over the bus (--bus-share %.2f)\n",
                     (long long)cm->hx->map.n_host, (long long)L * E,
                     p->profile ? ", the least used by the routing profile" : ", spread evenly", (long long)n_cpu, n_cpu * one,
-                    st_memory_words(cm->hx->memory), dsv4_pool_threads(m->pool), (long long)n_bus, n_bus * one, p->bus_pct / 100.0);
+                    st_memory_words(cm->hx->memory), dsv4_pool_threads(m->pool), (long long)n_bus, n_bus * one, cm->hx->bus_pct / 100.0);
             if (cm->hx->synth_distinct < cm->hx->map.n_host)
                 fprintf(stderr, "dsv4: synthetic host experts: %d with bytes of their own (%.2f GiB), the other %lld share "
                         "them in a cycle (host memory)\n", cm->hx->synth_distinct, cm->hx->synth_bytes / 1073741824.0,
