@@ -1,8 +1,7 @@
 /* Routed experts in host memory (issue 15) on the GPU. A tiny checkpoint loaded with a GPU budget that holds every
  * other weight and about half of the routed experts keeps the rest in host memory, computed by the CPU:
  *   - the split model is exact with itself (memcmp against its own one-shot run): token by token, random chunks,
- *     batched beside a second stream, speculative steps rolled back, saved and restored at 5 / 10 / 131; its steps
- *     run as CUDA graphs cut at each layer's host hand-off, and launched directly they give the same bits;
+ *     batched beside a second stream, speculative steps rolled back, saved and restored at 5 / 10 / 131;
  *   - it agrees with the all-GPU model within the per-kernel tolerance (the CPU's and GPU's expert kernels sum in
  *     different orders): the deviation is printed and bounded (EXACT 1e-4, OFFICIAL 5e-2 of the largest logit);
  *   - a state saved on the split model continues on the all-GPU model and the other way round (within the same
@@ -170,22 +169,6 @@ static void split_parity(void **state) {
             fail_msg("host experts in the file mapping (%s) differ from their copy", kinds[k]);
         free(got);
         dsv4_model_free(m);
-    }
-    /* the split steps ran as CUDA graphs (a segment from each host hand-off to the next); launched directly, the
-     * same bits */
-    {
-        cuda_graph_info gi;
-        cuda_graphs_get(f->split, &gi);
-        if (!gi.on || gi.graphed_steps <= 0 || gi.direct_steps != 0)
-            fail_msg("the split model's steps: %ld graphed, %ld direct (graphs %s)", gi.graphed_steps, gi.direct_steps, gi.on ? "on" : "off");
-        printf("  split model: %ld steps as graphs, %ld captures, %ld instantiations, %ld updates\n", gi.graphed_steps,
-               gi.captures, gi.instantiations, gi.updates);
-        cuda_graphs_set(f->split, 0, 0);
-        float *got = tm_logits(f->split, f->tok, SEQ_LEN, NULL, 0);
-        cuda_graphs_set(f->split, 1, 0);
-        if (!got || memcmp(got, f->ref, sizeof(float) * SEQ_LEN * (size_t)f->vocab))
-            fail_msg("the split model launched directly differs from its graphed steps");
-        free(got);
     }
     /* every host expert read by the GPU over the bus: the all-GPU model's bits */
     {

@@ -106,9 +106,6 @@ extern "C" void cu_event_free(cu_event ev) {
 extern "C" int cu_event_record(cu_event ev, cu_stream st) {
     return cudaEventRecord((cudaEvent_t)ev, (cudaStream_t)st) != cudaSuccess ? -1 : 0;
 }
-extern "C" int cu_event_record_external(cu_event ev, cu_stream st) {
-    return cudaEventRecordWithFlags((cudaEvent_t)ev, (cudaStream_t)st, cudaEventRecordExternal) != cudaSuccess ? -1 : 0;
-}
 extern "C" int cu_event_wait_host(cu_event ev) { return cudaEventSynchronize((cudaEvent_t)ev) != cudaSuccess ? -1 : 0; }
 extern "C" int cu_stream_wait(cu_stream st, cu_event ev) {
     return cudaStreamWaitEvent((cudaStream_t)st, (cudaEvent_t)ev, 0) != cudaSuccess ? -1 : 0;

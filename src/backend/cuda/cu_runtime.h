@@ -39,9 +39,6 @@ typedef void *cu_event;
 cu_event cu_event_new(void);
 void cu_event_free(cu_event ev);
 int  cu_event_record(cu_event ev, cu_stream st);
-/* The same, and inside a stream capture an external event node of the graph: the host may wait for it once the
- * graph is launched (cu_event_record inside a capture only orders streams of the capture). */
-int  cu_event_record_external(cu_event ev, cu_stream st);
 int  cu_event_wait_host(cu_event ev);      /* the host waits until the stream has passed the event: 0 or -1 */
 int  cu_stream_wait(cu_stream st, cu_event ev);   /* st's later work waits until ev has passed (inside a capture: an edge) */
 cu_stream cu_stream_new(void);

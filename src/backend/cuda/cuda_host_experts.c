@@ -306,7 +306,7 @@ int cuda_hx_fetch(cu_host_experts *hx, cu_stream st, const dsv4_config *c, const
     if (cu_download_async(st, hx->xn_h, xn, sizeof(float) * t * d) || cu_download_async(st, hx->route_e_h, route_e, sizeof(int32_t) * t * K) ||
         cu_download_async(st, hx->route_w_h, route_w, sizeof(float) * t * K))
         return -1;
-    return cu_event_record_external(hx->fetched, st);   /* the host waits for it, graphed steps too (cuda_step.c) */
+    return cu_event_record(hx->fetched, st);
 }
 
 int cuda_hx_compute(cu_host_experts *hx, struct dsv4_model *m, int L, cu_stream st, int T, float *ey, dsv4_error *err) {

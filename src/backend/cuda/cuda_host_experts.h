@@ -12,9 +12,7 @@
  *      the -0.0f the GPU wrote there; then the combine sums every token's pairs in increasing expert id, as always.
  * Pair indices are a function of the routing alone (moe_pair_offsets = the GPU plan's numbering), and each row
  * is computed from the same inputs whatever the batch: so the step stays deterministic and batch-invariant, and
- * differs from an all-GPU step only by the CPU and GPU expert kernels' difference (per-kernel tolerance). A
- * graphed step ends its segment before the host waits in step 2 and begins the next after step 3's copies and
- * scatter (cuda_step.c host_handoff); step 1's event is recorded as an external event node for that wait.
+ * differs from an all-GPU step only by the CPU and GPU expert kernels' difference (per-kernel tolerance).
  *
  * The bus share (expert_place.h expert_map_split_bus, `--bus-share`): some of the experts in host memory are read by
  * the GPU itself. Their bytes live in page-locked, mapped host memory (the bus arena) and their device entries point

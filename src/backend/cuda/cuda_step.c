@@ -213,10 +213,6 @@ typedef struct {
     int mma;                   /* OFFICIAL and cuda_model.mma_on: FP8/FP4 linears of act-quantized rows on tensor cores,
                                 * and the linears of bf16-valued rows (linear16) */
     int branched;              /* launches on the side stream not yet joined (branch_end, branch_join) */
-    /* a graphed step (cuda_step): its graphs, slot, segment count and the segment being captured; g NULL when the
-     * step is launched directly */
-    cu_graphs *g;
-    int slot, n_seg, seg;
 } step_ctx;
 
 /* End of a stage: with profiling on, wait for the GPU and charge the time since the last mark to `stage`. */
@@ -503,25 +499,6 @@ static void shared_expert(step_ctx *s, const cu_layer *ly, int in_packed) {
     linear_q(s, &ly->sw2, ws->seg, ws->yq, ws->yqs, ws->ys);
 }
 
-/* The host's part of a layer with host experts (cuda_host_experts.h steps 2-3). The host waits for this layer's
- * routing, which the GPU must already be running towards: a graphed step ends the segment being captured here
- * (launching it: the layer's routing copies, its GPU experts and shared expert are its last work), computes, puts
- * its rows' copies and the scatter on the stream directly (their sizes change with the routing), and begins
- * capturing the next segment, which goes on from the experts' combine. Between hand-offs the stream is always
- * capturing, failures included, so that cuda_step's last cu_graph_end finds the capture it expects. */
-static void host_handoff(step_ctx *s, cu_host_experts *hx, int L) {
-    dsv4_error e;
-    int launched = 1;
-    if (s->g) {
-        if (s->seg >= s->n_seg - 1 && !s->rc)   /* cuda_step counted one segment per layer the host computes in */
-            s->rc = dsv4_fail(s->err, DSV4_E_STATE, "cuda: layer %d's host experts cut segment %d of %d", L, s->seg, s->n_seg);
-        launched = !cu_graph_end(s->g, s->slot, s->seg++, s->st, s->rc != 0, s->rc ? &e : s->err) && !s->rc;
-        if (!launched && !s->rc) s->rc = DSV4_E_STATE;
-    }
-    if (launched && !s->rc) s->rc = cuda_hx_compute(hx, s->m, L, s->st, s->T, s->ws->ey, s->err);
-    if (s->g && cu_graph_begin(s->st, &e) && !s->rc) s->rc = dsv4_fail(s->err, DSV4_E_STATE, "%s", e.msg);
-}
-
 static void step_moe(step_ctx *s, const cu_layer *ly, int L) {
     const dsv4_config *c = &s->m->cfg;
     cu_workspace *ws = s->ws;
@@ -560,7 +537,7 @@ static void step_moe(step_ctx *s, const cu_layer *ly, int L) {
     /* the shared expert sees the same (OFFICIAL: quantized) rows as the routed ones */
     if (!br) shared_expert(s, ly, in_packed);
     /* the GPU has its experts and the shared expert queued: the host computes its experts meanwhile */
-    if (hx) host_handoff(s, hx, L);
+    if (hx && !s->rc) s->rc = cuda_hx_compute(hx, s->m, L, s->st, T, ws->ey, s->err);
     /* the experts' sum and mHC's post in one launch: step_moe ends the sub-layer */
     branch_join(s);
     cu_hc_post_moe(s->st, s->official, ws->ey, ws->ys, ws->plan.token_pairs, K, ws->mix, ws->X, T, c->hc_mult, d);
@@ -856,24 +833,14 @@ static int step_end(step_ctx *s, dsv4_step_item *items, const head_plan *hp, con
  * head_prepare; the first wait is step_end's cu_finish. The region is cut into segments, each captured and
  * launched as one graph, so that the host captures the next segment while the GPU runs the last one: the
  * first segment is the embedding and layer 0 alone (all the GPU waits for before its first kernel), then
- * CU_GRAPH_LAYERS layers each, the last with the head. With routed experts in host memory the host works and waits
- * mid-step, so the segments are cut there instead: each layer the host computes experts of ends one (host_handoff:
- * the capture ends and launches, the host waits and computes, its rows' copies and scatter go on the stream
- * directly, the next capture begins). Steps launched directly instead (graphs_usable): graphs turned off
- * (DSV4_CUDA_GRAPHS=0 at load, cuda_graphs_set), experts over several GPUs (cuda_ep.c: the transport waits on the
- * host), the per-stage profiler (it waits at every stage), and the MTP and DSpark heads (cuda_mtp_forward, the
- * dspark calls: a few launches each). */
+ * CU_GRAPH_LAYERS layers each, the last with the head. Steps launched directly instead (graphs_usable): graphs turned off (DSV4_CUDA_GRAPHS=0 at
+ * load, cuda_graphs_set), routed experts in host memory (cuda_host_experts.c: host work and waits mid-step),
+ * experts over several GPUs (cuda_ep.c: the transport waits on the host), the per-stage profiler (it waits at
+ * every stage), and the MTP and DSpark heads (cuda_mtp_forward, the dspark calls: a few launches each). */
 #define CU_GRAPH_LAYERS 4
 
 static int graphs_usable(const struct cuda_model *cm) {
-    return cm->graphs_on && cm->graphs && !cm->ep && !cm->prof.on;
-}
-
-/* Layers whose routed experts the host computes in part: each ends a segment of a graphed step (host_handoff). */
-static int host_cuts(const struct cuda_model *cm, int NL) {
-    int n = 0;
-    for (int L = 0; cm->hx && L < NL; L++) n += cm->hx->n_host[L] > 0;
-    return n;
+    return cm->graphs_on && cm->graphs && !cm->hx && !cm->ep && !cm->prof.on;
 }
 
 /* Segments of a graphed step of NL layers, and the first layer of segment k (NL for k = the count). */
@@ -892,10 +859,8 @@ int cuda_step(struct dsv4_model *m, dsv4_step_item *items, int n_items, dsv4_err
     int rc = step_begin(m, items, n_items, &s, err);
     if (rc) return rc;
     if ((rc = head_prepare(&s, items, &hp, err))) return rc;
-    /* one segment of all the layers when launched directly; with host experts, a segment from each host hand-off
-     * to the next (host_handoff) */
-    const int graphed = graphs_usable(cm), n_loop = graphed && !cm->hx ? seg_count(NL) : 1;
-    const int n_seg = graphed ? n_loop + host_cuts(cm, NL) : 1;
+    /* one segment of all the layers when launched directly */
+    const int graphed = graphs_usable(cm), n_seg = graphed ? seg_count(NL) : 1;
     /* the head's kernels depend on how many rows it takes and whether it draws: part of the shape */
     const int slot = graphed ? cu_graphs_slot(cm->graphs, s.T, n_items, 2 * hp.R + (hp.Q > 0), n_seg) : -1;
     if (graphed && slot < 0) {
@@ -904,29 +869,24 @@ int cuda_step(struct dsv4_model *m, dsv4_step_item *items, int n_items, dsv4_err
     }
     /* From here on the sequences change. */
     if (cm->route_counts) m->counted_tokens += (uint64_t)s.T;
-    if (graphed) {
-        s.g = cm->graphs;
-        s.slot = slot;
-        s.n_seg = n_seg;
-    }
-    for (int k = 0; k < n_loop; k++) {
+    for (int k = 0; k < n_seg; k++) {
         if (graphed && (rc = cu_graph_begin(s.st, err))) break;
         if (k == 0) {
             cu_embed(s.st, &cm->embed, s.ws->tok, s.T, c->hc_mult, c->dim, s.ws->X);
             mark(&s, ST_EMBED);
         }
-        const int L1 = k == n_loop - 1 ? NL : seg_start(k + 1, NL);
-        for (int L = n_loop > 1 ? seg_start(k, NL) : 0; L < L1; L++) {
+        const int L1 = k == n_seg - 1 ? NL : seg_start(k + 1, NL);
+        for (int L = graphed ? seg_start(k, NL) : 0; L < L1; L++) {
             step_block(&s, &cm->layers[L], L);
             capture_features(&s, items, L);
         }
-        if (k == n_loop - 1) {
+        if (k == n_seg - 1) {
             head_launch(&s, &hp, 0, &cm->hc_head, cm->norm);
             mark(&s, ST_HEAD);
         }
         branch_join(&s);   /* never pending here (each sub-layer joins its branches); a capture must end joined */
         /* a failure inside the sequence (s.rc) drops the capture: step_end reports it */
-        if (graphed && ((rc = cu_graph_end(cm->graphs, slot, s.seg++, s.st, s.rc != 0, err)) || s.rc)) break;
+        if (graphed && ((rc = cu_graph_end(cm->graphs, slot, k, s.st, s.rc != 0, err)) || s.rc)) break;
     }
     if (!rc) rc = step_end(&s, items, &hp, &cm->hc_head, cm->norm, 1, err);
     head_plan_free(&hp);
