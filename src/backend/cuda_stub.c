@@ -24,9 +24,8 @@ int64_t cuda_host_experts(const struct dsv4_model *m, double *host_ms, double *w
     if (wait_ms) *wait_ms = 0;
     return 0;
 }
-int64_t cuda_bus_experts(const struct dsv4_model *m, uint64_t *copies) {
+int64_t cuda_bus_experts(const struct dsv4_model *m) {
     (void)m;
-    if (copies) *copies = 0;
     return 0;
 }
 int cuda_count_routes(struct dsv4_model *m, int on, dsv4_error *err) {

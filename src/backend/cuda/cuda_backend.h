@@ -34,9 +34,8 @@ int  cuda_model_init(struct dsv4_model *m, const cuda_placement *p, dsv4_error *
 /* Routed experts of the main layers computed by the host (0: all on the GPUs), and the host's time so far:
  * computing them, and waiting for the GPU's routing (ms). */
 int64_t cuda_host_experts(const struct dsv4_model *m, double *host_ms, double *wait_ms);
-/* Of those, the ones the GPU computes, their weights copied from host memory over the bus (0: none); copies: how
- * many expert copies the steps so far made (NULL: not wanted). */
-int64_t cuda_bus_experts(const struct dsv4_model *m, uint64_t *copies);
+/* Of those, the ones the GPU computes, reading their weights from host memory over the bus (0: none). */
+int64_t cuda_bus_experts(const struct dsv4_model *m);
 /* Count routes on the GPU (model/route_count.h): start from zero (on) or stop; read the counts [L][E]. */
 int  cuda_count_routes(struct dsv4_model *m, int on, dsv4_error *err);
 int  cuda_route_counts(const struct dsv4_model *m, uint64_t *counts, dsv4_error *err);

@@ -23,9 +23,7 @@ int cuda_hx_init(cu_host_experts *hx, expert_map *map, dsv4_error *err) {
     memset(map, 0, sizeof *map);
     const size_t LE = (size_t)hx->map.n_layers * (size_t)hx->map.n_routed;
     if (!(hx->n_host = calloc((size_t)hx->map.n_layers, sizeof *hx->n_host)) || !(hx->computes = calloc(LE + 1, 1)) ||
-        !(hx->n_bus = calloc((size_t)hx->map.n_layers, sizeof *hx->n_bus)) || !(hx->touched = calloc((size_t)hx->map.n_routed, 1)) ||
-        !(hx->bus_shared = calloc(LE + 1, 1)) || !(hx->fetched = cu_event_new()) ||
-        (hx->map.n_bus && (!(hx->copy_st = cu_stream_new()) || !(hx->copied = cu_event_new())))) {
+        !(hx->bus_shared = calloc(LE + 1, 1)) || !(hx->fetched = cu_event_new())) {
         cuda_hx_free(hx);
         return dsv4_fail(err, DSV4_E_NOMEM, "out of memory (host experts)");
     }
@@ -34,7 +32,6 @@ int cuda_hx_init(cu_host_experts *hx, expert_map *map, dsv4_error *err) {
             const int host = expert_owner_of(&hx->map, l, e) == EXPERT_ON_HOST;
             hx->computes[(size_t)l * (size_t)hx->map.n_routed + (size_t)e] = (uint8_t)host;
             hx->n_host[l] += host;
-            hx->n_bus[l] += expert_owner_of(&hx->map, l, e) == EXPERT_ON_BUS;
         }
     return DSV4_OK;
 }
@@ -48,13 +45,8 @@ static void free_buffers(cu_host_experts *hx) {
     cu_free_host(hx->pair_h);
     cu_free(hx->rows_d);
     cu_free(hx->pair_d);
-    cu_free(hx->slots_d);
-    cu_free_host(hx->tab_h);
     hx->xn_h = hx->route_w_h = hx->rows_h = hx->rows_d = NULL;
     hx->route_e_h = hx->pair_h = hx->pair_d = NULL;
-    hx->slots_d = NULL;
-    hx->tab_h = NULL;
-    hx->n_slots = 0;
     hx->T_cap = 0;
 }
 
@@ -63,11 +55,7 @@ void cuda_hx_free(cu_host_experts *hx) {
     bigmem_free(hx->arena, hx->arena_bytes);
     cu_free_host(hx->bus_arena);
     cu_event_free(hx->fetched);
-    cu_event_free(hx->copied);
-    cu_stream_free(hx->copy_st);
     free(hx->n_host);
-    free(hx->n_bus);
-    free(hx->touched);
     free(hx->computes);
     free(hx->bus_shared);
     expert_map_free(&hx->map);
@@ -237,19 +225,6 @@ static int place_bus(cu_host_experts *hx, struct dsv4_model *m, int synthetic, s
     hx->bus_arena = a.base;
     hx->bus_bytes = a.bytes;
     hx->synth_distinct += a.n_own;
-    /* the span of an expert's pieces, from its w1 data (the first) to the end of its last */
-    for (int l = 0; !rc && l < hx->map.n_layers; l++)
-        for (int e = 0; e < hx->map.n_routed; e++) {
-            if (expert_owner_of(&hx->map, l, e) != EXPERT_ON_BUS) continue;
-            const uint8_t *base = expert_weight(m, l, e, 0)->data;
-            for (int k = 0; k < 3; k++) {
-                const dsv4_weight *w = expert_weight(m, l, e, k);
-                const size_t end_d = (size_t)((const uint8_t *)w->data - base) + (size_t)weight_bytes(w);
-                const size_t end_s = w->scale ? (size_t)(w->scale - base) + weight_scale_bytes(w) : 0;
-                if (end_d > hx->bus_span) hx->bus_span = end_d;
-                if (end_s > hx->bus_span) hx->bus_span = end_s;
-            }
-        }
     return rc;
 }
 
@@ -321,17 +296,6 @@ int cuda_hx_reserve(cu_host_experts *hx, const dsv4_config *c, int T, dsv4_error
         return dsv4_fail(err, DSV4_E_NOMEM, "out of memory for the host experts' buffers of a %d-token step (%.2f GiB page-locked, "
                          "as much on the GPU)", T, sizeof(float) * t * K * d / 1073741824.0);
     }
-    /* the bus slots: a step routes to at most T K experts of a layer, and a layer has at most max n_bus of them */
-    int most = 0;
-    for (int l = 0; l < hx->map.n_layers; l++) most = hx->n_bus[l] > most ? hx->n_bus[l] : most;
-    const int n_slots = (int64_t)T * c->n_act < most ? T * c->n_act : most;
-    if (n_slots && (!(hx->slots_d = cu_malloc((size_t)n_slots * hx->bus_span)) ||
-                    !(hx->tab_h = cu_malloc_host(sizeof(dsv4_weight) * 3 * (size_t)n_slots)))) {
-        free_buffers(hx);
-        return dsv4_fail(err, DSV4_E_NOMEM, "out of GPU memory for the bus experts of a %d-token step (%d of %.2f MiB: "
-                         "--bus-share 0 needs none)", T, n_slots, hx->bus_span / 1048576.0);
-    }
-    hx->n_slots = n_slots;
     hx->T_cap = T;
     return DSV4_OK;
 }
@@ -343,44 +307,6 @@ int cuda_hx_fetch(cu_host_experts *hx, cu_stream st, const dsv4_config *c, const
         cu_download_async(st, hx->route_w_h, route_w, sizeof(float) * t * K))
         return -1;
     return cu_event_record(hx->fetched, st);
-}
-
-int cuda_hx_bus_stage(cu_host_experts *hx, struct dsv4_model *m, int L, cu_stream st, int T, dsv4_weight *const tabs[3],
-                      dsv4_error *err) {
-    const int E = hx->map.n_routed, K = m->cfg.n_act;
-    const double t0 = now_ms();
-    if (cu_event_wait_host(hx->fetched)) return dsv4_fail(err, DSV4_E_STATE, "CUDA error waiting for layer %d's routing", L);
-    hx->wait_ms += now_ms() - t0;
-    const uint8_t *owner = hx->map.owner + (int64_t)L * E;
-    memset(hx->touched, 0, (size_t)E);
-    for (int64_t i = 0; i < (int64_t)T * K; i++) {
-        const int e = hx->route_e_h[i];
-        if (e >= 0 && e < E && owner[e] == EXPERT_ON_BUS) hx->touched[e] = 1;
-    }
-    /* The slots and the page-locked entries are free again: the host waited for this layer's routing, which the
-     * stream reaches only after the previous layer's expert launch (the slots' last reader) and its entry copies. */
-    int n = 0;
-    for (int e = 0; e < E; e++) {
-        if (!hx->touched[e]) continue;
-        if (n == hx->n_slots) return dsv4_fail(err, DSV4_E_STATE, "layer %d routes to more bus experts than its %d slots", L, hx->n_slots);
-        uint8_t *slot = hx->slots_d + (size_t)n * hx->bus_span;
-        const uint8_t *base = expert_weight(m, L, e, 0)->data;
-        if (cu_upload_async(hx->copy_st, slot, base, hx->bus_span))
-            return dsv4_fail(err, DSV4_E_STATE, "CUDA error copying layer %d's bus expert %d", L, e);
-        for (int k = 0; k < 3; k++) {
-            dsv4_weight w = *expert_weight(m, L, e, k);
-            w.data = slot + ((const uint8_t *)w.data - base);
-            if (w.scale) w.scale = slot + (w.scale - base);
-            hx->tab_h[3 * n + k] = w;
-            if (cu_upload_async(st, tabs[k] + e, &hx->tab_h[3 * n + k], sizeof w))
-                return dsv4_fail(err, DSV4_E_STATE, "CUDA error pointing layer %d's bus expert %d at its slot", L, e);
-        }
-        n++;
-    }
-    hx->bus_copies += (uint64_t)n;
-    if (n && (cu_event_record(hx->copied, hx->copy_st) || cu_stream_wait(st, hx->copied)))
-        return dsv4_fail(err, DSV4_E_STATE, "CUDA error ordering layer %d's bus copies", L);
-    return DSV4_OK;
 }
 
 int cuda_hx_compute(cu_host_experts *hx, struct dsv4_model *m, int L, cu_stream st, int T, float *ey, dsv4_error *err) {

@@ -16,15 +16,10 @@
  *
  * The bus share (expert_place.h expert_map_split_bus, `--bus-share`): some of the experts in host memory are read by
  * the GPU itself. Their bytes live in page-locked, mapped host memory (the bus arena) and their device entries point
- * there. In a step, once the host has the layer's routing (step 1's event), the bus experts its tokens route to
- * are copied by the copy engine into device slots (cuda_hx_bus_stage: one copy an expert, its pieces laid out as in
- * the arena, on a stream of their own) and their entries in the layer's device tables are pointed at the slots; the
- * GPU's expert launch of step 2 waits for the copies and reads them from GPU memory, while the host computes the
- * others: the host's cores and the bus each move part of a layer's host bytes. (Run 123: the copy engine moves
- * ~55 GB/s; the expert kernels reading the mapped memory directly, which the untouched entries still allow, ~40.)
- * Such an expert's rows are the GPU kernels' rows, bit for bit those of an all-GPU run (with every host expert on
- * the bus, the step is the all-GPU step). Packed FP4 experts (DSV4_CUDA_EXPERT_PACK) are packed in place in the bus
- * arena at load. */
+ * there, so the GPU's expert kernels of step 2 read them over PCIe as they run, beside the host computing the
+ * others: the host's cores and the bus each move part of a layer's host bytes. Such an expert's rows are the GPU
+ * kernels' rows, bit for bit those of an all-GPU run (with every host expert on the bus, the step is the all-GPU
+ * step). Packed FP4 experts (DSV4_CUDA_EXPERT_PACK) are packed in place in the bus arena at load. */
 #ifndef DSV4_CUDA_HOST_EXPERTS_H
 #define DSV4_CUDA_HOST_EXPERTS_H
 #include "backend/cuda/cu_runtime.h"
@@ -40,7 +35,6 @@ typedef struct cu_host_experts {
     uint8_t *bus_shared;       /* [n_layers][n_routed]: 1 = a synthetic bus expert sharing another's bytes (packed once) */
     int *n_host;               /* [n_layers] experts the host computes per layer (a layer with none skips steps 1-3) */
     int bus_pct;               /* the bus share the map was split at (percent) */
-    int *n_bus;                /* [n_layers] bus experts per layer */
     int T_cap;
     moe_host_scratch scr;
     float *xn_h, *route_w_h, *rows_h;   /* page-locked: [T][dim], [T][K], [T*K][dim] */
@@ -50,7 +44,6 @@ typedef struct cu_host_experts {
     cu_event fetched;          /* step 1's copies are done */
     double host_ms, wait_ms;   /* time the host spent computing, and waiting for step 1 (dsv4 bench) */
     uint64_t host_rows;        /* pair rows the host computed */
-    uint64_t bus_copies;       /* bus experts copied to the slots */
     st_memory memory;          /* where their bytes live (model/safetensors.h): copy = arena, populate / map = the file */
     uint8_t *arena;            /* copy: the bytes of every expert the host computes, on huge pages (util/bigmem.h),
                                 * owned; the bindings of those experts point into it */
@@ -58,13 +51,6 @@ typedef struct cu_host_experts {
     uint8_t *bus_arena;        /* the bus experts' bytes, page-locked and mapped (the same pointer on the GPU), owned;
                                 * their bindings, host and device, point into it */
     size_t bus_bytes;
-    size_t bus_span;           /* the bytes of one bus expert's pieces from its w1 data on (one shape for all) */
-    cu_stream copy_st;         /* the bus copies' stream (the copy engine beside the step's kernels) */
-    cu_event copied;           /* a layer's bus copies are done */
-    uint8_t *slots_d;          /* device [n_slots][bus_span]: the bus experts a layer's step routes to, copied */
-    int n_slots;               /* min(T K, the most bus experts of a layer) for steps of T_cap tokens */
-    dsv4_weight *tab_h;        /* page-locked [n_slots][3]: those experts' w1, w2, w3 entries pointing at their slot */
-    uint8_t *touched;          /* [n_routed]: scratch of cuda_hx_bus_stage */
     int synth_distinct;        /* synthetic: host experts with bytes of their own (the rest share them in a cycle) */
     size_t synth_bytes;        /* synthetic: the distinct host expert bytes (both arenas) */
 } cu_host_experts;
@@ -87,11 +73,6 @@ int  cuda_hx_reserve(cu_host_experts *hx, const dsv4_config *c, int T, dsv4_erro
 /* Step 1 for main layer L, enqueued on st. */
 int  cuda_hx_fetch(cu_host_experts *hx, cu_stream st, const dsv4_config *c, const float *xn, const int32_t *route_e,
                    const float *route_w, int T);
-/* A layer with bus experts, after step 1 and before the GPU's expert launch: wait for step 1, copy the bus experts
- * the step's tokens route to into the slots (copy stream), point their entries of ex's device tables at them (on
- * st; tabs: ex's w1, w2, w3 device arrays) and make st wait for the copies. */
-int  cuda_hx_bus_stage(cu_host_experts *hx, struct dsv4_model *m, int L, cu_stream st, int T, dsv4_weight *const tabs[3],
-                       dsv4_error *err);
 /* Steps 2-3: wait for step 1, compute on the host, enqueue the copies and the scatter into ey on st. */
 int  cuda_hx_compute(cu_host_experts *hx, struct dsv4_model *m, int L, cu_stream st, int T, float *ey, dsv4_error *err);
 /* A bus expert of main layer L whose bytes are its own (pack it); 0 for a synthetic one sharing another's. */

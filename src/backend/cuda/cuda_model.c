@@ -652,9 +652,8 @@ void cuda_model_free(struct dsv4_model *m) {
     m->cuda = NULL;
     m->state_mem = &seq_mem_host;
 }
-int64_t cuda_bus_experts(const struct dsv4_model *m, uint64_t *copies) {
+int64_t cuda_bus_experts(const struct dsv4_model *m) {
     const cu_host_experts *hx = m->cuda ? m->cuda->hx : NULL;
-    if (copies) *copies = hx ? hx->bus_copies : 0;
     return hx ? hx->map.n_bus : 0;
 }
 

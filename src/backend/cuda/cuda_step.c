@@ -506,15 +506,13 @@ static void step_moe(step_ctx *s, const cu_layer *ly, int L) {
     const cu_moe_bufs b = { ws->xn, ws->x8, ws->route_e, ws->route_w, ws->plan, ws->eg, ws->ev, ws->ey,
                             s->mma, ws->xq, ws->egq, ws->xqs, ws->egqs, s->mma /* step_hc_pre packed xn */,
                             s->cm->mma_stream };
-    /* experts in host memory (cuda_host_experts.h): the host needs this layer's rows and routing first, to compute
-     * its experts (hx) and to copy the bus experts the tokens route to (hxb) */
-    cu_host_experts *hxl = L >= 0 && s->cm->hx && ly == &s->cm->layers[L] ? s->cm->hx : NULL;
-    cu_host_experts *hx = hxl && hxl->n_host[L] ? hxl : NULL, *hxb = hxl && hxl->n_bus[L] ? hxl : NULL;
+    /* experts in host memory (cuda_host_experts.h): the host needs this layer's rows and routing first */
+    cu_host_experts *hx = L >= 0 && s->cm->hx && ly == &s->cm->layers[L] && s->cm->hx->n_host[L] ? s->cm->hx : NULL;
     /* the shared expert on a branch beside the router and the routed experts (its outputs are its own, read by
      * cu_hc_post_moe), where its input rows are already packed (in_packed: tensor cores, so step_hc_pre packed them;
      * else it reads the routed experts' act_quant copy) and the routed experts stay on this GPU */
     const int in_packed = cu_moe_input_packed(&b, &ly->ex, s->official, d);
-    cu_stream br = !hx && !hxb && !(ly->ep && s->cm->ep) && in_packed ? branch_fork(s) : NULL;
+    cu_stream br = !hx && !(ly->ep && s->cm->ep) && in_packed ? branch_fork(s) : NULL;
     if (br) {
         shared_expert(s, ly, 1);
         branch_end(s, br);
@@ -525,12 +523,8 @@ static void step_moe(step_ctx *s, const cu_layer *ly, int L) {
     if (L >= 0 && s->cm->route_counts && ly == &s->cm->layers[L])   /* main layers only (dsv4 profile) */
         cu_count_routes(s->st, ws->route_e, T, K, s->cm->route_counts + (int64_t)L * E);
     mark(s, ST_ROUTE);
-    if ((hx || hxb) && !s->rc && cuda_hx_fetch(hxl, s->st, c, ws->xn, ws->route_e, ws->route_w, T))
+    if (hx && !s->rc && cuda_hx_fetch(hx, s->st, c, ws->xn, ws->route_e, ws->route_w, T))
         s->rc = dsv4_fail(s->err, DSV4_E_STATE, "CUDA error copying layer %d's routing to the host", L);
-    if (hxb && !s->rc) {
-        dsv4_weight *const tabs[3] = { ly->ex.w1, ly->ex.w2, ly->ex.w3 };
-        s->rc = cuda_hx_bus_stage(hxb, s->m, L, s->st, T, tabs, s->err);
-    }
     if (ly->ep && s->cm->ep) {
         /* the routed experts over every GPU (cuda_ep.h); a failure of the transport ends the step */
         if (!s->rc) s->rc = cuda_ep_routed(s->cm->ep, s->cm, c, s->official, L, T, tiles, &b, s->err);
