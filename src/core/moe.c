@@ -2,6 +2,7 @@
 #include "core/moe_experts.h"
 #include "backend/cpu/kernels.h"
 #include "core/numerics.h"
+#include "model/expert_place.h"
 #include "model/footprint.h"
 #include <math.h>
 #include <stdlib.h>
@@ -151,7 +152,7 @@ int moe_pair_offsets(const int32_t *route_e, int T, int K, int E, int32_t *first
     return first[E];
 }
 
-int moe_host_rows(struct dsv4_model *m, const dsv4_layer *layer, const uint8_t *on_host, const float *xn,
+int moe_host_rows(struct dsv4_model *m, const dsv4_layer *layer, const uint8_t *owner, const float *xn,
                   const int32_t *route_e, const float *route_w, int T, moe_host_scratch *scr, float *rows, int32_t *pair) {
     const dsv4_config *c = &m->cfg;
     const int d = c->dim, K = c->n_act, E = c->n_routed, I = c->moe_inter;
@@ -161,7 +162,7 @@ int moe_host_rows(struct dsv4_model *m, const dsv4_layer *layer, const uint8_t *
     int n_rows = 0;
     for (int e = 0; e < E; e++) {
         const int n = scr->first[e + 1] - scr->first[e];
-        if (!on_host[e] || !n) continue;
+        if (owner[e] != EXPERT_ON_HOST || !n) continue;
         if (!group_fits(&g, n, scr->pair_cap)) {
             group_run(m, &g);
             g.n_calls = g.rows = 0;

@@ -71,8 +71,9 @@ int expert_map_plan(expert_map *map, int L, int E, int64_t n_gpu, const uint64_t
     return 0;
 }
 
-void expert_map_split_bus(expert_map *map, int bus_pct) {
-    if (!map->owner) return;
+int expert_map_split_bus(expert_map *map, int bus_pct, int n_act) {
+    if (bus_pct == EXPERT_BUS_AUTO) bus_pct = expert_bus_auto_pct(map, n_act);
+    if (!map->owner) return bus_pct < 0 ? 0 : bus_pct;
     if (bus_pct < 0) bus_pct = 0;
     if (bus_pct > 100) bus_pct = 100;
     map->n_bus = 0;
@@ -87,6 +88,7 @@ void expert_map_split_bus(expert_map *map, int bus_pct) {
             i++;
         }
     }
+    return bus_pct;
 }
 
 int expert_bus_pct(double share) {

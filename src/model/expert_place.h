@@ -67,8 +67,9 @@ int  expert_map_gpu_count(const expert_map *map, int layer);
  * rule — the i-th (from 0) goes to the bus when floor((i + 1) p / 100) > floor(i p / 100) — so the bus experts are
  * spread over the ids, and each layer with h host experts gives floor(h p / 100) of them to the bus. Where an
  * expert is computed is a function of the placement and the share alone, never of a step's routing: a token's
- * rows come from the same kernel whatever its neighbours (batch invariance). Call after expert_map_plan. */
-void expert_map_split_bus(expert_map *map, int bus_pct);
+ * rows come from the same kernel whatever its neighbours (batch invariance). Call after expert_map_plan. bus_pct
+ * EXPERT_BUS_AUTO takes expert_bus_auto_pct(map, n_act). Returns the percent used. */
+int  expert_map_split_bus(expert_map *map, int bus_pct, int n_act);
 /* dsv4_load_opts.bus_share as that percent (negative = none), EXPERT_BUS_AUTO for 0 (the default), or -1 when above
  * 1 or NaN. */
 #define EXPERT_BUS_AUTO (-2)

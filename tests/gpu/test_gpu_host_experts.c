@@ -64,10 +64,7 @@ static dsv4_model *load_split_bus(const char *dir, const topology *tp, double gb
 }
 
 static dsv4_model *load_split(const char *dir, const topology *tp, double gb, const char *profile, dsv4_error *err) {
-    dsv4_load_opts lo = { .mode = tp->mode, .quiet = 1, .device = DSV4_DEVICE_CUDA, .kv_format = tp->kv, .gpu_mem_gb = gb,
-                          .expert_profile = profile ? profile : "", .bus_share = tp->bus };
-    dsv4_model *m = NULL;
-    return dsv4_model_load(dir, &lo, &m, err) ? NULL : m;
+    return load_split_bus(dir, tp, gb, profile, tp->bus, err);
 }
 
 /* The budget that holds every other weight and half of the routed experts, and that placement's host count (and,
@@ -82,7 +79,7 @@ static double half_budget_bus(dsv4_model *m, const uint64_t *counts, int64_t *n_
     const double gb = (double)(fixed + (uint64_t)half * one + one / 2) / 1073741824.0;
     if (expert_map_for_budget(m, (uint64_t)(gb * 1073741824.0), counts, &map, &fixed, &one, &err)) return -1;
     *n_host = map.n_host;
-    expert_map_split_bus(&map, bus_pct);
+    expert_map_split_bus(&map, bus_pct, 0);
     if (n_bus) *n_bus = map.n_bus;
     expert_map_free(&map);
     return gb;

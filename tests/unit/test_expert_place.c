@@ -151,7 +151,7 @@ static void host_map_bus_share(void **st) {
     (void)st;
     expert_map m;
     assert_int_equal(expert_map_plan(&m, 2, 8, 3, NULL), 0);
-    expert_map_split_bus(&m, 50);
+    expert_map_split_bus(&m, 50, 2);
     static const uint8_t half[2][8] = { {0, 0, 1, 2, 1, 2, 1, 2}, {0, 1, 2, 1, 2, 1, 2, 1} };
     for (int l = 0; l < 2; l++)
         for (int e = 0; e < 8; e++) {
@@ -162,19 +162,19 @@ static void host_map_bus_share(void **st) {
     assert_int_equal(m.n_bus, 6);
     assert_int_equal(expert_map_gpu_count(&m, 0), 2);
     /* the split is a function of the placement and the share alone: splitting again (another share) starts over */
-    expert_map_split_bus(&m, 30);
+    expert_map_split_bus(&m, 30, 2);
     static const uint8_t third[2][8] = { {0, 0, 1, 1, 1, 2, 1, 1}, {0, 1, 1, 1, 2, 1, 1, 2} };
     for (int l = 0; l < 2; l++)
         for (int e = 0; e < 8; e++) assert_int_equal(expert_owner_of(&m, l, e), third[l][e]);
     assert_int_equal(m.n_bus, 3);
     /* 0 %: nothing on the bus; 100 %: every host expert; out-of-range shares are clamped */
-    expert_map_split_bus(&m, 0);
+    expert_map_split_bus(&m, 0, 2);
     assert_int_equal(m.n_bus, 0);
-    expert_map_split_bus(&m, 100);
+    expert_map_split_bus(&m, 100, 2);
     assert_int_equal(m.n_bus, 13);
-    expert_map_split_bus(&m, 250);
+    expert_map_split_bus(&m, 250, 2);
     assert_int_equal(m.n_bus, 13);
-    expert_map_split_bus(&m, -5);
+    expert_map_split_bus(&m, -5, 2);
     assert_int_equal(m.n_bus, 0);
     for (int e = 2; e < 8; e++) assert_int_equal(expert_owner_of(&m, 0, e), EXPERT_ON_HOST);
     /* the option's values: 0 = the default (auto), negative = none, above 1 or NaN = invalid */
@@ -197,7 +197,7 @@ static void host_map_bus_share(void **st) {
     expert_map_free(&m);
     /* everything on the GPU: no map, nothing to split */
     assert_int_equal(expert_map_plan(&m, 2, 8, 16, NULL), 0);
-    expert_map_split_bus(&m, 50);
+    expert_map_split_bus(&m, 50, 2);
     assert_null(m.owner);
     assert_int_equal(m.n_bus, 0);
     assert_int_equal(expert_owner_of(&m, 1, 7), EXPERT_ON_GPU);

@@ -22,17 +22,13 @@ int cuda_hx_init(cu_host_experts *hx, expert_map *map, dsv4_error *err) {
     hx->map = *map;
     memset(map, 0, sizeof *map);
     const size_t LE = (size_t)hx->map.n_layers * (size_t)hx->map.n_routed;
-    if (!(hx->n_host = calloc((size_t)hx->map.n_layers, sizeof *hx->n_host)) || !(hx->computes = calloc(LE + 1, 1)) ||
-        !(hx->bus_shared = calloc(LE + 1, 1)) || !(hx->fetched = cu_event_new())) {
+    if (!(hx->n_host = calloc((size_t)hx->map.n_layers, sizeof *hx->n_host)) || !(hx->bus_shared = calloc(LE + 1, 1)) ||
+        !(hx->fetched = cu_event_new())) {
         cuda_hx_free(hx);
         return dsv4_fail(err, DSV4_E_NOMEM, "out of memory (host experts)");
     }
     for (int l = 0; l < hx->map.n_layers; l++)
-        for (int e = 0; e < hx->map.n_routed; e++) {
-            const int host = expert_owner_of(&hx->map, l, e) == EXPERT_ON_HOST;
-            hx->computes[(size_t)l * (size_t)hx->map.n_routed + (size_t)e] = (uint8_t)host;
-            hx->n_host[l] += host;
-        }
+        for (int e = 0; e < hx->map.n_routed; e++) hx->n_host[l] += expert_owner_of(&hx->map, l, e) == EXPERT_ON_HOST;
     return DSV4_OK;
 }
 
@@ -56,7 +52,6 @@ void cuda_hx_free(cu_host_experts *hx) {
     cu_free_host(hx->bus_arena);
     cu_event_free(hx->fetched);
     free(hx->n_host);
-    free(hx->computes);
     free(hx->bus_shared);
     expert_map_free(&hx->map);
     memset(hx, 0, sizeof *hx);
@@ -128,12 +123,6 @@ static dsv4_weight *expert_weight(struct dsv4_model *m, int l, int e, int k) {
     return k == 0 ? &ly->w1[e] : k == 1 ? &ly->w2[e] : &ly->w3[e];
 }
 
-static size_t expert_bytes(struct dsv4_model *m, int l, int e) {
-    size_t n = 0;
-    for (int k = 0; k < 3; k++) n += (size_t)weight_bytes(expert_weight(m, l, e, k)) + weight_scale_bytes(expert_weight(m, l, e, k));
-    return n;
-}
-
 /* Expert (l, e)'s bindings moved into the arena: its pieces start at ps->p[*i], in add order (w1, w2, w3; each
  * data then scale); *i moves past them. */
 static void repoint_expert(uint8_t *arena, struct dsv4_model *m, int l, int e, const hx_pieces *ps, int *i) {
@@ -176,7 +165,7 @@ static int build_arena(cu_host_experts *hx, struct dsv4_model *m, hx_arena *a, d
     for (int l = 0; !rc && l < L; l++)
         for (int e = 0; e < E; e++) {
             if (expert_owner_of(&hx->map, l, e) != a->cls) continue;
-            if (a->synthetic && a->n_own && ps.bytes + expert_bytes(m, l, e) > a->budget) continue;   /* shares, below */
+            if (a->synthetic && a->n_own && ps.bytes + (size_t)dsv4_expert_weight_bytes(&m->layers[l], e) > a->budget) continue;   /* shares, below */
             for (int k = 0; k < 3; k++) {
                 const dsv4_weight *w = expert_weight(m, l, e, k);
                 add_piece(&ps, a->synthetic ? NULL : w->data, (size_t)weight_bytes(w), w->fmt, 0, a->synthetic ? seed++ : 0);
@@ -268,8 +257,8 @@ int cuda_hx_fill_synthetic(cu_host_experts *hx, struct dsv4_model *m, dsv4_error
     for (int l = 0; l < hx->map.n_layers; l++)
         for (int e = 0; e < hx->map.n_routed; e++) {
             const int o = expert_owner_of(&hx->map, l, e);
-            if (o == EXPERT_ON_HOST) need_host += (double)expert_bytes(m, l, e);
-            if (o == EXPERT_ON_BUS) need_bus += (double)expert_bytes(m, l, e);
+            if (o == EXPERT_ON_HOST) need_host += (double)(size_t)dsv4_expert_weight_bytes(&m->layers[l], e);
+            if (o == EXPERT_ON_BUS) need_bus += (double)(size_t)dsv4_expert_weight_bytes(&m->layers[l], e);
         }
     const size_t budget_bus = need_bus > 0 ? (size_t)((double)budget * need_bus / (need_host + need_bus)) : 0;
     hx_arena a = { .cls = EXPERT_ON_HOST, .synthetic = 1, .budget = budget - budget_bus, .seed = 0x405700000ULL };
@@ -314,8 +303,8 @@ int cuda_hx_compute(cu_host_experts *hx, struct dsv4_model *m, int L, cu_stream 
     const double t0 = now_ms();
     if (cu_event_wait_host(hx->fetched)) return dsv4_fail(err, DSV4_E_STATE, "CUDA error waiting for layer %d's routing", L);
     const double t1 = now_ms();
-    const uint8_t *on_host = hx->computes + (int64_t)L * hx->map.n_routed;
-    const int n = moe_host_rows(m, &m->layers[L], on_host, hx->xn_h, hx->route_e_h, hx->route_w_h, T, &hx->scr, hx->rows_h, hx->pair_h);
+    const uint8_t *owner = hx->map.owner + (int64_t)L * hx->map.n_routed;
+    const int n = moe_host_rows(m, &m->layers[L], owner, hx->xn_h, hx->route_e_h, hx->route_w_h, T, &hx->scr, hx->rows_h, hx->pair_h);
     hx->wait_ms += t1 - t0;
     hx->host_ms += now_ms() - t1;
     hx->host_rows += (uint64_t)n;

@@ -31,7 +31,6 @@ struct dsv4_model;
 
 typedef struct cu_host_experts {
     expert_map map;            /* which experts of which main layer the host holds (EXPERT_ON_HOST, EXPERT_ON_BUS) */
-    uint8_t *computes;         /* [n_layers][n_routed]: 1 = the host computes it (EXPERT_ON_HOST) */
     uint8_t *bus_shared;       /* [n_layers][n_routed]: 1 = a synthetic bus expert sharing another's bytes (packed once) */
     int *n_host;               /* [n_layers] experts the host computes per layer (a layer with none skips steps 1-3) */
     int bus_pct;               /* the bus share the map was split at (percent) */
