@@ -28,6 +28,10 @@ int64_t cuda_bus_experts(const struct dsv4_model *m) {
     (void)m;
     return 0;
 }
+const uint8_t *cuda_expert_owners(const struct dsv4_model *m) {
+    (void)m;
+    return NULL;
+}
 int cuda_count_routes(struct dsv4_model *m, int on, dsv4_error *err) {
     (void)m;
     (void)on;

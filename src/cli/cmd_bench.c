@@ -13,6 +13,7 @@
 #include "model/footprint.h"
 #include "model/expert_place.h"
 #include "model/model.h"
+#include "model/route_count.h"
 #include "model/tiny.h"
 #include "state/kvrows.h"
 #include "state/sequence.h"
@@ -62,20 +63,29 @@ static const synthetic synthetics[] = {
                "vocab_size=4096", NULL}},
 };
 
-static int synthetic_dir(const char *name, char *dir, size_t n) {
+/* The synthetic model's folder, written once: /tmp/dsv4-synthetic-NAME, or with a routing skew (--route-skew S:
+ * config "dsv4_route_skew", model/tiny.c gate_bias_values) /tmp/dsv4-synthetic-NAME-skewS. */
+static int synthetic_dir(const char *name, const char *skew, char *dir, size_t n) {
     const synthetic *s = NULL;
     for (size_t i = 0; i < sizeof synthetics / sizeof synthetics[0]; i++)
         if (!strcmp(synthetics[i].name, name)) s = &synthetics[i];
     if (!s) return cli_error(CMD, "unknown synthetic model '%s' (flash-2g, small; flash, pro with --device cuda)", name);
-    snprintf(dir, n, "/tmp/dsv4-synthetic-%s", name);
+    if (skew) snprintf(dir, n, "/tmp/dsv4-synthetic-%s-skew%s", name, skew);
+    else snprintf(dir, n, "/tmp/dsv4-synthetic-%s", name);
     char cfg[600];
     snprintf(cfg, sizeof cfg, "%s/model.safetensors.index.json", dir);
     struct stat st;
     if (stat(cfg, &st) == 0) return 0;
+    const char *sets[26];
     int n_sets = 0;
-    while (s->sets[n_sets]) n_sets++;
+    while (s->sets[n_sets]) sets[n_sets] = s->sets[n_sets], n_sets++;
+    char skew_set[64];
+    if (skew) {
+        snprintf(skew_set, sizeof skew_set, "dsv4_route_skew=%s", skew);
+        sets[n_sets++] = skew_set;
+    }
     fprintf(stderr, "writing synthetic model %s to %s (once)...\n", name, dir);
-    dsv4_tiny_opts o = { .preset = "flash-tiny", .seed = 1, .sets = s->sets, .n_sets = n_sets, .n_shards = 4 };
+    dsv4_tiny_opts o = { .preset = "flash-tiny", .seed = 1, .sets = sets, .n_sets = n_sets, .n_shards = 4 };
     dsv4_error err;
     if (dsv4_tiny_write(dir, &o, &err)) return cli_fail(CMD, &err);
     return 0;
@@ -129,6 +139,53 @@ static void pool_report(dsv4_model *m, const dsv4_pool_stats *ps, int tokens, do
 /* Prefill `prompt` tokens in steps of at most `chunk` (0: one step; chunked prefill gives the bits of one step), then
  * `decode` single-token steps; report both rates. A chunked prefill also reports its first and last step's rate:
  * the later chunks attend to (and index) everything before them, so their rate shows what a long context costs. */
+/* The bench's token sequence (any ids of the vocabulary: the weights are random). */
+static void bench_tokens(const dsv4_model *m, int32_t *tok, int n) {
+    for (int i = 0; i < n; i++) tok[i] = (int32_t)((i * 7919 + 13) % m->cfg.vocab_size);
+}
+
+/* Where the decode steps' routes went (issue 15), on a model with experts in host memory: the bench's prompt once
+ * more in a fresh sequence, the routes of its `decode` steps counted (model/route_count.h) in this separate run, so
+ * the counting kernel touches none of the timings, and set against the placement. */
+static int route_share_report(dsv4_model *m, int prompt, int decode, json_t *rep) {
+    const uint8_t *owner = cuda_expert_owners(m);
+    if (!owner || decode < 1) return 0;
+    dsv4_error err;
+    dsv4_seq *s = NULL;
+    expert_profile prof = { 0 };
+    int32_t *tok = malloc(sizeof(int32_t) * (size_t)(prompt + decode));
+    int rc = tok ? dsv4_seq_new(m, &s, &err) : dsv4_fail(&err, DSV4_E_NOMEM, "out of memory");
+    if (!rc) {
+        bench_tokens(m, tok, prompt + decode);
+        dsv4_step_item it = { s, tok, prompt, DSV4_LOGITS_NONE, NULL };
+        rc = dsv4_step(m, &it, 1, &err);
+    }
+    if (!rc) rc = model_count_routes(m, 1, &err);
+    for (int i = 0; !rc && i < decode; i++) {
+        dsv4_step_item d = { s, tok + prompt + i, 1, DSV4_LOGITS_NONE, NULL };
+        rc = dsv4_step(m, &d, 1, &err);
+    }
+    if (!rc) rc = model_route_profile(m, &prof, &err);
+    model_count_routes(m, 0, NULL);
+    dsv4_seq_free(s);
+    free(tok);
+    if (rc) {
+        expert_profile_free(&prof);
+        return cli_fail(CMD, &err);
+    }
+    const expert_map map = { .n_layers = m->cfg.n_layers, .n_routed = m->cfg.n_routed, .owner = (uint8_t *)owner };
+    double share[3], uniform[3];
+    expert_map_route_shares(&map, prof.counts, share, uniform);
+    expert_profile_free(&prof);
+    printf("%-26s %10.1f %%      of %d decode steps' routes to experts in GPU memory, %.1f %% to the host's cores, %.1f %% "
+           "over the bus (the experts themselves: %.1f / %.1f / %.1f %%)\n", "decode routes on the GPU", 100 * share[0], decode,
+           100 * share[1], 100 * share[2], 100 * uniform[0], 100 * uniform[1], 100 * uniform[2]);
+    rep_num(rep, "host_experts", "decode_route_share_gpu", share[0]);
+    rep_num(rep, "host_experts", "decode_route_share_host", share[1]);
+    rep_num(rep, "host_experts", "decode_route_share_bus", share[2]);
+    return 0;
+}
+
 static int bench_single_stream(dsv4_model *m, int prompt, int chunk, int decode, double bw, int profile, json_t *rep) {
     dsv4_error err;
     dsv4_seq *s;
@@ -136,7 +193,7 @@ static int bench_single_stream(dsv4_model *m, int prompt, int chunk, int decode,
     int32_t *tok = malloc(sizeof(int32_t) * (size_t)(prompt + decode));
     float *logits = malloc(sizeof(float) * (size_t)m->cfg.vocab_size);
     if (!tok || !logits) { free(tok); free(logits); dsv4_seq_free(s); return cli_error(CMD, "out of memory"); }
-    for (int i = 0; i < prompt + decode; i++) tok[i] = (int32_t)((i * 7919 + 13) % m->cfg.vocab_size);
+    bench_tokens(m, tok, prompt + decode);
     if (profile) cuda_profile(m, 1);
     if (chunk <= 0 || chunk > prompt) chunk = prompt;
     const int steps = (prompt + chunk - 1) / chunk;
@@ -504,7 +561,7 @@ static int bench_grammar(const char *dir, int device) {
 }
 
 int cmd_bench(int argc, char **argv) {
-    const char *model_dir = NULL, *synth = NULL, *streams = NULL, *spec = NULL, *isa = NULL, *json_path = NULL, *context = NULL;
+    const char *model_dir = NULL, *synth = NULL, *skew = NULL, *streams = NULL, *spec = NULL, *isa = NULL, *json_path = NULL, *context = NULL;
     long long threads = 0, prompt = 128, decode = 32, chunk = 0;
     int tokenizer = 0, grammar = 0, no_bw = 0, profile = 0, kv = DSV4_KV_F32, device = DSV4_DEVICE_CPU, gpus = 1;
     dsv4_mode mode = DSV4_MODE_EXACT;
@@ -514,6 +571,14 @@ int cmd_bench(int argc, char **argv) {
         int r;
         if (!strcmp(a, "-m") || !strcmp(a, "--model")) { if (!(v = cli_value(CMD, argc, argv, &i))) return 1; model_dir = v; }
         else if (!strcmp(a, "--synthetic")) { if (!(v = cli_value(CMD, argc, argv, &i))) return 1; synth = v; }
+        else if (!strcmp(a, "--route-skew")) {
+            if (!(v = cli_value(CMD, argc, argv, &i))) return 1;
+            char *end = NULL;
+            const double f = strtod(v, &end);
+            if (end == v || *end || !(f > 0 && f <= 10) || strlen(v) > 16 || strspn(v, "0123456789.") != strlen(v))
+                return cli_error(CMD, "--route-skew must be a number above 0 and at most 10 (for example 0.1), got '%s'", v);
+            skew = v;
+        }
         else if (!strcmp(a, "--threads")) { if (!(v = cli_value(CMD, argc, argv, &i)) || cli_parse_int(CMD, a, v, 0, 1024, &threads)) return 1; }
         else if (!strcmp(a, "--prompt")) { if (!(v = cli_value(CMD, argc, argv, &i)) || cli_parse_int(CMD, a, v, 1, 1 << 20, &prompt)) return 1; }
         else if (!strcmp(a, "--prefill-chunk")) { if (!(v = cli_value(CMD, argc, argv, &i)) || cli_parse_int(CMD, a, v, 1, 1 << 20, &chunk)) return 1; }
@@ -539,9 +604,10 @@ int cmd_bench(int argc, char **argv) {
         else return cli_error(CMD, "unknown option '%s'", a);
     }
     if (!model_dir == !synth) return cli_error(CMD, "give exactly one of -m DIR and --synthetic NAME");
+    if (skew && !synth) return cli_error(CMD, "--route-skew needs --synthetic NAME (it makes the synthetic model's routing skewed)");
     char dir[512];
     if (synth) {
-        if (synthetic_dir(synth, dir, sizeof dir)) return 1;
+        if (synthetic_dir(synth, skew, dir, sizeof dir)) return 1;
         model_dir = dir;
     }
     if (tokenizer) return bench_tokenizer(model_dir);
@@ -595,6 +661,7 @@ int cmd_bench(int argc, char **argv) {
         if (bw > 0) rep_num(rep, "machine", m->cuda ? "device_copy_gb_s" : "memory_read_gb_s", bw);
     }
     int rc = bench_single_stream(m, (int)prompt, (int)chunk, (int)decode, bw, profile && m->cuda, rep);
+    if (!rc) rc = route_share_report(m, (int)prompt, (int)decode, rep);
     if (!rc && streams) rc = bench_streams(m, streams, (int)decode, bw, profile && m->cuda, rep);
     if (!rc && context) rc = bench_context(m, context, (int)decode, profile && m->cuda, rep);
     if (!rc && spec) rc = bench_spec(m, spec, (int)decode);

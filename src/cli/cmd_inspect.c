@@ -265,6 +265,13 @@ static int print_placement(const char *dir, const cli_placement *pl) {
         human_bytes(gb, sizeof gb, map.n_bus * (double)one);
         printf("  of the experts in host memory: %lld (%s) computed by the CPU, %lld (%s, page-locked) by the GPU over the bus "
                "(--bus-share %.2f)\n", (long long)(map.n_host - map.n_bus), hb, (long long)map.n_bus, gb, pct / 100.0);
+        if (prof.counts) {   /* what the placement means for the profiled prompts' routes */
+            double share[3], uniform[3];
+            expert_map_route_shares(&map, prof.counts, share, uniform);
+            printf("  of the profile's routes: %.1f %% to experts on the GPU, %.1f %% to the host's cores, %.1f %% over the bus "
+                   "(uniform routing: %.1f / %.1f / %.1f %%)\n", 100 * share[0], 100 * share[1], 100 * share[2],
+                   100 * uniform[0], 100 * uniform[1], 100 * uniform[2]);
+        }
     }
     expert_map_free(&map);
     expert_profile_free(&prof);

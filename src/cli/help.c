@@ -131,6 +131,8 @@ static const cmd_help HELP[] = {
      {O_MODEL,
       {"--synthetic flash-2g|small|flash|pro", "write (once, to /tmp) and load a synthetic model of this size; flash and pro "
                                               "are the real V4 shapes, generated in GPU memory (--device cuda)"},
+      {"--route-skew S", "with --synthetic: a router bias of -S ln(1 + rank) over a random ranking of each layer's experts, so that "
+                         "routing favours a few (a separate folder, ...-skewS); measure it with dsv4 profile and inspect"},
       {"--prompt N", "prompt tokens of the single-stream run (default 128)"},
       {"--prefill-chunk N", "prefill the prompt in steps of at most N tokens (default: one step)"},
       {"--decode N", "decoded tokens per run (default 32)"},

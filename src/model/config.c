@@ -117,6 +117,11 @@ int dsv4_config_parse(const char *text, const char *what, dsv4_config *cfg, dsv4
         }
         cfg->synthetic_holes = syn != NULL;
     }
+    NUM_FIELD(cfg->synthetic_route_skew, "dsv4_route_skew", NULL, 0.0, 0);
+    if (!(cfg->synthetic_route_skew >= 0 && cfg->synthetic_route_skew <= 10)) {
+        rc = dsv4_fail(err, DSV4_E_FORMAT, "%s: dsv4_route_skew must be a number from 0 to 10", what);
+        goto done;
+    }
     INT_FIELD(cfg->bos_id, "bos_token_id", NULL, 0, 0);
     INT_FIELD(cfg->eos_id, "eos_token_id", NULL, 1, 0);
     INT_FIELD(cfg->dspark_block_size, "dspark_block_size", NULL, 0, 0);

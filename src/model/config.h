@@ -38,6 +38,8 @@ typedef struct dsv4_config {
     int dspark_target_layers[8], n_dspark_targets;
     int synthetic_holes;      /* "dsv4_synthetic": "holes" — a benchmark checkpoint whose big matrices are holes in
                                  sparse files (src/model/synthetic.h): the GPU fills them with random values */
+    float synthetic_route_skew; /* "dsv4_route_skew": a generated checkpoint's router bias favours some experts
+                                   (model/tiny.c gate_bias_values; dsv4 bench --route-skew); 0: none */
 } dsv4_config;
 
 /* Parse a config.json text (HF or official field names). `what` names the source for messages. */

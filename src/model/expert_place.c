@@ -23,6 +23,24 @@ void expert_map_free(expert_map *map) {
     memset(map, 0, sizeof *map);
 }
 
+void expert_map_route_shares(const expert_map *map, const uint64_t *counts, double share[3], double uniform[3]) {
+    uint64_t by[3] = { 0, 0, 0 }, all = 0;
+    int64_t experts[3] = { 0, 0, 0 };
+    for (int l = 0; l < map->n_layers; l++)
+        for (int e = 0; e < map->n_routed; e++) {
+            const int o = expert_owner_of(map, l, e);
+            const uint64_t c = counts ? counts[(int64_t)l * map->n_routed + e] : 0;
+            by[o] += c;
+            all += c;
+            experts[o]++;
+        }
+    const double n = (double)map->n_layers * map->n_routed;
+    for (int o = 0; o < 3; o++) {
+        share[o] = all ? (double)by[o] / (double)all : 0;
+        uniform[o] = n > 0 ? (double)experts[o] / n : 0;
+    }
+}
+
 int expert_map_gpu_count(const expert_map *map, int layer) {
     int n = 0;
     for (int e = 0; e < map->n_routed; e++) n += !expert_on_host(map, layer, e);

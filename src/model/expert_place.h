@@ -61,6 +61,10 @@ static inline int expert_owner_of(const expert_map *map, int layer, int e) {
 }
 /* Experts of layer l in GPU memory. */
 int  expert_map_gpu_count(const expert_map *map, int layer);
+/* How routing counts ([n_layers][n_routed], a profile's or a run's) fall on the placement: share[o] = the counts of
+ * the experts with owner o (EXPERT_ON_GPU, _HOST, _BUS) over all counts, all layers together; uniform[o] = the
+ * share of the experts themselves (what uniform routing would give). All zero when there are no counts. */
+void expert_map_route_shares(const expert_map *map, const uint64_t *counts, double share[3], double uniform[3]);
 
 /* The bus share (issue 15): of each layer's experts in host memory, bus_pct percent (0..100) are read and computed
  * by the GPU instead of the host's cores. Within a layer, the host experts in increasing id take turns by a fixed

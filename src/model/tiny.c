@@ -399,9 +399,30 @@ static void normals(dsv4_rng *r, float *x, size_t n, double mean, double std) {
     for (size_t i = 0; i < n; i++) x[i] = (float)(mean + std * dsv4_rng_normal(r));
 }
 
+/* A router's selection bias (gate.bias, n = the routed experts): N(0, 0.1) each, and with a skew s > 0 (config
+ * "dsv4_route_skew") also -s ln(1 + rank), the ranks 0 .. n-1 a random permutation of the experts, so that routing
+ * favours a few experts of each layer, ids scattered (as a real model's routing on one kind of text does; the bias
+ * decides selection only, never the weights, spec §5). A benchmark's skewed routing (issue 15): how much it
+ * concentrates is measured, not assumed (`dsv4 profile`, `dsv4 inspect --expert-profile`). */
+static void gate_bias_values(dsv4_rng *r, float *x, size_t n, float skew) {
+    normals(r, x, n, 0.0, 0.1);
+    if (!(skew > 0)) return;
+    uint32_t *rank = malloc(n * sizeof *rank);
+    if (!rank) return;   /* only a benchmark's tensor: the bias stays unskewed rather than the write failing */
+    for (size_t i = 0; i < n; i++) rank[i] = (uint32_t)i;
+    for (size_t i = n; i > 1; i--) {   /* Fisher-Yates */
+        const size_t j = (size_t)(dsv4_rng_uniform(r) * (double)i) % i;
+        const uint32_t t = rank[i - 1];
+        rank[i - 1] = rank[j];
+        rank[j] = t;
+    }
+    for (size_t i = 0; i < n; i++) x[i] -= (float)(skew * log1p((double)rank[i]));
+    free(rank);
+}
+
 /* The distribution of a tensor, chosen by its role (spec §18: every parameter non-trivial). Linears, quantized
  * or not, are N(0, 1/fan_in) so activations stay O(1) through every layer and the logits are not flat. */
-static void tensor_values(const dsv4_tensor_spec *t, int64_t cols, dsv4_rng *r, float *x, size_t n) {
+static void tensor_values(const dsv4_tensor_spec *t, int64_t cols, float skew, dsv4_rng *r, float *x, size_t n) {
     const char *nm = t->name;
     if (t->dtype == ST_F8_E4M3 || t->dtype == ST_I8) normals(r, x, n, 0.0, 1.0 / sqrt((double)cols));
     else if (ends_with(nm, "norm.weight")) normals(r, x, n, 1.0, 0.1);            /* RMSNorm gains around 1 */
@@ -412,7 +433,7 @@ static void tensor_values(const dsv4_tensor_spec *t, int64_t cols, dsv4_rng *r, 
         for (size_t i = 0; i < n; i++) x[i] = (float)(0.5 + dsv4_rng_uniform(r));
     else if (ends_with(nm, "attn_sink")) normals(r, x, n, 0.0, 1.0);
     else if (ends_with(nm, ".ape")) normals(r, x, n, 0.0, 0.5);
-    else if (ends_with(nm, "gate.bias")) normals(r, x, n, 0.0, 0.1);
+    else if (ends_with(nm, "gate.bias")) gate_bias_values(r, x, n, skew);
     else if (t->ndim == 2) normals(r, x, n, 0.0, 1.0 / sqrt((double)cols));
     else normals(r, x, n, 0.0, 0.1);
 }
@@ -427,6 +448,7 @@ typedef struct {
     uint8_t  *scale;             /* FP8/FP4 scales, NULL otherwise */
     int       n_threads;
     int       failed;            /* a worker could not allocate its staging buffer */
+    float     skew;              /* the config's dsv4_route_skew (gate_bias_values) */
 } gen_job;
 
 static void gen_chunk(gen_job *j, int64_t c, float *x) {
@@ -436,7 +458,7 @@ static void gen_chunk(gen_job *j, int64_t c, float *x) {
     uint64_t mix = j->seed ^ name_hash(j->t->name);
     uint64_t cs = (uint64_t)c;
     dsv4_rng_seed(&r, splitmix64(&mix) ^ splitmix64(&cs));
-    tensor_values(j->t, j->cols, &r, x, n);
+    tensor_values(j->t, j->cols, j->skew, &r, x, n);
     switch (j->t->dtype) {
     case ST_F8_E4M3:
         dsv4_quant_fp8_blocks(x, r1 - r0, j->cols, (uint8_t *)j->out + r0 * j->cols,
@@ -470,7 +492,7 @@ static void *gen_worker_main(void *arg) {
 
 /* Generate every chunk of a tensor, on up to n_threads threads (only when there is enough work to share). */
 static int gen_tensor(tiny_gen *g, const dsv4_tensor_spec *t, void *out, uint8_t *scale, dsv4_error *err) {
-    gen_job j = {.t = t, .seed = g->seed, .out = out, .scale = scale};
+    gen_job j = {.t = t, .seed = g->seed, .out = out, .scale = scale, .skew = g->cfg->synthetic_route_skew};
     j.rows = t->ndim == 2 ? t->shape[0] : 1;
     j.cols = t->ndim == 2 ? t->shape[1] : t->shape[0];
     if (t->dtype == ST_I8) j.cols *= 2;

@@ -5,6 +5,8 @@
 #     each token adds top-k; the file does not depend on the prefill chunk; --generate adds its tokens;
 #   - `inspect --gpu-mem` places experts by the rule of model/expert_place.h, recomputed here in Python from the
 #     profile (most used first, ties to the lower layer then expert) and, without one, evenly;
+#   - inspect's share of the profile's routes on the GPU, the host's cores and the bus, recomputed from the counts;
+#   - a skewed synthetic router (dsv4_route_skew): its bias read back from the file, its routing in the profile;
 #   - damaged, foreign or misplaced profiles and bad budgets are one-line errors.
 . "$(dirname "$0")/lib.sh"
 
@@ -102,10 +104,71 @@ print('%d (' % (sum(8 - g for g in per) - bus), '%d (' % bus)")
     cpu=$(sed -n 's/.*host memory: \([0-9]* (\).*/\1/p' "$T/out"); gpu=$(sed -n 's/.*computed by the CPU, \([0-9]* (\).*/\1/p' "$T/out")
     [ "$cpu $gpu" = "$want" ] && ok || bad "bus share $share: '$cpu $gpu' vs '$want' ($(grep 'over the bus' "$T/out"))"
 done
+# the profile's routes over that placement (GPU / the host's cores / the bus), recomputed from the counts
+expect_ok "inspect route shares" "$BIN" inspect -m "$T/m" --gpu-mem 0.0054 --bus-share 0.5 --expert-profile "$T/p3.json"
+want=$(python3 - "$T/p3.json" "$(placement "$T/out")" <<'EOF2'
+import json, sys
+p, per = json.load(open(sys.argv[1])), [int(x.split(":")[1]) for x in sys.argv[2].split()]
+L, E = p["n_layers"], p["n_routed"]
+n = sum(per)
+order = sorted(((p["counts"][l][e], l * E + e) for l in range(L) for e in range(E)), key=lambda x: (-x[0], x[1]))
+gpu = set(i for c, i in order[:n])
+by, experts = [0, 0, 0], [0, 0, 0]
+for l in range(L):
+    i = 0
+    for e in range(E):
+        if l * E + e in gpu: o = 0
+        else:
+            o = 2 if (i + 1) * 50 // 100 > i * 50 // 100 else 1
+            i += 1
+        by[o] += p["counts"][l][e]; experts[o] += 1
+t = sum(by)
+print("%.1f %% to experts on the GPU, %.1f %% to the host's cores, %.1f %% over the bus (uniform routing: %.1f / %.1f / %.1f %%)"
+      % tuple([100 * (b / t) for b in by] + [100 * (x / (L * E)) for x in experts]))
+EOF2
+)
+grep -qF "of the profile's routes: $want" "$T/out" && ok || bad "route shares: $(grep "profile's routes" "$T/out") vs $want"
 expect_ok "inspect, no bus share" "$BIN" inspect -m "$T/m" --gpu-mem 0.0054 --bus-share 0
 grep -q ", 0 (0 B, page-locked) by the GPU over the bus (--bus-share 0.00)" "$T/out" && ok || bad "--bus-share 0: $(grep 'over the bus' "$T/out")"
 expect_err "bad --bus-share" "--bus-share must be a share from 0 to 1" "$BIN" inspect -m "$T/m" --gpu-mem 0.0054 --bus-share 1.5
 expect_err "bus share without budget" "--bus-share needs --gpu-mem" "$BIN" inspect -m "$T/m" --bus-share 0.5
+
+# a skewed synthetic router (bench --route-skew, config dsv4_route_skew): each non-hash layer's gate.bias is the
+# unskewed model's (the same noise) minus s ln(1 + rank), the ranks a permutation of the experts; so the lowest
+# ranks win the routing, which the profile must show
+"$BIN" tiny -o "$T/sk" --preset flash-tiny --seed 7 --set dsv4_route_skew=5 >/dev/null 2>&1 || bad "tiny model with a skew"
+expect_ok "profile, skewed" "$BIN" profile -m "$T/sk" --file "$T/prompts.txt" --out "$T/psk.json"
+check=$(python3 - "$T/m" "$T/sk" "$T/psk.json" <<'EOF2'
+import json, math, struct, sys
+def tensor(mdir, name):
+    wm = json.load(open(mdir + "/model.safetensors.index.json"))["weight_map"]
+    f = open(mdir + "/" + wm[name], "rb")
+    n = struct.unpack("<Q", f.read(8))[0]
+    h = json.loads(f.read(n))[name]
+    f.seek(8 + n + h["data_offsets"][0])
+    raw = f.read(h["data_offsets"][1] - h["data_offsets"][0])
+    return struct.unpack("<%df" % (len(raw) // 4), raw)
+cfg = json.load(open(sys.argv[2] + "/config.json"))
+prof = json.load(open(sys.argv[3]))
+L, E, H, K = cfg["num_hidden_layers"], cfg["n_routed_experts"], cfg["num_hash_layers"], cfg["num_experts_per_tok"]
+errors = [] if cfg.get("dsv4_route_skew") == 5 else ["config has no dsv4_route_skew 5"]
+for l in range(H, L):
+    plain, skew = tensor(sys.argv[1], "layers.%d.ffn.gate.bias" % l), tensor(sys.argv[2], "layers.%d.ffn.gate.bias" % l)
+    ranks = [math.expm1((a - b) / 5.0) for a, b in zip(plain, skew)]
+    if sorted(round(r) for r in ranks) != list(range(E)) or max(abs(r - round(r)) for r in ranks) > 1e-3:
+        errors.append("layer %d: bias differences are not -5 ln(1 + rank): %s" % (l, ranks))
+        continue
+    low = set(e for e in range(E) if round(ranks[e]) < K)
+    top = set(sorted(range(E), key=lambda e: -prof["counts"][l][e])[:K])
+    if top != low: errors.append("layer %d: most routed %s, lowest ranks %s" % (l, sorted(top), sorted(low)))
+print("ok" if not errors else "; ".join(errors))
+EOF2
+)
+[ "$check" = ok ] && ok || bad "skewed router: $check"
+expect_err "bad dsv4_route_skew" "dsv4_route_skew must be a number from 0 to 10" "$BIN" tiny -o "$T/sk2" --set dsv4_route_skew=-1
+expect_err "bench --route-skew without --synthetic" "--route-skew needs --synthetic" "$BIN" bench -m "$T/m" --route-skew 0.1
+expect_err "bench bad --route-skew" "--route-skew must be a number above 0" "$BIN" bench --synthetic small --route-skew 1e3
+expect_err "bench --route-skew 0" "--route-skew must be a number above 0" "$BIN" bench --synthetic small --route-skew 0
 
 # errors: one line each
 printf '{"dsv4_expert_profile":1,"n_layers":6' >"$T/cut.json"

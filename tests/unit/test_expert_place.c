@@ -147,6 +147,28 @@ static void host_map_by_profile(void **st) {
  * has host experts 2..7 (6 of them) and layer 1 has 1..7 (7). At 50 %: the i-th host expert goes to the bus when
  * floor((i + 1) / 2) > floor(i / 2), i.e. i odd: layer 0 experts 3, 5, 7; layer 1 experts 2, 4, 6. At 30 %:
  * floor(3 (i + 1) / 10) steps at i = 3 and i = 6: layer 0 (i up to 5) expert 5; layer 1 experts 4 and 7. */
+/* Routing counts over a placement (inspect, bench): the half split of host_map_bus_share below, counts worked by
+ * hand. Layer 0 counts 1..8, layer 1 counts 8..1; owners {0,0,1,2,1,2,1,2} and {0,1,2,1,2,1,2,1}: GPU 1+2+8 = 11,
+ * host cores 3+5+7 + 7+5+3+1 = 31, bus 4+6+8 + 6+4+2 = 30, of 72; experts 3 / 7 / 6 of 16. */
+static void route_shares_by_owner(void **st) {
+    (void)st;
+    expert_map m;
+    assert_int_equal(expert_map_plan(&m, 2, 8, 3, NULL), 0);
+    expert_map_split_bus(&m, 50, 2);
+    const uint64_t counts[16] = { 1, 2, 3, 4, 5, 6, 7, 8, 8, 7, 6, 5, 4, 3, 2, 1 };
+    double share[3], uniform[3];
+    expert_map_route_shares(&m, counts, share, uniform);
+    assert_true(share[EXPERT_ON_GPU] == 11.0 / 72 && share[EXPERT_ON_HOST] == 31.0 / 72 && share[EXPERT_ON_BUS] == 30.0 / 72);
+    assert_true(uniform[EXPERT_ON_GPU] == 3.0 / 16 && uniform[EXPERT_ON_HOST] == 7.0 / 16 && uniform[EXPERT_ON_BUS] == 6.0 / 16);
+    expert_map_route_shares(&m, NULL, share, uniform);   /* no counts: no shares */
+    assert_true(share[0] == 0 && share[1] == 0 && share[2] == 0 && uniform[1] == 7.0 / 16);
+    expert_map_free(&m);
+    assert_int_equal(expert_map_plan(&m, 2, 8, 16, NULL), 0);   /* everything on the GPU */
+    expert_map_route_shares(&m, counts, share, uniform);
+    assert_true(share[EXPERT_ON_GPU] == 1 && share[EXPERT_ON_HOST] == 0 && uniform[EXPERT_ON_GPU] == 1);
+    expert_map_free(&m);
+}
+
 static void host_map_bus_share(void **st) {
     (void)st;
     expert_map m;
@@ -259,6 +281,7 @@ static void profile_file(void **st) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(host_map_bus_share),
+        cmocka_unit_test(route_shares_by_owner),
         cmocka_unit_test(placement_partitions_evenly),
         cmocka_unit_test(absent_rows_gather_exactly),
         cmocka_unit_test(plus_zero_would_not_do),

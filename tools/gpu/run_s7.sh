@@ -36,6 +36,10 @@
 #            LONG_RUNS: default and / or NAME=V entries, one run each)
 #   bus      issue 15's bus share: Flash with --gpu-mem BUS_MEM (default 80) at each --bus-share of BUS_SHARES (default
 #            0 0.5), --prompt 64 --decode 16 (BUS_ARGS: more); the load time, decode, prefill and the host line of each
+#   skew     issue 15's skewed routing: for each S of SKEWS (default 0.1; 0 = the plain synthetic model), Flash with
+#            --route-skew S: the bench at --gpu-mem SKEW_BASE_MEM (default 80) with no profile (even placement), a
+#            dsv4 profile over 16 prompts of 128 random ids (written next to the model, where loads find it), then
+#            the bench at each --gpu-mem of SKEW_MEMS (default 132 80 24) placed by it; each run's route shares
 # Everything but the summary on stdout goes to $OUT/logs.tgz, ncu.txt and fuzz.tgz: the device tool returns at most
 # 8 files (run 37 lost its fuzz.tgz to a ninth).
 . tools/gpu/env.sh
@@ -297,6 +301,33 @@ if has bus; then
     rc=$?
     echo "  --bus-share $b (exit $rc, $(( $(date +%s) - t0 )) s): $(grep -E '^prefill|^decode, 1' $L/bus_$b.log | head -2 | tr '\n' ' ' | tr -s ' ')"
     echo "    $(grep -E 'in host memory' $L/bus_$b.log | tail -2 | tr '\n' ' ' | tr -s ' ' | cut -c 1-400)"
+  done
+fi
+save
+if has skew; then
+  python3 -c "
+import random; random.seed(5)
+for i in range(16): print(','.join(str(random.randrange(1000, 129000)) for _ in range(128)))" >$L/skew_prompts.txt
+  skew_bench() {   # $1 = S, $2 = --gpu-mem, $3 = log name, rest: more bench arguments
+    local s=$1 g=$2 n=$3; shift 3
+    local sk=; [ "$s" = 0 ] || sk="--route-skew $s"
+    t0=$(date +%s)
+    timeout ${SKEW_TIMEOUT:-200} $FLASH $sk --gpu-mem $g --prompt 64 --decode 16 --no-bandwidth "$@" >$L/$n.log 2>&1
+    echo "  $n (exit $?, $(( $(date +%s) - t0 )) s): $(grep -E '^prefill|^decode, 1|^decode routes' $L/$n.log | tr '\n' ' ' | tr -s ' ' | cut -c 1-600)"
+  }
+  for s in ${SKEWS:-0.1}; do
+    d=/tmp/dsv4-synthetic-flash; [ "$s" = 0 ] || d=$d-skew$s
+    echo "== skew $s ($d):"
+    rm -f $d/expert_profile.json
+    skew_bench $s ${SKEW_BASE_MEM:-80} skew_${s}_even --expert-profile ""
+    t0=$(date +%s)
+    timeout ${SKEW_TIMEOUT:-200} .gpu/dsv4 profile -m $d --device cuda --mode official --gpu-mem 132 --file $L/skew_prompts.txt \
+        >$L/skew_${s}_profile.log 2>&1
+    echo "  profile (exit $?, $(( $(date +%s) - t0 )) s): $(grep -E 'profile:|rror' $L/skew_${s}_profile.log | cut -c 1-300)"
+    cp $d/expert_profile.json $L/skew_${s}_profile.json 2>/dev/null
+    for g in ${SKEW_MEMS:-132 80 24}; do
+      skew_bench $s $g skew_${s}_prof_$g
+    done
   done
 fi
 save

@@ -36,6 +36,9 @@ int  cuda_model_init(struct dsv4_model *m, const cuda_placement *p, dsv4_error *
 int64_t cuda_host_experts(const struct dsv4_model *m, double *host_ms, double *wait_ms);
 /* Of those, the ones the GPU computes, reading their weights from host memory over the bus (0: none). */
 int64_t cuda_bus_experts(const struct dsv4_model *m);
+/* Where each routed expert of the main layers is computed: [n_layers][n_routed] owner values (model/expert_place.h
+ * EXPERT_ON_*), or NULL when every expert is in GPU memory. Owned by the model. */
+const uint8_t *cuda_expert_owners(const struct dsv4_model *m);
 /* Count routes on the GPU (model/route_count.h): start from zero (on) or stop; read the counts [L][E]. */
 int  cuda_count_routes(struct dsv4_model *m, int on, dsv4_error *err);
 int  cuda_route_counts(const struct dsv4_model *m, uint64_t *counts, dsv4_error *err);

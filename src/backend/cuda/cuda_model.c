@@ -656,6 +656,11 @@ int64_t cuda_bus_experts(const struct dsv4_model *m) {
     return hx ? hx->map.n_bus : 0;
 }
 
+const uint8_t *cuda_expert_owners(const struct dsv4_model *m) {
+    const cu_host_experts *hx = m->cuda ? m->cuda->hx : NULL;
+    return hx ? hx->map.owner : NULL;
+}
+
 int64_t cuda_host_experts(const struct dsv4_model *m, double *host_ms, double *wait_ms) {
     const cu_host_experts *hx = m->cuda ? m->cuda->hx : NULL;
     if (host_ms) *host_ms = hx ? hx->host_ms : 0;
