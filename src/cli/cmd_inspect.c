@@ -260,7 +260,7 @@ static int print_placement(const char *dir, const cli_placement *pl) {
     for (int l = 0; l < L; l++) printf(" %d:%d", l, expert_map_gpu_count(&map, l));
     printf("\n");
     if (map.n_host) {
-        const int pct = expert_map_split_bus(&map, expert_bus_pct(pl->bus_share), m->cfg.n_act);
+        const int pct = expert_map_split_bus(&map, expert_bus_pct(pl->bus_share), m->cfg.n_act, prof.counts, expert_bus_room(one));
         human_bytes(hb, sizeof hb, (map.n_host - map.n_bus) * (double)one);
         human_bytes(gb, sizeof gb, map.n_bus * (double)one);
         printf("  of the experts in host memory: %lld (%s) computed by the CPU, %lld (%s, page-locked) by the GPU over the bus "

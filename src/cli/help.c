@@ -31,8 +31,9 @@ typedef struct {
                     {"--expert-profile FILE", "which experts stay on the GPU then: the most used by this routing " \
                                               "profile (default DIR/expert_profile.json if present, else even)"}, \
                     {"--bus-share F", "with --gpu-mem: the share (0-1) of the experts in host memory that the GPU " \
-                                      "computes, reading them over PCIe, beside the CPU computing the rest (default 0.25 where a " \
-                                      "token has 2+ host experts a layer, else 0)"}, \
+                                      "computes, reading them over PCIe, beside the CPU computing the rest (default by a token's " \
+                                      "expected routes r to a layer's host experts, from the profile: 1 where r < 0.25, 0.25 " \
+                                      "where r >= 2, else 0)"}, \
                     {"--amx", "official mode on the CPU: the linears whose inputs are bf16 (FP8-quantized or rounded) " \
                               "on AMX tiles, in their own accumulation order (faster prefill and batches, slower decode)"}
 #define O_SAMPLING  {"--temp T", "sampling temperature (default 0 = greedy, lowest id wins ties)"}, \

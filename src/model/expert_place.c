@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 int expert_first(int E, int n_ranks, int r) {
     const int base = E / n_ranks, extra = E % n_ranks;
@@ -89,8 +90,8 @@ int expert_map_plan(expert_map *map, int L, int E, int64_t n_gpu, const uint64_t
     return 0;
 }
 
-int expert_map_split_bus(expert_map *map, int bus_pct, int n_act) {
-    if (bus_pct == EXPERT_BUS_AUTO) bus_pct = expert_bus_auto_pct(map, n_act);
+int expert_map_split_bus(expert_map *map, int bus_pct, int n_act, const uint64_t *counts, int64_t bus_room) {
+    if (bus_pct == EXPERT_BUS_AUTO) bus_pct = expert_bus_auto_pct(map, n_act, counts, bus_room);
     if (!map->owner) return bus_pct < 0 ? 0 : bus_pct;
     if (bus_pct < 0) bus_pct = 0;
     if (bus_pct > 100) bus_pct = 100;
@@ -115,10 +116,29 @@ int expert_bus_pct(double share) {
     return share < 0 ? 0 : (int)lround(share * 100);
 }
 
-int expert_bus_auto_pct(const expert_map *map, int n_act) {
-    const int64_t total = (int64_t)map->n_layers * map->n_routed;
-    /* n_act * n_host / total >= 2, in integers */
-    return map->owner && total > 0 && (int64_t)n_act * map->n_host >= 2 * total ? 25 : 0;
+int expert_bus_auto_pct(const expert_map *map, int n_act, const uint64_t *counts, int64_t bus_room) {
+    if (!map->owner) return 0;
+    /* f = off / all: by the profile's routes when it counted any, else by the experts */
+    double off = (double)map->n_host, all = (double)map->n_layers * map->n_routed;
+    if (counts) {
+        double c_off = 0, c_all = 0;
+        for (int l = 0; l < map->n_layers; l++)
+            for (int e = 0; e < map->n_routed; e++) {
+                const double c = (double)counts[(int64_t)l * map->n_routed + e];
+                c_all += c;
+                if (expert_on_host(map, l, e)) c_off += c;
+            }
+        if (c_all > 0) off = c_off, all = c_all;
+    }
+    const double r = all > 0 ? n_act * off / all : 0;
+    if (r < 0.25 && map->n_host <= bus_room) return 100;
+    return r >= 2 ? 25 : 0;
+}
+
+int64_t expert_bus_room(uint64_t expert_bytes) {
+    const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    if (pages <= 0 || page <= 0 || !expert_bytes) return 0;
+    return (int64_t)(0.6 * (double)pages * (double)page / (double)expert_bytes);
 }
 
 /* "12.34 GiB" or, below 1 GiB, "12.34 MiB": tiny test models and real ones both read well. */

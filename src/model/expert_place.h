@@ -72,18 +72,30 @@ void expert_map_route_shares(const expert_map *map, const uint64_t *counts, doub
  * spread over the ids, and each layer with h host experts gives floor(h p / 100) of them to the bus. Where an
  * expert is computed is a function of the placement and the share alone, never of a step's routing: a token's
  * rows come from the same kernel whatever its neighbours (batch invariance). Call after expert_map_plan. bus_pct
- * EXPERT_BUS_AUTO takes expert_bus_auto_pct(map, n_act). Returns the percent used. */
-int  expert_map_split_bus(expert_map *map, int bus_pct, int n_act);
+ * EXPERT_BUS_AUTO takes expert_bus_auto_pct(map, n_act, counts, bus_room). Returns the percent used. */
+int  expert_map_split_bus(expert_map *map, int bus_pct, int n_act, const uint64_t *counts, int64_t bus_room);
 /* dsv4_load_opts.bus_share as that percent (negative = none), EXPERT_BUS_AUTO for 0 (the default), or -1 when above
  * 1 or NaN. */
 #define EXPERT_BUS_AUTO (-2)
 int  expert_bus_pct(double share);
-/* The default share for a placement: 25 % where a token's expected host experts in a layer (n_act x the host's
- * fraction of the experts) are 2 or more, else none. Measured on an H200 with a 16-core host (docs/GPU_RUNS.md run
- * 118): the bus reads an expert at ~30-40 GB/s, the host's cores at ~65, and a layer waits for the slower side, so
- * the bus pays only where the host has several experts a layer to compute (Flash --gpu-mem 80 and 24: +6-16 % decode,
- * +40 % prefill) and costs where it has about one (--gpu-mem 132: -10 %). A function of the placement alone. */
-int  expert_bus_auto_pct(const expert_map *map, int n_act);
+/* The default share for a placement, from r = n_act x f: a token's expected routes to one layer's experts in host
+ * memory, f the share of the profile's routes (counts, [n_layers][n_routed], when it counted any) that go to them,
+ * else the share of the experts themselves.
+ *   r < 0.25, and all of them fit in bus_room experts: 100 — every host expert over the bus. Such a layer's host
+ *     experts are rarely routed; a hand-off to the host costs every layer of every step (the routing copied back,
+ *     the host's turn, the GPU's launches made directly instead of as CUDA graphs), the bus only the routed ones,
+ *     and with none left on the host the step runs as CUDA graphs. Measured on an H200 (docs/GPU_RUNS.md runs
+ *     127-129): Flash at --gpu-mem 132 placed by a profile, 1-2 % of routes in host memory, decodes at 77-87 tok/s
+ *     with the hand-offs against 121 with none.
+ *   r >= 2: 25 — the bus and the host's cores each take part of a layer's host bytes. A layer waits for the slower
+ *     side, and at batch 1 a bus expert (~0.35 ms for 13.4 MB) is slower than the host's (~0.2 ms), so the bus pays
+ *     only where the host has several experts a layer (run 118: --gpu-mem 80 and 24, +6-16 % decode, +40 % prefill).
+ *   otherwise 0 (run 120: --gpu-mem 132, r = 0.58, 63 tok/s against 55-57 with the bus).
+ * A function of the placement, the profile and the room alone. */
+int  expert_bus_auto_pct(const expert_map *map, int n_act, const uint64_t *counts, int64_t bus_room);
+/* The experts of expert_bytes each that may go over the bus all at once: 60 % of the machine's memory (page-locked;
+ * the share of it cuda_host_experts.c gives synthetic host experts). */
+int64_t expert_bus_room(uint64_t expert_bytes);
 
 struct dsv4_model;
 /* The placement for a GPU budget of gpu_bytes for the weights: every weight but the main layers' routed experts

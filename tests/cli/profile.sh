@@ -189,6 +189,27 @@ grep -q "in host memory: 36 (.*) computed by the CPU, 12 (.*) by the GPU over th
     bad "default bus share with every expert on the host: $(grep 'host memory' "$T/out" | tail -1)"
 expect_ok "inspect default bus share" "$BIN" inspect -m "$T/m" --expert-profile "" --gpu-mem 0.0054
 grep -q "(--bus-share 0.00)" "$T/out" && ok || bad "default bus share at 40 of 48 on the host: $(grep 'over the bus' "$T/out")"
+# a few experts on the host (r = top-2 x 5 / 48 < 0.25): every one over the bus; 7 (r = 0.29): none
+expect_ok "inspect default bus share, 5 on the host" "$BIN" inspect -m "$T/m" --expert-profile "" --gpu-mem 0.0071
+grep -q "in host memory: 0 (0 B) computed by the CPU, 5 (.*) by the GPU over the bus (--bus-share 1.00)" "$T/out" &&
+    grep -q "43 of 48 routed experts" "$T/out" && ok || bad "default bus share, 5 on the host: $(grep -E 'placement|over the bus' "$T/out")"
+expect_ok "inspect default bus share, 7 on the host" "$BIN" inspect -m "$T/m" --expert-profile "" --gpu-mem 0.0070
+grep -q "41 of 48 routed experts.*(--bus-share 0.00)" <(tr '\n' ' ' <"$T/out") && ok || bad "default bus share, 7 on the host: $(grep -E 'placement|over the bus' "$T/out")"
+# with a profile, r comes from its routes: the least used experts on the host take fewer of them
+for gb in 0.0058 0.0066; do
+    expect_ok "inspect default bus share by profile at $gb" "$BIN" inspect -m "$T/m" --expert-profile "$T/p3.json" --gpu-mem $gb
+    want=$(python3 - "$T/p3.json" "$(placement "$T/out")" <<'EOF2'
+import json, sys
+p, per = json.load(open(sys.argv[1])), [int(x.split(":")[1]) for x in sys.argv[2].split()]
+L, E = p["n_layers"], p["n_routed"]
+order = sorted(((p["counts"][l][e], l * E + e) for l in range(L) for e in range(E)), key=lambda x: (-x[0], x[1]))
+gpu = set(i for c, i in order[:sum(per)])
+off = sum(c for c, i in order if i not in gpu); r = 2 * off / sum(c for c, i in order)
+print("1.00" if r < 0.25 else "0.25" if r >= 2 else "0.00")
+EOF2
+)
+    grep -q "(--bus-share $want)" "$T/out" && ok || bad "default bus share by profile at $gb: $(grep 'over the bus' "$T/out"), want $want"
+done
 expect_err "bad --gpu-mem" "--gpu-mem must be a positive number" "$BIN" inspect -m "$T/m" --gpu-mem lots
 expect_err "zero --gpu-mem" "--gpu-mem must be a positive number" "$BIN" logits -m "$T/m" --tokens 1,2 --gpu-mem 0
 expect_err "profile without budget" "--expert-profile needs --gpu-mem" "$BIN" inspect -m "$T/m" --expert-profile "$T/p3.json"

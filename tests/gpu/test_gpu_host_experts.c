@@ -79,7 +79,7 @@ static double half_budget_bus(dsv4_model *m, const uint64_t *counts, int64_t *n_
     const double gb = (double)(fixed + (uint64_t)half * one + one / 2) / 1073741824.0;
     if (expert_map_for_budget(m, (uint64_t)(gb * 1073741824.0), counts, &map, &fixed, &one, &err)) return -1;
     *n_host = map.n_host;
-    expert_map_split_bus(&map, bus_pct, 0);
+    expert_map_split_bus(&map, bus_pct, 0, NULL, 0);
     if (n_bus) *n_bus = map.n_bus;
     expert_map_free(&map);
     return gb;

@@ -154,7 +154,7 @@ static void route_shares_by_owner(void **st) {
     (void)st;
     expert_map m;
     assert_int_equal(expert_map_plan(&m, 2, 8, 3, NULL), 0);
-    expert_map_split_bus(&m, 50, 2);
+    expert_map_split_bus(&m, 50, 2, NULL, 0);
     const uint64_t counts[16] = { 1, 2, 3, 4, 5, 6, 7, 8, 8, 7, 6, 5, 4, 3, 2, 1 };
     double share[3], uniform[3];
     expert_map_route_shares(&m, counts, share, uniform);
@@ -173,7 +173,7 @@ static void host_map_bus_share(void **st) {
     (void)st;
     expert_map m;
     assert_int_equal(expert_map_plan(&m, 2, 8, 3, NULL), 0);
-    expert_map_split_bus(&m, 50, 2);
+    expert_map_split_bus(&m, 50, 2, NULL, 0);
     static const uint8_t half[2][8] = { {0, 0, 1, 2, 1, 2, 1, 2}, {0, 1, 2, 1, 2, 1, 2, 1} };
     for (int l = 0; l < 2; l++)
         for (int e = 0; e < 8; e++) {
@@ -184,19 +184,19 @@ static void host_map_bus_share(void **st) {
     assert_int_equal(m.n_bus, 6);
     assert_int_equal(expert_map_gpu_count(&m, 0), 2);
     /* the split is a function of the placement and the share alone: splitting again (another share) starts over */
-    expert_map_split_bus(&m, 30, 2);
+    expert_map_split_bus(&m, 30, 2, NULL, 0);
     static const uint8_t third[2][8] = { {0, 0, 1, 1, 1, 2, 1, 1}, {0, 1, 1, 1, 2, 1, 1, 2} };
     for (int l = 0; l < 2; l++)
         for (int e = 0; e < 8; e++) assert_int_equal(expert_owner_of(&m, l, e), third[l][e]);
     assert_int_equal(m.n_bus, 3);
     /* 0 %: nothing on the bus; 100 %: every host expert; out-of-range shares are clamped */
-    expert_map_split_bus(&m, 0, 2);
+    expert_map_split_bus(&m, 0, 2, NULL, 0);
     assert_int_equal(m.n_bus, 0);
-    expert_map_split_bus(&m, 100, 2);
+    expert_map_split_bus(&m, 100, 2, NULL, 0);
     assert_int_equal(m.n_bus, 13);
-    expert_map_split_bus(&m, 250, 2);
+    expert_map_split_bus(&m, 250, 2, NULL, 0);
     assert_int_equal(m.n_bus, 13);
-    expert_map_split_bus(&m, -5, 2);
+    expert_map_split_bus(&m, -5, 2, NULL, 0);
     assert_int_equal(m.n_bus, 0);
     for (int e = 2; e < 8; e++) assert_int_equal(expert_owner_of(&m, 0, e), EXPERT_ON_HOST);
     /* the option's values: 0 = the default (auto), negative = none, above 1 or NaN = invalid */
@@ -206,20 +206,41 @@ static void host_map_bus_share(void **st) {
     assert_int_equal(expert_bus_pct(1), 100);
     assert_int_equal(expert_bus_pct(1.01), -1);
     assert_int_equal(expert_bus_pct(NAN), -1);
-    /* the default: 25 % where n_act x n_host / (L x E) >= 2. 13 of 16 on the host: top-2 gives 26 / 16 < 2, none;
-     * top-3 gives 39 / 16 >= 2; 11 of 16 at top-3: 33 / 16 >= 2; 10 of 16: 30 / 16 < 2 */
-    assert_int_equal(expert_bus_auto_pct(&m, 2), 0);
-    assert_int_equal(expert_bus_auto_pct(&m, 3), 25);
+    /* the default by the experts (no profile): r = n_act x n_host / (L x E); 25 % where r >= 2, 100 % where r < 0.25
+     * (and the room holds them all), else none. 13 of 16 on the host: top-2 gives 26 / 16 < 2, none; top-3 gives
+     * 39 / 16 >= 2; 11 of 16 at top-3: 33 / 16 >= 2; 10 of 16: 30 / 16 < 2 */
+    assert_int_equal(expert_bus_auto_pct(&m, 2, NULL, 1000), 0);
+    assert_int_equal(expert_bus_auto_pct(&m, 3, NULL, 1000), 25);
+    /* by a profile's routes instead: the 3 GPU experts take 100 routes each, the 13 host ones 1 each: r = 2 x 13 / 313
+     * = 0.083 < 0.25, every host expert over the bus; unless the room is short of the 13 */
+    uint64_t counts[16];
+    for (int i = 0; i < 16; i++) counts[i] = expert_on_host(&m, i / 8, i % 8) ? 1 : 100;
+    assert_int_equal(expert_bus_auto_pct(&m, 2, counts, 13), 100);
+    assert_int_equal(expert_bus_auto_pct(&m, 2, counts, 12), 0);
+    assert_int_equal(expert_map_split_bus(&m, EXPERT_BUS_AUTO, 2, counts, 13), 100);
+    assert_int_equal(m.n_bus, 13);
+    /* routes only to host experts: r = 2 x 1 = 2, 25 % (by the experts it would be 26 / 16: none) */
+    for (int i = 0; i < 16; i++) counts[i] = expert_on_host(&m, i / 8, i % 8) ? 10 : 0;
+    assert_int_equal(expert_bus_auto_pct(&m, 2, counts, 1000), 25);
+    /* a profile that counted nothing: by the experts */
+    memset(counts, 0, sizeof counts);
+    assert_int_equal(expert_bus_auto_pct(&m, 2, counts, 1000), 0);
     expert_map_free(&m);
     assert_int_equal(expert_map_plan(&m, 2, 8, 5, NULL), 0);
-    assert_int_equal(expert_bus_auto_pct(&m, 3), 25);
+    assert_int_equal(expert_bus_auto_pct(&m, 3, NULL, 1000), 25);
     expert_map_free(&m);
     assert_int_equal(expert_map_plan(&m, 2, 8, 6, NULL), 0);
-    assert_int_equal(expert_bus_auto_pct(&m, 3), 0);
+    assert_int_equal(expert_bus_auto_pct(&m, 3, NULL, 1000), 0);
+    expert_map_free(&m);
+    /* 1 of 16 on the host: top-2 gives 2 / 16 = 0.125 < 0.25, the bus takes it; top-4 gives 0.25, not below: none */
+    assert_int_equal(expert_map_plan(&m, 2, 8, 15, NULL), 0);
+    assert_int_equal(expert_bus_auto_pct(&m, 2, NULL, 1000), 100);
+    assert_int_equal(expert_bus_auto_pct(&m, 2, NULL, 0), 0);
+    assert_int_equal(expert_bus_auto_pct(&m, 4, NULL, 1000), 0);
     expert_map_free(&m);
     /* everything on the GPU: no map, nothing to split */
     assert_int_equal(expert_map_plan(&m, 2, 8, 16, NULL), 0);
-    expert_map_split_bus(&m, 50, 2);
+    expert_map_split_bus(&m, 50, 2, NULL, 0);
     assert_null(m.owner);
     assert_int_equal(m.n_bus, 0);
     assert_int_equal(expert_owner_of(&m, 1, 7), EXPERT_ON_GPU);

@@ -37,7 +37,8 @@
 #   bus      issue 15's bus share: Flash with --gpu-mem BUS_MEM (default 80) at each --bus-share of BUS_SHARES (default
 #            0 0.5), --prompt 64 --decode 16 (BUS_ARGS: more); the load time, decode, prefill and the host line of each
 #   skew     issue 15's skewed routing: for each S of SKEWS (default 0.1; 0 = the plain synthetic model), Flash with
-#            --route-skew S: the bench at --gpu-mem SKEW_BASE_MEM (default 80) with no profile (even placement), a
+#            --route-skew S: the bench at --gpu-mem SKEW_BASE_MEM (default 80) with no profile (even placement; SKEW_EVEN=0
+#            skips it), a
 #            dsv4 profile over 16 prompts of 128 random ids (written next to the model, where loads find it), then
 #            the bench at each --gpu-mem of SKEW_MEMS (default 132 80 24) placed by it; each run's route shares
 # Everything but the summary on stdout goes to $OUT/logs.tgz, ncu.txt and fuzz.tgz: the device tool returns at most
@@ -313,13 +314,13 @@ for i in range(16): print(','.join(str(random.randrange(1000, 129000)) for _ in 
     local sk=; [ "$s" = 0 ] || sk="--route-skew $s"
     t0=$(date +%s)
     timeout ${SKEW_TIMEOUT:-200} $FLASH $sk --gpu-mem $g --prompt 64 --decode 16 --no-bandwidth "$@" >$L/$n.log 2>&1
-    echo "  $n (exit $?, $(( $(date +%s) - t0 )) s): $(grep -E '^prefill|^decode, 1|^decode routes' $L/$n.log | tr '\n' ' ' | tr -s ' ' | cut -c 1-600)"
+    echo "  $n (exit $?, $(( $(date +%s) - t0 )) s): $(grep -E '^prefill|^decode, 1|^decode routes|^experts in host' $L/$n.log | tr '\n' ' ' | tr -s ' ' | cut -c 1-800)"
   }
   for s in ${SKEWS:-0.1}; do
     d=/tmp/dsv4-synthetic-flash; [ "$s" = 0 ] || d=$d-skew$s
     echo "== skew $s ($d):"
     rm -f $d/expert_profile.json
-    skew_bench $s ${SKEW_BASE_MEM:-80} skew_${s}_even --expert-profile ""
+    [ "${SKEW_EVEN:-1}" = 0 ] || skew_bench $s ${SKEW_BASE_MEM:-80} skew_${s}_even --expert-profile ""
     t0=$(date +%s)
     timeout ${SKEW_TIMEOUT:-200} .gpu/dsv4 profile -m $d --device cuda --mode official --gpu-mem 132 --file $L/skew_prompts.txt \
         >$L/skew_${s}_profile.log 2>&1

@@ -343,7 +343,7 @@ static int place_experts(struct cuda_model *cm, struct dsv4_model *m, const cuda
     if (rc) return dsv4_wrap(err, "GPU %d (%.2f GiB free of %.2f GiB%s)", cm->gpu, fb / 1073741824.0, tb / 1073741824.0,
                              p->gpu_mem ? ", --gpu-mem" : "");
     if (!map.owner) return 0;
-    const int bus_pct = expert_map_split_bus(&map, p->bus_pct, m->cfg.n_act);
+    const int bus_pct = expert_map_split_bus(&map, p->bus_pct, m->cfg.n_act, p->profile, expert_bus_room(one));
     if (p->n_gpus > 1) {
         expert_map_free(&map);
         return dsv4_fail(err, DSV4_E_UNSUPPORTED, "routed experts in host memory together with --gpus are not supported yet "
