@@ -39,7 +39,8 @@
 #   skew     issue 15's skewed routing: for each S of SKEWS (default 0.1; 0 = the plain synthetic model), Flash with
 #            --route-skew S: the bench at --gpu-mem SKEW_BASE_MEM (default 80) with no profile (even placement; SKEW_EVEN=0
 #            skips it), a
-#            dsv4 profile over 16 prompts of 128 random ids (written next to the model, where loads find it), then
+#            dsv4 profile over 16 prompts of 128 random ids (written next to the model, where loads find it; or the one
+#            in .gpu/profiles/skew_S_profile.json, an earlier run's: the model must exist before dsv4 profile), then
 #            the bench at each --gpu-mem of SKEW_MEMS (default 132 80 24) placed by it; each run's route shares
 # Everything but the summary on stdout goes to $OUT/logs.tgz, ncu.txt and fuzz.tgz: the device tool returns at most
 # 8 files (run 37 lost its fuzz.tgz to a ninth).
@@ -321,10 +322,15 @@ for i in range(16): print(','.join(str(random.randrange(1000, 129000)) for _ in 
     echo "== skew $s ($d):"
     rm -f $d/expert_profile.json
     [ "${SKEW_EVEN:-1}" = 0 ] || skew_bench $s ${SKEW_BASE_MEM:-80} skew_${s}_even --expert-profile ""
-    t0=$(date +%s)
-    timeout ${SKEW_TIMEOUT:-200} .gpu/dsv4 profile -m $d --device cuda --mode official --gpu-mem 132 --file $L/skew_prompts.txt \
-        >$L/skew_${s}_profile.log 2>&1
-    echo "  profile (exit $?, $(( $(date +%s) - t0 )) s): $(grep -E 'profile:|rror' $L/skew_${s}_profile.log | cut -c 1-300)"
+    if [ -f .gpu/profiles/skew_${s}_profile.json ]; then   # an earlier run's profile (the same prompts and model)
+      mkdir -p $d && cp .gpu/profiles/skew_${s}_profile.json $d/expert_profile.json   # the bench writes the model around it
+      echo "  profile: .gpu/profiles/skew_${s}_profile.json"
+    else
+      t0=$(date +%s)
+      timeout ${SKEW_TIMEOUT:-200} .gpu/dsv4 profile -m $d --device cuda --mode official --gpu-mem 132 --file $L/skew_prompts.txt \
+          >$L/skew_${s}_profile.log 2>&1
+      echo "  profile (exit $?, $(( $(date +%s) - t0 )) s): $(grep -E 'profile:|rror' $L/skew_${s}_profile.log | cut -c 1-300)"
+    fi
     cp $d/expert_profile.json $L/skew_${s}_profile.json 2>/dev/null
     for g in ${SKEW_MEMS:-132 80 24}; do
       skew_bench $s $g skew_${s}_prof_$g
