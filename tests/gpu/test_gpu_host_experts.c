@@ -177,6 +177,14 @@ static void split_parity(void **state) {
         if (!got || memcmp(got, f->gref, sizeof(float) * SEQ_LEN * (size_t)f->vocab))
             fail_msg("every host expert on the bus: the logits differ from the all-GPU model's");
         free(got);
+        /* with no host work left its steps run as CUDA graphs; the split model's (host hand-offs) cannot */
+        cuda_graph_info bus_g, split_g;
+        cuda_graphs_get(m, &bus_g);
+        cuda_graphs_get(f->split, &split_g);
+        if (bus_g.on && (bus_g.graphed_steps < 1 || bus_g.direct_steps != 0))
+            fail_msg("every host expert on the bus: %ld steps graphed, %ld launched directly", bus_g.graphed_steps, bus_g.direct_steps);
+        if (split_g.graphed_steps != 0 || split_g.direct_steps < 1)
+            fail_msg("the split model: %ld steps graphed, %ld launched directly", split_g.graphed_steps, split_g.direct_steps);
         dsv4_model_free(m);
     }
     /* states cross between the two placements: continued elsewhere, within the same tolerance */

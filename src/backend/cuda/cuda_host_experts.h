@@ -33,6 +33,8 @@ typedef struct cu_host_experts {
     expert_map map;            /* which experts of which main layer the host holds (EXPERT_ON_HOST, EXPERT_ON_BUS) */
     uint8_t *bus_shared;       /* [n_layers][n_routed]: 1 = a synthetic bus expert sharing another's bytes (packed once) */
     int *n_host;               /* [n_layers] experts the host computes per layer (a layer with none skips steps 1-3) */
+    int hands_off;             /* some layer has experts the host computes (0: all of them over the bus, so a step
+                                * has no host work and runs as CUDA graphs, cuda_step.c) */
     int bus_pct;               /* the bus share the map was split at (percent) */
     int T_cap;
     moe_host_scratch scr;

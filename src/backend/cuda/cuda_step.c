@@ -834,13 +834,14 @@ static int step_end(step_ctx *s, dsv4_step_item *items, const head_plan *hp, con
  * launched as one graph, so that the host captures the next segment while the GPU runs the last one: the
  * first segment is the embedding and layer 0 alone (all the GPU waits for before its first kernel), then
  * CU_GRAPH_LAYERS layers each, the last with the head. Steps launched directly instead (graphs_usable): graphs turned off (DSV4_CUDA_GRAPHS=0 at
- * load, cuda_graphs_set), routed experts in host memory (cuda_host_experts.c: host work and waits mid-step),
+ * load, cuda_graphs_set), routed experts the host computes (cuda_host_experts.c: host work and waits mid-step;
+ * experts in host memory that the GPU reads over the bus are ordinary launches, so a model with only those is graphed),
  * experts over several GPUs (cuda_ep.c: the transport waits on the host), the per-stage profiler (it waits at
  * every stage), and the MTP and DSpark heads (cuda_mtp_forward, the dspark calls: a few launches each). */
 #define CU_GRAPH_LAYERS 4
 
 static int graphs_usable(const struct cuda_model *cm) {
-    return cm->graphs_on && cm->graphs && !cm->hx && !cm->ep && !cm->prof.on;
+    return cm->graphs_on && cm->graphs && !(cm->hx && cm->hx->hands_off) && !cm->ep && !cm->prof.on;
 }
 
 /* Segments of a graphed step of NL layers, and the first layer of segment k (NL for k = the count). */
