@@ -85,8 +85,8 @@ int  expert_bus_pct(double share);
  *     experts are rarely routed; a hand-off to the host costs every layer of every step (the routing copied back,
  *     the host's turn, the GPU's launches made directly instead of as CUDA graphs), the bus only the routed ones,
  *     and with none left on the host the step runs as CUDA graphs. Measured on an H200 (docs/GPU_RUNS.md runs
- *     127-130): Flash at --gpu-mem 132 placed by a profile, 0.1-2 % of routes in host memory, decodes at 77-87 tok/s
- *     with the host computing them and 88-99 with them all over the bus (the all-GPU step: 121).
+ *     127-131): Flash at --gpu-mem 132 placed by a profile, 0.1-2 % of routes in host memory, decodes at 77-87 tok/s
+ *     with the host computing them and 97-110 with them all over the bus (the all-GPU step: 121).
  *   r >= 2: 25 — the bus and the host's cores each take part of a layer's host bytes. A layer waits for the slower
  *     side, and at batch 1 a bus expert (~0.35 ms for 13.4 MB) is slower than the host's (~0.2 ms), so the bus pays
  *     only where the host has several experts a layer (run 118: --gpu-mem 80 and 24, +6-16 % decode, +40 % prefill).
