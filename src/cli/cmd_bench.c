@@ -136,9 +136,6 @@ static void pool_report(dsv4_model *m, const dsv4_pool_stats *ps, int tokens, do
     rep_num(rep, "cpu_pool", "worker_start_us", wake_us);
 }
 
-/* Prefill `prompt` tokens in steps of at most `chunk` (0: one step; chunked prefill gives the bits of one step), then
- * `decode` single-token steps; report both rates. A chunked prefill also reports its first and last step's rate:
- * the later chunks attend to (and index) everything before them, so their rate shows what a long context costs. */
 /* The bench's token sequence (any ids of the vocabulary: the weights are random). */
 static void bench_tokens(const dsv4_model *m, int32_t *tok, int n) {
     for (int i = 0; i < n; i++) tok[i] = (int32_t)((i * 7919 + 13) % m->cfg.vocab_size);
@@ -186,6 +183,9 @@ static int route_share_report(dsv4_model *m, int prompt, int decode, json_t *rep
     return 0;
 }
 
+/* Prefill `prompt` tokens in steps of at most `chunk` (0: one step; chunked prefill gives the bits of one step), then
+ * `decode` single-token steps; report both rates. A chunked prefill also reports its first and last step's rate:
+ * the later chunks attend to (and index) everything before them, so their rate shows what a long context costs. */
 static int bench_single_stream(dsv4_model *m, int prompt, int chunk, int decode, double bw, int profile, json_t *rep) {
     dsv4_error err;
     dsv4_seq *s;

@@ -118,19 +118,12 @@ int expert_bus_pct(double share) {
 
 int expert_bus_auto_pct(const expert_map *map, int n_act, const uint64_t *counts, int64_t bus_room) {
     if (!map->owner) return 0;
-    /* f = off / all: by the profile's routes when it counted any, else by the experts */
-    double off = (double)map->n_host, all = (double)map->n_layers * map->n_routed;
-    if (counts) {
-        double c_off = 0, c_all = 0;
-        for (int l = 0; l < map->n_layers; l++)
-            for (int e = 0; e < map->n_routed; e++) {
-                const double c = (double)counts[(int64_t)l * map->n_routed + e];
-                c_all += c;
-                if (expert_on_host(map, l, e)) c_off += c;
-            }
-        if (c_all > 0) off = c_off, all = c_all;
-    }
-    const double r = all > 0 ? n_act * off / all : 0;
+    double share[3], uniform[3];
+    expert_map_route_shares(map, counts, share, uniform);
+    /* f: the share of the profile's routes off the GPU when it counted any, else of the experts */
+    const double f = share[EXPERT_ON_GPU] + share[EXPERT_ON_HOST] + share[EXPERT_ON_BUS] > 0
+                         ? share[EXPERT_ON_HOST] + share[EXPERT_ON_BUS] : uniform[EXPERT_ON_HOST] + uniform[EXPERT_ON_BUS];
+    const double r = n_act * f;
     if (r < 0.25 && map->n_host <= bus_room) return 100;
     return r >= 2 ? 25 : 0;
 }
