@@ -44,7 +44,8 @@
 #            the bench at each --gpu-mem of SKEW_MEMS (default 132 80 24) placed by it; each run's route shares
 #   cpuflash issue 15's all-CPU baseline: the real Flash shape with CPUFLASH_LAYERS (default "4 8") layers written
 #            whole (random weights, no holes: ~3.3 GB a layer) by dsv4 tiny, then the CPU bench (OFFICIAL, every core)
-#            on each; the 43-layer time is extrapolated from the two (the layers past the fourth alternate CSA / HCA)
+#            on each; the 43-layer time is extrapolated from the two (the layers past the fourth alternate CSA / HCA).
+#            Slow: run 132's 200 s did not finish writing the 4-layer model (13.5 GB); give it a call of its own
 # Everything but the summary on stdout goes to $OUT/logs.tgz, ncu.txt and fuzz.tgz: the device tool returns at most
 # 8 files (run 37 lost its fuzz.tgz to a ninth).
 . tools/gpu/env.sh
