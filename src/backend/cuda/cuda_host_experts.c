@@ -27,10 +27,8 @@ int cuda_hx_init(cu_host_experts *hx, expert_map *map, dsv4_error *err) {
         cuda_hx_free(hx);
         return dsv4_fail(err, DSV4_E_NOMEM, "out of memory (host experts)");
     }
-    for (int l = 0; l < hx->map.n_layers; l++) {
+    for (int l = 0; l < hx->map.n_layers; l++)
         for (int e = 0; e < hx->map.n_routed; e++) hx->n_host[l] += expert_owner_of(&hx->map, l, e) == EXPERT_ON_HOST;
-        hx->hands_off |= hx->n_host[l] > 0;
-    }
     return DSV4_OK;
 }
 

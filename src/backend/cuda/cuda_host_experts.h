@@ -33,8 +33,6 @@ typedef struct cu_host_experts {
     expert_map map;            /* which experts of which main layer the host holds (EXPERT_ON_HOST, EXPERT_ON_BUS) */
     uint8_t *bus_shared;       /* [n_layers][n_routed]: 1 = a synthetic bus expert sharing another's bytes (packed once) */
     int *n_host;               /* [n_layers] experts the host computes per layer (a layer with none skips steps 1-3) */
-    int hands_off;             /* some layer has experts the host computes (0: all of them over the bus, so a step
-                                * has no host work and runs as CUDA graphs, cuda_step.c) */
     int bus_pct;               /* the bus share the map was split at (percent) */
     int T_cap;
     moe_host_scratch scr;
@@ -76,6 +74,9 @@ int  cuda_hx_fetch(cu_host_experts *hx, cu_stream st, const dsv4_config *c, cons
                    const float *route_w, int T);
 /* Steps 2-3: wait for step 1, compute on the host, enqueue the copies and the scatter into ey on st. */
 int  cuda_hx_compute(cu_host_experts *hx, struct dsv4_model *m, int L, cu_stream st, int T, float *ey, dsv4_error *err);
+/* Whether some layer has experts the host computes (map.n_host counts the bus experts too): without any, every
+ * host-memory expert is read over the bus, a step has no host work and runs as CUDA graphs (cuda_step.c). */
+static inline int cuda_hx_hands_off(const cu_host_experts *hx) { return hx->map.n_host > hx->map.n_bus; }
 /* A bus expert of main layer L whose bytes are its own (pack it); 0 for a synthetic one sharing another's. */
 static inline int cuda_hx_bus_owns(const cu_host_experts *hx, int L, int e) {
     return !hx->bus_shared[(int64_t)L * hx->map.n_routed + e];

@@ -841,7 +841,7 @@ static int step_end(step_ctx *s, dsv4_step_item *items, const head_plan *hp, con
 #define CU_GRAPH_LAYERS 4
 
 static int graphs_usable(const struct cuda_model *cm) {
-    return cm->graphs_on && cm->graphs && !(cm->hx && cm->hx->hands_off) && !cm->ep && !cm->prof.on;
+    return cm->graphs_on && cm->graphs && !(cm->hx && cuda_hx_hands_off(cm->hx)) && !cm->ep && !cm->prof.on;
 }
 
 /* Segments of a graphed step of NL layers, and the first layer of segment k (NL for k = the count). */
