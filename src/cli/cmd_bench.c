@@ -47,7 +47,7 @@ static const synthetic synthetics[] = {
                   "num_attention_heads=16", "head_dim=512", "q_lora_rank=1024", "o_lora_rank=1024", "o_groups=4",
                   "n_routed_experts=64", "num_experts_per_tok=6", "moe_intermediate_size=1024", "vocab_size=32768",
                   "index_n_heads=16", "index_topk=64", "sliding_window=128", "num_hash_layers=2", NULL}},
-    /* the real shapes (spec §1.1), big matrices as holes filled in GPU memory (model/synthetic.h): --device cuda */
+    /* the real shapes (spec §1.1), big matrices as holes filled where the model reads them (model/synthetic.h) */
     {"flash", {"hidden_size=4096", "num_hidden_layers=43", "compress_ratios=[0,0,4,128,4,128,4,128,4,128,4,128,4,128,4,128,4,128,4,128,4,128,4,128,4,128,4,128,4,128,4,128,4,128,4,128,4,128,4,128,4,128,4]",
                "num_attention_heads=64", "head_dim=512", "q_lora_rank=1024", "o_lora_rank=1024", "o_groups=8",
                "n_routed_experts=256", "num_experts_per_tok=6", "moe_intermediate_size=2048", "vocab_size=129280",
@@ -69,7 +69,7 @@ static int synthetic_dir(const char *name, const char *skew, char *dir, size_t n
     const synthetic *s = NULL;
     for (size_t i = 0; i < sizeof synthetics / sizeof synthetics[0]; i++)
         if (!strcmp(synthetics[i].name, name)) s = &synthetics[i];
-    if (!s) return cli_error(CMD, "unknown synthetic model '%s' (flash-2g, small; flash, pro with --device cuda)", name);
+    if (!s) return cli_error(CMD, "unknown synthetic model '%s' (flash-2g, small, flash, pro)", name);
     if (skew) snprintf(dir, n, "/tmp/dsv4-synthetic-%s-skew%s", name, skew);
     else snprintf(dir, n, "/tmp/dsv4-synthetic-%s", name);
     char cfg[600];
@@ -628,10 +628,14 @@ int cmd_bench(int argc, char **argv) {
            !m->cuda ? "" : graphs.on ? ", CUDA graphs on" : ", CUDA graphs off (DSV4_CUDA_GRAPHS=0)",
            !m->cuda || mode != DSV4_MODE_OFFICIAL ? "" : cuda_mma_on(m) ? ", FP8 tensor cores" : ", FP8 tensor cores off (DSV4_CUDA_MMA=0)",
            m->device == DSV4_DEVICE_CPU ? ", weights: " : "", m->device == DSV4_DEVICE_CPU ? st_memory_words(m->weight_memory) : "");
-    if (m->cfg.synthetic_holes)
+    if (m->cfg.synthetic_holes && m->cuda)
         printf("synthetic weights generated in GPU memory: %d distinct layer weight sets for %d layers%s\n",
                cuda_distinct_layers(m), m->cfg.n_layers,
                cuda_distinct_layers(m) < m->cfg.n_layers ? " (the later layers reuse an earlier layer's weights of their kind)" : "");
+    if (m->cfg.synthetic_holes && !m->cuda)
+        printf("synthetic weights generated in host memory: %.2f GiB; %lld of %lld routed-expert tensors with bytes of their own%s\n",
+               m->synth.bytes / 1073741824.0, (long long)m->synth.expert_own, (long long)m->synth.expert_tensors,
+               m->synth.expert_own < m->synth.expert_tensors ? ", the others share them in a cycle" : "");
     kv_cost_report(stdout, "", kv, m->cfg.n_layers, m->cfg.compress_ratio, m->cfg.head_dim, m->cfg.rope_dim,
                    m->cfg.index_head_dim, m->cfg.window);
     double bw = -1;
@@ -656,8 +660,12 @@ int cmd_bench(int argc, char **argv) {
         if (m->cuda) json_object_set_new(json_object_get(rep, "model"), "cuda_graphs", json_boolean(graphs.on));
         if (m->cuda) json_object_set_new(json_object_get(rep, "model"), "cuda_tensor_cores",
                                          json_boolean(mode == DSV4_MODE_OFFICIAL && cuda_mma_on(m)));
-        if (m->cfg.synthetic_holes) json_object_set_new(json_object_get(rep, "model"), "distinct_layer_weight_sets",
-                                                        json_integer(cuda_distinct_layers(m)));
+        if (m->cfg.synthetic_holes && m->cuda) json_object_set_new(json_object_get(rep, "model"), "distinct_layer_weight_sets",
+                                                                   json_integer(cuda_distinct_layers(m)));
+        if (m->cfg.synthetic_holes && !m->cuda) {
+            json_object_set_new(json_object_get(rep, "model"), "synthetic_expert_tensors", json_integer(m->synth.expert_tensors));
+            json_object_set_new(json_object_get(rep, "model"), "synthetic_expert_tensors_own", json_integer(m->synth.expert_own));
+        }
         if (bw > 0) rep_num(rep, "machine", m->cuda ? "device_copy_gb_s" : "memory_read_gb_s", bw);
     }
     int rc = bench_single_stream(m, (int)prompt, (int)chunk, (int)decode, bw, profile && m->cuda, rep);

@@ -131,7 +131,7 @@ static const cmd_help HELP[] = {
      "dsv4 bench (-m DIR | --synthetic flash-2g|small|flash|pro) [options]",
      {O_MODEL,
       {"--synthetic flash-2g|small|flash|pro", "write (once, to /tmp) and load a synthetic model of this size; flash and pro "
-                                              "are the real V4 shapes, generated in GPU memory (--device cuda)"},
+                                              "are the real V4 shapes, generated where the model reads them (GPU or host memory; DSV4_SYNTHETIC_HOST_GB)"},
       {"--route-skew S", "with --synthetic: a router bias of -S ln(1 + rank) over a random ranking of each layer's experts, so that "
                          "routing favours a few (a separate folder, ...-skewS); measure it with dsv4 profile and inspect"},
       {"--prompt N", "prompt tokens of the single-stream run (default 128)"},

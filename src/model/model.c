@@ -8,6 +8,7 @@
 #include "backend/cpu/cpufeat.h"
 #include "backend/cpu/isa.h"
 #include "model/formats.h"
+#include "model/synthetic.h"
 #include "util/error.h"
 #include <stdio.h>
 #include <stdlib.h>
@@ -369,6 +370,7 @@ void dsv4_model_free(dsv4_model *m) {
     }
     if (m->pool) dsv4_pool_free(m->pool);
     st_close(&m->ckpt);
+    synth_host_free(&m->synth);
     free(m);
 }
 
@@ -388,9 +390,16 @@ static int model_cuda_init(dsv4_model *m, const char *dir, const dsv4_load_opts 
 }
 
 /* Where a CPU model's weights live (model/safetensors.h, st_memory): by default a copy on huge pages when it fits
- * in memory. Before binding: the bindings point into wherever the bytes end up. (A CUDA model reads the mapping
+ * in memory; a synthetic checkpoint's always (model/synthetic.h synth_host_build). Before binding: the bindings point into wherever the bytes end up. (A CUDA model reads the mapping
  * once, to upload it; its host-resident experts are placed by the CUDA backend.) */
 static int place_weights(dsv4_model *m, int n_threads, dsv4_error *err) {
+    if (m->cfg.synthetic_holes) {   /* its holes read as zeros: the arena gets every tensor, the holes filled */
+        size_t budget;
+        int rc = synth_host_budget(&budget, err);
+        if (!rc) rc = synth_host_build(&m->ckpt, budget, n_threads, &m->synth, err);
+        m->weight_memory = ST_MEM_COPY;
+        return rc;
+    }
     uint64_t bytes = 0;
     for (int i = 0; i < m->ckpt.n_shards; i++) bytes += m->ckpt.shards[i].len;
     int rc = st_memory_choose(bytes, &m->weight_memory, err);
@@ -442,11 +451,6 @@ int dsv4_model_load(const char *dir, const dsv4_load_opts *opts, dsv4_model **ou
         goto fail;
     }
     if (opts->device == DSV4_DEVICE_CUDA && !cuda_available(opts->gpu, err)) { rc = err ? err->code : DSV4_E_UNSUPPORTED; goto fail; }
-    if (m->cfg.synthetic_holes && opts->device != DSV4_DEVICE_CUDA) {
-        rc = dsv4_fail(err, DSV4_E_UNSUPPORTED, "%s is a synthetic benchmark checkpoint whose big matrices are holes "
-                       "(\"dsv4_synthetic\": \"holes\"): it runs only on the GPU (--device cuda), which fills them", dir);
-        goto fail;
-    }
     m->max_spec = opts->max_spec > 0 ? opts->max_spec : 16;
     m->ring_len = m->cfg.window + m->max_spec;
     m->kv_format = opts->kv_format;

@@ -8,6 +8,7 @@
 #include "model/config.h"
 #include "model/inventory.h"
 #include "model/safetensors.h"
+#include "model/synthetic.h"
 #include "model/weight.h"
 
 /* One mHC site (attention or FFN of a block, or the head collapse). */
@@ -84,6 +85,7 @@ struct dsv4_model {
     dsv4_mode mode;
     st_memory weight_memory; /* where the checkpoint's bytes live (model/safetensors.h): CPU models copy them to huge
                               * pages when they fit */
+    synth_host synth;        /* a synthetic checkpoint on the CPU: the arena its tensors point into (model/synthetic.h) */
     cpu_dots dots;           /* the order of the CPU's linears with bf16-exact inputs (backend/cpu/kernels.h): OFFICIAL:
                               * the pair order (pairs.h; on a CUDA model, its host-resident experts), or AMX's
                               * (dsv4_load_opts.cpu_amx, CPU device), or fp32 with DSV4_CPU_PAIRS=0; EXACT: fp32 */

@@ -42,10 +42,10 @@
 #            dsv4 profile over 16 prompts of 128 random ids (written next to the model, where loads find it; or the one
 #            in .gpu/profiles/skew_S_profile.json, an earlier run's: the model must exist before dsv4 profile), then
 #            the bench at each --gpu-mem of SKEW_MEMS (default 132 80 24) placed by it; each run's route shares
-#   cpuflash issue 15's all-CPU baseline: the real Flash shape with CPUFLASH_LAYERS (default "4 8") layers written
-#            whole (random weights, no holes: ~3.3 GB a layer) by dsv4 tiny, then the CPU bench (OFFICIAL, every core)
-#            on each; the 43-layer time is extrapolated from the two (the layers past the fourth alternate CSA / HCA).
-#            Slow: run 132's 200 s did not finish writing the 4-layer model (13.5 GB); give it a call of its own
+#   cpuflash issue 15's all-CPU baseline: `dsv4 bench --synthetic flash` on the host's CPU (OFFICIAL, every core; the
+#            weights generated in host memory, model/synthetic.h: ~8 GiB of non-expert tensors, the experts within
+#            60 % of RAM and the rest sharing them in a cycle), then the same model split with GPU_MEM_CPU
+#            (default 24) GiB on the GPU, back to back. CPUFLASH_ARGS (default --prompt 16 --decode 16).
 # Everything but the summary on stdout goes to $OUT/logs.tgz, ncu.txt and fuzz.tgz: the device tool returns at most
 # 8 files (run 37 lost its fuzz.tgz to a ninth).
 . tools/gpu/env.sh
@@ -343,21 +343,10 @@ for i in range(16): print(','.join(str(random.randrange(1000, 129000)) for _ in 
 fi
 save
 if has cpuflash; then
-  for n in ${CPUFLASH_LAYERS:-4 8}; do
-    ratios=$(python3 -c "print(','.join(str(r) for r in ([0, 0] + [4, 128] * 30)[:$n]))")
-    d=/tmp/cpuflash-$n; rm -rf $d
-    t0=$(date +%s)
-    .gpu/dsv4 tiny -o $d --preset flash-tiny --seed 1 --shards 4 --set hidden_size=4096 --set num_hidden_layers=$n \
-        --set "compress_ratios=[$ratios]" --set num_attention_heads=64 --set head_dim=512 --set q_lora_rank=1024 \
-        --set o_lora_rank=1024 --set o_groups=8 --set n_routed_experts=256 --set num_experts_per_tok=6 \
-        --set moe_intermediate_size=2048 --set vocab_size=129280 --set index_n_heads=64 --set index_head_dim=128 \
-        --set index_topk=512 --set sliding_window=128 --set num_hash_layers=3 --set routed_scaling_factor=1.5 \
-        >$L/cpuflash_tiny_$n.log 2>&1
-    echo "== cpuflash $n layers: written (exit $?, $(( $(date +%s) - t0 )) s, $(du -sh $d | cut -f1))"
-    timeout ${CPUFLASH_TIMEOUT:-240} .gpu/dsv4 bench -m $d --mode official --prompt 16 --decode 8 >$L/cpuflash_$n.log 2>&1
-    echo "  bench exit $?: $(grep -E '^model|^memory read|^prefill|^decode, 1|^decode weight|^bandwidth|^decode, CPU' $L/cpuflash_$n.log | cut -c 1-220 | tr '\n' '|')"
-    rm -rf $d
-  done
+  timeout ${CPUFLASH_TIMEOUT:-240} .gpu/dsv4 bench --synthetic flash --mode official ${CPUFLASH_ARGS:---prompt 16 --decode 16} >$L/cpuflash.log 2>&1
+  echo "== cpuflash (all CPU): exit $?: $(grep -E '^synthetic|^memory read|^prefill|^decode, 1|^decode weight|^decode, CPU' $L/cpuflash.log | cut -c 1-200 | tr '\n' '|')"
+  timeout ${CPUFLASH_TIMEOUT:-240} $FLASH --gpu-mem ${GPU_MEM_CPU:-24} ${CPUFLASH_ARGS:---prompt 16 --decode 16} --no-bandwidth >$L/cpuflash_gpu.log 2>&1
+  echo "== the same, --gpu-mem ${GPU_MEM_CPU:-24}: exit $?: $(grep -E '^prefill|^decode, 1|^decode routes' $L/cpuflash_gpu.log | cut -c 1-200 | tr '\n' '|')"
 fi
 save
 if has final; then

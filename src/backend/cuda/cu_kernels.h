@@ -11,6 +11,7 @@
  * the same bits, run after run. Pointers are device pointers unless a comment says otherwise. */
 #ifndef DSV4_CU_KERNELS_H
 #define DSV4_CU_KERNELS_H
+#include "model/synth_values.h"
 #include "model/weight.h"
 #include <stddef.h>
 #include <stdint.h>
@@ -56,8 +57,8 @@ typedef struct {
 } cu_moe_plan;
 
 /* ---- synthetic weights (k_synth.cu, model/synthetic.h) ------------------------------------------------------- */
-enum { CU_SYNTH_FP8 = 1, CU_SYNTH_FP4 = 2, CU_SYNTH_BF16 = 3 };
-/* n bytes of random values of the kind at p (default stream; the loader waits with cu_sync). */
+enum { CU_SYNTH_FP8 = SYNTH_FP8, CU_SYNTH_FP4 = SYNTH_FP4, CU_SYNTH_BF16 = SYNTH_BF16 };   /* model/synth_values.h */
+/* n bytes of random values of the kind at p (model/synth_values.h; default stream; the loader waits with cu_sync). */
 void cu_fill_synth(void *p, size_t n, int kind, uint64_t seed);
 
 /* ---- linear layers (backend/cpu/linear.c cpu_linear) ------------------------------------------------------

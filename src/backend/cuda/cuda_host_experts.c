@@ -4,6 +4,7 @@
 #include "model/model.h"
 #include "model/footprint.h"
 #include "model/safetensors.h"
+#include "model/synthetic.h"
 #include "util/bigmem.h"
 #include "util/error.h"
 #include <stdlib.h>
@@ -80,29 +81,6 @@ static size_t add_piece(hx_pieces *ps, const void *src, size_t n, int fmt, int s
     return pc->off;
 }
 
-/* splitmix64: the fill is a pure function of (seed, position), as on the GPU */
-static uint64_t mix64(uint64_t z) {
-    z += 0x9e3779b97f4a7c15ULL;
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-}
-
-/* Random weights of format fmt (FP8 exponents 5..8, any FP4 nibble), or scale bytes (every one 121, 2^-6). */
-static void synth_fill(uint8_t *p, size_t n, int fmt, int scale, uint64_t seed) {
-    if (scale) {
-        memset(p, 121, n);
-        return;
-    }
-    for (size_t w = 0; w * 8 < n; w++) {
-        const uint64_t h = mix64(seed ^ mix64(w));
-        for (int k = 0; k < 8 && w * 8 + (size_t)k < n; k++) {
-            const uint32_t r = (uint32_t)(h >> (8 * k));
-            p[w * 8 + (size_t)k] = fmt == WF_FP8 ? (uint8_t)((r & 0x80) | ((5 + ((r >> 3) & 3)) << 3) | (r & 7)) : (uint8_t)r;
-        }
-    }
-}
-
 typedef struct {
     const hx_pieces *ps;
     uint8_t *arena;
@@ -114,7 +92,7 @@ static void fill_pieces(void *ctx, int begin, int end, int thread) {
     for (int i = begin; i < end; i++) {
         const hx_piece *pc = &j->ps->p[i];
         if (pc->src) memcpy(j->arena + pc->off, pc->src, pc->n);
-        else synth_fill(j->arena + pc->off, pc->n, pc->fmt, pc->scale, pc->seed);
+        else synth_fill(j->arena + pc->off, 0, pc->n, pc->scale ? 0 : pc->fmt == WF_FP8 ? SYNTH_FP8 : SYNTH_FP4, pc->seed);
     }
 }
 
@@ -240,17 +218,10 @@ int cuda_hx_place(cu_host_experts *hx, struct dsv4_model *m, dsv4_error *err) {
     return rc ? rc : place_bus(hx, m, 0, 0, err);
 }
 
-/* Host memory the synthetic host experts may take: 60 % of the machine's, so that the OS, the page-locked step
- * buffers and the loader's copies keep room. Beyond it, later host experts share the bytes of earlier ones in a
- * cycle (as the GPU shares whole layers, cuda_model.c): every shared expert is tens of MB, far beyond the host's
- * caches, and the cycle length is gigabytes, so the host still reads every byte from memory. */
-static size_t synthetic_host_budget(void) {
-    const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
-    return pages > 0 && page > 0 ? (size_t)((double)pages * (double)page * 0.6) : (size_t)16 << 30;
-}
-
 int cuda_hx_fill_synthetic(cu_host_experts *hx, struct dsv4_model *m, dsv4_error *err) {
-    const size_t budget = synthetic_host_budget();
+    size_t budget;
+    int rc = synth_host_budget(&budget, err);
+    if (rc) return rc;
     hx->memory = ST_MEM_COPY;
     /* the budget split between the two arenas in proportion to what each class needs */
     double need_host = 0, need_bus = 0;
@@ -262,7 +233,7 @@ int cuda_hx_fill_synthetic(cu_host_experts *hx, struct dsv4_model *m, dsv4_error
         }
     const size_t budget_bus = need_bus > 0 ? (size_t)((double)budget * need_bus / (need_host + need_bus)) : 0;
     hx_arena a = { .cls = EXPERT_ON_HOST, .synthetic = 1, .budget = budget - budget_bus, .seed = 0x405700000ULL };
-    int rc = build_arena(hx, m, &a, err);
+    rc = build_arena(hx, m, &a, err);
     hx->arena = a.base;
     hx->arena_bytes = a.bytes;
     hx->synth_distinct = a.n_own;

@@ -77,10 +77,9 @@ static void *synth(uploader *u, size_t n, int kind, int byte) {
 static dsv4_weight up_weight(uploader *u, const dsv4_weight *w) {
     dsv4_weight d = *w;
     if (u->synthetic && synthetic_hole_weight(w->fmt, (size_t)weight_bytes(w))) {
-        /* scales 2^-6 (UE8M0 byte 121): values of size ~1/64, as a fan-in of a few thousand wants */
         const int kind = w->fmt == WF_FP8 ? CU_SYNTH_FP8 : w->fmt == WF_FP4 ? CU_SYNTH_FP4 : CU_SYNTH_BF16;
         d.data = synth(u, (size_t)weight_bytes(w), kind, 0);
-        d.scale = synth(u, (size_t)weight_scale_bytes(w), 0, 121);
+        d.scale = synth(u, (size_t)weight_scale_bytes(w), 0, SYNTH_SCALE_BYTE);
         return d;
     }
     d.data = up(u, w->data, (size_t)weight_bytes(w));
