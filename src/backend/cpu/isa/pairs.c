@@ -794,9 +794,16 @@ done:
 #endif
 
 #ifdef DSV4_AVX512
-/* Passes of the fused path over a row group (pairs_rows): up to FUSED_PASSES * FUSED_T tokens decode rows in
- * registers; more take the tile. */
-enum { FUSED_PASSES = 2 };
+/* Passes of the fused path over a row group (pairs_rows): up to fused_passes(w) * FUSED_T tokens decode rows in
+ * registers, a pass of at most FUSED_T tokens at a time; more take the tile. Each later pass decodes the group's
+ * bytes again, from cache, which costs less than decoding them once into the tile's buffer and running the tile
+ * while the tokens stay at most 16 for FP8 and FP4 (the tile's 6-token groups then read the tokens from L2). Times
+ * on a Zen 5 core, one linear (tools/bench/linear_bench 1 T), tile -> fused: 2048 x 4096 at 6 tokens FP8 1.14-1.48
+ * -> 0.72-0.74 ms; at 12 / 16 tokens FP8 5.4-5.6 / 4.6-4.9 -> 7.0-7.4 / 5.5-5.7 GB/s, FP4 3.4-3.5 / 3.0-3.1 ->
+ * 4.6-4.7 / 3.7-3.8 GB/s; 8192 x 1024 at 16 FP8 3.2-3.5 -> 5.0-5.2; 24 tokens gained 0-15 %, 32 lost 5-15 %. BF16
+ * rows need no decoding and the tile's larger register block wins from 9 tokens on (16: 8.2-8.8 -> 7.8-8.3). */
+enum { FUSED_PASSES = 4 };
+static inline int fused_passes(const dsv4_weight *w) { return w->fmt == WF_BF16 ? 2 : FUSED_PASSES; }
 static const char *const no_ahead[FUSED_ROWS];   /* a later pass: its rows are in cache, nothing to prefetch */
 
 /* Row o against every token of the job by the tile, its decoded bf16s in rows (n32 of them) and ftmp the slow
@@ -849,10 +856,7 @@ void ISA_FN(pairs_rows)(void *ctx, int begin, int end, int thread) {
     if (!rows || !ftmp) goto done;   /* cannot happen for real configs; leaves y untouched rather than crash */
     const size_t row_bytes = weight_cols_bytes(w, cols);
 #ifdef DSV4_AVX512
-    if (b->T <= FUSED_PASSES * FUSED_T) {   /* few tokens: rows decoded in registers, FUSED_ROWS at a time */
-        /* up to FUSED_T tokens a pass over a row group; a second pass finds the group's bytes in cache, so two
-         * passes of decoding in registers cost less than decoding once into the tile's buffer (one 2048 x 4096
-         * linear of 6 tokens on a Zen 5 core: FP8 1.14-1.48 ms by the tile, 0.72-0.74 in two passes) */
+    if (b->T <= fused_passes(w) * FUSED_T) {   /* few tokens: rows decoded in registers, FUSED_ROWS at a time */
         const int passes = (b->T + FUSED_T - 1) / FUSED_T;
         fused_tokens x[FUSED_PASSES];
         for (int p = 0; p < passes; p++) {
