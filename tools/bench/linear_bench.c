@@ -5,7 +5,8 @@
  *
  *   make && cc -std=gnu11 -O2 -march=native -Iinclude -Isrc tools/bench/linear_bench.c build/libdsv4.a \
  *       -lmicrohttpd -ljansson -lpcre2-8 -lxxhash -lm -pthread -o build/linear_bench
- *   build/linear_bench [THREADS [T [ROWS COLS]]]        (defaults: every CPU, 1 token, 2048 x 4096)
+ *   build/linear_bench [THREADS [T [ROWS COLS]]]        (defaults: every CPU, 1 token, 2048 x 4096; DSV4_ISA picks the
+ *                                                         kernel set, as for dsv4)
  *
  * Random weights: FP8 bytes with exponents 5..8, any FP4 nibble, BF16 values of |x| in [2^-8, 2^0), scales 2^-6 —
  * the synthetic checkpoints' kinds of value. Prints, per format, the best of 5 passes over the set in GB/s of
@@ -73,6 +74,13 @@ int main(int argc, char **argv) {
     const int threads = argc > 1 ? atoi(argv[1]) : 0, T = argc > 2 ? atoi(argv[2]) : 1;
     const int rows = argc > 4 ? atoi(argv[3]) : 2048, cols = argc > 4 ? atoi(argv[4]) : 4096;
     dsv4_pool *pool = dsv4_pool_new(threads);
+    const cpu_kernels *kern;
+    dsv4_error err;
+    if (cpu_kernels_pick(NULL, &kern, &err)) {   /* $DSV4_ISA, else the best set */
+        fprintf(stderr, "linear_bench: %s\n", err.msg);
+        return 2;
+    }
+    if (pool) dsv4_pool_set_kernels(pool, kern);
     if (!pool || T < 1 || rows < 1 || cols < 32 || cols % 128) {
         fprintf(stderr, "usage: linear_bench [THREADS [T [ROWS COLS]]] (COLS a multiple of 128)\n");
         return 2;
