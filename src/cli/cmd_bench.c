@@ -186,6 +186,17 @@ static int route_share_report(dsv4_model *m, int prompt, int decode, json_t *rep
 /* Prefill `prompt` tokens in steps of at most `chunk` (0: one step; chunked prefill gives the bits of one step), then
  * `decode` single-token steps; report both rates. A chunked prefill also reports its first and last step's rate:
  * the later chunks attend to (and index) everything before them, so their rate shows what a long context costs. */
+/* --profile: the per-stage timing of the model's device (backend/cuda's, or core/profile.h's on the CPU). */
+static void profile_on(dsv4_model *m, int on) {
+    if (m->cuda) cuda_profile(m, on);
+    else m->prof = (cpu_profile){ .on = on };
+}
+
+static void profile_report(const dsv4_model *m) {
+    if (m->cuda) cuda_profile_report(m, stdout);
+    else cpu_profile_report(&m->prof, stdout);
+}
+
 static int bench_single_stream(dsv4_model *m, int prompt, int chunk, int decode, double bw, int profile, json_t *rep) {
     dsv4_error err;
     dsv4_seq *s;
@@ -194,7 +205,7 @@ static int bench_single_stream(dsv4_model *m, int prompt, int chunk, int decode,
     float *logits = malloc(sizeof(float) * (size_t)m->cfg.vocab_size);
     if (!tok || !logits) { free(tok); free(logits); dsv4_seq_free(s); return cli_error(CMD, "out of memory"); }
     bench_tokens(m, tok, prompt + decode);
-    if (profile) cuda_profile(m, 1);
+    if (profile) profile_on(m, 1);
     if (chunk <= 0 || chunk > prompt) chunk = prompt;
     const int steps = (prompt + chunk - 1) / chunk;
     double t0 = now_s(), first_s = 0, last_s = 0;
@@ -209,8 +220,8 @@ static int bench_single_stream(dsv4_model *m, int prompt, int chunk, int decode,
     }
     if (profile) {
         printf("prefill of %d tokens, ", prompt);
-        cuda_profile_report(m, stdout);
-        cuda_profile(m, 1);   /* then the decode steps */
+        profile_report(m);
+        profile_on(m, 1);   /* then the decode steps */
     }
     double t1 = now_s();
     dsv4_pool_count(m->pool, 1);
@@ -289,8 +300,8 @@ static int bench_single_stream(dsv4_model *m, int prompt, int chunk, int decode,
                "speculative verify step", 1e3 * tv / reps, tv / reps * tps);
     if (profile) {
         printf("decode, ");
-        cuda_profile_report(m, stdout);
-        cuda_profile(m, 0);
+        profile_report(m);
+        profile_on(m, 0);
     }
     return 0;
 }
@@ -313,11 +324,11 @@ static void graphs_report(const dsv4_model *m, json_t *rep) {
 
 static void profile_start(dsv4_model *m, void *ctx) {
     (void)ctx;
-    cuda_profile(m, 1);
+    profile_on(m, 1);
 }
 
 /* --streams 1,2,4,...: aggregate decode tokens/s with N streams decoding together (weights read once a step). With
- * --profile (cuda), the decode steps of the last count once more, under the per-stage timing. */
+ * --profile, the decode steps of the last count once more, under the per-stage timing. */
 static int bench_streams(dsv4_model *m, const char *list, int decode, double bw, int profile, json_t *rep) {
     int32_t *counts;
     int n;
@@ -343,10 +354,10 @@ static int bench_streams(dsv4_model *m, const char *list, int decode, double bw,
     if (arr) json_object_set_new(rep, "streams", arr);
     if (!rc && profile) {
         dsv4_bench_streams_result r;
-        printf("\nper-stage time of %d-stream decode steps (synchronised stages, launched directly):\n", c[n - 1]);
+        printf("\nper-stage time of %d-stream decode steps%s:\n", c[n - 1], m->cuda ? " (synchronised stages, launched directly)" : "");
         rc = dsv4_bench_streams_hooked(m, c[n - 1], 16, decode, profile_start, NULL, &r, &err);
-        if (!rc) cuda_profile_report(m, stdout);
-        cuda_profile(m, 0);
+        if (!rc) profile_report(m);
+        profile_on(m, 0);
     }
     free(rows);
     free(c);
@@ -383,7 +394,7 @@ static int bench_context(dsv4_model *m, const char *list, int decode, int profil
         /* one untimed step first: it grows the step's scratch to this context */
         dsv4_step_item w = { s, tok, 1, DSV4_LOGITS_LAST, logits };
         rc = dsv4_step(m, &w, 1, &err);
-        if (profile) cuda_profile(m, 1);
+        if (profile) profile_on(m, 1);
         const double t0 = now_s();
         for (int i = 1; !rc && i < decode; i++) {
             dsv4_step_item d = { s, tok + i, 1, DSV4_LOGITS_LAST, logits };
@@ -398,8 +409,8 @@ static int bench_context(dsv4_model *m, const char *list, int decode, int profil
         printf("\n");
         if (profile) {
             printf("   decode at this context, ");
-            cuda_profile_report(m, stdout);
-            cuda_profile(m, 0);
+            profile_report(m);
+            profile_on(m, 0);
         }
         if (arr) json_array_append_new(arr, json_pack("{s:i, s:I, s:f}", "context", (int)ctx[k], "start", (json_int_t)start, "decode_tok_s", tps));
     }
@@ -668,10 +679,10 @@ int cmd_bench(int argc, char **argv) {
         }
         if (bw > 0) rep_num(rep, "machine", m->cuda ? "device_copy_gb_s" : "memory_read_gb_s", bw);
     }
-    int rc = bench_single_stream(m, (int)prompt, (int)chunk, (int)decode, bw, profile && m->cuda, rep);
+    int rc = bench_single_stream(m, (int)prompt, (int)chunk, (int)decode, bw, profile, rep);
     if (!rc) rc = route_share_report(m, (int)prompt, (int)decode, rep);
-    if (!rc && streams) rc = bench_streams(m, streams, (int)decode, bw, profile && m->cuda, rep);
-    if (!rc && context) rc = bench_context(m, context, (int)decode, profile && m->cuda, rep);
+    if (!rc && streams) rc = bench_streams(m, streams, (int)decode, bw, profile, rep);
+    if (!rc && context) rc = bench_context(m, context, (int)decode, profile, rep);
     if (!rc && spec) rc = bench_spec(m, spec, (int)decode);
     if (!rc && spec && streams) rc = bench_spec_streams(m, spec, streams, (int)decode);
     if (!rc && m->cuda) graphs_report(m, rep);

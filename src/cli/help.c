@@ -143,7 +143,7 @@ static const cmd_help HELP[] = {
       {"--context LIST", "also decode after contexts of these lengths (e.g. 4096,131072,1048576; the sequence jumps there with all-zero rows instead of a prefill)"},
       {"--json FILE", "also write the numbers (model, bandwidth, single stream, host experts, streams) as JSON to FILE"},
       {"--no-bandwidth", "skip the memory bandwidth measurement"},
-      {"--profile", "with --device cuda: time of each stage of the step, prefill and decode separately, the decode at each --context, and the decode steps of the last --streams count"},
+      {"--profile", "time of each stage of the step (GPU or CPU), prefill and decode separately, the decode at each --context, and the decode steps of the last --streams count"},
       {"--isa avx512bf16|avx512|avx2|scalar", "the CPU kernels' instruction set (default: $DSV4_ISA, else the best this CPU "
                                    "has; the same bits whichever runs)"},
       {"--grammar", "constrained-decoding masks instead: trie build, schema compile, per-token mask time "

@@ -325,10 +325,12 @@ void attention_forward(struct dsv4_model *m, const dsv4_layer *ly, int L, dsv4_w
     attn_ctx a = { m, ly, L, ws, { 0 } };
     kv_layout_init(&a.kv, m->kv_format, KV_ROW_MAIN, D, c->rope_dim);
     attention_qkv(m, ly, ws);
+    cpu_profile_mark(&m->prof, CP_QKV);
     if (ly->ratio) {
         const int w = (ly->comp.overlap ? 2 : 1) * D;
         linear_bf16_in(m->dots, m->pool, &ly->comp.wkv, ws->xn, T, d, ws->ck, w);
         linear_bf16_in(m->dots, m->pool, &ly->comp.wgate, ws->xn, T, d, ws->cz, w);
+        cpu_profile_mark(&m->prof, CP_COMPRESS);
     }
     if (ly->ratio == 4) {
         const int nI = c->index_n_heads, cI = c->index_head_dim;
@@ -338,13 +340,20 @@ void attention_forward(struct dsv4_model *m, const dsv4_layer *ly, int L, dsv4_w
         num_bf16(mode, ws->qi, (long)T * nI * cI);
         linear_bf16_in(m->dots, m->pool, &ly->idx_weights_proj, ws->xn, T, d, ws->wi, nI);
         num_bf16(mode, ws->wi, (long)T * nI);
+        cpu_profile_mark(&m->prof, CP_INDEX);
     }
     if (ly->ratio) dsv4_pool_run(m->pool, T, prepare_tokens, &a);
+    cpu_profile_mark(&m->prof, CP_COMPRESS);
     if (a.kv.fmt != DSV4_KV_F32) store_chunk_keys(&a.kv, ws->kv, T);
+    cpu_profile_mark(&m->prof, CP_ATTEND);
     if (ly->ratio) run_compressors(&a);
+    cpu_profile_mark(&m->prof, CP_COMPRESS);
     if (ly->ratio == 4) dsv4_pool_run(m->pool, T, select_rows, &a);
+    cpu_profile_mark(&m->prof, CP_INDEX);
     dsv4_pool_run(m->pool, T * H, attend, &a);
+    cpu_profile_mark(&m->prof, CP_ATTEND);
     attention_output(m, ly, ws);
+    cpu_profile_mark(&m->prof, CP_OUTPUT);
 
     /* finally the window rings: only now, so every query above read the chunk's own keys from ws->kv */
     for (int i = 0; i < ws->batch.n_items; i++) {
@@ -353,4 +362,5 @@ void attention_forward(struct dsv4_model *m, const dsv4_layer *ly, int L, dsv4_w
         for (int t = ws->batch.first[i]; t < ws->batch.first[i + 1]; t++)
             memcpy(seq_ring_at(seq, ls, ws->batch.pos[t]), ws->kv + (int64_t)t * D, a.kv.bytes);
     }
+    cpu_profile_mark(&m->prof, CP_ATTEND);
 }

@@ -140,12 +140,15 @@ void block_forward_with(struct dsv4_model *m, const dsv4_layer *ly, block_attent
     const int T = ws->batch.T, d = c->dim;
     hc_pre(m->pool, m->mode, c, &ly->hc_attn, ws->X, T, ws->u, ws->mix, ws->mixbuf);
     for (int t = 0; t < T; t++) rmsnorm(m->mode, ws->u + (int64_t)t * d, ly->attn_norm, d, c->norm_eps, ws->xn + (int64_t)t * d);
+    cpu_profile_mark(&m->prof, CP_MHC);
     attend(m, ly, ctx, ws);
     hc_post(m->mode, c, ws->sub, ws->mix, ws->X, T);
     hc_pre(m->pool, m->mode, c, &ly->hc_ffn, ws->X, T, ws->u, ws->mix, ws->mixbuf);
     for (int t = 0; t < T; t++) rmsnorm(m->mode, ws->u + (int64_t)t * d, ly->ffn_norm, d, c->norm_eps, ws->xn + (int64_t)t * d);
+    cpu_profile_mark(&m->prof, CP_MHC);
     moe_forward(m, ly, ws);
     hc_post(m->mode, c, ws->sub, ws->mix, ws->X, T);
+    cpu_profile_mark(&m->prof, CP_MHC);
 }
 
 static void sequence_attention(struct dsv4_model *m, const dsv4_layer *ly, void *ctx, dsv4_workspace *ws) {
@@ -243,6 +246,7 @@ void forward_finish(struct dsv4_model *m, const dsv4_hc_weights *hc_head, const 
         memcpy(s->tokens + s->pos, it->tokens, sizeof(int32_t) * (size_t)it->n_tokens);
         s->pos += it->n_tokens;
     }
+    cpu_profile_mark(&m->prof, CP_HEAD);
 }
 
 /* DSpark context features (spec §14.3): after target layer L, the mean of its output's HC streams, for the
@@ -278,7 +282,9 @@ int dsv4_step(dsv4_model *m, dsv4_step_item *items, int n_items, dsv4_error *err
     dsv4_workspace *ws = m->ws;
     const int T = ws->batch.T;
     if (m->route_counts) m->counted_tokens += (uint64_t)T;
+    cpu_profile_step(&m->prof);
     embed_tokens(m, ws);
+    cpu_profile_mark(&m->prof, CP_EMBED);
     const int show = m->progress && T >= 256;   /* long prefills report their progress per layer */
     for (int L = 0; L < m->cfg.n_layers; L++) {
         if (show) fprintf(stderr, "\rdsv4: %d tokens: layer %d/%d", T, L + 1, m->cfg.n_layers);

@@ -111,6 +111,7 @@ void moe_forward(struct dsv4_model *m, const dsv4_layer *layer, dsv4_workspace *
     const dsv4_config *c = &m->cfg;
     const int T = ws->batch.T, d = c->dim, K = c->n_act, E = c->n_routed, I = c->moe_inter;
     route(m, layer, ws);
+    cpu_profile_mark(&m->prof, CP_ROUTE);
     float *xq = ws->ex;
     quantize_inputs(m->mode, ws->xn, T, d, xq);
     memset(ws->acc, 0, sizeof(float) * (size_t)T * d);
@@ -142,6 +143,7 @@ void moe_forward(struct dsv4_model *m, const dsv4_layer *layer, dsv4_workspace *
         float *out = ws->sub + (int64_t)t * d;
         for (int k = 0; k < d; k++) out[k] = num_bf16_1(m->mode, a[k] + y[k]);
     }
+    cpu_profile_mark(&m->prof, CP_EXPERTS);
 }
 
 int moe_pair_offsets(const int32_t *route_e, int T, int K, int E, int32_t *first) {

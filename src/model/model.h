@@ -5,6 +5,7 @@
 #define DSV4_MODEL_MODEL_H
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/pool.h"
+#include "core/profile.h"
 #include "model/config.h"
 #include "model/inventory.h"
 #include "model/safetensors.h"
@@ -86,6 +87,7 @@ struct dsv4_model {
     st_memory weight_memory; /* where the checkpoint's bytes live (model/safetensors.h): CPU models copy them to huge
                               * pages when they fit */
     synth_host synth;        /* a synthetic checkpoint on the CPU: the arena its tensors point into (model/synthetic.h) */
+    cpu_profile prof;        /* per-stage time of CPU steps, when on (core/profile.h; dsv4 bench --profile) */
     cpu_dots dots;           /* the order of the CPU's linears with bf16-exact inputs (backend/cpu/kernels.h): OFFICIAL:
                               * the pair order (pairs.h; on a CUDA model, its host-resident experts), or AMX's
                               * (dsv4_load_opts.cpu_amx, CPU device), or fp32 with DSV4_CPU_PAIRS=0; EXACT: fp32 */

@@ -34,6 +34,15 @@ if grep -q "^prefill .*(10 tokens in 3 steps of 4; the first step [0-9.]* tok/s,
    node -e 'const s = JSON.parse(require("fs").readFileSync(process.argv[1])).single_stream;
             process.exit(s.prefill_steps === 3 && s.prefill_chunk_tokens === 4 && s.prefill_last_step_tok_s > 0 ? 0 : 1)' "$T/c.json"
 then ok; else bad "prefill chunks: $(grep -i prefill "$T/out")"; fi
+# --profile on the CPU: a per-stage table for the prefill (one step) and for the decode steps, every stage named,
+# times not negative and shares adding up to 100 %
+expect_ok "bench --profile (cpu)" "$BIN" bench -m "$T/m" --no-bandwidth --prompt 6 --decode 3 --profile
+if grep -q "^prefill of 6 tokens, per-stage time over 1 steps (CPU, wall clock):" "$T/out" &&
+   grep -q "^decode, per-stage time over [0-9]* steps (CPU, wall clock):" "$T/out" &&
+   awk '/per-stage time over/ { if (n) exit 1; n = 0; s = 0; on = 1; next }
+        on && /^  [a-zA-Z].* ms\/step / { n++; if ($(NF-3) < 0) exit 1; s += $(NF-1); if (n == 10) { if (s < 99.4 || s > 100.6) exit 1; n = 0; on = 0; k++ } }
+        END { exit k == 2 ? 0 : 1 }' "$T/out"
+then ok; else bad "bench --profile on the CPU: $(grep -A11 per-stage "$T/out" | head -24)"; fi
 expect_err "bench --prefill-chunk 0" "--prefill-chunk" "$BIN" bench -m "$T/m" --no-bandwidth --prefill-chunk 0
 expect_err "bench --json to a folder that does not exist" "cannot write the JSON report" \
     "$BIN" bench -m "$T/m" --no-bandwidth --prompt 4 --decode 2 --json "$T/no/such/dir/r.json"
