@@ -29,6 +29,9 @@ static inline void cpu_profile_step(cpu_profile *p) {
     p->t_last = cpu_profile_now_ms();
     p->steps++;
 }
-/* Totals per step and shares, as the CUDA profile prints them; nothing when no step ran. */
+/* Totals per step and shares; nothing when no step ran. */
 void cpu_profile_report(const cpu_profile *p, FILE *f);
+/* The table both profiles print: "per-stage time over S steps (how):", then each of the n stages' ms per step and
+ * share of the total. */
+void profile_stage_table(FILE *f, const char *how, const char *const *names, const double *ms, int n, long steps);
 #endif

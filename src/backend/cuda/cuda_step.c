@@ -16,13 +16,13 @@
 #include "backend/cuda/cuda_host_experts.h"
 #include "backend/cuda/cu_graph.h"
 #include "core/forward.h"
+#include "core/profile.h"
 #include "model/inventory.h"
 #include "state/sequence.h"
 #include "util/error.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 /* ---- scratch ----------------------------------------------------------------------------------------------------- */
 
@@ -168,12 +168,6 @@ static int ws_ensure(struct dsv4_model *m, int T, int items, int64_t idx_rows, i
 
 /* ---- profile --------------------------------------------------------------------------------------------------- */
 
-static double host_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
-
 void cuda_profile(struct dsv4_model *m, int on) {
     if (!m->cuda) return;
     memset(&m->cuda->prof, 0, sizeof m->cuda->prof);
@@ -185,16 +179,12 @@ double cuda_copy_bandwidth_gbs(const struct dsv4_model *m) {
 }
 
 void cuda_profile_report(const struct dsv4_model *m, void *file) {
-    static const char *names[ST_COUNT] = { "embed", "mHC + norms", "q/kv projections", "compressors", "indexer", "attention",
+    static const char *const names[ST_COUNT] = { "embed", "mHC + norms", "q/kv projections", "compressors", "indexer", "attention",
                                            "output projection", "router + plan", "routed experts", "shared expert", "head",
                                            "host (validate, upload, copy back)" };
     if (!m->cuda || !m->cuda->prof.steps) return;
     const cu_profile *p = &m->cuda->prof;
-    double total = 0;
-    for (int i = 0; i < ST_COUNT; i++) total += p->ms[i];
-    fprintf((FILE *)file, "per-stage time over %ld steps (each boundary waits for the GPU):\n", p->steps);
-    for (int i = 0; i < ST_COUNT; i++)
-        fprintf((FILE *)file, "  %-36s %9.3f ms/step %5.1f %%\n", names[i], p->ms[i] / p->steps, total ? 100 * p->ms[i] / total : 0);
+    profile_stage_table((FILE *)file, "each boundary waits for the GPU", names, p->ms, ST_COUNT, p->steps);
 }
 
 /* ---- one step -------------------------------------------------------------------------------------------------- */
@@ -220,7 +210,7 @@ static void mark(step_ctx *s, int stage) {
     cu_profile *p = &s->cm->prof;
     if (!p->on) return;
     cu_finish(s->st, "profile", NULL);
-    const double t = host_ms();
+    const double t = cpu_profile_now_ms();
     p->ms[stage] += t - p->t_last;
     p->t_last = t;
 }
@@ -752,7 +742,7 @@ static int step_begin(struct dsv4_model *m, dsv4_step_item *items, int n_items, 
     int64_t max_rows = 0;
     if (cm->prof.on) {
         cu_finish(cm->st, "profile", NULL);
-        cm->prof.t_last = host_ms();
+        cm->prof.t_last = cpu_profile_now_ms();
     }
     cu_use(cm->gpu);   /* steps may come from any thread */
     int rc = step_validate(m, m->state_mem, items, n_items, &T, &max_rows, err);
