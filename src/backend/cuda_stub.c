@@ -18,10 +18,9 @@ int cuda_model_init(struct dsv4_model *m, const cuda_placement *p, dsv4_error *e
     (void)p;
     return no_cuda(err);
 }
-int64_t cuda_host_experts(const struct dsv4_model *m, double *host_ms, double *wait_ms) {
+int64_t cuda_host_experts(const struct dsv4_model *m, cuda_host_work *w) {
     (void)m;
-    if (host_ms) *host_ms = 0;
-    if (wait_ms) *wait_ms = 0;
+    if (w) *w = (cuda_host_work){ 0, 0, 0 };
     return 0;
 }
 int64_t cuda_bus_experts(const struct dsv4_model *m) {

@@ -197,7 +197,33 @@ static void profile_report(const dsv4_model *m) {
     else cpu_profile_report(&m->prof, stdout);
 }
 
-static int bench_single_stream(dsv4_model *m, int prompt, int chunk, int decode, double bw, int profile, json_t *rep) {
+/* A CUDA model with experts in host memory (issue 15): how many, how many the GPU reads over the bus, and over the
+ * whole run (prefill, decode, verify steps) the host's time computing and waiting for the routing, and the weight
+ * bytes its kernels read (counted) over its computing time: the host's read bandwidth while it runs, against its
+ * measured read bandwidth host_bw (<= 0: not measured). */
+static void host_experts_report(const dsv4_model *m, double host_bw, json_t *rep) {
+    cuda_host_work w;
+    const int64_t n_host = cuda_host_experts(m, &w), n_bus = cuda_bus_experts(m);
+    if (n_host <= 0) return;
+    const double gbs = w.host_ms > 0 ? w.host_bytes / (w.host_ms * 1e6) : 0;
+    printf("%-26s %10lld of %d   %lld read by the GPU over the bus; host computing %.1f ms, waiting for routing %.1f ms "
+           "over the run (issue 15)\n", "experts in host memory", (long long)n_host, m->cfg.n_layers * m->cfg.n_routed,
+           (long long)n_bus, w.host_ms, w.wait_ms);
+    printf("%-26s %10.1f GB/s    %.2f GB of expert weights read by the host's kernels over its computing time", "host expert reads",
+           gbs, w.host_bytes / 1e9);
+    if (host_bw > 0) printf(", %.1f %% of the host's measured read bandwidth", 100 * gbs / host_bw);
+    printf("\n");
+    rep_num(rep, "host_experts", "experts", (double)n_host);
+    rep_num(rep, "host_experts", "read_by_gpu_over_bus", (double)n_bus);
+    rep_num(rep, "host_experts", "host_computing_ms", w.host_ms);
+    rep_num(rep, "host_experts", "waiting_for_routing_ms", w.wait_ms);
+    rep_num(rep, "host_experts", "host_read_bytes", (double)w.host_bytes);
+    rep_num(rep, "host_experts", "host_read_gb_s", gbs);
+    if (host_bw > 0) rep_num(rep, "host_experts", "host_read_fraction", gbs / host_bw);
+}
+
+static int bench_single_stream(dsv4_model *m, int prompt, int chunk, int decode, double bw, double host_bw, int profile,
+                               json_t *rep) {
     dsv4_error err;
     dsv4_seq *s;
     if (dsv4_seq_new(m, &s, &err)) return cli_fail(CMD, &err);
@@ -278,23 +304,11 @@ static int bench_single_stream(dsv4_model *m, int prompt, int chunk, int decode,
     rep_num(rep, "single_stream", "decode_tok_s", tps);
     rep_num(rep, "single_stream", "decode_weight_gb_s", bytes * tps / 1e9);
     if (bw > 0) rep_num(rep, "single_stream", "bandwidth_fraction", bytes * tps / 1e9 / bw);
-    double host_ms = 0, wait_ms = 0;
-    const int64_t n_host = cuda_host_experts(m, &host_ms, &wait_ms);
-    const int64_t n_bus = cuda_bus_experts(m);
-    if (n_host > 0) {
-        rep_num(rep, "host_experts", "experts", (double)n_host);
-        rep_num(rep, "host_experts", "read_by_gpu_over_bus", (double)n_bus);
-        rep_num(rep, "host_experts", "host_computing_ms", host_ms);
-        rep_num(rep, "host_experts", "waiting_for_routing_ms", wait_ms);
-    }
     if (reps > 0) {
         rep_num(rep, "single_stream", "verify_step_ms", 1e3 * tv / reps);
         rep_num(rep, "single_stream", "verify_step_vs_one_token", tv / reps * tps);
     }
-    if (n_host > 0)   /* the whole run's host time (prefill, decode, verify steps), per step it ran */
-        printf("%-26s %10lld of %d   %lld read by the GPU over the bus; host computing %.1f ms, waiting for routing %.1f ms "
-               "over the run (issue 15)\n", "experts in host memory", (long long)n_host, m->cfg.n_layers * m->cfg.n_routed,
-               (long long)n_bus, host_ms, wait_ms);
+    host_experts_report(m, host_bw, rep);
     if (reps > 0)
         printf("%-26s %10.2f ms/step  %.2fx a 1-token step (1 + 5 tokens, every row's logits, rolled back)\n",
                "speculative verify step", 1e3 * tv / reps, tv / reps * tps);
@@ -649,13 +663,16 @@ int cmd_bench(int argc, char **argv) {
                m->synth.expert_own < m->synth.expert_tensors ? ", the others share them in a cycle" : "");
     kv_cost_report(stdout, "", kv, m->cfg.n_layers, m->cfg.compress_ratio, m->cfg.head_dim, m->cfg.rope_dim,
                    m->cfg.index_head_dim, m->cfg.window);
-    double bw = -1;
+    double bw = -1, host_bw = -1;   /* host_bw: the host's, where it computes experts of a CUDA model */
     if (!no_bw && m->cuda) {
         bw = cuda_copy_bandwidth_gbs(m);
         printf("%-26s %10.1f GB/s    (GPU copy of 2 GiB, read + write, best of 5)\n", "device memory bandwidth", bw);
-    } else if (!no_bw) {
-        bw = cpu_read_bandwidth_gbs(m->pool, (size_t)1 << 31, 3);
-        printf("%-26s %10.1f GB/s    (2 GiB read, best of 3)\n", "memory read bandwidth", bw);
+    }
+    if (!no_bw && (!m->cuda || cuda_host_experts(m, NULL) > cuda_bus_experts(m))) {
+        host_bw = cpu_read_bandwidth_gbs(m->pool, (size_t)1 << 31, 3);
+        printf("%-26s %10.1f GB/s    (2 GiB read, best of 3)\n", m->cuda ? "host memory read bandwidth" : "memory read bandwidth",
+               host_bw);
+        if (!m->cuda) bw = host_bw;
     }
     json_t *rep = json_path ? json_object() : NULL;
     if (rep) {
@@ -677,9 +694,10 @@ int cmd_bench(int argc, char **argv) {
             json_object_set_new(json_object_get(rep, "model"), "synthetic_expert_tensors", json_integer(m->synth.expert_tensors));
             json_object_set_new(json_object_get(rep, "model"), "synthetic_expert_tensors_own", json_integer(m->synth.expert_own));
         }
-        if (bw > 0) rep_num(rep, "machine", m->cuda ? "device_copy_gb_s" : "memory_read_gb_s", bw);
+        if (bw > 0 && m->cuda) rep_num(rep, "machine", "device_copy_gb_s", bw);
+        if (host_bw > 0) rep_num(rep, "machine", "memory_read_gb_s", host_bw);
     }
-    int rc = bench_single_stream(m, (int)prompt, (int)chunk, (int)decode, bw, profile, rep);
+    int rc = bench_single_stream(m, (int)prompt, (int)chunk, (int)decode, bw, host_bw, profile, rep);
     if (!rc) rc = route_share_report(m, (int)prompt, (int)decode, rep);
     if (!rc && streams) rc = bench_streams(m, streams, (int)decode, bw, profile, rep);
     if (!rc && context) rc = bench_context(m, context, (int)decode, profile, rep);

@@ -20,6 +20,7 @@
 #include "against.h"
 #include "model/expert_place.h"
 #include "model/expert_profile.h"
+#include "model/footprint.h"
 #include "model/model.h"
 #include "model/route_count.h"
 #include "backend/cuda/cuda_backend.h"
@@ -96,10 +97,10 @@ static int setup(void **state, const topology *tp) {
     f->gpu_mem_gb = half_budget_bus(f->gpu, NULL, &n_host, tp->bus > 0 ? (int)(tp->bus * 100 + 0.5) : 0, &n_bus);
     dsv4_error err;
     if (!(f->split = load_split(f->dir, tp, f->gpu_mem_gb, NULL, &err))) { fprintf(stderr, "split load: %s\n", err.msg); return -1; }
-    if (cuda_host_experts(f->split, NULL, NULL) != n_host || n_host <= 0 || cuda_bus_experts(f->split) != n_bus ||
+    if (cuda_host_experts(f->split, NULL) != n_host || n_host <= 0 || cuda_bus_experts(f->split) != n_bus ||
         (tp->bus > 0 && (n_bus <= 0 || n_bus >= n_host))) {
         fprintf(stderr, "%lld experts on the host (%lld over the bus), the placement says %lld (%lld)\n",
-                (long long)cuda_host_experts(f->split, NULL, NULL), (long long)cuda_bus_experts(f->split), (long long)n_host,
+                (long long)cuda_host_experts(f->split, NULL), (long long)cuda_bus_experts(f->split), (long long)n_host,
                 (long long)n_bus);
         return -1;
     }
@@ -145,11 +146,17 @@ static void split_parity(void **state) {
     against_batched(&a);
     against_save_across(&a, f->split, f->split, "saved and restored with host experts");
     against_rollback(&a);
-    double host_ms = 0, wait_ms = 0;
-    const int64_t n_host = cuda_host_experts(f->split, &host_ms, &wait_ms);
+    cuda_host_work w;
+    const int64_t n_host = cuda_host_experts(f->split, &w);
     const double dev = deviation(f->ref, f->gref, (size_t)SEQ_LEN * f->vocab);
-    printf("  %lld experts on the host, %lld of them over the bus (--gpu-mem %.4f GiB); host computing %.1f ms, waiting %.1f ms; "
-           "max |split - all-GPU| / max |all-GPU| = %.3g\n", (long long)n_host, (long long)cuda_bus_experts(f->split), f->gpu_mem_gb, host_ms, wait_ms, dev);
+    printf("  %lld experts on the host, %lld of them over the bus (--gpu-mem %.4f GiB); host computing %.1f ms, waiting %.1f ms, "
+           "%llu weight bytes read; max |split - all-GPU| / max |all-GPU| = %.3g\n", (long long)n_host,
+           (long long)cuda_bus_experts(f->split), f->gpu_mem_gb, w.host_ms, w.wait_ms, (unsigned long long)w.host_bytes, dev);
+    /* the host's reads: whole experts (every routed expert of the main layers has one size), some of them */
+    const uint64_t eb = dsv4_expert_weight_bytes(&f->split->layers[f->split->cfg.n_layers - 1], 0);
+    if (n_host > cuda_bus_experts(f->split) && (w.host_bytes == 0 || w.host_bytes % eb))
+        fail_msg("the host's expert reads, %llu bytes, are not a positive number of %llu-byte experts", (unsigned long long)w.host_bytes,
+                 (unsigned long long)eb);
     const topology *tp = f->tp;
     if (dev > tp->tol) fail_msg("the split model deviates %.3g from the all-GPU one (tolerance %.3g)", dev, tp->tol);
     /* the host experts read from the file mapping (populated or not) instead of their copy on huge pages: the
@@ -240,7 +247,7 @@ static void profile_and_errors(void **state) {
     dsv4_model_free(gpu);
     dsv4_model *split = load_split(dir, tp, gb, path, &err);
     if (!split) fail_msg("load with the profile: %s", err.msg);
-    assert_int_equal(cuda_host_experts(split, NULL, NULL), n_host);
+    assert_int_equal(cuda_host_experts(split, NULL), n_host);
     dsv4_model_free(split);
     /* damaged: a cut file */
     FILE *fp = fopen(path, "w");

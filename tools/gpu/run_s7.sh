@@ -345,8 +345,8 @@ save
 if has cpuflash; then
   timeout ${CPUFLASH_TIMEOUT:-240} .gpu/dsv4 bench --synthetic flash --mode official ${CPUFLASH_ARGS:---prompt 16 --decode 16} >$L/cpuflash.log 2>&1
   echo "== cpuflash (all CPU): exit $?: $(grep -E '^synthetic|^memory read|^prefill|^decode, 1|^decode weight|^decode, CPU' $L/cpuflash.log | cut -c 1-200 | tr '\n' '|')"
-  timeout ${CPUFLASH_TIMEOUT:-240} $FLASH --gpu-mem ${GPU_MEM_CPU:-24} ${CPUFLASH_ARGS:---prompt 16 --decode 16} --no-bandwidth >$L/cpuflash_gpu.log 2>&1
-  echo "== the same, --gpu-mem ${GPU_MEM_CPU:-24}: exit $?: $(grep -E '^prefill|^decode, 1|^decode routes' $L/cpuflash_gpu.log | cut -c 1-200 | tr '\n' '|')"
+  timeout ${CPUFLASH_TIMEOUT:-240} $FLASH --gpu-mem ${GPU_MEM_CPU:-24} ${CPUFLASH_ARGS:---prompt 16 --decode 16} >$L/cpuflash_gpu.log 2>&1
+  echo "== the same, --gpu-mem ${GPU_MEM_CPU:-24}: exit $?: $(grep -E '^host memory|^prefill|^decode, 1|^decode routes|^experts in host|^host expert' $L/cpuflash_gpu.log | cut -c 1-200 | tr '\n' '|')"
 fi
 save
 if has final; then

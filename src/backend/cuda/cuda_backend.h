@@ -31,9 +31,15 @@ typedef struct {
  * (cuda_host_experts.h; which ones: model/expert_place.h). Says how many bytes each GPU needs before allocating;
  * on any error nothing stays allocated and m is unchanged. */
 int  cuda_model_init(struct dsv4_model *m, const cuda_placement *p, dsv4_error *err);
-/* Routed experts of the main layers computed by the host (0: all on the GPUs), and the host's time so far:
- * computing them, and waiting for the GPU's routing (ms). */
-int64_t cuda_host_experts(const struct dsv4_model *m, double *host_ms, double *wait_ms);
+/* What the host has done for a model with experts in host memory, since it was loaded: its time computing them and
+ * waiting for the GPU's routing (ms), and the weight bytes its expert kernels read (each host expert a layer's step
+ * routes to, counted once a step: model/footprint.h). Over host_ms they are the host's read bandwidth while it runs. */
+typedef struct {
+    double host_ms, wait_ms;
+    uint64_t host_bytes;
+} cuda_host_work;
+/* Routed experts of the main layers in host memory (0: all on the GPUs); *w (may be NULL) what the host did. */
+int64_t cuda_host_experts(const struct dsv4_model *m, cuda_host_work *w);
 /* Of those, the ones the GPU computes, reading their weights from host memory over the bus (0: none). */
 int64_t cuda_bus_experts(const struct dsv4_model *m);
 /* Where each routed expert of the main layers is computed: [n_layers][n_routed] owner values (model/expert_place.h

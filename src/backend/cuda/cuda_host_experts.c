@@ -275,10 +275,12 @@ int cuda_hx_compute(cu_host_experts *hx, struct dsv4_model *m, int L, cu_stream 
     if (cu_event_wait_host(hx->fetched)) return dsv4_fail(err, DSV4_E_STATE, "CUDA error waiting for layer %d's routing", L);
     const double t1 = now_ms();
     const uint8_t *owner = hx->map.owner + (int64_t)L * hx->map.n_routed;
+    const uint64_t bytes0 = m->routed_bytes;   /* moe_host_rows adds each expert it computes */
     const int n = moe_host_rows(m, &m->layers[L], owner, hx->xn_h, hx->route_e_h, hx->route_w_h, T, &hx->scr, hx->rows_h, hx->pair_h);
     hx->wait_ms += t1 - t0;
     hx->host_ms += now_ms() - t1;
     hx->host_rows += (uint64_t)n;
+    hx->host_bytes += m->routed_bytes - bytes0;
     if (!n) return DSV4_OK;
     /* the copies read the page-locked buffers later: the next fetch (next layer) comes after them in the stream */
     if (cu_upload_async(st, hx->rows_d, hx->rows_h, sizeof(float) * (size_t)n * d) ||

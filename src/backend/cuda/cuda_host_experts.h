@@ -43,6 +43,7 @@ typedef struct cu_host_experts {
     cu_event fetched;          /* step 1's copies are done */
     double host_ms, wait_ms;   /* time the host spent computing, and waiting for step 1 (dsv4 bench) */
     uint64_t host_rows;        /* pair rows the host computed */
+    uint64_t host_bytes;       /* weight bytes of the experts it computed, each once a layer's step (m->routed_bytes) */
     st_memory memory;          /* where their bytes live (model/safetensors.h): copy = arena, populate / map = the file */
     uint8_t *arena;            /* copy: the bytes of every expert the host computes, on huge pages (util/bigmem.h),
                                 * owned; the bindings of those experts point into it */

@@ -660,10 +660,9 @@ const uint8_t *cuda_expert_owners(const struct dsv4_model *m) {
     return hx ? hx->map.owner : NULL;
 }
 
-int64_t cuda_host_experts(const struct dsv4_model *m, double *host_ms, double *wait_ms) {
+int64_t cuda_host_experts(const struct dsv4_model *m, cuda_host_work *w) {
     const cu_host_experts *hx = m->cuda ? m->cuda->hx : NULL;
-    if (host_ms) *host_ms = hx ? hx->host_ms : 0;
-    if (wait_ms) *wait_ms = hx ? hx->wait_ms : 0;
+    if (w) *w = hx ? (cuda_host_work){ hx->host_ms, hx->wait_ms, hx->host_bytes } : (cuda_host_work){ 0, 0, 0 };
     return hx ? hx->map.n_host : 0;
 }
 
