@@ -9,6 +9,8 @@
 #           weight format at 1, 8 and 16 threads
 #   scale   flash-2g OFFICIAL decode at SCALE_THREADS (default 4 8 16) threads, each with every SCALE_ENV setting
 #           (space-separated; VAR=value, several joined by +), with the bench's pool line
+#   targets issue 17's table on this host: flash-2g with the bench's bandwidth probe, OFFICIAL --prompt 128 --decode 32
+#           --streams 1,16,64 --profile (TARGET_ROUNDS rounds, default 2), then EXACT --prompt 128 --decode 32
 #   suite   the GPU suite (tests/run_gpu.sh)
 #   hostx   Flash on the GPU with --gpu-mem HOSTX_MEM (default 80: about half the routed experts in host memory,
 #           computed by the CPU): decode with each HOSTX_ENV setting (default: the pair order, then DSV4_CPU_PAIRS=0)
@@ -87,6 +89,18 @@ if has hostx; then
     echo "  $v: $(grep -E '^prefill|^decode, 1|host' $L/hostx_$v.log | head -4 | tr '\n' ' ' | tr -s ' ')"
     echo "    $(grep -E '^decode, CPU thread pool' $L/hostx_$v.log | tr -s ' ' | cut -c 25-)"
   done
+fi
+save
+if has targets; then
+  echo "== issue 17's targets, flash-2g, every core:"
+  for r in $(seq 1 "${TARGET_ROUNDS:-2}"); do
+    timeout 300 .gpu/dsv4 bench --synthetic flash-2g --mode official --prompt 128 --decode 32 --streams 1,16,64 --profile \
+        >$L/targets_official_$r.log 2>&1
+    echo "  official round $r: $(grep -E '^memory read|^prefill  |^decode, 1|^bandwidth fraction|^decode, CPU' $L/targets_official_$r.log | cut -c 1-150 | tr '\n' '|' | tr -s ' ')"
+    grep -E "^ +(1|16|64) +[0-9]" $L/targets_official_$r.log | sed 's/^/    /'
+  done
+  timeout 200 .gpu/dsv4 bench --synthetic flash-2g --mode exact --prompt 128 --decode 32 >$L/targets_exact.log 2>&1
+  echo "  exact: $(grep -E '^memory read|^prefill  |^decode, 1|^bandwidth fraction' $L/targets_exact.log | tr '\n' '|' | tr -s ' ')"
 fi
 save
 if has suite; then
