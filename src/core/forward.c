@@ -134,20 +134,41 @@ static void embed_tokens(struct dsv4_model *m, dsv4_workspace *ws) {
     }
 }
 
+/* xn[t] = rmsnorm(u[t]) with weight w for every token of the step, tokens spread over the pool (a token's norm is
+ * computed by the same code whichever thread takes it). */
+typedef struct {
+    const struct dsv4_model *m;
+    const float *w;
+    dsv4_workspace *ws;
+} norm_job;
+
+static void norm_tokens(void *ctx, int t0, int t1, int thread) {
+    (void)thread;
+    const norm_job *j = ctx;
+    const int d = j->m->cfg.dim;
+    for (int t = t0; t < t1; t++)
+        rmsnorm(j->m->mode, j->ws->u + (int64_t)t * d, j->w, d, j->m->cfg.norm_eps, j->ws->xn + (int64_t)t * d);
+}
+
+static void norm_step(struct dsv4_model *m, const float *w, dsv4_workspace *ws) {
+    norm_job j = { m, w, ws };
+    dsv4_pool_run(m->pool, ws->batch.T, norm_tokens, &j);
+}
+
 void block_forward_with(struct dsv4_model *m, const dsv4_layer *ly, block_attention_fn attend, void *ctx,
                         dsv4_workspace *ws) {
     const dsv4_config *c = &m->cfg;
-    const int T = ws->batch.T, d = c->dim;
+    const int T = ws->batch.T;
     hc_pre(m->pool, m->mode, c, &ly->hc_attn, ws->X, T, ws->u, ws->mix, ws->mixbuf);
-    for (int t = 0; t < T; t++) rmsnorm(m->mode, ws->u + (int64_t)t * d, ly->attn_norm, d, c->norm_eps, ws->xn + (int64_t)t * d);
+    norm_step(m, ly->attn_norm, ws);
     cpu_profile_mark(&m->prof, CP_MHC);
     attend(m, ly, ctx, ws);
-    hc_post(m->mode, c, ws->sub, ws->mix, ws->X, T);
+    hc_post(m->pool, m->mode, c, ws->sub, ws->mix, ws->X, T);
     hc_pre(m->pool, m->mode, c, &ly->hc_ffn, ws->X, T, ws->u, ws->mix, ws->mixbuf);
-    for (int t = 0; t < T; t++) rmsnorm(m->mode, ws->u + (int64_t)t * d, ly->ffn_norm, d, c->norm_eps, ws->xn + (int64_t)t * d);
+    norm_step(m, ly->ffn_norm, ws);
     cpu_profile_mark(&m->prof, CP_MHC);
     moe_forward(m, ly, ws);
-    hc_post(m->mode, c, ws->sub, ws->mix, ws->X, T);
+    hc_post(m->pool, m->mode, c, ws->sub, ws->mix, ws->X, T);
     cpu_profile_mark(&m->prof, CP_MHC);
 }
 

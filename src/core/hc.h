@@ -15,8 +15,9 @@ typedef struct {
  * `scratch` holds T * mix floats. */
 void hc_pre(dsv4_pool *pool, dsv4_mode mode, const dsv4_config *c, const dsv4_hc_weights *w, const float *X, int T,
             float *u, dsv4_hc_mix *mix, float *scratch);
-/* X'_k = post[k] f + sum_j comb[j][k] X_j, in place on X [T][hc*d]. */
-void hc_post(dsv4_mode mode, const dsv4_config *c, const float *f, const dsv4_hc_mix *mix, float *X, int T);
+/* X'_k = post[k] f + sum_j comb[j][k] X_j, in place on X [T][hc*d]. Both spread their per-token work over the pool
+ * (hc_pre by token, hc_post by token and column block): each element's arithmetic is the same whatever the cut. */
+void hc_post(dsv4_pool *pool, dsv4_mode mode, const dsv4_config *c, const float *f, const dsv4_hc_mix *mix, float *X, int T);
 /* The final collapse: y = sum_i (sigmoid(...) + eps) X_i for one token. `mixbuf` holds hc floats. */
 void hc_head_one(dsv4_mode mode, const dsv4_config *c, const dsv4_hc_weights *w, const float *X, float *y);
 /* Sinkhorn of spec §6.2 on an n x n matrix of logits, in place. Exposed for tests. */
