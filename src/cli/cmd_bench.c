@@ -222,6 +222,25 @@ static void host_experts_report(const dsv4_model *m, double host_bw, json_t *rep
     if (host_bw > 0) rep_num(rep, "host_experts", "host_read_fraction", gbs / host_bw);
 }
 
+/* Where the host's time goes in the decode steps run as CUDA graphs (cu_graph.h): g0 and g1 taken around them. A
+ * step whose launches end long before its results (the wait) keeps the GPU fed; one that waits little was bound by
+ * its own captures, edits and updates, the GPU idle between segments. */
+static void graph_host_report(const cuda_graph_info *g0, const cuda_graph_info *g1, json_t *rep) {
+    const long n = g1->graphed_steps - g0->graphed_steps;
+    if (n <= 0) return;
+    const double capture = (g1->capture_ms - g0->capture_ms) / n, edit = (g1->edit_ms - g0->edit_ms) / n,
+                 update = (g1->update_ms - g0->update_ms) / n, launch = (g1->launch_ms - g0->launch_ms) / n,
+                 submit = (g1->submit_ms - g0->submit_ms) / n, wait = (g1->wait_ms - g0->wait_ms) / n;
+    printf("%-26s %10.2f ms/step  submitting (capture %.2f, edges %.2f, update %.2f, launch %.2f), then %.2f ms waiting "
+           "for the GPU\n", "host a graphed decode step", submit, capture, edit, update, launch, wait);
+    rep_num(rep, "graph_host", "submit_ms", submit);
+    rep_num(rep, "graph_host", "capture_ms", capture);
+    rep_num(rep, "graph_host", "edit_ms", edit);
+    rep_num(rep, "graph_host", "update_ms", update);
+    rep_num(rep, "graph_host", "launch_ms", launch);
+    rep_num(rep, "graph_host", "wait_ms", wait);
+}
+
 static int bench_single_stream(dsv4_model *m, int prompt, int chunk, int decode, double bw, double host_bw, int profile,
                                json_t *rep) {
     dsv4_error err;
@@ -249,6 +268,8 @@ static int bench_single_stream(dsv4_model *m, int prompt, int chunk, int decode,
         profile_report(m);
         profile_on(m, 1);   /* then the decode steps */
     }
+    cuda_graph_info g0, g1;
+    cuda_graphs_get(m, &g0);
     double t1 = now_s();
     dsv4_pool_count(m->pool, 1);
     for (int i = 0; !rc && i < decode; i++) {
@@ -256,6 +277,7 @@ static int bench_single_stream(dsv4_model *m, int prompt, int chunk, int decode,
         rc = dsv4_step(m, &d, 1, &err);
     }
     double t2 = now_s();
+    cuda_graphs_get(m, &g1);
     dsv4_pool_stats ps;
     dsv4_pool_stats_get(m->pool, &ps);
     dsv4_pool_count(m->pool, 0);
@@ -292,6 +314,7 @@ static int bench_single_stream(dsv4_model *m, int prompt, int chunk, int decode,
     if (bw > 0) printf("%-26s %10.1f %%      of measured read bandwidth\n", "bandwidth fraction", 100.0 * bytes * tps / 1e9 / bw);
     if (cuda_gpus(m) > 1) per_gpu_traffic(m, tps, bw);
     if (decode > 0 && ps.jobs > 0) pool_report(m, &ps, decode, t2 - t1, rep);
+    graph_host_report(&g0, &g1, rep);
     rep_num(rep, "single_stream", "prompt_tokens", prompt);
     rep_num(rep, "single_stream", "prefill_tok_s", prompt / (t1 - t0));
     rep_num(rep, "single_stream", "prefill_steps", steps);

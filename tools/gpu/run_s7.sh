@@ -120,6 +120,7 @@ if has ab; then   # decode at prompt 256, AB_ROUNDS alternating rounds: dsv4, ea
       env $e timeout 90 .gpu/$b bench --synthetic flash --device cuda --mode official --prompt 256 --decode 32 --no-bandwidth ${AB_ARGS:-} \
           >$L/ab_${v//[=\/]/_}_$r.log 2>&1
       echo "  round $r $v: $(grep -E '^decode, 1 stream' $L/ab_${v//[=\/]/_}_$r.log | awk '{print $4, $5, $6, $7}')$(grep -m1 -i 'error' $L/ab_${v//[=\/]/_}_$r.log)"
+      grep -E '^host a graphed' $L/ab_${v//[=\/]/_}_$r.log | sed 's/^host a graphed decode step */    host: /'
     done
   done
 fi

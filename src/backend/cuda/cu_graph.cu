@@ -28,6 +28,7 @@
  * reads it. */
 #include "backend/cuda/cu_graph.h"
 extern "C" {
+#include "core/profile.h"
 #include "util/error.h"
 }
 #include <cuda_runtime.h>
@@ -48,6 +49,7 @@ struct cu_graphs {
     unsigned long long clock;
     int drop_test;
     int programmatic;   /* CU_PDL_*: kernel -> kernel edges made programmatic (above) */
+    double t_begin;     /* ms, core/profile.c's clock, when the capture in progress began */
     cu_graph_counts n;
 };
 
@@ -102,7 +104,15 @@ extern "C" int cu_graphs_slot(cu_graphs *g, int T, int n_items, int variant, int
     return pick;
 }
 
-extern "C" int cu_graph_begin(cu_stream st, dsv4_error *err) {
+extern "C" int cu_graph_relaunch(cu_graphs *g, int slot, int seg, cu_stream st) {
+    cudaGraphExec_t x = g->slot[slot].exec ? g->slot[slot].exec[seg] : NULL;
+    if (!x || cudaGraphLaunch(x, (cudaStream_t)st) != cudaSuccess) return -1;
+    g->n.launches++;
+    return 0;
+}
+
+extern "C" int cu_graph_begin(cu_graphs *g, cu_stream st, dsv4_error *err) {
+    g->t_begin = cpu_profile_now_ms();
     const cudaError_t e = cudaStreamBeginCapture((cudaStream_t)st, cudaStreamCaptureModeThreadLocal);
     if (e != cudaSuccess) {
         cudaGetLastError();
@@ -144,6 +154,13 @@ static long count_joins(cudaGraph_t graph) {
     return joins;
 }
 
+/* ms since *t on core/profile.c's clock; *t becomes now. */
+static double since(double *t) {
+    const double now = cpu_profile_now_ms(), d = now - *t;
+    *t = now;
+    return d;
+}
+
 static int is_kernel(cudaGraphNode_t node) {
     cudaGraphNodeType t;
     return cudaGraphNodeGetType(node, &t) == cudaSuccess && t == cudaGraphNodeTypeKernel;
@@ -181,6 +198,8 @@ extern "C" int cu_graph_end(cu_graphs *g, int slot, int seg, cu_stream st, int d
     cudaGraph_t graph = NULL;
     cudaError_t e = cudaStreamEndCapture((cudaStream_t)st, &graph);
     const cudaError_t during = cudaGetLastError();   /* a launch refused during the capture, or the end's own error */
+    double t = cpu_profile_now_ms();
+    g->n.capture_ms += t - g->t_begin;
     if (e == cudaSuccess) e = during;
     if (discard || e != cudaSuccess || !graph) {
         if (graph) cudaGraphDestroy(graph);
@@ -200,6 +219,7 @@ extern "C" int cu_graph_end(cu_graphs *g, int slot, int seg, cu_stream st, int d
         }
         g->n.programmatic_edges += made;
     }
+    g->n.edit_ms += since(&t);
     cudaGraphExec_t *x = &g->slot[slot].exec[seg];
     if (*x) {
         cudaGraphExecUpdateResultInfo info;
@@ -222,7 +242,10 @@ extern "C" int cu_graph_end(cu_graphs *g, int slot, int seg, cu_stream st, int d
         g->n.instantiations++;
     }
     cudaGraphDestroy(graph);   /* the executable graph keeps what it needs */
-    if ((e = cudaGraphLaunch(*x, (cudaStream_t)st)) != cudaSuccess) {
+    g->n.update_ms += since(&t);
+    e = cudaGraphLaunch(*x, (cudaStream_t)st);
+    g->n.launch_ms += since(&t);
+    if (e != cudaSuccess) {
         cudaGetLastError();
         return dsv4_fail(err, DSV4_E_STATE, "CUDA error launching the step's graph: %s", cudaGetErrorString(e));
     }

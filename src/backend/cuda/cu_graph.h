@@ -26,6 +26,13 @@ typedef struct {
     long captures, instantiations, updates, launches;
     long programmatic_edges;            /* kernel -> kernel edges made programmatic, over all captures (cu_graph.cu) */
     long joins;                         /* nodes waiting on two or more others (branches joining), all captures */
+    /* The host's time in graphed steps, ms over all of them (dsv4 bench's "host a graphed step"): the launch
+     * sequence captured (the step's own host code included), the captured graphs read and edited (joins counted,
+     * edges made programmatic), brought up to date or instantiated, launched (cu_graph.cu); and, kept by
+     * cuda_step.c, each step from its first capture to its last launch, then its wait for the GPU and the
+     * results. A step whose wait is short ended on the host: the GPU waited for its launches. */
+    double capture_ms, edit_ms, update_ms, launch_ms;
+    double submit_ms, wait_ms;
 } cu_graph_counts;
 
 /* NULL when out of memory. programmatic (CU_PDL_*): every kernel -> kernel edge of a captured graph becomes a
@@ -45,8 +52,11 @@ void cu_graphs_drop_test(cu_graphs *g, int on);
  * likely to take an update: any slot gives the same results. */
 int  cu_graphs_slot(cu_graphs *g, int T, int n_items, int variant, int segments);
 
+/* DIAG_REPLAY only (cuda_step.c; a measuring build whose results are wrong): launch the slot's executable graph of
+ * segment seg as it was last captured, with no capture. -1 when there is none. */
+int  cu_graph_relaunch(cu_graphs *g, int slot, int seg, cu_stream st);
 /* Begin capturing st (nothing runs until cu_graph_end). 0, or a one-line error and st is not capturing. */
-int  cu_graph_begin(cu_stream st, dsv4_error *err);
+int  cu_graph_begin(cu_graphs *g, cu_stream st, dsv4_error *err);
 /* End the capture begun on st. discard: drop what was captured and return 0 (the caller has its own error).
  * Else update slot's graph of segment seg with it (or instantiate it) and launch it on st: 0, or a one-line
  * error (a launch that failed during the capture included). Either way st is no longer capturing. */

@@ -89,6 +89,7 @@ typedef struct {
     long captures, instantiations, updates, launches;
     long programmatic_edges;                   /* kernel -> kernel edges made programmatic (DSV4_CUDA_PDL), all captures */
     long joins;                                /* graph nodes where branches join (DSV4_CUDA_BRANCH), all captures */
+    double capture_ms, edit_ms, update_ms, launch_ms, submit_ms, wait_ms;   /* host time in graphed steps (cu_graph.h) */
 } cuda_graph_info;
 void cuda_graphs_get(const struct dsv4_model *m, cuda_graph_info *info);
 /* Whether OFFICIAL steps run the FP8/FP4 linears of act-quantized rows on tensor cores (k_mma.cu; DSV4_CUDA_MMA at

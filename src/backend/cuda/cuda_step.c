@@ -860,8 +860,15 @@ int cuda_step(struct dsv4_model *m, dsv4_step_item *items, int n_items, dsv4_err
     }
     /* From here on the sequences change. */
     if (cm->route_counts) m->counted_tokens += (uint64_t)s.T;
+    const double t_submit = cpu_profile_now_ms();
     for (int k = 0; k < n_seg; k++) {
-        if (graphed && (rc = cu_graph_begin(s.st, err))) break;
+#ifdef DIAG_REPLAY
+        /* a measuring build (tools/gpu/stage_replay.sh), never a real one: a segment captured before is launched
+         * again with its old arguments (positions and sizes of an earlier step): the GPU's time without the host's
+         * captures. Its results are wrong. */
+        if (graphed && !cu_graph_relaunch(cm->graphs, slot, k, s.st)) continue;
+#endif
+        if (graphed && (rc = cu_graph_begin(cm->graphs, s.st, err))) break;
         if (k == 0) {
             cu_embed(s.st, &cm->embed, s.ws->tok, s.T, c->hc_mult, c->dim, s.ws->X);
             mark(&s, ST_EMBED);
@@ -879,12 +886,16 @@ int cuda_step(struct dsv4_model *m, dsv4_step_item *items, int n_items, dsv4_err
         /* a failure inside the sequence (s.rc) drops the capture: step_end reports it */
         if (graphed && ((rc = cu_graph_end(cm->graphs, slot, k, s.st, s.rc != 0, err)) || s.rc)) break;
     }
+    const double t_wait = cpu_profile_now_ms();
     if (!rc) rc = step_end(&s, items, &hp, &cm->hc_head, cm->norm, 1, err);
     head_plan_free(&hp);
     if (cm->graphs && !rc) {
         cu_graph_counts *n = cu_graphs_counts(cm->graphs);
-        if (graphed) n->graphed_steps++;
-        else n->direct_steps++;
+        if (graphed) {
+            n->graphed_steps++;
+            n->submit_ms += t_wait - t_submit;
+            n->wait_ms += cpu_profile_now_ms() - t_wait;
+        } else n->direct_steps++;
     }
     return rc;
 }
