@@ -228,9 +228,9 @@ static void host_experts_report(const dsv4_model *m, double host_bw, json_t *rep
 static void graph_host_report(const cuda_graph_info *g0, const cuda_graph_info *g1, json_t *rep) {
     const long n = g1->graphed_steps - g0->graphed_steps;
     if (n <= 0) return;
-    const double capture = (g1->capture_ms - g0->capture_ms) / n, edit = (g1->edit_ms - g0->edit_ms) / n,
-                 update = (g1->update_ms - g0->update_ms) / n, launch = (g1->launch_ms - g0->launch_ms) / n,
-                 submit = (g1->submit_ms - g0->submit_ms) / n, wait = (g1->wait_ms - g0->wait_ms) / n;
+    const cuda_graph_host_ms *a = &g0->host_ms, *b = &g1->host_ms;
+    const double capture = (b->capture - a->capture) / n, edit = (b->edit - a->edit) / n, update = (b->update - a->update) / n,
+                 launch = (b->launch - a->launch) / n, submit = (b->submit - a->submit) / n, wait = (b->wait - a->wait) / n;
     printf("%-26s %10.2f ms/step  submitting (capture %.2f, edges %.2f, update %.2f, launch %.2f), then %.2f ms waiting "
            "for the GPU\n", "host a graphed decode step", submit, capture, edit, update, launch, wait);
     rep_num(rep, "graph_host", "submit_ms", submit);

@@ -199,7 +199,7 @@ extern "C" int cu_graph_end(cu_graphs *g, int slot, int seg, cu_stream st, int d
     cudaError_t e = cudaStreamEndCapture((cudaStream_t)st, &graph);
     const cudaError_t during = cudaGetLastError();   /* a launch refused during the capture, or the end's own error */
     double t = cpu_profile_now_ms();
-    g->n.capture_ms += t - g->t_begin;
+    g->n.host_ms.capture += t - g->t_begin;
     if (e == cudaSuccess) e = during;
     if (discard || e != cudaSuccess || !graph) {
         if (graph) cudaGraphDestroy(graph);
@@ -219,7 +219,7 @@ extern "C" int cu_graph_end(cu_graphs *g, int slot, int seg, cu_stream st, int d
         }
         g->n.programmatic_edges += made;
     }
-    g->n.edit_ms += since(&t);
+    g->n.host_ms.edit += since(&t);
     cudaGraphExec_t *x = &g->slot[slot].exec[seg];
     if (*x) {
         cudaGraphExecUpdateResultInfo info;
@@ -242,9 +242,9 @@ extern "C" int cu_graph_end(cu_graphs *g, int slot, int seg, cu_stream st, int d
         g->n.instantiations++;
     }
     cudaGraphDestroy(graph);   /* the executable graph keeps what it needs */
-    g->n.update_ms += since(&t);
+    g->n.host_ms.update += since(&t);
     e = cudaGraphLaunch(*x, (cudaStream_t)st);
-    g->n.launch_ms += since(&t);
+    g->n.host_ms.launch += since(&t);
     if (e != cudaSuccess) {
         cudaGetLastError();
         return dsv4_fail(err, DSV4_E_STATE, "CUDA error launching the step's graph: %s", cudaGetErrorString(e));

@@ -12,6 +12,7 @@
 #ifndef DSV4_CU_GRAPH_H
 #define DSV4_CU_GRAPH_H
 #include "backend/cuda/cu_kernels.h"
+#include "backend/cuda/cuda_backend.h"
 #include "dsv4.h"
 
 #ifdef __cplusplus
@@ -26,13 +27,7 @@ typedef struct {
     long captures, instantiations, updates, launches;
     long programmatic_edges;            /* kernel -> kernel edges made programmatic, over all captures (cu_graph.cu) */
     long joins;                         /* nodes waiting on two or more others (branches joining), all captures */
-    /* The host's time in graphed steps, ms over all of them (dsv4 bench's "host a graphed step"): the launch
-     * sequence captured (the step's own host code included), the captured graphs read and edited (joins counted,
-     * edges made programmatic), brought up to date or instantiated, launched (cu_graph.cu); and, kept by
-     * cuda_step.c, each step from its first capture to its last launch, then its wait for the GPU and the
-     * results. A step whose wait is short ended on the host: the GPU waited for its launches. */
-    double capture_ms, edit_ms, update_ms, launch_ms;
-    double submit_ms, wait_ms;
+    cuda_graph_host_ms host_ms;         /* the host's time in graphed steps (cuda_backend.h) */
 } cu_graph_counts;
 
 /* NULL when out of memory. programmatic (CU_PDL_*): every kernel -> kernel edge of a captured graph becomes a

@@ -83,13 +83,21 @@ void cuda_profile_report(const struct dsv4_model *m, void *file /* FILE * */);
  * zero without the backend). cuda_graphs_set turns them on or off for one model (the GPU tests compare both in
  * one process); drop_test, for tests/gpu/test_gpu_graphs.c only, removes one kernel from every captured graph so
  * that the test can see its check fail. Internal (no DSV4_API). */
+/* The host's time in graphed steps, ms summed over all of them (dsv4 bench's "host a graphed decode step"): the
+ * launch sequence captured (the step's own host code included), the captured graphs read and edited (joins
+ * counted, edges made programmatic), brought up to date or instantiated, launched (cu_graph.cu); and each step
+ * from its first capture to its last launch, then its wait for the GPU and the results (cuda_step.c). A step whose
+ * wait is short ended on the host: the GPU waited for its launches. */
+typedef struct {
+    double capture, edit, update, launch, submit, wait;
+} cuda_graph_host_ms;
 typedef struct {
     int on;
     long graphed_steps, direct_steps;          /* main-model steps run as graphs / launched directly */
     long captures, instantiations, updates, launches;
     long programmatic_edges;                   /* kernel -> kernel edges made programmatic (DSV4_CUDA_PDL), all captures */
     long joins;                                /* graph nodes where branches join (DSV4_CUDA_BRANCH), all captures */
-    double capture_ms, edit_ms, update_ms, launch_ms, submit_ms, wait_ms;   /* host time in graphed steps (cu_graph.h) */
+    cuda_graph_host_ms host_ms;                /* host time in graphed steps */
 } cuda_graph_info;
 void cuda_graphs_get(const struct dsv4_model *m, cuda_graph_info *info);
 /* Whether OFFICIAL steps run the FP8/FP4 linears of act-quantized rows on tensor cores (k_mma.cu; DSV4_CUDA_MMA at

@@ -633,12 +633,7 @@ void cuda_graphs_get(const struct dsv4_model *m, cuda_graph_info *info) {
     info->launches = n->launches;
     info->programmatic_edges = n->programmatic_edges;
     info->joins = n->joins;
-    info->capture_ms = n->capture_ms;
-    info->edit_ms = n->edit_ms;
-    info->update_ms = n->update_ms;
-    info->launch_ms = n->launch_ms;
-    info->submit_ms = n->submit_ms;
-    info->wait_ms = n->wait_ms;
+    info->host_ms = n->host_ms;
 }
 
 int cuda_distinct_layers(const struct dsv4_model *m) { return m->cuda ? m->cuda->distinct : 0; }

@@ -893,8 +893,8 @@ int cuda_step(struct dsv4_model *m, dsv4_step_item *items, int n_items, dsv4_err
         cu_graph_counts *n = cu_graphs_counts(cm->graphs);
         if (graphed) {
             n->graphed_steps++;
-            n->submit_ms += t_wait - t_submit;
-            n->wait_ms += cpu_profile_now_ms() - t_wait;
+            n->host_ms.submit += t_wait - t_submit;
+            n->host_ms.wait += cpu_profile_now_ms() - t_wait;
         } else n->direct_steps++;
     }
     return rc;
