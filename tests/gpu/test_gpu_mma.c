@@ -606,6 +606,79 @@ static void linear_pair_equals_two(void **state) {
     }
 }
 
+/* mHC's post step of one token written from its definition (cu_kernels.h cu_hc_post): stream k = bf16(post[k] f +
+ * sum_j comb[j][k] old_j), j in order, each product rounded to float on its own (volatile: no contraction here). */
+static void host_hc_post(int official, const float *f, const float *mx, float *x, int d) {
+    for (int e = 0; e < d; e++) {
+        float old[4];
+        for (int j = 0; j < 4; j++) old[j] = x[(int64_t)j * d + e];
+        for (int k = 0; k < 4; k++) {
+            volatile float p = mx[k] * f[e];
+            float s = p;
+            for (int j = 0; j < 4; j++) {
+                volatile float q = mx[8 + j * 4 + k] * old[j];
+                s = s + q;
+            }
+            x[(int64_t)k * d + e] = official ? host_bf16(s) : s;
+        }
+    }
+}
+
+/* cu_mma_linear_post (wo_b with mHC's post in its epilogue): at T = 1..8 the streams X it leaves are, bit for bit,
+ * cu_mma_linear's output (rounded to bf16 when official) put through the post step above; it declines — returning
+ * 0 and touching nothing — past 8 tokens, with the streaming path, for hc != 4 and a weight of other than d rows. */
+static void linear_post_equals_linear_then_post(void **state) {
+    (void)state;
+    enum { TMAX = 9, MIX = 72 };
+    for (int fp4 = 0; fp4 < 2; fp4++)
+        for (int official = 0; official < 2; official++) {
+            const int K = fp4 ? 1120 : 1024, d = fp4 ? 176 : 384, fmt = fp4 ? WF_FP4 : WF_FP8;
+            tweight w = make_weight(fmt, d, K, 0);
+            float *x = make_act(TMAX, K, 0);
+            tact a = pack(x, TMAX, K);
+            float *X0 = malloc(sizeof(float) * TMAX * 4 * d), *want = malloc(sizeof(float) * TMAX * 4 * d),
+                  *got = malloc(sizeof(float) * TMAX * 4 * d), *mix = malloc(sizeof(float) * TMAX * MIX),
+                  *y = malloc(sizeof(float) * TMAX * d);
+            for (int i = 0; i < TMAX * 4 * d; i++) X0[i] = host_bf16((float)dsv4_rng_normal(&rng));
+            for (int i = 0; i < TMAX * MIX; i++) mix[i] = (float)dsv4_rng_uniform(&rng) * 2.0f - 0.5f;
+            float *dX = cu_malloc(sizeof(float) * TMAX * 4 * d), *dmix = cu_malloc(sizeof(float) * TMAX * MIX);
+            assert_true(dX && dmix);
+            assert_int_equal(cu_upload(dmix, mix, sizeof(float) * TMAX * MIX), 0);
+            static const int Ts[] = { 1, 3, 8 };
+            for (int i = 0; i < 3; i++) {
+                const int T = Ts[i];
+                run_o(&w.d, &a, 0, T, y, official);
+                memcpy(want, X0, sizeof(float) * T * 4 * d);
+                for (int t = 0; t < T; t++) host_hc_post(official, y + (int64_t)t * d, mix + (int64_t)t * MIX, want + (int64_t)t * 4 * d, d);
+                assert_int_equal(cu_upload(dX, X0, sizeof(float) * T * 4 * d), 0);
+                dsv4_error err;
+                const int rc = cu_mma_linear_post(NULL, &w.d, a.q, a.ldq, a.s, a.lds, T, dmix, dX, 4, d, official, 0, &err);
+                if (rc != 1) fail_msg("cu_mma_linear_post declined or failed (%d) at T = %d: %s", rc, T, rc < 0 ? err.msg : "");
+                sync_ok("linear post");
+                assert_int_equal(cu_download(got, dX, sizeof(float) * T * 4 * d), 0);
+                if (memcmp(got, want, sizeof(float) * T * 4 * d))
+                    fail_msg("%s %s T = %d: the fused post step's streams differ from the linear then the post step", fp4 ? "FP4" : "FP8",
+                             official ? "official" : "exact", T);
+            }
+            /* declined: nothing launched, the streams untouched */
+            assert_int_equal(cu_upload(dX, X0, sizeof(float) * TMAX * 4 * d), 0);
+            dsv4_error err;
+            assert_int_equal(cu_mma_linear_post(NULL, &w.d, a.q, a.ldq, a.s, a.lds, 9, dmix, dX, 4, d, official, 0, &err), 0);
+            assert_int_equal(cu_mma_linear_post(NULL, &w.d, a.q, a.ldq, a.s, a.lds, 1, dmix, dX, 4, d, official, 1, &err), 0);
+            assert_int_equal(cu_mma_linear_post(NULL, &w.d, a.q, a.ldq, a.s, a.lds, 1, dmix, dX, 3, d, official, 0, &err), 0);
+            assert_int_equal(cu_mma_linear_post(NULL, &w.d, a.q, a.ldq, a.s, a.lds, 1, dmix, dX, 4, d + 16, official, 0, &err), 0);
+            sync_ok("declined post");
+            assert_int_equal(cu_download(got, dX, sizeof(float) * TMAX * 4 * d), 0);
+            if (memcmp(got, X0, sizeof(float) * TMAX * 4 * d)) fail_msg("a declined cu_mma_linear_post wrote the streams");
+            printf("  %s %dx%d %s: fused post step = linear then post (memcmp) at T = 1, 3, 8; T = 9, streaming, hc 3, "
+                   "another width declined\n", fp4 ? "FP4" : "FP8", d, K, official ? "official" : "exact");
+            free(X0); free(want); free(got); free(mix); free(y); free(x);
+            cu_free(dX); cu_free(dmix);
+            free_act(&a);
+            free_weight(&w);
+        }
+}
+
 /* The routed experts' kernel (cu_mma_expert_linear) on a plan built here: every pair's row has the bits of the plain
  * linear of its expert on its token (one order per element, whatever the tile), reading the tokens through
  * pair_token or pair-ordered rows; an expert without data writes EP_ABSENT_ROW; tiles past n_tiles do nothing. */
@@ -1048,6 +1121,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(batch_invariant_and_deterministic),
         cmocka_unit_test(fp4_vector_loads_equal_word_loads),
         cmocka_unit_test(linear_pair_equals_two),
+        cmocka_unit_test(linear_post_equals_linear_then_post),
         cmocka_unit_test(experts_equal_plain_linear),
         cmocka_unit_test(refuses_bad_shapes),
     };

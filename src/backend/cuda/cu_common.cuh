@@ -35,10 +35,40 @@
  * the kernel before has completed and its writes are visible (griddepcontrol.wait: PTX ISA, "Parallel
  * synchronization and communication instructions"). Outside such an edge (a direct launch, the first node of a
  * graph) it returns at once. So the order of kernels and every byte they read are those of plain launches. */
+#ifndef DSV4_PDL_TRIGGER
+#define DSV4_PDL_TRIGGER 1
+#endif
 __device__ __forceinline__ void dev_grid_wait(void) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.wait;" ::: "memory");
+#if DSV4_PDL_TRIGGER
+    /* The early trigger (DSV4_PDL_TRIGGER, a build switch): this block lets the next kernel's blocks be launched
+     * now, not at its exit. They then sit in their own wait (or load their constants first: dev_grid_defer) while
+     * this kernel works. Only once this block has passed its wait, never before: a kernel still waiting does not
+     * release the one after it, so at most one kernel ahead is ever resident beside the running one (triggering at
+     * a block's start — DSV4_CUDA_PDL=1's launch-completion edges — lets a whole chain of waiting kernels fill the
+     * SMs, run 50). Every block of the upstream has begun when the port fires, so the waiting blocks never take an
+     * SM the upstream still needs. Scheduling only: the wait above still returns when the upstream grid has
+     * completed and its writes are visible. */
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
+#endif
+}
+
+/* The first statement of a kernel that loads constant data — weights and their scales, which nothing in a step
+ * writes — before it waits: it marks the kernel for tests/cli/pdl_wait.sh, which then requires its file to call
+ * dev_grid_gate. Such a kernel must read nothing another kernel writes, and write nothing, before every one of
+ * its threads has passed dev_grid_gate (or dev_grid_wait). */
+__device__ __forceinline__ void dev_grid_defer(void) {}
+
+/* dev_grid_wait once per thread: the first call waits, later calls return at once (a loop that loads its weights
+ * first, then calls this before its activations; and once more after the loop, for a thread that had no
+ * iteration). */
+__device__ __forceinline__ void dev_grid_gate(bool &waited) {
+    if (!waited) {
+        dev_grid_wait();
+        waited = true;
+    }
 }
 
 /* A barrier among the first n threads of the block (n a multiple of 32; named barrier id, 1..15: 0 is

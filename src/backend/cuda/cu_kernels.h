@@ -273,6 +273,10 @@ void cu_route(cu_stream st, float *logits, const float *bias, const int32_t *tid
 /* Pairs by expert then token (a token naming an expert twice counts once), tiles, and each token's pairs in
  * increasing expert id. One block; counts and positions are integers. */
 void cu_moe_plan_build(cu_stream st, const int32_t *route_e, const float *route_w, int T, int K, int E, cu_moe_plan *p);
+/* cu_route, and when the step is small enough (T <= 8, the fast kernels' bounds) the plan of the same routing in
+ * the same launch, with cu_moe_plan_build's bytes: 1 when *p was built, 0 when only the routing was. */
+int cu_route_plan(cu_stream st, float *logits, const float *bias, const int32_t *tid2eid, const int32_t *tok, int T, int E, int K,
+                  float route_scale, int32_t *route_e, float *route_w, cu_moe_plan *p);
 /* The most tiles a plan of P pairs over E experts in tiles of `tile` pairs can have. */
 static inline int cu_moe_tiles_max(int64_t P, int E, int tile) {
     return (int)(P / (tile > 0 ? tile : CU_MOE_TILE) + (E < P ? E : P) + 1);

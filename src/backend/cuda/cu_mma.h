@@ -75,6 +75,14 @@ int cu_mma_expert_lean(int on);
 int cu_mma_expert_frag_variant(int v);
 int cu_fp4_frag_pack(cu_stream st, void *data, int64_t rows, int cols, dsv4_error *err);
 
+/* cu_mma_linear of a weight of d rows at T <= 8 tokens whose output y is the sub-layer's output of mHC's post step
+ * (wo_b): instead of storing y, the epilogue applies cu_hc_post's step to each element — X [T][4][d] updated with
+ * mix [T][CU_MIX] (cu_kernels.h) — with the bytes cu_mma_linear (out_bf16 = official) then cu_hc_post would leave
+ * in X. 1 when launched; 0 when it declines (T > 8, hc != 4, the streaming path, another shape: nothing launched,
+ * the caller does the two steps); -1 with one line in err for what cu_mma_linear refuses. */
+int cu_mma_linear_post(cu_stream st, const dsv4_weight *w, const uint8_t *xq, int ldq, const float *xs, int lds, int T, const float *mix,
+                       float *X, int hc, int d, int official, int stream, dsv4_error *err);
+
 /* Two weights over the same packed rows in one launch (wq_a and wkv, the shared expert's w1 and w3: twice the
  * blocks of one, for a decode step's small weights): y_a = x w_a^T and y_b = x w_b^T, each with the bits
  * cu_mma_linear gives it (the same blocks, told apart by blockIdx.z). Both weights taken by cu_mma_linear, of one

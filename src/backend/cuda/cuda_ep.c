@@ -29,7 +29,7 @@ int cu_moe_routed(cu_stream st, const dsv4_config *c, int official, const cu_lay
                   const cu_moe_bufs *b, dsv4_error *err) {
     const int d = c->dim, K = c->n_act, I = c->moe_inter, P = T * K;
     cu_moe_plan plan = b->plan;   /* the struct holds device pointers: building writes through them */
-    cu_moe_plan_build(st, b->route_e, b->route_w, T, K, c->n_routed, &plan);
+    if (!b->plan_ready) cu_moe_plan_build(st, b->route_e, b->route_w, T, K, c->n_routed, &plan);
     /* FP8/FP4 experts see their input rows quantized per 128 columns (OFFICIAL): packing quantizes (cu_mma.h), the
      * CUDA-core path reads the fp32 act_quant copy */
     const int in_packed = cu_moe_input_packed(b, ex, official, d), mid_packed = official && b->mma && cu_mma_takes_experts(ex->fmt, I);
@@ -161,6 +161,7 @@ int cuda_ep_routed(cu_ep *ep, const struct cuda_model *cm0, const dsv4_config *c
         ep->rank[r].b.mma = b0->mma;   /* every rank computes the same numerics as rank 0 */
         ep->rank[r].b.stream = b0->stream;
         ep->rank[r].b.xq_ready = 0;    /* it packs its own copy of the rows */
+        ep->rank[r].b.plan_ready = 0;  /* and plans from its copy of the routing */
         if (cu_moe_routed(st[r], c, official, &ep->rank[r].cm->layers[L].ex, T, max_tiles, &ep->rank[r].b, err)) return DSV4_E_STATE;
     }
     cu_use(cm0->gpu);

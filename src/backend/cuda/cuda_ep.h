@@ -38,6 +38,7 @@ typedef struct {
     float *xqs, *egqs;         /* their scales [T][dim/128], [T*K][inter/128] (rounded up) */
     int xq_ready;              /* xq / xqs already hold xn packed (rank 0: the step's hc_pre packed it) */
     int stream;                /* the tensor-core kernels' streaming path for few tokens (cuda_model.mma_stream) */
+    int plan_ready;            /* plan already built from route_e / route_w (rank 0: cu_route_plan did it) */
 } cu_moe_bufs;
 
 /* One rank >= 1: its GPU, stream, experts (layers[L].w1/w2/w3: device arrays [E] whose entries it does not hold

@@ -375,8 +375,10 @@ static void attn_project(step_ctx *s, const cu_layer *ly, int index) {
     linear_q(s, &ly->wq_b, ws->qr, ws->yq, ws->yqs, ws->q);
 }
 
-/* ws->o [T][H][D] -> ws->sub [T][d] through the grouped wo_a (group g's heads through rows [g*o_lora,
- * (g+1)*o_lora)) and wo_b (core/attention.c attention_output). */
+/* ws->o [T][H][D] -> the sub-layer's output ws->sub [T][d] through the grouped wo_a (group g's heads through rows
+ * [g*o_lora, (g+1)*o_lora)) and wo_b (core/attention.c attention_output), then mHC's post of it into ws->X: at few
+ * tokens on tensor cores in wo_b's epilogue (cu_mma_linear_post: the same bytes in X, one launch fewer; ws->sub is
+ * not written then), else cu_hc_post after it. */
 static void attn_output(step_ctx *s, const cu_layer *ly) {
     const dsv4_config *c = &s->m->cfg;
     cu_workspace *ws = s->ws;
@@ -386,7 +388,15 @@ static void attn_output(step_ctx *s, const cu_layer *ly) {
     linear16(s, pack16_if(s, ws->o, T, H * D), &ly->wo_a, G, ws->o, T, H * D, HD_G, ws->z, zl, 1);
     pack_if(s, ws->z, zl, ws->yq, ws->yqs);
     if (cuda_core_reader(s, &ly->wo_b, NULL)) quant_rows_if(s, ws->z, T, zl);
+    if (mma_takes(s, &ly->wo_b)) {
+        dsv4_error e;
+        const int fused = cu_mma_linear_post(s->st, &ly->wo_b, ws->yq, cu_mma_ld(zl), ws->yqs, cu_mma_lds(zl), T, ws->mix, ws->X,
+                                             c->hc_mult, c->dim, s->official, s->cm->mma_stream, &e);
+        if (fused > 0) return;
+        if (fused < 0 && !s->rc) s->rc = dsv4_fail(s->err, DSV4_E_STATE, "cuda: %s", e.msg);   /* taken above: a bug */
+    }
     linear_q(s, &ly->wo_b, ws->z, ws->yq, ws->yqs, ws->sub);
+    cu_hc_post(s->st, s->official, ws->sub, ws->mix, ws->X, T, c->hc_mult, c->dim);
 }
 
 static void step_attention(step_ctx *s, const cu_layer *ly, int L) {
@@ -493,9 +503,9 @@ static void step_moe(step_ctx *s, const cu_layer *ly, int L) {
     const dsv4_config *c = &s->m->cfg;
     cu_workspace *ws = s->ws;
     const int T = s->T, d = c->dim, E = c->n_routed, K = c->n_act, tiles = moe_max_tiles(c, T);
-    const cu_moe_bufs b = { ws->xn, ws->x8, ws->route_e, ws->route_w, ws->plan, ws->eg, ws->ev, ws->ey,
-                            s->mma, ws->xq, ws->egq, ws->xqs, ws->egqs, s->mma /* step_hc_pre packed xn */,
-                            s->cm->mma_stream };
+    cu_moe_bufs b = { ws->xn, ws->x8, ws->route_e, ws->route_w, ws->plan, ws->eg, ws->ev, ws->ey,
+                      s->mma, ws->xq, ws->egq, ws->xqs, ws->egqs, s->mma /* step_hc_pre packed xn */,
+                      s->cm->mma_stream, 0 /* plan_ready: set by the routing below */ };
     /* experts in host memory (cuda_host_experts.h): the host needs this layer's rows and routing first */
     cu_host_experts *hx = L >= 0 && s->cm->hx && ly == &s->cm->layers[L] && s->cm->hx->n_host[L] ? s->cm->hx : NULL;
     /* the shared expert on a branch beside the router and the routed experts (its outputs are its own, read by
@@ -508,8 +518,13 @@ static void step_moe(step_ctx *s, const cu_layer *ly, int L) {
         branch_end(s, br);
     }
     linear16(s, xn_packed16(s), &ly->gate, 1, ws->xn, T, d, 0, ws->router, E, 0);   /* xn is bf16, packed by step_hc_pre */
-    cu_route(s->st, ws->router, ly->gate_bias, ly->hash_routed ? ly->tid2eid : NULL, ws->tok, T, E, K, c->route_scale, ws->route_e,
-             ws->route_w);
+    /* with the routed experts on this GPU, a small step's plan comes out of the router's launch (cu_route_plan) */
+    const int32_t *hash = ly->hash_routed ? ly->tid2eid : NULL;
+    if (ly->ep && s->cm->ep)
+        cu_route(s->st, ws->router, ly->gate_bias, hash, ws->tok, T, E, K, c->route_scale, ws->route_e, ws->route_w);
+    else
+        b.plan_ready = cu_route_plan(s->st, ws->router, ly->gate_bias, hash, ws->tok, T, E, K, c->route_scale, ws->route_e, ws->route_w,
+                                     &b.plan);
     if (L >= 0 && s->cm->route_counts && ly == &s->cm->layers[L])   /* main layers only (dsv4 profile) */
         cu_count_routes(s->st, ws->route_e, T, K, s->cm->route_counts + (int64_t)L * E);
     mark(s, ST_ROUTE);
@@ -535,12 +550,9 @@ static void step_moe(step_ctx *s, const cu_layer *ly, int L) {
 }
 
 static void step_block(step_ctx *s, const cu_layer *ly, int L) {
-    const dsv4_config *c = &s->m->cfg;
-    cu_workspace *ws = s->ws;
     step_hc_pre(s, &ly->hc_attn, ly->attn_norm);
     mark(s, ST_MHC);
-    step_attention(s, ly, L);
-    cu_hc_post(s->st, s->official, ws->sub, ws->mix, ws->X, s->T, c->hc_mult, c->dim);
+    step_attention(s, ly, L);   /* ends with hc_post */
     step_hc_pre(s, &ly->hc_ffn, ly->ffn_norm);
     mark(s, ST_MHC);
     step_moe(s, ly, L);   /* ends with hc_post */
@@ -1016,8 +1028,7 @@ static int dspark_stages(struct dsv4_model *m, const float *ring, int64_t pos, c
         cu_attn_prepare(s->st, &prep);   /* q and kv normalised and rotated; the stage's keys are in its ring */
         cu_dspark_attention(s->st, s->official, ws->q, ws->kv, ring + (int64_t)st * W * D, pos, gamma, W, ly->attn_sink, cm->rope_window,
                             c->n_heads, D, c->rope_dim, ws->o);
-        attn_output(s, ly);
-        cu_hc_post(s->st, s->official, ws->sub, ws->mix, ws->X, gamma, c->hc_mult, d);
+        attn_output(s, ly);   /* ends with hc_post */
         step_hc_pre(s, &ly->hc_ffn, ly->ffn_norm);
         step_moe(s, ly, -1);   /* DSpark stages keep all their experts on rank 0; ends with hc_post */
     }

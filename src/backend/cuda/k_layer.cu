@@ -3,6 +3,7 @@
  * CPU computes sequentially are computed sequentially here too wherever they are short (the mHC stream sums,
  * Sinkhorn), and as a fixed block_sum where they are long (norms). */
 #include "backend/cuda/cu_common.cuh"
+#include "backend/cuda/cu_hc_post.cuh"
 #include "backend/cuda/cu_kernels.h"
 #include "backend/cuda/cu_quant.cuh"
 #include "backend/cuda/cu_rope.cuh"
@@ -371,38 +372,6 @@ extern "C" void cu_hc_pre_finish(cu_stream st, int official, const float *mixraw
     }
     k_hc_pre_finish<<<T, ROW_THREADS, 0, (cudaStream_t)st>>>(official, mixraw, X, hc, d, base, scale, hc_eps, norm_eps, iters, u,
                                                              mix, norm, xn, xq, ldq, xqs, lds, xb, ldb);
-}
-
-/* hc_post of one element e of token t, f its sub-layer output: stream k = bf16(post[k] f + sum_j comb[j][k] old_j),
- * j in order. */
-__device__ __forceinline__ void hc_post_elem(int official, float fe, const float *mx, float *x, int hc, int d, int e) {
-    float old[8];
-    for (int j = 0; j < hc; j++) old[j] = x[(int64_t)j * d + e];
-    for (int k = 0; k < hc; k++) {
-        float s = mx[k] * fe;
-        for (int j = 0; j < hc; j++) s += mx[8 + j * hc + k] * old[j];
-        x[(int64_t)k * d + e] = dev_bf16_if(official, s);
-    }
-}
-
-/* The same for hc = 4 with every load (the streams, post, comb) issued before the first store: above, each k's
- * mix loads wait behind the stores of the k before (they might alias), 4 memory latencies a launch. The same
- * expressions on the same values. */
-__device__ __forceinline__ void hc_post_elem4(int official, float fe, const float *mx, float *x, int d, int e) {
-    float old[4], pw[4], cw[16];
-#pragma unroll
-    for (int j = 0; j < 4; j++) old[j] = x[(int64_t)j * d + e];
-#pragma unroll
-    for (int k = 0; k < 4; k++) pw[k] = mx[k];
-#pragma unroll
-    for (int j = 0; j < 16; j++) cw[j] = mx[8 + j];
-#pragma unroll
-    for (int k = 0; k < 4; k++) {
-        float s = pw[k] * fe;
-#pragma unroll
-        for (int j = 0; j < 4; j++) s += cw[j * 4 + k] * old[j];
-        x[(int64_t)k * d + e] = dev_bf16_if(official, s);
-    }
 }
 
 __global__ void k_hc_post(int official, const float *f, const float *mix, float *X, int T, int hc, int d) {

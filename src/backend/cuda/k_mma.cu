@@ -39,6 +39,8 @@
  * Every output element is a dot product over all of its columns whatever the map; the map is fixed, so the order
  * of the products inside one MMA is fixed too. */
 #include "backend/cuda/cu_common.cuh"
+#include "backend/cuda/cu_hc_post.cuh"
+#include "backend/cuda/cu_kernels.h"   /* CU_MIX */
 #include "backend/cuda/cu_mma.h"
 #include "backend/cuda/cu_mma_frag.cuh"   /* mma_e4m3, prmt, e2m1x4_e4m3 */
 #include "backend/cuda/cu_mma_gemm.h"
@@ -50,6 +52,12 @@ extern "C" {
 }
 
 #define MMA_PARTS 4   /* warps of a block = partial sums of an element (the order above) */
+
+/* MMA_PREWAIT (a build switch, default 1): k_mma_linear loads its first weight chunks before dev_grid_wait
+ * (mma_block's `waited`); 0 waits first, as every kernel did before. */
+#ifndef MMA_PREWAIT
+#define MMA_PREWAIT 1
+#endif
 
 /* -DDSV4_MMA_BUG: a deliberate fragment bug (the first MMA of a chunk / block takes the activation's two words
  * swapped), to see test_gpu_mma fail. Never in a real build. */
@@ -158,12 +166,23 @@ __device__ __forceinline__ int64_t mma_in_row(const int32_t *in_rows, int in_bas
     return in_rows ? in_rows[in_base + n] : (int64_t)in_base + n;
 }
 
+/* What the epilogue does with an output element instead of storing it (X not NULL: cu_mma_linear_post): mHC's post
+ * step of element r of token n (cu_hc_post.cuh hc_post_elem4, as k_hc_post does it for hc = 4), the element's value
+ * — rounded as the store would round it — as the sub-layer's output. X [T][4][d] the streams, mix [T][CU_MIX]. */
+struct mma_post {
+    const float *mix;
+    float *X;
+    int d, official;
+};
+
 /* y = ((p0 + p1) + p2) + p3 of a block's tile (rows [row_base, +16 MT) x tokens [tok_base, +8 NT); warp p holds
  * partial p in acc): warps 1..3 hand their partials to warp 0 through red (the caller's shared array), which adds
- * them in that order and stores rows < N, tokens < T (BF16-rounded when asked). Every thread of the block calls it. */
+ * them in that order and stores rows < N, tokens < T (BF16-rounded when asked), or hands each to post. Every
+ * thread of the block calls it. */
 template <int MT, int NT>
 __device__ __forceinline__ void mma_sum_store(const float (&acc)[MT][NT][4], float (*red)[MT * NT * 4][32], int N, int T, float *__restrict__ y,
-                                              int ldy, int out_bf16, int row_base, int tok_base, int out_base) {
+                                              int ldy, int out_bf16, int row_base, int tok_base, int out_base,
+                                              const mma_post &post = mma_post{}) {
     const int lane = threadIdx.x & 31, part = threadIdx.x >> 5, g = lane >> 2, q = lane & 3;
     if (part > 0) {
 #pragma unroll
@@ -185,16 +204,24 @@ __device__ __forceinline__ void mma_sum_store(const float (&acc)[MT][NT][4], flo
 #pragma unroll
                 for (int p = 0; p < MMA_PARTS - 1; p++) v += red[p][(mi * NT + ni) * 4 + e][lane];
                 const int r = row_base + 16 * mi + g + 8 * (e >> 1), n = tok_base + 8 * ni + 2 * q + (e & 1);
-                if (r < N && n < T) y[((int64_t)out_base + n) * ldy + r] = out_bf16 ? dev_round_bf16(v) : v;
+                if (r >= N || n >= T) continue;
+                const float o = out_bf16 ? dev_round_bf16(v) : v;
+                const int64_t t = (int64_t)out_base + n;
+                if (post.X) hc_post_elem4(post.official, o, post.mix + t * CU_MIX, post.X + t * 4 * post.d, post.d, r);
+                else y[t * ldy + r] = o;
             }
 }
 
 /* One block: rows [row_base, +16 MT) x tokens [tok_base, +8 NT) of T; warp p = partial p. U chunks' loads are
- * issued before the first of them is used (several loads in flight a lane). */
+ * issued before the first of them is used (several loads in flight a lane). waited: whether the caller has passed
+ * dev_grid_wait; if not (k_mma_linear), the first U chunks' weights and weight scales are loaded before the wait
+ * (dev_grid_gate), so their memory latency runs while the kernel before finishes. Only the order of the loads
+ * moves: every value and the reduction order are the same. */
 template <int FP4, int MT, int NT, int U, int VEC>
 __device__ __forceinline__ void mma_block(const dsv4_weight &w, const uint8_t *__restrict__ xq, int ldq, const float *__restrict__ xs,
                                           int lds, int T, float *__restrict__ y, int ldy, int out_bf16, int row_base, int tok_base,
-                                          const int32_t *__restrict__ in_rows, int in_base, int out_base) {
+                                          const int32_t *__restrict__ in_rows, int in_base, int out_base, bool waited,
+                                          const mma_post &post = mma_post{}) {
     const int lane = threadIdx.x & 31, part = threadIdx.x >> 5, g = lane >> 2, q = lane & 3;
     const int N = w.rows, K = w.cols, nchunk = (K + 127) / 128;
     const uint8_t *wd = (const uint8_t *)w.data;
@@ -234,6 +261,12 @@ __device__ __forceinline__ void mma_block(const dsv4_weight &w, const uint8_t *_
                             sw[u][mi][h] = 0.0f;
                         }
                     }
+            }
+            dev_grid_gate(waited);   /* the weights are in flight: now the activations (the kernel before wrote them) */
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                const int c = c0 + u * MMA_PARTS;
+                const bool cv = c < nchunk;
 #pragma unroll
                 for (int ni = 0; ni < NT; ni++) {
                     const int n = tok_base + 8 * ni + g;
@@ -344,6 +377,11 @@ __device__ __forceinline__ void mma_block(const dsv4_weight &w, const uint8_t *_
                         }
                     }
                 }
+            }
+            dev_grid_gate(waited);   /* the weights are in flight: now the activations (the kernel before wrote them) */
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                const int c = c0 + u * MMA_PARTS;
 #pragma unroll
                 for (int ni = 0; ni < NT; ni++) {
                     const int n = tok_base + 8 * ni + g;
@@ -394,7 +432,8 @@ __device__ __forceinline__ void mma_block(const dsv4_weight &w, const uint8_t *_
         }
     }
 
-    mma_sum_store<MT, NT>(acc, red, N, T, y, ldy, out_bf16, row_base, tok_base, out_base);
+    dev_grid_gate(waited);   /* a warp without chunks */
+    mma_sum_store<MT, NT>(acc, red, N, T, y, ldy, out_bf16, row_base, tok_base, out_base, post);
 }
 
 /* blockIdx.z = 1: the second weight of a pair over the same input (cu_mma_linear_pair: w_b into y_b); the grid
@@ -402,13 +441,18 @@ __device__ __forceinline__ void mma_block(const dsv4_weight &w, const uint8_t *_
 template <int FP4, int MT, int NT, int U, int VEC>
 __global__ void __launch_bounds__(32 * MMA_PARTS) k_mma_linear(dsv4_weight w_a, dsv4_weight w_b, const uint8_t *__restrict__ xq, int ldq,
                                                                 const float *__restrict__ xs, int lds, int T, float *y_a, int ldy_a,
-                                                                float *y_b, int ldy_b, int out_bf16) {
-    dev_grid_wait();
+                                                                float *y_b, int ldy_b, int out_bf16, mma_post post) {
+    dev_grid_defer();   /* mma_block waits after its first weight loads */
+    if (!MMA_PREWAIT) dev_grid_wait();
     const dsv4_weight w = blockIdx.z ? w_b : w_a;
     float *y = blockIdx.z ? y_b : y_a;
     const int ldy = blockIdx.z ? ldy_b : ldy_a;
-    if ((int)blockIdx.x * 16 * MT >= w.rows) return;
-    mma_block<FP4, MT, NT, U, VEC>(w, xq, ldq, xs, lds, T, y, ldy, out_bf16, blockIdx.x * 16 * MT, blockIdx.y * 8 * NT, NULL, 0, 0);
+    if ((int)blockIdx.x * 16 * MT >= w.rows) {
+        dev_grid_wait();   /* every block waits: the grid completes after the kernel before it */
+        return;
+    }
+    mma_block<FP4, MT, NT, U, VEC>(w, xq, ldq, xs, lds, T, y, ldy, out_bf16, blockIdx.x * 16 * MT, blockIdx.y * 8 * NT, NULL, 0, 0,
+                                   !MMA_PREWAIT, post);
 }
 
 /* An expert another GPU holds (cuda_ep.h) or the host computes: its rows [row_base, +16) of pairs p0 .. p0 + n - 1
@@ -468,7 +512,7 @@ __global__ void __launch_bounds__(32 * MMA_PARTS, VEC ? MMA_EXPERT_BLOCKS : MMA_
         return;
     }
     w.rows = rows;
-    mma_block<FP4, 1, 1, (VEC == 2 && MMA_EXPERT_U > 4 ? 4 : MMA_EXPERT_U), VEC>(w, xq, ldq, xs, lds, n, y, ldy, out_bf16, row_base, 0, x_by_pair ? NULL : plan.pair_token, p0, p0);
+    mma_block<FP4, 1, 1, (VEC == 2 && MMA_EXPERT_U > 4 ? 4 : MMA_EXPERT_U), VEC>(w, xq, ldq, xs, lds, n, y, ldy, out_bf16, row_base, 0, x_by_pair ? NULL : plan.pair_token, p0, p0, true);
 }
 
 /* ---- FP4 experts, lean (MMA_EXPERT_LEAN) ----
@@ -901,23 +945,23 @@ typedef struct {
 /* One launch: weight a, and b when nz = 2. */
 template <int FP4, int MT, int NT, int U>
 static void mma_launch(cu_stream st, int nz, mma_out a, mma_out b, const uint8_t *xq, int ldq, const float *xs, int lds, int T,
-                       int out_bf16) {
+                       int out_bf16, mma_post post) {
     const int rows = nz == 2 && b.w->rows > a.w->rows ? b.w->rows : a.w->rows;
     dim3 grid(cu_blocks(rows, 16 * MT), cu_blocks(T, 8 * NT), nz);
     if constexpr (FP4) {
         if (fp4_vec == 2) {
             k_mma_linear<FP4, MT, NT, U, 2><<<grid, 32 * MMA_PARTS, 0, (cudaStream_t)st>>>(*a.w, *b.w, xq, ldq, xs, lds, T, a.y, a.ldy, b.y, b.ldy,
-                                                                                          out_bf16);
+                                                                                          out_bf16, post);
             return;
         }
         if (fp4_vec == 1) {
             k_mma_linear<FP4, MT, NT, U, 1><<<grid, 32 * MMA_PARTS, 0, (cudaStream_t)st>>>(*a.w, *b.w, xq, ldq, xs, lds, T, a.y, a.ldy, b.y, b.ldy,
-                                                                                          out_bf16);
+                                                                                          out_bf16, post);
             return;
         }
     }
     k_mma_linear<FP4, MT, NT, U, 0><<<grid, 32 * MMA_PARTS, 0, (cudaStream_t)st>>>(*a.w, *b.w, xq, ldq, xs, lds, T, a.y, a.ldy, b.y, b.ldy,
-                                                                                  out_bf16);
+                                                                                  out_bf16, post);
 }
 
 /* The tile from T (never the order): up to 8 tokens one n8 column and 16 rows a block, four chunks' loads in flight
@@ -925,11 +969,12 @@ static void mma_launch(cu_stream st, int nz, mma_out a, mma_out b, const uint8_t
  * docs/GPU_RUNS.md); up to 32 tokens 16 rows x 32 tokens (the weight read once); more, 64 (FP4) or 32 (FP8) rows x 32
  * tokens. */
 template <int FP4>
-static void mma_dispatch(cu_stream st, int nz, mma_out a, mma_out b, const uint8_t *xq, int ldq, const float *xs, int lds, int T, int o) {
-    if (T <= 8) mma_launch<FP4, 1, 1, 4>(st, nz, a, b, xq, ldq, xs, lds, T, o);
-    else if (T <= 32) mma_launch<FP4, 1, 4, 2>(st, nz, a, b, xq, ldq, xs, lds, T, o);
-    else if constexpr (FP4) mma_launch<FP4, 4, 4, 1>(st, nz, a, b, xq, ldq, xs, lds, T, o);
-    else mma_launch<FP4, 2, 4, 1>(st, nz, a, b, xq, ldq, xs, lds, T, o);   /* FP8 at 64 x 32 spills (255 registers) */
+static void mma_dispatch(cu_stream st, int nz, mma_out a, mma_out b, const uint8_t *xq, int ldq, const float *xs, int lds, int T, int o,
+                         mma_post post = mma_post{}) {
+    if (T <= 8) mma_launch<FP4, 1, 1, 4>(st, nz, a, b, xq, ldq, xs, lds, T, o, post);
+    else if (T <= 32) mma_launch<FP4, 1, 4, 2>(st, nz, a, b, xq, ldq, xs, lds, T, o, post);
+    else if constexpr (FP4) mma_launch<FP4, 4, 4, 1>(st, nz, a, b, xq, ldq, xs, lds, T, o, post);
+    else mma_launch<FP4, 2, 4, 1>(st, nz, a, b, xq, ldq, xs, lds, T, o, post);   /* FP8 at 64 x 32 spills (255 registers) */
 }
 
 /* The weight half of cu_mma_linear's contract: 0 when w is taken, else a one-line reason (code in *code). */
@@ -983,6 +1028,20 @@ extern "C" int cu_mma_linear(cu_stream st, const dsv4_weight *w, const uint8_t *
     if (w->fmt == WF_FP4) mma_dispatch<1>(st, 1, a, a, xq, ldq, xs, lds, T, out_bf16);
     else mma_dispatch<0>(st, 1, a, a, xq, ldq, xs, lds, T, out_bf16);
     return 0;
+}
+
+#ifndef MMA_POST
+#define MMA_POST 1   /* 0: cu_mma_linear_post always declines (the A/B of the fused epilogue) */
+#endif
+extern "C" int cu_mma_linear_post(cu_stream st, const dsv4_weight *w, const uint8_t *xq, int ldq, const float *xs, int lds, int T,
+                                  const float *mix, float *X, int hc, int d, int official, int stream, dsv4_error *err) {
+    if (!MMA_POST || (DIAG_SKIP & 9) || T > 8 || T < 1 || hc != 4 || stream || w->rows != d || !mix || !X) return 0;
+    if (linear_args("cu_mma_linear_post", w, xq, ldq, xs, lds, T, X, d, err)) return -1;
+    const mma_out a = { w, NULL, d };
+    const mma_post post = { mix, X, d, official };
+    if (w->fmt == WF_FP4) mma_dispatch<1>(st, 1, a, a, xq, ldq, xs, lds, T, official, post);
+    else mma_dispatch<0>(st, 1, a, a, xq, ldq, xs, lds, T, official, post);
+    return 1;
 }
 
 extern "C" int cu_mma_linear_pair(cu_stream st, const dsv4_weight *w_a, float *y_a, int ldy_a, const dsv4_weight *w_b, float *y_b,

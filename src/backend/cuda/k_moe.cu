@@ -62,12 +62,12 @@ __global__ void k_route(float *logits, const float *bias, const int32_t *tid2eid
 #ifndef DSV4_MOE_FAST
 #define DSV4_MOE_FAST 1   /* 0: k_route and k_moe_plan as before (tools/gpu/shim/shim_mhc.sh compares) */
 #endif
+/* Token t's routing by its warp (lane = the lane): route_e / route_w rows t, and the same K entries into re / rw when
+ * they are not NULL (k_route_plan's shared copy). */
 template <int R>
-__global__ void k_route_fast(float *logits, const float *bias, const int32_t *tid2eid, const int32_t *tok, int T, int E, int K,
-                             float route_scale, int32_t *route_e, float *route_w) {
-    dev_grid_wait();
-    const int t = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5), lane = threadIdx.x & 31;
-    if (t >= T) return;
+__device__ __forceinline__ void route_fast_warp(float *logits, const float *bias, const int32_t *tid2eid, const int32_t *tok, int t,
+                                                int lane, int E, int K, float route_scale, int32_t *route_e, float *route_w, int32_t *re,
+                                                float *rw) {
     float *s = logits + (int64_t)t * E;
     float sc[R], bs[R];
     int my_e = 0;
@@ -117,9 +117,23 @@ __global__ void k_route_fast(float *logits, const float *bias, const int32_t *ti
     float sum = 0.0f;
     for (int j = 0; j < K; j++) sum += __shfl_sync(0xffffffffu, my_s, j);
     if (lane < K) {
+        const float wt = my_s / sum * route_scale;
         route_e[(int64_t)t * K + lane] = my_e;
-        route_w[(int64_t)t * K + lane] = my_s / sum * route_scale;
+        route_w[(int64_t)t * K + lane] = wt;
+        if (re) {
+            re[t * K + lane] = my_e;
+            rw[t * K + lane] = wt;
+        }
     }
+}
+
+template <int R>
+__global__ void k_route_fast(float *logits, const float *bias, const int32_t *tid2eid, const int32_t *tok, int T, int E, int K,
+                             float route_scale, int32_t *route_e, float *route_w) {
+    dev_grid_wait();
+    const int t = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5), lane = threadIdx.x & 31;
+    if (t >= T) return;
+    route_fast_warp<R>(logits, bias, tid2eid, tok, t, lane, E, K, route_scale, route_e, route_w, NULL, NULL);
 }
 
 extern "C" void cu_route(cu_stream st, float *logits, const float *bias, const int32_t *tid2eid, const int32_t *tok, int T,
@@ -237,23 +251,34 @@ __global__ void k_moe_plan(const int32_t *route_e, const float *route_w, int T, 
  *     expert, as the walk above numbers them), its token and weight, and token_pairs[t][slot] with slot = its
  *     row's distinct experts below e; the row's slots from its count of distinct experts on are -1. */
 #define PLAN_FAST_MAXT 256
+/* The plan's shared memory (dynamic): mask [E][W], the routing re / rw [T K] each, off [E]. */
+struct plan_smem {
+    unsigned long long *mask;
+    int32_t *re;
+    float *rw;
+    int *off;
+};
+template <int W> __device__ __forceinline__ plan_smem plan_smem_of(void *base, int T, int K, int E) {
+    plan_smem m;
+    m.mask = (unsigned long long *)base;
+    m.re = (int32_t *)(m.mask + (size_t)E * W);
+    m.rw = (float *)(m.re + T * K);
+    m.off = (int *)(m.rw + T * K);
+    return m;
+}
+static size_t plan_smem_bytes(int T, int K, int E, int W) {
+    return sizeof(unsigned long long) * (size_t)E * W + (sizeof(int32_t) + sizeof(float)) * (size_t)T * K + sizeof(int) * (size_t)E;
+}
+
+/* The plan from the routing in sm.re / sm.rw, sm.mask zeroed (both visible to the whole block). */
 template <int W>
-__global__ void __launch_bounds__(PLAN_THREADS) k_moe_plan_fast(const int32_t *route_e, const float *route_w, int T, int K, int E,
-                                                                cu_moe_plan p) {
-    dev_grid_wait();
-    extern __shared__ unsigned long long plan_fast_smem[];
+__device__ __forceinline__ void plan_fast_block(const plan_smem &sm, int T, int K, int E, const cu_moe_plan &p) {
     __shared__ int wsum[2][PLAN_THREADS / 32];
-    unsigned long long *mask = plan_fast_smem;      /* [E][W] */
-    int32_t *re = (int32_t *)(mask + (size_t)E * W);   /* [T K] */
-    float *rw = (float *)(re + T * K);              /* [T K] */
-    int *off = (int *)(rw + T * K);                 /* [E] */
+    unsigned long long *mask = sm.mask;
+    const int32_t *re = sm.re;
+    const float *rw = sm.rw;
+    int *off = sm.off;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, n = T * K;
-    for (int i = tid; i < E * W; i += PLAN_THREADS) mask[i] = 0ull;
-    for (int i = tid; i < n; i += PLAN_THREADS) {
-        re[i] = route_e[i];
-        rw[i] = route_w[i];
-    }
-    __syncthreads();
     for (int i = tid; i < n; i += PLAN_THREADS) {
         const int t = i / K, j = i % K;
         if (first_slot(re + t * K, j)) atomicOr(&mask[(int64_t)re[i] * W + (t >> 6)], 1ull << (t & 63));
@@ -313,13 +338,46 @@ __global__ void __launch_bounds__(PLAN_THREADS) k_moe_plan_fast(const int32_t *r
     }
 }
 
+template <int W>
+__global__ void __launch_bounds__(PLAN_THREADS) k_moe_plan_fast(const int32_t *route_e, const float *route_w, int T, int K, int E,
+                                                                cu_moe_plan p) {
+    dev_grid_wait();
+    extern __shared__ unsigned long long plan_fast_smem[];
+    const plan_smem sm = plan_smem_of<W>(plan_fast_smem, T, K, E);
+    const int tid = threadIdx.x, n = T * K;
+    for (int i = tid; i < E * W; i += PLAN_THREADS) sm.mask[i] = 0ull;
+    for (int i = tid; i < n; i += PLAN_THREADS) {
+        sm.re[i] = route_e[i];
+        sm.rw[i] = route_w[i];
+    }
+    __syncthreads();
+    plan_fast_block<W>(sm, T, K, E, p);
+}
+
+/* The routing and the plan of a step of T <= PLAN_THREADS / 32 tokens in one launch (cu_route_plan): warp t routes
+ * token t as k_route_fast does (the same function: route_e / route_w rows, and a copy in shared memory), then the
+ * block builds the plan from that copy as k_moe_plan_fast does from its own (the same function). So every output
+ * is the two launches' bytes; what goes is one kernel boundary and the plan's reload of the routing. */
+template <int R>
+__global__ void __launch_bounds__(PLAN_THREADS) k_route_plan(float *logits, const float *bias, const int32_t *tid2eid, const int32_t *tok,
+                                                             int T, int E, int K, float route_scale, int32_t *route_e, float *route_w,
+                                                             cu_moe_plan p) {
+    dev_grid_wait();
+    extern __shared__ unsigned long long plan_fast_smem[];
+    const plan_smem sm = plan_smem_of<1>(plan_fast_smem, T, K, E);
+    const int tid = threadIdx.x, t = tid >> 5;
+    for (int i = tid; i < E; i += PLAN_THREADS) sm.mask[i] = 0ull;
+    if (t < T) route_fast_warp<R>(logits, bias, tid2eid, tok, t, tid & 31, E, K, route_scale, route_e, route_w, sm.re, sm.rw);
+    __syncthreads();
+    plan_fast_block<1>(sm, T, K, E, p);
+}
+
 extern "C" void cu_moe_plan_build(cu_stream st, const int32_t *route_e, const float *route_w, int T, int K, int E, cu_moe_plan *p) {
     if (T <= 0) return;
     if (p->tile <= 0) p->tile = CU_MOE_TILE;
     if (DSV4_MOE_FAST && T <= PLAN_FAST_MAXT && p->tile == CU_MOE_TILE) {   /* the fast plan cuts CU_MOE_TILE tiles */
         const int W = T <= 64 ? 1 : 4;
-        const size_t smem = sizeof(unsigned long long) * (size_t)E * W + (sizeof(int32_t) + sizeof(float)) * (size_t)T * K +
-                            sizeof(int) * (size_t)E;
+        const size_t smem = plan_smem_bytes(T, K, E, W);
         if (smem <= 46 * 1024) {   /* with the static wsum, under the 48 KB a launch may take without opting in */
             if (W == 1)
                 k_moe_plan_fast<1><<<1, PLAN_THREADS, smem, (cudaStream_t)st>>>(route_e, route_w, T, K, E, *p);
@@ -329,6 +387,26 @@ extern "C" void cu_moe_plan_build(cu_stream st, const int32_t *route_e, const fl
         }
     }
     k_moe_plan<<<1, PLAN_THREADS, sizeof(int) * 3 * (size_t)E, (cudaStream_t)st>>>(route_e, route_w, T, K, E, *p);
+}
+
+#ifndef DSV4_MOE_FUSED
+#define DSV4_MOE_FUSED 1   /* 0: cu_route_plan always routes alone (the A/B of its one launch) */
+#endif
+extern "C" int cu_route_plan(cu_stream st, float *logits, const float *bias, const int32_t *tid2eid, const int32_t *tok, int T, int E,
+                             int K, float route_scale, int32_t *route_e, float *route_w, cu_moe_plan *p) {
+    if (T <= 0) return 0;
+    if (p->tile <= 0) p->tile = CU_MOE_TILE;
+    const size_t smem = plan_smem_bytes(T, K, E, 1);
+    if (!(DSV4_MOE_FAST && DSV4_MOE_FUSED && T <= PLAN_THREADS / 32 && K <= ROUTE_MAX_K && E <= 32 * 16 && p->tile == CU_MOE_TILE &&
+          smem <= 46 * 1024)) {
+        cu_route(st, logits, bias, tid2eid, tok, T, E, K, route_scale, route_e, route_w);
+        return 0;
+    }
+    if (E <= 32 * 8)
+        k_route_plan<8><<<1, PLAN_THREADS, smem, (cudaStream_t)st>>>(logits, bias, tid2eid, tok, T, E, K, route_scale, route_e, route_w, *p);
+    else
+        k_route_plan<16><<<1, PLAN_THREADS, smem, (cudaStream_t)st>>>(logits, bias, tid2eid, tok, T, E, K, route_scale, route_e, route_w, *p);
+    return 1;
 }
 
 __device__ __forceinline__ float dev_silu(float x) { return x / (1.0f + expf(-x)); }

@@ -31,6 +31,9 @@ a = quant.index("/* The scale of one block"); b = quant.rindex("#endif")
 out.append(quant[a:b])
 a = layer.index("#define ROW_THREADS"); b = layer.index("/* ---- embedding")
 top = layer[a:b]
+hcpost = open("src/backend/cuda/cu_hc_post.cuh").read()
+a = hcpost.index("/* hc_post of one element"); b = hcpost.rindex("#endif")
+top += "\n" + hcpost[a:b]   # hc_post_elem, hc_post_elem4 (k_layer.cu includes the header)
 a = layer.index("/* ---- norms")
 b = layer.find("/* ---- attention preparation")   # (moved out of k_layer.cu by 1f19857)
 lay = layer[a:] if b < 0 else layer[a:b]
@@ -48,7 +51,7 @@ if v == "1" and bug == "pre":     # the stream sum in another order
 if v == "1" and bug == "rms":     # the packing scale of the wrong half
     top = mutate(top, "if ((k & 127) == 0) qs[2 * c + half] = sc;", "if ((k & 127) == 0) qs[2 * c + 1 - half] = sc;")
 if v == "1" and bug == "post":    # comb transposed
-    lay = mutate(lay, "s += cw[j * 4 + k] * old[j];", "s += cw[k * 4 + j] * old[j];")
+    top = mutate(top, "s += cw[j * 4 + k] * old[j];", "s += cw[k * 4 + j] * old[j];")
 if v == "1" and bug == "route":   # ties to the higher id
     mo = mutate(mo, "if (best < 0 || v > bv) { best = e; bv = v; bsc = sc[r]; }", "if (best < 0 || v >= bv) { best = e; bv = v; bsc = sc[r]; }")
 if v == "1" and bug == "plan":    # a token's pairs counted from its own bit on

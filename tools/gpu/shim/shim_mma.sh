@@ -21,12 +21,15 @@ common = open("src/backend/cuda/cu_common.cuh").read()
 quant = open("src/backend/cuda/cu_quant.cuh").read()
 out = ['#include "cuda_shim.h"', '#include "shim_frag.h"', '#include <algorithm>', '#include <climits>', 'using std::min;',
        'extern "C" {', '#include "util/error.h"', '}', '#include "backend/cuda/cu_mma.h"', '#include "backend/cuda/cu_mma_gemm.h"', '#include "backend/cuda/cu_mma_stream.h"', '#include "model/expert_place.h"',
-       '#include "model/e2m1_f16.h"', '#include "dsv4.h"',
+       '#include "model/e2m1_f16.h"', '#include "dsv4.h"', 'extern "C" {', '#include "backend/cuda/cu_kernels.h"', '}',
        'static inline int cu_blocks(int64_t n, int per) { return (int)((n + per - 1) / per); }']
 a = common.index("/* ---- number formats"); b = common.index("/* ---- weights")
 out.append(common[a:b])
 a = quant.index("/* The scale of one block"); b = quant.rindex("#endif")
 out.append(quant[a:b])
+hcpost = open("src/backend/cuda/cu_hc_post.cuh").read()
+a = hcpost.index("/* hc_post of one element"); b = hcpost.rindex("#endif")
+out.append(hcpost[a:b])   # hc_post_elem4, the epilogue of cu_mma_linear_post
 a = src.index("#define MMA_PARTS"); b = src.index("/* ---- PTX")
 out.append(src[a:b])   # the split and the bug switch
 frag = open("src/backend/cuda/cu_mma_frag.cuh").read()
