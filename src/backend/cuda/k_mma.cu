@@ -272,15 +272,15 @@ __device__ __forceinline__ void mma_block(const dsv4_weight &w, const uint8_t *_
                     const int n = tok_base + 8 * ni + g;
                     if (cv && n < T) {
                         const uint8_t *p = xq + mma_in_row(in_rows, in_base, n) * ldq + 128 * c + 32 * q;
-                        b[u][ni][0] = ld16(p);
-                        b[u][ni][1] = ld16(p + 16);
+                        b[u][ni][0] = dev_ld_after_wait16(p);
+                        b[u][ni][1] = dev_ld_after_wait16(p + 16);
                     } else {
                         b[u][ni][0] = b[u][ni][1] = make_uint4(0, 0, 0, 0);
                     }
 #pragma unroll
                     for (int e = 0; e < 2; e++) {
                         const int nc = tok_base + 8 * ni + 2 * q + e;
-                        sx[u][ni][e] = cv && nc < T ? xs[mma_in_row(in_rows, in_base, nc) * lds + c] : 0.0f;
+                        sx[u][ni][e] = cv && nc < T ? dev_ld_after_waitf(xs + mma_in_row(in_rows, in_base, nc) * lds + c) : 0.0f;
                     }
                 }
             }
@@ -387,13 +387,13 @@ __device__ __forceinline__ void mma_block(const dsv4_weight &w, const uint8_t *_
                     const int n = tok_base + 8 * ni + g;
 #pragma unroll
                     for (int j = 0; j < 4; j++)
-                        b[u][ni][j] = j < nb[u] && n < T ? *(const uint2 *)(xq + mma_in_row(in_rows, in_base, n) * ldq + 128 * c +
+                        b[u][ni][j] = j < nb[u] && n < T ? dev_ld_after_wait8(xq + mma_in_row(in_rows, in_base, n) * ldq + 128 * c +
                                                                             32 * j + 8 * q)
                                                          : make_uint2(0, 0);
 #pragma unroll
                     for (int e = 0; e < 2; e++) {
                         const int nc = tok_base + 8 * ni + 2 * q + e;
-                        sx[u][ni][e] = nb[u] && nc < T ? xs[mma_in_row(in_rows, in_base, nc) * lds + c] : 0.0f;
+                        sx[u][ni][e] = nb[u] && nc < T ? dev_ld_after_waitf(xs + mma_in_row(in_rows, in_base, nc) * lds + c) : 0.0f;
                     }
                 }
             }

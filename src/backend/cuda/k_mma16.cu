@@ -152,7 +152,7 @@ __device__ __forceinline__ void mma16_block(const dsv4_weight &w, const uint16_t
                     const int n = tok_base + 8 * ni + g;
                     const uint4 *p = (const uint4 *)(xb + (int64_t)n * ldb + 128 * c + 32 * q);
 #pragma unroll
-                    for (int k = 0; k < 4; k++) b[u][ni][k] = cv && n < T ? p[k] : make_uint4(0, 0, 0, 0);
+                    for (int k = 0; k < 4; k++) b[u][ni][k] = cv && n < T ? dev_ld_after_wait16(p + k) : make_uint4(0, 0, 0, 0);
                 }
             }
 #pragma unroll
@@ -210,7 +210,7 @@ __device__ __forceinline__ void mma16_block(const dsv4_weight &w, const uint16_t
                     const int n = tok_base + 8 * ni + g;
                     const uint16_t *p = xb + (int64_t)n * ldb + 128 * c + 8 * q;
 #pragma unroll
-                    for (int v = 0; v < 4; v++) b[u][ni][v] = v < nu[u] && n < T ? *(const uint4 *)(p + 32 * v) : make_uint4(0, 0, 0, 0);
+                    for (int v = 0; v < 4; v++) b[u][ni][v] = v < nu[u] && n < T ? dev_ld_after_wait16(p + 32 * v) : make_uint4(0, 0, 0, 0);
                 }
             }
 #pragma unroll
