@@ -3,8 +3,7 @@
 # kernel -> kernel edge is programmatic (cu_graph.cu): a kernel's blocks may start while the kernel before it is
 # still running, and only that first statement holds them until its writes are visible. A kernel without it
 # would race its predecessor, so this reads the sources (no GPU needed): the first statement of every
-# __global__ function in src/backend/cuda/*.cu must be the wait, or dev_grid_defer() for a kernel that loads
-# constant weights first (then its file must pass dev_grid_gate, the deferred wait). Prints "N passed, N failed".
+# __global__ function in src/backend/cuda/*.cu must be the wait. Prints "N passed, N failed".
 . "$(dirname "$0")/lib.sh"
 ROOT=${DSV4_ROOT:-.}
 
@@ -13,7 +12,7 @@ kernels_without_wait() {
     perl -0777 -ne '
         while (/__global__\s[^{;]*?(\w+)\s*\([^{;]*\)\s*\{\s*([^\n]*)/g) {
             my ($name, $first) = ($1, $2);
-            print "$ARGV: $name\n" unless $first =~ /^dev_grid_wait\(\);/ || $first =~ /^dev_grid_defer\(\);/;
+            print "$ARGV: $name\n" unless $first =~ /^dev_grid_wait\(\);/;
         }' "$@"
 }
 count_kernels() { perl -0777 -ne '$n++ while /__global__\s[^{;]*?\w+\s*\([^{;]*\)\s*\{/g; END { print $n + 0 }' "$@"; }
@@ -24,25 +23,12 @@ n=$(count_kernels "${files[@]}")
 missing=$(kernels_without_wait "${files[@]}")
 [ -z "$missing" ] && ok || bad "kernels that do not begin with dev_grid_wait(): $missing"
 
-# a file with a deferring kernel passes the gate somewhere (the block function's deferred wait)
-for f in "${files[@]}"; do
-    if grep -q 'dev_grid_defer();' "$f"; then
-        grep -q 'dev_grid_gate(' "$f" && ok || bad "$f defers a kernel's wait (dev_grid_defer) but never calls dev_grid_gate"
-    fi
-done
-n_defer=$(cat "${files[@]}" | grep -c '^ *dev_grid_defer();' || true)
-[ "$n_defer" -ge 2 ] && ok || bad "expected the two weight kernels (k_mma_linear, k_mma16_linear) to defer their wait, found $n_defer"
-
 # the check itself catches a kernel without the wait (launch bounds and a template on the way)
 cat >"$T/k.cu" <<'CU'
 template <int N>
 __global__ void __launch_bounds__(128) k_good(const float *x, int n) {
     dev_grid_wait();
     if (n) return;
-}
-__global__ void k_deferred(const float *x, int n) {
-    dev_grid_defer();
-    dev_grid_wait();
 }
 __global__ void k_bad(const float *x,
                       int n) {
@@ -51,5 +37,5 @@ __global__ void k_bad(const float *x,
 }
 CU
 [ "$(kernels_without_wait "$T/k.cu")" = "$T/k.cu: k_bad" ] && ok || bad "the check missed k_bad: '$(kernels_without_wait "$T/k.cu")'"
-[ "$(count_kernels "$T/k.cu")" = 3 ] && ok || bad "counted $(count_kernels "$T/k.cu") kernels in the sample, want 3"
+[ "$(count_kernels "$T/k.cu")" = 2 ] && ok || bad "counted $(count_kernels "$T/k.cu") kernels in the sample, want 2"
 finish

@@ -35,61 +35,10 @@
  * the kernel before has completed and its writes are visible (griddepcontrol.wait: PTX ISA, "Parallel
  * synchronization and communication instructions"). Outside such an edge (a direct launch, the first node of a
  * graph) it returns at once. So the order of kernels and every byte they read are those of plain launches. */
-#ifndef DSV4_PDL_TRIGGER
-#define DSV4_PDL_TRIGGER 0   /* a measuring switch (run 137: no gain; with the weight kernels' early loads, stale rows) */
-#endif
 __device__ __forceinline__ void dev_grid_wait(void) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.wait;" ::: "memory");
-#if DSV4_PDL_TRIGGER
-    /* The early trigger (DSV4_PDL_TRIGGER, a build switch): this block lets the next kernel's blocks be launched
-     * now, not at its exit. They then sit in their own wait (or load their constants first: dev_grid_defer) while
-     * this kernel works. Only once this block has passed its wait, never before: a kernel still waiting does not
-     * release the one after it, so at most one kernel ahead is ever resident beside the running one (triggering at
-     * a block's start — DSV4_CUDA_PDL=1's launch-completion edges — lets a whole chain of waiting kernels fill the
-     * SMs, run 50). Every block of the upstream has begun when the port fires, so the waiting blocks never take an
-     * SM the upstream still needs. Scheduling only: the wait above still returns when the upstream grid has
-     * completed and its writes are visible. */
-    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
-#endif
-}
-
-/* The first statement of a kernel that loads constant data — weights and their scales, which nothing in a step
- * writes — before it waits: it marks the kernel for tests/cli/pdl_wait.sh, which then requires its file to call
- * dev_grid_gate. Such a kernel must read nothing another kernel writes, and write nothing, before every one of
- * its threads has passed dev_grid_gate (or dev_grid_wait). */
-__device__ __forceinline__ void dev_grid_defer(void) {}
-
-/* Loads of what an earlier kernel wrote, in a kernel that reads constants before its wait (dev_grid_defer): plain
- * coherent loads (ld.global, not the read-only path .nc that a const __restrict__ pointer gets) in volatile asm,
- * so that neither nvcc nor ptxas can move them above dev_grid_gate's wait, which is inside a branch there. Run 137:
- * with the activations read through .nc pointers, such kernels read stale rows once their blocks were launched
- * early (an early launch_dependents trigger, since removed). */
-__device__ __forceinline__ uint4 dev_ld_after_wait16(const void *p) {
-    uint4 v;
-    asm volatile("ld.global.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
-    return v;
-}
-__device__ __forceinline__ uint2 dev_ld_after_wait8(const void *p) {
-    uint2 v;
-    asm volatile("ld.global.v2.u32 {%0, %1}, [%2];" : "=r"(v.x), "=r"(v.y) : "l"(p));
-    return v;
-}
-__device__ __forceinline__ float dev_ld_after_waitf(const float *p) {
-    float v;
-    asm volatile("ld.global.f32 %0, [%1];" : "=f"(v) : "l"(p));
-    return v;
-}
-
-/* dev_grid_wait once per thread: the first call waits, later calls return at once (a loop that loads its weights
- * first, then calls this before its activations; and once more after the loop, for a thread that had no
- * iteration). */
-__device__ __forceinline__ void dev_grid_gate(bool &waited) {
-    if (!waited) {
-        dev_grid_wait();
-        waited = true;
-    }
 }
 
 /* A barrier among the first n threads of the block (n a multiple of 32; named barrier id, 1..15: 0 is

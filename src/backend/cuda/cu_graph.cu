@@ -14,15 +14,13 @@
  * Programmatic edges (cu_graphs_new's `programmatic`): before a captured segment is instantiated, every edge from one
  * kernel node to another becomes a programmatic dependency (cudaGraphDependencyTypeProgrammatic) from one of the
  * upstream kernel's ports: CU_PDL_LAUNCH (cudaGraphKernelNodePortLaunchCompletion), the downstream kernel's blocks
- * may be launched once every block of the upstream one has begun; CU_PDL_EXIT (cudaGraphKernelNodePortProgrammatic),
- * once every block of it has passed its own wait (the early trigger in dev_grid_wait, DSV4_PDL_TRIGGER builds: the
- * default) or, in a build without the trigger, has exited, before its memory is flushed. Either way each downstream
- * block executes dev_grid_wait before it reads anything another kernel writes (cu_common.cuh; tests/cli/pdl_wait.sh
- * checks every kernel: the first statement, or dev_grid_defer for the weight kernels that load constant weights
- * first), which returns when the upstream grid has completed and its memory operations are visible. So a kernel
- * still starts its work after everything before it in the stream, as with a plain edge (completion is transitive:
- * the upstream kernel itself waited), and only the launch latency between two kernels (~2-4 us each, ~25 kernels a
- * layer) and the weight kernels' first loads move under the upstream kernel's run.
+ * may be launched once every block of the upstream one has begun; CU_PDL_EXIT (cudaGraphKernelNodePortProgrammatic
+ * with no kernel calling griddepcontrol.launch_dependents), once every block of it has exited, before its memory
+ * is flushed. Either way each downstream block first executes dev_grid_wait
+ * (cu_common.cuh; tests/cli/pdl_wait.sh checks every kernel), which returns when the upstream grid has completed
+ * and its memory operations are visible. So a kernel still starts its work after everything before it in the
+ * stream, as with a plain edge (completion is transitive: the upstream kernel itself waited), and only the
+ * launch latency between two kernels (~2-4 us each, ~25 kernels a layer) moves under the upstream kernel's run.
  * Edges to or from anything else (none today) stay plain.
  * Kernels with more than 48 KiB of dynamic shared memory have their attribute set to a value that never changes
  * (k_attention.cu: cu_attention's ATT_CHUNKED 0 kernel, the indexer's fixed size; the chunked attention kernels

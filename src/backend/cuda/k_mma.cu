@@ -53,12 +53,6 @@ extern "C" {
 
 #define MMA_PARTS 4   /* warps of a block = partial sums of an element (the order above) */
 
-/* MMA_PREWAIT (a build switch, default 1): k_mma_linear loads its first weight chunks before dev_grid_wait
- * (mma_block's `waited`); 0 waits first, as every kernel did before. */
-#ifndef MMA_PREWAIT
-#define MMA_PREWAIT 1
-#endif
-
 /* -DDSV4_MMA_BUG: a deliberate fragment bug (the first MMA of a chunk / block takes the activation's two words
  * swapped), to see test_gpu_mma fail. Never in a real build. */
 #ifdef DSV4_MMA_BUG
@@ -213,14 +207,11 @@ __device__ __forceinline__ void mma_sum_store(const float (&acc)[MT][NT][4], flo
 }
 
 /* One block: rows [row_base, +16 MT) x tokens [tok_base, +8 NT) of T; warp p = partial p. U chunks' loads are
- * issued before the first of them is used (several loads in flight a lane). waited: whether the caller has passed
- * dev_grid_wait; if not (k_mma_linear), the first U chunks' weights and weight scales are loaded before the wait
- * (dev_grid_gate), so their memory latency runs while the kernel before finishes. Only the order of the loads
- * moves: every value and the reduction order are the same. */
+ * issued before the first of them is used (several loads in flight a lane). */
 template <int FP4, int MT, int NT, int U, int VEC>
 __device__ __forceinline__ void mma_block(const dsv4_weight &w, const uint8_t *__restrict__ xq, int ldq, const float *__restrict__ xs,
                                           int lds, int T, float *__restrict__ y, int ldy, int out_bf16, int row_base, int tok_base,
-                                          const int32_t *__restrict__ in_rows, int in_base, int out_base, bool waited,
+                                          const int32_t *__restrict__ in_rows, int in_base, int out_base,
                                           const mma_post &post = mma_post{}) {
     const int lane = threadIdx.x & 31, part = threadIdx.x >> 5, g = lane >> 2, q = lane & 3;
     const int N = w.rows, K = w.cols, nchunk = (K + 127) / 128;
@@ -261,26 +252,20 @@ __device__ __forceinline__ void mma_block(const dsv4_weight &w, const uint8_t *_
                             sw[u][mi][h] = 0.0f;
                         }
                     }
-            }
-            dev_grid_gate(waited);   /* the weights are in flight: now the activations (the kernel before wrote them) */
-#pragma unroll
-            for (int u = 0; u < U; u++) {
-                const int c = c0 + u * MMA_PARTS;
-                const bool cv = c < nchunk;
 #pragma unroll
                 for (int ni = 0; ni < NT; ni++) {
                     const int n = tok_base + 8 * ni + g;
                     if (cv && n < T) {
                         const uint8_t *p = xq + mma_in_row(in_rows, in_base, n) * ldq + 128 * c + 32 * q;
-                        b[u][ni][0] = dev_ld_after_wait16(p);
-                        b[u][ni][1] = dev_ld_after_wait16(p + 16);
+                        b[u][ni][0] = ld16(p);
+                        b[u][ni][1] = ld16(p + 16);
                     } else {
                         b[u][ni][0] = b[u][ni][1] = make_uint4(0, 0, 0, 0);
                     }
 #pragma unroll
                     for (int e = 0; e < 2; e++) {
                         const int nc = tok_base + 8 * ni + 2 * q + e;
-                        sx[u][ni][e] = cv && nc < T ? dev_ld_after_waitf(xs + mma_in_row(in_rows, in_base, nc) * lds + c) : 0.0f;
+                        sx[u][ni][e] = cv && nc < T ? xs[mma_in_row(in_rows, in_base, nc) * lds + c] : 0.0f;
                     }
                 }
             }
@@ -377,23 +362,18 @@ __device__ __forceinline__ void mma_block(const dsv4_weight &w, const uint8_t *_
                         }
                     }
                 }
-            }
-            dev_grid_gate(waited);   /* the weights are in flight: now the activations (the kernel before wrote them) */
-#pragma unroll
-            for (int u = 0; u < U; u++) {
-                const int c = c0 + u * MMA_PARTS;
 #pragma unroll
                 for (int ni = 0; ni < NT; ni++) {
                     const int n = tok_base + 8 * ni + g;
 #pragma unroll
                     for (int j = 0; j < 4; j++)
-                        b[u][ni][j] = j < nb[u] && n < T ? dev_ld_after_wait8(xq + mma_in_row(in_rows, in_base, n) * ldq + 128 * c +
+                        b[u][ni][j] = j < nb[u] && n < T ? *(const uint2 *)(xq + mma_in_row(in_rows, in_base, n) * ldq + 128 * c +
                                                                             32 * j + 8 * q)
                                                          : make_uint2(0, 0);
 #pragma unroll
                     for (int e = 0; e < 2; e++) {
                         const int nc = tok_base + 8 * ni + 2 * q + e;
-                        sx[u][ni][e] = nb[u] && nc < T ? dev_ld_after_waitf(xs + mma_in_row(in_rows, in_base, nc) * lds + c) : 0.0f;
+                        sx[u][ni][e] = nb[u] && nc < T ? xs[mma_in_row(in_rows, in_base, nc) * lds + c] : 0.0f;
                     }
                 }
             }
@@ -432,7 +412,6 @@ __device__ __forceinline__ void mma_block(const dsv4_weight &w, const uint8_t *_
         }
     }
 
-    dev_grid_gate(waited);   /* a warp without chunks */
     mma_sum_store<MT, NT>(acc, red, N, T, y, ldy, out_bf16, row_base, tok_base, out_base, post);
 }
 
@@ -442,17 +421,12 @@ template <int FP4, int MT, int NT, int U, int VEC>
 __global__ void __launch_bounds__(32 * MMA_PARTS) k_mma_linear(dsv4_weight w_a, dsv4_weight w_b, const uint8_t *__restrict__ xq, int ldq,
                                                                 const float *__restrict__ xs, int lds, int T, float *y_a, int ldy_a,
                                                                 float *y_b, int ldy_b, int out_bf16, mma_post post) {
-    dev_grid_defer();   /* mma_block waits after its first weight loads */
-    if (!MMA_PREWAIT) dev_grid_wait();
+    dev_grid_wait();
     const dsv4_weight w = blockIdx.z ? w_b : w_a;
     float *y = blockIdx.z ? y_b : y_a;
     const int ldy = blockIdx.z ? ldy_b : ldy_a;
-    if ((int)blockIdx.x * 16 * MT >= w.rows) {
-        dev_grid_wait();   /* every block waits: the grid completes after the kernel before it */
-        return;
-    }
-    mma_block<FP4, MT, NT, U, VEC>(w, xq, ldq, xs, lds, T, y, ldy, out_bf16, blockIdx.x * 16 * MT, blockIdx.y * 8 * NT, NULL, 0, 0,
-                                   !MMA_PREWAIT, post);
+    if ((int)blockIdx.x * 16 * MT >= w.rows) return;
+    mma_block<FP4, MT, NT, U, VEC>(w, xq, ldq, xs, lds, T, y, ldy, out_bf16, blockIdx.x * 16 * MT, blockIdx.y * 8 * NT, NULL, 0, 0, post);
 }
 
 /* An expert another GPU holds (cuda_ep.h) or the host computes: its rows [row_base, +16) of pairs p0 .. p0 + n - 1
@@ -512,7 +486,7 @@ __global__ void __launch_bounds__(32 * MMA_PARTS, VEC ? MMA_EXPERT_BLOCKS : MMA_
         return;
     }
     w.rows = rows;
-    mma_block<FP4, 1, 1, (VEC == 2 && MMA_EXPERT_U > 4 ? 4 : MMA_EXPERT_U), VEC>(w, xq, ldq, xs, lds, n, y, ldy, out_bf16, row_base, 0, x_by_pair ? NULL : plan.pair_token, p0, p0, true);
+    mma_block<FP4, 1, 1, (VEC == 2 && MMA_EXPERT_U > 4 ? 4 : MMA_EXPERT_U), VEC>(w, xq, ldq, xs, lds, n, y, ldy, out_bf16, row_base, 0, x_by_pair ? NULL : plan.pair_token, p0, p0);
 }
 
 /* ---- FP4 experts, lean (MMA_EXPERT_LEAN) ----

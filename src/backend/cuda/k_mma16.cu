@@ -89,22 +89,15 @@ __device__ __forceinline__ uint32_t e4m3x2_bf16x2(uint32_t v) {
 
 /* ---- the kernels ---- */
 
-/* MMA_PREWAIT (a build switch, default 1, as k_mma.cu's): k_mma16_linear loads its first weight chunks before
- * dev_grid_wait; 0 waits first. */
-#ifndef MMA_PREWAIT
-#define MMA_PREWAIT 1
-#endif
-
 __device__ __forceinline__ uint32_t u4_word(const uint4 &v, int k) { return k == 0 ? v.x : k == 1 ? v.y : k == 2 ? v.z : v.w; }
 
 /* One block: rows [row_base, +16 MT) x tokens [tok_base, +8 NT) of T, the tokens' rows at xb + n * ldb; warp p =
- * partial p. U chunks' loads are issued before the first of them is used; the first U chunks' weights (constant
- * data) before the thread passes dev_grid_wait when `waited` is false (k_mma.cu mma_block: only the loads move). out_bf16: each output rounded to the
+ * partial p. U chunks' loads are issued before the first of them is used. out_bf16: each output rounded to the
  * nearest bf16 as it is stored (the OFFICIAL rounding of wo_a's and weights_proj's outputs, dev_round_bf16: the
  * value the separate rounding kernel would leave). */
 template <int WF8, int MT, int NT, int U>
 __device__ __forceinline__ void mma16_block(const dsv4_weight &w, const uint16_t *__restrict__ xb, int ldb, int T, float *__restrict__ y,
-                                            int ldy, int row_base, int tok_base, int out_bf16, bool waited) {
+                                            int ldy, int row_base, int tok_base, int out_bf16) {
     const int lane = threadIdx.x & 31, part = threadIdx.x >> 5, g = lane >> 2, q = lane & 3;
     const int N = w.rows, K = w.cols, nchunk = (K + 127) / 128;
     __shared__ float red[MMA16_PARTS - 1][MT * NT * 4][32];   /* partials 1..3 for warp 0 (the end) */
@@ -141,18 +134,12 @@ __device__ __forceinline__ void mma16_block(const dsv4_weight &w, const uint16_t
                             sw[u][mi][h] = 0.0f;
                         }
                     }
-            }
-            dev_grid_gate(waited);   /* the weights are in flight: now the input rows (the kernel before wrote them) */
-#pragma unroll
-            for (int u = 0; u < U; u++) {
-                const int c = c0 + u * MMA16_PARTS;
-                const bool cv = c < nchunk;
 #pragma unroll
                 for (int ni = 0; ni < NT; ni++) {
                     const int n = tok_base + 8 * ni + g;
                     const uint4 *p = (const uint4 *)(xb + (int64_t)n * ldb + 128 * c + 32 * q);
 #pragma unroll
-                    for (int k = 0; k < 4; k++) b[u][ni][k] = cv && n < T ? dev_ld_after_wait16(p + k) : make_uint4(0, 0, 0, 0);
+                    for (int k = 0; k < 4; k++) b[u][ni][k] = cv && n < T ? p[k] : make_uint4(0, 0, 0, 0);
                 }
             }
 #pragma unroll
@@ -200,17 +187,12 @@ __device__ __forceinline__ void mma16_block(const dsv4_weight &w, const uint16_t
 #pragma unroll
                         for (int v = 0; v < 4; v++) a[u][mi][h][v] = v < nu[u] && r < N ? *(const uint4 *)(p + 32 * v) : make_uint4(0, 0, 0, 0);
                     }
-            }
-            dev_grid_gate(waited);   /* the weights are in flight: now the input rows (the kernel before wrote them) */
-#pragma unroll
-            for (int u = 0; u < U; u++) {
-                const int c = c0 + u * MMA16_PARTS;
 #pragma unroll
                 for (int ni = 0; ni < NT; ni++) {
                     const int n = tok_base + 8 * ni + g;
                     const uint16_t *p = xb + (int64_t)n * ldb + 128 * c + 8 * q;
 #pragma unroll
-                    for (int v = 0; v < 4; v++) b[u][ni][v] = v < nu[u] && n < T ? dev_ld_after_wait16(p + 32 * v) : make_uint4(0, 0, 0, 0);
+                    for (int v = 0; v < 4; v++) b[u][ni][v] = v < nu[u] && n < T ? *(const uint4 *)(p + 32 * v) : make_uint4(0, 0, 0, 0);
                 }
             }
 #pragma unroll
@@ -247,7 +229,6 @@ __device__ __forceinline__ void mma16_block(const dsv4_weight &w, const uint16_t
         }
     }
 
-    dev_grid_gate(waited);   /* a warp without chunks */
     /* y = ((p0 + p1) + p2) + p3: warps 1..3 hand their partials to warp 0 through shared memory. */
     if (part > 0) {
 #pragma unroll
@@ -289,8 +270,7 @@ struct mma16_jobs {
 template <int WF8, int MT, int NT, int U>
 __global__ void __launch_bounds__(32 * MMA16_PARTS) k_mma16_linear(mma16_jobs jobs, int group_rows, const uint16_t *__restrict__ xb,
                                                                     int ldb, int group_x, int T) {
-    dev_grid_defer();   /* mma16_block waits after its first weight loads */
-    if (!MMA_PREWAIT) dev_grid_wait();
+    dev_grid_wait();
     int j = 0;
 #pragma unroll
     for (int k = 1; k < MMA16_JOBS; k++)
@@ -308,8 +288,7 @@ __global__ void __launch_bounds__(32 * MMA16_PARTS) k_mma16_linear(mma16_jobs jo
             out_bf16 = jobs.out_bf16[k];
         }
     const int row_base = ((int)blockIdx.x - first) * 16 * MT;
-    mma16_block<WF8, MT, NT, U>(w, xb + (int64_t)(row_base / group_rows) * group_x, ldb, T, y, ldy, row_base, blockIdx.y * 8 * NT, out_bf16,
-                                !MMA_PREWAIT);
+    mma16_block<WF8, MT, NT, U>(w, xb + (int64_t)(row_base / group_rows) * group_x, ldb, T, y, ldy, row_base, blockIdx.y * 8 * NT, out_bf16);
 }
 
 /* xb[t][i] = bf16(x[t][i]), round to nearest even (exact for bf16-valued rows). */

@@ -85,11 +85,6 @@ int __syncthreads_and(int p);
 void shim_bar_sync(unsigned id, unsigned n);
 static inline void dev_bar_sync(int id, int n) { shim_bar_sync((unsigned)id, (unsigned)n); }
 static inline void dev_grid_wait(void) {}   /* launches run one after another: nothing to wait for */
-static inline void dev_grid_defer(void) {}
-static inline void dev_grid_gate(bool &waited) { waited = true; }
-static inline uint4 dev_ld_after_wait16(const void *p) { uint4 v; memcpy(&v, p, sizeof v); return v; }
-static inline uint2 dev_ld_after_wait8(const void *p) { uint2 v; memcpy(&v, p, sizeof v); return v; }
-static inline float dev_ld_after_waitf(const float *p) { return *p; }
 static inline void __trap(void) { fprintf(stderr, "shim: __trap\n"); abort(); }
 /* The 32 values of the caller's warp at this warp intrinsic (lane i's value at index i), once every lane gave its own. */
 const uint64_t *shim_warp_exchange(uint64_t v);
