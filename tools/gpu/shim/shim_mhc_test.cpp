@@ -195,32 +195,6 @@ static void hc_post_case(int T, int d, int official, int K) {
     check_done(name);
 }
 
-static void route_case(int T, int E, int K, int biased, int hashed, int nans, int ties = 0) {
-    std::vector<float> logits((size_t)T * E), bias(E);
-    for (auto &v : logits) v = ties || below(5) == 0 ? (float)(below(4) - 2) : frand(4.0f);   /* some ties; ties: nearly all */
-    if (nans)
-        for (int i = 0; i < T; i++) logits[(size_t)i * E + below(E)] = NAN;
-    for (auto &v : bias) v = below(3) == 0 ? 0.0f : frand(0.25f);
-    std::vector<int32_t> tok(T), tid2eid((size_t)37 * K);
-    for (auto &v : tok) v = below(37);
-    for (auto &v : tid2eid) v = below(E);
-    std::vector<float> l0 = logits, l1 = logits, w0((size_t)T * K, -7.0f), w1 = w0;
-    std::vector<int32_t> e0((size_t)T * K, -9), e1 = e0;
-    v0::cu_route(nullptr, l0.data(), biased ? bias.data() : nullptr, hashed ? tid2eid.data() : nullptr, tok.data(), T, E, K, 1.5f,
-                 e0.data(), w0.data());
-    v1::cu_route(nullptr, l1.data(), biased ? bias.data() : nullptr, hashed ? tid2eid.data() : nullptr, tok.data(), T, E, K, 1.5f,
-                 e1.data(), w1.data());
-    same("route scores", l0, l1);
-    same("route picks", e0, e1);
-    same("route weights", w0, w1);
-    for (auto v : e1)
-        if (v < 0 || v >= E) { printf("FAIL route: pick %d out of range\n", v); failures++; break; }
-    char name[96];
-    snprintf(name, sizeof name, "route T=%d E=%d K=%d%s%s%s%s", T, E, K, biased ? " bias" : "", hashed ? " hash" : "", nans ? " NaN" : "",
-             ties ? " ties" : "");
-    check_done(name);
-}
-
 struct plan_bufs {
     std::vector<int32_t> pair_token, tile_expert, tile_first, tile_count, n_tiles, token_pairs;
     std::vector<float> pair_weight;
@@ -269,6 +243,61 @@ static void plan_reference(const std::vector<int32_t> &re, const std::vector<flo
     b.n_tiles[0] = ti;
 }
 
+/* Every array of two plans byte for byte. */
+static void same_plan(const plan_bufs &want, const plan_bufs &got) {
+    same("plan pair_token", want.pair_token, got.pair_token);
+    same("plan pair_weight", want.pair_weight, got.pair_weight);
+    same("plan tile_expert", want.tile_expert, got.tile_expert);
+    same("plan tile_first", want.tile_first, got.tile_first);
+    same("plan tile_count", want.tile_count, got.tile_count);
+    same("plan n_tiles", want.n_tiles, got.n_tiles);
+    same("plan token_pairs", want.token_pairs, got.token_pairs);
+}
+
+static void route_case(int T, int E, int K, int biased, int hashed, int nans, int ties = 0) {
+    std::vector<float> logits((size_t)T * E), bias(E);
+    for (auto &v : logits) v = ties || below(5) == 0 ? (float)(below(4) - 2) : frand(4.0f);   /* some ties; ties: nearly all */
+    if (nans)
+        for (int i = 0; i < T; i++) logits[(size_t)i * E + below(E)] = NAN;
+    for (auto &v : bias) v = below(3) == 0 ? 0.0f : frand(0.25f);
+    std::vector<int32_t> tok(T), tid2eid((size_t)37 * K);
+    for (auto &v : tok) v = below(37);
+    for (auto &v : tid2eid) v = below(E);
+    std::vector<float> l0 = logits, l1 = logits, w0((size_t)T * K, -7.0f), w1 = w0;
+    std::vector<int32_t> e0((size_t)T * K, -9), e1 = e0;
+    v0::cu_route(nullptr, l0.data(), biased ? bias.data() : nullptr, hashed ? tid2eid.data() : nullptr, tok.data(), T, E, K, 1.5f,
+                 e0.data(), w0.data());
+    v1::cu_route(nullptr, l1.data(), biased ? bias.data() : nullptr, hashed ? tid2eid.data() : nullptr, tok.data(), T, E, K, 1.5f,
+                 e1.data(), w1.data());
+    same("route scores", l0, l1);
+    same("route picks", e0, e1);
+    same("route weights", w0, w1);
+    for (auto v : e1)
+        if (v < 0 || v >= E) { printf("FAIL route: pick %d out of range\n", v); failures++; break; }
+    /* v1's routing and plan in one launch (cu_route_plan): the same routing bytes, and where it fused (it must for
+     * T <= 8 and E <= 512) the plan v0's kernel and the host reference make of v0's routing */
+    std::vector<float> l2 = logits, w2((size_t)T * K, -7.0f);
+    std::vector<int32_t> e2((size_t)T * K, -9);
+    plan_bufs b0(T, K, E), b2(T, K, E), br(T, K, E);
+    cu_moe_plan p0 = b0.plan(), p2 = b2.plan();
+    const int fused = v1::cu_route_plan(nullptr, l2.data(), biased ? bias.data() : nullptr, hashed ? tid2eid.data() : nullptr,
+                                        tok.data(), T, E, K, 1.5f, e2.data(), w2.data(), &p2);
+    same("route_plan scores", l0, l2);
+    same("route_plan picks", e0, e2);
+    same("route_plan weights", w0, w2);
+    if (fused != (T <= 8 && E <= 512)) { printf("FAIL route_plan: fused %d at T=%d E=%d\n", fused, T, E); failures++; }
+    if (fused) {
+        v0::cu_moe_plan_build(nullptr, e0.data(), w0.data(), T, K, E, &p0);
+        plan_reference(e0, w0, T, K, E, br);
+        same_plan(b0, b2);
+        same_plan(br, b2);
+    }
+    char name[96];
+    snprintf(name, sizeof name, "route T=%d E=%d K=%d%s%s%s%s%s", T, E, K, biased ? " bias" : "", hashed ? " hash" : "", nans ? " NaN" : "",
+             ties ? " ties" : "", fused ? ", route + plan in one launch" : "");
+    check_done(name);
+}
+
 static void plan_case(int T, int K, int E, int hot) {
     std::vector<int32_t> re((size_t)T * K);
     std::vector<float> rw((size_t)T * K);
@@ -282,65 +311,11 @@ static void plan_case(int T, int K, int E, int hot) {
     plan_reference(re, rw, T, K, E, br);
     const plan_bufs *cmp[2] = { &b0, &br };
     for (int c = 0; c < 2; c++) {
-        same("plan pair_token", cmp[c]->pair_token, b1.pair_token);
-        same("plan pair_weight", cmp[c]->pair_weight, b1.pair_weight);
-        same("plan tile_expert", cmp[c]->tile_expert, b1.tile_expert);
-        same("plan tile_first", cmp[c]->tile_first, b1.tile_first);
-        same("plan tile_count", cmp[c]->tile_count, b1.tile_count);
-        same("plan n_tiles", cmp[c]->n_tiles, b1.n_tiles);
-        same("plan token_pairs", cmp[c]->token_pairs, b1.token_pairs);
+        same_plan(*cmp[c], b1);
         if (failures) printf("     (against the %s)\n", c ? "host reference" : "old kernel");
     }
     char name[96];
     snprintf(name, sizeof name, "moe_plan T=%d K=%d E=%d%s (%d tiles)", T, K, E, hot ? " hot experts" : "", b1.n_tiles[0]);
-    check_done(name);
-}
-
-/* v1's routing and plan in one launch (cu_route_plan) against v0's two: the same routing bytes, and where it fused
- * (it must for T <= 8 and E <= 512) the plan of v0's routing by v0's kernel and by the host reference. */
-static void route_plan_case(int T, int E, int K, int biased, int hashed, int nans) {
-    std::vector<float> logits((size_t)T * E), bias(E);
-    for (auto &v : logits) v = below(5) == 0 ? (float)(below(4) - 2) : frand(4.0f);
-    if (nans)
-        for (int i = 0; i < T; i++) logits[(size_t)i * E + below(E)] = NAN;
-    for (auto &v : bias) v = below(3) == 0 ? 0.0f : frand(0.25f);
-    std::vector<int32_t> tok(T), tid2eid((size_t)37 * K);
-    for (auto &v : tok) v = below(37);
-    for (auto &v : tid2eid) v = below(E);
-    std::vector<float> l0 = logits, l1 = logits, w0((size_t)T * K, -7.0f), w1 = w0;
-    std::vector<int32_t> e0((size_t)T * K, -9), e1 = e0;
-    v0::cu_route(nullptr, l0.data(), biased ? bias.data() : nullptr, hashed ? tid2eid.data() : nullptr, tok.data(), T, E, K, 1.5f,
-                 e0.data(), w0.data());
-    plan_bufs b0(T, K, E), b1(T, K, E), br(T, K, E);
-    cu_moe_plan p0 = b0.plan(), p1 = b1.plan();
-    p1.tile = 0;
-    const int fused = v1::cu_route_plan(nullptr, l1.data(), biased ? bias.data() : nullptr, hashed ? tid2eid.data() : nullptr,
-                                        tok.data(), T, E, K, 1.5f, e1.data(), w1.data(), &p1);
-    same("route_plan scores", l0, l1);
-    same("route_plan picks", e0, e1);
-    same("route_plan weights", w0, w1);
-    const int want = T <= 8 && E <= 512;
-    if (fused != want) {
-        printf("FAIL route_plan: fused %d, expected %d\n", fused, want);
-        failures++;
-    }
-    if (fused) {
-        v0::cu_moe_plan_build(nullptr, e0.data(), w0.data(), T, K, E, &p0);
-        plan_reference(e0, w0, T, K, E, br);
-        const plan_bufs *cmp[2] = { &b0, &br };
-        for (int c = 0; c < 2; c++) {
-            same("route_plan pair_token", cmp[c]->pair_token, b1.pair_token);
-            same("route_plan pair_weight", cmp[c]->pair_weight, b1.pair_weight);
-            same("route_plan tile_expert", cmp[c]->tile_expert, b1.tile_expert);
-            same("route_plan tile_first", cmp[c]->tile_first, b1.tile_first);
-            same("route_plan tile_count", cmp[c]->tile_count, b1.tile_count);
-            same("route_plan n_tiles", cmp[c]->n_tiles, b1.n_tiles);
-            same("route_plan token_pairs", cmp[c]->token_pairs, b1.token_pairs);
-        }
-    }
-    char name[96];
-    snprintf(name, sizeof name, "route_plan T=%d E=%d K=%d%s%s%s%s", T, E, K, biased ? " bias" : "", hashed ? " hash" : "",
-             nans ? " NaN" : "", fused ? " (one launch)" : " (routing only)");
     check_done(name);
 }
 
@@ -381,13 +356,6 @@ int main() {
     route_case(10, 8, 2, 1, 0, 0);    /* tiny */
     route_case(3, 16, 16, 1, 0, 1);
     route_case(2, 600, 6, 1, 0, 0);   /* no fast path */
-    route_plan_case(1, 256, 6, 1, 0, 0);   /* Flash decode */
-    route_plan_case(1, 256, 6, 1, 1, 0);   /* its hash-routed layers */
-    route_plan_case(6, 256, 6, 1, 0, 1);   /* the verify step */
-    route_plan_case(8, 384, 8, 0, 0, 0);   /* 16 experts a lane */
-    route_plan_case(5, 8, 2, 1, 0, 0);     /* tiny */
-    route_plan_case(9, 256, 6, 1, 0, 0);   /* past one launch: the routing alone */
-    route_plan_case(2, 600, 6, 1, 0, 0);   /* no fast path: the routing alone */
     const int Ts[] = { 1, 2, 3, 8, 64, 65, 200, 256, 300 };
     for (int T : Ts) {
         plan_case(T, 6, 256, 0);
