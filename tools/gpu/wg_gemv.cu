@@ -96,10 +96,13 @@ __device__ __forceinline__ void wg_load(wg_chunk<FP4> &r, const uint8_t *r0, con
  * blocks in order (the 64 undoes the packed codes' 2^-6 exactly in the scales' plain range). k map of block b: k = 4q + i
  * -> column 32b + 8q + i, k = 16 + 4q + i -> column 32b + 8q + 4 + i (lane q's 8 columns of the block: one FP4 word). */
 template <int FP4, int NP, int U>
-__global__ void __launch_bounds__(128) k_wg(const uint8_t *W, const uint8_t *Ws, int K, const uint8_t *xq, int ldq, const float *xs,
-                                            int lds, int T, float *y, int ldy) {
+__global__ void __launch_bounds__(128) k_wg(const uint8_t *const *Wl, const uint8_t *const *Wsl, int O, int K, const uint8_t *xq, int ldq,
+                                            const float *xs, int lds, int T, float *y, int ldy) {
     extern __shared__ __align__(1024) uint8_t sm[];
-    const int nch = K / 128, p = blockIdx.x % NP, tile = blockIdx.x / NP;
+    /* matrix mi of the launch's list (all O x K), its row tile, the partial */
+    const int per = O / 64 * NP, mi = blockIdx.x / per, tile = blockIdx.x % per / NP, nch = K / 128, p = blockIdx.x % NP;
+    const uint8_t *W = Wl[mi], *Ws = Wsl[mi];
+    y += (size_t)mi * O;
     const int nci = (nch - p + NP - 1) / NP;
     uint8_t *sb = sm;                               /* [nci][1024]: chunk ci's 8 tokens x 128 bytes in k order */
     float *sx = (float *)(sm + (size_t)nci * 1024); /* [nci][8] */
@@ -202,10 +205,29 @@ __global__ void __launch_bounds__(128) k_wg(const uint8_t *W, const uint8_t *Ws,
     cl.sync();   /* no block leaves while another reads its partial */
 }
 
+/* The attainable: the same bytes only read (16-byte loads, 4 in flight a thread, an xor a block written so nothing is
+ * dropped), in the same graph of calls, so each size's launch and ramp costs are in it too. */
+__global__ void __launch_bounds__(512) k_read(const uint4 *p, size_t n, uint32_t *out) {
+    uint32_t x = 0;
+    const size_t stride = (size_t)gridDim.x * blockDim.x;
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    for (; i + 3 * stride < n; i += 4 * stride) {
+        const uint4 a = ld_stream16((const uint8_t *)(p + i)), b = ld_stream16((const uint8_t *)(p + i + stride));
+        const uint4 c = ld_stream16((const uint8_t *)(p + i + 2 * stride)), d = ld_stream16((const uint8_t *)(p + i + 3 * stride));
+        x ^= a.x ^ a.y ^ a.z ^ a.w ^ b.x ^ b.y ^ b.z ^ b.w ^ c.x ^ c.y ^ c.z ^ c.w ^ d.x ^ d.y ^ d.z ^ d.w;
+    }
+    for (; i < n; i += stride) {
+        const uint4 a = ld_stream16((const uint8_t *)(p + i));
+        x ^= a.x ^ a.y ^ a.z ^ a.w;
+    }
+    x = __reduce_xor_sync(0xffffffffu, x);
+    if ((threadIdx.x & 31) == 0) atomicXor(out + blockIdx.x, x);
+}
+
 /* today's kernel shape for comparison of bits is test_gpu_mma's; here only the host model of its arithmetic */
 
 template <int FP4, int NP, int U>
-static cudaError_t launch(const uint8_t *W, const uint8_t *Ws, int O, int K, const uint8_t *xq, int ldq, const float *xs, int lds, int T,
+static cudaError_t launch(const uint8_t *const *W, const uint8_t *const *Ws, int nm, int O, int K, const uint8_t *xq, int ldq, const float *xs, int lds, int T,
                           float *y, int ldy, cudaStream_t st) {
     const int nch = K / 128, nci = (nch + NP - 1) / NP;
     const size_t smem = (size_t)nci * 1024 + (size_t)nci * 8 * 4 + 64 * 8 * 4;
@@ -215,7 +237,7 @@ static cudaError_t launch(const uint8_t *W, const uint8_t *Ws, int O, int K, con
         attr_done = 1;
     }
     cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3((unsigned)(O / 64 * NP));
+    cfg.gridDim = dim3((unsigned)(nm * (O / 64) * NP));
     cfg.blockDim = dim3(128);
     cfg.dynamicSmemBytes = smem;
     cfg.stream = st;
@@ -224,10 +246,10 @@ static cudaError_t launch(const uint8_t *W, const uint8_t *Ws, int O, int K, con
     at[0].val.clusterDim.x = NP, at[0].val.clusterDim.y = 1, at[0].val.clusterDim.z = 1;
     cfg.attrs = at;
     cfg.numAttrs = 1;
-    return cudaLaunchKernelEx(&cfg, k_wg<FP4, NP, U>, W, Ws, K, xq, ldq, xs, lds, T, y, ldy);
+    return cudaLaunchKernelEx(&cfg, k_wg<FP4, NP, U>, W, Ws, O, K, xq, ldq, xs, lds, T, y, ldy);
 }
 
-typedef cudaError_t (*launch_fn)(const uint8_t *, const uint8_t *, int, int, const uint8_t *, int, const float *, int, int, float *, int,
+typedef cudaError_t (*launch_fn)(const uint8_t *const *, const uint8_t *const *, int, int, int, const uint8_t *, int, const float *, int, int, float *, int,
                                  cudaStream_t);
 
 /* U chunks in flight must divide each partial's chunk count (K / 128 / NP): the shapes here have 2, 4, 8 or more. */
@@ -282,6 +304,56 @@ static double weight_value(const wt *m, int o, int col) {
     return e2m1(m->hw[(size_t)o * m->K + col]) * ldexp(1.0, m->hsw[(size_t)o * (m->K / 32) + col / 32] - 127);
 }
 
+/* One MoE layer's routed experts as test_gpu_mma --bench-experts times them (6 experts of V4-Flash, w1 and w3 of
+ * 2048 x 4096 in one launch, then w2 of 4096 x 2048; FP4), 40 layers in a CUDA graph over a pool of 64 experts, on
+ * this kernel: us a layer and weight GB/s, at T tokens (every expert sees all of them: the timing's worst case). */
+static void bench_layer(int NP, const uint8_t *dx, const float *dxs, float *dy, int T, cudaStream_t st, cudaEvent_t e0, cudaEvent_t e1) {
+    enum { POOL = 64, LAYERS = 40, E = 6, KMAX_ = 8192, NMAX_ = 32768 };
+    const size_t d13 = (size_t)2048 * 4096 / 2, s13 = (size_t)2048 * (4096 / 32);   /* w1 / w3 bytes, and w2's (the same) */
+    uint8_t *pool, *spool;
+    CHECK(cudaMalloc(&pool, 3 * POOL * d13));
+    CHECK(cudaMalloc(&spool, 3 * POOL * s13));
+    CHECK(cudaMemset(pool, 0x5A, 3 * POOL * d13));
+    CHECK(cudaMemset(spool, 120, 3 * POOL * s13));
+    const uint8_t **h = (const uint8_t **)malloc(sizeof *h * LAYERS * 3 * E * 2);
+    for (int l = 0; l < LAYERS; l++)
+        for (int i = 0; i < E; i++) {
+            const int e = (E * l + i) % POOL;
+            const uint8_t **a = h + (size_t)l * 3 * E;   /* data: 2E of w1 / w3, then E of w2 */
+            a[2 * i] = pool + (3 * e) * d13, a[2 * i + 1] = pool + (3 * e + 1) * d13, a[2 * E + i] = pool + (3 * e + 2) * d13;
+            const uint8_t **b = h + (size_t)LAYERS * 3 * E + (size_t)l * 3 * E;
+            b[2 * i] = spool + (3 * e) * s13, b[2 * i + 1] = spool + (3 * e + 1) * s13, b[2 * E + i] = spool + (3 * e + 2) * s13;
+        }
+    const uint8_t **dl;
+    CHECK(cudaMalloc(&dl, sizeof *dl * LAYERS * 3 * E * 2));
+    CHECK(cudaMemcpy(dl, h, sizeof *dl * LAYERS * 3 * E * 2, cudaMemcpyHostToDevice));
+    launch_fn f13 = pick_np<1>(NP, 4096, 4), f2 = pick_np<1>(NP, 2048, 4);
+    cudaGraph_t gr;
+    cudaGraphExec_t ge;
+    CHECK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
+    for (int l = 0; l < LAYERS; l++) {
+        const uint8_t *const *a = dl + (size_t)l * 3 * E, *const *b = dl + (size_t)LAYERS * 3 * E + (size_t)l * 3 * E;
+        f13(a, b, 2 * E, 2048, 4096, dx, KMAX_, dxs, KMAX_ / 128, T, dy, NMAX_, st);
+        f2(a + 2 * E, b + 2 * E, E, 4096, 2048, dx, KMAX_, dxs, KMAX_ / 128, T, dy, NMAX_, st);   /* 6 x 4096 outputs a token */
+    }
+    CHECK(cudaStreamEndCapture(st, &gr));
+    CHECK(cudaGraphInstantiate(&ge, gr, 0));
+    CHECK(cudaGraphLaunch(ge, st));
+    CHECK(cudaStreamSynchronize(st));
+    CHECK(cudaEventRecord(e0, st));
+    CHECK(cudaGraphLaunch(ge, st));
+    CHECK(cudaEventRecord(e1, st));
+    CHECK(cudaEventSynchronize(e1));
+    float ms;
+    CHECK(cudaEventElapsedTime(&ms, e0, e1));
+    const double us = ms * 1e3 / LAYERS, bytes = (double)E * 3 * (d13 + s13);
+    printf("experts of a layer (6 x FP4 w1 + w3, then w2; 2 launches), T = %d, %d partials: %.1f us a layer, %.0f GB/s\n", T, NP, us,
+           bytes / us / 1e3);
+    cudaGraphExecDestroy(ge);
+    cudaGraphDestroy(gr);
+    cudaFree(dl), cudaFree(pool), cudaFree(spool), free(h);
+}
+
 int main(int argc, char **argv) {
     const int NP = argc > 1 ? atoi(argv[1]) : 4;
     if (NP != 2 && NP != 4 && NP != 8) {
@@ -314,6 +386,8 @@ int main(int argc, char **argv) {
     cudaEvent_t e0, e1;
     CHECK(cudaEventCreate(&e0));
     CHECK(cudaEventCreate(&e1));
+    uint32_t *dread;
+    CHECK(cudaMalloc(&dread, 4096 * sizeof(uint32_t)));
     printf("%-5s %-12s %2s %9s %9s %9s %9s | %9s %11s %11s %11s %11s\n", "fmt", "O x K", "U", "T=1 us", "T=1 GB/s", "T=8 us", "T=8 GB/s",
            "T-invar.", "wg max dev", "wg mean", "mma max dev", "mma mean");
     for (int dist = 0; dist < 2; dist++)
@@ -344,6 +418,31 @@ int main(int argc, char **argv) {
                 CHECK(cudaMemcpy(dw[i], dev, m.db, cudaMemcpyHostToDevice));
                 CHECK(cudaMemcpy(dsw[i], m.hsw, m.sb, cudaMemcpyHostToDevice));
             }
+            uint8_t **pw, **psw;   /* the copies' addresses on the device: the kernel takes a list */
+            CHECK(cudaMalloc(&pw, copies * sizeof *pw));
+            CHECK(cudaMalloc(&psw, copies * sizeof *psw));
+            CHECK(cudaMemcpy(pw, dw, copies * sizeof *pw, cudaMemcpyHostToDevice));
+            CHECK(cudaMemcpy(psw, dsw, copies * sizeof *psw, cudaMemcpyHostToDevice));
+            if (!dist) {   /* the read-only ceiling of these bytes (data; the scales are < 1 %) */
+                const int reps = 200, blocks = prop.multiProcessorCount * 4;
+                cudaGraph_t gr;
+                cudaGraphExec_t ge;
+                CHECK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
+                for (int r = 0; r < reps; r++) k_read<<<blocks, 512, 0, st>>>((const uint4 *)dw[r % copies], m.db / 16, dread);
+                CHECK(cudaStreamEndCapture(st, &gr));
+                CHECK(cudaGraphInstantiate(&ge, gr, 0));
+                CHECK(cudaGraphLaunch(ge, st));
+                CHECK(cudaStreamSynchronize(st));
+                CHECK(cudaEventRecord(e0, st));
+                CHECK(cudaGraphLaunch(ge, st));
+                CHECK(cudaEventRecord(e1, st));
+                CHECK(cudaEventSynchronize(e1));
+                float ms;
+                CHECK(cudaEventElapsedTime(&ms, e0, e1));
+                printf("%-5s %dx%-7d read only: %.2f us a call, %.0f GB/s\n", m.fp4 ? "FP4" : "FP8", O, K, ms * 1e3 / reps, m.db / (ms * 1e3 / reps) / 1e3);
+                cudaGraphExecDestroy(ge);
+                cudaGraphDestroy(gr);
+            }
             for (int U = 4; U >= (dist ? 4 : 1); U /= 2) {
                 launch_fn fn = m.fp4 ? pick_np<1>(NP, K, U) : pick_np<0>(NP, K, U);
                 double us[2] = { 0, 0 };
@@ -351,10 +450,10 @@ int main(int argc, char **argv) {
                     const int T = ti ? 8 : 1, reps = 200;
                     cudaGraph_t gr;
                     cudaGraphExec_t ge;
-                    CHECK(fn(dw[0], dsw[0], O, K, dx, KMAX, dxs, KMAX / 128, T, dy, NMAX, st));
+                    CHECK(fn(pw, psw, 1, O, K, dx, KMAX, dxs, KMAX / 128, T, dy, NMAX, st));
                     CHECK(cudaStreamSynchronize(st));
                     CHECK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
-                    for (int r = 0; r < reps; r++) fn(dw[r % copies], dsw[r % copies], O, K, dx, KMAX, dxs, KMAX / 128, T, dy, NMAX, st);
+                    for (int r = 0; r < reps; r++) fn(pw + r % copies, psw + r % copies, 1, O, K, dx, KMAX, dxs, KMAX / 128, T, dy, NMAX, st);
                     CHECK(cudaStreamEndCapture(st, &gr));
                     CHECK(cudaGraphInstantiate(&ge, gr, 0));
                     CHECK(cudaGraphLaunch(ge, st));
@@ -370,14 +469,14 @@ int main(int argc, char **argv) {
                     cudaGraphDestroy(gr);
                 }
                 /* batch invariance: T = 8, then each token alone from its own copy of the row */
-                CHECK(fn(dw[0], dsw[0], O, K, dx, KMAX, dxs, KMAX / 128, 8, dy, NMAX, st));
+                CHECK(fn(pw, psw, 1, O, K, dx, KMAX, dxs, KMAX / 128, 8, dy, NMAX, st));
                 float *h8 = (float *)malloc(sizeof(float) * 8 * NMAX), *h1 = (float *)malloc(sizeof(float) * NMAX);
                 CHECK(cudaMemcpyAsync(h8, dy, sizeof(float) * 8 * NMAX, cudaMemcpyDeviceToHost, st));
                 size_t differ = 0;
                 for (int n = 0; n < 8; n++) {
                     CHECK(cudaMemcpyAsync(dx1, dx + (size_t)n * KMAX, KMAX, cudaMemcpyDeviceToDevice, st));
                     CHECK(cudaMemcpyAsync(ds1, dxs + (size_t)n * (KMAX / 128), sizeof(float) * (KMAX / 128), cudaMemcpyDeviceToDevice, st));
-                    CHECK(fn(dw[0], dsw[0], O, K, dx1, KMAX, ds1, KMAX / 128, 1, dy1, NMAX, st));
+                    CHECK(fn(pw, psw, 1, O, K, dx1, KMAX, ds1, KMAX / 128, 1, dy1, NMAX, st));
                     CHECK(cudaMemcpyAsync(h1, dy1, sizeof(float) * NMAX, cudaMemcpyDeviceToHost, st));
                     CHECK(cudaStreamSynchronize(st));
                     for (int o = 0; o < O; o++) differ += memcmp(&h1[o], &h8[(size_t)n * NMAX + o], 4) != 0;
@@ -433,8 +532,11 @@ int main(int argc, char **argv) {
                 free(h1);
             }
             for (int i = 0; i < copies; i++) cudaFree(dw[i]), cudaFree(dsw[i]);
+            cudaFree(pw), cudaFree(psw);
             free(dw), free(dsw), free(m.hw), free(m.hsw), free(dev);
         }
+    bench_layer(NP, dx, dxs, dy, 1, st, e0, e1);
+    bench_layer(NP, dx, dxs, dy, 8, st, e0, e1);
     printf("(T-invar.: outputs of T = 1 runs that differ from the same token at T = 8, of 8 x O; dev: |y - exact| / sum |w x s|\n"
            " on a sample, 'wg' this kernel, 'mma' today's arithmetic modelled on the host; 'w': FP8 weight exponents 1..14, not timed)\n");
     return 0;
