@@ -224,6 +224,90 @@ __global__ void __launch_bounds__(512) k_read(const uint4 *p, size_t n, uint32_t
     if ((threadIdx.x & 31) == 0) atomicXor(out + blockIdx.x, x);
 }
 
+/* k_read chained by programmatic dependent launch, as the model's steps chain their kernels (DSV4_CUDA_PDL): each
+ * waits for the one before (griddepcontrol.wait) and lets the next one's blocks launch at once. */
+__global__ void __launch_bounds__(512) k_read_pdl(const uint4 *p, size_t n, uint32_t *out) {
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+    uint32_t x = 0;
+    const size_t stride = (size_t)gridDim.x * blockDim.x;
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    for (; i + 3 * stride < n; i += 4 * stride) {
+        const uint4 a = ld_stream16((const uint8_t *)(p + i)), b = ld_stream16((const uint8_t *)(p + i + stride));
+        const uint4 c = ld_stream16((const uint8_t *)(p + i + 2 * stride)), d = ld_stream16((const uint8_t *)(p + i + 3 * stride));
+        x ^= a.x ^ a.y ^ a.z ^ a.w ^ b.x ^ b.y ^ b.z ^ b.w ^ c.x ^ c.y ^ c.z ^ c.w ^ d.x ^ d.y ^ d.z ^ d.w;
+    }
+    for (; i < n; i += stride) {
+        const uint4 a = ld_stream16((const uint8_t *)(p + i));
+        x ^= a.x ^ a.y ^ a.z ^ a.w;
+    }
+    x = __reduce_xor_sync(0xffffffffu, x);
+    if ((threadIdx.x & 31) == 0) atomicXor(out + blockIdx.x, x);
+}
+
+/* What a launch of a given size can read at best: 200 launches of k_read over rotating slices of a 1 GiB buffer in a
+ * graph (4 blocks of 512 an SM), the same chained by PDL (2 an SM, so the next one's blocks fit beside), and one launch
+ * over the whole buffer (the streaming ceiling). */
+static void bench_read(const cudaDeviceProp &prop, cudaStream_t st, cudaEvent_t e0, cudaEvent_t e1) {
+    const size_t total = (size_t)1 << 30;
+    uint8_t *buf;
+    uint32_t *out;
+    CHECK(cudaMalloc(&buf, total));
+    CHECK(cudaMalloc(&out, 4096 * sizeof(uint32_t)));
+    CHECK(cudaMemset(buf, 0x5A, total));
+    float ms;
+    for (int rep = 0; rep < 2; rep++) {
+        CHECK(cudaEventRecord(e0, st));
+        k_read<<<prop.multiProcessorCount * 4, 512, 0, st>>>((const uint4 *)buf, total / 16, out);
+        CHECK(cudaEventRecord(e1, st));
+        CHECK(cudaEventSynchronize(e1));
+    }
+    CHECK(cudaEventElapsedTime(&ms, e0, e1));
+    printf("read-only ceiling: one launch over 1 GiB %.1f us, %.0f GB/s\n", ms * 1e3, total / (ms * 1e3) / 1e3);
+    printf("%8s %12s %12s %12s %12s\n", "MB", "plain us", "plain GB/s", "PDL us", "PDL GB/s");
+    for (int mb = 2; mb <= 64; mb *= 2) {
+        const size_t bytes = (size_t)mb << 20;
+        const int slices = (int)(total / bytes), reps = 200;
+        double us[2];
+        for (int pdl = 0; pdl < 2; pdl++) {
+            cudaGraph_t gr;
+            cudaGraphExec_t ge;
+            CHECK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
+            for (int r = 0; r < reps; r++) {
+                const uint4 *p = (const uint4 *)(buf + (size_t)(r % slices) * bytes);
+                if (!pdl) {
+                    k_read<<<prop.multiProcessorCount * 4, 512, 0, st>>>(p, bytes / 16, out);
+                    continue;
+                }
+                cudaLaunchConfig_t cfg = {};
+                cfg.gridDim = dim3((unsigned)prop.multiProcessorCount * 2);
+                cfg.blockDim = dim3(512);
+                cfg.stream = st;
+                cudaLaunchAttribute at[1];
+                at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+                at[0].val.programmaticStreamSerializationAllowed = 1;
+                cfg.attrs = at;
+                cfg.numAttrs = 1;
+                CHECK(cudaLaunchKernelEx(&cfg, k_read_pdl, p, bytes / 16, out));
+            }
+            CHECK(cudaStreamEndCapture(st, &gr));
+            CHECK(cudaGraphInstantiate(&ge, gr, 0));
+            CHECK(cudaGraphLaunch(ge, st));
+            CHECK(cudaStreamSynchronize(st));
+            CHECK(cudaEventRecord(e0, st));
+            CHECK(cudaGraphLaunch(ge, st));
+            CHECK(cudaEventRecord(e1, st));
+            CHECK(cudaEventSynchronize(e1));
+            CHECK(cudaEventElapsedTime(&ms, e0, e1));
+            us[pdl] = ms * 1e3 / reps;
+            cudaGraphExecDestroy(ge);
+            cudaGraphDestroy(gr);
+        }
+        printf("%8d %12.2f %12.0f %12.2f %12.0f\n", mb, us[0], bytes / us[0] / 1e3, us[1], bytes / us[1] / 1e3);
+    }
+    cudaFree(buf), cudaFree(out);
+}
+
 /* today's kernel shape for comparison of bits is test_gpu_mma's; here only the host model of its arithmetic */
 
 template <int FP4, int NP, int U>
@@ -388,6 +472,10 @@ int main(int argc, char **argv) {
     CHECK(cudaEventCreate(&e1));
     uint32_t *dread;
     CHECK(cudaMalloc(&dread, 4096 * sizeof(uint32_t)));
+    if (getenv("WG_READ_ONLY")) {   /* the read ceilings alone */
+        bench_read(prop, st, e0, e1);
+        return 0;
+    }
     printf("%-5s %-12s %2s %9s %9s %9s %9s | %9s %11s %11s %11s %11s\n", "fmt", "O x K", "U", "T=1 us", "T=1 GB/s", "T=8 us", "T=8 GB/s",
            "T-invar.", "wg max dev", "wg mean", "mma max dev", "mma mean");
     for (int dist = 0; dist < 2; dist++)
