@@ -205,9 +205,35 @@ __global__ void __launch_bounds__(128) k_wg(const uint8_t *const *Wl, const uint
     cl.sync();   /* no block leaves while another reads its partial */
 }
 
+/* us a repetition of body(r), r = 0 .. reps-1, captured in one CUDA graph, launched once to warm, then timed by events. */
+template <class F> static double graph_us(cudaStream_t st, int reps, F body) {
+    cudaGraph_t gr;
+    cudaGraphExec_t ge;
+    cudaEvent_t e0, e1;
+    float ms;
+    CHECK(cudaEventCreate(&e0));
+    CHECK(cudaEventCreate(&e1));
+    CHECK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
+    for (int r = 0; r < reps; r++) body(r);
+    CHECK(cudaStreamEndCapture(st, &gr));
+    CHECK(cudaGraphInstantiate(&ge, gr, 0));
+    CHECK(cudaGraphLaunch(ge, st));
+    CHECK(cudaStreamSynchronize(st));
+    CHECK(cudaEventRecord(e0, st));
+    CHECK(cudaGraphLaunch(ge, st));
+    CHECK(cudaEventRecord(e1, st));
+    CHECK(cudaEventSynchronize(e1));
+    CHECK(cudaEventElapsedTime(&ms, e0, e1));
+    cudaGraphExecDestroy(ge);
+    cudaGraphDestroy(gr);
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+    return ms * 1e3 / reps;
+}
+
 /* The attainable: the same bytes only read (16-byte loads, 4 in flight a thread, an xor a block written so nothing is
  * dropped), in the same graph of calls, so each size's launch and ramp costs are in it too. */
-__global__ void __launch_bounds__(512) k_read(const uint4 *p, size_t n, uint32_t *out) {
+__device__ __forceinline__ void read_bytes(const uint4 *p, size_t n, uint32_t *out) {
     uint32_t x = 0;
     const size_t stride = (size_t)gridDim.x * blockDim.x;
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
@@ -223,26 +249,14 @@ __global__ void __launch_bounds__(512) k_read(const uint4 *p, size_t n, uint32_t
     x = __reduce_xor_sync(0xffffffffu, x);
     if ((threadIdx.x & 31) == 0) atomicXor(out + blockIdx.x, x);
 }
+__global__ void __launch_bounds__(512) k_read(const uint4 *p, size_t n, uint32_t *out) { read_bytes(p, n, out); }
 
 /* k_read chained by programmatic dependent launch, as the model's steps chain their kernels (DSV4_CUDA_PDL): each
  * waits for the one before (griddepcontrol.wait) and lets the next one's blocks launch at once. */
 __global__ void __launch_bounds__(512) k_read_pdl(const uint4 *p, size_t n, uint32_t *out) {
     asm volatile("griddepcontrol.wait;" ::: "memory");
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-    uint32_t x = 0;
-    const size_t stride = (size_t)gridDim.x * blockDim.x;
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    for (; i + 3 * stride < n; i += 4 * stride) {
-        const uint4 a = ld_stream16((const uint8_t *)(p + i)), b = ld_stream16((const uint8_t *)(p + i + stride));
-        const uint4 c = ld_stream16((const uint8_t *)(p + i + 2 * stride)), d = ld_stream16((const uint8_t *)(p + i + 3 * stride));
-        x ^= a.x ^ a.y ^ a.z ^ a.w ^ b.x ^ b.y ^ b.z ^ b.w ^ c.x ^ c.y ^ c.z ^ c.w ^ d.x ^ d.y ^ d.z ^ d.w;
-    }
-    for (; i < n; i += stride) {
-        const uint4 a = ld_stream16((const uint8_t *)(p + i));
-        x ^= a.x ^ a.y ^ a.z ^ a.w;
-    }
-    x = __reduce_xor_sync(0xffffffffu, x);
-    if ((threadIdx.x & 31) == 0) atomicXor(out + blockIdx.x, x);
+    read_bytes(p, n, out);
 }
 
 /* What a launch of a given size can read at best: 200 launches of k_read over rotating slices of a 1 GiB buffer in a
@@ -269,15 +283,12 @@ static void bench_read(const cudaDeviceProp &prop, cudaStream_t st, cudaEvent_t 
         const size_t bytes = (size_t)mb << 20;
         const int slices = (int)(total / bytes), reps = 200;
         double us[2];
-        for (int pdl = 0; pdl < 2; pdl++) {
-            cudaGraph_t gr;
-            cudaGraphExec_t ge;
-            CHECK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
-            for (int r = 0; r < reps; r++) {
+        for (int pdl = 0; pdl < 2; pdl++)
+            us[pdl] = graph_us(st, reps, [&](int r) {
                 const uint4 *p = (const uint4 *)(buf + (size_t)(r % slices) * bytes);
                 if (!pdl) {
                     k_read<<<prop.multiProcessorCount * 4, 512, 0, st>>>(p, bytes / 16, out);
-                    continue;
+                    return;
                 }
                 cudaLaunchConfig_t cfg = {};
                 cfg.gridDim = dim3((unsigned)prop.multiProcessorCount * 2);
@@ -289,20 +300,7 @@ static void bench_read(const cudaDeviceProp &prop, cudaStream_t st, cudaEvent_t 
                 cfg.attrs = at;
                 cfg.numAttrs = 1;
                 CHECK(cudaLaunchKernelEx(&cfg, k_read_pdl, p, bytes / 16, out));
-            }
-            CHECK(cudaStreamEndCapture(st, &gr));
-            CHECK(cudaGraphInstantiate(&ge, gr, 0));
-            CHECK(cudaGraphLaunch(ge, st));
-            CHECK(cudaStreamSynchronize(st));
-            CHECK(cudaEventRecord(e0, st));
-            CHECK(cudaGraphLaunch(ge, st));
-            CHECK(cudaEventRecord(e1, st));
-            CHECK(cudaEventSynchronize(e1));
-            CHECK(cudaEventElapsedTime(&ms, e0, e1));
-            us[pdl] = ms * 1e3 / reps;
-            cudaGraphExecDestroy(ge);
-            cudaGraphDestroy(gr);
-        }
+            });
         printf("%8d %12.2f %12.0f %12.2f %12.0f\n", mb, us[0], bytes / us[0] / 1e3, us[1], bytes / us[1] / 1e3);
     }
     cudaFree(buf), cudaFree(out);
@@ -391,7 +389,7 @@ static double weight_value(const wt *m, int o, int col) {
 /* One MoE layer's routed experts as test_gpu_mma --bench-experts times them (6 experts of V4-Flash, w1 and w3 of
  * 2048 x 4096 in one launch, then w2 of 4096 x 2048; FP4), 40 layers in a CUDA graph over a pool of 64 experts, on
  * this kernel: us a layer and weight GB/s, at T tokens (every expert sees all of them: the timing's worst case). */
-static void bench_layer(int NP, const uint8_t *dx, const float *dxs, float *dy, int T, cudaStream_t st, cudaEvent_t e0, cudaEvent_t e1) {
+static void bench_layer(int NP, const uint8_t *dx, const float *dxs, float *dy, int T, cudaStream_t st) {
     enum { POOL = 64, LAYERS = 40, E = 6, KMAX_ = 8192, NMAX_ = 32768 };
     const size_t d13 = (size_t)2048 * 4096 / 2, s13 = (size_t)2048 * (4096 / 32);   /* w1 / w3 bytes, and w2's (the same) */
     uint8_t *pool, *spool;
@@ -412,29 +410,14 @@ static void bench_layer(int NP, const uint8_t *dx, const float *dxs, float *dy, 
     CHECK(cudaMalloc(&dl, sizeof *dl * LAYERS * 3 * E * 2));
     CHECK(cudaMemcpy(dl, h, sizeof *dl * LAYERS * 3 * E * 2, cudaMemcpyHostToDevice));
     launch_fn f13 = pick_np<1>(NP, 4096, 4), f2 = pick_np<1>(NP, 2048, 4);
-    cudaGraph_t gr;
-    cudaGraphExec_t ge;
-    CHECK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
-    for (int l = 0; l < LAYERS; l++) {
+    const double us = graph_us(st, LAYERS, [&](int l) {
         const uint8_t *const *a = dl + (size_t)l * 3 * E, *const *b = dl + (size_t)LAYERS * 3 * E + (size_t)l * 3 * E;
         f13(a, b, 2 * E, 2048, 4096, dx, KMAX_, dxs, KMAX_ / 128, T, dy, NMAX_, st);
         f2(a + 2 * E, b + 2 * E, E, 4096, 2048, dx, KMAX_, dxs, KMAX_ / 128, T, dy, NMAX_, st);   /* 6 x 4096 outputs a token */
-    }
-    CHECK(cudaStreamEndCapture(st, &gr));
-    CHECK(cudaGraphInstantiate(&ge, gr, 0));
-    CHECK(cudaGraphLaunch(ge, st));
-    CHECK(cudaStreamSynchronize(st));
-    CHECK(cudaEventRecord(e0, st));
-    CHECK(cudaGraphLaunch(ge, st));
-    CHECK(cudaEventRecord(e1, st));
-    CHECK(cudaEventSynchronize(e1));
-    float ms;
-    CHECK(cudaEventElapsedTime(&ms, e0, e1));
-    const double us = ms * 1e3 / LAYERS, bytes = (double)E * 3 * (d13 + s13);
+    });
+    const double bytes = (double)E * 3 * (d13 + s13);
     printf("experts of a layer (6 x FP4 w1 + w3, then w2; 2 launches), T = %d, %d partials: %.1f us a layer, %.0f GB/s\n", T, NP, us,
            bytes / us / 1e3);
-    cudaGraphExecDestroy(ge);
-    cudaGraphDestroy(gr);
     cudaFree(dl), cudaFree(pool), cudaFree(spool), free(h);
 }
 
@@ -512,49 +495,22 @@ int main(int argc, char **argv) {
             CHECK(cudaMemcpy(pw, dw, copies * sizeof *pw, cudaMemcpyHostToDevice));
             CHECK(cudaMemcpy(psw, dsw, copies * sizeof *psw, cudaMemcpyHostToDevice));
             if (!dist) {   /* the read-only ceiling of these bytes (data; the scales are < 1 %) */
-                const int reps = 200, blocks = prop.multiProcessorCount * 4;
-                cudaGraph_t gr;
-                cudaGraphExec_t ge;
-                CHECK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
-                for (int r = 0; r < reps; r++) k_read<<<blocks, 512, 0, st>>>((const uint4 *)dw[r % copies], m.db / 16, dread);
-                CHECK(cudaStreamEndCapture(st, &gr));
-                CHECK(cudaGraphInstantiate(&ge, gr, 0));
-                CHECK(cudaGraphLaunch(ge, st));
-                CHECK(cudaStreamSynchronize(st));
-                CHECK(cudaEventRecord(e0, st));
-                CHECK(cudaGraphLaunch(ge, st));
-                CHECK(cudaEventRecord(e1, st));
-                CHECK(cudaEventSynchronize(e1));
-                float ms;
-                CHECK(cudaEventElapsedTime(&ms, e0, e1));
-                printf("%-5s %dx%-7d read only: %.2f us a call, %.0f GB/s\n", m.fp4 ? "FP4" : "FP8", O, K, ms * 1e3 / reps, m.db / (ms * 1e3 / reps) / 1e3);
-                cudaGraphExecDestroy(ge);
-                cudaGraphDestroy(gr);
+                const int blocks = prop.multiProcessorCount * 4;
+                const double us = graph_us(st, 200, [&](int r) {
+                    k_read<<<blocks, 512, 0, st>>>((const uint4 *)dw[r % copies], m.db / 16, dread);
+                });
+                printf("%-5s %dx%-7d read only: %.2f us a call, %.0f GB/s\n", m.fp4 ? "FP4" : "FP8", O, K, us, m.db / us / 1e3);
             }
             for (int U = 4; U >= (dist ? 4 : 1); U /= 2) {
                 launch_fn fn = m.fp4 ? pick_np<1>(NP, K, U) : pick_np<0>(NP, K, U);
                 double us[2] = { 0, 0 };
                 for (int ti = 0; ti < 2 && !dist; ti++) {
-                    const int T = ti ? 8 : 1, reps = 200;
-                    cudaGraph_t gr;
-                    cudaGraphExec_t ge;
+                    const int T = ti ? 8 : 1;
                     CHECK(fn(pw, psw, 1, O, K, dx, KMAX, dxs, KMAX / 128, T, dy, NMAX, st));
                     CHECK(cudaStreamSynchronize(st));
-                    CHECK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
-                    for (int r = 0; r < reps; r++) fn(pw + r % copies, psw + r % copies, 1, O, K, dx, KMAX, dxs, KMAX / 128, T, dy, NMAX, st);
-                    CHECK(cudaStreamEndCapture(st, &gr));
-                    CHECK(cudaGraphInstantiate(&ge, gr, 0));
-                    CHECK(cudaGraphLaunch(ge, st));
-                    CHECK(cudaStreamSynchronize(st));
-                    CHECK(cudaEventRecord(e0, st));
-                    CHECK(cudaGraphLaunch(ge, st));
-                    CHECK(cudaEventRecord(e1, st));
-                    CHECK(cudaEventSynchronize(e1));
-                    float ms;
-                    CHECK(cudaEventElapsedTime(&ms, e0, e1));
-                    us[ti] = ms * 1e3 / reps;
-                    cudaGraphExecDestroy(ge);
-                    cudaGraphDestroy(gr);
+                    us[ti] = graph_us(st, 200, [&](int r) {
+                        fn(pw + r % copies, psw + r % copies, 1, O, K, dx, KMAX, dxs, KMAX / 128, T, dy, NMAX, st);
+                    });
                 }
                 /* batch invariance: T = 8, then each token alone from its own copy of the row */
                 CHECK(fn(pw, psw, 1, O, K, dx, KMAX, dxs, KMAX / 128, 8, dy, NMAX, st));
@@ -623,8 +579,8 @@ int main(int argc, char **argv) {
             cudaFree(pw), cudaFree(psw);
             free(dw), free(dsw), free(m.hw), free(m.hsw), free(dev);
         }
-    bench_layer(NP, dx, dxs, dy, 1, st, e0, e1);
-    bench_layer(NP, dx, dxs, dy, 8, st, e0, e1);
+    bench_layer(NP, dx, dxs, dy, 1, st);
+    bench_layer(NP, dx, dxs, dy, 8, st);
     printf("(T-invar.: outputs of T = 1 runs that differ from the same token at T = 8, of 8 x O; dev: |y - exact| / sum |w x s|\n"
            " on a sample, 'wg' this kernel, 'mma' today's arithmetic modelled on the host; 'w': FP8 weight exponents 1..14, not timed)\n");
     return 0;
