@@ -720,35 +720,57 @@ __global__ void __launch_bounds__(gemm_threads<HG>::n, 1) k_mma_gemm(dsv4_weight
     gemm_any_block<FP4, HG>(w, xq, ldq, xs, lds, T, y, ldy, out_bf16, blockIdx.x * GEMM_BM, blockIdx.y * GEMM_BN, NULL, 0, 0);
 }
 
-/* The routed experts' tiles of a MoE plan (k_mma.cu k_mma_expert's contract), GEMM_BN / CU_MOE_TILE = 16 plan
- * tiles a block: the block's tiles cut into runs of one expert (consecutive tiles of an expert hold consecutive
- * pairs: the plan sorts pairs by expert, then token), each run (up to 128 pairs) one block tile whose token n is
- * pair p0 + n, reading input row p0 + n (x_by_pair) or pair_token[p0 + n] and writing output row p0 + n. A pair's
- * outputs have the order of every other path, so neither the run nor the block it falls in changes its bits. */
+/* The routed experts' tiles of a MoE plan (k_mma.cu k_mma_expert's contract). An expert's tiles hold consecutive
+ * pairs (the plan sorts pairs by expert, then token); its run of tiles is cut into groups of GEMM_BN / CU_MOE_TILE
+ * = 16 tiles (up to 128 pairs) counted from its first tile, and each group is one block tile whose token n is pair
+ * p0 + n, reading input row p0 + n (x_by_pair) or pair_token[p0 + n] and writing output row p0 + n. Block y takes
+ * the groups that start among plan tiles [16 y, 16 y + 16) (a group may reach past them; a block may take none,
+ * one or several). Cut this way an expert of 192 pairs is one tile of 128 and one of 64, where cutting at every 16th
+ * plan tile made it two or three runs wherever it began (on average ~250 token columns of MMAs for its 192 pairs,
+ * the short runs at n64 besides). A pair's outputs have the order of every other path, so neither the group nor
+ * the block it falls in changes its bits (test_gpu_gemm). */
 #define GEMM_EXPERT_TILES (GEMM_BN / CU_MOE_TILE)
+/* Tiles a and a + 1 belong to one expert's run: the same expert, the pairs contiguous. */
+__device__ __forceinline__ bool plan_same_run(const cu_moe_plan &plan, int a) {
+    return plan.tile_expert[a] == plan.tile_expert[a + 1] && plan.tile_first[a] + plan.tile_count[a] == plan.tile_first[a + 1];
+}
+/* One group of an expert's tiles, [s, s1): one block tile of its pairs (k_mma_gemm_expert). */
+template <int FP4, int HG>
+__device__ __forceinline__ void expert_group(const dsv4_weight *__restrict__ experts, int rows, const cu_moe_plan &plan, int s, int s1,
+                                             int row_base, const uint8_t *__restrict__ xq, int ldq, const float *__restrict__ xs, int lds,
+                                             int x_by_pair, float *__restrict__ y, int ldy, int out_bf16) {
+    const int e = plan.tile_expert[s], p0 = plan.tile_first[s];
+    const int n = plan.tile_first[s1 - 1] + plan.tile_count[s1 - 1] - p0;
+    dsv4_weight w = experts[e];
+    if (!w.data) {   /* an expert another GPU holds (cuda_ep.h) or the host computes: the exact gather's identity */
+        for (int i = threadIdx.x; i < GEMM_BM * n; i += gemm_threads<HG>::n) {
+            const int r = row_base + i % GEMM_BM;
+            if (r < rows) y[((int64_t)p0 + i / GEMM_BM) * ldy + r] = EP_ABSENT_ROW;
+        }
+    } else {
+        if ((uintptr_t)w.data % 16) __trap();   /* cu_mma_gemm.h's contract (each expert a cudaMalloc of its own) */
+        w.rows = rows;
+        gemm_any_block<FP4, HG>(w, xq, ldq, xs, lds, n, y, ldy, out_bf16, row_base, 0, x_by_pair ? NULL : plan.pair_token, p0, p0);
+    }
+}
+
 template <int FP4, int HG>
 __global__ void __launch_bounds__(gemm_threads<HG>::n, 1) k_mma_gemm_expert(const dsv4_weight *__restrict__ experts, int rows, cu_moe_plan plan,
                                                                      const uint8_t *__restrict__ xq, int ldq, const float *__restrict__ xs,
                                                                      int lds, int x_by_pair, float *__restrict__ y, int ldy, int out_bf16) {
     dev_grid_wait();
-    const int t1 = min((int)(blockIdx.y + 1) * GEMM_EXPERT_TILES, *plan.n_tiles), row_base = blockIdx.x * GEMM_BM;
-    for (int t = blockIdx.y * GEMM_EXPERT_TILES; t < t1;) {
-        const int e = plan.tile_expert[t], p0 = plan.tile_first[t];
-        int u = t + 1;
-        while (u < t1 && plan.tile_expert[u] == e && plan.tile_first[u] == plan.tile_first[u - 1] + plan.tile_count[u - 1]) u++;
-        const int n = plan.tile_first[u - 1] + plan.tile_count[u - 1] - p0;
-        dsv4_weight w = experts[e];
-        if (!w.data) {   /* an expert another GPU holds (cuda_ep.h) or the host computes: the exact gather's identity */
-            for (int i = threadIdx.x; i < GEMM_BM * n; i += gemm_threads<HG>::n) {
-                const int r = row_base + i % GEMM_BM;
-                if (r < rows) y[((int64_t)p0 + i / GEMM_BM) * ldy + r] = EP_ABSENT_ROW;
-            }
-        } else {
-            if ((uintptr_t)w.data % 16) __trap();   /* cu_mma_gemm.h's contract (each expert a cudaMalloc of its own) */
-            w.rows = rows;
-            gemm_any_block<FP4, HG>(w, xq, ldq, xs, lds, n, y, ldy, out_bf16, row_base, 0, x_by_pair ? NULL : plan.pair_token, p0, p0);
-        }
-        t = u;
+    constexpr int G = GEMM_EXPERT_TILES;
+    const int nt = *plan.n_tiles, w0 = blockIdx.y * G, w1 = min(w0 + G, nt), row_base = blockIdx.x * GEMM_BM;
+    int f = w0;   /* the first tile of the run that holds tile t */
+    if (w0 < w1)
+        while (f > 0 && plan_same_run(plan, f - 1)) f--;
+    for (int t = w0; t < w1;) {
+        /* the run [f, end), known up to w1 + G: enough for every group that starts before w1 */
+        int end = t + 1;
+        while (end < nt && end < w1 + G && plan_same_run(plan, end - 1)) end++;
+        for (int s = f + (t - f + G - 1) / G * G; s < min(end, w1); s += G)
+            expert_group<FP4, HG>(experts, rows, plan, s, min(s + G, end), row_base, xq, ldq, xs, lds, x_by_pair, y, ldy, out_bf16);
+        t = f = end;
     }
 }
 

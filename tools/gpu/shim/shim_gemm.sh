@@ -26,12 +26,16 @@ gemm = open("src/backend/cuda/k_mma_gemm.cu").read()
 out = ['#include "cuda_shim.h"', '#include "shim_frag.h"', '#include <algorithm>', '#include <climits>', 'using std::min;',
        'extern "C" {', '#include "util/error.h"', '}', '#include "backend/cuda/cu_mma.h"', '#include "backend/cuda/cu_mma_gemm.h"',
        '#include "backend/cuda/cu_mma_stream.h"', '#include "model/expert_place.h"', '#include "model/e2m1_f16.h"', '#include "dsv4.h"',
+       'extern "C" {', '#include "backend/cuda/cu_kernels.h"', '}',
        'static inline int cu_blocks(int64_t n, int per) { return (int)((n + per - 1) / per); }',
        'static unsigned char shim_dyn_smem[256 * 1024] __attribute__((aligned(16)));']
 a = common.index("/* ---- number formats"); b = common.index("/* ---- weights")
 out.append(common[a:b])
 a = quant.index("/* The scale of one block"); b = quant.rindex("#endif")
 out.append(quant[a:b])
+hcpost = open("src/backend/cuda/cu_hc_post.cuh").read()
+a = hcpost.index("/* hc_post of one element"); b = hcpost.rindex("#endif")
+out.append(hcpost[a:b])   # hc_post_elem4: k_mma.cu's fused wo_b epilogue (cu_mma_linear_post)
 out.append(r'''
 static inline void cp_async16(void *dst, const void *src, int bytes) {
     if ((uintptr_t)dst % 16 || (uintptr_t)src % 16) { fprintf(stderr, "shim: cp_async16 %p <- %p: not 16-byte aligned\n", dst, src); abort(); }
