@@ -13,7 +13,8 @@
  * Building k_mma_gemm.cu with -DDSV4_GEMM_BUG=1 (a fragment word swap, in both GEMMs) or =2 (the partials folded
  * in reverse order) must make it fail. Built with -DGEMM_TEST_SHIM (tools/gpu/shim/shim_gemm.sh) it runs on the CPU against the
  * kernels' source through the fiber shim; on the GPU it is one of the GPU suite's programs.
- * `test_gpu_gemm --bench` (GPU) times the three at the V4-Flash shapes for T = 256, 512, 2048 and 8192. */
+ * `test_gpu_gemm --bench` (GPU) times the three at the V4-Flash shapes for T = 256, 512, 2048 and 8192; `--bench-experts` the
+ * routed experts' GEMM of an 8K prefill step beside one linear of the same FLOPs. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -457,6 +458,127 @@ static int bench(void) {
     cu_free(y);
     return 0;
 }
+
+/* Seconds a call of f(arg), `reps` calls timed by events after one to warm; -1 when a call fails. */
+static double seconds_each(int (*f)(void *), void *arg, int reps) {
+    cudaEvent_t e0, e1;
+    float ms = -1;
+    if (!f(arg)) return -1;
+    cudaEventCreate(&e0);
+    cudaEventCreate(&e1);
+    cudaEventRecord(e0, 0);
+    for (int r = 0; r < reps; r++) f(arg);
+    cudaEventRecord(e1, 0);
+    cudaEventSynchronize(e1);
+    cudaEventElapsedTime(&ms, e0, e1);
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+    return cudaGetLastError() == cudaSuccess ? ms * 1e-3 / reps : -1;
+}
+
+typedef struct {   /* one cu_mma_gemm_experts call, or (experts NULL) one cu_mma_gemm_linear call on w */
+    const dsv4_weight *experts, *w;
+    int rows, cols, x_by_pair, T, max_tiles;
+    const cu_moe_plan *plan;
+    const uint8_t *xq;
+    const float *xs;
+    float *y;
+} gemm_call;
+static int gemm_call_run(void *a) {
+    const gemm_call *c = a;
+    if (!c->experts) return cu_mma_gemm_linear(NULL, c->w, c->xq, cu_mma_ld(c->cols), c->xs, cu_mma_lds(c->cols), c->T, c->y, c->rows, 0);
+    return cu_mma_gemm_experts(NULL, c->experts, c->rows, c->cols, CU_FMT_FP4_FRAG, c->plan, c->max_tiles, c->xq, cu_mma_ld(c->cols), c->xs,
+                               cu_mma_lds(c->cols), c->x_by_pair, c->y, c->rows, 0);
+}
+
+/* `--bench-experts` (GPU): the routed experts' GEMM as an 8K prefill step runs it — 8,192 tokens routed uniformly to 6
+ * of 256 packed FP4 experts (~192 pairs each), w1 (2048 x 4096, inputs by token) and w2 (4096 x 2048, inputs by pair),
+ * in TFLOPS — beside one FP4 linear of the same shape at T = 8,192 (cu_mma_gemm_linear, unpacked codes), the same
+ * FLOPs on one weight: what the expert GEMM loses to its plan and its many weights. ncu: tools/gpu/run_s7.sh part
+ * ncudeep with NCU_DEEP_PROG=test_gpu_gemm and --bench-experts. */
+static int bench_experts(void) {
+    enum { E = 256, K = 6, T = 8192, P = T * K };
+    dsv4_rng_seed(&rng, 18);   /* main seeds it only for the tests: unseeded, every draw is 0 and the routing never ends */
+    int32_t *choice = malloc(sizeof(int32_t) * P), *count = calloc(E + 1, sizeof(int32_t)), *pair_token = malloc(sizeof(int32_t) * P);
+    int32_t *te = malloc(sizeof(int32_t) * (P / CU_MOE_TILE + E)), *tf = malloc(sizeof(int32_t) * (P / CU_MOE_TILE + E)),
+            *tc = malloc(sizeof(int32_t) * (P / CU_MOE_TILE + E));
+    for (int t = 0; t < T; t++)
+        for (int k = 0; k < K; k++) {
+            int e, dup;
+            do {
+                e = (int)dsv4_rng_below(&rng, E);
+                dup = 0;
+                for (int j = 0; j < k; j++) dup |= choice[t * K + j] == e;
+            } while (dup);
+            choice[t * K + k] = e;
+            count[e]++;
+        }
+    int n_tiles = 0, p = 0, most = 0;
+    for (int e = 0; e < E; e++) {   /* pairs by expert, then token; tiles of CU_MOE_TILE */
+        const int p0 = p;
+        for (int t = 0; t < T; t++)
+            for (int k = 0; k < K; k++)
+                if (choice[t * K + k] == e) pair_token[p++] = t;
+        for (int q = p0; q < p; q += CU_MOE_TILE) te[n_tiles] = e, tf[n_tiles] = q, tc[n_tiles++] = p - q < CU_MOE_TILE ? p - q : CU_MOE_TILE;
+        most = count[e] > most ? count[e] : most;
+    }
+    cu_moe_plan plan;
+    memset(&plan, 0, sizeof plan);
+    plan.pair_token = upload(pair_token, sizeof(int32_t) * P);
+    plan.tile_expert = upload(te, sizeof(int32_t) * n_tiles);
+    plan.tile_first = upload(tf, sizeof(int32_t) * n_tiles);
+    plan.tile_count = upload(tc, sizeof(int32_t) * n_tiles);
+    plan.n_tiles = upload(&n_tiles, sizeof n_tiles);
+    printf("routed experts' GEMM: %d tokens x %d of %d experts (%d pairs, %d tiles, the busiest expert %d pairs), packed FP4\n", T, K, E, P,
+           n_tiles, most);
+    printf("%-4s %-12s %10s %14s %22s\n", "w", "N x K", "ms", "experts TFLOPS", "one linear, T 8192");
+    static const struct { int rows, cols, x_by_pair; const char *what; } shapes[] = { { 2048, 4096, 0, "w1" }, { 4096, 2048, 1, "w2" } };
+    int rc = 0;
+    for (int k = 0; k < 2 && !rc; k++) {
+        const int rows = shapes[k].rows, cols = shapes[k].cols, X = shapes[k].x_by_pair ? P : T;
+        const size_t db = (size_t)rows * cols / 2, sb = (size_t)rows * (cols / 32);
+        dsv4_weight hw[E];
+        dsv4_error err;
+        for (int e = 0; e < E && !rc; e++) {
+            hw[e] = (dsv4_weight){ WF_FP4, rows, cols, cu_malloc(db), cu_malloc(sb), cols / 32, 0 };
+            if (!hw[e].data || !hw[e].scale) rc = 1;
+            else {
+                cu_fill_synth((void *)hw[e].data, db, CU_SYNTH_FP4, 1000 + e);
+                cu_fill_bytes((void *)hw[e].scale, 120, sb);
+                if (cu_fp4_frag_pack(NULL, (void *)hw[e].data, rows, cols, &err)) rc = 1;
+            }
+        }
+        dweight lin = make_weight(WF_FP4, rows, cols);
+        uint8_t *xq = cu_malloc((size_t)X * cu_mma_ld(cols));
+        float *xs = cu_malloc(sizeof(float) * X * cu_mma_lds(cols)), *y = cu_malloc(sizeof(float) * (size_t)P * rows);
+        dsv4_weight *dw = rc ? NULL : upload(hw, sizeof hw);
+        if (rc || !xq || !xs || !y) {
+            fprintf(stderr, "bench: out of GPU memory\n");
+            return 1;
+        }
+        cu_fill_synth(xq, (size_t)X * cu_mma_ld(cols), CU_SYNTH_FP8, 7);
+        float *h = malloc(sizeof(float) * X * cu_mma_lds(cols));
+        for (int i = 0; i < X * cu_mma_lds(cols); i++) h[i] = 1.0f / 64;
+        cu_upload(xs, h, sizeof(float) * X * cu_mma_lds(cols));
+        free(h);
+        gemm_call ex = { dw, NULL, rows, cols, shapes[k].x_by_pair, P, n_tiles, &plan, xq, xs, y };
+        gemm_call li = { NULL, &lin.w, rows, cols, 0, T, 0, NULL, xq, xs, y };
+        const double se = seconds_each(gemm_call_run, &ex, 5), sl = seconds_each(gemm_call_run, &li, 5);
+        if (se <= 0 || sl <= 0) {
+            fprintf(stderr, "bench: a call failed (%s)\n", cudaGetErrorString(cudaGetLastError()));
+            rc = 1;
+        } else {
+            printf("%-4s %5dx%-6d %10.3f %14.1f %15.1f (%.3f ms)\n", shapes[k].what, rows, cols, se * 1e3, 2.0 * P * rows * cols / se / 1e12,
+                   2.0 * T * rows * cols / sl / 1e12, sl * 1e3);
+        }
+        for (int e = 0; e < E; e++) cu_free((void *)hw[e].data), cu_free((void *)hw[e].scale);
+        free_weight(&lin);
+        cu_free(dw), cu_free(xq), cu_free(xs), cu_free(y);
+    }
+    cu_free(plan.pair_token), cu_free(plan.tile_expert), cu_free(plan.tile_first), cu_free(plan.tile_count), cu_free(plan.n_tiles);
+    free(choice), free(count), free(pair_token), free(te), free(tf), free(tc);
+    return rc;
+}
 #endif
 
 int main(int argc, char **argv) {
@@ -467,9 +589,10 @@ int main(int argc, char **argv) {
         return 0;
     }
     if (argc > 1 && !strcmp(argv[1], "--bench")) return bench();
+    if (argc > 1 && !strcmp(argv[1], "--bench-experts")) return bench_experts();
 #endif
     if (argc > 1) {
-        fprintf(stderr, "usage: test_gpu_gemm [--bench]\n");
+        fprintf(stderr, "usage: test_gpu_gemm [--bench | --bench-experts]\n");
         return 2;
     }
     dsv4_rng_seed(&rng, 18);
