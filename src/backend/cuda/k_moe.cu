@@ -372,6 +372,98 @@ __global__ void __launch_bounds__(PLAN_THREADS) k_route_plan(float *logits, cons
     plan_fast_block<1>(sm, T, K, E, p);
 }
 
+/* The plan of a step of more than PLAN_FAST_MAXT tokens (a prefill chunk), one block as the kernels above, in passes
+ * over the tokens instead of one thread an expert walking all of them twice (run 147: k_moe_plan took 15.6 ms a layer
+ * of an 8K prefill on an H100, a fifth of the step). Every output is an integer or a copied weight fixed by the
+ * routing, so this order of work gives the bytes of the others:
+ *   - counts: each first entry (t, j) naming e adds 1 to cnt[e] (atomicAdd in shared memory: integers, any order);
+ *   - the exclusive prefix sums of the counts and of the tiles (p.tile pairs each) over the experts, by the block
+ *     scan of plan_fast_block: off[e] (kept as base[e]), n_tiles and each expert's tiles;
+ *   - the tokens in chunks of 64 PLAN_BIG_W: the chunk's first entries set bit (t - c0) of mask[e]; entry (t, j)
+ *     takes pair base[e] + (bits of mask[e] below its own), its token, weight and token_pairs slot as in
+ *     plan_fast_block; then base[e] += the chunk's bits of e. So pairs run by expert, then token. */
+#define PLAN_BIG_THREADS 512
+#define PLAN_BIG_W 8   /* 64-bit words of a chunk's mask an expert: chunks of 512 tokens */
+static size_t plan_big_smem_bytes(int E) { return (sizeof(unsigned long long) * PLAN_BIG_W + 2 * sizeof(int)) * (size_t)E; }
+
+__global__ void __launch_bounds__(PLAN_BIG_THREADS) k_moe_plan_big(const int32_t *route_e, const float *route_w, int T, int K, int E,
+                                                                   cu_moe_plan p) {
+    dev_grid_wait();
+    extern __shared__ unsigned long long plan_fast_smem[];
+    __shared__ int wsum[2][PLAN_BIG_THREADS / 32];
+    unsigned long long *mask = plan_fast_smem;                  /* [E][PLAN_BIG_W] */
+    int *cnt = (int *)(mask + (size_t)E * PLAN_BIG_W), *base = cnt + E;   /* [E] each */
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, n = T * K, tile = p.tile;
+    for (int e = tid; e < E; e += PLAN_BIG_THREADS) cnt[e] = 0;
+    __syncthreads();
+    for (int i = tid; i < n; i += PLAN_BIG_THREADS)
+        if (first_slot(route_e + (int64_t)(i / K) * K, i % K)) atomicAdd(&cnt[route_e[i]], 1);
+    __syncthreads();
+    const int EP = (E + PLAN_BIG_THREADS - 1) / PLAN_BIG_THREADS, e0 = min(E, tid * EP), e1 = min(E, e0 + EP);
+    int c = 0, ct = 0;
+    for (int e = e0; e < e1; e++) {
+        c += cnt[e];
+        ct += (cnt[e] + tile - 1) / tile;
+    }
+    int ic = c, it = ct;   /* inclusive over the warp's lanes, then the warps before */
+    for (int o = 1; o < 32; o <<= 1) {
+        const int a = __shfl_up_sync(0xffffffffu, ic, o), b = __shfl_up_sync(0xffffffffu, it, o);
+        if (lane >= o) { ic += a; it += b; }
+    }
+    if (lane == 31) { wsum[0][warp] = ic; wsum[1][warp] = it; }
+    __syncthreads();
+    for (int w = 0; w < warp; w++) { ic += wsum[0][w]; it += wsum[1][w]; }
+    if (tid == PLAN_BIG_THREADS - 1) *p.n_tiles = it;
+    int s = ic - c, ts = it - ct;   /* exclusive: the pairs and tiles of the experts before e0 */
+    for (int e = e0; e < e1; e++) {
+        const int ce = cnt[e];
+        base[e] = s;
+        for (int q = 0; q * tile < ce; q++) {
+            p.tile_expert[ts + q] = e;
+            p.tile_first[ts + q] = s + q * tile;
+            p.tile_count[ts + q] = min(tile, ce - q * tile);
+        }
+        s += ce;
+        ts += (ce + tile - 1) / tile;
+    }
+    for (int c0 = 0; c0 < T; c0 += 64 * PLAN_BIG_W) {
+        const int i1 = min(T, c0 + 64 * PLAN_BIG_W) * K;
+        for (int i = tid; i < E * PLAN_BIG_W; i += PLAN_BIG_THREADS) mask[i] = 0ull;
+        __syncthreads();   /* the masks zeroed (and, before the first chunk, base[] written) */
+        for (int i = c0 * K + tid; i < i1; i += PLAN_BIG_THREADS) {
+            const int u = i / K - c0;
+            if (first_slot(route_e + (int64_t)(i / K) * K, i % K)) atomicOr(&mask[(int64_t)route_e[i] * PLAN_BIG_W + (u >> 6)], 1ull << (u & 63));
+        }
+        __syncthreads();
+        for (int i = c0 * K + tid; i < i1; i += PLAN_BIG_THREADS) {
+            const int t = i / K, j = i % K, e = route_e[i], u = t - c0;
+            const int32_t *rt = route_e + (int64_t)t * K;
+            int nv = 0, slot = 0;
+            for (int q = 0; q < K; q++)
+                if (first_slot(rt, q)) {
+                    nv++;
+                    slot += rt[q] < e;
+                }
+            if (j >= nv) p.token_pairs[i] = -1;
+            if (!first_slot(rt, j)) continue;
+            const unsigned long long *mk = mask + (int64_t)e * PLAN_BIG_W;
+            int rank = __popcll(mk[u >> 6] & ((1ull << (u & 63)) - 1));
+            for (int w = 0; w < (u >> 6); w++) rank += __popcll(mk[w]);
+            const int pi = base[e] + rank;
+            p.pair_token[pi] = t;
+            p.pair_weight[pi] = route_w[i];
+            p.token_pairs[(int64_t)t * K + slot] = pi;
+        }
+        __syncthreads();   /* every rank read base[] and the masks */
+        for (int e = tid; e < E; e += PLAN_BIG_THREADS) {
+            int b = 0;
+            for (int w = 0; w < PLAN_BIG_W; w++) b += __popcll(mask[e * PLAN_BIG_W + w]);
+            base[e] += b;
+        }
+        __syncthreads();   /* base[] advanced before the masks are zeroed again */
+    }
+}
+
 extern "C" void cu_moe_plan_build(cu_stream st, const int32_t *route_e, const float *route_w, int T, int K, int E, cu_moe_plan *p) {
     if (T <= 0) return;
     if (p->tile <= 0) p->tile = CU_MOE_TILE;
@@ -385,6 +477,10 @@ extern "C" void cu_moe_plan_build(cu_stream st, const int32_t *route_e, const fl
                 k_moe_plan_fast<4><<<1, PLAN_THREADS, smem, (cudaStream_t)st>>>(route_e, route_w, T, K, E, *p);
             return;
         }
+    }
+    if (DSV4_MOE_FAST && plan_big_smem_bytes(E) <= 46 * 1024) {   /* with the static wsum, under the 48 KB without opting in */
+        k_moe_plan_big<<<1, PLAN_BIG_THREADS, plan_big_smem_bytes(E), (cudaStream_t)st>>>(route_e, route_w, T, K, E, *p);
+        return;
     }
     k_moe_plan<<<1, PLAN_THREADS, sizeof(int) * 3 * (size_t)E, (cudaStream_t)st>>>(route_e, route_w, T, K, E, *p);
 }

@@ -4,7 +4,7 @@
 # source is built twice: v0 with -DDSV4_MHC_FAST=0 -DDSV4_MOE_FAST=0 (the kernels before issue 18's rewrite) and v1
 # with both on (the fast kernels where they apply); the test runs both on the same inputs, decode and prefill
 # shapes, both numeric modes, and requires every output byte to be equal (and the plan to match a host reference).
-# ~1-2 min. MHC_BUG=pre|rms|post|route|plan mutates v1's source (a changed order or an off-by-one) so that the test
+# ~1-2 min. MHC_BUG=pre|rms|post|route|plan|planbig mutates v1's source (a changed order or an off-by-one) so that the test
 # must fail. Not part of `make test` nor of the GPU suite; needs no build of the project.
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
@@ -56,6 +56,8 @@ if v == "1" and bug == "route":   # ties to the higher id
     mo = mutate(mo, "if (best < 0 || v > bv) { best = e; bv = v; bsc = sc[r]; }", "if (best < 0 || v >= bv) { best = e; bv = v; bsc = sc[r]; }")
 if v == "1" and bug == "plan":    # a token's pairs counted from its own bit on
     mo = mutate(mo, "& ((1ull << (t & 63)) - 1)", "& ((2ull << (t & 63)) - 1)")
+if v == "1" and bug == "planbig":  # k_moe_plan_big: a chunk's last mask word left out of base[]
+    mo = mutate(mo, "for (int w = 0; w < PLAN_BIG_W; w++) b +=", "for (int w = 0; w < PLAN_BIG_W - 1; w++) b +=")
 body = poison_shared(top + "\n" + lay + "\n" + mo)
 body = body.replace('extern "C" ', '')
 n0 = body.count("<<<")

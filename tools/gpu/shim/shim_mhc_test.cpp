@@ -3,7 +3,7 @@
  * Every output byte must be equal: hc_pre_finish (u, post / comb, xn, the packed row and its scales; with and
  * without the norm and the pack), rmsnorm (in place or not, packed or not), hc_post and hc_post_moe (the streams),
  * the routing (scores written back, picks, weights; top-k with ties and NaN, and hash rows) and the MoE plan (pairs,
- * weights, tiles, token lists), for decode (T = 1, 2, 3, 8, 64) and prefill-like (T = 65..300) shapes, in both
+ * weights, tiles, token lists), for decode (T = 1, 2, 3, 8, 64) and prefill-like (T = 65..2100) shapes, in both
  * numeric modes. The plan is also checked against a host reference written from its definition (cu_kernels.h), so
  * that it cannot pass by the two kernels agreeing on something wrong. Prints each case; exits 1 at the first
  * difference. */
@@ -361,6 +361,10 @@ int main() {
         plan_case(T, 6, 256, 0);
         plan_case(T, 6, 256, 12);
     }
+    /* k_moe_plan_big (more than 256 tokens): chunks of 512 tokens, a step across one and across several */
+    plan_case(513, 6, 256, 12);
+    plan_case(1100, 6, 256, 0);
+    plan_case(2100, 8, 384, 20);
     plan_case(40, 8, 384, 5);
     plan_case(17, 2, 8, 0);
     plan_case(256, 16, 16, 3);
