@@ -272,28 +272,19 @@ static size_t plan_smem_bytes(int T, int K, int E, int W) {
     return sizeof(unsigned long long) * (size_t)E * W + (sizeof(int32_t) + sizeof(float)) * (size_t)T * K + sizeof(int) * (size_t)E;
 }
 
-/* The plan from the routing in sm.re / sm.rw, sm.mask zeroed (both visible to the whole block). */
-template <int W>
-__device__ __forceinline__ void plan_fast_block(const plan_smem &sm, int T, int K, int E, const cu_moe_plan &p) {
-    __shared__ int wsum[2][PLAN_THREADS / 32];
-    unsigned long long *mask = sm.mask;
-    const int32_t *re = sm.re;
-    const float *rw = sm.rw;
-    int *off = sm.off;
-    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, n = T * K;
-    for (int i = tid; i < n; i += PLAN_THREADS) {
-        const int t = i / K, j = i % K;
-        if (first_slot(re + t * K, j)) atomicOr(&mask[(int64_t)re[i] * W + (t >> 6)], 1ull << (t & 63));
-    }
-    __syncthreads();
-    const int EP = (E + PLAN_THREADS - 1) / PLAN_THREADS, e0 = min(E, tid * EP), e1 = min(E, e0 + EP);
+/* The experts' offsets and tiles from their pair counts, by THREADS threads: thread k owns experts [k EP, k EP + EP)
+ * (EP = ceil(E / THREADS)), count_of(e) its counts; the exclusive prefix sums of the counts and of the tiles (`tile`
+ * pairs each) over the experts by a block scan (shuffles up, then the warps' totals in wsum): off[e], n_tiles and
+ * each expert's tiles, as a serial scan gives them. Ends with every thread's off[] written (not yet visible). */
+template <int THREADS, class Count>
+__device__ __forceinline__ void plan_offsets(Count count_of, int E, int tile, int (*wsum)[THREADS / 32], int *off, const cu_moe_plan &p) {
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int EP = (E + THREADS - 1) / THREADS, e0 = min(E, tid * EP), e1 = min(E, e0 + EP);
     int c = 0, ct = 0;
     for (int e = e0; e < e1; e++) {
-        int ce = 0;
-#pragma unroll
-        for (int w = 0; w < W; w++) ce += __popcll(mask[e * W + w]);
+        const int ce = count_of(e);
         c += ce;
-        ct += (ce + CU_MOE_TILE - 1) / CU_MOE_TILE;
+        ct += (ce + tile - 1) / tile;
     }
     int ic = c, it = ct;   /* inclusive over the warp's lanes */
     for (int o = 1; o < 32; o <<= 1) {
@@ -303,40 +294,70 @@ __device__ __forceinline__ void plan_fast_block(const plan_smem &sm, int T, int 
     if (lane == 31) { wsum[0][warp] = ic; wsum[1][warp] = it; }
     __syncthreads();
     for (int w = 0; w < warp; w++) { ic += wsum[0][w]; it += wsum[1][w]; }
-    if (tid == PLAN_THREADS - 1) *p.n_tiles = it;
+    if (tid == THREADS - 1) *p.n_tiles = it;
     int s = ic - c, ts = it - ct;   /* exclusive: the pairs and tiles of the experts before e0 */
     for (int e = e0; e < e1; e++) {
-        int ce = 0;
-#pragma unroll
-        for (int w = 0; w < W; w++) ce += __popcll(mask[e * W + w]);
+        const int ce = count_of(e);
         off[e] = s;
-        for (int q = 0; q * CU_MOE_TILE < ce; q++) {
+        for (int q = 0; q * tile < ce; q++) {
             p.tile_expert[ts + q] = e;
-            p.tile_first[ts + q] = s + q * CU_MOE_TILE;
-            p.tile_count[ts + q] = min(CU_MOE_TILE, ce - q * CU_MOE_TILE);
+            p.tile_first[ts + q] = s + q * tile;
+            p.tile_count[ts + q] = min(tile, ce - q * tile);
         }
         s += ce;
-        ts += (ce + CU_MOE_TILE - 1) / CU_MOE_TILE;
+        ts += (ce + tile - 1) / tile;
+    }
+}
+
+/* Routing entry j of token t's row rt (entry i = t K + j): -1 into token_pairs[i] when j is past the row's count of
+ * distinct experts; if j is its expert e's first slot, its pair off_e + (bits of e's mask mk below bit u: the tokens
+ * before t that name e), the pair's token and weight w, and token_pairs[t][slot], slot = the row's distinct experts
+ * below e. */
+__device__ __forceinline__ void plan_place(const int32_t *rt, int K, int t, int j, int u, const unsigned long long *mk, int off_e, float w,
+                                           const cu_moe_plan &p) {
+    const int e = rt[j];
+    int nv = 0, slot = 0;
+    for (int q = 0; q < K; q++)
+        if (first_slot(rt, q)) {
+            nv++;
+            slot += rt[q] < e;
+        }
+    if (j >= nv) p.token_pairs[(int64_t)t * K + j] = -1;
+    if (!first_slot(rt, j)) return;
+    int rank = __popcll(mk[u >> 6] & ((1ull << (u & 63)) - 1));
+    for (int w64 = 0; w64 < (u >> 6); w64++) rank += __popcll(mk[w64]);
+    const int pi = off_e + rank;
+    p.pair_token[pi] = t;
+    p.pair_weight[pi] = w;
+    p.token_pairs[(int64_t)t * K + slot] = pi;
+}
+
+/* The plan from the routing in sm.re / sm.rw, sm.mask zeroed (both visible to the whole block). */
+template <int W>
+__device__ __forceinline__ void plan_fast_block(const plan_smem &sm, int T, int K, int E, const cu_moe_plan &p) {
+    __shared__ int wsum[2][PLAN_THREADS / 32];
+    unsigned long long *mask = sm.mask;
+    const int32_t *re = sm.re;
+    const float *rw = sm.rw;
+    int *off = sm.off;
+    const int tid = threadIdx.x, n = T * K;
+    for (int i = tid; i < n; i += PLAN_THREADS) {
+        const int t = i / K, j = i % K;
+        if (first_slot(re + t * K, j)) atomicOr(&mask[(int64_t)re[i] * W + (t >> 6)], 1ull << (t & 63));
     }
     __syncthreads();
+    plan_offsets<PLAN_THREADS>(
+        [&](int e) {
+            int ce = 0;
+#pragma unroll
+            for (int w = 0; w < W; w++) ce += __popcll(mask[e * W + w]);
+            return ce;
+        },
+        E, CU_MOE_TILE, wsum, off, p);
+    __syncthreads();
     for (int i = tid; i < n; i += PLAN_THREADS) {
-        const int t = i / K, j = i % K, e = re[i];
-        const int32_t *rt = re + t * K;
-        int nv = 0, slot = 0;
-        for (int q = 0; q < K; q++)
-            if (first_slot(rt, q)) {
-                nv++;
-                slot += rt[q] < e;
-            }
-        if (j >= nv) p.token_pairs[i] = -1;
-        if (!first_slot(rt, j)) continue;
-        const unsigned long long *mk = mask + (int64_t)e * W;
-        int rank = __popcll(mk[t >> 6] & ((1ull << (t & 63)) - 1));
-        for (int w = 0; w < (t >> 6); w++) rank += __popcll(mk[w]);
-        const int pi = off[e] + rank;
-        p.pair_token[pi] = t;
-        p.pair_weight[pi] = rw[i];
-        p.token_pairs[(int64_t)t * K + slot] = pi;
+        const int t = i / K, j = i % K;
+        plan_place(re + t * K, K, t, j, t, mask + (int64_t)re[i] * W, off[re[i]], rw[i], p);
     }
 }
 
@@ -395,39 +416,13 @@ __global__ void __launch_bounds__(PLAN_BIG_THREADS) k_moe_plan_big(const int32_t
     __shared__ int wsum[2][PLAN_BIG_THREADS / 32];
     unsigned long long *mask = plan_fast_smem;                  /* [E][PLAN_BIG_W] */
     int *cnt = (int *)(mask + (size_t)E * PLAN_BIG_W), *base = cnt + E;   /* [E] each */
-    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, n = T * K, tile = p.tile;
+    const int tid = threadIdx.x, n = T * K;
     for (int e = tid; e < E; e += PLAN_BIG_THREADS) cnt[e] = 0;
     __syncthreads();
     for (int i = tid; i < n; i += PLAN_BIG_THREADS)
         if (first_slot(route_e + (int64_t)(i / K) * K, i % K)) atomicAdd(&cnt[route_e[i]], 1);
     __syncthreads();
-    const int EP = (E + PLAN_BIG_THREADS - 1) / PLAN_BIG_THREADS, e0 = min(E, tid * EP), e1 = min(E, e0 + EP);
-    int c = 0, ct = 0;
-    for (int e = e0; e < e1; e++) {
-        c += cnt[e];
-        ct += (cnt[e] + tile - 1) / tile;
-    }
-    int ic = c, it = ct;   /* inclusive over the warp's lanes, then the warps before */
-    for (int o = 1; o < 32; o <<= 1) {
-        const int a = __shfl_up_sync(0xffffffffu, ic, o), b = __shfl_up_sync(0xffffffffu, it, o);
-        if (lane >= o) { ic += a; it += b; }
-    }
-    if (lane == 31) { wsum[0][warp] = ic; wsum[1][warp] = it; }
-    __syncthreads();
-    for (int w = 0; w < warp; w++) { ic += wsum[0][w]; it += wsum[1][w]; }
-    if (tid == PLAN_BIG_THREADS - 1) *p.n_tiles = it;
-    int s = ic - c, ts = it - ct;   /* exclusive: the pairs and tiles of the experts before e0 */
-    for (int e = e0; e < e1; e++) {
-        const int ce = cnt[e];
-        base[e] = s;
-        for (int q = 0; q * tile < ce; q++) {
-            p.tile_expert[ts + q] = e;
-            p.tile_first[ts + q] = s + q * tile;
-            p.tile_count[ts + q] = min(tile, ce - q * tile);
-        }
-        s += ce;
-        ts += (ce + tile - 1) / tile;
-    }
+    plan_offsets<PLAN_BIG_THREADS>([&](int e) { return cnt[e]; }, E, p.tile, wsum, base, p);
     for (int c0 = 0; c0 < T; c0 += 64 * PLAN_BIG_W) {
         const int i1 = min(T, c0 + 64 * PLAN_BIG_W) * K;
         for (int i = tid; i < E * PLAN_BIG_W; i += PLAN_BIG_THREADS) mask[i] = 0ull;
@@ -438,23 +433,8 @@ __global__ void __launch_bounds__(PLAN_BIG_THREADS) k_moe_plan_big(const int32_t
         }
         __syncthreads();
         for (int i = c0 * K + tid; i < i1; i += PLAN_BIG_THREADS) {
-            const int t = i / K, j = i % K, e = route_e[i], u = t - c0;
-            const int32_t *rt = route_e + (int64_t)t * K;
-            int nv = 0, slot = 0;
-            for (int q = 0; q < K; q++)
-                if (first_slot(rt, q)) {
-                    nv++;
-                    slot += rt[q] < e;
-                }
-            if (j >= nv) p.token_pairs[i] = -1;
-            if (!first_slot(rt, j)) continue;
-            const unsigned long long *mk = mask + (int64_t)e * PLAN_BIG_W;
-            int rank = __popcll(mk[u >> 6] & ((1ull << (u & 63)) - 1));
-            for (int w = 0; w < (u >> 6); w++) rank += __popcll(mk[w]);
-            const int pi = base[e] + rank;
-            p.pair_token[pi] = t;
-            p.pair_weight[pi] = route_w[i];
-            p.token_pairs[(int64_t)t * K + slot] = pi;
+            const int t = i / K;
+            plan_place(route_e + (int64_t)t * K, K, t, i % K, t - c0, mask + (int64_t)route_e[i] * PLAN_BIG_W, base[route_e[i]], route_w[i], p);
         }
         __syncthreads();   /* every rank read base[] and the masks */
         for (int e = tid; e < E; e += PLAN_BIG_THREADS) {

@@ -55,7 +55,7 @@ if v == "1" and bug == "post":    # comb transposed
 if v == "1" and bug == "route":   # ties to the higher id
     mo = mutate(mo, "if (best < 0 || v > bv) { best = e; bv = v; bsc = sc[r]; }", "if (best < 0 || v >= bv) { best = e; bv = v; bsc = sc[r]; }")
 if v == "1" and bug == "plan":    # a token's pairs counted from its own bit on
-    mo = mutate(mo, "& ((1ull << (t & 63)) - 1)", "& ((2ull << (t & 63)) - 1)")
+    mo = mutate(mo, "& ((1ull << (u & 63)) - 1)", "& ((2ull << (u & 63)) - 1)")
 if v == "1" and bug == "planbig":  # k_moe_plan_big: a chunk's last mask word left out of base[]
     mo = mutate(mo, "for (int w = 0; w < PLAN_BIG_W; w++) b +=", "for (int w = 0; w < PLAN_BIG_W - 1; w++) b +=")
 body = poison_shared(top + "\n" + lay + "\n" + mo)
