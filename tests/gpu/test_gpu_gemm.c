@@ -57,6 +57,26 @@ static void *upload(const void *h, size_t n) {
     return d;
 }
 
+/* A plan of P pairs and n_tiles tiles on the device (pair weights and token lists left out: the GEMM reads neither);
+ * plan_free releases it. */
+static cu_moe_plan plan_upload(const int32_t *pair_token, int P, const int32_t *te, const int32_t *tf, const int32_t *tc, int n_tiles) {
+    cu_moe_plan plan;
+    memset(&plan, 0, sizeof plan);
+    plan.pair_token = upload(pair_token, sizeof(int32_t) * P);
+    plan.tile_expert = upload(te, sizeof(int32_t) * n_tiles);
+    plan.tile_first = upload(tf, sizeof(int32_t) * n_tiles);
+    plan.tile_count = upload(tc, sizeof(int32_t) * n_tiles);
+    plan.n_tiles = upload(&n_tiles, sizeof n_tiles);
+    return plan;
+}
+static void plan_free(cu_moe_plan *plan) {
+    cu_free(plan->pair_token);
+    cu_free(plan->tile_expert);
+    cu_free(plan->tile_first);
+    cu_free(plan->tile_count);
+    cu_free(plan->n_tiles);
+}
+
 /* A device weight of N x K (fmt), random codes and scales 2^[-6, 6]; data and scale: what to free. */
 typedef struct {
     dsv4_weight w;
@@ -247,14 +267,7 @@ static void experts_same_bits_x(int fmt, int rows, int cols, int x_by_pair, int 
         for (int k = 0; k < 4; k++) xs[(size_t)(5 + 37 * k) % X * lds + k % (cols / 128)] = sxs[k];
     }
     memset(y0, 0xab, sizeof(float) * P * ldy);
-    const int32_t nt = n_tiles;
-    cu_moe_plan plan;
-    memset(&plan, 0, sizeof plan);
-    plan.pair_token = upload(pair_token, sizeof(int32_t) * P);
-    plan.tile_expert = upload(te, sizeof(int32_t) * n_tiles);
-    plan.tile_first = upload(tf, sizeof(int32_t) * n_tiles);
-    plan.tile_count = upload(tc, sizeof(int32_t) * n_tiles);
-    plan.n_tiles = upload(&nt, sizeof nt);
+    cu_moe_plan plan = plan_upload(pair_token, P, te, tf, tc, n_tiles);
     dsv4_weight *dw = upload(hw, sizeof hw);
     uint8_t *dq = upload(q, (size_t)X * ldq);
     float *ds = upload(xs, sizeof(float) * X * lds), *dy0 = upload(y0, sizeof(float) * P * ldy), *dy1 = upload(y0, sizeof(float) * P * ldy);
@@ -304,11 +317,7 @@ static void experts_same_bits_x(int fmt, int rows, int cols, int x_by_pair, int 
         assert_int_equal(differ, 0);
     }
     for (int e = 0; e < E; e++) free_weight(&ew[e]);
-    cu_free(plan.pair_token);
-    cu_free(plan.tile_expert);
-    cu_free(plan.tile_first);
-    cu_free(plan.tile_count);
-    cu_free(plan.n_tiles);
+    plan_free(&plan);
     cu_free(dw);
     cu_free(dq);
     cu_free(ds);
@@ -384,21 +393,39 @@ static void switch_and_refusals(void **state) {
 #ifndef GEMM_TEST_SHIM
 /* ---- benchmark (GPU) ---------------------------------------------------------------------------------------- */
 
-static double seconds_per_call(const dsv4_weight *w, const uint8_t *q, int ldq, const float *s, int lds, int T, float *y, int reps) {
-    dsv4_error err;
+/* Seconds a call of f(arg), `reps` calls timed by events after one to warm; -1 when a call fails. */
+static double seconds_each(int (*f)(void *), void *arg, int reps) {
     cudaEvent_t e0, e1;
     float ms = -1;
-    if (cu_mma_linear(NULL, w, q, ldq, s, lds, T, y, w->rows, 0, 0, &err)) return -1;   /* warm */
+    if (!f(arg)) return -1;
     cudaEventCreate(&e0);
     cudaEventCreate(&e1);
     cudaEventRecord(e0, 0);
-    for (int r = 0; r < reps; r++) cu_mma_linear(NULL, w, q, ldq, s, lds, T, y, w->rows, 0, 0, &err);
+    for (int r = 0; r < reps; r++) f(arg);
     cudaEventRecord(e1, 0);
     cudaEventSynchronize(e1);
     cudaEventElapsedTime(&ms, e0, e1);
     cudaEventDestroy(e0);
     cudaEventDestroy(e1);
     return cudaGetLastError() == cudaSuccess ? ms * 1e-3 / reps : -1;
+}
+
+typedef struct {   /* one cu_mma_linear call (the GEMM or the small tiles, as the switch stands) */
+    const dsv4_weight *w;
+    const uint8_t *q;
+    const float *s;
+    int ldq, lds, T;
+    float *y;
+} linear_call;
+static int linear_call_run(void *a) {
+    const linear_call *c = a;
+    dsv4_error err;
+    return !cu_mma_linear(NULL, c->w, c->q, c->ldq, c->s, c->lds, c->T, c->y, c->w->rows, 0, 0, &err);
+}
+
+static double seconds_per_call(const dsv4_weight *w, const uint8_t *q, int ldq, const float *s, int lds, int T, float *y, int reps) {
+    linear_call c = { w, q, s, ldq, lds, T, y };
+    return seconds_each(linear_call_run, &c, reps);
 }
 
 static int bench(void) {
@@ -459,23 +486,6 @@ static int bench(void) {
     return 0;
 }
 
-/* Seconds a call of f(arg), `reps` calls timed by events after one to warm; -1 when a call fails. */
-static double seconds_each(int (*f)(void *), void *arg, int reps) {
-    cudaEvent_t e0, e1;
-    float ms = -1;
-    if (!f(arg)) return -1;
-    cudaEventCreate(&e0);
-    cudaEventCreate(&e1);
-    cudaEventRecord(e0, 0);
-    for (int r = 0; r < reps; r++) f(arg);
-    cudaEventRecord(e1, 0);
-    cudaEventSynchronize(e1);
-    cudaEventElapsedTime(&ms, e0, e1);
-    cudaEventDestroy(e0);
-    cudaEventDestroy(e1);
-    return cudaGetLastError() == cudaSuccess ? ms * 1e-3 / reps : -1;
-}
-
 typedef struct {   /* one cu_mma_gemm_experts call, or (experts NULL) one cu_mma_gemm_linear call on w */
     const dsv4_weight *experts, *w;
     int rows, cols, x_by_pair, T, max_tiles;
@@ -527,13 +537,7 @@ static int bench_experts(double skew) {
         for (int q = p0; q < p; q += CU_MOE_TILE) te[n_tiles] = e, tf[n_tiles] = q, tc[n_tiles++] = p - q < CU_MOE_TILE ? p - q : CU_MOE_TILE;
         most = count[e] > most ? count[e] : most;
     }
-    cu_moe_plan plan;
-    memset(&plan, 0, sizeof plan);
-    plan.pair_token = upload(pair_token, sizeof(int32_t) * P);
-    plan.tile_expert = upload(te, sizeof(int32_t) * n_tiles);
-    plan.tile_first = upload(tf, sizeof(int32_t) * n_tiles);
-    plan.tile_count = upload(tc, sizeof(int32_t) * n_tiles);
-    plan.n_tiles = upload(&n_tiles, sizeof n_tiles);
+    cu_moe_plan plan = plan_upload(pair_token, P, te, tf, tc, n_tiles);
     printf("routed experts' GEMM: %d tokens x %d of %d experts, skew %.2f (%d pairs, %d tiles, the busiest expert %d pairs), packed FP4\n",
            T, K, E, skew, P, n_tiles, most);
     printf("%-4s %-12s %10s %14s %22s\n", "w", "N x K", "ms", "experts TFLOPS", "one linear, T 8192");
@@ -580,7 +584,7 @@ static int bench_experts(double skew) {
         free_weight(&lin);
         cu_free(dw), cu_free(xq), cu_free(xs), cu_free(y);
     }
-    cu_free(plan.pair_token), cu_free(plan.tile_expert), cu_free(plan.tile_first), cu_free(plan.tile_count), cu_free(plan.n_tiles);
+    plan_free(&plan);
     free(choice), free(count), free(pair_token), free(te), free(tf), free(tc);
     return rc;
 }
