@@ -401,10 +401,10 @@ __global__ void __launch_bounds__(PLAN_THREADS) k_route_plan(float *logits, cons
  * routing, so this order of work gives the bytes of the others:
  *   - counts: each first entry (t, j) naming e adds 1 to cnt[e] (atomicAdd in shared memory: integers, any order);
  *   - the exclusive prefix sums of the counts and of the tiles (p.tile pairs each) over the experts, by the block
- *     scan of plan_fast_block: off[e] (kept as base[e]), n_tiles and each expert's tiles;
+ *     scan of plan_offsets: off[e] (kept as base[e]), n_tiles and each expert's tiles;
  *   - the tokens in chunks of 64 PLAN_BIG_W: the chunk's first entries set bit (t - c0) of mask[e]; entry (t, j)
- *     takes pair base[e] + (bits of mask[e] below its own), its token, weight and token_pairs slot as in
- *     plan_fast_block; then base[e] += the chunk's bits of e. So pairs run by expert, then token. */
+ *     takes pair base[e] + (bits of mask[e] below its own), its token, weight and token_pairs slot (plan_place,
+ *     as the fast kernel); then base[e] += the chunk's bits of e. So pairs run by expert, then token. */
 #define PLAN_BIG_THREADS 512
 #define PLAN_BIG_W 8   /* 64-bit words of a chunk's mask an expert: chunks of 512 tokens */
 static size_t plan_big_smem_bytes(int E) { return (sizeof(unsigned long long) * PLAN_BIG_W + 2 * sizeof(int)) * (size_t)E; }
