@@ -173,6 +173,9 @@ static void same_bits_any_batch(cpu_dots dots, dsv4_pool *p1, dsv4_pool *p3) {
             for (size_t r = 0; r < sizeof rows / sizeof rows[0]; r++)
                 for (size_t t = 0; t < sizeof Ts / sizeof Ts[0]; t++)
                     check_shape(dots, p1, p3, shapes[s].fmt, rows[r], shapes[s].cols[c], Ts[t], 0);
+    /* more rows than one block of the tile path holds (pairs_block_rows: 64 at these widths), the last block and its
+     * last row group partial */
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) check_shape(dots, p1, p3, shapes[s].fmt, 150, shapes[s].cols[1], 49, 0);
     for (int T = 1; T <= 20; T += 19) check_shape(dots, p1, p3, WF_FP8, 21, 1152, T, 1);   /* the fp32-decoded rows */
     /* inputs near 2^-100: products near FLT_MIN, which the pair order's VDPBF16PS tiles must leave to the fp32
      * steps (pairs_safe) */

@@ -259,6 +259,19 @@ static inline float reduce16(float L[16]) {
     return L[0];
 }
 
+#ifdef DSV4_AVX512
+/* reduce16 on a zmm: the tree's adds (lane j + lane j+s, s = 8, 4, 2, 1) as vector operations, the same bits. */
+static inline float reduce16_zmm(__m512 z) {
+    const __m256 lo = _mm512_castps512_ps256(z);
+    const __m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(z), 1));
+    const __m256 s8 = _mm256_add_ps(lo, hi);
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+#endif
+
 #define ALWAYS_INLINE inline __attribute__((always_inline))
 
 #if defined(DSV4_AVX512) || defined(DSV4_AVX2)
@@ -320,9 +333,13 @@ static ALWAYS_INLINE void tile_emulated_n(const uint16_t *const w[TILE_R], const
     }
     for (int r = 0; r < TILE_R; r++)
         for (int t = 0; t < NT; t++) {
+#if defined(DSV4_AVX512)
+            out[r * TILE_T + t] = reduce16_zmm(part[r][t][0]);   /* GROUPS = 1: the tree in registers (tile_dp_n) */
+#else
             float L[16];
             for (int g = 0; g < GROUPS; g++) lane_store(L + GL * g, part[r][t][g]);
             out[r * TILE_T + t] = reduce16(L);
+#endif
         }
 }
 #else
@@ -356,12 +373,10 @@ static ALWAYS_INLINE void tile_dp_n(const uint16_t *const w[TILE_R], const uint1
             for (int r = 0; r < TILE_R; r++) acc[r][t] = _mm512_dpbf16_ps(acc[r][t], wv[r], xv);
         }
     }
+    /* the tree in registers: through memory (a 64-byte store, then 4-byte loads of it) it took ~30 % of the tile's
+     * time at 128 tokens, more than the chunks' loads */
     for (int r = 0; r < TILE_R; r++)
-        for (int t = 0; t < NT; t++) {
-            float L[16];
-            _mm512_storeu_ps(L, acc[r][t]);
-            out[r * TILE_T + t] = reduce16(L);
-        }
+        for (int t = 0; t < NT; t++) out[r * TILE_T + t] = reduce16_zmm(acc[r][t]);
 }
 #endif
 
@@ -399,16 +414,6 @@ static void tile_pairs(const uint16_t *const w[TILE_R], const uint16_t *const x[
 _Static_assert(TILE_T <= 6, "tile_pairs has a case per token count up to 6");
 
 #ifdef DSV4_AVX512
-/* reduce16 on a zmm: the tree's adds (lane j + lane j+s, s = 8, 4, 2, 1) as vector operations, the same bits. */
-static inline float reduce16_zmm(__m512 z) {
-    const __m256 lo = _mm512_castps512_ps256(z);
-    const __m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(z), 1));
-    const __m256 s8 = _mm256_add_ps(lo, hi);
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
 
 /* ---- one token, weights decoded in registers ----
  * The tile path stores each decoded row and reads it back, which at one token costs as much as the dot itself.
@@ -630,6 +635,16 @@ static inline float *out_at(const cpu_pairs_job *j, int t, int o) {
     return j->y_rows ? j->y_rows[t] + o : j->y + (int64_t)t * j->ldy + o;
 }
 
+/* A tile's outputs (out[r * TILE_T + t], nr rows from o0, nt tokens from t0) into y: token by token, its rows
+ * contiguous there. (Row by row, GCC vectorised the stores over the tokens into scatters, which on Zen 5 took a
+ * quarter of a 128-token linear's time.) */
+static inline void store_tile(const cpu_pairs_job *j, int t0, int nt, int o0, int nr, const float *out) {
+    for (int t = 0; t < nt; t++) {
+        float *yt = out_at(j, t0 + t, o0);
+        for (int r = 0; r < nr; r++) yt[r] = out[r * TILE_T + t];
+    }
+}
+
 #if defined(DSV4_AVX2) && !defined(DSV4_AVX512)
 /* ---- AVX2: the steps on split fp32 layouts ----
  * With 16 ymm registers and no 16-bit permutes, splitting bf16 pairs inside the tile (an AND or a shift per load)
@@ -783,8 +798,7 @@ static void pairs_rows_split(const cpu_pairs_job *j, int begin, int end) {
             for (int t = 0; t < TILE_T; t++) xt[t] = xs + (size_t)(t0 + imin(t, nt - 1)) * n32;
             float out[TILE_R * TILE_T];
             tile_split(wr, xt, n32, nt, out);
-            for (int r = 0; r < nr; r++)
-                for (int t = 0; t < nt; t++) *out_at(j, t0 + t, o0 + r) = out[r * TILE_T + t];
+            store_tile(j, t0, nt, o0, nr, out);
         }
     }
 done:
@@ -833,7 +847,19 @@ static void tile_one_row(const cpu_pairs_job *j, int o, uint16_t *rows, float *f
 }
 #endif
 
-/* Rows [begin, end) of a cpu_pairs_job: TILE_R rows decoded to bf16 at a time, then every token tile. */
+/* Rows of the tile path's block (pairs_rows): as many decoded bf16 rows as its row buffer holds (TILE_R rows of
+ * buf_cols columns), at most PAIRS_BLOCK_MAX, a multiple of TILE_R no larger than the thread's rows, at least TILE_R. */
+enum { PAIRS_BLOCK_MAX = 64 };
+static int pairs_block_rows(int n32, int buf_cols, int begin, int end) {
+    int rb = TILE_R * buf_cols / n32 / TILE_R * TILE_R;
+    const int mine = (end - begin + TILE_R - 1) / TILE_R * TILE_R;
+    if (rb > PAIRS_BLOCK_MAX) rb = PAIRS_BLOCK_MAX;
+    if (rb > mine) rb = mine;
+    return rb < TILE_R ? TILE_R : rb;
+}
+
+/* Rows [begin, end) of a cpu_pairs_job: few tokens by the fused rows (AVX-512), else blocks of rows decoded to
+ * bf16, then every token tile. */
 void ISA_FN(pairs_rows)(void *ctx, int begin, int end, int thread) {
     (void)thread;
     const cpu_pairs_job *j = ctx;
@@ -879,8 +905,10 @@ void ISA_FN(pairs_rows)(void *ctx, int begin, int end, int thread) {
             for (int p = 0; p < passes && fused; p++)
                 fused = rows_fused(w, rws, p ? (const char *const *)no_ahead : ahead, &x[p], imin(FUSED_T, b->T - p * FUSED_T), out[p]);
             if (fused) {
-                for (int r = 0; r < nr; r++)
-                    for (int t = 0; t < b->T; t++) *out_at(j, t, o0 + r) = out[t / FUSED_T][r][t % FUSED_T];
+                for (int t = 0; t < b->T; t++) {   /* token by token (store_tile's reason) */
+                    float *yt = out_at(j, t, o0);
+                    for (int r = 0; r < nr; r++) yt[r] = out[t / FUSED_T][r][t % FUSED_T];
+                }
                 continue;
             }
             for (int r = 0; r < nr; r++)   /* the tile path, one row at a time (scales out of range, or unsafe) */
@@ -889,32 +917,38 @@ void ISA_FN(pairs_rows)(void *ctx, int begin, int end, int thread) {
         goto done;
     }
 #endif
-    for (int o0 = begin; o0 < end; o0 += TILE_R) {
-        const int nr = imin(TILE_R, end - o0);
-        const uint16_t *wr[TILE_R];
-        pairs_exp wexp[TILE_R];
-        for (int r = 0; r < TILE_R; r++) {
-            if (r >= nr) { wr[r] = wr[r - 1], wexp[r] = wexp[r - 1]; continue; }   /* a partial tile repeats its last row */
-            wexp[r] = ISA_FN(weight_row_bf16)(w, o0 + r, 0, n32, rows + (size_t)r * n32, ftmp);
-            wr[r] = rows + (size_t)r * n32;
-        }
-        /* few tokens: the weights are a stream from memory; ask for the next tile's rows while these are used */
-        if (b->T <= 2 && o0 + TILE_R < end)
-            prefetch_bytes((const char *)w->data + (size_t)(o0 + TILE_R) * row_bytes, row_bytes * (size_t)imin(TILE_R, end - o0 - TILE_R));
+    /* Many tokens: a block of rows is decoded first (into the row buffer: 64 KiB, 16 rows of 2048 columns), then
+     * each tile of TILE_T tokens meets every TILE_R-row group of the block while its tokens stay in L1 (the block's
+     * rows come from L2). Row group by row group, each with all the tokens, read every token tile from L2 again for
+     * each 4 rows. Who computes what only: every output is one tile_pairs chain. */
+    const int rb = pairs_block_rows(n32, rows == rows_stack ? STACK_COLS : n32, begin, end);
+    for (int b0 = begin; b0 < end; b0 += rb) {
+        const int nb = imin(rb, end - b0);
+        pairs_exp wexp[PAIRS_BLOCK_MAX];
+        for (int r = 0; r < nb; r++) wexp[r] = ISA_FN(weight_row_bf16)(w, b0 + r, 0, n32, rows + (size_t)r * n32, ftmp);
+        /* few tokens: the weights are a stream from memory; ask for the next block's rows while these are used */
+        if (b->T <= 2 && b0 + nb < end)
+            prefetch_bytes((const char *)w->data + (size_t)(b0 + nb) * row_bytes, row_bytes * (size_t)imin(nb, end - b0 - nb));
         for (int t0 = 0; t0 < b->T; t0 += TILE_T) {
             const int nt = imin(TILE_T, b->T - t0);
             const uint16_t *xs[TILE_T];
-            int dp = 0;
-#ifdef PAIRS_DP
-            dp = 1;
-            for (int t = 0; t < nt; t++)
-                for (int r = 0; r < TILE_R; r++) dp &= pairs_safe(wexp[r], b->range[t0 + t], b->log2_n32);
-#endif
             for (int t = 0; t < TILE_T; t++) xs[t] = b->xb + (size_t)(t0 + imin(t, nt - 1)) * n32;
-            float out[TILE_R * TILE_T];
-            tile_pairs(wr, xs, n32, nt, dp, out);
-            for (int r = 0; r < nr; r++)
-                for (int t = 0; t < nt; t++) *out_at(j, t0 + t, o0 + r) = out[r * TILE_T + t];
+            for (int g0 = 0; g0 < nb; g0 += TILE_R) {
+                const int nr = imin(TILE_R, nb - g0);
+                const uint16_t *wr[TILE_R];
+                for (int r = 0; r < TILE_R; r++) wr[r] = rows + (size_t)(g0 + imin(r, nr - 1)) * n32;   /* a partial tile repeats its last row */
+                int dp = 0;
+#ifdef PAIRS_DP
+                dp = 1;
+                for (int t = 0; t < nt; t++)
+                    for (int r = 0; r < nr; r++) dp &= pairs_safe(wexp[g0 + r], b->range[t0 + t], b->log2_n32);
+#else
+                (void)wexp;
+#endif
+                float out[TILE_R * TILE_T];
+                tile_pairs(wr, xs, n32, nt, dp, out);
+                store_tile(j, t0, nt, b0 + g0, nr, out);
+            }
         }
     }
 done:
