@@ -635,13 +635,13 @@ static inline float *out_at(const cpu_pairs_job *j, int t, int o) {
     return j->y_rows ? j->y_rows[t] + o : j->y + (int64_t)t * j->ldy + o;
 }
 
-/* A tile's outputs (out[r * TILE_T + t], nr rows from o0, nt tokens from t0) into y: token by token, its rows
+/* A tile's outputs (out[r * ld + t], nr rows from o0, nt tokens from t0) into y: token by token, its rows
  * contiguous there. (Row by row, GCC vectorised the stores over the tokens into scatters, which on Zen 5 took a
  * quarter of a 128-token linear's time.) */
-static inline void store_tile(const cpu_pairs_job *j, int t0, int nt, int o0, int nr, const float *out) {
+static inline void store_tile(const cpu_pairs_job *j, int t0, int nt, int o0, int nr, const float *out, int ld) {
     for (int t = 0; t < nt; t++) {
         float *yt = out_at(j, t0 + t, o0);
-        for (int r = 0; r < nr; r++) yt[r] = out[r * TILE_T + t];
+        for (int r = 0; r < nr; r++) yt[r] = out[r * ld + t];
     }
 }
 
@@ -798,7 +798,7 @@ static void pairs_rows_split(const cpu_pairs_job *j, int begin, int end) {
             for (int t = 0; t < TILE_T; t++) xt[t] = xs + (size_t)(t0 + imin(t, nt - 1)) * n32;
             float out[TILE_R * TILE_T];
             tile_split(wr, xt, n32, nt, out);
-            store_tile(j, t0, nt, o0, nr, out);
+            store_tile(j, t0, nt, o0, nr, out, TILE_T);
         }
     }
 done:
@@ -905,10 +905,8 @@ void ISA_FN(pairs_rows)(void *ctx, int begin, int end, int thread) {
             for (int p = 0; p < passes && fused; p++)
                 fused = rows_fused(w, rws, p ? (const char *const *)no_ahead : ahead, &x[p], imin(FUSED_T, b->T - p * FUSED_T), out[p]);
             if (fused) {
-                for (int t = 0; t < b->T; t++) {   /* token by token (store_tile's reason) */
-                    float *yt = out_at(j, t, o0);
-                    for (int r = 0; r < nr; r++) yt[r] = out[t / FUSED_T][r][t % FUSED_T];
-                }
+                for (int p = 0; p < passes; p++)
+                    store_tile(j, p * FUSED_T, imin(FUSED_T, b->T - p * FUSED_T), o0, nr, &out[p][0][0], FUSED_T);
                 continue;
             }
             for (int r = 0; r < nr; r++)   /* the tile path, one row at a time (scales out of range, or unsafe) */
@@ -948,7 +946,7 @@ void ISA_FN(pairs_rows)(void *ctx, int begin, int end, int thread) {
 #endif
                 float out[TILE_R * TILE_T];
                 tile_pairs(wr, xs, n32, nt, dp, out);
-                store_tile(j, t0, nt, b0 + g0, nr, out);
+                store_tile(j, t0, nt, b0 + g0, nr, out, TILE_T);
             }
         }
     }
