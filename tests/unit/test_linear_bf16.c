@@ -167,7 +167,7 @@ static void same_bits_any_batch(cpu_dots dots, dsv4_pool *p1, dsv4_pool *p3) {
     static const struct { dsv4_wfmt fmt; int cols[4]; } shapes[] = {
         {WF_BF16, {64, 77, 512, 1100}}, {WF_FP8, {128, 200, 384, 1000}}, {WF_FP4, {32, 96, 288, 1056}},
     };
-    static const int rows[] = {1, 16, 37}, Ts[] = {1, 2, 5, 8, 9, 13, 16, 17, 48, 49, 100};   /* 5, 8: two fused passes (BF16's most); 9, 13, 16: three and four (FP8, FP4) */
+    static const int rows[] = {1, 16, 37}, Ts[] = {1, 2, 5, 6, 7, 8, 9, 12, 13, 16, 17, 48, 49, 100};   /* fused passes of at most 6 tokens: 5, 6 one; 7, 8, 9, 12 two (8: BF16's most); 13, 16 three (FP8, FP4) */
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
         for (int c = 0; c < 4; c++)
             for (size_t r = 0; r < sizeof rows / sizeof rows[0]; r++)

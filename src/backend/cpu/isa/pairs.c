@@ -439,7 +439,7 @@ static inline __m512 chunk_step(__m512 acc, __m512i w, x_chunk x) {
 }
 #endif
 
-enum { FUSED_ROWS = 4, FUSED_T = 4 };
+enum { FUSED_ROWS = 4, FUSED_T = 6 };
 
 /* The tokens of a fused call: up to FUSED_T of them, and the hull of their exponent ranges (what pairs_safe must
  * admit for every one of them). */
@@ -625,10 +625,12 @@ static int rows_fused(const dsv4_weight *w, const int rows[FUSED_ROWS], const ch
     case 1: return rows_n(w, rows, ahead, x, out, 1);
     case 2: return rows_n(w, rows, ahead, x, out, 2);
     case 3: return rows_n(w, rows, ahead, x, out, 3);
-    default: return rows_n(w, rows, ahead, x, out, 4);
+    case 4: return rows_n(w, rows, ahead, x, out, 4);
+    case 5: return rows_n(w, rows, ahead, x, out, 5);
+    default: return rows_n(w, rows, ahead, x, out, 6);
     }
 }
-_Static_assert(FUSED_T == 4, "rows_fused has a case per token count up to 4");
+_Static_assert(FUSED_T == 6, "rows_fused has a case per token count up to 6");
 #endif
 
 static inline float *out_at(const cpu_pairs_job *j, int t, int o) {
@@ -808,16 +810,21 @@ done:
 #endif
 
 #ifdef DSV4_AVX512
-/* Passes of the fused path over a row group (pairs_rows): up to fused_passes(w) * FUSED_T tokens decode rows in
- * registers, a pass of at most FUSED_T tokens at a time; more take the tile. Each later pass decodes the group's
- * bytes again, from cache, which costs less than decoding them once into the tile's buffer and running the tile
- * while the tokens stay at most 16 for FP8 and FP4 (the tile's 6-token groups then read the tokens from L2). Times
- * on a Zen 5 core, one linear (tools/bench/linear_bench 1 T), tile -> fused: 2048 x 4096 at 6 tokens FP8 1.14-1.48
- * -> 0.72-0.74 ms; at 12 / 16 tokens FP8 5.4-5.6 / 4.6-4.9 -> 7.0-7.4 / 5.5-5.7 GB/s, FP4 3.4-3.5 / 3.0-3.1 ->
- * 4.6-4.7 / 3.7-3.8 GB/s; 8192 x 1024 at 16 FP8 3.2-3.5 -> 5.0-5.2; 24 tokens gained 0-15 %, 32 lost 5-15 %. BF16
- * rows need no decoding and the tile's larger register block wins from 9 tokens on (16: 8.2-8.8 -> 7.8-8.3). */
-enum { FUSED_PASSES = 4 };
-static inline int fused_passes(const dsv4_weight *w) { return w->fmt == WF_BF16 ? 2 : FUSED_PASSES; }
+/* Passes of the fused path over a row group (pairs_rows): up to fused_max_tokens(w) tokens decode rows in
+ * registers, in as few passes of at most FUSED_T tokens as hold them, of equal sizes (12 tokens: 6 + 6; 16: 6 + 5
+ * + 5); more take the tile. Each later pass decodes the group's bytes again, from cache, which costs less than
+ * decoding them once into the tile's buffer and running the tile while the tokens stay at most 16 for FP8 and FP4
+ * (the tile's 6-token groups then read the tokens from L2). Times on a Zen 5 core, one linear
+ * (tools/bench/linear_bench 1 T), tile -> fused (4-token passes): 2048 x 4096 at 6 tokens FP8 1.14-1.48 -> 0.72-0.74
+ * ms; at 12 / 16 tokens FP8 5.4-5.6 / 4.6-4.9 -> 7.0-7.4 / 5.5-5.7 GB/s, FP4 3.4-3.5 / 3.0-3.1 -> 4.6-4.7 / 3.7-3.8
+ * GB/s; 8192 x 1024 at 16 FP8 3.2-3.5 -> 5.0-5.2; 24 tokens gained 0-15 %, 32 lost 5-15 %. BF16 rows need no
+ * decoding and the tile's larger register block wins from 9 tokens on (16: 8.2-8.8 -> 7.8-8.3). Passes of 6 tokens
+ * instead of 4 (24 accumulators; a routed expert of a 128-token prompt sees ~12 tokens: two decodes of its rows, not
+ * three), min of 5 alternated runs, µs a matrix, FP8 / FP4: 1024 x 2048 at 6 tokens 199 / 146 -> 162 / 119, 12
+ * tokens 338 / 278 -> 345 / 249; 2048 x 1024 at 10 tokens 352 / 261 -> 317 / 211, 14 tokens 473 / 346 -> 430 / 315,
+ * 8 tokens (two passes of 4 either way) 246 / 184 -> 228 / 177. */
+enum { FUSED_MAX_T = 16, FUSED_PASSES = (FUSED_MAX_T + FUSED_T - 1) / FUSED_T };
+static inline int fused_max_tokens(const dsv4_weight *w) { return w->fmt == WF_BF16 ? 8 : FUSED_MAX_T; }
 static const char *const no_ahead[FUSED_ROWS];   /* a later pass: its rows are in cache, nothing to prefetch */
 
 /* Row o against every token of the job by the tile, its decoded bf16s in rows (n32 of them) and ftmp the slow
@@ -882,14 +889,14 @@ void ISA_FN(pairs_rows)(void *ctx, int begin, int end, int thread) {
     if (!rows || !ftmp) goto done;   /* cannot happen for real configs; leaves y untouched rather than crash */
     const size_t row_bytes = weight_cols_bytes(w, cols);
 #ifdef DSV4_AVX512
-    if (b->T <= fused_passes(w) * FUSED_T) {   /* few tokens: rows decoded in registers, FUSED_ROWS at a time */
-        const int passes = (b->T + FUSED_T - 1) / FUSED_T;
+    if (b->T <= fused_max_tokens(w)) {   /* few tokens: rows decoded in registers, FUSED_ROWS at a time */
+        const int passes = (b->T + FUSED_T - 1) / FUSED_T, per = (b->T + passes - 1) / passes;
         fused_tokens x[FUSED_PASSES];
         for (int p = 0; p < passes; p++) {
             x[p].range = (pairs_exp){ 255, 0 };
             x[p].log2_n32 = b->log2_n32;
-            for (int t = p * FUSED_T; t < imin(b->T, (p + 1) * FUSED_T); t++) {
-                x[p].x[t - p * FUSED_T] = b->xb + (size_t)t * n32;
+            for (int t = p * per; t < imin(b->T, (p + 1) * per); t++) {
+                x[p].x[t - p * per] = b->xb + (size_t)t * n32;
                 x[p].range.lo = imin(x[p].range.lo, b->range[t].lo), x[p].range.hi = imax(x[p].range.hi, b->range[t].hi);
             }
         }
@@ -903,10 +910,10 @@ void ISA_FN(pairs_rows)(void *ctx, int begin, int end, int thread) {
             float out[FUSED_PASSES][FUSED_ROWS][FUSED_T];
             int fused = 1;
             for (int p = 0; p < passes && fused; p++)
-                fused = rows_fused(w, rws, p ? (const char *const *)no_ahead : ahead, &x[p], imin(FUSED_T, b->T - p * FUSED_T), out[p]);
+                fused = rows_fused(w, rws, p ? (const char *const *)no_ahead : ahead, &x[p], imin(per, b->T - p * per), out[p]);
             if (fused) {
                 for (int p = 0; p < passes; p++)
-                    store_tile(j, p * FUSED_T, imin(FUSED_T, b->T - p * FUSED_T), o0, nr, &out[p][0][0], FUSED_T);
+                    store_tile(j, p * per, imin(per, b->T - p * per), o0, nr, &out[p][0][0], FUSED_T);
                 continue;
             }
             for (int r = 0; r < nr; r++)   /* the tile path, one row at a time (scales out of range, or unsafe) */
