@@ -811,9 +811,9 @@ done:
 
 #ifdef DSV4_AVX512
 /* Passes of the fused path over a row group (pairs_rows): up to fused_max_tokens(w) tokens decode rows in
- * registers, in as few passes of at most FUSED_T tokens as hold them, of equal sizes (12 tokens: 6 + 6; 16: 6 + 5
- * + 5); more take the tile. Each later pass decodes the group's bytes again, from cache, which costs less than
- * decoding them once into the tile's buffer and running the tile while the tokens stay at most 16 for FP8 and FP4
+ * registers, in as few passes of at most FUSED_T tokens as hold them, each of ceil(tokens / passes) but the last
+ * (12 tokens: 6 + 6; 9: 5 + 4; 16: 6 + 6 + 4); more take the tile. Each later pass decodes the group's bytes
+ * again, from cache, which costs less than decoding them once into the tile's buffer and running the tile while the tokens stay at most 16 for FP8 and FP4
  * (the tile's 6-token groups then read the tokens from L2). Times on a Zen 5 core, one linear
  * (tools/bench/linear_bench 1 T), tile -> fused (4-token passes): 2048 x 4096 at 6 tokens FP8 1.14-1.48 -> 0.72-0.74
  * ms; at 12 / 16 tokens FP8 5.4-5.6 / 4.6-4.9 -> 7.0-7.4 / 5.5-5.7 GB/s, FP4 3.4-3.5 / 3.0-3.1 -> 4.6-4.7 / 3.7-3.8
