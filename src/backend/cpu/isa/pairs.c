@@ -810,19 +810,20 @@ done:
 #endif
 
 #ifdef DSV4_AVX512
-/* Passes of the fused path over a row group (pairs_rows): up to fused_max_tokens(w) tokens decode rows in
- * registers, in as few passes of at most FUSED_T tokens as hold them, each of ceil(tokens / passes) but the last
- * (12 tokens: 6 + 6; 9: 5 + 4; 16: 6 + 6 + 4); more take the tile. Each later pass decodes the group's bytes
- * again, from cache, which costs less than decoding them once into the tile's buffer and running the tile while the tokens stay at most 16 for FP8 and FP4
- * (the tile's 6-token groups then read the tokens from L2). Times on a Zen 5 core, one linear
+/* Passes of the fused path over a row group (pairs_rows): up to fused_max_tokens(w) tokens decode rows in registers,
+ * in as few passes of at most FUSED_T tokens as hold them, each of ceil(tokens / passes) but the last (12 tokens: 6 +
+ * 6; 9: 5 + 4; 16: 6 + 6 + 4); more take the tile. Each later pass decodes the group's bytes again, from cache, which
+ * costs less than decoding them once into the tile's buffer and running the tile while the tokens stay at most 16 for
+ * FP8 and FP4 (the tile's 6-token groups then read the tokens from L2). Times on a Zen 5 core, one linear
  * (tools/bench/linear_bench 1 T), tile -> fused (4-token passes): 2048 x 4096 at 6 tokens FP8 1.14-1.48 -> 0.72-0.74
  * ms; at 12 / 16 tokens FP8 5.4-5.6 / 4.6-4.9 -> 7.0-7.4 / 5.5-5.7 GB/s, FP4 3.4-3.5 / 3.0-3.1 -> 4.6-4.7 / 3.7-3.8
- * GB/s; 8192 x 1024 at 16 FP8 3.2-3.5 -> 5.0-5.2; 24 tokens gained 0-15 %, 32 lost 5-15 %. BF16 rows need no
- * decoding and the tile's larger register block wins from 9 tokens on (16: 8.2-8.8 -> 7.8-8.3). Passes of 6 tokens
- * instead of 4 (24 accumulators; a routed expert of a 128-token prompt sees ~12 tokens: two decodes of its rows, not
- * three), min of 5 alternated runs, µs a matrix, FP8 / FP4: 1024 x 2048 at 6 tokens 199 / 146 -> 162 / 119, 12
- * tokens 338 / 278 -> 345 / 249; 2048 x 1024 at 10 tokens 352 / 261 -> 317 / 211, 14 tokens 473 / 346 -> 430 / 315,
- * 8 tokens (two passes of 4 either way) 246 / 184 -> 228 / 177. */
+ * GB/s; 8192 x 1024 at 16 FP8 3.2-3.5 -> 5.0-5.2; 24 tokens gained 0-15 %, 32 lost 5-15 %. BF16 rows need no decoding
+ * and the tile's larger register block wins from 9 tokens on (16: 8.2-8.8 -> 7.8-8.3). Passes of 6 tokens instead of 4
+ * (24 accumulators; a routed expert of a 128-token prompt sees ~12 tokens: two decodes of its rows, not three), min of
+ * 5 alternated runs, µs a matrix, FP8 / FP4: 1024 x 2048 at 6 tokens 199 / 146 -> 162 / 119, 12 tokens 338 / 278 ->
+ * 345 / 249; 2048 x 1024 at 10 tokens 352 / 261 -> 317 / 211, 14 tokens 473 / 346 -> 430 / 315, 8 tokens (two passes
+ * of 4 either way) 246 / 184 -> 228 / 177.
+ */
 enum { FUSED_MAX_T = 16, FUSED_PASSES = (FUSED_MAX_T + FUSED_T - 1) / FUSED_T };
 static inline int fused_max_tokens(const dsv4_weight *w) { return w->fmt == WF_BF16 ? 8 : FUSED_MAX_T; }
 static const char *const no_ahead[FUSED_ROWS];   /* a later pass: its rows are in cache, nothing to prefetch */
