@@ -441,10 +441,11 @@ static inline __m512 chunk_step(__m512 acc, __m512i w, x_chunk x) {
 
 enum { FUSED_ROWS = 4, FUSED_T = 6 };
 
-/* The tokens of a fused call: up to FUSED_T of them, and the hull of their exponent ranges (what pairs_safe must
- * admit for every one of them). */
+/* The tokens of a fused call (one pass): n <= FUSED_T of them from the job's token t0, and the hull of their
+ * exponent ranges (what pairs_safe must admit for every one of them). */
 typedef struct {
     const uint16_t *x[FUSED_T];
+    int t0, n;
     pairs_exp range;
     int log2_n32;
 } fused_tokens;
@@ -613,15 +614,15 @@ static ALWAYS_INLINE int rows_n(const dsv4_weight *w, const int rows[FUSED_ROWS]
     }
 }
 
-/* Rows rows[0..3] (repeats allowed) against nt <= FUSED_T tokens; 0 when the caller must take the tile
+/* Rows rows[0..3] (repeats allowed) against the x->n tokens of pass x; 0 when the caller must take the tile
  * path. Few tokens read every weight byte about once: each row's bytes FUSED_ROWS rows ahead (ahead[r], NULL:
  * none) are requested as the loop passes the same columns, a line at a time, so the next group's rows arrive
  * while these are used (requesting a whole group at once measured slower: too many requests in flight). The rows
  * ahead may lie past the call's range (the weight's next block of rows, which this thread usually takes next:
  * pool.h's dsv4_pool_run_blocks); a prefetch changes no value. */
 static int rows_fused(const dsv4_weight *w, const int rows[FUSED_ROWS], const char *const ahead[FUSED_ROWS],
-                      const fused_tokens *x, int nt, float out[FUSED_ROWS][FUSED_T]) {
-    switch (nt) {
+                      const fused_tokens *x, float out[FUSED_ROWS][FUSED_T]) {
+    switch (x->n) {
     case 1: return rows_n(w, rows, ahead, x, out, 1);
     case 2: return rows_n(w, rows, ahead, x, out, 2);
     case 3: return rows_n(w, rows, ahead, x, out, 3);
@@ -896,8 +897,9 @@ void ISA_FN(pairs_rows)(void *ctx, int begin, int end, int thread) {
         for (int p = 0; p < passes; p++) {
             x[p].range = (pairs_exp){ 255, 0 };
             x[p].log2_n32 = b->log2_n32;
-            for (int t = p * per; t < imin(b->T, (p + 1) * per); t++) {
-                x[p].x[t - p * per] = b->xb + (size_t)t * n32;
+            x[p].t0 = p * per, x[p].n = imin(per, b->T - p * per);
+            for (int t = x[p].t0; t < x[p].t0 + x[p].n; t++) {
+                x[p].x[t - x[p].t0] = b->xb + (size_t)t * n32;
                 x[p].range.lo = imin(x[p].range.lo, b->range[t].lo), x[p].range.hi = imax(x[p].range.hi, b->range[t].hi);
             }
         }
@@ -911,10 +913,10 @@ void ISA_FN(pairs_rows)(void *ctx, int begin, int end, int thread) {
             float out[FUSED_PASSES][FUSED_ROWS][FUSED_T];
             int fused = 1;
             for (int p = 0; p < passes && fused; p++)
-                fused = rows_fused(w, rws, p ? (const char *const *)no_ahead : ahead, &x[p], imin(per, b->T - p * per), out[p]);
+                fused = rows_fused(w, rws, p ? (const char *const *)no_ahead : ahead, &x[p], out[p]);
             if (fused) {
                 for (int p = 0; p < passes; p++)
-                    store_tile(j, p * per, imin(per, b->T - p * per), o0, nr, &out[p][0][0], FUSED_T);
+                    store_tile(j, x[p].t0, x[p].n, o0, nr, &out[p][0][0], FUSED_T);
                 continue;
             }
             for (int r = 0; r < nr; r++)   /* the tile path, one row at a time (scales out of range, or unsafe) */
