@@ -46,11 +46,18 @@ void cpu_pairs_tokens_free(cpu_pairs_tokens *b) {
  * turn, let a thread slowed by its core (a hyperthread sibling at work, another process) take fewer, instead of
  * everyone waiting for it (on the 16-thread lent machine the caller waited ~25 % of a step with equal shares).
  * Blocks are multiples of 4 rows (the fused kernels' group; isa/pairs.c) and no smaller than 16. A row's value
- * does not depend on the cut. Many tokens keep equal shares: there a call's fixed costs per range are larger. */
+ * does not depend on the cut. Many tokens keep equal shares (pairs_row_share): there a call's fixed costs per
+ * range are larger. */
 enum { PAIRS_BLOCK_T = 4 };
 static int pairs_row_block(dsv4_pool *pool, int rows) {
     const int threads = dsv4_pool_threads(pool), b = (rows + 4 * threads - 1) / (4 * threads);
     return b < 16 ? 16 : (b + 3) / 4 * 4;
+}
+/* Many tokens: one block a thread, an equal share rounded up to whole groups of 4 rows (a share cut inside a
+ * group would send that group's rows down the slower tile path). */
+static int pairs_row_share(dsv4_pool *pool, int rows) {
+    const int threads = dsv4_pool_threads(pool), b = (rows + threads - 1) / threads;
+    return (b + 3) / 4 * 4;
 }
 
 void cpu_linear_pairs(dsv4_pool *pool, const dsv4_weight *w, const float *x, int T, int ldx, float *y, int ldy,
@@ -63,8 +70,8 @@ void cpu_linear_pairs(dsv4_pool *pool, const dsv4_weight *w, const float *x, int
         return;
     }
     cpu_pairs_job j = { w, &b, y, y_rows, ldy };
-    if (T <= PAIRS_BLOCK_T) dsv4_pool_run_blocks(pool, w->rows, pairs_row_block(pool, w->rows), dsv4_pool_kernels(pool)->pairs_rows, &j);
-    else dsv4_pool_run(pool, w->rows, dsv4_pool_kernels(pool)->pairs_rows, &j);
+    const int block = T <= PAIRS_BLOCK_T ? pairs_row_block(pool, w->rows) : pairs_row_share(pool, w->rows);
+    dsv4_pool_run_blocks(pool, w->rows, block, dsv4_pool_kernels(pool)->pairs_rows, &j);
     cpu_pairs_tokens_free(&b);
 }
 

@@ -489,32 +489,43 @@ static ALWAYS_INLINE void fused_out(__m512 acc[FUSED_ROWS][FUSED_T], float out[F
         for (int t = 0; t < NT; t++) out[r][t] = reduce16_zmm(acc[r][t]);
 }
 
-/* FP8 rows (cols a multiple of 128): 0 when a row's scales leave the fast decoder's range or, with VDPBF16PS,
- * pairs_safe refuses a row (the caller then takes the tile path). */
-static ALWAYS_INLINE int fp8_rows_n(const dsv4_weight *w, const int rows[FUSED_ROWS], const char *const ahead[FUSED_ROWS],
-                                    const fused_tokens *x, float out[FUSED_ROWS][FUSED_T], const int NT) {
+/* ---- the rows of one group: FUSED_ROWS consecutive rows o0 .. o0 + 3 ----
+ * Addressed from row o0 and the row stride (r * stride), not four data, four scale and four prefetch pointers:
+ * with those live, GCC kept some pointers in vector registers and spilled others around the decode (1024 x 2048
+ * on one core from L2, best of 5 alternated runs, GB/s, FP4 / FP8: 3 tokens 13.4 / 22.7 -> 16.5 / 25.9, 12 tokens
+ * 4.1 / 7.1 -> 5.1 / 8.7). A thread's rows come in whole groups (linear.c cuts them so); a group that is not
+ * whole (a weight whose rows are not a multiple of 4) takes the tile path, as does an FP8 group across two
+ * 128-row scale blocks (never, with row views at multiples of 4).
+ * Few tokens read every weight byte about once: when AHEAD, each of the next group's rows is requested a line at
+ * a time as the loop passes the same columns, so that its bytes arrive while these rows are used (requesting a
+ * whole group at once measured slower: too many requests in flight; 8 or 12 rows ahead measured no faster). The
+ * next group may lie past the call's range (the weight's next block of rows, which this thread usually takes
+ * next: pool.h's dsv4_pool_run_blocks); a prefetch changes no value. */
+
+/* FP8 rows (cols a multiple of 128, the four rows in one scale block: one block's constants serve them all): 0
+ * when the block's scales leave the fast decoder's range or, with VDPBF16PS, pairs_safe refuses them (the caller
+ * then takes the tile path). */
+static ALWAYS_INLINE int fp8_rows_n(const dsv4_weight *w, int o0, const int AHEAD, const fused_tokens *x,
+                                    float out[FUSED_ROWS][FUSED_T], const int NT) {
     const int n = w->cols;
     if (n % 128) return 0;
-    const uint8_t *src[FUSED_ROWS], *srow[FUSED_ROWS];
+    const int64_t stride = n;
+    const uint8_t *src = (const uint8_t *)w->data + (int64_t)o0 * stride;
+    const uint8_t *srow = w->scale + (int64_t)((w->row0 + o0) / 128) * w->scale_cols;
     int slo, shi;
     scale_bounds(10, 246, -9, 8, x, &slo, &shi);
-    for (int r = 0; r < FUSED_ROWS; r++) {
-        src[r] = (const uint8_t *)w->data + (int64_t)rows[r] * n;
-        srow[r] = w->scale + (int64_t)((w->row0 + rows[r]) / 128) * w->scale_cols;
-        if ((r == 0 || srow[r] != srow[r - 1]) && !scales_within(srow[r], n / 128, slo, shi)) return 0;
-    }
+    if (!scales_within(srow, n / 128, slo, shi)) return 0;
     __m512 acc[FUSED_ROWS][FUSED_T];
     for (int r = 0; r < FUSED_ROWS; r++)
         for (int t = 0; t < NT; t++) acc[r][t] = _mm512_setzero_ps();
     for (int i = 0; i < n; i += 128) {
-        fp8_block_consts c[FUSED_ROWS];
-        for (int r = 0; r < FUSED_ROWS; r++) {
-            c[r] = fp8_block(srow[r][i / 128]);
-            if (ahead[r]) __builtin_prefetch(ahead[r] + i, 0, 3), __builtin_prefetch(ahead[r] + i + 64, 0, 3);
-        }
+        const fp8_block_consts c = fp8_block(srow[i / 128]);
+        if (AHEAD)
+            for (int r = FUSED_ROWS; r < 2 * FUSED_ROWS; r++)
+                __builtin_prefetch(src + r * stride + i, 0, 3), __builtin_prefetch(src + r * stride + i + 64, 0, 3);
         for (int k = i; k < i + 128; k += 32) {
             __m512i wv[FUSED_ROWS];
-            for (int r = 0; r < FUSED_ROWS; r++) wv[r] = fp8_bf16x32(src[r] + k, c[r]);
+            for (int r = 0; r < FUSED_ROWS; r++) wv[r] = fp8_bf16x32(src + r * stride + k, c);
             chunk_steps(acc, wv, x, k, NT);
         }
     }
@@ -523,36 +534,35 @@ static ALWAYS_INLINE int fp8_rows_n(const dsv4_weight *w, const int rows[FUSED_R
 }
 
 /* FP4 rows (cols a multiple of 32): 0 as fp8_rows_n. */
-static ALWAYS_INLINE int fp4_rows_n(const dsv4_weight *w, const int rows[FUSED_ROWS], const char *const ahead[FUSED_ROWS],
-                                    const fused_tokens *x, float out[FUSED_ROWS][FUSED_T], const int NT) {
+static ALWAYS_INLINE int fp4_rows_n(const dsv4_weight *w, int o0, const int AHEAD, const fused_tokens *x,
+                                    float out[FUSED_ROWS][FUSED_T], const int NT) {
     const int n = w->cols;
-    const uint8_t *src[FUSED_ROWS], *srow[FUSED_ROWS];
+    const int64_t stride = n / 2, sstride = w->scale_cols;
+    const uint8_t *src = (const uint8_t *)w->data + (int64_t)o0 * stride;
+    const uint8_t *srow = w->scale + (int64_t)(w->row0 + o0) * sstride;
     int slo, shi;
     scale_bounds(2, 252, -1, 2, x, &slo, &shi);
-    for (int r = 0; r < FUSED_ROWS; r++) {
-        src[r] = (const uint8_t *)w->data + (int64_t)rows[r] * (n / 2);
-        srow[r] = w->scale + (int64_t)(w->row0 + rows[r]) * w->scale_cols;
-        if (!scales_within(srow[r], n / 32, slo, shi)) return 0;
-    }
+    for (int r = 0; r < FUSED_ROWS; r++)
+        if (!scales_within(srow + r * sstride, n / 32, slo, shi)) return 0;
     __m512 acc[FUSED_ROWS][FUSED_T];
     for (int r = 0; r < FUSED_ROWS; r++)
         for (int t = 0; t < NT; t++) acc[r][t] = _mm512_setzero_ps();
-    /* 128 columns (four scale blocks) at a time: each row's four scale bytes in one word, so that the rows' scale
-     * pointers are read once per chunk, not once per block. With 4 rows' data, scale and prefetch pointers live, GCC
-     * kept the pointers in mask registers and moved them back for every block (kmovq, on the port VDPBF16PS needs). */
+    /* 128 columns (four scale blocks) at a time: each row's four scale bytes in one word, read once per chunk,
+     * not once per block */
     for (int i = 0; i < n; i += 128) {
         const int nb = n - i >= 128 ? 4 : (n - i) / 32;
         uint32_t sw[FUSED_ROWS];
         for (int r = 0; r < FUSED_ROWS; r++) {
-            if (ahead[r]) __builtin_prefetch(ahead[r] + i / 2, 0, 3);
+            if (AHEAD) __builtin_prefetch(src + (FUSED_ROWS + r) * stride + i / 2, 0, 3);
             sw[r] = 0;
-            if (nb == 4) memcpy(&sw[r], srow[r] + i / 32, 4);
+            if (nb == 4) memcpy(&sw[r], srow + r * sstride + i / 32, 4);
             else
-                for (int j = 0; j < nb; j++) sw[r] |= (uint32_t)srow[r][i / 32 + j] << (8 * j);
+                for (int j = 0; j < nb; j++) sw[r] |= (uint32_t)srow[r * sstride + i / 32 + j] << (8 * j);
         }
         for (int j = 0; j < nb; j++) {
             __m512i wv[FUSED_ROWS];
-            for (int r = 0; r < FUSED_ROWS; r++) wv[r] = fp4_bf16x32(src[r] + (i + 32 * j) / 2, fp4_table((sw[r] >> (8 * j)) & 0xff));
+            for (int r = 0; r < FUSED_ROWS; r++)
+                wv[r] = fp4_bf16x32(src + r * stride + (i + 32 * j) / 2, fp4_table((sw[r] >> (8 * j)) & 0xff));
             chunk_steps(acc, wv, x, i + 32 * j, NT);
         }
     }
@@ -562,14 +572,18 @@ static ALWAYS_INLINE int fp4_rows_n(const dsv4_weight *w, const int rows[FUSED_R
 
 /* BF16 rows (cols a multiple of 32). With VDPBF16PS the rows' exponent ranges are only known at the end, so
  * they are gathered on the way and a row pairs_safe refuses returns 0 (the caller redoes the rows). */
-static ALWAYS_INLINE int bf16_rows_n(const dsv4_weight *w, const int rows[FUSED_ROWS], const char *const ahead[FUSED_ROWS],
-                                     const fused_tokens *x, float out[FUSED_ROWS][FUSED_T], const int NT) {
+static ALWAYS_INLINE int bf16_rows_n(const dsv4_weight *w, int o0, const int AHEAD, const fused_tokens *x,
+                                     float out[FUSED_ROWS][FUSED_T], const int NT) {
     const int n = w->cols;
     if (n % 32) return 0;
+    /* here a pointer per row, and the loop's own: measured from memory, the stride form ran ~7 % slower (one
+     * token, 2048 x 4096, one thread: 18-20 GB/s against 20-22) though faster from L2 */
     const uint16_t *src[FUSED_ROWS];
+    const char *ahead[FUSED_ROWS];
     __m512 acc[FUSED_ROWS][FUSED_T];
     for (int r = 0; r < FUSED_ROWS; r++) {
-        src[r] = (const uint16_t *)w->data + (int64_t)rows[r] * n;
+        src[r] = (const uint16_t *)w->data + (int64_t)(o0 + r) * n;
+        ahead[r] = AHEAD ? (const char *)(src[r] + (int64_t)FUSED_ROWS * n) : NULL;
         for (int t = 0; t < NT; t++) acc[r][t] = _mm512_setzero_ps();
     }
 #ifdef PAIRS_DP
@@ -604,32 +618,37 @@ static ALWAYS_INLINE int bf16_rows_n(const dsv4_weight *w, const int rows[FUSED_
     return 1;
 }
 
-static ALWAYS_INLINE int rows_n(const dsv4_weight *w, const int rows[FUSED_ROWS], const char *const ahead[FUSED_ROWS],
-                                const fused_tokens *x, float out[FUSED_ROWS][FUSED_T], const int NT) {
+static ALWAYS_INLINE int rows_n(const dsv4_weight *w, int o0, const int AHEAD, const fused_tokens *x,
+                                float out[FUSED_ROWS][FUSED_T], const int NT) {
     switch (w->fmt) {
-    case WF_FP8: return fp8_rows_n(w, rows, ahead, x, out, NT);
-    case WF_FP4: return fp4_rows_n(w, rows, ahead, x, out, NT);
-    case WF_BF16: return bf16_rows_n(w, rows, ahead, x, out, NT);
+    case WF_FP8: return fp8_rows_n(w, o0, AHEAD, x, out, NT);
+    case WF_FP4: return fp4_rows_n(w, o0, AHEAD, x, out, NT);
+    case WF_BF16: return bf16_rows_n(w, o0, AHEAD, x, out, NT);
     default: return 0;
     }
 }
 
-/* Rows rows[0..3] (repeats allowed) against the x->n tokens of pass x; 0 when the caller must take the tile
- * path. Few tokens read every weight byte about once: each row's bytes FUSED_ROWS rows ahead (ahead[r], NULL:
- * none) are requested as the loop passes the same columns, a line at a time, so the next group's rows arrive
- * while these are used (requesting a whole group at once measured slower: too many requests in flight). The rows
- * ahead may lie past the call's range (the weight's next block of rows, which this thread usually takes next:
- * pool.h's dsv4_pool_run_blocks); a prefetch changes no value. */
-static int rows_fused(const dsv4_weight *w, const int rows[FUSED_ROWS], const char *const ahead[FUSED_ROWS],
-                      const fused_tokens *x, float out[FUSED_ROWS][FUSED_T]) {
+/* Whether rows o0 .. o0 + 3 are a group the fused kernels take: all in the call, and for FP8 in one scale block. */
+static int group_whole(const dsv4_weight *w, int o0, int end) {
+    if (o0 + FUSED_ROWS > end) return 0;
+    return w->fmt != WF_FP8 || (w->row0 + o0) / 128 == (w->row0 + o0 + FUSED_ROWS - 1) / 128;
+}
+
+/* The group o0 .. o0 + 3 against the x->n tokens of pass x; 0 when the caller must take the tile path. ahead:
+ * request the next group's rows (only the first pass: a later one finds its rows in cache). */
+static int rows_fused(const dsv4_weight *w, int o0, int ahead, const fused_tokens *x, float out[FUSED_ROWS][FUSED_T]) {
+#define FUSED_CASE(NT) \
+    case NT: return ahead ? rows_n(w, o0, 1, x, out, NT) : rows_n(w, o0, 0, x, out, NT);
     switch (x->n) {
-    case 1: return rows_n(w, rows, ahead, x, out, 1);
-    case 2: return rows_n(w, rows, ahead, x, out, 2);
-    case 3: return rows_n(w, rows, ahead, x, out, 3);
-    case 4: return rows_n(w, rows, ahead, x, out, 4);
-    case 5: return rows_n(w, rows, ahead, x, out, 5);
-    default: return rows_n(w, rows, ahead, x, out, 6);
+    FUSED_CASE(1)
+    FUSED_CASE(2)
+    FUSED_CASE(3)
+    FUSED_CASE(4)
+    FUSED_CASE(5)
+    FUSED_CASE(6)
+    default: return 0;
     }
+#undef FUSED_CASE
 }
 _Static_assert(FUSED_T == 6, "rows_fused has a case per token count up to 6");
 #endif
@@ -827,7 +846,6 @@ done:
  */
 enum { FUSED_MAX_T = 16, FUSED_PASSES = (FUSED_MAX_T + FUSED_T - 1) / FUSED_T };
 static inline int fused_max_tokens(const dsv4_weight *w) { return w->fmt == WF_BF16 ? 8 : FUSED_MAX_T; }
-static const char *const no_ahead[FUSED_ROWS];   /* a later pass: its rows are in cache, nothing to prefetch */
 
 /* Row o against every token of the job by the tile, its decoded bf16s in rows (n32 of them) and ftmp the slow
  * decoder's scratch: the fused path's fallback for a row whose scales leave the fast decoders' range or whose
@@ -905,21 +923,16 @@ void ISA_FN(pairs_rows)(void *ctx, int begin, int end, int thread) {
         }
         for (int o0 = begin; o0 < end; o0 += FUSED_ROWS) {
             const int nr = imin(FUSED_ROWS, end - o0);
-            int rws[FUSED_ROWS];
-            for (int r = 0; r < FUSED_ROWS; r++) rws[r] = o0 + imin(r, nr - 1);   /* a partial group repeats its last row */
-            const char *ahead[FUSED_ROWS];
-            for (int r = 0; r < FUSED_ROWS; r++)
-                ahead[r] = rws[r] + FUSED_ROWS < w->rows ? (const char *)w->data + (size_t)(rws[r] + FUSED_ROWS) * row_bytes : NULL;
             float out[FUSED_PASSES][FUSED_ROWS][FUSED_T];
-            int fused = 1;
+            int fused = group_whole(w, o0, end);
             for (int p = 0; p < passes && fused; p++)
-                fused = rows_fused(w, rws, p ? (const char *const *)no_ahead : ahead, &x[p], out[p]);
+                fused = rows_fused(w, o0, !p && o0 + 2 * FUSED_ROWS <= w->rows, &x[p], out[p]);
             if (fused) {
                 for (int p = 0; p < passes; p++)
                     store_tile(j, x[p].t0, x[p].n, o0, nr, &out[p][0][0], FUSED_T);
                 continue;
             }
-            for (int r = 0; r < nr; r++)   /* the tile path, one row at a time (scales out of range, or unsafe) */
+            for (int r = 0; r < nr; r++)   /* the tile path, one row at a time (not a whole group, scales out of range, or unsafe) */
                 tile_one_row(j, o0 + r, rows, ftmp);
         }
         goto done;
