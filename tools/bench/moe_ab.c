@@ -103,7 +103,7 @@ int main(int argc, char **argv) {
     for (int v = 0; v < 2; v++) {
         qsort(secs[v], (size_t)reps, sizeof(double), by_value);
         printf("%s%s T=%d threads=%s %-10s  min %.2f ms  median %.2f ms per %d-layer MoE pass  (%.1f GB/s at min)  "
-               "%.1f dispatches/layer\n", official ? "official" : "exact", m->amx ? "+amx" : "", T, argv[3], name[v],
+               "%.1f dispatches/layer\n", official ? "official" : "exact", m->dots == CPU_DOTS_AMX ? "+amx" : "", T, argv[3], name[v],
                secs[v][0] * 1e3, secs[v][reps / 2] * 1e3, m->cfg.n_layers, bytes[v] / secs[v][0] / 1e9,
                (double)dispatches[v] / m->cfg.n_layers);
     }
