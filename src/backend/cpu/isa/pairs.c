@@ -73,13 +73,14 @@ static inline fp8_block_consts fp8_block(int S) {
 /* 32 E4M3 bytes of one block -> their 32 bf16s times the block's scale, in element order (fp8_row_bf16 below
  * says how). */
 static inline __m512i fp8_bf16x32(const uint8_t *src, fp8_block_consts c) {
-    const __m512i w = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)src));
+    /* sign-extended: bit 15 of each word is the byte's sign bit, the low 7 bits its magnitude */
+    const __m512i w = _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)src));
     const __m512i mag = _mm512_and_si512(w, _mm512_set1_epi16(0x7f));
     const __m512i normal = _mm512_add_epi16(_mm512_slli_epi16(mag, 4), c.bias);
     const __mmask32 is_sub = _mm512_testn_epi16_mask(mag, _mm512_set1_epi16(0x78));
     const __m512i v = _mm512_mask_permutexvar_epi16(normal, is_sub, mag, c.sub);
-    /* sign: bit 7 of the byte to bit 15 of the word (0xf8: A | (B & C), A = v, B = w << 8, C = 0x8000) */
-    return _mm512_ternarylogic_epi32(v, _mm512_slli_epi16(w, 8), _mm512_set1_epi16((short)0x8000), 0xf8);
+    /* the sign (0xf8: A | (B & C), A = v, B = w, C = 0x8000); a zero-extended byte needed a shift more */
+    return _mm512_ternarylogic_epi32(v, w, _mm512_set1_epi16((short)0x8000), 0xf8);
 }
 
 /* The E2M1 bf16 table of fp4_row_bf16 with the block's scale S added to the exponents of its nonzero entries, for
