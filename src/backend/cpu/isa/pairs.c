@@ -494,9 +494,9 @@ static ALWAYS_INLINE void fused_out(__m512 acc[FUSED_ROWS][FUSED_T], float out[F
  * Addressed from row o0 and the row stride (r * stride), not four data, four scale and four prefetch pointers:
  * with those live, GCC kept some pointers in vector registers and spilled others around the decode (1024 x 2048
  * on one core from L2, best of 5 alternated runs, GB/s, FP4 / FP8: 3 tokens 13.4 / 22.7 -> 16.5 / 25.9, 12 tokens
- * 4.3 / 7.5 -> 5.5 / 9.0). A thread's rows come in whole groups (linear.c cuts them so); a group that is not
- * whole (a weight whose rows are not a multiple of 4) takes the tile path, as does an FP8 group across two
- * 128-row scale blocks (never, with row views at multiples of 4).
+ * 4.3 / 7.5 -> 5.5 / 9.0). A thread's rows come in whole groups (linear.c and the MoE's 128-row units cut them
+ * so); a group that is not whole (a weight whose rows are not a multiple of 4) takes the tile path, as does an FP8
+ * group across two 128-row scale blocks (never, with row views at multiples of 4).
  * Few tokens read every weight byte about once: when AHEAD, each of the next group's rows is requested a line at
  * a time as the loop passes the same columns, so that its bytes arrive while these rows are used (requesting a
  * whole group at once measured slower: too many requests in flight; 8 or 12 rows ahead measured no faster). The
