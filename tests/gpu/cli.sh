@@ -171,4 +171,7 @@ same_logits() {
 same_logits DSV4_CUDA_ATT_DEC "official fp8" "official bf16" "exact fp8" "official f32"
 # the one-launch decode attention (DSV4_CUDA_ATT_FUSED, off by default): the same bits as the three kernels
 same_logits DSV4_CUDA_ATT_FUSED "official fp8" "exact bf16"
+# the one-launch decode attention on tensor cores (DSV4_CUDA_ATT_DEC_MMA, on by default where DSV4_CUDA_ATT_MMA=1):
+# the same bits as the three tensor-core kernels
+DSV4_CUDA_ATT_MMA=1 same_logits DSV4_CUDA_ATT_DEC_MMA "official fp8" "official bf16"
 finish

@@ -258,6 +258,8 @@ typedef struct {
 static int n_dec_compared;   /* steps whose outputs were compared with and without the decode-sized scores kernel */
 static int n_dec_launches;   /* launches of those steps that took it (the others ran k_att_scores both times) */
 static int n_fused_launches; /* launches of those steps that took k_att_dec, the one-launch decode attention */
+static int n_mma_compared;   /* tensor-core steps compared with and without k_att_dec_mma */
+static int n_mma_fused;      /* launches of those steps that took it */
 
 /* Overwrites device memory d with NaN bytes (a kernel that writes nothing shows). */
 static void dev_fill_nan(void *d, size_t n) {
@@ -339,19 +341,21 @@ static void run_step(const acase *c, int mma, seqdata *seqs, const item_spec *it
     if (rc) fail_msg("%s: cu_attention refused %lld keys with a scratch of %lld floats", c->name, (long long)max_keys, (long long)scratch_floats);
     dev_sync();
     dev_get(out, d_o, sizeof(float) * (size_t)T * H * D);
-    if (!mma) {   /* the CUDA-core path again without the one-launch kernel, then without either decode-sized kernel: the same bits (memcmp) */
-        const int fused = cu_attention_fused_launches(c->official, 0, lay, T, H, D, (int)max_keys, scratch_floats);
+    {   /* the same step again on its path's other kernels: the same bits (memcmp). CUDA cores: without the one-launch
+         * kernel, then without either decode-sized kernel; tensor cores: without their one-launch kernel */
+        const int fused = cu_attention_fused_launches(c->official, mma ? CU_ATT_MMA : 0, lay, T, H, D, (int)max_keys, scratch_floats);
         dev_get(bar, d_bar, sizeof bar);
 #ifndef ATT_TEST_SHIM   /* the shim runs k_att_dec's steps as three launches, without barriers */
         if (bar[0] != 0 || bar[1] != 2u * (unsigned)fused)
             fail_msg("%s: after %d launches of k_att_dec the barrier words are %u, %u (want 0, %u)", c->name, fused, bar[0], bar[1], 2u * (unsigned)fused);
 #endif
-        static const struct { int flags; const char *what; } others[2] = {
+        static const struct { int flags; const char *what; } others[3] = {
             { CU_ATT_NO_FUSED, "k_att_dec differs from k_att_scores_dec + k_att_pv + k_att_combine" },
-            { CU_ATT_NO_DEC, "the decode-sized kernels differ from k_att_scores + k_att_pv + k_att_combine" } };
+            { CU_ATT_NO_DEC, "the decode-sized kernels differ from k_att_scores + k_att_pv + k_att_combine" },
+            { CU_ATT_MMA | CU_ATT_NO_DEC_MMA, "k_att_dec_mma differs from k_att_scores_mma + k_att_pv_mma + k_att_combine" } };
         float *old = malloc(sizeof(float) * (size_t)T * H * D);
         assert_non_null(old);
-        for (int k = 0; k < 2; k++) {
+        for (int k = mma ? 2 : 0; k < (mma ? 3 : 2); k++) {
             dev_fill_nan(d_o, sizeof(float) * (size_t)T * H * D);
             dev_fill_nan(d_scratch, sizeof(float) * (size_t)scratch_floats);   /* nothing may come from the run before */
             if (cu_attention(NULL, c->official, others[k].flags, lay, d_q, d_kvs, d_pos, d_item_of, d_items, d_sl, RING, W, c->ratio, d_sel,
@@ -366,9 +370,14 @@ static void run_step(const acase *c, int mma, seqdata *seqs, const item_spec *it
                          old[first]);
             }
         }
-        n_dec_compared++;
-        n_dec_launches += cu_attention_decode_launches(c->official, 0, lay, T, H, D, (int)max_keys, scratch_floats);
-        n_fused_launches += fused;
+        if (mma) {
+            n_mma_compared++;
+            n_mma_fused += fused;
+        } else {
+            n_dec_compared++;
+            n_dec_launches += cu_attention_decode_launches(c->official, 0, lay, T, H, D, (int)max_keys, scratch_floats);
+            n_fused_launches += fused;
+        }
         free(old);
     }
     dev_free(d_bar);
@@ -587,17 +596,21 @@ static void decode_shapes(void **state) {
     }
 }
 
-/* Every step above of the CUDA-core path ran twice, with and without the decode-sized scores kernel, and gave the
- * same bits (run_step's memcmp); the kernel must have run in some of them (launches whose blocks fit in one wave:
- * the decode shapes, the groups of two). */
+/* Every step above of the CUDA-core path ran three times, with and without the decode-sized kernels, and every step
+ * of the tensor-core path twice, with and without k_att_dec_mma, and each gave the same bits (run_step's memcmp); the
+ * kernels must have run in some of them (launches whose blocks fit in one wave: the decode shapes, the groups of two). */
 static void decode_kernel_compared(void **state) {
     (void)state;
     printf("  decode-sized kernels = k_att_scores (memcmp of the outputs): %d steps, %d launches of k_att_scores_dec, %d of k_att_dec\n",
            n_dec_compared, n_dec_launches, n_fused_launches);
+    printf("  tensor cores: k_att_dec_mma = k_att_scores_mma + k_att_pv_mma + k_att_combine (memcmp): %d steps, %d launches of k_att_dec_mma\n",
+           n_mma_compared, n_mma_fused);
     assert_true(n_dec_compared > 0);
+    assert_true(n_mma_compared > 0);
 #if !defined(ATT_TEST_EMULATE) || defined(ATT_TEST_SHIM)
     assert_true(n_dec_launches > 0);
     assert_true(n_fused_launches > 0);
+    assert_true(n_mma_fused > 0);
 #endif
 }
 
@@ -880,6 +893,31 @@ static int bench(int times, const char *only) {
             const int fus = cu_attention_fused_launches(1, 0, lay, T, H, D, max_keys, sf);
             printf("%-18s %4d %12.1f %12.1f %12.1f %7.2fx %s%s%s\n", kinds[k].name, T, old, mid, neu, old / neu, dec ? "dec" : "",
                    fus ? " fused" : "", same ? "" : "  OUTPUTS DIFFER");
+            if (!same) return 1;
+        }
+    printf("\ntensor cores (CU_ATT_MMA): us a call, k_att_scores_mma + k_att_pv_mma + k_att_combine against k_att_dec_mma where it "
+           "fits, and the CUDA cores' default\n");
+    printf("%-18s %4s %12s %12s %12s %8s\n", "keys", "T", "3 kernels", "default", "CUDA cores", "speedup");
+    for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++)
+        for (size_t i = 0; i < sizeof Ts / sizeof Ts[0]; i++) {
+            if (only && strncasecmp(kinds[k].name, only, 3)) continue;
+            const int T = Ts[i];
+            const double three = us_per_call(CU_ATT_MMA | CU_ATT_NO_DEC_MMA, &lay, d_q, d_kvs, d_pos, d_item_of, d_items, d_sl, kinds[k].ratio, d_sel,
+                                             d_n_sel, d_sink, d_freq, T, max_keys, d_scratch, sf, d_bar, d_o, 200);
+            dev_get(o_old, d_o, sizeof(float) * (size_t)T * H * D);
+            const double one = us_per_call(CU_ATT_MMA, &lay, d_q, d_kvs, d_pos, d_item_of, d_items, d_sl, kinds[k].ratio, d_sel, d_n_sel, d_sink,
+                                           d_freq, T, max_keys, d_scratch, sf, d_bar, d_o, 200);
+            dev_get(o_new, d_o, sizeof(float) * (size_t)T * H * D);
+            const double cores = us_per_call(0, &lay, d_q, d_kvs, d_pos, d_item_of, d_items, d_sl, kinds[k].ratio, d_sel, d_n_sel, d_sink, d_freq,
+                                             T, max_keys, d_scratch, sf, d_bar, d_o, 200);
+            if (three <= 0 || one <= 0 || cores <= 0) {
+                fprintf(stderr, "bench: cu_attention failed\n");
+                return 1;
+            }
+            const int same = !memcmp(o_old, o_new, sizeof(float) * (size_t)T * H * D);
+            const int fus = cu_attention_fused_launches(1, CU_ATT_MMA, lay, T, H, D, max_keys, sf);
+            printf("%-18s %4d %12.1f %12.1f %12.1f %7.2fx %s%s\n", kinds[k].name, T, three, one, cores, three / one, fus ? "fused" : "",
+                   same ? "" : "  OUTPUTS DIFFER");
             if (!same) return 1;
         }
     return 0;

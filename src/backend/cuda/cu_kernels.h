@@ -218,14 +218,16 @@ void cu_index_topk(cu_stream st, const int64_t *pos, int t0, int T, int K, int64
  * the summation the MMA's, chained over 16 columns / 16 keys in order; P.V parts of 256 keys): the order is stated
  * next to k_att_scores_mma in k_attention.cu. EXACT mode ignores it.
  * mma is a set of flags: CU_ATT_MMA (the tensor cores above), CU_ATT_NO_DEC (never the decode-sized kernels
- * k_att_scores_dec and k_att_dec, which a CUDA-core launch whose blocks fit in one wave takes otherwise: the same
- * bits, a switch for tests and A/B runs) and CU_ATT_NO_FUSED (never k_att_dec, the whole attention of such a launch
- * in one kernel with two grid barriers; the same bits).
- * bar: two unsigned words of device memory, zero when allocated, for k_att_dec's grid barriers (each launch leaves
- * them as it found them); used by one stream at a time. NULL: never k_att_dec. */
+ * k_att_scores_dec, k_att_dec and k_att_dec_mma, which a launch whose blocks fit in one wave takes otherwise: the same
+ * bits, a switch for tests and A/B runs), CU_ATT_NO_FUSED (never k_att_dec, the whole attention of such a launch in
+ * one kernel with two grid barriers; the same bits) and CU_ATT_NO_DEC_MMA (never k_att_dec_mma, the same on tensor
+ * cores; the same bits as k_att_scores_mma + k_att_pv_mma + k_att_combine).
+ * bar: two unsigned words of device memory, zero when allocated, for the grid barriers of k_att_dec and
+ * k_att_dec_mma (each launch leaves them as it found them); used by one stream at a time. NULL: never either. */
 #define CU_ATT_MMA 1
 #define CU_ATT_NO_DEC 2
 #define CU_ATT_NO_FUSED 4
+#define CU_ATT_NO_DEC_MMA 8
 int  cu_attention(cu_stream st, int official, int mma, cu_kvlay lay, const float *q, const uint8_t *kvs, const int64_t *pos,
                   const int32_t *item_of, const cu_item *items, const cu_seq_layer *sl, int ring_len, int W, int ratio,
                   const int32_t *sel, const int32_t *n_sel, int topk, const float *sink, const float *freq, int T, int H,
@@ -235,7 +237,8 @@ int  cu_attention(cu_stream st, int official, int mma, cu_kvlay lay, const float
 /* How many of the launches (groups of queries) of cu_attention with these arguments take k_att_scores_dec: those
  * of the CUDA-core path whose blocks fit in one wave of the current GPU (tests: proof that the kernel ran). */
 int  cu_attention_decode_launches(int official, int mma, cu_kvlay lay, int T, int H, int D, int max_keys, int64_t scratch_floats);
-/* How many take k_att_dec when barrier words are given (the same rule, its own shared memory). */
+/* How many take k_att_dec (CUDA cores) or k_att_dec_mma (tensor cores: official and mma & CU_ATT_MMA) when barrier
+ * words are given (the same rule, their own shared memory and blocks). */
 int  cu_attention_fused_launches(int official, int mma, cu_kvlay lay, int T, int H, int D, int max_keys, int64_t scratch_floats);
 int64_t cu_attention_scratch_floats(int T, int H, int D, int64_t max_keys);
 /* A measuring build's record of one warp of the decode attention kernels (k_attention.cu, -DATT_BLOCK_TIMES=1):

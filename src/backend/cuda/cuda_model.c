@@ -499,6 +499,10 @@ static int init_ranks(struct cuda_model *cm, const struct dsv4_model *m, int n, 
  *                       three kernels (runs 79-83: its first step, the same as k_att_scores_dec's, is a 25 us block
  *                       of copying and decoding 64 rows; the barriers cost ~2.5 us each); 1 = k_att_dec. The same bits
  *                       either way (test_gpu_attention compares them on every decode-sized launch).
+ *   DSV4_CUDA_ATT_DEC_MMA  with DSV4_CUDA_ATT_MMA, such a launch's whole attention on tensor cores in one kernel,
+ *                       k_att_dec_mma (the same two grid barriers), default on; 0 = the three tensor-core kernels at
+ *                       every size. The same bits either way (test_gpu_attention compares them on every decode-sized
+ *                       launch; tests/gpu/cli.sh the logits).
  *   DSV4_CUDA_BRANCH    a layer's chains that do not depend on each other run on a second stream, a branch of the
  *                       step's graph (cuda_step.c branch_fork): the shared expert beside the router and the routed
  *                       experts, the compressors' projections and the indexer's queries beside the query path;
@@ -522,7 +526,7 @@ static int env_switch(const char *name, int dflt, const char *what, int *on, dsv
 int cuda_model_init(struct dsv4_model *m, const cuda_placement *p, dsv4_error *err) {
     const int gpu = p->gpu;
     int n_gpus = p->n_gpus, graphs_on, pdl_on /* CU_PDL_* */, mma_on, gemm_on, stream_on, lean_on, pack_on, idx_mma_on, att_mma_on,
-        att_dec_on, att_fused_on, branch_on;
+        att_dec_on, att_fused_on, att_dec_mma_on, branch_on;
     if (env_switch("DSV4_CUDA_GRAPHS", 1, "CUDA graphs", &graphs_on, err) ||
         env_choice("DSV4_CUDA_PDL", CU_PDL_EXIT, CU_PDL_EXIT,
                    "0 (plain edges in the CUDA graphs), 1 (programmatic from launch completion) or 2 (from exit)", &pdl_on, err) ||
@@ -537,6 +541,7 @@ int cuda_model_init(struct dsv4_model *m, const cuda_placement *p, dsv4_error *e
         env_switch("DSV4_CUDA_ATT_MMA", 0, "tensor-core attention in OFFICIAL mode", &att_mma_on, err) ||
         env_switch("DSV4_CUDA_ATT_DEC", 1, "the decode-sized attention scores kernel", &att_dec_on, err) ||
         env_switch("DSV4_CUDA_ATT_FUSED", 0, "a decode step's attention in one kernel", &att_fused_on, err) ||
+        env_switch("DSV4_CUDA_ATT_DEC_MMA", 1, "a decode step's tensor-core attention in one kernel", &att_dec_mma_on, err) ||
         env_switch("DSV4_CUDA_BRANCH", 1, "a layer's independent chains on a second stream", &branch_on, err))
         return DSV4_E_ARG;
     if (n_gpus < 1) n_gpus = 1;
@@ -579,6 +584,7 @@ int cuda_model_init(struct dsv4_model *m, const cuda_placement *p, dsv4_error *e
     cm->att_mma_on = att_mma_on;
     cm->att_dec_on = att_dec_on;
     cm->att_fused_on = att_fused_on;
+    cm->att_dec_mma_on = att_dec_mma_on;
     cm->branch_on = branch_on;
     m->cuda = cm;
     m->state_mem = &seq_mem_cuda;

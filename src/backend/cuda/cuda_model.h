@@ -155,6 +155,8 @@ struct cuda_model {
                                   load (default 1); the same bits either way */
     int att_fused_on;          /* such a launch's whole attention in one kernel (k_attention.cu k_att_dec): DSV4_CUDA_ATT_FUSED at
                                   load (default 0); the same bits either way */
+    int att_dec_mma_on;        /* the same on tensor cores (k_attention.cu k_att_dec_mma), where att_mma_on takes them:
+                                  DSV4_CUDA_ATT_DEC_MMA at load (default 1); the same bits either way */
     int branch_on;             /* a layer's independent chains on a second stream (cuda_step.c branch_fork): DSV4_CUDA_BRANCH
                                   at load (default 1); the same bits either way */
     cu_stream side;            /* that stream (branch_on), and the events that fork it from st and join it back */

@@ -466,7 +466,7 @@ static void step_attention(step_ctx *s, const cu_layer *ly, int L) {
     mark(s, ST_COMPRESS);
     const int max_keys = c->window + (ly->ratio == 128 ? (int)s->hca_rows : ly->ratio == 4 ? c->index_topk : 0);
     const int att_flags = (s->cm->att_mma_on ? CU_ATT_MMA : 0) | (s->cm->att_dec_on ? 0 : CU_ATT_NO_DEC) |
-                          (s->cm->att_fused_on ? 0 : CU_ATT_NO_FUSED);
+                          (s->cm->att_fused_on ? 0 : CU_ATT_NO_FUSED) | (s->cm->att_dec_mma_on ? 0 : CU_ATT_NO_DEC_MMA);
     if (cu_attention(s->st, s->official, att_flags, s->main, ws->q, ws->kvs, ws->pos, ws->item_of, ws->items, sl, s->m->ring_len, c->window,
                      ly->ratio, ws->sel, ws->n_sel, c->index_topk, ly->attn_sink, freq, T, H, D, R, max_keys, ws->att, ws->att_floats,
                      ws->att_bar, ws->o) && !s->rc)

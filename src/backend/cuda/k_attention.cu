@@ -922,6 +922,22 @@ __device__ __forceinline__ void att_copy_cut(const uint8_t *a, int n, int x, uin
         if (l0 + k >= lo && l0 + k < hi) dst[l0 + k - base] = b[k];
 }
 
+/* Issues the copies of the stored rows kp[0 .. nkc) into raw + r rb (row r at its address mod 16: att_copy_whole
+ * for its whole lines, att_copy_cut for the at most two its ends cut), by nt threads; the caller waits (att_cp_wait)
+ * and synchronizes. */
+__device__ __forceinline__ void att_copy_rows(const cu_kvlay &lay, const uint8_t *const *kp, int nkc, uint8_t *raw, int rb, int nt) {
+    const int lines = lay.bytes / 16 + 2;   /* 16-byte lines a row touches, at most */
+    for (int e = threadIdx.x; e < nkc * lines; e += nt) {
+        const int r = e / lines;
+        att_copy_whole(kp[r], lay.bytes, e % lines, raw + (int64_t)r * rb);
+    }
+    for (int e = threadIdx.x; e < 2 * nkc; e += nt) {   /* the row's first and last line */
+        const uint8_t *a = kp[e / 2];
+        const int x = e % 2 ? (int)(((uintptr_t)a + lay.bytes - 1) / 16 - (uintptr_t)a / 16) : 0;
+        if (e % 2 == 0 || x > 0) att_copy_cut(a, lay.bytes, x, raw + (int64_t)(e / 2) * rb);
+    }
+}
+
 /* Columns j .. j + 3 (j % 4 == 0, j + 3 < nope) of an FP8 row in shared memory (a slot of att_dec_smem's raw rows:
  * 16 bytes of slack past the row, which the second aligned word may touch) as fp32: four E4M3 bytes under one scale
  * (j .. j + 3 share a 64-column scale block), the products e4m3 x scale of kv_col's value, from dev_e4m3_times on
@@ -1049,16 +1065,7 @@ __device__ __forceinline__ void att_dec_rows(const att_args &A, const float *q, 
         att_cp_wait();
         __syncthreads();   /* every thread's copies have landed */
     } else {
-        const int lines = A.lay.bytes / 16 + 2;   /* 16-byte lines a row touches, at most */
-        for (int e = threadIdx.x; e < nkc * lines; e += NT) {
-            const int r = e / lines;
-            att_copy_whole(v.kp[r], A.lay.bytes, e % lines, v.raw + (int64_t)r * rb);
-        }
-        for (int e = threadIdx.x; e < 2 * nkc; e += NT) {   /* the row's first and last line */
-            const uint8_t *a = v.kp[e / 2];
-            const int x = e % 2 ? (int)(((uintptr_t)a + A.lay.bytes - 1) / 16 - (uintptr_t)a / 16) : 0;
-            if (e % 2 == 0 || x > 0) att_copy_cut(a, A.lay.bytes, x, v.raw + (int64_t)(e / 2) * rb);
-        }
+        att_copy_rows(A.lay, v.kp, nkc, v.raw, rb, NT);
         att_cp_wait();
         __syncthreads();   /* every thread's copies have landed */
         ATT_TIME_MARK(1);
@@ -1747,6 +1754,310 @@ __global__ void __launch_bounds__(ATT_DEC_T, 1) k_att_dec(int official, att_args
     ATT_TIME_END();
 }
 
+/* ---- a decode step's attention in one launch, on tensor cores (issue 18) ------------------------------------------
+ *
+ * k_att_dec_mma computes what k_att_scores_mma, k_att_pv_mma and k_att_combine compute — the same numbers, each in
+ * the order stated for them above (test_gpu_attention compares its outputs with those of CU_ATT_NO_DEC_MMA's three
+ * launches by memcmp) — in one launch whose blocks meet at two grid barriers (att_grid_sync, k_att_dec's residency
+ * rule). So OFFICIAL mode can take the tensor cores at every step: a prompt's large steps and its decode steps sum
+ * alike, as batch invariance requires.
+ *   1. block (chunk c, group of ATT_DM_QH heads): the chunk's stored rows whole into shared memory (cp.async, every
+ *      copy in flight at once) and the group's q rows, then both as bf16 pairs [row][column] (the rows decoded to
+ *      kv_col's values, q rounded as k_att_scores_mma rounds it); warp w: keys 8 w .. 8 w + 7 x the group's 16 heads,
+ *      one m16n8k16 tile chained over the k-steps of 16 columns in order; S and the chunk's max per head.
+ *   -- every chunk's scores and maxima are written --
+ *   2. block (part u of ATT_PG chunks, slice of ATT_DM_PS columns, group of ATT_HG heads): M_h; the part's scores
+ *      (cp.async) and the slice's columns of its rows (the stored bits in registers, every load in flight) in one
+ *      round trip; e and bf16(e); warp w: heads 16 (w mod 4) .. + 15 x columns 32 (w / 4) .. + 31 of the slice, the
+ *      part's chunks in order, their k-steps of 16 keys in order (k_att_pv_mma's chains); the part's denominator
+ *      (slice 0: one thread a head, the part's keys in order, e unrounded).
+ *   -- every part is written --
+ *   3. heads b, b + nb, ... of the query (nb: the launch's blocks a query) combined as k_att_combine (parts of
+ *      ATT_KC ATT_PG keys).
+ * Why: at a decode step the three tensor-core launches are small (a 640-key query: 5, 12 and 64 blocks), each mostly
+ * fixed latency: run 150 measured decode after a 128K prompt at 61.3 tok/s on the CUDA cores' k_att_dec and 58.3 with
+ * them, so the switch could not be on for every step.
+ * phase: as k_att_dec's (-1: all three steps and the barriers; 0, 1, 2: one step, the CPU shim). No step keeps shared
+ * memory for the next: a step run as a launch of its own computes the same.
+ * -DATT_DM_BUG=1: a deliberate bug (each part's denominator summed in reverse key order: an order, not a value, wrong),
+ * to see test_gpu_attention's memcmp against the three kernels fail (tools/gpu/shim/shim_attention.sh with
+ * SHIM_CFLAGS=-DATT_DM_BUG=1). Never in a real build. */
+#define ATT_DM_T 256                      /* threads */
+#define ATT_DM_QH 16                      /* heads a block of step 1 (its warps' one 16-row tile) */
+#define ATT_DM_PS 64                      /* columns a block of step 2 */
+#define ATT_DM_SL (ATT_KC + 4)            /* floats a head's row of a chunk's scores (16-byte rows) */
+#define ATT_DM_KL (ATT_PG * ATT_KC + 8)   /* bf16 a row of a part's bf16(e) [head][key] and rows [column][key] */
+static_assert(ATT_DM_T == 256 && ATT_HG == 64 && ATT_DM_PS == 64 && ATT_KC == 64,
+              "k_att_dec_mma: step 1 is 8 warps of 8 keys, step 2 4 head tiles x 2 column halves, 4 pairs of keys a thread");
+
+/* Its dynamic shared memory (bytes): one layout a step, all from offset 0 (a step starts after the barrier).
+ * ldb: bf16 a q / key row (the columns rounded up to 16 — a k-step's columns past D are zeros — plus 8: the 8 rows of
+ * a fragment load fall on distinct banks); rb: bytes a raw stored row (as att_dec_smem's). */
+struct att_dm_smem {
+    int ldb, rb;
+    int64_t kp, red, qs, kb, raw;       /* 1: row addresses [ATT_KC], maxima [8][ATT_DM_QH], q [16][ldb], rows [ATT_KC][ldb], raw */
+    int64_t kp2, red2, ms, st, ps, vt;  /* 2: [ATT_PG ATT_KC], [4][ATT_HG], M [ATT_HG], S [ATT_PG][ATT_HG][SL], [ATT_HG][KL], [PS][KL] */
+    int64_t bytes;                      /* the largest step (3: one output row [D]) */
+};
+static __host__ __device__ __forceinline__ att_dm_smem att_dm_smem_of(int D, int row_bytes) {
+    att_dm_smem m;
+    m.ldb = (D + 15) / 16 * 16 + 8;
+    m.rb = (row_bytes + 15) / 16 * 16 + 16;
+    m.kp = 0;
+    m.red = m.kp + (int64_t)sizeof(void *) * ATT_KC;
+    m.qs = m.red + (int64_t)sizeof(float) * (ATT_DM_T / 32) * ATT_DM_QH;
+    m.kb = m.qs + (int64_t)2 * ATT_DM_QH * m.ldb;
+    m.raw = m.kb + (int64_t)2 * ATT_KC * m.ldb;
+    const int64_t one = m.raw + (int64_t)ATT_KC * m.rb;
+    m.kp2 = 0;
+    m.red2 = m.kp2 + (int64_t)sizeof(void *) * ATT_PG * ATT_KC;
+    m.ms = m.red2 + (int64_t)sizeof(float) * ATT_DM_T;
+    m.st = m.ms + (int64_t)sizeof(float) * ATT_HG;
+    m.ps = m.st + (int64_t)sizeof(float) * ATT_PG * ATT_HG * ATT_DM_SL;
+    m.vt = m.ps + (int64_t)2 * ATT_HG * ATT_DM_KL;
+    const int64_t two = m.vt + (int64_t)2 * ATT_DM_PS * ATT_DM_KL;
+    const int64_t three = (int64_t)sizeof(float) * D;
+    m.bytes = one > two ? (one > three ? one : three) : (two > three ? two : three);
+    return m;
+}
+
+/* Blocks a query of a launch of nch chunks: the most any step has work for. */
+static __host__ __device__ __forceinline__ int att_dm_blocks(int nch, int H, int D) {
+    const int n1 = nch * ((H + ATT_DM_QH - 1) / ATT_DM_QH);
+    const int n2 = (nch + ATT_PG - 1) / ATT_PG * ((D + ATT_DM_PS - 1) / ATT_DM_PS) * ((H + ATT_HG - 1) / ATT_HG);
+    return n1 > n2 ? n1 : n2;
+}
+
+/* Step 1: chunk c (keys k0 .. k0 + nkc - 1) of query t for heads hb .. hb + hn - 1 (hn <= ATT_DM_QH). */
+template <int F>
+__device__ __forceinline__ void att_dm_scores(const att_args &A, const float *q, int t, int c, int hb, int hn, int H, int D,
+                                              const att_keys &K, const att_scratch &X, unsigned char *sm, const att_dm_smem &m) {
+    constexpr int NT = ATT_DM_T, QH = ATT_DM_QH;
+    const uint8_t **kp = (const uint8_t **)(sm + m.kp);
+    float (*red)[QH] = (float (*)[QH])(sm + m.red);
+    uint16_t *qs = (uint16_t *)(sm + m.qs), *kb = (uint16_t *)(sm + m.kb);
+    uint8_t *raw = sm + m.raw;
+    const int ldb = m.ldb, dc = ldb - 8, k0 = c * ATT_KC, nkc = K.nk - k0 < ATT_KC ? K.nk - k0 : ATT_KC;
+    const int item = A.item_of[t];
+    const cu_item it = A.items[item];
+    const cu_seq_layer L = A.sl[item];
+    for (int i = threadIdx.x; i < nkc; i += NT)
+        kp[i] = att_key_row(A.lay, K, k0 + i, it, L, A.kvs, A.ring_len, A.ratio, A.sel + (int64_t)t * A.topk);
+    {   /* the group's q rows as bf16 pairs (zeros past hn and past D), QP pairs a thread in flight at once */
+        constexpr int QP = 8;
+        const float *qt = q + ((int64_t)t * H + hb) * D;
+        const int np = QH * dc / 2;   /* pairs */
+        for (int e0 = 0; e0 < np; e0 += QP * NT) {
+            float v[QP][2];
+#pragma unroll
+            for (int u = 0; u < QP; u++) {
+                const int e = e0 + threadIdx.x + NT * u, h = e / (dc / 2), j = 2 * (e % (dc / 2));
+                const bool in = e < np && h < hn;
+                v[u][0] = in && j < D ? qt[(int64_t)h * D + j] : 0.0f;
+                v[u][1] = in && j + 1 < D ? qt[(int64_t)h * D + j + 1] : 0.0f;
+            }
+#pragma unroll
+            for (int u = 0; u < QP; u++) {
+                const int e = e0 + threadIdx.x + NT * u;
+                if (e < np) *(uint32_t *)&qs[(e / (dc / 2)) * ldb + 2 * (e % (dc / 2))] = bf16x2(v[u][0], v[u][1]);
+            }
+        }
+    }
+    __syncthreads();   /* kp is written */
+    att_copy_rows(A.lay, kp, nkc, raw, m.rb, NT);
+    att_cp_wait();
+    __syncthreads();   /* every thread's copies have landed */
+    {   /* the rows as bf16 pairs: quad j of row r (rows past nkc and columns past D: zeros) */
+        const int nq = dc / 4;
+        for (int e = threadIdx.x; e < ATT_KC * nq; e += NT) {
+            const int r = e / nq, j = 4 * (e % nq);
+            float4 x = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            if (r < nkc) x = att_decode4<F>(A.lay, raw + (int64_t)r * m.rb + ((uintptr_t)kp[r] & 15), j, D);
+            *(uint2 *)&kb[r * ldb + j] = make_uint2(bf16x2(x.x, x.y), bf16x2(x.z, x.w));
+        }
+    }
+    __syncthreads();
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, g = lane >> 2, qd = lane & 3;
+    float acc[4] = { 0.0f, 0.0f, 0.0f, 0.0f };
+    if (8 * w < nkc) {   /* the warp's keys 8 w .. 8 w + 7 (rows past nkc are zeros) */
+        const uint16_t *qa = qs + g * ldb + 2 * qd, *qb = qa + 8 * ldb, *kr = kb + (8 * w + g) * ldb + 2 * qd;
+        for (int kk = 0; kk < D; kk += 16)
+            mma_bf16(acc, ld_b32(qa + kk), ATT_A12(ld_b32(qb + kk), ld_b32(qa + kk + 8)), ld_b32(qb + kk + 8), ld_b32(kr + kk), ld_b32(kr + kk + 8));
+    }
+    const float scale = 1.0f / sqrtf((float)D);
+    float mx[2] = { -INFINITY, -INFINITY };   /* heads g, g + 8 */
+#pragma unroll
+    for (int e = 0; e < 4; e++) {
+        const int r = 8 * w + 2 * qd + (e & 1), h = g + 8 * (e >> 1);
+        const float s = acc[e] * scale;
+        if (r < nkc) {
+            mx[e >> 1] = fmaxf(mx[e >> 1], s);
+            if (h < hn) X.S[((int64_t)c * H + hb + h) * ATT_KC + r] = s;
+        }
+    }
+    /* the 4 lanes of a group, then the 8 warps: a max, exact in any order */
+#pragma unroll
+    for (int u = 0; u < 2; u++) {
+        for (int off = 1; off < 4; off <<= 1) mx[u] = fmaxf(mx[u], __shfl_xor_sync(0xffffffffu, mx[u], off));
+        if (qd == 0) red[w][g + 8 * u] = mx[u];
+    }
+    __syncthreads();
+    if (threadIdx.x < hn) {
+        float x = red[0][threadIdx.x];
+        for (int ww = 1; ww < NT / 32; ww++) x = fmaxf(x, red[ww][threadIdx.x]);
+        X.cmax[(int64_t)c * H + hb + threadIdx.x] = x;
+    }
+}
+
+/* Step 2: part u (chunks ATT_PG u .. min(ATT_PG (u + 1), qch) - 1) of query t, columns j0 .. j0 + ATT_DM_PS - 1, heads
+ * hb .. hb + hn - 1 (hn <= ATT_HG). */
+template <int F>
+__device__ __forceinline__ void att_dm_pv(const att_args &A, int t, int u, int j0, int hb, int hn, int H, int D, const att_keys &K,
+                                          int qch, const att_scratch &X, unsigned char *sm, const att_dm_smem &m) {
+    constexpr int NT = ATT_DM_T, SL = ATT_DM_SL, KL = ATT_DM_KL, HG = ATT_HG;
+    const uint8_t **kp = (const uint8_t **)(sm + m.kp2);
+    float (*red)[HG] = (float (*)[HG])(sm + m.red2);
+    float *Ms = (float *)(sm + m.ms);
+    float (*st)[HG][SL] = (float (*)[HG][SL])(sm + m.st);
+    uint16_t (*ps)[KL] = (uint16_t (*)[KL])(sm + m.ps), (*vt)[KL] = (uint16_t (*)[KL])(sm + m.vt);
+    const int c_first = u * ATT_PG, ncp = (qch - c_first < ATT_PG ? qch - c_first : ATT_PG);   /* the part's chunks */
+    const int kb0 = c_first * ATT_KC, nkp = K.nk - kb0 < ncp * ATT_KC ? K.nk - kb0 : ncp * ATT_KC;   /* its keys */
+    const int item = A.item_of[t];
+    const cu_item it = A.items[item];
+    const cu_seq_layer L = A.sl[item];
+    for (int i = threadIdx.x; i < nkp; i += NT)
+        kp[i] = att_key_row(A.lay, K, kb0 + i, it, L, A.kvs, A.ring_len, A.ratio, A.sel + (int64_t)t * A.topk);
+    /* the part's scores, [chunk][head][key] (keys past a chunk's last: whatever the scratch holds, never used) */
+    const float *S0 = X.S + ((int64_t)c_first * H + hb) * ATT_KC;
+    if ((uintptr_t)X.S % 16 == 0) {
+        for (int e = threadIdx.x; e < ncp * HG * (ATT_KC / 4); e += NT) {
+            const int cl = e / (HG * (ATT_KC / 4)), h = e / (ATT_KC / 4) % HG, i = 4 * (e % (ATT_KC / 4));
+            if (h < hn) att_cp16(&st[cl][h][i], S0 + ((int64_t)cl * H + h) * ATT_KC + i);
+        }
+    } else   /* a scratch not 16-byte aligned (a query of H * (ATT_KC + 2 + D) + H floats of odd size: tests) */
+        for (int e = threadIdx.x; e < ncp * HG * ATT_KC; e += NT) {
+            const int cl = e / (HG * ATT_KC), h = e / ATT_KC % HG, i = e % ATT_KC;
+            if (h < hn) st[cl][h][i] = att_ld(S0 + ((int64_t)cl * H + h) * ATT_KC + i);
+        }
+    {   /* M_h over every chunk of the query: thread (h, part) the chunks part, part + NT / HG, ..., then one thread a head */
+        const int h = threadIdx.x % HG, part = threadIdx.x / HG;
+        float x = -INFINITY;
+        if (h < hn)
+            for (int cc = part; cc < qch; cc += NT / HG) x = fmaxf(x, att_ld(X.cmax + (int64_t)cc * H + hb + h));
+        red[part][h] = x;
+    }
+    __syncthreads();   /* kp and red are written */
+    if (threadIdx.x < HG) {
+        float x = red[0][threadIdx.x];
+        for (int part = 1; part < NT / HG; part++) x = fmaxf(x, red[part][threadIdx.x]);
+        Ms[threadIdx.x] = x;
+        if (u == 0 && j0 == 0 && threadIdx.x < hn) X.M[hb + threadIdx.x] = x;
+    }
+    {   /* the slice's columns of the part's rows, transposed: thread x column x mod 64 of keys 2 (x / 64) + 8 v and the
+         * key after each, every load in flight before the first is decoded */
+        constexpr int PV = ATT_PG * ATT_KC / 8;
+        const int jj = threadIdx.x % ATT_DM_PS, j = j0 + jj, i0 = 2 * (threadIdx.x / ATT_DM_PS);
+        const bool jv = j < D;
+        const kv_col<F> col(A.lay, jv ? j : 0);
+        uint32_t b[PV][2];
+#pragma unroll
+        for (int v = 0; v < PV; v++) {
+            const int i = i0 + 8 * v;
+            b[v][0] = jv && i < nkp ? col.bits(kp[i]) : 0u;
+            b[v][1] = jv && i + 1 < nkp ? col.bits(kp[i + 1]) : 0u;
+        }
+#pragma unroll
+        for (int v = 0; v < PV; v++) {
+            const int i = i0 + 8 * v;
+            *(uint32_t *)&vt[jj][i] = bf16x2(jv && i < nkp ? col.value(b[v][0]) : 0.0f, jv && i + 1 < nkp ? col.value(b[v][1]) : 0.0f);
+        }
+    }
+    att_cp_wait();
+    __syncthreads();   /* Ms, vt and every thread's copies of the scores */
+    for (int e = threadIdx.x; e < ncp * HG * ATT_KC; e += NT) {
+        const int cl = e / (HG * ATT_KC), h = e / ATT_KC % HG, i = e % ATT_KC;
+        const int nkc = K.nk - (c_first + cl) * ATT_KC < ATT_KC ? K.nk - (c_first + cl) * ATT_KC : ATT_KC;
+        const float x = h < hn && i < nkc ? expf(st[cl][h][i] - Ms[h]) : 0.0f;
+        st[cl][h][i] = x;
+        ps[h][cl * ATT_KC + i] = dev_f32_to_bf16(x);   /* the probabilities P.V sees; the denominator takes them unrounded */
+    }
+    __syncthreads();
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, g = lane >> 2, qd = lane & 3;
+    const int hr = 16 * (w & 3) + g, cw = 32 * (w >> 2);   /* the warp's first head and first column of the slice */
+    if (16 * (w & 3) < hn && j0 + cw < D) {
+        float acc[4][4];
+#pragma unroll
+        for (int n = 0; n < 4; n++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) acc[n][e] = 0.0f;
+        for (int cl = 0; cl < ncp; cl++) {
+            const int nkc = K.nk - (c_first + cl) * ATT_KC < ATT_KC ? K.nk - (c_first + cl) * ATT_KC : ATT_KC;
+            for (int ks = cl * ATT_KC; ks < cl * ATT_KC + nkc; ks += 16) {
+                const uint32_t a0 = ld_b32(&ps[hr][ks + 2 * qd]), a1 = ld_b32(&ps[hr + 8][ks + 2 * qd]);
+                const uint32_t a2 = ld_b32(&ps[hr][ks + 8 + 2 * qd]), a3 = ld_b32(&ps[hr + 8][ks + 8 + 2 * qd]);
+#pragma unroll
+                for (int n = 0; n < 4; n++)
+                    mma_bf16(acc[n], a0, a1, a2, a3,
+                             ATT_B01(ld_b32(&vt[cw + 8 * n + g][ks + 2 * qd]), ld_b32(&vt[cw + 8 * n + g][ks + 8 + 2 * qd])));
+            }
+        }
+#pragma unroll
+        for (int n = 0; n < 4; n++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int h = hr + 8 * (e >> 1), j = j0 + cw + 8 * n + 2 * qd + (e & 1);
+                if (h < hn && j < D) X.part[((int64_t)u * H + hb + h) * D + j] = acc[n][e];
+            }
+    }
+    if (j0 == 0 && threadIdx.x < hn) {   /* the part's denominator: its keys in order, by one thread */
+        float den = 0.0f;
+        for (int cl = 0; cl < ncp; cl++) {
+            const int nkc = K.nk - (c_first + cl) * ATT_KC < ATT_KC ? K.nk - (c_first + cl) * ATT_KC : ATT_KC;
+#if defined(ATT_DM_BUG) && ATT_DM_BUG == 1
+            for (int i = nkc - 1; i >= 0; i--) den += st[cl][threadIdx.x][i];   /* deliberate: the keys in reverse order */
+#else
+            for (int i = 0; i < nkc; i++) den += st[cl][threadIdx.x][i];
+#endif
+        }
+        X.pden[(int64_t)u * H + hb + threadIdx.x] = den;
+    }
+}
+
+template <int F>
+__global__ void __launch_bounds__(ATT_DM_T, 1) k_att_dec_mma(int official, att_args A, const float *q, int t0, int nch, int H, int D,
+                                                             const float *sink, const float *freq, int R, float *scratch, float *o,
+                                                             unsigned *bar, int phase) {
+    dev_grid_wait();
+    extern __shared__ __align__(16) unsigned char att_dec_smem_base[];
+    const att_dm_smem m = att_dm_smem_of(D, A.lay.bytes);
+    const int slot = blockIdx.z, t = t0 + slot, b = blockIdx.x;
+    const int64_t p = A.pos[t];
+    const att_keys K = att_keys_of(p, t, A.W, A.ratio, A.n_sel);
+    int qch = (K.nk + ATT_KC - 1) / ATT_KC;
+    if (qch > nch) qch = nch;   /* a key list longer than the launch's (a caller's bug): step 3 writes NaN */
+    const att_scratch X = att_scratch_of(scratch, slot, nch, H, D);
+    const unsigned nblocks = gridDim.x * gridDim.y * gridDim.z;
+    const int n_qh = (H + ATT_DM_QH - 1) / ATT_DM_QH, n_hg = (H + ATT_HG - 1) / ATT_HG, n_ds = (D + ATT_DM_PS - 1) / ATT_DM_PS;
+    /* 1. scores: block b = chunk b / n_qh, head group b mod n_qh */
+    if (phase <= 0 && b < nch * n_qh && b / n_qh < qch) {
+        const int hb = b % n_qh * ATT_DM_QH;
+        att_dm_scores<F>(A, q, t, b / n_qh, hb, H - hb < ATT_DM_QH ? H - hb : ATT_DM_QH, H, D, K, X, att_dec_smem_base, m);
+    }
+    if (phase < 0) att_grid_sync(bar, nblocks);
+    /* 2. P.V: block b = part b / (n_ds n_hg), column slice b / n_hg mod n_ds, head group b mod n_hg */
+    const int u = b / (n_ds * n_hg);
+    if ((phase < 0 || phase == 1) && u * ATT_PG < qch) {
+        const int hb = b % n_hg * ATT_HG, j0 = b / n_hg % n_ds * ATT_DM_PS;
+        att_dm_pv<F>(A, t, u, j0, hb, H - hb < ATT_HG ? H - hb : ATT_HG, H, D, K, qch, X, att_dec_smem_base, m);
+    }
+    if (phase < 0) att_grid_sync(bar, nblocks);
+    /* 3. the query's heads, spread over its blocks */
+    if (phase < 0 || phase == 2)
+        for (int h = b; h < H; h += (int)gridDim.x)
+            att_combine_head(official, X, K, nch, ATT_KC * ATT_PG, h, H, D, R, sink, freq, p, (float *)att_dec_smem_base,
+                             o + ((int64_t)t * H + h) * D);
+}
+
 static int64_t att_chunks(int64_t max_keys) { return (max_keys + ATT_KC - 1) / ATT_KC; }
 
 /* The measuring build's second question: does a launch of k_att_scores_dec right after another (what the first
@@ -1801,13 +2112,18 @@ template <typename K> static int att_dec_optin(K k, int64_t bytes) {
 }
 
 /* The decode kernels' SM counts for rows of format fmt (0: the kernel cannot run here; att_dec_optin): dec for
- * k_att_scores_dec, fused for k_att_dec. */
+ * k_att_scores_dec, fused for k_att_dec; mma for k_att_dec_mma (tc: the tensor-core path, whose only decode kernel
+ * it is; the others 0). */
 struct att_dec_sms {
-    int dec, fused;
+    int dec, fused, mma;
 };
-static att_dec_sms att_dec_sms_of(int fmt, int D, int row_bytes) {
-    att_dec_sms s;
-    if (fmt == KV_F32) {
+static att_dec_sms att_dec_sms_of(int fmt, int D, int row_bytes, int tc) {
+    att_dec_sms s = { 0, 0, 0 };
+    const int64_t dm_bytes = att_dm_smem_of(D, row_bytes).bytes;
+    if (tc)
+        s.mma = fmt == KV_F32 ? att_dec_optin(k_att_dec_mma<KV_F32>, dm_bytes)
+              : fmt == KV_BF16 ? att_dec_optin(k_att_dec_mma<KV_BF16>, dm_bytes) : att_dec_optin(k_att_dec_mma<DSV4_KV_FP8>, dm_bytes);
+    else if (fmt == KV_F32) {
         s.dec = att_dec_optin(k_att_scores_dec<KV_F32>, att_dec_smem_of(D, row_bytes, KV_F32).bytes);
         s.fused = att_dec_optin(k_att_dec<KV_F32>, att_fused_smem_of(D, row_bytes, KV_F32).bytes);
     } else if (fmt == KV_BF16) {
@@ -1820,11 +2136,16 @@ static att_dec_sms att_dec_sms_of(int fmt, int D, int row_bytes) {
     return s;
 }
 
-/* Which kernels a CUDA-core launch of n queries of nch chunks takes (the same bits whichever): 2 k_att_dec (one
+/* Which kernels a launch of n queries of nch chunks takes (the same bits whichever). CUDA cores: 2 k_att_dec (one
  * launch: barrier words given, not CU_ATT_NO_FUSED), 1 k_att_scores_dec then k_att_pv and k_att_combine, 0
- * k_att_scores then those two. Both decode kernels need all the launch's blocks (one an SM) in one wave. */
-static int att_dec_kind(int flags, int has_bar, att_dec_sms sms, int64_t n, int64_t nch, int H) {
+ * k_att_scores then those two. Tensor cores (tc): 3 k_att_dec_mma (barrier words given, not CU_ATT_NO_DEC_MMA), 0
+ * k_att_scores_mma, k_att_pv_mma and k_att_combine. Every decode kernel needs all the launch's blocks (one an SM)
+ * in one wave. */
+static int att_dec_kind(int tc, int flags, int has_bar, att_dec_sms sms, int64_t n, int64_t nch, int H, int D) {
     if (flags & CU_ATT_NO_DEC) return 0;
+    if (tc)
+        return has_bar && !(flags & CU_ATT_NO_DEC_MMA) && sms.mma && nch <= INT32_MAX / ATT_KC &&
+               n * att_dm_blocks((int)nch, H, D) <= sms.mma ? 3 : 0;
     const int64_t blocks = n * nch * ((H + ATT_DHG - 1) / ATT_DHG);
     if (has_bar && !(flags & CU_ATT_NO_FUSED) && sms.fused && blocks <= sms.fused) return 2;
     return sms.dec && blocks <= sms.dec ? 1 : 0;
@@ -1832,14 +2153,15 @@ static int att_dec_kind(int flags, int has_bar, att_dec_sms sms, int64_t n, int6
 
 /* Launches of cu_attention (groups of queries) that take kind `want` of att_dec_kind. */
 static int att_dec_count(int official, int mma, cu_kvlay lay, int T, int H, int D, int max_keys, int64_t scratch_floats, int has_bar, int want) {
-    if (T <= 0 || (official && (mma & CU_ATT_MMA))) return 0;
+    if (T <= 0) return 0;
+    const int tc = official && (mma & CU_ATT_MMA);
     const int64_t nch = att_chunks(max_keys > 0 ? max_keys : 1);
     const int64_t g = att_group(scratch_floats, att_query_floats(nch, H, D), T);
     if (g < 1) return 0;
-    const att_dec_sms sms = att_dec_sms_of(lay.fmt, D, lay.bytes);
+    const att_dec_sms sms = att_dec_sms_of(lay.fmt, D, lay.bytes, tc);
     int launches = 0;
     for (int t0 = 0; t0 < T; t0 += (int)g)
-        launches += att_dec_kind(mma, has_bar, sms, T - t0 < g ? T - t0 : g, nch, H) >= want;
+        launches += att_dec_kind(tc, mma, has_bar, sms, T - t0 < g ? T - t0 : g, nch, H, D) >= want;
     return launches;
 }
 
@@ -1890,15 +2212,24 @@ extern "C" int cu_attention(cu_stream st, int official, int mma, cu_kvlay lay, c
         : lay.fmt == KV_BF16 ? k_att_scores_dec<KV_BF16> : k_att_scores_dec<DSV4_KV_FP8>;
     void (*fused)(int, att_args, const float *, int, int, int, int, const float *, const float *, int, float *, float *, unsigned *, int) =
         lay.fmt == KV_F32 ? k_att_dec<KV_F32> : lay.fmt == KV_BF16 ? k_att_dec<KV_BF16> : k_att_dec<DSV4_KV_FP8>;
+    void (*fused_mma)(int, att_args, const float *, int, int, int, int, const float *, const float *, int, float *, float *, unsigned *, int) =
+        lay.fmt == KV_F32 ? k_att_dec_mma<KV_F32> : lay.fmt == KV_BF16 ? k_att_dec_mma<KV_BF16> : k_att_dec_mma<DSV4_KV_FP8>;
     /* the decode kernels for a launch whose blocks fit in one wave (the same bits either way) */
-    const att_dec_sms sms = tc || (mma & CU_ATT_NO_DEC) ? att_dec_sms{ 0, 0 } : att_dec_sms_of(lay.fmt, D, lay.bytes);
+    const att_dec_sms sms = mma & CU_ATT_NO_DEC ? att_dec_sms{ 0, 0, 0 } : att_dec_sms_of(lay.fmt, D, lay.bytes, tc);
     const int64_t dec_bytes = att_dec_smem_of(D, lay.bytes, lay.fmt).bytes, fused_bytes = att_fused_smem_of(D, lay.bytes, lay.fmt).bytes;
+    const int64_t dm_bytes = att_dm_smem_of(D, lay.bytes).bytes;
     cudaStream_t s = (cudaStream_t)st;
     const unsigned n_parts = (unsigned)((nch + ATT_PG - 1) / ATT_PG), n_ps = (unsigned)((D + ATT_PS - 1) / ATT_PS);
     const int kpp = tc ? ATT_KC * ATT_PG : ATT_KC;
     for (int t0 = 0; t0 < T; t0 += (int)g) {
         const unsigned n = (unsigned)(T - t0 < g ? T - t0 : g);
-        const int kind = tc ? 0 : att_dec_kind(mma, bar != NULL, sms, n, nch, H);
+        const int kind = att_dec_kind(tc, mma, bar != NULL, sms, n, nch, H, D);
+        if (kind == 3) {
+            const unsigned nb = (unsigned)att_dm_blocks((int)nch, H, D);
+            for (int ph = ATT_PHASE_FIRST; ph <= ATT_PHASE_LAST; ph++)
+                fused_mma<<<dim3(nb, 1, n), ATT_DM_T, (size_t)dm_bytes, s>>>(official, A, q, t0, (int)nch, H, D, sink, freq, R, scratch, o, bar, ph);
+            continue;
+        }
         if (kind == 2) {
             for (int ph = ATT_PHASE_FIRST; ph <= ATT_PHASE_LAST; ph++)
                 fused<<<dim3((unsigned)nch, n_dg, n), ATT_DEC_T, (size_t)fused_bytes, s>>>(official, A, q, t0, (int)nch, H, D, sink, freq, R,

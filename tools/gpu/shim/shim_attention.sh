@@ -44,7 +44,7 @@ chunk = chunk.replace("extern __shared__ __align__(16) unsigned char att_dec_sme
 chunk = poison_shared(chunk)
 n0 = chunk.count("<<<")
 chunk, _ = launches(chunk)
-assert n0 == 5 + ('k_att_scores_dec' in chunk) + ('k_att_dec(' in chunk) + ('scores_big(' in chunk) and "<<<" not in chunk, n0
+assert n0 == 5 + ('k_att_scores_dec' in chunk) + ('k_att_dec(' in chunk) + ('scores_big(' in chunk) + ('k_att_dec_mma(' in chunk) and "<<<" not in chunk, n0
 out.append(chunk)
 open(sys.argv[1], "w").write("\n".join(out))
 PY
