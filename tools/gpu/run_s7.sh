@@ -135,7 +135,8 @@ if has micro; then   # the kernels' own benchmarks (MICRO picks: experts linear 
     echo "== FP8 / FP4 linears at 1 and 8 tokens (streamed, small tiles, L2-hot):"; sed -n 2p $L/bench_linear.log
     grep -E "^FP[48] +[0-9]+x[0-9]+ +[18] " $L/bench_linear.log; fi
   if mic attention; then timeout 90 .gpu/gputests/test_gpu_attention --bench >$L/bench_attention.log 2>&1
-    echo "== attention at decode (k_att_scores vs k_att_scores_dec vs k_att_dec):"; tail -17 $L/bench_attention.log; fi
+    echo "== attention at decode (k_att_scores vs k_att_scores_dec vs k_att_dec; tensor cores: three kernels vs k_att_dec_mma):"
+    grep -vE "^ *$" $L/bench_attention.log | tail -36; fi
 fi
 save
 if has san; then   # compute-sanitizer (SAN_TOOL, default memcheck) over test_gpu_mma's tests matching SAN_TESTS
