@@ -671,8 +671,8 @@ static double us_per_call(int mode, const cu_kvlay *lay, float *d_q, uint8_t *d_
  * per launch, the gap between the launch before it ending and its first block starting, the spread of its blocks'
  * starts, their durations (median, longest), the launch's span, and when the median busy block's last warp passed
  * each mark (k_att_pv: 0 row addresses, 1 M_h, 2 e, 3 the slice's rows; k_att_scores_dec: 0 row addresses (q's
- * copies issued), 1 the copies landed, 2 rows decoded; k_att_dec: 0 scores, 1 barrier, 2 P.V, 3 barrier); means over a call graph's last 20 launches
- * of each kernel. */
+ * copies issued), 1 the copies landed, 2 rows decoded; k_att_dec and k_att_dec_mma: 0 scores, 1 barrier, 2 P.V,
+ * 3 barrier); means over a call graph's last 20 launches of each kernel. */
 static int time_cmp(const void *a, const void *b) {
     const cu_att_time *x = a, *y = b;
     return x->start < y->start ? -1 : x->start > y->start;
@@ -706,7 +706,7 @@ static int launch_blocks(cu_att_time *rec, int n, block_time *b) {
 }
 
 static void times_report(const char *what, cu_att_time *rec, int n) {
-    static const char *const names[] = { "?", "k_att_scores_dec", "k_att_pv", "k_att_combine", "k_att_dec", "scores_dec again" };
+    static const char *const names[] = { "?", "k_att_scores_dec", "k_att_pv", "k_att_combine", "k_att_dec", "scores_dec again", "k_att_dec_mma" };
     enum { LAST = 20 };
     {   /* the SMs' clock rate while the warps ran: cycles / ns of the warps that ran 2 us or more */
         double *ghz = malloc(sizeof(double) * (size_t)n);
@@ -739,7 +739,7 @@ static void times_report(const char *what, cu_att_time *rec, int n) {
     /* kernel 5: a k_att_scores_dec launch right after another (cu_att_block_times_twice) */
     unsigned *kid = malloc(sizeof(unsigned) * (size_t)(nl + 1));
     for (int l = 0; l < nl; l++) kid[l] = l && rec[first[l]].kernel == 1 && rec[first[l - 1]].kernel == 1 ? 5 : rec[first[l]].kernel;
-    for (unsigned k = 1; k <= 5; k++) {
+    for (unsigned k = 1; k <= 6; k++) {
         double gap = 0, spread = 0, med = 0, mx = 0, span = 0, blocks = 0, busy = 0, mk[4] = { 0, 0, 0, 0 };
         int counted = 0;
         for (int l = nl - 1; l >= 1 && counted < LAST; l--) {
@@ -852,16 +852,16 @@ static int bench(int times, const char *only) {
                 return 1;
             }
             for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++)
-                for (int fused = 0; fused < 2 - twice; fused++) {   /* the fused kernel has no k_att_scores_dec */
+                for (int fused = 0; fused < 3 - 2 * twice; fused++) {   /* the fused kernels have no k_att_scores_dec; 2: k_att_dec_mma */
                     if (cu_att_block_times(rec, MAXREC) < 0) return 1;   /* clears */
-                    const double us = us_per_call(fused ? 0 : CU_ATT_NO_FUSED, &lay, d_q, d_kvs, d_pos, d_item_of, d_items, d_sl, kinds[k].ratio, d_sel,
+                    const double us = us_per_call(fused == 2 ? CU_ATT_MMA : fused ? 0 : CU_ATT_NO_FUSED, &lay, d_q, d_kvs, d_pos, d_item_of, d_items, d_sl, kinds[k].ratio, d_sel,
                                                   d_n_sel, d_sink, d_freq, 1, max_keys, d_scratch, sf, d_bar, d_o, 20);
                     const int n = cu_att_block_times(rec, MAXREC);
                     if (us <= 0 || n <= 0) {
                         fprintf(stderr, "times: cu_attention failed\n");
                         return 1;
                     }
-                    snprintf(what, sizeof what, "%.3s %s %.1f us", kinds[k].name, fused ? "fused" : twice ? "dec x2" : "3 kern", us);
+                    snprintf(what, sizeof what, "%.3s %s %.1f us", kinds[k].name, fused == 2 ? "mma" : fused ? "fused" : twice ? "dec x2" : "3 kern", us);
                     times_report(what, rec, n);
                 }
         }

@@ -242,7 +242,7 @@ int  cu_attention_decode_launches(int official, int mma, cu_kvlay lay, int T, in
 int  cu_attention_fused_launches(int official, int mma, cu_kvlay lay, int T, int H, int D, int max_keys, int64_t scratch_floats);
 int64_t cu_attention_scratch_floats(int T, int H, int D, int64_t max_keys);
 /* A measuring build's record of one warp of the decode attention kernels (k_attention.cu, -DATT_BLOCK_TIMES=1):
- * kernel 1 k_att_scores_dec, 2 k_att_pv, 3 k_att_combine, 4 k_att_dec; start, marks (0: not passed) and end in
+ * kernel 1 k_att_scores_dec, 2 k_att_pv, 3 k_att_combine, 4 k_att_dec, 6 k_att_dec_mma; start, marks (0: not passed) and end in
  * %globaltimer ns. */
 typedef struct {
     unsigned long long start, end, mark[4];

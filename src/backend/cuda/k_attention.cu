@@ -1490,16 +1490,28 @@ __device__ __forceinline__ float att_ld(const float *p) {
 #endif
 }
 
+/* The threads that combine one head (att_combine_head): the whole block, or one warp (WARP) of it. */
+template <bool WARP> struct att_team {
+    __device__ __forceinline__ static int id() { return WARP ? (int)(threadIdx.x & 31) : (int)threadIdx.x; }
+    __device__ __forceinline__ static int size() { return WARP ? 32 : (int)blockDim.x; }
+    __device__ __forceinline__ static void sync() {
+        if (WARP) __syncwarp();
+        else __syncthreads();
+    }
+};
+
 /* Head h of the query whose key list is K (scratch X, launches of nch chunks): den = expf(sink - M_h) + den_0 + den_1
  * + ... (parts of kpp keys, in order), out[j] = bf16_if((out_0[j] + out_1[j] + ...) * (1 / den)) (parts in order, from
- * 0.0f), de-rotated at p, into ot [D] through out_s [D] (shared). By all of the block's threads, however many: each
- * column's sum is one thread's chain. */
+ * 0.0f), de-rotated at p, into ot [D] through out_s [D] (shared, the team's own). By a team of threads (the block, or
+ * one warp: WARP), however many: each column's sum is one thread's chain, and each RoPE pair one thread's rope_pair. */
+template <bool WARP = false>
 __device__ __forceinline__ void att_combine_head(int official, const att_scratch &X, const att_keys &K, int nch, int kpp, int h, int H,
                                                  int D, int R, const float *sink, const float *freq, int64_t p, float *out_s, float *ot) {
-    const int NTH = (int)blockDim.x;
+    typedef att_team<WARP> team;
+    const int NTH = team::size(), tid = team::id();
     const int qch = (K.nk + kpp - 1) / kpp;   /* parts of kpp keys: ATT_KC (CUDA cores), ATT_KC ATT_PG (tensor cores) */
     if ((K.nk + ATT_KC - 1) / ATT_KC > nch) {   /* cannot happen when the caller's max_keys holds: say so in the output rather than read past */
-        for (int j = threadIdx.x; j < D; j += NTH) ot[j] = __int_as_float(0x7fc00000);
+        for (int j = tid; j < D; j += NTH) ot[j] = __int_as_float(0x7fc00000);
         return;
     }
     const float M = att_ld(X.M + h);
@@ -1524,7 +1536,7 @@ __device__ __forceinline__ void att_combine_head(int official, const att_scratch
                 const float *pc = X.part + ((int64_t)(c0 + k) * H + h) * D;
 #pragma unroll
                 for (int u = 0; u < 4; u++) {
-                    const int j = jb + threadIdx.x + u * NTH;
+                    const int j = jb + tid + u * NTH;
                     v[k][u] = c0 + k < qch && j < D ? att_ld(pc + j) : 0.0f;
                 }
             }
@@ -1536,14 +1548,15 @@ __device__ __forceinline__ void att_combine_head(int official, const att_scratch
         }
 #pragma unroll
         for (int u = 0; u < 4; u++) {
-            const int j = jb + threadIdx.x + u * NTH;
+            const int j = jb + tid + u * NTH;
             if (j < D) out_s[j] = dev_bf16_if(official, a[u] * inv);
         }
     }
-    __syncthreads();
-    block_rope(official, freq, R, out_s + D - R, p, 1);
-    for (int j = threadIdx.x; j < D; j += NTH) ot[j] = out_s[j];
-    __syncthreads();   /* out_s is free again (the fused kernel's next head) */
+    team::sync();
+    for (int i = tid; i < R / 2; i += NTH) rope_pair(official, freq, out_s + D - R, i, p, 1);   /* block_rope's pairs */
+    team::sync();
+    for (int j = tid; j < D; j += NTH) ot[j] = out_s[j];
+    team::sync();   /* out_s is free again (the fused kernels' next head) */
 }
 
 __global__ void __launch_bounds__(ATT_COMBINE_T) k_att_combine(int official, const int64_t *pos, const int32_t *n_sel, int W, int ratio,
@@ -1772,8 +1785,8 @@ __global__ void __launch_bounds__(ATT_DEC_T, 1) k_att_dec(int official, att_args
  *      part's chunks in order, their k-steps of 16 keys in order (k_att_pv_mma's chains); the part's denominator
  *      (slice 0: one thread a head, the part's keys in order, e unrounded).
  *   -- every part is written --
- *   3. heads b, b + nb, ... of the query (nb: the launch's blocks a query) combined as k_att_combine (parts of
- *      ATT_KC ATT_PG keys).
+ *   3. heads 8 b + w, 8 (b + nb) + w, ... of the query (nb: the launch's blocks a query) combined by warp w as
+ *      k_att_combine combines them (parts of ATT_KC ATT_PG keys; a column's sum is one thread's chain either way).
  * Why: at a decode step the three tensor-core launches are small (a 640-key query: 5, 12 and 64 blocks), each mostly
  * fixed latency: run 150 measured decode after a 128K prompt at 61.3 tok/s on the CUDA cores' k_att_dec and 58.3 with
  * them, so the switch could not be on for every step.
@@ -1797,7 +1810,7 @@ struct att_dm_smem {
     int ldb, rb;
     int64_t kp, red, qs, kb, raw;       /* 1: row addresses [ATT_KC], maxima [8][ATT_DM_QH], q [16][ldb], rows [ATT_KC][ldb], raw */
     int64_t kp2, red2, ms, st, ps, vt;  /* 2: [ATT_PG ATT_KC], [4][ATT_HG], M [ATT_HG], S [ATT_PG][ATT_HG][SL], [ATT_HG][KL], [PS][KL] */
-    int64_t bytes;                      /* the largest step (3: one output row [D]) */
+    int64_t bytes;                      /* the largest step (3: an output row [D] a warp) */
 };
 static __host__ __device__ __forceinline__ att_dm_smem att_dm_smem_of(int D, int row_bytes) {
     att_dm_smem m;
@@ -1816,7 +1829,7 @@ static __host__ __device__ __forceinline__ att_dm_smem att_dm_smem_of(int D, int
     m.ps = m.st + (int64_t)sizeof(float) * ATT_PG * ATT_HG * ATT_DM_SL;
     m.vt = m.ps + (int64_t)2 * ATT_HG * ATT_DM_KL;
     const int64_t two = m.vt + (int64_t)2 * ATT_DM_PS * ATT_DM_KL;
-    const int64_t three = (int64_t)sizeof(float) * D;
+    const int64_t three = (int64_t)sizeof(float) * (ATT_DM_T / 32) * D;
     m.bytes = one > two ? (one > three ? one : three) : (two > three ? two : three);
     return m;
 }
@@ -2016,6 +2029,7 @@ __device__ __forceinline__ void att_dm_pv(const att_args &A, int t, int u, int j
 #if defined(ATT_DM_BUG) && ATT_DM_BUG == 1
             for (int i = nkc - 1; i >= 0; i--) den += st[cl][threadIdx.x][i];   /* deliberate: the keys in reverse order */
 #else
+#pragma unroll 8
             for (int i = 0; i < nkc; i++) den += st[cl][threadIdx.x][i];
 #endif
         }
@@ -2028,6 +2042,7 @@ __global__ void __launch_bounds__(ATT_DM_T, 1) k_att_dec_mma(int official, att_a
                                                              const float *sink, const float *freq, int R, float *scratch, float *o,
                                                              unsigned *bar, int phase) {
     dev_grid_wait();
+    ATT_TIME_BEGIN(6);
     extern __shared__ __align__(16) unsigned char att_dec_smem_base[];
     const att_dm_smem m = att_dm_smem_of(D, A.lay.bytes);
     const int slot = blockIdx.z, t = t0 + slot, b = blockIdx.x;
@@ -2043,19 +2058,27 @@ __global__ void __launch_bounds__(ATT_DM_T, 1) k_att_dec_mma(int official, att_a
         const int hb = b % n_qh * ATT_DM_QH;
         att_dm_scores<F>(A, q, t, b / n_qh, hb, H - hb < ATT_DM_QH ? H - hb : ATT_DM_QH, H, D, K, X, att_dec_smem_base, m);
     }
+    ATT_TIME_MARK(0);
     if (phase < 0) att_grid_sync(bar, nblocks);
+    ATT_TIME_MARK(1);
     /* 2. P.V: block b = part b / (n_ds n_hg), column slice b / n_hg mod n_ds, head group b mod n_hg */
     const int u = b / (n_ds * n_hg);
     if ((phase < 0 || phase == 1) && u * ATT_PG < qch) {
         const int hb = b % n_hg * ATT_HG, j0 = b / n_hg % n_ds * ATT_DM_PS;
         att_dm_pv<F>(A, t, u, j0, hb, H - hb < ATT_HG ? H - hb : ATT_HG, H, D, K, qch, X, att_dec_smem_base, m);
     }
+    ATT_TIME_MARK(2);
     if (phase < 0) att_grid_sync(bar, nblocks);
-    /* 3. the query's heads, spread over its blocks */
-    if (phase < 0 || phase == 2)
-        for (int h = b; h < H; h += (int)gridDim.x)
-            att_combine_head(official, X, K, nch, ATT_KC * ATT_PG, h, H, D, R, sink, freq, p, (float *)att_dec_smem_base,
-                             o + ((int64_t)t * H + h) * D);
+    ATT_TIME_MARK(3);
+    /* 3. the query's heads, one a warp: head w + 8 b, then + 8 nb, ... (every warp its own output row in shared memory) */
+    if (phase < 0 || phase == 2) {
+        constexpr int NW = ATT_DM_T / 32;
+        const int w = threadIdx.x >> 5;
+        for (int h = w + NW * b; h < H; h += NW * (int)gridDim.x)
+            att_combine_head<true>(official, X, K, nch, ATT_KC * ATT_PG, h, H, D, R, sink, freq, p, (float *)att_dec_smem_base + w * D,
+                                   o + ((int64_t)t * H + h) * D);
+    }
+    ATT_TIME_END();
 }
 
 static int64_t att_chunks(int64_t max_keys) { return (max_keys + ATT_KC - 1) / ATT_KC; }
