@@ -1776,16 +1776,17 @@ __global__ void __launch_bounds__(ATT_DEC_T, 1) k_att_dec(int official, att_args
  * alike, as batch invariance requires.
  *   1. block (chunk c, group of ATT_DM_QH heads): the chunk's stored rows whole into shared memory (cp.async, every
  *      copy in flight at once) and the group's q rows, then both as bf16 pairs [row][column] (the rows decoded to
- *      kv_col's values, q rounded as k_att_scores_mma rounds it); warp w: keys 8 w .. 8 w + 7 x the group's 16 heads,
- *      one m16n8k16 tile chained over the k-steps of 16 columns in order; S and the chunk's max per head.
+ *      kv_col's values, q rounded as k_att_scores_mma rounds it; all 16 warps); warp w < 8: keys 8 w .. 8 w + 7 x the
+ *      group's 16 heads, one m16n8k16 tile chained over the k-steps of 16 columns in order; S and the chunk's max per
+ *      head.
  *   -- every chunk's scores and maxima are written --
  *   2. block (part u of ATT_PG chunks, slice of ATT_DM_PS columns, group of ATT_HG heads): M_h; the part's scores
  *      (cp.async) and the slice's columns of its rows (the stored bits in registers, every load in flight) in one
- *      round trip; e and bf16(e); warp w: heads 16 (w mod 4) .. + 15 x columns 32 (w / 4) .. + 31 of the slice, the
+ *      round trip; e and bf16(e); warp w: heads 16 (w mod 4) .. + 15 x columns 16 (w / 4) .. + 15 of the slice, the
  *      part's chunks in order, their k-steps of 16 keys in order (k_att_pv_mma's chains); the part's denominator
  *      (slice 0: one thread a head, the part's keys in order, e unrounded).
  *   -- every part is written --
- *   3. heads 8 b + w, 8 (b + nb) + w, ... of the query (nb: the launch's blocks a query) combined by warp w as
+ *   3. heads 16 b + w, 16 (b + nb) + w, ... of the query (nb: the launch's blocks a query) combined by warp w as
  *      k_att_combine combines them (parts of ATT_KC ATT_PG keys; a column's sum is one thread's chain either way).
  * Why: at a decode step the three tensor-core launches are small (a 640-key query: 5, 12 and 64 blocks), each mostly
  * fixed latency: run 150 measured decode after a 128K prompt at 61.3 tok/s on the CUDA cores' k_att_dec and 58.3 with
@@ -1795,13 +1796,16 @@ __global__ void __launch_bounds__(ATT_DEC_T, 1) k_att_dec(int official, att_args
  * -DATT_DM_BUG=1: a deliberate bug (each part's denominator summed in reverse key order: an order, not a value, wrong),
  * to see test_gpu_attention's memcmp against the three kernels fail (tools/gpu/shim/shim_attention.sh with
  * SHIM_CFLAGS=-DATT_DM_BUG=1). Never in a real build. */
-#define ATT_DM_T 256                      /* threads */
+#define ATT_DM_T 512                      /* threads: 16 warps (run 152: with 8, the copy, decode and e phases were
+                                            latency-bound chains, step 1 21 us a CSA block) */
+#define ATT_DM_W (ATT_DM_T / 32)          /* its warps */
+#define ATT_DM_U 4                        /* quads / elements a thread decodes before it stores them */
 #define ATT_DM_QH 16                      /* heads a block of step 1 (its warps' one 16-row tile) */
 #define ATT_DM_PS 64                      /* columns a block of step 2 */
 #define ATT_DM_SL (ATT_KC + 4)            /* floats a head's row of a chunk's scores (16-byte rows) */
 #define ATT_DM_KL (ATT_PG * ATT_KC + 8)   /* bf16 a row of a part's bf16(e) [head][key] and rows [column][key] */
-static_assert(ATT_DM_T == 256 && ATT_HG == 64 && ATT_DM_PS == 64 && ATT_KC == 64,
-              "k_att_dec_mma: step 1 is 8 warps of 8 keys, step 2 4 head tiles x 2 column halves, 4 pairs of keys a thread");
+static_assert(ATT_DM_T == 512 && ATT_HG == 64 && ATT_DM_PS == 64 && ATT_KC == 64,
+              "k_att_dec_mma: step 1's MMAs are 8 warps of 8 keys, step 2's 4 head tiles x 4 column quarters, 8 pairs of keys a thread");
 
 /* Its dynamic shared memory (bytes): one layout a step, all from offset 0 (a step starts after the barrier).
  * ldb: bf16 a q / key row (the columns rounded up to 16 — a k-step's columns past D are zeros — plus 8: the 8 rows of
@@ -1809,7 +1813,8 @@ static_assert(ATT_DM_T == 256 && ATT_HG == 64 && ATT_DM_PS == 64 && ATT_KC == 64
 struct att_dm_smem {
     int ldb, rb;
     int64_t kp, red, qs, kb, raw;       /* 1: row addresses [ATT_KC], maxima [8][ATT_DM_QH], q [16][ldb], rows [ATT_KC][ldb], raw */
-    int64_t kp2, red2, ms, st, ps, vt;  /* 2: [ATT_PG ATT_KC], [4][ATT_HG], M [ATT_HG], S [ATT_PG][ATT_HG][SL], [ATT_HG][KL], [PS][KL] */
+    int64_t kp2, red2, ms, st, ps, vt;  /* 2: [ATT_PG ATT_KC], [ATT_DM_T / ATT_HG][ATT_HG], M [ATT_HG], S [ATT_PG][ATT_HG][SL],
+                                           bf16(e) [ATT_HG][KL], rows [PS][KL] */
     int64_t bytes;                      /* the largest step (3: an output row [D] a warp) */
 };
 static __host__ __device__ __forceinline__ att_dm_smem att_dm_smem_of(int D, int row_bytes) {
@@ -1818,7 +1823,7 @@ static __host__ __device__ __forceinline__ att_dm_smem att_dm_smem_of(int D, int
     m.rb = (row_bytes + 15) / 16 * 16 + 16;
     m.kp = 0;
     m.red = m.kp + (int64_t)sizeof(void *) * ATT_KC;
-    m.qs = m.red + (int64_t)sizeof(float) * (ATT_DM_T / 32) * ATT_DM_QH;
+    m.qs = m.red + (int64_t)sizeof(float) * 8 * ATT_DM_QH;
     m.kb = m.qs + (int64_t)2 * ATT_DM_QH * m.ldb;
     m.raw = m.kb + (int64_t)2 * ATT_KC * m.ldb;
     const int64_t one = m.raw + (int64_t)ATT_KC * m.rb;
@@ -1829,7 +1834,7 @@ static __host__ __device__ __forceinline__ att_dm_smem att_dm_smem_of(int D, int
     m.ps = m.st + (int64_t)sizeof(float) * ATT_PG * ATT_HG * ATT_DM_SL;
     m.vt = m.ps + (int64_t)2 * ATT_HG * ATT_DM_KL;
     const int64_t two = m.vt + (int64_t)2 * ATT_DM_PS * ATT_DM_KL;
-    const int64_t three = (int64_t)sizeof(float) * (ATT_DM_T / 32) * D;
+    const int64_t three = (int64_t)sizeof(float) * ATT_DM_W * D;
     m.bytes = one > two ? (one > three ? one : three) : (two > three ? two : three);
     return m;
 }
@@ -1880,20 +1885,31 @@ __device__ __forceinline__ void att_dm_scores(const att_args &A, const float *q,
     att_copy_rows(A.lay, kp, nkc, raw, m.rb, NT);
     att_cp_wait();
     __syncthreads();   /* every thread's copies have landed */
-    {   /* the rows as bf16 pairs: quad j of row r (rows past nkc and columns past D: zeros) */
+    {   /* the rows as bf16 pairs: quad j of row r (rows past nkc and columns past D: zeros), ATT_DM_U quads decoded
+         * before any is stored (their shared-memory loads in flight together) */
         const int nq = dc / 4;
-        for (int e = threadIdx.x; e < ATT_KC * nq; e += NT) {
-            const int r = e / nq, j = 4 * (e % nq);
-            float4 x = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-            if (r < nkc) x = att_decode4<F>(A.lay, raw + (int64_t)r * m.rb + ((uintptr_t)kp[r] & 15), j, D);
-            *(uint2 *)&kb[r * ldb + j] = make_uint2(bf16x2(x.x, x.y), bf16x2(x.z, x.w));
+        for (int e0 = 0; e0 < ATT_KC * nq; e0 += ATT_DM_U * NT) {
+            float4 x[ATT_DM_U];
+#pragma unroll
+            for (int u = 0; u < ATT_DM_U; u++) {
+                const int e = e0 + threadIdx.x + NT * u, r = e / nq, j = 4 * (e % nq);
+                x[u] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+                if (r < nkc) x[u] = att_decode4<F>(A.lay, raw + (int64_t)r * m.rb + ((uintptr_t)kp[r] & 15), j, D);
+            }
+#pragma unroll
+            for (int u = 0; u < ATT_DM_U; u++) {
+                const int e = e0 + threadIdx.x + NT * u;
+                if (e < ATT_KC * nq) *(uint2 *)&kb[(e / nq) * ldb + 4 * (e % nq)] = make_uint2(bf16x2(x[u].x, x[u].y), bf16x2(x[u].z, x[u].w));
+            }
         }
     }
     __syncthreads();
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, g = lane >> 2, qd = lane & 3;
+    if (w >= 8) return;   /* warps 8 .. 15 copied and decoded; the 8 tiles of 8 keys are warps 0 .. 7's (no barrier follows) */
     float acc[4] = { 0.0f, 0.0f, 0.0f, 0.0f };
     if (8 * w < nkc) {   /* the warp's keys 8 w .. 8 w + 7 (rows past nkc are zeros) */
         const uint16_t *qa = qs + g * ldb + 2 * qd, *qb = qa + 8 * ldb, *kr = kb + (8 * w + g) * ldb + 2 * qd;
+#pragma unroll 4
         for (int kk = 0; kk < D; kk += 16)
             mma_bf16(acc, ld_b32(qa + kk), ATT_A12(ld_b32(qb + kk), ld_b32(qa + kk + 8)), ld_b32(qb + kk + 8), ld_b32(kr + kk), ld_b32(kr + kk + 8));
     }
@@ -1908,16 +1924,16 @@ __device__ __forceinline__ void att_dm_scores(const att_args &A, const float *q,
             if (h < hn) X.S[((int64_t)c * H + hb + h) * ATT_KC + r] = s;
         }
     }
-    /* the 4 lanes of a group, then the 8 warps: a max, exact in any order */
+    /* the 4 lanes of a group, then the 8 warps (a named barrier of their 256 threads): a max, exact in any order */
 #pragma unroll
     for (int u = 0; u < 2; u++) {
         for (int off = 1; off < 4; off <<= 1) mx[u] = fmaxf(mx[u], __shfl_xor_sync(0xffffffffu, mx[u], off));
         if (qd == 0) red[w][g + 8 * u] = mx[u];
     }
-    __syncthreads();
+    dev_bar_sync(1, 256);
     if (threadIdx.x < hn) {
         float x = red[0][threadIdx.x];
-        for (int ww = 1; ww < NT / 32; ww++) x = fmaxf(x, red[ww][threadIdx.x]);
+        for (int ww = 1; ww < 8; ww++) x = fmaxf(x, red[ww][threadIdx.x]);
         X.cmax[(int64_t)c * H + hb + threadIdx.x] = x;
     }
 }
@@ -1966,41 +1982,52 @@ __device__ __forceinline__ void att_dm_pv(const att_args &A, int t, int u, int j
         Ms[threadIdx.x] = x;
         if (u == 0 && j0 == 0 && threadIdx.x < hn) X.M[hb + threadIdx.x] = x;
     }
-    {   /* the slice's columns of the part's rows, transposed: thread x column x mod 64 of keys 2 (x / 64) + 8 v and the
+    {   /* the slice's columns of the part's rows, transposed: thread x column x mod 64 of keys 2 (x / 64) + 16 v and the
          * key after each, every load in flight before the first is decoded */
-        constexpr int PV = ATT_PG * ATT_KC / 8;
+        constexpr int KS = 2 * NT / ATT_DM_PS, PV = ATT_PG * ATT_KC / KS;
         const int jj = threadIdx.x % ATT_DM_PS, j = j0 + jj, i0 = 2 * (threadIdx.x / ATT_DM_PS);
         const bool jv = j < D;
         const kv_col<F> col(A.lay, jv ? j : 0);
         uint32_t b[PV][2];
 #pragma unroll
         for (int v = 0; v < PV; v++) {
-            const int i = i0 + 8 * v;
+            const int i = i0 + KS * v;
             b[v][0] = jv && i < nkp ? col.bits(kp[i]) : 0u;
             b[v][1] = jv && i + 1 < nkp ? col.bits(kp[i + 1]) : 0u;
         }
 #pragma unroll
         for (int v = 0; v < PV; v++) {
-            const int i = i0 + 8 * v;
+            const int i = i0 + KS * v;
             *(uint32_t *)&vt[jj][i] = bf16x2(jv && i < nkp ? col.value(b[v][0]) : 0.0f, jv && i + 1 < nkp ? col.value(b[v][1]) : 0.0f);
         }
     }
     att_cp_wait();
     __syncthreads();   /* Ms, vt and every thread's copies of the scores */
-    for (int e = threadIdx.x; e < ncp * HG * ATT_KC; e += NT) {
-        const int cl = e / (HG * ATT_KC), h = e / ATT_KC % HG, i = e % ATT_KC;
-        const int nkc = K.nk - (c_first + cl) * ATT_KC < ATT_KC ? K.nk - (c_first + cl) * ATT_KC : ATT_KC;
-        const float x = h < hn && i < nkc ? expf(st[cl][h][i] - Ms[h]) : 0.0f;
-        st[cl][h][i] = x;
-        ps[h][cl * ATT_KC + i] = dev_f32_to_bf16(x);   /* the probabilities P.V sees; the denominator takes them unrounded */
+    /* e (in place of the scores) and bf16(e), ATT_DM_U elements a thread computed before any is stored */
+    for (int e0 = 0; e0 < ncp * HG * ATT_KC; e0 += ATT_DM_U * NT) {
+        float x[ATT_DM_U];
+#pragma unroll
+        for (int u = 0; u < ATT_DM_U; u++) {
+            const int e = e0 + threadIdx.x + NT * u, cl = e / (HG * ATT_KC), h = e / ATT_KC % HG, i = e % ATT_KC;
+            const int nkc = K.nk - (c_first + cl) * ATT_KC < ATT_KC ? K.nk - (c_first + cl) * ATT_KC : ATT_KC;
+            x[u] = e < ncp * HG * ATT_KC && h < hn && i < nkc ? expf(st[cl][h][i] - Ms[h]) : 0.0f;
+        }
+#pragma unroll
+        for (int u = 0; u < ATT_DM_U; u++) {
+            const int e = e0 + threadIdx.x + NT * u, cl = e / (HG * ATT_KC), h = e / ATT_KC % HG, i = e % ATT_KC;
+            if (e < ncp * HG * ATT_KC) {
+                st[cl][h][i] = x[u];
+                ps[h][cl * ATT_KC + i] = dev_f32_to_bf16(x[u]);   /* the probabilities P.V sees; the denominator takes them unrounded */
+            }
+        }
     }
     __syncthreads();
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, g = lane >> 2, qd = lane & 3;
-    const int hr = 16 * (w & 3) + g, cw = 32 * (w >> 2);   /* the warp's first head and first column of the slice */
+    const int hr = 16 * (w & 3) + g, cw = 16 * (w >> 2);   /* the warp's first head and first column of the slice */
     if (16 * (w & 3) < hn && j0 + cw < D) {
-        float acc[4][4];
+        float acc[2][4];
 #pragma unroll
-        for (int n = 0; n < 4; n++)
+        for (int n = 0; n < 2; n++)
 #pragma unroll
             for (int e = 0; e < 4; e++) acc[n][e] = 0.0f;
         for (int cl = 0; cl < ncp; cl++) {
@@ -2009,13 +2036,13 @@ __device__ __forceinline__ void att_dm_pv(const att_args &A, int t, int u, int j
                 const uint32_t a0 = ld_b32(&ps[hr][ks + 2 * qd]), a1 = ld_b32(&ps[hr + 8][ks + 2 * qd]);
                 const uint32_t a2 = ld_b32(&ps[hr][ks + 8 + 2 * qd]), a3 = ld_b32(&ps[hr + 8][ks + 8 + 2 * qd]);
 #pragma unroll
-                for (int n = 0; n < 4; n++)
+                for (int n = 0; n < 2; n++)
                     mma_bf16(acc[n], a0, a1, a2, a3,
                              ATT_B01(ld_b32(&vt[cw + 8 * n + g][ks + 2 * qd]), ld_b32(&vt[cw + 8 * n + g][ks + 8 + 2 * qd])));
             }
         }
 #pragma unroll
-        for (int n = 0; n < 4; n++)
+        for (int n = 0; n < 2; n++)
 #pragma unroll
             for (int e = 0; e < 4; e++) {
                 const int h = hr + 8 * (e >> 1), j = j0 + cw + 8 * n + 2 * qd + (e & 1);
@@ -2072,7 +2099,7 @@ __global__ void __launch_bounds__(ATT_DM_T, 1) k_att_dec_mma(int official, att_a
     ATT_TIME_MARK(3);
     /* 3. the query's heads, one a warp: head w + 8 b, then + 8 nb, ... (every warp its own output row in shared memory) */
     if (phase < 0 || phase == 2) {
-        constexpr int NW = ATT_DM_T / 32;
+        constexpr int NW = ATT_DM_W;
         const int w = threadIdx.x >> 5;
         for (int h = w + NW * b; h < H; h += NW * (int)gridDim.x)
             att_combine_head<true>(official, X, K, nch, ATT_KC * ATT_PG, h, H, D, R, sink, freq, p, (float *)att_dec_smem_base + w * D,
