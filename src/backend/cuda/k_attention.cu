@@ -1778,11 +1778,11 @@ __global__ void __launch_bounds__(ATT_DEC_T, 1) k_att_dec(int official, att_args
  *      copy in flight at once) and the group's q rows, then both as bf16 pairs [row][column] (the rows decoded to
  *      kv_col's values, q rounded as k_att_scores_mma rounds it; all 16 warps); warp w < 8: keys 8 w .. 8 w + 7 x the
  *      group's 16 heads, one m16n8k16 tile chained over the k-steps of 16 columns in order; S and the chunk's max per
- *      head.
+ *      head. Meanwhile warps 8 .. 15 load the block's step-2 rows (they do not depend on step 1): the slice's columns
+ *      of its part's rows as bf16, transposed, where the raw rows were.
  *   -- every chunk's scores and maxima are written --
- *   2. block (part u of ATT_PG chunks, slice of ATT_DM_PS columns, group of ATT_HG heads): M_h; the part's scores
- *      (cp.async) and the slice's columns of its rows (the stored bits in registers, every load in flight) in one
- *      round trip; e and bf16(e); warp w: heads 16 (w mod 4) .. + 15 x columns 16 (w / 4) .. + 15 of the slice, the
+ *   2. block (part u of ATT_PG chunks, slice of ATT_DM_PS columns, group of ATT_HG heads): M_h and the part's scores
+ *      (cp.async) in one round trip; e and bf16(e); warp w: heads 16 (w mod 4) .. + 15 x columns 16 (w / 4) .. + 15 of the slice, the
  *      part's chunks in order, their k-steps of 16 keys in order (k_att_pv_mma's chains); the part's denominator
  *      (slice 0: one thread a head, the part's keys in order, e unrounded).
  *   -- every part is written --
@@ -1791,8 +1791,8 @@ __global__ void __launch_bounds__(ATT_DEC_T, 1) k_att_dec(int official, att_args
  * Why: at a decode step the three tensor-core launches are small (a 640-key query: 5, 12 and 64 blocks), each mostly
  * fixed latency: run 150 measured decode after a 128K prompt at 61.3 tok/s on the CUDA cores' k_att_dec and 58.3 with
  * them, so the switch could not be on for every step.
- * phase: as k_att_dec's (-1: all three steps and the barriers; 0, 1, 2: one step, the CPU shim). No step keeps shared
- * memory for the next: a step run as a launch of its own computes the same.
+ * phase: as k_att_dec's (-1: all three steps and the barriers; 0, 1, 2: one step, the CPU shim). A step run as a launch
+ * of its own computes the same: step 2 then loads its rows itself, with all its threads (the same values).
  * -DATT_DM_BUG=1: a deliberate bug (each part's denominator summed in reverse key order: an order, not a value, wrong),
  * to see test_gpu_attention's memcmp against the three kernels fail (tools/gpu/shim/shim_attention.sh with
  * SHIM_CFLAGS=-DATT_DM_BUG=1). Never in a real build. */
@@ -1807,15 +1807,17 @@ __global__ void __launch_bounds__(ATT_DEC_T, 1) k_att_dec(int official, att_args
 static_assert(ATT_DM_T == 512 && ATT_HG == 64 && ATT_DM_PS == 64 && ATT_KC == 64,
               "k_att_dec_mma: step 1's MMAs are 8 warps of 8 keys, step 2's 4 head tiles x 4 column quarters, 8 pairs of keys a thread");
 
-/* Its dynamic shared memory (bytes): one layout a step, all from offset 0 (a step starts after the barrier).
+/* Its dynamic shared memory (bytes). Step 1 from offset 0; its raw rows are done with once decoded, and there the
+ * block's step-2 rows go (kp2, vt: loaded by warps 8 .. 15 while warps 0 .. 7 compute step 1's tiles, before the
+ * first barrier, as they do not depend on step 1), then step 2's other arrays; step 3's output rows from 0.
  * ldb: bf16 a q / key row (the columns rounded up to 16 — a k-step's columns past D are zeros — plus 8: the 8 rows of
  * a fragment load fall on distinct banks); rb: bytes a raw stored row (as att_dec_smem's). */
 struct att_dm_smem {
     int ldb, rb;
     int64_t kp, red, qs, kb, raw;       /* 1: row addresses [ATT_KC], maxima [8][ATT_DM_QH], q [16][ldb], rows [ATT_KC][ldb], raw */
-    int64_t kp2, red2, ms, st, ps, vt;  /* 2: [ATT_PG ATT_KC], [ATT_DM_T / ATT_HG][ATT_HG], M [ATT_HG], S [ATT_PG][ATT_HG][SL],
-                                           bf16(e) [ATT_HG][KL], rows [PS][KL] */
-    int64_t bytes;                      /* the largest step (3: an output row [D] a warp) */
+    int64_t kp2, vt, red2, ms, st, ps;  /* 2: row addresses [ATT_PG ATT_KC], rows [PS][KL], [ATT_DM_T / ATT_HG][ATT_HG], M [ATT_HG],
+                                           S [ATT_PG][ATT_HG][SL], bf16(e) [ATT_HG][KL] */
+    int64_t bytes;                      /* the largest extent (3: an output row [D] a warp) */
 };
 static __host__ __device__ __forceinline__ att_dm_smem att_dm_smem_of(int D, int row_bytes) {
     att_dm_smem m;
@@ -1827,13 +1829,13 @@ static __host__ __device__ __forceinline__ att_dm_smem att_dm_smem_of(int D, int
     m.kb = m.qs + (int64_t)2 * ATT_DM_QH * m.ldb;
     m.raw = m.kb + (int64_t)2 * ATT_KC * m.ldb;
     const int64_t one = m.raw + (int64_t)ATT_KC * m.rb;
-    m.kp2 = 0;
-    m.red2 = m.kp2 + (int64_t)sizeof(void *) * ATT_PG * ATT_KC;
+    m.kp2 = m.raw;
+    m.vt = m.kp2 + (int64_t)sizeof(void *) * ATT_PG * ATT_KC;
+    m.red2 = m.vt + (int64_t)2 * ATT_DM_PS * ATT_DM_KL;
     m.ms = m.red2 + (int64_t)sizeof(float) * ATT_DM_T;
     m.st = m.ms + (int64_t)sizeof(float) * ATT_HG;
     m.ps = m.st + (int64_t)sizeof(float) * ATT_PG * ATT_HG * ATT_DM_SL;
-    m.vt = m.ps + (int64_t)2 * ATT_HG * ATT_DM_KL;
-    const int64_t two = m.vt + (int64_t)2 * ATT_DM_PS * ATT_DM_KL;
+    const int64_t two = m.ps + (int64_t)2 * ATT_HG * ATT_DM_KL;
     const int64_t three = (int64_t)sizeof(float) * ATT_DM_W * D;
     m.bytes = one > two ? (one > three ? one : three) : (two > three ? two : three);
     return m;
@@ -1846,39 +1848,45 @@ static __host__ __device__ __forceinline__ int att_dm_blocks(int nch, int H, int
     return n1 > n2 ? n1 : n2;
 }
 
-/* Step 1: chunk c (keys k0 .. k0 + nkc - 1) of query t for heads hb .. hb + hn - 1 (hn <= ATT_DM_QH). */
+/* What every step of a block needs of its query t: its keys, chunks (qch), scratch, item and sequence layer. */
+struct att_dm_query {
+    int t, qch;
+    att_keys K;
+    att_scratch X;
+    cu_item it;
+    cu_seq_layer L;
+};
+
+/* Step 1: chunk c (keys k0 .. k0 + nkc - 1) of query Q for heads hb .. hb + hn - 1 (hn <= ATT_DM_QH). All 16 warps
+ * copy and decode; warps 0 .. 7 compute the tiles (named barrier 1) while warps 8 .. 15 return: the caller gives them
+ * the block's step-2 rows (att_dm_vrows). */
 template <int F>
-__device__ __forceinline__ void att_dm_scores(const att_args &A, const float *q, int t, int c, int hb, int hn, int H, int D,
-                                              const att_keys &K, const att_scratch &X, unsigned char *sm, const att_dm_smem &m) {
-    constexpr int NT = ATT_DM_T, QH = ATT_DM_QH;
+__device__ __forceinline__ void att_dm_scores(const att_args &A, const float *q, const att_dm_query &Q, int c, int hb, int hn, int H,
+                                              int D, unsigned char *sm, const att_dm_smem &m) {
+    constexpr int NT = ATT_DM_T, QH = ATT_DM_QH, QP = 9;   /* QP: q pairs a thread in flight (16 x 264 pairs at D 512: one pass) */
     const uint8_t **kp = (const uint8_t **)(sm + m.kp);
     float (*red)[QH] = (float (*)[QH])(sm + m.red);
     uint16_t *qs = (uint16_t *)(sm + m.qs), *kb = (uint16_t *)(sm + m.kb);
     uint8_t *raw = sm + m.raw;
-    const int ldb = m.ldb, dc = ldb - 8, k0 = c * ATT_KC, nkc = K.nk - k0 < ATT_KC ? K.nk - k0 : ATT_KC;
-    const int item = A.item_of[t];
-    const cu_item it = A.items[item];
-    const cu_seq_layer L = A.sl[item];
-    for (int i = threadIdx.x; i < nkc; i += NT)
-        kp[i] = att_key_row(A.lay, K, k0 + i, it, L, A.kvs, A.ring_len, A.ratio, A.sel + (int64_t)t * A.topk);
-    {   /* the group's q rows as bf16 pairs (zeros past hn and past D), QP pairs a thread in flight at once */
-        constexpr int QP = 8;
-        const float *qt = q + ((int64_t)t * H + hb) * D;
-        const int np = QH * dc / 2;   /* pairs */
-        for (int e0 = 0; e0 < np; e0 += QP * NT) {
-            float v[QP][2];
+    const int ldb = m.ldb, dc = ldb - 8, k0 = c * ATT_KC, nkc = Q.K.nk - k0 < ATT_KC ? Q.K.nk - k0 : ATT_KC;
+    const float *qt = q + ((int64_t)Q.t * H + hb) * D;
+    const int np = QH * dc / 2;   /* q pairs (zeros past hn and past D) */
+    for (int e0 = 0; e0 < np; e0 += QP * NT) {
+        float v[QP][2];
 #pragma unroll
-            for (int u = 0; u < QP; u++) {
-                const int e = e0 + threadIdx.x + NT * u, h = e / (dc / 2), j = 2 * (e % (dc / 2));
-                const bool in = e < np && h < hn;
-                v[u][0] = in && j < D ? qt[(int64_t)h * D + j] : 0.0f;
-                v[u][1] = in && j + 1 < D ? qt[(int64_t)h * D + j + 1] : 0.0f;
-            }
+        for (int u = 0; u < QP; u++) {
+            const int e = e0 + threadIdx.x + NT * u, h = e / (dc / 2), j = 2 * (e % (dc / 2));
+            const bool in = e < np && h < hn;
+            v[u][0] = in && j < D ? qt[(int64_t)h * D + j] : 0.0f;
+            v[u][1] = in && j + 1 < D ? qt[(int64_t)h * D + j + 1] : 0.0f;
+        }
+        if (e0 == 0)   /* the row addresses while the first pass's q loads are in flight */
+            for (int i = threadIdx.x; i < nkc; i += NT)
+                kp[i] = att_key_row(A.lay, Q.K, k0 + i, Q.it, Q.L, A.kvs, A.ring_len, A.ratio, A.sel + (int64_t)Q.t * A.topk);
 #pragma unroll
-            for (int u = 0; u < QP; u++) {
-                const int e = e0 + threadIdx.x + NT * u;
-                if (e < np) *(uint32_t *)&qs[(e / (dc / 2)) * ldb + 2 * (e % (dc / 2))] = bf16x2(v[u][0], v[u][1]);
-            }
+        for (int u = 0; u < QP; u++) {
+            const int e = e0 + threadIdx.x + NT * u;
+            if (e < np) *(uint32_t *)&qs[(e / (dc / 2)) * ldb + 2 * (e % (dc / 2))] = bf16x2(v[u][0], v[u][1]);
         }
     }
     __syncthreads();   /* kp is written */
@@ -1903,9 +1911,9 @@ __device__ __forceinline__ void att_dm_scores(const att_args &A, const float *q,
             }
         }
     }
-    __syncthreads();
+    __syncthreads();   /* the raw rows are free from here (att_dm_vrows) */
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, g = lane >> 2, qd = lane & 3;
-    if (w >= 8) return;   /* warps 8 .. 15 copied and decoded; the 8 tiles of 8 keys are warps 0 .. 7's (no barrier follows) */
+    if (w >= 8) return;
     float acc[4] = { 0.0f, 0.0f, 0.0f, 0.0f };
     if (8 * w < nkc) {   /* the warp's keys 8 w .. 8 w + 7 (rows past nkc are zeros) */
         const uint16_t *qa = qs + g * ldb + 2 * qd, *qb = qa + 8 * ldb, *kr = kb + (8 * w + g) * ldb + 2 * qd;
@@ -1921,10 +1929,10 @@ __device__ __forceinline__ void att_dm_scores(const att_args &A, const float *q,
         const float s = acc[e] * scale;
         if (r < nkc) {
             mx[e >> 1] = fmaxf(mx[e >> 1], s);
-            if (h < hn) X.S[((int64_t)c * H + hb + h) * ATT_KC + r] = s;
+            if (h < hn) Q.X.S[((int64_t)c * H + hb + h) * ATT_KC + r] = s;
         }
     }
-    /* the 4 lanes of a group, then the 8 warps (a named barrier of their 256 threads): a max, exact in any order */
+    /* the 4 lanes of a group, then the 8 warps (named barrier 1, their 256 threads): a max, exact in any order */
 #pragma unroll
     for (int u = 0; u < 2; u++) {
         for (int off = 1; off < 4; off <<= 1) mx[u] = fmaxf(mx[u], __shfl_xor_sync(0xffffffffu, mx[u], off));
@@ -1934,28 +1942,60 @@ __device__ __forceinline__ void att_dm_scores(const att_args &A, const float *q,
     if (threadIdx.x < hn) {
         float x = red[0][threadIdx.x];
         for (int ww = 1; ww < 8; ww++) x = fmaxf(x, red[ww][threadIdx.x]);
-        X.cmax[(int64_t)c * H + hb + threadIdx.x] = x;
+        Q.X.cmax[(int64_t)c * H + hb + threadIdx.x] = x;
     }
 }
 
-/* Step 2: part u (chunks ATT_PG u .. min(ATT_PG (u + 1), qch) - 1) of query t, columns j0 .. j0 + ATT_DM_PS - 1, heads
- * hb .. hb + hn - 1 (hn <= ATT_HG). */
-template <int F>
-__device__ __forceinline__ void att_dm_pv(const att_args &A, int t, int u, int j0, int hb, int hn, int H, int D, const att_keys &K,
-                                          int qch, const att_scratch &X, unsigned char *sm, const att_dm_smem &m) {
-    constexpr int NT = ATT_DM_T, SL = ATT_DM_SL, KL = ATT_DM_KL, HG = ATT_HG;
+/* Step 2's rows: the addresses of part u's keys (kp2) and its rows' columns j0 .. j0 + ATT_DM_PS - 1 as bf16, transposed
+ * (vt [column][key], zeros past the part's keys and past D), by the NTH threads from tid0 (all of the block, or warps
+ * 8 .. 15 during step 1: then named barrier 2): thread x column x mod 64 of keys 2 (x / 64) + KS v and the key after
+ * each, ATT_DM_VB pairs' loads in flight at once. */
+#define ATT_DM_VB 8
+template <int F, int NTH>
+__device__ __forceinline__ void att_dm_vrows(const att_args &A, const att_dm_query &Q, int u, int j0, int D, unsigned char *sm,
+                                             const att_dm_smem &m) {
+    constexpr int KL = ATT_DM_KL, KS = 2 * NTH / ATT_DM_PS, PV = ATT_PG * ATT_KC / KS;
+    static_assert(PV % ATT_DM_VB == 0, "att_dm_vrows: whole batches");
     const uint8_t **kp = (const uint8_t **)(sm + m.kp2);
+    uint16_t (*vt)[KL] = (uint16_t (*)[KL])(sm + m.vt);
+    const int x = (int)threadIdx.x - (ATT_DM_T - NTH);   /* NTH < ATT_DM_T: the block's last NTH threads */
+    const int c_first = u * ATT_PG, ncp = Q.qch - c_first < ATT_PG ? Q.qch - c_first : ATT_PG;
+    const int kb0 = c_first * ATT_KC, nkp = Q.K.nk - kb0 < ncp * ATT_KC ? Q.K.nk - kb0 : ncp * ATT_KC;
+    for (int i = x; i < nkp; i += NTH)
+        kp[i] = att_key_row(A.lay, Q.K, kb0 + i, Q.it, Q.L, A.kvs, A.ring_len, A.ratio, A.sel + (int64_t)Q.t * A.topk);
+    if (NTH == ATT_DM_T) __syncthreads();
+    else dev_bar_sync(2, NTH);
+    const int jj = x % ATT_DM_PS, j = j0 + jj, i0 = 2 * (x / ATT_DM_PS);
+    const bool jv = j < D;
+    const kv_col<F> col(A.lay, jv ? j : 0);
+    for (int v0 = 0; v0 < PV; v0 += ATT_DM_VB) {
+        uint32_t b[ATT_DM_VB][2];
+#pragma unroll
+        for (int v = 0; v < ATT_DM_VB; v++) {
+            const int i = i0 + KS * (v0 + v);
+            b[v][0] = jv && i < nkp ? col.bits(kp[i]) : 0u;
+            b[v][1] = jv && i + 1 < nkp ? col.bits(kp[i + 1]) : 0u;
+        }
+#pragma unroll
+        for (int v = 0; v < ATT_DM_VB; v++) {
+            const int i = i0 + KS * (v0 + v);
+            *(uint32_t *)&vt[jj][i] = bf16x2(jv && i < nkp ? col.value(b[v][0]) : 0.0f, jv && i + 1 < nkp ? col.value(b[v][1]) : 0.0f);
+        }
+    }
+}
+
+/* Step 2 after att_dm_vrows: part u (chunks ATT_PG u .. min(ATT_PG (u + 1), qch) - 1) of query Q, columns j0 .. j0 +
+ * ATT_DM_PS - 1, heads hb .. hb + hn - 1 (hn <= ATT_HG). */
+__device__ __forceinline__ void att_dm_pv(const att_dm_query &Q, int u, int j0, int hb, int hn, int H, int D, unsigned char *sm,
+                                          const att_dm_smem &m) {
+    constexpr int NT = ATT_DM_T, SL = ATT_DM_SL, KL = ATT_DM_KL, HG = ATT_HG;
     float (*red)[HG] = (float (*)[HG])(sm + m.red2);
     float *Ms = (float *)(sm + m.ms);
     float (*st)[HG][SL] = (float (*)[HG][SL])(sm + m.st);
     uint16_t (*ps)[KL] = (uint16_t (*)[KL])(sm + m.ps), (*vt)[KL] = (uint16_t (*)[KL])(sm + m.vt);
-    const int c_first = u * ATT_PG, ncp = (qch - c_first < ATT_PG ? qch - c_first : ATT_PG);   /* the part's chunks */
-    const int kb0 = c_first * ATT_KC, nkp = K.nk - kb0 < ncp * ATT_KC ? K.nk - kb0 : ncp * ATT_KC;   /* its keys */
-    const int item = A.item_of[t];
-    const cu_item it = A.items[item];
-    const cu_seq_layer L = A.sl[item];
-    for (int i = threadIdx.x; i < nkp; i += NT)
-        kp[i] = att_key_row(A.lay, K, kb0 + i, it, L, A.kvs, A.ring_len, A.ratio, A.sel + (int64_t)t * A.topk);
+    const att_keys &K = Q.K;
+    const att_scratch &X = Q.X;
+    const int c_first = u * ATT_PG, ncp = Q.qch - c_first < ATT_PG ? Q.qch - c_first : ATT_PG;   /* the part's chunks */
     /* the part's scores, [chunk][head][key] (keys past a chunk's last: whatever the scratch holds, never used) */
     const float *S0 = X.S + ((int64_t)c_first * H + hb) * ATT_KC;
     if ((uintptr_t)X.S % 16 == 0) {
@@ -1972,52 +2012,33 @@ __device__ __forceinline__ void att_dm_pv(const att_args &A, int t, int u, int j
         const int h = threadIdx.x % HG, part = threadIdx.x / HG;
         float x = -INFINITY;
         if (h < hn)
-            for (int cc = part; cc < qch; cc += NT / HG) x = fmaxf(x, att_ld(X.cmax + (int64_t)cc * H + hb + h));
+            for (int cc = part; cc < Q.qch; cc += NT / HG) x = fmaxf(x, att_ld(X.cmax + (int64_t)cc * H + hb + h));
         red[part][h] = x;
     }
-    __syncthreads();   /* kp and red are written */
+    __syncthreads();
     if (threadIdx.x < HG) {
         float x = red[0][threadIdx.x];
         for (int part = 1; part < NT / HG; part++) x = fmaxf(x, red[part][threadIdx.x]);
         Ms[threadIdx.x] = x;
         if (u == 0 && j0 == 0 && threadIdx.x < hn) X.M[hb + threadIdx.x] = x;
     }
-    {   /* the slice's columns of the part's rows, transposed: thread x column x mod 64 of keys 2 (x / 64) + 16 v and the
-         * key after each, every load in flight before the first is decoded */
-        constexpr int KS = 2 * NT / ATT_DM_PS, PV = ATT_PG * ATT_KC / KS;
-        const int jj = threadIdx.x % ATT_DM_PS, j = j0 + jj, i0 = 2 * (threadIdx.x / ATT_DM_PS);
-        const bool jv = j < D;
-        const kv_col<F> col(A.lay, jv ? j : 0);
-        uint32_t b[PV][2];
-#pragma unroll
-        for (int v = 0; v < PV; v++) {
-            const int i = i0 + KS * v;
-            b[v][0] = jv && i < nkp ? col.bits(kp[i]) : 0u;
-            b[v][1] = jv && i + 1 < nkp ? col.bits(kp[i + 1]) : 0u;
-        }
-#pragma unroll
-        for (int v = 0; v < PV; v++) {
-            const int i = i0 + KS * v;
-            *(uint32_t *)&vt[jj][i] = bf16x2(jv && i < nkp ? col.value(b[v][0]) : 0.0f, jv && i + 1 < nkp ? col.value(b[v][1]) : 0.0f);
-        }
-    }
     att_cp_wait();
-    __syncthreads();   /* Ms, vt and every thread's copies of the scores */
+    __syncthreads();   /* Ms and every thread's copies of the scores */
     /* e (in place of the scores) and bf16(e), ATT_DM_U elements a thread computed before any is stored */
     for (int e0 = 0; e0 < ncp * HG * ATT_KC; e0 += ATT_DM_U * NT) {
         float x[ATT_DM_U];
 #pragma unroll
-        for (int u = 0; u < ATT_DM_U; u++) {
-            const int e = e0 + threadIdx.x + NT * u, cl = e / (HG * ATT_KC), h = e / ATT_KC % HG, i = e % ATT_KC;
+        for (int v = 0; v < ATT_DM_U; v++) {
+            const int e = e0 + threadIdx.x + NT * v, cl = e / (HG * ATT_KC), h = e / ATT_KC % HG, i = e % ATT_KC;
             const int nkc = K.nk - (c_first + cl) * ATT_KC < ATT_KC ? K.nk - (c_first + cl) * ATT_KC : ATT_KC;
-            x[u] = e < ncp * HG * ATT_KC && h < hn && i < nkc ? expf(st[cl][h][i] - Ms[h]) : 0.0f;
+            x[v] = e < ncp * HG * ATT_KC && h < hn && i < nkc ? expf(st[cl][h][i] - Ms[h]) : 0.0f;
         }
 #pragma unroll
-        for (int u = 0; u < ATT_DM_U; u++) {
-            const int e = e0 + threadIdx.x + NT * u, cl = e / (HG * ATT_KC), h = e / ATT_KC % HG, i = e % ATT_KC;
+        for (int v = 0; v < ATT_DM_U; v++) {
+            const int e = e0 + threadIdx.x + NT * v, cl = e / (HG * ATT_KC), h = e / ATT_KC % HG, i = e % ATT_KC;
             if (e < ncp * HG * ATT_KC) {
-                st[cl][h][i] = x[u];
-                ps[h][cl * ATT_KC + i] = dev_f32_to_bf16(x[u]);   /* the probabilities P.V sees; the denominator takes them unrounded */
+                st[cl][h][i] = x[v];
+                ps[h][cl * ATT_KC + i] = dev_f32_to_bf16(x[v]);   /* the probabilities P.V sees; the denominator takes them unrounded */
             }
         }
     }
@@ -2072,38 +2093,46 @@ __global__ void __launch_bounds__(ATT_DM_T, 1) k_att_dec_mma(int official, att_a
     ATT_TIME_BEGIN(6);
     extern __shared__ __align__(16) unsigned char att_dec_smem_base[];
     const att_dm_smem m = att_dm_smem_of(D, A.lay.bytes);
-    const int slot = blockIdx.z, t = t0 + slot, b = blockIdx.x;
-    const int64_t p = A.pos[t];
-    const att_keys K = att_keys_of(p, t, A.W, A.ratio, A.n_sel);
-    int qch = (K.nk + ATT_KC - 1) / ATT_KC;
-    if (qch > nch) qch = nch;   /* a key list longer than the launch's (a caller's bug): step 3 writes NaN */
-    const att_scratch X = att_scratch_of(scratch, slot, nch, H, D);
+    const int slot = blockIdx.z, b = blockIdx.x;
+    att_dm_query Q;
+    Q.t = t0 + slot;
+    const int64_t p = A.pos[Q.t];
+    Q.K = att_keys_of(p, Q.t, A.W, A.ratio, A.n_sel);
+    Q.qch = (Q.K.nk + ATT_KC - 1) / ATT_KC;
+    if (Q.qch > nch) Q.qch = nch;   /* a key list longer than the launch's (a caller's bug): step 3 writes NaN */
+    Q.X = att_scratch_of(scratch, slot, nch, H, D);
+    const int item = A.item_of[Q.t];
+    Q.it = A.items[item];
+    Q.L = A.sl[item];
     const unsigned nblocks = gridDim.x * gridDim.y * gridDim.z;
     const int n_qh = (H + ATT_DM_QH - 1) / ATT_DM_QH, n_hg = (H + ATT_HG - 1) / ATT_HG, n_ds = (D + ATT_DM_PS - 1) / ATT_DM_PS;
-    /* 1. scores: block b = chunk b / n_qh, head group b mod n_qh */
-    if (phase <= 0 && b < nch * n_qh && b / n_qh < qch) {
+    /* step 2's block: part b / (n_ds n_hg), column slice b / n_hg mod n_ds, head group b mod n_hg */
+    const int u = b / (n_ds * n_hg), j0 = b / n_hg % n_ds * ATT_DM_PS, hb2 = b % n_hg * ATT_HG;
+    const bool pv = u * ATT_PG < Q.qch;
+    /* 1. scores: block b = chunk b / n_qh, head group b mod n_qh; warps 8 .. 15 then load step 2's rows */
+    if (phase <= 0 && b < nch * n_qh && b / n_qh < Q.qch) {
         const int hb = b % n_qh * ATT_DM_QH;
-        att_dm_scores<F>(A, q, t, b / n_qh, hb, H - hb < ATT_DM_QH ? H - hb : ATT_DM_QH, H, D, K, X, att_dec_smem_base, m);
+        att_dm_scores<F>(A, q, Q, b / n_qh, hb, H - hb < ATT_DM_QH ? H - hb : ATT_DM_QH, H, D, att_dec_smem_base, m);
     }
+    if (phase < 0 && pv && threadIdx.x >= ATT_DM_T / 2) att_dm_vrows<F, ATT_DM_T / 2>(A, Q, u, j0, D, att_dec_smem_base, m);
     ATT_TIME_MARK(0);
     if (phase < 0) att_grid_sync(bar, nblocks);
     ATT_TIME_MARK(1);
-    /* 2. P.V: block b = part b / (n_ds n_hg), column slice b / n_hg mod n_ds, head group b mod n_hg */
-    const int u = b / (n_ds * n_hg);
-    if ((phase < 0 || phase == 1) && u * ATT_PG < qch) {
-        const int hb = b % n_hg * ATT_HG, j0 = b / n_hg % n_ds * ATT_DM_PS;
-        att_dm_pv<F>(A, t, u, j0, hb, H - hb < ATT_HG ? H - hb : ATT_HG, H, D, K, qch, X, att_dec_smem_base, m);
+    /* 2. P.V (a launch of its own, the shim: its rows first, by every thread) */
+    if ((phase < 0 || phase == 1) && pv) {
+        if (phase == 1) att_dm_vrows<F, ATT_DM_T>(A, Q, u, j0, D, att_dec_smem_base, m);
+        att_dm_pv(Q, u, j0, hb2, H - hb2 < ATT_HG ? H - hb2 : ATT_HG, H, D, att_dec_smem_base, m);
     }
     ATT_TIME_MARK(2);
     if (phase < 0) att_grid_sync(bar, nblocks);
     ATT_TIME_MARK(3);
-    /* 3. the query's heads, one a warp: head w + 8 b, then + 8 nb, ... (every warp its own output row in shared memory) */
+    /* 3. the query's heads, one a warp: head w + 16 b, then + 16 nb, ... (every warp its own output row in shared memory) */
     if (phase < 0 || phase == 2) {
         constexpr int NW = ATT_DM_W;
         const int w = threadIdx.x >> 5;
         for (int h = w + NW * b; h < H; h += NW * (int)gridDim.x)
-            att_combine_head<true>(official, X, K, nch, ATT_KC * ATT_PG, h, H, D, R, sink, freq, p, (float *)att_dec_smem_base + w * D,
-                                   o + ((int64_t)t * H + h) * D);
+            att_combine_head<true>(official, Q.X, Q.K, nch, ATT_KC * ATT_PG, h, H, D, R, sink, freq, p, (float *)att_dec_smem_base + w * D,
+                                   o + ((int64_t)Q.t * H + h) * D);
     }
     ATT_TIME_END();
 }
