@@ -485,9 +485,10 @@ static int init_ranks(struct cuda_model *cm, const struct dsv4_model *m, int n, 
  *   DSV4_CUDA_IDX_MMA   OFFICIAL indexer scores on int8 tensor cores (k_indexer.cu, exact block sums of the FP4
  *                       operands), default on; 0 = the fp32 scores.
  *   DSV4_CUDA_ATT_MMA   OFFICIAL attention scores and P.V on bf16 tensor cores (k_attention.cu k_att_scores_mma /
- *                       k_att_pv_mma), default off since run 35: at a decode step they ran one block per query, slower
- *                       than the CUDA-core kernels (decode 45.6 vs 47.6 tok/s, 1M context 28.1 vs 30.5), for +6 % at
- *                       an 8K prefill. EXACT mode never uses them.
+ *                       k_att_pv_mma, and k_att_dec_mma at decode), default off: run 155 (H100, fp8 KV) measured it
+ *                       faster at 8 / 64 / 256 streams (+3-4 %), at 128K and 1M contexts (+3 / +1 %), at the verify
+ *                       step and at prefill (+14-17 %, runs 150-151), but slower at single-stream decode of short
+ *                       contexts (111.4 vs 99.1 tok/s). EXACT mode never uses them.
  *   DSV4_CUDA_ATT_DEC   attention scores of a launch of few queries by k_attention.cu's k_att_scores_dec (each chunk's
  *                       rows and q staged in one phase of loads), default on; 0 = k_att_scores at every size. The
  *                       same bits either way (test_gpu_attention compares them). Run 45's ncu of a decode step:
