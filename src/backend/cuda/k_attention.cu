@@ -1362,6 +1362,31 @@ __global__ void __launch_bounds__(ATT_SC_T, 768 / ATT_SC_T) k_att_scores_mma(att
     }
 }
 
+/* One k-step of P.V on tensor cores: keys ks .. ks + 15 into acc[n] (heads hr, hr + 8 x columns cw + 8 n + 2 qd, + 1;
+ * the fragments of the layout note above) from ps [head][key] = bf16(e) and vt [column][key] = the rows, transposed. */
+template <int N, int KL>
+__device__ __forceinline__ void att_pv_step(float (&acc)[N][4], const uint16_t (*ps)[KL], const uint16_t (*vt)[KL], int hr, int cw, int ks,
+                                            int g, int qd) {
+    const uint32_t a0 = ld_b32(&ps[hr][ks + 2 * qd]), a1 = ld_b32(&ps[hr + 8][ks + 2 * qd]);
+    const uint32_t a2 = ld_b32(&ps[hr][ks + 8 + 2 * qd]), a3 = ld_b32(&ps[hr + 8][ks + 8 + 2 * qd]);
+#pragma unroll
+    for (int n = 0; n < N; n++)
+        mma_bf16(acc[n], a0, a1, a2, a3, ATT_B01(ld_b32(&vt[cw + 8 * n + g][ks + 2 * qd]), ld_b32(&vt[cw + 8 * n + g][ks + 8 + 2 * qd])));
+}
+
+/* The P.V part's accumulators of att_pv_step into part u of the scratch: head hb + h (h < hn), column j (< D). */
+template <int N>
+__device__ __forceinline__ void att_pv_store(const float (&acc)[N][4], const att_scratch &X, int u, int H, int hb, int hn, int hr, int jw,
+                                             int D, int qd) {
+#pragma unroll
+    for (int n = 0; n < N; n++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            const int h = hr + 8 * (e >> 1), j = jw + 8 * n + 2 * qd + (e & 1);
+            if (h < hn && j < D) X.part[((int64_t)u * H + hb + h) * D + j] = acc[n][e];
+        }
+}
+
 /* Block (head group x column slice of ATT_PS, part u, query): M_h, then the part's chunks in order: e, the
  * denominator part (slice 0's blocks), bf16(e) and the chunk's rows (transposed) in shared memory, the MMAs. Warp w:
  * heads 16 (w mod 4) .. + 15 x columns 64 (w / 4) .. + 63 of the slice (8 tiles of 8 columns), its accumulators
@@ -1461,22 +1486,9 @@ __global__ void __launch_bounds__(ATT_PV_T, 3) k_att_pv_mma(att_args A, int t0, 
         __syncthreads();
         if (j0 == 0 && threadIdx.x < hn)   /* the part's keys in order, by one thread */
             for (int i = 0; i < nkc; i++) den += pt[threadIdx.x][i];
-        for (int ks = 0; ks < nkc; ks += 16) {
-            const uint32_t a0 = ld_b32(&ps[hr][ks + 2 * qd]), a1 = ld_b32(&ps[hr + 8][ks + 2 * qd]);
-            const uint32_t a2 = ld_b32(&ps[hr][ks + 8 + 2 * qd]), a3 = ld_b32(&ps[hr + 8][ks + 8 + 2 * qd]);
-#pragma unroll
-            for (int n = 0; n < 8; n++)
-                mma_bf16(acc[n], a0, a1, a2, a3,
-                         ATT_B01(ld_b32(&vt[cw + 8 * n + g][ks + 2 * qd]), ld_b32(&vt[cw + 8 * n + g][ks + 8 + 2 * qd])));
-        }
+        for (int ks = 0; ks < nkc; ks += 16) att_pv_step(acc, ps, vt, hr, cw, ks, g, qd);
     }
-#pragma unroll
-    for (int n = 0; n < 8; n++)
-#pragma unroll
-        for (int e = 0; e < 4; e++) {
-            const int h = hr + 8 * (e >> 1), j = j0 + cw + 8 * n + 2 * qd + (e & 1);
-            if (h < hn && j < D) X.part[((int64_t)u * H + hb + h) * D + j] = acc[n][e];
-        }
+    att_pv_store(acc, X, u, H, hb, hn, hr, j0 + cw, D, qd);
     if (j0 == 0 && threadIdx.x < hn) X.pden[(int64_t)u * H + hb + threadIdx.x] = den;
 }
 
@@ -2053,22 +2065,9 @@ __device__ __forceinline__ void att_dm_pv(const att_dm_query &Q, int u, int j0, 
             for (int e = 0; e < 4; e++) acc[n][e] = 0.0f;
         for (int cl = 0; cl < ncp; cl++) {
             const int nkc = K.nk - (c_first + cl) * ATT_KC < ATT_KC ? K.nk - (c_first + cl) * ATT_KC : ATT_KC;
-            for (int ks = cl * ATT_KC; ks < cl * ATT_KC + nkc; ks += 16) {
-                const uint32_t a0 = ld_b32(&ps[hr][ks + 2 * qd]), a1 = ld_b32(&ps[hr + 8][ks + 2 * qd]);
-                const uint32_t a2 = ld_b32(&ps[hr][ks + 8 + 2 * qd]), a3 = ld_b32(&ps[hr + 8][ks + 8 + 2 * qd]);
-#pragma unroll
-                for (int n = 0; n < 2; n++)
-                    mma_bf16(acc[n], a0, a1, a2, a3,
-                             ATT_B01(ld_b32(&vt[cw + 8 * n + g][ks + 2 * qd]), ld_b32(&vt[cw + 8 * n + g][ks + 8 + 2 * qd])));
-            }
+            for (int ks = cl * ATT_KC; ks < cl * ATT_KC + nkc; ks += 16) att_pv_step(acc, ps, vt, hr, cw, ks, g, qd);
         }
-#pragma unroll
-        for (int n = 0; n < 2; n++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                const int h = hr + 8 * (e >> 1), j = j0 + cw + 8 * n + 2 * qd + (e & 1);
-                if (h < hn && j < D) X.part[((int64_t)u * H + hb + h) * D + j] = acc[n][e];
-            }
+        att_pv_store(acc, X, u, H, hb, hn, hr, j0 + cw, D, qd);
     }
     if (j0 == 0 && threadIdx.x < hn) {   /* the part's denominator: its keys in order, by one thread */
         float den = 0.0f;
