@@ -1362,6 +1362,33 @@ __global__ void __launch_bounds__(ATT_SC_T, 768 / ATT_SC_T) k_att_scores_mma(att
     }
 }
 
+/* Columns j0 .. j0 + NC - 1 of the rows kp[0 .. n) into vt [column][key] as bf16 pairs, transposed (zeros past n and
+ * past D), for P.V's B fragments: thread x (of NTH) column x mod NC of keys 2 (x / NC) + KS v and the key after each
+ * (KS = 2 NTH / NC, v < PV), PB pairs' stored bits loaded before the first is decoded. */
+template <int F, int NC, int NTH, int PV, int PB, int KL>
+__device__ __forceinline__ void att_load_vt(const cu_kvlay &lay, const uint8_t *const *kp, int n, int j0, int D, int x, uint16_t (*vt)[KL]) {
+    constexpr int KS = 2 * NTH / NC;
+    static_assert(NTH % NC == 0 && PV % PB == 0, "att_load_vt: a thread's column is fixed, whole batches");
+    const int jj = x % NC, j = j0 + jj, i0 = 2 * (x / NC);
+    const bool jv = j < D;
+    const kv_col<F> col(lay, jv ? j : 0);
+#pragma unroll
+    for (int v0 = 0; v0 < PV; v0 += PB) {
+        uint32_t b[PB][2];
+#pragma unroll
+        for (int v = 0; v < PB; v++) {
+            const int i = i0 + KS * (v0 + v);
+            b[v][0] = jv && i < n ? col.bits(kp[i]) : 0u;
+            b[v][1] = jv && i + 1 < n ? col.bits(kp[i + 1]) : 0u;
+        }
+#pragma unroll
+        for (int v = 0; v < PB; v++) {
+            const int i = i0 + KS * (v0 + v);
+            *(uint32_t *)&vt[jj][i] = bf16x2(jv && i < n ? col.value(b[v][0]) : 0.0f, jv && i + 1 < n ? col.value(b[v][1]) : 0.0f);
+        }
+    }
+}
+
 /* One k-step of P.V on tensor cores: keys ks .. ks + 15 into acc[n] (heads hr, hr + 8 x columns cw + 8 n + 2 qd, + 1;
  * the fragments of the layout note above) from ps [head][key] = bf16(e) and vt [column][key] = the rows, transposed. */
 template <int N, int KL>
@@ -1462,27 +1489,8 @@ __global__ void __launch_bounds__(ATT_PV_T, 3) k_att_pv_mma(att_args A, int t0, 
                 ps[h][i] = dev_f32_to_bf16(x);   /* the probabilities P.V sees; the denominator takes them unrounded */
             }
         }
-        {   /* thread x: column x mod ATT_PS of the keys 2 (x / ATT_PS) + 2 (ATT_PV_T / ATT_PS) u and the one after each */
-            constexpr int PAIRS = ATT_PS * ATT_KC / 2 / ATT_PV_T, PH = ATT_MMA_PH, STEP = 2 * (ATT_PV_T / ATT_PS);
-            const int jj = threadIdx.x % ATT_PS, j = j0 + jj, i0 = 2 * (threadIdx.x / ATT_PS);
-            const bool jv = j < D;
-            const kv_col<F> col(A.lay, jv ? j : 0);
-#pragma unroll
-            for (int u0 = 0; u0 < PAIRS; u0 += PH) {
-                uint32_t b[PH][2];
-#pragma unroll
-                for (int u = 0; u < PH; u++) {
-                    const int i = i0 + STEP * (u0 + u);
-                    b[u][0] = jv && i < nkc ? col.bits(kc[i]) : 0u;
-                    b[u][1] = jv && i + 1 < nkc ? col.bits(kc[i + 1]) : 0u;
-                }
-#pragma unroll
-                for (int u = 0; u < PH; u++) {
-                    const int i = i0 + STEP * (u0 + u);
-                    *(uint32_t *)&vt[jj][i] = bf16x2(jv && i < nkc ? col.value(b[u][0]) : 0.0f, jv && i + 1 < nkc ? col.value(b[u][1]) : 0.0f);
-                }
-            }
-        }
+        /* thread x: column x mod ATT_PS of the keys 2 (x / ATT_PS) + 2 (ATT_PV_T / ATT_PS) u and the one after each */
+        att_load_vt<F, ATT_PS, ATT_PV_T, ATT_PS * ATT_KC / 2 / ATT_PV_T, ATT_MMA_PH>(A.lay, kc, nkc, j0, D, (int)threadIdx.x, vt);
         __syncthreads();
         if (j0 == 0 && threadIdx.x < hn)   /* the part's keys in order, by one thread */
             for (int i = 0; i < nkc; i++) den += pt[threadIdx.x][i];
@@ -1966,8 +1974,7 @@ __device__ __forceinline__ void att_dm_scores(const att_args &A, const float *q,
 template <int F, int NTH>
 __device__ __forceinline__ void att_dm_vrows(const att_args &A, const att_dm_query &Q, int u, int j0, int D, unsigned char *sm,
                                              const att_dm_smem &m) {
-    constexpr int KL = ATT_DM_KL, KS = 2 * NTH / ATT_DM_PS, PV = ATT_PG * ATT_KC / KS;
-    static_assert(PV % ATT_DM_VB == 0, "att_dm_vrows: whole batches");
+    constexpr int KL = ATT_DM_KL, PV = ATT_PG * ATT_KC / (2 * NTH / ATT_DM_PS);
     const uint8_t **kp = (const uint8_t **)(sm + m.kp2);
     uint16_t (*vt)[KL] = (uint16_t (*)[KL])(sm + m.vt);
     const int x = (int)threadIdx.x - (ATT_DM_T - NTH);   /* NTH < ATT_DM_T: the block's last NTH threads */
@@ -1977,23 +1984,7 @@ __device__ __forceinline__ void att_dm_vrows(const att_args &A, const att_dm_que
         kp[i] = att_key_row(A.lay, Q.K, kb0 + i, Q.it, Q.L, A.kvs, A.ring_len, A.ratio, A.sel + (int64_t)Q.t * A.topk);
     if (NTH == ATT_DM_T) __syncthreads();
     else dev_bar_sync(2, NTH);
-    const int jj = x % ATT_DM_PS, j = j0 + jj, i0 = 2 * (x / ATT_DM_PS);
-    const bool jv = j < D;
-    const kv_col<F> col(A.lay, jv ? j : 0);
-    for (int v0 = 0; v0 < PV; v0 += ATT_DM_VB) {
-        uint32_t b[ATT_DM_VB][2];
-#pragma unroll
-        for (int v = 0; v < ATT_DM_VB; v++) {
-            const int i = i0 + KS * (v0 + v);
-            b[v][0] = jv && i < nkp ? col.bits(kp[i]) : 0u;
-            b[v][1] = jv && i + 1 < nkp ? col.bits(kp[i + 1]) : 0u;
-        }
-#pragma unroll
-        for (int v = 0; v < ATT_DM_VB; v++) {
-            const int i = i0 + KS * (v0 + v);
-            *(uint32_t *)&vt[jj][i] = bf16x2(jv && i < nkp ? col.value(b[v][0]) : 0.0f, jv && i + 1 < nkp ? col.value(b[v][1]) : 0.0f);
-        }
-    }
+    att_load_vt<F, ATT_DM_PS, NTH, PV, ATT_DM_VB>(A.lay, kp, nkp, j0, D, x, vt);
 }
 
 /* Step 2 after att_dm_vrows: part u (chunks ATT_PG u .. min(ATT_PG (u + 1), qch) - 1) of query Q, columns j0 .. j0 +
