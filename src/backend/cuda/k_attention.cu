@@ -623,6 +623,41 @@ __device__ __forceinline__ void att_prefetch_rows(const cu_kvlay &lay, const uin
 #endif
 }
 
+/* A value another block of the same launch wrote before a grid barrier (k_att_dec), read through L2: never a line
+ * this SM's L1 may hold from before. For values of earlier launches the same as a plain load. */
+__device__ __forceinline__ float att_ld(const float *p) {
+#if defined(__CUDA_ARCH__)
+    return __ldcg(p);
+#else
+    return *p;
+#endif
+}
+
+/* M_h of heads hb .. hb + hn - 1 (a group of HG) over the maxima of the query's qch chunks into Ms [HG] (shared; heads
+ * past hn: -inf), by the block's NT threads: thread (h, part) takes chunks part, part + NT / HG, ... (their loads at
+ * once, not a chain of qch; through L2, as the one-launch kernels need), then one thread a head: a max, exact in any
+ * order. red: [NT / HG][HG] shared floats. write: the block also stores them in X.M (k_att_combine's). Ms is the
+ * caller's after its next barrier. */
+template <int NT, int HG>
+__device__ __forceinline__ void att_query_max(const att_scratch &X, int qch, int H, int hb, int hn, float (*red)[HG], float *Ms, bool write) {
+    static_assert(NT % HG == 0, "att_query_max: whole parts");
+    {
+        const int h = threadIdx.x % HG, part = threadIdx.x / HG;
+        float mx = -INFINITY;
+        if (h < hn)
+#pragma unroll 8
+            for (int cc = part; cc < qch; cc += NT / HG) mx = fmaxf(mx, att_ld(X.cmax + (int64_t)cc * H + hb + h));
+        red[part][h] = mx;
+    }
+    __syncthreads();
+    if (threadIdx.x < HG) {
+        float mx = red[0][threadIdx.x];
+        for (int part = 1; part < NT / HG; part++) mx = fmaxf(mx, red[part][threadIdx.x]);
+        Ms[threadIdx.x] = mx;
+        if (write && threadIdx.x < hn) X.M[hb + threadIdx.x] = mx;
+    }
+}
+
 /* Thread tile of k_att_scores: keys r0 + 16 a (a = 0..3) x heads h0 + b (b = 0..3) of the block's HB heads (4 HB
  * threads); a half-warp shares h0 (its q loads are broadcasts) and reads 16 distinct key rows (rows padded by 4
  * floats: the float4 loads of 8 consecutive rows cover the 32 banks). Each slice of ATT_SDS columns is loaded in
@@ -741,21 +776,7 @@ __global__ void __launch_bounds__(4 * HB, 1280 / (4 * HB)) k_att_pv(int official
         kp[i] = att_key_row(A.lay, K, k0 + i, it, L, A.kvs, A.ring_len, A.ratio, A.sel + (int64_t)t * A.topk);
     ATT_TIME_MARK(0);
     const att_scratch X = att_scratch_of(scratch, slot, nch, H, D);
-    {   /* M_h over every chunk of the query */
-        const int h = threadIdx.x % HB, part = threadIdx.x / HB;
-        float mx = -INFINITY;
-        if (h < hn)
-#pragma unroll 8
-            for (int cc = part; cc < qch; cc += NT / HB) mx = fmaxf(mx, X.cmax[(int64_t)cc * H + hb + h]);
-        red[part][h] = mx;
-    }
-    __syncthreads();
-    if (threadIdx.x < HB) {
-        float mx = red[0][threadIdx.x];
-        for (int part = 1; part < NT / HB; part++) mx = fmaxf(mx, red[part][threadIdx.x]);
-        Ms[threadIdx.x] = mx;
-        if (c == 0 && s0 == 0 && threadIdx.x < hn) X.M[hb + threadIdx.x] = mx;
-    }
+    att_query_max<NT, HB>(X, qch, H, hb, hn, red, Ms, c == 0 && s0 == 0);   /* M_h over every chunk of the query */
     __syncthreads();
     ATT_TIME_MARK(1);
     /* e of the chunk's scores: loads in flight a phase at a time (8 scores a thread) */
@@ -1444,21 +1465,7 @@ __global__ void __launch_bounds__(ATT_PV_T, 3) k_att_pv_mma(att_args A, int t0, 
     for (int i = threadIdx.x; i < ATT_PG * ATT_KC; i += ATT_PV_T)
         if (c_first * ATT_KC + i < K.nk)
             kp[i] = att_key_row(A.lay, K, c_first * ATT_KC + i, it, L, A.kvs, A.ring_len, A.ratio, A.sel + (int64_t)t * A.topk);
-    {   /* M_h over every chunk of the query */
-        const int h = threadIdx.x % ATT_HG, part = threadIdx.x / ATT_HG;
-        float mx = -INFINITY;
-        if (h < hn)
-#pragma unroll 8
-            for (int cc = part; cc < qch; cc += ATT_PV_T / ATT_HG) mx = fmaxf(mx, X.cmax[(int64_t)cc * H + hb + h]);
-        red[part][h] = mx;
-    }
-    __syncthreads();
-    if (threadIdx.x < ATT_HG) {
-        float mx = red[0][threadIdx.x];
-        for (int part = 1; part < ATT_PV_T / ATT_HG; part++) mx = fmaxf(mx, red[part][threadIdx.x]);
-        Ms[threadIdx.x] = mx;
-        if (u == 0 && j0 == 0 && threadIdx.x < hn) X.M[hb + threadIdx.x] = mx;
-    }
+    att_query_max<ATT_PV_T, ATT_HG>(X, qch, H, hb, hn, red, Ms, u == 0 && j0 == 0);   /* M_h over every chunk of the query */
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, g = lane >> 2, qd = lane & 3;
     const int hr = 16 * (w & 3) + g, cw = 64 * (w >> 2);   /* the warp's first head and first column of the slice */
     float acc[8][4];
@@ -1498,16 +1505,6 @@ __global__ void __launch_bounds__(ATT_PV_T, 3) k_att_pv_mma(att_args A, int t0, 
     }
     att_pv_store(acc, X, u, H, hb, hn, hr, j0 + cw, D, qd);
     if (j0 == 0 && threadIdx.x < hn) X.pden[(int64_t)u * H + hb + threadIdx.x] = den;
-}
-
-/* A value another block of the same launch wrote before a grid barrier (k_att_dec), read through L2: never a line
- * this SM's L1 may hold from before. For values of earlier launches the same as a plain load. */
-__device__ __forceinline__ float att_ld(const float *p) {
-#if defined(__CUDA_ARCH__)
-    return __ldcg(p);
-#else
-    return *p;
-#endif
 }
 
 /* The threads that combine one head (att_combine_head): the whole block, or one warp (WARP) of it. */
@@ -1713,21 +1710,7 @@ __global__ void __launch_bounds__(ATT_DEC_T, 1) k_att_dec(int official, att_args
                 if (h < hn && i < nkc) ss[h * SL + i] = X.S[((int64_t)c * H + hb + h) * ATT_KC + i];
             }
         }
-        {   /* M_h over every chunk of the query: thread (h, part) the chunks part, part + NT / HB, ... (their loads at
-             * once, not a chain of qch), then one thread a head; a max, exact in any order */
-            const int h = threadIdx.x % HB, part = threadIdx.x / HB;
-            float mx = -INFINITY;
-            if (h < hn)
-                for (int cc = part; cc < qch; cc += NT / HB) mx = fmaxf(mx, att_ld(X.cmax + (int64_t)cc * H + hb + h));
-            mr[part][h] = mx;
-        }
-        __syncthreads();
-        if (threadIdx.x < HB) {
-            float mx = mr[0][threadIdx.x];
-            for (int part = 1; part < NT / HB; part++) mx = fmaxf(mx, mr[part][threadIdx.x]);
-            Ms[threadIdx.x] = mx;
-            if (c == 0 && threadIdx.x < hn) X.M[hb + threadIdx.x] = mx;
-        }
+        att_query_max<NT, HB>(X, qch, H, hb, hn, mr, Ms, c == 0);   /* M_h over every chunk of the query */
         __syncthreads();
         for (int e = threadIdx.x; e < HB * ATT_KC; e += NT) {
             const int h = e / ATT_KC, i = e % ATT_KC;
@@ -2011,20 +1994,7 @@ __device__ __forceinline__ void att_dm_pv(const att_dm_query &Q, int u, int j0, 
             const int cl = e / (HG * ATT_KC), h = e / ATT_KC % HG, i = e % ATT_KC;
             if (h < hn) st[cl][h][i] = att_ld(S0 + ((int64_t)cl * H + h) * ATT_KC + i);
         }
-    {   /* M_h over every chunk of the query: thread (h, part) the chunks part, part + NT / HG, ..., then one thread a head */
-        const int h = threadIdx.x % HG, part = threadIdx.x / HG;
-        float x = -INFINITY;
-        if (h < hn)
-            for (int cc = part; cc < Q.qch; cc += NT / HG) x = fmaxf(x, att_ld(X.cmax + (int64_t)cc * H + hb + h));
-        red[part][h] = x;
-    }
-    __syncthreads();
-    if (threadIdx.x < HG) {
-        float x = red[0][threadIdx.x];
-        for (int part = 1; part < NT / HG; part++) x = fmaxf(x, red[part][threadIdx.x]);
-        Ms[threadIdx.x] = x;
-        if (u == 0 && j0 == 0 && threadIdx.x < hn) X.M[hb + threadIdx.x] = x;
-    }
+    att_query_max<NT, HG>(X, Q.qch, H, hb, hn, red, Ms, u == 0 && j0 == 0);   /* M_h over every chunk of the query */
     att_cp_wait();
     __syncthreads();   /* Ms and every thread's copies of the scores */
     /* e (in place of the scores) and bf16(e), ATT_DM_U elements a thread computed before any is stored */
