@@ -1950,9 +1950,8 @@ __device__ __forceinline__ void att_dm_scores(const att_args &A, const float *q,
 }
 
 /* Step 2's rows: the addresses of part u's keys (kp2) and its rows' columns j0 .. j0 + ATT_DM_PS - 1 as bf16, transposed
- * (vt [column][key], zeros past the part's keys and past D), by the NTH threads from tid0 (all of the block, or warps
- * 8 .. 15 during step 1: then named barrier 2): thread x column x mod 64 of keys 2 (x / 64) + KS v and the key after
- * each, ATT_DM_VB pairs' loads in flight at once. */
+ * (vt [column][key], zeros past the part's keys and past D; att_load_vt), by the block's last NTH threads (all of
+ * them, or warps 8 .. 15 during step 1: then named barrier 2), ATT_DM_VB pairs' loads a thread in flight at once. */
 #define ATT_DM_VB 8
 template <int F, int NTH>
 __device__ __forceinline__ void att_dm_vrows(const att_args &A, const att_dm_query &Q, int u, int j0, int D, unsigned char *sm,
