@@ -1860,15 +1860,14 @@ struct att_dm_query {
     cu_seq_layer L;
 };
 
-/* Step 1: chunk c (keys k0 .. k0 + nkc - 1) of query Q for heads hb .. hb + hn - 1 (hn <= ATT_DM_QH). All 16 warps
- * copy and decode; warps 0 .. 7 compute the tiles (named barrier 1) while warps 8 .. 15 return: the caller gives them
- * the block's step-2 rows (att_dm_vrows). */
+/* Step 1's staging: chunk c (keys k0 .. k0 + nkc - 1) of query Q and the q rows of heads hb .. hb + hn - 1 (hn <=
+ * ATT_DM_QH) into shared memory as bf16 pairs, by all 16 warps; ends with a barrier (after which the raw rows are
+ * free: att_dm_vaddr, att_dm_vload). */
 template <int F>
-__device__ __forceinline__ void att_dm_scores(const att_args &A, const float *q, const att_dm_query &Q, int c, int hb, int hn, int H,
-                                              int D, unsigned char *sm, const att_dm_smem &m) {
+__device__ __forceinline__ void att_dm_stage(const att_args &A, const float *q, const att_dm_query &Q, int c, int hb, int hn, int H,
+                                             int D, unsigned char *sm, const att_dm_smem &m) {
     constexpr int NT = ATT_DM_T, QH = ATT_DM_QH, QP = 9;   /* QP: q pairs a thread in flight (16 x 264 pairs at D 512: one pass) */
     const uint8_t **kp = (const uint8_t **)(sm + m.kp);
-    float (*red)[QH] = (float (*)[QH])(sm + m.red);
     uint16_t *qs = (uint16_t *)(sm + m.qs), *kb = (uint16_t *)(sm + m.kb);
     uint8_t *raw = sm + m.raw;
     const int ldb = m.ldb, dc = ldb - 8, k0 = c * ATT_KC, nkc = Q.K.nk - k0 < ATT_KC ? Q.K.nk - k0 : ATT_KC;
@@ -1914,9 +1913,18 @@ __device__ __forceinline__ void att_dm_scores(const att_args &A, const float *q,
             }
         }
     }
-    __syncthreads();   /* the raw rows are free from here (att_dm_vrows) */
+    __syncthreads();   /* the raw rows are free from here */
+}
+
+/* Step 1's tiles, by warp w < 8 of a block that staged chunk c (att_dm_stage): keys 8 w .. 8 w + 7 x the 16 heads,
+ * one m16n8k16 tile chained over the k-steps of 16 columns in order; S, and the warp's maxima per head into red[w]. */
+__device__ __forceinline__ void att_dm_tiles(const att_dm_query &Q, int c, int hb, int hn, int H, int D, unsigned char *sm,
+                                             const att_dm_smem &m) {
+    constexpr int QH = ATT_DM_QH;
+    float (*red)[QH] = (float (*)[QH])(sm + m.red);
+    const uint16_t *qs = (const uint16_t *)(sm + m.qs), *kb = (const uint16_t *)(sm + m.kb);
+    const int ldb = m.ldb, nkc = Q.K.nk - c * ATT_KC < ATT_KC ? Q.K.nk - c * ATT_KC : ATT_KC;
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, g = lane >> 2, qd = lane & 3;
-    if (w >= 8) return;
     float acc[4] = { 0.0f, 0.0f, 0.0f, 0.0f };
     if (8 * w < nkc) {   /* the warp's keys 8 w .. 8 w + 7 (rows past nkc are zeros) */
         const uint16_t *qa = qs + g * ldb + 2 * qd, *qb = qa + 8 * ldb, *kr = kb + (8 * w + g) * ldb + 2 * qd;
@@ -1935,13 +1943,17 @@ __device__ __forceinline__ void att_dm_scores(const att_args &A, const float *q,
             if (h < hn) Q.X.S[((int64_t)c * H + hb + h) * ATT_KC + r] = s;
         }
     }
-    /* the 4 lanes of a group, then the 8 warps (named barrier 1, their 256 threads): a max, exact in any order */
+    /* the 4 lanes of a group (then att_dm_cmax over the 8 warps): a max, exact in any order */
 #pragma unroll
     for (int u = 0; u < 2; u++) {
         for (int off = 1; off < 4; off <<= 1) mx[u] = fmaxf(mx[u], __shfl_xor_sync(0xffffffffu, mx[u], off));
         if (qd == 0) red[w][g + 8 * u] = mx[u];
     }
-    dev_bar_sync(1, 256);
+}
+
+/* Step 1's chunk maxima, after a barrier behind att_dm_tiles: thread h < hn takes head hb + h's over the 8 warps. */
+__device__ __forceinline__ void att_dm_cmax(const att_dm_query &Q, int c, int hb, int hn, int H, unsigned char *sm, const att_dm_smem &m) {
+    const float (*red)[ATT_DM_QH] = (const float (*)[ATT_DM_QH])(sm + m.red);
     if (threadIdx.x < hn) {
         float x = red[0][threadIdx.x];
         for (int ww = 1; ww < 8; ww++) x = fmaxf(x, red[ww][threadIdx.x]);
@@ -1949,27 +1961,31 @@ __device__ __forceinline__ void att_dm_scores(const att_args &A, const float *q,
     }
 }
 
-/* Step 2's rows: the addresses of part u's keys (kp2) and its rows' columns j0 .. j0 + ATT_DM_PS - 1 as bf16, transposed
- * (vt [column][key], zeros past the part's keys and past D; att_load_vt), by the block's last NTH threads (all of
- * them, or warps 8 .. 15 during step 1: then named barrier 2), ATT_DM_VB pairs' loads a thread in flight at once. */
+/* Step 2's rows, in two halves with a barrier between: att_dm_vaddr the addresses of part u's keys (kp2), then
+ * att_dm_vload the part's rows' columns j0 .. j0 + ATT_DM_PS - 1 as bf16, transposed (vt [column][key], zeros past
+ * the part's keys and past D; att_load_vt), ATT_DM_VB pairs' loads a thread in flight at once. By the block's last
+ * NTH threads (x = their index): all of them, or warps 8 .. 15 beside step 1's tiles. */
 #define ATT_DM_VB 8
-template <int F, int NTH>
-__device__ __forceinline__ void att_dm_vrows(const att_args &A, const att_dm_query &Q, int u, int j0, int D, unsigned char *sm,
-                                             const att_dm_smem &m) {
-    constexpr int KL = ATT_DM_KL, PV = ATT_PG * ATT_KC / (2 * NTH / ATT_DM_PS);
-    const uint8_t **kp = (const uint8_t **)(sm + m.kp2);
-    uint16_t (*vt)[KL] = (uint16_t (*)[KL])(sm + m.vt);
-    const int x = (int)threadIdx.x - (ATT_DM_T - NTH);   /* NTH < ATT_DM_T: the block's last NTH threads */
+__device__ __forceinline__ int att_dm_part_keys(const att_dm_query &Q, int u) {
     const int c_first = u * ATT_PG, ncp = Q.qch - c_first < ATT_PG ? Q.qch - c_first : ATT_PG;
-    const int kb0 = c_first * ATT_KC, nkp = Q.K.nk - kb0 < ncp * ATT_KC ? Q.K.nk - kb0 : ncp * ATT_KC;
+    return Q.K.nk - c_first * ATT_KC < ncp * ATT_KC ? Q.K.nk - c_first * ATT_KC : ncp * ATT_KC;
+}
+template <int NTH>
+__device__ __forceinline__ void att_dm_vaddr(const att_args &A, const att_dm_query &Q, int u, int x, unsigned char *sm, const att_dm_smem &m) {
+    const uint8_t **kp = (const uint8_t **)(sm + m.kp2);
+    const int nkp = att_dm_part_keys(Q, u);
     for (int i = x; i < nkp; i += NTH)
-        kp[i] = att_key_row(A.lay, Q.K, kb0 + i, Q.it, Q.L, A.kvs, A.ring_len, A.ratio, A.sel + (int64_t)Q.t * A.topk);
-    if (NTH == ATT_DM_T) __syncthreads();
-    else dev_bar_sync(2, NTH);
-    att_load_vt<F, ATT_DM_PS, NTH, PV, ATT_DM_VB>(A.lay, kp, nkp, j0, D, x, vt);
+        kp[i] = att_key_row(A.lay, Q.K, u * ATT_PG * ATT_KC + i, Q.it, Q.L, A.kvs, A.ring_len, A.ratio, A.sel + (int64_t)Q.t * A.topk);
+}
+template <int F, int NTH>
+__device__ __forceinline__ void att_dm_vload(const att_args &A, const att_dm_query &Q, int u, int j0, int D, int x, unsigned char *sm,
+                                             const att_dm_smem &m) {
+    constexpr int PV = ATT_PG * ATT_KC / (2 * NTH / ATT_DM_PS);
+    att_load_vt<F, ATT_DM_PS, NTH, PV, ATT_DM_VB>(A.lay, (const uint8_t *const *)(sm + m.kp2), att_dm_part_keys(Q, u), j0, D, x,
+                                                 (uint16_t (*)[ATT_DM_KL])(sm + m.vt));
 }
 
-/* Step 2 after att_dm_vrows: part u (chunks ATT_PG u .. min(ATT_PG (u + 1), qch) - 1) of query Q, columns j0 .. j0 +
+/* Step 2 after its rows (att_dm_vaddr, att_dm_vload): part u (chunks ATT_PG u .. min(ATT_PG (u + 1), qch) - 1) of query Q, columns j0 .. j0 +
  * ATT_DM_PS - 1, heads hb .. hb + hn - 1 (hn <= ATT_HG). */
 __device__ __forceinline__ void att_dm_pv(const att_dm_query &Q, int u, int j0, int hb, int hn, int H, int D, unsigned char *sm,
                                           const att_dm_smem &m) {
@@ -2068,18 +2084,27 @@ __global__ void __launch_bounds__(ATT_DM_T, 1) k_att_dec_mma(int official, att_a
     /* step 2's block: part b / (n_ds n_hg), column slice b / n_hg mod n_ds, head group b mod n_hg */
     const int u = b / (n_ds * n_hg), j0 = b / n_hg % n_ds * ATT_DM_PS, hb2 = b % n_hg * ATT_HG;
     const bool pv = u * ATT_PG < Q.qch;
-    /* 1. scores: block b = chunk b / n_qh, head group b mod n_qh; warps 8 .. 15 then load step 2's rows */
-    if (phase <= 0 && b < nch * n_qh && b / n_qh < Q.qch) {
-        const int hb = b % n_qh * ATT_DM_QH;
-        att_dm_scores<F>(A, q, Q, b / n_qh, hb, H - hb < ATT_DM_QH ? H - hb : ATT_DM_QH, H, D, att_dec_smem_base, m);
-    }
-    if (phase < 0 && pv && threadIdx.x >= ATT_DM_T / 2) att_dm_vrows<F, ATT_DM_T / 2>(A, Q, u, j0, D, att_dec_smem_base, m);
+    /* 1. scores: block b = chunk b / n_qh, head group b mod n_qh. Beside the tiles of warps 0 .. 7, warps 8 .. 15 load
+     * the block's step-2 rows (pre). Every warp meets the same block-wide barriers (no named ones: a barrier 0 of
+     * one warp could otherwise pair with another barrier 0 of another). */
+    const bool s1 = phase <= 0 && b < nch * n_qh && b / n_qh < Q.qch, pre = phase < 0 && pv;
+    const int c1 = b / n_qh, hb1 = b % n_qh * ATT_DM_QH, hn1 = H - hb1 < ATT_DM_QH ? H - hb1 : ATT_DM_QH, w = threadIdx.x >> 5;
+    if (s1) att_dm_stage<F>(A, q, Q, c1, hb1, hn1, H, D, att_dec_smem_base, m);
+    if (s1 && w < 8) att_dm_tiles(Q, c1, hb1, hn1, H, D, att_dec_smem_base, m);
+    if (pre && w >= 8) att_dm_vaddr<ATT_DM_T / 2>(A, Q, u, (int)threadIdx.x - ATT_DM_T / 2, att_dec_smem_base, m);
+    if (s1 || pre) __syncthreads();
+    if (s1) att_dm_cmax(Q, c1, hb1, hn1, H, att_dec_smem_base, m);
+    if (pre && w >= 8) att_dm_vload<F, ATT_DM_T / 2>(A, Q, u, j0, D, (int)threadIdx.x - ATT_DM_T / 2, att_dec_smem_base, m);
     ATT_TIME_MARK(0);
     if (phase < 0) att_grid_sync(bar, nblocks);
     ATT_TIME_MARK(1);
     /* 2. P.V (a launch of its own, the shim: its rows first, by every thread) */
     if ((phase < 0 || phase == 1) && pv) {
-        if (phase == 1) att_dm_vrows<F, ATT_DM_T>(A, Q, u, j0, D, att_dec_smem_base, m);
+        if (phase == 1) {
+            att_dm_vaddr<ATT_DM_T>(A, Q, u, (int)threadIdx.x, att_dec_smem_base, m);
+            __syncthreads();
+            att_dm_vload<F, ATT_DM_T>(A, Q, u, j0, D, (int)threadIdx.x, att_dec_smem_base, m);
+        }
         att_dm_pv(Q, u, j0, hb2, H - hb2 < ATT_HG ? H - hb2 : ATT_HG, H, D, att_dec_smem_base, m);
     }
     ATT_TIME_MARK(2);
@@ -2088,7 +2113,6 @@ __global__ void __launch_bounds__(ATT_DM_T, 1) k_att_dec_mma(int official, att_a
     /* 3. the query's heads, one a warp: head w + 16 b, then + 16 nb, ... (every warp its own output row in shared memory) */
     if (phase < 0 || phase == 2) {
         constexpr int NW = ATT_DM_W;
-        const int w = threadIdx.x >> 5;
         for (int h = w + NW * b; h < H; h += NW * (int)gridDim.x)
             att_combine_head<true>(official, Q.X, Q.K, nch, ATT_KC * ATT_PG, h, H, D, R, sink, freq, p, (float *)att_dec_smem_base + w * D,
                                    o + ((int64_t)Q.t * H + h) * D);
