@@ -1385,15 +1385,16 @@ __global__ void __launch_bounds__(ATT_SC_T, 768 / ATT_SC_T) k_att_scores_mma(att
 
 /* Columns j0 .. j0 + NC - 1 of the rows kp[0 .. n) into vt [column][key] as bf16 pairs, transposed (zeros past n and
  * past D), for P.V's B fragments: thread x (of NTH) column x mod NC of keys 2 (x / NC) + KS v and the key after each
- * (KS = 2 NTH / NC, v < PV), PB pairs' stored bits loaded before the first is decoded. */
-template <int F, int NC, int NTH, int PV, int PB, int KL>
+ * (KS = 2 NTH / NC, v < PV), PB pairs' stored bits loaded before the first is decoded; OU: the batches unrolled (the
+ * loop over them stayed rolled in k_att_dec_mma, unrolled in k_att_pv_mma, as each was measured). */
+template <int F, int NC, int NTH, int PV, int PB, int OU, int KL>
 __device__ __forceinline__ void att_load_vt(const cu_kvlay &lay, const uint8_t *const *kp, int n, int j0, int D, int x, uint16_t (*vt)[KL]) {
     constexpr int KS = 2 * NTH / NC;
     static_assert(NTH % NC == 0 && PV % PB == 0, "att_load_vt: a thread's column is fixed, whole batches");
     const int jj = x % NC, j = j0 + jj, i0 = 2 * (x / NC);
     const bool jv = j < D;
     const kv_col<F> col(lay, jv ? j : 0);
-#pragma unroll
+#pragma unroll OU
     for (int v0 = 0; v0 < PV; v0 += PB) {
         uint32_t b[PB][2];
 #pragma unroll
@@ -1497,7 +1498,7 @@ __global__ void __launch_bounds__(ATT_PV_T, 3) k_att_pv_mma(att_args A, int t0, 
             }
         }
         /* thread x: column x mod ATT_PS of the keys 2 (x / ATT_PS) + 2 (ATT_PV_T / ATT_PS) u and the one after each */
-        att_load_vt<F, ATT_PS, ATT_PV_T, ATT_PS * ATT_KC / 2 / ATT_PV_T, ATT_MMA_PH>(A.lay, kc, nkc, j0, D, (int)threadIdx.x, vt);
+        att_load_vt<F, ATT_PS, ATT_PV_T, ATT_PS * ATT_KC / 2 / ATT_PV_T, ATT_MMA_PH, ATT_PS * ATT_KC / 2 / ATT_PV_T / ATT_MMA_PH>(A.lay, kc, nkc, j0, D, (int)threadIdx.x, vt);
         __syncthreads();
         if (j0 == 0 && threadIdx.x < hn)   /* the part's keys in order, by one thread */
             for (int i = 0; i < nkc; i++) den += pt[threadIdx.x][i];
@@ -1981,7 +1982,7 @@ template <int F, int NTH>
 __device__ __forceinline__ void att_dm_vload(const att_args &A, const att_dm_query &Q, int u, int j0, int D, int x, unsigned char *sm,
                                              const att_dm_smem &m) {
     constexpr int PV = ATT_PG * ATT_KC / (2 * NTH / ATT_DM_PS);
-    att_load_vt<F, ATT_DM_PS, NTH, PV, ATT_DM_VB>(A.lay, (const uint8_t *const *)(sm + m.kp2), att_dm_part_keys(Q, u), j0, D, x,
+    att_load_vt<F, ATT_DM_PS, NTH, PV, ATT_DM_VB, 1>(A.lay, (const uint8_t *const *)(sm + m.kp2), att_dm_part_keys(Q, u), j0, D, x,
                                                  (uint16_t (*)[ATT_DM_KL])(sm + m.vt));
 }
 
