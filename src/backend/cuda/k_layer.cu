@@ -284,36 +284,42 @@ k_hc_pre_fast(int official, const float *mixraw, const float *X, int d, const fl
     const int t = blockIdx.x, n = 4 * d, k = threadIdx.x, lane = k & 31, warp = k >> 5;
     const float *x = X + (int64_t)t * n;
     const float *m = mixraw + (int64_t)t * 24;   /* (2 + hc) hc */
-    if (k >= ROW_THREADS) {   /* the mix warp: its inputs loaded while the row warps sum */
-        const int q = lane & 15;
-        const float cm = m[8 + q], cb = base[8 + q], cs = scale[2];
-        const bool post = lane >= 4 && lane < 8;
-        const float pm = post ? m[lane] : 0.0f, pb = post ? base[lane] : 0.0f, ps = scale[1];
-        __syncthreads();   /* red: the 8 row warps' sums */
-        const float r = 1.0f / sqrtf(warp_sum(lane < 8 ? red[lane] : 0.0f) / (float)n + norm_eps);
-        float *mx = mix + (int64_t)t * CU_MIX;
-        if (post) mx[lane - 4] = 2.0f * dev_sigmoid(pm * r * ps + pb);
-        const float c = sinkhorn4_lane(cm * r * cs + cb, q, iters, hc_eps);
-        if (lane < 16) mx[8 + q] = c;
-        return;
-    }
+    /* Both kinds of warp meet one __syncthreads call site (red: the 8 row warps' sums): a barrier that warps reach
+     * from different call sites is undefined in CUDA (compute-sanitizer synccheck, run 157). */
+    const bool mix_warp = k >= ROW_THREADS;
     float xv[4 * M], nv[M], pm[4], pb[4];
+    float cm = 0.0f, cb = 0.0f, cs = 0.0f, qm = 0.0f, qb = 0.0f, qs = 0.0f;
+    if (mix_warp) {   /* the mix warp: its inputs loaded while the row warps sum */
+        const int q = lane & 15;
+        cm = m[8 + q], cb = base[8 + q], cs = scale[2];
+        if (lane >= 4 && lane < 8) qm = m[lane], qb = base[lane];
+        qs = scale[1];
+    } else {
 #pragma unroll
-    for (int j = 0; j < 4 * M; j++) xv[j] = x[k + ROW_THREADS * j];
-    if (norm) {
+        for (int j = 0; j < 4 * M; j++) xv[j] = x[k + ROW_THREADS * j];
+        if (norm) {
 #pragma unroll
-        for (int c = 0; c < M; c++) nv[c] = norm[k + ROW_THREADS * c];
+            for (int c = 0; c < M; c++) nv[c] = norm[k + ROW_THREADS * c];
+        }
+#pragma unroll
+        for (int i = 0; i < 4; i++) { pm[i] = m[i]; pb[i] = base[i]; }
+        float s = 0.0f;
+#pragma unroll
+        for (int j = 0; j < 4 * M; j++) s = fmaf(xv[j], xv[j], s);
+        s = warp_sum(s);
+        if (lane == 0) red[warp] = s;
     }
-#pragma unroll
-    for (int i = 0; i < 4; i++) { pm[i] = m[i]; pb[i] = base[i]; }
-    const float ps = scale[0];
-    float s = 0.0f;
-#pragma unroll
-    for (int j = 0; j < 4 * M; j++) s = fmaf(xv[j], xv[j], s);
-    s = warp_sum(s);
-    if (lane == 0) red[warp] = s;
     __syncthreads();
     const float r = 1.0f / sqrtf(warp_sum(lane < 8 ? red[lane] : 0.0f) / (float)n + norm_eps);
+    if (mix_warp) {
+        const int q = lane & 15;
+        float *mx = mix + (int64_t)t * CU_MIX;
+        if (lane >= 4 && lane < 8) mx[lane - 4] = 2.0f * dev_sigmoid(qm * r * qs + qb);
+        const float c = sinkhorn4_lane(cm * r * cs + cb, q, iters, hc_eps);
+        if (lane < 16) mx[8 + q] = c;
+        return;   /* the row warps go on alone: they meet at named barrier 1 (ROW_THREADS threads) from here */
+    }
+    const float ps = scale[0];
     float pre[4];
 #pragma unroll
     for (int i = 0; i < 4; i++) pre[i] = dev_sigmoid(pm[i] * r * ps + pb[i]) + hc_eps;
