@@ -13,6 +13,8 @@
 #            (an ENV_AB entry BIN/NAME=V runs the staged binary BIN with NAME=V)
 #   micro    test_gpu_mma --bench-experts and --bench, test_gpu_gemm --bench, test_gpu_attention --bench (MICRO picks)
 #   san      compute-sanitizer (SAN_TOOL) over test_gpu_mma's tests matching SAN_TESTS
+#   sansuite compute-sanitizer (each tool of SANSUITE_TOOLS, default synccheck) over each GPU test program of
+#            SANSUITE_TESTS (default every one), SANSUITE_TIMEOUT (default 60) s each: the summary line of each
 #   ncu      ncu over one decode step (caches not flushed): time per kernel
 #   kvab     decode at prompt 256 with f32, bf16 and fp8 KV
 #   ncukv    ncu over a one-token step with f32 and with fp8 KV (NCUKV_KV picks): $OUT/ncu_f32.txt, ncu_fp8.txt
@@ -137,6 +139,17 @@ if has micro; then   # the kernels' own benchmarks (MICRO picks: experts linear 
   if mic attention; then timeout 90 .gpu/gputests/test_gpu_attention --bench >$L/bench_attention.log 2>&1
     echo "== attention at decode (k_att_scores vs k_att_scores_dec vs k_att_dec; tensor cores: three kernels vs k_att_dec_mma):"
     grep -vE "^ *$" $L/bench_attention.log | tail -36; fi
+fi
+save
+if has sansuite; then   # compute-sanitizer over whole GPU test programs (a barrier or race in any kernel the suite runs)
+  SAN=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+  for tool in ${SANSUITE_TOOLS:-synccheck}; do
+    for t in ${SANSUITE_TESTS:-$(cd .gpu/gputests && ls test_gpu_*)}; do
+      BUILD=.gpu timeout ${SANSUITE_TIMEOUT:-60} $SAN --tool $tool --error-exitcode 9 .gpu/gputests/$t >$L/sansuite_${tool}_$t.log 2>&1
+      echo "== $tool $t: exit $? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' $L/sansuite_${tool}_$t.log | tr '\n' ' ' | cut -c1-160)"
+      grep -m3 -E "^========= .*(Barrier|barrier|Race|race|Invalid)" $L/sansuite_${tool}_$t.log
+    done
+  done
 fi
 save
 if has san; then   # compute-sanitizer (SAN_TOOL, default memcheck) over test_gpu_mma's tests matching SAN_TESTS
