@@ -137,6 +137,29 @@ unset DSV4_CUDA_EXPERT_PACK
 # FP4 routed experts packed at load (on by default, k_mma.cu cu_fp4_frag_pack): the unpacked experts' logits
 switch_same_bits DSV4_CUDA_EXPERT_PACK "the unpacked experts'"
 expect_err "DSV4_CUDA_EXPERT_PACK=2" "DSV4_CUDA_EXPERT_PACK" env DSV4_CUDA_EXPERT_PACK=2 "$BIN" logits -m "$T/m" --device cuda --tokens 1,2
+# the routed experts on native FP8 tensor cores (DSV4_CUDA_NATIVE_EXPERTS=1, off by default; k_expert_nat.cu): their own
+# arithmetic, so not the default's bits, but one order for every step: a 2,200-token prompt in one step (the native
+# GEMM: 558 plan tiles) = the same prompt in steps of 1 to 8, 300 and 1,864 tokens (the small-tile kernel), and no
+# further from the CPU's OFFICIAL run than the default path is (test_gpu_mma holds the kernels to the exact sum)
+NT=$(seq 0 2199 | awk '{printf "%s%d", (NR > 1 ? "," : ""), 3 + ($1 * 11) % 190}')
+expect_ok "native experts, one step" env DSV4_CUDA_NATIVE_EXPERTS=1 "$BIN" logits -m "$T/wide" --device cuda --mode official --kv fp8 \
+    --tokens "$NT" --out "$T/nat1.npy"
+expect_ok "native experts, chunks" env DSV4_CUDA_NATIVE_EXPERTS=1 "$BIN" logits -m "$T/wide" --device cuda --mode official --kv fp8 \
+    --tokens "$NT" --chunks 1,2,3,4,5,6,7,8,300,1864 --out "$T/nat2.npy"
+cmp -s "$T/nat1.npy" "$T/nat2.npy" && ok || bad "DSV4_CUDA_NATIVE_EXPERTS=1: --chunks logits differ from one step"
+expect_ok "native experts off" "$BIN" logits -m "$T/wide" --device cuda --mode official --kv fp8 --tokens "$NT" --out "$T/nat0.npy"
+cmp -s "$T/nat1.npy" "$T/nat0.npy" && bad "DSV4_CUDA_NATIVE_EXPERTS=1: the default's bits (path not taken?)" || ok
+if python3 -c "import numpy" 2>/dev/null; then
+    expect_ok "native experts: the cpu" "$BIN" logits -m "$T/wide" --device cpu --mode official --kv fp8 --tokens "$NT" --out "$T/natc.npy"
+    python3 -c "
+import numpy as np, sys
+n, d, c = (np.load(p) for p in sys.argv[1:4])
+def dist(a): return np.abs(a - c).mean() / np.abs(c).mean(), 100 * (a.argmax(1) == c.argmax(1)).mean()
+(rn, an), (rd, ad) = dist(n), dist(d)
+print('gpu cli: 2,200 tokens against the CPU OFFICIAL run: native experts mean |dlogit| / mean |logit| %.3g, argmax %.1f%%; default %.3g, %.1f%%' % (rn, an, rd, ad))
+sys.exit(0 if rn <= 2 * rd + 1e-3 else 1)" "$T/nat1.npy" "$T/nat0.npy" "$T/natc.npy" && ok || bad "native experts: far further from the CPU than the default path"
+fi
+expect_err "DSV4_CUDA_NATIVE_EXPERTS=2" "DSV4_CUDA_NATIVE_EXPERTS" env DSV4_CUDA_NATIVE_EXPERTS=2 "$BIN" logits -m "$T/m" --device cuda --tokens 1,2
 # a layer's independent chains on a second stream (on by default): one stream's logits
 switch_same_bits DSV4_CUDA_BRANCH "one stream's"
 expect_err "DSV4_CUDA_EXPERT_LEAN=2" "DSV4_CUDA_EXPERT_LEAN" env DSV4_CUDA_EXPERT_LEAN=2 "$BIN" logits -m "$T/m" --device cuda --tokens 1,2

@@ -486,9 +486,9 @@ static int bench(void) {
     return 0;
 }
 
-typedef struct {   /* one cu_mma_gemm_experts call, or (experts NULL) one cu_mma_gemm_linear call on w */
+typedef struct {   /* one cu_mma_gemm_experts call (native: cu_nat_experts), or (experts NULL) one cu_mma_gemm_linear call on w */
     const dsv4_weight *experts, *w;
-    int rows, cols, x_by_pair, T, max_tiles;
+    int rows, cols, x_by_pair, T, max_tiles, native;
     const cu_moe_plan *plan;
     const uint8_t *xq;
     const float *xs;
@@ -497,6 +497,11 @@ typedef struct {   /* one cu_mma_gemm_experts call, or (experts NULL) one cu_mma
 static int gemm_call_run(void *a) {
     const gemm_call *c = a;
     if (!c->experts) return cu_mma_gemm_linear(NULL, c->w, c->xq, cu_mma_ld(c->cols), c->xs, cu_mma_lds(c->cols), c->T, c->y, c->rows, 0);
+    if (c->native) {
+        dsv4_error err;
+        return !cu_nat_experts(NULL, 1, c->experts, c->experts, c->rows, c->cols, c->plan, c->max_tiles, c->xq, cu_mma_ld(c->cols), c->xs,
+                               cu_mma_lds(c->cols), c->x_by_pair, c->y, c->y, c->rows, 0, &err);
+    }
     return cu_mma_gemm_experts(NULL, c->experts, c->rows, c->cols, CU_FMT_FP4_FRAG, c->plan, c->max_tiles, c->xq, cu_mma_ld(c->cols), c->xs,
                                cu_mma_lds(c->cols), c->x_by_pair, c->y, c->rows, 0);
 }
@@ -504,8 +509,9 @@ static int gemm_call_run(void *a) {
 /* `--bench-experts` (GPU): the routed experts' GEMM as an 8K prefill step runs it — 8,192 tokens routed uniformly to 6
  * of 256 packed FP4 experts (~192 pairs each), w1 (2048 x 4096, inputs by token) and w2 (4096 x 2048, inputs by pair),
  * in TFLOPS — beside one FP4 linear of the same shape at T = 8,192 (cu_mma_gemm_linear, unpacked codes), the same
- * FLOPs on one weight: what the expert GEMM loses to its plan and its many weights. ncu: tools/gpu/run_s7.sh part
- * ncudeep with NCU_DEEP_PROG=test_gpu_gemm and --bench-experts. */
+ * FLOPs on one weight: what the expert GEMM loses to its plan and its many weights; and the same experts on native FP8
+ * tensor cores (k_expert_nat.cu's GEMM, packed by cu_fp4_nat_pack: another arithmetic). ncu: tools/gpu/run_s7.sh
+ * part ncudeep with NCU_DEEP_PROG=test_gpu_gemm and --bench-experts. */
 static int bench_experts(double skew) {
     enum { E = 256, K = 6, T = 8192, P = T * K };
     dsv4_rng_seed(&rng, 18);   /* main seeds it only for the tests: unseeded, every draw is 0 and the routing never ends */
@@ -540,28 +546,31 @@ static int bench_experts(double skew) {
     cu_moe_plan plan = plan_upload(pair_token, P, te, tf, tc, n_tiles);
     printf("routed experts' GEMM: %d tokens x %d of %d experts, skew %.2f (%d pairs, %d tiles, the busiest expert %d pairs), packed FP4\n",
            T, K, E, skew, P, n_tiles, most);
-    printf("%-4s %-12s %10s %14s %22s\n", "w", "N x K", "ms", "experts TFLOPS", "one linear, T 8192");
+    printf("%-4s %-12s %10s %14s %22s %24s\n", "w", "N x K", "ms", "experts TFLOPS", "one linear, T 8192", "native experts TFLOPS");
     static const struct { int rows, cols, x_by_pair; const char *what; } shapes[] = { { 2048, 4096, 0, "w1" }, { 4096, 2048, 1, "w2" } };
     int rc = 0;
     for (int k = 0; k < 2 && !rc; k++) {
         const int rows = shapes[k].rows, cols = shapes[k].cols, X = shapes[k].x_by_pair ? P : T;
         const size_t db = (size_t)rows * cols / 2, sb = (size_t)rows * (cols / 32);
-        dsv4_weight hw[E];
+        dsv4_weight hw[E], hn[E];   /* packed for the mma.sync kernels, and for the native ones */
         dsv4_error err;
         for (int e = 0; e < E && !rc; e++) {
             hw[e] = (dsv4_weight){ WF_FP4, rows, cols, cu_malloc(db), cu_malloc(sb), cols / 32, 0 };
-            if (!hw[e].data || !hw[e].scale) rc = 1;
+            hn[e] = (dsv4_weight){ WF_FP4, rows, cols, cu_malloc(db), hw[e].scale, cols / 32, 0 };
+            if (!hw[e].data || !hw[e].scale || !hn[e].data) rc = 1;
             else {
                 cu_fill_synth((void *)hw[e].data, db, CU_SYNTH_FP4, 1000 + e);
+                cu_fill_synth((void *)hn[e].data, db, CU_SYNTH_FP4, 1000 + e);
                 cu_fill_bytes((void *)hw[e].scale, 120, sb);
-                if (cu_fp4_frag_pack(NULL, (void *)hw[e].data, rows, cols, &err)) rc = 1;
+                if (cu_fp4_frag_pack(NULL, (void *)hw[e].data, rows, cols, &err) || cu_fp4_nat_pack(NULL, (void *)hn[e].data, rows, cols, &err))
+                    rc = 1;
             }
         }
         dweight lin = make_weight(WF_FP4, rows, cols);
         uint8_t *xq = cu_malloc((size_t)X * cu_mma_ld(cols));
         float *xs = cu_malloc(sizeof(float) * X * cu_mma_lds(cols)), *y = cu_malloc(sizeof(float) * (size_t)P * rows);
-        dsv4_weight *dw = rc ? NULL : upload(hw, sizeof hw);
-        if (rc || !xq || !xs || !y) {
+        dsv4_weight *dw = rc ? NULL : upload(hw, sizeof hw), *dn = rc ? NULL : upload(hn, sizeof hn);
+        if (rc || !xq || !xs || !y || !dn) {
             fprintf(stderr, "bench: out of GPU memory\n");
             return 1;
         }
@@ -570,19 +579,22 @@ static int bench_experts(double skew) {
         for (int i = 0; i < X * cu_mma_lds(cols); i++) h[i] = 1.0f / 64;
         cu_upload(xs, h, sizeof(float) * X * cu_mma_lds(cols));
         free(h);
-        gemm_call ex = { dw, NULL, rows, cols, shapes[k].x_by_pair, P, n_tiles, &plan, xq, xs, y };
-        gemm_call li = { NULL, &lin.w, rows, cols, 0, T, 0, NULL, xq, xs, y };
-        const double se = seconds_each(gemm_call_run, &ex, 5), sl = seconds_each(gemm_call_run, &li, 5);
-        if (se <= 0 || sl <= 0) {
+        gemm_call ex = { dw, NULL, rows, cols, shapes[k].x_by_pair, P, n_tiles, 0, &plan, xq, xs, y };
+        gemm_call li = { NULL, &lin.w, rows, cols, 0, T, 0, 0, NULL, xq, xs, y };
+        gemm_call nx = { dn, NULL, rows, cols, shapes[k].x_by_pair, P, n_tiles, 1, &plan, xq, xs, y };
+        const int build_min = cu_nat_gemm_min_tiles(1);   /* the native GEMM, whatever the default threshold */
+        const double se = seconds_each(gemm_call_run, &ex, 5), sl = seconds_each(gemm_call_run, &li, 5), sn = seconds_each(gemm_call_run, &nx, 5);
+        cu_nat_gemm_min_tiles(build_min);
+        if (se <= 0 || sl <= 0 || sn <= 0) {
             fprintf(stderr, "bench: a call failed (%s)\n", cudaGetErrorString(cudaGetLastError()));
             rc = 1;
         } else {
-            printf("%-4s %5dx%-6d %10.3f %14.1f %15.1f (%.3f ms)\n", shapes[k].what, rows, cols, se * 1e3, 2.0 * P * rows * cols / se / 1e12,
-                   2.0 * T * rows * cols / sl / 1e12, sl * 1e3);
+            printf("%-4s %5dx%-6d %10.3f %14.1f %15.1f (%.3f ms) %13.1f (%.3f ms)\n", shapes[k].what, rows, cols, se * 1e3,
+                   2.0 * P * rows * cols / se / 1e12, 2.0 * T * rows * cols / sl / 1e12, sl * 1e3, 2.0 * P * rows * cols / sn / 1e12, sn * 1e3);
         }
-        for (int e = 0; e < E; e++) cu_free((void *)hw[e].data), cu_free((void *)hw[e].scale);
+        for (int e = 0; e < E; e++) cu_free((void *)hw[e].data), cu_free((void *)hw[e].scale), cu_free((void *)hn[e].data);
         free_weight(&lin);
-        cu_free(dw), cu_free(xq), cu_free(xs), cu_free(y);
+        cu_free(dw), cu_free(dn), cu_free(xq), cu_free(xs), cu_free(y);
     }
     plan_free(&plan);
     free(choice), free(count), free(pair_token), free(te), free(tf), free(tc);

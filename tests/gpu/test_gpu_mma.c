@@ -817,6 +817,173 @@ static void experts_equal_plain_linear(void **state) {
     cu_mma_expert_lean(build_lean);
 }
 
+
+/* The routed experts on native FP8 tensor cores (k_expert_nat.cu): another arithmetic than the kernels above, so not
+ * compared with them but with the exact sum, and its two kernels with each other:
+ *   - the small-tile kernel and the GEMM give the same bytes on the same plan (memcmp), for the single and the pair
+ *     call, rows read by token and by pair, groups of 1 to 128 pairs (n64 and n128 tiles), a weight of 200 rows;
+ *   - batch invariance: each token's rows computed alone (a plan of its own pairs) equal its rows in the batch;
+ *   - every output within 2^-14 of sum |w x| of the exact sum (double), scale bytes 0, 30 and 220 included (a wrong
+ *     k map, block order or scale shows as an error of the order of the output itself); an absent expert's rows
+ *     are EP_ABSENT_ROW. */
+static void experts_native(void **state) {
+    (void)state;
+    enum { E = 5, NT_TOK = 150, PER = 3, ABSENT = 3, N = 200 };
+    const int build_min = cu_nat_gemm_min_tiles(0);
+    for (int shape = 0; shape < 2; shape++) {
+        const int K = shape ? 2048 : 1152;   /* 9 chunks (odd), 16 */
+        tweight w[E];
+        dsv4_weight dws[E];
+        for (int e = 0; e < E; e++) {
+            w[e] = make_weight(WF_FP4, N, K, 0);
+            if (e == 2) {   /* E8M0 0 (2^-127), and 30 / 220 (far from the other blocks of their chunk) */
+                uint8_t *sc = (uint8_t *)w[e].h.scale;
+                sc[5 * w[e].h.scale_cols + 9] = 0;
+                sc[33 * w[e].h.scale_cols + 17] = 30;
+                sc[121 * w[e].h.scale_cols + 35] = 220;
+                assert_int_equal(cu_upload((void *)w[e].d.scale, sc, (size_t)N * w[e].h.scale_cols), 0);
+            }
+            dws[e] = w[e].d;
+        }
+        dws[ABSENT].data = NULL;
+        /* each token picks PER distinct experts (expert 1 most tokens: runs of more than 64 and 128 pairs) */
+        static int pick[NT_TOK][E];
+        memset(pick, 0, sizeof pick);
+        for (int t = 0; t < NT_TOK; t++) {
+            pick[t][1] = t % 5 != 4;
+            for (int n = pick[t][1]; n < PER;) {
+                const int e = (int)dsv4_rng_below(&rng, E);
+                if (!pick[t][e]) { pick[t][e] = 1; n++; }
+            }
+        }
+        /* the batch's pairs (by expert, then token), kept for the single tokens' comparison */
+        static int batch_token[NT_TOK * PER], batch_expert[NT_TOK * PER];
+        int batch_P = 0;
+        float *x = make_act(NT_TOK, K, 0), *xp = malloc(sizeof(float) * NT_TOK * PER * K);
+        tact a = pack(x, NT_TOK, K);
+        float *dec[E];
+        for (int e = 0; e < E; e++) dec[e] = ref_decode(&w[e].h);
+        dsv4_error err;
+        for (int e = 0; e < E; e++)
+            if (cu_fp4_nat_pack(NULL, (void *)w[e].d.data, N, K, &err)) fail_msg("%s", err.msg);
+        sync_ok("nat pack");
+        dsv4_weight dws2[E];   /* the pair call's second projection: expert e is weight (e + 2) mod E */
+        for (int e = 0; e < E; e++) dws2[e] = dws[(e + 2) % E];
+        dsv4_weight *dexp = cu_malloc(sizeof dws), *dexp2 = cu_malloc(sizeof dws2);
+        assert_true(dexp && dexp2);
+        assert_int_equal(cu_upload(dexp, dws, sizeof dws), 0);
+        assert_int_equal(cu_upload(dexp2, dws2, sizeof dws2), 0);
+        const int maxp = NT_TOK * PER;
+        cu_moe_plan plan;
+        memset(&plan, 0, sizeof plan);
+        plan.pair_token = cu_malloc(sizeof(int32_t) * maxp);
+        plan.tile_expert = cu_malloc(sizeof(int32_t) * maxp);
+        plan.tile_first = cu_malloc(sizeof(int32_t) * maxp);
+        plan.tile_count = cu_malloc(sizeof(int32_t) * maxp);
+        plan.n_tiles = cu_malloc(sizeof(int32_t));
+        float *dy = cu_malloc(sizeof(float) * maxp * N), *dy2 = cu_malloc(sizeof(float) * maxp * N);
+        assert_true(plan.pair_token && plan.tile_expert && plan.tile_first && plan.tile_count && plan.n_tiles && dy && dy2);
+        /* outputs [kernel][by_pair][out] of the whole batch, rows by pair */
+        float *yb[2][2][3];
+        double worst = 0, worst_abs = 0;
+        int checked = 0;
+        for (int t0 = -1; t0 < NT_TOK; t0++) {   /* -1: the whole batch; t0 >= 0: token t0 alone */
+            const int lo = t0 < 0 ? 0 : t0, hi = t0 < 0 ? NT_TOK : t0 + 1;
+            int P = 0, nt = 0, pair_token[NT_TOK * PER], pair_expert[NT_TOK * PER], te[NT_TOK * PER], tf[NT_TOK * PER], tc[NT_TOK * PER];
+            for (int e = 0; e < E; e++)
+                for (int t = lo; t < hi; t++) {
+                    if (!pick[t][e]) continue;
+                    if (!nt || te[nt - 1] != e || tc[nt - 1] == 8) te[nt] = e, tf[nt] = P, tc[nt++] = 0;
+                    tc[nt - 1]++;
+                    pair_token[P] = t, pair_expert[P++] = e;
+                }
+            for (int p = 0; p < P; p++) memcpy(xp + (int64_t)p * K, x + (int64_t)pair_token[p] * K, sizeof(float) * K);
+            tact ap = pack(xp, P, K);
+            assert_int_equal(cu_upload(plan.pair_token, pair_token, sizeof(int32_t) * P), 0);
+            assert_int_equal(cu_upload(plan.tile_expert, te, sizeof(int32_t) * nt), 0);
+            assert_int_equal(cu_upload(plan.tile_first, tf, sizeof(int32_t) * nt), 0);
+            assert_int_equal(cu_upload(plan.tile_count, tc, sizeof(int32_t) * nt), 0);
+            assert_int_equal(cu_upload(plan.n_tiles, &nt, sizeof(int32_t)), 0);
+            for (int kern = 0; kern < 2; kern++)
+                for (int by_pair = 0; by_pair < 2; by_pair++)
+                    for (int out = 0; out < 3; out++) {
+                        if (t0 >= 0 && (by_pair || out)) continue;   /* alone: one call of each kernel */
+                        cu_nat_gemm_min_tiles(kern ? 1 : 0);
+                        const tact *in = by_pair ? &ap : &a;
+                        assert_int_equal(cu_fill_bytes(dy, 0x55, sizeof(float) * P * N), 0);
+                        assert_int_equal(cu_fill_bytes(dy2, 0x55, sizeof(float) * P * N), 0);
+                        int rc = out == 0 ? cu_mma_expert_linear(NULL, dexp, N, K, CU_FMT_FP4_NAT, &plan, nt + 2, in->q, in->ldq, in->s, in->lds,
+                                                                 by_pair, dy, N, 0, stream_on, &err)
+                                          : cu_mma_expert_linear_pair(NULL, dexp, dexp2, N, K, CU_FMT_FP4_NAT, &plan, nt + 2, in->q, in->ldq,
+                                                                      in->s, in->lds, by_pair, dy, dy2, N, 0, stream_on, &err);
+                        if (rc) fail_msg("%s", err.msg);
+                        sync_ok("native experts");
+                        float *y = malloc(sizeof(float) * P * N);
+                        assert_int_equal(cu_download(y, out == 2 ? dy2 : dy, sizeof(float) * P * N), 0);
+                        if (t0 >= 0) {   /* token t0's rows = its rows in the batch (pairs in the same expert order) */
+                            int bp = 0;
+                            for (int p = 0; p < P; p++) {
+                                while (batch_token[bp] != t0 || batch_expert[bp] != pair_expert[p]) bp++;
+                                if (memcmp(y + (int64_t)p * N, yb[kern][0][0] + (int64_t)bp * N, sizeof(float) * N))
+                                    fail_msg("K %d, %s: token %d alone (expert %d) differs from the same token in the batch", K,
+                                             kern ? "GEMM" : "small tiles", t0, pair_expert[p]);
+                            }
+                            free(y);
+                            continue;
+                        }
+                        yb[kern][by_pair][out] = y;
+                        if (kern || by_pair || out) {
+                            /* the same weight for every pair: out 1 = out 0; out 2 its own; all = the small tiles by token */
+                            const float *base = yb[0][0][out == 2 ? 2 : 0];
+                            if (memcmp(y, base, sizeof(float) * P * N))
+                                fail_msg("K %d: %s, rows by %s, output %d differs from the small tiles by token", K, kern ? "GEMM" : "small tiles",
+                                         by_pair ? "pair" : "token", out);
+                        }
+                        if (kern || by_pair) continue;
+                        for (int p = 0; p < P; p++) {
+                            const int e = out == 2 ? (pair_expert[p] + 2) % E : pair_expert[p];
+                            for (int r = 0; r < N; r++) {
+                                const float v = y[(int64_t)p * N + r];
+                                if (e == ABSENT) {
+                                    const float absent = EP_ABSENT_ROW;
+                                    if (memcmp(&v, &absent, sizeof v)) fail_msg("pair %d of the absent expert: row %d = %g", p, r, v);
+                                    continue;
+                                }
+                                double s, as;
+                                ref_dot(dec[e] + (int64_t)r * K, K, x + (int64_t)pair_token[p] * K, &s, &as);
+                                const double d = fabs((double)v - s);
+                                if (!(d <= 0x1p-14 * as + 1e-30))
+                                    fail_msg("K %d: pair %d (expert %d, token %d) row %d: %.9g, exact %.9g (|error| %.3g, sum |w x| %.3g)", K, p, e,
+                                             pair_token[p], r, v, s, d, as);
+                                if (as > 0 && d / as > worst) worst = d / as;
+                                if (d > worst_abs) worst_abs = d;
+                                checked++;
+                            }
+                        }
+                    }
+            if (t0 < 0) {
+                batch_P = P;
+                memcpy(batch_token, pair_token, sizeof(int) * P);
+                memcpy(batch_expert, pair_expert, sizeof(int) * P);
+            }
+            free_act(&ap);
+        }
+        printf("  native FP4 experts %dx%d, %d pairs: small tiles = GEMM (memcmp) by token and by pair, single and pair calls; "
+               "each of %d tokens alone = in the batch; %d outputs within 2^-14 of sum |w x| (worst %.3g of it, abs %.3g)\n",
+               N, K, batch_P, NT_TOK, checked, worst, worst_abs);
+        for (int k = 0; k < 2; k++)
+            for (int b = 0; b < 2; b++)
+                for (int o = 0; o < 3; o++) free(yb[k][b][o]);
+        for (int e = 0; e < E; e++) free(dec[e]);
+        cu_free(plan.pair_token); cu_free(plan.tile_expert); cu_free(plan.tile_first); cu_free(plan.tile_count);
+        cu_free(plan.n_tiles); cu_free(dexp); cu_free(dexp2); cu_free(dy); cu_free(dy2);
+        free(x); free(xp);
+        free_act(&a);
+        for (int e = 0; e < E; e++) free_weight(&w[e]);
+    }
+    cu_nat_gemm_min_tiles(build_min);
+}
+
 #ifndef MMA_TEST_SHIM
 /* ---- benchmark ------------------------------------------------------------------------------------------------ */
 
@@ -991,14 +1158,16 @@ static int bench_experts(void) {
     cu_upload(xs, ones, sizeof(float) * TT * (D / 128));
     cu_upload(hs, ones, sizeof(float) * NA * TT * (I / 128));
     printf("%-7s %-9s %6s %6s %11s %12s\n", "loads", "w1+w3", "tokens", "tiles", "us / layer", "weight GB/s");
-    for (int pass = 0; pass < 2; pass++)   /* pass 1: the packed kernel, after the pool is packed for it */
+    /* pass 1: the packed kernel, after the pool is packed for it; pass 2: the native kernels (k_expert_nat.cu), after the
+     * pool is packed again for them (random codes either way: the timing does not depend on the layout's meaning) */
+    for (int pass = 0; pass < 3; pass++)
     for (int ti = 0; ti < (pass ? 3 : 2); ti++) {
         const int T = ti == 0 ? 1 : ti == 1 ? TT : 6, A = ti == 2 ? NA : ACT, P = A * T;
-        if (pass == 1 && ti == 0) {
+        if (pass >= 1 && ti == 0) {
             dsv4_error err;
             for (int m = 0; m < 3; m++)
                 for (int e = 0; e < NE; e++)
-                    if (cu_fp4_frag_pack(NULL, (void *)host[m][e].data, host[m][e].rows, host[m][e].cols, &err)) {
+                    if ((pass == 2 ? cu_fp4_nat_pack : cu_fp4_frag_pack)(NULL, (void *)host[m][e].data, host[m][e].rows, host[m][e].cols, &err)) {
                         fprintf(stderr, "bench: %s\n", err.msg);
                         return 1;
                     }
@@ -1029,9 +1198,10 @@ static int bench_experts(void) {
         const int max_tiles = P / 8 + A + 1;   /* as cuda_step.c moe_max_tiles sizes a step of T tokens */
         /* streaming, k_mma.cu's: vec 2, 1, 0 x pair 1, 0, lean x pair 1, 0; packed: its variants 0..5 in one launch, the
          * default in two */
-        for (int variant = pass ? 9 : 0; variant < (pass ? 16 : 9); variant++) {
+        for (int variant = pass == 2 ? 16 : pass ? 9 : 0; variant < (pass == 2 ? 17 : pass ? 16 : 9); variant++) {
+            const int native = variant == 16, fmt = native ? CU_FMT_FP4_NAT : WF_FP4;
             const int stream = variant == 0, lean = variant >= 7 ? (variant >= 9 ? 2 : 1) : 0, fv = variant >= 9 && variant < 15 ? variant - 9 : -1;
-            const int vec = stream ? 2 : lean ? 0 : 2 - (variant - 1) / 2, pair = stream ? 1 : lean == 2 ? variant < 15 : (variant - 1) % 2 == 0;
+            const int vec = stream ? 2 : lean ? 0 : 2 - (variant - 1) / 2, pair = stream || native ? 1 : lean == 2 ? variant < 15 : (variant - 1) % 2 == 0;
             const int build_fv = cu_mma_expert_frag_variant(fv);
             cu_mma_fp4_vec(vec);
             cu_mma_expert_lean(lean);
@@ -1044,12 +1214,12 @@ static int bench_experts(void) {
                      cudaEventCreate(&e1) == cudaSuccess && cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal) == cudaSuccess;
             for (int l = 0; ok && l < LAYERS; l++) {
                 if (pair)
-                    ok = !cu_mma_expert_linear_pair(st, dev[0], dev[1], I, D, WF_FP4, &plans[l], max_tiles, xq, D, xs, D / 128, 0, y1, y3, I, 1,
+                    ok = !cu_mma_expert_linear_pair(st, dev[0], dev[1], I, D, fmt, &plans[l], max_tiles, xq, D, xs, D / 128, 0, y1, y3, I, 1,
                                                     stream, &err);
                 else
-                    ok = !cu_mma_expert_linear(st, dev[0], I, D, WF_FP4, &plans[l], max_tiles, xq, D, xs, D / 128, 0, y1, I, 1, stream, &err) &&
-                         !cu_mma_expert_linear(st, dev[1], I, D, WF_FP4, &plans[l], max_tiles, xq, D, xs, D / 128, 0, y3, I, 1, stream, &err);
-                ok = ok && !cu_mma_expert_linear(st, dev[2], D, I, WF_FP4, &plans[l], max_tiles, hq, I, hs, I / 128, 1, y2, D, 1, stream, &err);
+                    ok = !cu_mma_expert_linear(st, dev[0], I, D, fmt, &plans[l], max_tiles, xq, D, xs, D / 128, 0, y1, I, 1, stream, &err) &&
+                         !cu_mma_expert_linear(st, dev[1], I, D, fmt, &plans[l], max_tiles, xq, D, xs, D / 128, 0, y3, I, 1, stream, &err);
+                ok = ok && !cu_mma_expert_linear(st, dev[2], D, I, fmt, &plans[l], max_tiles, hq, I, hs, I / 128, 1, y2, D, 1, stream, &err);
             }
             ok = ok && cudaStreamEndCapture(st, &g) == cudaSuccess && cudaGraphInstantiate(&ge, g, 0) == cudaSuccess &&
                  cudaGraphLaunch(ge, st) == cudaSuccess && cudaStreamSynchronize(st) == cudaSuccess;   /* warm */
@@ -1065,7 +1235,7 @@ static int bench_experts(void) {
             cu_mma_expert_frag_variant(build_fv);
             char pname[16];
             snprintf(pname, sizeof pname, fv >= 0 ? "packed%d" : "packed", fv);
-            printf("%-7s %-9s %6d %6d %11.1f %12.0f\n", stream ? "STREAM" : lean == 2 ? pname : lean ? "lean" : vec == 2 ? "vec+sw" : vec ? "vector" : "word", pair ? "1 launch" : "2 launches", T,
+            printf("%-7s %-9s %6d %6d %11.1f %12.0f\n", native ? "native" : stream ? "STREAM" : lean == 2 ? pname : lean ? "lean" : vec == 2 ? "vec+sw" : vec ? "vector" : "word", pair ? "1 launch" : "2 launches", T,
                    A, sec * 1e6, (double)A * bytes_per_expert / sec / 1e9);
             cudaGraphExecDestroy(ge);
             cudaGraphDestroy(g);
@@ -1083,6 +1253,7 @@ static int bench_experts(void) {
     printf("(STREAM: k_mma_stream.cu, DSV4_CUDA_STREAM=1; the others k_mma.cu's small tiles:\n vec+sw: mode 2, 16-byte weight loads and scale words; vector: mode 1, scale bytes; word: mode 0, the loads before;\n"
            " lean: k_mma_expert_lean (MMA_EXPERT_LEAN, the default for whole chunks); packed<v>: k_mma_expert_frag on cu_fp4_frag_pack'ed weights, variant v\n"
            " (0: no prefetch, 1: one chunk ahead, 2: two, 3 / 4: one ahead in 5 / 6 blocks an SM, 5: two ahead in 4), packed: the default;\n"
+           " native: k_expert_nat.cu's small tiles on cu_fp4_nat_pack'ed weights (native FP8 wgmma: another arithmetic);\n"
            " w1+w3: cu_mma_expert_linear_pair's one launch or two; the graph's launch gaps are in the time)\n");
     printf("(bytes: %.1f MB of weights and scales per expert; H200 read bandwidth ~4.25 TB/s)\n", bytes_per_expert / 1e6);
     for (int m = 0; m < 3; m++) {
@@ -1123,6 +1294,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(linear_pair_equals_two),
         cmocka_unit_test(linear_post_equals_linear_then_post),
         cmocka_unit_test(experts_equal_plain_linear),
+        cmocka_unit_test(experts_native),
         cmocka_unit_test(refuses_bad_shapes),
     };
     if (getenv("MMA_TEST_ONLY")) cmocka_set_test_filter(getenv("MMA_TEST_ONLY"));   /* e.g. "experts_*" */

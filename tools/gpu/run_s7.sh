@@ -11,7 +11,8 @@
 #   ab       Flash decode at prompt 256: dsv4, dsv4-old, each staged variant, DSV4_CUDA_PDL=1 / 2, ENV_AB switches
 #            (AB_ARGS: more bench arguments, e.g. "--kv fp8"; the bench's default KV rows are f32)
 #            (an ENV_AB entry BIN/NAME=V runs the staged binary BIN with NAME=V)
-#   micro    test_gpu_mma --bench-experts and --bench, test_gpu_gemm --bench, test_gpu_attention --bench (MICRO picks)
+#   micro    test_gpu_mma --bench-experts and --bench, test_gpu_gemm --bench, test_gpu_attention --bench (MICRO picks:
+#            experts linear gemm attention, default all; gemmexp: test_gpu_gemm --bench-experts)
 #   san      compute-sanitizer (SAN_TOOL) over test_gpu_mma's tests matching SAN_TESTS
 #   sansuite compute-sanitizer (each tool of SANSUITE_TOOLS, default synccheck) over each GPU test program of
 #            SANSUITE_TESTS (default every one), SANSUITE_TIMEOUT (default 60) s each: the summary line of each
@@ -130,7 +131,9 @@ save
 if has micro; then   # the kernels' own benchmarks (MICRO picks: experts linear gemm attention, default all)
   mic() { case " ${MICRO:-experts linear gemm attention} " in *" $1 "*) return 0 ;; esac; return 1; }
   if mic experts; then timeout 60 .gpu/gputests/test_gpu_mma --bench-experts >$L/bench_experts.log 2>&1
-    echo "== expert micro-benchmark:"; tail -16 $L/bench_experts.log; fi
+    echo "== expert micro-benchmark:"; grep -vE "^ *$" $L/bench_experts.log | tail -24; fi
+  if mic gemmexp; then timeout 120 .gpu/gputests/test_gpu_gemm --bench-experts >$L/bench_gemmexp.log 2>&1
+    echo "== the routed experts' GEMM of an 8K step:"; tail -5 $L/bench_gemmexp.log; fi
   if mic gemm; then timeout 90 .gpu/gputests/test_gpu_gemm --bench >$L/bench_gemm.log 2>&1
     echo "== GEMM micro-benchmark:"; tail -16 $L/bench_gemm.log; fi
   if mic linear; then timeout 150 .gpu/gputests/test_gpu_mma --bench >$L/bench_linear.log 2>&1

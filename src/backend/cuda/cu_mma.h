@@ -75,6 +75,24 @@ int cu_mma_expert_lean(int on);
 int cu_mma_expert_frag_variant(int v);
 int cu_fp4_frag_pack(cu_stream st, void *data, int64_t rows, int cols, dsv4_error *err);
 
+/* FP4 experts on native FP8 tensor cores (k_expert_nat.cu states the order and the layout; issue 18): the model packs
+ * its routed experts with cu_fp4_nat_pack at load when DSV4_CUDA_NATIVE_EXPERTS=1 (cuda_model.c) and passes them as
+ * format CU_FMT_FP4_NAT to cu_mma_expert_linear(_pair), which hands them to cu_nat_experts. The native sum is another
+ * arithmetic than mma.sync's: these experts' bits are their own (equal across steps, chunkings and batches), not
+ * those of the same experts in CU_FMT_FP4_FRAG or WF_FP4. GPU memory only, never a file's format. */
+#define CU_FMT_FP4_NAT 0x47
+int cu_fp4_nat_pack(cu_stream st, void *data, int64_t rows, int cols, dsv4_error *err);
+/* The routed experts' tiles of a plan (cu_mma_expert_linear's contract; nz = 2: experts_b into y_b too, as the pair
+ * call) on native experts of `cols` columns (a multiple of 128): k_nat_gemm when max_tiles >= the GEMM threshold,
+ * else k_nat_small. The same bits either way. 0, or DSV4_E_UNSUPPORTED (cols, shared memory) with one line in err. */
+int cu_nat_experts(cu_stream st, int nz, const dsv4_weight *experts_a, const dsv4_weight *experts_b, int rows, int cols,
+                   const cu_moe_plan *plan, int max_tiles, const uint8_t *xq, int ldq, const float *xs, int lds, int x_by_pair,
+                   float *y_a, float *y_b, int ldy, int out_bf16, dsv4_error *err);
+/* The GEMM threshold in plan tiles (process-wide, for tests and benchmarks: 0 = never the GEMM, 1 = always; returns
+ * the one replaced). Default CU_NAT_GEMM_MIN_TILES: a step of ~340 tokens and more at top-6. */
+#define CU_NAT_GEMM_MIN_TILES 512
+int cu_nat_gemm_min_tiles(int min_tiles);
+
 /* cu_mma_linear of a weight of d rows at T <= 8 tokens whose output y is the sub-layer's output of mHC's post step
  * (wo_b): instead of storing y, the epilogue applies cu_hc_post's step to each element — X [T][4][d] updated with
  * mix [T][CU_MIX] (cu_kernels.h) — with the bytes cu_mma_linear (out_bf16 = official) then cu_hc_post would leave

@@ -83,6 +83,19 @@ __device__ __forceinline__ uint32_t e2m1x4_e4m3(uint32_t v) {
     return mag | ((neg << 1) & 0x80808080u);
 }
 
+/* A word of 8 E2M1 codes (code i in bits 4i..4i+3) in the packed bit order (k_mma.cu's packed FP4 comment): code i
+ * (0..3) in byte i at bit 7 (s) and bits 4..2 (e1 e0 m), code 4 + i at bit 5 (s), 6 (e1), 1 (e0), 0 (m). */
+__device__ __forceinline__ uint32_t frag_bits(uint32_t w) {
+    uint32_t r = 0;
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const uint32_t c = (w >> (4 * i)) & 15u, d = (w >> (4 * i + 16)) & 15u;
+        const uint32_t byte = (c & 8u) << 4 | (c & 7u) << 2 | (d & 8u) << 2 | (d & 4u) << 4 | (d & 3u);
+        r |= byte << (8 * i);
+    }
+    return r;
+}
+
 /* A word of packed FP4 (cu_fp4_frag_pack; k_mma.cu states the layout) as the E4M3 fragment registers of its codes
  * 0..3 (frag_lo) and 4..7 (frag_hi), each value times 2^-6. */
 __device__ __forceinline__ uint32_t frag_lo(uint32_t w) { return w & 0x9C9C9C9Cu; }

@@ -28,7 +28,7 @@ typedef struct {
     int distinct;          /* main layers with weights of their own; later ones share an earlier layer's (synthetic) */
     int counting;          /* 1: only add up bytes */
     const expert_map *host;/* routed experts of the main layers that stay in host memory (owner NULL: none) */
-    int pack_fp4;          /* FP4 routed experts of whole 128-column chunks packed for the tensor cores (cu_mma.h) */
+    int pack_fp4;          /* FP4 routed experts of whole 128-column chunks packed: cuda_model.pack_fp4 */
     uint64_t bytes;
     int failed;            /* an allocation or copy failed */
 } uploader;
@@ -103,7 +103,8 @@ static cu_comp up_comp(uploader *u, const dsv4_compressor_weights *c) {
 
 /* The routed experts of one projection as a device array of E weights (each pointing to its own upload). With
  * `partitioned`, only the experts of the uploader's rank; experts with on_host[e] set stay in host memory
- * (cuda_host_experts.h). Those not uploaded keep data NULL. */
+ * (cuda_host_experts.h). Those not uploaded keep data NULL. pack: 0 as they are, 1 cu_fp4_frag_pack, 2
+ * cu_fp4_nat_pack (cuda_model.pack_fp4). */
 static dsv4_weight *up_experts(uploader *u, const dsv4_weight *w, int E, int partitioned, const uint8_t *on_host, int main_L, int pack) {
     dsv4_weight *host = calloc((size_t)E, sizeof *host);
     if (!host) { u->failed = 1; return NULL; }
@@ -123,7 +124,7 @@ static dsv4_weight *up_experts(uploader *u, const dsv4_weight *w, int E, int par
         }
         dsv4_error perr;
         if (pack && own && host[e].data && !u->failed && !u->counting &&
-            cu_fp4_frag_pack(NULL, (void *)host[e].data, host[e].rows, host[e].cols, &perr))
+            (pack == 2 ? cu_fp4_nat_pack : cu_fp4_frag_pack)(NULL, (void *)host[e].data, host[e].rows, host[e].cols, &perr))
             u->failed = 1;
     }
     dsv4_weight *d = up(u, host, sizeof *host * (size_t)E);
@@ -135,11 +136,13 @@ static dsv4_weight *up_experts(uploader *u, const dsv4_weight *w, int E, int par
 static cu_layer_experts up_layer_experts(uploader *u, const struct dsv4_model *m, const dsv4_layer *ly, int partitioned, int main_L) {
     const int E = m->cfg.n_routed;
     const uint8_t *on_host = main_L >= 0 && u->host && u->host->owner ? u->host->owner + (int64_t)main_L * E : NULL;
-    /* packed (DSV4_CUDA_EXPERT_PACK): every reader is a tensor-core kernel that knows the layout (cu_mma.h) */
-    const int pack = u->pack_fp4 && ly->w1[0].fmt == WF_FP4 && m->cfg.dim % 128 == 0 && m->cfg.moe_inter % 128 == 0;
+    /* packed (DSV4_CUDA_EXPERT_PACK, DSV4_CUDA_NATIVE_EXPERTS): every reader is a tensor-core kernel that knows the
+     * layout (cu_mma.h) */
+    const int pack = ly->w1[0].fmt == WF_FP4 && m->cfg.dim % 128 == 0 && m->cfg.moe_inter % 128 == 0 ? u->pack_fp4 : 0;
     cu_layer_experts x = { up_experts(u, ly->w1, E, partitioned, on_host, main_L, pack),
                            up_experts(u, ly->w2, E, partitioned, on_host, main_L, pack),
-                           up_experts(u, ly->w3, E, partitioned, on_host, main_L, pack), pack ? CU_FMT_FP4_FRAG : ly->w1[0].fmt };
+                           up_experts(u, ly->w3, E, partitioned, on_host, main_L, pack),
+                           pack == 2 ? CU_FMT_FP4_NAT : pack ? CU_FMT_FP4_FRAG : ly->w1[0].fmt };
     return x;
 }
 
@@ -482,6 +485,12 @@ static int init_ranks(struct cuda_model *cm, const struct dsv4_model *m, int n, 
  *                       256 114.0 / 114.5 → 119.4 / 117.6 tok/s. The same bits either way (test_gpu_mma, test_gpu_gemm,
  *                       cli.sh); a property of the model load. With it on DSV4_CUDA_EXPERT_LEAN does not matter: packed
  *                       experts have their own kernel.
+ *   DSV4_CUDA_NATIVE_EXPERTS  OFFICIAL models (with DSV4_CUDA_MMA on) compute their FP4 routed experts of whole
+ *                       128-column chunks on native FP8 tensor cores (k_expert_nat.cu: wgmma .e4m3, packed at load by
+ *                       cu_fp4_nat_pack), default off. Native FP8 sums are another arithmetic than mma.sync's (the
+ *                       official kernels' on Hopper), so the logits differ from the default's within OFFICIAL's
+ *                       tolerance; every step of such a model takes them, so its results are still equal across
+ *                       chunkings, batches and restores (tests/gpu/cli.sh). Overrides DSV4_CUDA_EXPERT_PACK.
  *   DSV4_CUDA_IDX_MMA   OFFICIAL indexer scores on int8 tensor cores (k_indexer.cu, exact block sums of the FP4
  *                       operands), default on; 0 = the fp32 scores.
  *   DSV4_CUDA_ATT_MMA   OFFICIAL attention scores and P.V on bf16 tensor cores (k_attention.cu k_att_scores_mma /
@@ -526,8 +535,8 @@ static int env_switch(const char *name, int dflt, const char *what, int *on, dsv
 
 int cuda_model_init(struct dsv4_model *m, const cuda_placement *p, dsv4_error *err) {
     const int gpu = p->gpu;
-    int n_gpus = p->n_gpus, graphs_on, pdl_on /* CU_PDL_* */, mma_on, gemm_on, stream_on, lean_on, pack_on, idx_mma_on, att_mma_on,
-        att_dec_on, att_fused_on, att_dec_mma_on, branch_on;
+    int n_gpus = p->n_gpus, graphs_on, pdl_on /* CU_PDL_* */, mma_on, gemm_on, stream_on, lean_on, pack_on, native_on, idx_mma_on,
+        att_mma_on, att_dec_on, att_fused_on, att_dec_mma_on, branch_on;
     if (env_switch("DSV4_CUDA_GRAPHS", 1, "CUDA graphs", &graphs_on, err) ||
         env_choice("DSV4_CUDA_PDL", CU_PDL_EXIT, CU_PDL_EXIT,
                    "0 (plain edges in the CUDA graphs), 1 (programmatic from launch completion) or 2 (from exit)", &pdl_on, err) ||
@@ -538,6 +547,7 @@ int cuda_model_init(struct dsv4_model *m, const cuda_placement *p, dsv4_error *e
         env_switch("DSV4_CUDA_STREAM", 0, "the streaming kernel for up to 8 tokens", &stream_on, err) ||
         env_switch("DSV4_CUDA_EXPERT_LEAN", 1, "the lean FP4 expert kernel", &lean_on, err) ||
         env_switch("DSV4_CUDA_EXPERT_PACK", 1, "FP4 routed experts packed for the tensor cores", &pack_on, err) ||
+        env_switch("DSV4_CUDA_NATIVE_EXPERTS", 0, "FP4 routed experts on native FP8 tensor cores", &native_on, err) ||
         env_switch("DSV4_CUDA_IDX_MMA", 1, "indexer scores on tensor cores in OFFICIAL mode", &idx_mma_on, err) ||
         env_switch("DSV4_CUDA_ATT_MMA", 0, "tensor-core attention in OFFICIAL mode", &att_mma_on, err) ||
         env_switch("DSV4_CUDA_ATT_DEC", 1, "the decode-sized attention scores kernel", &att_dec_on, err) ||
@@ -558,7 +568,8 @@ int cuda_model_init(struct dsv4_model *m, const cuda_placement *p, dsv4_error *e
     if ((rc = check_shapes(&m->cfg, err))) return rc;
     struct cuda_model *cm = new_cuda_model(m, gpu, 1);
     if (!cm) return dsv4_fail(err, DSV4_E_NOMEM, "out of memory");
-    cm->pack_fp4 = pack_on && mma_on && m->mode == DSV4_MODE_OFFICIAL;   /* packed experts have tensor-core readers only */
+    /* packed experts have tensor-core readers only */
+    cm->pack_fp4 = mma_on && m->mode == DSV4_MODE_OFFICIAL ? (native_on ? 2 : pack_on) : 0;
     uint64_t need = 0;
     /* a synthetic model given a budget keeps every layer distinct and puts what does not fit on the host */
     rc = m->cfg.synthetic_holes && p->gpu_mem ? 0 : choose_distinct(cm, m, n_gpus, err);

@@ -144,8 +144,9 @@ struct cuda_model {
     struct cu_host_experts *hx;/* NULL, or the routed experts kept in host memory (cuda_host_experts.h) */
     int mma_on;                /* OFFICIAL FP8/FP4 linears with act-quantized inputs on tensor cores (k_mma.cu):
                                   DSV4_CUDA_MMA at load (default 1), in OFFICIAL steps only */
-    int pack_fp4;              /* FP4 routed experts packed for the tensor cores at load (DSV4_CUDA_EXPERT_PACK, OFFICIAL
-                                  with mma_on only): cu_layer_experts.fmt CU_FMT_FP4_FRAG (cu_mma.h) */
+    int pack_fp4;              /* FP4 routed experts packed for the tensor cores at load (OFFICIAL with mma_on only): 1
+                                  (DSV4_CUDA_EXPERT_PACK) cu_layer_experts.fmt CU_FMT_FP4_FRAG, 2 (DSV4_CUDA_NATIVE_EXPERTS)
+                                  CU_FMT_FP4_NAT (cu_mma.h) */
     int mma_stream;            /* those linears at <= 8 tokens through k_mma_stream.cu (the same bits): DSV4_CUDA_STREAM
                                   at load (default 1), passed to every cu_mma_* call */
     int idx_mma_on;            /* OFFICIAL indexer scores on int8 tensor cores (k_indexer.cu): DSV4_CUDA_IDX_MMA at load */

@@ -658,18 +658,6 @@ __global__ void __launch_bounds__(32 * MMA_PARTS, MMA_EXPERT_LEAN_BLOCKS) k_mma_
  * mean the same. Their readers: this kernel (small tiles) and k_mma_gemm.cu's expert GEMM (FP4 = 2); never the
  * streaming kernel or the CUDA-core paths. */
 
-/* A word of 8 E2M1 codes (code i in bits 4i..4i+3) in the packed bit order above. */
-__device__ __forceinline__ uint32_t frag_bits(uint32_t w) {
-    uint32_t r = 0;
-#pragma unroll
-    for (int i = 0; i < 4; i++) {
-        const uint32_t c = (w >> (4 * i)) & 15u, d = (w >> (4 * i + 16)) & 15u;
-        const uint32_t byte = (c & 8u) << 4 | (c & 7u) << 2 | (d & 8u) << 2 | (d & 4u) << 4 | (d & 3u);
-        r |= byte << (8 * i);
-    }
-    return r;
-}
-
 /* One chunk on packed weights: blocks j = 0..3 (words j of A0 / A1), as lean_chunk. PLAIN: sx0 / sx1 are the
  * activation scales times 64; else the scales themselves. */
 template <bool PLAIN>
@@ -970,7 +958,7 @@ extern "C" int cu_mma_takes(const dsv4_weight *w) {
 }
 
 extern "C" int cu_mma_takes_experts(int fmt, int cols) {
-    return ((fmt == WF_FP8 || fmt == CU_FMT_FP4_FRAG) && cols >= 128 && cols % 128 == 0) || (fmt == WF_FP4 && cols >= 32 && cols % 32 == 0);
+    return ((fmt == WF_FP8 || fmt == CU_FMT_FP4_FRAG || fmt == CU_FMT_FP4_NAT) && cols >= 128 && cols % 128 == 0) || (fmt == WF_FP4 && cols >= 32 && cols % 32 == 0);
 }
 
 /* The checks of cu_mma_linear's contract for weight w and output y / ldy: 0, or the error. */
@@ -1050,7 +1038,7 @@ extern "C" int cu_mma_linear_pair(cu_stream st, const dsv4_weight *w_a, float *y
 
 /* The checks of cu_mma_expert_linear's contract: 0, or the error (nothing launched). */
 static int expert_args(const char *fn, int rows, int cols, int fmt, int ldq, const uint8_t *xq, int lds, int ldy, dsv4_error *err) {
-    if (fmt != WF_FP8 && fmt != WF_FP4 && fmt != CU_FMT_FP4_FRAG)
+    if (fmt != WF_FP8 && fmt != WF_FP4 && fmt != CU_FMT_FP4_FRAG && fmt != CU_FMT_FP4_NAT)
         return dsv4_fail(err, DSV4_E_UNSUPPORTED, "%s: weight format %d has no tensor-core path", fn, fmt);
     const int fp4 = fmt == WF_FP4;
     if (rows < 0 || cols < 1 || cols % (fp4 ? 32 : 128) || ldq < cols || ldq % 16 || (uintptr_t)xq % 16 ||
@@ -1108,6 +1096,8 @@ extern "C" int cu_mma_expert_linear(cu_stream st, const dsv4_weight *experts, in
     if (rc) return rc;
     if (DIAG_SKIP & 2) return 0;
     if (max_tiles <= 0 || rows == 0) return 0;
+    if (fmt == CU_FMT_FP4_NAT)   /* native FP8 experts (k_expert_nat.cu) */
+        return cu_nat_experts(st, 1, experts, experts, rows, cols, plan, max_tiles, xq, ldq, xs, lds, x_by_pair, y, y, ldy, out_bf16, err);
     fmt = expert_fmt(fmt, cols);
     if (fmt == CU_FMT_FP4_FRAG) stream = 0;   /* packed weights: the GEMM or k_mma_expert_frag */
     if (cu_mma_gemm_experts(st, experts, rows, cols, fmt, plan, max_tiles, xq, ldq, xs, lds, x_by_pair, y, ldy, out_bf16))
@@ -1128,6 +1118,9 @@ extern "C" int cu_mma_expert_linear_pair(cu_stream st, const dsv4_weight *expert
     if (rc) return rc;
     if (DIAG_SKIP & 2) return 0;
     if (max_tiles <= 0 || rows == 0) return 0;
+    if (fmt == CU_FMT_FP4_NAT)   /* native FP8 experts (k_expert_nat.cu): both projections in one launch */
+        return cu_nat_experts(st, 2, experts_a, experts_b, rows, cols, plan, max_tiles, xq, ldq, xs, lds, x_by_pair, y_a, y_b, ldy, out_bf16,
+                              err);
     fmt = expert_fmt(fmt, cols);
     const int fp4 = fmt == CU_FMT_FP4_FRAG ? 2 : fmt == WF_FP4;
     if (fmt == CU_FMT_FP4_FRAG) stream = 0;   /* packed weights: the GEMM or k_mma_expert_frag */

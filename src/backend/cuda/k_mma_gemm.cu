@@ -28,10 +28,12 @@
  *   warp's fragment loads hit distinct banks. Rows past the weight, tokens past T and FP4 columns past K are
  *   zero-filled (cp.async with source size 0): their products land only in outputs nobody stores. Scales come from
  *   global memory (small, cached) at each chunk. */
+#include "backend/cuda/cu_async.cuh"
 #include "backend/cuda/cu_common.cuh"
 #include "backend/cuda/cu_mma.h"
 #include "backend/cuda/cu_mma_frag.cuh"
 #include "backend/cuda/cu_mma_gemm.h"
+#include "backend/cuda/cu_plan_groups.cuh"
 #include "model/expert_place.h"
 extern "C" {
 #include "util/error.h"
@@ -69,27 +71,6 @@ extern "C" {
 #endif
 
 /* ---- PTX ---- */
-
-/* 16 bytes global -> shared, asynchronously (cp.async.cg: L2 only); bytes = 16 copies, 0 zero-fills dst (src
- * must still be a valid address). */
-__device__ __forceinline__ void cp_async16(void *dst, const void *src, int bytes) {
-    const uint32_t d = (uint32_t)__cvta_generic_to_shared(dst);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(d), "l"(src), "r"(bytes) : "memory");
-}
-__device__ __forceinline__ void cp_async_commit(void) { asm volatile("cp.async.commit_group;" ::: "memory"); }
-/* Until at most n of this thread's committed groups are still in flight. */
-template <int n> __device__ __forceinline__ void cp_async_wait(void) { asm volatile("cp.async.wait_group %0;" ::"n"(n) : "memory"); }
-
-/* The warpgroup path's (HG_*): wgmma's register fence, group commit and wait (PTX ISA, "Asynchronous Warpgroup Level
- * Matrix" instructions), an empty asm that pins an accumulator register after the wait (the compiler must not read it
- * earlier: the asm that wrote it was the issue, not the completion), and the fence that makes this thread's
- * st.shared writes visible to the tensor cores' (async proxy) reads after the next barrier. */
-__device__ __forceinline__ void wg_fence(void) { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
-__device__ __forceinline__ void wg_commit(void) { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
-__device__ __forceinline__ void wg_wait0(void) { asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory"); }
-__device__ __forceinline__ void wg_pin(float &x) { asm volatile("" : "+f"(x)::"memory"); }
-__device__ __forceinline__ void wg_pin_r(uint32_t &x) { asm volatile("" : "+r"(x)::"memory"); }
-__device__ __forceinline__ void fence_proxy_async(void) { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
 
 /* d = A B (acc 0) or d = A B + d (acc 1): the warpgroup's wgmma m64n128k16, fp16 operands, fp32 accumulators. A
  * (64 rows x 16) from registers: warp w of the warpgroup its rows 16 w .. + 15 in mma.m16n8k16's A layout (a0: row g,
@@ -720,21 +701,12 @@ __global__ void __launch_bounds__(gemm_threads<HG>::n, 1) k_mma_gemm(dsv4_weight
     gemm_any_block<FP4, HG>(w, xq, ldq, xs, lds, T, y, ldy, out_bf16, blockIdx.x * GEMM_BM, blockIdx.y * GEMM_BN, NULL, 0, 0);
 }
 
-/* The routed experts' tiles of a MoE plan (k_mma.cu k_mma_expert's contract). An expert's tiles hold consecutive
- * pairs (the plan sorts pairs by expert, then token); its run of tiles is cut into groups of GEMM_BN / CU_MOE_TILE
- * = 16 tiles (up to 128 pairs) counted from its first tile, and each group is one block tile whose token n is pair
- * p0 + n, reading input row p0 + n (x_by_pair) or pair_token[p0 + n] and writing output row p0 + n. Block y takes
- * the groups that start among plan tiles [16 y, 16 y + 16) (a group may reach past them; a block may take none,
- * one or several). Cut this way an expert of 192 pairs is one tile of 128 and one of 64, where cutting at every 16th
- * plan tile made it two or three runs wherever it began (on average ~250 token columns of MMAs for its 192 pairs,
- * the short runs at n64 besides) — though run 145 found that worth only 1,576 → 1,547 ms of routed experts an 8K
- * step. A pair's outputs have the order of every other path, so neither the group nor the block it falls in changes
- * its bits (test_gpu_gemm). */
+/* The routed experts' tiles of a MoE plan (k_mma.cu k_mma_expert's contract), in groups of GEMM_BN / CU_MOE_TILE = 16
+ * plan tiles (up to 128 pairs) as cu_plan_groups.cuh cuts them; a group's token n is pair p0 + n, reading input row
+ * p0 + n (x_by_pair) or pair_token[p0 + n] and writing output row p0 + n. Cut at expert boundaries, an expert of 192
+ * pairs is one tile of 128 and one of 64, where cutting at every 16th plan tile made it two or three runs wherever
+ * it began — though run 145 found that worth only 1,576 → 1,547 ms of routed experts an 8K step. */
 #define GEMM_EXPERT_TILES (GEMM_BN / CU_MOE_TILE)
-/* Tiles a and a + 1 belong to one expert's run: the same expert, the pairs contiguous. */
-__device__ __forceinline__ bool plan_same_run(const cu_moe_plan &plan, int a) {
-    return plan.tile_expert[a] == plan.tile_expert[a + 1] && plan.tile_first[a] + plan.tile_count[a] == plan.tile_first[a + 1];
-}
 /* One group of an expert's tiles, [s, s1): one block tile of its pairs (k_mma_gemm_expert). */
 template <int FP4, int HG>
 __device__ __forceinline__ void expert_group(const dsv4_weight *__restrict__ experts, int rows, const cu_moe_plan &plan, int s, int s1,
@@ -760,19 +732,10 @@ __global__ void __launch_bounds__(gemm_threads<HG>::n, 1) k_mma_gemm_expert(cons
                                                                      const uint8_t *__restrict__ xq, int ldq, const float *__restrict__ xs,
                                                                      int lds, int x_by_pair, float *__restrict__ y, int ldy, int out_bf16) {
     dev_grid_wait();
-    constexpr int G = GEMM_EXPERT_TILES;
-    const int nt = *plan.n_tiles, w0 = blockIdx.y * G, w1 = min(w0 + G, nt), row_base = blockIdx.x * GEMM_BM;
-    int f = w0;   /* the first tile of the run that holds tile t */
-    if (w0 < w1)
-        while (f > 0 && plan_same_run(plan, f - 1)) f--;
-    for (int t = w0; t < w1;) {
-        /* the run [f, end), known up to w1 + G: enough for every group that starts before w1 */
-        int end = t + 1;
-        while (end < nt && end < w1 + G && plan_same_run(plan, end - 1)) end++;
-        for (int s = f + (t - f + G - 1) / G * G; s < min(end, w1); s += G)
-            expert_group<FP4, HG>(experts, rows, plan, s, min(s + G, end), row_base, xq, ldq, xs, lds, x_by_pair, y, ldy, out_bf16);
-        t = f = end;
-    }
+    const int row_base = blockIdx.x * GEMM_BM;
+    plan_block_groups(plan, GEMM_EXPERT_TILES, [&](int s, int s1) {
+        expert_group<FP4, HG>(experts, rows, plan, s, s1, row_base, xq, ldq, xs, lds, x_by_pair, y, ldy, out_bf16);
+    });
 }
 
 static int gemm_min_t = CU_MMA_GEMM_MIN_T, gemm_min_blocks = CU_MMA_GEMM_MIN_BLOCKS, gemm_min_tiles = CU_MMA_GEMM_MIN_TILES,
