@@ -147,7 +147,8 @@ expect_ok "native experts, one step" env DSV4_CUDA_NATIVE_EXPERTS=1 "$BIN" logit
 expect_ok "native experts, chunks" env DSV4_CUDA_NATIVE_EXPERTS=1 "$BIN" logits -m "$T/wide" --device cuda --mode official --kv fp8 \
     --tokens "$NT" --chunks 1,2,3,4,5,6,7,8,300,1864 --out "$T/nat2.npy"
 cmp -s "$T/nat1.npy" "$T/nat2.npy" && ok || bad "DSV4_CUDA_NATIVE_EXPERTS=1: --chunks logits differ from one step"
-expect_ok "native experts off" "$BIN" logits -m "$T/wide" --device cuda --mode official --kv fp8 --tokens "$NT" --out "$T/nat0.npy"
+expect_ok "native experts off" env -u DSV4_CUDA_NATIVE_EXPERTS "$BIN" logits -m "$T/wide" --device cuda --mode official --kv fp8 \
+    --tokens "$NT" --out "$T/nat0.npy"
 cmp -s "$T/nat1.npy" "$T/nat0.npy" && bad "DSV4_CUDA_NATIVE_EXPERTS=1: the default's bits (path not taken?)" || ok
 if python3 -c "import numpy" 2>/dev/null; then
     expect_ok "native experts: the cpu" "$BIN" logits -m "$T/wide" --device cpu --mode official --kv fp8 --tokens "$NT" --out "$T/natc.npy"

@@ -822,6 +822,7 @@ static void experts_equal_plain_linear(void **state) {
  * compared with them but with the exact sum, and its two kernels with each other:
  *   - the small-tile kernel and the GEMM give the same bytes on the same plan (memcmp), for the single and the pair
  *     call, rows read by token and by pair, groups of 1 to 128 pairs (n64 and n128 tiles), a weight of 200 rows;
+ *     out_bf16 stores BF16(y);
  *   - batch invariance: each token's rows computed alone (a plan of its own pairs) equal its rows in the batch;
  *   - every output within 2^-14 of sum |w x| of the exact sum (double), scale bytes 0, 30 and 220 included (a wrong
  *     k map, block order or scale shows as an error of the order of the output itself); an absent expert's rows
@@ -932,6 +933,20 @@ static void experts_native(void **state) {
                             continue;
                         }
                         yb[kern][by_pair][out] = y;
+                        if (!by_pair && !out) {   /* out_bf16: each output rounded to BF16 as it is stored */
+                            float *yr = malloc(sizeof(float) * P * N);
+                            if (cu_mma_expert_linear(NULL, dexp, N, K, CU_FMT_FP4_NAT, &plan, nt + 2, a.q, a.ldq, a.s, a.lds, 0, dy, N, 1,
+                                                     stream_on, &err))
+                                fail_msg("%s", err.msg);
+                            sync_ok("native experts, bf16 out");
+                            assert_int_equal(cu_download(yr, dy, sizeof(float) * P * N), 0);
+                            for (int i = 0; i < P * N; i++) {
+                                const float want = host_bf16(y[i]);
+                                if (memcmp(&yr[i], &want, sizeof want))
+                                    fail_msg("K %d, %s: output %d with out_bf16 %g, not bf16(%g)", K, kern ? "GEMM" : "small tiles", i, yr[i], y[i]);
+                            }
+                            free(yr);
+                        }
                         if (kern || by_pair || out) {
                             /* the same weight for every pair: out 1 = out 0; out 2 its own; all = the small tiles by token */
                             const float *base = yb[0][0][out == 2 ? 2 : 0];
