@@ -69,6 +69,9 @@ out.append(frag[a:b])   # e2m1x4_e4m3 (both kernels include cu_mma_frag.cuh; its
 out.append(kernels(body, True))
 out.append('extern "C" int cu_mma_e4m3_check(unsigned long long *m, unsigned int *f, dsv4_error *err) { (void)m; (void)f; '
            'return dsv4_fail(err, DSV4_E_UNSUPPORTED, "cu_mma_e4m3_check: GPU only"); }')
+out.append('extern "C" int cu_nat_experts(cu_stream, int, const dsv4_weight *, const dsv4_weight *, int, int, const cu_moe_plan *, int, '
+           'const uint8_t *, int, const float *, int, int, float *, float *, int, int, dsv4_error *err) { '
+           'return dsv4_fail(err, DSV4_E_UNSUPPORTED, "native FP8 experts: GPU only (k_expert_nat.cu has no shim)"); }')
 out.append('extern "C" int cu_mma_emu_check(unsigned long long *m, unsigned long long *c, dsv4_error *err) { (void)m; (void)c; '
            'return dsv4_fail(err, DSV4_E_UNSUPPORTED, "cu_mma_emu_check: GPU only"); }')
 # the streaming kernel (k_mma_stream.cu, its own shim: shim_stream.sh) declines every call
@@ -76,6 +79,9 @@ out.append('extern "C" int cu_mma_stream_linear(cu_stream, const dsv4_weight *, 
            'const uint8_t *, int, const float *, int, int, int) { return 0; }')
 out.append('extern "C" int cu_mma_stream_experts(cu_stream, const dsv4_weight *, float *, const dsv4_weight *, float *, int, int, int, '
            'const cu_moe_plan *, int, const uint8_t *, int, const float *, int, int, int, int) { return 0; }')
+plan = open("src/backend/cuda/cu_plan_groups.cuh").read()
+a = plan.index("/* Tiles a and a + 1"); b = plan.rindex("#endif")
+out.append(plan[a:b])   # plan_block_groups: the expert GEMM's walk of the plan
 a = gemm.index("#define GEMM_BM")
 wg = r'''
 /* The warpgroup path's PTX (k_mma_gemm.cu), by the ISA's definitions. wgmma m64n128k16 .f16 with A from registers:

@@ -60,6 +60,9 @@ out.append('extern "C" int cu_mma_stream_experts(cu_stream, const dsv4_weight *,
            'const cu_moe_plan *, int, const uint8_t *, int, const float *, int, int, int, int) { return 0; }')
 out.append('extern "C" int cu_mma_e4m3_check(unsigned long long *m, unsigned int *f, dsv4_error *err) { (void)m; (void)f; '
            'return dsv4_fail(err, DSV4_E_UNSUPPORTED, "cu_mma_e4m3_check: GPU only"); }')
+out.append('extern "C" int cu_nat_experts(cu_stream, int, const dsv4_weight *, const dsv4_weight *, int, int, const cu_moe_plan *, int, '
+           'const uint8_t *, int, const float *, int, int, float *, float *, int, int, dsv4_error *err) { '
+           'return dsv4_fail(err, DSV4_E_UNSUPPORTED, "native FP8 experts: GPU only (k_expert_nat.cu has no shim)"); }')
 out.append('extern "C" int cu_mma_emu_check(unsigned long long *m, unsigned long long *c, dsv4_error *err) { (void)m; (void)c; '
            'return dsv4_fail(err, DSV4_E_UNSUPPORTED, "cu_mma_emu_check: GPU only"); }')
 open(sys.argv[1], "w").write("\n".join(out))

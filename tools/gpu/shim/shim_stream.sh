@@ -97,6 +97,9 @@ out.append('extern "C" int cu_mma_e4m3_check(unsigned long long *m, unsigned int
 # the large-T GEMM (its own shim: shim_gemm.sh) off: every call here is at most 16 tokens a tile
 out.append('extern "C" int cu_mma_gemm_linear(cu_stream, const dsv4_weight *, const uint8_t *, int, const float *, int, int, float *, int, int) '
            '{ return 0; }')
+out.append('extern "C" int cu_nat_experts(cu_stream, int, const dsv4_weight *, const dsv4_weight *, int, int, const cu_moe_plan *, int, '
+           'const uint8_t *, int, const float *, int, int, float *, float *, int, int, dsv4_error *err) { '
+           'return dsv4_fail(err, DSV4_E_UNSUPPORTED, "native FP8 experts: GPU only (k_expert_nat.cu has no shim)"); }')
 out.append('extern "C" int cu_mma_gemm_experts(cu_stream, const dsv4_weight *, int, int, int, const cu_moe_plan *, int, const uint8_t *, int, '
            'const float *, int, int, float *, int, int) { return 0; }')
 out.append('extern "C" int cu_mma_gemm_min_t(void) { return 0; }')
