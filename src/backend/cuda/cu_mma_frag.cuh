@@ -62,13 +62,6 @@ __device__ __forceinline__ void mma_e4m3_written(float (&d)[4], uint32_t a0, uin
     for (int e = 0; e < 4; e++) d[e] = __fadd_rn(d[e], t[e]);
 }
 
-/* a x b of two fp16 pairs, each rounded to nearest even (no .ftz: subnormal inputs and results kept). */
-__device__ __forceinline__ uint32_t hmul2_rn(uint32_t a, uint32_t b) {
-    uint32_t d;
-    asm("mul.rn.f16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
-    return d;
-}
-
 /* prmt.b32 in its generic form: byte k of the result is byte (c >> 4k) & 7 of {b, a} (a = bytes 0..3), or that
  * byte's sign bit replicated when bit 3 of the selector nibble is set. */
 __device__ __forceinline__ uint32_t prmt(uint32_t a, uint32_t b, uint32_t c) {

@@ -57,8 +57,8 @@ extern "C" {
 #define HG_BRAW_LD 144
 
 /* -DDSV4_GEMM_BUG=1: the first MMA of a chunk (FP8) / of every block (FP4) takes the activation's two words
- * swapped; =2: the partials folded in the order 3, 2, 1, 0; =3: packed FP4's A fold by twice its factor. Each must
- * make test_gpu_gemm fail. Never in a real build. */
+ * swapped; =2: the partials folded in the order 3, 2, 1, 0. Each must make test_gpu_gemm fail. Never in a real
+ * build. */
 #if defined(DSV4_GEMM_BUG) && DSV4_GEMM_BUG == 1
 #define GEMM_B01(lo, hi) hi, lo
 #else
@@ -476,19 +476,11 @@ __device__ __forceinline__ void hgmma(float (&d)[NB / 2], uint32_t a0, uint32_t 
     else hgmma_n64(d, a0, a1, a2, a3, b, acc);
 }
 
-/* Issue t = the two fp16 MMAs of one k32 step j: mma_e4m3's fragment a0..a3 (E4M3) against fp16 steps 2j, 2j + 1 of b16.
- * m0 / m1 (packed FP4's A fold, hg_chunk): when not 0, the fp16 pair each of row g's (a0, a2) / row g + 8's (a1, a3)
- * values is multiplied by before the MMAs. */
+/* Issue t = the two fp16 MMAs of one k32 step j: mma_e4m3's fragment a0..a3 (E4M3) against fp16 steps 2j, 2j + 1 of b16. */
 template <int NB>
-__device__ __forceinline__ void hg_step_issue(float (&t)[NB / 2], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, const uint8_t *b16, int j,
-                                              uint32_t m0 = 0, uint32_t m1 = 0) {
+__device__ __forceinline__ void hg_step_issue(float (&t)[NB / 2], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, const uint8_t *b16, int j) {
     uint32_t lo[4] = { e4m3_lo_f16x2(a0), e4m3_lo_f16x2(a1), e4m3_lo_f16x2(a2), e4m3_lo_f16x2(a3) };
     uint32_t hi[4] = { e4m3_hi_f16x2(a0), e4m3_hi_f16x2(a1), e4m3_hi_f16x2(a2), e4m3_hi_f16x2(a3) };
-#pragma unroll
-    for (int k = 0; k < 4; k++) {
-        const uint32_t m = k & 1 ? m1 : m0;
-        if (m) lo[k] = hmul2_rn(lo[k], m), hi[k] = hmul2_rn(hi[k], m);
-    }
 #pragma unroll
     for (int k = 0; k < 4; k++) wg_pin_r(lo[k]), wg_pin_r(hi[k]);   /* converted before the fence, not between the MMAs */
     wg_fence();
@@ -501,31 +493,6 @@ template <int NB> __device__ __forceinline__ void hg_step_wait(float (&t)[NB / 2
 #pragma unroll
     for (int k = 0; k < NB / 2; k++) wg_pin(t[k]);
 }
-
-/* Packed FP4's A fold (-DHG_FP4_AFOLD=0: off, for the A/B). In the PLAIN step a row's block costs two FP32
- * instructions an element: (64 s) sx, then the fmaf. Folding 64 s = 2^(e - 121) (e the row's scale byte of the block)
- * into the row's fp16 A values before the MMAs leaves one, and keeps the bits, where:
- *   - the factor is an fp16 normal (e - 121 in [-14, 15]) and every product v 2^-6 2^(e - 121) = v 2^(e - 127) of a
- *     code value v in {0.5, 1, 1.5, 2, 3, 4, 6} is an fp16 value (at least 2^-21, a multiple of 2^-24; at most
- *     3,072), so hmul2_rn is exact: e in [HG_AFOLD_EMIN, 136];
- *   - the two fp16 MMAs then sum exact products 2^(e - 121) times the unfolded ones: a power-of-two scaling of every
- *     term and of C, far from fp32's limits, which their sums carry through exactly, so t is 2^(e - 121) t exactly;
- *   - fmaf(t 2^(e - 121), sx, acc) sees the exact product t (64 s) sx of the PLAIN step and rounds the same sum.
- * Rows are decided one by one (a quad's lanes share their rows and scale bytes, so a row's A values are all
- * folded or none); test_gpu_gemm plants scale bytes on both sides of both edges. */
-#ifndef HG_FP4_AFOLD
-#define HG_FP4_AFOLD 1
-#endif
-#ifndef HG_AFOLD_EMIN
-#define HG_AFOLD_EMIN 107
-#endif
-__device__ __forceinline__ bool hg_afold_ok(uint32_t e) { return HG_FP4_AFOLD && e >= HG_AFOLD_EMIN && e <= 136; }
-/* 2^(e - 121) as an fp16 pair: exponent field e - 121 + 15 */
-#if defined(DSV4_GEMM_BUG) && DSV4_GEMM_BUG == 3   /* the factor twice too large: test_gpu_gemm must fail */
-__device__ __forceinline__ uint32_t hg_afold_factor(uint32_t e) { return ((e - 105) << 10) * 0x10001u; }
-#else
-__device__ __forceinline__ uint32_t hg_afold_factor(uint32_t e) { return ((e - 106) << 10) * 0x10001u; }
-#endif
 
 /* acc += chunk c of the thread's rows ra, ra + 8 x the warpgroup's NB tokens from tok0 (gemm_chunk's order), on fp16
  * tile b16, t the MMAs' accumulators; meanwhile, part by part, the next chunk's activations (braw_next, NULL after
@@ -574,26 +541,16 @@ __device__ __forceinline__ void hg_chunk(float (&acc)[NB / 2], float (&t)[NB / 2
             uint32_t a0 = FP4 == 2 ? frag_lo(w0) : e2m1x4_e4m3(w0), a2 = FP4 == 2 ? frag_hi(w0) : e2m1x4_e4m3(w0 >> 16);
             const uint32_t a1 = FP4 == 2 ? frag_lo(w1) : e2m1x4_e4m3(w1), a3 = FP4 == 2 ? frag_hi(w1) : e2m1x4_e4m3(w1 >> 16);
             hg_bug_swap(a0, a2);
-            const uint32_t e0 = (swb0 >> (8 * j)) & 0xffu, e1 = (swb1 >> (8 * j)) & 0xffu;
-            const bool f0 = plain && hg_afold_ok(e0), f1 = plain && hg_afold_ok(e1);   /* rows g, g + 8: the A fold */
-            hg_step_issue<NB>(t, a0, a1, a2, a3, b16, j, f0 ? hg_afold_factor(e0) : 0u, f1 ? hg_afold_factor(e1) : 0u);
+            hg_step_issue<NB>(t, a0, a1, a2, a3, b16, j);
             if (braw_next) hg_convert<FP4, NT, THREADS>(b16_next, braw_next, j, cv);
             hg_step_wait<NB>(t);
-            if (j < nb && f0 && f1) {
-                /* both rows folded: t is already t (64 s), so acc = fmaf(t, sx, acc) has the PLAIN step's exact
-                 * product and rounding (hg_afold_ok): one instruction an element */
-#pragma unroll
-                for (int i = 0; i < NB / 8; i++) {
-                    const float2 sx = *(const float2 *)(sxs + 8 * i + 2 * q);
-#pragma unroll
-                    for (int e = 0; e < 4; e++) acc[4 * i + e] = fmaf(t[4 * i + e], e & 1 ? sx.y : sx.x, acc[4 * i + e]);
-                }
-            } else if (j < nb && plain) {
+            if (j < nb && plain) {
                 /* acc = fmaf(t, (64 s) sx, acc): 64 s sx = 64 (s sx) exactly (both normal in the PLAIN range), so the
                  * exact product t (64 s sx) is the fallback's (64 t)(s sx) and fmaf rounds the same sum; t = -0
                  * (where the fallback's f is +0) adds the same as +0 to an acc that is never -0 (it starts at +0, and
-                 * a rounded sum is -0 only when both terms are). A folded row's t is t (64 s) already: its factor 1. */
-                const float s0 = f0 ? 1.0f : __uint_as_float(e0 << 23) * 64.0f, s1 = f1 ? 1.0f : __uint_as_float(e1 << 23) * 64.0f;
+                 * a rounded sum is -0 only when both terms are) */
+                const float s0 = __uint_as_float(((swb0 >> (8 * j)) & 0xffu) << 23) * 64.0f;
+                const float s1 = __uint_as_float(((swb1 >> (8 * j)) & 0xffu) << 23) * 64.0f;
 #pragma unroll
                 for (int i = 0; i < NB / 8; i++) {
                     const float2 sx = *(const float2 *)(sxs + 8 * i + 2 * q);

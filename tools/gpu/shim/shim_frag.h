@@ -26,28 +26,6 @@ static inline double shim_f16(uint16_t h) {
     const double v = e == 31 ? (m ? NAN : INFINITY) : e ? ldexp(1024 + m, e - 25) : ldexp(m, -24);
     return h & 0x8000 ? -v : v;
 }
-/* v rounded to the nearest fp16 (ties to even; subnormals, infinity past the largest finite), as bits. */
-static inline uint16_t shim_f16_bits(double v) {
-    const uint16_t s = (uint16_t)(signbit(v) ? 0x8000 : 0);
-    v = fabs(v);
-    if (v != v) return (uint16_t)(s | 0x7E00);
-    if (v == 0) return s;
-    int e;
-    frexp(v, &e);   /* v in [2^(e-1), 2^e) */
-    const double quantum = e - 1 < -14 ? ldexp(1.0, -24) : ldexp(1.0, e - 1 - 10);
-    const double r = nearbyint(v / quantum) * quantum;   /* the default rounding mode: to nearest, ties to even */
-    if (r >= 65520.0 || r > 65504.0) return (uint16_t)(s | 0x7C00);
-    if (r < ldexp(1.0, -14)) return (uint16_t)(s | (uint16_t)(r / ldexp(1.0, -24)));
-    const double m = frexp(r, &e);   /* r = m 2^e, m in [0.5, 1) */
-    return (uint16_t)(s | (e - 1 + 15) << 10 | (uint16_t)ldexp(m * 2 - 1, 10));
-}
-/* mul.rn.f16x2: each half's exact product (exact in double) rounded to fp16. */
-static inline uint32_t hmul2_rn(uint32_t a, uint32_t b) {
-    uint32_t d = 0;
-    for (int i = 0; i < 2; i++)
-        d |= (uint32_t)shim_f16_bits(shim_f16((uint16_t)(a >> 16 * i)) * shim_f16((uint16_t)(b >> 16 * i))) << 16 * i;
-    return d;
-}
 /* mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32, D = A B + C (PTX ISA "Matrix Fragments for mma.m16n8k16" with
  * .f16: a0 = A[g][2q + i], a1 = A[g+8][2q + i], a2 = A[g][8 + 2q + i], a3 = A[g+8][8 + 2q + i]; b0 = B[2q + i][g],
  * b1 = B[8 + 2q + i][g]; half i of each register). Each element is C plus its 16 exact products summed in double
