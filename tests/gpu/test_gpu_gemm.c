@@ -273,12 +273,14 @@ static void experts_same_bits_x(int fmt, int rows, int cols, int x_by_pair, int 
     float *ds = upload(xs, sizeof(float) * X * lds), *dy0 = upload(y0, sizeof(float) * P * ldy), *dy1 = upload(y0, sizeof(float) * P * ldy);
     dsv4_error err;
     cu_mma_gemm_set(0, 0, 0);
-    assert_int_equal(cu_mma_expert_linear(NULL, dw, rows, cols, fmt, &plan, max_tiles, dq, ldq, ds, lds, x_by_pair, dy0, ldy, 1, 0, &err), 0);
+    /* fp32 outputs with the inputs by token (an order slip shows in the last bit), BF16 ones by pair (the epilogue) */
+    const int out_bf16 = x_by_pair;
+    assert_int_equal(cu_mma_expert_linear(NULL, dw, rows, cols, fmt, &plan, max_tiles, dq, ldq, ds, lds, x_by_pair, dy0, ldy, out_bf16, 0, &err), 0);
     float *dy2 = upload(y0, sizeof(float) * P * ldy);
     if (packed) {   /* the same experts packed (cu_fp4_frag_pack): the GEMM (dy1) and the small tiles (dy2) on them */
         for (int e = 0; e < E; e++) assert_int_equal(cu_fp4_frag_pack(NULL, (void *)ew[e].w.data, rows, cols, &err), 0);
         fmt = CU_FMT_FP4_FRAG;
-        assert_int_equal(cu_mma_expert_linear(NULL, dw, rows, cols, fmt, &plan, max_tiles, dq, ldq, ds, lds, x_by_pair, dy2, ldy, 1, 0, &err), 0);
+        assert_int_equal(cu_mma_expert_linear(NULL, dw, rows, cols, fmt, &plan, max_tiles, dq, ldq, ds, lds, x_by_pair, dy2, ldy, out_bf16, 0, &err), 0);
     }
     assert_int_equal(cu_finish(NULL, "small tiles", &err), 0);
     assert_int_equal(cu_download(y0, dy0, sizeof(float) * P * ldy), 0);
@@ -302,7 +304,7 @@ static void experts_same_bits_x(int fmt, int rows, int cols, int x_by_pair, int 
         assert_int_equal(cu_upload(dy1, y1, sizeof(float) * P * ldy), 0);
         cu_mma_gemm_set(1, 1, 1);
         cu_mma_gemm_set_kind(kind);
-        assert_int_equal(cu_mma_gemm_experts(NULL, dw, rows, cols, fmt, &plan, max_tiles, dq, ldq, ds, lds, x_by_pair, dy1, ldy, 1), 1);
+        assert_int_equal(cu_mma_gemm_experts(NULL, dw, rows, cols, fmt, &plan, max_tiles, dq, ldq, ds, lds, x_by_pair, dy1, ldy, out_bf16), 1);
         cu_mma_gemm_set(CU_MMA_GEMM_MIN_T, CU_MMA_GEMM_MIN_BLOCKS, CU_MMA_GEMM_MIN_TILES);
         cu_mma_gemm_set_kind(CU_GEMM_DEFAULT);
         assert_int_equal(cu_finish(NULL, "gemm experts", &err), 0);

@@ -15,7 +15,8 @@
 #            experts linear gemm attention, default all; gemmexp: test_gpu_gemm --bench-experts)
 #   san      compute-sanitizer (SAN_TOOL) over test_gpu_mma's tests matching SAN_TESTS
 #   sansuite compute-sanitizer (each tool of SANSUITE_TOOLS, default synccheck) over each GPU test program of
-#            SANSUITE_TESTS (default every one), SANSUITE_TIMEOUT (default 60) s each: the summary line of each
+#            SANSUITE_TESTS (default every one), SANSUITE_TIMEOUT (default 60) s each, SANSUITE_ENV (NAME=V ...) set: the
+#            summary line of each
 #   ncu      ncu over one decode step (caches not flushed): time per kernel
 #   kvab     decode at prompt 256 with f32, bf16 and fp8 KV
 #   ncukv    ncu over a one-token step with f32 and with fp8 KV (NCUKV_KV picks): $OUT/ncu_f32.txt, ncu_fp8.txt
@@ -148,7 +149,7 @@ if has sansuite; then   # compute-sanitizer over whole GPU test programs (a barr
   SAN=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
   for tool in ${SANSUITE_TOOLS:-synccheck}; do
     for t in ${SANSUITE_TESTS:-$(cd .gpu/gputests && ls test_gpu_*)}; do
-      BUILD=.gpu timeout ${SANSUITE_TIMEOUT:-60} $SAN --tool $tool --error-exitcode 9 .gpu/gputests/$t >$L/sansuite_${tool}_$t.log 2>&1
+      env BUILD=.gpu ${SANSUITE_ENV:-} timeout ${SANSUITE_TIMEOUT:-60} $SAN --tool $tool --error-exitcode 9 .gpu/gputests/$t >$L/sansuite_${tool}_$t.log 2>&1
       echo "== $tool $t: exit $? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' $L/sansuite_${tool}_$t.log | tr '\n' ' ' | cut -c1-160)"
       grep -m3 -E "^========= .*(Barrier|barrier|Race|race|Invalid)" $L/sansuite_${tool}_$t.log
     done
