@@ -50,17 +50,6 @@ extern "C" {
 #ifndef HG_FP4_FOLD
 #define HG_FP4_FOLD 1
 #endif
-/* -DHG_FP4_QUAD=0: packed FP4 (the routed experts' GEMM) at n128 with one block's MMAs waited for at a time, as
- * before run 161; 1 (default): tiles of 64 tokens whose chunk's four blocks' MMAs are in flight together (hg_chunk).
- * The same bits either way. */
-#ifndef HG_FP4_QUAD
-#define HG_FP4_QUAD 1
-#endif
-#if defined(DSV4_GEMM_BUG) && DSV4_GEMM_BUG == 3   /* the quad's blocks added in the order 3, 2, 1, 0 */
-#define HG_QUAD_J(j) (3 - (j))
-#else
-#define HG_QUAD_J(j) (j)
-#endif
 /* The warpgroup path's fp16 token tile (hg_smem): core matrices 128 bytes apart along K, 8-token groups a chunk's
  * 128 halves (2,048 bytes) apart; the raw activation bytes it is converted from, 144 bytes a token. */
 #define HG_LBO 128
@@ -68,8 +57,8 @@ extern "C" {
 #define HG_BRAW_LD 144
 
 /* -DDSV4_GEMM_BUG=1: the first MMA of a chunk (FP8) / of every block (FP4) takes the activation's two words
- * swapped; =2: the partials folded in the order 3, 2, 1, 0; =3: HG_FP4_QUAD's blocks added in the order 3, 2, 1, 0.
- * Each must make test_gpu_gemm fail. Never in a real build. */
+ * swapped; =2: the partials folded in the order 3, 2, 1, 0. Each must make test_gpu_gemm fail. Never in a real
+ * build. */
 #if defined(DSV4_GEMM_BUG) && DSV4_GEMM_BUG == 1
 #define GEMM_B01(lo, hi) hi, lo
 #else
@@ -510,11 +499,10 @@ template <int NB> __device__ __forceinline__ void hg_step_wait(float (&t)[NB / 2
  * the last) into b16_next (its first NT tokens, by THREADS threads). sx_plain: every activation scale of the tile
  * is in the PLAIN range (hg_block's first barrier). */
 template <int FP4, int NB, int NT, int THREADS>
-__device__ __forceinline__ void hg_chunk(float (&acc)[NB / 2], float (&t4)[4][NB / 2], const uint8_t *As, const uint8_t *b16, uint8_t *b16_next,
+__device__ __forceinline__ void hg_chunk(float (&acc)[NB / 2], float (&t)[NB / 2], const uint8_t *As, const uint8_t *b16, uint8_t *b16_next,
                                          const uint8_t *braw_next, const hg_conv &cv, int K, int c, int ra, int tok0, bool sx_plain) {
     typedef hg_smem<FP4> L;
     constexpr int NA = NB / 2;   /* accumulators a thread */
-    float (&t)[NA] = t4[0];      /* one k32 step's MMAs at a time (HG_FP4_QUAD: the packed blocks' four) */
     const int q = threadIdx.x & 3;
     const float *sxs = (const float *)(As + L::sx_off) + tok0;
     const uint32_t *sws = (const uint32_t *)(As + L::sx_off + 4 * GEMM_BN);
@@ -545,18 +533,17 @@ __device__ __forceinline__ void hg_chunk(float (&acc)[NB / 2], float (&t4)[4][NB
         /* packed codes in the PLAIN range (cu_mma_frag.cuh: the thread's scale bytes of the chunk; sx_plain: every
          * activation scale of the tile): the 64 folded into the weight scale, one instruction fewer an element */
         const bool plain = FP4 == 2 && HG_FP4_FOLD && sx_plain && !frag_scale_out(swb0) && !frag_scale_out(swb1);
-        /* Block j's MMAs on t: its fragment words (the MMAs of a block past K, zero bytes, are issued but not added:
-         * today's kernels have none) */
-        auto issue = [&](int j, float (&tj)[NA]) {
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            /* the MMAs of a block past K (zero bytes) are issued but not added: today's kernels have none */
             const int off = FP4 == 2 ? 16 * q + 4 * j : 16 * j + 4 * q;
             const uint32_t w0 = *(const uint32_t *)(As + ra * L::a_ld + off), w1 = *(const uint32_t *)(As + (ra + 8) * L::a_ld + off);
             uint32_t a0 = FP4 == 2 ? frag_lo(w0) : e2m1x4_e4m3(w0), a2 = FP4 == 2 ? frag_hi(w0) : e2m1x4_e4m3(w0 >> 16);
             const uint32_t a1 = FP4 == 2 ? frag_lo(w1) : e2m1x4_e4m3(w1), a3 = FP4 == 2 ? frag_hi(w1) : e2m1x4_e4m3(w1 >> 16);
             hg_bug_swap(a0, a2);
-            hg_step_issue<NB>(tj, a0, a1, a2, a3, b16, j);
-        };
-        /* Block j's step: acc += its MMAs' t times the scales, as gemm_chunk's order adds it */
-        auto add = [&](int j, const float (&tj)[NA]) {
+            hg_step_issue<NB>(t, a0, a1, a2, a3, b16, j);
+            if (braw_next) hg_convert<FP4, NT, THREADS>(b16_next, braw_next, j, cv);
+            hg_step_wait<NB>(t);
             if (j < nb && plain) {
                 /* acc = fmaf(t, (64 s) sx, acc): 64 s sx = 64 (s sx) exactly (both normal in the PLAIN range), so the
                  * exact product t (64 s sx) is the fallback's (64 t)(s sx) and fmaf rounds the same sum; t = -0
@@ -569,7 +556,7 @@ __device__ __forceinline__ void hg_chunk(float (&acc)[NB / 2], float (&t4)[4][NB
                     const float2 sx = *(const float2 *)(sxs + 8 * i + 2 * q);
 #pragma unroll
                     for (int e = 0; e < 4; e++)
-                        acc[4 * i + e] = fmaf(tj[4 * i + e], (e >> 1 ? s1 : s0) * (e & 1 ? sx.y : sx.x), acc[4 * i + e]);
+                        acc[4 * i + e] = fmaf(t[4 * i + e], (e >> 1 ? s1 : s0) * (e & 1 ? sx.y : sx.x), acc[4 * i + e]);
                 }
             } else if (j < nb) {
                 const float s0 = dev_e8m0((uint8_t)(swb0 >> (8 * j))), s1 = dev_e8m0((uint8_t)(swb1 >> (8 * j)));
@@ -581,34 +568,10 @@ __device__ __forceinline__ void hg_chunk(float (&acc)[NB / 2], float (&t4)[4][NB
                         /* D = C + t with C = +0, then (packed: the values are 2^-6 of the codes') x 64 exactly: for packed
                          * codes one fmaf(t, 64, +0), the same bits as (+0 + t) x 64 (the scaling is exact: t is 0 or
                          * between 2^-20 and 2^11; and both give +0 for t = -0), one instruction fewer an element */
-                        const float f = FP4 == 2 ? fmaf(tj[4 * i + e], 64.0f, 0.0f) : __fadd_rn(0.0f, tj[4 * i + e]);
+                        const float f = FP4 == 2 ? fmaf(t[4 * i + e], 64.0f, 0.0f) : __fadd_rn(0.0f, t[4 * i + e]);
                         acc[4 * i + e] = fmaf(f, (e >> 1 ? s1 : s0) * (e & 1 ? sx.y : sx.x), acc[4 * i + e]);
                     }
                 }
-            }
-        };
-        if constexpr (FP4 == 2 && NB == 64 && HG_FP4_QUAD) {
-            /* the four blocks' MMAs in flight together, each into its own t set, then one wait and the four steps in
-             * order: the same MMAs and additions, with no wait between a block's MMAs and the next block's */
-#pragma unroll
-            for (int j = 0; j < 4; j++) {
-                issue(j, t4[j]);
-                if (braw_next) hg_convert<FP4, NT, THREADS>(b16_next, braw_next, j, cv);
-            }
-            wg_wait0();
-#pragma unroll
-            for (int j = 0; j < 4; j++)
-#pragma unroll
-                for (int k = 0; k < NA; k++) wg_pin(t4[j][k]);
-#pragma unroll
-            for (int j = 0; j < 4; j++) add(HG_QUAD_J(j), t4[HG_QUAD_J(j)]);
-        } else {
-#pragma unroll
-            for (int j = 0; j < 4; j++) {
-                issue(j, t);
-                if (braw_next) hg_convert<FP4, NT, THREADS>(b16_next, braw_next, j, cv);
-                hg_step_wait<NB>(t);
-                add(j, t);
             }
         }
     }
@@ -666,9 +629,9 @@ __device__ __forceinline__ void hg_block(const dsv4_weight &w, const uint8_t *__
     for (int j = 0; j < 4; j++) hg_convert<FP4, NT, THREADS>(b16, braw, j, cv);
     fence_proxy_async();
 
-    float acc[NA], t[4][NA];   /* t[1..3]: HG_FP4_QUAD's (packed FP4 at NB 64) only */
+    float acc[NA], t[NA];
 #pragma unroll
-    for (int k = 0; k < NA; k++) acc[k] = 0.0f, t[0][k] = t[1][k] = t[2][k] = t[3][k] = 0.0f;
+    for (int k = 0; k < NA; k++) acc[k] = 0.0f, t[k] = 0.0f;
     int i = 0;   /* position in the walk */
     for (int pp = 0; pp < 4; pp++) {
         const int p = GEMM_PART(pp), n = gemm_part_chunks(nchunk, p);
@@ -720,10 +683,6 @@ __device__ __forceinline__ void gemm_any_block(const dsv4_weight &w, const uint8
                                                const int32_t *__restrict__ in_rows, int in_base, int out_base) {
     if constexpr (HG == 2) {
         hg_block<FP4, 4, 64>(w, xq, ldq, xs, lds, T, y, ldy, out_bf16, row_base, tok_base, in_rows, in_base, out_base);
-    } else if constexpr (HG == 1 && FP4 == 2 && HG_FP4_QUAD) {
-        /* packed FP4 (the routed experts): tiles of 64 tokens, whose four blocks' MMAs fit in flight together */
-        for (int tb = tok_base; tb < T && tb < tok_base + GEMM_BN; tb += 64)
-            hg_block<FP4, 2, 64>(w, xq, ldq, xs, lds, T, y, ldy, out_bf16, row_base, tb, in_rows, in_base, out_base);
     } else if constexpr (HG == 1) {   /* a tile of at most 64 tokens (an expert's short run, a linear's last tokens) at n64 */
         if (T - tok_base <= 64) hg_block<FP4, 2, 64>(w, xq, ldq, xs, lds, T, y, ldy, out_bf16, row_base, tok_base, in_rows, in_base, out_base);
         else hg_block<FP4, 2, 128>(w, xq, ldq, xs, lds, T, y, ldy, out_bf16, row_base, tok_base, in_rows, in_base, out_base);
