@@ -96,6 +96,21 @@ __device__ __forceinline__ uint32_t frag_bits(uint32_t w) {
     return r;
 }
 
+/* The FP4 packers' walk (cu_fp4_frag_pack, cu_fp4_nat_pack): each 64-byte unit of d (a row's 128-column chunk, 16
+ * words v as read) rewritten in place, word 4q + j (lane q's word of block j) = word(v, j, q); a grid-stride loop,
+ * one thread a unit. */
+template <class W> __device__ __forceinline__ void fp4_units_pack(uint32_t *__restrict__ d, int64_t units, W word) {
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < units; i += (int64_t)gridDim.x * blockDim.x) {
+        uint32_t *u = d + 16 * i, v[16];
+#pragma unroll
+        for (int k = 0; k < 16; k++) v[k] = u[k];
+#pragma unroll
+        for (int j = 0; j < 4; j++)
+#pragma unroll
+            for (int q = 0; q < 4; q++) u[4 * q + j] = word(v, j, q);
+    }
+}
+
 /* A word of packed FP4 (cu_fp4_frag_pack; k_mma.cu states the layout) as the E4M3 fragment registers of its codes
  * 0..3 (frag_lo) and 4..7 (frag_hi), each value times 2^-6. */
 __device__ __forceinline__ uint32_t frag_lo(uint32_t w) { return w & 0x9C9C9C9Cu; }

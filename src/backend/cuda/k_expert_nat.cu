@@ -81,19 +81,10 @@ __device__ __forceinline__ void wgmma_e4m3_n128(float (&d)[64], uint32_t a0, uin
  * 32j + 16 + 4q + i (raw word 4j + 2 + q / 2). */
 __global__ void k_nat_pack(uint32_t *__restrict__ d, int64_t units) {
     dev_grid_wait();
-    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < units; i += (int64_t)gridDim.x * blockDim.x) {
-        uint32_t *u = d + 16 * i, v[16];
-#pragma unroll
-        for (int k = 0; k < 16; k++) v[k] = u[k];
-#pragma unroll
-        for (int j = 0; j < 4; j++)
-#pragma unroll
-            for (int q = 0; q < 4; q++) {
-                const int sh = 16 * (q & 1);
-                const uint32_t lo = (v[4 * j + (q >> 1)] >> sh) & 0xFFFFu, hi = (v[4 * j + 2 + (q >> 1)] >> sh) & 0xFFFFu;
-                u[4 * q + j] = frag_bits(lo | hi << 16);
-            }
-    }
+    fp4_units_pack(d, units, [](const uint32_t (&v)[16], int j, int q) {
+        const int sh = 16 * (q & 1);
+        return frag_bits(((v[4 * j + (q >> 1)] >> sh) & 0xFFFFu) | ((v[4 * j + 2 + (q >> 1)] >> sh) & 0xFFFFu) << 16);
+    });
 }
 
 /* W_cj of the order: block j's scale byte of the row's chunk word s, times 64. */

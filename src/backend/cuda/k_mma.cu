@@ -744,15 +744,7 @@ static int frag_variant = MMA_EXPERT_FRAG_VARIANT;
 /* cu_fp4_frag_pack: one thread a 64-byte unit (a row's 128-column chunk), in place. */
 __global__ void k_mma_frag_pack(uint32_t *__restrict__ d, int64_t units) {
     dev_grid_wait();
-    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < units; i += (int64_t)gridDim.x * blockDim.x) {
-        uint32_t *u = d + 16 * i, v[16];
-#pragma unroll
-        for (int k = 0; k < 16; k++) v[k] = u[k];
-#pragma unroll
-        for (int j = 0; j < 4; j++)
-#pragma unroll
-            for (int q = 0; q < 4; q++) u[4 * q + j] = frag_bits(v[4 * j + q]);
-    }
+    fp4_units_pack(d, units, [](const uint32_t (&v)[16], int j, int q) { return frag_bits(v[4 * j + q]); });
 }
 
 /* One warp per (row, 128-column block): the block's scale from its amax by act_quant's rule, then each value over
