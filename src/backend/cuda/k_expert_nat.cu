@@ -1,10 +1,12 @@
 /* The routed experts on native FP8 tensor cores (issue 18: prefill; DSV4_CUDA_NATIVE_EXPERTS=1, cu_mma.h).
  *
- * Today's OFFICIAL experts compute every 32-column block on mma.sync e4m3, which sm_90 runs as two fp16 MMAs and an
- * addition (docs/PREFILL_GEMM.md): the prefill's expert GEMM is bound by those instructions and the scale steps
- * around them (~120 TFLOPS, run 146). Native FP8 wgmma (m64nNk32 .e4m3) does a block in one instruction with its own
- * sum — the arithmetic the official kernels run on Hopper, not mma.sync's — so it is a model-level choice: every
- * routed expert of a model takes it at every step (decode and prefill alike), or none does.
+ * The default OFFICIAL experts compute every 32-column block on mma.sync e4m3's bits, which sm_90 gets from two fp16
+ * MMAs and an addition (docs/PREFILL_GEMM.md): the prefill's expert GEMM runs at ~120-130 TFLOPS (runs 146, 159).
+ * Native FP8 wgmma (m64nNk32 .e4m3) does a block in one instruction with its own sum, which keeps ~14 bits of a
+ * block's largest product, not mma.sync's — so it is a model-level choice: every routed expert of a model takes it
+ * at every step (decode and prefill alike), or none does. Off by default: runs 159-160 measured +11 % at an 8K
+ * prefill and -8 % at decode, and the calm model's first positions 1.27e-2 from the official code's GPU run
+ * (the default: 2e-7; test_gpu_vs_cpu's limit 1e-2).
  *
  * ---- The order of y[n][o] (pair n, weight row o; K columns, chunks c = 0 .. K/128 - 1 of four 32-column blocks) ----
  *   P_cj = wgmma from zero over block j of chunk c: A = the row's 32 codes as E4M3 bytes of their values times 2^-6
