@@ -682,6 +682,22 @@ static void linear_post_equals_linear_then_post(void **state) {
 /* The routed experts' kernel (cu_mma_expert_linear) on a plan built here: every pair's row has the bits of the plain
  * linear of its expert on its token (one order per element, whatever the tile), reading the tokens through
  * pair_token or pair-ordered rows; an expert without data writes EP_ABSENT_ROW; tiles past n_tiles do nothing. */
+/* A plan's device arrays for up to `pairs` pairs and `tiles` tiles (contents uploaded by the caller), and their release. */
+static cu_moe_plan plan_alloc(int pairs, int tiles) {
+    cu_moe_plan plan;
+    memset(&plan, 0, sizeof plan);
+    plan.pair_token = cu_malloc(sizeof(int32_t) * pairs);
+    plan.tile_expert = cu_malloc(sizeof(int32_t) * tiles);
+    plan.tile_first = cu_malloc(sizeof(int32_t) * tiles);
+    plan.tile_count = cu_malloc(sizeof(int32_t) * tiles);
+    plan.n_tiles = cu_malloc(sizeof(int32_t));
+    assert_true(plan.pair_token && plan.tile_expert && plan.tile_first && plan.tile_count && plan.n_tiles);
+    return plan;
+}
+static void plan_release(cu_moe_plan *plan) {
+    cu_free(plan->pair_token); cu_free(plan->tile_expert); cu_free(plan->tile_first); cu_free(plan->tile_count); cu_free(plan->n_tiles);
+}
+
 static void experts_equal_plain_linear(void **state) {
     (void)state;
     enum { E = 5, NT_TOK = 13, PER = 2, ABSENT = 3 };
@@ -747,19 +763,13 @@ static void experts_equal_plain_linear(void **state) {
                     if (cu_fp4_frag_pack(NULL, (void *)w[e].d.data, N, K, &err)) fail_msg("%s", err.msg);
                 sync_ok("frag pack");
             }
-            cu_moe_plan plan;
-            memset(&plan, 0, sizeof plan);
-            plan.pair_token = cu_malloc(sizeof(int32_t) * P);
-            plan.tile_expert = cu_malloc(sizeof(int32_t) * 64);
-            plan.tile_first = cu_malloc(sizeof(int32_t) * 64);
-            plan.tile_count = cu_malloc(sizeof(int32_t) * 64);
-            plan.n_tiles = cu_malloc(sizeof(int32_t));
+            cu_moe_plan plan = plan_alloc(P, 64);
             /* the second projection of the pair call: expert e is weight (e + 2) mod E (so expert 1 is the absent one) */
             dsv4_weight dws2[E];
             for (int e = 0; e < E; e++) dws2[e] = dws[(e + 2) % E];
             dsv4_weight *dexp = cu_malloc(sizeof dws), *dexp2 = cu_malloc(sizeof dws2);
             float *dy = cu_malloc(sizeof(float) * P * N), *dy2 = cu_malloc(sizeof(float) * P * N), *y = malloc(sizeof(float) * P * N);
-            assert_true(plan.pair_token && plan.tile_expert && plan.tile_first && plan.tile_count && plan.n_tiles && dexp && dexp2 && dy && dy2);
+            assert_true(dexp && dexp2 && dy && dy2);
             assert_int_equal(cu_upload(plan.pair_token, pair_token, sizeof(int32_t) * P), 0);
             assert_int_equal(cu_upload(plan.tile_expert, tile_expert, sizeof(int32_t) * n_tiles), 0);
             assert_int_equal(cu_upload(plan.tile_first, tile_first, sizeof(int32_t) * n_tiles), 0);
@@ -806,8 +816,8 @@ static void experts_equal_plain_linear(void **state) {
                    "alone and as both outputs of the pair call; absent expert -> EP_ABSENT_ROW\n", fp4 ? "FP4" : "FP8",
                    fp4 ? (vec == 4 ? " (lean kernel on packed weights, its 6 variants, E8M0 0, 30, 220 and 255 in one expert)" : lean ? " (lean kernel, E8M0 0, 30, 220 and 255 in one expert)" : vec == 2 ? " (vector loads, scale words)" : vec ? " (vector loads)" : " (word loads)") : "",
                    N, K, P, n_tiles);
-            cu_free(plan.pair_token); cu_free(plan.tile_expert); cu_free(plan.tile_first); cu_free(plan.tile_count);
-            cu_free(plan.n_tiles); cu_free(dexp); cu_free(dexp2); cu_free(dy); cu_free(dy2);
+            plan_release(&plan);
+            cu_free(dexp); cu_free(dexp2); cu_free(dy); cu_free(dy2);
             free(y); free(ref); free(x); free(xp);
             free_act(&a);
             free_act(&ap);
@@ -875,15 +885,9 @@ static void experts_native(void **state) {
         assert_int_equal(cu_upload(dexp, dws, sizeof dws), 0);
         assert_int_equal(cu_upload(dexp2, dws2, sizeof dws2), 0);
         const int maxp = NT_TOK * PER;
-        cu_moe_plan plan;
-        memset(&plan, 0, sizeof plan);
-        plan.pair_token = cu_malloc(sizeof(int32_t) * maxp);
-        plan.tile_expert = cu_malloc(sizeof(int32_t) * maxp);
-        plan.tile_first = cu_malloc(sizeof(int32_t) * maxp);
-        plan.tile_count = cu_malloc(sizeof(int32_t) * maxp);
-        plan.n_tiles = cu_malloc(sizeof(int32_t));
+        cu_moe_plan plan = plan_alloc(maxp, maxp);
         float *dy = cu_malloc(sizeof(float) * maxp * N), *dy2 = cu_malloc(sizeof(float) * maxp * N);
-        assert_true(plan.pair_token && plan.tile_expert && plan.tile_first && plan.tile_count && plan.n_tiles && dy && dy2);
+        assert_true(dy && dy2);
         /* outputs [kernel][by_pair][out] of the whole batch, rows by pair */
         float *yb[2][2][3];
         double worst = 0, worst_abs = 0;
@@ -990,8 +994,8 @@ static void experts_native(void **state) {
             for (int b = 0; b < 2; b++)
                 for (int o = 0; o < 3; o++) free(yb[k][b][o]);
         for (int e = 0; e < E; e++) free(dec[e]);
-        cu_free(plan.pair_token); cu_free(plan.tile_expert); cu_free(plan.tile_first); cu_free(plan.tile_count);
-        cu_free(plan.n_tiles); cu_free(dexp); cu_free(dexp2); cu_free(dy); cu_free(dy2);
+        plan_release(&plan);
+        cu_free(dexp); cu_free(dexp2); cu_free(dy); cu_free(dy2);
         free(x); free(xp);
         free_act(&a);
         for (int e = 0; e < E; e++) free_weight(&w[e]);
