@@ -50,6 +50,8 @@ void shim_old_index_topk(const int64_t *pos, int t0, int T, int K, int64_t max_r
 #define SCORE_ROWS 700
 #define TIMING_ROWS 6000   /* the shim: a check of the code path, not a time */
 #define TIMING_REPS 1
+#define CHUNK_ROWS 700
+#define CHUNK_QUERIES 70
 #else
 static void *dev_put(const void *h, size_t n) {
     void *d = cu_malloc(n ? n : 1);
@@ -71,6 +73,8 @@ static void flag_free(unsigned *f) { cu_free_host(f); }
 #define SCORE_ROWS 20000
 #define TIMING_ROWS 262144   /* a 1M-token context */
 #define TIMING_REPS 20
+#define CHUNK_ROWS 32768      /* a prefill chunk at 128K tokens */
+#define CHUNK_QUERIES CU_INDEX_CHUNK
 #endif
 
 static float urand(dsv4_rng *r) { return (float)(2.0 * dsv4_rng_uniform(r) - 1.0); }
@@ -340,8 +344,8 @@ typedef struct {
     int64_t p;
 } qspec;
 
-/* Scores [T][max_rows] of the queries (sequence, position) with (mma) or without the tensor cores; sel / n_sel of
- * top-K. Returns the off-grid word. */
+/* Scores [T][max_rows] of the queries (sequence, position) with (mma: 1 heads as the MMA's N, 2 queries in tiles) or
+ * without (0) the tensor cores; sel / n_sel of top-K. Returns the off-grid word. */
 static unsigned score_step(const score_case *c, const kv_layout *kl, const seqrows *seqs, int n_seqs, const qspec *qs, int T, int K,
                            int mma, int off_grid_q, int64_t max_rows, float *scores, int32_t *sel, int32_t *n_sel) {
     const int nI = c->nI, cI = c->cI;
@@ -371,7 +375,7 @@ static unsigned score_step(const score_case *c, const kv_layout *kl, const seqro
     int8_t *d_qc = dev_put(NULL, (size_t)T * nI * cI);
     float *d_qu = dev_put(NULL, sizeof(float) * (size_t)T * nI * (cI / 32));
     unsigned *flag = flag_new();
-    const cu_index_ws iw = { mma, d_qc, d_qu, flag, NULL, 0 };
+    const cu_index_ws iw = { mma != 0, d_qc, d_qu, flag, NULL, 0, mma == 2 };
     const cu_kvlay lay = { kl->fmt, kl->kind, kl->width, kl->rope, kl->nope, (int)kl->bytes };
     if (cu_index_select(NULL, 1, iw, lay, d_qi, d_wi, d_pos, d_item_of, d_sl, T, nI, cI, K, n_rows, max_rows, d_sc, d_sel, d_n_sel))
         fail_msg("%s: cu_index_select refused", c->name);
@@ -439,6 +443,12 @@ static void run_scores(const score_case *c) {
     assert_true(sc && alone && f32 && sel && n_sel && qc && qi && w && qu && ref);
     const unsigned off = score_step(c, &kl, seqs, 2, batch, T, K, 1, 0, max_rows, sc, sel, n_sel);
     if (off) fail_msg("%s: FP4-grid data raised the off-grid word (%u)", c->name, off);
+    /* the query tiles (their tiles hold both sequences: one pass each) */
+    float *sct = malloc(sizeof(float) * (size_t)(T * max_rows));
+    int32_t *selt = malloc(sizeof(int32_t) * (size_t)T * K), *n_selt = malloc(sizeof(int32_t) * (size_t)T);
+    assert_true(sct && selt && n_selt);
+    if (score_step(c, &kl, seqs, 2, batch, T, K, 2, 0, max_rows, sct, selt, n_selt))
+        fail_msg("%s: FP4-grid data raised the off-grid word (query tiles)", c->name);
     const unsigned off32 = score_step(c, &kl, seqs, 2, batch, T, K, 0, 0, max_rows, f32, NULL, NULL);
     if (off32) fail_msg("%s: the fp32 path wrote the off-grid word", c->name);
     int64_t n_scores = 0, n_equal = 0, n_pos = 0, n_neg = 0;
@@ -448,6 +458,7 @@ static void run_scores(const score_case *c) {
         const int64_t n = stated_scores(c, &kl, seqs, batch[t], qc, qu, qi, w, ref);
         const float *g = sc + t * max_rows;
         expect_stated(c->name, t, g, ref, n, sel + (int64_t)t * K, n_sel[t], K);
+        expect_stated(c->name, t, sct + t * max_rows, ref, n, selt + (int64_t)t * K, n_selt[t], K);
         /* the fp32 path: within bf16 rounding (a term bf16(s w) may move by its last bit, a head near zero may
          * switch the relu; 2^-6 of the sum of the terms' magnitudes covers both) */
         for (int64_t k = 0; k < n; k++) {
@@ -473,11 +484,15 @@ static void run_scores(const score_case *c) {
     score_step(c, &kl, seqs, 1, &one, 1, K, 1, 0, max_rows, alone, NULL, NULL);
     if (memcmp(alone, sc + 4 * max_rows, sizeof(float) * (size_t)((PL + 1) / 4)))
         fail_msg("%s: a query's scores differ alone and in a batch", c->name);
-    printf("  %-24s %6lld scores (%lld > 0, %lld < 0) = the stated order (memcmp), alone = in a batch, top-%d = the rule; "
+    score_step(c, &kl, seqs, 1, &one, 1, K, 2, 0, max_rows, alone, NULL, NULL);
+    if (memcmp(alone, sc + 4 * max_rows, sizeof(float) * (size_t)((PL + 1) / 4)))
+        fail_msg("%s: a query's scores differ alone in a query tile and in a batch", c->name);
+    printf("  %-24s %6lld scores (%lld > 0, %lld < 0) = the stated order (memcmp; heads or query tiles as N), alone = in a batch, top-%d = the rule; "
            "fp32 path: %.2f%% equal, worst %.2g of the terms' magnitude\n", c->name, (long long)n_scores, (long long)n_pos,
            (long long)n_neg, K, 100.0 * (double)n_equal / (double)n_scores, worst);
     if (n_pos < n_scores / 4 || n_neg < n_scores / 20) fail_msg("%s: the test's scores are too one-sided to test much", c->name);
     free(sc); free(alone); free(f32); free(sel); free(n_sel); free(qc); free(qi); free(w); free(qu); free(ref);
+    free(sct); free(selt); free(n_selt);
     for (int i = 0; i < 2; i++) { free(seqs[i].rows); dev_free(seqs[i].d_rows); }
 }
 
@@ -503,15 +518,18 @@ static void run_chunk(const score_case *c) {
     int8_t *qc = malloc((size_t)nI * cI);
     float *qi = malloc(sizeof(float) * (size_t)nI * cI), *w = malloc(sizeof(float) * (size_t)nI), *qu = malloc(sizeof(float) * (size_t)nI * NB);
     assert_true(sc && ref && sel && n_sel && qc && qi && w && qu);
-    if (score_step(c, &kl, seqs, 2, batch, T, K, 1, 0, max_rows, sc, sel, n_sel)) fail_msg("%s: FP4-grid data raised the off-grid word", c->name);
     int64_t n_scores = 0;
-    for (int t = 0; t < T; t++) {
-        const int64_t n = stated_scores(c, &kl, seqs, batch[t], qc, qu, qi, w, ref);
-        expect_stated(c->name, t, sc + t * max_rows, ref, n, sel + (int64_t)t * K, n_sel[t], K);
-        n_scores += n;
+    for (int mma = 1; mma <= 2; mma++) {   /* heads as the MMA's N, then query tiles (the two tiles with sequence 1 in two passes) */
+        if (score_step(c, &kl, seqs, 2, batch, T, K, mma, 0, max_rows, sc, sel, n_sel))
+            fail_msg("%s: FP4-grid data raised the off-grid word", c->name);
+        for (int t = 0; t < T; t++) {
+            const int64_t n = stated_scores(c, &kl, seqs, batch[t], qc, qu, qi, w, ref);
+            expect_stated(c->name, t, sc + t * max_rows, ref, n, sel + (int64_t)t * K, n_sel[t], K);
+            n_scores += n;
+        }
     }
-    printf("  %-24s a chunk of %d queries (two of another sequence among them): %lld scores = the stated order (memcmp)\n",
-           c->name, T, (long long)n_scores);
+    printf("  %-24s a chunk of %d queries (two of another sequence among them): %lld scores = the stated order (memcmp), "
+           "heads and query tiles as the MMA's N\n", c->name, T, (long long)n_scores / 2);
     free(sc); free(ref); free(sel); free(n_sel); free(qc); free(qi); free(w); free(qu);
     for (int i = 0; i < 2; i++) { free(seqs[i].rows); dev_free(seqs[i].d_rows); }
 }
@@ -563,8 +581,9 @@ static void scores_off_grid(void **state) {
     const unsigned a = score_step(&c, &kl, &good, 1, &q, 1, 64, 1, 0, 1000, sc, NULL, NULL);
     const unsigned b = score_step(&c, &kl, &good, 1, &q, 1, 64, 1, 1, 1000, sc, NULL, NULL);
     const unsigned d = score_step(&c, &kl, &bad, 1, &q, 1, 64, 1, 0, 1000, sc, NULL, NULL);
-    printf("  off-grid word: FP4-grid data %u, a query value off the grid %u, a row off the grid %u\n", a, b, d);
-    if (a != 0 || b != 1 || d != 2) fail_msg("off-grid word %u / %u / %u, want 0 / 1 / 2", a, b, d);
+    const unsigned dt = score_step(&c, &kl, &bad, 1, &q, 1, 64, 2, 0, 1000, sc, NULL, NULL);
+    printf("  off-grid word: FP4-grid data %u, a query value off the grid %u, a row off the grid %u (query tiles: %u)\n", a, b, d, dt);
+    if (a != 0 || b != 1 || d != 2 || dt != 2) fail_msg("off-grid word %u / %u / %u / %u, want 0 / 1 / 2 / 2", a, b, d, dt);
     free(sc);
     free(good.rows); dev_free(good.d_rows); free(bad.rows); dev_free(bad.d_rows);
 }
@@ -651,6 +670,101 @@ static void timing_one_query_1m(void **state) {
     free(qi); free(w); free(sc); free(sel); free(want); free(sr.rows); dev_free(sr.d_rows);
 }
 
+/* A prefill launch at a 128K-token prompt: CHUNK_QUERIES consecutive queries of one sequence whose last sees CHUNK_ROWS
+ * fp8 indexer rows (the model's 64 x 128, top-512): cu_index_select's time with heads and with query tiles as the
+ * MMA's N (printed: issue 18's measurement log), both with the same selection; every score of both kernels equal
+ * (memcmp), sampled rows of a few queries = the stated order, the selections = the rule. */
+static void timing_prefill_chunk(void **state) {
+    (void)state;
+    const score_case c = { "64 x 128, fp8 KV", DSV4_KV_FP8, 64, 128 };
+    const int nI = 64, cI = 128, NB = 4, K = 512, T = CHUNK_QUERIES, REPS = TIMING_REPS / 2 > 0 ? TIMING_REPS / 2 : 1;
+    const int64_t n = CHUNK_ROWS, P = 4 * n - 1;
+    kv_layout kl;
+    kv_layout_init(&kl, c.fmt, KV_ROW_INDEX, cI, 0);
+    seqrows sr;
+    seq_rows(&c, &kl, 0, n, 0, &sr);
+    float *qi = malloc(sizeof(float) * (size_t)T * nI * cI), *w = malloc(sizeof(float) * (size_t)T * nI);
+    int64_t *pos = malloc(sizeof(int64_t) * (size_t)T);
+    int32_t *item = calloc((size_t)T, sizeof(int32_t));
+    float *sc[2] = { malloc(sizeof(float) * (size_t)T * n), malloc(sizeof(float) * (size_t)T * n) };
+    int32_t *sel[2] = { malloc(sizeof(int32_t) * (size_t)T * K), malloc(sizeof(int32_t) * (size_t)T * K) };
+    int32_t *want = malloc(sizeof(int32_t) * K);
+    assert_true(qi && w && pos && item && sc[0] && sc[1] && sel[0] && sel[1] && want);
+    for (int t = 0; t < T; t++) {
+        pos[t] = P - (T - 1) + t;
+        query_of(&c, 0, pos[t], qi + (int64_t)t * nI * cI, w + (int64_t)t * nI);
+    }
+    cu_seq_layer sl;
+    memset(&sl, 0, sizeof sl);
+    sl.irows = sr.d_rows;
+    float *d_qi = dev_put(qi, sizeof(float) * (size_t)T * nI * cI), *d_w = dev_put(w, sizeof(float) * (size_t)T * nI);
+    float *d_sc = dev_put(NULL, sizeof(float) * (size_t)T * n);
+    int64_t *d_pos = dev_put(pos, sizeof(int64_t) * (size_t)T);
+    int32_t *d_item = dev_put(item, sizeof(int32_t) * (size_t)T), *d_sel = dev_put(NULL, sizeof(int32_t) * (size_t)T * K);
+    int32_t *d_n_sel = dev_put(NULL, sizeof(int32_t) * (size_t)T);
+    cu_seq_layer *d_sl = dev_put(&sl, sizeof sl);
+    int8_t *d_qc = dev_put(NULL, (size_t)T * nI * cI);
+    float *d_qu = dev_put(NULL, sizeof(float) * (size_t)T * nI * NB);
+    unsigned *flag = flag_new();
+    const cu_kvlay lay = { kl.fmt, kl.kind, kl.width, kl.rope, kl.nope, (int)kl.bytes };
+    double us[3];
+    for (int mode = 0; mode < 3; mode++) {   /* heads as N, query tiles, the selection alone */
+        const cu_index_ws iw = { 1, d_qc, d_qu, flag, NULL, 0, mode == 1 };
+        double t0 = 0;
+        for (int r = 0; r < REPS + 2; r++) {
+            if (r == 2) {
+                dev_sync();
+                t0 = now_us();
+            }
+            if (mode < 2) {
+                if (cu_index_select(NULL, 1, iw, lay, d_qi, d_w, d_pos, d_item, d_sl, T, nI, cI, K, n, n, d_sc, d_sel, d_n_sel))
+                    fail_msg("cu_index_select refused");
+            } else
+                cu_index_topk(NULL, d_pos, 0, T, K, n, n, d_sc, NULL, 0, d_sel, d_n_sel);
+        }
+        dev_sync();
+        us[mode] = (now_us() - t0) / REPS;
+        if (mode < 2) {
+            dev_get(sc[mode], d_sc, sizeof(float) * (size_t)T * n);
+            dev_get(sel[mode], d_sel, sizeof(int32_t) * (size_t)T * K);
+        }
+        if (*flag) fail_msg("chunk: FP4-grid data raised the off-grid word");
+    }
+    int64_t pairs = 0;
+    for (int t = 0; t < T; t++) {
+        const int64_t nt = (pos[t] + 1) / 4;
+        pairs += nt;
+        if (memcmp(sc[0] + (int64_t)t * n, sc[1] + (int64_t)t * n, sizeof(float) * (size_t)nt))
+            fail_msg("chunk: query %d: the query tiles' scores differ from the heads'", t);
+        if (memcmp(sel[0] + (int64_t)t * K, sel[1] + (int64_t)t * K, sizeof(int32_t) * K))
+            fail_msg("chunk: query %d: the selections differ", t);
+    }
+    int8_t qc[64 * 128], kc[128];
+    float qu[64 * 4], ku[4];
+    for (int t = 0; t < T; t += T / 4 > 0 ? T / 4 : 1) {   /* sampled rows of a few queries: the stated order; the rule */
+        const float *qt = qi + (int64_t)t * nI * cI, *wt = w + (int64_t)t * nI;
+        const int64_t nt = (pos[t] + 1) / 4;
+        for (int h = 0; h < nI; h++)
+            for (int b = 0; b < NB; b++) qu[h * NB + b] = host_block_codes(qt + h * cI + 32 * b, qc + h * cI + 32 * b);
+        for (int64_t k = t % 13; k < nt; k += 97) {
+            host_row_codes(&kl, sr.rows + k * (int64_t)kl.bytes, kc, ku);
+            const float ref = host_score(qc, qu, wt, kc, ku, nI, cI), got = sc[1][(int64_t)t * n + k];
+            if (memcmp(&ref, &got, sizeof ref)) fail_msg("chunk: query %d row %lld: score %.9g, the stated order gives %.9g", t,
+                                                         (long long)k, got, ref);
+        }
+        host_select(sc[1] + (int64_t)t * n, nt, K, want);
+        if (memcmp(sel[1] + (int64_t)t * K, want, sizeof(int32_t) * K)) fail_msg("chunk: query %d: the selection differs from the rule", t);
+    }
+    printf("  a prefill launch of %d queries over up to %lld fp8 indexer rows (64 x 128, top-%d; %.3g query-row pairs): "
+           "%.1f us with heads as the MMA's N, %.1f us with query tiles, of which the selection %.1f us; the scores equal "
+           "(memcmp) (mean of %d)\n", T, (long long)n, K, (double)pairs, us[0], us[1], us[2], REPS);
+    flag_free(flag);
+    dev_free(d_qi); dev_free(d_w); dev_free(d_sc); dev_free(d_pos); dev_free(d_item); dev_free(d_sel); dev_free(d_n_sel);
+    dev_free(d_sl); dev_free(d_qc); dev_free(d_qu);
+    free(qi); free(w); free(pos); free(item); free(sc[0]); free(sc[1]); free(sel[0]); free(sel[1]); free(want); free(sr.rows);
+    dev_free(sr.d_rows);
+}
+
 int main(void) {
 #ifndef IDX_TEST_SHIM
     dsv4_error why;
@@ -668,6 +782,8 @@ int main(void) {
         cmocka_unit_test(scores_prefill_chunk),
         cmocka_unit_test(scores_off_grid),
         cmocka_unit_test(timing_one_query_1m),
+        cmocka_unit_test(timing_prefill_chunk),
     };
+    if (getenv("IDX_TEST_ONLY")) cmocka_set_test_filter(getenv("IDX_TEST_ONLY"));   /* e.g. "timing_*" (ncu, benchmarks) */
     return cmocka_run_group_tests_name("gpu lightning indexer", tests, NULL, NULL);
 }

@@ -183,7 +183,9 @@ void cu_comp_ring_write(cu_stream st, const cu_comp_jobs *jobs, const int64_t *p
  * codes; offgrid a word in mapped host memory (cu_malloc_mapped) that becomes 1 / 2 when a query / row block is not
  * FP4-grid data (the scores are then not the stated ones: the caller fails the step). Else the fp32 scores.
  * split, split_words: cu_index_split_words(max_rows) words that let a launch of at most CU_INDEX_SPLIT_T queries
- * spread each query's selection over blocks of rows (NULL: one block a query). */
+ * spread each query's selection over blocks of rows (NULL: one block a query).
+ * tiles: with mma, the tensor cores take 8 queries of one head at a time instead of 8 heads of one query (the same
+ * scores): for steps with runs of queries of one sequence (cu_index_tiles_pay). */
 #define CU_INDEX_SPLIT_T 16
 typedef struct {
     int mma;
@@ -192,7 +194,12 @@ typedef struct {
     unsigned *offgrid;
     unsigned *split;
     int64_t split_words;
+    int tiles;
 } cu_index_ws;
+/* Whether a step of T queries over n_items sequences scores in query tiles: when its sequences average
+ * CU_INDEX_TILE_MIN queries or more (a tile of 8 holding several sequences runs once for each). */
+#define CU_INDEX_TILE_MIN 8
+static inline int cu_index_tiles_pay(int T, int n_items) { return T >= CU_INDEX_TILE_MIN * n_items; }
 int64_t cu_index_split_words(int64_t max_rows);
 int cu_index_select(cu_stream st, int official, cu_index_ws iw, cu_kvlay ilay, const float *qi, const float *wi,
                     const int64_t *pos, const int32_t *item_of, const cu_seq_layer *sl, int T, int nI, int cI, int K,

@@ -537,7 +537,7 @@ static int env_switch(const char *name, int dflt, const char *what, int *on, dsv
 int cuda_model_init(struct dsv4_model *m, const cuda_placement *p, dsv4_error *err) {
     const int gpu = p->gpu;
     int n_gpus = p->n_gpus, graphs_on, pdl_on /* CU_PDL_* */, mma_on, gemm_on, stream_on, lean_on, pack_on, native_on, idx_mma_on,
-        att_mma_on, att_dec_on, att_fused_on, att_dec_mma_on, branch_on;
+        idx_tiles_on, att_mma_on, att_dec_on, att_fused_on, att_dec_mma_on, branch_on;
     if (env_switch("DSV4_CUDA_GRAPHS", 1, "CUDA graphs", &graphs_on, err) ||
         env_choice("DSV4_CUDA_PDL", CU_PDL_EXIT, CU_PDL_EXIT,
                    "0 (plain edges in the CUDA graphs), 1 (programmatic from launch completion) or 2 (from exit)", &pdl_on, err) ||
@@ -550,6 +550,7 @@ int cuda_model_init(struct dsv4_model *m, const cuda_placement *p, dsv4_error *e
         env_switch("DSV4_CUDA_EXPERT_PACK", 1, "FP4 routed experts packed for the tensor cores", &pack_on, err) ||
         env_switch("DSV4_CUDA_NATIVE_EXPERTS", 0, "FP4 routed experts on native FP8 tensor cores", &native_on, err) ||
         env_switch("DSV4_CUDA_IDX_MMA", 1, "indexer scores on tensor cores in OFFICIAL mode", &idx_mma_on, err) ||
+        env_switch("DSV4_CUDA_IDX_TILES", 1, "indexer scores of prefill chunks in query tiles", &idx_tiles_on, err) ||
         env_switch("DSV4_CUDA_ATT_MMA", 0, "tensor-core attention in OFFICIAL mode", &att_mma_on, err) ||
         env_switch("DSV4_CUDA_ATT_DEC", 1, "the decode-sized attention scores kernel", &att_dec_on, err) ||
         env_switch("DSV4_CUDA_ATT_FUSED", 0, "a decode step's attention in one kernel", &att_fused_on, err) ||
@@ -594,6 +595,7 @@ int cuda_model_init(struct dsv4_model *m, const cuda_placement *p, dsv4_error *e
     cm->mma_stream = stream_on;   /* the same bits either way: a speed switch */
     cu_mma_expert_lean(lean_on);   /* the same bits either way: a speed switch (process-wide: the last load's setting holds) */
     cm->idx_mma_on = idx_mma_on;
+    cm->idx_tiles_on = idx_tiles_on;   /* the same bits either way: a speed switch */
     cm->att_mma_on = att_mma_on;
     cm->att_dec_on = att_dec_on;
     cm->att_fused_on = att_fused_on;

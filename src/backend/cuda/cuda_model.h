@@ -150,6 +150,7 @@ struct cuda_model {
     int mma_stream;            /* those linears at <= 8 tokens through k_mma_stream.cu (the same bits): DSV4_CUDA_STREAM
                                   at load (default 1), passed to every cu_mma_* call */
     int idx_mma_on;            /* OFFICIAL indexer scores on int8 tensor cores (k_indexer.cu): DSV4_CUDA_IDX_MMA at load */
+    int idx_tiles_on;          /* ... and a prefill step's in query tiles (k_index_score_tiles): DSV4_CUDA_IDX_TILES at load */
     int att_mma_on;            /* OFFICIAL attention scores and P.V on bf16 tensor cores (k_attention.cu):
                                   DSV4_CUDA_ATT_MMA at load (default 0), in OFFICIAL steps only */
     int att_dec_on;            /* the decode-sized attention scores kernel (k_attention.cu k_att_scores_dec): DSV4_CUDA_ATT_DEC at

@@ -456,7 +456,8 @@ static void step_attention(step_ctx *s, const cu_layer *ly, int L) {
     if (ly->ratio == 4) {
         mark(s, ST_COMPRESS);
         const cu_index_ws iw = { s->cm->idx_mma_on, ws->idx_qc, ws->idx_qu, ws->idx_offgrid, ws->idx_split,
-                                 cu_index_split_words(ws->idx_rows_cap) };   /* mma: in OFFICIAL steps only */
+                                 cu_index_split_words(ws->idx_rows_cap),
+                                 s->cm->idx_tiles_on && cu_index_tiles_pay(T, s->n_items) };   /* mma: in OFFICIAL steps only */
         if (cu_index_select(s->st, s->official, iw, s->index, ws->qi, ws->wi, ws->pos, ws->item_of, sl, T, nI, cI, c->index_topk,
                             s->idx_rows, ws->idx_rows_cap, ws->idx_scores, ws->sel, ws->n_sel) && !s->rc)
             s->rc = dsv4_fail(s->err, DSV4_E_UNSUPPORTED, "cuda: this GPU cannot give the indexer's scoring kernel its shared "

@@ -533,16 +533,31 @@ extern "C" void cu_index_topk(cu_stream st, const int64_t *pos, int t0, int T, i
 #define IDXM_QUERIES 16
 #endif
 
-/* D = A B on one m16n8k32 int8 tile (fragments as above), accumulator 0. tools/gpu/shim/shim_mma.h has a C++
- * emulation of it written from the same layout, for the CPU shim. */
+/* D = C + A B on one m16n8k32 int8 tile (fragments as above), every element of the accumulator C = c (the sum is
+ * exact integer arithmetic). tools/gpu/shim/shim_mma.h has a C++ emulation of it written from the same layout, for
+ * the CPU shim. */
 #ifndef CUDA_SHIM
-__device__ __forceinline__ void mma_s8(int (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0, uint32_t b1) {
-    d[0] = d[1] = d[2] = d[3] = 0;
+__device__ __forceinline__ void mma_s8_from(int (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0, uint32_t b1,
+                                            int c) {
+    d[0] = d[1] = d[2] = d[3] = c;
     asm("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
         : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
         : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 #endif
+
+/* The block sums S of one tile as floats, (float)S exactly, without I2F (a quarter-rate conversion, four a tile):
+ * the MMA starts from the bits of 1.5 * 2^23 instead of 0, and 1.5 * 2^23 is subtracted as a float. In [2^23, 2^24)
+ * the float step is 1, so for |S| < 2^22 (here |S| <= 32 * 127 * 127 < 2^19) the accumulator's bits are those of the
+ * float 1.5 * 2^23 + S and the subtraction is exact: S, and +0 for S = 0, as (float)S. */
+#define IDX_MAGIC_BITS 0x4B400000
+#define IDX_MAGIC_F 12582912.0f
+__device__ __forceinline__ void mma_s8_f32(float (&s)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0, uint32_t b1) {
+    int d[4];
+    mma_s8_from(d, a0, a1, a2, a3, b0, b1, IDX_MAGIC_BITS);
+#pragma unroll
+    for (int e = 0; e < 4; e++) s[e] = __int_as_float(d[e]) - IDX_MAGIC_F;
+}
 
 /* The unit of a block of FP4-grid values from its amax: 2^(floor(log2 amax) - 5), from the bits (amax may be
  * subnormal); 1 for amax = 0; 0 when it underflows (then every code is infinite: off the grid). */
@@ -574,7 +589,14 @@ __device__ __forceinline__ uint32_t e2m1x4_s8(uint32_t v) {
 }
 
 /* The query codes, once a step: warp (t, h) over its head's blocks of 32, lane l column 32b + l: qc [T][nI][cI]
- * int8, qu [T][nI][cI/32] units. */
+ * int8, qu [T][nI][cI/32] units. A head's cI codes are stored in fragment order: column 32b + 8q + i (the bytes lane
+ * q of a quad gives an MMA for block b, i = 0..7) at byte 8 (NB q + b) + i, so a lane's bytes of every block are
+ * one run of 8 NB bytes. */
+__device__ __forceinline__ int64_t qcode_at(int64_t head, int cI, int col) {
+    const int NB = cI / 32, b = col >> 5, q = (col >> 3) & 3, i = col & 7;
+    return head * cI + 8 * (NB * q + b) + i;
+}
+
 __global__ void k_index_qcodes(const float *qi, int64_t n_heads, int cI, int8_t *qc, float *qu, unsigned *offgrid) {
     dev_grid_wait();
     const int lane = threadIdx.x & 31;
@@ -587,7 +609,7 @@ __global__ void k_index_qcodes(const float *qi, int64_t n_heads, int cI, int8_t 
         float a = fabsf(x);
         for (int off = 16; off > 0; off >>= 1) a = fmaxf(a, __shfl_xor_sync(FULL_MASK, a, off));
         const float u = grid_unit(a);
-        qc[i] = (int8_t)(uint8_t)grid_code(x, u, ok);
+        qc[qcode_at(th, cI, 32 * b + lane)] = (int8_t)(uint8_t)grid_code(x, u, ok);
         if (lane == 0) qu[th * (cI / 32) + b] = u;
     }
     if (!ok) *(volatile unsigned *)offgrid = 1u;   /* a plain store: atomics on host memory are not portable */
@@ -692,24 +714,24 @@ __global__ void __launch_bounds__(IDXM_WARPS * 32) k_index_score_mma(cu_kvlay il
         const float *w = wi + (int64_t)t * nI;
         for (int h0 = 0; h0 < nI; h0 += 8) {
             const int hb = h0 + g, ha = h0 + 2 * q;   /* B column of the lane; its D columns ha, ha + 1 */
-            const int8_t *qb = qc + ((int64_t)t * nI + hb) * cI + 8 * q;
+            const int8_t *qb = qc + ((int64_t)t * nI + hb) * cI + 8 * NB * q;   /* fragment order */
             float dot[4] = { 0.0f, 0.0f, 0.0f, 0.0f };
 #pragma unroll
             for (int b = 0; b < NB; b++) {
                 uint32_t b0 = 0, b1 = 0;
                 if (hb < nI) {
-                    const uint2 v = *(const uint2 *)(qb + 32 * b);
+                    const uint2 v = *(const uint2 *)(qb + 8 * b);
                     b0 = v.x;
                     b1 = v.y;
                 }
-                int S[4];
-                mma_s8(S, A[b][0], A[b][1], A[b][2], A[b][3], b0, b1);
+                float S[4];
+                mma_s8_f32(S, A[b][0], A[b][1], A[b][2], A[b][3], b0, b1);
                 const float ua = ha < nI ? qu[((int64_t)t * nI + ha) * NB + b] : 0.0f;
                 const float ub = ha + 1 < nI ? qu[((int64_t)t * nI + ha + 1) * NB + b] : 0.0f;
-                dot[0] = fmaf((float)S[0], ua * uk[b][0], dot[0]);   /* row g,     head ha */
-                dot[1] = fmaf((float)S[1], ub * uk[b][0], dot[1]);   /* row g,     head ha + 1 */
-                dot[2] = fmaf((float)S[2], ua * uk[b][1], dot[2]);   /* row g + 8, head ha */
-                dot[3] = fmaf((float)S[3], ub * uk[b][1], dot[3]);   /* row g + 8, head ha + 1 */
+                dot[0] = fmaf(S[0], ua * uk[b][0], dot[0]);   /* row g,     head ha */
+                dot[1] = fmaf(S[1], ub * uk[b][0], dot[1]);   /* row g,     head ha + 1 */
+                dot[2] = fmaf(S[2], ua * uk[b][1], dot[2]);   /* row g + 8, head ha */
+                dot[3] = fmaf(S[3], ub * uk[b][1], dot[3]);   /* row g + 8, head ha + 1 */
             }
 #pragma unroll
             for (int e = 0; e < 4; e++) {
@@ -728,6 +750,144 @@ __global__ void __launch_bounds__(IDXM_WARPS * 32) k_index_score_mma(cu_kvlay il
         __syncwarp();   /* ts is written again by the next query */
     }
     if (!ok) *(volatile unsigned *)offgrid = 2u;
+}
+
+/* ---- The same scores with the queries as the MMA's N (prefill chunks) -------------------------------------------------
+
+ * k_index_score_mma puts 8 heads of one query in an MMA's N: a score's terms then lie in 4 lanes and 8 head tiles,
+ * and are summed by one lane of 16 from shared memory. Here N is 8 queries of one head: lane (g, q) holds D[g][2q],
+ * D[g][2q + 1], D[g + 8][2q], D[g + 8][2q + 1], rows g and g + 8 for queries 2q and 2q + 1, and runs the heads in
+ * turn, so both chains of a score (its dot over the blocks, then its sum over the heads) are in that lane's registers
+ * in the stated order: the same bits, with no shared memory and no lane idle. The 8 queries of an MMA must read the
+ * same rows: a query tile runs once for each sequence among its queries (once in a prefill chunk), the others' columns
+ * computed and dropped. For steps with runs of queries of one sequence (cu_index_ws.tiles); a decode step's tile would
+ * hold 8 sequences, 8 passes for 8 scores, and keeps k_index_score_mma.
+ * Block (x, y): rows [IDXT_ROWS x, IDXT_ROWS (x + 1)), warp w rows 16 w .. 16 w + 15, queries IDXT_QUERIES y ..
+ * IDXT_QUERIES (y + 1) - 1 of the launch in tiles of 8. A warp decodes its rows' A fragments when the sequence changes,
+ * up to the most rows the block's queries of that sequence see (as k_index_score_mma: no row the step has not written
+ * is read). No barriers: each warp works alone. */
+#define IDXT_WARPS 4
+#define IDXT_ROWS (16 * IDXT_WARPS)
+#ifndef IDXT_QUERIES
+#define IDXT_QUERIES 32
+#endif
+
+/* A lane's B fragments of one head for all NB blocks: its 8 NB bytes in fragment order (qcode_at). */
+template <int NB>
+__device__ __forceinline__ void load_qfrags(const int8_t *p, uint32_t (&B)[NB][2]) {
+    if constexpr (NB == 1) {
+        const uint2 v = *(const uint2 *)p;
+        B[0][0] = v.x; B[0][1] = v.y;
+    } else {
+#pragma unroll
+        for (int k = 0; k < NB / 2; k++) {
+            const uint4 v = *(const uint4 *)(p + 16 * k);
+            B[2 * k][0] = v.x; B[2 * k][1] = v.y; B[2 * k + 1][0] = v.z; B[2 * k + 1][1] = v.w;
+        }
+    }
+}
+
+/* NB consecutive floats (the units of a query head's blocks). */
+template <int NB>
+__device__ __forceinline__ void load_units(const float *p, float (&u)[NB]) {
+    if constexpr (NB % 4 == 0) {
+#pragma unroll
+        for (int k = 0; k < NB / 4; k++) {
+            const float4 v = *(const float4 *)(p + 4 * k);
+            u[4 * k] = v.x; u[4 * k + 1] = v.y; u[4 * k + 2] = v.z; u[4 * k + 3] = v.w;
+        }
+    } else {
+#pragma unroll
+        for (int k = 0; k < NB; k++) u[k] = p[k];
+    }
+}
+
+template <int NB>
+__global__ void __launch_bounds__(IDXT_WARPS * 32) k_index_score_tiles(cu_kvlay il, const int8_t *qc, const float *qu, const float *wi,
+                                                                        const int64_t *pos, const int32_t *item_of,
+                                                                        const cu_seq_layer *sl, int t0, int nq, int nI, int K,
+                                                                        int64_t max_rows, float *scratch, unsigned *offgrid) {
+    dev_grid_wait();
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, q = lane & 3;
+    const int cI = 32 * NB;
+    const int64_t k0 = (int64_t)blockIdx.x * IDXT_ROWS + 16 * warp;
+    const int i0 = IDXT_QUERIES * (int)blockIdx.y, i1 = i0 + IDXT_QUERIES < nq ? i0 + IDXT_QUERIES : nq;
+    uint32_t A[NB][4];
+    float uk[NB][2];
+    bool ok = true;
+    int held = -1;   /* the sequence whose rows A holds */
+    for (int j0 = i0; j0 < i1; j0 += 8) {
+        /* lane j < 8 describes query j0 + j: its sequence, the rows it sees, whether it needs scores here */
+        const int jl = j0 + (lane & 7) < i1 ? j0 + (lane & 7) : i1 - 1;
+        const int item_l = item_of[t0 + jl];
+        const int64_t n_l = (pos[t0 + jl] + 1) / 4;
+        unsigned todo = __ballot_sync(FULL_MASK, lane < 8 && j0 + lane < i1 && n_l > K && k0 < n_l);   /* warp-uniform */
+        while (todo) {
+            const int item = __shfl_sync(FULL_MASK, item_l, __ffs(todo) - 1);
+            const unsigned pass = todo & __ballot_sync(FULL_MASK, lane < 8 && item_l == item);
+            todo &= ~pass;
+            if (item != held) {   /* the most rows the block's queries of this sequence see */
+                int64_t n_load = 0;
+                for (int j = i0 + lane; j < i1; j += 32)
+                    if (item_of[t0 + j] == item && (pos[t0 + j] + 1) / 4 > n_load) n_load = (pos[t0 + j] + 1) / 4;
+                for (int off = 16; off > 0; off >>= 1) {
+                    const int64_t o = __shfl_xor_sync(FULL_MASK, n_load, off);
+                    n_load = o > n_load ? o : n_load;
+                }
+                index_row_frags<NB>(il, sl[item].irows, k0, n_load, A, uk, ok);
+                held = item;
+            }
+            /* lane (g, q): B column g = query j0 + g (clamped: a column past the launch is computed and dropped), D
+             * columns 2q, 2q + 1 = queries j0 + 2q, j0 + 2q + 1 */
+            const int jb = j0 + g < i1 ? j0 + g : i1 - 1;
+            const int ja = j0 + 2 * q < i1 ? j0 + 2 * q : i1 - 1, jc = j0 + 2 * q + 1 < i1 ? j0 + 2 * q + 1 : i1 - 1;
+            const int8_t *qb = qc + (int64_t)(t0 + jb) * nI * cI + 8 * NB * q;
+            const float *ua_p = qu + (int64_t)(t0 + ja) * nI * NB, *uc_p = qu + (int64_t)(t0 + jc) * nI * NB;
+            const float *wa_p = wi + (int64_t)(t0 + ja) * nI, *wc_p = wi + (int64_t)(t0 + jc) * nI;
+            float acc[4] = { 0.0f, 0.0f, 0.0f, 0.0f };   /* e: row g + 8 (e >> 1), query 2q + (e & 1) */
+            for (int h = 0; h < nI; h++) {
+                uint32_t B[NB][2];
+                float ua[NB], uc[NB];
+                load_qfrags<NB>(qb + (int64_t)h * cI, B);
+                load_units<NB>(ua_p + (int64_t)h * NB, ua);
+                load_units<NB>(uc_p + (int64_t)h * NB, uc);
+                const float wa = wa_p[h], wc = wc_p[h];
+                float dot[4] = { 0.0f, 0.0f, 0.0f, 0.0f };
+#pragma unroll
+                for (int b = 0; b < NB; b++) {
+                    float S[4];
+                    mma_s8_f32(S, A[b][0], A[b][1], A[b][2], A[b][3], B[b][0], B[b][1]);
+                    dot[0] = fmaf(S[0], ua[b] * uk[b][0], dot[0]);   /* row g,     query 2q */
+                    dot[1] = fmaf(S[1], uc[b] * uk[b][0], dot[1]);   /* row g,     query 2q + 1 */
+                    dot[2] = fmaf(S[2], ua[b] * uk[b][1], dot[2]);   /* row g + 8, query 2q */
+                    dot[3] = fmaf(S[3], uc[b] * uk[b][1], dot[3]);   /* row g + 8, query 2q + 1 */
+                }
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const float sh = dev_round_bf16(dot[e]);
+                    if (sh > 0.0f) acc[e] += dev_round_bf16(sh * ((e & 1) ? wc : wa));
+                }
+            }
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int j = j0 + 2 * q + (e & 1);
+                const int64_t k = k0 + g + 8 * (e >> 1);
+                if (j < i1 && (pass >> (2 * q + (e & 1)) & 1u) && k < (pos[t0 + j] + 1) / 4)
+                    scratch[(int64_t)j * max_rows + k] = dev_round_bf16(acc[e]);
+            }
+        }
+    }
+    if (!ok) *(volatile unsigned *)offgrid = 2u;
+}
+
+template <int NB>
+static int launch_score_tiles(cu_stream st, cu_kvlay il, const int8_t *qc, const float *qu, const float *wi, const int64_t *pos,
+                              const int32_t *item_of, const cu_seq_layer *sl, int t0, int n, int nI, int K, int64_t n_rows,
+                              int64_t max_rows, float *scratch, unsigned *offgrid) {
+    const int64_t row_blocks = (n_rows + IDXT_ROWS - 1) / IDXT_ROWS;
+    k_index_score_tiles<NB><<<dim3((unsigned)row_blocks, (unsigned)((n + IDXT_QUERIES - 1) / IDXT_QUERIES)), IDXT_WARPS * 32, 0,
+                              (cudaStream_t)st>>>(il, qc, qu, wi, pos, item_of, sl, t0, n, nI, K, max_rows, scratch, offgrid);
+    return 0;
 }
 
 template <int NB>
@@ -762,7 +922,14 @@ extern "C" int cu_index_select(cu_stream st, int official, cu_index_ws iw, cu_kv
     for (int t0 = 0; t0 < T; t0 += CU_INDEX_CHUNK) {
         const int n = T - t0 < CU_INDEX_CHUNK ? T - t0 : CU_INDEX_CHUNK;
         if (row_blocks > 0 && n_rows > K) {
-            if (mma) {
+            if (mma && iw.tiles) {
+                switch (NB) {
+                case 1: launch_score_tiles<1>(st, ilay, iw.qc, iw.qu, wi, pos, item_of, sl, t0, n, nI, K, n_rows, max_rows, scratch, iw.offgrid); break;
+                case 2: launch_score_tiles<2>(st, ilay, iw.qc, iw.qu, wi, pos, item_of, sl, t0, n, nI, K, n_rows, max_rows, scratch, iw.offgrid); break;
+                case 4: launch_score_tiles<4>(st, ilay, iw.qc, iw.qu, wi, pos, item_of, sl, t0, n, nI, K, n_rows, max_rows, scratch, iw.offgrid); break;
+                default: launch_score_tiles<8>(st, ilay, iw.qc, iw.qu, wi, pos, item_of, sl, t0, n, nI, K, n_rows, max_rows, scratch, iw.offgrid); break;
+                }
+            } else if (mma) {
                 int rc;
                 switch (NB) {
                 case 1: rc = launch_score_mma<1>(st, ilay, iw.qc, iw.qu, wi, pos, item_of, sl, t0, n, nI, K, n_rows, max_rows, scratch, iw.offgrid); break;

@@ -2,7 +2,7 @@
  * fragment layouts, written independently of the kernels that use them (the bf16 m16n8k16 one: cuda_shim.cpp). Every lane of the warp must call them (as
  * on the GPU: .sync.aligned).
  *
- * mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 with a zero accumulator, emulated from the PTX ISA's fragment layout ("Matrix Fragments for mma.m16n8k32", .s8), written
+ * mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 with every accumulator element c, emulated from the PTX ISA's fragment layout ("Matrix Fragments for mma.m16n8k32", .s8), written
  * independently of the kernels that use it: lane = 4 g + q, byte i of a register = element i;
  *   A (16 x 32): a0 = A[g][4q + i], a1 = A[g+8][4q + i], a2 = A[g][16 + 4q + i], a3 = A[g+8][16 + 4q + i];
  *   B (32 x 8):  b0 = B[4q + i][g], b1 = B[16 + 4q + i][g];
@@ -12,7 +12,7 @@
 #define DSV4_SHIM_MMA_H
 #include "cuda_shim.h"
 
-static inline void mma_s8(int (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0, uint32_t b1) {
+static inline void mma_s8_from(int (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0, uint32_t b1, int c) {
     uint64_t fa[32], fb[32], fc[32];
     memcpy(fa, shim_warp_exchange(a0 | (uint64_t)a1 << 32), sizeof fa);
     memcpy(fb, shim_warp_exchange(a2 | (uint64_t)a3 << 32), sizeof fb);
@@ -34,11 +34,11 @@ static inline void mma_s8(int (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, ui
         const int row = g + 8 * (e >> 1), col = 2 * q + (e & 1);
         int s = 0;
         for (int k = 0; k < 32; k++) s += (int)A[row][k] * (int)B[k][col];
-        d[e] = s;
+        d[e] = c + s;
     }
 }
 
-/* mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32, D = A B + C, from the same fragment layout as mma_s8 above
+/* mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32, D = A B + C, from the same fragment layout as mma_s8_from above
  * (.e4m3 uses the .s8 one: "Matrix Fragments for mma.m16n8k32"); C and D share the layout of d, so each lane's own
  * C is its elements'. E4M3 decoded here from the format's definition (sign, 4 exponent bits of bias 7, 3 mantissa
  * bits, exponent 0 subnormal m 2^-9, S.1111.111 NaN). Each element is C plus its 32 exact products summed in double
