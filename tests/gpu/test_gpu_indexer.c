@@ -4,14 +4,16 @@
  *     a few distinct values (many ties at the threshold), negative scores, +0 and -0 mixed (equal), infinities,
  *     n = K + 1, n = K, scores that agree in their top 16 or 24 bits (all four radix passes), fp32 and bf16 scores,
  *     and several queries of different lengths in one launch with a row stride larger than n;
- *   - OFFICIAL scores on int8 tensor cores (cu_index_select with cu_index_mma): every score of every query equal,
+ *   - OFFICIAL scores on int8 tensor cores (cu_index_select with cu_index_ws.mma, heads as the MMA's N, and with .tiles,
+ *     queries as N; each case runs both kernels): every score of every query equal,
  *     memcmp, to the order k_indexer.cu states, computed here in C from the codes (fp8 rows: their E2M1 codes and
  *     UE8M0 scales; bf16 / f32 rows and the query: the unit 2^(floor(log2 amax) - 5) of each block of 32), for the
  *     three KV formats, 64 x 128 (the model's shape) and odd shapes (4 heads, 12 heads: a partial head tile; 64 and
  *     256 columns); a query alone = in a batch of two sequences (memcmp); the selection of those scores = the rule;
  *     the fp32 scores (the same call without cu_index_mma) within bf16 rounding of them (and mostly equal); a
  *     prefill chunk of 42 queries (more than a scoring block takes, two of another sequence among them) = the
- *     stated order; and a query or a row block off the FP4 grid raises its bit of the off-grid word.
+ *     stated order; a query or a row block off the FP4 grid raises its bit of the off-grid word; and the timings of a
+ *     decode query at 1M tokens and of a 512-query prefill launch at 128K (both kernels, their scores equal).
  *
  * Without a GPU: tools/gpu/shim/shim_indexer.sh builds this file with -DIDX_TEST_SHIM against k_indexer.cu's own
  * source run on the CPU (tools/gpu/shim/cuda_shim.h), with smaller sizes, and compares the selections with the

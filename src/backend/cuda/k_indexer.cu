@@ -1,8 +1,9 @@
 /* The lightning indexer on the device (core/attention.c select_rows, spec §9): every query's scores over the
  * indexer rows it may see, then its top-k rows in row order. Scores: fp32 on CUDA cores (EXACT mode, and OFFICIAL
  * with DSV4_CUDA_IDX_MMA=0), or in OFFICIAL mode exact int8 tensor-core block sums of the FP4 operands (the
- * section "OFFICIAL scores on int8 tensor cores" states their order). tools/gpu/shim/shim_indexer.sh runs this file
- * on the CPU (tests/gpu/test_gpu_indexer.c). */
+ * section "OFFICIAL scores on int8 tensor cores" states their order; two kernels compute it, one with a query's heads
+ * as the MMA's N for decode steps, one with 8 queries of a head for prefill chunks). tools/gpu/shim/shim_indexer.sh
+ * runs this file on the CPU (tests/gpu/test_gpu_indexer.c). */
 #include "backend/cuda/cu_kvrow.cuh"
 
 /* ---- fp32 scores ------------------------------------------------------------------------------------------------------ */
