@@ -1,4 +1,5 @@
 #include "core/attention.h"
+#include "backend/cpu/isa.h"
 #include "backend/cpu/kernels.h"
 #include "core/compressor.h"
 #include "core/norm.h"
@@ -16,6 +17,7 @@ typedef struct {
     int L;
     dsv4_workspace *ws;
     kv_layout kv;            /* the stored form of window and compressed rows (state/kvrows.h) */
+    int64_t idx_jobs;        /* index_select: jobs of IDX_JOB_ROWS rows a query */
 } attn_ctx;
 
 /* ---- per-token preparation: norms, RoPE, ape, QAT simulations ------------------------------------------ */
@@ -111,14 +113,8 @@ static void run_compressors(attn_ctx *a) {
 
 /* ---- lightning indexer: per-query top-k of the visible compressed rows (spec §9) ------------------------ */
 
-static float index_score(dsv4_mode mode, const float *qi, const float *wi, const float *row, int nI, int cI) {
-    float acc = 0.0f;
-    for (int h = 0; h < nI; h++) {
-        float s = num_bf16_1(mode, dot_f32(qi + (int64_t)h * cI, row, cI));
-        if (s > 0.0f) acc += num_bf16_1(mode, s * wi[h]);
-    }
-    return num_bf16_1(mode, acc);
-}
+/* A score (the kernel set's index_scores, backend/cpu/isa/index.c, states the order): per head a dot_f32, bf16 in
+ * OFFICIAL mode; over the heads in order the positive ones times their weights (bf16), added; bf16 of the sum. */
 
 /* "a ranks below b": lower score, or equal score and higher row index (ties go to the lower index). */
 static inline int ranks_below(float sa, int ia, float sb, int ib) { return sa < sb || (sa == sb && ia > ib); }
@@ -135,58 +131,146 @@ static void heap_sift_down(float *hs, int32_t *hi, int n, int i) {
     }
 }
 
+/* The heap of a query's K best rows so far (its root the worst of them) offered row k's score s. */
+static void heap_offer(float *hs, int32_t *hi, int *hn, int K, float s, int32_t k) {
+    if (*hn < K) {   /* sift up */
+        int i = (*hn)++;
+        hs[i] = s; hi[i] = k;
+        while (i > 0) {
+            int p = (i - 1) / 2;
+            if (!ranks_below(hs[i], hi[i], hs[p], hi[p])) break;
+            float ts = hs[i]; hs[i] = hs[p]; hs[p] = ts;
+            int32_t ti = hi[i]; hi[i] = hi[p]; hi[p] = ti;
+            i = p;
+        }
+    } else if (ranks_below(hs[0], hi[0], s, k)) {
+        hs[0] = s; hi[0] = k;
+        heap_sift_down(hs, hi, *hn, 0);
+    }
+}
+
 static int cmp_i32(const void *a, const void *b) {
     int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
     return (x > y) - (x < y);
 }
 
+/* Query t's scores of rows k0 .. k0 + nb - 1 (nb <= CPU_INDEX_ROWS) into sc, through the kernel set: a stored row
+ * is decoded once for all nI heads (exact: the same bits as an fp32 row) into dec (nb rows of cI floats). */
+static void score_block(const attn_ctx *a, int t, int64_t k0, int nb, float *dec, float *sc) {
+    const dsv4_config *c = &a->m->cfg;
+    const dsv4_workspace *ws = a->ws;
+    const int nI = c->index_n_heads, cI = c->index_head_dim;
+    const dsv4_layer_state *ls = &ws->batch.items[ws->batch.item_of[t]].seq->layer[a->L];
+    const float *rows[CPU_INDEX_ROWS];
+    for (int r = 0; r < nb; r++) {
+        rows[r] = (const float *)(const void *)rows_at(&ls->irows, k0 + r);
+        if (ls->irows.lay.fmt != DSV4_KV_F32) {
+            kv_decode(&ls->irows.lay, rows_at(&ls->irows, k0 + r), dec + (int64_t)r * cI);
+            rows[r] = dec + (int64_t)r * cI;
+        }
+    }
+    dsv4_pool_kernels(a->m->pool)->index_scores(ws->qi + (int64_t)t * nI * cI, ws->wi + (int64_t)t * nI, rows, nb, nI, cI,
+                                                is_official(a->m->mode), sc);
+}
+
+/* Rows scored a block at a time: CPU_INDEX_ROWS of them, or one when that many would not fit KV_MAX_WIDTH floats
+ * (no real indexer is that wide). */
+static int rows_per_block(const dsv4_config *c) { return CPU_INDEX_ROWS * c->index_head_dim <= KV_MAX_WIDTH ? CPU_INDEX_ROWS : 1; }
+
+static int64_t index_rows_of(const dsv4_workspace *ws, int t) { return (ws->batch.pos[t] + 1) / 4; }   /* rows with (k+1)*4 <= p+1 */
+
+/* The selection of query t once its heap holds its K best rows (the thread's): in row order. n <= K: every row,
+ * without scores (select_all_rows). */
+static void select_finish(const attn_ctx *a, int t, int thread) {
+    const int K = a->m->cfg.index_topk;
+    int32_t *sel = a->ws->sel + (int64_t)t * K;
+    memcpy(sel, a->ws->heapscratch + (int64_t)thread * K, sizeof(int32_t) * (size_t)K);
+    qsort(sel, (size_t)K, sizeof(int32_t), cmp_i32);   /* attend in row order */
+    a->ws->n_sel[t] = K;
+}
+static int select_all_rows(const attn_ctx *a, int t) {
+    const int64_t n = index_rows_of(a->ws, t);
+    if (n > a->m->cfg.index_topk) return 0;
+    int32_t *sel = a->ws->sel + (int64_t)t * a->m->cfg.index_topk;
+    for (int k = 0; k < n; k++) sel[k] = k;
+    a->ws->n_sel[t] = (int)n;
+    return 1;
+}
+
+/* One thread a query: score its rows block by block, each offered to its heap in row order. */
 static void select_rows(void *vctx, int begin, int end, int thread) {
     attn_ctx *a = vctx;
-    const dsv4_config *c = &a->m->cfg;
     dsv4_workspace *ws = a->ws;
-    const int K = c->index_topk, nI = c->index_n_heads, cI = c->index_head_dim;
+    const int K = a->m->cfg.index_topk, per = rows_per_block(&a->m->cfg);
+    float *hs = ws->idxscratch + (int64_t)thread * K;
+    int32_t *hi = ws->heapscratch + (int64_t)thread * K;
+    float dec[KV_MAX_WIDTH];
+    for (int t = begin; t < end; t++) {
+        if (select_all_rows(a, t)) continue;
+        const int64_t n = index_rows_of(ws, t);
+        int hn = 0;
+        for (int64_t k0 = 0; k0 < n; k0 += per) {
+            const int nb = n - k0 < per ? (int)(n - k0) : per;
+            float sc[CPU_INDEX_ROWS];
+            score_block(a, t, k0, nb, dec, sc);
+            for (int r = 0; r < nb; r++) heap_offer(hs, hi, &hn, K, sc[r], (int32_t)(k0 + r));
+        }
+        select_finish(a, t, thread);
+    }
+}
+
+/* A step of fewer queries than threads (decode) would score each query's rows on one thread. Instead its rows are
+ * scored in jobs of IDX_JOB_ROWS spread over the pool, into keyscratch (query t's at t (window + rows_cap): the
+ * attention reuses it only later), then each query's heap takes its scores in row order as select_rows would: the
+ * same scores, the same selection. */
+enum { IDX_JOB_ROWS = 1024 };
+static float *index_scores_of(const attn_ctx *a, int t) {
+    return a->ws->keyscratch + (int64_t)t * (a->m->cfg.window + a->ws->rows_cap);
+}
+
+static void score_row_jobs(void *vctx, int begin, int end, int thread) {
+    attn_ctx *a = vctx;
+    const int per = rows_per_block(&a->m->cfg);
+    const int64_t jq = a->idx_jobs;
+    float dec[KV_MAX_WIDTH];
+    for (int j = begin; j < end; j++) {
+        const int t = (int)(j / jq);
+        const int64_t n = index_rows_of(a->ws, t), k1 = (j % jq + 1) * IDX_JOB_ROWS < n ? (j % jq + 1) * IDX_JOB_ROWS : n;
+        if (n <= a->m->cfg.index_topk) continue;
+        float *out = index_scores_of(a, t);
+        for (int64_t k0 = (j % jq) * IDX_JOB_ROWS; k0 < k1; k0 += per)
+            score_block(a, t, k0, k1 - k0 < per ? (int)(k1 - k0) : per, dec, out + k0);
+    }
+}
+
+static void select_from_scores(void *vctx, int begin, int end, int thread) {
+    attn_ctx *a = vctx;
+    dsv4_workspace *ws = a->ws;
+    const int K = a->m->cfg.index_topk;
     float *hs = ws->idxscratch + (int64_t)thread * K;
     int32_t *hi = ws->heapscratch + (int64_t)thread * K;
     for (int t = begin; t < end; t++) {
-        const dsv4_layer_state *ls = &ws->batch.items[ws->batch.item_of[t]].seq->layer[a->L];
-        const int64_t n = (ws->batch.pos[t] + 1) / 4;     /* rows with (k+1)*4 <= p+1 */
-        int32_t *sel = ws->sel + (int64_t)t * K;
-        if (n <= K) {
-            for (int k = 0; k < n; k++) sel[k] = k;
-            ws->n_sel[t] = (int)n;
-            continue;
-        }
-        const float *qi = ws->qi + (int64_t)t * nI * cI, *wi = ws->wi + (int64_t)t * nI;
+        if (select_all_rows(a, t)) continue;
+        const int64_t n = index_rows_of(ws, t);
+        const float *sc = index_scores_of(a, t);
         int hn = 0;
-        for (int64_t k = 0; k < n; k++) {
-            /* a stored row is decoded once for all nI heads (exact: the same bits as an fp32 row) */
-            float dec[KV_MAX_WIDTH];
-            const float *row = (const float *)(const void *)rows_at(&ls->irows, k);
-            if (ls->irows.lay.fmt != DSV4_KV_F32) {
-                kv_decode(&ls->irows.lay, rows_at(&ls->irows, k), dec);
-                row = dec;
-            }
-            const float s = index_score(a->m->mode, qi, wi, row, nI, cI);
-            if (hn < K) {
-                /* sift up */
-                int i = hn++;
-                hs[i] = s; hi[i] = (int32_t)k;
-                while (i > 0) {
-                    int p = (i - 1) / 2;
-                    if (!ranks_below(hs[i], hi[i], hs[p], hi[p])) break;
-                    float ts = hs[i]; hs[i] = hs[p]; hs[p] = ts;
-                    int32_t ti = hi[i]; hi[i] = hi[p]; hi[p] = ti;
-                    i = p;
-                }
-            } else if (ranks_below(hs[0], hi[0], s, (int32_t)k)) {
-                hs[0] = s; hi[0] = (int32_t)k;
-                heap_sift_down(hs, hi, hn, 0);
-            }
-        }
-        memcpy(sel, hi, sizeof(int32_t) * (size_t)K);
-        qsort(sel, (size_t)K, sizeof(int32_t), cmp_i32);   /* attend in row order */
-        ws->n_sel[t] = K;
+        for (int64_t k = 0; k < n; k++) heap_offer(hs, hi, &hn, K, sc[k], (int32_t)k);
+        select_finish(a, t, thread);
     }
+}
+
+/* Every query's top-K rows (ws->sel, ws->n_sel). */
+static void index_select(attn_ctx *a, int T) {
+    dsv4_pool *pool = a->m->pool;
+    int64_t n_max = 0;
+    for (int t = 0; t < T; t++) n_max = index_rows_of(a->ws, t) > n_max ? index_rows_of(a->ws, t) : n_max;
+    a->idx_jobs = (n_max + IDX_JOB_ROWS - 1) / IDX_JOB_ROWS;   /* a query's jobs: the step's most rows, cut */
+    const int64_t jobs = (int64_t)T * a->idx_jobs;
+    if (T < dsv4_pool_threads(pool) && jobs <= INT32_MAX) {
+        dsv4_pool_run(pool, (int)jobs, score_row_jobs, a);
+        dsv4_pool_run(pool, T, select_from_scores, a);
+    } else
+        dsv4_pool_run(pool, T, select_rows, a);
 }
 
 /* ---- sink softmax attention of one (token, head) (spec §7.3–7.5) ------------------------------------------ */
@@ -278,7 +362,7 @@ void attention_qkv(struct dsv4_model *m, const dsv4_layer *ly, dsv4_workspace *w
     const dsv4_config *c = &m->cfg;
     const dsv4_mode mode = m->mode;
     const int T = ws->batch.T, d = c->dim, D = c->head_dim, H = c->n_heads;
-    attn_ctx a = { m, ly, 0, ws, { 0 } };
+    attn_ctx a = { m, ly, 0, ws, { 0 }, 0 };
     /* FP8 linears see their input quantized per 128 columns (OFFICIAL); the compressors and the indexer's
      * weights_proj read the unquantized x. ws->u is free here and holds the quantized copy. */
     const float *x8 = ws->xn;
@@ -322,7 +406,7 @@ void attention_forward(struct dsv4_model *m, const dsv4_layer *ly, int L, dsv4_w
     const dsv4_config *c = &m->cfg;
     const dsv4_mode mode = m->mode;
     const int T = ws->batch.T, d = c->dim, D = c->head_dim, H = c->n_heads;
-    attn_ctx a = { m, ly, L, ws, { 0 } };
+    attn_ctx a = { m, ly, L, ws, { 0 }, 0 };
     kv_layout_init(&a.kv, m->kv_format, KV_ROW_MAIN, D, c->rope_dim);
     attention_qkv(m, ly, ws);
     cpu_profile_mark(&m->prof, CP_QKV);
@@ -348,7 +432,7 @@ void attention_forward(struct dsv4_model *m, const dsv4_layer *ly, int L, dsv4_w
     cpu_profile_mark(&m->prof, CP_ATTEND);
     if (ly->ratio) run_compressors(&a);
     cpu_profile_mark(&m->prof, CP_COMPRESS);
-    if (ly->ratio == 4) dsv4_pool_run(m->pool, T, select_rows, &a);
+    if (ly->ratio == 4) index_select(&a, T);
     cpu_profile_mark(&m->prof, CP_INDEX);
     dsv4_pool_run(m->pool, T * H, attend, &a);
     cpu_profile_mark(&m->prof, CP_ATTEND);

@@ -1,6 +1,7 @@
 /* The CPU kernel sets (backend/cpu/isa.h) give the same bits: every set this CPU can run computes linears
  * (one token and many, several thread counts), row decodes, fused row dots, FP8 fake quantization and bf16
- * rounding, and a tiny model's logits in both numeric modes, memcmp-equal to the scalar set's. Also: the sets
+ * rounding, the indexer's scores (also = their order written out here), and a tiny model's logits in both numeric
+ * modes, memcmp-equal to the scalar set's. Also: the sets
  * are different code (else the comparison proves nothing), and the choice fails with one line on an unknown name. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -143,6 +144,74 @@ static void roundings_same_bits(void **st) {
     free(src); free(a); free(b);
 }
 
+/* The indexer's scores (isa/index.c): each set's, for blocks of 1 to 8 rows, = the order written out here (dot_f32 of
+ * kernels.h, bf16 in OFFICIAL, the positive heads times their weights added in head order), memcmp; rows with
+ * zeros, subnormals, huge values, negated copies of the query (negative dots) and NaN; both modes; head widths a
+ * multiple of 32 (the AVX-512 block) and not. */
+static float index_score_written(const float *q, const float *w, const float *row, int nI, int cI, int official) {
+    float acc = 0.0f;
+    for (int h = 0; h < nI; h++) {
+        float s = dot_f32(q + h * cI, row, cI);
+        if (official) s = round_bf16(s);
+        if (s > 0.0f) {
+            float t = s * w[h];
+            if (official) t = round_bf16(t);
+            acc += t;
+        }
+    }
+    return official ? round_bf16(acc) : acc;
+}
+
+static void index_scores_same_bits(void **st) {
+    (void)st;
+    const cpu_kernels *sets[N_SETS + 1];
+    int ns = vector_sets(sets);
+    sets[ns++] = set_named("scalar");
+    static const int shapes[][2] = { { 64, 128 }, { 4, 32 }, { 12, 64 }, { 3, 48 }, { 8, 256 } };
+    enum { NR = 24 };
+    float *q = malloc(sizeof(float) * 64 * 256), *w = malloc(sizeof(float) * 64), *rows = malloc(sizeof(float) * NR * 256);
+    assert_true(q && w && rows);
+    int64_t n_checked = 0, n_pos = 0, n_neg = 0;
+    for (size_t sh = 0; sh < sizeof shapes / sizeof shapes[0]; sh++) {
+        const int nI = shapes[sh][0], cI = shapes[sh][1];
+        for (int i = 0; i < nI * cI; i++) q[i] = round_bf16(ldexpf(rndf(), (int)(rnd() % 6) - 3));
+        for (int h = 0; h < nI; h++) w[h] = round_bf16(rndf());
+        for (int r = 0; r < NR; r++) {
+            float *x = rows + r * cI;
+            for (int j = 0; j < cI; j++) x[j] = rndf() + 0.1f;
+            if (r % 6 == 1) for (int j = 0; j < cI; j++) x[j] = -q[j];                         /* negative dots */
+            if (r % 6 == 2) for (int j = 0; j < cI; j++) x[j] = ldexpf(x[j], -140);           /* subnormals */
+            if (r % 6 == 3) memset(x, 0, sizeof(float) * (size_t)cI);                         /* zeros */
+            if (r % 6 == 4) for (int j = 0; j < cI; j += 7) x[j] = ldexpf(x[j], 60);          /* huge terms */
+            if (r == 17) x[cI / 2] = NAN;
+        }
+        for (int official = 0; official <= 1; official++)
+            for (int n = 1; n <= CPU_INDEX_ROWS; n++)
+                for (int r0 = 0; r0 + n <= NR; r0 += n) {
+                    const float *rp[CPU_INDEX_ROWS];
+                    for (int r = 0; r < n; r++) rp[r] = rows + (r0 + r) * cI;
+                    float want[CPU_INDEX_ROWS];
+                    for (int r = 0; r < n; r++) want[r] = index_score_written(q, w, rp[r], nI, cI, official);
+                    for (int k = 0; k < ns; k++) {
+                        float got[CPU_INDEX_ROWS];
+                        sets[k]->index_scores(q, w, rp, n, nI, cI, official, got);
+                        for (int r = 0; r < n; r++)
+                            if (memcmp(&got[r], &want[r], sizeof(float)))
+                                fail_msg("%s index_scores %d x %d, %s, block of %d, row %d: %a, the written order %a", sets[k]->name,
+                                         nI, cI, official ? "official" : "exact", n, r0 + r, got[r], want[r]);
+                    }
+                    for (int r = 0; r < n; r++) {
+                        n_checked++;
+                        n_pos += want[r] > 0;
+                        n_neg += want[r] < 0;
+                    }
+                }
+    }
+    printf("  index_scores: %lld scores (%lld > 0, %lld < 0) = the written order in %d sets\n", (long long)n_checked,
+           (long long)n_pos, (long long)n_neg, ns);
+    free(q); free(w); free(rows);
+}
+
 /* A flash-tiny model in each mode: the logits of every position (a prefill chunk, single tokens, another chunk:
  * both the tile and the fused one-token paths) with every set, memcmp against the scalar set. */
 static void model_same_bits(void **st) {
@@ -225,6 +294,7 @@ int main(void) {
         cmocka_unit_test(picking),
         cmocka_unit_test(kernels_same_bits),
         cmocka_unit_test(roundings_same_bits),
+        cmocka_unit_test(index_scores_same_bits),
         cmocka_unit_test(model_same_bits),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -44,7 +44,12 @@ typedef struct cpu_kernels {
     void (*pairs_rows)(void *job, int begin, int end, int thread);
     void (*pairs_fill)(const float *x, int ldx, cpu_pairs_tokens *b);
     pairs_exp (*row_bf16)(const dsv4_weight *w, int row, int c0, int nc, uint16_t *out, float *ftmp);
+    /* the lightning indexer's scores of rows[0 .. n-1] (n <= CPU_INDEX_ROWS, fp32, cI columns) against one query's
+     * nI heads qi [nI][cI] with head weights wi, in core/attention.c's order (isa/index.c) */
+    void (*index_scores)(const float *qi, const float *wi, const float *const *rows, int n, int nI, int cI, int official,
+                         float *out);
 } cpu_kernels;
+#define CPU_INDEX_ROWS 8
 
 #ifdef DSV4_ISA   /* the members of one set, defined in src/backend/cpu/isa/ (tile.h declares the tile kernel) */
 void ISA_FN(linear_rows)(void *job, int begin, int end, int thread);
@@ -59,6 +64,8 @@ void ISA_FN(round_bf16)(float *x, long n);
 void ISA_FN(pairs_rows)(void *job, int begin, int end, int thread);
 void ISA_FN(pairs_fill)(const float *x, int ldx, cpu_pairs_tokens *b);
 pairs_exp ISA_FN(weight_row_bf16)(const dsv4_weight *w, int row, int c0, int nc, uint16_t *out, float *ftmp);
+void ISA_FN(index_scores)(const float *qi, const float *wi, const float *const *rows, int n, int nI, int cI, int official,
+                          float *out);
 #endif
 
 /* The best set this CPU runs (AVX-512 with BF16 > AVX-512 > AVX2 > scalar). The avx512bf16 set differs from

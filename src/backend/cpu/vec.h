@@ -99,6 +99,18 @@ static inline __m512 vec_bf16x16(const uint16_t *src) {
     return _mm512_castsi512_ps(_mm512_slli_epi32(w, 16));
 }
 
+/* round_bf16 (formats.h) of 16 floats: round to nearest even in the integer bits; a NaN stays a NaN of its sign and
+ * payload, made quiet. */
+static inline __m512 vec_round_bf16_zmm(__m512 x) {
+    const __m512i u = _mm512_castps_si512(x);
+    const __mmask16 nan = _mm512_cmp_epi32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)), _mm512_set1_epi32(0x7f800000),
+                                                _MM_CMPINT_NLE);
+    const __m512i bit = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+    __m512i r = _mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)), bit);
+    r = _mm512_mask_or_epi32(r, nan, u, _mm512_set1_epi32(0x400000));
+    return _mm512_castsi512_ps(_mm512_and_si512(r, _mm512_set1_epi32((int)0xffff0000u)));
+}
+
 static inline float vec_reduce32_zmm(__m512 z0, __m512 z1) {
     const __m512 t = _mm512_add_ps(z0, z1);   /* [a0+a2 | a1+a3] */
     const __m256 lo = _mm512_castps512_ps256(t);

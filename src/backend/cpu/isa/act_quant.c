@@ -13,6 +13,7 @@
  *     and bf16 rounding leaves it unchanged; the sign goes back on last (-0 stays -0).
  * Compiled once per instruction set (isa.h): the AVX-512 copy has the vector forms, the others the definitions. */
 #include "backend/cpu/isa.h"
+#include "backend/cpu/vec.h"
 #include "model/formats.h"
 #include <math.h>
 #include <string.h>
@@ -76,15 +77,7 @@ void ISA_FN(act_quant_fp8)(float *x, int n, int block) {
 void ISA_FN(round_bf16)(float *x, long n) {
     long i = 0;
 #ifdef ACTQ_AVX512
-    for (; i + 16 <= n; i += 16) {
-        const __m512i u = _mm512_loadu_si512((const void *)(x + i));
-        const __mmask16 nan = _mm512_cmp_epi32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)),
-                                                    _mm512_set1_epi32(0x7f800000), _MM_CMPINT_NLE);
-        const __m512i bit = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
-        __m512i r = _mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)), bit);
-        r = _mm512_mask_or_epi32(r, nan, u, _mm512_set1_epi32(0x400000));
-        _mm512_storeu_si512((void *)(x + i), _mm512_and_si512(r, _mm512_set1_epi32((int)0xffff0000u)));
-    }
+    for (; i + 16 <= n; i += 16) _mm512_storeu_ps(x + i, vec_round_bf16_zmm(_mm512_loadu_ps(x + i)));
 #endif
     round_bf16_ref(x + i, n - i);
 }

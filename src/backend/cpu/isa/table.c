@@ -14,4 +14,5 @@ const cpu_kernels ISA_FN(cpu_kernels) = {
     .pairs_rows = ISA_FN(pairs_rows),
     .pairs_fill = ISA_FN(pairs_fill),
     .row_bf16 = ISA_FN(weight_row_bf16),
+    .index_scores = ISA_FN(index_scores),
 };
