@@ -770,7 +770,7 @@ __global__ void __launch_bounds__(IDXM_WARPS * 32) k_index_score_mma(cu_kvlay il
 #define IDXT_WARPS 4
 #define IDXT_ROWS (16 * IDXT_WARPS)
 #ifndef IDXT_QUERIES
-#define IDXT_QUERIES 32
+#define IDXT_QUERIES 16   /* run 165, a launch of 512 queries over 32K rows: 16 / 32 / 64 a block 2.66 / 2.75 / 2.87 ms */
 #endif
 
 /* A lane's B fragments of one head for all NB blocks: its 8 NB bytes in fragment order (qcode_at). */
