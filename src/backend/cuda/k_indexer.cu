@@ -882,13 +882,12 @@ __global__ void __launch_bounds__(IDXT_WARPS * 32) k_index_score_tiles(cu_kvlay 
 }
 
 template <int NB>
-static int launch_score_tiles(cu_stream st, cu_kvlay il, const int8_t *qc, const float *qu, const float *wi, const int64_t *pos,
+static void launch_score_tiles(cu_stream st, cu_kvlay il, const int8_t *qc, const float *qu, const float *wi, const int64_t *pos,
                               const int32_t *item_of, const cu_seq_layer *sl, int t0, int n, int nI, int K, int64_t n_rows,
                               int64_t max_rows, float *scratch, unsigned *offgrid) {
     const int64_t row_blocks = (n_rows + IDXT_ROWS - 1) / IDXT_ROWS;
     k_index_score_tiles<NB><<<dim3((unsigned)row_blocks, (unsigned)((n + IDXT_QUERIES - 1) / IDXT_QUERIES)), IDXT_WARPS * 32, 0,
                               (cudaStream_t)st>>>(il, qc, qu, wi, pos, item_of, sl, t0, n, nI, K, max_rows, scratch, offgrid);
-    return 0;
 }
 
 template <int NB>
