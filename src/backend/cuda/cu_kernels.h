@@ -170,8 +170,8 @@ void cu_compress(cu_stream st, int official, const cu_comp_jobs *jobs, const int
 void cu_comp_ring_write(cu_stream st, const cu_comp_jobs *jobs, const int64_t *pos, const int32_t *item_of, const cu_item *items,
                         const cu_seq_layer *sl, int T);
 /* The lightning indexer (select_rows): per query, the top-K visible indexer rows by score (ties to the lower
- * row), in row order. Scores: blocks of 64 rows x one query over the whole GPU; a score's order is stated in
- * k_indexer.cu (per head a sequential fmaf dot, then the heads in order). Selection: an exact radix select on the
+ * row), in row order. Scores: blocks of rows x one query (x 16 queries on the tensor cores) over the whole GPU; a
+ * score's order is stated in k_indexer.cu (per head a dot, then the heads in order). Selection: an exact radix select on the
  * score keys with the ties at the threshold broken by row order, one block per query, or for a launch of at most
  * CU_INDEX_SPLIT_T queries spread over blocks of rows (the same rows either way). n_rows: the most visible
  * rows of any query of the step (the score grid); scratch: [CU_INDEX_CHUNK][max_rows] floats (queries go in
