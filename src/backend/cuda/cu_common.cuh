@@ -58,6 +58,28 @@ __device__ __forceinline__ float dev_round_bf16(float x) {
     u += 0x7fffu + ((u >> 16) & 1u);
     return __uint_as_float(u & 0xffff0000u);
 }
+/* Two bf16 roundings in one instruction. cvt.rn.bf16x2.f32 rounds to nearest even and keeps subnormals, so for every
+ * non-NaN value it gives dev_round_bf16's bits; a NaN comes back as the canonical 0x7fff0000 whatever its bits. So it
+ * serves where a NaN's bits cannot reach a result (a value that is only compared, as the indexer's s_h); elsewhere
+ * dev_round_bf16x2, which puts dev_round_bf16's NaN back. (Off the GPU, e.g. in the CPU shims: dev_round_bf16 twice.) */
+__device__ __forceinline__ void dev_round_bf16x2_any_nan(float &a, float &b) {
+#if defined(__CUDA_ARCH__) && !defined(DSV4_SW_BF16X2)   /* DSV4_SW_BF16X2: a measuring build's software form */
+    uint32_t r;
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(b), "f"(a));   /* the first source goes to the top half */
+    a = __uint_as_float(r << 16);
+    b = __uint_as_float(r & 0xffff0000u);
+#else
+    a = dev_round_bf16(a);
+    b = dev_round_bf16(b);
+#endif
+}
+/* dev_round_bf16 of a and of b, bit for bit for every input, NaN included (its quiet NaN keeps the payload's top bits). */
+__device__ __forceinline__ void dev_round_bf16x2(float &a, float &b) {
+    const uint32_t ua = __float_as_uint(a), ub = __float_as_uint(b);
+    dev_round_bf16x2_any_nan(a, b);
+    if ((ua & 0x7fffffffu) > 0x7f800000u) a = __uint_as_float((ua & 0xffff0000u) | 0x00400000u);
+    if ((ub & 0x7fffffffu) > 0x7f800000u) b = __uint_as_float((ub & 0xffff0000u) | 0x00400000u);
+}
 __device__ __forceinline__ float dev_bf16_if(int official, float x) { return official ? dev_round_bf16(x) : x; }
 __device__ __forceinline__ uint16_t dev_f32_to_bf16(float x) { return (uint16_t)(__float_as_uint(dev_round_bf16(x)) >> 16); }
 __device__ __forceinline__ float dev_bf16_to_f32(uint16_t h) { return __uint_as_float((uint32_t)h << 16); }

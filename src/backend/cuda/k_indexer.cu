@@ -734,12 +734,18 @@ __global__ void __launch_bounds__(IDXM_WARPS * 32) k_index_score_mma(cu_kvlay il
                 dot[2] = fmaf(S[2], ua * uk[b][1], dot[2]);   /* row g + 8, head ha */
                 dot[3] = fmaf(S[3], ub * uk[b][1], dot[3]);   /* row g + 8, head ha + 1 */
             }
+            /* s_h = bf16(dot) (a NaN is only compared, never kept), then bf16(s_h w[h]); two roundings an instruction */
+            float sh[4] = { dot[0], dot[1], dot[2], dot[3] }, p[4];
+            dev_round_bf16x2_any_nan(sh[0], sh[1]);
+            dev_round_bf16x2_any_nan(sh[2], sh[3]);
+            const float wa = ha < nI ? w[ha] : 0.0f, wb = ha + 1 < nI ? w[ha + 1] : 0.0f;
+            p[0] = sh[0] * wa, p[1] = sh[1] * wb, p[2] = sh[2] * wa, p[3] = sh[3] * wb;
+            dev_round_bf16x2(p[0], p[1]);
+            dev_round_bf16x2(p[2], p[3]);
 #pragma unroll
             for (int e = 0; e < 4; e++) {
                 const int h = ha + (e & 1), r = g + 8 * (e >> 1);
-                if (h >= nI) continue;
-                const float sh = dev_round_bf16(dot[e]);
-                ts[r * (nI + 1) + h] = sh > 0.0f ? dev_round_bf16(sh * w[h]) : 0.0f;
+                if (h < nI) ts[r * (nI + 1) + h] = sh[e] > 0.0f ? p[e] : 0.0f;
             }
         }
         __syncwarp();
@@ -771,6 +777,9 @@ __global__ void __launch_bounds__(IDXM_WARPS * 32) k_index_score_mma(cu_kvlay il
 #define IDXT_ROWS (16 * IDXT_WARPS)
 #ifndef IDXT_QUERIES
 #define IDXT_QUERIES 16   /* run 165, a launch of 512 queries over 32K rows: 16 / 32 / 64 a block 2.66 / 2.75 / 2.87 ms */
+#endif
+#ifndef IDXT_MIN_BLOCKS
+#define IDXT_MIN_BLOCKS 1   /* blocks an SM that ptxas must leave room for (__launch_bounds__' second argument) */
 #endif
 
 /* A lane's B fragments of one head for all NB blocks: its 8 NB bytes in fragment order (qcode_at). */
@@ -804,7 +813,7 @@ __device__ __forceinline__ void load_units(const float *p, float (&u)[NB]) {
 }
 
 template <int NB>
-__global__ void __launch_bounds__(IDXT_WARPS * 32) k_index_score_tiles(cu_kvlay il, const int8_t *qc, const float *qu, const float *wi,
+__global__ void __launch_bounds__(IDXT_WARPS * 32, IDXT_MIN_BLOCKS) k_index_score_tiles(cu_kvlay il, const int8_t *qc, const float *qu, const float *wi,
                                                                         const int64_t *pos, const int32_t *item_of,
                                                                         const cu_seq_layer *sl, int t0, int nq, int nI, int K,
                                                                         int64_t max_rows, float *scratch, unsigned *offgrid) {
@@ -863,11 +872,16 @@ __global__ void __launch_bounds__(IDXT_WARPS * 32) k_index_score_tiles(cu_kvlay 
                     dot[2] = fmaf(S[2], ua[b] * uk[b][1], dot[2]);   /* row g + 8, query 2q */
                     dot[3] = fmaf(S[3], uc[b] * uk[b][1], dot[3]);   /* row g + 8, query 2q + 1 */
                 }
+                /* s_h = bf16(dot) (a NaN is only compared, never kept), then bf16(s_h w); two roundings an instruction */
+                float sh[4] = { dot[0], dot[1], dot[2], dot[3] };
+                dev_round_bf16x2_any_nan(sh[0], sh[1]);
+                dev_round_bf16x2_any_nan(sh[2], sh[3]);
+                float p[4] = { sh[0] * wa, sh[1] * wc, sh[2] * wa, sh[3] * wc };
+                dev_round_bf16x2(p[0], p[1]);
+                dev_round_bf16x2(p[2], p[3]);
 #pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    const float sh = dev_round_bf16(dot[e]);
-                    if (sh > 0.0f) acc[e] += dev_round_bf16(sh * ((e & 1) ? wc : wa));
-                }
+                for (int e = 0; e < 4; e++)
+                    if (sh[e] > 0.0f) acc[e] += p[e];
             }
 #pragma unroll
             for (int e = 0; e < 4; e++) {
