@@ -177,6 +177,75 @@ __global__ void k_linear_split(dsv4_weight w, const float *__restrict__ x, int T
     }
 }
 
+/* The split rows for many tokens (the mHC mixes of a prefill step: 24 rows x 16,384 fp32 columns, T in the thousands).
+ * k_linear_split reads a tile's 8 token rows (512 KB) once for each of the 24 output rows, so a mix of 8K tokens
+ * moves ~13 GB through L2, most of the mHC stage of a prefill step. Here a block takes SPT_ROWS rows x SPT_TOKENS
+ * tokens with the same warps, segments and lanes: lane l of warp s keeps SPT_ROWS x SPT_TOKENS chains, each exactly
+ * the chain k_linear_split gives that (row, token) — columns c0(s) + 16 l + 512 j + e in increasing j then e, fmaf
+ * from 0.0f (a quad of 4 columns at a time, the quads in order, so each chain still sees its columns in order), then
+ * warp_sum, then the LIN_SPLIT partials added from 0.0f in order s = 0, 1, ... So every output has k_linear_split's
+ * bits whatever T (test_gpu_kernels: the two kernels by memcmp). Fp32 weights of the vector path only. */
+#define SPT_ROWS 8
+#define SPT_TOKENS 8
+#define SPT_MIN_T 16
+#ifndef LIN_SPLIT_TILE
+#define LIN_SPLIT_TILE 1   /* 0: a measuring build with k_linear_split only */
+#endif   /* below, k_linear_split (decode: one token would leave most of the rows' blocks idle) */
+__global__ void __launch_bounds__(32 * LIN_SPLIT) k_linear_split_tile(dsv4_weight w, const float *__restrict__ x, int T, int ldx,
+                                                                      float *__restrict__ y, int ldy) {
+    dev_grid_wait();
+    __shared__ float part[LIN_SPLIT][SPT_ROWS][SPT_TOKENS];
+    const int o0 = blockIdx.x * SPT_ROWS, t0 = blockIdx.y * SPT_TOKENS, s = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int n = T - t0 < SPT_TOKENS ? T - t0 : SPT_TOKENS, nr = w.rows - o0 < SPT_ROWS ? w.rows - o0 : SPT_ROWS;
+    const int seg = ((w.cols + LIN_SPLIT - 1) / LIN_SPLIT + 127) / 128 * 128;
+    const int c0 = s * seg < w.cols ? s * seg : w.cols, c1 = c0 + seg < w.cols ? c0 + seg : w.cols;
+    const float *xr[SPT_TOKENS], *wr[SPT_ROWS];
+#pragma unroll
+    for (int k = 0; k < SPT_TOKENS; k++) xr[k] = x + (int64_t)(t0 + (k < n ? k : 0)) * ldx;   /* past n: computed, dropped */
+#pragma unroll
+    for (int r = 0; r < SPT_ROWS; r++) wr[r] = (const float *)w.data + (int64_t)(o0 + (r < nr ? r : 0)) * w.cols;
+    float acc[SPT_ROWS][SPT_TOKENS];
+#pragma unroll
+    for (int r = 0; r < SPT_ROWS; r++)
+#pragma unroll
+        for (int k = 0; k < SPT_TOKENS; k++) acc[r][k] = 0.0f;
+    for (int i = c0 + lane * LIN_LANE; i < c1; i += LIN_STEP) {
+#pragma unroll 1
+        for (int q = 0; q < LIN_LANE / 4; q++) {
+            float4 xv[SPT_TOKENS];
+#pragma unroll
+            for (int k = 0; k < SPT_TOKENS; k++) xv[k] = *(const float4 *)(xr[k] + i + 4 * q);
+#pragma unroll
+            for (int r = 0; r < SPT_ROWS; r++) {
+                const float4 wv = *(const float4 *)(wr[r] + i + 4 * q);
+#pragma unroll
+                for (int k = 0; k < SPT_TOKENS; k++) {
+                    acc[r][k] = fmaf(wv.x, xv[k].x, acc[r][k]);
+                    acc[r][k] = fmaf(wv.y, xv[k].y, acc[r][k]);
+                    acc[r][k] = fmaf(wv.z, xv[k].z, acc[r][k]);
+                    acc[r][k] = fmaf(wv.w, xv[k].w, acc[r][k]);
+                }
+            }
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < SPT_ROWS; r++)
+#pragma unroll
+        for (int k = 0; k < SPT_TOKENS; k++) {
+            const float v = warp_sum(acc[r][k]);
+            if (lane == 0) part[s][r][k] = v;
+        }
+    __syncthreads();
+    for (int e = threadIdx.x; e < SPT_ROWS * SPT_TOKENS; e += blockDim.x) {
+        const int r = e / SPT_TOKENS, k = e % SPT_TOKENS;
+        if (r < nr && k < n) {
+            float sum = 0.0f;
+            for (int q = 0; q < LIN_SPLIT; q++) sum += part[q][r][k];
+            y[(int64_t)(t0 + k) * ldy + o0 + r] = sum;
+        }
+    }
+}
+
 template <bool VEC>
 __global__ void k_expert_linear(const dsv4_weight *__restrict__ experts, int rows, cu_moe_plan plan, const float *__restrict__ x,
                                 int ldx, int x_by_pair, float *__restrict__ y, int ldy) {
@@ -250,6 +319,11 @@ extern "C" int cu_linear(cu_stream st, const dsv4_weight *w, const float *x, int
     if (T <= 0 || w->rows <= 0) return 0;
     if (split_rows(w->rows, w->cols)) {
         const bool vec = vec_ok(w->fmt, w->cols, x, ldx) && ((uintptr_t)w->data % 16) == 0;
+        if (vec && w->fmt == WF_F32 && T >= SPT_MIN_T && LIN_SPLIT_TILE) {
+            k_linear_split_tile<<<dim3(cu_blocks(w->rows, SPT_ROWS), cu_blocks(T, SPT_TOKENS)), 32 * LIN_SPLIT, 0, (cudaStream_t)st>>>(
+                *w, x, T, ldx, y, ldy);
+            return 0;
+        }
         dim3 g(w->rows, cu_blocks(T, LIN_TILE));
         if (vec) k_linear_split<true><<<g, 32 * LIN_SPLIT, 0, (cudaStream_t)st>>>(*w, x, T, ldx, y, ldy);
         else k_linear_split<false><<<g, 32 * LIN_SPLIT, 0, (cudaStream_t)st>>>(*w, x, T, ldx, y, ldy);
