@@ -207,6 +207,44 @@ static void linear_close_and_batch_invariant(void **state) {
     dsv4_pool_free(pool);
 }
 
+/* Few and long fp32 rows (the mHC mixes: 24 x hc dim): from 16 tokens cu_linear takes the tile kernel, below the
+ * split kernel (k_linear.cu); every token of a batch must have the bytes of the same token alone, for the Flash mix
+ * shape and shapes with a partial row block and a partial column segment, and be close to the CPU. */
+static void linear_split_tile_equals_split(void **state) {
+    (void)state;
+    static const int shapes[][3] = { { 24, 16384, 300 }, { 20, 2064, 37 }, { 64, 4096, 16 } };
+    dsv4_pool *pool = dsv4_pool_new(2);
+    for (int si = 0; si < 3; si++) {
+        const int rows = shapes[si][0], cols = shapes[si][1], T = shapes[si][2];
+        float *x = malloc(sizeof(float) * T * cols), *cpu = malloc(sizeof(float) * T * rows), *gpu = malloc(sizeof(float) * T * rows),
+              *one = malloc(sizeof(float) * rows);
+        for (int i = 0; i < T * cols; i++) x[i] = frand(2.0f);
+        void *data = NULL;
+        uint8_t *scale = NULL;
+        dsv4_weight w = make_weight(WF_F32, rows, cols, &data, &scale), dw = w;
+        cpu_linear(pool, &w, x, T, cols, cpu, rows);
+        dw.data = dev_copy(w.data, weight_bytes(&w));
+        float *dx = dev_copy(x, sizeof(float) * T * cols), *dy = cu_malloc(sizeof(float) * T * rows);
+        cu_linear(NULL, &dw, dx, T, cols, dy, rows);
+        sync_ok();
+        cu_download(gpu, dy, sizeof(float) * T * rows);
+        for (int t = 0; t < T; t++) {
+            cu_linear(NULL, &dw, dx + (int64_t)t * cols, 1, cols, dy, rows);
+            sync_ok();
+            cu_download(one, dy, sizeof(float) * rows);
+            if (memcmp(one, gpu + (int64_t)t * rows, sizeof(float) * rows))
+                fail_msg("split rows %dx%d: token %d alone differs from the batch of %d", rows, cols, t, T);
+        }
+        const double e = rel(gpu, cpu, (size_t)T * rows);
+        printf("  split rows f32 %dx%d, %d tokens (tile kernel) = each token alone (split kernel) by memcmp; vs CPU %.3g\n", rows, cols,
+               T, e);
+        if (!(e <= 1e-5)) fail_msg("split rows %dx%d: relative error %.3g", rows, cols, e);
+        cu_free((void *)dw.data); cu_free(dx); cu_free(dy);
+        free(data); free(scale); free(x); free(cpu); free(gpu); free(one);
+    }
+    dsv4_pool_free(pool);
+}
+
 /* cu_linear_grouped (the grouped output projection in one launch) gives, for every row, the bits of cu_linear over
  * that row's group alone: one token (the decode kernel) and a tile of 9, every weight format. */
 static void linear_grouped_equals_groups(void **state) {
@@ -253,6 +291,7 @@ int main(void) {
         cmocka_unit_test(rmsnorm_close),
         cmocka_unit_test(linear_close_and_batch_invariant),
         cmocka_unit_test(linear_grouped_equals_groups),
+        cmocka_unit_test(linear_split_tile_equals_split),
     };
     return cmocka_run_group_tests_name("gpu kernels vs cpu kernels", tests, NULL, NULL);
 }
