@@ -47,11 +47,14 @@ static void hc_pre_tokens(void *ctx, int t0, int t1, int thread) {
         float *C = mix[t].comb;
         for (int j = 0; j < hc * hc; j++) C[j] = m[2 * hc + j] * w->scale[2] + w->base[2 * hc + j];
         hc_sinkhorn(C, hc, c->hc_iters, c->hc_eps);
+        /* ut[e] = fmaf(pre[i], x[i][e], .) over i = 0 .. hc-1 in order from 0.0f (how GCC contracted the scalar
+         * loop this replaced; written out so that it no longer depends on the compiler): a stream at a time over the
+         * row, so the compiler runs 16 elements an instruction, each lane the same chain */
         float *ut = u + (int64_t)t * d;
-        for (int e = 0; e < d; e++) {
-            float s = 0.0f;
-            for (int i = 0; i < hc; i++) s += pre[i] * x[i * d + e];
-            ut[e] = s;
+        for (int e = 0; e < d; e++) ut[e] = fmaf(pre[0], x[e], 0.0f);
+        for (int i = 1; i < hc; i++) {
+            const float pi = pre[i], *xi = x + (int64_t)i * d;
+            for (int e = 0; e < d; e++) ut[e] = fmaf(pi, xi[e], ut[e]);
         }
         num_bf16(mode, ut, d);
     }
@@ -82,19 +85,28 @@ static void hc_post_units(void *ctx, int u0, int u1, int thread) {
     (void)thread;
     const hc_post_job *jb = ctx;
     const int hc = jb->c->hc_mult, d = jb->c->dim;
-    float old[8];
+    float y[8][HC_POST_COLS];   /* the unit's new streams: each reads every old one, so they are written back at the end */
     for (int u = u0; u < u1; u++) {
-        const int t = u / jb->blocks, e0 = u % jb->blocks * HC_POST_COLS, e1 = e0 + HC_POST_COLS < d ? e0 + HC_POST_COLS : d;
-        float *x = jb->X + (int64_t)t * hc * d;
-        const float *ft = jb->f + (int64_t)t * d;
+        const int t = u / jb->blocks, e0 = u % jb->blocks * HC_POST_COLS, n = e0 + HC_POST_COLS < d ? HC_POST_COLS : d - e0;
+        float *x = jb->X + (int64_t)t * hc * d + e0;
+        const float *ft = jb->f + (int64_t)t * d + e0;
         const dsv4_hc_mix *mx = &jb->mix[t];
-        for (int e = e0; e < e1; e++) {
-            for (int j = 0; j < hc; j++) old[j] = x[j * d + e];
-            for (int k = 0; k < hc; k++) {
-                float s = mx->post[k] * ft[e];
-                for (int j = 0; j < hc; j++) s += mx->comb[j * hc + k] * old[j];
-                x[k * d + e] = num_bf16_1(jb->mode, s);
+        /* stream k, element e: s = fmaf(post[k], f[e], comb[0][k] old[0][e]), then s = fmaf(comb[j][k], old[j][e], s)
+         * for j = 1 .. hc-1 in order, then bf16 (OFFICIAL). (That is how GCC contracted the scalar loop this replaced,
+         * s = post f; s += comb old for each j; written out so that it no longer depends on the compiler.) A stream
+         * at a time over the block, so the compiler runs 16 elements an instruction, each lane the same chain. */
+        for (int k = 0; k < hc; k++) {
+            float *yk = y[k];
+            const float pk = mx->post[k], c0k = mx->comb[k];
+            for (int e = 0; e < n; e++) yk[e] = fmaf(pk, ft[e], c0k * x[e]);
+            for (int j = 1; j < hc; j++) {
+                const float cjk = mx->comb[j * hc + k], *xj = x + (int64_t)j * d;
+                for (int e = 0; e < n; e++) yk[e] = fmaf(cjk, xj[e], yk[e]);
             }
+        }
+        for (int k = 0; k < hc; k++) {
+            num_bf16(jb->mode, y[k], n);
+            memcpy(x + (int64_t)k * d, y[k], sizeof(float) * (size_t)n);
         }
     }
 }
