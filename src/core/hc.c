@@ -7,9 +7,35 @@
 
 static inline float sigmoidf(float x) { return 1.0f / (1.0f + expf(-x)); }
 
-static float inv_rms(const float *x, int n, float eps) {
+/* x * x rounded to float, never fused into the add that follows: the empty asm makes the compiler hold the
+ * rounded square in a register. (GCC compiled the loop these replace as rounded squares added in order: it
+ * vectorised the squares; only its scalar remainder fused them.) */
+static inline float square_rounded(float x) {
+    float q = x * x;
+#if defined(__x86_64__) || defined(__i386__)
+    __asm__("" : "+x"(q));
+#else
+    __asm__("" : "+g"(q));
+#endif
+    return q;
+}
+
+/* 1/rms of nt <= RMS_GROUP rows of n values (ld apart): each row's sum is its own chain s = s + x[i]^2 (the square
+ * rounded) over i = 0 .. n-1 from 0.0f, as inv_rms's. The rows' chains are interleaved so that they run side by
+ * side: one chain is n dependent adds (~5 us for Flash's 16,384 values), and a step of many tokens ran them one
+ * after another. */
+enum { RMS_GROUP = 8 };
+static void inv_rms_rows(const float *X, int64_t ld, int nt, int n, float eps, float *r) {
+    float s[RMS_GROUP] = { 0 };
+    const float *x[RMS_GROUP];
+    for (int t = 0; t < RMS_GROUP; t++) x[t] = X + (t < nt ? t : 0) * ld;   /* rows past nt: computed, dropped */
+    for (int i = 0; i < n; i++)
+        for (int t = 0; t < RMS_GROUP; t++) s[t] = s[t] + square_rounded(x[t][i]);
+    for (int t = 0; t < nt; t++) r[t] = 1.0f / sqrtf(s[t] / (float)n + eps);
+}
+static float inv_rms(const float *x, int n, float eps) {   /* one row: inv_rms_rows' chain */
     float s = 0.0f;
-    for (int i = 0; i < n; i++) s += x[i] * x[i];
+    for (int i = 0; i < n; i++) s = s + square_rounded(x[i]);
     return 1.0f / sqrtf(s / (float)n + eps);
 }
 
@@ -36,10 +62,13 @@ static void hc_pre_tokens(void *ctx, int t0, int t1, int thread) {
     float *u = jb->u, *scratch = jb->scratch;
     dsv4_hc_mix *mix = jb->mix;
     const int hc = c->hc_mult, d = c->dim, n = hc * d, nmix = hc_mix_count(hc);
+    float rg[RMS_GROUP];
     for (int t = t0; t < t1; t++) {
         const float *x = X + (int64_t)t * n;
         float *m = scratch + (int64_t)t * nmix;
-        const float r = inv_rms(x, n, c->norm_eps);
+        if ((t - t0) % RMS_GROUP == 0)
+            inv_rms_rows(x, n, t1 - t < RMS_GROUP ? t1 - t : RMS_GROUP, n, c->norm_eps, rg);
+        const float r = rg[(t - t0) % RMS_GROUP];
         for (int j = 0; j < nmix; j++) m[j] *= r;
         float pre[8];
         for (int i = 0; i < hc; i++) pre[i] = sigmoidf(m[i] * w->scale[0] + w->base[i]) + c->hc_eps;
