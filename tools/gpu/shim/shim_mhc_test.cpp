@@ -38,15 +38,7 @@ extern "C" {
 DECLARE(v0)
 DECLARE(v1)
 
-static uint64_t rng = 0x9e3779b97f4a7c15ull;
-static uint32_t next_u32() {
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return (uint32_t)(rng >> 16);
-}
-static int below(int n) { return (int)(next_u32() % (uint32_t)n); }
-static float frand(float scale) { return ((float)(next_u32() & 0xffffff) / (float)(1 << 23) - 1.0f) * scale; }
+#include "shim_rng.h"
 /* values over many binades, with zeros, bf16-exact values and the odd large one */
 static void fill(std::vector<float> &x, float scale) {
     for (auto &v : x) {
