@@ -207,12 +207,13 @@ static void linear_close_and_batch_invariant(void **state) {
     dsv4_pool_free(pool);
 }
 
-/* Few and long fp32 rows (the mHC mixes: 24 x hc dim): from 16 tokens cu_linear takes the tile kernel, below the
- * split kernel (k_linear.cu); every token of a batch must have the bytes of the same token alone, for the Flash mix
- * shape and shapes with a partial row block and a partial column segment, and be close to the CPU. */
+/* Few and long fp32 rows (the mHC mixes: 24 x hc dim): from SPT_MIN_T = 256 tokens cu_linear takes the tile kernel,
+ * below the split kernel (k_linear.cu); every token of a batch must have the bytes of the same token alone, for the
+ * Flash mix shape and shapes with a partial row block, a partial column segment and a partial token tile, and be
+ * close to the CPU. */
 static void linear_split_tile_equals_split(void **state) {
     (void)state;
-    static const int shapes[][3] = { { 24, 16384, 300 }, { 20, 2064, 37 }, { 64, 4096, 16 } };
+    static const int shapes[][3] = { { 24, 16384, 300 }, { 20, 2064, 261 }, { 64, 4096, 256 } };
     dsv4_pool *pool = dsv4_pool_new(2);
     for (int si = 0; si < 3; si++) {
         const int rows = shapes[si][0], cols = shapes[si][1], T = shapes[si][2];

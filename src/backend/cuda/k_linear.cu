@@ -187,10 +187,14 @@ __global__ void k_linear_split(dsv4_weight w, const float *__restrict__ x, int T
  * bits whatever T (test_gpu_kernels: the two kernels by memcmp). Fp32 weights of the vector path only. */
 #define SPT_ROWS 8
 #define SPT_TOKENS 8
-#define SPT_MIN_T 16
+#ifndef SPT_MIN_T   /* fewer tokens take k_linear_split, whose blocks (one a row) fill more of the GPU: on an H100
+                      (run 170) 64 streams ran 1.3 % slower on the tile kernel (24 blocks for a mix), 256 streams 3 %
+                      faster; which kernel never changes a bit */
+#define SPT_MIN_T 256
+#endif
 #ifndef LIN_SPLIT_TILE
 #define LIN_SPLIT_TILE 1   /* 0: a measuring build with k_linear_split only */
-#endif   /* below, k_linear_split (decode: one token would leave most of the rows' blocks idle) */
+#endif
 __global__ void __launch_bounds__(32 * LIN_SPLIT) k_linear_split_tile(dsv4_weight w, const float *__restrict__ x, int T, int ldx,
                                                                       float *__restrict__ y, int ldy) {
     dev_grid_wait();

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs tools/gpu/shim/shim_linear_test.cpp on the CPU against the very source of the CUDA-core linear kernels
 # (src/backend/cuda/k_linear.cu) through tools/gpu/shim/cuda_shim.h: the split rows' tile kernel (many tokens) must
-# give k_linear_split's bytes (each token alone), F32 weights of the mHC mixes' and other shapes. ~1 min.
+# give k_linear_split's bytes (each token alone), F32 weights of the mHC mixes' and other shapes; built with the tile
+# kernel from 16 tokens (SPT_MIN_T: which kernel a step takes, never what it computes) so that small T test it. ~3 min.
 # LIN_BUG=quad mutates the tile kernel (its column quads in reverse order) so that the test must fail. Not part of
 # `make test` nor of the GPU suite; needs no build of the project.
 set -euo pipefail
@@ -37,7 +38,7 @@ assert "<<<" not in body
 out.append(body)
 open(out_path, "w").write("\n".join(out))
 PY
-g++ -O2 -std=c++17 -w -DDEV_HW_DECODE=0 -DDEV_HW_E4M3=0 -Iinclude -Isrc -Itools/gpu/shim -c "$D/linear_kernels.cpp" -o "$D/kernels.o" &
+g++ -O2 -std=c++17 -w -DDEV_HW_DECODE=0 -DDEV_HW_E4M3=0 -DSPT_MIN_T=16 -Iinclude -Isrc -Itools/gpu/shim -c "$D/linear_kernels.cpp" -o "$D/kernels.o" &
 g++ -O2 -std=c++17 -Wall -Itools/gpu/shim -c tools/gpu/shim/cuda_shim.cpp -o "$D/cuda_shim.o"
 g++ -O2 -std=c++17 -Wall -Wextra -Iinclude -Isrc -Itools/gpu/shim -c tools/gpu/shim/shim_linear_test.cpp -o "$D/test.o"
 wait

@@ -1,7 +1,7 @@
 /* tools/gpu/shim/shim_linear.sh's test: cu_linear of F32 split rows (few, long rows: the mHC mixes) for T tokens
- * takes the tile kernel (k_linear_split_tile) from SPT_MIN_T tokens on, and k_linear_split below; every output of a
- * batch must have the bytes of the same token computed alone, and be close to a double-precision sum (so that the
- * two kernels cannot agree on something wrong). Shapes: the Flash mix (24 x 16384), a row count and a column count
+ * takes the tile kernel (k_linear_split_tile) from SPT_MIN_T tokens on (16 in this build), and k_linear_split
+ * below; every output of a batch must have the bytes of the same token computed alone, and be close to a
+ * double-precision sum (so that the two kernels cannot agree on something wrong). Shapes: the Flash mix (24 x 16384), a row count and a column count
  * that leave partial row blocks and segments (20 x 2064), 64 x 4096; T = 16, 37. Exits 1 at the first difference. */
 #include <cmath>
 #include <cstdint>
