@@ -153,14 +153,22 @@ __global__ void k_linear(dsv4_weight w, const float *__restrict__ x, int T, int 
                                ncu: 6.0 us a launch at 265 GB/s with one in flight) */
 static bool split_rows(int rows, int cols) { return rows < 128 && cols >= 2048; }
 
+/* Warp s's columns [c0, c1) of a split row: segments of cols / LIN_SPLIT rounded up to 128, the last ones clipped
+ * (both split kernels take them from here, so their chains cover the same columns). */
+__device__ __forceinline__ void split_segment(int cols, int s, int &c0, int &c1) {
+    const int seg = ((cols + LIN_SPLIT - 1) / LIN_SPLIT + 127) / 128 * 128;
+    c0 = s * seg < cols ? s * seg : cols;
+    c1 = c0 + seg < cols ? c0 + seg : cols;
+}
+
 template <bool VEC>
 __global__ void k_linear_split(dsv4_weight w, const float *__restrict__ x, int T, int ldx, float *__restrict__ y, int ldy) {
     dev_grid_wait();
     __shared__ float part[LIN_SPLIT][LIN_TILE];
     const int o = blockIdx.x, s = threadIdx.x >> 5, t0 = blockIdx.y * LIN_TILE;
     const int n = T - t0 < LIN_TILE ? T - t0 : LIN_TILE;
-    const int seg = ((w.cols + LIN_SPLIT - 1) / LIN_SPLIT + 127) / 128 * 128;
-    const int c0 = s * seg < w.cols ? s * seg : w.cols, c1 = c0 + seg < w.cols ? c0 + seg : w.cols;
+    int c0, c1;
+    split_segment(w.cols, s, c0, c1);
     const float *xr[LIN_TILE];
 #pragma unroll
     for (int k = 0; k < LIN_TILE; k++) xr[k] = x + (int64_t)(t0 + (k < n ? k : 0)) * ldx;
@@ -201,8 +209,8 @@ __global__ void __launch_bounds__(32 * LIN_SPLIT) k_linear_split_tile(dsv4_weigh
     __shared__ float part[LIN_SPLIT][SPT_ROWS][SPT_TOKENS];
     const int o0 = blockIdx.x * SPT_ROWS, t0 = blockIdx.y * SPT_TOKENS, s = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int n = T - t0 < SPT_TOKENS ? T - t0 : SPT_TOKENS, nr = w.rows - o0 < SPT_ROWS ? w.rows - o0 : SPT_ROWS;
-    const int seg = ((w.cols + LIN_SPLIT - 1) / LIN_SPLIT + 127) / 128 * 128;
-    const int c0 = s * seg < w.cols ? s * seg : w.cols, c1 = c0 + seg < w.cols ? c0 + seg : w.cols;
+    int c0, c1;
+    split_segment(w.cols, s, c0, c1);
     const float *xr[SPT_TOKENS], *wr[SPT_ROWS];
 #pragma unroll
     for (int k = 0; k < SPT_TOKENS; k++) xr[k] = x + (int64_t)(t0 + (k < n ? k : 0)) * ldx;   /* past n: computed, dropped */

@@ -22,9 +22,7 @@ out = ['#include "cuda_shim.h"', 'extern "C" {', '#include "backend/cuda/cu_kern
        'static inline float __half2float(unsigned short h) {',
        '    const int e = (h >> 10) & 31, m = h & 1023; const float s = (h & 0x8000) ? -1.0f : 1.0f;',
        '    return e == 0 ? s * ldexpf((float)m, -24) : e == 31 ? (m ? NAN : s * INFINITY) : s * ldexpf((float)(m | 1024), e - 25); }']
-a = common.index("/* ---- number formats"); b = common.index("/* ---- weights")
-out.append(common[a:b])
-a = common.index("/* ---- weights"); b = common.rindex("#endif")
+a = common.index("/* ---- number formats"); b = common.rindex("#endif")   # number formats, reductions, weights
 out.append(common[a:b])
 a = lin.index("#define LIN_WARPS")
 body = lin[a:]
