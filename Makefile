@@ -17,7 +17,10 @@ BUILD   ?= build
 endif
 OPT     ?= -O3 -march=native
 SAN     ?=
-CFLAGS  += -std=gnu11 $(OPT) -g -Wall -Wextra -Wno-unused-parameter -Wshadow -Wstrict-prototypes -Wno-format-truncation -Wno-missing-field-initializers \
+# -ffp-contract=off: the only FMAs are the ones the code writes (fmaf). GCC's default in GNU C fuses a * b + c where
+# its passes happen to see one (a loop's vector body and its scalar remainder could differ), so the CPU's bits
+# depended on -O, -march and the compiler's version; now they are the source's (tests/cli/bits_across_builds.sh).
+CFLAGS  += -std=gnu11 $(OPT) -ffp-contract=off -g -Wall -Wextra -Wno-unused-parameter -Wshadow -Wstrict-prototypes -Wno-format-truncation -Wno-missing-field-initializers \
            -pthread -Iinclude -Isrc $(SAN)
 ifeq ($(STATIC_DEPS),1)
 # libmicrohttpd.a needs GnuTLS, which stays shared (every Debian/Ubuntu system has libgnutls30: apt uses it)
@@ -29,7 +32,7 @@ TESTLIBS = -lcmocka
 
 CUDA_HOME ?= /usr/local/cuda
 NVCC      ?= $(CUDA_HOME)/bin/nvcc
-# -fmad=false: as for the CPU ISA kernels (-ffp-contract=off below), the only FMAs are the written ones (fmaf). nvcc
+# -fmad=false: as for the C code (-ffp-contract=off above), the only FMAs are the written ones (fmaf). nvcc
 # contracts a * b + c * d into fma(a, b, c * d) or fma(c, d, a * b) depending on how the code was unrolled, so two
 # layouts of one expression gave different bits (run 42, docs/GPU_RUNS.md), and the CPU shims (tools/gpu/shim,
 # g++ without FMA) could not see it.
@@ -55,8 +58,8 @@ LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o)
 
 # The CPU kernels of src/backend/cpu/isa/ are compiled once per instruction set, into $(BUILD)/isa-NAME/, with
 # -DDSV4_ISA=NAME (their symbols get the suffix _NAME) and the flags of that set whatever -march says; a process
-# picks one set at run time (src/backend/cpu/isa.h). -ffp-contract=off: the only FMAs are the written ones, so
-# the scalar copy (no FMA unit assumed) and the vector copies compute the same expressions.
+# picks one set at run time (src/backend/cpu/isa.h). With -ffp-contract=off (CFLAGS) the only FMAs are the written
+# ones, so the scalar copy (no FMA unit assumed) and the vector copies compute the same expressions.
 ISA_SRC  := $(sort $(wildcard src/backend/cpu/isa/*.c))
 ifneq ($(filter x86_64%,$(shell $(CC) -dumpmachine)),)
 ISAS     := scalar avx2 avx512 avx512bf16
@@ -98,19 +101,16 @@ $(BUILD)/%.o: %.c
 define isa_rules
 $(BUILD)/isa-$(1)/%.o: %.c
 	@mkdir -p $$(dir $$@)
-	$$(CC) $$(CFLAGS) -fvisibility=hidden $$(ISA_FLAGS_$(1)) -ffp-contract=off -DDSV4_ISA=$(1) -MMD -MP -c $$< -o $$@
+	$$(CC) $$(CFLAGS) -fvisibility=hidden $$(ISA_FLAGS_$(1)) -DDSV4_ISA=$(1) -MMD -MP -c $$< -o $$@
 $(BUILD)/pic/isa-$(1)/%.o: %.c
 	@mkdir -p $$(dir $$@)
-	$$(CC) $$(CFLAGS) -fPIC -fvisibility=hidden $$(ISA_FLAGS_$(1)) -ffp-contract=off -DDSV4_ISA=$(1) -MMD -MP -c $$< -o $$@
+	$$(CC) $$(CFLAGS) -fPIC -fvisibility=hidden $$(ISA_FLAGS_$(1)) -DDSV4_ISA=$(1) -MMD -MP -c $$< -o $$@
 endef
 $(foreach i,$(ISAS),$(eval $(call isa_rules,$(i))))
 
 $(BUILD)/%.o: %.cu
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVFLAGS) -Iinclude -Isrc -MMD -MP -c $< -o $@
-
-# the sampler's arithmetic must round exactly like the CUDA kernel's (core/sample_math.h): no FMA contraction
-$(BUILD)/src/core/sample.o $(BUILD)/pic/src/core/sample.o: CFLAGS += -ffp-contract=off
 
 # the chat page is embedded with .incbin (src/server/chat_page.c): rebuild it when the HTML changes
 $(BUILD)/src/server/chat_page.o: src/server/chat_page.html
@@ -178,9 +178,10 @@ test: all
 # test_constraint_gen, test_tool_grammar, constrained.sh and the json_schema / grammar / server_request fuzz
 # targets; tool_choice.sh's 1000-token tool prompts would take minutes under ASan; response_format_thinking.sh's
 # reasoning grammar runs under ASan in test_reply_grammar and test_tool_grammar), and the chat page in chromium
-# (the server's memory is serve.sh's under ASan; the page's JavaScript is the browser's). test_sched_spec runs
+# (the server's memory is serve.sh's under ASan; the page's JavaScript is the browser's), and bits_across_builds.sh
+# (a second, unsanitized build of dsv4 compared with the first: no memory of this build to check). test_sched_spec runs
 # under ASan again since the -O2 -march=native build (its quick mode: 16 tokens per stream, half the requests).
-ASAN_SKIP = tests/node/test_tokenizer.sh tests/node/test_constraint.sh tests/node/tool_choice.sh tests/node/response_format_thinking.sh tests/node/chat_page.sh tests/cli/install.sh tests/cli/help_man.sh tests/cli/version.sh tests/cli/service_unit.sh
+ASAN_SKIP = tests/cli/bits_across_builds.sh tests/node/test_tokenizer.sh tests/node/test_constraint.sh tests/node/tool_choice.sh tests/node/response_format_thinking.sh tests/node/chat_page.sh tests/cli/install.sh tests/cli/help_man.sh tests/cli/version.sh tests/cli/service_unit.sh
 test-asan:
 	$(MAKE) BUILD=build-asan OPT="-O2 -march=native" SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" all
 	BUILD=build-asan DSV4_QUICK=1 SKIP="$(ASAN_SKIP)" tests/run_all.sh

@@ -7,35 +7,22 @@
 
 static inline float sigmoidf(float x) { return 1.0f / (1.0f + expf(-x)); }
 
-/* x * x rounded to float, never fused into the add that follows: the empty asm makes the compiler hold the
- * rounded square in a register. (GCC compiled the loop these replace as rounded squares added in order: it
- * vectorised the squares; only its scalar remainder fused them.) */
-static inline float square_rounded(float x) {
-    float q = x * x;
-#if defined(__x86_64__) || defined(__i386__)
-    __asm__("" : "+x"(q));
-#else
-    __asm__("" : "+g"(q));
-#endif
-    return q;
-}
-
-/* 1/rms of nt <= RMS_GROUP rows of n values (ld apart): each row's sum is its own chain s = s + x[i]^2 (the square
- * rounded) over i = 0 .. n-1 from 0.0f, as inv_rms's. The rows' chains are interleaved so that they run side by
- * side: one chain is n dependent adds (~5 us for Flash's 16,384 values), and a step of many tokens ran them one
- * after another. */
+/* 1/rms of nt <= RMS_GROUP rows of n values (ld apart): each row's sum is its own chain s = s + x[i]^2 over
+ * i = 0 .. n-1 from 0.0f, as inv_rms's, the square rounded (-ffp-contract=off: never fused into the add). The rows'
+ * chains are interleaved so that they run side by side: one chain is n dependent adds (~5 us for Flash's 16,384
+ * values), and a step of many tokens ran them one after another. */
 enum { RMS_GROUP = 8 };
 static void inv_rms_rows(const float *X, int64_t ld, int nt, int n, float eps, float *r) {
     float s[RMS_GROUP] = { 0 };
     const float *x[RMS_GROUP];
     for (int t = 0; t < RMS_GROUP; t++) x[t] = X + (t < nt ? t : 0) * ld;   /* rows past nt: computed, dropped */
     for (int i = 0; i < n; i++)
-        for (int t = 0; t < RMS_GROUP; t++) s[t] = s[t] + square_rounded(x[t][i]);
+        for (int t = 0; t < RMS_GROUP; t++) s[t] = s[t] + x[t][i] * x[t][i];
     for (int t = 0; t < nt; t++) r[t] = 1.0f / sqrtf(s[t] / (float)n + eps);
 }
 static float inv_rms(const float *x, int n, float eps) {   /* one row: inv_rms_rows' chain */
     float s = 0.0f;
-    for (int i = 0; i < n; i++) s = s + square_rounded(x[i]);
+    for (int i = 0; i < n; i++) s = s + x[i] * x[i];
     return 1.0f / sqrtf(s / (float)n + eps);
 }
 
@@ -71,10 +58,10 @@ static void hc_pre_tokens(void *ctx, int t0, int t1, int thread) {
         const float r = rg[(t - t0) % RMS_GROUP];
         for (int j = 0; j < nmix; j++) m[j] *= r;
         float pre[8];
-        for (int i = 0; i < hc; i++) pre[i] = sigmoidf(m[i] * w->scale[0] + w->base[i]) + c->hc_eps;
-        for (int i = 0; i < hc; i++) mix[t].post[i] = 2.0f * sigmoidf(m[hc + i] * w->scale[1] + w->base[hc + i]);
+        for (int i = 0; i < hc; i++) pre[i] = sigmoidf(fmaf(m[i], w->scale[0], w->base[i])) + c->hc_eps;
+        for (int i = 0; i < hc; i++) mix[t].post[i] = 2.0f * sigmoidf(fmaf(m[hc + i], w->scale[1], w->base[hc + i]));
         float *C = mix[t].comb;
-        for (int j = 0; j < hc * hc; j++) C[j] = m[2 * hc + j] * w->scale[2] + w->base[2 * hc + j];
+        for (int j = 0; j < hc * hc; j++) C[j] = fmaf(m[2 * hc + j], w->scale[2], w->base[2 * hc + j]);
         hc_sinkhorn(C, hc, c->hc_iters, c->hc_eps);
         /* ut[e] = fmaf(pre[i], x[i][e], .) over i = 0 .. hc-1 in order from 0.0f (how GCC contracted the scalar
          * loop this replaced; written out so that it no longer depends on the compiler): a stream at a time over the
@@ -151,11 +138,11 @@ void hc_head_one(dsv4_mode mode, const dsv4_config *c, const dsv4_hc_weights *w,
     float wt[8];
     for (int i = 0; i < hc; i++) {
         const float mixi = dot_f32((const float *)w->fn.data + (int64_t)i * n, X, n) * r;
-        wt[i] = sigmoidf(mixi * w->scale[0] + w->base[i]) + c->hc_eps;
+        wt[i] = sigmoidf(fmaf(mixi, w->scale[0], w->base[i])) + c->hc_eps;
     }
     for (int e = 0; e < d; e++) {
         float s = 0.0f;
-        for (int i = 0; i < hc; i++) s += wt[i] * X[i * d + e];
+        for (int i = 0; i < hc; i++) s = fmaf(wt[i], X[i * d + e], s);
         y[e] = s;
     }
     num_bf16(mode, y, d);

@@ -2,6 +2,7 @@
 #include "core/numerics.h"
 #include <math.h>
 
+/* s = s + x[i]^2 over i = 0 .. n-1 from 0.0f, the square rounded (never fused: -ffp-contract=off), then / n */
 static float mean_square(const float *x, int n) {
     float s = 0.0f;
     for (int i = 0; i < n; i++) s += x[i] * x[i];

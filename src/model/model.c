@@ -10,6 +10,7 @@
 #include "model/formats.h"
 #include "model/synthetic.h"
 #include "util/error.h"
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -325,7 +326,8 @@ int dsv4_rope_init(dsv4_rope *r, const dsv4_config *cfg, float base, int yarn, d
             float ramp = (float)((i - lo) / (hi - lo));
             ramp = ramp < 0 ? 0 : ramp > 1 ? 1 : ramp;
             float smooth = 1.0f - ramp;
-            r->freq[i] = r->freq[i] / cfg->rope_factor * (1.0f - smooth) + r->freq[i] * smooth;
+            /* (freq / factor) (1 - smooth) + freq smooth, the first product fused into the sum */
+            r->freq[i] = fmaf(r->freq[i] / cfg->rope_factor, 1.0f - smooth, r->freq[i] * smooth);
         }
     }
     return 0;

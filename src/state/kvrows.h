@@ -28,6 +28,7 @@
 #include "dsv4.h"
 #include <stddef.h>
 #include <stdint.h>
+#include <math.h>
 
 /* Widest row the formats accept (stack scratch in the readers). */
 #define KV_MAX_WIDTH 4096
@@ -60,9 +61,10 @@ float kv_dot(const kv_layout *l, const float *q, const uint8_t *row);
 /* out[j] += a * row[j] for j < width, with the same expression as kv_axpy_f32 on the decoded row. */
 void kv_axpy(const kv_layout *l, float a, const uint8_t *row, float *out);
 
-/* The fp32 accumulation every format shares (the attention's P.V). */
+/* The fp32 accumulation every format shares (the attention's P.V): one fmaf a key and column, as the CUDA
+ * kernels accumulate it. */
 static inline void kv_axpy_f32(float a, const float *v, float *out, int n) {
-    for (int j = 0; j < n; j++) out[j] += a * v[j];
+    for (int j = 0; j < n; j++) out[j] = fmaf(a, v[j], out[j]);
 }
 
 /* KV bytes that one context token adds to a sequence, by layer type (spec §15.1): a ratio-4 layer stores one

@@ -7,6 +7,7 @@
 #include "backend/cpu/vec.h"
 #include "model/weight.h"
 #include <math.h>
+#include <stddef.h>
 
 /* Dot product with 32 fixed lanes (four independent vector accumulators, enough to hide FMA latency), reduced
  * by vec_reduce32's fixed tree, then the tail. The order never depends on the caller. */
