@@ -18,6 +18,7 @@ typedef struct {
     dsv4_workspace *ws;
     kv_layout kv;            /* the stored form of window and compressed rows (state/kvrows.h) */
     int64_t idx_jobs;        /* index_select: jobs of IDX_JOB_ROWS rows a query */
+    int att_group;           /* attend: heads a task (attend_group_size) */
 } attn_ctx;
 
 /* ---- per-token preparation: norms, RoPE, ape, QAT simulations ------------------------------------------ */
@@ -306,6 +307,112 @@ void sink_attention(dsv4_mode mode, const float *q, const float *const *keys, in
     sink_attention_kv(mode, &f32, q, (const uint8_t *const *)keys, nk, scale, sink, scores, out);
 }
 
+/* Heads of one query that attend together. V4 has one KV head, so all heads of a token read the same key rows;
+ * a group of G <= ATT_GROUP heads reads (and decodes from the stored format) each row once for all G, instead of
+ * once a head, and runs the G heads' chains side by side. Each head's numbers are sink_attention_kv's, operation
+ * for operation: its scores dot_f32(q_h, row) * scale (dot4_f32 is four dot_f32 bit for bit, kv_dot is dot_f32
+ * of the decoded row), one max, den = e^(sink - max) + the e_i in key order, and out[j] the chain
+ * fmaf(p_i, v_i[j], .) over the keys in order from 0.0f, then times 1/den. So the group size never changes a bit;
+ * only how many tasks a step has (attend_group_size). */
+enum { ATT_PV_COLS = 64 };
+
+/* out[g][j0 .. j0 + w) for the G heads: the P.V chains of one block of columns, the block's accumulators held for
+ * all keys (ATT_PV_COLS columns x G heads), each key's block of values read once for the group. */
+static void pv_block(const kv_layout *kv, const uint8_t *const *keys, int nk, const float *P, int G, int j0, int w,
+                     const float *inv, float *const *out) {
+    float acc[ATT_GROUP][ATT_PV_COLS], vbuf[ATT_PV_COLS];
+    for (int g = 0; g < G; g++)
+        for (int j = 0; j < ATT_PV_COLS; j++) acc[g][j] = 0.0f;
+    for (int i = 0; i < nk; i++) {
+        const float *v = vbuf;
+        if (kv->fmt == DSV4_KV_F32) v = (const float *)(const void *)keys[i] + j0;
+        else kv_decode_range(kv, keys[i], j0, w, vbuf);
+        for (int g = 0; g < G; g++) {
+            const float p = P[(int64_t)g * nk + i];
+            for (int j = 0; j < w; j++) acc[g][j] = fmaf(p, v[j], acc[g][j]);
+        }
+    }
+    for (int g = 0; g < G; g++)
+        for (int j = 0; j < w; j++) out[g][j0 + j] = acc[g][j] * inv[g];
+}
+
+#if defined(DSV4_AVX512)
+/* pv_block for a full group and block (ATT_GROUP = 4 heads x 64 columns), its 16 accumulators in registers (the
+ * compiler kept pv_block's in memory): the same fmaf per element, so the same bits. */
+static void pv_block_4x64(const kv_layout *kv, const uint8_t *const *keys, int nk, const float *P, int j0,
+                          const float *inv, float *const *out) {
+    __m512 acc[4][4];
+    float vbuf[ATT_PV_COLS];
+    for (int g = 0; g < 4; g++)
+        for (int k = 0; k < 4; k++) acc[g][k] = _mm512_setzero_ps();
+    for (int i = 0; i < nk; i++) {
+        const float *v = vbuf;
+        if (kv->fmt == DSV4_KV_F32) v = (const float *)(const void *)keys[i] + j0;
+        else kv_decode_range(kv, keys[i], j0, ATT_PV_COLS, vbuf);
+        const __m512 v0 = _mm512_loadu_ps(v), v1 = _mm512_loadu_ps(v + 16), v2 = _mm512_loadu_ps(v + 32),
+                     v3 = _mm512_loadu_ps(v + 48);
+        for (int g = 0; g < 4; g++) {
+            const __m512 p = _mm512_set1_ps(P[(int64_t)g * nk + i]);
+            acc[g][0] = _mm512_fmadd_ps(p, v0, acc[g][0]);
+            acc[g][1] = _mm512_fmadd_ps(p, v1, acc[g][1]);
+            acc[g][2] = _mm512_fmadd_ps(p, v2, acc[g][2]);
+            acc[g][3] = _mm512_fmadd_ps(p, v3, acc[g][3]);
+        }
+    }
+    for (int g = 0; g < 4; g++) {
+        const __m512 s = _mm512_set1_ps(inv[g]);
+        for (int k = 0; k < 4; k++) _mm512_storeu_ps(out[g] + j0 + 16 * k, _mm512_mul_ps(acc[g][k], s));
+    }
+}
+#endif
+
+/* sink_attention_kv for the G heads q[0 .. G-1] of one query over one key set; P is scratch for G x nk values. */
+static void sink_attention_group(dsv4_mode mode, const kv_layout *kv, const float *const *q, int G,
+                                 const uint8_t *const *keys, int nk, float scale, const float *sink, float *P,
+                                 float *const *out) {
+    const int D = kv->width;
+    float row[KV_MAX_WIDTH], inv[ATT_GROUP];
+    for (int i = 0; i < nk; i++) {
+        const float *r = row;
+        if (kv->fmt == DSV4_KV_F32) r = (const float *)(const void *)keys[i];
+        else kv_decode(kv, keys[i], row);
+        float s[ATT_GROUP];
+        if (G == 4) dot4_f32(r, q, D, s);
+        else
+            for (int g = 0; g < G; g++) s[g] = dot_f32(q[g], r, D);
+        for (int g = 0; g < G; g++) P[(int64_t)g * nk + i] = s[g] * scale;
+    }
+    for (int g = 0; g < G; g++) {   /* P becomes the probabilities the P.V reads */
+        float *Pg = P + (int64_t)g * nk, mx = -INFINITY;
+        for (int i = 0; i < nk; i++) mx = fmaxf(mx, Pg[i]);
+        float den = expf(sink[g] - mx);
+        for (int i = 0; i < nk; i++) {
+            const float e = expf(Pg[i] - mx);
+            den += e;
+            Pg[i] = num_bf16_1(mode, e);
+        }
+        inv[g] = 1.0f / den;
+    }
+    for (int j0 = 0; j0 < D; j0 += ATT_PV_COLS) {
+#if defined(DSV4_AVX512)
+        if (G == 4 && D - j0 >= ATT_PV_COLS) {
+            pv_block_4x64(kv, keys, nk, P, j0, inv, out);
+            continue;
+        }
+#endif
+        pv_block(kv, keys, nk, P, G, j0, D - j0 < ATT_PV_COLS ? D - j0 : ATT_PV_COLS, inv, out);
+    }
+    for (int g = 0; g < G; g++) num_bf16(mode, out[g], D);
+}
+
+/* Heads a task: up to ATT_GROUP, fewer where a step has too few tokens to give every thread two tasks (decode on
+ * many cores). Any size gives the same numbers. */
+static int attend_group_size(int T, int H, int threads) {
+    int G = ATT_GROUP;
+    while (G > 1 && (int64_t)T * ((H + G - 1) / G) < 2 * (int64_t)threads) G /= 2;
+    return G;
+}
+
 static void attend(void *vctx, int begin, int end, int thread) {
     attn_ctx *a = vctx;
     const struct dsv4_model *m = a->m;
@@ -315,10 +422,11 @@ static void attend(void *vctx, int begin, int end, int thread) {
     const dsv4_mode mode = m->mode;
     const int D = c->head_dim, R = c->rope_dim, N = D - R, H = c->n_heads, W = c->window;
     const float scale = 1.0f / sqrtf((float)D);
-    float *sc = ws->keyscratch + (int64_t)thread * (W + ws->rows_cap);
+    const int G = a->att_group, groups = (H + G - 1) / G;
+    float *sc = ws->keyscratch + (int64_t)thread * ATT_GROUP * (W + ws->rows_cap);
     const uint8_t **keys = (const uint8_t **)(void *)(ws->keyptrs + (int64_t)thread * (W + ws->rows_cap));
     for (int task = begin; task < end; task++) {
-        const int t = task / H, h = task % H;
+        const int t = task / groups, h0 = task % groups * G, nh = H - h0 < G ? H - h0 : G;
         const int item = ws->batch.item_of[t];
         const dsv4_seq *seq = ws->batch.items[item].seq;
         const dsv4_layer_state *ls = &seq->layer[a->L];
@@ -336,11 +444,14 @@ static void attend(void *vctx, int begin, int end, int thread) {
             const int32_t *sel = ws->sel + (int64_t)t * c->index_topk;
             for (int k = 0; k < ws->n_sel[t]; k++) keys[nk++] = rows_at(&ls->crows, sel[k]);
         }
-        const float *q = ws->q + ((int64_t)t * H + h) * D;
-        float *o = ws->o + ((int64_t)t * H + h) * D;
-        sink_attention_kv(mode, &a->kv, q, keys, nk, scale, ly->attn_sink[h], sc, o);
-        num_bf16(mode, o, D);
-        rope_apply(mode, layer_rope(m, ly->ratio), R, o + N, p, 1);
+        const float *q[ATT_GROUP];
+        float *o[ATT_GROUP];
+        for (int g = 0; g < nh; g++) {
+            q[g] = ws->q + ((int64_t)t * H + h0 + g) * D;
+            o[g] = ws->o + ((int64_t)t * H + h0 + g) * D;
+        }
+        sink_attention_group(mode, &a->kv, q, nh, keys, nk, scale, ly->attn_sink + h0, sc, o);
+        for (int g = 0; g < nh; g++) rope_apply(mode, layer_rope(m, ly->ratio), R, o[g] + N, p, 1);
     }
 }
 
@@ -434,7 +545,8 @@ void attention_forward(struct dsv4_model *m, const dsv4_layer *ly, int L, dsv4_w
     cpu_profile_mark(&m->prof, CP_COMPRESS);
     if (ly->ratio == 4) index_select(&a, T);
     cpu_profile_mark(&m->prof, CP_INDEX);
-    dsv4_pool_run(m->pool, T * H, attend, &a);
+    a.att_group = attend_group_size(T, H, dsv4_pool_threads(m->pool));
+    dsv4_pool_run(m->pool, T * ((H + a.att_group - 1) / a.att_group), attend, &a);
     cpu_profile_mark(&m->prof, CP_ATTEND);
     attention_output(m, ly, ws);
     cpu_profile_mark(&m->prof, CP_OUTPUT);

@@ -5,6 +5,10 @@
 #include "core/workspace.h"
 #include "model/model.h"
 
+/* Heads of one query a task attends together (they share the key rows: one KV head); the workspace's key scratch
+ * holds this many heads' scores a thread. */
+enum { ATT_GROUP = 4 };
+
 /* ws->xn [T][d] -> ws->sub [T][d] with the weights of `ly`. Advances every sequence's layer-L state (ring,
  * compressors, rows) by its tokens of the step. (ly is &m->layers[L] for the backbone; speculative heads pass
  * their own block and the index of their state.) */

@@ -80,7 +80,7 @@ int workspace_ensure(struct dsv4_model *m, int T, int64_t max_rows) {
     if (max_rows > ws->rows_cap || !ws->keyscratch) {
         int64_t cap = ws->rows_cap ? ws->rows_cap : 64;
         while (cap < max_rows) cap *= 2;
-        GROW(ws->keyscratch, nt * (c->window + cap));
+        GROW(ws->keyscratch, nt * ATT_GROUP * (c->window + cap));
         GROW(ws->keyptrs, nt * (c->window + cap));
         ws->rows_cap = cap;
     }

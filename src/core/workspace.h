@@ -33,8 +33,9 @@ typedef struct dsv4_workspace {
     int32_t *sel;                /* [T][index_topk] selected rows */
     int *n_sel;                  /* [T] */
     float *pooled;               /* [d_max] */
-    float *keyscratch;           /* [threads][window + rows_cap] scores (attention; before it, the indexer's of a step
-                                    of fewer tokens than threads: core/attention.c index_select) */
+    float *keyscratch;           /* [threads][ATT_GROUP][window + rows_cap] scores (attention: a group of heads; before
+                                    it, the indexer's of a step of fewer tokens than threads, [t][window + rows_cap]:
+                                    core/attention.c index_select) */
     float *idxscratch;           /* [threads][index_topk] heap of indexer scores */
     int32_t *heapscratch;        /* [threads][index_topk] */
     const float **keyptrs;       /* [threads][window + rows_cap] key rows of one query */

@@ -200,7 +200,11 @@ static inline void load32(const kv_layout *l, const uint8_t *row, int i, __m256 
 #endif
 
 /* Decode values [i0, i0 + n) into buf. */
-static void decode_range(const kv_layout *l, const uint8_t *row, int i0, int n, float *buf) {
+void kv_decode_range(const kv_layout *l, const uint8_t *row, int i0, int n, float *buf) {
+    if (l->fmt == DSV4_KV_F32) {
+        memcpy(buf, (const float *)(const void *)row + i0, sizeof(float) * (size_t)n);
+        return;
+    }
     int i = 0;
 #ifdef DSV4_AVX2
     if (fused_ok(l) && i0 % 32 == 0)
@@ -248,7 +252,7 @@ void kv_axpy(const kv_layout *l, float a, const uint8_t *row, float *out) {
     float buf[256];
     for (int j0 = 0; j0 < n; j0 += 256) {
         const int len = n - j0 < 256 ? n - j0 : 256;
-        decode_range(l, row, j0, len, buf);
+        kv_decode_range(l, row, j0, len, buf);
         kv_axpy_f32(a, buf, out + j0, len);
     }
 }

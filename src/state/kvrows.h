@@ -56,6 +56,8 @@ int kv_format_check(int fmt, int head_dim, int rope_dim, int index_head_dim, dsv
 void kv_encode(const kv_layout *l, const float *x, uint8_t *dst);
 /* Decode one row to fp32 (exact). */
 void kv_decode(const kv_layout *l, const uint8_t *src, float *out);
+/* Decode values [i0, i0 + n) of one row to fp32 (exact: each value as kv_decode gives it). */
+void kv_decode_range(const kv_layout *l, const uint8_t *row, int i0, int n, float *out);
 /* dot(q, row): bit-identical to dot_f32(q, decoded row, width). */
 float kv_dot(const kv_layout *l, const float *q, const uint8_t *row);
 /* out[j] += a * row[j] for j < width, with the same expression as kv_axpy_f32 on the decoded row. */

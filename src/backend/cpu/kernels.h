@@ -72,6 +72,30 @@ static inline void dot2_f32(const float *a, const float *b0, const float *b1, in
 #endif
 }
 
+/* Four dots against one row at once (the row is loaded once for the four): r[k] = dot_f32(a, b[k], n), bit for
+ * bit (each its own two lane accumulators, the same tree and tail; with the operands of each product swapped, which
+ * changes no product). */
+static inline void dot4_f32(const float *a, const float *const b[4], int n, float r[4]) {
+#if defined(DSV4_AVX512)
+    __m512 p[4][2];
+    for (int k = 0; k < 4; k++) p[k][0] = p[k][1] = _mm512_setzero_ps();
+    int i = 0;
+    for (; i + 32 <= n; i += 32) {
+        const __m512 w0 = _mm512_loadu_ps(a + i), w1 = _mm512_loadu_ps(a + i + 16);
+        for (int k = 0; k < 4; k++) {
+            p[k][0] = _mm512_fmadd_ps(w0, _mm512_loadu_ps(b[k] + i), p[k][0]);
+            p[k][1] = _mm512_fmadd_ps(w1, _mm512_loadu_ps(b[k] + i + 16), p[k][1]);
+        }
+    }
+    float t[4] = { 0.0f, 0.0f, 0.0f, 0.0f };
+    for (; i < n; i++)
+        for (int k = 0; k < 4; k++) t[k] = fmaf(a[i], b[k][i], t[k]);
+    for (int k = 0; k < 4; k++) r[k] = vec_reduce32_zmm(p[k][0], p[k][1]) + t[k];
+#else
+    for (int k = 0; k < 4; k++) r[k] = dot_f32(a, b[k], n);
+#endif
+}
+
 /* Ask for n bytes at p to be brought into the caches ahead of their use (one request per 64-byte line). The
  * one-token linears stream every weight byte once; prefetching moves no result. */
 static inline void prefetch_bytes(const void *p, size_t n) {
