@@ -366,10 +366,8 @@ static void pv_block_4x64(const kv_layout *kv, const uint8_t *const *keys, int n
 }
 #endif
 
-/* sink_attention_kv for the G heads q[0 .. G-1] of one query over one key set; P is scratch for G x nk values. */
-static void sink_attention_group(dsv4_mode mode, const kv_layout *kv, const float *const *q, int G,
-                                 const uint8_t *const *keys, int nk, float scale, const float *sink, float *P,
-                                 float *const *out) {
+void sink_attention_heads(dsv4_mode mode, const kv_layout *kv, const float *const *q, int G, const uint8_t *const *keys,
+                          int nk, float scale, const float *sink, float *P, float *const *out) {
     const int D = kv->width;
     float row[KV_MAX_WIDTH], inv[ATT_GROUP];
     for (int i = 0; i < nk; i++) {
@@ -450,7 +448,7 @@ static void attend(void *vctx, int begin, int end, int thread) {
             q[g] = ws->q + ((int64_t)t * H + h0 + g) * D;
             o[g] = ws->o + ((int64_t)t * H + h0 + g) * D;
         }
-        sink_attention_group(mode, &a->kv, q, nh, keys, nk, scale, ly->attn_sink + h0, sc, o);
+        sink_attention_heads(mode, &a->kv, q, nh, keys, nk, scale, ly->attn_sink + h0, sc, o);
         for (int g = 0; g < nh; g++) rope_apply(mode, layer_rope(m, ly->ratio), R, o[g] + N, p, 1);
     }
 }

@@ -4,6 +4,7 @@
 #define DSV4_CORE_ATTENTION_H
 #include "core/workspace.h"
 #include "model/model.h"
+#include "state/kvrows.h"
 
 /* Heads of one query a task attends together (they share the key rows: one KV head); the workspace's key scratch
  * holds this many heads' scores a thread. */
@@ -22,4 +23,9 @@ void attention_output(struct dsv4_model *m, const dsv4_layer *ly, dsv4_workspace
  * (q.k * scale) and one extra logit `sink` whose value is zero. `scores` is scratch of nk floats. */
 void sink_attention(dsv4_mode mode, const float *q, const float *const *keys, int nk, int D, float scale, float sink,
                     float *scores, float *out);
+/* sink_attention for G <= ATT_GROUP heads q[0 .. G-1] of one query over one key set in the stored format kv (V4's
+ * heads share their keys, so each row is read and decoded once for the G): out[g] is sink_attention's output for
+ * q[g] over the decoded keys, bit for bit, whatever G. sink[g] is head g's sink logit; P is scratch of G x nk. */
+void sink_attention_heads(dsv4_mode mode, const kv_layout *kv, const float *const *q, int G, const uint8_t *const *keys,
+                          int nk, float scale, const float *sink, float *P, float *const *out);
 #endif

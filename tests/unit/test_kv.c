@@ -1,6 +1,7 @@
 /* KV storage formats (issue 5, src/state/kvrows.h).
  *   - row codec: OFFICIAL-simulated rows round-trip exactly through bf16/fp8; kv_dot / kv_axpy give the bits
  *     of dot_f32 / the fp32 accumulation over the decoded row;
+ *   - a group of heads' attention over stored rows (sink_attention_heads) = one head's over the decoded rows;
  *   - OFFICIAL mode: fp8 and bf16 KV give logits bit-identical (memcmp) to f32 KV across the parity matrix
  *     (one-shot, token by token, chunks) for flash-like, pro-like and compressed-only topologies;
  *   - EXACT mode: one-shot == decode == chunks within bf16 and within fp8; the deviation from f32 KV is
@@ -22,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "backend/cpu/kernels.h"
+#include "core/attention.h"
 #include "helpers/testmodel.h"
 #include "model/formats.h"
 #include "model/model.h"
@@ -400,6 +402,63 @@ static void state_round_trips(void **state) {
     }
 }
 
+/* ---- a group of heads' attention ------------------------------------------------------------------------ */
+
+/* sink_attention_heads (a task's group of heads, each stored row read and decoded once for the group) =
+ * sink_attention (one head over f32 keys) over the decoded rows, by memcmp: every format, both modes, groups of
+ * 1-4 heads, widths with a partial 64-column block and an fp8 part that is not a multiple of 32, 1 to 130 keys. */
+static void heads_equal_one_head(void **state) {
+    (void)state;
+    enum { MAXK = 130, MAXD = 512 };
+    static const int widths[][2] = { {512, 64}, {80, 16}, {200, 64} };
+    static const int nks[] = { 1, 7, 33, MAXK };
+    static uint8_t rows[MAXK][4 * MAXD];
+    static float dec[MAXK][MAXD], q[4][MAXD], out[4][MAXD], ref[MAXD], P[4 * MAXK], sc[MAXK];
+    uint64_t seed = 11;
+    int checked = 0;
+    for (int w = 0; w < 3; w++) {
+        const int D = widths[w][0], R = widths[w][1];
+        const float scale = 1.0f / sqrtf((float)D);
+        for (int f = DSV4_KV_F32; f <= DSV4_KV_FP8; f++) {
+            kv_layout l;
+            kv_layout_init(&l, f, KV_ROW_MAIN, D, R);
+            for (int a = 0; a < 4; a++) {
+                const int nk = nks[a];
+                const uint8_t *keys[MAXK];
+                const float *fkeys[MAXK];
+                for (int i = 0; i < nk; i++) {
+                    float x[MAXD];
+                    for (int j = 0; j < D; j++) x[j] = frand(&seed) * (j % 31 == 0 ? 8.0f : 1.0f);
+                    kv_encode(&l, x, rows[i]);
+                    kv_decode(&l, rows[i], dec[i]);
+                    keys[i] = rows[i];
+                    fkeys[i] = dec[i];
+                }
+                for (int G = 1; G <= ATT_GROUP; G++)
+                    for (int mode = DSV4_MODE_EXACT; mode <= DSV4_MODE_OFFICIAL; mode++) {
+                        const float *qp[ATT_GROUP];
+                        float *op[ATT_GROUP], sink[ATT_GROUP];
+                        for (int g = 0; g < G; g++) {
+                            for (int j = 0; j < D; j++) q[g][j] = 3.0f * frand(&seed);
+                            sink[g] = frand(&seed);
+                            qp[g] = q[g];
+                            op[g] = out[g];
+                        }
+                        sink_attention_heads((dsv4_mode)mode, &l, qp, G, keys, nk, scale, sink, P, op);
+                        for (int g = 0; g < G; g++) {
+                            sink_attention((dsv4_mode)mode, q[g], fkeys, nk, D, scale, sink[g], sc, ref);
+                            if (memcmp(ref, out[g], sizeof(float) * (size_t)D))
+                                fail_msg("%s D=%d nk=%d G=%d mode %d: head %d differs from one-head attention",
+                                         kv_format_name(f), D, nk, G, mode, g);
+                            checked++;
+                        }
+                    }
+            }
+        }
+    }
+    assert_int_equal(checked, 3 * 3 * 4 * 10 * 2);
+}
+
 static void refuses_unknown_format(void **state) {
     (void)state;
     dsv4_error err;
@@ -418,6 +477,7 @@ static void refuses_unknown_format(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(codec_exact_for_official_rows),
+        cmocka_unit_test(heads_equal_one_head),
         cmocka_unit_test(refuses_unknown_format),
         cmocka_unit_test(memory_accounting),
         cmocka_unit_test(official_matrix),
