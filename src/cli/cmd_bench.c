@@ -241,8 +241,23 @@ static void graph_host_report(const cuda_graph_info *g0, const cuda_graph_info *
     rep_num(rep, "graph_host", "wait_ms", wait);
 }
 
+/* The prompt's prefill steps on a fresh sequence, untimed, the sequence then freed: the step's workspace grown
+ * and its pages touched (and on the GPU its buffers allocated), as a server's are after its first request and as
+ * llama-bench's warm-up run leaves llama.cpp's. */
+static int warm_up_prefill(dsv4_model *m, const int32_t *tok, int prompt, int chunk, float *logits, dsv4_error *err) {
+    dsv4_seq *w;
+    if (dsv4_seq_new(m, &w, err)) return -1;
+    int rc = 0;
+    for (int at = 0; !rc && at < prompt; at += chunk) {
+        dsv4_step_item it = { w, tok + at, prompt - at < chunk ? prompt - at : chunk, DSV4_LOGITS_LAST, logits };
+        rc = dsv4_step(m, &it, 1, err);
+    }
+    dsv4_seq_free(w);
+    return rc;
+}
+
 static int bench_single_stream(dsv4_model *m, int prompt, int chunk, int decode, double bw, double host_bw, int profile,
-                               json_t *rep) {
+                               int warmup, json_t *rep) {
     dsv4_error err;
     dsv4_seq *s;
     if (dsv4_seq_new(m, &s, &err)) return cli_fail(CMD, &err);
@@ -250,8 +265,12 @@ static int bench_single_stream(dsv4_model *m, int prompt, int chunk, int decode,
     float *logits = malloc(sizeof(float) * (size_t)m->cfg.vocab_size);
     if (!tok || !logits) { free(tok); free(logits); dsv4_seq_free(s); return cli_error(CMD, "out of memory"); }
     bench_tokens(m, tok, prompt + decode);
-    if (profile) profile_on(m, 1);
     if (chunk <= 0 || chunk > prompt) chunk = prompt;
+    if (warmup && warm_up_prefill(m, tok, prompt, chunk, logits, &err)) {
+        free(tok); free(logits); dsv4_seq_free(s);
+        return cli_fail(CMD, &err);
+    }
+    if (profile) profile_on(m, 1);
     const int steps = (prompt + chunk - 1) / chunk;
     double t0 = now_s(), first_s = 0, last_s = 0;
     int rc = 0;
@@ -305,10 +324,12 @@ static int bench_single_stream(dsv4_model *m, int prompt, int chunk, int decode,
     if (rc) return cli_fail(CMD, &err);
     const double bytes = (double)dsv4_decode_weight_bytes(m), tps = decode / (t2 - t1);
     if (steps == 1)
-        printf("%-26s %10.1f tok/s   (%d tokens in one step)\n", "prefill", prompt / (t1 - t0), prompt);
+        printf("%-26s %10.1f tok/s   (%d tokens in one step%s)\n", "prefill", prompt / (t1 - t0), prompt,
+               warmup ? ", after a warm-up prefill" : "");
     else
-        printf("%-26s %10.1f tok/s   (%d tokens in %d steps of %d; the first step %.1f tok/s, the last %.1f)\n", "prefill",
-               prompt / (t1 - t0), prompt, steps, chunk, chunk / first_s, (prompt - (steps - 1) * chunk) / last_s);
+        printf("%-26s %10.1f tok/s   (%d tokens in %d steps of %d; the first step %.1f tok/s, the last %.1f%s)\n",
+               "prefill", prompt / (t1 - t0), prompt, steps, chunk, chunk / first_s, (prompt - (steps - 1) * chunk) / last_s,
+               warmup ? "; after a warm-up prefill" : "");
     printf("%-26s %10.2f tok/s   %.1f ms/token\n", "decode, 1 stream", tps, 1e3 / tps);
     printf("%-26s %10.2f GB/s    %.3f GB weights read per token\n", "decode weight traffic", bytes * tps / 1e9, bytes / 1e9);
     if (bw > 0) printf("%-26s %10.1f %%      of measured read bandwidth\n", "bandwidth fraction", 100.0 * bytes * tps / 1e9 / bw);
@@ -318,6 +339,7 @@ static int bench_single_stream(dsv4_model *m, int prompt, int chunk, int decode,
     rep_num(rep, "single_stream", "prompt_tokens", prompt);
     rep_num(rep, "single_stream", "prefill_tok_s", prompt / (t1 - t0));
     rep_num(rep, "single_stream", "prefill_steps", steps);
+    rep_num(rep, "single_stream", "prefill_warmed_up", warmup);
     if (steps > 1) {
         rep_num(rep, "single_stream", "prefill_chunk_tokens", chunk);
         rep_num(rep, "single_stream", "prefill_first_step_tok_s", chunk / first_s);
@@ -611,7 +633,7 @@ static int bench_grammar(const char *dir, int device) {
 int cmd_bench(int argc, char **argv) {
     const char *model_dir = NULL, *synth = NULL, *skew = NULL, *streams = NULL, *spec = NULL, *isa = NULL, *json_path = NULL, *context = NULL;
     long long threads = 0, prompt = 128, decode = 32, chunk = 0;
-    int tokenizer = 0, grammar = 0, no_bw = 0, profile = 0, kv = DSV4_KV_F32, device = DSV4_DEVICE_CPU, gpus = 1;
+    int tokenizer = 0, grammar = 0, no_bw = 0, profile = 0, warmup = 0, kv = DSV4_KV_F32, device = DSV4_DEVICE_CPU, gpus = 1;
     dsv4_mode mode = DSV4_MODE_EXACT;
     cli_placement place = { 0 };
     for (int i = 1; i < argc; i++) {
@@ -637,6 +659,7 @@ int cmd_bench(int argc, char **argv) {
         }
         else if (!strcmp(a, "--tokenizer")) tokenizer = 1;
         else if (!strcmp(a, "--profile")) profile = 1;
+        else if (!strcmp(a, "--warmup")) warmup = 1;
         else if (!strcmp(a, "--isa")) { if (!(v = cli_value(CMD, argc, argv, &i))) return 1; isa = v; }
         else if (!strcmp(a, "--grammar")) grammar = 1;
         else if (!strcmp(a, "--device")) { if (!(v = cli_value(CMD, argc, argv, &i)) || cli_parse_device(CMD, v, &device)) return 1; }
@@ -720,7 +743,7 @@ int cmd_bench(int argc, char **argv) {
         if (bw > 0 && m->cuda) rep_num(rep, "machine", "device_copy_gb_s", bw);
         if (host_bw > 0) rep_num(rep, "machine", "memory_read_gb_s", host_bw);
     }
-    int rc = bench_single_stream(m, (int)prompt, (int)chunk, (int)decode, bw, host_bw, profile, rep);
+    int rc = bench_single_stream(m, (int)prompt, (int)chunk, (int)decode, bw, host_bw, profile, warmup, rep);
     if (!rc) rc = route_share_report(m, (int)prompt, (int)decode, rep);
     if (!rc && streams) rc = bench_streams(m, streams, (int)decode, bw, profile, rep);
     if (!rc && context) rc = bench_context(m, context, (int)decode, profile, rep);

@@ -136,6 +136,7 @@ static const cmd_help HELP[] = {
                          "routing favours a few (a separate folder, ...-skewS); measure it with dsv4 profile and inspect"},
       {"--prompt N", "prompt tokens of the single-stream run (default 128)"},
       {"--prefill-chunk N", "prefill the prompt in steps of at most N tokens (default: one step)"},
+      {"--warmup", "time the prefill after an untimed one of the same prompt on another sequence (the step's buffers grown and touched, as after a server's first request; llama-bench warms up likewise)"},
       {"--decode N", "decoded tokens per run (default 32)"},
       {"--streams LIST", "also decode with 1,2,4,... streams together"},
       {"--spec LIST", "also compare drafters: none,ngram,self,mtp,dspark (with --streams: also inside the scheduler)"},

@@ -34,6 +34,14 @@ if grep -q "^prefill .*(10 tokens in 3 steps of 4; the first step [0-9.]* tok/s,
    node -e 'const s = JSON.parse(require("fs").readFileSync(process.argv[1])).single_stream;
             process.exit(s.prefill_steps === 3 && s.prefill_chunk_tokens === 4 && s.prefill_last_step_tok_s > 0 ? 0 : 1)' "$T/c.json"
 then ok; else bad "prefill chunks: $(grep -i prefill "$T/out")"; fi
+# --warmup: the timed prefill follows an untimed one (one step and chunked), and the JSON says so
+expect_ok "bench --warmup" "$BIN" bench -m "$T/m" --no-bandwidth --prompt 10 --decode 2 --warmup --json "$T/w.json"
+if grep -q "^prefill .*(10 tokens in one step, after a warm-up prefill)" "$T/out" &&
+   node -e 'process.exit(JSON.parse(require("fs").readFileSync(process.argv[1])).single_stream.prefill_warmed_up === 1 ? 0 : 1)' "$T/w.json" &&
+   node -e 'process.exit(JSON.parse(require("fs").readFileSync(process.argv[1])).single_stream.prefill_warmed_up === 0 ? 0 : 1)' "$T/c.json"
+then ok; else bad "bench --warmup: $(grep -i prefill "$T/out")"; fi
+expect_ok "bench --warmup --prefill-chunk" "$BIN" bench -m "$T/m" --no-bandwidth --prompt 10 --prefill-chunk 4 --decode 2 --warmup
+grep -q "^prefill .*(10 tokens in 3 steps of 4; .*; after a warm-up prefill)" "$T/out" && ok || bad "bench --warmup chunked: $(grep -i prefill "$T/out")"
 # --profile on the CPU: a per-stage table for the prefill (one step) and for the decode steps, every stage named,
 # times not negative and shares adding up to 100 %
 expect_ok "bench --profile (cpu)" "$BIN" bench -m "$T/m" --no-bandwidth --prompt 6 --decode 3 --profile

@@ -171,7 +171,8 @@ for r in $(seq 1 "$ROUNDS"); do
     for mode in official exact; do
         log "round $r: dsv4 $mode"
         load=$(wait_quiet)
-        out=$("$DSV4" bench --synthetic flash-2g --mode "$mode" --prompt 128 --decode 32 --threads "$THREADS" 2>&1)
+        # --warmup: an untimed prefill first (llamacpp_run, like llama-bench, warms up and then keeps the best of 3 reps)
+        out=$("$DSV4" bench --synthetic flash-2g --mode "$mode" --prompt 128 --decode 32 --warmup --threads "$THREADS" 2>&1)
         echo "$out" > "$DATA/dsv4_${mode}_r$r.log"
         pf=$(echo "$out" | awk '/^prefill /{print $2}')
         dc=$(echo "$out" | awk '/^decode, 1 stream/{print $4}')
