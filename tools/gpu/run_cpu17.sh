@@ -11,7 +11,7 @@
 #           (space-separated; VAR=value, several joined by +), with the bench's pool line
 #   targets issue 17's table on this host: flash-2g with the bench's bandwidth probe, OFFICIAL --prompt 128 --decode 32
 #           --streams 1,16,64 --profile (TARGET_ROUNDS rounds, default 2, of each binary in TARGET_BINS, default dsv4),
-#           then EXACT --prompt 128 --decode 32
+#           then EXACT --prompt 128 --decode 32; TARGET_ARGS: more bench arguments for both (e.g. --warmup)
 #   suite   the GPU suite (tests/run_gpu.sh)
 #   hostx   Flash on the GPU with --gpu-mem HOSTX_MEM (default 80: about half the routed experts in host memory,
 #           computed by the CPU): decode with each HOSTX_ENV setting (default: the pair order, then DSV4_CPU_PAIRS=0)
@@ -96,14 +96,14 @@ if has targets; then
   echo "== issue 17's targets, flash-2g, every core:"
   for r in $(seq 1 "${TARGET_ROUNDS:-2}"); do   # TARGET_BINS: binaries of .gpu alternated each round (default dsv4)
     for b in ${TARGET_BINS:-dsv4}; do
-      timeout 300 .gpu/$b bench --synthetic flash-2g --mode official --prompt 128 --decode 32 --streams 1,16,64 --profile \
+      timeout 300 .gpu/$b bench --synthetic flash-2g --mode official --prompt 128 --decode 32 --streams 1,16,64 --profile ${TARGET_ARGS:-} \
           >$L/targets_official_${b}_$r.log 2>&1
       echo "  $b official round $r: $(grep -E '^memory read|^prefill  |^decode, 1|^bandwidth fraction|^decode, CPU' $L/targets_official_${b}_$r.log | cut -c 1-150 | tr '\n' '|' | tr -s ' ')"
       grep -E "^ +(1|16|64) +[0-9]" $L/targets_official_${b}_$r.log | sed 's/^/    /'
       grep -E "mHC" $L/targets_official_${b}_$r.log | tr -s ' ' | sed 's/^/    /'
     done
   done
-  timeout 200 .gpu/dsv4 bench --synthetic flash-2g --mode exact --prompt 128 --decode 32 >$L/targets_exact.log 2>&1
+  timeout 200 .gpu/dsv4 bench --synthetic flash-2g --mode exact --prompt 128 --decode 32 ${TARGET_ARGS:-} >$L/targets_exact.log 2>&1
   echo "  exact: $(grep -E '^memory read|^prefill  |^decode, 1|^bandwidth fraction' $L/targets_exact.log | tr '\n' '|' | tr -s ' ')"
 fi
 save
