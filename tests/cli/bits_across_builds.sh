@@ -4,16 +4,17 @@
 # at run time whatever -march says, and the shared inline helpers (dot_f32 ...) give the same order in their
 # AVX-512, AVX2 and scalar forms. So a second build of dsv4 with other flags must give the same bytes:
 # `-O1 -march=x86-64-v2` (a different optimizer; no AVX and no FMA unit, so every fmaf outside the kernels is
-# a library call and every inline helper takes its scalar form) against $BIN (the suite's build, -O3 -march=native
-# by default). Compared by cmp: the logits of a flash-like and a pro-like tiny model in both modes, f32 and fp8
-# KV, one-shot and chunked; sampled generation with the MTP and DSpark drafters (ids and acceptance counts).
+# a library call and every inline helper takes its scalar form; CPU-only whatever make was given) against $BIN
+# (the suite's build, -O3 -march=native by default). Compared by cmp: the logits of a flash-like and a pro-like tiny
+# model in both modes, f32 and fp8 KV, one-shot and chunked; sampled generation with the MTP and DSpark drafters
+# (ids and acceptance counts).
 # Before -ffp-contract=off, GCC fused a * b + c wherever its passes saw one, so the builds differed (hc_pre's
 # mixes, the P.V accumulation, the YaRN table; a vectorised loop's body and its remainder could even differ).
 . "$(dirname "$0")/lib.sh"
 ROOT=${DSV4_ROOT:-.}
 OTHER=$T/build-v2/dsv4
 
-if make -s -j2 -C "$ROOT" BUILD="$T/build-v2" OPT="-O1 -march=x86-64-v2" "$OTHER" >"$T/make.log" 2>&1; then ok
+if make -s -j2 -C "$ROOT" CUDA=0 BUILD="$T/build-v2" OPT="-O1 -march=x86-64-v2" "$OTHER" >"$T/make.log" 2>&1; then ok
 else bad "the -O1 -march=x86-64-v2 build failed: $(grep -m3 -E 'error|Error' "$T/make.log")"; finish; exit; fi
 
 # same NAME CMD-ARGS...: both binaries with the same arguments; their stdout and files under $T/a, $T/b equal
