@@ -241,17 +241,28 @@ static void graph_host_report(const cuda_graph_info *g0, const cuda_graph_info *
     rep_num(rep, "graph_host", "wait_ms", wait);
 }
 
-/* The prompt's prefill steps on a fresh sequence, untimed, the sequence then freed: the step's workspace grown
- * and its pages touched (and on the GPU its buffers allocated), as a server's are after its first request and as
+/* Prefill the prompt into s in steps of at most chunk tokens; with first_s / last_s, the time of the first and the
+ * last step. */
+static int prefill_steps(dsv4_model *m, dsv4_seq *s, const int32_t *tok, int prompt, int chunk, float *logits,
+                         double *first_s, double *last_s, dsv4_error *err) {
+    int rc = 0;
+    for (int at = 0; !rc && at < prompt; at += chunk) {
+        const double c0 = now_s();
+        dsv4_step_item it = { s, tok + at, prompt - at < chunk ? prompt - at : chunk, DSV4_LOGITS_LAST, logits };
+        rc = dsv4_step(m, &it, 1, err);
+        if (last_s) *last_s = now_s() - c0;
+        if (at == 0 && first_s && last_s) *first_s = *last_s;
+    }
+    return rc;
+}
+
+/* The prompt's prefill on a fresh sequence, untimed, the sequence then freed: the step's workspace grown and its
+ * pages touched (and on the GPU its buffers allocated), as a server's are after its first request and as
  * llama-bench's warm-up run leaves llama.cpp's. */
 static int warm_up_prefill(dsv4_model *m, const int32_t *tok, int prompt, int chunk, float *logits, dsv4_error *err) {
     dsv4_seq *w;
     if (dsv4_seq_new(m, &w, err)) return -1;
-    int rc = 0;
-    for (int at = 0; !rc && at < prompt; at += chunk) {
-        dsv4_step_item it = { w, tok + at, prompt - at < chunk ? prompt - at : chunk, DSV4_LOGITS_LAST, logits };
-        rc = dsv4_step(m, &it, 1, err);
-    }
+    const int rc = prefill_steps(m, w, tok, prompt, chunk, logits, NULL, NULL, err);
     dsv4_seq_free(w);
     return rc;
 }
@@ -273,15 +284,7 @@ static int bench_single_stream(dsv4_model *m, int prompt, int chunk, int decode,
     if (profile) profile_on(m, 1);
     const int steps = (prompt + chunk - 1) / chunk;
     double t0 = now_s(), first_s = 0, last_s = 0;
-    int rc = 0;
-    for (int at = 0; !rc && at < prompt; at += chunk) {
-        const int n = prompt - at < chunk ? prompt - at : chunk;
-        const double c0 = now_s();
-        dsv4_step_item it = { s, tok + at, n, DSV4_LOGITS_LAST, logits };
-        rc = dsv4_step(m, &it, 1, &err);
-        last_s = now_s() - c0;
-        if (at == 0) first_s = last_s;
-    }
+    int rc = prefill_steps(m, s, tok, prompt, chunk, logits, &first_s, &last_s, &err);
     if (profile) {
         printf("prefill of %d tokens, ", prompt);
         profile_report(m);
