@@ -310,6 +310,7 @@ static int bench_single_stream(dsv4_model *m, int prompt, int chunk, int decode,
     double tv = 0;
     float *vrows = rc ? NULL : malloc(sizeof(float) * (size_t)VERIFY * (size_t)m->cfg.vocab_size);
     if (!rc && !vrows) rc = dsv4_fail(&err, DSV4_E_NOMEM, "out of memory");
+    const uint64_t routed0 = m->routed_bytes;
     for (int i = 0; !rc && i < reps; i++) {
         dsv4_seq_snapshot *snap = NULL;
         if ((rc = dsv4_seq_snapshot_new(s, &snap, &err))) break;
@@ -319,6 +320,24 @@ static int bench_single_stream(dsv4_model *m, int prompt, int chunk, int decode,
         tv += now_s() - v0;
         if (!rc) rc = dsv4_seq_rollback(s, snap, 0, &err);
         dsv4_seq_snapshot_free(snap);
+    }
+    /* the verify step's weight bytes: the fixed ones and the distinct routed experts its tokens chose — more
+     * experts than one token's, so more bytes (what bounds the step's ratio to a 1-token step from below). The CPU
+     * counts them as it runs; a CUDA model (whose host-memory experts alone add to that count) in one more verify
+     * step with the routing counted, rolled back too. */
+    double vbytes = -1;
+    if (!rc && reps > 0 && !m->cuda && m->routed_bytes != routed0)
+        vbytes = (double)dsv4_fixed_weight_bytes(m) + (double)(m->routed_bytes - routed0) / reps;
+    else if (!rc && reps > 0) {
+        dsv4_seq_snapshot *snap = NULL;
+        double counted = 0;
+        dsv4_step_item v = { s, tok, VERIFY, DSV4_LOGITS_ALL, vrows };
+        if (!(rc = dsv4_seq_snapshot_new(s, &snap, &err))) {
+            rc = bench_step_routed_bytes(m, &v, 1, &counted, &err);
+            if (!rc) rc = dsv4_seq_rollback(s, snap, 0, &err);
+            dsv4_seq_snapshot_free(snap);
+        }
+        if (!rc) vbytes = (double)dsv4_fixed_weight_bytes(m) + counted;
     }
     free(vrows);
     free(tok);
@@ -356,10 +375,17 @@ static int bench_single_stream(dsv4_model *m, int prompt, int chunk, int decode,
         rep_num(rep, "single_stream", "verify_step_ms", 1e3 * tv / reps);
         rep_num(rep, "single_stream", "verify_step_vs_one_token", tv / reps * tps);
     }
+    if (vbytes > 0) {
+        rep_num(rep, "single_stream", "verify_step_weight_bytes", vbytes);
+        rep_num(rep, "single_stream", "verify_step_bytes_vs_one_token", vbytes / bytes);
+    }
     host_experts_report(m, host_bw, rep);
     if (reps > 0)
         printf("%-26s %10.2f ms/step  %.2fx a 1-token step (1 + 5 tokens, every row's logits, rolled back)\n",
                "speculative verify step", 1e3 * tv / reps, tv / reps * tps);
+    if (vbytes > 0)
+        printf("%-26s %10.3f GB/step  %.2fx a 1-token step's %.3f GB (its tokens' distinct routed experts)\n",
+               "verify step weights", vbytes / 1e9, vbytes / bytes, bytes / 1e9);
     if (profile) {
         printf("decode, ");
         profile_report(m);

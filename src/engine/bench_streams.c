@@ -117,8 +117,9 @@ int dsv4_bench_streams_hooked(dsv4_model *m, int n_streams, int prompt_len, int 
         total += dt;
         if (dt > worst) worst = dt;
     }
-    double counted = -1;   /* a device whose MoE does not add to routed_bytes (cuda): one more step, counted */
-    if (!rc && m->routed_bytes == routed0) {
+    /* a CUDA model's MoE adds to routed_bytes only for its host-memory experts: one more step, counted */
+    double counted = -1;
+    if (!rc && (m->cuda || m->routed_bytes == routed0)) {
         for (int i = 0; i < b.n; i++) b.items[i] = next_token_item(&b, i, &b.next[i], 1);
         rc = bench_step_routed_bytes(m, b.items, b.n, &counted, err);
     }
@@ -131,7 +132,7 @@ int dsv4_bench_streams_hooked(dsv4_model *m, int n_streams, int prompt_len, int 
     out->decode_tok_s = (double)n_streams * decode_steps / (total > 0 ? total : 1e-12);
     out->step_ms_mean = 1e3 * total / decode_steps;
     out->step_ms_max = 1e3 * worst;
-    if (m->routed_bytes != routed0)
+    if (counted < 0 && m->routed_bytes != routed0)
         out->step_bytes = (double)dsv4_fixed_weight_bytes(m) + (double)(m->routed_bytes - routed0) / decode_steps;
     else if (counted >= 0)
         out->step_bytes = (double)dsv4_fixed_weight_bytes(m) + counted;

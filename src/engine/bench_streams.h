@@ -31,15 +31,15 @@ int dsv4_bench_streams_hooked(dsv4_model *m, int n_streams, int prompt_len, int 
                               void (*before_timed)(dsv4_model *m, void *ctx), void *ctx, dsv4_bench_streams_result *out,
                               dsv4_error *err);
 
-/* Run it for every count in turn and print one table row per count to `f` (NULL: no output), with the
- * speed-up of aggregate decode tokens/s over the first count, the weight bytes per step and, when bw_gbs > 0,
- * the roofline fraction: (step bytes / step time) / bw_gbs, i.e. aggregate tokens/s against what reading the
- * step's distinct weights at the measured bandwidth allows. rows (may be NULL) receives n_counts results. */
 /* One step of items with the routing counted (model/route_count.h): *bytes = the weight bytes of the distinct
  * (main layer, routed expert) pairs its tokens chose, on either device (the CPU's own count, m->routed_bytes, is
  * the same number: test_bench_bytes). */
 int bench_step_routed_bytes(dsv4_model *m, dsv4_step_item *items, int n, double *bytes, dsv4_error *err);
 
+/* Run it for every count in turn and print one table row per count to `f` (NULL: no output), with the
+ * speed-up of aggregate decode tokens/s over the first count, the weight bytes per step and, when bw_gbs > 0,
+ * the roofline fraction: (step bytes / step time) / bw_gbs, i.e. aggregate tokens/s against what reading the
+ * step's distinct weights at the measured bandwidth allows. rows (may be NULL) receives n_counts results. */
 int dsv4_bench_streams_table(dsv4_model *m, const int *counts, int n_counts, int prompt_len, int decode_steps,
                              double bw_gbs, FILE *f, dsv4_bench_streams_result *rows, dsv4_error *err);
 #endif

@@ -21,6 +21,13 @@ if (!Array.isArray(r.context) || r.context.map((x) => x.context).join() !== "0,3
   fail("context rows: " + JSON.stringify(r.context));
 if (!/^ +300 +[0-9.]+ +[0-9.]+$/m.test(table)) fail("no table row for the 300-token context");
 if (r.machine !== undefined) fail("--no-bandwidth still reported a bandwidth");
+// the verify step (6 tokens) reads the fixed weights and the distinct experts of its tokens: at least the bytes of one,
+// at most six tokens worth (each one its own experts), and the table line says the same
+const s = r.single_stream, one = r.model.decode_bytes_per_token, v = /verify step weights\s+([0-9.]+) GB\/step\s+([0-9.]+)x/.exec(table);
+if (!(s.verify_step_weight_bytes >= one && s.verify_step_weight_bytes <= 6 * one)) fail("verify bytes " + s.verify_step_weight_bytes + " vs one token " + one);
+if (Math.abs(s.verify_step_bytes_vs_one_token * one / s.verify_step_weight_bytes - 1) > 1e-5) fail("verify ratio " + s.verify_step_bytes_vs_one_token);
+if (!v || Math.abs(Number(v[1]) - s.verify_step_weight_bytes / 1e9) > 0.0006 || Math.abs(Number(v[2]) - s.verify_step_bytes_vs_one_token) > 0.006)
+  fail("verify line " + (v && v[0]) + " vs json " + s.verify_step_weight_bytes);
 ' "$T/r.json" "$T/table" >"$T/node.out" 2>&1
 if [ -s "$T/node.out" ]; then bad "json: $(cat "$T/node.out")"; else ok; fi
 # a context at the model's maximum (V4: 1M positions) starts the decode steps that many rows short, and says so
