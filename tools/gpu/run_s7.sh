@@ -18,6 +18,8 @@
 #            SANSUITE_TESTS (default every one), SANSUITE_TIMEOUT (default 60) s each, SANSUITE_ENV (NAME=V ...) set: the
 #            summary line of each
 #   ncu      ncu over one decode step (caches not flushed): time per kernel
+#   nsys     Nsight Systems over a short bench, graph nodes traced (tools/gpu/nsys_step.sh): a decode step's and a verify
+#            step's span, the time no kernel ran, the kernels by time a step, as the step runs ($OUT/nsys.txt)
 #   kvab     decode at prompt 256 with f32, bf16 and fp8 KV
 #   ncukv    ncu over a one-token step with f32 and with fp8 KV (NCUKV_KV picks): $OUT/ncu_f32.txt, ncu_fp8.txt
 #   sass     cuobjdump's SASS of test_gpu_mma's kernels named in SASS_FUN (comma list): $OUT/sass.txt
@@ -172,6 +174,10 @@ if has ncu; then
       $FLASH --prompt 1 --decode 1 --no-bandwidth >$L/ncu.csv 2>/dev/null
   python3 tools/gpu/ncu_summary.py $L/ncu.csv k_embed 0 >"$OUT/ncu.txt" 2>&1
   echo "== ncu:"; head -34 "$OUT/ncu.txt"
+fi
+save
+if has nsys; then
+  echo "== nsys:"; timeout ${NSYS_TIMEOUT:-300} bash tools/gpu/nsys_step.sh 2>&1 | head -80
 fi
 save
 if has kvab; then   # decode at prompt 256 with each KV format
