@@ -137,6 +137,7 @@ static void pool_report(dsv4_model *m, const dsv4_pool_stats *ps, int tokens, do
 }
 
 /* The bench's token sequence (any ids of the vocabulary: the weights are random). */
+enum { VERIFY = 6 };   /* the speculative verify step's tokens: the pending one and 5 drafts */
 static void bench_tokens(const dsv4_model *m, int32_t *tok, int n) {
     for (int i = 0; i < n; i++) tok[i] = (int32_t)((i * 7919 + 13) % m->cfg.vocab_size);
 }
@@ -272,10 +273,12 @@ static int bench_single_stream(dsv4_model *m, int prompt, int chunk, int decode,
     dsv4_error err;
     dsv4_seq *s;
     if (dsv4_seq_new(m, &s, &err)) return cli_fail(CMD, &err);
-    int32_t *tok = malloc(sizeof(int32_t) * (size_t)(prompt + decode));
+    /* the verify step reads the first VERIFY of them, however short the prompt and the decode */
+    const int n_tok = prompt + decode > VERIFY ? prompt + decode : VERIFY;
+    int32_t *tok = malloc(sizeof(int32_t) * (size_t)n_tok);
     float *logits = malloc(sizeof(float) * (size_t)m->cfg.vocab_size);
     if (!tok || !logits) { free(tok); free(logits); dsv4_seq_free(s); return cli_error(CMD, "out of memory"); }
-    bench_tokens(m, tok, prompt + decode);
+    bench_tokens(m, tok, n_tok);
     if (chunk <= 0 || chunk > prompt) chunk = prompt;
     if (warmup && warm_up_prefill(m, tok, prompt, chunk, logits, &err)) {
         free(tok); free(logits); dsv4_seq_free(s);
@@ -305,7 +308,6 @@ static int bench_single_stream(dsv4_model *m, int prompt, int chunk, int decode,
     dsv4_pool_count(m->pool, 0);
     /* the speculative verify step: the pending token and 5 drafts in one step, every row's logits, then rolled back
      * (all drafts rejected), so each repetition sees the same context */
-    enum { VERIFY = 6 };
     const int reps = decode < 16 ? decode : 16;
     double tv = 0;
     float *vrows = rc ? NULL : malloc(sizeof(float) * (size_t)VERIFY * (size_t)m->cfg.vocab_size);

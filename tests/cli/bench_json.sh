@@ -30,6 +30,10 @@ if (!v || Math.abs(Number(v[1]) - s.verify_step_weight_bytes / 1e9) > 0.0006 || 
   fail("verify line " + (v && v[0]) + " vs json " + s.verify_step_weight_bytes);
 ' "$T/r.json" "$T/table" >"$T/node.out" 2>&1
 if [ -s "$T/node.out" ]; then bad "json: $(cat "$T/node.out")"; else ok; fi
+# a run shorter than the verify step's 6 tokens (1 + 2 here): the verify step still has its own 6 ids (it read past
+# the bench's 3 before: a token id outside the vocabulary on the GPU, a heap overflow under ASan)
+expect_ok "bench with fewer tokens than the verify step" "$BIN" bench -m "$T/m" --no-bandwidth --prompt 1 --decode 2
+if grep -q "^speculative verify step" "$T/out"; then ok; else bad "short bench: $(tail -2 "$T/out")"; fi
 # a context at the model's maximum (V4: 1M positions) starts the decode steps that many rows short, and says so
 expect_ok "bench --context at the maximum position" "$BIN" bench -m "$T/m" --no-bandwidth --prompt 4 --decode 3 --context 1048576 --json "$T/max.json"
 if grep -q "^ *1048576 .*(from position 1048573: the model's maximum is 1048576)" "$T/out" &&
