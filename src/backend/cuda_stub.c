@@ -84,6 +84,20 @@ void cuda_graphs_get(const struct dsv4_model *m, cuda_graph_info *info) {
 void cuda_graphs_set(struct dsv4_model *m, int on, int drop_test) {
     (void)m; (void)on; (void)drop_test;
 }
+int cuda_trace_begin(cuda_kernel_trace **t, dsv4_error *err) {
+    *t = NULL;
+    return no_cuda(err);
+}
+int cuda_trace_end(cuda_kernel_trace *t, dsv4_error *err) {
+    (void)t;
+    return no_cuda(err);
+}
+size_t cuda_trace_spans(const cuda_kernel_trace *t, const cuda_kernel_span **spans) {
+    (void)t;
+    *spans = NULL;
+    return 0;
+}
+void cuda_trace_free(cuda_kernel_trace *t) { (void)t; }
 #else
 typedef int dsv4_cuda_stub_unused; /* ISO C wants a translation unit to declare something */
 #endif

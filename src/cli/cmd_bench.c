@@ -268,8 +268,135 @@ static int warm_up_prefill(dsv4_model *m, const int32_t *tok, int prompt, int ch
     return rc;
 }
 
+/* --kernel-trace (a CUDA model): TRACE_STEPS more decode steps and one verify step (rolled back) under a kernel
+ * trace (cuda_backend.h cuda_trace_*), read per step as the GPU ran it: its span (first kernel's start to last
+ * kernel's end), the time some kernel ran (the union of their intervals: branches overlap), the rest — no kernel
+ * running, the gaps of the step's chain of dependent launches — and its kernels by their time. A step begins at its
+ * embedding kernel (k_embed, cuda_step.c's first launch). */
+enum { TRACE_STEPS = 8, TRACE_TOP = 14 };
+
+typedef struct {
+    const char *name;
+    long n;
+    uint64_t ns;
+} trace_kernel;
+
+static int span_by_start(const void *a, const void *b) {
+    const cuda_kernel_span *x = a, *y = b;
+    return x->start < y->start ? -1 : x->start > y->start;
+}
+static int kernel_by_time(const void *a, const void *b) {
+    const trace_kernel *x = a, *y = b;
+    return x->ns > y->ns ? -1 : x->ns < y->ns;
+}
+
+/* Steps [s0, s1) of the spans sorted by start, step st being spans [cut[st], cut[st + 1]): printed, and reported
+ * under kernel_trace.key. */
+static void trace_steps(const cuda_kernel_span *sp, const size_t *cut, int s0, int s1, const char *what, const char *key,
+                        json_t *rep) {
+    const int n_steps = s1 - s0;
+    if (n_steps <= 0) return;
+    uint64_t span = 0, busy = 0;
+    size_t launches = 0;
+    trace_kernel *k = NULL;
+    int nk = 0, capk = 0;
+    for (int st = s0; st < s1; st++) {
+        uint64_t end = 0, first = sp[cut[st]].start, last = 0;
+        for (size_t i = cut[st]; i < cut[st + 1]; i++) {
+            const uint64_t a = sp[i].start > end ? sp[i].start : end;   /* the union: sorted by start */
+            if (sp[i].end > a) busy += sp[i].end - a;
+            if (sp[i].end > end) end = sp[i].end;
+            if (sp[i].end > last) last = sp[i].end;
+            int j = 0;
+            while (j < nk && k[j].name != sp[i].name) j++;   /* names are interned: one pointer a kernel */
+            if (j == nk) {
+                if (nk == capk) {
+                    trace_kernel *nkk = realloc(k, sizeof *k * (size_t)(capk = capk ? 2 * capk : 64));
+                    if (!nkk) { free(k); return; }
+                    k = nkk;
+                }
+                k[nk++] = (trace_kernel){ sp[i].name, 0, 0 };
+            }
+            k[j].n++;
+            k[j].ns += sp[i].end - sp[i].start;
+        }
+        span += last - first;
+        launches += cut[st + 1] - cut[st];
+    }
+    qsort(k, (size_t)nk, sizeof *k, kernel_by_time);
+    uint64_t total = 0;   /* the kernels' own times (more than busy where branches overlap) */
+    for (int j = 0; j < nk; j++) total += k[j].ns;
+    const double per = 1.0 / n_steps, span_us = span * per / 1e3, busy_us = busy * per / 1e3, kernels = (double)launches * per;
+    printf("%-26s %d %s: %.0f kernels a step, span %.1f us, a kernel running %.1f us (%.1f %%), none %.1f us (%.2f us a kernel)\n",
+           "kernel trace (CUPTI)", n_steps, what, kernels, span_us, busy_us, 100.0 * busy_us / span_us, span_us - busy_us,
+           (span_us - busy_us) / kernels);
+    json_t *sec = rep ? json_object() : NULL, *arr = rep ? json_array() : NULL;
+    for (int j = 0; j < nk && j < TRACE_TOP; j++) {
+        printf("    %-32s %6.1f a step x %7.2f us = %8.1f us (%4.1f %% of the kernels' time)\n", k[j].name, k[j].n * per,
+               k[j].ns / 1e3 / k[j].n, k[j].ns * per / 1e3, 100.0 * k[j].ns / (total ? (double)total : 1.0));
+        if (arr) json_array_append_new(arr, json_pack("{s:s, s:f, s:f}", "name", k[j].name, "per_step", k[j].n * per, "us_each",
+                                                      k[j].ns / 1e3 / k[j].n));
+    }
+    if (sec) {
+        json_object_set_new(sec, "steps", json_integer(n_steps));
+        json_object_set_new(sec, "kernels_per_step", json_real(kernels));
+        json_object_set_new(sec, "span_us", json_real(span_us));
+        json_object_set_new(sec, "busy_us", json_real(busy_us));
+        json_object_set_new(sec, "idle_us", json_real(span_us - busy_us));
+        json_object_set_new(sec, "kernels", arr);
+        json_t *kt = json_object_get(rep, "kernel_trace");
+        if (!kt) json_object_set_new(rep, "kernel_trace", kt = json_object());
+        json_object_set_new(kt, key, sec);
+    }
+    free(k);
+}
+
+static int kernel_trace(dsv4_model *m, dsv4_seq *s, const int32_t *tok, int n_tok, float *logits, float *vrows, json_t *rep,
+                        dsv4_error *err) {
+    cuda_kernel_trace *t;
+    int rc = cuda_trace_begin(&t, err);
+    for (int i = 0; !rc && i < TRACE_STEPS; i++) {
+        dsv4_step_item d = { s, tok + i % n_tok, 1, DSV4_LOGITS_LAST, logits };
+        rc = dsv4_step(m, &d, 1, err);
+    }
+    dsv4_seq_snapshot *snap = NULL;
+    if (!rc && !(rc = dsv4_seq_snapshot_new(s, &snap, err))) {
+        dsv4_step_item v = { s, tok, VERIFY, DSV4_LOGITS_ALL, vrows };
+        rc = dsv4_step(m, &v, 1, err);
+        if (!rc) rc = dsv4_seq_rollback(s, snap, 0, err);
+        dsv4_seq_snapshot_free(snap);
+    }
+    if (t) {
+        const int end_rc = cuda_trace_end(t, err);
+        if (!rc) rc = end_rc;
+    }
+    const cuda_kernel_span *spans;
+    const size_t n = rc ? 0 : cuda_trace_spans(t, &spans);
+    cuda_kernel_span *sp = n ? malloc(sizeof *sp * n) : NULL;
+    size_t *cut = n ? malloc(sizeof *cut * (n + 1)) : NULL;
+    if (n && (!sp || !cut)) rc = dsv4_fail(err, DSV4_E_NOMEM, "out of memory");
+    if (!rc && n) {
+        memcpy(sp, spans, sizeof *sp * n);
+        qsort(sp, n, sizeof *sp, span_by_start);
+        int steps = 0;
+        for (size_t i = 0; i < n; i++)
+            if (!strcmp(sp[i].name, "k_embed")) cut[steps++] = i;   /* (cut holds n + 1) */
+        cut[steps] = n;
+        if (steps == TRACE_STEPS + 1) {
+            trace_steps(sp, cut, 0, TRACE_STEPS, "decode steps", "decode", rep);
+            trace_steps(sp, cut, TRACE_STEPS, TRACE_STEPS + 1, "verify step (6 tokens)", "verify", rep);
+        } else
+            printf("%-26s %zu kernels, %d embedding launches: not the %d steps traced (the steps could not be told apart)\n",
+                   "kernel trace (CUPTI)", n, steps, TRACE_STEPS + 1);
+    }
+    free(sp);
+    free(cut);
+    cuda_trace_free(t);
+    return rc;
+}
+
 static int bench_single_stream(dsv4_model *m, int prompt, int chunk, int decode, double bw, double host_bw, int profile,
-                               int warmup, json_t *rep) {
+                               int warmup, int trace, json_t *rep) {
     dsv4_error err;
     dsv4_seq *s;
     if (dsv4_seq_new(m, &s, &err)) return cli_fail(CMD, &err);
@@ -341,6 +468,7 @@ static int bench_single_stream(dsv4_model *m, int prompt, int chunk, int decode,
         }
         if (!rc) vbytes = (double)dsv4_fixed_weight_bytes(m) + counted;
     }
+    if (!rc && trace) rc = kernel_trace(m, s, tok, n_tok, logits, vrows, rep, &err);
     free(vrows);
     free(tok);
     free(logits);
@@ -664,7 +792,7 @@ static int bench_grammar(const char *dir, int device) {
 int cmd_bench(int argc, char **argv) {
     const char *model_dir = NULL, *synth = NULL, *skew = NULL, *streams = NULL, *spec = NULL, *isa = NULL, *json_path = NULL, *context = NULL;
     long long threads = 0, prompt = 128, decode = 32, chunk = 0;
-    int tokenizer = 0, grammar = 0, no_bw = 0, profile = 0, warmup = 0, kv = DSV4_KV_F32, device = DSV4_DEVICE_CPU, gpus = 1;
+    int tokenizer = 0, grammar = 0, no_bw = 0, profile = 0, warmup = 0, trace = 0, kv = DSV4_KV_F32, device = DSV4_DEVICE_CPU, gpus = 1;
     dsv4_mode mode = DSV4_MODE_EXACT;
     cli_placement place = { 0 };
     for (int i = 1; i < argc; i++) {
@@ -691,6 +819,7 @@ int cmd_bench(int argc, char **argv) {
         else if (!strcmp(a, "--tokenizer")) tokenizer = 1;
         else if (!strcmp(a, "--profile")) profile = 1;
         else if (!strcmp(a, "--warmup")) warmup = 1;
+        else if (!strcmp(a, "--kernel-trace")) trace = 1;
         else if (!strcmp(a, "--isa")) { if (!(v = cli_value(CMD, argc, argv, &i))) return 1; isa = v; }
         else if (!strcmp(a, "--grammar")) grammar = 1;
         else if (!strcmp(a, "--device")) { if (!(v = cli_value(CMD, argc, argv, &i)) || cli_parse_device(CMD, v, &device)) return 1; }
@@ -707,6 +836,7 @@ int cmd_bench(int argc, char **argv) {
     }
     if (!model_dir == !synth) return cli_error(CMD, "give exactly one of -m DIR and --synthetic NAME");
     if (skew && !synth) return cli_error(CMD, "--route-skew needs --synthetic NAME (it makes the synthetic model's routing skewed)");
+    if (trace && device != DSV4_DEVICE_CUDA) return cli_error(CMD, "--kernel-trace traces the GPU's kernels: it needs --device cuda");
     char dir[512];
     if (synth) {
         if (synthetic_dir(synth, skew, dir, sizeof dir)) return 1;
@@ -774,7 +904,7 @@ int cmd_bench(int argc, char **argv) {
         if (bw > 0 && m->cuda) rep_num(rep, "machine", "device_copy_gb_s", bw);
         if (host_bw > 0) rep_num(rep, "machine", "memory_read_gb_s", host_bw);
     }
-    int rc = bench_single_stream(m, (int)prompt, (int)chunk, (int)decode, bw, host_bw, profile, warmup, rep);
+    int rc = bench_single_stream(m, (int)prompt, (int)chunk, (int)decode, bw, host_bw, profile, warmup, trace, rep);
     if (!rc) rc = route_share_report(m, (int)prompt, (int)decode, rep);
     if (!rc && streams) rc = bench_streams(m, streams, (int)decode, bw, profile, rep);
     if (!rc && context) rc = bench_context(m, context, (int)decode, profile, rep);

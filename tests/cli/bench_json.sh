@@ -34,6 +34,10 @@ if [ -s "$T/node.out" ]; then bad "json: $(cat "$T/node.out")"; else ok; fi
 # the bench's 3 before: a token id outside the vocabulary on the GPU, a heap overflow under ASan)
 expect_ok "bench with fewer tokens than the verify step" "$BIN" bench -m "$T/m" --no-bandwidth --prompt 1 --decode 2
 if grep -q "^speculative verify step" "$T/out"; then ok; else bad "short bench: $(tail -2 "$T/out")"; fi
+# --kernel-trace traces GPU kernels: on a CPU model one line says so (and nothing runs)
+"$BIN" bench -m "$T/m" --no-bandwidth --prompt 4 --decode 2 --kernel-trace >"$T/kt.out" 2>"$T/kt.err"; rc=$?
+if [ $rc -ne 0 ] && grep -q -- "--kernel-trace traces the GPU's kernels: it needs --device cuda" "$T/kt.err" && [ ! -s "$T/kt.out" ]; then ok
+else bad "--kernel-trace on the CPU: exit $rc, $(cat "$T/kt.err")"; fi
 # a context at the model's maximum (V4: 1M positions) starts the decode steps that many rows short, and says so
 expect_ok "bench --context at the maximum position" "$BIN" bench -m "$T/m" --no-bandwidth --prompt 4 --decode 3 --context 1048576 --json "$T/max.json"
 if grep -q "^ *1048576 .*(from position 1048573: the model's maximum is 1048576)" "$T/out" &&

@@ -5,6 +5,7 @@
 #ifndef DSV4_BACKEND_CUDA_H
 #define DSV4_BACKEND_CUDA_H
 #include "dsv4.h"
+#include <stddef.h>
 #include <stdint.h>
 
 #ifdef __cplusplus
@@ -104,6 +105,21 @@ void cuda_graphs_get(const struct dsv4_model *m, cuda_graph_info *info);
  * load, default on); 0 without the backend. */
 int cuda_mma_on(const struct dsv4_model *m);
 void cuda_graphs_set(struct dsv4_model *m, int on, int drop_test);
+/* A kernel trace (cu_trace.c, `dsv4 bench --kernel-trace`): every kernel the GPU runs between begin and end,
+ * graph nodes included, with its start and end (ns, the GPU's clock) as it ran, from CUPTI's activity records
+ * (libcupti loaded at run time; a clear error where it is missing or another profiler holds it). One trace at a
+ * time in a process. The spans come in the order CUPTI delivered them: sort them by start to read a timeline;
+ * their names (the kernel's function, template arguments and parameters left out) stay valid until the trace is
+ * freed. Without the backend, begin fails with one line. */
+typedef struct {
+    uint64_t start, end;
+    const char *name;
+} cuda_kernel_span;
+typedef struct cuda_kernel_trace cuda_kernel_trace;
+int    cuda_trace_begin(cuda_kernel_trace **t, dsv4_error *err);
+int    cuda_trace_end(cuda_kernel_trace *t, dsv4_error *err);   /* flushes: every kernel that ran is in the trace */
+size_t cuda_trace_spans(const cuda_kernel_trace *t, const cuda_kernel_span **spans);
+void   cuda_trace_free(cuda_kernel_trace *t);                    /* NULL is fine; ends the trace if still open */
 /* GPUs the model is spread over (0 without the backend) and the weight bytes GPU rank r holds. */
 int      cuda_gpus(const struct dsv4_model *m);
 /* Main layers with weights of their own (fewer than n_layers only for a synthetic model bigger than the GPUs). */
