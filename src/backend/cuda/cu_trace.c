@@ -8,9 +8,11 @@
  * CUPTI hands its records over in buffers through two callbacks that take no context pointer, so the trace being
  * filled is the one static `open_trace` below: one trace at a time in a process (a second begin is an error). */
 #ifdef DSV4_CUDA
+#include "backend/cuda/cu_runtime.h"
 #include "backend/cuda/cuda_backend.h"
 #include "util/error.h"
 #include <dlfcn.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,6 +45,7 @@ struct cuda_kernel_trace {
 };
 
 static cuda_kernel_trace *open_trace;
+static pthread_mutex_t trace_lock = PTHREAD_MUTEX_INITIALIZER;   /* CUPTI may complete buffers on its own threads */
 
 /* A kernel's function name without its template arguments and parameters: from a mangled name (_Z<len><name>...,
  * _ZN<len><name>... for a nested one) the first identifier, else the text before '<' or '('. Into out (cap bytes). */
@@ -104,6 +107,7 @@ static void on_request(uint8_t **buffer, size_t *size, size_t *max_records) {
 
 static void on_complete(void *context, uint32_t stream, uint8_t *buffer, size_t size, size_t valid) {
     (void)context, (void)stream, (void)size;
+    pthread_mutex_lock(&trace_lock);
     cuda_kernel_trace *t = open_trace;
     void *rec = NULL;
     while (t && buffer && t->api.next_record(buffer, valid, &rec) == CUPTI_SUCCESS) {
@@ -111,6 +115,7 @@ static void on_complete(void *context, uint32_t stream, uint8_t *buffer, size_t 
         memcpy(&kind, rec, sizeof kind);
         if (kind == CUPTI_KIND_KERNEL || kind == CUPTI_KIND_CONCURRENT_KERNEL) take(t, rec);
     }
+    pthread_mutex_unlock(&trace_lock);
     free(buffer);
 }
 
@@ -140,22 +145,33 @@ int cuda_trace_begin(cuda_kernel_trace **out, dsv4_error *err) {
     int rc = load(&t->api, err);
     if (!rc && t->api.register_callbacks(on_request, on_complete) != CUPTI_SUCCESS)
         rc = dsv4_fail(err, DSV4_E_UNSUPPORTED, "--kernel-trace: CUPTI refused its buffer callbacks");
-    if (!rc && t->api.enable(CUPTI_KIND_CONCURRENT_KERNEL) != CUPTI_SUCCESS)
-        rc = dsv4_fail(err, DSV4_E_UNSUPPORTED, "--kernel-trace: CUPTI cannot record kernels here (another profiler attached?)");
     if (rc) {
         cuda_trace_free(t);
         return rc;
     }
-    open_trace = t;
+    pthread_mutex_lock(&trace_lock);
+    open_trace = t;   /* before the first record can arrive */
+    pthread_mutex_unlock(&trace_lock);
+    if (t->api.enable(CUPTI_KIND_CONCURRENT_KERNEL) != CUPTI_SUCCESS) {
+        pthread_mutex_lock(&trace_lock);
+        open_trace = NULL;
+        pthread_mutex_unlock(&trace_lock);
+        cuda_trace_free(t);
+        return dsv4_fail(err, DSV4_E_UNSUPPORTED, "--kernel-trace: CUPTI cannot record kernels here (another profiler attached?)");
+    }
     *out = t;
     return 0;
 }
 
 int cuda_trace_end(cuda_kernel_trace *t, dsv4_error *err) {
     if (!t || t != open_trace) return dsv4_fail(err, DSV4_E_STATE, "--kernel-trace: no such open trace");
+    const int synced = cu_sync();   /* every kernel launched so far has ended: its record exists */
     t->api.disable(CUPTI_KIND_CONCURRENT_KERNEL);
     t->api.flush_all(CUPTI_FLUSH_FORCED);   /* the callbacks run before it returns */
+    pthread_mutex_lock(&trace_lock);
     open_trace = NULL;
+    pthread_mutex_unlock(&trace_lock);
+    if (synced) return dsv4_fail(err, DSV4_E_STATE, "--kernel-trace: CUDA error waiting for the GPU");
     if (t->failed) return dsv4_fail(err, DSV4_E_NOMEM, "--kernel-trace: out of memory while taking the records");
     return 0;
 }
