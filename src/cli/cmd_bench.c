@@ -468,12 +468,10 @@ static int bench_single_stream(dsv4_model *m, int prompt, int chunk, int decode,
         }
         if (!rc) vbytes = (double)dsv4_fixed_weight_bytes(m) + counted;
     }
-    if (!rc && trace) rc = kernel_trace(m, s, tok, n_tok, logits, vrows, rep, &err);
-    free(vrows);
-    free(tok);
-    free(logits);
-    dsv4_seq_free(s);
-    if (rc) return cli_fail(CMD, &err);
+    if (rc) {
+        free(vrows); free(tok); free(logits); dsv4_seq_free(s);
+        return cli_fail(CMD, &err);
+    }
     const double bytes = (double)dsv4_decode_weight_bytes(m), tps = decode / (t2 - t1);
     if (steps == 1)
         printf("%-26s %10.1f tok/s   (%d tokens in one step%s)\n", "prefill", prompt / (t1 - t0), prompt,
@@ -521,7 +519,13 @@ static int bench_single_stream(dsv4_model *m, int prompt, int chunk, int decode,
         profile_report(m);
         profile_on(m, 0);
     }
-    return 0;
+    /* after the per-stage timing is off: the traced steps run as the timed ones did */
+    if (trace) rc = kernel_trace(m, s, tok, n_tok, logits, vrows, rep, &err);
+    free(vrows);
+    free(tok);
+    free(logits);
+    dsv4_seq_free(s);
+    return rc ? cli_fail(CMD, &err) : 0;
 }
 
 /* Whether the steps ran as CUDA graphs (DSV4_CUDA_GRAPHS, cuda_backend.h): steps under --profile, with experts in
