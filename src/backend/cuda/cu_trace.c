@@ -3,7 +3,8 @@
  *
  * libcupti is loaded with dlopen when a trace begins, so the build and the binary do not depend on it; the few
  * declarations its ABI needs are written here (values and the kernel record's leading fields from cupti_activity.h,
- * CUDA 12-13: CUpti_ActivityKernel4 .. 10 share them: kind at 0, start at 16, end at 24, name at 104).
+ * CUDA 12-13: CUpti_ActivityKernel4 .. 10 share them, checked against CUDA 13.0's header: kind at 0, start at 16,
+ * end at 24, name at 104).
  *
  * CUPTI hands its records over in buffers through two callbacks that take no context pointer, so the trace being
  * filled is the one static `open_trace` below: one trace at a time in a process (a second begin is an error). */
@@ -18,7 +19,7 @@
 #include <string.h>
 
 enum { CUPTI_KIND_KERNEL = 3, CUPTI_KIND_CONCURRENT_KERNEL = 10 };   /* CUpti_ActivityKind */
-enum { CUPTI_SUCCESS = 0, CUPTI_ERROR_MAX_LIMIT_REACHED = 12 };       /* CUptiResult */
+enum { CUPTI_SUCCESS = 0 };                                           /* CUptiResult */
 enum { CUPTI_FLUSH_FORCED = 1 };                                       /* CUPTI_ACTIVITY_FLAG_FLUSH_FORCED */
 enum { REC_START = 16, REC_END = 24, REC_NAME = 104 };                 /* the kernel record's fields (bytes) */
 enum { TRACE_BUFFER = 8 << 20 };
