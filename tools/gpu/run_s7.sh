@@ -20,6 +20,8 @@
 #   ncu      ncu over one decode step (caches not flushed): time per kernel
 #   nsys     Nsight Systems over a short bench, graph nodes traced (tools/gpu/nsys_step.sh): a decode step's and a verify
 #            step's span, the time no kernel ran, the kernels by time a step, as the step runs ($OUT/nsys.txt)
+#   ktrace   bench --kernel-trace (CUPTI, in dsv4 itself: what nsys would say, on a machine without it) at --prompt 64
+#            --decode 16, with graphs and with DSV4_CUDA_GRAPHS=0 (KTRACE_ARGS: more bench arguments; $OUT/ktrace*.json)
 #   kvab     decode at prompt 256 with f32, bf16 and fp8 KV
 #   ncukv    ncu over a one-token step with f32 and with fp8 KV (NCUKV_KV picks): $OUT/ncu_f32.txt, ncu_fp8.txt
 #   sass     cuobjdump's SASS of test_gpu_mma's kernels named in SASS_FUN (comma list): $OUT/sass.txt
@@ -175,6 +177,15 @@ if has ncu; then
   # (the load's packing kernels excluded: run 175's 1,600 launches were all k_mma_frag_pack) step 2: the second decode step
   python3 tools/gpu/ncu_summary.py $L/ncu.csv k_embed 2 >"$OUT/ncu.txt" 2>&1
   echo "== ncu:"; head -34 "$OUT/ncu.txt"
+fi
+save
+if has ktrace; then
+  export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:/usr/local/cuda/lib64:/usr/local/cuda/extras/CUPTI/lib64"   # libcupti
+  for g in 1 0; do
+    DSV4_CUDA_GRAPHS=$g timeout ${KTRACE_TIMEOUT:-150} $FLASH --prompt 64 --decode 16 --no-bandwidth --kernel-trace ${KTRACE_ARGS:-} \
+        --json "$OUT/ktrace_graphs$g.json" >$L/ktrace_$g.log 2>&1
+    echo "== kernel trace, DSV4_CUDA_GRAPHS=$g: exit $?"; grep -E "^decode, 1|^kernel trace|^    k_|error" $L/ktrace_$g.log | head -36
+  done
 fi
 save
 if has nsys; then
