@@ -268,6 +268,24 @@ static int warm_up_prefill(dsv4_model *m, const int32_t *tok, int prompt, int ch
     return rc;
 }
 
+/* One speculative verify step on s: the pending token and 5 drafts (tok[0 .. VERIFY)), every row's logits into
+ * vrows, then rolled back (all drafts rejected), so each one sees the same context. *secs (may be NULL): the step's
+ * own time. routed (may be NULL): the step runs with its routing counted and *routed gets the weight bytes of the
+ * distinct experts it chose (bench_step_routed_bytes). */
+static int verify_step(dsv4_model *m, dsv4_seq *s, const int32_t *tok, float *vrows, double *secs, double *routed,
+                       dsv4_error *err) {
+    dsv4_seq_snapshot *snap = NULL;
+    int rc = dsv4_seq_snapshot_new(s, &snap, err);
+    if (rc) return rc;
+    dsv4_step_item v = { s, tok, VERIFY, DSV4_LOGITS_ALL, vrows };
+    const double v0 = now_s();
+    rc = routed ? bench_step_routed_bytes(m, &v, 1, routed, err) : dsv4_step(m, &v, 1, err);
+    if (secs) *secs = now_s() - v0;
+    if (!rc) rc = dsv4_seq_rollback(s, snap, 0, err);
+    dsv4_seq_snapshot_free(snap);
+    return rc;
+}
+
 /* --kernel-trace (a CUDA model): TRACE_STEPS more decode steps and one verify step (rolled back) under a kernel
  * trace (cuda_backend.h cuda_trace_*), read per step as the GPU ran it: its span (first kernel's start to last
  * kernel's end), the time some kernel ran (the union of their intervals: branches overlap), the rest — no kernel
@@ -359,13 +377,7 @@ static int kernel_trace(dsv4_model *m, dsv4_seq *s, const int32_t *tok, int n_to
         dsv4_step_item d = { s, tok + i % n_tok, 1, DSV4_LOGITS_LAST, logits };
         rc = dsv4_step(m, &d, 1, err);
     }
-    dsv4_seq_snapshot *snap = NULL;
-    if (!rc && !(rc = dsv4_seq_snapshot_new(s, &snap, err))) {
-        dsv4_step_item v = { s, tok, VERIFY, DSV4_LOGITS_ALL, vrows };
-        rc = dsv4_step(m, &v, 1, err);
-        if (!rc) rc = dsv4_seq_rollback(s, snap, 0, err);
-        dsv4_seq_snapshot_free(snap);
-    }
+    if (!rc) rc = verify_step(m, s, tok, vrows, NULL, NULL, err);
     if (t) {
         const int end_rc = cuda_trace_end(t, err);
         if (!rc) rc = end_rc;
@@ -433,22 +445,16 @@ static int bench_single_stream(dsv4_model *m, int prompt, int chunk, int decode,
     dsv4_pool_stats ps;
     dsv4_pool_stats_get(m->pool, &ps);
     dsv4_pool_count(m->pool, 0);
-    /* the speculative verify step: the pending token and 5 drafts in one step, every row's logits, then rolled back
-     * (all drafts rejected), so each repetition sees the same context */
+    /* the speculative verify step (verify_step), timed reps times */
     const int reps = decode < 16 ? decode : 16;
     double tv = 0;
     float *vrows = rc ? NULL : malloc(sizeof(float) * (size_t)VERIFY * (size_t)m->cfg.vocab_size);
     if (!rc && !vrows) rc = dsv4_fail(&err, DSV4_E_NOMEM, "out of memory");
     const uint64_t routed0 = m->routed_bytes;
     for (int i = 0; !rc && i < reps; i++) {
-        dsv4_seq_snapshot *snap = NULL;
-        if ((rc = dsv4_seq_snapshot_new(s, &snap, &err))) break;
-        const double v0 = now_s();
-        dsv4_step_item v = { s, tok, VERIFY, DSV4_LOGITS_ALL, vrows };
-        rc = dsv4_step(m, &v, 1, &err);
-        tv += now_s() - v0;
-        if (!rc) rc = dsv4_seq_rollback(s, snap, 0, &err);
-        dsv4_seq_snapshot_free(snap);
+        double secs = 0;
+        rc = verify_step(m, s, tok, vrows, &secs, NULL, &err);
+        tv += secs;
     }
     /* the verify step's weight bytes: the fixed ones and the distinct routed experts its tokens chose — more
      * experts than one token's, so more bytes (what bounds the step's ratio to a 1-token step from below). The CPU
@@ -458,15 +464,8 @@ static int bench_single_stream(dsv4_model *m, int prompt, int chunk, int decode,
     if (!rc && reps > 0 && !m->cuda && m->routed_bytes != routed0)
         vbytes = (double)dsv4_fixed_weight_bytes(m) + (double)(m->routed_bytes - routed0) / reps;
     else if (!rc && reps > 0) {
-        dsv4_seq_snapshot *snap = NULL;
         double counted = 0;
-        dsv4_step_item v = { s, tok, VERIFY, DSV4_LOGITS_ALL, vrows };
-        if (!(rc = dsv4_seq_snapshot_new(s, &snap, &err))) {
-            rc = bench_step_routed_bytes(m, &v, 1, &counted, &err);
-            if (!rc) rc = dsv4_seq_rollback(s, snap, 0, &err);
-            dsv4_seq_snapshot_free(snap);
-        }
-        if (!rc) vbytes = (double)dsv4_fixed_weight_bytes(m) + counted;
+        if (!(rc = verify_step(m, s, tok, vrows, NULL, &counted, &err))) vbytes = (double)dsv4_fixed_weight_bytes(m) + counted;
     }
     if (rc) {
         free(vrows); free(tok); free(logits); dsv4_seq_free(s);

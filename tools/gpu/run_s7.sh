@@ -18,9 +18,7 @@
 #            SANSUITE_TESTS (default every one), SANSUITE_TIMEOUT (default 60) s each, SANSUITE_ENV (NAME=V ...) set: the
 #            summary line of each
 #   ncu      ncu over one decode step (caches not flushed): time per kernel
-#   nsys     Nsight Systems over a short bench, graph nodes traced (tools/gpu/nsys_step.sh): a decode step's and a verify
-#            step's span, the time no kernel ran, the kernels by time a step, as the step runs ($OUT/nsys.txt)
-#   ktrace   bench --kernel-trace (CUPTI, in dsv4 itself: what nsys would say, on a machine without it) at --prompt 64
+#   ktrace   bench --kernel-trace (CUPTI, in dsv4 itself: the step as it runs, graph nodes included) at --prompt 64
 #            --decode 16, with graphs and with DSV4_CUDA_GRAPHS=0 (KTRACE_ARGS: more bench arguments; $OUT/ktrace*.json)
 #   kvab     decode at prompt 256 with f32, bf16 and fp8 KV
 #   ncukv    ncu over a one-token step with f32 and with fp8 KV (NCUKV_KV picks): $OUT/ncu_f32.txt, ncu_fp8.txt
@@ -186,10 +184,6 @@ if has ktrace; then
         --json "$OUT/ktrace_graphs$g.json" >$L/ktrace_$g.log 2>&1
     echo "== kernel trace, DSV4_CUDA_GRAPHS=$g: exit $?"; grep -E "^decode, 1|^kernel trace|^    k_|error" $L/ktrace_$g.log | head -36
   done
-fi
-save
-if has nsys; then
-  echo "== nsys:"; timeout ${NSYS_TIMEOUT:-300} bash tools/gpu/nsys_step.sh 2>&1 | head -80
 fi
 save
 if has kvab; then   # decode at prompt 256 with each KV format
