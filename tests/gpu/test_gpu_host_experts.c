@@ -184,14 +184,39 @@ static void split_parity(void **state) {
         if (!got || memcmp(got, f->gref, sizeof(float) * SEQ_LEN * (size_t)f->vocab))
             fail_msg("every host expert on the bus: the logits differ from the all-GPU model's");
         free(got);
-        /* with no host work left its steps run as CUDA graphs; the split model's (host hand-offs) cannot */
+        /* with no host work left its steps run as CUDA graphs; the split model's (host hand-offs) do when they are
+         * small enough to enqueue ahead (the parity runs above: one token, chunks), else they are launched directly
+         * (the fixture's one-shot reference of SEQ_LEN tokens) */
         cuda_graph_info bus_g, split_g;
         cuda_graphs_get(m, &bus_g);
         cuda_graphs_get(f->split, &split_g);
         if (bus_g.on && (bus_g.graphed_steps < 1 || bus_g.direct_steps != 0))
             fail_msg("every host expert on the bus: %ld steps graphed, %ld launched directly", bus_g.graphed_steps, bus_g.direct_steps);
-        if (split_g.graphed_steps != 0 || split_g.direct_steps < 1)
-            fail_msg("the split model: %ld steps graphed, %ld launched directly", split_g.graphed_steps, split_g.direct_steps);
+        if (split_g.on && (split_g.graphed_steps < 1 || split_g.direct_steps < 1))
+            fail_msg("the split model: %ld steps graphed (enqueued ahead), %ld launched directly", split_g.graphed_steps,
+                     split_g.direct_steps);
+        dsv4_model_free(m);
+    }
+    /* DSV4_CUDA_HX_AHEAD=0: every step with host work launched directly, the host answering each layer before the
+     * next is launched; token by token, the bits of the fixture's one-shot reference (and so of the steps enqueued
+     * ahead, which split_parity held to it) */
+    {
+        dsv4_error lerr;
+        setenv("DSV4_CUDA_HX_AHEAD", "0", 1);
+        dsv4_model *m = load_split(f->dir, tp, f->gpu_mem_gb, NULL, &lerr);
+        unsetenv("DSV4_CUDA_HX_AHEAD");
+        if (!m) fail_msg("split load, DSV4_CUDA_HX_AHEAD=0: %s", lerr.msg);
+        float *got = malloc(sizeof(float) * SEQ_LEN * (size_t)f->vocab);
+        dsv4_seq *q;
+        if (!got || dsv4_seq_new(m, &q, &lerr)) fail_msg("DSV4_CUDA_HX_AHEAD=0: %s", got ? lerr.msg : "out of memory");
+        for (int p = 0; p < SEQ_LEN; p++) against_step1(m, q, f->tok + p, 1, got + (size_t)p * f->vocab);
+        if (memcmp(got, f->ref, sizeof(float) * SEQ_LEN * (size_t)f->vocab))
+            fail_msg("DSV4_CUDA_HX_AHEAD=0, token by token: the logits differ from the one-shot reference");
+        cuda_graph_info g;
+        cuda_graphs_get(m, &g);
+        if (g.graphed_steps != 0) fail_msg("DSV4_CUDA_HX_AHEAD=0: %ld steps with host experts graphed", g.graphed_steps);
+        dsv4_seq_free(q);
+        free(got);
         dsv4_model_free(m);
     }
     /* states cross between the two placements: continued elsewhere, within the same tolerance */

@@ -42,6 +42,8 @@
 #            LONG_RUNS: default and / or NAME=V entries, one run each)
 #   bus      issue 15's bus share: Flash with --gpu-mem BUS_MEM (default 80) at each --bus-share of BUS_SHARES (default
 #            0 0.5), --prompt 64 --decode 16 (BUS_ARGS: more); the load time, decode, prefill and the host line of each
+#   ahead    issue 15: Flash with --gpu-mem AHEAD_MEM (default 80), --prompt 64 --decode 16, for each DSV4_CUDA_HX_AHEAD
+#            value of AHEAD_RUNS (default 1 0): steps with host experts enqueued ahead against launched directly
 #   skew     issue 15's skewed routing: for each S of SKEWS (default 0.1; 0 = the plain synthetic model), Flash with
 #            --route-skew S: the bench at --gpu-mem SKEW_BASE_MEM (default 80) with no profile (even placement; SKEW_EVEN=0
 #            skips it), a
@@ -179,6 +181,10 @@ fi
 save
 if has ktrace; then
   export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:/usr/local/cuda/lib64:/usr/local/cuda/extras/CUPTI/lib64"   # libcupti
+  # a libcupti elsewhere (a pip wheel of torch's, another CUDA): its folder too
+  CUPTI=$(find / -xdev \( -name 'libcupti.so' -o -name 'libcupti.so.*' \) 2>/dev/null | head -1)
+  echo "== libcupti: ${CUPTI:-none found}"
+  [ -n "$CUPTI" ] && export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$(dirname "$CUPTI")"
   for g in 1 0; do
     DSV4_CUDA_GRAPHS=$g timeout ${KTRACE_TIMEOUT:-150} $FLASH --prompt 64 --decode 16 --no-bandwidth --kernel-trace ${KTRACE_ARGS:-} \
         --json "$OUT/ktrace_graphs$g.json" >$L/ktrace_$g.log 2>&1
@@ -338,6 +344,17 @@ if has bus; then
     rc=$?
     echo "  --bus-share $b (exit $rc, $(( $(date +%s) - t0 )) s): $(grep -E '^prefill|^decode, 1' $L/bus_$b.log | head -2 | tr '\n' ' ' | tr -s ' ')"
     echo "    $(grep -E 'in host memory' $L/bus_$b.log | tail -2 | tr '\n' ' ' | tr -s ' ' | cut -c 1-400)"
+  done
+fi
+save
+if has ahead; then   # issue 15: steps with host experts enqueued ahead (DSV4_CUDA_HX_AHEAD) against launched directly
+  for a in ${AHEAD_RUNS:-1 0}; do
+    t0=$(date +%s)
+    DSV4_CUDA_HX_AHEAD=$a timeout ${AHEAD_TIMEOUT:-200} $FLASH --gpu-mem ${AHEAD_MEM:-80} --prompt 64 --decode 16 --no-bandwidth \
+        ${AHEAD_ARGS:-} >$L/ahead_$a.log 2>&1
+    rc=$?
+    echo "== --gpu-mem ${AHEAD_MEM:-80}, DSV4_CUDA_HX_AHEAD=$a (exit $rc, $(( $(date +%s) - t0 )) s): $(grep -E '^prefill|^decode, 1' $L/ahead_$a.log | head -2 | tr '\n' ' ' | tr -s ' ')"
+    grep -E "^experts in host|^host expert reads|^host a graphed|^decode, CPU|error" $L/ahead_$a.log | head -6 | cut -c 1-300
   done
 fi
 save

@@ -296,6 +296,22 @@ static inline int cu_moe_tiles_max(int64_t P, int E, int tile) {
 void cu_count_routes(cu_stream st, const int32_t *route_e, int T, int K, unsigned long long *counts);
 /* ey[pair[q]][.] = rows[q][.] for q < n: the host-computed pair rows into the step's pair rows (cuda_host_experts.h). */
 void cu_scatter_pair_rows(cu_stream st, const float *rows, const int32_t *pair, int n, int d, float *ey);
+/* The host link of a split step enqueued ahead (cuda_host_experts.h, cuda_hx_serve): words in page-locked mapped
+ * memory, each monotonic within a step, zeroed by the host before it. */
+typedef struct {
+    int published;   /* the GPU: layer L's rows and routing are in the host's buffers (L + 1) */
+    int ready;       /* the host: layer L's host rows are in rows_h / pair_h (L + 1); INT_MAX: give up the step */
+    int n;           /* the host: how many rows (written before ready) */
+    int late;        /* the GPU: a wait timed out (CU_HX_TIMEOUT_S), the step's results are void */
+} cu_hx_link;
+#define CU_HX_TIMEOUT_S 60
+/* link->published = value once xn [T][d], route_e and route_w [T][K] are in the mapped xn_h, re_h, rw_h (blocks_done:
+ * a device counter at 0, left at 0). */
+void cu_hx_publish(cu_stream st, const float *xn, const int32_t *route_e, const float *route_w, int T, int d, int K, float *xn_h,
+                   int32_t *re_h, float *rw_h, unsigned *blocks_done, cu_hx_link *link, int value);
+/* Once link->ready >= value: cu_scatter_pair_rows of link->n rows from the mapped rows_h / pair_h (at most max_rows). */
+void cu_hx_await_rows(cu_stream st, cu_hx_link *link, int value, const float *rows_h, const int32_t *pair_h, int max_rows, int d,
+                      float *ey);
 /* Clamped SwiGLU in place on g [rows][I] (v the up projection), times w[row] when w is not NULL. */
 void cu_swiglu(cu_stream st, int official, float *g, const float *v, const float *w, int rows, int I, float limit);
 /* cu_swiglu, and each output row also packed for the tensor cores into q / qs (cu_mma.h) in the same launch: one warp

@@ -121,6 +121,11 @@ extern "C" void cu_stream_free(cu_stream st) {
     if (st) cudaStreamDestroy((cudaStream_t)st);
 }
 
+extern "C" int cu_stream_poll(cu_stream st) {
+    const cudaError_t e = cudaStreamQuery((cudaStream_t)st);
+    return e == cudaSuccess ? 1 : e == cudaErrorNotReady ? 0 : -1;
+}
+
 extern "C" int cu_finish(cu_stream st, const char *what, dsv4_error *err) {
     cudaError_t e = cudaGetLastError();
     if (e == cudaSuccess) e = cudaStreamSynchronize((cudaStream_t)st);

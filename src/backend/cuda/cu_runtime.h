@@ -43,6 +43,7 @@ int  cu_event_wait_host(cu_event ev);      /* the host waits until the stream ha
 int  cu_stream_wait(cu_stream st, cu_event ev);   /* st's later work waits until ev has passed (inside a capture: an edge) */
 cu_stream cu_stream_new(void);
 void cu_stream_free(cu_stream st);
+int  cu_stream_poll(cu_stream st);   /* without waiting: 1 = everything enqueued on st has run, 0 = not yet, -1 = a CUDA error */
 /* Wait for st and report any launch or execution error as one line (what: the failing stage). */
 int  cu_finish(cu_stream st, const char *what, dsv4_error *err);
 void cu_device_name(char *out, size_t n);

@@ -7,6 +7,7 @@
 #include "model/synthetic.h"
 #include "util/bigmem.h"
 #include "util/error.h"
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -24,7 +25,9 @@ int cuda_hx_init(cu_host_experts *hx, expert_map *map, dsv4_error *err) {
     memset(map, 0, sizeof *map);
     const size_t LE = (size_t)hx->map.n_layers * (size_t)hx->map.n_routed;
     if (!(hx->n_host = calloc((size_t)hx->map.n_layers, sizeof *hx->n_host)) || !(hx->bus_shared = calloc(LE + 1, 1)) ||
-        !(hx->fetched = cu_event_new())) {
+        !(hx->fetched = cu_event_new()) || !(hx->ahead_layers = calloc((size_t)hx->map.n_layers + 1, sizeof *hx->ahead_layers)) ||
+        !(hx->link = cu_malloc_mapped(sizeof *hx->link)) || !(hx->blocks_done = cu_malloc(sizeof *hx->blocks_done)) ||
+        cu_zero(hx->blocks_done, sizeof *hx->blocks_done)) {
         cuda_hx_free(hx);
         return dsv4_fail(err, DSV4_E_NOMEM, "out of memory (host experts)");
     }
@@ -52,6 +55,9 @@ void cuda_hx_free(cu_host_experts *hx) {
     bigmem_free(hx->arena, hx->arena_bytes);
     cu_free_host(hx->bus_arena);
     cu_event_free(hx->fetched);
+    cu_free_host(hx->link);
+    cu_free(hx->blocks_done);
+    free(hx->ahead_layers);
     free(hx->n_host);
     free(hx->bus_shared);
     expert_map_free(&hx->map);
@@ -247,9 +253,10 @@ int cuda_hx_reserve(cu_host_experts *hx, const dsv4_config *c, int T, dsv4_error
     free_buffers(hx);
     const size_t d = (size_t)c->dim, K = (size_t)c->n_act, t = (size_t)T;
     int ok = !moe_host_scratch_init(&hx->scr, c, T);
-    ok = ok && (hx->xn_h = cu_malloc_host(sizeof(float) * t * d)) && (hx->route_w_h = cu_malloc_host(sizeof(float) * t * K)) &&
-         (hx->rows_h = cu_malloc_host(sizeof(float) * t * K * d)) && (hx->route_e_h = cu_malloc_host(sizeof(int32_t) * t * K)) &&
-         (hx->pair_h = cu_malloc_host(sizeof(int32_t) * t * K)) && (hx->rows_d = cu_malloc(sizeof(float) * t * K * d)) &&
+    /* mapped: a step enqueued ahead has the GPU write and read them itself (k_hx_publish, k_hx_await_rows) */
+    ok = ok && (hx->xn_h = cu_malloc_mapped(sizeof(float) * t * d)) && (hx->route_w_h = cu_malloc_mapped(sizeof(float) * t * K)) &&
+         (hx->rows_h = cu_malloc_mapped(sizeof(float) * t * K * d)) && (hx->route_e_h = cu_malloc_mapped(sizeof(int32_t) * t * K)) &&
+         (hx->pair_h = cu_malloc_mapped(sizeof(int32_t) * t * K)) && (hx->rows_d = cu_malloc(sizeof(float) * t * K * d)) &&
          (hx->pair_d = cu_malloc(sizeof(int32_t) * t * K));
     if (!ok) {
         free_buffers(hx);
@@ -288,6 +295,81 @@ int cuda_hx_compute(cu_host_experts *hx, struct dsv4_model *m, int L, cu_stream 
         return dsv4_fail(err, DSV4_E_STATE, "CUDA error copying layer %d's host expert rows", L);
     cu_scatter_pair_rows(st, hx->rows_d, hx->pair_d, n, d, ey);
     return DSV4_OK;
+}
+/* ---- a step enqueued ahead (cuda_host_experts.h) ---- */
+
+void cuda_hx_ahead_begin(cu_host_experts *hx) {
+    memset(hx->link, 0, sizeof *hx->link);   /* no kernel of this model reads it: the step before has finished */
+    hx->n_ahead = 0;
+}
+
+void cuda_hx_publish(cu_host_experts *hx, cu_stream st, const dsv4_config *c, const float *xn, const int32_t *route_e,
+                     const float *route_w, int T, int L) {
+    hx->ahead_layers[hx->n_ahead++] = L;
+    cu_hx_publish(st, xn, route_e, route_w, T, c->dim, c->n_act, hx->xn_h, hx->route_e_h, hx->route_w_h, hx->blocks_done, hx->link,
+                  L + 1);
+}
+
+void cuda_hx_await(cu_host_experts *hx, cu_stream st, const dsv4_config *c, int T, int L, float *ey) {
+    cu_hx_await_rows(st, hx->link, L + 1, hx->rows_h, hx->pair_h, T * c->n_act, c->dim, ey);
+}
+
+static void cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+}
+
+/* Until the GPU has published layer value - 1 (link->published >= value); a CUDA error, a stream that ran out
+ * without publishing, or CU_HX_TIMEOUT_S without news: an error. */
+static int wait_published(cu_host_experts *hx, cu_stream st, int value, dsv4_error *err) {
+    const double t0 = now_ms();
+    for (unsigned spin = 1;; spin++) {
+        if (__atomic_load_n(&hx->link->published, __ATOMIC_ACQUIRE) >= value) return DSV4_OK;
+        cpu_relax();
+        if (spin % 256) continue;
+        const int q = cu_stream_poll(st);
+        if (q < 0) return cu_finish(st, "a step with host experts", err);
+        if (__atomic_load_n(&hx->link->published, __ATOMIC_ACQUIRE) >= value) return DSV4_OK;
+        if (q > 0) return dsv4_fail(err, DSV4_E_STATE, "cuda: the step ended without handing layer %d's routing to the host", value - 1);
+        if (now_ms() - t0 > CU_HX_TIMEOUT_S * 1e3)
+            return dsv4_fail(err, DSV4_E_STATE, "cuda: no routing of layer %d from the GPU in %d s", value - 1, CU_HX_TIMEOUT_S);
+    }
+}
+
+int cuda_hx_serve(cu_host_experts *hx, struct dsv4_model *m, cu_stream st, int T, int give_up, dsv4_error *err) {
+    cu_hx_link *lk = hx->link;
+    int rc = give_up;
+    for (int i = 0; i < hx->n_ahead && !rc; i++) {
+        const int L = hx->ahead_layers[i];
+        const double t0 = now_ms();
+        if ((rc = wait_published(hx, st, L + 1, err))) break;
+        const double t1 = now_ms();
+        const uint8_t *owner = hx->map.owner + (int64_t)L * hx->map.n_routed;
+        const uint64_t bytes0 = m->routed_bytes;
+        const int n = moe_host_rows(m, &m->layers[L], owner, hx->xn_h, hx->route_e_h, hx->route_w_h, T, &hx->scr, hx->rows_h, hx->pair_h);
+        hx->wait_ms += t1 - t0;
+        hx->host_ms += now_ms() - t1;
+        hx->host_rows += (uint64_t)n;
+        hx->host_bytes += m->routed_bytes - bytes0;
+        /* the rows and their count before the flag: the GPU reads them once it sees it (x86 keeps stores in order;
+         * the release keeps the compiler from moving them after) */
+        lk->n = n;
+        __atomic_store_n(&lk->ready, L + 1, __ATOMIC_RELEASE);
+    }
+    hx->n_ahead = 0;
+    if (!rc) return DSV4_OK;
+    /* release every layer still waiting, with no rows, and let the step run out before the link is used again */
+    lk->n = 0;
+    __atomic_store_n(&lk->ready, INT_MAX, __ATOMIC_RELEASE);
+    cu_finish(st, "a failed step with host experts", NULL);
+    return rc;
+}
+
+int cuda_hx_check(const cu_host_experts *hx, dsv4_error *err) {
+    if (!__atomic_load_n(&hx->link->late, __ATOMIC_ACQUIRE)) return DSV4_OK;
+    return dsv4_fail(err, DSV4_E_STATE, "cuda: the GPU waited more than %d s for the host's expert rows of a layer; the step's "
+                     "results are void", CU_HX_TIMEOUT_S);
 }
 #else
 typedef int dsv4_cuda_host_experts_unused; /* built only with CUDA=1 */

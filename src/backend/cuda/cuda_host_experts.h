@@ -19,15 +19,33 @@
  * there, so the GPU's expert kernels of step 2 read them over PCIe as they run, beside the host computing the
  * others: the host's cores and the bus each move part of a layer's host bytes. Such an expert's rows are the GPU
  * kernels' rows, bit for bit those of an all-GPU run (with every host expert on the bus, the step is the all-GPU
- * step). Packed FP4 experts (DSV4_CUDA_EXPERT_PACK) are packed in place in the bus arena at load. */
+ * step). Packed FP4 experts (DSV4_CUDA_EXPERT_PACK) are packed in place in the bus arena at load.
+ *
+ * A step enqueued ahead (cuda_step.c, steps of at most CU_HX_AHEAD_MAX_T tokens launched as CUDA graphs; DSV4_CUDA_HX_AHEAD):
+ * the three steps above need the host in the middle of every such layer, and launched directly the step's
+ * thread issues a layer's launches only once the host has answered the layer before, so every launch between two
+ * hand-offs lies on the token's critical path (11-15 ms a token at --gpu-mem 80, runs 118-133). Instead both ends
+ * of a hand-off are kernels, so the whole step is enqueued (captured, launched) first:
+ *   1. k_hx_publish copies the layer's xn and routing into the page-locked mapped buffers and raises
+ *      link->published to L + 1;
+ *   2. after the enqueue, the step's thread serves the layers in order (cuda_hx_serve): it waits for published,
+ *      computes the rows as in step 2 above into the mapped rows_h / pair_h, writes link->n and raises link->ready;
+ *   3. k_hx_await_rows, where the layer's scatter stood, waits on the GPU for ready and scatters the rows, read over
+ *      the bus from the mapped buffers.
+ * Each layer's buffers are free again before the next layer's publish (its await comes first in the stream), so one
+ * set serves the step. The same rows reach the same pair indices: the bits of the direct path (test_gpu_host_experts:
+ * one-token steps enqueued ahead against the one-shot step launched directly, by memcmp). */
 #ifndef DSV4_CUDA_HOST_EXPERTS_H
 #define DSV4_CUDA_HOST_EXPERTS_H
+#include "backend/cuda/cu_kernels.h"
 #include "backend/cuda/cu_runtime.h"
 #include "core/moe.h"
 #include "model/expert_place.h"
 #include "model/safetensors.h"
 
 struct dsv4_model;
+
+#define CU_HX_AHEAD_MAX_T 64   /* the largest step enqueued ahead: its rows_h, T K dim floats, read over the bus */
 
 typedef struct cu_host_experts {
     expert_map map;            /* which experts of which main layer the host holds (EXPERT_ON_HOST, EXPERT_ON_BUS) */
@@ -36,8 +54,11 @@ typedef struct cu_host_experts {
     int bus_pct;               /* the bus share the map was split at (percent) */
     int T_cap;
     moe_host_scratch scr;
-    float *xn_h, *route_w_h, *rows_h;   /* page-locked: [T][dim], [T][K], [T*K][dim] */
-    int32_t *route_e_h, *pair_h;        /* page-locked: [T][K], [T*K] */
+    float *xn_h, *route_w_h, *rows_h;   /* page-locked and mapped: [T][dim], [T][K], [T*K][dim] */
+    int32_t *route_e_h, *pair_h;        /* page-locked and mapped: [T][K], [T*K] */
+    cu_hx_link *link;          /* page-locked and mapped: a step enqueued ahead's hand-off words (cu_kernels.h) */
+    unsigned *blocks_done;     /* device: k_hx_publish's block counter */
+    int *ahead_layers, n_ahead;   /* the main layers a step enqueued ahead handed off, in order ([n_layers]) */
     float *rows_d;             /* device [T*K][dim] */
     int32_t *pair_d;           /* device [T*K] */
     cu_event fetched;          /* step 1's copies are done */
@@ -75,6 +96,19 @@ int  cuda_hx_fetch(cu_host_experts *hx, cu_stream st, const dsv4_config *c, cons
                    const float *route_w, int T);
 /* Steps 2-3: wait for step 1, compute on the host, enqueue the copies and the scatter into ey on st. */
 int  cuda_hx_compute(cu_host_experts *hx, struct dsv4_model *m, int L, cu_stream st, int T, float *ey, dsv4_error *err);
+/* A step enqueued ahead (the header's comment): before its launches, the link zeroed and no layer handed off yet. */
+void cuda_hx_ahead_begin(cu_host_experts *hx);
+/* Its step 1 and step 3 for main layer L, enqueued on st (publish: after the routing; await: where
+ * cuda_hx_compute's scatter stands). */
+void cuda_hx_publish(cu_host_experts *hx, cu_stream st, const dsv4_config *c, const float *xn, const int32_t *route_e,
+                     const float *route_w, int T, int L);
+void cuda_hx_await(cu_host_experts *hx, cu_stream st, const dsv4_config *c, int T, int L, float *ey);
+/* Step 2 for every layer the step handed off, in order, once the whole step is enqueued. give_up (an error code
+ * already reported, or 0): serve nothing, release every waiting layer (link->ready past all of them) and drain st;
+ * on a failure of its own, the same. Returns give_up, or the failure's code. */
+int  cuda_hx_serve(cu_host_experts *hx, struct dsv4_model *m, cu_stream st, int T, int give_up, dsv4_error *err);
+/* After such a step has finished on st: an error when a GPU wait timed out (its results are void). */
+int  cuda_hx_check(const cu_host_experts *hx, dsv4_error *err);
 /* Whether some layer has experts the host computes (map.n_host counts the bus experts too): without any, every
  * host-memory expert is read over the bus, a step has no host work and runs as CUDA graphs (cuda_step.c). */
 static inline int cuda_hx_hands_off(const cu_host_experts *hx) { return hx->map.n_host > hx->map.n_bus; }

@@ -517,7 +517,11 @@ static int init_ranks(struct cuda_model *cm, const struct dsv4_model *m, int n, 
  *   DSV4_CUDA_BRANCH    a layer's chains that do not depend on each other run on a second stream, a branch of the
  *                       step's graph (cuda_step.c branch_fork): the shared expert beside the router and the routed
  *                       experts, the compressors' projections and the indexer's queries beside the query path;
- *                       default on. Each kernel gets the same inputs either way, so the same bits; 0 = one stream. */
+ *                       default on. Each kernel gets the same inputs either way, so the same bits; 0 = one stream.
+ *   DSV4_CUDA_HX_AHEAD  a step of at most CU_HX_AHEAD_MAX_T tokens with experts the host computes is enqueued (graphed)
+ *                       whole before the host computes them, each hand-off a pair of kernels (cuda_host_experts.h);
+ *                       default on. The same rows in the same places, so the same bits; 0 = launched directly, the
+ *                       host answering each layer before the next is launched. */
 static int env_choice(const char *name, int dflt, int max, const char *what, int *val, dsv4_error *err) {
     const char *v = getenv(name);
     *val = dflt;
@@ -537,7 +541,7 @@ static int env_switch(const char *name, int dflt, const char *what, int *on, dsv
 int cuda_model_init(struct dsv4_model *m, const cuda_placement *p, dsv4_error *err) {
     const int gpu = p->gpu;
     int n_gpus = p->n_gpus, graphs_on, pdl_on /* CU_PDL_* */, mma_on, gemm_on, stream_on, lean_on, pack_on, native_on, idx_mma_on,
-        idx_tiles_on, att_mma_on, att_dec_on, att_fused_on, att_dec_mma_on, branch_on;
+        idx_tiles_on, att_mma_on, att_dec_on, att_fused_on, att_dec_mma_on, branch_on, hx_ahead_on;
     if (env_switch("DSV4_CUDA_GRAPHS", 1, "CUDA graphs", &graphs_on, err) ||
         env_choice("DSV4_CUDA_PDL", CU_PDL_EXIT, CU_PDL_EXIT,
                    "0 (plain edges in the CUDA graphs), 1 (programmatic from launch completion) or 2 (from exit)", &pdl_on, err) ||
@@ -555,7 +559,8 @@ int cuda_model_init(struct dsv4_model *m, const cuda_placement *p, dsv4_error *e
         env_switch("DSV4_CUDA_ATT_DEC", 1, "the decode-sized attention scores kernel", &att_dec_on, err) ||
         env_switch("DSV4_CUDA_ATT_FUSED", 0, "a decode step's attention in one kernel", &att_fused_on, err) ||
         env_switch("DSV4_CUDA_ATT_DEC_MMA", 1, "a decode step's tensor-core attention in one kernel", &att_dec_mma_on, err) ||
-        env_switch("DSV4_CUDA_BRANCH", 1, "a layer's independent chains on a second stream", &branch_on, err))
+        env_switch("DSV4_CUDA_BRANCH", 1, "a layer's independent chains on a second stream", &branch_on, err) ||
+        env_switch("DSV4_CUDA_HX_AHEAD", 1, "steps with host experts enqueued ahead", &hx_ahead_on, err))
         return DSV4_E_ARG;
     if (n_gpus < 1) n_gpus = 1;
     if (n_gpus > CU_MAX_GPUS) return dsv4_fail(err, DSV4_E_ARG, "at most %d GPUs (asked for %d)", CU_MAX_GPUS, n_gpus);
@@ -601,6 +606,7 @@ int cuda_model_init(struct dsv4_model *m, const cuda_placement *p, dsv4_error *e
     cm->att_fused_on = att_fused_on;
     cm->att_dec_mma_on = att_dec_mma_on;
     cm->branch_on = branch_on;
+    cm->hx_ahead_on = hx_ahead_on;
     m->cuda = cm;
     m->state_mem = &seq_mem_cuda;
     if (m->progress) {

@@ -163,6 +163,7 @@ struct cuda_model {
                                   at load (default 1); the same bits either way */
     cu_stream side;            /* that stream (branch_on), and the events that fork it from st and join it back */
     void *fork_ev, *join_ev;   /* cu_event */
+    int hx_ahead_on;           /* steps with host experts enqueued ahead (cuda_host_experts.h): DSV4_CUDA_HX_AHEAD at load */
     int graphs_on;             /* steps run as CUDA graphs (cuda_step.c): DSV4_CUDA_GRAPHS at load, cuda_graphs_set */
     struct cu_graphs *graphs;  /* the kept executable graphs and their counts (cu_graph.h); rank 0 only */
     unsigned long long *route_counts; /* device [n_layers][n_routed] while routes are counted (dsv4 profile) */

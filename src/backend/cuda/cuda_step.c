@@ -203,6 +203,7 @@ typedef struct {
     int mma;                   /* OFFICIAL and cuda_model.mma_on: FP8/FP4 linears of act-quantized rows on tensor cores,
                                 * and the linears of bf16-valued rows (linear16) */
     int branched;              /* launches on the side stream not yet joined (branch_end, branch_join) */
+    int hx_ahead;              /* host experts handed off by kernels, the step enqueued ahead (cuda_host_experts.h) */
 } step_ctx;
 
 /* End of a stage: with profiling on, wait for the GPU and charge the time since the last mark to `stage`. */
@@ -529,7 +530,8 @@ static void step_moe(step_ctx *s, const cu_layer *ly, int L) {
     if (L >= 0 && s->cm->route_counts && ly == &s->cm->layers[L])   /* main layers only (dsv4 profile) */
         cu_count_routes(s->st, ws->route_e, T, K, s->cm->route_counts + (int64_t)L * E);
     mark(s, ST_ROUTE);
-    if (hx && !s->rc && cuda_hx_fetch(hx, s->st, c, ws->xn, ws->route_e, ws->route_w, T))
+    if (hx && s->hx_ahead) cuda_hx_publish(hx, s->st, c, ws->xn, ws->route_e, ws->route_w, T, L);
+    else if (hx && !s->rc && cuda_hx_fetch(hx, s->st, c, ws->xn, ws->route_e, ws->route_w, T))
         s->rc = dsv4_fail(s->err, DSV4_E_STATE, "CUDA error copying layer %d's routing to the host", L);
     if (ly->ep && s->cm->ep) {
         /* the routed experts over every GPU (cuda_ep.h); a failure of the transport ends the step */
@@ -542,8 +544,10 @@ static void step_moe(step_ctx *s, const cu_layer *ly, int L) {
     mark(s, ST_EXPERTS);
     /* the shared expert sees the same (OFFICIAL: quantized) rows as the routed ones */
     if (!br) shared_expert(s, ly, in_packed);
-    /* the GPU has its experts and the shared expert queued: the host computes its experts meanwhile */
-    if (hx && !s->rc) s->rc = cuda_hx_compute(hx, s->m, L, s->st, T, ws->ey, s->err);
+    /* the GPU has its experts and the shared expert queued: the host computes its experts meanwhile (enqueued
+     * ahead: later, cuda_hx_serve, the GPU waiting here for its rows) */
+    if (hx && s->hx_ahead) cuda_hx_await(hx, s->st, c, T, L, ws->ey);
+    else if (hx && !s->rc) s->rc = cuda_hx_compute(hx, s->m, L, s->st, T, ws->ey, s->err);
     /* the experts' sum and mHC's post in one launch: step_moe ends the sub-layer */
     branch_join(s);
     cu_hc_post_moe(s->st, s->official, ws->ey, ws->ys, ws->plan.token_pairs, K, ws->mix, ws->X, T, c->hc_mult, d);
@@ -805,6 +809,7 @@ static int step_end(step_ctx *s, dsv4_step_item *items, const head_plan *hp, con
     int rc;
     if (s->rc) return s->rc;
     if ((rc = cu_finish(s->st, "the step", err))) return rc;
+    if (s->hx_ahead && (rc = cuda_hx_check(s->cm->hx, err))) return rc;
     if (s->ws->idx_offgrid && *s->ws->idx_offgrid) {   /* k_indexer.cu: tensor-core scores of data off the FP4 grid */
         const unsigned bits = *s->ws->idx_offgrid;
         *s->ws->idx_offgrid = 0;
@@ -837,14 +842,21 @@ static int step_end(step_ctx *s, dsv4_step_item *items, const head_plan *hp, con
  * launched as one graph, so that the host captures the next segment while the GPU runs the last one: the
  * first segment is the embedding and layer 0 alone (all the GPU waits for before its first kernel), then
  * CU_GRAPH_LAYERS layers each, the last with the head. Steps launched directly instead (graphs_usable): graphs turned off (DSV4_CUDA_GRAPHS=0 at
- * load, cuda_graphs_set), routed experts the host computes (cuda_host_experts.c: host work and waits mid-step;
- * experts in host memory that the GPU reads over the bus are ordinary launches, so a model with only those is graphed),
- * experts over several GPUs (cuda_ep.c: the transport waits on the host), the per-stage profiler (it waits at
- * every stage), and the MTP and DSpark heads (cuda_mtp_forward, the dspark calls: a few launches each). */
+ * load, cuda_graphs_set), experts over several GPUs (cuda_ep.c: the transport waits on the host), the per-stage
+ * profiler (it waits at every stage), the MTP and DSpark heads (cuda_mtp_forward, the dspark calls: a few launches
+ * each), and steps of more than CU_HX_AHEAD_MAX_T tokens whose routed experts the host computes (host work and waits
+ * mid-step). Experts in host memory that the GPU reads over the bus are ordinary launches. A smaller step with host
+ * experts is enqueued ahead (hx_ahead: every hand-off a pair of kernels, cuda_host_experts.h) and graphed: the host
+ * serves its layers once the step is launched (cuda_hx_serve). Never launched directly: the GPU would wait inside
+ * the step for a host that is still launching, behind a launch queue that may fill. */
 #define CU_GRAPH_LAYERS 4
 
-static int graphs_usable(const struct cuda_model *cm) {
-    return cm->graphs_on && cm->graphs && !(cm->hx && cuda_hx_hands_off(cm->hx)) && !cm->ep && !cm->prof.on;
+static int graphs_free(const struct cuda_model *cm) { return cm->graphs_on && cm->graphs && !cm->ep && !cm->prof.on; }
+static int hx_ahead_usable(const struct cuda_model *cm, int T) {
+    return cm->hx && cuda_hx_hands_off(cm->hx) && cm->hx_ahead_on && T <= CU_HX_AHEAD_MAX_T && graphs_free(cm);
+}
+static int graphs_usable(const struct cuda_model *cm, int T) {
+    return graphs_free(cm) && (!(cm->hx && cuda_hx_hands_off(cm->hx)) || hx_ahead_usable(cm, T));
 }
 
 /* Segments of a graphed step of NL layers, and the first layer of segment k (NL for k = the count). */
@@ -864,7 +876,8 @@ int cuda_step(struct dsv4_model *m, dsv4_step_item *items, int n_items, dsv4_err
     if (rc) return rc;
     if ((rc = head_prepare(&s, items, &hp, err))) return rc;
     /* one segment of all the layers when launched directly */
-    const int graphed = graphs_usable(cm), n_seg = graphed ? seg_count(NL) : 1;
+    const int graphed = graphs_usable(cm, s.T), n_seg = graphed ? seg_count(NL) : 1;
+    s.hx_ahead = hx_ahead_usable(cm, s.T);
     /* the head's kernels depend on how many rows it takes and whether it draws: part of the shape */
     const int slot = graphed ? cu_graphs_slot(cm->graphs, s.T, n_items, 2 * hp.R + (hp.Q > 0), n_seg) : -1;
     if (graphed && slot < 0) {
@@ -873,6 +886,7 @@ int cuda_step(struct dsv4_model *m, dsv4_step_item *items, int n_items, dsv4_err
     }
     /* From here on the sequences change. */
     if (cm->route_counts) m->counted_tokens += (uint64_t)s.T;
+    if (s.hx_ahead) cuda_hx_ahead_begin(cm->hx);
     const double t_submit = cpu_profile_now_ms();
     for (int k = 0; k < n_seg; k++) {
 #ifdef DIAG_REPLAY
@@ -900,6 +914,9 @@ int cuda_step(struct dsv4_model *m, dsv4_step_item *items, int n_items, dsv4_err
         if (graphed && ((rc = cu_graph_end(cm->graphs, slot, k, s.st, s.rc != 0, err)) || s.rc)) break;
     }
     const double t_wait = cpu_profile_now_ms();
+    /* enqueued ahead: the host's experts now, layer by layer as the GPU hands them over (on a failure, only the
+     * release of the layers waiting) */
+    if (s.hx_ahead) rc = cuda_hx_serve(cm->hx, m, s.st, s.T, rc ? rc : s.rc, err);
     if (!rc) rc = step_end(&s, items, &hp, &cm->hc_head, cm->norm, 1, err);
     head_plan_free(&hp);
     if (cm->graphs && !rc) {

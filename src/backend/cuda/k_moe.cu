@@ -183,6 +183,75 @@ extern "C" void cu_scatter_pair_rows(cu_stream st, const float *rows, const int3
     if (n > 0) k_scatter_pair_rows<<<cu_blocks((int64_t)n * d, 256), 256, 0, (cudaStream_t)st>>>(rows, pair, n, d, ey);
 }
 
+/* ---- the host link of a split step enqueued ahead (cuda_host_experts.h) ----
+ * Both ends of a hand-off are kernels, so that a whole step can be enqueued (graphed) before the host computes
+ * anything. The link words live in page-locked mapped memory; each is monotonic within a step (the host zeroes them
+ * before the step), and a layer L waits for or raises the value L + 1. */
+
+/* The layer's rows xn [T][d] and routing [T][K] into the host's mapped buffers, then link->published = value.
+ * Block t copies token t; each block's writes are made visible to the host (__threadfence_system) before it counts
+ * itself in *blocks_done, and the last block to count resets the counter for the next launch and publishes. */
+__global__ void k_hx_publish(const float *xn, const int32_t *route_e, const float *route_w, int d, int K, float *xn_h, int32_t *re_h,
+                             float *rw_h, unsigned *blocks_done, cu_hx_link *link, int value) {
+    dev_grid_wait();
+    const int64_t t = blockIdx.x;
+    for (int e = threadIdx.x; e < d; e += blockDim.x) xn_h[t * d + e] = xn[t * d + e];
+    for (int j = threadIdx.x; j < K; j += blockDim.x) {
+        re_h[t * K + j] = route_e[t * K + j];
+        rw_h[t * K + j] = route_w[t * K + j];
+    }
+    __threadfence_system();
+    __syncthreads();
+    if (threadIdx.x == 0 && atomicAdd(blocks_done, 1u) == gridDim.x - 1) {
+        *blocks_done = 0u;
+        __threadfence_system();
+        *(volatile int *)&link->published = value;
+    }
+}
+
+extern "C" void cu_hx_publish(cu_stream st, const float *xn, const int32_t *route_e, const float *route_w, int T, int d, int K,
+                              float *xn_h, int32_t *re_h, float *rw_h, unsigned *blocks_done, cu_hx_link *link, int value) {
+    if (T > 0) k_hx_publish<<<T, 256, 0, (cudaStream_t)st>>>(xn, route_e, route_w, d, K, xn_h, re_h, rw_h, blocks_done, link, value);
+}
+
+__device__ __forceinline__ unsigned long long dev_now_ns(void) {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+
+/* Wait until link->ready >= value (the host wrote the layer's link->n rows into rows_h / pair_h), then
+ * cu_scatter_pair_rows' stores, reading the rows from the host's mapped memory. Thread 0 of every block polls the
+ * host word (__nanosleep between reads, so the bus sees a read per ~microsecond a block). Past CU_HX_TIMEOUT_S
+ * it sets link->late and scatters nothing, so a host that never answers cannot hang the GPU: the step then fails
+ * (cuda_hx_serve reads link->late). */
+__global__ void k_hx_await_rows(cu_hx_link *link, int value, const float *rows_h, const int32_t *pair_h, int d, float *ey) {
+    dev_grid_wait();
+    __shared__ int n;
+    if (threadIdx.x == 0) {
+        const volatile int *ready = &link->ready;
+        const unsigned long long t0 = dev_now_ns();
+        int got = *ready >= value;
+        while (!got && dev_now_ns() - t0 < (unsigned long long)CU_HX_TIMEOUT_S * 1000000000ull) {
+            __nanosleep(1000);
+            got = *ready >= value;
+        }
+        __threadfence_system();   /* the reads below after the flag's */
+        n = got ? *(const volatile int *)&link->n : 0;
+        if (!got) *(volatile int *)&link->late = 1;
+    }
+    __syncthreads();
+    const int64_t total = (int64_t)n * d;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x)
+        ey[(int64_t)pair_h[i / d] * d + i % d] = rows_h[i];
+}
+
+extern "C" void cu_hx_await_rows(cu_stream st, cu_hx_link *link, int value, const float *rows_h, const int32_t *pair_h, int max_rows,
+                                 int d, float *ey) {
+    const int64_t blocks = cu_blocks((int64_t)max_rows * d, 256);
+    k_hx_await_rows<<<blocks < 32 ? (int)blocks : 32, 256, 0, (cudaStream_t)st>>>(link, value, rows_h, pair_h, d, ey);
+}
+
 #define PLAN_THREADS 256
 
 /* One block. Thread e (strided over experts) walks the tokens in order, so pair positions, tiles and each
