@@ -17,6 +17,7 @@
  * Both numeric modes, f32 and fp8 KV. */
 #include <math.h>
 #include <stdio.h>
+#include <string.h>
 #include "against.h"
 #include "model/expert_place.h"
 #include "model/expert_profile.h"
@@ -218,6 +219,30 @@ static void split_parity(void **state) {
         dsv4_seq_free(q);
         free(got);
         dsv4_model_free(m);
+    }
+    /* a host turn that fails inside a step enqueued ahead (injected at its second hand-off): the step returns that
+     * line, the layers the GPU was waiting on are released (the step does not hang), and the model goes on: a new
+     * sequence gives the reference's bits */
+    cuda_graph_info sg;
+    cuda_graphs_get(f->split, &sg);
+    if (sg.on) {
+        dsv4_error lerr;
+        dsv4_seq *q;
+        float *got = malloc(sizeof(float) * 8 * (size_t)f->vocab);
+        if (!got || dsv4_seq_new(f->split, &q, &lerr)) fail_msg("failed host turn: %s", got ? lerr.msg : "out of memory");
+        against_step1(f->split, q, f->tok, 4, got);
+        cuda_hx_fail_next(f->split, 1);
+        dsv4_step_item it = { q, f->tok + 4, 1, DSV4_LOGITS_ALL, got };
+        if (!dsv4_step(f->split, &it, 1, &lerr)) fail_msg("a step whose host turn failed returned success");
+        if (!strstr(lerr.msg, "injected failure")) fail_msg("a failed host turn: unexpected error \"%s\"", lerr.msg);
+        dsv4_seq_free(q);
+        if (dsv4_seq_new(f->split, &q, &lerr)) fail_msg("after a failed host turn: %s", lerr.msg);
+        against_step1(f->split, q, f->tok, 4, got);
+        against_step1(f->split, q, f->tok + 4, 4, got + (size_t)4 * f->vocab);
+        if (memcmp(got, f->ref, sizeof(float) * 8 * (size_t)f->vocab))
+            fail_msg("after a failed host turn: the next sequence's logits differ from the reference");
+        dsv4_seq_free(q);
+        free(got);
     }
     /* states cross between the two placements: continued elsewhere, within the same tolerance */
     dsv4_error err;

@@ -43,6 +43,9 @@ typedef struct {
 int64_t cuda_host_experts(const struct dsv4_model *m, cuda_host_work *w);
 /* Of those, the ones the GPU computes, reading their weights from host memory over the bus (0: none). */
 int64_t cuda_bus_experts(const struct dsv4_model *m);
+/* For the GPU tests: the next step enqueued ahead (cuda_host_experts.h) fails in the host's turn at its k-th hand-off
+ * (k >= 0; -1: none), as a host failure would, with the GPU waiting for that layer and the ones after. */
+void cuda_hx_fail_next(struct dsv4_model *m, int k);
 /* Where each routed expert of the main layers is computed: [n_layers][n_routed] owner values (model/expert_place.h
  * EXPERT_ON_*), or NULL when every expert is in GPU memory. Owned by the model. */
 const uint8_t *cuda_expert_owners(const struct dsv4_model *m);

@@ -33,6 +33,7 @@ int cuda_hx_init(cu_host_experts *hx, expert_map *map, dsv4_error *err) {
     }
     for (int l = 0; l < hx->map.n_layers; l++)
         for (int e = 0; e < hx->map.n_routed; e++) hx->n_host[l] += expert_owner_of(&hx->map, l, e) == EXPERT_ON_HOST;
+    hx->fail_at = -1;
     return DSV4_OK;
 }
 
@@ -344,6 +345,10 @@ int cuda_hx_serve(cu_host_experts *hx, struct dsv4_model *m, cu_stream st, int T
         const int L = hx->ahead_layers[i];
         const double t0 = now_ms();
         if ((rc = wait_published(hx, st, L + 1, err))) break;
+        if (i == hx->fail_at) {
+            rc = dsv4_fail(err, DSV4_E_STATE, "cuda: the host's experts of layer %d failed (a test's injected failure)", L);
+            break;
+        }
         const double t1 = now_ms();
         const uint8_t *owner = hx->map.owner + (int64_t)L * hx->map.n_routed;
         const uint64_t bytes0 = m->routed_bytes;
@@ -358,6 +363,7 @@ int cuda_hx_serve(cu_host_experts *hx, struct dsv4_model *m, cu_stream st, int T
         __atomic_store_n(&lk->ready, L + 1, __ATOMIC_RELEASE);
     }
     hx->n_ahead = 0;
+    hx->fail_at = -1;
     if (!rc) return DSV4_OK;
     /* release every layer still waiting, with no rows, and let the step run out before the link is used again */
     lk->n = 0;

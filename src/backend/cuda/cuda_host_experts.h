@@ -59,6 +59,7 @@ typedef struct cu_host_experts {
     cu_hx_link *link;          /* page-locked and mapped: a step enqueued ahead's hand-off words (cu_kernels.h) */
     unsigned *blocks_done;     /* device: k_hx_publish's block counter */
     int *ahead_layers, n_ahead;   /* the main layers a step enqueued ahead handed off, in order ([n_layers]) */
+    int fail_at;               /* tests (cuda_hx_fail_next): the next served step fails at this hand-off; -1 none */
     float *rows_d;             /* device [T*K][dim] */
     int32_t *pair_d;           /* device [T*K] */
     cu_event fetched;          /* step 1's copies are done */

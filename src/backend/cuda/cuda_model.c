@@ -683,6 +683,10 @@ int64_t cuda_bus_experts(const struct dsv4_model *m) {
     return hx ? hx->map.n_bus : 0;
 }
 
+void cuda_hx_fail_next(struct dsv4_model *m, int k) {
+    if (m->cuda && m->cuda->hx) m->cuda->hx->fail_at = k;
+}
+
 const uint8_t *cuda_expert_owners(const struct dsv4_model *m) {
     const cu_host_experts *hx = m->cuda ? m->cuda->hx : NULL;
     return hx ? hx->map.owner : NULL;
