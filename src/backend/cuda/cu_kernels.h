@@ -297,12 +297,17 @@ void cu_count_routes(cu_stream st, const int32_t *route_e, int T, int K, unsigne
 /* ey[pair[q]][.] = rows[q][.] for q < n: the host-computed pair rows into the step's pair rows (cuda_host_experts.h). */
 void cu_scatter_pair_rows(cu_stream st, const float *rows, const int32_t *pair, int n, int d, float *ey);
 /* The host link of a split step enqueued ahead (cuda_host_experts.h, cuda_hx_serve): words in page-locked mapped
- * memory, each monotonic within a step, zeroed by the host before it. */
+ * memory, each monotonic within a step, zeroed by the host before it. What the GPU writes and what the host writes
+ * lie in different 128-byte lines, and the GPU reads the host's words (and rows) with ld.global.cv and writes its own
+ * with st.global.wt: a line of system memory the GPU has touched may stay in its L2, where the host's later writes
+ * do not reach it (run 177: a wait on a host word went unanswered for 60 s while the host had written it). */
 typedef struct {
     int published;   /* the GPU: layer L's rows and routing are in the host's buffers (L + 1) */
+    int late;        /* the GPU: a wait for this value timed out (CU_HX_TIMEOUT_S), the step's results are void */
+    int gpu_pad[30];
     int ready;       /* the host: layer L's host rows are in rows_h / pair_h (L + 1); INT_MAX: give up the step */
     int n;           /* the host: how many rows (written before ready) */
-    int late;        /* the GPU: a wait timed out (CU_HX_TIMEOUT_S), the step's results are void */
+    int host_pad[30];
 } cu_hx_link;
 #define CU_HX_TIMEOUT_S 60
 /* link->published = value once xn [T][d], route_e and route_w [T][K] are in the mapped xn_h, re_h, rw_h (blocks_done:

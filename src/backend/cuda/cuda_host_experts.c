@@ -373,9 +373,11 @@ int cuda_hx_serve(cu_host_experts *hx, struct dsv4_model *m, cu_stream st, int T
 }
 
 int cuda_hx_check(const cu_host_experts *hx, dsv4_error *err) {
-    if (!__atomic_load_n(&hx->link->late, __ATOMIC_ACQUIRE)) return DSV4_OK;
-    return dsv4_fail(err, DSV4_E_STATE, "cuda: the GPU waited more than %d s for the host's expert rows of a layer; the step's "
-                     "results are void", CU_HX_TIMEOUT_S);
+    const int late = __atomic_load_n(&hx->link->late, __ATOMIC_ACQUIRE);
+    if (!late) return DSV4_OK;
+    return dsv4_fail(err, DSV4_E_STATE, "cuda: the GPU waited more than %d s for the host's expert rows of layer %d (the host had "
+                     "answered up to layer %d); the step's results are void", CU_HX_TIMEOUT_S, late - 1,
+                     __atomic_load_n(&hx->link->ready, __ATOMIC_ACQUIRE) - 1);
 }
 #else
 typedef int dsv4_cuda_host_experts_unused; /* built only with CUDA=1 */

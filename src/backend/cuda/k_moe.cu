@@ -188,24 +188,24 @@ extern "C" void cu_scatter_pair_rows(cu_stream st, const float *rows, const int3
  * anything. The link words live in page-locked mapped memory; each is monotonic within a step (the host zeroes them
  * before the step), and a layer L waits for or raises the value L + 1. */
 
-/* The layer's rows xn [T][d] and routing [T][K] into the host's mapped buffers, then link->published = value.
- * Block t copies token t; each block's writes are made visible to the host (__threadfence_system) before it counts
+/* The layer's rows xn [T][d] and routing [T][K] into the host's mapped buffers, then link->published = value (every
+ * store written through to system memory, st.global.wt: cu_kernels.h). Block t copies token t; each block's writes are made visible to the host (__threadfence_system) before it counts
  * itself in *blocks_done, and the last block to count resets the counter for the next launch and publishes. */
 __global__ void k_hx_publish(const float *xn, const int32_t *route_e, const float *route_w, int d, int K, float *xn_h, int32_t *re_h,
                              float *rw_h, unsigned *blocks_done, cu_hx_link *link, int value) {
     dev_grid_wait();
     const int64_t t = blockIdx.x;
-    for (int e = threadIdx.x; e < d; e += blockDim.x) xn_h[t * d + e] = xn[t * d + e];
+    for (int e = threadIdx.x; e < d; e += blockDim.x) __stwt(xn_h + t * d + e, xn[t * d + e]);
     for (int j = threadIdx.x; j < K; j += blockDim.x) {
-        re_h[t * K + j] = route_e[t * K + j];
-        rw_h[t * K + j] = route_w[t * K + j];
+        __stwt(re_h + t * K + j, route_e[t * K + j]);
+        __stwt(rw_h + t * K + j, route_w[t * K + j]);
     }
     __threadfence_system();
     __syncthreads();
     if (threadIdx.x == 0 && atomicAdd(blocks_done, 1u) == gridDim.x - 1) {
         *blocks_done = 0u;
         __threadfence_system();
-        *(volatile int *)&link->published = value;
+        __stwt(&link->published, value);
     }
 }
 
@@ -221,29 +221,28 @@ __device__ __forceinline__ unsigned long long dev_now_ns(void) {
 }
 
 /* Wait until link->ready >= value (the host wrote the layer's link->n rows into rows_h / pair_h), then
- * cu_scatter_pair_rows' stores, reading the rows from the host's mapped memory. Thread 0 of every block polls the
- * host word (__nanosleep between reads, so the bus sees a read per ~microsecond a block). Past CU_HX_TIMEOUT_S
- * it sets link->late and scatters nothing, so a host that never answers cannot hang the GPU: the step then fails
+ * cu_scatter_pair_rows' stores, reading the rows from the host's mapped memory (ld.global.cv, as every host word:
+ * cu_kernels.h). Thread 0 of every block polls the host word (__nanosleep between reads, so the bus sees a read per
+ * ~microsecond a block). Past CU_HX_TIMEOUT_S it sets link->late to the value it waited for and scatters nothing, so a host that never answers cannot hang the GPU: the step then fails
  * (cuda_hx_serve reads link->late). */
 __global__ void k_hx_await_rows(cu_hx_link *link, int value, const float *rows_h, const int32_t *pair_h, int d, float *ey) {
     dev_grid_wait();
     __shared__ int n;
     if (threadIdx.x == 0) {
-        const volatile int *ready = &link->ready;
         const unsigned long long t0 = dev_now_ns();
-        int got = *ready >= value;
+        int got = __ldcv(&link->ready) >= value;
         while (!got && dev_now_ns() - t0 < (unsigned long long)CU_HX_TIMEOUT_S * 1000000000ull) {
             __nanosleep(1000);
-            got = *ready >= value;
+            got = __ldcv(&link->ready) >= value;
         }
         __threadfence_system();   /* the reads below after the flag's */
-        n = got ? *(const volatile int *)&link->n : 0;
-        if (!got) *(volatile int *)&link->late = 1;
+        n = got ? __ldcv(&link->n) : 0;
+        if (!got) __stwt(&link->late, value);
     }
     __syncthreads();
     const int64_t total = (int64_t)n * d;
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x)
-        ey[(int64_t)pair_h[i / d] * d + i % d] = rows_h[i];
+        ey[(int64_t)__ldcv(pair_h + i / d) * d + i % d] = __ldcv(rows_h + i);
 }
 
 extern "C" void cu_hx_await_rows(cu_stream st, cu_hx_link *link, int value, const float *rows_h, const int32_t *pair_h, int max_rows,
