@@ -844,11 +844,12 @@ static int step_end(step_ctx *s, dsv4_step_item *items, const head_plan *hp, con
  * CU_GRAPH_LAYERS layers each, the last with the head. Steps launched directly instead (graphs_usable): graphs turned off (DSV4_CUDA_GRAPHS=0 at
  * load, cuda_graphs_set), experts over several GPUs (cuda_ep.c: the transport waits on the host), the per-stage
  * profiler (it waits at every stage), the MTP and DSpark heads (cuda_mtp_forward, the dspark calls: a few launches
- * each), and steps of more than CU_HX_AHEAD_MAX_T tokens whose routed experts the host computes (host work and waits
- * mid-step). Experts in host memory that the GPU reads over the bus are ordinary launches. A smaller step with host
- * experts is enqueued ahead (hx_ahead: every hand-off a pair of kernels, cuda_host_experts.h) and graphed: the host
- * serves its layers once the step is launched (cuda_hx_serve). Never launched directly: the GPU would wait inside
- * the step for a host that is still launching, behind a launch queue that may fill. */
+ * each), and steps whose routed experts the host computes (host work and waits mid-step), except those enqueued
+ * ahead. Experts in host memory that the GPU reads over the bus are ordinary launches. With DSV4_CUDA_HX_AHEAD=1 a
+ * step of at most CU_HX_AHEAD_MAX_T tokens with host experts is enqueued ahead (hx_ahead: every hand-off a pair of
+ * kernels, cuda_host_experts.h) and graphed: the host serves its layers once the step is launched (cuda_hx_serve).
+ * Never launched directly: the GPU would wait inside the step for a host that is still launching, behind a launch
+ * queue that may fill. */
 #define CU_GRAPH_LAYERS 4
 
 static int graphs_free(const struct cuda_model *cm) { return cm->graphs_on && cm->graphs && !cm->ep && !cm->prof.on; }
