@@ -297,6 +297,7 @@ int cuda_hx_compute(cu_host_experts *hx, struct dsv4_model *m, int L, cu_stream 
     cu_scatter_pair_rows(st, hx->rows_d, hx->pair_d, n, d, ey);
     return DSV4_OK;
 }
+
 /* ---- a step enqueued ahead (cuda_host_experts.h) ---- */
 
 void cuda_hx_ahead_begin(cu_host_experts *hx) {

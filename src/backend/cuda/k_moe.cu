@@ -189,8 +189,9 @@ extern "C" void cu_scatter_pair_rows(cu_stream st, const float *rows, const int3
  * before the step), and a layer L waits for or raises the value L + 1. */
 
 /* The layer's rows xn [T][d] and routing [T][K] into the host's mapped buffers, then link->published = value (every
- * store written through to system memory, st.global.wt: cu_kernels.h). Block t copies token t; each block's writes are made visible to the host (__threadfence_system) before it counts
- * itself in *blocks_done, and the last block to count resets the counter for the next launch and publishes. */
+ * store written through to system memory, st.global.wt: cu_kernels.h). Block t copies token t; each block's writes
+ * are made visible to the host (__threadfence_system) before it counts itself in *blocks_done, and the last block to
+ * count resets the counter for the next launch and publishes. */
 __global__ void k_hx_publish(const float *xn, const int32_t *route_e, const float *route_w, int d, int K, float *xn_h, int32_t *re_h,
                              float *rw_h, unsigned *blocks_done, cu_hx_link *link, int value) {
     dev_grid_wait();
@@ -223,8 +224,8 @@ __device__ __forceinline__ unsigned long long dev_now_ns(void) {
 /* Wait until link->ready >= value (the host wrote the layer's link->n rows into rows_h / pair_h), then
  * cu_scatter_pair_rows' stores, reading the rows from the host's mapped memory (ld.global.cv, as every host word:
  * cu_kernels.h). Thread 0 of every block polls the host word (__nanosleep between reads, so the bus sees a read per
- * ~microsecond a block). Past CU_HX_TIMEOUT_S it sets link->late to the value it waited for and scatters nothing, so a host that never answers cannot hang the GPU: the step then fails
- * (cuda_hx_serve reads link->late). */
+ * ~microsecond a block). Past CU_HX_TIMEOUT_S it sets link->late to the value it waited for and scatters nothing,
+ * so a host that never answers cannot hang the GPU: the step then fails (cuda_hx_check reads link->late). */
 __global__ void k_hx_await_rows(cu_hx_link *link, int value, const float *rows_h, const int32_t *pair_h, int d, float *ey) {
     dev_grid_wait();
     __shared__ int n;
