@@ -11,6 +11,10 @@
  *   - a damaged profile, a budget below the other weights: one-line errors, nothing left allocated.
  *   - the host experts read from the file mapping (DSV4_WEIGHT_MEMORY=map, populate) give the same bits as from
  *     their default copy on huge pages;
+ *   - steps enqueued ahead (DSV4_CUDA_HX_AHEAD=1, the fixture's split model; cuda_host_experts.h): its one-token and
+ *     chunk steps (graphed, every hand-off a pair of kernels) against its one-shot step (launched directly) by memcmp
+ *     in the parity runs; DSV4_CUDA_HX_AHEAD=0 token by token the same bits, nothing graphed; a host turn failed on
+ *     purpose mid-step returns its line, releases the GPU, and the model goes on;
  *   - the bus share (`--bus-share`): with half the host experts read by the GPU over the bus, all of the above; with
  *     every host expert on the bus, the split model's logits are the all-GPU model's bit for bit (the same kernels
  *     on the same bytes, read from page-locked host memory).
