@@ -42,7 +42,7 @@
 #            LONG_RUNS: default and / or NAME=V entries, one run each)
 #   bus      issue 15's bus share: Flash with --gpu-mem BUS_MEM (default 80) at each --bus-share of BUS_SHARES (default
 #            0 0.5), --prompt 64 --decode 16 (BUS_ARGS: more); the load time, decode, prefill and the host line of each
-#   ahead    issue 15: Flash with --gpu-mem AHEAD_MEM (default 80), --prompt 64 --decode 16, for each DSV4_CUDA_HX_AHEAD
+#   ahead    issue 15: Flash with --gpu-mem AHEAD_MEM (default 80, 72 on an 80 GB card), --prompt 64 --decode 16, for each DSV4_CUDA_HX_AHEAD
 #            value of AHEAD_RUNS (default 1 0): steps with host experts enqueued ahead against launched directly
 #   skew     issue 15's skewed routing: for each S of SKEWS (default 0.1; 0 = the plain synthetic model), Flash with
 #            --route-skew S: the bench at --gpu-mem SKEW_BASE_MEM (default 80) with no profile (even placement; SKEW_EVEN=0
@@ -348,6 +348,10 @@ if has bus; then
 fi
 save
 if has ahead; then   # issue 15: steps with host experts enqueued ahead (DSV4_CUDA_HX_AHEAD) against launched directly
+  # an 80 GB card (H100) holds less than --gpu-mem 80 of the bench's model: 72 there
+  if [ -z "${AHEAD_MEM:-}" ] && [ "$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1)" -lt 100000 ]; then
+    AHEAD_MEM=72
+  fi
   for a in ${AHEAD_RUNS:-1 0}; do
     t0=$(date +%s)
     DSV4_CUDA_HX_AHEAD=$a timeout ${AHEAD_TIMEOUT:-200} $FLASH --gpu-mem ${AHEAD_MEM:-80} --prompt 64 --decode 16 --no-bandwidth \
