@@ -467,10 +467,7 @@ static int bench_single_stream(dsv4_model *m, int prompt, int chunk, int decode,
         double counted = 0;
         if (!(rc = verify_step(m, s, tok, vrows, NULL, &counted, &err))) vbytes = (double)dsv4_fixed_weight_bytes(m) + counted;
     }
-    if (rc) {
-        free(vrows); free(tok); free(logits); dsv4_seq_free(s);
-        return cli_fail(CMD, &err);
-    }
+    if (rc) goto done;
     const double bytes = (double)dsv4_decode_weight_bytes(m), tps = decode / (t2 - t1);
     if (steps == 1)
         printf("%-26s %10.1f tok/s   (%d tokens in one step%s)\n", "prefill", prompt / (t1 - t0), prompt,
@@ -520,6 +517,7 @@ static int bench_single_stream(dsv4_model *m, int prompt, int chunk, int decode,
     }
     /* after the per-stage timing is off: the traced steps run as the timed ones did */
     if (trace) rc = kernel_trace(m, s, tok, n_tok, logits, vrows, rep, &err);
+done:
     free(vrows);
     free(tok);
     free(logits);

@@ -277,10 +277,9 @@ int cuda_hx_fetch(cu_host_experts *hx, cu_stream st, const dsv4_config *c, const
     return cu_event_record(hx->fetched, st);
 }
 
-int cuda_hx_compute(cu_host_experts *hx, struct dsv4_model *m, int L, cu_stream st, int T, float *ey, dsv4_error *err) {
-    const int d = m->cfg.dim;
-    const double t0 = now_ms();
-    if (cu_event_wait_host(hx->fetched)) return dsv4_fail(err, DSV4_E_STATE, "CUDA error waiting for layer %d's routing", L);
+/* Step 2 proper for main layer L, its inputs in xn_h / route_e_h / route_w_h: the host experts' pair rows into rows_h /
+ * pair_h, with the time since t0 (waiting for the inputs) and the work counted (dsv4 bench). Returns the row count. */
+static int host_rows(cu_host_experts *hx, struct dsv4_model *m, int L, int T, double t0) {
     const double t1 = now_ms();
     const uint8_t *owner = hx->map.owner + (int64_t)L * hx->map.n_routed;
     const uint64_t bytes0 = m->routed_bytes;   /* moe_host_rows adds each expert it computes */
@@ -289,6 +288,14 @@ int cuda_hx_compute(cu_host_experts *hx, struct dsv4_model *m, int L, cu_stream 
     hx->host_ms += now_ms() - t1;
     hx->host_rows += (uint64_t)n;
     hx->host_bytes += m->routed_bytes - bytes0;
+    return n;
+}
+
+int cuda_hx_compute(cu_host_experts *hx, struct dsv4_model *m, int L, cu_stream st, int T, float *ey, dsv4_error *err) {
+    const int d = m->cfg.dim;
+    const double t0 = now_ms();
+    if (cu_event_wait_host(hx->fetched)) return dsv4_fail(err, DSV4_E_STATE, "CUDA error waiting for layer %d's routing", L);
+    const int n = host_rows(hx, m, L, T, t0);
     if (!n) return DSV4_OK;
     /* the copies read the page-locked buffers later: the next fetch (next layer) comes after them in the stream */
     if (cu_upload_async(st, hx->rows_d, hx->rows_h, sizeof(float) * (size_t)n * d) ||
@@ -350,14 +357,7 @@ int cuda_hx_serve(cu_host_experts *hx, struct dsv4_model *m, cu_stream st, int T
             rc = dsv4_fail(err, DSV4_E_STATE, "cuda: the host's experts of layer %d failed (a test's injected failure)", L);
             break;
         }
-        const double t1 = now_ms();
-        const uint8_t *owner = hx->map.owner + (int64_t)L * hx->map.n_routed;
-        const uint64_t bytes0 = m->routed_bytes;
-        const int n = moe_host_rows(m, &m->layers[L], owner, hx->xn_h, hx->route_e_h, hx->route_w_h, T, &hx->scr, hx->rows_h, hx->pair_h);
-        hx->wait_ms += t1 - t0;
-        hx->host_ms += now_ms() - t1;
-        hx->host_rows += (uint64_t)n;
-        hx->host_bytes += m->routed_bytes - bytes0;
+        const int n = host_rows(hx, m, L, T, t0);
         /* the rows and their count before the flag: the GPU reads them once it sees it (x86 keeps stores in order;
          * the release keeps the compiler from moving them after) */
         lk->n = n;
