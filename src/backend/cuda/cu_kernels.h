@@ -296,7 +296,7 @@ static inline int cu_moe_tiles_max(int64_t P, int E, int tile) {
 void cu_count_routes(cu_stream st, const int32_t *route_e, int T, int K, unsigned long long *counts);
 /* ey[pair[q]][.] = rows[q][.] for q < n: the host-computed pair rows into the step's pair rows (cuda_host_experts.h). */
 void cu_scatter_pair_rows(cu_stream st, const float *rows, const int32_t *pair, int n, int d, float *ey);
-/* The host link of a split step enqueued ahead (cuda_host_experts.h, cuda_hx_serve): words in page-locked mapped
+/* The host link of a split step enqueued ahead (cuda_host_experts.h, cuda_hx_serve_start): words in page-locked mapped
  * memory, each monotonic within a step, zeroed by the host before it. What the GPU writes and what the host writes
  * lie in different 128-byte lines, and the GPU reads the host's words (and rows) with ld.global.cv and writes its own
  * with st.global.wt: a line of system memory the GPU has touched may stay in its L2, where the host's later writes

@@ -307,14 +307,12 @@ int cuda_hx_compute(cu_host_experts *hx, struct dsv4_model *m, int L, cu_stream 
 
 /* ---- a step enqueued ahead (cuda_host_experts.h) ---- */
 
-void cuda_hx_ahead_begin(cu_host_experts *hx) {
-    memset(hx->link, 0, sizeof *hx->link);   /* no kernel of this model reads it: the step before has finished */
-    hx->n_ahead = 0;
-}
-
 void cuda_hx_publish(cu_host_experts *hx, cu_stream st, const dsv4_config *c, const float *xn, const int32_t *route_e,
                      const float *route_w, int T, int L) {
-    hx->ahead_layers[hx->n_ahead++] = L;
+    /* the server serves the listed layers in order: a layer published out of that order is the enqueue's error, told
+     * by cuda_hx_serve_finish (the GPU's waits then time out rather than hang) */
+    if (hx->n_published < hx->n_ahead && hx->ahead_layers[hx->n_published] == L) hx->n_published++;
+    else hx->n_published = INT_MIN;
     cu_hx_publish(st, xn, route_e, route_w, T, c->dim, c->n_act, hx->xn_h, hx->route_e_h, hx->route_w_h, hx->blocks_done, hx->link,
                   L + 1);
 }
@@ -329,46 +327,93 @@ static void cpu_relax(void) {
 #endif
 }
 
-/* Until the GPU has published layer value - 1 (link->published >= value); a CUDA error, a stream that ran out
- * without publishing, or CU_HX_TIMEOUT_S without news: an error. */
-static int wait_published(cu_host_experts *hx, cu_stream st, int value, dsv4_error *err) {
+/* The server's wait until the GPU has published layer value - 1 (link->published >= value). It gives up when the
+ * step's thread cancels, and, once the enqueue has ended, on a CUDA error or a stream that ran out without
+ * publishing; and after CU_HX_TIMEOUT_S without news. */
+static int wait_published(cu_host_experts *hx, int value, dsv4_error *err) {
     const double t0 = now_ms();
     for (unsigned spin = 1;; spin++) {
         if (__atomic_load_n(&hx->link->published, __ATOMIC_ACQUIRE) >= value) return DSV4_OK;
         cpu_relax();
         if (spin % 256) continue;
-        const int q = cu_stream_poll(st);
-        if (q < 0) return cu_finish(st, "a step with host experts", err);
-        if (__atomic_load_n(&hx->link->published, __ATOMIC_ACQUIRE) >= value) return DSV4_OK;
-        if (q > 0) return dsv4_fail(err, DSV4_E_STATE, "cuda: the step ended without handing layer %d's routing to the host", value - 1);
+        if (__atomic_load_n(&hx->cancel, __ATOMIC_ACQUIRE)) return dsv4_fail(err, DSV4_E_STATE, "cuda: the step was given up");
+        if (__atomic_load_n(&hx->enqueued, __ATOMIC_ACQUIRE)) {
+            const int q = cu_stream_poll(hx->serve_st);
+            if (q < 0) return cu_finish(hx->serve_st, "a step with host experts", err);
+            if (__atomic_load_n(&hx->link->published, __ATOMIC_ACQUIRE) >= value) return DSV4_OK;
+            if (q > 0) return dsv4_fail(err, DSV4_E_STATE, "cuda: the step ended without handing layer %d's routing to the host", value - 1);
+        }
         if (now_ms() - t0 > CU_HX_TIMEOUT_S * 1e3)
             return dsv4_fail(err, DSV4_E_STATE, "cuda: no routing of layer %d from the GPU in %d s", value - 1, CU_HX_TIMEOUT_S);
     }
 }
 
-int cuda_hx_serve(cu_host_experts *hx, struct dsv4_model *m, cu_stream st, int T, int give_up, dsv4_error *err) {
+/* The server: every listed layer in order (the header's step 2); on a failure, every waiting layer released. */
+static void *serve_layers(void *arg) {
+    cu_host_experts *hx = arg;
     cu_hx_link *lk = hx->link;
-    int rc = give_up;
+    int rc = DSV4_OK;
     for (int i = 0; i < hx->n_ahead && !rc; i++) {
         const int L = hx->ahead_layers[i];
         const double t0 = now_ms();
-        if ((rc = wait_published(hx, st, L + 1, err))) break;
+        if ((rc = wait_published(hx, L + 1, &hx->served_err))) break;
+        if (!i) hx->t_first = now_ms();
         if (i == hx->fail_at) {
-            rc = dsv4_fail(err, DSV4_E_STATE, "cuda: the host's experts of layer %d failed (a test's injected failure)", L);
+            rc = dsv4_fail(&hx->served_err, DSV4_E_STATE, "cuda: the host's experts of layer %d failed (a test's injected failure)", L);
             break;
         }
-        const int n = host_rows(hx, m, L, T, t0);
+        const int n = host_rows(hx, hx->serve_m, L, hx->serve_T, t0);
         /* the rows and their count before the flag: the GPU reads them once it sees it (x86 keeps stores in order;
          * the release keeps the compiler from moving them after) */
         lk->n = n;
         __atomic_store_n(&lk->ready, L + 1, __ATOMIC_RELEASE);
     }
-    hx->n_ahead = 0;
+    if (rc) {
+        lk->n = 0;
+        __atomic_store_n(&lk->ready, INT_MAX, __ATOMIC_RELEASE);
+    }
+    hx->served_rc = rc;
+    return NULL;
+}
+
+int cuda_hx_serve_start(cu_host_experts *hx, struct dsv4_model *m, cu_stream st, int T, dsv4_error *err) {
+    memset(hx->link, 0, sizeof *hx->link);   /* no kernel of this model reads it: the step before has finished */
+    hx->n_ahead = hx->n_published = 0;
+    for (int L = 0; L < hx->map.n_layers; L++)
+        if (hx->n_host[L]) hx->ahead_layers[hx->n_ahead++] = L;
+    hx->serve_m = m;
+    hx->serve_st = st;
+    hx->serve_T = T;
+    hx->served_rc = DSV4_OK;
+    hx->enqueued = hx->cancel = 0;
+    hx->t_begin = now_ms();
+    hx->t_enqueued = hx->t_first = 0.0;
+    if (pthread_create(&hx->server, NULL, serve_layers, hx)) {
+        hx->fail_at = -1;
+        return dsv4_fail(err, DSV4_E_NOMEM, "cuda: cannot start the thread that serves the host's experts");
+    }
+    hx->serving = 1;
+    return DSV4_OK;
+}
+
+int cuda_hx_serve_finish(cu_host_experts *hx, cu_stream st, int give_up, dsv4_error *err) {
+    hx->t_enqueued = now_ms();
+    if (give_up) __atomic_store_n(&hx->cancel, 1, __ATOMIC_RELEASE);
+    __atomic_store_n(&hx->enqueued, 1, __ATOMIC_RELEASE);
+    if (hx->serving) pthread_join(hx->server, NULL);
+    hx->serving = 0;
     hx->fail_at = -1;
+    int rc = give_up;
+    if (!rc && hx->served_rc) {
+        rc = hx->served_rc;
+        if (err) *err = hx->served_err;
+    }
+    if (!rc && hx->n_published != hx->n_ahead)
+        rc = dsv4_fail(err, DSV4_E_STATE, "cuda: the step handed off other layers than the host served (an error of the step's enqueue)");
     if (!rc) return DSV4_OK;
     /* release every layer still waiting, with no rows, and let the step run out before the link is used again */
-    lk->n = 0;
-    __atomic_store_n(&lk->ready, INT_MAX, __ATOMIC_RELEASE);
+    hx->link->n = 0;
+    __atomic_store_n(&hx->link->ready, INT_MAX, __ATOMIC_RELEASE);
     cu_finish(st, "a failed step with host experts", NULL);
     return rc;
 }
@@ -377,8 +422,9 @@ int cuda_hx_check(const cu_host_experts *hx, dsv4_error *err) {
     const int late = __atomic_load_n(&hx->link->late, __ATOMIC_ACQUIRE);
     if (!late) return DSV4_OK;
     return dsv4_fail(err, DSV4_E_STATE, "cuda: the GPU waited more than %d s for the host's expert rows of layer %d (the host had "
-                     "answered up to layer %d); the step's results are void", CU_HX_TIMEOUT_S, late - 1,
-                     __atomic_load_n(&hx->link->ready, __ATOMIC_ACQUIRE) - 1);
+                     "answered up to layer %d; the step's launches took %.0f ms, its first routing reached the host after %.0f ms); "
+                     "the step's results are void", CU_HX_TIMEOUT_S, late - 1, __atomic_load_n(&hx->link->ready, __ATOMIC_ACQUIRE) - 1,
+                     hx->t_enqueued - hx->t_begin, hx->t_first > 0.0 ? hx->t_first - hx->t_begin : -1.0);
 }
 #else
 typedef int dsv4_cuda_host_experts_unused; /* built only with CUDA=1 */

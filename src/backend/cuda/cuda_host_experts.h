@@ -29,10 +29,17 @@
  * of a hand-off are kernels, so the whole step is enqueued (captured, launched) first:
  *   1. k_hx_publish copies the layer's xn and routing into the page-locked mapped buffers and raises
  *      link->published to L + 1;
- *   2. after the enqueue, the step's thread serves the layers in order (cuda_hx_serve): it waits for published,
- *      computes the rows as in step 2 above into the mapped rows_h / pair_h, writes link->n and raises link->ready;
+ *   2. a thread of its own, started before the enqueue (the server, cuda_hx_serve_start), serves the layers in
+ *      order: it waits for published, computes the rows as in step 2 above into the mapped rows_h / pair_h, writes
+ *      link->n and raises link->ready;
  *   3. k_hx_await_rows, where the layer's scatter stood, waits on the GPU for ready and scatters the rows, read over
  *      the bus from the mapped buffers.
+ * Why a thread of its own: the GPU stops at the step's first hand-off until the host answers, while the step's thread
+ * may still be capturing, instantiating and launching later segments — and some of those calls can wait for the
+ * device (runs 177-178: served by the step's thread after its enqueue, the first hand-off of some steps went
+ * unanswered for 60 s, while the host's serving began only once the GPU had given up). The server makes no CUDA
+ * call before the enqueue has ended (cudaStreamQuery on a stream being captured would break the capture); after it,
+ * it also watches the stream, so a CUDA error ends its wait. The step's thread joins it (cuda_hx_serve_finish).
  * Each layer's buffers are free again before the next layer's publish (its await comes first in the stream), so one
  * set serves the step. The same rows reach the same pair indices: the bits of the direct path (test_gpu_host_experts:
  * one-token steps enqueued ahead against the one-shot step launched directly, by memcmp). */
@@ -43,6 +50,7 @@
 #include "core/moe.h"
 #include "model/expert_place.h"
 #include "model/safetensors.h"
+#include <pthread.h>
 
 struct dsv4_model;
 
@@ -59,8 +67,19 @@ typedef struct cu_host_experts {
     int32_t *route_e_h, *pair_h;        /* page-locked and mapped: [T][K], [T*K] */
     cu_hx_link *link;          /* page-locked and mapped: a step enqueued ahead's hand-off words (cu_kernels.h) */
     unsigned *blocks_done;     /* device: k_hx_publish's block counter */
-    int *ahead_layers, n_ahead;   /* the main layers a step enqueued ahead handed off, in order ([n_layers]) */
+    int *ahead_layers, n_ahead;   /* the main layers a step enqueued ahead hands off, in order ([n_layers]) */
+    int n_published;           /* of them, how many the enqueue has published so far (each must be the next listed) */
     int fail_at;               /* tests (cuda_hx_fail_next): the next served step fails at this hand-off; -1 none */
+    /* the server of a step enqueued ahead (cuda_hx_serve_start): its thread, what it serves, what it found */
+    pthread_t server;
+    struct dsv4_model *serve_m;
+    cu_stream serve_st;
+    int serve_T, serving;      /* serving: the thread runs (joined by cuda_hx_serve_finish) */
+    int enqueued;              /* atomic: the step's launches have ended, the server may query the stream */
+    int cancel;                /* atomic: the step's thread gives up; the server stops at its next wait */
+    int served_rc;             /* the server's result, its message in served_err */
+    dsv4_error served_err;
+    double t_begin, t_enqueued, t_first;   /* ms: the step began; its launches ended; the first routing reached the host */
     float *rows_d;             /* device [T*K][dim] */
     int32_t *pair_d;           /* device [T*K] */
     cu_event fetched;          /* step 1's copies are done */
@@ -98,17 +117,20 @@ int  cuda_hx_fetch(cu_host_experts *hx, cu_stream st, const dsv4_config *c, cons
                    const float *route_w, int T);
 /* Steps 2-3: wait for step 1, compute on the host, enqueue the copies and the scatter into ey on st. */
 int  cuda_hx_compute(cu_host_experts *hx, struct dsv4_model *m, int L, cu_stream st, int T, float *ey, dsv4_error *err);
-/* A step enqueued ahead (the header's comment): before its launches, the link zeroed and no layer handed off yet. */
-void cuda_hx_ahead_begin(cu_host_experts *hx);
+/* A step enqueued ahead (the header's comment), before its launches: the link zeroed, the layers to hand off listed
+ * (every main layer with host experts, in order: those step_moe publishes), and the server started on them (the
+ * thread of the calling step's model m, for a step of T tokens on st). An error (no thread) leaves nothing running. */
+int  cuda_hx_serve_start(cu_host_experts *hx, struct dsv4_model *m, cu_stream st, int T, dsv4_error *err);
 /* Its step 1 and step 3 for main layer L, enqueued on st (publish: after the routing; await: where
  * cuda_hx_compute's scatter stands). */
 void cuda_hx_publish(cu_host_experts *hx, cu_stream st, const dsv4_config *c, const float *xn, const int32_t *route_e,
                      const float *route_w, int T, int L);
 void cuda_hx_await(cu_host_experts *hx, cu_stream st, const dsv4_config *c, int T, int L, float *ey);
-/* Step 2 for every layer the step handed off, in order, once the whole step is enqueued. give_up (an error code
- * already reported, or 0): serve nothing, release every waiting layer (link->ready past all of them) and drain st;
- * on a failure of its own, the same. Returns give_up, or the failure's code. */
-int  cuda_hx_serve(cu_host_experts *hx, struct dsv4_model *m, cu_stream st, int T, int give_up, dsv4_error *err);
+/* Once the whole step is enqueued (or its enqueue failed: give_up, an error code already reported, else 0): the
+ * server joined. give_up stops it at its next wait; on a failure (give_up, the server's own, a published layer the
+ * list did not expect) every waiting layer is released (link->ready past all of them) and st drained. Returns
+ * give_up, or the failure's code with its message in err. */
+int  cuda_hx_serve_finish(cu_host_experts *hx, cu_stream st, int give_up, dsv4_error *err);
 /* After such a step has finished on st: an error when a GPU wait timed out (its results are void). */
 int  cuda_hx_check(const cu_host_experts *hx, dsv4_error *err);
 /* Whether some layer has experts the host computes (map.n_host counts the bus experts too): without any, every

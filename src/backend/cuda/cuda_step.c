@@ -545,7 +545,7 @@ static void step_moe(step_ctx *s, const cu_layer *ly, int L) {
     /* the shared expert sees the same (OFFICIAL: quantized) rows as the routed ones */
     if (!br) shared_expert(s, ly, in_packed);
     /* the GPU has its experts and the shared expert queued: the host computes its experts meanwhile (enqueued
-     * ahead: later, cuda_hx_serve, the GPU waiting here for its rows) */
+     * ahead: the server thread, cuda_hx_serve_start, the GPU waiting here for its rows) */
     if (hx && s->hx_ahead) cuda_hx_await(hx, s->st, c, T, L, ws->ey);
     else if (hx && !s->rc) s->rc = cuda_hx_compute(hx, s->m, L, s->st, T, ws->ey, s->err);
     /* the experts' sum and mHC's post in one launch: step_moe ends the sub-layer */
@@ -847,7 +847,7 @@ static int step_end(step_ctx *s, dsv4_step_item *items, const head_plan *hp, con
  * each), and steps whose routed experts the host computes (host work and waits mid-step), except those enqueued
  * ahead. Experts in host memory that the GPU reads over the bus are ordinary launches. With DSV4_CUDA_HX_AHEAD=1 a
  * step of at most CU_HX_AHEAD_MAX_T tokens with host experts is enqueued ahead (hx_ahead: every hand-off a pair of
- * kernels, cuda_host_experts.h) and graphed: the host serves its layers once the step is launched (cuda_hx_serve).
+ * kernels, cuda_host_experts.h) and graphed: a thread of the host serves its layers as the GPU hands them over.
  * Never launched directly: the GPU would wait inside the step for a host that is still launching, behind a launch
  * queue that may fill. */
 #define CU_GRAPH_LAYERS 4
@@ -885,9 +885,15 @@ int cuda_step(struct dsv4_model *m, dsv4_step_item *items, int n_items, dsv4_err
         head_plan_free(&hp);
         return dsv4_fail(err, DSV4_E_NOMEM, "out of memory");
     }
+    /* enqueued ahead: the host's experts are served by a thread of their own from now on, layer by layer as the GPU
+     * hands them over, while this thread enqueues (cuda_host_experts.h: some of the enqueue's calls may wait for the
+     * GPU, which waits for the host at the first hand-off) */
+    if (s.hx_ahead && (rc = cuda_hx_serve_start(cm->hx, m, s.st, s.T, err))) {
+        head_plan_free(&hp);
+        return rc;
+    }
     /* From here on the sequences change. */
     if (cm->route_counts) m->counted_tokens += (uint64_t)s.T;
-    if (s.hx_ahead) cuda_hx_ahead_begin(cm->hx);
     const double t_submit = cpu_profile_now_ms();
     for (int k = 0; k < n_seg; k++) {
 #ifdef DIAG_REPLAY
@@ -915,9 +921,8 @@ int cuda_step(struct dsv4_model *m, dsv4_step_item *items, int n_items, dsv4_err
         if (graphed && ((rc = cu_graph_end(cm->graphs, slot, k, s.st, s.rc != 0, err)) || s.rc)) break;
     }
     const double t_wait = cpu_profile_now_ms();
-    /* enqueued ahead: the host's experts now, layer by layer as the GPU hands them over (on a failure, only the
-     * release of the layers waiting) */
-    if (s.hx_ahead) rc = cuda_hx_serve(cm->hx, m, s.st, s.T, rc ? rc : s.rc, err);
+    /* enqueued ahead: the server joined (on a failure of the enqueue, stopped, and the layers waiting released) */
+    if (s.hx_ahead) rc = cuda_hx_serve_finish(cm->hx, s.st, rc ? rc : s.rc, err);
     if (!rc) rc = step_end(&s, items, &hp, &cm->hc_head, cm->norm, 1, err);
     head_plan_free(&hp);
     if (cm->graphs && !rc) {
