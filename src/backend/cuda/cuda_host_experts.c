@@ -311,8 +311,8 @@ void cuda_hx_publish(cu_host_experts *hx, cu_stream st, const dsv4_config *c, co
                      const float *route_w, int T, int L) {
     /* the server serves the listed layers in order: a layer published out of that order is the enqueue's error, told
      * by cuda_hx_serve_finish (the GPU's waits then time out rather than hang) */
-    if (hx->n_published < hx->n_ahead && hx->ahead_layers[hx->n_published] == L) hx->n_published++;
-    else hx->n_published = INT_MIN;
+    if (hx->n_published >= 0 && hx->n_published < hx->n_ahead && hx->ahead_layers[hx->n_published] == L) hx->n_published++;
+    else hx->n_published = -1;
     cu_hx_publish(st, xn, route_e, route_w, T, c->dim, c->n_act, hx->xn_h, hx->route_e_h, hx->route_w_h, hx->blocks_done, hx->link,
                   L + 1);
 }
