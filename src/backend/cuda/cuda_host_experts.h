@@ -22,8 +22,8 @@
  * step). Packed FP4 experts (DSV4_CUDA_EXPERT_PACK) are packed in place in the bus arena at load.
  *
  * A step enqueued ahead (cuda_step.c: steps of at most CU_HX_AHEAD_MAX_T tokens launched as CUDA graphs, with
- * DSV4_CUDA_HX_AHEAD=1; off by default until the fix of run 177's hang, the link's layout in cu_kernels.h, has run on
- * a GPU): the three steps above need the host in the middle of every such layer, and launched directly the step's
+ * DSV4_CUDA_HX_AHEAD=1; off by default: correct since its server thread (run 179), slower than the direct path so far):
+ * the three steps above need the host in the middle of every such layer, and launched directly the step's
  * thread issues a layer's launches only once the host has answered the layer before, so every launch between two
  * hand-offs lies on the token's critical path (11-15 ms a token at --gpu-mem 80, runs 118-133). Instead both ends
  * of a hand-off are kernels, so the whole step is enqueued (captured, launched) first:

@@ -521,8 +521,9 @@ static int init_ranks(struct cuda_model *cm, const struct dsv4_model *m, int n, 
  *   DSV4_CUDA_HX_AHEAD  1: a step of at most CU_HX_AHEAD_MAX_T tokens with experts the host computes is enqueued
  *                       (graphed) whole before the host computes them, each hand-off a pair of kernels
  *                       (cuda_host_experts.h). The same rows in the same places, so the same bits. Default 0 (launched
- *                       directly, the host answering each layer before the next is launched) until the fix of run
- *                       177's hang has run on a GPU (docs/GPU_RUNS.md). */
+ *                       directly, the host answering each layer before the next is launched): run 179 passed the
+ *                       suite with it, but Flash at --gpu-mem 80 decoded slower ahead (22.6 tok/s against 28.5;
+ *                       docs/GPU_RUNS.md). */
 static int env_choice(const char *name, int dflt, int max, const char *what, int *val, dsv4_error *err) {
     const char *v = getenv(name);
     *val = dflt;
