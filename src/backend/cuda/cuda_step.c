@@ -848,8 +848,9 @@ static int step_end(step_ctx *s, dsv4_step_item *items, const head_plan *hp, con
  * ahead. Experts in host memory that the GPU reads over the bus are ordinary launches. With DSV4_CUDA_HX_AHEAD=1 a
  * step of at most CU_HX_AHEAD_MAX_T tokens with host experts is enqueued ahead (hx_ahead: every hand-off a pair of
  * kernels, cuda_host_experts.h) and graphed: a thread of the host serves its layers as the GPU hands them over.
- * Never launched directly: the GPU would wait inside the step for a host that is still launching, behind a launch
- * queue that may fill. */
+ * Only graphed: launched directly, the GPU would wait inside the step at each hand-off while this thread still
+ * launches, behind a launch queue that may fill and stall it (the server thread would keep the host's side going,
+ * but such a step has not been run). */
 #define CU_GRAPH_LAYERS 4
 
 static int graphs_free(const struct cuda_model *cm) { return cm->graphs_on && cm->graphs && !cm->ep && !cm->prof.on; }
