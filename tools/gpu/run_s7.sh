@@ -44,6 +44,9 @@
 #            0 0.5), --prompt 64 --decode 16 (BUS_ARGS: more); the load time, decode, prefill and the host line of each
 #   ahead    issue 15: Flash with --gpu-mem AHEAD_MEM (default 80, 72 on an 80 GB card), --prompt 64 --decode 16, for each DSV4_CUDA_HX_AHEAD
 #            value of AHEAD_RUNS (default 1 0): steps with host experts enqueued ahead against launched directly
+#   aheadtrace  issue 15: the kernel trace (bench --kernel-trace, CUPTI as for ktrace) of Flash with --gpu-mem AHEAD_MEM for
+#            each DSV4_CUDA_HX_AHEAD value of AHEAD_RUNS (default 0 1): which kernels a split step enqueued ahead runs longer
+#            than one launched directly, and the GPU's idle time ($OUT/aheadtrace_<a>.json)
 #   skew     issue 15's skewed routing: for each S of SKEWS (default 0.1; 0 = the plain synthetic model), Flash with
 #            --route-skew S: the bench at --gpu-mem SKEW_BASE_MEM (default 80) with no profile (even placement; SKEW_EVEN=0
 #            skips it), a
@@ -359,6 +362,21 @@ if has ahead; then   # issue 15: steps with host experts enqueued ahead (DSV4_CU
     rc=$?
     echo "== --gpu-mem ${AHEAD_MEM:-80}, DSV4_CUDA_HX_AHEAD=$a (exit $rc, $(( $(date +%s) - t0 )) s): $(grep -E '^prefill|^decode, 1' $L/ahead_$a.log | head -2 | tr '\n' ' ' | tr -s ' ')"
     grep -E "^experts in host|^host expert reads|^host a graphed|^decode, CPU|error" $L/ahead_$a.log | head -6 | cut -c 1-300
+  done
+fi
+save
+if has aheadtrace; then
+  export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:/usr/local/cuda/lib64:/usr/local/cuda/extras/CUPTI/lib64"
+  CUPTI=$(find / -xdev \( -name 'libcupti.so' -o -name 'libcupti.so.*' \) 2>/dev/null | head -1)
+  [ -n "$CUPTI" ] && export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$(dirname "$CUPTI")"
+  if [ -z "${AHEAD_MEM:-}" ] && [ "$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1)" -lt 100000 ]; then
+    AHEAD_MEM=72
+  fi
+  for a in ${AHEAD_RUNS:-0 1}; do
+    DSV4_CUDA_HX_AHEAD=$a timeout ${AHEAD_TIMEOUT:-200} $FLASH --gpu-mem ${AHEAD_MEM:-80} --prompt 64 --decode 16 --no-bandwidth \
+        --kernel-trace --json "$OUT/aheadtrace_$a.json" >$L/aheadtrace_$a.log 2>&1
+    echo "== kernel trace, --gpu-mem ${AHEAD_MEM:-80}, DSV4_CUDA_HX_AHEAD=$a: exit $?"
+    grep -E "^decode, 1|^kernel trace|^    k_|^host|error" $L/aheadtrace_$a.log | head -40
   done
 fi
 save
