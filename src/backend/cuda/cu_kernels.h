@@ -299,8 +299,9 @@ void cu_scatter_pair_rows(cu_stream st, const float *rows, const int32_t *pair, 
 /* The host link of a split step enqueued ahead (cuda_host_experts.h, cuda_hx_serve_start): words in page-locked mapped
  * memory, each monotonic within a step, zeroed by the host before it. What the GPU writes and what the host writes
  * lie in different 128-byte lines, and the GPU reads the host's words (and rows) with ld.global.cv and writes its own
- * with st.global.wt: a line of system memory the GPU has touched may stay in its L2, where the host's later writes
- * do not reach it (run 177: a wait on a host word went unanswered for 60 s while the host had written it). */
+ * with st.global.wt, so that no copy of a line of system memory in the GPU's L2 can hide a later write of the
+ * host's. (That was the first guess at run 177's hang; the hang was the host's serving, cuda_host_experts.h, and
+ * run 179 passed with this layout.) */
 typedef struct {
     int published;   /* the GPU: layer L's rows and routing are in the host's buffers (L + 1) */
     int late;        /* the GPU: a wait for this value timed out (CU_HX_TIMEOUT_S), the step's results are void */
