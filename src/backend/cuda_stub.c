@@ -20,7 +20,7 @@ int cuda_model_init(struct dsv4_model *m, const cuda_placement *p, dsv4_error *e
 }
 int64_t cuda_host_experts(const struct dsv4_model *m, cuda_host_work *w) {
     (void)m;
-    if (w) *w = (cuda_host_work){ 0, 0, 0 };
+    if (w) *w = (cuda_host_work){ 0, 0, 0, 0 };
     return 0;
 }
 int64_t cuda_bus_experts(const struct dsv4_model *m) {

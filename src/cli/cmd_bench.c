@@ -208,8 +208,8 @@ static void host_experts_report(const dsv4_model *m, double host_bw, json_t *rep
     if (n_host <= 0) return;
     const double gbs = w.host_ms > 0 ? w.host_bytes / (w.host_ms * 1e6) : 0;
     printf("%-26s %10lld of %d   %lld read by the GPU over the bus; host computing %.1f ms, waiting for routing %.1f ms "
-           "over the run (issue 15)\n", "experts in host memory", (long long)n_host, m->cfg.n_layers * m->cfg.n_routed,
-           (long long)n_bus, w.host_ms, w.wait_ms);
+           "over the run, %ld steps enqueued ahead (issue 15)\n", "experts in host memory", (long long)n_host,
+           m->cfg.n_layers * m->cfg.n_routed, (long long)n_bus, w.host_ms, w.wait_ms, w.ahead_steps);
     printf("%-26s %10.1f GB/s    %.2f GB of expert weights read by the host's kernels over its computing time", "host expert reads",
            gbs, w.host_bytes / 1e9);
     if (host_bw > 0) printf(", %.1f %% of the host's measured read bandwidth", 100 * gbs / host_bw);
@@ -218,6 +218,7 @@ static void host_experts_report(const dsv4_model *m, double host_bw, json_t *rep
     rep_num(rep, "host_experts", "read_by_gpu_over_bus", (double)n_bus);
     rep_num(rep, "host_experts", "host_computing_ms", w.host_ms);
     rep_num(rep, "host_experts", "waiting_for_routing_ms", w.wait_ms);
+    rep_num(rep, "host_experts", "steps_enqueued_ahead", (double)w.ahead_steps);
     rep_num(rep, "host_experts", "host_read_bytes", (double)w.host_bytes);
     rep_num(rep, "host_experts", "host_read_gb_s", gbs);
     if (host_bw > 0) rep_num(rep, "host_experts", "host_read_fraction", gbs / host_bw);

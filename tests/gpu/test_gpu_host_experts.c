@@ -13,8 +13,10 @@
  *     their default copy on huge pages;
  *   - steps enqueued ahead (DSV4_CUDA_HX_AHEAD=1, the fixture's split model; cuda_host_experts.h): its one-token and
  *     chunk steps (graphed, every hand-off a pair of kernels) against its one-shot step (launched directly) by memcmp
- *     in the parity runs; DSV4_CUDA_HX_AHEAD=0 token by token the same bits, nothing graphed; a host turn failed on
- *     purpose mid-step returns its line, releases the GPU, and the model goes on;
+ *     in the parity runs (at least its one-token steps counted as enqueued ahead); DSV4_CUDA_HX_AHEAD=0 token by token
+ *     the same bits, nothing graphed or enqueued ahead; graphs off, every one-token step enqueued ahead launched
+ *     directly, the same bits; a host turn failed on purpose mid-step returns its line, releases the GPU, and the
+ *     model goes on;
  *   - the bus share (`--bus-share`): with half the host experts read by the GPU over the bus, all of the above; with
  *     every host expert on the bus, the split model's logits are the all-GPU model's bit for bit (the same kernels
  *     on the same bytes, read from page-locked host memory).
@@ -166,6 +168,9 @@ static void split_parity(void **state) {
     if (n_host > cuda_bus_experts(f->split) && (w.host_bytes == 0 || w.host_bytes % eb))
         fail_msg("the host's expert reads, %llu bytes, are not a positive number of %llu-byte experts", (unsigned long long)w.host_bytes,
                  (unsigned long long)eb);
+    /* the fixture enqueues its small steps ahead (token by token, the chunks, the batched and rollback steps) */
+    if (n_host > cuda_bus_experts(f->split) && w.ahead_steps < SEQ_LEN)
+        fail_msg("the split model enqueued %ld steps ahead, fewer than its %d one-token steps", w.ahead_steps, SEQ_LEN);
     const topology *tp = f->tp;
     if (dev > tp->tol) fail_msg("the split model deviates %.3g from the all-GPU one (tolerance %.3g)", dev, tp->tol);
     /* the host experts read from the file mapping (populated or not) instead of their copy on huge pages: the
@@ -224,6 +229,36 @@ static void split_parity(void **state) {
         cuda_graph_info g;
         cuda_graphs_get(m, &g);
         if (g.graphed_steps != 0) fail_msg("DSV4_CUDA_HX_AHEAD=0: %ld steps with host experts graphed", g.graphed_steps);
+        cuda_host_work hw;
+        cuda_host_experts(m, &hw);
+        if (hw.ahead_steps != 0) fail_msg("DSV4_CUDA_HX_AHEAD=0: %ld steps enqueued ahead", hw.ahead_steps);
+        dsv4_seq_free(q);
+        free(got);
+        dsv4_model_free(m);
+    }
+    /* graphs off: the steps enqueued ahead are launched directly, the server thread answering each hand-off while
+     * this thread may still be launching; token by token, the reference's bits again, every step enqueued ahead and
+     * none graphed */
+    {
+        dsv4_error lerr;
+        setenv("DSV4_CUDA_HX_AHEAD", "1", 1);
+        dsv4_model *m = load_split(f->dir, tp, f->gpu_mem_gb, NULL, &lerr);
+        unsetenv("DSV4_CUDA_HX_AHEAD");
+        if (!m) fail_msg("split load, graphs off: %s", lerr.msg);
+        cuda_graphs_set(m, 0, 0);
+        float *got = malloc(sizeof(float) * SEQ_LEN * (size_t)f->vocab);
+        dsv4_seq *q;
+        if (!got || dsv4_seq_new(m, &q, &lerr)) fail_msg("graphs off: %s", got ? lerr.msg : "out of memory");
+        for (int p = 0; p < SEQ_LEN; p++) against_step1(m, q, f->tok + p, 1, got + (size_t)p * f->vocab);
+        if (memcmp(got, f->ref, sizeof(float) * SEQ_LEN * (size_t)f->vocab))
+            fail_msg("enqueued ahead with graphs off, token by token: the logits differ from the one-shot reference");
+        cuda_graph_info g;
+        cuda_host_work hw;
+        cuda_graphs_get(m, &g);
+        cuda_host_experts(m, &hw);
+        const long want = cuda_host_experts(m, NULL) > cuda_bus_experts(m) ? SEQ_LEN : 0;   /* host hand-offs to enqueue */
+        if (g.graphed_steps != 0 || hw.ahead_steps != want)
+            fail_msg("graphs off: %ld steps graphed, %ld enqueued ahead (of %ld)", g.graphed_steps, hw.ahead_steps, want);
         dsv4_seq_free(q);
         free(got);
         dsv4_model_free(m);

@@ -45,8 +45,8 @@
 #   ahead    issue 15: Flash with --gpu-mem AHEAD_MEM (default 80, 72 on an 80 GB card), --prompt 64 --decode 16, for each DSV4_CUDA_HX_AHEAD
 #            value of AHEAD_RUNS (default 1 0): steps with host experts enqueued ahead against launched directly
 #   aheadtrace  issue 15: the kernel trace (bench --kernel-trace, CUPTI as for ktrace) of Flash with --gpu-mem AHEAD_MEM for
-#            each DSV4_CUDA_HX_AHEAD value of AHEAD_RUNS (default 0 1): which kernels a split step enqueued ahead runs longer
-#            than one launched directly, and the GPU's idle time ($OUT/aheadtrace_<a>.json)
+#            each DSV4_CUDA_HX_AHEAD value of AHEAD_RUNS (default 0 1 1g0; 1g0: ahead with DSV4_CUDA_GRAPHS=0): which kernels a
+#            split step enqueued ahead runs longer than one launched directly, and the GPU's idle time ($OUT/aheadtrace_<a>.json)
 #   skew     issue 15's skewed routing: for each S of SKEWS (default 0.1; 0 = the plain synthetic model), Flash with
 #            --route-skew S: the bench at --gpu-mem SKEW_BASE_MEM (default 80) with no profile (even placement; SKEW_EVEN=0
 #            skips it), a
@@ -372,10 +372,11 @@ if has aheadtrace; then
   if [ -z "${AHEAD_MEM:-}" ] && [ "$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1)" -lt 100000 ]; then
     AHEAD_MEM=72
   fi
-  for a in ${AHEAD_RUNS:-0 1}; do
-    DSV4_CUDA_HX_AHEAD=$a timeout ${AHEAD_TIMEOUT:-200} $FLASH --gpu-mem ${AHEAD_MEM:-80} --prompt 64 --decode 16 --no-bandwidth \
-        --kernel-trace --json "$OUT/aheadtrace_$a.json" >$L/aheadtrace_$a.log 2>&1
-    echo "== kernel trace, --gpu-mem ${AHEAD_MEM:-80}, DSV4_CUDA_HX_AHEAD=$a: exit $?"
+  for a in ${AHEAD_RUNS:-0 1 1g0}; do   # 1g0: enqueued ahead with graphs off (launched directly)
+    g=1; [ "$a" = 1g0 ] && g=0
+    DSV4_CUDA_HX_AHEAD=${a%g0} DSV4_CUDA_GRAPHS=$g timeout ${AHEAD_TIMEOUT:-200} $FLASH --gpu-mem ${AHEAD_MEM:-80} --prompt 64 --decode 16 \
+        --no-bandwidth --kernel-trace --json "$OUT/aheadtrace_$a.json" >$L/aheadtrace_$a.log 2>&1
+    echo "== kernel trace, --gpu-mem ${AHEAD_MEM:-80}, DSV4_CUDA_HX_AHEAD=${a%g0} DSV4_CUDA_GRAPHS=$g: exit $?"
     grep -E "^decode, 1|^kernel trace|^    k_|^host|error" $L/aheadtrace_$a.log | head -40
   done
 fi

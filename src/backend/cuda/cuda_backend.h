@@ -34,10 +34,12 @@ typedef struct {
 int  cuda_model_init(struct dsv4_model *m, const cuda_placement *p, dsv4_error *err);
 /* What the host has done for a model with experts in host memory, since it was loaded: its time computing them and
  * waiting for the GPU's routing (ms), and the weight bytes its expert kernels read (each host expert a layer's step
- * routes to, counted once a step: model/footprint.h). Over host_ms they are the host's read bandwidth while it runs. */
+ * routes to, counted once a step: model/footprint.h). Over host_ms they are the host's read bandwidth while it runs.
+ * ahead_steps: the steps enqueued ahead (cuda_host_experts.h; the rest with host work were launched directly). */
 typedef struct {
     double host_ms, wait_ms;
     uint64_t host_bytes;
+    long ahead_steps;
 } cuda_host_work;
 /* Routed experts of the main layers in host memory (0: all on the GPUs); *w (may be NULL) what the host did. */
 int64_t cuda_host_experts(const struct dsv4_model *m, cuda_host_work *w);

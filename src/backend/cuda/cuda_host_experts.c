@@ -393,6 +393,7 @@ int cuda_hx_serve_start(cu_host_experts *hx, struct dsv4_model *m, cu_stream st,
         return dsv4_fail(err, DSV4_E_NOMEM, "cuda: cannot start the thread that serves the host's experts");
     }
     hx->serving = 1;
+    hx->ahead_steps++;
     return DSV4_OK;
 }
 

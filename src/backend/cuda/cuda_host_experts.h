@@ -21,8 +21,9 @@
  * kernels' rows, bit for bit those of an all-GPU run (with every host expert on the bus, the step is the all-GPU
  * step). Packed FP4 experts (DSV4_CUDA_EXPERT_PACK) are packed in place in the bus arena at load.
  *
- * A step enqueued ahead (cuda_step.c: steps of at most CU_HX_AHEAD_MAX_T tokens launched as CUDA graphs, with
- * DSV4_CUDA_HX_AHEAD=1; off by default: correct since its server thread (run 179), slower than the direct path so far):
+ * A step enqueued ahead (cuda_step.c: steps of at most CU_HX_AHEAD_MAX_T tokens, as CUDA graphs or, with graphs off,
+ * launched directly; DSV4_CUDA_HX_AHEAD=1; off by default: correct since its server thread (run 179), slower than the
+ * direct path so far):
  * the three steps above need the host in the middle of every such layer, and launched directly the step's
  * thread issues a layer's launches only once the host has answered the layer before, so every launch between two
  * hand-offs lies on the token's critical path (11-15 ms a token at --gpu-mem 80, runs 118-133). Instead both ends
@@ -85,6 +86,7 @@ typedef struct cu_host_experts {
     cu_event fetched;          /* step 1's copies are done */
     double host_ms, wait_ms;   /* time the host spent computing, and waiting for step 1 (dsv4 bench) */
     uint64_t host_rows;        /* pair rows the host computed */
+    long ahead_steps;          /* steps enqueued ahead (cuda_hx_serve_start) */
     uint64_t host_bytes;       /* weight bytes of the experts it computed, each once a layer's step (m->routed_bytes) */
     st_memory memory;          /* where their bytes live (model/safetensors.h): copy = arena, populate / map = the file */
     uint8_t *arena;            /* copy: the bytes of every expert the host computes, on huge pages (util/bigmem.h),

@@ -696,7 +696,7 @@ const uint8_t *cuda_expert_owners(const struct dsv4_model *m) {
 
 int64_t cuda_host_experts(const struct dsv4_model *m, cuda_host_work *w) {
     const cu_host_experts *hx = m->cuda ? m->cuda->hx : NULL;
-    if (w) *w = hx ? (cuda_host_work){ hx->host_ms, hx->wait_ms, hx->host_bytes } : (cuda_host_work){ 0, 0, 0 };
+    if (w) *w = hx ? (cuda_host_work){ hx->host_ms, hx->wait_ms, hx->host_bytes, hx->ahead_steps } : (cuda_host_work){ 0, 0, 0, 0 };
     return hx ? hx->map.n_host : 0;
 }
 

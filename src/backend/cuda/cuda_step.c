@@ -847,15 +847,16 @@ static int step_end(step_ctx *s, dsv4_step_item *items, const head_plan *hp, con
  * each), and steps whose routed experts the host computes (host work and waits mid-step), except those enqueued
  * ahead. Experts in host memory that the GPU reads over the bus are ordinary launches. With DSV4_CUDA_HX_AHEAD=1 a
  * step of at most CU_HX_AHEAD_MAX_T tokens with host experts is enqueued ahead (hx_ahead: every hand-off a pair of
- * kernels, cuda_host_experts.h) and graphed: a thread of the host serves its layers as the GPU hands them over.
- * Only graphed: launched directly, the GPU would wait inside the step at each hand-off while this thread still
- * launches, behind a launch queue that may fill and stall it (the server thread would keep the host's side going,
- * but such a step has not been run). */
+ * kernels, cuda_host_experts.h), graphed: a thread of the host serves its layers as the GPU hands them over. With
+ * graphs off (not the profiler's, which waits at every stage) such a step is enqueued ahead launched directly: the
+ * GPU then waits at each hand-off while this thread may still launch, behind a launch queue that may fill and stall
+ * it, and the server keeps the host's side going all the while (test_gpu_host_experts; the variant that tells what
+ * the graphs change in a step enqueued ahead). */
 #define CU_GRAPH_LAYERS 4
 
 static int graphs_free(const struct cuda_model *cm) { return cm->graphs_on && cm->graphs && !cm->ep && !cm->prof.on; }
 static int hx_ahead_usable(const struct cuda_model *cm, int T) {
-    return cm->hx && cuda_hx_hands_off(cm->hx) && cm->hx_ahead_on && T <= CU_HX_AHEAD_MAX_T && graphs_free(cm);
+    return cm->hx && cuda_hx_hands_off(cm->hx) && cm->hx_ahead_on && T <= CU_HX_AHEAD_MAX_T && !cm->ep && !cm->prof.on;
 }
 static int graphs_usable(const struct cuda_model *cm, int T) {
     return graphs_free(cm) && (!(cm->hx && cuda_hx_hands_off(cm->hx)) || hx_ahead_usable(cm, T));
