@@ -150,6 +150,36 @@ static double deviation(const float *a, const float *b, size_t n) {
     return bmax > 0 ? dmax / bmax : dmax;
 }
 
+/* A split model loaded with DSV4_CUDA_HX_AHEAD=ahead and CUDA graphs on or off, run token by token: the fixture's
+ * one-shot reference bits, no step graphed, and every step enqueued ahead when want_ahead (and the model has host
+ * hand-offs), none otherwise. */
+static void split_token_by_token(const fixture *f, const char *ahead, int graphs, int want_ahead) {
+    dsv4_error lerr;
+    setenv("DSV4_CUDA_HX_AHEAD", ahead, 1);
+    dsv4_model *m = load_split(f->dir, f->tp, f->gpu_mem_gb, NULL, &lerr);
+    unsetenv("DSV4_CUDA_HX_AHEAD");
+    if (!m) fail_msg("split load, DSV4_CUDA_HX_AHEAD=%s: %s", ahead, lerr.msg);
+    cuda_graphs_set(m, graphs, 0);
+    float *got = malloc(sizeof(float) * SEQ_LEN * (size_t)f->vocab);
+    dsv4_seq *q;
+    if (!got || dsv4_seq_new(m, &q, &lerr)) fail_msg("DSV4_CUDA_HX_AHEAD=%s: %s", ahead, got ? lerr.msg : "out of memory");
+    for (int p = 0; p < SEQ_LEN; p++) against_step1(m, q, f->tok + p, 1, got + (size_t)p * f->vocab);
+    if (memcmp(got, f->ref, sizeof(float) * SEQ_LEN * (size_t)f->vocab))
+        fail_msg("DSV4_CUDA_HX_AHEAD=%s, graphs %s, token by token: the logits differ from the one-shot reference", ahead,
+                 graphs ? "on" : "off");
+    cuda_graph_info g;
+    cuda_host_work hw;
+    cuda_graphs_get(m, &g);
+    cuda_host_experts(m, &hw);
+    const long want = want_ahead && cuda_host_experts(m, NULL) > cuda_bus_experts(m) ? SEQ_LEN : 0;   /* host hand-offs */
+    if (g.graphed_steps != 0 || hw.ahead_steps != want)
+        fail_msg("DSV4_CUDA_HX_AHEAD=%s, graphs %s: %ld steps graphed, %ld enqueued ahead (want 0 and %ld)", ahead, graphs ? "on" : "off",
+                 g.graphed_steps, hw.ahead_steps, want);
+    dsv4_seq_free(q);
+    free(got);
+    dsv4_model_free(m);
+}
+
 static void split_parity(void **state) {
     fixture *f = *state;
     const against a = { "host experts", f->split, f->vocab, SEQ_LEN, f->tok, f->other, f->ref, f->ref_other };
@@ -213,56 +243,12 @@ static void split_parity(void **state) {
     }
     /* DSV4_CUDA_HX_AHEAD=0: every step with host work launched directly, the host answering each layer before the
      * next is launched; token by token, the bits of the fixture's one-shot reference (and so of the steps enqueued
-     * ahead, which split_parity held to it) */
-    {
-        dsv4_error lerr;
-        setenv("DSV4_CUDA_HX_AHEAD", "0", 1);
-        dsv4_model *m = load_split(f->dir, tp, f->gpu_mem_gb, NULL, &lerr);
-        unsetenv("DSV4_CUDA_HX_AHEAD");
-        if (!m) fail_msg("split load, DSV4_CUDA_HX_AHEAD=0: %s", lerr.msg);
-        float *got = malloc(sizeof(float) * SEQ_LEN * (size_t)f->vocab);
-        dsv4_seq *q;
-        if (!got || dsv4_seq_new(m, &q, &lerr)) fail_msg("DSV4_CUDA_HX_AHEAD=0: %s", got ? lerr.msg : "out of memory");
-        for (int p = 0; p < SEQ_LEN; p++) against_step1(m, q, f->tok + p, 1, got + (size_t)p * f->vocab);
-        if (memcmp(got, f->ref, sizeof(float) * SEQ_LEN * (size_t)f->vocab))
-            fail_msg("DSV4_CUDA_HX_AHEAD=0, token by token: the logits differ from the one-shot reference");
-        cuda_graph_info g;
-        cuda_graphs_get(m, &g);
-        if (g.graphed_steps != 0) fail_msg("DSV4_CUDA_HX_AHEAD=0: %ld steps with host experts graphed", g.graphed_steps);
-        cuda_host_work hw;
-        cuda_host_experts(m, &hw);
-        if (hw.ahead_steps != 0) fail_msg("DSV4_CUDA_HX_AHEAD=0: %ld steps enqueued ahead", hw.ahead_steps);
-        dsv4_seq_free(q);
-        free(got);
-        dsv4_model_free(m);
-    }
+     * ahead, which split_parity held to it), nothing graphed or enqueued ahead */
+    split_token_by_token(f, "0", 1, 0);
     /* graphs off: the steps enqueued ahead are launched directly, the server thread answering each hand-off while
      * this thread may still be launching; token by token, the reference's bits again, every step enqueued ahead and
      * none graphed */
-    {
-        dsv4_error lerr;
-        setenv("DSV4_CUDA_HX_AHEAD", "1", 1);
-        dsv4_model *m = load_split(f->dir, tp, f->gpu_mem_gb, NULL, &lerr);
-        unsetenv("DSV4_CUDA_HX_AHEAD");
-        if (!m) fail_msg("split load, graphs off: %s", lerr.msg);
-        cuda_graphs_set(m, 0, 0);
-        float *got = malloc(sizeof(float) * SEQ_LEN * (size_t)f->vocab);
-        dsv4_seq *q;
-        if (!got || dsv4_seq_new(m, &q, &lerr)) fail_msg("graphs off: %s", got ? lerr.msg : "out of memory");
-        for (int p = 0; p < SEQ_LEN; p++) against_step1(m, q, f->tok + p, 1, got + (size_t)p * f->vocab);
-        if (memcmp(got, f->ref, sizeof(float) * SEQ_LEN * (size_t)f->vocab))
-            fail_msg("enqueued ahead with graphs off, token by token: the logits differ from the one-shot reference");
-        cuda_graph_info g;
-        cuda_host_work hw;
-        cuda_graphs_get(m, &g);
-        cuda_host_experts(m, &hw);
-        const long want = cuda_host_experts(m, NULL) > cuda_bus_experts(m) ? SEQ_LEN : 0;   /* host hand-offs to enqueue */
-        if (g.graphed_steps != 0 || hw.ahead_steps != want)
-            fail_msg("graphs off: %ld steps graphed, %ld enqueued ahead (of %ld)", g.graphed_steps, hw.ahead_steps, want);
-        dsv4_seq_free(q);
-        free(got);
-        dsv4_model_free(m);
-    }
+    split_token_by_token(f, "1", 0, 1);
     /* a host turn that fails inside a step enqueued ahead (injected at its second hand-off): the step returns that
      * line, the layers the GPU was waiting on are released (the step does not hang), and the model goes on: a new
      * sequence gives the reference's bits */
