@@ -31,8 +31,10 @@ int cuda_hx_init(cu_host_experts *hx, expert_map *map, dsv4_error *err) {
         cuda_hx_free(hx);
         return dsv4_fail(err, DSV4_E_NOMEM, "out of memory (host experts)");
     }
-    for (int l = 0; l < hx->map.n_layers; l++)
+    for (int l = 0; l < hx->map.n_layers; l++) {
         for (int e = 0; e < hx->map.n_routed; e++) hx->n_host[l] += expert_owner_of(&hx->map, l, e) == EXPERT_ON_HOST;
+        if (hx->n_host[l]) hx->ahead_layers[hx->n_ahead++] = l;   /* the layers a step enqueued ahead hands off */
+    }
     hx->fail_at = -1;
     return DSV4_OK;
 }
@@ -348,6 +350,12 @@ static int wait_published(cu_host_experts *hx, int value, dsv4_error *err) {
     }
 }
 
+/* Every layer the GPU waits on released, with no rows (a failed step: its results are not used). */
+static void release_waiting(cu_host_experts *hx) {
+    hx->link->n = 0;
+    __atomic_store_n(&hx->link->ready, INT_MAX, __ATOMIC_RELEASE);
+}
+
 /* The server: every listed layer in order (the header's step 2); on a failure, every waiting layer released. */
 static void *serve_layers(void *arg) {
     cu_host_experts *hx = arg;
@@ -368,19 +376,14 @@ static void *serve_layers(void *arg) {
         lk->n = n;
         __atomic_store_n(&lk->ready, L + 1, __ATOMIC_RELEASE);
     }
-    if (rc) {
-        lk->n = 0;
-        __atomic_store_n(&lk->ready, INT_MAX, __ATOMIC_RELEASE);
-    }
+    if (rc) release_waiting(hx);
     hx->served_rc = rc;
     return NULL;
 }
 
 int cuda_hx_serve_start(cu_host_experts *hx, struct dsv4_model *m, cu_stream st, int T, dsv4_error *err) {
     memset(hx->link, 0, sizeof *hx->link);   /* no kernel of this model reads it: the step before has finished */
-    hx->n_ahead = hx->n_published = 0;
-    for (int L = 0; L < hx->map.n_layers; L++)
-        if (hx->n_host[L]) hx->ahead_layers[hx->n_ahead++] = L;
+    hx->n_published = 0;
     hx->serve_m = m;
     hx->serve_st = st;
     hx->serve_T = T;
@@ -412,9 +415,8 @@ int cuda_hx_serve_finish(cu_host_experts *hx, cu_stream st, int give_up, dsv4_er
     if (!rc && hx->n_published != hx->n_ahead)
         rc = dsv4_fail(err, DSV4_E_STATE, "cuda: the step handed off other layers than the host served (an error of the step's enqueue)");
     if (!rc) return DSV4_OK;
-    /* release every layer still waiting, with no rows, and let the step run out before the link is used again */
-    hx->link->n = 0;
-    __atomic_store_n(&hx->link->ready, INT_MAX, __ATOMIC_RELEASE);
+    /* release every layer still waiting and let the step run out before the link is used again */
+    release_waiting(hx);
     cu_finish(st, "a failed step with host experts", NULL);
     return rc;
 }

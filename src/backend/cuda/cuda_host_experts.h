@@ -68,7 +68,7 @@ typedef struct cu_host_experts {
     int32_t *route_e_h, *pair_h;        /* page-locked and mapped: [T][K], [T*K] */
     cu_hx_link *link;          /* page-locked and mapped: a step enqueued ahead's hand-off words (cu_kernels.h) */
     unsigned *blocks_done;     /* device: k_hx_publish's block counter */
-    int *ahead_layers, n_ahead;   /* the main layers a step enqueued ahead hands off, in order ([n_layers]) */
+    int *ahead_layers, n_ahead;   /* the main layers a step enqueued ahead hands off, in order: those with n_host (at init) */
     int n_published;           /* of them, how many the enqueue has published so far (each must be the next listed) */
     int fail_at;               /* tests (cuda_hx_fail_next): the next served step fails at this hand-off; -1 none */
     /* the server of a step enqueued ahead (cuda_hx_serve_start): its thread, what it serves, what it found */
@@ -119,9 +119,9 @@ int  cuda_hx_fetch(cu_host_experts *hx, cu_stream st, const dsv4_config *c, cons
                    const float *route_w, int T);
 /* Steps 2-3: wait for step 1, compute on the host, enqueue the copies and the scatter into ey on st. */
 int  cuda_hx_compute(cu_host_experts *hx, struct dsv4_model *m, int L, cu_stream st, int T, float *ey, dsv4_error *err);
-/* A step enqueued ahead (the header's comment), before its launches: the link zeroed, the layers to hand off listed
- * (every main layer with host experts, in order: those step_moe publishes), and the server started on them (the
- * thread of the calling step's model m, for a step of T tokens on st). An error (no thread) leaves nothing running. */
+/* A step enqueued ahead (the header's comment), before its launches: the link zeroed and the server started on
+ * ahead_layers (every main layer with host experts, in order: those step_moe publishes), for the calling step's model
+ * m, a step of T tokens on st. An error (no thread) leaves nothing running. */
 int  cuda_hx_serve_start(cu_host_experts *hx, struct dsv4_model *m, cu_stream st, int T, dsv4_error *err);
 /* Its step 1 and step 3 for main layer L, enqueued on st (publish: after the routing; await: where
  * cuda_hx_compute's scatter stands). */
