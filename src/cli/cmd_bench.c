@@ -370,6 +370,20 @@ static void trace_steps(const cuda_kernel_span *sp, const size_t *cut, int s0, i
     free(k);
 }
 
+/* Every traced kernel as [name, start, end], ns from the first one's start, in order of start, under
+ * kernel_trace.records: what happens between two given kernels (a hand-off, a launch gap) read offline. */
+static void trace_records(const cuda_kernel_span *sp, size_t n, json_t *rep) {
+    json_t *kt = json_object_get(rep, "kernel_trace"), *arr = json_array();
+    if (!kt || !arr) {
+        json_decref(arr);
+        return;
+    }
+    for (size_t i = 0; i < n; i++)
+        json_array_append_new(arr, json_pack("[s, I, I]", sp[i].name, (json_int_t)(sp[i].start - sp[0].start),
+                                             (json_int_t)(sp[i].end - sp[0].start)));
+    json_object_set_new(kt, "records", arr);
+}
+
 static int kernel_trace(dsv4_model *m, dsv4_seq *s, const int32_t *tok, int n_tok, float *logits, float *vrows, json_t *rep,
                         dsv4_error *err) {
     cuda_kernel_trace *t;
@@ -398,6 +412,7 @@ static int kernel_trace(dsv4_model *m, dsv4_seq *s, const int32_t *tok, int n_to
         if (steps == TRACE_STEPS + 1) {
             trace_steps(sp, cut, 0, TRACE_STEPS, "decode steps", "decode", rep);
             trace_steps(sp, cut, TRACE_STEPS, TRACE_STEPS + 1, "verify step (6 tokens)", "verify", rep);
+            if (rep) trace_records(sp, n, rep);
         } else
             printf("%-26s %zu kernels, %d embedding launches: not the %d steps traced (the steps could not be told apart)\n",
                    "kernel trace (CUPTI)", n, steps, TRACE_STEPS + 1);

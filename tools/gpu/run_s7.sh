@@ -375,9 +375,9 @@ if has aheadtrace; then
   for a in ${AHEAD_RUNS:-0 1 1g0}; do   # 1g0: enqueued ahead with graphs off (launched directly)
     g=1; [ "$a" = 1g0 ] && g=0
     DSV4_CUDA_HX_AHEAD=${a%g0} DSV4_CUDA_GRAPHS=$g timeout ${AHEAD_TIMEOUT:-200} $FLASH --gpu-mem ${AHEAD_MEM:-80} --prompt 64 --decode 16 \
-        --no-bandwidth --kernel-trace --json "$OUT/aheadtrace_$a.json" >$L/aheadtrace_$a.log 2>&1
+        --warmup ${AHEAD_ARGS:-} --no-bandwidth --kernel-trace --json "$OUT/aheadtrace_$a.json" >$L/aheadtrace_$a.log 2>&1
     echo "== kernel trace, --gpu-mem ${AHEAD_MEM:-80}, DSV4_CUDA_HX_AHEAD=${a%g0} DSV4_CUDA_GRAPHS=$g: exit $?"
-    grep -E "^decode, 1|^kernel trace|^    k_|^host|error" $L/aheadtrace_$a.log | head -40
+    grep -E "^prefill|^decode, 1|^speculative verify|^experts in host|^kernel trace|^    k_|^host|error" $L/aheadtrace_$a.log | head -48
   done
 fi
 save
