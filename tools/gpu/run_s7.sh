@@ -46,7 +46,8 @@
 #            value of AHEAD_RUNS (default 1 0): steps with host experts enqueued ahead against launched directly
 #   aheadtrace  issue 15: the kernel trace (bench --kernel-trace, CUPTI as for ktrace) of Flash with --gpu-mem AHEAD_MEM for
 #            each DSV4_CUDA_HX_AHEAD value of AHEAD_RUNS (default 0 1 1g0; 1g0: ahead with DSV4_CUDA_GRAPHS=0): which kernels a
-#            split step enqueued ahead runs longer than one launched directly, and the GPU's idle time ($OUT/aheadtrace_<a>.json)
+#            split step enqueued ahead runs longer than one launched directly, and the GPU's idle time ($OUT/aheadtrace_<a>.json);
+#            then tools/gpu/trace_gaps.py over them: the host's turn and the GPU's stretch between two hand-offs
 #   skew     issue 15's skewed routing: for each S of SKEWS (default 0.1; 0 = the plain synthetic model), Flash with
 #            --route-skew S: the bench at --gpu-mem SKEW_BASE_MEM (default 80) with no profile (even placement; SKEW_EVEN=0
 #            skips it), a
@@ -379,6 +380,7 @@ if has aheadtrace; then
     echo "== kernel trace, --gpu-mem ${AHEAD_MEM:-80}, DSV4_CUDA_HX_AHEAD=${a%g0} DSV4_CUDA_GRAPHS=$g: exit $?"
     grep -E "^prefill|^decode, 1|^speculative verify|^experts in host|^kernel trace|^    k_|^host|error" $L/aheadtrace_$a.log | head -48
   done
+  echo "== between hand-offs (tools/gpu/trace_gaps.py):"; python3 tools/gpu/trace_gaps.py "$OUT"/aheadtrace_*.json
 fi
 save
 if has skew; then
