@@ -224,6 +224,17 @@ static void host_experts_report(const dsv4_model *m, double host_bw, json_t *rep
     if (host_bw > 0) rep_num(rep, "host_experts", "host_read_fraction", gbs / host_bw);
 }
 
+/* A CUDA model with experts in host memory: the host's time a decode token (w0, w1 taken around the decode steps),
+ * computing its experts and waiting for the GPU's routing of each layer — with the step's launches (launched
+ * directly) or the GPU's stretch between hand-offs (enqueued ahead: cuda_host_experts.h) in the wait. */
+static void host_decode_report(const cuda_host_work *w0, const cuda_host_work *w1, int decode, json_t *rep) {
+    const double host = (w1->host_ms - w0->host_ms) / decode, wait = (w1->wait_ms - w0->wait_ms) / decode;
+    printf("%-26s %10.2f ms      computing the host's experts a token, %.2f ms waiting for the GPU's routing\n",
+           "host, a decode token", host, wait);
+    rep_num(rep, "host_experts", "decode_token_host_ms", host);
+    rep_num(rep, "host_experts", "decode_token_wait_ms", wait);
+}
+
 /* Where the host's time goes in the decode steps run as CUDA graphs (cu_graph.h): g0 and g1 taken around them. A
  * step whose launches end long before its results (the wait) keeps the GPU fed; one that waits little was bound by
  * its own captures, edits and updates, the GPU idle between segments. */
@@ -450,6 +461,8 @@ static int bench_single_stream(dsv4_model *m, int prompt, int chunk, int decode,
     }
     cuda_graph_info g0, g1;
     cuda_graphs_get(m, &g0);
+    cuda_host_work hw0, hw1;
+    const int64_t n_host = m->cuda ? cuda_host_experts(m, &hw0) : 0;
     double t1 = now_s();
     dsv4_pool_count(m->pool, 1);
     for (int i = 0; !rc && i < decode; i++) {
@@ -458,6 +471,7 @@ static int bench_single_stream(dsv4_model *m, int prompt, int chunk, int decode,
     }
     double t2 = now_s();
     cuda_graphs_get(m, &g1);
+    if (n_host > 0) cuda_host_experts(m, &hw1);
     dsv4_pool_stats ps;
     dsv4_pool_stats_get(m->pool, &ps);
     dsv4_pool_count(m->pool, 0);
@@ -497,6 +511,7 @@ static int bench_single_stream(dsv4_model *m, int prompt, int chunk, int decode,
     if (bw > 0) printf("%-26s %10.1f %%      of measured read bandwidth\n", "bandwidth fraction", 100.0 * bytes * tps / 1e9 / bw);
     if (cuda_gpus(m) > 1) per_gpu_traffic(m, tps, bw);
     if (decode > 0 && ps.jobs > 0) pool_report(m, &ps, decode, t2 - t1, rep);
+    if (decode > 0 && n_host > 0) host_decode_report(&hw0, &hw1, decode, rep);
     graph_host_report(&g0, &g1, rep);
     rep_num(rep, "single_stream", "prompt_tokens", prompt);
     rep_num(rep, "single_stream", "prefill_tok_s", prompt / (t1 - t0));

@@ -19,9 +19,10 @@ static inline void cpu_relax(void) {}
  * job counter for a while (measured in time: a pause is 10 cycles on one CPU and 140 on another) and only then
  * sleep; the caller wakes sleepers only when there are any. */
 #define SPIN_ROUNDS 512           /* the caller's pauses before it yields its core to the workers it waits for */
-/* 200 us: on the 16-thread lent machine (flash-2g decode at 8 threads, hosts' experts of Flash at 16) 30 us let
- * workers fall asleep between a step's loops and 1000 us took cores from the threads with work (runs 62-63) */
-#define SPIN_S 200e-6
+/* The default, 200 us: on the 16-thread lent machine (flash-2g decode at 8 threads, hosts' experts of Flash at 16)
+ * 30 us let workers fall asleep between a step's loops and 1000 us took cores from the threads with work (runs
+ * 62-63). dsv4_pool_set_spin sets another (a GPU model's host experts: their loops come a GPU stretch apart). */
+#define SPIN_US 200
 
 struct dsv4_pool {
     int n_threads;
@@ -41,6 +42,7 @@ struct dsv4_pool {
     atomic_int pending;       /* workers still running the current job */
     atomic_int sleepers;      /* workers blocked on work_cv */
     atomic_int stop;
+    atomic_int spin_us;       /* an idle worker's spin before it sleeps (dsv4_pool_set_spin) */
     /* dsv4_pool_count: each worker adds to its own slot (no sharing of cache lines while jobs run) */
     int counting;
     double job_start;         /* the current job's start (counting) */
@@ -75,7 +77,7 @@ static void run_share(dsv4_pool *p, int id) {
 
 /* Wait for a generation other than `seen` (or stop); returns it. */
 static unsigned long wait_for_job(dsv4_pool *p, unsigned long seen) {
-    const double until = now_s() + SPIN_S;
+    const double until = now_s() + 1e-6 * atomic_load_explicit(&p->spin_us, memory_order_relaxed);
     for (int spin = 1;; spin++) {
         unsigned long g = atomic_load(&p->generation);
         if (g != seen || atomic_load(&p->stop)) return g;
@@ -132,6 +134,7 @@ dsv4_pool *dsv4_pool_new(int n_threads) {
     atomic_init(&p->pending, 0);
     atomic_init(&p->sleepers, 0);
     atomic_init(&p->stop, 0);
+    atomic_init(&p->spin_us, SPIN_US);
     /* thread 0 is the caller; workers are 1..n-1 */
     p->threads = calloc((size_t)n_threads, sizeof(pthread_t));
     p->wt = calloc((size_t)n_threads, sizeof *p->wt);
@@ -167,6 +170,8 @@ int dsv4_pool_threads(const dsv4_pool *p) { return p->n_threads; }
 const cpu_kernels *dsv4_pool_kernels(const dsv4_pool *p) { return p->kern; }
 
 void dsv4_pool_set_kernels(dsv4_pool *p, const cpu_kernels *k) { p->kern = k; }
+
+void dsv4_pool_set_spin(dsv4_pool *p, int us) { atomic_store(&p->spin_us, us > 0 ? us : 0); }
 
 void dsv4_pool_count(dsv4_pool *p, int on) {
     p->counting = on;

@@ -19,6 +19,10 @@ int        dsv4_pool_threads(const dsv4_pool *p);
 /* The instruction set whose kernels this pool's linears run (set before any job, not while one runs). */
 const struct cpu_kernels *dsv4_pool_kernels(const dsv4_pool *p);
 void       dsv4_pool_set_kernels(dsv4_pool *p, const struct cpu_kernels *k);
+/* How long (microseconds) a worker that finished a job spins for the next one before it sleeps on a condition variable
+ * (default 200): waking a sleeper costs tens of microseconds, spinning costs its core. Takes effect at each worker's
+ * next wait. */
+void       dsv4_pool_set_spin(dsv4_pool *p, int us);
 /* Run fn over [0, n) split across the threads; returns when all are done. Not reentrant. */
 void       dsv4_pool_run(dsv4_pool *p, int n, dsv4_range_fn fn, void *ctx);
 /* The same in blocks of `block` items (the last one shorter): each thread owns an equal contiguous run of blocks

@@ -331,21 +331,25 @@ static void cpu_relax(void) {
 
 /* The server's wait until the GPU has published layer value - 1 (link->published >= value). It gives up when the
  * step's thread cancels, and, once the enqueue has ended, on a CUDA error or a stream that ran out without
- * publishing; and after CU_HX_TIMEOUT_S without news. */
+ * publishing (asked every CU_HX_STREAM_POLL_US: a stream query is a driver call, and the flag it races with is
+ * what the wait is for); and after CU_HX_TIMEOUT_S without news. */
 static int wait_published(cu_host_experts *hx, int value, dsv4_error *err) {
     const double t0 = now_ms();
+    double t_query = t0;
     for (unsigned spin = 1;; spin++) {
         if (__atomic_load_n(&hx->link->published, __ATOMIC_ACQUIRE) >= value) return DSV4_OK;
         cpu_relax();
         if (spin % 256) continue;
         if (__atomic_load_n(&hx->cancel, __ATOMIC_ACQUIRE)) return dsv4_fail(err, DSV4_E_STATE, "cuda: the step was given up");
-        if (__atomic_load_n(&hx->enqueued, __ATOMIC_ACQUIRE)) {
+        const double t = now_ms();
+        if (__atomic_load_n(&hx->enqueued, __ATOMIC_ACQUIRE) && t - t_query >= CU_HX_STREAM_POLL_US * 1e-3) {
+            t_query = t;
             const int q = cu_stream_poll(hx->serve_st);
             if (q < 0) return cu_finish(hx->serve_st, "a step with host experts", err);
             if (__atomic_load_n(&hx->link->published, __ATOMIC_ACQUIRE) >= value) return DSV4_OK;
             if (q > 0) return dsv4_fail(err, DSV4_E_STATE, "cuda: the step ended without handing layer %d's routing to the host", value - 1);
         }
-        if (now_ms() - t0 > CU_HX_TIMEOUT_S * 1e3)
+        if (t - t0 > CU_HX_TIMEOUT_S * 1e3)
             return dsv4_fail(err, DSV4_E_STATE, "cuda: no routing of layer %d from the GPU in %d s", value - 1, CU_HX_TIMEOUT_S);
     }
 }

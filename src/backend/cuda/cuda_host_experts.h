@@ -56,6 +56,16 @@
 struct dsv4_model;
 
 #define CU_HX_AHEAD_MAX_T 64   /* the largest step enqueued ahead: its rows_h, T K dim floats, read over the bus */
+/* The server's stream query while it waits for a routing (cuda_host_experts.c wait_published): at most this often. */
+#ifndef CU_HX_STREAM_POLL_US
+#define CU_HX_STREAM_POLL_US 1000
+#endif
+/* The model's pool workers spin this long for the next job before sleeping (dsv4_pool_set_spin) when the host computes
+ * experts: its loops come one GPU stretch apart (the layer's end, the next attention and router: ~0.15-0.5 ms), more
+ * than the pool's default 200 us, and a sleeping worker woke ~15-30 us late every layer (run 180). */
+#ifndef CU_HX_POOL_SPIN_US
+#define CU_HX_POOL_SPIN_US 1000
+#endif
 
 typedef struct cu_host_experts {
     expert_map map;            /* which experts of which main layer the host holds (EXPERT_ON_HOST, EXPERT_ON_BUS) */

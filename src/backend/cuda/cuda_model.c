@@ -360,6 +360,7 @@ static int place_experts(struct cuda_model *cm, struct dsv4_model *m, const cuda
     /* a synthetic checkpoint: its host experts get real bytes in host memory (their bindings are holes) */
     if (!rc && m->cfg.synthetic_holes) rc = cuda_hx_fill_synthetic(cm->hx, m, err);
     else if (!rc) rc = cuda_hx_place(cm->hx, m, err);
+    if (!rc && cuda_hx_hands_off(cm->hx)) dsv4_pool_set_spin(m->pool, CU_HX_POOL_SPIN_US);
     return rc;
 }
 
