@@ -45,7 +45,8 @@
 #   ahead    issue 15: Flash with --gpu-mem AHEAD_MEM (default 80, 72 on an 80 GB card), --prompt 64 --decode 16, for each DSV4_CUDA_HX_AHEAD
 #            value of AHEAD_RUNS (default 1 0): steps with host experts enqueued ahead against launched directly
 #   aheadtrace  issue 15: the kernel trace (bench --kernel-trace, CUPTI as for ktrace) of Flash with --gpu-mem AHEAD_MEM for
-#            each DSV4_CUDA_HX_AHEAD value of AHEAD_RUNS (default 0 1 1g0 1p0; g0: DSV4_CUDA_GRAPHS=0, p0: DSV4_CUDA_PDL=0): which kernels a
+#            each DSV4_CUDA_HX_AHEAD value of AHEAD_RUNS (default 0 1 1g0 1p0; g0: DSV4_CUDA_GRAPHS=0, p0: DSV4_CUDA_PDL=0;
+#            BIN:A runs the staged binary .gpu/BIN, e.g. dsv4-old:1): which kernels a
 #            split step enqueued ahead runs longer than one launched directly, and the GPU's idle time ($OUT/aheadtrace_<a>.json);
 #            then tools/gpu/trace_gaps.py over them: the host's turn and the GPU's stretch between two hand-offs
 #   skew     issue 15's skewed routing: for each S of SKEWS (default 0.1; 0 = the plain synthetic model), Flash with
@@ -373,13 +374,19 @@ if has aheadtrace; then
   if [ -z "${AHEAD_MEM:-}" ] && [ "$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1)" -lt 100000 ]; then
     AHEAD_MEM=72
   fi
-  for a in ${AHEAD_RUNS:-0 1 1g0 1p0}; do   # 1g0: enqueued ahead with graphs off (launched directly); 1p0: plain graph edges
+  # an entry: [BIN:]A[g0][p0] — the staged binary .gpu/BIN (default dsv4), DSV4_CUDA_HX_AHEAD=A; g0: graphs off
+  # (launched directly), p0: plain graph edges
+  for e in ${AHEAD_RUNS:-0 1 1g0 1p0}; do
+    bin=dsv4 a=$e; case $e in *:*) bin=${e%%:*} a=${e#*:} ;; esac
     g=1; case $a in *g0*) g=0 ;; esac
     p=2; case $a in *p0*) p=0 ;; esac
-    DSV4_CUDA_HX_AHEAD=${a:0:1} DSV4_CUDA_GRAPHS=$g DSV4_CUDA_PDL=$p timeout ${AHEAD_TIMEOUT:-200} $FLASH --gpu-mem ${AHEAD_MEM:-80} --prompt 64 --decode 16 \
-        --warmup ${AHEAD_ARGS:-} --no-bandwidth --kernel-trace --json "$OUT/aheadtrace_$a.json" >$L/aheadtrace_$a.log 2>&1
-    echo "== kernel trace, --gpu-mem ${AHEAD_MEM:-80}, DSV4_CUDA_HX_AHEAD=${a:0:1} DSV4_CUDA_GRAPHS=$g DSV4_CUDA_PDL=$p: exit $?"
-    grep -E "^prefill|^decode, 1|^speculative verify|^experts in host|^kernel trace|^    k_|^host|error" $L/aheadtrace_$a.log | head -48
+    n=${bin#dsv4}; n=${n#-}; n=${n:+${n}_}$a
+    DSV4_CUDA_HX_AHEAD=${a:0:1} DSV4_CUDA_GRAPHS=$g DSV4_CUDA_PDL=$p timeout ${AHEAD_TIMEOUT:-200} .gpu/$bin bench --synthetic flash \
+        --device cuda --mode official --gpu-mem ${AHEAD_MEM:-80} --prompt 64 --decode 16 \
+        --warmup ${AHEAD_ARGS:-} --no-bandwidth --kernel-trace --json "$OUT/aheadtrace_$n.json" >$L/aheadtrace_$n.log 2>&1
+    echo "== $bin, kernel trace, --gpu-mem ${AHEAD_MEM:-80}, DSV4_CUDA_HX_AHEAD=${a:0:1} DSV4_CUDA_GRAPHS=$g DSV4_CUDA_PDL=$p: exit $?"
+    grep -E "^prefill|^decode, 1|^speculative verify|^experts in host|^kernel trace|^    k_|^host|thread pool|error" $L/aheadtrace_$n.log |
+      grep -v "^    k_" | head -24
   done
   echo "== between hand-offs (tools/gpu/trace_gaps.py):"; python3 tools/gpu/trace_gaps.py "$OUT"/aheadtrace_*.json
 fi
