@@ -315,9 +315,10 @@ typedef struct {
  * a device counter at 0, left at 0). */
 void cu_hx_publish(cu_stream st, const float *xn, const int32_t *route_e, const float *route_w, int T, int d, int K, float *xn_h,
                    int32_t *re_h, float *rw_h, unsigned *blocks_done, cu_hx_link *link, int value);
-/* Once link->ready >= value: cu_scatter_pair_rows of link->n rows from the mapped rows_h / pair_h (at most max_rows). */
+/* Once link->ready >= value: cu_scatter_pair_rows of link->n rows from the mapped rows_h / pair_h (at most max_rows).
+ * relay: 3 device words at 0, left at 0 (one block polls the host and hands the count to the others through them). */
 void cu_hx_await_rows(cu_stream st, cu_hx_link *link, int value, const float *rows_h, const int32_t *pair_h, int max_rows, int d,
-                      float *ey);
+                      float *ey, unsigned *relay);
 /* Clamped SwiGLU in place on g [rows][I] (v the up projection), times w[row] when w is not NULL. */
 void cu_swiglu(cu_stream st, int official, float *g, const float *v, const float *w, int rows, int I, float limit);
 /* cu_swiglu, and each output row also packed for the tensor cores into q / qs (cu_mma.h) in the same launch: one warp

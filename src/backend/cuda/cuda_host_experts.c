@@ -26,8 +26,8 @@ int cuda_hx_init(cu_host_experts *hx, expert_map *map, dsv4_error *err) {
     const size_t LE = (size_t)hx->map.n_layers * (size_t)hx->map.n_routed;
     if (!(hx->n_host = calloc((size_t)hx->map.n_layers, sizeof *hx->n_host)) || !(hx->bus_shared = calloc(LE + 1, 1)) ||
         !(hx->fetched = cu_event_new()) || !(hx->ahead_layers = calloc((size_t)hx->map.n_layers + 1, sizeof *hx->ahead_layers)) ||
-        !(hx->link = cu_malloc_mapped(sizeof *hx->link)) || !(hx->blocks_done = cu_malloc(sizeof *hx->blocks_done)) ||
-        cu_zero(hx->blocks_done, sizeof *hx->blocks_done)) {
+        !(hx->link = cu_malloc_mapped(sizeof *hx->link)) || !(hx->blocks_done = cu_malloc(4 * sizeof *hx->blocks_done)) ||
+        cu_zero(hx->blocks_done, 4 * sizeof *hx->blocks_done)) {
         cuda_hx_free(hx);
         return dsv4_fail(err, DSV4_E_NOMEM, "out of memory (host experts)");
     }
@@ -320,7 +320,7 @@ void cuda_hx_publish(cu_host_experts *hx, cu_stream st, const dsv4_config *c, co
 }
 
 void cuda_hx_await(cu_host_experts *hx, cu_stream st, const dsv4_config *c, int T, int L, float *ey) {
-    cu_hx_await_rows(st, hx->link, L + 1, hx->rows_h, hx->pair_h, T * c->n_act, c->dim, ey);
+    cu_hx_await_rows(st, hx->link, L + 1, hx->rows_h, hx->pair_h, T * c->n_act, c->dim, ey, hx->blocks_done + 1);
 }
 
 static void cpu_relax(void) {

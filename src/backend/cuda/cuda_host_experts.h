@@ -61,8 +61,10 @@ struct dsv4_model;
 #define CU_HX_STREAM_POLL_US 1000
 #endif
 /* The model's pool workers spin this long for the next job before sleeping (dsv4_pool_set_spin) when the host computes
- * experts: its loops come one GPU stretch apart (the layer's end, the next attention and router: ~0.15-0.5 ms), more
- * than the pool's default 200 us, and a sleeping worker woke ~15-30 us late every layer (run 180). */
+ * experts in steps launched directly (cuda_model.c): its loops come one GPU stretch apart (the layer's end, the next
+ * attention and router: ~0.15-0.5 ms), more than the pool's default 200 us, and a sleeping worker woke ~17-30 us late
+ * every layer (run 180; run 181: 28.9 -> 30.5 tok/s at --gpu-mem 72 on an H100). Not for steps enqueued ahead: there the
+ * spinning workers took cores from the server and the enqueue (run 181: 20.5 -> 18.9 tok/s). */
 #ifndef CU_HX_POOL_SPIN_US
 #define CU_HX_POOL_SPIN_US 1000
 #endif
@@ -77,7 +79,7 @@ typedef struct cu_host_experts {
     float *xn_h, *route_w_h, *rows_h;   /* page-locked and mapped: [T][dim], [T][K], [T*K][dim] */
     int32_t *route_e_h, *pair_h;        /* page-locked and mapped: [T][K], [T*K] */
     cu_hx_link *link;          /* page-locked and mapped: a step enqueued ahead's hand-off words (cu_kernels.h) */
-    unsigned *blocks_done;     /* device: k_hx_publish's block counter */
+    unsigned *blocks_done;     /* device, 4 words at 0: k_hx_publish's block counter, then k_hx_await_rows' relay */
     int *ahead_layers, n_ahead;   /* the main layers a step enqueued ahead hands off, in order: those with n_host (at init) */
     int n_published;           /* of them, how many the enqueue has published so far (each must be the next listed) */
     int fail_at;               /* tests (cuda_hx_fail_next): the next served step fails at this hand-off; -1 none */

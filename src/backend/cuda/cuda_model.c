@@ -360,7 +360,6 @@ static int place_experts(struct cuda_model *cm, struct dsv4_model *m, const cuda
     /* a synthetic checkpoint: its host experts get real bytes in host memory (their bindings are holes) */
     if (!rc && m->cfg.synthetic_holes) rc = cuda_hx_fill_synthetic(cm->hx, m, err);
     else if (!rc) rc = cuda_hx_place(cm->hx, m, err);
-    if (!rc && cuda_hx_hands_off(cm->hx)) dsv4_pool_set_spin(m->pool, CU_HX_POOL_SPIN_US);
     return rc;
 }
 
@@ -610,6 +609,9 @@ int cuda_model_init(struct dsv4_model *m, const cuda_placement *p, dsv4_error *e
     cm->att_dec_mma_on = att_dec_mma_on;
     cm->branch_on = branch_on;
     cm->hx_ahead_on = hx_ahead_on;
+    /* launched directly, the host's expert loops come one GPU stretch apart: the workers spin across it (enqueued
+     * ahead their spinning took cores from the server and the enqueue: run 181) */
+    if (cm->hx && cuda_hx_hands_off(cm->hx) && !hx_ahead_on) dsv4_pool_set_spin(m->pool, CU_HX_POOL_SPIN_US);
     m->cuda = cm;
     m->state_mem = &seq_mem_cuda;
     if (m->progress) {
