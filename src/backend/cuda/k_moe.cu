@@ -188,8 +188,20 @@ extern "C" void cu_scatter_pair_rows(cu_stream st, const float *rows, const int3
  * anything. The link words live in page-locked mapped memory; each is monotonic within a step (the host zeroes them
  * before the step), and a layer L waits for or raises the value L + 1. */
 
-/* The layer's rows xn [T][d] and routing [T][K] into the host's mapped buffers, then link->published = value (every
- * store written through to system memory, st.global.wt: cu_kernels.h). Block t copies token t; each block's writes
+/* The link's flags at system scope (PTX memory consistency model): strong loads and stores, which no cache may hold
+ * back, where runs 177-182 used the .cv / .wt cache hints (with them a hand-off took ~250-400 us beyond the host's
+ * work and the GPU's stretch, run 182). */
+__device__ __forceinline__ int dev_ld_acquire_sys(const int *p) {
+    int v;
+    asm volatile("ld.acquire.sys.global.s32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+    return v;
+}
+__device__ __forceinline__ void dev_st_release_sys(int *p, int v) {
+    asm volatile("st.release.sys.global.s32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+
+/* The layer's rows xn [T][d] and routing [T][K] into the host's mapped buffers (written through to system memory,
+ * st.global.wt), then link->published = value (a release store at system scope). Block t copies token t; each block's writes
  * are made visible to the host (__threadfence_system) before it counts itself in *blocks_done, and the last block to
  * count resets the counter for the next launch and publishes. */
 __global__ void k_hx_publish(const float *xn, const int32_t *route_e, const float *route_w, int d, int K, float *xn_h, int32_t *re_h,
@@ -206,7 +218,7 @@ __global__ void k_hx_publish(const float *xn, const int32_t *route_e, const floa
     if (threadIdx.x == 0 && atomicAdd(blocks_done, 1u) == gridDim.x - 1) {
         *blocks_done = 0u;
         __threadfence_system();
-        __stwt(&link->published, value);
+        dev_st_release_sys(&link->published, value);
     }
 }
 
@@ -222,8 +234,8 @@ __device__ __forceinline__ unsigned long long dev_now_ns(void) {
 }
 
 /* Wait until link->ready >= value (the host wrote the layer's link->n rows into rows_h / pair_h), then
- * cu_scatter_pair_rows' stores, reading the rows from the host's mapped memory (ld.global.cv, as every host word:
- * cu_kernels.h). Only thread 0 of block 0 polls the host's word (__nanosleep between reads: a read over the bus per
+ * cu_scatter_pair_rows' stores, reading the rows from the host's mapped memory (ld.global.cv after the flag's acquire
+ * load). Only thread 0 of block 0 polls the host's word (__nanosleep between reads: a read over the bus per
  * ~microsecond); it hands the row count to the other blocks through relay, words in the GPU's own memory (relay[0] = 1
  * once relay[1] holds n), on which their thread 0 waits; the last block to leave zeroes relay[0] and its counter
  * relay[2] for the next launch. (Before, every block's thread 0 polled the host: 32 reads over the bus a
@@ -236,14 +248,14 @@ __device__ __forceinline__ unsigned long long dev_now_ns(void) {
 #endif
 __device__ __forceinline__ int hx_host_rows_ready(cu_hx_link *link, int value) {
     const unsigned long long t0 = dev_now_ns();
-    int got = __ldcv(&link->ready) >= value;
+    int got = dev_ld_acquire_sys(&link->ready) >= value;
     while (!got && dev_now_ns() - t0 < (unsigned long long)CU_HX_TIMEOUT_S * 1000000000ull) {
         __nanosleep(1000);
-        got = __ldcv(&link->ready) >= value;
+        got = dev_ld_acquire_sys(&link->ready) >= value;
     }
     __threadfence_system();   /* the reads below after the flag's */
-    const int n = got ? __ldcv(&link->n) : 0;
-    if (!got) __stwt(&link->late, value);
+    const int n = got ? dev_ld_acquire_sys(&link->n) : 0;
+    if (!got) dev_st_release_sys(&link->late, value);
     return n;
 }
 
