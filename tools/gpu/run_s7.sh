@@ -49,6 +49,8 @@
 #            BIN:A runs the staged binary .gpu/BIN, e.g. dsv4-old:1): which kernels a
 #            split step enqueued ahead runs longer than one launched directly, and the GPU's idle time ($OUT/aheadtrace_<a>.json);
 #            then tools/gpu/trace_gaps.py over them: the host's turn and the GPU's stretch between two hand-offs
+#   link     issue 15: .gpu/hx_link_bench (tools/bench/hx_link_bench.cu, nvcc by hand): the round trip of one flag between
+#            the host and a waiting kernel through mapped memory, over poll interval x pollers x host memory load
 #   skew     issue 15's skewed routing: for each S of SKEWS (default 0.1; 0 = the plain synthetic model), Flash with
 #            --route-skew S: the bench at --gpu-mem SKEW_BASE_MEM (default 80) with no profile (even placement; SKEW_EVEN=0
 #            skips it), a
@@ -389,6 +391,10 @@ if has aheadtrace; then
       grep -v "^    k_" | head -24
   done
   echo "== between hand-offs (tools/gpu/trace_gaps.py):"; python3 tools/gpu/trace_gaps.py "$OUT"/aheadtrace_*.json
+fi
+save
+if has link && [ -x .gpu/hx_link_bench ]; then
+  echo "== the host link's round trip (hx_link_bench):"; timeout ${LINK_TIMEOUT:-120} .gpu/hx_link_bench ${LINK_ROUNDS:-2000} 2>&1 | tee $L/link.log
 fi
 save
 if has skew; then
