@@ -63,8 +63,9 @@ struct dsv4_model;
 /* The model's pool workers spin this long for the next job before sleeping (dsv4_pool_set_spin) when the host computes
  * experts in steps launched directly (cuda_model.c): its loops come one GPU stretch apart (the layer's end, the next
  * attention and router: ~0.15-0.5 ms), more than the pool's default 200 us, and a sleeping worker woke ~17-30 us late
- * every layer (run 180; run 181: 28.9 -> 30.5 tok/s at --gpu-mem 72 on an H100). Not for steps enqueued ahead: there the
- * spinning workers took cores from the server and the enqueue (run 181: 20.5 -> 18.9 tok/s). */
+ * every layer (run 180); spinning, 1-2 us. Decode at --gpu-mem 72 on an H100: 28.9 -> 30.5 tok/s in run 181, no change
+ * beyond the ~5 % spread in run 182. Not for steps enqueued ahead: there the spinning workers took cores from the server
+ * and the enqueue (run 181: 20.5 -> 18.9 tok/s). */
 #ifndef CU_HX_POOL_SPIN_US
 #define CU_HX_POOL_SPIN_US 1000
 #endif
