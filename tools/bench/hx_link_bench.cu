@@ -10,7 +10,7 @@
  * expert loops read memory at ~70 GB/s during a hand-off). Rounds a run; the host's clock around each round gives
  * the round trip's mean, median and 99th percentile.
  *
- * Build: nvcc -O3 -gencode=arch=compute_90a,code=sm_90a -o hx_link_bench tools/bench/hx_link_bench.cu -lpthread
+ * Build: nvcc -O3 -gencode=arch=compute_90a,code=sm_90a -Iinclude -Isrc -o hx_link_bench tools/bench/hx_link_bench.cu -lpthread
  * Run: hx_link_bench [rounds] (default 2000): the table over poll interval x pollers x host load. */
 #include <algorithm>
 #include <atomic>
@@ -23,6 +23,7 @@
 #include <vector>
 #include <cuda_runtime.h>
 #include <immintrin.h>
+#include "backend/cuda/cu_common.cuh"   /* dev_ld_acquire_sys, dev_st_release_sys: the engine's own link operations */
 
 #define CHECK(x) do { cudaError_t e_ = (x); if (e_ != cudaSuccess) { fprintf(stderr, "%s: %s\n", #x, cudaGetErrorString(e_)); exit(1); } } while (0)
 
@@ -33,17 +34,8 @@ struct link_words {
     int host_pad[31];
 };
 
-__device__ __forceinline__ int ld_acquire_sys(const int *p) {
-    int v;
-    asm volatile("ld.acquire.sys.global.s32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-    return v;
-}
-__device__ __forceinline__ void st_release_sys(int *p, int v) {
-    asm volatile("st.release.sys.global.s32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
-}
-
 __device__ __forceinline__ void wait_host(const link_words *lk, int i, int poll_ns) {
-    while (ld_acquire_sys(&lk->host_word) < i)
+    while (dev_ld_acquire_sys(&lk->host_word) < i)
         if (poll_ns) __nanosleep(poll_ns);
 }
 
@@ -51,7 +43,7 @@ __global__ void k_pingpong(link_words *lk, int rounds, int poll_ns, int all_poll
     if (threadIdx.x) return;
     for (int i = 1; i <= rounds; i++) {
         if (blockIdx.x == 0) {
-            st_release_sys(&lk->gpu_word, i);
+            dev_st_release_sys(&lk->gpu_word, i);
             wait_host(lk, i, poll_ns);
             *relay = i;
         } else if (all_poll) {

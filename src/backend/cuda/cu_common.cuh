@@ -41,6 +41,19 @@ __device__ __forceinline__ void dev_grid_wait(void) {
 #endif
 }
 
+/* A flag shared with the host through page-locked mapped memory, read and written at system scope (PTX memory
+ * consistency model): strong operations no cache may hold back. The acquire load orders this thread's later reads
+ * after the host's writes that preceded its store of the flag; the release store makes this thread's earlier writes
+ * visible to the host before the flag. */
+__device__ __forceinline__ int dev_ld_acquire_sys(const int *p) {
+    int v;
+    asm volatile("ld.acquire.sys.global.s32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+    return v;
+}
+__device__ __forceinline__ void dev_st_release_sys(int *p, int v) {
+    asm volatile("st.release.sys.global.s32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+
 /* A barrier among the first n threads of the block (n a multiple of 32; named barrier id, 1..15: 0 is
  * __syncthreads'), for kernels in which one warp works apart from the others (k_layer.cu's mHC mix warp). */
 __device__ __forceinline__ void dev_bar_sync(int id, int n) {

@@ -186,19 +186,9 @@ extern "C" void cu_scatter_pair_rows(cu_stream st, const float *rows, const int3
 /* ---- the host link of a split step enqueued ahead (cuda_host_experts.h) ----
  * Both ends of a hand-off are kernels, so that a whole step can be enqueued (graphed) before the host computes
  * anything. The link words live in page-locked mapped memory; each is monotonic within a step (the host zeroes them
- * before the step), and a layer L waits for or raises the value L + 1. */
-
-/* The link's flags at system scope (PTX memory consistency model): strong loads and stores, which no cache may hold
- * back, where runs 177-182 used the .cv / .wt cache hints (with them a hand-off took ~250-400 us beyond the host's
- * work and the GPU's stretch, run 182). */
-__device__ __forceinline__ int dev_ld_acquire_sys(const int *p) {
-    int v;
-    asm volatile("ld.acquire.sys.global.s32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-    return v;
-}
-__device__ __forceinline__ void dev_st_release_sys(int *p, int v) {
-    asm volatile("st.release.sys.global.s32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
-}
+ * before the step), and a layer L waits for or raises the value L + 1. The flags are read and written at system
+ * scope (cu_common.cuh dev_ld_acquire_sys, dev_st_release_sys; runs 177-182 used the .cv / .wt cache hints, run 183
+ * measured the same speed). */
 
 /* The layer's rows xn [T][d] and routing [T][K] into the host's mapped buffers (written through to system memory,
  * st.global.wt), then link->published = value (a release store at system scope). Block t copies token t; each block's writes
