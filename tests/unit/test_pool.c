@@ -1,7 +1,7 @@
 /* The CPU thread pool (backend/cpu/pool.h): dsv4_pool_run and dsv4_pool_run_blocks hand every item of [0, n) to
  * exactly one call, whatever n, the block size and the thread count; a block call covers one whole block (the last
- * one shorter) at a block boundary; with one thread, or a job of one block, the caller runs [0, n) in one call; and the
- * counters count the jobs while counting is on and only then. */
+ * one shorter) at a block boundary; with one thread, or a job of one block, the caller runs [0, n) in one call; the
+ * counters count the jobs while counting is on and only then; and any spin setting keeps all of that. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -9,6 +9,7 @@
 #include <cmocka.h>
 #include <stdatomic.h>
 #include <stdlib.h>
+#include <time.h>
 #include "backend/cpu/pool.h"
 
 typedef struct {
@@ -93,10 +94,32 @@ static void counters(void **state) {
     dsv4_pool_free(p);
 }
 
+/* dsv4_pool_set_spin: with no spin the workers sleep after every job, so every job takes the condition variable's
+ * wake-up path (a lost wake-up would hang here); with a long one they spin across pauses between jobs. Either way
+ * every item is covered once, and a negative spin counts as none. */
+static void spin_settings(void **state) {
+    (void)state;
+    const int spins[] = {0, -5, 5000};
+    for (size_t k = 0; k < sizeof spins / sizeof *spins; k++) {
+        dsv4_pool *p = dsv4_pool_new(4);
+        assert_non_null(p);
+        dsv4_pool_set_spin(p, spins[k]);
+        for (int rep = 0; rep < 40; rep++) {
+            if (rep % 4 == 0) {
+                const struct timespec pause = { 0, 300000 };   /* 0.3 ms: past no spin, within 5 ms */
+                nanosleep(&pause, NULL);
+            }
+            check_cover(p, 1000, rep % 2 ? 16 : 0);
+        }
+        dsv4_pool_free(p);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(every_item_once),
         cmocka_unit_test(counters),
+        cmocka_unit_test(spin_settings),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
