@@ -854,9 +854,11 @@ static int step_end(step_ctx *s, dsv4_step_item *items, const head_plan *hp, con
  * the graphs change in a step enqueued ahead). */
 #define CU_GRAPH_LAYERS 4
 
-static int graphs_free(const struct cuda_model *cm) { return cm->graphs_on && cm->graphs && !cm->ep && !cm->prof.on; }
+/* Nothing in the step waits on the host mid-way: no expert transport over GPUs, no per-stage profiler. */
+static int step_unbroken(const struct cuda_model *cm) { return !cm->ep && !cm->prof.on; }
+static int graphs_free(const struct cuda_model *cm) { return cm->graphs_on && cm->graphs && step_unbroken(cm); }
 static int hx_ahead_usable(const struct cuda_model *cm, int T) {
-    return cm->hx && cuda_hx_hands_off(cm->hx) && cm->hx_ahead_on && T <= CU_HX_AHEAD_MAX_T && !cm->ep && !cm->prof.on;
+    return cm->hx && cuda_hx_hands_off(cm->hx) && cm->hx_ahead_on && T <= CU_HX_AHEAD_MAX_T && step_unbroken(cm);
 }
 static int graphs_usable(const struct cuda_model *cm, int T) {
     return graphs_free(cm) && (!(cm->hx && cuda_hx_hands_off(cm->hx)) || hx_ahead_usable(cm, T));

@@ -228,14 +228,11 @@ __device__ __forceinline__ unsigned long long dev_now_ns(void) {
  * load). Only thread 0 of block 0 polls the host's word (__nanosleep between reads: a read over the bus per
  * ~microsecond); it hands the row count to the other blocks through relay, words in the GPU's own memory (relay[0] = 1
  * once relay[1] holds n), on which their thread 0 waits; the last block to leave zeroes relay[0] and its counter
- * relay[2] for the next launch. (Before, every block's thread 0 polled the host: 32 reads over the bus a
- * microsecond through the host's whole turn; CU_HX_AWAIT_RELAY=0 builds that for comparison.) Past
+ * relay[2] for the next launch. (Before 23fe990 every block's thread 0 polled the host: 32 reads over the bus a
+ * microsecond through the host's whole turn, and the host's own loops ran ~20 % slower, run 182.) Past
  * CU_HX_TIMEOUT_S block 0 sets link->late to the value it waited for and hands on n = 0, so a host that never
  * answers cannot hang the GPU: the step then fails (cuda_hx_check reads link->late). The blocks are at most 32, all
  * resident at once, so the wait on block 0 cannot starve it. */
-#ifndef CU_HX_AWAIT_RELAY
-#define CU_HX_AWAIT_RELAY 1
-#endif
 __device__ __forceinline__ int hx_host_rows_ready(cu_hx_link *link, int value) {
     const unsigned long long t0 = dev_now_ns();
     int got = dev_ld_acquire_sys(&link->ready) >= value;
@@ -254,13 +251,11 @@ __global__ void k_hx_await_rows(cu_hx_link *link, int value, const float *rows_h
     dev_grid_wait();
     __shared__ int n;
     if (threadIdx.x == 0) {
-        if (!CU_HX_AWAIT_RELAY || blockIdx.x == 0) {
+        if (blockIdx.x == 0) {
             n = hx_host_rows_ready(link, value);
-            if (CU_HX_AWAIT_RELAY) {
-                ((volatile unsigned *)relay)[1] = (unsigned)n;
-                __threadfence();
-                ((volatile unsigned *)relay)[0] = 1u;
-            }
+            ((volatile unsigned *)relay)[1] = (unsigned)n;
+            __threadfence();
+            ((volatile unsigned *)relay)[0] = 1u;
         } else {
             while (!((volatile unsigned *)relay)[0]) __nanosleep(200);
             __threadfence();
@@ -271,7 +266,7 @@ __global__ void k_hx_await_rows(cu_hx_link *link, int value, const float *rows_h
     const int64_t total = (int64_t)n * d;
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x)
         ey[(int64_t)__ldcv(pair_h + i / d) * d + i % d] = __ldcv(rows_h + i);
-    if (CU_HX_AWAIT_RELAY && threadIdx.x == 0 && atomicAdd(&relay[2], 1u) == gridDim.x - 1) {
+    if (threadIdx.x == 0 && atomicAdd(&relay[2], 1u) == gridDim.x - 1) {
         ((volatile unsigned *)relay)[0] = 0u;   /* every block has read relay[1]: it counted itself after */
         relay[2] = 0u;
     }
