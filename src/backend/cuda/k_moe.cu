@@ -223,14 +223,21 @@ __device__ __forceinline__ unsigned long long dev_now_ns(void) {
     return t;
 }
 
-/* Wait until link->ready >= value (the host wrote the layer's link->n rows into rows_h / pair_h), then
- * cu_scatter_pair_rows' stores, reading the rows from the host's mapped memory (ld.global.cv after the flag's acquire
- * load). Only thread 0 of block 0 polls the host's word (__nanosleep between reads: a read over the bus per
- * ~microsecond); it hands the row count to the other blocks through relay, words in the GPU's own memory (relay[0] = 1
- * once relay[1] holds n), on which their thread 0 waits; the last block to leave zeroes relay[0] and its counter
- * relay[2] for the next launch. (Before 23fe990 every block's thread 0 polled the host: 32 reads over the bus a
- * microsecond through the host's whole turn, and the host's own loops ran ~20 % slower, run 182.) Past
- * CU_HX_TIMEOUT_S block 0 sets link->late to the value it waited for and hands on n = 0, so a host that never
+/* Wait until link->ready >= value (the host wrote the layer's link->n rows into rows_h / pair_h), then put each row
+ * at its pair index in ey, reading the rows from the host's mapped memory. Only thread 0 of block 0 polls the host's
+ * word (__nanosleep between reads: a read over the bus per ~microsecond); it hands the row count to the other blocks
+ * through relay, words in the GPU's own memory (relay[0] = 1 once relay[1] holds n), on which their thread 0 waits
+ * and then makes its own acquire load of link->ready, so that every block's reads of the rows follow the host's
+ * release of them (PTX memory model: the acquire synchronizes with the host's store of ready, after its rows). The
+ * last block to leave zeroes relay[0] and its counter relay[2] for the next launch. (Before 23fe990 every block's
+ * thread 0 polled the host: 32 reads over the bus a microsecond through the host's whole turn, and the host's own
+ * loops ran ~20 % slower, run 182.)
+ * The rows: block b takes rows b, b + gridDim.x, ...; each row's pair index read once, its d floats in 16-byte loads
+ * (when d % 4 == 0; else 4-byte). A single 4-byte read over the bus is a whole bus transaction: runs 180-183 read
+ * each float and its pair index with one, and a hand-off cost ~0.4 ms a layer at one token, ~1.3 ms at six and ~8 ms
+ * at 64 more than launched directly, in proportion to the rows (~0.4 GB/s). Wide loads are what tools/bench/pcie_bench
+ * measured at ~51 GB/s.
+ * Past CU_HX_TIMEOUT_S block 0 sets link->late to the value it waited for and hands on n = 0, so a host that never
  * answers cannot hang the GPU: the step then fails (cuda_hx_check reads link->late). The blocks are at most 32, all
  * resident at once, so the wait on block 0 cannot starve it. */
 __device__ __forceinline__ int hx_host_rows_ready(cu_hx_link *link, int value) {
@@ -240,7 +247,6 @@ __device__ __forceinline__ int hx_host_rows_ready(cu_hx_link *link, int value) {
         __nanosleep(1000);
         got = dev_ld_acquire_sys(&link->ready) >= value;
     }
-    __threadfence_system();   /* the reads below after the flag's */
     const int n = got ? dev_ld_acquire_sys(&link->n) : 0;
     if (!got) dev_st_release_sys(&link->late, value);
     return n;
@@ -260,12 +266,22 @@ __global__ void k_hx_await_rows(cu_hx_link *link, int value, const float *rows_h
             while (!((volatile unsigned *)relay)[0]) __nanosleep(200);
             __threadfence();
             n = (int)((volatile unsigned *)relay)[1];
+            (void)dev_ld_acquire_sys(&link->ready);   /* this block's own acquire of what the host released */
         }
     }
     __syncthreads();
-    const int64_t total = (int64_t)n * d;
-    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x)
-        ey[(int64_t)__ldcv(pair_h + i / d) * d + i % d] = __ldcv(rows_h + i);
+    for (int q = blockIdx.x; q < n; q += gridDim.x) {
+        const int64_t p = pair_h[q];
+        const float *src = rows_h + (int64_t)q * d;
+        float *dst = ey + p * d;
+        if ((d & 3) == 0) {
+            const float4 *__restrict__ s4 = (const float4 *)src;
+            float4 *__restrict__ d4 = (float4 *)dst;
+#pragma unroll 4
+            for (int k = threadIdx.x; k < d / 4; k += blockDim.x) d4[k] = s4[k];
+        } else
+            for (int k = threadIdx.x; k < d; k += blockDim.x) dst[k] = src[k];
+    }
     if (threadIdx.x == 0 && atomicAdd(&relay[2], 1u) == gridDim.x - 1) {
         ((volatile unsigned *)relay)[0] = 0u;   /* every block has read relay[1]: it counted itself after */
         relay[2] = 0u;
@@ -274,8 +290,8 @@ __global__ void k_hx_await_rows(cu_hx_link *link, int value, const float *rows_h
 
 extern "C" void cu_hx_await_rows(cu_stream st, cu_hx_link *link, int value, const float *rows_h, const int32_t *pair_h, int max_rows,
                                  int d, float *ey, unsigned *relay) {
-    const int64_t blocks = cu_blocks((int64_t)max_rows * d, 256);
-    k_hx_await_rows<<<blocks < 32 ? (int)blocks : 32, 256, 0, (cudaStream_t)st>>>(link, value, rows_h, pair_h, d, ey, relay);
+    const int blocks = max_rows < 32 ? (max_rows > 0 ? max_rows : 1) : 32;   /* a block a row, at most 32 */
+    k_hx_await_rows<<<blocks, 256, 0, (cudaStream_t)st>>>(link, value, rows_h, pair_h, d, ey, relay);
 }
 
 #define PLAN_THREADS 256
