@@ -198,7 +198,10 @@ __global__ void k_hx_publish(const float *xn, const int32_t *route_e, const floa
                              float *rw_h, unsigned *blocks_done, cu_hx_link *link, int value) {
     dev_grid_wait();
     const int64_t t = blockIdx.x;
-    for (int e = threadIdx.x; e < d; e += blockDim.x) __stwt(xn_h + t * d + e, xn[t * d + e]);
+    if ((d & 3) == 0)   /* 16-byte stores: one bus transaction each, not four (k_hx_await_rows' comment) */
+        for (int e = threadIdx.x; e < d / 4; e += blockDim.x) __stwt((float4 *)(xn_h + t * d) + e, ((const float4 *)(xn + t * d))[e]);
+    else
+        for (int e = threadIdx.x; e < d; e += blockDim.x) __stwt(xn_h + t * d + e, xn[t * d + e]);
     for (int j = threadIdx.x; j < K; j += blockDim.x) {
         __stwt(re_h + t * K + j, route_e[t * K + j]);
         __stwt(rw_h + t * K + j, route_w[t * K + j]);
