@@ -44,14 +44,23 @@ void moe_expert_one(struct dsv4_model *m, const moe_expert_call *c) {
 }
 
 /* ---- grouped ------------------------------------------------------------------------------------------------
- * A phase (gate/up, then down) is a list of units: unit = (call, block of BLOCK output rows). The pool's threads
- * take units one at a time from a shared counter until none is left, so they finish together whatever the units
- * cost (calls differ in format, FP4 routed and FP8 shared, and in token count, and a core may be busy with
- * another process); which thread computes a unit changes no value. The calls' units are queued costliest call
- * first, so the cheap ones fill the end. */
-enum { BLOCK = 128 };   /* = the FP8 block of the activation's quantization: a gate/up unit owns whole blocks */
+ * A phase (gate/up, then down) is a list of units: unit = (call, a run of output rows). The pool's threads take
+ * units one at a time from a shared counter until none is left, so they finish together whatever the units cost
+ * (calls differ in format, FP4 routed and FP8 shared, and in token count, and a core may be busy with another
+ * process); which thread computes a unit changes no value. The calls' units are queued costliest call first, so
+ * the cheap ones fill the end.
+ *
+ * A unit is a block of BLOCK rows, or a 1/split of one where a phase has few: a token's three host experts on 16
+ * threads make 48 gate/up blocks, and a thread that takes a fourth while the others have none left holds the loop
+ * for a block's whole time (runs 180-184: the workers busy 65-77 % of their loops' time). The activation of a
+ * 128-column block reads all of its gate and up rows, so in a split gate/up phase it runs on the thread that
+ * finishes the block's last piece (a count of the pieces left, one per block, acquire-release), as one pass over
+ * the block: the same values as with whole blocks. */
+enum { BLOCK = 128 };   /* = the FP8 block of the activation's quantization: a gate/up unit's rows stay in one */
+enum { UNITS_PER_THREAD = 8 };   /* a phase of fewer units than this per thread splits its blocks (to 16 rows) */
+enum { SPLIT_BLOCKS = 512 };     /* the most blocks a split gate/up phase counts pieces of */
 _Static_assert(BLOCK % CPU_AMX_ROWS == 0, "a unit's rows are whole AMX row blocks");
-
+enum { SPLIT_MAX = BLOCK / CPU_AMX_ROWS };   /* a piece is at least one AMX row block */
 typedef struct {
     struct dsv4_model *m;
     const cpu_kernels *k;
@@ -63,12 +72,11 @@ typedef struct {
     cpu_pairs_tokens ptok[MOE_GROUP_CALLS + 1]; /* with the pair order: each call's phase input as bf16s */
     int order[MOE_GROUP_CALLS + 1];          /* the calls by decreasing cost of a unit */
     int first_unit[MOE_GROUP_CALLS + 2];     /* the units of call order[i]: first_unit[i] .. first_unit[i + 1] - 1 */
+    int split;                               /* pieces a block (1: units are whole blocks) */
     atomic_int next;                         /* the next unit no thread has taken */
+    atomic_int pieces_left[SPLIT_BLOCKS];    /* split gate/up: block b of call order[i] at [i * blocks + b] */
 } group_job;
 
-/* Estimated time of one output row of w over n tokens, in bytes read: the row is read (and decoded) once, and
- * each token costs cols FMAs, about cols/16 byte-times on a core streaming weights at a few GB/s. Only the
- * order units are taken in depends on it, never a value. */
 static double row_cost(const dsv4_weight *w, int n) {
     const double bytes = (double)(weight_bytes(w) + weight_scale_bytes(w)) / (w->rows > 0 ? w->rows : 1);
     return bytes + (double)n * w->cols / 16.0;
@@ -80,8 +88,17 @@ static double unit_row_cost(const group_job *j, const moe_expert_call *c) {
     return j->down ? row_cost(c->w2, c->n) : row_cost(c->w1, c->n) + row_cost(c->w3, c->n);
 }
 
+/* Pieces a block: 1, or the fewest (up to SPLIT_MAX) that give the phase UNITS_PER_THREAD units a thread; 1 where
+ * a gate/up phase's calls have more blocks than pieces_left counts. It moves no value (group_job's comment). */
+static int phase_split(int n_blocks, int slots, int threads, int down) {
+    int split = 1;
+    if (!down && slots > SPLIT_BLOCKS) return 1;   /* (group_job's pieces_left: at decode a few calls use it) */
+    while (split < SPLIT_MAX && n_blocks * split < UNITS_PER_THREAD * threads) split *= 2;
+    return split;
+}
+
 /* The queue of this phase's units: calls by decreasing unit cost (a stable insertion sort of at most 65), each
- * call's blocks in increasing row; a call without tokens has none. */
+ * call's pieces in increasing row; a call without tokens has none. */
 static void plan_units(group_job *j) {
     double cost[MOE_GROUP_CALLS + 1];
     for (int c = 0; c < j->n_calls; c++) {
@@ -90,9 +107,21 @@ static void plan_units(group_job *j) {
         for (; i > 0 && cost[j->order[i - 1]] < cost[c]; i--) j->order[i] = j->order[i - 1];
         j->order[i] = c;
     }
-    const int blocks = (phase_rows(j) + BLOCK - 1) / BLOCK;
+    const int rows = phase_rows(j), blocks = (rows + BLOCK - 1) / BLOCK;
+    int n_blocks = 0;
+    for (int c = 0; c < j->n_calls; c++) n_blocks += j->calls[c].n > 0 ? blocks : 0;
+    j->split = phase_split(n_blocks, j->n_calls * blocks, dsv4_pool_threads(j->m->pool), j->down);
+    const int piece = BLOCK / j->split, pieces = (rows + piece - 1) / piece;
     j->first_unit[0] = 0;
-    for (int i = 0; i < j->n_calls; i++) j->first_unit[i + 1] = j->first_unit[i] + (j->calls[j->order[i]].n > 0 ? blocks : 0);
+    for (int i = 0; i < j->n_calls; i++) {
+        const int busy = j->calls[j->order[i]].n > 0;
+        j->first_unit[i + 1] = j->first_unit[i] + (busy ? pieces : 0);
+        if (j->split > 1 && !j->down)
+            for (int b = 0; b < blocks; b++) {
+                const int r_end = (b + 1) * BLOCK < rows ? (b + 1) * BLOCK : rows;
+                atomic_init(&j->pieces_left[i * blocks + b], busy ? (r_end - b * BLOCK + piece - 1) / piece : 0);
+            }
+    }
     atomic_init(&j->next, 0);
 }
 
@@ -116,12 +145,15 @@ static void rows_of(const group_job *j, int ci, const dsv4_weight *w, const floa
 }
 
 /* Rows [r0, r1) of w1 and w3 for call ci's tokens, then the activation on those columns (r0 is a multiple of
- * BLOCK, r1 one too or I). */
-static void gate_up_rows(const group_job *j, int ci, int r0, int r1, int thread) {
+ * BLOCK, r1 one too or I) once the block is whole: at once for a whole block, else after its last piece
+ * (*left counts the block's pieces not yet done: the thread that counts it to zero has seen the others' rows). */
+static void gate_up_rows(const group_job *j, int ci, int r0, int r1, atomic_int *left, int thread) {
     const moe_expert_call *c = &j->calls[ci];
     rows_of(j, ci, c->w1, c->x, j->d, c->g, j->I, r0, r1, thread);
     rows_of(j, ci, c->w3, c->x, j->d, c->v, j->I, r0, r1, thread);
-    activation_cols(j->m->mode, j->m->cfg.swiglu_limit, c, j->I, r0, r1);
+    if (left && atomic_fetch_sub_explicit(left, 1, memory_order_acq_rel) != 1) return;
+    const int b0 = r0 / BLOCK * BLOCK, b1 = b0 + BLOCK < j->I ? b0 + BLOCK : j->I;
+    activation_cols(j->m->mode, j->m->cfg.swiglu_limit, c, j->I, b0, b1);
 }
 
 /* Rows [r0, r1) of w2 for call ci's tokens, rounded to bf16 in OFFICIAL mode. */
@@ -136,13 +168,14 @@ static void down_rows(const group_job *j, int ci, int r0, int r1, int thread) {
 static void group_units(void *ctx, int begin, int end, int thread) {
     group_job *j = ctx;
     const int rows = phase_rows(j), n_units = j->first_unit[j->n_calls];
+    const int piece = BLOCK / j->split, blocks = (rows + BLOCK - 1) / BLOCK;
     for (int i = 0;;) {
         const int u = atomic_fetch_add(&j->next, 1);
         if (u >= n_units) break;
         while (u >= j->first_unit[i + 1]) i++;
-        const int c = j->order[i], r0 = (u - j->first_unit[i]) * BLOCK, r1 = r0 + BLOCK < rows ? r0 + BLOCK : rows;
+        const int c = j->order[i], r0 = (u - j->first_unit[i]) * piece, r1 = r0 + piece < rows ? r0 + piece : rows;
         if (j->down) down_rows(j, c, r0, r1, thread);
-        else gate_up_rows(j, c, r0, r1, thread);
+        else gate_up_rows(j, c, r0, r1, j->split > 1 ? &j->pieces_left[i * blocks + r0 / BLOCK] : NULL, thread);
     }
 }
 

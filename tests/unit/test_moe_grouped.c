@@ -5,7 +5,9 @@
  *     (every call fused, one group), a few, many streams' worth, more active experts than one group takes
  *     (MOE_GROUP_CALLS) and more pairs than the pair buffers hold (moe_pair_cap), so several groups run;
  *   - moe_host_rows' rows and pair numbers with part of the experts on the host;
- *   - with 1, 2 and 3 threads, and the vector instruction sets this CPU runs;
+ *   - with 1, 2, 3 and 8 threads, and the vector instruction sets this CPU runs (at 8 threads and a few tokens a
+ *     phase has fewer blocks than 8 a thread, so its blocks are cut into pieces of 64, 32 or 16 rows and each
+ *     block's activation runs after its last piece, on whichever thread finished it);
  * in EXACT and OFFICIAL mode, and OFFICIAL on AMX tiles where this CPU has them (m->amx: both ways run the
  * tiles, cpu_linear_amx's bits). The model has 320-wide experts (two full 128-row blocks and a partial one, so
  * the OFFICIAL quantization's last block is a short one) and FP4 routed / FP8 shared experts (unequal row
@@ -141,8 +143,8 @@ static void forward_grouped_is_per_expert(void **state) {
     assert_int_equal(workspace_ensure(m, T_MAX, 0), 0);
     const cpu_kernels *best = dsv4_pool_kernels(m->pool);
     int saw_calls = 0, saw_pairs = 0;
-    const int threads[] = { 1, 2, 3 };
-    for (int i = 0; i < 3; i++) check_forward(m, threads[i], best, T_MAX, &saw_calls, &saw_pairs);
+    const int threads[] = { 1, 2, 3, 8 };
+    for (int i = 0; i < 4; i++) check_forward(m, threads[i], best, T_MAX, &saw_calls, &saw_pairs);
     /* the vector sets this CPU runs, up to 16 tokens (the scalar set's fmaf calls would take seconds here; it gives
      * the vector sets' bits, test_isa.c, and the grouping only calls whichever set the pool has) */
     const char *sets[] = { "avx512", "avx2" };
@@ -183,8 +185,8 @@ static void host_rows_grouped_is_per_expert(void **state) {
             re[t * K + j] = (int32_t)(rnd() % (uint64_t)E);
             rw[t * K + j] = 0.1f + (float)(rnd() % 1000) / 1000.0f;
         }
-    const int threads[] = { 1, 3 };
-    for (int i = 0; i < 2; i++) {
+    const int threads[] = { 1, 3, 8 };
+    for (int i = 0; i < 3; i++) {
         use_pool(m, threads[i], dsv4_pool_kernels(m->pool));
         for (int ti = 0; ti < N_T; ti++) {
             const int T = Ts[ti];

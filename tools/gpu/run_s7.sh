@@ -42,8 +42,9 @@
 #            LONG_RUNS: default and / or NAME=V entries, one run each)
 #   bus      issue 15's bus share: Flash with --gpu-mem BUS_MEM (default 80) at each --bus-share of BUS_SHARES (default
 #            0 0.5), --prompt 64 --decode 16 (BUS_ARGS: more); the load time, decode, prefill and the host line of each
-#   ahead    issue 15: Flash with --gpu-mem AHEAD_MEM (default 80, 72 on an 80 GB card), --prompt 64 --decode 16, for each DSV4_CUDA_HX_AHEAD
-#            value of AHEAD_RUNS (default 1 0): steps with host experts enqueued ahead against launched directly
+#   ahead    issue 15: Flash with --gpu-mem AHEAD_MEM (default 80, 72 on an 80 GB card), --prompt 64 --decode 16, for each
+#            entry [BIN:]A[tN] of AHEAD_RUNS (default 1 0): the staged binary .gpu/BIN (default dsv4) with DSV4_CUDA_HX_AHEAD=A
+#            (steps with host experts enqueued ahead against launched directly), tN: --threads N
 #   aheadtrace  issue 15: the kernel trace (bench --kernel-trace, CUPTI as for ktrace) of Flash with --gpu-mem AHEAD_MEM for
 #            each DSV4_CUDA_HX_AHEAD value of AHEAD_RUNS (default 0 1 1g0 1p0; g0: DSV4_CUDA_GRAPHS=0, p0: DSV4_CUDA_PDL=0;
 #            BIN:A runs the staged binary .gpu/BIN, e.g. dsv4-old:1): which kernels a
@@ -359,13 +360,17 @@ if has ahead; then   # issue 15: steps with host experts enqueued ahead (DSV4_CU
   if [ -z "${AHEAD_MEM:-}" ] && [ "$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1)" -lt 100000 ]; then
     AHEAD_MEM=72
   fi
-  for a in ${AHEAD_RUNS:-1 0}; do
-    t0=$(date +%s)
-    DSV4_CUDA_HX_AHEAD=$a timeout ${AHEAD_TIMEOUT:-200} $FLASH --gpu-mem ${AHEAD_MEM:-80} --prompt 64 --decode 16 --no-bandwidth \
-        ${AHEAD_ARGS:-} >$L/ahead_$a.log 2>&1
+  # an entry: [BIN:]A[tN] — the staged binary .gpu/BIN (default dsv4), DSV4_CUDA_HX_AHEAD=A, tN: --threads N
+  i=0
+  for e in ${AHEAD_RUNS:-1 0}; do
+    i=$((i + 1)) t0=$(date +%s)
+    bin=dsv4 a=$e; case $e in *:*) bin=${e%%:*} a=${e#*:} ;; esac
+    thr=; case $a in *t*) thr="--threads ${a#*t}" ;; esac
+    DSV4_CUDA_HX_AHEAD=${a:0:1} timeout ${AHEAD_TIMEOUT:-200} .gpu/$bin bench --synthetic flash --device cuda --mode official \
+        --gpu-mem ${AHEAD_MEM:-80} --prompt 64 --decode 16 --no-bandwidth $thr ${AHEAD_ARGS:-} >$L/ahead_${i}.log 2>&1
     rc=$?
-    echo "== --gpu-mem ${AHEAD_MEM:-80}, DSV4_CUDA_HX_AHEAD=$a (exit $rc, $(( $(date +%s) - t0 )) s): $(grep -E '^prefill|^decode, 1' $L/ahead_$a.log | head -2 | tr '\n' ' ' | tr -s ' ')"
-    grep -E "^experts in host|^host expert reads|^host a graphed|^decode, CPU|error" $L/ahead_$a.log | head -6 | cut -c 1-300
+    echo "== $bin --gpu-mem ${AHEAD_MEM:-80}, DSV4_CUDA_HX_AHEAD=${a:0:1} $thr (exit $rc, $(( $(date +%s) - t0 )) s): $(grep -E '^prefill|^decode, 1' $L/ahead_${i}.log | head -2 | tr '\n' ' ' | tr -s ' ')"
+    grep -E "^host, a decode|^host expert reads|^decode, CPU|^speculative verify step|error" $L/ahead_${i}.log | head -5 | cut -c 1-240
   done
 fi
 save

@@ -69,6 +69,9 @@ struct dsv4_model;
 #ifndef CU_HX_POOL_SPIN_US
 #define CU_HX_POOL_SPIN_US 1000
 #endif
+#ifndef CU_HX_SPIN_AHEAD   /* a measuring build's switch (run 185): the long spin for steps enqueued ahead too */
+#define CU_HX_SPIN_AHEAD 0
+#endif
 
 typedef struct cu_host_experts {
     expert_map map;            /* which experts of which main layer the host holds (EXPERT_ON_HOST, EXPERT_ON_BUS) */

@@ -611,7 +611,7 @@ int cuda_model_init(struct dsv4_model *m, const cuda_placement *p, dsv4_error *e
     cm->hx_ahead_on = hx_ahead_on;
     /* launched directly, the host's expert loops come one GPU stretch apart: the workers spin across it (enqueued
      * ahead their spinning took cores from the server and the enqueue: run 181) */
-    if (cm->hx && cuda_hx_hands_off(cm->hx) && !hx_ahead_on) dsv4_pool_set_spin(m->pool, CU_HX_POOL_SPIN_US);
+    if (cm->hx && cuda_hx_hands_off(cm->hx) && (!hx_ahead_on || CU_HX_SPIN_AHEAD)) dsv4_pool_set_spin(m->pool, CU_HX_POOL_SPIN_US);
     m->cuda = cm;
     m->state_mem = &seq_mem_cuda;
     if (m->progress) {
