@@ -351,7 +351,7 @@ if has bus; then
         >$L/bus_$b.log 2>&1
     rc=$?
     echo "  --bus-share $b (exit $rc, $(( $(date +%s) - t0 )) s): $(grep -E '^prefill|^decode, 1' $L/bus_$b.log | head -2 | tr '\n' ' ' | tr -s ' ')"
-    echo "    $(grep -E 'in host memory' $L/bus_$b.log | tail -2 | tr '\n' ' ' | tr -s ' ' | cut -c 1-400)"
+    echo "    $(grep -E 'in host memory|^host, a decode' $L/bus_$b.log | tail -3 | tr '\n' ' ' | tr -s ' ' | cut -c 1-500)"
   done
 fi
 save
