@@ -120,10 +120,9 @@ static void rep_num(json_t *rep, const char *section, const char *key, double v)
  * work: on a CUDA model, everything but its host experts' loops), its own share of the loops and its wait for the
  * slowest worker; how busy the workers were while loops ran, and how long a worker took to start on a loop. */
 static void pool_report(dsv4_model *m, const dsv4_pool_stats *ps, int tokens, double wall, json_t *rep) {
-    const int workers = dsv4_pool_threads(m->pool) - 1;
     const double per = 1e3 / tokens, serial = wall - ps->in_run, own = ps->in_run - ps->caller_wait;
-    const double busy = workers > 0 && ps->in_run > 0 ? ps->worker_busy / (workers * ps->in_run) : 0;
-    const double wake_us = workers > 0 && ps->shared > 0 ? 1e6 * ps->worker_wake / ((double)workers * ps->shared) : 0;
+    const double busy = ps->worker_span > 0 ? ps->worker_busy / ps->worker_span : 0;
+    const double wake_us = ps->worker_starts > 0 ? 1e6 * ps->worker_wake / (double)ps->worker_starts : 0;
     printf("%-26s %10.1f jobs/token  a token's calling thread: %.2f ms serial + %.2f ms its shares + %.2f ms waiting for "
            "workers; workers busy %.0f %% of the loops' time, %.1f us from a loop's start to theirs\n",
            "decode, CPU thread pool", (double)ps->jobs / tokens, serial * per, own * per, ps->caller_wait * per, 100 * busy,

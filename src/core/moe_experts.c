@@ -110,7 +110,7 @@ static void plan_units(group_job *j) {
     const int rows = phase_rows(j), blocks = (rows + BLOCK - 1) / BLOCK;
     int n_blocks = 0;
     for (int c = 0; c < j->n_calls; c++) n_blocks += j->calls[c].n > 0 ? blocks : 0;
-    j->split = phase_split(n_blocks, j->n_calls * blocks, dsv4_pool_threads(j->m->pool), j->down);
+    j->split = phase_split(n_blocks, j->n_calls * blocks, dsv4_pool_width(j->m->pool), j->down);
     const int piece = BLOCK / j->split, pieces = (rows + piece - 1) / piece;
     j->first_unit[0] = 0;
     for (int i = 0; i < j->n_calls; i++) {
@@ -216,7 +216,7 @@ void moe_experts_grouped(struct dsv4_model *m, const moe_expert_call *calls, int
     for (j.down = 0; j.down <= 1; j.down++) {
         plan_units(&j);
         phase_tokens(&j);
-        dsv4_pool_run(m->pool, dsv4_pool_threads(m->pool), group_units, &j);
+        dsv4_pool_run(m->pool, dsv4_pool_width(m->pool), group_units, &j);
         phase_tokens_free(&j);
     }
 }

@@ -38,7 +38,11 @@ struct dsv4_pool {
     /* run_blocks: thread t owns a contiguous run of blocks, own[t].next .. own[t].end - 1, and takes them in order;
      * then it takes the blocks left in the others' runs (from their fronts), thread t+1's first */
     struct block_run { atomic_int next; int end; char pad[56]; } *own;   /* [n_threads] */
-    atomic_ulong generation;  /* bumped per job; a worker runs each generation once */
+    /* the current job's word: its generation (bumped per job) above JOB_WIDTH_BITS, the threads taking part (0 .. width
+     * - 1) below: a worker runs each generation once, if its id is below the width in the same word */
+    atomic_ulong generation;
+    atomic_int width;         /* the width of the jobs from the next one (dsv4_pool_set_width) */
+    pthread_cond_t width_cv;  /* workers outside the width sleep on it until the width grows */
     atomic_int pending;       /* workers still running the current job */
     atomic_int sleepers;      /* workers blocked on work_cv */
     atomic_int stop;
@@ -58,10 +62,14 @@ static double now_s(void) {
 
 typedef struct { dsv4_pool *p; int id; } worker_arg;
 
-static void run_share(dsv4_pool *p, int id) {
+#define JOB_WIDTH_BITS 16   /* n_threads <= 256 */
+static int job_width(unsigned long word) { return (int)(word & ((1ul << JOB_WIDTH_BITS) - 1)); }
+
+/* Thread id's share of the current job, which `width` threads share. */
+static void run_share(dsv4_pool *p, int id, int width) {
     if (p->block > 0) {
-        for (int k = 0; k < p->n_threads; k++) {
-            struct block_run *r = &p->own[(id + k) % p->n_threads];
+        for (int k = 0; k < width; k++) {
+            struct block_run *r = &p->own[(id + k) % width];
             for (int b; (b = atomic_fetch_add(&r->next, 1)) < r->end;) {
                 const int begin = b * p->block;
                 p->fn(p->ctx, begin, p->n - begin < p->block ? p->n : begin + p->block, id);
@@ -69,14 +77,23 @@ static void run_share(dsv4_pool *p, int id) {
         }
         return;
     }
-    int per = p->n / p->n_threads, extra = p->n % p->n_threads;
+    int per = p->n / width, extra = p->n % width;
     int begin = id * per + (id < extra ? id : extra);
     int end = begin + per + (id < extra ? 1 : 0);
     if (begin < end) p->fn(p->ctx, begin, end, id);
 }
 
-/* Wait for a generation other than `seen` (or stop); returns it. */
-static unsigned long wait_for_job(dsv4_pool *p, unsigned long seen) {
+/* Worker id, outside the pool's width: sleep until the width takes it in again (or stop). */
+static void wait_for_width(dsv4_pool *p, int id) {
+    if (atomic_load(&p->width) > id) return;
+    pthread_mutex_lock(&p->mu);
+    while (atomic_load(&p->width) <= id && !atomic_load(&p->stop)) pthread_cond_wait(&p->width_cv, &p->mu);
+    pthread_mutex_unlock(&p->mu);
+}
+
+/* Wait for a job word other than `seen` (or stop); returns it. */
+static unsigned long wait_for_job(dsv4_pool *p, unsigned long seen, int id) {
+    wait_for_width(p, id);
     const double until = now_s() + 1e-6 * atomic_load_explicit(&p->spin_us, memory_order_relaxed);
     for (int spin = 1;; spin++) {
         unsigned long g = atomic_load(&p->generation);
@@ -102,16 +119,20 @@ static void *worker(void *arg) {
     free(wa);
     unsigned long seen = 0;
     for (;;) {
-        seen = wait_for_job(p, seen);
+        seen = wait_for_job(p, seen, id);
         if (atomic_load(&p->stop)) break;
+        /* a job of fewer threads than this one's id: not counted in its pending, so nothing of it may be touched (the
+         * next job may have begun); the next wait sleeps until the width grows */
+        const int width = job_width(seen);
+        if (id >= width) continue;
         if (p->counting) {
             const double t0 = now_s();
-            run_share(p, id);
+            run_share(p, id, width);
             const double t1 = now_s();
             p->wt[id].wake += t0 - p->job_start;
             p->wt[id].busy += t1 - t0;
         } else {
-            run_share(p, id);
+            run_share(p, id, width);
         }
         atomic_fetch_sub(&p->pending, 1);
     }
@@ -130,11 +151,13 @@ dsv4_pool *dsv4_pool_new(int n_threads) {
     p->kern = cpu_kernels_best();
     pthread_mutex_init(&p->mu, NULL);
     pthread_cond_init(&p->work_cv, NULL);
+    pthread_cond_init(&p->width_cv, NULL);
     atomic_init(&p->generation, 0);
     atomic_init(&p->pending, 0);
     atomic_init(&p->sleepers, 0);
     atomic_init(&p->stop, 0);
     atomic_init(&p->spin_us, SPIN_US);
+    atomic_init(&p->width, n_threads);   /* before the workers start: they read it first */
     /* thread 0 is the caller; workers are 1..n-1 */
     p->threads = calloc((size_t)n_threads, sizeof(pthread_t));
     p->wt = calloc((size_t)n_threads, sizeof *p->wt);
@@ -147,6 +170,7 @@ dsv4_pool *dsv4_pool_new(int n_threads) {
         wa->id = i;
         if (pthread_create(&p->threads[i], NULL, worker, wa)) { free(wa); p->n_threads = i; break; }
     }
+    atomic_store(&p->width, p->n_threads);   /* (fewer if a thread could not start) */
     return p;
 }
 
@@ -155,10 +179,12 @@ void dsv4_pool_free(dsv4_pool *p) {
     pthread_mutex_lock(&p->mu);
     atomic_store(&p->stop, 1);
     pthread_cond_broadcast(&p->work_cv);
+    pthread_cond_broadcast(&p->width_cv);
     pthread_mutex_unlock(&p->mu);
     for (int i = 1; i < p->n_threads; i++) pthread_join(p->threads[i], NULL);
     pthread_mutex_destroy(&p->mu);
     pthread_cond_destroy(&p->work_cv);
+    pthread_cond_destroy(&p->width_cv);
     free(p->threads);
     free(p->wt);
     free(p->own);
@@ -166,6 +192,18 @@ void dsv4_pool_free(dsv4_pool *p) {
 }
 
 int dsv4_pool_threads(const dsv4_pool *p) { return p->n_threads; }
+
+int dsv4_pool_width(const dsv4_pool *p) { return atomic_load(&p->width); }
+
+void dsv4_pool_set_width(dsv4_pool *p, int width) {
+    if (width < 1) width = 1;
+    if (width > p->n_threads) width = p->n_threads;
+    const int was = atomic_exchange(&p->width, width);
+    if (width <= was) return;   /* those now outside it see so in their next job's word */
+    pthread_mutex_lock(&p->mu);
+    pthread_cond_broadcast(&p->width_cv);
+    pthread_mutex_unlock(&p->mu);
+}
 
 const cpu_kernels *dsv4_pool_kernels(const dsv4_pool *p) { return p->kern; }
 
@@ -194,10 +232,17 @@ static void run_counted(dsv4_pool *p, int n, int block, dsv4_range_fn fn, void *
     if (n <= 0) return;
     if (!p->counting) { run_job(p, n, block, fn, ctx); return; }
     const double t0 = now_s();
+    const long long shared = p->caller.shared;
+    const int workers = atomic_load(&p->width) - 1;   /* the width run_job reads: none sets it while a job runs */
     p->job_start = t0;
     run_job(p, n, block, fn, ctx);
-    p->caller.in_run += now_s() - t0;
+    const double t = now_s() - t0;
+    p->caller.in_run += t;
     p->caller.jobs++;
+    if (p->caller.shared > shared) {   /* the workers took part */
+        p->caller.worker_span += workers * t;
+        p->caller.worker_starts += workers;
+    }
 }
 
 void dsv4_pool_run(dsv4_pool *p, int n, dsv4_range_fn fn, void *ctx) { run_counted(p, n, 0, fn, ctx); }
@@ -207,27 +252,30 @@ void dsv4_pool_run_blocks(dsv4_pool *p, int n, int block, dsv4_range_fn fn, void
 }
 
 static void run_job(dsv4_pool *p, int n, int block, dsv4_range_fn fn, void *ctx) {
-    if (p->n_threads == 1 || n == 1 || (block && n <= block)) { fn(ctx, 0, n, 0); return; }
+    const int width = atomic_load(&p->width);
+    if (width == 1 || n == 1 || (block && n <= block)) { fn(ctx, 0, n, 0); return; }
     p->fn = fn;
     p->ctx = ctx;
     p->n = n;
     p->block = block;
     if (block) {
         const int blocks = (n + block - 1) / block;
-        for (int t = 0; t < p->n_threads; t++) {
-            atomic_store_explicit(&p->own[t].next, (int)((int64_t)blocks * t / p->n_threads), memory_order_relaxed);
-            p->own[t].end = (int)((int64_t)blocks * (t + 1) / p->n_threads);
+        for (int t = 0; t < width; t++) {
+            atomic_store_explicit(&p->own[t].next, (int)((int64_t)blocks * t / width), memory_order_relaxed);
+            p->own[t].end = (int)((int64_t)blocks * (t + 1) / width);
         }
     }
     p->caller.shared += p->counting;
-    atomic_store(&p->pending, p->n_threads - 1);
-    atomic_fetch_add(&p->generation, 1);
+    atomic_store(&p->pending, width - 1);
+    /* the next generation with this job's width (the counter above the width's bits wraps harmlessly) */
+    const unsigned long g = (atomic_load(&p->generation) >> JOB_WIDTH_BITS) + 1;
+    atomic_store(&p->generation, g << JOB_WIDTH_BITS | (unsigned long)width);
     if (atomic_load(&p->sleepers) > 0) {
         pthread_mutex_lock(&p->mu);
         pthread_cond_broadcast(&p->work_cv);
         pthread_mutex_unlock(&p->mu);
     }
-    run_share(p, 0);
+    run_share(p, 0, width);
     const double t_own = p->counting ? now_s() : 0;
     /* the others are working (or about to): spin briefly, then yield the core to them */
     for (int spin = 0; atomic_load(&p->pending) > 0; spin++) {

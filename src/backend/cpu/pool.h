@@ -23,7 +23,13 @@ void       dsv4_pool_set_kernels(dsv4_pool *p, const struct cpu_kernels *k);
  * (default 200): waking a sleeper costs tens of microseconds, spinning costs its core. Takes effect at each worker's
  * next wait. */
 void       dsv4_pool_set_spin(dsv4_pool *p, int us);
-/* Run fn over [0, n) split across the threads; returns when all are done. Not reentrant. */
+/* How many of the threads take part in the jobs from the next one on: 1 .. dsv4_pool_threads (clamped; default all).
+ * The others sleep until the width grows again, leaving their cores to other threads (a step enqueued ahead on the GPU:
+ * its enqueuing thread needs a core of its own, backend/cuda/cuda_host_experts.c). Not while a job runs. */
+void       dsv4_pool_set_width(dsv4_pool *p, int width);
+int        dsv4_pool_width(const dsv4_pool *p);
+/* Run fn over [0, n) split across the threads of the width (fn's thread < the width); returns when all are done.
+ * Not reentrant. */
 void       dsv4_pool_run(dsv4_pool *p, int n, dsv4_range_fn fn, void *ctx);
 /* The same in blocks of `block` items (the last one shorter): each thread owns an equal contiguous run of blocks
  * and takes them in order, then takes what is left of the others' runs, so that a thread slowed by its core (a busy
@@ -42,6 +48,8 @@ typedef struct {
     double caller_wait;     /* caller: after its share, until the last worker finished */
     double worker_busy;     /* workers: in fn */
     double worker_wake;     /* workers: job start to their start on it */
+    double worker_span;     /* the jobs' times, each times its workers (its width - 1): what worker_busy is part of */
+    long long worker_starts;/* the workers' starts on jobs (each job's width - 1): what worker_wake is the sum over */
 } dsv4_pool_stats;
 /* Counting on (the totals restart at zero) or off. Off costs nothing; on, two clock reads a share. Not while a job
  * runs. */

@@ -395,7 +395,12 @@ int cuda_hx_serve_start(cu_host_experts *hx, struct dsv4_model *m, cu_stream st,
     hx->enqueued = hx->cancel = 0;
     hx->t_begin = now_ms();
     hx->t_enqueued = hx->t_first = 0.0;
+    /* the server's loops leave a core to this thread's enqueue (CU_HX_SPARE_MIN); the pool is the server's alone
+     * until cuda_hx_serve_finish, which restores the width */
+    hx->serve_width = dsv4_pool_width(m->pool);
+    if (hx->serve_width >= CU_HX_SPARE_MIN) dsv4_pool_set_width(m->pool, hx->serve_width - 1);
     if (pthread_create(&hx->server, NULL, serve_layers, hx)) {
+        dsv4_pool_set_width(m->pool, hx->serve_width);
         hx->fail_at = -1;
         return dsv4_fail(err, DSV4_E_NOMEM, "cuda: cannot start the thread that serves the host's experts");
     }
@@ -408,7 +413,10 @@ int cuda_hx_serve_finish(cu_host_experts *hx, cu_stream st, int give_up, dsv4_er
     hx->t_enqueued = now_ms();
     if (give_up) __atomic_store_n(&hx->cancel, 1, __ATOMIC_RELEASE);
     __atomic_store_n(&hx->enqueued, 1, __ATOMIC_RELEASE);
-    if (hx->serving) pthread_join(hx->server, NULL);
+    if (hx->serving) {
+        pthread_join(hx->server, NULL);
+        dsv4_pool_set_width(hx->serve_m->pool, hx->serve_width);
+    }
     hx->serving = 0;
     hx->fail_at = -1;
     int rc = give_up;

@@ -22,8 +22,8 @@
  * step). Packed FP4 experts (DSV4_CUDA_EXPERT_PACK) are packed in place in the bus arena at load.
  *
  * A step enqueued ahead (cuda_step.c: steps of at most CU_HX_AHEAD_MAX_T tokens, as CUDA graphs or, with graphs off,
- * launched directly; DSV4_CUDA_HX_AHEAD=1; off by default: correct since its server thread (run 179), slower than the
- * direct path so far):
+ * launched directly; DSV4_CUDA_HX_AHEAD, on by default since run 187: the hand-off in 16-byte bus reads (run 184) and
+ * a core left to the enqueue (run 186) made it faster than the direct path):
  * the three steps above need the host in the middle of every such layer, and launched directly the step's
  * thread issues a layer's launches only once the host has answered the layer before, so every launch between two
  * hand-offs lies on the token's critical path (11-15 ms a token at --gpu-mem 80, runs 118-133). Instead both ends
@@ -61,17 +61,19 @@ struct dsv4_model;
 #define CU_HX_STREAM_POLL_US 1000
 #endif
 /* The model's pool workers spin this long for the next job before sleeping (dsv4_pool_set_spin) when the host computes
- * experts in steps launched directly (cuda_model.c): its loops come one GPU stretch apart (the layer's end, the next
- * attention and router: ~0.15-0.5 ms), more than the pool's default 200 us, and a sleeping worker woke ~17-30 us late
- * every layer (run 180); spinning, 1-2 us. Decode at --gpu-mem 72 on an H100: 28.9 -> 30.5 tok/s in run 181, no change
- * beyond the ~5 % spread in run 182. Not for steps enqueued ahead: there the spinning workers took cores from the server
- * and the enqueue (run 181: 20.5 -> 18.9 tok/s). */
+ * experts (cuda_model.c): its loops come one GPU stretch apart (the layer's end, the next attention and router:
+ * ~0.15-0.5 ms), more than the pool's default 200 us, and a sleeping worker woke ~17-30 us late every layer (run 180);
+ * spinning, 1-2 us. Decode at --gpu-mem 72 on an H100, launched directly: 28.9 -> 30.5 tok/s in run 181. In a step
+ * enqueued ahead only with the pool one thread narrower (CU_HX_SPARE_MIN): with every core in the loops the spinning
+ * workers and the enqueue took turns on the cores, and each loop waited for a descheduled worker (run 185: 29.8 ->
+ * 23.2 tok/s; one narrower and spinning, 34.1 / 34.6 against 32.3 directly in run 186). */
 #ifndef CU_HX_POOL_SPIN_US
 #define CU_HX_POOL_SPIN_US 1000
 #endif
-#ifndef CU_HX_SPIN_AHEAD   /* a measuring build's switch (run 185): the long spin for steps enqueued ahead too */
-#define CU_HX_SPIN_AHEAD 0
-#endif
+/* A step enqueued ahead computes the host's experts on all but one of the pool's threads when it has at least this
+ * many (dsv4_pool_set_width): the step's own thread captures and launches its graphs meanwhile (~5 ms a token at
+ * Flash's 43 layers) and needs a core. */
+#define CU_HX_SPARE_MIN 4
 
 typedef struct cu_host_experts {
     expert_map map;            /* which experts of which main layer the host holds (EXPERT_ON_HOST, EXPERT_ON_BUS) */
@@ -92,6 +94,7 @@ typedef struct cu_host_experts {
     struct dsv4_model *serve_m;
     cu_stream serve_st;
     int serve_T, serving;      /* serving: the thread runs (joined by cuda_hx_serve_finish) */
+    int serve_width;           /* the pool's width before the step (its loops leave a core to the enqueue meanwhile) */
     int enqueued;              /* atomic: the step's launches have ended, the server may query the stream */
     int cancel;                /* atomic: the step's thread gives up; the server stops at its next wait */
     int served_rc;             /* the server's result, its message in served_err */

@@ -518,11 +518,11 @@ static int init_ranks(struct cuda_model *cm, const struct dsv4_model *m, int n, 
  *                       step's graph (cuda_step.c branch_fork): the shared expert beside the router and the routed
  *                       experts, the compressors' projections and the indexer's queries beside the query path;
  *                       default on. Each kernel gets the same inputs either way, so the same bits; 0 = one stream.
- *   DSV4_CUDA_HX_AHEAD  1: a step of at most CU_HX_AHEAD_MAX_T tokens with experts the host computes is enqueued
- *                       (graphed) whole before the host computes them, each hand-off a pair of kernels
- *                       (cuda_host_experts.h). The same rows in the same places, so the same bits. Default 0 (launched
- *                       directly, the host answering each layer before the next is launched): run 179 passed the
- *                       suite with it, but Flash at --gpu-mem 80 decoded slower ahead (22.6 tok/s against 28.5;
+ *   DSV4_CUDA_HX_AHEAD  1 (the default): a step of at most CU_HX_AHEAD_MAX_T tokens with experts the host computes is
+ *                       enqueued (graphed) whole before the host computes them, each hand-off a pair of kernels
+ *                       (cuda_host_experts.h). The same rows in the same places, so the same bits. 0: launched
+ *                       directly, the host answering each layer before the next is launched (the default until run
+ *                       187: Flash at --gpu-mem 72 on an H100 decoded ~5 % faster ahead in runs 186-187;
  *                       docs/GPU_RUNS.md). */
 static int env_choice(const char *name, int dflt, int max, const char *what, int *val, dsv4_error *err) {
     const char *v = getenv(name);
@@ -562,7 +562,7 @@ int cuda_model_init(struct dsv4_model *m, const cuda_placement *p, dsv4_error *e
         env_switch("DSV4_CUDA_ATT_FUSED", 0, "a decode step's attention in one kernel", &att_fused_on, err) ||
         env_switch("DSV4_CUDA_ATT_DEC_MMA", 1, "a decode step's tensor-core attention in one kernel", &att_dec_mma_on, err) ||
         env_switch("DSV4_CUDA_BRANCH", 1, "a layer's independent chains on a second stream", &branch_on, err) ||
-        env_switch("DSV4_CUDA_HX_AHEAD", 0, "steps with host experts enqueued ahead", &hx_ahead_on, err))
+        env_switch("DSV4_CUDA_HX_AHEAD", 1, "steps with host experts enqueued ahead", &hx_ahead_on, err))
         return DSV4_E_ARG;
     if (n_gpus < 1) n_gpus = 1;
     if (n_gpus > CU_MAX_GPUS) return dsv4_fail(err, DSV4_E_ARG, "at most %d GPUs (asked for %d)", CU_MAX_GPUS, n_gpus);
@@ -609,9 +609,8 @@ int cuda_model_init(struct dsv4_model *m, const cuda_placement *p, dsv4_error *e
     cm->att_dec_mma_on = att_dec_mma_on;
     cm->branch_on = branch_on;
     cm->hx_ahead_on = hx_ahead_on;
-    /* launched directly, the host's expert loops come one GPU stretch apart: the workers spin across it (enqueued
-     * ahead their spinning took cores from the server and the enqueue: run 181) */
-    if (cm->hx && cuda_hx_hands_off(cm->hx) && (!hx_ahead_on || CU_HX_SPIN_AHEAD)) dsv4_pool_set_spin(m->pool, CU_HX_POOL_SPIN_US);
+    /* the host's expert loops come one GPU stretch apart: the workers spin across it (cuda_host_experts.h) */
+    if (cm->hx && cuda_hx_hands_off(cm->hx)) dsv4_pool_set_spin(m->pool, CU_HX_POOL_SPIN_US);
     m->cuda = cm;
     m->state_mem = &seq_mem_cuda;
     if (m->progress) {
