@@ -845,9 +845,9 @@ static int step_end(step_ctx *s, dsv4_step_item *items, const head_plan *hp, con
  * load, cuda_graphs_set), experts over several GPUs (cuda_ep.c: the transport waits on the host), the per-stage
  * profiler (it waits at every stage), the MTP and DSpark heads (cuda_mtp_forward, the dspark calls: a few launches
  * each), and steps whose routed experts the host computes (host work and waits mid-step), except those enqueued
- * ahead. Experts in host memory that the GPU reads over the bus are ordinary launches. With DSV4_CUDA_HX_AHEAD=1 a
- * step of at most CU_HX_AHEAD_MAX_T tokens with host experts is enqueued ahead (hx_ahead: every hand-off a pair of
- * kernels, cuda_host_experts.h), graphed: a thread of the host serves its layers as the GPU hands them over. With
+ * ahead. Experts in host memory that the GPU reads over the bus are ordinary launches. By default
+ * (DSV4_CUDA_HX_AHEAD; 0: launched directly) a step of at most CU_HX_AHEAD_MAX_T tokens with host experts is enqueued
+ * ahead (hx_ahead: every hand-off a pair of kernels, cuda_host_experts.h), graphed: a thread of the host serves its layers as the GPU hands them over. With
  * graphs off (not the profiler's, which waits at every stage) such a step is enqueued ahead launched directly: the
  * GPU then waits at each hand-off while this thread may still launch, behind a launch queue that may fill and stall
  * it, and the server keeps the host's side going all the while (test_gpu_host_experts; the variant that tells what
