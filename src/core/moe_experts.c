@@ -77,6 +77,9 @@ typedef struct {
     atomic_int pieces_left[SPLIT_BLOCKS];    /* split gate/up: block b of call order[i] at [i * blocks + b] */
 } group_job;
 
+/* Estimated time of one output row of w over n tokens, in bytes read: the row is read (and decoded) once, and
+ * each token costs cols FMAs, about cols/16 byte-times on a core streaming weights at a few GB/s. Only the
+ * order units are taken in depends on it, never a value. */
 static double row_cost(const dsv4_weight *w, int n) {
     const double bytes = (double)(weight_bytes(w) + weight_scale_bytes(w)) / (w->rows > 0 ? w->rows : 1);
     return bytes + (double)n * w->cols / 16.0;
@@ -144,9 +147,10 @@ static void rows_of(const group_job *j, int ci, const dsv4_weight *w, const floa
     j->k->linear_rows(&lj, r0, r1, thread);
 }
 
-/* Rows [r0, r1) of w1 and w3 for call ci's tokens, then the activation on those columns (r0 is a multiple of
- * BLOCK, r1 one too or I) once the block is whole: at once for a whole block, else after its last piece
- * (*left counts the block's pieces not yet done: the thread that counts it to zero has seen the others' rows). */
+/* Rows [r0, r1) of w1 and w3 for call ci's tokens (a whole block, or a piece of one: never across a block's
+ * boundary), then the activation on the block's columns once the block is whole: at once for a whole block (left
+ * NULL), else after its last piece (*left counts the block's pieces not yet done; the thread that counts it to zero
+ * has seen the others' rows by the acquire-release count). */
 static void gate_up_rows(const group_job *j, int ci, int r0, int r1, atomic_int *left, int thread) {
     const moe_expert_call *c = &j->calls[ci];
     rows_of(j, ci, c->w1, c->x, j->d, c->g, j->I, r0, r1, thread);
