@@ -226,20 +226,19 @@ void dsv4_pool_stats_get(const dsv4_pool *p, dsv4_pool_stats *out) {
     }
 }
 
-static void run_job(dsv4_pool *p, int n, int block, dsv4_range_fn fn, void *ctx);
+static int run_job(dsv4_pool *p, int n, int block, dsv4_range_fn fn, void *ctx);
 
 static void run_counted(dsv4_pool *p, int n, int block, dsv4_range_fn fn, void *ctx) {
     if (n <= 0) return;
     if (!p->counting) { run_job(p, n, block, fn, ctx); return; }
     const double t0 = now_s();
-    const long long shared = p->caller.shared;
-    const int workers = atomic_load(&p->width) - 1;   /* the width run_job reads: none sets it while a job runs */
     p->job_start = t0;
-    run_job(p, n, block, fn, ctx);
+    const int workers = run_job(p, n, block, fn, ctx);
     const double t = now_s() - t0;
     p->caller.in_run += t;
     p->caller.jobs++;
-    if (p->caller.shared > shared) {   /* the workers took part */
+    if (workers) {
+        p->caller.shared++;
         p->caller.worker_span += workers * t;
         p->caller.worker_starts += workers;
     }
@@ -251,9 +250,13 @@ void dsv4_pool_run_blocks(dsv4_pool *p, int n, int block, dsv4_range_fn fn, void
     run_counted(p, n, block > 0 ? block : 1, fn, ctx);
 }
 
-static void run_job(dsv4_pool *p, int n, int block, dsv4_range_fn fn, void *ctx) {
+/* The job on the caller and the workers of the width; returns how many workers took part (0: the caller ran it alone). */
+static int run_job(dsv4_pool *p, int n, int block, dsv4_range_fn fn, void *ctx) {
     const int width = atomic_load(&p->width);
-    if (width == 1 || n == 1 || (block && n <= block)) { fn(ctx, 0, n, 0); return; }
+    if (width == 1 || n == 1 || (block && n <= block)) {
+        fn(ctx, 0, n, 0);
+        return 0;
+    }
     p->fn = fn;
     p->ctx = ctx;
     p->n = n;
@@ -265,7 +268,6 @@ static void run_job(dsv4_pool *p, int n, int block, dsv4_range_fn fn, void *ctx)
             p->own[t].end = (int)((int64_t)blocks * (t + 1) / width);
         }
     }
-    p->caller.shared += p->counting;
     atomic_store(&p->pending, width - 1);
     /* the next generation with this job's width (the counter above the width's bits wraps harmlessly) */
     const unsigned long g = (atomic_load(&p->generation) >> JOB_WIDTH_BITS) + 1;
@@ -283,4 +285,5 @@ static void run_job(dsv4_pool *p, int n, int block, dsv4_range_fn fn, void *ctx)
         else sched_yield();
     }
     if (p->counting) p->caller.caller_wait += now_s() - t_own;
+    return width - 1;
 }

@@ -847,11 +847,11 @@ static int step_end(step_ctx *s, dsv4_step_item *items, const head_plan *hp, con
  * each), and steps whose routed experts the host computes (host work and waits mid-step), except those enqueued
  * ahead. Experts in host memory that the GPU reads over the bus are ordinary launches. By default
  * (DSV4_CUDA_HX_AHEAD; 0: launched directly) a step of at most CU_HX_AHEAD_MAX_T tokens with host experts is enqueued
- * ahead (hx_ahead: every hand-off a pair of kernels, cuda_host_experts.h), graphed: a thread of the host serves its layers as the GPU hands them over. With
- * graphs off (not the profiler's, which waits at every stage) such a step is enqueued ahead launched directly: the
- * GPU then waits at each hand-off while this thread may still launch, behind a launch queue that may fill and stall
- * it, and the server keeps the host's side going all the while (test_gpu_host_experts; the variant that tells what
- * the graphs change in a step enqueued ahead). */
+ * ahead (hx_ahead: every hand-off a pair of kernels, cuda_host_experts.h), graphed: a thread of the host serves its
+ * layers as the GPU hands them over. With graphs off (not the profiler's, which waits at every stage) such a step is
+ * enqueued ahead launched directly: the GPU then waits at each hand-off while this thread may still launch, behind a
+ * launch queue that may fill and stall it, and the server keeps the host's side going all the while
+ * (test_gpu_host_experts; the variant that tells what the graphs change in a step enqueued ahead). */
 #define CU_GRAPH_LAYERS 4
 
 /* Nothing in the step waits on the host mid-way: no expert transport over GPUs, no per-stage profiler. */
