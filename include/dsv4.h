@@ -110,6 +110,12 @@ typedef struct {
                             batch-invariant; those experts' rows are the all-GPU run's bits. 0 = the default: 0.25
                             where a token's expected host experts in a layer are 2 or more (n_act x the host's
                             fraction of the experts), else none; a negative value = none (the host computes all) */
+    int bus_by_token;    /* cuda, routed experts in host memory: 1 = split each token's routes to them instead of the
+                            experts themselves: of a token's h routes to one layer's host experts, round(h x bus_share)
+                            (bus_share 0 = the default, 0.25) are computed by the GPU over the bus, the rest by the
+                            host's cores (docs/HOST_EXPERTS.md). A rule on the token's own routing, so results stay
+                            batch-invariant. Every expert in host memory is page-locked: at most 60 % of the machine's
+                            memory (else DSV4_E_NOMEM); 0 = off */
 } dsv4_load_opts;
 
 /* "cpu" / "cuda" -> a dsv4_device, or -1. */

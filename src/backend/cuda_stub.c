@@ -27,6 +27,10 @@ int64_t cuda_bus_experts(const struct dsv4_model *m) {
     (void)m;
     return 0;
 }
+int64_t cuda_split_experts(const struct dsv4_model *m) {
+    (void)m;
+    return 0;
+}
 void cuda_hx_fail_next(struct dsv4_model *m, int k) { (void)m, (void)k; }
 const uint8_t *cuda_expert_owners(const struct dsv4_model *m) {
     (void)m;

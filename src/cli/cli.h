@@ -20,8 +20,9 @@ int cli_parse_mode(const char *cmd, const char *s, dsv4_mode *mode);
 int cli_parse_device(const char *cmd, const char *s, int *device);
 /* --gpus N: 1..16 */
 int cli_parse_gpus(const char *cmd, const char *s, int *gpus);
-/* Where and by which kernels the weights are computed: --gpu-mem GB, --expert-profile FILE and --bus-share F
- * (experts in host memory when the weights do not fit the GPU budget, and the share of them the GPU reads over the bus; cli_placement_option: when argv[*i] is one, consume it and
+/* Where and by which kernels the weights are computed: --gpu-mem GB, --expert-profile FILE, --bus-share F and
+ * --bus-by-token (experts in host memory when the weights do not fit the GPU budget, and the share of them, or of
+ * each token's routes to them, the GPU reads over the bus; cli_placement_option: when argv[*i] is one, consume it and
  * its value into pl and return 1; 0 when it is not one; -1 after printing an error) and --amx (OFFICIAL mode on
  * the CPU: the linears with bf16 inputs on AMX tiles; cli_amx_option: 1 when arg is it). cli_placement_apply
  * copies them into load options. */
@@ -29,6 +30,7 @@ typedef struct {
     double gpu_mem_gb;
     const char *expert_profile;
     double bus_share;   /* --bus-share F: as dsv4_load_opts.bus_share (0 = the default, negative = none) */
+    int bus_by_token;   /* --bus-by-token: dsv4_load_opts.bus_by_token */
     int cpu_amx;
 } cli_placement;
 int  cli_placement_option(const char *cmd, int argc, char **argv, int *i, cli_placement *pl);

@@ -259,14 +259,20 @@ static int print_placement(const char *dir, const cli_placement *pl) {
     printf("  routed experts on the GPU per layer:");
     for (int l = 0; l < L; l++) printf(" %d:%d", l, expert_map_gpu_count(&map, l));
     printf("\n");
-    if (map.n_host) {
+    if (map.n_host && pl->bus_by_token) {
+        const int pct = pl->bus_share > 0 ? expert_bus_pct(pl->bus_share) : EXPERT_SPLIT_PCT;
+        const int fits = !expert_map_split_tokens(&map, pct, expert_bus_room(one));
+        printf("  of each token's routes to experts in host memory: %d %% over the bus to the GPU, the rest to the CPU "
+               "(--bus-by-token); every host expert page-locked (%s): %s\n", pct, hb,
+               fits ? "fits" : "MORE than 60 % of this machine's memory, a load fails");
+    } else if (map.n_host) {
         const int pct = expert_map_split_bus(&map, expert_bus_pct(pl->bus_share), m->cfg.n_act, prof.counts, expert_bus_room(one));
         human_bytes(hb, sizeof hb, (map.n_host - map.n_bus) * (double)one);
         human_bytes(gb, sizeof gb, map.n_bus * (double)one);
         printf("  of the experts in host memory: %lld (%s) computed by the CPU, %lld (%s, page-locked) by the GPU over the bus "
                "(--bus-share %.2f)\n", (long long)(map.n_host - map.n_bus), hb, (long long)map.n_bus, gb, pct / 100.0);
         if (prof.counts) {   /* what the placement means for the profiled prompts' routes */
-            double share[3], uniform[3];
+            double share[EXPERT_OWNERS], uniform[EXPERT_OWNERS];
             expert_map_route_shares(&map, prof.counts, share, uniform);
             printf("  of the profile's routes: %.1f %% to experts on the GPU, %.1f %% to the host's cores, %.1f %% over the bus "
                    "(uniform routing: %.1f / %.1f / %.1f %%)\n", 100 * share[0], 100 * share[1], 100 * share[2],
@@ -285,7 +291,7 @@ int cmd_inspect(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         int r;
         if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
-            printf("usage: dsv4 inspect -m DIR [--gpu-mem GB [--expert-profile FILE] [--bus-share F]]\n");
+            printf("usage: dsv4 inspect -m DIR [--gpu-mem GB [--expert-profile FILE] [--bus-share F] [--bus-by-token]]\n");
             return 0;
         }
         if (!strcmp(argv[i], "-m") || !strcmp(argv[i], "--model")) {
@@ -293,12 +299,14 @@ int cmd_inspect(int argc, char **argv) {
         } else if ((r = cli_placement_option("inspect", argc, argv, &i, &pl)) != 0) {
             if (r < 0) return 1;
         } else {
-            return cli_error("inspect", "unknown option '%s' (usage: dsv4 inspect -m DIR [--gpu-mem GB [--expert-profile FILE] [--bus-share F]])", argv[i]);
+            return cli_error("inspect", "unknown option '%s' (usage: dsv4 inspect -m DIR [--gpu-mem GB [--expert-profile FILE] [--bus-share F] [--bus-by-token]])", argv[i]);
         }
     }
     if (!dir) return cli_error("inspect", "missing -m DIR");
     if (pl.expert_profile && !pl.gpu_mem_gb) return cli_error("inspect", "--expert-profile needs --gpu-mem GB (the placement it chooses)");
-    if (pl.bus_share && !pl.gpu_mem_gb) return cli_error("inspect", "--bus-share needs --gpu-mem GB (the placement it splits)");
+    if ((pl.bus_share || pl.bus_by_token) && !pl.gpu_mem_gb)
+        return cli_error("inspect", "--bus-share and --bus-by-token need --gpu-mem GB (the placement they split)");
+    if (pl.bus_by_token && pl.bus_share < 0) return cli_error("inspect", "--bus-by-token needs a --bus-share above 0");
     const int rc = inspect(dir);
     return rc || !pl.gpu_mem_gb ? rc : print_placement(dir, &pl);
 }

@@ -111,6 +111,10 @@ int cli_parse_gpus(const char *cmd, const char *s, int *gpus) {
 
 int cli_placement_option(const char *cmd, int argc, char **argv, int *i, cli_placement *pl) {
     const char *a = argv[*i], *v;
+    if (!strcmp(a, "--bus-by-token")) {
+        pl->bus_by_token = 1;
+        return 1;
+    }
     if (strcmp(a, "--gpu-mem") && strcmp(a, "--expert-profile") && strcmp(a, "--bus-share")) return 0;
     if (!(v = cli_value(cmd, argc, argv, i))) return -1;
     if (!strcmp(a, "--expert-profile")) {
@@ -142,6 +146,7 @@ void cli_placement_apply(const cli_placement *pl, dsv4_load_opts *lo) {
     lo->gpu_mem_gb = pl->gpu_mem_gb;
     lo->expert_profile = pl->expert_profile;
     lo->bus_share = pl->bus_share;
+    lo->bus_by_token = pl->bus_by_token;
     lo->cpu_amx = pl->cpu_amx;
 }
 

@@ -34,6 +34,9 @@ typedef struct {
                                       "computes, reading them over PCIe, beside the CPU computing the rest (default by a token's " \
                                       "expected routes r to a layer's host experts, from the profile: 1 where r < 0.25, 0.25 " \
                                       "where r >= 2, else 0)"}, \
+                    {"--bus-by-token", "with --gpu-mem: split each token's routes to host experts instead, about the " \
+                                       "share F (default 0.25) of them over PCIe, the rest on the CPU; every host expert " \
+                                       "page-locked"}, \
                     {"--amx", "official mode on the CPU: the linears whose inputs are bf16 (FP8-quantized or rounded) " \
                               "on AMX tiles, in their own accumulation order (faster prefill and batches, slower decode)"}
 #define O_SAMPLING  {"--temp T", "sampling temperature (default 0 = greedy, lowest id wins ties)"}, \
@@ -59,11 +62,12 @@ static const cmd_help HELP[] = {
       {"--tokenizer FILE_OR_DIR", "ship this tokenizer.json (and the tokenizer_config.json next to it)"},
       {NULL, NULL}}},
     {"inspect", "show a checkpoint's config, tensors, memory and problems",
-     "dsv4 inspect -m DIR [--gpu-mem GB [--expert-profile FILE] [--bus-share F]]",
+     "dsv4 inspect -m DIR [--gpu-mem GB [--expert-profile FILE] [--bus-share F] [--bus-by-token]]",
      {O_MODEL,
       {"--gpu-mem GB", "also show where a GPU load with this budget puts the routed experts (GPU or host memory)"},
       {"--expert-profile FILE", "with --gpu-mem: the routing profile that placement uses (default DIR/expert_profile.json)"},
       {"--bus-share F", "with --gpu-mem: also split the host experts between the CPU and the GPU over the bus"},
+      {"--bus-by-token", "with --gpu-mem: split each token's routes to host experts instead (--bus-share: the share)"},
       {NULL, NULL}}},
     {"logits", "per-position logits as .npy",
      "dsv4 logits -m DIR (--tokens LIST | --batch FILE) [options]",

@@ -154,7 +154,27 @@ int moe_pair_offsets(const int32_t *route_e, int T, int K, int E, int32_t *first
     return first[E];
 }
 
-int moe_host_rows(struct dsv4_model *m, const dsv4_layer *layer, const uint8_t *owner, const float *xn,
+/* The pairs of split expert e (model/expert_split.h) that the host computes: of the tokens routing to e, in token
+ * order (the i-th is pair first_e + i, as the GPU's plan numbers them), those the rule leaves to the host; their
+ * inputs into x, weights into w, pair indices into pair. Returns how many. */
+static int gather_split_pairs(int e, const uint8_t *owner, int pct, const int32_t *route_e, const float *route_w, int T, int K,
+                              const float *xq, int d, int first_e, float *x, float *w, int32_t *pair) {
+    int n = 0, i = 0;
+    for (int t = 0; t < T; t++)
+        for (int j = 0; j < K; j++)
+            if (route_e[(int64_t)t * K + j] == e) {
+                if (!expert_split_on_bus(owner, route_e + (int64_t)t * K, K, e, pct)) {
+                    memcpy(x + (int64_t)n * d, xq + (int64_t)t * d, sizeof(float) * d);
+                    w[n] = route_w[(int64_t)t * K + j];
+                    pair[n++] = first_e + i;
+                }
+                i++;
+                break;
+            }
+    return n;
+}
+
+int moe_host_rows(struct dsv4_model *m, const dsv4_layer *layer, const uint8_t *owner, int split_pct, const float *xn,
                   const int32_t *route_e, const float *route_w, int T, moe_host_scratch *scr, float *rows, int32_t *pair) {
     const dsv4_config *c = &m->cfg;
     const int d = c->dim, K = c->n_act, E = c->n_routed, I = c->moe_inter;
@@ -163,16 +183,22 @@ int moe_host_rows(struct dsv4_model *m, const dsv4_layer *layer, const uint8_t *
     expert_group g = { .n_calls = 0, .rows = 0 };
     int n_rows = 0;
     for (int e = 0; e < E; e++) {
-        const int n = scr->first[e + 1] - scr->first[e];
-        if (owner[e] != EXPERT_ON_HOST || !n) continue;
+        int n = scr->first[e + 1] - scr->first[e];
+        if ((owner[e] != EXPERT_ON_HOST && owner[e] != EXPERT_ON_SPLIT) || !n) continue;
         if (!group_fits(&g, n, scr->pair_cap)) {
             group_run(m, &g);
             g.n_calls = g.rows = 0;
         }
         const int64_t r = g.rows;
-        gather_pairs(e, route_e, route_w, T, K, scr->xq, d, scr->x + r * d, scr->w + r, NULL);
-        /* the pairs of e in token order: pair index first[e] + i for the i-th, as the GPU's plan numbers them */
-        for (int i = 0; i < n; i++) pair[n_rows + i] = scr->first[e] + i;
+        if (owner[e] == EXPERT_ON_SPLIT) {
+            n = gather_split_pairs(e, owner, split_pct, route_e, route_w, T, K, scr->xq, d, scr->first[e], scr->x + r * d, scr->w + r,
+                                   pair + n_rows);
+            if (!n) continue;
+        } else {
+            gather_pairs(e, route_e, route_w, T, K, scr->xq, d, scr->x + r * d, scr->w + r, NULL);
+            /* the pairs of e in token order: pair index first[e] + i for the i-th, as the GPU's plan numbers them */
+            for (int i = 0; i < n; i++) pair[n_rows + i] = scr->first[e] + i;
+        }
         g.call[g.n_calls++] = (moe_expert_call){ &layer->w1[e], &layer->w2[e], &layer->w3[e], n, scr->x + r * d,
                                                  scr->w + r, scr->g + r * I, scr->v + r * I, rows + (int64_t)n_rows * d };
         g.rows += n;

@@ -45,10 +45,11 @@ int  moe_host_scratch_init(moe_host_scratch *scr, const dsv4_config *c, int T);
 void moe_host_scratch_free(moe_host_scratch *scr);
 
 /* The rows of the experts with owner[e] == EXPERT_ON_HOST (a layer's row of model/expert_place.h's map: experts
- * on the GPU or read by it over the bus are not the host's), computed by the CPU kernels (the CPU step's expert, in its
- * numeric mode): experts in increasing id, each one's pairs in increasing token, packed into rows [n][d] with
- * pair[i] the pair index of rows[i]. xn [T][d] are the layer's normalised inputs (unquantized: OFFICIAL mode
- * quantizes them here as the GPU does), route_e / route_w [T][K] the routing. Returns n. */
-int moe_host_rows(struct dsv4_model *m, const dsv4_layer *layer, const uint8_t *owner, const float *xn,
+ * on the GPU or read by it over the bus are not the host's), and of the pairs of EXPERT_ON_SPLIT experts that the
+ * token split's rule at split_pct leaves to the host (model/expert_split.h), computed by the CPU kernels (the CPU
+ * step's expert, in its numeric mode): experts in increasing id, each one's pairs in increasing token, packed into
+ * rows [n][d] with pair[i] the pair index of rows[i]. xn [T][d] are the layer's normalised inputs (unquantized:
+ * OFFICIAL mode quantizes them here as the GPU does), route_e / route_w [T][K] the routing. Returns n. */
+int moe_host_rows(struct dsv4_model *m, const dsv4_layer *layer, const uint8_t *owner, int split_pct, const float *xn,
                   const int32_t *route_e, const float *route_w, int T, moe_host_scratch *scr, float *rows, int32_t *pair);
 #endif

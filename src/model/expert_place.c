@@ -24,9 +24,10 @@ void expert_map_free(expert_map *map) {
     memset(map, 0, sizeof *map);
 }
 
-void expert_map_route_shares(const expert_map *map, const uint64_t *counts, double share[3], double uniform[3]) {
-    uint64_t by[3] = { 0, 0, 0 }, all = 0;
-    int64_t experts[3] = { 0, 0, 0 };
+void expert_map_route_shares(const expert_map *map, const uint64_t *counts, double share[EXPERT_OWNERS],
+                             double uniform[EXPERT_OWNERS]) {
+    uint64_t by[EXPERT_OWNERS] = { 0 }, all = 0;
+    int64_t experts[EXPERT_OWNERS] = { 0 };
     for (int l = 0; l < map->n_layers; l++)
         for (int e = 0; e < map->n_routed; e++) {
             const int o = expert_owner_of(map, l, e);
@@ -36,7 +37,7 @@ void expert_map_route_shares(const expert_map *map, const uint64_t *counts, doub
             experts[o]++;
         }
     const double n = (double)map->n_layers * map->n_routed;
-    for (int o = 0; o < 3; o++) {
+    for (int o = 0; o < EXPERT_OWNERS; o++) {
         share[o] = all ? (double)by[o] / (double)all : 0;
         uniform[o] = n > 0 ? (double)experts[o] / n : 0;
     }
@@ -110,6 +111,20 @@ int expert_map_split_bus(expert_map *map, int bus_pct, int n_act, const uint64_t
     return bus_pct;
 }
 
+/* EXPERT_SPLIT_PCT, 25: at batch 1 a layer waits for the slower side, and the bus takes ~0.35-0.5 ms an expert
+ * where the host's cores take ~0.2 (runs 118-123, 186): 25 % sends none of a token's one or two host routes over
+ * the bus, one of three to five, two of six (floor(h / 4 + 1/2)). */
+int expert_map_split_tokens(expert_map *map, int pct, int64_t bus_room) {
+    if (!map->owner) return 0;
+    if (map->n_host > bus_room) return -1;
+    for (int64_t i = 0; i < (int64_t)map->n_layers * map->n_routed; i++)
+        if (map->owner[i] != EXPERT_ON_GPU) map->owner[i] = EXPERT_ON_SPLIT;
+    map->n_bus = 0;
+    map->n_split = map->n_host;
+    map->split_pct = pct < 0 ? 0 : pct > 100 ? 100 : pct;
+    return 0;
+}
+
 int expert_bus_pct(double share) {
     if (!(share <= 1)) return -1;
     if (share == 0) return EXPERT_BUS_AUTO;
@@ -118,7 +133,7 @@ int expert_bus_pct(double share) {
 
 int expert_bus_auto_pct(const expert_map *map, int n_act, const uint64_t *counts, int64_t bus_room) {
     if (!map->owner) return 0;
-    double share[3], uniform[3];
+    double share[EXPERT_OWNERS], uniform[EXPERT_OWNERS];
     expert_map_route_shares(map, counts, share, uniform);
     /* f: the share of the profile's routes off the GPU when it counted any, else of the experts */
     const double f = share[EXPERT_ON_GPU] + share[EXPERT_ON_HOST] + share[EXPERT_ON_BUS] > 0

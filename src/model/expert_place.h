@@ -33,19 +33,24 @@
  * from the same inputs and combined in the same order (increasing expert id), docs/HOST_EXPERTS.md. */
 
 #include "dsv4.h"
+#include "model/expert_split.h"
 #include <stdint.h>
 
 /* owner values: in GPU memory; in host memory, computed by the host's cores; in host memory (page-locked), computed
- * by the GPU, whose expert kernels read the weights over the bus (PCIe) as they run */
+ * by the GPU, whose expert kernels read the weights over the bus (PCIe) as they run; and EXPERT_ON_SPLIT
+ * (model/expert_split.h: page-locked, each token's routes to it split between the two by a rule) */
 #define EXPERT_ON_GPU  0
 #define EXPERT_ON_HOST 1
 #define EXPERT_ON_BUS  2
+#define EXPERT_OWNERS  4   /* the owner values, EXPERT_ON_SPLIT included */
 
 typedef struct {
     int n_layers, n_routed;
     uint8_t *owner;      /* [n_layers][n_routed]: EXPERT_ON_*; NULL = every expert on the GPU */
     int64_t n_host;      /* experts in host memory (EXPERT_ON_HOST and EXPERT_ON_BUS) */
     int64_t n_bus;       /* of those, read by the GPU over the bus */
+    int64_t n_split;     /* of those, split by token (EXPERT_ON_SPLIT) */
+    int split_pct;       /* the token split's share (expert_split.h), percent */
 } expert_map;
 
 /* Place n_gpu of the L x E routed experts on the GPU (n_gpu >= L*E: all of them, owner stays NULL). counts:
@@ -62,9 +67,10 @@ static inline int expert_owner_of(const expert_map *map, int layer, int e) {
 /* Experts of layer l in GPU memory. */
 int  expert_map_gpu_count(const expert_map *map, int layer);
 /* How routing counts ([n_layers][n_routed], a profile's or a run's) fall on the placement: share[o] = the counts of
- * the experts with owner o (EXPERT_ON_GPU, _HOST, _BUS) over all counts, all layers together; uniform[o] = the
- * share of the experts themselves (what uniform routing would give). All zero when there are no counts. */
-void expert_map_route_shares(const expert_map *map, const uint64_t *counts, double share[3], double uniform[3]);
+ * the experts with owner o (EXPERT_ON_GPU, _HOST, _BUS, _SPLIT) over all counts, all layers together; uniform[o] =
+ * the share of the experts themselves (what uniform routing would give). All zero when there are no counts. */
+void expert_map_route_shares(const expert_map *map, const uint64_t *counts, double share[EXPERT_OWNERS],
+                             double uniform[EXPERT_OWNERS]);
 
 /* The bus share (issue 15): of each layer's experts in host memory, bus_pct percent (0..100) are read and computed
  * by the GPU instead of the host's cores. Within a layer, the host experts in increasing id take turns by a fixed
@@ -93,6 +99,14 @@ int  expert_bus_pct(double share);
  *   otherwise 0 (run 120: --gpu-mem 132, r = 0.58, 63 tok/s against 55-57 with the bus).
  * A function of the placement, the profile and the room alone. */
 int  expert_bus_auto_pct(const expert_map *map, int n_act, const uint64_t *counts, int64_t bus_room);
+/* The token split (model/expert_split.h, `--bus-by-token`): every expert in host memory becomes EXPERT_ON_SPLIT, and
+ * of each token's routes to a layer's split experts about pct percent (0..100) are computed by the GPU over the bus,
+ * the rest by the host's cores. All of them are page-locked, so they must fit in bus_room experts: returns 0 (also
+ * when every expert is on the GPU), or -1 when they do not fit (the map unchanged). Call after expert_map_plan, instead of expert_map_split_bus. */
+int  expert_map_split_tokens(expert_map *map, int pct, int64_t bus_room);
+/* The token split's default share (percent): see expert_place.c. */
+#define EXPERT_SPLIT_PCT 25
+
 /* The experts of expert_bytes each that may go over the bus all at once: 60 % of the machine's memory (page-locked;
  * the share of it cuda_host_experts.c gives synthetic host experts). */
 int64_t expert_bus_room(uint64_t expert_bytes);

@@ -19,7 +19,10 @@
  *     model goes on;
  *   - the bus share (`--bus-share`): with half the host experts read by the GPU over the bus, all of the above; with
  *     every host expert on the bus, the split model's logits are the all-GPU model's bit for bit (the same kernels
- *     on the same bytes, read from page-locked host memory).
+ *     on the same bytes, read from page-locked host memory);
+ *   - the token split (`--bus-by-token`, model/expert_split.h): with each token's host routes split between the host
+ *     and the GPU over the bus, all of the above; at a share of 1 every pair is the GPU's (the all-GPU model's bits,
+ *     the host reading nothing), at 0.01 every pair is the host's (the bits of the split without the bus).
  * Both numeric modes, f32 and fp8 KV. */
 #include <math.h>
 #include <stdio.h>
@@ -42,6 +45,7 @@ typedef struct {
     int kv;
     double tol;          /* max |split - all-GPU| / max |all-GPU| over every logit */
     double bus;          /* dsv4_load_opts.bus_share of the split model (-1: none) */
+    int by_token;        /* dsv4_load_opts.bus_by_token */
 } topology;
 
 static const topology topologies[] = {
@@ -50,6 +54,8 @@ static const topology topologies[] = {
     {"OFFICIAL pro-like, fp8 KV", "pro-tiny", {"compress_ratios=[128,128,4,128]", "sliding_window=8", "index_topk=5"}, 3, DSV4_MODE_OFFICIAL, DSV4_KV_FP8, 5e-2, -1},
     {"OFFICIAL flash-like, half the host experts over the bus", "flash-tiny", {"compress_ratios=[0,0,4,128,4,128]", "sliding_window=8", "index_topk=3"}, 3, DSV4_MODE_OFFICIAL, DSV4_KV_BF16, 5e-2, 0.5},
     {"EXACT pro-like, half the host experts over the bus", "pro-tiny", {"compress_ratios=[128,128,4,128]", "sliding_window=8", "index_topk=5"}, 3, DSV4_MODE_EXACT, DSV4_KV_F32, 1e-4, 0.5},
+    {"OFFICIAL flash-like, each token's host routes split at 50 %", "flash-tiny", {"compress_ratios=[0,0,4,128,4,128]", "sliding_window=8", "index_topk=3"}, 3, DSV4_MODE_OFFICIAL, DSV4_KV_F32, 5e-2, 0.5, 1},
+    {"EXACT pro-like, fp8 KV, each token's host routes split at 35 %", "pro-tiny", {"compress_ratios=[128,128,4,128]", "sliding_window=8", "index_topk=5"}, 3, DSV4_MODE_EXACT, DSV4_KV_FP8, 1e-4, 0.35, 1},
 };
 #define N_TOPO (int)(sizeof topologies / sizeof topologies[0])
 
@@ -64,15 +70,20 @@ typedef struct {
     float *gref;               /* the all-GPU model's */
 } fixture;
 
-static dsv4_model *load_split_bus(const char *dir, const topology *tp, double gb, const char *profile, double bus, dsv4_error *err) {
+static dsv4_model *load_split_by(const char *dir, const topology *tp, double gb, const char *profile, double bus, int by_token,
+                                 dsv4_error *err) {
     dsv4_load_opts lo = { .mode = tp->mode, .quiet = 1, .device = DSV4_DEVICE_CUDA, .kv_format = tp->kv, .gpu_mem_gb = gb,
-                          .expert_profile = profile ? profile : "", .bus_share = bus };
+                          .expert_profile = profile ? profile : "", .bus_share = bus, .bus_by_token = by_token };
     dsv4_model *m = NULL;
     return dsv4_model_load(dir, &lo, &m, err) ? NULL : m;
 }
 
+static dsv4_model *load_split_bus(const char *dir, const topology *tp, double gb, const char *profile, double bus, dsv4_error *err) {
+    return load_split_by(dir, tp, gb, profile, bus, 0, err);
+}
+
 static dsv4_model *load_split(const char *dir, const topology *tp, double gb, const char *profile, dsv4_error *err) {
-    return load_split_bus(dir, tp, gb, profile, tp->bus, err);
+    return load_split_by(dir, tp, gb, profile, tp->bus, tp->by_token, err);
 }
 
 /* The budget that holds every other weight and half of the routed experts, and that placement's host count (and,
@@ -101,7 +112,7 @@ static int setup(void **state, const topology *tp) {
     f->gpu = tm_make_on(tp->preset, tp->sets, tp->n_sets, 4321, tp->mode, DSV4_DEVICE_CUDA, tp->kv, f->dir);
     if (!f->gpu) return -1;
     int64_t n_host = 0, n_bus = 0;
-    f->gpu_mem_gb = half_budget_bus(f->gpu, NULL, &n_host, tp->bus > 0 ? (int)(tp->bus * 100 + 0.5) : 0, &n_bus);
+    f->gpu_mem_gb = half_budget_bus(f->gpu, NULL, &n_host, tp->bus > 0 && !tp->by_token ? (int)(tp->bus * 100 + 0.5) : 0, &n_bus);
     dsv4_error err;
     /* the fixture's split model enqueues its small steps ahead whatever the default (DSV4_CUDA_HX_AHEAD) */
     setenv("DSV4_CUDA_HX_AHEAD", "1", 1);
@@ -109,10 +120,10 @@ static int setup(void **state, const topology *tp) {
     unsetenv("DSV4_CUDA_HX_AHEAD");
     if (!f->split) { fprintf(stderr, "split load: %s\n", err.msg); return -1; }
     if (cuda_host_experts(f->split, NULL) != n_host || n_host <= 0 || cuda_bus_experts(f->split) != n_bus ||
-        (tp->bus > 0 && (n_bus <= 0 || n_bus >= n_host))) {
-        fprintf(stderr, "%lld experts on the host (%lld over the bus), the placement says %lld (%lld)\n",
-                (long long)cuda_host_experts(f->split, NULL), (long long)cuda_bus_experts(f->split), (long long)n_host,
-                (long long)n_bus);
+        (tp->bus > 0 && !tp->by_token && (n_bus <= 0 || n_bus >= n_host)) || cuda_split_experts(f->split) != (tp->by_token ? n_host : 0)) {
+        fprintf(stderr, "%lld experts on the host (%lld over the bus, %lld split by token), the placement says %lld (%lld)\n",
+                (long long)cuda_host_experts(f->split, NULL), (long long)cuda_bus_experts(f->split),
+                (long long)cuda_split_experts(f->split), (long long)n_host, (long long)n_bus);
         return -1;
     }
     dsv4_model_info info;
@@ -241,6 +252,37 @@ static void split_parity(void **state) {
                      split_g.direct_steps);
         dsv4_model_free(m);
     }
+    /* the token split's two ends: at a share of 1 every pair goes over the bus (the all-GPU model's bits, the host
+     * reading no expert), at 0.01 none does (the bits of the split model without the bus: the host computes every
+     * pair, and the GPU's tiles of split experts are all absent) */
+    if (tp->by_token) {
+        dsv4_error lerr;
+        dsv4_model *all_bus = load_split_by(f->dir, tp, f->gpu_mem_gb, NULL, 1.0, 1, &lerr);
+        if (!all_bus) fail_msg("split load, by token at 1: %s", lerr.msg);
+        float *got = tm_logits(all_bus, f->tok, SEQ_LEN, NULL, 0);
+        cuda_host_work aw;
+        cuda_host_experts(all_bus, &aw);
+        if (!got || memcmp(got, f->gref, sizeof(float) * SEQ_LEN * (size_t)f->vocab))
+            fail_msg("split by token at 1: the logits differ from the all-GPU model's");
+        if (aw.host_bytes) fail_msg("split by token at 1: the host read %llu expert bytes", (unsigned long long)aw.host_bytes);
+        free(got);
+        dsv4_model_free(all_bus);
+        dsv4_model *no_bus = load_split_bus(f->dir, tp, f->gpu_mem_gb, NULL, -1, &lerr);
+        dsv4_model *all_host = no_bus ? load_split_by(f->dir, tp, f->gpu_mem_gb, NULL, 0.01, 1, &lerr) : NULL;
+        if (!all_host) fail_msg("split load, by token at 0.01 or without the bus: %s", lerr.msg);
+        float *want = tm_logits(no_bus, f->tok, SEQ_LEN, NULL, 0);
+        got = tm_logits(all_host, f->tok, SEQ_LEN, NULL, 0);
+        if (!want || !got || memcmp(got, want, sizeof(float) * SEQ_LEN * (size_t)f->vocab))
+            fail_msg("split by token at 0.01: the logits differ from the split model's without the bus");
+        /* and the fixture's share mixes the two: its logits are neither's */
+        if (!memcmp(f->ref, want, sizeof(float) * SEQ_LEN * (size_t)f->vocab) ||
+            !memcmp(f->ref, f->gref, sizeof(float) * SEQ_LEN * (size_t)f->vocab))
+            fail_msg("split by token at %.2f: the logits equal one end's, so no pair went the other way", tp->bus);
+        free(want);
+        free(got);
+        dsv4_model_free(all_host);
+        dsv4_model_free(no_bus);
+    }
     /* DSV4_CUDA_HX_AHEAD=0: every step with host work launched directly, the host answering each layer before the
      * next is launched; token by token, the bits of the fixture's one-shot reference (and so of the steps enqueued
      * ahead, which split_parity held to it), nothing graphed or enqueued ahead */
@@ -295,7 +337,7 @@ static void split_parity(void **state) {
 }
 
 #define SETUP(i) static int setup_##i(void **s) { return setup(s, &topologies[i]); }
-SETUP(0) SETUP(1) SETUP(2) SETUP(3) SETUP(4)
+SETUP(0) SETUP(1) SETUP(2) SETUP(3) SETUP(4) SETUP(5) SETUP(6)
 
 /* A profile counted on the GPU places the most used experts on it, as the CPU placement says; a damaged profile
  * and a budget below the other weights are one-line errors that leave nothing allocated. */
@@ -348,7 +390,7 @@ int main(void) {
         printf("gpu host experts: skipped, needs a GPU: %s\n", why.msg);
         return 0;
     }
-    int (*setups[])(void **) = { setup_0, setup_1, setup_2, setup_3, setup_4 };
+    int (*setups[])(void **) = { setup_0, setup_1, setup_2, setup_3, setup_4, setup_5, setup_6 };
     struct CMUnitTest tests[N_TOPO + 1];
     for (int i = 0; i < N_TOPO; i++) tests[i] = (struct CMUnitTest){ topologies[i].name, split_parity, setups[i], teardown, NULL };
     tests[N_TOPO] = (struct CMUnitTest){ "profile placement and errors", profile_and_errors, NULL, NULL, NULL };

@@ -2,7 +2,8 @@
  * the rounding and quantization kernels and the KV row encoder must give the CPU's bits exactly (they are
  * elementwise rules); the reductions (RMSNorm, the linear layers in every weight format) must agree to float
  * rounding, and the linear kernel must be batch-invariant: a row's result never depends on how many rows were
- * computed with it. Relative errors are printed per kernel. */
+ * computed with it. Relative errors are printed per kernel. Also the token split's tiles (issue 15), against the
+ * rule worked out here. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -15,6 +16,7 @@
 #include "backend/cuda/cu_kernels.h"
 #include "backend/cuda/cu_runtime.h"
 #include "core/norm.h"
+#include "model/expert_split.h"
 #include "model/formats.h"
 #include "model/tiny.h"
 #include "state/kvrows.h"
@@ -279,6 +281,93 @@ static void linear_grouped_equals_groups(void **state) {
     free(x); free(a); free(b);
 }
 
+/* The token split's tiles (cu_moe_split_tiles, model/expert_split.h): on a plan built on the GPU, every tile of a split
+ * expert none of whose pairs goes over the bus is pointed at the absent entry E, and every other tile is left as it
+ * was. Which pairs go over the bus is worked out here from the rule's statement (of a token's h distinct split
+ * experts, the floor((pct h + 50) / 100) highest ids), by sorting, not by the header's function. */
+static int bus_by_statement(const uint8_t *owner, const int32_t *row, int K, int e, int pct) {
+    int ids[16], h = 0;
+    for (int j = 0; j < K; j++) {
+        int seen = owner[row[j]] != EXPERT_ON_SPLIT;
+        for (int q = 0; q < h; q++) seen |= ids[q] == row[j];
+        if (!seen) ids[h++] = row[j];
+    }
+    for (int a = 0; a < h; a++)   /* descending */
+        for (int b = a + 1; b < h; b++)
+            if (ids[b] > ids[a]) { const int x = ids[a]; ids[a] = ids[b]; ids[b] = x; }
+    const int n_bus = (pct * h + 50) / 100;
+    for (int q = 0; q < n_bus; q++)
+        if (ids[q] == e) return 1;
+    return 0;
+}
+
+static void split_tiles_follow_the_rule(void **state) {
+    (void)state;
+    enum { E = 16, K = 4, TMAX = 40 };
+    uint8_t owner[E];
+    for (int e = 0; e < E; e++) owner[e] = e % 3 == 0 ? 0 /* EXPERT_ON_GPU */ : EXPERT_ON_SPLIT;
+    uint8_t *owner_d = dev_copy(owner, sizeof owner);
+    const int Ts[] = { 1, 5, TMAX }, pcts[] = { 50, 25 };
+    int absent_seen = 0, kept_seen = 0;
+    for (int ti = 0; ti < 3; ti++)
+        for (int pi = 0; pi < 2; pi++) {
+            const int T = Ts[ti], pct = pcts[pi], P = T * K, max_tiles = cu_moe_tiles_max(P, E, CU_MOE_TILE);
+            int32_t re[TMAX * K];
+            float rw[TMAX * K];
+            for (int t = 0; t < T; t++)
+                for (int j = 0; j < K; j++) {
+                    int e, fresh;
+                    do {
+                        e = (int)dsv4_rng_below(&rng, E);
+                        fresh = 1;
+                        for (int q = 0; q < j; q++) fresh &= re[t * K + q] != e;
+                    } while (!fresh);
+                    re[t * K + j] = e;
+                    rw[t * K + j] = 0.25f;
+                }
+            re[(T - 1) * K + K - 1] = re[(T - 1) * K];   /* a row naming an expert twice */
+            cu_moe_plan p = { cu_malloc(sizeof(int32_t) * P), cu_malloc(sizeof(float) * P), cu_malloc(sizeof(int32_t) * max_tiles),
+                              cu_malloc(sizeof(int32_t) * max_tiles), cu_malloc(sizeof(int32_t) * max_tiles), cu_malloc(sizeof(int32_t)),
+                              cu_malloc(sizeof(int32_t) * P), 0 };
+            int32_t *re_d = dev_copy(re, sizeof(int32_t) * P);
+            float *rw_d = dev_copy(rw, sizeof(float) * P);
+            cu_moe_plan_build(NULL, re_d, rw_d, T, K, E, &p);
+            sync_ok();
+            int32_t n_tiles, before[TMAX * K + E], after[TMAX * K + E], first[TMAX * K + E], count[TMAX * K + E], ptok[TMAX * K];
+            assert_true(max_tiles <= TMAX * K + E);
+            assert_int_equal(cu_download(&n_tiles, p.n_tiles, sizeof n_tiles), 0);
+            assert_int_equal(cu_download(before, p.tile_expert, sizeof(int32_t) * max_tiles), 0);
+            assert_int_equal(cu_download(first, p.tile_first, sizeof(int32_t) * max_tiles), 0);
+            assert_int_equal(cu_download(count, p.tile_count, sizeof(int32_t) * max_tiles), 0);
+            assert_int_equal(cu_download(ptok, p.pair_token, sizeof(int32_t) * P), 0);
+            cu_moe_split_tiles(NULL, &p, re_d, K, E, owner_d, pct, max_tiles);
+            sync_ok();
+            assert_int_equal(cu_download(after, p.tile_expert, sizeof(int32_t) * max_tiles), 0);
+            for (int k = 0; k < n_tiles; k++) {
+                const int e = before[k];
+                int gpu_pairs = owner[e] != EXPERT_ON_SPLIT;
+                for (int q = first[k]; q < first[k] + count[k] && !gpu_pairs; q++)
+                    gpu_pairs = bus_by_statement(owner, re + ptok[q] * K, K, e, pct);
+                if (after[k] != (gpu_pairs ? e : E))
+                    fail_msg("T %d, %d %%: tile %d of expert %d became %d (want %d)", T, pct, k, e, after[k], gpu_pairs ? e : E);
+                absent_seen += !gpu_pairs;
+                kept_seen += gpu_pairs && owner[e] == EXPERT_ON_SPLIT;
+            }
+            cu_free(re_d);
+            cu_free(rw_d);
+            cu_free(p.pair_token);
+            cu_free(p.pair_weight);
+            cu_free(p.tile_expert);
+            cu_free(p.tile_first);
+            cu_free(p.tile_count);
+            cu_free(p.n_tiles);
+            cu_free(p.token_pairs);
+        }
+    if (!absent_seen || !kept_seen) fail_msg("the routings gave %d absent and %d kept split tiles: both kinds are needed", absent_seen, kept_seen);
+    printf("  split tiles: %d made absent, %d kept (with a pair over the bus)\n", absent_seen, kept_seen);
+    cu_free(owner_d);
+}
+
 int main(void) {
     dsv4_error why;
     if (!dsv4_cuda_available(&why)) {
@@ -293,6 +382,7 @@ int main(void) {
         cmocka_unit_test(linear_close_and_batch_invariant),
         cmocka_unit_test(linear_grouped_equals_groups),
         cmocka_unit_test(linear_split_tile_equals_split),
+        cmocka_unit_test(split_tiles_follow_the_rule),
     };
     return cmocka_run_group_tests_name("gpu kernels vs cpu kernels", tests, NULL, NULL);
 }

@@ -156,7 +156,7 @@ static void route_shares_by_owner(void **st) {
     assert_int_equal(expert_map_plan(&m, 2, 8, 3, NULL), 0);
     expert_map_split_bus(&m, 50, 2, NULL, 0);
     const uint64_t counts[16] = { 1, 2, 3, 4, 5, 6, 7, 8, 8, 7, 6, 5, 4, 3, 2, 1 };
-    double share[3], uniform[3];
+    double share[EXPERT_OWNERS], uniform[EXPERT_OWNERS];
     expert_map_route_shares(&m, counts, share, uniform);
     assert_true(share[EXPERT_ON_GPU] == 11.0 / 72 && share[EXPERT_ON_HOST] == 31.0 / 72 && share[EXPERT_ON_BUS] == 30.0 / 72);
     assert_true(uniform[EXPERT_ON_GPU] == 3.0 / 16 && uniform[EXPERT_ON_HOST] == 7.0 / 16 && uniform[EXPERT_ON_BUS] == 6.0 / 16);
@@ -166,6 +166,56 @@ static void route_shares_by_owner(void **st) {
     assert_int_equal(expert_map_plan(&m, 2, 8, 16, NULL), 0);   /* everything on the GPU */
     expert_map_route_shares(&m, counts, share, uniform);
     assert_true(share[EXPERT_ON_GPU] == 1 && share[EXPERT_ON_HOST] == 0 && uniform[EXPERT_ON_GPU] == 1);
+    expert_map_free(&m);
+}
+
+/* The token split's rule (model/expert_split.h), hand-worked on one layer of 12 experts, the odd ones split, the even
+ * ones elsewhere. Row {1, 2, 3, 5, 8, 9}: split experts 1, 3, 5, 9 (h = 4). At 25 %: floor((100 + 50) / 100) = 1 goes
+ * over the bus, the highest: 9. At 50 %: floor(250 / 100) = 2: 9 and 5. At 0 % none, at 100 % all four. At 10 %:
+ * floor(90 / 100) = 0. Row {3, 3, 7, 0, 11, 4} names 3 twice: h = 3 (3, 7, 11); at 50 %: floor(200 / 100) = 2: 11, 7. */
+static void split_rule_by_hand(void **st) {
+    (void)st;
+    uint8_t owner[12];
+    for (int e = 0; e < 12; e++) owner[e] = e % 2 ? EXPERT_ON_SPLIT : e % 4 ? EXPERT_ON_GPU : EXPERT_ON_HOST;
+    const int32_t row[6] = { 1, 2, 3, 5, 8, 9 }, dup[6] = { 3, 3, 7, 0, 11, 4 };
+    const int split[4] = { 1, 3, 5, 9 };
+    for (int i = 0; i < 4; i++) {
+        const int e = split[i];
+        assert_int_equal(expert_split_on_bus(owner, row, 6, e, 25), e == 9);
+        assert_int_equal(expert_split_on_bus(owner, row, 6, e, 50), e == 9 || e == 5);
+        assert_int_equal(expert_split_on_bus(owner, row, 6, e, 0), 0);
+        assert_int_equal(expert_split_on_bus(owner, row, 6, e, 100), 1);
+        assert_int_equal(expert_split_on_bus(owner, row, 6, e, 10), 0);
+    }
+    assert_int_equal(expert_split_on_bus(owner, dup, 6, 3, 50), 0);
+    assert_int_equal(expert_split_on_bus(owner, dup, 6, 7, 50), 1);
+    assert_int_equal(expert_split_on_bus(owner, dup, 6, 11, 50), 1);
+    assert_int_equal(expert_split_on_bus(owner, dup, 6, 3, 60), 0);    /* floor(230 / 100) = 2 */
+    assert_int_equal(expert_split_on_bus(owner, dup, 6, 3, 90), 1);    /* floor(320 / 100) = 3 */
+}
+
+/* expert_map_split_tokens: every expert in host memory becomes split (2 layers x 8, 3 on the GPU: 13 on the host),
+ * unless they are more than the room. */
+static void host_map_split_tokens(void **st) {
+    (void)st;
+    expert_map m;
+    assert_int_equal(expert_map_plan(&m, 2, 8, 3, NULL), 0);
+    expert_map_split_bus(&m, 50, 2, NULL, 0);   /* a bus split before: the token split replaces it */
+    assert_int_equal(expert_map_split_tokens(&m, 30, 12), -1);   /* 13 experts do not fit in 12 */
+    assert_int_equal(m.n_split, 0);
+    assert_int_equal(m.owner[3], EXPERT_ON_BUS);   /* unchanged */
+    assert_int_equal(expert_map_split_tokens(&m, 30, 13), 0);
+    assert_int_equal(m.n_split, 13);
+    assert_int_equal(m.n_bus, 0);
+    assert_int_equal(m.split_pct, 30);
+    for (int l = 0; l < 2; l++)
+        for (int e = 0; e < 8; e++)
+            assert_int_equal(expert_owner_of(&m, l, e), (l == 0 ? e < 2 : e < 1) ? EXPERT_ON_GPU : EXPERT_ON_SPLIT);
+    assert_int_equal(m.n_host, 13);
+    expert_map_free(&m);
+    assert_int_equal(expert_map_plan(&m, 2, 8, 16, NULL), 0);   /* everything on the GPU: nothing to split */
+    assert_int_equal(expert_map_split_tokens(&m, 30, 0), 0);
+    assert_int_equal(m.n_split, 0);
     expert_map_free(&m);
 }
 
@@ -302,6 +352,8 @@ static void profile_file(void **st) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(host_map_bus_share),
+        cmocka_unit_test(split_rule_by_hand),
+        cmocka_unit_test(host_map_split_tokens),
         cmocka_unit_test(route_shares_by_owner),
         cmocka_unit_test(placement_partitions_evenly),
         cmocka_unit_test(absent_rows_gather_exactly),

@@ -17,6 +17,7 @@
 #include "core/numerics.h"
 #include "core/workspace.h"
 #include "helpers/testmodel.h"
+#include "model/expert_place.h"
 #include "model/model.h"
 
 enum { T = 9 };
@@ -99,7 +100,7 @@ static void numbering_and_invariance(void **state) {
     for (int e = 0; e < E; e++) on_host[e] = e % 3 != 1;   /* experts 1, 4, 7 stay "on the GPU" */
     moe_host_scratch scr;
     assert_int_equal(moe_host_scratch_init(&scr, &m->cfg, T), 0);
-    const int n = moe_host_rows(m, &m->layers[L], on_host, xn, re, rw, T, &scr, rows, pair);
+    const int n = moe_host_rows(m, &m->layers[L], on_host, 0, xn, re, rw, T, &scr, rows, pair);
     int i = 0;
     for (int e = 0; e < E; e++) {
         if (!on_host[e]) continue;
@@ -112,7 +113,7 @@ static void numbering_and_invariance(void **state) {
             assert_int_equal(moe_host_scratch_init(&one, &m->cfg, 1), 0);
             uint8_t only[8] = { 0 };
             only[e] = 1;
-            const int n1 = moe_host_rows(m, &m->layers[L], only, xn + (size_t)t * d, re + t * K, rw + t * K, 1, &one, row1, pair1);
+            const int n1 = moe_host_rows(m, &m->layers[L], only, 0, xn + (size_t)t * d, re + t * K, rw + t * K, 1, &one, row1, pair1);
             assert_int_equal(n1, 1);
             assert_memory_equal(row1, rows + (size_t)i * d, sizeof(float) * d);
             moe_host_scratch_free(&one);
@@ -124,6 +125,68 @@ static void numbering_and_invariance(void **state) {
     free(xn);
     free(rows);
     free(row1);
+}
+
+/* The token split (model/expert_split.h): experts 1, 4, 7 on the GPU, the others split at 50 %. The host's rows are
+ * exactly those of the pairs the rule leaves it — worked out here from the rule's statement: of a token's h distinct
+ * split experts, floor((50 h + 50) / 100) go over the bus, the highest ids — with their plan numbers (brute_pair) and
+ * the bits of the same pairs computed with every split expert on the host. */
+static int split_to_host(const int32_t *re, int K, int t, int e) {
+    int ids[8], h = 0;
+    for (int j = 0; j < K; j++) {
+        const int x = re[t * K + j];
+        int seen = x % 3 == 1;
+        for (int q = 0; q < h; q++) seen |= ids[q] == x;
+        if (!seen) ids[h++] = x;
+    }
+    int above = 0;
+    for (int q = 0; q < h; q++) above += ids[q] > e;
+    return above >= (50 * h + 50) / 100;
+}
+
+static void split_rows_are_the_hosts_pairs(void **state) {
+    fixture *f = *state;
+    dsv4_model *m = f->m;
+    const int d = m->cfg.dim, E = m->cfg.n_routed, K = m->cfg.n_act, L = m->cfg.n_layers - 1;
+    int32_t re[T * 3], pair[T * 3], pair_all[T * 3];
+    float rw[T * 3], *xn = malloc(sizeof(float) * T * d), *rows = malloc(sizeof(float) * T * K * d),
+                     *rows_all = malloc(sizeof(float) * T * K * d);
+    for (int i = 0; i < T * d; i++) xn[i] = rnd_float();
+    make_routing(E, K, re, rw);
+    uint8_t split[8], all[8];
+    for (int e = 0; e < E; e++) {
+        split[e] = e % 3 == 1 ? EXPERT_ON_GPU : EXPERT_ON_SPLIT;
+        all[e] = e % 3 == 1 ? EXPERT_ON_GPU : EXPERT_ON_HOST;
+    }
+    moe_host_scratch scr;
+    assert_int_equal(moe_host_scratch_init(&scr, &m->cfg, T), 0);
+    const int n = moe_host_rows(m, &m->layers[L], split, 50, xn, re, rw, T, &scr, rows, pair);
+    const int n_all = moe_host_rows(m, &m->layers[L], all, 50, xn, re, rw, T, &scr, rows_all, pair_all);
+    int i = 0, on_bus = 0;
+    for (int a = 0; a < n_all; a++) {   /* the all-host rows in order: experts, then tokens */
+        int t = -1, e = -1;
+        for (int u = 0; u < T && t < 0; u++)
+            for (int x = 0; x < E; x++)
+                if (all[x] && routes_to(re, K, u, x) && brute_pair(re, K, u, x) == pair_all[a]) t = u, e = x;
+        assert_true(t >= 0);
+        if (!split_to_host(re, K, t, e)) {
+            on_bus++;
+            continue;
+        }
+        assert_true(i < n);
+        assert_int_equal(pair[i], pair_all[a]);
+        assert_memory_equal(rows + (size_t)i * d, rows_all + (size_t)a * d, sizeof(float) * d);
+        i++;
+    }
+    assert_int_equal(i, n);
+    assert_true(on_bus > 0 && n > 0);   /* both sides have pairs: the routing exercises the rule */
+    /* at 0 % the host has every pair, at 100 % none */
+    assert_int_equal(moe_host_rows(m, &m->layers[L], split, 0, xn, re, rw, T, &scr, rows, pair), n_all);
+    assert_int_equal(moe_host_rows(m, &m->layers[L], split, 100, xn, re, rw, T, &scr, rows, pair), 0);
+    moe_host_scratch_free(&scr);
+    free(xn);
+    free(rows);
+    free(rows_all);
 }
 
 /* moe_forward routes by itself: take its routing from the workspace, then rebuild its output from host rows. */
@@ -162,8 +225,8 @@ static void rows_combine_to_moe_forward(void **state) {
     assert_int_equal(moe_host_scratch_init(&scr, &m->cfg, T), 0);
     float *rows = malloc(sizeof(float) * T * K * d), *shared = malloc(sizeof(float) * T * d);
     int32_t spair[T * 3];
-    assert_int_equal(moe_host_rows(m, &shared_as_routed, all, xn, re0, rw0, T, &scr, shared, spair), T);
-    const int n = moe_host_rows(m, &m->layers[L], all, xn, re, rw, T, &scr, rows, pair);
+    assert_int_equal(moe_host_rows(m, &shared_as_routed, all, 0, xn, re0, rw0, T, &scr, shared, spair), T);
+    const int n = moe_host_rows(m, &m->layers[L], all, 0, xn, re, rw, T, &scr, rows, pair);
     /* row of pair p: rows are packed in pair order when every expert is on the host */
     for (int i = 0; i < n; i++) assert_int_equal(pair[i], i);
     for (int t = 0; t < T; t++) {
@@ -187,10 +250,12 @@ static void rows_combine_to_moe_forward(void **state) {
 int main(void) {
     const struct CMUnitTest exact[] = {
         cmocka_unit_test(numbering_and_invariance),
+        cmocka_unit_test(split_rows_are_the_hosts_pairs),
         cmocka_unit_test(rows_combine_to_moe_forward),
     };
     const struct CMUnitTest official[] = {
         cmocka_unit_test(numbering_and_invariance),
+        cmocka_unit_test(split_rows_are_the_hosts_pairs),
         cmocka_unit_test(rows_combine_to_moe_forward),
     };
     return cmocka_run_group_tests_name("host experts, exact", exact, setup_exact, teardown) |

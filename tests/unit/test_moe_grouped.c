@@ -163,7 +163,7 @@ static int host_once(dsv4_model *m, int L, int T, const float *xn, const int32_t
     moe_host_scratch scr;
     assert_int_equal(moe_host_scratch_init(&scr, &m->cfg, T), 0);
     m->moe_per_expert = per_expert;
-    const int n = moe_host_rows(m, &m->layers[L], on_host, xn, re, rw, T, &scr, rows, pair);
+    const int n = moe_host_rows(m, &m->layers[L], on_host, 0, xn, re, rw, T, &scr, rows, pair);
     m->moe_per_expert = 0;
     moe_host_scratch_free(&scr);
     return n;

@@ -283,6 +283,12 @@ void cu_route(cu_stream st, float *logits, const float *bias, const int32_t *tid
 /* Pairs by expert then token (a token naming an expert twice counts once), tiles, and each token's pairs in
  * increasing expert id. One block; counts and positions are integers. */
 void cu_moe_plan_build(cu_stream st, const int32_t *route_e, const float *route_w, int T, int K, int E, cu_moe_plan *p);
+/* The token split (model/expert_split.h) on a built plan: each tile of an EXPERT_ON_SPLIT expert (owner: the layer's
+ * row [E]) none of whose pairs the rule at pct sends over the bus is pointed at expert E, the absent entry every
+ * expert array ends with (data NULL: its rows are written EP_ABSENT_ROW and its weights never read), so the GPU
+ * reads a split expert over the bus only for a tile with a pair of its own. A tile's other pairs are computed too and
+ * overwritten by the host's rows, which the step scatters later on the same stream. max_tiles: the plan's capacity. */
+void cu_moe_split_tiles(cu_stream st, cu_moe_plan *p, const int32_t *route_e, int K, int E, const uint8_t *owner, int pct, int max_tiles);
 /* cu_route, and when the step is small enough (T <= 8, the fast kernels' bounds) the plan of the same routing in
  * the same launch, with cu_moe_plan_build's bytes: 1 when *p was built, 0 when only the routing was. */
 int cu_route_plan(cu_stream st, float *logits, const float *bias, const int32_t *tid2eid, const int32_t *tok, int T, int E, int K,

@@ -86,6 +86,22 @@ extern "C" void *cu_malloc_mapped(size_t bytes) {
     }
     return p;
 }
+extern "C" int cu_host_register_mapped(void *p, size_t n) {
+    void *d = NULL;
+    if (cudaHostRegister(p, n, cudaHostRegisterMapped | cudaHostRegisterPortable) != cudaSuccess) {
+        cudaGetLastError();
+        return -1;
+    }
+    if (cudaHostGetDevicePointer(&d, p, 0) != cudaSuccess || d != p) {
+        cudaGetLastError();
+        cudaHostUnregister(p);
+        return -1;
+    }
+    return 0;
+}
+extern "C" void cu_host_unregister(void *p) {
+    if (p) cudaHostUnregister(p);
+}
 extern "C" void cu_free_host(void *p) {
     if (p) cudaFreeHost(p);
 }

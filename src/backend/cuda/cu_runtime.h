@@ -31,6 +31,11 @@ void cu_free_host(void *p);
 /* Page-locked host memory that kernels may also read and write by the same pointer (mapped, portable: unified
  * addressing); freed by cu_free_host. NULL when it cannot be had. */
 void *cu_malloc_mapped(size_t bytes);
+/* Host memory allocated elsewhere (p, n bytes) page-locked and mapped the same way, keeping its pages (huge pages
+ * stay huge for the host's own reads): 0, or -1 when it cannot be (nothing registered). Undone by cu_host_unregister
+ * before p is freed. */
+int  cu_host_register_mapped(void *p, size_t n);
+void cu_host_unregister(void *p);
 /* Copies enqueued on st (host side page-locked): 0 or -1. */
 int  cu_upload_async(cu_stream st, void *dst, const void *src, size_t n);
 int  cu_download_async(cu_stream st, void *dst, const void *src, size_t n);

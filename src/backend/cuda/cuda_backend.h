@@ -23,6 +23,8 @@ typedef struct {
     const uint64_t *profile;    /* [n_layers][n_routed] routing counts (model/expert_profile.h), or NULL */
     int bus_pct;                /* of the experts in host memory, the percent the GPU reads over the bus and computes
                                  * (model/expert_place.h expert_map_split_bus), or EXPERT_BUS_AUTO */
+    int split_pct;              /* >= 0: the token split instead (expert_map_split_tokens): of each token's routes to
+                                 * experts in host memory, this percent over the bus; -1: off */
 } cuda_placement;
 
 /* Upload every weight of m (in its checkpoint format) to GPU p->gpu and make new sequences of m keep their state
@@ -45,6 +47,8 @@ typedef struct {
 int64_t cuda_host_experts(const struct dsv4_model *m, cuda_host_work *w);
 /* Of those, the ones the GPU computes, reading their weights from host memory over the bus (0: none). */
 int64_t cuda_bus_experts(const struct dsv4_model *m);
+/* Of those, the ones split by token (--bus-by-token: either side computes a pair, model/expert_split.h; 0: none). */
+int64_t cuda_split_experts(const struct dsv4_model *m);
 /* For the GPU tests: the next step enqueued ahead (cuda_host_experts.h) fails in the host's turn at its k-th hand-off
  * (k >= 0; -1: none), as a host failure would, with the GPU waiting for that layer and the ones after. */
 void cuda_hx_fail_next(struct dsv4_model *m, int k);

@@ -32,10 +32,18 @@ int cuda_hx_init(cu_host_experts *hx, expert_map *map, dsv4_error *err) {
         return dsv4_fail(err, DSV4_E_NOMEM, "out of memory (host experts)");
     }
     for (int l = 0; l < hx->map.n_layers; l++) {
-        for (int e = 0; e < hx->map.n_routed; e++) hx->n_host[l] += expert_owner_of(&hx->map, l, e) == EXPERT_ON_HOST;
+        for (int e = 0; e < hx->map.n_routed; e++) {
+            const int o = expert_owner_of(&hx->map, l, e);
+            hx->n_host[l] += o == EXPERT_ON_HOST || o == EXPERT_ON_SPLIT;
+        }
         if (hx->n_host[l]) hx->ahead_layers[hx->n_ahead++] = l;   /* the layers a step enqueued ahead hands off */
     }
     hx->fail_at = -1;
+    /* the token split's tiles (cu_moe_split_tiles) read the owners on the GPU */
+    if (hx->map.n_split && (!(hx->owner_d = cu_malloc(LE)) || cu_upload(hx->owner_d, hx->map.owner, LE))) {
+        cuda_hx_free(hx);
+        return dsv4_fail(err, DSV4_E_NOMEM, "out of GPU memory (host experts' owners)");
+    }
     return DSV4_OK;
 }
 
@@ -56,7 +64,12 @@ static void free_buffers(cu_host_experts *hx) {
 void cuda_hx_free(cu_host_experts *hx) {
     free_buffers(hx);
     bigmem_free(hx->arena, hx->arena_bytes);
-    cu_free_host(hx->bus_arena);
+    if (hx->bus_registered) {
+        cu_host_unregister(hx->bus_arena);
+        bigmem_free(hx->bus_arena, hx->bus_bytes);
+    } else
+        cu_free_host(hx->bus_arena);
+    cu_free(hx->owner_d);
     cu_event_free(hx->fetched);
     cu_free_host(hx->link);
     cu_free(hx->blocks_done);
@@ -122,17 +135,34 @@ static void repoint_expert(uint8_t *arena, struct dsv4_model *m, int l, int e, c
 
 /* One arena of host expert bytes and what it holds. */
 typedef struct {
-    int cls;          /* the experts it holds: EXPERT_ON_HOST or EXPERT_ON_BUS */
+    int cls;          /* the experts it holds: EXPERT_ON_HOST, or EXPERT_ON_BUS (with the EXPERT_ON_SPLIT ones) */
     int synthetic;    /* random bytes from seeds (a synthetic checkpoint), else copies of the bindings' bytes */
     size_t budget;    /* synthetic: bytes of its own at most; the experts beyond share them in a cycle */
-    int pinned;       /* page-locked and mapped (the bus), else huge pages */
+    int pinned;       /* page-locked and mapped (the bus), else huge pages; both for split experts, which the host reads too */
     uint64_t seed;    /* synthetic: the first expert weight's seed */
     uint8_t *base;    /* out: the arena (NULL when the class is empty) */
+    int registered;   /* out: huge pages registered with CUDA (cu_host_register_mapped), else cu_malloc_mapped's */
     size_t bytes;     /* out */
     int n_own;        /* out: experts with bytes of their own */
 } hx_arena;
 
-static uint8_t *arena_alloc(const hx_arena *a, size_t n) { return a->pinned ? cu_malloc_mapped(n) : bigmem_alloc(n); }
+/* The pinned arena holds the bus experts and the split ones: the GPU reads both over the bus. */
+static int arena_holds(const hx_arena *a, int owner) { return owner == a->cls || (a->cls == EXPERT_ON_BUS && owner == EXPERT_ON_SPLIT); }
+
+/* Huge pages, page-locked and mapped where pinned and the host's cores read it too (split experts: on 4 KiB pages
+ * their loops would pay a TLB miss every 4 KiB, util/bigmem.h), else cu_malloc_mapped's. */
+static uint8_t *arena_alloc(hx_arena *a, size_t n, int host_reads) {
+    if (!a->pinned) return bigmem_alloc(n);
+    if (host_reads) {
+        uint8_t *p = bigmem_alloc(n);
+        if (p && !cu_host_register_mapped(p, n)) {
+            a->registered = 1;
+            return p;
+        }
+        bigmem_free(p, n);
+    }
+    return cu_malloc_mapped(n);
+}
 
 /* Build arena a for every expert of class a->cls: its pieces, the memory, the fill by the model's threads, the
  * bindings moved into it; synthetic experts past the budget share the bytes of those with their own in a cycle. */
@@ -140,8 +170,8 @@ static int build_arena(cu_host_experts *hx, struct dsv4_model *m, hx_arena *a, d
     const int L = hx->map.n_layers, E = hx->map.n_routed;
     int64_t n_cls = 0;
     for (int l = 0; l < L; l++)
-        for (int e = 0; e < E; e++) n_cls += expert_owner_of(&hx->map, l, e) == a->cls;
-    a->base = NULL, a->bytes = 0, a->n_own = 0;
+        for (int e = 0; e < E; e++) n_cls += arena_holds(a, expert_owner_of(&hx->map, l, e));
+    a->base = NULL, a->bytes = 0, a->n_own = 0, a->registered = 0;
     if (!n_cls) return DSV4_OK;
     /* the experts with bytes of their own, in (layer, expert) order: own[i] = that expert's (layer, expert) */
     int (*own)[2] = malloc(sizeof *own * (size_t)n_cls);
@@ -151,7 +181,7 @@ static int build_arena(cu_host_experts *hx, struct dsv4_model *m, hx_arena *a, d
     uint64_t seed = a->seed;
     for (int l = 0; !rc && l < L; l++)
         for (int e = 0; e < E; e++) {
-            if (expert_owner_of(&hx->map, l, e) != a->cls) continue;
+            if (!arena_holds(a, expert_owner_of(&hx->map, l, e))) continue;
             if (a->synthetic && a->n_own && ps.bytes + (size_t)dsv4_expert_weight_bytes(&m->layers[l], e) > a->budget) continue;   /* shares, below */
             for (int k = 0; k < 3; k++) {
                 const dsv4_weight *w = expert_weight(m, l, e, k);
@@ -161,9 +191,9 @@ static int build_arena(cu_host_experts *hx, struct dsv4_model *m, hx_arena *a, d
             own[a->n_own][0] = l, own[a->n_own][1] = e;
             a->n_own++;
         }
-    if (!rc && !(a->base = arena_alloc(a, ps.bytes)))
+    if (!rc && !(a->base = arena_alloc(a, ps.bytes, hx->map.n_split > 0)))
         rc = a->pinned ? dsv4_fail(err, DSV4_E_NOMEM, "out of page-locked host memory for the %lld routed experts the GPU reads over "
-                                   "the bus (%.2f GiB): --bus-share 0, or a smaller share, needs less", (long long)n_cls, ps.bytes / 1073741824.0)
+                                   "the bus (%.2f GiB): --bus-share 0, or a smaller share without --bus-by-token, needs less", (long long)n_cls, ps.bytes / 1073741824.0)
                        : dsv4_fail(err, DSV4_E_NOMEM, "out of host memory for the %lld host experts (%.2f GiB)", (long long)n_cls,
                                    ps.bytes / 1073741824.0);
     if (!rc) {
@@ -173,7 +203,7 @@ static int build_arena(cu_host_experts *hx, struct dsv4_model *m, hx_arena *a, d
     }
     for (int l = 0, i = 0, o = 0, n_shared = 0; !rc && l < L; l++)
         for (int e = 0; e < E; e++) {
-            if (expert_owner_of(&hx->map, l, e) != a->cls) continue;
+            if (!arena_holds(a, expert_owner_of(&hx->map, l, e))) continue;
             if (o < a->n_own && own[o][0] == l && own[o][1] == e) {
                 repoint_expert(a->base, m, l, e, &ps, &i);
                 o++;
@@ -200,6 +230,7 @@ static int place_bus(cu_host_experts *hx, struct dsv4_model *m, int synthetic, s
     const int rc = build_arena(hx, m, &a, err);
     hx->bus_arena = a.base;
     hx->bus_bytes = a.bytes;
+    hx->bus_registered = a.registered;
     hx->synth_distinct += a.n_own;
     return rc;
 }
@@ -238,7 +269,7 @@ int cuda_hx_fill_synthetic(cu_host_experts *hx, struct dsv4_model *m, dsv4_error
         for (int e = 0; e < hx->map.n_routed; e++) {
             const int o = expert_owner_of(&hx->map, l, e);
             if (o == EXPERT_ON_HOST) need_host += (double)(size_t)dsv4_expert_weight_bytes(&m->layers[l], e);
-            if (o == EXPERT_ON_BUS) need_bus += (double)(size_t)dsv4_expert_weight_bytes(&m->layers[l], e);
+            if (o == EXPERT_ON_BUS || o == EXPERT_ON_SPLIT) need_bus += (double)(size_t)dsv4_expert_weight_bytes(&m->layers[l], e);
         }
     const size_t budget_bus = need_bus > 0 ? (size_t)((double)budget * need_bus / (need_host + need_bus)) : 0;
     hx_arena a = { .cls = EXPERT_ON_HOST, .synthetic = 1, .budget = budget - budget_bus, .seed = 0x405700000ULL };
@@ -285,7 +316,8 @@ static int host_rows(cu_host_experts *hx, struct dsv4_model *m, int L, int T, do
     const double t1 = now_ms();
     const uint8_t *owner = hx->map.owner + (int64_t)L * hx->map.n_routed;
     const uint64_t bytes0 = m->routed_bytes;   /* moe_host_rows adds each expert it computes */
-    const int n = moe_host_rows(m, &m->layers[L], owner, hx->xn_h, hx->route_e_h, hx->route_w_h, T, &hx->scr, hx->rows_h, hx->pair_h);
+    const int n = moe_host_rows(m, &m->layers[L], owner, hx->map.split_pct, hx->xn_h, hx->route_e_h, hx->route_w_h, T, &hx->scr,
+                                hx->rows_h, hx->pair_h);
     hx->wait_ms += t1 - t0;
     hx->host_ms += now_ms() - t1;
     hx->host_rows += (uint64_t)n;

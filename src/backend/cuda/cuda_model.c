@@ -106,7 +106,7 @@ static cu_comp up_comp(uploader *u, const dsv4_compressor_weights *c) {
  * (cuda_host_experts.h). Those not uploaded keep data NULL. pack: 0 as they are, 1 cu_fp4_frag_pack, 2
  * cu_fp4_nat_pack (cuda_model.pack_fp4). */
 static dsv4_weight *up_experts(uploader *u, const dsv4_weight *w, int E, int partitioned, const uint8_t *on_host, int main_L, int pack) {
-    dsv4_weight *host = calloc((size_t)E, sizeof *host);
+    dsv4_weight *host = calloc((size_t)E + 1, sizeof *host);   /* entry E: absent (data NULL), cu_moe_split_tiles */
     if (!host) { u->failed = 1; return NULL; }
     for (int e = 0; e < E; e++) {
         host[e] = w[e];
@@ -115,7 +115,7 @@ static dsv4_weight *up_experts(uploader *u, const dsv4_weight *w, int E, int par
         const int owner = on_host ? on_host[e] : EXPERT_ON_GPU;
         if (owner == EXPERT_ON_HOST) continue;
         int own = 1;   /* bytes of its own to pack */
-        if (owner == EXPERT_ON_BUS) {
+        if (owner == EXPERT_ON_BUS || owner == EXPERT_ON_SPLIT) {
             /* in the bus arena, page-locked and mapped: the kernels read it by the host pointer, over PCIe */
             host[e] = w[e];
             own = !u->counting && cuda_hx_bus_owns(u->cm->hx, main_L, e);
@@ -127,7 +127,7 @@ static dsv4_weight *up_experts(uploader *u, const dsv4_weight *w, int E, int par
             (pack == 2 ? cu_fp4_nat_pack : cu_fp4_frag_pack)(NULL, (void *)host[e].data, host[e].rows, host[e].cols, &perr))
             u->failed = 1;
     }
-    dsv4_weight *d = up(u, host, sizeof *host * (size_t)E);
+    dsv4_weight *d = up(u, host, sizeof *host * ((size_t)E + 1));
     free(host);
     return d;
 }
@@ -345,7 +345,17 @@ static int place_experts(struct cuda_model *cm, struct dsv4_model *m, const cuda
     if (rc) return dsv4_wrap(err, "GPU %d (%.2f GiB free of %.2f GiB%s)", cm->gpu, fb / 1073741824.0, tb / 1073741824.0,
                              p->gpu_mem ? ", --gpu-mem" : "");
     if (!map.owner) return 0;
-    const int bus_pct = expert_map_split_bus(&map, p->bus_pct, m->cfg.n_act, p->profile, expert_bus_room(one));
+    int bus_pct = 0;
+    if (p->split_pct < 0)
+        bus_pct = expert_map_split_bus(&map, p->bus_pct, m->cfg.n_act, p->profile, expert_bus_room(one));
+    else if (expert_map_split_tokens(&map, p->split_pct, expert_bus_room(one))) {
+        const int64_t n = map.n_host;
+        expert_map_free(&map);
+        return dsv4_fail(err, DSV4_E_NOMEM, "--bus-by-token page-locks every expert in host memory, and %lld of them (%.2f GiB) "
+                         "are more than 60 %% of this machine's memory: a larger --gpu-mem, or --bus-share without "
+                         "--bus-by-token, needs less", (long long)n, (double)n * (double)one / 1073741824.0);
+    } else
+        cm->pack_fp4 = 0;   /* the host reads split experts' bytes too: they keep the checkpoint's layout */
     if (p->n_gpus > 1) {
         expert_map_free(&map);
         return dsv4_fail(err, DSV4_E_UNSUPPORTED, "routed experts in host memory together with --gpus are not supported yet "
@@ -621,11 +631,19 @@ int cuda_model_init(struct dsv4_model *m, const cuda_placement *p, dsv4_error *e
             const int L = m->cfg.n_layers, E = m->cfg.n_routed;
             const double one = (double)dsv4_expert_weight_bytes(&m->layers[0], 0) / 1073741824.0;
             const int64_t n_bus = cm->hx->map.n_bus, n_cpu = cm->hx->map.n_host - n_bus;
-            fprintf(stderr, "dsv4: %lld of %lld routed experts in host memory%s: %lld (%.2f GiB, %s) computed by %d threads, "
-                    "%lld (%.2f GiB, page-locked) by the GPU over the bus (--bus-share %.2f)\n",
-                    (long long)cm->hx->map.n_host, (long long)L * E,
-                    p->profile ? ", the least used by the routing profile" : ", spread evenly", (long long)n_cpu, n_cpu * one,
-                    st_memory_words(cm->hx->memory), dsv4_pool_threads(m->pool), (long long)n_bus, n_bus * one, cm->hx->bus_pct / 100.0);
+            if (cm->hx->map.n_split)
+                fprintf(stderr, "dsv4: %lld of %lld routed experts in host memory%s (%.2f GiB, page-locked), each token's routes "
+                        "to them split: %d %% over the bus to the GPU, the rest to %d threads (--bus-by-token)\n",
+                        (long long)cm->hx->map.n_host, (long long)L * E,
+                        p->profile ? ", the least used by the routing profile" : ", spread evenly", n_cpu * one,
+                        cm->hx->map.split_pct, dsv4_pool_threads(m->pool));
+            else
+                fprintf(stderr, "dsv4: %lld of %lld routed experts in host memory%s: %lld (%.2f GiB, %s) computed by %d threads, "
+                        "%lld (%.2f GiB, page-locked) by the GPU over the bus (--bus-share %.2f)\n",
+                        (long long)cm->hx->map.n_host, (long long)L * E,
+                        p->profile ? ", the least used by the routing profile" : ", spread evenly", (long long)n_cpu, n_cpu * one,
+                        st_memory_words(cm->hx->memory), dsv4_pool_threads(m->pool), (long long)n_bus, n_bus * one,
+                        cm->hx->bus_pct / 100.0);
             if (cm->hx->synth_distinct < cm->hx->map.n_host)
                 fprintf(stderr, "dsv4: synthetic host experts: %d with bytes of their own (%.2f GiB), the other %lld share "
                         "them in a cycle (host memory)\n", cm->hx->synth_distinct, cm->hx->synth_bytes / 1073741824.0,
@@ -685,6 +703,10 @@ void cuda_model_free(struct dsv4_model *m) {
 int64_t cuda_bus_experts(const struct dsv4_model *m) {
     const cu_host_experts *hx = m->cuda ? m->cuda->hx : NULL;
     return hx ? hx->map.n_bus : 0;
+}
+int64_t cuda_split_experts(const struct dsv4_model *m) {
+    const cu_host_experts *hx = m->cuda ? m->cuda->hx : NULL;
+    return hx ? hx->map.n_split : 0;
 }
 
 void cuda_hx_fail_next(struct dsv4_model *m, int k) {

@@ -529,6 +529,12 @@ static void step_moe(step_ctx *s, const cu_layer *ly, int L) {
                                      &b.plan);
     if (L >= 0 && s->cm->route_counts && ly == &s->cm->layers[L])   /* main layers only (dsv4 profile) */
         cu_count_routes(s->st, ws->route_e, T, K, s->cm->route_counts + (int64_t)L * E);
+    /* the token split: tiles of split experts without a pair of the GPU's become absent (their weights unread) */
+    if (hx && hx->owner_d) {
+        if (!b.plan_ready) cu_moe_plan_build(s->st, ws->route_e, ws->route_w, T, K, E, &b.plan);
+        b.plan_ready = 1;
+        cu_moe_split_tiles(s->st, &b.plan, ws->route_e, K, E, hx->owner_d + (int64_t)L * E, hx->map.split_pct, tiles);
+    }
     mark(s, ST_ROUTE);
     if (hx && s->hx_ahead) cuda_hx_publish(hx, s->st, c, ws->xn, ws->route_e, ws->route_w, T, L);
     else if (hx && !s->rc && cuda_hx_fetch(hx, s->st, c, ws->xn, ws->route_e, ws->route_w, T))

@@ -4,6 +4,7 @@
 #include "backend/cuda/cu_common.cuh"
 #include "backend/cuda/cu_kernels.h"
 #include "backend/cuda/cu_quant.cuh"
+#include "model/expert_split.h"
 
 __device__ __forceinline__ float dev_softplus(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
 
@@ -579,6 +580,23 @@ extern "C" void cu_moe_plan_build(cu_stream st, const int32_t *route_e, const fl
         return;
     }
     k_moe_plan<<<1, PLAN_THREADS, sizeof(int) * 3 * (size_t)E, (cudaStream_t)st>>>(route_e, route_w, T, K, E, *p);
+}
+
+/* One thread a tile (cu_kernels.h cu_moe_split_tiles): the tile's pairs in order until one goes over the bus. */
+__global__ void k_moe_split_tiles(cu_moe_plan p, const int32_t *route_e, int K, int E, const uint8_t *owner, int pct) {
+    dev_grid_wait();
+    const int ti = blockIdx.x * blockDim.x + threadIdx.x;
+    if (ti >= *p.n_tiles) return;
+    const int e = p.tile_expert[ti];
+    if (owner[e] != EXPERT_ON_SPLIT) return;
+    for (int q = p.tile_first[ti], q1 = q + p.tile_count[ti]; q < q1; q++)
+        if (expert_split_on_bus(owner, route_e + (int64_t)p.pair_token[q] * K, K, e, pct)) return;
+    p.tile_expert[ti] = E;
+}
+
+extern "C" void cu_moe_split_tiles(cu_stream st, cu_moe_plan *p, const int32_t *route_e, int K, int E, const uint8_t *owner, int pct,
+                                   int max_tiles) {
+    if (max_tiles > 0) k_moe_split_tiles<<<cu_blocks(max_tiles, 128), 128, 0, (cudaStream_t)st>>>(*p, route_e, K, E, owner, pct);
 }
 
 #ifndef DSV4_MOE_FUSED
