@@ -41,7 +41,8 @@
 #   long     a 128K-token prefill in steps of LONG_CHUNK (default 8192) with --profile (LONG_PROMPT, LONG_TIMEOUT;
 #            LONG_RUNS: default and / or NAME=V entries, one run each)
 #   bus      issue 15's bus share: Flash with --gpu-mem BUS_MEM (default 80) at each --bus-share of BUS_SHARES (default
-#            0 0.5), --prompt 64 --decode 16 (BUS_ARGS: more); the load time, decode, prefill and the host line of each
+#            0 0.5; an entry tF: F with --bus-by-token), --prompt 64 --decode 16 (BUS_ARGS: more); the load time, decode,
+#            prefill and the host lines of each
 #   ahead    issue 15: Flash with --gpu-mem AHEAD_MEM (default 80, 72 on an 80 GB card), --prompt 64 --decode 16, for each
 #            entry [BIN:]A[tN] of AHEAD_RUNS (default 1 0): the staged binary .gpu/BIN (default dsv4) with DSV4_CUDA_HX_AHEAD=A
 #            (steps with host experts enqueued ahead against launched directly), tN: --threads N
@@ -345,13 +346,14 @@ fi
 save
 if has bus; then
   echo "== Flash --gpu-mem ${BUS_MEM:-80}, bus shares ${BUS_SHARES:-0 0.5}:"
-  for b in ${BUS_SHARES:-0 0.5}; do
-    t0=$(date +%s)
-    timeout ${BUS_TIMEOUT:-200} $FLASH --gpu-mem ${BUS_MEM:-80} --bus-share $b --prompt 64 --decode 16 --no-bandwidth ${BUS_ARGS:-} \
+  for b in ${BUS_SHARES:-0 0.5}; do   # an entry tF: --bus-share F --bus-by-token (issue 15's token split)
+    t0=$(date +%s) share=$b by=
+    case $b in t*) share=${b#t} by=--bus-by-token ;; esac
+    timeout ${BUS_TIMEOUT:-200} $FLASH --gpu-mem ${BUS_MEM:-80} --bus-share $share $by --prompt 64 --decode 16 --no-bandwidth ${BUS_ARGS:-} \
         >$L/bus_$b.log 2>&1
     rc=$?
-    echo "  --bus-share $b (exit $rc, $(( $(date +%s) - t0 )) s): $(grep -E '^prefill|^decode, 1' $L/bus_$b.log | head -2 | tr '\n' ' ' | tr -s ' ')"
-    echo "    $(grep -E 'in host memory|^host, a decode' $L/bus_$b.log | tail -3 | tr '\n' ' ' | tr -s ' ' | cut -c 1-500)"
+    echo "  --bus-share $share $by (exit $rc, $(( $(date +%s) - t0 )) s): $(grep -E '^prefill|^decode, 1' $L/bus_$b.log | head -2 | tr '\n' ' ' | tr -s ' ')"
+    echo "    $(grep -E 'in host memory|^host, a decode|^host expert reads|error' $L/bus_$b.log | tail -4 | tr '\n' ' ' | tr -s ' ' | cut -c 1-600)"
   done
 fi
 save
