@@ -299,13 +299,14 @@ int cmd_inspect(int argc, char **argv) {
         } else if ((r = cli_placement_option("inspect", argc, argv, &i, &pl)) != 0) {
             if (r < 0) return 1;
         } else {
-            return cli_error("inspect", "unknown option '%s' (usage: dsv4 inspect -m DIR [--gpu-mem GB [--expert-profile FILE] [--bus-share F] [--bus-by-token]])", argv[i]);
+            return cli_error("inspect", "unknown option '%s' (usage: dsv4 inspect -m DIR [--gpu-mem GB [--expert-profile FILE] "
+                             "[--bus-share F] [--bus-by-token]])", argv[i]);
         }
     }
     if (!dir) return cli_error("inspect", "missing -m DIR");
     if (pl.expert_profile && !pl.gpu_mem_gb) return cli_error("inspect", "--expert-profile needs --gpu-mem GB (the placement it chooses)");
-    if ((pl.bus_share || pl.bus_by_token) && !pl.gpu_mem_gb)
-        return cli_error("inspect", "--bus-share and --bus-by-token need --gpu-mem GB (the placement they split)");
+    if (pl.bus_share && !pl.gpu_mem_gb) return cli_error("inspect", "--bus-share needs --gpu-mem GB (the placement it splits)");
+    if (pl.bus_by_token && !pl.gpu_mem_gb) return cli_error("inspect", "--bus-by-token needs --gpu-mem GB (the placement it splits)");
     if (pl.bus_by_token && pl.bus_share < 0) return cli_error("inspect", "--bus-by-token needs a --bus-share above 0");
     const int rc = inspect(dir);
     return rc || !pl.gpu_mem_gb ? rc : print_placement(dir, &pl);

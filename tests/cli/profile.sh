@@ -132,6 +132,13 @@ expect_ok "inspect, no bus share" "$BIN" inspect -m "$T/m" --gpu-mem 0.0054 --bu
 grep -q ", 0 (0 B, page-locked) by the GPU over the bus (--bus-share 0.00)" "$T/out" && ok || bad "--bus-share 0: $(grep 'over the bus' "$T/out")"
 expect_err "bad --bus-share" "--bus-share must be a share from 0 to 1" "$BIN" inspect -m "$T/m" --gpu-mem 0.0054 --bus-share 1.5
 expect_err "bus share without budget" "--bus-share needs --gpu-mem" "$BIN" inspect -m "$T/m" --bus-share 0.5
+# the token split: the share of each token's routes (default 25 %, or --bus-share's), every host expert page-locked
+expect_ok "inspect --bus-by-token" "$BIN" inspect -m "$T/m" --gpu-mem 0.0054 --bus-by-token
+grep -q "of each token's routes to experts in host memory: 25 % over the bus to the GPU.*(--bus-by-token).*: fits" "$T/out" && ok ||
+    bad "--bus-by-token: $(grep 'each token' "$T/out")"
+expect_ok "inspect --bus-by-token --bus-share 0.4" "$BIN" inspect -m "$T/m" --gpu-mem 0.0054 --bus-by-token --bus-share 0.4
+grep -q "each token's routes to experts in host memory: 40 % over the bus" "$T/out" && ok || bad "--bus-by-token at 0.4: $(grep 'each token' "$T/out")"
+expect_err "token split without budget" "--bus-by-token needs --gpu-mem" "$BIN" inspect -m "$T/m" --bus-by-token
 
 # a skewed synthetic router (bench --route-skew, config dsv4_route_skew): each non-hash layer's gate.bias is the
 # unskewed model's (the same noise) minus s ln(1 + rank), the ranks a permutation of the experts; so the lowest

@@ -21,6 +21,12 @@
  * kernels' rows, bit for bit those of an all-GPU run (with every host expert on the bus, the step is the all-GPU
  * step). Packed FP4 experts (DSV4_CUDA_EXPERT_PACK) are packed in place in the bus arena at load.
  *
+ * The token split (`--bus-by-token`, model/expert_split.h): every expert in host memory is EXPERT_ON_SPLIT, its bytes
+ * in the bus arena (huge pages registered with CUDA: the host reads them too, so unpacked), and a rule on each token's
+ * own routing row sends some of its routes to them over the bus and the rest to the host. The host computes its pairs
+ * in step 2; the GPU's plan marks each split expert's tile without a bus pair absent (cu_moe_split_tiles), computes
+ * the others whole, and the host's rows overwrite its pairs in step 3.
+ *
  * A step enqueued ahead (cuda_step.c: steps of at most CU_HX_AHEAD_MAX_T tokens, as CUDA graphs or, with graphs off,
  * launched directly; DSV4_CUDA_HX_AHEAD, on by default since run 187: the hand-off in 16-byte bus reads (run 184) and
  * a core left to the enqueue (run 186) made it faster than the direct path):
