@@ -112,8 +112,8 @@ int expert_map_split_bus(expert_map *map, int bus_pct, int n_act, const uint64_t
 }
 
 /* EXPERT_SPLIT_PCT, 25: at batch 1 a layer waits for the slower side, and the bus takes ~0.35-0.5 ms an expert
- * where the host's cores take ~0.2 (runs 118-123, 186): 25 % sends none of a token's one or two host routes over
- * the bus, one of three to five, two of six (floor(h / 4 + 1/2)). */
+ * where the host's cores take ~0.2 (runs 118-123, 186): 25 % sends none of a token's one host route over the bus,
+ * one of two to five, two of six (floor(h / 4 + 1/2)). */
 int expert_map_split_tokens(expert_map *map, int pct, int64_t bus_room) {
     if (!map->owner) return 0;
     if (map->n_host > bus_room) return -1;

@@ -274,9 +274,11 @@ static void split_parity(void **state) {
         got = tm_logits(all_host, f->tok, SEQ_LEN, NULL, 0);
         if (!want || !got || memcmp(got, want, sizeof(float) * SEQ_LEN * (size_t)f->vocab))
             fail_msg("split by token at 0.01: the logits differ from the split model's without the bus");
-        /* and the fixture's share mixes the two: its logits are neither's */
-        if (!memcmp(f->ref, want, sizeof(float) * SEQ_LEN * (size_t)f->vocab) ||
-            !memcmp(f->ref, f->gref, sizeof(float) * SEQ_LEN * (size_t)f->vocab))
+        /* and where the two ends differ (the CPU's and the GPU's expert kernels give different bits: EXACT here;
+         * in OFFICIAL mode the tiny models' rows agree to the bit, run 188), the fixture's share mixes them: its
+         * logits are neither end's */
+        const size_t nb = sizeof(float) * SEQ_LEN * (size_t)f->vocab;
+        if (memcmp(want, f->gref, nb) && (!memcmp(f->ref, want, nb) || !memcmp(f->ref, f->gref, nb)))
             fail_msg("split by token at %.2f: the logits equal one end's, so no pair went the other way", tp->bus);
         free(want);
         free(got);

@@ -149,19 +149,22 @@ typedef struct {
 /* The pinned arena holds the bus experts and the split ones: the GPU reads both over the bus. */
 static int arena_holds(const hx_arena *a, int owner) { return owner == a->cls || (a->cls == EXPERT_ON_BUS && owner == EXPERT_ON_SPLIT); }
 
-/* Huge pages, page-locked and mapped where pinned and the host's cores read it too (split experts: on 4 KiB pages
- * their loops would pay a TLB miss every 4 KiB, util/bigmem.h), else cu_malloc_mapped's. */
-static uint8_t *arena_alloc(hx_arena *a, size_t n, int host_reads) {
-    if (!a->pinned) return bigmem_alloc(n);
-    if (host_reads) {
-        uint8_t *p = bigmem_alloc(n);
-        if (p && !cu_host_register_mapped(p, n)) {
-            a->registered = 1;
-            return p;
-        }
-        bigmem_free(p, n);
+/* Huge pages (util/bigmem.h), or cu_malloc_mapped's page-locked, mapped memory for the bus. An arena the host's cores
+ * read too (split experts) takes huge pages, as the host's own arena does (on 4 KiB pages its loops would pay a TLB
+ * miss every 4 KiB), and is registered with CUDA after the model's threads have filled it (arena_pin): so its pages
+ * are spread over the memory nodes of the threads that first touch them, as the host arena's are. */
+static uint8_t *arena_alloc(const hx_arena *a, size_t n, int host_reads) {
+    return !a->pinned || host_reads ? bigmem_alloc(n) : cu_malloc_mapped(n);
+}
+static int arena_pin(hx_arena *a, size_t n, int64_t n_cls, dsv4_error *err) {
+    if (!cu_host_register_mapped(a->base, n)) {
+        a->registered = 1;
+        return DSV4_OK;
     }
-    return cu_malloc_mapped(n);
+    bigmem_free(a->base, n);
+    a->base = NULL;
+    return dsv4_fail(err, DSV4_E_NOMEM, "cannot page-lock the %lld routed experts split by token (%.2f GiB, --bus-by-token): "
+                     "a larger --gpu-mem, or --bus-share without --bus-by-token, needs less", (long long)n_cls, n / 1073741824.0);
 }
 
 /* Build arena a for every expert of class a->cls: its pieces, the memory, the fill by the model's threads, the
@@ -191,7 +194,7 @@ static int build_arena(cu_host_experts *hx, struct dsv4_model *m, hx_arena *a, d
             own[a->n_own][0] = l, own[a->n_own][1] = e;
             a->n_own++;
         }
-    if (!rc && !(a->base = arena_alloc(a, ps.bytes, hx->map.n_split > 0)))
+    if (!rc && !(a->base = arena_alloc(a, ps.bytes, a->pinned && hx->map.n_split > 0)))
         rc = a->pinned ? dsv4_fail(err, DSV4_E_NOMEM, "out of page-locked host memory for the %lld routed experts the GPU reads over "
                                    "the bus (%.2f GiB): --bus-share 0, or a smaller share without --bus-by-token, needs less", (long long)n_cls, ps.bytes / 1073741824.0)
                        : dsv4_fail(err, DSV4_E_NOMEM, "out of host memory for the %lld host experts (%.2f GiB)", (long long)n_cls,
@@ -200,6 +203,7 @@ static int build_arena(cu_host_experts *hx, struct dsv4_model *m, hx_arena *a, d
         a->bytes = ps.bytes;
         hx_fill_job j = { &ps, a->base };
         dsv4_pool_run(m->pool, ps.n, fill_pieces, &j);
+        if (a->pinned && hx->map.n_split && (rc = arena_pin(a, ps.bytes, n_cls, err))) a->bytes = 0;
     }
     for (int l = 0, i = 0, o = 0, n_shared = 0; !rc && l < L; l++)
         for (int e = 0; e < E; e++) {
