@@ -107,9 +107,10 @@ typedef struct {
     double bus_share;    /* cuda, routed experts in host memory: the share (0..1) of them that the GPU computes itself,
                             its expert kernels reading their weights from page-locked host memory over the bus (PCIe)
                             while the host's cores compute the rest. A fixed set per layer, so results stay
-                            batch-invariant; those experts' rows are the all-GPU run's bits. 0 = the default: 0.25
+                            batch-invariant; those experts' rows are the all-GPU run's bits. 0 = the default: 0.15
                             where a token's expected host experts in a layer are 2 or more (n_act x the host's
-                            fraction of the experts), else none; a negative value = none (the host computes all) */
+                            fraction of the experts), 0.25 from 4, 1 below 0.25 (when they fit page-locked), else
+                            none; a negative value = none (the host computes all) */
     int bus_by_token;    /* cuda, routed experts in host memory: 1 = split each token's routes to them instead of the
                             experts themselves: of a token's h routes to one layer's host experts, round(h x bus_share)
                             (bus_share 0 = the default, 0.25) are computed by the GPU over the bus, the rest by the

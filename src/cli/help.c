@@ -32,8 +32,8 @@ typedef struct {
                                               "profile (default DIR/expert_profile.json if present, else even)"}, \
                     {"--bus-share F", "with --gpu-mem: the share (0-1) of the experts in host memory that the GPU " \
                                       "computes, reading them over PCIe, beside the CPU computing the rest (default by a token's " \
-                                      "expected routes r to a layer's host experts, from the profile: 1 where r < 0.25, 0.25 " \
-                                      "where r >= 2, else 0)"}, \
+                                      "expected routes r to a layer's host experts, from the profile: 1 where r < 0.25, 0.15 " \
+                                      "where r >= 2, 0.25 where r >= 4, else 0)"}, \
                     {"--bus-by-token", "with --gpu-mem: split each token's routes to host experts instead, about the " \
                                        "share F (default 0.25) of them over PCIe, the rest on the CPU; every host expert " \
                                        "page-locked"}, \

@@ -140,7 +140,7 @@ int expert_bus_auto_pct(const expert_map *map, int n_act, const uint64_t *counts
                          ? share[EXPERT_ON_HOST] + share[EXPERT_ON_BUS] : uniform[EXPERT_ON_HOST] + uniform[EXPERT_ON_BUS];
     const double r = n_act * f;
     if (r < 0.25 && map->n_host <= bus_room) return 100;
-    return r >= 2 ? 25 : 0;
+    return r >= 4 ? 25 : r >= 2 ? 15 : 0;
 }
 
 int64_t expert_bus_room(uint64_t expert_bytes) {

@@ -93,9 +93,11 @@ int  expert_bus_pct(double share);
  *     and with none left on the host the step runs as CUDA graphs. Measured on an H200 (docs/GPU_RUNS.md runs
  *     127-131): Flash at --gpu-mem 132 placed by a profile, 0.1-2 % of routes in host memory, decodes at 77-87 tok/s
  *     with the host computing them and 97-110 with them all over the bus (the all-GPU step: 121).
- *   r >= 2: 25 — the bus and the host's cores each take part of a layer's host bytes. A layer waits for the slower
- *     side, and at batch 1 a bus expert (~0.35 ms for 13.4 MB) is slower than the host's (~0.2 ms), so the bus pays
- *     only where the host has several experts a layer (run 118: --gpu-mem 80 and 24, +6-16 % decode, +40 % prefill).
+ *   r >= 2: the bus and the host's cores each take part of a layer's host bytes. A layer waits for the slower
+ *     side, and at batch 1 a bus expert (~0.35-0.5 ms for 13.4 MB) is slower than the host's (~0.2-0.3 ms), so the
+ *     bus pays only where the host has several experts a layer (run 118: --gpu-mem 80 and 24, +6-16 % decode, +40 %
+ *     prefill): 25 where r >= 4 (--gpu-mem 24 evenly, r ~ 5.3: 0.25 the best of 0 / 0.25 / 0.3 in run 118), else 15
+ *     (--gpu-mem 72-80 evenly, r ~ 3: 0.15 decoded 10-25 % faster than 0.25 in runs 186 and 188).
  *   otherwise 0 (run 120: --gpu-mem 132, r = 0.58, 63 tok/s against 55-57 with the bus).
  * A function of the placement, the profile and the room alone. */
 int  expert_bus_auto_pct(const expert_map *map, int n_act, const uint64_t *counts, int64_t bus_room);

@@ -188,11 +188,12 @@ cp "$T/cut.json" "$T/m/expert_profile.json"
 expect_err "damaged profile next to the checkpoint" "expert_profile.json: not JSON" "$BIN" inspect -m "$T/m" --gpu-mem 0.0054
 expect_err "missing profile" "nope.json" "$BIN" inspect -m "$T/m" --gpu-mem 0.0054 --expert-profile "$T/nope.json"
 expect_err "budget below the other weights" "the weights other than the routed experts need" "$BIN" inspect -m "$T/m" --gpu-mem 0.001 --expert-profile "$T/p3.json"
-# the default bus share: 25 % where top-2 x the host's fraction of the 48 experts >= 2, i.e. all 48 on the host (a
-# budget just above the other weights, read from the error); none at 40 of 48 (0.0054 GiB, above)
+# the default bus share: 15 % where top-2 x the host's fraction of the 48 experts >= 2 (25 % from 4: not with top-2),
+# i.e. all 48 on the host (a budget just above the other weights, read from the error): floor(8 x 15 / 100) = 1 of
+# each layer's 8; none at 40 of 48 (0.0054 GiB, above)
 fixed_mib=$(sed -n 's/.*routed experts need \([0-9.]*\) MiB.*/\1/p' "$T/err")
 expect_ok "inspect at the other weights' size" "$BIN" inspect -m "$T/m" --expert-profile "" --gpu-mem "$(python3 -c "print(($fixed_mib + 0.01) / 1024)")"
-grep -q "in host memory: 36 (.*) computed by the CPU, 12 (.*) by the GPU over the bus (--bus-share 0.25)" "$T/out" && ok ||
+grep -q "in host memory: 42 (.*) computed by the CPU, 6 (.*) by the GPU over the bus (--bus-share 0.15)" "$T/out" && ok ||
     bad "default bus share with every expert on the host: $(grep 'host memory' "$T/out" | tail -1)"
 expect_ok "inspect default bus share" "$BIN" inspect -m "$T/m" --expert-profile "" --gpu-mem 0.0054
 grep -q "(--bus-share 0.00)" "$T/out" && ok || bad "default bus share at 40 of 48 on the host: $(grep 'over the bus' "$T/out")"
@@ -212,7 +213,7 @@ L, E = p["n_layers"], p["n_routed"]
 order = sorted(((p["counts"][l][e], l * E + e) for l in range(L) for e in range(E)), key=lambda x: (-x[0], x[1]))
 gpu = set(i for c, i in order[:sum(per)])
 off = sum(c for c, i in order if i not in gpu); r = 2 * off / sum(c for c, i in order)
-print("1.00" if r < 0.25 else "0.25" if r >= 2 else "0.00")
+print("1.00" if r < 0.25 else "0.25" if r >= 4 else "0.15" if r >= 2 else "0.00")
 EOF2
 )
     grep -q "(--bus-share $want)" "$T/out" && ok || bad "default bus share by profile at $gb: $(grep 'over the bus' "$T/out"), want $want"

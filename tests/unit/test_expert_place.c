@@ -256,11 +256,14 @@ static void host_map_bus_share(void **st) {
     assert_int_equal(expert_bus_pct(1), 100);
     assert_int_equal(expert_bus_pct(1.01), -1);
     assert_int_equal(expert_bus_pct(NAN), -1);
-    /* the default by the experts (no profile): r = n_act x n_host / (L x E); 25 % where r >= 2, 100 % where r < 0.25
-     * (and the room holds them all), else none. 13 of 16 on the host: top-2 gives 26 / 16 < 2, none; top-3 gives
-     * 39 / 16 >= 2; 11 of 16 at top-3: 33 / 16 >= 2; 10 of 16: 30 / 16 < 2 */
+    /* the default by the experts (no profile): r = n_act x n_host / (L x E); 25 % where r >= 4, 15 % where r >= 2,
+     * 100 % where r < 0.25 (and the room holds them all), else none. 13 of 16 on the host: top-2 gives 26 / 16 < 2,
+     * none; top-3 gives 39 / 16 >= 2; top-5 gives 65 / 16 >= 4; top-4 gives 52 / 16 < 4; 11 of 16 at top-3: 33 / 16
+     * >= 2; 10 of 16: 30 / 16 < 2 */
     assert_int_equal(expert_bus_auto_pct(&m, 2, NULL, 1000), 0);
-    assert_int_equal(expert_bus_auto_pct(&m, 3, NULL, 1000), 25);
+    assert_int_equal(expert_bus_auto_pct(&m, 3, NULL, 1000), 15);
+    assert_int_equal(expert_bus_auto_pct(&m, 4, NULL, 1000), 15);
+    assert_int_equal(expert_bus_auto_pct(&m, 5, NULL, 1000), 25);
     /* by a profile's routes instead: the 3 GPU experts take 100 routes each, the 13 host ones 1 each: r = 2 x 13 / 313
      * = 0.083 < 0.25, every host expert over the bus; unless the room is short of the 13 */
     uint64_t counts[16];
@@ -269,15 +272,17 @@ static void host_map_bus_share(void **st) {
     assert_int_equal(expert_bus_auto_pct(&m, 2, counts, 12), 0);
     assert_int_equal(expert_map_split_bus(&m, EXPERT_BUS_AUTO, 2, counts, 13), 100);
     assert_int_equal(m.n_bus, 13);
-    /* routes only to host experts: r = 2 x 1 = 2, 25 % (by the experts it would be 26 / 16: none) */
+    /* routes only to host experts: r = 2 x 1 = 2, 15 % (by the experts it would be 26 / 16: none); at top-4, r = 4:
+     * 25 % */
     for (int i = 0; i < 16; i++) counts[i] = expert_on_host(&m, i / 8, i % 8) ? 10 : 0;
-    assert_int_equal(expert_bus_auto_pct(&m, 2, counts, 1000), 25);
+    assert_int_equal(expert_bus_auto_pct(&m, 2, counts, 1000), 15);
+    assert_int_equal(expert_bus_auto_pct(&m, 4, counts, 1000), 25);
     /* a profile that counted nothing: by the experts */
     memset(counts, 0, sizeof counts);
     assert_int_equal(expert_bus_auto_pct(&m, 2, counts, 1000), 0);
     expert_map_free(&m);
     assert_int_equal(expert_map_plan(&m, 2, 8, 5, NULL), 0);
-    assert_int_equal(expert_bus_auto_pct(&m, 3, NULL, 1000), 25);
+    assert_int_equal(expert_bus_auto_pct(&m, 3, NULL, 1000), 15);
     expert_map_free(&m);
     assert_int_equal(expert_map_plan(&m, 2, 8, 6, NULL), 0);
     assert_int_equal(expert_bus_auto_pct(&m, 3, NULL, 1000), 0);
