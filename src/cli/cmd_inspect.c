@@ -260,7 +260,7 @@ static int print_placement(const char *dir, const cli_placement *pl) {
     for (int l = 0; l < L; l++) printf(" %d:%d", l, expert_map_gpu_count(&map, l));
     printf("\n");
     if (map.n_host && pl->bus_by_token) {
-        const int pct = pl->bus_share > 0 ? expert_bus_pct(pl->bus_share) : EXPERT_SPLIT_PCT;
+        const int pct = expert_split_pct(pl->bus_share);   /* >= 0: main() refused a negative share */
         const int fits = !expert_map_split_tokens(&map, pct, expert_bus_room(one));
         printf("  of each token's routes to experts in host memory: %d %% over the bus to the GPU, the rest to the CPU "
                "(--bus-by-token); every host expert page-locked (%s): %s\n", pct, hb,

@@ -56,18 +56,24 @@ static void quantize_inputs(dsv4_mode mode, const float *xn, int T, int d, float
 }
 
 /* The tokens routed to expert e, in increasing order: their rows of xq into x [n][d], their routing weights into
- * w, their ids into tok (when not NULL). A row naming e twice counts once, with its first slot's weight (the
- * official indexed update keeps one write). Returns n. */
+ * w, their ids into tok and their pair indices into pair (each when not NULL: the i-th token routed to e is pair
+ * first_e + i, as the GPU's plan numbers them). A row naming e twice counts once, with its first slot's weight (the
+ * official indexed update keeps one write). With split (a layer's owner row, e an EXPERT_ON_SPLIT expert) only the
+ * tokens the token split at pct leaves to the host (model/expert_split.h). Returns n. */
 static int gather_pairs(int e, const int32_t *route_e, const float *route_w, int T, int K, const float *xq, int d,
-                        float *x, float *w, int32_t *tok) {
+                        const uint8_t *split, int pct, int first_e, float *x, float *w, int32_t *tok, int32_t *pair) {
     int n = 0;
-    for (int t = 0; t < T; t++)
+    for (int t = 0, i = 0; t < T; t++)
         for (int j = 0; j < K; j++)
             if (route_e[(int64_t)t * K + j] == e) {
-                memcpy(x + (int64_t)n * d, xq + (int64_t)t * d, sizeof(float) * d);
-                w[n] = route_w[(int64_t)t * K + j];
-                if (tok) tok[n] = t;
-                n++;
+                if (!split || !expert_split_on_bus(split, route_e + (int64_t)t * K, K, e, pct)) {
+                    memcpy(x + (int64_t)n * d, xq + (int64_t)t * d, sizeof(float) * d);
+                    w[n] = route_w[(int64_t)t * K + j];
+                    if (tok) tok[n] = t;
+                    if (pair) pair[n] = first_e + i;
+                    n++;
+                }
+                i++;
                 break;
             }
     return n;
@@ -127,7 +133,8 @@ void moe_forward(struct dsv4_model *m, const dsv4_layer *layer, dsv4_workspace *
             g.n_calls = g.rows = 0;
         }
         const int64_t r = g.rows;
-        gather_pairs(e, ws->route_e, ws->route_w, T, K, xq, d, ws->pair_x + r * d, ws->pair_w + r, ws->pair_tok + r);
+        gather_pairs(e, ws->route_e, ws->route_w, T, K, xq, d, NULL, 0, 0, ws->pair_x + r * d, ws->pair_w + r, ws->pair_tok + r,
+                     NULL);
         g.call[g.n_calls++] = (moe_expert_call){ &layer->w1[e], &layer->w2[e], &layer->w3[e], n, ws->pair_x + r * d,
                                                  ws->pair_w + r, ws->pair_g + r * I, ws->pair_v + r * I, ws->pair_y + r * d };
         g.rows += n;
@@ -154,26 +161,6 @@ int moe_pair_offsets(const int32_t *route_e, int T, int K, int E, int32_t *first
     return first[E];
 }
 
-/* The pairs of split expert e (model/expert_split.h) that the host computes: of the tokens routing to e, in token
- * order (the i-th is pair first_e + i, as the GPU's plan numbers them), those the rule leaves to the host; their
- * inputs into x, weights into w, pair indices into pair. Returns how many. */
-static int gather_split_pairs(int e, const uint8_t *owner, int pct, const int32_t *route_e, const float *route_w, int T, int K,
-                              const float *xq, int d, int first_e, float *x, float *w, int32_t *pair) {
-    int n = 0, i = 0;
-    for (int t = 0; t < T; t++)
-        for (int j = 0; j < K; j++)
-            if (route_e[(int64_t)t * K + j] == e) {
-                if (!expert_split_on_bus(owner, route_e + (int64_t)t * K, K, e, pct)) {
-                    memcpy(x + (int64_t)n * d, xq + (int64_t)t * d, sizeof(float) * d);
-                    w[n] = route_w[(int64_t)t * K + j];
-                    pair[n++] = first_e + i;
-                }
-                i++;
-                break;
-            }
-    return n;
-}
-
 int moe_host_rows(struct dsv4_model *m, const dsv4_layer *layer, const uint8_t *owner, int split_pct, const float *xn,
                   const int32_t *route_e, const float *route_w, int T, moe_host_scratch *scr, float *rows, int32_t *pair) {
     const dsv4_config *c = &m->cfg;
@@ -190,15 +177,9 @@ int moe_host_rows(struct dsv4_model *m, const dsv4_layer *layer, const uint8_t *
             g.n_calls = g.rows = 0;
         }
         const int64_t r = g.rows;
-        if (owner[e] == EXPERT_ON_SPLIT) {
-            n = gather_split_pairs(e, owner, split_pct, route_e, route_w, T, K, scr->xq, d, scr->first[e], scr->x + r * d, scr->w + r,
-                                   pair + n_rows);
-            if (!n) continue;
-        } else {
-            gather_pairs(e, route_e, route_w, T, K, scr->xq, d, scr->x + r * d, scr->w + r, NULL);
-            /* the pairs of e in token order: pair index first[e] + i for the i-th, as the GPU's plan numbers them */
-            for (int i = 0; i < n; i++) pair[n_rows + i] = scr->first[e] + i;
-        }
+        n = gather_pairs(e, route_e, route_w, T, K, scr->xq, d, owner[e] == EXPERT_ON_SPLIT ? owner : NULL, split_pct, scr->first[e],
+                         scr->x + r * d, scr->w + r, NULL, pair + n_rows);
+        if (!n) continue;   /* a split expert whose pairs all go over the bus */
         g.call[g.n_calls++] = (moe_expert_call){ &layer->w1[e], &layer->w2[e], &layer->w3[e], n, scr->x + r * d,
                                                  scr->w + r, scr->g + r * I, scr->v + r * I, rows + (int64_t)n_rows * d };
         g.rows += n;

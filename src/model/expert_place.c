@@ -125,6 +125,11 @@ int expert_map_split_tokens(expert_map *map, int pct, int64_t bus_room) {
     return 0;
 }
 
+int expert_split_pct(double share) {
+    const int pct = expert_bus_pct(share);
+    return pct == EXPERT_BUS_AUTO ? EXPERT_SPLIT_PCT : share < 0 ? -1 : pct;
+}
+
 int expert_bus_pct(double share) {
     if (!(share <= 1)) return -1;
     if (share == 0) return EXPERT_BUS_AUTO;

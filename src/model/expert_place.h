@@ -108,6 +108,9 @@ int  expert_bus_auto_pct(const expert_map *map, int n_act, const uint64_t *count
 int  expert_map_split_tokens(expert_map *map, int pct, int64_t bus_room);
 /* The token split's default share (percent): see expert_place.c. */
 #define EXPERT_SPLIT_PCT 25
+/* The token split's share for dsv4_load_opts.bus_share (> 0: that share; 0: EXPERT_SPLIT_PCT), percent; -1 when it
+ * is negative (no bus), above 1 or NaN. */
+int  expert_split_pct(double share);
 
 /* The experts of expert_bytes each that may go over the bus all at once: 60 % of the machine's memory (page-locked;
  * the share of it cuda_host_experts.c gives synthetic host experts). */

@@ -381,11 +381,10 @@ static int model_cuda_init(dsv4_model *m, const char *dir, const dsv4_load_opts 
         return dsv4_fail(err, DSV4_E_ARG, "GPU memory budget %g GiB is out of range", opts->gpu_mem_gb);
     const int bus_pct = expert_bus_pct(opts->bus_share);
     if (bus_pct == -1) return dsv4_fail(err, DSV4_E_ARG, "bus share %g is out of range (0 to 1; negative = none)", opts->bus_share);
-    if (opts->bus_by_token && opts->bus_share < 0)
+    const int split_pct = opts->bus_by_token ? expert_split_pct(opts->bus_share) : -1;
+    if (opts->bus_by_token && split_pct < 0)
         return dsv4_fail(err, DSV4_E_ARG, "splitting each token's host routes (bus_by_token) needs a bus share above 0, got %g",
                          opts->bus_share);
-    /* the token split's share: the one given, else its own default */
-    const int split_pct = !opts->bus_by_token ? -1 : opts->bus_share > 0 ? bus_pct : EXPERT_SPLIT_PCT;
     expert_profile prof;
     int rc = expert_profile_find(dir, opts->expert_profile, m->cfg.n_layers, m->cfg.n_routed, m->cfg.n_act, &prof, err);
     if (rc) return rc;

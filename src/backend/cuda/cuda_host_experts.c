@@ -64,7 +64,7 @@ static void free_buffers(cu_host_experts *hx) {
 void cuda_hx_free(cu_host_experts *hx) {
     free_buffers(hx);
     bigmem_free(hx->arena, hx->arena_bytes);
-    if (hx->bus_registered) {
+    if (hx->map.n_split) {   /* the split experts' arena: huge pages, registered (arena_pin) */
         cu_host_unregister(hx->bus_arena);
         bigmem_free(hx->bus_arena, hx->bus_bytes);
     } else
@@ -138,29 +138,28 @@ typedef struct {
     int cls;          /* the experts it holds: EXPERT_ON_HOST, or EXPERT_ON_BUS (with the EXPERT_ON_SPLIT ones) */
     int synthetic;    /* random bytes from seeds (a synthetic checkpoint), else copies of the bindings' bytes */
     size_t budget;    /* synthetic: bytes of its own at most; the experts beyond share them in a cycle */
-    int pinned;       /* page-locked and mapped (the bus), else huge pages; both for split experts, which the host reads too */
+    int pinned;       /* page-locked and mapped (the bus), else huge pages */
+    int host_reads;   /* pinned, and the host's cores read it too (split experts): huge pages, page-locked once filled */
     uint64_t seed;    /* synthetic: the first expert weight's seed */
     uint8_t *base;    /* out: the arena (NULL when the class is empty) */
-    int registered;   /* out: huge pages registered with CUDA (cu_host_register_mapped), else cu_malloc_mapped's */
     size_t bytes;     /* out */
     int n_own;        /* out: experts with bytes of their own */
 } hx_arena;
 
 /* The pinned arena holds the bus experts and the split ones: the GPU reads both over the bus. */
-static int arena_holds(const hx_arena *a, int owner) { return owner == a->cls || (a->cls == EXPERT_ON_BUS && owner == EXPERT_ON_SPLIT); }
+static int arena_holds(const hx_arena *a, int owner) {
+    return owner == a->cls || (a->cls == EXPERT_ON_BUS && owner == EXPERT_ON_SPLIT);
+}
 
 /* Huge pages (util/bigmem.h), or cu_malloc_mapped's page-locked, mapped memory for the bus. An arena the host's cores
  * read too (split experts) takes huge pages, as the host's own arena does (on 4 KiB pages its loops would pay a TLB
  * miss every 4 KiB), and is registered with CUDA after the model's threads have filled it (arena_pin): so its pages
  * are spread over the memory nodes of the threads that first touch them, as the host arena's are. */
-static uint8_t *arena_alloc(const hx_arena *a, size_t n, int host_reads) {
-    return !a->pinned || host_reads ? bigmem_alloc(n) : cu_malloc_mapped(n);
+static uint8_t *arena_alloc(const hx_arena *a, size_t n) {
+    return a->pinned && !a->host_reads ? cu_malloc_mapped(n) : bigmem_alloc(n);
 }
 static int arena_pin(hx_arena *a, size_t n, int64_t n_cls, dsv4_error *err) {
-    if (!cu_host_register_mapped(a->base, n)) {
-        a->registered = 1;
-        return DSV4_OK;
-    }
+    if (!cu_host_register_mapped(a->base, n)) return DSV4_OK;
     bigmem_free(a->base, n);
     a->base = NULL;
     return dsv4_fail(err, DSV4_E_NOMEM, "cannot page-lock the %lld routed experts split by token (%.2f GiB, --bus-by-token): "
@@ -174,7 +173,7 @@ static int build_arena(cu_host_experts *hx, struct dsv4_model *m, hx_arena *a, d
     int64_t n_cls = 0;
     for (int l = 0; l < L; l++)
         for (int e = 0; e < E; e++) n_cls += arena_holds(a, expert_owner_of(&hx->map, l, e));
-    a->base = NULL, a->bytes = 0, a->n_own = 0, a->registered = 0;
+    a->base = NULL, a->bytes = 0, a->n_own = 0;
     if (!n_cls) return DSV4_OK;
     /* the experts with bytes of their own, in (layer, expert) order: own[i] = that expert's (layer, expert) */
     int (*own)[2] = malloc(sizeof *own * (size_t)n_cls);
@@ -194,7 +193,7 @@ static int build_arena(cu_host_experts *hx, struct dsv4_model *m, hx_arena *a, d
             own[a->n_own][0] = l, own[a->n_own][1] = e;
             a->n_own++;
         }
-    if (!rc && !(a->base = arena_alloc(a, ps.bytes, a->pinned && hx->map.n_split > 0)))
+    if (!rc && !(a->base = arena_alloc(a, ps.bytes)))
         rc = a->pinned ? dsv4_fail(err, DSV4_E_NOMEM, "out of page-locked host memory for the %lld routed experts the GPU reads over "
                                    "the bus (%.2f GiB): --bus-share 0, or a smaller share without --bus-by-token, needs less", (long long)n_cls, ps.bytes / 1073741824.0)
                        : dsv4_fail(err, DSV4_E_NOMEM, "out of host memory for the %lld host experts (%.2f GiB)", (long long)n_cls,
@@ -203,7 +202,7 @@ static int build_arena(cu_host_experts *hx, struct dsv4_model *m, hx_arena *a, d
         a->bytes = ps.bytes;
         hx_fill_job j = { &ps, a->base };
         dsv4_pool_run(m->pool, ps.n, fill_pieces, &j);
-        if (a->pinned && hx->map.n_split && (rc = arena_pin(a, ps.bytes, n_cls, err))) a->bytes = 0;
+        if (a->host_reads && (rc = arena_pin(a, ps.bytes, n_cls, err))) a->bytes = 0;
     }
     for (int l = 0, i = 0, o = 0, n_shared = 0; !rc && l < L; l++)
         for (int e = 0; e < E; e++) {
@@ -230,11 +229,11 @@ static int build_arena(cu_host_experts *hx, struct dsv4_model *m, hx_arena *a, d
 
 /* The bus experts: always a copy of their own, page-locked and mapped. */
 static int place_bus(cu_host_experts *hx, struct dsv4_model *m, int synthetic, size_t budget, dsv4_error *err) {
-    hx_arena a = { .cls = EXPERT_ON_BUS, .synthetic = synthetic, .budget = budget, .pinned = 1, .seed = 0x805700000ULL };
+    hx_arena a = { .cls = EXPERT_ON_BUS, .synthetic = synthetic, .budget = budget, .pinned = 1, .host_reads = hx->map.n_split > 0,
+                   .seed = 0x805700000ULL };
     const int rc = build_arena(hx, m, &a, err);
     hx->bus_arena = a.base;
     hx->bus_bytes = a.bytes;
-    hx->bus_registered = a.registered;
     hx->synth_distinct += a.n_own;
     return rc;
 }

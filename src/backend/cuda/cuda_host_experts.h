@@ -118,9 +118,9 @@ typedef struct cu_host_experts {
                                 * owned; the bindings of those experts point into it */
     size_t arena_bytes;
     uint8_t *bus_arena;        /* the bus experts' and split experts' bytes, page-locked and mapped (the same pointer on
-                                * the GPU), owned; their bindings, host and device, point into it */
+                                * the GPU), owned; their bindings, host and device, point into it. With split experts
+                                * (map.n_split) huge pages registered with CUDA, else cu_malloc_mapped's */
     size_t bus_bytes;
-    int bus_registered;        /* bus_arena is bigmem's, registered (split experts: the host reads it too) */
     uint8_t *owner_d;          /* device [n_layers][n_routed]: map.owner, for the token split's tiles; NULL without split experts */
     int synth_distinct;        /* synthetic: host experts with bytes of their own (the rest share them in a cycle) */
     size_t synth_bytes;        /* synthetic: the distinct host expert bytes (both arenas) */
