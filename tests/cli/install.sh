@@ -11,7 +11,12 @@ STAGE=$T/stage
 CC=${CC:-cc}
 # a clean sub-make: not the suite's BUILD (build-asan under make test-asan) nor a parent make's job server
 unset MAKEFLAGS MFLAGS MAKELEVEL BUILD
-mk() { make -C "$ROOT" -j2 --no-print-directory BUILD=build DESTDIR="$STAGE" PREFIX=/usr "$@" >>"$T/make.log" 2>&1; }
+# The commit already baked into build/ (mk/install.mk's build_info.h), passed back as GIT_COMMIT: the other tests run
+# build/dsv4 beside this one, and a commit or an edited tracked file since the build would otherwise make this
+# sub-make rewrite build_info.h and relink build/dsv4 (removing build/libdsv4.a first) under them — which is how
+# profile.sh and prefix_cache.sh once failed in a local `make test` (2026-12-07).
+BAKED=$(sed -n 's/^#define DSV4_BUILD_COMMIT "\(.*\)"$/\1/p' "$ROOT/build/gen/build_info.h" 2>/dev/null)
+mk() { make -C "$ROOT" -j2 --no-print-directory BUILD=build ${BAKED:+GIT_COMMIT=$BAKED} DESTDIR="$STAGE" PREFIX=/usr "$@" >>"$T/make.log" 2>&1; }
 
 V=$(sed -n 's/^#define DSV4_VERSION "\(.*\)"$/\1/p' "$ROOT/include/dsv4.h")
 MAJOR=${V%%.*}
