@@ -205,10 +205,14 @@ static void host_experts_report(const dsv4_model *m, double host_bw, json_t *rep
     cuda_host_work w;
     const int64_t n_host = cuda_host_experts(m, &w), n_bus = cuda_bus_experts(m), n_split = cuda_split_experts(m);
     if (n_host <= 0) return;
+    int64_t n_planes = 0;   /* host experts in nibble planes (DSV4_CPU_FP4_PLANES, model/fp4_planes.h) */
+    for (int l = 0; l < m->cfg.n_layers; l++)
+        for (int e = 0; e < m->cfg.n_routed; e++) n_planes += m->layers[l].w1[e].fmt == WF_FP4P;
     const double gbs = w.host_ms > 0 ? w.host_bytes / (w.host_ms * 1e6) : 0;
-    printf("%-26s %10lld of %d   %lld read by the GPU over the bus, %lld split by token; host computing %.1f ms, waiting for "
-           "routing %.1f ms over the run, %ld steps enqueued ahead (issue 15)\n", "experts in host memory", (long long)n_host,
-           m->cfg.n_layers * m->cfg.n_routed, (long long)n_bus, (long long)n_split, w.host_ms, w.wait_ms, w.ahead_steps);
+    printf("%-26s %10lld of %d   %lld read by the GPU over the bus, %lld split by token, %lld in nibble planes; host computing "
+           "%.1f ms, waiting for routing %.1f ms over the run, %ld steps enqueued ahead (issue 15)\n", "experts in host memory",
+           (long long)n_host, m->cfg.n_layers * m->cfg.n_routed, (long long)n_bus, (long long)n_split, (long long)n_planes, w.host_ms,
+           w.wait_ms, w.ahead_steps);
     printf("%-26s %10.1f GB/s    %.2f GB of expert weights read by the host's kernels over its computing time", "host expert reads",
            gbs, w.host_bytes / 1e9);
     if (host_bw > 0) printf(", %.1f %% of the host's measured read bandwidth", 100 * gbs / host_bw);
@@ -216,6 +220,7 @@ static void host_experts_report(const dsv4_model *m, double host_bw, json_t *rep
     rep_num(rep, "host_experts", "experts", (double)n_host);
     rep_num(rep, "host_experts", "read_by_gpu_over_bus", (double)n_bus);
     rep_num(rep, "host_experts", "split_by_token", (double)n_split);
+    rep_num(rep, "host_experts", "fp4_planes", (double)n_planes);
     rep_num(rep, "host_experts", "host_computing_ms", w.host_ms);
     rep_num(rep, "host_experts", "waiting_for_routing_ms", w.wait_ms);
     rep_num(rep, "host_experts", "steps_enqueued_ahead", (double)w.ahead_steps);

@@ -12,6 +12,9 @@ typedef enum {
     WF_BF16,  /* bf16 values */
     WF_FP8,   /* E4M3 values, UE8M0 scale per 128x128 block: scale[(row/128)*scale_cols + col/128] */
     WF_FP4,   /* E2M1 nibbles (element 2i low), UE8M0 scale per 32 inputs: scale[row*scale_cols + col/32] */
+    WF_FP4P,  /* FP4 in nibble planes, a host copy only the CPU kernels read (model/fp4_planes.h): cols a multiple
+                 of 128; each 128 columns of a row are 64 bytes = 32 little-endian 16-bit words, word k holding the
+                 E2M1 code of column 32 j + k in bits 4 j .. 4 j + 3 (j = 0..3); scales as WF_FP4 */
 } dsv4_wfmt;
 
 typedef struct {

@@ -7,6 +7,9 @@
  *       -lmicrohttpd -ljansson -lpcre2-8 -lxxhash -lm -pthread -o build/linear_bench
  *   build/linear_bench [THREADS [T [ROWS COLS]]]        (defaults: every CPU, 1 token, 2048 x 4096; DSV4_ISA picks the
  *                                                         kernel set, as for dsv4)
+ *   LINEAR_BENCH_PLANES=1: instead, FP4 in the checkpoint's layout against the same matrices in nibble planes
+ *   (model/fp4_planes.h), their passes alternated (a noisy machine moves both alike), after checking that both give
+ *   the same bits.
  *   LINEAR_BENCH_SET_KB=N: a set of N KiB per format instead of 1 GiB (at least one matrix), run over as many times as
  *   make ~1 GiB a pass: a set within L2 measures the kernels' arithmetic alone, with no memory stream behind it.
  *
@@ -17,6 +20,7 @@
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/pairs.h"
 #include "backend/cpu/pool.h"
+#include "model/fp4_planes.h"
 #include "util/bigmem.h"
 #include <stdio.h>
 #include <stdlib.h>
@@ -42,6 +46,40 @@ typedef struct {
     uint8_t *mem;
     size_t bytes;
 } mat_set;
+
+static int make_set(mat_set *s, dsv4_wfmt fmt, int rows, int cols, size_t target);
+
+/* FP4 against FP4P (LINEAR_BENCH_PLANES=1): two sets of the same matrices, the second repacked; passes alternate. */
+static int planes_ab(dsv4_pool *pool, const float *x, int T, int rows, int cols, size_t set_bytes, float *y) {
+    mat_set s[2];
+    const uint64_t seed = rng;
+    for (int k = 0; k < 2; k++) {
+        rng = seed;   /* the same random bytes in both */
+        if (make_set(&s[k], WF_FP4, rows, cols, set_bytes)) return fprintf(stderr, "out of memory\n"), 1;
+    }
+    for (int m = 0; m < s[1].n; m++) fp4_planes_weight(&s[1].w[m], (void *)s[1].w[m].data);
+    float *y1 = malloc(sizeof(float) * (size_t)T * rows);
+    cpu_linear_pairs(pool, &s[0].w[0], x, T, cols, y, rows, NULL);
+    cpu_linear_pairs(pool, &s[1].w[0], x, T, cols, y1, rows, NULL);
+    printf("  FP4 and FP4P outputs %s\n", memcmp(y, y1, sizeof(float) * (size_t)T * rows) ? "DIFFER" : "equal");
+    free(y1);
+    const int rounds = s[0].bytes >= ((size_t)1 << 30) ? 1 : (int)(((size_t)1 << 30) / s[0].bytes);
+    double best[2] = {1e30, 1e30};
+    for (int pass = 0; pass < 16; pass++) {
+        const int k = pass % 2;
+        const double t0 = now_s();
+        for (int m = 0; m < s[k].n * rounds; m++) cpu_linear_pairs(pool, &s[k].w[m % s[k].n], x, T, cols, y, rows, NULL);
+        const double t = now_s() - t0;
+        if (pass > 1 && t < best[k]) best[k] = t;
+    }
+    for (int k = 0; k < 2; k++) {
+        const double moved = (double)s[k].bytes * rounds;
+        printf("  %-5s %7.2f GB/s of weights (%6.1f us a matrix)\n", k ? "FP4P" : "FP4", moved / best[k] / 1e9, 1e6 * best[k] / (s[k].n * rounds));
+        bigmem_free(s[k].mem, s[k].bytes);
+        free(s[k].w);
+    }
+    return 0;
+}
 
 static int make_set(mat_set *s, dsv4_wfmt fmt, int rows, int cols, size_t target) {
     const size_t data = fmt == WF_BF16 ? (size_t)rows * cols * 2 : fmt == WF_FP8 ? (size_t)rows * cols : (size_t)rows * cols / 2;
@@ -96,6 +134,7 @@ int main(int argc, char **argv) {
     const size_t set_bytes = set_kb ? (size_t)atol(set_kb) << 10 : (size_t)1 << 30;
     printf("%s kernels, %d threads, %d token%s, %d x %d matrices, %.3g MiB per format cycled\n", dsv4_pool_kernels(pool)->name,
            dsv4_pool_threads(pool), T, T > 1 ? "s" : "", rows, cols, set_bytes / 1048576.0);
+    if (getenv("LINEAR_BENCH_PLANES") && atoi(getenv("LINEAR_BENCH_PLANES"))) return planes_ab(pool, x, T, rows, cols, set_bytes, y);
     const dsv4_wfmt fmts[] = {WF_BF16, WF_FP8, WF_FP4};
     const char *names[] = {"BF16", "FP8", "FP4"};
     for (int f = 0; f < 3; f++) {

@@ -18,7 +18,7 @@ void cpu_linear_scatter(dsv4_pool *pool, const dsv4_weight *w, const float *x, i
     dsv4_pool_run(pool, w->rows, dsv4_pool_kernels(pool)->linear_rows, &j);
 }
 
-int cpu_pairs_usable(const dsv4_weight *w) { return w->fmt == WF_BF16 || w->fmt == WF_FP8 || w->fmt == WF_FP4; }
+int cpu_pairs_usable(const dsv4_weight *w) { return w->fmt == WF_BF16 || w->fmt == WF_FP8 || w->fmt == WF_FP4 || w->fmt == WF_FP4P; }
 
 int cpu_pairs_tokens_make(cpu_pairs_tokens *b, const float *x, int T, int ldx, int cols) {
     b->T = T, b->cols = cols, b->n32 = (cols + 31) & ~31;

@@ -2,7 +2,9 @@
 #ifdef DSV4_CUDA
 #include "backend/cuda/cuda_host_experts.h"
 #include "model/model.h"
+#include "backend/cpu/isa.h"
 #include "model/footprint.h"
+#include "model/fp4_planes.h"
 #include "model/safetensors.h"
 #include "model/synthetic.h"
 #include "util/bigmem.h"
@@ -88,6 +90,7 @@ typedef struct {
     size_t off, n;   /* its place in the arena */
     int fmt, scale;
     uint64_t seed;
+    int planes_cols;   /* FP4 data to repack into nibble planes after the fill (model/fp4_planes.h): its columns, else 0 */
 } hx_piece;
 
 typedef struct {
@@ -96,9 +99,9 @@ typedef struct {
     size_t bytes;   /* the arena's size: every piece at a 64-byte boundary */
 } hx_pieces;
 
-static size_t add_piece(hx_pieces *ps, const void *src, size_t n, int fmt, int scale, uint64_t seed) {
+static size_t add_piece(hx_pieces *ps, const void *src, size_t n, int fmt, int scale, uint64_t seed, int planes_cols) {
     hx_piece *pc = &ps->p[ps->n++];
-    *pc = (hx_piece){ src, ps->bytes, n, fmt, scale, seed };
+    *pc = (hx_piece){ src, ps->bytes, n, fmt, scale, seed, planes_cols };
     ps->bytes += (n + 63) / 64 * 64;
     return pc->off;
 }
@@ -115,6 +118,8 @@ static void fill_pieces(void *ctx, int begin, int end, int thread) {
         const hx_piece *pc = &j->ps->p[i];
         if (pc->src) memcpy(j->arena + pc->off, pc->src, pc->n);
         else synth_fill(j->arena + pc->off, 0, pc->n, pc->scale ? 0 : pc->fmt == WF_FP8 ? SYNTH_FP8 : SYNTH_FP4, pc->seed);
+        if (pc->planes_cols)
+            for (size_t r = 0; r < pc->n; r += (size_t)pc->planes_cols / 2) fp4_planes_pack_row(j->arena + pc->off + r, pc->planes_cols);
     }
 }
 
@@ -123,11 +128,15 @@ static dsv4_weight *expert_weight(struct dsv4_model *m, int l, int e, int k) {
     return k == 0 ? &ly->w1[e] : k == 1 ? &ly->w2[e] : &ly->w3[e];
 }
 
+/* Whether weight w of an arena that repacks (planes) goes into nibble planes: FP4 of whole 128-column groups. */
+static int planes_take(int planes, const dsv4_weight *w) { return planes && w->fmt == WF_FP4 && w->cols % 128 == 0; }
+
 /* Expert (l, e)'s bindings moved into the arena: its pieces start at ps->p[*i], in add order (w1, w2, w3; each
- * data then scale); *i moves past them. */
+ * data then scale); *i moves past them. A piece repacked into planes makes its weight WF_FP4P. */
 static void repoint_expert(uint8_t *arena, struct dsv4_model *m, int l, int e, const hx_pieces *ps, int *i) {
     for (int k = 0; k < 3; k++) {
         dsv4_weight *w = expert_weight(m, l, e, k);
+        if (ps->p[*i].planes_cols) w->fmt = WF_FP4P;
         w->data = arena + ps->p[(*i)++].off;
         if (weight_scale_bytes(w)) w->scale = arena + ps->p[(*i)++].off;
     }
@@ -141,6 +150,7 @@ typedef struct {
     int pinned;       /* page-locked and mapped (the bus), else huge pages */
     int host_reads;   /* pinned, and the host's cores read it too (split experts): huge pages, page-locked once filled */
     uint64_t seed;    /* synthetic: the first expert weight's seed */
+    int planes;       /* FP4 weights repacked into nibble planes (only the host's cores read this arena) */
     uint8_t *base;    /* out: the arena (NULL when the class is empty) */
     size_t bytes;     /* out */
     int n_own;        /* out: experts with bytes of their own */
@@ -187,8 +197,9 @@ static int build_arena(cu_host_experts *hx, struct dsv4_model *m, hx_arena *a, d
             if (a->synthetic && a->n_own && ps.bytes + (size_t)dsv4_expert_weight_bytes(&m->layers[l], e) > a->budget) continue;   /* shares, below */
             for (int k = 0; k < 3; k++) {
                 const dsv4_weight *w = expert_weight(m, l, e, k);
-                add_piece(&ps, a->synthetic ? NULL : w->data, (size_t)weight_bytes(w), w->fmt, 0, a->synthetic ? seed++ : 0);
-                if (weight_scale_bytes(w)) add_piece(&ps, a->synthetic ? NULL : w->scale, weight_scale_bytes(w), w->fmt, 1, 0);
+                add_piece(&ps, a->synthetic ? NULL : w->data, (size_t)weight_bytes(w), w->fmt, 0, a->synthetic ? seed++ : 0,
+                          planes_take(a->planes, w) ? w->cols : 0);
+                if (weight_scale_bytes(w)) add_piece(&ps, a->synthetic ? NULL : w->scale, weight_scale_bytes(w), w->fmt, 1, 0, 0);
             }
             own[a->n_own][0] = l, own[a->n_own][1] = e;
             a->n_own++;
@@ -217,6 +228,7 @@ static int build_arena(cu_host_experts *hx, struct dsv4_model *m, hx_arena *a, d
             for (int k = 0; k < 3; k++) {
                 dsv4_weight *w = expert_weight(m, l, e, k);
                 const dsv4_weight *from = expert_weight(m, own[src][0], own[src][1], k);
+                w->fmt = from->fmt;   /* WF_FP4P where those bytes were repacked */
                 w->data = from->data;
                 w->scale = from->scale;
             }
@@ -238,7 +250,16 @@ static int place_bus(cu_host_experts *hx, struct dsv4_model *m, int synthetic, s
     return rc;
 }
 
+/* The host arena's FP4 experts in nibble planes (model/fp4_planes.h): where the host's linears take the pair order
+ * on an AVX-512 set, opted in (DSV4_CPU_FP4_PLANES=1). The bus arena keeps the checkpoint's layout: the GPU reads
+ * it. */
+static int host_planes(const struct dsv4_model *m, dsv4_error *err) {
+    return fp4_planes_wanted(m->dots == CPU_DOTS_PAIRS, dsv4_pool_kernels(m->pool)->name, err);
+}
+
 int cuda_hx_place(cu_host_experts *hx, struct dsv4_model *m, dsv4_error *err) {
+    const int planes = host_planes(m, err);   /* checked whatever the memory (a bad value fails every load) */
+    if (planes < 0) return DSV4_E_ARG;
     uint64_t bytes = 0;   /* the experts the host computes */
     for (int l = 0; l < hx->map.n_layers; l++)
         for (int e = 0; e < hx->map.n_routed; e++)
@@ -253,7 +274,7 @@ int cuda_hx_place(cu_host_experts *hx, struct dsv4_model *m, dsv4_error *err) {
                     st_populate(w->scale, weight_scale_bytes(w));
                 }
     } else if (!rc && hx->memory == ST_MEM_COPY) {
-        hx_arena a = { .cls = EXPERT_ON_HOST };
+        hx_arena a = { .cls = EXPERT_ON_HOST, .planes = planes };
         rc = build_arena(hx, m, &a, err);
         hx->arena = a.base;
         hx->arena_bytes = a.bytes;
@@ -275,8 +296,8 @@ int cuda_hx_fill_synthetic(cu_host_experts *hx, struct dsv4_model *m, dsv4_error
             if (o == EXPERT_ON_BUS || o == EXPERT_ON_SPLIT) need_bus += (double)(size_t)dsv4_expert_weight_bytes(&m->layers[l], e);
         }
     const size_t budget_bus = need_bus > 0 ? (size_t)((double)budget * need_bus / (need_host + need_bus)) : 0;
-    hx_arena a = { .cls = EXPERT_ON_HOST, .synthetic = 1, .budget = budget - budget_bus, .seed = 0x405700000ULL };
-    rc = build_arena(hx, m, &a, err);
+    hx_arena a = { .cls = EXPERT_ON_HOST, .synthetic = 1, .budget = budget - budget_bus, .seed = 0x405700000ULL, .planes = host_planes(m, err) };
+    rc = a.planes < 0 ? DSV4_E_ARG : build_arena(hx, m, &a, err);
     hx->arena = a.base;
     hx->arena_bytes = a.bytes;
     hx->synth_distinct = a.n_own;

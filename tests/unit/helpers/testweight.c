@@ -19,7 +19,8 @@ test_weight tw_make(dsv4_wfmt fmt, int rows, int cols, int big_scale, uint32_t *
     case WF_F32: nbytes = sizeof(float) * (size_t)rows * cols; break;
     case WF_BF16: nbytes = 2 * (size_t)rows * cols; break;
     case WF_FP8: nbytes = (size_t)rows * cols; t.w.scale_cols = (cols + 127) / 128; break;
-    case WF_FP4: nbytes = (size_t)rows * cols / 2; t.w.scale_cols = cols / 32; break;
+    case WF_FP4:
+    case WF_FP4P: nbytes = (size_t)rows * cols / 2; t.w.scale_cols = cols / 32; break;   /* FP4P: fp4_planes_weight after */
     }
     t.data = malloc(nbytes);
     if (!t.data) return t;
@@ -31,7 +32,7 @@ test_weight tw_make(dsv4_wfmt fmt, int rows, int cols, int big_scale, uint32_t *
         if (big_scale) b &= 0xbf;
         ((uint8_t *)t.data)[i] = b;
     }
-    if (fmt == WF_FP8 || fmt == WF_FP4) {
+    if (fmt == WF_FP8 || fmt == WF_FP4 || fmt == WF_FP4P) {
         const int srows = fmt == WF_FP8 ? (rows + 127) / 128 : rows;
         t.scale = malloc((size_t)srows * t.w.scale_cols);
         if (!t.scale) { free(t.data); t.data = NULL; return t; }

@@ -4,6 +4,8 @@
 #include "backend/cpu/isa.h"
 #include "backend/cpu/kernels.h"
 #include "model/formats.h"
+#include "model/fp4_planes.h"
+#include <stdlib.h>
 #include <string.h>
 
 /* Safetensors packs tensors without alignment: a BF16 element may sit at an odd address. */
@@ -76,13 +78,34 @@ static int decode_row_avx512(const dsv4_weight *w, int row, float *out) {
 }
 #endif
 
+/* A planes row (model/fp4_planes.h) for the paths that read the checkpoint's layout: the row unpacked into a
+ * buffer (on the stack for every real shape), then the FP4 path on it. Only the fused and tile paths of the pair
+ * order read planes directly; these are the other sets' and the fp32 readers' way, the same values. */
+enum { PLANES_STACK_COLS = 8192 };
+static void decode_planes_row(const dsv4_weight *w, int row, float *out) {
+    uint8_t stack[PLANES_STACK_COLS / 2];
+    uint8_t *buf = w->cols <= PLANES_STACK_COLS ? stack : malloc((size_t)w->cols / 2);
+    if (!buf) {   /* cannot happen for real configs: zeros rather than a crash */
+        memset(out, 0, sizeof(float) * (size_t)w->cols);
+        return;
+    }
+    const dsv4_weight v = fp4_planes_row_view(w, row, buf);
+    ISA_FN(weight_decode_row)(&v, 0, out);
+    if (buf != stack) free(buf);
+}
+
 void ISA_FN(weight_decode_row)(const dsv4_weight *w, int row, float *out) {
     const int n = w->cols;
     int i = 0;
+    if (w->fmt == WF_FP4P) {
+        decode_planes_row(w, row, out);
+        return;
+    }
 #ifdef DSV4_AVX512
     if (decode_row_avx512(w, row, out)) return;
 #endif
     switch (w->fmt) {
+    case WF_FP4P: return;   /* above */
     case WF_F32:
         memcpy(out, (const float *)w->data + (int64_t)row * n, sizeof(float) * (size_t)n);
         return;
@@ -324,6 +347,7 @@ float ISA_FN(weight_dot_row)(const dsv4_weight *w, int row, const float *x, floa
     __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
     int i = 0;
     switch (w->fmt) {
+    case WF_FP4P: break;   /* the row decoded below (decode_planes_row): the same floats and lanes */
     case WF_F32:
         return dot_f32((const float *)w->data + (int64_t)row * n, x, n);
     case WF_BF16: {

@@ -191,6 +191,35 @@ static int fp4_row_bf16(const uint8_t *src, const uint8_t *srow, int n, uint16_t
     if (range) range->lo = smin - 1, range->hi = smax + 2;
     return 1;
 }
+
+/* Chunk j (columns 32 j .. 32 j + 31) of a planes group (model/fp4_planes.h) from its 32 words: each word shifted
+ * right by 4 j leaves column 32 j + k's code in word k's low bits, and vpermw reads the low 5 (the table's upper
+ * half repeats the lower). One shuffle a chunk, where the checkpoint's layout takes two (fp4_bf16x32); the same
+ * bf16s. */
+static inline __m512i fp4p_bf16x32(__m512i words, int j, __m512i table) {
+    switch (j) {
+    case 1: words = _mm512_srli_epi16(words, 4); break;
+    case 2: words = _mm512_srli_epi16(words, 8); break;
+    case 3: words = _mm512_srli_epi16(words, 12); break;
+    default: break;
+    }
+    return _mm512_permutexvar_epi16(words, table);
+}
+
+/* fp4_row_bf16 for a planes row (n a multiple of 128): the same bf16s and range. */
+static int fp4p_row_bf16(const uint8_t *src, const uint8_t *srow, int n, uint16_t *out, pairs_exp *range) {
+    int smin, smax;
+    if (n % 128) return 0;
+    scale_minmax(srow, n / 32, &smin, &smax);
+    if (smin < 2 || smax > 252) return 0;
+    for (int i = 0; i < n; i += 128) {
+        const __m512i words = _mm512_loadu_si512((const void *)(src + i / 2));
+        for (int j = 0; j < 4; j++)
+            _mm512_storeu_si512((void *)(out + i + 32 * j), fp4p_bf16x32(words, j, fp4_table(srow[(i + 32 * j) / 32])));
+    }
+    if (range) range->lo = smin - 1, range->hi = smax + 2;
+    return 1;
+}
 #endif
 
 pairs_exp ISA_FN(weight_row_bf16)(const dsv4_weight *w, int row, int c0, int nc, uint16_t *out, float *ftmp) {
@@ -210,6 +239,11 @@ pairs_exp ISA_FN(weight_row_bf16)(const dsv4_weight *w, int row, int c0, int nc,
     case WF_FP4:
         ok = fp4_row_bf16((const uint8_t *)w->data + (int64_t)row * (n / 2) + c0 / 2,
                           w->scale + (int64_t)(w->row0 + row) * w->scale_cols + c0 / 32, nv, out, &r);
+        if (!ok) goto slow;
+        break;
+    case WF_FP4P:
+        ok = c0 % 128 == 0 && fp4p_row_bf16((const uint8_t *)w->data + (int64_t)row * (n / 2) + c0 / 2,
+                                            w->scale + (int64_t)(w->row0 + row) * w->scale_cols + c0 / 32, nv, out, &r);
         if (!ok) goto slow;
         break;
     slow:
@@ -571,6 +605,40 @@ static ALWAYS_INLINE int fp4_rows_n(const dsv4_weight *w, int o0, const int AHEA
     return 1;
 }
 
+/* FP4 rows in planes (model/fp4_planes.h; cols a multiple of 128): as fp4_rows_n, each row's 128 columns one
+ * 64-byte load whose four chunks fp4p_bf16x32 decodes. The same steps on the same bf16s, so the same bits. */
+static ALWAYS_INLINE int fp4p_rows_n(const dsv4_weight *w, int o0, const int AHEAD, const fused_tokens *x,
+                                     float out[FUSED_ROWS][FUSED_T], const int NT) {
+    const int n = w->cols;
+    if (n % 128) return 0;
+    const int64_t stride = n / 2, sstride = w->scale_cols;
+    const uint8_t *src = (const uint8_t *)w->data + (int64_t)o0 * stride;
+    const uint8_t *srow = w->scale + (int64_t)(w->row0 + o0) * sstride;
+    int slo, shi;
+    scale_bounds(2, 252, -1, 2, x, &slo, &shi);
+    for (int r = 0; r < FUSED_ROWS; r++)
+        if (!scales_within(srow + r * sstride, n / 32, slo, shi)) return 0;
+    __m512 acc[FUSED_ROWS][FUSED_T];
+    for (int r = 0; r < FUSED_ROWS; r++)
+        for (int t = 0; t < NT; t++) acc[r][t] = _mm512_setzero_ps();
+    for (int i = 0; i < n; i += 128) {
+        uint32_t sw[FUSED_ROWS];
+        for (int r = 0; r < FUSED_ROWS; r++) {
+            if (AHEAD) __builtin_prefetch(src + (FUSED_ROWS + r) * stride + i / 2, 0, 3);
+            memcpy(&sw[r], srow + r * sstride + i / 32, 4);
+        }
+        __m512i words[FUSED_ROWS];   /* each row's words held across its four chunks */
+        for (int r = 0; r < FUSED_ROWS; r++) words[r] = _mm512_loadu_si512((const void *)(src + r * stride + i / 2));
+        for (int j = 0; j < 4; j++) {
+            __m512i wv[FUSED_ROWS];
+            for (int r = 0; r < FUSED_ROWS; r++) wv[r] = fp4p_bf16x32(words[r], j, fp4_table((sw[r] >> (8 * j)) & 0xff));
+            chunk_steps(acc, wv, x, i + 32 * j, NT);
+        }
+    }
+    fused_out(acc, out, NT);
+    return 1;
+}
+
 /* BF16 rows (cols a multiple of 32). With VDPBF16PS the rows' exponent ranges are only known at the end, so
  * they are gathered on the way and a row pairs_safe refuses returns 0 (the caller redoes the rows). */
 static ALWAYS_INLINE int bf16_rows_n(const dsv4_weight *w, int o0, const int AHEAD, const fused_tokens *x,
@@ -624,6 +692,7 @@ static ALWAYS_INLINE int rows_n(const dsv4_weight *w, int o0, const int AHEAD, c
     switch (w->fmt) {
     case WF_FP8: return fp8_rows_n(w, o0, AHEAD, x, out, NT);
     case WF_FP4: return fp4_rows_n(w, o0, AHEAD, x, out, NT);
+    case WF_FP4P: return fp4p_rows_n(w, o0, AHEAD, x, out, NT);
     case WF_BF16: return bf16_rows_n(w, o0, AHEAD, x, out, NT);
     default: return 0;
     }
