@@ -568,10 +568,13 @@ static ALWAYS_INLINE int fp8_rows_n(const dsv4_weight *w, int o0, const int AHEA
     return 1;
 }
 
-/* FP4 rows (cols a multiple of 32): 0 as fp8_rows_n. */
+/* FP4 rows (cols a multiple of 32): 0 as fp8_rows_n. PLANES: the rows in nibble planes (WF_FP4P, model/fp4_planes.h;
+ * cols a multiple of 128): each row's 128 columns one 64-byte load whose four chunks fp4p_bf16x32 decodes, the same
+ * bf16s into the same steps, so the same bits. */
 static ALWAYS_INLINE int fp4_rows_n(const dsv4_weight *w, int o0, const int AHEAD, const fused_tokens *x,
-                                    float out[FUSED_ROWS][FUSED_T], const int NT) {
+                                    float out[FUSED_ROWS][FUSED_T], const int NT, const int PLANES) {
     const int n = w->cols;
+    if (PLANES && n % 128) return 0;
     const int64_t stride = n / 2, sstride = w->scale_cols;
     const uint8_t *src = (const uint8_t *)w->data + (int64_t)o0 * stride;
     const uint8_t *srow = w->scale + (int64_t)(w->row0 + o0) * sstride;
@@ -585,7 +588,7 @@ static ALWAYS_INLINE int fp4_rows_n(const dsv4_weight *w, int o0, const int AHEA
     /* 128 columns (four scale blocks) at a time: each row's four scale bytes in one word, read once per chunk,
      * not once per block */
     for (int i = 0; i < n; i += 128) {
-        const int nb = n - i >= 128 ? 4 : (n - i) / 32;
+        const int nb = PLANES || n - i >= 128 ? 4 : (n - i) / 32;   /* PLANES: 4, known here (the chunks' shifts immediates) */
         uint32_t sw[FUSED_ROWS];
         for (int r = 0; r < FUSED_ROWS; r++) {
             if (AHEAD) __builtin_prefetch(src + (FUSED_ROWS + r) * stride + i / 2, 0, 3);
@@ -594,44 +597,14 @@ static ALWAYS_INLINE int fp4_rows_n(const dsv4_weight *w, int o0, const int AHEA
             else
                 for (int j = 0; j < nb; j++) sw[r] |= (uint32_t)srow[r * sstride + i / 32 + j] << (8 * j);
         }
+        __m512i words[FUSED_ROWS];   /* planes: each row's words held across its four chunks */
+        for (int r = 0; r < FUSED_ROWS && PLANES; r++) words[r] = _mm512_loadu_si512((const void *)(src + r * stride + i / 2));
         for (int j = 0; j < nb; j++) {
             __m512i wv[FUSED_ROWS];
-            for (int r = 0; r < FUSED_ROWS; r++)
-                wv[r] = fp4_bf16x32(src + r * stride + (i + 32 * j) / 2, fp4_table((sw[r] >> (8 * j)) & 0xff));
-            chunk_steps(acc, wv, x, i + 32 * j, NT);
-        }
-    }
-    fused_out(acc, out, NT);
-    return 1;
-}
-
-/* FP4 rows in planes (model/fp4_planes.h; cols a multiple of 128): as fp4_rows_n, each row's 128 columns one
- * 64-byte load whose four chunks fp4p_bf16x32 decodes. The same steps on the same bf16s, so the same bits. */
-static ALWAYS_INLINE int fp4p_rows_n(const dsv4_weight *w, int o0, const int AHEAD, const fused_tokens *x,
-                                     float out[FUSED_ROWS][FUSED_T], const int NT) {
-    const int n = w->cols;
-    if (n % 128) return 0;
-    const int64_t stride = n / 2, sstride = w->scale_cols;
-    const uint8_t *src = (const uint8_t *)w->data + (int64_t)o0 * stride;
-    const uint8_t *srow = w->scale + (int64_t)(w->row0 + o0) * sstride;
-    int slo, shi;
-    scale_bounds(2, 252, -1, 2, x, &slo, &shi);
-    for (int r = 0; r < FUSED_ROWS; r++)
-        if (!scales_within(srow + r * sstride, n / 32, slo, shi)) return 0;
-    __m512 acc[FUSED_ROWS][FUSED_T];
-    for (int r = 0; r < FUSED_ROWS; r++)
-        for (int t = 0; t < NT; t++) acc[r][t] = _mm512_setzero_ps();
-    for (int i = 0; i < n; i += 128) {
-        uint32_t sw[FUSED_ROWS];
-        for (int r = 0; r < FUSED_ROWS; r++) {
-            if (AHEAD) __builtin_prefetch(src + (FUSED_ROWS + r) * stride + i / 2, 0, 3);
-            memcpy(&sw[r], srow + r * sstride + i / 32, 4);
-        }
-        __m512i words[FUSED_ROWS];   /* each row's words held across its four chunks */
-        for (int r = 0; r < FUSED_ROWS; r++) words[r] = _mm512_loadu_si512((const void *)(src + r * stride + i / 2));
-        for (int j = 0; j < 4; j++) {
-            __m512i wv[FUSED_ROWS];
-            for (int r = 0; r < FUSED_ROWS; r++) wv[r] = fp4p_bf16x32(words[r], j, fp4_table((sw[r] >> (8 * j)) & 0xff));
+            for (int r = 0; r < FUSED_ROWS; r++) {
+                const __m512i table = fp4_table((sw[r] >> (8 * j)) & 0xff);
+                wv[r] = PLANES ? fp4p_bf16x32(words[r], j, table) : fp4_bf16x32(src + r * stride + (i + 32 * j) / 2, table);
+            }
             chunk_steps(acc, wv, x, i + 32 * j, NT);
         }
     }
@@ -691,8 +664,8 @@ static ALWAYS_INLINE int rows_n(const dsv4_weight *w, int o0, const int AHEAD, c
                                 float out[FUSED_ROWS][FUSED_T], const int NT) {
     switch (w->fmt) {
     case WF_FP8: return fp8_rows_n(w, o0, AHEAD, x, out, NT);
-    case WF_FP4: return fp4_rows_n(w, o0, AHEAD, x, out, NT);
-    case WF_FP4P: return fp4p_rows_n(w, o0, AHEAD, x, out, NT);
+    case WF_FP4: return fp4_rows_n(w, o0, AHEAD, x, out, NT, 0);
+    case WF_FP4P: return fp4_rows_n(w, o0, AHEAD, x, out, NT, 1);
     case WF_BF16: return bf16_rows_n(w, o0, AHEAD, x, out, NT);
     default: return 0;
     }
