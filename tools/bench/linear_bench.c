@@ -59,6 +59,7 @@ static int planes_ab(dsv4_pool *pool, const float *x, int T, int rows, int cols,
     }
     for (int m = 0; m < s[1].n; m++) fp4_planes_weight(&s[1].w[m], (void *)s[1].w[m].data);
     float *y1 = malloc(sizeof(float) * (size_t)T * rows);
+    if (!y1) return fprintf(stderr, "out of memory\n"), 1;
     cpu_linear_pairs(pool, &s[0].w[0], x, T, cols, y, rows, NULL);
     cpu_linear_pairs(pool, &s[1].w[0], x, T, cols, y1, rows, NULL);
     printf("  FP4 and FP4P outputs %s\n", memcmp(y, y1, sizeof(float) * (size_t)T * rows) ? "DIFFER" : "equal");
