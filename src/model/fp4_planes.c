@@ -31,8 +31,10 @@ void fp4_planes_unpack(const uint8_t *row, int c0, int n, uint8_t *dst) {
     }
 }
 
+int fp4_planes_fits(const dsv4_weight *w) { return w->fmt == WF_FP4 && w->cols > 0 && w->cols % GROUP == 0 && w->rows >= 0; }
+
 int fp4_planes_weight(dsv4_weight *w, void *data) {
-    if (w->fmt != WF_FP4 || w->cols <= 0 || w->cols % GROUP || w->rows < 0 || data != w->data) return -1;
+    if (!fp4_planes_fits(w) || data != w->data) return -1;
     for (int64_t r = 0; r < w->rows; r++) fp4_planes_pack_row((uint8_t *)data + r * (w->cols / 2), w->cols);
     w->fmt = WF_FP4P;
     return 0;

@@ -24,7 +24,9 @@ void fp4_planes_pack_row(uint8_t *row, int cols);
 /* Columns [c0, c0 + n) of a planes row (c0 and n multiples of 128) back into the checkpoint's layout at dst
  * (n / 2 bytes; dst[0] holds columns c0 and c0 + 1). */
 void fp4_planes_unpack(const uint8_t *row, int c0, int n, uint8_t *dst);
-/* w (WF_FP4, cols a multiple of 128, data writable) repacked in place: fmt WF_FP4P. -1 (w unchanged) when w is
+/* Whether w can be held in planes: FP4 whose rows are whole 128-column groups. */
+int fp4_planes_fits(const dsv4_weight *w);
+/* w (fp4_planes_fits, data writable) repacked in place: fmt WF_FP4P. -1 (w unchanged) when w is
  * not such a weight. `data` must be w's own memory: the caller says it may be written. */
 int fp4_planes_weight(dsv4_weight *w, void *data);
 /* Row `row` of a WF_FP4P weight as a one-row WF_FP4 weight over buf (cols / 2 bytes), the same scales. */

@@ -128,9 +128,6 @@ static dsv4_weight *expert_weight(struct dsv4_model *m, int l, int e, int k) {
     return k == 0 ? &ly->w1[e] : k == 1 ? &ly->w2[e] : &ly->w3[e];
 }
 
-/* Whether weight w of an arena that repacks (planes) goes into nibble planes: FP4 of whole 128-column groups. */
-static int planes_take(int planes, const dsv4_weight *w) { return planes && w->fmt == WF_FP4 && w->cols % 128 == 0; }
-
 /* Expert (l, e)'s bindings moved into the arena: its pieces start at ps->p[*i], in add order (w1, w2, w3; each
  * data then scale); *i moves past them. A piece repacked into planes makes its weight WF_FP4P. */
 static void repoint_expert(uint8_t *arena, struct dsv4_model *m, int l, int e, const hx_pieces *ps, int *i) {
@@ -198,7 +195,7 @@ static int build_arena(cu_host_experts *hx, struct dsv4_model *m, hx_arena *a, d
             for (int k = 0; k < 3; k++) {
                 const dsv4_weight *w = expert_weight(m, l, e, k);
                 add_piece(&ps, a->synthetic ? NULL : w->data, (size_t)weight_bytes(w), w->fmt, 0, a->synthetic ? seed++ : 0,
-                          planes_take(a->planes, w) ? w->cols : 0);
+                          a->planes && fp4_planes_fits(w) ? w->cols : 0);
                 if (weight_scale_bytes(w)) add_piece(&ps, a->synthetic ? NULL : w->scale, weight_scale_bytes(w), w->fmt, 1, 0, 0);
             }
             own[a->n_own][0] = l, own[a->n_own][1] = e;
