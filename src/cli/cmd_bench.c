@@ -1,6 +1,7 @@
 /* dsv4 bench: fixed workloads, tokens/s and GB/s against the machine's measured memory bandwidth. */
 #include "backend/cpu/isa.h"
 #include "backend/cpu/membw.h"
+#include "backend/cpu/peak.h"
 #include "backend/cuda/cuda_backend.h"
 #include "cli/cli.h"
 #include "engine/constraint_bench.h"
@@ -439,8 +440,8 @@ static int kernel_trace(dsv4_model *m, dsv4_seq *s, const int32_t *tok, int n_to
     return rc;
 }
 
-static int bench_single_stream(dsv4_model *m, int prompt, int chunk, int decode, double bw, double host_bw, int profile,
-                               int warmup, int trace, json_t *rep) {
+static int bench_single_stream(dsv4_model *m, int prompt, int chunk, int decode, double bw, double host_bw, double peak,
+                               int profile, int warmup, int trace, json_t *rep) {
     dsv4_error err;
     dsv4_seq *s;
     if (dsv4_seq_new(m, &s, &err)) return cli_fail(CMD, &err);
@@ -514,6 +515,13 @@ static int bench_single_stream(dsv4_model *m, int prompt, int chunk, int decode,
     printf("%-26s %10.2f tok/s   %.1f ms/token\n", "decode, 1 stream", tps, 1e3 / tps);
     printf("%-26s %10.2f GB/s    %.3f GB weights read per token\n", "decode weight traffic", bytes * tps / 1e9, bytes / 1e9);
     if (bw > 0) printf("%-26s %10.1f %%      of measured read bandwidth\n", "bandwidth fraction", 100.0 * bytes * tps / 1e9 / bw);
+    const double flops = (double)dsv4_token_linear_flops(m), pf_tps = prompt / (t1 - t0);
+    if (peak > 0) {
+        printf("%-26s %10.1f GFLOP/s %.3f GFLOP a token in the linears: %.1f %% of the multiply-add peak\n",
+               "decode linear work", flops * tps / 1e9, flops / 1e9, 100.0 * flops * tps / 1e9 / peak);
+        printf("%-26s %10.1f GFLOP/s %.1f %% of the multiply-add peak\n", "prefill linear work", flops * pf_tps / 1e9,
+               100.0 * flops * pf_tps / 1e9 / peak);
+    }
     if (cuda_gpus(m) > 1) per_gpu_traffic(m, tps, bw);
     if (decode > 0 && ps.jobs > 0) pool_report(m, &ps, decode, t2 - t1, rep);
     if (decode > 0 && n_host > 0) host_decode_report(&hw0, &hw1, decode, rep);
@@ -531,6 +539,11 @@ static int bench_single_stream(dsv4_model *m, int prompt, int chunk, int decode,
     rep_num(rep, "single_stream", "decode_tok_s", tps);
     rep_num(rep, "single_stream", "decode_weight_gb_s", bytes * tps / 1e9);
     if (bw > 0) rep_num(rep, "single_stream", "bandwidth_fraction", bytes * tps / 1e9 / bw);
+    rep_num(rep, "single_stream", "token_linear_flops", flops);
+    if (peak > 0) {
+        rep_num(rep, "single_stream", "decode_peak_fraction", flops * tps / 1e9 / peak);
+        rep_num(rep, "single_stream", "prefill_peak_fraction", flops * pf_tps / 1e9 / peak);
+    }
     if (reps > 0) {
         rep_num(rep, "single_stream", "verify_step_ms", 1e3 * tv / reps);
         rep_num(rep, "single_stream", "verify_step_vs_one_token", tv / reps * tps);
@@ -584,7 +597,7 @@ static void profile_start(dsv4_model *m, void *ctx) {
 
 /* --streams 1,2,4,...: aggregate decode tokens/s with N streams decoding together (weights read once a step). With
  * --profile, the decode steps of the last count once more, under the per-stage timing. */
-static int bench_streams(dsv4_model *m, const char *list, int decode, double bw, int profile, json_t *rep) {
+static int bench_streams(dsv4_model *m, const char *list, int decode, double bw, double peak, int profile, json_t *rep) {
     int32_t *counts;
     int n;
     if (cli_parse_tokens(CMD, list, &counts, &n)) return 1;
@@ -599,13 +612,13 @@ static int bench_streams(dsv4_model *m, const char *list, int decode, double bw,
     printf("\n");
     dsv4_bench_streams_result *rows = calloc((size_t)n, sizeof *rows);
     if (!rows) { free(c); return cli_error(CMD, "out of memory"); }
-    int rc = dsv4_bench_streams_table(m, c, n, 16, decode, bw, stdout, rows, &err);
+    int rc = dsv4_bench_streams_table(m, c, n, 16, decode, bw, peak, stdout, rows, &err);
     json_t *arr = rep && !rc ? json_array() : NULL;
     for (int i = 0; arr && i < n; i++)
-        json_array_append_new(arr, json_pack("{s:i, s:i, s:f, s:f, s:f, s:f, s:f}", "streams", rows[i].n_streams, "decode_steps",
+        json_array_append_new(arr, json_pack("{s:i, s:i, s:f, s:f, s:f, s:f, s:f, s:f}", "streams", rows[i].n_streams, "decode_steps",
                                              rows[i].decode_steps, "prefill_s", rows[i].prefill_s, "decode_tok_s", rows[i].decode_tok_s,
                                              "step_ms_mean", rows[i].step_ms_mean, "step_ms_max", rows[i].step_ms_max,
-                                             "step_weight_bytes", rows[i].step_bytes));
+                                             "step_weight_bytes", rows[i].step_bytes, "step_linear_flops", rows[i].step_flops));
     if (arr) json_object_set_new(rep, "streams", arr);
     if (!rc && profile) {
         dsv4_bench_streams_result r;
@@ -918,6 +931,15 @@ int cmd_bench(int argc, char **argv) {
                host_bw);
         if (!m->cuda) bw = host_bw;
     }
+    /* a CPU model's linears against the arithmetic they spend (AMX's tiles are not what peak.h runs: not measured) */
+    double peak = -1;
+    if (!no_bw && !m->cuda && m->dots != CPU_DOTS_AMX) {
+        const int bf16 = m->dots == CPU_DOTS_PAIRS;
+        peak = cpu_peak_gflops(m->pool, bf16, 3);
+        printf("%-26s %10.1f GFLOP/s (%s on %d threads, registers only, best of 3)\n", "multiply-add peak", peak,
+               bf16 && !strcmp(dsv4_pool_kernels(m->pool)->name, "avx512bf16") ? "VDPBF16PS" : "the kernel set's fp32 multiply-add",
+               dsv4_pool_width(m->pool));
+    }
     json_t *rep = json_path ? json_object() : NULL;
     if (rep) {
         json_object_set_new(rep, "model", json_pack("{s:s, s:i, s:i, s:f, s:f, s:s, s:s, s:i, s:i}", "dir", model_dir, "layers",
@@ -940,10 +962,11 @@ int cmd_bench(int argc, char **argv) {
         }
         if (bw > 0 && m->cuda) rep_num(rep, "machine", "device_copy_gb_s", bw);
         if (host_bw > 0) rep_num(rep, "machine", "memory_read_gb_s", host_bw);
+        if (peak > 0) rep_num(rep, "machine", "multiply_add_peak_gflop_s", peak);
     }
-    int rc = bench_single_stream(m, (int)prompt, (int)chunk, (int)decode, bw, host_bw, profile, warmup, trace, rep);
+    int rc = bench_single_stream(m, (int)prompt, (int)chunk, (int)decode, bw, host_bw, peak, profile, warmup, trace, rep);
     if (!rc) rc = route_share_report(m, (int)prompt, (int)decode, rep);
-    if (!rc && streams) rc = bench_streams(m, streams, (int)decode, bw, profile, rep);
+    if (!rc && streams) rc = bench_streams(m, streams, (int)decode, bw, peak, profile, rep);
     if (!rc && context) rc = bench_context(m, context, (int)decode, profile, rep);
     if (!rc && spec) rc = bench_spec(m, spec, (int)decode);
     if (!rc && spec && streams) rc = bench_spec_streams(m, spec, streams, (int)decode);

@@ -147,7 +147,7 @@ static const cmd_help HELP[] = {
       {"--tokenizer", "benchmark the tokenizer instead (-m DIR holds tokenizer.json)"},
       {"--context LIST", "also decode after contexts of these lengths (e.g. 4096,131072,1048576; the sequence jumps there with all-zero rows instead of a prefill)"},
       {"--json FILE", "also write the numbers (model, bandwidth, single stream, host experts, streams) as JSON to FILE"},
-      {"--no-bandwidth", "skip the memory bandwidth measurement"},
+      {"--no-bandwidth", "skip the memory bandwidth and multiply-add peak measurements"},
       {"--profile", "time of each stage of the step (GPU or CPU), prefill and decode separately, the decode at each --context, and the decode steps of the last --streams count"},
       {"--kernel-trace", "with --device cuda: 8 more decode steps and a verify step with every GPU kernel's times recorded (CUPTI, libcupti loaded at run time): a step's span, the time no kernel ran, its kernels by time"},
       {"--isa avx512bf16|avx512|avx2|scalar", "the CPU kernels' instruction set (default: $DSV4_ISA, else the best this CPU "

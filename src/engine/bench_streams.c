@@ -136,15 +136,20 @@ int dsv4_bench_streams_hooked(dsv4_model *m, int n_streams, int prompt_len, int 
         out->step_bytes = (double)dsv4_fixed_weight_bytes(m) + (double)(m->routed_bytes - routed0) / decode_steps;
     else if (counted >= 0)
         out->step_bytes = (double)dsv4_fixed_weight_bytes(m) + counted;
+    out->step_flops = (double)n_streams * (double)dsv4_token_linear_flops(m);
     return 0;
 }
 
 int dsv4_bench_streams_table(dsv4_model *m, const int *counts, int n_counts, int prompt_len, int decode_steps,
-                             double bw_gbs, FILE *f, dsv4_bench_streams_result *rows, dsv4_error *err) {
+                             double bw_gbs, double peak_gflops, FILE *f, dsv4_bench_streams_result *rows,
+                             dsv4_error *err) {
     double base = 0;
-    if (f)
-        fprintf(f, "%8s %14s %9s %16s %15s %12s %11s %10s\n", "streams", "decode tok/s", "speed-up", "ms/token/stream",
+    if (f) {
+        fprintf(f, "%8s %14s %9s %16s %15s %12s %11s %10s", "streams", "decode tok/s", "speed-up", "ms/token/stream",
                 "max step ms", "prefill s", "GB/step", "roofline");
+        if (peak_gflops > 0) fprintf(f, " %11s %7s", "GFLOP/step", "of peak");
+        fprintf(f, "\n");
+    }
     for (int c = 0; c < n_counts; c++) {
         dsv4_bench_streams_result r;
         int rc = dsv4_bench_streams(m, counts[c], prompt_len, decode_steps, &r, err);
@@ -157,8 +162,11 @@ int dsv4_bench_streams_table(dsv4_model *m, const int *counts, int n_counts, int
             if (r.step_bytes > 0) fprintf(f, " %11.3f", r.step_bytes / 1e9);
             else fprintf(f, " %11s", "-");
             if (r.step_bytes > 0 && bw_gbs > 0 && r.step_ms_mean > 0)
-                fprintf(f, " %9.1f%%\n", 100.0 * r.step_bytes / (r.step_ms_mean * 1e-3) / 1e9 / bw_gbs);
-            else fprintf(f, " %10s\n", "-");
+                fprintf(f, " %9.1f%%", 100.0 * r.step_bytes / (r.step_ms_mean * 1e-3) / 1e9 / bw_gbs);
+            else fprintf(f, " %10s", "-");
+            if (peak_gflops > 0 && r.step_ms_mean > 0)
+                fprintf(f, " %11.2f %6.1f%%", r.step_flops / 1e9, 100.0 * r.step_flops / (r.step_ms_mean * 1e-3) / 1e9 / peak_gflops);
+            fprintf(f, "\n");
             fflush(f);
         }
     }

@@ -20,6 +20,7 @@ typedef struct {
     double step_bytes;       /* weight bytes a timed step reads: every fixed weight and the distinct routed experts
                                 its tokens use (CPU: counted in the timed steps; cuda, whose MoE does not count them:
                                 from the routing of one more, untimed step) */
+    double step_flops;       /* the linears' multiply-adds of a step, 2 flops each: N x dsv4_token_linear_flops */
 } dsv4_bench_streams_result;
 
 /* Run the workload for one stream count. */
@@ -39,7 +40,11 @@ int bench_step_routed_bytes(dsv4_model *m, dsv4_step_item *items, int n, double 
 /* Run it for every count in turn and print one table row per count to `f` (NULL: no output), with the
  * speed-up of aggregate decode tokens/s over the first count, the weight bytes per step and, when bw_gbs > 0,
  * the roofline fraction: (step bytes / step time) / bw_gbs, i.e. aggregate tokens/s against what reading the
- * step's distinct weights at the measured bandwidth allows. rows (may be NULL) receives n_counts results. */
+ * step's distinct weights at the measured bandwidth allows; when peak_gflops > 0, the same for the step's linear
+ * work against the measured multiply-add peak (backend/cpu/peak.h): a step is bound by the larger of the two
+ * times, so the bandwidth roofline is out of reach where the compute fraction would pass 100 % first. rows (may be
+ * NULL) receives n_counts results. */
 int dsv4_bench_streams_table(dsv4_model *m, const int *counts, int n_counts, int prompt_len, int decode_steps,
-                             double bw_gbs, FILE *f, dsv4_bench_streams_result *rows, dsv4_error *err);
+                             double bw_gbs, double peak_gflops, FILE *f, dsv4_bench_streams_result *rows,
+                             dsv4_error *err);
 #endif

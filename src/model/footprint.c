@@ -5,14 +5,23 @@ static uint64_t wbytes(const dsv4_weight *w) {
     return weight_bytes(w) + weight_scale_bytes(w);
 }
 
-static uint64_t layer_fixed_bytes(const dsv4_layer *L) {
-    const dsv4_weight *ws[] = {&L->hc_attn.fn, &L->hc_ffn.fn, &L->wq_a, &L->wq_b, &L->wkv, &L->wo_a, &L->wo_b,
-                               &L->comp.wkv, &L->comp.wgate, &L->icomp.wkv, &L->icomp.wgate, &L->idx_wq_b,
-                               &L->idx_weights_proj, &L->gate, &L->sw1, &L->sw2, &L->sw3};
+/* Elements of a weight a token multiplies by: each once (a grouped linear's groups take disjoint rows). */
+static uint64_t welems(const dsv4_weight *w) { return w->data ? (uint64_t)w->rows * (uint64_t)w->cols : 0; }
+
+/* Every weight of a layer but its routed experts: each is a linear that every token of a step passes through. */
+#define LAYER_FIXED_WEIGHTS(L)                                                                                       \
+    { &(L)->hc_attn.fn, &(L)->hc_ffn.fn, &(L)->wq_a, &(L)->wq_b, &(L)->wkv, &(L)->wo_a, &(L)->wo_b, &(L)->comp.wkv,  \
+      &(L)->comp.wgate, &(L)->icomp.wkv, &(L)->icomp.wgate, &(L)->idx_wq_b, &(L)->idx_weights_proj, &(L)->gate,      \
+      &(L)->sw1, &(L)->sw2, &(L)->sw3 }
+
+static uint64_t layer_fixed(const dsv4_layer *L, uint64_t (*of)(const dsv4_weight *)) {
+    const dsv4_weight *ws[] = LAYER_FIXED_WEIGHTS(L);
     uint64_t b = 0;
-    for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++) b += wbytes(ws[i]);
+    for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++) b += of(ws[i]);
     return b;
 }
+
+static uint64_t layer_fixed_bytes(const dsv4_layer *L) { return layer_fixed(L, wbytes); }
 
 static uint64_t expert_bytes(const dsv4_layer *L, int e) {
     return wbytes(&L->w1[e]) + wbytes(&L->w2[e]) + wbytes(&L->w3[e]);
@@ -39,4 +48,13 @@ uint64_t dsv4_total_weight_bytes(const struct dsv4_model *m) {
         for (int e = 0; e < m->cfg.n_routed; e++) b += expert_bytes(&m->layers[l], e);
     }
     return b;
+}
+
+uint64_t dsv4_token_linear_flops(const struct dsv4_model *m) {
+    uint64_t e = welems(&m->head) + welems(&m->hc_head.fn);
+    for (int l = 0; l < m->cfg.n_layers; l++) {
+        const dsv4_layer *L = &m->layers[l];
+        e += layer_fixed(L, welems) + (uint64_t)m->cfg.n_act * (welems(&L->w1[0]) + welems(&L->w2[0]) + welems(&L->w3[0]));
+    }
+    return 2 * e;
 }

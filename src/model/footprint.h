@@ -11,6 +11,11 @@ uint64_t dsv4_decode_weight_bytes(const struct dsv4_model *m);
 uint64_t dsv4_fixed_weight_bytes(const struct dsv4_model *m);
 /* Weight bytes (data + scales) of routed expert e of a layer. */
 uint64_t dsv4_expert_weight_bytes(const dsv4_layer *L, int e);
+/* The multiply-adds (2 flops each) of one token's linears: every weight above but the embedding, each element once,
+ * n_act routed experts per layer. The same for every token whatever its routing (a layer's experts have one shape),
+ * so a step of n tokens does n times it; attention's own arithmetic (scores, the indexer's, which grow with the
+ * context) is not in it. */
+uint64_t dsv4_token_linear_flops(const struct dsv4_model *m);
 /* All weight bytes of the checkpoint's backbone. */
 uint64_t dsv4_total_weight_bytes(const struct dsv4_model *m);
 #endif

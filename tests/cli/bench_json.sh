@@ -30,6 +30,26 @@ if (!v || Math.abs(Number(v[1]) - s.verify_step_weight_bytes / 1e9) > 0.0006 || 
   fail("verify line " + (v && v[0]) + " vs json " + s.verify_step_weight_bytes);
 ' "$T/r.json" "$T/table" >"$T/node.out" 2>&1
 if [ -s "$T/node.out" ]; then bad "json: $(cat "$T/node.out")"; else ok; fi
+# without --no-bandwidth a CPU model's run also measures the multiply-add peak (backend/cpu/peak.h) and holds the
+# linears' counted work against it: the JSON has the peak and each stream row's flops (N x one token's), and the
+# table's last column is that work over the step's time over the peak (the JSON keeps 6 significant digits)
+expect_ok "bench with the peak" "$BIN" bench -m "$T/m" --prompt 8 --decode 4 --streams 1,3 --json "$T/p.json"
+node -e '
+const fs = require("fs");
+const r = JSON.parse(fs.readFileSync(process.argv[1], "utf8")), table = fs.readFileSync(process.argv[2], "utf8");
+const fail = (m) => { console.log("FAIL: " + m); process.exitCode = 1; };
+const peak = r.machine && r.machine.multiply_add_peak_gflop_s, f = r.single_stream.token_linear_flops;
+if (!(peak > 0) || !(f > 0)) fail("peak " + peak + ", token flops " + f);
+if (!/^multiply-add peak +[0-9.]+ GFLOP\/s/m.test(table)) fail("no peak line");
+for (const row of r.streams) {
+  if (Math.abs(row.step_linear_flops / (row.streams * f) - 1) > 1e-5) fail("row " + row.streams + ": " + row.step_linear_flops + " flops vs " + row.streams + " x " + f);
+  const m = new RegExp("^ +" + row.streams + " .* ([0-9.]+)%$", "m").exec(table), want = 100 * row.step_linear_flops / (row.step_ms_mean * 1e-3) / 1e9 / peak;
+  if (!m || Math.abs(Number(m[1]) - want) > 0.051 + 1e-3 * want) fail("row " + row.streams + " of peak: " + (m && m[1]) + " vs " + want);
+}
+const d = Math.abs(r.single_stream.decode_peak_fraction / (f * r.single_stream.decode_tok_s / 1e9 / peak) - 1);
+if (!(d < 3e-5)) fail("decode fraction " + r.single_stream.decode_peak_fraction);
+' "$T/p.json" "$T/out" >"$T/node.out" 2>&1
+if [ -s "$T/node.out" ]; then bad "peak: $(cat "$T/node.out")"; else ok; fi
 # a run shorter than the verify step's 6 tokens (1 + 2 here): the verify step still has its own 6 ids (it read past
 # the bench's 3 before: a token id outside the vocabulary on the GPU, a heap overflow under ASan)
 expect_ok "bench with fewer tokens than the verify step" "$BIN" bench -m "$T/m" --no-bandwidth --prompt 1 --decode 2

@@ -48,6 +48,9 @@ typedef struct cpu_kernels {
      * nI heads qi [nI][cI] with head weights wi, in core/attention.c's order (isa/index.c) */
     void (*index_scores)(const float *qi, const float *wi, const float *const *rows, int n, int nI, int cI, int official,
                          float *out);
+    /* `steps` rounds of the multiply-add the set's linears compute with (VDPBF16PS where bf16 is set and the set
+     * has it, else its fp32 FMA), on registers only (isa/peak.c); returns the flops done, adds a result to *sink */
+    double (*peak_flops)(int bf16, long steps, float *sink);
 } cpu_kernels;
 #define CPU_INDEX_ROWS 8
 
@@ -64,6 +67,7 @@ void ISA_FN(round_bf16)(float *x, long n);
 void ISA_FN(pairs_rows)(void *job, int begin, int end, int thread);
 void ISA_FN(pairs_fill)(const float *x, int ldx, cpu_pairs_tokens *b);
 pairs_exp ISA_FN(weight_row_bf16)(const dsv4_weight *w, int row, int c0, int nc, uint16_t *out, float *ftmp);
+double ISA_FN(peak_flops)(int bf16, long steps, float *sink);
 void ISA_FN(index_scores)(const float *qi, const float *wi, const float *const *rows, int n, int nI, int cI, int official,
                           float *out);
 #endif

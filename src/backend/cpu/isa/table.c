@@ -15,4 +15,5 @@ const cpu_kernels ISA_FN(cpu_kernels) = {
     .pairs_fill = ISA_FN(pairs_fill),
     .row_bf16 = ISA_FN(weight_row_bf16),
     .index_scores = ISA_FN(index_scores),
+    .peak_flops = ISA_FN(peak_flops),
 };
