@@ -5,15 +5,41 @@
 #include "core/numerics.h"
 #include <math.h>
 #include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
 
 static inline float siluf(float x) { return x / (1.0f + expf(-x)); }
+
+float *moe_silu_bf16_table(void) {
+    float *t = malloc(sizeof(float) * 65536);
+    for (uint32_t b = 0; t && b < 65536; b++) {
+        const uint32_t u = b << 16;
+        float x;
+        memcpy(&x, &u, sizeof x);
+        t[b] = siluf(x);
+    }
+    return t;
+}
+
+static int bf16_exact(float x) {
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    return (u & 0xffff) == 0;
+}
 
 /* Columns [i0, i1) of a call's gate / up rows, for each of its tokens: OFFICIAL rounds both to bf16; then
  * h = silu(min(g, lim)) * clamp(v, -lim, lim), times the token's routing weight (as the official code does,
  * before the down projection), rounded to bf16 and FP8-quantized per 128 columns, into g. Every step is per
  * element or per 128-column block, so i0 must be a multiple of 128 and i1 one too or I: then any cut of
- * [0, I) into such ranges gives the values of one pass over [0, I). */
-static void activation_cols(dsv4_mode mode, float lim, const moe_expert_call *c, int I, int i0, int i1) {
+ * [0, I) into such ranges gives the values of one pass over [0, I).
+ * In OFFICIAL mode min(g, lim) is a bf16 value (g was rounded; lim is one, 10 in V4's config), so silu is read
+ * from m->silu_bf16, the same function's value for each of the 65536 (an expf a column took ~6 % of a 128-token
+ * prefill); a limit that is not a bf16 value takes the function. The comparisons are fminf / fmaxf's (a NaN g or v
+ * gives the limit, as they do), written out: GCC calls libm for those. */
+static void activation_cols(const struct dsv4_model *m, const moe_expert_call *c, int I, int i0, int i1) {
+    const dsv4_mode mode = m->mode;
+    const float lim = m->cfg.swiglu_limit;
+    const float *silu = is_official(mode) && (lim <= 0.0f || bf16_exact(lim)) ? m->silu_bf16 : NULL;
     const int w = i1 - i0;
     for (int t = 0; t < c->n; t++) {
         float *g = c->g + (int64_t)t * I + i0, *v = c->v + (int64_t)t * I + i0;
@@ -22,10 +48,13 @@ static void activation_cols(dsv4_mode mode, float lim, const moe_expert_call *c,
         for (int i = 0; i < w; i++) {
             float gi = g[i], vi = v[i];
             if (lim > 0.0f) {
-                gi = fminf(gi, lim);
-                vi = fminf(fmaxf(vi, -lim), lim);
+                gi = gi < lim ? gi : lim;
+                vi = vi > -lim ? vi : -lim;
+                vi = vi < lim ? vi : lim;
             }
-            float h = siluf(gi) * vi;
+            uint32_t bits;
+            memcpy(&bits, &gi, sizeof bits);
+            float h = (silu ? silu[bits >> 16] : siluf(gi)) * vi;
             if (c->weight) h *= c->weight[t];
             g[i] = h;
         }
@@ -38,7 +67,7 @@ void moe_expert_one(struct dsv4_model *m, const moe_expert_call *c) {
     const int d = m->cfg.dim, I = m->cfg.moe_inter, n = c->n;
     linear_bf16_in(m->dots, m->pool, c->w1, c->x, n, d, c->g, I);
     linear_bf16_in(m->dots, m->pool, c->w3, c->x, n, d, c->v, I);
-    activation_cols(m->mode, m->cfg.swiglu_limit, c, I, 0, I);
+    activation_cols(m, c, I, 0, I);
     linear_bf16_in(m->dots, m->pool, c->w2, c->g, n, I, c->y, d);
     num_bf16(m->mode, c->y, (long)n * d);
 }
@@ -157,7 +186,7 @@ static void gate_up_rows(const group_job *j, int ci, int r0, int r1, atomic_int 
     rows_of(j, ci, c->w3, c->x, j->d, c->v, j->I, r0, r1, thread);
     if (left && atomic_fetch_sub_explicit(left, 1, memory_order_acq_rel) != 1) return;
     const int b0 = r0 / BLOCK * BLOCK, b1 = b0 + BLOCK < j->I ? b0 + BLOCK : j->I;
-    activation_cols(j->m->mode, j->m->cfg.swiglu_limit, c, j->I, b0, b1);
+    activation_cols(j->m, c, j->I, b0, b1);
 }
 
 /* Rows [r0, r1) of w2 for call ci's tokens, rounded to bf16 in OFFICIAL mode. */

@@ -33,4 +33,7 @@ enum { MOE_GROUP_CALLS = 64 };
 void moe_experts_grouped(struct dsv4_model *m, const moe_expert_call *calls, int n_calls);
 /* One call as three linears (linear_bf16_in, in the model's order m->dots), three pool dispatches. */
 void moe_expert_one(struct dsv4_model *m, const moe_expert_call *call);
+/* silu(x) = x / (1 + expf(-x)) for every bf16 x, indexed by its 16 bits (NaNs included): an OFFICIAL model's
+ * m->silu_bf16 (malloc'd, 256 KiB; NULL when out of memory). */
+float *moe_silu_bf16_table(void);
 #endif

@@ -1,5 +1,6 @@
 /* Loading a checkpoint folder into a dsv4_model: config, mmap, validation against the inventory, binding. */
 #include "model/model.h"
+#include "core/moe_experts.h"
 #include "model/expert_place.h"
 #include "model/expert_profile.h"
 #include "state/kvrows.h"
@@ -356,6 +357,7 @@ void dsv4_model_free(dsv4_model *m) {
         for (int L = 0; L < m->cfg.n_layers; L++) free_block_tables(&m->layers[L]);
     free(m->layers);
     free(m->route_counts);
+    free(m->silu_bf16);
     if (m->mtp) free_block_tables(&m->mtp->block);
     free(m->mtp);
     if (m->dspark) {
@@ -431,6 +433,10 @@ int dsv4_model_load(const char *dir, const dsv4_load_opts *opts, dsv4_model **ou
     if (rc) goto fail;
     m->mode = opts->mode;
     m->state_mem = &seq_mem_host;
+    if (m->mode == DSV4_MODE_OFFICIAL && !(m->silu_bf16 = moe_silu_bf16_table())) {
+        rc = dsv4_fail(err, DSV4_E_NOMEM, "out of memory");
+        goto fail;
+    }
     if (opts->cpu_amx && opts->mode == DSV4_MODE_OFFICIAL && opts->device == DSV4_DEVICE_CPU) {
         if (!(cpu_features() & CPU_AMX_BF16)) {
             rc = dsv4_fail(err, DSV4_E_UNSUPPORTED, "cpu_amx: this CPU or kernel has no AMX-BF16 (needs AMX-TILE, AMX-BF16 and Linux 5.16+)");

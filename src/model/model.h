@@ -91,6 +91,7 @@ struct dsv4_model {
     cpu_dots dots;           /* the order of the CPU's linears with bf16-exact inputs (backend/cpu/kernels.h): OFFICIAL:
                               * the pair order (pairs.h; on a CUDA model, its host-resident experts), or AMX's
                               * (dsv4_load_opts.cpu_amx, CPU device), or fp32 with DSV4_CPU_PAIRS=0; EXACT: fp32 */
+    float *silu_bf16;        /* OFFICIAL: silu of every bf16 value, by its bits (core/moe_experts.h); owned */
     int moe_per_expert;      /* run the MoE experts one at a time, three pool dispatches each, instead of grouped
                               * (core/moe_experts.h): the reference the grouped run is tested against */
     uint64_t routed_bytes;   /* weight bytes of the routed experts CPU steps have run, each once a step

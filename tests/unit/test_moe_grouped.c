@@ -11,7 +11,9 @@
  * in EXACT and OFFICIAL mode, and OFFICIAL on AMX tiles where this CPU has them (m->amx: both ways run the
  * tiles, cpu_linear_amx's bits). The model has 320-wide experts (two full 128-row blocks and a partial one, so
  * the OFFICIAL quantization's last block is a short one) and FP4 routed / FP8 shared experts (unequal row
- * costs, so the threads' parts cut calls in the middle). */
+ * costs, so the threads' parts cut calls in the middle).
+ * And OFFICIAL's silu table (m->silu_bf16: silu read by the bf16 bits of the clamped gate) against the function,
+ * bit for bit, through moe_forward on both layers; its indexing against values computed by hand. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -20,6 +22,7 @@
 #include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
+#include <math.h>
 #include "backend/cpu/isa.h"
 #include "core/moe.h"
 #include "core/moe_experts.h"
@@ -155,6 +158,36 @@ static void forward_grouped_is_per_expert(void **state) {
     assert_true(saw_pairs);
 }
 
+static void silu_table_is_the_function(void **state) {
+    dsv4_model *m = *state;
+    if (!m) skip();
+    assert_non_null(m->silu_bf16);
+    /* silu(1) = 1 / (1 + e^-1), silu(-1) = -1 / (1 + e), silu(-8) = -8 / (1 + e^8), by hand to 12 digits */
+    const float *t = m->silu_bf16;
+    assert_true(t[0x0000] == 0.0f && fabs(t[0x3f80] - 0.731058578630) < 1e-7 && fabs(t[0xbf80] + 0.268941421370) < 1e-7 &&
+                fabs(t[0xc100] + 0.002682801044) < 1e-9);
+    assert_int_equal(workspace_ensure(m, T_MAX, 0), 0);
+    use_pool(m, 2, dsv4_pool_kernels(m->pool));
+    const int d = m->cfg.dim;
+    float *xn = malloc(sizeof(float) * T_MAX * d), *want = malloc(sizeof(float) * T_MAX * d),
+          *got = malloc(sizeof(float) * T_MAX * d);
+    int32_t tok[T_MAX];
+    for (int i = 0; i < T_MAX * d; i++) xn[i] = rnd_float();
+    tm_tokens(tok, T_MAX, m->cfg.vocab_size, 9);
+    float *table = m->silu_bf16;
+    for (int L = 0; L < m->cfg.n_layers; L++)
+        for (int ti = 0; ti < N_T; ti++) {
+            m->silu_bf16 = NULL;   /* the function, per element */
+            forward_once(m, L, Ts[ti], xn, tok, 0, want);
+            m->silu_bf16 = table;
+            forward_once(m, L, Ts[ti], xn, tok, 0, got);
+            if (memcmp(want, got, sizeof(float) * (size_t)Ts[ti] * d)) fail_msg("layer %d, T %d: the silu table differs", L, Ts[ti]);
+        }
+    free(xn);
+    free(want);
+    free(got);
+}
+
 /* moe_host_rows with experts e % 3 != 1 on the host, the one way or the other. */
 static int host_once(dsv4_model *m, int L, int T, const float *xn, const int32_t *re, const float *rw,
                      int per_expert, float *rows, int32_t *pair) {
@@ -216,6 +249,8 @@ int main(void) {
         { "moe_host_rows, OFFICIAL", host_rows_grouped_is_per_expert, pick_official, NULL, NULL },
         { "moe_forward, OFFICIAL on AMX", forward_grouped_is_per_expert, pick_amx, NULL, NULL },
         { "moe_host_rows, OFFICIAL on AMX", host_rows_grouped_is_per_expert, pick_amx, NULL, NULL },
+        { "silu table, OFFICIAL", silu_table_is_the_function, pick_official, NULL, NULL },
+        { "silu table, OFFICIAL on AMX", silu_table_is_the_function, pick_amx, NULL, NULL },
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
