@@ -987,10 +987,22 @@ void ISA_FN(pairs_rows)(void *ctx, int begin, int end, int thread) {
      * again for each 4 rows (with the tree and the stores below, ~35-40 % of VDPBF16PS's peak at 128 tokens on a
      * Zen 5 core). Who computes what only: every output is one tile_pairs chain. */
     const int rb = pairs_block_rows(n32, rows == rows_stack ? STACK_COLS : n32, begin, end);
+    /* BF16 rows of whole chunks are the tile's operands as they lie: read in place, only their ranges taken (a
+     * copy into the row buffer was ~3 % of a 16-stream flash-2g step: the head and wo_a are BF16) */
+    const int in_place = w->fmt == WF_BF16 && n32 == cols;
     for (int b0 = begin; b0 < end; b0 += rb) {
         const int nb = imin(rb, end - b0);
         pairs_exp wexp[PAIRS_BLOCK_MAX];
-        for (int r = 0; r < nb; r++) wexp[r] = ISA_FN(weight_row_bf16)(w, b0 + r, 0, n32, rows + (size_t)r * n32, ftmp);
+        const uint16_t *wrow[PAIRS_BLOCK_MAX];
+        for (int r = 0; r < nb; r++) {
+            if (in_place) {
+                wrow[r] = (const uint16_t *)w->data + (size_t)(b0 + r) * cols;
+                wexp[r] = bf16_range(wrow[r], cols);
+            } else {
+                wrow[r] = rows + (size_t)r * n32;
+                wexp[r] = ISA_FN(weight_row_bf16)(w, b0 + r, 0, n32, rows + (size_t)r * n32, ftmp);
+            }
+        }
         /* few tokens: the weights are a stream from memory; ask for the next block's rows while these are used */
         if (b->T <= 2 && b0 + nb < end)
             prefetch_bytes((const char *)w->data + (size_t)(b0 + nb) * row_bytes, row_bytes * (size_t)imin(nb, end - b0 - nb));
@@ -1001,7 +1013,7 @@ void ISA_FN(pairs_rows)(void *ctx, int begin, int end, int thread) {
             for (int g0 = 0; g0 < nb; g0 += TILE_R) {
                 const int nr = imin(TILE_R, nb - g0);
                 const uint16_t *wr[TILE_R];
-                for (int r = 0; r < TILE_R; r++) wr[r] = rows + (size_t)(g0 + imin(r, nr - 1)) * n32;   /* a partial tile repeats its last row */
+                for (int r = 0; r < TILE_R; r++) wr[r] = wrow[g0 + imin(r, nr - 1)];   /* a partial tile repeats its last row */
                 int dp = 0;
 #ifdef PAIRS_DP
                 dp = 1;
