@@ -33,6 +33,7 @@ float    e8m0_to_f32(uint8_t b);
 extern const float dsv4_e2m1_table[16];
 static inline float e2m1_to_f32(uint8_t code) { return dsv4_e2m1_table[code & 15]; }
 uint8_t  f32_to_e2m1(float x);          /* nearest, ties to even mantissa, saturating to +-6 */
+float    e2m1_nearest(float q);         /* |q| <= 6: e2m1_to_f32(f32_to_e2m1(q)), computed (no table, no branch) */
 
 /* Power-of-two scale 2^ceil(log2(v)) computed from the fp32 bit pattern, as the official kernels do. */
 float    pow2_ceil(float v);

@@ -124,6 +124,61 @@ static void e2m1_encode(void **st) {
         if (c != 8) assert_int_equal(f32_to_e2m1(e2m1_to_f32((uint8_t)c)), c);
 }
 
+/* e2m1_nearest (computed) against the code path, e2m1_to_f32(f32_to_e2m1(q)), bit for bit: every bf16 value in
+ * [-6, 6], the 64 floats each side of every grid value and midpoint (the ties), and 2^20 random floats; then
+ * act_quant_fp4_inplace against the official rule written with the code path, on blocks with zeros, NaNs, infinities
+ * and huge and tiny values. */
+static float bits_f32(uint32_t u) {
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+static void e2m1_nearest_check(float q) {
+    const float want = e2m1_to_f32(f32_to_e2m1(q)), got = e2m1_nearest(q);
+    if (memcmp(&want, &got, sizeof want)) fail_msg("e2m1_nearest(%a) = %a, the code gives %a", (double)q, (double)got, (double)want);
+}
+static void e2m1_nearest_is_the_code(void **st) {
+    (void)st;
+    for (uint32_t b = 0; b < 65536; b++) {
+        const float q = bits_f32(b << 16);
+        if (fabsf(q) <= 6.0f) e2m1_nearest_check(q);
+    }
+    static const float points[] = { 0.25f, 0.5f, 0.75f, 1.0f, 1.25f, 1.5f, 1.75f, 2.0f, 2.5f, 3.0f, 3.5f, 4.0f, 5.0f, 6.0f };
+    for (size_t i = 0; i < sizeof points / sizeof points[0]; i++)
+        for (int d = -64; d <= 64; d++) {
+            uint32_t u;
+            memcpy(&u, &points[i], sizeof u);
+            const float q = bits_f32(u + (uint32_t)d);
+            if (q <= 6.0f) e2m1_nearest_check(q), e2m1_nearest_check(-q);
+        }
+    uint64_t r = 0x2545f4914f6cdd1dull;
+    for (int i = 0; i < (1 << 20); i++) {
+        r ^= r << 13, r ^= r >> 7, r ^= r << 17;
+        e2m1_nearest_check((float)((double)(r >> 11) / 9007199254740992.0 * 12.0 - 6.0));
+    }
+    enum { N = 256 };
+    float x[N], ref[N];
+    for (int t = 0; t < 64; t++) {
+        for (int i = 0; i < N; i++) {
+            r ^= r << 13, r ^= r >> 7, r ^= r << 17;
+            const int e = (int)(r % 60) - 30;
+            x[i] = ldexpf((float)((int64_t)(r >> 40) - (1 << 23)) / (float)(1 << 23), e);
+        }
+        if (t % 4 == 1) x[3] = 0.0f, x[40] = NAN, x[77] = -INFINITY;
+        if (t % 4 == 2) for (int i = 0; i < 32; i++) x[i] = ldexpf(1.0f, -140);   /* a block of tiny values: amax floored */
+        if (t % 4 == 3) x[100] = 3e38f;
+        for (int b0 = 0; b0 < N; b0 += 32) {   /* the rule, with the code path */
+            float amax = 6.0f * ldexpf(1.0f, -126);
+            for (int i = 0; i < 32; i++) amax = fmaxf(amax, fabsf(x[b0 + i]));
+            const float s = pow2_ceil(amax / 6.0f);
+            for (int i = 0; i < 32; i++)
+                ref[b0 + i] = round_bf16(e2m1_to_f32(f32_to_e2m1(fminf(fmaxf(x[b0 + i] / s, -6.0f), 6.0f))) * s);
+        }
+        act_quant_fp4_inplace(x, N, 32);
+        if (memcmp(x, ref, sizeof x)) fail_msg("act_quant_fp4_inplace differs from the rule (round %d)", t);
+    }
+}
+
 /* ---- BF16 ------------------------------------------------------------------------------------------------ */
 
 /* The GPU's FP4 decode (model/e2m1_f16.h): each nibble of every byte, read as an IEEE f16 (decoded here by the
@@ -296,7 +351,8 @@ static void hadamard(void **st) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(e4m3_decode),  cmocka_unit_test(e4m3_table_matches_decoder), cmocka_unit_test(e4m3_encode),
-        cmocka_unit_test(e8m0),         cmocka_unit_test(e2m1_table),  cmocka_unit_test(e2m1_encode), cmocka_unit_test(e2m1_f16_bits),
+        cmocka_unit_test(e8m0),         cmocka_unit_test(e2m1_table),  cmocka_unit_test(e2m1_encode), cmocka_unit_test(e2m1_nearest_is_the_code),
+        cmocka_unit_test(e2m1_f16_bits),
         cmocka_unit_test(bf16),         cmocka_unit_test(pow2),        cmocka_unit_test(act_fp8),
         cmocka_unit_test(act_fp4),      cmocka_unit_test(hadamard),
         cmocka_unit_test(act_fp8_fast_matches_definition), cmocka_unit_test(bf16_array_matches_definition),
