@@ -382,7 +382,7 @@ void sink_attention_heads(dsv4_mode mode, const kv_layout *kv, const float *cons
     }
     for (int g = 0; g < G; g++) {   /* P becomes the probabilities the P.V reads */
         float *Pg = P + (int64_t)g * nk, mx = -INFINITY;
-        for (int i = 0; i < nk; i++) mx = fmaxf(mx, Pg[i]);
+        for (int i = 0; i < nk; i++) mx = Pg[i] > mx ? Pg[i] : mx;   /* fmaxf's, NaN skipped; no libm call */
         float den = expf(sink[g] - mx);
         for (int i = 0; i < nk; i++) {
             const float e = expf(Pg[i] - mx);
