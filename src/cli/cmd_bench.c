@@ -936,9 +936,10 @@ int cmd_bench(int argc, char **argv) {
     if (!no_bw && !m->cuda && m->dots != CPU_DOTS_AMX) {
         const int bf16 = m->dots == CPU_DOTS_PAIRS;
         peak = cpu_peak_gflops(m->pool, bf16, 3);
-        printf("%-26s %10.1f GFLOP/s (%s on %d threads, registers only, best of 3)\n", "multiply-add peak", peak,
-               bf16 && !strcmp(dsv4_pool_kernels(m->pool)->name, "avx512bf16") ? "VDPBF16PS" : "the kernel set's fp32 multiply-add",
-               dsv4_pool_width(m->pool));
+        if (peak > 0)
+                printf("%-26s %10.1f GFLOP/s (%s on %d threads, registers only, best of 3)\n", "multiply-add peak", peak,
+                   bf16 && !strcmp(dsv4_pool_kernels(m->pool)->name, "avx512bf16") ? "VDPBF16PS" : "the kernel set's fp32 multiply-add",
+                   dsv4_pool_width(m->pool));
     }
     json_t *rep = json_path ? json_object() : NULL;
     if (rep) {

@@ -6,6 +6,6 @@
 #include "backend/cpu/pool.h"
 
 /* Best of `repeats` runs of ~50 ms, in GFLOP/s (1e9 flops); bf16: VDPBF16PS where the pool's set has it (the pair
- * order's instruction), else the set's fp32 FMA. */
+ * order's instruction), else the set's fp32 FMA. Negative when out of memory. */
 double cpu_peak_gflops(dsv4_pool *pool, int bf16, int repeats);
 #endif
