@@ -937,7 +937,7 @@ int cmd_bench(int argc, char **argv) {
         const int bf16 = m->dots == CPU_DOTS_PAIRS;
         peak = cpu_peak_gflops(m->pool, bf16, 3);
         if (peak > 0)
-                printf("%-26s %10.1f GFLOP/s (%s on %d threads, registers only, best of 3)\n", "multiply-add peak", peak,
+            printf("%-26s %10.1f GFLOP/s (%s on %d threads, registers only, best of 3)\n", "multiply-add peak", peak,
                    bf16 && !strcmp(dsv4_pool_kernels(m->pool)->name, "avx512bf16") ? "VDPBF16PS" : "the kernel set's fp32 multiply-add",
                    dsv4_pool_width(m->pool));
     }
