@@ -8,14 +8,12 @@ static uint64_t wbytes(const dsv4_weight *w) {
 /* Elements of a weight a token multiplies by: each once (a grouped linear's groups take disjoint rows). */
 static uint64_t welems(const dsv4_weight *w) { return w->data ? (uint64_t)w->rows * (uint64_t)w->cols : 0; }
 
-/* Every weight of a layer but its routed experts: each is a linear that every token of a step passes through. */
-#define LAYER_FIXED_WEIGHTS(L)                                                                                       \
-    { &(L)->hc_attn.fn, &(L)->hc_ffn.fn, &(L)->wq_a, &(L)->wq_b, &(L)->wkv, &(L)->wo_a, &(L)->wo_b, &(L)->comp.wkv,  \
-      &(L)->comp.wgate, &(L)->icomp.wkv, &(L)->icomp.wgate, &(L)->idx_wq_b, &(L)->idx_weights_proj, &(L)->gate,      \
-      &(L)->sw1, &(L)->sw2, &(L)->sw3 }
-
+/* Every weight of a layer but its routed experts (each a linear that every token of a step passes through),
+ * summed by `of` (bytes or elements). */
 static uint64_t layer_fixed(const dsv4_layer *L, uint64_t (*of)(const dsv4_weight *)) {
-    const dsv4_weight *ws[] = LAYER_FIXED_WEIGHTS(L);
+    const dsv4_weight *ws[] = {&L->hc_attn.fn, &L->hc_ffn.fn, &L->wq_a, &L->wq_b, &L->wkv, &L->wo_a, &L->wo_b,
+                               &L->comp.wkv, &L->comp.wgate, &L->icomp.wkv, &L->icomp.wgate, &L->idx_wq_b,
+                               &L->idx_weights_proj, &L->gate, &L->sw1, &L->sw2, &L->sw3};
     uint64_t b = 0;
     for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++) b += of(ws[i]);
     return b;
