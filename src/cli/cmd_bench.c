@@ -914,6 +914,14 @@ int cmd_bench(int argc, char **argv) {
         printf("synthetic weights generated in GPU memory: %d distinct layer weight sets for %d layers%s\n",
                cuda_distinct_layers(m), m->cfg.n_layers,
                cuda_distinct_layers(m) < m->cfg.n_layers ? " (the later layers reuse an earlier layer's weights of their kind)" : "");
+    if (!m->cuda) {   /* DSV4_CPU_FP4_PLANES=1 (model/fp4_planes.h): how many routed expert weights took the layout */
+        long planes = 0;
+        for (int l = 0; l < m->cfg.n_layers; l++)
+            for (int e = 0; e < m->cfg.n_routed; e++)
+                planes += (m->layers[l].w1[e].fmt == WF_FP4P) + (m->layers[l].w2[e].fmt == WF_FP4P) + (m->layers[l].w3[e].fmt == WF_FP4P);
+        if (planes) printf("routed experts in nibble planes: %ld of %d weights (DSV4_CPU_FP4_PLANES=1)\n", planes,
+                           3 * m->cfg.n_layers * m->cfg.n_routed);
+    }
     if (m->cfg.synthetic_holes && !m->cuda)
         printf("synthetic weights generated in host memory: %.2f GiB; %lld of %lld routed-expert tensors with bytes of their own%s\n",
                m->synth.bytes / 1073741824.0, (long long)m->synth.expert_own, (long long)m->synth.expert_tensors,

@@ -52,8 +52,10 @@ dsv4_weight fp4_planes_row_view(const dsv4_weight *w, int row, uint8_t *buf) {
  * alternated), one Zen 5 core, 2048 x 4096 FP4 from L2, GB/s of weights, checkpoint's layout -> planes: 1 token
  * 25.6-27.0 -> 31.1-32.5, 3 tokens 17.5-17.6 -> 19.8-20.0, 6 tokens 11.5 -> 9.4, 12 tokens 5.7-5.8 -> 4.8-5.0 (from
  * 5 tokens a pass, the four rows' words held beside the accumulators outgrow the registers). Two cores from memory:
- * the same speed (29-31 GB/s, the memory the bound there). Hence only where calls have few tokens, and opt-in until
- * measured where the host's cores are the bound (the lent GPU machines' hosts, issue 15). */
+ * the same speed (29-31 GB/s, the memory the bound there); a CPU model's experts in planes, flash-2g on those two
+ * cores (2026-12-07, three alternated rounds): decode +2 %, 16 streams +3 %, 64 streams -5 %, prefill 128 -7 %, all
+ * inside the box's spread. Hence only where calls have few tokens, and opt-in until measured where the host's cores
+ * are the bound (the lent GPU machines' Xeon hosts: tools/gpu/run_planes.sh). */
 int fp4_planes_wanted(int pairs, const char *isa, dsv4_error *err) {
     const char *env = getenv("DSV4_CPU_FP4_PLANES");
     if (env && strcmp(env, "0") && strcmp(env, "1")) {

@@ -9,10 +9,11 @@
  * byte shuffle is left. Every value decodes to what it did in the checkpoint's layout, so every result is the
  * same bits; only the instructions differ.
  *
- * Who uses it: the host arena of a GPU model with experts in host memory (issue 15: a private copy the GPU never
- * reads, whose experts the host computes for a token or a few at a time), when its linears take the pair order on
- * an AVX-512 set: fp4_planes_wanted says when. Readers other than the fused and tile paths (the fp32 decoders of
- * the other sets, a row dot) get the row back in the checkpoint's layout through fp4_planes_row_view. */
+ * Who uses it, when DSV4_CPU_FP4_PLANES=1 and the linears take the pair order on an AVX-512 set (fp4_planes_wanted):
+ * the host arena of a GPU model with experts in host memory (issue 15: a private copy the GPU never reads, whose
+ * experts the host computes for a token or a few at a time), and a CPU model's routed experts where its weights are
+ * a private copy (model.c, cpu_fp4_planes). Readers other than the fused and tile paths (the fp32 decoders of the
+ * other sets, a row dot) get the row back in the checkpoint's layout through fp4_planes_row_view. */
 #ifndef DSV4_MODEL_FP4_PLANES_H
 #define DSV4_MODEL_FP4_PLANES_H
 #include "model/weight.h"

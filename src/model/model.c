@@ -1,6 +1,7 @@
 /* Loading a checkpoint folder into a dsv4_model: config, mmap, validation against the inventory, binding. */
 #include "model/model.h"
 #include "core/moe_experts.h"
+#include "model/fp4_planes.h"
 #include "model/expert_place.h"
 #include "model/expert_profile.h"
 #include "state/kvrows.h"
@@ -421,6 +422,25 @@ static int place_weights(dsv4_model *m, int n_threads, dsv4_error *err) {
     return 0;
 }
 
+/* A CPU model's routed FP4 experts in nibble planes (model/fp4_planes.h) where DSV4_CPU_FP4_PLANES=1 asks for them
+ * and the kernels read them (fp4_planes_wanted), repacked in place: only in a private copy of the weights (the file
+ * mapping is read-only), after the fingerprint (shapes only) and before any step. The same bits either way. */
+static int cpu_fp4_planes(dsv4_model *m, dsv4_error *err) {
+    const int want = fp4_planes_wanted(m->dots == CPU_DOTS_PAIRS, dsv4_pool_kernels(m->pool)->name, err);
+    if (want < 0) return DSV4_E_ARG;
+    /* a synthetic checkpoint's experts past its memory budget share bytes in a cycle: repacking one would repack
+     * the others' bytes again */
+    const int shared = m->cfg.synthetic_holes && m->synth.expert_own < m->synth.expert_tensors;
+    if (!want || m->weight_memory != ST_MEM_COPY || shared) return 0;
+    for (int l = 0; l < m->cfg.n_layers; l++)
+        for (int e = 0; e < m->cfg.n_routed; e++) {
+            dsv4_weight *ws[3] = { &m->layers[l].w1[e], &m->layers[l].w2[e], &m->layers[l].w3[e] };
+            for (int k = 0; k < 3; k++)
+                if (fp4_planes_fits(ws[k])) (void)fp4_planes_weight(ws[k], (void *)ws[k]->data);
+        }
+    return 0;
+}
+
 int dsv4_model_load(const char *dir, const dsv4_load_opts *opts, dsv4_model **out, dsv4_error *err) {
     dsv4_load_opts def = {0};
     if (!opts) opts = &def;
@@ -515,6 +535,7 @@ int dsv4_model_load(const char *dir, const dsv4_load_opts *opts, dsv4_model **ou
     m->pool = dsv4_pool_new(opts->n_threads);
     if (!m->pool) { rc = dsv4_fail(err, DSV4_E_NOMEM, "cannot start worker threads"); goto fail; }
     dsv4_pool_set_kernels(m->pool, kern);
+    if (opts->device == DSV4_DEVICE_CPU && (rc = cpu_fp4_planes(m, err))) goto fail;
     /* Progress goes to a terminal only: scripts reading stderr get nothing but errors. */
     m->progress = !opts->quiet && isatty(2);
     if (opts->device == DSV4_DEVICE_CUDA) {

@@ -177,6 +177,57 @@ static void model_logits_unchanged(void **st) {
     tm_rmdir(dir);
 }
 
+/* The switch on a CPU model (model.c cpu_fp4_planes): loaded with DSV4_CPU_FP4_PLANES=1, an OFFICIAL model whose
+ * weights are a private copy has every routed expert in planes where the kernels read them (an AVX-512 set), the
+ * logits of a load without, one-shot and token by token; an EXACT one has none; a bad value fails the load. */
+static void cpu_model_switch(void **st) {
+    (void)st;
+    enum { N = 24 };
+    char dir[256];
+    const char *cfg[] = { "compress_ratios=[0,0,4,128,4,128]", "sliding_window=8", "index_topk=3" };
+    dsv4_model *m = tm_make("flash-tiny", cfg, 3, 4243, DSV4_MODE_OFFICIAL, dir);
+    assert_non_null(m);
+    if (m->weight_memory != ST_MEM_COPY) skip();
+    dsv4_model_info info;
+    dsv4_model_get_info(m, &info);
+    int32_t tok[N];
+    tm_tokens(tok, N, info.vocab_size, 6);
+    static const int one[] = { 1 };
+    const size_t bytes = sizeof(float) * N * (size_t)info.vocab_size;
+    float *ref = tm_logits(m, tok, N, NULL, 0), *ref1 = tm_logits(m, tok, N, one, 1);
+    const char *isa = dsv4_pool_kernels(m->pool)->name;
+    const int reads = !strcmp(isa, "avx512bf16") || !strcmp(isa, "avx512");
+    const int all = 3 * m->cfg.n_layers * m->cfg.n_routed;
+    dsv4_model_free(m);
+    setenv("DSV4_CPU_FP4_PLANES", "1", 1);
+    dsv4_model *p = tm_load(dir, DSV4_MODE_OFFICIAL, DSV4_DEVICE_CPU, DSV4_KV_F32), *e = tm_load(dir, DSV4_MODE_EXACT, DSV4_DEVICE_CPU, DSV4_KV_F32);
+    setenv("DSV4_CPU_FP4_PLANES", "2", 1);
+    dsv4_load_opts bad = { .mode = DSV4_MODE_OFFICIAL, .quiet = 1 };
+    dsv4_model *b = NULL;
+    dsv4_error err = { 0 };
+    const int brc = dsv4_model_load(dir, &bad, &b, &err);
+    unsetenv("DSV4_CPU_FP4_PLANES");
+    assert_true(p && e);
+    assert_int_equal(brc, DSV4_E_ARG);
+    assert_null(b);
+    assert_non_null(strstr(err.msg, "DSV4_CPU_FP4_PLANES"));
+    int planes = 0, exact_planes = 0;
+    for (int l = 0; l < p->cfg.n_layers; l++)
+        for (int x = 0; x < p->cfg.n_routed; x++) {
+            planes += (p->layers[l].w1[x].fmt == WF_FP4P) + (p->layers[l].w2[x].fmt == WF_FP4P) + (p->layers[l].w3[x].fmt == WF_FP4P);
+            exact_planes += (e->layers[l].w1[x].fmt == WF_FP4P) + (e->layers[l].w2[x].fmt == WF_FP4P) + (e->layers[l].w3[x].fmt == WF_FP4P);
+        }
+    if (planes != (reads ? all : 0) || exact_planes) fail_msg("%s kernels: %d of %d experts' weights in planes (EXACT %d)", isa, planes, all, exact_planes);
+    float *got = tm_logits(p, tok, N, NULL, 0), *got1 = tm_logits(p, tok, N, one, 1);
+    assert_true(ref && ref1 && got && got1);
+    assert_memory_equal(got, ref, bytes);
+    assert_memory_equal(got1, ref1, bytes);
+    free(ref); free(ref1); free(got); free(got1);
+    dsv4_model_free(p);
+    dsv4_model_free(e);
+    tm_rmdir(dir);
+}
+
 static void refusals_and_switch(void **st) {
     (void)st;
     uint32_t rng = 3;
@@ -212,6 +263,7 @@ int main(void) {
         cmocka_unit_test(pairs_linear_every_set),
         cmocka_unit_test(fp32_readers_every_set),
         cmocka_unit_test(model_logits_unchanged),
+        cmocka_unit_test(cpu_model_switch),
         cmocka_unit_test(refusals_and_switch),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -2,7 +2,8 @@
 # FP4 nibble planes (model/fp4_planes.h) on the lent machine's host: the kernel alone (.gpu/linear_bench with
 # LINEAR_BENCH_PLANES=1: the same matrices in both layouts, passes alternated) at PLANES_THREADS (default 1 15)
 # threads, one token, from memory; then Flash with --gpu-mem PLANES_MEM (default 72) --bus-share PLANES_SHARE (default
-# 0.15), DSV4_CPU_FP4_PLANES=0 and =1 alternated PLANES_ROUNDS times (default 2). Stage: tools/gpu/stage.sh, then
+# 0.15), DSV4_CPU_FP4_PLANES=0 and =1 alternated PLANES_ROUNDS times (default 2); then (PLANES_CPU=1, the default) a CPU
+# model, flash-2g on the host's cores, the switch off and on PLANES_CPU_ROUNDS times. Stage: tools/gpu/stage.sh, then
 # `tools/gpu/run_planes.sh stage` here (links .gpu/linear_bench); carry [".gpu"]. Logs in $OUT/planes.tgz.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -29,6 +30,15 @@ for r in $(seq ${PLANES_ROUNDS:-2}); do
       --bus-share ${PLANES_SHARE:-0.15} --prompt 64 --decode 16 --no-bandwidth >$L/flash_${r}_$p.log 2>&1
     echo "  planes=$p (exit $?): $(grep -E '^decode, 1|^host, a decode|^host expert reads' $L/flash_${r}_$p.log | tr -s ' ' | cut -c1-120 | tr '\n' '|')"
     grep -o '[0-9]* in nibble planes' $L/flash_${r}_$p.log | head -1 | sed 's/^/    /'
+  done
+done
+# then a CPU model (PLANES_CPU=0 skips): flash-2g in official mode on the host's cores, the switch off and on alternated
+for r in $(seq ${PLANES_CPU_ROUNDS:-2}); do
+  [ "${PLANES_CPU:-1}" = 1 ] || break
+  for p in 0 1; do
+    DSV4_CPU_FP4_PLANES=$p timeout 150 .gpu/dsv4 bench --synthetic flash-2g --mode official --prompt 128 --decode 32 \
+      --streams 16 --warmup >$L/cpu_${r}_$p.log 2>&1
+    echo "  cpu flash-2g planes=$p (exit $?): $(grep -E '^memory read|^prefill |^decode, 1|^bandwidth fraction|^ +16 ' $L/cpu_${r}_$p.log | tr -s ' ' | cut -c1-60 | tr '\n' '|')"
   done
 done
 tar -C /tmp -czf "$OUT/planes.tgz" planes-logs 2>/dev/null
