@@ -11,6 +11,7 @@
 #include "engine/drafter_named.h"
 #include "engine/scheduler.h"
 #include "engine/speculative.h"
+#include "model/fp4_planes.h"
 #include "model/footprint.h"
 #include "model/expert_place.h"
 #include "model/model.h"
@@ -915,10 +916,7 @@ int cmd_bench(int argc, char **argv) {
                cuda_distinct_layers(m), m->cfg.n_layers,
                cuda_distinct_layers(m) < m->cfg.n_layers ? " (the later layers reuse an earlier layer's weights of their kind)" : "");
     if (!m->cuda) {   /* DSV4_CPU_FP4_PLANES=1 (model/fp4_planes.h): how many routed expert weights took the layout */
-        long planes = 0;
-        for (int l = 0; l < m->cfg.n_layers; l++)
-            for (int e = 0; e < m->cfg.n_routed; e++)
-                planes += (m->layers[l].w1[e].fmt == WF_FP4P) + (m->layers[l].w2[e].fmt == WF_FP4P) + (m->layers[l].w3[e].fmt == WF_FP4P);
+        const long planes = fp4_planes_routed(m);
         if (planes) printf("routed experts in nibble planes: %ld of %d weights (DSV4_CPU_FP4_PLANES=1)\n", planes,
                            3 * m->cfg.n_layers * m->cfg.n_routed);
     }

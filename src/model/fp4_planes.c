@@ -1,4 +1,5 @@
 #include "model/fp4_planes.h"
+#include "model/model.h"
 #include "util/error.h"
 #include <stdlib.h>
 #include <string.h>
@@ -64,4 +65,12 @@ int fp4_planes_wanted(int pairs, const char *isa, dsv4_error *err) {
     }
     if (!env || !strcmp(env, "0")) return 0;
     return pairs && isa && (!strcmp(isa, "avx512bf16") || !strcmp(isa, "avx512"));
+}
+
+long fp4_planes_routed(const struct dsv4_model *m) {
+    long n = 0;
+    for (int l = 0; l < m->cfg.n_layers; l++)
+        for (int e = 0; e < m->cfg.n_routed; e++)
+            n += (m->layers[l].w1[e].fmt == WF_FP4P) + (m->layers[l].w2[e].fmt == WF_FP4P) + (m->layers[l].w3[e].fmt == WF_FP4P);
+    return n;
 }

@@ -32,6 +32,9 @@ int fp4_planes_fits(const dsv4_weight *w);
 int fp4_planes_weight(dsv4_weight *w, void *data);
 /* Row `row` of a WF_FP4P weight as a one-row WF_FP4 weight over buf (cols / 2 bytes), the same scales. */
 dsv4_weight fp4_planes_row_view(const dsv4_weight *w, int row, uint8_t *buf);
+/* How many of a model's routed expert weights (w1, w2, w3 of every expert of every layer) are in planes. */
+struct dsv4_model;
+long fp4_planes_routed(const struct dsv4_model *m);
 /* Whether FP4 weights that only the CPU reads should be repacked, for a model whose linears take the pair order
  * (pairs: core/numerics.h's OFFICIAL order, not AMX nor fp32) on the CPU kernel set `isa` (cpu_kernels name): the
  * fused kernels of the AVX-512 sets read planes. Opt-in while it is measured, DSV4_CPU_FP4_PLANES=1 (0 or unset:

@@ -145,22 +145,56 @@ static void fp32_readers_every_set(void **st) {
     tw_free(&t);
 }
 
+/* An OFFICIAL tiny model with two compressed-attention kinds, its tokens and its logits one-shot and token by token:
+ * the reference a repacked model must give. */
+enum { CASE_TOKENS = 40 };
+typedef struct {
+    char dir[256];
+    dsv4_model *m;
+    int32_t tok[CASE_TOKENS];
+    int n;
+    size_t bytes;            /* of one logits array */
+    float *ref, *ref1;       /* one-shot, token by token */
+} planes_case;
+static const int one_token[] = { 1 };
+
+static void case_make(planes_case *c, uint64_t seed, int n, uint64_t tok_seed) {
+    const char *cfg[] = { "compress_ratios=[0,0,4,128,4,128]", "sliding_window=8", "index_topk=3" };
+    c->m = tm_make("flash-tiny", cfg, 3, seed, DSV4_MODE_OFFICIAL, c->dir);
+    assert_non_null(c->m);
+    if (c->m->weight_memory != ST_MEM_COPY) {   /* the file mapping is read-only: nothing to repack in place */
+        dsv4_model_free(c->m);
+        tm_rmdir(c->dir);
+        skip();
+    }
+    dsv4_model_info info;
+    dsv4_model_get_info(c->m, &info);
+    c->n = n;
+    tm_tokens(c->tok, n, info.vocab_size, tok_seed);
+    c->bytes = sizeof(float) * (size_t)n * (size_t)info.vocab_size;
+    c->ref = tm_logits(c->m, c->tok, n, NULL, 0), c->ref1 = tm_logits(c->m, c->tok, n, one_token, 1);
+    assert_true(c->ref && c->ref1);
+}
+
+static void case_same_logits(const planes_case *c, dsv4_model *m) {
+    float *got = tm_logits(m, c->tok, c->n, NULL, 0), *got1 = tm_logits(m, c->tok, c->n, one_token, 1);
+    assert_true(got && got1);
+    assert_memory_equal(got, c->ref, c->bytes);
+    assert_memory_equal(got1, c->ref1, c->bytes);
+    free(got); free(got1);
+}
+
+static void case_free(planes_case *c) {
+    free(c->ref); free(c->ref1);
+    dsv4_model_free(c->m);
+    tm_rmdir(c->dir);
+}
+
 static void model_logits_unchanged(void **st) {
     (void)st;
-    enum { N = 40 };
-    char dir[256];
-    const char *cfg[] = { "compress_ratios=[0,0,4,128,4,128]", "sliding_window=8", "index_topk=3" };
-    dsv4_model *m = tm_make("flash-tiny", cfg, 3, 4242, DSV4_MODE_OFFICIAL, dir);
-    assert_non_null(m);
-    if (m->weight_memory != ST_MEM_COPY) skip();   /* the file mapping is read-only: nothing to repack in place */
-    dsv4_model_info info;
-    dsv4_model_get_info(m, &info);
-    int32_t tok[N];
-    tm_tokens(tok, N, info.vocab_size, 5);
-    static const int one[] = { 1 };
-    const size_t bytes = sizeof(float) * N * (size_t)info.vocab_size;
-    float *ref = tm_logits(m, tok, N, NULL, 0), *ref1 = tm_logits(m, tok, N, one, 1);
-    assert_true(ref && ref1);
+    planes_case c;
+    case_make(&c, 4242, CASE_TOKENS, 5);
+    dsv4_model *m = c.m;
     int repacked = 0;
     for (int l = 0; l < m->cfg.n_layers; l++)
         for (int e = 0; e < m->cfg.n_routed; e++) {
@@ -168,13 +202,8 @@ static void model_logits_unchanged(void **st) {
             for (int k = 0; k < 3; k++) repacked += fp4_planes_weight(ws[k], (void *)ws[k]->data) == 0;
         }
     assert_int_equal(repacked, 3 * m->cfg.n_layers * m->cfg.n_routed);
-    float *got = tm_logits(m, tok, N, NULL, 0), *got1 = tm_logits(m, tok, N, one, 1);
-    assert_true(got && got1);
-    assert_memory_equal(got, ref, bytes);
-    assert_memory_equal(got1, ref1, bytes);
-    free(ref); free(ref1); free(got); free(got1);
-    dsv4_model_free(m);
-    tm_rmdir(dir);
+    case_same_logits(&c, m);
+    case_free(&c);
 }
 
 /* The switch on a CPU model (model.c cpu_fp4_planes): loaded with DSV4_CPU_FP4_PLANES=1, an OFFICIAL model whose
@@ -182,50 +211,29 @@ static void model_logits_unchanged(void **st) {
  * logits of a load without, one-shot and token by token; an EXACT one has none; a bad value fails the load. */
 static void cpu_model_switch(void **st) {
     (void)st;
-    enum { N = 24 };
-    char dir[256];
-    const char *cfg[] = { "compress_ratios=[0,0,4,128,4,128]", "sliding_window=8", "index_topk=3" };
-    dsv4_model *m = tm_make("flash-tiny", cfg, 3, 4243, DSV4_MODE_OFFICIAL, dir);
-    assert_non_null(m);
-    if (m->weight_memory != ST_MEM_COPY) skip();
-    dsv4_model_info info;
-    dsv4_model_get_info(m, &info);
-    int32_t tok[N];
-    tm_tokens(tok, N, info.vocab_size, 6);
-    static const int one[] = { 1 };
-    const size_t bytes = sizeof(float) * N * (size_t)info.vocab_size;
-    float *ref = tm_logits(m, tok, N, NULL, 0), *ref1 = tm_logits(m, tok, N, one, 1);
-    const char *isa = dsv4_pool_kernels(m->pool)->name;
+    planes_case c;
+    case_make(&c, 4243, 24, 6);
+    const char *isa = dsv4_pool_kernels(c.m->pool)->name;
     const int reads = !strcmp(isa, "avx512bf16") || !strcmp(isa, "avx512");
-    const int all = 3 * m->cfg.n_layers * m->cfg.n_routed;
-    dsv4_model_free(m);
+    const int all = 3 * c.m->cfg.n_layers * c.m->cfg.n_routed;
     setenv("DSV4_CPU_FP4_PLANES", "1", 1);
-    dsv4_model *p = tm_load(dir, DSV4_MODE_OFFICIAL, DSV4_DEVICE_CPU, DSV4_KV_F32), *e = tm_load(dir, DSV4_MODE_EXACT, DSV4_DEVICE_CPU, DSV4_KV_F32);
+    dsv4_model *p = tm_load(c.dir, DSV4_MODE_OFFICIAL, DSV4_DEVICE_CPU, DSV4_KV_F32), *e = tm_load(c.dir, DSV4_MODE_EXACT, DSV4_DEVICE_CPU, DSV4_KV_F32);
     setenv("DSV4_CPU_FP4_PLANES", "2", 1);
     dsv4_load_opts bad = { .mode = DSV4_MODE_OFFICIAL, .quiet = 1 };
     dsv4_model *b = NULL;
     dsv4_error err = { 0 };
-    const int brc = dsv4_model_load(dir, &bad, &b, &err);
+    const int brc = dsv4_model_load(c.dir, &bad, &b, &err);
     unsetenv("DSV4_CPU_FP4_PLANES");
     assert_true(p && e);
     assert_int_equal(brc, DSV4_E_ARG);
     assert_null(b);
     assert_non_null(strstr(err.msg, "DSV4_CPU_FP4_PLANES"));
-    int planes = 0, exact_planes = 0;
-    for (int l = 0; l < p->cfg.n_layers; l++)
-        for (int x = 0; x < p->cfg.n_routed; x++) {
-            planes += (p->layers[l].w1[x].fmt == WF_FP4P) + (p->layers[l].w2[x].fmt == WF_FP4P) + (p->layers[l].w3[x].fmt == WF_FP4P);
-            exact_planes += (e->layers[l].w1[x].fmt == WF_FP4P) + (e->layers[l].w2[x].fmt == WF_FP4P) + (e->layers[l].w3[x].fmt == WF_FP4P);
-        }
-    if (planes != (reads ? all : 0) || exact_planes) fail_msg("%s kernels: %d of %d experts' weights in planes (EXACT %d)", isa, planes, all, exact_planes);
-    float *got = tm_logits(p, tok, N, NULL, 0), *got1 = tm_logits(p, tok, N, one, 1);
-    assert_true(ref && ref1 && got && got1);
-    assert_memory_equal(got, ref, bytes);
-    assert_memory_equal(got1, ref1, bytes);
-    free(ref); free(ref1); free(got); free(got1);
+    const long planes = fp4_planes_routed(p), exact_planes = fp4_planes_routed(e);
+    if (planes != (reads ? all : 0) || exact_planes) fail_msg("%s kernels: %ld of %d experts' weights in planes (EXACT %ld)", isa, planes, all, exact_planes);
+    case_same_logits(&c, p);
     dsv4_model_free(p);
     dsv4_model_free(e);
-    tm_rmdir(dir);
+    case_free(&c);
 }
 
 static void refusals_and_switch(void **st) {
