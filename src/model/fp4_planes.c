@@ -55,15 +55,19 @@ dsv4_weight fp4_planes_row_view(const dsv4_weight *w, int row, uint8_t *buf) {
  * 5 tokens a pass, the four rows' words held beside the accumulators outgrow the registers). Two cores from memory:
  * the same speed (29-31 GB/s, the memory the bound there); a CPU model's experts in planes, flash-2g on those two
  * cores (2026-12-07, three alternated rounds): decode +2 %, 16 streams +3 %, 64 streams -5 %, prefill 128 -7 %, all
- * inside the box's spread. Hence only where calls have few tokens, and opt-in until measured where the host's cores
- * are the bound (the lent GPU machines' Xeon hosts: tools/gpu/run_planes.sh). */
-int fp4_planes_wanted(int pairs, const char *isa, dsv4_error *err) {
+ * inside the box's spread. Where the host's cores are the bound (the lent GPU machine's 16-thread Xeon host,
+ * tools/gpu/run_planes.sh, 2026-12-07, H100 at --gpu-mem 72): the kernel alone at 15 threads 60-66 -> 70-73 GB/s,
+ * at one thread 8.4-8.7 -> 9.0-10.3; Flash's split decode 26.5 / 28.1 -> 30.2 / 30.6 tok/s in two alternated
+ * rounds (the host's expert time 27.9 / 25.8 -> 23.0 / 22.3 ms a token); a CPU model there mixed (decode +17 % then
+ * -6 %, prefill +13 % then -9 %, 16 streams +8 % then +1 %). Hence on by default for a split model's host arena,
+ * which computes a token or a few at a time, and opt-in for a CPU model. */
+int fp4_planes_wanted(int pairs, const char *isa, int by_default, dsv4_error *err) {
     const char *env = getenv("DSV4_CPU_FP4_PLANES");
     if (env && strcmp(env, "0") && strcmp(env, "1")) {
         dsv4_fail(err, DSV4_E_ARG, "DSV4_CPU_FP4_PLANES must be 0 or 1, not '%s'", env);
         return -1;
     }
-    if (!env || !strcmp(env, "0")) return 0;
+    if (env ? !strcmp(env, "0") : !by_default) return 0;
     return pairs && isa && (!strcmp(isa, "avx512bf16") || !strcmp(isa, "avx512"));
 }
 

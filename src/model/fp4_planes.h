@@ -9,10 +9,11 @@
  * byte shuffle is left. Every value decodes to what it did in the checkpoint's layout, so every result is the
  * same bits; only the instructions differ.
  *
- * Who uses it, when DSV4_CPU_FP4_PLANES=1 and the linears take the pair order on an AVX-512 set (fp4_planes_wanted):
- * the host arena of a GPU model with experts in host memory (issue 15: a private copy the GPU never reads, whose
- * experts the host computes for a token or a few at a time), and a CPU model's routed experts where its weights are
- * a private copy (model.c, cpu_fp4_planes). Readers other than the fused and tile paths (the fp32 decoders of the
+ * Who uses it, where the linears take the pair order on an AVX-512 set (fp4_planes_wanted): the host arena of a
+ * GPU model with experts in host memory (issue 15: a private copy the GPU never reads, whose experts the host
+ * computes for a token or a few at a time; by default, DSV4_CPU_FP4_PLANES=0 turns it off), and, opted in with
+ * DSV4_CPU_FP4_PLANES=1, a CPU model's routed experts where its weights are a private copy (model.c,
+ * cpu_fp4_planes). Readers other than the fused and tile paths (the fp32 decoders of the
  * other sets, a row dot) get the row back in the checkpoint's layout through fp4_planes_row_view. */
 #ifndef DSV4_MODEL_FP4_PLANES_H
 #define DSV4_MODEL_FP4_PLANES_H
@@ -37,7 +38,8 @@ struct dsv4_model;
 long fp4_planes_routed(const struct dsv4_model *m);
 /* Whether FP4 weights that only the CPU reads should be repacked, for a model whose linears take the pair order
  * (pairs: core/numerics.h's OFFICIAL order, not AMX nor fp32) on the CPU kernel set `isa` (cpu_kernels name): the
- * fused kernels of the AVX-512 sets read planes. Opt-in while it is measured, DSV4_CPU_FP4_PLANES=1 (0 or unset:
- * off; anything else a DSV4_E_ARG error naming it, -1): faster at 1-4 tokens a call (decode), slower at 5-16. */
-int fp4_planes_wanted(int pairs, const char *isa, dsv4_error *err);
+ * fused kernels of the AVX-512 sets read planes. DSV4_CPU_FP4_PLANES=1 or 0 says yes or no; unset, by_default
+ * (the caller's: on for a split GPU model's host arena, off for a CPU model; measurements in fp4_planes.c); any
+ * other value is a DSV4_E_ARG error naming it, -1. Faster at 1-4 tokens a call (decode), slower at 5-16. */
+int fp4_planes_wanted(int pairs, const char *isa, int by_default, dsv4_error *err);
 #endif

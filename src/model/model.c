@@ -426,7 +426,7 @@ static int place_weights(dsv4_model *m, int n_threads, dsv4_error *err) {
  * and the kernels read them (fp4_planes_wanted), repacked in place: only in a private copy of the weights (the file
  * mapping is read-only), after the fingerprint (shapes only) and before any step. The same bits either way. */
 static int cpu_fp4_planes(dsv4_model *m, dsv4_error *err) {
-    const int want = fp4_planes_wanted(m->dots == CPU_DOTS_PAIRS, dsv4_pool_kernels(m->pool)->name, err);
+    const int want = fp4_planes_wanted(m->dots == CPU_DOTS_PAIRS, dsv4_pool_kernels(m->pool)->name, 0, err);
     if (want < 0) return DSV4_E_ARG;
     /* a synthetic checkpoint's experts past its memory budget share bytes in a cycle: repacking one would repack
      * the others' bytes again */

@@ -33,6 +33,7 @@
 #include "model/expert_place.h"
 #include "model/expert_profile.h"
 #include "model/footprint.h"
+#include "model/fp4_planes.h"
 #include "model/model.h"
 #include "model/route_count.h"
 #include "backend/cuda/cuda_backend.h"
@@ -287,28 +288,28 @@ static void split_parity(void **state) {
         dsv4_model_free(all_host);
         dsv4_model_free(no_bus);
     }
-    /* the host's FP4 experts in nibble planes (DSV4_CPU_FP4_PLANES=1, model/fp4_planes.h): where the host's kernels
-     * read them (the pair order on an AVX-512 set: OFFICIAL here) the host arena's experts are repacked, elsewhere none;
-     * either way the split model's bits, one-shot (tens of tokens an expert: the tile path) and token by token
-     * (the fused path) */
+    /* the host's FP4 experts in nibble planes (model/fp4_planes.h), on by default: where the host's kernels read
+     * them (the pair order on an AVX-512 set: OFFICIAL here) the fixture's split model holds its host arena's experts
+     * in planes, elsewhere none; loaded with DSV4_CPU_FP4_PLANES=0, none, and the same bits as the fixture's, one-shot
+     * (tens of tokens an expert: the tile path) and token by token (the fused path) */
     {
         dsv4_error lerr;
-        setenv("DSV4_CPU_FP4_PLANES", "1", 1);
+        setenv("DSV4_CPU_FP4_PLANES", "0", 1);
         dsv4_model *pm = load_split(f->dir, tp, f->gpu_mem_gb, NULL, &lerr);
         unsetenv("DSV4_CPU_FP4_PLANES");
-        if (!pm) fail_msg("split load with DSV4_CPU_FP4_PLANES=1: %s", lerr.msg);
-        long planes = 0;
-        for (int l = 0; l < pm->cfg.n_layers; l++)
-            for (int e = 0; e < pm->cfg.n_routed; e++) planes += pm->layers[l].w1[e].fmt == WF_FP4P;
+        if (!pm) fail_msg("split load with DSV4_CPU_FP4_PLANES=0: %s", lerr.msg);
+        const long planes = fp4_planes_routed(f->split), off = fp4_planes_routed(pm);
         /* (split by token, every host expert is in the bus arena, which keeps the checkpoint's layout) */
         const int want = tp->mode == DSV4_MODE_OFFICIAL && !tp->by_token && !strncmp(dsv4_pool_kernels(pm->pool)->name, "avx512", 6);
-        if (want != (planes > 0)) fail_msg("DSV4_CPU_FP4_PLANES=1: %ld host experts in planes (%s kernels)", planes, dsv4_pool_kernels(pm->pool)->name);
+        if (want != (planes > 0) || off)
+            fail_msg("%ld host expert weights in planes by default, %ld with DSV4_CPU_FP4_PLANES=0 (%s kernels)", planes, off,
+                     dsv4_pool_kernels(pm->pool)->name);
         static const int one[] = { 1 };
         const size_t nb = sizeof(float) * SEQ_LEN * (size_t)f->vocab;
         float *got = tm_logits(pm, f->tok, SEQ_LEN, NULL, 0), *got1 = tm_logits(pm, f->tok, SEQ_LEN, one, 1);
         if (!got || !got1 || memcmp(got, f->ref, nb) || memcmp(got1, f->ref, nb))
-            fail_msg("DSV4_CPU_FP4_PLANES=1 (%ld experts in planes): the logits differ from the split model's", planes);
-        fprintf(stderr, "  %s: %ld host experts in nibble planes, the split model's bits\n", tp->name, planes);
+            fail_msg("DSV4_CPU_FP4_PLANES=0: the logits differ from the split model's (%ld expert weights in planes)", planes);
+        fprintf(stderr, "  %s: %ld host expert weights in nibble planes by default, the bits of the checkpoint's layout\n", tp->name, planes);
         free(got);
         free(got1);
         dsv4_model_free(pm);

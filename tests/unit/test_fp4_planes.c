@@ -249,18 +249,27 @@ static void refusals_and_switch(void **st) {
     assert_int_equal(ok.w.fmt, WF_FP4);
     dsv4_error err;
     unsetenv("DSV4_CPU_FP4_PLANES");
-    assert_int_equal(fp4_planes_wanted(1, "avx512bf16", &err), 0);   /* opt-in */
+    assert_int_equal(fp4_planes_wanted(1, "avx512bf16", 0, &err), 0);   /* unset: the caller's default */
+    assert_int_equal(fp4_planes_wanted(1, "avx512bf16", 1, &err), 1);
+    assert_int_equal(fp4_planes_wanted(1, "avx2", 1, &err), 0);   /* no fused path reads them */
+    assert_int_equal(fp4_planes_wanted(0, "avx512", 1, &err), 0);   /* fp32 or AMX order */
     setenv("DSV4_CPU_FP4_PLANES", "1", 1);
-    assert_int_equal(fp4_planes_wanted(1, "avx512bf16", &err), 1);
-    assert_int_equal(fp4_planes_wanted(1, "avx512", &err), 1);
-    assert_int_equal(fp4_planes_wanted(1, "avx2", &err), 0);   /* no fused path reads them */
-    assert_int_equal(fp4_planes_wanted(0, "avx512bf16", &err), 0);   /* fp32 or AMX order */
+    for (int by_default = 0; by_default < 2; by_default++) {
+        assert_int_equal(fp4_planes_wanted(1, "avx512bf16", by_default, &err), 1);
+        assert_int_equal(fp4_planes_wanted(1, "avx512", by_default, &err), 1);
+        assert_int_equal(fp4_planes_wanted(1, "avx2", by_default, &err), 0);
+        assert_int_equal(fp4_planes_wanted(0, "avx512bf16", by_default, &err), 0);
+    }
     setenv("DSV4_CPU_FP4_PLANES", "0", 1);
-    assert_int_equal(fp4_planes_wanted(1, "avx512bf16", &err), 0);
-    setenv("DSV4_CPU_FP4_PLANES", "yes", 1);
-    assert_int_equal(fp4_planes_wanted(1, "avx512bf16", &err), -1);
-    assert_int_equal(err.code, DSV4_E_ARG);
-    assert_non_null(strstr(err.msg, "DSV4_CPU_FP4_PLANES"));
+    assert_int_equal(fp4_planes_wanted(1, "avx512bf16", 0, &err), 0);
+    assert_int_equal(fp4_planes_wanted(1, "avx512bf16", 1, &err), 0);   /* 0 overrides a default that is on */
+    for (int by_default = 0; by_default < 2; by_default++) {
+        setenv("DSV4_CPU_FP4_PLANES", "yes", 1);
+        memset(&err, 0, sizeof err);
+        assert_int_equal(fp4_planes_wanted(1, "avx512bf16", by_default, &err), -1);
+        assert_int_equal(err.code, DSV4_E_ARG);
+        assert_non_null(strstr(err.msg, "DSV4_CPU_FP4_PLANES"));
+    }
     unsetenv("DSV4_CPU_FP4_PLANES");
     tw_free(&t8); tw_free(&t4); tw_free(&ok);
 }

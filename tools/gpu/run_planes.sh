@@ -2,8 +2,9 @@
 # FP4 nibble planes (model/fp4_planes.h) on the lent machine's host: the kernel alone (.gpu/linear_bench with
 # LINEAR_BENCH_PLANES=1: the same matrices in both layouts, passes alternated) at PLANES_THREADS (default 1 15)
 # threads, one token, from memory; then Flash with --gpu-mem PLANES_MEM (default 72) --bus-share PLANES_SHARE (default
-# 0.15), DSV4_CPU_FP4_PLANES=0 and =1 alternated PLANES_ROUNDS times (default 2); then (PLANES_CPU=1, the default) a CPU
-# model, flash-2g on the host's cores, the switch off and on PLANES_CPU_ROUNDS times. Stage: tools/gpu/stage.sh, then
+# 0.15) and PLANES_FLASH_ARGS (more bench options), DSV4_CPU_FP4_PLANES=0 and =1 alternated PLANES_ROUNDS times (default
+# 2); then (PLANES_CPU=1, the default) a CPU model, flash-2g on the host's cores (bench options PLANES_CPU_ARGS, default
+# a 128-token prefill, 32 decoded, 16 streams), the switch off and on PLANES_CPU_ROUNDS times. Stage: tools/gpu/stage.sh, then
 # `tools/gpu/run_planes.sh stage` here (links .gpu/linear_bench); carry [".gpu"]. Logs in $OUT/planes.tgz.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -27,17 +28,17 @@ done
 for r in $(seq ${PLANES_ROUNDS:-2}); do
   for p in 0 1; do
     DSV4_CPU_FP4_PLANES=$p timeout 120 .gpu/dsv4 bench --synthetic flash --device cuda --mode official --gpu-mem ${PLANES_MEM:-72} \
-      --bus-share ${PLANES_SHARE:-0.15} --prompt 64 --decode 16 --no-bandwidth >$L/flash_${r}_$p.log 2>&1
-    echo "  planes=$p (exit $?): $(grep -E '^decode, 1|^host, a decode|^host expert reads' $L/flash_${r}_$p.log | tr -s ' ' | cut -c1-120 | tr '\n' '|')"
+      --bus-share ${PLANES_SHARE:-0.15} --prompt 64 --decode 16 --no-bandwidth ${PLANES_FLASH_ARGS:-} >$L/flash_${r}_$p.log 2>&1
+    echo "  planes=$p (exit $?): $(grep -E '^prefill |^decode, 1|^host, a decode|^host expert reads|^ +[0-9]+ +[0-9.]+ +[0-9.]+x' $L/flash_${r}_$p.log | tr -s ' ' | cut -c1-120 | tr '\n' '|')"
     grep -o '[0-9]* in nibble planes' $L/flash_${r}_$p.log | head -1 | sed 's/^/    /'
   done
 done
+CPU_ARGS=${PLANES_CPU_ARGS:-"--prompt 128 --decode 32 --streams 16 --warmup"}
 # then a CPU model (PLANES_CPU=0 skips): flash-2g in official mode on the host's cores, the switch off and on alternated
 for r in $(seq ${PLANES_CPU_ROUNDS:-2}); do
   [ "${PLANES_CPU:-1}" = 1 ] || break
   for p in 0 1; do
-    DSV4_CPU_FP4_PLANES=$p timeout 150 .gpu/dsv4 bench --synthetic flash-2g --mode official --prompt 128 --decode 32 \
-      --streams 16 --warmup >$L/cpu_${r}_$p.log 2>&1
+    DSV4_CPU_FP4_PLANES=$p timeout 150 .gpu/dsv4 bench --synthetic flash-2g --mode official $CPU_ARGS >$L/cpu_${r}_$p.log 2>&1
     echo "  cpu flash-2g planes=$p (exit $?): $(grep -E '^memory read|^prefill |^decode, 1|^bandwidth fraction|^ +16 ' $L/cpu_${r}_$p.log | tr -s ' ' | cut -c1-60 | tr '\n' '|')"
   done
 done

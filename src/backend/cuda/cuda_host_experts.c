@@ -248,10 +248,10 @@ static int place_bus(cu_host_experts *hx, struct dsv4_model *m, int synthetic, s
 }
 
 /* The host arena's FP4 experts in nibble planes (model/fp4_planes.h): where the host's linears take the pair order
- * on an AVX-512 set, opted in (DSV4_CPU_FP4_PLANES=1). The bus arena keeps the checkpoint's layout: the GPU reads
- * it. */
+ * on an AVX-512 set; by default (DSV4_CPU_FP4_PLANES=0 turns it off: fp4_planes.c has the measurements). The bus
+ * arena keeps the checkpoint's layout: the GPU reads it. */
 static int host_planes(const struct dsv4_model *m, dsv4_error *err) {
-    return fp4_planes_wanted(m->dots == CPU_DOTS_PAIRS, dsv4_pool_kernels(m->pool)->name, err);
+    return fp4_planes_wanted(m->dots == CPU_DOTS_PAIRS, dsv4_pool_kernels(m->pool)->name, 1, err);
 }
 
 int cuda_hx_place(cu_host_experts *hx, struct dsv4_model *m, dsv4_error *err) {
