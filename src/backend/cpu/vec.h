@@ -121,6 +121,42 @@ static inline float vec_reduce32_zmm(__m512 z0, __m512 z1) {
     h = _mm_add_ss(h, _mm_movehdup_ps(h));
     return _mm_cvtss_f32(h);
 }
+
+/* The 16-lane tree (lanes j + j+8, j + j+4, j + j+2, j + j+1: vec_reduce32_zmm's levels after its first) of several
+ * vectors side by side. Each level is one vector add over two vectors' halves brought together by shuffles, the
+ * first operand holding lane j and the second lane j + s, as the one-vector tree adds them: the same adds of the same
+ * values, so the same bits, in ~3 instructions a sum instead of ~8. */
+static inline __m512 vec_tree_s8(__m512 a, __m512 b) {
+    return _mm512_add_ps(_mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(1, 0, 1, 0)), _mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(3, 2, 3, 2)));
+}
+static inline __m512 vec_tree_s4(__m512 a, __m512 b) {
+    return _mm512_add_ps(_mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(2, 0, 2, 0)), _mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(3, 1, 3, 1)));
+}
+static inline __m512 vec_tree_s2(__m512 a, __m512 b) {
+    return _mm512_add_ps(_mm512_shuffle_ps(a, b, _MM_SHUFFLE(1, 0, 1, 0)), _mm512_shuffle_ps(a, b, _MM_SHUFFLE(3, 2, 3, 2)));
+}
+static inline __m512 vec_tree_s1(__m512 a, __m512 b) {
+    return _mm512_add_ps(_mm512_shuffle_ps(a, b, _MM_SHUFFLE(2, 0, 2, 0)), _mm512_shuffle_ps(a, b, _MM_SHUFFLE(3, 1, 3, 1)));
+}
+
+/* The trees of v[0..8): lane 4k of the result holds v[k]'s sum, lane 4k + 1 v[k + 4]'s (k = 0..3; the other lanes
+ * copies). */
+static inline __m512 vec_tree16x8_zmm(const __m512 v[8]) {
+    __m512 a[4], b[2];
+    for (int k = 0; k < 4; k++) a[k] = vec_tree_s8(v[2 * k], v[2 * k + 1]);
+    for (int k = 0; k < 2; k++) b[k] = vec_tree_s4(a[2 * k], a[2 * k + 1]);
+    const __m512 c = vec_tree_s2(b[0], b[1]);
+    return vec_tree_s1(c, c);
+}
+
+/* The trees of v[0..16): lane l of the result holds v[4 (l % 4) + l / 4]'s sum. */
+static inline __m512 vec_tree16x16_zmm(const __m512 v[16]) {
+    __m512 a[8], b[4], c[2];
+    for (int k = 0; k < 8; k++) a[k] = vec_tree_s8(v[2 * k], v[2 * k + 1]);
+    for (int k = 0; k < 4; k++) b[k] = vec_tree_s4(a[2 * k], a[2 * k + 1]);
+    for (int k = 0; k < 2; k++) c[k] = vec_tree_s2(b[2 * k], b[2 * k + 1]);
+    return vec_tree_s1(c[0], c[1]);
+}
 #endif
 #endif
 #endif

@@ -7,10 +7,10 @@
  * (bf16 in OFFICIAL).
  *
  * The AVX-512 form takes up to 8 rows a head at once (cI a multiple of 32): each row's 32 lanes in two zmm, as
- * dot_f32 has them, then the 8 rows' trees side by side. Every level of vec_reduce32_zmm's tree (lanes j + j+16,
- * j + j+8, j + j+4, j + j+2, j + j+1) is one vector add over two rows' (then four, eight) halves brought together
- * by a shuffle: the same adds of the same values, 15 adds and 14 shuffles for 8 dots instead of 8 trees of 6 adds
- * and 6 extractions. The head sum then runs in the lanes (one row a lane), in head order. At long contexts on the
+ * dot_f32 has them, then the 8 rows' trees side by side (vec.h vec_tree16x8_zmm after the first level, lanes
+ * j + j+16): every level is one vector add over two rows' (then four, eight) halves brought together by shuffles,
+ * the same adds of the same values, 15 adds and 14 shuffles for 8 dots instead of 8 trees of 6 adds and 6
+ * extractions. The head sum then runs in the lanes (one row a lane), in head order. At long contexts on the
  * CPU these scores were a quarter of a decode step (flash-2g at 64K tokens, 2 cores). */
 #include "backend/cpu/isa.h"
 #include "backend/cpu/kernels.h"
@@ -52,22 +52,8 @@ static void score_rows8(const float *qi, const float *wi, const float *const *ro
         /* lanes j + j+16: t[r] */
         __m512 t[8];
         for (int r = 0; r < 8; r++) t[r] = _mm512_add_ps(z0[r], z1[r]);
-        /* j + j+8: rows 2p, 2p+1 in the 256-bit halves of u[p] */
-        __m512 u[4];
-        for (int p = 0; p < 4; p++)
-            u[p] = _mm512_add_ps(_mm512_shuffle_f32x4(t[2 * p], t[2 * p + 1], _MM_SHUFFLE(1, 0, 1, 0)),
-                                 _mm512_shuffle_f32x4(t[2 * p], t[2 * p + 1], _MM_SHUFFLE(3, 2, 3, 2)));
-        /* j + j+4: rows 4p .. 4p+3 in the 128-bit blocks of v[p] */
-        __m512 v[2];
-        for (int p = 0; p < 2; p++)
-            v[p] = _mm512_add_ps(_mm512_shuffle_f32x4(u[2 * p], u[2 * p + 1], _MM_SHUFFLE(2, 0, 2, 0)),
-                                 _mm512_shuffle_f32x4(u[2 * p], u[2 * p + 1], _MM_SHUFFLE(3, 1, 3, 1)));
-        /* j + j+2 (movehl): block k = row k's two lanes, then row k + 4's */
-        const __m512 w2 = _mm512_add_ps(_mm512_shuffle_ps(v[0], v[1], _MM_SHUFFLE(1, 0, 1, 0)),
-                                        _mm512_shuffle_ps(v[0], v[1], _MM_SHUFFLE(3, 2, 3, 2)));
-        /* j + j+1 (movehdup), then + the tail (0: cI is a multiple of 32) */
-        const __m512 d = _mm512_add_ps(_mm512_add_ps(_mm512_shuffle_ps(w2, w2, _MM_SHUFFLE(2, 0, 2, 0)),
-                                                     _mm512_shuffle_ps(w2, w2, _MM_SHUFFLE(3, 1, 3, 1))), zero);
+        /* the rest of the tree (vec.h), then + the tail (0: cI is a multiple of 32) */
+        const __m512 d = _mm512_add_ps(vec_tree16x8_zmm(t), zero);
         const __m512 s = official ? vec_round_bf16_zmm(d) : d;
         const __mmask16 pos = _mm512_cmp_ps_mask(s, zero, _CMP_GT_OQ);
         __m512 term = _mm512_mul_ps(s, _mm512_set1_ps(wi[h]));

@@ -287,6 +287,8 @@ void ISA_FN(pairs_fill)(const float *x, int ldx, cpu_pairs_tokens *b) {
 
 /* ---- the tiles ---- */
 
+#define ALWAYS_INLINE inline __attribute__((always_inline))
+
 /* L[0] after the halving tree of pairs.h. */
 static inline float reduce16(float L[16]) {
     for (int s = 8; s > 0; s >>= 1)
@@ -305,9 +307,38 @@ static inline float reduce16_zmm(__m512 z) {
     s = _mm_add_ss(s, _mm_movehdup_ps(s));
     return _mm_cvtss_f32(s);
 }
-#endif
 
-#define ALWAYS_INLINE inline __attribute__((always_inline))
+/* s[i] = reduce16_zmm(v[i]) for i < n (n a multiple of 4, at most 24), blocks of 16 and 8 down the tree together
+ * (vec.h vec_tree16x16_zmm: the same adds, the same bits; reduce16_zmm's sums one by one were ~17 % of a 6-token
+ * tile's time at 2048 columns); one permute puts a block's sums in order. */
+static ALWAYS_INLINE void reduce16_zmm_n(const __m512 *v, const int n, float *s) {
+    /* lane l of a block of 16 holds the sum of vector 4 (l % 4) + l / 4, and of 8 (lanes 0-7) the same order */
+    const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+    int i = 0;
+    for (; i + 16 <= n; i += 16) _mm512_storeu_ps(s + i, _mm512_permutexvar_ps(order, vec_tree16x16_zmm(v + i)));
+    if (i + 8 <= n) {
+        _mm256_storeu_ps(s + i, _mm512_castps512_ps256(_mm512_permutexvar_ps(order, vec_tree16x8_zmm(v + i))));
+        i += 8;
+    }
+    for (; i < n; i++) s[i] = reduce16_zmm(v[i]);
+}
+
+/* out[r * TILE_T + t] = reduce16_zmm(acc[r][t]) for the NT tokens, by reduce16_zmm_n (acc in that layout when NT is
+ * TILE_T; else gathered first, which only renames registers). */
+static ALWAYS_INLINE void tile_sums(__m512 acc[TILE_R][TILE_T], float *out, const int NT) {
+    if (NT == TILE_T) {
+        reduce16_zmm_n(&acc[0][0], TILE_R * TILE_T, out);
+        return;
+    }
+    __m512 v[TILE_R * TILE_T];
+    float s[TILE_R * TILE_T];
+    for (int r = 0; r < TILE_R; r++)
+        for (int t = 0; t < NT; t++) v[r * NT + t] = acc[r][t];
+    reduce16_zmm_n(v, TILE_R * NT, s);
+    for (int r = 0; r < TILE_R; r++)
+        for (int t = 0; t < NT; t++) out[r * TILE_T + t] = s[r * NT + t];
+}
+#endif
 
 #if defined(DSV4_AVX512) || defined(DSV4_AVX2)
 /* The emulated steps on vectors of GL lanes: group g of a chunk is its dwords g*GL .. g*GL + GL-1 (lanes
@@ -366,16 +397,19 @@ static ALWAYS_INLINE void tile_emulated_n(const uint16_t *const w[TILE_R], const
                 for (int t = 0; t < NT; t++) part[r][t][g] = acc[r][t];
         }
     }
+#if defined(DSV4_AVX512)
+    __m512 sums[TILE_R][TILE_T];   /* GROUPS = 1: the tree in registers (tile_dp_n) */
+    for (int r = 0; r < TILE_R; r++)
+        for (int t = 0; t < NT; t++) sums[r][t] = part[r][t][0];
+    tile_sums(sums, out, NT);
+#else
     for (int r = 0; r < TILE_R; r++)
         for (int t = 0; t < NT; t++) {
-#if defined(DSV4_AVX512)
-            out[r * TILE_T + t] = reduce16_zmm(part[r][t][0]);   /* GROUPS = 1: the tree in registers (tile_dp_n) */
-#else
             float L[16];
             for (int g = 0; g < GROUPS; g++) lane_store(L + GL * g, part[r][t][g]);
             out[r * TILE_T + t] = reduce16(L);
-#endif
         }
+#endif
 }
 #else
 static ALWAYS_INLINE void tile_emulated_n(const uint16_t *const w[TILE_R], const uint16_t *const x[TILE_T], int n32,
@@ -393,6 +427,7 @@ static ALWAYS_INLINE void tile_emulated_n(const uint16_t *const w[TILE_R], const
 }
 #endif
 
+
 #ifdef PAIRS_DP
 /* The same steps by VDPBF16PS: one instruction is a chunk's two steps on all 16 lanes. */
 static ALWAYS_INLINE void tile_dp_n(const uint16_t *const w[TILE_R], const uint16_t *const x[TILE_T], int n32,
@@ -409,9 +444,8 @@ static ALWAYS_INLINE void tile_dp_n(const uint16_t *const w[TILE_R], const uint1
         }
     }
     /* the tree in registers: through memory (a 64-byte store, then 4-byte loads of it) it took ~30 % of the tile's
-     * time at 128 tokens, more than the chunks' loads */
-    for (int r = 0; r < TILE_R; r++)
-        for (int t = 0; t < NT; t++) out[r * TILE_T + t] = reduce16_zmm(acc[r][t]);
+     * time at 128 tokens, more than the chunks' loads; the sums of all the tile's outputs together */
+    tile_sums(acc, out, NT);
 }
 #endif
 
@@ -520,8 +554,8 @@ static ALWAYS_INLINE void chunk_steps(__m512 acc[FUSED_ROWS][FUSED_T], const __m
 }
 
 static ALWAYS_INLINE void fused_out(__m512 acc[FUSED_ROWS][FUSED_T], float out[FUSED_ROWS][FUSED_T], const int NT) {
-    for (int r = 0; r < FUSED_ROWS; r++)
-        for (int t = 0; t < NT; t++) out[r][t] = reduce16_zmm(acc[r][t]);
+    _Static_assert(FUSED_ROWS == TILE_R && FUSED_T == TILE_T, "the fused rows' outputs are a tile's");
+    tile_sums(acc, &out[0][0], NT);
 }
 
 /* ---- the rows of one group: FUSED_ROWS consecutive rows o0 .. o0 + 3 ----
