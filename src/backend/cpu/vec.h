@@ -111,19 +111,21 @@ static inline __m512 vec_round_bf16_zmm(__m512 x) {
     return _mm512_castsi512_ps(_mm512_and_si512(r, _mm512_set1_epi32((int)0xffff0000u)));
 }
 
-static inline float vec_reduce32_zmm(__m512 z0, __m512 z1) {
-    const __m512 t = _mm512_add_ps(z0, z1);   /* [a0+a2 | a1+a3] */
-    const __m256 lo = _mm512_castps512_ps256(t);
-    const __m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(t), 1));
-    __m256 s = _mm256_add_ps(lo, hi);
+/* The 16-lane tree: lanes j + j+8, j + j+4, j + j+2, j + j+1, lane 0 the sum. */
+static inline float vec_reduce16_zmm(__m512 z) {
+    const __m256 lo = _mm512_castps512_ps256(z);
+    const __m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(z), 1));
+    const __m256 s = _mm256_add_ps(lo, hi);
     __m128 h = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
     h = _mm_add_ps(h, _mm_movehl_ps(h, h));
     h = _mm_add_ss(h, _mm_movehdup_ps(h));
     return _mm_cvtss_f32(h);
 }
 
-/* The 16-lane tree (lanes j + j+8, j + j+4, j + j+2, j + j+1: vec_reduce32_zmm's levels after its first) of several
- * vectors side by side. Each level is one vector add over two vectors' halves brought together by shuffles, the
+/* vec_reduce32's tree on 32 lanes in two zmm: lanes j + j+16 first ([a0+a2 | a1+a3]), then the 16-lane tree. */
+static inline float vec_reduce32_zmm(__m512 z0, __m512 z1) { return vec_reduce16_zmm(_mm512_add_ps(z0, z1)); }
+
+/* The 16-lane tree (vec_reduce16_zmm) of several vectors side by side. Each level is one vector add over two vectors' halves brought together by shuffles, the
  * first operand holding lane j and the second lane j + s, as the one-vector tree adds them: the same adds of the same
  * values, so the same bits, in ~3 instructions a sum instead of ~8. */
 static inline __m512 vec_tree_s8(__m512 a, __m512 b) {
@@ -156,6 +158,20 @@ static inline __m512 vec_tree16x16_zmm(const __m512 v[16]) {
     for (int k = 0; k < 4; k++) b[k] = vec_tree_s4(a[2 * k], a[2 * k + 1]);
     for (int k = 0; k < 2; k++) c[k] = vec_tree_s2(b[2 * k], b[2 * k + 1]);
     return vec_tree_s1(c[0], c[1]);
+}
+
+/* s[i] = vec_reduce16_zmm(v[i]) for i < n: blocks of 16 and 8 down the trees together, one permute putting a
+ * block's sums in order (lane l of a block of 16 holds vector 4 (l % 4) + l / 4's, a block of 8 lanes 0-7 the
+ * same order), the last n % 8 one by one. Inline, with n a constant, the vectors stay in registers. */
+static inline __attribute__((always_inline)) void vec_reduce16_zmm_n(const __m512 *v, const int n, float *s) {
+    const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+    int i = 0;
+    for (; i + 16 <= n; i += 16) _mm512_storeu_ps(s + i, _mm512_permutexvar_ps(order, vec_tree16x16_zmm(v + i)));
+    if (i + 8 <= n) {
+        _mm256_storeu_ps(s + i, _mm512_castps512_ps256(_mm512_permutexvar_ps(order, vec_tree16x8_zmm(v + i))));
+        i += 8;
+    }
+    for (; i < n; i++) s[i] = vec_reduce16_zmm(v[i]);
 }
 #endif
 #endif

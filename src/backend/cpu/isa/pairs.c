@@ -297,44 +297,19 @@ static inline float reduce16(float L[16]) {
 }
 
 #ifdef DSV4_AVX512
-/* reduce16 on a zmm: the tree's adds (lane j + lane j+s, s = 8, 4, 2, 1) as vector operations, the same bits. */
-static inline float reduce16_zmm(__m512 z) {
-    const __m256 lo = _mm512_castps512_ps256(z);
-    const __m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(z), 1));
-    const __m256 s8 = _mm256_add_ps(lo, hi);
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
-
-/* s[i] = reduce16_zmm(v[i]) for i < n (n a multiple of 4, at most 24), blocks of 16 and 8 down the tree together
- * (vec.h vec_tree16x16_zmm: the same adds, the same bits; reduce16_zmm's sums one by one were ~17 % of a 6-token
- * tile's time at 2048 columns); one permute puts a block's sums in order. */
-static ALWAYS_INLINE void reduce16_zmm_n(const __m512 *v, const int n, float *s) {
-    /* lane l of a block of 16 holds the sum of vector 4 (l % 4) + l / 4, and of 8 (lanes 0-7) the same order */
-    const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
-    int i = 0;
-    for (; i + 16 <= n; i += 16) _mm512_storeu_ps(s + i, _mm512_permutexvar_ps(order, vec_tree16x16_zmm(v + i)));
-    if (i + 8 <= n) {
-        _mm256_storeu_ps(s + i, _mm512_castps512_ps256(_mm512_permutexvar_ps(order, vec_tree16x8_zmm(v + i))));
-        i += 8;
-    }
-    for (; i < n; i++) s[i] = reduce16_zmm(v[i]);
-}
-
-/* out[r * TILE_T + t] = reduce16_zmm(acc[r][t]) for the NT tokens, by reduce16_zmm_n (acc in that layout when NT is
- * TILE_T; else gathered first, which only renames registers). */
+/* out[r * TILE_T + t] = vec_reduce16_zmm(acc[r][t]) (pairs.h's halving tree) for the NT tokens, all the trees
+ * together by vec_reduce16_zmm_n (vec.h: the same adds; the sums one by one were ~17 % of a 6-token tile's time at
+ * 2048 columns). acc is in out's layout when NT is TILE_T; else gathered first, which only renames registers. */
 static ALWAYS_INLINE void tile_sums(__m512 acc[TILE_R][TILE_T], float *out, const int NT) {
     if (NT == TILE_T) {
-        reduce16_zmm_n(&acc[0][0], TILE_R * TILE_T, out);
+        vec_reduce16_zmm_n(&acc[0][0], TILE_R * TILE_T, out);
         return;
     }
     __m512 v[TILE_R * TILE_T];
     float s[TILE_R * TILE_T];
     for (int r = 0; r < TILE_R; r++)
         for (int t = 0; t < NT; t++) v[r * NT + t] = acc[r][t];
-    reduce16_zmm_n(v, TILE_R * NT, s);
+    vec_reduce16_zmm_n(v, TILE_R * NT, s);
     for (int r = 0; r < TILE_R; r++)
         for (int t = 0; t < NT; t++) out[r * TILE_T + t] = s[r * NT + t];
 }

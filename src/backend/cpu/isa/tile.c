@@ -20,7 +20,6 @@ enum { GROUP_LANES = 16 };
 #define lane_zero _mm512_setzero_ps
 #define lane_load _mm512_loadu_ps
 #define lane_fma _mm512_fmadd_ps
-static inline float reduce_groups(const lane_vec p[2]) { return vec_reduce32_zmm(p[0], p[1]); }
 #elif defined(DSV4_AVX2)
 typedef __m256 lane_vec;
 enum { GROUP_LANES = 8 };
@@ -67,8 +66,18 @@ void ISA_FN(tile_dot_f32)(const float *const w[TILE_R], const float *const x[TIL
                 for (int t = 0; t < TILE_T; t++) part[r][t][g] = acc[r][t];
         }
     }
+#if defined(DSV4_AVX512)
+    /* the trees of all the tile's outputs together (vec.h): lanes j + j+16 here, the rest side by side */
+    __m512 half[TILE_R * TILE_T];
+    for (int r = 0; r < TILE_R; r++)
+        for (int t = 0; t < TILE_T; t++) half[r * TILE_T + t] = _mm512_add_ps(part[r][t][0], part[r][t][1]);
+    vec_reduce16_zmm_n(half, TILE_R * TILE_T, out);
+    for (int r = 0; r < TILE_R; r++)
+        for (int t = 0; t < TILE_T; t++) out[r * TILE_T + t] += tail_dot(w[r], x[t], n32, n);
+#else
     for (int r = 0; r < TILE_R; r++)
         for (int t = 0; t < TILE_T; t++) out[r * TILE_T + t] = reduce_groups(part[r][t]) + tail_dot(w[r], x[t], n32, n);
+#endif
 #else
     (void)n32;
     for (int r = 0; r < TILE_R; r++)
