@@ -60,7 +60,9 @@ dsv4_weight fp4_planes_row_view(const dsv4_weight *w, int row, uint8_t *buf) {
  * at one thread 8.4-8.7 -> 9.0-10.3; Flash's split decode 26.5 / 28.1 -> 30.2 / 30.6 tok/s in two alternated
  * rounds (the host's expert time 27.9 / 25.8 -> 23.0 / 22.3 ms a token); a CPU model there mixed (decode +17 % then
  * -6 %, prefill +13 % then -9 %, 16 streams +8 % then +1 %). Hence on by default for a split model's host arena,
- * which computes a token or a few at a time, and opt-in for a CPU model. */
+ * which computes a token or a few at a time, and opt-in for a CPU model. (On a second such machine, runs 193-195,
+ * the kernel again +13-16 %, but its host was disturbed and the one usable end-to-end pair went -11 %:
+ * docs/HOST_EXPERTS.md.) */
 int fp4_planes_wanted(int pairs, const char *isa, int by_default, dsv4_error *err) {
     const char *env = getenv("DSV4_CPU_FP4_PLANES");
     if (env && strcmp(env, "0") && strcmp(env, "1")) {

@@ -125,9 +125,10 @@ static inline float vec_reduce16_zmm(__m512 z) {
 /* vec_reduce32's tree on 32 lanes in two zmm: lanes j + j+16 first ([a0+a2 | a1+a3]), then the 16-lane tree. */
 static inline float vec_reduce32_zmm(__m512 z0, __m512 z1) { return vec_reduce16_zmm(_mm512_add_ps(z0, z1)); }
 
-/* The 16-lane tree (vec_reduce16_zmm) of several vectors side by side. Each level is one vector add over two vectors' halves brought together by shuffles, the
- * first operand holding lane j and the second lane j + s, as the one-vector tree adds them: the same adds of the same
- * values, so the same bits, in ~3 instructions a sum instead of ~8. */
+/* The 16-lane tree (vec_reduce16_zmm) of several vectors side by side. Each level is one vector add over two
+ * vectors' halves brought together by shuffles, the first operand holding lane j and the second lane j + s, as the
+ * one-vector tree adds them: the same adds of the same values, so the same bits, in ~3 instructions a sum instead of
+ * ~8. vec_tree_sS is the level of lanes j + j+S: S = 8 and 4 move whole 128-bit quarters, 2 and 1 work inside them. */
 static inline __m512 vec_tree_s8(__m512 a, __m512 b) {
     return _mm512_add_ps(_mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(1, 0, 1, 0)), _mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(3, 2, 3, 2)));
 }

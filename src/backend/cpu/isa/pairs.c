@@ -402,7 +402,6 @@ static ALWAYS_INLINE void tile_emulated_n(const uint16_t *const w[TILE_R], const
 }
 #endif
 
-
 #ifdef PAIRS_DP
 /* The same steps by VDPBF16PS: one instruction is a chunk's two steps on all 16 lanes. */
 static ALWAYS_INLINE void tile_dp_n(const uint16_t *const w[TILE_R], const uint16_t *const x[TILE_T], int n32,
