@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # FP4 nibble planes (model/fp4_planes.h) on the lent machine's host: the kernel alone (.gpu/linear_bench with
-# LINEAR_BENCH_PLANES=1: the same matrices in both layouts, passes alternated) at PLANES_THREADS (default 1 15)
-# threads, one token, from memory; then Flash with --gpu-mem PLANES_MEM (default 72) --bus-share PLANES_SHARE (default
-# 0.15) and PLANES_FLASH_ARGS (more bench options), DSV4_CPU_FP4_PLANES=0 and =1 alternated PLANES_ROUNDS times (default
-# 2); then (PLANES_CPU=1, the default) a CPU model, flash-2g on the host's cores (bench options PLANES_CPU_ARGS, default
-# a 128-token prefill, 32 decoded, 16 streams), the switch off and on PLANES_CPU_ROUNDS times. Stage: tools/gpu/stage.sh, then
-# `tools/gpu/run_planes.sh stage` here (links .gpu/linear_bench); carry [".gpu"]. Logs in $OUT/planes.tgz.
+# LINEAR_BENCH_PLANES=1: the same matrices in both layouts, passes alternated) at PLANES_THREADS (default 1 15; a
+# blank value such as " " skips it) threads, one token, from memory; then Flash with --gpu-mem PLANES_MEM (default 72)
+# --bus-share PLANES_SHARE (default 0.15) and PLANES_FLASH_ARGS (more bench options), DSV4_CPU_FP4_PLANES=0 and =1
+# alternated PLANES_ROUNDS times (default 2); then (PLANES_CPU=1, the default; 0 skips it) a CPU model, flash-2g on the
+# host's cores (bench options PLANES_CPU_ARGS, default a 128-token prefill, 32 decoded, 16 streams), the switch off
+# and on PLANES_CPU_ROUNDS times. Stage: tools/gpu/stage.sh, then `tools/gpu/run_planes.sh stage` here (links
+# .gpu/linear_bench); carry [".gpu"]. Logs in $OUT/planes.tgz.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 if [ "${1:-}" = stage ]; then
